@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tshard needs to build, test and run. Idempotent: when every package
+# is already present it does nothing. As non-root it prints the exact apt-get line and exits 1.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config clang
+  libopenmpi-dev openmpi-bin
+  libuv1-dev
+  libprotobuf-c-dev protobuf-c-compiler
+  check
+  libopenblas-dev
+  python3-numpy python3-protobuf protobuf-compiler
+  iproute2
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "tshard: missing Debian packages: ${missing[*]}" >&2
+  echo "run as root:  apt-get update && apt-get install -y --no-install-recommends ${missing[*]}" >&2
+  exit 1
+fi
+
+echo "tshard: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

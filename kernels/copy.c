@@ -1,0 +1,554 @@
+/* copy.c - the strided-copy kernel: any layout to any layout, blocked on either side, converting
+ * dtypes, on sub-boxes, with cache tiling and threads.
+ *
+ * How it works. A layout's address is separable per dim (layout.c), so a box copy is a sum over
+ * dims of independent index-to-offset maps on each side. Each dim is lowered to a few segments,
+ * each a product of (count, src byte stride, dst byte stride) nodes: an unblocked dim is one node;
+ * a blocked dim is factored over its period (the lcm of both sides' block products) by checking
+ * tabulated offsets, with the partial head and tail blocks as their own segments. One job per
+ * combination of segments (almost always one big job and a few small tails) collects its nodes,
+ * sorts them so the destination is written contiguously, merges nodes that are contiguous on both
+ * sides, and runs one of two inner kernels over the two innermost nodes:
+ *   rows       the innermost node is a (converting) row, contiguous on the destination side;
+ *   transpose  the source is contiguous along another node: a cache tile of rows x columns,
+ *              read along one and written along the other, so both sides stream.
+ * The remaining nodes are outer loops, walked with an odometer; large jobs split their outer
+ * iterations over threads. Padded tails of blocked destinations are filled by the same machinery
+ * with a source of zeros (all strides 0). */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels_internal.h"
+
+#define MAX_NODES 64
+#define MAX_DIM_NODES 16
+#define MAX_PERIOD (INT64_C(1) << 20)
+#define ROW_CHUNK_BYTES (64 * 1024)   /* a rows-kernel call moves about this much */
+#define TILE_BYTES 64                 /* transpose tile: one cache line of source per row */
+#define TILE_COLS 64                  /* columns (destination-contiguous) per transpose tile */
+#define THREAD_MIN_BYTES (1024 * 1024) /* less than this per thread is not worth a thread */
+
+typedef struct {
+  int64_t n, ss, ds; /* count, source and destination byte strides */
+} node;
+
+typedef struct {
+  int64_t s0, d0; /* byte offsets of the segment's first element */
+  int nn;
+  node nodes[MAX_DIM_NODES + 1]; /* innermost first */
+} segment;
+
+typedef struct {
+  segment *v;
+  int n, cap;
+} segment_list;
+
+/* ---- threads knob --------------------------------------------------------------------- */
+
+static int default_threads;
+static pthread_once_t threads_once = PTHREAD_ONCE_INIT;
+
+static void threads_init(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  default_threads = n > 0 ? (int)n : 1;
+}
+
+void ts_kernels_set_threads(int threads) {
+  pthread_once(&threads_once, threads_init);
+  if (threads <= 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    threads = n > 0 ? (int)n : 1;
+  }
+  __atomic_store_n(&default_threads, threads, __ATOMIC_RELAXED);
+}
+
+int ts_kernels_threads(void) {
+  pthread_once(&threads_once, threads_init);
+  return __atomic_load_n(&default_threads, __ATOMIC_RELAXED);
+}
+
+/* ---- lowering a dim to segments -------------------------------------------------------- */
+
+static int push_segment(segment_list *l, const segment *s) {
+  if (l->n == l->cap) {
+    int cap = l->cap ? l->cap * 2 : 8;
+    segment *v = realloc(l->v, sizeof *v * (size_t)cap);
+    if (!v)
+      return TS_NO_MEMORY;
+    l->v = v;
+    l->cap = cap;
+  }
+  l->v[l->n++] = *s;
+  return TS_OK;
+}
+
+/* Factors the tabulated offsets S, D over [0, len) into segments whose elements are a product of
+ * nodes, checking every offset. `outer`, when non-NULL, is appended to each segment (the period
+ * repetition of a blocked dim). */
+static int factor_tables(const int64_t *S, const int64_t *D, int64_t len, const node *outer,
+                         segment_list *out) {
+  int64_t pos = 0;
+  while (pos < len) {
+    segment seg = {.s0 = S[pos], .d0 = D[pos], .nn = 0};
+    int64_t unit = 1;
+    while (seg.nn < MAX_DIM_NODES && pos + unit < len) {
+      int64_t maxj = (len - pos) / unit;
+      if (maxj < 2)
+        break;
+      int64_t step_s = S[pos + unit] - S[pos], step_d = D[pos + unit] - D[pos];
+      int64_t m = 1;
+      for (; m < maxj; m++) {
+        int64_t b = pos + m * unit;
+        if (S[b] - S[pos] != m * step_s || D[b] - D[pos] != m * step_d)
+          break;
+        int64_t r = 1;
+        while (r < unit && S[b + r] - S[b] == S[pos + r] - S[pos] &&
+               D[b + r] - D[b] == D[pos + r] - D[pos])
+          r++;
+        if (r < unit)
+          break;
+      }
+      if (m < 2)
+        break;
+      seg.nodes[seg.nn++] = (node){m, step_s, step_d};
+      unit *= m;
+    }
+    if (outer)
+      seg.nodes[seg.nn++] = *outer;
+    if (push_segment(out, &seg))
+      return TS_NO_MEMORY;
+    pos += unit;
+  }
+  return TS_OK;
+}
+
+/* Tabulates the offsets of indices [a, b) of dim d on both sides (relative to the box starts) and
+ * factors them. */
+static int factor_range(const ts_layout *sl, int64_t s_start, const ts_layout *dl, int64_t d_start,
+                        int d, int64_t a, int64_t b, const node *outer, segment_list *out) {
+  if (b <= a)
+    return TS_OK;
+  int64_t len = b - a;
+  int64_t *S = malloc(sizeof(int64_t) * 2 * (size_t)len);
+  if (!S)
+    return TS_NO_MEMORY;
+  int64_t *D = S + len;
+  for (int64_t i = 0; i < len; i++) {
+    S[i] = ts__dim_address(sl, d, s_start + a + i);
+    D[i] = ts__dim_address(dl, d, d_start + a + i);
+  }
+  int rc = factor_tables(S, D, len, outer, out);
+  free(S);
+  return rc;
+}
+
+static int64_t gcd64(int64_t a, int64_t b) {
+  while (b) {
+    int64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+/* Lowers dim d of a box copy. Indices are relative to the box starts. */
+static int lower_dim(const ts_layout *sl, int64_t s_start, const ts_layout *dl, int64_t d_start,
+                     int64_t n, int d, segment_list *out, ts_error *err) {
+  int64_t bs = ts_layout_block(sl, d), bd = ts_layout_block(dl, d);
+  int64_t es = (int64_t)ts_dtype_size(sl->dtype), ed = (int64_t)ts_dtype_size(dl->dtype);
+  if (bs == 1 && bd == 1) { /* affine on both sides: one node */
+    segment seg = {.s0 = s_start * sl->strides[d] * es, .d0 = d_start * dl->strides[d] * ed, .nn = 1};
+    seg.nodes[0] = (node){n, sl->strides[d] * es, dl->strides[d] * ed};
+    return push_segment(out, &seg);
+  }
+  int64_t period = bs / gcd64(bs, bd) * bd;
+  if (period > MAX_PERIOD)
+    return ts_error_set(err, TS_UNSUPPORTED,
+                        "dim %d: source blocks of %lld and destination blocks of %lld repeat only "
+                        "every %lld elements; supported up to %lld",
+                        d, (long long)bs, (long long)bd, (long long)period, (long long)MAX_PERIOD);
+  /* f(x + period) = f(x) + (period / B) * stride on each side, so one tabulated period repeats.
+   * Start the period where both sides are block-aligned (when such a point exists) so that it
+   * factors into few segments. */
+  int64_t i0 = 0;
+  for (int64_t i = 0; i < period && i < n; i++)
+    if ((s_start + i) % bs == 0 && (d_start + i) % bd == 0) {
+      i0 = i;
+      break;
+    }
+  int rc;
+  if (n - i0 < 2 * period) /* no room for repeated periods: tabulate everything */
+    rc = factor_range(sl, s_start, dl, d_start, d, 0, n, NULL, out);
+  else {
+    int64_t count = (n - i0) / period;
+    node rep = {count, period / bs * sl->strides[d] * es, period / bd * dl->strides[d] * ed};
+    if (!(rc = factor_range(sl, s_start, dl, d_start, d, 0, i0, NULL, out)) &&
+        !(rc = factor_range(sl, s_start, dl, d_start, d, i0, i0 + period, &rep, out)))
+      rc = factor_range(sl, s_start, dl, d_start, d, i0 + count * period, n, NULL, out);
+  }
+  return rc ? ts_error_set(err, TS_NO_MEMORY, "out of memory lowering a copy") : TS_OK;
+}
+/* ---- running one job ------------------------------------------------------------------- */
+
+typedef struct {
+  ts__row_fn row;
+  int64_t es, ed;
+  bool transpose;
+  int nn;
+  node nodes[MAX_NODES]; /* [0] inner (dst-contiguous), [1] rows per call, [2..] outer loops */
+} job;
+
+/* The two innermost loops, from base pointers. */
+static void run_inner(const job *j, char *d, const char *s) {
+  const node *a = &j->nodes[0], *b = &j->nodes[1];
+  if (!j->transpose) {
+    for (int64_t r = 0; r < b->n; r++)
+      j->row(d + r * b->ds, a->ds, s + r * b->ss, a->ss, (size_t)a->n);
+    return;
+  }
+  /* tile: TILE_COLS destination-contiguous columns x b->n source-contiguous rows */
+  for (int64_t c0 = 0; c0 < a->n; c0 += TILE_COLS) {
+    int64_t cn = a->n - c0 < TILE_COLS ? a->n - c0 : TILE_COLS;
+    for (int64_t r = 0; r < b->n; r++)
+      j->row(d + r * b->ds + c0 * a->ds, a->ds, s + r * b->ss + c0 * a->ss, a->ss, (size_t)cn);
+  }
+}
+
+/* Runs outer iterations [lo, hi) of the flattened outer loops. */
+static void run_range(const job *j, char *d, const char *s, int64_t lo, int64_t hi) {
+  int64_t idx[MAX_NODES];
+  int64_t rem = lo;
+  for (int k = 2; k < j->nn; k++) { /* decode lo, innermost outer loop fastest */
+    idx[k] = rem % j->nodes[k].n;
+    rem /= j->nodes[k].n;
+    d += idx[k] * j->nodes[k].ds;
+    s += idx[k] * j->nodes[k].ss;
+  }
+  for (int64_t it = lo; it < hi; it++) {
+    run_inner(j, d, s);
+    for (int k = 2; k < j->nn; k++) { /* odometer */
+      d += j->nodes[k].ds;
+      s += j->nodes[k].ss;
+      if (++idx[k] < j->nodes[k].n)
+        break;
+      idx[k] = 0;
+      d -= j->nodes[k].n * j->nodes[k].ds;
+      s -= j->nodes[k].n * j->nodes[k].ss;
+    }
+  }
+}
+
+typedef struct {
+  const job *j;
+  char *d;
+  const char *s;
+  int64_t lo, hi;
+} range_task;
+
+static void *range_thread(void *arg) {
+  range_task *t = arg;
+  run_range(t->j, t->d, t->s, t->lo, t->hi);
+  return NULL;
+}
+
+static void run_parallel(const job *j, char *d, const char *s, int threads) {
+  int64_t outer = 1, inner_elems = j->nodes[0].n * j->nodes[1].n;
+  for (int k = 2; k < j->nn; k++)
+    outer *= j->nodes[k].n;
+  int64_t t = outer * inner_elems * (j->es + j->ed) / THREAD_MIN_BYTES;
+  if (t > threads)
+    t = threads;
+  if (t > outer)
+    t = outer;
+  if (t > 64)
+    t = 64;
+  if (t <= 1) {
+    run_range(j, d, s, 0, outer);
+    return;
+  }
+  pthread_t tid[64];
+  range_task task[64];
+  bool started[64] = {false};
+  for (int64_t i = 1; i < t; i++) {
+    task[i] = (range_task){j, d, s, outer * i / t, outer * (i + 1) / t};
+    started[i] = pthread_create(&tid[i], NULL, range_thread, &task[i]) == 0;
+  }
+  run_range(j, d, s, 0, outer / t);
+  for (int64_t i = 1; i < t; i++) {
+    if (started[i])
+      pthread_join(tid[i], NULL);
+    else /* no thread could be had: do its share here */
+      run_range(j, d, s, task[i].lo, task[i].hi);
+  }
+}
+
+static int64_t abs64(int64_t x) { return x < 0 ? -x : x; }
+
+/* Orders, merges and runs one job whose nodes are in j->nodes[0..nn). */
+static void run_job(job *j, char *d, const char *s, int threads);
+
+/* Splits node k of job j into blocks of `per` (kept at k) and their repetition (inserted at
+ * position `rep_at` > k), running the whole blocks as one job and the remainder as another. */
+static void split_and_run(job *j, int k, int64_t per, int rep_at, char *d, const char *s,
+                          int threads) {
+  node nd = j->nodes[k];
+  int64_t whole = nd.n / per, rest = nd.n % per;
+  if (whole > 0) {
+    job m = *j;
+    memmove(&m.nodes[rep_at + 1], &m.nodes[rep_at], sizeof(node) * (size_t)(m.nn - rep_at));
+    m.nodes[k].n = per;
+    m.nodes[rep_at] = (node){whole, per * nd.ss, per * nd.ds};
+    m.nn++;
+    run_parallel(&m, d, s, threads);
+  }
+  if (rest > 0) {
+    job r = *j;
+    r.nodes[k].n = rest;
+    run_parallel(&r, d + whole * per * nd.ds, s + whole * per * nd.ss, threads);
+  }
+}
+
+static void run_job(job *j, char *d, const char *s, int threads) {
+  /* drop count-1 nodes */
+  int nn = 0;
+  for (int k = 0; k < j->nn; k++)
+    if (j->nodes[k].n != 1)
+      j->nodes[nn++] = j->nodes[k];
+  /* destination-contiguous innermost: sort by |ds|, then |ss| (insertion sort, few nodes) */
+  for (int k = 1; k < nn; k++) {
+    node x = j->nodes[k];
+    int i = k - 1;
+    while (i >= 0 && (abs64(j->nodes[i].ds) > abs64(x.ds) ||
+                      (abs64(j->nodes[i].ds) == abs64(x.ds) && abs64(j->nodes[i].ss) > abs64(x.ss)))) {
+      j->nodes[i + 1] = j->nodes[i];
+      i--;
+    }
+    j->nodes[i + 1] = x;
+  }
+  /* merge nodes contiguous on both sides */
+  int m = 0;
+  for (int k = 0; k < nn; k++) {
+    if (m > 0 && j->nodes[k].ss == j->nodes[m - 1].n * j->nodes[m - 1].ss &&
+        j->nodes[k].ds == j->nodes[m - 1].n * j->nodes[m - 1].ds) {
+      j->nodes[m - 1].n *= j->nodes[k].n;
+      continue;
+    }
+    j->nodes[m++] = j->nodes[k];
+  }
+  while (m < 2) /* the kernels read two inner nodes */
+    j->nodes[m++] = (node){1, 0, 0};
+  j->nn = m;
+
+  /* transpose when another node reads the source more contiguously than the innermost one */
+  int best = 0;
+  for (int k = 1; k < m; k++)
+    if (j->nodes[k].n > 1 && abs64(j->nodes[k].ss) < abs64(j->nodes[best].ss))
+      best = k;
+  j->transpose = best != 0 && abs64(j->nodes[0].ss) > 2 * TILE_BYTES && j->nodes[0].n > 1;
+  if (j->transpose && best != 1) {
+    node x = j->nodes[best];
+    memmove(&j->nodes[2], &j->nodes[1], sizeof(node) * (size_t)(best - 1));
+    j->nodes[1] = x;
+  }
+  int64_t esize = j->es > j->ed ? j->es : j->ed;
+  if (j->nn >= MAX_NODES - 2) {
+    run_parallel(j, d, s, threads);
+    return;
+  }
+  if (j->transpose) {
+    int64_t rows = TILE_BYTES / esize;
+    if (j->nodes[1].n > rows)
+      return split_and_run(j, 1, rows, 2, d, s, threads);
+  } else {
+    int64_t row_bytes = j->nodes[0].n * esize;
+    if (row_bytes > ROW_CHUNK_BYTES && j->nodes[1].n == 1) {
+      /* one huge row: cut it into rows of a chunk, repeated as an outer loop threads can share */
+      return split_and_run(j, 0, ROW_CHUNK_BYTES / esize, 2, d, s, threads);
+    }
+    int64_t rows = ROW_CHUNK_BYTES / (row_bytes > 0 ? row_bytes : 1);
+    if (rows < 1)
+      rows = 1;
+    if (j->nodes[1].n > rows)
+      return split_and_run(j, 1, rows, 2, d, s, threads);
+  }
+  run_parallel(j, d, s, threads);
+}
+
+/* ---- the box copy ---------------------------------------------------------------------- */
+
+static int check_box(const char *side, const ts_layout *l, const int64_t *start,
+                     const int64_t *extent, ts_error *err) {
+  for (int d = 0; d < l->ndim; d++) {
+    int64_t end;
+    if (start[d] < 0 || extent[d] < 0 || __builtin_add_overflow(start[d], extent[d], &end) ||
+        end > l->shape[d])
+      return ts_error_set(err, TS_OUT_OF_BOUNDS,
+                          "%s box on dim %d is [%lld, %lld+%lld) but the dim has %lld elements: a "
+                          "box needs 0 <= start and start + extent <= size",
+                          side, d, (long long)start[d], (long long)start[d], (long long)extent[d],
+                          (long long)l->shape[d]);
+  }
+  return TS_OK;
+}
+
+/* Byte range [lo, hi) of the buffer a layout can touch. */
+static void layout_range(const ts_layout *l, int64_t *lo, int64_t *hi) {
+  int64_t es = (int64_t)ts_dtype_size(l->dtype), a = 0, b = 0;
+  for (int d = 0; d < l->ndim; d++) {
+    int64_t reach = (ts_layout_padded(l, d) / ts_layout_block(l, d) - 1) * l->strides[d];
+    if (reach > 0)
+      b += reach;
+    else
+      a += reach;
+  }
+  int64_t inner = 1;
+  for (int k = 0; k < l->n_inner; k++)
+    inner *= l->inner_size[k];
+  *lo = l->offset + a * es;
+  *hi = l->offset + (b + inner) * es;
+}
+
+/* Copies one box (already validated), src may be a zero source with all strides 0. */
+static int copy_lowered(char *dbase, const ts_layout *dl, const int64_t *dst_start,
+                        const char *sbase, const ts_layout *sl, const int64_t *src_start,
+                        const int64_t *extent, int threads, ts_error *err) {
+  int nd = dl->ndim;
+  for (int d = 0; d < nd; d++)
+    if (extent[d] == 0)
+      return TS_OK;
+  segment_list segs[TS_MAX_DIMS];
+  memset(segs, 0, sizeof segs);
+  int rc = TS_OK;
+  for (int d = 0; d < nd && !rc; d++)
+    rc = lower_dim(sl, src_start[d], dl, dst_start[d], extent[d], d, &segs[d], err);
+  if (!rc) {
+    ts__row_fn row = ts__row_function(dl->dtype, sl->dtype);
+    int pick[TS_MAX_DIMS] = {0};
+    for (;;) { /* every combination of segments */
+      job j = {.row = row,
+               .es = (int64_t)ts_dtype_size(sl->dtype),
+               .ed = (int64_t)ts_dtype_size(dl->dtype)};
+      char *d = dbase + dl->offset;
+      const char *s = sbase + sl->offset;
+      for (int k = 0; k < nd; k++) {
+        const segment *g = &segs[k].v[pick[k]];
+        d += g->d0;
+        s += g->s0;
+        for (int q = 0; q < g->nn; q++)
+          j.nodes[j.nn++] = g->nodes[q];
+      }
+      run_job(&j, d, s, threads);
+      int k = nd - 1;
+      while (k >= 0 && ++pick[k] == segs[k].n)
+        pick[k--] = 0;
+      if (k < 0)
+        break;
+    }
+  }
+  for (int d = 0; d < nd; d++)
+    free(segs[d].v);
+  return rc;
+}
+
+int ts__copy_check(const ts_tensor *dst, const int64_t *dst_start, const ts_tensor *src,
+                   const int64_t *src_start, const int64_t *extent, ts_error *err) {
+  if (!dst || !src || (!extent && dst->layout.ndim > 0))
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "copy: destination, source and extent are required");
+  const ts_layout *dl = &dst->layout, *sl = &src->layout;
+  int rc;
+  if ((rc = ts_layout_check(sl, src->bytes, false, err)) ||
+      (rc = ts_layout_check(dl, dst->bytes, true, err)))
+    return rc;
+  if (dl->ndim != sl->ndim)
+    return ts_error_set(err, TS_BAD_SHAPE,
+                        "copy between a %d-dim destination and a %d-dim source: both need the same "
+                        "number of dims",
+                        dl->ndim, sl->ndim);
+  static const int64_t zero[TS_MAX_DIMS] = {0};
+  if ((rc = check_box("destination", dl, dst_start ? dst_start : zero, extent, err)) ||
+      (rc = check_box("source", sl, src_start ? src_start : zero, extent, err)))
+    return rc;
+  int64_t numel = 1;
+  for (int d = 0; d < dl->ndim; d++)
+    numel *= extent[d];
+  if (numel == 0)
+    return TS_OK;
+  if (!dst->data || !src->data)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "copy of %lld elements from or to a NULL buffer",
+                        (long long)numel);
+  int64_t dlo, dhi, slo, shi;
+  layout_range(dl, &dlo, &dhi);
+  layout_range(sl, &slo, &shi);
+  const char *da = (const char *)dst->data, *sa = (const char *)src->data;
+  if (da + dlo < sa + shi && sa + slo < da + dhi)
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "source and destination buffers overlap; copy through a temporary");
+  return TS_OK;
+}
+
+int ts_copy_box(const ts_tensor *dst, const int64_t *dst_start, const ts_tensor *src,
+                const int64_t *src_start, const int64_t *extent, const ts_copy_opts *opts,
+                ts_error *err) {
+  int rc = ts__copy_check(dst, dst_start, src, src_start, extent, err);
+  if (rc)
+    return rc;
+  const ts_layout *dl = &dst->layout, *sl = &src->layout;
+  int64_t zero[TS_MAX_DIMS] = {0};
+  if (!dst_start)
+    dst_start = zero;
+  if (!src_start)
+    src_start = zero;
+  int64_t numel = 1;
+  for (int d = 0; d < dl->ndim; d++)
+    numel *= extent[d];
+  int threads = opts && opts->threads > 0 ? opts->threads : ts_kernels_threads();
+  if ((rc = copy_lowered(dst->data, dl, dst_start, src->data, sl, src_start, extent, threads, err)))
+    return rc;
+  if (numel == 0 || !ts_layout_is_blocked(dl))
+    return TS_OK;
+
+  /* zero the padded tails of blocked dims the box reaches the end of */
+  static const uint64_t zeros = 0;
+  ts_layout zl = *dl;
+  zl.offset = 0;
+  zl.n_inner = 0;
+  for (int d = 0; d < zl.ndim; d++) {
+    zl.strides[d] = 0;
+    zl.shape[d] = INT64_MAX;
+  }
+  for (int d = 0; d < dl->ndim; d++) {
+    int64_t pad = ts_layout_padded(dl, d);
+    if (pad == dl->shape[d] || dst_start[d] + extent[d] != dl->shape[d])
+      continue;
+    int64_t start[TS_MAX_DIMS], ext[TS_MAX_DIMS];
+    for (int e = 0; e < dl->ndim; e++) {
+      start[e] = dst_start[e];
+      ext[e] = extent[e];
+      int64_t epad = ts_layout_padded(dl, e);
+      if (e != d && epad != dl->shape[e] && dst_start[e] + extent[e] == dl->shape[e])
+        ext[e] = epad - start[e];
+    }
+    start[d] = dl->shape[d];
+    ext[d] = pad - dl->shape[d];
+    ts_layout padded = *dl;
+    for (int e = 0; e < dl->ndim; e++)
+      padded.shape[e] = ts_layout_padded(dl, e);
+    if ((rc = copy_lowered(dst->data, &padded, start, (const char *)&zeros, &zl, zero, ext, threads,
+                           err)))
+      return rc;
+  }
+  return TS_OK;
+}
+
+int ts_copy(const ts_tensor *dst, const ts_tensor *src, const ts_copy_opts *opts, ts_error *err) {
+  if (!dst || !src)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "copy: destination and source are required");
+  if (dst->layout.ndim != src->layout.ndim ||
+      memcmp(dst->layout.shape, src->layout.shape, sizeof(int64_t) * (size_t)(dst->layout.ndim > 0 && dst->layout.ndim <= TS_MAX_DIMS ? dst->layout.ndim : 0)) != 0)
+    return ts_error_set(err, TS_BAD_SHAPE,
+                        "copy between different logical shapes: ts_copy needs equal shapes (use "
+                        "ts_copy_box for parts)");
+  return ts_copy_box(dst, NULL, src, NULL, src->layout.shape, opts, err);
+}

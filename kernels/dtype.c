@@ -1,0 +1,286 @@
+/* dtype.c - element types: names, sizes, and conversions between every pair.
+ *
+ * f16 and bf16 are converted with round-to-nearest-even, from f32 by bit arithmetic and from f64
+ * and from 64-bit integers by exact rounding of the wider value (never through an intermediate
+ * rounding, so there is no double rounding). Same-dtype conversions are byte moves. The row
+ * functions here are the inner loops of the strided-copy kernel's dtype-converting paths. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels_internal.h"
+
+static const struct {
+  const char *name;
+  size_t size;
+  bool is_float;
+} dtype_info[TS_DTYPE_COUNT] = {
+#define TS_X_DT(name, text, size, isfloat) {text, size, isfloat},
+    TS_DTYPE_LIST(TS_X_DT)
+#undef TS_X_DT
+};
+
+bool ts_dtype_valid(int dtype) { return dtype >= 0 && dtype < TS_DTYPE_COUNT; }
+
+size_t ts_dtype_size(ts_dtype dt) { return ts_dtype_valid(dt) ? dtype_info[dt].size : 0; }
+
+bool ts_dtype_is_float(ts_dtype dt) { return ts_dtype_valid(dt) && dtype_info[dt].is_float; }
+
+const char *ts_dtype_name(ts_dtype dt) { return ts_dtype_valid(dt) ? dtype_info[dt].name : "invalid"; }
+
+int ts_dtype_parse(const char *text, ts_dtype *out, ts_error *err) {
+  for (int i = 0; text && i < TS_DTYPE_COUNT; i++) {
+    if (strcmp(text, dtype_info[i].name) == 0) {
+      *out = (ts_dtype)i;
+      return TS_OK;
+    }
+  }
+  return ts_error_set(err, TS_BAD_DTYPE,
+                      "unknown dtype '%s': valid dtypes are f32, f64, f16, bf16, i8, i32, i64, u8",
+                      text ? text : "(null)");
+}
+
+/* ---- scalar conversions ---------------------------------------------------------------- */
+
+static uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+static float bits_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+float ts_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  if (exp == 0x1f) /* inf or NaN; the payload moves to the top of the f32 mantissa */
+    return bits_f32(sign | 0x7f800000 | (mant << 13));
+  if (exp == 0) { /* zero or subnormal: mant * 2^-24, exact in f32 */
+    float v = (float)mant * 0x1p-24f;
+    return sign ? -v : v;
+  }
+  return bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+/* Shifts m right by s bits rounding to nearest even (s may exceed 63). */
+static uint64_t shift_round_even(uint64_t m, int s) {
+  if (s <= 0)
+    return m;
+  if (s > 64)
+    return 0;
+  uint64_t q = s == 64 ? 0 : m >> s;
+  uint64_t rem = s == 64 ? m : m & ((UINT64_C(1) << s) - 1);
+  uint64_t half = UINT64_C(1) << (s - 1);
+  if (rem > half || (rem == half && (q & 1)))
+    q++;
+  return q;
+}
+
+uint16_t ts_f32_to_f16(float f) {
+  uint32_t x = f32_bits(f);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+  x &= 0x7fffffff;
+  if (x > 0x7f800000) /* NaN: quiet, keep the top payload bits */
+    return sign | 0x7e00 | (uint16_t)((x >> 13) & 0x1ff);
+  if (x >= 0x477ff000) /* >= 65520 (half-way above the largest f16) rounds to infinity */
+    return sign | 0x7c00;
+  if (x >= 0x38800000) /* normal f16: drop 13 mantissa bits with rounding, rebias exponent */
+    return sign | (uint16_t)((x + 0xfff + ((x >> 13) & 1) - 0x38000000) >> 13);
+  uint32_t exp = x >> 23; /* subnormal f16 (or zero): value in units of 2^-24 */
+  if (exp == 0)
+    return sign;
+  uint64_t mant = (x & 0x7fffff) | 0x800000; /* value = mant * 2^(exp-150) */
+  return sign | (uint16_t)shift_round_even(mant, 126 - (int)exp);
+}
+
+float ts_bf16_to_f32(uint16_t b) { return bits_f32((uint32_t)b << 16); }
+
+uint16_t ts_f32_to_bf16(float f) {
+  uint32_t x = f32_bits(f);
+  if ((x & 0x7fffffff) > 0x7f800000)
+    return (uint16_t)((x >> 16) | 0x40);
+  return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
+/* Rounds a finite non-negative magnitude m * 2^e (m an integer) to a small binary float format
+ * with mbits mantissa bits and exponent bias `bias`, round to nearest even, returning the bit
+ * pattern without sign (infinity on overflow). Exact: no intermediate rounding. */
+static uint16_t round_small_float(uint64_t m, int e, int mbits, int bias, int maxexp_field) {
+  if (m == 0)
+    return 0;
+  int top = 63 - __builtin_clzll(m); /* value in [2^(top+e), 2^(top+e+1)) */
+  int exp = top + e;                 /* unbiased exponent of the leading bit */
+  int emin = 1 - bias;
+  int shift; /* bits of m below the kept mantissa */
+  if (exp < emin)
+    shift = (emin - mbits) - e; /* subnormal: units of 2^(emin-mbits) */
+  else
+    shift = top - mbits;
+  uint64_t q = shift >= 0 ? shift_round_even(m, shift) : m << -shift;
+  uint32_t bits;
+  if (exp < emin) {
+    bits = (uint32_t)q; /* q == 2^mbits carries into the smallest normal, which is right */
+  } else {
+    if (q >> (mbits + 1)) { /* rounding carried to the next power of two */
+      q >>= 1;
+      exp++;
+    }
+    if (exp + bias >= maxexp_field)
+      return (uint16_t)(maxexp_field << mbits);
+    bits = ((uint32_t)(exp + bias) << mbits) | (uint32_t)(q & ((UINT64_C(1) << mbits) - 1));
+  }
+  return (uint16_t)bits;
+}
+
+static uint16_t f64_to_small(double d, int mbits, int bias, int maxexp_field, uint16_t nan_bits) {
+  uint16_t sign = signbit(d) ? (uint16_t)(1u << 15) : 0;
+  if (isnan(d))
+    return sign | nan_bits;
+  if (isinf(d))
+    return sign | (uint16_t)(maxexp_field << mbits);
+  int e;
+  double fr = frexp(fabs(d), &e); /* |d| = fr * 2^e, fr in [0.5, 1) */
+  uint64_t m = (uint64_t)ldexp(fr, 53); /* exact: 53 significant bits */
+  return sign | round_small_float(m, e - 53, mbits, bias, maxexp_field);
+}
+
+uint16_t ts_f64_to_f16(double d) { return f64_to_small(d, 10, 15, 31, 0x7e00); }
+uint16_t ts_f64_to_bf16(double d) { return f64_to_small(d, 7, 127, 255, 0x7fc0); }
+
+static uint16_t i64_to_small(int64_t v, int mbits, int bias, int maxexp_field) {
+  uint16_t sign = v < 0 ? (uint16_t)(1u << 15) : 0;
+  uint64_t m = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+  return sign | round_small_float(m, 0, mbits, bias, maxexp_field);
+}
+
+/* ---- element loads and stores, by the C type of the value ---------------------------- */
+
+static inline float ld_f32(const char *p) { float v; memcpy(&v, p, 4); return v; }
+static inline double ld_f64(const char *p) { double v; memcpy(&v, p, 8); return v; }
+static inline float ld_f16(const char *p) { uint16_t v; memcpy(&v, p, 2); return ts_f16_to_f32(v); }
+static inline float ld_bf16(const char *p) { uint16_t v; memcpy(&v, p, 2); return ts_bf16_to_f32(v); }
+static inline int64_t ld_i8(const char *p) { int8_t v; memcpy(&v, p, 1); return v; }
+static inline int64_t ld_i32(const char *p) { int32_t v; memcpy(&v, p, 4); return v; }
+static inline int64_t ld_i64(const char *p) { int64_t v; memcpy(&v, p, 8); return v; }
+static inline int64_t ld_u8(const char *p) { uint8_t v; memcpy(&v, p, 1); return v; }
+
+/* Float to integer: truncate toward zero, saturate, NaN gives 0 (no undefined behaviour). */
+#define SAT(x, lo, hi) ((x) != (x) ? 0 : (x) <= (double)(lo) ? (lo) : (x) >= (double)(hi) ? (hi) : (x))
+
+static inline int64_t sat_i64(double x) {
+  if (x != x)
+    return 0;
+  if (x <= -0x1p63)
+    return INT64_MIN;
+  if (x >= 0x1p63)
+    return INT64_MAX;
+  return (int64_t)x;
+}
+
+#define ST_F32(x) ((float)(x))
+#define ST_F64(x) ((double)(x))
+#define ST_F16(x)                                                                                  \
+  _Generic((x), float: ts_f32_to_f16, double: ts_f64_to_f16, int64_t: i64_to_f16)(x)
+#define ST_BF16(x)                                                                                 \
+  _Generic((x), float: ts_f32_to_bf16, double: ts_f64_to_bf16, int64_t: i64_to_bf16)(x)
+#define ST_I8(x) _Generic((x), float: f_to_i8, double: f_to_i8, int64_t: wrap_i8)(x)
+#define ST_I32(x) _Generic((x), float: f_to_i32, double: f_to_i32, int64_t: wrap_i32)(x)
+#define ST_I64(x) _Generic((x), float: sat_i64, double: sat_i64, int64_t: same_i64)(x)
+#define ST_U8(x) _Generic((x), float: f_to_u8, double: f_to_u8, int64_t: wrap_u8)(x)
+
+static inline uint16_t i64_to_f16(int64_t v) { return i64_to_small(v, 10, 15, 31); }
+static inline uint16_t i64_to_bf16(int64_t v) { return i64_to_small(v, 7, 127, 255); }
+static inline int8_t f_to_i8(double x) { return (int8_t)SAT(x, -128, 127); }
+static inline int32_t f_to_i32(double x) { return (int32_t)SAT(x, INT32_MIN, INT32_MAX); }
+static inline uint8_t f_to_u8(double x) { return (uint8_t)SAT(x, 0, 255); }
+static inline int8_t wrap_i8(int64_t v) { return (int8_t)(uint8_t)(uint64_t)v; }
+static inline int32_t wrap_i32(int64_t v) { return (int32_t)(uint32_t)(uint64_t)v; }
+static inline uint8_t wrap_u8(int64_t v) { return (uint8_t)(uint64_t)v; }
+static inline int64_t same_i64(int64_t v) { return v; }
+
+/* ---- row functions for every (dst, src) pair ------------------------------------------- */
+
+/* X(name, store macro, stored C type) for destinations; Y(name, load fn) for sources. */
+#define DST_LIST(X, S, SSIZE)                                                                      \
+  X(S, SSIZE, f32, ST_F32, float)                                                                  \
+  X(S, SSIZE, f64, ST_F64, double)                                                                 \
+  X(S, SSIZE, f16, ST_F16, uint16_t)                                                               \
+  X(S, SSIZE, bf16, ST_BF16, uint16_t)                                                             \
+  X(S, SSIZE, i8, ST_I8, int8_t)                                                                   \
+  X(S, SSIZE, i32, ST_I32, int32_t)                                                                \
+  X(S, SSIZE, i64, ST_I64, int64_t)                                                                \
+  X(S, SSIZE, u8, ST_U8, uint8_t)
+/* Y(name, element size, dtype) */
+#define SRC_LIST(Y)                                                                                \
+  Y(f32, 4, TS_F32) Y(f64, 8, TS_F64) Y(f16, 2, TS_F16) Y(bf16, 2, TS_BF16) Y(i8, 1, TS_I8)        \
+  Y(i32, 4, TS_I32) Y(i64, 8, TS_I64) Y(u8, 1, TS_U8)
+
+/* The contiguous branch lets the compiler vectorize the common dense conversions. */
+#define ROW_FN(S, SSIZE, D, STORE, DTYPE)                                                          \
+  static void row_##D##_from_##S(char *d, ptrdiff_t ds, const char *s, ptrdiff_t ss, size_t n) { \
+    if (ds == (ptrdiff_t)sizeof(DTYPE) && ss == SSIZE) {                                           \
+      for (size_t i = 0; i < n; i++) {                                                             \
+        DTYPE o = STORE(ld_##S(s + i * SSIZE));                                                    \
+        memcpy(d + i * sizeof(DTYPE), &o, sizeof o);                                               \
+      }                                                                                            \
+    } else {                                                                                       \
+      for (size_t i = 0; i < n; i++) {                                                             \
+        DTYPE o = STORE(ld_##S(s + (ptrdiff_t)i * ss));                                            \
+        memcpy(d + (ptrdiff_t)i * ds, &o, sizeof o);                                               \
+      }                                                                                            \
+    }                                                                                              \
+  }
+
+#define ROWS_FROM(S, SSIZE, DT) DST_LIST(ROW_FN, S, SSIZE)
+SRC_LIST(ROWS_FROM)
+
+/* Same-dtype moves by element size: exact bytes. */
+#define MOVE_FN(bytes, ctype)                                                                      \
+  static void move_##bytes(char *d, ptrdiff_t ds, const char *s, ptrdiff_t ss, size_t n) {      \
+    if (ds == bytes && ss == bytes) {                                                              \
+      memcpy(d, s, n * bytes);                                                                     \
+      return;                                                                                      \
+    }                                                                                              \
+    for (size_t i = 0; i < n; i++) {                                                               \
+      ctype v;                                                                                     \
+      memcpy(&v, s + (ptrdiff_t)i * ss, bytes);                                                    \
+      memcpy(d + (ptrdiff_t)i * ds, &v, bytes);                                                    \
+    }                                                                                              \
+  }
+MOVE_FN(1, uint8_t)
+MOVE_FN(2, uint16_t)
+MOVE_FN(4, uint32_t)
+MOVE_FN(8, uint64_t)
+
+#define ROW_ENTRY(S, SSIZE, D, STORE, DTYPE) row_##D##_from_##S,
+#define ROW_TABLE_FOR(S, SSIZE, DT) [DT] = {DST_LIST(ROW_ENTRY, S, SSIZE)},
+/* row_table[src][dst]; DST_LIST is in ts_dtype order. */
+static const ts__row_fn row_table[TS_DTYPE_COUNT][TS_DTYPE_COUNT] = {SRC_LIST(ROW_TABLE_FOR)};
+
+ts__row_fn ts__row_function(ts_dtype dd, ts_dtype sd) {
+  if (!ts_dtype_valid(dd) || !ts_dtype_valid(sd))
+    return NULL;
+  if (dd == sd) {
+    switch (ts_dtype_size(dd)) {
+    case 1:
+      return move_1;
+    case 2:
+      return move_2;
+    case 4:
+      return move_4;
+    default:
+      return move_8;
+    }
+  }
+  return row_table[sd][dd];
+}
+
+void ts_convert(void *dst, ts_dtype dt_dst, const void *src, ts_dtype dt_src, size_t n) {
+  ts__row_fn fn = ts__row_function(dt_dst, dt_src);
+  if (fn)
+    fn(dst, (ptrdiff_t)ts_dtype_size(dt_dst), src, (ptrdiff_t)ts_dtype_size(dt_src), n);
+}

@@ -1,0 +1,5 @@
+# Unit tests of dtypes, layouts and the strided-copy kernel; the copy benchmark.
+tshard_unit_test(test_dtype ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dtype.c)
+tshard_unit_test(test_copy ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_copy.c)
+add_executable(tshard-bench-copy ${CMAKE_CURRENT_SOURCE_DIR}/bench/bench_copy.c)
+target_link_libraries(tshard-bench-copy PRIVATE tskernels)
