@@ -1,0 +1,232 @@
+/* einsum_exec.c - the forward pass: for each pairwise step of the plan, bring A to
+ * [ABO, AO, AB] and B to [ABO, AB, BO] (summing reduced labels on the way, converting f16/bf16 to
+ * f32), run the batched GEMM, and leave the result in [ABO, AO, BO] for the next step or move it
+ * to the output's order and layout.
+ *
+ * A transpose is skipped when the operand already reads as one BLAS matrix per batch element:
+ * each label class contiguous in itself, one batch stride, a row or a column stride of 1. A
+ * physical transpose keeps the operand's unit-stride dim innermost (choosing [ABO, AB, AO] over
+ * [ABO, AO, AB] when that is the cheaper copy); both forms are the same matrix to CBLAS, up to
+ * its transpose flag. What was transposed is kept in the cache for backward. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "einsum_internal.h"
+
+/* Dense view over labels lab[0..nd-1] with the plan's sizes, row-major. */
+void ts__ein_dense_view(const ts_einsum_plan *p, ts__ein_view *v, char *base, ts_dtype dt, int nd,
+                       const int8_t *lab) {
+  v->base = base;
+  v->dt = dt;
+  v->nd = nd;
+  int64_t st = 1;
+  for (int d = nd - 1; d >= 0; d--) {
+    v->lab[d] = lab[d];
+    v->size[d] = p->pe.size[lab[d]];
+    v->stride[d] = st;
+    st *= v->size[d];
+  }
+}
+
+/* The output tensor as a view over the output labels. */
+void ts__ein_out_view(const ts_einsum_plan *p, const ts_tensor *t, ts__ein_view *v) {
+  v->base = (char *)t->data + t->layout.offset;
+  v->dt = t->layout.dtype;
+  v->nd = p->pe.out_ndim;
+  for (int d = 0; d < v->nd; d++) {
+    v->lab[d] = p->pe.out_lab[d];
+    v->size[d] = t->layout.shape[d];
+    v->stride[d] = t->layout.strides[d];
+  }
+}
+
+/* Reads view v (over any labels) as a batch of matrices: the labels of three groups in order.
+ * False when it is not one BLAS matrix per batch element with one batch stride. */
+bool ts__ein_as_matrix(const ts__ein_view *v, int nb, const int8_t *bl, int nr, const int8_t *rl,
+                      int nc, const int8_t *cl, ts__ein_mat *m) {
+  int8_t lab[TS__EIN_MAXL];
+  memcpy(lab, bl, (size_t)nb);
+  memcpy(lab + nb, rl, (size_t)nr);
+  memcpy(lab + nb + nr, cl, (size_t)nc);
+  ts__ein_view s;
+  ts__ein_view_select(&s, v, nb + nr + nc, lab);
+  int64_t bsize;
+  m->base = v->base;
+  if (!ts__ein_fuse(&s, 0, nb, &bsize, &m->bstride) || !ts__ein_fuse(&s, nb, nr, &m->rows, &m->rs) ||
+      !ts__ein_fuse(&s, nb + nr, nc, &m->cols, &m->cs))
+    return false;
+  bool trans;
+  int64_t ld;
+  return ts__ein_mat_blas(m, &trans, &ld);
+}
+
+int ts__ein_node_view(const ts_einsum_plan *p, int node, const ts_tensor *const *operands,
+                      const ts_einsum_cache *c, ts__ein_view *v) {
+  if (node < p->pe.n) {
+    ts__ein_operand_view(p, node, operands[node], v);
+    return TS_OK;
+  }
+  const ts__ein_node *nd = &p->node[node];
+  ts__ein_dense_view(p, v, c->step[node - p->pe.n].result, p->cdt, nd->nd, nd->lab);
+  return TS_OK;
+}
+
+bool ts__ein_unit_stride_in(const ts__ein_view *v, int n, const int8_t *group) {
+  for (int d = 0; d < v->nd; d++)
+    if (v->stride[d] == 1 && v->size[d] > 1)
+      for (int j = 0; j < n; j++)
+        if (group[j] == v->lab[d]) return true;
+  return false;
+}
+
+/* Brings one side of step s to its GEMM matrix. side 0 is A: [ABO][AO][AB], reduced RA;
+ * side 1 is B: [ABO][AB][BO], reduced RB. */
+static int prepare_side(const ts_einsum_plan *p, const ts__ein_step *s, int side,
+                        const ts__ein_view *src, ts__ein_gop *g, size_t *bytes, ts_error *err) {
+  int gr = side == 0 ? TS__G_AO : TS__G_AB, gc = side == 0 ? TS__G_AB : TS__G_BO;
+  int gred = side == 0 ? TS__G_RA : TS__G_RB;
+  g->owned = NULL;
+  if (!p->opts.always_transpose && src->dt == p->cdt && s->ng[gred] == 0 &&
+      ts__ein_as_matrix(src, s->ng[TS__G_ABO], s->g[TS__G_ABO], s->ng[gr], s->g[gr], s->ng[gc], s->g[gc],
+                &g->mat))
+    return TS_OK;
+  bool rows_inner = ts__ein_unit_stride_in(src, s->ng[gr], s->g[gr]);
+  int64_t rows = side == 0 ? s->m : s->k, cols = side == 0 ? s->k : s->n;
+  size_t need = (size_t)(s->batch * rows * cols) * ts_dtype_size(p->cdt);
+  g->owned = malloc(need ? need : 1);
+  if (g->owned == NULL)
+    return ts_error_set(err, TS_NO_MEMORY, "einsum: no memory for a transposed operand (%zu bytes)",
+                        need);
+  *bytes += need;
+  int8_t lab[TS__EIN_MAXL];
+  int nd = 0;
+  memcpy(lab + nd, s->g[TS__G_ABO], (size_t)s->ng[TS__G_ABO]);
+  nd += s->ng[TS__G_ABO];
+  int outer = rows_inner ? gc : gr, inner = rows_inner ? gr : gc;
+  memcpy(lab + nd, s->g[outer], (size_t)s->ng[outer]);
+  nd += s->ng[outer];
+  memcpy(lab + nd, s->g[inner], (size_t)s->ng[inner]);
+  nd += s->ng[inner];
+  ts__ein_view dst, sv;
+  ts__ein_dense_view(p, &dst, g->owned, p->cdt, nd, lab);
+  memcpy(lab + nd, s->g[gred], (size_t)s->ng[gred]);
+  ts__ein_view_select(&sv, src, nd + s->ng[gred], lab);
+  int rc = ts__ein_reduce_copy(&dst, &sv, p->cdt, err);
+  if (rc) return rc;
+  ts__ein_count(TS__CNT_OPERAND);
+  g->mat.base = g->owned;
+  g->mat.bstride = rows * cols;
+  g->mat.rows = rows;
+  g->mat.cols = cols;
+  g->mat.rs = rows_inner ? 1 : cols;
+  g->mat.cs = rows_inner ? rows : 1;
+  return TS_OK;
+}
+
+/* Moves a dense result (cdt) in the order of lab to a view, converting. */
+static int move_result(const ts__ein_view *dst_full, const ts__ein_view *src, ts_error *err) {
+  ts__ein_view d;
+  ts__ein_view_select(&d, dst_full, src->nd, src->lab);
+  int rc = ts__ein_copy(&d, src, err);
+  if (rc == TS_OK) ts__ein_count(TS__CNT_RESULT);
+  return rc;
+}
+
+int ts__ein_check_operands(const ts_einsum_plan *p, const ts_tensor *const *operands,
+                           ts_error *err) {
+  if (operands == NULL) return ts_error_set(err, TS_INVALID_ARGUMENT, "einsum: operands is NULL");
+  for (int i = 0; i < p->pe.n; i++) {
+    int rc = ts__ein_check_tensor(operands[i], p->dtype, p->pe.ndim[i], p->pe.shape[i], "operand",
+                                  i, false, err);
+    if (rc) return rc;
+  }
+  return TS_OK;
+}
+
+int ts__ein_forward(const ts_einsum_plan *p, const ts_tensor *out,
+                    const ts_tensor *const *operands, ts_einsum_cache *c, ts_error *err) {
+  ts__ein_cache_clear(c);
+  c->plan = p;
+  for (int i = 0; i < p->pe.n; i++) c->operand_data[i] = operands[i]->data;
+  c->n_steps = p->n_steps;
+  ts__ein_view ov;
+  if (out) ts__ein_out_view(p, out, &ov);
+  if (p->empty) return out ? ts__ein_zero(&ov, err) : TS_OK;
+
+  if (p->n_steps == 0) {
+    /* One operand: sum the labels the output lacks, move the rest to the output order. */
+    if (out == NULL) return TS_OK;
+    ts__ein_view src, sv;
+    ts__ein_operand_view(p, 0, operands[0], &src);
+    int8_t lab[TS__EIN_MAXL];
+    int nd = 0;
+    for (int d = 0; d < p->pe.out_ndim; d++) lab[nd++] = p->pe.out_lab[d];
+    for (int d = 0; d < src.nd; d++)
+      if (!(p->pe.out_set >> src.lab[d] & 1)) lab[nd++] = src.lab[d];
+    ts__ein_view_select(&sv, &src, nd, lab);
+    int rc = ts__ein_reduce_copy(&ov, &sv, p->cdt, err);
+    if (rc == TS_OK) ts__ein_count(TS__CNT_RESULT);
+    return rc;
+  }
+
+  size_t es = ts_dtype_size(p->cdt);
+  for (int si = 0; si < p->n_steps; si++) {
+    const ts__ein_step *s = &p->step[si];
+    ts__ein_step_cache *sc = &c->step[si];
+    ts__ein_view xv, yv;
+    ts__ein_node_view(p, s->x, operands, c, &xv);
+    ts__ein_node_view(p, s->y, operands, c, &yv);
+    int rc = prepare_side(p, s, 0, &xv, &sc->a, &c->bytes, err);
+    if (rc == TS_OK) rc = prepare_side(p, s, 1, &yv, &sc->b, &c->bytes, err);
+    if (rc) return rc;
+    const ts__ein_node *r = &p->node[s->result];
+    bool last = si == p->n_steps - 1;
+    if (last && out == NULL) break;
+    ts__ein_mat cm;
+    if (last && out->layout.dtype == p->cdt &&
+        ts__ein_as_matrix(&ov, s->ng[TS__G_ABO], s->g[TS__G_ABO], s->ng[TS__G_AO], s->g[TS__G_AO],
+                  s->ng[TS__G_BO], s->g[TS__G_BO], &cm))
+      return ts__ein_gemm(p->cdt, &cm, &sc->a.mat, &sc->b.mat, s->batch, s->k, err);
+    size_t need = (size_t)(s->batch * s->m * s->n) * es;
+    char *buf = malloc(need ? need : 1);
+    if (buf == NULL)
+      return ts_error_set(err, TS_NO_MEMORY, "einsum: no memory for an intermediate (%zu bytes)",
+                          need);
+    cm.base = buf;
+    cm.bstride = s->m * s->n;
+    cm.rows = s->m;
+    cm.cols = s->n;
+    cm.rs = s->n;
+    cm.cs = 1;
+    rc = ts__ein_gemm(p->cdt, &cm, &sc->a.mat, &sc->b.mat, s->batch, s->k, err);
+    if (rc == TS_OK && last) {
+      ts__ein_view rv;
+      ts__ein_dense_view(p, &rv, buf, p->cdt, r->nd, r->lab);
+      rc = move_result(&ov, &rv, err);
+    }
+    if (last || rc) {
+      free(buf);
+      return rc;
+    }
+    sc->result = buf;
+    c->bytes += need;
+  }
+  return TS_OK;
+}
+
+int ts_einsum_execute(const ts_einsum_plan *p, const ts_tensor *out,
+                      const ts_tensor *const *operands, ts_einsum_cache *cache, ts_error *err) {
+  if (p == NULL) return ts_error_set(err, TS_INVALID_ARGUMENT, "einsum: the plan is NULL");
+  int64_t oshape[TS_MAX_DIMS];
+  ts_einsum_plan_output(p, NULL, oshape);
+  int rc = ts__ein_check_operands(p, operands, err);
+  if (rc == TS_OK)
+    rc = ts__ein_check_tensor(out, p->dtype, p->pe.out_ndim, oshape, "output", 0, true, err);
+  if (rc) return rc;
+  ts_einsum_cache local;
+  memset(&local, 0, sizeof local);
+  ts_einsum_cache *c = cache ? cache : &local;
+  rc = ts__ein_forward(p, out, operands, c, err);
+  if (rc || cache == NULL) ts__ein_cache_clear(c);
+  return rc;
+}

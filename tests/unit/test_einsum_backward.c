@@ -1,0 +1,333 @@
+/* test_einsum_backward.c - einsum gradients: random equations against the independent naive
+ * gradient (every dtype, with and without the transpose cache, which must agree), central finite
+ * differences on small f64 cases, and the transpose cache itself: with it, backward launches no
+ * transpose of an operand (the counters say so); without it, the same results. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_einsum_util.h"
+
+static const ts_dtype all_dtypes[] = {TS_F32, TS_F64, TS_F16, TS_BF16, TS_I32, TS_I64};
+
+typedef struct problem {
+  rand_case c;
+  ts_einsum_plan *p;
+  test_tensor ops[TS_EINSUM_MAX_OPERANDS];
+  const ts_tensor *op_ptr[TS_EINSUM_MAX_OPERANDS];
+  test_tensor out, gout;
+} problem;
+
+static void problem_setup(problem *pr, rng *r, const ts_einsum_opts *opts) {
+  const int64_t *shapes[TS_EINSUM_MAX_OPERANDS];
+  for (int i = 0; i < pr->c.n; i++) {
+    tt_alloc(&pr->ops[i], pr->c.dt, pr->c.ndim[i], pr->c.shape[i],
+             (test_layout)rng_int(r, 0, TL_COUNT - 1));
+    tt_fill(&pr->ops[i], r);
+    pr->op_ptr[i] = &pr->ops[i].t;
+    shapes[i] = pr->c.shape[i];
+  }
+  ts_error err = {0};
+  pr->p = NULL;
+  int rc = ts_einsum_plan_create(&pr->p, pr->c.eq, pr->c.n, pr->c.ndim, shapes, pr->c.dt, opts,
+                                 &err);
+  ck_assert_msg(rc == TS_OK, "plan '%s': %s", pr->c.eq, err.msg);
+  int ond;
+  int64_t os[TS_MAX_DIMS];
+  ts_einsum_plan_output(pr->p, &ond, os);
+  tt_alloc(&pr->out, pr->c.dt, ond, os, (test_layout)rng_int(r, 0, TL_COUNT - 1));
+  tt_alloc(&pr->gout, pr->c.dt, ond, os, (test_layout)rng_int(r, 0, TL_COUNT - 1));
+  tt_fill(&pr->gout, r);
+}
+
+static void problem_free(problem *pr) {
+  for (int i = 0; i < pr->c.n; i++) tt_free(&pr->ops[i]);
+  tt_free(&pr->out);
+  tt_free(&pr->gout);
+  ts_einsum_plan_destroy(&pr->p);
+}
+
+static void grads_alloc(problem *pr, test_tensor *g, const ts_tensor **gp, rng *r, bool all) {
+  for (int i = 0; i < pr->c.n; i++) {
+    /* Some gradients are not asked for (NULL): they must be skipped. */
+    bool want = all || rng_int(r, 0, 4) != 0;
+    tt_alloc(&g[i], pr->c.dt, pr->c.ndim[i], pr->c.shape[i],
+             (test_layout)rng_int(r, 0, TL_COUNT - 1));
+    tt_fill(&g[i], r); /* garbage: backward overwrites */
+    gp[i] = want ? &g[i].t : NULL;
+  }
+}
+
+static void check_grad(const problem *pr, int i, const test_tensor *got, const test_tensor *want,
+                       const char *what) {
+  int64_t where = -1;
+  double bad = tt_compare(got, want, &where);
+  if (bad > 0) {
+    int64_t idx[TS_MAX_DIMS];
+    tt_index(want, where, idx);
+    ck_abort_msg("'%s' %s %s: gradient %d element %lld is %g, want %g", pr->c.eq,
+                 ts_dtype_name(pr->c.dt), what, i, (long long)where, tt_get(got, idx),
+                 tt_get(want, idx));
+  }
+}
+
+/* 32 random equations per dtype: the engine's gradients with the cache and without it, against
+ * the naive gradient. */
+START_TEST(test_random_gradients) {
+  ts_dtype dt = all_dtypes[_i];
+  rng r = {.s = 5000u + (uint64_t)_i};
+  ts_einsum_cache *cache = NULL;
+  ck_assert_int_eq(ts_einsum_cache_create(&cache, NULL), TS_OK);
+  for (int k = 0; k < 32; k++) {
+    problem pr;
+    memset(&pr, 0, sizeof pr);
+    rand_case_make(&pr.c, &r, 4, dt, 8000);
+    ts_einsum_opts opts = {.path = (ts_einsum_path)rng_int(&r, 0, 1),
+                           .always_transpose = rng_int(&r, 0, 2) == 0};
+    problem_setup(&pr, &r, &opts);
+    test_tensor gc[TS_EINSUM_MAX_OPERANDS], gu[TS_EINSUM_MAX_OPERANDS],
+        gr[TS_EINSUM_MAX_OPERANDS];
+    const ts_tensor *pc[TS_EINSUM_MAX_OPERANDS], *pu[TS_EINSUM_MAX_OPERANDS],
+        *pref[TS_EINSUM_MAX_OPERANDS];
+    grads_alloc(&pr, gc, pc, &r, false);
+    grads_alloc(&pr, gu, pu, &r, true);
+    grads_alloc(&pr, gr, pref, &r, true);
+    ts_error err = {0};
+    int rc = ts_einsum_execute(pr.p, &pr.out.t, pr.op_ptr, cache, &err);
+    ck_assert_msg(rc == TS_OK, "'%s': %s", pr.c.eq, err.msg);
+    rc = ts_einsum_backward(pr.p, &pr.gout.t, pr.op_ptr, pc, cache, &err);
+    ck_assert_msg(rc == TS_OK, "'%s' cached backward: %s", pr.c.eq, err.msg);
+    rc = ts_einsum_backward(pr.p, &pr.gout.t, pr.op_ptr, pu, NULL, &err);
+    ck_assert_msg(rc == TS_OK, "'%s' backward: %s", pr.c.eq, err.msg);
+    rc = ts_einsum_reference_backward(pr.c.eq, pr.c.n, pr.op_ptr, &pr.gout.t, pref, &err);
+    ck_assert_msg(rc == TS_OK, "'%s' reference backward: %s", pr.c.eq, err.msg);
+    for (int i = 0; i < pr.c.n; i++) {
+      if (pc[i]) check_grad(&pr, i, &gc[i], &gr[i], "cached");
+      check_grad(&pr, i, &gu[i], &gr[i], "uncached");
+    }
+    for (int i = 0; i < pr.c.n; i++) {
+      tt_free(&gc[i]);
+      tt_free(&gu[i]);
+      tt_free(&gr[i]);
+    }
+    problem_free(&pr);
+  }
+  ts_einsum_cache_destroy(&cache);
+}
+END_TEST
+
+/* f(x) = sum(grad_out * einsum(x)) is linear in each element, so a central difference is exact
+ * up to rounding: it checks the engine's gradient without any gradient formula. */
+START_TEST(test_finite_differences) {
+  rng r = {.s = 4242};
+  for (int k = 0; k < 40; k++) {
+    problem pr;
+    memset(&pr, 0, sizeof pr);
+    rand_case_make(&pr.c, &r, 3, TS_F64, 600);
+    ts_einsum_opts opts = {.path = (ts_einsum_path)(k & 1), .always_transpose = (k & 2) != 0};
+    problem_setup(&pr, &r, &opts);
+    test_tensor g[TS_EINSUM_MAX_OPERANDS];
+    const ts_tensor *gp[TS_EINSUM_MAX_OPERANDS];
+    grads_alloc(&pr, g, gp, &r, true);
+    ts_error err = {0};
+    ck_assert_int_eq(ts_einsum_backward(pr.p, &pr.gout.t, pr.op_ptr, gp, NULL, &err), TS_OK);
+    const double h = 0.5;
+    for (int i = 0; i < pr.c.n; i++) {
+      test_tensor *x = &pr.ops[i];
+      for (int64_t e = 0; e < tt_numel(x); e++) {
+        int64_t idx[TS_MAX_DIMS];
+        tt_index(x, e, idx);
+        double x0 = tt_get(x, idx), f[2];
+        for (int s = 0; s < 2; s++) {
+          tt_set(x, idx, x0 + (s ? -h : h));
+          ck_assert_int_eq(ts_einsum_execute(pr.p, &pr.out.t, pr.op_ptr, NULL, &err), TS_OK);
+          f[s] = 0;
+          for (int64_t o = 0; o < tt_numel(&pr.out); o++) {
+            int64_t oi[TS_MAX_DIMS];
+            tt_index(&pr.out, o, oi);
+            f[s] += tt_get(&pr.out, oi) * tt_get(&pr.gout, oi);
+          }
+        }
+        tt_set(x, idx, x0);
+        double fd = (f[0] - f[1]) / (2 * h), an = tt_get(&g[i], idx);
+        ck_assert_msg(fabs(fd - an) <= 1e-9 * (1 + fabs(fd)),
+                      "'%s' operand %d element %lld: gradient %g, finite difference %g", pr.c.eq,
+                      i, (long long)e, an, fd);
+      }
+    }
+    for (int i = 0; i < pr.c.n; i++) tt_free(&g[i]);
+    problem_free(&pr);
+  }
+}
+END_TEST
+
+/* The cache: forward transposes A and B once; backward with the cache transposes no operand,
+ * without it transposes them again; both give the same gradients. */
+static void cache_case(const char *eq, int n, const int *ndim, const int64_t (*shape)[TS_MAX_DIMS],
+                       bool always_transpose, int want_operand_transposes) {
+  problem pr;
+  memset(&pr, 0, sizeof pr);
+  snprintf(pr.c.eq, sizeof pr.c.eq, "%s", eq);
+  pr.c.n = n;
+  pr.c.dt = TS_F32;
+  for (int i = 0; i < n; i++) {
+    pr.c.ndim[i] = ndim[i];
+    memcpy(pr.c.shape[i], shape[i], sizeof shape[i]);
+  }
+  rng r = {.s = 31};
+  ts_einsum_opts opts = {.path = TS_EINSUM_PATH_LEFT_TO_RIGHT,
+                         .always_transpose = always_transpose};
+  problem_setup(&pr, &r, &opts);
+  test_tensor gc[TS_EINSUM_MAX_OPERANDS], gu[TS_EINSUM_MAX_OPERANDS];
+  const ts_tensor *pc[TS_EINSUM_MAX_OPERANDS], *pu[TS_EINSUM_MAX_OPERANDS];
+  grads_alloc(&pr, gc, pc, &r, true);
+  grads_alloc(&pr, gu, pu, &r, true);
+  ts_einsum_cache *cache = NULL;
+  ts_error err;
+  ck_assert_int_eq(ts_einsum_cache_create(&cache, &err), TS_OK);
+  ts_einsum_stats s0, s1, s2, s3;
+  ts_einsum_stats_get(&s0);
+  ck_assert_int_eq(ts_einsum_execute(pr.p, &pr.out.t, pr.op_ptr, cache, &err), TS_OK);
+  ts_einsum_stats_get(&s1);
+  ck_assert_msg((int)(s1.operand_transposes - s0.operand_transposes) == want_operand_transposes,
+                "'%s': forward transposed %d operands, want %d", eq,
+                (int)(s1.operand_transposes - s0.operand_transposes), want_operand_transposes);
+  ck_assert_uint_gt(ts_einsum_cache_bytes(cache), 0);
+  ck_assert_int_eq(ts_einsum_backward(pr.p, &pr.gout.t, pr.op_ptr, pc, cache, &err), TS_OK);
+  ts_einsum_stats_get(&s2);
+  ck_assert_msg(s2.operand_transposes == s1.operand_transposes,
+                "'%s': backward with the cache transposed %d operands", eq,
+                (int)(s2.operand_transposes - s1.operand_transposes));
+  ck_assert_uint_le(s2.grad_out_transposes - s1.grad_out_transposes, 1);
+  /* The cache serves any number of backward calls. */
+  ck_assert_int_eq(ts_einsum_backward(pr.p, &pr.gout.t, pr.op_ptr, pc, cache, &err), TS_OK);
+  ts_einsum_stats_get(&s2);
+  ck_assert_uint_eq(s2.operand_transposes, s1.operand_transposes);
+  ck_assert_int_eq(ts_einsum_backward(pr.p, &pr.gout.t, pr.op_ptr, pu, NULL, &err), TS_OK);
+  ts_einsum_stats_get(&s3);
+  ck_assert_int_eq((int)(s3.operand_transposes - s2.operand_transposes), want_operand_transposes);
+  /* Same arithmetic on the same data: the gradients agree exactly. */
+  for (int i = 0; i < n; i++)
+    for (int64_t e = 0; e < tt_numel(&gc[i]); e++) {
+      int64_t idx[TS_MAX_DIMS];
+      tt_index(&gc[i], e, idx);
+      ck_assert(tt_get(&gc[i], idx) == tt_get(&gu[i], idx));
+    }
+  /* A cache filled for other operands (or another plan) is refused. */
+  test_tensor other;
+  tt_alloc(&other, TS_F32, ndim[0], shape[0], TL_DENSE);
+  const ts_tensor *ops2[TS_EINSUM_MAX_OPERANDS];
+  memcpy(ops2, pr.op_ptr, sizeof ops2);
+  ops2[0] = &other.t;
+  ck_assert_int_eq(ts_einsum_backward(pr.p, &pr.gout.t, ops2, pc, cache, &err),
+                   TS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(err.msg, "cache"));
+  ts_einsum_cache *empty = NULL;
+  ck_assert_int_eq(ts_einsum_cache_create(&empty, &err), TS_OK);
+  ck_assert_int_eq(ts_einsum_backward(pr.p, &pr.gout.t, pr.op_ptr, pc, empty, &err),
+                   TS_INVALID_ARGUMENT);
+  ts_einsum_cache_destroy(&empty);
+  tt_free(&other);
+  for (int i = 0; i < n; i++) {
+    tt_free(&gc[i]);
+    tt_free(&gu[i]);
+  }
+  ts_einsum_cache_destroy(&cache);
+  problem_free(&pr);
+}
+
+START_TEST(test_transpose_cache) {
+  {
+    /* Both operands need a transpose (batch labels not outermost). */
+    int nd[2] = {4, 4};
+    int64_t s[2][TS_MAX_DIMS] = {{2, 9, 3, 8}, {2, 7, 3, 8}};
+    cache_case("bqhd,bkhd->bhqk", 2, nd, s, false, 2);
+    int64_t kv[2][TS_MAX_DIMS] = {{2, 33, 3, 4}, {2, 33, 3, 5}};
+    cache_case("bqhd,bqhe->bhde", 2, nd, kv, false, 2);
+  }
+  {
+    /* Already GEMM-ready operands are read in place: nothing to transpose, nothing to cache but
+     * the layout. Forced transposes go through the cache. */
+    int nd[2] = {2, 2};
+    int64_t s[2][TS_MAX_DIMS] = {{12, 7}, {7, 5}};
+    cache_case("ij,jk->ik", 2, nd, s, true, 2);
+  }
+  {
+    /* A chain: every step's A and B come from the cache, intermediates included. */
+    int nd[3] = {2, 2, 2};
+    int64_t s[3][TS_MAX_DIMS] = {{6, 5}, {5, 4}, {4, 3}};
+    cache_case("ab,bc,cd->da", 3, nd, s, true, 4);
+    int nd4[4] = {3, 2, 2, 1};
+    int64_t s4[4][TS_MAX_DIMS] = {{3, 4, 2}, {2, 5}, {5, 4}, {3}};
+    cache_case("iab,bc,ca,i->ia", 4, nd4, s4, true, 6);
+  }
+}
+END_TEST
+
+START_TEST(test_backward_errors) {
+  int nd[2] = {2, 2};
+  int64_t s0[2] = {2, 3}, s1[2] = {3, 4}, so[2] = {2, 4};
+  const int64_t *shapes[2] = {s0, s1};
+  ts_einsum_plan *p = NULL;
+  ts_error err;
+  ck_assert_int_eq(ts_einsum_plan_create(&p, "ij,jk->ik", 2, nd, shapes, TS_F64, NULL, &err),
+                   TS_OK);
+  double a[6] = {0}, b[12] = {0}, g[8] = {0}, ga[6], gb[12];
+  ts_tensor ta = {a, sizeof a, {0}}, tb = {b, sizeof b, {0}}, tg = {g, sizeof g, {0}};
+  ts_tensor tga = {ga, sizeof ga, {0}}, tgb = {gb, sizeof gb, {0}};
+  ts_layout_plain(&ta.layout, TS_F64, 2, s0, NULL);
+  ts_layout_plain(&tb.layout, TS_F64, 2, s1, NULL);
+  ts_layout_plain(&tg.layout, TS_F64, 2, so, NULL);
+  ts_layout_plain(&tga.layout, TS_F64, 2, s0, NULL);
+  ts_layout_plain(&tgb.layout, TS_F64, 2, s1, NULL);
+  const ts_tensor *ops[2] = {&ta, &tb};
+  const ts_tensor *grads[2] = {&tga, &tgb};
+  const ts_tensor *wrong[2] = {&tgb, &tga};
+  ck_assert_int_eq(ts_einsum_backward(p, &tg, ops, grads, NULL, &err), TS_OK);
+  ck_assert_int_eq(ts_einsum_backward(p, &tg, ops, wrong, NULL, &err), TS_BAD_SHAPE);
+  ck_assert_ptr_nonnull(strstr(err.msg, "gradient 0 dim 0 has size 3"));
+  ck_assert_int_eq(ts_einsum_backward(p, &ta, ops, grads, NULL, &err), TS_BAD_SHAPE);
+  ck_assert_ptr_nonnull(strstr(err.msg, "grad_out 0"));
+  ck_assert_int_eq(ts_einsum_backward(p, &tg, ops, NULL, NULL, &err), TS_INVALID_ARGUMENT);
+  ck_assert_int_eq(ts_einsum_backward(NULL, &tg, ops, grads, NULL, &err), TS_INVALID_ARGUMENT);
+  /* A cache filled by another plan is refused. */
+  ts_einsum_plan *q = NULL;
+  ck_assert_int_eq(ts_einsum_plan_create(&q, "ij,jk->ki", 2, nd, shapes, TS_F64, NULL, &err),
+                   TS_OK);
+  ts_einsum_cache *c = NULL;
+  ck_assert_int_eq(ts_einsum_cache_create(&c, &err), TS_OK);
+  double o[8];
+  ts_tensor to = {o, sizeof o, {0}};
+  int64_t sq[2] = {4, 2};
+  ts_layout_plain(&to.layout, TS_F64, 2, sq, NULL);
+  ck_assert_int_eq(ts_einsum_execute(q, &to, ops, c, &err), TS_OK);
+  ck_assert_int_eq(ts_einsum_backward(p, &tg, ops, grads, c, &err), TS_INVALID_ARGUMENT);
+  ts_einsum_cache_destroy(&c);
+  ts_einsum_cache_destroy(&c);
+  ts_einsum_cache_destroy(NULL);
+  ts_einsum_plan_destroy(&q);
+  ts_einsum_plan_destroy(&p);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("einsum_backward");
+  TCase *tc = tcase_create("backward");
+  tcase_set_timeout(tc, 120);
+  tcase_add_loop_test(tc, test_random_gradients, 0, 6);
+  tcase_add_test(tc, test_finite_differences);
+  tcase_add_test(tc, test_transpose_cache);
+  tcase_add_test(tc, test_backward_errors);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
