@@ -4,7 +4,8 @@
  * to the output's order and layout.
  *
  * A transpose is skipped when the operand already reads as one BLAS matrix per batch element:
- * each label class contiguous in itself, one batch stride, a row or a column stride of 1. A
+ * the AO (or BO) and AB labels each contiguous among themselves, one of them with stride 1,
+ * batch labels anywhere (the GEMM loop walks them with their own strides). A
  * physical transpose keeps the operand's unit-stride dim innermost (choosing [ABO, AB, AO] over
  * [ABO, AO, AB] when that is the cheaper copy); both forms are the same matrix to CBLAS, up to
  * its transpose flag. What was transposed is kept in the cache for backward. */
@@ -40,8 +41,7 @@ void ts__ein_out_view(const ts_einsum_plan *p, const ts_tensor *t, ts__ein_view 
   }
 }
 
-/* Reads view v (over any labels) as a batch of matrices: the labels of three groups in order.
- * False when it is not one BLAS matrix per batch element with one batch stride. */
+/* Reads view v (over any labels) as a batch of matrices: the labels of three groups in order. */
 bool ts__ein_as_matrix(const ts__ein_view *v, int nb, const int8_t *bl, int nr, const int8_t *rl,
                       int nc, const int8_t *cl, ts__ein_mat *m) {
   int8_t lab[TS__EIN_MAXL];
@@ -50,10 +50,9 @@ bool ts__ein_as_matrix(const ts__ein_view *v, int nb, const int8_t *bl, int nr, 
   memcpy(lab + nb + nr, cl, (size_t)nc);
   ts__ein_view s;
   ts__ein_view_select(&s, v, nb + nr + nc, lab);
-  int64_t bsize;
   m->base = v->base;
-  if (!ts__ein_fuse(&s, 0, nb, &bsize, &m->bstride) || !ts__ein_fuse(&s, nb, nr, &m->rows, &m->rs) ||
-      !ts__ein_fuse(&s, nb + nr, nc, &m->cols, &m->cs))
+  for (int j = 0; j < nb; j++) m->bstride[j] = s.stride[j];
+  if (!ts__ein_fuse(&s, nb, nr, &m->rows, &m->rs) || !ts__ein_fuse(&s, nb + nr, nc, &m->cols, &m->cs))
     return false;
   bool trans;
   int64_t ld;
@@ -69,6 +68,20 @@ int ts__ein_node_view(const ts_einsum_plan *p, int node, const ts_tensor *const 
   const ts__ein_node *nd = &p->node[node];
   ts__ein_dense_view(p, v, c->step[node - p->pe.n].result, p->cdt, nd->nd, nd->lab);
   return TS_OK;
+}
+
+void ts__ein_dense_mat(const ts__ein_step *s, ts__ein_mat *m, char *base, int64_t rows,
+                       int64_t cols, bool rows_inner) {
+  m->base = base;
+  m->rows = rows;
+  m->cols = cols;
+  m->rs = rows_inner ? 1 : cols;
+  m->cs = rows_inner ? rows : 1;
+  int64_t st = rows * cols;
+  for (int j = s->ng[TS__G_ABO] - 1; j >= 0; j--) {
+    m->bstride[j] = st;
+    st *= s->bsize[j];
+  }
 }
 
 bool ts__ein_unit_stride_in(const ts__ein_view *v, int n, const int8_t *group) {
@@ -114,12 +127,7 @@ static int prepare_side(const ts_einsum_plan *p, const ts__ein_step *s, int side
   int rc = ts__ein_reduce_copy(&dst, &sv, p->cdt, err);
   if (rc) return rc;
   ts__ein_count(TS__CNT_OPERAND);
-  g->mat.base = g->owned;
-  g->mat.bstride = rows * cols;
-  g->mat.rows = rows;
-  g->mat.cols = cols;
-  g->mat.rs = rows_inner ? 1 : cols;
-  g->mat.cs = rows_inner ? rows : 1;
+  ts__ein_dense_mat(s, &g->mat, g->owned, rows, cols, rows_inner);
   return TS_OK;
 }
 
@@ -186,19 +194,15 @@ int ts__ein_forward(const ts_einsum_plan *p, const ts_tensor *out,
     if (last && out->layout.dtype == p->cdt &&
         ts__ein_as_matrix(&ov, s->ng[TS__G_ABO], s->g[TS__G_ABO], s->ng[TS__G_AO], s->g[TS__G_AO],
                   s->ng[TS__G_BO], s->g[TS__G_BO], &cm))
-      return ts__ein_gemm(p->cdt, &cm, &sc->a.mat, &sc->b.mat, s->batch, s->k, err);
+      return ts__ein_gemm(p->cdt, s->ng[TS__G_ABO], s->bsize, &cm, &sc->a.mat, &sc->b.mat, s->k,
+                          err);
     size_t need = (size_t)(s->batch * s->m * s->n) * es;
     char *buf = malloc(need ? need : 1);
     if (buf == NULL)
       return ts_error_set(err, TS_NO_MEMORY, "einsum: no memory for an intermediate (%zu bytes)",
                           need);
-    cm.base = buf;
-    cm.bstride = s->m * s->n;
-    cm.rows = s->m;
-    cm.cols = s->n;
-    cm.rs = s->n;
-    cm.cs = 1;
-    rc = ts__ein_gemm(p->cdt, &cm, &sc->a.mat, &sc->b.mat, s->batch, s->k, err);
+    ts__ein_dense_mat(s, &cm, buf, s->m, s->n, false);
+    rc = ts__ein_gemm(p->cdt, s->ng[TS__G_ABO], s->bsize, &cm, &sc->a.mat, &sc->b.mat, s->k, err);
     if (rc == TS_OK && last) {
       ts__ein_view rv;
       ts__ein_dense_view(p, &rv, buf, p->cdt, r->nd, r->lab);

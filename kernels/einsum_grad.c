@@ -170,7 +170,7 @@ static int grad_side(const ts_einsum_plan *p, const ts__ein_step *s, int side,
   if (s->ng[gred] == 0 && (node >= p->pe.n || operand_grad_direct(p, node, grads[node])) &&
       ts__ein_as_matrix(&dest, s->ng[TS__G_ABO], s->g[TS__G_ABO], s->ng[gr], s->g[gr], s->ng[gc],
                         s->g[gc], &cm))
-    return ts__ein_gemm(p->cdt, &cm, &a, &b, s->batch, inner_k, err);
+    return ts__ein_gemm(p->cdt, s->ng[TS__G_ABO], s->bsize, &cm, &a, &b, inner_k, err);
 
   /* Through a temporary in the form closest to the destination, then moved. */
   bool rows_inner = ts__ein_unit_stride_in(&dest, s->ng[gr], s->g[gr]);
@@ -178,13 +178,8 @@ static int grad_side(const ts_einsum_plan *p, const ts__ein_step *s, int side,
   char *tmp = malloc(need ? need : 1);
   if (tmp == NULL)
     return ts_error_set(err, TS_NO_MEMORY, "einsum: no memory for a gradient (%zu bytes)", need);
-  cm.base = tmp;
-  cm.bstride = rows * cols;
-  cm.rows = rows;
-  cm.cols = cols;
-  cm.rs = rows_inner ? 1 : cols;
-  cm.cs = rows_inner ? rows : 1;
-  int rc = ts__ein_gemm(p->cdt, &cm, &a, &b, s->batch, inner_k, err);
+  ts__ein_dense_mat(s, &cm, tmp, rows, cols, rows_inner);
+  int rc = ts__ein_gemm(p->cdt, s->ng[TS__G_ABO], s->bsize, &cm, &a, &b, inner_k, err);
   if (rc == TS_OK) {
     int8_t lab[TS__EIN_MAXL];
     int n = 0;
@@ -246,20 +241,10 @@ static int backward_steps(const ts_einsum_plan *p, const ts_tensor *grad_out,
           return rc;
         }
         ts__ein_count(TS__CNT_GRAD_OUT);
-        dc.base = dc_owned;
-        dc.bstride = s->m * s->n;
-        dc.rows = s->m;
-        dc.cols = s->n;
-        dc.rs = s->n;
-        dc.cs = 1;
+        ts__ein_dense_mat(s, &dc, dc_owned, s->m, s->n, false);
       }
     } else {
-      dc.base = gnode[s->result];
-      dc.bstride = s->m * s->n;
-      dc.rows = s->m;
-      dc.cols = s->n;
-      dc.rs = s->n;
-      dc.cs = 1;
+      ts__ein_dense_mat(s, &dc, gnode[s->result], s->m, s->n, false);
     }
     int rc = TS_OK;
     if (needs_grad(p, s->x, grads)) rc = grad_side(p, s, 0, &dc, &c->step[si], grads, gnode, err);

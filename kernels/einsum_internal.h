@@ -51,6 +51,7 @@ typedef struct ts__ein_step {
   int ng[TS__G_COUNT];
   int8_t g[TS__G_COUNT][TS__EIN_MAXL];
   int64_t batch, m, n, k; /* products of the ABO, AO, BO, AB sizes */
+  int64_t bsize[TS__EIN_MAXL]; /* size of each ABO label, in order */
 } ts__ein_step;
 
 struct ts_einsum_plan {
@@ -81,11 +82,13 @@ typedef struct ts__ein_view {
   int64_t stride[TS__EIN_MAXL];
 } ts__ein_view;
 
-/* A matrix per batch element as CBLAS reads it. */
+/* A matrix per batch element as CBLAS reads it. The batch is the step's ABO labels, each with its
+ * own stride (so batch labels need not be contiguous, nor outermost). */
 typedef struct ts__ein_mat {
   char *base;
-  int64_t bstride, rs, cs; /* batch, row and column strides in elements */
+  int64_t rs, cs; /* row and column strides in elements */
   int64_t rows, cols;
+  int64_t bstride[TS__EIN_MAXL]; /* per ABO label of the step */
 } ts__ein_mat;
 
 /* One GEMM operand of a step as the forward brought it: a buffer the cache owns, or (owned ==
@@ -124,7 +127,8 @@ void ts__ein_dense_view(const ts_einsum_plan *p, ts__ein_view *v, char *base, ts
 /* An output-shaped tensor (output, grad_out) as a view over the output labels. */
 void ts__ein_out_view(const ts_einsum_plan *p, const ts_tensor *t, ts__ein_view *v);
 /* Reads v as a batch of matrices over three label groups (batch, rows, columns): false when it is
- * not one BLAS-readable matrix per batch element with one batch stride. */
+ * not one BLAS-readable matrix per batch element (rows and columns each one stride, one of them
+ * 1). Batch labels may have any strides. */
 bool ts__ein_as_matrix(const ts__ein_view *v, int nb, const int8_t *bl, int nr, const int8_t *rl,
                        int nc, const int8_t *cl, ts__ein_mat *m);
 /* True when v's unit-stride dim carries a label of group: that group should go innermost in a
@@ -156,9 +160,14 @@ void ts__ein_view_select(ts__ein_view *dst, const ts__ein_view *v, int nd, const
 bool ts__ein_fuse(const ts__ein_view *v, int first, int count, int64_t *size, int64_t *stride);
 /* Normalizes a matrix for CBLAS (row-major): *trans and *ld; false when CBLAS cannot read it. */
 bool ts__ein_mat_blas(const ts__ein_mat *m, bool *trans, int64_t *ld);
-/* C = A * B for every batch element, in dtype cdt (f32/f64 CBLAS, i32/i64 loops). */
-int ts__ein_gemm(ts_dtype cdt, const ts__ein_mat *c, const ts__ein_mat *a, const ts__ein_mat *b,
-                 int64_t batch, int64_t k, ts_error *err);
+/* A dense buffer as the matrices of step s: [ABO][rows][cols], or [ABO][cols][rows] when
+ * rows_inner. */
+void ts__ein_dense_mat(const ts__ein_step *s, ts__ein_mat *m, char *base, int64_t rows,
+                       int64_t cols, bool rows_inner);
+/* C = A * B for every batch element (nb batch labels of sizes bsize), in dtype cdt (f32/f64
+ * CBLAS, i32/i64 loops). */
+int ts__ein_gemm(ts_dtype cdt, int nb, const int64_t *bsize, const ts__ein_mat *c,
+                 const ts__ein_mat *a, const ts__ein_mat *b, int64_t k, ts_error *err);
 /* A tensor's dtype, shape and plain layout checked against what the plan expects. */
 int ts__ein_check_tensor(const ts_tensor *t, ts_dtype dt, int ndim, const int64_t *shape,
                          const char *what, int index, bool writable, ts_error *err);

@@ -110,6 +110,7 @@ void ts__ein_classify(ts_einsum_plan *p) {
       prod[g] = 1;
       for (int j = 0; j < s->ng[g]; j++) prod[g] *= p->pe.size[s->g[g][j]];
     }
+    for (int j = 0; j < s->ng[TS__G_ABO]; j++) s->bsize[j] = p->pe.size[s->g[TS__G_ABO][j]];
     s->batch = prod[TS__G_ABO];
     s->m = prod[TS__G_AO];
     s->n = prod[TS__G_BO];
