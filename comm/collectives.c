@@ -1,0 +1,257 @@
+/* collectives.c - the collectives and point-to-point calls the reshard strategies need, over
+ * 64-bit byte counts, plus the agreement that makes a reshard atomic.
+ *
+ * Data moves as MPI_BYTE. Reductions need arithmetic: sums of the types MPI knows run with MPI's
+ * own ops (fast, vectorized); max and min of every dtype, and every op on f16/bf16, run through
+ * the project's reduce kernel as user-defined MPI ops over one contiguous datatype per dtype, so
+ * NaN handling and half-precision rounding are the same in every strategy. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_internal.h"
+
+#define PIECE_BYTES ((int64_t)1 << 30) /* largest single MPI transfer we issue */
+
+/* ---------------------------------------------------------------------------------------------
+ * Reduction types and ops */
+
+static MPI_Datatype dtype_types[TS_DTYPE_COUNT];
+static MPI_Op user_ops[TS_REDUCE_COUNT];
+static bool types_ready;
+
+static void user_reduce(void *in, void *inout, int *len, MPI_Datatype *type, ts_reduce_op op) {
+  for (int dt = 0; dt < TS_DTYPE_COUNT; dt++)
+    if (*type == dtype_types[dt]) {
+      ts_reduce(inout, in, (size_t)*len, (ts_dtype)dt, op, NULL);
+      return;
+    }
+}
+static void user_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
+  user_reduce(in, inout, len, type, TS_REDUCE_SUM);
+}
+static void user_max(void *in, void *inout, int *len, MPI_Datatype *type) {
+  user_reduce(in, inout, len, type, TS_REDUCE_MAX);
+}
+static void user_min(void *in, void *inout, int *len, MPI_Datatype *type) {
+  user_reduce(in, inout, len, type, TS_REDUCE_MIN);
+}
+
+int ts__comm_types_init(ts_error *err) {
+  if (types_ready)
+    return TS_OK;
+  for (int dt = 0; dt < TS_DTYPE_COUNT; dt++) {
+    TS_MPI_CHECK(MPI_Type_contiguous((int)ts_dtype_size((ts_dtype)dt), MPI_BYTE,
+                                     &dtype_types[dt]),
+                 err);
+    TS_MPI_CHECK(MPI_Type_commit(&dtype_types[dt]), err);
+  }
+  TS_MPI_CHECK(MPI_Op_create(user_sum, 1, &user_ops[TS_REDUCE_SUM]), err);
+  TS_MPI_CHECK(MPI_Op_create(user_max, 1, &user_ops[TS_REDUCE_MAX]), err);
+  TS_MPI_CHECK(MPI_Op_create(user_min, 1, &user_ops[TS_REDUCE_MIN]), err);
+  types_ready = true;
+  return TS_OK;
+}
+
+void ts__comm_types_free(void) {
+  if (!types_ready)
+    return;
+  for (int dt = 0; dt < TS_DTYPE_COUNT; dt++)
+    MPI_Type_free(&dtype_types[dt]);
+  for (int op = 0; op < TS_REDUCE_COUNT; op++)
+    MPI_Op_free(&user_ops[op]);
+  types_ready = false;
+}
+
+int ts__comm_reduce_types(ts_dtype dt, ts_reduce_op op, MPI_Datatype *type, MPI_Op *mop,
+                          ts_error *err) {
+  if (!ts_dtype_valid((int)dt) || (int)op < 0 || op >= TS_REDUCE_COUNT)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "reduction of dtype %d with op %d", (int)dt,
+                        (int)op);
+  if (!types_ready)
+    return ts_error_set(err, TS_INTERNAL, "MPI reduction types used before ts_world_init");
+  if (op == TS_REDUCE_SUM) {
+    MPI_Datatype native = MPI_DATATYPE_NULL;
+    switch (dt) {
+    case TS_F32: native = MPI_FLOAT; break;
+    case TS_F64: native = MPI_DOUBLE; break;
+    case TS_I8: native = MPI_INT8_T; break;
+    case TS_I32: native = MPI_INT32_T; break;
+    case TS_I64: native = MPI_INT64_T; break;
+    case TS_U8: native = MPI_UINT8_T; break;
+    default: break;
+    }
+    if (native != MPI_DATATYPE_NULL) {
+      *type = native;
+      *mop = MPI_SUM;
+      return TS_OK;
+    }
+  }
+  *type = dtype_types[dt];
+  *mop = user_ops[op];
+  return TS_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Agreement */
+
+int ts_comm_agree(ts_comm *c, int status, const ts_error *local, ts_error *err) {
+  int mine = status != TS_OK ? c->rank : INT_MAX, first = INT_MAX;
+  TS_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, c->comm), err);
+  if (first == INT_MAX)
+    return TS_OK;
+  struct {
+    int code;
+    char msg[sizeof(((ts_error *)0)->msg)];
+  } what;
+  memset(&what, 0, sizeof what);
+  if (c->rank == first) {
+    what.code = status;
+    snprintf(what.msg, sizeof what.msg, "%s",
+             local && local->msg[0] ? local->msg : ts_strerror(status));
+  }
+  TS_MPI_CHECK(MPI_Bcast(&what, (int)sizeof what, MPI_BYTE, first, c->comm), err);
+  return ts_error_set(err, what.code, "rank %d: %.480s", c->ranks[first], what.msg);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Collectives */
+
+int ts_comm_barrier(ts_comm *c, ts_error *err) {
+  TS_MPI_CHECK(MPI_Barrier(c->comm), err);
+  return TS_OK;
+}
+
+int ts_comm_allreduce_i64(ts_comm *c, int64_t *values, int n, ts_comm_op op, ts_error *err) {
+  MPI_Op mop = op == TS_COMM_MAX ? MPI_MAX : op == TS_COMM_MIN ? MPI_MIN : MPI_SUM;
+  TS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_INT64_T, mop, c->comm), err);
+  return TS_OK;
+}
+
+int ts_comm_bcast(ts_comm *c, void *buf, int64_t bytes, int root, ts_error *err) {
+  if (bytes < 0)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "broadcast of %lld bytes", (long long)bytes);
+  char *p = buf;
+  int64_t done = 0;
+  do {
+    int64_t n = bytes - done < PIECE_BYTES ? bytes - done : PIECE_BYTES;
+    TS_MPI_CHECK(MPI_Bcast(p + done, (int)n, MPI_BYTE, root, c->comm), err);
+    done += n;
+  } while (done < bytes);
+  return TS_OK;
+}
+
+int ts_comm_allgatherv(ts_comm *c, void *buf, const int64_t *counts, const int64_t *displs,
+                       ts_error *err) {
+  bool small = true;
+  for (int i = 0; i < c->size; i++) {
+    if (counts[i] < 0 || displs[i] < 0)
+      return ts_error_set(err, TS_INVALID_ARGUMENT, "negative count or displacement");
+    small &= counts[i] + displs[i] <= INT_MAX;
+  }
+  if (small) {
+    int *ic = malloc(2 * (size_t)c->size * sizeof(int));
+    if (!ic)
+      return ts_error_set(err, TS_NO_MEMORY, "no memory for allgatherv counts");
+    int *id = ic + c->size;
+    for (int i = 0; i < c->size; i++) {
+      ic[i] = (int)counts[i];
+      id[i] = (int)displs[i];
+    }
+    int mrc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, ic, id, MPI_BYTE, c->comm);
+    free(ic);
+    if (mrc != MPI_SUCCESS)
+      return ts__mpi_error(mrc, "MPI_Allgatherv", __FILE__, __LINE__, err);
+    return TS_OK;
+  }
+  /* Above INT_MAX bytes: every rank broadcasts its block in pieces. */
+  for (int i = 0; i < c->size; i++) {
+    int rc = ts_comm_bcast(c, (char *)buf + displs[i], counts[i], i, err);
+    if (rc)
+      return rc;
+  }
+  return TS_OK;
+}
+
+int ts_comm_alltoallv(ts_comm *c, const void *sbuf, const int *scounts, const int *sdispls,
+                      void *rbuf, const int *rcounts, const int *rdispls, ts_error *err) {
+  TS_MPI_CHECK(MPI_Alltoallv(sbuf, scounts, sdispls, MPI_BYTE, rbuf, rcounts, rdispls, MPI_BYTE,
+                             c->comm),
+               err);
+  return TS_OK;
+}
+
+int ts_comm_allreduce(ts_comm *c, const void *sbuf, void *rbuf, int64_t n, ts_dtype dt,
+                      ts_reduce_op op, ts_error *err) {
+  MPI_Datatype type;
+  MPI_Op mop;
+  int rc = ts__comm_reduce_types(dt, op, &type, &mop, err);
+  if (rc)
+    return rc;
+  int64_t es = (int64_t)ts_dtype_size(dt), step = PIECE_BYTES / es;
+  for (int64_t done = 0; done < n; done += step) {
+    int64_t k = n - done < step ? n - done : step;
+    const void *s = sbuf ? (const char *)sbuf + done * es : MPI_IN_PLACE;
+    TS_MPI_CHECK(MPI_Allreduce(s, (char *)rbuf + done * es, (int)k, type, mop, c->comm), err);
+  }
+  return TS_OK;
+}
+
+int ts_comm_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *counts,
+                           ts_dtype dt, ts_reduce_op op, ts_error *err) {
+  MPI_Datatype type;
+  MPI_Op mop;
+  int rc = ts__comm_reduce_types(dt, op, &type, &mop, err);
+  if (rc)
+    return rc;
+  TS_MPI_CHECK(MPI_Reduce_scatter(sbuf, rbuf, counts, type, mop, c->comm), err);
+  return TS_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Point-to-point */
+
+static int64_t pieces_of(int64_t bytes) {
+  return bytes > 0 ? (bytes + PIECE_BYTES - 1) / PIECE_BYTES : 0;
+}
+
+int ts_comm_exchange(ts_comm *c, int nsend, const int *send_peers, void *const *send_bufs,
+                     const int64_t *send_bytes, int nrecv, const int *recv_peers,
+                     void *const *recv_bufs, const int64_t *recv_bytes, int tag, ts_error *err) {
+  int64_t nreq = 0;
+  for (int i = 0; i < nsend; i++)
+    nreq += pieces_of(send_bytes[i]);
+  for (int i = 0; i < nrecv; i++)
+    nreq += pieces_of(recv_bytes[i]);
+  if (nreq == 0)
+    return TS_OK;
+  MPI_Request *req = malloc((size_t)nreq * sizeof *req);
+  if (!req)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for %lld requests", (long long)nreq);
+  int64_t k = 0;
+  int rc = TS_OK;
+  for (int i = 0; i < nrecv; i++)
+    for (int64_t off = 0; off < recv_bytes[i]; off += PIECE_BYTES) {
+      int64_t n = recv_bytes[i] - off < PIECE_BYTES ? recv_bytes[i] - off : PIECE_BYTES;
+      TS_MPI_TRY(MPI_Irecv((char *)recv_bufs[i] + off, (int)n, MPI_BYTE, recv_peers[i], tag,
+                           c->comm, &req[k]),
+                 err, rc, cancel);
+      k++;
+    }
+  for (int i = 0; i < nsend; i++)
+    for (int64_t off = 0; off < send_bytes[i]; off += PIECE_BYTES) {
+      int64_t n = send_bytes[i] - off < PIECE_BYTES ? send_bytes[i] - off : PIECE_BYTES;
+      TS_MPI_TRY(MPI_Isend((char *)send_bufs[i] + off, (int)n, MPI_BYTE, send_peers[i], tag,
+                           c->comm, &req[k]),
+                 err, rc, cancel);
+      k++;
+    }
+  TS_MPI_TRY(MPI_Waitall((int)k, req, MPI_STATUSES_IGNORE), err, rc, done);
+  goto done;
+cancel:
+  /* Requests already posted must complete before their buffers go away. */
+  MPI_Waitall((int)k, req, MPI_STATUSES_IGNORE);
+done:
+  free(req);
+  return rc;
+}

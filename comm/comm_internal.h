@@ -1,0 +1,50 @@
+/* comm_internal.h - structures and the MPI check macro shared by world.c and collectives.c. */
+#ifndef TS_COMM_INTERNAL_H
+#define TS_COMM_INTERNAL_H
+
+#include "ts_comm.h"
+
+struct ts_comm {
+  MPI_Comm comm;
+  int rank, size;
+  int *ranks; /* world rank of each comm rank */
+  bool owned; /* freed by the world (false for the world's own entry until finalize) */
+  struct ts_comm *next;
+};
+
+struct ts_world {
+  bool initialized_mpi; /* we called MPI_Init_thread, so we finalize */
+  int rank, size, thread_level;
+  ts_comm world;        /* duplicate of MPI_COMM_WORLD */
+  ts_comm *cache;       /* group communicators */
+  int ncached;
+};
+
+/* Maps an MPI error code to TS_MPI with MPI's message, the call and where it was made. */
+int ts__mpi_error(int mpi_rc, const char *call, const char *file, int line, ts_error *err);
+
+/* Checks an MPI call; on failure sets err and returns from the calling function. */
+#define TS_MPI_CHECK(call, err)                                                                    \
+  do {                                                                                             \
+    int ts_mpi_rc_ = (call);                                                                       \
+    if (ts_mpi_rc_ != MPI_SUCCESS)                                                                 \
+      return ts__mpi_error(ts_mpi_rc_, #call, __FILE__, __LINE__, (err));                          \
+  } while (0)
+
+/* Checks an MPI call; on failure sets err, stores the status in rc and jumps to label. */
+#define TS_MPI_TRY(call, err, rc, label)                                                           \
+  do {                                                                                             \
+    int ts_mpi_rc_ = (call);                                                                       \
+    if (ts_mpi_rc_ != MPI_SUCCESS) {                                                               \
+      (rc) = ts__mpi_error(ts_mpi_rc_, #call, __FILE__, __LINE__, (err));                          \
+      goto label;                                                                                  \
+    }                                                                                              \
+  } while (0)
+
+/* Typed reductions: the MPI datatype and op for a dtype and reduce op (built once per world). */
+int ts__comm_types_init(ts_error *err);
+void ts__comm_types_free(void);
+int ts__comm_reduce_types(ts_dtype dt, ts_reduce_op op, MPI_Datatype *type, MPI_Op *mop,
+                          ts_error *err);
+
+#endif

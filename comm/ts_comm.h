@@ -1,0 +1,74 @@
+/* ts_comm.h - the public header of libtscomm, the only code of tshard that calls MPI.
+ *
+ * A ts_world owns MPI for the process (initialized with a thread level, or adopted when the
+ * caller initialized it), a private duplicate of MPI_COMM_WORLD and a cache of communicators per
+ * ordered group of world ranks (a mesh, a line of a mesh along one dim, the union of two meshes).
+ * Every MPI call runs under MPI_ERRORS_RETURN and is checked; a failure becomes TS_MPI with MPI's
+ * own message, the call and file:line. Byte counts are 64-bit: transfers above INT_MAX bytes are
+ * split into pieces. */
+#ifndef TS_COMM_H
+#define TS_COMM_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "ts_kernels.h"
+#include "tshard_errors.h"
+
+typedef struct ts_world ts_world;
+typedef struct ts_comm ts_comm;
+
+/* Initializes MPI with at least `thread_level` (MPI_THREAD_SINGLE ... MPI_THREAD_MULTIPLE), or
+ * adopts it when it is already initialized (then ts_world_finalize does not finalize it). */
+int ts_world_init(int *argc, char ***argv, int thread_level, ts_world **out, ts_error *err);
+/* Frees the communicators and, when ts_world_init initialized MPI, finalizes it. */
+int ts_world_finalize(ts_world **w, ts_error *err);
+int ts_world_rank(const ts_world *w);
+int ts_world_size(const ts_world *w);
+int ts_world_thread_level(const ts_world *w);
+/* The whole world (a private duplicate of MPI_COMM_WORLD). */
+ts_comm *ts_world_comm(ts_world *w);
+
+/* The communicator of an ordered list of world ranks: comm rank i is ranks[i]. Collective over
+ * those ranks (only they call it), cached: the second call with the same list is free. The caller
+ * must be in the list. */
+int ts_comm_group(ts_world *w, const int *ranks, int n, ts_comm **out, ts_error *err);
+/* The line of a mesh (row-major over ranks) through the caller's position along mesh dim `dim`:
+ * the ranks that differ from the caller only in that coordinate, ordered by it. */
+int ts_comm_mesh_line(ts_world *w, int mesh_ndim, const int64_t *mesh_shape, const int *ranks,
+                      int dim, ts_comm **out, ts_error *err);
+int ts_comm_rank(const ts_comm *c);
+int ts_comm_size(const ts_comm *c);
+/* The world rank of comm rank i. */
+int ts_comm_world_rank(const ts_comm *c, int i);
+MPI_Comm ts_comm_handle(const ts_comm *c);
+/* How many communicators the world has cached (for tests). */
+int ts_world_cached_comms(const ts_world *w);
+
+/* Every rank passes its status and error; all return the status of the lowest failing comm rank
+ * with the same message ("rank R: ..."), or TS_OK when none failed. */
+int ts_comm_agree(ts_comm *c, int status, const ts_error *local, ts_error *err);
+
+typedef enum { TS_COMM_MAX, TS_COMM_MIN, TS_COMM_SUM } ts_comm_op;
+int ts_comm_allreduce_i64(ts_comm *c, int64_t *values, int n, ts_comm_op op, ts_error *err);
+int ts_comm_barrier(ts_comm *c, ts_error *err);
+int ts_comm_bcast(ts_comm *c, void *buf, int64_t bytes, int root, ts_error *err);
+/* In place: every rank's contribution already sits at displs[rank] in buf. */
+int ts_comm_allgatherv(ts_comm *c, void *buf, const int64_t *counts, const int64_t *displs,
+                       ts_error *err);
+/* Byte counts and displacements per comm rank (each below INT_MAX). */
+int ts_comm_alltoallv(ts_comm *c, const void *sbuf, const int *scounts, const int *sdispls,
+                      void *rbuf, const int *rcounts, const int *rdispls, ts_error *err);
+/* Typed reductions (all dtypes; f16/bf16 and max/min through the project's reduce kernel).
+ * sbuf == NULL reduces in place in rbuf. */
+int ts_comm_allreduce(ts_comm *c, const void *sbuf, void *rbuf, int64_t n, ts_dtype dt,
+                      ts_reduce_op op, ts_error *err);
+/* counts[i]: elements comm rank i receives; sbuf holds the blocks of all ranks in rank order. */
+int ts_comm_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *counts,
+                           ts_dtype dt, ts_reduce_op op, ts_error *err);
+/* Point-to-point: posts every receive and send (peers are comm ranks), then waits for all. */
+int ts_comm_exchange(ts_comm *c, int nsend, const int *send_peers, void *const *send_bufs,
+                     const int64_t *send_bytes, int nrecv, const int *recv_peers,
+                     void *const *recv_bufs, const int64_t *recv_bytes, int tag, ts_error *err);
+
+#endif

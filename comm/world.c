@@ -1,0 +1,206 @@
+/* world.c - MPI for the process: initialization with a thread level, the private world
+ * communicator, the cache of group communicators, and the mapping of MPI errors to TS_MPI.
+ *
+ * Every communicator runs under MPI_ERRORS_RETURN so that a failed call returns to us instead of
+ * aborting the job; the caller then reports TS_MPI with MPI's own message. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_internal.h"
+
+int ts__mpi_error(int mpi_rc, const char *call, const char *file, int line, ts_error *err) {
+  char text[MPI_MAX_ERROR_STRING + 1];
+  int len = 0;
+  if (MPI_Error_string(mpi_rc, text, &len) != MPI_SUCCESS)
+    snprintf(text, sizeof text, "MPI error %d", mpi_rc);
+  else
+    text[len] = '\0';
+  const char *base = strrchr(file, '/');
+  return ts_error_set(err, TS_MPI, "MPI call failed: %.200s (%.160s at %s:%d)", text, call,
+                      base ? base + 1 : file, line);
+}
+
+int ts_world_init(int *argc, char ***argv, int thread_level, ts_world **out, ts_error *err) {
+  if (!out)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_world_init: NULL output");
+  *out = NULL;
+  if (thread_level < MPI_THREAD_SINGLE || thread_level > MPI_THREAD_MULTIPLE)
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "thread level %d; valid: MPI_THREAD_SINGLE to MPI_THREAD_MULTIPLE",
+                        thread_level);
+  ts_world *w = calloc(1, sizeof *w);
+  if (!w)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for the MPI world");
+  w->world.comm = MPI_COMM_NULL;
+  int inited = 0, provided = MPI_THREAD_SINGLE, rc = TS_OK;
+  TS_MPI_TRY(MPI_Initialized(&inited), err, rc, fail);
+  if (!inited) {
+    TS_MPI_TRY(MPI_Init_thread(argc, argv, thread_level, &provided), err, rc, fail);
+    w->initialized_mpi = true;
+  } else {
+    TS_MPI_TRY(MPI_Query_thread(&provided), err, rc, fail);
+  }
+  w->thread_level = provided;
+  if (provided < thread_level) {
+    rc = ts_error_set(err, TS_MPI,
+                      "MPI provides thread level %d but %d was asked for; use an MPI built "
+                      "with thread support",
+                      provided, thread_level);
+    goto fail;
+  }
+  TS_MPI_TRY(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), err, rc, fail);
+  TS_MPI_TRY(MPI_Comm_dup(MPI_COMM_WORLD, &w->world.comm), err, rc, fail);
+  TS_MPI_TRY(MPI_Comm_set_errhandler(w->world.comm, MPI_ERRORS_RETURN), err, rc, fail);
+  TS_MPI_TRY(MPI_Comm_rank(w->world.comm, &w->rank), err, rc, fail);
+  TS_MPI_TRY(MPI_Comm_size(w->world.comm, &w->size), err, rc, fail);
+  w->world.rank = w->rank;
+  w->world.size = w->size;
+  w->world.ranks = malloc((size_t)w->size * sizeof(int));
+  if (!w->world.ranks) {
+    rc = ts_error_set(err, TS_NO_MEMORY, "no memory for the world's rank list");
+    goto fail;
+  }
+  for (int i = 0; i < w->size; i++)
+    w->world.ranks[i] = i;
+  if ((rc = ts__comm_types_init(err)))
+    goto fail;
+  *out = w;
+  return TS_OK;
+fail:
+  free(w->world.ranks);
+  if (w->world.comm != MPI_COMM_NULL)
+    MPI_Comm_free(&w->world.comm);
+  if (w->initialized_mpi)
+    MPI_Finalize();
+  free(w);
+  return rc;
+}
+
+int ts_world_finalize(ts_world **pw, ts_error *err) {
+  if (!pw || !*pw)
+    return TS_OK;
+  ts_world *w = *pw;
+  int rc = TS_OK;
+  for (ts_comm *c = w->cache, *next; c; c = next) {
+    next = c->next;
+    int mrc = MPI_Comm_free(&c->comm);
+    if (mrc != MPI_SUCCESS && rc == TS_OK)
+      rc = ts__mpi_error(mrc, "MPI_Comm_free", __FILE__, __LINE__, err);
+    free(c->ranks);
+    free(c);
+  }
+  ts__comm_types_free();
+  int mrc = MPI_Comm_free(&w->world.comm);
+  if (mrc != MPI_SUCCESS && rc == TS_OK)
+    rc = ts__mpi_error(mrc, "MPI_Comm_free", __FILE__, __LINE__, err);
+  free(w->world.ranks);
+  if (w->initialized_mpi) {
+    mrc = MPI_Finalize();
+    if (mrc != MPI_SUCCESS && rc == TS_OK)
+      rc = ts__mpi_error(mrc, "MPI_Finalize", __FILE__, __LINE__, err);
+  }
+  free(w);
+  *pw = NULL;
+  return rc;
+}
+
+int ts_world_rank(const ts_world *w) { return w->rank; }
+int ts_world_size(const ts_world *w) { return w->size; }
+int ts_world_thread_level(const ts_world *w) { return w->thread_level; }
+ts_comm *ts_world_comm(ts_world *w) { return &w->world; }
+int ts_world_cached_comms(const ts_world *w) { return w->ncached; }
+int ts_comm_rank(const ts_comm *c) { return c->rank; }
+int ts_comm_size(const ts_comm *c) { return c->size; }
+int ts_comm_world_rank(const ts_comm *c, int i) { return c->ranks[i]; }
+MPI_Comm ts_comm_handle(const ts_comm *c) { return c->comm; }
+
+int ts_comm_group(ts_world *w, const int *ranks, int n, ts_comm **out, ts_error *err) {
+  if (!w || !ranks || !out || n < 1)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_comm_group: bad arguments (n = %d)", n);
+  *out = NULL;
+  int me = -1;
+  for (int i = 0; i < n; i++) {
+    if (ranks[i] < 0 || ranks[i] >= w->size)
+      return ts_error_set(err, TS_INVALID_ARGUMENT,
+                          "rank %d in a group; valid ranks are 0 to %d", ranks[i], w->size - 1);
+    if (ranks[i] == w->rank)
+      me = i;
+  }
+  if (me < 0)
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "rank %d asked for a communicator of a group it is not in", w->rank);
+  if (n == w->size) {
+    bool identity = true;
+    for (int i = 0; identity && i < n; i++)
+      identity = ranks[i] == i;
+    if (identity) {
+      *out = &w->world;
+      return TS_OK;
+    }
+  }
+  for (ts_comm *c = w->cache; c; c = c->next)
+    if (c->size == n && memcmp(c->ranks, ranks, (size_t)n * sizeof(int)) == 0) {
+      *out = c;
+      return TS_OK;
+    }
+  ts_comm *c = calloc(1, sizeof *c);
+  int *copy = malloc((size_t)n * sizeof *copy);
+  if (!c || !copy) {
+    free(c);
+    free(copy);
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for a communicator of %d ranks", n);
+  }
+  memcpy(copy, ranks, (size_t)n * sizeof *copy);
+  MPI_Group world_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
+  int rc = TS_OK;
+  TS_MPI_TRY(MPI_Comm_group(w->world.comm, &world_group), err, rc, fail);
+  TS_MPI_TRY(MPI_Group_incl(world_group, n, ranks, &group), err, rc, fail);
+  TS_MPI_TRY(MPI_Comm_create_group(w->world.comm, group, 17, &c->comm), err, rc, fail);
+  TS_MPI_TRY(MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN), err, rc, fail);
+  TS_MPI_TRY(MPI_Comm_rank(c->comm, &c->rank), err, rc, fail);
+  c->size = n;
+  c->ranks = copy;
+  c->owned = true;
+  c->next = w->cache;
+  w->cache = c;
+  w->ncached++;
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
+  *out = c;
+  return TS_OK;
+fail:
+  if (group != MPI_GROUP_NULL)
+    MPI_Group_free(&group);
+  if (world_group != MPI_GROUP_NULL)
+    MPI_Group_free(&world_group);
+  free(copy);
+  free(c);
+  return rc;
+}
+
+int ts_comm_mesh_line(ts_world *w, int mesh_ndim, const int64_t *mesh_shape, const int *ranks,
+                      int dim, ts_comm **out, ts_error *err) {
+  if (!w || !mesh_shape || !ranks || !out || mesh_ndim < 1 || dim < 0 || dim >= mesh_ndim)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_comm_mesh_line: bad arguments");
+  int64_t n = 1, stride = 1;
+  for (int m = 0; m < mesh_ndim; m++)
+    n *= mesh_shape[m];
+  for (int m = mesh_ndim - 1; m > dim; m--)
+    stride *= mesh_shape[m];
+  int64_t me = -1;
+  for (int64_t i = 0; i < n; i++)
+    if (ranks[i] == w->rank)
+      me = i;
+  if (me < 0)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "rank %d is not in the mesh", w->rank);
+  int len = (int)mesh_shape[dim];
+  int *line = malloc((size_t)len * sizeof *line);
+  if (!line)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for a mesh line");
+  int64_t base = me - ((me / stride) % len) * stride;
+  for (int i = 0; i < len; i++)
+    line[i] = ranks[base + i * stride];
+  int rc = ts_comm_group(w, line, len, out, err);
+  free(line);
+  return rc;
+}

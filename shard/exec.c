@@ -1,0 +1,787 @@
+/* exec.c - the executor: runs a reshard plan over MPI (through libtscomm).
+ *
+ * Every strategy packs with the strided-copy kernel straight from the stored source layout and
+ * unpacks straight into the target layout (blocked layouts included): no plain copy of a whole
+ * slice is ever made. The chunked strategies (p2p, all-to-all, allreduce, reduce-scatter) move
+ * data in rounds whose staging is bounded by the plan's staging size; allgather and root gather
+ * the whole tensor by nature (directly into the target buffer when its layout is the row-major
+ * concatenation of the gathered slices).
+ *
+ * Atomicity: everything that can fail locally (checks, the target buffer, staging) happens before
+ * a first agreement over the ranks taking part; a failure anywhere makes every rank return the
+ * same error before any data moves. Errors while moving data (a copy, MPI) are agreed on again at
+ * the end; the new slice is handed out only when every rank succeeded, and the source slice is
+ * never written, so on failure every rank keeps its old tensor. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan_internal.h"
+#include "ts_comm.h"
+
+/* ---------------------------------------------------------------------------------------------
+ * Allocation with a failure hook */
+
+static long fail_countdown;
+
+void ts_shard_debug_fail_alloc(long countdown) { fail_countdown = countdown > 0 ? countdown : 0; }
+
+void *ts_shard_alloc(size_t bytes) {
+  if (fail_countdown > 0 && --fail_countdown == 0)
+    return NULL;
+  return malloc(bytes ? bytes : 1);
+}
+
+void ts_shard_free_tensor(ts_tensor *t) {
+  if (!t)
+    return;
+  free(t->data);
+  t->data = NULL;
+  t->bytes = 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Context */
+
+typedef struct exec {
+  ts_world *w;
+  const ts_plan *p;
+  ts_comm *ucomm; /* the union of source and target ranks, sorted */
+  int me;
+  size_t es;
+  bool in_src, in_tgt, receiver;
+  int64_t si, ti;
+  ts_box sbox, tbox;
+  const ts_tensor *src;
+  ts_tensor tgt;
+  ts_copy_opts copts;
+  int64_t max_alloc, cur_extra, peak_extra;
+  int64_t sent, received;
+  ts_error lerr; /* first local error */
+  int lst;
+  bool agreed;   /* the first agreement passed: every rank goes on to the final one */
+} exec;
+
+/* The first agreement: local failures so far, before any data moves. */
+static int agree_first(exec *ex, ts_error *err) {
+  int rc = ts_comm_agree(ex->ucomm, ex->lst, &ex->lerr, err);
+  ex->agreed = rc == TS_OK;
+  return rc;
+}
+
+static int local_fail(exec *ex, int rc) {
+  if (ex->lst == TS_OK)
+    ex->lst = rc;
+  return rc;
+}
+
+static void *stage_alloc(exec *ex, int64_t bytes) {
+  if (ex->max_alloc > 0 && ex->cur_extra + bytes > ex->max_alloc) {
+    local_fail(ex, ts_error_set(&ex->lerr, TS_LIMIT,
+                                "staging of %lld bytes exceeds the memory limit of %lld bytes",
+                                (long long)bytes, (long long)ex->max_alloc));
+    return NULL;
+  }
+  void *b = ts_shard_alloc((size_t)bytes);
+  if (!b) {
+    local_fail(ex, ts_error_set(&ex->lerr, TS_NO_MEMORY, "no memory for %lld staging bytes",
+                                (long long)bytes));
+    return NULL;
+  }
+  ex->cur_extra += bytes;
+  if (ex->cur_extra > ex->peak_extra)
+    ex->peak_extra = ex->cur_extra;
+  return b;
+}
+
+static void stage_free(exec *ex, void *b, int64_t bytes) {
+  if (b) {
+    free(b);
+    ex->cur_extra -= bytes;
+  }
+}
+
+/* A plain row-major tensor over buf covering `box` (only its extents matter). */
+static void plain_view(const exec *ex, void *buf, const ts_box *box, ts_tensor *t) {
+  int64_t ext[TS_MAX_DIMS];
+  for (int d = 0; d < box->ndim; d++)
+    ext[d] = box->hi[d] - box->lo[d];
+  ts_layout_plain(&t->layout, ex->p->dtype, box->ndim, ext, NULL);
+  t->data = buf;
+  t->bytes = (size_t)ts_box_numel(box) * ex->es;
+}
+
+static int copy_region(exec *ex, const ts_tensor *dst, const ts_box *dst_box, const ts_tensor *src,
+                       const ts_box *src_box, const ts_box *region) {
+  int64_t ds[TS_MAX_DIMS], ss[TS_MAX_DIMS], ext[TS_MAX_DIMS];
+  for (int d = 0; d < region->ndim; d++) {
+    ds[d] = region->lo[d] - dst_box->lo[d];
+    ss[d] = region->lo[d] - src_box->lo[d];
+    ext[d] = region->hi[d] - region->lo[d];
+  }
+  ts_error e;
+  int rc = ts_copy_box(dst, ds, src, ss, ext, &ex->copts, &e);
+  if (rc && ex->lst == TS_OK) {
+    ex->lerr = e;
+    ex->lst = rc;
+  }
+  return rc;
+}
+
+/* Source slice -> plain buffer holding `region`. */
+static int pack(exec *ex, const ts_box *region, void *buf) {
+  ts_tensor v;
+  plain_view(ex, buf, region, &v);
+  return copy_region(ex, &v, region, ex->src, &ex->sbox, region);
+}
+
+/* Plain buffer holding `region` -> target slice. */
+static int unpack(exec *ex, const ts_box *region, void *buf) {
+  ts_tensor v;
+  plain_view(ex, buf, region, &v);
+  return copy_region(ex, &ex->tgt, &ex->tbox, &v, region, region);
+}
+
+static ts_reduce_op partial_op(const ts_attr *a) {
+  for (int m = 0; m < a->mesh_ndim; m++)
+    if (a->place[m].kind == TS_PLACE_PARTIAL)
+      return a->place[m].op;
+  return TS_REDUCE_SUM;
+}
+
+/* Writes the identity of the target's partial op over a region of the target slice, through a
+ * zero-stride view of one element. */
+static int fill_identity(exec *ex, const ts_box *region) {
+  if (ts_box_numel(region) == 0)
+    return TS_OK;
+  unsigned char one[16];
+  ts_reduce_fill_identity(one, 1, ex->p->dtype, partial_op(ex->p->tgt->attr), NULL);
+  ts_tensor v;
+  memset(&v, 0, sizeof v);
+  v.layout.dtype = ex->p->dtype;
+  v.layout.ndim = region->ndim;
+  for (int d = 0; d < region->ndim; d++) {
+    v.layout.shape[d] = region->hi[d] - region->lo[d];
+    v.layout.strides[d] = 0;
+  }
+  v.data = one;
+  v.bytes = ex->es;
+  return copy_region(ex, &ex->tgt, &ex->tbox, &v, region, region);
+}
+
+/* Byte offset of the row-major position of `region.lo` in a dense row-major tensor over `box`,
+ * or -1 when the layout is not dense row-major. */
+static bool dense_row_major(const ts_tensor *t) {
+  const ts_layout *l = &t->layout;
+  if (l->n_inner != 0)
+    return false;
+  int64_t s = 1;
+  for (int d = l->ndim - 1; d >= 0; d--) {
+    if (l->shape[d] > 1 && l->strides[d] != s)
+      return false;
+    s *= l->shape[d];
+  }
+  return true;
+}
+
+static int64_t row_major_offset(const ts_box *box, const int64_t *at) {
+  int64_t off = 0;
+  for (int d = 0; d < box->ndim; d++)
+    off = off * (box->hi[d] - box->lo[d]) + (at[d] - box->lo[d]);
+  return off;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * local */
+
+static void run_local(exec *ex) {
+  if (!ex->in_tgt)
+    return;
+  ts_box x;
+  bool have = ex->in_src && ts__plan_local_contributor(ex->p, ex->ti) &&
+              ts_box_intersect(&ex->sbox, &ex->tbox, &x);
+  if (!have || ts_box_numel(&x) < ts_box_numel(&ex->tbox))
+    fill_identity(ex, &ex->tbox);
+  if (have)
+    copy_region(ex, &ex->tgt, &ex->tbox, ex->src, &ex->sbox, &x);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * allreduce: P -> R along one or more mesh dims, chunk by chunk */
+
+typedef struct lines {
+  int n;
+  ts_comm *c[TS_MAX_MESH_DIMS];
+} lines;
+
+static int changed_lines(exec *ex, bool partial_to_shard, lines *out, ts_error *err) {
+  const ts_attr *a = ex->p->src->attr, *b = ex->p->tgt->attr;
+  out->n = 0;
+  for (int m = 0; m < a->mesh_ndim; m++) {
+    bool change = a->place[m].kind == TS_PLACE_PARTIAL &&
+                  (partial_to_shard ? b->place[m].kind == TS_PLACE_SHARD
+                                    : b->place[m].kind == TS_PLACE_REPLICATE);
+    if (!change)
+      continue;
+    int rc = ts_comm_mesh_line(ex->w, a->mesh_ndim, a->mesh_shape, a->ranks, m,
+                               &out->c[out->n], err);
+    if (rc)
+      return rc;
+    out->n++;
+  }
+  return TS_OK;
+}
+
+static int run_allreduce(exec *ex, const lines *ln, ts_error *err) {
+  int64_t q = ex->p->staging;
+  int64_t nchunks = ts_box_chunk_count(&ex->tbox, ex->es, q);
+  ts_reduce_op op = partial_op(ex->p->src->attr);
+  bool direct = dense_row_major(ex->src) && dense_row_major(&ex->tgt);
+  int64_t buf_bytes = 0;
+  void *buf = NULL;
+  if (!direct && nchunks > 0) {
+    ts_box c0;
+    ts_box_chunk(&ex->tbox, ex->es, q, 0, &c0);
+    buf_bytes = ts_box_numel(&c0) * (int64_t)ex->es;
+    buf = stage_alloc(ex, buf_bytes);
+  }
+  int rc = agree_first(ex, err);
+  if (rc) {
+    stage_free(ex, buf, buf_bytes);
+    return rc;
+  }
+  for (int64_t i = 0; i < nchunks && rc == TS_OK; i++) {
+    ts_box ch;
+    ts_box_chunk(&ex->tbox, ex->es, q, i, &ch);
+    int64_t n = ts_box_numel(&ch);
+    void *out;
+    const void *in;
+    if (direct) {
+      int64_t off = row_major_offset(&ex->tbox, ch.lo) * (int64_t)ex->es;
+      in = (const char *)ex->src->data + ex->src->layout.offset + off;
+      out = (char *)ex->tgt.data + ex->tgt.layout.offset + off;
+    } else {
+      pack(ex, &ch, buf);
+      in = NULL;
+      out = buf;
+    }
+    for (int k = 0; k < ln->n && rc == TS_OK; k++) {
+      rc = ts_comm_allreduce(ln->c[k], k == 0 ? in : NULL, out, n, ex->p->dtype, op, err);
+      int64_t pm = ts_comm_size(ln->c[k]);
+      ex->sent += 2 * (pm - 1) * n * (int64_t)ex->es / pm;
+      ex->received += 2 * (pm - 1) * n * (int64_t)ex->es / pm;
+    }
+    if (!direct && rc == TS_OK)
+      unpack(ex, &ch, buf);
+  }
+  stage_free(ex, buf, buf_bytes);
+  return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * reduce_scatter: P -> S(d) along one mesh dim */
+
+static int run_reduce_scatter(exec *ex, ts_comm *line, ts_error *err) {
+  const ts_plan *p = ex->p;
+  int m = p->rs_dim, pm = ts_comm_size(line), me = ts_comm_rank(line);
+  int64_t stride = p->src->mesh_stride[m];
+  int64_t q = p->staging / 2 / pm;
+  if (q < (int64_t)ex->es)
+    q = (int64_t)ex->es;
+  ts_box *boxes = malloc((size_t)pm * sizeof *boxes);
+  int64_t *nch = malloc((size_t)pm * sizeof *nch);
+  int *counts = malloc((size_t)pm * sizeof *counts);
+  if (!boxes || !nch || !counts)
+    local_fail(ex, ts_error_set(&ex->lerr, TS_NO_MEMORY, "no memory for reduce_scatter"));
+  int64_t rounds = 0, send_bytes = 0, recv_bytes = 0;
+  void *sbuf = NULL, *rbuf = NULL;
+  if (ex->lst == TS_OK) {
+    for (int j = 0; j < pm; j++) {
+      ts_geom_index_box(p->tgt, ex->ti + (int64_t)(j - me) * stride, &boxes[j]);
+      nch[j] = ts_box_chunk_count(&boxes[j], ex->es, q);
+      if (nch[j] > rounds)
+        rounds = nch[j];
+      int64_t b = ts_box_numel(&boxes[j]) * (int64_t)ex->es;
+      send_bytes += b < q ? b : q;
+    }
+    int64_t mine = ts_box_numel(&ex->tbox) * (int64_t)ex->es;
+    recv_bytes = mine < q ? mine : q;
+    sbuf = stage_alloc(ex, send_bytes);
+    if (sbuf)
+      rbuf = stage_alloc(ex, recv_bytes);
+  }
+  int rc = agree_first(ex, err);
+  ts_reduce_op op = partial_op(p->src->attr);
+  for (int64_t r = 0; rc == TS_OK && r < rounds; r++) {
+    char *at = sbuf;
+    ts_box mine_chunk;
+    bool have_mine = false;
+    for (int j = 0; j < pm; j++) {
+      counts[j] = 0;
+      if (r >= nch[j])
+        continue;
+      ts_box ch;
+      ts_box_chunk(&boxes[j], ex->es, q, r, &ch);
+      counts[j] = (int)ts_box_numel(&ch);
+      pack(ex, &ch, at);
+      at += (int64_t)counts[j] * (int64_t)ex->es;
+      if (j == me) {
+        mine_chunk = ch;
+        have_mine = true;
+      } else {
+        ex->sent += (int64_t)counts[j] * (int64_t)ex->es;
+      }
+    }
+    rc = ts_comm_reduce_scatter(line, sbuf, rbuf, counts, p->dtype, op, err);
+    if (rc == TS_OK && have_mine) {
+      ex->received += (int64_t)(pm - 1) * counts[me] * (int64_t)ex->es;
+      unpack(ex, &mine_chunk, rbuf);
+    }
+  }
+  stage_free(ex, sbuf, send_bytes);
+  stage_free(ex, rbuf, recv_bytes);
+  free(boxes);
+  free(nch);
+  free(counts);
+  return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * allgather and root: every rank of the group gets every replica-0 source slice */
+
+static int run_gather(exec *ex, bool use_root, ts_error *err) {
+  const ts_plan *p = ex->p;
+  int P = ts_comm_size(ex->ucomm), me = ts_comm_rank(ex->ucomm);
+  int64_t *counts = calloc(2 * (size_t)P, sizeof(int64_t));
+  ts_box *boxes = malloc((size_t)P * sizeof *boxes);
+  if (!counts || !boxes) {
+    free(counts);
+    free(boxes);
+    local_fail(ex, ts_error_set(&ex->lerr, TS_NO_MEMORY, "no memory for gather counts"));
+    return agree_first(ex, err);
+  }
+  int64_t *displs = counts + P, total = 0;
+  for (int i = 0; i < P; i++) {
+    int64_t si = ts_geom_mesh_index(p->src, p->union_ranks[i]), rep;
+    int64_t parts[TS_MAX_DIMS];
+    ts__geom_decompose(p->src, si, parts, &rep, NULL);
+    ts_geom_index_box(p->src, si, &boxes[i]);
+    counts[i] = rep == 0 ? ts_box_numel(&boxes[i]) * (int64_t)ex->es : 0;
+    displs[i] = total;
+    total += counts[i];
+  }
+  /* Direct: the gathered slices in rank order are the row-major target itself. */
+  bool direct = ex->receiver && dense_row_major(&ex->tgt) && ts_box_numel(&ex->tbox) > 0;
+  for (int d = 0; direct && d < p->ndim; d++)
+    direct = ex->tbox.lo[d] == 0 && ex->tbox.hi[d] == p->shape[d];
+  int64_t next_row = 0;
+  for (int i = 0; direct && i < P; i++) {
+    if (counts[i] == 0)
+      continue;
+    for (int d = 1; direct && d < p->ndim; d++)
+      direct = boxes[i].lo[d] == 0 && boxes[i].hi[d] == p->shape[d];
+    direct = direct && p->ndim > 0 && boxes[i].lo[0] == next_row;
+    next_row = boxes[i].hi[0];
+  }
+  char *g = NULL;
+  int64_t g_bytes = 0;
+  if (direct) {
+    g = (char *)ex->tgt.data + ex->tgt.layout.offset;
+  } else {
+    g_bytes = total;
+    g = stage_alloc(ex, g_bytes);
+  }
+  int rc = agree_first(ex, err);
+  if (rc == TS_OK && counts[me] > 0)
+    pack(ex, &boxes[me], g + displs[me]);
+  if (rc == TS_OK && !use_root) {
+    rc = ts_comm_allgatherv(ex->ucomm, g, counts, displs, err);
+    ex->sent += counts[me] * (P - 1);
+    ex->received += total - counts[me];
+  } else if (rc == TS_OK) {
+    int n = 0;
+    int *peers = malloc((size_t)P * sizeof *peers);
+    void **bufs = malloc((size_t)P * sizeof *bufs);
+    int64_t *bytes = malloc((size_t)P * sizeof *bytes);
+    if (!peers || !bufs || !bytes) {
+      rc = ts_error_set(err, TS_NO_MEMORY, "no memory for the root gather");
+    } else if (me == 0) {
+      for (int i = 1; i < P; i++)
+        if (counts[i] > 0) {
+          peers[n] = i;
+          bufs[n] = g + displs[i];
+          bytes[n++] = counts[i];
+          ex->received += counts[i];
+        }
+      rc = ts_comm_exchange(ex->ucomm, 0, NULL, NULL, NULL, n, peers, bufs, bytes, 1, err);
+    } else if (counts[me] > 0) {
+      peers[0] = 0;
+      bufs[0] = g + displs[me];
+      bytes[0] = counts[me];
+      ex->sent += counts[me];
+      rc = ts_comm_exchange(ex->ucomm, 1, peers, bufs, bytes, 0, NULL, NULL, NULL, 1, err);
+    }
+    free(peers);
+    free(bufs);
+    free(bytes);
+    if (rc == TS_OK) {
+      rc = ts_comm_bcast(ex->ucomm, g, total, 0, err);
+      if (me == 0)
+        ex->sent += total * (P - 1);
+      else
+        ex->received += total;
+    }
+  }
+  if (rc == TS_OK && ex->in_tgt) {
+    if (!ex->receiver) {
+      fill_identity(ex, &ex->tbox);
+    } else if (!direct) {
+      for (int i = 0; i < P; i++) {
+        ts_box x;
+        if (counts[i] == 0 || !ts_box_intersect(&boxes[i], &ex->tbox, &x))
+          continue;
+        ts_tensor v;
+        plain_view(ex, g + displs[i], &boxes[i], &v);
+        copy_region(ex, &ex->tgt, &ex->tbox, &v, &boxes[i], &x);
+      }
+    }
+  }
+  if (!direct)
+    stage_free(ex, g, g_bytes);
+  free(counts);
+  free(boxes);
+  return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * p2p and alltoall: the intersection transfers of ts_plan_rank, in rounds of one chunk per pair */
+
+static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
+  const ts_plan *p = ex->p;
+  int P = ts_comm_size(ex->ucomm);
+  int64_t q = p->pair_chunk;
+  bool partial_src = p->src->npartial > 1;
+  ts_reduce_op op = partial_op(p->src->attr);
+  ts_rank_plan rp;
+  memset(&rp, 0, sizeof rp);
+  int rc = ts_plan_rank(p, ex->me, &rp, &ex->lerr);
+  if (rc)
+    local_fail(ex, rc);
+  /* Slots: one per remote send, one per receive (remote, or local contribution of a partial
+   * source), each the size of the pair's largest chunk. */
+  int64_t *soff = NULL, *roff = NULL, *snch = NULL, *rnch = NULL;
+  int64_t sbytes = 0, rbytes = 0, my_rounds = 0;
+  char *sbuf = NULL, *rbuf = NULL;
+  int *sc = NULL, *sd = NULL, *rcn = NULL, *rd = NULL, *peer_pos = NULL;
+  if (ex->lst == TS_OK) {
+    size_t ns = (size_t)rp.nsend + 1, nr = (size_t)rp.nrecv + 1;
+    soff = malloc(ns * sizeof *soff);
+    snch = malloc(ns * sizeof *snch);
+    roff = malloc(nr * sizeof *roff);
+    rnch = malloc(nr * sizeof *rnch);
+    peer_pos = malloc((ns + nr) * sizeof *peer_pos);
+    if (alltoall) {
+      sc = calloc(4 * (size_t)P, sizeof(int));
+      if (sc) {
+        sd = sc + P;
+        rcn = sc + 2 * P;
+        rd = sc + 3 * P;
+      }
+    }
+    if (!soff || !snch || !roff || !rnch || !peer_pos || (alltoall && !sc))
+      local_fail(ex, ts_error_set(&ex->lerr, TS_NO_MEMORY, "no memory for transfer tables"));
+  }
+  if (ex->lst == TS_OK) {
+    for (int k = 0; k < rp.nsend; k++) {
+      const ts_transfer *t = &rp.send[k];
+      snch[k] = ts_box_chunk_count(&t->box, ex->es, q);
+      soff[k] = sbytes;
+      peer_pos[k] = ts__plan_union_pos(p, t->peer);
+      if (t->peer != ex->me) {
+        sbytes += t->bytes < q ? t->bytes : q;
+        if (snch[k] > my_rounds)
+          my_rounds = snch[k];
+      }
+    }
+    for (int k = 0; k < rp.nrecv; k++) {
+      const ts_transfer *t = &rp.recv[k];
+      rnch[k] = ts_box_chunk_count(&t->box, ex->es, q);
+      roff[k] = rbytes;
+      peer_pos[rp.nsend + k] = ts__plan_union_pos(p, t->peer);
+      if (t->peer != ex->me || partial_src)
+        rbytes += t->bytes < q ? t->bytes : q;
+      if (rnch[k] > my_rounds)
+        my_rounds = rnch[k];
+    }
+    sbuf = stage_alloc(ex, sbytes);
+    if (sbuf)
+      rbuf = stage_alloc(ex, rbytes);
+  }
+  rc = agree_first(ex, err);
+  int64_t rounds = my_rounds;
+  if (rc == TS_OK)
+    rc = ts_comm_allreduce_i64(ex->ucomm, &rounds, 1, TS_COMM_MAX, err);
+  if (rc == TS_OK) {
+    if (ex->in_tgt && !ex->receiver)
+      fill_identity(ex, &ex->tbox);
+    /* A local piece of a non-partial source is copied directly, with no staging. */
+    for (int k = 0; !partial_src && k < rp.nrecv; k++)
+      if (rp.recv[k].peer == ex->me)
+        copy_region(ex, &ex->tgt, &ex->tbox, ex->src, &ex->sbox, &rp.recv[k].box);
+  }
+  int *xs_peer = NULL, *xr_peer = NULL;
+  void **xs_buf = NULL, **xr_buf = NULL;
+  int64_t *xs_bytes = NULL, *xr_bytes = NULL;
+  if (rc == TS_OK && !alltoall) {
+    size_t ns = (size_t)rp.nsend + 1, nr = (size_t)rp.nrecv + 1;
+    xs_peer = malloc(ns * sizeof(int));
+    xr_peer = malloc(nr * sizeof(int));
+    xs_buf = malloc(ns * sizeof(void *));
+    xr_buf = malloc(nr * sizeof(void *));
+    xs_bytes = malloc(ns * sizeof(int64_t));
+    xr_bytes = malloc(nr * sizeof(int64_t));
+    if (!xs_peer || !xr_peer || !xs_buf || !xr_buf || !xs_bytes || !xr_bytes)
+      rc = ts_error_set(err, TS_NO_MEMORY, "no memory for the exchange tables");
+  }
+  for (int64_t r = 0; rc == TS_OK && r < rounds; r++) {
+    int nxs = 0, nxr = 0;
+    if (alltoall)
+      memset(sc, 0, 4 * (size_t)P * sizeof(int));
+    for (int k = 0; k < rp.nsend; k++) {
+      const ts_transfer *t = &rp.send[k];
+      if (t->peer == ex->me || r >= snch[k])
+        continue;
+      ts_box ch;
+      ts_box_chunk(&t->box, ex->es, q, r, &ch);
+      int64_t b = ts_box_numel(&ch) * (int64_t)ex->es;
+      pack(ex, &ch, sbuf + soff[k]);
+      ex->sent += b;
+      if (alltoall) {
+        sc[peer_pos[k]] = (int)b;
+        sd[peer_pos[k]] = (int)soff[k];
+      } else {
+        xs_peer[nxs] = peer_pos[k];
+        xs_buf[nxs] = sbuf + soff[k];
+        xs_bytes[nxs++] = b;
+      }
+    }
+    for (int k = 0; k < rp.nrecv; k++) {
+      const ts_transfer *t = &rp.recv[k];
+      if (r >= rnch[k] || (t->peer == ex->me && !partial_src))
+        continue;
+      ts_box ch;
+      ts_box_chunk(&t->box, ex->es, q, r, &ch);
+      int64_t b = ts_box_numel(&ch) * (int64_t)ex->es;
+      if (t->peer == ex->me) {
+        pack(ex, &ch, rbuf + roff[k]);
+        continue;
+      }
+      ex->received += b;
+      int pos = peer_pos[rp.nsend + k];
+      if (alltoall) {
+        rcn[pos] = (int)b;
+        rd[pos] = (int)roff[k];
+      } else {
+        xr_peer[nxr] = pos;
+        xr_buf[nxr] = rbuf + roff[k];
+        xr_bytes[nxr++] = b;
+      }
+    }
+    if (alltoall)
+      rc = ts_comm_alltoallv(ex->ucomm, sbuf, sc, sd, rbuf, rcn, rd, err);
+    else
+      rc = ts_comm_exchange(ex->ucomm, nxs, xs_peer, xs_buf, xs_bytes, nxr, xr_peer, xr_buf,
+                            xr_bytes, (int)(r % 32000), err);
+    if (rc)
+      break;
+    /* Unpack: pieces of a non-partial source straight into the target; contributions of a
+     * partial source reduced into the group's first slot, in contributor order, then unpacked. */
+    for (int k = 0; k < rp.nrecv;) {
+      int end = k + 1;
+      while (end < rp.nrecv && rp.recv[end].group == rp.recv[k].group)
+        end++;
+      if (r < rnch[k]) {
+        ts_box ch;
+        ts_box_chunk(&rp.recv[k].box, ex->es, q, r, &ch);
+        if (!partial_src) {
+          if (rp.recv[k].peer != ex->me)
+            unpack(ex, &ch, rbuf + roff[k]);
+        } else {
+          for (int j = k + 1; j < end; j++) {
+            ts_error e;
+            int rrc = ts_reduce(rbuf + roff[k], rbuf + roff[j], (size_t)ts_box_numel(&ch),
+                                p->dtype, op, &e);
+            if (rrc && ex->lst == TS_OK) {
+              ex->lst = rrc;
+              ex->lerr = e;
+            }
+          }
+          unpack(ex, &ch, rbuf + roff[k]);
+        }
+      }
+      k = end;
+    }
+  }
+  free(xs_peer);
+  free(xr_peer);
+  free(xs_buf);
+  free(xr_buf);
+  free(xs_bytes);
+  free(xr_bytes);
+  stage_free(ex, sbuf, sbytes);
+  stage_free(ex, rbuf, rbytes);
+  free(soff);
+  free(roff);
+  free(snch);
+  free(rnch);
+  free(peer_pos);
+  free(sc);
+  ts_rank_plan_clear(&rp);
+  return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Entry point */
+
+static int check_source(exec *ex, const ts_tensor *src) {
+  const ts_plan *p = ex->p;
+  if (!src || !src->data)
+    return ts_error_set(&ex->lerr, TS_INVALID_ARGUMENT,
+                        "rank %d holds a source slice but was given no source tensor", ex->me);
+  const ts_layout *l = &src->layout;
+  if (l->dtype != p->dtype)
+    return ts_error_set(&ex->lerr, TS_BAD_DTYPE, "source slice is %s but the tensor is %s",
+                        ts_dtype_name(l->dtype), ts_dtype_name(p->dtype));
+  bool match = l->ndim == p->ndim;
+  for (int d = 0; match && d < p->ndim; d++)
+    match = l->shape[d] == ex->sbox.hi[d] - ex->sbox.lo[d];
+  if (!match)
+    return ts_error_set(&ex->lerr, TS_BAD_SHAPE,
+                        "rank %d's source slice does not have the shape of its box", ex->me);
+  return ts_layout_check(l, src->bytes, false, &ex->lerr);
+}
+
+static int make_target(exec *ex, const char *tag) {
+  const ts_plan *p = ex->p;
+  int64_t ext[TS_MAX_DIMS];
+  for (int d = 0; d < p->ndim; d++)
+    ext[d] = ex->tbox.hi[d] - ex->tbox.lo[d];
+  ts_layout *l = &ex->tgt.layout;
+  int rc = tag && tag[0] ? ts_layout_from_tag(l, p->dtype, p->ndim, ext, tag, &ex->lerr)
+                         : ts_layout_plain(l, p->dtype, p->ndim, ext, &ex->lerr);
+  if (rc)
+    return rc;
+  size_t bytes;
+  if ((rc = ts_layout_span(l, &bytes, &ex->lerr)))
+    return rc;
+  if (ex->max_alloc > 0 && (int64_t)bytes > ex->max_alloc)
+    return ts_error_set(&ex->lerr, TS_LIMIT,
+                        "the target slice needs %zu bytes; the memory limit is %lld bytes", bytes,
+                        (long long)ex->max_alloc);
+  ex->tgt.data = ts_shard_alloc(bytes);
+  if (!ex->tgt.data)
+    return ts_error_set(&ex->lerr, TS_NO_MEMORY, "no memory for a target slice of %zu bytes",
+                        bytes);
+  ex->tgt.bytes = bytes;
+  if (l->n_inner > 0)
+    memset(ex->tgt.data, 0, bytes); /* padded tails of blocked dims read as zero */
+  return TS_OK;
+}
+
+int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const char *tgt_tag,
+                    const ts_exec_opts *opts, ts_tensor *out, ts_exec_report *report,
+                    ts_error *err) {
+  ts_error scratch;
+  if (!err)
+    err = &scratch;
+  if (!w || !p || !out)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_reshard_exec: NULL argument");
+  memset(out, 0, sizeof *out);
+  if (report)
+    memset(report, 0, sizeof *report);
+  exec ex;
+  memset(&ex, 0, sizeof ex);
+  ex.w = w;
+  ex.p = p;
+  ex.me = ts_world_rank(w);
+  ex.es = p->esize;
+  ex.max_alloc = opts ? opts->max_alloc_bytes : 0;
+  ex.copts.threads = opts ? opts->copy_threads : 0;
+  if (ts__plan_union_pos(p, ex.me) < 0)
+    return TS_OK;
+  for (int i = 0; i < p->nunion; i++)
+    if (p->union_ranks[i] >= ts_world_size(w))
+      return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                          "the plan names rank %d but the world has %d ranks",
+                          p->union_ranks[i], ts_world_size(w));
+  /* Communicators first: every rank creates the same ones in the same order, whatever its local
+   * state, so no rank waits for one that will never come. */
+  int rc = ts_comm_group(w, p->union_ranks, p->nunion, &ex.ucomm, err);
+  if (rc)
+    return rc;
+  lines ln = {0};
+  if (p->chosen == TS_STRATEGY_ALLREDUCE || p->chosen == TS_STRATEGY_REDUCE_SCATTER)
+    if ((rc = changed_lines(&ex, p->chosen == TS_STRATEGY_REDUCE_SCATTER, &ln, err)))
+      return rc;
+
+  ex.si = ts_geom_mesh_index(p->src, ex.me);
+  ex.ti = ts_geom_mesh_index(p->tgt, ex.me);
+  ex.in_src = ex.si >= 0;
+  ex.in_tgt = ex.ti >= 0;
+  ex.sbox.ndim = ex.tbox.ndim = p->ndim;
+  if (ex.in_src) {
+    ts_geom_index_box(p->src, ex.si, &ex.sbox);
+    local_fail(&ex, check_source(&ex, src));
+    ex.src = src;
+  }
+  if (ex.in_tgt) {
+    ts_geom_index_box(p->tgt, ex.ti, &ex.tbox);
+    ex.receiver = ts__plan_receiver(p, ex.ti);
+    if (ex.lst == TS_OK)
+      local_fail(&ex, make_target(&ex, tgt_tag));
+  }
+
+  /* Each strategy agrees on local failures before it moves data. */
+  switch (p->chosen) {
+  case TS_STRATEGY_LOCAL:
+    rc = agree_first(&ex, err);
+    if (rc == TS_OK)
+      run_local(&ex);
+    break;
+  case TS_STRATEGY_ALLREDUCE:
+    rc = run_allreduce(&ex, &ln, err);
+    break;
+  case TS_STRATEGY_REDUCE_SCATTER:
+    rc = run_reduce_scatter(&ex, ln.c[0], err);
+    break;
+  case TS_STRATEGY_ALLGATHER:
+  case TS_STRATEGY_ROOT:
+    rc = run_gather(&ex, p->chosen == TS_STRATEGY_ROOT, err);
+    break;
+  case TS_STRATEGY_ALLTOALL:
+  case TS_STRATEGY_P2P:
+    rc = run_intersection(&ex, p->chosen == TS_STRATEGY_ALLTOALL, err);
+    break;
+  default:
+    rc = ts_error_set(err, TS_INTERNAL, "plan has no strategy");
+  }
+  /* Errors while moving data (a copy, a reduction, MPI on this rank): agree once more, so that
+   * every rank that passed the first agreement returns the same result. */
+  if (ex.agreed) {
+    int local = rc ? rc : ex.lst;
+    ts_error mine = rc ? *err : ex.lerr;
+    rc = ts_comm_agree(ex.ucomm, local, &mine, err);
+  }
+  if (rc == TS_OK) {
+    *out = ex.tgt;
+    if (report) {
+      report->strategy = p->chosen;
+      report->bytes_sent = ex.sent;
+      report->bytes_received = ex.received;
+      report->peak_extra_bytes = ex.peak_extra;
+    }
+    return TS_OK;
+  }
+  free(ex.tgt.data);
+  return rc;
+}

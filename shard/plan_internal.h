@@ -1,0 +1,39 @@
+/* plan_internal.h - the plan structure, shared by plan.c, plan_explain.c and exec.c. */
+#ifndef TS_PLAN_INTERNAL_H
+#define TS_PLAN_INTERNAL_H
+
+#include "shard_internal.h"
+
+struct ts_plan {
+  int ndim;
+  int64_t shape[TS_MAX_DIMS];
+  ts_dtype dtype;
+  size_t esize;
+  ts_geom *src, *tgt;
+  int64_t staging;    /* per-rank staging bound */
+  int64_t pair_chunk; /* bytes per pair per round of the chunked strategies */
+  int *union_ranks;   /* sorted union of source and target ranks */
+  int nunion;
+  bool same_group;    /* source and target hold the same set of ranks */
+  ts_strategy chosen;
+  bool forced;
+  bool applies[TS_STRATEGY_COUNT];
+  const char *why_not[TS_STRATEGY_COUNT];
+  ts_plan_costs costs[TS_STRATEGY_COUNT];
+  int64_t min_wire;
+  bool send_estimated; /* per-rank send bytes of replicated sources are an even-share estimate */
+  int rs_dim;          /* reduce_scatter: the mesh dim that goes P -> S */
+};
+
+/* Position of a world rank in the sorted union, -1 when absent. */
+int ts__plan_union_pos(const ts_plan *p, int rank);
+/* A target position with partial index 0 (it receives data; the others hold the identity). */
+bool ts__plan_receiver(const ts_plan *p, int64_t tgt_index);
+/* local strategy: whether mesh position i copies its source data into its target slice (ranks
+ * that turn a Replicate mesh dim into Partial contribute only at coordinate 0), and the group of
+ * positions whose target values are reduced together (coordinates of the dims that become
+ * Partial set to 0). */
+bool ts__plan_local_contributor(const ts_plan *p, int64_t i);
+int64_t ts__plan_local_group(const ts_plan *p, int64_t i);
+
+#endif

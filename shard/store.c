@@ -1,0 +1,231 @@
+/* store.c - the per-rank tensor store: name -> global shape, dtype, attribute, local layout and
+ * local slice, with memory accounting against a quota. This is what the daemon keeps.
+ *
+ * ts_store_reshard is collective over the whole world (every rank runs every collective
+ * operation, in the same order): the ranks first agree that the tensor exists and the plan is
+ * valid everywhere, then run the executor, and only when every rank succeeded replace the slice
+ * and attribute; on failure every rank keeps the tensor exactly as it was. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan_internal.h"
+#include "ts_comm.h"
+
+struct ts_store {
+  int rank;
+  int64_t quota, used;
+  ts_stored **items;
+  int n, cap;
+};
+
+int ts_store_create(ts_store **out, int world_rank, int64_t quota_bytes, ts_error *err) {
+  if (!out)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_store_create: NULL output");
+  if (quota_bytes < 0)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "quota of %lld bytes; use 0 for no quota",
+                        (long long)quota_bytes);
+  ts_store *s = calloc(1, sizeof *s);
+  if (!s)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for a tensor store");
+  s->rank = world_rank;
+  s->quota = quota_bytes;
+  *out = s;
+  return TS_OK;
+}
+
+static void entry_free(ts_stored *e) {
+  if (!e)
+    return;
+  ts_attr_destroy(&e->attr);
+  free(e->local.data);
+  free(e);
+}
+
+void ts_store_destroy(ts_store **p) {
+  if (!p || !*p)
+    return;
+  ts_store *s = *p;
+  for (int i = 0; i < s->n; i++)
+    entry_free(s->items[i]);
+  free(s->items);
+  free(s);
+  *p = NULL;
+}
+
+static int find_index(const ts_store *s, const char *name) {
+  for (int i = 0; name && i < s->n; i++)
+    if (strcmp(s->items[i]->name, name) == 0)
+      return i;
+  return -1;
+}
+
+ts_stored *ts_store_find(ts_store *s, const char *name) {
+  int i = s ? find_index(s, name) : -1;
+  return i >= 0 ? s->items[i] : NULL;
+}
+
+int64_t ts_store_used_bytes(const ts_store *s) { return s ? s->used : 0; }
+int ts_store_count(const ts_store *s) { return s ? s->n : 0; }
+
+static int check_name(const char *name, ts_error *err) {
+  size_t n = name ? strlen(name) : 0;
+  if (n == 0 || n >= TS_NAME_MAX)
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "tensor name of %zu characters; names have 1 to %d characters", n,
+                        TS_NAME_MAX - 1);
+  return TS_OK;
+}
+
+/* The layout of a box's local slice for a tag; bytes its buffer needs. */
+static int slice_layout(const ts_box *box, ts_dtype dt, const char *tag, ts_layout *l,
+                        size_t *bytes, ts_error *err) {
+  int64_t ext[TS_MAX_DIMS];
+  for (int d = 0; d < box->ndim; d++)
+    ext[d] = box->hi[d] - box->lo[d];
+  int rc = tag && tag[0] ? ts_layout_from_tag(l, dt, box->ndim, ext, tag, err)
+                         : ts_layout_plain(l, dt, box->ndim, ext, err);
+  if (rc)
+    return rc;
+  return ts_layout_span(l, bytes, err);
+}
+
+int ts_store_add(ts_store *s, const char *name, int ndim, const int64_t *shape, ts_dtype dt,
+                 const ts_attr *attr, const char *layout_tag, ts_stored **entry, ts_error *err) {
+  if (entry)
+    *entry = NULL;
+  if (!s || !attr)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_store_add: NULL argument");
+  int rc = check_name(name, err);
+  if (rc)
+    return rc;
+  if (layout_tag && strlen(layout_tag) >= sizeof(((ts_stored *)0)->layout_tag))
+    return ts_error_set(err, TS_BAD_LAYOUT, "layout tag of %zu characters; at most %zu",
+                        strlen(layout_tag), sizeof(((ts_stored *)0)->layout_tag) - 1);
+  if (find_index(s, name) >= 0)
+    return ts_error_set(err, TS_EXISTS, "a tensor named '%s' already exists", name);
+  if (!ts_dtype_valid((int)dt))
+    return ts_error_set(err, TS_BAD_DTYPE, "dtype %d is not valid", (int)dt);
+  ts_geom *g = NULL;
+  if ((rc = ts_geom_create(attr, ndim, shape, &g, err)))
+    return rc;
+  ts_stored *e = calloc(1, sizeof *e);
+  if (!e) {
+    ts_geom_destroy(&g);
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for a store entry");
+  }
+  snprintf(e->name, sizeof e->name, "%s", name);
+  snprintf(e->layout_tag, sizeof e->layout_tag, "%s", layout_tag ? layout_tag : "");
+  e->ndim = ndim;
+  for (int d = 0; d < ndim; d++)
+    e->shape[d] = shape[d];
+  e->dtype = dt;
+  e->has_slice = ts_geom_rank_box(g, s->rank, &e->box);
+  ts_geom_destroy(&g);
+  if ((rc = ts_attr_clone(attr, &e->attr, err)))
+    goto fail;
+  if (e->has_slice) {
+    size_t bytes;
+    if ((rc = slice_layout(&e->box, dt, e->layout_tag, &e->local.layout, &bytes, err)))
+      goto fail;
+    if (s->quota > 0 && s->used + (int64_t)bytes > s->quota) {
+      rc = ts_error_set(err, TS_LIMIT,
+                        "tensor '%s' needs %zu bytes here; %lld of the quota of %lld are free",
+                        name, bytes, (long long)(s->quota - s->used), (long long)s->quota);
+      goto fail;
+    }
+    e->local.data = ts_shard_alloc(bytes);
+    if (!e->local.data) {
+      rc = ts_error_set(err, TS_NO_MEMORY, "no memory for a slice of %zu bytes", bytes);
+      goto fail;
+    }
+    memset(e->local.data, 0, bytes ? bytes : 1);
+    e->local.bytes = bytes;
+  }
+  if (s->n == s->cap) {
+    int cap = s->cap ? s->cap * 2 : 8;
+    ts_stored **items = realloc(s->items, (size_t)cap * sizeof *items);
+    if (!items) {
+      rc = ts_error_set(err, TS_NO_MEMORY, "no memory for the store index");
+      goto fail;
+    }
+    s->items = items;
+    s->cap = cap;
+  }
+  s->items[s->n++] = e;
+  s->used += (int64_t)e->local.bytes;
+  if (entry)
+    *entry = e;
+  return TS_OK;
+fail:
+  entry_free(e);
+  return rc;
+}
+
+int ts_store_drop(ts_store *s, const char *name, ts_error *err) {
+  int i = s ? find_index(s, name) : -1;
+  if (i < 0)
+    return ts_error_set(err, TS_NOT_FOUND, "no tensor named '%s'", name ? name : "(null)");
+  s->used -= (int64_t)s->items[i]->local.bytes;
+  entry_free(s->items[i]);
+  s->items[i] = s->items[--s->n];
+  return TS_OK;
+}
+
+int ts_store_reshard(ts_store *s, ts_world *w, const char *name, const ts_attr *tgt,
+                     const char *layout_tag, const ts_plan_opts *popts, ts_exec_report *report,
+                     ts_error *err) {
+  ts_error scratch, lerr;
+  if (!err)
+    err = &scratch;
+  if (!s || !w)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_store_reshard: NULL argument");
+  ts_error_clear(&lerr);
+  int lst = TS_OK;
+  ts_stored *e = ts_store_find(s, name);
+  ts_plan *plan = NULL;
+  ts_attr *new_attr = NULL;
+  if (!e)
+    lst = ts_error_set(&lerr, TS_NOT_FOUND, "no tensor named '%s'", name ? name : "(null)");
+  else if (!tgt)
+    lst = ts_error_set(&lerr, TS_INVALID_ARGUMENT, "no target attribute");
+  else if (layout_tag && strlen(layout_tag) >= sizeof e->layout_tag)
+    lst = ts_error_set(&lerr, TS_BAD_LAYOUT, "layout tag of %zu characters; at most %zu",
+                       strlen(layout_tag), sizeof e->layout_tag - 1);
+  if (lst == TS_OK) {
+    ts_plan_opts o = popts ? *popts : (ts_plan_opts){TS_STRATEGY_AUTO, 0, 0};
+    o.world_size = ts_world_size(w);
+    lst = ts_plan_create(e->ndim, e->shape, e->dtype, e->attr, tgt, &o, &plan, &lerr);
+  }
+  if (lst == TS_OK)
+    lst = ts_attr_clone(tgt, &new_attr, &lerr);
+  /* Every rank agrees that the reshard can be planned before the executor runs. */
+  int rc = ts_comm_agree(ts_world_comm(w), lst, &lerr, err);
+  if (rc) {
+    ts_plan_destroy(&plan);
+    ts_attr_destroy(&new_attr);
+    return rc;
+  }
+  ts_exec_opts xo = {0, 0};
+  if (s->quota > 0)
+    xo.max_alloc_bytes = s->quota - s->used > 0 ? s->quota - s->used : 1;
+  ts_tensor out;
+  rc = ts_reshard_exec(w, plan, e->has_slice ? &e->local : NULL, layout_tag, &xo, &out, report,
+                       err);
+  if (rc == TS_OK) {
+    ts_box box;
+    bool has = ts_geom_rank_box(plan->tgt, s->rank, &box);
+    s->used += (int64_t)out.bytes - (int64_t)e->local.bytes;
+    free(e->local.data);
+    e->local = out;
+    e->has_slice = has;
+    if (has)
+      e->box = box;
+    ts_attr_destroy(&e->attr);
+    e->attr = new_attr;
+    new_attr = NULL;
+    snprintf(e->layout_tag, sizeof e->layout_tag, "%s", layout_tag ? layout_tag : "");
+  }
+  ts_plan_destroy(&plan);
+  ts_attr_destroy(&new_attr);
+  return rc;
+}

