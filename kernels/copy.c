@@ -19,6 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "kernels_internal.h"
 
@@ -26,8 +29,15 @@
 #define MAX_DIM_NODES 16
 #define MAX_PERIOD (INT64_C(1) << 20)
 #define ROW_CHUNK_BYTES (64 * 1024)   /* a rows-kernel call moves about this much */
-#define TILE_BYTES 64                 /* transpose tile: one cache line of source per row */
-#define TILE_COLS 64                  /* columns (destination-contiguous) per transpose tile */
+#define TILE_BYTES 64     /* transpose tile: columns of one cache line of destination */
+#ifndef NT_STORES
+#define NT_STORES 0
+#endif
+#ifndef TILE_ROW_BYTES
+#define TILE_ROW_BYTES 256
+#endif
+#define TILE_ROW_BYTES_DOC /* source bytes read per visit of a source row: rows per transpose call */
+#define STREAM_MIN_BYTES (32 << 20) /* transposes this large bypass the caches on writes */
 #define THREAD_MIN_BYTES (1024 * 1024) /* less than this per thread is not worth a thread */
 
 typedef struct {
@@ -192,13 +202,91 @@ static int lower_dim(const ts_layout *sl, int64_t s_start, const ts_layout *dl, 
 }
 /* ---- running one job ------------------------------------------------------------------- */
 
+typedef void (*transpose_fn)(char *d, ptrdiff_t dc, ptrdiff_t dr, const char *s, ptrdiff_t sc,
+                             ptrdiff_t sr, int64_t nc, int64_t nr, bool stream);
+
 typedef struct {
   ts__row_fn row;
+  transpose_fn tile; /* same-dtype transposes; NULL when converting */
+  bool same_dtype;   /* a pure move: the transpose tiles apply */
+  bool stream;       /* non-temporal stores: the job is far larger than the caches */
   int64_t es, ed;
   bool transpose;
   int nn;
   node nodes[MAX_NODES]; /* [0] inner (dst-contiguous), [1] rows per call, [2..] outer loops */
 } job;
+
+/* A transpose tile of same-size elements: column c of the destination (contiguous along the
+ * columns) takes row-contiguous source elements. The tile is small enough to stay in L1, so the
+ * strided side of each loop costs little; both sides stream whole cache lines from memory. */
+#define TRANSPOSE_TILE(bytes, ctype)                                                               \
+  static void transpose_tile_##bytes(char *d, ptrdiff_t dc, ptrdiff_t dr, const char *s,          \
+                                     ptrdiff_t sc, ptrdiff_t sr, int64_t nc, int64_t nr,          \
+                                     bool stream) {                                               \
+    (void)stream;                                                                                  \
+    for (int64_t c = 0; c < nc; c++) {                                                             \
+      char *dp = d + c * dc;                                                                       \
+      const char *sp = s + c * sc;                                                                 \
+      for (int64_t r = 0; r < nr; r++) {                                                           \
+        ctype v;                                                                                   \
+        memcpy(&v, sp + r * sr, bytes);                                                            \
+        memcpy(dp + r * dr, &v, bytes);                                                            \
+      }                                                                                            \
+    }                                                                                              \
+  }
+TRANSPOSE_TILE(1, uint8_t)
+TRANSPOSE_TILE(2, uint16_t)
+TRANSPOSE_TILE(8, uint64_t)
+
+/* f32-sized elements, the common case. With power-of-two strides every line of a tile falls in
+ * the same cache set, so a line must be used whole the one time it is touched: each 16x16 block
+ * reads 16 whole source lines into an L1 buffer, transposes there with 4x4 register transposes,
+ * and writes 16 whole destination lines. */
+static void transpose_block16_4(char *d, ptrdiff_t dr, const char *s, ptrdiff_t sc, bool stream) {
+  float in[16][16], out[16][16];
+  for (int c = 0; c < 16; c++)
+    memcpy(in[c], s + c * sc, 64);
+#if defined(__SSE2__)
+  for (int c = 0; c < 16; c += 4)
+    for (int r = 0; r < 16; r += 4) {
+      __m128 x0 = _mm_loadu_ps(&in[c][r]), x1 = _mm_loadu_ps(&in[c + 1][r]),
+             x2 = _mm_loadu_ps(&in[c + 2][r]), x3 = _mm_loadu_ps(&in[c + 3][r]);
+      _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
+      _mm_storeu_ps(&out[r][c], x0);
+      _mm_storeu_ps(&out[r + 1][c], x1);
+      _mm_storeu_ps(&out[r + 2][c], x2);
+      _mm_storeu_ps(&out[r + 3][c], x3);
+    }
+#else
+  for (int c = 0; c < 16; c++)
+    for (int r = 0; r < 16; r++)
+      out[r][c] = in[c][r];
+#endif
+#if defined(__SSE2__)
+  if (stream && ((uintptr_t)d & 15) == 0 && (dr & 15) == 0) { /* whole lines, never reread */
+    for (int r = 0; r < 16; r++)
+      for (int k = 0; k < 16; k += 4)
+        _mm_stream_ps((float *)(d + r * dr) + k, _mm_loadu_ps(&out[r][k]));
+    return;
+  }
+#endif
+  for (int r = 0; r < 16; r++)
+    memcpy(d + r * dr, out[r], 64);
+}
+
+static void transpose_tile_4(char *d, ptrdiff_t dc, ptrdiff_t dr, const char *s, ptrdiff_t sc,
+                             ptrdiff_t sr, int64_t nc, int64_t nr, bool stream) {
+  int64_t r0 = 0;
+  if (dc == 4 && sr == 4 && nc == 16)
+    for (; r0 + 16 <= nr; r0 += 16)
+      transpose_block16_4(d + r0 * dr, dr, s + r0 * 4, sc, stream);
+  for (int64_t c = 0; c < nc; c++)
+    for (int64_t r = r0; r < nr; r++) {
+      uint32_t v;
+      memcpy(&v, s + c * sc + r * sr, 4);
+      memcpy(d + c * dc + r * dr, &v, 4);
+    }
+}
 
 /* The two innermost loops, from base pointers. */
 static void run_inner(const job *j, char *d, const char *s) {
@@ -208,11 +296,18 @@ static void run_inner(const job *j, char *d, const char *s) {
       j->row(d + r * b->ds, a->ds, s + r * b->ss, a->ss, (size_t)a->n);
     return;
   }
-  /* tile: TILE_COLS destination-contiguous columns x b->n source-contiguous rows */
-  for (int64_t c0 = 0; c0 < a->n; c0 += TILE_COLS) {
-    int64_t cn = a->n - c0 < TILE_COLS ? a->n - c0 : TILE_COLS;
+  /* tiles of destination-contiguous columns x the b->n source-contiguous rows */
+  int64_t esize = j->es > j->ed ? j->es : j->ed, cols = TILE_BYTES / esize;
+  for (int64_t c0 = 0; c0 < a->n; c0 += cols) {
+    int64_t cn = a->n - c0 < cols ? a->n - c0 : cols;
+    char *dp = d + c0 * a->ds;
+    const char *sp = s + c0 * a->ss;
+    if (j->tile) {
+      j->tile(dp, a->ds, b->ds, sp, a->ss, b->ss, cn, b->n, j->stream);
+      continue;
+    }
     for (int64_t r = 0; r < b->n; r++)
-      j->row(d + r * b->ds + c0 * a->ds, a->ds, s + r * b->ss + c0 * a->ss, a->ss, (size_t)cn);
+      j->row(dp + r * b->ds, a->ds, sp + r * b->ss, a->ss, (size_t)cn);
   }
 }
 
@@ -238,6 +333,10 @@ static void run_range(const job *j, char *d, const char *s, int64_t lo, int64_t 
       s -= j->nodes[k].n * j->nodes[k].ss;
     }
   }
+#if defined(__SSE2__)
+  if (j->stream)
+    _mm_sfence(); /* non-temporal stores are weakly ordered: publish them before returning */
+#endif
 }
 
 typedef struct {
@@ -358,7 +457,14 @@ static void run_job(job *j, char *d, const char *s, int threads) {
     return;
   }
   if (j->transpose) {
-    int64_t rows = TILE_BYTES / esize;
+    int64_t total = j->es + j->ed;
+    for (int k = 0; k < j->nn; k++)
+      total *= j->nodes[k].n;
+    j->stream = total >= STREAM_MIN_BYTES;
+    if (j->same_dtype)
+      j->tile = j->es == 1 ? transpose_tile_1 : j->es == 2 ? transpose_tile_2
+              : j->es == 4 ? transpose_tile_4 : transpose_tile_8;
+    int64_t rows = TILE_ROW_BYTES / esize;
     if (j->nodes[1].n > rows)
       return split_and_run(j, 1, rows, 2, d, s, threads);
   } else {
@@ -428,6 +534,7 @@ static int copy_lowered(char *dbase, const ts_layout *dl, const int64_t *dst_sta
     int pick[TS_MAX_DIMS] = {0};
     for (;;) { /* every combination of segments */
       job j = {.row = row,
+               .same_dtype = dl->dtype == sl->dtype,
                .es = (int64_t)ts_dtype_size(sl->dtype),
                .ed = (int64_t)ts_dtype_size(dl->dtype)};
       char *d = dbase + dl->offset;

@@ -101,9 +101,9 @@ float ts_bf16_to_f32(uint16_t b) { return bits_f32((uint32_t)b << 16); }
 
 uint16_t ts_f32_to_bf16(float f) {
   uint32_t x = f32_bits(f);
-  if ((x & 0x7fffffff) > 0x7f800000)
-    return (uint16_t)((x >> 16) | 0x40);
-  return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+  uint32_t rounded = (x + 0x7fff + ((x >> 16) & 1)) >> 16;
+  uint32_t quiet_nan = (x >> 16) | 0x40;
+  return (uint16_t)((x & 0x7fffffff) > 0x7f800000 ? quiet_nan : rounded); /* a select: vectorizes */
 }
 
 /* Rounds a finite non-negative magnitude m * 2^e (m an integer) to a small binary float format
@@ -219,9 +219,15 @@ static inline int64_t same_i64(int64_t v) { return v; }
   Y(f32, 4, TS_F32) Y(f64, 8, TS_F64) Y(f16, 2, TS_F16) Y(bf16, 2, TS_BF16) Y(i8, 1, TS_I8)        \
   Y(i32, 4, TS_I32) Y(i64, 8, TS_I64) Y(u8, 1, TS_U8)
 
-/* The contiguous branch lets the compiler vectorize the common dense conversions. */
+/* The contiguous branch lets the compiler vectorize the common dense conversions; on x86-64 each
+ * row function also gets an AVX2 clone, chosen at load time when the CPU has it. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define ROW_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define ROW_CLONES
+#endif
 #define ROW_FN(S, SSIZE, D, STORE, DTYPE)                                                          \
-  static void row_##D##_from_##S(char *d, ptrdiff_t ds, const char *s, ptrdiff_t ss, size_t n) { \
+  ROW_CLONES static void row_##D##_from_##S(char *d, ptrdiff_t ds, const char *s, ptrdiff_t ss, size_t n) { \
     if (ds == (ptrdiff_t)sizeof(DTYPE) && ss == SSIZE) {                                           \
       for (size_t i = 0; i < n; i++) {                                                             \
         DTYPE o = STORE(ld_##S(s + i * SSIZE));                                                    \

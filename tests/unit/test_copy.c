@@ -152,6 +152,36 @@ START_TEST(test_random_large_threads) {
 }
 END_TEST
 
+/* Large transposes take the streaming (non-temporal) path: check them whole, even and odd sizes. */
+START_TEST(test_large_transpose) {
+  int64_t sizes[2][2] = {{2048, 2048}, {2049, 2051}};
+  for (int k = 0; k < 2; k++) {
+    ts_tensor src = {0}, d1 = {0}, d2 = {0};
+    ts_layout_from_tag(&src.layout, TS_F32, 2, sizes[k], "ab", NULL);
+    ts_layout_from_tag(&d1.layout, TS_F32, 2, sizes[k], "ba", NULL);
+    d2.layout = d1.layout;
+    src.bytes = d1.bytes = d2.bytes = (size_t)(sizes[k][0] * sizes[k][1] * 4);
+    src.data = malloc(src.bytes);
+    d1.data = malloc(d1.bytes);
+    d2.data = malloc(d2.bytes);
+    fill_random(src.data, src.bytes);
+    memset(d1.data, 0, d1.bytes);
+    memset(d2.data, 1, d2.bytes);
+    ts_copy_opts one = {.threads = 1};
+    ck_assert_int_eq(ts_copy(&d1, &src, &one, NULL), TS_OK);
+    ck_assert_int_eq(ts_copy_box_reference(&d2, NULL, &src, NULL, src.layout.shape, NULL), TS_OK);
+    ck_assert(memcmp(d1.data, d2.data, d1.bytes) == 0);
+    memset(d1.data, 0, d1.bytes);
+    ts_copy_opts two = {.threads = 2};
+    ck_assert_int_eq(ts_copy(&d1, &src, &two, NULL), TS_OK);
+    ck_assert(memcmp(d1.data, d2.data, d1.bytes) == 0);
+    free(src.data);
+    free(d1.data);
+    free(d2.data);
+  }
+}
+END_TEST
+
 /* NCHW16c addresses by hand: shape [2, 20, 3, 5], C padded to 32. */
 START_TEST(test_blocked_addresses) {
   ts_layout l;
@@ -291,6 +321,7 @@ int main(void) {
   tcase_add_test(tc, test_errors);
   tcase_add_test(tc, test_random_vs_reference);
   tcase_add_test(tc, test_random_large_threads);
+  tcase_add_test(tc, test_large_transpose);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -1,0 +1,175 @@
+/* bench_copy.c - tshard-bench-copy: the strided-copy kernel against memcpy and its reference.
+ *
+ * Prints key=value lines. Bandwidth counts bytes read plus bytes written, for memcpy too. Each
+ * case runs with 1 thread (_t1) and with all cores (_tN); medians of several runs. The reference
+ * (one address computation per element) runs once per case. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ts_kernels.h"
+
+#define REPS 5
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return v[n / 2];
+}
+
+static void *xmalloc(size_t n) {
+  void *p = malloc(n);
+  if (!p) {
+    fprintf(stderr, "tshard-bench-copy: out of memory (%zu bytes)\n", n);
+    exit(1);
+  }
+  memset(p, 1, n); /* touch every page before timing */
+  return p;
+}
+
+typedef struct {
+  char *d;
+  const char *s;
+  size_t n;
+} memcpy_part;
+
+static void *memcpy_thread(void *arg) {
+  memcpy_part *p = arg;
+  memcpy(p->d, p->s, p->n);
+  return NULL;
+}
+
+/* memcpy of n bytes split over t threads (t = 1: a plain memcpy). */
+static void parallel_memcpy(char *d, const char *s, size_t n, int t) {
+  pthread_t tid[64];
+  memcpy_part part[64];
+  for (int i = 0; i < t; i++)
+    part[i] = (memcpy_part){d + n * i / t, s + n * i / t, n * (i + 1) / t - n * i / t};
+  for (int i = 1; i < t; i++)
+    pthread_create(&tid[i], NULL, memcpy_thread, &part[i]);
+  memcpy_thread(&part[0]);
+  for (int i = 1; i < t; i++)
+    pthread_join(tid[i], NULL);
+}
+
+static double memcpy_gbps[2];
+static int nthreads[2];
+static const char *suffix[2] = {"t1", "tN"};
+
+static void bench_memcpy(void) {
+  size_t n = (size_t)256 << 20;
+  char *a = xmalloc(n), *b = xmalloc(n);
+  for (int v = 0; v < 2; v++) {
+    double t[REPS];
+    parallel_memcpy(b, a, n, nthreads[v]);
+    for (int r = 0; r < REPS; r++) {
+      double t0 = now();
+      parallel_memcpy(b, a, n, nthreads[v]);
+      t[r] = now() - t0;
+    }
+    memcpy_gbps[v] = 2.0 * (double)n / median(t, REPS) / 1e9;
+    printf("memcpy_gbps_%s=%.2f\n", suffix[v], memcpy_gbps[v]);
+  }
+  printf("memcpy_gbps=%.2f\n", memcpy_gbps[0]);
+  printf("threads_tN=%d\n", nthreads[1]);
+  free(a);
+  free(b);
+}
+
+static void must(int rc, const ts_error *err) {
+  if (rc) {
+    fprintf(stderr, "tshard-bench-copy: %s\n", err->msg);
+    exit(1);
+  }
+}
+
+/* Times one case: src box of `extent` at s_start copied to the whole of dst. */
+static void bench_case(const char *name, ts_tensor *dst, ts_tensor *src, const int64_t *s_start) {
+  ts_error err;
+  const int64_t *extent = dst->layout.shape;
+  int64_t numel = ts_layout_numel(&dst->layout);
+  double bytes = (double)numel * (double)(ts_dtype_size(src->layout.dtype) + ts_dtype_size(dst->layout.dtype));
+  double fast[2];
+  for (int v = 0; v < 2; v++) {
+    ts_copy_opts opts = {.threads = nthreads[v]};
+    double t[REPS];
+    must(ts_copy_box(dst, NULL, src, s_start, extent, &opts, &err), &err);
+    for (int r = 0; r < REPS; r++) {
+      double t0 = now();
+      must(ts_copy_box(dst, NULL, src, s_start, extent, &opts, &err), &err);
+      t[r] = now() - t0;
+    }
+    fast[v] = median(t, REPS);
+  }
+  double t0 = now();
+  must(ts_copy_box_reference(dst, NULL, src, s_start, extent, &err), &err);
+  double ref = now() - t0;
+  for (int v = 0; v < 2; v++) {
+    double gbps = bytes / fast[v] / 1e9;
+    printf("%s_gbps_%s=%.2f\n", name, suffix[v], gbps);
+    printf("%s_vs_memcpy_%s=%.3f\n", name, suffix[v], gbps / memcpy_gbps[v]);
+    printf("%s_vs_reference_%s=%.1f\n", name, suffix[v], ref / fast[v]);
+  }
+  printf("%s_reference_ms=%.1f\n", name, ref * 1e3);
+  fflush(stdout);
+}
+
+static ts_tensor make(ts_dtype dt, int nd, const int64_t *shape, const char *tag) {
+  ts_tensor t = {0};
+  ts_error err;
+  must(ts_layout_from_tag(&t.layout, dt, nd, shape, tag, &err), &err);
+  must(ts_layout_span(&t.layout, &t.bytes, &err), &err);
+  t.data = xmalloc(t.bytes);
+  return t;
+}
+
+static void fill_f32(ts_tensor *t) {
+  float *p = t->data;
+  for (size_t i = 0; i < t->bytes / 4; i++)
+    p[i] = (float)(i % 1000) * 0.5f;
+}
+
+static void run(const char *name, ts_dtype sdt, ts_dtype ddt, int nd, const int64_t *sshape,
+                const char *stag, const int64_t *s_start, const int64_t *dshape, const char *dtag) {
+  ts_tensor src = make(sdt, nd, sshape, stag), dst = make(ddt, nd, dshape, dtag);
+  if (sdt == TS_F32)
+    fill_f32(&src);
+  bench_case(name, &dst, &src, s_start);
+  free(src.data);
+  free(dst.data);
+}
+
+int main(void) {
+  nthreads[0] = 1;
+  nthreads[1] = ts_kernels_threads();
+  bench_memcpy();
+  int64_t sq[2] = {8192, 8192};
+  ts_tensor src = make(TS_F32, 2, sq, "ab"), dst = make(TS_F32, 2, sq, "ba");
+  fill_f32(&src);
+  bench_case("transpose2d", &dst, &src, NULL);
+  free(src.data);
+  free(dst.data);
+
+  int64_t p4[4] = {64, 64, 64, 64};
+  run("permute4d", TS_F32, TS_F32, 4, p4, "abcd", NULL, p4, "dcab");
+  int64_t nchw[4] = {32, 64, 56, 56};
+  run("nchw_to_nchw16c", TS_F32, TS_F32, 4, nchw, "abcd", NULL, nchw, "aBcd16b");
+  run("nchw16c_to_nhwc", TS_F32, TS_F32, 4, nchw, "aBcd16b", NULL, nchw, "acdb");
+  int64_t big[4] = {64, 128, 56, 56}, start[4] = {16, 32, 0, 0};
+  run("subbox_to_blocked", TS_F32, TS_F32, 4, big, "abcd", start, nchw, "aBcd16b");
+  int64_t n1[1] = {INT64_C(64) << 20};
+  run("f32_to_bf16", TS_F32, TS_BF16, 1, n1, "a", NULL, n1, "a");
+  return 0;
+}
