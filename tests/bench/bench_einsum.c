@@ -3,7 +3,12 @@
  * For each case: the forward time (median of several runs, plan made once, no cache), its
  * GFLOP/s, the ratio to a direct CBLAS GEMM loop on data already in GEMM layout (same batch,
  * M, N, K), and backward with the transpose cache against backward without it, with the number
- * of operand transposes the cache avoided. Prints key=value lines. */
+ * of operand transposes the cache avoided. Prints key=value lines.
+ *
+ * Each case runs twice: with the engine's own choices (operands already GEMM-readable are not
+ * transposed: keys <case>_...), and with every operand transposed (ts_einsum_opts.
+ * always_transpose: keys <case>_forced_...), which shows what the transpose cache saves when
+ * transposes happen. Cached and uncached backward runs alternate, so drift hits both alike. */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,11 +79,40 @@ static void check(int rc, const ts_error *err, const char *what) {
   }
 }
 
-static void run_case(const bench_case *c, int reps) {
+/* Times the raw GEMM loop on data already in GEMM layout: the limit einsum is compared with. */
+static double time_gemm(const bench_case *c, int reps) {
+  double t[16];
+  void *ga_ = alloc_filled((size_t)(c->batch * c->m * c->k), c->dt, 7);
+  void *gb_ = alloc_filled((size_t)(c->batch * c->k * c->n), c->dt, 8);
+  char *gc_ = alloc_filled((size_t)(c->batch * c->m * c->n), c->dt, 9);
+  for (int r = -1; r < reps; r++) {
+    double t0 = now_ms();
+    for (int64_t bi = 0; bi < c->batch; bi++) {
+      if (c->dt == TS_F32)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)c->m, (int)c->n, (int)c->k,
+                    1.0f, (float *)ga_ + bi * c->m * c->k, (int)c->k,
+                    (float *)gb_ + bi * c->k * c->n, (int)c->n, 0.0f,
+                    (float *)gc_ + bi * c->m * c->n, (int)c->n);
+      else
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)c->m, (int)c->n, (int)c->k,
+                    1.0, (double *)ga_ + bi * c->m * c->k, (int)c->k,
+                    (double *)gb_ + bi * c->k * c->n, (int)c->n, 0.0,
+                    (double *)gc_ + bi * c->m * c->n, (int)c->n);
+    }
+    if (r >= 0) t[r] = now_ms() - t0;
+  }
+  free(ga_);
+  free(gb_);
+  free(gc_);
+  return median(t, reps);
+}
+
+static void run_case(const bench_case *c, int reps, bool forced, double gemm) {
   ts_error err = {0};
   const int64_t *shapes[2] = {c->shape[0], c->shape[1]};
   ts_einsum_plan *p = NULL;
-  check(ts_einsum_plan_create(&p, c->eq, 2, c->nd, shapes, c->dt, NULL, &err), &err, c->name);
+  ts_einsum_opts opts = {.path = TS_EINSUM_PATH_GREEDY, .always_transpose = forced};
+  check(ts_einsum_plan_create(&p, c->eq, 2, c->nd, shapes, c->dt, &opts, &err), &err, c->name);
   int ond;
   int64_t os[TS_MAX_DIMS];
   ts_einsum_plan_output(p, &ond, os);
@@ -107,68 +141,47 @@ static void run_case(const bench_case *c, int reps) {
   }
   double fwd = median(t, reps);
 
-  /* The raw GEMM loop on data already in GEMM layout. */
-  size_t es = ts_dtype_size(c->dt);
-  void *ga_ = alloc_filled((size_t)(c->batch * c->m * c->k), c->dt, 7);
-  void *gb_ = alloc_filled((size_t)(c->batch * c->k * c->n), c->dt, 8);
-  char *gc_ = alloc_filled((size_t)(c->batch * c->m * c->n), c->dt, 9);
-  for (int r = -1; r < reps; r++) {
-    double t0 = now_ms();
-    for (int64_t bi = 0; bi < c->batch; bi++) {
-      if (c->dt == TS_F32)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)c->m, (int)c->n, (int)c->k,
-                    1.0f, (float *)ga_ + bi * c->m * c->k, (int)c->k,
-                    (float *)gb_ + bi * c->k * c->n, (int)c->n, 0.0f,
-                    (float *)gc_ + bi * c->m * c->n, (int)c->n);
-      else
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)c->m, (int)c->n, (int)c->k,
-                    1.0, (double *)ga_ + bi * c->m * c->k, (int)c->k,
-                    (double *)gb_ + bi * c->k * c->n, (int)c->n, 0.0,
-                    (double *)gc_ + bi * c->m * c->n, (int)c->n);
-    }
-    if (r >= 0) t[r] = now_ms() - t0;
-  }
-  double gemm = median(t, reps);
-  (void)es;
-  free(ga_);
-  free(gb_);
-  free(gc_);
-
-  /* Backward with the cache (forward filled it, untimed) and without. */
+  /* Backward with the cache (forward filled it, untimed) and without, alternating. */
   ts_einsum_cache *cache = NULL;
   check(ts_einsum_cache_create(&cache, &err), &err, c->name);
   check(ts_einsum_execute(p, &to, ops, cache, &err), &err, c->name);
   ts_einsum_stats s0, s1, s2;
+  double tu[16];
+  uint64_t tr_cached = 0, tr_uncached = 0;
   check(ts_einsum_backward(p, &tgo, ops, grads, cache, &err), &err, c->name); /* warm-up */
-  ts_einsum_stats_get(&s0);
   for (int r = 0; r < reps; r++) {
+    ts_einsum_stats_get(&s0);
     double t0 = now_ms();
     check(ts_einsum_backward(p, &tgo, ops, grads, cache, &err), &err, c->name);
     t[r] = now_ms() - t0;
-  }
-  ts_einsum_stats_get(&s1);
-  double bwd_cached = median(t, reps);
-  for (int r = 0; r < reps; r++) {
-    double t0 = now_ms();
+    ts_einsum_stats_get(&s1);
+    t0 = now_ms();
     check(ts_einsum_backward(p, &tgo, ops, grads, NULL, &err), &err, c->name);
-    t[r] = now_ms() - t0;
+    tu[r] = now_ms() - t0;
+    ts_einsum_stats_get(&s2);
+    tr_cached = s1.operand_transposes - s0.operand_transposes;
+    tr_uncached = s2.operand_transposes - s1.operand_transposes;
   }
-  ts_einsum_stats_get(&s2);
-  double bwd_uncached = median(t, reps);
-  uint64_t tr_cached = (s1.operand_transposes - s0.operand_transposes) / (uint64_t)reps;
-  uint64_t tr_uncached = (s2.operand_transposes - s1.operand_transposes) / (uint64_t)reps;
+  double bwd_cached = median(t, reps);
+  double bwd_uncached = median(tu, reps);
+  ts_einsum_stats_get(&s0);
+  check(ts_einsum_execute(p, &to, ops, NULL, &err), &err, c->name);
+  ts_einsum_stats_get(&s1);
+  uint64_t tr_fwd = s1.operand_transposes - s0.operand_transposes;
 
   double flops = ts_einsum_plan_flops(p);
-  printf("%s_ms=%.3f\n", c->name, fwd);
-  printf("%s_gflops=%.2f\n", c->name, flops / (fwd * 1e6));
-  printf("%s_gemm_ms=%.3f\n", c->name, gemm);
-  printf("%s_vs_gemm=%.3f\n", c->name, fwd / gemm);
-  printf("%s_bwd_cached_ms=%.3f\n", c->name, bwd_cached);
-  printf("%s_bwd_uncached_ms=%.3f\n", c->name, bwd_uncached);
-  printf("%s_bwd_speedup=%.3f\n", c->name, bwd_uncached / bwd_cached);
-  printf("%s_bwd_transposes_saved=%llu\n", c->name,
-         (unsigned long long)(tr_uncached - tr_cached));
-  printf("%s_cache_mib=%.1f\n", c->name, ts_einsum_cache_bytes(cache) / 1048576.0);
+  char k[64];
+  snprintf(k, sizeof k, "%s%s", c->name, forced ? "_forced" : "");
+  printf("%s_ms=%.3f\n", k, fwd);
+  printf("%s_gflops=%.2f\n", k, flops / (fwd * 1e6));
+  if (!forced) printf("%s_gemm_ms=%.3f\n", k, gemm);
+  printf("%s_vs_gemm=%.3f\n", k, fwd / gemm);
+  printf("%s_fwd_transposes=%llu\n", k, (unsigned long long)tr_fwd);
+  printf("%s_bwd_cached_ms=%.3f\n", k, bwd_cached);
+  printf("%s_bwd_uncached_ms=%.3f\n", k, bwd_uncached);
+  printf("%s_bwd_speedup=%.3f\n", k, bwd_uncached / bwd_cached);
+  printf("%s_bwd_transposes_saved=%llu\n", k, (unsigned long long)(tr_uncached - tr_cached));
+  printf("%s_cache_mib=%.1f\n", k, ts_einsum_cache_bytes(cache) / 1048576.0);
   fflush(stdout);
 
   ts_einsum_cache_destroy(&cache);
@@ -213,6 +226,10 @@ int main(int argc, char **argv) {
   }
   printf("reps=%d\n", reps);
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-    if (only == NULL || strcmp(only, cases[i].name) == 0) run_case(&cases[i], reps);
+    if (only == NULL || strcmp(only, cases[i].name) == 0) {
+      double gemm = time_gemm(&cases[i], reps);
+      run_case(&cases[i], reps, false, gemm);
+      run_case(&cases[i], reps, true, gemm);
+    }
   return 0;
 }

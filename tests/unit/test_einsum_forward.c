@@ -66,13 +66,13 @@ static void run_case(const rand_case *c, rng *r, const ts_einsum_opts *opts) {
   ck_assert_ptr_null(p);
 }
 
-/* 64 random equations per dtype: 384 in all. */
+/* 100 random equations per dtype: 600 in all. */
 START_TEST(test_random_equations) {
   ts_dtype dt = all_dtypes[_i];
   rng r = {.s = 1000u + (uint64_t)_i};
-  for (int k = 0; k < 64; k++) {
+  for (int k = 0; k < 100; k++) {
     rand_case c;
-    rand_case_make(&c, &r, 5, dt, 20000);
+    rand_case_make(&c, &r, 5, dt, 40000);
     ts_einsum_opts opts = {.path = (ts_einsum_path)rng_int(&r, 0, 1),
                            .always_transpose = rng_int(&r, 0, 3) == 0};
     run_case(&c, &r, &opts);
