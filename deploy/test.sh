@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what is missing, builds the normal and the sanitizer (ASan +
+# UBSan) variants, and runs every CTest test in both (unit, MPI under several rank counts,
+# end-to-end). Exit status 0 only when both variants pass. Run as root on a fresh Debian machine,
+# or install deploy/install-deps.sh's packages first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash deploy/install-deps.sh
+
+# Open MPI refuses root without these; CI runs as root. --oversubscribe is set per test.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+jobs=$(nproc 2>/dev/null || echo 2)
+
+run_variant() { # name, build dir, extra cmake flags...
+  local name=$1 dir=$2
+  shift 2
+  echo "== tshard tests: $name build ($dir)"
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >"$dir/configure.log" 2>&1 ||
+    { cat "$dir/configure.log"; return 1; }
+  if ! cmake --build "$dir" -j"$jobs" >"$dir/build.log" 2>&1; then
+    grep -E -A3 "error|Error" "$dir/build.log" | head -60
+    return 1
+  fi
+  grep -E "warning:" "$dir/build.log" || true # the build is meant to be warning-free
+  (cd "$dir" && ctest --output-on-failure --timeout 900)
+}
+
+mkdir -p build build-asan
+run_variant normal build
+run_variant sanitizer build-asan -DTSHARD_SANITIZE=ON
+echo "== tshard tests: both variants passed"
