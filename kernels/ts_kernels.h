@@ -176,8 +176,9 @@ int ts_reduce_fill_identity(void *dst, size_t n, ts_dtype dt, ts_reduce_op op, t
  * (AB) or reduced (one operand only: summed first). A is brought to [ABO, AO, AB] (or
  * [ABO, AB, AO]) and B to [ABO, AB, BO] (or [ABO, BO, AB]) with the strided-copy kernel, a batched
  * GEMM follows, and the result is moved to the output order. A transpose is skipped when the
- * operand already reads as a BLAS matrix per batch (one batch stride, a row or column stride of
- * 1): CBLAS's transpose flags then stand in for the copy.
+ * operand already reads as a BLAS matrix per batch element (its row labels and its column labels
+ * each fused into one stride, one of the two 1; batch labels may have any strides, the GEMM loop
+ * walks them): CBLAS's transpose flags then stand in for the copy.
  *
  * A plan (equation + shapes + dtype -> label classes, GEMM shapes, path) is made once and is
  * reusable, also from several threads at once; all per-call state lives in the caller's cache. */
