@@ -17,6 +17,7 @@ static atomic_uint_least64_t counters[4];
 void ts__ein_count(int which) { atomic_fetch_add(&counters[which], 1); }
 
 void ts_einsum_stats_get(ts_einsum_stats *out) {
+  if (out == NULL) return;
   out->operand_transposes = atomic_load(&counters[TS__CNT_OPERAND]);
   out->grad_out_transposes = atomic_load(&counters[TS__CNT_GRAD_OUT]);
   out->result_moves = atomic_load(&counters[TS__CNT_RESULT]);

@@ -76,14 +76,18 @@ void ts_einsum_plan_destroy(ts_einsum_plan **p) {
 }
 
 void ts_einsum_plan_output(const ts_einsum_plan *p, int *ndim, int64_t *shape) {
+  if (p == NULL) {
+    if (ndim) *ndim = 0;
+    return;
+  }
   if (ndim) *ndim = p->pe.out_ndim;
   if (shape)
     for (int d = 0; d < p->pe.out_ndim; d++) shape[d] = p->pe.size[p->pe.out_lab[d]];
 }
 
-int ts_einsum_plan_n_operands(const ts_einsum_plan *p) { return p->pe.n; }
-ts_dtype ts_einsum_plan_dtype(const ts_einsum_plan *p) { return p->dtype; }
-double ts_einsum_plan_flops(const ts_einsum_plan *p) { return p->flops; }
+int ts_einsum_plan_n_operands(const ts_einsum_plan *p) { return p ? p->pe.n : 0; }
+ts_dtype ts_einsum_plan_dtype(const ts_einsum_plan *p) { return p ? p->dtype : TS_DTYPE_COUNT; }
+double ts_einsum_plan_flops(const ts_einsum_plan *p) { return p ? p->flops : 0.0; }
 
 static void node_text(const ts_einsum_plan *p, int i, char *buf, size_t cap) {
   const ts__ein_node *nd = &p->node[i];
@@ -98,14 +102,16 @@ static void node_text(const ts_einsum_plan *p, int i, char *buf, size_t cap) {
 
 int ts_einsum_plan_format(const ts_einsum_plan *p, char *buf, size_t cap) {
   size_t used = 0;
+  if (buf == NULL) cap = 0;
   if (cap > 0) buf[0] = '\0';
+  if (p == NULL) return 0;
   for (int si = 0; si < p->n_steps; si++) {
     const ts__ein_step *s = &p->step[si];
     char x[80], y[80], r[80];
     node_text(p, s->x, x, sizeof x);
     node_text(p, s->y, y, sizeof y);
     node_text(p, s->result, r, sizeof r);
-    int w = snprintf(buf + used, used < cap ? cap - used : 0,
+    int w = snprintf(used < cap ? buf + used : NULL, used < cap ? cap - used : 0,
                      "step %d: %s x %s -> %s batch=%lld m=%lld n=%lld k=%lld\n", si, x, y, r,
                      (long long)s->batch, (long long)s->m, (long long)s->n, (long long)s->k);
     if (w < 0) return 0;

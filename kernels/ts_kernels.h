@@ -215,7 +215,8 @@ int ts_einsum_plan_n_operands(const ts_einsum_plan *p);
 ts_dtype ts_einsum_plan_dtype(const ts_einsum_plan *p);
 /* Multiply-adds x 2 summed over the pairwise steps (what the path optimizer minimizes). */
 double ts_einsum_plan_flops(const ts_einsum_plan *p);
-/* One line per step, e.g. "step 0: op0[ij] x op1[jk] -> t3[ik] batch=1 m=4 n=5 k=3". */
+/* One line per step, e.g. "step 0: op0[ij] x op1[jk] -> t2[ik] batch=1 m=4 n=5 k=3" (none for one
+ * operand); returns the length of the whole text, like snprintf. */
 int ts_einsum_plan_format(const ts_einsum_plan *p, char *buf, size_t cap);
 
 /* The transpose cache: what a forward call transposed (operands brought to GEMM layouts, and the

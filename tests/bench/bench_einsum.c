@@ -212,11 +212,15 @@ int main(int argc, char **argv) {
   };
   int reps = 5;
   const char *only = NULL;
+  int modes = 3; /* 1: the engine's choices, 2: forced transposes, 3: both */
   for (int i = 1; i < argc; i++) {
     if (strncmp(argv[i], "--reps=", 7) == 0) reps = atoi(argv[i] + 7);
     else if (strncmp(argv[i], "--case=", 7) == 0) only = argv[i] + 7;
+    else if (strcmp(argv[i], "--default-only") == 0) modes = 1;
+    else if (strcmp(argv[i], "--forced-only") == 0) modes = 2;
     else {
-      fprintf(stderr, "usage: tshard-bench-einsum [--reps=N (1..15)] [--case=NAME]\n");
+      fprintf(stderr, "usage: tshard-bench-einsum [--reps=N (1..15)] [--case=NAME] "
+                      "[--default-only | --forced-only]\n");
       return 2;
     }
   }
@@ -228,8 +232,8 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (only == NULL || strcmp(only, cases[i].name) == 0) {
       double gemm = time_gemm(&cases[i], reps);
-      run_case(&cases[i], reps, false, gemm);
-      run_case(&cases[i], reps, true, gemm);
+      if (modes & 1) run_case(&cases[i], reps, false, gemm);
+      if (modes & 2) run_case(&cases[i], reps, true, gemm);
     }
   return 0;
 }

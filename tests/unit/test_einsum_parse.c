@@ -154,6 +154,18 @@ START_TEST(test_errors) {
     ck_assert_ptr_null(p);
     ts_einsum_plan_destroy(&p);
     ts_einsum_plan_destroy(NULL);
+    /* Getters forgive a NULL plan. */
+    int ond = -1;
+    ts_einsum_plan_output(NULL, &ond, NULL);
+    ck_assert_int_eq(ond, 0);
+    ck_assert_int_eq(ts_einsum_plan_n_operands(NULL), 0);
+    ck_assert(ts_einsum_plan_flops(NULL) == 0.0);
+    char text[8] = "x";
+    ck_assert_int_eq(ts_einsum_plan_format(NULL, text, sizeof text), 0);
+    ck_assert_str_eq(text, "");
+    ts_einsum_stats_get(NULL);
+    ck_assert_uint_eq(ts_einsum_cache_bytes(NULL), 0);
+    ck_assert_int_eq(ts_einsum_cache_create(NULL, &err), TS_INVALID_ARGUMENT);
   }
   /* Dims against terms. */
   expect_error("ijk,jk->ik", 2, nd2, s2, TS_F32, TS_EINSUM, "operand 0 has 2 dims",
