@@ -81,7 +81,7 @@ static int parse_int(parser *p, int64_t max, const char *what, int64_t *out) {
   int64_t v = 0;
   while (isdigit((unsigned char)p->s[p->pos])) {
     int digit = p->s[p->pos] - '0';
-    if (v > (max - digit) / 10) {
+    if (max - digit < 0 || v > (max - digit) / 10) {
       p->pos = start;
       char msg[96];
       snprintf(msg, sizeof msg, "%s of at most %lld", what, (long long)max);

@@ -96,7 +96,7 @@ START_TEST(parse_errors_point_at_the_character) {
       {"mesh=[2] placements=[S(0)] splits={0:[1,2]", TS_PARSE, "column 43", "\"}\""},
       {"mesh=[2] placements=[S(0)] splits={1:[1,2]}", TS_BAD_ATTRIBUTE, "", "no placement shards"},
       {"mesh=[2] placements=[S(0)] splits={0:[1,2,3]}", TS_BAD_ATTRIBUTE, "", "2 parts"},
-      {"mesh=[2] placements=[S(0)] splits={0:[1],0:[1]}", TS_PARSE, "column 39", "increasing"},
+      {"mesh=[2] placements=[S(0)] splits={0:[1],0:[1]}", TS_PARSE, "column 42", "increasing"},
       {"mesh=[2] placements=[S(0)] junk", TS_PARSE, "column 28", "end of text"},
       {"mesh=[2] placements=[S(9)]", TS_PARSE, "column 24", "at most 7"},
       {"mesh=[99999999999] placements=[R]", TS_PARSE, "column 7", "at most"},

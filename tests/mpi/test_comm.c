@@ -1,0 +1,199 @@
+/* test_comm.c - the MPI layer: world, cached group and mesh-line communicators, typed reductions
+ * of every dtype and op (f16/bf16 and max/min through the project's kernel), the agreement that
+ * makes reshards atomic, point-to-point exchange, and MPI errors mapped to TS_MPI with MPI's
+ * message and the call site. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ts_comm.h"
+
+static int rank, size;
+static long failures, checks;
+
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    checks++;                                                                                      \
+    if (!(cond)) {                                                                                 \
+      failures++;                                                                                  \
+      fprintf(stderr, "[rank %d] %s:%d: %s: ", rank, __FILE__, __LINE__, #cond);                  \
+      fprintf(stderr, __VA_ARGS__);                                                                \
+      fprintf(stderr, "\n");                                                                       \
+    }                                                                                              \
+  } while (0)
+
+int main(int argc, char **argv) {
+  ts_world *w = NULL;
+  ts_error err;
+  CHECK(ts_world_init(&argc, &argv, 99, &w, &err) == TS_INVALID_ARGUMENT, "bad level");
+  if (ts_world_init(&argc, &argv, MPI_THREAD_SERIALIZED, &w, &err) != TS_OK) {
+    fprintf(stderr, "%s\n", err.msg);
+    return 1;
+  }
+  rank = ts_world_rank(w);
+  size = ts_world_size(w);
+  CHECK(ts_world_thread_level(w) >= MPI_THREAD_SERIALIZED, "thread level");
+  ts_comm *world = ts_world_comm(w);
+  CHECK(ts_comm_size(world) == size && ts_comm_rank(world) == rank, "world comm");
+
+  /* Groups: reversed world order, cached on the second call. */
+  int *rev = malloc((size_t)size * sizeof *rev);
+  for (int i = 0; i < size; i++)
+    rev[i] = size - 1 - i;
+  ts_comm *g1 = NULL, *g2 = NULL;
+  CHECK(ts_comm_group(w, rev, size, &g1, &err) == TS_OK, "%s", err.msg);
+  int cached = ts_world_cached_comms(w);
+  CHECK(ts_comm_group(w, rev, size, &g2, &err) == TS_OK && g1 == g2, "cache");
+  CHECK(ts_world_cached_comms(w) == cached, "cache grew");
+  CHECK(ts_comm_rank(g1) == size - 1 - rank && ts_comm_world_rank(g1, 0) == size - 1,
+        "group order");
+  int bad[1] = {size};
+  CHECK(ts_comm_group(w, bad, 1, &g2, &err) == TS_INVALID_ARGUMENT, "rank outside");
+  if (size > 1) {
+    int other[1] = {(rank + 1) % size};
+    CHECK(ts_comm_group(w, other, 1, &g2, &err) == TS_INVALID_ARGUMENT &&
+              strstr(err.msg, "not in"),
+          "not a member");
+  }
+
+  /* Mesh lines of a [2, size/2] mesh. */
+  if (size % 2 == 0) {
+    int64_t ms[2] = {2, size / 2};
+    int *ranks = malloc((size_t)size * sizeof *ranks);
+    for (int i = 0; i < size; i++)
+      ranks[i] = i;
+    ts_comm *l0 = NULL, *l1 = NULL;
+    CHECK(ts_comm_mesh_line(w, 2, ms, ranks, 0, &l0, &err) == TS_OK, "%s", err.msg);
+    CHECK(ts_comm_mesh_line(w, 2, ms, ranks, 1, &l1, &err) == TS_OK, "%s", err.msg);
+    CHECK(ts_comm_size(l0) == 2 && ts_comm_rank(l0) == rank / (size / 2), "line 0");
+    CHECK(ts_comm_size(l1) == size / 2 && ts_comm_rank(l1) == rank % (size / 2), "line 1");
+    int64_t v = rank;
+    CHECK(ts_comm_allreduce_i64(l1, &v, 1, TS_COMM_SUM, &err) == TS_OK, "%s", err.msg);
+    int64_t base = (rank / (size / 2)) * (size / 2), want = 0;
+    for (int i = 0; i < size / 2; i++)
+      want += base + i;
+    CHECK(v == want, "line sum %lld want %lld", (long long)v, (long long)want);
+    CHECK(ts_comm_mesh_line(w, 2, ms, ranks, 2, &l0, &err) == TS_INVALID_ARGUMENT, "bad dim");
+    free(ranks);
+  }
+
+  /* Typed reductions: every dtype and op against a direct computation. */
+  for (int dt = 0; dt < TS_DTYPE_COUNT; dt++)
+    for (int op = 0; op < TS_REDUCE_COUNT; op++) {
+      size_t es = ts_dtype_size((ts_dtype)dt);
+      unsigned char buf[8 * 5], want[8 * 5];
+      for (int i = 0; i < 5; i++) {
+        /* element i on rank r: (r * 3 + i) % 7, small enough to be exact */
+        double best = 0;
+        for (int r = 0; r < size; r++) {
+          double x = (r * 3 + i) % 7;
+          best = r == 0 ? x : op == TS_REDUCE_SUM ? best + x : op == TS_REDUCE_MAX ? fmax(best, x)
+                                                                                : fmin(best, x);
+        }
+        double mine = (rank * 3 + i) % 7;
+        float f = (float)mine, fb = (float)best;
+        switch ((ts_dtype)dt) {
+        case TS_F32: memcpy(buf + i * es, &f, 4); memcpy(want + i * es, &fb, 4); break;
+        case TS_F64: memcpy(buf + i * es, &mine, 8); memcpy(want + i * es, &best, 8); break;
+        case TS_F16: {
+          uint16_t h = ts_f32_to_f16(f), hb = ts_f32_to_f16(fb);
+          memcpy(buf + i * es, &h, 2);
+          memcpy(want + i * es, &hb, 2);
+          break;
+        }
+        case TS_BF16: {
+          uint16_t h = ts_f32_to_bf16(f), hb = ts_f32_to_bf16(fb);
+          memcpy(buf + i * es, &h, 2);
+          memcpy(want + i * es, &hb, 2);
+          break;
+        }
+        case TS_I8: case TS_U8: buf[i] = (unsigned char)mine; want[i] = (unsigned char)best; break;
+        case TS_I32: {
+          int32_t a = (int32_t)mine, b = (int32_t)best;
+          memcpy(buf + i * es, &a, 4);
+          memcpy(want + i * es, &b, 4);
+          break;
+        }
+        case TS_I64: {
+          int64_t a = (int64_t)mine, b = (int64_t)best;
+          memcpy(buf + i * es, &a, 8);
+          memcpy(want + i * es, &b, 8);
+          break;
+        }
+        default: break;
+        }
+      }
+      CHECK(ts_comm_allreduce(world, NULL, buf, 5, (ts_dtype)dt, (ts_reduce_op)op, &err) == TS_OK,
+            "%s", err.msg);
+      CHECK(memcmp(buf, want, 5 * es) == 0, "allreduce %s %s", ts_dtype_name((ts_dtype)dt),
+            ts_reduce_name((ts_reduce_op)op));
+    }
+
+  /* Reduce-scatter of i32 sums: rank r gets r + 1 elements. */
+  {
+    int *counts = malloc((size_t)size * sizeof *counts), total = 0;
+    for (int i = 0; i < size; i++)
+      total += counts[i] = i + 1;
+    int32_t *sb = malloc((size_t)total * sizeof *sb), rb[16];
+    for (int i = 0; i < total; i++)
+      sb[i] = i + rank;
+    CHECK(ts_comm_reduce_scatter(world, sb, rb, counts, TS_I32, TS_REDUCE_SUM, &err) == TS_OK,
+          "%s", err.msg);
+    int start = rank * (rank + 1) / 2;
+    for (int k = 0; k <= rank; k++)
+      CHECK(rb[k] == (start + k) * size + size * (size - 1) / 2, "reduce_scatter element %d", k);
+    free(sb);
+    free(counts);
+  }
+
+  /* Agreement: OK everywhere, then a failure on the last rank seen by all. */
+  ts_error local;
+  ts_error_clear(&local);
+  CHECK(ts_comm_agree(world, TS_OK, &local, &err) == TS_OK, "agree ok");
+  int st = TS_OK;
+  if (rank == size - 1)
+    st = ts_error_set(&local, TS_LIMIT, "quota exceeded here");
+  char want[96];
+  snprintf(want, sizeof want, "rank %d: quota exceeded here", size - 1);
+  CHECK(ts_comm_agree(world, st, &local, &err) == TS_LIMIT && strcmp(err.msg, want) == 0, "%s",
+        err.msg);
+
+  /* Exchange around a ring; allgatherv and bcast. */
+  int64_t token = rank * 10, got = -1;
+  int to = (rank + 1) % size, from = (rank + size - 1) % size;
+  void *sbufs[1] = {&token}, *rbufs[1] = {&got};
+  int64_t nb[1] = {sizeof token};
+  CHECK(ts_comm_exchange(world, 1, &to, sbufs, nb, 1, &from, rbufs, nb, 5, &err) == TS_OK, "%s",
+        err.msg);
+  CHECK(got == from * 10, "ring got %lld", (long long)got);
+  int64_t *all = calloc((size_t)size, sizeof *all), *cnt = malloc(2 * (size_t)size * 8);
+  for (int i = 0; i < size; i++) {
+    cnt[i] = 8;
+    cnt[size + i] = 8 * i;
+  }
+  all[rank] = rank + 100;
+  CHECK(ts_comm_allgatherv(world, all, cnt, cnt + size, &err) == TS_OK, "%s", err.msg);
+  for (int i = 0; i < size; i++)
+    CHECK(all[i] == i + 100, "allgatherv %d", i);
+  int64_t b = rank == 0 ? 4242 : 0;
+  CHECK(ts_comm_bcast(world, &b, 8, 0, &err) == TS_OK && b == 4242, "bcast");
+
+  /* MPI errors come back as TS_MPI with MPI's text and the call site. */
+  int rc = ts_comm_bcast(world, &b, 8, size + 3, &err);
+  CHECK(rc == TS_MPI && strstr(err.msg, "MPI_Bcast") && strstr(err.msg, "collectives.c:"),
+        "error mapping: %d %s", rc, err.msg);
+  CHECK(ts_comm_bcast(world, &b, -1, 0, &err) == TS_INVALID_ARGUMENT, "negative bcast");
+  free(all);
+  free(cnt);
+  free(rev);
+
+  long tf = 0, tc = 0;
+  MPI_Allreduce(&failures, &tf, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(&checks, &tc, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  if (rank == 0)
+    printf("test_comm: %d ranks, %ld checks, %ld failures\n", size, tc, tf);
+  CHECK(ts_world_finalize(&w, &err) == TS_OK, "finalize");
+  CHECK(w == NULL, "finalize clears");
+  return tf ? 1 : 0;
+}
