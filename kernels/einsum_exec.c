@@ -16,7 +16,7 @@
 
 /* Dense view over labels lab[0..nd-1] with the plan's sizes, row-major. */
 void ts__ein_dense_view(const ts_einsum_plan *p, ts__ein_view *v, char *base, ts_dtype dt, int nd,
-                       const int8_t *lab) {
+                        const int8_t *lab) {
   v->base = base;
   v->dt = dt;
   v->nd = nd;
@@ -43,7 +43,7 @@ void ts__ein_out_view(const ts_einsum_plan *p, const ts_tensor *t, ts__ein_view 
 
 /* Reads view v (over any labels) as a batch of matrices: the labels of three groups in order. */
 bool ts__ein_as_matrix(const ts__ein_view *v, int nb, const int8_t *bl, int nr, const int8_t *rl,
-                      int nc, const int8_t *cl, ts__ein_mat *m) {
+                       int nc, const int8_t *cl, ts__ein_mat *m) {
   int8_t lab[TS__EIN_MAXL];
   memcpy(lab, bl, (size_t)nb);
   memcpy(lab + nb, rl, (size_t)nr);
@@ -52,22 +52,22 @@ bool ts__ein_as_matrix(const ts__ein_view *v, int nb, const int8_t *bl, int nr, 
   ts__ein_view_select(&s, v, nb + nr + nc, lab);
   m->base = v->base;
   for (int j = 0; j < nb; j++) m->bstride[j] = s.stride[j];
-  if (!ts__ein_fuse(&s, nb, nr, &m->rows, &m->rs) || !ts__ein_fuse(&s, nb + nr, nc, &m->cols, &m->cs))
+  if (!ts__ein_fuse(&s, nb, nr, &m->rows, &m->rs) ||
+      !ts__ein_fuse(&s, nb + nr, nc, &m->cols, &m->cs))
     return false;
   bool trans;
   int64_t ld;
   return ts__ein_mat_blas(m, &trans, &ld);
 }
 
-int ts__ein_node_view(const ts_einsum_plan *p, int node, const ts_tensor *const *operands,
-                      const ts_einsum_cache *c, ts__ein_view *v) {
+void ts__ein_node_view(const ts_einsum_plan *p, int node, const ts_tensor *const *operands,
+                       const ts_einsum_cache *c, ts__ein_view *v) {
   if (node < p->pe.n) {
     ts__ein_operand_view(p, node, operands[node], v);
-    return TS_OK;
+    return;
   }
   const ts__ein_node *nd = &p->node[node];
   ts__ein_dense_view(p, v, c->step[node - p->pe.n].result, p->cdt, nd->nd, nd->lab);
-  return TS_OK;
 }
 
 void ts__ein_dense_mat(const ts__ein_step *s, ts__ein_mat *m, char *base, int64_t rows,
@@ -100,8 +100,8 @@ static int prepare_side(const ts_einsum_plan *p, const ts__ein_step *s, int side
   int gred = side == 0 ? TS__G_RA : TS__G_RB;
   g->owned = NULL;
   if (!p->opts.always_transpose && src->dt == p->cdt && s->ng[gred] == 0 &&
-      ts__ein_as_matrix(src, s->ng[TS__G_ABO], s->g[TS__G_ABO], s->ng[gr], s->g[gr], s->ng[gc], s->g[gc],
-                &g->mat))
+      ts__ein_as_matrix(src, s->ng[TS__G_ABO], s->g[TS__G_ABO], s->ng[gr], s->g[gr], s->ng[gc],
+                        s->g[gc], &g->mat))
     return TS_OK;
   bool rows_inner = ts__ein_unit_stride_in(src, s->ng[gr], s->g[gr]);
   int64_t rows = side == 0 ? s->m : s->k, cols = side == 0 ? s->k : s->n;
@@ -151,8 +151,8 @@ int ts__ein_check_operands(const ts_einsum_plan *p, const ts_tensor *const *oper
   return TS_OK;
 }
 
-int ts__ein_forward(const ts_einsum_plan *p, const ts_tensor *out,
-                    const ts_tensor *const *operands, ts_einsum_cache *c, ts_error *err) {
+int ts__ein_forward(const ts_einsum_plan *p, const ts_tensor *out, const ts_tensor *const *operands,
+                    ts_einsum_cache *c, ts_error *err) {
   ts__ein_cache_clear(c);
   c->plan = p;
   for (int i = 0; i < p->pe.n; i++) c->operand_data[i] = operands[i]->data;
@@ -193,7 +193,7 @@ int ts__ein_forward(const ts_einsum_plan *p, const ts_tensor *out,
     ts__ein_mat cm;
     if (last && out->layout.dtype == p->cdt &&
         ts__ein_as_matrix(&ov, s->ng[TS__G_ABO], s->g[TS__G_ABO], s->ng[TS__G_AO], s->g[TS__G_AO],
-                  s->ng[TS__G_BO], s->g[TS__G_BO], &cm))
+                          s->ng[TS__G_BO], s->g[TS__G_BO], &cm))
       return ts__ein_gemm(p->cdt, s->ng[TS__G_ABO], s->bsize, &cm, &sc->a.mat, &sc->b.mat, s->k,
                           err);
     size_t need = (size_t)(s->batch * s->m * s->n) * es;

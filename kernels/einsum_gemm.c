@@ -49,8 +49,8 @@ static bool walk_next(batch_walk *w) {
   return false;
 }
 
-#define TS__INT_GEMM(NAME, UT)                                                                    \
-  static void NAME(batch_walk *w, const ts__ein_mat *c, const ts__ein_mat *a,                     \
+#define TS__INT_GEMM(NAME, UT)                                                                     \
+  static void NAME(batch_walk *w, const ts__ein_mat *c, const ts__ein_mat *a,                      \
                    const ts__ein_mat *b, int64_t k) {                                              \
     do {                                                                                           \
       UT *cb = (UT *)c->base + w->off[0];                                                          \
@@ -77,8 +77,10 @@ int ts__ein_gemm(ts_dtype cdt, int nb, const int64_t *bsize, const ts__ein_mat *
   batch_walk w;
   if (cdt == TS_I32 || cdt == TS_I64) {
     walk_init(&w, nb, bsize, c_in, a_in, b_in);
-    if (cdt == TS_I32) gemm_u32(&w, c_in, a_in, b_in, k);
-    else gemm_u64(&w, c_in, a_in, b_in, k);
+    if (cdt == TS_I32)
+      gemm_u32(&w, c_in, a_in, b_in, k);
+    else
+      gemm_u64(&w, c_in, a_in, b_in, k);
     return TS_OK;
   }
   ts__ein_mat c = *c_in, a = *a_in, b = *b_in;
@@ -106,14 +108,13 @@ int ts__ein_gemm(ts_dtype cdt, int nb, const int64_t *bsize, const ts__ein_mat *
   do {
     if (cdt == TS_F32)
       cblas_sgemm(CblasRowMajor, fa, fb, (blasint)c.rows, (blasint)c.cols, (blasint)k, 1.0f,
-                  (const float *)a.base + w.off[1], (blasint)lda,
-                  (const float *)b.base + w.off[2], (blasint)ldb, 0.0f,
-                  (float *)c.base + w.off[0], (blasint)ldc);
+                  (const float *)a.base + w.off[1], (blasint)lda, (const float *)b.base + w.off[2],
+                  (blasint)ldb, 0.0f, (float *)c.base + w.off[0], (blasint)ldc);
     else
       cblas_dgemm(CblasRowMajor, fa, fb, (blasint)c.rows, (blasint)c.cols, (blasint)k, 1.0,
                   (const double *)a.base + w.off[1], (blasint)lda,
-                  (const double *)b.base + w.off[2], (blasint)ldb, 0.0,
-                  (double *)c.base + w.off[0], (blasint)ldc);
+                  (const double *)b.base + w.off[2], (blasint)ldb, 0.0, (double *)c.base + w.off[0],
+                  (blasint)ldc);
   } while (walk_next(&w));
   return TS_OK;
 }

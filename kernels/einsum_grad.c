@@ -268,7 +268,8 @@ int ts_einsum_backward(const ts_einsum_plan *p, const ts_tensor *grad_out,
   ts_einsum_plan_output(p, NULL, oshape);
   int rc = ts__ein_check_operands(p, operands, err);
   if (rc == TS_OK)
-    rc = ts__ein_check_tensor(grad_out, p->dtype, p->pe.out_ndim, oshape, "grad_out", 0, false, err);
+    rc =
+        ts__ein_check_tensor(grad_out, p->dtype, p->pe.out_ndim, oshape, "grad_out", 0, false, err);
   for (int i = 0; i < p->pe.n && rc == TS_OK; i++)
     if (grad_operands[i])
       rc = ts__ein_check_tensor(grad_operands[i], p->dtype, p->pe.ndim[i], p->pe.shape[i],

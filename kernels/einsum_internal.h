@@ -9,7 +9,7 @@
 
 #include "ts_kernels.h"
 
-#define TS__EIN_ELL 52                        /* first ellipsis label */
+#define TS__EIN_ELL 52                           /* first ellipsis label */
 #define TS__EIN_MAXL (TS__EIN_ELL + TS_MAX_DIMS) /* labels in all */
 
 typedef uint64_t ts__ein_set;
@@ -50,17 +50,17 @@ typedef struct ts__ein_step {
   int x, y, result; /* node indices: x is A, y is B */
   int ng[TS__G_COUNT];
   int8_t g[TS__G_COUNT][TS__EIN_MAXL];
-  int64_t batch, m, n, k; /* products of the ABO, AO, BO, AB sizes */
+  int64_t batch, m, n, k;      /* products of the ABO, AO, BO, AB sizes */
   int64_t bsize[TS__EIN_MAXL]; /* size of each ABO label, in order */
 } ts__ein_step;
 
 struct ts_einsum_plan {
   ts__ein_parsed pe;
-  ts_dtype dtype;   /* of operands and output */
-  ts_dtype cdt;     /* computing dtype: f32, f64, i32 or i64 */
+  ts_dtype dtype; /* of operands and output */
+  ts_dtype cdt;   /* computing dtype: f32, f64, i32 or i64 */
   ts_einsum_opts opts;
-  bool empty;       /* some label has size 0: output and gradients are zeros */
-  int n_nodes;      /* n operands + n - 1 intermediates */
+  bool empty;  /* some label has size 0: output and gradients are zeros */
+  int n_nodes; /* n operands + n - 1 intermediates */
   ts__ein_node node[2 * TS_EINSUM_MAX_OPERANDS];
   int n_steps;
   ts__ein_step step[TS_EINSUM_MAX_OPERANDS];
@@ -115,12 +115,12 @@ struct ts_einsum_cache {
 void ts__ein_cache_clear(ts_einsum_cache *c);
 
 /* The forward pass; out NULL runs everything but the last GEMM (to fill a cache for backward). */
-int ts__ein_forward(const ts_einsum_plan *p, const ts_tensor *out,
-                    const ts_tensor *const *operands, ts_einsum_cache *c, ts_error *err);
+int ts__ein_forward(const ts_einsum_plan *p, const ts_tensor *out, const ts_tensor *const *operands,
+                    ts_einsum_cache *c, ts_error *err);
 
 /* The view of node (operand or intermediate held by cache c) over its labels. */
-int ts__ein_node_view(const ts_einsum_plan *p, int node, const ts_tensor *const *operands,
-                      const ts_einsum_cache *c, ts__ein_view *v);
+void ts__ein_node_view(const ts_einsum_plan *p, int node, const ts_tensor *const *operands,
+                       const ts_einsum_cache *c, ts__ein_view *v);
 /* Dense row-major view over labels lab[0..nd-1] with the plan's sizes. */
 void ts__ein_dense_view(const ts_einsum_plan *p, ts__ein_view *v, char *base, ts_dtype dt, int nd,
                         const int8_t *lab);

@@ -30,8 +30,10 @@ static void make_tensor(ts_tensor *t, char *base, ts_dtype dt, int nd, const int
   int64_t lo = 0, hi = 0;
   for (int d = 0; d < nd; d++) {
     int64_t reach = (size[d] - 1) * stride[d];
-    if (reach < 0) lo += reach;
-    else hi += reach;
+    if (reach < 0)
+      lo += reach;
+    else
+      hi += reach;
   }
   size_t es = ts_dtype_size(dt);
   memset(t, 0, sizeof *t);

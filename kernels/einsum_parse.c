@@ -93,22 +93,25 @@ int ts__ein_parse(ts__ein_parsed *pe, const char *eq, int n, const int *ndims,
       int i = terms;
       int nd = ndims[i];
       if (nd < 0 || nd > TS_MAX_DIMS)
-        return ts_error_set(err, TS_BAD_SHAPE, "einsum '%s': operand %d has %d dims; valid is 0 to %d",
-                            eq, i, nd, TS_MAX_DIMS);
+        return ts_error_set(err, TS_BAD_SHAPE,
+                            "einsum '%s': operand %d has %d dims; valid is 0 to %d", eq, i, nd,
+                            TS_MAX_DIMS);
       if (nd > 0 && shapes[i] == NULL)
-        return ts_error_set(err, TS_INVALID_ARGUMENT, "einsum '%s': the shape of operand %d is NULL",
-                            eq, i);
+        return ts_error_set(err, TS_INVALID_ARGUMENT,
+                            "einsum '%s': the shape of operand %d is NULL", eq, i);
       int ell = nd - t.n_letters;
       if (t.ellipsis_at < 0 && ell != 0)
-        return ts_error_set(err, TS_EINSUM,
-                            "einsum '%s': operand %d has %d dims but its term (at position %d) names "
-                            "%d labels and has no \"...\"",
-                            eq, i, nd, t.start, t.n_letters);
+        return ts_error_set(
+            err, TS_EINSUM,
+            "einsum '%s': operand %d has %d dims but its term (at position %d) names "
+            "%d labels and has no \"...\"",
+            eq, i, nd, t.start, t.n_letters);
       if (ell < 0)
-        return ts_error_set(err, TS_EINSUM,
-                            "einsum '%s': operand %d has %d dims but its term (at position %d) names "
-                            "%d labels",
-                            eq, i, nd, t.start, t.n_letters);
+        return ts_error_set(
+            err, TS_EINSUM,
+            "einsum '%s': operand %d has %d dims but its term (at position %d) names "
+            "%d labels",
+            eq, i, nd, t.start, t.n_letters);
       if (ell > max_ell) max_ell = ell;
       pe->ndim[i] = nd;
       int d = 0;
@@ -123,8 +126,8 @@ int ts__ein_parse(ts__ein_parsed *pe, const char *eq, int n, const int *ndims,
         count[l]++;
         pe->shape[i][d] = s;
         if (s < 0)
-          return ts_error_set(err, TS_BAD_SHAPE, "einsum '%s': operand %d dim %d has size %lld",
-                              eq, i, d, (long long)s);
+          return ts_error_set(err, TS_BAD_SHAPE, "einsum '%s': operand %d dim %d has size %lld", eq,
+                              i, d, (long long)s);
         /* A label repeated inside one operand (a diagonal) needs equal sizes. */
         for (int d2 = 0; d2 < d; d2++)
           if (pe->lab[i][d2] == l && pe->shape[i][d2] != s)
@@ -139,17 +142,18 @@ int ts__ein_parse(ts__ein_parsed *pe, const char *eq, int n, const int *ndims,
           src_dim[l] = d;
         } else if (s != 1 && s != pe->size[l]) {
           if (l >= TS__EIN_ELL)
-            return ts_error_set(err, TS_BAD_SHAPE,
-                                "einsum '%s': \"...\" dims do not broadcast: operand %d dim %d has "
-                                "size %lld but operand %d dim %d has size %lld (sizes must match or "
-                                "be 1)",
-                                eq, i, d, (long long)s, src_op[l], src_dim[l],
-                                (long long)pe->size[l]);
-          return ts_error_set(err, TS_BAD_SHAPE,
-                              "einsum '%s': label '%c': operand %d dim %d has size %lld but operand "
-                              "%d dim %d has size %lld (sizes must match or be 1)",
-                              eq, ts__ein_label_char(l), i, d, (long long)s, src_op[l], src_dim[l],
-                              (long long)pe->size[l]);
+            return ts_error_set(
+                err, TS_BAD_SHAPE,
+                "einsum '%s': \"...\" dims do not broadcast: operand %d dim %d has "
+                "size %lld but operand %d dim %d has size %lld (sizes must match or "
+                "be 1)",
+                eq, i, d, (long long)s, src_op[l], src_dim[l], (long long)pe->size[l]);
+          return ts_error_set(
+              err, TS_BAD_SHAPE,
+              "einsum '%s': label '%c': operand %d dim %d has size %lld but operand "
+              "%d dim %d has size %lld (sizes must match or be 1)",
+              eq, ts__ein_label_char(l), i, d, (long long)s, src_op[l], src_dim[l],
+              (long long)pe->size[l]);
         }
       }
     }
@@ -161,8 +165,10 @@ int ts__ein_parse(ts__ein_parsed *pe, const char *eq, int n, const int *ndims,
     break;
   }
   if (terms != n)
-    return ts_error_set(err, TS_EINSUM, "einsum '%s': the equation has %d input terms but %d operands "
-                        "were given", eq, terms, n);
+    return ts_error_set(err, TS_EINSUM,
+                        "einsum '%s': the equation has %d input terms but %d operands "
+                        "were given",
+                        eq, terms, n);
 
   /* Output. */
   if (eq[pos] == '-') {
@@ -190,7 +196,8 @@ int ts__ein_parse(ts__ein_parsed *pe, const char *eq, int n, const int *ndims,
     int d = 0;
     for (int j = 0; j <= t.n_letters; j++) {
       if (j == t.ellipsis_at)
-        for (int e = 0; e < max_ell; e++) pe->out_lab[d++] = (int8_t)(TS__EIN_ELL + max_ell - 1 - e);
+        for (int e = 0; e < max_ell; e++)
+          pe->out_lab[d++] = (int8_t)(TS__EIN_ELL + max_ell - 1 - e);
       if (j < t.n_letters) {
         int l = t.letter[j];
         for (int j2 = 0; j2 < j; j2++)
@@ -209,8 +216,8 @@ int ts__ein_parse(ts__ein_parsed *pe, const char *eq, int n, const int *ndims,
     pe->out_ndim = nd;
   } else {
     if (eq[pos] != '\0')
-      return ts_error_set(err, TS_EINSUM, "einsum '%s': unexpected '%c' at position %zu", eq, eq[pos],
-                          pos);
+      return ts_error_set(err, TS_EINSUM, "einsum '%s': unexpected '%c' at position %zu", eq,
+                          eq[pos], pos);
     int d = 0;
     for (int e = 0; e < max_ell; e++) pe->out_lab[d++] = (int8_t)(TS__EIN_ELL + max_ell - 1 - e);
     /* ASCII order: upper case (labels 26..51) before lower case (0..25). */

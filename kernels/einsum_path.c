@@ -90,7 +90,7 @@ void ts__ein_classify(ts_einsum_plan *p) {
     ts__ein_node *r = &p->node[s->result];
     ts__ein_set keep = r->set, sx = x->set, sy = y->set;
     ts__ein_set cls[TS__G_COUNT] = {
-        [TS__G_ABO] = sx & sy & keep,  [TS__G_AO] = (sx & keep) & ~sy,
+        [TS__G_ABO] = sx & sy & keep,   [TS__G_AO] = (sx & keep) & ~sy,
         [TS__G_BO] = (sy & keep) & ~sx, [TS__G_AB] = (sx & sy) & ~keep,
         [TS__G_RA] = sx & ~sy & ~keep,  [TS__G_RB] = sy & ~sx & ~keep,
     };

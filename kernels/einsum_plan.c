@@ -31,9 +31,10 @@ int ts_einsum_plan_create(ts_einsum_plan **out, const char *equation, int n_oper
   int rc = ts__ein_parse(&p->pe, equation, n_operands, ndims, shapes, err);
   if (rc) goto fail;
   if (!ts_dtype_valid((int)dtype) || !compute_dtype(dtype, &p->cdt)) {
-    rc = ts_error_set(err, TS_BAD_DTYPE, "einsum '%s': dtype %s is not supported; valid are f32, "
-                      "f64, f16, bf16, i32 and i64", equation,
-                      ts_dtype_name(dtype));
+    rc = ts_error_set(err, TS_BAD_DTYPE,
+                      "einsum '%s': dtype %s is not supported; valid are f32, "
+                      "f64, f16, bf16, i32 and i64",
+                      equation, ts_dtype_name(dtype));
     goto fail;
   }
   p->dtype = dtype;
@@ -137,8 +138,9 @@ int ts__ein_check_tensor(const ts_tensor *t, ts_dtype dt, int ndim, const int64_
                         index, l->ndim, ndim);
   for (int d = 0; d < ndim; d++)
     if (l->shape[d] != shape[d])
-      return ts_error_set(err, TS_BAD_SHAPE, "einsum: %s %d dim %d has size %lld; the plan's is %lld",
-                          what, index, d, (long long)l->shape[d], (long long)shape[d]);
+      return ts_error_set(err, TS_BAD_SHAPE,
+                          "einsum: %s %d dim %d has size %lld; the plan's is %lld", what, index, d,
+                          (long long)l->shape[d], (long long)shape[d]);
   ts_error e2;
   int rc = ts_layout_check(l, t->bytes, writable, &e2);
   if (rc) return ts_error_set(err, rc, "einsum: %s %d: %s", what, index, e2.msg);
@@ -221,8 +223,8 @@ int ts_einsum(const char *equation, int n_operands, const ts_tensor *const *oper
     shapes[i] = operands[i]->layout.shape;
   }
   ts_einsum_plan *p = NULL;
-  int rc = ts_einsum_plan_create(&p, equation, n_operands, ndims, shapes,
-                                 operands[0]->layout.dtype, NULL, err);
+  int rc = ts_einsum_plan_create(&p, equation, n_operands, ndims, shapes, operands[0]->layout.dtype,
+                                 NULL, err);
   if (rc) return rc;
   rc = ts_einsum_execute(p, out, operands, NULL, err);
   ts_einsum_plan_destroy(&p);

@@ -21,10 +21,26 @@ static const char *elem_addr(const ts_tensor *t, const int64_t *idx) {
 
 static double read_f(const char *a, ts_dtype dt) {
   switch (dt) {
-  case TS_F32: { float v; memcpy(&v, a, 4); return v; }
-  case TS_F64: { double v; memcpy(&v, a, 8); return v; }
-  case TS_F16: { uint16_t v; memcpy(&v, a, 2); return ts_f16_to_f32(v); }
-  case TS_BF16: { uint16_t v; memcpy(&v, a, 2); return ts_bf16_to_f32(v); }
+  case TS_F32: {
+    float v;
+    memcpy(&v, a, 4);
+    return v;
+  }
+  case TS_F64: {
+    double v;
+    memcpy(&v, a, 8);
+    return v;
+  }
+  case TS_F16: {
+    uint16_t v;
+    memcpy(&v, a, 2);
+    return ts_f16_to_f32(v);
+  }
+  case TS_BF16: {
+    uint16_t v;
+    memcpy(&v, a, 2);
+    return ts_bf16_to_f32(v);
+  }
   default: return 0.0;
   }
 }
@@ -42,11 +58,27 @@ static uint64_t read_i(const char *a, ts_dtype dt) {
 
 static void write_val(char *a, ts_dtype dt, double f, uint64_t i) {
   switch (dt) {
-  case TS_F32: { float v = (float)f; memcpy(a, &v, 4); break; }
+  case TS_F32: {
+    float v = (float)f;
+    memcpy(a, &v, 4);
+    break;
+  }
   case TS_F64: memcpy(a, &f, 8); break;
-  case TS_F16: { uint16_t v = ts_f64_to_f16(f); memcpy(a, &v, 2); break; }
-  case TS_BF16: { uint16_t v = ts_f64_to_bf16(f); memcpy(a, &v, 2); break; }
-  case TS_I32: { uint32_t v = (uint32_t)i; memcpy(a, &v, 4); break; }
+  case TS_F16: {
+    uint16_t v = ts_f64_to_f16(f);
+    memcpy(a, &v, 2);
+    break;
+  }
+  case TS_BF16: {
+    uint16_t v = ts_f64_to_bf16(f);
+    memcpy(a, &v, 2);
+    break;
+  }
+  case TS_I32: {
+    uint32_t v = (uint32_t)i;
+    memcpy(a, &v, 4);
+    break;
+  }
   default: memcpy(a, &i, 8); break;
   }
 }
@@ -74,7 +106,8 @@ static int ref_parse(ts__ein_parsed *pe, const char *eq, int n, const ts_tensor 
 static int check_like(const ts_tensor *t, ts_dtype dt, int nd, const int64_t *shape,
                       const char *what, ts_error *err) {
   if (t->layout.dtype != dt || t->layout.ndim != nd)
-    return ts_error_set(err, TS_BAD_SHAPE, "einsum reference: %s has the wrong dtype or dims", what);
+    return ts_error_set(err, TS_BAD_SHAPE, "einsum reference: %s has the wrong dtype or dims",
+                        what);
   for (int d = 0; d < nd; d++)
     if (t->layout.shape[d] != shape[d])
       return ts_error_set(err, TS_BAD_SHAPE, "einsum reference: %s dim %d has the wrong size", what,
@@ -111,8 +144,7 @@ static bool odo_next(odometer *o) {
 
 /* Index of operand i's element under the current label values. */
 static void operand_index(const ts__ein_parsed *pe, int i, const odometer *o, int64_t *idx) {
-  for (int d = 0; d < pe->ndim[i]; d++)
-    idx[d] = pe->shape[i][d] == 1 ? 0 : o->val[pe->lab[i][d]];
+  for (int d = 0; d < pe->ndim[i]; d++) idx[d] = pe->shape[i][d] == 1 ? 0 : o->val[pe->lab[i][d]];
 }
 
 static int64_t row_major(int nd, const int64_t *shape, const int64_t *idx) {
@@ -183,8 +215,10 @@ int ts_einsum_reference(const char *equation, int n, const ts_tensor *const *ops
         int64_t idx[TS_MAX_DIMS];
         operand_index(&pe, i, &o, idx);
         const char *a = elem_addr(ops[i], idx);
-        if (fl) pf *= read_f(a, dt);
-        else pi *= read_i(a, dt);
+        if (fl)
+          pf *= read_f(a, dt);
+        else
+          pi *= read_i(a, dt);
       }
       int64_t oidx[TS_MAX_DIMS];
       for (int d = 0; d < pe.out_ndim; d++) oidx[d] = o.val[pe.out_lab[d]];
@@ -235,8 +269,10 @@ int ts_einsum_reference_backward(const char *equation, int n, const ts_tensor *c
           int64_t idx[TS_MAX_DIMS];
           operand_index(&pe, j, &o, idx);
           const char *a = elem_addr(ops[j], idx);
-          if (fl) pf *= read_f(a, dt);
-          else pi *= read_i(a, dt);
+          if (fl)
+            pf *= read_f(a, dt);
+          else
+            pi *= read_i(a, dt);
         }
         int64_t idx[TS_MAX_DIMS];
         operand_index(&pe, i, &o, idx);

@@ -52,8 +52,10 @@ static void *alloc_filled(size_t n, ts_dtype dt, unsigned seed) {
   for (size_t i = 0; i < n; i++) {
     s = s * 1664525u + 1013904223u;
     double v = ((s >> 8) & 0xffff) / 65536.0 - 0.5;
-    if (dt == TS_F32) ((float *)p)[i] = (float)v;
-    else ((double *)p)[i] = v;
+    if (dt == TS_F32)
+      ((float *)p)[i] = (float)v;
+    else
+      ((double *)p)[i] = v;
   }
   return p;
 }
@@ -92,9 +94,8 @@ static void gemm_once(const bench_case *c, const gemm_bufs *g) {
                   (int)c->n, 0.0f, (float *)g->c + bi * c->m * c->n, (int)c->n);
     else
       cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)c->m, (int)c->n, (int)c->k, 1.0,
-                  (double *)g->a + bi * c->m * c->k, (int)c->k,
-                  (double *)g->b + bi * c->k * c->n, (int)c->n, 0.0,
-                  (double *)g->c + bi * c->m * c->n, (int)c->n);
+                  (double *)g->a + bi * c->m * c->k, (int)c->k, (double *)g->b + bi * c->k * c->n,
+                  (int)c->n, 0.0, (double *)g->c + bi * c->m * c->n, (int)c->n);
   }
 }
 
@@ -207,25 +208,64 @@ int main(int argc, char **argv) {
       {"mm_f32", "ij,jk->ik", TS_F32, {2, 2}, {{2048, 2048}, {2048, 2048}}, 1, 2048, 2048, 2048},
       {"mm_f64", "ij,jk->ik", TS_F64, {2, 2}, {{2048, 2048}, {2048, 2048}}, 1, 2048, 2048, 2048},
       {"bmm", "bij,bjk->bik", TS_F32, {3, 3}, {{64, 256, 256}, {64, 256, 256}}, 64, 256, 256, 256},
-      {"attn", "bhqd,bhkd->bhqk", TS_F32, {4, 4}, {{8, 16, 512, 64}, {8, 16, 512, 64}}, 128, 512,
-       512, 64},
-      {"tc3", "ijk,jkl->il", TS_F32, {3, 3}, {{128, 128, 128}, {128, 128, 128}}, 1, 128, 128,
+      {"attn",
+       "bhqd,bhkd->bhqk",
+       TS_F32,
+       {4, 4},
+       {{8, 16, 512, 64}, {8, 16, 512, 64}},
+       128,
+       512,
+       512,
+       64},
+      {"tc3",
+       "ijk,jkl->il",
+       TS_F32,
+       {3, 3},
+       {{128, 128, 128}, {128, 128, 128}},
+       1,
+       128,
+       128,
        16384},
-      {"tc6", "abcd,cdef->abef", TS_F32, {4, 4}, {{32, 32, 32, 32}, {32, 32, 32, 32}}, 1, 1024,
-       1024, 1024},
-      {"attn_bqhd", "bqhd,bkhd->bhqk", TS_F32, {4, 4}, {{8, 512, 16, 64}, {8, 512, 16, 64}}, 128,
-       512, 512, 64},
-      {"kv_grad", "bqhd,bqhe->bhde", TS_F32, {4, 4}, {{8, 4096, 16, 16}, {8, 4096, 16, 16}}, 128,
-       16, 16, 4096},
+      {"tc6",
+       "abcd,cdef->abef",
+       TS_F32,
+       {4, 4},
+       {{32, 32, 32, 32}, {32, 32, 32, 32}},
+       1,
+       1024,
+       1024,
+       1024},
+      {"attn_bqhd",
+       "bqhd,bkhd->bhqk",
+       TS_F32,
+       {4, 4},
+       {{8, 512, 16, 64}, {8, 512, 16, 64}},
+       128,
+       512,
+       512,
+       64},
+      {"kv_grad",
+       "bqhd,bqhe->bhde",
+       TS_F32,
+       {4, 4},
+       {{8, 4096, 16, 16}, {8, 4096, 16, 16}},
+       128,
+       16,
+       16,
+       4096},
   };
   int reps = 5;
   const char *only = NULL;
   int modes = 3; /* 1: the engine's choices, 2: forced transposes, 3: both */
   for (int i = 1; i < argc; i++) {
-    if (strncmp(argv[i], "--reps=", 7) == 0) reps = atoi(argv[i] + 7);
-    else if (strncmp(argv[i], "--case=", 7) == 0) only = argv[i] + 7;
-    else if (strcmp(argv[i], "--default-only") == 0) modes = 1;
-    else if (strcmp(argv[i], "--forced-only") == 0) modes = 2;
+    if (strncmp(argv[i], "--reps=", 7) == 0)
+      reps = atoi(argv[i] + 7);
+    else if (strncmp(argv[i], "--case=", 7) == 0)
+      only = argv[i] + 7;
+    else if (strcmp(argv[i], "--default-only") == 0)
+      modes = 1;
+    else if (strcmp(argv[i], "--forced-only") == 0)
+      modes = 2;
     else {
       fprintf(stderr, "usage: tshard-bench-einsum [--reps=N (1..15)] [--case=NAME] "
                       "[--default-only | --forced-only]\n");

@@ -31,8 +31,8 @@ static void problem_setup(problem *pr, rng *r, const ts_einsum_opts *opts) {
   }
   ts_error err = {0};
   pr->p = NULL;
-  int rc = ts_einsum_plan_create(&pr->p, pr->c.eq, pr->c.n, pr->c.ndim, shapes, pr->c.dt, opts,
-                                 &err);
+  int rc =
+      ts_einsum_plan_create(&pr->p, pr->c.eq, pr->c.n, pr->c.ndim, shapes, pr->c.dt, opts, &err);
   ck_assert_msg(rc == TS_OK, "plan '%s': %s", pr->c.eq, err.msg);
   int ond;
   int64_t os[TS_MAX_DIMS];
@@ -73,8 +73,8 @@ static void check_grad(const problem *pr, int i, const test_tensor *got, const t
   }
 }
 
-/* 50 random equations per dtype (300 in all): the engine's gradients with the cache and without it, against
- * the naive gradient. */
+/* 50 random equations per dtype (300 in all): the engine's gradients with the cache and without it,
+ * against the naive gradient. */
 START_TEST(test_random_gradients) {
   ts_dtype dt = all_dtypes[_i];
   rng r = {.s = 5000u + (uint64_t)_i};
@@ -87,8 +87,7 @@ START_TEST(test_random_gradients) {
     ts_einsum_opts opts = {.path = (ts_einsum_path)rng_int(&r, 0, 1),
                            .always_transpose = rng_int(&r, 0, 2) == 0};
     problem_setup(&pr, &r, &opts);
-    test_tensor gc[TS_EINSUM_MAX_OPERANDS], gu[TS_EINSUM_MAX_OPERANDS],
-        gr[TS_EINSUM_MAX_OPERANDS];
+    test_tensor gc[TS_EINSUM_MAX_OPERANDS], gu[TS_EINSUM_MAX_OPERANDS], gr[TS_EINSUM_MAX_OPERANDS];
     const ts_tensor *pc[TS_EINSUM_MAX_OPERANDS], *pu[TS_EINSUM_MAX_OPERANDS],
         *pref[TS_EINSUM_MAX_OPERANDS];
     grads_alloc(&pr, gc, pc, &r, false);
@@ -153,8 +152,8 @@ START_TEST(test_finite_differences) {
         tt_set(x, idx, x0);
         double fd = (f[0] - f[1]) / (2 * h), an = tt_get(&g[i], idx);
         ck_assert_msg(fabs(fd - an) <= 1e-9 * (1 + fabs(fd)),
-                      "'%s' operand %d element %lld: gradient %g, finite difference %g", pr.c.eq,
-                      i, (long long)e, an, fd);
+                      "'%s' operand %d element %lld: gradient %g, finite difference %g", pr.c.eq, i,
+                      (long long)e, an, fd);
       }
     }
     for (int i = 0; i < pr.c.n; i++) tt_free(&g[i]);

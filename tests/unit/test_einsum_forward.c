@@ -55,8 +55,8 @@ static void run_case(const rand_case *c, rng *r, const ts_einsum_opts *opts) {
     }
     int64_t idx[TS_MAX_DIMS];
     tt_index(&want, where, idx);
-    ck_abort_msg("'%s' %s%s path=%d always_transpose=%d: element %lld is %g, reference %g",
-                 c->eq, ts_dtype_name(c->dt), shp, (int)opts->path, (int)opts->always_transpose,
+    ck_abort_msg("'%s' %s%s path=%d always_transpose=%d: element %lld is %g, reference %g", c->eq,
+                 ts_dtype_name(c->dt), shp, (int)opts->path, (int)opts->always_transpose,
                  (long long)where, tt_get(&got, idx), tt_get(&want, idx));
   }
   tt_free(&got);
@@ -140,8 +140,7 @@ START_TEST(test_many_dims_intermediate) {
   shape[2][2] = shape[0][2];
   shape[2][3] = shape[1][2];
   shape[2][4] = shape[1][4];
-  fixed_case("abcde,fghij,afchj->bgdie", 3, ndim, (const int64_t(*)[TS_MAX_DIMS])shape, TS_F64,
-             5);
+  fixed_case("abcde,fghij,afchj->bgdie", 3, ndim, (const int64_t(*)[TS_MAX_DIMS])shape, TS_F64, 5);
 }
 END_TEST
 
@@ -207,8 +206,7 @@ START_TEST(test_known_values) {
   const ts_tensor *ca[2] = {&c.t, &a.t};
   tt_alloc(&o, TS_F64, 2, s22, TL_DENSE);
   ck_assert_int_eq(ts_einsum("ij,ij->ij", 2, ca, &o.t, &err), TS_OK);
-  ck_assert(get_e(&o, 0) == 10 && get_e(&o, 1) == 20 && get_e(&o, 2) == 300 &&
-            get_e(&o, 3) == 400);
+  ck_assert(get_e(&o, 0) == 10 && get_e(&o, 1) == 20 && get_e(&o, 2) == 300 && get_e(&o, 3) == 400);
   tt_free(&o);
   tt_free(&c);
   tt_free(&s);

@@ -125,8 +125,7 @@ START_TEST(test_errors) {
   expect_error("ij,jk->iz", 2, nd2, s2, TS_F32, TS_EINSUM, "output label 'z' appears in no input",
                NULL);
   /* Operand counts. */
-  expect_error("ij,jk,kl->il", 2, nd2, s2, TS_F32, TS_EINSUM, "3 input terms but 2 operands",
-               NULL);
+  expect_error("ij,jk,kl->il", 2, nd2, s2, TS_F32, TS_EINSUM, "3 input terms but 2 operands", NULL);
   expect_error("ij->ij", 2, nd2, s2, TS_F32, TS_EINSUM, "1 input terms but 2 operands", NULL);
   {
     ts_einsum_plan *p = NULL;

@@ -54,12 +54,36 @@ static char *addr(const test_tensor *tt, const int64_t *idx) {
 double tt_get(const test_tensor *tt, const int64_t *idx) {
   const char *a = addr(tt, idx);
   switch (tt->t.layout.dtype) {
-  case TS_F32: { float v; memcpy(&v, a, 4); return v; }
-  case TS_F64: { double v; memcpy(&v, a, 8); return v; }
-  case TS_F16: { uint16_t v; memcpy(&v, a, 2); return ts_f16_to_f32(v); }
-  case TS_BF16: { uint16_t v; memcpy(&v, a, 2); return ts_bf16_to_f32(v); }
-  case TS_I32: { int32_t v; memcpy(&v, a, 4); return v; }
-  case TS_I64: { int64_t v; memcpy(&v, a, 8); return (double)v; }
+  case TS_F32: {
+    float v;
+    memcpy(&v, a, 4);
+    return v;
+  }
+  case TS_F64: {
+    double v;
+    memcpy(&v, a, 8);
+    return v;
+  }
+  case TS_F16: {
+    uint16_t v;
+    memcpy(&v, a, 2);
+    return ts_f16_to_f32(v);
+  }
+  case TS_BF16: {
+    uint16_t v;
+    memcpy(&v, a, 2);
+    return ts_bf16_to_f32(v);
+  }
+  case TS_I32: {
+    int32_t v;
+    memcpy(&v, a, 4);
+    return v;
+  }
+  case TS_I64: {
+    int64_t v;
+    memcpy(&v, a, 8);
+    return (double)v;
+  }
   default: return 0;
   }
 }
@@ -67,12 +91,32 @@ double tt_get(const test_tensor *tt, const int64_t *idx) {
 void tt_set(test_tensor *tt, const int64_t *idx, double v) {
   char *a = addr(tt, idx);
   switch (tt->t.layout.dtype) {
-  case TS_F32: { float f = (float)v; memcpy(a, &f, 4); break; }
+  case TS_F32: {
+    float f = (float)v;
+    memcpy(a, &f, 4);
+    break;
+  }
   case TS_F64: memcpy(a, &v, 8); break;
-  case TS_F16: { uint16_t h = ts_f64_to_f16(v); memcpy(a, &h, 2); break; }
-  case TS_BF16: { uint16_t h = ts_f64_to_bf16(v); memcpy(a, &h, 2); break; }
-  case TS_I32: { int32_t i = (int32_t)v; memcpy(a, &i, 4); break; }
-  case TS_I64: { int64_t i = (int64_t)v; memcpy(a, &i, 8); break; }
+  case TS_F16: {
+    uint16_t h = ts_f64_to_f16(v);
+    memcpy(a, &h, 2);
+    break;
+  }
+  case TS_BF16: {
+    uint16_t h = ts_f64_to_bf16(v);
+    memcpy(a, &h, 2);
+    break;
+  }
+  case TS_I32: {
+    int32_t i = (int32_t)v;
+    memcpy(a, &i, 4);
+    break;
+  }
+  case TS_I64: {
+    int64_t i = (int64_t)v;
+    memcpy(a, &i, 8);
+    break;
+  }
   default: break;
   }
 }
@@ -103,10 +147,22 @@ void tt_fill(test_tensor *tt, rng *r) {
 double tt_compare(const test_tensor *got, const test_tensor *want, int64_t *where) {
   double atol = 0, rtol = 0;
   switch (want->t.layout.dtype) {
-  case TS_F64: atol = 1e-10; rtol = 1e-10; break;
-  case TS_F32: atol = 1e-4; rtol = 1e-5; break;
-  case TS_F16: atol = 1e-2; rtol = 4e-3; break;
-  case TS_BF16: atol = 5e-2; rtol = 1.6e-2; break;
+  case TS_F64:
+    atol = 1e-10;
+    rtol = 1e-10;
+    break;
+  case TS_F32:
+    atol = 1e-4;
+    rtol = 1e-5;
+    break;
+  case TS_F16:
+    atol = 1e-2;
+    rtol = 4e-3;
+    break;
+  case TS_BF16:
+    atol = 5e-2;
+    rtol = 1.6e-2;
+    break;
   default: break;
   }
   int64_t n = tt_numel(want), idx[TS_MAX_DIMS];
