@@ -29,14 +29,9 @@
 #define MAX_DIM_NODES 16
 #define MAX_PERIOD (INT64_C(1) << 20)
 #define ROW_CHUNK_BYTES (64 * 1024)   /* a rows-kernel call moves about this much */
-#define TILE_BYTES 64     /* transpose tile: columns of one cache line of destination */
-#ifndef NT_STORES
-#define NT_STORES 0
-#endif
-#ifndef TILE_ROW_BYTES
-#define TILE_ROW_BYTES 256
-#endif
-#define TILE_ROW_BYTES_DOC /* source bytes read per visit of a source row: rows per transpose call */
+#define TILE_BYTES 64          /* a transpose pays off when the source stride exceeds 2 lines */
+#define TILE_COLS_BYTES 256    /* destination bytes per row of a transpose tile */
+#define TILE_ROW_BYTES 4096    /* source bytes per visit of a source row: rows per transpose call */
 #define STREAM_MIN_BYTES (32 << 20) /* transposes this large bypass the caches on writes */
 #define THREAD_MIN_BYTES (1024 * 1024) /* less than this per thread is not worth a thread */
 
@@ -277,9 +272,10 @@ static void transpose_block16_4(char *d, ptrdiff_t dr, const char *s, ptrdiff_t 
 static void transpose_tile_4(char *d, ptrdiff_t dc, ptrdiff_t dr, const char *s, ptrdiff_t sc,
                              ptrdiff_t sr, int64_t nc, int64_t nr, bool stream) {
   int64_t r0 = 0;
-  if (dc == 4 && sr == 4 && nc == 16)
+  if (dc == 4 && sr == 4 && nc % 16 == 0)
     for (; r0 + 16 <= nr; r0 += 16)
-      transpose_block16_4(d + r0 * dr, dr, s + r0 * 4, sc, stream);
+      for (int64_t c0 = 0; c0 < nc; c0 += 16)
+        transpose_block16_4(d + r0 * dr + c0 * 4, dr, s + r0 * 4 + c0 * sc, sc, stream);
   for (int64_t c = 0; c < nc; c++)
     for (int64_t r = r0; r < nr; r++) {
       uint32_t v;
@@ -297,9 +293,15 @@ static void run_inner(const job *j, char *d, const char *s) {
     return;
   }
   /* tiles of destination-contiguous columns x the b->n source-contiguous rows */
-  int64_t esize = j->es > j->ed ? j->es : j->ed, cols = TILE_BYTES / esize;
-  for (int64_t c0 = 0; c0 < a->n; c0 += cols) {
-    int64_t cn = a->n - c0 < cols ? a->n - c0 : cols;
+  int64_t esize = j->es > j->ed ? j->es : j->ed, cols = TILE_COLS_BYTES / esize;
+  /* peel columns up to the destination's next cache line, so tiles write whole lines */
+  int64_t first = cols, mis = (int64_t)((uintptr_t)d % 64);
+  if (a->n > cols && a->ds == j->ed && mis % j->ed == 0 && mis != 0)
+    first = (64 - mis) / j->ed;
+  for (int64_t c0 = 0, cn; c0 < a->n; c0 += cn) {
+    cn = c0 == 0 ? first : cols;
+    if (cn > a->n - c0)
+      cn = a->n - c0;
     char *dp = d + c0 * a->ds;
     const char *sp = s + c0 * a->ss;
     if (j->tile) {

@@ -29,8 +29,9 @@ static double median(double *v, int n) {
   return v[n / 2];
 }
 
+/* Page-aligned, as tensor allocators (and tshard's store) give. */
 static void *xmalloc(size_t n) {
-  void *p = malloc(n);
+  void *p = aligned_alloc(4096, (n + 4095) / 4096 * 4096);
   if (!p) {
     fprintf(stderr, "tshard-bench-copy: out of memory (%zu bytes)\n", n);
     exit(1);
@@ -54,7 +55,7 @@ static void *memcpy_thread(void *arg) {
 /* memcpy of n bytes split over t threads (t = 1: a plain memcpy). */
 static void parallel_memcpy(char *d, const char *s, size_t n, int t) {
   pthread_t tid[64];
-  memcpy_part part[64];
+  memcpy_part part[64] = {{0}};
   for (int i = 0; i < t; i++)
     part[i] = (memcpy_part){d + n * i / t, s + n * i / t, n * (i + 1) / t - n * i / t};
   for (int i = 1; i < t; i++)
