@@ -73,14 +73,14 @@ static void check_grad(const problem *pr, int i, const test_tensor *got, const t
   }
 }
 
-/* 50 random equations per dtype (300 in all): the engine's gradients with the cache and without it,
- * against the naive gradient. */
+/* 100 random equations per dtype (600 in all): the engine's gradients with the cache and without
+ * it, against the naive gradient. */
 START_TEST(test_random_gradients) {
   ts_dtype dt = all_dtypes[_i];
   rng r = {.s = 5000u + (uint64_t)_i};
   ts_einsum_cache *cache = NULL;
   ck_assert_int_eq(ts_einsum_cache_create(&cache, NULL), TS_OK);
-  for (int k = 0; k < 50; k++) {
+  for (int k = 0; k < 100; k++) {
     problem pr;
     memset(&pr, 0, sizeof pr);
     rand_case_make(&pr.c, &r, 5, dt, 10000);

@@ -4,6 +4,7 @@
  * values, BLAS-sized cases, intermediates with more dims than one strided copy takes, and a plan
  * reused across calls. */
 #include <check.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,11 +67,11 @@ static void run_case(const rand_case *c, rng *r, const ts_einsum_opts *opts) {
   ck_assert_ptr_null(p);
 }
 
-/* 100 random equations per dtype: 600 in all. */
+/* 200 random equations per dtype: 1200 in all. */
 START_TEST(test_random_equations) {
   ts_dtype dt = all_dtypes[_i];
   rng r = {.s = 1000u + (uint64_t)_i};
-  for (int k = 0; k < 100; k++) {
+  for (int k = 0; k < 200; k++) {
     rand_case c;
     rand_case_make(&c, &r, 5, dt, 40000);
     ts_einsum_opts opts = {.path = (ts_einsum_path)rng_int(&r, 0, 1),
@@ -279,6 +280,66 @@ START_TEST(test_path_choice) {
 }
 END_TEST
 
+/* One plan, used by several threads at once, each with its own cache. */
+typedef struct thread_job {
+  const ts_einsum_plan *p;
+  uint64_t seed;
+  int failures;
+} thread_job;
+
+static void *thread_main(void *arg) {
+  thread_job *job = arg;
+  int64_t s0[3] = {3, 8, 5}, s1[3] = {5, 3, 6}, os[3] = {3, 8, 6};
+  rng r = {.s = job->seed};
+  ts_einsum_cache *cache = NULL;
+  if (ts_einsum_cache_create(&cache, NULL)) {
+    job->failures++;
+    return NULL;
+  }
+  for (int k = 0; k < 40; k++) {
+    test_tensor a, b, o, w;
+    tt_alloc(&a, TS_F64, 3, s0, (test_layout)(k % TL_COUNT));
+    tt_alloc(&b, TS_F64, 3, s1, (test_layout)((k + 1) % TL_COUNT));
+    tt_alloc(&o, TS_F64, 3, os, TL_DENSE);
+    tt_alloc(&w, TS_F64, 3, os, TL_DENSE);
+    tt_fill(&a, &r);
+    tt_fill(&b, &r);
+    const ts_tensor *ops[2] = {&a.t, &b.t};
+    if (ts_einsum_execute(job->p, &o.t, ops, cache, NULL) != TS_OK ||
+        ts_einsum_reference("bik,kbj->bij", 2, ops, &w.t, NULL) != TS_OK ||
+        tt_compare(&o, &w, NULL) != 0)
+      job->failures++;
+    tt_free(&a);
+    tt_free(&b);
+    tt_free(&o);
+    tt_free(&w);
+  }
+  ts_einsum_cache_destroy(&cache);
+  return NULL;
+}
+
+START_TEST(test_plan_shared_by_threads) {
+  int ndim[2] = {3, 3};
+  int64_t s0[3] = {3, 8, 5}, s1[3] = {5, 3, 6};
+  const int64_t *shapes[2] = {s0, s1};
+  ts_einsum_plan *p = NULL;
+  ts_einsum_opts opts = {.always_transpose = true};
+  ck_assert_int_eq(ts_einsum_plan_create(&p, "bik,kbj->bij", 2, ndim, shapes, TS_F64, &opts, NULL),
+                   TS_OK);
+  thread_job jobs[4];
+  pthread_t th[4];
+  for (int t = 0; t < 4; t++) {
+    jobs[t] = (thread_job){.p = p, .seed = 100u + (uint64_t)t, .failures = 0};
+    ck_assert_int_eq(pthread_create(&th[t], NULL, thread_main, &jobs[t]), 0);
+  }
+  for (int t = 0; t < 4; t++) {
+    pthread_join(th[t], NULL);
+    ck_assert_int_eq(jobs[t].failures, 0);
+  }
+  ts_einsum_plan_destroy(&p);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("einsum_forward");
   TCase *tc = tcase_create("forward");
@@ -289,6 +350,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_known_values);
   tcase_add_test(tc, test_plan_reuse);
   tcase_add_test(tc, test_path_choice);
+  tcase_add_test(tc, test_plan_shared_by_threads);
   suite_add_tcase(s, tc);
   return s;
 }
