@@ -18,13 +18,15 @@ typedef struct problem {
   test_tensor ops[TS_EINSUM_MAX_OPERANDS];
   const ts_tensor *op_ptr[TS_EINSUM_MAX_OPERANDS];
   test_tensor out, gout;
+  bool dense_operands; /* operands row-major instead of a random layout */
 } problem;
 
 static void problem_setup(problem *pr, rng *r, const ts_einsum_opts *opts) {
   const int64_t *shapes[TS_EINSUM_MAX_OPERANDS];
   for (int i = 0; i < pr->c.n; i++) {
+    test_layout kind = (test_layout)rng_int(r, 0, TL_COUNT - 1);
     tt_alloc(&pr->ops[i], pr->c.dt, pr->c.ndim[i], pr->c.shape[i],
-             (test_layout)rng_int(r, 0, TL_COUNT - 1));
+             pr->dense_operands ? TL_DENSE : kind);
     tt_fill(&pr->ops[i], r);
     pr->op_ptr[i] = &pr->ops[i].t;
     shapes[i] = pr->c.shape[i];
@@ -176,6 +178,7 @@ static void cache_case(const char *eq, int n, const int *ndim, const int64_t (*s
     memcpy(pr.c.shape[i], shape[i], sizeof shape[i]);
   }
   rng r = {.s = 31};
+  pr.dense_operands = true;
   ts_einsum_opts opts = {.path = TS_EINSUM_PATH_LEFT_TO_RIGHT,
                          .always_transpose = always_transpose};
   problem_setup(&pr, &r, &opts);

@@ -35,6 +35,11 @@ void tt_alloc(test_tensor *tt, ts_dtype dt, int nd, const int64_t *shape, test_l
     l->offset = (int64_t)ts_dtype_size(dt);
     bytes += ts_dtype_size(dt);
   }
+  /* Reversed: the last dim runs backwards from the end of its row. */
+  if (kind == TL_REVERSED && nd > 0 && l->shape[nd - 1] > 1) {
+    l->offset = (l->shape[nd - 1] - 1) * (int64_t)ts_dtype_size(dt);
+    l->strides[nd - 1] = -1;
+  }
   tt->buf = calloc(1, bytes ? bytes : 1);
   tt->t.data = tt->buf;
   tt->t.bytes = bytes;

@@ -13,8 +13,10 @@ typedef struct rng {
 uint64_t rng_next(rng *r);
 int rng_int(rng *r, int lo, int hi); /* uniform in [lo, hi] */
 
-/* How a test tensor is laid out in its buffer. */
-typedef enum { TL_DENSE, TL_COLUMN_MAJOR, TL_PADDED, TL_COUNT } test_layout;
+/* How a test tensor is laid out in its buffer: row-major, column-major, row-major with a gap
+ * after every row of every dim and an offset, or row-major with the last dim reversed (a
+ * negative stride). */
+typedef enum { TL_DENSE, TL_COLUMN_MAJOR, TL_PADDED, TL_REVERSED, TL_COUNT } test_layout;
 
 typedef struct test_tensor {
   ts_tensor t;
