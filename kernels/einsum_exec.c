@@ -98,15 +98,17 @@ static int prepare_side(const ts_einsum_plan *p, const ts__ein_step *s, int side
                         const ts__ein_view *src, ts__ein_gop *g, size_t *bytes, ts_error *err) {
   int gr = side == 0 ? TS__G_AO : TS__G_AB, gc = side == 0 ? TS__G_AB : TS__G_BO;
   int gred = side == 0 ? TS__G_RA : TS__G_RB;
-  g->owned = NULL;
   if (!p->opts.always_transpose && src->dt == p->cdt && s->ng[gred] == 0 &&
       ts__ein_as_matrix(src, s->ng[TS__G_ABO], s->g[TS__G_ABO], s->ng[gr], s->g[gr], s->ng[gc],
-                        s->g[gc], &g->mat))
+                        s->g[gc], &g->mat)) {
+    free(g->owned); /* a buffer of an earlier call, not needed this time */
+    g->owned = NULL;
     return TS_OK;
+  }
   bool rows_inner = ts__ein_unit_stride_in(src, s->ng[gr], s->g[gr]);
   int64_t rows = side == 0 ? s->m : s->k, cols = side == 0 ? s->k : s->n;
   size_t need = (size_t)(s->batch * rows * cols) * ts_dtype_size(p->cdt);
-  g->owned = malloc(need ? need : 1);
+  if (g->owned == NULL) g->owned = malloc(need ? need : 1); /* else the same plan's buffer */
   if (g->owned == NULL)
     return ts_error_set(err, TS_NO_MEMORY, "einsum: no memory for a transposed operand (%zu bytes)",
                         need);
@@ -153,8 +155,10 @@ int ts__ein_check_operands(const ts_einsum_plan *p, const ts_tensor *const *oper
 
 int ts__ein_forward(const ts_einsum_plan *p, const ts_tensor *out, const ts_tensor *const *operands,
                     ts_einsum_cache *c, ts_error *err) {
-  ts__ein_cache_clear(c);
+  if (c->plan != p || c->plan_id != p->id || c->n_steps != p->n_steps) ts__ein_cache_clear(c);
   c->plan = p;
+  c->plan_id = p->id;
+  c->bytes = 0;
   for (int i = 0; i < p->pe.n; i++) c->operand_data[i] = operands[i]->data;
   c->n_steps = p->n_steps;
   ts__ein_view ov;
@@ -197,7 +201,8 @@ int ts__ein_forward(const ts_einsum_plan *p, const ts_tensor *out, const ts_tens
       return ts__ein_gemm(p->cdt, s->ng[TS__G_ABO], s->bsize, &cm, &sc->a.mat, &sc->b.mat, s->k,
                           err);
     size_t need = (size_t)(s->batch * s->m * s->n) * es;
-    char *buf = malloc(need ? need : 1);
+    char *buf = !last && sc->result ? sc->result : malloc(need ? need : 1);
+    sc->result = NULL;
     if (buf == NULL)
       return ts_error_set(err, TS_NO_MEMORY, "einsum: no memory for an intermediate (%zu bytes)",
                           need);

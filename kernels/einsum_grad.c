@@ -276,7 +276,7 @@ int ts_einsum_backward(const ts_einsum_plan *p, const ts_tensor *grad_out,
                                 "gradient", i, true, err);
   if (rc) return rc;
   if (cache) {
-    bool same = cache->plan == p && cache->n_steps == p->n_steps;
+    bool same = cache->plan == p && cache->plan_id == p->id && cache->n_steps == p->n_steps;
     for (int i = 0; i < p->pe.n && same; i++)
       if (cache->operand_data[i] != operands[i]->data) same = false;
     if (!same)

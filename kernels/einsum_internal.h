@@ -55,6 +55,7 @@ typedef struct ts__ein_step {
 } ts__ein_step;
 
 struct ts_einsum_plan {
+  uint64_t id; /* unique per plan made in this process: a cache knows its plan by it */
   ts__ein_parsed pe;
   ts_dtype dtype; /* of operands and output */
   ts_dtype cdt;   /* computing dtype: f32, f64, i32 or i64 */
@@ -105,6 +106,7 @@ typedef struct ts__ein_step_cache {
 
 struct ts_einsum_cache {
   const ts_einsum_plan *plan; /* the plan of the forward call that filled it; NULL when empty */
+  uint64_t plan_id;           /* and its id (a new plan may reuse a freed plan's address) */
   const void *operand_data[TS_EINSUM_MAX_OPERANDS];
   int n_steps;
   ts__ein_step_cache step[TS_EINSUM_MAX_OPERANDS];
@@ -114,7 +116,9 @@ struct ts_einsum_cache {
 /* Frees the buffers a cache holds and marks it empty. */
 void ts__ein_cache_clear(ts_einsum_cache *c);
 
-/* The forward pass; out NULL runs everything but the last GEMM (to fill a cache for backward). */
+/* The forward pass; out NULL runs everything but the last GEMM (to fill a cache for backward).
+ * A cache last filled by the same plan keeps its buffers: they are overwritten, not reallocated
+ * (a training loop pays no allocation and no page faults per call). */
 int ts__ein_forward(const ts_einsum_plan *p, const ts_tensor *out, const ts_tensor *const *operands,
                     ts_einsum_cache *c, ts_error *err);
 

@@ -3,11 +3,14 @@
  *
  * A plan is immutable once made, so one plan serves any number of calls, also concurrently; the
  * state of a call (transposed operands, intermediates) lives in the caller's cache. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "einsum_internal.h"
+
+static atomic_uint_least64_t next_plan_id = 1;
 
 static bool compute_dtype(ts_dtype dt, ts_dtype *cdt) {
   switch (dt) {
@@ -28,6 +31,7 @@ int ts_einsum_plan_create(ts_einsum_plan **out, const char *equation, int n_oper
   *out = NULL;
   ts_einsum_plan *p = calloc(1, sizeof *p);
   if (p == NULL) return ts_error_set(err, TS_NO_MEMORY, "einsum: no memory for a plan");
+  p->id = atomic_fetch_add(&next_plan_id, 1);
   int rc = ts__ein_parse(&p->pe, equation, n_operands, ndims, shapes, err);
   if (rc) goto fail;
   if (!ts_dtype_valid((int)dtype) || !compute_dtype(dtype, &p->cdt)) {

@@ -190,8 +190,12 @@ static void cache_case(const char *eq, int n, const int *ndim, const int64_t (*s
   ts_error err;
   ck_assert_int_eq(ts_einsum_cache_create(&cache, &err), TS_OK);
   ts_einsum_stats s0, s1, s2, s3;
+  /* A first forward fills the cache; the second reuses its buffers. */
+  ck_assert_int_eq(ts_einsum_execute(pr.p, &pr.out.t, pr.op_ptr, cache, &err), TS_OK);
+  size_t bytes = ts_einsum_cache_bytes(cache);
   ts_einsum_stats_get(&s0);
   ck_assert_int_eq(ts_einsum_execute(pr.p, &pr.out.t, pr.op_ptr, cache, &err), TS_OK);
+  ck_assert_uint_eq(ts_einsum_cache_bytes(cache), bytes);
   ts_einsum_stats_get(&s1);
   ck_assert_msg((int)(s1.operand_transposes - s0.operand_transposes) == want_operand_transposes,
                 "'%s': forward transposed %d operands, want %d", eq,
