@@ -222,7 +222,8 @@ int ts_einsum_plan_format(const ts_einsum_plan *p, char *buf, size_t cap);
 /* The transpose cache: what a forward call transposed (operands brought to GEMM layouts, and the
  * intermediates of an n-operand path), kept so that ts_einsum_backward launches no further
  * transpose of an operand. Owned by the caller; one cache serves one plan and one forward call at
- * a time (a later forward with the cache replaces its contents). */
+ * a time (a later forward with the cache replaces its contents, reusing its buffers when the plan
+ * is the same, so a training loop allocates nothing per step). Not shared between threads. */
 typedef struct ts_einsum_cache ts_einsum_cache;
 
 int ts_einsum_cache_create(ts_einsum_cache **out, ts_error *err);
