@@ -191,6 +191,22 @@ static int64_t row_major_offset(const ts_box *box, const int64_t *at) {
   return off;
 }
 
+/* When `region` of a dense row-major tensor over `tbox` is one contiguous run of bytes, its byte
+ * offset from the buffer start: the pieces that need no packing (sent or received in place). */
+static bool contiguous_run(const exec *ex, const ts_tensor *t, const ts_box *tbox,
+                           const ts_box *region, int64_t *off) {
+  if (!t || !t->data || !dense_row_major(t))
+    return false;
+  int n = region->ndim, k = 0;
+  while (k < n && region->hi[k] - region->lo[k] == 1)
+    k++;
+  for (int d = k + 1; d < n; d++)
+    if (region->lo[d] != tbox->lo[d] || region->hi[d] != tbox->hi[d])
+      return false;
+  *off = t->layout.offset + row_major_offset(tbox, region->lo) * (int64_t)ex->es;
+  return true;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * local */
 
@@ -295,6 +311,31 @@ static int run_reduce_scatter(exec *ex, ts_comm *line, ts_error *err) {
     local_fail(ex, ts_error_set(&ex->lerr, TS_NO_MEMORY, "no memory for reduce_scatter"));
   int64_t rounds = 0, send_bytes = 0, recv_bytes = 0;
   void *sbuf = NULL, *rbuf = NULL;
+  /* In place: the blocks of the line follow each other in the source and the target is dense:
+   * one reduce-scatter straight from the source into the target, if every rank can. */
+  int64_t not_direct = ex->lst != TS_OK || !dense_row_major(&ex->tgt), first_off = -1, next = -1;
+  for (int j = 0; !not_direct && j < pm; j++) {
+    ts_geom_index_box(p->tgt, ex->ti + (int64_t)(j - me) * stride, &boxes[j]);
+    int64_t off = 0, n = ts_box_numel(&boxes[j]);
+    if (n == 0)
+      continue;
+    if (n > INT_MAX || !contiguous_run(ex, ex->src, &ex->sbox, &boxes[j], &off) ||
+        (next >= 0 && off != next))
+      not_direct = 1;
+    if (first_off < 0)
+      first_off = off;
+    next = off + n * (int64_t)ex->es;
+  }
+  int rc = ts_comm_allreduce_i64(ex->ucomm, &not_direct, 1, TS_COMM_MAX, err);
+  if (rc) {
+    free(boxes);
+    free(nch);
+    free(counts);
+    return rc;
+  }
+  bool direct = !not_direct;
+  if (direct)
+    q = INT64_MAX / 2; /* one round with whole blocks */
   if (ex->lst == TS_OK) {
     for (int j = 0; j < pm; j++) {
       ts_geom_index_box(p->tgt, ex->ti + (int64_t)(j - me) * stride, &boxes[j]);
@@ -306,11 +347,15 @@ static int run_reduce_scatter(exec *ex, ts_comm *line, ts_error *err) {
     }
     int64_t mine = ts_box_numel(&ex->tbox) * (int64_t)ex->es;
     recv_bytes = mine < q ? mine : q;
-    sbuf = stage_alloc(ex, send_bytes);
-    if (sbuf)
-      rbuf = stage_alloc(ex, recv_bytes);
+    if (direct) {
+      send_bytes = recv_bytes = 0;
+    } else {
+      sbuf = stage_alloc(ex, send_bytes);
+      if (sbuf)
+        rbuf = stage_alloc(ex, recv_bytes);
+    }
   }
-  int rc = agree_first(ex, err);
+  rc = agree_first(ex, err);
   ts_reduce_op op = partial_op(p->src->attr);
   for (int64_t r = 0; rc == TS_OK && r < rounds; r++) {
     char *at = sbuf;
@@ -323,7 +368,8 @@ static int run_reduce_scatter(exec *ex, ts_comm *line, ts_error *err) {
       ts_box ch;
       ts_box_chunk(&boxes[j], ex->es, q, r, &ch);
       counts[j] = (int)ts_box_numel(&ch);
-      pack(ex, &ch, at);
+      if (!direct)
+        pack(ex, &ch, at);
       at += (int64_t)counts[j] * (int64_t)ex->es;
       if (j == me) {
         mine_chunk = ch;
@@ -332,10 +378,16 @@ static int run_reduce_scatter(exec *ex, ts_comm *line, ts_error *err) {
         ex->sent += (int64_t)counts[j] * (int64_t)ex->es;
       }
     }
-    rc = ts_comm_reduce_scatter(line, sbuf, rbuf, counts, p->dtype, op, err);
+    if (direct)
+      rc = ts_comm_reduce_scatter(line, (const char *)ex->src->data + (first_off > 0 ? first_off : 0),
+                                  (char *)ex->tgt.data + ex->tgt.layout.offset, counts, p->dtype,
+                                  op, err);
+    else
+      rc = ts_comm_reduce_scatter(line, sbuf, rbuf, counts, p->dtype, op, err);
     if (rc == TS_OK && have_mine) {
       ex->received += (int64_t)(pm - 1) * counts[me] * (int64_t)ex->es;
-      unpack(ex, &mine_chunk, rbuf);
+      if (!direct)
+        unpack(ex, &mine_chunk, rbuf);
     }
   }
   stage_free(ex, sbuf, send_bytes);
@@ -472,6 +524,7 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
   int64_t *soff = NULL, *roff = NULL, *snch = NULL, *rnch = NULL;
   int64_t sbytes = 0, rbytes = 0, my_rounds = 0;
   char *sbuf = NULL, *rbuf = NULL;
+  bool send_direct = false, recv_direct = false;
   int *sc = NULL, *sd = NULL, *rcn = NULL, *rd = NULL, *peer_pos = NULL;
   if (ex->lst == TS_OK) {
     size_t ns = (size_t)rp.nsend + 1, nr = (size_t)rp.nrecv + 1;
@@ -513,14 +566,53 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
       if (rnch[k] > my_rounds)
         my_rounds = rnch[k];
     }
+    /* Pieces that are contiguous runs of a dense slice move in place, with no staging (per
+     * side: the other end does not need to know). */
+    int64_t off;
+    send_direct = true;
+    for (int k = 0; send_direct && k < rp.nsend; k++)
+      if (rp.send[k].peer != ex->me)
+        send_direct = contiguous_run(ex, ex->src, &ex->sbox, &rp.send[k].box, &off) &&
+                      (!alltoall || off + rp.send[k].bytes <= INT_MAX);
+    recv_direct = !partial_src;
+    for (int k = 0; recv_direct && k < rp.nrecv; k++)
+      if (rp.recv[k].peer != ex->me)
+        recv_direct = contiguous_run(ex, &ex->tgt, &ex->tbox, &rp.recv[k].box, &off) &&
+                      (!alltoall || off + rp.recv[k].bytes <= INT_MAX);
+    if (send_direct)
+      sbytes = 0;
+    if (recv_direct)
+      rbytes = 0;
     sbuf = stage_alloc(ex, sbytes);
     if (sbuf)
       rbuf = stage_alloc(ex, rbytes);
   }
   rc = agree_first(ex, err);
-  int64_t rounds = my_rounds;
+  /* When every rank moves every piece in place, no staging bounds the chunks: pieces go whole
+   * (up to 1 GiB per chunk), in as few rounds as possible. */
+  const int64_t q_whole = (int64_t)1 << 30;
+  int64_t agreed[3] = {my_rounds, 0, !(send_direct && recv_direct)};
+  for (int k = 0; rc == TS_OK && k < rp.nsend; k++)
+    if (rp.send[k].peer != ex->me) {
+      int64_t c = ts_box_chunk_count(&rp.send[k].box, ex->es, q_whole);
+      agreed[1] = c > agreed[1] ? c : agreed[1];
+    }
+  for (int k = 0; rc == TS_OK && k < rp.nrecv; k++)
+    if (rp.recv[k].peer != ex->me) {
+      int64_t c = ts_box_chunk_count(&rp.recv[k].box, ex->es, q_whole);
+      agreed[1] = c > agreed[1] ? c : agreed[1];
+    }
   if (rc == TS_OK)
-    rc = ts_comm_allreduce_i64(ex->ucomm, &rounds, 1, TS_COMM_MAX, err);
+    rc = ts_comm_allreduce_i64(ex->ucomm, agreed, 3, TS_COMM_MAX, err);
+  int64_t rounds = agreed[0];
+  if (rc == TS_OK && agreed[2] == 0) {
+    q = q_whole;
+    rounds = agreed[1];
+    for (int k = 0; k < rp.nsend; k++)
+      snch[k] = ts_box_chunk_count(&rp.send[k].box, ex->es, q);
+    for (int k = 0; k < rp.nrecv; k++)
+      rnch[k] = ts_box_chunk_count(&rp.recv[k].box, ex->es, q);
+  }
   if (rc == TS_OK) {
     if (ex->in_tgt && !ex->receiver)
       fill_identity(ex, &ex->tbox);
@@ -553,15 +645,21 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
         continue;
       ts_box ch;
       ts_box_chunk(&t->box, ex->es, q, r, &ch);
-      int64_t b = ts_box_numel(&ch) * (int64_t)ex->es;
-      pack(ex, &ch, sbuf + soff[k]);
+      int64_t b = ts_box_numel(&ch) * (int64_t)ex->es, at = soff[k];
+      char *base = sbuf;
+      if (send_direct) {
+        base = ex->src->data;
+        contiguous_run(ex, ex->src, &ex->sbox, &ch, &at);
+      } else {
+        pack(ex, &ch, sbuf + at);
+      }
       ex->sent += b;
       if (alltoall) {
         sc[peer_pos[k]] = (int)b;
-        sd[peer_pos[k]] = (int)soff[k];
+        sd[peer_pos[k]] = (int)at;
       } else {
         xs_peer[nxs] = peer_pos[k];
-        xs_buf[nxs] = sbuf + soff[k];
+        xs_buf[nxs] = base + at;
         xs_bytes[nxs++] = b;
       }
     }
@@ -578,17 +676,24 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
       }
       ex->received += b;
       int pos = peer_pos[rp.nsend + k];
+      int64_t at = roff[k];
+      char *base = rbuf;
+      if (recv_direct) {
+        base = ex->tgt.data;
+        contiguous_run(ex, &ex->tgt, &ex->tbox, &ch, &at);
+      }
       if (alltoall) {
         rcn[pos] = (int)b;
-        rd[pos] = (int)roff[k];
+        rd[pos] = (int)at;
       } else {
         xr_peer[nxr] = pos;
-        xr_buf[nxr] = rbuf + roff[k];
+        xr_buf[nxr] = base + at;
         xr_bytes[nxr++] = b;
       }
     }
     if (alltoall)
-      rc = ts_comm_alltoallv(ex->ucomm, sbuf, sc, sd, rbuf, rcn, rd, err);
+      rc = ts_comm_alltoallv(ex->ucomm, send_direct ? ex->src->data : sbuf, sc, sd,
+                             recv_direct ? ex->tgt.data : rbuf, rcn, rd, err);
     else
       rc = ts_comm_exchange(ex->ucomm, nxs, xs_peer, xs_buf, xs_bytes, nxr, xr_peer, xr_buf,
                             xr_bytes, (int)(r % 32000), err);
@@ -604,7 +709,7 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
         ts_box ch;
         ts_box_chunk(&rp.recv[k].box, ex->es, q, r, &ch);
         if (!partial_src) {
-          if (rp.recv[k].peer != ex->me)
+          if (rp.recv[k].peer != ex->me && !recv_direct)
             unpack(ex, &ch, rbuf + roff[k]);
         } else {
           for (int j = k + 1; j < end; j++) {

@@ -14,5 +14,5 @@ add_executable(test_comm_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/test_comm.c)
 target_link_libraries(test_comm_mpi PRIVATE tsshard)
 tshard_mpi_test(test_comm test_comm_mpi 1 2 3 4)
 
-#add_executable(tshard-bench-reshard ${CMAKE_CURRENT_LIST_DIR}/bench/bench_reshard.c)
-#target_link_libraries(tshard-bench-reshard PRIVATE tsshard)
+add_executable(tshard-bench-reshard ${CMAKE_CURRENT_LIST_DIR}/bench/bench_reshard.c)
+target_link_libraries(tshard-bench-reshard PRIVATE tsshard)

@@ -1,0 +1,173 @@
+/* control.c - the daemon's control channel over MPI point-to-point (see ts_control.h).
+ *
+ * One duplicate of the world communicator carries every control message. Sends are MPI_Isend of
+ * a private copy; the copies and requests live in a small array until MPI_Test says they are done.
+ * Receives are MPI_Iprobe + MPI_Get_count + MPI_Recv of exactly the probed size, so a message of
+ * any length is received without a fixed-size buffer. */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ts_control.h"
+
+typedef struct pending_send {
+  MPI_Request req;
+  void *buf;
+} pending_send;
+
+struct ts_control {
+  MPI_Comm comm;
+  int rank, size;
+  pending_send *sends;
+  int nsends, cap;
+};
+
+static int mpi_fail(int mpi_rc, const char *call, ts_error *err) {
+  char text[MPI_MAX_ERROR_STRING + 1];
+  int len = 0;
+  if (MPI_Error_string(mpi_rc, text, &len) != MPI_SUCCESS)
+    snprintf(text, sizeof text, "MPI error %d", mpi_rc);
+  else
+    text[len] = '\0';
+  return ts_error_set(err, TS_MPI, "control channel: %s failed: %s", call, text);
+}
+
+static void nap_us(long us) {
+  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+int ts_control_create(ts_world *w, ts_control **out, ts_error *err) {
+  if (!w || !out)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_control_create: NULL argument");
+  *out = NULL;
+  ts_control *c = calloc(1, sizeof *c);
+  if (!c)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for the control channel");
+  int rc = MPI_Comm_dup(ts_comm_handle(ts_world_comm(w)), &c->comm);
+  if (rc != MPI_SUCCESS) {
+    free(c);
+    return mpi_fail(rc, "MPI_Comm_dup", err);
+  }
+  MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(c->comm, &c->rank);
+  MPI_Comm_size(c->comm, &c->size);
+  *out = c;
+  return TS_OK;
+}
+
+void ts_control_destroy(ts_control **pc) {
+  if (!pc || !*pc)
+    return;
+  ts_control *c = *pc;
+  ts_control_flush(c, 10000, NULL);
+  for (int i = 0; i < c->nsends; i++) { /* only after a timeout: give up on them */
+    MPI_Cancel(&c->sends[i].req);
+    MPI_Request_free(&c->sends[i].req);
+    free(c->sends[i].buf);
+  }
+  free(c->sends);
+  MPI_Comm_free(&c->comm);
+  free(c);
+  *pc = NULL;
+}
+
+int ts_control_rank(const ts_control *c) { return c ? c->rank : -1; }
+int ts_control_size(const ts_control *c) { return c ? c->size : 0; }
+
+int ts_control_send(ts_control *c, int dest, int tag, const void *buf, size_t len, ts_error *err) {
+  if (!c || dest < 0 || dest >= c->size || tag < 0 || tag > 30000 || (len && !buf))
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "control send: bad destination %d or tag %d",
+                        dest, tag);
+  if (len > INT_MAX)
+    return ts_error_set(err, TS_LIMIT, "control message of %zu bytes; at most %d", len, INT_MAX);
+  if (c->nsends == c->cap) {
+    int cap = c->cap ? 2 * c->cap : 16;
+    pending_send *s = realloc(c->sends, (size_t)cap * sizeof *s);
+    if (!s)
+      return ts_error_set(err, TS_NO_MEMORY, "no memory for a control send");
+    c->sends = s;
+    c->cap = cap;
+  }
+  void *copy = malloc(len ? len : 1);
+  if (!copy)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for a control message of %zu bytes", len);
+  if (len)
+    memcpy(copy, buf, len);
+  pending_send *p = &c->sends[c->nsends];
+  int rc = MPI_Isend(copy, (int)len, MPI_BYTE, dest, tag, c->comm, &p->req);
+  if (rc != MPI_SUCCESS) {
+    free(copy);
+    return mpi_fail(rc, "MPI_Isend", err);
+  }
+  p->buf = copy;
+  c->nsends++;
+  return TS_OK;
+}
+
+int ts_control_progress(ts_control *c) {
+  if (!c)
+    return 0;
+  int i = 0;
+  while (i < c->nsends) {
+    int done = 0;
+    if (MPI_Test(&c->sends[i].req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      done = 1; /* a failed send is reported by the peer's silence; do not keep it forever */
+    if (done) {
+      free(c->sends[i].buf);
+      c->sends[i] = c->sends[--c->nsends];
+    } else {
+      i++;
+    }
+  }
+  return c->nsends;
+}
+
+int ts_control_poll(ts_control *c, int *src, int *tag, void **buf, size_t *len, ts_error *err) {
+  if (!c || !src || !tag || !buf || !len)
+    return -ts_error_set(err, TS_INVALID_ARGUMENT, "control poll: NULL argument");
+  *buf = NULL;
+  *len = 0;
+  int flag = 0;
+  MPI_Status st;
+  int rc = MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, c->comm, &flag, &st);
+  if (rc != MPI_SUCCESS)
+    return -mpi_fail(rc, "MPI_Iprobe", err);
+  if (!flag)
+    return 0;
+  int count = 0;
+  MPI_Get_count(&st, MPI_BYTE, &count);
+  void *b = malloc(count > 0 ? (size_t)count : 1);
+  if (!b)
+    return -ts_error_set(err, TS_NO_MEMORY, "no memory for a control message of %d bytes",
+                         count);
+  rc = MPI_Recv(b, count, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, c->comm, MPI_STATUS_IGNORE);
+  if (rc != MPI_SUCCESS) {
+    free(b);
+    return -mpi_fail(rc, "MPI_Recv", err);
+  }
+  *src = st.MPI_SOURCE;
+  *tag = st.MPI_TAG;
+  *buf = b;
+  *len = (size_t)count;
+  return 1;
+}
+
+int ts_control_flush(ts_control *c, int timeout_ms, ts_error *err) {
+  if (!c)
+    return TS_OK;
+  long waited_us = 0, step = 20;
+  while (ts_control_progress(c) > 0) {
+    if (waited_us / 1000 >= timeout_ms)
+      return ts_error_set(err, TS_TIMEOUT, "%d control messages still unsent after %d ms",
+                          c->nsends, timeout_ms);
+    nap_us(step);
+    waited_us += step;
+    if (step < 2000)
+      step *= 2;
+  }
+  return TS_OK;
+}

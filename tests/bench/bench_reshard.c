@@ -1,0 +1,308 @@
+/* bench_reshard.c - the reshard benchmark: `mpirun -np 4 tshard-bench-reshard` prints key=value
+ * lines for a 256 MiB f32 tensor ([8192, 8192]) resharded between common attributes.
+ *
+ * For each case: the strategy auto picks, the median time of several runs (planning included;
+ * the slowest rank counts), the bytes that crossed the wire (sum over ranks of the bytes each
+ * received from others, as reported by the executor), the minimum any reshard must move
+ * (computed here from the slice boxes, or the known lower bound of all-reduce and reduce-scatter
+ * for partial sources), the peak staging memory (max over ranks), and the time divided by the
+ * median time of a raw MPI call moving the same bytes between the same buffers in the same run
+ * (r_s1 moves nothing: its reference is a plain row-by-row memcpy of the same slice). */
+#include <malloc.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ts_comm.h"
+#include "ts_shard.h"
+
+#define ROWS 8192
+#define COLS 8192
+#define REPS 5
+
+static int rank, size;
+static ts_world *W;
+
+static double median(double *v, int n) {
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+      double t = v[j];
+      v[j] = v[j - 1];
+      v[j - 1] = t;
+    }
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static double slowest(double t) {
+  double m;
+  MPI_Allreduce(&t, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return m;
+}
+
+static ts_attr *attr(const char *text) {
+  ts_attr *a = NULL;
+  ts_error err;
+  if (ts_attr_parse(text, &a, &err)) {
+    fprintf(stderr, "%s: %s\n", text, err.msg);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return a;
+}
+
+/* This rank's source slice, dense row-major, filled with a pattern. */
+static void make_source(const ts_attr *a, ts_tensor *t) {
+  int64_t shape[2] = {ROWS, COLS};
+  ts_box b;
+  bool in;
+  memset(t, 0, sizeof *t);
+  ts_attr_rank_box(a, 2, shape, rank, &b, &in, NULL);
+  if (!in)
+    return;
+  int64_t ext[2] = {b.hi[0] - b.lo[0], b.hi[1] - b.lo[1]};
+  ts_layout_plain(&t->layout, TS_F32, 2, ext, NULL);
+  t->bytes = (size_t)(ext[0] * ext[1]) * 4;
+  t->data = malloc(t->bytes ? t->bytes : 1);
+  float *f = t->data;
+  for (int64_t i = 0; i < ext[0] * ext[1]; i++)
+    f[i] = (float)((i + rank) % 251);
+}
+
+/* The minimum bytes of a non-partial reshard: every target element not held by the same rank. */
+static int64_t min_wire_intersection(const ts_attr *s, const ts_attr *t) {
+  int64_t shape[2] = {ROWS, COLS}, total = 0;
+  for (int i = 0; i < t->nranks; i++) {
+    ts_box tb, sb, x;
+    bool in_t, in_s;
+    ts_attr_rank_box(t, 2, shape, t->ranks[i], &tb, &in_t, NULL);
+    ts_attr_rank_box(s, 2, shape, t->ranks[i], &sb, &in_s, NULL);
+    int64_t local = in_s && ts_box_intersect(&sb, &tb, &x) ? ts_box_numel(&x) : 0;
+    total += (ts_box_numel(&tb) - local) * 4;
+  }
+  return total;
+}
+
+typedef struct result {
+  double ms, raw_ms;
+  ts_strategy strategy;
+  int64_t wire, peak;
+} result;
+
+/* Raw MPI references, same buffers (the source slice and a target-sized buffer). */
+typedef enum { RAW_NONE, RAW_ALLTOALL, RAW_ALLGATHER, RAW_MEMCPY_CUT, RAW_ALLTOALLV, RAW_SENDRECV,
+               RAW_ALLREDUCE, RAW_REDUCE_SCATTER } raw_kind;
+
+typedef struct raw_setup {
+  char *dst;
+  size_t tbytes;
+  ts_box tb, sb;
+  bool in_t, in_s;
+  int *sc, *sd, *rc, *rd;
+} raw_setup;
+
+static void raw_prepare(raw_kind kind, const ts_attr *s, const ts_attr *t, raw_setup *x) {
+  int64_t shape[2] = {ROWS, COLS};
+  ts_attr_rank_box(t, 2, shape, rank, &x->tb, &x->in_t, NULL);
+  ts_attr_rank_box(s, 2, shape, rank, &x->sb, &x->in_s, NULL);
+  x->tbytes = x->in_t ? (size_t)ts_box_numel(&x->tb) * 4 : 0;
+  x->dst = malloc(x->tbytes ? x->tbytes : 1);
+  memset(x->dst, 0, x->tbytes);
+  x->sc = calloc(4 * (size_t)size, sizeof(int));
+  x->sd = x->sc + size;
+  x->rc = x->sc + 2 * size;
+  x->rd = x->sc + 3 * size;
+  if (kind == RAW_ALLTOALLV) /* row ranges of S(0) -> S(0): contiguous both ways */
+    for (int j = 0; j < size; j++) {
+      ts_box a, b, i;
+      bool ia, ib;
+      ts_attr_rank_box(t, 2, shape, j, &a, &ia, NULL); /* peer's target */
+      ts_attr_rank_box(s, 2, shape, j, &b, &ib, NULL); /* peer's source */
+      if (x->in_s && ia && ts_box_intersect(&x->sb, &a, &i)) {
+        x->sc[j] = (int)(ts_box_numel(&i) * 4);
+        x->sd[j] = (int)((i.lo[0] - x->sb.lo[0]) * COLS * 4);
+      }
+      if (x->in_t && ib && ts_box_intersect(&x->tb, &b, &i)) {
+        x->rc[j] = (int)(ts_box_numel(&i) * 4);
+        x->rd[j] = (int)((i.lo[0] - x->tb.lo[0]) * COLS * 4);
+      }
+    }
+}
+
+static void raw_run(raw_kind kind, const ts_tensor *src, raw_setup *x) {
+  switch (kind) {
+  case RAW_NONE:
+    break;
+  case RAW_ALLTOALL:
+    MPI_Alltoall(src->data, (int)(src->bytes / (size_t)size), MPI_BYTE, x->dst,
+                 (int)(x->tbytes / (size_t)size), MPI_BYTE, MPI_COMM_WORLD);
+    break;
+  case RAW_ALLGATHER:
+    MPI_Allgather(src->data, (int)src->bytes, MPI_BYTE, x->dst, (int)src->bytes, MPI_BYTE,
+                  MPI_COMM_WORLD);
+    break;
+  case RAW_MEMCPY_CUT: {
+    int64_t w = x->tb.hi[1] - x->tb.lo[1];
+    for (int64_t i = 0; i < x->tb.hi[0] - x->tb.lo[0]; i++)
+      memcpy(x->dst + i * w * 4, (char *)src->data + ((x->tb.lo[0] + i) * COLS + x->tb.lo[1]) * 4,
+             (size_t)w * 4);
+    break;
+  }
+  case RAW_ALLTOALLV:
+    MPI_Alltoallv(src->data, x->sc, x->sd, MPI_BYTE, x->dst, x->rc, x->rd, MPI_BYTE,
+                  MPI_COMM_WORLD);
+    break;
+  case RAW_SENDRECV: { /* mesh [0,1] -> [2,3]: rank r sends its slice to r + 2 */
+    MPI_Request req;
+    if (rank < 2)
+      MPI_Isend(src->data, (int)src->bytes, MPI_BYTE, rank + 2, 9, MPI_COMM_WORLD, &req);
+    else
+      MPI_Irecv(x->dst, (int)x->tbytes, MPI_BYTE, rank - 2, 9, MPI_COMM_WORLD, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    break;
+  }
+  case RAW_ALLREDUCE:
+    MPI_Allreduce(src->data, x->dst, (int)(x->tbytes / 4), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    break;
+  case RAW_REDUCE_SCATTER:
+    MPI_Reduce_scatter_block(src->data, x->dst, (int)(x->tbytes / 4), MPI_FLOAT, MPI_SUM,
+                             MPI_COMM_WORLD);
+    break;
+  }
+}
+
+/* One case: a warm-up of each, then REPS runs of the reshard and of the raw reference,
+ * alternating so that both see the same machine; medians of the slowest rank's times. */
+static result run_case(const ts_attr *s, const ts_attr *t, ts_strategy forced, raw_kind kind) {
+  int64_t shape[2] = {ROWS, COLS};
+  ts_tensor src;
+  make_source(s, &src);
+  raw_setup x;
+  raw_prepare(kind, s, t, &x);
+  double times[REPS], raw_times[REPS];
+  result r = {0};
+  for (int k = -1; k < REPS; k++) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    ts_plan_opts o = {forced, 0, size};
+    ts_plan *p = NULL;
+    ts_error err;
+    int rc = ts_plan_create(2, shape, TS_F32, s, t, &o, &p, &err);
+    ts_tensor out;
+    ts_exec_report rep;
+    if (rc == TS_OK)
+      rc = ts_reshard_exec(W, p, src.data ? &src : NULL, NULL, NULL, &out, &rep, &err);
+    double dt = MPI_Wtime() - t0;
+    if (rc) {
+      fprintf(stderr, "rank %d: reshard failed: %s\n", rank, err.msg);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    dt = slowest(dt) * 1e3;
+    MPI_Allreduce(&rep.bytes_received, &r.wire, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(&rep.peak_extra_bytes, &r.peak, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+    r.strategy = ts_plan_strategy(p);
+    ts_shard_free_tensor(&out);
+    ts_plan_destroy(&p);
+
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = MPI_Wtime();
+    raw_run(kind, &src, &x);
+    double raw = slowest(MPI_Wtime() - t0) * 1e3;
+    if (k >= 0) {
+      times[k] = dt;
+      raw_times[k] = raw;
+    }
+  }
+  free(x.sc);
+  free(x.dst);
+  free(src.data);
+  r.ms = median(times, REPS);
+  r.raw_ms = median(raw_times, REPS);
+  return r;
+}
+
+static void report(const char *name, const result *r, int64_t min_wire) {
+  if (rank != 0)
+    return;
+  printf("%s_strategy=%s\n", name, ts_strategy_name(r->strategy));
+  printf("%s_ms=%.2f\n", name, r->ms);
+  printf("%s_wire_bytes=%lld\n", name, (long long)r->wire);
+  printf("%s_min_wire_bytes=%lld\n", name, (long long)min_wire);
+  printf("%s_peak_extra_bytes=%lld\n", name, (long long)r->peak);
+  printf("%s_vs_raw_mpi=%.3f\n", name, r->ms / r->raw_ms);
+  fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+  ts_error err;
+  if (ts_world_init(&argc, &argv, MPI_THREAD_SERIALIZED, &W, &err)) {
+    fprintf(stderr, "%s\n", err.msg);
+    return 1;
+  }
+  rank = ts_world_rank(W);
+  size = ts_world_size(W);
+  if (size != 4) {
+    if (rank == 0)
+      fprintf(stderr, "run with 4 ranks: mpirun -np 4 %s\n", argv[0]);
+    ts_world_finalize(&W, NULL);
+    return 2;
+  }
+  ts_kernels_set_threads(1); /* four ranks share the cores */
+  /* Keep freed slices in the heap, as a long-running daemon does, so that each run measures the
+   * data movement and not the kernel faulting in fresh pages (the raw references reuse their
+   * buffers too). */
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  int64_t n = (int64_t)ROWS * COLS * 4;
+
+  ts_attr *s0 = attr("mesh=[4]@0-3 placements=[S(0)]");
+  ts_attr *s1 = attr("mesh=[4]@0-3 placements=[S(1)]");
+  ts_attr *r = attr("mesh=[4]@0-3 placements=[R]");
+  ts_attr *rag = attr("mesh=[4]@0-3 placements=[S(0)] splits={0:[4096,2048,1024,1024]}");
+  ts_attr *g01 = attr("mesh=[2]@0-1 placements=[S(0)]");
+  ts_attr *g23 = attr("mesh=[2]@2-3 placements=[S(0)]");
+  ts_attr *pr = attr("mesh=[4]@0-3 placements=[P(sum)]");
+
+  result res = run_case(s0, s1, TS_STRATEGY_AUTO, RAW_ALLTOALL);
+  report("s0_s1", &res, min_wire_intersection(s0, s1));
+  res = run_case(s0, r, TS_STRATEGY_AUTO, RAW_ALLGATHER);
+  report("s0_r", &res, min_wire_intersection(s0, r));
+  res = run_case(r, s1, TS_STRATEGY_AUTO, RAW_MEMCPY_CUT);
+  report("r_s1", &res, min_wire_intersection(r, s1));
+  res = run_case(rag, s0, TS_STRATEGY_AUTO, RAW_ALLTOALLV);
+  report("ragged_s0_s0", &res, min_wire_intersection(rag, s0));
+  res = run_case(g01, g23, TS_STRATEGY_AUTO, RAW_SENDRECV);
+  report("cross_group", &res, min_wire_intersection(g01, g23));
+  /* Partial sources: the lower bounds of all-reduce (2 (P-1)/P of the data per rank) and
+   * reduce-scatter ((P-1)/P per rank). */
+  res = run_case(pr, r, TS_STRATEGY_AUTO, RAW_ALLREDUCE);
+  report("p_r", &res, 2 * (size - 1) * n);
+  res = run_case(pr, s0, TS_STRATEGY_AUTO, RAW_REDUCE_SCATTER);
+  report("p_s0", &res, (size - 1) * n);
+
+  result ag = run_case(s0, s1, TS_STRATEGY_ALLGATHER, RAW_NONE);
+  result a2a = run_case(s0, s1, TS_STRATEGY_ALLTOALL, RAW_NONE);
+  if (rank == 0) {
+    printf("s0_s1_allgather_ms=%.2f\n", ag.ms);
+    printf("s0_s1_alltoall_ms=%.2f\n", a2a.ms);
+  }
+
+  /* Planning S(0) -> S(1) over a 4096-rank mesh. */
+  ts_attr *b0 = attr("mesh=[4096] placements=[S(0)]"), *b1 = attr("mesh=[4096] placements=[S(1)]");
+  double pt[REPS];
+  int64_t shape[2] = {ROWS, COLS};
+  for (int k = 0; k < REPS; k++) {
+    double t0 = MPI_Wtime();
+    ts_plan *p = NULL;
+    ts_plan_create(2, shape, TS_F32, b0, b1, NULL, &p, NULL);
+    pt[k] = (MPI_Wtime() - t0) * 1e3;
+    ts_plan_destroy(&p);
+  }
+  if (rank == 0)
+    printf("plan_4096_ms=%.2f\n", median(pt, REPS));
+
+  ts_attr *all[] = {s0, s1, r, rag, g01, g23, pr, b0, b1};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    ts_attr_destroy(&all[i]);
+  ts_world_finalize(&W, NULL);
+  return 0;
+}
