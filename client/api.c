@@ -1,0 +1,413 @@
+/* api.c - libtshard's operations: each builds one Request (or a series of chunk requests),
+ * calls the daemon and turns the answer into C values. Chunking of puts and gets lives here. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_internal.h"
+
+static char *str_or_empty(const char *s) { return (char *)(s ? s : ""); }
+
+/* One call whose answer carries no result. */
+static int call_plain(tshard_client *c, Tshard__Request *req) {
+  Tshard__Response *r = NULL;
+  int rc = tsc_call(c, req, &r);
+  if (r)
+    tshard__response__free_unpacked(r, NULL);
+  return rc;
+}
+
+static void attr_text(Tshard__DistAttr *a, const char *text) {
+  tshard__dist_attr__init(a);
+  a->text = str_or_empty(text);
+}
+
+int tshard_ping(tshard_client *c, int *rank, int *world_size) {
+  if (!c)
+    return TS_INVALID_ARGUMENT;
+  Tshard__Request req = TSHARD__REQUEST__INIT;
+  Tshard__PingRequest p = TSHARD__PING_REQUEST__INIT;
+  req.op_case = TSHARD__REQUEST__OP_PING;
+  req.ping = &p;
+  Tshard__Response *r = NULL;
+  int rc = tsc_call(c, &req, &r);
+  if (rc == TS_OK && r->result_case != TSHARD__RESPONSE__RESULT_PING)
+    rc = tsc_fail(c, TS_PROTOCOL, "ping answered without a ping result");
+  if (rc == TS_OK) {
+    if (rank)
+      *rank = r->ping->rank;
+    if (world_size)
+      *world_size = r->ping->world_size;
+  }
+  if (r)
+    tshard__response__free_unpacked(r, NULL);
+  return rc;
+}
+
+int tshard_create(tshard_client *c, const char *name, const char *dtype, int ndim,
+                  const int64_t *shape, const char *attr, const char *layout, const char *key) {
+  if (!c || ndim < 0 || (ndim > 0 && !shape))
+    return TS_INVALID_ARGUMENT;
+  Tshard__Request req = TSHARD__REQUEST__INIT;
+  Tshard__CreateRequest q = TSHARD__CREATE_REQUEST__INIT;
+  Tshard__DistAttr a;
+  Tshard__Layout l = TSHARD__LAYOUT__INIT;
+  attr_text(&a, attr);
+  l.tag = str_or_empty(layout);
+  q.name = str_or_empty(name);
+  q.dtype = str_or_empty(dtype);
+  q.n_shape = (size_t)ndim;
+  q.shape = (int64_t *)shape;
+  q.attr = &a;
+  q.layout = &l;
+  req.op_case = TSHARD__REQUEST__OP_CREATE;
+  req.create = &q;
+  req.idempotency_key = str_or_empty(key);
+  return call_plain(c, &req);
+}
+
+/* Sends data in chunks; the answer to the last one is the answer of the whole put. */
+static int put_chunks(tshard_client *c, const char *name, const char *layout, bool slice,
+                      const void *data, size_t bytes, const char *key) {
+  if (!c || (!data && bytes))
+    return TS_INVALID_ARGUMENT;
+  size_t off = 0;
+  do {
+    size_t n = bytes - off < c->chunk ? bytes - off : c->chunk;
+    Tshard__Request req = TSHARD__REQUEST__INIT;
+    Tshard__PutRequest p = TSHARD__PUT_REQUEST__INIT;
+    Tshard__PutSliceRequest ps = TSHARD__PUT_SLICE_REQUEST__INIT;
+    Tshard__Layout l = TSHARD__LAYOUT__INIT;
+    ProtobufCBinaryData d = {n, (uint8_t *)data + off};
+    req.idempotency_key = str_or_empty(key);
+    if (slice) {
+      l.tag = str_or_empty(layout);
+      ps.name = str_or_empty(name);
+      ps.offset = off;
+      ps.total_bytes = bytes;
+      ps.data = d;
+      ps.layout = &l;
+      req.op_case = TSHARD__REQUEST__OP_PUT_SLICE;
+      req.put_slice = &ps;
+    } else {
+      p.name = str_or_empty(name);
+      p.offset = off;
+      p.total_bytes = bytes;
+      p.data = d;
+      req.op_case = TSHARD__REQUEST__OP_PUT;
+      req.put = &p;
+    }
+    int rc = call_plain(c, &req);
+    if (rc)
+      return rc;
+    off += n;
+  } while (off < bytes);
+  return TS_OK;
+}
+
+int tshard_put(tshard_client *c, const char *name, const void *data, size_t bytes,
+               const char *key) {
+  return put_chunks(c, name, NULL, false, data, bytes, key);
+}
+
+int tshard_put_slice(tshard_client *c, const char *name, const char *layout, const void *data,
+                     size_t bytes) {
+  return put_chunks(c, name, layout, true, data, bytes, NULL);
+}
+
+/* Reads chunks until total; the first answer says the total. */
+static int get_chunks(tshard_client *c, const char *name, const char *layout, bool slice,
+                      void *buf, size_t cap, size_t *total_out, bool exact) {
+  if (!c || (!buf && cap))
+    return TS_INVALID_ARGUMENT;
+  uint64_t off = 0, total = 0;
+  do {
+    Tshard__Request req = TSHARD__REQUEST__INIT;
+    Tshard__GetRequest g = TSHARD__GET_REQUEST__INIT;
+    Tshard__GetSliceRequest gs = TSHARD__GET_SLICE_REQUEST__INIT;
+    Tshard__Layout l = TSHARD__LAYOUT__INIT;
+    if (slice) {
+      l.tag = str_or_empty(layout);
+      gs.name = str_or_empty(name);
+      gs.layout = &l;
+      gs.offset = off;
+      gs.max_bytes = c->chunk;
+      req.op_case = TSHARD__REQUEST__OP_GET_SLICE;
+      req.get_slice = &gs;
+    } else {
+      g.name = str_or_empty(name);
+      g.offset = off;
+      g.max_bytes = c->chunk;
+      req.op_case = TSHARD__REQUEST__OP_GET;
+      req.get = &g;
+    }
+    Tshard__Response *r = NULL;
+    int rc = tsc_call(c, &req, &r);
+    if (rc == TS_OK && (r->result_case != TSHARD__RESPONSE__RESULT_DATA || r->data->offset != off ||
+                        (off > 0 && r->data->total_bytes != total) ||
+                        r->data->data.len > r->data->total_bytes - off ||
+                        (r->data->data.len == 0 && off < r->data->total_bytes)))
+      rc = tsc_fail(c, TS_PROTOCOL, "the daemon answered a chunk that does not fit");
+    if (rc == TS_OK && off == 0) {
+      total = r->data->total_bytes;
+      if (total_out)
+        *total_out = total;
+      if (exact ? total != cap : total > cap) {
+        rc = tsc_fail(c, exact ? TS_BAD_SHAPE : TS_LIMIT,
+                      "'%s' has %llu bytes; the buffer has %zu", name ? name : "",
+                      (unsigned long long)total, cap);
+        /* Read the rest so that the daemon frees its copy. */
+        if (r->data->data.len < total) {
+          Tshard__Response *r2 = NULL;
+          off = r->data->data.len;
+          tshard__response__free_unpacked(r, NULL);
+          r = NULL;
+          while (off < total) {
+            if (slice)
+              gs.offset = off;
+            else
+              g.offset = off;
+            if (tsc_call(c, &req, &r2) != TS_OK || r2->result_case != TSHARD__RESPONSE__RESULT_DATA ||
+                r2->data->data.len == 0) {
+              if (r2)
+                tshard__response__free_unpacked(r2, NULL);
+              break;
+            }
+            off += r2->data->data.len;
+            tshard__response__free_unpacked(r2, NULL);
+            r2 = NULL;
+          }
+          tsc_fail(c, exact ? TS_BAD_SHAPE : TS_LIMIT, "'%s' has %llu bytes; the buffer has %zu",
+                   name ? name : "", (unsigned long long)total, cap);
+        }
+      }
+    }
+    if (rc) {
+      if (r)
+        tshard__response__free_unpacked(r, NULL);
+      return rc;
+    }
+    if (r->data->data.len)
+      memcpy((uint8_t *)buf + off, r->data->data.data, r->data->data.len);
+    off += r->data->data.len;
+    tshard__response__free_unpacked(r, NULL);
+  } while (off < total);
+  return TS_OK;
+}
+
+int tshard_get(tshard_client *c, const char *name, void *buf, size_t bytes) {
+  return get_chunks(c, name, NULL, false, buf, bytes, NULL, true);
+}
+
+int tshard_get_slice(tshard_client *c, const char *name, const char *layout, void *buf,
+                     size_t cap, size_t *bytes) {
+  size_t total = 0;
+  int rc = get_chunks(c, name, layout, true, buf, cap, &total, false);
+  if (bytes)
+    *bytes = total;
+  return rc;
+}
+
+int tshard_reshard(tshard_client *c, const char *name, const char *attr,
+                   const tshard_reshard_opts *opts) {
+  if (!c)
+    return TS_INVALID_ARGUMENT;
+  tshard_reshard_opts none = {NULL, NULL, NULL, NULL};
+  const tshard_reshard_opts *o = opts ? opts : &none;
+  Tshard__Request req = TSHARD__REQUEST__INIT;
+  Tshard__ReshardRequest q = TSHARD__RESHARD_REQUEST__INIT;
+  Tshard__DistAttr a;
+  Tshard__Layout l = TSHARD__LAYOUT__INIT;
+  attr_text(&a, attr);
+  l.tag = str_or_empty(o->layout);
+  q.name = str_or_empty(name);
+  q.attr = &a;
+  q.strategy = str_or_empty(o->strategy);
+  q.keep_source_as = str_or_empty(o->keep_source_as);
+  q.layout = &l;
+  req.op_case = TSHARD__REQUEST__OP_RESHARD;
+  req.reshard = &q;
+  req.idempotency_key = str_or_empty(o->key);
+  return call_plain(c, &req);
+}
+
+int tshard_drop(tshard_client *c, const char *name, const char *key) {
+  if (!c)
+    return TS_INVALID_ARGUMENT;
+  Tshard__Request req = TSHARD__REQUEST__INIT;
+  Tshard__DropRequest q = TSHARD__DROP_REQUEST__INIT;
+  q.name = str_or_empty(name);
+  req.op_case = TSHARD__REQUEST__OP_DROP;
+  req.drop = &q;
+  req.idempotency_key = str_or_empty(key);
+  return call_plain(c, &req);
+}
+
+int tshard_shutdown(tshard_client *c, const char *key) {
+  if (!c)
+    return TS_INVALID_ARGUMENT;
+  Tshard__Request req = TSHARD__REQUEST__INIT;
+  Tshard__ShutdownRequest q = TSHARD__SHUTDOWN_REQUEST__INIT;
+  req.op_case = TSHARD__REQUEST__OP_SHUTDOWN;
+  req.shutdown = &q;
+  req.idempotency_key = str_or_empty(key);
+  return call_plain(c, &req);
+}
+
+int tshard_list(tshard_client *c, char ***names, int *count) {
+  if (!c || !names || !count)
+    return TS_INVALID_ARGUMENT;
+  *names = NULL;
+  *count = 0;
+  Tshard__Request req = TSHARD__REQUEST__INIT;
+  Tshard__ListRequest q = TSHARD__LIST_REQUEST__INIT;
+  req.op_case = TSHARD__REQUEST__OP_LIST;
+  req.list = &q;
+  Tshard__Response *r = NULL;
+  int rc = tsc_call(c, &req, &r);
+  if (rc == TS_OK && r->result_case != TSHARD__RESPONSE__RESULT_LIST)
+    rc = tsc_fail(c, TS_PROTOCOL, "list answered without a list");
+  if (rc == TS_OK) {
+    char **out = calloc(r->list->n_names + 1, sizeof *out);
+    if (!out)
+      rc = tsc_fail(c, TS_NO_MEMORY, "no memory for the names");
+    for (size_t i = 0; out && i < r->list->n_names; i++) {
+      out[i] = strdup(r->list->names[i]);
+      if (!out[i]) {
+        tshard_free_names(out, (int)i);
+        out = NULL;
+        rc = tsc_fail(c, TS_NO_MEMORY, "no memory for the names");
+      }
+    }
+    if (out) {
+      *names = out;
+      *count = (int)r->list->n_names;
+    }
+  }
+  if (r)
+    tshard__response__free_unpacked(r, NULL);
+  return rc;
+}
+
+void tshard_free_names(char **names, int count) {
+  if (!names)
+    return;
+  for (int i = 0; i < count; i++)
+    free(names[i]);
+  free(names);
+}
+
+void tshard_info_clear(tshard_info *info) {
+  if (!info)
+    return;
+  free(info->attr);
+  free(info->ranks);
+  memset(info, 0, sizeof *info);
+}
+
+int tshard_describe(tshard_client *c, const char *name, tshard_info *info) {
+  if (!c || !info)
+    return TS_INVALID_ARGUMENT;
+  memset(info, 0, sizeof *info);
+  Tshard__Request req = TSHARD__REQUEST__INIT;
+  Tshard__DescribeRequest q = TSHARD__DESCRIBE_REQUEST__INIT;
+  q.name = str_or_empty(name);
+  req.op_case = TSHARD__REQUEST__OP_DESCRIBE;
+  req.describe = &q;
+  Tshard__Response *r = NULL;
+  int rc = tsc_call(c, &req, &r);
+  if (rc == TS_OK && (r->result_case != TSHARD__RESPONSE__RESULT_DESCRIBE ||
+                      r->describe->n_shape > TSHARD_MAX_DIMS || !r->describe->attr))
+    rc = tsc_fail(c, TS_PROTOCOL, "describe answered without a valid description");
+  if (rc == TS_OK) {
+    const Tshard__DescribeResult *d = r->describe;
+    snprintf(info->name, sizeof info->name, "%s", d->name);
+    snprintf(info->dtype, sizeof info->dtype, "%s", d->dtype);
+    snprintf(info->layout, sizeof info->layout, "%s", d->layout ? d->layout->tag : "");
+    info->ndim = (int)d->n_shape;
+    memcpy(info->shape, d->shape, d->n_shape * sizeof *d->shape);
+    info->attr = strdup(d->attr->text);
+    info->ranks = calloc(d->n_ranks + 1, sizeof *info->ranks);
+    if (!info->attr || !info->ranks) {
+      tshard_info_clear(info);
+      rc = tsc_fail(c, TS_NO_MEMORY, "no memory for the description");
+    } else {
+      for (size_t i = 0; i < d->n_ranks; i++) {
+        const Tshard__RankBytes *x = d->ranks[i];
+        tshard_rank_info *y = &info->ranks[i];
+        y->rank = x->rank;
+        y->bytes = x->bytes;
+        for (size_t k = 0; k < x->n_lo && k < TSHARD_MAX_DIMS && k < x->n_hi; k++) {
+          y->lo[k] = x->lo[k];
+          y->hi[k] = x->hi[k];
+        }
+      }
+      info->nranks = (int)d->n_ranks;
+    }
+  }
+  if (r)
+    tshard__response__free_unpacked(r, NULL);
+  return rc;
+}
+
+int tshard_plan(tshard_client *c, const char *name, const char *attr, const char *strategy,
+                char **explain, char *chosen, size_t chosen_cap) {
+  if (!c || !explain)
+    return TS_INVALID_ARGUMENT;
+  *explain = NULL;
+  Tshard__Request req = TSHARD__REQUEST__INIT;
+  Tshard__PlanRequest q = TSHARD__PLAN_REQUEST__INIT;
+  Tshard__DistAttr a;
+  attr_text(&a, attr);
+  q.name = str_or_empty(name);
+  q.attr = &a;
+  q.strategy = str_or_empty(strategy);
+  req.op_case = TSHARD__REQUEST__OP_PLAN;
+  req.plan = &q;
+  Tshard__Response *r = NULL;
+  int rc = tsc_call(c, &req, &r);
+  if (rc == TS_OK && r->result_case != TSHARD__RESPONSE__RESULT_PLAN)
+    rc = tsc_fail(c, TS_PROTOCOL, "plan answered without a plan");
+  if (rc == TS_OK) {
+    if (!(*explain = strdup(r->plan->explain)))
+      rc = tsc_fail(c, TS_NO_MEMORY, "no memory for the explain text");
+    if (chosen && chosen_cap)
+      snprintf(chosen, chosen_cap, "%s", r->plan->strategy);
+  }
+  if (r)
+    tshard__response__free_unpacked(r, NULL);
+  return rc;
+}
+
+int tshard_stats_get(tshard_client *c, tshard_stats *s) {
+  if (!c || !s)
+    return TS_INVALID_ARGUMENT;
+  memset(s, 0, sizeof *s);
+  Tshard__Request req = TSHARD__REQUEST__INIT;
+  Tshard__StatsRequest q = TSHARD__STATS_REQUEST__INIT;
+  req.op_case = TSHARD__REQUEST__OP_STATS;
+  req.stats = &q;
+  Tshard__Response *r = NULL;
+  int rc = tsc_call(c, &req, &r);
+  if (rc == TS_OK && r->result_case != TSHARD__RESPONSE__RESULT_STATS)
+    rc = tsc_fail(c, TS_PROTOCOL, "stats answered without statistics");
+  if (rc == TS_OK) {
+    const Tshard__StatsResult *x = r->stats;
+    s->operations = x->operations;
+    s->collective_ops = x->collective_ops;
+    s->tensors = x->tensors;
+    s->memory_in_use = x->memory_in_use;
+    s->memory_limit = x->memory_limit;
+    s->connections = x->connections;
+    for (size_t i = 0; i < x->n_strategies && i < 16; i++) {
+      snprintf(s->strategies[i].name, sizeof s->strategies[i].name, "%s",
+               x->strategies[i]->strategy);
+      s->strategies[i].reshards = x->strategies[i]->reshards;
+      s->strategies[i].bytes_sent = x->strategies[i]->bytes_sent;
+      s->strategies[i].bytes_received = x->strategies[i]->bytes_received;
+      s->nstrategies = (int)i + 1;
+    }
+  }
+  if (r)
+    tshard__response__free_unpacked(r, NULL);
+  return rc;
+}

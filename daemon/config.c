@@ -1,0 +1,245 @@
+/* config.c - tshardd's settings. One table {name, kind, bounds, default, help} serves the flag
+ * parser, --help and the startup log, so a setting added here is documented and logged at once.
+ * Sizes accept K, M and G suffixes (powers of 1024). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+typedef enum { CFG_STRING, CFG_SIZE, CFG_LEVEL } cfg_kind;
+
+typedef struct cfg_entry {
+  const char *name;
+  cfg_kind kind;
+  size_t offset, cap; /* field in tsd_config; cap for strings */
+  int64_t min, max;   /* sizes */
+  const char *def;
+  const char *help;
+} cfg_entry;
+
+#define STR(field) CFG_STRING, offsetof(tsd_config, field), sizeof(((tsd_config *)0)->field), 0, 0
+#define SIZE(field, lo, hi) CFG_SIZE, offsetof(tsd_config, field), 0, lo, hi
+
+static const cfg_entry table[] = {
+    {"socket-dir", STR(socket_dir), "",
+     "directory of the Unix sockets (created 0700; default $TSHARD_SOCKET_DIR, "
+     "$XDG_RUNTIME_DIR/tshard or /tmp/tshard-<uid>)"},
+    {"job", STR(job), "default", "job id: sockets are <dir>/tshard-<job>-<rank>.sock"},
+    {"listen", STR(listen), "", "also listen on tcp://HOST:PORT (PORT+rank per rank; needs --token-file)"},
+    {"token-file", STR(token_file), "", "file holding the token TCP clients must present"},
+    {"max-frame", SIZE(max_frame, 1024, 1LL << 30), "64M", "largest frame accepted or sent"},
+    {"memory-limit", SIZE(memory_limit, 0, 1LL << 50), "0",
+     "bytes of stored slices and staging per daemon (0: no limit)"},
+    {"staging", SIZE(staging, 1LL << 16, 1LL << 40), "64M", "executor staging chunk per rank"},
+    {"chunk", SIZE(chunk, 1024, 1LL << 30), "32M", "default data chunk of get answers"},
+    {"log-level", CFG_LEVEL, offsetof(tsd_config, log_level), 0, 0, 0, "info",
+     "error, warn, info or debug"},
+};
+#define NTABLE (sizeof table / sizeof table[0])
+
+static int parse_size(const char *s, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || v < 0)
+    return -1;
+  int64_t mul = 1;
+  if (*end == 'K' || *end == 'k')
+    mul = 1LL << 10, end++;
+  else if (*end == 'M' || *end == 'm')
+    mul = 1LL << 20, end++;
+  else if (*end == 'G' || *end == 'g')
+    mul = 1LL << 30, end++;
+  if (*end || v > INT64_MAX / mul)
+    return -1;
+  *out = v * mul;
+  return 0;
+}
+
+static int apply(tsd_config *cfg, const cfg_entry *e, const char *value) {
+  char *base = (char *)cfg + e->offset;
+  switch (e->kind) {
+  case CFG_STRING:
+    if (strlen(value) >= e->cap) {
+      fprintf(stderr, "tshardd: --%s is longer than %zu characters\n", e->name, e->cap - 1);
+      return -1;
+    }
+    snprintf(base, e->cap, "%s", value);
+    return 0;
+  case CFG_SIZE: {
+    int64_t v;
+    if (parse_size(value, &v) || v < e->min || v > e->max) {
+      fprintf(stderr, "tshardd: --%s %s: expected a size from %lld to %lld bytes (K/M/G allowed)\n",
+              e->name, value, (long long)e->min, (long long)e->max);
+      return -1;
+    }
+    *(int64_t *)base = v;
+    return 0;
+  }
+  case CFG_LEVEL: {
+    int l = tsd_log_parse_level(value);
+    if (l < 0) {
+      fprintf(stderr, "tshardd: --%s %s: expected error, warn, info or debug\n", e->name, value);
+      return -1;
+    }
+    *(int *)base = l;
+    return 0;
+  }
+  }
+  return -1;
+}
+
+static void print_help(void) {
+  printf("usage: mpirun -np N tshardd [flags]\n\n"
+         "One daemon per MPI rank holds slices of named tensors and serves clients over a Unix\n"
+         "socket (and TCP when asked). Flags (--name value or --name=value):\n");
+  for (size_t i = 0; i < NTABLE; i++)
+    printf("  --%-14s %s (default: %s)\n", table[i].name, table[i].help,
+           table[i].def[0] ? table[i].def : "none");
+  printf("  --help           this text\n");
+}
+
+void tsd_default_socket_dir(char *buf, size_t cap) {
+  const char *env = getenv("TSHARD_SOCKET_DIR");
+  const char *xdg = getenv("XDG_RUNTIME_DIR");
+  if (env && env[0])
+    snprintf(buf, cap, "%s", env);
+  else if (xdg && xdg[0])
+    snprintf(buf, cap, "%s/tshard", xdg);
+  else
+    snprintf(buf, cap, "/tmp/tshard-%u", (unsigned)getuid());
+}
+
+static int load_token(tsd_config *cfg) {
+  FILE *f = fopen(cfg->token_file, "r");
+  if (!f) {
+    fprintf(stderr, "tshardd: --token-file %s: %s\n", cfg->token_file, strerror(errno));
+    return -1;
+  }
+  size_t n = fread(cfg->token, 1, sizeof cfg->token - 1, f);
+  fclose(f);
+  cfg->token[n] = '\0';
+  while (n > 0 && (cfg->token[n - 1] == '\n' || cfg->token[n - 1] == '\r' ||
+                   cfg->token[n - 1] == ' '))
+    cfg->token[--n] = '\0';
+  if (n < 8) {
+    fprintf(stderr, "tshardd: the token in %s has %zu characters; at least 8 are needed\n",
+            cfg->token_file, n);
+    return -1;
+  }
+  return 0;
+}
+
+static int parse_listen(tsd_config *cfg) {
+  const char *p = cfg->listen;
+  if (strncmp(p, "tcp://", 6) != 0) {
+    fprintf(stderr, "tshardd: --listen %s: expected tcp://HOST:PORT\n", p);
+    return -1;
+  }
+  p += 6;
+  const char *colon = strrchr(p, ':');
+  char *end;
+  long port = colon ? strtol(colon + 1, &end, 10) : -1;
+  if (!colon || (size_t)(colon - p) >= sizeof cfg->tcp_host || *end ||
+      port < 1 || port > 65535) {
+    fprintf(stderr, "tshardd: --listen %s: expected tcp://HOST:PORT with PORT 1..65535\n",
+            cfg->listen);
+    return -1;
+  }
+  memcpy(cfg->tcp_host, p, (size_t)(colon - p));
+  cfg->tcp_host[colon - p] = '\0';
+  if (!cfg->tcp_host[0] || strcmp(cfg->tcp_host, "localhost") == 0)
+    snprintf(cfg->tcp_host, sizeof cfg->tcp_host, "127.0.0.1"); /* loopback by default */
+  cfg->tcp_port = (int)port;
+  if (!cfg->token_file[0]) {
+    fprintf(stderr, "tshardd: --listen needs --token-file (TCP clients must present a token)\n");
+    return -1;
+  }
+  return load_token(cfg);
+}
+
+int tsd_config_parse(tsd_config *cfg, int argc, char **argv) {
+  memset(cfg, 0, sizeof *cfg);
+  for (size_t i = 0; i < NTABLE; i++)
+    if (apply(cfg, &table[i], table[i].def))
+      return -1;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      print_help();
+      return 1;
+    }
+    if (strncmp(a, "--", 2) != 0) {
+      fprintf(stderr, "tshardd: unexpected argument '%s' (see --help)\n", a);
+      return -1;
+    }
+    const char *name = a + 2, *eq = strchr(name, '=');
+    size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+    const cfg_entry *e = NULL;
+    for (size_t k = 0; k < NTABLE; k++)
+      if (strlen(table[k].name) == nlen && strncmp(table[k].name, name, nlen) == 0)
+        e = &table[k];
+    if (!e) {
+      fprintf(stderr, "tshardd: unknown flag '%s' (see --help)\n", a);
+      return -1;
+    }
+    const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+    if (!value) {
+      fprintf(stderr, "tshardd: --%s needs a value\n", e->name);
+      return -1;
+    }
+    if (apply(cfg, e, value))
+      return -1;
+  }
+  if (!cfg->socket_dir[0])
+    tsd_default_socket_dir(cfg->socket_dir, sizeof cfg->socket_dir);
+  for (const char *p = cfg->job; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+          *p == '-' || *p == '_' || *p == '.')) {
+      fprintf(stderr, "tshardd: --job %s: use letters, digits, '-', '_' and '.'\n", cfg->job);
+      return -1;
+    }
+  if (!cfg->job[0]) {
+    fprintf(stderr, "tshardd: --job must not be empty\n");
+    return -1;
+  }
+  if (cfg->listen[0] && parse_listen(cfg))
+    return -1;
+  return 0;
+}
+
+void tsd_config_log(const tsd_config *cfg) {
+  for (size_t i = 0; i < NTABLE; i++) {
+    const cfg_entry *e = &table[i];
+    const char *base = (const char *)cfg + e->offset;
+    if (e->kind == CFG_STRING)
+      TSD_LOG(TSD_LOG_INFO, "config %s=%s", e->name, base);
+    else if (e->kind == CFG_SIZE)
+      TSD_LOG(TSD_LOG_INFO, "config %s=%lld", e->name, (long long)*(const int64_t *)base);
+    else
+      TSD_LOG(TSD_LOG_INFO, "config %s=%s", e->name, tsd_log_level_name(*(const int *)base));
+  }
+}
+
+int tsd_prepare_socket_dir(const char *dir, ts_error *err) {
+  if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+    return ts_error_set(err, TS_IO, "cannot create the socket directory %s: %s", dir,
+                        strerror(errno));
+  struct stat st;
+  if (lstat(dir, &st) != 0)
+    return ts_error_set(err, TS_IO, "socket directory %s: %s", dir, strerror(errno));
+  if (!S_ISDIR(st.st_mode))
+    return ts_error_set(err, TS_IO, "socket directory %s is not a directory", dir);
+  if (st.st_uid != getuid())
+    return ts_error_set(err, TS_AUTH, "socket directory %s belongs to uid %u, not to us (%u)",
+                        dir, (unsigned)st.st_uid, (unsigned)getuid());
+  if ((st.st_mode & 0777) != 0700)
+    return ts_error_set(err, TS_AUTH,
+                        "socket directory %s has mode %03o; it must be 0700 (chmod 700 it)", dir,
+                        (unsigned)(st.st_mode & 0777));
+  return TS_OK;
+}

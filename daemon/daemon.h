@@ -1,0 +1,169 @@
+/* daemon.h - internal declarations shared by the files of tshardd.
+ *
+ * Threads: the main thread initializes MPI and then runs the engine (engine.c), the only code
+ * that calls MPI (through libtscomm, libtsshard and comm/control.c). A second thread runs the
+ * libuv loop (server.c): sockets, framing, protobuf decoding, validation and ping. They meet in
+ * two queues under one mutex: work (loop -> engine, the engine waits on a condition variable with
+ * a timeout so that it can also poll MPI for control messages) and replies (engine -> loop,
+ * signalled with uv_async_send). Names: tsd_* internal to the daemon, static everything else. */
+#ifndef TSD_DAEMON_H
+#define TSD_DAEMON_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tshard.pb-c.h"
+#include "tshard_errors.h"
+#include "ts_shard.h"
+
+/* ---------------------------------------------------------------------------------------------
+ * log.c: a level check before the arguments are evaluated. */
+typedef enum { TSD_LOG_ERROR, TSD_LOG_WARN, TSD_LOG_INFO, TSD_LOG_DEBUG } tsd_log_level;
+extern int tsd_log_threshold;
+void tsd_log_set_rank(int rank);
+int tsd_log_parse_level(const char *text);
+const char *tsd_log_level_name(int level);
+void tsd_log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define TSD_LOG(level, ...)                                                                        \
+  do {                                                                                             \
+    if ((level) <= tsd_log_threshold)                                                              \
+      tsd_log_write((level), __VA_ARGS__);                                                         \
+  } while (0)
+
+/* ---------------------------------------------------------------------------------------------
+ * config.c: one table serves the flags, --help and the startup log. */
+typedef struct tsd_config {
+  char socket_dir[512];
+  char job[64];
+  char listen[256];     /* "" or tcp://HOST:PORT */
+  char token_file[512];
+  int64_t max_frame;
+  int64_t memory_limit; /* 0: unbounded */
+  int64_t staging;      /* executor staging bytes per reshard */
+  int64_t chunk;        /* default chunk of get answers */
+  int log_level;
+  /* derived */
+  char token[256];
+  char tcp_host[128];
+  int tcp_port;
+} tsd_config;
+
+/* Returns 0 to run, 1 when --help was printed (exit 0), -1 on a bad flag (message printed). */
+int tsd_config_parse(tsd_config *cfg, int argc, char **argv);
+void tsd_config_log(const tsd_config *cfg);
+/* The default per-user socket directory (TSHARD_SOCKET_DIR, else $XDG_RUNTIME_DIR/tshard, else
+ * /tmp/tshard-<uid>). */
+void tsd_default_socket_dir(char *buf, size_t cap);
+/* Creates dir with mode 0700 if missing and checks that it is ours, a directory, and 0700. */
+int tsd_prepare_socket_dir(const char *dir, ts_error *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * framing.c: frames are a 4-byte little-endian length and that many bytes of protobuf. */
+#define TSD_FRAME_HEADER 4
+uint32_t tsd_frame_length(const uint8_t header[TSD_FRAME_HEADER]);
+/* Checks a frame length against the maximum (0 is refused too: an empty Request is no
+ * operation). */
+int tsd_frame_check(uint32_t len, int64_t max_frame, ts_error *err);
+/* Decodes a Request; on failure *out is NULL and err says why. */
+int tsd_request_decode(const uint8_t *buf, size_t len, Tshard__Request **out, ts_error *err);
+void tsd_request_free(Tshard__Request **req);
+/* Packs a Response as a whole frame (header included) into a malloc'd buffer. */
+int tsd_response_frame(const Tshard__Response *resp, uint8_t **frame, size_t *len, ts_error *err);
+/* A frame answering only a status and a message. */
+int tsd_error_frame(uint64_t id, int status, const char *message, uint8_t **frame, size_t *len);
+
+/* ---------------------------------------------------------------------------------------------
+ * wireattr.c: DistAttr message <-> ts_attr. */
+int tsd_attr_from_msg(const Tshard__DistAttr *m, ts_attr **out, ts_error *err);
+/* Fills m (whose arrays are malloc'd; free with tsd_attr_msg_clear). */
+int tsd_attr_to_msg(const ts_attr *a, Tshard__DistAttr *m, ts_error *err);
+void tsd_attr_msg_clear(Tshard__DistAttr *m);
+
+/* ---------------------------------------------------------------------------------------------
+ * validate.c and dispatch.c: the request table. */
+typedef enum {
+  TSD_SCOPE_LOOP,      /* answered by the loop thread (ping) */
+  TSD_SCOPE_LOCAL,     /* this rank only, by the engine, at once */
+  TSD_SCOPE_COLLECTIVE /* sequenced by rank 0 and run by every rank */
+} tsd_scope;
+
+typedef struct tsd_limits {
+  int world_size;
+  int64_t max_frame;
+} tsd_limits;
+
+typedef int (*tsd_validator)(const Tshard__Request *req, const tsd_limits *lim, ts_error *err);
+
+/* Validates a decoded request: its operation is known, and its fields are well-formed for it
+ * (names, dtypes, shapes, attributes against the shape and world, layouts, strategies, byte
+ * counts). Returns the scope through *scope. Nothing here depends on the stored tensors. */
+int tsd_request_validate(const Tshard__Request *req, const tsd_limits *lim, tsd_scope *scope,
+                         ts_error *err);
+const char *tsd_op_name(int op_case);
+bool tsd_name_reserved(const char *name);
+/* Whether a PutRequest is the chunk that completes the transfer (so it becomes collective). */
+bool tsd_put_is_final(const Tshard__PutRequest *p);
+
+/* ---------------------------------------------------------------------------------------------
+ * The hand-over between the loop thread and the engine (engine.c). */
+typedef struct tsd_work {
+  struct tsd_work *next;
+  uint64_t conn_id;
+  bool conn_closed;      /* notice: the connection is gone, free what it held */
+  bool signal_shutdown;  /* notice: SIGTERM/SIGINT */
+  Tshard__Request *req;  /* owned */
+  tsd_scope scope;
+} tsd_work;
+
+typedef struct tsd_reply {
+  struct tsd_reply *next;
+  uint64_t conn_id;
+  uint8_t *frame; /* owned, header included */
+  size_t len;
+} tsd_reply;
+
+typedef struct tsd_server tsd_server;
+
+typedef struct tsd_shared {
+  pthread_mutex_t mu;
+  pthread_cond_t wake; /* engine waits here */
+  tsd_work *work_head, *work_tail;
+  tsd_reply *reply_head, *reply_tail;
+  bool loop_done;      /* the loop thread has closed everything */
+  tsd_server *server;
+} tsd_shared;
+
+void tsd_shared_init(tsd_shared *sh);
+void tsd_shared_destroy(tsd_shared *sh);
+void tsd_push_work(tsd_shared *sh, tsd_work *w);
+/* Queues a reply frame and wakes the loop thread (takes ownership of frame). */
+void tsd_push_reply(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len);
+
+/* server.c */
+typedef struct tsd_server_opts {
+  const tsd_config *cfg;
+  int rank, world_size;
+  tsd_shared *shared;
+  char socket_path[600];
+} tsd_server_opts;
+/* Binds the sockets (errors before the thread starts) and starts the loop thread. */
+int tsd_server_start(tsd_server_opts *opts, tsd_server **out, ts_error *err);
+/* Wakes the loop thread to deliver queued replies. */
+void tsd_server_wake(tsd_server *s);
+/* Asks the loop thread to flush replies, close every handle, remove the sockets and return;
+ * joins it and frees the server. Accepts NULL. */
+void tsd_server_stop(tsd_server **s);
+uint64_t tsd_server_connections(tsd_server *s);
+
+/* engine.c */
+typedef struct tsd_engine_opts {
+  const tsd_config *cfg;
+  ts_world *world;
+  tsd_shared *shared;
+} tsd_engine_opts;
+/* Runs until a shutdown operation has run on every rank. */
+int tsd_engine_run(tsd_engine_opts *opts, ts_error *err);
+
+#endif

@@ -1,0 +1,271 @@
+/* engine.c - the engine thread: the only thread of tshardd that calls MPI.
+ *
+ * Its loop takes the work the loop thread queued (requests and notices), receives control
+ * messages from the other daemons, runs the collective operations in rank 0's order, and when
+ * there is nothing to do waits on a condition variable with a short timeout that grows while the
+ * daemon stays idle (50 us up to 2 ms): new local work wakes it at once, control messages are
+ * seen within the timeout, and an idle daemon costs a few hundred cheap wake-ups per second
+ * instead of a core spinning in MPI. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine.h"
+
+#define IDLE_MIN_US 50
+#define IDLE_MAX_US 2000
+
+void tsd_shared_init(tsd_shared *sh) {
+  memset(sh, 0, sizeof *sh);
+  pthread_mutex_init(&sh->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&sh->wake, &ca);
+  pthread_condattr_destroy(&ca);
+}
+
+void tsd_shared_destroy(tsd_shared *sh) {
+  while (sh->work_head) {
+    tsd_work *w = sh->work_head;
+    sh->work_head = w->next;
+    tsd_request_free(&w->req);
+    free(w);
+  }
+  while (sh->reply_head) {
+    tsd_reply *r = sh->reply_head;
+    sh->reply_head = r->next;
+    free(r->frame);
+    free(r);
+  }
+  pthread_mutex_destroy(&sh->mu);
+  pthread_cond_destroy(&sh->wake);
+}
+
+void tsd_push_work(tsd_shared *sh, tsd_work *w) {
+  w->next = NULL;
+  pthread_mutex_lock(&sh->mu);
+  if (sh->work_tail)
+    sh->work_tail->next = w;
+  else
+    sh->work_head = w;
+  sh->work_tail = w;
+  pthread_cond_signal(&sh->wake);
+  pthread_mutex_unlock(&sh->mu);
+}
+
+void tsd_push_reply(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len) {
+  tsd_reply *r = malloc(sizeof *r);
+  if (!r) {
+    free(frame);
+    TSD_LOG(TSD_LOG_ERROR, "no memory to queue an answer to connection %llu",
+            (unsigned long long)conn_id);
+    return;
+  }
+  r->next = NULL;
+  r->conn_id = conn_id;
+  r->frame = frame;
+  r->len = len;
+  pthread_mutex_lock(&sh->mu);
+  if (sh->reply_tail)
+    sh->reply_tail->next = r;
+  else
+    sh->reply_head = r;
+  sh->reply_tail = r;
+  pthread_mutex_unlock(&sh->mu);
+  tsd_server_wake(sh->server);
+}
+
+void tsd_reply_response(tsd_engine *e, uint64_t conn_id, Tshard__Response *resp) {
+  uint8_t *frame;
+  size_t len;
+  ts_error err;
+  e->ops_answered++;
+  if (tsd_response_frame(resp, &frame, &len, &err) != TS_OK &&
+      tsd_error_frame(resp->id, err.code, err.msg, &frame, &len) != TS_OK) {
+    TSD_LOG(TSD_LOG_ERROR, "cannot build an answer: %s", err.msg);
+    return;
+  }
+  tsd_push_reply(e->sh, conn_id, frame, len);
+}
+
+void tsd_reply_status(tsd_engine *e, uint64_t conn_id, uint64_t req_id, int status,
+                      const char *msg) {
+  Tshard__Response r = TSHARD__RESPONSE__INIT;
+  r.id = req_id;
+  r.status = status;
+  r.message = (char *)(msg ? msg : "");
+  tsd_reply_response(e, conn_id, &r);
+}
+
+int tsd_memory_check(tsd_engine *e, uint64_t extra, const char *what, ts_error *err) {
+  int64_t limit = e->cfg->memory_limit;
+  int64_t used = ts_store_used_bytes(e->store) + e->staging_used;
+  if (limit > 0 && (extra > (uint64_t)limit || used + (int64_t)extra > limit))
+    return ts_error_set(err, TS_LIMIT,
+                        "%s needs %llu bytes; %lld of the memory limit of %lld bytes are free",
+                        what, (unsigned long long)extra, (long long)(limit - used),
+                        (long long)limit);
+  return TS_OK;
+}
+
+void tsd_names_add(tsd_engine *e, const char *name) {
+  if (e->nnames == e->cap_names) {
+    int cap = e->cap_names ? 2 * e->cap_names : 16;
+    char **n = realloc(e->names, (size_t)cap * sizeof *n);
+    if (!n)
+      return; /* list then misses it; the tensor itself is fine */
+    e->names = n;
+    e->cap_names = cap;
+  }
+  char *copy = strdup(name);
+  if (copy)
+    e->names[e->nnames++] = copy;
+}
+
+void tsd_names_remove(tsd_engine *e, const char *name) {
+  for (int i = 0; i < e->nnames; i++)
+    if (strcmp(e->names[i], name) == 0) {
+      free(e->names[i]);
+      e->names[i] = e->names[--e->nnames];
+      return;
+    }
+}
+
+static void handle_work(tsd_engine *e, tsd_work *w) {
+  if (w->conn_closed) {
+    tsd_conn_free(e, w->conn_id);
+  } else if (w->signal_shutdown) {
+    Tshard__Request *req = malloc(sizeof *req);
+    Tshard__ShutdownRequest *sd = malloc(sizeof *sd);
+    char *key = strdup("__tshard.signal");
+    if (req && sd && key) {
+      tshard__request__init(req);
+      tshard__shutdown_request__init(sd);
+      req->op_case = TSHARD__REQUEST__OP_SHUTDOWN;
+      req->shutdown = sd;
+      req->idempotency_key = key;
+      /* Built by hand, freed by protobuf-c's free_unpacked with the default allocator. */
+      tsd_submit(e, 0, req, NULL, 0);
+    } else {
+      free(req), free(sd), free(key);
+      TSD_LOG(TSD_LOG_ERROR, "no memory to start the shutdown");
+    }
+  } else if (w->scope == TSD_SCOPE_COLLECTIVE && w->req->op_case != TSHARD__REQUEST__OP_PUT) {
+    if (e->stopping)
+      tsd_reply_status(e, w->conn_id, w->req->id, TS_SHUTDOWN, "the daemon is shutting down");
+    else {
+      tsd_submit(e, w->conn_id, w->req, NULL, 0);
+      w->req = NULL;
+    }
+  } else {
+    tsd_run_local(e, w); /* puts decide themselves when they become collective */
+  }
+  tsd_request_free(&w->req);
+  free(w);
+}
+
+static void wait_for_work(tsd_shared *sh, long us) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_nsec += us * 1000;
+  if (ts.tv_nsec >= 1000000000) {
+    ts.tv_sec += ts.tv_nsec / 1000000000;
+    ts.tv_nsec %= 1000000000;
+  }
+  pthread_mutex_lock(&sh->mu);
+  if (!sh->work_head)
+    pthread_cond_timedwait(&sh->wake, &sh->mu, &ts);
+  pthread_mutex_unlock(&sh->mu);
+}
+
+int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
+  tsd_engine *e = calloc(1, sizeof *e);
+  if (!e)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for the engine");
+  e->cfg = opts->cfg;
+  e->world = opts->world;
+  e->sh = opts->shared;
+  e->rank = ts_world_rank(e->world);
+  e->size = ts_world_size(e->world);
+  e->ordered_keys = calloc(TSD_KEY_RING, sizeof *e->ordered_keys);
+  e->done_keys = calloc(TSD_KEY_RING, sizeof *e->done_keys);
+  int rc = TS_OK;
+  if (!e->ordered_keys || !e->done_keys) {
+    rc = ts_error_set(err, TS_NO_MEMORY, "no memory for the key tables");
+    goto out;
+  }
+  if ((rc = ts_store_create(&e->store, e->rank, e->cfg->memory_limit, err)))
+    goto out;
+  if ((rc = ts_control_create(e->world, &e->ctl, err)))
+    goto out;
+  long idle_us = 0;
+  while (!e->stopping) {
+    bool busy = false;
+    pthread_mutex_lock(&e->sh->mu);
+    tsd_work *list = e->sh->work_head;
+    e->sh->work_head = e->sh->work_tail = NULL;
+    pthread_mutex_unlock(&e->sh->mu);
+    while (list) {
+      tsd_work *w = list;
+      list = list->next;
+      handle_work(e, w);
+      busy = true;
+    }
+    for (;;) {
+      int src, tag;
+      void *buf;
+      size_t len;
+      ts_error perr;
+      int got = ts_control_poll(e->ctl, &src, &tag, &buf, &len, &perr);
+      if (got < 0) {
+        TSD_LOG(TSD_LOG_ERROR, "%s", perr.msg);
+        break;
+      }
+      if (got == 0)
+        break;
+      tsd_control_message(e, src, tag, buf, len);
+      free(buf);
+      busy = true;
+    }
+    ts_control_progress(e->ctl);
+    if (tsd_run_ordered(e) > 0)
+      busy = true;
+    if (busy) {
+      idle_us = 0;
+    } else {
+      idle_us = idle_us ? (idle_us * 2 > IDLE_MAX_US ? IDLE_MAX_US : idle_us * 2) : IDLE_MIN_US;
+      wait_for_work(e->sh, idle_us);
+    }
+  }
+  tsd_sequencer_finish(e);
+  /* Work that arrived after the shutdown ran: answer it. */
+  pthread_mutex_lock(&e->sh->mu);
+  tsd_work *list = e->sh->work_head;
+  e->sh->work_head = e->sh->work_tail = NULL;
+  pthread_mutex_unlock(&e->sh->mu);
+  while (list) {
+    tsd_work *w = list;
+    list = list->next;
+    if (!w->conn_closed && !w->signal_shutdown && w->req)
+      tsd_reply_status(e, w->conn_id, w->req->id, TS_SHUTDOWN, "the daemon is shutting down");
+    tsd_request_free(&w->req);
+    free(w);
+  }
+  TSD_LOG(TSD_LOG_INFO, "engine stopped after %llu collective operations",
+          (unsigned long long)e->collective_ops);
+out:
+  while (e->conns)
+    tsd_conn_free(e, e->conns->conn_id);
+  tsd_sequencer_free(e);
+  ts_control_destroy(&e->ctl);
+  ts_store_destroy(&e->store);
+  for (int i = 0; i < e->nnames; i++)
+    free(e->names[i]);
+  free(e->names);
+  free(e->ordered_keys);
+  free(e->done_keys);
+  free(e);
+  return rc;
+}

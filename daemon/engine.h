@@ -1,0 +1,131 @@
+/* engine.h - the engine's state, shared by engine.c (the thread's loop), sequencer.c (ordering
+ * of collective operations by rank 0, idempotency keys, waiting clients), transfer.c (chunked
+ * puts and gets per connection) and ops.c (the handlers). Only the engine thread touches it. */
+#ifndef TSD_ENGINE_H
+#define TSD_ENGINE_H
+
+#include "daemon.h"
+#include "ts_comm.h"
+#include "ts_control.h"
+
+#define TSD_KEY_MAX 129
+#define TSD_KEY_RING 1024
+
+/* What one connection holds between its requests. */
+typedef struct tsd_conn_state {
+  struct tsd_conn_state *next;
+  uint64_t conn_id;
+  /* a put (whole or slice) being received */
+  char put_name[TS_NAME_MAX];
+  bool put_active, put_slice;
+  char put_tag[32];
+  ts_box put_box; /* slice puts: the box the staging was sized for */
+  uint8_t *put_buf;
+  uint64_t put_total, put_received;
+  /* a gathered tensor or a slice copy being read */
+  char get_name[TS_NAME_MAX];
+  bool get_active, get_slice;
+  uint8_t *get_buf;
+  uint64_t get_total;
+} tsd_conn_state;
+
+/* A client on this rank waiting for a collective operation. */
+typedef struct tsd_pending {
+  struct tsd_pending *next;
+  uint64_t ticket;   /* this rank's number for the submission */
+  char key[TSD_KEY_MAX];
+  uint64_t hash;     /* of the operation, to catch a key reused for another one */
+  uint64_t conn_id, req_id;
+  int op_case;
+  uint8_t *staging;  /* put: the whole tensor, owned by the operation */
+  uint64_t staging_bytes;
+} tsd_pending;
+
+/* An operation in rank 0's order, waiting to run here. */
+typedef struct tsd_ordered {
+  struct tsd_ordered *next;
+  uint64_t seq, ticket, hash;
+  int origin;
+  Tshard__Request *req;
+} tsd_ordered;
+
+typedef struct tsd_key_result {
+  char key[TSD_KEY_MAX];
+  uint64_t hash;
+  int status;
+  char msg[512];
+} tsd_key_result;
+
+typedef struct tsd_engine {
+  const tsd_config *cfg;
+  ts_world *world;
+  ts_control *ctl;
+  ts_store *store;
+  tsd_shared *sh;
+  int rank, size;
+  tsd_conn_state *conns;
+  tsd_pending *pending;
+  tsd_ordered *exec_head, *exec_tail;
+  uint64_t next_ticket;
+  /* rank 0: the order */
+  uint64_t next_seq;
+  bool shutdown_ordered;
+  char (*ordered_keys)[TSD_KEY_MAX]; /* ring of the keys already ordered */
+  int ordered_keys_next;
+  /* every rank: answers of keyed operations already run */
+  tsd_key_result *done_keys;
+  int done_keys_next;
+  bool stopping;
+  int64_t staging_used; /* put staging and get copies, beside the store */
+  char **names;         /* the stored tensors, for list */
+  int nnames, cap_names;
+  /* stats */
+  uint64_t ops_answered, collective_ops;
+  uint64_t strat_runs[TS_STRATEGY_COUNT], strat_sent[TS_STRATEGY_COUNT],
+      strat_recv[TS_STRATEGY_COUNT];
+} tsd_engine;
+
+/* engine.c */
+void tsd_reply_response(tsd_engine *e, uint64_t conn_id, Tshard__Response *resp);
+void tsd_reply_status(tsd_engine *e, uint64_t conn_id, uint64_t req_id, int status,
+                      const char *msg);
+/* Whether `extra` more bytes fit the memory limit (stored slices + staging). */
+int tsd_memory_check(tsd_engine *e, uint64_t extra, const char *what, ts_error *err);
+void tsd_names_add(tsd_engine *e, const char *name);
+void tsd_names_remove(tsd_engine *e, const char *name);
+
+/* transfer.c */
+tsd_conn_state *tsd_conn_get(tsd_engine *e, uint64_t conn_id, bool create);
+void tsd_conn_free(tsd_engine *e, uint64_t conn_id);
+void tsd_conn_put_reset(tsd_engine *e, tsd_conn_state *c);
+void tsd_conn_get_reset(tsd_engine *e, tsd_conn_state *c);
+void tsd_handle_put_chunk(tsd_engine *e, tsd_work *w);
+void tsd_handle_put_slice(tsd_engine *e, tsd_work *w);
+void tsd_handle_get_chunk(tsd_engine *e, uint64_t conn_id, const Tshard__Request *req);
+void tsd_handle_get_slice(tsd_engine *e, tsd_work *w);
+
+/* sequencer.c */
+/* A validated collective request from a client of this rank (takes the request; for a put the
+ * staging moves into the submission). */
+void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *staging,
+                uint64_t staging_bytes);
+/* A control message from another daemon. */
+void tsd_control_message(tsd_engine *e, int src, int tag, const uint8_t *buf, size_t len);
+/* Runs the ordered operations that have arrived; returns how many ran. */
+int tsd_run_ordered(tsd_engine *e);
+/* After the shutdown operation: answers whoever still waits, says goodbye to rank 0 (rank 0
+ * waits for everyone's goodbye). */
+void tsd_sequencer_finish(tsd_engine *e);
+void tsd_sequencer_free(tsd_engine *e);
+
+/* ops.c: the handlers */
+void tsd_run_local(tsd_engine *e, tsd_work *w);
+/* Runs a collective operation on this rank; origin_entry is this rank's submission when it is
+ * the origin. The status and message are the answer; a get fills the connection's copy. */
+int tsd_run_collective(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin_entry,
+                       ts_error *err);
+/* The answer to one waiting client after a collective operation ran. */
+void tsd_answer_collective(tsd_engine *e, int op_case, const tsd_pending *w, int status,
+                           const char *msg);
+
+#endif

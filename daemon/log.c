@@ -1,0 +1,44 @@
+/* log.c - tshardd's log: one line per event on stderr (which mpirun forwards), prefixed with the
+ * time, the rank and the level. TSD_LOG checks the level before evaluating its arguments. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "daemon.h"
+
+int tsd_log_threshold = TSD_LOG_INFO;
+static int log_rank = -1;
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+void tsd_log_set_rank(int rank) { log_rank = rank; }
+
+int tsd_log_parse_level(const char *text) {
+  for (int i = 0; i < 4; i++)
+    if (text && strcasecmp(text, level_names[i]) == 0)
+      return i;
+  return -1;
+}
+
+const char *tsd_log_level_name(int level) {
+  return level >= 0 && level < 4 ? level_names[level] : "?";
+}
+
+void tsd_log_write(int level, const char *fmt, ...) {
+  char line[2048];
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  struct tm tm;
+  gmtime_r(&ts.tv_sec, &tm);
+  int n = snprintf(line, sizeof line, "%02d:%02d:%02d.%03ld tshardd[%d] %s: ", tm.tm_hour,
+                   tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, log_rank,
+                   tsd_log_level_name(level));
+  va_list ap;
+  va_start(ap, fmt);
+  if (n > 0 && (size_t)n < sizeof line)
+    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "%s\n", line); /* one call: lines of two threads do not interleave */
+  fflush(stderr);
+}

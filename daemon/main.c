@@ -1,0 +1,69 @@
+/* main.c - tshardd: one daemon per MPI rank, started by mpirun.
+ *
+ * Parses the config, initializes MPI (MPI_THREAD_SERIALIZED: only this thread will call it),
+ * starts the libuv loop thread on this rank's socket, logs the ready line, and runs the engine on
+ * this thread until a shutdown (request or SIGTERM/SIGINT) has run on every rank. Then it stops
+ * the loop thread (answers flushed, sockets removed) and finalizes MPI. Exit code 0 on a clean
+ * shutdown. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "ts_comm.h"
+
+int main(int argc, char **argv) {
+  tsd_config cfg;
+  int prc = tsd_config_parse(&cfg, argc, argv);
+  if (prc != 0)
+    return prc > 0 ? 0 : 2;
+  tsd_log_threshold = cfg.log_level;
+  signal(SIGPIPE, SIG_IGN);
+  ts_error err;
+  ts_error_clear(&err);
+  ts_world *world = NULL;
+  if (ts_world_init(&argc, &argv, MPI_THREAD_SERIALIZED, &world, &err)) {
+    TSD_LOG(TSD_LOG_ERROR, "MPI: %s", err.msg);
+    return 1;
+  }
+  int rank = ts_world_rank(world), size = ts_world_size(world);
+  tsd_log_set_rank(rank);
+  if (rank == 0)
+    tsd_config_log(&cfg);
+  tsd_shared shared;
+  tsd_shared_init(&shared);
+  tsd_server_opts so;
+  memset(&so, 0, sizeof so);
+  so.cfg = &cfg;
+  so.rank = rank;
+  so.world_size = size;
+  so.shared = &shared;
+  tsd_server *server = NULL;
+  int rc = tsd_server_start(&so, &server, &err);
+  /* Every rank must be serving, or none: a job with a missing rank would hang its clients. */
+  int all = ts_comm_agree(ts_world_comm(world), rc, &err, &err);
+  int exit_code = 0;
+  if (all) {
+    TSD_LOG(TSD_LOG_ERROR, "cannot start: %s", err.msg);
+    exit_code = 1;
+  } else {
+    TSD_LOG(TSD_LOG_INFO, "ready: job %s rank %d of %d pid %d serving %s%s%s", cfg.job, rank,
+            size, (int)getpid(), so.socket_path, cfg.listen[0] ? " and " : "",
+            cfg.listen[0] ? cfg.listen : "");
+    tsd_engine_opts eo = {&cfg, world, &shared};
+    if (tsd_engine_run(&eo, &err)) {
+      TSD_LOG(TSD_LOG_ERROR, "engine: %s", err.msg);
+      exit_code = 1;
+    }
+  }
+  tsd_server_stop(&server);
+  tsd_shared_destroy(&shared);
+  if (ts_world_finalize(&world, &err)) {
+    TSD_LOG(TSD_LOG_ERROR, "MPI finalize: %s", err.msg);
+    exit_code = 1;
+  }
+  if (exit_code == 0)
+    TSD_LOG(TSD_LOG_INFO, "stopped");
+  return exit_code;
+}

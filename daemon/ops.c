@@ -1,0 +1,475 @@
+/* ops.c - the handlers of the operations, in two tables.
+ *
+ * Local handlers (this rank, at once) answer themselves. Collective handlers run on every rank in
+ * rank 0's order and return a status that is the same on every rank: each checks locally, then
+ * agrees with the others (ts_comm_agree) before anything changes, and the store's reshard and the
+ * executor are atomic across ranks. Every collective handler ends in a collective call, so when
+ * any rank answers, every rank has run the operation up to its end. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+static const char *tag_of(const Tshard__Layout *l) { return l && l->tag ? l->tag : ""; }
+
+/* ---------------------------------------------------------------------------------------------
+ * Local operations */
+
+static void op_list(tsd_engine *e, tsd_work *w) {
+  Tshard__Response r = TSHARD__RESPONSE__INIT;
+  Tshard__ListResult lr = TSHARD__LIST_RESULT__INIT;
+  r.id = w->req->id;
+  r.result_case = TSHARD__RESPONSE__RESULT_LIST;
+  r.list = &lr;
+  lr.n_names = (size_t)e->nnames;
+  lr.names = e->names;
+  tsd_reply_response(e, w->conn_id, &r);
+}
+
+static void op_describe(tsd_engine *e, tsd_work *w) {
+  const char *name = w->req->describe->name;
+  ts_stored *t = ts_store_find(e->store, name);
+  ts_error err;
+  if (!t) {
+    ts_error_set(&err, TS_NOT_FOUND, "no tensor named '%s'", name);
+    tsd_reply_status(e, w->conn_id, w->req->id, err.code, err.msg);
+    return;
+  }
+  Tshard__Response r = TSHARD__RESPONSE__INIT;
+  Tshard__DescribeResult d = TSHARD__DESCRIBE_RESULT__INIT;
+  Tshard__DistAttr am;
+  Tshard__Layout lay = TSHARD__LAYOUT__INIT;
+  Tshard__RankBytes *rb = calloc((size_t)e->size, sizeof *rb);
+  Tshard__RankBytes **rbp = calloc((size_t)e->size, sizeof *rbp);
+  int64_t *boxes = calloc((size_t)e->size * 2 * TS_MAX_DIMS, sizeof *boxes);
+  int rc = (rb && rbp && boxes) ? tsd_attr_to_msg(t->attr, &am, &err)
+                                : ts_error_set(&err, TS_NO_MEMORY, "no memory to describe");
+  if (rc) {
+    free(rb), free(rbp), free(boxes);
+    tsd_reply_status(e, w->conn_id, w->req->id, rc, err.msg);
+    return;
+  }
+  r.id = w->req->id;
+  r.result_case = TSHARD__RESPONSE__RESULT_DESCRIBE;
+  r.describe = &d;
+  d.name = t->name;
+  d.dtype = (char *)ts_dtype_name(t->dtype);
+  d.n_shape = (size_t)t->ndim;
+  d.shape = t->shape;
+  d.attr = &am;
+  lay.tag = t->layout_tag;
+  d.layout = &lay;
+  for (int rank = 0; rank < e->size; rank++) {
+    ts_box box;
+    bool in = false;
+    if (ts_attr_rank_box(t->attr, t->ndim, t->shape, rank, &box, &in, NULL) || !in)
+      continue;
+    int64_t ext[TS_MAX_DIMS];
+    for (int k = 0; k < t->ndim; k++)
+      ext[k] = box.hi[k] - box.lo[k];
+    ts_layout l;
+    size_t bytes = 0;
+    if ((t->layout_tag[0] ? ts_layout_from_tag(&l, t->dtype, t->ndim, ext, t->layout_tag, NULL)
+                          : ts_layout_plain(&l, t->dtype, t->ndim, ext, NULL)) == TS_OK)
+      ts_layout_span(&l, &bytes, NULL);
+    Tshard__RankBytes *x = &rb[d.n_ranks];
+    tshard__rank_bytes__init(x);
+    x->rank = rank;
+    x->bytes = bytes;
+    x->n_lo = x->n_hi = (size_t)t->ndim;
+    x->lo = boxes + (size_t)rank * 2 * TS_MAX_DIMS;
+    x->hi = x->lo + TS_MAX_DIMS;
+    memcpy(x->lo, box.lo, (size_t)t->ndim * sizeof *x->lo);
+    memcpy(x->hi, box.hi, (size_t)t->ndim * sizeof *x->hi);
+    rbp[d.n_ranks++] = x;
+  }
+  d.ranks = rbp;
+  tsd_reply_response(e, w->conn_id, &r);
+  tsd_attr_msg_clear(&am);
+  free(rb), free(rbp), free(boxes);
+}
+
+static int parse_strategy(const char *s, ts_strategy *out, ts_error *err) {
+  *out = TS_STRATEGY_AUTO;
+  return s && s[0] ? ts_strategy_parse(s, out, err) : TS_OK;
+}
+
+static void op_plan(tsd_engine *e, tsd_work *w) {
+  const Tshard__PlanRequest *p = w->req->plan;
+  ts_error err;
+  ts_attr *tgt = NULL;
+  ts_plan *plan = NULL;
+  char *text = NULL;
+  ts_stored *t = ts_store_find(e->store, p->name);
+  ts_plan_opts o = {TS_STRATEGY_AUTO, e->cfg->staging, e->size};
+  int rc = t ? TS_OK : ts_error_set(&err, TS_NOT_FOUND, "no tensor named '%s'", p->name);
+  if (!rc)
+    rc = parse_strategy(p->strategy, &o.strategy, &err);
+  if (!rc)
+    rc = tsd_attr_from_msg(p->attr, &tgt, &err);
+  if (!rc)
+    rc = ts_plan_create(t->ndim, t->shape, t->dtype, t->attr, tgt, &o, &plan, &err);
+  if (!rc && !(text = ts_plan_explain(plan, 0)))
+    rc = ts_error_set(&err, TS_NO_MEMORY, "no memory for the explain text");
+  if (rc) {
+    tsd_reply_status(e, w->conn_id, w->req->id, rc, err.msg);
+  } else {
+    Tshard__Response r = TSHARD__RESPONSE__INIT;
+    Tshard__PlanResult pr = TSHARD__PLAN_RESULT__INIT;
+    r.id = w->req->id;
+    r.result_case = TSHARD__RESPONSE__RESULT_PLAN;
+    r.plan = &pr;
+    pr.strategy = (char *)ts_strategy_name(ts_plan_strategy(plan));
+    pr.explain = text;
+    tsd_reply_response(e, w->conn_id, &r);
+  }
+  free(text);
+  ts_plan_destroy(&plan);
+  ts_attr_destroy(&tgt);
+}
+
+static void op_stats(tsd_engine *e, tsd_work *w) {
+  Tshard__Response r = TSHARD__RESPONSE__INIT;
+  Tshard__StatsResult s = TSHARD__STATS_RESULT__INIT;
+  Tshard__StrategyBytes sb[TS_STRATEGY_COUNT];
+  Tshard__StrategyBytes *sbp[TS_STRATEGY_COUNT];
+  r.id = w->req->id;
+  r.result_case = TSHARD__RESPONSE__RESULT_STATS;
+  r.stats = &s;
+  s.operations = e->ops_answered;
+  s.collective_ops = e->collective_ops;
+  s.tensors = (uint64_t)ts_store_count(e->store);
+  s.memory_in_use = (uint64_t)(ts_store_used_bytes(e->store) + e->staging_used);
+  s.memory_limit = (uint64_t)e->cfg->memory_limit;
+  s.connections = tsd_server_connections(e->sh->server);
+  for (int i = 0; i < TS_STRATEGY_COUNT; i++) {
+    tshard__strategy_bytes__init(&sb[i]);
+    sb[i].strategy = (char *)ts_strategy_name((ts_strategy)i);
+    sb[i].reshards = e->strat_runs[i];
+    sb[i].bytes_sent = e->strat_sent[i];
+    sb[i].bytes_received = e->strat_recv[i];
+    sbp[i] = &sb[i];
+  }
+  s.n_strategies = TS_STRATEGY_COUNT;
+  s.strategies = sbp;
+  tsd_reply_response(e, w->conn_id, &r);
+}
+
+static void op_put(tsd_engine *e, tsd_work *w) { tsd_handle_put_chunk(e, w); }
+static void op_put_slice(tsd_engine *e, tsd_work *w) { tsd_handle_put_slice(e, w); }
+static void op_get(tsd_engine *e, tsd_work *w) { tsd_handle_get_chunk(e, w->conn_id, w->req); }
+static void op_get_slice(tsd_engine *e, tsd_work *w) { tsd_handle_get_slice(e, w); }
+
+typedef void (*local_handler)(tsd_engine *e, tsd_work *w);
+static const struct {
+  Tshard__Request__OpCase kind;
+  local_handler run;
+} local_ops[] = {
+    {TSHARD__REQUEST__OP_PUT, op_put},       {TSHARD__REQUEST__OP_PUT_SLICE, op_put_slice},
+    {TSHARD__REQUEST__OP_GET, op_get},       {TSHARD__REQUEST__OP_GET_SLICE, op_get_slice},
+    {TSHARD__REQUEST__OP_LIST, op_list},     {TSHARD__REQUEST__OP_DESCRIBE, op_describe},
+    {TSHARD__REQUEST__OP_PLAN, op_plan},     {TSHARD__REQUEST__OP_STATS, op_stats},
+};
+
+void tsd_run_local(tsd_engine *e, tsd_work *w) {
+  for (size_t i = 0; i < sizeof local_ops / sizeof local_ops[0]; i++)
+    if (local_ops[i].kind == w->req->op_case) {
+      local_ops[i].run(e, w);
+      return;
+    }
+  tsd_reply_status(e, w->conn_id, w->req->id, TS_INTERNAL, "operation has no local handler");
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Collective operations */
+
+static ts_comm *world_comm(tsd_engine *e) { return ts_world_comm(e->world); }
+
+static int agree(tsd_engine *e, int status, const ts_error *local, ts_error *err) {
+  return ts_comm_agree(world_comm(e), status, local, err);
+}
+
+static void record(tsd_engine *e, const ts_exec_report *rep) {
+  if ((int)rep->strategy >= 0 && rep->strategy < TS_STRATEGY_COUNT) {
+    e->strat_runs[rep->strategy]++;
+    e->strat_sent[rep->strategy] += (uint64_t)rep->bytes_sent;
+    e->strat_recv[rep->strategy] += (uint64_t)rep->bytes_received;
+  }
+}
+
+static int exec_opts(tsd_engine *e, ts_exec_opts *xo) {
+  memset(xo, 0, sizeof *xo);
+  int64_t limit = e->cfg->memory_limit;
+  if (limit > 0) {
+    int64_t free_bytes = limit - ts_store_used_bytes(e->store) - e->staging_used;
+    xo->max_alloc_bytes = free_bytes > 0 ? free_bytes : 1;
+  }
+  return TS_OK;
+}
+
+static int run_create(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
+                      ts_error *err) {
+  (void)origin;
+  const Tshard__CreateRequest *c = op->req->create;
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  ts_attr *a = NULL;
+  ts_dtype dt;
+  int lst = ts_dtype_parse(c->dtype, &dt, &lerr);
+  if (!lst)
+    lst = tsd_attr_from_msg(c->attr, &a, &lerr);
+  if (!lst)
+    lst = ts_store_add(e->store, c->name, (int)c->n_shape, c->shape, dt, a, tag_of(c->layout),
+                       NULL, &lerr);
+  ts_attr_destroy(&a);
+  int rc = agree(e, lst, &lerr, err);
+  if (rc && lst == TS_OK)
+    ts_store_drop(e->store, c->name, NULL); /* another rank failed: undo here too */
+  if (!rc)
+    tsd_names_add(e, c->name);
+  return rc;
+}
+
+static int run_drop(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
+  (void)origin;
+  const char *name = op->req->drop->name;
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  int lst = ts_store_drop(e->store, name, &lerr);
+  if (!lst)
+    tsd_names_remove(e, name);
+  return agree(e, lst, &lerr, err);
+}
+
+/* The attribute "the whole tensor on one rank". */
+static int one_rank_attr(int rank, ts_attr **out, ts_error *err) {
+  int64_t shape1 = 1;
+  ts_placement r = ts_replicate();
+  return ts_attr_create(out, 1, &shape1, &rank, &r, err);
+}
+
+static int run_put(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
+  const char *name = op->req->put->name;
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  ts_stored *t = ts_store_find(e->store, name);
+  int lst = t ? TS_OK : ts_error_set(&lerr, TS_NOT_FOUND, "no tensor named '%s'", name);
+  uint64_t bytes = 0;
+  if (t) {
+    bytes = ts_dtype_size(t->dtype);
+    for (int d = 0; d < t->ndim; d++)
+      bytes *= (uint64_t)t->shape[d];
+  }
+  if (!lst && op->origin == e->rank && (!origin || !origin->staging || origin->staging_bytes != bytes))
+    lst = ts_error_set(&lerr, TS_INVALID_ARGUMENT,
+                       "the data of the put does not match '%s' (%llu bytes) any more", name,
+                       (unsigned long long)bytes);
+  int rc = agree(e, lst, &lerr, err);
+  if (rc)
+    return rc;
+  ts_attr *src_attr = NULL;
+  ts_plan *plan = NULL;
+  ts_plan_opts po = {TS_STRATEGY_AUTO, e->cfg->staging, e->size};
+  if ((rc = one_rank_attr(op->origin, &src_attr, err)) ||
+      (rc = ts_plan_create(t->ndim, t->shape, t->dtype, src_attr, t->attr, &po, &plan, err))) {
+    ts_attr_destroy(&src_attr);
+    return rc;
+  }
+  ts_tensor src;
+  memset(&src, 0, sizeof src);
+  bool have_src = op->origin == e->rank;
+  if (have_src) {
+    src.data = origin->staging;
+    src.bytes = origin->staging_bytes;
+    ts_layout_plain(&src.layout, t->dtype, t->ndim, t->shape, NULL);
+  }
+  ts_exec_opts xo;
+  exec_opts(e, &xo);
+  ts_tensor out;
+  ts_exec_report rep;
+  memset(&rep, 0, sizeof rep);
+  rc = ts_reshard_exec(e->world, plan, have_src ? &src : NULL, t->layout_tag, &xo, &out, &rep,
+                       err);
+  if (rc == TS_OK) {
+    record(e, &rep);
+    if (out.bytes != t->local.bytes) { /* same attribute and tag: cannot differ */
+      ts_shard_free_tensor(&out);
+      lst = ts_error_set(&lerr, TS_INTERNAL, "scattered slice has %zu bytes, the stored one %zu",
+                         out.bytes, t->local.bytes);
+    }
+    rc = agree(e, lst, &lerr, err);
+    if (rc == TS_OK) {
+      free(t->local.data);
+      t->local = out;
+    } else {
+      ts_shard_free_tensor(&out);
+    }
+  }
+  ts_plan_destroy(&plan);
+  ts_attr_destroy(&src_attr);
+  return rc;
+}
+
+static int run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
+  const char *name = op->req->get->name;
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  ts_stored *t = ts_store_find(e->store, name);
+  int lst = t ? TS_OK : ts_error_set(&lerr, TS_NOT_FOUND, "no tensor named '%s'", name);
+  tsd_conn_state *c = NULL;
+  uint64_t bytes = 0;
+  if (t) {
+    bytes = ts_dtype_size(t->dtype);
+    for (int d = 0; d < t->ndim; d++)
+      bytes *= (uint64_t)t->shape[d];
+  }
+  if (!lst && op->origin == e->rank) {
+    c = origin ? tsd_conn_get(e, origin->conn_id, true) : NULL;
+    if (c)
+      tsd_conn_get_reset(e, c);
+    lst = tsd_memory_check(e, bytes, "the gathered tensor", &lerr);
+  }
+  int rc = agree(e, lst, &lerr, err);
+  if (rc)
+    return rc;
+  ts_attr *tgt = NULL;
+  ts_plan *plan = NULL;
+  ts_plan_opts po = {TS_STRATEGY_AUTO, e->cfg->staging, e->size};
+  if ((rc = one_rank_attr(op->origin, &tgt, err)) ||
+      (rc = ts_plan_create(t->ndim, t->shape, t->dtype, t->attr, tgt, &po, &plan, err))) {
+    ts_attr_destroy(&tgt);
+    return rc;
+  }
+  ts_exec_opts xo;
+  exec_opts(e, &xo);
+  ts_tensor out;
+  ts_exec_report rep;
+  memset(&rep, 0, sizeof rep);
+  rc = ts_reshard_exec(e->world, plan, t->has_slice ? &t->local : NULL, NULL, &xo, &out, &rep,
+                       err);
+  if (rc == TS_OK) {
+    record(e, &rep);
+    if (op->origin == e->rank && c && out.bytes == bytes) {
+      c->get_buf = out.data;
+      c->get_total = bytes;
+      c->get_active = true;
+      c->get_slice = false;
+      snprintf(c->get_name, sizeof c->get_name, "%s", name);
+      e->staging_used += (int64_t)bytes;
+    } else {
+      ts_shard_free_tensor(&out); /* the asking client is gone */
+    }
+  }
+  ts_plan_destroy(&plan);
+  ts_attr_destroy(&tgt);
+  return rc;
+}
+
+static int run_reshard(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
+                       ts_error *err) {
+  (void)origin;
+  const Tshard__ReshardRequest *q = op->req->reshard;
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  ts_attr *tgt = NULL;
+  ts_plan_opts po = {TS_STRATEGY_AUTO, e->cfg->staging, e->size};
+  const char *tag = tag_of(q->layout);
+  int lst = parse_strategy(q->strategy, &po.strategy, &lerr);
+  if (!lst)
+    lst = tsd_attr_from_msg(q->attr, &tgt, &lerr);
+  ts_stored *t = ts_store_find(e->store, q->name);
+  if (!lst && !t)
+    lst = ts_error_set(&lerr, TS_NOT_FOUND, "no tensor named '%s'", q->name);
+  const char *target = q->name;
+  bool copied = false;
+  if (!lst && q->keep_source_as[0]) {
+    /* Keep the source: reshard a copy under the new name. */
+    ts_stored *copy = NULL;
+    lst = ts_store_add(e->store, q->keep_source_as, t->ndim, t->shape, t->dtype, t->attr,
+                       t->layout_tag, &copy, &lerr);
+    if (!lst) {
+      copied = true;
+      if (t->local.bytes)
+        memcpy(copy->local.data, t->local.data, t->local.bytes);
+    }
+    target = q->keep_source_as;
+  }
+  int rc = agree(e, lst, &lerr, err);
+  if (rc) {
+    if (copied)
+      ts_store_drop(e->store, target, NULL);
+    ts_attr_destroy(&tgt);
+    return rc;
+  }
+  ts_exec_report rep;
+  memset(&rep, 0, sizeof rep);
+  rc = ts_store_reshard(e->store, e->world, target, tgt, tag, &po, &rep, err);
+  if (rc == TS_OK)
+    record(e, &rep);
+  if (copied) {
+    if (rc)
+      ts_store_drop(e->store, target, NULL);
+    else
+      tsd_names_add(e, target);
+  }
+  ts_attr_destroy(&tgt);
+  return rc;
+}
+
+static int run_shutdown(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
+                        ts_error *err) {
+  (void)op, (void)origin, (void)err;
+  TSD_LOG(TSD_LOG_INFO, "shutdown requested (operation %llu)", (unsigned long long)op->seq);
+  e->stopping = true;
+  return TS_OK;
+}
+
+typedef int (*collective_handler)(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
+                                  ts_error *err);
+static const struct {
+  Tshard__Request__OpCase kind;
+  collective_handler run;
+} collective_ops[] = {
+    {TSHARD__REQUEST__OP_CREATE, run_create},   {TSHARD__REQUEST__OP_PUT, run_put},
+    {TSHARD__REQUEST__OP_GET, run_get},         {TSHARD__REQUEST__OP_RESHARD, run_reshard},
+    {TSHARD__REQUEST__OP_DROP, run_drop},       {TSHARD__REQUEST__OP_SHUTDOWN, run_shutdown},
+};
+
+int tsd_run_collective(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
+                       ts_error *err) {
+  for (size_t i = 0; i < sizeof collective_ops / sizeof collective_ops[0]; i++)
+    if (collective_ops[i].kind == op->req->op_case)
+      return collective_ops[i].run(e, op, origin, err);
+  /* Rank 0 only orders validated operations; every rank refuses the same way. */
+  return ts_error_set(err, TS_UNSUPPORTED, "operation %s is not collective",
+                      tsd_op_name(op->req->op_case));
+}
+
+void tsd_answer_collective(tsd_engine *e, int op_case, const tsd_pending *w, int status,
+                           const char *msg) {
+  if (status == TS_OK && op_case == TSHARD__REQUEST__OP_GET) {
+    tsd_conn_state *c = tsd_conn_get(e, w->conn_id, false);
+    if (c && c->get_active) {
+      Tshard__Request req = TSHARD__REQUEST__INIT;
+      Tshard__GetRequest g = TSHARD__GET_REQUEST__INIT;
+      req.id = w->req_id;
+      req.op_case = TSHARD__REQUEST__OP_GET;
+      req.get = &g;
+      g.name = c->get_name;
+      tsd_handle_get_chunk(e, w->conn_id, &req);
+    }
+    return; /* without the state the client is gone */
+  }
+  if (status == TS_OK && op_case == TSHARD__REQUEST__OP_PUT) {
+    Tshard__Response r = TSHARD__RESPONSE__INIT;
+    Tshard__PutResult pr = TSHARD__PUT_RESULT__INIT;
+    r.id = w->req_id;
+    r.result_case = TSHARD__RESPONSE__RESULT_PUT;
+    r.put = &pr;
+    pr.received = w->staging_bytes;
+    pr.done = true;
+    tsd_reply_response(e, w->conn_id, &r);
+    return;
+  }
+  tsd_reply_status(e, w->conn_id, w->req_id, status, status == TS_OK ? "" : msg);
+}

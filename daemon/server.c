@@ -1,0 +1,522 @@
+/* server.c - the libuv loop thread: sockets, framing, decoding, validation, ping, and delivery of
+ * the engine's answers.
+ *
+ * Per connection: read the 4-byte length, check it against the maximum frame, then read exactly
+ * that many bytes into a buffer allocated for it; decode and validate the Request; answer ping
+ * and refusals here, hand everything else to the engine and stop reading from that connection
+ * until its answer has been queued for writing (one request in flight per connection bounds
+ * what a client can make the daemon hold). A frame with a bad length cannot be skipped safely:
+ * the daemon answers it and closes the connection. A closed connection is reported to the engine,
+ * which frees what it held. TCP connections must present the token before anything else.
+ * Shutdown: the engine finishes, then tsd_server_stop flushes the answers, removes the sockets
+ * and closes every handle (a timer forces the close of clients that do not read). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "daemon.h"
+
+typedef struct conn {
+  union {
+    uv_pipe_t pipe;
+    uv_tcp_t tcp;
+    uv_stream_t stream;
+    uv_handle_t handle;
+  } h;
+  struct conn *next;
+  struct tsd_server *srv;
+  uint64_t id;
+  bool is_tcp, authed, busy, closing, close_after_write;
+  uint8_t header[TSD_FRAME_HEADER];
+  size_t have_header;
+  uint8_t *frame;
+  uint32_t frame_len;
+  size_t have;
+  int writes_pending;
+} conn;
+
+typedef struct write_req {
+  uv_write_t req;
+  conn *c;
+  uint8_t *frame;
+} write_req;
+
+struct tsd_server {
+  uv_loop_t loop;
+  uv_pipe_t unix_srv;
+  uv_tcp_t tcp_srv;
+  bool has_tcp, stopping, stop_requested, signalled;
+  uv_async_t async;
+  uv_signal_t sigterm, sigint;
+  uv_timer_t stop_timer;
+  pthread_t thread;
+  tsd_shared *sh;
+  const tsd_config *cfg;
+  int rank, size;
+  char path[600];
+  conn *conns;
+  uint64_t next_id, nconns;
+  tsd_limits lim;
+};
+
+static void conn_close(conn *c);
+
+uint64_t tsd_server_connections(tsd_server *s) {
+  return s ? __atomic_load_n(&s->nconns, __ATOMIC_RELAXED) : 0;
+}
+
+static void close_if_open(uv_handle_t *h);
+
+static void on_conn_closed(uv_handle_t *h) {
+  conn *c = h->data;
+  tsd_server *s = c->srv;
+  free(c->frame);
+  free(c);
+  if (s && s->stopping && !s->conns)
+    close_if_open((uv_handle_t *)&s->stop_timer);
+}
+
+static void conn_close(conn *c) {
+  if (c->closing && uv_is_closing(&c->h.handle))
+    return;
+  tsd_server *s = c->srv;
+  for (conn **pp = &s->conns; *pp; pp = &(*pp)->next)
+    if (*pp == c) {
+      *pp = c->next;
+      __atomic_sub_fetch(&s->nconns, 1, __ATOMIC_RELAXED);
+      break;
+    }
+  c->closing = true;
+  tsd_work *w = calloc(1, sizeof *w);
+  if (w) {
+    w->conn_id = c->id;
+    w->conn_closed = true;
+    tsd_push_work(s->sh, w);
+  }
+  uv_close(&c->h.handle, on_conn_closed);
+}
+
+static void on_written(uv_write_t *req, int status) {
+  write_req *wr = (write_req *)req;
+  conn *c = wr->c;
+  free(wr->frame);
+  free(wr);
+  c->writes_pending--;
+  if (status < 0 || (c->close_after_write && c->writes_pending == 0))
+    conn_close(c);
+}
+
+/* Takes the frame. */
+static void conn_write(conn *c, uint8_t *frame, size_t len) {
+  write_req *wr = malloc(sizeof *wr);
+  if (!wr || c->closing) {
+    free(wr);
+    free(frame);
+    return;
+  }
+  wr->c = c;
+  wr->frame = frame;
+  uv_buf_t b = uv_buf_init((char *)frame, (unsigned)len);
+  c->writes_pending++;
+  if (uv_write(&wr->req, &c->h.stream, &b, 1, on_written) < 0) {
+    c->writes_pending--;
+    free(frame);
+    free(wr);
+    conn_close(c);
+  }
+}
+
+static void conn_reply_error(conn *c, uint64_t id, int status, const char *msg, bool close) {
+  uint8_t *frame;
+  size_t len;
+  if (tsd_error_frame(id, status, msg, &frame, &len) == TS_OK) {
+    c->close_after_write = close;
+    conn_write(c, frame, len);
+  } else if (close) {
+    conn_close(c);
+  }
+}
+
+static bool token_ok(const char *given, const char *want) {
+  size_t n = strlen(want), m = strlen(given);
+  unsigned diff = (unsigned)(n ^ m);
+  for (size_t i = 0; i < n; i++)
+    diff |= (unsigned)(want[i] ^ (i < m ? given[i] : 0));
+  return diff == 0;
+}
+
+static void reply_ping(conn *c, const Tshard__Request *req) {
+  Tshard__Response r = TSHARD__RESPONSE__INIT;
+  Tshard__PingResult p = TSHARD__PING_RESULT__INIT;
+  r.id = req->id;
+  r.result_case = TSHARD__RESPONSE__RESULT_PING;
+  r.ping = &p;
+  p.rank = c->srv->rank;
+  p.world_size = c->srv->size;
+  p.job = (char *)c->srv->cfg->job;
+  uint8_t *frame;
+  size_t len;
+  if (tsd_response_frame(&r, &frame, &len, NULL) == TS_OK)
+    conn_write(c, frame, len);
+}
+
+static void process_frame(conn *c) {
+  tsd_server *s = c->srv;
+  Tshard__Request *req = NULL;
+  ts_error err;
+  uint8_t *frame = c->frame;
+  uint32_t len = c->frame_len;
+  c->frame = NULL;
+  c->have = 0;
+  c->have_header = 0;
+  int rc = tsd_request_decode(frame, len, &req, &err);
+  free(frame);
+  if (rc) {
+    conn_reply_error(c, 0, rc, err.msg, c->is_tcp && !c->authed);
+    return;
+  }
+  if (c->is_tcp && !c->authed) {
+    if (!token_ok(req->token, s->cfg->token)) {
+      TSD_LOG(TSD_LOG_WARN, "TCP connection %llu presented a wrong token; closing it",
+              (unsigned long long)c->id);
+      conn_reply_error(c, req->id, TS_AUTH, "wrong or missing token; TCP clients must send the "
+                       "token of the daemon's --token-file", true);
+      tsd_request_free(&req);
+      return;
+    }
+    c->authed = true;
+  }
+  tsd_scope scope;
+  if ((rc = tsd_request_validate(req, &s->lim, &scope, &err))) {
+    TSD_LOG(TSD_LOG_DEBUG, "refused %s from connection %llu: %s", tsd_op_name(req->op_case),
+            (unsigned long long)c->id, err.msg);
+    conn_reply_error(c, req->id, rc, err.msg, false);
+    tsd_request_free(&req);
+    return;
+  }
+  if (scope == TSD_SCOPE_LOOP) {
+    reply_ping(c, req);
+    tsd_request_free(&req);
+    return;
+  }
+  tsd_work *w = calloc(1, sizeof *w);
+  if (!w) {
+    conn_reply_error(c, req->id, TS_NO_MEMORY, "no memory to queue the request", false);
+    tsd_request_free(&req);
+    return;
+  }
+  w->conn_id = c->id;
+  w->req = req;
+  w->scope = scope;
+  c->busy = true;
+  uv_read_stop(&c->h.stream);
+  tsd_push_work(s->sh, w);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)suggested;
+  conn *c = h->data;
+  if (c->frame)
+    *buf = uv_buf_init((char *)c->frame + c->have, (unsigned)(c->frame_len - c->have));
+  else
+    *buf = uv_buf_init((char *)c->header + c->have_header,
+                       (unsigned)(TSD_FRAME_HEADER - c->have_header));
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
+  (void)buf;
+  conn *c = st->data;
+  if (nread < 0) {
+    if (nread != UV_EOF)
+      TSD_LOG(TSD_LOG_DEBUG, "connection %llu: %s", (unsigned long long)c->id,
+              uv_strerror((int)nread));
+    conn_close(c); /* mid-frame or not: everything it held is freed */
+    return;
+  }
+  if (nread == 0 || c->closing)
+    return;
+  if (!c->frame) {
+    c->have_header += (size_t)nread;
+    if (c->have_header < TSD_FRAME_HEADER)
+      return;
+    uint32_t len = tsd_frame_length(c->header);
+    ts_error err;
+    int rc = tsd_frame_check(len, c->srv->cfg->max_frame, &err);
+    if (rc) {
+      TSD_LOG(TSD_LOG_WARN, "connection %llu: %s; closing it", (unsigned long long)c->id,
+              err.msg);
+      uv_read_stop(st);
+      conn_reply_error(c, 0, rc, err.msg, true);
+      return;
+    }
+    c->frame = malloc(len);
+    if (!c->frame) {
+      uv_read_stop(st);
+      conn_reply_error(c, 0, TS_NO_MEMORY, "no memory for the frame", true);
+      return;
+    }
+    c->frame_len = len;
+    c->have = 0;
+    return;
+  }
+  c->have += (size_t)nread;
+  if (c->have == c->frame_len)
+    process_frame(c);
+}
+
+static void on_connection(uv_stream_t *server, int status) {
+  tsd_server *s = server->data;
+  if (status < 0 || s->stopping)
+    return;
+  conn *c = calloc(1, sizeof *c);
+  if (!c)
+    return;
+  c->srv = s;
+  c->id = ++s->next_id;
+  c->is_tcp = server == (uv_stream_t *)&s->tcp_srv;
+  if (c->is_tcp)
+    uv_tcp_init(&s->loop, &c->h.tcp);
+  else
+    uv_pipe_init(&s->loop, &c->h.pipe, 0);
+  c->h.handle.data = c;
+  if (uv_accept(server, &c->h.stream) < 0) {
+    uv_close(&c->h.handle, on_conn_closed);
+    return;
+  }
+  if (c->is_tcp)
+    uv_tcp_nodelay(&c->h.tcp, 1);
+  c->next = s->conns;
+  s->conns = c;
+  __atomic_add_fetch(&s->nconns, 1, __ATOMIC_RELAXED);
+  uv_read_start(&c->h.stream, on_alloc, on_read);
+}
+
+static conn *find_conn(tsd_server *s, uint64_t id) {
+  for (conn *c = s->conns; c; c = c->next)
+    if (c->id == id)
+      return c;
+  return NULL;
+}
+
+static void deliver_replies(tsd_server *s) {
+  pthread_mutex_lock(&s->sh->mu);
+  tsd_reply *list = s->sh->reply_head;
+  s->sh->reply_head = s->sh->reply_tail = NULL;
+  pthread_mutex_unlock(&s->sh->mu);
+  while (list) {
+    tsd_reply *r = list;
+    list = r->next;
+    conn *c = find_conn(s, r->conn_id);
+    if (c && !c->closing) {
+      conn_write(c, r->frame, r->len);
+      if (c->busy && !s->stopping) {
+        c->busy = false;
+        if (!c->closing)
+          uv_read_start(&c->h.stream, on_alloc, on_read);
+      }
+    } else {
+      free(r->frame);
+    }
+    free(r);
+  }
+}
+
+static void close_if_open(uv_handle_t *h) {
+  if (h->type != UV_UNKNOWN_HANDLE && !uv_is_closing(h))
+    uv_close(h, NULL);
+}
+
+static void on_stop_timer(uv_timer_t *t) {
+  tsd_server *s = t->data;
+  while (s->conns)
+    conn_close(s->conns);
+  close_if_open((uv_handle_t *)&s->stop_timer);
+}
+
+static void begin_stop(tsd_server *s) {
+  s->stopping = true;
+  close_if_open((uv_handle_t *)&s->unix_srv);
+  unlink(s->path);
+  if (s->has_tcp)
+    close_if_open((uv_handle_t *)&s->tcp_srv);
+  close_if_open((uv_handle_t *)&s->sigterm);
+  close_if_open((uv_handle_t *)&s->sigint);
+  close_if_open((uv_handle_t *)&s->async);
+  conn *c = s->conns;
+  while (c) {
+    conn *next = c->next;
+    uv_read_stop(&c->h.stream);
+    if (c->writes_pending == 0)
+      conn_close(c);
+    else
+      c->close_after_write = true; /* closed once its answers are written */
+    c = next;
+  }
+  if (s->conns) { /* forces the close of clients that do not read their answers */
+    uv_timer_init(&s->loop, &s->stop_timer);
+    s->stop_timer.data = s;
+    uv_timer_start(&s->stop_timer, on_stop_timer, 3000, 0);
+  }
+}
+
+static void on_async(uv_async_t *a) {
+  tsd_server *s = a->data;
+  deliver_replies(s);
+  pthread_mutex_lock(&s->sh->mu);
+  bool stop = s->stop_requested;
+  pthread_mutex_unlock(&s->sh->mu);
+  if (stop && !s->stopping)
+    begin_stop(s);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  tsd_server *s = h->data;
+  TSD_LOG(TSD_LOG_INFO, "signal %d: shutting down", signum);
+  if (s->signalled)
+    return;
+  s->signalled = true;
+  tsd_work *w = calloc(1, sizeof *w);
+  if (w) {
+    w->signal_shutdown = true;
+    tsd_push_work(s->sh, w);
+  }
+}
+
+static void *loop_main(void *arg) {
+  tsd_server *s = arg;
+  uv_run(&s->loop, UV_RUN_DEFAULT);
+  return NULL;
+}
+
+void tsd_server_wake(tsd_server *s) {
+  if (s)
+    uv_async_send(&s->async);
+}
+
+/* A live daemon already answers on path: refuse to steal it; a stale file is removed. */
+static int claim_path(const char *path, ts_error *err) {
+  struct stat st;
+  if (lstat(path, &st) != 0)
+    return TS_OK;
+  if (!S_ISSOCK(st.st_mode))
+    return ts_error_set(err, TS_IO, "%s exists and is not a socket", path);
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sun_family = AF_UNIX;
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+  int live = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+  if (fd >= 0)
+    close(fd);
+  if (live)
+    return ts_error_set(err, TS_EXISTS, "a daemon already serves %s; use another --job", path);
+  unlink(path);
+  return TS_OK;
+}
+
+int tsd_server_start(tsd_server_opts *o, tsd_server **out, ts_error *err) {
+  *out = NULL;
+  tsd_server *s = calloc(1, sizeof *s);
+  if (!s)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for the server");
+  s->sh = o->shared;
+  s->cfg = o->cfg;
+  s->rank = o->rank;
+  s->size = o->world_size;
+  s->lim.world_size = o->world_size;
+  s->lim.max_frame = o->cfg->max_frame;
+  int n = snprintf(s->path, sizeof s->path, "%s/tshard-%s-%d.sock", o->cfg->socket_dir,
+                   o->cfg->job, o->rank);
+  struct sockaddr_un probe;
+  int rc = TS_OK;
+  if (n < 0 || (size_t)n >= sizeof probe.sun_path) {
+    free(s);
+    return ts_error_set(err, TS_LIMIT, "socket path of %d characters; at most %zu", n,
+                        sizeof probe.sun_path - 1);
+  }
+  snprintf(o->socket_path, sizeof o->socket_path, "%s", s->path);
+  if ((rc = tsd_prepare_socket_dir(o->cfg->socket_dir, err)) || (rc = claim_path(s->path, err))) {
+    free(s);
+    return rc;
+  }
+  uv_loop_init(&s->loop);
+  uv_pipe_init(&s->loop, &s->unix_srv, 0);
+  s->unix_srv.data = s;
+  int uvrc;
+  mode_t old = umask(0177);
+  uvrc = uv_pipe_bind(&s->unix_srv, s->path);
+  umask(old);
+  if (uvrc == 0)
+    chmod(s->path, 0600);
+  if (uvrc == 0)
+    uvrc = uv_listen((uv_stream_t *)&s->unix_srv, 128, on_connection);
+  if (uvrc < 0) {
+    rc = ts_error_set(err, TS_IO, "cannot listen on %s: %s", s->path, uv_strerror(uvrc));
+    goto fail;
+  }
+  if (o->cfg->listen[0]) {
+    struct sockaddr_in sa;
+    uv_tcp_init(&s->loop, &s->tcp_srv);
+    s->tcp_srv.data = s;
+    s->has_tcp = true;
+    uvrc = uv_ip4_addr(o->cfg->tcp_host, o->cfg->tcp_port + o->rank, &sa);
+    if (uvrc == 0)
+      uvrc = uv_tcp_bind(&s->tcp_srv, (const struct sockaddr *)&sa, 0);
+    if (uvrc == 0)
+      uvrc = uv_listen((uv_stream_t *)&s->tcp_srv, 128, on_connection);
+    if (uvrc < 0) {
+      rc = ts_error_set(err, TS_IO, "cannot listen on tcp://%s:%d: %s", o->cfg->tcp_host,
+                        o->cfg->tcp_port + o->rank, uv_strerror(uvrc));
+      goto fail;
+    }
+  }
+  uv_async_init(&s->loop, &s->async, on_async);
+  s->async.data = s;
+  uv_signal_init(&s->loop, &s->sigterm);
+  uv_signal_init(&s->loop, &s->sigint);
+  s->sigterm.data = s->sigint.data = s;
+  uv_signal_start(&s->sigterm, on_signal, SIGTERM);
+  uv_signal_start(&s->sigint, on_signal, SIGINT);
+  s->sh->server = s;
+  if (pthread_create(&s->thread, NULL, loop_main, s) != 0) {
+    s->sh->server = NULL;
+    rc = ts_error_set(err, TS_INTERNAL, "cannot start the loop thread");
+    begin_stop(s);
+    uv_run(&s->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&s->loop);
+    free(s);
+    return rc;
+  }
+  *out = s;
+  return TS_OK;
+fail:
+  close_if_open((uv_handle_t *)&s->unix_srv);
+  if (s->has_tcp)
+    close_if_open((uv_handle_t *)&s->tcp_srv);
+  unlink(s->path);
+  uv_run(&s->loop, UV_RUN_DEFAULT);
+  uv_loop_close(&s->loop);
+  free(s);
+  return rc;
+}
+
+void tsd_server_stop(tsd_server **ps) {
+  if (!ps || !*ps)
+    return;
+  tsd_server *s = *ps;
+  pthread_mutex_lock(&s->sh->mu);
+  s->stop_requested = true;
+  pthread_mutex_unlock(&s->sh->mu);
+  uv_async_send(&s->async);
+  pthread_join(s->thread, NULL);
+  s->sh->server = NULL;
+  if (uv_loop_close(&s->loop) != 0)
+    TSD_LOG(TSD_LOG_WARN, "the loop closed with handles still open");
+  free(s);
+  *ps = NULL;
+}

@@ -1,0 +1,23 @@
+# The daemon, its wire protocol and the C client: end-to-end tests that start real daemons under
+# mpirun (2 and 4 ranks), the bad-input suite, 64 concurrent clients, the fuzz target (clang,
+# bounded time) and the RPC benchmark (a program, not a test).
+if(TARGET tshardd AND TARGET tshard)
+  add_library(tse_harness STATIC ${CMAKE_CURRENT_LIST_DIR}/e2e/harness.c)
+  target_link_libraries(tse_harness PUBLIC tshard Threads::Threads)
+  target_include_directories(tse_harness PUBLIC ${CMAKE_CURRENT_LIST_DIR}/e2e)
+  target_compile_definitions(tse_harness PRIVATE TSE_MPIEXEC="${MPIEXEC_EXECUTABLE}"
+                             TSE_DAEMON="$<TARGET_FILE:tshardd>")
+
+  function(tshard_e2e_test name)
+    add_executable(${name} ${CMAKE_CURRENT_LIST_DIR}/e2e/${name}.c)
+    target_link_libraries(${name} PRIVATE tse_harness)
+    add_dependencies(${name} tshardd)
+  endfunction()
+
+  tshard_e2e_test(test_e2e)
+  foreach(np 2 4)
+    add_test(NAME test_e2e_np${np} COMMAND test_e2e ${np})
+    set_tests_properties(test_e2e_np${np} PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                         ENVIRONMENT "${TS_TEST_ENV}")
+  endforeach()
+endif()
