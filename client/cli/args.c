@@ -1,0 +1,101 @@
+/* args.c - option parsing and output helpers of the tshard CLI. Options are "--name VALUE",
+ * "--name=VALUE" or bare "--flag"; everything else is positional. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* Options that take no value: they never swallow the next argument. */
+static const char *const flags[] = {"--json", "--ascii", "--unicode", "--keep", "--help", NULL};
+
+static bool is_flag(const char *arg) {
+  for (int i = 0; flags[i]; i++)
+    if (strcmp(arg, flags[i]) == 0)
+      return true;
+  return false;
+}
+
+const char *cli_opt(const cli_args *a, const char *name) {
+  size_t n = strlen(name);
+  for (int i = 1; i < a->argc; i++) {
+    const char *s = a->argv[i];
+    if (strncmp(s, "--", 2) != 0 || strncmp(s + 2, name, n) != 0)
+      continue;
+    if (s[2 + n] == '=')
+      return s + 3 + n;
+    if (s[2 + n] == '\0' && i + 1 < a->argc)
+      return a->argv[i + 1];
+  }
+  return NULL;
+}
+
+bool cli_flag(const cli_args *a, const char *name) {
+  for (int i = 1; i < a->argc; i++)
+    if (strncmp(a->argv[i], "--", 2) == 0 && strcmp(a->argv[i] + 2, name) == 0)
+      return true;
+  return false;
+}
+
+const char *cli_positional(const cli_args *a, int index) {
+  for (int i = 1; i < a->argc; i++) {
+    const char *s = a->argv[i];
+    if (strncmp(s, "--", 2) == 0) {
+      if (!strchr(s, '=') && !is_flag(s))
+        i++; /* skip the option's value */
+      continue;
+    }
+    if (index-- == 0)
+      return s;
+  }
+  return NULL;
+}
+
+int cli_parse_shape(const char *text, int *ndim, int64_t *shape, ts_error *err) {
+  *ndim = 0;
+  if (!text)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "missing --shape (e.g. --shape 1024,512)");
+  if (*text == '\0' || strcmp(text, "[]") == 0 || strcmp(text, "scalar") == 0)
+    return TS_OK;
+  const char *p = text + (*text == '[' ? 1 : 0);
+  for (;;) {
+    char *end;
+    long long v = strtoll(p, &end, 10);
+    if (end == p || v < 0)
+      return ts_error_set(err, TS_BAD_SHAPE,
+                          "--shape '%s': expected sizes >= 0 separated by commas, e.g. 1024,512",
+                          text);
+    if (*ndim == TS_MAX_DIMS)
+      return ts_error_set(err, TS_BAD_SHAPE, "--shape '%s': at most %d dims", text, TS_MAX_DIMS);
+    shape[(*ndim)++] = v;
+    p = end;
+    if (*p == ',')
+      p++;
+    else if (*p == '\0' || (*p == ']' && p[1] == '\0'))
+      return TS_OK;
+    else
+      return ts_error_set(err, TS_BAD_SHAPE,
+                          "--shape '%s': unexpected '%c'; expected sizes separated by commas",
+                          text, *p);
+  }
+}
+
+int cli_fail(int status, const char *msg) {
+  fprintf(stderr, "tshard: %s\n", msg);
+  return status;
+}
+
+void cli_json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      fprintf(f, "\\%c", c);
+    else if (c == '\n')
+      fputs("\\n", f);
+    else if (c < 0x20)
+      fprintf(f, "\\u%04x", c);
+    else
+      fputc(c, f);
+  }
+  fputc('"', f);
+}

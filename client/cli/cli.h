@@ -1,0 +1,50 @@
+/* cli.h - shared pieces of the tshard command-line tool: the subcommand table entry, option
+ * parsing helpers, and output helpers. Internal to the CLI. */
+#ifndef TSHARD_CLI_H
+#define TSHARD_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ts_kernels.h"
+
+/* Exit codes (documented in `tshard --help`). */
+enum {
+  CLI_OK = 0,
+  CLI_FAILED = 1,   /* the operation failed (the daemon or the planner said why) */
+  CLI_USAGE = 2,    /* bad command line */
+  CLI_IO = 3,       /* a file could not be read or written */
+  CLI_CONNECT = 4,  /* no daemon could be reached */
+};
+
+typedef struct cli_args {
+  int argc;
+  char **argv; /* the subcommand's arguments (argv[0] is the subcommand) */
+  bool json;
+} cli_args;
+
+typedef struct cli_command {
+  const char *name;
+  int (*run)(cli_args *a);
+  const char *summary;
+  const char *usage;   /* options, one per line */
+  const char *example;
+} cli_command;
+
+/* Finds "--name VALUE" or "--name=VALUE" in the arguments; NULL when absent. */
+const char *cli_opt(const cli_args *a, const char *name);
+bool cli_flag(const cli_args *a, const char *name);
+/* The first argument that is not an option or an option's value (NULL when none). */
+const char *cli_positional(const cli_args *a, int index);
+/* "1024,1024" -> shape; errors name the option. */
+int cli_parse_shape(const char *text, int *ndim, int64_t *shape, ts_error *err);
+/* Prints "tshard: <msg>" and returns the exit code for a status. */
+int cli_fail(int status, const char *msg);
+/* Writes a JSON string literal. */
+void cli_json_string(FILE *f, const char *s);
+
+int cmd_plan(cli_args *a);
+int cmd_show(cli_args *a);
+
+#endif

@@ -1,0 +1,97 @@
+/* cmd_plan.c - `tshard plan`: the planner's EXPLAIN for a reshard, computed locally (the planner
+ * is pure), so meshes of thousands of ranks can be simulated without any daemon. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "ts_shard.h"
+
+static void json_costs(FILE *f, const ts_plan_costs *c) {
+  fprintf(f,
+          "{\"wire_bytes\": %lld, \"max_rank_bytes\": %lld, \"messages\": %lld, "
+          "\"peak_extra_bytes\": %lld, \"rounds\": %lld}",
+          (long long)c->wire_bytes, (long long)c->max_rank_bytes, (long long)c->messages,
+          (long long)c->peak_extra_bytes, (long long)c->rounds);
+}
+
+int cmd_plan(cli_args *a) {
+  ts_error err;
+  int ndim;
+  int64_t shape[TS_MAX_DIMS];
+  ts_dtype dt = TS_F32;
+  const char *from = cli_opt(a, "from"), *to = cli_opt(a, "to"), *dts = cli_opt(a, "dtype"),
+             *strat = cli_opt(a, "strategy"), *ranks = cli_opt(a, "ranks"),
+             *staging = cli_opt(a, "staging");
+  if (!from || !to)
+    return cli_fail(CLI_USAGE, "plan needs --from ATTR and --to ATTR (see tshard plan --help)");
+  if (cli_parse_shape(cli_opt(a, "shape"), &ndim, shape, &err) ||
+      (dts && ts_dtype_parse(dts, &dt, &err)))
+    return cli_fail(CLI_USAGE, err.msg);
+  ts_plan_opts opts = {.strategy = TS_STRATEGY_AUTO};
+  if (strat && ts_strategy_parse(strat, &opts.strategy, &err))
+    return cli_fail(CLI_USAGE, err.msg);
+  if (ranks) {
+    char *end;
+    long n = strtol(ranks, &end, 10);
+    if (*end || n < 1 || n > (1 << 24))
+      return cli_fail(CLI_USAGE, "--ranks: expected a number of ranks from 1 to 16777216");
+    opts.world_size = (int)n;
+  }
+  if (staging) {
+    char *end;
+    long long n = strtoll(staging, &end, 10);
+    if (*end || n < 1)
+      return cli_fail(CLI_USAGE, "--staging: expected a positive number of bytes");
+    opts.staging_bytes = n;
+  }
+  ts_attr *src = NULL, *tgt = NULL;
+  ts_plan *plan = NULL;
+  int rc = ts_attr_parse(from, &src, &err);
+  if (!rc)
+    rc = ts_attr_parse(to, &tgt, &err);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  if (!rc)
+    rc = ts_plan_create(ndim, shape, dt, src, tgt, &opts, &plan, &err);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+  int code = CLI_OK;
+  if (rc) {
+    code = cli_fail(CLI_FAILED, err.msg);
+  } else if (a->json) {
+    printf("{\"strategy\": \"%s\", \"plan_ms\": %.3f, \"min_wire_bytes\": %lld, \"costs\": ",
+           ts_strategy_name(ts_plan_strategy(plan)), ms, (long long)ts_plan_min_wire_bytes(plan));
+    json_costs(stdout, ts_plan_get_costs(plan));
+    printf(", \"strategies\": {");
+    bool first = true;
+    for (int s = TS_STRATEGY_LOCAL; s < TS_STRATEGY_COUNT; s++) {
+      ts_plan_costs c;
+      const char *why = NULL;
+      bool ok = ts_plan_applies(plan, (ts_strategy)s, &c, &why);
+      printf("%s\"%s\": ", first ? "" : ", ", ts_strategy_name((ts_strategy)s));
+      first = false;
+      if (ok) {
+        json_costs(stdout, &c);
+      } else {
+        printf("{\"applies\": false, \"why\": ");
+        cli_json_string(stdout, why ? why : "");
+        printf("}");
+      }
+    }
+    printf("}}\n");
+  } else {
+    char *text = ts_plan_explain(plan, 8);
+    if (!text) {
+      code = cli_fail(CLI_FAILED, "out of memory formatting the plan");
+    } else {
+      fputs(text, stdout);
+      printf("planned in %.3f ms\n", ms);
+      free(text);
+    }
+  }
+  ts_plan_destroy(&plan);
+  ts_attr_destroy(&src);
+  ts_attr_destroy(&tgt);
+  return code;
+}

@@ -1,0 +1,72 @@
+/* cmd_show.c - `tshard show`: draws where the slices of a tensor live. Given --attr and --shape it
+ * draws that attribute without a daemon. */
+#include <langinfo.h>
+#include <locale.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "show.h"
+
+/* Unicode when the locale's character set is UTF-8 (and the user did not ask for ASCII). */
+static bool want_unicode(const cli_args *a) {
+  if (cli_flag(a, "ascii"))
+    return false;
+  if (cli_flag(a, "unicode"))
+    return true;
+  setlocale(LC_CTYPE, "");
+  const char *cs = nl_langinfo(CODESET);
+  return cs && (strcmp(cs, "UTF-8") == 0 || strcmp(cs, "utf8") == 0);
+}
+
+static int parse_dims(const char *text, int ndim, show_opts *o, ts_error *err) {
+  /* a 1-D view is one row of blocks along the columns */
+  o->dims[0] = ndim > 1 ? 0 : -1;
+  o->dims[1] = ndim > 1 ? 1 : ndim - 1;
+  if (!text)
+    return TS_OK;
+  char *end;
+  int first = (int)strtol(text, &end, 10);
+  o->dims[0] = -1;
+  o->dims[1] = first;
+  if (*end == ',') {
+    o->dims[0] = first;
+    o->dims[1] = (int)strtol(end + 1, &end, 10);
+  }
+  if (*end)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "--dims '%s': expected D or D,D (e.g. 0,2)", text);
+  return TS_OK;
+}
+
+/* Draws a tensor of the given shape under the attribute text. */
+int cli_draw(const cli_args *a, int ndim, const int64_t *shape, const char *attr_text) {
+  ts_error err;
+  show_opts o = {.unicode = want_unicode(a)};
+  const char *w = cli_opt(a, "width");
+  o.width = w ? atoi(w) : 0;
+  if (o.width < 0 || o.width > 1000)
+    return cli_fail(CLI_USAGE, "--width: expected 1..1000 columns");
+  if (parse_dims(cli_opt(a, "dims"), ndim, &o, &err))
+    return cli_fail(CLI_USAGE, err.msg);
+  ts_attr *attr = NULL;
+  int rc = ts_attr_parse(attr_text, &attr, &err);
+  if (!rc)
+    rc = ts_attr_validate(attr, ndim, shape, 0, &err);
+  if (!rc)
+    rc = show_draw(stdout, ndim, shape, attr, &o, &err);
+  ts_attr_destroy(&attr);
+  return rc ? cli_fail(CLI_FAILED, err.msg) : CLI_OK;
+}
+
+int cmd_show(cli_args *a) {
+  const char *attr = cli_opt(a, "attr");
+  if (!attr)
+    return cli_fail(CLI_USAGE, "show needs --attr ATTR --shape SHAPE (see tshard show --help)");
+  ts_error err;
+  int ndim;
+  int64_t shape[TS_MAX_DIMS];
+  if (cli_parse_shape(cli_opt(a, "shape"), &ndim, shape, &err))
+    return cli_fail(CLI_USAGE, err.msg);
+  return cli_draw(a, ndim, shape, attr);
+}

@@ -1,0 +1,32 @@
+/* npy.h - reading and writing NumPy .npy files (format versions 1.0, 2.0 and 3.0) for the tshard
+ * command-line tool. Internal to the CLI. */
+#ifndef TSHARD_CLI_NPY_H
+#define TSHARD_CLI_NPY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ts_kernels.h"
+
+/* An array in C order, native byte order. bf16 is stored in .npy files as '<u2' (numpy has no
+ * bfloat16): read such a file with dtype_hint TS_BF16 to take its bits as bf16. */
+typedef struct npy_array {
+  ts_dtype dtype;
+  int ndim;
+  int64_t shape[TS_MAX_DIMS];
+  void *data;
+  size_t bytes;
+} npy_array;
+
+/* Reads a whole .npy file. Fortran-order files are reordered to C order, big-endian ones are
+ * byte-swapped. dtype_hint: TS_DTYPE_COUNT for "as the file says", or TS_BF16 to read '<u2' as
+ * bf16. Errors name the file and what was wrong. */
+int npy_read(const char *path, ts_dtype dtype_hint, npy_array *out, ts_error *err);
+/* Writes a C-order .npy file (version 1.0, or 2.0 when the header needs it). */
+int npy_write(const char *path, const npy_array *a, ts_error *err);
+/* The header of a .npy file for the array (what npy_write writes first); for writing in chunks. */
+int npy_write_header(FILE *f, ts_dtype dt, int ndim, const int64_t *shape, ts_error *err);
+void npy_free(npy_array *a);
+
+#endif

@@ -1,0 +1,243 @@
+/* show.c - the sharding picture of `tshard show`, like jax.debug.visualize_array_sharding.
+ *
+ * The two drawn tensor dims are cut at the split points of the attribute (every slice's box
+ * starts and ends on them), giving a grid of blocks. Each block is labelled with the world ranks
+ * whose slice covers it: replicas appear together, and a Partial placement is marked with its
+ * reduction ("sum: 0,1" means ranks 0 and 1 each hold a partial value to be summed). Column widths
+ * and row heights are proportional to the split sizes, with a minimum that fits the labels; parts
+ * of size zero get no cell and are listed under the drawing. */
+#include "show.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_LABEL 48
+
+typedef struct {
+  int n;          /* ranks holding the block */
+  int *ranks;
+} holders;
+
+static const char *box_chars(bool unicode, int which) {
+  /* 0 h, 1 v, 2 top-left, 3 top, 4 top-right, 5 left, 6 cross, 7 right, 8 bottom-left, 9 bottom,
+   * 10 bottom-right */
+  static const char *u[] = {"─", "│", "┌", "┬", "┐", "├", "┼", "┤", "└", "┴", "┘"};
+  static const char *a[] = {"-", "|", "+", "+", "+", "+", "+", "+", "+", "+", "+"};
+  return unicode ? u[which] : a[which];
+}
+
+/* "0-3,6" style list of ranks (sorted). */
+static void format_ranks(const int *r, int n, char *buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < n;) {
+    int j = i;
+    while (j + 1 < n && r[j + 1] == r[j] + 1)
+      j++;
+    int w = j > i + 1 ? snprintf(buf + len, cap - len, "%s%d-%d", i ? "," : "", r[i], r[j])
+                      : snprintf(buf + len, cap - len, "%s%d", i ? "," : "", r[i]);
+    if (w < 0 || (size_t)w >= cap - len) {
+      snprintf(buf + (cap > 4 ? cap - 4 : 0), cap > 4 ? 4 : cap, "...");
+      return;
+    }
+    len += (size_t)w;
+    if (j > i && j == i + 1) { /* two consecutive ranks: "a,b" */
+      w = snprintf(buf + len, cap - len, ",%d", r[j]);
+      len += (size_t)(w > 0 ? w : 0);
+    }
+    i = j + 1;
+  }
+}
+
+static int cmp_int(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+/* Sizes in characters for parts of the given lengths: proportional to total `span`, at least
+ * `min` each (zero-size parts get 0). */
+static void proportional(const int64_t *len, int n, int span, int min, int *out) {
+  int64_t total = 0;
+  for (int i = 0; i < n; i++)
+    total += len[i];
+  for (int i = 0; i < n; i++) {
+    if (len[i] == 0) {
+      out[i] = 0;
+      continue;
+    }
+    int64_t w = total > 0 ? len[i] * span / total : min;
+    out[i] = w < min ? min : (int)w;
+  }
+}
+
+static void put_n(FILE *f, const char *s, int n) {
+  for (int i = 0; i < n; i++)
+    fputs(s, f);
+}
+
+int show_draw(FILE *out, int ndim, const int64_t *shape, const ts_attr *attr,
+              const show_opts *opts, ts_error *err) {
+  int rd = opts->dims[0], cd = opts->dims[1];
+  if (ndim == 0)
+    rd = cd = -1;
+  if ((rd >= ndim) || (cd >= ndim) || (rd >= 0 && rd == cd) || (ndim > 0 && rd < 0 && cd < 0))
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "cannot draw dims %d,%d of a %d-dim tensor: give two distinct dims in "
+                        "0..%d (or one for a 1-D view)",
+                        rd, cd, ndim, ndim - 1);
+  ts_geom *g = NULL;
+  int rc = ts_geom_create(attr, ndim, shape, &g, err);
+  if (rc)
+    return rc;
+  int64_t nr = rd >= 0 ? ts_geom_parts(g, rd) : 1, nc = cd >= 0 ? ts_geom_parts(g, cd) : 1;
+  const int64_t *ro = rd >= 0 ? ts_geom_offsets(g, rd) : NULL, *co = cd >= 0 ? ts_geom_offsets(g, cd) : NULL;
+  if (nr * nc > 4096) {
+    ts_geom_destroy(&g);
+    return ts_error_set(err, TS_LIMIT, "%lld x %lld blocks are too many to draw (at most 4096)",
+                        (long long)nr, (long long)nc);
+  }
+  holders *cells = calloc((size_t)(nr * nc), sizeof *cells);
+  int *pool = calloc((size_t)(nr * nc) * (size_t)attr->nranks + 1, sizeof *pool);
+  if (!cells || !pool) {
+    free(cells);
+    free(pool);
+    ts_geom_destroy(&g);
+    return ts_error_set(err, TS_NO_MEMORY, "out of memory drawing the sharding");
+  }
+  for (int64_t i = 0; i < nr * nc; i++)
+    cells[i].ranks = pool + i * attr->nranks;
+  /* which part along each drawn dim does every rank's box start at */
+  int empty[64], nempty = 0;
+  for (int64_t m = 0; m < attr->nranks; m++) {
+    ts_box b;
+    ts_geom_index_box(g, m, &b);
+    if (ts_box_numel(&b) == 0) {
+      if (nempty < 64)
+        empty[nempty++] = attr->ranks[m];
+      continue;
+    }
+    int64_t pr = 0, pc = 0;
+    while (rd >= 0 && ro[pr] < b.lo[rd])
+      pr++;
+    while (cd >= 0 && co[pc] < b.lo[cd])
+      pc++;
+    /* a box may span several parts when the drawn dim is split over mesh dims; fill them all */
+    for (int64_t r = pr; r < nr && (rd < 0 || ro[r] < b.hi[rd]); r++)
+      for (int64_t c = pc; c < nc && (cd < 0 || co[c] < b.hi[cd]); c++) {
+        holders *h = &cells[r * nc + c];
+        h->ranks[h->n++] = attr->ranks[m];
+      }
+  }
+  const char *partial = NULL;
+  for (int k = 0; k < attr->mesh_ndim; k++)
+    if (attr->place[k].kind == TS_PLACE_PARTIAL)
+      partial = ts_reduce_name(attr->place[k].op);
+
+  char (*label)[MAX_LABEL] = calloc((size_t)(nr * nc), MAX_LABEL);
+  int maxlab = 1;
+  for (int64_t i = 0; i < nr * nc && label; i++) {
+    char r[MAX_LABEL - 8];
+    qsort(cells[i].ranks, (size_t)cells[i].n, sizeof(int), cmp_int);
+    format_ranks(cells[i].ranks, cells[i].n, r, sizeof r);
+    snprintf(label[i], MAX_LABEL, "%s%s%s", partial ? partial : "", partial ? ": " : "", r);
+    int w = (int)strlen(label[i]);
+    if (w > maxlab)
+      maxlab = w;
+  }
+  int64_t rlen[4096], clen[4096];
+  for (int64_t r = 0; r < nr; r++)
+    rlen[r] = rd >= 0 ? ro[r + 1] - ro[r] : 1;
+  for (int64_t c = 0; c < nc; c++)
+    clen[c] = cd >= 0 ? co[c + 1] - co[c] : 1;
+  int width = opts->width > 0 ? opts->width : 64;
+  int *cw = calloc((size_t)nc, sizeof *cw), *rh = calloc((size_t)nr, sizeof *rh);
+  if (!label || !cw || !rh) {
+    rc = ts_error_set(err, TS_NO_MEMORY, "out of memory drawing the sharding");
+    goto done;
+  }
+  proportional(clen, (int)nc, width, maxlab + 2, cw);
+  proportional(rlen, (int)nr, nr == 1 ? 1 : (int)(nr * 2 > 8 ? nr * 2 : 8), 1, rh);
+  if (nr == 1)
+    rh[0] = rlen[0] > 0 ? 1 : 0;
+
+  /* header: what is drawn */
+  char attr_text[512];
+  ts_attr_format(attr, attr_text, sizeof attr_text);
+  fprintf(out, "%s\n", attr_text);
+  if (rd >= 0 && cd >= 0)
+    fprintf(out, "dims %d (rows, %lld) x %d (columns, %lld)\n", rd, (long long)shape[rd], cd,
+            (long long)shape[cd]);
+  else if (cd >= 0)
+    fprintf(out, "dim %d (%lld)\n", cd, (long long)shape[cd]);
+  /* the grid, row by row of blocks; zero-size parts are skipped */
+  int64_t first_r = -1, last_r = -1;
+  for (int64_t r = 0; r < nr; r++)
+    if (rh[r] > 0) {
+      if (first_r < 0)
+        first_r = r;
+      last_r = r;
+    }
+  for (int64_t r = 0; r < nr; r++) {
+    if (rh[r] == 0)
+      continue;
+    /* the rule above this row of blocks */
+    bool top = r == first_r;
+    fputs(box_chars(opts->unicode, top ? 2 : 5), out);
+    bool started = false;
+    for (int64_t c = 0; c < nc; c++) {
+      if (cw[c] == 0)
+        continue;
+      if (started)
+        fputs(box_chars(opts->unicode, top ? 3 : 6), out);
+      put_n(out, box_chars(opts->unicode, 0), cw[c]);
+      started = true;
+    }
+    fputs(box_chars(opts->unicode, top ? 4 : 7), out);
+    fputc('\n', out);
+    for (int line = 0; line < rh[r]; line++) {
+      fputs(box_chars(opts->unicode, 1), out);
+      for (int64_t c = 0; c < nc; c++) {
+        if (cw[c] == 0)
+          continue;
+        const char *l = line == (rh[r] - 1) / 2 ? label[r * nc + c] : "";
+        int len = (int)strlen(l), pad = cw[c] - len, left = pad / 2;
+        fprintf(out, "%*s%s%*s", left, "", l, pad - left, "");
+        fputs(box_chars(opts->unicode, 1), out);
+      }
+      fputc('\n', out);
+    }
+    if (r == last_r) {
+      fputs(box_chars(opts->unicode, 8), out);
+      started = false;
+      for (int64_t c = 0; c < nc; c++) {
+        if (cw[c] == 0)
+          continue;
+        if (started)
+          fputs(box_chars(opts->unicode, 9), out);
+        put_n(out, box_chars(opts->unicode, 0), cw[c]);
+        started = true;
+      }
+      fputs(box_chars(opts->unicode, 10), out);
+      fputc('\n', out);
+    }
+  }
+  if (last_r < 0)
+    fprintf(out, "(the tensor is empty)\n");
+  if (nempty > 0) {
+    char r[256];
+    qsort(empty, (size_t)nempty, sizeof(int), cmp_int);
+    format_ranks(empty, nempty, r, sizeof r);
+    fprintf(out, "empty slices (parts of size 0): ranks %s\n", r);
+  }
+  if (partial)
+    fprintf(out, "partial: each listed rank holds a partial value; the tensor is their %s\n",
+            partial);
+done:
+  free(label);
+  free(cw);
+  free(rh);
+  free(cells);
+  free(pool);
+  ts_geom_destroy(&g);
+  return rc;
+}
