@@ -1,0 +1,14 @@
+# Tests of the tshard CLI that need no daemon: golden drawings, the planner's EXPLAIN, .npy files
+# against numpy.
+add_executable(tshard-npy-roundtrip ${CMAKE_CURRENT_SOURCE_DIR}/cli/npy_roundtrip.c
+                                    ${CMAKE_SOURCE_DIR}/client/cli/npy.c)
+target_include_directories(tshard-npy-roundtrip PRIVATE ${CMAKE_SOURCE_DIR}/client/cli)
+target_link_libraries(tshard-npy-roundtrip PRIVATE tskernels)
+
+set(TS_BIN ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+add_test(NAME test_cli_show_golden
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_show_golden.sh ${TS_BIN})
+add_test(NAME test_cli_plan COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli.py ${TS_BIN})
+add_test(NAME test_cli_npy COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_npy.py ${TS_BIN})
+set_tests_properties(test_cli_show_golden test_cli_plan test_cli_npy PROPERTIES
+                     TIMEOUT ${TS_TEST_TIMEOUT} ENVIRONMENT "${TS_TEST_ENV}")

@@ -1,0 +1,78 @@
+#!/usr/bin/python3
+"""The tshard CLI without a daemon: `plan` simulating 4096 ranks (the EXPLAIN and --json agree
+with the planner's minimum), `--help` on every subcommand, and errors with their exit codes.
+
+usage: test_cli.py BUILD_BIN_DIR"""
+import json
+import os
+import subprocess
+import sys
+
+tshard = os.path.join(sys.argv[1], "tshard")
+failures = 0
+checks = 0
+
+
+def check(ok, what):
+    global failures, checks
+    checks += 1
+    if not ok:
+        failures += 1
+        print("FAIL:", what)
+
+
+def run(*args):
+    return subprocess.run([tshard, *args], capture_output=True, text=True, timeout=120)
+
+
+n = 4096
+s0 = f"mesh=[{n}] placements=[S(0)]"
+s1 = f"mesh=[{n}] placements=[S(1)]"
+r = run("plan", "--shape", "4096,4096", "--from", s0, "--to", s1, "--ranks", str(n), "--json")
+check(r.returncode == 0, f"plan 4096 ranks: {r.stderr}")
+p = json.loads(r.stdout)
+check(p["strategy"] == "alltoall", f"S(0)->S(1) picks alltoall, not {p['strategy']}")
+# every element not already local crosses the wire once: 4096*4096*4 bytes minus the diagonal
+# blocks each rank keeps
+expect_min = 4096 * 4096 * 4 - n * 4
+check(p["min_wire_bytes"] == expect_min, f"min wire bytes {p['min_wire_bytes']} != {expect_min}")
+check(p["costs"]["wire_bytes"] == expect_min, "auto moves exactly the minimum")
+check(p["plan_ms"] < 100, f"planning 4096 ranks took {p['plan_ms']} ms")
+check(p["strategies"]["allgather"]["wire_bytes"] > p["costs"]["wire_bytes"],
+      "allgather moves more bytes than alltoall")
+check(p["strategies"]["local"].get("applies") is False, "local does not apply")
+
+r = run("plan", "--shape", "4096,4096", "--from", s0, "--to", s1, "--ranks", str(n))
+check(r.returncode == 0 and "strategy: alltoall" in r.stdout and "per rank (8 of 4096)" in r.stdout,
+      "text EXPLAIN names the strategy and summarizes 8 of 4096 ranks")
+
+# forcing a strategy that does not apply is a clear error
+r = run("plan", "--shape", "8,8", "--from", "mesh=[2] placements=[S(0)]",
+        "--to", "mesh=[2] placements=[S(1)]", "--strategy", "allreduce")
+check(r.returncode == 1 and "allreduce" in r.stderr, f"forced allreduce: {r.stderr!r}")
+# ranks beyond the simulated world
+r = run("plan", "--shape", "8", "--from", "mesh=[2]@0,5 placements=[S(0)]",
+        "--to", "mesh=[2] placements=[R]", "--ranks", "4")
+check(r.returncode == 1 and "5" in r.stderr, f"rank outside the world: {r.stderr!r}")
+
+# a bad attribute points at the character
+r = run("show", "--shape", "8,8", "--attr", "mesh=[2,2] placements=[S(0),Q]")
+check(r.returncode == 1 and "column" in r.stderr, f"bad attribute: {r.stderr!r}")
+# ragged sizes that do not sum to the dim
+r = run("show", "--shape", "10", "--attr", "mesh=[2] placements=[S(0)] splits={0:[3,4]}")
+check(r.returncode == 1 and "10" in r.stderr, f"ragged sizes: {r.stderr!r}")
+# usage errors
+check(run("show", "--shape", "8").returncode == 2, "show without --attr is a usage error")
+check(run("plan", "--shape", "x,3", "--from", s0, "--to", s1).returncode == 2, "bad --shape")
+check(run("frobnicate").returncode == 2, "unknown subcommand")
+check(run().returncode == 2, "no subcommand")
+# help everywhere, with an example
+r = run("--help")
+check(r.returncode == 0 and "exit codes" in r.stdout, "tshard --help")
+for sub in ["plan", "show"]:
+    r = run(sub, "--help")
+    check(r.returncode == 0 and "example:" in r.stdout and "tshard " + sub in r.stdout,
+          f"{sub} --help")
+
+print(f"{checks - failures} passed, {failures} failed")
+sys.exit(1 if failures else 0)

@@ -1,0 +1,91 @@
+#!/usr/bin/python3
+"""The CLI's .npy reader and writer against numpy's own: every supported dtype, format versions
+1.0, 2.0 and 3.0, C and Fortran order, big-endian data, 0-d and empty arrays; files written by the
+CLI are read back by numpy and compared; unsupported files get clear errors.
+
+usage: test_npy.py BUILD_BIN_DIR"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+from numpy.lib import format as npformat
+
+helper = os.path.join(sys.argv[1], "tshard-npy-roundtrip")
+failures = 0
+checks = 0
+
+
+def check(ok, what):
+    global failures, checks
+    checks += 1
+    if not ok:
+        failures += 1
+        print("FAIL:", what)
+
+
+def roundtrip(arr, version=None, bf16=False):
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = os.path.join(d, "in.npy"), os.path.join(d, "out.npy")
+        with open(src, "wb") as f:
+            npformat.write_array(f, arr, version=version)
+        r = subprocess.run([helper, src, dst] + (["bf16"] if bf16 else []),
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            return None, r.stderr
+        return np.load(dst), r.stdout
+
+
+rng = np.random.default_rng(7)
+dtypes = [np.float32, np.float64, np.float16, np.int8, np.int32, np.int64, np.uint8]
+shapes = [(), (0,), (5,), (3, 4), (2, 3, 4), (2, 0, 3), (1, 1, 1, 7)]
+for dt in dtypes:
+    for shape in shapes:
+        a = (rng.standard_normal(shape) * 100).astype(dt)
+        for version in [(1, 0), (2, 0), (3, 0)]:
+            b, out = roundtrip(a, version)
+            check(b is not None and b.dtype == a.dtype and b.shape == a.shape
+                  and np.array_equal(a, b, equal_nan=True),
+                  f"{np.dtype(dt).name} {shape} v{version}: {out}")
+        if len(shape) >= 2:  # Fortran order is reordered to C order
+            f = np.asfortranarray(a)
+            b, out = roundtrip(f)
+            check(b is not None and b.flags.c_contiguous and np.array_equal(a, b),
+                  f"fortran {np.dtype(dt).name} {shape}: {out}")
+        if np.dtype(dt).itemsize > 1:  # big-endian data is byte-swapped
+            b, out = roundtrip(a.astype(np.dtype(dt).newbyteorder(">")))
+            check(b is not None and b.dtype == np.dtype(dt) and np.array_equal(a, b),
+                  f"big-endian {np.dtype(dt).name} {shape}: {out}")
+
+# bf16 travels as uint16 bits
+bits = rng.integers(0, 65535, size=(4, 5), dtype=np.uint16)
+b, out = roundtrip(bits, bf16=True)
+check(b is not None and b.dtype == np.uint16 and np.array_equal(bits, b) and out.startswith("bf16"),
+      f"bf16 as uint16: {out}")
+# a header so long that numpy needs format 2.0 (many dims are not possible: use a long shape)
+b, out = roundtrip(np.arange(8, dtype=np.int32).reshape(1, 1, 1, 1, 1, 1, 1, 8))
+check(b is not None and b.shape == (1,) * 7 + (8,), f"8-dim: {out}")
+
+# errors: unsupported dtypes, not a .npy file, truncated data, missing file
+with tempfile.TemporaryDirectory() as d:
+    def expect_error(path, needle):
+        r = subprocess.run([helper, path, os.path.join(d, "o.npy")], capture_output=True,
+                           text=True, timeout=60)
+        check(r.returncode == 1 and needle in r.stderr, f"error for {path}: {r.stderr!r}")
+
+    np.save(os.path.join(d, "c.npy"), np.zeros(3, dtype=np.complex64))
+    expect_error(os.path.join(d, "c.npy"), "not supported")
+    np.save(os.path.join(d, "u2.npy"), np.zeros(3, dtype=np.uint16))
+    expect_error(os.path.join(d, "u2.npy"), "read as bf16")
+    with open(os.path.join(d, "junk.npy"), "wb") as f:
+        f.write(b"hello world, not numpy")
+    expect_error(os.path.join(d, "junk.npy"), "not a .npy file")
+    np.save(os.path.join(d, "t.npy"), np.arange(100, dtype=np.float64))
+    with open(os.path.join(d, "t.npy"), "r+b") as f:
+        f.truncate(200)
+    expect_error(os.path.join(d, "t.npy"), "less data")
+    expect_error(os.path.join(d, "missing.npy"), "cannot open")
+
+print(f"{checks - failures} passed, {failures} failed")
+sys.exit(1 if failures else 0)
