@@ -20,4 +20,10 @@ if(TARGET tshardd AND TARGET tshard)
     set_tests_properties(test_e2e_np${np} PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                          ENVIRONMENT "${TS_TEST_ENV}")
   endforeach()
+
+  tshard_e2e_test(test_e2e_badinput)
+  target_link_libraries(test_e2e_badinput PRIVATE tsproto)
+  add_test(NAME test_e2e_badinput COMMAND test_e2e_badinput)
+  set_tests_properties(test_e2e_badinput PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_TEST_ENV}")
 endif()

@@ -176,7 +176,7 @@ int tse_wait(tse_job *j, int timeout_s) {
   return -1;
 }
 
-static int finish(tse_job *j, int code) {
+int tse_finish(tse_job *j, int code) {
   for (int r = 0; r < j->np; r++) {
     char path[400];
     struct stat st;
@@ -199,7 +199,7 @@ int tse_stop(tse_job *j) {
   }
   int code = tse_wait(j, 120);
   TSE_CHECK(code == 0, "mpirun exit status %d", code);
-  return finish(j, code);
+  return tse_finish(j, code);
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -51,6 +51,9 @@ int tse_start(tse_job *j, int np, const char *const *extra, int timeout_s);
 int tse_stop(tse_job *j);
 /* Waits for mpirun to exit by itself (after a signal or shutdown sent by the test). */
 int tse_wait(tse_job *j, int timeout_s);
+/* After mpirun exited: checks the sockets are gone, prints the log on failures, removes the
+ * job's directory; returns code. */
+int tse_finish(tse_job *j, int code);
 void tse_socket_path(const tse_job *j, int rank, char *buf, size_t cap);
 tshard_client *tse_connect(const tse_job *j, int rank);
 

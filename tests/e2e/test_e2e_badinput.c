@@ -1,0 +1,495 @@
+/* test_e2e_badinput.c - bad input never crashes, hangs, leaks or changes a tensor.
+ *
+ * Daemons of 2 ranks with a 1 MiB memory limit and a TCP listener with a token. A reference
+ * tensor is stored first. Then, each case on its own raw connection: frames with an oversize or
+ * zero length, undecodable protobuf, unknown operations, invalid names, dtypes, shapes, layouts,
+ * strategies and attributes (text and message forms), byte counts that do not match, chunks out
+ * of order or out of bounds, unknown and duplicate names, the memory limit, gets without a
+ * gather, clients that disconnect mid-frame and mid-put, TCP without or with a wrong token. Each
+ * case checks the status code of the answer (and whether the connection is closed). Afterwards
+ * every rank still answers, the reference tensor is unchanged on every rank, no staging memory is
+ * left, and SIGTERM to one daemon stops the whole job with exit code 0 and removes the sockets. */
+#include <errno.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "tshard.pb-c.h"
+
+static tse_job job;
+static int tcp_port;
+static char token_path[300];
+
+static int raw_connect(int rank) {
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sun_family = AF_UNIX;
+  tse_socket_path(&job, rank, sa.sun_path, sizeof sa.sun_path);
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    TSE_CHECK(0, "raw connect to rank %d: %s", rank, strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static int tcp_connect(int rank) {
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)(tcp_port + rank));
+  sa.sin_addr.s_addr = htonl(0x7f000001);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    TSE_CHECK(0, "tcp connect to rank %d: %s", rank, strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static bool read_full(int fd, void *buf, size_t n, int timeout_ms) {
+  uint8_t *p = buf;
+  while (n > 0) {
+    struct pollfd pfd = {fd, POLLIN, 0};
+    if (poll(&pfd, 1, timeout_ms) <= 0)
+      return false;
+    ssize_t k = recv(fd, p, n, 0);
+    if (k <= 0)
+      return false;
+    p += k;
+    n -= (size_t)k;
+  }
+  return true;
+}
+
+/* Reads one answer; returns its status, or -1 when none came (closed or timeout). */
+static int read_answer(int fd) {
+  uint8_t h[4];
+  if (!read_full(fd, h, 4, 20000))
+    return -1;
+  uint32_t len = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
+                 (uint32_t)h[3] << 24;
+  uint8_t *body = malloc(len ? len : 1);
+  int status = -1;
+  if (read_full(fd, body, len, 20000)) {
+    Tshard__Response *r = tshard__response__unpack(NULL, len, body);
+    if (r) {
+      status = r->status;
+      tshard__response__free_unpacked(r, NULL);
+    }
+  }
+  free(body);
+  return status;
+}
+
+/* Whether the daemon closed the connection (EOF within 10 s). */
+static bool closed_by_peer(int fd) {
+  uint8_t b;
+  struct pollfd pfd = {fd, POLLIN, 0};
+  if (poll(&pfd, 1, 10000) <= 0)
+    return false;
+  return recv(fd, &b, 1, 0) == 0;
+}
+
+static void send_bytes(int fd, const void *p, size_t n) {
+  TSE_CHECK(send(fd, p, n, MSG_NOSIGNAL) == (ssize_t)n, "send of %zu bytes", n);
+}
+
+static void send_frame(int fd, const void *body, uint32_t len) {
+  uint8_t h[4] = {(uint8_t)len, (uint8_t)(len >> 8), (uint8_t)(len >> 16), (uint8_t)(len >> 24)};
+  send_bytes(fd, h, 4);
+  if (len)
+    send_bytes(fd, body, len);
+}
+
+static void send_request(int fd, Tshard__Request *req) {
+  size_t n = tshard__request__get_packed_size(req);
+  uint8_t *b = malloc(n + 1);
+  tshard__request__pack(req, b);
+  send_frame(fd, b, (uint32_t)n);
+  free(b);
+}
+
+static int ping_status(int fd) {
+  Tshard__Request req = TSHARD__REQUEST__INIT;
+  Tshard__PingRequest p = TSHARD__PING_REQUEST__INIT;
+  req.op_case = TSHARD__REQUEST__OP_PING;
+  req.ping = &p;
+  req.id = 9;
+  send_request(fd, &req);
+  return read_answer(fd);
+}
+
+/* One request on a fresh connection; checks the status and that the connection still serves. */
+static void expect(const char *what, Tshard__Request *req, int want) {
+  int fd = raw_connect(0);
+  if (fd < 0)
+    return;
+  send_request(fd, req);
+  int got = read_answer(fd);
+  TSE_CHECK(got == want, "%s: status %s, expected %s", what, ts_status_name(got),
+            ts_status_name(want));
+  TSE_CHECK(ping_status(fd) == TS_OK, "%s: the connection does not serve after the refusal",
+            what);
+  close(fd);
+}
+
+static void expect_raw_close(const char *what, const void *bytes, size_t n, int want) {
+  int fd = raw_connect(1);
+  if (fd < 0)
+    return;
+  send_bytes(fd, bytes, n);
+  int got = read_answer(fd);
+  TSE_CHECK(got == want, "%s: status %s, expected %s", what, ts_status_name(got),
+            ts_status_name(want));
+  TSE_CHECK(closed_by_peer(fd), "%s: the daemon kept the connection open", what);
+  close(fd);
+}
+
+static Tshard__DistAttr text_attr(const char *text) {
+  Tshard__DistAttr a = TSHARD__DIST_ATTR__INIT;
+  a.text = (char *)text;
+  return a;
+}
+
+static void create_case(const char *what, const char *name, const char *dtype, int ndim,
+                        int64_t *shape, Tshard__DistAttr *attr, const char *tag, int want) {
+  Tshard__Request req = TSHARD__REQUEST__INIT;
+  Tshard__CreateRequest c = TSHARD__CREATE_REQUEST__INIT;
+  Tshard__Layout l = TSHARD__LAYOUT__INIT;
+  l.tag = (char *)tag;
+  c.name = (char *)name;
+  c.dtype = (char *)dtype;
+  c.n_shape = (size_t)ndim;
+  c.shape = shape;
+  c.attr = attr;
+  c.layout = &l;
+  req.op_case = TSHARD__REQUEST__OP_CREATE;
+  req.create = &c;
+  req.id = 1;
+  expect(what, &req, want);
+}
+
+static void put_case(const char *what, const char *name, uint64_t offset, uint64_t total,
+                     size_t len, int want) {
+  Tshard__Request req = TSHARD__REQUEST__INIT;
+  Tshard__PutRequest p = TSHARD__PUT_REQUEST__INIT;
+  uint8_t *data = calloc(len + 1, 1);
+  p.name = (char *)name;
+  p.offset = offset;
+  p.total_bytes = total;
+  p.data.len = len;
+  p.data.data = data;
+  req.op_case = TSHARD__REQUEST__OP_PUT;
+  req.put = &p;
+  expect(what, &req, want);
+  free(data);
+}
+
+static const int64_t keep_shape[2] = {12, 10};
+static const char *keep_attr = "mesh=[2] placements=[S(1)] splits={1:[7,3]}";
+
+static void check_keep(tshard_client *c0, tshard_client *c1) {
+  size_t bytes = 12 * 10 * 4;
+  float *buf = malloc(bytes);
+  int64_t lo[2] = {0, 0};
+  TSE_OK(c0, tshard_get(c0, "keep", buf, bytes));
+  tse_compare_box("keep (whole)", "f32", 5, 2, keep_shape, lo, keep_shape, buf);
+  int64_t lo1[2] = {0, 7}, hi1[2] = {12, 10};
+  size_t got = 0;
+  TSE_OK(c1, tshard_get_slice(c1, "keep", NULL, buf, bytes, &got));
+  TSE_CHECK(got == 12 * 3 * 4, "slice of rank 1 has %zu bytes", got);
+  tse_compare_box("keep (rank 1 slice)", "f32", 5, 2, keep_shape, lo1, hi1, buf);
+  free(buf);
+}
+
+int main(void) {
+  tcp_port = 20000 + (int)(getpid() % 20000) * 2 % 40000;
+  snprintf(token_path, sizeof token_path, "/tmp/tse-token-%d", (int)getpid());
+  FILE *tf = fopen(token_path, "w");
+  fprintf(tf, "s3cret-token-for-tests\n");
+  fclose(tf);
+  char listen[64];
+  snprintf(listen, sizeof listen, "tcp://127.0.0.1:%d", tcp_port);
+  const char *extra[] = {"--memory-limit", "1M", "--listen", listen, "--token-file", token_path,
+                         "--max-frame", "64K", NULL};
+  if (tse_start(&job, 2, extra, 120)) {
+    unlink(token_path);
+    return 1;
+  }
+  tshard_client *c0 = tse_connect(&job, 0), *c1 = tse_connect(&job, 1);
+  tshard_set_chunk(c0, 16384);
+  tshard_set_chunk(c1, 16384);
+  TSE_OK(c0, tshard_create(c0, "keep", "f32", 2, keep_shape, keep_attr, NULL, NULL));
+  float ref[120];
+  int64_t lo[2] = {0, 0};
+  tse_fill_box("f32", 5, 2, keep_shape, lo, keep_shape, ref);
+  TSE_OK(c0, tshard_put(c0, "keep", ref, sizeof ref, NULL));
+  check_keep(c0, c1);
+  tshard_stats base0, base1, s;
+  TSE_OK(c0, tshard_stats_get(c0, &base0));
+  TSE_OK(c1, tshard_stats_get(c1, &base1));
+
+  /* Framing. */
+  uint8_t huge[4] = {0xff, 0xff, 0xff, 0xff};
+  expect_raw_close("length 4 GiB", huge, 4, TS_LIMIT);
+  uint8_t over[4] = {0x01, 0x00, 0x01, 0x00}; /* 64 KiB + 1, above --max-frame 64K */
+  expect_raw_close("length above the maximum frame", over, 4, TS_LIMIT);
+  uint8_t zero[4] = {0, 0, 0, 0};
+  expect_raw_close("zero length", zero, 4, TS_PROTOCOL);
+  {
+    int fd = raw_connect(0);
+    uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x99};
+    send_frame(fd, junk, sizeof junk);
+    TSE_CHECK(read_answer(fd) == TS_PROTOCOL, "undecodable protobuf not refused as PROTOCOL");
+    uint8_t truncated[] = {0x0a, 0x20, 'a', 'b'}; /* field 1 as 32 bytes, 2 given */
+    send_frame(fd, truncated, sizeof truncated);
+    TSE_CHECK(read_answer(fd) == TS_PROTOCOL, "truncated protobuf not refused as PROTOCOL");
+    TSE_CHECK(ping_status(fd) == TS_OK, "connection does not serve after bad protobuf");
+    uint8_t only_id[] = {0x08, 0x05};
+    send_frame(fd, only_id, sizeof only_id);
+    TSE_CHECK(read_answer(fd) == TS_UNSUPPORTED, "request without operation not UNSUPPORTED");
+    uint8_t unknown_op[] = {0x08, 0x05, 0xf2, 0x01, 0x00}; /* field 30, empty message */
+    send_frame(fd, unknown_op, sizeof unknown_op);
+    TSE_CHECK(read_answer(fd) == TS_UNSUPPORTED, "unknown operation not UNSUPPORTED");
+    close(fd);
+  }
+
+  /* Invalid creates. */
+  int64_t shape[2] = {4, 6}, bad_shape[2] = {4, -6}, big[2] = {1024, 1024};
+  Tshard__DistAttr a_ok = text_attr("mesh=[2] placements=[S(0)]");
+  Tshard__DistAttr a_parse = text_attr("mesh=[2 placements=[S(0)]");
+  Tshard__DistAttr a_rank = text_attr("mesh=[3] placements=[S(0)]");
+  Tshard__DistAttr a_dim = text_attr("mesh=[2] placements=[S(5)]");
+  Tshard__DistAttr a_split = text_attr("mesh=[2] placements=[S(0)] splits={0:[1,2]}");
+  Tshard__DistAttr a_empty = TSHARD__DIST_ATTR__INIT;
+  create_case("bad dtype", "x", "f33", 2, shape, &a_ok, "", TS_BAD_DTYPE);
+  create_case("no dims", "x", "f32", 0, shape, &a_ok, "", TS_BAD_SHAPE);
+  create_case("negative dim", "x", "f32", 2, bad_shape, &a_ok, "", TS_BAD_SHAPE);
+  create_case("attribute text", "x", "f32", 2, shape, &a_parse, "", TS_PARSE);
+  create_case("rank outside the world", "x", "f32", 2, shape, &a_rank, "", TS_BAD_ATTRIBUTE);
+  create_case("shard of a missing dim", "x", "f32", 2, shape, &a_dim, "", TS_BAD_ATTRIBUTE);
+  create_case("splits that do not add up", "x", "f32", 2, shape, &a_split, "", TS_BAD_ATTRIBUTE);
+  create_case("empty attribute", "x", "f32", 2, shape, &a_empty, "", TS_BAD_ATTRIBUTE);
+  create_case("bad layout tag", "x", "f32", 2, shape, &a_ok, "zz", TS_BAD_LAYOUT);
+  create_case("layout of the wrong rank", "x", "f32", 2, shape, &a_ok, "abc", TS_BAD_LAYOUT);
+  create_case("empty name", "", "f32", 2, shape, &a_ok, "", TS_INVALID_ARGUMENT);
+  create_case("reserved name", "__tshard.x", "f32", 2, shape, &a_ok, "", TS_INVALID_ARGUMENT);
+  char longname[300];
+  memset(longname, 'n', sizeof longname - 1);
+  longname[sizeof longname - 1] = '\0';
+  create_case("long name", longname, "f32", 2, shape, &a_ok, "", TS_INVALID_ARGUMENT);
+  create_case("duplicate name", "keep", "f32", 2, shape, &a_ok, "", TS_EXISTS);
+  create_case("memory limit", "big", "f32", 2, big, &a_ok, "", TS_LIMIT);
+  {
+    /* The message form: placements that do not match the mesh, an unknown kind, bad ranks. */
+    int64_t mesh[1] = {2};
+    int32_t ranks_bad[1] = {0};
+    Tshard__Placement p = TSHARD__PLACEMENT__INIT, *pp[2] = {&p, &p};
+    Tshard__DistAttr m = TSHARD__DIST_ATTR__INIT;
+    m.n_mesh_shape = 1;
+    m.mesh_shape = mesh;
+    m.n_placements = 2;
+    m.placements = pp;
+    create_case("two placements for one mesh dim", "x", "f32", 2, shape, &m, "",
+                TS_BAD_ATTRIBUTE);
+    m.n_placements = 1;
+    p.kind = 7;
+    create_case("unknown placement kind", "x", "f32", 2, shape, &m, "", TS_BAD_ATTRIBUTE);
+    p.kind = TSHARD__PLACEMENT_KIND__SHARD;
+    m.n_ranks = 1;
+    m.ranks = ranks_bad;
+    create_case("one rank for a mesh of two", "x", "f32", 2, shape, &m, "", TS_BAD_ATTRIBUTE);
+    int32_t dup[2] = {1, 1};
+    m.n_ranks = 2;
+    m.ranks = dup;
+    create_case("repeated rank", "x", "f32", 2, shape, &m, "", TS_BAD_ATTRIBUTE);
+  }
+
+  /* Byte counts and chunks. */
+  put_case("put of the wrong size", "keep", 0, 100, 100, TS_BAD_SHAPE);
+  put_case("chunk past the total", "keep", 400, 480, 100, TS_OUT_OF_BOUNDS);
+  put_case("chunk without a start", "keep", 80, 480, 80, TS_INVALID_ARGUMENT);
+  put_case("empty chunk", "keep", 0, 480, 0, TS_INVALID_ARGUMENT);
+  put_case("put to an unknown name", "nope", 0, 480, 480, TS_NOT_FOUND);
+  {
+    Tshard__Request req = TSHARD__REQUEST__INIT;
+    Tshard__PutSliceRequest p = TSHARD__PUT_SLICE_REQUEST__INIT;
+    uint8_t data[64] = {0};
+    p.name = "keep";
+    p.total_bytes = 64;
+    p.data.len = 64;
+    p.data.data = data;
+    req.op_case = TSHARD__REQUEST__OP_PUT_SLICE;
+    req.put_slice = &p;
+    expect("slice of the wrong size", &req, TS_BAD_SHAPE);
+  }
+  {
+    /* Chunks out of order on one connection: the put is abandoned, the tensor unchanged. */
+    int fd = raw_connect(0);
+    Tshard__Request req = TSHARD__REQUEST__INIT;
+    Tshard__PutRequest p = TSHARD__PUT_REQUEST__INIT;
+    uint8_t data[160];
+    memset(data, 0x7f, sizeof data);
+    p.name = "keep";
+    p.total_bytes = 480;
+    p.data.len = 160;
+    p.data.data = data;
+    req.op_case = TSHARD__REQUEST__OP_PUT;
+    req.put = &p;
+    send_request(fd, &req);
+    TSE_CHECK(read_answer(fd) == TS_OK, "first chunk refused");
+    p.offset = 320;
+    send_request(fd, &req);
+    TSE_CHECK(read_answer(fd) == TS_INVALID_ARGUMENT, "chunk out of order accepted");
+    p.offset = 160;
+    send_request(fd, &req);
+    TSE_CHECK(read_answer(fd) == TS_INVALID_ARGUMENT, "chunk of an abandoned put accepted");
+    close(fd);
+  }
+  {
+    Tshard__Request req = TSHARD__REQUEST__INIT;
+    Tshard__GetRequest g = TSHARD__GET_REQUEST__INIT;
+    g.name = "keep";
+    g.offset = 16;
+    req.op_case = TSHARD__REQUEST__OP_GET;
+    req.get = &g;
+    expect("get chunk without a gather", &req, TS_INVALID_ARGUMENT);
+    g.offset = 0;
+    g.max_bytes = 1u << 20;
+    expect("get chunk larger than a frame", &req, TS_LIMIT);
+    g.max_bytes = 0;
+    g.name = "nope";
+    expect("get of an unknown name", &req, TS_NOT_FOUND);
+  }
+  {
+    Tshard__Request req = TSHARD__REQUEST__INIT;
+    Tshard__ReshardRequest q = TSHARD__RESHARD_REQUEST__INIT;
+    Tshard__DistAttr r = text_attr("mesh=[2] placements=[S(0)]");
+    Tshard__DistAttr r_bad = text_attr("mesh=[2] placements=[S(3)]");
+    q.name = "keep";
+    q.attr = &r;
+    q.strategy = "fast";
+    req.op_case = TSHARD__REQUEST__OP_RESHARD;
+    req.reshard = &q;
+    expect("unknown strategy", &req, TS_BAD_STRATEGY);
+    q.strategy = "allreduce";
+    expect("strategy that does not apply", &req, TS_BAD_STRATEGY);
+    q.strategy = "";
+    q.attr = &r_bad;
+    expect("target attribute of a missing dim", &req, TS_BAD_ATTRIBUTE);
+    q.attr = &r;
+    q.name = "nope";
+    expect("reshard of an unknown name", &req, TS_NOT_FOUND);
+    q.name = "keep";
+    q.keep_source_as = "keep";
+    expect("keep the source under its own name", &req, TS_INVALID_ARGUMENT);
+    Tshard__DropRequest d = TSHARD__DROP_REQUEST__INIT;
+    d.name = "nope";
+    req.op_case = TSHARD__REQUEST__OP_DROP;
+    req.drop = &d;
+    expect("drop of an unknown name", &req, TS_NOT_FOUND);
+    Tshard__DescribeRequest ds = TSHARD__DESCRIBE_REQUEST__INIT;
+    ds.name = "nope";
+    req.op_case = TSHARD__REQUEST__OP_DESCRIBE;
+    req.describe = &ds;
+    expect("describe of an unknown name", &req, TS_NOT_FOUND);
+  }
+  {
+    /* Memory limit on a put: the tensor fits, but its slices here and the staging of a whole
+     * put do not (400 KB + 800 KB > 1 MiB). */
+    int64_t mshape[1] = {200000};
+    TSE_OK(c0, tshard_create(c0, "mid", "f32", 1, mshape, "mesh=[2] placements=[S(0)]", NULL,
+                             NULL));
+    put_case("put staging above the memory limit", "mid", 0, 800000, 1000, TS_LIMIT);
+    TSE_OK(c0, tshard_drop(c0, "mid", NULL));
+  }
+  /* Disconnects mid-frame and mid-put free what they held. */
+  {
+    int fd = raw_connect(0);
+    uint8_t h[4] = {0x00, 0x40, 0x00, 0x00}; /* 16 KiB announced, 10 bytes sent */
+    send_bytes(fd, h, 4);
+    send_bytes(fd, "0123456789", 10);
+    close(fd);
+    fd = raw_connect(0);
+    Tshard__Request req = TSHARD__REQUEST__INIT;
+    Tshard__PutRequest p = TSHARD__PUT_REQUEST__INIT;
+    uint8_t data[240] = {0};
+    p.name = "keep";
+    p.total_bytes = 480;
+    p.data.len = 240;
+    p.data.data = data;
+    req.op_case = TSHARD__REQUEST__OP_PUT;
+    req.put = &p;
+    send_request(fd, &req);
+    TSE_CHECK(read_answer(fd) == TS_OK, "first chunk refused");
+    TSE_OK(c0, tshard_stats_get(c0, &s));
+    TSE_CHECK(s.memory_in_use == base0.memory_in_use + 480,
+              "staging of a put in progress not counted: %llu", (unsigned long long)s.memory_in_use);
+    close(fd); /* mid-put */
+    fd = raw_connect(1);
+    Tshard__GetSliceRequest gs = TSHARD__GET_SLICE_REQUEST__INIT;
+    Tshard__Request greq = TSHARD__REQUEST__INIT;
+    gs.name = "keep";
+    gs.max_bytes = 16;
+    greq.op_case = TSHARD__REQUEST__OP_GET_SLICE;
+    greq.get_slice = &gs;
+    send_request(fd, &greq);
+    TSE_CHECK(read_answer(fd) == TS_OK, "first slice chunk refused");
+    close(fd); /* mid-get */
+  }
+  /* TCP: the token is required. */
+  {
+    int fd = tcp_connect(0);
+    if (fd >= 0) {
+      TSE_CHECK(ping_status(fd) == TS_AUTH, "TCP ping without a token not refused");
+      TSE_CHECK(closed_by_peer(fd), "TCP connection without a token kept open");
+      close(fd);
+    }
+    tshard_client *t = NULL;
+    int rc = tshard_connect_tcp("127.0.0.1", tcp_port + 1, "wrong-token-123", 10000, &t);
+    TSE_CHECK(rc == TS_AUTH, "wrong token gave %s", tshard_status_name(rc));
+    rc = tshard_connect_tcp("127.0.0.1", tcp_port + 1, "s3cret-token-for-tests", 10000, &t);
+    TSE_CHECK(rc == TS_OK, "right token gave %s", tshard_status_name(rc));
+    int rank = -1;
+    if (t) {
+      TSE_OK(t, tshard_ping(t, &rank, NULL));
+      TSE_CHECK(rank == 1, "TCP port of rank 1 answered as rank %d", rank);
+      tshard_close(&t);
+    }
+  }
+
+  /* Still serving, nothing changed, nothing held. Disconnect notices are processed in order
+   * before our next request on each daemon, so the stats see them. */
+  check_keep(c0, c1);
+  TSE_OK(c0, tshard_stats_get(c0, &s));
+  TSE_CHECK(s.memory_in_use == base0.memory_in_use, "rank 0 holds %llu bytes, %llu before",
+            (unsigned long long)s.memory_in_use, (unsigned long long)base0.memory_in_use);
+  TSE_CHECK(s.tensors == 1, "rank 0 holds %llu tensors", (unsigned long long)s.tensors);
+  TSE_OK(c1, tshard_stats_get(c1, &s));
+  TSE_CHECK(s.memory_in_use == base1.memory_in_use, "rank 1 holds %llu bytes, %llu before",
+            (unsigned long long)s.memory_in_use, (unsigned long long)base1.memory_in_use);
+  tshard_close(&c0);
+  tshard_close(&c1);
+
+  /* SIGTERM to one daemon stops the job cleanly. */
+  TSE_CHECK(job.daemon_pids[1] > 0, "no pid for rank 1 in the log");
+  if (job.daemon_pids[1] > 0)
+    kill(job.daemon_pids[1], SIGTERM);
+  int code = tse_wait(&job, 120);
+  TSE_CHECK(code == 0, "mpirun exit status %d after SIGTERM", code);
+  tse_finish(&job, code);
+  unlink(token_path);
+  printf("%s: %d failures\n", tse_failures ? "FAIL" : "PASS", tse_failures);
+  return tse_failures ? 1 : 0;
+}
