@@ -26,4 +26,9 @@ if(TARGET tshardd AND TARGET tshard)
   add_test(NAME test_e2e_badinput COMMAND test_e2e_badinput)
   set_tests_properties(test_e2e_badinput PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                        ENVIRONMENT "${TS_TEST_ENV}")
+
+  tshard_e2e_test(test_e2e_concurrency)
+  add_test(NAME test_e2e_concurrency COMMAND test_e2e_concurrency)
+  set_tests_properties(test_e2e_concurrency PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_TEST_ENV}")
 endif()
