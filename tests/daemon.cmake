@@ -18,17 +18,17 @@ if(TARGET tshardd AND TARGET tshard)
   foreach(np 2 4)
     add_test(NAME test_e2e_np${np} COMMAND test_e2e ${np})
     set_tests_properties(test_e2e_np${np} PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
-                         ENVIRONMENT "${TS_TEST_ENV}")
+                         ENVIRONMENT "${TS_MPI_TEST_ENV}")
   endforeach()
 
   tshard_e2e_test(test_e2e_badinput)
   target_link_libraries(test_e2e_badinput PRIVATE tsproto)
   add_test(NAME test_e2e_badinput COMMAND test_e2e_badinput)
   set_tests_properties(test_e2e_badinput PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
-                       ENVIRONMENT "${TS_TEST_ENV}")
+                       ENVIRONMENT "${TS_MPI_TEST_ENV}")
 
   tshard_e2e_test(test_e2e_concurrency)
   add_test(NAME test_e2e_concurrency COMMAND test_e2e_concurrency)
   set_tests_properties(test_e2e_concurrency PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
-                       ENVIRONMENT "${TS_TEST_ENV}")
+                       ENVIRONMENT "${TS_MPI_TEST_ENV}")
 endif()
