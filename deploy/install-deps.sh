@@ -10,7 +10,7 @@ packages=(
   libprotobuf-c-dev protobuf-c-compiler
   check
   libopenblas-dev
-  python3-numpy python3-protobuf protobuf-compiler
+  python3-numpy python3-protobuf protobuf-compiler python3-mpi4py
   iproute2
 )
 

@@ -1,0 +1,19 @@
+"""tshard: the Python client of the tshard daemons (pure Python over numpy and protobuf).
+
+    import numpy as np, tshard
+    with tshard.connect(rank=0) as c:
+        c.create("w", "f32", (8, 4), tshard.Attr(tshard.Mesh([2]), [tshard.Shard(0)]))
+        c.put("w", np.arange(32, dtype=np.float32).reshape(8, 4))
+        c.reshard("w", "mesh=[2]@0-1 placements=[S(1)]")
+        print(c.get("w"))
+
+Errors raise subclasses of tshard.TshardError named after the status codes (NotFoundError,
+BadAttributeError, ...) with the daemon's message.
+"""
+from .attr import Attr, Mesh, Partial, Replicate, Shard
+from .client import DTYPES, Client, connect, socket_path
+from .errors import TshardError, error_for
+from . import errors
+
+__all__ = ["connect", "Client", "Attr", "Mesh", "Shard", "Replicate", "Partial", "TshardError",
+           "error_for", "errors", "DTYPES", "socket_path"]

@@ -1,0 +1,19 @@
+# Tests of the Python package against the C formatter and against real daemons (single-driver
+# and SPMD styles, the example script), with the package assembled in build/python.
+if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
+  set(TS_PY_ENV ${TS_MPI_TEST_ENV}
+      "PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
+  set(TS_BIN ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+  add_test(NAME test_python_attr
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_attr.py ${TS_BIN})
+  set_tests_properties(test_python_attr PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT} ENVIRONMENT "${TS_PY_ENV}")
+  foreach(np 2 4)
+    add_test(NAME test_python_client_np${np}
+             COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_client.py ${TS_BIN} ${np})
+    add_test(NAME test_python_spmd_example_np${np}
+             COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_spmd_example.py ${TS_BIN}
+                     ${np} ${CMAKE_SOURCE_DIR}/deploy/examples/spmd_reshard.py)
+    set_tests_properties(test_python_client_np${np} test_python_spmd_example_np${np} PROPERTIES
+                         TIMEOUT ${TS_TEST_TIMEOUT} ENVIRONMENT "${TS_PY_ENV}")
+  endforeach()
+endif()

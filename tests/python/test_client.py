@@ -1,0 +1,174 @@
+#!/usr/bin/python3
+"""End-to-end test of the Python client against real daemons (single-driver style): every
+operation, every strategy, partial tensors, bf16, blocked slices, and errors mapped to
+exceptions. Values are a function of the global index, so every slice is checked against the
+region of an independently computed global array.
+
+usage: test_client.py BUILD_BIN_DIR NRANKS"""
+import sys
+
+import numpy as np
+
+import tshard
+from harness import Daemons
+
+bin_dir, np_ranks = sys.argv[1], int(sys.argv[2])
+failures = checks = 0
+
+
+def check(ok, what):
+    global failures, checks
+    checks += 1
+    if not ok:
+        failures += 1
+        print("FAIL:", what, flush=True)
+
+
+def expect(exc, fn, what):
+    try:
+        fn()
+    except exc as e:
+        check(bool(str(e)), f"{what}: empty message")
+        return e
+    except Exception as e:  # noqa: BLE001 - the wrong exception is a failure
+        check(False, f"{what}: raised {type(e).__name__}: {e}")
+        return None
+    check(False, f"{what}: no exception")
+    return None
+
+
+def reference(shape, dtype=np.float32):
+    """value = function of the global index (exact in every dtype used here)"""
+    return (np.arange(int(np.prod(shape))) % 251 - 100).astype(dtype).reshape(shape)
+
+
+def check_all(daemons, name, ref, what):
+    """The whole tensor from every rank, and every rank's slice against its box."""
+    for r in range(daemons.np):
+        with daemons.connect(r) as c:
+            got = c.get(name)
+            check(got.dtype == ref.dtype and np.array_equal(got, ref), f"{what}: get from rank {r}")
+            info = c.describe(name)
+            box = [x for x in info["ranks"] if x["rank"] == r]
+            s = c.get_slice(name)
+            if box:
+                region = ref[tuple(slice(lo, hi) for lo, hi in zip(box[0]["lo"], box[0]["hi"]))]
+                check(s is not None and np.array_equal(s, region), f"{what}: slice of rank {r}")
+            else:
+                check(s is None, f"{what}: rank {r} holds no slice")
+
+
+n = np_ranks
+with Daemons(bin_dir, n) as d:
+    with d.connect(0) as c:
+        for r in range(n):
+            with d.connect(r) as cr:
+                p = cr.ping()
+                check(p["rank"] == r and p["world_size"] == n and p["job"] == d.job, f"ping {r}")
+
+        # uneven S(0), put whole from rank 0, read back everywhere
+        shape = (4 * n + 1, 2 * n)  # rows uneven (root applies), columns uniform (allgather)
+        ref = reference(shape)
+        all_ranks = tshard.Mesh([n])
+        c.create("w", "f32", shape, tshard.Attr(all_ranks, [tshard.Shard(0)]))
+        c.put("w", ref)
+        check_all(d, "w", ref, "put whole S(0)")
+        check("w" in c.list(), "list holds w")
+        info = c.describe("w")
+        check(info["dtype"] == "f32" and info["shape"] == list(shape)
+              and tshard.Attr.parse(info["attr"]) == tshard.Attr(all_ranks, [tshard.Shard(0)]),
+              f"describe: {info}")
+        check(sum(x["bytes"] for x in info["ranks"]) == ref.nbytes, "bytes per rank add up")
+
+        # every strategy, each through the forced strategy and checked whole and per slice
+        half = max(n // 2, 1)
+        cases = [
+            ("alltoall", f"mesh=[{n}] placements=[S(1)]"),
+            ("allgather", f"mesh=[{n}] placements=[R]"),  # from the uniform S(1)
+            ("local", f"mesh=[{n}] placements=[S(0)]"),    # R -> S(0): cut locally
+            ("root", f"mesh=[{n}] placements=[R]"),        # uneven S(0) -> R through a root
+            ("local", f"mesh=[{n}] placements=[S(0)] splits={{0:[{','.join(['0'] * (n - 1) + [str(shape[0])])}]}}"),
+            ("p2p", f"mesh=[{half}]@{n - half}-{n - 1} placements=[S(1)]" if n > 1 else
+                    "mesh=[1]@0 placements=[S(1)]"),
+        ]
+        for strategy, target in cases:
+            try:
+                plan = c.plan("w", target, strategy=strategy)
+                check(plan["strategy"] == strategy and strategy in plan["explain"],
+                      f"plan {strategy}: {plan['strategy']}")
+                c.reshard("w", target, strategy=strategy)
+                check(tshard.Attr.parse(c.describe("w")["attr"]) == tshard.Attr.parse(target),
+                      f"attribute after {strategy}")
+                check_all(d, "w", ref, f"after {strategy} to {target}")
+            except tshard.TshardError as e:
+                check(False, f"{strategy} to {target}: {e}")
+        # auto, keeping the source under a new name
+        c.reshard("w", f"mesh=[{n}] placements=[S(0)]", keep_source_as="w2")
+        check(sorted(c.list()) == ["w", "w2"], f"list after keep_source_as: {c.list()}")
+        check_all(d, "w2", ref, "keep_source_as result")
+        check_all(d, "w", ref, "kept source")
+
+        # a blocked slice: rank 0's rows of w2 in layout Ba4b (column blocks of 4 outermost, the
+        # columns padded to a multiple of 4), against numpy's own blocking
+        box = [x for x in c.describe("w2")["ranks"] if x["rank"] == 0][0]
+        mine = ref[box["lo"][0]:box["hi"][0], :]
+        cols = (shape[1] + 3) // 4 * 4
+        padded = np.zeros((mine.shape[0], cols), np.float32)
+        padded[:, :shape[1]] = mine
+        blocked = padded.reshape(mine.shape[0], cols // 4, 4).transpose(1, 0, 2).reshape(-1)
+        got = c.get_slice("w2", layout="Ba4b")
+        check(got is not None and np.array_equal(got, blocked), "blocked slice Ba4b")
+
+        # partial sums put slice by slice, then reduced by allreduce and reduce_scatter
+        pshape = (2 * n, 3)
+        pref = reference(pshape, np.int32)
+        c.create("p", "i32", pshape, f"mesh=[{n}] placements=[P(sum)]")
+        for r in range(n):
+            with d.connect(r) as cr:  # rank r holds (r+1) * ref; the sum is ref * n(n+1)/2
+                cr.put_slice("p", pref * (r + 1))
+        c.reshard("p", f"mesh=[{n}] placements=[S(0)]", strategy="reduce_scatter",
+                  keep_source_as="p_rs")
+        check_all(d, "p_rs", pref * (n * (n + 1) // 2), "reduce_scatter of partial sums")
+        c.reshard("p", f"mesh=[{n}] placements=[R]", strategy="allreduce")
+        check_all(d, "p", pref * (n * (n + 1) // 2), "allreduce of partial sums")
+
+        # bf16 travels as uint16 bits
+        bits = (np.arange(40, dtype=np.uint16) * 997).reshape(8, 5)
+        c.create("b", "bf16", bits.shape, f"mesh=[{n}] placements=[S(0)]")
+        c.put("b", bits)
+        check(np.array_equal(c.get("b"), bits), "bf16 round trip")
+
+        st = c.stats()
+        check(st["tensors"] >= 5 and st["operations"] > 0 and st["collective_ops"] > 0
+              and st["memory_in_use"] > 0, f"stats: {st}")
+        check(sum(v["reshards"] for v in st["strategies"].values()) >= len(cases),
+              f"stats count reshards per strategy: {st['strategies']}")
+
+        # errors carry the daemon's message, as the exception of the status code
+        expect(tshard.errors.NotFoundError, lambda: c.get("nope"), "get of an unknown tensor")
+        expect(tshard.errors.ExistsError,
+               lambda: c.create("w", "f32", shape, f"mesh=[{n}] placements=[S(0)]"),
+               "duplicate create")
+        e = expect(tshard.TshardError,
+                   lambda: c.create("bad", "f32", (4,), "mesh=[2 placements=[S(0)]"),
+                   "unparsable attribute")
+        check(e is not None and e.name in ("PARSE", "BAD_ATTRIBUTE"), f"attribute error name: {e}")
+        expect(tshard.errors.BadAttributeError,
+               lambda: c.create("bad", "f32", (4,), f"mesh=[1]@{n + 5} placements=[S(0)]"),
+               "rank outside the world")
+        expect(tshard.errors.BadStrategyError,
+               lambda: c.reshard("w", f"mesh=[{n}] placements=[S(1)]", strategy="allreduce"),
+               "forced strategy that does not apply")
+        expect(tshard.TshardError, lambda: c.put("w", np.zeros(3, np.float32)),
+               "put of the wrong number of bytes")
+        check_all(d, "w", ref, "w unchanged after the failed operations")
+        expect(ValueError, lambda: c.create("x", "complex", (2,), "mesh=[1] placements=[R]"),
+               "unknown dtype")
+
+        for name in ("w", "w2", "p", "p_rs", "b"):
+            c.drop(name)
+        check(c.list() == [], "everything dropped")
+    check(d.stop() == 0, "daemons exit 0 after shutdown")
+
+print(f"{checks - failures} passed, {failures} failed")
+sys.exit(1 if failures else 0)
