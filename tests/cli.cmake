@@ -12,3 +12,14 @@ add_test(NAME test_cli_plan COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}
 add_test(NAME test_cli_npy COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_npy.py ${TS_BIN})
 set_tests_properties(test_cli_show_golden test_cli_plan test_cli_npy PROPERTIES
                      TIMEOUT ${TS_TEST_TIMEOUT} ENVIRONMENT "${TS_TEST_ENV}")
+
+# The CLI against real daemons (needs the daemon, the client library and the Python package for
+# the harness).
+if(TARGET tshardd AND TARGET tshard-python)
+  foreach(np 2 4)
+    add_test(NAME test_cli_daemon_np${np}
+             COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli_daemon.py ${TS_BIN} ${np})
+    set_tests_properties(test_cli_daemon_np${np} PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                         ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python")
+  endforeach()
+endif()

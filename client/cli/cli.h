@@ -46,5 +46,17 @@ void cli_json_string(FILE *f, const char *s);
 
 int cmd_plan(cli_args *a);
 int cmd_show(cli_args *a);
+int cmd_show_tensor(cli_args *a, const char *name);
+int cmd_ping(cli_args *a);
+int cmd_create(cli_args *a);
+int cmd_put(cli_args *a);
+int cmd_get(cli_args *a);
+int cmd_get_slice(cli_args *a);
+int cmd_reshard(cli_args *a);
+int cmd_drop(cli_args *a);
+int cmd_list(cli_args *a);
+int cmd_describe(cli_args *a);
+int cmd_stats(cli_args *a);
+int cmd_shutdown(cli_args *a);
 
 #endif

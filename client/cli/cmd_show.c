@@ -60,9 +60,12 @@ int cli_draw(const cli_args *a, int ndim, const int64_t *shape, const char *attr
 }
 
 int cmd_show(cli_args *a) {
-  const char *attr = cli_opt(a, "attr");
+  const char *attr = cli_opt(a, "attr"), *name = cli_positional(a, 0);
+  if (name && !attr)
+    return cmd_show_tensor(a, name);
   if (!attr)
-    return cli_fail(CLI_USAGE, "show needs --attr ATTR --shape SHAPE (see tshard show --help)");
+    return cli_fail(CLI_USAGE, "show needs a tensor NAME, or --attr ATTR --shape SHAPE (see tshard "
+                               "show --help)");
   ts_error err;
   int ndim;
   int64_t shape[TS_MAX_DIMS];

@@ -1,0 +1,424 @@
+/* cmd_daemon.c - the tshard subcommands that talk to a daemon through libtshard: create, put,
+ * get, get-slice, reshard, drop, list, describe, stats, ping, shutdown, and show NAME.
+ *
+ * Connection options, common to all: --socket PATH, or --tcp HOST:PORT with --token-file FILE,
+ * or --job JOB (default $TSHARD_JOB or "default") and --rank R (default 0); --timeout SECONDS.
+ * Read commands take --json. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "npy.h"
+#include "tshard.h"
+
+int cli_draw(const cli_args *a, int ndim, const int64_t *shape, const char *attr_text);
+
+static int connect_from_args(const cli_args *a, tshard_client **out) {
+  const char *sock = cli_opt(a, "socket"), *tcp = cli_opt(a, "tcp"), *tok = cli_opt(a, "token-file"),
+             *job = cli_opt(a, "job"), *rank = cli_opt(a, "rank"), *to = cli_opt(a, "timeout");
+  int timeout_ms = to ? (int)(atof(to) * 1000) : TSHARD_DEFAULT_TIMEOUT_MS;
+  if (timeout_ms <= 0)
+    return cli_fail(CLI_USAGE, "--timeout: expected a positive number of seconds");
+  int rc;
+  char where[512];
+  if (tcp) {
+    const char *colon = strrchr(tcp, ':');
+    if (!colon || !tok)
+      return cli_fail(CLI_USAGE, "--tcp HOST:PORT needs --token-file FILE too");
+    FILE *f = fopen(tok, "r");
+    char token[256] = "";
+    if (!f || !fgets(token, sizeof token, f)) {
+      if (f)
+        fclose(f);
+      return cli_fail(CLI_IO, "cannot read the --token-file");
+    }
+    fclose(f);
+    token[strcspn(token, "\r\n")] = '\0';
+    char host[256];
+    snprintf(host, sizeof host, "%.*s", (int)(colon - tcp), tcp);
+    snprintf(where, sizeof where, "%s", tcp);
+    rc = tshard_connect_tcp(host, atoi(colon + 1), token, timeout_ms, out);
+  } else if (sock) {
+    snprintf(where, sizeof where, "%s", sock);
+    rc = tshard_connect_path(sock, timeout_ms, out);
+  } else {
+    if (!job)
+      job = getenv("TSHARD_JOB") ? getenv("TSHARD_JOB") : "default";
+    int r = rank ? atoi(rank) : 0;
+    tshard_socket_path(where, sizeof where, job, r);
+    rc = tshard_connect_rank(job, r, timeout_ms, out);
+  }
+  if (rc) {
+    char msg[768];
+    snprintf(msg, sizeof msg, "cannot reach a daemon at %s: %s (is tshardd running? see "
+             "deploy/tshard-launch)", where, tshard_strerror(rc));
+    return cli_fail(CLI_CONNECT, msg);
+  }
+  return CLI_OK;
+}
+
+/* Reports a failed call with the daemon's message. */
+static int failed(tshard_client *c, int rc) {
+  char msg[1024];
+  const char *m = tshard_last_message(c);
+  snprintf(msg, sizeof msg, "%s (%s)", m && *m ? m : tshard_strerror(rc), tshard_status_name(rc));
+  return cli_fail(CLI_FAILED, msg);
+}
+
+static const char *need_name(const cli_args *a) {
+  const char *name = cli_positional(a, 0);
+  if (!name)
+    fprintf(stderr, "tshard: %s needs a tensor NAME (see tshard %s --help)\n", a->argv[0], a->argv[0]);
+  return name;
+}
+
+static const char *opt_key(const cli_args *a) { return cli_opt(a, "key"); }
+
+int cmd_ping(cli_args *a) {
+  tshard_client *c;
+  int code = connect_from_args(a, &c), rank, world;
+  if (code)
+    return code;
+  int rc = tshard_ping(c, &rank, &world);
+  if (rc)
+    code = failed(c, rc);
+  else if (a->json)
+    printf("{\"rank\": %d, \"world_size\": %d}\n", rank, world);
+  else
+    printf("rank %d of %d: serving\n", rank, world);
+  tshard_close(&c);
+  return code;
+}
+
+int cmd_create(cli_args *a) {
+  const char *name = need_name(a), *attr = cli_opt(a, "attr"), *dt = cli_opt(a, "dtype");
+  ts_error err;
+  int ndim;
+  int64_t shape[TS_MAX_DIMS];
+  if (!name)
+    return CLI_USAGE;
+  if (!attr)
+    return cli_fail(CLI_USAGE, "create needs --attr ATTR");
+  if (cli_parse_shape(cli_opt(a, "shape"), &ndim, shape, &err))
+    return cli_fail(CLI_USAGE, err.msg);
+  tshard_client *c;
+  int code = connect_from_args(a, &c);
+  if (code)
+    return code;
+  int rc = tshard_create(c, name, dt ? dt : "f32", ndim, shape, attr, cli_opt(a, "layout"), opt_key(a));
+  code = rc ? failed(c, rc) : CLI_OK;
+  tshard_close(&c);
+  return code;
+}
+
+int cmd_put(cli_args *a) {
+  const char *name = need_name(a), *file = cli_positional(a, 1), *attr = cli_opt(a, "attr"),
+             *dt = cli_opt(a, "dtype");
+  if (!name)
+    return CLI_USAGE;
+  if (!file)
+    return cli_fail(CLI_USAGE, "put needs NAME FILE.npy");
+  ts_error err;
+  ts_dtype hint = TS_DTYPE_COUNT;
+  if (dt && ts_dtype_parse(dt, &hint, &err))
+    return cli_fail(CLI_USAGE, err.msg);
+  npy_array arr;
+  if (npy_read(file, hint, &arr, &err))
+    return cli_fail(CLI_IO, err.msg);
+  tshard_client *c;
+  int code = connect_from_args(a, &c);
+  if (code) {
+    npy_free(&arr);
+    return code;
+  }
+  int rc = TS_OK;
+  if (attr) /* a new tensor of the file's dtype and shape */
+    rc = tshard_create(c, name, ts_dtype_name(arr.dtype), arr.ndim, arr.shape, attr,
+                       cli_opt(a, "layout"), opt_key(a));
+  if (!rc)
+    rc = tshard_put(c, name, arr.data, arr.bytes, opt_key(a));
+  if (rc)
+    code = failed(c, rc);
+  else if (!a->json)
+    printf("put %s: %zu bytes from %s\n", name, arr.bytes, file);
+  npy_free(&arr);
+  tshard_close(&c);
+  return code;
+}
+
+static int dtype_of(const char *text, ts_dtype *dt) { return ts_dtype_parse(text, dt, NULL); }
+
+int cmd_get(cli_args *a) {
+  const char *name = need_name(a), *file = cli_positional(a, 1);
+  if (!name)
+    return CLI_USAGE;
+  if (!file)
+    return cli_fail(CLI_USAGE, "get needs NAME FILE.npy");
+  tshard_client *c;
+  int code = connect_from_args(a, &c);
+  if (code)
+    return code;
+  tshard_info info = {0};
+  npy_array arr = {0};
+  int rc = tshard_describe(c, name, &info);
+  if (!rc && dtype_of(info.dtype, &arr.dtype))
+    rc = TS_BAD_DTYPE;
+  if (!rc) {
+    arr.ndim = info.ndim;
+    memcpy(arr.shape, info.shape, sizeof(int64_t) * (size_t)info.ndim);
+    arr.bytes = ts_dtype_size(arr.dtype);
+    for (int d = 0; d < arr.ndim; d++)
+      arr.bytes *= (size_t)arr.shape[d];
+    arr.data = malloc(arr.bytes ? arr.bytes : 1);
+    rc = arr.data ? tshard_get(c, name, arr.data, arr.bytes) : TS_NO_MEMORY;
+  }
+  if (rc) {
+    code = failed(c, rc);
+  } else {
+    ts_error err;
+    if (npy_write(file, &arr, &err))
+      code = cli_fail(CLI_IO, err.msg);
+    else if (!a->json)
+      printf("get %s: %zu bytes to %s%s\n", name, arr.bytes, file,
+             arr.dtype == TS_BF16 ? " (bf16 as uint16 bits)" : "");
+  }
+  npy_free(&arr);
+  tshard_info_clear(&info);
+  tshard_close(&c);
+  return code;
+}
+
+int cmd_get_slice(cli_args *a) {
+  const char *name = need_name(a), *file = cli_positional(a, 1), *layout = cli_opt(a, "layout");
+  if (!name)
+    return CLI_USAGE;
+  if (!file)
+    return cli_fail(CLI_USAGE, "get-slice needs NAME FILE.npy");
+  tshard_client *c;
+  int code = connect_from_args(a, &c), rank, world;
+  if (code)
+    return code;
+  tshard_info info = {0};
+  npy_array arr = {0};
+  int rc = tshard_ping(c, &rank, &world);
+  if (!rc)
+    rc = tshard_describe(c, name, &info);
+  if (!rc && dtype_of(info.dtype, &arr.dtype))
+    rc = TS_BAD_DTYPE;
+  size_t bytes = 0;
+  if (!rc)
+    rc = tshard_get_slice(c, name, layout, NULL, 0, &bytes);
+  if (rc == TS_LIMIT && bytes > 0) { /* learned the size: fetch it */
+    arr.data = malloc(bytes);
+    rc = arr.data ? tshard_get_slice(c, name, layout, arr.data, bytes, &bytes) : TS_NO_MEMORY;
+  }
+  if (rc) {
+    code = failed(c, rc);
+  } else if (bytes == 0) {
+    code = cli_fail(CLI_FAILED, "this rank holds no slice of the tensor");
+  } else {
+    /* a row-major slice keeps its box shape; another layout is written flat */
+    arr.bytes = bytes;
+    arr.ndim = 1;
+    arr.shape[0] = (int64_t)(bytes / ts_dtype_size(arr.dtype));
+    bool plain = !layout || !*layout;
+    for (int i = 0; i < info.nranks && plain; i++)
+      if (info.ranks[i].rank == rank) {
+        arr.ndim = info.ndim;
+        for (int d = 0; d < info.ndim; d++)
+          arr.shape[d] = info.ranks[i].hi[d] - info.ranks[i].lo[d];
+      }
+    ts_error err;
+    if (npy_write(file, &arr, &err))
+      code = cli_fail(CLI_IO, err.msg);
+    else if (!a->json)
+      printf("get-slice %s: rank %d's %zu bytes%s%s to %s\n", name, rank, bytes,
+             plain ? "" : " in layout ", plain ? "" : layout, file);
+  }
+  npy_free(&arr);
+  tshard_info_clear(&info);
+  tshard_close(&c);
+  return code;
+}
+
+int cmd_reshard(cli_args *a) {
+  const char *name = need_name(a), *to = cli_opt(a, "to");
+  if (!name)
+    return CLI_USAGE;
+  if (!to)
+    return cli_fail(CLI_USAGE, "reshard needs --to ATTR");
+  tshard_client *c;
+  int code = connect_from_args(a, &c);
+  if (code)
+    return code;
+  tshard_reshard_opts o = {.strategy = cli_opt(a, "strategy"), .keep_source_as = cli_opt(a, "keep-as"),
+                           .layout = cli_opt(a, "layout"), .key = opt_key(a)};
+  int rc = tshard_reshard(c, name, to, &o);
+  if (rc)
+    code = failed(c, rc);
+  else if (!a->json)
+    printf("reshard %s -> %s: done\n", name, o.keep_source_as ? o.keep_source_as : name);
+  tshard_close(&c);
+  return code;
+}
+
+int cmd_drop(cli_args *a) {
+  const char *name = need_name(a);
+  if (!name)
+    return CLI_USAGE;
+  tshard_client *c;
+  int code = connect_from_args(a, &c);
+  if (code)
+    return code;
+  int rc = tshard_drop(c, name, opt_key(a));
+  code = rc ? failed(c, rc) : CLI_OK;
+  tshard_close(&c);
+  return code;
+}
+
+int cmd_list(cli_args *a) {
+  tshard_client *c;
+  int code = connect_from_args(a, &c);
+  if (code)
+    return code;
+  char **names = NULL;
+  int n = 0, rc = tshard_list(c, &names, &n);
+  if (rc) {
+    code = failed(c, rc);
+  } else if (a->json) {
+    printf("[");
+    for (int i = 0; i < n; i++) {
+      printf("%s", i ? ", " : "");
+      cli_json_string(stdout, names[i]);
+    }
+    printf("]\n");
+  } else {
+    for (int i = 0; i < n; i++)
+      printf("%s\n", names[i]);
+  }
+  tshard_free_names(names, n);
+  tshard_close(&c);
+  return code;
+}
+
+int cmd_describe(cli_args *a) {
+  const char *name = need_name(a);
+  if (!name)
+    return CLI_USAGE;
+  tshard_client *c;
+  int code = connect_from_args(a, &c);
+  if (code)
+    return code;
+  tshard_info info = {0};
+  int rc = tshard_describe(c, name, &info);
+  if (rc) {
+    code = failed(c, rc);
+  } else if (a->json) {
+    printf("{\"name\": ");
+    cli_json_string(stdout, info.name);
+    printf(", \"dtype\": \"%s\", \"shape\": [", info.dtype);
+    for (int d = 0; d < info.ndim; d++)
+      printf("%s%lld", d ? ", " : "", (long long)info.shape[d]);
+    printf("], \"attr\": ");
+    cli_json_string(stdout, info.attr ? info.attr : "");
+    printf(", \"layout\": ");
+    cli_json_string(stdout, info.layout);
+    printf(", \"ranks\": [");
+    for (int i = 0; i < info.nranks; i++) {
+      printf("%s{\"rank\": %d, \"bytes\": %llu, \"lo\": [", i ? ", " : "", info.ranks[i].rank,
+             (unsigned long long)info.ranks[i].bytes);
+      for (int d = 0; d < info.ndim; d++)
+        printf("%s%lld", d ? ", " : "", (long long)info.ranks[i].lo[d]);
+      printf("], \"hi\": [");
+      for (int d = 0; d < info.ndim; d++)
+        printf("%s%lld", d ? ", " : "", (long long)info.ranks[i].hi[d]);
+      printf("]}");
+    }
+    printf("]}\n");
+  } else {
+    printf("%s: %s[", info.name, info.dtype);
+    for (int d = 0; d < info.ndim; d++)
+      printf("%s%lld", d ? "," : "", (long long)info.shape[d]);
+    printf("]\n  attr:   %s\n  layout: %s\n", info.attr ? info.attr : "",
+           info.layout[0] ? info.layout : "row-major");
+    for (int i = 0; i < info.nranks; i++) {
+      printf("  rank %d: %llu bytes, box [", info.ranks[i].rank,
+             (unsigned long long)info.ranks[i].bytes);
+      for (int d = 0; d < info.ndim; d++)
+        printf("%s%lld:%lld", d ? "," : "", (long long)info.ranks[i].lo[d],
+               (long long)info.ranks[i].hi[d]);
+      printf("]\n");
+    }
+  }
+  tshard_info_clear(&info);
+  tshard_close(&c);
+  return code;
+}
+
+int cmd_stats(cli_args *a) {
+  tshard_client *c;
+  int code = connect_from_args(a, &c);
+  if (code)
+    return code;
+  tshard_stats s;
+  int rc = tshard_stats_get(c, &s);
+  if (rc) {
+    code = failed(c, rc);
+  } else if (a->json) {
+    printf("{\"operations\": %llu, \"collective_ops\": %llu, \"tensors\": %llu, "
+           "\"memory_in_use\": %llu, \"memory_limit\": %llu, \"connections\": %llu, "
+           "\"strategies\": {",
+           (unsigned long long)s.operations, (unsigned long long)s.collective_ops,
+           (unsigned long long)s.tensors, (unsigned long long)s.memory_in_use,
+           (unsigned long long)s.memory_limit, (unsigned long long)s.connections);
+    for (int i = 0; i < s.nstrategies; i++)
+      printf("%s\"%s\": {\"reshards\": %llu, \"bytes_sent\": %llu, \"bytes_received\": %llu}",
+             i ? ", " : "", s.strategies[i].name, (unsigned long long)s.strategies[i].reshards,
+             (unsigned long long)s.strategies[i].bytes_sent,
+             (unsigned long long)s.strategies[i].bytes_received);
+    printf("}}\n");
+  } else {
+    printf("operations %llu (collective %llu), tensors %llu, memory %llu of %s, connections %llu\n",
+           (unsigned long long)s.operations, (unsigned long long)s.collective_ops,
+           (unsigned long long)s.tensors, (unsigned long long)s.memory_in_use,
+           s.memory_limit ? "the limit" : "no limit", (unsigned long long)s.connections);
+    for (int i = 0; i < s.nstrategies; i++)
+      printf("  %-15s %llu reshards, %llu bytes sent, %llu received\n", s.strategies[i].name,
+             (unsigned long long)s.strategies[i].reshards,
+             (unsigned long long)s.strategies[i].bytes_sent,
+             (unsigned long long)s.strategies[i].bytes_received);
+  }
+  tshard_close(&c);
+  return code;
+}
+
+int cmd_shutdown(cli_args *a) {
+  tshard_client *c;
+  int code = connect_from_args(a, &c);
+  if (code)
+    return code;
+  int rc = tshard_shutdown(c, opt_key(a));
+  code = rc ? failed(c, rc) : CLI_OK;
+  if (!rc && !a->json)
+    printf("the daemons of the job are shutting down\n");
+  tshard_close(&c);
+  return code;
+}
+
+/* show NAME: the tensor's attribute and shape from the daemon, drawn. */
+int cmd_show_tensor(cli_args *a, const char *name) {
+  tshard_client *c;
+  int code = connect_from_args(a, &c);
+  if (code)
+    return code;
+  tshard_info info = {0};
+  int rc = tshard_describe(c, name, &info);
+  if (rc)
+    code = failed(c, rc);
+  else
+    code = cli_draw(a, info.ndim, info.shape, info.attr);
+  tshard_info_clear(&info);
+  tshard_close(&c);
+  return code;
+}

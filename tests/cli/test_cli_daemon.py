@@ -1,0 +1,88 @@
+#!/usr/bin/python3
+"""The tshard CLI against real daemons: put/get/get-slice through .npy files checked with numpy,
+create, reshard with a forced strategy, show NAME, describe/list/stats/ping with --json, drop,
+shutdown, and the exit codes of failures (1 with the daemon's message, 4 with no daemon).
+
+usage: test_cli_daemon.py BUILD_BIN_DIR NRANKS"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+from harness import Daemons  # noqa: E402
+
+bin_dir, n = sys.argv[1], int(sys.argv[2])
+tshard_bin = os.path.join(bin_dir, "tshard")
+failures = checks = 0
+
+
+def check(ok, what):
+    global failures, checks
+    checks += 1
+    if not ok:
+        failures += 1
+        print("FAIL:", what, flush=True)
+
+
+with Daemons(bin_dir, n) as d, tempfile.TemporaryDirectory() as tmp:
+    def cli(*args, rank=0):
+        return subprocess.run([tshard_bin, *args, "--socket", d.socket(rank)], capture_output=True,
+                              text=True, timeout=120)
+
+    ref = (np.arange(5 * n * 7) % 97).astype(np.float32).reshape(5 * n, 7)
+    src = os.path.join(tmp, "w.npy")
+    np.save(src, np.asfortranarray(ref))  # Fortran order on the way in
+    r = cli("put", "w", src, "--attr", f"mesh=[{n}] placements=[S(0)]")
+    check(r.returncode == 0, f"put: {r.stderr}")
+    out = os.path.join(tmp, "out.npy")
+    for rank in range(n):
+        r = cli("get", "w", out, rank=rank)
+        check(r.returncode == 0 and np.array_equal(np.load(out), ref), f"get from rank {rank}: {r.stderr}")
+    r = cli("get-slice", "w", out, rank=n - 1)
+    check(r.returncode == 0 and np.array_equal(np.load(out), ref[5 * (n - 1):]), f"get-slice: {r.stderr}")
+    r = cli("reshard", "w", "--to", f"mesh=[{n}] placements=[S(1)]", "--strategy", "alltoall")
+    check(r.returncode == 0, f"reshard: {r.stderr}")
+    r = cli("describe", "w", "--json")
+    info = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(info.get("attr") == f"mesh=[{n}]@0{'-' + str(n - 1) if n > 1 else ''} placements=[S(1)]"
+          and info.get("shape") == [5 * n, 7] and len(info.get("ranks", [])) == n,
+          f"describe --json: {r.stdout} {r.stderr}")
+    r = cli("get", "w", out)
+    check(r.returncode == 0 and np.array_equal(np.load(out), ref), "get after reshard")
+    r = cli("show", "w", "--ascii")
+    check(r.returncode == 0 and "placements=[S(1)]" in r.stdout and "+" in r.stdout
+          and all(f" {k} " in r.stdout for k in range(n)), f"show w: {r.stdout} {r.stderr}")
+    r = cli("create", "z", "--dtype", "i32", "--shape", "4,4", "--attr", "mesh=[1] placements=[R]")
+    check(r.returncode == 0, f"create: {r.stderr}")
+    r = cli("list", "--json")
+    check(r.returncode == 0 and sorted(json.loads(r.stdout)) == ["w", "z"], f"list: {r.stdout}")
+    r = cli("get", "z", out)
+    check(r.returncode == 0 and np.array_equal(np.load(out), np.zeros((4, 4), np.int32)), "zeros")
+    r = cli("stats", "--json")
+    st = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(st.get("tensors") == 2 and st.get("strategies", {}).get("alltoall", {}).get("reshards") == 1,
+          f"stats: {r.stdout}")
+    r = cli("ping", "--json", rank=n - 1)
+    check(r.returncode == 0 and json.loads(r.stdout) == {"rank": n - 1, "world_size": n}, "ping")
+    # failures: the daemon's message and exit code 1; no daemon: exit code 4
+    r = cli("get", "nope", out)
+    check(r.returncode == 1 and "NOT_FOUND" in r.stderr, f"get unknown: {r.stderr}")
+    r = cli("reshard", "w", "--to", "mesh=[2 placements=[R]")
+    check(r.returncode == 1 and "column" in r.stderr, f"bad attribute: {r.stderr}")
+    r = subprocess.run([tshard_bin, "ping", "--socket", os.path.join(tmp, "none.sock")],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 4 and "cannot reach" in r.stderr, f"no daemon: {r.stderr}")
+    r = cli("put", "w", os.path.join(tmp, "missing.npy"))
+    check(r.returncode == 3, f"missing file: {r.returncode} {r.stderr}")
+    for name in ("w", "z"):
+        check(cli("drop", name).returncode == 0, f"drop {name}")
+    r = cli("shutdown")
+    check(r.returncode == 0, f"shutdown: {r.stderr}")
+    check(d.proc.wait(60) == 0, "daemons exit 0")
+
+print(f"{checks - failures} passed, {failures} failed")
+sys.exit(1 if failures else 0)
