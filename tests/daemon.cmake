@@ -32,3 +32,15 @@ if(TARGET tshardd AND TARGET tshard)
   set_tests_properties(test_e2e_concurrency PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                        ENVIRONMENT "${TS_MPI_TEST_ENV}")
 endif()
+
+# The libFuzzer target for frame decoding and request validation: built with clang by the test
+# itself (from the sources it drives), run for 20 s on a copy of tests/fuzz/corpus.
+find_program(TS_CLANG NAMES clang clang-18 clang-17 clang-16 clang-15 clang-14)
+if(TS_CLANG AND TARGET tsproto)
+  add_test(NAME test_fuzz_frame
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/fuzz/run_fuzz.sh ${TS_CLANG} ${CMAKE_SOURCE_DIR}
+                   ${CMAKE_BINARY_DIR}/proto/gen ${CMAKE_CURRENT_BINARY_DIR}/fuzz 20)
+  set_tests_properties(test_fuzz_frame PROPERTIES TIMEOUT 300 ENVIRONMENT "${TS_TEST_ENV}")
+else()
+  message(STATUS "clang not found: the fuzz test of tshardd's frame decoding is not built")
+endif()

@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus of fuzz_frame (tests/fuzz/corpus/): framed tshard.Request messages
+encoded by hand (protobuf wire format), one valid request of each kind plus a few broken ones."""
+import os
+import struct
+
+def varint(n):
+    out = b""
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+def field(num, wire, payload):
+    key = varint(num << 3 | wire)
+    if wire == 0:
+        return key + varint(payload)
+    return key + varint(len(payload)) + payload
+
+def s(num, text):
+    return field(num, 2, text.encode() if isinstance(text, str) else text)
+
+def packed(num, values):
+    return field(num, 2, b"".join(varint(v) for v in values))
+
+def frame(body):
+    return struct.pack("<I", len(body)) + body
+
+def request(op_num, op_body, rid=1, key=None):
+    body = field(1, 0, rid)
+    if key:
+        body += s(2, key)
+    return body + field(op_num, 2, op_body)
+
+attr_text = s(5, "mesh=[2]@0-1 placements=[S(0)]")
+attr_msg = packed(1, [2, 2]) + packed(2, [0, 1, 2, 3]) + field(3, 2, field(2, 0, 1)) + \
+    field(3, 2, field(1, 0, 1)) + field(4, 2, field(1, 0, 1) + packed(2, [3, 3]))
+create = s(1, "t") + s(2, "f32") + packed(3, [4, 6]) + field(4, 2, attr_text) + field(5, 2, s(1, "ab"))
+create_msg = s(1, "u") + s(2, "bf16") + packed(3, [8, 6]) + field(4, 2, attr_msg) + \
+    field(5, 2, s(1, "aB4b"))
+put = s(1, "t") + field(2, 0, 0) + field(3, 0, 96) + s(4, bytes(range(96)))
+put_slice = s(1, "t") + field(3, 0, 48) + s(4, bytes(48)) + field(5, 2, s(1, "ba"))
+get = s(1, "t") + field(3, 0, 64)
+get_slice = s(1, "t") + field(2, 2, s(1, "ba")) + field(3, 0, 16)
+reshard = s(1, "t") + field(2, 2, attr_msg) + s(3, "p2p") + s(4, "t2") + field(5, 2, s(1, ""))
+plan = s(1, "t") + field(2, 2, s(5, "mesh=[4] placements=[R]")) + s(3, "allgather")
+
+seeds = {
+    "ping": frame(request(10, b"")),
+    "create": frame(request(11, create, key="k1")),
+    "create_msg": frame(request(11, create_msg)),
+    "put": frame(request(12, put)),
+    "put_slice": frame(request(13, put_slice)),
+    "get": frame(request(14, get)),
+    "get_slice": frame(request(15, get_slice)),
+    "reshard": frame(request(16, reshard, key="reshard-1")),
+    "drop": frame(request(17, s(1, "t"))),
+    "list_describe_stats": frame(request(18, b"")) + frame(request(19, s(1, "t"))) +
+    frame(request(21, b"")),
+    "plan": frame(request(20, plan)),
+    "shutdown": frame(request(22, b"")),
+    "unknown_op": frame(field(1, 0, 3) + field(30, 2, b"")),
+    "truncated": frame(request(11, create))[:-5],
+    "oversize": struct.pack("<I", 0xFFFFFFF0) + b"\x08\x01",
+}
+
+out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+os.makedirs(out, exist_ok=True)
+for name, data in seeds.items():
+    with open(os.path.join(out, name), "wb") as f:
+        f.write(data)
