@@ -508,6 +508,10 @@ static int run_gather(exec *ex, bool use_root, ts_error *err) {
 /* ---------------------------------------------------------------------------------------------
  * p2p and alltoall: the intersection transfers of ts_plan_rank, in rounds of one chunk per pair */
 
+/* A staging slot holds a pair's largest chunk. Chunks and the pair chunk size are whole elements,
+ * so slots stay aligned for the dtype (the reductions read them as typed arrays). */
+static int64_t slot_size(int64_t bytes, int64_t q) { return bytes < q ? bytes : q; }
+
 static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
   const ts_plan *p = ex->p;
   int P = ts_comm_size(ex->ucomm);
@@ -551,7 +555,7 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
       soff[k] = sbytes;
       peer_pos[k] = ts__plan_union_pos(p, t->peer);
       if (t->peer != ex->me) {
-        sbytes += t->bytes < q ? t->bytes : q;
+        sbytes += slot_size(t->bytes, q);
         if (snch[k] > my_rounds)
           my_rounds = snch[k];
       }
@@ -562,7 +566,7 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
       roff[k] = rbytes;
       peer_pos[rp.nsend + k] = ts__plan_union_pos(p, t->peer);
       if (t->peer != ex->me || partial_src)
-        rbytes += t->bytes < q ? t->bytes : q;
+        rbytes += slot_size(t->bytes, q);
       if (rnch[k] > my_rounds)
         my_rounds = rnch[k];
     }

@@ -718,7 +718,8 @@ int ts_plan_create(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr *s
     ts_plan_destroy(&p);
     return rc;
   }
-  p->pair_chunk = p->staging / 2 / p->nunion;
+  /* Whole elements per chunk: slots and reductions stay aligned. */
+  p->pair_chunk = p->staging / 2 / p->nunion / (int64_t)p->esize * (int64_t)p->esize;
   if (p->pair_chunk < (int64_t)p->esize)
     p->pair_chunk = (int64_t)p->esize;
 
