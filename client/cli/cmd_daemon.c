@@ -379,10 +379,14 @@ int cmd_stats(cli_args *a) {
              (unsigned long long)s.strategies[i].bytes_received);
     printf("}}\n");
   } else {
-    printf("operations %llu (collective %llu), tensors %llu, memory %llu of %s, connections %llu\n",
+    char limit[64] = "no limit";
+    if (s.memory_limit)
+      snprintf(limit, sizeof limit, "limit %llu", (unsigned long long)s.memory_limit);
+    printf("operations %llu (collective %llu), tensors %llu, memory in use %llu bytes (%s), "
+           "connections %llu\n",
            (unsigned long long)s.operations, (unsigned long long)s.collective_ops,
-           (unsigned long long)s.tensors, (unsigned long long)s.memory_in_use,
-           s.memory_limit ? "the limit" : "no limit", (unsigned long long)s.connections);
+           (unsigned long long)s.tensors, (unsigned long long)s.memory_in_use, limit,
+           (unsigned long long)s.connections);
     for (int i = 0; i < s.nstrategies; i++)
       printf("  %-15s %llu reshards, %llu bytes sent, %llu received\n", s.strategies[i].name,
              (unsigned long long)s.strategies[i].reshards,
