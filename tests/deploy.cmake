@@ -5,4 +5,7 @@ if(TARGET tshardd AND TARGET tshard-cli AND TARGET tshard-python)
   add_test(NAME test_launch COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/deploy/test_launch.sh ${TS_BIN})
   set_tests_properties(test_launch PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                        ENVIRONMENT "${TS_MPI_TEST_ENV}")
+  add_test(NAME test_cluster COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/deploy/test_cluster.sh ${TS_BIN})
+  set_tests_properties(test_cluster PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT} SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python")
 endif()
