@@ -95,11 +95,27 @@ int ts__comm_reduce_types(ts_dtype dt, ts_reduce_op op, MPI_Datatype *type, MPI_
 /* ---------------------------------------------------------------------------------------------
  * Agreement */
 
-int ts_comm_agree(ts_comm *c, int status, const ts_error *local, ts_error *err) {
-  int mine = status != TS_OK ? c->rank : INT_MAX, first = INT_MAX;
-  TS_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, c->comm), err);
-  if (first == INT_MAX)
+int ts_comm_agree_max(ts_comm *c, int status, const ts_error *local, int64_t *values, int n,
+                      ts_error *err) {
+  /* One allreduce: slot 0 carries (size - rank) of a failing rank, so its maximum names the
+   * lowest failing rank; the caller's values ride along. */
+  int64_t stack[9], *v = n + 1 <= 9 ? stack : malloc((size_t)(n + 1) * sizeof *v);
+  if (!v)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory to agree on %d values", n);
+  v[0] = status != TS_OK ? c->size - c->rank : 0;
+  for (int i = 0; i < n; i++)
+    v[i + 1] = values[i];
+  int mrc = MPI_Allreduce(MPI_IN_PLACE, v, n + 1, MPI_INT64_T, MPI_MAX, c->comm);
+  int64_t top = v[0];
+  for (int i = 0; i < n; i++)
+    values[i] = v[i + 1];
+  if (v != stack)
+    free(v);
+  if (mrc != MPI_SUCCESS)
+    return ts__mpi_error(mrc, "MPI_Allreduce", __FILE__, __LINE__, err);
+  if (top == 0)
     return TS_OK;
+  int first = c->size - (int)top;
   struct {
     int code;
     char msg[sizeof(((ts_error *)0)->msg)];
@@ -112,6 +128,10 @@ int ts_comm_agree(ts_comm *c, int status, const ts_error *local, ts_error *err) 
   }
   TS_MPI_CHECK(MPI_Bcast(&what, (int)sizeof what, MPI_BYTE, first, c->comm), err);
   return ts_error_set(err, what.code, "rank %d: %.480s", c->ranks[first], what.msg);
+}
+
+int ts_comm_agree(ts_comm *c, int status, const ts_error *local, ts_error *err) {
+  return ts_comm_agree_max(c, status, local, NULL, 0, err);
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -48,6 +48,10 @@ int ts_world_cached_comms(const ts_world *w);
 /* Every rank passes its status and error; all return the status of the lowest failing comm rank
  * with the same message ("rank R: ..."), or TS_OK when none failed. */
 int ts_comm_agree(ts_comm *c, int status, const ts_error *local, ts_error *err);
+/* The same agreement, in the same single allreduce also taking the maximum over ranks of n
+ * values (in place): how the executor agrees on success and on its round counts at once. */
+int ts_comm_agree_max(ts_comm *c, int status, const ts_error *local, int64_t *values, int n,
+                      ts_error *err);
 
 typedef enum { TS_COMM_MAX, TS_COMM_MIN, TS_COMM_SUM } ts_comm_op;
 int ts_comm_allreduce_i64(ts_comm *c, int64_t *values, int n, ts_comm_op op, ts_error *err);

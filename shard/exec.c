@@ -62,12 +62,15 @@ typedef struct exec {
   bool agreed;   /* the first agreement passed: every rank goes on to the final one */
 } exec;
 
-/* The first agreement: local failures so far, before any data moves. */
-static int agree_first(exec *ex, ts_error *err) {
-  int rc = ts_comm_agree(ex->ucomm, ex->lst, &ex->lerr, err);
+/* The first agreement: local failures so far, before any data moves; it also takes the maximum
+ * over ranks of n values (round counts) in the same collective. */
+static int agree_first_max(exec *ex, int64_t *values, int n, ts_error *err) {
+  int rc = ts_comm_agree_max(ex->ucomm, ex->lst, &ex->lerr, values, n, err);
   ex->agreed = rc == TS_OK;
   return rc;
 }
+
+static int agree_first(exec *ex, ts_error *err) { return agree_first_max(ex, NULL, 0, err); }
 
 static int local_fail(exec *ex, int rc) {
   if (ex->lst == TS_OK)
@@ -169,8 +172,8 @@ static int fill_identity(exec *ex, const ts_box *region) {
   return copy_region(ex, &ex->tgt, &ex->tbox, &v, region, region);
 }
 
-/* Byte offset of the row-major position of `region.lo` in a dense row-major tensor over `box`,
- * or -1 when the layout is not dense row-major. */
+/* A plain layout whose strides are those of a dense row-major array (dims of size 1 may have
+ * any stride): its box regions can be addressed by row-major offsets. */
 static bool dense_row_major(const ts_tensor *t) {
   const ts_layout *l = &t->layout;
   if (l->n_inner != 0)
@@ -184,6 +187,7 @@ static bool dense_row_major(const ts_tensor *t) {
   return true;
 }
 
+/* Element offset of `at` in a dense row-major array over `box`. */
 static int64_t row_major_offset(const ts_box *box, const int64_t *at) {
   int64_t off = 0;
   for (int d = 0; d < box->ndim; d++)
@@ -591,23 +595,22 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
     if (sbuf)
       rbuf = stage_alloc(ex, rbytes);
   }
-  rc = agree_first(ex, err);
   /* When every rank moves every piece in place, no staging bounds the chunks: pieces go whole
-   * (up to 1 GiB per chunk), in as few rounds as possible. */
+   * (up to 1 GiB per chunk), in as few rounds as possible. The agreement on success also
+   * agrees on the number of rounds. */
   const int64_t q_whole = (int64_t)1 << 30;
   int64_t agreed[3] = {my_rounds, 0, !(send_direct && recv_direct)};
-  for (int k = 0; rc == TS_OK && k < rp.nsend; k++)
+  for (int k = 0; ex->lst == TS_OK && k < rp.nsend; k++)
     if (rp.send[k].peer != ex->me) {
       int64_t c = ts_box_chunk_count(&rp.send[k].box, ex->es, q_whole);
       agreed[1] = c > agreed[1] ? c : agreed[1];
     }
-  for (int k = 0; rc == TS_OK && k < rp.nrecv; k++)
+  for (int k = 0; ex->lst == TS_OK && k < rp.nrecv; k++)
     if (rp.recv[k].peer != ex->me) {
       int64_t c = ts_box_chunk_count(&rp.recv[k].box, ex->es, q_whole);
       agreed[1] = c > agreed[1] ? c : agreed[1];
     }
-  if (rc == TS_OK)
-    rc = ts_comm_allreduce_i64(ex->ucomm, agreed, 3, TS_COMM_MAX, err);
+  rc = agree_first_max(ex, agreed, 3, err);
   int64_t rounds = agreed[0];
   if (rc == TS_OK && agreed[2] == 0) {
     q = q_whole;
@@ -853,9 +856,10 @@ int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
   /* Each strategy agrees on local failures before it moves data. */
   switch (p->chosen) {
   case TS_STRATEGY_LOCAL:
-    rc = agree_first(&ex, err);
-    if (rc == TS_OK)
+    /* Nothing crosses ranks: one agreement, at the end, covers allocation and copy. */
+    if (ex.lst == TS_OK)
       run_local(&ex);
+    ex.agreed = true;
     break;
   case TS_STRATEGY_ALLREDUCE:
     rc = run_allreduce(&ex, &ln, err);

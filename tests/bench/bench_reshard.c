@@ -19,7 +19,8 @@
 
 #define ROWS 8192
 #define COLS 8192
-#define REPS 5
+#define REPS 7
+#define WARMUP 2
 
 static int rank, size;
 static ts_world *W;
@@ -170,7 +171,7 @@ static void raw_run(raw_kind kind, const ts_tensor *src, raw_setup *x) {
   }
 }
 
-/* One case: a warm-up of each, then REPS runs of the reshard and of the raw reference,
+/* One case: WARMUP runs of each, then REPS runs of the reshard and of the raw reference,
  * alternating so that both see the same machine; medians of the slowest rank's times. */
 static result run_case(const ts_attr *s, const ts_attr *t, ts_strategy forced, raw_kind kind) {
   int64_t shape[2] = {ROWS, COLS};
@@ -180,7 +181,7 @@ static result run_case(const ts_attr *s, const ts_attr *t, ts_strategy forced, r
   raw_prepare(kind, s, t, &x);
   double times[REPS], raw_times[REPS];
   result r = {0};
-  for (int k = -1; k < REPS; k++) {
+  for (int k = -WARMUP; k < REPS; k++) {
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
     ts_plan_opts o = {forced, 0, size};
