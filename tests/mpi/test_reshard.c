@@ -458,6 +458,18 @@ static void fixed_cases(stats *st) {
       ts_attr_destroy(&a);
       ts_attr_destroy(&b);
     }
+  /* Scalars (0-dim tensors): partial to replicated and back. */
+  {
+    ts_attr *a = NULL, *b = NULL;
+    snprintf(text[0], sizeof text[0], "mesh=[%d] placements=[P(sum)]", n);
+    snprintf(text[1], sizeof text[1], "mesh=[%d] placements=[R]", n);
+    ts_attr_parse(text[0], &a, NULL);
+    ts_attr_parse(text[1], &b, NULL);
+    run_pair(a, b, 0, NULL, TS_F64, false, false, 0, st);
+    run_pair(b, a, 0, NULL, TS_I32, false, false, 0, st);
+    ts_attr_destroy(&a);
+    ts_attr_destroy(&b);
+  }
   if (n >= 2) {
     /* Disjoint halves, and a ragged source with empty parts to a balanced target. */
     snprintf(text[0], sizeof text[0], "mesh=[%d]@0-%d placements=[S(0)]", n / 2, n / 2 - 1);
