@@ -12,7 +12,7 @@ static int call_plain(tshard_client *c, Tshard__Request *req) {
   Tshard__Response *r = NULL;
   int rc = tsc_call(c, req, &r);
   if (r)
-    tshard__response__free_unpacked(r, NULL);
+    tsc_free(c, r);
   return rc;
 }
 
@@ -39,7 +39,7 @@ int tshard_ping(tshard_client *c, int *rank, int *world_size) {
       *world_size = r->ping->world_size;
   }
   if (r)
-    tshard__response__free_unpacked(r, NULL);
+    tsc_free(c, r);
   return rc;
 }
 
@@ -159,7 +159,7 @@ static int get_chunks(tshard_client *c, const char *name, const char *layout, bo
         if (r->data->data.len < total) {
           Tshard__Response *r2 = NULL;
           off = r->data->data.len;
-          tshard__response__free_unpacked(r, NULL);
+          tsc_free(c, r);
           r = NULL;
           while (off < total) {
             if (slice)
@@ -169,11 +169,11 @@ static int get_chunks(tshard_client *c, const char *name, const char *layout, bo
             if (tsc_call(c, &req, &r2) != TS_OK || r2->result_case != TSHARD__RESPONSE__RESULT_DATA ||
                 r2->data->data.len == 0) {
               if (r2)
-                tshard__response__free_unpacked(r2, NULL);
+                tsc_free(c, r2);
               break;
             }
             off += r2->data->data.len;
-            tshard__response__free_unpacked(r2, NULL);
+            tsc_free(c, r2);
             r2 = NULL;
           }
           tsc_fail(c, exact ? TS_BAD_SHAPE : TS_LIMIT, "'%s' has %llu bytes; the buffer has %zu",
@@ -183,13 +183,13 @@ static int get_chunks(tshard_client *c, const char *name, const char *layout, bo
     }
     if (rc) {
       if (r)
-        tshard__response__free_unpacked(r, NULL);
+        tsc_free(c, r);
       return rc;
     }
     if (r->data->data.len)
       memcpy((uint8_t *)buf + off, r->data->data.data, r->data->data.len);
     off += r->data->data.len;
-    tshard__response__free_unpacked(r, NULL);
+    tsc_free(c, r);
   } while (off < total);
   return TS_OK;
 }
@@ -284,7 +284,7 @@ int tshard_list(tshard_client *c, char ***names, int *count) {
     }
   }
   if (r)
-    tshard__response__free_unpacked(r, NULL);
+    tsc_free(c, r);
   return rc;
 }
 
@@ -345,7 +345,7 @@ int tshard_describe(tshard_client *c, const char *name, tshard_info *info) {
     }
   }
   if (r)
-    tshard__response__free_unpacked(r, NULL);
+    tsc_free(c, r);
   return rc;
 }
 
@@ -374,7 +374,7 @@ int tshard_plan(tshard_client *c, const char *name, const char *attr, const char
       snprintf(chosen, chosen_cap, "%s", r->plan->strategy);
   }
   if (r)
-    tshard__response__free_unpacked(r, NULL);
+    tsc_free(c, r);
   return rc;
 }
 
@@ -408,6 +408,6 @@ int tshard_stats_get(tshard_client *c, tshard_stats *s) {
     }
   }
   if (r)
-    tshard__response__free_unpacked(r, NULL);
+    tsc_free(c, r);
   return rc;
 }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -56,7 +57,7 @@ static tshard_client *client_new(int fd, int timeout_ms) {
     return NULL;
   c->fd = fd;
   c->timeout_ms = timeout_ms > 0 ? timeout_ms : TSHARD_DEFAULT_TIMEOUT_MS;
-  c->chunk = 32u << 20;
+  c->chunk = 16u << 20;
   return c;
 }
 
@@ -135,6 +136,8 @@ void tshard_close(tshard_client **pc) {
   if (!pc || !*pc)
     return;
   close((*pc)->fd);
+  free((*pc)->arena.buf);
+  free((*pc)->rbuf);
   free(*pc);
   *pc = NULL;
 }
@@ -177,6 +180,151 @@ static int transfer(tshard_client *c, void *buf, size_t len, bool sending, int64
   return TS_OK;
 }
 
+static void *arena_alloc(void *data, size_t size) {
+  tsc_arena *a = data;
+  size_t need = (size + 15) & ~(size_t)15;
+  if (a->buf && need <= a->cap - a->used) {
+    void *p = a->buf + a->used;
+    a->used += need;
+    return p;
+  }
+  return malloc(size ? size : 1);
+}
+
+static void arena_free(void *data, void *p) {
+  tsc_arena *a = data;
+  if (!(a->buf && (uint8_t *)p >= a->buf && (uint8_t *)p < a->buf + a->cap))
+    free(p);
+}
+
+void tsc_free(tshard_client *c, Tshard__Response *r) {
+  ProtobufCAllocator al = {arena_alloc, arena_free, &c->arena};
+  if (r)
+    tshard__response__free_unpacked(r, &al);
+}
+
+static bool grow(uint8_t **buf, size_t *cap, size_t need) {
+  if (*cap >= need)
+    return true;
+  size_t n = need < 4096 ? 4096 : need + need / 4;
+  uint8_t *b = malloc(n);
+  if (!b)
+    return false;
+  free(*buf);
+  *buf = b;
+  *cap = n;
+  return true;
+}
+
+static size_t varint_put(uint8_t *p, uint64_t v) {
+  size_t n = 0;
+  do {
+    p[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+    v >>= 7;
+  } while (v);
+  return n;
+}
+
+/* Sends the iovecs before the deadline (partial writes resumed). */
+static int send_iov(tshard_client *c, struct iovec *iov, int n, int64_t deadline) {
+  while (n > 0) {
+    int64_t left = deadline - now_ms();
+    if (left <= 0)
+      return tsc_fail(c, TS_TIMEOUT, "could not send within %d ms; the connection is closed",
+                      c->timeout_ms);
+    struct pollfd pfd = {c->fd, POLLOUT, 0};
+    int pr = poll(&pfd, 1, left > 1000000 ? 1000000 : (int)left);
+    if (pr <= 0) {
+      if (pr < 0 && errno != EINTR)
+        return tsc_fail(c, TS_IO, "poll: %s", strerror(errno));
+      continue;
+    }
+    struct msghdr mh;
+    memset(&mh, 0, sizeof mh);
+    mh.msg_iov = iov;
+    mh.msg_iovlen = (size_t)n;
+    ssize_t k = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+    if (k < 0 && (errno == EINTR || errno == EAGAIN))
+      continue;
+    if (k < 0)
+      return tsc_fail(c, TS_IO, "the daemon closed the connection: %s", strerror(errno));
+    while (n > 0 && (size_t)k >= iov->iov_len) {
+      k -= (ssize_t)iov->iov_len;
+      iov++;
+      n--;
+    }
+    if (n > 0) {
+      iov->iov_base = (uint8_t *)iov->iov_base + k;
+      iov->iov_len -= (size_t)k;
+    }
+  }
+  return TS_OK;
+}
+
+/* Sends a request as one frame. The bulk data of a put is not copied: the request is packed
+ * without it, and the data field (field 4 of PutRequest and PutSliceRequest) is appended to the
+ * nested message by hand - protobuf accepts fields in any order. */
+static int send_request(tshard_client *c, Tshard__Request *req, int64_t deadline) {
+  ProtobufCBinaryData *bulk = NULL;
+  ProtobufCMessage *inner = NULL;
+  unsigned field = 0;
+  if (req->op_case == TSHARD__REQUEST__OP_PUT) {
+    bulk = &req->put->data, inner = &req->put->base, field = TSHARD__REQUEST__OP_PUT;
+  } else if (req->op_case == TSHARD__REQUEST__OP_PUT_SLICE) {
+    bulk = &req->put_slice->data, inner = &req->put_slice->base,
+    field = TSHARD__REQUEST__OP_PUT_SLICE;
+  }
+  if (!bulk || bulk->len < 4096) {
+    size_t n = tshard__request__get_packed_size(req);
+    if (n > UINT32_MAX || !grow(&c->rbuf, &c->rcap, n + 4))
+      return tsc_fail(c, TS_NO_MEMORY, "request of %zu bytes", n);
+    uint8_t *f = c->rbuf;
+    f[0] = (uint8_t)n, f[1] = (uint8_t)(n >> 8), f[2] = (uint8_t)(n >> 16),
+    f[3] = (uint8_t)(n >> 24);
+    tshard__request__pack(req, f + 4);
+    struct iovec iov = {f, n + 4};
+    return send_iov(c, &iov, 1, deadline);
+  }
+  ProtobufCBinaryData data = *bulk;
+  bulk->len = 0;
+  bulk->data = NULL;
+  size_t inner_n = protobuf_c_message_get_packed_size(inner);
+  uint8_t dhead[16];
+  size_t dh = 0;
+  dhead[dh++] = (4 << 3) | 2;
+  dh += varint_put(dhead + dh, data.len);
+  uint64_t inner_total = inner_n + dh + data.len;
+  Tshard__Request__OpCase op = req->op_case;
+  req->op_case = TSHARD__REQUEST__OP__NOT_SET;
+  size_t outer_n = tshard__request__get_packed_size(req);
+  size_t head_n = 4 + outer_n + 2 + 10 + inner_n;
+  int rc = TS_OK;
+  if (!grow(&c->rbuf, &c->rcap, head_n))
+    rc = tsc_fail(c, TS_NO_MEMORY, "no memory for a request header");
+  if (rc == TS_OK) {
+    uint8_t *f = c->rbuf;
+    size_t pos = 4;
+    tshard__request__pack(req, f + pos);
+    pos += outer_n;
+    pos += varint_put(f + pos, (uint64_t)field << 3 | 2);
+    pos += varint_put(f + pos, inner_total);
+    protobuf_c_message_pack(inner, f + pos);
+    pos += inner_n;
+    uint64_t total = pos - 4 + dh + data.len;
+    if (total > UINT32_MAX) {
+      rc = tsc_fail(c, TS_LIMIT, "chunk of %zu bytes does not fit a frame", data.len);
+    } else {
+      f[0] = (uint8_t)total, f[1] = (uint8_t)(total >> 8), f[2] = (uint8_t)(total >> 16),
+      f[3] = (uint8_t)(total >> 24);
+      struct iovec iov[3] = {{f, pos}, {dhead, dh}, {data.data, data.len}};
+      rc = send_iov(c, iov, 3, deadline);
+    }
+  }
+  req->op_case = op;
+  *bulk = data;
+  return rc;
+}
+
 int tsc_call(tshard_client *c, Tshard__Request *req, Tshard__Response **resp) {
   *resp = NULL;
   c->message[0] = '\0';
@@ -185,18 +333,8 @@ int tsc_call(tshard_client *c, Tshard__Request *req, Tshard__Response **resp) {
   req->id = ++c->next_id;
   if (c->token[0])
     req->token = c->token;
-  size_t n = tshard__request__get_packed_size(req);
-  if (n > UINT32_MAX)
-    return tsc_fail(c, TS_LIMIT, "request of %zu bytes", n);
-  uint8_t *frame = malloc(n + 4);
-  if (!frame)
-    return tsc_fail(c, TS_NO_MEMORY, "no memory for a request of %zu bytes", n);
-  frame[0] = (uint8_t)n, frame[1] = (uint8_t)(n >> 8), frame[2] = (uint8_t)(n >> 16),
-  frame[3] = (uint8_t)(n >> 24);
-  tshard__request__pack(req, frame + 4);
   int64_t deadline = now_ms() + c->timeout_ms;
-  int rc = transfer(c, frame, n + 4, true, deadline);
-  free(frame);
+  int rc = send_request(c, req, deadline);
   uint8_t h[4];
   if (!rc)
     rc = transfer(c, h, 4, false, deadline);
@@ -210,14 +348,15 @@ int tsc_call(tshard_client *c, Tshard__Request *req, Tshard__Response **resp) {
     c->broken = true;
     return tsc_fail(c, TS_PROTOCOL, "answer of %u bytes; at most %u", len, TSC_MAX_FRAME);
   }
-  uint8_t *body = malloc(len ? len : 1);
-  if (!body) {
+  if (!grow(&c->rbuf, &c->rcap, (size_t)len + 4) ||
+      !grow(&c->arena.buf, &c->arena.cap, (size_t)len + 65536)) {
     c->broken = true;
     return tsc_fail(c, TS_NO_MEMORY, "no memory for an answer of %u bytes", len);
   }
-  rc = transfer(c, body, len, false, deadline);
-  Tshard__Response *r = rc ? NULL : tshard__response__unpack(NULL, len, body);
-  free(body);
+  rc = transfer(c, c->rbuf, len, false, deadline);
+  c->arena.used = 0;
+  ProtobufCAllocator al = {arena_alloc, arena_free, &c->arena};
+  Tshard__Response *r = rc ? NULL : tshard__response__unpack(&al, len, c->rbuf);
   if (rc) {
     c->broken = true;
     return rc;
@@ -227,7 +366,7 @@ int tsc_call(tshard_client *c, Tshard__Request *req, Tshard__Response **resp) {
     return tsc_fail(c, TS_PROTOCOL, "the answer is not a tshard.Response");
   }
   if (r->id != req->id && r->id != 0) {
-    tshard__response__free_unpacked(r, NULL);
+    tsc_free(c, r);
     c->broken = true;
     return tsc_fail(c, TS_PROTOCOL, "answer to request %llu while waiting for %llu",
                     (unsigned long long)r->id, (unsigned long long)req->id);

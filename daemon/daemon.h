@@ -43,6 +43,7 @@ typedef struct tsd_config {
   int64_t memory_limit; /* 0: unbounded */
   int64_t staging;      /* executor staging bytes per reshard */
   int64_t chunk;        /* default chunk of get answers */
+  int64_t copy_threads; /* strided-copy threads (0: all cores) */
   int log_level;
   /* derived */
   char token[256];

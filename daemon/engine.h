@@ -77,6 +77,8 @@ typedef struct tsd_engine {
   int done_keys_next;
   bool stopping;
   int64_t staging_used; /* put staging and get copies, beside the store */
+  void *spare;          /* one freed staging buffer kept for the next of the same size */
+  size_t spare_bytes;
   char **names;         /* the stored tensors, for list */
   int nnames, cap_names;
   /* stats */
@@ -95,6 +97,11 @@ void tsd_names_add(tsd_engine *e, const char *name);
 void tsd_names_remove(tsd_engine *e, const char *name);
 
 /* transfer.c */
+/* Whole-tensor buffers (put staging, gathered copies) come and go with the same sizes: the last
+ * one freed is kept and handed out again for the same size, so repeated transfers do not fault
+ * in fresh pages. tsd_buf_give accepts NULL. */
+void *tsd_buf_take(tsd_engine *e, size_t bytes);
+void tsd_buf_give(tsd_engine *e, void *p, size_t bytes);
 tsd_conn_state *tsd_conn_get(tsd_engine *e, uint64_t conn_id, bool create);
 void tsd_conn_free(tsd_engine *e, uint64_t conn_id);
 void tsd_conn_put_reset(tsd_engine *e, tsd_conn_state *c);
@@ -117,6 +124,12 @@ int tsd_run_ordered(tsd_engine *e);
  * waits for everyone's goodbye). */
 void tsd_sequencer_finish(tsd_engine *e);
 void tsd_sequencer_free(tsd_engine *e);
+
+/* scatter.c: whole-tensor put (root -> slices, written in place) or get (slices -> root) for
+ * attributes without partial placements. Collective over the world. */
+bool tsd_attr_has_partial(const ts_attr *a);
+int tsd_scatter_gather(tsd_engine *e, ts_stored *t, int root, void *whole, bool put,
+                       ts_error *err);
 
 /* ops.c: the handlers */
 void tsd_run_local(tsd_engine *e, tsd_work *w);

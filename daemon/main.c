@@ -5,6 +5,7 @@
  * this thread until a shutdown (request or SIGTERM/SIGINT) has run on every rank. Then it stops
  * the loop thread (answers flushed, sockets removed) and finalizes MPI. Exit code 0 on a clean
  * shutdown. */
+#include <malloc.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,11 @@ int main(int argc, char **argv) {
   if (prc != 0)
     return prc > 0 ? 0 : 2;
   tsd_log_threshold = cfg.log_level;
+  /* Frames and chunks (up to a few tens of MiB) come and go all the time: keep them in the heap
+   * instead of mapping fresh zeroed pages for each one. */
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  ts_kernels_set_threads((int)cfg.copy_threads);
   signal(SIGPIPE, SIG_IGN);
   ts_error err;
   ts_error_clear(&err);

@@ -267,6 +267,9 @@ static int run_put(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts
   int rc = agree(e, lst, &lerr, err);
   if (rc)
     return rc;
+  if (!tsd_attr_has_partial(t->attr)) /* the data is checked and complete: write in place */
+    return tsd_scatter_gather(e, t, op->origin, op->origin == e->rank ? origin->staging : NULL,
+                              true, err);
   ts_attr *src_attr = NULL;
   ts_plan *plan = NULL;
   ts_plan_opts po = {TS_STRATEGY_AUTO, e->cfg->staging, e->size};
@@ -332,6 +335,28 @@ static int run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts
   int rc = agree(e, lst, &lerr, err);
   if (rc)
     return rc;
+  if (!tsd_attr_has_partial(t->attr)) {
+    uint8_t *whole = NULL;
+    if (op->origin == e->rank) {
+      whole = tsd_buf_take(e, bytes);
+      lst = whole ? TS_OK
+                  : ts_error_set(&lerr, TS_NO_MEMORY, "no memory for the gathered tensor");
+    }
+    if ((rc = agree(e, lst, &lerr, err)))
+      return rc;
+    rc = tsd_scatter_gather(e, t, op->origin, whole, false, err);
+    if (rc == TS_OK && c) {
+      c->get_buf = whole;
+      c->get_total = bytes;
+      c->get_active = true;
+      c->get_slice = false;
+      snprintf(c->get_name, sizeof c->get_name, "%s", name);
+      e->staging_used += (int64_t)bytes;
+    } else {
+      tsd_buf_give(e, whole, bytes);
+    }
+    return rc;
+  }
   ts_attr *tgt = NULL;
   ts_plan *plan = NULL;
   ts_plan_opts po = {TS_STRATEGY_AUTO, e->cfg->staging, e->size};

@@ -58,7 +58,7 @@ static uint8_t *pack_forwarded(Tshard__Request *req, size_t *len, uint64_t *hash
 
 static void pending_free(tsd_engine *e, tsd_pending *p) {
   if (p->staging) {
-    free(p->staging);
+    tsd_buf_give(e, p->staging, p->staging_bytes);
     e->staging_used -= (int64_t)p->staging_bytes;
   }
   free(p);
@@ -144,7 +144,7 @@ void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *
   if (!p || !body) {
     free(p);
     free(body);
-    free(staging);
+    tsd_buf_give(e, staging, staging_bytes);
     e->staging_used -= (int64_t)staging_bytes;
     tsd_reply_status(e, conn_id, req->id, TS_NO_MEMORY, "no memory to submit the operation");
     tsd_request_free(&req);
@@ -250,6 +250,8 @@ int tsd_run_ordered(tsd_engine *e) {
     ts_error err;
     ts_error_clear(&err);
     e->collective_ops++;
+    TSD_LOG(TSD_LOG_DEBUG, "operation %llu (%s from rank %d) starts", (unsigned long long)op->seq,
+            tsd_op_name(op->req->op_case), op->origin);
     int status = tsd_run_collective(e, op, origin, &err);
     const char *key = op->req->idempotency_key;
     TSD_LOG(TSD_LOG_DEBUG, "operation %llu (%s from rank %d) -> %s", (unsigned long long)op->seq,

@@ -12,6 +12,28 @@
 
 #include "engine.h"
 
+void *tsd_buf_take(tsd_engine *e, size_t bytes) {
+  if (e->spare && e->spare_bytes == bytes) {
+    void *p = e->spare;
+    e->spare = NULL;
+    e->spare_bytes = 0;
+    return p;
+  }
+  return malloc(bytes ? bytes : 1);
+}
+
+void tsd_buf_give(tsd_engine *e, void *p, size_t bytes) {
+  if (!p)
+    return;
+  if (bytes < (1u << 20)) { /* small ones: malloc's own heap reuses them */
+    free(p);
+    return;
+  }
+  free(e->spare);
+  e->spare = p;
+  e->spare_bytes = bytes;
+}
+
 tsd_conn_state *tsd_conn_get(tsd_engine *e, uint64_t conn_id, bool create) {
   for (tsd_conn_state *c = e->conns; c; c = c->next)
     if (c->conn_id == conn_id)
@@ -29,7 +51,7 @@ tsd_conn_state *tsd_conn_get(tsd_engine *e, uint64_t conn_id, bool create) {
 
 void tsd_conn_put_reset(tsd_engine *e, tsd_conn_state *c) {
   if (c->put_buf) {
-    free(c->put_buf);
+    tsd_buf_give(e, c->put_buf, c->put_total);
     e->staging_used -= (int64_t)c->put_total;
   }
   c->put_buf = NULL;
@@ -39,7 +61,7 @@ void tsd_conn_put_reset(tsd_engine *e, tsd_conn_state *c) {
 
 void tsd_conn_get_reset(tsd_engine *e, tsd_conn_state *c) {
   if (c->get_buf) {
-    free(c->get_buf);
+    tsd_buf_give(e, c->get_buf, c->get_total);
     e->staging_used -= (int64_t)c->get_total;
   }
   c->get_buf = NULL;
@@ -113,7 +135,7 @@ static tsd_conn_state *stage_chunk(tsd_engine *e, uint64_t conn_id, uint64_t req
       tsd_reply_status(e, conn_id, req_id, err.code, err.msg);
       return NULL;
     }
-    c->put_buf = malloc(total ? total : 1);
+    c->put_buf = tsd_buf_take(e, total);
     if (!c->put_buf) {
       tsd_reply_status(e, conn_id, req_id, TS_NO_MEMORY, "no memory for the put's staging");
       return NULL;
@@ -175,7 +197,7 @@ void tsd_handle_put_chunk(tsd_engine *e, tsd_work *w) {
   c->put_buf = NULL;
   c->put_active = false;
   if (e->stopping) {
-    free(staging);
+    tsd_buf_give(e, staging, bytes);
     e->staging_used -= (int64_t)bytes;
     tsd_reply_status(e, w->conn_id, req->id, TS_SHUTDOWN, "the daemon is shutting down");
     return;
@@ -300,7 +322,7 @@ void tsd_handle_get_slice(tsd_engine *e, tsd_work *w) {
   if (!rc && bytes)
     rc = tsd_memory_check(e, bytes, "the slice copy", &err);
   if (!rc && bytes) {
-    c->get_buf = malloc(bytes);
+    c->get_buf = tsd_buf_take(e, bytes);
     if (!c->get_buf)
       rc = ts_error_set(&err, TS_NO_MEMORY, "no memory for a slice copy of %zu bytes", bytes);
   }

@@ -27,6 +27,10 @@ if(TARGET tshardd AND TARGET tshard)
   set_tests_properties(test_e2e_badinput PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                        ENVIRONMENT "${TS_MPI_TEST_ENV}")
 
+  add_executable(tshard-bench-rpc ${CMAKE_CURRENT_LIST_DIR}/bench/bench_rpc.c)
+  target_link_libraries(tshard-bench-rpc PRIVATE tse_harness tsshard)
+  add_dependencies(tshard-bench-rpc tshardd)
+
   tshard_e2e_test(test_e2e_concurrency)
   add_test(NAME test_e2e_concurrency COMMAND test_e2e_concurrency)
   set_tests_properties(test_e2e_concurrency PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}

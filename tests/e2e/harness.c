@@ -15,6 +15,8 @@
 
 int tse_failures;
 
+const char *tse_mpiexec(void) { return TSE_MPIEXEC; }
+
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -54,6 +54,8 @@ int tse_wait(tse_job *j, int timeout_s);
 /* After mpirun exited: checks the sockets are gone, prints the log on failures, removes the
  * job's directory; returns code. */
 int tse_finish(tse_job *j, int code);
+/* The mpirun the daemons are started with. */
+const char *tse_mpiexec(void);
 void tse_socket_path(const tse_job *j, int rank, char *buf, size_t cap);
 tshard_client *tse_connect(const tse_job *j, int rank);
 

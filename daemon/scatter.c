@@ -1,0 +1,126 @@
+/* scatter.c - whole-tensor puts and gets without the general executor, for attributes without
+ * partial placements (the common case): the rank holding the whole row-major tensor sends every
+ * other rank the chunks of its slice box (or receives them), and the pieces are copied straight
+ * between the whole tensor, the message buffers and the stored slices with the strided-copy
+ * kernel. No new slice is allocated (a put writes into the stored slices, whose layout it keeps)
+ * and no staging beyond one chunk per side.
+ *
+ * Both sides walk the same ranks and chunks in the same order (ts_box_chunk), so every message
+ * is matched. A copy that fails on one side still sends or receives its messages, so nobody
+ * waits forever; the statuses are agreed at the end. A get takes each distinct box once: from the
+ * lowest rank holding it (replicas send nothing). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+#define SCATTER_TAG 0x5ca7
+
+bool tsd_attr_has_partial(const ts_attr *a) {
+  for (int i = 0; i < a->mesh_ndim; i++)
+    if (a->place[i].kind == TS_PLACE_PARTIAL)
+      return true;
+  return false;
+}
+
+/* A dense row-major view of a box-shaped buffer. */
+static void box_view(const ts_box *b, ts_dtype dt, void *data, size_t bytes, ts_tensor *t) {
+  int64_t ext[TS_MAX_DIMS];
+  for (int d = 0; d < b->ndim; d++)
+    ext[d] = b->hi[d] - b->lo[d];
+  t->data = data;
+  t->bytes = bytes;
+  ts_layout_plain(&t->layout, dt, b->ndim, ext, NULL);
+}
+
+/* Copies box cb between the whole tensor (global coordinates) and a slice whose box is sb. */
+static int copy_piece(const ts_tensor *dst, const int64_t *dst_origin, const ts_tensor *src,
+                      const int64_t *src_origin, const ts_box *cb, ts_error *err) {
+  int64_t ds[TS_MAX_DIMS], ss[TS_MAX_DIMS], ext[TS_MAX_DIMS];
+  for (int d = 0; d < cb->ndim; d++) {
+    ds[d] = cb->lo[d] - dst_origin[d];
+    ss[d] = cb->lo[d] - src_origin[d];
+    ext[d] = cb->hi[d] - cb->lo[d];
+  }
+  return ts_copy_box(dst, ds, src, ss, ext, NULL, err);
+}
+
+/* put: whole (at `root`, row-major) -> every slice; get: every distinct slice -> whole at root. */
+int tsd_scatter_gather(tsd_engine *e, ts_stored *t, int root, void *whole, bool put,
+                       ts_error *err) {
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  int lst = TS_OK;
+  size_t es = ts_dtype_size(t->dtype);
+  int64_t chunk = e->cfg->staging > 0 ? e->cfg->staging : 64 << 20;
+  ts_geom *g = NULL;
+  int rc = ts_geom_create(t->attr, t->ndim, t->shape, &g, err);
+  if (rc)
+    return rc; /* the same on every rank: the attribute is the stored one */
+  ts_tensor wt;
+  memset(&wt, 0, sizeof wt);
+  int64_t zero[TS_MAX_DIMS] = {0};
+  if (e->rank == root) {
+    size_t bytes = es;
+    for (int d = 0; d < t->ndim; d++)
+      bytes *= (size_t)t->shape[d];
+    wt.data = whole;
+    wt.bytes = bytes;
+    ts_layout_plain(&wt.layout, t->dtype, t->ndim, t->shape, NULL);
+  }
+  uint8_t *buf = malloc((size_t)chunk);
+  if (!buf)
+    lst = ts_error_set(&lerr, TS_NO_MEMORY, "no memory for a transfer chunk of %lld bytes",
+                       (long long)chunk);
+  ts_box *boxes = calloc((size_t)e->size, sizeof *boxes);
+  bool *has = calloc((size_t)e->size, sizeof *has);
+  if (!boxes || !has)
+    lst = ts_error_set(&lerr, TS_NO_MEMORY, "no memory for the slice boxes");
+  for (int r = 0; boxes && has && r < e->size; r++)
+    has[r] = ts_geom_rank_box(g, r, &boxes[r]);
+  ts_comm *wc = ts_world_comm(e->world);
+  for (int r = 0; buf && boxes && has && r < e->size; r++) {
+    if (!has[r] || ts_box_numel(&boxes[r]) == 0)
+      continue;
+    bool dup = false; /* a get reads each box once */
+    for (int q = 0; !put && q < r && !dup; q++)
+      dup = has[q] && ts_box_equal(&boxes[q], &boxes[r]);
+    if (dup || (e->rank != root && e->rank != r))
+      continue;
+    const ts_box *b = &boxes[r];
+    if (r == root) { /* the root's own slice: one direct copy */
+      if (lst == TS_OK)
+        lst = put ? copy_piece(&t->local, b->lo, &wt, zero, b, &lerr)
+                  : copy_piece(&wt, zero, &t->local, b->lo, b, &lerr);
+      continue;
+    }
+    int64_t n = ts_box_chunk_count(b, es, chunk);
+    for (int64_t k = 0; k < n; k++) {
+      ts_box cb;
+      ts_box_chunk(b, es, chunk, k, &cb);
+      int64_t bytes = ts_box_numel(&cb) * (int64_t)es;
+      ts_tensor bt;
+      box_view(&cb, t->dtype, buf, (size_t)bytes, &bt);
+      bool sender = put ? e->rank == root : e->rank == r;
+      int peer = e->rank == root ? r : root;
+      if (sender && lst == TS_OK)
+        lst = put ? copy_piece(&bt, cb.lo, &wt, zero, &cb, &lerr)
+                  : copy_piece(&bt, cb.lo, &t->local, b->lo, &cb, &lerr);
+      void *p = buf;
+      int mrc = sender ? ts_comm_exchange(wc, 1, &peer, &p, &bytes, 0, NULL, NULL, NULL,
+                                          SCATTER_TAG, &lerr)
+                       : ts_comm_exchange(wc, 0, NULL, NULL, NULL, 1, &peer, &p, &bytes,
+                                          SCATTER_TAG, &lerr);
+      if (mrc && lst == TS_OK)
+        lst = mrc;
+      if (!sender && lst == TS_OK)
+        lst = put ? copy_piece(&t->local, b->lo, &bt, cb.lo, &cb, &lerr)
+                  : copy_piece(&wt, zero, &bt, cb.lo, &cb, &lerr);
+    }
+  }
+  free(buf);
+  free(boxes);
+  free(has);
+  ts_geom_destroy(&g);
+  return ts_comm_agree(wc, lst, &lerr, err);
+}

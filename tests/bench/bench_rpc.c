@@ -1,0 +1,218 @@
+/* bench_rpc.c - the RPC benchmark of tshardd: `tshard-bench-rpc` starts its own daemons under
+ * `mpirun -np 2` and prints key=value lines:
+ *
+ *   ping_p50_us, ping_p99_us      round trip of 20000 pings to rank 0 (served by the loop thread)
+ *   put_1gib_gbps, get_1gib_gbps  a 1 GiB f32 tensor ([16384, 16384], S(0) over 2 ranks) put
+ *                                 whole and got whole by one client (best of 2, GB = 1e9 bytes)
+ *   memcpy_gbps                   memcpy of the same 1 GiB in the same run (the limit)
+ *   reshard_s0_s1_daemon_ms       S(0) -> S(1) of that tensor through the daemons (median of 5)
+ *   reshard_s0_s1_engine_ms       the same reshard through the engine directly (ts_store_reshard
+ *                                 in an MPI job of 2 ranks started by this program with --engine,
+ *                                 median of 5, slowest rank)
+ *   reshard_daemon_overhead_pct   (daemon - engine) / engine
+ *   idle_cpu_percent              CPU of the busiest idle daemon over 10 s, in % of one core
+ *
+ * Targets: ping p50 < 100 us; put and get >= 1 GB/s; overhead < 10 %; idle CPU < 2 %. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "ts_comm.h"
+#include "ts_shard.h"
+
+#define ROWS 16384
+#define COLS 16384
+#define REPS 5
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* --engine: the same reshard as the daemons run, straight through the store, under mpirun. */
+static int engine_mode(int argc, char **argv) {
+  ts_world *w = NULL;
+  ts_error err;
+  if (ts_world_init(&argc, &argv, MPI_THREAD_SERIALIZED, &w, &err)) {
+    fprintf(stderr, "%s\n", err.msg);
+    return 1;
+  }
+  int rank = ts_world_rank(w);
+  ts_store *s = NULL;
+  ts_attr *s0 = NULL, *s1 = NULL;
+  int64_t shape[2] = {ROWS, COLS};
+  ts_stored *e = NULL;
+  if (ts_store_create(&s, rank, 0, &err) ||
+      ts_attr_parse("mesh=[2] placements=[S(0)]", &s0, &err) ||
+      ts_attr_parse("mesh=[2] placements=[S(1)]", &s1, &err) ||
+      ts_store_add(s, "big", 2, shape, TS_F32, s0, NULL, &e, &err)) {
+    fprintf(stderr, "engine setup: %s\n", err.msg);
+    return 1;
+  }
+  memset(e->local.data, 1, e->local.bytes);
+  double t[REPS];
+  ts_plan_opts po = {TS_STRATEGY_AUTO, 64 << 20, 0};
+  for (int i = 0; i < REPS; i++) {
+    ts_comm_barrier(ts_world_comm(w), NULL);
+    double t0 = now();
+    int rc = ts_store_reshard(s, w, "big", s1, NULL, &po, NULL, &err);
+    int64_t us = (int64_t)((now() - t0) * 1e6);
+    ts_comm_allreduce_i64(ts_world_comm(w), &us, 1, TS_COMM_MAX, NULL);
+    t[i] = (double)us / 1000.0;
+    if (rc || ts_store_reshard(s, w, "big", s0, NULL, &po, NULL, &err)) {
+      fprintf(stderr, "engine reshard: %s\n", err.msg);
+      return 1;
+    }
+  }
+  if (rank == 0)
+    printf("engine_ms=%.3f\n", median(t, REPS));
+  ts_attr_destroy(&s0);
+  ts_attr_destroy(&s1);
+  ts_store_destroy(&s);
+  ts_world_finalize(&w, NULL);
+  return 0;
+}
+
+static double engine_reshard_ms(const char *self) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "%s -np 2 --oversubscribe %s --engine", tse_mpiexec(), self);
+  FILE *p = popen(cmd, "r");
+  double ms = -1;
+  char line[256];
+  while (p && fgets(line, sizeof line, p))
+    sscanf(line, "engine_ms=%lf", &ms);
+  if (p)
+    pclose(p);
+  return ms;
+}
+
+static double cpu_seconds(int pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')');
+  unsigned long long ut = 0, st = 0;
+  /* after ") ": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
+  if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+    return -1;
+  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--engine") == 0)
+    return engine_mode(argc, argv);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  setenv("OMPI_MCA_btl", "self,vader,tcp", 0);
+  setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+  tse_job job;
+  if (tse_start(&job, 2, NULL, 120))
+    return 1;
+  tshard_client *c = tse_connect(&job, 0);
+  if (!c)
+    return 1;
+
+  enum { NPING = 20000 };
+  static double lat[NPING];
+  for (int i = 0; i < 1000; i++)
+    tshard_ping(c, NULL, NULL);
+  for (int i = 0; i < NPING; i++) {
+    double t0 = now();
+    TSE_OK(c, tshard_ping(c, NULL, NULL));
+    lat[i] = (now() - t0) * 1e6;
+  }
+  qsort(lat, NPING, sizeof *lat, cmp_double);
+  printf("ping_p50_us=%.1f\nping_p99_us=%.1f\n", lat[NPING / 2], lat[NPING * 99 / 100]);
+  fflush(stdout);
+
+  size_t bytes = (size_t)ROWS * COLS * 4;
+  float *data = malloc(bytes), *back = malloc(bytes);
+  for (size_t i = 0; i < bytes / 4; i++)
+    data[i] = (float)(i % 1000);
+  memset(back, 0, bytes);
+  int64_t shape[2] = {ROWS, COLS};
+  TSE_OK(c, tshard_create(c, "big", "f32", 2, shape, "mesh=[2] placements=[S(0)]", NULL, NULL));
+  double best_put = 1e30, best_get = 1e30;
+  for (int rep = 0; rep < 2; rep++) {
+    double t0 = now();
+    TSE_OK(c, tshard_put(c, "big", data, bytes, NULL));
+    double t1 = now();
+    TSE_OK(c, tshard_get(c, "big", back, bytes));
+    double t2 = now();
+    if (t1 - t0 < best_put)
+      best_put = t1 - t0;
+    if (t2 - t1 < best_get)
+      best_get = t2 - t1;
+  }
+  TSE_CHECK(memcmp(data, back, bytes) == 0, "the 1 GiB tensor came back different");
+  double t0 = now();
+  memcpy(back, data, bytes);
+  double tm = now() - t0;
+  t0 = now();
+  memcpy(data, back, bytes);
+  tm = (now() - t0) < tm ? now() - t0 : tm;
+  printf("put_1gib_gbps=%.2f\nget_1gib_gbps=%.2f\nmemcpy_gbps=%.2f\n", bytes / best_put / 1e9,
+         bytes / best_get / 1e9, bytes / tm / 1e9);
+  fflush(stdout);
+  free(data);
+  free(back);
+
+  if (getenv("TSHARD_BENCH_TRANSFER_ONLY")) { /* for quick looks at the transfer path */
+    tse_stop(&job);
+    return tse_failures ? 1 : 0;
+  }
+  double td[REPS];
+  for (int i = 0; i < REPS; i++) {
+    t0 = now();
+    TSE_OK(c, tshard_reshard(c, "big", "mesh=[2] placements=[S(1)]", NULL));
+    td[i] = (now() - t0) * 1e3;
+    TSE_OK(c, tshard_reshard(c, "big", "mesh=[2] placements=[S(0)]", NULL));
+  }
+  TSE_OK(c, tshard_drop(c, "big", NULL));
+  double daemon_ms = median(td, REPS);
+  tshard_close(&c);
+
+  /* Idle: nothing connected, 10 s. */
+  double before[2], after[2];
+  for (int r = 0; r < 2; r++)
+    before[r] = cpu_seconds(job.daemon_pids[r]);
+  double w0 = now();
+  struct timespec ten = {10, 0};
+  nanosleep(&ten, NULL);
+  double wall = now() - w0;
+  double idle = 0;
+  for (int r = 0; r < 2; r++) {
+    after[r] = cpu_seconds(job.daemon_pids[r]);
+    double pct = (after[r] - before[r]) / wall * 100.0;
+    if (pct > idle)
+      idle = pct;
+  }
+  tse_stop(&job);
+
+  double engine_ms = engine_reshard_ms(argv[0]);
+  printf("reshard_s0_s1_daemon_ms=%.1f\nreshard_s0_s1_engine_ms=%.1f\n", daemon_ms, engine_ms);
+  printf("reshard_daemon_overhead_pct=%.1f\n", (daemon_ms - engine_ms) / engine_ms * 100.0);
+  printf("idle_cpu_percent=%.2f\n", idle);
+  return tse_failures ? 1 : 0;
+}
