@@ -35,7 +35,7 @@ typedef struct tsd_pending {
   uint64_t ticket;   /* this rank's number for the submission */
   char key[TSD_KEY_MAX];
   uint64_t hash;     /* of the operation, to catch a key reused for another one */
-  uint64_t conn_id, req_id;
+  uint64_t conn_id, req_id; /* conn_id 0: the client is gone */
   int op_case;
   uint8_t *staging;  /* put: the whole tensor, owned by the operation */
   uint64_t staging_bytes;

@@ -327,7 +327,7 @@ static int run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts
       bytes *= (uint64_t)t->shape[d];
   }
   if (!lst && op->origin == e->rank) {
-    c = origin ? tsd_conn_get(e, origin->conn_id, true) : NULL;
+    c = origin && origin->conn_id ? tsd_conn_get(e, origin->conn_id, true) : NULL;
     if (c)
       tsd_conn_get_reset(e, c);
     lst = tsd_memory_check(e, bytes, "the gathered tensor", &lerr);

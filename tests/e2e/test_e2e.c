@@ -190,6 +190,44 @@ static void single_driver(const reshard_case *cases, int ncases) {
       check_slices(clients, name, rc, seed);
     TSE_OK(drv, tshard_drop(drv, name, NULL));
   }
+  /* Plan: the EXPLAIN names the strategy, a forced one is honoured, nothing moves. */
+  {
+    const reshard_case *rc = &cases[0];
+    TSE_OK(drv, tshard_create(drv, "p", rc->dtype, rc->ndim, rc->shape, rc->src, NULL, NULL));
+    tshard_stats before, after;
+    TSE_OK(drv, tshard_stats_get(drv, &before));
+    char *explain = NULL, chosen[32] = "";
+    TSE_OK(drv, tshard_plan(drv, "p", rc->tgt[0], NULL, &explain, chosen, sizeof chosen));
+    TSE_CHECK(chosen[0] && explain && strstr(explain, chosen), "plan chose '%s': %s", chosen,
+              explain ? explain : "(none)");
+    free(explain);
+    explain = NULL;
+    TSE_OK(drv, tshard_plan(drv, "p", rc->tgt[0], "p2p", &explain, chosen, sizeof chosen));
+    TSE_CHECK(strcmp(chosen, "p2p") == 0, "forced p2p planned as '%s'", chosen);
+    free(explain);
+    explain = NULL;
+    int st = tshard_plan(drv, "p", rc->tgt[0], "allreduce", &explain, chosen, sizeof chosen);
+    TSE_CHECK(st == TS_BAD_STRATEGY && explain == NULL, "plan of allreduce gave %s",
+              tshard_status_name(st));
+    TSE_OK(drv, tshard_stats_get(drv, &after));
+    TSE_CHECK(after.collective_ops == before.collective_ops, "plan ran a collective operation");
+    uint64_t runs = 0;
+    for (int i = 0; i < after.nstrategies; i++)
+      runs += after.strategies[i].reshards;
+    TSE_CHECK(runs > 0, "stats count no reshard by strategy");
+    tshard_info info;
+    TSE_OK(drv, tshard_describe(drv, "p", &info));
+    TSE_CHECK(info.attr && strstr(info.attr, "placements=[S(0)") && info.ndim == 2 &&
+                  info.shape[0] == rc->shape[0] && !strcmp(info.dtype, rc->dtype),
+              "describe: %s", info.attr ? info.attr : "(no attribute)");
+    uint64_t total = 0;
+    for (int i = 0; i < info.nranks; i++)
+      total += info.ranks[i].bytes;
+    TSE_CHECK(total == (uint64_t)tse_numel(rc->ndim, rc->shape) * tse_dtype_size(rc->dtype),
+              "describe: %llu bytes over the ranks", (unsigned long long)total);
+    tshard_info_clear(&info);
+    TSE_OK(drv, tshard_drop(drv, "p", NULL));
+  }
   char **names = NULL;
   int count = -1;
   TSE_OK(drv, tshard_list(drv, &names, &count));
@@ -298,6 +336,18 @@ int main(int argc, char **argv) {
   }
   if (tse_start(&job, np, NULL, 120))
     return 1;
+  /* Connecting by rank finds the socket in the default directory ($TSHARD_SOCKET_DIR). */
+  setenv("TSHARD_SOCKET_DIR", job.dir, 1);
+  for (int r = 0; r < np; r++) {
+    tshard_client *c = NULL;
+    int rank = -1, size = -1;
+    TSE_CHECK(tshard_connect_rank(job.job, r, 10000, &c) == TS_OK, "connect to rank %d", r);
+    if (c) {
+      TSE_OK(c, tshard_ping(c, &rank, &size));
+      TSE_CHECK(rank == r && size == np, "rank %d answered as %d of %d", r, rank, size);
+      tshard_close(&c);
+    }
+  }
   const reshard_case *cases = np == 2 ? cases2 : cases4;
   int ncases = np == 2 ? (int)(sizeof cases2 / sizeof cases2[0])
                        : (int)(sizeof cases4 / sizeof cases4[0]);

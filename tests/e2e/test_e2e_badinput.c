@@ -232,9 +232,9 @@ int main(void) {
   FILE *tf = fopen(token_path, "w");
   fprintf(tf, "s3cret-token-for-tests\n");
   fclose(tf);
-  char listen[64];
-  snprintf(listen, sizeof listen, "tcp://127.0.0.1:%d", tcp_port);
-  const char *extra[] = {"--memory-limit", "1M", "--listen", listen, "--token-file", token_path,
+  char listen_url[64];
+  snprintf(listen_url, sizeof listen_url, "tcp://127.0.0.1:%d", tcp_port);
+  const char *extra[] = {"--memory-limit", "1M", "--listen", listen_url, "--token-file", token_path,
                          "--max-frame", "64K", NULL};
   if (tse_start(&job, 2, extra, 120)) {
     unlink(token_path);
@@ -460,6 +460,38 @@ int main(void) {
     send_request(fd, &greq);
     TSE_CHECK(read_answer(fd) == TS_OK, "first slice chunk refused");
     close(fd); /* mid-get */
+    /* A whole get whose client leaves before the gather ran: the gathered copy is dropped. */
+    fd = raw_connect(1);
+    Tshard__GetRequest gw = TSHARD__GET_REQUEST__INIT;
+    Tshard__Request wreq = TSHARD__REQUEST__INIT;
+    gw.name = "keep";
+    gw.max_bytes = 16;
+    wreq.op_case = TSHARD__REQUEST__OP_GET;
+    wreq.get = &gw;
+    send_request(fd, &wreq);
+    close(fd); /* mid-operation */
+  }
+  /* The client's timeout: a socket that accepts but never answers. */
+  {
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%.80s/silent.sock", job.dir);
+    const char *path = sa.sun_path;
+    int srv = socket(AF_UNIX, SOCK_STREAM, 0);
+    TSE_CHECK(bind(srv, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(srv, 4) == 0,
+              "silent socket: %s", strerror(errno));
+    tshard_client *t = NULL;
+    TSE_CHECK(tshard_connect_path(path, 200, &t) == TS_OK, "connect to the silent socket");
+    if (t) {
+      int rc = tshard_ping(t, NULL, NULL);
+      TSE_CHECK(rc == TS_TIMEOUT, "ping of a silent daemon gave %s", tshard_status_name(rc));
+      rc = tshard_ping(t, NULL, NULL);
+      TSE_CHECK(rc == TS_IO, "a call after a timeout gave %s", tshard_status_name(rc));
+      tshard_close(&t);
+    }
+    close(srv);
+    unlink(path);
   }
   /* TCP: the token is required. */
   {
