@@ -37,6 +37,9 @@ int tshard_ping(tshard_client *c, int *rank, int *world_size) {
       *rank = r->ping->rank;
     if (world_size)
       *world_size = r->ping->world_size;
+    /* Chunks must fit the daemon's frames, with room for the message around the data. */
+    if (r->ping->max_frame > 8192 && c->chunk > r->ping->max_frame - 4096)
+      c->chunk = r->ping->max_frame - 4096;
   }
   if (r)
     tsc_free(c, r);
@@ -155,30 +158,7 @@ static int get_chunks(tshard_client *c, const char *name, const char *layout, bo
         rc = tsc_fail(c, exact ? TS_BAD_SHAPE : TS_LIMIT,
                       "'%s' has %llu bytes; the buffer has %zu", name ? name : "",
                       (unsigned long long)total, cap);
-        /* Read the rest so that the daemon frees its copy. */
-        if (r->data->data.len < total) {
-          Tshard__Response *r2 = NULL;
-          off = r->data->data.len;
-          tsc_free(c, r);
-          r = NULL;
-          while (off < total) {
-            if (slice)
-              gs.offset = off;
-            else
-              g.offset = off;
-            if (tsc_call(c, &req, &r2) != TS_OK || r2->result_case != TSHARD__RESPONSE__RESULT_DATA ||
-                r2->data->data.len == 0) {
-              if (r2)
-                tsc_free(c, r2);
-              break;
-            }
-            off += r2->data->data.len;
-            tsc_free(c, r2);
-            r2 = NULL;
-          }
-          tsc_fail(c, exact ? TS_BAD_SHAPE : TS_LIMIT, "'%s' has %llu bytes; the buffer has %zu",
-                   name ? name : "", (unsigned long long)total, cap);
-        }
+        /* Not read further: the daemon drops its copy at the next get or the close. */
       }
     }
     if (rc) {

@@ -78,10 +78,17 @@ int tshard_connect_path(const char *path, int timeout_ms, tshard_client **out) {
     close(fd);
     return TS_IO;
   }
-  if (!(*out = client_new(fd, timeout_ms))) {
+  tshard_client *c = client_new(fd, timeout_ms);
+  if (!c) {
     close(fd);
     return TS_NO_MEMORY;
   }
+  int rc = tshard_ping(c, NULL, NULL); /* a daemon that serves, and its frame size */
+  if (rc) {
+    tshard_close(&c);
+    return rc;
+  }
+  *out = c;
   return TS_OK;
 }
 

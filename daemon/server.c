@@ -159,6 +159,7 @@ static void reply_ping(conn *c, const Tshard__Request *req) {
   p.rank = c->srv->rank;
   p.world_size = c->srv->size;
   p.job = (char *)c->srv->cfg->job;
+  p.max_frame = (uint64_t)c->srv->cfg->max_frame;
   uint8_t *frame;
   size_t len;
   if (tsd_response_frame(&r, &frame, &len, NULL) == TS_OK)

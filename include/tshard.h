@@ -40,6 +40,8 @@ const char *tshard_status_name(int status);
  * $XDG_RUNTIME_DIR/tshard, else /tmp/tshard-<uid> (the daemon's default). */
 void tshard_socket_path(char *buf, size_t cap, const char *job, int rank);
 
+/* Each connect pings the daemon (so it returns only once the daemon serves) and sizes the data
+ * chunks by the daemon's maximum frame. */
 int tshard_connect_rank(const char *job, int rank, int timeout_ms, tshard_client **out);
 int tshard_connect_path(const char *path, int timeout_ms, tshard_client **out);
 /* Presents the token with a ping before returning. */
@@ -48,7 +50,7 @@ int tshard_connect_tcp(const char *host, int port, const char *token, int timeou
 /* Accepts NULL; sets *c = NULL. */
 void tshard_close(tshard_client **c);
 void tshard_set_timeout(tshard_client *c, int timeout_ms);
-/* Bytes per data chunk of puts and gets (default 16 MiB; must fit the daemon's frame). */
+/* Bytes per data chunk of puts and gets (default 16 MiB or what the daemon's frame allows). */
 void tshard_set_chunk(tshard_client *c, size_t bytes);
 /* The message of the last failed call ("" after a success). */
 const char *tshard_last_message(const tshard_client *c);
@@ -68,7 +70,8 @@ int tshard_put_slice(tshard_client *c, const char *name, const char *layout, con
 /* The whole tensor, row-major, gathered to this client's rank; bytes must be its exact size. */
 int tshard_get(tshard_client *c, const char *name, void *buf, size_t bytes);
 /* This rank's slice in `layout`; *bytes gets its size (0 when this rank holds none). When cap
- * is too small, TS_LIMIT is returned with *bytes set and nothing copied. */
+ * is too small (cap 0 asks for the size only), TS_LIMIT is returned with *bytes set and nothing
+ * copied; the daemon keeps its copy until the next get or the close of the connection. */
 int tshard_get_slice(tshard_client *c, const char *name, const char *layout, void *buf,
                      size_t cap, size_t *bytes);
 

@@ -13,6 +13,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -154,6 +155,41 @@ static void expect_raw_close(const char *what, const void *bytes, size_t n, int 
             ts_status_name(want));
   TSE_CHECK(closed_by_peer(fd), "%s: the daemon kept the connection open", what);
   close(fd);
+}
+
+/* A fake daemon: accepts one connection, answers its first request (the connect's ping) with a
+ * ping answer, then reads and never answers until the client closes. */
+static void *silent_daemon(void *arg) {
+  int fd = accept(*(int *)arg, NULL, NULL);
+  if (fd < 0)
+    return NULL;
+  uint8_t h[4], body[4096];
+  if (read_full(fd, h, 4, 10000)) {
+    uint32_t len = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
+                   (uint32_t)h[3] << 24;
+    Tshard__Request *req =
+        len <= sizeof body && read_full(fd, body, len, 10000)
+            ? tshard__request__unpack(NULL, len, body)
+            : NULL;
+    if (req) {
+      Tshard__Response r = TSHARD__RESPONSE__INIT;
+      Tshard__PingResult p = TSHARD__PING_RESULT__INIT;
+      r.id = req->id;
+      r.result_case = TSHARD__RESPONSE__RESULT_PING;
+      r.ping = &p;
+      size_t n = tshard__response__get_packed_size(&r);
+      uint8_t out[256] = {(uint8_t)n, 0, 0, 0};
+      tshard__response__pack(&r, out + 4);
+      send_bytes(fd, out, n + 4);
+      tshard__request__free_unpacked(req, NULL);
+    }
+  }
+  uint8_t sink[4096];
+  struct pollfd pfd = {fd, POLLIN, 0};
+  while (poll(&pfd, 1, 20000) > 0 && recv(fd, sink, sizeof sink, 0) > 0) {
+  }
+  close(fd);
+  return NULL;
 }
 
 static Tshard__DistAttr text_attr(const char *text) {
@@ -471,27 +507,30 @@ int main(void) {
     send_request(fd, &wreq);
     close(fd); /* mid-operation */
   }
-  /* The client's timeout: a socket that accepts but never answers. */
+  /* The client's timeout: a fake daemon that answers the connect's ping, then never again. */
   {
     struct sockaddr_un sa;
     memset(&sa, 0, sizeof sa);
     sa.sun_family = AF_UNIX;
     snprintf(sa.sun_path, sizeof sa.sun_path, "%.80s/silent.sock", job.dir);
-    const char *path = sa.sun_path;
     int srv = socket(AF_UNIX, SOCK_STREAM, 0);
     TSE_CHECK(bind(srv, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(srv, 4) == 0,
               "silent socket: %s", strerror(errno));
+    pthread_t th;
+    pthread_create(&th, NULL, silent_daemon, &srv);
     tshard_client *t = NULL;
-    TSE_CHECK(tshard_connect_path(path, 200, &t) == TS_OK, "connect to the silent socket");
+    int rc = tshard_connect_path(sa.sun_path, 300, &t);
+    TSE_CHECK(rc == TS_OK, "connect to the fake daemon gave %s", tshard_status_name(rc));
     if (t) {
-      int rc = tshard_ping(t, NULL, NULL);
+      rc = tshard_ping(t, NULL, NULL);
       TSE_CHECK(rc == TS_TIMEOUT, "ping of a silent daemon gave %s", tshard_status_name(rc));
       rc = tshard_ping(t, NULL, NULL);
       TSE_CHECK(rc == TS_IO, "a call after a timeout gave %s", tshard_status_name(rc));
-      tshard_close(&t);
+      tshard_close(&t); /* the fake daemon sees the close and ends */
     }
+    pthread_join(th, NULL);
     close(srv);
-    unlink(path);
+    unlink(sa.sun_path);
   }
   /* TCP: the token is required. */
   {
