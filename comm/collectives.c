@@ -53,14 +53,15 @@ int ts__comm_types_init(ts_error *err) {
   return TS_OK;
 }
 
-void ts__comm_types_free(void) {
+int ts__comm_types_free(ts_error *err) {
   if (!types_ready)
-    return;
-  for (int dt = 0; dt < TS_DTYPE_COUNT; dt++)
-    MPI_Type_free(&dtype_types[dt]);
-  for (int op = 0; op < TS_REDUCE_COUNT; op++)
-    MPI_Op_free(&user_ops[op]);
+    return TS_OK;
   types_ready = false;
+  for (int dt = 0; dt < TS_DTYPE_COUNT; dt++)
+    TS_MPI_CHECK(MPI_Type_free(&dtype_types[dt]), err);
+  for (int op = 0; op < TS_REDUCE_COUNT; op++)
+    TS_MPI_CHECK(MPI_Op_free(&user_ops[op]), err);
+  return TS_OK;
 }
 
 int ts__comm_reduce_types(ts_dtype dt, ts_reduce_op op, MPI_Datatype *type, MPI_Op *mop,

@@ -43,7 +43,7 @@ int ts__mpi_error(int mpi_rc, const char *call, const char *file, int line, ts_e
 
 /* Typed reductions: the MPI datatype and op for a dtype and reduce op (built once per world). */
 int ts__comm_types_init(ts_error *err);
-void ts__comm_types_free(void);
+int ts__comm_types_free(ts_error *err);
 int ts__comm_reduce_types(ts_dtype dt, ts_reduce_op op, MPI_Datatype *type, MPI_Op *mop,
                           ts_error *err);
 

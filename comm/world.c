@@ -89,7 +89,9 @@ int ts_world_finalize(ts_world **pw, ts_error *err) {
     free(c->ranks);
     free(c);
   }
-  ts__comm_types_free();
+  ts_error terr;
+  if (ts__comm_types_free(&terr) != TS_OK && rc == TS_OK)
+    rc = ts_error_set(err, terr.code, "%s", terr.msg);
   int mrc = MPI_Comm_free(&w->world.comm);
   if (mrc != MPI_SUCCESS && rc == TS_OK)
     rc = ts__mpi_error(mrc, "MPI_Comm_free", __FILE__, __LINE__, err);
@@ -164,11 +166,12 @@ int ts_comm_group(ts_world *w, const int *ranks, int n, ts_comm **out, ts_error 
   c->next = w->cache;
   w->cache = c;
   w->ncached++;
-  MPI_Group_free(&group);
-  MPI_Group_free(&world_group);
   *out = c;
+  TS_MPI_CHECK(MPI_Group_free(&group), err);
+  TS_MPI_CHECK(MPI_Group_free(&world_group), err);
   return TS_OK;
 fail:
+  /* Cleanup after a failure already reported: its own errors add nothing. */
   if (group != MPI_GROUP_NULL)
     MPI_Group_free(&group);
   if (world_group != MPI_GROUP_NULL)
