@@ -447,6 +447,16 @@ static int run_gather(exec *ex, bool use_root, ts_error *err) {
     g_bytes = total;
     g = stage_alloc(ex, g_bytes);
   }
+  int *peers = NULL;
+  void **bufs = NULL;
+  int64_t *bytes = NULL;
+  if (use_root) {
+    peers = malloc((size_t)P * sizeof *peers);
+    bufs = malloc((size_t)P * sizeof *bufs);
+    bytes = malloc((size_t)P * sizeof *bytes);
+    if (!peers || !bufs || !bytes)
+      local_fail(ex, ts_error_set(&ex->lerr, TS_NO_MEMORY, "no memory for the root gather"));
+  }
   int rc = agree_first(ex, err);
   if (rc == TS_OK && counts[me] > 0)
     pack(ex, &boxes[me], g + displs[me]);
@@ -456,12 +466,7 @@ static int run_gather(exec *ex, bool use_root, ts_error *err) {
     ex->received += total - counts[me];
   } else if (rc == TS_OK) {
     int n = 0;
-    int *peers = malloc((size_t)P * sizeof *peers);
-    void **bufs = malloc((size_t)P * sizeof *bufs);
-    int64_t *bytes = malloc((size_t)P * sizeof *bytes);
-    if (!peers || !bufs || !bytes) {
-      rc = ts_error_set(err, TS_NO_MEMORY, "no memory for the root gather");
-    } else if (me == 0) {
+    if (me == 0) {
       for (int i = 1; i < P; i++)
         if (counts[i] > 0) {
           peers[n] = i;
@@ -477,9 +482,6 @@ static int run_gather(exec *ex, bool use_root, ts_error *err) {
       ex->sent += counts[me];
       rc = ts_comm_exchange(ex->ucomm, 1, peers, bufs, bytes, 0, NULL, NULL, NULL, 1, err);
     }
-    free(peers);
-    free(bufs);
-    free(bytes);
     if (rc == TS_OK) {
       rc = ts_comm_bcast(ex->ucomm, g, total, 0, err);
       if (me == 0)
@@ -504,6 +506,9 @@ static int run_gather(exec *ex, bool use_root, ts_error *err) {
   }
   if (!direct)
     stage_free(ex, g, g_bytes);
+  free(peers);
+  free(bufs);
+  free(bytes);
   free(counts);
   free(boxes);
   return rc;
@@ -534,8 +539,21 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
   char *sbuf = NULL, *rbuf = NULL;
   bool send_direct = false, recv_direct = false;
   int *sc = NULL, *sd = NULL, *rcn = NULL, *rd = NULL, *peer_pos = NULL;
+  int *xs_peer = NULL, *xr_peer = NULL; /* p2p: this round's messages */
+  void **xs_buf = NULL, **xr_buf = NULL;
+  int64_t *xs_bytes = NULL, *xr_bytes = NULL;
   if (ex->lst == TS_OK) {
     size_t ns = (size_t)rp.nsend + 1, nr = (size_t)rp.nrecv + 1;
+    if (!alltoall) {
+      xs_peer = malloc(ns * sizeof(int));
+      xr_peer = malloc(nr * sizeof(int));
+      xs_buf = malloc(ns * sizeof(void *));
+      xr_buf = malloc(nr * sizeof(void *));
+      xs_bytes = malloc(ns * sizeof(int64_t));
+      xr_bytes = malloc(nr * sizeof(int64_t));
+      if (!xs_peer || !xr_peer || !xs_buf || !xr_buf || !xs_bytes || !xr_bytes)
+        local_fail(ex, ts_error_set(&ex->lerr, TS_NO_MEMORY, "no memory for exchange tables"));
+    }
     soff = malloc(ns * sizeof *soff);
     snch = malloc(ns * sizeof *snch);
     roff = malloc(nr * sizeof *roff);
@@ -627,20 +645,6 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
     for (int k = 0; !partial_src && k < rp.nrecv; k++)
       if (rp.recv[k].peer == ex->me)
         copy_region(ex, &ex->tgt, &ex->tbox, ex->src, &ex->sbox, &rp.recv[k].box);
-  }
-  int *xs_peer = NULL, *xr_peer = NULL;
-  void **xs_buf = NULL, **xr_buf = NULL;
-  int64_t *xs_bytes = NULL, *xr_bytes = NULL;
-  if (rc == TS_OK && !alltoall) {
-    size_t ns = (size_t)rp.nsend + 1, nr = (size_t)rp.nrecv + 1;
-    xs_peer = malloc(ns * sizeof(int));
-    xr_peer = malloc(nr * sizeof(int));
-    xs_buf = malloc(ns * sizeof(void *));
-    xr_buf = malloc(nr * sizeof(void *));
-    xs_bytes = malloc(ns * sizeof(int64_t));
-    xr_bytes = malloc(nr * sizeof(int64_t));
-    if (!xs_peer || !xr_peer || !xs_buf || !xr_buf || !xs_bytes || !xr_bytes)
-      rc = ts_error_set(err, TS_NO_MEMORY, "no memory for the exchange tables");
   }
   for (int64_t r = 0; rc == TS_OK && r < rounds; r++) {
     int nxs = 0, nxr = 0;
