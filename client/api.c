@@ -144,7 +144,21 @@ static int get_chunks(tshard_client *c, const char *name, const char *layout, bo
       req.get = &g;
     }
     Tshard__Response *r = NULL;
-    int rc = tsc_call(c, &req, &r);
+    tsc_sink sink = {(uint8_t *)buf, cap, off, exact, false, 0, 0};
+    int rc = tsc_call_sink(c, &req, &r, buf ? &sink : NULL);
+    if (rc == TS_OK && sink.taken) {
+      if (off == 0) {
+        total = sink.total;
+        if (total_out)
+          *total_out = total;
+      }
+      if (sink.total != total || (sink.len == 0 && off < total)) {
+        c->broken = true; /* the daemon changed the size under us: do not go on */
+        return tsc_fail(c, TS_PROTOCOL, "the daemon answered a chunk that does not fit");
+      }
+      off += sink.len;
+      continue;
+    }
     if (rc == TS_OK && (r->result_case != TSHARD__RESPONSE__RESULT_DATA || r->data->offset != off ||
                         (off > 0 && r->data->total_bytes != total) ||
                         r->data->data.len > r->data->total_bytes - off ||

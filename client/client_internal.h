@@ -33,6 +33,20 @@ struct tshard_client {
  * TS_IO or TS_TIMEOUT; otherwise the daemon's status, with *resp set (free with
  * tshard__response__free_unpacked) whatever the status. */
 int tsc_call(tshard_client *c, Tshard__Request *req, Tshard__Response **resp);
+/* Where the data of a chunk answer may go directly: dst[offset ...] when the answer is a
+ * successful chunk at `offset` of a total that fits cap (exactly cap when exact). */
+typedef struct tsc_sink {
+  uint8_t *dst;
+  size_t cap;
+  uint64_t offset;
+  bool exact;
+  bool taken;          /* out: the data went to dst; no Response was decoded */
+  uint64_t total, len; /* out, when taken */
+} tsc_sink;
+
+/* tsc_call whose data answer may be received straight into the sink (then *resp is NULL). */
+int tsc_call_sink(tshard_client *c, Tshard__Request *req, Tshard__Response **resp,
+                  tsc_sink *sink);
 /* Frees an answer of tsc_call (it lives in the client's arena). */
 void tsc_free(tshard_client *c, Tshard__Response *r);
 int tsc_fail(tshard_client *c, int status, const char *fmt, ...)

@@ -332,9 +332,63 @@ static int send_request(tshard_client *c, Tshard__Request *req, int64_t deadline
   return rc;
 }
 
-int tsc_call(tshard_client *c, Tshard__Request *req, Tshard__Response **resp) {
+/* Reads a varint at *pos (bounded by n); false when it does not fit. */
+static bool varint_get(const uint8_t *p, size_t n, size_t *pos, uint64_t *v) {
+  *v = 0;
+  for (int shift = 0; shift < 64 && *pos < n; shift += 7) {
+    uint8_t b = p[(*pos)++];
+    *v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80))
+      return true;
+  }
+  return false;
+}
+
+/* Recognizes the start of a successful data answer: Response{id, status 0, no message,
+ * data = DataChunk{offset, total_bytes, data}} with the data bytes last in the frame (the order
+ * in which the daemon packs them). Sets where the data starts and its length; false for anything
+ * else, which then goes through the full decoder. */
+static bool data_prefix(const uint8_t *p, size_t n, uint64_t *id, uint64_t *offset,
+                        uint64_t *total, uint64_t *dlen, size_t *start) {
+  size_t pos = 0;
+  uint64_t key, v;
+  *id = *offset = *total = 0;
+  while (pos < n) {
+    if (!varint_get(p, n, &pos, &key))
+      return false;
+    if (key == (1 << 3 | 0) && varint_get(p, n, &pos, &v)) {
+      *id = v;
+    } else if (key == (2 << 3 | 0) && varint_get(p, n, &pos, &v)) {
+      if (v != 0)
+        return false;
+    } else if (key == (12 << 3 | 2) && varint_get(p, n, &pos, &v)) {
+      while (pos < n) {
+        if (!varint_get(p, n, &pos, &key))
+          return false;
+        if (key == (1 << 3 | 0) && varint_get(p, n, &pos, &v))
+          *offset = v;
+        else if (key == (2 << 3 | 0) && varint_get(p, n, &pos, &v))
+          *total = v;
+        else if (key == (3 << 3 | 2) && varint_get(p, n, &pos, dlen)) {
+          *start = pos;
+          return true;
+        } else
+          return false;
+      }
+      return false;
+    } else {
+      return false;
+    }
+  }
+  return false;
+}
+
+int tsc_call_sink(tshard_client *c, Tshard__Request *req, Tshard__Response **resp,
+                  tsc_sink *sink) {
   *resp = NULL;
   c->message[0] = '\0';
+  if (sink)
+    sink->taken = false;
   if (c->broken)
     return tsc_fail(c, TS_IO, "the connection broke in an earlier call; reconnect");
   req->id = ++c->next_id;
@@ -355,12 +409,47 @@ int tsc_call(tshard_client *c, Tshard__Request *req, Tshard__Response **resp) {
     c->broken = true;
     return tsc_fail(c, TS_PROTOCOL, "answer of %u bytes; at most %u", len, TSC_MAX_FRAME);
   }
-  if (!grow(&c->rbuf, &c->rcap, (size_t)len + 4) ||
-      !grow(&c->arena.buf, &c->arena.cap, (size_t)len + 65536)) {
+  if (!grow(&c->rbuf, &c->rcap, sink ? 4096 : (size_t)len + 4)) {
     c->broken = true;
     return tsc_fail(c, TS_NO_MEMORY, "no memory for an answer of %u bytes", len);
   }
-  rc = transfer(c, c->rbuf, len, false, deadline);
+  size_t have = 0;
+  if (sink) {
+    /* Data answers: the bytes go from the socket straight to the caller's buffer. */
+    have = len < 64 ? len : 64;
+    if ((rc = transfer(c, c->rbuf, have, false, deadline))) {
+      c->broken = true;
+      return rc;
+    }
+    uint64_t id, off, total, dlen;
+    size_t start;
+    if (data_prefix(c->rbuf, have, &id, &off, &total, &dlen, &start) && id == req->id &&
+        start + dlen == len && off == sink->offset && total <= sink->cap &&
+        (!sink->exact || total == sink->cap) && dlen <= total - off) {
+      size_t in_hand = have - start;
+      memcpy(sink->dst + off, c->rbuf + start, in_hand);
+      if ((rc = transfer(c, sink->dst + off + in_hand, dlen - in_hand, false, deadline))) {
+        c->broken = true;
+        return rc;
+      }
+      sink->taken = true;
+      sink->total = total;
+      sink->len = dlen;
+      return TS_OK;
+    }
+    uint8_t prefix[64]; /* not a data answer: decode it whole (grow does not keep contents) */
+    memcpy(prefix, c->rbuf, have);
+    if (!grow(&c->rbuf, &c->rcap, (size_t)len + 4)) {
+      c->broken = true;
+      return tsc_fail(c, TS_NO_MEMORY, "no memory for an answer of %u bytes", len);
+    }
+    memcpy(c->rbuf, prefix, have);
+  }
+  if (!grow(&c->arena.buf, &c->arena.cap, (size_t)len + 65536)) {
+    c->broken = true;
+    return tsc_fail(c, TS_NO_MEMORY, "no memory for an answer of %u bytes", len);
+  }
+  rc = transfer(c, c->rbuf + have, len - have, false, deadline);
   c->arena.used = 0;
   ProtobufCAllocator al = {arena_alloc, arena_free, &c->arena};
   Tshard__Response *r = rc ? NULL : tshard__response__unpack(&al, len, c->rbuf);
@@ -383,4 +472,8 @@ int tsc_call(tshard_client *c, Tshard__Request *req, Tshard__Response **resp) {
              r->message && r->message[0] ? r->message : ts_strerror(r->status));
   *resp = r;
   return r->status;
+}
+
+int tsc_call(tshard_client *c, Tshard__Request *req, Tshard__Response **resp) {
+  return tsc_call_sink(c, req, resp, NULL);
 }
