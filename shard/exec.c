@@ -405,9 +405,10 @@ static int run_reduce_scatter(exec *ex, ts_comm *line, ts_error *err) {
 /* ---------------------------------------------------------------------------------------------
  * allgather and root: every rank of the group gets every replica-0 source slice */
 
-static int run_gather(exec *ex, bool use_root, ts_error *err) {
+static int run_gather(exec *ex, ts_comm *comm, bool use_root, ts_error *err) {
   const ts_plan *p = ex->p;
-  int P = ts_comm_size(ex->ucomm), me = ts_comm_rank(ex->ucomm);
+  int P = ts_comm_size(comm), me = ts_comm_rank(comm);
+  bool line = !use_root && p->gather_dim >= 0;
   int64_t *counts = calloc(2 * (size_t)P, sizeof(int64_t));
   ts_box *boxes = malloc((size_t)P * sizeof *boxes);
   if (!counts || !boxes) {
@@ -416,28 +417,32 @@ static int run_gather(exec *ex, bool use_root, ts_error *err) {
     local_fail(ex, ts_error_set(&ex->lerr, TS_NO_MEMORY, "no memory for gather counts"));
     return agree_first(ex, err);
   }
+  /* Contributors: along one mesh dim, every rank of the line; over the whole group, one replica
+   * (index 0) of every source slice. */
   int64_t *displs = counts + P, total = 0;
   for (int i = 0; i < P; i++) {
-    int64_t si = ts_geom_mesh_index(p->src, p->union_ranks[i]), rep;
+    int64_t si, rep = 0;
+    if (line)
+      si = ex->si + (int64_t)(i - me) * p->src->mesh_stride[p->gather_dim];
+    else
+      si = ts_geom_mesh_index(p->src, p->union_ranks[i]);
     int64_t parts[TS_MAX_DIMS];
     ts__geom_decompose(p->src, si, parts, &rep, NULL);
     ts_geom_index_box(p->src, si, &boxes[i]);
-    counts[i] = rep == 0 ? ts_box_numel(&boxes[i]) * (int64_t)ex->es : 0;
+    counts[i] = line || rep == 0 ? ts_box_numel(&boxes[i]) * (int64_t)ex->es : 0;
     displs[i] = total;
     total += counts[i];
   }
-  /* Direct: the gathered slices in rank order are the row-major target itself. */
-  bool direct = ex->receiver && dense_row_major(&ex->tgt) && ts_box_numel(&ex->tbox) > 0;
-  for (int d = 0; direct && d < p->ndim; d++)
-    direct = ex->tbox.lo[d] == 0 && ex->tbox.hi[d] == p->shape[d];
-  int64_t next_row = 0;
+  /* Direct: the gathered slices, in rank order, are the dense target itself. */
+  bool direct = ex->receiver && ts_box_numel(&ex->tbox) * (int64_t)ex->es == total;
+  int64_t next = ex->tgt.layout.offset;
   for (int i = 0; direct && i < P; i++) {
+    int64_t off;
     if (counts[i] == 0)
       continue;
-    for (int d = 1; direct && d < p->ndim; d++)
-      direct = boxes[i].lo[d] == 0 && boxes[i].hi[d] == p->shape[d];
-    direct = direct && p->ndim > 0 && boxes[i].lo[0] == next_row;
-    next_row = boxes[i].hi[0];
+    direct = ts_box_contains(&ex->tbox, &boxes[i]) &&
+             contiguous_run(ex, &ex->tgt, &ex->tbox, &boxes[i], &off) && off == next;
+    next += counts[i];
   }
   char *g = NULL;
   int64_t g_bytes = 0;
@@ -461,7 +466,7 @@ static int run_gather(exec *ex, bool use_root, ts_error *err) {
   if (rc == TS_OK && counts[me] > 0)
     pack(ex, &boxes[me], g + displs[me]);
   if (rc == TS_OK && !use_root) {
-    rc = ts_comm_allgatherv(ex->ucomm, g, counts, displs, err);
+    rc = ts_comm_allgatherv(comm, g, counts, displs, err);
     ex->sent += counts[me] * (P - 1);
     ex->received += total - counts[me];
   } else if (rc == TS_OK) {
@@ -474,16 +479,16 @@ static int run_gather(exec *ex, bool use_root, ts_error *err) {
           bytes[n++] = counts[i];
           ex->received += counts[i];
         }
-      rc = ts_comm_exchange(ex->ucomm, 0, NULL, NULL, NULL, n, peers, bufs, bytes, 1, err);
+      rc = ts_comm_exchange(comm, 0, NULL, NULL, NULL, n, peers, bufs, bytes, 1, err);
     } else if (counts[me] > 0) {
       peers[0] = 0;
       bufs[0] = g + displs[me];
       bytes[0] = counts[me];
       ex->sent += counts[me];
-      rc = ts_comm_exchange(ex->ucomm, 1, peers, bufs, bytes, 0, NULL, NULL, NULL, 1, err);
+      rc = ts_comm_exchange(comm, 1, peers, bufs, bytes, 0, NULL, NULL, NULL, 1, err);
     }
     if (rc == TS_OK) {
-      rc = ts_comm_bcast(ex->ucomm, g, total, 0, err);
+      rc = ts_comm_bcast(comm, g, total, 0, err);
       if (me == 0)
         ex->sent += total * (P - 1);
       else
@@ -839,6 +844,13 @@ int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
   if (p->chosen == TS_STRATEGY_ALLREDUCE || p->chosen == TS_STRATEGY_REDUCE_SCATTER)
     if ((rc = changed_lines(&ex, p->chosen == TS_STRATEGY_REDUCE_SCATTER, &ln, err)))
       return rc;
+  ts_comm *gcomm = ex.ucomm;
+  if (p->chosen == TS_STRATEGY_ALLGATHER && p->gather_dim >= 0) {
+    const ts_attr *a = p->src->attr;
+    if ((rc = ts_comm_mesh_line(w, a->mesh_ndim, a->mesh_shape, a->ranks, p->gather_dim, &gcomm,
+                                err)))
+      return rc;
+  }
 
   ex.si = ts_geom_mesh_index(p->src, ex.me);
   ex.ti = ts_geom_mesh_index(p->tgt, ex.me);
@@ -873,7 +885,7 @@ int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
     break;
   case TS_STRATEGY_ALLGATHER:
   case TS_STRATEGY_ROOT:
-    rc = run_gather(&ex, p->chosen == TS_STRATEGY_ROOT, err);
+    rc = run_gather(&ex, gcomm, p->chosen == TS_STRATEGY_ROOT, err);
     break;
   case TS_STRATEGY_ALLTOALL:
   case TS_STRATEGY_P2P:

@@ -622,6 +622,61 @@ static bool gather_applies(ts_plan *p, ts_strategy s, ts_plan_costs *c, const ch
   return true;
 }
 
+/* allgather along one mesh dim of an N-D mesh: the same mesh, one mesh dim m goes S(d) -> R, the
+ * rest identical, and on every line along m the members' source slices tile the (common) target
+ * slice. Each rank then receives exactly what it lacks, from the ranks of its line only. */
+static bool line_gather_applies(ts_plan *p, ts_plan_costs *c) {
+  const ts_attr *a = p->src->attr, *b = p->tgt->attr;
+  if (!same_mesh(a, b) || a->mesh_ndim < 2)
+    return false;
+  int mdim = -1;
+  for (int m = 0; m < a->mesh_ndim; m++) {
+    if (same_place(&a->place[m], &b->place[m]))
+      continue;
+    if (mdim >= 0 || a->place[m].kind != TS_PLACE_SHARD ||
+        b->place[m].kind != TS_PLACE_REPLICATE)
+      return false;
+    mdim = m;
+  }
+  if (mdim < 0 || p->src->npartial > 1)
+    return false;
+  int64_t n = a->nranks, stride = p->src->mesh_stride[mdim], pm = a->mesh_shape[mdim];
+  int64_t *sum = calloc((size_t)n, sizeof(int64_t));
+  if (!sum)
+    return false;
+  int64_t es = (int64_t)p->esize, wire = 0, maxb = 0, msgs = 0, peak = 0;
+  bool ok = true;
+  for (int64_t i = 0; ok && i < n; i++) {
+    ts_box sb, tb;
+    ts_geom_index_box(p->src, i, &sb);
+    ts_geom_index_box(p->tgt, i, &tb);
+    ok = ts_box_contains(&tb, &sb);
+    sum[i - ((i / stride) % pm) * stride] += ts_box_numel(&sb);
+  }
+  for (int64_t i = 0; ok && i < n; i++) {
+    ts_box sb, tb;
+    ts_geom_index_box(p->src, i, &sb);
+    ts_geom_index_box(p->tgt, i, &tb);
+    ok = sum[i - ((i / stride) % pm) * stride] == ts_box_numel(&tb);
+    int64_t recv = (ts_box_numel(&tb) - ts_box_numel(&sb)) * es;
+    int64_t send = ts_box_numel(&sb) * es * (pm - 1);
+    wire += recv;
+    maxb = max64(maxb, max64(recv, send));
+    msgs += pm - 1;
+    peak = max64(peak, ts_box_numel(&tb) * es);
+  }
+  free(sum);
+  if (!ok)
+    return false;
+  p->gather_dim = mdim;
+  c->wire_bytes = wire;
+  c->max_rank_bytes = maxb;
+  c->messages = msgs;
+  c->peak_extra_bytes = peak;
+  c->rounds = 1;
+  return true;
+}
+
 /* Lexicographic order of the cost model: wire bytes, then the busiest rank, then messages, then
  * peak memory; ties go to the earlier strategy of the list. */
 static bool cheaper(const ts_plan_costs *x, const ts_plan_costs *y) {
@@ -749,7 +804,10 @@ int ts_plan_create(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr *s
   p->applies[TS_STRATEGY_REDUCE_SCATTER] = ok;
   p->why_not[TS_STRATEGY_REDUCE_SCATTER] = ok ? "" : why;
 
-  ok = gather_applies(p, TS_STRATEGY_ALLGATHER, &c[TS_STRATEGY_ALLGATHER], &why);
+  /* allgather: along one mesh dim when that applies (never more bytes), else the whole group. */
+  p->gather_dim = -1;
+  ok = line_gather_applies(p, &c[TS_STRATEGY_ALLGATHER]) ||
+       gather_applies(p, TS_STRATEGY_ALLGATHER, &c[TS_STRATEGY_ALLGATHER], &why);
   p->applies[TS_STRATEGY_ALLGATHER] = ok;
   p->why_not[TS_STRATEGY_ALLGATHER] = ok ? "" : why;
   ok = gather_applies(p, TS_STRATEGY_ROOT, &c[TS_STRATEGY_ROOT], &why);

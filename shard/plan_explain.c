@@ -75,7 +75,12 @@ char *ts_plan_explain(const ts_plan *p, int max_ranks) {
   add_attr(&b, p->src->attr);
   add(&b, "\n  to:   ");
   add_attr(&b, p->tgt->attr);
-  add(&b, "\nstrategy: %s\n", ts_strategy_name(p->chosen));
+  add(&b, "\nstrategy: %s", ts_strategy_name(p->chosen));
+  if (p->chosen == TS_STRATEGY_ALLGATHER && p->gather_dim >= 0)
+    add(&b, " (along mesh dim %d)", p->gather_dim);
+  else if (p->chosen == TS_STRATEGY_REDUCE_SCATTER)
+    add(&b, " (along mesh dim %d)", p->rs_dim);
+  add(&b, "\n");
   if (p->forced) {
     add(&b, "why: forced by the caller\n");
   } else {

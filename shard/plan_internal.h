@@ -23,6 +23,7 @@ struct ts_plan {
   int64_t min_wire;
   bool send_estimated; /* per-rank send bytes of replicated sources are an even-share estimate */
   int rs_dim;          /* reduce_scatter: the mesh dim that goes P -> S */
+  int gather_dim;      /* allgather along this mesh dim only (S -> R), or -1: the whole group */
 };
 
 /* Position of a world rank in the sorted union, -1 when absent. */

@@ -458,6 +458,28 @@ static void fixed_cases(stats *st) {
       ts_attr_destroy(&a);
       ts_attr_destroy(&b);
     }
+  /* 2-D meshes: gathers along one mesh dim, partial reductions along one mesh dim. */
+  if (n >= 4 && n % 2 == 0) {
+    const char *nd[][2] = {
+        {"placements=[S(0),S(1)]", "placements=[R,S(1)]"},
+        {"placements=[S(1),S(0)]", "placements=[S(1),R]"},
+        {"placements=[S(0),S(0)]", "placements=[S(0),R]"},
+        {"placements=[R,S(1)]", "placements=[S(0),S(1)]"},
+        {"placements=[P(sum),S(1)]", "placements=[R,S(1)]"},
+        {"placements=[S(0),P(max)]", "placements=[S(0),S(1)]"},
+    };
+    for (size_t i = 0; i < sizeof nd / sizeof nd[0]; i++)
+      for (int blocked = 0; blocked < 2; blocked++) {
+        snprintf(text[0], sizeof text[0], "mesh=[2,%d] %s", n / 2, nd[i][0]);
+        snprintf(text[1], sizeof text[1], "mesh=[2,%d] %s", n / 2, nd[i][1]);
+        ts_attr *a = NULL, *b = NULL;
+        ts_attr_parse(text[0], &a, NULL);
+        ts_attr_parse(text[1], &b, NULL);
+        run_pair(a, b, 2, shape, blocked ? TS_BF16 : TS_F32, blocked, blocked, 0, st);
+        ts_attr_destroy(&a);
+        ts_attr_destroy(&b);
+      }
+  }
   /* Scalars (0-dim tensors): partial to replicated and back. */
   {
     ts_attr *a = NULL, *b = NULL;

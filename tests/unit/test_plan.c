@@ -55,6 +55,8 @@ START_TEST(auto_choices) {
       {"mesh=[2,2] placements=[S(0),R]", "mesh=[2,2] placements=[R,S(1)]", TS_STRATEGY_ALLTOALL},
       {"mesh=[4,2] placements=[P(sum),S(1)]", "mesh=[4,2] placements=[R,S(1)]",
        TS_STRATEGY_ALLREDUCE},
+      {"mesh=[2,2] placements=[S(0),S(1)]", "mesh=[2,2] placements=[R,S(1)]",
+       TS_STRATEGY_ALLGATHER},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int rc;
@@ -377,6 +379,17 @@ START_TEST(costs_of_known_cases) {
   ck_assert(ts_plan_applies(p, TS_STRATEGY_REDUCE_SCATTER, &c, NULL));
   ck_assert_int_eq(c.wire_bytes, 3 * 12288);
   ck_assert_int_eq(ts_plan_min_wire_bytes(p), 3 * 12288);
+  ts_plan_destroy(&p);
+
+  /* allgather along one mesh dim of a 2-D mesh moves exactly the minimum. */
+  p = plan("mesh=[2,2] placements=[S(0),S(1)]", "mesh=[2,2] placements=[R,S(1)]", 2, shape,
+           TS_STRATEGY_AUTO, &rc, NULL);
+  ck_assert_int_eq(ts_plan_strategy(p), TS_STRATEGY_ALLGATHER);
+  ck_assert_int_eq(ts_plan_get_costs(p)->wire_bytes, ts_plan_min_wire_bytes(p));
+  ck_assert_int_eq(ts_plan_min_wire_bytes(p), 12288); /* each rank lacks 1/4 */
+  ex = ts_plan_explain(p, 0);
+  ck_assert_ptr_nonnull(strstr(ex, "strategy: allgather (along mesh dim 0)"));
+  free(ex);
   ts_plan_destroy(&p);
 
   /* Disjoint groups: everything crosses the wire once. */
