@@ -6,7 +6,7 @@
  * and no staging beyond one chunk per side.
  *
  * Both sides walk the same ranks and chunks in the same order (ts_box_chunk), so every message
- * is matched. A copy that fails on one side still sends or receives its messages, so nobody
+ * is matched (peers in rank order after the root, the root's own slice last). A copy that fails on one side still sends or receives its messages, so nobody
  * waits forever; the statuses are agreed at the end. A get takes each distinct box once: from the
  * lowest rank holding it (replicas send nothing). */
 #include <stdlib.h>
@@ -52,7 +52,8 @@ int tsd_scatter_gather(tsd_engine *e, ts_stored *t, int root, void *whole, bool 
   ts_error_clear(&lerr);
   int lst = TS_OK;
   size_t es = ts_dtype_size(t->dtype);
-  int64_t chunk = e->cfg->staging > 0 ? e->cfg->staging : 64 << 20;
+  /* Chunks small enough that the root packs the next one while the peer unpacks this one. */
+  int64_t chunk = e->cfg->staging < (16 << 20) ? e->cfg->staging : 16 << 20;
   ts_geom *g = NULL;
   int rc = ts_geom_create(t->attr, t->ndim, t->shape, &g, err);
   if (rc)
@@ -79,7 +80,9 @@ int tsd_scatter_gather(tsd_engine *e, ts_stored *t, int root, void *whole, bool 
   for (int r = 0; boxes && has && r < e->size; r++)
     has[r] = ts_geom_rank_box(g, r, &boxes[r]);
   ts_comm *wc = ts_world_comm(e->world);
-  for (int r = 0; buf && boxes && has && r < e->size; r++) {
+  /* The root's own slice goes last, while the last peer unpacks its last chunk. */
+  for (int i = 1; buf && boxes && has && i <= e->size; i++) {
+    int r = (root + i) % e->size;
     if (!has[r] || ts_box_numel(&boxes[r]) == 0)
       continue;
     bool dup = false; /* a get reads each box once */
