@@ -8,7 +8,7 @@
  * Both sides walk the same ranks and chunks in the same order (ts_box_chunk), so every message
  * is matched (peers in rank order after the root, the root's own slice last). A copy that fails on one side still sends or receives its messages, so nobody
  * waits forever; the statuses are agreed at the end. A get takes each distinct box once: from the
- * lowest rank holding it (replicas send nothing). */
+ * root when it holds it, else from the lowest rank holding it (other replicas send nothing). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,9 +85,14 @@ int tsd_scatter_gather(tsd_engine *e, ts_stored *t, int root, void *whole, bool 
     int r = (root + i) % e->size;
     if (!has[r] || ts_box_numel(&boxes[r]) == 0)
       continue;
-    bool dup = false; /* a get reads each box once */
-    for (int q = 0; !put && q < r && !dup; q++)
-      dup = has[q] && ts_box_equal(&boxes[q], &boxes[r]);
+    /* A get reads each distinct box once: from the root when it holds it, else from the lowest
+     * rank that does. */
+    bool dup = false;
+    if (!put && r != root) {
+      dup = has[root] && ts_box_equal(&boxes[root], &boxes[r]);
+      for (int q = 0; q < r && !dup; q++)
+        dup = has[q] && ts_box_equal(&boxes[q], &boxes[r]);
+    }
     if (dup || (e->rank != root && e->rank != r))
       continue;
     const ts_box *b = &boxes[r];

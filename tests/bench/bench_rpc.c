@@ -11,6 +11,8 @@
  *                                 median of 5, slowest rank)
  *   reshard_daemon_overhead_pct   (daemon - engine) / engine
  *   idle_cpu_percent              CPU of the busiest idle daemon over 10 s, in % of one core
+ *   mpi_p2p_gbps                  raw MPI_Send/Recv of 512 MiB between the two ranks in 16 MiB
+ *                                 messages (the same job as the engine run): the transport's limit
  *
  * Targets: ping p50 < 100 us; put and get >= 1 GB/s; overhead < 10 %; idle CPU < 2 %. */
 #include <mpi.h>
@@ -80,8 +82,27 @@ static int engine_mode(int argc, char **argv) {
       return 1;
     }
   }
+  /* The raw MPI limit in the same job: 512 MiB from rank 0 to rank 1 in 16 MiB messages (what a
+   * whole put or get of the 1 GiB tensor must move between the two ranks). */
+  size_t piece = 16u << 20;
+  char *raw = malloc(piece);
+  memset(raw, 2, piece);
+  double tr[REPS];
+  for (int i = 0; i < REPS; i++) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = now();
+    for (int k = 0; k < 32; k++) {
+      if (rank == 0)
+        MPI_Send(raw, (int)piece, MPI_BYTE, 1, 7, MPI_COMM_WORLD);
+      else if (rank == 1)
+        MPI_Recv(raw, (int)piece, MPI_BYTE, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    tr[i] = now() - t0;
+  }
+  free(raw);
   if (rank == 0)
-    printf("engine_ms=%.3f\n", median(t, REPS));
+    printf("engine_ms=%.3f\nmpi_gbps=%.2f\n", median(t, REPS), 32.0 * piece / median(tr, REPS) / 1e9);
   ts_attr_destroy(&s0);
   ts_attr_destroy(&s1);
   ts_store_destroy(&s);
@@ -89,14 +110,15 @@ static int engine_mode(int argc, char **argv) {
   return 0;
 }
 
-static double engine_reshard_ms(const char *self) {
+static double engine_reshard_ms(const char *self, double *mpi_gbps) {
   char cmd[1024];
   snprintf(cmd, sizeof cmd, "%s -np 2 --oversubscribe %s --engine", tse_mpiexec(), self);
   FILE *p = popen(cmd, "r");
   double ms = -1;
   char line[256];
   while (p && fgets(line, sizeof line, p))
-    sscanf(line, "engine_ms=%lf", &ms);
+    if (sscanf(line, "engine_ms=%lf", &ms) != 1)
+      sscanf(line, "mpi_gbps=%lf", mpi_gbps);
   if (p)
     pclose(p);
   return ms;
@@ -210,9 +232,11 @@ int main(int argc, char **argv) {
   }
   tse_stop(&job);
 
-  double engine_ms = engine_reshard_ms(argv[0]);
+  double mpi_gbps = -1;
+  double engine_ms = engine_reshard_ms(argv[0], &mpi_gbps);
   printf("reshard_s0_s1_daemon_ms=%.1f\nreshard_s0_s1_engine_ms=%.1f\n", daemon_ms, engine_ms);
   printf("reshard_daemon_overhead_pct=%.1f\n", (daemon_ms - engine_ms) / engine_ms * 100.0);
   printf("idle_cpu_percent=%.2f\n", idle);
+  printf("mpi_p2p_gbps=%.2f\n", mpi_gbps);
   return tse_failures ? 1 : 0;
 }
