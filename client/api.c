@@ -68,43 +68,80 @@ int tshard_create(tshard_client *c, const char *name, const char *dtype, int ndi
   return call_plain(c, &req);
 }
 
-/* Sends data in chunks; the answer to the last one is the answer of the whole put. */
+/* Sends data in chunks; the answer to the last one is the answer of the whole put. Two chunks
+ * are in flight at once (the daemon reads the next while it stores the previous); after a
+ * refusal nothing more is sent, the answers still due are read, and the first refusal (in chunk
+ * order) is returned. */
+#define PUT_WINDOW 2
 static int put_chunks(tshard_client *c, const char *name, const char *layout, bool slice,
                       const void *data, size_t bytes, const char *key) {
   if (!c || (!data && bytes))
     return TS_INVALID_ARGUMENT;
-  size_t off = 0;
-  do {
-    size_t n = bytes - off < c->chunk ? bytes - off : c->chunk;
-    Tshard__Request req = TSHARD__REQUEST__INIT;
-    Tshard__PutRequest p = TSHARD__PUT_REQUEST__INIT;
-    Tshard__PutSliceRequest ps = TSHARD__PUT_SLICE_REQUEST__INIT;
-    Tshard__Layout l = TSHARD__LAYOUT__INIT;
-    ProtobufCBinaryData d = {n, (uint8_t *)data + off};
-    req.idempotency_key = str_or_empty(key);
-    if (slice) {
-      l.tag = str_or_empty(layout);
-      ps.name = str_or_empty(name);
-      ps.offset = off;
-      ps.total_bytes = bytes;
-      ps.data = d;
-      ps.layout = &l;
-      req.op_case = TSHARD__REQUEST__OP_PUT_SLICE;
-      req.put_slice = &ps;
-    } else {
-      p.name = str_or_empty(name);
-      p.offset = off;
-      p.total_bytes = bytes;
-      p.data = d;
-      req.op_case = TSHARD__REQUEST__OP_PUT;
-      req.put = &p;
+  size_t nchunks = bytes ? (bytes + c->chunk - 1) / c->chunk : 1;
+  size_t sent = 0;
+  uint64_t ids[PUT_WINDOW];
+  size_t idx[PUT_WINDOW];
+  int nout = 0, first = TS_OK;
+  size_t first_chunk = (size_t)-1;
+  char first_msg[sizeof c->message] = "";
+  while (nout > 0 || (sent < nchunks && first == TS_OK)) {
+    while (sent < nchunks && nout < PUT_WINDOW && first == TS_OK) {
+      size_t off = sent * c->chunk;
+      size_t n = bytes - off < c->chunk ? bytes - off : c->chunk;
+      Tshard__Request req = TSHARD__REQUEST__INIT;
+      Tshard__PutRequest p = TSHARD__PUT_REQUEST__INIT;
+      Tshard__PutSliceRequest ps = TSHARD__PUT_SLICE_REQUEST__INIT;
+      Tshard__Layout l = TSHARD__LAYOUT__INIT;
+      ProtobufCBinaryData d = {n, (uint8_t *)data + off};
+      req.idempotency_key = str_or_empty(key);
+      if (slice) {
+        l.tag = str_or_empty(layout);
+        ps.name = str_or_empty(name);
+        ps.offset = off;
+        ps.total_bytes = bytes;
+        ps.data = d;
+        ps.layout = &l;
+        req.op_case = TSHARD__REQUEST__OP_PUT_SLICE;
+        req.put_slice = &ps;
+      } else {
+        p.name = str_or_empty(name);
+        p.offset = off;
+        p.total_bytes = bytes;
+        p.data = d;
+        req.op_case = TSHARD__REQUEST__OP_PUT;
+        req.put = &p;
+      }
+      int rc = tsc_send(c, &req, tsc_deadline(c));
+      if (rc)
+        return rc;
+      ids[nout] = req.id;
+      idx[nout++] = sent++;
     }
-    int rc = call_plain(c, &req);
-    if (rc)
-      return rc;
-    off += n;
-  } while (off < bytes);
-  return TS_OK;
+    Tshard__Response *r = NULL;
+    int rc = tsc_recv(c, 0, &r, NULL, tsc_deadline(c));
+    if (!r)
+      return rc; /* the transport failed: the connection is broken */
+    int k = 0; /* an answer without id (a frame refused whole) goes to the oldest chunk */
+    while (k < nout && r->id != 0 && ids[k] != r->id)
+      k++;
+    if (k == nout) {
+      tsc_free(c, r);
+      c->broken = true;
+      return tsc_fail(c, TS_PROTOCOL, "answer to a request that was not sent");
+    }
+    if (rc != TS_OK && idx[k] < first_chunk) {
+      first = rc;
+      first_chunk = idx[k];
+      snprintf(first_msg, sizeof first_msg, "%s", c->message);
+    }
+    tsc_free(c, r);
+    ids[k] = ids[nout - 1];
+    idx[k] = idx[nout - 1];
+    nout--;
+  }
+  if (first != TS_OK)
+    snprintf(c->message, sizeof c->message, "%s", first_msg);
+  return first;
 }
 
 int tshard_put(tshard_client *c, const char *name, const void *data, size_t bytes,

@@ -44,6 +44,12 @@ typedef struct tsc_sink {
   uint64_t total, len; /* out, when taken */
 } tsc_sink;
 
+/* The two halves of a call, for pipelined chunks: send (assigns req->id) and receive one answer
+ * (want_id 0: any; the caller matches it). */
+int64_t tsc_deadline(const tshard_client *c);
+int tsc_send(tshard_client *c, Tshard__Request *req, int64_t deadline);
+int tsc_recv(tshard_client *c, uint64_t want_id, Tshard__Response **resp, tsc_sink *sink,
+             int64_t deadline);
 /* tsc_call whose data answer may be received straight into the sink (then *resp is NULL). */
 int tsc_call_sink(tshard_client *c, Tshard__Request *req, Tshard__Response **resp,
                   tsc_sink *sink);

@@ -155,7 +155,7 @@ void tshard_set_timeout(tshard_client *c, int timeout_ms) {
 }
 
 void tshard_set_chunk(tshard_client *c, size_t bytes) {
-  if (c && bytes >= 1024)
+  if (c && bytes >= 64)
     c->chunk = bytes;
 }
 
@@ -383,22 +383,38 @@ static bool data_prefix(const uint8_t *p, size_t n, uint64_t *id, uint64_t *offs
   return false;
 }
 
-int tsc_call_sink(tshard_client *c, Tshard__Request *req, Tshard__Response **resp,
-                  tsc_sink *sink) {
-  *resp = NULL;
+int64_t tsc_deadline(const tshard_client *c) { return now_ms() + c->timeout_ms; }
+
+int tsc_send(tshard_client *c, Tshard__Request *req, int64_t deadline) {
   c->message[0] = '\0';
-  if (sink)
-    sink->taken = false;
   if (c->broken)
     return tsc_fail(c, TS_IO, "the connection broke in an earlier call; reconnect");
   req->id = ++c->next_id;
   if (c->token[0])
     req->token = c->token;
-  int64_t deadline = now_ms() + c->timeout_ms;
   int rc = send_request(c, req, deadline);
+  if (rc)
+    c->broken = true;
+  return rc;
+}
+
+int tsc_call_sink(tshard_client *c, Tshard__Request *req, Tshard__Response **resp,
+                  tsc_sink *sink) {
+  *resp = NULL;
+  int64_t deadline = tsc_deadline(c);
+  int rc = tsc_send(c, req, deadline);
+  return rc ? rc : tsc_recv(c, req->id, resp, sink, deadline);
+}
+
+int tsc_recv(tshard_client *c, uint64_t want_id, Tshard__Response **resp, tsc_sink *sink,
+             int64_t deadline) {
+  *resp = NULL;
+  if (sink)
+    sink->taken = false;
+  if (c->broken)
+    return tsc_fail(c, TS_IO, "the connection broke in an earlier call; reconnect");
   uint8_t h[4];
-  if (!rc)
-    rc = transfer(c, h, 4, false, deadline);
+  int rc = transfer(c, h, 4, false, deadline);
   if (rc) {
     c->broken = true;
     return rc;
@@ -423,7 +439,7 @@ int tsc_call_sink(tshard_client *c, Tshard__Request *req, Tshard__Response **res
     }
     uint64_t id, off, total, dlen;
     size_t start;
-    if (data_prefix(c->rbuf, have, &id, &off, &total, &dlen, &start) && id == req->id &&
+    if (data_prefix(c->rbuf, have, &id, &off, &total, &dlen, &start) && id == want_id &&
         start + dlen == len && off == sink->offset && total <= sink->cap &&
         (!sink->exact || total == sink->cap) && dlen <= total - off) {
       size_t in_hand = have - start;
@@ -461,11 +477,11 @@ int tsc_call_sink(tshard_client *c, Tshard__Request *req, Tshard__Response **res
     c->broken = true;
     return tsc_fail(c, TS_PROTOCOL, "the answer is not a tshard.Response");
   }
-  if (r->id != req->id && r->id != 0) {
+  if (want_id && r->id != want_id && r->id != 0) {
     tsc_free(c, r);
     c->broken = true;
     return tsc_fail(c, TS_PROTOCOL, "answer to request %llu while waiting for %llu",
-                    (unsigned long long)r->id, (unsigned long long)req->id);
+                    (unsigned long long)r->id, (unsigned long long)want_id);
   }
   if (r->status != TS_OK)
     snprintf(c->message, sizeof c->message, "%s",

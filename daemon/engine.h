@@ -39,6 +39,7 @@ typedef struct tsd_pending {
   int op_case;
   uint8_t *staging;  /* put: the whole tensor, owned by the operation */
   uint64_t staging_bytes;
+  uint64_t max_bytes; /* get: the chunk size the client asked for */
 } tsd_pending;
 
 /* An operation in rank 0's order, waiting to run here. */

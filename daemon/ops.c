@@ -473,14 +473,19 @@ int tsd_run_collective(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin
 void tsd_answer_collective(tsd_engine *e, int op_case, const tsd_pending *w, int status,
                            const char *msg) {
   if (status == TS_OK && op_case == TSHARD__REQUEST__OP_GET) {
-    tsd_conn_state *c = tsd_conn_get(e, w->conn_id, false);
-    if (c && c->get_active) {
+    tsd_conn_state *c = w->conn_id ? tsd_conn_get(e, w->conn_id, false) : NULL;
+    if (w->conn_id && !(c && c->get_active)) {
+      tsd_reply_status(e, w->conn_id, w->req_id, TS_INTERNAL, "the gathered copy is missing");
+      return;
+    }
+    if (c) {
       Tshard__Request req = TSHARD__REQUEST__INIT;
       Tshard__GetRequest g = TSHARD__GET_REQUEST__INIT;
       req.id = w->req_id;
       req.op_case = TSHARD__REQUEST__OP_GET;
       req.get = &g;
       g.name = c->get_name;
+      g.max_bytes = w->max_bytes;
       tsd_handle_get_chunk(e, w->conn_id, &req);
     }
     return; /* without the state the client is gone */

@@ -156,6 +156,8 @@ void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *
   p->hash = hash;
   p->staging = staging;
   p->staging_bytes = staging_bytes;
+  if (req->op_case == TSHARD__REQUEST__OP_GET)
+    p->max_bytes = req->get->max_bytes;
   snprintf(p->key, sizeof p->key, "%s", req->idempotency_key);
   if (p->key[0]) {
     const tsd_key_result *done = done_key(e, p->key);

@@ -3,9 +3,11 @@
  *
  * Per connection: read the 4-byte length, check it against the maximum frame, then read exactly
  * that many bytes into a buffer allocated for it; decode and validate the Request; answer ping
- * and refusals here, hand everything else to the engine and stop reading from that connection
- * until its answer has been queued for writing (one request in flight per connection bounds
- * what a client can make the daemon hold). A frame with a bad length cannot be skipped safely:
+ * and refusals here, hand everything else to the engine, and stop reading from a connection
+ * while TSD_MAX_INFLIGHT of its requests are with the engine (two: a client may send the next
+ * chunk while the engine stores the previous one; the bound caps what a client can make the
+ * daemon hold). The engine answers a connection's requests in order; refusals and pings from
+ * this thread may overtake them, so clients match answers by request id. A frame with a bad length cannot be skipped safely:
  * the daemon answers it and closes the connection. A closed connection is reported to the engine,
  * which frees what it held. TCP connections must present the token before anything else.
  * Shutdown: the engine finishes, then tsd_server_stop flushes the answers, removes the sockets
@@ -21,6 +23,8 @@
 
 #include "daemon.h"
 
+#define TSD_MAX_INFLIGHT 2
+
 typedef struct conn {
   union {
     uv_pipe_t pipe;
@@ -31,7 +35,8 @@ typedef struct conn {
   struct conn *next;
   struct tsd_server *srv;
   uint64_t id;
-  bool is_tcp, authed, busy, closing, close_after_write;
+  bool is_tcp, authed, closing, close_after_write;
+  int inflight; /* requests with the engine */
   uint8_t header[TSD_FRAME_HEADER];
   size_t have_header;
   uint8_t *frame;
@@ -214,8 +219,8 @@ static void process_frame(conn *c) {
   w->conn_id = c->id;
   w->req = req;
   w->scope = scope;
-  c->busy = true;
-  uv_read_stop(&c->h.stream);
+  if (++c->inflight >= TSD_MAX_INFLIGHT)
+    uv_read_stop(&c->h.stream);
   tsd_push_work(s->sh, w);
 }
 
@@ -315,11 +320,8 @@ static void deliver_replies(tsd_server *s) {
     conn *c = find_conn(s, r->conn_id);
     if (c && !c->closing) {
       conn_write(c, r->frame, r->len);
-      if (c->busy && !s->stopping) {
-        c->busy = false;
-        if (!c->closing)
-          uv_read_start(&c->h.stream, on_alloc, on_read);
-      }
+      if (c->inflight-- == TSD_MAX_INFLIGHT && !s->stopping && !c->closing)
+        uv_read_start(&c->h.stream, on_alloc, on_read);
     } else {
       free(r->frame);
     }

@@ -50,7 +50,8 @@ int tshard_connect_tcp(const char *host, int port, const char *token, int timeou
 /* Accepts NULL; sets *c = NULL. */
 void tshard_close(tshard_client **c);
 void tshard_set_timeout(tshard_client *c, int timeout_ms);
-/* Bytes per data chunk of puts and gets (default 16 MiB or what the daemon's frame allows). */
+/* Bytes per data chunk of puts and gets (at least 64; default 16 MiB or what the daemon's
+ * frame allows). */
 void tshard_set_chunk(tshard_client *c, size_t bytes);
 /* The message of the last failed call ("" after a success). */
 const char *tshard_last_message(const tshard_client *c);

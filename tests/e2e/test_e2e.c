@@ -190,6 +190,47 @@ static void single_driver(const reshard_case *cases, int ncases) {
       check_slices(clients, name, rc, seed);
     TSE_OK(drv, tshard_drop(drv, name, NULL));
   }
+  /* Data in many chunks (1000 bytes: chunks also split elements), two in flight: whole put and
+   * get, every rank's slice put and got back in a blocked layout, a refused put mid-way. */
+  {
+    const reshard_case big = {"f32", 2, {64, 50}, "aB4b", "mesh=[2] placements=[S(1)]", {NULL}};
+    size_t bytes = 64 * 50 * 4;
+    uint8_t *data = malloc(bytes), *back = malloc(bytes);
+    int64_t lo[2] = {0, 0};
+    for (int r = 0; r < np; r++)
+      tshard_set_chunk(clients[r], 1000);
+    TSE_OK(drv, tshard_create(drv, "multi", "f32", 2, big.shape, big.src, big.layout, NULL));
+    tse_fill_box("f32", 91, 2, big.shape, lo, big.shape, data);
+    tshard_stats s0, s1;
+    TSE_OK(drv, tshard_stats_get(drv, &s0));
+    TSE_OK(drv, tshard_put(drv, "multi", data, bytes, NULL));
+    TSE_OK(drv, tshard_stats_get(drv, &s1));
+    TSE_CHECK(s1.operations - s0.operations == 1 + (bytes + 999) / 1000,
+              "a put of %zu bytes in 1000-byte chunks made %llu answers", bytes,
+              (unsigned long long)(s1.operations - s0.operations - 1));
+    TSE_OK(drv, tshard_get(drv, "multi", back, bytes));
+    tse_compare_box("multi-chunk whole", "f32", 91, 2, big.shape, lo, big.shape, back);
+    int st = tshard_put(drv, "multi", data, bytes - 4, NULL);
+    TSE_CHECK(st == TS_BAD_SHAPE, "put of the wrong size in chunks gave %s", tshard_status_name(st));
+    check_slices(clients, "multi", &big, 91);
+    /* Every rank puts its slice (in chunks) with another seed, then the whole is checked. */
+    tshard_info info;
+    TSE_OK(drv, tshard_describe(drv, "multi", &info));
+    for (int i = 0; i < info.nranks; i++) {
+      const tshard_rank_info *ri = &info.ranks[i];
+      size_t sb = (size_t)slice_bytes(ri, 2, 4);
+      tse_fill_box("f32", 92, 2, big.shape, ri->lo, ri->hi, back);
+      TSE_OK(clients[ri->rank], tshard_put_slice(clients[ri->rank], "multi", NULL, back, sb));
+    }
+    tshard_info_clear(&info);
+    TSE_OK(drv, tshard_get(drv, "multi", back, bytes));
+    tse_compare_box("multi-chunk slices put", "f32", 92, 2, big.shape, lo, big.shape, back);
+    TSE_OK(drv, tshard_drop(drv, "multi", NULL));
+    for (int r = 0; r < np; r++)
+      tshard_set_chunk(clients[r], 16u << 20);
+    free(data);
+    free(back);
+  }
   /* Plan: the EXPLAIN names the strategy, a forced one is honoured, nothing moves. */
   {
     const reshard_case *rc = &cases[0];
