@@ -116,7 +116,21 @@ int64_t ts_box_chunk_count(const ts_box *b, size_t esize, int64_t max_bytes);
 void ts_box_chunk(const ts_box *b, size_t esize, int64_t max_bytes, int64_t index, ts_box *out);
 
 /* ---------------------------------------------------------------------------------------------
- * The planner (pure, no MPI) */
+ * The planner (pure, no MPI)
+ *
+ * Strategies:
+ *   local           every rank builds its target slice from its own source slice (R -> S,
+ *                   S/R -> P, layout changes, ...): no bytes on the wire.
+ *   allreduce       P -> R along one or more mesh dims (the rest unchanged), per mesh-dim line.
+ *   reduce_scatter  P -> S(d) along one mesh dim (the rest unchanged), per mesh-dim line.
+ *   allgather       S -> R along one mesh dim of an N-D mesh (per line); or, over one group of
+ *                   ranks with a uniform split, gather every slice and cut locally.
+ *   alltoall        one group, any split: the intersection transfers as all-to-all-v rounds.
+ *   p2p             any pair of attributes (disjoint or overlapping groups): each target rank
+ *                   receives only the intersecting pieces, one replica per piece.
+ *   root            one group, any split: a root receives every slice, broadcasts the whole
+ *                   tensor, every rank cuts.
+ * auto picks the cheapest by (wire bytes, busiest rank, messages, peak memory). */
 
 #define TS_STRATEGY_LIST(X)                                                                        \
   X(AUTO, "auto")                                                                                  \
@@ -234,8 +248,9 @@ int ts_reshard_exec(ts_world *w, const ts_plan *plan, const ts_tensor *src, cons
                     ts_error *err);
 void ts_shard_free_tensor(ts_tensor *t);
 
-/* Allocation used by the executor and the store. A test hook: after `countdown` more successful
- * allocations the next one fails (0 turns it off); it is per process, so one rank can fail. */
+/* Allocation used by the executor and the store (target slices, staging). A test hook: the
+ * countdown-th allocation from now fails (1: the next one; 0 turns it off); it is per process,
+ * so one rank can be made to fail. */
 void *ts_shard_alloc(size_t bytes);
 void ts_shard_debug_fail_alloc(long countdown);
 
