@@ -154,75 +154,121 @@ int tshard_put_slice(tshard_client *c, const char *name, const char *layout, con
   return put_chunks(c, name, layout, true, data, bytes, NULL);
 }
 
-/* Reads chunks until total; the first answer says the total. */
+/* One chunk request of a get. */
+typedef struct get_req {
+  Tshard__Request req;
+  Tshard__GetRequest g;
+  Tshard__GetSliceRequest gs;
+  Tshard__Layout l;
+} get_req;
+
+static void get_request(get_req *q, const char *name, const char *layout, bool slice,
+                        uint64_t off, size_t chunk) {
+  tshard__request__init(&q->req);
+  tshard__get_request__init(&q->g);
+  tshard__get_slice_request__init(&q->gs);
+  tshard__layout__init(&q->l);
+  if (slice) {
+    q->l.tag = str_or_empty(layout);
+    q->gs.name = str_or_empty(name);
+    q->gs.layout = &q->l;
+    q->gs.offset = off;
+    q->gs.max_bytes = chunk;
+    q->req.op_case = TSHARD__REQUEST__OP_GET_SLICE;
+    q->req.get_slice = &q->gs;
+  } else {
+    q->g.name = str_or_empty(name);
+    q->g.offset = off;
+    q->g.max_bytes = chunk;
+    q->req.op_case = TSHARD__REQUEST__OP_GET;
+    q->req.get = &q->g;
+  }
+}
+
+/* Receives the answer to request `id` for the chunk at `off` into buf; *len gets its size. */
+static int get_answer(tshard_client *c, uint64_t id, uint64_t off, void *buf, size_t cap,
+                      bool exact, const char *name, uint64_t *total, uint64_t *len) {
+  Tshard__Response *r = NULL;
+  tsc_sink sink = {(uint8_t *)buf, cap, off, exact, false, 0, 0};
+  int rc = tsc_recv(c, id, &r, buf ? &sink : NULL, tsc_deadline(c));
+  if (rc == TS_OK && sink.taken) {
+    *total = sink.total;
+    *len = sink.len;
+    return TS_OK;
+  }
+  if (rc == TS_OK && (r->result_case != TSHARD__RESPONSE__RESULT_DATA || r->data->offset != off ||
+                      r->data->offset > r->data->total_bytes ||
+                      r->data->data.len > r->data->total_bytes - off))
+    rc = tsc_fail(c, TS_PROTOCOL, "the daemon answered a chunk that does not fit");
+  if (rc == TS_OK) {
+    *total = r->data->total_bytes;
+    *len = r->data->data.len;
+    if (exact ? *total != cap : *total > cap)
+      rc = tsc_fail(c, exact ? TS_BAD_SHAPE : TS_LIMIT, "'%s' has %llu bytes; the buffer has %zu",
+                    name ? name : "", (unsigned long long)*total, cap);
+    else if (*len)
+      memcpy((uint8_t *)buf + off, r->data->data.data, *len);
+  }
+  if (r)
+    tsc_free(c, r);
+  return rc;
+}
+
+/* Reads chunks until total. The first answer says the total (a buffer too small for it ends the
+ * get there: the daemon drops its copy at the next get or the close); then two requests are kept
+ * in flight, so the daemon prepares the next chunk while this one arrives. Answers to one
+ * connection's engine requests come in order. */
+#define GET_WINDOW 2
 static int get_chunks(tshard_client *c, const char *name, const char *layout, bool slice,
                       void *buf, size_t cap, size_t *total_out, bool exact) {
   if (!c || (!buf && cap))
     return TS_INVALID_ARGUMENT;
-  uint64_t off = 0, total = 0;
-  do {
-    Tshard__Request req = TSHARD__REQUEST__INIT;
-    Tshard__GetRequest g = TSHARD__GET_REQUEST__INIT;
-    Tshard__GetSliceRequest gs = TSHARD__GET_SLICE_REQUEST__INIT;
-    Tshard__Layout l = TSHARD__LAYOUT__INIT;
-    if (slice) {
-      l.tag = str_or_empty(layout);
-      gs.name = str_or_empty(name);
-      gs.layout = &l;
-      gs.offset = off;
-      gs.max_bytes = c->chunk;
-      req.op_case = TSHARD__REQUEST__OP_GET_SLICE;
-      req.get_slice = &gs;
-    } else {
-      g.name = str_or_empty(name);
-      g.offset = off;
-      g.max_bytes = c->chunk;
-      req.op_case = TSHARD__REQUEST__OP_GET;
-      req.get = &g;
+  get_req q;
+  get_request(&q, name, layout, slice, 0, c->chunk);
+  uint64_t total = 0, len = 0;
+  int rc = tsc_send(c, &q.req, tsc_deadline(c));
+  if (rc == TS_OK)
+    rc = get_answer(c, q.req.id, 0, buf, cap, exact, name, &total, &len);
+  if (total_out && (rc == TS_OK || rc == TS_LIMIT || rc == TS_BAD_SHAPE))
+    *total_out = total;
+  if (rc)
+    return rc;
+  uint64_t next = len, received = len, offs[GET_WINDOW], ids[GET_WINDOW];
+  int nout = 0, first = TS_OK;
+  char first_msg[sizeof c->message] = "";
+  while (nout > 0 || (received < total && first == TS_OK)) {
+    while (nout < GET_WINDOW && next < total && first == TS_OK) {
+      get_request(&q, name, layout, slice, next, c->chunk);
+      if ((rc = tsc_send(c, &q.req, tsc_deadline(c))))
+        return rc;
+      offs[nout] = next;
+      ids[nout++] = q.req.id;
+      next += total - next < c->chunk ? total - next : c->chunk;
     }
-    Tshard__Response *r = NULL;
-    tsc_sink sink = {(uint8_t *)buf, cap, off, exact, false, 0, 0};
-    int rc = tsc_call_sink(c, &req, &r, buf ? &sink : NULL);
-    if (rc == TS_OK && sink.taken) {
-      if (off == 0) {
-        total = sink.total;
-        if (total_out)
-          *total_out = total;
-      }
-      if (sink.total != total || (sink.len == 0 && off < total)) {
-        c->broken = true; /* the daemon changed the size under us: do not go on */
-        return tsc_fail(c, TS_PROTOCOL, "the daemon answered a chunk that does not fit");
-      }
-      off += sink.len;
-      continue;
-    }
-    if (rc == TS_OK && (r->result_case != TSHARD__RESPONSE__RESULT_DATA || r->data->offset != off ||
-                        (off > 0 && r->data->total_bytes != total) ||
-                        r->data->data.len > r->data->total_bytes - off ||
-                        (r->data->data.len == 0 && off < r->data->total_bytes)))
-      rc = tsc_fail(c, TS_PROTOCOL, "the daemon answered a chunk that does not fit");
-    if (rc == TS_OK && off == 0) {
-      total = r->data->total_bytes;
-      if (total_out)
-        *total_out = total;
-      if (exact ? total != cap : total > cap) {
-        rc = tsc_fail(c, exact ? TS_BAD_SHAPE : TS_LIMIT,
-                      "'%s' has %llu bytes; the buffer has %zu", name ? name : "",
-                      (unsigned long long)total, cap);
-        /* Not read further: the daemon drops its copy at the next get or the close. */
-      }
-    }
-    if (rc) {
-      if (r)
-        tsc_free(c, r);
+    uint64_t t = 0, n = 0;
+    rc = get_answer(c, ids[0], offs[0], buf, cap, exact, name, &t, &n);
+    if (c->broken)
       return rc;
+    if (rc == TS_OK && (t != total || (n == 0 && offs[0] < total))) {
+      c->broken = true; /* the daemon changed the size under us: do not go on */
+      return tsc_fail(c, TS_PROTOCOL, "the daemon answered a chunk that does not fit");
     }
-    if (r->data->data.len)
-      memcpy((uint8_t *)buf + off, r->data->data.data, r->data->data.len);
-    off += r->data->data.len;
-    tsc_free(c, r);
-  } while (off < total);
-  return TS_OK;
+    if (rc == TS_OK && n != (total - offs[0] < c->chunk ? total - offs[0] : c->chunk)) {
+      c->broken = true; /* the next requests assumed full chunks */
+      return tsc_fail(c, TS_PROTOCOL, "the daemon answered a chunk of another size");
+    }
+    if (rc != TS_OK && first == TS_OK) {
+      first = rc;
+      snprintf(first_msg, sizeof first_msg, "%s", c->message);
+    }
+    received += n;
+    ids[0] = ids[1];
+    offs[0] = offs[1];
+    nout--;
+  }
+  if (first != TS_OK)
+    snprintf(c->message, sizeof c->message, "%s", first_msg);
+  return first;
 }
 
 int tshard_get(tshard_client *c, const char *name, void *buf, size_t bytes) {

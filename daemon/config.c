@@ -36,8 +36,8 @@ static const cfg_entry table[] = {
      "bytes of stored slices and staging per daemon (0: no limit)"},
     {"staging", SIZE(staging, 1LL << 16, 1LL << 40), "64M", "executor staging chunk per rank"},
     {"chunk", SIZE(chunk, 1024, 1LL << 30), "16M", "default data chunk of get answers"},
-    {"copy-threads", SIZE(copy_threads, 0, 1024), "1",
-     "threads of the strided-copy kernel (0: all cores; ranks usually share a node)"},
+    {"copy-threads", SIZE(copy_threads, 0, 1024), "0",
+     "threads of the strided-copy kernel (0: the kernel's default, all cores)"},
     {"log-level", CFG_LEVEL, offsetof(tsd_config, log_level), 0, 0, 0, "info",
      "error, warn, info or debug"},
 };
