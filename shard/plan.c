@@ -110,9 +110,24 @@ static int64_t choose_source(const ts_plan *p, int t_rank, int64_t ti, const int
     if (same)
       return si;
   }
-  /* Rotating by ti / nrep as well spreads targets whose index shares a residue (the ones that
-   * miss a local replica often do) over all replicas. */
-  return ts__geom_compose(s, parts, (ti + ti / s->nrep) % s->nrep, par);
+  if (s->nrep == 1)
+    return ts__geom_compose(s, parts, 0, par);
+  /* k: the position of t among the target positions whose slices meet this part (row-major over
+   * the target parts meeting it, then the target replica index). Consecutive targets go to
+   * consecutive replicas; the rotation by k / nrep keeps targets that share a residue (those
+   * missing a local replica often do) from all landing on the same replica. */
+  const ts_geom *tg = p->tgt;
+  int64_t tparts[TS_MAX_DIMS], trep, k = 0;
+  ts__geom_decompose(tg, ti, tparts, &trep, NULL);
+  ts_box pbox;
+  ts__geom_parts_box(s, parts, &pbox);
+  for (int d = 0; d < p->ndim; d++) {
+    int64_t first, last;
+    ts__geom_part_range(tg, d, pbox.lo[d], pbox.hi[d], &first, &last);
+    k = k * (last > first ? last - first : 1) + (tparts[d] >= first ? tparts[d] - first : 0);
+  }
+  k = k * tg->nrep + trep;
+  return ts__geom_compose(s, parts, (k + k / s->nrep + par) % s->nrep, par);
 }
 
 /* Iterates the part tuples of `g` meeting `box`: ranges per dim, odometer in `cur`. Returns false
