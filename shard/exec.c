@@ -382,12 +382,13 @@ static int run_reduce_scatter(exec *ex, ts_comm *line, ts_error *err) {
         ex->sent += (int64_t)counts[j] * (int64_t)ex->es;
       }
     }
-    if (direct)
-      rc = ts_comm_reduce_scatter(line, (const char *)ex->src->data + (first_off > 0 ? first_off : 0),
-                                  (char *)ex->tgt.data + ex->tgt.layout.offset, counts, p->dtype,
-                                  op, err);
-    else
+    if (direct) {
+      const char *from = (const char *)ex->src->data + (first_off > 0 ? first_off : 0);
+      rc = ts_comm_reduce_scatter(line, from, (char *)ex->tgt.data + ex->tgt.layout.offset, counts,
+                                  p->dtype, op, err);
+    } else {
       rc = ts_comm_reduce_scatter(line, sbuf, rbuf, counts, p->dtype, op, err);
+    }
     if (rc == TS_OK && have_mine) {
       ex->received += (int64_t)(pm - 1) * counts[me] * (int64_t)ex->es;
       if (!direct)

@@ -4,7 +4,7 @@
  * Two libraries implement it. libtsplan (attributes, geometry, planner, EXPLAIN) is pure C with no
  * MPI, so `tshard plan` can simulate meshes far larger than the machine. libtsshard (executor and
  * store) adds the MPI layer through libtscomm; this header only forward-declares ts_world so that
- * planner users never see mpi.h. The text form of attributes is documented in shard/ATTRIBUTES.md. */
+ * planner users never see mpi.h. The text form of attributes is in shard/ATTRIBUTES.md. */
 #ifndef TS_SHARD_H
 #define TS_SHARD_H
 

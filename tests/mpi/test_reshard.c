@@ -408,7 +408,8 @@ static void run_pair(const ts_attr *sa, const ts_attr *ta, int ndim, const int64
 }
 
 static void generated_family(stats *st) {
-  static const int64_t shapes[][4] = {{7}, {13}, {6, 5}, {9, 4}, {4, 3, 5}, {2, 3, 6}, {3, 2, 4, 5}};
+  static const int64_t shapes[][4] = {{7},       {13},      {6, 5},      {9, 4},
+                                      {4, 3, 5}, {2, 3, 6}, {3, 2, 4, 5}};
   static const int ndims[] = {1, 1, 2, 2, 3, 3, 4};
   int ncases = world_size <= 2 ? 600 : world_size <= 4 ? 400 : 300;
   for (int iter = 0; iter < ncases; iter++) {
