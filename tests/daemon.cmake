@@ -14,6 +14,15 @@ if(TARGET tshardd AND TARGET tshard)
     add_dependencies(${name} tshardd)
   endfunction()
 
+  # The flag table: --help documents every flag; a bad value is refused before MPI starts.
+  add_test(NAME tshardd_help COMMAND tshardd --help)
+  set_tests_properties(tshardd_help PROPERTIES TIMEOUT 60 PASS_REGULAR_EXPRESSION
+                       "--socket-dir.*--job.*--listen.*--token-file.*--max-frame.*--memory-limit.*--staging.*--log-level")
+  add_test(NAME tshardd_bad_flag COMMAND tshardd --max-frame 12)
+  set_tests_properties(tshardd_bad_flag PROPERTIES TIMEOUT 60 WILL_FAIL TRUE)
+  add_test(NAME tshardd_listen_needs_token COMMAND tshardd --listen tcp://127.0.0.1:7000)
+  set_tests_properties(tshardd_listen_needs_token PROPERTIES TIMEOUT 60 WILL_FAIL TRUE)
+
   tshard_e2e_test(test_e2e)
   foreach(np 2 4)
     add_test(NAME test_e2e_np${np} COMMAND test_e2e ${np})

@@ -263,16 +263,21 @@ static void check_keep(tshard_client *c0, tshard_client *c1) {
 }
 
 int main(void) {
-  tcp_port = 20000 + (int)(getpid() % 20000) * 2 % 40000;
   snprintf(token_path, sizeof token_path, "/tmp/tse-token-%d", (int)getpid());
   FILE *tf = fopen(token_path, "w");
   fprintf(tf, "s3cret-token-for-tests\n");
   fclose(tf);
-  char listen_url[64];
-  snprintf(listen_url, sizeof listen_url, "tcp://127.0.0.1:%d", tcp_port);
-  const char *extra[] = {"--memory-limit", "1M", "--listen", listen_url, "--token-file", token_path,
-                         "--max-frame", "64K", NULL};
-  if (tse_start(&job, 2, extra, 120)) {
+  /* A port pair picked from the pid; another one if something else holds it. */
+  int started = -1;
+  for (int attempt = 0; attempt < 3 && started != 0; attempt++) {
+    tcp_port = 20000 + (int)((getpid() * 7 + attempt * 7919) % 20000) * 2;
+    char listen_url[64];
+    snprintf(listen_url, sizeof listen_url, "tcp://127.0.0.1:%d", tcp_port);
+    const char *extra[] = {"--memory-limit", "1M", "--listen", listen_url, "--token-file",
+                           token_path, "--max-frame", "64K", NULL};
+    started = tse_start(&job, 2, extra, 120);
+  }
+  if (started != 0) {
     unlink(token_path);
     return 1;
   }
