@@ -24,9 +24,12 @@ typedef struct cli_args {
   bool json;
 } cli_args;
 
+typedef struct tshard_client tshard_client;
+
 typedef struct cli_command {
   const char *name;
-  int (*run)(cli_args *a);
+  int (*run)(cli_args *a);                         /* a command that needs no daemon, or */
+  int (*run_daemon)(cli_args *a, tshard_client *c); /* one run on a connected client */
   const char *summary;
   const char *usage;   /* options, one per line */
   const char *example;
@@ -47,16 +50,18 @@ void cli_json_string(FILE *f, const char *s);
 int cmd_plan(cli_args *a);
 int cmd_show(cli_args *a);
 int cmd_show_tensor(cli_args *a, const char *name);
-int cmd_ping(cli_args *a);
-int cmd_create(cli_args *a);
-int cmd_put(cli_args *a);
-int cmd_get(cli_args *a);
-int cmd_get_slice(cli_args *a);
-int cmd_reshard(cli_args *a);
-int cmd_drop(cli_args *a);
-int cmd_list(cli_args *a);
-int cmd_describe(cli_args *a);
-int cmd_stats(cli_args *a);
-int cmd_shutdown(cli_args *a);
+/* Connects as the connection options say (--socket, --tcp + --token-file, --job + --rank). */
+int cli_connect(const cli_args *a, tshard_client **out);
+int cmd_ping(cli_args *a, tshard_client *c);
+int cmd_create(cli_args *a, tshard_client *c);
+int cmd_put(cli_args *a, tshard_client *c);
+int cmd_get(cli_args *a, tshard_client *c);
+int cmd_get_slice(cli_args *a, tshard_client *c);
+int cmd_reshard(cli_args *a, tshard_client *c);
+int cmd_drop(cli_args *a, tshard_client *c);
+int cmd_list(cli_args *a, tshard_client *c);
+int cmd_describe(cli_args *a, tshard_client *c);
+int cmd_stats(cli_args *a, tshard_client *c);
+int cmd_shutdown(cli_args *a, tshard_client *c);
 
 #endif

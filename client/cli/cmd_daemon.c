@@ -14,7 +14,7 @@
 
 int cli_draw(const cli_args *a, int ndim, const int64_t *shape, const char *attr_text);
 
-static int connect_from_args(const cli_args *a, tshard_client **out) {
+int cli_connect(const cli_args *a, tshard_client **out) {
   const char *sock = cli_opt(a, "socket"), *tcp = cli_opt(a, "tcp"), *tok = cli_opt(a, "token-file"),
              *job = cli_opt(a, "job"), *rank = cli_opt(a, "rank"), *to = cli_opt(a, "timeout");
   int timeout_ms = to ? (int)(atof(to) * 1000) : TSHARD_DEFAULT_TIMEOUT_MS;
@@ -75,11 +75,8 @@ static const char *need_name(const cli_args *a) {
 
 static const char *opt_key(const cli_args *a) { return cli_opt(a, "key"); }
 
-int cmd_ping(cli_args *a) {
-  tshard_client *c;
-  int code = connect_from_args(a, &c), rank, world;
-  if (code)
-    return code;
+int cmd_ping(cli_args *a, tshard_client *c) {
+  int code = CLI_OK, rank, world;
   int rc = tshard_ping(c, &rank, &world);
   if (rc)
     code = failed(c, rc);
@@ -87,11 +84,10 @@ int cmd_ping(cli_args *a) {
     printf("{\"rank\": %d, \"world_size\": %d}\n", rank, world);
   else
     printf("rank %d of %d: serving\n", rank, world);
-  tshard_close(&c);
   return code;
 }
 
-int cmd_create(cli_args *a) {
+int cmd_create(cli_args *a, tshard_client *c) {
   const char *name = need_name(a), *attr = cli_opt(a, "attr"), *dt = cli_opt(a, "dtype");
   ts_error err;
   int ndim;
@@ -102,17 +98,11 @@ int cmd_create(cli_args *a) {
     return cli_fail(CLI_USAGE, "create needs --attr ATTR");
   if (cli_parse_shape(cli_opt(a, "shape"), &ndim, shape, &err))
     return cli_fail(CLI_USAGE, err.msg);
-  tshard_client *c;
-  int code = connect_from_args(a, &c);
-  if (code)
-    return code;
   int rc = tshard_create(c, name, dt ? dt : "f32", ndim, shape, attr, cli_opt(a, "layout"), opt_key(a));
-  code = rc ? failed(c, rc) : CLI_OK;
-  tshard_close(&c);
-  return code;
+  return rc ? failed(c, rc) : CLI_OK;
 }
 
-int cmd_put(cli_args *a) {
+int cmd_put(cli_args *a, tshard_client *c) {
   const char *name = need_name(a), *file = cli_positional(a, 1), *attr = cli_opt(a, "attr"),
              *dt = cli_opt(a, "dtype");
   if (!name)
@@ -126,12 +116,7 @@ int cmd_put(cli_args *a) {
   npy_array arr;
   if (npy_read(file, hint, &arr, &err))
     return cli_fail(CLI_IO, err.msg);
-  tshard_client *c;
-  int code = connect_from_args(a, &c);
-  if (code) {
-    npy_free(&arr);
-    return code;
-  }
+  int code = CLI_OK;
   int rc = TS_OK;
   if (attr) /* a new tensor of the file's dtype and shape */
     rc = tshard_create(c, name, ts_dtype_name(arr.dtype), arr.ndim, arr.shape, attr,
@@ -143,22 +128,18 @@ int cmd_put(cli_args *a) {
   else if (!a->json)
     printf("put %s: %zu bytes from %s\n", name, arr.bytes, file);
   npy_free(&arr);
-  tshard_close(&c);
   return code;
 }
 
 static int dtype_of(const char *text, ts_dtype *dt) { return ts_dtype_parse(text, dt, NULL); }
 
-int cmd_get(cli_args *a) {
+int cmd_get(cli_args *a, tshard_client *c) {
   const char *name = need_name(a), *file = cli_positional(a, 1);
   if (!name)
     return CLI_USAGE;
   if (!file)
     return cli_fail(CLI_USAGE, "get needs NAME FILE.npy");
-  tshard_client *c;
-  int code = connect_from_args(a, &c);
-  if (code)
-    return code;
+  int code = CLI_OK;
   tshard_info info = {0};
   npy_array arr = {0};
   int rc = tshard_describe(c, name, &info);
@@ -185,20 +166,16 @@ int cmd_get(cli_args *a) {
   }
   npy_free(&arr);
   tshard_info_clear(&info);
-  tshard_close(&c);
   return code;
 }
 
-int cmd_get_slice(cli_args *a) {
+int cmd_get_slice(cli_args *a, tshard_client *c) {
   const char *name = need_name(a), *file = cli_positional(a, 1), *layout = cli_opt(a, "layout");
   if (!name)
     return CLI_USAGE;
   if (!file)
     return cli_fail(CLI_USAGE, "get-slice needs NAME FILE.npy");
-  tshard_client *c;
-  int code = connect_from_args(a, &c), rank, world;
-  if (code)
-    return code;
+  int code = CLI_OK, rank, world;
   tshard_info info = {0};
   npy_array arr = {0};
   int rc = tshard_ping(c, &rank, &world);
@@ -238,20 +215,16 @@ int cmd_get_slice(cli_args *a) {
   }
   npy_free(&arr);
   tshard_info_clear(&info);
-  tshard_close(&c);
   return code;
 }
 
-int cmd_reshard(cli_args *a) {
+int cmd_reshard(cli_args *a, tshard_client *c) {
   const char *name = need_name(a), *to = cli_opt(a, "to");
   if (!name)
     return CLI_USAGE;
   if (!to)
     return cli_fail(CLI_USAGE, "reshard needs --to ATTR");
-  tshard_client *c;
-  int code = connect_from_args(a, &c);
-  if (code)
-    return code;
+  int code = CLI_OK;
   tshard_reshard_opts o = {.strategy = cli_opt(a, "strategy"), .keep_source_as = cli_opt(a, "keep-as"),
                            .layout = cli_opt(a, "layout"), .key = opt_key(a)};
   int rc = tshard_reshard(c, name, to, &o);
@@ -259,29 +232,21 @@ int cmd_reshard(cli_args *a) {
     code = failed(c, rc);
   else if (!a->json)
     printf("reshard %s -> %s: done\n", name, o.keep_source_as ? o.keep_source_as : name);
-  tshard_close(&c);
   return code;
 }
 
-int cmd_drop(cli_args *a) {
+int cmd_drop(cli_args *a, tshard_client *c) {
   const char *name = need_name(a);
   if (!name)
     return CLI_USAGE;
-  tshard_client *c;
-  int code = connect_from_args(a, &c);
-  if (code)
-    return code;
+  int code = CLI_OK;
   int rc = tshard_drop(c, name, opt_key(a));
   code = rc ? failed(c, rc) : CLI_OK;
-  tshard_close(&c);
   return code;
 }
 
-int cmd_list(cli_args *a) {
-  tshard_client *c;
-  int code = connect_from_args(a, &c);
-  if (code)
-    return code;
+int cmd_list(cli_args *a, tshard_client *c) {
+  int code = CLI_OK;
   char **names = NULL;
   int n = 0, rc = tshard_list(c, &names, &n);
   if (rc) {
@@ -298,18 +263,14 @@ int cmd_list(cli_args *a) {
       printf("%s\n", names[i]);
   }
   tshard_free_names(names, n);
-  tshard_close(&c);
   return code;
 }
 
-int cmd_describe(cli_args *a) {
+int cmd_describe(cli_args *a, tshard_client *c) {
   const char *name = need_name(a);
   if (!name)
     return CLI_USAGE;
-  tshard_client *c;
-  int code = connect_from_args(a, &c);
-  if (code)
-    return code;
+  int code = CLI_OK;
   tshard_info info = {0};
   int rc = tshard_describe(c, name, &info);
   if (rc) {
@@ -352,15 +313,11 @@ int cmd_describe(cli_args *a) {
     }
   }
   tshard_info_clear(&info);
-  tshard_close(&c);
   return code;
 }
 
-int cmd_stats(cli_args *a) {
-  tshard_client *c;
-  int code = connect_from_args(a, &c);
-  if (code)
-    return code;
+int cmd_stats(cli_args *a, tshard_client *c) {
+  int code = CLI_OK;
   tshard_stats s;
   int rc = tshard_stats_get(c, &s);
   if (rc) {
@@ -393,27 +350,22 @@ int cmd_stats(cli_args *a) {
              (unsigned long long)s.strategies[i].bytes_sent,
              (unsigned long long)s.strategies[i].bytes_received);
   }
-  tshard_close(&c);
   return code;
 }
 
-int cmd_shutdown(cli_args *a) {
-  tshard_client *c;
-  int code = connect_from_args(a, &c);
-  if (code)
-    return code;
+int cmd_shutdown(cli_args *a, tshard_client *c) {
+  int code = CLI_OK;
   int rc = tshard_shutdown(c, opt_key(a));
   code = rc ? failed(c, rc) : CLI_OK;
   if (!rc && !a->json)
     printf("the daemons of the job are shutting down\n");
-  tshard_close(&c);
   return code;
 }
 
 /* show NAME: the tensor's attribute and shape from the daemon, drawn. */
 int cmd_show_tensor(cli_args *a, const char *name) {
   tshard_client *c;
-  int code = connect_from_args(a, &c);
+  int code = cli_connect(a, &c);
   if (code)
     return code;
   tshard_info info = {0};

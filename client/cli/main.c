@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "tshard.h"
 
 /* Connection options shared by the subcommands that talk to a daemon. */
 #define CONNECT_HELP                                                                               \
@@ -17,7 +18,7 @@
   "  --timeout SEC    per-call timeout (default 60)\n"
 
 static const cli_command commands[] = {
-    {"plan", cmd_plan, "print the planner's EXPLAIN for a reshard (computed locally)",
+    {"plan", cmd_plan, NULL, "print the planner's EXPLAIN for a reshard (computed locally)",
      "  --shape S        global shape, e.g. 1024,512\n"
      "  --dtype T        f32 (default), f64, f16, bf16, i8, i32, i64, u8\n"
      "  --from ATTR      source attribute (see shard/ATTRIBUTES.md)\n"
@@ -29,7 +30,7 @@ static const cli_command commands[] = {
      "  --json           machine-readable output\n",
      "tshard plan --shape 4096,4096 --from 'mesh=[4096] placements=[S(0)]' \\\n"
      "            --to 'mesh=[4096] placements=[S(1)]' --ranks 4096"},
-    {"show", cmd_show, "draw where the slices of a tensor live (NAME, or --attr and --shape)",
+    {"show", cmd_show, NULL, "draw where the slices of a tensor live (NAME, or --attr and --shape)",
      "  NAME             a tensor of the daemons (connection options as for ping)\n"
      "  --attr ATTR      or: the attribute to draw, without a daemon\n"
      "  --shape S        the tensor's global shape\n"
@@ -39,9 +40,9 @@ static const cli_command commands[] = {
      "  --unicode        Unicode box drawing\n",
      "tshard show weights      or   tshard show --shape 20,12 --attr 'mesh=[2,2]@0-3 "
      "placements=[S(0),S(1)]'"},
-    {"ping", cmd_ping, "check that a daemon serves; prints its rank and the world size",
+    {"ping", NULL, cmd_ping, "check that a daemon serves; prints its rank and the world size",
      CONNECT_HELP "  --json           machine-readable output\n", "tshard ping --rank 1"},
-    {"create", cmd_create, "create a zero-filled tensor on every rank",
+    {"create", NULL, cmd_create, "create a zero-filled tensor on every rank",
      "  NAME             the tensor's name\n"
      "  --dtype T        f32 (default), f64, f16, bf16, i8, i32, i64, u8\n"
      "  --shape S        global shape, e.g. 1024,512\n"
@@ -49,22 +50,22 @@ static const cli_command commands[] = {
      "  --layout TAG     layout of the stored slices (default row-major), e.g. aBcd16b\n"
      "  --key KEY        idempotency key\n" CONNECT_HELP,
      "tshard create w --dtype f32 --shape 1024,512 --attr 'mesh=[4] placements=[S(0)]'"},
-    {"put", cmd_put, "put a whole tensor from a .npy file (the daemons scatter it)",
+    {"put", NULL, cmd_put, "put a whole tensor from a .npy file (the daemons scatter it)",
      "  NAME FILE.npy    the tensor and the file (C or Fortran order)\n"
      "  --attr ATTR      create the tensor with this attribute first (dtype and shape of the file)\n"
      "  --dtype bf16     read a uint16 file as bf16 bits\n"
      "  --layout TAG     layout of the stored slices, when creating\n"
      "  --key KEY        idempotency key\n" CONNECT_HELP,
      "tshard put w weights.npy --attr 'mesh=[4] placements=[S(0)]'"},
-    {"get", cmd_get, "get a whole tensor into a .npy file (gathered to the connected rank)",
+    {"get", NULL, cmd_get, "get a whole tensor into a .npy file (gathered to the connected rank)",
      "  NAME FILE.npy    the tensor and the file to write (bf16 is written as uint16 bits)\n"
      CONNECT_HELP,
      "tshard get w out.npy"},
-    {"get-slice", cmd_get_slice, "get the connected rank's slice into a .npy file",
+    {"get-slice", NULL, cmd_get_slice, "get the connected rank's slice into a .npy file",
      "  NAME FILE.npy    the tensor and the file to write\n"
      "  --layout TAG     the slice in this layout (blocked ones too), written flat\n" CONNECT_HELP,
      "tshard get-slice w slice1.npy --rank 1 --layout aBcd16b"},
-    {"reshard", cmd_reshard, "move a tensor to another attribute",
+    {"reshard", NULL, cmd_reshard, "move a tensor to another attribute",
      "  NAME             the tensor\n"
      "  --to ATTR        the target attribute\n"
      "  --strategy S     auto (default), allgather, root, p2p, alltoall, allreduce,\n"
@@ -73,17 +74,17 @@ static const cli_command commands[] = {
      "  --layout TAG     layout of the new slices\n"
      "  --key KEY        idempotency key\n" CONNECT_HELP,
      "tshard reshard w --to 'mesh=[4] placements=[S(1)]' --strategy alltoall"},
-    {"drop", cmd_drop, "delete a tensor on every rank",
+    {"drop", NULL, cmd_drop, "delete a tensor on every rank",
      "  NAME             the tensor\n  --key KEY        idempotency key\n" CONNECT_HELP,
      "tshard drop w"},
-    {"list", cmd_list, "list the tensors",
+    {"list", NULL, cmd_list, "list the tensors",
      CONNECT_HELP "  --json           machine-readable output\n", "tshard list --json"},
-    {"describe", cmd_describe, "a tensor's dtype, shape, attribute, layout and bytes per rank",
+    {"describe", NULL, cmd_describe, "a tensor's dtype, shape, attribute, layout and bytes per rank",
      "  NAME             the tensor\n" CONNECT_HELP "  --json           machine-readable output\n",
      "tshard describe w --json"},
-    {"stats", cmd_stats, "operations, bytes per strategy and memory of the connected daemon",
+    {"stats", NULL, cmd_stats, "operations, bytes per strategy and memory of the connected daemon",
      CONNECT_HELP "  --json           machine-readable output\n", "tshard stats --rank 2"},
-    {"shutdown", cmd_shutdown, "stop every daemon of the job",
+    {"shutdown", NULL, cmd_shutdown, "stop every daemon of the job",
      "  --key KEY        idempotency key\n" CONNECT_HELP, "tshard shutdown --job demo"},
 };
 
@@ -112,7 +113,15 @@ int main(int argc, char **argv) {
       return CLI_OK;
     }
     a.json = cli_flag(&a, "json");
-    return commands[i].run(&a);
+    if (commands[i].run)
+      return commands[i].run(&a);
+    tshard_client *c;
+    int code = cli_connect(&a, &c);
+    if (code)
+      return code;
+    code = commands[i].run_daemon(&a, c);
+    tshard_close(&c);
+    return code;
   }
   fprintf(stderr, "tshard: unknown subcommand '%s'\n\n", argv[1]);
   usage(stderr);

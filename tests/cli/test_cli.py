@@ -8,17 +8,11 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+from checks import Checks  # noqa: E402
+
 tshard = os.path.join(sys.argv[1], "tshard")
-failures = 0
-checks = 0
-
-
-def check(ok, what):
-    global failures, checks
-    checks += 1
-    if not ok:
-        failures += 1
-        print("FAIL:", what)
+check = Checks()
 
 
 def run(*args):
@@ -74,5 +68,4 @@ for sub in ["plan", "show"]:
     check(r.returncode == 0 and "example:" in r.stdout and "tshard " + sub in r.stdout,
           f"{sub} --help")
 
-print(f"{checks - failures} passed, {failures} failed")
-sys.exit(1 if failures else 0)
+check.finish()

@@ -13,19 +13,12 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+from checks import Checks  # noqa: E402
 from harness import Daemons  # noqa: E402
 
 bin_dir, n = sys.argv[1], int(sys.argv[2])
 tshard_bin = os.path.join(bin_dir, "tshard")
-failures = checks = 0
-
-
-def check(ok, what):
-    global failures, checks
-    checks += 1
-    if not ok:
-        failures += 1
-        print("FAIL:", what, flush=True)
+check = Checks()
 
 
 with Daemons(bin_dir, n) as d, tempfile.TemporaryDirectory() as tmp:
@@ -84,5 +77,4 @@ with Daemons(bin_dir, n) as d, tempfile.TemporaryDirectory() as tmp:
     check(r.returncode == 0, f"shutdown: {r.stderr}")
     check(d.proc.wait(60) == 0, "daemons exit 0")
 
-print(f"{checks - failures} passed, {failures} failed")
-sys.exit(1 if failures else 0)
+check.finish()

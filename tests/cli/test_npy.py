@@ -12,17 +12,11 @@ import tempfile
 import numpy as np
 from numpy.lib import format as npformat
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+from checks import Checks  # noqa: E402
+
 helper = os.path.join(sys.argv[1], "tshard-npy-roundtrip")
-failures = 0
-checks = 0
-
-
-def check(ok, what):
-    global failures, checks
-    checks += 1
-    if not ok:
-        failures += 1
-        print("FAIL:", what)
+check = Checks()
 
 
 def roundtrip(arr, version=None, bf16=False):
@@ -87,5 +81,4 @@ with tempfile.TemporaryDirectory() as d:
     expect_error(os.path.join(d, "t.npy"), "less data")
     expect_error(os.path.join(d, "missing.npy"), "cannot open")
 
-print(f"{checks - failures} passed, {failures} failed")
-sys.exit(1 if failures else 0)
+check.finish()

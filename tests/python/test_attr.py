@@ -10,19 +10,12 @@ import subprocess
 import sys
 
 import tshard
+from checks import Checks
 from tshard import Attr, Mesh, Partial, Replicate, Shard
 
 tshard_bin = os.path.join(sys.argv[1], "tshard")
 rng = random.Random(11)
-failures = checks = 0
-
-
-def check(ok, what):
-    global failures, checks
-    checks += 1
-    if not ok:
-        failures += 1
-        print("FAIL:", what)
+check = Checks()
 
 
 for case in range(150):
@@ -81,5 +74,4 @@ for bad, what in [(lambda: Mesh([0]), "empty mesh"),
     except ValueError:
         check(True, what)
 
-print(f"{checks - failures} passed, {failures} failed")
-sys.exit(1 if failures else 0)
+check.finish()

@@ -10,18 +10,11 @@ import sys
 import numpy as np
 
 import tshard
+from checks import Checks
 from harness import Daemons
 
 bin_dir, np_ranks = sys.argv[1], int(sys.argv[2])
-failures = checks = 0
-
-
-def check(ok, what):
-    global failures, checks
-    checks += 1
-    if not ok:
-        failures += 1
-        print("FAIL:", what, flush=True)
+check = Checks()
 
 
 def expect(exc, fn, what):
@@ -170,5 +163,4 @@ with Daemons(bin_dir, n) as d:
         check(c.list() == [], "everything dropped")
     check(d.stop() == 0, "daemons exit 0 after shutdown")
 
-print(f"{checks - failures} passed, {failures} failed")
-sys.exit(1 if failures else 0)
+check.finish()
