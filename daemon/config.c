@@ -99,9 +99,12 @@ static void print_help(void) {
   printf("usage: mpirun -np N tshardd [flags]\n\n"
          "One daemon per MPI rank holds slices of named tensors and serves clients over a Unix\n"
          "socket (and TCP when asked). Flags (--name value or --name=value):\n");
-  for (size_t i = 0; i < NTABLE; i++)
-    printf("  --%-14s %s (default: %s)\n", table[i].name, table[i].help,
-           table[i].def[0] ? table[i].def : "none");
+  for (size_t i = 0; i < NTABLE; i++) {
+    printf("  --%-14s %s", table[i].name, table[i].help);
+    if (table[i].def[0])
+      printf(" (default: %s)", table[i].def);
+    printf("\n");
+  }
   printf("  --help           this text\n");
 }
 
