@@ -9,7 +9,6 @@ import random
 import subprocess
 import sys
 
-import tshard
 from checks import Checks
 from tshard import Attr, Mesh, Partial, Replicate, Shard
 

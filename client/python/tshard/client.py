@@ -13,7 +13,7 @@ import numpy as np
 
 from . import tshard_pb2 as pb
 from .attr import Attr
-from .errors import TshardError, error_for
+from .errors import error_for
 
 __all__ = ["Client", "connect", "DTYPES", "socket_path"]
 
