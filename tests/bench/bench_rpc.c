@@ -17,6 +17,7 @@
  *                                 messages (the same job as the engine run): the transport's limit
  *
  * Targets: ping p50 < 100 us; put and get >= 1 GB/s; overhead < 10 %; idle CPU < 2 %. */
+#include <malloc.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,9 @@ static double median(double *v, int n) {
 
 /* --engine: the same reshard as the daemons run, straight through the store, under mpirun. */
 static int engine_mode(int argc, char **argv) {
+  /* The process settings of tshardd (daemon/main.c), so that only the daemon's own work differs. */
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   ts_world *w = NULL;
   ts_error err;
   if (ts_world_init(&argc, &argv, MPI_THREAD_SERIALIZED, &w, &err)) {
