@@ -139,6 +139,8 @@ static void conn_write(conn *c, uint8_t *frame, size_t len) {
 static void conn_reply_error(conn *c, uint64_t id, int status, const char *msg, bool close) {
   uint8_t *frame;
   size_t len;
+  if (close)
+    uv_read_stop(&c->h.stream); /* nothing more is read from a connection being closed */
   if (tsd_error_frame(id, status, msg, &frame, &len) == TS_OK) {
     c->close_after_write = close;
     conn_write(c, frame, len);
