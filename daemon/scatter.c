@@ -2,8 +2,9 @@
  * partial placements (the common case): the rank holding the whole row-major tensor sends every
  * other rank the chunks of its slice box (or receives them), and the pieces are copied straight
  * between the whole tensor, the message buffers and the stored slices with the strided-copy
- * kernel. No new slice is allocated (a put writes into the stored slices, whose layout it keeps)
- * and no staging beyond one chunk per side.
+ * kernel, or sent and received in place when a piece is one contiguous run of bytes on that side
+ * (row blocks of row-major data). No new slice is allocated (a put writes into the stored
+ * slices, whose layout it keeps) and no staging beyond one chunk per side.
  *
  * Both sides walk the same ranks and chunks in the same order (ts_box_chunk), so every message
  * is matched (peers in rank order after the root, the root's own slice last). A copy that fails on one side still sends or receives its messages, so nobody
@@ -45,6 +46,40 @@ static int copy_piece(const ts_tensor *dst, const int64_t *dst_origin, const ts_
   return ts_copy_box(dst, ds, src, ss, ext, NULL, err);
 }
 
+/* Where box cb lies in a dense row-major buffer holding the box [origin, origin + ext), when it is
+ * one contiguous run of bytes there (leading dims of extent 1, then one partial dim, then full
+ * dims); NULL otherwise. */
+static uint8_t *contiguous_at(uint8_t *base, const ts_box *cb, const int64_t *origin,
+                              const int64_t *ext, size_t es) {
+  int nd = cb->ndim, k = 0;
+  while (k < nd - 1 && cb->hi[k] - cb->lo[k] == 1)
+    k++;
+  for (int d = k + 1; d < nd; d++)
+    if (cb->lo[d] != origin[d] || cb->hi[d] != origin[d] + ext[d])
+      return NULL;
+  int64_t off = 0;
+  for (int d = 0; d < nd; d++)
+    off = off * ext[d] + (cb->lo[d] - origin[d]);
+  return base + (size_t)off * es;
+}
+
+/* Whether a stored slice is dense row-major (then pieces may go straight to and from it). */
+static bool slice_is_plain(const ts_stored *t) {
+  ts_layout plain;
+  int64_t ext[TS_MAX_DIMS];
+  for (int d = 0; d < t->ndim; d++)
+    ext[d] = t->box.hi[d] - t->box.lo[d];
+  if (!t->has_slice || ts_layout_plain(&plain, t->dtype, t->ndim, ext, NULL) != TS_OK)
+    return false;
+  const ts_layout *l = &t->local.layout;
+  if (l->n_inner != 0 || l->offset != 0)
+    return false;
+  for (int d = 0; d < t->ndim; d++)
+    if (l->strides[d] != plain.strides[d] && ext[d] != 1)
+      return false;
+  return true;
+}
+
 /* put: whole (at `root`, row-major) -> every slice; get: every distinct slice -> whole at root. */
 int tsd_scatter_gather(tsd_engine *e, ts_stored *t, int root, void *whole, bool put,
                        ts_error *err) {
@@ -80,6 +115,7 @@ int tsd_scatter_gather(tsd_engine *e, ts_stored *t, int root, void *whole, bool 
   for (int r = 0; boxes && has && r < e->size; r++)
     has[r] = ts_geom_rank_box(g, r, &boxes[r]);
   ts_comm *wc = ts_world_comm(e->world);
+  bool plain = slice_is_plain(t);
   /* The root's own slice goes last, while the last peer unpacks its last chunk. */
   for (int i = 1; buf && boxes && has && i <= e->size; i++) {
     int r = (root + i) % e->size;
@@ -96,6 +132,9 @@ int tsd_scatter_gather(tsd_engine *e, ts_stored *t, int root, void *whole, bool 
     if (dup || (e->rank != root && e->rank != r))
       continue;
     const ts_box *b = &boxes[r];
+    int64_t ext[TS_MAX_DIMS];
+    for (int d = 0; d < t->ndim; d++)
+      ext[d] = b->hi[d] - b->lo[d];
     if (r == root) { /* the root's own slice: one direct copy */
       if (lst == TS_OK)
         lst = put ? copy_piece(&t->local, b->lo, &wt, zero, b, &lerr)
@@ -111,19 +150,25 @@ int tsd_scatter_gather(tsd_engine *e, ts_stored *t, int root, void *whole, bool 
       box_view(&cb, t->dtype, buf, (size_t)bytes, &bt);
       bool sender = put ? e->rank == root : e->rank == r;
       int peer = e->rank == root ? r : root;
-      if (sender && lst == TS_OK)
-        lst = put ? copy_piece(&bt, cb.lo, &wt, zero, &cb, &lerr)
-                  : copy_piece(&bt, cb.lo, &t->local, b->lo, &cb, &lerr);
-      void *p = buf;
+      /* This side's end of the piece: the whole tensor at the root, the slice at the peer. When
+       * the piece is one contiguous run there, it is sent from or received into place. */
+      bool at_whole = e->rank == root;
+      uint8_t *direct = at_whole ? contiguous_at(whole, &cb, zero, t->shape, es)
+                        : plain ? contiguous_at(t->local.data, &cb, b->lo, ext, es)
+                                : NULL;
+      if (sender && !direct && lst == TS_OK)
+        lst = at_whole ? copy_piece(&bt, cb.lo, &wt, zero, &cb, &lerr)
+                       : copy_piece(&bt, cb.lo, &t->local, b->lo, &cb, &lerr);
+      void *p = direct ? (void *)direct : (void *)buf;
       int mrc = sender ? ts_comm_exchange(wc, 1, &peer, &p, &bytes, 0, NULL, NULL, NULL,
                                           SCATTER_TAG, &lerr)
                        : ts_comm_exchange(wc, 0, NULL, NULL, NULL, 1, &peer, &p, &bytes,
                                           SCATTER_TAG, &lerr);
       if (mrc && lst == TS_OK)
         lst = mrc;
-      if (!sender && lst == TS_OK)
-        lst = put ? copy_piece(&t->local, b->lo, &bt, cb.lo, &cb, &lerr)
-                  : copy_piece(&wt, zero, &bt, cb.lo, &cb, &lerr);
+      if (!sender && !direct && lst == TS_OK)
+        lst = at_whole ? copy_piece(&wt, zero, &bt, cb.lo, &cb, &lerr)
+                       : copy_piece(&t->local, b->lo, &bt, cb.lo, &cb, &lerr);
     }
   }
   free(buf);
