@@ -24,6 +24,9 @@
 #include "daemon.h"
 
 #define TSD_MAX_INFLIGHT 2
+/* Frames being received at once, in maximum frames: many clients that announce large frames and
+ * send them slowly cannot make the daemon hold more than this. */
+#define TSD_FRAME_BUDGET 8
 
 typedef struct conn {
   union {
@@ -67,6 +70,8 @@ struct tsd_server {
   conn *conns;
   uint64_t next_id, nconns;
   tsd_limits lim;
+  int64_t frame_bytes;  /* buffers of frames being received, all connections */
+  int64_t frame_budget; /* their bound: TSD_FRAME_BUDGET maximum frames */
 };
 
 static void conn_close(conn *c);
@@ -80,6 +85,8 @@ static void close_if_open(uv_handle_t *h);
 static void on_conn_closed(uv_handle_t *h) {
   conn *c = h->data;
   tsd_server *s = c->srv;
+  if (c->frame)
+    s->frame_bytes -= c->frame_len;
   free(c->frame);
   free(c);
   if (s && s->stopping && !s->conns)
@@ -179,6 +186,7 @@ static void process_frame(conn *c) {
   ts_error err;
   uint8_t *frame = c->frame;
   uint32_t len = c->frame_len;
+  s->frame_bytes -= len;
   c->frame = NULL;
   c->have = 0;
   c->have_header = 0;
@@ -262,6 +270,14 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
       conn_reply_error(c, 0, rc, err.msg, true);
       return;
     }
+    if (c->srv->frame_bytes + (int64_t)len > c->srv->frame_budget) {
+      TSD_LOG(TSD_LOG_WARN, "connection %llu: frame of %u bytes refused, %lld bytes of frames "
+              "already being received", (unsigned long long)c->id, len,
+              (long long)c->srv->frame_bytes);
+      conn_reply_error(c, 0, TS_LIMIT, "the daemon is receiving too many large frames at once; "
+                       "retry later or send smaller chunks", true);
+      return;
+    }
     c->frame = malloc(len);
     if (!c->frame) {
       uv_read_stop(st);
@@ -270,6 +286,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
     }
     c->frame_len = len;
     c->have = 0;
+    c->srv->frame_bytes += len;
     return;
   }
   c->have += (size_t)nread;
@@ -435,6 +452,7 @@ int tsd_server_start(tsd_server_opts *o, tsd_server **out, ts_error *err) {
   s->size = o->world_size;
   s->lim.world_size = o->world_size;
   s->lim.max_frame = o->cfg->max_frame;
+  s->frame_budget = TSD_FRAME_BUDGET * o->cfg->max_frame;
   int n = snprintf(s->path, sizeof s->path, "%s/tshard-%s-%d.sock", o->cfg->socket_dir,
                    o->cfg->job, o->rank);
   struct sockaddr_un probe;

@@ -192,6 +192,12 @@ static void *silent_daemon(void *arg) {
   return NULL;
 }
 
+static const char *tse_socket_path_str(const tse_job *j, int rank) {
+  static char path[400];
+  tse_socket_path(j, rank, path, sizeof path);
+  return path;
+}
+
 static Tshard__DistAttr text_attr(const char *text) {
   Tshard__DistAttr a = TSHARD__DIST_ATTR__INIT;
   a.text = (char *)text;
@@ -511,6 +517,34 @@ int main(void) {
     wreq.get = &gw;
     send_request(fd, &wreq);
     close(fd); /* mid-operation */
+  }
+  /* Many clients announcing maximum frames and sending them slowly: the daemon holds at most 8
+   * maximum frames (--max-frame 64K here) and refuses the next one; all is freed at the close. */
+  {
+    int fds[9];
+    uint8_t h[4] = {0x00, 0x00, 0x01, 0x00}; /* exactly 64 KiB */
+    for (int i = 0; i < 9; i++) {
+      fds[i] = raw_connect(0);
+      send_bytes(fds[i], h, 4);
+      send_bytes(fds[i], "partial", 7);
+    }
+    /* Which one the daemon refuses depends on the order it sees them: the first to answer. */
+    struct pollfd pfds[9];
+    for (int i = 0; i < 9; i++)
+      pfds[i] = (struct pollfd){fds[i], POLLIN, 0};
+    int refused = -1;
+    if (poll(pfds, 9, 20000) > 0)
+      for (int i = 0; i < 9 && refused < 0; i++)
+        if (pfds[i].revents & POLLIN)
+          refused = i;
+    TSE_CHECK(refused >= 0 && read_answer(fds[refused]) == TS_LIMIT,
+              "none of 9 slow maximum frames was refused");
+    for (int i = 0; i < 9; i++)
+      close(fds[i]);
+    tshard_client *t = NULL;
+    TSE_CHECK(tshard_connect_path(tse_socket_path_str(&job, 0), 10000, &t) == TS_OK,
+              "the daemon does not serve after the slow frames");
+    tshard_close(&t);
   }
   /* The client's timeout: a fake daemon that answers the connect's ping, then never again. */
   {
