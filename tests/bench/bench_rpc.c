@@ -155,10 +155,7 @@ static double cpu_seconds(int pid) {
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--engine") == 0)
     return engine_mode(argc, argv);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  setenv("OMPI_MCA_btl", "self,vader,tcp", 0);
-  setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+  /* tse_start sets the Open MPI environment the job needs (root, transports). */
   tse_job job;
   if (tse_start(&job, 2, NULL, 120))
     return 1;

@@ -87,6 +87,12 @@ static void kill_job(tse_job *j) {
 
 int tse_start(tse_job *j, int np, const char *const *extra, int timeout_s) {
   memset(j, 0, sizeof *j);
+  /* What CTest sets, for runs by hand (an existing setting wins). */
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+  setenv("OMPI_MCA_btl", "self,vader,tcp", 0);
+  setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
   j->np = np;
   snprintf(j->dir, sizeof j->dir, "/tmp/tse-XXXXXX");
   if (!mkdtemp(j->dir)) {

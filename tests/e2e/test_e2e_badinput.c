@@ -376,6 +376,43 @@ int main(void) {
     create_case("repeated rank", "x", "f32", 2, shape, &m, "", TS_BAD_ATTRIBUTE);
   }
 
+  /* The message form of an attribute, valid: it maps onto the text form and back. */
+  {
+    int64_t mshape[2] = {4, 2}, mesh[1] = {2}, sizes[2] = {3, 1};
+    int32_t ranks[2] = {1, 0};
+    Tshard__Placement p = TSHARD__PLACEMENT__INIT, *pp[1] = {&p};
+    Tshard__DimSplit split = TSHARD__DIM_SPLIT__INIT, *sp[1] = {&split};
+    Tshard__DistAttr m = TSHARD__DIST_ATTR__INIT;
+    p.kind = TSHARD__PLACEMENT_KIND__SHARD;
+    p.dim = 0;
+    split.dim = 0;
+    split.n_sizes = 2;
+    split.sizes = sizes;
+    m.n_mesh_shape = 1;
+    m.mesh_shape = mesh;
+    m.n_ranks = 2;
+    m.ranks = ranks;
+    m.n_placements = 1;
+    m.placements = pp;
+    m.n_splits = 1;
+    m.splits = sp;
+    create_case("attribute in message form", "msgform", "i32", 2, mshape, &m, "", TS_OK);
+    tshard_info info;
+    TSE_OK(c0, tshard_describe(c0, "msgform", &info));
+    TSE_CHECK(info.attr && strstr(info.attr, "mesh=[2]@1,0") && strstr(info.attr, "S(0)") &&
+                  strstr(info.attr, "splits={0:[3,1]}"),
+              "message form described as '%s'", info.attr ? info.attr : "");
+    bool ok = info.nranks == 2;
+    for (int i = 0; i < info.nranks; i++) {
+      int64_t lo = info.ranks[i].rank == 1 ? 0 : 3, hi = info.ranks[i].rank == 1 ? 3 : 4;
+      ok &= info.ranks[i].lo[0] == lo && info.ranks[i].hi[0] == hi &&
+            info.ranks[i].bytes == (uint64_t)((hi - lo) * 2 * 4);
+    }
+    TSE_CHECK(ok, "the boxes of the message-form attribute are wrong");
+    tshard_info_clear(&info);
+    TSE_OK(c0, tshard_drop(c0, "msgform", NULL));
+  }
+
   /* Byte counts and chunks. */
   put_case("put of the wrong size", "keep", 0, 100, 100, TS_BAD_SHAPE);
   put_case("chunk past the total", "keep", 400, 480, 100, TS_OUT_OF_BOUNDS);
