@@ -2,6 +2,8 @@
  * `mpirun -np 2` and prints key=value lines:
  *
  *   ping_p50_us, ping_p99_us      round trip of 20000 pings to rank 0 (served by the loop thread)
+ *   collective_op_p50_us          a multi-rank operation that moves no data (drop of a missing
+ *                                 name: forwarded, ordered by rank 0, run and agreed everywhere)
  *   put_1gib_gbps, get_1gib_gbps  a 1 GiB f32 tensor ([16384, 16384], S(0) over 2 ranks) put
  *                                 whole and got whole by one client (best of 2, GB = 1e9 bytes)
  *   memcpy_gbps                   memcpy of the same 1 GiB in the same run (the limit)
@@ -174,6 +176,19 @@ int main(int argc, char **argv) {
   }
   qsort(lat, NPING, sizeof *lat, cmp_double);
   printf("ping_p50_us=%.1f\nping_p99_us=%.1f\n", lat[NPING / 2], lat[NPING * 99 / 100]);
+  fflush(stdout);
+
+  /* A collective operation that moves no data (a drop of a missing name: ordered by rank 0, run
+   * and agreed on every rank): the daemons' own cost per multi-rank operation. */
+  enum { NCOLL = 300 };
+  static double coll[NCOLL];
+  for (int i = 0; i < NCOLL; i++) {
+    double t0 = now();
+    int st = tshard_drop(c, "missing", NULL);
+    coll[i] = (now() - t0) * 1e6;
+    TSE_CHECK(st == TS_NOT_FOUND, "drop of a missing tensor gave %s", tshard_status_name(st));
+  }
+  printf("collective_op_p50_us=%.1f\n", median(coll, NCOLL));
   fflush(stdout);
 
   size_t bytes = (size_t)ROWS * COLS * 4;
