@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ts_shard.h"
+#include "check_main.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15u;
 static uint64_t rnd(void) {
@@ -415,9 +416,5 @@ int main(void) {
   tcase_add_test(tc, box_intersection);
   tcase_add_test(tc, chunks_tile_the_box);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return ts_run_suite(s);
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ts_kernels.h"
+#include "check_main.h"
 
 static uint64_t rng_state;
 static uint64_t rnd(void) { /* xorshift64*: deterministic test data */
@@ -323,9 +324,5 @@ int main(void) {
   tcase_add_test(tc, test_random_large_threads);
   tcase_add_test(tc, test_large_transpose);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return ts_run_suite(s);
 }

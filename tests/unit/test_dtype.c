@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ts_kernels.h"
+#include "check_main.h"
 
 static uint64_t rng_state = 88172645463325252u;
 static uint64_t rnd(void) {
@@ -203,9 +204,5 @@ int main(void) {
   tcase_add_test(tc, test_int_to_small_floats);
   tcase_add_test(tc, test_all_pairs);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return ts_run_suite(s);
 }

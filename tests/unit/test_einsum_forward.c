@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "test_einsum_util.h"
+#include "check_main.h"
 
 static const ts_dtype all_dtypes[] = {TS_F32, TS_F64, TS_F16, TS_BF16, TS_I32, TS_I64};
 
@@ -356,9 +357,5 @@ static Suite *suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return ts_run_suite(suite());
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ts_kernels.h"
+#include "check_main.h"
 
 /* Plans eq over operands of the given dims/shapes (one shape per operand, up to 4). */
 static int plan(const char *eq, int n, const int *ndim, const int64_t (*shape)[TS_MAX_DIMS],
@@ -265,9 +266,5 @@ static Suite *suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return ts_run_suite(suite());
 }

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "ts_shard.h"
+#include "check_main.h"
 
 static uint64_t rng_state = 0xC0FFEE1234567u;
 static uint64_t rnd(void) {
@@ -467,9 +468,5 @@ int main(void) {
   tcase_add_test(tc, costs_of_known_cases);
   tcase_add_test(tc, plan_4096_ranks);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return ts_run_suite(s);
 }

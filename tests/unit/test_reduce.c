@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ts_kernels.h"
+#include "check_main.h"
 
 static uint64_t rng_state = 0x1234567887654321u;
 static uint64_t rnd(void) {
@@ -142,9 +143,5 @@ int main(void) {
   tcase_add_test(tc, identities);
   tcase_add_test(tc, names_and_errors);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return ts_run_suite(s);
 }
