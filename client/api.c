@@ -78,7 +78,7 @@ static int put_chunks(tshard_client *c, const char *name, const char *layout, bo
   if (!c || (!data && bytes))
     return TS_INVALID_ARGUMENT;
   size_t nchunks = bytes ? (bytes + c->chunk - 1) / c->chunk : 1;
-  size_t sent = 0;
+  size_t sent = 0, acked = 0;
   uint64_t ids[PUT_WINDOW];
   size_t idx[PUT_WINDOW];
   int nout = 0, first = TS_OK;
@@ -134,6 +134,10 @@ static int put_chunks(tshard_client *c, const char *name, const char *layout, bo
       first_chunk = idx[k];
       snprintf(first_msg, sizeof first_msg, "%s", c->message);
     }
+    if (rc == TS_OK && c->progress) {
+      acked += idx[k] + 1 < nchunks ? c->chunk : bytes - idx[k] * c->chunk;
+      c->progress(c->progress_arg, acked, bytes);
+    }
     tsc_free(c, r);
     ids[k] = ids[nout - 1];
     idx[k] = idx[nout - 1];
@@ -142,6 +146,13 @@ static int put_chunks(tshard_client *c, const char *name, const char *layout, bo
   if (first != TS_OK)
     snprintf(c->message, sizeof c->message, "%s", first_msg);
   return first;
+}
+
+void tshard_set_progress(tshard_client *c, tshard_progress_fn fn, void *arg) {
+  if (c) {
+    c->progress = fn;
+    c->progress_arg = arg;
+  }
 }
 
 int tshard_put(tshard_client *c, const char *name, const void *data, size_t bytes,
@@ -233,6 +244,8 @@ static int get_chunks(tshard_client *c, const char *name, const char *layout, bo
     *total_out = total;
   if (rc)
     return rc;
+  if (c->progress)
+    c->progress(c->progress_arg, len, total);
   uint64_t next = len, received = len, offs[GET_WINDOW], ids[GET_WINDOW];
   int nout = 0, first = TS_OK;
   char first_msg[sizeof c->message] = "";
@@ -262,6 +275,8 @@ static int get_chunks(tshard_client *c, const char *name, const char *layout, bo
       snprintf(first_msg, sizeof first_msg, "%s", c->message);
     }
     received += n;
+    if (rc == TS_OK && c->progress)
+      c->progress(c->progress_arg, received, total);
     ids[0] = ids[1];
     offs[0] = offs[1];
     nout--;

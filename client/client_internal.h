@@ -27,6 +27,8 @@ struct tshard_client {
   uint64_t next_id;
   char token[257];
   char message[1024];
+  tshard_progress_fn progress; /* called after every chunk of a put or get (NULL: none) */
+  void *progress_arg;
 };
 
 /* Sends req (id and token filled in) and waits for its answer. On a transport failure returns

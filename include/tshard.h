@@ -53,6 +53,10 @@ void tshard_set_timeout(tshard_client *c, int timeout_ms);
 /* Bytes per data chunk of puts and gets (at least 64; default 16 MiB or what the daemon's
  * frame allows). */
 void tshard_set_chunk(tshard_client *c, size_t bytes);
+/* Progress of puts and gets: fn(arg, bytes done, total bytes) after every chunk (NULL: none). */
+typedef void (*tshard_progress_fn)(void *arg, uint64_t done, uint64_t total);
+void tshard_set_progress(tshard_client *c, tshard_progress_fn fn, void *arg);
+
 /* The message of the last failed call ("" after a success). */
 const char *tshard_last_message(const tshard_client *c);
 

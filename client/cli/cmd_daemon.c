@@ -75,6 +75,35 @@ static const char *need_name(const cli_args *a) {
 
 static const char *opt_key(const cli_args *a) { return cli_opt(a, "key"); }
 
+/* The progress bar of large puts and gets, on a terminal only: redrawn when the percentage
+ * changes, ended with a newline at 100%. */
+#define PROGRESS_MIN_BYTES (16u << 20)
+
+typedef struct progress_bar {
+  const char *what;
+  int last_percent;
+} progress_bar;
+
+static void draw_progress(void *arg, uint64_t done, uint64_t total) {
+  progress_bar *p = arg;
+  int percent = total ? (int)(done * 100 / total) : 100;
+  if (percent == p->last_percent)
+    return;
+  p->last_percent = percent;
+  int filled = percent * 30 / 100;
+  printf("\r%s [%.*s%*s] %3d%% %llu/%llu MiB", p->what, filled, "##############################",
+         30 - filled, "", percent, (unsigned long long)(done >> 20),
+         (unsigned long long)(total >> 20));
+  if (percent == 100)
+    printf("\n");
+  fflush(stdout);
+}
+
+static void maybe_progress(const cli_args *a, tshard_client *c, size_t bytes, progress_bar *p) {
+  if (!a->json && bytes >= PROGRESS_MIN_BYTES && isatty(STDOUT_FILENO))
+    tshard_set_progress(c, draw_progress, p);
+}
+
 int cmd_ping(cli_args *a, tshard_client *c) {
   int code = CLI_OK, rank, world;
   int rc = tshard_ping(c, &rank, &world);
@@ -121,6 +150,8 @@ int cmd_put(cli_args *a, tshard_client *c) {
   if (attr) /* a new tensor of the file's dtype and shape */
     rc = tshard_create(c, name, ts_dtype_name(arr.dtype), arr.ndim, arr.shape, attr,
                        cli_opt(a, "layout"), opt_key(a));
+  progress_bar bar = {"put", -1};
+  maybe_progress(a, c, arr.bytes, &bar);
   if (!rc)
     rc = tshard_put(c, name, arr.data, arr.bytes, opt_key(a));
   if (rc)
@@ -152,6 +183,8 @@ int cmd_get(cli_args *a, tshard_client *c) {
     for (int d = 0; d < arr.ndim; d++)
       arr.bytes *= (size_t)arr.shape[d];
     arr.data = malloc(arr.bytes ? arr.bytes : 1);
+    progress_bar bar = {"get", -1};
+    maybe_progress(a, c, arr.bytes, &bar);
     rc = arr.data ? tshard_get(c, name, arr.data, arr.bytes) : TS_NO_MEMORY;
   }
   if (rc) {

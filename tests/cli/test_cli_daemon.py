@@ -71,7 +71,17 @@ with Daemons(bin_dir, n) as d, tempfile.TemporaryDirectory() as tmp:
     check(r.returncode == 4 and "cannot reach" in r.stderr, f"no daemon: {r.stderr}")
     r = cli("put", "w", os.path.join(tmp, "missing.npy"))
     check(r.returncode == 3, f"missing file: {r.returncode} {r.stderr}")
-    for name in ("w", "z"):
+    # a progress bar on a terminal (script gives the CLI a pseudo-terminal), none otherwise
+    big = os.path.join(tmp, "big.npy")
+    np.save(big, np.ones((5000, 1024), np.float32))  # 20 MiB
+    r = subprocess.run(["script", "-qec", f"{tshard_bin} put big {big} --attr 'mesh=[{n}] "
+                        f"placements=[S(0)]' --socket {d.socket(0)}", "/dev/null"],
+                       capture_output=True, text=True, timeout=120)
+    check(r.returncode == 0 and "put [" in r.stdout and "100% 19/19 MiB" in r.stdout,
+          f"progress bar on a terminal: {r.stdout!r}")
+    r = cli("get", "big", out)
+    check(r.returncode == 0 and "[#" not in r.stdout, f"no progress bar off a terminal: {r.stdout!r}")
+    for name in ("w", "z", "big"):
         check(cli("drop", name).returncode == 0, f"drop {name}")
     r = cli("shutdown")
     check(r.returncode == 0, f"shutdown: {r.stderr}")
