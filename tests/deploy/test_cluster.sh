@@ -61,20 +61,32 @@ printf '%s slots=1\n' "$net.1" "$net.2" "$net.3" >"$work/hostfile"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TSHARD_SOCKET_DIR=$work
 unset OMPI_MCA_btl OMPI_MCA_rmaps_base_oversubscribe
 job=cluster
-setsid ip netns exec "${hosts[0]}" mpirun --hostfile "$work/hostfile" -np 3 \
-  --mca plm_rsh_agent "$work/ns-rsh" --mca plm_rsh_no_tree_spawn 1 \
-  --mca btl self,tcp --mca btl_tcp_if_include "$net.0/24" --mca oob_tcp_if_include "$net.0/24" \
-  "$bin/tshardd" --job "$job" --socket-dir "$work" >"$work/daemons.log" 2>&1 </dev/null &
-mpipid=$!
-for _ in $(seq 1200); do
-  [ "$(grep -c "ready: job $job rank" "$work/daemons.log")" -ge 3 ] && break
-  kill -0 "$mpipid" 2>/dev/null || break
-  sleep 0.1 # polling for the ready lines, bounded
-done
-if [ "$(grep -c "ready: job $job rank" "$work/daemons.log")" -lt 3 ]; then
-  echo "FAIL: the daemons did not all start across the hosts:"
+# Starts the job across the hosts; returns 1 when not every rank serves within the deadline.
+launch() {
+  setsid ip netns exec "${hosts[0]}" mpirun --hostfile "$work/hostfile" -np 3 \
+    --mca plm_rsh_agent "$work/ns-rsh" --mca plm_rsh_no_tree_spawn 1 \
+    --mca orte_startup_timeout 45 \
+    --mca btl self,tcp --mca btl_tcp_if_include "$net.0/24" --mca oob_tcp_if_include "$net.0/24" \
+    "$bin/tshardd" --job "$job" --socket-dir "$work" >"$work/daemons.log" 2>&1 </dev/null &
+  mpipid=$!
+  for _ in $(seq 600); do
+    [ "$(grep -c "ready: job $job rank" "$work/daemons.log")" -ge 3 ] && return 0
+    kill -0 "$mpipid" 2>/dev/null || break
+    sleep 0.1 # polling for the ready lines, bounded
+  done
+  echo "the daemons did not all start across the hosts; mpirun's output and the processes:"
   cat "$work/daemons.log"
-  exit 1
+  ps -eo pid,ppid,stat,etime,args | grep -E "mpirun|orted|tshardd|ns-rsh" | grep -v grep
+  kill -TERM -- "-$mpipid" 2>/dev/null
+  sleep 1
+  kill -KILL -- "-$mpipid" 2>/dev/null
+  wait "$mpipid" 2>/dev/null
+  mpipid=""
+  return 1
+}
+if ! launch; then
+  echo "retrying the launch once"
+  launch || { echo "FAIL: the job could not be started across the hosts"; exit 1; }
 fi
 
 passed=0 failed=0
