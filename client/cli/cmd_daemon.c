@@ -104,6 +104,28 @@ static void maybe_progress(const cli_args *a, tshard_client *c, size_t bytes, pr
     tshard_set_progress(c, draw_progress, p);
 }
 
+/* What a data command did: a line for people, or with --json an object for scripts. */
+static void report(const cli_args *a, const char *what, const char *name, size_t bytes,
+                   const char *file, int rank) {
+  if (!a->json) {
+    if (rank >= 0)
+      printf("%s %s: rank %d's %zu bytes to %s\n", what, name, rank, bytes, file);
+    else
+      printf("%s %s: %zu bytes %s %s\n", what, name, bytes, strncmp(what, "put", 3) ? "to" : "from",
+             file);
+    return;
+  }
+  printf("{\"operation\": ");
+  cli_json_string(stdout, a->argv[0]);
+  printf(", \"name\": ");
+  cli_json_string(stdout, name);
+  printf(", \"bytes\": %zu, \"file\": ", bytes);
+  cli_json_string(stdout, file);
+  if (rank >= 0)
+    printf(", \"rank\": %d", rank);
+  printf("}\n");
+}
+
 int cmd_ping(cli_args *a, tshard_client *c) {
   int code = CLI_OK, rank, world;
   int rc = tshard_ping(c, &rank, &world);
@@ -156,13 +178,14 @@ int cmd_put(cli_args *a, tshard_client *c) {
     rc = tshard_put(c, name, arr.data, arr.bytes, opt_key(a));
   if (rc)
     code = failed(c, rc);
-  else if (!a->json)
-    printf("put %s: %zu bytes from %s\n", name, arr.bytes, file);
+  else
+    report(a, "put", name, arr.bytes, file, -1);
   npy_free(&arr);
   return code;
 }
 
 static int dtype_of(const char *text, ts_dtype *dt) { return ts_dtype_parse(text, dt, NULL); }
+
 
 int cmd_get(cli_args *a, tshard_client *c) {
   const char *name = need_name(a), *file = cli_positional(a, 1);
@@ -193,9 +216,9 @@ int cmd_get(cli_args *a, tshard_client *c) {
     ts_error err;
     if (npy_write(file, &arr, &err))
       code = cli_fail(CLI_IO, err.msg);
-    else if (!a->json)
-      printf("get %s: %zu bytes to %s%s\n", name, arr.bytes, file,
-             arr.dtype == TS_BF16 ? " (bf16 as uint16 bits)" : "");
+    else
+      report(a, arr.dtype == TS_BF16 ? "get (bf16 as uint16 bits)" : "get", name, arr.bytes, file,
+             -1);
   }
   npy_free(&arr);
   tshard_info_clear(&info);
@@ -242,9 +265,8 @@ int cmd_get_slice(cli_args *a, tshard_client *c) {
     ts_error err;
     if (npy_write(file, &arr, &err))
       code = cli_fail(CLI_IO, err.msg);
-    else if (!a->json)
-      printf("get-slice %s: rank %d's %zu bytes%s%s to %s\n", name, rank, bytes,
-             plain ? "" : " in layout ", plain ? "" : layout, file);
+    else
+      report(a, "get-slice", name, bytes, file, rank);
   }
   npy_free(&arr);
   tshard_info_clear(&info);
@@ -265,6 +287,13 @@ int cmd_reshard(cli_args *a, tshard_client *c) {
     code = failed(c, rc);
   else if (!a->json)
     printf("reshard %s -> %s: done\n", name, o.keep_source_as ? o.keep_source_as : name);
+  else {
+    printf("{\"operation\": \"reshard\", \"name\": ");
+    cli_json_string(stdout, name);
+    printf(", \"result\": ");
+    cli_json_string(stdout, o.keep_source_as ? o.keep_source_as : name);
+    printf("}\n");
+  }
   return code;
 }
 

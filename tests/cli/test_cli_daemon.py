@@ -35,6 +35,10 @@ with Daemons(bin_dir, n) as d, tempfile.TemporaryDirectory() as tmp:
     for rank in range(n):
         r = cli("get", "w", out, rank=rank)
         check(r.returncode == 0 and np.array_equal(np.load(out), ref), f"get from rank {rank}: {r.stderr}")
+    r = cli("get", "w", out, "--json", rank=n - 1)
+    check(r.returncode == 0 and json.loads(r.stdout) == {"operation": "get", "name": "w",
+                                                         "bytes": ref.nbytes, "file": out},
+          f"get --json: {r.stdout}")
     r = cli("get-slice", "w", out, rank=n - 1)
     check(r.returncode == 0 and np.array_equal(np.load(out), ref[5 * (n - 1):]), f"get-slice: {r.stderr}")
     r = cli("reshard", "w", "--to", f"mesh=[{n}] placements=[S(1)]", "--strategy", "alltoall")

@@ -5,7 +5,11 @@ exceptions. Values are a function of the global index, so every slice is checked
 region of an independently computed global array.
 
 usage: test_client.py BUILD_BIN_DIR NRANKS"""
+import os
+import shutil
+import socket
 import sys
+import tempfile
 
 import numpy as np
 
@@ -162,5 +166,30 @@ with Daemons(bin_dir, n) as d:
             c.drop(name)
         check(c.list() == [], "everything dropped")
     check(d.stop() == 0, "daemons exit 0 after shutdown")
+
+# TCP with a token: daemons listening on loopback (rank r on port+r)
+with socket.socket() as probe:  # a free port for rank 0; the next ones are very likely free too
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+tok_dir = tempfile.mkdtemp(prefix="tshard-token-")
+token_file = os.path.join(tok_dir, "token")
+with open(token_file, "w") as f:
+    f.write("s3cret-token-for-tests\n")
+os.chmod(token_file, 0o600)
+with Daemons(bin_dir, n, extra_args=["--listen", f"tcp://127.0.0.1:{port}",
+                                     "--token-file", token_file]) as d:
+    for r in range(n):
+        with tshard.connect(tcp=f"127.0.0.1:{port + r}", token="s3cret-token-for-tests") as c:
+            check(c.ping()["rank"] == r, f"tcp ping of rank {r}")
+    with tshard.connect(tcp=("127.0.0.1", port), token="s3cret-token-for-tests") as c:
+        c.create("t", "i64", (n, 3), f"mesh=[{n}] placements=[S(0)]")
+        t = np.arange(3 * n, dtype=np.int64).reshape(n, 3)
+        c.put("t", t)
+        check(np.array_equal(c.get("t"), t), "put and get over TCP")
+    expect(tshard.errors.AuthError,
+           lambda: tshard.connect(tcp=f"127.0.0.1:{port}", token="wrong-token-123"),
+           "a wrong token is refused")
+    check(d.stop() == 0, "TCP daemons exit 0")
+shutil.rmtree(tok_dir)
 
 check.finish()
