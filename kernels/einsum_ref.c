@@ -19,68 +19,24 @@ static const char *elem_addr(const ts_tensor *t, const int64_t *idx) {
   return (const char *)t->data + t->layout.offset + off * (int64_t)ts_dtype_size(t->layout.dtype);
 }
 
+/* Elements in and out through the dtype converter: floats as f64, integers as i64 (wrapping). */
 static double read_f(const char *a, ts_dtype dt) {
-  switch (dt) {
-  case TS_F32: {
-    float v;
-    memcpy(&v, a, 4);
-    return v;
-  }
-  case TS_F64: {
-    double v;
-    memcpy(&v, a, 8);
-    return v;
-  }
-  case TS_F16: {
-    uint16_t v;
-    memcpy(&v, a, 2);
-    return ts_f16_to_f32(v);
-  }
-  case TS_BF16: {
-    uint16_t v;
-    memcpy(&v, a, 2);
-    return ts_bf16_to_f32(v);
-  }
-  default: return 0.0;
-  }
+  double v;
+  ts_convert(&v, TS_F64, a, dt, 1);
+  return v;
 }
 
 static uint64_t read_i(const char *a, ts_dtype dt) {
-  if (dt == TS_I32) {
-    int32_t v;
-    memcpy(&v, a, 4);
-    return (uint64_t)(int64_t)v;
-  }
   int64_t v;
-  memcpy(&v, a, 8);
+  ts_convert(&v, TS_I64, a, dt, 1);
   return (uint64_t)v;
 }
 
 static void write_val(char *a, ts_dtype dt, double f, uint64_t i) {
-  switch (dt) {
-  case TS_F32: {
-    float v = (float)f;
-    memcpy(a, &v, 4);
-    break;
-  }
-  case TS_F64: memcpy(a, &f, 8); break;
-  case TS_F16: {
-    uint16_t v = ts_f64_to_f16(f);
-    memcpy(a, &v, 2);
-    break;
-  }
-  case TS_BF16: {
-    uint16_t v = ts_f64_to_bf16(f);
-    memcpy(a, &v, 2);
-    break;
-  }
-  case TS_I32: {
-    uint32_t v = (uint32_t)i;
-    memcpy(a, &v, 4);
-    break;
-  }
-  default: memcpy(a, &i, 8); break;
-  }
+  if (ts_dtype_is_float(dt))
+    ts_convert(a, dt, &f, TS_F64, 1);
+  else
+    ts_convert(a, dt, &i, TS_I64, 1);
 }
 
 /* Parses against the tensors' shapes and checks dtypes. */

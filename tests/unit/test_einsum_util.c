@@ -57,73 +57,13 @@ static char *addr(const test_tensor *tt, const int64_t *idx) {
 }
 
 double tt_get(const test_tensor *tt, const int64_t *idx) {
-  const char *a = addr(tt, idx);
-  switch (tt->t.layout.dtype) {
-  case TS_F32: {
-    float v;
-    memcpy(&v, a, 4);
-    return v;
-  }
-  case TS_F64: {
-    double v;
-    memcpy(&v, a, 8);
-    return v;
-  }
-  case TS_F16: {
-    uint16_t v;
-    memcpy(&v, a, 2);
-    return ts_f16_to_f32(v);
-  }
-  case TS_BF16: {
-    uint16_t v;
-    memcpy(&v, a, 2);
-    return ts_bf16_to_f32(v);
-  }
-  case TS_I32: {
-    int32_t v;
-    memcpy(&v, a, 4);
-    return v;
-  }
-  case TS_I64: {
-    int64_t v;
-    memcpy(&v, a, 8);
-    return (double)v;
-  }
-  default: return 0;
-  }
+  double v;
+  ts_convert(&v, TS_F64, addr(tt, idx), tt->t.layout.dtype, 1);
+  return v;
 }
 
 void tt_set(test_tensor *tt, const int64_t *idx, double v) {
-  char *a = addr(tt, idx);
-  switch (tt->t.layout.dtype) {
-  case TS_F32: {
-    float f = (float)v;
-    memcpy(a, &f, 4);
-    break;
-  }
-  case TS_F64: memcpy(a, &v, 8); break;
-  case TS_F16: {
-    uint16_t h = ts_f64_to_f16(v);
-    memcpy(a, &h, 2);
-    break;
-  }
-  case TS_BF16: {
-    uint16_t h = ts_f64_to_bf16(v);
-    memcpy(a, &h, 2);
-    break;
-  }
-  case TS_I32: {
-    int32_t i = (int32_t)v;
-    memcpy(a, &i, 4);
-    break;
-  }
-  case TS_I64: {
-    int64_t i = (int64_t)v;
-    memcpy(a, &i, 8);
-    break;
-  }
-  default: break;
-  }
+  ts_convert(addr(tt, idx), tt->t.layout.dtype, &v, TS_F64, 1);
 }
 
 int64_t tt_numel(const test_tensor *tt) {
