@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config clang
+  build-essential cmake pkg-config clang libclang-rt-dev procps
   libopenmpi-dev openmpi-bin
   libuv1-dev
   libprotobuf-c-dev protobuf-c-compiler
