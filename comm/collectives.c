@@ -194,14 +194,6 @@ int ts_comm_allgatherv(ts_comm *c, void *buf, const int64_t *counts, const int64
   return TS_OK;
 }
 
-int ts_comm_alltoallv(ts_comm *c, const void *sbuf, const int *scounts, const int *sdispls,
-                      void *rbuf, const int *rcounts, const int *rdispls, ts_error *err) {
-  TS_MPI_CHECK(MPI_Alltoallv(sbuf, scounts, sdispls, MPI_BYTE, rbuf, rcounts, rdispls, MPI_BYTE,
-                             c->comm),
-               err);
-  return TS_OK;
-}
-
 int ts_comm_allreduce(ts_comm *c, const void *sbuf, void *rbuf, int64_t n, ts_dtype dt,
                       ts_reduce_op op, ts_error *err) {
   MPI_Datatype type;

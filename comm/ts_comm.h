@@ -60,9 +60,6 @@ int ts_comm_bcast(ts_comm *c, void *buf, int64_t bytes, int root, ts_error *err)
 /* In place: every rank's contribution already sits at displs[rank] in buf. */
 int ts_comm_allgatherv(ts_comm *c, void *buf, const int64_t *counts, const int64_t *displs,
                        ts_error *err);
-/* Byte counts and displacements per comm rank (each below INT_MAX). */
-int ts_comm_alltoallv(ts_comm *c, const void *sbuf, const int *scounts, const int *sdispls,
-                      void *rbuf, const int *rcounts, const int *rdispls, ts_error *err);
 /* Typed reductions (all dtypes; f16/bf16 and max/min through the project's reduce kernel).
  * sbuf == NULL reduces in place in rbuf. */
 int ts_comm_allreduce(ts_comm *c, const void *sbuf, void *rbuf, int64_t n, ts_dtype dt,
@@ -74,5 +71,31 @@ int ts_comm_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *
 int ts_comm_exchange(ts_comm *c, int nsend, const int *send_peers, void *const *send_bufs,
                      const int64_t *send_bytes, int nrecv, const int *recv_peers,
                      void *const *recv_bufs, const int64_t *recv_bytes, int tag, ts_error *err);
+
+/* A strided region of memory: elements of `esize` bytes at base + sum(i[d] * stride[d]) bytes,
+ * 0 <= i[d] < count[d], taken row-major (dim 0 slowest); ndim 0 is one element, base NULL is no
+ * region. The two ends of a transfer must hold the same number of elements, in any strides. At
+ * most INT_MAX bytes per region: larger pieces go in chunks. */
+typedef struct ts_comm_region {
+  void *base;
+  int ndim;
+  int64_t esize;
+  int64_t count[TS_MAX_DIMS];
+  int64_t stride[TS_MAX_DIMS];
+} ts_comm_region;
+
+/* False for a region MPI cannot be trusted to move: Open MPI 4.1 reads a dim of 1-byte elements
+ * at stride -1 as if it ran forwards. Such regions must be packed first. */
+bool ts_comm_region_supported(const ts_comm_region *r);
+
+/* Every comm rank i receives send[i] of each rank into its recv[i] (a region per comm rank,
+ * base NULL for none), as one all-to-all-w of derived datatypes: MPI reads and writes the strided
+ * regions in place. Collective over c. */
+int ts_comm_alltoallw(ts_comm *c, const ts_comm_region *send, const ts_comm_region *recv,
+                      ts_error *err);
+/* Point-to-point regions: posts every receive and send (peers are comm ranks), then waits. */
+int ts_comm_exchange_regions(ts_comm *c, int nsend, const int *send_peers,
+                             const ts_comm_region *send, int nrecv, const int *recv_peers,
+                             const ts_comm_region *recv, int tag, ts_error *err);
 
 #endif

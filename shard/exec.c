@@ -1,9 +1,11 @@
 /* exec.c - the executor: runs a reshard plan over MPI (through libtscomm).
  *
- * Every strategy packs with the strided-copy kernel straight from the stored source layout and
- * unpacks straight into the target layout (blocked layouts included): no plain copy of a whole
- * slice is ever made. The chunked strategies (p2p, all-to-all, allreduce, reduce-scatter) move
- * data in rounds whose staging is bounded by the plan's staging size; allgather and root gather
+ * The intersection strategies (p2p, all-to-all) hand MPI the pieces of plain slices as strided
+ * regions (derived datatypes) that it reads and writes in place, with no staging; pieces of
+ * blocked slices, and contributions of a partial source, are packed with the strided-copy kernel
+ * straight from the stored layout and unpacked straight into the target layout. No plain copy of
+ * a whole slice is ever made. The chunked strategies (p2p, all-to-all, allreduce, reduce-scatter)
+ * move data in rounds whose staging is bounded by the plan's staging size; allgather and root gather
  * the whole tensor by nature (directly into the target buffer when its layout is the row-major
  * concatenation of the gathered slices).
  *
@@ -209,6 +211,39 @@ static bool contiguous_run(const exec *ex, const ts_tensor *t, const ts_box *tbo
       return false;
   *off = t->layout.offset + row_major_offset(tbox, region->lo) * (int64_t)ex->es;
   return true;
+}
+
+/* The strided region of `box` inside the plain tensor t over tbox. */
+static void slice_region(const exec *ex, const ts_tensor *t, const ts_box *tbox, const ts_box *box,
+                         ts_comm_region *r) {
+  const ts_layout *l = &t->layout;
+  char *base = (char *)t->data + l->offset;
+  r->ndim = box->ndim;
+  r->esize = ex->es;
+  for (int d = 0; d < box->ndim; d++) {
+    base += (box->lo[d] - tbox->lo[d]) * l->strides[d] * ex->es;
+    r->count[d] = box->hi[d] - box->lo[d];
+    r->stride[d] = l->strides[d] * ex->es;
+  }
+  r->base = base;
+}
+
+/* A plain (unblocked) slice that MPI can read or write in place, any box of it. */
+static bool in_place_slice(const exec *ex, const ts_tensor *t, const ts_box *tbox) {
+  if (!t || !t->data || t->layout.n_inner != 0)
+    return false;
+  ts_comm_region r;
+  slice_region(ex, t, tbox, tbox, &r);
+  return ts_comm_region_supported(&r);
+}
+
+/* The region of a packed buffer of n elements. */
+static void buffer_region(const exec *ex, void *buf, int64_t n, ts_comm_region *r) {
+  r->base = buf;
+  r->ndim = 1;
+  r->esize = ex->es;
+  r->count[0] = n;
+  r->stride[0] = ex->es;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -544,36 +579,23 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
   int64_t sbytes = 0, rbytes = 0, my_rounds = 0;
   char *sbuf = NULL, *rbuf = NULL;
   bool send_direct = false, recv_direct = false;
-  int *sc = NULL, *sd = NULL, *rcn = NULL, *rd = NULL, *peer_pos = NULL;
-  int *xs_peer = NULL, *xr_peer = NULL; /* p2p: this round's messages */
-  void **xs_buf = NULL, **xr_buf = NULL;
-  int64_t *xs_bytes = NULL, *xr_bytes = NULL;
+  int *peer_pos = NULL;
+  /* This round's regions: per comm rank (alltoall), or per message with its peer (p2p). */
+  ts_comm_region *sreg = NULL, *rreg = NULL;
+  int *xs_peer = NULL, *xr_peer = NULL;
   if (ex->lst == TS_OK) {
     size_t ns = (size_t)rp.nsend + 1, nr = (size_t)rp.nrecv + 1;
-    if (!alltoall) {
-      xs_peer = malloc(ns * sizeof(int));
-      xr_peer = malloc(nr * sizeof(int));
-      xs_buf = malloc(ns * sizeof(void *));
-      xr_buf = malloc(nr * sizeof(void *));
-      xs_bytes = malloc(ns * sizeof(int64_t));
-      xr_bytes = malloc(nr * sizeof(int64_t));
-      if (!xs_peer || !xr_peer || !xs_buf || !xr_buf || !xs_bytes || !xr_bytes)
-        local_fail(ex, ts_error_set(&ex->lerr, TS_NO_MEMORY, "no memory for exchange tables"));
-    }
+    size_t nsr = alltoall ? (size_t)P : ns, nrr = alltoall ? (size_t)P : nr;
+    sreg = malloc((nsr + nrr) * sizeof *sreg);
+    rreg = sreg ? sreg + nsr : NULL;
+    xs_peer = malloc((ns + nr) * sizeof(int));
+    xr_peer = xs_peer ? xs_peer + ns : NULL;
     soff = malloc(ns * sizeof *soff);
     snch = malloc(ns * sizeof *snch);
     roff = malloc(nr * sizeof *roff);
     rnch = malloc(nr * sizeof *rnch);
     peer_pos = malloc((ns + nr) * sizeof *peer_pos);
-    if (alltoall) {
-      sc = calloc(4 * (size_t)P, sizeof(int));
-      if (sc) {
-        sd = sc + P;
-        rcn = sc + 2 * P;
-        rd = sc + 3 * P;
-      }
-    }
-    if (!soff || !snch || !roff || !rnch || !peer_pos || (alltoall && !sc))
+    if (!soff || !snch || !roff || !rnch || !peer_pos || !sreg || !xs_peer)
       local_fail(ex, ts_error_set(&ex->lerr, TS_NO_MEMORY, "no memory for transfer tables"));
   }
   if (ex->lst == TS_OK) {
@@ -598,19 +620,12 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
       if (rnch[k] > my_rounds)
         my_rounds = rnch[k];
     }
-    /* Pieces that are contiguous runs of a dense slice move in place, with no staging (per
-     * side: the other end does not need to know). */
-    int64_t off;
-    send_direct = true;
-    for (int k = 0; send_direct && k < rp.nsend; k++)
-      if (rp.send[k].peer != ex->me)
-        send_direct = contiguous_run(ex, ex->src, &ex->sbox, &rp.send[k].box, &off) &&
-                      (!alltoall || off + rp.send[k].bytes <= INT_MAX);
-    recv_direct = !partial_src;
-    for (int k = 0; recv_direct && k < rp.nrecv; k++)
-      if (rp.recv[k].peer != ex->me)
-        recv_direct = contiguous_run(ex, &ex->tgt, &ex->tbox, &rp.recv[k].box, &off) &&
-                      (!alltoall || off + rp.recv[k].bytes <= INT_MAX);
+    /* Pieces of plain slices move in place: MPI reads and writes them through derived
+     * datatypes, with no staging. Blocked slices are packed and unpacked around the transfer.
+     * Each side decides for itself: a packed buffer meets a strided region element for
+     * element. Contributions of a partial source are reduced in staging. */
+    send_direct = rp.nsend == 0 || in_place_slice(ex, ex->src, &ex->sbox);
+    recv_direct = !partial_src && (rp.nrecv == 0 || in_place_slice(ex, &ex->tgt, &ex->tbox));
     if (send_direct)
       sbytes = 0;
     if (recv_direct)
@@ -655,30 +670,24 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
   for (int64_t r = 0; rc == TS_OK && r < rounds; r++) {
     int nxs = 0, nxr = 0;
     if (alltoall)
-      memset(sc, 0, 4 * (size_t)P * sizeof(int));
+      memset(sreg, 0, 2 * (size_t)P * sizeof *sreg);
     for (int k = 0; k < rp.nsend; k++) {
       const ts_transfer *t = &rp.send[k];
       if (t->peer == ex->me || r >= snch[k])
         continue;
       ts_box ch;
       ts_box_chunk(&t->box, ex->es, q, r, &ch);
-      int64_t b = ts_box_numel(&ch) * (int64_t)ex->es, at = soff[k];
-      char *base = sbuf;
+      int64_t n = ts_box_numel(&ch);
+      ts_comm_region *reg = alltoall ? &sreg[peer_pos[k]] : &sreg[nxs];
       if (send_direct) {
-        base = ex->src->data;
-        contiguous_run(ex, ex->src, &ex->sbox, &ch, &at);
+        slice_region(ex, ex->src, &ex->sbox, &ch, reg);
       } else {
-        pack(ex, &ch, sbuf + at);
+        pack(ex, &ch, sbuf + soff[k]);
+        buffer_region(ex, sbuf + soff[k], n, reg);
       }
-      ex->sent += b;
-      if (alltoall) {
-        sc[peer_pos[k]] = (int)b;
-        sd[peer_pos[k]] = (int)at;
-      } else {
-        xs_peer[nxs] = peer_pos[k];
-        xs_buf[nxs] = base + at;
-        xs_bytes[nxs++] = b;
-      }
+      ex->sent += n * (int64_t)ex->es;
+      if (!alltoall)
+        xs_peer[nxs++] = peer_pos[k];
     }
     for (int k = 0; k < rp.nrecv; k++) {
       const ts_transfer *t = &rp.recv[k];
@@ -686,34 +695,26 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
         continue;
       ts_box ch;
       ts_box_chunk(&t->box, ex->es, q, r, &ch);
-      int64_t b = ts_box_numel(&ch) * (int64_t)ex->es;
+      int64_t n = ts_box_numel(&ch);
       if (t->peer == ex->me) {
         pack(ex, &ch, rbuf + roff[k]);
         continue;
       }
-      ex->received += b;
+      ex->received += n * (int64_t)ex->es;
       int pos = peer_pos[rp.nsend + k];
-      int64_t at = roff[k];
-      char *base = rbuf;
-      if (recv_direct) {
-        base = ex->tgt.data;
-        contiguous_run(ex, &ex->tgt, &ex->tbox, &ch, &at);
-      }
-      if (alltoall) {
-        rcn[pos] = (int)b;
-        rd[pos] = (int)at;
-      } else {
-        xr_peer[nxr] = pos;
-        xr_buf[nxr] = base + at;
-        xr_bytes[nxr++] = b;
-      }
+      ts_comm_region *reg = alltoall ? &rreg[pos] : &rreg[nxr];
+      if (recv_direct)
+        slice_region(ex, &ex->tgt, &ex->tbox, &ch, reg);
+      else
+        buffer_region(ex, rbuf + roff[k], n, reg);
+      if (!alltoall)
+        xr_peer[nxr++] = pos;
     }
     if (alltoall)
-      rc = ts_comm_alltoallv(ex->ucomm, send_direct ? ex->src->data : sbuf, sc, sd,
-                             recv_direct ? ex->tgt.data : rbuf, rcn, rd, err);
+      rc = ts_comm_alltoallw(ex->ucomm, sreg, rreg, err);
     else
-      rc = ts_comm_exchange(ex->ucomm, nxs, xs_peer, xs_buf, xs_bytes, nxr, xr_peer, xr_buf,
-                            xr_bytes, (int)(r % 32000), err);
+      rc = ts_comm_exchange_regions(ex->ucomm, nxs, xs_peer, sreg, nxr, xr_peer, rreg,
+                                    (int)(r % 32000), err);
     if (rc)
       break;
     /* Unpack: pieces of a non-partial source straight into the target; contributions of a
@@ -745,11 +746,7 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
     }
   }
   free(xs_peer);
-  free(xr_peer);
-  free(xs_buf);
-  free(xr_buf);
-  free(xs_bytes);
-  free(xr_bytes);
+  free(sreg);
   stage_free(ex, sbuf, sbytes);
   stage_free(ex, rbuf, rbytes);
   free(soff);
@@ -757,7 +754,6 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
   free(snch);
   free(rnch);
   free(peer_pos);
-  free(sc);
   ts_rank_plan_clear(&rp);
   return rc;
 }

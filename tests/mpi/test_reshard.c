@@ -138,9 +138,41 @@ static double true_value(int64_t lin, const ts_attr *src, ts_dtype dt) {
   return v;
 }
 
-/* Builds this rank's source slice in the given layout tag. */
-static int make_slice(const ts_attr *a, int ndim, const int64_t *shape, ts_dtype dt,
-                      const char *tag, ts_tensor *t, ts_box *box) {
+/* Local layouts of slices: a dense row-major one, a blocked one, a dense one with the dims in
+ * another order, and (sources only) a strided view: every dim padded by one element and the
+ * last dim stored backwards (a negative stride). false and true select plain and blocked. */
+enum { LAYOUT_PLAIN, LAYOUT_BLOCKED, LAYOUT_PERMUTED, LAYOUT_VIEW };
+
+static const char *tag_for(int ndim, int kind) {
+  static const char *blocked[5] = {NULL, "A4a", "aB4b", "Abc2a", "aBcd4b"};
+  static const char *permuted[5] = {NULL, "a", "ba", "cab", "bdca"};
+  if (ndim < 1 || ndim > 4 || kind == LAYOUT_PLAIN || kind == LAYOUT_VIEW)
+    return NULL;
+  return kind == LAYOUT_BLOCKED ? blocked[ndim] : permuted[ndim];
+}
+
+/* The strided view layout over a padded buffer of `bytes`. */
+static void view_layout(ts_layout *l, ts_dtype dt, int ndim, const int64_t *ext, size_t *bytes) {
+  memset(l, 0, sizeof *l);
+  l->dtype = dt;
+  l->ndim = ndim;
+  int64_t n = 1;
+  for (int d = ndim - 1; d >= 0; d--) {
+    l->shape[d] = ext[d];
+    l->strides[d] = n;
+    n *= ext[d] + 1;
+  }
+  if (ndim > 0) {
+    l->strides[ndim - 1] = -1;
+    l->offset = ext[ndim - 1] * (int64_t)ts_dtype_size(dt);
+  }
+  *bytes = (size_t)n * ts_dtype_size(dt);
+}
+
+/* Builds this rank's source slice in the given layout kind. */
+static int make_slice(const ts_attr *a, int ndim, const int64_t *shape, ts_dtype dt, int kind,
+                      ts_tensor *t, ts_box *box) {
+  const char *tag = tag_for(ndim, kind);
   memset(t, 0, sizeof *t);
   ts_geom *g = NULL;
   if (ts_geom_create(a, ndim, shape, &g, NULL))
@@ -158,11 +190,17 @@ static int make_slice(const ts_attr *a, int ndim, const int64_t *shape, ts_dtype
   int64_t ext[TS_MAX_DIMS];
   for (int d = 0; d < ndim; d++)
     ext[d] = box->hi[d] - box->lo[d];
-  if (tag ? ts_layout_from_tag(&t->layout, dt, ndim, ext, tag, NULL)
-          : ts_layout_plain(&t->layout, dt, ndim, ext, NULL))
-    return -1;
   size_t bytes;
-  ts_layout_span(&t->layout, &bytes, NULL);
+  if (kind == LAYOUT_VIEW) {
+    view_layout(&t->layout, dt, ndim, ext, &bytes);
+    if (ts_layout_check(&t->layout, bytes, false, NULL))
+      return -1;
+  } else {
+    if (tag ? ts_layout_from_tag(&t->layout, dt, ndim, ext, tag, NULL)
+            : ts_layout_plain(&t->layout, dt, ndim, ext, NULL))
+      return -1;
+    ts_layout_span(&t->layout, &bytes, NULL);
+  }
   t->data = calloc(1, bytes ? bytes : 1);
   t->bytes = bytes;
   if (ts_box_numel(box) == 0)
@@ -330,17 +368,6 @@ static ts_attr *random_attr(int ndim, const int64_t *shape, bool allow_partial,
   return a;
 }
 
-static const char *tag_for(int ndim, bool blocked) {
-  if (!blocked)
-    return NULL;
-  switch (ndim) {
-  case 1: return "A4a";
-  case 2: return "aB4b";
-  case 3: return "Abc2a";
-  default: return "aBcd4b";
-  }
-}
-
 typedef struct stats {
   long cases, execs, by_strategy[TS_STRATEGY_COUNT];
 } stats;
@@ -348,13 +375,13 @@ typedef struct stats {
 /* One pair: auto, then every other strategy that applies, compared byte for byte with auto
  * (except partial targets, whose distribution of partial values may differ by strategy). */
 static void run_pair(const ts_attr *sa, const ts_attr *ta, int ndim, const int64_t *shape,
-                     ts_dtype dt, bool src_blocked, bool tgt_blocked, int64_t staging, stats *st) {
+                     ts_dtype dt, int src_kind, int tgt_kind, int64_t staging, stats *st) {
   char what[600], s1[256], s2[256];
   ts_attr_format(sa, s1, sizeof s1);
   ts_attr_format(ta, s2, sizeof s2);
   ts_tensor src;
   ts_box sbox;
-  int has = make_slice(sa, ndim, shape, dt, tag_for(ndim, src_blocked), &src, &sbox);
+  int has = make_slice(sa, ndim, shape, dt, src_kind, &src, &sbox);
   CHECK(has >= 0, "could not build a source slice for %s", s1);
   ts_tensor ref;
   memset(&ref, 0, sizeof ref);
@@ -368,15 +395,15 @@ static void run_pair(const ts_attr *sa, const ts_attr *ta, int ndim, const int64
     int rc = ts_plan_create(ndim, shape, dt, sa, ta, &o, &p, &err);
     if (s != TS_STRATEGY_AUTO && rc == TS_BAD_STRATEGY)
       continue;
-    snprintf(what, sizeof what, "%s -> %s, %s, %s [%d dims], %s", s1, s2,
-             ts_strategy_name((ts_strategy)s), ts_dtype_name(dt), ndim,
+    snprintf(what, sizeof what, "%s -> %s, %s, %s [%d dims, layouts %d -> %d], %s", s1, s2,
+             ts_strategy_name((ts_strategy)s), ts_dtype_name(dt), ndim, src_kind, tgt_kind,
              p ? ts_strategy_name(ts_plan_strategy(p)) : "-");
     CHECK(rc == TS_OK, "%s: plan: %s", what, err.msg);
     if (rc)
       continue;
     ts_tensor out;
     ts_exec_report rep;
-    rc = ts_reshard_exec(W, p, has > 0 ? &src : NULL, tag_for(ndim, tgt_blocked), NULL, &out,
+    rc = ts_reshard_exec(W, p, has > 0 ? &src : NULL, tag_for(ndim, tgt_kind), NULL, &out,
                          &rep, &err);
     CHECK(rc == TS_OK, "%s: exec: %s", what, err.msg);
     st->execs++;
@@ -425,7 +452,8 @@ static void generated_family(stats *st) {
     } else {
       ta = random_attr(ndim, shape, true, NULL, 0);
     }
-    bool sb = rnd() % 4 == 0, tb = rnd() % 4 == 0;
+    int sb = rnd() % 4 == 0 ? LAYOUT_BLOCKED : rnd() % 3 == 0 ? LAYOUT_VIEW : LAYOUT_PLAIN;
+    int tb = rnd() % 4 == 0 ? LAYOUT_BLOCKED : rnd() % 4 == 0 ? LAYOUT_PERMUTED : LAYOUT_PLAIN;
     int64_t staging = rnd() % 2 ? 0 : 64 + rnd_below(512); /* tiny staging: many rounds */
     run_pair(sa, ta, ndim, shape, dt, sb, tb, staging, st);
     ts_attr_destroy(&sa);
@@ -540,7 +568,7 @@ static void chain_is_bit_exact(void) {
   const char *tags[4] = {NULL, "aBc4b", "Abc8a", NULL};
   ts_tensor start, cur;
   ts_box box;
-  int has = make_slice(a[0], 3, shape, TS_F64, NULL, &start, &box);
+  int has = make_slice(a[0], 3, shape, TS_F64, LAYOUT_PLAIN, &start, &box);
   cur = start;
   bool ok = true;
   for (int i = 1; i < 4 && ok; i++) {
@@ -584,7 +612,7 @@ static void atomic_failure(void) {
     for (int nth = 1; nth <= 3; nth++) {
       ts_tensor src, out;
       ts_box box;
-      make_slice(a, 2, shape, TS_I32, NULL, &src, &box);
+      make_slice(a, 2, shape, TS_I32, LAYOUT_PLAIN, &src, &box);
       void *keep = malloc(src.bytes ? src.bytes : 1);
       memcpy(keep, src.data, src.bytes);
       int victim = (world_size - nth % 2) % world_size; /* the last rank, then rank 0 */
@@ -644,7 +672,7 @@ static void store_tests(void) {
   /* fill w with the global pattern */
   ts_tensor src;
   ts_box box;
-  make_slice(a, 2, shape, TS_F32, NULL, &src, &box);
+  make_slice(a, 2, shape, TS_F32, LAYOUT_PLAIN, &src, &box);
   memcpy(e->local.data, src.data, src.bytes);
   free(src.data);
   int64_t used0 = ts_store_used_bytes(s);
@@ -657,7 +685,7 @@ static void store_tests(void) {
   CHECK(ts_store_used_bytes(s) == (int64_t)e->local.bytes, "accounting after reshard");
   /* Verify the content through a plan-free check: compare with a fresh slice. */
   ts_tensor want;
-  make_slice(b, 2, shape, TS_F32, "aB4b", &want, &box);
+  make_slice(b, 2, shape, TS_F32, LAYOUT_BLOCKED, &want, &box);
   CHECK(want.bytes == e->local.bytes && memcmp(want.data, e->local.data, want.bytes) == 0,
         "store content after reshard");
   free(want.data);
@@ -738,7 +766,7 @@ static void exec_errors(void) {
   ts_plan_create(2, shape, TS_F32, a, b, NULL, &p, NULL);
   ts_tensor src, out;
   ts_box box;
-  make_slice(a, 2, shape, TS_F32, NULL, &src, &box);
+  make_slice(a, 2, shape, TS_F32, LAYOUT_PLAIN, &src, &box);
   if (world_rank == 0)
     src.layout.shape[1] = 5;
   ts_error err;
@@ -763,7 +791,7 @@ static void exec_errors(void) {
   snprintf(t[1], sizeof t[1], "mesh=[1]@%d placements=[R]", world_size);
   ts_attr_parse(t[1], &b, NULL);
   ts_plan_create(2, shape, TS_F32, a, b, NULL, &p, NULL);
-  make_slice(a, 2, shape, TS_F32, NULL, &src, &box);
+  make_slice(a, 2, shape, TS_F32, LAYOUT_PLAIN, &src, &box);
   rc = ts_reshard_exec(W, p, &src, NULL, NULL, &out, NULL, &err);
   CHECK(rc == TS_BAD_ATTRIBUTE, "plan beyond the world: %d", rc);
   free(src.data);
