@@ -92,15 +92,48 @@ bool ts__ein_unit_stride_in(const ts__ein_view *v, int n, const int8_t *group) {
   return false;
 }
 
+/* The cost rule for an operand that CBLAS could read in place, when its GEMM layout will be
+ * read again by backward (keep): gather it into the cache when the in-place reads are the slow
+ * kind. That is a float operand of at least TS__EIN_GATHER_BYTES whose contiguous rows cover at
+ * most a quarter of the rows' stride (other batch elements interleaved between them, as in
+ * [b,q,h,d] read per (b,h)), in a thin GEMM (the operand's elements are reused at most
+ * TS__EIN_GATHER_REUSE times), so the products stream the operand from memory and each pass
+ * through the strided form pays for scattered lines again: once gathered (a copy of whole rows)
+ * both backward products read it contiguously. */
+#define TS__EIN_GATHER_BYTES ((size_t)1 << 20)
+#define TS__EIN_GATHER_REUSE 64
+
+static bool gather_pays(const ts_einsum_plan *p, const ts__ein_step *s, int side,
+                        const ts__ein_mat *m) {
+  if (p->cdt != TS_F32 && p->cdt != TS_F64) return false;
+  int64_t rows = side == 0 ? s->m : s->k, cols = side == 0 ? s->k : s->n;
+  size_t bytes = (size_t)(s->batch * rows * cols) * ts_dtype_size(p->cdt);
+  int64_t reuse = side == 0 ? s->n : s->m;
+  if (bytes < TS__EIN_GATHER_BYTES || reuse > TS__EIN_GATHER_REUSE) return false;
+  int64_t run, ld;
+  if (m->cs == 1) {
+    run = m->cols;
+    ld = m->rs;
+  } else {
+    run = m->rows;
+    ld = m->cs;
+  }
+  if (ld < 0) ld = -ld;
+  return ld >= 4 * run;
+}
+
 /* Brings one side of step s to its GEMM matrix. side 0 is A: [ABO][AO][AB], reduced RA;
- * side 1 is B: [ABO][AB][BO], reduced RB. */
+ * side 1 is B: [ABO][AB][BO], reduced RB. keep: backward will read the result again (see
+ * gather_pays). */
 static int prepare_side(const ts_einsum_plan *p, const ts__ein_step *s, int side,
-                        const ts__ein_view *src, ts__ein_gop *g, size_t *bytes, ts_error *err) {
+                        const ts__ein_view *src, bool keep, ts__ein_gop *g, size_t *bytes,
+                        ts_error *err) {
   int gr = side == 0 ? TS__G_AO : TS__G_AB, gc = side == 0 ? TS__G_AB : TS__G_BO;
   int gred = side == 0 ? TS__G_RA : TS__G_RB;
   if (!p->opts.always_transpose && src->dt == p->cdt && s->ng[gred] == 0 &&
       ts__ein_as_matrix(src, s->ng[TS__G_ABO], s->g[TS__G_ABO], s->ng[gr], s->g[gr], s->ng[gc],
-                        s->g[gc], &g->mat)) {
+                        s->g[gc], &g->mat) &&
+      !(keep && gather_pays(p, s, side, &g->mat))) {
     free(g->owned); /* a buffer of an earlier call, not needed this time */
     g->owned = NULL;
     return TS_OK;
@@ -154,7 +187,7 @@ int ts__ein_check_operands(const ts_einsum_plan *p, const ts_tensor *const *oper
 }
 
 int ts__ein_forward(const ts_einsum_plan *p, const ts_tensor *out, const ts_tensor *const *operands,
-                    ts_einsum_cache *c, ts_error *err) {
+                    ts_einsum_cache *c, bool keep, ts_error *err) {
   if (c->plan != p || c->plan_id != p->id || c->n_steps != p->n_steps) ts__ein_cache_clear(c);
   c->plan = p;
   c->plan_id = p->id;
@@ -188,8 +221,8 @@ int ts__ein_forward(const ts_einsum_plan *p, const ts_tensor *out, const ts_tens
     ts__ein_view xv, yv;
     ts__ein_node_view(p, s->x, operands, c, &xv);
     ts__ein_node_view(p, s->y, operands, c, &yv);
-    int rc = prepare_side(p, s, 0, &xv, &sc->a, &c->bytes, err);
-    if (rc == TS_OK) rc = prepare_side(p, s, 1, &yv, &sc->b, &c->bytes, err);
+    int rc = prepare_side(p, s, 0, &xv, keep, &sc->a, &c->bytes, err);
+    if (rc == TS_OK) rc = prepare_side(p, s, 1, &yv, keep, &sc->b, &c->bytes, err);
     if (rc) return rc;
     const ts__ein_node *r = &p->node[s->result];
     bool last = si == p->n_steps - 1;
@@ -235,7 +268,7 @@ int ts_einsum_execute(const ts_einsum_plan *p, const ts_tensor *out,
   ts_einsum_cache local;
   memset(&local, 0, sizeof local);
   ts_einsum_cache *c = cache ? cache : &local;
-  rc = ts__ein_forward(p, out, operands, c, err);
+  rc = ts__ein_forward(p, out, operands, c, cache != NULL, err);
   if (rc || cache == NULL) ts__ein_cache_clear(c);
   return rc;
 }

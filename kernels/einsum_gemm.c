@@ -1,6 +1,8 @@
 /* einsum_gemm.c - the batched matrix product of a pairwise einsum step: C = A * B for each batch
  * element, f32 and f64 through CBLAS (one cblas_?gemm per batch element, transpose flags taken
- * from the strides), i32 and i64 by exact loops that wrap like unsigned arithmetic.
+ * from the strides; thin GEMMs over interleaved batch elements cut into chunks of one long dim
+ * with the whole batch run per chunk, see chunk_dim), i32 and i64 by exact loops that wrap like
+ * unsigned arithmetic.
  *
  * Matrices are strided views (row stride, column stride, a stride per batch label). When C is
  * stored column-major the product is computed as C^T = B^T * A^T, so any BLAS-readable C works. */
@@ -47,6 +49,59 @@ static bool walk_next(batch_walk *w) {
     w->idx[j] = 0;
   }
   return false;
+}
+
+/* Chunking a thin GEMM loop. When the batch elements are interleaved in memory (a batch label's
+ * stride is smaller than the stride along a GEMM dim, as in [b,q,h,d] read per (b,h): the rows of
+ * the 16 h sit side by side), each GEMM alone reads (or writes) one short piece of every line
+ * over a long span, far apart, and the next batch element comes back for the neighbouring pieces
+ * after the span has left the caches. Cutting that long dim into chunks of about
+ * TS__EIN_CHUNK_BYTES of span and running the whole batch per chunk makes the batch elements
+ * consume each region together while it is cache-hot. Only for thin GEMMs (the product of the two
+ * other dims at most TS__EIN_CHUNK_THIN), where the extra calls and the re-read of the small
+ * matrices (a K chunk accumulates into C with beta = 1) cost little. */
+#define TS__EIN_CHUNK_SPAN ((int64_t)512 << 10) /* spans longer than this are chunked */
+#define TS__EIN_CHUNK_BYTES ((int64_t)256 << 10)
+#define TS__EIN_CHUNK_MIN 64
+#define TS__EIN_CHUNK_THIN 4096
+
+static int64_t abs64(int64_t x) { return x < 0 ? -x : x; }
+
+/* True when the stride of a batch label of m (of size > 1) is nonzero and shorter than the stride
+ * st along a GEMM dim. */
+static bool interleaved(int nb, const int64_t *bsize, const ts__ein_mat *m, int64_t st) {
+  for (int j = 0; j < nb; j++)
+    if (bsize[j] > 1 && m->bstride[j] != 0 && abs64(m->bstride[j]) < abs64(st)) return true;
+  return false;
+}
+
+/* The GEMM dim to chunk (0: M, 1: N, 2: K) and the chunk length, or -1 for none. c, a, b are the
+ * row-major CBLAS operands (C: M x N, A: M x K, B: K x N). */
+static int chunk_dim(int nb, const int64_t *bsize, const ts__ein_mat *c, const ts__ein_mat *a,
+                     const ts__ein_mat *b, int64_t k, size_t es, int64_t *chunk) {
+  int64_t count = 1;
+  for (int j = 0; j < nb; j++) count *= bsize[j];
+  if (count < 2) return -1;
+  int64_t len[3] = {c->rows, c->cols, k};
+  /* The two matrices along each dim and their strides along it. */
+  const ts__ein_mat *m1[3] = {c, c, a}, *m2[3] = {a, b, b};
+  int64_t s1[3] = {c->rs, c->cs, a->cs}, s2[3] = {a->rs, b->cs, b->rs};
+  int best = -1;
+  int64_t best_span = TS__EIN_CHUNK_SPAN;
+  for (int d = 0; d < 3; d++) {
+    if (len[(d + 1) % 3] * len[(d + 2) % 3] > TS__EIN_CHUNK_THIN) continue;
+    if (!interleaved(nb, bsize, m1[d], s1[d]) && !interleaved(nb, bsize, m2[d], s2[d])) continue;
+    int64_t st = abs64(s1[d]) > abs64(s2[d]) ? abs64(s1[d]) : abs64(s2[d]);
+    int64_t span = len[d] * st * (int64_t)es;
+    if (span <= best_span) continue;
+    int64_t ch = TS__EIN_CHUNK_BYTES / (st * (int64_t)es);
+    if (ch < TS__EIN_CHUNK_MIN) ch = TS__EIN_CHUNK_MIN;
+    if (ch * 2 > len[d]) continue;
+    best = d;
+    best_span = span;
+    *chunk = ch;
+  }
+  return best;
 }
 
 #define TS__INT_GEMM(NAME, UT)                                                                     \
@@ -104,17 +159,36 @@ int ts__ein_gemm(ts_dtype cdt, int nb, const int64_t *bsize, const ts__ein_mat *
                         "einsum: a GEMM of %lld x %lld x %lld exceeds CBLAS's 32-bit sizes",
                         (long long)c.rows, (long long)c.cols, (long long)k);
   enum CBLAS_TRANSPOSE fa = ta ? CblasTrans : CblasNoTrans, fb = tb ? CblasTrans : CblasNoTrans;
-  walk_init(&w, nb, bsize, &c, &a, &b);
-  do {
-    if (cdt == TS_F32)
-      cblas_sgemm(CblasRowMajor, fa, fb, (blasint)c.rows, (blasint)c.cols, (blasint)k, 1.0f,
-                  (const float *)a.base + w.off[1], (blasint)lda, (const float *)b.base + w.off[2],
-                  (blasint)ldb, 0.0f, (float *)c.base + w.off[0], (blasint)ldc);
-    else
-      cblas_dgemm(CblasRowMajor, fa, fb, (blasint)c.rows, (blasint)c.cols, (blasint)k, 1.0,
-                  (const double *)a.base + w.off[1], (blasint)lda,
-                  (const double *)b.base + w.off[2], (blasint)ldb, 0.0, (double *)c.base + w.off[0],
-                  (blasint)ldc);
-  } while (walk_next(&w));
+  int64_t len[3] = {c.rows, c.cols, k};
+  int64_t chunk = 0;
+  int dim = chunk_dim(nb, bsize, &c, &a, &b, k, ts_dtype_size(cdt), &chunk);
+  if (dim < 0) { /* one pass: a single "chunk" of M */
+    dim = 0;
+    chunk = len[0] > 0 ? len[0] : 1;
+  } else {
+    ts__ein_count(TS__CNT_CHUNKED);
+  }
+  for (int64_t c0 = 0; c0 < len[dim]; c0 += chunk) {
+    int64_t l[3] = {len[0], len[1], len[2]};
+    l[dim] = len[dim] - c0 < chunk ? len[dim] - c0 : chunk;
+    /* Element offsets of the chunk in C, A and B. */
+    int64_t oc = dim == 0 ? c0 * c.rs : dim == 1 ? c0 * c.cs : 0;
+    int64_t oa = dim == 0 ? c0 * a.rs : dim == 2 ? c0 * a.cs : 0;
+    int64_t ob = dim == 1 ? c0 * b.cs : dim == 2 ? c0 * b.rs : 0;
+    bool accumulate = dim == 2 && c0 > 0;
+    walk_init(&w, nb, bsize, &c, &a, &b);
+    do {
+      if (cdt == TS_F32)
+        cblas_sgemm(CblasRowMajor, fa, fb, (blasint)l[0], (blasint)l[1], (blasint)l[2], 1.0f,
+                    (const float *)a.base + w.off[1] + oa, (blasint)lda,
+                    (const float *)b.base + w.off[2] + ob, (blasint)ldb, accumulate ? 1.0f : 0.0f,
+                    (float *)c.base + w.off[0] + oc, (blasint)ldc);
+      else
+        cblas_dgemm(CblasRowMajor, fa, fb, (blasint)l[0], (blasint)l[1], (blasint)l[2], 1.0,
+                    (const double *)a.base + w.off[1] + oa, (blasint)lda,
+                    (const double *)b.base + w.off[2] + ob, (blasint)ldb, accumulate ? 1.0 : 0.0,
+                    (double *)c.base + w.off[0] + oc, (blasint)ldc);
+    } while (walk_next(&w));
+  }
   return TS_OK;
 }

@@ -299,7 +299,7 @@ int ts_einsum_backward(const ts_einsum_plan *p, const ts_tensor *grad_out,
   memset(&local, 0, sizeof local);
   const ts_einsum_cache *c = cache;
   if (cache == NULL) {
-    rc = ts__ein_forward(p, NULL, operands, &local, err);
+    rc = ts__ein_forward(p, NULL, operands, &local, true, err);
     c = &local;
   }
   char *gnode[2 * TS_EINSUM_MAX_OPERANDS] = {0};

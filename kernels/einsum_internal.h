@@ -118,9 +118,11 @@ void ts__ein_cache_clear(ts_einsum_cache *c);
 
 /* The forward pass; out NULL runs everything but the last GEMM (to fill a cache for backward).
  * A cache last filled by the same plan keeps its buffers: they are overwritten, not reallocated
- * (a training loop pays no allocation and no page faults per call). */
+ * (a training loop pays no allocation and no page faults per call). keep: backward will read the
+ * GEMM operands again (a caller's cache, or backward's own forward), so operands whose in-place
+ * reads are slow are gathered into the cache instead (the cost rule in einsum_exec.c). */
 int ts__ein_forward(const ts_einsum_plan *p, const ts_tensor *out, const ts_tensor *const *operands,
-                    ts_einsum_cache *c, ts_error *err);
+                    ts_einsum_cache *c, bool keep, ts_error *err);
 
 /* The view of node (operand or intermediate held by cache c) over its labels. */
 void ts__ein_node_view(const ts_einsum_plan *p, int node, const ts_tensor *const *operands,
@@ -143,7 +145,7 @@ int ts__ein_check_operands(const ts_einsum_plan *p, const ts_tensor *const *oper
                            ts_error *err);
 
 /* Data movement shared by forward and backward (einsum_move.c). */
-enum { TS__CNT_OPERAND, TS__CNT_GRAD_OUT, TS__CNT_RESULT, TS__CNT_GEMM };
+enum { TS__CNT_OPERAND, TS__CNT_GRAD_OUT, TS__CNT_RESULT, TS__CNT_GEMM, TS__CNT_CHUNKED };
 void ts__ein_count(int which);
 
 /* Copies src to dst (same sizes per dim, dims in the same order), converting dtypes, through the

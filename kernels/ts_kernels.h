@@ -178,7 +178,12 @@ int ts_reduce_fill_identity(void *dst, size_t n, ts_dtype dt, ts_reduce_op op, t
  * GEMM follows, and the result is moved to the output order. A transpose is skipped when the
  * operand already reads as a BLAS matrix per batch element (its row labels and its column labels
  * each fused into one stride, one of the two 1; batch labels may have any strides, the GEMM loop
- * walks them): CBLAS's transpose flags then stand in for the copy.
+ * walks them): CBLAS's transpose flags then stand in for the copy. Two exceptions, both for thin
+ * GEMMs (small M and N, or small N and K, ...) over interleaved batch elements ([b,q,h,d] read per
+ * (b,h)): the GEMM loop runs in chunks of the long dim, the whole batch per chunk, so each memory
+ * region is consumed while cache-hot; and when a cache is given (or backward runs its own
+ * forward), such an operand of at least 1 MiB is gathered into the cache (whole rows moved), so
+ * that both backward products read it contiguously.
  *
  * A plan (equation + shapes + dtype -> label classes, GEMM shapes, path) is made once and is
  * reusable, also from several threads at once; all per-call state lives in the caller's cache. */
@@ -263,6 +268,8 @@ typedef struct ts_einsum_stats {
   uint64_t grad_out_transposes; /* grad_out brought to the GEMM layout of the last step */
   uint64_t result_moves;        /* a result or gradient moved to its final order and layout */
   uint64_t gemm_calls;          /* batched GEMMs (one per pairwise step and direction) */
+  uint64_t chunked_gemms; /* of those, thin GEMMs over interleaved batch elements run in chunks of
+                             one long dim, the whole batch per chunk */
 } ts_einsum_stats;
 
 void ts_einsum_stats_get(ts_einsum_stats *out);

@@ -1,7 +1,9 @@
 /* test_einsum_backward.c - einsum gradients: random equations against the independent naive
  * gradient (every dtype, with and without the transpose cache, which must agree), central finite
  * differences on small f64 cases, and the transpose cache itself: with it, backward launches no
- * transpose of an operand (the counters say so); without it, the same results. */
+ * transpose of an operand (the counters say so); without it, the same results. Also the paths
+ * for thin GEMMs over interleaved operands (chunked GEMM loops, operands gathered into the
+ * cache). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -279,6 +281,91 @@ START_TEST(test_transpose_cache) {
 }
 END_TEST
 
+/* Thin GEMMs over interleaved batch elements (attention-style [b,q,h,d] operands read per
+ * (b,h)): the GEMM loops run in chunks of the long dim (K for the kv gradient, M or N for the
+ * others, with a tail chunk: q = 1100 is no multiple of the chunk), and with a cache the large
+ * strided operands are gathered into it (want_gathered of them), so backward with the cache
+ * transposes nothing. Every result against the naive reference, f32 and f64. */
+static void thin_case(const char *eq, const int64_t (*shape)[TS_MAX_DIMS], ts_dtype dt,
+                      int want_gathered) {
+  problem pr;
+  memset(&pr, 0, sizeof pr);
+  snprintf(pr.c.eq, sizeof pr.c.eq, "%s", eq);
+  pr.c.n = 2;
+  pr.c.dt = dt;
+  for (int i = 0; i < 2; i++) {
+    pr.c.ndim[i] = 4;
+    memcpy(pr.c.shape[i], shape[i], sizeof shape[i]);
+  }
+  rng r = {.s = 77};
+  pr.dense_operands = true;
+  problem_setup(&pr, &r, NULL);
+  test_tensor want, gc[2], gu[2], gr[2];
+  const ts_tensor *pc[2], *pu[2], *pref[2];
+  int ond;
+  int64_t os[TS_MAX_DIMS];
+  ts_einsum_plan_output(pr.p, &ond, os);
+  tt_alloc(&want, dt, ond, os, TL_DENSE);
+  grads_alloc(&pr, gc, pc, &r, true);
+  grads_alloc(&pr, gu, pu, &r, true);
+  grads_alloc(&pr, gr, pref, &r, true);
+  ts_error err = {0};
+  ck_assert_int_eq(ts_einsum_reference(eq, 2, pr.op_ptr, &want.t, &err), TS_OK);
+  ck_assert_int_eq(ts_einsum_reference_backward(eq, 2, pr.op_ptr, &pr.gout.t, pref, &err), TS_OK);
+  ts_einsum_stats s0, s1;
+
+  /* Forward without a cache: in place, chunked. */
+  ts_einsum_stats_get(&s0);
+  ck_assert_int_eq(ts_einsum_execute(pr.p, &pr.out.t, pr.op_ptr, NULL, &err), TS_OK);
+  ts_einsum_stats_get(&s1);
+  ck_assert_msg(tt_compare(&pr.out, &want, NULL) == 0, "'%s' %s: forward", eq, ts_dtype_name(dt));
+  ck_assert_uint_eq(s1.operand_transposes, s0.operand_transposes);
+  ck_assert_msg(s1.chunked_gemms > s0.chunked_gemms, "'%s': the forward GEMM was not chunked", eq);
+
+  /* With a cache: the strided operands gathered, twice (the second reuses the buffers). */
+  ts_einsum_cache *cache = NULL;
+  ck_assert_int_eq(ts_einsum_cache_create(&cache, &err), TS_OK);
+  for (int k = 0; k < 2; k++) {
+    ts_einsum_stats_get(&s0);
+    tt_fill(&pr.out, &r);
+    ck_assert_int_eq(ts_einsum_execute(pr.p, &pr.out.t, pr.op_ptr, cache, &err), TS_OK);
+    ts_einsum_stats_get(&s1);
+    ck_assert(tt_compare(&pr.out, &want, NULL) == 0);
+    ck_assert_int_eq((int)(s1.operand_transposes - s0.operand_transposes), want_gathered);
+  }
+  ts_einsum_stats_get(&s0);
+  ck_assert_int_eq(ts_einsum_backward(pr.p, &pr.gout.t, pr.op_ptr, pc, cache, &err), TS_OK);
+  ts_einsum_stats_get(&s1);
+  ck_assert_uint_eq(s1.operand_transposes, s0.operand_transposes);
+  ck_assert_msg(s1.chunked_gemms > s0.chunked_gemms, "'%s': no backward GEMM was chunked", eq);
+  ck_assert_int_eq(ts_einsum_backward(pr.p, &pr.gout.t, pr.op_ptr, pu, NULL, &err), TS_OK);
+  for (int i = 0; i < 2; i++) {
+    check_grad(&pr, i, &gc[i], &gr[i], "cached");
+    check_grad(&pr, i, &gu[i], &gr[i], "uncached");
+  }
+  ts_einsum_cache_destroy(&cache);
+  for (int i = 0; i < 2; i++) {
+    tt_free(&gc[i]);
+    tt_free(&gu[i]);
+    tt_free(&gr[i]);
+  }
+  tt_free(&want);
+  problem_free(&pr);
+}
+
+START_TEST(test_thin_interleaved) {
+  static const int64_t kv[2][TS_MAX_DIMS] = {{2, 1100, 8, 16}, {2, 1100, 8, 16}};
+  static const int64_t pv[2][TS_MAX_DIMS] = {{2, 1100, 8, 16}, {2, 8, 16, 16}};
+  static const int64_t pt[2][TS_MAX_DIMS] = {{2, 8, 16, 16}, {2, 1100, 8, 16}};
+  for (int t = 0; t < 2; t++) {
+    ts_dtype dt = t ? TS_F64 : TS_F32;
+    thin_case("bqhd,bqhe->bhde", kv, dt, 2); /* K chunks; both operands gathered */
+    thin_case("bqhd,bhde->bqhe", pv, dt, 1); /* M chunks (written in place too) */
+    thin_case("bhde,bqhd->bheq", pt, dt, 1); /* N chunks */
+  }
+}
+END_TEST
+
 START_TEST(test_backward_errors) {
   int nd[2] = {2, 2};
   int64_t s0[2] = {2, 3}, s1[2] = {3, 4}, so[2] = {2, 4};
@@ -332,6 +419,7 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, test_random_gradients, 0, 6);
   tcase_add_test(tc, test_finite_differences);
   tcase_add_test(tc, test_transpose_cache);
+  tcase_add_test(tc, test_thin_interleaved);
   tcase_add_test(tc, test_backward_errors);
   suite_add_tcase(s, tc);
   return s;
