@@ -126,16 +126,18 @@ static bool gather_pays(const ts_einsum_plan *p, const ts__ein_step *s, int side
  * side 1 is B: [ABO][AB][BO], reduced RB. keep: backward will read the result again (see
  * gather_pays). */
 static int prepare_side(const ts_einsum_plan *p, const ts__ein_step *s, int side,
-                        const ts__ein_view *src, bool keep, ts__ein_gop *g, size_t *bytes,
-                        ts_error *err) {
+                        const ts__ein_view *src, bool keep, bool retain, ts__ein_gop *g,
+                        size_t *bytes, ts_error *err) {
   int gr = side == 0 ? TS__G_AO : TS__G_AB, gc = side == 0 ? TS__G_AB : TS__G_BO;
   int gred = side == 0 ? TS__G_RA : TS__G_RB;
   if (!p->opts.always_transpose && src->dt == p->cdt && s->ng[gred] == 0 &&
       ts__ein_as_matrix(src, s->ng[TS__G_ABO], s->g[TS__G_ABO], s->ng[gr], s->g[gr], s->ng[gc],
                         s->g[gc], &g->mat) &&
       !(keep && gather_pays(p, s, side, &g->mat))) {
-    free(g->owned); /* a buffer of an earlier call, not needed this time */
-    g->owned = NULL;
+    if (!retain) { /* a buffer of an earlier call, not needed this time */
+      free(g->owned);
+      g->owned = NULL;
+    }
     return TS_OK;
   }
   bool rows_inner = ts__ein_unit_stride_in(src, s->ng[gr], s->g[gr]);
@@ -221,8 +223,8 @@ int ts__ein_forward(const ts_einsum_plan *p, const ts_tensor *out, const ts_tens
     ts__ein_view xv, yv;
     ts__ein_node_view(p, s->x, operands, c, &xv);
     ts__ein_node_view(p, s->y, operands, c, &yv);
-    int rc = prepare_side(p, s, 0, &xv, keep, &sc->a, &c->bytes, err);
-    if (rc == TS_OK) rc = prepare_side(p, s, 1, &yv, keep, &sc->b, &c->bytes, err);
+    int rc = prepare_side(p, s, 0, &xv, keep, c->retain, &sc->a, &c->bytes, err);
+    if (rc == TS_OK) rc = prepare_side(p, s, 1, &yv, keep, c->retain, &sc->b, &c->bytes, err);
     if (rc) return rc;
     const ts__ein_node *r = &p->node[s->result];
     bool last = si == p->n_steps - 1;
@@ -265,10 +267,15 @@ int ts_einsum_execute(const ts_einsum_plan *p, const ts_tensor *out,
   if (rc == TS_OK)
     rc = ts__ein_check_tensor(out, p->dtype, p->pe.out_ndim, oshape, "output", 0, true, err);
   if (rc) return rc;
+  if (cache) {
+    rc = ts__ein_forward(p, out, operands, cache, true, err);
+    if (rc) ts__ein_cache_clear(cache);
+    return rc;
+  }
   ts_einsum_cache local;
-  memset(&local, 0, sizeof local);
-  ts_einsum_cache *c = cache ? cache : &local;
-  rc = ts__ein_forward(p, out, operands, c, cache != NULL, err);
-  if (rc || cache == NULL) ts__ein_cache_clear(c);
+  ts_einsum_cache *c = ts__ein_scratch_acquire(p, &local);
+  rc = ts__ein_forward(p, out, operands, c, false, err);
+  if (rc) ts__ein_cache_clear(c);
+  ts__ein_scratch_release(p, c);
   return rc;
 }

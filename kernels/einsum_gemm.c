@@ -7,6 +7,7 @@
  * Matrices are strided views (row stride, column stride, a stride per batch label). When C is
  * stored column-major the product is computed as C^T = B^T * A^T, so any BLAS-readable C works. */
 #include <cblas.h>
+#include <pthread.h>
 
 #include "einsum_internal.h"
 
@@ -104,6 +105,105 @@ static int chunk_dim(int nb, const int64_t *bsize, const ts__ein_mat *c, const t
   return best;
 }
 
+/* One batched GEMM as CBLAS calls: the row-major operands (C: M x N, A: M x K, B: K x N), the
+ * dim cut into chunks (0: M, 1: N, 2: K; a single chunk when not chunked). */
+typedef struct chunk_run {
+  ts_dtype cdt;
+  int nb;
+  const int64_t *bsize;
+  ts__ein_mat c, a, b;
+  enum CBLAS_TRANSPOSE fa, fb;
+  int64_t lda, ldb, ldc;
+  int64_t len[3];
+  int dim;
+  int64_t chunk;
+} chunk_run;
+
+/* Positions a walk at batch element number e (the last batch label fastest). */
+static void walk_seek(batch_walk *w, int64_t e) {
+  for (int j = w->nb - 1; j >= 0; j--) {
+    w->idx[j] = e % w->size[j];
+    e /= w->size[j];
+    for (int t = 0; t < 3; t++) w->off[t] += w->idx[j] * w->m[t]->bstride[j];
+  }
+}
+
+/* Every chunk of batch elements [lo, hi); a K chunk after the first accumulates (beta = 1). */
+static void run_chunks(const chunk_run *r, int64_t lo, int64_t hi) {
+  const ts__ein_mat *c = &r->c, *a = &r->a, *b = &r->b;
+  int dim = r->dim;
+  for (int64_t c0 = 0; c0 < r->len[dim]; c0 += r->chunk) {
+    int64_t l[3] = {r->len[0], r->len[1], r->len[2]};
+    l[dim] = r->len[dim] - c0 < r->chunk ? r->len[dim] - c0 : r->chunk;
+    /* Element offsets of the chunk in C, A and B. */
+    int64_t oc = dim == 0 ? c0 * c->rs : dim == 1 ? c0 * c->cs : 0;
+    int64_t oa = dim == 0 ? c0 * a->rs : dim == 2 ? c0 * a->cs : 0;
+    int64_t ob = dim == 1 ? c0 * b->cs : dim == 2 ? c0 * b->rs : 0;
+    bool accumulate = dim == 2 && c0 > 0;
+    batch_walk w;
+    walk_init(&w, r->nb, r->bsize, c, a, b);
+    walk_seek(&w, lo);
+    for (int64_t e = lo; e < hi; e++, walk_next(&w)) {
+      if (r->cdt == TS_F32)
+        cblas_sgemm(CblasRowMajor, r->fa, r->fb, (blasint)l[0], (blasint)l[1], (blasint)l[2], 1.0f,
+                    (const float *)a->base + w.off[1] + oa, (blasint)r->lda,
+                    (const float *)b->base + w.off[2] + ob, (blasint)r->ldb,
+                    accumulate ? 1.0f : 0.0f, (float *)c->base + w.off[0] + oc, (blasint)r->ldc);
+      else
+        cblas_dgemm(CblasRowMajor, r->fa, r->fb, (blasint)l[0], (blasint)l[1], (blasint)l[2], 1.0,
+                    (const double *)a->base + w.off[1] + oa, (blasint)r->lda,
+                    (const double *)b->base + w.off[2] + ob, (blasint)r->ldb,
+                    accumulate ? 1.0 : 0.0, (double *)c->base + w.off[0] + oc, (blasint)r->ldc);
+    }
+  }
+}
+
+/* A chunked loop is many small CBLAS calls, each on the calling thread (OpenBLAS threads only
+ * calls of more than about 2^18 multiply-adds; TS__EIN_THREAD_CALL_MAX stays below that, so the
+ * threads here never share OpenBLAS's own pool): the batch elements are split over
+ * ts_kernels_threads() threads, as the GEMM of one large matrix would be split by BLAS. Each
+ * thread runs every chunk of its own batch elements, so the K accumulation stays in order. */
+#define TS__EIN_THREAD_CALL_MAX ((int64_t)1 << 17) /* multiply-adds of one call */
+#define TS__EIN_THREAD_MIN_WORK ((int64_t)1 << 22) /* per thread */
+#define TS__EIN_MAX_THREADS 64
+
+typedef struct chunk_part {
+  const chunk_run *r;
+  int64_t lo, hi;
+} chunk_part;
+
+static void *chunk_thread(void *arg) {
+  const chunk_part *p = arg;
+  run_chunks(p->r, p->lo, p->hi);
+  return NULL;
+}
+
+static void run_chunks_threaded(const chunk_run *r, int64_t count) {
+  int64_t l[3] = {r->len[0], r->len[1], r->len[2]};
+  if (l[r->dim] > r->chunk) l[r->dim] = r->chunk;
+  int64_t per_call = l[0] * l[1] * l[2], work = count * r->len[0] * r->len[1] * r->len[2];
+  int64_t t = ts_kernels_threads();
+  if (t > TS__EIN_MAX_THREADS) t = TS__EIN_MAX_THREADS;
+  if (t > count) t = count;
+  if (t > work / TS__EIN_THREAD_MIN_WORK) t = work / TS__EIN_THREAD_MIN_WORK;
+  if (t < 2 || per_call > TS__EIN_THREAD_CALL_MAX) {
+    run_chunks(r, 0, count);
+    return;
+  }
+  chunk_part part[TS__EIN_MAX_THREADS];
+  pthread_t tid[TS__EIN_MAX_THREADS];
+  bool started[TS__EIN_MAX_THREADS];
+  for (int64_t i = 0; i < t; i++) {
+    part[i] = (chunk_part){r, count * i / t, count * (i + 1) / t};
+    /* Part 0 runs on this thread; a thread that cannot start runs here too. */
+    started[i] = i > 0 && pthread_create(&tid[i], NULL, chunk_thread, &part[i]) == 0;
+  }
+  for (int64_t i = 0; i < t; i++)
+    if (!started[i]) run_chunks(r, part[i].lo, part[i].hi);
+  for (int64_t i = 1; i < t; i++)
+    if (started[i]) pthread_join(tid[i], NULL);
+}
+
 #define TS__INT_GEMM(NAME, UT)                                                                     \
   static void NAME(batch_walk *w, const ts__ein_mat *c, const ts__ein_mat *a,                      \
                    const ts__ein_mat *b, int64_t k) {                                              \
@@ -158,37 +258,28 @@ int ts__ein_gemm(ts_dtype cdt, int nb, const int64_t *bsize, const ts__ein_mat *
     return ts_error_set(err, TS_UNSUPPORTED,
                         "einsum: a GEMM of %lld x %lld x %lld exceeds CBLAS's 32-bit sizes",
                         (long long)c.rows, (long long)c.cols, (long long)k);
-  enum CBLAS_TRANSPOSE fa = ta ? CblasTrans : CblasNoTrans, fb = tb ? CblasTrans : CblasNoTrans;
-  int64_t len[3] = {c.rows, c.cols, k};
-  int64_t chunk = 0;
-  int dim = chunk_dim(nb, bsize, &c, &a, &b, k, ts_dtype_size(cdt), &chunk);
-  if (dim < 0) { /* one pass: a single "chunk" of M */
-    dim = 0;
-    chunk = len[0] > 0 ? len[0] : 1;
-  } else {
-    ts__ein_count(TS__CNT_CHUNKED);
+  chunk_run r = {.cdt = cdt,
+                 .nb = nb,
+                 .bsize = bsize,
+                 .c = c,
+                 .a = a,
+                 .b = b,
+                 .fa = ta ? CblasTrans : CblasNoTrans,
+                 .fb = tb ? CblasTrans : CblasNoTrans,
+                 .lda = lda,
+                 .ldb = ldb,
+                 .ldc = ldc,
+                 .len = {c.rows, c.cols, k}};
+  int64_t count = 1;
+  for (int j = 0; j < nb; j++) count *= bsize[j];
+  r.dim = chunk_dim(nb, bsize, &c, &a, &b, k, ts_dtype_size(cdt), &r.chunk);
+  if (r.dim < 0) { /* one pass: a single "chunk" of M */
+    r.dim = 0;
+    r.chunk = r.len[0] > 0 ? r.len[0] : 1;
+    run_chunks(&r, 0, count);
+    return TS_OK;
   }
-  for (int64_t c0 = 0; c0 < len[dim]; c0 += chunk) {
-    int64_t l[3] = {len[0], len[1], len[2]};
-    l[dim] = len[dim] - c0 < chunk ? len[dim] - c0 : chunk;
-    /* Element offsets of the chunk in C, A and B. */
-    int64_t oc = dim == 0 ? c0 * c.rs : dim == 1 ? c0 * c.cs : 0;
-    int64_t oa = dim == 0 ? c0 * a.rs : dim == 2 ? c0 * a.cs : 0;
-    int64_t ob = dim == 1 ? c0 * b.cs : dim == 2 ? c0 * b.rs : 0;
-    bool accumulate = dim == 2 && c0 > 0;
-    walk_init(&w, nb, bsize, &c, &a, &b);
-    do {
-      if (cdt == TS_F32)
-        cblas_sgemm(CblasRowMajor, fa, fb, (blasint)l[0], (blasint)l[1], (blasint)l[2], 1.0f,
-                    (const float *)a.base + w.off[1] + oa, (blasint)lda,
-                    (const float *)b.base + w.off[2] + ob, (blasint)ldb, accumulate ? 1.0f : 0.0f,
-                    (float *)c.base + w.off[0] + oc, (blasint)ldc);
-      else
-        cblas_dgemm(CblasRowMajor, fa, fb, (blasint)l[0], (blasint)l[1], (blasint)l[2], 1.0,
-                    (const double *)a.base + w.off[1] + oa, (blasint)lda,
-                    (const double *)b.base + w.off[2] + ob, (blasint)ldb, accumulate ? 1.0 : 0.0,
-                    (double *)c.base + w.off[0] + oc, (blasint)ldc);
-    } while (walk_next(&w));
-  }
+  ts__ein_count(TS__CNT_CHUNKED);
+  run_chunks_threaded(&r, count);
   return TS_OK;
 }

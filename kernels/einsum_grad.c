@@ -11,7 +11,8 @@
  * layout of the step that made it. An operand's gradient is then moved to the operand's own
  * order: labels it reduced are broadcast back, dims it broadcast (size 1) are summed, repeated
  * labels write the diagonal of a zeroed gradient. Without a cache, a forward pass without its
- * last GEMM fills a temporary one first. */
+ * last GEMM fills the plan's workspace (or, while another call holds it, a temporary cache)
+ * first. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -295,16 +296,19 @@ int ts_einsum_backward(const ts_einsum_plan *p, const ts_tensor *grad_out,
     ts__ein_out_view(p, grad_out, &gv);
     return grad_to_operand(p, 0, &gv, grad_operands[0], err);
   }
-  ts_einsum_cache local;
-  memset(&local, 0, sizeof local);
+  ts_einsum_cache local, *scratch = NULL;
   const ts_einsum_cache *c = cache;
   if (cache == NULL) {
-    rc = ts__ein_forward(p, NULL, operands, &local, true, err);
-    c = &local;
+    scratch = ts__ein_scratch_acquire(p, &local);
+    rc = ts__ein_forward(p, NULL, operands, scratch, true, err);
+    c = scratch;
   }
   char *gnode[2 * TS_EINSUM_MAX_OPERANDS] = {0};
   if (rc == TS_OK) rc = backward_steps(p, grad_out, grad_operands, c, gnode, err);
   for (int i = 0; i < 2 * TS_EINSUM_MAX_OPERANDS; i++) free(gnode[i]);
-  ts__ein_cache_clear(&local);
+  if (scratch) {
+    if (rc) ts__ein_cache_clear(scratch);
+    ts__ein_scratch_release(p, scratch);
+  }
   return rc;
 }

@@ -7,6 +7,8 @@
 #ifndef TS_EINSUM_INTERNAL_H
 #define TS_EINSUM_INTERNAL_H
 
+#include <pthread.h>
+
 #include "ts_kernels.h"
 
 #define TS__EIN_ELL 52                           /* first ellipsis label */
@@ -56,6 +58,12 @@ typedef struct ts__ein_step {
 
 struct ts_einsum_plan {
   uint64_t id; /* unique per plan made in this process: a cache knows its plan by it */
+  /* The plan's workspace: the cache of calls made without one (their transposed operands and
+   * intermediates), kept across calls so that repeated calls allocate nothing and take no page
+   * faults. One call at a time holds it (ws_lock, taken with a try-lock); a concurrent call uses
+   * a cache of its own for that call. The only mutable part of a plan. */
+  pthread_mutex_t ws_lock;
+  ts_einsum_cache *ws;
   ts__ein_parsed pe;
   ts_dtype dtype; /* of operands and output */
   ts_dtype cdt;   /* computing dtype: f32, f64, i32 or i64 */
@@ -111,10 +119,15 @@ struct ts_einsum_cache {
   int n_steps;
   ts__ein_step_cache step[TS_EINSUM_MAX_OPERANDS];
   size_t bytes;
+  bool retain; /* a plan's workspace: a buffer a call does not need is kept for the next one */
 };
 
 /* Frees the buffers a cache holds and marks it empty. */
 void ts__ein_cache_clear(ts_einsum_cache *c);
+/* A cache for a call made without one: the plan's workspace when no other call holds it, else
+ * *local (emptied). ts__ein_scratch_release gives it back (a local one is cleared). */
+ts_einsum_cache *ts__ein_scratch_acquire(const ts_einsum_plan *p, ts_einsum_cache *local);
+void ts__ein_scratch_release(const ts_einsum_plan *p, ts_einsum_cache *c);
 
 /* The forward pass; out NULL runs everything but the last GEMM (to fill a cache for backward).
  * A cache last filled by the same plan keeps its buffers: they are overwritten, not reallocated

@@ -2,7 +2,8 @@
  * against the plan, and the one-call ts_einsum.
  *
  * A plan is immutable once made, so one plan serves any number of calls, also concurrently; the
- * state of a call (transposed operands, intermediates) lives in the caller's cache. */
+ * state of a call (transposed operands, intermediates) lives in the caller's cache, or, for a
+ * call without one, in the plan's workspace (kept across calls, one call at a time). */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,10 @@ int ts_einsum_plan_create(ts_einsum_plan **out, const char *equation, int n_oper
   ts_einsum_plan *p = calloc(1, sizeof *p);
   if (p == NULL) return ts_error_set(err, TS_NO_MEMORY, "einsum: no memory for a plan");
   p->id = atomic_fetch_add(&next_plan_id, 1);
+  if (pthread_mutex_init(&p->ws_lock, NULL) != 0) {
+    free(p);
+    return ts_error_set(err, TS_NO_MEMORY, "einsum: cannot make a plan's lock");
+  }
   int rc = ts__ein_parse(&p->pe, equation, n_operands, ndims, shapes, err);
   if (rc) goto fail;
   if (!ts_dtype_valid((int)dtype) || !compute_dtype(dtype, &p->cdt)) {
@@ -70,14 +75,41 @@ int ts_einsum_plan_create(ts_einsum_plan **out, const char *equation, int n_oper
   *out = p;
   return TS_OK;
 fail:
+  pthread_mutex_destroy(&p->ws_lock);
   free(p);
   return rc;
 }
 
 void ts_einsum_plan_destroy(ts_einsum_plan **p) {
   if (p == NULL || *p == NULL) return;
+  ts_einsum_cache_destroy(&(*p)->ws);
+  pthread_mutex_destroy(&(*p)->ws_lock);
   free(*p);
   *p = NULL;
+}
+
+ts_einsum_cache *ts__ein_scratch_acquire(const ts_einsum_plan *p, ts_einsum_cache *local) {
+  memset(local, 0, sizeof *local);
+  ts_einsum_plan *mp = (ts_einsum_plan *)p; /* the workspace is the plan's mutable part */
+  if (pthread_mutex_trylock(&mp->ws_lock) != 0) return local;
+  if (mp->ws == NULL) mp->ws = calloc(1, sizeof *mp->ws);
+  if (mp->ws == NULL) {
+    pthread_mutex_unlock(&mp->ws_lock);
+    return local;
+  }
+  mp->ws->retain = true;
+  return mp->ws;
+}
+
+void ts__ein_scratch_release(const ts_einsum_plan *p, ts_einsum_cache *c) {
+  ts_einsum_plan *mp = (ts_einsum_plan *)p;
+  if (c != mp->ws) {
+    ts__ein_cache_clear(c);
+    return;
+  }
+  /* Kept for the next call: its buffers, not its claim on any operands. */
+  memset(c->operand_data, 0, sizeof c->operand_data);
+  pthread_mutex_unlock(&mp->ws_lock);
 }
 
 void ts_einsum_plan_output(const ts_einsum_plan *p, int *ndim, int64_t *shape) {
@@ -201,7 +233,9 @@ void ts__ein_cache_clear(ts_einsum_cache *c) {
     free(c->step[s].b.owned);
     free(c->step[s].result);
   }
+  bool retain = c->retain;
   memset(c, 0, sizeof *c);
+  c->retain = retain;
 }
 
 void ts_einsum_cache_destroy(ts_einsum_cache **c) {

@@ -3,9 +3,10 @@
  * differences on small f64 cases, and the transpose cache itself: with it, backward launches no
  * transpose of an operand (the counters say so); without it, the same results. Also the paths
  * for thin GEMMs over interleaved operands (chunked GEMM loops, operands gathered into the
- * cache). */
+ * cache), and backward without a cache from several threads (the plan's workspace). */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,11 +339,17 @@ static void thin_case(const char *eq, const int64_t (*shape)[TS_MAX_DIMS], ts_dt
   ts_einsum_stats_get(&s1);
   ck_assert_uint_eq(s1.operand_transposes, s0.operand_transposes);
   ck_assert_msg(s1.chunked_gemms > s0.chunked_gemms, "'%s': no backward GEMM was chunked", eq);
-  ck_assert_int_eq(ts_einsum_backward(pr.p, &pr.gout.t, pr.op_ptr, pu, NULL, &err), TS_OK);
-  for (int i = 0; i < 2; i++) {
-    check_grad(&pr, i, &gc[i], &gr[i], "cached");
-    check_grad(&pr, i, &gu[i], &gr[i], "uncached");
+  /* Without a cache, twice: the plan's workspace holds the gathered operands between calls;
+   * then a forward without a cache on the same workspace (reading in place again). */
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < 2; i++) tt_fill(&gu[i], &r);
+    ck_assert_int_eq(ts_einsum_backward(pr.p, &pr.gout.t, pr.op_ptr, pu, NULL, &err), TS_OK);
+    for (int i = 0; i < 2; i++) check_grad(&pr, i, &gu[i], &gr[i], "uncached");
   }
+  for (int i = 0; i < 2; i++) check_grad(&pr, i, &gc[i], &gr[i], "cached");
+  tt_fill(&pr.out, &r);
+  ck_assert_int_eq(ts_einsum_execute(pr.p, &pr.out.t, pr.op_ptr, NULL, &err), TS_OK);
+  ck_assert(tt_compare(&pr.out, &want, NULL) == 0);
   ts_einsum_cache_destroy(&cache);
   for (int i = 0; i < 2; i++) {
     tt_free(&gc[i]);
@@ -363,6 +370,71 @@ START_TEST(test_thin_interleaved) {
     thin_case("bqhd,bhde->bqhe", pv, dt, 1); /* M chunks (written in place too) */
     thin_case("bhde,bqhd->bheq", pt, dt, 1); /* N chunks */
   }
+}
+END_TEST
+
+/* One plan, backward without a cache from several threads at once: they take turns at the
+ * plan's workspace or use a temporary cache; every gradient against the reference. */
+typedef struct grad_job {
+  const ts_einsum_plan *p;
+  const char *eq;
+  uint64_t seed;
+  int failures;
+} grad_job;
+
+static void *grad_thread(void *arg) {
+  grad_job *job = arg;
+  int64_t s0[3] = {4, 6, 5}, s1[3] = {5, 4, 7}, os[3] = {4, 6, 7};
+  const int64_t *shape[2] = {s0, s1};
+  rng r = {.s = job->seed};
+  for (int k = 0; k < 30; k++) {
+    test_tensor op[2], go, g[2], want[2];
+    const ts_tensor *ops[2], *gp[2], *wp[2];
+    for (int i = 0; i < 2; i++) {
+      tt_alloc(&op[i], TS_F64, 3, shape[i], (test_layout)((k + i) % TL_COUNT));
+      tt_fill(&op[i], &r);
+      tt_alloc(&g[i], TS_F64, 3, shape[i], (test_layout)((k + 2 * i + 1) % TL_COUNT));
+      tt_fill(&g[i], &r);
+      tt_alloc(&want[i], TS_F64, 3, shape[i], TL_DENSE);
+      ops[i] = &op[i].t;
+      gp[i] = &g[i].t;
+      wp[i] = &want[i].t;
+    }
+    tt_alloc(&go, TS_F64, 3, os, (test_layout)(k % TL_COUNT));
+    tt_fill(&go, &r);
+    if (ts_einsum_backward(job->p, &go.t, ops, gp, NULL, NULL) != TS_OK ||
+        ts_einsum_reference_backward(job->eq, 2, ops, &go.t, wp, NULL) != TS_OK ||
+        tt_compare(&g[0], &want[0], NULL) != 0 || tt_compare(&g[1], &want[1], NULL) != 0)
+      job->failures++;
+    for (int i = 0; i < 2; i++) {
+      tt_free(&op[i]);
+      tt_free(&g[i]);
+      tt_free(&want[i]);
+    }
+    tt_free(&go);
+  }
+  return NULL;
+}
+
+START_TEST(test_backward_shared_by_threads) {
+  const char *eq = "bik,kbj->bij";
+  int ndim[2] = {3, 3};
+  int64_t s0[3] = {4, 6, 5}, s1[3] = {5, 4, 7};
+  const int64_t *shapes[2] = {s0, s1};
+  ts_einsum_plan *p = NULL;
+  ts_einsum_opts opts = {.always_transpose = true};
+  ck_assert_int_eq(ts_einsum_plan_create(&p, eq, 2, ndim, shapes, TS_F64, &opts, NULL), TS_OK);
+  grad_job jobs[3];
+  pthread_t th[3];
+  for (int t = 0; t < 3; t++) {
+    jobs[t] = (grad_job){.p = p, .eq = eq, .seed = 300u + (uint64_t)t, .failures = 0};
+    ck_assert_int_eq(pthread_create(&th[t], NULL, grad_thread, &jobs[t]), 0);
+  }
+  for (int t = 0; t < 3; t++) {
+    pthread_join(th[t], NULL);
+    ck_assert_int_eq(jobs[t].failures, 0);
+  }
+  ts_einsum_plan_destroy(&p);
 }
 END_TEST
 
@@ -420,6 +492,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_finite_differences);
   tcase_add_test(tc, test_transpose_cache);
   tcase_add_test(tc, test_thin_interleaved);
+  tcase_add_test(tc, test_backward_shared_by_threads);
   tcase_add_test(tc, test_backward_errors);
   suite_add_tcase(s, tc);
   return s;

@@ -247,6 +247,32 @@ START_TEST(test_plan_reuse) {
     tt_free(&o);
     tt_free(&w);
   }
+  /* Forced transposes without a cache go through the plan's workspace, kept across calls:
+   * new data and new layouts each time. */
+  ts_einsum_opts forced = {.always_transpose = true};
+  ts_einsum_plan *pf = NULL;
+  ck_assert_int_eq(
+      ts_einsum_plan_create(&pf, "abc,cad->bd", 2, ndim, shapes, TS_F32, &forced, &err), TS_OK);
+  for (int k = 0; k < 8; k++) {
+    test_tensor a, b, o, w;
+    tt_alloc(&a, TS_F32, 3, s0, (test_layout)(k % TL_COUNT));
+    tt_alloc(&b, TS_F32, 3, s1, (test_layout)((k + 2) % TL_COUNT));
+    tt_fill(&a, &r);
+    tt_fill(&b, &r);
+    int64_t os[2] = {5, 3};
+    tt_alloc(&o, TS_F32, 2, os, (test_layout)((k + 1) % TL_COUNT));
+    tt_alloc(&w, TS_F32, 2, os, TL_DENSE);
+    tt_fill(&o, &r);
+    const ts_tensor *ops[2] = {&a.t, &b.t};
+    ck_assert_int_eq(ts_einsum_execute(pf, &o.t, ops, NULL, &err), TS_OK);
+    ck_assert_int_eq(ts_einsum_reference("abc,cad->bd", 2, ops, &w.t, &err), TS_OK);
+    ck_assert(tt_compare(&o, &w, NULL) == 0);
+    tt_free(&a);
+    tt_free(&b);
+    tt_free(&o);
+    tt_free(&w);
+  }
+  ts_einsum_plan_destroy(&pf);
   char text[512];
   ck_assert_int_gt(ts_einsum_plan_format(p, text, sizeof text), 0);
   ck_assert_ptr_nonnull(strstr(text, "step 0"));
@@ -281,7 +307,7 @@ START_TEST(test_path_choice) {
 }
 END_TEST
 
-/* One plan, used by several threads at once, each with its own cache. */
+/* One plan, used by several threads at once, each with its own cache or none. */
 typedef struct thread_job {
   const ts_einsum_plan *p;
   uint64_t seed;
@@ -306,7 +332,9 @@ static void *thread_main(void *arg) {
     tt_fill(&a, &r);
     tt_fill(&b, &r);
     const ts_tensor *ops[2] = {&a.t, &b.t};
-    if (ts_einsum_execute(job->p, &o.t, ops, cache, NULL) != TS_OK ||
+    /* Every other call without a cache: the threads take turns at the plan's workspace (or run
+     * with a temporary cache while another holds it). */
+    if (ts_einsum_execute(job->p, &o.t, ops, k % 2 ? cache : NULL, NULL) != TS_OK ||
         ts_einsum_reference("bik,kbj->bij", 2, ops, &w.t, NULL) != TS_OK ||
         tt_compare(&o, &w, NULL) != 0)
       job->failures++;
