@@ -207,8 +207,10 @@ typedef struct {
   bool stream;       /* non-temporal stores: the job is far larger than the caches */
   int64_t es, ed;
   bool transpose;
+  int outer;             /* the first outer-loop node: 2, or 3 when [2] is a second row loop */
   int nn;
-  node nodes[MAX_NODES]; /* [0] inner (dst-contiguous), [1] rows per call, [2..] outer loops */
+  node nodes[MAX_NODES]; /* [0] inner (dst-contiguous), [1] rows per call, [outer..] outer loops;
+                          * [2] continues the rows of a transpose on the source when outer is 3 */
 } job;
 
 /* A transpose tile of same-size elements: column c of the destination (contiguous along the
@@ -233,55 +235,140 @@ TRANSPOSE_TILE(1, uint8_t)
 TRANSPOSE_TILE(2, uint16_t)
 TRANSPOSE_TILE(8, uint64_t)
 
-/* f32-sized elements, the common case. With power-of-two strides every line of a tile falls in
- * the same cache set, so a line must be used whole the one time it is touched: each 16x16 block
- * reads 16 whole source lines into an L1 buffer, transposes there with 4x4 register transposes,
- * and writes 16 whole destination lines. */
-static void transpose_block16_4(char *d, ptrdiff_t dr, const char *s, ptrdiff_t sc, bool stream) {
-  float in[16][16], out[16][16];
-  for (int c = 0; c < 16; c++)
-    memcpy(in[c], s + c * sc, 64);
+/* f32-sized elements, the common case: 16x16 blocks, transposed in registers straight from
+ * memory. With power-of-two strides every line of a tile falls in the same cache set, so a line
+ * must be used whole the one time it is touched: a block reads 16 whole source lines and writes 16
+ * whole destination lines, finishing each destination line before starting the next. That order
+ * is what lets non-temporal stores (stream) go out as full lines; they are used only when every
+ * line of the block is a whole aligned line (d and dr multiples of 64). */
 #if defined(__SSE2__)
-  for (int c = 0; c < 16; c += 4)
-    for (int r = 0; r < 16; r += 4) {
-      __m128 x0 = _mm_loadu_ps(&in[c][r]), x1 = _mm_loadu_ps(&in[c + 1][r]),
-             x2 = _mm_loadu_ps(&in[c + 2][r]), x3 = _mm_loadu_ps(&in[c + 3][r]);
-      _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
-      _mm_storeu_ps(&out[r][c], x0);
-      _mm_storeu_ps(&out[r + 1][c], x1);
-      _mm_storeu_ps(&out[r + 2][c], x2);
-      _mm_storeu_ps(&out[r + 3][c], x3);
+static void transpose_block16_4_sse(char *d, ptrdiff_t dr, const char *s, ptrdiff_t sc,
+                                    bool stream) {
+  for (int r = 0; r < 16; r += 4) { /* 4 destination rows, whole 64-byte lines */
+    __m128 x[4][4];
+    for (int c = 0; c < 4; c++) {
+      const char *p = s + 4 * c * sc + r * 4;
+      x[c][0] = _mm_loadu_ps((const float *)p);
+      x[c][1] = _mm_loadu_ps((const float *)(p + sc));
+      x[c][2] = _mm_loadu_ps((const float *)(p + 2 * sc));
+      x[c][3] = _mm_loadu_ps((const float *)(p + 3 * sc));
+      _MM_TRANSPOSE4_PS(x[c][0], x[c][1], x[c][2], x[c][3]);
     }
-#else
-  for (int c = 0; c < 16; c++)
-    for (int r = 0; r < 16; r++)
-      out[r][c] = in[c][r];
-#endif
-#if defined(__SSE2__)
-  if (stream && ((uintptr_t)d & 15) == 0 && (dr & 15) == 0) { /* whole lines, never reread */
-    for (int r = 0; r < 16; r++)
-      for (int k = 0; k < 16; k += 4)
-        _mm_stream_ps((float *)(d + r * dr) + k, _mm_loadu_ps(&out[r][k]));
-    return;
+    for (int i = 0; i < 4; i++) {
+      float *q = (float *)(d + (r + i) * dr);
+      if (stream)
+        for (int c = 0; c < 4; c++)
+          _mm_stream_ps(q + 4 * c, x[c][i]);
+      else
+        for (int c = 0; c < 4; c++)
+          _mm_storeu_ps(q + 4 * c, x[c][i]);
+    }
   }
+}
 #endif
-  for (int r = 0; r < 16; r++)
-    memcpy(d + r * dr, out[r], 64);
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define HAVE_AVX2_TILE 1
+/* An 8x8 register transpose: o[i] gets column i of the 8 rows of 8 floats at s, s + sc, ... */
+__attribute__((target("avx2"))) static inline void transpose8_avx2(__m256 *o, const char *s,
+                                                                   ptrdiff_t sc) {
+  __m256 r0 = _mm256_loadu_ps((const float *)s), r1 = _mm256_loadu_ps((const float *)(s + sc)),
+         r2 = _mm256_loadu_ps((const float *)(s + 2 * sc)),
+         r3 = _mm256_loadu_ps((const float *)(s + 3 * sc)),
+         r4 = _mm256_loadu_ps((const float *)(s + 4 * sc)),
+         r5 = _mm256_loadu_ps((const float *)(s + 5 * sc)),
+         r6 = _mm256_loadu_ps((const float *)(s + 6 * sc)),
+         r7 = _mm256_loadu_ps((const float *)(s + 7 * sc));
+  __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1),
+         t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3),
+         t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+         t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+         u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+         u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+         u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  o[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  o[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  o[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  o[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  o[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  o[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  o[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  o[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
-static void transpose_tile_4(char *d, ptrdiff_t dc, ptrdiff_t dr, const char *s, ptrdiff_t sc,
-                             ptrdiff_t sr, int64_t nc, int64_t nr, bool stream) {
-  int64_t r0 = 0;
-  if (dc == 4 && sr == 4 && nc % 16 == 0)
-    for (; r0 + 16 <= nr; r0 += 16)
-      for (int64_t c0 = 0; c0 < nc; c0 += 16)
-        transpose_block16_4(d + r0 * dr + c0 * 4, dr, s + r0 * 4 + c0 * sc, sc, stream);
-  for (int64_t c = 0; c < nc; c++)
-    for (int64_t r = r0; r < nr; r++) {
+/* Destination rows 8h..8h+7 take source columns 8h..8h+7: two 8x8 transposes (source rows 0-7
+ * and 8-15) give the two halves of each destination line, stored one after the other. */
+__attribute__((target("avx2"))) static void transpose_block16_4_avx2(char *d, ptrdiff_t dr,
+                                                                     const char *s, ptrdiff_t sc,
+                                                                     bool stream) {
+  for (int h = 0; h < 2; h++) {
+    __m256 lo[8], hi[8];
+    transpose8_avx2(lo, s + 32 * h, sc);
+    transpose8_avx2(hi, s + 8 * sc + 32 * h, sc);
+    char *q = d + 8 * h * dr;
+    if (stream)
+      for (int i = 0; i < 8; i++) {
+        _mm256_stream_ps((float *)(q + i * dr), lo[i]);
+        _mm256_stream_ps((float *)(q + i * dr) + 8, hi[i]);
+      }
+    else
+      for (int i = 0; i < 8; i++) {
+        _mm256_storeu_ps((float *)(q + i * dr), lo[i]);
+        _mm256_storeu_ps((float *)(q + i * dr) + 8, hi[i]);
+      }
+  }
+}
+#endif
+
+/* Element by element: the columns [c0, c1) of rows [r0, r1) of a tile. */
+static void transpose_rect_4(char *d, ptrdiff_t dc, ptrdiff_t dr, const char *s, ptrdiff_t sc,
+                             ptrdiff_t sr, int64_t c0, int64_t c1, int64_t r0, int64_t r1) {
+  for (int64_t c = c0; c < c1; c++)
+    for (int64_t r = r0; r < r1; r++) {
       uint32_t v;
       memcpy(&v, s + c * sc + r * sr, 4);
       memcpy(d + c * dc + r * dr, &v, 4);
     }
+}
+
+/* The whole 16x16 blocks of a tile (when both sides have a contiguous direction) with `block`,
+ * the rest element by element. */
+#define TRANSPOSE_TILE_4(name, block, attr)                                                        \
+  attr static void name(char *d, ptrdiff_t dc, ptrdiff_t dr, const char *s, ptrdiff_t sc,         \
+                        ptrdiff_t sr, int64_t nc, int64_t nr, bool stream) {                      \
+    int64_t nc16 = 0, nr16 = 0;                                                                    \
+    if (dc == 4 && sr == 4) {                                                                      \
+      nc16 = nc / 16 * 16;                                                                         \
+      nr16 = nr / 16 * 16;                                                                         \
+      stream = stream && (uintptr_t)d % 64 == 0 && dr % 64 == 0;                                  \
+      for (int64_t r0 = 0; r0 < nr16; r0 += 16)                                                    \
+        for (int64_t c0 = 0; c0 < nc16; c0 += 16)                                                  \
+          block(d + r0 * dr + c0 * 4, dr, s + r0 * 4 + c0 * sc, sc, stream);                      \
+    }                                                                                              \
+    transpose_rect_4(d, dc, dr, s, sc, sr, nc16, nc, 0, nr16);                                     \
+    transpose_rect_4(d, dc, dr, s, sc, sr, 0, nc, nr16, nr);                                       \
+  }
+#if defined(__SSE2__)
+TRANSPOSE_TILE_4(transpose_tile_4, transpose_block16_4_sse, )
+#else
+static void transpose_block16_4_c(char *d, ptrdiff_t dr, const char *s, ptrdiff_t sc, bool stream) {
+  (void)stream;
+  transpose_rect_4(d, 4, dr, s, sc, 4, 0, 16, 0, 16);
+}
+TRANSPOSE_TILE_4(transpose_tile_4, transpose_block16_4_c, )
+#endif
+#if defined(HAVE_AVX2_TILE)
+TRANSPOSE_TILE_4(transpose_tile_4_avx2, transpose_block16_4_avx2, __attribute__((target("avx2"))))
+#endif
+
+/* The f32 tile for this CPU. */
+static transpose_fn transpose_tile_4_best(void) {
+#if defined(HAVE_AVX2_TILE)
+  if (__builtin_cpu_supports("avx2"))
+    return transpose_tile_4_avx2;
+#endif
+  return transpose_tile_4;
 }
 
 /* The two innermost loops, from base pointers. */
@@ -292,7 +379,10 @@ static void run_inner(const job *j, char *d, const char *s) {
       j->row(d + r * b->ds, a->ds, s + r * b->ss, a->ss, (size_t)a->n);
     return;
   }
-  /* tiles of destination-contiguous columns x the b->n source-contiguous rows */
+  /* tiles of destination-contiguous columns x the b->n source-contiguous rows; with a second
+   * row loop (c, which continues the rows on the source), each column tile visits its rows for
+   * every c before the next column tile, so the pages a tile reads are used whole at once */
+  const node *c = j->outer == 3 ? &j->nodes[2] : &(const node){1, 0, 0};
   int64_t esize = j->es > j->ed ? j->es : j->ed, cols = TILE_COLS_BYTES / esize;
   /* peel columns up to the destination's next cache line, so tiles write whole lines */
   int64_t first = cols, mis = (int64_t)((uintptr_t)d % 64);
@@ -304,12 +394,14 @@ static void run_inner(const job *j, char *d, const char *s) {
       cn = a->n - c0;
     char *dp = d + c0 * a->ds;
     const char *sp = s + c0 * a->ss;
-    if (j->tile) {
-      j->tile(dp, a->ds, b->ds, sp, a->ss, b->ss, cn, b->n, j->stream);
-      continue;
+    for (int64_t k = 0; k < c->n; k++, dp += c->ds, sp += c->ss) {
+      if (j->tile) {
+        j->tile(dp, a->ds, b->ds, sp, a->ss, b->ss, cn, b->n, j->stream);
+        continue;
+      }
+      for (int64_t r = 0; r < b->n; r++)
+        j->row(dp + r * b->ds, a->ds, sp + r * b->ss, a->ss, (size_t)cn);
     }
-    for (int64_t r = 0; r < b->n; r++)
-      j->row(dp + r * b->ds, a->ds, sp + r * b->ss, a->ss, (size_t)cn);
   }
 }
 
@@ -317,7 +409,7 @@ static void run_inner(const job *j, char *d, const char *s) {
 static void run_range(const job *j, char *d, const char *s, int64_t lo, int64_t hi) {
   int64_t idx[MAX_NODES];
   int64_t rem = lo;
-  for (int k = 2; k < j->nn; k++) { /* decode lo, innermost outer loop fastest */
+  for (int k = j->outer; k < j->nn; k++) { /* decode lo, innermost outer loop fastest */
     idx[k] = rem % j->nodes[k].n;
     rem /= j->nodes[k].n;
     d += idx[k] * j->nodes[k].ds;
@@ -325,7 +417,7 @@ static void run_range(const job *j, char *d, const char *s, int64_t lo, int64_t 
   }
   for (int64_t it = lo; it < hi; it++) {
     run_inner(j, d, s);
-    for (int k = 2; k < j->nn; k++) { /* odometer */
+    for (int k = j->outer; k < j->nn; k++) { /* odometer */
       d += j->nodes[k].ds;
       s += j->nodes[k].ss;
       if (++idx[k] < j->nodes[k].n)
@@ -355,8 +447,10 @@ static void *range_thread(void *arg) {
 }
 
 static void run_parallel(const job *j, char *d, const char *s, int threads) {
-  int64_t outer = 1, inner_elems = j->nodes[0].n * j->nodes[1].n;
-  for (int k = 2; k < j->nn; k++)
+  int64_t outer = 1, inner_elems = 1;
+  for (int k = 0; k < j->outer; k++)
+    inner_elems *= j->nodes[k].n;
+  for (int k = j->outer; k < j->nn; k++)
     outer *= j->nodes[k].n;
   int64_t t = outer * inner_elems * (j->es + j->ed) / THREAD_MIN_BYTES;
   if (t > threads)
@@ -412,6 +506,7 @@ static void split_and_run(job *j, int k, int64_t per, int rep_at, char *d, const
 }
 
 static void run_job(job *j, char *d, const char *s, int threads) {
+  j->outer = 2;
   /* drop count-1 nodes */
   int nn = 0;
   for (int k = 0; k < j->nn; k++)
@@ -465,10 +560,24 @@ static void run_job(job *j, char *d, const char *s, int threads) {
     j->stream = total >= STREAM_MIN_BYTES;
     if (j->same_dtype)
       j->tile = j->es == 1 ? transpose_tile_1 : j->es == 2 ? transpose_tile_2
-              : j->es == 4 ? transpose_tile_4 : transpose_tile_8;
+              : j->es == 4 ? transpose_tile_4_best() : transpose_tile_8;
     int64_t rows = TILE_ROW_BYTES / esize;
     if (j->nodes[1].n > rows)
       return split_and_run(j, 1, rows, 2, d, s, threads);
+    /* Rows shorter than a tile row: a node that continues them on the source becomes a second
+     * row loop inside the column tiles, up to TILE_ROW_BYTES of source per visit (a permutation
+     * like abcd -> dcab, whose source rows are d but whose source runs are c x d). */
+    int64_t run = j->nodes[1].n * j->nodes[1].ss, per = rows / j->nodes[1].n;
+    for (int k = 2; k < j->nn && per >= 2; k++)
+      if (j->nodes[k].ss == run) {
+        node x = j->nodes[k];
+        memmove(&j->nodes[3], &j->nodes[2], sizeof(node) * (size_t)(k - 2));
+        j->nodes[2] = x;
+        j->outer = 3;
+        if (x.n > per)
+          return split_and_run(j, 2, per, 3, d, s, threads);
+        break;
+      }
   } else {
     int64_t row_bytes = j->nodes[0].n * esize;
     if (row_bytes > ROW_CHUNK_BYTES && j->nodes[1].n == 1) {

@@ -155,6 +155,7 @@ END_TEST
 
 /* Large transposes take the streaming (non-temporal) path: check them whole, even and odd sizes. */
 START_TEST(test_large_transpose) {
+  rng_state = 0x2545f4914f6cdd1du; /* each test runs in its own process: seed here, not earlier */
   int64_t sizes[2][2] = {{2048, 2048}, {2049, 2051}};
   for (int k = 0; k < 2; k++) {
     ts_tensor src = {0}, d1 = {0}, d2 = {0};
@@ -176,6 +177,64 @@ START_TEST(test_large_transpose) {
     ts_copy_opts two = {.threads = 2};
     ck_assert_int_eq(ts_copy(&d1, &src, &two, NULL), TS_OK);
     ck_assert(memcmp(d1.data, d2.data, d1.bytes) == 0);
+    free(src.data);
+    free(d1.data);
+    free(d2.data);
+  }
+}
+END_TEST
+
+/* The f32 transpose paths: 16x16 register blocks with streaming stores (large copies), rows and
+ * columns that are not multiples of 16, views whose lines start off a cache line (the blocks then
+ * store normally), and permutations whose source runs span two nodes (abcd -> dcab: the rows are d,
+ * continued by c on the source, visited as a second row loop). Against the reference, 1 and 2
+ * threads. */
+START_TEST(test_transpose_paths) {
+  static const struct {
+    int nd;
+    int64_t shape[4];
+    const char *stag, *dtag;
+    int64_t soff, doff; /* elements before the first one, on each side */
+  } cases[] = {
+      {2, {2048, 2048}, "ab", "ba", 1, 0},
+      {2, {2047, 2050}, "ab", "ba", 0, 3},
+      {2, {100, 75}, "ab", "ba", 5, 7},
+      {2, {16, 4096}, "ab", "ba", 0, 0},
+      {4, {64, 64, 64, 64}, "abcd", "dcab", 0, 0},
+      {4, {19, 33, 47, 35}, "abcd", "dcab", 1, 2},
+      {4, {8, 40, 64, 16}, "abcd", "dcab", 0, 0},
+      {3, {70, 33, 48}, "abc", "cab", 0, 1},
+      {4, {3, 48, 40, 36}, "abcd", "adcb", 2, 0},
+  };
+  rng_state = 0x5851f42d4c957f2du;
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    ts_tensor src = {0}, d1 = {0}, d2 = {0};
+    ck_assert_int_eq(ts_layout_from_tag(&src.layout, TS_F32, cases[k].nd, cases[k].shape,
+                                        cases[k].stag, NULL), TS_OK);
+    ck_assert_int_eq(ts_layout_from_tag(&d1.layout, TS_F32, cases[k].nd, cases[k].shape,
+                                        cases[k].dtag, NULL), TS_OK);
+    ck_assert_int_eq(ts_layout_span(&src.layout, &src.bytes, NULL), TS_OK);
+    ck_assert_int_eq(ts_layout_span(&d1.layout, &d1.bytes, NULL), TS_OK);
+    src.layout.offset = cases[k].soff * 4;
+    src.bytes += (size_t)src.layout.offset;
+    d1.layout.offset = cases[k].doff * 4;
+    d1.bytes += (size_t)d1.layout.offset;
+    d2.layout = d1.layout;
+    d2.bytes = d1.bytes;
+    src.data = malloc(src.bytes);
+    d1.data = malloc(d1.bytes);
+    d2.data = malloc(d2.bytes);
+    ck_assert(src.data && d1.data && d2.data);
+    fill_random(src.data, src.bytes);
+    memset(d2.data, 1, d2.bytes);
+    ck_assert_int_eq(ts_copy_box_reference(&d2, NULL, &src, NULL, src.layout.shape, NULL), TS_OK);
+    for (int threads = 1; threads <= 2; threads++) {
+      memset(d1.data, 1, d1.bytes);
+      ts_copy_opts opts = {.threads = threads};
+      ck_assert_int_eq(ts_copy(&d1, &src, &opts, NULL), TS_OK);
+      ck_assert_msg(memcmp(d1.data, d2.data, d1.bytes) == 0, "case %zu (%s -> %s), %d threads", k,
+                    cases[k].stag, cases[k].dtag, threads);
+    }
     free(src.data);
     free(d1.data);
     free(d2.data);
@@ -323,6 +382,7 @@ int main(void) {
   tcase_add_test(tc, test_random_vs_reference);
   tcase_add_test(tc, test_random_large_threads);
   tcase_add_test(tc, test_large_transpose);
+  tcase_add_test(tc, test_transpose_paths);
   suite_add_tcase(s, tc);
   return ts_run_suite(s);
 }
