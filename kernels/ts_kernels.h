@@ -123,6 +123,20 @@ int64_t ts_layout_address(const ts_layout *l, const int64_t *index);
 int ts_layout_check(const ts_layout *l, size_t buf_bytes, bool writable, ts_error *err);
 
 /* ---------------------------------------------------------------------------------------------
+ * Tensor buffers (kernels/buffer.c)
+ *
+ * ts_buffer_alloc returns at least `bytes` bytes (contents unspecified) or NULL when out of memory.
+ * Buffers of TS_BUFFER_HUGE_BYTES or more are 2 MiB-aligned mappings of their own, marked for
+ * transparent huge pages (madvise MADV_HUGEPAGE): transposes and permutations of large tensors
+ * then spend far less time on TLB misses. Smaller ones come from the heap, 64-byte aligned.
+ * Free them with ts_buffer_free (which accepts NULL), never with free(). */
+
+#define TS_BUFFER_HUGE_BYTES ((size_t)2 << 20)
+
+void *ts_buffer_alloc(size_t bytes);
+void ts_buffer_free(void *p);
+
+/* ---------------------------------------------------------------------------------------------
  * The strided-copy kernel
  *
  * Copies between any two layouts of the same logical shape, converting dtypes, computing each
@@ -186,7 +200,10 @@ int ts_reduce_fill_identity(void *dst, size_t n, ts_dtype dt, ts_reduce_op op, t
  * that both backward products read it contiguously.
  *
  * A plan (equation + shapes + dtype -> label classes, GEMM shapes, path) is made once and is
- * reusable, also from several threads at once; all per-call state lives in the caller's cache. */
+ * reusable, also from several threads at once; per-call state lives in the caller's cache, or,
+ * for a call without one, in the plan's workspace: buffers kept from one call to the next (so
+ * repeated calls allocate nothing), held by one call at a time (a concurrent call uses temporary
+ * buffers), freed by ts_einsum_plan_destroy. */
 
 #define TS_EINSUM_MAX_OPERANDS 32
 

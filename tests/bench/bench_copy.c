@@ -2,11 +2,18 @@
  *
  * Prints key=value lines. Bandwidth counts bytes read plus bytes written, for memcpy too. Each
  * case runs with 1 thread (_t1) and with all cores (_tN); medians of several runs. The reference
- * (one address computation per element) runs once per case. */
+ * (one address computation per element) runs once per case.
+ *
+ * Buffers come from ts_buffer_alloc, as tshard's tensors do (2 MiB-aligned, transparent huge
+ * pages when the system allows them), memcpy's too. Every case and memcpy also run on buffers of
+ * 4 KiB pages (page-aligned heap memory marked MADV_NOHUGEPAGE), printed under keys with "_4k"
+ * (memcpy_4k_gbps_t1, transpose2d_4k_vs_memcpy_t1 against that memcpy, ...): what a caller whose
+ * buffers are not huge-page backed gets. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "ts_kernels.h"
@@ -29,15 +36,35 @@ static double median(double *v, int n) {
   return v[n / 2];
 }
 
-/* Page-aligned, as tensor allocators (and tshard's store) give. */
-static void *xmalloc(size_t n) {
-  void *p = aligned_alloc(4096, (n + 4095) / 4096 * 4096);
+/* The two kinds of buffers: [0] ts_buffer_alloc (huge pages when possible), [1] 4 KiB pages. */
+enum { HUGE, SMALL_PAGES };
+static const char *kind_infix[2] = {"", "_4k"};
+
+static void *xmalloc(size_t n, int kind) {
+  void *p;
+  if (kind == HUGE)
+    p = ts_buffer_alloc(n);
+  else {
+    size_t len = (n + 4095) / 4096 * 4096;
+    p = aligned_alloc(4096, len);
+#if defined(MADV_NOHUGEPAGE)
+    if (p)
+      madvise(p, len, MADV_NOHUGEPAGE); /* 4 KiB pages even where huge pages are always on */
+#endif
+  }
   if (!p) {
     fprintf(stderr, "tshard-bench-copy: out of memory (%zu bytes)\n", n);
     exit(1);
   }
   memset(p, 1, n); /* touch every page before timing */
   return p;
+}
+
+static void xfree(void *p, int kind) {
+  if (kind == HUGE)
+    ts_buffer_free(p);
+  else
+    free(p);
 }
 
 typedef struct {
@@ -65,13 +92,13 @@ static void parallel_memcpy(char *d, const char *s, size_t n, int t) {
     pthread_join(tid[i], NULL);
 }
 
-static double memcpy_gbps[2];
+static double memcpy_gbps[2][2]; /* [kind][threads] */
 static int nthreads[2];
 static const char *suffix[2] = {"t1", "tN"};
 
-static void bench_memcpy(void) {
+static void bench_memcpy(int kind) {
   size_t n = (size_t)256 << 20;
-  char *a = xmalloc(n), *b = xmalloc(n);
+  char *a = xmalloc(n, kind), *b = xmalloc(n, kind);
   for (int v = 0; v < 2; v++) {
     double t[REPS];
     parallel_memcpy(b, a, n, nthreads[v]);
@@ -80,13 +107,15 @@ static void bench_memcpy(void) {
       parallel_memcpy(b, a, n, nthreads[v]);
       t[r] = now() - t0;
     }
-    memcpy_gbps[v] = 2.0 * (double)n / median(t, REPS) / 1e9;
-    printf("memcpy_gbps_%s=%.2f\n", suffix[v], memcpy_gbps[v]);
+    memcpy_gbps[kind][v] = 2.0 * (double)n / median(t, REPS) / 1e9;
+    printf("memcpy%s_gbps_%s=%.2f\n", kind_infix[kind], suffix[v], memcpy_gbps[kind][v]);
   }
-  printf("memcpy_gbps=%.2f\n", memcpy_gbps[0]);
-  printf("threads_tN=%d\n", nthreads[1]);
-  free(a);
-  free(b);
+  if (kind == HUGE) {
+    printf("memcpy_gbps=%.2f\n", memcpy_gbps[kind][0]);
+    printf("threads_tN=%d\n", nthreads[1]);
+  }
+  xfree(a, kind);
+  xfree(b, kind);
 }
 
 static void must(int rc, const ts_error *err) {
@@ -96,8 +125,10 @@ static void must(int rc, const ts_error *err) {
   }
 }
 
-/* Times one case: src box of `extent` at s_start copied to the whole of dst. */
-static void bench_case(const char *name, ts_tensor *dst, ts_tensor *src, const int64_t *s_start) {
+/* Times one case: src box of `extent` at s_start copied to the whole of dst. The reference runs
+ * on the ts_buffer_alloc buffers only. */
+static void bench_case(const char *name, int kind, ts_tensor *dst, ts_tensor *src,
+                       const int64_t *s_start) {
   ts_error err;
   const int64_t *extent = dst->layout.shape;
   int64_t numel = ts_layout_numel(&dst->layout);
@@ -114,25 +145,35 @@ static void bench_case(const char *name, ts_tensor *dst, ts_tensor *src, const i
     }
     fast[v] = median(t, REPS);
   }
+  if (kind != HUGE) {
+    for (int v = 0; v < 2; v++) {
+      double gbps = bytes / fast[v] / 1e9;
+      printf("%s%s_gbps_%s=%.2f\n", name, kind_infix[kind], suffix[v], gbps);
+      printf("%s%s_vs_memcpy_%s=%.3f\n", name, kind_infix[kind], suffix[v],
+             gbps / memcpy_gbps[kind][v]);
+    }
+    fflush(stdout);
+    return;
+  }
   double t0 = now();
   must(ts_copy_box_reference(dst, NULL, src, s_start, extent, &err), &err);
   double ref = now() - t0;
   for (int v = 0; v < 2; v++) {
     double gbps = bytes / fast[v] / 1e9;
     printf("%s_gbps_%s=%.2f\n", name, suffix[v], gbps);
-    printf("%s_vs_memcpy_%s=%.3f\n", name, suffix[v], gbps / memcpy_gbps[v]);
+    printf("%s_vs_memcpy_%s=%.3f\n", name, suffix[v], gbps / memcpy_gbps[kind][v]);
     printf("%s_vs_reference_%s=%.1f\n", name, suffix[v], ref / fast[v]);
   }
   printf("%s_reference_ms=%.1f\n", name, ref * 1e3);
   fflush(stdout);
 }
 
-static ts_tensor make(ts_dtype dt, int nd, const int64_t *shape, const char *tag) {
+static ts_tensor make(ts_dtype dt, int nd, const int64_t *shape, const char *tag, int kind) {
   ts_tensor t = {0};
   ts_error err;
   must(ts_layout_from_tag(&t.layout, dt, nd, shape, tag, &err), &err);
   must(ts_layout_span(&t.layout, &t.bytes, &err), &err);
-  t.data = xmalloc(t.bytes);
+  t.data = xmalloc(t.bytes, kind);
   return t;
 }
 
@@ -142,26 +183,26 @@ static void fill_f32(ts_tensor *t) {
     p[i] = (float)(i % 1000) * 0.5f;
 }
 
+/* One case on both kinds of buffers. */
 static void run(const char *name, ts_dtype sdt, ts_dtype ddt, int nd, const int64_t *sshape,
                 const char *stag, const int64_t *s_start, const int64_t *dshape, const char *dtag) {
-  ts_tensor src = make(sdt, nd, sshape, stag), dst = make(ddt, nd, dshape, dtag);
-  if (sdt == TS_F32)
-    fill_f32(&src);
-  bench_case(name, &dst, &src, s_start);
-  free(src.data);
-  free(dst.data);
+  for (int kind = HUGE; kind <= SMALL_PAGES; kind++) {
+    ts_tensor src = make(sdt, nd, sshape, stag, kind), dst = make(ddt, nd, dshape, dtag, kind);
+    if (sdt == TS_F32)
+      fill_f32(&src);
+    bench_case(name, kind, &dst, &src, s_start);
+    xfree(src.data, kind);
+    xfree(dst.data, kind);
+  }
 }
 
 int main(void) {
   nthreads[0] = 1;
   nthreads[1] = ts_kernels_threads();
-  bench_memcpy();
+  bench_memcpy(HUGE);
+  bench_memcpy(SMALL_PAGES);
   int64_t sq[2] = {8192, 8192};
-  ts_tensor src = make(TS_F32, 2, sq, "ab"), dst = make(TS_F32, 2, sq, "ba");
-  fill_f32(&src);
-  bench_case("transpose2d", &dst, &src, NULL);
-  free(src.data);
-  free(dst.data);
+  run("transpose2d", TS_F32, TS_F32, 2, sq, "ab", NULL, sq, "ba");
 
   int64_t p4[4] = {64, 64, 64, 64};
   run("permute4d", TS_F32, TS_F32, 4, p4, "abcd", NULL, p4, "dcab");

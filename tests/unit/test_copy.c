@@ -1,6 +1,7 @@
 /* test_copy.c - the strided-copy kernel against its naive reference on random layouts, plus
  * hand-checked blocked addresses, padded tails, threads, and every validation error. */
 #include <check.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -242,6 +243,51 @@ START_TEST(test_transpose_paths) {
 }
 END_TEST
 
+/* ts_buffer_alloc: 64-byte alignment below TS_BUFFER_HUGE_BYTES, 2 MiB alignment from it on, every
+ * byte writable and kept, frees of NULL, and a transpose between two such buffers. */
+START_TEST(test_buffer_alloc) {
+  static const size_t sizes[] = {0, 1, 63, 64, 65, 4096, 100000, ((size_t)2 << 20) - 1,
+                                 (size_t)2 << 20, ((size_t)2 << 20) + 1, (size_t)5 << 20,
+                                 ((size_t)9 << 20) + 12345};
+  for (int round = 0; round < 3; round++)
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+      size_t n = sizes[k];
+      unsigned char *p = ts_buffer_alloc(n);
+      ck_assert_ptr_nonnull(p);
+      size_t align = n >= TS_BUFFER_HUGE_BYTES ? TS_BUFFER_HUGE_BYTES : 64;
+      ck_assert_msg((uintptr_t)p % align == 0, "%zu bytes at %p: not %zu-aligned", n, (void *)p,
+                    align);
+      for (size_t i = 0; i < n; i++)
+        p[i] = (unsigned char)(i * 7 + k);
+      size_t bad = 0;
+      for (size_t i = 0; i < n; i++)
+        bad += p[i] != (unsigned char)(i * 7 + k);
+      ck_assert_uint_eq(bad, 0);
+      ts_buffer_free(p);
+    }
+  ts_buffer_free(NULL);
+
+  int64_t shape[2] = {1536, 1100};
+  ts_tensor src = {0}, d1 = {0}, d2 = {0};
+  ts_layout_from_tag(&src.layout, TS_F32, 2, shape, "ab", NULL);
+  ts_layout_from_tag(&d1.layout, TS_F32, 2, shape, "ba", NULL);
+  d2.layout = d1.layout;
+  src.bytes = d1.bytes = d2.bytes = (size_t)(shape[0] * shape[1] * 4);
+  src.data = ts_buffer_alloc(src.bytes);
+  d1.data = ts_buffer_alloc(d1.bytes);
+  d2.data = malloc(d2.bytes);
+  ck_assert(src.data && d1.data && d2.data);
+  rng_state = 0x3c6ef372fe94f82au;
+  fill_random(src.data, src.bytes);
+  ck_assert_int_eq(ts_copy(&d1, &src, NULL, NULL), TS_OK);
+  ck_assert_int_eq(ts_copy_box_reference(&d2, NULL, &src, NULL, shape, NULL), TS_OK);
+  ck_assert(memcmp(d1.data, d2.data, d1.bytes) == 0);
+  ts_buffer_free(src.data);
+  ts_buffer_free(d1.data);
+  free(d2.data);
+}
+END_TEST
+
 /* NCHW16c addresses by hand: shape [2, 20, 3, 5], C padded to 32. */
 START_TEST(test_blocked_addresses) {
   ts_layout l;
@@ -383,6 +429,7 @@ int main(void) {
   tcase_add_test(tc, test_random_large_threads);
   tcase_add_test(tc, test_large_transpose);
   tcase_add_test(tc, test_transpose_paths);
+  tcase_add_test(tc, test_buffer_alloc);
   suite_add_tcase(s, tc);
   return ts_run_suite(s);
 }
