@@ -135,7 +135,7 @@ static int prepare_side(const ts_einsum_plan *p, const ts__ein_step *s, int side
                         s->g[gc], &g->mat) &&
       !(keep && gather_pays(p, s, side, &g->mat))) {
     if (!retain) { /* a buffer of an earlier call, not needed this time */
-      free(g->owned);
+      ts_buffer_free(g->owned);
       g->owned = NULL;
     }
     return TS_OK;
@@ -143,7 +143,7 @@ static int prepare_side(const ts_einsum_plan *p, const ts__ein_step *s, int side
   bool rows_inner = ts__ein_unit_stride_in(src, s->ng[gr], s->g[gr]);
   int64_t rows = side == 0 ? s->m : s->k, cols = side == 0 ? s->k : s->n;
   size_t need = (size_t)(s->batch * rows * cols) * ts_dtype_size(p->cdt);
-  if (g->owned == NULL) g->owned = malloc(need ? need : 1); /* else the same plan's buffer */
+  if (g->owned == NULL) g->owned = ts_buffer_alloc(need ? need : 1); /* else the same plan's buffer */
   if (g->owned == NULL)
     return ts_error_set(err, TS_NO_MEMORY, "einsum: no memory for a transposed operand (%zu bytes)",
                         need);
@@ -236,7 +236,7 @@ int ts__ein_forward(const ts_einsum_plan *p, const ts_tensor *out, const ts_tens
       return ts__ein_gemm(p->cdt, s->ng[TS__G_ABO], s->bsize, &cm, &sc->a.mat, &sc->b.mat, s->k,
                           err);
     size_t need = (size_t)(s->batch * s->m * s->n) * es;
-    char *buf = !last && sc->result ? sc->result : malloc(need ? need : 1);
+    char *buf = !last && sc->result ? sc->result : ts_buffer_alloc(need ? need : 1);
     sc->result = NULL;
     if (buf == NULL)
       return ts_error_set(err, TS_NO_MEMORY, "einsum: no memory for an intermediate (%zu bytes)",
@@ -249,7 +249,7 @@ int ts__ein_forward(const ts_einsum_plan *p, const ts_tensor *out, const ts_tens
       rc = move_result(&ov, &rv, err);
     }
     if (last || rc) {
-      free(buf);
+      ts_buffer_free(buf);
       return rc;
     }
     sc->result = buf;

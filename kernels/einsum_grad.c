@@ -81,9 +81,10 @@ static int grad_to_operand(const ts_einsum_plan *p, int i, const ts__ein_view *g
       if (base == 0) base = 1;
     }
     size_t need = (size_t)base * ts_dtype_size(p->cdt);
-    buf = calloc(1, need);
+    buf = ts_buffer_alloc(need);
     if (buf == NULL)
       return ts_error_set(err, TS_NO_MEMORY, "einsum: no memory for a gradient (%zu bytes)", need);
+    memset(buf, 0, need);
     dense.base = buf;
   }
   const ts__ein_view *target = diag ? &dense : &whole;
@@ -115,7 +116,7 @@ static int grad_to_operand(const ts_einsum_plan *p, int i, const ts__ein_view *g
   int rc = ts__ein_reduce_copy(&dst, &src, p->cdt, err);
   if (rc == TS_OK && diag) rc = ts__ein_copy(&whole, &dense, err);
   if (rc == TS_OK) ts__ein_count(TS__CNT_RESULT);
-  free(buf);
+  ts_buffer_free(buf);
   return rc;
 }
 
@@ -160,7 +161,7 @@ static int grad_side(const ts_einsum_plan *p, const ts__ein_step *s, int side,
   ts__ein_view dest;
   if (node >= p->pe.n) {
     size_t need = (size_t)nd->numel * es;
-    gnode[node] = malloc(need ? need : 1);
+    gnode[node] = ts_buffer_alloc(need ? need : 1);
     if (gnode[node] == NULL)
       return ts_error_set(err, TS_NO_MEMORY, "einsum: no memory for a gradient (%zu bytes)", need);
     ts__ein_dense_view(p, &dest, gnode[node], p->cdt, nd->nd, nd->lab);
@@ -176,7 +177,7 @@ static int grad_side(const ts_einsum_plan *p, const ts__ein_step *s, int side,
   /* Through a temporary in the form closest to the destination, then moved. */
   bool rows_inner = ts__ein_unit_stride_in(&dest, s->ng[gr], s->g[gr]);
   size_t need = (size_t)(s->batch * rows * cols) * es;
-  char *tmp = malloc(need ? need : 1);
+  char *tmp = ts_buffer_alloc(need ? need : 1);
   if (tmp == NULL)
     return ts_error_set(err, TS_NO_MEMORY, "einsum: no memory for a gradient (%zu bytes)", need);
   ts__ein_dense_mat(s, &cm, tmp, rows, cols, rows_inner);
@@ -202,7 +203,7 @@ static int grad_side(const ts_einsum_plan *p, const ts__ein_step *s, int side,
       rc = grad_to_operand(p, node, &tv, grads[node], err);
     }
   }
-  free(tmp);
+  ts_buffer_free(tmp);
   return rc;
 }
 
@@ -228,7 +229,7 @@ static int backward_steps(const ts_einsum_plan *p, const ts_tensor *grad_out,
           !ts__ein_as_matrix(&gv, s->ng[TS__G_ABO], s->g[TS__G_ABO], s->ng[TS__G_AO],
                              s->g[TS__G_AO], s->ng[TS__G_BO], s->g[TS__G_BO], &dc)) {
         size_t need = (size_t)(s->batch * s->m * s->n) * es;
-        dc_owned = malloc(need ? need : 1);
+        dc_owned = ts_buffer_alloc(need ? need : 1);
         if (dc_owned == NULL)
           return ts_error_set(err, TS_NO_MEMORY, "einsum: no memory for grad_out (%zu bytes)",
                               need);
@@ -238,7 +239,7 @@ static int backward_steps(const ts_einsum_plan *p, const ts_tensor *grad_out,
         ts__ein_view_select(&sv, &gv, r->nd, r->lab);
         int rc = ts__ein_copy(&dv, &sv, err);
         if (rc) {
-          free(dc_owned);
+          ts_buffer_free(dc_owned);
           return rc;
         }
         ts__ein_count(TS__CNT_GRAD_OUT);
@@ -251,8 +252,8 @@ static int backward_steps(const ts_einsum_plan *p, const ts_tensor *grad_out,
     if (needs_grad(p, s->x, grads)) rc = grad_side(p, s, 0, &dc, &c->step[si], grads, gnode, err);
     if (rc == TS_OK && needs_grad(p, s->y, grads))
       rc = grad_side(p, s, 1, &dc, &c->step[si], grads, gnode, err);
-    free(dc_owned);
-    free(gnode[s->result]);
+    ts_buffer_free(dc_owned);
+    ts_buffer_free(gnode[s->result]);
     gnode[s->result] = NULL;
     if (rc) return rc;
   }
@@ -305,7 +306,7 @@ int ts_einsum_backward(const ts_einsum_plan *p, const ts_tensor *grad_out,
   }
   char *gnode[2 * TS_EINSUM_MAX_OPERANDS] = {0};
   if (rc == TS_OK) rc = backward_steps(p, grad_out, grad_operands, c, gnode, err);
-  for (int i = 0; i < 2 * TS_EINSUM_MAX_OPERANDS; i++) free(gnode[i]);
+  for (int i = 0; i < 2 * TS_EINSUM_MAX_OPERANDS; i++) ts_buffer_free(gnode[i]);
   if (scratch) {
     if (rc) ts__ein_cache_clear(scratch);
     ts__ein_scratch_release(p, scratch);

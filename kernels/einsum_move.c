@@ -208,7 +208,7 @@ int ts__ein_reduce_copy(const ts__ein_view *dst, const ts__ein_view *src, ts_dty
   if (nr == 0) return ts__ein_zero(dst, err);
   size_t es = ts_dtype_size(cdt);
   /* Bring src to a dense [reduced..., kept...] buffer in cdt, then add up its slices. */
-  char *tmp = malloc((size_t)(nr * nd_elems) * es);
+  char *tmp = ts_buffer_alloc((size_t)(nr * nd_elems) * es);
   if (tmp == NULL)
     return ts_error_set(err, TS_NO_MEMORY, "einsum: no memory for a reduction of %lld elements",
                         (long long)(nr * nd_elems));
@@ -241,7 +241,7 @@ int ts__ein_reduce_copy(const ts__ein_view *dst, const ts__ein_view *src, ts_dty
     if (dst->dt == cdt && dense(dst)) {
       sum_slices(cdt, dst->base, tmp, nr, nd_elems);
     } else {
-      char *acc = malloc((size_t)nd_elems * es);
+      char *acc = ts_buffer_alloc((size_t)nd_elems * es);
       if (acc == NULL) {
         rc = ts_error_set(err, TS_NO_MEMORY, "einsum: no memory for a reduction of %lld elements",
                           (long long)nd_elems);
@@ -256,11 +256,11 @@ int ts__ein_reduce_copy(const ts__ein_view *dst, const ts__ein_view *src, ts_dty
           st *= av.size[d];
         }
         rc = ts__ein_copy(dst, &av, err);
-        free(acc);
+        ts_buffer_free(acc);
       }
     }
   }
-  free(tmp);
+  ts_buffer_free(tmp);
   return rc;
 }
 

@@ -229,9 +229,9 @@ int ts_einsum_cache_create(ts_einsum_cache **out, ts_error *err) {
 
 void ts__ein_cache_clear(ts_einsum_cache *c) {
   for (int s = 0; s < c->n_steps; s++) {
-    free(c->step[s].a.owned);
-    free(c->step[s].b.owned);
-    free(c->step[s].result);
+    ts_buffer_free(c->step[s].a.owned);
+    ts_buffer_free(c->step[s].b.owned);
+    ts_buffer_free(c->step[s].result);
   }
   bool retain = c->retain;
   memset(c, 0, sizeof *c);
