@@ -52,19 +52,28 @@ static bool walk_next(batch_walk *w) {
   return false;
 }
 
-/* Chunking a thin GEMM loop. When the batch elements are interleaved in memory (a batch label's
- * stride is smaller than the stride along a GEMM dim, as in [b,q,h,d] read per (b,h): the rows of
- * the 16 h sit side by side), each GEMM alone reads (or writes) one short piece of every line
- * over a long span, far apart, and the next batch element comes back for the neighbouring pieces
- * after the span has left the caches. Cutting that long dim into chunks of about
- * TS__EIN_CHUNK_BYTES of span and running the whole batch per chunk makes the batch elements
- * consume each region together while it is cache-hot. Only for thin GEMMs (the product of the two
- * other dims at most TS__EIN_CHUNK_THIN), where the extra calls and the re-read of the small
- * matrices (a K chunk accumulates into C with beta = 1) cost little. */
-#define TS__EIN_CHUNK_SPAN ((int64_t)512 << 10) /* spans longer than this are chunked */
+/* Chunking a thin GEMM loop (the product of two of M, N, K at most TS__EIN_CHUNK_THIN, the third
+ * long), for two reasons:
+ *  - interleaved batch elements: when a batch label's stride is smaller than the stride along
+ *    the long dim (as in [b,q,h,d] read per (b,h): the rows of the 16 h sit side by side), each
+ *    GEMM alone reads (or writes) one short piece of every line over a long span, and the next
+ *    batch element comes back for the neighbouring pieces after the span has left the caches.
+ *    Chunks of about TS__EIN_CHUNK_BYTES of span, the whole batch per chunk, consume each region
+ *    together while it is cache-hot.
+ *  - threads: a thin GEMM of more than TS__EIN_THREAD_CALL_MAX multiply-adds is split by
+ *    OpenBLAS over its threads along the short dims (little to share, each thread packing the
+ *    long operand, idle ones spinning), while the batch is the natural parallelism. Chunks of at
+ *    most TS__EIN_THREAD_CALL_MAX multiply-adds stay on the calling thread, and the batch is
+ *    split over threads instead (run_chunks_threaded).
+ * A K chunk accumulates into C with beta = 1; the extra calls and re-reads of the small matrices
+ * cost little for thin GEMMs. */
+#define TS__EIN_CHUNK_SPAN ((int64_t)512 << 10) /* interleaved spans longer than this are chunked */
 #define TS__EIN_CHUNK_BYTES ((int64_t)256 << 10)
 #define TS__EIN_CHUNK_MIN 64
 #define TS__EIN_CHUNK_THIN 4096
+/* OpenBLAS threads a GEMM from 2^18 multiply-adds (interface/gemm.c: 65536 x
+ * GEMM_MULTITHREAD_THRESHOLD 4); calls below half that run on the caller. */
+#define TS__EIN_THREAD_CALL_MAX ((int64_t)1 << 17)
 
 static int64_t abs64(int64_t x) { return x < 0 ? -x : x; }
 
@@ -77,7 +86,8 @@ static bool interleaved(int nb, const int64_t *bsize, const ts__ein_mat *m, int6
 }
 
 /* The GEMM dim to chunk (0: M, 1: N, 2: K) and the chunk length, or -1 for none. c, a, b are the
- * row-major CBLAS operands (C: M x N, A: M x K, B: K x N). */
+ * row-major CBLAS operands (C: M x N, A: M x K, B: K x N). An interleaved long dim comes first
+ * (the longest span), else a long dim of calls that OpenBLAS would thread. */
 static int chunk_dim(int nb, const int64_t *bsize, const ts__ein_mat *c, const ts__ein_mat *a,
                      const ts__ein_mat *b, int64_t k, size_t es, int64_t *chunk) {
   int64_t count = 1;
@@ -87,11 +97,20 @@ static int chunk_dim(int nb, const int64_t *bsize, const ts__ein_mat *c, const t
   /* The two matrices along each dim and their strides along it. */
   const ts__ein_mat *m1[3] = {c, c, a}, *m2[3] = {a, b, b};
   int64_t s1[3] = {c->rs, c->cs, a->cs}, s2[3] = {a->rs, b->cs, b->rs};
-  int best = -1;
-  int64_t best_span = TS__EIN_CHUNK_SPAN;
+  int best = -1, big = -1;
+  int64_t best_span = TS__EIN_CHUNK_SPAN, big_chunk = 0;
   for (int d = 0; d < 3; d++) {
-    if (len[(d + 1) % 3] * len[(d + 2) % 3] > TS__EIN_CHUNK_THIN) continue;
-    if (!interleaved(nb, bsize, m1[d], s1[d]) && !interleaved(nb, bsize, m2[d], s2[d])) continue;
+    int64_t other = len[(d + 1) % 3] * len[(d + 2) % 3];
+    if (other > TS__EIN_CHUNK_THIN) continue;
+    if (!interleaved(nb, bsize, m1[d], s1[d]) && !interleaved(nb, bsize, m2[d], s2[d])) {
+      int64_t ch = TS__EIN_THREAD_CALL_MAX / (other > 0 ? other : 1);
+      if (ch < TS__EIN_CHUNK_MIN) ch = TS__EIN_CHUNK_MIN;
+      if (ch * 2 <= len[d] && len[d] * other > TS__EIN_THREAD_CALL_MAX) {
+        big = d;
+        big_chunk = ch;
+      }
+      continue;
+    }
     int64_t st = abs64(s1[d]) > abs64(s2[d]) ? abs64(s1[d]) : abs64(s2[d]);
     int64_t span = len[d] * st * (int64_t)es;
     if (span <= best_span) continue;
@@ -101,6 +120,10 @@ static int chunk_dim(int nb, const int64_t *bsize, const ts__ein_mat *c, const t
     best = d;
     best_span = span;
     *chunk = ch;
+  }
+  if (best < 0 && big >= 0) {
+    best = big;
+    *chunk = big_chunk;
   }
   return best;
 }
@@ -158,12 +181,11 @@ static void run_chunks(const chunk_run *r, int64_t lo, int64_t hi) {
   }
 }
 
-/* A chunked loop is many small CBLAS calls, each on the calling thread (OpenBLAS threads only
- * calls of more than about 2^18 multiply-adds; TS__EIN_THREAD_CALL_MAX stays below that, so the
- * threads here never share OpenBLAS's own pool): the batch elements are split over
- * ts_kernels_threads() threads, as the GEMM of one large matrix would be split by BLAS. Each
- * thread runs every chunk of its own batch elements, so the K accumulation stays in order. */
-#define TS__EIN_THREAD_CALL_MAX ((int64_t)1 << 17) /* multiply-adds of one call */
+/* A chunked loop is many small CBLAS calls, each on the calling thread (at most
+ * TS__EIN_THREAD_CALL_MAX multiply-adds, so the threads here never share OpenBLAS's own pool):
+ * the batch elements are split over ts_kernels_threads() threads, as the GEMM of one large matrix
+ * would be split by BLAS. Each thread runs every chunk of its own batch elements, so the K
+ * accumulation stays in order. */
 #define TS__EIN_THREAD_MIN_WORK ((int64_t)1 << 22) /* per thread */
 #define TS__EIN_MAX_THREADS 64
 

@@ -286,7 +286,8 @@ END_TEST
  * (b,h)): the GEMM loops run in chunks of the long dim (K for the kv gradient, M or N for the
  * others, with a tail chunk: q = 1100 is no multiple of the chunk), and with a cache the large
  * strided operands are gathered into it (want_gathered of them), so backward with the cache
- * transposes nothing. Every result against the naive reference, f32 and f64. */
+ * transposes nothing. Contiguous thin GEMMs too large for one thread's call are chunked as well.
+ * Every result against the naive reference, f32 and f64. */
 static void thin_case(const char *eq, const int64_t (*shape)[TS_MAX_DIMS], ts_dtype dt,
                       int want_gathered) {
   problem pr;
@@ -364,11 +365,14 @@ START_TEST(test_thin_interleaved) {
   static const int64_t kv[2][TS_MAX_DIMS] = {{2, 1100, 8, 16}, {2, 1100, 8, 16}};
   static const int64_t pv[2][TS_MAX_DIMS] = {{2, 1100, 8, 16}, {2, 8, 16, 16}};
   static const int64_t pt[2][TS_MAX_DIMS] = {{2, 8, 16, 16}, {2, 1100, 8, 16}};
+  /* h = 1: nothing interleaved, but GEMMs OpenBLAS would thread (16 x 16 x 3000): K chunks. */
+  static const int64_t ct[2][TS_MAX_DIMS] = {{4, 3000, 1, 16}, {4, 3000, 1, 16}};
   for (int t = 0; t < 2; t++) {
     ts_dtype dt = t ? TS_F64 : TS_F32;
     thin_case("bqhd,bqhe->bhde", kv, dt, 2); /* K chunks; both operands gathered */
     thin_case("bqhd,bhde->bqhe", pv, dt, 1); /* M chunks (written in place too) */
     thin_case("bhde,bqhd->bheq", pt, dt, 1); /* N chunks */
+    thin_case("bqhd,bqhe->bhde", ct, dt, 0);
   }
 }
 END_TEST
