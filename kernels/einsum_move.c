@@ -76,34 +76,6 @@ static int copy_dims(char *dbase, ts_dtype ddt, const char *sbase, ts_dtype sdt,
   return TS_OK;
 }
 
-/* Chunking a copy whose source interleaves: the copy kernel walks the destination in order, so
- * when a dim with a long source stride (q of [b,q,h,d] gathered to [b,h,q,d]) runs inside a dim
- * with a shorter one (h), each pass of the inner dim touches one short piece of every source line
- * over a long span, and the next pass comes back for the neighbouring pieces after the span has
- * left the caches. Running the copy per chunk of the long dim (about TS__EIN_COPY_CHUNK_BYTES of
- * source span) consumes each source region whole while it is cache-hot. Returns the dim to chunk
- * and the chunk length, or -1. */
-#define TS__EIN_COPY_SPAN ((int64_t)512 << 10)
-#define TS__EIN_COPY_CHUNK_BYTES ((int64_t)256 << 10)
-
-static int copy_chunk_dim(int nd, const int64_t *size, const int64_t *ss, size_t ses,
-                          int64_t *chunk) {
-  for (int d = 1; d < nd; d++) {
-    int64_t st = ss[d] < 0 ? -ss[d] : ss[d];
-    if (size[d] * st * (int64_t)ses <= TS__EIN_COPY_SPAN) continue;
-    bool inside = false; /* an outer dim with a shorter source stride */
-    for (int o = 0; o < d; o++)
-      if (ss[o] != 0 && (ss[o] < 0 ? -ss[o] : ss[o]) < st) inside = true;
-    if (!inside) continue;
-    int64_t ch = TS__EIN_COPY_CHUNK_BYTES / (st * (int64_t)ses);
-    if (ch < 1) ch = 1;
-    if (ch * 2 > size[d]) continue;
-    *chunk = ch;
-    return d;
-  }
-  return -1;
-}
-
 int ts__ein_copy(const ts__ein_view *dst, const ts__ein_view *src, ts_error *err) {
   int64_t size[TS__EIN_MAXL], ds[TS__EIN_MAXL], ss[TS__EIN_MAXL];
   int nd = 0;
@@ -128,18 +100,7 @@ int ts__ein_copy(const ts__ein_view *dst, const ts__ein_view *src, ts_error *err
     ds[0] = ss[0] = 0;
     nd = 1;
   }
-  size_t des = ts_dtype_size(dst->dt), ses = ts_dtype_size(src->dt);
-  int64_t chunk = 0;
-  int cd = copy_chunk_dim(nd, size, ss, ses, &chunk);
-  if (cd < 0) return copy_dims(dst->base, dst->dt, src->base, src->dt, nd, size, ds, ss, err);
-  int64_t whole = size[cd];
-  for (int64_t c0 = 0; c0 < whole; c0 += chunk) {
-    size[cd] = whole - c0 < chunk ? whole - c0 : chunk;
-    int rc = copy_dims(dst->base + c0 * ds[cd] * (int64_t)des, dst->dt,
-                       src->base + c0 * ss[cd] * (int64_t)ses, src->dt, nd, size, ds, ss, err);
-    if (rc) return rc;
-  }
-  return TS_OK;
+  return copy_dims(dst->base, dst->dt, src->base, src->dt, nd, size, ds, ss, err);
 }
 
 int ts__ein_zero(const ts__ein_view *v, ts_error *err) {
