@@ -297,27 +297,35 @@ __attribute__((target("avx2"))) static inline void transpose8_avx2(__m256 *o, co
   o[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
-/* Destination rows 8h..8h+7 take source columns 8h..8h+7: two 8x8 transposes (source rows 0-7
- * and 8-15) give the two halves of each destination line, stored one after the other. */
+/* Stores destination rows q, q + dr, ... (8 of them) from the line halves lo[i] and hi[i]. */
+__attribute__((target("avx2"))) static inline void store8_avx2(char *q, ptrdiff_t dr,
+                                                               const __m256 *lo, const __m256 *hi,
+                                                               bool stream) {
+  if (stream)
+    for (int i = 0; i < 8; i++) {
+      _mm256_stream_ps((float *)(q + i * dr), lo[i]);
+      _mm256_stream_ps((float *)(q + i * dr) + 8, hi[i]);
+    }
+  else
+    for (int i = 0; i < 8; i++) {
+      _mm256_storeu_ps((float *)(q + i * dr), lo[i]);
+      _mm256_storeu_ps((float *)(q + i * dr) + 8, hi[i]);
+    }
+}
+
+/* Four 8x8 transposes. Source rows 0-7 are read whole (both halves) before rows 8-15: the 16
+ * source lines of a block usually share one L1 set (strides of multiples of 4 KiB), which holds
+ * only 8. Destination rows 0-7 are stored (whole lines) before rows 8-15. */
 __attribute__((target("avx2"))) static void transpose_block16_4_avx2(char *d, ptrdiff_t dr,
                                                                      const char *s, ptrdiff_t sc,
                                                                      bool stream) {
-  for (int h = 0; h < 2; h++) {
-    __m256 lo[8], hi[8];
-    transpose8_avx2(lo, s + 32 * h, sc);
-    transpose8_avx2(hi, s + 8 * sc + 32 * h, sc);
-    char *q = d + 8 * h * dr;
-    if (stream)
-      for (int i = 0; i < 8; i++) {
-        _mm256_stream_ps((float *)(q + i * dr), lo[i]);
-        _mm256_stream_ps((float *)(q + i * dr) + 8, hi[i]);
-      }
-    else
-      for (int i = 0; i < 8; i++) {
-        _mm256_storeu_ps((float *)(q + i * dr), lo[i]);
-        _mm256_storeu_ps((float *)(q + i * dr) + 8, hi[i]);
-      }
-  }
+  __m256 top_lo[8], bottom_lo[8], top_hi[8], bottom_hi[8]; /* destination rows 0-7 / 8-15 */
+  transpose8_avx2(top_lo, s, sc);
+  transpose8_avx2(bottom_lo, s + 32, sc);
+  transpose8_avx2(top_hi, s + 8 * sc, sc);
+  store8_avx2(d, dr, top_lo, top_hi, stream);
+  transpose8_avx2(bottom_hi, s + 8 * sc + 32, sc);
+  store8_avx2(d + 8 * dr, dr, bottom_lo, bottom_hi, stream);
 }
 #endif
 
