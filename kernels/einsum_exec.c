@@ -8,7 +8,11 @@
  * batch labels anywhere (the GEMM loop walks them with their own strides). A
  * physical transpose keeps the operand's unit-stride dim innermost (choosing [ABO, AB, AO] over
  * [ABO, AO, AB] when that is the cheaper copy); both forms are the same matrix to CBLAS, up to
- * its transpose flag. What was transposed is kept in the cache for backward. */
+ * its transpose flag. What was transposed is kept in the cache for backward. When backward will
+ * read the operands again (a caller's cache, or backward's own forward), a large operand of a
+ * thin GEMM whose rows are interleaved with other batch elements' is gathered all the same
+ * (gather_pays): both backward products then read it contiguously. A call without a cache works
+ * in the plan's workspace. */
 #include <stdlib.h>
 #include <string.h>
 

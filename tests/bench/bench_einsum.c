@@ -10,8 +10,9 @@
  * always_transpose: keys <case>_forced_...), which shows what the transpose cache saves when
  * transposes happen. Cached and uncached backward runs alternate, so drift hits both alike.
  * <case>_fwd_warm_cache_ms is forward with a cache the same plan filled before (buffers reused,
- * as in a training loop); <case>_ms is forward without a cache. Times are medians; the *_best
- * ratios use the fastest run of each side instead. */
+ * as in a training loop); <case>_ms is forward without a cache; <case>_step_ms is the sum of the
+ * warm-cache forward and the cached backward (a training step's einsum work). Times are medians;
+ * the *_best ratios use the fastest run of each side instead. */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,6 +203,8 @@ static void run_case(const bench_case *c, int reps, bool forced) {
   printf("%s_bwd_cached_ms=%.3f\n", k, bwd_cached);
   printf("%s_bwd_uncached_ms=%.3f\n", k, bwd_uncached);
   printf("%s_bwd_speedup=%.3f\n", k, bwd_uncached / bwd_cached);
+  /* A training step's einsum work: forward filling the cache, backward using it. */
+  printf("%s_step_ms=%.3f\n", k, fwd_warm + bwd_cached);
   printf("%s_bwd_transposes_saved=%llu\n", k, (unsigned long long)(tr_uncached - tr_cached));
   /* The same ratios from the fastest run of each: less sensitive to other load on the machine. */
   printf("%s_vs_gemm_best=%.3f\n", k, fwd_min / gemm_min);
