@@ -8,11 +8,10 @@
  * batch labels anywhere (the GEMM loop walks them with their own strides). A
  * physical transpose keeps the operand's unit-stride dim innermost (choosing [ABO, AB, AO] over
  * [ABO, AO, AB] when that is the cheaper copy); both forms are the same matrix to CBLAS, up to
- * its transpose flag. What was transposed is kept in the cache for backward. When backward will
- * read the operands again (a caller's cache, or backward's own forward), a large operand of a
- * thin GEMM whose rows are interleaved with other batch elements' is gathered all the same
- * (gather_pays): both backward products then read it contiguously. A call without a cache works
- * in the plan's workspace. */
+ * its transpose flag. What was transposed is kept in the cache for backward. When the caller's
+ * cache will serve backward, a large operand of a thin GEMM whose rows are interleaved with
+ * other batch elements' is gathered all the same (gather_pays): both backward products then read
+ * it contiguously, any number of times. A call without a cache works in the plan's workspace. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,14 +95,16 @@ bool ts__ein_unit_stride_in(const ts__ein_view *v, int n, const int8_t *group) {
   return false;
 }
 
-/* The cost rule for an operand that CBLAS could read in place, when its GEMM layout will be
- * read again by backward (keep): gather it into the cache when the in-place reads are the slow
+/* The cost rule for an operand that CBLAS could read in place, when a caller's cache keeps its
+ * GEMM layout for backward (keep): gather it into the cache when the in-place reads are the slow
  * kind. That is a float operand of at least TS__EIN_GATHER_BYTES whose contiguous rows cover at
  * most a quarter of the rows' stride (other batch elements interleaved between them, as in
  * [b,q,h,d] read per (b,h)), in a thin GEMM (the operand's elements are reused at most
  * TS__EIN_GATHER_REUSE times), so the products stream the operand from memory and each pass
  * through the strided form pays for scattered lines again: once gathered (a copy of whole rows)
- * both backward products read it contiguously. */
+ * both backward products read it contiguously. (A call without a cache reads in place: the
+ * forward product alone, or backward's own forward followed by both products, measured no faster
+ * with a gather first, and the gather would hold operand-sized buffers.) */
 #define TS__EIN_GATHER_BYTES ((size_t)1 << 20)
 #define TS__EIN_GATHER_REUSE 64
 
@@ -127,8 +128,8 @@ static bool gather_pays(const ts_einsum_plan *p, const ts__ein_step *s, int side
 }
 
 /* Brings one side of step s to its GEMM matrix. side 0 is A: [ABO][AO][AB], reduced RA;
- * side 1 is B: [ABO][AB][BO], reduced RB. keep: backward will read the result again (see
- * gather_pays). */
+ * side 1 is B: [ABO][AB][BO], reduced RB. keep: a caller's cache keeps the result for backward
+ * (see gather_pays). */
 static int prepare_side(const ts_einsum_plan *p, const ts__ein_step *s, int side,
                         const ts__ein_view *src, bool keep, bool retain, ts__ein_gop *g,
                         size_t *bytes, ts_error *err) {

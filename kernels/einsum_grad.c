@@ -301,7 +301,7 @@ int ts_einsum_backward(const ts_einsum_plan *p, const ts_tensor *grad_out,
   const ts_einsum_cache *c = cache;
   if (cache == NULL) {
     scratch = ts__ein_scratch_acquire(p, &local);
-    rc = ts__ein_forward(p, NULL, operands, scratch, true, err);
+    rc = ts__ein_forward(p, NULL, operands, scratch, false, err);
     c = scratch;
   }
   char *gnode[2 * TS_EINSUM_MAX_OPERANDS] = {0};

@@ -131,9 +131,9 @@ void ts__ein_scratch_release(const ts_einsum_plan *p, ts_einsum_cache *c);
 
 /* The forward pass; out NULL runs everything but the last GEMM (to fill a cache for backward).
  * A cache last filled by the same plan keeps its buffers: they are overwritten, not reallocated
- * (a training loop pays no allocation and no page faults per call). keep: backward will read the
- * GEMM operands again (a caller's cache, or backward's own forward), so operands whose in-place
- * reads are slow are gathered into the cache instead (the cost rule in einsum_exec.c). */
+ * (a training loop pays no allocation and no page faults per call). keep: c is the caller's
+ * cache, which backward will read again any number of times, so operands whose in-place reads
+ * are slow are gathered into it instead (the cost rule in einsum_exec.c). */
 int ts__ein_forward(const ts_einsum_plan *p, const ts_tensor *out, const ts_tensor *const *operands,
                     ts_einsum_cache *c, bool keep, ts_error *err);
 

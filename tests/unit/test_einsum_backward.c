@@ -286,7 +286,7 @@ END_TEST
  * (b,h)): the GEMM loops run in chunks of the long dim (K for the kv gradient, M or N for the
  * others, with a tail chunk: q = 1100 is no multiple of the chunk), and with a cache the large
  * strided operands are gathered into it (want_gathered of them), so backward with the cache
- * transposes nothing. Contiguous thin GEMMs too large for one thread's call are chunked as well.
+ * transposes nothing; without a cache, backward reads them in place. Contiguous thin GEMMs too large for one thread's call are chunked as well.
  * Every result against the naive reference, f32 and f64. */
 static void thin_case(const char *eq, const int64_t (*shape)[TS_MAX_DIMS], ts_dtype dt,
                       int want_gathered) {
@@ -340,11 +340,15 @@ static void thin_case(const char *eq, const int64_t (*shape)[TS_MAX_DIMS], ts_dt
   ts_einsum_stats_get(&s1);
   ck_assert_uint_eq(s1.operand_transposes, s0.operand_transposes);
   ck_assert_msg(s1.chunked_gemms > s0.chunked_gemms, "'%s': no backward GEMM was chunked", eq);
-  /* Without a cache, twice: the plan's workspace holds the gathered operands between calls;
-   * then a forward without a cache on the same workspace (reading in place again). */
+  /* Without a cache, twice (in place, through the plan's workspace), then a forward without a
+   * cache on the same workspace. */
   for (int k = 0; k < 2; k++) {
     for (int i = 0; i < 2; i++) tt_fill(&gu[i], &r);
+    ts_einsum_stats_get(&s0);
     ck_assert_int_eq(ts_einsum_backward(pr.p, &pr.gout.t, pr.op_ptr, pu, NULL, &err), TS_OK);
+    ts_einsum_stats_get(&s1);
+    ck_assert_uint_eq(s1.operand_transposes, s0.operand_transposes);
+    ck_assert_uint_gt(s1.chunked_gemms, s0.chunked_gemms);
     for (int i = 0; i < 2; i++) check_grad(&pr, i, &gu[i], &gr[i], "uncached");
   }
   for (int i = 0; i < 2; i++) check_grad(&pr, i, &gc[i], &gr[i], "cached");
