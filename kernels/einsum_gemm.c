@@ -1,13 +1,14 @@
 /* einsum_gemm.c - the batched matrix product of a pairwise einsum step: C = A * B for each batch
  * element, f32 and f64 through CBLAS (one cblas_?gemm per batch element, transpose flags taken
- * from the strides; thin GEMMs over interleaved batch elements cut into chunks of one long dim
- * with the whole batch run per chunk, see chunk_dim), i32 and i64 by exact loops that wrap like
- * unsigned arithmetic.
+ * from the strides; thin GEMMs over interleaved batch elements, or too large for one thread's
+ * call, cut into chunks of one long dim with the whole batch run per chunk and the batch split
+ * over threads, see chunk_dim), i32 and i64 by exact loops that wrap like unsigned arithmetic.
  *
  * Matrices are strided views (row stride, column stride, a stride per batch label). When C is
  * stored column-major the product is computed as C^T = B^T * A^T, so any BLAS-readable C works. */
 #include <cblas.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "einsum_internal.h"
 
@@ -183,21 +184,29 @@ static void run_chunks(const chunk_run *r, int64_t lo, int64_t hi) {
 
 /* A chunked loop is many small CBLAS calls, each on the calling thread (at most
  * TS__EIN_THREAD_CALL_MAX multiply-adds, so the threads here never share OpenBLAS's own pool):
- * the batch elements are split over ts_kernels_threads() threads, as the GEMM of one large matrix
- * would be split by BLAS. Each thread runs every chunk of its own batch elements, so the K
- * accumulation stays in order. */
-#define TS__EIN_THREAD_MIN_WORK ((int64_t)1 << 22) /* per thread */
+ * the batch elements are shared among ts_kernels_threads() threads, as the GEMM of one large
+ * matrix would be split by BLAS. The batch is cut into about TS__EIN_GROUPS_PER_THREAD groups per
+ * thread, which the threads take in turn, so a thread slowed by other load on its core takes
+ * fewer. Each thread runs every chunk of the groups it takes, so the K accumulation of a batch
+ * element stays on one thread and in order. */
+#define TS__EIN_THREAD_MIN_WORK ((int64_t)1 << 22) /* multiply-adds per thread */
 #define TS__EIN_MAX_THREADS 64
+#define TS__EIN_GROUPS_PER_THREAD 8
 
-typedef struct chunk_part {
+typedef struct chunk_pool {
   const chunk_run *r;
-  int64_t lo, hi;
-} chunk_part;
+  int64_t count, group, groups;
+  atomic_int_fast64_t next; /* the next group to take */
+} chunk_pool;
 
-static void *chunk_thread(void *arg) {
-  const chunk_part *p = arg;
-  run_chunks(p->r, p->lo, p->hi);
-  return NULL;
+static void *chunk_worker(void *arg) {
+  chunk_pool *pool = arg;
+  for (;;) {
+    int64_t g = atomic_fetch_add(&pool->next, 1);
+    if (g >= pool->groups) return NULL;
+    int64_t lo = g * pool->group, hi = lo + pool->group;
+    run_chunks(pool->r, lo, hi < pool->count ? hi : pool->count);
+  }
 }
 
 static void run_chunks_threaded(const chunk_run *r, int64_t count) {
@@ -212,18 +221,17 @@ static void run_chunks_threaded(const chunk_run *r, int64_t count) {
     run_chunks(r, 0, count);
     return;
   }
-  chunk_part part[TS__EIN_MAX_THREADS];
+  chunk_pool pool = {.r = r, .count = count};
+  pool.group = count / (t * TS__EIN_GROUPS_PER_THREAD);
+  if (pool.group < 1) pool.group = 1;
+  pool.groups = (count + pool.group - 1) / pool.group;
+  atomic_init(&pool.next, 0);
   pthread_t tid[TS__EIN_MAX_THREADS];
-  bool started[TS__EIN_MAX_THREADS];
-  for (int64_t i = 0; i < t; i++) {
-    part[i] = (chunk_part){r, count * i / t, count * (i + 1) / t};
-    /* Part 0 runs on this thread; a thread that cannot start runs here too. */
-    started[i] = i > 0 && pthread_create(&tid[i], NULL, chunk_thread, &part[i]) == 0;
-  }
-  for (int64_t i = 0; i < t; i++)
-    if (!started[i]) run_chunks(r, part[i].lo, part[i].hi);
+  int started = 0;
   for (int64_t i = 1; i < t; i++)
-    if (started[i]) pthread_join(tid[i], NULL);
+    if (pthread_create(&tid[started], NULL, chunk_worker, &pool) == 0) started++;
+  chunk_worker(&pool); /* this thread takes groups too (all of them if no thread started) */
+  for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
 }
 
 #define TS__INT_GEMM(NAME, UT)                                                                     \

@@ -195,7 +195,9 @@ int ts_reduce_fill_identity(void *dst, size_t n, ts_dtype dt, ts_reduce_op op, t
  * walks them): CBLAS's transpose flags then stand in for the copy. Two exceptions, both for thin
  * GEMMs (small M and N, or small N and K, ...) over interleaved batch elements ([b,q,h,d] read per
  * (b,h)): the GEMM loop runs in chunks of the long dim, the whole batch per chunk, so each memory
- * region is consumed while cache-hot; and when a cache is given, such an operand of at least
+ * region is consumed while cache-hot (the batch split over ts_kernels_threads() threads, each
+ * CBLAS call small enough to stay on its thread; contiguous thin GEMMs too large for that are
+ * chunked the same way); and when a cache is given, such an operand of at least
  * 1 MiB is gathered into the cache (whole rows moved), so that both backward products read it
  * contiguously.
  *

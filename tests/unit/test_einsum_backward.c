@@ -371,6 +371,10 @@ START_TEST(test_thin_interleaved) {
   static const int64_t pt[2][TS_MAX_DIMS] = {{2, 8, 16, 16}, {2, 1100, 8, 16}};
   /* h = 1: nothing interleaved, but GEMMs OpenBLAS would thread (16 x 16 x 3000): K chunks. */
   static const int64_t ct[2][TS_MAX_DIMS] = {{4, 3000, 1, 16}, {4, 3000, 1, 16}};
+  /* Enough work for the chunked batch to be split over threads (at least 2^22 multiply-adds
+   * each), with more threads asked for than this machine may have. */
+  static const int64_t kt[2][TS_MAX_DIMS] = {{4, 1100, 8, 16}, {4, 1100, 8, 16}};
+  static const int64_t cbig[2][TS_MAX_DIMS] = {{12, 3000, 1, 16}, {12, 3000, 1, 16}};
   for (int t = 0; t < 2; t++) {
     ts_dtype dt = t ? TS_F64 : TS_F32;
     thin_case("bqhd,bqhe->bhde", kv, dt, 2); /* K chunks; both operands gathered */
@@ -378,6 +382,10 @@ START_TEST(test_thin_interleaved) {
     thin_case("bhde,bqhd->bheq", pt, dt, 1); /* N chunks */
     thin_case("bqhd,bqhe->bhde", ct, dt, 0);
   }
+  ts_kernels_set_threads(4);
+  thin_case("bqhd,bqhe->bhde", kt, TS_F32, 2);
+  thin_case("bqhd,bqhe->bhde", cbig, TS_F64, 0);
+  ts_kernels_set_threads(0);
 }
 END_TEST
 
