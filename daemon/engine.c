@@ -107,7 +107,7 @@ void tsd_reply_status(tsd_engine *e, uint64_t conn_id, uint64_t req_id, int stat
 int tsd_memory_check(tsd_engine *e, uint64_t extra, const char *what, ts_error *err) {
   int64_t limit = e->cfg->memory_limit;
   if (limit > 0 && e->spare) { /* under a limit, a kept buffer must not count against it */
-    free(e->spare);
+    ts_shard_free(e->spare);
     e->spare = NULL;
     e->spare_bytes = 0;
   }
@@ -289,7 +289,7 @@ out:
   for (int i = 0; i < e->nnames; i++)
     free(e->names[i]);
   free(e->names);
-  free(e->spare);
+  ts_shard_free(e->spare);
   free(e->ordered_keys);
   free(e->done_keys);
   free(e);

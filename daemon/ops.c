@@ -302,7 +302,7 @@ static int run_put(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts
     }
     rc = agree(e, lst, &lerr, err);
     if (rc == TS_OK) {
-      free(t->local.data);
+      ts_shard_free(t->local.data);
       t->local = out;
     } else {
       ts_shard_free_tensor(&out);

@@ -19,17 +19,17 @@ void *tsd_buf_take(tsd_engine *e, size_t bytes) {
     e->spare_bytes = 0;
     return p;
   }
-  return malloc(bytes ? bytes : 1);
+  return ts_shard_alloc(bytes ? bytes : 1);
 }
 
 void tsd_buf_give(tsd_engine *e, void *p, size_t bytes) {
   if (!p)
     return;
   if (bytes < (1u << 20)) { /* small ones: malloc's own heap reuses them */
-    free(p);
+    ts_shard_free(p);
     return;
   }
-  free(e->spare);
+  ts_shard_free(e->spare);
   e->spare = p;
   e->spare_bytes = bytes;
 }

@@ -31,13 +31,15 @@ void ts_shard_debug_fail_alloc(long countdown) { fail_countdown = countdown > 0 
 void *ts_shard_alloc(size_t bytes) {
   if (fail_countdown > 0 && --fail_countdown == 0)
     return NULL;
-  return malloc(bytes ? bytes : 1);
+  return ts_buffer_alloc(bytes ? bytes : 1);
 }
+
+void ts_shard_free(void *p) { ts_buffer_free(p); }
 
 void ts_shard_free_tensor(ts_tensor *t) {
   if (!t)
     return;
-  free(t->data);
+  ts_buffer_free(t->data);
   t->data = NULL;
   t->bytes = 0;
 }
@@ -101,7 +103,7 @@ static void *stage_alloc(exec *ex, int64_t bytes) {
 
 static void stage_free(exec *ex, void *b, int64_t bytes) {
   if (b) {
-    free(b);
+    ts_shard_free(b);
     ex->cur_extra -= bytes;
   }
 }
@@ -908,6 +910,6 @@ int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
     }
     return TS_OK;
   }
-  free(ex.tgt.data);
+  ts_shard_free(ex.tgt.data);
   return rc;
 }

@@ -37,7 +37,7 @@ static void entry_free(ts_stored *e) {
   if (!e)
     return;
   ts_attr_destroy(&e->attr);
-  free(e->local.data);
+  ts_shard_free(e->local.data);
   free(e);
 }
 
@@ -215,7 +215,7 @@ int ts_store_reshard(ts_store *s, ts_world *w, const char *name, const ts_attr *
     ts_box box;
     bool has = ts_geom_rank_box(plan->tgt, s->rank, &box);
     s->used += (int64_t)out.bytes - (int64_t)e->local.bytes;
-    free(e->local.data);
+    ts_shard_free(e->local.data);
     e->local = out;
     e->has_slice = has;
     if (has)

@@ -248,10 +248,12 @@ int ts_reshard_exec(ts_world *w, const ts_plan *plan, const ts_tensor *src, cons
                     ts_error *err);
 void ts_shard_free_tensor(ts_tensor *t);
 
-/* Allocation used by the executor and the store (target slices, staging). A test hook: the
- * countdown-th allocation from now fails (1: the next one; 0 turns it off); it is per process,
- * so one rank can be made to fail. */
+/* Allocation used by the executor and the store (target slices, staging), through the kernels'
+ * ts_buffer_alloc (large buffers on huge pages); free with ts_shard_free, never free(). A test
+ * hook: the countdown-th allocation from now fails (1: the next one; 0 turns it off); it is per
+ * process, so one rank can be made to fail. */
 void *ts_shard_alloc(size_t bytes);
+void ts_shard_free(void *p); /* accepts NULL */
 void ts_shard_debug_fail_alloc(long countdown);
 
 /* ---------------------------------------------------------------------------------------------

@@ -582,14 +582,14 @@ static void chain_is_bit_exact(void) {
                            &err) == TS_OK;
     CHECK(ok, "chain step %d: %s", i, err.msg);
     if (cur.data != start.data)
-      free(cur.data);
+      ts_shard_free(cur.data);
     cur = out;
     ts_plan_destroy(&p);
   }
   CHECK(cur.bytes == start.bytes && memcmp(cur.data, start.data, cur.bytes) == 0,
         "chain did not return bit-exact");
   if (cur.data != start.data)
-    free(cur.data);
+    ts_shard_free(cur.data);
   free(start.data);
   for (int i = 0; i < 4; i++)
     ts_attr_destroy(&a[i]);

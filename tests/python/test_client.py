@@ -168,16 +168,47 @@ with Daemons(bin_dir, n) as d:
     check(d.stop() == 0, "daemons exit 0 after shutdown")
 
 # TCP with a token: daemons listening on loopback (rank r on port+r)
-with socket.socket() as probe:  # a free port for rank 0; the next ones are very likely free too
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
+def free_ports(count):
+    """A port p such that p .. p+count-1 could all be bound just now on loopback."""
+    while True:
+        socks = []
+        try:
+            first = socket.socket()
+            socks.append(first)
+            first.bind(("127.0.0.1", 0))
+            p = first.getsockname()[1]
+            for k in range(1, count):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p + k))
+            return p
+        except OSError:
+            continue  # one of the next ports is taken: probe again
+        finally:
+            for s in socks:
+                s.close()
+
+
+def tcp_daemons(token_file):
+    """Another process may take one of the ports between the probe and the daemons' bind (the
+    daemons then refuse to start, saying so): the launch is retried on other ports."""
+    for attempt in range(5):
+        p = free_ports(n)
+        try:
+            return p, Daemons(bin_dir, n, extra_args=["--listen", f"tcp://127.0.0.1:{p}",
+                                                      "--token-file", token_file])
+        except RuntimeError as e:
+            if "address already in use" not in str(e) or attempt == 4:
+                raise
+
+
 tok_dir = tempfile.mkdtemp(prefix="tshard-token-")
 token_file = os.path.join(tok_dir, "token")
 with open(token_file, "w") as f:
     f.write("s3cret-token-for-tests\n")
 os.chmod(token_file, 0o600)
-with Daemons(bin_dir, n, extra_args=["--listen", f"tcp://127.0.0.1:{port}",
-                                     "--token-file", token_file]) as d:
+port, daemons = tcp_daemons(token_file)
+with daemons as d:
     for r in range(n):
         with tshard.connect(tcp=f"127.0.0.1:{port + r}", token="s3cret-token-for-tests") as c:
             check(c.ping()["rank"] == r, f"tcp ping of rank {r}")
