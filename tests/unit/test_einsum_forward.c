@@ -217,6 +217,30 @@ START_TEST(test_known_values) {
 }
 END_TEST
 
+/* One call of an "abc,cad->bd" plan on fresh data in the given layouts, against the reference.
+ * The output starts as noise: every element must be written. */
+static void check_abc_cad(ts_einsum_plan *p, const int64_t *s0, const int64_t *s1, int la, int lb,
+                          int lo, ts_einsum_cache *cache, rng *r) {
+  ts_error err;
+  test_tensor a, b, o, w;
+  int64_t os[2] = {5, 3};
+  tt_alloc(&a, TS_F32, 3, s0, (test_layout)(la % TL_COUNT));
+  tt_alloc(&b, TS_F32, 3, s1, (test_layout)(lb % TL_COUNT));
+  tt_alloc(&o, TS_F32, 2, os, (test_layout)(lo % TL_COUNT));
+  tt_alloc(&w, TS_F32, 2, os, TL_DENSE);
+  tt_fill(&a, r);
+  tt_fill(&b, r);
+  tt_fill(&o, r);
+  const ts_tensor *ops[2] = {&a.t, &b.t};
+  ck_assert_int_eq(ts_einsum_execute(p, &o.t, ops, cache, &err), TS_OK);
+  ck_assert_int_eq(ts_einsum_reference("abc,cad->bd", 2, ops, &w.t, &err), TS_OK);
+  ck_assert(tt_compare(&o, &w, NULL) == 0);
+  tt_free(&a);
+  tt_free(&b);
+  tt_free(&o);
+  tt_free(&w);
+}
+
 /* One plan, many calls with new data and new layouts; a cache reused across forward calls. */
 START_TEST(test_plan_reuse) {
   int ndim[2] = {3, 3};
@@ -229,49 +253,16 @@ START_TEST(test_plan_reuse) {
   ts_einsum_cache *cache = NULL;
   ck_assert_int_eq(ts_einsum_cache_create(&cache, &err), TS_OK);
   rng r = {.s = 9};
-  for (int k = 0; k < 12; k++) {
-    test_tensor a, b, o, w;
-    tt_alloc(&a, TS_F32, 3, s0, (test_layout)(k % TL_COUNT));
-    tt_alloc(&b, TS_F32, 3, s1, (test_layout)((k / 3) % TL_COUNT));
-    tt_fill(&a, &r);
-    tt_fill(&b, &r);
-    int64_t os[2] = {5, 3};
-    tt_alloc(&o, TS_F32, 2, os, (test_layout)((k / 2) % TL_COUNT));
-    tt_alloc(&w, TS_F32, 2, os, TL_DENSE);
-    const ts_tensor *ops[2] = {&a.t, &b.t};
-    ck_assert_int_eq(ts_einsum_execute(p, &o.t, ops, k % 2 ? cache : NULL, &err), TS_OK);
-    ck_assert_int_eq(ts_einsum_reference("abc,cad->bd", 2, ops, &w.t, &err), TS_OK);
-    ck_assert(tt_compare(&o, &w, NULL) == 0);
-    tt_free(&a);
-    tt_free(&b);
-    tt_free(&o);
-    tt_free(&w);
-  }
+  for (int k = 0; k < 12; k++)
+    check_abc_cad(p, s0, s1, k, k / 3, k / 2, k % 2 ? cache : NULL, &r);
   /* Forced transposes without a cache go through the plan's workspace, kept across calls:
    * new data and new layouts each time. */
   ts_einsum_opts forced = {.always_transpose = true};
   ts_einsum_plan *pf = NULL;
   ck_assert_int_eq(
       ts_einsum_plan_create(&pf, "abc,cad->bd", 2, ndim, shapes, TS_F32, &forced, &err), TS_OK);
-  for (int k = 0; k < 8; k++) {
-    test_tensor a, b, o, w;
-    tt_alloc(&a, TS_F32, 3, s0, (test_layout)(k % TL_COUNT));
-    tt_alloc(&b, TS_F32, 3, s1, (test_layout)((k + 2) % TL_COUNT));
-    tt_fill(&a, &r);
-    tt_fill(&b, &r);
-    int64_t os[2] = {5, 3};
-    tt_alloc(&o, TS_F32, 2, os, (test_layout)((k + 1) % TL_COUNT));
-    tt_alloc(&w, TS_F32, 2, os, TL_DENSE);
-    tt_fill(&o, &r);
-    const ts_tensor *ops[2] = {&a.t, &b.t};
-    ck_assert_int_eq(ts_einsum_execute(pf, &o.t, ops, NULL, &err), TS_OK);
-    ck_assert_int_eq(ts_einsum_reference("abc,cad->bd", 2, ops, &w.t, &err), TS_OK);
-    ck_assert(tt_compare(&o, &w, NULL) == 0);
-    tt_free(&a);
-    tt_free(&b);
-    tt_free(&o);
-    tt_free(&w);
-  }
+  for (int k = 0; k < 8; k++)
+    check_abc_cad(pf, s0, s1, k, k + 2, k + 1, NULL, &r);
   ts_einsum_plan_destroy(&pf);
   char text[512];
   ck_assert_int_gt(ts_einsum_plan_format(p, text, sizeof text), 0);
