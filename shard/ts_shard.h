@@ -157,7 +157,9 @@ typedef struct ts_plan_costs {
   int64_t wire_bytes;       /* total bytes over the network, all ranks */
   int64_t max_rank_bytes;   /* max over ranks of max(bytes sent, bytes received) */
   int64_t messages;         /* point-to-point messages (pairs x chunks, or collective pairs) */
-  int64_t peak_extra_bytes; /* max over ranks of staging memory beyond source and target slices */
+  /* max over ranks of staging memory beyond source and target slices; for p2p and alltoall an
+   * upper bound: pieces of plain (unblocked, non-partial) slices move in place with none */
+  int64_t peak_extra_bytes;
   int64_t rounds;           /* communication rounds (chunks) */
 } ts_plan_costs;
 
