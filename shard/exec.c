@@ -5,9 +5,9 @@
  * blocked slices, and contributions of a partial source, are packed with the strided-copy kernel
  * straight from the stored layout and unpacked straight into the target layout. No plain copy of
  * a whole slice is ever made. The chunked strategies (p2p, all-to-all, allreduce, reduce-scatter)
- * move data in rounds whose staging is bounded by the plan's staging size; allgather and root gather
- * the whole tensor by nature (directly into the target buffer when its layout is the row-major
- * concatenation of the gathered slices).
+ * move data in rounds whose staging is bounded by the plan's staging size; allgather and root
+ * gather the whole tensor by nature (directly into the target buffer when its layout is the
+ * row-major concatenation of the gathered slices).
  *
  * Atomicity: everything that can fail locally (checks, the target buffer, staging) happens before
  * a first agreement over the ranks taking part; a failure anywhere makes every rank return the

@@ -507,6 +507,37 @@ static bool allreduce_applies(ts_plan *p, ts_plan_costs *c, const char **why) {
   return true;
 }
 
+/* Along mesh dim m (lines of the ranks that differ only in their coordinate m): true when every
+ * rank's `part` box lies inside its `whole` box and the parts of each line add up to the whole.
+ * The shape of a reduce-scatter (whole: the source slice, part: the target slice) and of its
+ * mirror, an all-gather along a line (whole: the target slice, part: the source slice). Sets
+ * *nomem when the check could not run. */
+static bool lines_tile(const ts_plan *p, int m, bool whole_is_source, bool *nomem) {
+  const ts_geom *whole = whole_is_source ? p->src : p->tgt;
+  const ts_geom *part = whole_is_source ? p->tgt : p->src;
+  int64_t n = p->src->attr->nranks, stride = p->src->mesh_stride[m];
+  int64_t pm = p->src->attr->mesh_shape[m];
+  int64_t *sum = calloc((size_t)n, sizeof(int64_t)); /* by the line's first rank */
+  *nomem = sum == NULL;
+  if (!sum)
+    return false;
+  bool ok = true;
+  for (int64_t i = 0; ok && i < n; i++) {
+    ts_box wb, pb;
+    ts_geom_index_box(whole, i, &wb);
+    ts_geom_index_box(part, i, &pb);
+    ok = ts_box_contains(&wb, &pb);
+    sum[i - ((i / stride) % pm) * stride] += ts_box_numel(&pb);
+  }
+  for (int64_t i = 0; ok && i < n; i++) {
+    ts_box wb;
+    ts_geom_index_box(whole, i, &wb);
+    ok = sum[i - ((i / stride) % pm) * stride] == ts_box_numel(&wb);
+  }
+  free(sum);
+  return ok;
+}
+
 /* reduce_scatter: the same mesh, one mesh dim m goes P(op) -> S(d), the rest identical, and the
  * target slices of each group along m tile the group's (common) source slice. */
 static bool reduce_scatter_applies(ts_plan *p, ts_plan_costs *c, const char **why,
@@ -533,27 +564,20 @@ static bool reduce_scatter_applies(ts_plan *p, ts_plan_costs *c, const char **wh
     return false;
   }
   p->rs_dim = mdim;
-  int64_t n = a->nranks, stride = p->src->mesh_stride[mdim], pm = a->mesh_shape[mdim];
-  int64_t *sum = calloc((size_t)n, sizeof(int64_t));
-  if (!sum) {
-    *rc = ts_error_set(err, TS_NO_MEMORY, "no memory to check reduce_scatter");
-    *why = "out of memory";
+  bool nomem;
+  if (!lines_tile(p, mdim, true, &nomem)) {
+    if (nomem)
+      *rc = ts_error_set(err, TS_NO_MEMORY, "no memory to check reduce_scatter");
+    *why = nomem ? "out of memory"
+                 : "the target slices along the partial mesh dim do not tile the source slice";
     return false;
   }
+  int64_t n = a->nranks, pm = a->mesh_shape[mdim];
   int64_t es = (int64_t)p->esize, wire = 0, maxb = 0, peak = 0, msgs = 0;
-  bool ok = true;
-  for (int64_t i = 0; ok && i < n; i++) {
+  for (int64_t i = 0; i < n; i++) {
     ts_box sb, tb;
     ts_geom_index_box(p->src, i, &sb);
     ts_geom_index_box(p->tgt, i, &tb);
-    ok = ts_box_contains(&sb, &tb);
-    sum[i - ((i / stride) % pm) * stride] += ts_box_numel(&tb);
-  }
-  for (int64_t i = 0; ok && i < n; i++) {
-    ts_box sb, tb;
-    ts_geom_index_box(p->src, i, &sb);
-    ts_geom_index_box(p->tgt, i, &tb);
-    ok = sum[i - ((i / stride) % pm) * stride] == ts_box_numel(&sb);
     int64_t recv = (pm - 1) * ts_box_numel(&tb) * es;
     int64_t send = (ts_box_numel(&sb) - ts_box_numel(&tb)) * es;
     wire += recv;
@@ -561,11 +585,6 @@ static bool reduce_scatter_applies(ts_plan *p, ts_plan_costs *c, const char **wh
     msgs += ts_box_numel(&sb) > 0 ? pm - 1 : 0;
     peak = max64(peak, min64(ts_box_numel(&sb) * es, p->staging / 2) +
                            min64(ts_box_numel(&tb) * es, p->pair_chunk));
-  }
-  free(sum);
-  if (!ok) {
-    *why = "the target slices along the partial mesh dim do not tile the source slice";
-    return false;
   }
   c->wire_bytes = wire;
   c->max_rank_bytes = maxb;
@@ -653,26 +672,15 @@ static bool line_gather_applies(ts_plan *p, ts_plan_costs *c) {
       return false;
     mdim = m;
   }
-  if (mdim < 0 || p->src->npartial > 1)
-    return false;
-  int64_t n = a->nranks, stride = p->src->mesh_stride[mdim], pm = a->mesh_shape[mdim];
-  int64_t *sum = calloc((size_t)n, sizeof(int64_t));
-  if (!sum)
-    return false;
+  bool nomem;
+  if (mdim < 0 || p->src->npartial > 1 || !lines_tile(p, mdim, false, &nomem))
+    return false; /* out of memory too: the general strategies still apply */
+  int64_t n = a->nranks, pm = a->mesh_shape[mdim];
   int64_t es = (int64_t)p->esize, wire = 0, maxb = 0, msgs = 0, peak = 0;
-  bool ok = true;
-  for (int64_t i = 0; ok && i < n; i++) {
+  for (int64_t i = 0; i < n; i++) {
     ts_box sb, tb;
     ts_geom_index_box(p->src, i, &sb);
     ts_geom_index_box(p->tgt, i, &tb);
-    ok = ts_box_contains(&tb, &sb);
-    sum[i - ((i / stride) % pm) * stride] += ts_box_numel(&sb);
-  }
-  for (int64_t i = 0; ok && i < n; i++) {
-    ts_box sb, tb;
-    ts_geom_index_box(p->src, i, &sb);
-    ts_geom_index_box(p->tgt, i, &tb);
-    ok = sum[i - ((i / stride) % pm) * stride] == ts_box_numel(&tb);
     int64_t recv = (ts_box_numel(&tb) - ts_box_numel(&sb)) * es;
     int64_t send = ts_box_numel(&sb) * es * (pm - 1);
     wire += recv;
@@ -680,9 +688,6 @@ static bool line_gather_applies(ts_plan *p, ts_plan_costs *c) {
     msgs += pm - 1;
     peak = max64(peak, ts_box_numel(&tb) * es);
   }
-  free(sum);
-  if (!ok)
-    return false;
   p->gather_dim = mdim;
   c->wire_bytes = wire;
   c->max_rank_bytes = maxb;

@@ -8,8 +8,9 @@
  * The reference (one address computation per element) runs once per case.
  *
  * Buffers come from ts_buffer_alloc, as the einsum engine's caches and workspaces do
- * (2 MiB-aligned, transparent huge pages when the system allows them), memcpy's too. Every case and memcpy also run on buffers of
- * 4 KiB pages (page-aligned heap memory marked MADV_NOHUGEPAGE), printed under keys with "_4k"
+ * (2 MiB-aligned, transparent huge pages when the system allows them), memcpy's too. Every case
+ * and memcpy also run on buffers of 4 KiB pages (page-aligned heap memory marked
+ * MADV_NOHUGEPAGE), printed under keys with "_4k"
  * (memcpy_4k_gbps_t1, transpose2d_4k_vs_memcpy_t1 against that memcpy, ...): what a caller whose
  * buffers are not huge-page backed gets. */
 #include <pthread.h>
@@ -139,7 +140,8 @@ static void bench_case(const char *name, int kind, ts_tensor *dst, ts_tensor *sr
   ts_error err;
   const int64_t *extent = dst->layout.shape;
   int64_t numel = ts_layout_numel(&dst->layout);
-  double bytes = (double)numel * (double)(ts_dtype_size(src->layout.dtype) + ts_dtype_size(dst->layout.dtype));
+  double bytes = (double)numel * (double)(ts_dtype_size(src->layout.dtype) +
+                                          ts_dtype_size(dst->layout.dtype));
   double fast[2], mc[2];
   for (int v = 0; v < 2; v++) {
     ts_copy_opts opts = {.threads = nthreads[v]};
