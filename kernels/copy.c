@@ -28,6 +28,8 @@
 #define MAX_NODES 64
 #define MAX_DIM_NODES 16
 #define MAX_PERIOD (INT64_C(1) << 20)
+#define SOURCE_ORDER_ROW_BYTES 1024 /* rows up to this long may be walked in source order */
+#define SOURCE_PAGE_BYTES 4096       /* ... when the next source row is closer than a page */
 #define ROW_CHUNK_BYTES (64 * 1024)   /* a rows-kernel call moves about this much */
 #define TILE_BYTES 64          /* a transpose pays off when the source stride exceeds 2 lines */
 #define TILE_COLS_BYTES 256    /* destination bytes per row of a transpose tile */
@@ -588,6 +590,26 @@ static void run_job(job *j, char *d, const char *s, int threads) {
       }
   } else {
     int64_t row_bytes = j->nodes[0].n * esize;
+    /* Rows of whole lines that the destination order would read sparsely within source pages
+     * (the next row a short stride away: a row gather like abcd -> acbd): the prefetcher
+     * starves on such strides, so the outer loops go in source order instead and the
+     * destination takes whole lines in a few places at once. Rows that continue in another
+     * page (several streams, as nchw16c -> nhwc reads) keep the destination order. */
+    int64_t next_ss = abs64(j->nodes[1].ss);
+    if (abs64(j->nodes[0].ss) == j->es && abs64(j->nodes[0].ds) == j->ed && row_bytes >= 64 &&
+        row_bytes <= SOURCE_ORDER_ROW_BYTES && j->nodes[1].n > 1 && next_ss > row_bytes &&
+        next_ss < SOURCE_PAGE_BYTES)
+      for (int k = 2; k < j->nn; k++) { /* outer loops by |ss|, then |ds| */
+        node x = j->nodes[k];
+        int i = k - 1;
+        while (i >= 1 && (abs64(j->nodes[i].ss) > abs64(x.ss) ||
+                          (abs64(j->nodes[i].ss) == abs64(x.ss) &&
+                           abs64(j->nodes[i].ds) > abs64(x.ds)))) {
+          j->nodes[i + 1] = j->nodes[i];
+          i--;
+        }
+        j->nodes[i + 1] = x;
+      }
     if (row_bytes > ROW_CHUNK_BYTES && j->nodes[1].n == 1) {
       /* one huge row: cut it into rows of a chunk, repeated as an outer loop threads can share */
       return split_and_run(j, 0, ROW_CHUNK_BYTES / esize, 2, d, s, threads);

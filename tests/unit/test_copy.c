@@ -188,8 +188,9 @@ END_TEST
 /* The f32 transpose paths: 16x16 register blocks with streaming stores (large copies), rows and
  * columns that are not multiples of 16, views whose lines start off a cache line (the blocks then
  * store normally), and permutations whose source runs span two nodes (abcd -> dcab: the rows are d,
- * continued by c on the source, visited as a second row loop). Against the reference, 1 and 2
- * threads. */
+ * continued by c on the source, visited as a second row loop). Also row gathers (abcd -> acbd:
+ * rows of whole lines whose next source row is less than a page away), walked in source order.
+ * Against the reference, 1 and 2 threads. */
 START_TEST(test_transpose_paths) {
   static const struct {
     int nd;
@@ -206,6 +207,10 @@ START_TEST(test_transpose_paths) {
       {4, {8, 40, 64, 16}, "abcd", "dcab", 0, 0},
       {3, {70, 33, 48}, "abc", "cab", 0, 1},
       {4, {3, 48, 40, 36}, "abcd", "adcb", 2, 0},
+      {4, {8, 512, 16, 16}, "abcd", "acbd", 0, 0},
+      {4, {3, 100, 5, 32}, "abcd", "acbd", 1, 0},
+      {4, {2, 77, 3, 48}, "abcd", "acbd", 0, 5},
+      {3, {6, 40, 256}, "abc", "bac", 0, 0},
   };
   rng_state = 0x5851f42d4c957f2du;
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
