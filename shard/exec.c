@@ -218,16 +218,15 @@ static bool contiguous_run(const exec *ex, const ts_tensor *t, const ts_box *tbo
 /* The strided region of `box` inside the plain tensor t over tbox. */
 static void slice_region(const exec *ex, const ts_tensor *t, const ts_box *tbox, const ts_box *box,
                          ts_comm_region *r) {
-  const ts_layout *l = &t->layout;
-  char *base = (char *)t->data + l->offset;
+  int64_t at[TS_MAX_DIMS];
   r->ndim = box->ndim;
   r->esize = ex->es;
   for (int d = 0; d < box->ndim; d++) {
-    base += (box->lo[d] - tbox->lo[d]) * l->strides[d] * ex->es;
+    at[d] = box->lo[d] - tbox->lo[d];
     r->count[d] = box->hi[d] - box->lo[d];
-    r->stride[d] = l->strides[d] * ex->es;
+    r->stride[d] = t->layout.strides[d] * ex->es;
   }
-  r->base = base;
+  r->base = (char *)t->data + ts_layout_address(&t->layout, at);
 }
 
 /* A plain (unblocked) slice that MPI can read or write in place, any box of it. */
