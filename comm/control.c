@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "comm_internal.h" /* ts__mpi_error: MPI codes mapped as in libtscomm */
 #include "ts_control.h"
 
 typedef struct pending_send {
@@ -23,16 +24,6 @@ struct ts_control {
   pending_send *sends;
   int nsends, cap;
 };
-
-static int mpi_fail(int mpi_rc, const char *call, ts_error *err) {
-  char text[MPI_MAX_ERROR_STRING + 1];
-  int len = 0;
-  if (MPI_Error_string(mpi_rc, text, &len) != MPI_SUCCESS)
-    snprintf(text, sizeof text, "MPI error %d", mpi_rc);
-  else
-    text[len] = '\0';
-  return ts_error_set(err, TS_MPI, "control channel: %s failed: %s", call, text);
-}
 
 static void nap_us(long us) {
   struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
@@ -50,7 +41,7 @@ int ts_control_create(ts_world *w, ts_control **out, ts_error *err) {
   int rc = MPI_Comm_dup(ts_comm_handle(ts_world_comm(w)), &c->comm);
   if (rc != MPI_SUCCESS) {
     free(c);
-    return mpi_fail(rc, "MPI_Comm_dup", err);
+    return ts__mpi_error(rc, "MPI_Comm_dup", __FILE__, __LINE__, err);
   }
   MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(c->comm, &c->rank);
@@ -101,7 +92,7 @@ int ts_control_send(ts_control *c, int dest, int tag, const void *buf, size_t le
   int rc = MPI_Isend(copy, (int)len, MPI_BYTE, dest, tag, c->comm, &p->req);
   if (rc != MPI_SUCCESS) {
     free(copy);
-    return mpi_fail(rc, "MPI_Isend", err);
+    return ts__mpi_error(rc, "MPI_Isend", __FILE__, __LINE__, err);
   }
   p->buf = copy;
   c->nsends++;
@@ -135,7 +126,7 @@ int ts_control_poll(ts_control *c, int *src, int *tag, void **buf, size_t *len, 
   MPI_Status st;
   int rc = MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, c->comm, &flag, &st);
   if (rc != MPI_SUCCESS)
-    return -mpi_fail(rc, "MPI_Iprobe", err);
+    return -ts__mpi_error(rc, "MPI_Iprobe", __FILE__, __LINE__, err);
   if (!flag)
     return 0;
   int count = 0;
@@ -147,7 +138,7 @@ int ts_control_poll(ts_control *c, int *src, int *tag, void **buf, size_t *len, 
   rc = MPI_Recv(b, count, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, c->comm, MPI_STATUS_IGNORE);
   if (rc != MPI_SUCCESS) {
     free(b);
-    return -mpi_fail(rc, "MPI_Recv", err);
+    return -ts__mpi_error(rc, "MPI_Recv", __FILE__, __LINE__, err);
   }
   *src = st.MPI_SOURCE;
   *tag = st.MPI_TAG;
