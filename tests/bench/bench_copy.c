@@ -2,9 +2,12 @@
  *
  * Prints key=value lines. Bandwidth counts bytes read plus bytes written, for memcpy too. Each
  * case runs with 1 thread (_t1) and with all cores (_tN); medians of several runs. Each run of a
- * case is followed by a memcpy of the same kind of buffers with as many threads, and a case's
- * ratio divides by the median of those (printed as <case>_memcpy_gbps_<t>): the machine is shared,
- * and a memcpy timed minutes earlier drifts. memcpy_gbps_* at the start are one up-front figure.
+ * case is followed by a memcpy of the same bytes (as many as the case reads plus writes, halved:
+ * <case>_memcpy_mib) on the same kind of buffers with as many threads, and a case's ratio divides
+ * by the median of those (printed as <case>_memcpy_gbps_<t>): the machine is shared, and a
+ * memcpy timed minutes earlier drifts. The size matters too: glibc's memcpy changes loops with
+ * the size (on the 2-core VM this was written on, 64-128 MiB copies ran at 18-20 GB/s against
+ * 28-36 GB/s at 256 MiB). memcpy_gbps_* at the start are one up-front figure, at 256 MiB.
  * The reference (one address computation per element) runs once per case.
  *
  * Buffers come from ts_buffer_alloc, as the einsum engine's caches and workspaces do
@@ -100,10 +103,10 @@ static double memcpy_gbps[2][2]; /* [kind][threads] */
 #define MEMCPY_BYTES ((size_t)256 << 20)
 static char *memcpy_src[2], *memcpy_dst[2]; /* [kind], kept for the interleaved memcpys */
 
-/* Seconds of one memcpy of MEMCPY_BYTES on buffers of `kind` with t threads. */
-static double time_memcpy(int kind, int t) {
+/* Seconds of one memcpy of n bytes (at most MEMCPY_BYTES) on buffers of `kind` with t threads. */
+static double time_memcpy(int kind, int t, size_t n) {
   double t0 = now();
-  parallel_memcpy(memcpy_dst[kind], memcpy_src[kind], MEMCPY_BYTES, t);
+  parallel_memcpy(memcpy_dst[kind], memcpy_src[kind], n, t);
   return now() - t0;
 }
 static int nthreads[2];
@@ -114,9 +117,9 @@ static void bench_memcpy(int kind) {
   memcpy_dst[kind] = xmalloc(MEMCPY_BYTES, kind);
   for (int v = 0; v < 2; v++) {
     double t[REPS];
-    time_memcpy(kind, nthreads[v]);
+    time_memcpy(kind, nthreads[v], MEMCPY_BYTES);
     for (int r = 0; r < REPS; r++)
-      t[r] = time_memcpy(kind, nthreads[v]);
+      t[r] = time_memcpy(kind, nthreads[v], MEMCPY_BYTES);
     memcpy_gbps[kind][v] = 2.0 * (double)MEMCPY_BYTES / median(t, REPS) / 1e9;
     printf("memcpy%s_gbps_%s=%.2f\n", kind_infix[kind], suffix[v], memcpy_gbps[kind][v]);
   }
@@ -142,6 +145,10 @@ static void bench_case(const char *name, int kind, ts_tensor *dst, ts_tensor *sr
   int64_t numel = ts_layout_numel(&dst->layout);
   double bytes = (double)numel * (double)(ts_dtype_size(src->layout.dtype) +
                                           ts_dtype_size(dst->layout.dtype));
+  size_t mbytes = (size_t)(bytes / 2); /* the memcpy that reads and writes as many bytes */
+  if (mbytes > MEMCPY_BYTES)
+    mbytes = MEMCPY_BYTES;
+  printf("%s%s_memcpy_mib=%.1f\n", name, kind_infix[kind], (double)mbytes / (1 << 20));
   double fast[2], mc[2];
   for (int v = 0; v < 2; v++) {
     ts_copy_opts opts = {.threads = nthreads[v]};
@@ -151,10 +158,10 @@ static void bench_case(const char *name, int kind, ts_tensor *dst, ts_tensor *sr
       double t0 = now();
       must(ts_copy_box(dst, NULL, src, s_start, extent, &opts, &err), &err);
       t[r] = now() - t0;
-      tm[r] = time_memcpy(kind, nthreads[v]);
+      tm[r] = time_memcpy(kind, nthreads[v], mbytes);
     }
     fast[v] = median(t, REPS);
-    mc[v] = 2.0 * (double)MEMCPY_BYTES / median(tm, REPS) / 1e9;
+    mc[v] = 2.0 * (double)mbytes / median(tm, REPS) / 1e9;
     printf("%s%s_memcpy_gbps_%s=%.2f\n", name, kind_infix[kind], suffix[v], mc[v]);
   }
   if (kind != HUGE) {

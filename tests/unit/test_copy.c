@@ -190,6 +190,10 @@ END_TEST
  * store normally), and permutations whose source runs span two nodes (abcd -> dcab: the rows are d,
  * continued by c on the source, visited as a second row loop). Also row gathers (abcd -> acbd:
  * rows of whole lines whose next source row is less than a page away), walked in source order.
+ * Large f32 transposes on one thread go through panels (two passes through a buffer): panels
+ * whose columns are not a multiple of 16 (the rest by tiles), rows not a multiple of 16 (tiles
+ * instead), a second row loop split with a remainder (40x48x32x96 dcab: rows 96, 10 of c per
+ * panel, then 2), misaligned sides (plain stores).
  * Against the reference, 1 and 2 threads. */
 START_TEST(test_transpose_paths) {
   static const struct {
@@ -211,6 +215,9 @@ START_TEST(test_transpose_paths) {
       {4, {3, 100, 5, 32}, "abcd", "acbd", 1, 0},
       {4, {2, 77, 3, 48}, "abcd", "acbd", 0, 5},
       {3, {6, 40, 256}, "abc", "bac", 0, 0},
+      {4, {40, 48, 32, 96}, "abcd", "dcab", 0, 0},
+      {4, {64, 64, 64, 40}, "abcd", "dcab", 0, 1},
+      {2, {4100, 2051}, "ab", "ba", 0, 0},
   };
   rng_state = 0x5851f42d4c957f2du;
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
