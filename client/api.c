@@ -16,6 +16,17 @@ static int call_plain(tshard_client *c, Tshard__Request *req) {
   return rc;
 }
 
+/* One call whose answer must carry the result `want` (`what` names the operation and the result
+ * in the error). *r gets the answer, to be freed with tsc_free; it may be set on failure too. */
+static int call_expect(tshard_client *c, Tshard__Request *req, Tshard__Response__ResultCase want,
+                       const char *what, Tshard__Response **r) {
+  *r = NULL;
+  int rc = tsc_call(c, req, r);
+  if (rc == TS_OK && (*r)->result_case != want)
+    rc = tsc_fail(c, TS_PROTOCOL, "%s", what);
+  return rc;
+}
+
 static void attr_text(Tshard__DistAttr *a, const char *text) {
   tshard__dist_attr__init(a);
   a->text = str_or_empty(text);
@@ -28,10 +39,9 @@ int tshard_ping(tshard_client *c, int *rank, int *world_size) {
   Tshard__PingRequest p = TSHARD__PING_REQUEST__INIT;
   req.op_case = TSHARD__REQUEST__OP_PING;
   req.ping = &p;
-  Tshard__Response *r = NULL;
-  int rc = tsc_call(c, &req, &r);
-  if (rc == TS_OK && r->result_case != TSHARD__RESPONSE__RESULT_PING)
-    rc = tsc_fail(c, TS_PROTOCOL, "ping answered without a ping result");
+  Tshard__Response *r;
+  int rc = call_expect(c, &req, TSHARD__RESPONSE__RESULT_PING,
+                       "ping answered without a ping result", &r);
   if (rc == TS_OK) {
     if (rank)
       *rank = r->ping->rank;
@@ -354,10 +364,8 @@ int tshard_list(tshard_client *c, char ***names, int *count) {
   Tshard__ListRequest q = TSHARD__LIST_REQUEST__INIT;
   req.op_case = TSHARD__REQUEST__OP_LIST;
   req.list = &q;
-  Tshard__Response *r = NULL;
-  int rc = tsc_call(c, &req, &r);
-  if (rc == TS_OK && r->result_case != TSHARD__RESPONSE__RESULT_LIST)
-    rc = tsc_fail(c, TS_PROTOCOL, "list answered without a list");
+  Tshard__Response *r;
+  int rc = call_expect(c, &req, TSHARD__RESPONSE__RESULT_LIST, "list answered without a list", &r);
   if (rc == TS_OK) {
     char **out = calloc(r->list->n_names + 1, sizeof *out);
     if (!out)
@@ -405,11 +413,11 @@ int tshard_describe(tshard_client *c, const char *name, tshard_info *info) {
   q.name = str_or_empty(name);
   req.op_case = TSHARD__REQUEST__OP_DESCRIBE;
   req.describe = &q;
-  Tshard__Response *r = NULL;
-  int rc = tsc_call(c, &req, &r);
-  if (rc == TS_OK && (r->result_case != TSHARD__RESPONSE__RESULT_DESCRIBE ||
-                      r->describe->n_shape > TSHARD_MAX_DIMS || !r->describe->attr))
-    rc = tsc_fail(c, TS_PROTOCOL, "describe answered without a valid description");
+  Tshard__Response *r;
+  const char *invalid = "describe answered without a valid description";
+  int rc = call_expect(c, &req, TSHARD__RESPONSE__RESULT_DESCRIBE, invalid, &r);
+  if (rc == TS_OK && (r->describe->n_shape > TSHARD_MAX_DIMS || !r->describe->attr))
+    rc = tsc_fail(c, TS_PROTOCOL, "%s", invalid);
   if (rc == TS_OK) {
     const Tshard__DescribeResult *d = r->describe;
     snprintf(info->name, sizeof info->name, "%s", d->name);
@@ -455,10 +463,8 @@ int tshard_plan(tshard_client *c, const char *name, const char *attr, const char
   q.strategy = str_or_empty(strategy);
   req.op_case = TSHARD__REQUEST__OP_PLAN;
   req.plan = &q;
-  Tshard__Response *r = NULL;
-  int rc = tsc_call(c, &req, &r);
-  if (rc == TS_OK && r->result_case != TSHARD__RESPONSE__RESULT_PLAN)
-    rc = tsc_fail(c, TS_PROTOCOL, "plan answered without a plan");
+  Tshard__Response *r;
+  int rc = call_expect(c, &req, TSHARD__RESPONSE__RESULT_PLAN, "plan answered without a plan", &r);
   if (rc == TS_OK) {
     if (!(*explain = strdup(r->plan->explain)))
       rc = tsc_fail(c, TS_NO_MEMORY, "no memory for the explain text");
@@ -478,10 +484,9 @@ int tshard_stats_get(tshard_client *c, tshard_stats *s) {
   Tshard__StatsRequest q = TSHARD__STATS_REQUEST__INIT;
   req.op_case = TSHARD__REQUEST__OP_STATS;
   req.stats = &q;
-  Tshard__Response *r = NULL;
-  int rc = tsc_call(c, &req, &r);
-  if (rc == TS_OK && r->result_case != TSHARD__RESPONSE__RESULT_STATS)
-    rc = tsc_fail(c, TS_PROTOCOL, "stats answered without statistics");
+  Tshard__Response *r;
+  int rc = call_expect(c, &req, TSHARD__RESPONSE__RESULT_STATS,
+                       "stats answered without statistics", &r);
   if (rc == TS_OK) {
     const Tshard__StatsResult *x = r->stats;
     s->operations = x->operations;
