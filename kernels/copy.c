@@ -37,7 +37,7 @@
 #define TILE_COLS_BYTES 256    /* destination bytes per row of a transpose tile */
 #define TILE_ROW_BYTES 4096    /* source bytes per visit of a source row: rows per transpose call */
 #define STREAM_MIN_BYTES (32 << 20) /* transposes this large bypass the caches on writes */
-#define PANEL_COLS 128         /* f32 columns per panel: destination rows written 8 lines at a time */
+#define PANEL_COLS 128 /* f32 columns per panel: destination rows written 8 lines at a time */
 #define THREAD_MIN_BYTES (1024 * 1024) /* less than this per thread is not worth a thread */
 
 typedef struct {
@@ -449,15 +449,18 @@ static void transpose_panel_4(const job *j, block_fn block, char *d, const char 
 }
 #endif
 
-/* Bytes of the panel buffer job j needs per thread, or 0 when it runs without panels. */
+/* Bytes of the panel buffer job j needs per thread, or 0 when it runs without panels: they need
+ * f32 columns contiguous on the destination and rows contiguous on the source, in whole blocks
+ * (split_and_run's remainder jobs may have other rows than the job the panel was chosen for). */
 static size_t panel_bytes(const job *j) {
-  if (!j->panel)
+  const node *a = &j->nodes[0], *b = &j->nodes[1];
+  if (!j->panel || a->ds != 4 || b->ss != 4 || b->n % 16 != 0)
     return 0;
-  int64_t rows = j->nodes[1].n * (j->outer == 3 ? j->nodes[2].n : 1);
+  int64_t rows = b->n * (j->outer == 3 ? j->nodes[2].n : 1);
   return (size_t)(rows * PANEL_COLS * 4);
 }
 
-/* The two innermost loops, from base pointers; tmp is the panel buffer (or NULL). */
+/* The two innermost loops, from base pointers; tmp is the panel buffer (NULL: no panels). */
 static void run_inner(const job *j, char *d, const char *s, float *tmp) {
   const node *a = &j->nodes[0], *b = &j->nodes[1];
   if (!j->transpose) {
@@ -470,12 +473,8 @@ static void run_inner(const job *j, char *d, const char *s, float *tmp) {
    * every c before the next column tile, so the pages a tile reads are used whole at once */
   const node *c = j->outer == 3 ? &j->nodes[2] : &(const node){1, 0, 0};
   int64_t esize = j->es > j->ed ? j->es : j->ed, cols = TILE_COLS_BYTES / esize;
-  bool panels = false;
-#if defined(__SSE2__)
-  panels = tmp && a->ds == 4 && b->ss == 4 && b->n % 16 == 0;
-  if (panels)
+  if (tmp) /* panels */
     cols = PANEL_COLS;
-#endif
   /* peel columns up to the destination's next cache line, so tiles write whole lines */
   int64_t first = cols, mis = (int64_t)((uintptr_t)d % 64);
   if (a->n > cols && a->ds == j->ed && mis % j->ed == 0 && mis != 0)
@@ -488,7 +487,7 @@ static void run_inner(const job *j, char *d, const char *s, float *tmp) {
     const char *sp = s + c0 * a->ss;
     int64_t done = 0; /* columns the panel took */
 #if defined(__SSE2__)
-    if (panels && cn >= 16) {
+    if (tmp && cn >= 16) {
       done = cn / 16 * 16;
       transpose_panel_4(j, j->panel, dp, sp, done, tmp);
     }
@@ -585,6 +584,22 @@ static void run_parallel(const job *j, char *d, const char *s, int threads) {
 
 static int64_t abs64(int64_t x) { return x < 0 ? -x : x; }
 
+/* Sorts n nodes by |ds|, then |ss| (by |ss| first when by_source): insertion sort, few nodes. */
+static void sort_nodes(node *v, int n, bool by_source) {
+  for (int k = 1; k < n; k++) {
+    node x = v[k];
+    int64_t x1 = abs64(by_source ? x.ss : x.ds), x2 = abs64(by_source ? x.ds : x.ss);
+    int i = k - 1;
+    for (; i >= 0; i--) {
+      int64_t v1 = abs64(by_source ? v[i].ss : v[i].ds), v2 = abs64(by_source ? v[i].ds : v[i].ss);
+      if (v1 < x1 || (v1 == x1 && v2 <= x2))
+        break;
+      v[i + 1] = v[i];
+    }
+    v[i + 1] = x;
+  }
+}
+
 /* Orders, merges and runs one job whose nodes are in j->nodes[0..nn). */
 static void run_job(job *j, char *d, const char *s, int threads);
 
@@ -616,17 +631,7 @@ static void run_job(job *j, char *d, const char *s, int threads) {
   for (int k = 0; k < j->nn; k++)
     if (j->nodes[k].n != 1)
       j->nodes[nn++] = j->nodes[k];
-  /* destination-contiguous innermost: sort by |ds|, then |ss| (insertion sort, few nodes) */
-  for (int k = 1; k < nn; k++) {
-    node x = j->nodes[k];
-    int i = k - 1;
-    while (i >= 0 && (abs64(j->nodes[i].ds) > abs64(x.ds) ||
-                      (abs64(j->nodes[i].ds) == abs64(x.ds) && abs64(j->nodes[i].ss) > abs64(x.ss)))) {
-      j->nodes[i + 1] = j->nodes[i];
-      i--;
-    }
-    j->nodes[i + 1] = x;
-  }
+  sort_nodes(j->nodes, nn, false); /* destination-contiguous innermost */
   /* merge nodes contiguous on both sides */
   int m = 0;
   for (int k = 0; k < nn; k++) {
@@ -700,17 +705,7 @@ static void run_job(job *j, char *d, const char *s, int threads) {
     if (abs64(j->nodes[0].ss) == j->es && abs64(j->nodes[0].ds) == j->ed && row_bytes >= 64 &&
         row_bytes <= SOURCE_ORDER_ROW_BYTES && j->nodes[1].n > 1 && next_ss > row_bytes &&
         next_ss < SOURCE_PAGE_BYTES)
-      for (int k = 2; k < j->nn; k++) { /* outer loops by |ss|, then |ds| */
-        node x = j->nodes[k];
-        int i = k - 1;
-        while (i >= 1 && (abs64(j->nodes[i].ss) > abs64(x.ss) ||
-                          (abs64(j->nodes[i].ss) == abs64(x.ss) &&
-                           abs64(j->nodes[i].ds) > abs64(x.ds)))) {
-          j->nodes[i + 1] = j->nodes[i];
-          i--;
-        }
-        j->nodes[i + 1] = x;
-      }
+      sort_nodes(j->nodes + 1, j->nn - 1, true); /* the loops around the rows, source first */
     if (row_bytes > ROW_CHUNK_BYTES && j->nodes[1].n == 1) {
       /* one huge row: cut it into rows of a chunk, repeated as an outer loop threads can share */
       return split_and_run(j, 0, ROW_CHUNK_BYTES / esize, 2, d, s, threads);
