@@ -9,6 +9,7 @@
 #include <cblas.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 
 #include "einsum_internal.h"
 
@@ -76,23 +77,21 @@ static bool walk_next(batch_walk *w) {
  * GEMM_MULTITHREAD_THRESHOLD 4); calls below half that run on the caller. */
 #define TS__EIN_THREAD_CALL_MAX ((int64_t)1 << 17)
 
-static int64_t abs64(int64_t x) { return x < 0 ? -x : x; }
-
 /* True when the stride of a batch label of m (of size > 1) is nonzero and shorter than the stride
  * st along a GEMM dim. */
 static bool interleaved(int nb, const int64_t *bsize, const ts__ein_mat *m, int64_t st) {
   for (int j = 0; j < nb; j++)
-    if (bsize[j] > 1 && m->bstride[j] != 0 && abs64(m->bstride[j]) < abs64(st)) return true;
+    if (bsize[j] > 1 && m->bstride[j] != 0 && llabs(m->bstride[j]) < llabs(st)) return true;
   return false;
 }
 
-/* The GEMM dim to chunk (0: M, 1: N, 2: K) and the chunk length, or -1 for none. c, a, b are the
- * row-major CBLAS operands (C: M x N, A: M x K, B: K x N). An interleaved long dim comes first
- * (the longest span), else a long dim of calls that OpenBLAS would thread. */
-static int chunk_dim(int nb, const int64_t *bsize, const ts__ein_mat *c, const ts__ein_mat *a,
-                     const ts__ein_mat *b, int64_t k, size_t es, int64_t *chunk) {
-  int64_t count = 1;
-  for (int j = 0; j < nb; j++) count *= bsize[j];
+/* The GEMM dim to chunk (0: M, 1: N, 2: K) and the chunk length, or -1 for none; count is the
+ * number of batch elements. c, a, b are the row-major CBLAS operands (C: M x N, A: M x K,
+ * B: K x N). An interleaved long dim comes first (the longest span), else a long dim of calls
+ * that OpenBLAS would thread. */
+static int chunk_dim(int nb, const int64_t *bsize, int64_t count, const ts__ein_mat *c,
+                     const ts__ein_mat *a, const ts__ein_mat *b, int64_t k, size_t es,
+                     int64_t *chunk) {
   if (count < 2) return -1;
   int64_t len[3] = {c->rows, c->cols, k};
   /* The two matrices along each dim and their strides along it. */
@@ -112,7 +111,7 @@ static int chunk_dim(int nb, const int64_t *bsize, const ts__ein_mat *c, const t
       }
       continue;
     }
-    int64_t st = abs64(s1[d]) > abs64(s2[d]) ? abs64(s1[d]) : abs64(s2[d]);
+    int64_t st = llabs(s1[d]) > llabs(s2[d]) ? llabs(s1[d]) : llabs(s2[d]);
     int64_t span = len[d] * st * (int64_t)es;
     if (span <= best_span) continue;
     int64_t ch = TS__EIN_CHUNK_BYTES / (st * (int64_t)es);
@@ -302,7 +301,7 @@ int ts__ein_gemm(ts_dtype cdt, int nb, const int64_t *bsize, const ts__ein_mat *
                  .len = {c.rows, c.cols, k}};
   int64_t count = 1;
   for (int j = 0; j < nb; j++) count *= bsize[j];
-  r.dim = chunk_dim(nb, bsize, &c, &a, &b, k, ts_dtype_size(cdt), &r.chunk);
+  r.dim = chunk_dim(nb, bsize, count, &c, &a, &b, k, ts_dtype_size(cdt), &r.chunk);
   if (r.dim < 0) { /* one pass: a single "chunk" of M */
     r.dim = 0;
     r.chunk = r.len[0] > 0 ? r.len[0] : 1;
