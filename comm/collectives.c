@@ -235,43 +235,63 @@ static int64_t pieces_of(int64_t bytes) {
   return bytes > 0 ? (bytes + PIECE_BYTES - 1) / PIECE_BYTES : 0;
 }
 
-int ts_comm_exchange(ts_comm *c, int nsend, const int *send_peers, void *const *send_bufs,
-                     const int64_t *send_bytes, int nrecv, const int *recv_peers,
-                     void *const *recv_bufs, const int64_t *recv_bytes, int tag, ts_error *err) {
-  int64_t nreq = 0;
-  for (int i = 0; i < nsend; i++)
-    nreq += pieces_of(send_bytes[i]);
-  for (int i = 0; i < nrecv; i++)
-    nreq += pieces_of(recv_bytes[i]);
-  if (nreq == 0)
+int ts__comm_transfers(ts_comm *c, int n, const ts__transfer *t, int tag, ts_error *err) {
+  if (n == 0)
     return TS_OK;
-  MPI_Request *req = malloc((size_t)nreq * sizeof *req);
+  MPI_Request *req = malloc((size_t)n * sizeof *req);
   if (!req)
-    return ts_error_set(err, TS_NO_MEMORY, "no memory for %lld requests", (long long)nreq);
-  int64_t k = 0;
-  int rc = TS_OK;
-  for (int i = 0; i < nrecv; i++)
-    for (int64_t off = 0; off < recv_bytes[i]; off += PIECE_BYTES) {
-      int64_t n = recv_bytes[i] - off < PIECE_BYTES ? recv_bytes[i] - off : PIECE_BYTES;
-      TS_MPI_TRY(MPI_Irecv((char *)recv_bufs[i] + off, (int)n, MPI_BYTE, recv_peers[i], tag,
-                           c->comm, &req[k]),
-                 err, rc, cancel);
-      k++;
-    }
-  for (int i = 0; i < nsend; i++)
-    for (int64_t off = 0; off < send_bytes[i]; off += PIECE_BYTES) {
-      int64_t n = send_bytes[i] - off < PIECE_BYTES ? send_bytes[i] - off : PIECE_BYTES;
-      TS_MPI_TRY(MPI_Isend((char *)send_bufs[i] + off, (int)n, MPI_BYTE, send_peers[i], tag,
-                           c->comm, &req[k]),
-                 err, rc, cancel);
-      k++;
-    }
-  TS_MPI_TRY(MPI_Waitall((int)k, req, MPI_STATUSES_IGNORE), err, rc, done);
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for %d requests", n);
+  int k = 0, rc = TS_OK;
+  for (; k < n; k++) {
+    const ts__transfer *x = &t[k];
+    if (x->send)
+      TS_MPI_TRY(MPI_Isend(x->buf, x->count, x->type, x->peer, tag, c->comm, &req[k]), err, rc,
+                 cancel);
+    else
+      TS_MPI_TRY(MPI_Irecv(x->buf, x->count, x->type, x->peer, tag, c->comm, &req[k]), err, rc,
+                 cancel);
+  }
+  TS_MPI_TRY(MPI_Waitall(k, req, MPI_STATUSES_IGNORE), err, rc, done);
   goto done;
 cancel:
   /* Requests already posted must complete before their buffers go away. */
-  MPI_Waitall((int)k, req, MPI_STATUSES_IGNORE);
+  MPI_Waitall(k, req, MPI_STATUSES_IGNORE);
 done:
   free(req);
+  return rc;
+}
+
+int ts_comm_exchange(ts_comm *c, int nsend, const int *send_peers, void *const *send_bufs,
+                     const int64_t *send_bytes, int nrecv, const int *recv_peers,
+                     void *const *recv_bufs, const int64_t *recv_bytes, int tag, ts_error *err) {
+  int64_t n = 0;
+  for (int i = 0; i < nsend; i++)
+    n += pieces_of(send_bytes[i]);
+  for (int i = 0; i < nrecv; i++)
+    n += pieces_of(recv_bytes[i]);
+  if (n == 0)
+    return TS_OK;
+  if (n > INT_MAX)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "%lld transfers at once; at most %d",
+                        (long long)n, INT_MAX);
+  ts__transfer *t = malloc((size_t)n * sizeof *t);
+  if (!t)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for %lld transfers", (long long)n);
+  int k = 0;
+  for (int side = 0; side < 2; side++) { /* the receives first */
+    bool send = side == 1;
+    int m = send ? nsend : nrecv;
+    for (int i = 0; i < m; i++) {
+      int64_t bytes = send ? send_bytes[i] : recv_bytes[i];
+      char *buf = send ? send_bufs[i] : recv_bufs[i];
+      for (int64_t off = 0; off < bytes; off += PIECE_BYTES) {
+        int64_t piece = bytes - off < PIECE_BYTES ? bytes - off : PIECE_BYTES;
+        t[k++] = (ts__transfer){buf + off, (int)piece, MPI_BYTE,
+                                send ? send_peers[i] : recv_peers[i], send};
+      }
+    }
+  }
+  int rc = ts__comm_transfers(c, k, t, tag, err);
+  free(t);
   return rc;
 }

@@ -1,4 +1,5 @@
-/* comm_internal.h - structures and the MPI check macro shared by world.c and collectives.c. */
+/* comm_internal.h - structures, the MPI check macros and the transfer loop shared by world.c,
+ * collectives.c and regions.c. */
 #ifndef TS_COMM_INTERNAL_H
 #define TS_COMM_INTERNAL_H
 
@@ -40,6 +41,20 @@ int ts__mpi_error(int mpi_rc, const char *call, const char *file, int line, ts_e
       goto label;                                                                                  \
     }                                                                                              \
   } while (0)
+
+/* One point-to-point transfer of `count` items of `type` at buf (MPI_BOTTOM with a type placed
+ * at absolute addresses), to or from comm rank `peer`. */
+typedef struct ts__transfer {
+  void *buf;
+  int count;
+  MPI_Datatype type;
+  int peer;
+  bool send;
+} ts__transfer;
+
+/* Posts the n transfers in order (put the receives first), then waits for all of them. When a
+ * post fails, the ones already posted are waited for before returning (their buffers may go). */
+int ts__comm_transfers(ts_comm *c, int n, const ts__transfer *t, int tag, ts_error *err);
 
 /* Typed reductions: the MPI datatype and op for a dtype and reduce op (built once per world). */
 int ts__comm_types_init(ts_error *err);

@@ -154,11 +154,11 @@ int ts_comm_exchange_regions(ts_comm *c, int nsend, const int *send_peers,
     return TS_OK;
   MPI_Datatype *types = malloc((size_t)n * sizeof *types);
   int *counts = malloc((size_t)n * sizeof *counts);
-  MPI_Request *req = malloc((size_t)n * sizeof *req);
-  if (!types || !counts || !req) {
+  ts__transfer *t = malloc((size_t)n * sizeof *t);
+  if (!types || !counts || !t) {
     free(types);
     free(counts);
-    free(req);
+    free(t);
     return ts_error_set(err, TS_NO_MEMORY, "no memory for %d transfers", n);
   }
   for (int i = 0; i < n; i++)
@@ -167,30 +167,15 @@ int ts_comm_exchange_regions(ts_comm *c, int nsend, const int *send_peers,
   if (rc == TS_OK)
     rc = build_types(nsend, send, types + nrecv, counts + nrecv, err);
   int k = 0;
-  for (int i = 0; rc == TS_OK && i < nrecv; i++) {
-    if (counts[i] == 0)
-      continue;
-    TS_MPI_TRY(MPI_Irecv(MPI_BOTTOM, 1, types[i], recv_peers[i], tag, c->comm, &req[k]), err, rc,
-               cancel);
-    k++;
-  }
-  for (int i = 0; rc == TS_OK && i < nsend; i++) {
-    if (counts[nrecv + i] == 0)
-      continue;
-    TS_MPI_TRY(MPI_Isend(MPI_BOTTOM, 1, types[nrecv + i], send_peers[i], tag, c->comm, &req[k]),
-               err, rc, cancel);
-    k++;
-  }
+  for (int i = 0; rc == TS_OK && i < n; i++) /* the receives first, empty regions skipped */
+    if (counts[i] > 0)
+      t[k++] = (ts__transfer){MPI_BOTTOM, 1, types[i],
+                              i < nrecv ? recv_peers[i] : send_peers[i - nrecv], i >= nrecv};
   if (rc == TS_OK)
-    TS_MPI_TRY(MPI_Waitall(k, req, MPI_STATUSES_IGNORE), err, rc, done);
-  goto done;
-cancel:
-  /* Requests already posted must complete before their buffers go away. */
-  MPI_Waitall(k, req, MPI_STATUSES_IGNORE);
-done:
+    rc = ts__comm_transfers(c, k, t, tag, err);
   free_types(n, types);
   free(types);
   free(counts);
-  free(req);
+  free(t);
   return rc;
 }
