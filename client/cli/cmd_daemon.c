@@ -104,15 +104,15 @@ static void maybe_progress(const cli_args *a, tshard_client *c, size_t bytes, pr
     tshard_set_progress(c, draw_progress, p);
 }
 
-/* What a data command did: a line for people, or with --json an object for scripts. */
+/* What a data command did: a line for people, or with --json an object for scripts. The data
+ * went `dir` ("to" or "from") the file; rank >= 0: one rank's slice. */
 static void report(const cli_args *a, const char *what, const char *name, size_t bytes,
-                   const char *file, int rank) {
+                   const char *dir, const char *file, int rank) {
   if (!a->json) {
     if (rank >= 0)
-      printf("%s %s: rank %d's %zu bytes to %s\n", what, name, rank, bytes, file);
+      printf("%s %s: rank %d's %zu bytes %s %s\n", what, name, rank, bytes, dir, file);
     else
-      printf("%s %s: %zu bytes %s %s\n", what, name, bytes, strncmp(what, "put", 3) ? "to" : "from",
-             file);
+      printf("%s %s: %zu bytes %s %s\n", what, name, bytes, dir, file);
     return;
   }
   printf("{\"operation\": ");
@@ -179,13 +179,12 @@ int cmd_put(cli_args *a, tshard_client *c) {
   if (rc)
     code = failed(c, rc);
   else
-    report(a, "put", name, arr.bytes, file, -1);
+    report(a, "put", name, arr.bytes, "from", file, -1);
   npy_free(&arr);
   return code;
 }
 
 static int dtype_of(const char *text, ts_dtype *dt) { return ts_dtype_parse(text, dt, NULL); }
-
 
 int cmd_get(cli_args *a, tshard_client *c) {
   const char *name = need_name(a), *file = cli_positional(a, 1);
@@ -217,8 +216,8 @@ int cmd_get(cli_args *a, tshard_client *c) {
     if (npy_write(file, &arr, &err))
       code = cli_fail(CLI_IO, err.msg);
     else
-      report(a, arr.dtype == TS_BF16 ? "get (bf16 as uint16 bits)" : "get", name, arr.bytes, file,
-             -1);
+      report(a, arr.dtype == TS_BF16 ? "get (bf16 as uint16 bits)" : "get", name, arr.bytes, "to",
+             file, -1);
   }
   npy_free(&arr);
   tshard_info_clear(&info);
@@ -266,7 +265,7 @@ int cmd_get_slice(cli_args *a, tshard_client *c) {
     if (npy_write(file, &arr, &err))
       code = cli_fail(CLI_IO, err.msg);
     else
-      report(a, "get-slice", name, bytes, file, rank);
+      report(a, "get-slice", name, bytes, "to", file, rank);
   }
   npy_free(&arr);
   tshard_info_clear(&info);
