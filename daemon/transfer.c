@@ -19,7 +19,7 @@ void *tsd_buf_take(tsd_engine *e, size_t bytes) {
     e->spare_bytes = 0;
     return p;
   }
-  return ts_shard_alloc(bytes ? bytes : 1);
+  return ts_shard_alloc(bytes);
 }
 
 void tsd_buf_give(tsd_engine *e, void *p, size_t bytes) {

@@ -253,8 +253,9 @@ void ts_shard_free_tensor(ts_tensor *t);
 /* Allocation used by the executor, the store and the daemon (target slices, staging); free with
  * ts_shard_free. The C heap: ts_buffer_alloc's huge pages made every reshard slower here (a
  * fresh target slice faults in its huge pages while MPI writes it: S(0)->S(1) at 1.2-1.4x raw MPI
- * against 0.96-0.98 from the heap, measured side by side). A test hook: the countdown-th allocation from now fails (1: the next one; 0 turns it off); it is per
- * process, so one rank can be made to fail. */
+ * against 0.96-0.98 from the heap, measured side by side). A test hook: the countdown-th
+ * allocation from now fails (1: the next one; 0 turns it off); it is per process, so one rank can
+ * be made to fail. */
 void *ts_shard_alloc(size_t bytes);
 void ts_shard_free(void *p); /* accepts NULL */
 void ts_shard_debug_fail_alloc(long countdown);
