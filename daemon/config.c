@@ -1,6 +1,6 @@
 /* config.c - tshardd's settings. One table {name, kind, bounds, default, help} serves the flag
  * parser, --help and the startup log, so a setting added here is documented and logged at once.
- * Sizes accept K, M and G suffixes (powers of 1024). */
+ * Sizes accept K, M and G suffixes (powers of 1024); durations ms or s (default s). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,14 +9,15 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "ts_rules.h"
 
-typedef enum { CFG_STRING, CFG_SIZE, CFG_LEVEL } cfg_kind;
+typedef enum { CFG_STRING, CFG_SIZE, CFG_DURATION, CFG_LEVEL } cfg_kind;
 
 typedef struct cfg_entry {
   const char *name;
   cfg_kind kind;
   size_t offset, cap; /* field in tsd_config; cap for strings */
-  int64_t min, max;   /* sizes */
+  int64_t min, max;   /* sizes; durations in ms */
   const char *def;
   const char *help;
 } cfg_entry;
@@ -34,10 +35,14 @@ static const cfg_entry table[] = {
     {"max-frame", SIZE(max_frame, 1024, 1LL << 30), "64M", "largest frame accepted or sent"},
     {"memory-limit", SIZE(memory_limit, 0, 1LL << 50), "0",
      "bytes of stored slices and staging per daemon (0: no limit)"},
-    {"staging", SIZE(staging, 1LL << 16, 1LL << 40), "64M", "executor staging chunk per rank"},
+    {"staging", SIZE(staging, 1LL << 16, TS_PLAN_STAGING_MAX), "64M",
+     "executor staging chunk per rank (at most 1G: the reshard planner's bound)"},
     {"chunk", SIZE(chunk, 1024, 1LL << 30), "16M", "default data chunk of get answers"},
     {"copy-threads", SIZE(copy_threads, 0, 1024), "0",
      "threads of the strided-copy kernel (0: the kernel's default, all cores)"},
+    {"frame-timeout", CFG_DURATION, offsetof(tsd_config, frame_timeout), 0, 10, 3600000, "30s",
+     "time a client has to send a whole frame once it began one, and a TCP client to present "
+     "its token after connecting (ms or s suffix; default unit s)"},
     {"log-level", CFG_LEVEL, offsetof(tsd_config, log_level), 0, 0, 0, "info",
      "error, warn, info or debug"},
 };
@@ -62,6 +67,21 @@ static int parse_size(const char *s, int64_t *out) {
   return 0;
 }
 
+static int parse_duration_ms(const char *s, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || v < 0 || v > INT64_MAX / 1000)
+    return -1;
+  if (strcmp(end, "ms") == 0)
+    *out = v;
+  else if (strcmp(end, "s") == 0 || *end == '\0')
+    *out = v * 1000;
+  else
+    return -1;
+  return 0;
+}
+
 static int apply(tsd_config *cfg, const cfg_entry *e, const char *value) {
   char *base = (char *)cfg + e->offset;
   switch (e->kind) {
@@ -77,6 +97,16 @@ static int apply(tsd_config *cfg, const cfg_entry *e, const char *value) {
     if (parse_size(value, &v) || v < e->min || v > e->max) {
       fprintf(stderr, "tshardd: --%s %s: expected a size from %lld to %lld bytes (K/M/G allowed)\n",
               e->name, value, (long long)e->min, (long long)e->max);
+      return -1;
+    }
+    *(int64_t *)base = v;
+    return 0;
+  }
+  case CFG_DURATION: {
+    int64_t v;
+    if (parse_duration_ms(value, &v) || v < e->min || v > e->max) {
+      fprintf(stderr, "tshardd: --%s %s: expected a duration from %lld ms to %lld s (e.g. 30s, "
+              "500ms)\n", e->name, value, (long long)e->min, (long long)e->max / 1000);
       return -1;
     }
     *(int64_t *)base = v;
@@ -119,21 +149,12 @@ void tsd_default_socket_dir(char *buf, size_t cap) {
     snprintf(buf, cap, "/tmp/tshard-%u", (unsigned)getuid());
 }
 
+/* The rules (length, visible characters, a file only its owner may read) are in proto/rules.c;
+ * the CLI reads its --token-file with the same function. */
 static int load_token(tsd_config *cfg) {
-  FILE *f = fopen(cfg->token_file, "r");
-  if (!f) {
-    fprintf(stderr, "tshardd: --token-file %s: %s\n", cfg->token_file, strerror(errno));
-    return -1;
-  }
-  size_t n = fread(cfg->token, 1, sizeof cfg->token - 1, f);
-  fclose(f);
-  cfg->token[n] = '\0';
-  while (n > 0 && (cfg->token[n - 1] == '\n' || cfg->token[n - 1] == '\r' ||
-                   cfg->token[n - 1] == ' '))
-    cfg->token[--n] = '\0';
-  if (n < 8) {
-    fprintf(stderr, "tshardd: the token in %s has %zu characters; at least 8 are needed\n",
-            cfg->token_file, n);
+  ts_error err;
+  if (ts_token_file_read(cfg->token_file, cfg->token, sizeof cfg->token, &err)) {
+    fprintf(stderr, "tshardd: --token-file: %s\n", err.msg);
     return -1;
   }
   return 0;
@@ -225,6 +246,8 @@ void tsd_config_log(const tsd_config *cfg) {
       TSD_LOG(TSD_LOG_INFO, "config %s=%s", e->name, base);
     else if (e->kind == CFG_SIZE)
       TSD_LOG(TSD_LOG_INFO, "config %s=%lld", e->name, (long long)*(const int64_t *)base);
+    else if (e->kind == CFG_DURATION)
+      TSD_LOG(TSD_LOG_INFO, "config %s=%lldms", e->name, (long long)*(const int64_t *)base);
     else
       TSD_LOG(TSD_LOG_INFO, "config %s=%s", e->name, tsd_log_level_name(*(const int *)base));
   }

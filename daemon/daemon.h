@@ -44,6 +44,7 @@ typedef struct tsd_config {
   int64_t staging;      /* executor staging bytes per reshard */
   int64_t chunk;        /* default chunk of get answers */
   int64_t copy_threads; /* strided-copy threads (0: all cores) */
+  int64_t frame_timeout; /* ms: to finish a frame once begun, and for a TCP client's token */
   int log_level;
   /* derived */
   char token[256];
@@ -69,6 +70,10 @@ uint32_t tsd_frame_length(const uint8_t header[TSD_FRAME_HEADER]);
 int tsd_frame_check(uint32_t len, int64_t max_frame, ts_error *err);
 /* Decodes a Request; on failure *out is NULL and err says why. */
 int tsd_request_decode(const uint8_t *buf, size_t len, Tshard__Request **out, ts_error *err);
+/* After a successful decode of the same bytes from a client: protobuf-c ends a string at its
+ * first NUL and does not check UTF-8, so the wire bytes of every string field are checked
+ * (TS_INVALID_ARGUMENT naming the field). */
+int tsd_request_check_strings(const uint8_t *buf, size_t len, ts_error *err);
 void tsd_request_free(Tshard__Request **req);
 /* Packs a Response as a whole frame (header included) into a malloc'd buffer. */
 int tsd_response_frame(const Tshard__Response *resp, uint8_t **frame, size_t *len, ts_error *err);

@@ -1,12 +1,14 @@
 /* framing.c - frames on the wire: a 4-byte little-endian length, then one protobuf message.
  *
  * The length is checked against the maximum frame before the caller allocates anything. Decoding
- * uses protobuf-c, which refuses truncated or malformed input; what the message means is checked
+ * uses protobuf-c, which refuses truncated or malformed input; every string field of the bytes is
+ * then checked for NUL bytes and UTF-8 (proto/rules.c); what the message means is checked
  * afterwards by the validators (validate.c). The fuzz target drives these functions directly. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "daemon.h"
+#include "ts_rules.h"
 
 uint32_t tsd_frame_length(const uint8_t h[TSD_FRAME_HEADER]) {
   return (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
@@ -29,6 +31,10 @@ int tsd_request_decode(const uint8_t *buf, size_t len, Tshard__Request **out, ts
     return ts_error_set(err, TS_PROTOCOL,
                         "the frame of %zu bytes is not a valid tshard.Request message", len);
   return TS_OK;
+}
+
+int tsd_request_check_strings(const uint8_t *buf, size_t len, ts_error *err) {
+  return ts_wire_strings_check(&tshard__request__descriptor, buf, len, err);
 }
 
 void tsd_request_free(Tshard__Request **req) {

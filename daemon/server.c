@@ -10,6 +10,12 @@
  * this thread may overtake them, so clients match answers by request id. A frame with a bad length cannot be skipped safely:
  * the daemon answers it and closes the connection. A closed connection is reported to the engine,
  * which frees what it held. TCP connections must present the token before anything else.
+ * Frames held at once: every connection holds at most one frame being received; frames up to
+ * TSD_SMALL_FRAME are each connection's own share (pings, lists, creates always get through),
+ * larger ones draw on a budget of TSD_FRAME_BUDGET maximum frames shared by all connections and
+ * are refused before a TCP connection presented its token. A frame must arrive whole within
+ * --frame-timeout of its first byte, and a TCP client must present its token within it after
+ * connecting; a sweep timer closes the connections that do not (status TIMEOUT).
  * Shutdown: the engine finishes, then tsd_server_stop flushes the answers, removes the sockets
  * and closes every handle (a timer forces the close of clients that do not read). */
 #include <errno.h>
@@ -27,6 +33,9 @@
 /* Frames being received at once, in maximum frames: many clients that announce large frames and
  * send them slowly cannot make the daemon hold more than this. */
 #define TSD_FRAME_BUDGET 8
+/* Frames up to this size are received outside the budget (one per connection). It also bounds a
+ * TCP connection's frames until it presented its token (a ping with a token is ~300 bytes). */
+#define TSD_SMALL_FRAME 4096
 
 typedef struct conn {
   union {
@@ -42,6 +51,7 @@ typedef struct conn {
   int inflight; /* requests with the engine */
   uint8_t header[TSD_FRAME_HEADER];
   size_t have_header;
+  uint64_t opened_ms, frame_start_ms; /* loop time of the accept, of a frame's first byte */
   uint8_t *frame;
   uint32_t frame_len;
   size_t have;
@@ -62,6 +72,7 @@ struct tsd_server {
   uv_async_t async;
   uv_signal_t sigterm, sigint;
   uv_timer_t stop_timer;
+  uv_timer_t sweep_timer; /* closes connections past --frame-timeout */
   pthread_t thread;
   tsd_shared *sh;
   const tsd_config *cfg;
@@ -85,7 +96,7 @@ static void close_if_open(uv_handle_t *h);
 static void on_conn_closed(uv_handle_t *h) {
   conn *c = h->data;
   tsd_server *s = c->srv;
-  if (c->frame)
+  if (c->frame && c->frame_len > TSD_SMALL_FRAME)
     s->frame_bytes -= c->frame_len;
   free(c->frame);
   free(c);
@@ -186,14 +197,18 @@ static void process_frame(conn *c) {
   ts_error err;
   uint8_t *frame = c->frame;
   uint32_t len = c->frame_len;
-  s->frame_bytes -= len;
+  if (len > TSD_SMALL_FRAME)
+    s->frame_bytes -= len;
   c->frame = NULL;
   c->have = 0;
   c->have_header = 0;
   int rc = tsd_request_decode(frame, len, &req, &err);
+  if (rc == TS_OK)
+    rc = tsd_request_check_strings(frame, len, &err);
   free(frame);
   if (rc) {
-    conn_reply_error(c, 0, rc, err.msg, c->is_tcp && !c->authed);
+    conn_reply_error(c, req ? req->id : 0, rc, err.msg, c->is_tcp && !c->authed);
+    tsd_request_free(&req);
     return;
   }
   if (c->is_tcp && !c->authed) {
@@ -257,6 +272,8 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   if (nread == 0 || c->closing)
     return;
   if (!c->frame) {
+    if (c->have_header == 0)
+      c->frame_start_ms = uv_now(&c->srv->loop);
     c->have_header += (size_t)nread;
     if (c->have_header < TSD_FRAME_HEADER)
       return;
@@ -270,7 +287,16 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
       conn_reply_error(c, 0, rc, err.msg, true);
       return;
     }
-    if (c->srv->frame_bytes + (int64_t)len > c->srv->frame_budget) {
+    if (len > TSD_SMALL_FRAME && c->is_tcp && !c->authed) {
+      TSD_LOG(TSD_LOG_WARN, "connection %llu: frame of %u bytes before the token; closing it",
+              (unsigned long long)c->id, len);
+      uv_read_stop(st);
+      conn_reply_error(c, 0, TS_AUTH, "a TCP connection first presents the token in a frame of "
+                       "at most 4096 bytes (a ping); larger frames only after that", true);
+      return;
+    }
+    bool small = len <= TSD_SMALL_FRAME;
+    if (!small && c->srv->frame_bytes + (int64_t)len > c->srv->frame_budget) {
       TSD_LOG(TSD_LOG_WARN, "connection %llu: frame of %u bytes refused, %lld bytes of frames "
               "already being received", (unsigned long long)c->id, len,
               (long long)c->srv->frame_bytes);
@@ -286,7 +312,8 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
     }
     c->frame_len = len;
     c->have = 0;
-    c->srv->frame_bytes += len;
+    if (!small)
+      c->srv->frame_bytes += len;
     return;
   }
   c->have += (size_t)nread;
@@ -315,6 +342,7 @@ static void on_connection(uv_stream_t *server, int status) {
   }
   if (c->is_tcp)
     uv_tcp_nodelay(&c->h.tcp, 1);
+  c->opened_ms = uv_now(&s->loop);
   c->next = s->conns;
   s->conns = c;
   __atomic_add_fetch(&s->nconns, 1, __ATOMIC_RELAXED);
@@ -360,8 +388,32 @@ static void on_stop_timer(uv_timer_t *t) {
   close_if_open((uv_handle_t *)&s->stop_timer);
 }
 
+/* Closes the connections that began a frame longer than --frame-timeout ago, and the TCP ones
+ * that did not present their token within it. */
+static void on_sweep(uv_timer_t *t) {
+  tsd_server *s = t->data;
+  uint64_t now = uv_now(&s->loop), limit = (uint64_t)s->cfg->frame_timeout;
+  for (conn *c = s->conns, *next; c; c = next) {
+    next = c->next;
+    if (c->closing || c->close_after_write)
+      continue;
+    bool half = c->have_header > 0 || c->frame;
+    bool unauthed = c->is_tcp && !c->authed;
+    uint64_t since = half ? c->frame_start_ms : c->opened_ms;
+    if ((half || unauthed) && now - since >= limit) {
+      TSD_LOG(TSD_LOG_WARN, "connection %llu: %s within %lld ms; closing it",
+              (unsigned long long)c->id, half ? "frame not complete" : "no token",
+              (long long)limit);
+      conn_reply_error(c, 0, TS_TIMEOUT, half ? "the frame did not arrive whole within the "
+                       "daemon's --frame-timeout" : "no token within the daemon's "
+                       "--frame-timeout after connecting", true);
+    }
+  }
+}
+
 static void begin_stop(tsd_server *s) {
   s->stopping = true;
+  close_if_open((uv_handle_t *)&s->sweep_timer);
   close_if_open((uv_handle_t *)&s->unix_srv);
   unlink(s->path);
   if (s->has_tcp)
@@ -498,6 +550,11 @@ int tsd_server_start(tsd_server_opts *o, tsd_server **out, ts_error *err) {
       goto fail;
     }
   }
+  uv_timer_init(&s->loop, &s->sweep_timer);
+  s->sweep_timer.data = s;
+  uint64_t tick = (uint64_t)o->cfg->frame_timeout / 4;
+  tick = tick < 5 ? 5 : tick > 1000 ? 1000 : tick;
+  uv_timer_start(&s->sweep_timer, on_sweep, tick, tick);
   uv_async_init(&s->loop, &s->async, on_async);
   s->async.data = s;
   uv_signal_init(&s->loop, &s->sigterm);

@@ -10,30 +10,19 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "ts_rules.h"
 
 #define MAX_KEY 128
-#define MAX_TOKEN 256
 #define MAX_TENSOR_BYTES (1LL << 50)
-#define RESERVED_PREFIX "__tshard"
 
-bool tsd_name_reserved(const char *name) {
-  return strncmp(name, RESERVED_PREFIX, strlen(RESERVED_PREFIX)) == 0;
-}
+_Static_assert(TS_RULES_NAME_MAX == TS_NAME_MAX - 1, "names must fit the store's name buffer");
 
+bool tsd_name_reserved(const char *name) { return ts_name_reserved(name, strlen(name)); }
+
+/* The rules of names are in proto/ts_rules.h (the C client checks the same ones); a NUL inside
+ * a string is caught before, on the wire bytes (tsd_request_check_strings). */
 static int check_name(const char *what, const char *name, ts_error *err) {
-  size_t n = name ? strlen(name) : 0;
-  if (n == 0 || n >= TS_NAME_MAX)
-    return ts_error_set(err, TS_INVALID_ARGUMENT,
-                        "%s of %zu characters; names have 1 to %d characters", what, n,
-                        TS_NAME_MAX - 1);
-  for (size_t i = 0; i < n; i++)
-    if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
-      return ts_error_set(err, TS_INVALID_ARGUMENT,
-                          "%s has a control character at position %zu", what, i);
-  if (tsd_name_reserved(name))
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "%s '%s': the prefix '%s' is reserved", what,
-                        name, RESERVED_PREFIX);
-  return TS_OK;
+  return ts_name_check(what, name, name ? strlen(name) : 0, err);
 }
 
 static int check_tag(const char *tag, ts_error *err) {
@@ -57,9 +46,11 @@ static int check_strategy(const char *s, ts_error *err) {
   ts_strategy st;
   if (!s || !s[0])
     return TS_OK;
-  return ts_strategy_parse(s, &st, err) ? ts_error_set(err, TS_BAD_STRATEGY, "%s", err ? err->msg
-                                                                                       : "")
-                                        : TS_OK;
+  /* The parser's message says what is valid; only the status becomes BAD_STRATEGY. */
+  int rc = ts_strategy_parse(s, &st, err);
+  if (rc && err)
+    err->code = TS_BAD_STRATEGY;
+  return rc ? TS_BAD_STRATEGY : TS_OK;
 }
 
 static int check_attr(const Tshard__DistAttr *m, int ndim, const int64_t *shape,
@@ -239,9 +230,9 @@ int tsd_request_validate(const Tshard__Request *req, const tsd_limits *lim, tsd_
   if (strlen(req->idempotency_key) > MAX_KEY)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "idempotency key of %zu characters; at most %d",
                         strlen(req->idempotency_key), MAX_KEY);
-  if (strlen(req->token) > MAX_TOKEN)
+  if (strlen(req->token) > TS_RULES_TOKEN_MAX)
     return ts_error_set(err, TS_AUTH, "token of %zu characters; at most %d", strlen(req->token),
-                        MAX_TOKEN);
+                        TS_RULES_TOKEN_MAX);
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
     if ((int)ops[i].kind != (int)req->op_case)
       continue;

@@ -759,7 +759,7 @@ int ts_plan_create(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr *s
     return ts_error_set(err, TS_BAD_STRATEGY, "strategy %d is not valid", (int)o.strategy);
   if (o.staging_bytes == 0)
     o.staging_bytes = (int64_t)64 << 20;
-  if (o.staging_bytes < 0 || o.staging_bytes > ((int64_t)1 << 30))
+  if (o.staging_bytes < 0 || o.staging_bytes > TS_PLAN_STAGING_MAX)
     return ts_error_set(err, TS_INVALID_ARGUMENT,
                         "staging size %lld bytes; valid: 1 byte to 1 GiB (0: 64 MiB)",
                         (long long)o.staging_bytes);

@@ -163,9 +163,12 @@ typedef struct ts_plan_costs {
   int64_t rounds;           /* communication rounds (chunks) */
 } ts_plan_costs;
 
+/* The largest per-rank staging bound a plan accepts. */
+#define TS_PLAN_STAGING_MAX ((int64_t)1 << 30)
+
 typedef struct ts_plan_opts {
   ts_strategy strategy;  /* TS_STRATEGY_AUTO picks the cheapest */
-  int64_t staging_bytes; /* per-rank staging bound; 0: 64 MiB */
+  int64_t staging_bytes; /* per-rank staging bound; 0: 64 MiB; at most TS_PLAN_STAGING_MAX */
   int world_size;        /* ranks must be below it; <= 0: not bounded */
 } ts_plan_opts;
 

@@ -1,6 +1,6 @@
 /* fuzz_frame.c - libFuzzer target for what tshardd does with bytes from a client before any
  * handler runs: frame lengths (checked against the maximum frame), protobuf decoding of the
- * Request, and the validators of every operation (names, dtypes, shapes, attributes in text and
+ * Request and the check of its strings (NUL bytes, UTF-8), and the validators of every operation (names, dtypes, shapes, attributes in text and
  * message form against the shape and world, layouts, strategies, chunk bounds), then the answer
  * frame of a refusal. The input is a stream of frames, as a connection would deliver it. */
 #include <stdint.h>
@@ -20,6 +20,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       break; /* the daemon answers and closes the connection */
     Tshard__Request *req = NULL;
     int rc = tsd_request_decode(data + pos, len, &req, &err);
+    if (rc == TS_OK)
+      rc = tsd_request_check_strings(data + pos, len, &err);
     pos += len;
     tsd_scope scope = TSD_SCOPE_LOCAL;
     if (rc == TS_OK)

@@ -1,0 +1,46 @@
+/* ts_rules.h - what the wire protocol allows in its strings, shared by the daemon and the C
+ * client (libtsrules, beside the generated schema of libtsproto).
+ *
+ * Strings on the wire are UTF-8 without NUL bytes (protobuf-c would cut a string at its first
+ * NUL, so a name `a\0b` would silently become `a`). Tensor names are 1 to TS_RULES_NAME_MAX bytes
+ * of UTF-8 without control characters (U+0000-U+001F, U+007F-U+009F) and do not start with the
+ * reserved prefix "__tshard". Tokens are 8 to TS_RULES_TOKEN_MAX visible ASCII characters; a
+ * token file holds one, may end in blanks and newlines, and must not be readable by group or
+ * others. */
+#ifndef TS_RULES_H
+#define TS_RULES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "tshard_errors.h"
+
+#define TS_RULES_NAME_MAX 127 /* bytes; the store keeps names in char[128] */
+#define TS_RULES_RESERVED_PREFIX "__tshard"
+#define TS_RULES_TOKEN_MIN 8
+#define TS_RULES_TOKEN_MAX 255
+
+/* The length of the longest prefix of s[0..n) that is well-formed UTF-8 (no overlong forms, no
+ * surrogates, nothing above U+10FFFF): n when all of it is. */
+size_t ts_utf8_valid_prefix(const char *s, size_t n);
+
+/* Whether name[0..n) is a valid tensor name; `what` names it in the message ("tensor name"). */
+int ts_name_check(const char *what, const char *name, size_t n, ts_error *err);
+bool ts_name_reserved(const char *name, size_t n);
+
+/* Walks an encoded message of type d and checks every string field, nested messages included:
+ * TS_INVALID_ARGUMENT naming the field when one holds a NUL byte or is not UTF-8. Call it on
+ * bytes protobuf-c has decoded (malformed input gives TS_PROTOCOL). */
+int ts_wire_strings_check(const ProtobufCMessageDescriptor *d, const uint8_t *buf, size_t len,
+                          ts_error *err);
+
+/* Whether token[0..n) is a valid token. */
+int ts_token_check(const char *token, size_t n, ts_error *err);
+/* Reads the token of a token file into out (cap >= TS_RULES_TOKEN_MAX + 1): refuses a file that
+ * group or others may read, a token that is too short or too long, and invisible characters. */
+int ts_token_file_read(const char *path, char *out, size_t cap, ts_error *err);
+
+#endif
