@@ -4,8 +4,17 @@
 #include <string.h>
 
 #include "client_internal.h"
+#include "ts_rules.h"
 
 static char *str_or_empty(const char *s) { return (char *)(s ? s : ""); }
+
+/* The daemon's rules for names (proto/ts_rules.h), checked before anything is sent. */
+static int name_ok(tshard_client *c, const char *what, const char *name) {
+  ts_error err;
+  if (ts_name_check(what, name, name ? strlen(name) : 0, &err))
+    return tsc_fail(c, err.code, "%s", err.msg);
+  return TS_OK;
+}
 
 /* One call whose answer carries no result. */
 static int call_plain(tshard_client *c, Tshard__Request *req) {
@@ -60,6 +69,8 @@ int tshard_create(tshard_client *c, const char *name, const char *dtype, int ndi
                   const int64_t *shape, const char *attr, const char *layout, const char *key) {
   if (!c || ndim < 0 || (ndim > 0 && !shape))
     return TS_INVALID_ARGUMENT;
+  if (name_ok(c, "tensor name", name))
+    return TS_INVALID_ARGUMENT;
   Tshard__Request req = TSHARD__REQUEST__INIT;
   Tshard__CreateRequest q = TSHARD__CREATE_REQUEST__INIT;
   Tshard__DistAttr a;
@@ -86,6 +97,8 @@ int tshard_create(tshard_client *c, const char *name, const char *dtype, int ndi
 static int put_chunks(tshard_client *c, const char *name, const char *layout, bool slice,
                       const void *data, size_t bytes, const char *key) {
   if (!c || (!data && bytes))
+    return TS_INVALID_ARGUMENT;
+  if (name_ok(c, "tensor name", name))
     return TS_INVALID_ARGUMENT;
   size_t nchunks = bytes ? (bytes + c->chunk - 1) / c->chunk : 1;
   size_t sent = 0, acked = 0;
@@ -244,6 +257,8 @@ static int get_chunks(tshard_client *c, const char *name, const char *layout, bo
                       void *buf, size_t cap, size_t *total_out, bool exact) {
   if (!c || (!buf && cap))
     return TS_INVALID_ARGUMENT;
+  if (name_ok(c, "tensor name", name))
+    return TS_INVALID_ARGUMENT;
   get_req q;
   get_request(&q, name, layout, slice, 0, c->chunk);
   uint64_t total = 0, len = 0;
@@ -315,6 +330,10 @@ int tshard_reshard(tshard_client *c, const char *name, const char *attr,
     return TS_INVALID_ARGUMENT;
   tshard_reshard_opts none = {NULL, NULL, NULL, NULL};
   const tshard_reshard_opts *o = opts ? opts : &none;
+  if (name_ok(c, "tensor name", name) ||
+      (o->keep_source_as && o->keep_source_as[0] &&
+       name_ok(c, "keep_source_as", o->keep_source_as)))
+    return TS_INVALID_ARGUMENT;
   Tshard__Request req = TSHARD__REQUEST__INIT;
   Tshard__ReshardRequest q = TSHARD__RESHARD_REQUEST__INIT;
   Tshard__DistAttr a;
@@ -337,6 +356,8 @@ int tshard_drop(tshard_client *c, const char *name, const char *key) {
     return TS_INVALID_ARGUMENT;
   Tshard__Request req = TSHARD__REQUEST__INIT;
   Tshard__DropRequest q = TSHARD__DROP_REQUEST__INIT;
+  if (name_ok(c, "tensor name", name))
+    return TS_INVALID_ARGUMENT;
   q.name = str_or_empty(name);
   req.op_case = TSHARD__REQUEST__OP_DROP;
   req.drop = &q;
@@ -410,6 +431,8 @@ int tshard_describe(tshard_client *c, const char *name, tshard_info *info) {
   memset(info, 0, sizeof *info);
   Tshard__Request req = TSHARD__REQUEST__INIT;
   Tshard__DescribeRequest q = TSHARD__DESCRIBE_REQUEST__INIT;
+  if (name_ok(c, "tensor name", name))
+    return TS_INVALID_ARGUMENT;
   q.name = str_or_empty(name);
   req.op_case = TSHARD__REQUEST__OP_DESCRIBE;
   req.describe = &q;
@@ -456,6 +479,8 @@ int tshard_plan(tshard_client *c, const char *name, const char *attr, const char
   *explain = NULL;
   Tshard__Request req = TSHARD__REQUEST__INIT;
   Tshard__PlanRequest q = TSHARD__PLAN_REQUEST__INIT;
+  if (name_ok(c, "tensor name", name))
+    return TS_INVALID_ARGUMENT;
   Tshard__DistAttr a;
   attr_text(&a, attr);
   q.name = str_or_empty(name);

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "client_internal.h"
+#include "ts_rules.h"
 
 const char *tshard_strerror(int status) { return ts_strerror(status); }
 const char *tshard_status_name(int status) { return ts_status_name(status); }
@@ -100,7 +101,7 @@ int tshard_connect_rank(const char *job, int rank, int timeout_ms, tshard_client
 
 int tshard_connect_tcp(const char *host, int port, const char *token, int timeout_ms,
                        tshard_client **out) {
-  if (!out || !host || !token || strlen(token) > 256)
+  if (!out || !host || !token || strlen(token) > TS_RULES_TOKEN_MAX)
     return TS_INVALID_ARGUMENT;
   *out = NULL;
   char service[16];

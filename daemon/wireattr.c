@@ -1,7 +1,7 @@
 /* wireattr.c - the DistAttr message and ts_attr, one to one: mesh_shape, ranks, placements and
  * explicit splits map field by field onto the canonical text form. A message with an empty
  * mesh_shape and a `text` is parsed from the text instead. Everything a peer sends is bounded
- * before it is used (mesh dims, rank counts, tensor dims of splits). */
+ * before it is used (mesh dims, rank counts, tensor dims of splits); a dim's splits come once. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,6 +71,11 @@ int tsd_attr_from_msg(const Tshard__DistAttr *m, ts_attr **out, ts_error *err) {
       return ts_error_set(err, TS_BAD_ATTRIBUTE, "split %zu: dim %d with %zu sizes; dims are 0 "
                           "to %d with 1 to %d sizes", i, s->dim, s->n_sizes, TS_MAX_DIMS - 1,
                           MAX_WIRE_RANKS);
+    }
+    if (a->splits[s->dim]) {
+      ts_attr_destroy(&a);
+      return ts_error_set(err, TS_BAD_ATTRIBUTE, "split %zu: dim %d already has its splits; give "
+                          "each dim's splits once", i, s->dim);
     }
     if ((rc = ts_attr_set_splits(a, s->dim, (int)s->n_sizes, s->sizes, err))) {
       ts_attr_destroy(&a);

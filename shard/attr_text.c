@@ -273,7 +273,12 @@ int ts_attr_parse(const char *text, ts_attr **out, ts_error *err) {
       int64_t d;
       if ((rc = parse_int(&p, TS_MAX_DIMS - 1, "a tensor dim", &d)))
         goto done;
-      if (d <= last_dim) {
+      if (d == last_dim) {
+        rc = ts_error_set(err, TS_PARSE, "attribute: at column %zu: the splits of dim %d are "
+                          "given twice; give each dim's splits once", dim_at + 1, (int)d);
+        goto done;
+      }
+      if (d < last_dim) {
         p.pos = dim_at;
         rc = fail(&p, "tensor dims in increasing order, each once");
         goto done;

@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "npy.h"
 #include "tshard.h"
+#include "ts_rules.h"
 
 int cli_draw(const cli_args *a, int ndim, const int64_t *shape, const char *attr_text);
 
@@ -26,15 +27,13 @@ int cli_connect(const cli_args *a, tshard_client **out) {
     const char *colon = strrchr(tcp, ':');
     if (!colon || !tok)
       return cli_fail(CLI_USAGE, "--tcp HOST:PORT needs --token-file FILE too");
-    FILE *f = fopen(tok, "r");
-    char token[256] = "";
-    if (!f || !fgets(token, sizeof token, f)) {
-      if (f)
-        fclose(f);
-      return cli_fail(CLI_IO, "cannot read the --token-file");
+    char token[TS_RULES_TOKEN_MAX + 1];
+    ts_error terr;
+    if (ts_token_file_read(tok, token, sizeof token, &terr)) {
+      char msg[sizeof terr.msg + 32];
+      snprintf(msg, sizeof msg, "--token-file: %s", terr.msg);
+      return cli_fail(terr.code == TS_IO ? CLI_IO : CLI_USAGE, msg);
     }
-    fclose(f);
-    token[strcspn(token, "\r\n")] = '\0';
     char host[256];
     snprintf(host, sizeof host, "%.*s", (int)(colon - tcp), tcp);
     snprintf(where, sizeof where, "%s", tcp);

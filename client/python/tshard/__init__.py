@@ -11,9 +11,9 @@ Errors raise subclasses of tshard.TshardError named after the status codes (NotF
 BadAttributeError, ...) with the daemon's message.
 """
 from .attr import Attr, Mesh, Partial, Replicate, Shard
-from .client import DTYPES, Client, connect, socket_path
+from .client import DTYPES, Client, connect, read_token_file, socket_path
 from .errors import TshardError, error_for
 from . import errors
 
 __all__ = ["connect", "Client", "Attr", "Mesh", "Shard", "Replicate", "Partial", "TshardError",
-           "error_for", "errors", "DTYPES", "socket_path"]
+           "error_for", "errors", "DTYPES", "socket_path", "read_token_file"]

@@ -15,7 +15,7 @@ from . import tshard_pb2 as pb
 from .attr import Attr
 from .errors import error_for
 
-__all__ = ["Client", "connect", "DTYPES", "socket_path"]
+__all__ = ["Client", "connect", "DTYPES", "socket_path", "read_token_file"]
 
 # tshard dtype <-> numpy dtype (bf16 as its uint16 bits)
 DTYPES = {
@@ -26,6 +26,65 @@ DTYPES = {
 _FROM_NUMPY = {v: k for k, v in DTYPES.items() if k != "bf16"}
 
 MAX_FRAME = 1 << 30
+
+# The daemon's rules (proto/ts_rules.h): names are 1 to 127 bytes of UTF-8 without control
+# characters and not starting with "__tshard"; tokens are 8 to 255 printable ASCII characters.
+NAME_MAX_BYTES = 127
+RESERVED_PREFIX = "__tshard"
+TOKEN_MIN, TOKEN_MAX = 8, 255
+
+
+def _check_name(name, what="tensor name"):
+    if not isinstance(name, str):
+        raise error_for(1, f"{what} must be a str, not {type(name).__name__}")
+    try:
+        raw = name.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise error_for(1, f"{what} is not valid UTF-8 text at character {e.start} "
+                           f"(a lone surrogate); names are UTF-8 text") from None
+    if not 1 <= len(raw) <= NAME_MAX_BYTES:
+        raise error_for(1, f"{what} of {len(raw)} bytes; names have 1 to {NAME_MAX_BYTES} bytes "
+                           f"of UTF-8")
+    for i, ch in enumerate(name):
+        if ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F:
+            raise error_for(1, f"{what} has a control character (U+{ord(ch):04X}) at character "
+                               f"{i}; names are UTF-8 without control characters")
+    if name.startswith(RESERVED_PREFIX):
+        raise error_for(1, f"{what} {name!r}: the prefix {RESERVED_PREFIX!r} is reserved")
+    return name
+
+
+def _check_token(token, where="token"):
+    if not isinstance(token, str) or not TOKEN_MIN <= len(token) <= TOKEN_MAX:
+        n = len(token) if isinstance(token, str) else 0
+        raise error_for(23, f"{where} of {n} characters; tokens have {TOKEN_MIN} to {TOKEN_MAX}")
+    for i, ch in enumerate(token):
+        if not 0x20 <= ord(ch) <= 0x7E:
+            raise error_for(23, f"{where} has U+{ord(ch):04X} at position {i}; tokens are "
+                                f"printable ASCII")
+    return token
+
+
+def read_token_file(path):
+    """The token of a token file, as the daemon reads its --token-file: the file must not be
+    readable by group or others; trailing blanks and newlines are not part of the token."""
+    with open(path, "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode
+        if mode & 0o077:
+            raise error_for(23, f"token file {path} has mode {mode & 0o777:03o}: group or others "
+                                f"may read the secret; make it private (chmod 600 {path})")
+        raw = f.read(TOKEN_MAX + 64)
+        more = f.read(1) != b""
+    text = raw.rstrip(b" \t\r\n")
+    if more or len(text) > TOKEN_MAX:
+        raise error_for(23, f"the token in {path} has {'more than ' if more else ''}"
+                            f"{len(raw) if more else len(text)} characters; tokens have "
+                            f"{TOKEN_MIN} to {TOKEN_MAX} (the whole token is used, never a part)")
+    try:
+        token = text.decode("ascii")
+    except UnicodeDecodeError:
+        raise error_for(23, f"the token in {path} is not printable ASCII") from None
+    return _check_token(token, f"the token in {path}")
 
 
 def _dtype_name(dtype):
@@ -125,7 +184,7 @@ class Client:
 
     def create(self, name, dtype, shape, attr, layout=None, key=None):
         """Creates a zero-filled tensor on every rank of the job."""
-        self._call(key, create=pb.CreateRequest(name=name, dtype=_dtype_name(dtype),
+        self._call(key, create=pb.CreateRequest(name=_check_name(name), dtype=_dtype_name(dtype),
                                                  shape=[int(s) for s in shape],
                                                  attr=_attr_msg(attr),
                                                  layout=pb.Layout(tag=layout or "")))
@@ -144,13 +203,13 @@ class Client:
         """Puts the whole tensor (row-major) from this client; the daemons scatter it."""
         a = np.ascontiguousarray(array)
         self._send_chunks(lambda off, total, chunk: {
-            "put": pb.PutRequest(name=name, offset=off, total_bytes=total, data=chunk)}, a, key)
+            "put": pb.PutRequest(name=_check_name(name), offset=off, total_bytes=total, data=chunk)}, a, key)
 
     def put_slice(self, name, array, layout=None):
         """Puts this rank's slice (row-major over its box, or the bytes of ``layout``)."""
         a = np.ascontiguousarray(array)
         self._send_chunks(lambda off, total, chunk: {
-            "put_slice": pb.PutSliceRequest(name=name, offset=off, total_bytes=total, data=chunk,
+            "put_slice": pb.PutSliceRequest(name=_check_name(name), offset=off, total_bytes=total, data=chunk,
                                             layout=pb.Layout(tag=layout or ""))}, a)
 
     def _read_chunks(self, build):
@@ -193,13 +252,16 @@ class Client:
     def reshard(self, name, attr, strategy=None, keep_source_as=None, layout=None, key=None):
         """Moves the tensor to another attribute (in place, or to a new tensor
         ``keep_source_as`` keeping the source)."""
+        _check_name(name)
+        if keep_source_as:
+            _check_name(keep_source_as, "keep_source_as")
         self._call(key, reshard=pb.ReshardRequest(name=name, attr=_attr_msg(attr),
                                                    strategy=strategy or "",
                                                    keep_source_as=keep_source_as or "",
                                                    layout=pb.Layout(tag=layout or "")))
 
     def drop(self, name, key=None):
-        self._call(key, drop=pb.DropRequest(name=name))
+        self._call(key, drop=pb.DropRequest(name=_check_name(name)))
 
     def list(self):
         return list(self._call(list=pb.ListRequest()).list.names)
@@ -207,7 +269,7 @@ class Client:
     def describe(self, name):
         """{'name', 'dtype', 'shape', 'attr' (canonical text), 'layout', 'ranks': [{'rank',
         'bytes', 'lo', 'hi'}]}."""
-        d = self._call(describe=pb.DescribeRequest(name=name)).describe
+        d = self._call(describe=pb.DescribeRequest(name=_check_name(name))).describe
         return {"name": d.name, "dtype": d.dtype, "shape": list(d.shape), "attr": d.attr.text,
                 "layout": d.layout.tag,
                 "ranks": [{"rank": r.rank, "bytes": r.bytes, "lo": list(r.lo), "hi": list(r.hi)}
@@ -215,7 +277,7 @@ class Client:
 
     def plan(self, name, attr, strategy=None):
         """{'strategy', 'explain'}: what a reshard would do, nothing moved."""
-        p = self._call(plan=pb.PlanRequest(name=name, attr=_attr_msg(attr),
+        p = self._call(plan=pb.PlanRequest(name=_check_name(name), attr=_attr_msg(attr),
                                            strategy=strategy or "")).plan
         return {"strategy": p.strategy, "explain": p.explain}
 
@@ -233,11 +295,16 @@ class Client:
         self._call(key, shutdown=pb.ShutdownRequest())
 
 
-def connect(rank=None, socket=None, tcp=None, token=None, job=None, timeout=60.0):
+def connect(rank=None, socket=None, tcp=None, token=None, job=None, timeout=60.0,
+            token_file=None):
     """Connects to a daemon: by Unix ``socket`` path, by ``tcp`` ("host:port" or (host, port))
-    with the job's ``token``, or by ``rank`` (default: this process's MPI rank from the
-    environment, else 0) and ``job`` (default $TSHARD_JOB or "default")."""
+    with the job's ``token`` (or the ``token_file`` holding it), or by ``rank`` (default: this
+    process's MPI rank from the environment, else 0) and ``job`` (default $TSHARD_JOB or
+    "default")."""
+    if token_file is not None:
+        token = read_token_file(token_file)
     if tcp is not None:
+        _check_token(token)
         host, port = tcp.rsplit(":", 1) if isinstance(tcp, str) else tcp
         s = _socket.create_connection((host, int(port)), timeout=timeout)
         s.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
