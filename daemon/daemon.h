@@ -132,6 +132,33 @@ typedef struct tsd_reply {
 
 typedef struct tsd_server tsd_server;
 
+/* catalog.c: the tensors' metadata for list and describe, published by the engine (see the top
+ * of catalog.c). */
+typedef struct tsd_catalog_entry {
+  char name[TS_NAME_MAX];
+  Tshard__DescribeResult *describe; /* unpacked by protobuf-c */
+} tsd_catalog_entry;
+typedef struct tsd_catalog {
+  pthread_mutex_t mu;
+  tsd_catalog_entry *v;
+  int n, cap;
+  char busy[2][TS_NAME_MAX];
+  int nbusy;
+  bool names_busy;
+} tsd_catalog;
+void tsd_catalog_init(tsd_catalog *c);
+void tsd_catalog_destroy(tsd_catalog *c);
+/* Engine: the names an operation may change are busy until tsd_catalog_end (names: the list of
+ * names too). */
+void tsd_catalog_begin(tsd_catalog *c, const char *name, const char *other, bool names);
+void tsd_catalog_end(tsd_catalog *c);
+/* Engine: sets a tensor's packed DescribeResult (packed NULL: removes the tensor). */
+int tsd_catalog_set(tsd_catalog *c, const char *name, const uint8_t *packed, size_t len);
+/* Answers a list or describe request into a new frame: 1 answered, 0 busy (only with
+ * wait_if_busy: the engine answers it after the operation), -1 no memory. */
+int tsd_catalog_answer(tsd_catalog *c, const Tshard__Request *req, bool wait_if_busy,
+                       uint8_t **frame, size_t *len);
+
 typedef struct tsd_shared {
   pthread_mutex_t mu;
   pthread_cond_t wake; /* engine waits here */
@@ -139,6 +166,7 @@ typedef struct tsd_shared {
   tsd_reply *reply_head, *reply_tail;
   bool loop_done;      /* the loop thread has closed everything */
   tsd_server *server;
+  tsd_catalog catalog; /* its own mutex */
 } tsd_shared;
 
 void tsd_shared_init(tsd_shared *sh);

@@ -29,6 +29,7 @@ void tsd_shared_init(tsd_shared *sh) {
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&sh->wake, &ca);
   pthread_condattr_destroy(&ca);
+  tsd_catalog_init(&sh->catalog);
 }
 
 void tsd_shared_destroy(tsd_shared *sh) {
@@ -46,6 +47,7 @@ void tsd_shared_destroy(tsd_shared *sh) {
   }
   pthread_mutex_destroy(&sh->mu);
   pthread_cond_destroy(&sh->wake);
+  tsd_catalog_destroy(&sh->catalog);
 }
 
 void tsd_push_work(tsd_shared *sh, tsd_work *w) {

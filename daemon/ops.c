@@ -15,49 +15,27 @@ static const char *tag_of(const Tshard__Layout *l) { return l && l->tag ? l->tag
 /* ---------------------------------------------------------------------------------------------
  * Local operations */
 
-static void op_list(tsd_engine *e, tsd_work *w) {
-  Tshard__Response r = TSHARD__RESPONSE__INIT;
-  Tshard__ListResult lr = TSHARD__LIST_RESULT__INIT;
-  r.id = w->req->id;
-  r.result_case = TSHARD__RESPONSE__RESULT_LIST;
-  r.list = &lr;
-  lr.n_names = (size_t)e->nnames;
-  lr.names = e->names;
-  tsd_reply_response(e, w->conn_id, &r);
-}
-
-static void op_describe(tsd_engine *e, tsd_work *w) {
-  const char *name = w->req->describe->name;
-  ts_stored *t = ts_store_find(e->store, name);
-  ts_error err;
-  if (!t) {
-    ts_error_set(&err, TS_NOT_FOUND, "no tensor named '%s'", name);
-    tsd_reply_status(e, w->conn_id, w->req->id, err.code, err.msg);
-    return;
-  }
-  Tshard__Response r = TSHARD__RESPONSE__INIT;
+/* The DescribeResult of a stored tensor, packed into a malloc'd buffer for the catalog. */
+static int describe_pack(tsd_engine *e, const ts_stored *t, uint8_t **out, size_t *len,
+                         ts_error *err) {
   Tshard__DescribeResult d = TSHARD__DESCRIBE_RESULT__INIT;
   Tshard__DistAttr am;
   Tshard__Layout lay = TSHARD__LAYOUT__INIT;
   Tshard__RankBytes *rb = calloc((size_t)e->size, sizeof *rb);
   Tshard__RankBytes **rbp = calloc((size_t)e->size, sizeof *rbp);
   int64_t *boxes = calloc((size_t)e->size * 2 * TS_MAX_DIMS, sizeof *boxes);
-  int rc = (rb && rbp && boxes) ? tsd_attr_to_msg(t->attr, &am, &err)
-                                : ts_error_set(&err, TS_NO_MEMORY, "no memory to describe");
+  int rc = (rb && rbp && boxes) ? tsd_attr_to_msg(t->attr, &am, err)
+                                : ts_error_set(err, TS_NO_MEMORY, "no memory to describe");
   if (rc) {
     free(rb), free(rbp), free(boxes);
-    tsd_reply_status(e, w->conn_id, w->req->id, rc, err.msg);
-    return;
+    return rc;
   }
-  r.id = w->req->id;
-  r.result_case = TSHARD__RESPONSE__RESULT_DESCRIBE;
-  r.describe = &d;
-  d.name = t->name;
+  d.name = (char *)t->name;
   d.dtype = (char *)ts_dtype_name(t->dtype);
   d.n_shape = (size_t)t->ndim;
-  d.shape = t->shape;
+  d.shape = (int64_t *)t->shape;
   d.attr = &am;
-  lay.tag = t->layout_tag;
+  lay.tag = (char *)t->layout_tag;
   d.layout = &lay;
   for (int rank = 0; rank < e->size; rank++) {
     ts_box box;
@@ -84,9 +62,44 @@ static void op_describe(tsd_engine *e, tsd_work *w) {
     rbp[d.n_ranks++] = x;
   }
   d.ranks = rbp;
-  tsd_reply_response(e, w->conn_id, &r);
+  *len = tshard__describe_result__get_packed_size(&d);
+  *out = malloc(*len ? *len : 1);
+  if (*out)
+    tshard__describe_result__pack(&d, *out);
+  else
+    rc = ts_error_set(err, TS_NO_MEMORY, "no memory to describe");
   tsd_attr_msg_clear(&am);
   free(rb), free(rbp), free(boxes);
+  return rc;
+}
+
+/* Publishes the metadata of `name` as the store now has it (or its absence). */
+static void catalog_refresh(tsd_engine *e, const char *name) {
+  if (!name || !name[0])
+    return;
+  const ts_stored *t = ts_store_find(e->store, name);
+  uint8_t *packed = NULL;
+  size_t len = 0;
+  ts_error err;
+  int rc = t ? describe_pack(e, t, &packed, &len, &err) : TS_OK;
+  if (rc == TS_OK)
+    rc = tsd_catalog_set(&e->sh->catalog, name, packed, len);
+  if (rc) /* list and describe then miss it or show it as it was; the tensor itself is fine */
+    TSD_LOG(TSD_LOG_ERROR, "cannot publish the metadata of '%s': %s", name, ts_strerror(rc));
+  free(packed);
+}
+
+/* List and describe are answered from the catalog by the loop thread; these answer the ones it
+ * left to the engine (busy names, or a connection with requests here), after what came before. */
+static void op_catalog(tsd_engine *e, tsd_work *w) {
+  uint8_t *frame;
+  size_t len;
+  if (tsd_catalog_answer(&e->sh->catalog, w->req, false, &frame, &len) == 1) {
+    e->ops_answered++;
+    tsd_push_reply(e->sh, w->conn_id, frame, len);
+  } else {
+    tsd_reply_status(e, w->conn_id, w->req->id, TS_NO_MEMORY, "no memory for the answer");
+  }
 }
 
 static int parse_strategy(const char *s, ts_strategy *out, ts_error *err) {
@@ -167,7 +180,7 @@ static const struct {
 } local_ops[] = {
     {TSHARD__REQUEST__OP_PUT, op_put},       {TSHARD__REQUEST__OP_PUT_SLICE, op_put_slice},
     {TSHARD__REQUEST__OP_GET, op_get},       {TSHARD__REQUEST__OP_GET_SLICE, op_get_slice},
-    {TSHARD__REQUEST__OP_LIST, op_list},     {TSHARD__REQUEST__OP_DESCRIBE, op_describe},
+    {TSHARD__REQUEST__OP_LIST, op_catalog},  {TSHARD__REQUEST__OP_DESCRIBE, op_catalog},
     {TSHARD__REQUEST__OP_PLAN, op_plan},     {TSHARD__REQUEST__OP_STATS, op_stats},
 };
 
@@ -460,11 +473,42 @@ static const struct {
     {TSHARD__REQUEST__OP_DROP, run_drop},       {TSHARD__REQUEST__OP_SHUTDOWN, run_shutdown},
 };
 
+/* The names an operation may change, and whether it may change the list of names. */
+static bool changes_metadata(const Tshard__Request *r, const char **name, const char **other,
+                             bool *names) {
+  *name = *other = NULL;
+  *names = false;
+  switch (r->op_case) {
+  case TSHARD__REQUEST__OP_CREATE:
+    *name = r->create->name, *names = true;
+    return true;
+  case TSHARD__REQUEST__OP_DROP:
+    *name = r->drop->name, *names = true;
+    return true;
+  case TSHARD__REQUEST__OP_RESHARD:
+    *name = r->reshard->name, *other = r->reshard->keep_source_as;
+    *names = (*other)[0] != '\0';
+    return true;
+  default:
+    return false;
+  }
+}
+
 int tsd_run_collective(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
                        ts_error *err) {
   for (size_t i = 0; i < sizeof collective_ops / sizeof collective_ops[0]; i++)
-    if (collective_ops[i].kind == op->req->op_case)
-      return collective_ops[i].run(e, op, origin, err);
+    if (collective_ops[i].kind == op->req->op_case) {
+      const char *name, *other;
+      bool names;
+      if (!changes_metadata(op->req, &name, &other, &names))
+        return collective_ops[i].run(e, op, origin, err);
+      tsd_catalog_begin(&e->sh->catalog, name, other, names);
+      int rc = collective_ops[i].run(e, op, origin, err);
+      catalog_refresh(e, name);
+      catalog_refresh(e, other);
+      tsd_catalog_end(&e->sh->catalog);
+      return rc;
+    }
   /* Rank 0 only orders validated operations; every rank refuses the same way. */
   return ts_error_set(err, TS_UNSUPPORTED, "operation %s is not collective",
                       tsd_op_name(op->req->op_case));

@@ -3,7 +3,8 @@
  *
  * Per connection: read the 4-byte length, check it against the maximum frame, then read exactly
  * that many bytes into a buffer allocated for it; decode and validate the Request; answer ping
- * and refusals here, hand everything else to the engine, and stop reading from a connection
+ * and refusals here, answer list and describe from the engine's catalog (catalog.c), hand
+ * everything else to the engine, and stop reading from a connection
  * while TSD_MAX_INFLIGHT of its requests are with the engine (two: a client may send the next
  * chunk while the engine stores the previous one; the bound caps what a client can make the
  * daemon hold). The engine answers a connection's requests in order; refusals and pings from
@@ -234,6 +235,16 @@ static void process_frame(conn *c) {
     reply_ping(c, req);
     tsd_request_free(&req);
     return;
+  }
+  if ((req->op_case == TSHARD__REQUEST__OP_LIST || req->op_case == TSHARD__REQUEST__OP_DESCRIBE) &&
+      c->inflight == 0) { /* from the engine's catalog, unless it is changing those names */
+    uint8_t *frame;
+    size_t flen;
+    if (tsd_catalog_answer(&s->sh->catalog, req, true, &frame, &flen) == 1) {
+      conn_write(c, frame, flen);
+      tsd_request_free(&req);
+      return;
+    }
   }
   tsd_work *w = calloc(1, sizeof *w);
   if (!w) {

@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -73,6 +74,9 @@ static bool read_full(int fd, void *buf, size_t n, int timeout_ms) {
   return true;
 }
 
+/* The message of the last answer read_answer read. */
+static char last_msg[1024];
+
 /* Reads one answer; returns its status, or -1 when none came (closed or timeout). */
 static int read_answer(int fd) {
   uint8_t h[4];
@@ -86,6 +90,7 @@ static int read_answer(int fd) {
     Tshard__Response *r = tshard__response__unpack(NULL, len, body);
     if (r) {
       status = r->status;
+      snprintf(last_msg, sizeof last_msg, "%s", r->message);
       tshard__response__free_unpacked(r, NULL);
     }
   }
@@ -121,6 +126,38 @@ static void send_request(int fd, Tshard__Request *req) {
   free(b);
 }
 
+/* Sends req with the bytes of `from` in its encoding replaced by `to` (same length): how a
+ * string with a NUL byte gets on the wire, since protobuf-c packs C strings. */
+static void send_patched(int fd, Tshard__Request *req, const char *from, const char *to,
+                         size_t n) {
+  size_t len = tshard__request__get_packed_size(req);
+  uint8_t *b = malloc(len + 1);
+  tshard__request__pack(req, b);
+  uint8_t *at = memmem(b, len, from, n);
+  TSE_CHECK(at != NULL, "'%s' not in the encoding", from);
+  if (at)
+    memcpy(at, to, n);
+  send_frame(fd, b, (uint32_t)len);
+  free(b);
+}
+
+/* Reads until the daemon closes the connection (true) or deadline_ms passed (false); counts the
+ * answers and keeps the status of the last one. */
+static bool closed_within(int fd, int deadline_ms, int *last_status) {
+  for (;;) {
+    struct pollfd pfd = {fd, POLLIN, 0};
+    if (poll(&pfd, 1, deadline_ms) <= 0)
+      return false;
+    uint8_t peek;
+    ssize_t k = recv(fd, &peek, 1, MSG_PEEK);
+    if (k <= 0)
+      return k == 0;
+    *last_status = read_answer(fd);
+    if (*last_status < 0)
+      return true; /* the answer was cut by the close */
+  }
+}
+
 static int ping_status(int fd) {
   Tshard__Request req = TSHARD__REQUEST__INIT;
   Tshard__PingRequest p = TSHARD__PING_REQUEST__INIT;
@@ -131,6 +168,9 @@ static int ping_status(int fd) {
   return read_answer(fd);
 }
 
+/* The message of the answer expect() checked. */
+static char expect_msg[1024];
+
 /* One request on a fresh connection; checks the status and that the connection still serves. */
 static void expect(const char *what, Tshard__Request *req, int want) {
   int fd = raw_connect(0);
@@ -138,6 +178,7 @@ static void expect(const char *what, Tshard__Request *req, int want) {
     return;
   send_request(fd, req);
   int got = read_answer(fd);
+  snprintf(expect_msg, sizeof expect_msg, "%s", last_msg);
   TSE_CHECK(got == want, "%s: status %s, expected %s", what, ts_status_name(got),
             ts_status_name(want));
   TSE_CHECK(ping_status(fd) == TS_OK, "%s: the connection does not serve after the refusal",
@@ -273,6 +314,7 @@ int main(void) {
   FILE *tf = fopen(token_path, "w");
   fprintf(tf, "s3cret-token-for-tests\n");
   fclose(tf);
+  chmod(token_path, 0600); /* the daemon refuses a token file that others may read */
   /* A port pair picked from the pid; another one if something else holds it. */
   int started = -1;
   for (int attempt = 0; attempt < 3 && started != 0; attempt++) {
@@ -280,7 +322,7 @@ int main(void) {
     char listen_url[64];
     snprintf(listen_url, sizeof listen_url, "tcp://127.0.0.1:%d", tcp_port);
     const char *extra[] = {"--memory-limit", "1M", "--listen", listen_url, "--token-file",
-                           token_path, "--max-frame", "64K", NULL};
+                           token_path, "--max-frame", "64K", "--frame-timeout", "3s", NULL};
     started = tse_start(&job, 2, extra, 120);
   }
   if (started != 0) {
@@ -413,6 +455,102 @@ int main(void) {
     TSE_OK(c0, tshard_drop(c0, "msgform", NULL));
   }
 
+  /* Names: UTF-8 without control characters; a NUL inside a string on the wire is refused, not
+   * cut (protobuf-c would make "keep\0evil" into "keep"). */
+  create_case("name of invalid UTF-8", "bad\xff", "f32", 2, shape, &a_ok, "",
+              TS_INVALID_ARGUMENT);
+  create_case("name with an overlong UTF-8 form", "bad\xc0\xaf", "f32", 2, shape, &a_ok, "",
+              TS_INVALID_ARGUMENT);
+  create_case("name with a C1 control character", "bad\xc2\x85", "f32", 2, shape, &a_ok, "",
+              TS_INVALID_ARGUMENT);
+  create_case("name with a tab", "bad\tname", "f32", 2, shape, &a_ok, "", TS_INVALID_ARGUMENT);
+  create_case("name of UTF-8 letters", "gr\xc3\xb6\xc3\x9f" "e_\xe5\x90\x8d", "f32", 2, shape,
+              &a_ok, "", TS_OK);
+  {
+    Tshard__Request req = TSHARD__REQUEST__INIT;
+    Tshard__DropRequest d = TSHARD__DROP_REQUEST__INIT;
+    d.name = "gr\xc3\xb6\xc3\x9f" "e_\xe5\x90\x8d";
+    req.op_case = TSHARD__REQUEST__OP_DROP;
+    req.drop = &d;
+    expect("drop of the UTF-8 name", &req, TS_OK);
+  }
+  {
+    int fd = raw_connect(0);
+    Tshard__Request req = TSHARD__REQUEST__INIT;
+    Tshard__CreateRequest c = TSHARD__CREATE_REQUEST__INIT;
+    c.name = "keep#evil";
+    c.dtype = "f32";
+    c.n_shape = 2;
+    c.shape = shape;
+    c.attr = &a_ok;
+    req.op_case = TSHARD__REQUEST__OP_CREATE;
+    req.create = &c;
+    req.id = 41;
+    send_patched(fd, &req, "keep#evil", "keep\0evil", 9);
+    TSE_CHECK(read_answer(fd) == TS_INVALID_ARGUMENT && strstr(last_msg, "NUL"),
+              "create of 'keep\\0evil' answered '%s'", last_msg);
+    /* A put to "keep\0evil" must not reach "keep" (check_keep at the end compares it). */
+    Tshard__PutRequest p = TSHARD__PUT_REQUEST__INIT;
+    uint8_t zeros[480] = {0};
+    p.name = "keep#evil";
+    p.total_bytes = sizeof zeros;
+    p.data.len = sizeof zeros;
+    p.data.data = zeros;
+    req.op_case = TSHARD__REQUEST__OP_PUT;
+    req.put = &p;
+    req.id = 42;
+    send_patched(fd, &req, "keep#evil", "keep\0evil", 9);
+    TSE_CHECK(read_answer(fd) == TS_INVALID_ARGUMENT, "put to 'keep\\0evil' not refused");
+    /* Any string of the request: an idempotency key of invalid UTF-8. */
+    Tshard__DropRequest d = TSHARD__DROP_REQUEST__INIT;
+    d.name = "nope";
+    req.op_case = TSHARD__REQUEST__OP_DROP;
+    req.drop = &d;
+    req.idempotency_key = "key\xfe";
+    send_request(fd, &req);
+    TSE_CHECK(read_answer(fd) == TS_INVALID_ARGUMENT && strstr(last_msg, "idempotency_key"),
+              "key of invalid UTF-8 answered '%s'", last_msg);
+    TSE_CHECK(ping_status(fd) == TS_OK, "the connection does not serve after refused strings");
+    close(fd);
+  }
+  /* The clients check names before sending. */
+  {
+    TSE_CHECK(tshard_create(c0, "bad\xff", "f32", 2, shape, "mesh=[2] placements=[S(0)]", NULL,
+                            NULL) == TS_INVALID_ARGUMENT,
+              "the C client sent a name of invalid UTF-8");
+    TSE_CHECK(tshard_drop(c0, "__tshard.x", NULL) == TS_INVALID_ARGUMENT,
+              "the C client sent a reserved name");
+    char **names = NULL;
+    int count = 0;
+    TSE_OK(c0, tshard_list(c0, &names, &count));
+    TSE_CHECK(count == 1 && strcmp(names[0], "keep") == 0, "list after refused names: %d names",
+              count);
+    tshard_free_names(names, count);
+  }
+  /* A dim's splits come once, in either form of the attribute; the message names the dim. */
+  {
+    Tshard__DistAttr dup_text = text_attr("mesh=[2] placements=[S(0)] splits={0:[2,2],0:[1,3]}");
+    create_case("splits of one dim twice (text)", "x", "f32", 2, shape, &dup_text, "", TS_PARSE);
+    TSE_CHECK(strstr(expect_msg, "dim 0"), "duplicate text splits answered '%s'", expect_msg);
+    int64_t mesh[1] = {2}, s1[2] = {2, 2}, s2[2] = {1, 3};
+    Tshard__Placement p = TSHARD__PLACEMENT__INIT, *pp[1] = {&p};
+    Tshard__DimSplit a = TSHARD__DIM_SPLIT__INIT, b = TSHARD__DIM_SPLIT__INIT, *sp[2] = {&a, &b};
+    Tshard__DistAttr m = TSHARD__DIST_ATTR__INIT;
+    p.kind = TSHARD__PLACEMENT_KIND__SHARD;
+    a.n_sizes = b.n_sizes = 2;
+    a.sizes = s1;
+    b.sizes = s2;
+    m.n_mesh_shape = 1;
+    m.mesh_shape = mesh;
+    m.n_placements = 1;
+    m.placements = pp;
+    m.n_splits = 2;
+    m.splits = sp;
+    create_case("splits of one dim twice (message)", "x", "f32", 2, shape, &m, "",
+                TS_BAD_ATTRIBUTE);
+    TSE_CHECK(strstr(expect_msg, "dim 0"), "duplicate message splits answered '%s'", expect_msg);
+  }
+
   /* Byte counts and chunks. */
   put_case("put of the wrong size", "keep", 0, 100, 100, TS_BAD_SHAPE);
   put_case("chunk past the total", "keep", 400, 480, 100, TS_OUT_OF_BOUNDS);
@@ -480,6 +618,8 @@ int main(void) {
     req.op_case = TSHARD__REQUEST__OP_RESHARD;
     req.reshard = &q;
     expect("unknown strategy", &req, TS_BAD_STRATEGY);
+    TSE_CHECK(strstr(expect_msg, "'fast'") && strstr(expect_msg, "allgather"),
+              "unknown strategy answered '%s'", expect_msg);
     q.strategy = "allreduce";
     expect("strategy that does not apply", &req, TS_BAD_STRATEGY);
     q.strategy = "";
@@ -556,7 +696,9 @@ int main(void) {
     close(fd); /* mid-operation */
   }
   /* Many clients announcing maximum frames and sending them slowly: the daemon holds at most 8
-   * maximum frames (--max-frame 64K here) and refuses the next one; all is freed at the close. */
+   * maximum frames (--max-frame 64K here) and refuses the next one. Small frames are each
+   * connection's own share: a ping still gets through while the budget is full. The half-sent
+   * frames are closed after --frame-timeout (3 s here) with TIMEOUT, freeing everything. */
   {
     int fds[9];
     uint8_t h[4] = {0x00, 0x00, 0x01, 0x00}; /* exactly 64 KiB */
@@ -576,12 +718,77 @@ int main(void) {
           refused = i;
     TSE_CHECK(refused >= 0 && read_answer(fds[refused]) == TS_LIMIT,
               "none of 9 slow maximum frames was refused");
-    for (int i = 0; i < 9; i++)
+    int pfd = raw_connect(0);
+    TSE_CHECK(pfd >= 0 && ping_status(pfd) == TS_OK,
+              "a ping is refused while large frames fill the budget");
+    if (pfd >= 0)
+      close(pfd);
+    int timed_out = 0;
+    for (int i = 0; i < 9; i++) {
+      int last = -1;
+      if (i != refused && closed_within(fds[i], 60000, &last) && last == TS_TIMEOUT)
+        timed_out++;
       close(fds[i]);
+    }
+    TSE_CHECK(timed_out == 8, "%d of 8 half-sent frames were closed with TIMEOUT", timed_out);
     tshard_client *t = NULL;
     TSE_CHECK(tshard_connect_path(tse_socket_path_str(&job, 0), 10000, &t) == TS_OK,
               "the daemon does not serve after the slow frames");
     tshard_close(&t);
+  }
+  /* TCP connections without the token: a frame larger than a ping is refused before anything is
+   * allocated for it, so 9 of them announcing maximum frames hold nothing: a Unix ping and an
+   * authenticated TCP put of large frames still work. A TCP connection that says nothing is
+   * closed after --frame-timeout. */
+  {
+    int fds[9];
+    uint8_t h[4] = {0x00, 0x00, 0x01, 0x00};
+    for (int i = 0; i < 9; i++) {
+      fds[i] = tcp_connect(0);
+      if (fds[i] >= 0)
+        send_bytes(fds[i], h, 4);
+    }
+    int quiet = tcp_connect(0);
+    int pfd = raw_connect(0);
+    TSE_CHECK(pfd >= 0 && ping_status(pfd) == TS_OK,
+              "a Unix ping is refused while unauthenticated TCP frames are announced");
+    if (pfd >= 0)
+      close(pfd);
+    tshard_client *t = NULL;
+    int rc = tshard_connect_tcp("127.0.0.1", tcp_port, "s3cret-token-for-tests", 20000, &t);
+    TSE_CHECK(rc == TS_OK, "TCP connect with the token gave %s", tshard_status_name(rc));
+    if (t) {
+      int64_t n[1] = {16384};
+      tshard_set_chunk(t, 30000); /* frames of ~30 KB: above the small-frame share */
+      TSE_OK(t, tshard_create(t, "big_frames", "f32", 1, n, "mesh=[2] placements=[S(0)]", NULL,
+                              NULL));
+      float *v = malloc(sizeof(float) * 16384), *back = malloc(sizeof(float) * 16384);
+      int64_t lo[1] = {0};
+      tse_fill_box("f32", 9, 1, n, lo, n, v);
+      TSE_OK(t, tshard_put(t, "big_frames", v, sizeof(float) * 16384, NULL));
+      TSE_OK(t, tshard_get(t, "big_frames", back, sizeof(float) * 16384));
+      tse_compare_box("big_frames over TCP", "f32", 9, 1, n, lo, n, back);
+      TSE_OK(t, tshard_drop(t, "big_frames", NULL));
+      free(v);
+      free(back);
+      tshard_close(&t);
+    }
+    for (int i = 0; i < 9; i++) {
+      if (fds[i] < 0)
+        continue;
+      int last = -1;
+      TSE_CHECK(closed_within(fds[i], 20000, &last) && last == TS_AUTH,
+                "an unauthenticated maximum frame was not refused with AUTH (%s)",
+                ts_status_name(last));
+      close(fds[i]);
+    }
+    if (quiet >= 0) {
+      int last = -1;
+      TSE_CHECK(closed_within(quiet, 60000, &last) && last == TS_TIMEOUT,
+                "a TCP connection without a token was not closed after the timeout (%s)",
+                ts_status_name(last));
+      close(quiet);
+    }
   }
   /* The client's timeout: a fake daemon that answers the connect's ping, then never again. */
   {
