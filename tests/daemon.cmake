@@ -40,6 +40,14 @@ if(TARGET tshardd AND TARGET tshard)
   target_link_libraries(tshard-bench-rpc PRIVATE tse_harness tsshard)
   add_dependencies(tshard-bench-rpc tshardd)
 
+  # Startup refusals (token files, --staging) and list/describe during a long reshard.
+  tshard_e2e_test(test_e2e_harden)
+  target_link_libraries(test_e2e_harden PRIVATE tsproto)
+  target_compile_definitions(test_e2e_harden PRIVATE TSE_DAEMON_PATH="$<TARGET_FILE:tshardd>")
+  add_test(NAME test_e2e_harden COMMAND test_e2e_harden)
+  set_tests_properties(test_e2e_harden PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_MPI_TEST_ENV}")
+
   tshard_e2e_test(test_e2e_concurrency)
   add_test(NAME test_e2e_concurrency COMMAND test_e2e_concurrency)
   set_tests_properties(test_e2e_concurrency PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}

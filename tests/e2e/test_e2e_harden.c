@@ -1,0 +1,318 @@
+/* test_e2e_harden.c - settings refused at startup, and list/describe that do not wait behind a
+ * long reshard.
+ *
+ * Startup: tshardd run directly (the flags are checked before MPI starts) with a token file of
+ * 300 characters, a token file of mode 0644 and --staging 2G must exit with status 2 and a
+ * message saying what is wrong; a valid token file (mode 0600) passes the same check.
+ * Then 2 daemons: a 64 MiB tensor is resharded (S(0) -> S(1)) on one connection while another
+ * connection describes a small tensor and lists the names again and again: at least 3 of those
+ * answers must arrive before the reshard's answer (they used to queue behind it on the engine),
+ * each must match what was created, and afterwards describe shows the new attribute with the
+ * boxes the reference computes. Ordering is asserted, never wall time. */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "tshard.pb-c.h"
+
+/* Runs tshardd with args (no mpirun); returns its exit status, its stderr in out. */
+static int run_daemon(const char *const *args, char *out, size_t cap) {
+  int pipefd[2];
+  if (pipe(pipefd) != 0)
+    return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pipefd[1], 2);
+    dup2(pipefd[1], 1);
+    close(pipefd[0]);
+    close(pipefd[1]);
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = TSE_DAEMON_PATH;
+    for (int i = 0; args[i] && n < 31; i++)
+      argv[n++] = args[i];
+    argv[n] = NULL;
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  close(pipefd[1]);
+  size_t have = 0;
+  out[0] = '\0';
+  for (;;) { /* bounded: 60 s without output ends it */
+    struct pollfd p = {pipefd[0], POLLIN, 0};
+    if (poll(&p, 1, 60000) <= 0) {
+      kill(pid, SIGKILL);
+      break;
+    }
+    ssize_t k = read(pipefd[0], out + have, cap - 1 - have);
+    if (k <= 0)
+      break;
+    have += (size_t)k;
+    out[have] = '\0';
+    if (have == cap - 1)
+      break;
+  }
+  close(pipefd[0]);
+  int status = 0;
+  for (int i = 0; i < 600 && waitpid(pid, &status, WNOHANG) == 0; i++)
+    poll(NULL, 0, 100);
+  if (waitpid(pid, &status, WNOHANG) == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void write_file(const char *path, const char *text, mode_t mode) {
+  FILE *f = fopen(path, "w");
+  TSE_CHECK(f != NULL, "cannot write %s", path);
+  if (f) {
+    fputs(text, f);
+    fclose(f);
+  }
+  chmod(path, mode);
+}
+
+static void refused_at_startup(const char *what, const char *const *args, const char *expect) {
+  char out[4096];
+  int code = run_daemon(args, out, sizeof out);
+  TSE_CHECK(code == 2 && strstr(out, expect), "%s: exit %d, output '%s' (expected '%s')", what,
+            code, out, expect);
+}
+
+static void startup_checks(void) {
+  char dir[] = "/tmp/tse-harden-XXXXXX";
+  if (!mkdtemp(dir)) {
+    TSE_CHECK(0, "mkdtemp: %s", strerror(errno));
+    return;
+  }
+  char longtok[400], loose[400], good[400];
+  snprintf(longtok, sizeof longtok, "%s/long", dir);
+  snprintf(loose, sizeof loose, "%s/loose", dir);
+  snprintf(good, sizeof good, "%s/good", dir);
+  char text[302];
+  memset(text, 'k', 300);
+  text[300] = '\n';
+  text[301] = '\0';
+  write_file(longtok, text, 0600);
+  write_file(loose, "a-good-token-but-readable\n", 0644);
+  write_file(good, "a-good-token-0600\n", 0600);
+  const char *a1[] = {"--listen", "tcp://127.0.0.1:1", "--token-file", longtok, NULL};
+  refused_at_startup("token of 300 characters", a1, "tokens have 8 to 255");
+  const char *a2[] = {"--listen", "tcp://127.0.0.1:1", "--token-file", loose, NULL};
+  refused_at_startup("token file of mode 0644", a2, "chmod 600");
+  const char *a3[] = {"--staging", "2G", NULL};
+  refused_at_startup("--staging 2G", a3, "--staging 2G");
+  const char *a4[] = {"--frame-timeout", "1h2m", NULL};
+  refused_at_startup("--frame-timeout of a bad duration", a4, "--frame-timeout");
+  /* The same reader accepts a private token file: --help after it proves the parse went on. */
+  const char *a5[] = {"--listen", "tcp://127.0.0.1:1", "--token-file", good, "--staging", "1G",
+                      "--help", NULL};
+  char out[4096];
+  int code = run_daemon(a5, out, sizeof out);
+  TSE_CHECK(code == 0 && strstr(out, "--frame-timeout"), "valid flags: exit %d, '%s'", code, out);
+  unlink(longtok);
+  unlink(loose);
+  unlink(good);
+  rmdir(dir);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Raw frames, to keep a reshard in flight on one connection while another asks. */
+
+static int raw_connect(const tse_job *j, int rank) {
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sun_family = AF_UNIX;
+  tse_socket_path(j, rank, sa.sun_path, sizeof sa.sun_path);
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
+    return fd;
+  TSE_CHECK(0, "connect to rank %d: %s", rank, strerror(errno));
+  if (fd >= 0)
+    close(fd);
+  return -1;
+}
+
+static bool read_full(int fd, void *buf, size_t n, int timeout_ms) {
+  uint8_t *p = buf;
+  while (n > 0) {
+    struct pollfd pfd = {fd, POLLIN, 0};
+    if (poll(&pfd, 1, timeout_ms) <= 0)
+      return false;
+    ssize_t k = recv(fd, p, n, 0);
+    if (k <= 0)
+      return false;
+    p += k;
+    n -= (size_t)k;
+  }
+  return true;
+}
+
+static void send_request(int fd, Tshard__Request *req) {
+  size_t n = tshard__request__get_packed_size(req);
+  uint8_t *b = malloc(n + 4);
+  b[0] = (uint8_t)n, b[1] = (uint8_t)(n >> 8), b[2] = (uint8_t)(n >> 16), b[3] = (uint8_t)(n >> 24);
+  tshard__request__pack(req, b + 4);
+  TSE_CHECK(send(fd, b, n + 4, MSG_NOSIGNAL) == (ssize_t)(n + 4), "send");
+  free(b);
+}
+
+/* One answer (NULL when none came within 120 s); free with tshard__response__free_unpacked. */
+static Tshard__Response *read_response(int fd) {
+  uint8_t h[4];
+  if (!read_full(fd, h, 4, 120000))
+    return NULL;
+  uint32_t len = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
+                 (uint32_t)h[3] << 24;
+  uint8_t *body = malloc(len ? len : 1);
+  Tshard__Response *r = read_full(fd, body, len, 120000)
+                            ? tshard__response__unpack(NULL, len, body)
+                            : NULL;
+  free(body);
+  return r;
+}
+
+static bool readable_now(int fd) {
+  struct pollfd pfd = {fd, POLLIN, 0};
+  return poll(&pfd, 1, 0) > 0;
+}
+
+static void catalog_checks(void) {
+  tse_job job;
+  if (tse_start(&job, 2, NULL, 120) != 0) {
+    TSE_CHECK(0, "daemons did not start");
+    return;
+  }
+  tshard_client *c0 = tse_connect(&job, 0);
+  int64_t small[2] = {6, 4}, big[2] = {4096, 4096};
+  TSE_OK(c0, tshard_create(c0, "small", "i32", 2, small, "mesh=[2] placements=[S(0)]", NULL,
+                           NULL));
+  TSE_OK(c0, tshard_create(c0, "big", "f32", 2, big, "mesh=[2] placements=[S(0)]", NULL, NULL));
+  int a = raw_connect(&job, 0), b = raw_connect(&job, 0);
+  if (a < 0 || b < 0)
+    goto out;
+  {
+    Tshard__Request req = TSHARD__REQUEST__INIT;
+    Tshard__ReshardRequest q = TSHARD__RESHARD_REQUEST__INIT;
+    Tshard__DistAttr at = TSHARD__DIST_ATTR__INIT;
+    at.text = "mesh=[2] placements=[S(1)]";
+    q.name = "big";
+    q.attr = &at;
+    req.id = 1000;
+    req.op_case = TSHARD__REQUEST__OP_RESHARD;
+    req.reshard = &q;
+    send_request(a, &req);
+  }
+  int before = 0, bad = 0;
+  for (uint64_t id = 1; id < 100000 && !readable_now(a); id++) {
+    Tshard__Request req = TSHARD__REQUEST__INIT;
+    Tshard__DescribeRequest d = TSHARD__DESCRIBE_REQUEST__INIT;
+    Tshard__ListRequest l = TSHARD__LIST_REQUEST__INIT;
+    req.id = id;
+    if (id % 2) {
+      d.name = "small";
+      req.op_case = TSHARD__REQUEST__OP_DESCRIBE;
+      req.describe = &d;
+    } else {
+      req.op_case = TSHARD__REQUEST__OP_LIST;
+      req.list = &l;
+    }
+    send_request(b, &req);
+    Tshard__Response *r = read_response(b);
+    if (!r) {
+      TSE_CHECK(0, "no answer to request %llu", (unsigned long long)id);
+      break;
+    }
+    bool ok = r->id == id && r->status == 0;
+    if (ok && id % 2)
+      ok = r->result_case == TSHARD__RESPONSE__RESULT_DESCRIBE &&
+           strcmp(r->describe->name, "small") == 0 && strcmp(r->describe->dtype, "i32") == 0 &&
+           r->describe->n_shape == 2 && r->describe->shape[0] == 6 &&
+           r->describe->shape[1] == 4 && r->describe->attr &&
+           strcmp(r->describe->attr->text, "mesh=[2]@0-1 placements=[S(0)]") == 0 &&
+           r->describe->n_ranks == 2 && r->describe->ranks[1]->lo[0] == 3 &&
+           r->describe->ranks[1]->bytes == 3 * 4 * 4;
+    else if (ok)
+      ok = r->result_case == TSHARD__RESPONSE__RESULT_LIST && r->list->n_names == 2;
+    bad += !ok;
+    /* Counted only when the reshard's answer had not come yet when this answer was read. */
+    if (!readable_now(a))
+      before++;
+    tshard__response__free_unpacked(r, NULL);
+  }
+  TSE_CHECK(bad == 0, "%d wrong answers to describe/list during the reshard", bad);
+  TSE_CHECK(before >= 3, "only %d describe/list answers came before the reshard's answer", before);
+  Tshard__Response *r = read_response(a);
+  TSE_CHECK(r && r->id == 1000 && r->status == 0, "reshard answered %d: %s", r ? r->status : -1,
+            r ? r->message : "nothing");
+  if (r)
+    tshard__response__free_unpacked(r, NULL);
+  printf("%d describe/list answers before the reshard's answer\n", before);
+  /* The catalog follows the reshard: the new attribute and boxes (columns split in halves). */
+  for (int rank = 0; rank < 2; rank++) {
+    tshard_client *c = tse_connect(&job, rank);
+    tshard_info info;
+    TSE_OK(c, tshard_describe(c, "big", &info));
+    TSE_CHECK(info.attr && strcmp(info.attr, "mesh=[2]@0-1 placements=[S(1)]") == 0,
+              "rank %d describes big as '%s'", rank, info.attr ? info.attr : "");
+    bool boxes = info.nranks == 2;
+    for (int i = 0; boxes && i < 2; i++)
+      boxes = info.ranks[i].lo[0] == 0 && info.ranks[i].hi[0] == 4096 &&
+              info.ranks[i].lo[1] == info.ranks[i].rank * 2048 &&
+              info.ranks[i].hi[1] == (info.ranks[i].rank + 1) * 2048 &&
+              info.ranks[i].bytes == 4096ull * 2048 * 4;
+    TSE_CHECK(boxes, "rank %d: boxes of big after the reshard are wrong", rank);
+    tshard_info_clear(&info);
+    tshard_close(&c);
+  }
+  /* A copy under a new name and a drop show in the list of every rank as soon as they answered. */
+  tshard_reshard_opts o = {NULL, "small_copy", NULL, NULL};
+  TSE_OK(c0, tshard_reshard(c0, "small", "mesh=[2] placements=[R]", &o));
+  TSE_OK(c0, tshard_drop(c0, "big", NULL));
+  for (int rank = 0; rank < 2; rank++) {
+    tshard_client *c = tse_connect(&job, rank);
+    char **names = NULL;
+    int n = 0;
+    TSE_OK(c, tshard_list(c, &names, &n));
+    bool has_copy = false, has_big = false;
+    for (int i = 0; i < n; i++) {
+      has_copy |= strcmp(names[i], "small_copy") == 0;
+      has_big |= strcmp(names[i], "big") == 0;
+    }
+    TSE_CHECK(n == 2 && has_copy && !has_big, "rank %d lists %d names after copy and drop",
+              rank, n);
+    tshard_free_names(names, n);
+    tshard_info info;
+    TSE_CHECK(tshard_describe(c, "big", &info) == TS_NOT_FOUND,
+              "rank %d describes a dropped tensor", rank);
+    TSE_OK(c, tshard_describe(c, "small_copy", &info));
+    TSE_CHECK(info.attr && strcmp(info.attr, "mesh=[2]@0-1 placements=[R]") == 0,
+              "rank %d describes small_copy as '%s'", rank, info.attr ? info.attr : "");
+    tshard_info_clear(&info);
+    tshard_close(&c);
+  }
+out:
+  if (a >= 0)
+    close(a);
+  if (b >= 0)
+    close(b);
+  tshard_close(&c0);
+  tse_stop(&job);
+}
+
+int main(void) {
+  startup_checks();
+  catalog_checks();
+  printf("%s: %d failures\n", tse_failures ? "FAIL" : "PASS", tse_failures);
+  return tse_failures ? 1 : 0;
+}
