@@ -162,6 +162,23 @@ with Daemons(bin_dir, n) as d:
         expect(ValueError, lambda: c.create("x", "complex", (2,), "mesh=[1] placements=[R]"),
                "unknown dtype")
 
+        # Names: the daemon's rules, checked before sending; a valid UTF-8 name works everywhere.
+        for bad, why in (("a\0b", "NUL"), ("tab\tname", "control character"),
+                         ("c1\x85", "C1 control character"), ("x" * 128, "128 bytes"),
+                         ("\u00e9" * 64, "128 bytes of UTF-8"), ("lone\ud800", "lone surrogate"),
+                         ("__tshard.x", "reserved prefix"), ("", "empty")):
+            expect(tshard.errors.InvalidArgumentError,
+                   lambda: c.create(bad, "f32", (2,), "mesh=[1] placements=[R]"),
+                   f"name with {why}")
+            expect(tshard.errors.InvalidArgumentError, lambda: c.describe(bad),
+                   f"describe of a name with {why}")
+        uname = "gr\u00f6\u00dfe_\u540d"
+        c.create(uname, "i32", (n,), f"mesh=[{n}] placements=[S(0)]")
+        c.put(uname, np.arange(n, dtype=np.int32))
+        check(np.array_equal(c.get(uname), np.arange(n, dtype=np.int32)) and uname in c.list(),
+              "a UTF-8 name is stored, listed and read back")
+        c.drop(uname)
+
         for name in ("w", "w2", "p", "p_rs", "b"):
             c.drop(name)
         check(c.list() == [], "everything dropped")
@@ -220,6 +237,28 @@ with daemons as d:
     expect(tshard.errors.AuthError,
            lambda: tshard.connect(tcp=f"127.0.0.1:{port}", token="wrong-token-123"),
            "a wrong token is refused")
+    with tshard.connect(tcp=("127.0.0.1", port), token_file=token_file) as c:
+        check(c.ping()["rank"] == 0, "connect with the token file")
+    # Token files: one that others may read, and one of 256 characters, are refused.
+    loose = os.path.join(tok_dir, "loose")
+    with open(loose, "w") as f:
+        f.write("s3cret-token-for-tests\n")
+    os.chmod(loose, 0o644)
+    e = expect(tshard.errors.AuthError,
+               lambda: tshard.connect(tcp=("127.0.0.1", port), token_file=loose),
+               "a token file of mode 0644")
+    check(e is not None and "chmod 600" in str(e), f"mode 0644 message: {e}")
+    longf = os.path.join(tok_dir, "long")
+    with open(longf, "w") as f:
+        f.write("k" * 256 + "\n")
+    os.chmod(longf, 0o600)
+    e = expect(tshard.errors.AuthError,
+               lambda: tshard.connect(tcp=("127.0.0.1", port), token_file=longf),
+               "a token file of 256 characters")
+    check(e is not None and "8 to 255" in str(e), f"long token message: {e}")
+    expect(tshard.errors.AuthError,
+           lambda: tshard.connect(tcp=("127.0.0.1", port), token="k" * 256),
+           "a token of 256 characters")
     check(d.stop() == 0, "TCP daemons exit 0")
 shutil.rmtree(tok_dir)
 
