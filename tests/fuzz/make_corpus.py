@@ -65,6 +65,13 @@ seeds = {
     "unknown_op": frame(field(1, 0, 3) + field(30, 2, b"")),
     "truncated": frame(request(11, create))[:-5],
     "oversize": struct.pack("<I", 0xFFFFFFF0) + b"\x08\x01",
+    # strings the daemon refuses on the wire: a NUL inside a name, invalid UTF-8, a duplicate split
+    "name_nul": frame(request(12, s(1, b"keep\x00evil") + field(3, 0, 4) + s(4, bytes(4)))),
+    "name_utf8": frame(request(17, s(1, b"bad\xff\xc0\xaf")) ) +
+    frame(request(19, s(1, "gr\u00f6\u00dfe"), key="k\u00e9")),
+    "dup_split": frame(request(11, s(1, "d") + s(2, "f32") + packed(3, [4]) + field(4, 2,
+        packed(1, [2]) + field(3, 2, field(2, 0, 0)) + field(4, 2, packed(2, [2, 2])) +
+        field(4, 2, packed(2, [1, 3]))))),
 }
 
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
