@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The tshard CLI against real daemons: put/get/get-slice through .npy files checked with numpy,
 create, reshard with a forced strategy, show NAME, describe/list/stats/ping with --json, drop,
-shutdown, and the exit codes of failures (1 with the daemon's message, 4 with no daemon).
+shutdown, and the exit codes of failures (1 with the daemon's message, 4 with no daemon, 2 for a
+token file others may read or one too long).
 
 usage: test_cli_daemon.py BUILD_BIN_DIR NRANKS"""
 import json
@@ -85,6 +86,22 @@ with Daemons(bin_dir, n) as d, tempfile.TemporaryDirectory() as tmp:
           f"progress bar on a terminal: {r.stdout!r}")
     r = cli("get", "big", out)
     check(r.returncode == 0 and "[#" not in r.stdout, f"no progress bar off a terminal: {r.stdout!r}")
+    # names by the daemon's rules, refused before anything is sent
+    r = cli("describe", "tab\tname")
+    check(r.returncode == 1 and "control character" in r.stderr, f"name with a tab: {r.stderr}")
+    # --token-file: the daemon's rules (private file, 8 to 255 characters), checked before connecting
+    loose = os.path.join(tmp, "loose-token")
+    with open(loose, "w") as f:
+        f.write("s3cret-token-for-tests\n")
+    os.chmod(loose, 0o644)
+    longf = os.path.join(tmp, "long-token")
+    with open(longf, "w") as f:
+        f.write("k" * 256)
+    os.chmod(longf, 0o600)
+    for path, want in ((loose, "chmod 600"), (longf, "8 to 255")):
+        r = subprocess.run([tshard_bin, "ping", "--tcp", "127.0.0.1:1", "--token-file", path],
+                           capture_output=True, text=True, timeout=60)
+        check(r.returncode == 2 and want in r.stderr, f"token file {path}: {r.returncode} {r.stderr}")
     for name in ("w", "z", "big"):
         check(cli("drop", name).returncode == 0, f"drop {name}")
     r = cli("shutdown")
