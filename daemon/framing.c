@@ -44,8 +44,8 @@ void tsd_request_free(Tshard__Request **req) {
   }
 }
 
-int tsd_response_frame(const Tshard__Response *resp, uint8_t **frame, size_t *len,
-                       ts_error *err) {
+static int pack_frame(const Tshard__Response *resp, uint8_t **frame, size_t *len,
+                      ts_error *err) {
   size_t n = tshard__response__get_packed_size(resp);
   if (n > UINT32_MAX)
     return ts_error_set(err, TS_LIMIT, "answer of %zu bytes does not fit a frame", n);
@@ -60,6 +60,25 @@ int tsd_response_frame(const Tshard__Response *resp, uint8_t **frame, size_t *le
   *frame = f;
   *len = n + TSD_FRAME_HEADER;
   return TS_OK;
+}
+
+int tsd_response_frame(const Tshard__Response *resp, uint8_t **frame, size_t *len,
+                       ts_error *err) {
+  /* A message cut at the size of ts_error may end inside a UTF-8 character; clients decode it as
+   * a protobuf string, so only its well-formed part is sent. */
+  Tshard__Response cut;
+  size_t mlen = resp->message ? strlen(resp->message) : 0;
+  size_t ok = mlen ? ts_utf8_valid_prefix(resp->message, mlen) : 0;
+  char *msg = NULL;
+  if (ok != mlen) {
+    msg = strndup(resp->message, ok);
+    cut = *resp;
+    cut.message = msg ? msg : "";
+    resp = &cut;
+  }
+  int rc = pack_frame(resp, frame, len, err);
+  free(msg);
+  return rc;
 }
 
 int tsd_error_frame(uint64_t id, int status, const char *message, uint8_t **frame, size_t *len) {

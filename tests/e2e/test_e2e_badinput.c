@@ -10,6 +10,7 @@
  * every rank still answers, the reference tensor is unchanged on every rank, no staging memory is
  * left, and SIGTERM to one daemon stops the whole job with exit code 0 and removes the sockets. */
 #include <errno.h>
+#include <locale.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -620,6 +621,17 @@ int main(void) {
     expect("unknown strategy", &req, TS_BAD_STRATEGY);
     TSE_CHECK(strstr(expect_msg, "'fast'") && strstr(expect_msg, "allgather"),
               "unknown strategy answered '%s'", expect_msg);
+    /* A message cut at its size limit inside a UTF-8 character: only whole characters are sent
+     * (the C library's UTF-8 decoder is the reference). */
+    char wide[601];
+    for (int i = 0; i < 300; i++)
+      memcpy(wide + 2 * i, "\xc3\xa9", 2);
+    wide[600] = '\0';
+    q.strategy = wide;
+    expect("unknown strategy of 300 UTF-8 characters", &req, TS_BAD_STRATEGY);
+    TSE_CHECK(setlocale(LC_CTYPE, "C.UTF-8") != NULL, "no C.UTF-8 locale");
+    TSE_CHECK(strlen(expect_msg) > 400 && mbstowcs(NULL, expect_msg, 0) != (size_t)-1,
+              "the message of %zu bytes is not valid UTF-8", strlen(expect_msg));
     q.strategy = "allreduce";
     expect("strategy that does not apply", &req, TS_BAD_STRATEGY);
     q.strategy = "";
