@@ -31,7 +31,9 @@ static const cfg_entry table[] = {
      "$XDG_RUNTIME_DIR/tshard or /tmp/tshard-<uid>)"},
     {"job", STR(job), "default", "job id: sockets are <dir>/tshard-<job>-<rank>.sock"},
     {"listen", STR(listen), "", "also listen on tcp://HOST:PORT (PORT+rank per rank; needs --token-file)"},
-    {"token-file", STR(token_file), "", "file holding the token TCP clients must present"},
+    {"token-file", STR(token_file), "",
+     "file holding the token TCP clients must present (8 to 255 printable characters; the file "
+     "readable by its owner only)"},
     {"max-frame", SIZE(max_frame, 1024, 1LL << 30), "64M", "largest frame accepted or sent"},
     {"memory-limit", SIZE(memory_limit, 0, 1LL << 50), "0",
      "bytes of stored slices and staging per daemon (0: no limit)"},
