@@ -153,6 +153,9 @@ void tsd_default_socket_dir(char *buf, size_t cap) {
 
 /* The rules (length, visible characters, a file only its owner may read) are in proto/rules.c;
  * the CLI reads its --token-file with the same function. */
+_Static_assert(sizeof(((tsd_config *)0)->token) == TS_RULES_TOKEN_MAX + 1,
+               "the token buffer holds the longest token");
+
 static int load_token(tsd_config *cfg) {
   ts_error err;
   if (ts_token_file_read(cfg->token_file, cfg->token, sizeof cfg->token, &err)) {
