@@ -259,6 +259,9 @@ with daemons as d:
     expect(tshard.errors.AuthError,
            lambda: tshard.connect(tcp=("127.0.0.1", port), token="k" * 256),
            "a token of 256 characters")
+    expect(tshard.errors.IoError,
+           lambda: tshard.connect(tcp=("127.0.0.1", port), token_file=longf + ".missing"),
+           "a missing token file")
     check(d.stop() == 0, "TCP daemons exit 0")
 shutil.rmtree(tok_dir)
 

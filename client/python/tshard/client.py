@@ -7,6 +7,7 @@ bfloat16): ``arr.view(np.uint16)`` in, the same out.
 """
 import os
 import socket as _socket
+import stat
 import struct
 
 import numpy as np
@@ -68,13 +69,19 @@ def _check_token(token, where="token"):
 def read_token_file(path):
     """The token of a token file, as the daemon reads its --token-file: the file must not be
     readable by group or others; trailing blanks and newlines are not part of the token."""
-    with open(path, "rb") as f:
-        mode = os.fstat(f.fileno()).st_mode
-        if mode & 0o077:
-            raise error_for(23, f"token file {path} has mode {mode & 0o777:03o}: group or others "
-                                f"may read the secret; make it private (chmod 600 {path})")
-        raw = f.read(TOKEN_MAX + 64)
-        more = f.read(1) != b""
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise error_for(18, f"token file {path} is not a regular file")
+            if st.st_mode & 0o077:
+                raise error_for(23, f"token file {path} has mode {st.st_mode & 0o777:03o}: group "
+                                    f"or others may read the secret; make it private "
+                                    f"(chmod 600 {path})")
+            raw = f.read(TOKEN_MAX + 64)
+            more = f.read(1) != b""
+    except OSError as e:
+        raise error_for(18, f"token file {path}: {e.strerror}") from None
     text = raw.rstrip(b" \t\r\n")
     if more or len(text) > TOKEN_MAX:
         raise error_for(23, f"the token in {path} has {'more than ' if more else ''}"
