@@ -4,7 +4,9 @@
  * rank 0's order and return a status that is the same on every rank: each checks locally, then
  * agrees with the others (ts_comm_agree) before anything changes, and the store's reshard and the
  * executor are atomic across ranks. Every collective handler ends in a collective call, so when
- * any rank answers, every rank has run the operation up to its end. */
+ * any rank answers, every rank has run the operation up to its end. Around every create, drop and
+ * reshard the names involved are marked busy in the catalog (catalog.c) and their metadata is
+ * published afterwards; the loop thread answers list and describe from it. */
 #include <stdlib.h>
 #include <string.h>
 
