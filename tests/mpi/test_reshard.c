@@ -777,7 +777,7 @@ static void exec_errors(void) {
     src.layout.shape[1] = 6;
   rc = ts_reshard_exec(W, p, &src, "zz", NULL, &out, NULL, &err);
   CHECK(rc != TS_OK && out.data == NULL, "bad target tag accepted");
-  ts_exec_opts lim = {16, 0};
+  ts_exec_opts lim = {.max_alloc_bytes = 16};
   rc = ts_reshard_exec(W, p, &src, NULL, &lim, &out, NULL, &err);
   CHECK(rc == TS_LIMIT, "memory limit: %d %s", rc, err.msg);
   rc = ts_reshard_exec(W, p, NULL, NULL, NULL, &out, NULL, &err);
