@@ -400,6 +400,7 @@ static int run_reduce_scatter(exec *ex, ts_error *err) {
    * "has none" rides on the agreement): whether every rank goes in place is known only after the
    * agreement, which also decides it, so no rank allocates after it. */
   bool lacks = false;
+  int64_t peak0 = ex->peak_extra;
   if (ex->lst == TS_OK) {
     for (int j = 0; j < pm; j++) {
       int64_t b = ts_box_numel(&boxes[j]) * (int64_t)ex->es;
@@ -425,6 +426,7 @@ static int run_reduce_scatter(exec *ex, ts_error *err) {
     stage_free(ex, sbuf, send_bytes);
     sbuf = rbuf = NULL;
     send_bytes = recv_bytes = 0;
+    ex->peak_extra = peak0; /* taken in case, never touched */
   }
   if (direct)
     q = INT64_MAX / 2; /* one round with whole blocks */
