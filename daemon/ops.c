@@ -415,6 +415,9 @@ static int run_reshard(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin
   ts_stored *t = ts_store_find(e->store, q->name);
   if (!lst && !t)
     lst = ts_error_set(&lerr, TS_NOT_FOUND, "no tensor named '%s'", q->name);
+  ts_layout tag_layout; /* the request before resources: a tag that does not fit the tensor */
+  if (!lst && tag[0])
+    lst = ts_layout_from_tag(&tag_layout, t->dtype, t->ndim, t->shape, tag, &lerr);
   const char *target = q->name;
   bool copied = false;
   if (!lst && q->keep_source_as[0]) {
