@@ -212,8 +212,13 @@ static void record(tsd_engine *e, const ts_exec_report *rep) {
   }
 }
 
-static int exec_opts(tsd_engine *e, ts_exec_opts *xo) {
+/* The executor's options for a put or get through it: its agreements span the world, and carry
+ * this rank's own checks (status, error). */
+static int exec_opts(tsd_engine *e, int status, const ts_error *local, ts_exec_opts *xo) {
   memset(xo, 0, sizeof *xo);
+  xo->agree_world = true;
+  xo->prior_status = status;
+  xo->prior_err = local;
   int64_t limit = e->cfg->memory_limit;
   if (limit > 0) {
     int64_t free_bytes = limit - ts_store_used_bytes(e->store) - e->staging_used;
@@ -279,30 +284,32 @@ static int run_put(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts
     lst = ts_error_set(&lerr, TS_INVALID_ARGUMENT,
                        "the data of the put does not match '%s' (%llu bytes) any more", name,
                        (unsigned long long)bytes);
-  int rc = agree(e, lst, &lerr, err);
-  if (rc)
-    return rc;
-  if (!tsd_attr_has_partial(t->attr)) /* the data is checked and complete: write in place */
+  int rc;
+  if (!t || !tsd_attr_has_partial(t->attr)) {
+    if ((rc = agree(e, lst, &lerr, err)))
+      return rc;
+    /* the data is checked and complete: write in place */
     return tsd_scatter_gather(e, t, op->origin, op->origin == e->rank ? origin->staging : NULL,
                               true, err);
+  }
+  /* Through the executor, whose first agreement (over the world) takes this rank's checks. */
   ts_attr *src_attr = NULL;
   ts_plan *plan = NULL;
   ts_plan_opts po = {TS_STRATEGY_AUTO, e->cfg->staging, e->size};
-  if ((rc = one_rank_attr(op->origin, &src_attr, err)) ||
-      (rc = ts_plan_create(t->ndim, t->shape, t->dtype, src_attr, t->attr, &po, &plan, err))) {
-    ts_attr_destroy(&src_attr);
-    return rc;
-  }
+  if (!lst)
+    lst = one_rank_attr(op->origin, &src_attr, &lerr);
+  if (!lst)
+    lst = ts_plan_create(t->ndim, t->shape, t->dtype, src_attr, t->attr, &po, &plan, &lerr);
   ts_tensor src;
   memset(&src, 0, sizeof src);
-  bool have_src = op->origin == e->rank;
+  bool have_src = op->origin == e->rank && lst == TS_OK;
   if (have_src) {
     src.data = origin->staging;
     src.bytes = origin->staging_bytes;
     ts_layout_plain(&src.layout, t->dtype, t->ndim, t->shape, NULL);
   }
   ts_exec_opts xo;
-  exec_opts(e, &xo);
+  exec_opts(e, lst, &lerr, &xo);
   ts_tensor out;
   ts_exec_report rep;
   memset(&rep, 0, sizeof rep);
@@ -347,10 +354,10 @@ static int run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts
       tsd_conn_get_reset(e, c);
     lst = tsd_memory_check(e, bytes, "the gathered tensor", &lerr);
   }
-  int rc = agree(e, lst, &lerr, err);
-  if (rc)
-    return rc;
-  if (!tsd_attr_has_partial(t->attr)) {
+  int rc;
+  if (!t || !tsd_attr_has_partial(t->attr)) {
+    if ((rc = agree(e, lst, &lerr, err)))
+      return rc;
     uint8_t *whole = NULL;
     if (op->origin == e->rank) {
       whole = tsd_buf_take(e, bytes);
@@ -372,16 +379,16 @@ static int run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts
     }
     return rc;
   }
+  /* Through the executor, whose first agreement (over the world) takes this rank's checks. */
   ts_attr *tgt = NULL;
   ts_plan *plan = NULL;
   ts_plan_opts po = {TS_STRATEGY_AUTO, e->cfg->staging, e->size};
-  if ((rc = one_rank_attr(op->origin, &tgt, err)) ||
-      (rc = ts_plan_create(t->ndim, t->shape, t->dtype, t->attr, tgt, &po, &plan, err))) {
-    ts_attr_destroy(&tgt);
-    return rc;
-  }
+  if (!lst)
+    lst = one_rank_attr(op->origin, &tgt, &lerr);
+  if (!lst)
+    lst = ts_plan_create(t->ndim, t->shape, t->dtype, t->attr, tgt, &po, &plan, &lerr);
   ts_exec_opts xo;
-  exec_opts(e, &xo);
+  exec_opts(e, lst, &lerr, &xo);
   ts_tensor out;
   ts_exec_report rep;
   memset(&rep, 0, sizeof rep);
@@ -405,6 +412,9 @@ static int run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts
   return rc;
 }
 
+/* Prepare here (the request, the tensor, the copy that keeps the source) without agreeing: the
+ * store's reshard carries a failure into its one agreement over the world, then transfers and
+ * agrees once more to commit, so every rank records the same outcome. */
 static int run_reshard(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
                        ts_error *err) {
   (void)origin;
@@ -420,6 +430,9 @@ static int run_reshard(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin
   ts_stored *t = ts_store_find(e->store, q->name);
   if (!lst && !t)
     lst = ts_error_set(&lerr, TS_NOT_FOUND, "no tensor named '%s'", q->name);
+  ts_layout tag_layout; /* the request before resources: a tag that does not fit the tensor */
+  if (!lst && tag[0])
+    lst = ts_layout_from_tag(&tag_layout, t->dtype, t->ndim, t->shape, tag, &lerr);
   const char *target = q->name;
   bool copied = false;
   if (!lst && q->keep_source_as[0]) {
@@ -434,16 +447,9 @@ static int run_reshard(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin
     }
     target = q->keep_source_as;
   }
-  int rc = agree(e, lst, &lerr, err);
-  if (rc) {
-    if (copied)
-      ts_store_drop(e->store, target, NULL);
-    ts_attr_destroy(&tgt);
-    return rc;
-  }
   ts_exec_report rep;
-  memset(&rep, 0, sizeof rep);
-  rc = ts_store_reshard(e->store, e->world, target, tgt, tag, &po, &rep, err);
+  int rc = ts_store_reshard_after(e->store, e->world, target, tgt, tag, &po, lst, &lerr, &rep,
+                                  err);
   if (rc == TS_OK)
     record(e, &rep);
   if (copied) {

@@ -13,7 +13,13 @@
  * waiting clients. A key reused for a different operation (another hash of the request) is
  * refused. Shutdown: after rank 0 orders a shutdown it orders nothing more; once a rank has run
  * it, it says BYE to rank 0, which waits for every BYE so that no message is left in flight when
- * the communicator is freed. */
+ * the communicator is freed.
+ *
+ * Every accepted submission is answered: the submitting daemon decodes its own forwarded bytes
+ * before sending them (protobuf-c keeps unknown fields and writes them back, so a request that
+ * decoded once may not decode again), and when rank 0 still cannot order one (it does not decode
+ * there, no memory) it sends REFUSE back to the submitting rank, which answers its clients with
+ * the reason and frees what they held (a put's staging). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +27,10 @@
 
 #include "engine.h"
 
-enum { TAG_SUBMIT = 1, TAG_ORDER = 2, TAG_BYE = 3 };
+enum { TAG_SUBMIT = 1, TAG_ORDER = 2, TAG_BYE = 3, TAG_REFUSE = 4 };
 #define SUBMIT_HEADER 16 /* ticket, hash */
 #define ORDER_HEADER 32  /* seq, origin, ticket, hash */
+#define REFUSE_HEADER 16 /* ticket, status; then the message */
 
 static void put_u64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
 static uint64_t get_u64(const uint8_t *p) {
@@ -77,6 +84,52 @@ static void key_mismatch(char *msg, size_t cap, const char *key) {
            key);
 }
 
+/* Answers and forgets this rank's clients waiting for a submission that will never run: the one
+ * with the ticket, and those that joined it with the same key. */
+static void answer_refused(tsd_engine *e, uint64_t ticket, int status, const char *msg) {
+  tsd_pending *sub = NULL;
+  for (tsd_pending *q = e->pending; q; q = q->next)
+    if (q->ticket == ticket)
+      sub = q;
+  if (!sub)
+    return; /* answered already (shut down) */
+  char key[TSD_KEY_MAX];
+  snprintf(key, sizeof key, "%s", sub->key);
+  tsd_pending **pp = &e->pending;
+  while (*pp) {
+    tsd_pending *q = *pp;
+    if (q == sub || (key[0] && strcmp(q->key, key) == 0)) {
+      tsd_answer_collective(e, q->op_case, q, status, msg);
+      *pp = q->next;
+      pending_free(e, q);
+    } else {
+      pp = &q->next;
+    }
+  }
+}
+
+/* Rank 0: a submission it cannot order goes back to its rank with the reason. */
+static void refuse(tsd_engine *e, int origin, uint64_t ticket, int status, const char *msg) {
+  TSD_LOG(TSD_LOG_WARN, "refusing an operation of rank %d: %s", origin, msg);
+  if (origin == e->rank) {
+    answer_refused(e, ticket, status, msg);
+    return;
+  }
+  size_t n = strlen(msg);
+  uint8_t *m = malloc(REFUSE_HEADER + n);
+  ts_error err;
+  if (!m) {
+    TSD_LOG(TSD_LOG_ERROR, "no memory to refuse an operation of rank %d", origin);
+    return;
+  }
+  put_u64(m, ticket);
+  put_u64(m + 8, (uint64_t)(int64_t)status);
+  memcpy(m + REFUSE_HEADER, msg, n);
+  if (ts_control_send(e->ctl, origin, TAG_REFUSE, m, REFUSE_HEADER + n, &err))
+    TSD_LOG(TSD_LOG_ERROR, "cannot refuse an operation of rank %d: %s", origin, err.msg);
+  free(m);
+}
+
 static void order(tsd_engine *e, int origin, uint64_t ticket, uint64_t hash, const uint8_t *body,
                   size_t len) {
   if (e->shutdown_ordered)
@@ -84,7 +137,10 @@ static void order(tsd_engine *e, int origin, uint64_t ticket, uint64_t hash, con
   Tshard__Request *req = NULL;
   ts_error err;
   if (tsd_request_decode(body, len, &req, &err)) {
-    TSD_LOG(TSD_LOG_ERROR, "rank %d forwarded an undecodable operation: %s", origin, err.msg);
+    char msg[400];
+    snprintf(msg, sizeof msg, "rank 0 cannot decode the operation forwarded by rank %d: %.300s",
+             origin, err.msg);
+    refuse(e, origin, ticket, err.code, msg);
     return;
   }
   const char *key = req->idempotency_key;
@@ -102,7 +158,7 @@ static void order(tsd_engine *e, int origin, uint64_t ticket, uint64_t hash, con
   if (!op || !msg) {
     free(op), free(msg);
     tsd_request_free(&req);
-    TSD_LOG(TSD_LOG_ERROR, "no memory to order an operation of rank %d", origin);
+    refuse(e, origin, ticket, TS_NO_MEMORY, "rank 0 has no memory to order the operation");
     return;
   }
   op->seq = ++e->next_seq;
@@ -141,12 +197,22 @@ void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *
   size_t len = 0;
   uint64_t hash = 0;
   uint8_t *body = p ? pack_forwarded(req, &len, &hash) : NULL;
-  if (!p || !body) {
+  /* Every rank decodes these bytes: check here that they decode. */
+  Tshard__Request *again = NULL;
+  ts_error derr;
+  int drc = !p || !body ? ts_error_set(&derr, TS_NO_MEMORY, "no memory to submit the operation")
+                        : tsd_request_decode(body, len, &again, &derr);
+  tsd_request_free(&again);
+  if (drc) {
+    if (drc != TS_NO_MEMORY)
+      snprintf(derr.msg, sizeof derr.msg,
+               "the request does not decode once re-encoded for the other ranks (an unknown field "
+               "with an invalid number, such as 0, is the usual cause): drop unknown fields");
     free(p);
     free(body);
     tsd_buf_give(e, staging, staging_bytes);
     e->staging_used -= (int64_t)staging_bytes;
-    tsd_reply_status(e, conn_id, req->id, TS_NO_MEMORY, "no memory to submit the operation");
+    tsd_reply_status(e, conn_id, req->id, drc, derr.msg);
     tsd_request_free(&req);
     return;
   }
@@ -232,6 +298,13 @@ void tsd_control_message(tsd_engine *e, int src, int tag, const uint8_t *buf, si
     else
       e->exec_head = op;
     e->exec_tail = op;
+  } else if (tag == TAG_REFUSE && src == 0 && len >= REFUSE_HEADER) {
+    char msg[512];
+    size_t n = len - REFUSE_HEADER < sizeof msg - 1 ? len - REFUSE_HEADER : sizeof msg - 1;
+    memcpy(msg, buf + REFUSE_HEADER, n);
+    msg[n] = '\0';
+    int status = (int)(int64_t)get_u64(buf + 8);
+    answer_refused(e, get_u64(buf), status > TS_OK ? status : TS_INTERNAL, msg);
   } else if (tag != TAG_BYE) {
     TSD_LOG(TSD_LOG_WARN, "ignoring a control message with tag %d from rank %d", tag, src);
   }

@@ -199,7 +199,10 @@ int ts__ein_forward(const ts_einsum_plan *p, const ts_tensor *out, const ts_tens
   c->plan = p;
   c->plan_id = p->id;
   c->bytes = 0;
-  for (int i = 0; i < p->pe.n; i++) c->operand_data[i] = operands[i]->data;
+  for (int i = 0; i < p->pe.n; i++) {
+    c->operand_data[i] = operands[i]->data;
+    c->operand_layout[i] = operands[i]->layout;
+  }
   c->n_steps = p->n_steps;
   ts__ein_view ov;
   if (out) ts__ein_out_view(p, out, &ov);

@@ -260,6 +260,16 @@ static int backward_steps(const ts_einsum_plan *p, const ts_tensor *grad_out,
   return TS_OK;
 }
 
+/* Whether two plain layouts are the same view (shape, strides, offset) of a buffer. */
+static bool same_view(const ts_layout *a, const ts_layout *b) {
+  if (a->dtype != b->dtype || a->ndim != b->ndim || a->offset != b->offset ||
+      a->n_inner != b->n_inner)
+    return false;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->shape[d] != b->shape[d] || a->strides[d] != b->strides[d]) return false;
+  return true;
+}
+
 int ts_einsum_backward(const ts_einsum_plan *p, const ts_tensor *grad_out,
                        const ts_tensor *const *operands, const ts_tensor *const *grad_operands,
                        ts_einsum_cache *cache, ts_error *err) {
@@ -280,11 +290,13 @@ int ts_einsum_backward(const ts_einsum_plan *p, const ts_tensor *grad_out,
   if (cache) {
     bool same = cache->plan == p && cache->plan_id == p->id && cache->n_steps == p->n_steps;
     for (int i = 0; i < p->pe.n && same; i++)
-      if (cache->operand_data[i] != operands[i]->data) same = false;
+      same = cache->operand_data[i] == operands[i]->data &&
+             same_view(&cache->operand_layout[i], &operands[i]->layout);
     if (!same)
       return ts_error_set(err, TS_INVALID_ARGUMENT,
                           "einsum: the cache does not hold a forward call of this plan on these "
-                          "operands (run ts_einsum_execute with it first, or pass no cache)");
+                          "operands (the same buffers seen through the same strides and offsets): "
+                          "run ts_einsum_execute with it first, or pass no cache");
   }
   if (p->empty) {
     for (int i = 0; i < p->pe.n && rc == TS_OK; i++)

@@ -115,7 +115,10 @@ typedef struct ts__ein_step_cache {
 struct ts_einsum_cache {
   const ts_einsum_plan *plan; /* the plan of the forward call that filled it; NULL when empty */
   uint64_t plan_id;           /* and its id (a new plan may reuse a freed plan's address) */
+  /* the operands it was made from: buffer and view (another view of the same buffer is another
+   * operand) */
   const void *operand_data[TS_EINSUM_MAX_OPERANDS];
+  ts_layout operand_layout[TS_EINSUM_MAX_OPERANDS];
   int n_steps;
   ts__ein_step_cache step[TS_EINSUM_MAX_OPERANDS];
   size_t bytes;

@@ -182,6 +182,11 @@ int ts__ein_check_tensor(const ts_tensor *t, ts_dtype dt, int ndim, const int64_
   if (rc) return ts_error_set(err, rc, "einsum: %s %d: %s", what, index, e2.msg);
   if (t->data == NULL && t->bytes > 0)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "einsum: %s %d has no data", what, index);
+  size_t es = ts_dtype_size(dt);
+  if ((uintptr_t)t->data % es != 0)
+    return ts_error_set(err, TS_BAD_LAYOUT,
+                        "einsum: %s %d's buffer is not aligned to its %zu-byte elements", what,
+                        index, es);
   return TS_OK;
 }
 

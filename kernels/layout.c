@@ -250,6 +250,10 @@ int ts_layout_check(const ts_layout *l, size_t buf_bytes, bool writable, ts_erro
   int64_t esize = (int64_t)ts_dtype_size(l->dtype);
   if (l->offset < 0)
     return ts_error_set(err, TS_OUT_OF_BOUNDS, "byte offset %lld is negative", (long long)l->offset);
+  if (l->offset % esize != 0)
+    return ts_error_set(err, TS_BAD_LAYOUT,
+                        "byte offset %lld is not a multiple of the %lld-byte element size",
+                        (long long)l->offset, (long long)esize);
 
   /* the span of addresses, with overflow checks; padding counts (blocked buffers hold it) */
   phys_dim pd[TS_MAX_DIMS + TS_MAX_INNER];

@@ -9,11 +9,16 @@
  * gather the whole tensor by nature (directly into the target buffer when its layout is the
  * row-major concatenation of the gathered slices).
  *
- * Atomicity: everything that can fail locally (checks, the target buffer, staging) happens before
- * a first agreement over the ranks taking part; a failure anywhere makes every rank return the
- * same error before any data moves. Errors while moving data (a copy, MPI) are agreed on again at
- * the end; the new slice is handed out only when every rank succeeded, and the source slice is
- * never written, so on failure every rank keeps its old tensor. */
+ * Atomicity: a reshard is prepare -> agree -> transfer -> commit. Everything that can fail locally
+ * (checks, the target buffer, staging, a failure the caller met while preparing) happens before
+ * one first agreement; a failure anywhere makes every rank return the same error before any data
+ * moves. Only then are the communicators of the transfer made (collective over their own ranks,
+ * which all passed). Errors while moving data (a copy, MPI) are agreed on once more at the end
+ * (the commit agreement); the new slice is handed out only when every rank succeeded, and the
+ * source slice is never written, so on failure every rank keeps its old tensor. The agreements
+ * span the union of the source and target ranks, or with ts_exec_opts.agree_world the whole
+ * world: then ranks outside both meshes (and ranks that could not even plan) take part in the two
+ * agreements and move nothing, and every rank that records the tensor reaches the same outcome. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,10 +52,21 @@ void ts_shard_free_tensor(ts_tensor *t) {
 /* ---------------------------------------------------------------------------------------------
  * Context */
 
+/* The mesh lines of the partial strategies. */
+typedef struct lines {
+  int n;
+  ts_comm *c[TS_MAX_MESH_DIMS];
+} lines;
+
 typedef struct exec {
   ts_world *w;
   const ts_plan *p;
-  ts_comm *ucomm; /* the union of source and target ranks, sorted */
+  ts_comm *acomm; /* the agreements: the union, or the world */
+  ts_comm *ucomm; /* the union of source and target ranks, sorted; made after the agreement
+                     when the agreements span the world */
+  ts_comm *gcomm; /* allgather and root: the union, or one mesh line */
+  lines ln;       /* allreduce and reduce_scatter: the lines that change */
+  bool in_union;
   int me;
   size_t es;
   bool in_src, in_tgt, receiver;
@@ -66,15 +82,23 @@ typedef struct exec {
   bool agreed;   /* the first agreement passed: every rank goes on to the final one */
 } exec;
 
-/* The first agreement: local failures so far, before any data moves; it also takes the maximum
- * over ranks of n values (round counts) in the same collective. */
-static int agree_first_max(exec *ex, int64_t *values, int n, ts_error *err) {
-  int rc = ts_comm_agree_max(ex->ucomm, ex->lst, &ex->lerr, values, n, err);
+static int make_comms(exec *ex, ts_error *err);
+
+/* The values the first agreement takes the maximum of, in its one allreduce: every rank passes
+ * this many, whatever its strategy or state (round counts, whether a strategy runs in place). */
+#define AGREE_VALUES 3
+
+/* The first agreement: local failures so far, before any data moves. When it passes, the ranks
+ * of the transfer make its communicators. values: AGREE_VALUES values, or NULL. */
+static int agree_first(exec *ex, int64_t *values, ts_error *err) {
+  int64_t none[AGREE_VALUES] = {0};
+  int rc = ts_comm_agree_max(ex->acomm, ex->lst, &ex->lerr, values ? values : none,
+                             AGREE_VALUES, err);
   ex->agreed = rc == TS_OK;
+  if (rc == TS_OK && ex->in_union)
+    rc = make_comms(ex, err); /* an MPI failure: the commit agreement still runs */
   return rc;
 }
-
-static int agree_first(exec *ex, ts_error *err) { return agree_first_max(ex, NULL, 0, err); }
 
 static int local_fail(exec *ex, int rc) {
   if (ex->lst == TS_OK)
@@ -82,17 +106,21 @@ static int local_fail(exec *ex, int rc) {
   return rc;
 }
 
-static void *stage_alloc(exec *ex, int64_t bytes) {
+/* Staging within the memory limit; `must`: a refusal is this rank's failure, otherwise NULL only
+ * says that this rank has none. */
+static void *stage_get(exec *ex, int64_t bytes, bool must) {
   if (ex->max_alloc > 0 && ex->cur_extra + bytes > ex->max_alloc) {
-    local_fail(ex, ts_error_set(&ex->lerr, TS_LIMIT,
-                                "staging of %lld bytes exceeds the memory limit of %lld bytes",
-                                (long long)bytes, (long long)ex->max_alloc));
+    if (must)
+      local_fail(ex, ts_error_set(&ex->lerr, TS_LIMIT,
+                                  "staging of %lld bytes exceeds the memory limit of %lld bytes",
+                                  (long long)bytes, (long long)ex->max_alloc));
     return NULL;
   }
   void *b = ts_shard_alloc((size_t)bytes);
   if (!b) {
-    local_fail(ex, ts_error_set(&ex->lerr, TS_NO_MEMORY, "no memory for %lld staging bytes",
-                                (long long)bytes));
+    if (must)
+      local_fail(ex, ts_error_set(&ex->lerr, TS_NO_MEMORY, "no memory for %lld staging bytes",
+                                  (long long)bytes));
     return NULL;
   }
   ex->cur_extra += bytes;
@@ -100,6 +128,8 @@ static void *stage_alloc(exec *ex, int64_t bytes) {
     ex->peak_extra = ex->cur_extra;
   return b;
 }
+
+static void *stage_alloc(exec *ex, int64_t bytes) { return stage_get(ex, bytes, true); }
 
 static void stage_free(exec *ex, void *b, int64_t bytes) {
   if (b) {
@@ -265,11 +295,6 @@ static void run_local(exec *ex) {
 /* ---------------------------------------------------------------------------------------------
  * allreduce: P -> R along one or more mesh dims, chunk by chunk */
 
-typedef struct lines {
-  int n;
-  ts_comm *c[TS_MAX_MESH_DIMS];
-} lines;
-
 static int changed_lines(exec *ex, bool partial_to_shard, lines *out, ts_error *err) {
   const ts_attr *a = ex->p->src->attr, *b = ex->p->tgt->attr;
   out->n = 0;
@@ -288,7 +313,8 @@ static int changed_lines(exec *ex, bool partial_to_shard, lines *out, ts_error *
   return TS_OK;
 }
 
-static int run_allreduce(exec *ex, const lines *ln, ts_error *err) {
+static int run_allreduce(exec *ex, ts_error *err) {
+  const lines *ln = &ex->ln;
   int64_t q = ex->p->staging;
   int64_t nchunks = ts_box_chunk_count(&ex->tbox, ex->es, q);
   ts_reduce_op op = partial_op(ex->p->src->attr);
@@ -301,7 +327,7 @@ static int run_allreduce(exec *ex, const lines *ln, ts_error *err) {
     buf_bytes = ts_box_numel(&c0) * (int64_t)ex->es;
     buf = stage_alloc(ex, buf_bytes);
   }
-  int rc = agree_first(ex, err);
+  int rc = agree_first(ex, NULL, err);
   if (rc) {
     stage_free(ex, buf, buf_bytes);
     return rc;
@@ -337,10 +363,13 @@ static int run_allreduce(exec *ex, const lines *ln, ts_error *err) {
 /* ---------------------------------------------------------------------------------------------
  * reduce_scatter: P -> S(d) along one mesh dim */
 
-static int run_reduce_scatter(exec *ex, ts_comm *line, ts_error *err) {
+static int run_reduce_scatter(exec *ex, ts_error *err) {
   const ts_plan *p = ex->p;
-  int m = p->rs_dim, pm = ts_comm_size(line), me = ts_comm_rank(line);
+  /* The line's size and this rank's place in it, from the mesh: its communicator is made only
+   * after the agreement. */
+  int m = p->rs_dim, pm = (int)p->src->attr->mesh_shape[m];
   int64_t stride = p->src->mesh_stride[m];
+  int me = ex->si >= 0 ? (int)((ex->si / stride) % pm) : 0;
   int64_t q = p->staging / 2 / pm;
   if (q < (int64_t)ex->es)
     q = (int64_t)ex->es;
@@ -354,8 +383,9 @@ static int run_reduce_scatter(exec *ex, ts_comm *line, ts_error *err) {
   /* In place: the blocks of the line follow each other in the source and the target is dense:
    * one reduce-scatter straight from the source into the target, if every rank can. */
   int64_t not_direct = ex->lst != TS_OK || !dense_row_major(&ex->tgt), first_off = -1, next = -1;
-  for (int j = 0; !not_direct && j < pm; j++) {
+  for (int j = 0; ex->lst == TS_OK && j < pm; j++)
     ts_geom_index_box(p->tgt, ex->ti + (int64_t)(j - me) * stride, &boxes[j]);
+  for (int j = 0; !not_direct && j < pm; j++) {
     int64_t off = 0, n = ts_box_numel(&boxes[j]);
     if (n == 0)
       continue;
@@ -366,36 +396,46 @@ static int run_reduce_scatter(exec *ex, ts_comm *line, ts_error *err) {
       first_off = off;
     next = off + n * (int64_t)ex->es;
   }
-  int rc = ts_comm_allreduce_i64(ex->ucomm, &not_direct, 1, TS_COMM_MAX, err);
-  if (rc) {
-    free(boxes);
-    free(nch);
-    free(counts);
-    return rc;
-  }
-  bool direct = !not_direct;
-  if (direct)
-    q = INT64_MAX / 2; /* one round with whole blocks */
+  /* Staging for the staged rounds. A rank that could go in place takes it only if it can (then
+   * "has none" rides on the agreement): whether every rank goes in place is known only after the
+   * agreement, which also decides it, so no rank allocates after it. */
+  bool lacks = false;
+  int64_t peak0 = ex->peak_extra;
   if (ex->lst == TS_OK) {
     for (int j = 0; j < pm; j++) {
-      ts_geom_index_box(p->tgt, ex->ti + (int64_t)(j - me) * stride, &boxes[j]);
-      nch[j] = ts_box_chunk_count(&boxes[j], ex->es, q);
-      if (nch[j] > rounds)
-        rounds = nch[j];
       int64_t b = ts_box_numel(&boxes[j]) * (int64_t)ex->es;
       send_bytes += b < q ? b : q;
     }
     int64_t mine = ts_box_numel(&ex->tbox) * (int64_t)ex->es;
     recv_bytes = mine < q ? mine : q;
-    if (direct) {
-      send_bytes = recv_bytes = 0;
-    } else {
-      sbuf = stage_alloc(ex, send_bytes);
-      if (sbuf)
-        rbuf = stage_alloc(ex, recv_bytes);
-    }
+    sbuf = stage_get(ex, send_bytes, not_direct);
+    if (sbuf)
+      rbuf = stage_get(ex, recv_bytes, not_direct);
+    lacks = !sbuf || !rbuf;
   }
-  rc = agree_first(ex, err);
+  int64_t agreed[AGREE_VALUES] = {not_direct, lacks, 0};
+  int rc = agree_first(ex, agreed, err);
+  bool direct = agreed[0] == 0;
+  if (rc == TS_OK && !direct && agreed[1]) /* the same decision on every rank */
+    rc = ts_error_set(err, TS_LIMIT,
+                      "reduce_scatter: a rank cannot stage its rounds (%lld bytes here) within "
+                      "its memory limit, and not every rank can reduce in place",
+                      (long long)(send_bytes + recv_bytes));
+  if (direct || rc) {
+    stage_free(ex, rbuf, recv_bytes);
+    stage_free(ex, sbuf, send_bytes);
+    sbuf = rbuf = NULL;
+    send_bytes = recv_bytes = 0;
+    ex->peak_extra = peak0; /* taken in case, never touched */
+  }
+  if (direct)
+    q = INT64_MAX / 2; /* one round with whole blocks */
+  for (int j = 0; rc == TS_OK && j < pm; j++) {
+    nch[j] = ts_box_chunk_count(&boxes[j], ex->es, q);
+    if (nch[j] > rounds)
+      rounds = nch[j];
+  }
+  ts_comm *line = rc == TS_OK ? ex->ln.c[0] : NULL;
   ts_reduce_op op = partial_op(p->src->attr);
   for (int64_t r = 0; rc == TS_OK && r < rounds; r++) {
     char *at = sbuf;
@@ -442,17 +482,21 @@ static int run_reduce_scatter(exec *ex, ts_comm *line, ts_error *err) {
 /* ---------------------------------------------------------------------------------------------
  * allgather and root: every rank of the group gets every replica-0 source slice */
 
-static int run_gather(exec *ex, ts_comm *comm, bool use_root, ts_error *err) {
+static int run_gather(exec *ex, bool use_root, ts_error *err) {
   const ts_plan *p = ex->p;
-  int P = ts_comm_size(comm), me = ts_comm_rank(comm);
+  /* The group (one mesh line, or the union) and this rank's place in it, from the plan: its
+   * communicator is made only after the agreement. */
   bool line = !use_root && p->gather_dim >= 0;
+  int P = line ? (int)p->src->attr->mesh_shape[p->gather_dim] : p->nunion;
+  int me = line ? (ex->si >= 0 ? (int)((ex->si / p->src->mesh_stride[p->gather_dim]) % P) : 0)
+                : ts__plan_union_pos(p, ex->me);
   int64_t *counts = calloc(2 * (size_t)P, sizeof(int64_t));
   ts_box *boxes = malloc((size_t)P * sizeof *boxes);
   if (!counts || !boxes) {
     free(counts);
     free(boxes);
     local_fail(ex, ts_error_set(&ex->lerr, TS_NO_MEMORY, "no memory for gather counts"));
-    return agree_first(ex, err);
+    return agree_first(ex, NULL, err);
   }
   /* Contributors: along one mesh dim, every rank of the line; over the whole group, one replica
    * (index 0) of every source slice. */
@@ -499,7 +543,8 @@ static int run_gather(exec *ex, ts_comm *comm, bool use_root, ts_error *err) {
     if (!peers || !bufs || !bytes)
       local_fail(ex, ts_error_set(&ex->lerr, TS_NO_MEMORY, "no memory for the root gather"));
   }
-  int rc = agree_first(ex, err);
+  int rc = agree_first(ex, NULL, err);
+  ts_comm *comm = ex->gcomm;
   if (rc == TS_OK && counts[me] > 0)
     pack(ex, &boxes[me], g + displs[me]);
   if (rc == TS_OK && !use_root) {
@@ -565,7 +610,7 @@ static int64_t slot_size(int64_t bytes, int64_t q) { return bytes < q ? bytes : 
 
 static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
   const ts_plan *p = ex->p;
-  int P = ts_comm_size(ex->ucomm);
+  int P = p->nunion;
   int64_t q = p->pair_chunk;
   bool partial_src = p->src->npartial > 1;
   ts_reduce_op op = partial_op(p->src->attr);
@@ -639,7 +684,7 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
    * (up to 1 GiB per chunk), in as few rounds as possible. The agreement on success also
    * agrees on the number of rounds. */
   const int64_t q_whole = (int64_t)1 << 30;
-  int64_t agreed[3] = {my_rounds, 0, !(send_direct && recv_direct)};
+  int64_t agreed[AGREE_VALUES] = {my_rounds, 0, !(send_direct && recv_direct)};
   for (int k = 0; ex->lst == TS_OK && k < rp.nsend; k++)
     if (rp.send[k].peer != ex->me) {
       int64_t c = ts_box_chunk_count(&rp.send[k].box, ex->es, q_whole);
@@ -650,7 +695,7 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
       int64_t c = ts_box_chunk_count(&rp.recv[k].box, ex->es, q_whole);
       agreed[1] = c > agreed[1] ? c : agreed[1];
     }
-  rc = agree_first_max(ex, agreed, 3, err);
+  rc = agree_first(ex, agreed, err);
   int64_t rounds = agreed[0];
   if (rc == TS_OK && agreed[2] == 0) {
     q = q_whole;
@@ -807,13 +852,31 @@ static int make_target(exec *ex, const char *tag) {
   return TS_OK;
 }
 
+/* The communicators of the transfer, made by the ranks of the union once the first agreement
+ * passed: every rank of a group makes the same ones in the same order. */
+static int make_comms(exec *ex, ts_error *err) {
+  const ts_plan *p = ex->p;
+  int rc = ex->ucomm ? TS_OK : ts_comm_group(ex->w, p->union_ranks, p->nunion, &ex->ucomm, err);
+  if (rc == TS_OK &&
+      (p->chosen == TS_STRATEGY_ALLREDUCE || p->chosen == TS_STRATEGY_REDUCE_SCATTER))
+    rc = changed_lines(ex, p->chosen == TS_STRATEGY_REDUCE_SCATTER, &ex->ln, err);
+  ex->gcomm = ex->ucomm;
+  if (rc == TS_OK && p->chosen == TS_STRATEGY_ALLGATHER && p->gather_dim >= 0) {
+    const ts_attr *a = p->src->attr;
+    rc = ts_comm_mesh_line(ex->w, a->mesh_ndim, a->mesh_shape, a->ranks, p->gather_dim,
+                           &ex->gcomm, err);
+  }
+  return rc;
+}
+
 int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const char *tgt_tag,
                     const ts_exec_opts *opts, ts_tensor *out, ts_exec_report *report,
                     ts_error *err) {
   ts_error scratch;
   if (!err)
     err = &scratch;
-  if (!w || !p || !out)
+  bool world = opts && opts->agree_world;
+  if (!w || (!p && !world) || !out)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_reshard_exec: NULL argument");
   memset(out, 0, sizeof *out);
   if (report)
@@ -823,85 +886,108 @@ int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
   ex.w = w;
   ex.p = p;
   ex.me = ts_world_rank(w);
-  ex.es = p->esize;
   ex.max_alloc = opts ? opts->max_alloc_bytes : 0;
   ex.copts.threads = opts ? opts->copy_threads : 0;
-  if (ts__plan_union_pos(p, ex.me) < 0)
-    return TS_OK;
-  for (int i = 0; i < p->nunion; i++)
-    if (p->union_ranks[i] >= ts_world_size(w))
-      return ts_error_set(err, TS_BAD_ATTRIBUTE,
-                          "the plan names rank %d but the world has %d ranks",
-                          p->union_ranks[i], ts_world_size(w));
-  /* Communicators first: every rank creates the same ones in the same order, whatever its local
-   * state, so no rank waits for one that will never come. */
-  int rc = ts_comm_group(w, p->union_ranks, p->nunion, &ex.ucomm, err);
-  if (rc)
-    return rc;
-  lines ln = {0};
-  if (p->chosen == TS_STRATEGY_ALLREDUCE || p->chosen == TS_STRATEGY_REDUCE_SCATTER)
-    if ((rc = changed_lines(&ex, p->chosen == TS_STRATEGY_REDUCE_SCATTER, &ln, err)))
+  ex.si = ex.ti = -1;
+  if (opts && opts->prior_status != TS_OK) {
+    ex.lst = opts->prior_status;
+    if (opts->prior_err)
+      ex.lerr = *opts->prior_err;
+    else
+      ts_error_set(&ex.lerr, ex.lst, "%s", ts_strerror(ex.lst));
+  } else if (!p) {
+    local_fail(&ex, ts_error_set(&ex.lerr, TS_INVALID_ARGUMENT, "ts_reshard_exec: no plan"));
+  }
+  ex.in_union = p && ts__plan_union_pos(p, ex.me) >= 0;
+  if (!ex.in_union && !world)
+    return TS_OK; /* the agreements span the union only */
+  for (int i = 0; ex.in_union && i < p->nunion; i++)
+    if (p->union_ranks[i] >= ts_world_size(w) && ex.lst == TS_OK) {
+      local_fail(&ex, ts_error_set(&ex.lerr, TS_BAD_ATTRIBUTE,
+                                   "the plan names rank %d but the world has %d ranks",
+                                   p->union_ranks[i], ts_world_size(w)));
+      if (!world) /* the same on every rank of the plan, and no union to agree over */
+        return ts_error_set(err, ex.lst, "%s", ex.lerr.msg);
+    }
+  int rc = TS_OK;
+  if (world) {
+    ex.acomm = ts_world_comm(w);
+  } else {
+    /* The agreements run over the union: its communicator comes first, made by every rank of it
+     * whatever its local state. */
+    if ((rc = ts_comm_group(w, p->union_ranks, p->nunion, &ex.ucomm, err)))
       return rc;
-  ts_comm *gcomm = ex.ucomm;
-  if (p->chosen == TS_STRATEGY_ALLGATHER && p->gather_dim >= 0) {
-    const ts_attr *a = p->src->attr;
-    if ((rc = ts_comm_mesh_line(w, a->mesh_ndim, a->mesh_shape, a->ranks, p->gather_dim, &gcomm,
-                                err)))
-      return rc;
+    ex.acomm = ex.ucomm;
   }
 
-  ex.si = ts_geom_mesh_index(p->src, ex.me);
-  ex.ti = ts_geom_mesh_index(p->tgt, ex.me);
-  ex.in_src = ex.si >= 0;
-  ex.in_tgt = ex.ti >= 0;
-  ex.sbox.ndim = ex.tbox.ndim = p->ndim;
-  if (ex.in_src) {
-    ts_geom_index_box(p->src, ex.si, &ex.sbox);
-    local_fail(&ex, check_source(&ex, src));
-    ex.src = src;
-  }
-  if (ex.in_tgt) {
-    ts_geom_index_box(p->tgt, ex.ti, &ex.tbox);
-    ex.receiver = ts__plan_receiver(p, ex.ti);
-    if (ex.lst == TS_OK)
-      local_fail(&ex, make_target(&ex, tgt_tag));
+  if (ex.in_union && ex.lst == TS_OK) {
+    ex.es = p->esize;
+    ex.si = ts_geom_mesh_index(p->src, ex.me);
+    ex.ti = ts_geom_mesh_index(p->tgt, ex.me);
+    ex.in_src = ex.si >= 0;
+    ex.in_tgt = ex.ti >= 0;
+    ex.sbox.ndim = ex.tbox.ndim = p->ndim;
+    if (ex.in_src) {
+      ts_geom_index_box(p->src, ex.si, &ex.sbox);
+      local_fail(&ex, check_source(&ex, src));
+      ex.src = src;
+    }
+    if (ex.in_tgt) {
+      ts_geom_index_box(p->tgt, ex.ti, &ex.tbox);
+      ex.receiver = ts__plan_receiver(p, ex.ti);
+      if (ex.lst == TS_OK)
+        local_fail(&ex, make_target(&ex, tgt_tag));
+    }
   }
 
-  /* Each strategy agrees on local failures before it moves data. */
-  switch (p->chosen) {
+  /* Each strategy prepares (staging), agrees on local failures, and only then moves data. A
+   * rank outside the union, or one that failed before, only agrees. */
+  ts_strategy run = ex.in_union && ex.lst == TS_OK ? p->chosen : TS_STRATEGY_AUTO;
+  if (!world && p->chosen == TS_STRATEGY_LOCAL)
+    run = TS_STRATEGY_LOCAL; /* over the union a local reshard agrees once, at the end */
+  switch (run) {
+  case TS_STRATEGY_AUTO:
+    rc = agree_first(&ex, NULL, err);
+    break;
   case TS_STRATEGY_LOCAL:
-    /* Nothing crosses ranks: one agreement, at the end, covers allocation and copy. */
-    if (ex.lst == TS_OK)
+    /* Nothing crosses ranks: over the union one agreement, at the end, covers allocation and
+     * copy; over the world the first one is kept, as every rank does not know the strategy. */
+    if (world)
+      rc = agree_first(&ex, NULL, err);
+    else
+      ex.agreed = true;
+    if (rc == TS_OK && ex.lst == TS_OK)
       run_local(&ex);
-    ex.agreed = true;
     break;
   case TS_STRATEGY_ALLREDUCE:
-    rc = run_allreduce(&ex, &ln, err);
+    rc = run_allreduce(&ex, err);
     break;
   case TS_STRATEGY_REDUCE_SCATTER:
-    rc = run_reduce_scatter(&ex, ln.c[0], err);
+    rc = run_reduce_scatter(&ex, err);
     break;
   case TS_STRATEGY_ALLGATHER:
   case TS_STRATEGY_ROOT:
-    rc = run_gather(&ex, gcomm, p->chosen == TS_STRATEGY_ROOT, err);
+    rc = run_gather(&ex, p->chosen == TS_STRATEGY_ROOT, err);
     break;
   case TS_STRATEGY_ALLTOALL:
   case TS_STRATEGY_P2P:
     rc = run_intersection(&ex, p->chosen == TS_STRATEGY_ALLTOALL, err);
     break;
   default:
-    rc = ts_error_set(err, TS_INTERNAL, "plan has no strategy");
+    local_fail(&ex, ts_error_set(&ex.lerr, TS_INTERNAL, "plan has no strategy"));
+    rc = agree_first(&ex, NULL, err);
   }
-  /* Errors while moving data (a copy, a reduction, MPI on this rank): agree once more, so that
-   * every rank that passed the first agreement returns the same result. */
+  /* The commit agreement: errors while moving data (a copy, a reduction, MPI on this rank) are
+   * agreed once more, so that every rank that passed the first agreement returns the same
+   * result. */
   if (ex.agreed) {
     int local = rc ? rc : ex.lst;
     ts_error mine = rc ? *err : ex.lerr;
-    rc = ts_comm_agree(ex.ucomm, local, &mine, err);
+    rc = ts_comm_agree(ex.acomm, local, &mine, err);
   }
   if (rc == TS_OK) {
     *out = ex.tgt;
-    if (report) {
+    if (report && p) {
       report->strategy = p->chosen;
       report->bytes_sent = ex.sent;
       report->bytes_received = ex.received;

@@ -2,9 +2,11 @@
  * local slice, with memory accounting against a quota. This is what the daemon keeps.
  *
  * ts_store_reshard is collective over the whole world (every rank runs every collective
- * operation, in the same order): the ranks first agree that the tensor exists and the plan is
- * valid everywhere, then run the executor, and only when every rank succeeded replace the slice
- * and attribute; on failure every rank keeps the tensor exactly as it was. */
+ * operation, in the same order, and every rank records every tensor): each rank prepares (the
+ * tensor exists, the tag fits it, the plan; the executor adds the target buffer and staging),
+ * the whole world agrees once, the ranks of the meshes move the data, and the whole world agrees
+ * once more before the slice and attribute are replaced; on failure every rank keeps the tensor
+ * exactly as it was and returns the same error. Two allreduces over the world per reshard. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,26 +173,40 @@ int ts_store_drop(ts_store *s, const char *name, ts_error *err) {
   return TS_OK;
 }
 
-int ts_store_reshard(ts_store *s, ts_world *w, const char *name, const ts_attr *tgt,
-                     const char *layout_tag, const ts_plan_opts *popts, ts_exec_report *report,
-                     ts_error *err) {
+int ts_store_reshard_after(ts_store *s, ts_world *w, const char *name, const ts_attr *tgt,
+                           const char *layout_tag, const ts_plan_opts *popts, int prior_status,
+                           const ts_error *prior_err, ts_exec_report *report, ts_error *err) {
   ts_error scratch, lerr;
   if (!err)
     err = &scratch;
+  if (report)
+    memset(report, 0, sizeof *report);
   if (!s || !w)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_store_reshard: NULL argument");
+  /* Prepare: everything that can be checked before data moves, on every rank (the executor adds
+   * the target buffer and staging); its one agreement is the executor's first. */
   ts_error_clear(&lerr);
-  int lst = TS_OK;
+  int lst = prior_status;
+  if (lst != TS_OK && prior_err)
+    lerr = *prior_err;
+  else if (lst != TS_OK)
+    ts_error_set(&lerr, lst, "%s", ts_strerror(lst));
   ts_stored *e = ts_store_find(s, name);
   ts_plan *plan = NULL;
   ts_attr *new_attr = NULL;
-  if (!e)
+  if (lst == TS_OK && !e)
     lst = ts_error_set(&lerr, TS_NOT_FOUND, "no tensor named '%s'", name ? name : "(null)");
-  else if (!tgt)
+  else if (lst == TS_OK && !tgt)
     lst = ts_error_set(&lerr, TS_INVALID_ARGUMENT, "no target attribute");
-  else if (layout_tag && strlen(layout_tag) >= sizeof e->layout_tag)
+  else if (lst == TS_OK && layout_tag && strlen(layout_tag) >= sizeof e->layout_tag)
     lst = ts_error_set(&lerr, TS_BAD_LAYOUT, "layout tag of %zu characters; at most %zu",
                        strlen(layout_tag), sizeof e->layout_tag - 1);
+  if (lst == TS_OK && layout_tag && layout_tag[0]) {
+    /* The tag against the tensor, here on every rank, not only where a target slice is made: a
+     * tag that fits the whole tensor fits each of its boxes. */
+    ts_layout l;
+    lst = ts_layout_from_tag(&l, e->dtype, e->ndim, e->shape, layout_tag, &lerr);
+  }
   if (lst == TS_OK) {
     ts_plan_opts o = popts ? *popts : (ts_plan_opts){TS_STRATEGY_AUTO, 0, 0};
     o.world_size = ts_world_size(w);
@@ -198,19 +214,13 @@ int ts_store_reshard(ts_store *s, ts_world *w, const char *name, const ts_attr *
   }
   if (lst == TS_OK)
     lst = ts_attr_clone(tgt, &new_attr, &lerr);
-  /* Every rank agrees that the reshard can be planned before the executor runs. */
-  int rc = ts_comm_agree(ts_world_comm(w), lst, &lerr, err);
-  if (rc) {
-    ts_plan_destroy(&plan);
-    ts_attr_destroy(&new_attr);
-    return rc;
-  }
-  ts_exec_opts xo = {0, 0};
+  /* Agree, transfer and commit over the whole world: every rank records the tensor. */
+  ts_exec_opts xo = {.agree_world = true, .prior_status = lst, .prior_err = &lerr};
   if (s->quota > 0)
     xo.max_alloc_bytes = s->quota - s->used > 0 ? s->quota - s->used : 1;
   ts_tensor out;
-  rc = ts_reshard_exec(w, plan, e->has_slice ? &e->local : NULL, layout_tag, &xo, &out, report,
-                       err);
+  int rc = ts_reshard_exec(w, plan, e && e->has_slice ? &e->local : NULL, layout_tag, &xo, &out,
+                           report, err);
   if (rc == TS_OK) {
     ts_box box;
     bool has = ts_geom_rank_box(plan->tgt, s->rank, &box);
@@ -228,4 +238,10 @@ int ts_store_reshard(ts_store *s, ts_world *w, const char *name, const ts_attr *
   ts_plan_destroy(&plan);
   ts_attr_destroy(&new_attr);
   return rc;
+}
+
+int ts_store_reshard(ts_store *s, ts_world *w, const char *name, const ts_attr *tgt,
+                     const char *layout_tag, const ts_plan_opts *popts, ts_exec_report *report,
+                     ts_error *err) {
+  return ts_store_reshard_after(s, w, name, tgt, layout_tag, popts, TS_OK, NULL, report, err);
 }

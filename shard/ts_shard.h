@@ -234,6 +234,15 @@ typedef struct ts_world ts_world;
 typedef struct ts_exec_opts {
   int64_t max_alloc_bytes; /* local bound on target + staging bytes; 0: unbounded */
   int copy_threads;        /* strided-copy threads; 0: kernel default */
+  /* The two agreements (before any data moves, and the commit) span the whole world instead of
+   * the union of the source and target ranks: every rank calls, ranks outside both meshes move
+   * nothing, and every rank returns the same status and message. */
+  bool agree_world;
+  /* A failure the caller met while preparing this reshard on this rank (TS_OK: none), agreed on
+   * with the executor's own checks in the first agreement; with agree_world the plan may then be
+   * NULL on this rank. */
+  int prior_status;
+  const ts_error *prior_err;
 } ts_exec_opts;
 
 typedef struct ts_exec_report {
@@ -243,8 +252,8 @@ typedef struct ts_exec_report {
   int64_t peak_extra_bytes; /* this rank's peak staging memory */
 } ts_exec_report;
 
-/* Runs a plan. Every rank of the world may call it; ranks outside the source and target meshes
- * return at once. src: this rank's source slice (ignored when it holds none). tgt_tag: the layout
+/* Runs a plan: prepare, one agreement, transfer, one commit agreement. Every rank of the world may
+ * call it; without opts->agree_world, ranks outside the source and target meshes return at once. src: this rank's source slice (ignored when it holds none). tgt_tag: the layout
  * tag of the target slice (NULL: row-major). On success *out holds the new slice (data == NULL
  * when this rank holds none; free it with ts_shard_free_tensor). Atomic: on any failure on any
  * rank, every participating rank returns the same error and *out is left empty. */
@@ -294,9 +303,16 @@ int ts_store_drop(ts_store *s, const char *name, ts_error *err);
 int64_t ts_store_used_bytes(const ts_store *s);
 int ts_store_count(const ts_store *s);
 /* Reshards a stored tensor in place: plans, runs, and only when every rank succeeded replaces the
- * slice and attribute; otherwise the tensor stays as it was on every rank. */
+ * slice and attribute; otherwise the tensor stays as it was on every rank. Collective over the
+ * whole world (every rank calls it; all return the same status and message). */
 int ts_store_reshard(ts_store *s, ts_world *w, const char *name, const ts_attr *tgt,
                      const char *layout_tag, const ts_plan_opts *popts, ts_exec_report *report,
                      ts_error *err);
+/* The same, after the caller's own preparation: prior_status (TS_OK: none) is a failure the
+ * caller met on this rank, agreed on in the reshard's first agreement. Every rank then returns
+ * the same status and message. */
+int ts_store_reshard_after(ts_store *s, ts_world *w, const char *name, const ts_attr *tgt,
+                           const char *layout_tag, const ts_plan_opts *popts, int prior_status,
+                           const ts_error *prior_err, ts_exec_report *report, ts_error *err);
 
 #endif

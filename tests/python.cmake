@@ -7,6 +7,19 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
   add_test(NAME test_python_attr
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_attr.py ${TS_BIN})
   set_tests_properties(test_python_attr PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT} ENVIRONMENT "${TS_PY_ENV}")
+  # Issue 13: ranks never disagree (regressions of each item), and the randomized differential
+  # reshard test (fixed seeds; about 10 s on a quiet box, bounded by its own budget of 150 s).
+  add_test(NAME test_python_agreement
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_agreement.py ${TS_BIN})
+  set_tests_properties(test_python_agreement PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_PY_ENV}")
+  foreach(np 4 6)
+    add_test(NAME test_python_reshard_random_np${np}
+             COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_reshard_random.py
+                     ${TS_BIN} ${np} 11 12 13)
+    set_tests_properties(test_python_reshard_random_np${np} PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                         ENVIRONMENT "${TS_PY_ENV}")
+  endforeach()
   foreach(np 2 4)
     add_test(NAME test_python_client_np${np}
              COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_client.py ${TS_BIN} ${np})

@@ -650,6 +650,18 @@ static void atomic_failure(void) {
 }
 
 /* The store: add, reshard in place, accounting, atomic failure, collective errors. */
+/* Every rank returned the same status and message. */
+static void same_everywhere(int rc, const char *msg, const char *what) {
+  char first[512];
+  snprintf(first, sizeof first, "%s", msg);
+  int lo, hi;
+  MPI_Allreduce(&rc, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&rc, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Bcast(first, (int)sizeof first, MPI_CHAR, 0, MPI_COMM_WORLD);
+  CHECK(lo == hi && strcmp(first, msg) == 0, "%s: ranks disagree (%d..%d, '%s' vs '%s')", what,
+        lo, hi, msg, first);
+}
+
 static void store_tests(void) {
   ts_store *s = NULL;
   ts_error err;
@@ -732,6 +744,27 @@ static void store_tests(void) {
   ts_plan_opts o = {TS_STRATEGY_ALLREDUCE, 0, 0};
   rc = ts_store_reshard(s, W, "w", a, NULL, &o, NULL, &err);
   CHECK(rc == TS_BAD_STRATEGY, "forced: %d %s", rc, err.msg);
+  /* A tag that does not fit the tensor, from the last rank to rank 0: the ranks outside both
+   * meshes too return BAD_LAYOUT with the same message, and w stays as it was everywhere. */
+  ts_attr *r0 = NULL;
+  ts_attr_parse("mesh=[1]@0 placements=[R]", &r0, NULL);
+  rc = ts_store_reshard(s, W, "w", r0, "A0ab", NULL, NULL, &err);
+  CHECK(rc == TS_BAD_LAYOUT, "tag that does not fit: %d %s", rc, err.msg);
+  same_everywhere(rc, err.msg, "tag that does not fit");
+  e = ts_store_find(s, "w");
+  CHECK(e && ts_attr_equal(e->attr, c) && e->layout_tag[0] == '\0', "w changed by a bad tag");
+  /* A failure the caller met on the last rank only fails the reshard on every rank. */
+  ts_error injected;
+  ts_error_set(&injected, TS_LIMIT, "injected on the last rank");
+  rc = ts_store_reshard_after(s, W, "w", r0, NULL, NULL,
+                              world_rank == world_size - 1 ? TS_LIMIT : TS_OK, &injected, NULL,
+                              &err);
+  CHECK(rc == TS_LIMIT && strstr(err.msg, "injected on the last rank"), "prior: %d %s", rc,
+        err.msg);
+  same_everywhere(rc, err.msg, "prior failure");
+  e = ts_store_find(s, "w");
+  CHECK(e && ts_attr_equal(e->attr, c), "w changed by a failed reshard");
+  ts_attr_destroy(&r0);
 
   /* Quota: a store with a tiny quota on the last rank refuses, on every rank. */
   ts_store *q = NULL;
@@ -777,7 +810,7 @@ static void exec_errors(void) {
     src.layout.shape[1] = 6;
   rc = ts_reshard_exec(W, p, &src, "zz", NULL, &out, NULL, &err);
   CHECK(rc != TS_OK && out.data == NULL, "bad target tag accepted");
-  ts_exec_opts lim = {16, 0};
+  ts_exec_opts lim = {.max_alloc_bytes = 16};
   rc = ts_reshard_exec(W, p, &src, NULL, &lim, &out, NULL, &err);
   CHECK(rc == TS_LIMIT, "memory limit: %d %s", rc, err.msg);
   rc = ts_reshard_exec(W, p, NULL, NULL, NULL, &out, NULL, &err);

@@ -500,16 +500,82 @@ START_TEST(test_backward_errors) {
 }
 END_TEST
 
+/* A cache answers only for the views its forward call saw: the same buffer seen through other
+ * strides or another offset is another operand (refused, never wrong gradients); with the same
+ * views the gradients match naive loops. A byte offset misaligned for the dtype is refused. */
+START_TEST(test_cache_other_view) {
+  int nd[2] = {2, 2};
+  int64_t s3[2] = {3, 3};
+  const int64_t *shapes[2] = {s3, s3};
+  ts_einsum_plan *p = NULL;
+  ts_error err;
+  ck_assert_int_eq(ts_einsum_plan_create(&p, "ij,jk->ik", 2, nd, shapes, TS_F32, NULL, &err),
+                   TS_OK);
+  float x[12], y[9], g[9], o[9], gx[9], gy[9];
+  for (int i = 0; i < 12; i++)
+    x[i] = (float)(i % 5) - 2.0f;
+  for (int i = 0; i < 9; i++) {
+    y[i] = (float)(i % 4) + 1.0f;
+    g[i] = (float)(i % 3) - 1.0f;
+  }
+  ts_tensor tx = {x, sizeof x, {0}}, ty = {y, sizeof y, {0}}, tg = {g, sizeof g, {0}};
+  ts_tensor to = {o, sizeof o, {0}}, tgx = {gx, sizeof gx, {0}}, tgy = {gy, sizeof gy, {0}};
+  ts_layout_plain(&tx.layout, TS_F32, 2, s3, NULL);
+  ts_layout_plain(&ty.layout, TS_F32, 2, s3, NULL);
+  ts_layout_plain(&tg.layout, TS_F32, 2, s3, NULL);
+  ts_layout_plain(&to.layout, TS_F32, 2, s3, NULL);
+  ts_layout_plain(&tgx.layout, TS_F32, 2, s3, NULL);
+  ts_layout_plain(&tgy.layout, TS_F32, 2, s3, NULL);
+  const ts_tensor *ops[2] = {&tx, &ty};
+  const ts_tensor *grads[2] = {&tgx, &tgy};
+  ts_einsum_cache *c = NULL;
+  ck_assert_int_eq(ts_einsum_cache_create(&c, &err), TS_OK);
+  ck_assert_int_eq(ts_einsum_execute(p, &to, ops, c, &err), TS_OK);
+  /* X transposed (strides {1,3}), then X one row further on (offset 12 bytes): refused. */
+  ts_tensor tv = tx;
+  tv.layout.strides[0] = 1;
+  tv.layout.strides[1] = 3;
+  const ts_tensor *vops[2] = {&tv, &ty};
+  ck_assert_int_eq(ts_einsum_backward(p, &tg, vops, grads, c, &err), TS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(err.msg, "cache"));
+  tv = tx;
+  tv.layout.offset = 3 * (int64_t)sizeof(float);
+  ck_assert_int_eq(ts_einsum_backward(p, &tg, vops, grads, c, &err), TS_INVALID_ARGUMENT);
+  /* The views of the forward call: right gradients, dX = dO Y^T and dY = X^T dO. */
+  ck_assert_int_eq(ts_einsum_backward(p, &tg, ops, grads, c, &err), TS_OK);
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 3; j++) {
+      float wx = 0, wy = 0;
+      for (int k = 0; k < 3; k++) {
+        wx += g[i * 3 + k] * y[j * 3 + k];
+        wy += x[k * 3 + i] * g[k * 3 + j];
+      }
+      ck_assert_float_eq_tol(gx[i * 3 + j], wx, 1e-5f);
+      ck_assert_float_eq_tol(gy[i * 3 + j], wy, 1e-5f);
+    }
+  /* A byte offset that is not a multiple of 4 for f32, forward or backward: refused. */
+  tv = tx;
+  tv.layout.offset = 2;
+  ck_assert_int_eq(ts_einsum_execute(p, &to, vops, NULL, &err), TS_BAD_LAYOUT);
+  ck_assert_ptr_nonnull(strstr(err.msg, "multiple"));
+  ck_assert_int_eq(ts_einsum_backward(p, &tg, vops, grads, NULL, &err), TS_BAD_LAYOUT);
+  ck_assert_int_eq(ts_layout_check(&tv.layout, sizeof x, false, &err), TS_BAD_LAYOUT);
+  ts_einsum_cache_destroy(&c);
+  ts_einsum_plan_destroy(&p);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("einsum_backward");
   TCase *tc = tcase_create("backward");
-  tcase_set_timeout(tc, 120);
+  tcase_set_timeout(tc, 300); /* sized for the ASan build on a loaded 2-core box */
   tcase_add_loop_test(tc, test_random_gradients, 0, 6);
   tcase_add_test(tc, test_finite_differences);
   tcase_add_test(tc, test_transpose_cache);
   tcase_add_test(tc, test_thin_interleaved);
   tcase_add_test(tc, test_backward_shared_by_threads);
   tcase_add_test(tc, test_backward_errors);
+  tcase_add_test(tc, test_cache_other_view);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -363,7 +363,7 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("einsum_forward");
   TCase *tc = tcase_create("forward");
-  tcase_set_timeout(tc, 120);
+  tcase_set_timeout(tc, 300); /* sized for the ASan build on a loaded 2-core box */
   tcase_add_loop_test(tc, test_random_equations, 0, 6);
   tcase_add_test(tc, test_blas_sized);
   tcase_add_test(tc, test_many_dims_intermediate);
