@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "engine.h"
+#include "shm.h"
 
 enum { TAG_SUBMIT = 1, TAG_ORDER = 2, TAG_BYE = 3 };
 #define SUBMIT_HEADER 16 /* ticket, hash */
@@ -57,10 +58,7 @@ static uint8_t *pack_forwarded(Tshard__Request *req, size_t *len, uint64_t *hash
 }
 
 static void pending_free(tsd_engine *e, tsd_pending *p) {
-  if (p->staging) {
-    tsd_buf_give(e, p->staging, p->staging_bytes);
-    e->staging_used -= (int64_t)p->staging_bytes;
-  }
+  tsd_staging_give(e, p->staging, p->staging_bytes);
   free(p);
 }
 
@@ -144,8 +142,7 @@ void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *
   if (!p || !body) {
     free(p);
     free(body);
-    tsd_buf_give(e, staging, staging_bytes);
-    e->staging_used -= (int64_t)staging_bytes;
+    tsd_staging_give(e, staging, staging_bytes);
     tsd_reply_status(e, conn_id, req->id, TS_NO_MEMORY, "no memory to submit the operation");
     tsd_request_free(&req);
     return;
