@@ -7,6 +7,9 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
   add_test(NAME test_python_attr
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_attr.py ${TS_BIN})
   set_tests_properties(test_python_attr PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT} ENVIRONMENT "${TS_PY_ENV}")
+  add_test(NAME test_python_shm
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_shm.py ${TS_BIN})
+  set_tests_properties(test_python_shm PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT} ENVIRONMENT "${TS_PY_ENV}")
   foreach(np 2 4)
     add_test(NAME test_python_client_np${np}
              COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_client.py ${TS_BIN} ${np})
