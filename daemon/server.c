@@ -321,6 +321,8 @@ static void on_connection(uv_stream_t *server, int status) {
   }
   if (c->is_tcp)
     uv_tcp_nodelay(&c->h.tcp, 1);
+  int sndbuf = 4 << 20; /* answers of many MiB: fewer wake-ups of the reading client */
+  uv_send_buffer_size(&c->h.handle, &sndbuf);
   c->next = s->conns;
   s->conns = c;
   __atomic_add_fetch(&s->nconns, 1, __ATOMIC_RELAXED);

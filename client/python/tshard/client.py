@@ -13,6 +13,7 @@ import collections
 import contextlib
 import os
 import socket as _socket
+import struct
 
 import numpy as np
 
@@ -69,7 +70,7 @@ def _env_rank():
 class Client:
     """A connection to one daemon. Use ``tshard.connect(...)``; close it (or use ``with``)."""
 
-    def __init__(self, sock, token=None, chunk=32 << 20, shm=False):
+    def __init__(self, sock, token=None, chunk=16 << 20, shm=False):
         self._sock = sock
         self._wire = Wire(sock)
         self._token = token
@@ -128,7 +129,7 @@ class Client:
             raise error_for(1, "the connection is closed")
         try:
             yield
-        except _socket.timeout:
+        except (_socket.timeout, BlockingIOError):
             self.close()
             raise error_for(19, "no answer from the daemon within the timeout") from None
         except OSError as e:
@@ -400,6 +401,18 @@ class Client:
         self._call(key, shutdown=pb.ShutdownRequest())
 
 
+def _kernel_timeout(sock, timeout):
+    """A blocking socket whose sends and receives time out in the kernel (SO_SNDTIMEO,
+    SO_RCVTIMEO): Python's own timeout polls before every send and receive, which costs the
+    bulk data path most of its speed (0.2 against 1.2 GB/s on a Unix socket here)."""
+    sock.settimeout(None)
+    if timeout is not None and timeout > 0:
+        sec = int(timeout)
+        tv = struct.pack("ll", sec, int((timeout - sec) * 1e6))
+        sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_RCVTIMEO, tv)
+        sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDTIMEO, tv)
+
+
 def connect(rank=None, socket=None, tcp=None, token=None, job=None, timeout=60.0, shm=None):
     """Connects to a daemon: by Unix ``socket`` path, by ``tcp`` ("host:port" or (host, port))
     with the job's ``token``, or by ``rank`` (default: this process's MPI rank from the
@@ -412,6 +425,7 @@ def connect(rank=None, socket=None, tcp=None, token=None, job=None, timeout=60.0
         host, port = tcp.rsplit(":", 1) if isinstance(tcp, str) else tcp
         s = _socket.create_connection((host, int(port)), timeout=timeout)
         s.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+        _kernel_timeout(s, timeout)
         c = Client(s, token=token)
         try:
             return c._hello()  # presents the token
@@ -431,6 +445,7 @@ def connect(rank=None, socket=None, tcp=None, token=None, job=None, timeout=60.0
         s.close()
         raise error_for(18, f"cannot connect to {socket}: {e.strerror} (is tshardd running "
                             f"for this job and rank?)") from None
+    _kernel_timeout(s, timeout)
     c = Client(s, shm=bool(shm))
     try:
         return c._hello()
