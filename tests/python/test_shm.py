@@ -193,6 +193,22 @@ with daemons as d:
     roundtrip(c1, "a", (1536, 1024), "mesh=[2] placements=[S(1)]", 1, "shm")
     slices([c0, c1], "a", reference((1536, 1024), 1), 5, "shm")
     roundtrip(c0, "p", (100, 37), "mesh=[2] placements=[P(sum)]", 2, "shm, partial")
+    # Into the caller's arrays.
+    out = np.empty((1536, 1024), dtype=np.float32)
+    got = c1.get("a", out=out)
+    check(np.shares_memory(got, out) and np.array_equal(out, reference((1536, 1024), 1) + 5),
+          "get into out")
+    box = c0.describe("a")["ranks"][0]
+    sl = np.empty((box["hi"][0] - box["lo"][0]) * (box["hi"][1] - box["lo"][1]), np.float32)
+    got = c0.get_slice("a", out=sl)
+    check(np.shares_memory(got, sl) and np.array_equal(got.reshape(-1), sl), "get_slice into out")
+    expect(5, lambda: c0.get_slice("a", out=np.empty(7, np.float32)), "get_slice into a short out")
+    check(c0.ping()["rank"] == 0, "the connection serves on after the short out")
+    try:
+        c1.get("a", out=np.empty((1536, 1024), dtype=np.float64))
+        check(False, "get into an out of another dtype")
+    except ValueError:
+        pass
     # Chunks through the halves of a 64 KiB segment.
     small = d.connect(1)
     small.set_shm(True, max_bytes=64 << 10)

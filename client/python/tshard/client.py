@@ -34,6 +34,13 @@ DTYPES = {
 _FROM_NUMPY = {v: k for k, v in DTYPES.items() if k != "bf16"}
 
 WINDOW = 2  # chunk requests in flight
+def _out_bytes(out, dtype, what):
+    """The caller's result array as flat writable bytes (C-contiguous, the tensor's dtype)."""
+    if (not isinstance(out, np.ndarray) or out.dtype != dtype or not out.flags.c_contiguous
+            or not out.flags.writeable):
+        raise ValueError(f"{what}: out must be a writable C-contiguous numpy array of dtype "
+                         f"{dtype}")
+    return out.reshape(-1).view(np.uint8)
 
 def _dtype_name(dtype):
     """'f32' for 'f32', np.float32 or np.dtype('float32'); 'bf16' must be named."""
@@ -247,7 +254,7 @@ class Client:
         """Puts this rank's slice (row-major over its box, or the bytes of ``layout``)."""
         self._send_chunks(name, array, None, layout or "")
 
-    def _chunk_answer(self, want_id, off, sink, seg):
+    def _chunk_answer(self, want_id, off, sink, seg, refuse):
         """Receives the answer to chunk request want_id at off into sink(total); returns
         (total, bytes)."""
         total, n, resp = self._wire.recv_data(want_id, off, sink)
@@ -267,23 +274,29 @@ class Client:
             raise error_for(17, "the daemon answered a chunk that does not fit")
         dst = sink(d.total_bytes)
         if dst is None:
-            raise error_for(17, f"the daemon answered a total of {d.total_bytes} bytes, not "
-                                f"the total of its first answer")
+            raise refuse(d.total_bytes)
         np.copyto(dst[off:off + len(data)], data)
         return d.total_bytes, len(data)
 
-    def _read_chunks(self, fill, need):
+    def _read_chunks(self, fill, need, out=None):
         """The bytes of a get or get_slice (fill(req, offset) fills its request message and
         returns it) as a new uint8 array, received straight into it. The first request learns
         the total (through the segment: it offers the whole segment, where a tensor that fits is
         copied at once); then WINDOW requests are in flight, in alternate halves of the
-        segment."""
-        out = [None]
+        segment. out: the array to fill (its size must be the total), else a new one."""
+        given = out
+        out = [given]
 
         def sink(total):
             if out[0] is None:
                 out[0] = np.empty(total, dtype=np.uint8)
             return out[0] if len(out[0]) == total else None
+
+        def refuse(total):
+            if given is not None:
+                return error_for(5, f"the result has {total} bytes; out has {len(given)}")
+            return error_for(17, f"the daemon answered a total of {total} bytes, not the total "
+                                 f"of its first answer")
 
         with self._io():
             seg = self._segment(need)
@@ -295,7 +308,7 @@ class Client:
             else:
                 m.max_bytes = self.chunk
             self._wire.send(request_frame(req))
-            total, n = self._chunk_answer(req.id, 0, sink, seg)
+            total, n = self._chunk_answer(req.id, 0, sink, seg, refuse)
             nxt, half, pending, first = n, 0, collections.deque(), None
             while pending or (nxt < total and first is None):
                 while nxt < total and len(pending) < WINDOW and first is None:
@@ -311,7 +324,7 @@ class Client:
                     nxt += min(chunk, total - nxt)
                 rid, off = pending.popleft()
                 try:
-                    t, n = self._chunk_answer(rid, off, sink, seg)
+                    t, n = self._chunk_answer(rid, off, sink, seg, refuse)
                 except TshardError as e:
                     if e.status in (17, 18, 19):
                         raise
@@ -323,23 +336,28 @@ class Client:
                 raise first
             return out[0] if out[0] is not None else np.empty(0, dtype=np.uint8)
 
-    def get(self, name):
-        """The whole tensor as a numpy array, gathered to this client's rank."""
+    def get(self, name, out=None):
+        """The whole tensor as a numpy array, gathered to this client's rank (into ``out`` when
+        given: a C-contiguous array of the tensor's dtype and size, returned reshaped)."""
         info = self.describe(name)
         dt = DTYPES[info["dtype"]]
         need = int(np.prod(info["shape"], dtype=np.int64)) * dt.itemsize
+        flat = None if out is None else _out_bytes(out, dt, "get")
+        if flat is not None and flat.nbytes != need:
+            raise ValueError(f"get: '{name}' has {need} bytes; out has {flat.nbytes}")
 
         def fill(req, off):
             req.get.name, req.get.offset = name, off
             return req.get
-        raw = self._read_chunks(fill, need)
+        raw = self._read_chunks(fill, need, flat)
         if len(raw) != need:
             raise error_for(17, f"'{name}' came with {len(raw)} bytes, not {need}")
         return raw.view(dt).reshape(info["shape"])
 
-    def get_slice(self, name, layout=None):
+    def get_slice(self, name, layout=None, out=None):
         """This rank's slice: an array of its box's shape (row-major), or, for another layout,
-        the flat elements of that layout (padding included). None when the rank holds none."""
+        the flat elements of that layout (padding included). None when the rank holds none.
+        ``out``: an array to receive it (C-contiguous, the tensor's dtype, the slice's size)."""
         info = self.describe(name)
         if self._rank is None:
             self._rank = self.ping()["rank"]
@@ -352,7 +370,9 @@ class Client:
             g.name, g.offset = name, off
             g.layout.tag = layout or ""
             return g
-        arr = self._read_chunks(fill, mine[0]["bytes"]).view(DTYPES[info["dtype"]])
+        dt = DTYPES[info["dtype"]]
+        flat = None if out is None else _out_bytes(out, dt, "get_slice")
+        arr = self._read_chunks(fill, mine[0]["bytes"], flat).view(dt)
         plain = "".join(chr(ord("a") + d) for d in range(len(info["shape"])))
         if not layout or layout == plain:
             arr = arr.reshape([h - l for l, h in zip(mine[0]["lo"], mine[0]["hi"])])
