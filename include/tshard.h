@@ -50,8 +50,8 @@ int tshard_connect_tcp(const char *host, int port, const char *token, int timeou
 /* Accepts NULL; sets *c = NULL. */
 void tshard_close(tshard_client **c);
 void tshard_set_timeout(tshard_client *c, int timeout_ms);
-/* Bytes per data chunk of puts and gets (at least 64; default 16 MiB or what the daemon's
- * frame allows). */
+/* Bytes per data chunk of puts and gets over the socket stream (at least 64; default 16 MiB or
+ * what the daemon's frame allows). Shared memory goes by its segment instead. */
 void tshard_set_chunk(tshard_client *c, size_t bytes);
 /* Progress of puts and gets: fn(arg, bytes done, total bytes) after every chunk (NULL: none). */
 typedef void (*tshard_progress_fn)(void *arg, uint64_t done, uint64_t total);
