@@ -6,7 +6,9 @@
  * strided-copy kernel; a whole tensor becomes a collective scatter), so an interrupted or wrong
  * put leaves the tensor as it was. A get answers its first chunk with the copy it made (a slice
  * in the asked layout, or the gathered tensor) and the next chunks from that copy, freed after
- * its last byte or when the connection goes. */
+ * its last byte or when the connection goes. Chunks may instead name a region of the connection's
+ * shared segment (shm.c): a whole put then scatters straight from it, a whole slice is copied
+ * straight between it and the stored layout, and get answers are written into it. */
 #include <stdlib.h>
 #include <string.h>
 
