@@ -193,6 +193,17 @@ with daemons as d:
     roundtrip(c1, "a", (1536, 1024), "mesh=[2] placements=[S(1)]", 1, "shm")
     slices([c0, c1], "a", reference((1536, 1024), 1), 5, "shm")
     roundtrip(c0, "p", (100, 37), "mesh=[2] placements=[P(sum)]", 2, "shm, partial")
+    # Results held at once never share memory (the client reuses a result buffer only once
+    # nothing refers to it).
+    g1 = c1.get("a")
+    g1v = g1[3:5]
+    del g1
+    g2 = c1.get("a")
+    g2[:] = -1
+    check(not np.shares_memory(g1v, g2) and np.array_equal(g1v, (reference((1536, 1024), 1) + 5)[3:5]),
+          "a held result is not overwritten by the next get")
+    del g1v, g2
+    check(np.array_equal(c1.get("a"), reference((1536, 1024), 1) + 5), "get after the reuse")
     # Into the caller's arrays.
     out = np.empty((1536, 1024), dtype=np.float32)
     got = c1.get("a", out=out)
