@@ -42,10 +42,21 @@ int tshard_set_shm(tshard_client *c, int enable) {
     return TS_INVALID_ARGUMENT;
   if (enable && !c->shm_possible)
     return tsc_fail(c, TS_UNSUPPORTED, "shared memory needs a Unix socket connection");
+  int rc = TS_OK;
+  if (!enable && c->shm_base && !c->broken) { /* the daemon's side is released too */
+    Tshard__Request req = TSHARD__REQUEST__INIT;
+    Tshard__ShmAttachRequest a = TSHARD__SHM_ATTACH_REQUEST__INIT;
+    req.op_case = TSHARD__REQUEST__OP_SHM_ATTACH;
+    req.shm_attach = &a;
+    Tshard__Response *r = NULL;
+    rc = tsc_call(c, &req, &r);
+    if (r)
+      tsc_free(c, r);
+  }
   c->shm_on = enable != 0;
   if (!c->shm_on)
     tsc_shm_unmap(c);
-  return TS_OK;
+  return rc;
 }
 
 void tshard_set_shm_segment(tshard_client *c, size_t max_bytes) {

@@ -159,6 +159,15 @@ void tsd_shm_attach(tsd_engine *e, tsd_work *w) {
   tsd_conn_get_reset(e, c);
   tsd_shm_release(e, c->shm);
   c->shm = NULL;
+  Tshard__Response r = TSHARD__RESPONSE__INIT;
+  Tshard__ShmResult sr = TSHARD__SHM_RESULT__INIT;
+  r.id = req->id;
+  r.result_case = TSHARD__RESPONSE__RESULT_SHM;
+  r.shm = &sr;
+  if (want == 0) { /* a release */
+    tsd_reply_response(e, w->conn_id, &r);
+    return;
+  }
   tsd_shm_seg *s = NULL;
   int fd = -1;
   int rc = tsd_memory_check(e, bytes, "the shared-memory segment", &err);
@@ -172,11 +181,6 @@ void tsd_shm_attach(tsd_engine *e, tsd_work *w) {
   e->shm_segs = s;
   e->staging_used += (int64_t)bytes;
   c->shm = s;
-  Tshard__Response r = TSHARD__RESPONSE__INIT;
-  Tshard__ShmResult sr = TSHARD__SHM_RESULT__INIT;
-  r.id = req->id;
-  r.result_case = TSHARD__RESPONSE__RESULT_SHM;
-  r.shm = &sr;
   sr.bytes = bytes;
   reply_with_fd(e, w->conn_id, &r, fd);
   TSD_LOG(TSD_LOG_DEBUG, "connection %llu: shared-memory segment of %llu bytes",

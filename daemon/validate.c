@@ -181,14 +181,6 @@ static int v_get_slice(const Tshard__Request *r, const tsd_limits *lim, ts_error
   return rc || r->get_slice->shm ? rc : check_max_bytes(r->get_slice->max_bytes, lim, err);
 }
 
-static int v_shm_attach(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
-  (void)lim;
-  if (r->shm_attach->bytes == 0)
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "shm_attach of 0 bytes; ask for 1 byte or more "
-                        "(the daemon grants up to its bound)");
-  return TS_OK;
-}
-
 static int v_reshard(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   const Tshard__ReshardRequest *q = r->reshard;
   int rc = check_name("tensor name", q->name, err);
@@ -243,7 +235,7 @@ static const op_entry ops[] = {
     {TSHARD__REQUEST__OP_PLAN, "plan", TSD_SCOPE_LOCAL, v_plan},
     {TSHARD__REQUEST__OP_STATS, "stats", TSD_SCOPE_LOCAL, v_none},
     {TSHARD__REQUEST__OP_SHUTDOWN, "shutdown", TSD_SCOPE_COLLECTIVE, v_none},
-    {TSHARD__REQUEST__OP_SHM_ATTACH, "shm_attach", TSD_SCOPE_LOCAL, v_shm_attach},
+    {TSHARD__REQUEST__OP_SHM_ATTACH, "shm_attach", TSD_SCOPE_LOCAL, v_none}, /* shm.c */
 };
 
 const char *tsd_op_name(int op_case) {

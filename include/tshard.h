@@ -59,9 +59,10 @@ void tshard_set_progress(tshard_client *c, tshard_progress_fn fn, void *arg);
 
 /* Same-node shared memory: on a Unix socket, put, put_slice, get and get_slice move their bytes
  * through a segment the daemon shares with this client (attached on the first transfer, grown
- * on demand up to a bound, 1 GiB by default), not through the socket; TCP connections, and
- * daemons that refuse a segment, use the stream. On by default; TSHARD_SHM=0 in the environment
- * or tshard_set_shm(c, 0) turns it off (enabling it on TCP returns TS_UNSUPPORTED). */
+ * on demand up to a bound, 1 GiB by default; it counts against the daemon's memory limit while
+ * it lives), not through the socket; TCP connections, and daemons that refuse a segment, use the
+ * stream. On by default; TSHARD_SHM=0 in the environment or tshard_set_shm(c, 0) turns it off
+ * (and releases the segment on both sides). Enabling it on TCP returns TS_UNSUPPORTED. */
 int tshard_set_shm(tshard_client *c, int enable);
 /* The largest segment this client asks for (at least 64 KiB); larger transfers go through it in
  * chunks. */

@@ -240,8 +240,13 @@ int main(void) {
     slices(pair, "halves", 300, 1000, "Ba4b", 16);
     tshard_close(&small);
   }
-  /* Shared memory off: the stream path, same data. */
+  /* Shared memory off: the segment is released in the daemon too; the stream path, same data. */
+  tshard_stats m0, m1;
+  TSE_OK(cl[1], tshard_stats_get(cl[1], &m0));
   TSE_OK(cl[1], tshard_set_shm(cl[1], 0));
+  TSE_OK(cl[1], tshard_stats_get(cl[1], &m1));
+  TSE_CHECK(m0.memory_in_use - m1.memory_in_use >= (3u << 20), "turning shared memory off gave "
+            "back %llu bytes", (unsigned long long)(m0.memory_in_use - m1.memory_in_use));
   n = roundtrip(cl[1], "stream", 256, 1024, "mesh=[2] placements=[R]", 17);
   TSE_CHECK(n == 16, "1 MiB over the stream in 64 KiB chunks took %llu answers",
             (unsigned long long)n);

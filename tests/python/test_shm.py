@@ -227,6 +227,14 @@ with daemons as d:
               "shm halves")
     slices([c0, small], "h", reference((300, 1000), 3), 7, "shm halves")
     small.close()
+    # Turning shared memory off releases the segment in the daemon too.
+    before = c1.stats()["memory_in_use"]
+    seg = c1._seg.bytes
+    c1.set_shm(False)
+    after = c1.stats()["memory_in_use"]
+    check(seg > 0 and before - after == seg, f"set_shm(False) gave back {before - after} of the "
+          f"{seg} bytes of the segment")
+    c1.set_shm(True)
     # The stream: shm=False, TSHARD_SHM=0; 6 MiB puts and gets in chunks of the 4 MiB frame.
     with tshard.connect(socket=d.socket(1), shm=False) as s:
         check(not s.shm, "shm=False")
@@ -252,8 +260,6 @@ with daemons as d:
         r = raw_call(m, put=pb.PutRequest(name="a", offset=0, total_bytes=64,
                                            shm=pb.ShmData(offset=0, bytes=64)))
         check(r.status == 1, f"a region without a segment answered {r.status}: {r.message}")
-        r = raw_call(m, shm_attach=pb.ShmAttachRequest(bytes=0))
-        check(r.status == 1, f"shm_attach of 0 bytes answered {r.status}")
         m.set_shm(True, max_bytes=64 << 10)
         m._segment(1)
         seg_bytes = m._seg.bytes

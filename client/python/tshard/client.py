@@ -111,12 +111,16 @@ class Client:
         return self._seg is not None
 
     def set_shm(self, enable, max_bytes=None):
-        """Turns shared memory on or off; max_bytes bounds the segment (default 1 GiB)."""
+        """Turns shared memory on or off (off releases the segment on both sides); max_bytes
+        bounds the segment (default 1 GiB)."""
         if enable and self._sock is not None and self._sock.family != _socket.AF_UNIX:
             raise error_for(20, "shared memory needs a Unix socket connection")
         if not enable and self._seg is not None:
+            attached = self._seg.bytes > 0
             self._seg.close()
             self._seg = None
+            if attached:  # the daemon's side is released too
+                self._call(shm_attach=pb.ShmAttachRequest(bytes=0))
         elif enable and self._seg is None:
             self._seg = Segment(self._wire, self._take_id)
         if enable and max_bytes is not None:
