@@ -226,6 +226,8 @@ int main(void) {
             "the put)", (unsigned long long)n);
   slices(cl, "whole", 768, 1024, "", 12);
   slices(cl, "whole", 768, 1024, "Ba4b", 13);
+  roundtrip(cl[0], "odd", 64, 30, "mesh=[2] placements=[S(1)]", 21); /* slices of 15 columns */
+  slices(cl, "odd", 64, 30, "Ba4b", 22);                             /* padded to 16 */
   n = roundtrip(cl[0], "partial", 96, 130, "mesh=[2] placements=[P(sum)]", 14);
   TSE_CHECK(n == 1, "a put with a partial placement took %llu answers", (unsigned long long)n);
   /* Larger than the segment: chunks through its halves. */
@@ -271,8 +273,8 @@ int main(void) {
     slices(pair, "tcp", 200, 300, "Ba4b", 20);
     tshard_close(&tcp);
   }
-  const char *names[] = {"whole", "partial", "halves", "stream", "env_off", "tcp"};
-  for (int i = 0; i < 6; i++)
+  const char *names[] = {"whole", "odd", "partial", "halves", "stream", "env_off", "tcp"};
+  for (int i = 0; i < 7; i++)
     TSE_OK(cl[0], tshard_drop(cl[0], names[i], NULL));
   kill_tests(cl);
   tshard_close(&cl[0]);

@@ -192,6 +192,8 @@ with daemons as d:
     # Shared memory: 6 MiB (larger than a frame) in one request each way.
     roundtrip(c1, "a", (1536, 1024), "mesh=[2] placements=[S(1)]", 1, "shm")
     slices([c0, c1], "a", reference((1536, 1024), 1), 5, "shm")
+    roundtrip(c0, "odd", (64, 30), "mesh=[2] placements=[S(1)]", 21, "shm, 15 columns a rank")
+    slices([c0, c1], "odd", reference((64, 30), 21), 3, "shm, Ba4b padded")
     roundtrip(c0, "p", (100, 37), "mesh=[2] placements=[P(sum)]", 2, "shm, partial")
     # Results held at once never share memory (the client reuses a result buffer only once
     # nothing refers to it).
