@@ -118,8 +118,15 @@ class Wire:
         self.sock = sock
 
     def send(self, buffers):
-        for b in buffers:
-            self.sock.sendall(b)
+        """Sends the buffers in order with sendmsg (one call for a header and its data)."""
+        views = [memoryview(b).cast("B") for b in buffers]
+        while views:
+            n = self.sock.sendmsg(views)
+            while views and n >= len(views[0]):
+                n -= len(views[0])
+                views.pop(0)
+            if views and n:
+                views[0] = views[0][n:]
 
     def recv_into(self, view):
         got, n = 0, len(view)
