@@ -92,7 +92,10 @@ int tshard_create(tshard_client *c, const char *name, const char *dtype, int ndi
 /* Sends data in chunks; the answer to the last one is the answer of the whole put. Two chunks
  * are in flight at once (the daemon reads the next while it stores the previous); after a
  * refusal nothing more is sent, the answers still due are read, and the first refusal (in chunk
- * order) is returned. */
+ * order) is returned. Through shared memory (shm.c) the bytes are copied into the segment and
+ * the request names where: all of them when they fit, else chunks of half the segment in
+ * alternate halves (a half is written again only after the answer to its previous chunk, which
+ * the window of two guarantees). */
 #define PUT_WINDOW 2
 static int put_chunks(tshard_client *c, const char *name, const char *layout, bool slice,
                       const void *data, size_t bytes, const char *key) {
@@ -100,7 +103,11 @@ static int put_chunks(tshard_client *c, const char *name, const char *layout, bo
     return TS_INVALID_ARGUMENT;
   if (name_ok(c, "tensor name", name))
     return TS_INVALID_ARGUMENT;
-  size_t nchunks = bytes ? (bytes + c->chunk - 1) / c->chunk : 1;
+  bool shm = tsc_shm_ready(c, bytes);
+  size_t chunk = !shm ? c->chunk
+                 : bytes <= c->shm_bytes ? bytes
+                                         : (c->shm_bytes / 2) & ~(size_t)63;
+  size_t nchunks = bytes ? (bytes + chunk - 1) / chunk : 1;
   size_t sent = 0, acked = 0;
   uint64_t ids[PUT_WINDOW];
   size_t idx[PUT_WINDOW];
@@ -109,13 +116,22 @@ static int put_chunks(tshard_client *c, const char *name, const char *layout, bo
   char first_msg[sizeof c->message] = "";
   while (nout > 0 || (sent < nchunks && first == TS_OK)) {
     while (sent < nchunks && nout < PUT_WINDOW && first == TS_OK) {
-      size_t off = sent * c->chunk;
-      size_t n = bytes - off < c->chunk ? bytes - off : c->chunk;
+      size_t off = sent * chunk;
+      size_t n = bytes - off < chunk ? bytes - off : chunk;
+      Tshard__ShmData sd = TSHARD__SHM_DATA__INIT;
       Tshard__Request req = TSHARD__REQUEST__INIT;
       Tshard__PutRequest p = TSHARD__PUT_REQUEST__INIT;
       Tshard__PutSliceRequest ps = TSHARD__PUT_SLICE_REQUEST__INIT;
       Tshard__Layout l = TSHARD__LAYOUT__INIT;
       ProtobufCBinaryData d = {n, (uint8_t *)data + off};
+      if (shm) {
+        sd.offset = (sent % 2) * chunk;
+        sd.bytes = n;
+        memcpy(c->shm_base + sd.offset, (const uint8_t *)data + off, n);
+        d.len = 0;
+        d.data = NULL;
+        ps.shm = p.shm = &sd;
+      }
       req.idempotency_key = str_or_empty(key);
       if (slice) {
         l.tag = str_or_empty(layout);
@@ -158,7 +174,7 @@ static int put_chunks(tshard_client *c, const char *name, const char *layout, bo
       snprintf(first_msg, sizeof first_msg, "%s", c->message);
     }
     if (rc == TS_OK && c->progress) {
-      acked += idx[k] + 1 < nchunks ? c->chunk : bytes - idx[k] * c->chunk;
+      acked += idx[k] + 1 < nchunks ? chunk : bytes - idx[k] * chunk;
       c->progress(c->progress_arg, acked, bytes);
     }
     tsc_free(c, r);
@@ -194,14 +210,21 @@ typedef struct get_req {
   Tshard__GetRequest g;
   Tshard__GetSliceRequest gs;
   Tshard__Layout l;
+  Tshard__ShmData sd;
 } get_req;
 
+/* A chunk request; with shm_bytes > 0 its answer goes to the segment's region [shm_at,
+ * shm_at + shm_bytes) (chunk 0: the daemon's choice up to the region). */
 static void get_request(get_req *q, const char *name, const char *layout, bool slice,
-                        uint64_t off, size_t chunk) {
+                        uint64_t off, size_t chunk, size_t shm_at, size_t shm_bytes) {
   tshard__request__init(&q->req);
   tshard__get_request__init(&q->g);
   tshard__get_slice_request__init(&q->gs);
   tshard__layout__init(&q->l);
+  tshard__shm_data__init(&q->sd);
+  q->sd.offset = shm_at;
+  q->sd.bytes = shm_bytes;
+  q->g.shm = q->gs.shm = shm_bytes ? &q->sd : NULL;
   if (slice) {
     q->l.tag = str_or_empty(layout);
     q->gs.name = str_or_empty(name);
@@ -230,18 +253,24 @@ static int get_answer(tshard_client *c, uint64_t id, uint64_t off, void *buf, si
     *len = sink.len;
     return TS_OK;
   }
+  const Tshard__ShmData *sh = rc == TS_OK && r->result_case == TSHARD__RESPONSE__RESULT_DATA
+                                 ? r->data->shm
+                                 : NULL;
+  uint64_t n = sh ? sh->bytes : rc == TS_OK && r->data ? r->data->data.len : 0;
   if (rc == TS_OK && (r->result_case != TSHARD__RESPONSE__RESULT_DATA || r->data->offset != off ||
                       r->data->offset > r->data->total_bytes ||
-                      r->data->data.len > r->data->total_bytes - off))
+                      n > r->data->total_bytes - off ||
+                      (sh && (!c->shm_base || r->data->data.len || sh->offset > c->shm_bytes ||
+                              sh->bytes > c->shm_bytes - sh->offset))))
     rc = tsc_fail(c, TS_PROTOCOL, "the daemon answered a chunk that does not fit");
   if (rc == TS_OK) {
     *total = r->data->total_bytes;
-    *len = r->data->data.len;
+    *len = n;
     if (exact ? *total != cap : *total > cap)
       rc = tsc_fail(c, exact ? TS_BAD_SHAPE : TS_LIMIT, "'%s' has %llu bytes; the buffer has %zu",
                     name ? name : "", (unsigned long long)*total, cap);
-    else if (*len)
-      memcpy((uint8_t *)buf + off, r->data->data.data, *len);
+    else if (n)
+      memcpy((uint8_t *)buf + off, sh ? c->shm_base + sh->offset : r->data->data.data, n);
   }
   if (r)
     tsc_free(c, r);
@@ -251,7 +280,9 @@ static int get_answer(tshard_client *c, uint64_t id, uint64_t off, void *buf, si
 /* Reads chunks until total. The first answer says the total (a buffer too small for it ends the
  * get there: the daemon drops its copy at the next get or the close); then two requests are kept
  * in flight, so the daemon prepares the next chunk while this one arrives. Answers to one
- * connection's engine requests come in order. */
+ * connection's engine requests come in order. Through shared memory the first request offers the
+ * whole segment (a tensor that fits is gathered or copied straight into it) and the next ones
+ * alternate between its halves (a half is asked again only after its chunk was copied out). */
 #define GET_WINDOW 2
 static int get_chunks(tshard_client *c, const char *name, const char *layout, bool slice,
                       void *buf, size_t cap, size_t *total_out, bool exact) {
@@ -260,7 +291,9 @@ static int get_chunks(tshard_client *c, const char *name, const char *layout, bo
   if (name_ok(c, "tensor name", name))
     return TS_INVALID_ARGUMENT;
   get_req q;
-  get_request(&q, name, layout, slice, 0, c->chunk);
+  bool shm = buf && cap && tsc_shm_ready(c, cap);
+  size_t chunk = shm ? (c->shm_bytes / 2) & ~(size_t)63 : c->chunk;
+  get_request(&q, name, layout, slice, 0, shm ? 0 : c->chunk, 0, shm ? c->shm_bytes : 0);
   uint64_t total = 0, len = 0;
   int rc = tsc_send(c, &q.req, tsc_deadline(c));
   if (rc == TS_OK)
@@ -273,15 +306,17 @@ static int get_chunks(tshard_client *c, const char *name, const char *layout, bo
     c->progress(c->progress_arg, len, total);
   uint64_t next = len, received = len, offs[GET_WINDOW], ids[GET_WINDOW];
   int nout = 0, first = TS_OK;
+  size_t half = 0;
   char first_msg[sizeof c->message] = "";
   while (nout > 0 || (received < total && first == TS_OK)) {
     while (nout < GET_WINDOW && next < total && first == TS_OK) {
-      get_request(&q, name, layout, slice, next, c->chunk);
+      get_request(&q, name, layout, slice, next, shm ? 0 : chunk, (half++ % 2) * chunk,
+                  shm ? chunk : 0);
       if ((rc = tsc_send(c, &q.req, tsc_deadline(c))))
         return rc;
       offs[nout] = next;
       ids[nout++] = q.req.id;
-      next += total - next < c->chunk ? total - next : c->chunk;
+      next += total - next < chunk ? total - next : chunk;
     }
     uint64_t t = 0, n = 0;
     rc = get_answer(c, ids[0], offs[0], buf, cap, exact, name, &t, &n);
@@ -291,7 +326,7 @@ static int get_chunks(tshard_client *c, const char *name, const char *layout, bo
       c->broken = true; /* the daemon changed the size under us: do not go on */
       return tsc_fail(c, TS_PROTOCOL, "the daemon answered a chunk that does not fit");
     }
-    if (rc == TS_OK && n != (total - offs[0] < c->chunk ? total - offs[0] : c->chunk)) {
+    if (rc == TS_OK && n != (total - offs[0] < chunk ? total - offs[0] : chunk)) {
       c->broken = true; /* the next requests assumed full chunks */
       return tsc_fail(c, TS_PROTOCOL, "the daemon answered a chunk of another size");
     }

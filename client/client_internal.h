@@ -29,6 +29,12 @@ struct tshard_client {
   char message[1024];
   tshard_progress_fn progress; /* called after every chunk of a put or get (NULL: none) */
   void *progress_arg;
+  /* same-node shared memory (shm.c): Unix sockets only */
+  bool shm_possible; /* a Unix socket */
+  bool shm_on;       /* enabled (TSHARD_SHM, tshard_set_shm) and not refused by the daemon */
+  size_t shm_max;    /* the largest segment asked for */
+  uint8_t *shm_base; /* the mapped segment, or NULL */
+  size_t shm_bytes;
 };
 
 /* Sends req (id and token filled in) and waits for its answer. On a transport failure returns
@@ -59,5 +65,15 @@ int tsc_call_sink(tshard_client *c, Tshard__Request *req, Tshard__Response **res
 void tsc_free(tshard_client *c, Tshard__Response *r);
 int tsc_fail(tshard_client *c, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Moves len bytes over the socket in one direction before the deadline. */
+int tsc_transfer(tshard_client *c, void *buf, size_t len, bool sending, int64_t deadline);
+
+/* shm.c: a connection on a Unix socket uses shared memory unless TSHARD_SHM=0. */
+void tsc_shm_init(tshard_client *c);
+void tsc_shm_unmap(tshard_client *c);
+/* Whether a transfer of `need` bytes goes through the shared segment: attaches or grows the
+ * segment (up to shm_max) when needed; a daemon that refuses turns shared memory off for the
+ * connection (the stream path then serves). Call with no request outstanding. */
+bool tsc_shm_ready(tshard_client *c, size_t need);
 
 #endif

@@ -84,6 +84,7 @@ int tshard_connect_path(const char *path, int timeout_ms, tshard_client **out) {
     close(fd);
     return TS_NO_MEMORY;
   }
+  tsc_shm_init(c); /* same node: shared memory unless TSHARD_SHM=0 */
   int rc = tshard_ping(c, NULL, NULL); /* a daemon that serves, and its frame size */
   if (rc) {
     tshard_close(&c);
@@ -143,6 +144,7 @@ int tshard_connect_tcp(const char *host, int port, const char *token, int timeou
 void tshard_close(tshard_client **pc) {
   if (!pc || !*pc)
     return;
+  tsc_shm_unmap(*pc);
   close((*pc)->fd);
   free((*pc)->arena.buf);
   free((*pc)->rbuf);
@@ -172,7 +174,7 @@ static int64_t now_us(void) {
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-static int transfer(tshard_client *c, void *buf, size_t len, bool sending, int64_t deadline) {
+int tsc_transfer(tshard_client *c, void *buf, size_t len, bool sending, int64_t deadline) {
   uint8_t *p = buf;
   int64_t spin_until = sending ? 0 : now_us() + SPIN_US;
   while (len > 0) {
@@ -428,7 +430,7 @@ int tsc_recv(tshard_client *c, uint64_t want_id, Tshard__Response **resp, tsc_si
   if (c->broken)
     return tsc_fail(c, TS_IO, "the connection broke in an earlier call; reconnect");
   uint8_t h[4];
-  int rc = transfer(c, h, 4, false, deadline);
+  int rc = tsc_transfer(c, h, 4, false, deadline);
   if (rc) {
     c->broken = true;
     return rc;
@@ -447,7 +449,7 @@ int tsc_recv(tshard_client *c, uint64_t want_id, Tshard__Response **resp, tsc_si
   if (sink) {
     /* Data answers: the bytes go from the socket straight to the caller's buffer. */
     have = len < 64 ? len : 64;
-    if ((rc = transfer(c, c->rbuf, have, false, deadline))) {
+    if ((rc = tsc_transfer(c, c->rbuf, have, false, deadline))) {
       c->broken = true;
       return rc;
     }
@@ -458,7 +460,7 @@ int tsc_recv(tshard_client *c, uint64_t want_id, Tshard__Response **resp, tsc_si
         (!sink->exact || total == sink->cap) && dlen <= total - off) {
       size_t in_hand = have - start;
       memcpy(sink->dst + off, c->rbuf + start, in_hand);
-      if ((rc = transfer(c, sink->dst + off + in_hand, dlen - in_hand, false, deadline))) {
+      if ((rc = tsc_transfer(c, sink->dst + off + in_hand, dlen - in_hand, false, deadline))) {
         c->broken = true;
         return rc;
       }
@@ -479,7 +481,7 @@ int tsc_recv(tshard_client *c, uint64_t want_id, Tshard__Response **resp, tsc_si
     c->broken = true;
     return tsc_fail(c, TS_NO_MEMORY, "no memory for an answer of %u bytes", len);
   }
-  rc = transfer(c, c->rbuf + have, len - have, false, deadline);
+  rc = tsc_transfer(c, c->rbuf + have, len - have, false, deadline);
   c->arena.used = 0;
   ProtobufCAllocator al = {arena_alloc, arena_free, &c->arena};
   Tshard__Response *r = rc ? NULL : tshard__response__unpack(&al, len, c->rbuf);

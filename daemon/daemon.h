@@ -128,6 +128,8 @@ typedef struct tsd_reply {
   uint64_t conn_id;
   uint8_t *frame; /* owned, header included */
   size_t len;
+  int fd;          /* -1, or a descriptor to pass with the frame (SCM_RIGHTS), owned */
+  uint64_t req_id; /* with fd: the request answered */
 } tsd_reply;
 
 typedef struct tsd_server tsd_server;
@@ -174,6 +176,13 @@ void tsd_shared_destroy(tsd_shared *sh);
 void tsd_push_work(tsd_shared *sh, tsd_work *w);
 /* Queues a reply frame and wakes the loop thread (takes ownership of frame). */
 void tsd_push_reply(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len);
+/* The same with a descriptor passed on the frame's first byte (takes fd too). */
+void tsd_push_reply_fd(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len, int fd,
+                       uint64_t req_id);
+
+/* fdpass.c: sends the start of buf with fd attached (SCM_RIGHTS), without blocking; *sent gets
+ * the bytes sent (the rest goes by the ordinary stream). Returns 0, or an errno value. */
+int tsd_send_fd(int sock, const uint8_t *buf, size_t len, int fd, size_t *sent);
 
 /* server.c */
 typedef struct tsd_server_opts {

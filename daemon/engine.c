@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine.h"
 
@@ -42,6 +43,8 @@ void tsd_shared_destroy(tsd_shared *sh) {
   while (sh->reply_head) {
     tsd_reply *r = sh->reply_head;
     sh->reply_head = r->next;
+    if (r->fd >= 0)
+      close(r->fd);
     free(r->frame);
     free(r);
   }
@@ -63,9 +66,16 @@ void tsd_push_work(tsd_shared *sh, tsd_work *w) {
 }
 
 void tsd_push_reply(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len) {
+  tsd_push_reply_fd(sh, conn_id, frame, len, -1, 0);
+}
+
+void tsd_push_reply_fd(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len, int fd,
+                       uint64_t req_id) {
   tsd_reply *r = malloc(sizeof *r);
   if (!r) {
     free(frame);
+    if (fd >= 0)
+      close(fd);
     TSD_LOG(TSD_LOG_ERROR, "no memory to queue an answer to connection %llu",
             (unsigned long long)conn_id);
     return;
@@ -74,6 +84,8 @@ void tsd_push_reply(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len
   r->conn_id = conn_id;
   r->frame = frame;
   r->len = len;
+  r->fd = fd;
+  r->req_id = req_id;
   pthread_mutex_lock(&sh->mu);
   if (sh->reply_tail)
     sh->reply_tail->next = r;

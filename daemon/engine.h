@@ -27,6 +27,11 @@ typedef struct tsd_conn_state {
   bool get_active, get_slice;
   uint8_t *get_buf;
   uint64_t get_total;
+  /* same-node shared memory (shm.c): the segment, whether get_buf lies in it, and the region a
+   * whole get asked its answer in */
+  struct tsd_shm_seg *shm;
+  bool get_in_shm, get_shm_asked;
+  uint64_t get_shm_offset, get_shm_bytes;
 } tsd_conn_state;
 
 /* A client on this rank waiting for a collective operation. */
@@ -79,6 +84,7 @@ typedef struct tsd_engine {
   bool stopping;
   int64_t staging_used; /* put staging and get copies, beside the store */
   void *spare;          /* one freed staging buffer kept for the next of the same size */
+  struct tsd_shm_seg *shm_segs; /* live shared-memory segments (shm.c) */
   size_t spare_bytes;
   char **names;         /* the stored tensors, for list */
   int nnames, cap_names;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "shm.h"
 
 static const char *tag_of(const Tshard__Layout *l) { return l && l->tag ? l->tag : ""; }
 
@@ -184,6 +185,7 @@ static const struct {
     {TSHARD__REQUEST__OP_GET, op_get},       {TSHARD__REQUEST__OP_GET_SLICE, op_get_slice},
     {TSHARD__REQUEST__OP_LIST, op_catalog},  {TSHARD__REQUEST__OP_DESCRIBE, op_catalog},
     {TSHARD__REQUEST__OP_PLAN, op_plan},     {TSHARD__REQUEST__OP_STATS, op_stats},
+    {TSHARD__REQUEST__OP_SHM_ATTACH, tsd_shm_attach},
 };
 
 void tsd_run_local(tsd_engine *e, tsd_work *w) {
@@ -342,6 +344,7 @@ static int run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts
   ts_stored *t = ts_store_find(e->store, name);
   int lst = t ? TS_OK : ts_error_set(&lerr, TS_NOT_FOUND, "no tensor named '%s'", name);
   tsd_conn_state *c = NULL;
+  uint8_t *in_shm = NULL; /* the gather goes straight into the client's shared segment */
   uint64_t bytes = 0;
   if (t) {
     bytes = ts_dtype_size(t->dtype);
@@ -352,7 +355,9 @@ static int run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts
     c = origin && origin->conn_id ? tsd_conn_get(e, origin->conn_id, true) : NULL;
     if (c)
       tsd_conn_get_reset(e, c);
-    lst = tsd_memory_check(e, bytes, "the gathered tensor", &lerr);
+    in_shm = tsd_attr_has_partial(t->attr) ? NULL : tsd_shm_gather_target(c, op->req->get, bytes);
+    if (!in_shm)
+      lst = tsd_memory_check(e, bytes, "the gathered tensor", &lerr);
   }
   int rc;
   if (!t || !tsd_attr_has_partial(t->attr)) {
@@ -360,7 +365,7 @@ static int run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts
       return rc;
     uint8_t *whole = NULL;
     if (op->origin == e->rank) {
-      whole = tsd_buf_take(e, bytes);
+      whole = in_shm ? in_shm : tsd_buf_take(e, bytes);
       lst = whole ? TS_OK
                   : ts_error_set(&lerr, TS_NO_MEMORY, "no memory for the gathered tensor");
     }
@@ -372,9 +377,11 @@ static int run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts
       c->get_total = bytes;
       c->get_active = true;
       c->get_slice = false;
+      c->get_in_shm = in_shm != NULL;
       snprintf(c->get_name, sizeof c->get_name, "%s", name);
-      e->staging_used += (int64_t)bytes;
-    } else {
+      if (!in_shm)
+        e->staging_used += (int64_t)bytes;
+    } else if (!in_shm) {
       tsd_buf_give(e, whole, bytes);
     }
     return rc;
@@ -536,8 +543,10 @@ void tsd_answer_collective(tsd_engine *e, int op_case, const tsd_pending *w, int
       req.id = w->req_id;
       req.op_case = TSHARD__REQUEST__OP_GET;
       req.get = &g;
+      Tshard__ShmData sd = TSHARD__SHM_DATA__INIT;
       g.name = c->get_name;
       g.max_bytes = w->max_bytes;
+      tsd_shm_get_request(c, &g, &sd);
       tsd_handle_get_chunk(e, w->conn_id, &req);
     }
     return; /* without the state the client is gone */

@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "engine.h"
+#include "shm.h"
 
 enum { TAG_SUBMIT = 1, TAG_ORDER = 2, TAG_BYE = 3, TAG_REFUSE = 4 };
 #define SUBMIT_HEADER 16 /* ticket, hash */
@@ -64,10 +65,7 @@ static uint8_t *pack_forwarded(Tshard__Request *req, size_t *len, uint64_t *hash
 }
 
 static void pending_free(tsd_engine *e, tsd_pending *p) {
-  if (p->staging) {
-    tsd_buf_give(e, p->staging, p->staging_bytes);
-    e->staging_used -= (int64_t)p->staging_bytes;
-  }
+  tsd_staging_give(e, p->staging, p->staging_bytes);
   free(p);
 }
 
@@ -210,8 +208,7 @@ void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *
                "with an invalid number, such as 0, is the usual cause): drop unknown fields");
     free(p);
     free(body);
-    tsd_buf_give(e, staging, staging_bytes);
-    e->staging_used -= (int64_t)staging_bytes;
+    tsd_staging_give(e, staging, staging_bytes);
     tsd_reply_status(e, conn_id, req->id, drc, derr.msg);
     tsd_request_free(&req);
     return;

@@ -231,6 +231,12 @@ static void process_frame(conn *c) {
     tsd_request_free(&req);
     return;
   }
+  if (req->op_case == TSHARD__REQUEST__OP_SHM_ATTACH && c->is_tcp) {
+    conn_reply_error(c, req->id, TS_UNSUPPORTED, "shared memory needs a Unix socket connection "
+                     "on the daemon's node; over TCP the data travels in the frames", false);
+    tsd_request_free(&req);
+    return;
+  }
   if (scope == TSD_SCOPE_LOOP) {
     reply_ping(c, req);
     tsd_request_free(&req);
@@ -354,6 +360,8 @@ static void on_connection(uv_stream_t *server, int status) {
   if (c->is_tcp)
     uv_tcp_nodelay(&c->h.tcp, 1);
   c->opened_ms = uv_now(&s->loop);
+  int sndbuf = 4 << 20; /* answers of many MiB: fewer wake-ups of the reading client */
+  uv_send_buffer_size(&c->h.handle, &sndbuf);
   c->next = s->conns;
   s->conns = c;
   __atomic_add_fetch(&s->nconns, 1, __ATOMIC_RELAXED);
@@ -367,6 +375,31 @@ static conn *find_conn(tsd_server *s, uint64_t id) {
   return NULL;
 }
 
+/* An answer with a descriptor (shm_attach): sent by hand when libuv has nothing queued on the
+ * connection (a client sends shm_attach alone), else refused. Takes the frame and the fd. */
+static void conn_write_fd(conn *c, tsd_reply *r) {
+  uv_os_fd_t sock;
+  size_t sent = 0;
+  int e = uv_stream_get_write_queue_size(&c->h.stream) != 0 ? EBUSY
+          : uv_fileno(&c->h.handle, &sock) != 0            ? EBADF
+                                                           : tsd_send_fd(sock, r->frame, r->len,
+                                                                         r->fd, &sent);
+  close(r->fd);
+  if (e == 0 && sent < r->len) {
+    memmove(r->frame, r->frame + sent, r->len - sent);
+    conn_write(c, r->frame, r->len - sent);
+  } else {
+    free(r->frame);
+  }
+  if (e != 0) {
+    TSD_LOG(TSD_LOG_WARN, "connection %llu: cannot pass its segment: %s",
+            (unsigned long long)c->id, strerror(e));
+    conn_reply_error(c, r->req_id, TS_PROTOCOL, "the shared-memory segment could not be passed "
+                     "(send shm_attach alone, with no other request or answer outstanding, and "
+                     "read its answer)", false);
+  }
+}
+
 static void deliver_replies(tsd_server *s) {
   pthread_mutex_lock(&s->sh->mu);
   tsd_reply *list = s->sh->reply_head;
@@ -377,10 +410,15 @@ static void deliver_replies(tsd_server *s) {
     list = r->next;
     conn *c = find_conn(s, r->conn_id);
     if (c && !c->closing) {
-      conn_write(c, r->frame, r->len);
+      if (r->fd >= 0)
+        conn_write_fd(c, r);
+      else
+        conn_write(c, r->frame, r->len);
       if (c->inflight-- == TSD_MAX_INFLIGHT && !s->stopping && !c->closing)
         uv_read_start(&c->h.stream, on_alloc, on_read);
     } else {
+      if (r->fd >= 0)
+        close(r->fd);
       free(r->frame);
     }
     free(r);

@@ -6,11 +6,14 @@
  * strided-copy kernel; a whole tensor becomes a collective scatter), so an interrupted or wrong
  * put leaves the tensor as it was. A get answers its first chunk with the copy it made (a slice
  * in the asked layout, or the gathered tensor) and the next chunks from that copy, freed after
- * its last byte or when the connection goes. */
+ * its last byte or when the connection goes. Chunks may instead name a region of the connection's
+ * shared segment (shm.c): a whole put then scatters straight from it, a whole slice is copied
+ * straight between it and the stored layout, and get answers are written into it. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine.h"
+#include "shm.h"
 
 void *tsd_buf_take(tsd_engine *e, size_t bytes) {
   if (e->spare && e->spare_bytes == bytes) {
@@ -60,12 +63,13 @@ void tsd_conn_put_reset(tsd_engine *e, tsd_conn_state *c) {
 }
 
 void tsd_conn_get_reset(tsd_engine *e, tsd_conn_state *c) {
-  if (c->get_buf) {
+  if (c->get_buf && !c->get_in_shm) {
     tsd_buf_give(e, c->get_buf, c->get_total);
     e->staging_used -= (int64_t)c->get_total;
   }
   c->get_buf = NULL;
   c->get_active = false;
+  c->get_in_shm = false;
   c->get_total = 0;
 }
 
@@ -80,6 +84,7 @@ void tsd_conn_free(tsd_engine *e, uint64_t conn_id) {
       *pp = c->next;
       tsd_conn_put_reset(e, c);
       tsd_conn_get_reset(e, c);
+      tsd_shm_release(e, c->shm);
       free(c);
       return;
     }
@@ -114,13 +119,9 @@ static int box_layout(const ts_box *box, ts_dtype dt, const char *tag, ts_layout
 static tsd_conn_state *stage_chunk(tsd_engine *e, uint64_t conn_id, uint64_t req_id,
                                    const char *name, bool slice, const char *tag,
                                    const ts_box *box, uint64_t expected, uint64_t offset,
-                                   uint64_t total, const ProtobufCBinaryData *data) {
+                                   uint64_t total, const uint8_t *data, size_t len) {
   ts_error err;
-  tsd_conn_state *c = tsd_conn_get(e, conn_id, true);
-  if (!c) {
-    tsd_reply_status(e, conn_id, req_id, TS_NO_MEMORY, "no memory for the connection state");
-    return NULL;
-  }
+  tsd_conn_state *c = tsd_conn_get(e, conn_id, false);
   if (offset == 0) {
     tsd_conn_put_reset(e, c);
     if (total != expected) {
@@ -165,10 +166,43 @@ static tsd_conn_state *stage_chunk(tsd_engine *e, uint64_t conn_id, uint64_t req
     tsd_reply_status(e, conn_id, req_id, err.code, err.msg);
     return NULL;
   }
-  if (data->len)
-    memcpy(c->put_buf + offset, data->data, data->len);
-  c->put_received += data->len;
+  if (len)
+    memcpy(c->put_buf + offset, data, len);
+  c->put_received += len;
   return c;
+}
+
+/* The connection's state and where a put chunk's bytes are: in the frame, or in the region of
+ * the shared segment the chunk names (checked). NULL after answering an error. */
+static tsd_conn_state *chunk_source(tsd_engine *e, uint64_t conn_id, uint64_t req_id,
+                                    const ProtobufCBinaryData *data, const Tshard__ShmData *shm,
+                                    const uint8_t **src, size_t *len) {
+  ts_error err;
+  tsd_conn_state *c = tsd_conn_get(e, conn_id, true);
+  if (!c) {
+    tsd_reply_status(e, conn_id, req_id, TS_NO_MEMORY, "no memory for the connection state");
+    return NULL;
+  }
+  *src = data->data;
+  *len = data->len;
+  if (shm) {
+    uint8_t *p;
+    uint64_t n;
+    if (tsd_shm_region(c, shm, shm->bytes, &p, &n, &err)) {
+      tsd_conn_put_reset(e, c); /* the put in progress cannot go on */
+      tsd_reply_status(e, conn_id, req_id, err.code, err.msg);
+      return NULL;
+    }
+    *src = p;
+    *len = (size_t)shm->bytes;
+  }
+  return c;
+}
+
+/* A whole put or slice in one shared-memory chunk goes from the segment without staging. */
+static bool shm_whole(const Tshard__ShmData *shm, uint64_t offset, uint64_t total,
+                      uint64_t expected) {
+  return shm && offset == 0 && total > 0 && total == expected && shm->bytes == total;
 }
 
 void tsd_handle_put_chunk(tsd_engine *e, tsd_work *w) {
@@ -186,9 +220,25 @@ void tsd_handle_put_chunk(tsd_engine *e, tsd_work *w) {
     tsd_reply_status(e, w->conn_id, req->id, TS_NOT_FOUND, msg);
     return;
   }
-  tsd_conn_state *c = stage_chunk(e, w->conn_id, req->id, p->name, false, "", NULL,
-                                  t ? expected : p->total_bytes, p->offset, p->total_bytes,
-                                  &p->data);
+  const uint8_t *src;
+  size_t len;
+  tsd_conn_state *c = chunk_source(e, w->conn_id, req->id, &p->data, p->shm, &src, &len);
+  if (!c)
+    return;
+  if (t && shm_whole(p->shm, p->offset, p->total_bytes, expected)) {
+    /* Scattered straight from the segment, which the submission holds while it waits. */
+    tsd_conn_put_reset(e, c);
+    if (e->stopping) {
+      tsd_reply_status(e, w->conn_id, req->id, TS_SHUTDOWN, "the daemon is shutting down");
+      return;
+    }
+    tsd_shm_hold(c->shm);
+    w->req = NULL;
+    tsd_submit(e, w->conn_id, req, (uint8_t *)src, expected);
+    return;
+  }
+  c = stage_chunk(e, w->conn_id, req->id, p->name, false, "", NULL,
+                  t ? expected : p->total_bytes, p->offset, p->total_bytes, src, len);
   if (!c)
     return;
   if (c->put_received < c->put_total) {
@@ -229,8 +279,23 @@ void tsd_handle_put_slice(tsd_engine *e, tsd_work *w) {
     tsd_reply_status(e, w->conn_id, req->id, err.code, err.msg);
     return;
   }
-  tsd_conn_state *c = stage_chunk(e, w->conn_id, req->id, p->name, true, tag, &t->box,
-                                  (uint64_t)bytes, p->offset, p->total_bytes, &p->data);
+  const uint8_t *src;
+  size_t len;
+  tsd_conn_state *c = chunk_source(e, w->conn_id, req->id, &p->data, p->shm, &src, &len);
+  if (!c)
+    return;
+  if (t->has_slice && shm_whole(p->shm, p->offset, p->total_bytes, bytes)) {
+    /* Copied straight from the segment into the stored layout. */
+    tsd_conn_put_reset(e, c);
+    ts_tensor from = {(void *)src, bytes, l};
+    if (ts_copy(&t->local, &from, NULL, &err))
+      tsd_reply_status(e, w->conn_id, req->id, err.code, err.msg);
+    else
+      reply_put(e, w->conn_id, req->id, bytes, true);
+    return;
+  }
+  c = stage_chunk(e, w->conn_id, req->id, p->name, true, tag, &t->box, (uint64_t)bytes,
+                  p->offset, p->total_bytes, src, len);
   if (!c)
     return;
   if (c->put_received < c->put_total) {
@@ -254,24 +319,52 @@ void tsd_handle_put_slice(tsd_engine *e, tsd_work *w) {
     reply_put(e, w->conn_id, req->id, bytes, true);
 }
 
-/* Answers one chunk of the connection's copy; frees the copy after its last byte. */
+/* Answers one chunk of the connection's copy, in the frame or (shm) in the region of the shared
+ * segment the request named; frees the copy after its last byte. A copy made in the segment
+ * (get_in_shm) is answered whole where it lies. */
 static void serve_chunk(tsd_engine *e, tsd_conn_state *c, uint64_t conn_id, uint64_t req_id,
-                        uint64_t offset, uint64_t max_bytes) {
-  uint64_t cap = max_bytes ? max_bytes : (uint64_t)e->cfg->chunk;
-  uint64_t limit = (uint64_t)e->cfg->max_frame - 1024;
-  if (cap > limit)
-    cap = limit;
+                        uint64_t offset, uint64_t max_bytes, const Tshard__ShmData *shm) {
+  uint64_t left = c->get_total - offset, n;
   Tshard__Response r = TSHARD__RESPONSE__INIT;
   Tshard__DataChunk dc = TSHARD__DATA_CHUNK__INIT;
+  Tshard__ShmData sd = TSHARD__SHM_DATA__INIT;
+  if (c->get_in_shm) {
+    n = left;
+    sd.offset = (uint64_t)(c->get_buf + offset - tsd_shm_base(c->shm));
+    dc.shm = &sd;
+  } else if (shm) {
+    uint8_t *dst = NULL;
+    uint64_t room = 0;
+    ts_error err;
+    if (tsd_shm_region(c, shm, left ? 1 : 0, &dst, &room, &err)) {
+      tsd_conn_get_reset(e, c);
+      tsd_reply_status(e, conn_id, req_id, err.code, err.msg);
+      return;
+    }
+    n = left < room ? left : room;
+    if (max_bytes && n > max_bytes)
+      n = max_bytes;
+    if (n)
+      memcpy(dst, c->get_buf + offset, n);
+    sd.offset = shm->offset;
+    dc.shm = &sd;
+  } else {
+    uint64_t cap = max_bytes ? max_bytes : (uint64_t)e->cfg->chunk;
+    uint64_t limit = (uint64_t)e->cfg->max_frame - 1024;
+    if (cap > limit)
+      cap = limit;
+    n = left < cap ? left : cap;
+    dc.data.len = n;
+    dc.data.data = c->get_buf ? c->get_buf + offset : NULL;
+  }
+  sd.bytes = n;
   r.id = req_id;
   r.result_case = TSHARD__RESPONSE__RESULT_DATA;
   r.data = &dc;
   dc.offset = offset;
   dc.total_bytes = c->get_total;
-  dc.data.len = c->get_total - offset < cap ? c->get_total - offset : cap;
-  dc.data.data = c->get_buf ? c->get_buf + offset : NULL;
   tsd_reply_response(e, conn_id, &r);
-  if (offset + dc.data.len >= c->get_total)
+  if (offset + n >= c->get_total)
     tsd_conn_get_reset(e, c);
 }
 
@@ -288,7 +381,7 @@ void tsd_handle_get_chunk(tsd_engine *e, uint64_t conn_id, const Tshard__Request
     tsd_reply_status(e, conn_id, req->id, TS_INVALID_ARGUMENT, msg);
     return;
   }
-  serve_chunk(e, c, conn_id, req->id, g->offset, g->max_bytes);
+  serve_chunk(e, c, conn_id, req->id, g->offset, g->max_bytes, g->shm);
 }
 
 void tsd_handle_get_slice(tsd_engine *e, tsd_work *w) {
@@ -308,7 +401,7 @@ void tsd_handle_get_slice(tsd_engine *e, tsd_work *w) {
                        "offset 0");
       return;
     }
-    serve_chunk(e, c, w->conn_id, req->id, g->offset, g->max_bytes);
+    serve_chunk(e, c, w->conn_id, req->id, g->offset, g->max_bytes, g->shm);
     return;
   }
   tsd_conn_get_reset(e, c);
@@ -323,15 +416,25 @@ void tsd_handle_get_slice(tsd_engine *e, tsd_work *w) {
   ts_layout l;
   int rc = t->has_slice ? box_layout(&t->box, t->dtype, tag_of(g->layout), &l, &bytes, &err)
                         : TS_OK;
-  if (!rc && bytes)
+  uint8_t *room = NULL;
+  uint64_t room_bytes = 0;
+  if (!rc && g->shm)
+    rc = tsd_shm_region(c, g->shm, 0, &room, &room_bytes, &err);
+  if (!rc && bytes && room && room_bytes >= bytes) {
+    /* Copied straight into the shared segment. */
+    c->get_buf = room;
+    c->get_in_shm = true;
+  } else if (!rc && bytes) {
     rc = tsd_memory_check(e, bytes, "the slice copy", &err);
-  if (!rc && bytes) {
+  }
+  if (!rc && bytes && !c->get_in_shm) {
     c->get_buf = tsd_buf_take(e, bytes);
     if (!c->get_buf)
       rc = ts_error_set(&err, TS_NO_MEMORY, "no memory for a slice copy of %zu bytes", bytes);
   }
   if (!rc && bytes) {
-    e->staging_used += (int64_t)bytes;
+    if (!c->get_in_shm)
+      e->staging_used += (int64_t)bytes;
     c->get_total = bytes;
     if (ts_layout_is_blocked(&l))
       memset(c->get_buf, 0, bytes);
@@ -346,5 +449,5 @@ void tsd_handle_get_slice(tsd_engine *e, tsd_work *w) {
   c->get_active = true;
   c->get_slice = true;
   snprintf(c->get_name, sizeof c->get_name, "%s", g->name);
-  serve_chunk(e, c, w->conn_id, req->id, 0, g->max_bytes);
+  serve_chunk(e, c, w->conn_id, req->id, 0, g->max_bytes, g->shm);
 }

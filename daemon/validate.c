@@ -122,11 +122,24 @@ static int v_create(const Tshard__Request *r, const tsd_limits *lim, ts_error *e
   return TS_OK;
 }
 
+/* A chunk's bytes come in the frame, or (shm set) in a region of the shared segment, which the
+ * engine checks against the segment; not both. */
+static int check_data(uint64_t offset, uint64_t total, const ProtobufCBinaryData *data,
+                      const Tshard__ShmData *shm, ts_error *err) {
+  if (shm && data->len)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "chunk with %zu data bytes and a shared-memory "
+                        "region; send one of them", data->len);
+  if (shm && shm->bytes > SIZE_MAX)
+    return ts_error_set(err, TS_LIMIT, "shared-memory region of %llu bytes",
+                        (unsigned long long)shm->bytes);
+  return check_chunk(offset, total, shm ? (size_t)shm->bytes : data->len, err);
+}
+
 static int v_put(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   (void)lim;
   const Tshard__PutRequest *p = r->put;
   int rc = check_name("tensor name", p->name, err);
-  return rc ? rc : check_chunk(p->offset, p->total_bytes, p->data.len, err);
+  return rc ? rc : check_data(p->offset, p->total_bytes, &p->data, p->shm, err);
 }
 
 static int v_put_slice(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
@@ -135,7 +148,7 @@ static int v_put_slice(const Tshard__Request *r, const tsd_limits *lim, ts_error
   int rc = check_name("tensor name", p->name, err);
   if (!rc)
     rc = check_tag(layout_tag(p->layout), err);
-  return rc ? rc : check_chunk(p->offset, p->total_bytes, p->data.len, err);
+  return rc ? rc : check_data(p->offset, p->total_bytes, &p->data, p->shm, err);
 }
 
 static int check_max_bytes(uint64_t max_bytes, const tsd_limits *lim, ts_error *err) {
@@ -146,16 +159,17 @@ static int check_max_bytes(uint64_t max_bytes, const tsd_limits *lim, ts_error *
   return TS_OK;
 }
 
+/* Answers in the shared segment are not bounded by the frame. */
 static int v_get(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   int rc = check_name("tensor name", r->get->name, err);
-  return rc ? rc : check_max_bytes(r->get->max_bytes, lim, err);
+  return rc || r->get->shm ? rc : check_max_bytes(r->get->max_bytes, lim, err);
 }
 
 static int v_get_slice(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   int rc = check_name("tensor name", r->get_slice->name, err);
   if (!rc)
     rc = check_tag(layout_tag(r->get_slice->layout), err);
-  return rc ? rc : check_max_bytes(r->get_slice->max_bytes, lim, err);
+  return rc || r->get_slice->shm ? rc : check_max_bytes(r->get_slice->max_bytes, lim, err);
 }
 
 static int v_reshard(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
@@ -212,6 +226,7 @@ static const op_entry ops[] = {
     {TSHARD__REQUEST__OP_PLAN, "plan", TSD_SCOPE_LOCAL, v_plan},
     {TSHARD__REQUEST__OP_STATS, "stats", TSD_SCOPE_LOCAL, v_none},
     {TSHARD__REQUEST__OP_SHUTDOWN, "shutdown", TSD_SCOPE_COLLECTIVE, v_none},
+    {TSHARD__REQUEST__OP_SHM_ATTACH, "shm_attach", TSD_SCOPE_LOCAL, v_none}, /* shm.c */
 };
 
 const char *tsd_op_name(int op_case) {
@@ -222,7 +237,7 @@ const char *tsd_op_name(int op_case) {
 }
 
 bool tsd_put_is_final(const Tshard__PutRequest *p) {
-  return p->offset + p->data.len == p->total_bytes;
+  return p->offset + (p->shm ? p->shm->bytes : p->data.len) == p->total_bytes;
 }
 
 int tsd_request_validate(const Tshard__Request *req, const tsd_limits *lim, tsd_scope *scope,
@@ -246,6 +261,6 @@ int tsd_request_validate(const Tshard__Request *req, const tsd_limits *lim, tsd_
   return ts_error_set(err, TS_UNSUPPORTED,
                       "unknown operation (field %d of Request.op); known: ping, create, put, "
                       "put_slice, get, get_slice, reshard, drop, list, describe, plan, stats, "
-                      "shutdown",
+                      "shutdown, shm_attach",
                       (int)req->op_case);
 }

@@ -50,12 +50,23 @@ int tshard_connect_tcp(const char *host, int port, const char *token, int timeou
 /* Accepts NULL; sets *c = NULL. */
 void tshard_close(tshard_client **c);
 void tshard_set_timeout(tshard_client *c, int timeout_ms);
-/* Bytes per data chunk of puts and gets (at least 64; default 16 MiB or what the daemon's
- * frame allows). */
+/* Bytes per data chunk of puts and gets over the socket stream (at least 64; default 16 MiB or
+ * what the daemon's frame allows). Shared memory goes by its segment instead. */
 void tshard_set_chunk(tshard_client *c, size_t bytes);
 /* Progress of puts and gets: fn(arg, bytes done, total bytes) after every chunk (NULL: none). */
 typedef void (*tshard_progress_fn)(void *arg, uint64_t done, uint64_t total);
 void tshard_set_progress(tshard_client *c, tshard_progress_fn fn, void *arg);
+
+/* Same-node shared memory: on a Unix socket, put, put_slice, get and get_slice move their bytes
+ * through a segment the daemon shares with this client (attached on the first transfer, grown
+ * on demand up to a bound, 1 GiB by default; it counts against the daemon's memory limit while
+ * it lives), not through the socket; TCP connections, and daemons that refuse a segment, use the
+ * stream. On by default; TSHARD_SHM=0 in the environment or tshard_set_shm(c, 0) turns it off
+ * (and releases the segment on both sides). Enabling it on TCP returns TS_UNSUPPORTED. */
+int tshard_set_shm(tshard_client *c, int enable);
+/* The largest segment this client asks for (at least 64 KiB); larger transfers go through it in
+ * chunks. */
+void tshard_set_shm_segment(tshard_client *c, size_t max_bytes);
 
 /* The message of the last failed call ("" after a success). */
 const char *tshard_last_message(const tshard_client *c);

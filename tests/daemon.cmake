@@ -48,6 +48,11 @@ if(TARGET tshardd AND TARGET tshard)
   set_tests_properties(test_e2e_harden PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                        ENVIRONMENT "${TS_MPI_TEST_ENV}")
 
+  tshard_e2e_test(test_e2e_shm)
+  add_test(NAME test_e2e_shm COMMAND test_e2e_shm)
+  set_tests_properties(test_e2e_shm PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_MPI_TEST_ENV}")
+
   tshard_e2e_test(test_e2e_concurrency)
   add_test(NAME test_e2e_concurrency COMMAND test_e2e_concurrency)
   set_tests_properties(test_e2e_concurrency PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}

@@ -47,6 +47,9 @@ get = s(1, "t") + field(3, 0, 64)
 get_slice = s(1, "t") + field(2, 2, s(1, "ba")) + field(3, 0, 16)
 reshard = s(1, "t") + field(2, 2, attr_msg) + s(3, "p2p") + s(4, "t2") + field(5, 2, s(1, ""))
 plan = s(1, "t") + field(2, 2, s(5, "mesh=[4] placements=[R]")) + s(3, "allgather")
+shm_region = field(1, 0, 4096) + field(2, 0, 96)
+put_shm = s(1, "t") + field(3, 0, 96) + field(5, 2, shm_region)
+get_shm = s(1, "t") + field(4, 2, field(1, 0, 0))
 
 seeds = {
     "ping": frame(request(10, b"")),
@@ -62,6 +65,8 @@ seeds = {
     frame(request(21, b"")),
     "plan": frame(request(20, plan)),
     "shutdown": frame(request(22, b"")),
+    "shm_attach_put_get": frame(request(40, field(1, 0, 1 << 20))) + frame(request(12, put_shm)) +
+    frame(request(14, get_shm)),
     "unknown_op": frame(field(1, 0, 3) + field(30, 2, b"")),
     "truncated": frame(request(11, create))[:-5],
     "oversize": struct.pack("<I", 0xFFFFFFF0) + b"\x08\x01",

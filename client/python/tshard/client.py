@@ -2,19 +2,28 @@
 protobuf Request or Response) over a Unix socket or TCP, with numpy arrays in and out.
 
 Data larger than a chunk travels in several requests, each naming its byte offset; the calls
-hide that. bf16 tensors travel as numpy uint16 arrays holding the bf16 bits (numpy has no
-bfloat16): ``arr.view(np.uint16)`` in, the same out.
+hide that. Chunks are sized by the daemon's maximum frame (learnt from the ping at connect). On
+a Unix socket the data goes through a segment shared with the daemon (shm.py) unless
+``shm=False`` or TSHARD_SHM=0; over the socket it is sent from the caller's array and received
+straight into the result array (wire.py), with two chunk requests in flight. bf16 tensors travel
+as numpy uint16 arrays holding the bf16 bits (numpy has no bfloat16): ``arr.view(np.uint16)``
+in, the same out.
 """
+import collections
+import contextlib
 import os
 import socket as _socket
 import stat
 import struct
+import sys
 
 import numpy as np
 
 from . import tshard_pb2 as pb
 from .attr import Attr
-from .errors import error_for
+from .errors import TshardError, error_for
+from .shm import Segment
+from .wire import MAX_FRAME, Wire, request_frame
 
 __all__ = ["Client", "connect", "DTYPES", "socket_path", "read_token_file"]
 
@@ -25,8 +34,6 @@ DTYPES = {
     "i64": np.dtype(np.int64), "u8": np.dtype(np.uint8),
 }
 _FROM_NUMPY = {v: k for k, v in DTYPES.items() if k != "bf16"}
-
-MAX_FRAME = 1 << 30
 
 # The daemon's rules (proto/ts_rules.h): names are 1 to 127 bytes of UTF-8 without control
 # characters and not starting with "__tshard"; tokens are 8 to 255 printable ASCII characters.
@@ -93,6 +100,15 @@ def read_token_file(path):
         raise error_for(23, f"the token in {path} is not printable ASCII") from None
     return _check_token(token, f"the token in {path}")
 
+WINDOW = 2  # chunk requests in flight
+_SPARE_MIN = 1 << 20  # results from this size on reuse the client's spare buffer
+def _out_bytes(out, dtype, what):
+    """The caller's result array as flat writable bytes (C-contiguous, the tensor's dtype)."""
+    if (not isinstance(out, np.ndarray) or out.dtype != dtype or not out.flags.c_contiguous
+            or not out.flags.writeable):
+        raise ValueError(f"{what}: out must be a writable C-contiguous numpy array of dtype "
+                         f"{dtype}")
+    return out.reshape(-1).view(np.uint8)
 
 def _dtype_name(dtype):
     """'f32' for 'f32', np.float32 or np.dtype('float32'); 'bf16' must be named."""
@@ -129,14 +145,22 @@ def _env_rank():
 class Client:
     """A connection to one daemon. Use ``tshard.connect(...)``; close it (or use ``with``)."""
 
-    def __init__(self, sock, token=None, chunk=32 << 20):
+    def __init__(self, sock, token=None, chunk=16 << 20, shm=False):
         self._sock = sock
+        self._wire = Wire(sock)
         self._token = token
         self._next_id = 1
         self.chunk = chunk
+        self.max_frame = None
+        self._rank = None
+        self._seg = Segment(self._wire, self._take_id) if shm else None
+        self._spare = None  # the buffer of the last large result, reused once it is dropped
 
     # -- plumbing ----------------------------------------------------------------------------
     def close(self):
+        self._spare = None
+        if self._seg is not None:
+            self._seg.close()
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -147,47 +171,112 @@ class Client:
     def __exit__(self, *exc):
         self.close()
 
-    def _recv_exact(self, n):
-        buf = bytearray(n)
-        view, got = memoryview(buf), 0
-        while got < n:
-            k = self._sock.recv_into(view[got:], n - got)
-            if k == 0:
-                raise error_for(18, "the daemon closed the connection")
-            got += k
-        return buf
+    @property
+    def shm(self):
+        """Whether transfers go through shared memory (Unix sockets; off after a refusal)."""
+        return self._seg is not None
 
-    def _call(self, key=None, **op):
+    def set_shm(self, enable, max_bytes=None):
+        """Turns shared memory on or off (off releases the segment on both sides); max_bytes
+        bounds the segment (default 1 GiB)."""
+        if enable and self._sock is not None and self._sock.family != _socket.AF_UNIX:
+            raise error_for(20, "shared memory needs a Unix socket connection")
+        if not enable and self._seg is not None:
+            attached = self._seg.bytes > 0
+            self._seg.close()
+            self._seg = None
+            if attached:  # the daemon's side is released too
+                self._call(shm_attach=pb.ShmAttachRequest(bytes=0))
+        elif enable and self._seg is None:
+            self._seg = Segment(self._wire, self._take_id)
+        if enable and max_bytes is not None:
+            self._seg.close()
+            self._seg.max_bytes = max(int(max_bytes), 64 << 10)
+
+    def _result_buffer(self, n):
+        """A new result array of n bytes. The buffer of the last large result is handed out
+        again when nothing but this client refers to it any more (the caller dropped every array
+        made from it): its pages are already faulted in, which on a virtual machine costs more
+        than the copy itself. get(..., out=) avoids the allocation altogether."""
+        if n < _SPARE_MIN:
+            return np.empty(n, dtype=np.uint8)
+        if self._spare is not None and len(self._spare) == n and sys.getrefcount(self._spare) == 2:
+            return self._spare
+        self._spare = np.empty(n, dtype=np.uint8)
+        return self._spare
+
+    def _take_id(self):
+        i = self._next_id
+        self._next_id += 1
+        return i
+
+    def _request(self, key=None):
+        return pb.Request(id=self._take_id(), idempotency_key=key or "",
+                          token=self._token or "")
+
+    @contextlib.contextmanager
+    def _io(self):
+        """Socket failures close the connection and raise IoError/TimeoutError; a malformed
+        answer (PROTOCOL) closes it too (it cannot be resynchronized)."""
         if self._sock is None:
             raise error_for(1, "the connection is closed")
-        req = pb.Request(id=self._next_id, idempotency_key=key or "", token=self._token or "")
-        self._next_id += 1
-        (name, msg), = op.items()
-        getattr(req, name).CopyFrom(msg)
-        data = req.SerializeToString()
         try:
-            self._sock.sendall(struct.pack("<I", len(data)) + data)
-            (n,) = struct.unpack("<I", self._recv_exact(4))
-            if n > MAX_FRAME:
-                raise error_for(17, f"the daemon sent a frame of {n} bytes")
-            resp = pb.Response.FromString(bytes(self._recv_exact(n)))
-        except _socket.timeout:
+            yield
+        except (_socket.timeout, BlockingIOError):
             self.close()
             raise error_for(19, "no answer from the daemon within the timeout") from None
         except OSError as e:
             self.close()
             raise error_for(18, f"connection to the daemon failed: {e}") from None
-        if resp.id != req.id:
-            raise error_for(17, f"answer to request {resp.id} while waiting for {req.id}")
+        except TshardError as e:
+            if e.status in (17, 18):
+                self.close()
+            raise
+
+    def _check(self, resp, req_id):
+        if resp.id != req_id:
+            raise error_for(17, f"answer to request {resp.id} while waiting for {req_id}")
         if resp.status != 0:
             raise error_for(resp.status, resp.message)
         return resp
 
+    def _call(self, key=None, **op):
+        (name, msg), = op.items()
+        with self._io():
+            req = self._request(key)
+            getattr(req, name).CopyFrom(msg)
+            self._wire.send(request_frame(req))
+            return self._check(self._wire.recv(), req.id)
+
+    def _hello(self):
+        """The ping of connect: rank, and chunks that fit the daemon's frames."""
+        p = self.ping()
+        self._rank = p["rank"]
+        self.max_frame = p["max_frame"]
+        if self.max_frame > 8192:
+            self.chunk = min(self.chunk, self.max_frame - 4096)
+        return self
+
+    def _segment(self, need):
+        """The shared segment for a transfer of `need` bytes, or None (the stream)."""
+        if self._seg is None or need == 0:
+            return None
+        try:
+            self._seg.ready(need)
+            return self._seg
+        except TshardError as e:
+            if e.status in (17, 18, 19):
+                raise
+            self._seg.close()  # refused (memory limit, an older daemon): the stream serves
+            self._seg = None
+            return None
+
     # -- operations ----------------------------------------------------------------------------
     def ping(self):
-        """{'rank', 'world_size', 'job'} of the daemon this client talks to."""
+        """{'rank', 'world_size', 'job', 'max_frame'} of the daemon this client talks to."""
         r = self._call(ping=pb.PingRequest()).ping
-        return {"rank": r.rank, "world_size": r.world_size, "job": r.job}
+        return {"rank": r.rank, "world_size": r.world_size, "job": r.job,
+                "max_frame": r.max_frame}
 
     def create(self, name, dtype, shape, attr, layout=None, key=None):
         """Creates a zero-filled tensor on every rank of the job."""
@@ -196,61 +285,181 @@ class Client:
                                                  attr=_attr_msg(attr),
                                                  layout=pb.Layout(tag=layout or "")))
 
-    def _send_chunks(self, build, data, key=None):
-        data = memoryview(data).cast("B")
-        total, off = len(data), 0
-        while True:
-            n = min(self.chunk, total - off)
-            self._call(key, **build(off, total, bytes(data[off:off + n])))
-            off += n
-            if off >= total:
-                return
+    def _send_chunks(self, name, array, key, slice_layout):
+        """A put (slice_layout None) or put_slice in chunks, WINDOW in flight; through the
+        segment when there is one (all at once when it fits, else in its alternate halves: a
+        half is written again only after the answer to its previous chunk). After a refusal
+        nothing more is sent, the answers due are read, and the first refusal is raised."""
+        _check_name(name)
+        a = np.ascontiguousarray(array)
+        src = a.reshape(-1).view(np.uint8)
+        total = src.nbytes
+        with self._io():
+            seg = self._segment(total)
+            if seg is None:
+                chunk = self.chunk
+            else:
+                chunk = total if total <= seg.bytes else (seg.bytes // 2) & ~63
+            offsets = list(range(0, total, chunk)) or [0]
+            pending = collections.deque()
+            first, sent = None, 0
+            while pending or (sent < len(offsets) and first is None):
+                while sent < len(offsets) and len(pending) < WINDOW and first is None:
+                    off = offsets[sent]
+                    n = min(chunk, total - off)
+                    req = self._request(key)
+                    m = req.put if slice_layout is None else req.put_slice
+                    m.name, m.offset, m.total_bytes = name, off, total
+                    if slice_layout is not None:
+                        m.layout.tag = slice_layout
+                    bulk = None
+                    if seg is not None:
+                        at = (sent % 2) * chunk
+                        np.copyto(seg.view[at:at + n], src[off:off + n])
+                        m.shm.offset, m.shm.bytes = at, n
+                    else:
+                        bulk = memoryview(src[off:off + n])
+                    self._wire.send(request_frame(req, bulk))
+                    pending.append((req.id, sent))
+                    sent += 1
+                resp = self._wire.recv()
+                match = [p for p in pending if p[0] == resp.id] or (
+                    [pending[0]] if resp.id == 0 else [])
+                if not match:
+                    raise error_for(17, "answer to a request that was not sent")
+                pending.remove(match[0])
+                if resp.status != 0 and (first is None or match[0][1] < first[0]):
+                    first = (match[0][1], error_for(resp.status, resp.message))
+            if first is not None:
+                raise first[1]
 
     def put(self, name, array, key=None):
         """Puts the whole tensor (row-major) from this client; the daemons scatter it."""
-        a = np.ascontiguousarray(array)
-        self._send_chunks(lambda off, total, chunk: {
-            "put": pb.PutRequest(name=_check_name(name), offset=off, total_bytes=total, data=chunk)}, a, key)
+        self._send_chunks(name, array, key, None)
 
     def put_slice(self, name, array, layout=None):
         """Puts this rank's slice (row-major over its box, or the bytes of ``layout``)."""
-        a = np.ascontiguousarray(array)
-        self._send_chunks(lambda off, total, chunk: {
-            "put_slice": pb.PutSliceRequest(name=_check_name(name), offset=off, total_bytes=total, data=chunk,
-                                            layout=pb.Layout(tag=layout or ""))}, a)
+        self._send_chunks(name, array, None, layout or "")
 
-    def _read_chunks(self, build):
-        parts, off, total = [], 0, None
-        while total is None or off < total:
-            d = self._call(**build(off)).data
-            total = d.total_bytes
-            if d.offset != off:
-                raise error_for(17, f"chunk at offset {d.offset}, expected {off}")
-            parts.append(d.data)
-            off += len(d.data)
-            if not d.data and off < total:
-                raise error_for(17, "the daemon sent an empty chunk before the end")
-        return b"".join(parts)
+    def _chunk_answer(self, want_id, off, sink, seg, refuse):
+        """Receives the answer to chunk request want_id at off into sink(total); returns
+        (total, bytes)."""
+        total, n, resp = self._wire.recv_data(want_id, off, sink)
+        if resp is None:
+            return total, n
+        self._check(resp, want_id)
+        d = resp.data if resp.WhichOneof("result") == "data" else None
+        if d is None or d.offset != off or off > d.total_bytes:
+            raise error_for(17, "the daemon answered a chunk that does not fit")
+        if d.HasField("shm"):
+            if seg is None or d.data:
+                raise error_for(17, "the daemon answered in shared memory it was not offered")
+            data = seg.region(d.shm)
+        else:
+            data = np.frombuffer(d.data, dtype=np.uint8)
+        if len(data) > d.total_bytes - off:
+            raise error_for(17, "the daemon answered a chunk that does not fit")
+        dst = sink(d.total_bytes)
+        if dst is None:
+            raise refuse(d.total_bytes)
+        np.copyto(dst[off:off + len(data)], data)
+        return d.total_bytes, len(data)
 
-    def get(self, name):
-        """The whole tensor as a numpy array, gathered to this client's rank."""
+    def _read_chunks(self, fill, need, out=None):
+        """The bytes of a get or get_slice (fill(req, offset) fills its request message and
+        returns it) as a new uint8 array, received straight into it. The first request learns
+        the total (through the segment: it offers the whole segment, where a tensor that fits is
+        copied at once); then WINDOW requests are in flight, in alternate halves of the
+        segment. out: the array to fill (its size must be the total), else a new one."""
+        given = out
+        out = [given]
+
+        def sink(total):
+            if out[0] is None:
+                out[0] = self._result_buffer(total)
+            return out[0] if len(out[0]) == total else None
+
+        def refuse(total):
+            if given is not None:
+                return error_for(5, f"the result has {total} bytes; out has {len(given)}")
+            return error_for(17, f"the daemon answered a total of {total} bytes, not the total "
+                                 f"of its first answer")
+
+        with self._io():
+            seg = self._segment(need)
+            chunk = (seg.bytes // 2) & ~63 if seg is not None else self.chunk
+            req = self._request()
+            m = fill(req, 0)
+            if seg is not None:
+                m.shm.offset, m.shm.bytes = 0, seg.bytes
+            else:
+                m.max_bytes = self.chunk
+            self._wire.send(request_frame(req))
+            total, n = self._chunk_answer(req.id, 0, sink, seg, refuse)
+            nxt, half, pending, first = n, 0, collections.deque(), None
+            while pending or (nxt < total and first is None):
+                while nxt < total and len(pending) < WINDOW and first is None:
+                    req = self._request()
+                    m = fill(req, nxt)
+                    if seg is not None:
+                        m.shm.offset, m.shm.bytes = (half % 2) * chunk, chunk
+                        half += 1
+                    else:
+                        m.max_bytes = chunk
+                    self._wire.send(request_frame(req))
+                    pending.append((req.id, nxt))
+                    nxt += min(chunk, total - nxt)
+                rid, off = pending.popleft()
+                try:
+                    t, n = self._chunk_answer(rid, off, sink, seg, refuse)
+                except TshardError as e:
+                    if e.status in (17, 18, 19):
+                        raise
+                    first = first or e
+                    continue
+                if t != total or n != min(chunk, total - off):
+                    raise error_for(17, "the daemon answered a chunk of another size")
+            if first is not None:
+                raise first
+            return out[0] if out[0] is not None else np.empty(0, dtype=np.uint8)
+
+    def get(self, name, out=None):
+        """The whole tensor as a numpy array, gathered to this client's rank (into ``out`` when
+        given: a C-contiguous array of the tensor's dtype and size, returned reshaped)."""
         info = self.describe(name)
-        raw = self._read_chunks(lambda off: {
-            "get": pb.GetRequest(name=name, offset=off, max_bytes=self.chunk)})
-        return np.frombuffer(raw, dtype=DTYPES[info["dtype"]]).reshape(info["shape"]).copy()
+        dt = DTYPES[info["dtype"]]
+        need = int(np.prod(info["shape"], dtype=np.int64)) * dt.itemsize
+        flat = None if out is None else _out_bytes(out, dt, "get")
+        if flat is not None and flat.nbytes != need:
+            raise ValueError(f"get: '{name}' has {need} bytes; out has {flat.nbytes}")
 
-    def get_slice(self, name, layout=None):
+        def fill(req, off):
+            req.get.name, req.get.offset = name, off
+            return req.get
+        raw = self._read_chunks(fill, need, flat)
+        if len(raw) != need:
+            raise error_for(17, f"'{name}' came with {len(raw)} bytes, not {need}")
+        return raw.view(dt).reshape(info["shape"])
+
+    def get_slice(self, name, layout=None, out=None):
         """This rank's slice: an array of its box's shape (row-major), or, for another layout,
-        the flat elements of that layout (padding included). None when the rank holds none."""
+        the flat elements of that layout (padding included). None when the rank holds none.
+        ``out``: an array to receive it (C-contiguous, the tensor's dtype, the slice's size)."""
         info = self.describe(name)
-        me = self.ping()["rank"]
-        mine = [r for r in info["ranks"] if r["rank"] == me]
+        if self._rank is None:
+            self._rank = self.ping()["rank"]
+        mine = [r for r in info["ranks"] if r["rank"] == self._rank]
         if not mine:
             return None
-        raw = self._read_chunks(lambda off: {
-            "get_slice": pb.GetSliceRequest(name=name, layout=pb.Layout(tag=layout or ""),
-                                            offset=off, max_bytes=self.chunk)})
-        arr = np.frombuffer(raw, dtype=DTYPES[info["dtype"]]).copy()
+
+        def fill(req, off):
+            g = req.get_slice
+            g.name, g.offset = name, off
+            g.layout.tag = layout or ""
+            return g
+        dt = DTYPES[info["dtype"]]
+        flat = None if out is None else _out_bytes(out, dt, "get_slice")
+        arr = self._read_chunks(fill, mine[0]["bytes"], flat).view(dt)
         plain = "".join(chr(ord("a") + d) for d in range(len(info["shape"])))
         if not layout or layout == plain:
             arr = arr.reshape([h - l for l, h in zip(mine[0]["lo"], mine[0]["hi"])])
@@ -302,25 +511,46 @@ class Client:
         self._call(key, shutdown=pb.ShutdownRequest())
 
 
-def connect(rank=None, socket=None, tcp=None, token=None, job=None, timeout=60.0,
+def _kernel_timeout(sock, timeout):
+    """A blocking socket whose sends and receives time out in the kernel (SO_SNDTIMEO,
+    SO_RCVTIMEO): Python's own timeout polls before every send and receive, which costs the
+    bulk data path most of its speed (0.2 against 1.2 GB/s on a Unix socket here)."""
+    sock.settimeout(None)
+    if timeout is not None and timeout > 0:
+        sec = int(timeout)
+        tv = struct.pack("ll", sec, int((timeout - sec) * 1e6))
+        sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_RCVTIMEO, tv)
+        sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDTIMEO, tv)
+
+
+def connect(rank=None, socket=None, tcp=None, token=None, job=None, timeout=60.0, shm=None,
             token_file=None):
     """Connects to a daemon: by Unix ``socket`` path, by ``tcp`` ("host:port" or (host, port))
     with the job's ``token`` (or the ``token_file`` holding it), or by ``rank`` (default: this
     process's MPI rank from the environment, else 0) and ``job`` (default $TSHARD_JOB or
-    "default")."""
+    "default"). On a Unix socket data goes through shared memory unless ``shm=False`` or TSHARD_SHM=0 (TCP: the stream only)."""
     if token_file is not None:
         token = read_token_file(token_file)
     if tcp is not None:
         _check_token(token)
+        if shm:
+            raise error_for(20, "shared memory needs a Unix socket connection; over TCP the data "
+                                "travels in the frames")
         host, port = tcp.rsplit(":", 1) if isinstance(tcp, str) else tcp
         s = _socket.create_connection((host, int(port)), timeout=timeout)
         s.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+        _kernel_timeout(s, timeout)
         c = Client(s, token=token)
-        c.ping()  # presents the token
-        return c
+        try:
+            return c._hello()  # presents the token
+        except BaseException:
+            c.close()
+            raise
     if socket is None:
         socket = socket_path(job or os.environ.get("TSHARD_JOB", "default"),
                              _env_rank() if rank is None else rank)
+    if shm is None:
+        shm = os.environ.get("TSHARD_SHM", "") != "0"
     s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     s.settimeout(timeout)
     try:
@@ -329,4 +559,10 @@ def connect(rank=None, socket=None, tcp=None, token=None, job=None, timeout=60.0
         s.close()
         raise error_for(18, f"cannot connect to {socket}: {e.strerror} (is tshardd running "
                             f"for this job and rank?)") from None
-    return Client(s)
+    _kernel_timeout(s, timeout)
+    c = Client(s, shm=bool(shm))
+    try:
+        return c._hello()
+    except BaseException:
+        c.close()
+        raise
