@@ -38,6 +38,12 @@ static const cfg_entry table[] = {
     {"chunk", SIZE(chunk, 1024, 1LL << 30), "16M", "default data chunk of get answers"},
     {"copy-threads", SIZE(copy_threads, 0, 1024), "0",
      "threads of the strided-copy kernel (0: the kernel's default, all cores)"},
+    {"pool-cache", SIZE(pool_cache, 0, 1LL << 50), "1G",
+     "freed buffers kept for reuse, at most (0: none; the memory limit counts them too)"},
+    {"pool-idle-ms", SIZE(pool_idle_ms, 0, 86400000), "2000",
+     "milliseconds a cached buffer stays unused before it goes back to the OS"},
+    {"pool-huge", SIZE(pool_huge, 0, 1), "0",
+     "1: stored slices and staging ask for transparent huge pages"},
     {"log-level", CFG_LEVEL, offsetof(tsd_config, log_level), 0, 0, 0, "info",
      "error, warn, info or debug"},
 };

@@ -59,7 +59,6 @@ static uint8_t *pack_forwarded(Tshard__Request *req, size_t *len, uint64_t *hash
 static void pending_free(tsd_engine *e, tsd_pending *p) {
   if (p->staging) {
     tsd_buf_give(e, p->staging, p->staging_bytes);
-    e->staging_used -= (int64_t)p->staging_bytes;
   }
   free(p);
 }
@@ -145,7 +144,6 @@ void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *
     free(p);
     free(body);
     tsd_buf_give(e, staging, staging_bytes);
-    e->staging_used -= (int64_t)staging_bytes;
     tsd_reply_status(e, conn_id, req->id, TS_NO_MEMORY, "no memory to submit the operation");
     tsd_request_free(&req);
     return;
