@@ -56,7 +56,7 @@ static ts_pool_config cfg = {0, TS_POOL_DEFAULT_CACHE, TS_POOL_DEFAULT_IDLE_MS, 
 static ts_pool_stats st;
 static header *cache_head; /* newest first */
 static int64_t last_free_ms;
-static bool heap_dirty; /* heap blocks freed since the last trim of the C heap */
+static bool heap_dirty; /* buffers freed since the last trim of the C heap */
 
 static header *header_of(void *p) { return (header *)((char *)p - HEADER_BYTES); }
 static void *payload(header *h) { return (char *)h + HEADER_BYTES; }
@@ -291,9 +291,8 @@ void ts_pool_free(void *p) {
     st.staging -= h->cap;
   h->staging = 0;
   last_free_ms = now_ms();
-  if (!mapped) {
-    heap_dirty = true;
-  } else if (cfg.cache_cap > 0 && h->cap <= (uint64_t)cfg.cache_cap) {
+  heap_dirty = true; /* transfers free heap memory around pool buffers too (frames, chunks) */
+  if (mapped && cfg.cache_cap > 0 && h->cap <= (uint64_t)cfg.cache_cap) {
     h->freed_ms = last_free_ms;
     h->magic = MAGIC_CACHED;
     h->next = cache_head;
@@ -302,7 +301,7 @@ void ts_pool_free(void *p) {
     st.buffers_cached++;
     victims = evict_to((uint64_t)cfg.cache_cap);
     h = NULL;
-  } else {
+  } else if (mapped) {
     st.released += h->cap;
   }
   pthread_mutex_unlock(&mu);
