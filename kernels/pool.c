@@ -350,7 +350,7 @@ int ts_pool_trim(bool all) {
   bool trim_heap = false;
   pthread_mutex_lock(&mu);
   int64_t idle = cfg.idle_ms;
-  /* Older buffers sit at the tail: release from there while they have been idle long enough. */
+  /* Every cached buffer idle for the period (or all of them) goes. */
   for (header **pp = &cache_head; *pp;) {
     header *h = *pp;
     if (all || now - h->freed_ms >= idle) {
