@@ -277,6 +277,26 @@ void *ts_pool_alloc(size_t bytes, unsigned flags, const char *what, ts_error *er
   return NULL;
 }
 
+/* Unlinks the cached buffers idle for the period (all of them with all = true), for unmapping
+ * outside the lock. */
+static header *expire(int64_t now, bool all) {
+  header *victims = NULL;
+  for (header **pp = &cache_head; *pp;) {
+    header *h = *pp;
+    if (all || now - h->freed_ms >= cfg.idle_ms) {
+      *pp = h->next;
+      st.cached -= h->cap;
+      st.buffers_cached--;
+      st.released += h->cap;
+      h->next = victims;
+      victims = h;
+    } else {
+      pp = &h->next;
+    }
+  }
+  return victims;
+}
+
 void ts_pool_free(void *p) {
   if (!p)
     return;
@@ -292,6 +312,8 @@ void ts_pool_free(void *p) {
   h->staging = 0;
   last_free_ms = now_ms();
   heap_dirty = true; /* transfers free heap memory around pool buffers too (frames, chunks) */
+  victims = expire(last_free_ms, false); /* a process that never calls ts_pool_trim still
+                                            releases what it has not reused for the period */
   if (mapped && cfg.cache_cap > 0 && h->cap <= (uint64_t)cfg.cache_cap) {
     h->freed_ms = last_free_ms;
     h->magic = MAGIC_CACHED;
@@ -299,7 +321,13 @@ void ts_pool_free(void *p) {
     cache_head = h;
     st.cached += h->cap;
     st.buffers_cached++;
-    victims = evict_to((uint64_t)cfg.cache_cap);
+    header *over = evict_to((uint64_t)cfg.cache_cap);
+    while (over) {
+      header *next = over->next;
+      over->next = victims;
+      victims = over;
+      over = next;
+    }
     h = NULL;
   } else if (mapped) {
     st.released += h->cap;
@@ -346,24 +374,10 @@ int ts_pool_check(size_t bytes, const char *what, ts_error *err) {
 
 int ts_pool_trim(bool all) {
   int64_t now = now_ms();
-  header *victims = NULL;
   bool trim_heap = false;
   pthread_mutex_lock(&mu);
   int64_t idle = cfg.idle_ms;
-  /* Every cached buffer idle for the period (or all of them) goes. */
-  for (header **pp = &cache_head; *pp;) {
-    header *h = *pp;
-    if (all || now - h->freed_ms >= idle) {
-      *pp = h->next;
-      st.cached -= h->cap;
-      st.buffers_cached--;
-      st.released += h->cap;
-      h->next = victims;
-      victims = h;
-    } else {
-      pp = &h->next;
-    }
-  }
+  header *victims = expire(now, all);
   if (heap_dirty && (all || now - last_free_ms >= idle)) {
     heap_dirty = false;
     trim_heap = true;

@@ -318,6 +318,25 @@ START_TEST(test_threads) {
 }
 END_TEST
 
+/* A process that never calls ts_pool_trim still releases: a free expires what has been cached
+ * for the idle period. */
+START_TEST(test_free_expires_idle) {
+  configure(0, 1LL << 30, 0);
+  void *a = ts_pool_alloc(2 * MiB, 0, NULL, NULL), *b = ts_pool_alloc(3 * MiB, 0, NULL, NULL);
+  ck_assert(a && b);
+  ts_pool_free(a);
+  ck_assert_uint_eq(stats().cached, 2 * MiB);
+  ts_pool_free(b); /* a has been idle for the period (0 ms): released now */
+  ts_pool_stats s = stats();
+  ck_assert_uint_eq(s.cached, 3 * MiB);
+  ck_assert_uint_eq(s.released, 2 * MiB);
+  configure(0, 1LL << 30, 3600 * 1000);
+  void *c = ts_pool_alloc(2 * MiB, 0, NULL, NULL);
+  ts_pool_free(c); /* b was cached under the 0 ms period, but the period is an hour now */
+  ck_assert_uint_eq(stats().cached, 5 * MiB);
+}
+END_TEST
+
 static Suite *pool_suite(void) {
   Suite *s = suite_create("pool");
   TCase *tc = tcase_create("pool");
@@ -326,6 +345,7 @@ static Suite *pool_suite(void) {
   tcase_add_test(tc, test_small_buffers_heap);
   tcase_add_test(tc, test_cache_cap);
   tcase_add_test(tc, test_prefault_and_idle_release);
+  tcase_add_test(tc, test_free_expires_idle);
   tcase_add_test(tc, test_accounting_and_peak);
   tcase_add_test(tc, test_limit_counts_staging);
   tcase_add_test_raise_signal(tc, test_double_free_aborts, SIGABRT);
