@@ -1,17 +1,18 @@
 /* test_e2e_memlimit.c - the memory limit counts everything a daemon holds: stored slices, the
  * staging of puts in progress, get copies and the executor's buffers, and is never exceeded.
  *
- * Daemons of 2 ranks with --memory-limit 16M. Part one, step by step: a put of a 4 MiB tensor
- * is left in progress on each rank (first chunk sent on a raw connection: 4 MiB of staging on
- * top of the tensor's 2 MiB slice); a create whose slices fit beside the stored slices but not
- * beside that staging must be refused with TS_LIMIT (the old accounting let it through: the
- * store's quota did not see put staging), and so must a reshard whose target does not fit; after
- * the put completes (its staging freed into the pool's cache) the same reshard must succeed (the
- * cache gives way) and the put's data must read back exactly. Part two, concurrently: clients put
- * whole tensors from both ranks while others create, reshard and drop tensors that only fit part
- * of the time; every answer must be OK or TS_LIMIT, a poller checks that no daemon's memory in
- * use (nor in use + cached) is ever above the limit, the pool's peak stays within it, the data of
- * the puts reads back exactly, and once every client has gone no staging is left. */
+ * Daemons of 2 ranks with --memory-limit 16M. Part one, step by step: with 6 MiB of slices stored
+ * on each rank, a put of a 4 MiB tensor is left in progress on each rank (first chunk sent on a
+ * raw connection: 4 MiB of staging); a create of 8 MiB more a rank, which fits beside the slices
+ * but not beside that staging, must be refused with TS_LIMIT (the old accounting let it through:
+ * the store's quota did not see put staging), and so must a reshard whose target does not fit.
+ * After one put completes and the other is abandoned (their staging freed into the pool's cache)
+ * the same reshard must succeed (the cache gives way), the data of the put and of the resharded
+ * tensor must read back exactly, and the create must now fit. Part two, concurrently: clients put
+ * and get whole tensors from both ranks while others create, reshard and drop tensors that fit
+ * only part of the time; every answer must be OK or TS_LIMIT, a poller checks that no daemon's
+ * memory in use (nor in use + cached) is ever above the limit, the pool's peak stays within it,
+ * the data read back is exact, and once every client has gone nothing is left in use. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
