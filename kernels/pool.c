@@ -147,7 +147,8 @@ static void *map_buffer(size_t cap, bool huge) {
   size_t page = page_size(), align = cap >= TS_BUFFER_HUGE_BYTES ? TS_BUFFER_HUGE_BYTES : page;
   if (page < HEADER_BYTES || cap > SIZE_MAX - 3 * TS_BUFFER_HUGE_BYTES)
     return NULL;
-  size_t map_len = cap + page + (align > page ? align : 0); /* room to align, a page for the header */
+  /* room to align, and a page for the header */
+  size_t map_len = cap + page + (align > page ? align : 0);
   char *m = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED)
     return NULL;
@@ -199,7 +200,8 @@ static header *cache_take(size_t bytes, size_t cls, bool huge) {
   header **best = NULL;
   for (header **pp = &cache_head; *pp; pp = &(*pp)->next) {
     header *h = *pp;
-    if (h->cap >= bytes && h->cap <= cls && (bool)h->huge == huge && (!best || h->cap < (*best)->cap))
+    bool fits = h->cap >= bytes && h->cap <= cls && (bool)h->huge == huge;
+    if (fits && (!best || h->cap < (*best)->cap))
       best = pp;
   }
   if (!best)

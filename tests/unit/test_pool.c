@@ -2,8 +2,8 @@
  * cache cap, the idle release (with the pages really given back: the process's resident size is
  * read from /proc/self/statm), the account (in use, staging, cached, peak, hits, misses), the
  * memory limit with staging counted and cached buffers given up to make room, misuse (a second
- * free of a cached buffer aborts) and concurrent use from several threads. Each test runs in its own process (Check
- * forks), so each starts with an empty pool. */
+ * free of a cached buffer aborts) and concurrent use from several threads. Each test runs in its
+ * own process (Check forks), so each starts with an empty pool. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
