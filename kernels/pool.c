@@ -8,10 +8,11 @@
  * mapped (MADV_POPULATE_WRITE: the kernel fills the page tables in one pass, far faster than a
  * fault per page on first touch). A freed mapping is kept in the cache for the next request of
  * its class, up to the cache cap; cached buffers go back to the OS (munmap) when they have been
- * idle for the idle period (ts_pool_trim, called by whoever is idle), when the cache is over its
- * cap, or when the memory limit needs their room.
+ * idle for the idle period (at ts_pool_trim, called by whoever is idle, and at any free), when
+ * the cache is over its cap, or when the memory limit needs their room.
  *
- * The account: in_use (buffers handed out, counted at their real size), of which staging
+ * The account: in_use (buffers handed out: mappings at their real size, heap blocks at the bytes
+ * asked for), of which staging
  * (buffers tagged TS_POOL_STAGING), cached, and the peak of in_use + cached. With a limit, an
  * allocation that would take in_use over it fails with TS_LIMIT (cached buffers are released
  * first to make room, so in_use + cached stays within the limit too). One mutex guards the
