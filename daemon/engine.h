@@ -90,7 +90,7 @@ void tsd_reply_response(tsd_engine *e, uint64_t conn_id, Tshard__Response *resp)
 void tsd_reply_status(tsd_engine *e, uint64_t conn_id, uint64_t req_id, int status,
                       const char *msg);
 /* Whether `extra` more bytes fit the memory limit: the buffer pool's one account (stored slices,
- * put staging, get copies, executor staging; cached buffers are released to make room). */
+ * put staging, get copies, executor staging; cached buffers give way when the allocation comes). */
 int tsd_memory_check(tsd_engine *e, uint64_t extra, const char *what, ts_error *err);
 void tsd_names_add(tsd_engine *e, const char *name);
 void tsd_names_remove(tsd_engine *e, const char *name);

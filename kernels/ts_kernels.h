@@ -164,8 +164,8 @@ void *ts_pool_alloc(size_t bytes, unsigned flags, const char *what, ts_error *er
 void ts_pool_free(void *p);
 /* Retags a buffer as staging or not (a gathered copy that becomes a get answer). */
 void ts_pool_set_staging(void *p, bool staging);
-/* Whether `bytes` more would fit the limit now (TS_LIMIT with a message naming `what` if not);
- * releases cached buffers to make the room. */
+/* Whether `bytes` more would fit the limit now (TS_LIMIT with a message naming `what` if not).
+ * Cached buffers do not count here: the allocation releases them as it needs the room. */
 int ts_pool_check(size_t bytes, const char *what, ts_error *err);
 /* Releases cached buffers idle for the configured period (all of them with all = true) to the
  * OS, and trims the C heap after heap frees; returns how many buffers were released. Meant for
