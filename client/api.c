@@ -555,6 +555,14 @@ int tshard_stats_get(tshard_client *c, tshard_stats *s) {
     s->memory_in_use = x->memory_in_use;
     s->memory_limit = x->memory_limit;
     s->connections = x->connections;
+    s->stored_bytes = x->stored_bytes;
+    s->pool_staging = x->pool_staging;
+    s->pool_cached = x->pool_cached;
+    s->pool_peak = x->pool_peak;
+    s->pool_cache_cap = x->pool_cache_cap;
+    s->pool_hits = x->pool_hits;
+    s->pool_misses = x->pool_misses;
+    s->pool_released = x->pool_released;
     for (size_t i = 0; i < x->n_strategies && i < 16; i++) {
       snprintf(s->strategies[i].name, sizeof s->strategies[i].name, "%s",
                x->strategies[i]->strategy);

@@ -45,6 +45,12 @@ static const cfg_entry table[] = {
     {"frame-timeout", CFG_DURATION, offsetof(tsd_config, frame_timeout), 0, 10, 3600000, "30s",
      "time a client has to send a whole frame once it began one, and a TCP client to present "
      "its token after connecting (ms or s suffix; default unit s)"},
+    {"pool-cache", SIZE(pool_cache, 0, 1LL << 50), "1G",
+     "freed buffers kept for reuse, at most (0: none; the memory limit counts them too)"},
+    {"pool-idle-ms", SIZE(pool_idle_ms, 0, 86400000), "2000",
+     "milliseconds a cached buffer stays unused before it goes back to the OS"},
+    {"pool-huge", SIZE(pool_huge, 0, 1), "0",
+     "1: stored slices and staging ask for transparent huge pages"},
     {"log-level", CFG_LEVEL, offsetof(tsd_config, log_level), 0, 0, 0, "info",
      "error, warn, info or debug"},
 };

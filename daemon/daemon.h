@@ -45,6 +45,9 @@ typedef struct tsd_config {
   int64_t chunk;        /* default chunk of get answers */
   int64_t copy_threads; /* strided-copy threads (0: all cores) */
   int64_t frame_timeout; /* ms: to finish a frame once begun, and for a TCP client's token */
+  int64_t pool_cache;   /* bytes of freed buffers the pool keeps for reuse */
+  int64_t pool_idle_ms; /* cached buffers idle this long go back to the OS */
+  int64_t pool_huge;    /* 1: stored slices and staging ask for transparent huge pages */
   int log_level;
   /* derived */
   char token[256];

@@ -82,10 +82,7 @@ typedef struct tsd_engine {
   tsd_key_result *done_keys;
   int done_keys_next;
   bool stopping;
-  int64_t staging_used; /* put staging and get copies, beside the store */
-  void *spare;          /* one freed staging buffer kept for the next of the same size */
   struct tsd_shm_seg *shm_segs; /* live shared-memory segments (shm.c) */
-  size_t spare_bytes;
   char **names;         /* the stored tensors, for list */
   int nnames, cap_names;
   /* stats */
@@ -98,15 +95,16 @@ typedef struct tsd_engine {
 void tsd_reply_response(tsd_engine *e, uint64_t conn_id, Tshard__Response *resp);
 void tsd_reply_status(tsd_engine *e, uint64_t conn_id, uint64_t req_id, int status,
                       const char *msg);
-/* Whether `extra` more bytes fit the memory limit (stored slices + staging). */
+/* Whether `extra` more bytes fit the memory limit: the buffer pool's one account (stored slices,
+ * put staging, get copies, executor staging; cached buffers give way when the allocation comes). */
 int tsd_memory_check(tsd_engine *e, uint64_t extra, const char *what, ts_error *err);
 void tsd_names_add(tsd_engine *e, const char *name);
 void tsd_names_remove(tsd_engine *e, const char *name);
 
 /* transfer.c */
-/* Whole-tensor buffers (put staging, gathered copies) come and go with the same sizes: the last
- * one freed is kept and handed out again for the same size, so repeated transfers do not fault
- * in fresh pages. tsd_buf_give accepts NULL. */
+/* Whole-tensor buffers (put staging, gathered copies): staging buffers of the pool, which keeps
+ * freed ones for the next transfer of their size class, so repeated transfers do not fault in
+ * fresh pages. tsd_buf_give accepts NULL. */
 void *tsd_buf_take(tsd_engine *e, size_t bytes);
 void tsd_buf_give(tsd_engine *e, void *p, size_t bytes);
 tsd_conn_state *tsd_conn_get(tsd_engine *e, uint64_t conn_id, bool create);

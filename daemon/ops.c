@@ -155,8 +155,18 @@ static void op_stats(tsd_engine *e, tsd_work *w) {
   s.operations = e->ops_answered;
   s.collective_ops = e->collective_ops;
   s.tensors = (uint64_t)ts_store_count(e->store);
-  s.memory_in_use = (uint64_t)(ts_store_used_bytes(e->store) + e->staging_used);
+  ts_pool_stats ps;
+  ts_pool_get_stats(&ps);
+  s.memory_in_use = ps.in_use;
   s.memory_limit = (uint64_t)e->cfg->memory_limit;
+  s.pool_staging = ps.staging;
+  s.pool_cached = ps.cached;
+  s.pool_peak = ps.peak;
+  s.pool_cache_cap = ps.cache_cap;
+  s.pool_hits = ps.hits;
+  s.pool_misses = ps.misses;
+  s.pool_released = ps.released;
+  s.stored_bytes = (uint64_t)ts_store_used_bytes(e->store);
   s.connections = tsd_server_connections(e->sh->server);
   for (int i = 0; i < TS_STRATEGY_COUNT; i++) {
     tshard__strategy_bytes__init(&sb[i]);
@@ -223,7 +233,9 @@ static int exec_opts(tsd_engine *e, int status, const ts_error *local, ts_exec_o
   xo->prior_err = local;
   int64_t limit = e->cfg->memory_limit;
   if (limit > 0) {
-    int64_t free_bytes = limit - ts_store_used_bytes(e->store) - e->staging_used;
+    ts_pool_stats ps;
+    ts_pool_get_stats(&ps);
+    int64_t free_bytes = limit - (int64_t)ps.in_use;
     xo->max_alloc_bytes = free_bytes > 0 ? free_bytes : 1;
   }
   return TS_OK;
@@ -379,8 +391,6 @@ static int run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts
       c->get_slice = false;
       c->get_in_shm = in_shm != NULL;
       snprintf(c->get_name, sizeof c->get_name, "%s", name);
-      if (!in_shm)
-        e->staging_used += (int64_t)bytes;
     } else if (!in_shm) {
       tsd_buf_give(e, whole, bytes);
     }
@@ -409,7 +419,7 @@ static int run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts
       c->get_active = true;
       c->get_slice = false;
       snprintf(c->get_name, sizeof c->get_name, "%s", name);
-      e->staging_used += (int64_t)bytes;
+      ts_pool_set_staging(out.data, true); /* a get copy now, no longer a slice */
     } else {
       ts_shard_free_tensor(&out); /* the asking client is gone */
     }

@@ -4,7 +4,9 @@
  * between the whole tensor, the message buffers and the stored slices with the strided-copy
  * kernel, or sent and received in place when a piece is one contiguous run of bytes on that side
  * (row blocks of row-major data). No new slice is allocated (a put writes into the stored
- * slices, whose layout it keeps) and no staging beyond one chunk per side.
+ * slices, whose layout it keeps) and no staging beyond one chunk per side, only on a side where
+ * some chunk does not move in place; that buffer comes from the pool, counted against the memory
+ * limit, and the ranks agree that each has it before any message moves.
  *
  * Both sides walk the same ranks and chunks in the same order (ts_box_chunk), so every message
  * is matched (peers in rank order after the root, the root's own slice last). A copy that fails on one side still sends or receives its messages, so nobody
@@ -80,6 +82,56 @@ static bool slice_is_plain(const ts_stored *t) {
   return true;
 }
 
+/* Whether rank r's piece moves between this rank and the root: r holds a non-empty box, a get
+ * takes it from r (not from the root or a lower rank holding the same box), and this rank is
+ * the root or r. */
+static bool piece_here(const tsd_engine *e, int root, bool put, const ts_box *boxes,
+                       const bool *has, int r) {
+  if (!has[r] || ts_box_numel(&boxes[r]) == 0)
+    return false;
+  bool dup = false;
+  if (!put && r != root) {
+    dup = has[root] && ts_box_equal(&boxes[root], &boxes[r]);
+    for (int q = 0; q < r && !dup; q++)
+      dup = has[q] && ts_box_equal(&boxes[q], &boxes[r]);
+  }
+  return !dup && (e->rank == root || e->rank == r);
+}
+
+/* This side's end of a chunk when it is one contiguous run there: the whole tensor at the root,
+ * the slice (when plain) at the peer; NULL when the chunk goes through the message buffer. */
+static uint8_t *chunk_in_place(const tsd_engine *e, const ts_stored *t, int root, void *whole,
+                               bool plain, const ts_box *b, const ts_box *cb) {
+  size_t es = ts_dtype_size(t->dtype);
+  int64_t zero[TS_MAX_DIMS] = {0}, ext[TS_MAX_DIMS];
+  for (int d = 0; d < t->ndim; d++)
+    ext[d] = b->hi[d] - b->lo[d];
+  if (e->rank == root)
+    return contiguous_at(whole, cb, zero, t->shape, es);
+  return plain ? contiguous_at(t->local.data, cb, b->lo, ext, es) : NULL;
+}
+
+/* Bytes of message buffer this rank needs: its largest chunk that does not move in place. */
+static int64_t buffer_need(const tsd_engine *e, const ts_stored *t, int root, void *whole,
+                           bool put, const ts_box *boxes, const bool *has, bool plain,
+                           int64_t chunk) {
+  size_t es = ts_dtype_size(t->dtype);
+  int64_t need = 0;
+  for (int r = 0; r < e->size; r++) {
+    if (r == root || !piece_here(e, root, put, boxes, has, r))
+      continue;
+    int64_t n = ts_box_chunk_count(&boxes[r], es, chunk);
+    for (int64_t k = 0; k < n; k++) {
+      ts_box cb;
+      ts_box_chunk(&boxes[r], es, chunk, k, &cb);
+      int64_t bytes = ts_box_numel(&cb) * (int64_t)es;
+      if (bytes > need && !chunk_in_place(e, t, root, whole, plain, &boxes[r], &cb))
+        need = bytes;
+    }
+  }
+  return need;
+}
+
 /* put: whole (at `root`, row-major) -> every slice; get: every distinct slice -> whole at root. */
 int tsd_scatter_gather(tsd_engine *e, ts_stored *t, int root, void *whole, bool put,
                        ts_error *err) {
@@ -104,10 +156,6 @@ int tsd_scatter_gather(tsd_engine *e, ts_stored *t, int root, void *whole, bool 
     wt.bytes = bytes;
     ts_layout_plain(&wt.layout, t->dtype, t->ndim, t->shape, NULL);
   }
-  uint8_t *buf = malloc((size_t)chunk);
-  if (!buf)
-    lst = ts_error_set(&lerr, TS_NO_MEMORY, "no memory for a transfer chunk of %lld bytes",
-                       (long long)chunk);
   ts_box *boxes = calloc((size_t)e->size, sizeof *boxes);
   bool *has = calloc((size_t)e->size, sizeof *has);
   if (!boxes || !has)
@@ -116,25 +164,29 @@ int tsd_scatter_gather(tsd_engine *e, ts_stored *t, int root, void *whole, bool 
     has[r] = ts_geom_rank_box(g, r, &boxes[r]);
   ts_comm *wc = ts_world_comm(e->world);
   bool plain = slice_is_plain(t);
+  /* The message buffer comes from the pool, counted against the memory limit; every rank agrees
+   * that it has one before any message moves. */
+  uint8_t *buf = NULL;
+  int64_t need = lst ? 0 : buffer_need(e, t, root, whole, put, boxes, has, plain, chunk);
+  if (need > 0)
+    buf = ts_shard_alloc_as((size_t)need, TS_POOL_STAGING, "a transfer chunk", &lerr);
+  if (need > 0 && !buf)
+    lst = lerr.code;
+  if ((rc = ts_comm_agree(wc, lst, &lerr, err))) {
+    ts_shard_free(buf);
+    free(boxes);
+    free(has);
+    ts_geom_destroy(&g);
+    return rc;
+  }
   /* The root's own slice goes last, while the last peer unpacks its last chunk. */
-  for (int i = 1; buf && boxes && has && i <= e->size; i++) {
+  for (int i = 1; i <= e->size; i++) {
     int r = (root + i) % e->size;
-    if (!has[r] || ts_box_numel(&boxes[r]) == 0)
-      continue;
     /* A get reads each distinct box once: from the root when it holds it, else from the lowest
      * rank that does. */
-    bool dup = false;
-    if (!put && r != root) {
-      dup = has[root] && ts_box_equal(&boxes[root], &boxes[r]);
-      for (int q = 0; q < r && !dup; q++)
-        dup = has[q] && ts_box_equal(&boxes[q], &boxes[r]);
-    }
-    if (dup || (e->rank != root && e->rank != r))
+    if (!piece_here(e, root, put, boxes, has, r))
       continue;
     const ts_box *b = &boxes[r];
-    int64_t ext[TS_MAX_DIMS];
-    for (int d = 0; d < t->ndim; d++)
-      ext[d] = b->hi[d] - b->lo[d];
     if (r == root) { /* the root's own slice: one direct copy */
       if (lst == TS_OK)
         lst = put ? copy_piece(&t->local, b->lo, &wt, zero, b, &lerr)
@@ -153,9 +205,7 @@ int tsd_scatter_gather(tsd_engine *e, ts_stored *t, int root, void *whole, bool 
       /* This side's end of the piece: the whole tensor at the root, the slice at the peer. When
        * the piece is one contiguous run there, it is sent from or received into place. */
       bool at_whole = e->rank == root;
-      uint8_t *direct = at_whole ? contiguous_at(whole, &cb, zero, t->shape, es)
-                        : plain ? contiguous_at(t->local.data, &cb, b->lo, ext, es)
-                                : NULL;
+      uint8_t *direct = chunk_in_place(e, t, root, whole, plain, b, &cb);
       if (sender && !direct && lst == TS_OK)
         lst = at_whole ? copy_piece(&bt, cb.lo, &wt, zero, &cb, &lerr)
                        : copy_piece(&bt, cb.lo, &t->local, b->lo, &cb, &lerr);
@@ -171,7 +221,7 @@ int tsd_scatter_gather(tsd_engine *e, ts_stored *t, int root, void *whole, bool 
                        : copy_piece(&t->local, b->lo, &bt, cb.lo, &cb, &lerr);
     }
   }
-  free(buf);
+  ts_shard_free(buf);
   free(boxes);
   free(has);
   ts_geom_destroy(&g);

@@ -3,8 +3,8 @@
  * A client on a Unix socket asks for a segment (shm_attach). The daemon creates it - a memfd,
  * sealed against shrinking and growing (the client gets the fd and could otherwise truncate it
  * under the daemon's mapping), allocated up front with fallocate (a failure is an answer, never a
- * SIGBUS later), mapped here - charges its bytes to the memory account (staging_used, against
- * the memory limit) and answers with the fd, which the loop thread passes with SCM_RIGHTS.
+ * SIGBUS later), mapped here - charges its bytes to the pool's account (ts_pool_charge, as
+ * staging, against the memory limit) and answers with the fd, which the loop thread passes with SCM_RIGHTS.
  * From then on put, put_slice, get and get_slice chunks may name a region of the segment
  * instead of carrying their bytes in the frame; every region is checked to lie inside the
  * segment before it is touched.
@@ -50,7 +50,7 @@ void tsd_shm_release(tsd_engine *e, tsd_shm_seg *s) {
       break;
     }
   munmap(s->base, s->bytes);
-  e->staging_used -= (int64_t)s->bytes;
+  ts_pool_uncharge(s->bytes);
   free(s);
 }
 
@@ -68,10 +68,7 @@ void tsd_staging_give(tsd_engine *e, uint8_t *p, uint64_t bytes) {
     tsd_shm_release(e, s); /* the put's reference; the bytes are the segment's account */
     return;
   }
-  if (p) {
-    tsd_buf_give(e, p, bytes);
-    e->staging_used -= (int64_t)bytes;
-  }
+  tsd_buf_give(e, p, bytes);
 }
 
 int tsd_shm_region(const tsd_conn_state *c, const Tshard__ShmData *d, uint64_t min_bytes,
@@ -170,16 +167,15 @@ void tsd_shm_attach(tsd_engine *e, tsd_work *w) {
   }
   tsd_shm_seg *s = NULL;
   int fd = -1;
-  int rc = tsd_memory_check(e, bytes, "the shared-memory segment", &err);
-  if (!rc)
-    rc = seg_create(bytes, &s, &fd, &err);
+  int rc = ts_pool_charge(bytes, "the shared-memory segment", &err);
+  if (!rc && (rc = seg_create(bytes, &s, &fd, &err)) != TS_OK)
+    ts_pool_uncharge(bytes);
   if (rc) {
     tsd_reply_status(e, w->conn_id, req->id, rc, err.msg);
     return;
   }
   s->next = e->shm_segs;
   e->shm_segs = s;
-  e->staging_used += (int64_t)bytes;
   c->shm = s;
   sr.bytes = bytes;
   reply_with_fd(e, w->conn_id, &r, fd);

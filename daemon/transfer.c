@@ -16,25 +16,13 @@
 #include "shm.h"
 
 void *tsd_buf_take(tsd_engine *e, size_t bytes) {
-  if (e->spare && e->spare_bytes == bytes) {
-    void *p = e->spare;
-    e->spare = NULL;
-    e->spare_bytes = 0;
-    return p;
-  }
-  return ts_shard_alloc(bytes);
+  (void)e;
+  return ts_shard_alloc_as(bytes, TS_POOL_STAGING, "a transfer buffer", NULL);
 }
 
 void tsd_buf_give(tsd_engine *e, void *p, size_t bytes) {
-  if (!p)
-    return;
-  if (bytes < (1u << 20)) { /* small ones: malloc's own heap reuses them */
-    ts_shard_free(p);
-    return;
-  }
-  ts_shard_free(e->spare);
-  e->spare = p;
-  e->spare_bytes = bytes;
+  (void)e, (void)bytes;
+  ts_shard_free(p); /* back to the pool, which keeps it for the next transfer of its class */
 }
 
 tsd_conn_state *tsd_conn_get(tsd_engine *e, uint64_t conn_id, bool create) {
@@ -55,7 +43,6 @@ tsd_conn_state *tsd_conn_get(tsd_engine *e, uint64_t conn_id, bool create) {
 void tsd_conn_put_reset(tsd_engine *e, tsd_conn_state *c) {
   if (c->put_buf) {
     tsd_buf_give(e, c->put_buf, c->put_total);
-    e->staging_used -= (int64_t)c->put_total;
   }
   c->put_buf = NULL;
   c->put_active = false;
@@ -65,7 +52,6 @@ void tsd_conn_put_reset(tsd_engine *e, tsd_conn_state *c) {
 void tsd_conn_get_reset(tsd_engine *e, tsd_conn_state *c) {
   if (c->get_buf && !c->get_in_shm) {
     tsd_buf_give(e, c->get_buf, c->get_total);
-    e->staging_used -= (int64_t)c->get_total;
   }
   c->get_buf = NULL;
   c->get_active = false;
@@ -145,7 +131,6 @@ static tsd_conn_state *stage_chunk(tsd_engine *e, uint64_t conn_id, uint64_t req
       tsd_reply_status(e, conn_id, req_id, TS_NO_MEMORY, "no memory for the put's staging");
       return NULL;
     }
-    e->staging_used += (int64_t)total;
     c->put_total = total;
     c->put_received = 0;
     c->put_active = true;
@@ -252,7 +237,6 @@ void tsd_handle_put_chunk(tsd_engine *e, tsd_work *w) {
   c->put_active = false;
   if (e->stopping) {
     tsd_buf_give(e, staging, bytes);
-    e->staging_used -= (int64_t)bytes;
     tsd_reply_status(e, w->conn_id, req->id, TS_SHUTDOWN, "the daemon is shutting down");
     return;
   }
@@ -433,8 +417,6 @@ void tsd_handle_get_slice(tsd_engine *e, tsd_work *w) {
       rc = ts_error_set(&err, TS_NO_MEMORY, "no memory for a slice copy of %zu bytes", bytes);
   }
   if (!rc && bytes) {
-    if (!c->get_in_shm)
-      e->staging_used += (int64_t)bytes;
     c->get_total = bytes;
     if (ts_layout_is_blocked(&l))
       memset(c->get_buf, 0, bytes);

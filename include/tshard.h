@@ -139,6 +139,10 @@ typedef struct tshard_strategy_stats {
 
 typedef struct tshard_stats {
   uint64_t operations, collective_ops, tensors, memory_in_use, memory_limit, connections;
+  /* the daemon's buffer pool: stored slices' bytes, staging (of memory_in_use), cached buffers,
+   * peak of in use + cached, cache cap, cache hits and misses, bytes released to the OS */
+  uint64_t stored_bytes, pool_staging, pool_cached, pool_peak, pool_cache_cap, pool_hits,
+      pool_misses, pool_released;
   int nstrategies;
   tshard_strategy_stats strategies[16];
 } tshard_stats;

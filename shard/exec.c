@@ -33,13 +33,18 @@ static long fail_countdown;
 
 void ts_shard_debug_fail_alloc(long countdown) { fail_countdown = countdown > 0 ? countdown : 0; }
 
-void *ts_shard_alloc(size_t bytes) {
-  if (fail_countdown > 0 && --fail_countdown == 0)
+void *ts_shard_alloc_as(size_t bytes, unsigned flags, const char *what, ts_error *err) {
+  if (fail_countdown > 0 && --fail_countdown == 0) {
+    ts_error_set(err, TS_NO_MEMORY, "no memory for %s of %zu bytes (a test's injected failure)",
+                 what ? what : "a buffer", bytes);
     return NULL;
-  return malloc(bytes ? bytes : 1);
+  }
+  return ts_pool_alloc(bytes ? bytes : 1, flags, what, err);
 }
 
-void ts_shard_free(void *p) { free(p); }
+void *ts_shard_alloc(size_t bytes) { return ts_shard_alloc_as(bytes, 0, NULL, NULL); }
+
+void ts_shard_free(void *p) { ts_pool_free(p); }
 
 void ts_shard_free_tensor(ts_tensor *t) {
   if (!t)
@@ -116,11 +121,11 @@ static void *stage_get(exec *ex, int64_t bytes, bool must) {
                                   (long long)bytes, (long long)ex->max_alloc));
     return NULL;
   }
-  void *b = ts_shard_alloc((size_t)bytes);
+  ts_error aerr; /* this rank's error only when the staging is a must */
+  void *b = ts_shard_alloc_as((size_t)bytes, TS_POOL_STAGING, "the executor's staging", &aerr);
   if (!b) {
     if (must)
-      local_fail(ex, ts_error_set(&ex->lerr, TS_NO_MEMORY, "no memory for %lld staging bytes",
-                                  (long long)bytes));
+      local_fail(ex, ts_error_set(&ex->lerr, aerr.code, "%s", aerr.msg));
     return NULL;
   }
   ex->cur_extra += bytes;
@@ -842,10 +847,9 @@ static int make_target(exec *ex, const char *tag) {
     return ts_error_set(&ex->lerr, TS_LIMIT,
                         "the target slice needs %zu bytes; the memory limit is %lld bytes", bytes,
                         (long long)ex->max_alloc);
-  ex->tgt.data = ts_shard_alloc(bytes);
+  ex->tgt.data = ts_shard_alloc_as(bytes, 0, "the target slice", &ex->lerr);
   if (!ex->tgt.data)
-    return ts_error_set(&ex->lerr, TS_NO_MEMORY, "no memory for a target slice of %zu bytes",
-                        bytes);
+    return ex->lerr.code;
   ex->tgt.bytes = bytes;
   if (l->n_inner > 0)
     memset(ex->tgt.data, 0, bytes); /* padded tails of blocked dims read as zero */

@@ -135,9 +135,10 @@ int ts_store_add(ts_store *s, const char *name, int ndim, const int64_t *shape, 
                         name, bytes, (long long)(s->quota - s->used), (long long)s->quota);
       goto fail;
     }
-    e->local.data = ts_shard_alloc(bytes);
+    ts_error aerr;
+    e->local.data = ts_shard_alloc_as(bytes, 0, "the slice", &aerr);
     if (!e->local.data) {
-      rc = ts_error_set(err, TS_NO_MEMORY, "no memory for a slice of %zu bytes", bytes);
+      rc = ts_error_set(err, aerr.code, "tensor '%s': %s", name, aerr.msg);
       goto fail;
     }
     memset(e->local.data, 0, bytes ? bytes : 1);

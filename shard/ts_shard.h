@@ -262,13 +262,15 @@ int ts_reshard_exec(ts_world *w, const ts_plan *plan, const ts_tensor *src, cons
                     ts_error *err);
 void ts_shard_free_tensor(ts_tensor *t);
 
-/* Allocation used by the executor, the store and the daemon (target slices, staging); free with
- * ts_shard_free. The C heap: ts_buffer_alloc's huge pages made every reshard slower here (a
- * fresh target slice faults in its huge pages while MPI writes it: S(0)->S(1) at 1.2-1.4x raw MPI
- * against 0.96-0.98 from the heap, measured side by side). A test hook: the countdown-th
- * allocation from now fails (1: the next one; 0 turns it off); it is per process, so one rank can
- * be made to fail. */
+/* Allocation used by the executor, the store and the daemon (target slices, staging): the
+ * process's buffer pool (ts_pool_alloc: pre-faulted mappings reused by size class, counted against
+ * the pool's memory limit), 4 KiB pages (huge pages made reshards slower when they were faulted in
+ * while MPI wrote them; the pool's huge setting turns them on). ts_shard_alloc_as takes the pool's
+ * flags (TS_POOL_STAGING), names the buffer and reports TS_LIMIT or TS_NO_MEMORY in err; free with
+ * ts_shard_free. A test hook: the countdown-th allocation from now fails (1: the next one; 0 turns
+ * it off); it is per process, so one rank can be made to fail. */
 void *ts_shard_alloc(size_t bytes);
+void *ts_shard_alloc_as(size_t bytes, unsigned flags, const char *what, ts_error *err);
 void ts_shard_free(void *p); /* accepts NULL */
 void ts_shard_debug_fail_alloc(long countdown);
 

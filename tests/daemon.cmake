@@ -53,6 +53,13 @@ if(TARGET tshardd AND TARGET tshard)
   set_tests_properties(test_e2e_shm PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                        ENVIRONMENT "${TS_MPI_TEST_ENV}")
 
+  # The memory limit under puts in progress, creates and reshards, step by step and concurrently.
+  tshard_e2e_test(test_e2e_memlimit)
+  target_link_libraries(test_e2e_memlimit PRIVATE tsproto)
+  add_test(NAME test_e2e_memlimit COMMAND test_e2e_memlimit)
+  set_tests_properties(test_e2e_memlimit PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_MPI_TEST_ENV}")
+
   tshard_e2e_test(test_e2e_concurrency)
   add_test(NAME test_e2e_concurrency COMMAND test_e2e_concurrency)
   set_tests_properties(test_e2e_concurrency PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}

@@ -385,10 +385,16 @@ int cmd_stats(cli_args *a, tshard_client *c) {
   } else if (a->json) {
     printf("{\"operations\": %llu, \"collective_ops\": %llu, \"tensors\": %llu, "
            "\"memory_in_use\": %llu, \"memory_limit\": %llu, \"connections\": %llu, "
+           "\"pool\": {\"stored\": %llu, \"staging\": %llu, \"cached\": %llu, \"peak\": %llu, "
+           "\"cache_cap\": %llu, \"hits\": %llu, \"misses\": %llu, \"released\": %llu}, "
            "\"strategies\": {",
            (unsigned long long)s.operations, (unsigned long long)s.collective_ops,
            (unsigned long long)s.tensors, (unsigned long long)s.memory_in_use,
-           (unsigned long long)s.memory_limit, (unsigned long long)s.connections);
+           (unsigned long long)s.memory_limit, (unsigned long long)s.connections,
+           (unsigned long long)s.stored_bytes, (unsigned long long)s.pool_staging,
+           (unsigned long long)s.pool_cached, (unsigned long long)s.pool_peak,
+           (unsigned long long)s.pool_cache_cap, (unsigned long long)s.pool_hits,
+           (unsigned long long)s.pool_misses, (unsigned long long)s.pool_released);
     for (int i = 0; i < s.nstrategies; i++)
       printf("%s\"%s\": {\"reshards\": %llu, \"bytes_sent\": %llu, \"bytes_received\": %llu}",
              i ? ", " : "", s.strategies[i].name, (unsigned long long)s.strategies[i].reshards,
@@ -404,6 +410,12 @@ int cmd_stats(cli_args *a, tshard_client *c) {
            (unsigned long long)s.operations, (unsigned long long)s.collective_ops,
            (unsigned long long)s.tensors, (unsigned long long)s.memory_in_use, limit,
            (unsigned long long)s.connections);
+    printf("pool: stored %llu, staging %llu, cached %llu (cap %llu), peak %llu bytes; "
+           "%llu hits, %llu misses, %llu bytes released\n",
+           (unsigned long long)s.stored_bytes, (unsigned long long)s.pool_staging,
+           (unsigned long long)s.pool_cached, (unsigned long long)s.pool_cache_cap,
+           (unsigned long long)s.pool_peak, (unsigned long long)s.pool_hits,
+           (unsigned long long)s.pool_misses, (unsigned long long)s.pool_released);
     for (int i = 0; i < s.nstrategies; i++)
       printf("  %-15s %llu reshards, %llu bytes sent, %llu received\n", s.strategies[i].name,
              (unsigned long long)s.strategies[i].reshards,

@@ -138,6 +138,10 @@ with Daemons(bin_dir, n) as d:
         st = c.stats()
         check(st["tensors"] >= 5 and st["operations"] > 0 and st["collective_ops"] > 0
               and st["memory_in_use"] > 0, f"stats: {st}")
+        pool = st["pool"]
+        check(0 < pool["stored"] <= st["memory_in_use"] and pool["staging"] <= st["memory_in_use"]
+              and pool["peak"] >= st["memory_in_use"] and pool["cache_cap"] == 1 << 30,
+              f"stats show the buffer pool: {pool}")
         check(sum(v["reshards"] for v in st["strategies"].values()) >= len(cases),
               f"stats count reshards per strategy: {st['strategies']}")
 

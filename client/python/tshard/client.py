@@ -502,6 +502,10 @@ class Client:
         return {"operations": s.operations, "collective_ops": s.collective_ops,
                 "tensors": s.tensors, "memory_in_use": s.memory_in_use,
                 "memory_limit": s.memory_limit, "connections": s.connections,
+                "pool": {"stored": s.stored_bytes, "staging": s.pool_staging,
+                         "cached": s.pool_cached, "peak": s.pool_peak,
+                         "cache_cap": s.pool_cache_cap, "hits": s.pool_hits,
+                         "misses": s.pool_misses, "released": s.pool_released},
                 "strategies": {x.strategy: {"reshards": x.reshards, "bytes_sent": x.bytes_sent,
                                             "bytes_received": x.bytes_received}
                                for x in s.strategies}}
