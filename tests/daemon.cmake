@@ -64,6 +64,11 @@ if(TARGET tshardd AND TARGET tshard)
                    ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
   set_tests_properties(test_bench_cleanup PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                        ENVIRONMENT "${TS_MPI_TEST_ENV}")
+  add_test(NAME test_bench_service_keys
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bench/test_bench_service_keys.sh
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+  set_tests_properties(test_bench_service_keys PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_MPI_TEST_ENV}")
 
   tshard_e2e_test(test_e2e_concurrency)
   add_test(NAME test_e2e_concurrency COMMAND test_e2e_concurrency)

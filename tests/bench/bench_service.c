@@ -473,7 +473,7 @@ int main(int argc, char **argv) {
   char missed[512] = "";
   for (int k = 0; k < NCASES; k++) {
     double r = tsb_median(raw[k], nraw[k]);
-    printf("%s_ms=%.2f\n%s_raw_ms=%.2f\n%s_vs_raw=%.3f\n", CASES[k].key, ms[k], CASES[k].key, r,
+    printf("%s_ms=%.3f\n%s_raw_ms=%.3f\n%s_vs_raw=%.3f\n", CASES[k].key, ms[k], CASES[k].key, r,
            CASES[k].key, r > 0 ? ms[k] / r : -1);
     if (!(r > 0 && ms[k] / r <= 1.5))
       miss(missed, sizeof missed, CASES[k].key);
