@@ -98,6 +98,7 @@ ok test "$(cat "$dir/target")" = precious
 ok test ! -L "$dir/tshard-$job.log"
 ok grep -q "ready: job $job rank 1 " "$dir/tshard-$job.log"
 ok test ! -L "$dir/tshard-$job.pid"
+ok test "$(stat -c %a "$dir/tshard-$job.log")" = 600
 ok "$launch" stop --job "$job"
 
 # ---- $XDG_RUNTIME_DIR is preferred to /tmp when TSHARD_SOCKET_DIR is not set ----
