@@ -54,9 +54,11 @@ int main(int argc, char **argv) {
     TSD_LOG(TSD_LOG_ERROR, "cannot start: %s", err.msg);
     exit_code = 1;
   } else {
-    TSD_LOG(TSD_LOG_INFO, "ready: job %s rank %d of %d pid %d serving %s%s%s", cfg.job, rank,
-            size, (int)getpid(), so.socket_path, cfg.listen[0] ? " and " : "",
-            cfg.listen[0] ? cfg.listen : "");
+    char tcp[200] = ""; /* this rank's own address: PORT + rank */
+    if (cfg.listen[0])
+      snprintf(tcp, sizeof tcp, " and tcp://%s:%d", cfg.tcp_host, cfg.tcp_port + rank);
+    TSD_LOG(TSD_LOG_INFO, "ready: job %s rank %d of %d pid %d serving %s%s", cfg.job, rank, size,
+            (int)getpid(), so.socket_path, tcp);
     tsd_engine_opts eo = {&cfg, world, &shared};
     if (tsd_engine_run(&eo, &err)) {
       TSD_LOG(TSD_LOG_ERROR, "engine: %s", err.msg);

@@ -1,6 +1,7 @@
 # The daemon, its wire protocol and the C client: end-to-end tests that start real daemons under
 # mpirun (2 and 4 ranks), the bad-input suite, 64 concurrent clients, the fuzz target (clang,
-# bounded time) and the RPC benchmark (a program, not a test).
+# bounded time), the RPC and service benchmarks (programs, not tests) and the test that they leave
+# no daemons behind.
 if(TARGET tshardd AND TARGET tshard)
   add_library(tse_harness STATIC ${CMAKE_CURRENT_LIST_DIR}/e2e/harness.c)
   target_link_libraries(tse_harness PUBLIC tshard Threads::Threads)
@@ -36,9 +37,38 @@ if(TARGET tshardd AND TARGET tshard)
   set_tests_properties(test_e2e_badinput PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                        ENVIRONMENT "${TS_MPI_TEST_ENV}")
 
+  # The benchmarks that start their own daemons (programs, not tests), with the guard that stops
+  # those daemons when a benchmark is interrupted, times out or is killed; the test of that guard.
+  add_library(tsb_guard STATIC ${CMAKE_CURRENT_LIST_DIR}/bench/bench_guard.c)
+  target_link_libraries(tsb_guard PUBLIC tse_harness)
+  target_include_directories(tsb_guard PUBLIC ${CMAKE_CURRENT_LIST_DIR}/bench)
   add_executable(tshard-bench-rpc ${CMAKE_CURRENT_LIST_DIR}/bench/bench_rpc.c)
-  target_link_libraries(tshard-bench-rpc PRIVATE tse_harness tsshard)
+  target_link_libraries(tshard-bench-rpc PRIVATE tsb_guard tsshard)
   add_dependencies(tshard-bench-rpc tshardd)
+  add_executable(tshard-bench-service ${CMAKE_CURRENT_LIST_DIR}/bench/bench_service.c)
+  target_link_libraries(tshard-bench-service PRIVATE tsb_guard MPI::MPI_C)
+  target_compile_definitions(tshard-bench-service PRIVATE
+                             TSB_PY_SCRIPT="${CMAKE_CURRENT_LIST_DIR}/bench/bench_service_py.py"
+                             TSB_PYTHONPATH="${CMAKE_BINARY_DIR}/python")
+  add_dependencies(tshard-bench-service tshardd)
+  if(TARGET tshard-python)
+    add_dependencies(tshard-bench-service tshard-python)
+  endif()
+  foreach(bench tshard-bench-rpc tshard-bench-service)
+    add_test(NAME ${bench}_help COMMAND ${bench} --help)
+    set_tests_properties(${bench}_help PROPERTIES TIMEOUT 60 PASS_REGULAR_EXPRESSION
+                         "usage: .*--timeout SEC.*--wait-stdin.*--help")
+  endforeach()
+  add_test(NAME test_bench_cleanup
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bench/test_bench_cleanup.sh
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+  set_tests_properties(test_bench_cleanup PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_MPI_TEST_ENV}")
+  add_test(NAME test_bench_service_keys
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bench/test_bench_service_keys.sh
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+  set_tests_properties(test_bench_service_keys PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_MPI_TEST_ENV}")
 
   # Startup refusals (token files, --staging) and list/describe during a long reshard.
   tshard_e2e_test(test_e2e_harden)

@@ -18,7 +18,9 @@
  *   mpi_p2p_gbps                  raw MPI_Send/Recv of 512 MiB between the two ranks in 16 MiB
  *                                 messages (the same job as the engine run): the transport's limit
  *
- * Targets: ping p50 < 100 us; put and get >= 1 GB/s; overhead < 10 %; idle CPU < 2 %. */
+ * Targets: ping p50 < 100 us; put and get >= 1 GB/s; overhead < 10 %; idle CPU < 2 %.
+ * --help prints the usage; a signal, --timeout or a SIGKILL stops the daemons and the engine job
+ * too (bench_guard.h). */
 #include <malloc.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -28,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_guard.h"
 #include "harness.h"
 #include "ts_comm.h"
 #include "ts_shard.h"
@@ -123,18 +126,27 @@ static int engine_mode(int argc, char **argv) {
 
 /* Runs the engine job; appends its REPS times to t[*n]. */
 static void engine_reshard_ms(const char *self, double *t, int *n, double *mpi_gbps) {
-  char cmd[1024];
-  snprintf(cmd, sizeof cmd, "%s -np 2 --oversubscribe %s --engine", tse_mpiexec(), self);
-  FILE *p = popen(cmd, "r");
+  const char *argv[] = {tse_mpiexec(), "-np", "2", "--oversubscribe", self, "--engine", NULL};
+  FILE *p = NULL;
+  pid_t pid = tsb_spawn(argv, NULL, &p);
   char line[256];
   double ms;
   while (p && fgets(line, sizeof line, p))
-    if (sscanf(line, "engine_ms=%lf", &ms) == 1)
+    if (sscanf(line, "engine_ms=%lf", &ms) == 1 && *n < 3 * REPS)
       t[(*n)++] = ms;
     else
       sscanf(line, "mpi_gbps=%lf", mpi_gbps);
-  if (p)
-    pclose(p);
+  if (pid > 0 && tsb_wait(pid, &p) != 0)
+    fprintf(stderr, "tshard-bench-rpc: the engine job failed\n");
+}
+
+static void usage(const char *self) {
+  printf("usage: %s [--timeout SEC] [--wait-stdin]\n"
+         "Starts 2 tshardd daemons under mpirun and prints key=value lines: ping latency, the\n"
+         "cost of a collective operation, 1 GiB put and get, S(0)->S(1) through the daemons and\n"
+         "through the engine directly, idle CPU, raw MPI point-to-point bandwidth.\n"
+         "options:\n" TSB_COMMON_USAGE,
+         self);
 }
 
 static double cpu_seconds(int pid) {
@@ -157,10 +169,28 @@ static double cpu_seconds(int pid) {
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--engine") == 0)
     return engine_mode(argc, argv);
+  int timeout_s = 0;
+  bool wait_stdin = false;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage(argv[0]);
+      return 0;
+    }
+    int taken = tsb_common_option(argc, argv, &i, &timeout_s, &wait_stdin);
+    if (taken < 0)
+      return 2;
+    if (!taken) {
+      fprintf(stderr, "%s: unknown option '%s' (see --help)\n", argv[0], argv[i]);
+      return 2;
+    }
+  }
+  tsb_guard_install(timeout_s);
   /* tse_start sets the Open MPI environment the job needs (root, transports). */
-  tse_job job;
+  static tse_job job;
+  tsb_guard_job(&job);
   if (tse_start(&job, 2, NULL, 120))
     return 1;
+  tsb_announce(&job, wait_stdin);
   tshard_client *c = tse_connect(&job, 0);
   if (!c)
     return 1;
@@ -225,6 +255,7 @@ int main(int argc, char **argv) {
 
   if (getenv("TSHARD_BENCH_TRANSFER_ONLY")) { /* for quick looks at the transfer path */
     tse_stop(&job);
+    tsb_guard_job(NULL);
     return tse_failures ? 1 : 0;
   }
   enum { ROUNDS = 3 };
@@ -260,6 +291,7 @@ int main(int argc, char **argv) {
       idle = pct;
   }
   tse_stop(&job);
+  tsb_guard_job(NULL);
 
   printf("reshard_s0_s1_daemon_ms=%.1f\nreshard_s0_s1_engine_ms=%.1f\n", daemon_ms, engine_ms);
   printf("reshard_daemon_overhead_pct=%.1f\n", (daemon_ms - engine_ms) / engine_ms * 100.0);

@@ -2,7 +2,10 @@
 # The launcher and faults: start waits until every rank serves, a second start of the same job is
 # refused, stop leaves nothing behind; a daemon killed mid-run gives the other ranks' clients a
 # clear error within their timeout (no hang) and the foreground launcher names the dead rank; a
-# restarted job starts clean.
+# restarted job starts clean. The socket directory: one not 0700, a link, or another user's is
+# refused; links planted where the log and pid file go are not followed; $XDG_RUNTIME_DIR is
+# preferred; the pid file goes when the job is stopped by a signal; each rank's ready line names
+# its own TCP port.
 # usage: test_launch.sh BUILD_BIN_DIR
 set -u
 bin=$1
@@ -59,6 +62,75 @@ fg=""
 # restarted: stale sockets are replaced, every rank serves
 ok "$launch" start -np 3 --job "$job"
 ok "$bin/tshard" ping --job "$job" --rank 2
+ok "$launch" stop --job "$job"
+
+# ---- the socket directory must be the caller's alone (0700), links are never followed ----
+echo "precious" >"$dir/target"
+# refused: exit 2, the reason in the message, nothing written in the directory; $1 the message
+refused() {
+  local d=$1 want=$2 out rc
+  out=$("$launch" start -np 2 --job "$job" --socket-dir "$d" 2>&1)
+  rc=$?
+  echo "$out" | grep -q -- "$want" && [ "$rc" -eq 2 ] && [ ! -e "$d/tshard-$job-0.sock" ] ||
+    { echo "start in $d: exit $rc, output: $out"; return 1; }
+}
+mkdir -m 755 "$dir/open"
+ok refused "$dir/open" "has mode 755: it must be 0700"
+ok test ! -e "$dir/open/tshard-$job.log"
+ln -s "$dir/open" "$dir/linkdir"
+ok refused "$dir/linkdir" "is a symbolic link"
+mkdir -m 700 "$dir/theirs"
+ln -s "$dir/target" "$dir/theirs/tshard-$job.log" # planted by the directory's owner
+if [ "$(id -u)" -eq 0 ]; then
+  chown -h nobody "$dir/theirs" "$dir/theirs/tshard-$job.log"
+  ok refused "$dir/theirs" "belongs to uid $(id -u nobody), not to you"
+  # stop and status refuse it too (a pid file there could name any process)
+  ok test "$("$launch" stop --job "$job" --socket-dir "$dir/theirs" 2>&1 | grep -c 'not to you')" -eq 1
+else
+  ok refused /tmp "belongs to uid 0, not to you" # not root: a directory of another user
+fi
+ok test "$(cat "$dir/target")" = precious
+# links planted in our own directory (left by an earlier run, say) are replaced, not followed
+ln -s "$dir/target" "$dir/tshard-$job.log"
+ln -s "$dir/target" "$dir/tshard-$job.pid"
+ok "$launch" start -np 2 --job "$job"
+ok test "$(cat "$dir/target")" = precious
+ok test ! -L "$dir/tshard-$job.log"
+ok grep -q "ready: job $job rank 1 " "$dir/tshard-$job.log"
+ok test ! -L "$dir/tshard-$job.pid"
+ok test "$(stat -c %a "$dir/tshard-$job.log")" = 600
+ok "$launch" stop --job "$job"
+
+# ---- $XDG_RUNTIME_DIR is preferred to /tmp when TSHARD_SOCKET_DIR is not set ----
+mkdir -m 700 "$dir/xdg"
+ok env -u TSHARD_SOCKET_DIR XDG_RUNTIME_DIR="$dir/xdg" "$launch" start -np 2 --job "$job"
+ok test -S "$dir/xdg/tshard/tshard-$job-1.sock"
+ok test "$(stat -c %a "$dir/xdg/tshard")" = 700
+ok env -u TSHARD_SOCKET_DIR XDG_RUNTIME_DIR="$dir/xdg" "$bin/tshard" ping --job "$job" --rank 1
+ok env -u TSHARD_SOCKET_DIR XDG_RUNTIME_DIR="$dir/xdg" "$launch" stop --job "$job"
+ok test ! -e "$dir/xdg/tshard/tshard-$job.pid"
+
+# ---- the pid file goes when the job is stopped by a signal (not by the launcher) ----
+# waits (bounded) until path $1 is gone
+gone() { for _ in $(seq 300); do [ -e "$1" ] || return 0; sleep 0.1; done; return 1; }
+for how in mpirun group; do
+  ok "$launch" start -np 2 --job "$job"
+  lead=$(cat "$dir/tshard-$job.pid")
+  if [ "$how" = mpirun ]; then kill -TERM "$(pgrep -P "$lead" -x mpirun)"; else kill -TERM -- "-$lead"; fi
+  ok gone "$dir/tshard-$job.pid"
+  ok gone "/proc/$lead"
+  ok test "$("$launch" status --job "$job")" = "job '$job': not running"
+done
+
+# ---- each rank's ready line names its own TCP port (PORT + rank) ----
+port=$((20000 + RANDOM % 30000))
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/token"
+chmod 600 "$dir/token"
+ok "$launch" start -np 3 --job "$job" -- --listen "tcp://127.0.0.1:$port" --token-file "$dir/token"
+for r in 0 1 2; do
+  ok grep -q "ready: job $job rank $r of 3 .* and tcp://127.0.0.1:$((port + r))\$" "$dir/tshard-$job.log"
+done
+ok "$bin/tshard" ping --tcp "127.0.0.1:$((port + 2))" --token-file "$dir/token"
 ok "$launch" stop --job "$job"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

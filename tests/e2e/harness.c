@@ -1,11 +1,13 @@
 /* harness.c - starting and stopping a job of tshardd daemons for the end-to-end tests, and the
  * reference data. See harness.h. The daemons run under mpirun in their own process group, with
- * their log in the job's private directory; the ready condition is every rank's socket answering
- * a ping, polled every 20 ms up to a deadline. */
+ * their log in the job's private directory, and get SIGTERM when the process that started them
+ * dies (PR_SET_PDEATHSIG on mpirun, which stops them); the ready condition is every rank's
+ * socket answering a ping, polled every 20 ms up to a deadline. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -118,6 +120,7 @@ int tse_start(tse_job *j, int np, const char *const *extra, int timeout_s) {
   for (int i = 0; extra && extra[i] && n < 62; i++)
     argv[n++] = extra[i];
   argv[n] = NULL;
+  pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     perror("fork");
@@ -125,6 +128,9 @@ int tse_start(tse_job *j, int np, const char *const *extra, int timeout_s) {
   }
   if (pid == 0) {
     setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGTERM); /* a killed test or benchmark takes its daemons along */
+    if (getppid() != parent)
+      _exit(127);
     int fd = open(j->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd >= 0) {
       dup2(fd, 1);
