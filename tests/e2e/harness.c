@@ -5,10 +5,13 @@
  * socket answering a ping, polled every 20 ms up to a deadline. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -382,4 +385,39 @@ long tse_compare_box(const char *what, const char *dt, uint64_t seed, int ndim,
   if (bad)
     __atomic_add_fetch(&tse_failures, 1, __ATOMIC_RELAXED);
   return bad;
+}
+
+int tse_raw_connect(const tse_job *j, int rank) {
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sun_family = AF_UNIX;
+  char path[600];
+  tse_socket_path(j, rank, path, sizeof path);
+  if (strlen(path) >= sizeof sa.sun_path) {
+    TSE_CHECK(0, "socket path %s is too long for a Unix socket", path);
+    return -1;
+  }
+  memcpy(sa.sun_path, path, strlen(path) + 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
+    return fd;
+  TSE_CHECK(0, "raw connect to rank %d: %s", rank, strerror(errno));
+  if (fd >= 0)
+    close(fd);
+  return -1;
+}
+
+bool tse_read_full(int fd, void *buf, size_t n, int timeout_ms) {
+  uint8_t *p = buf;
+  while (n > 0) {
+    struct pollfd pfd = {fd, POLLIN, 0};
+    if (poll(&pfd, 1, timeout_ms) <= 0)
+      return false;
+    ssize_t k = recv(fd, p, n, 0);
+    if (k <= 0)
+      return false;
+    p += k;
+    n -= (size_t)k;
+  }
+  return true;
 }

@@ -58,6 +58,11 @@ int tse_finish(tse_job *j, int code);
 const char *tse_mpiexec(void);
 void tse_socket_path(const tse_job *j, int rank, char *buf, size_t cap);
 tshard_client *tse_connect(const tse_job *j, int rank);
+/* A plain connected socket to rank's daemon, for tests that write frames by hand; -1 (a check
+ * failed) when it cannot connect. */
+int tse_raw_connect(const tse_job *j, int rank);
+/* Reads exactly n bytes, each wait bounded by timeout_ms; false on a timeout, an error or EOF. */
+bool tse_read_full(int fd, void *buf, size_t n, int timeout_ms);
 
 /* The reference value of global element `index` of tensor `seed` (exact in every dtype). */
 double tse_value(uint64_t seed, uint64_t index);

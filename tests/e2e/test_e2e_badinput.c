@@ -29,21 +29,6 @@ static tse_job job;
 static int tcp_port;
 static char token_path[300];
 
-static int raw_connect(int rank) {
-  struct sockaddr_un sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sun_family = AF_UNIX;
-  tse_socket_path(&job, rank, sa.sun_path, sizeof sa.sun_path);
-  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-    TSE_CHECK(0, "raw connect to rank %d: %s", rank, strerror(errno));
-    if (fd >= 0)
-      close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 static int tcp_connect(int rank) {
   struct sockaddr_in sa;
   memset(&sa, 0, sizeof sa);
@@ -60,34 +45,19 @@ static int tcp_connect(int rank) {
   return fd;
 }
 
-static bool read_full(int fd, void *buf, size_t n, int timeout_ms) {
-  uint8_t *p = buf;
-  while (n > 0) {
-    struct pollfd pfd = {fd, POLLIN, 0};
-    if (poll(&pfd, 1, timeout_ms) <= 0)
-      return false;
-    ssize_t k = recv(fd, p, n, 0);
-    if (k <= 0)
-      return false;
-    p += k;
-    n -= (size_t)k;
-  }
-  return true;
-}
-
 /* The message of the last answer read_answer read. */
 static char last_msg[1024];
 
 /* Reads one answer; returns its status, or -1 when none came (closed or timeout). */
 static int read_answer(int fd) {
   uint8_t h[4];
-  if (!read_full(fd, h, 4, 20000))
+  if (!tse_read_full(fd, h, 4, 20000))
     return -1;
   uint32_t len = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
                  (uint32_t)h[3] << 24;
   uint8_t *body = malloc(len ? len : 1);
   int status = -1;
-  if (read_full(fd, body, len, 20000)) {
+  if (tse_read_full(fd, body, len, 20000)) {
     Tshard__Response *r = tshard__response__unpack(NULL, len, body);
     if (r) {
       status = r->status;
@@ -174,7 +144,7 @@ static char expect_msg[1024];
 
 /* One request on a fresh connection; checks the status and that the connection still serves. */
 static void expect(const char *what, Tshard__Request *req, int want) {
-  int fd = raw_connect(0);
+  int fd = tse_raw_connect(&job, 0);
   if (fd < 0)
     return;
   send_request(fd, req);
@@ -188,7 +158,7 @@ static void expect(const char *what, Tshard__Request *req, int want) {
 }
 
 static void expect_raw_close(const char *what, const void *bytes, size_t n, int want) {
-  int fd = raw_connect(1);
+  int fd = tse_raw_connect(&job, 1);
   if (fd < 0)
     return;
   send_bytes(fd, bytes, n);
@@ -206,11 +176,11 @@ static void *silent_daemon(void *arg) {
   if (fd < 0)
     return NULL;
   uint8_t h[4], body[4096];
-  if (read_full(fd, h, 4, 10000)) {
+  if (tse_read_full(fd, h, 4, 10000)) {
     uint32_t len = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
                    (uint32_t)h[3] << 24;
     Tshard__Request *req =
-        len <= sizeof body && read_full(fd, body, len, 10000)
+        len <= sizeof body && tse_read_full(fd, body, len, 10000)
             ? tshard__request__unpack(NULL, len, body)
             : NULL;
     if (req) {
@@ -351,7 +321,7 @@ int main(void) {
   uint8_t zero[4] = {0, 0, 0, 0};
   expect_raw_close("zero length", zero, 4, TS_PROTOCOL);
   {
-    int fd = raw_connect(0);
+    int fd = tse_raw_connect(&job, 0);
     uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x99};
     send_frame(fd, junk, sizeof junk);
     TSE_CHECK(read_answer(fd) == TS_PROTOCOL, "undecodable protobuf not refused as PROTOCOL");
@@ -476,7 +446,7 @@ int main(void) {
     expect("drop of the UTF-8 name", &req, TS_OK);
   }
   {
-    int fd = raw_connect(0);
+    int fd = tse_raw_connect(&job, 0);
     Tshard__Request req = TSHARD__REQUEST__INIT;
     Tshard__CreateRequest c = TSHARD__CREATE_REQUEST__INIT;
     c.name = "keep#evil";
@@ -572,7 +542,7 @@ int main(void) {
   }
   {
     /* Chunks out of order on one connection: the put is abandoned, the tensor unchanged. */
-    int fd = raw_connect(0);
+    int fd = tse_raw_connect(&job, 0);
     Tshard__Request req = TSHARD__REQUEST__INIT;
     Tshard__PutRequest p = TSHARD__PUT_REQUEST__INIT;
     uint8_t data[160];
@@ -665,12 +635,12 @@ int main(void) {
   }
   /* Disconnects mid-frame and mid-put free what they held. */
   {
-    int fd = raw_connect(0);
+    int fd = tse_raw_connect(&job, 0);
     uint8_t h[4] = {0x00, 0x40, 0x00, 0x00}; /* 16 KiB announced, 10 bytes sent */
     send_bytes(fd, h, 4);
     send_bytes(fd, "0123456789", 10);
     close(fd);
-    fd = raw_connect(0);
+    fd = tse_raw_connect(&job, 0);
     Tshard__Request req = TSHARD__REQUEST__INIT;
     Tshard__PutRequest p = TSHARD__PUT_REQUEST__INIT;
     uint8_t data[240] = {0};
@@ -686,7 +656,7 @@ int main(void) {
     TSE_CHECK(s.memory_in_use == base0.memory_in_use + 480,
               "staging of a put in progress not counted: %llu", (unsigned long long)s.memory_in_use);
     close(fd); /* mid-put */
-    fd = raw_connect(1);
+    fd = tse_raw_connect(&job, 1);
     Tshard__GetSliceRequest gs = TSHARD__GET_SLICE_REQUEST__INIT;
     Tshard__Request greq = TSHARD__REQUEST__INIT;
     gs.name = "keep";
@@ -697,7 +667,7 @@ int main(void) {
     TSE_CHECK(read_answer(fd) == TS_OK, "first slice chunk refused");
     close(fd); /* mid-get */
     /* A whole get whose client leaves before the gather ran: the gathered copy is dropped. */
-    fd = raw_connect(1);
+    fd = tse_raw_connect(&job, 1);
     Tshard__GetRequest gw = TSHARD__GET_REQUEST__INIT;
     Tshard__Request wreq = TSHARD__REQUEST__INIT;
     gw.name = "keep";
@@ -715,7 +685,7 @@ int main(void) {
     int fds[9];
     uint8_t h[4] = {0x00, 0x00, 0x01, 0x00}; /* exactly 64 KiB */
     for (int i = 0; i < 9; i++) {
-      fds[i] = raw_connect(0);
+      fds[i] = tse_raw_connect(&job, 0);
       send_bytes(fds[i], h, 4);
       send_bytes(fds[i], "partial", 7);
     }
@@ -730,7 +700,7 @@ int main(void) {
           refused = i;
     TSE_CHECK(refused >= 0 && read_answer(fds[refused]) == TS_LIMIT,
               "none of 9 slow maximum frames was refused");
-    int pfd = raw_connect(0);
+    int pfd = tse_raw_connect(&job, 0);
     TSE_CHECK(pfd >= 0 && ping_status(pfd) == TS_OK,
               "a ping is refused while large frames fill the budget");
     if (pfd >= 0)
@@ -761,7 +731,7 @@ int main(void) {
         send_bytes(fds[i], h, 4);
     }
     int quiet = tcp_connect(0);
-    int pfd = raw_connect(0);
+    int pfd = tse_raw_connect(&job, 0);
     TSE_CHECK(pfd >= 0 && ping_status(pfd) == TS_OK,
               "a Unix ping is refused while unauthenticated TCP frames are announced");
     if (pfd >= 0)

@@ -129,35 +129,6 @@ static void startup_checks(void) {
 /* ---------------------------------------------------------------------------------------------
  * Raw frames, to keep a reshard in flight on one connection while another asks. */
 
-static int raw_connect(const tse_job *j, int rank) {
-  struct sockaddr_un sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sun_family = AF_UNIX;
-  tse_socket_path(j, rank, sa.sun_path, sizeof sa.sun_path);
-  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
-    return fd;
-  TSE_CHECK(0, "connect to rank %d: %s", rank, strerror(errno));
-  if (fd >= 0)
-    close(fd);
-  return -1;
-}
-
-static bool read_full(int fd, void *buf, size_t n, int timeout_ms) {
-  uint8_t *p = buf;
-  while (n > 0) {
-    struct pollfd pfd = {fd, POLLIN, 0};
-    if (poll(&pfd, 1, timeout_ms) <= 0)
-      return false;
-    ssize_t k = recv(fd, p, n, 0);
-    if (k <= 0)
-      return false;
-    p += k;
-    n -= (size_t)k;
-  }
-  return true;
-}
-
 static void send_request(int fd, Tshard__Request *req) {
   size_t n = tshard__request__get_packed_size(req);
   uint8_t *b = malloc(n + 4);
@@ -170,12 +141,12 @@ static void send_request(int fd, Tshard__Request *req) {
 /* One answer (NULL when none came within 120 s); free with tshard__response__free_unpacked. */
 static Tshard__Response *read_response(int fd) {
   uint8_t h[4];
-  if (!read_full(fd, h, 4, 120000))
+  if (!tse_read_full(fd, h, 4, 120000))
     return NULL;
   uint32_t len = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
                  (uint32_t)h[3] << 24;
   uint8_t *body = malloc(len ? len : 1);
-  Tshard__Response *r = read_full(fd, body, len, 120000)
+  Tshard__Response *r = tse_read_full(fd, body, len, 120000)
                             ? tshard__response__unpack(NULL, len, body)
                             : NULL;
   free(body);
@@ -198,7 +169,7 @@ static void catalog_checks(void) {
   TSE_OK(c0, tshard_create(c0, "small", "i32", 2, small, "mesh=[2] placements=[S(0)]", NULL,
                            NULL));
   TSE_OK(c0, tshard_create(c0, "big", "f32", 2, big, "mesh=[2] placements=[S(0)]", NULL, NULL));
-  int a = raw_connect(&job, 0), b = raw_connect(&job, 0);
+  int a = tse_raw_connect(&job, 0), b = tse_raw_connect(&job, 0);
   if (a < 0 || b < 0)
     goto out;
   {

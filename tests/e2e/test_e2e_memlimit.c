@@ -31,21 +31,6 @@
 
 static tse_job job;
 
-static int raw_connect(int rank) {
-  struct sockaddr_un sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sun_family = AF_UNIX;
-  tse_socket_path(&job, rank, sa.sun_path, sizeof sa.sun_path);
-  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-    TSE_CHECK(0, "raw connect to rank %d: %s", rank, strerror(errno));
-    if (fd >= 0)
-      close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 static bool io_full(int fd, void *buf, size_t n, bool out) {
   uint8_t *p = buf;
   while (n > 0) {
@@ -144,8 +129,8 @@ static void part_one(tshard_client *c0, tshard_client *c1) {
   tse_fill_box("f32", 12, 1, r_shape, lo, r_shape, rref);
   TSE_OK(c1, tshard_put(c1, "r", rref, 8 * MiB, NULL));
   /* A put in progress on each rank: 2 + 4 MiB of slices + 4 MiB of staging = 10 MiB there. */
-  fd0 = raw_connect(0);
-  fd1 = raw_connect(1);
+  fd0 = tse_raw_connect(&job, 0);
+  fd1 = tse_raw_connect(&job, 1);
   if (fd0 < 0 || fd1 < 0)
     goto out;
   TSE_CHECK(put_chunk(fd0, "p", ref, 0, MiB, total) == TS_OK, "first chunk on rank 0");
