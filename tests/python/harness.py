@@ -4,6 +4,7 @@ rank's socket and pinging it (bounded by a deadline), shutdown through the clien
 of the whole process group if anything is left."""
 import os
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -80,3 +81,24 @@ class Daemons:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def free_ports(count):
+    """A port p such that p .. p+count-1 could all be bound just now on loopback."""
+    while True:
+        socks = []
+        try:
+            first = socket.socket()
+            socks.append(first)
+            first.bind(("127.0.0.1", 0))
+            p = first.getsockname()[1]
+            for k in range(1, count):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p + k))
+            return p
+        except OSError:
+            continue  # one of the next ports is taken: probe again
+        finally:
+            for s in socks:
+                s.close()

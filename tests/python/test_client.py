@@ -15,7 +15,7 @@ import numpy as np
 
 import tshard
 from checks import Checks
-from harness import Daemons
+from harness import Daemons, free_ports
 
 bin_dir, np_ranks = sys.argv[1], int(sys.argv[2])
 check = Checks()
@@ -189,27 +189,6 @@ with Daemons(bin_dir, n) as d:
     check(d.stop() == 0, "daemons exit 0 after shutdown")
 
 # TCP with a token: daemons listening on loopback (rank r on port+r)
-def free_ports(count):
-    """A port p such that p .. p+count-1 could all be bound just now on loopback."""
-    while True:
-        socks = []
-        try:
-            first = socket.socket()
-            socks.append(first)
-            first.bind(("127.0.0.1", 0))
-            p = first.getsockname()[1]
-            for k in range(1, count):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p + k))
-            return p
-        except OSError:
-            continue  # one of the next ports is taken: probe again
-        finally:
-            for s in socks:
-                s.close()
-
-
 def tcp_daemons(token_file):
     """Another process may take one of the ports between the probe and the daemons' bind (the
     daemons then refuse to start, saying so): the launch is retried on other ports."""

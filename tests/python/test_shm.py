@@ -25,7 +25,7 @@ import tshard
 from tshard import tshard_pb2 as pb
 from tshard.wire import request_frame
 from checks import Checks
-from harness import Daemons
+from harness import Daemons, free_ports
 
 bin_dir = sys.argv[1]
 check = Checks()
@@ -78,26 +78,6 @@ def slices(clients, name, ref, seed, what):
               f"{what}: rank {x['rank']}'s slice in Ba4b")
         check(np.array_equal(c.get_slice(name), box), f"{what}: rank {x['rank']}'s slice")
     check(np.array_equal(clients[0].get(name), ref + seed), f"{what}: the slices make the whole")
-
-
-def free_port(count):
-    while True:
-        socks = []
-        try:
-            s0 = socket.socket()
-            socks.append(s0)
-            s0.bind(("127.0.0.1", 0))
-            p = s0.getsockname()[1]
-            for k in range(1, count):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p + k))
-            return p
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
 
 
 def raw_call(c, **op):
@@ -175,7 +155,7 @@ with open(token_file, "w") as f:
     f.write(TOKEN + "\n")
 os.chmod(token_file, 0o600)
 for attempt in range(5):
-    port = free_port(2)
+    port = free_ports(2)
     try:
         daemons = Daemons(bin_dir, 2, extra_args=["--listen", f"tcp://127.0.0.1:{port}",
                                                    "--token-file", token_file,
