@@ -91,11 +91,13 @@ int tsd_attr_to_msg(const ts_attr *a, Tshard__DistAttr *m, ts_error *err);
 void tsd_attr_msg_clear(Tshard__DistAttr *m);
 
 /* ---------------------------------------------------------------------------------------------
- * validate.c and dispatch.c: the request table. */
+ * optable.c: the one table of operations, one entry per Request op case (see its top), and
+ * validate.c: the validators it names. */
 typedef enum {
-  TSD_SCOPE_LOOP,      /* answered by the loop thread (ping) */
-  TSD_SCOPE_LOCAL,     /* this rank only, by the engine, at once */
-  TSD_SCOPE_COLLECTIVE /* sequenced by rank 0 and run by every rank */
+  TSD_SCOPE_LOOP,       /* answered by the loop thread (ping) */
+  TSD_SCOPE_CATALOG,    /* by the loop thread from the catalog, else by the engine at once */
+  TSD_SCOPE_LOCAL,      /* this rank only, by the engine, at once */
+  TSD_SCOPE_COLLECTIVE  /* sequenced by rank 0 and run by every rank */
 } tsd_scope;
 
 typedef struct tsd_limits {
@@ -103,17 +105,74 @@ typedef struct tsd_limits {
   int64_t max_frame;
 } tsd_limits;
 
-typedef int (*tsd_validator)(const Tshard__Request *req, const tsd_limits *lim, ts_error *err);
+struct tsd_engine;
+struct tsd_work;
+struct tsd_ordered;
+struct tsd_pending;
+struct tsd_catalog;
 
+/* What the loop thread's answers need (ping, catalog). */
+typedef struct tsd_loop_info {
+  int rank, world_size;
+  const char *job;
+  int64_t max_frame;
+  struct tsd_catalog *catalog;
+} tsd_loop_info;
+
+/* Checks the request alone (no stored tensor); TS_OK or the status with err set. */
+typedef int (*tsd_validator)(const Tshard__Request *req, const tsd_limits *lim, ts_error *err);
+/* Loop thread: 1 answered into a new frame, 0 left to the engine, -1 no memory. */
+typedef int (*tsd_loop_fn)(const tsd_loop_info *info, const Tshard__Request *req,
+                           uint8_t **frame, size_t *len);
+/* Engine, this rank at once: answers the request itself (may take w->req). */
+typedef void (*tsd_local_fn)(struct tsd_engine *e, struct tsd_work *w);
+/* Engine, every rank in rank 0's order: returns the status agreed by every rank. */
+typedef int (*tsd_collective_fn)(struct tsd_engine *e, const struct tsd_ordered *op,
+                                 struct tsd_pending *origin, ts_error *err);
+/* The tensor names a collective operation may change (busy in the catalog while it runs), and
+ * whether it may change the list of names. */
+typedef void (*tsd_changes_fn)(const Tshard__Request *req, const char **name, const char **other,
+                               bool *names);
+/* The answer to one waiting client after a collective operation succeeded (NULL: status only). */
+typedef void (*tsd_answer_fn)(struct tsd_engine *e, const struct tsd_pending *w);
+
+typedef struct tsd_op {
+  Tshard__Request__OpCase kind;
+  const char *name;
+  tsd_scope scope;
+  tsd_scope (*scope_of)(const Tshard__Request *req); /* NULL: always `scope` */
+  bool unix_only;                                    /* refused (UNSUPPORTED) over TCP */
+  tsd_validator validate;
+  tsd_loop_fn run_loop;             /* LOOP and CATALOG */
+  tsd_local_fn run_local;           /* CATALOG and LOCAL (and get's later chunks) */
+  tsd_collective_fn run_collective; /* COLLECTIVE */
+  tsd_changes_fn changes;           /* NULL: no metadata changes */
+  tsd_answer_fn answer;
+} tsd_op;
+
+/* The entry of an op case, or NULL. */
+const tsd_op *tsd_op_find(int op_case);
+/* The scope of a request of that entry. */
+tsd_scope tsd_op_scope(const tsd_op *op, const Tshard__Request *req);
 /* Validates a decoded request: its operation is known, and its fields are well-formed for it
  * (names, dtypes, shapes, attributes against the shape and world, layouts, strategies, byte
- * counts). Returns the scope through *scope. Nothing here depends on the stored tensors. */
-int tsd_request_validate(const Tshard__Request *req, const tsd_limits *lim, tsd_scope *scope,
+ * counts). Returns the entry through *op. Nothing here depends on the stored tensors. */
+int tsd_request_validate(const Tshard__Request *req, const tsd_limits *lim, const tsd_op **op,
                          ts_error *err);
 const char *tsd_op_name(int op_case);
 bool tsd_name_reserved(const char *name);
-/* Whether a PutRequest is the chunk that completes the transfer (so it becomes collective). */
-bool tsd_put_is_final(const Tshard__PutRequest *p);
+/* validate.c: the checks of the request header and the validators of the table. */
+int tsd_validate_header(const Tshard__Request *req, ts_error *err);
+int tsd_validate_none(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_create(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_put(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_put_slice(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_get(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_get_slice(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_reshard(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_drop(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_describe(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_plan(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 
 /* ---------------------------------------------------------------------------------------------
  * The hand-over between the loop thread and the engine (engine.c). */
@@ -123,6 +182,7 @@ typedef struct tsd_work {
   bool conn_closed;      /* notice: the connection is gone, free what it held */
   bool signal_shutdown;  /* notice: SIGTERM/SIGINT */
   Tshard__Request *req;  /* owned */
+  const tsd_op *op;      /* its entry in the table */
   tsd_scope scope;
 } tsd_work;
 
@@ -163,6 +223,9 @@ int tsd_catalog_set(tsd_catalog *c, const char *name, const uint8_t *packed, siz
  * wait_if_busy: the engine answers it after the operation), -1 no memory. */
 int tsd_catalog_answer(tsd_catalog *c, const Tshard__Request *req, bool wait_if_busy,
                        uint8_t **frame, size_t *len);
+/* The table's loop answer of list and describe: from the catalog unless busy. */
+int tsd_catalog_loop_answer(const tsd_loop_info *info, const Tshard__Request *req,
+                            uint8_t **frame, size_t *len);
 
 typedef struct tsd_shared {
   pthread_mutex_t mu;
@@ -202,6 +265,9 @@ void tsd_server_wake(tsd_server *s);
  * joins it and frees the server. Accepts NULL. */
 void tsd_server_stop(tsd_server **s);
 uint64_t tsd_server_connections(tsd_server *s);
+/* The table's loop answer of ping. */
+int tsd_loop_ping(const tsd_loop_info *info, const Tshard__Request *req, uint8_t **frame,
+                  size_t *len);
 
 /* engine.c */
 typedef struct tsd_engine_opts {

@@ -126,29 +126,6 @@ int tsd_memory_check(tsd_engine *e, uint64_t extra, const char *what, ts_error *
   return ts_pool_check((size_t)extra, what, err);
 }
 
-void tsd_names_add(tsd_engine *e, const char *name) {
-  if (e->nnames == e->cap_names) {
-    int cap = e->cap_names ? 2 * e->cap_names : 16;
-    char **n = realloc(e->names, (size_t)cap * sizeof *n);
-    if (!n)
-      return; /* list then misses it; the tensor itself is fine */
-    e->names = n;
-    e->cap_names = cap;
-  }
-  char *copy = strdup(name);
-  if (copy)
-    e->names[e->nnames++] = copy;
-}
-
-void tsd_names_remove(tsd_engine *e, const char *name) {
-  for (int i = 0; i < e->nnames; i++)
-    if (strcmp(e->names[i], name) == 0) {
-      free(e->names[i]);
-      e->names[i] = e->names[--e->nnames];
-      return;
-    }
-}
-
 static void handle_work(tsd_engine *e, tsd_work *w) {
   if (w->conn_closed) {
     tsd_conn_free(e, w->conn_id);
@@ -168,15 +145,17 @@ static void handle_work(tsd_engine *e, tsd_work *w) {
       free(req), free(sd), free(key);
       TSD_LOG(TSD_LOG_ERROR, "no memory to start the shutdown");
     }
-  } else if (w->scope == TSD_SCOPE_COLLECTIVE && w->req->op_case != TSHARD__REQUEST__OP_PUT) {
+  } else if (w->scope == TSD_SCOPE_COLLECTIVE) {
     if (e->stopping)
       tsd_reply_status(e, w->conn_id, w->req->id, TS_SHUTDOWN, "the daemon is shutting down");
     else {
       tsd_submit(e, w->conn_id, w->req, NULL, 0);
       w->req = NULL;
     }
+  } else if (w->op && w->op->run_local) {
+    w->op->run_local(e, w); /* a put submits itself once its data is complete */
   } else {
-    tsd_run_local(e, w); /* puts decide themselves when they become collective */
+    tsd_reply_status(e, w->conn_id, w->req->id, TS_INTERNAL, "operation has no local handler");
   }
   tsd_request_free(&w->req);
   free(w);
@@ -296,9 +275,6 @@ out:
   tsd_sequencer_free(e);
   ts_control_destroy(&e->ctl);
   ts_store_destroy(&e->store);
-  for (int i = 0; i < e->nnames; i++)
-    free(e->names[i]);
-  free(e->names);
   ts_pool_trim(true);
   free(e->ordered_keys);
   free(e->done_keys);

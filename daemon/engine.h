@@ -83,8 +83,6 @@ typedef struct tsd_engine {
   int done_keys_next;
   bool stopping;
   struct tsd_shm_seg *shm_segs; /* live shared-memory segments (shm.c) */
-  char **names;         /* the stored tensors, for list */
-  int nnames, cap_names;
   /* stats */
   uint64_t ops_answered, collective_ops;
   uint64_t strat_runs[TS_STRATEGY_COUNT], strat_sent[TS_STRATEGY_COUNT],
@@ -98,8 +96,6 @@ void tsd_reply_status(tsd_engine *e, uint64_t conn_id, uint64_t req_id, int stat
 /* Whether `extra` more bytes fit the memory limit: the buffer pool's one account (stored slices,
  * put staging, get copies, executor staging; cached buffers give way when the allocation comes). */
 int tsd_memory_check(tsd_engine *e, uint64_t extra, const char *what, ts_error *err);
-void tsd_names_add(tsd_engine *e, const char *name);
-void tsd_names_remove(tsd_engine *e, const char *name);
 
 /* transfer.c */
 /* Whole-tensor buffers (put staging, gathered copies): staging buffers of the pool, which keeps
@@ -111,10 +107,14 @@ tsd_conn_state *tsd_conn_get(tsd_engine *e, uint64_t conn_id, bool create);
 void tsd_conn_free(tsd_engine *e, uint64_t conn_id);
 void tsd_conn_put_reset(tsd_engine *e, tsd_conn_state *c);
 void tsd_conn_get_reset(tsd_engine *e, tsd_conn_state *c);
+/* The table's local handlers of put, put_slice, get (chunks after the first) and get_slice, and
+ * the answers of a put and a get (its first chunk, from the gathered copy) after they ran. */
 void tsd_handle_put_chunk(tsd_engine *e, tsd_work *w);
 void tsd_handle_put_slice(tsd_engine *e, tsd_work *w);
-void tsd_handle_get_chunk(tsd_engine *e, uint64_t conn_id, const Tshard__Request *req);
+void tsd_handle_get_chunk(tsd_engine *e, tsd_work *w);
 void tsd_handle_get_slice(tsd_engine *e, tsd_work *w);
+void tsd_answer_put(tsd_engine *e, const tsd_pending *w);
+void tsd_answer_get(tsd_engine *e, const tsd_pending *w);
 
 /* sequencer.c */
 /* A validated collective request from a client of this rank (takes the request; for a put the
@@ -136,13 +136,29 @@ bool tsd_attr_has_partial(const ts_attr *a);
 int tsd_scatter_gather(tsd_engine *e, ts_stored *t, int root, void *whole, bool put,
                        ts_error *err);
 
-/* ops.c: the handlers */
-void tsd_run_local(tsd_engine *e, tsd_work *w);
-/* Runs a collective operation on this rank; origin_entry is this rank's submission when it is
- * the origin. The status and message are the answer; a get fills the connection's copy. */
+/* ops.c: the handlers the table of operations (optable.c) names */
+void tsd_op_catalog(tsd_engine *e, tsd_work *w);
+void tsd_op_plan(tsd_engine *e, tsd_work *w);
+void tsd_op_stats(tsd_engine *e, tsd_work *w);
+int tsd_run_create(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+int tsd_run_put(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+int tsd_run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+int tsd_run_reshard(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+int tsd_run_drop(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+int tsd_run_shutdown(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+void tsd_changes_create(const Tshard__Request *r, const char **name, const char **other,
+                        bool *names);
+void tsd_changes_drop(const Tshard__Request *r, const char **name, const char **other,
+                      bool *names);
+void tsd_changes_reshard(const Tshard__Request *r, const char **name, const char **other,
+                         bool *names);
+/* Runs a collective operation on this rank with its table entry; origin_entry is this rank's
+ * submission when it is the origin. The status and message are the answer; a get fills the
+ * connection's copy. */
 int tsd_run_collective(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin_entry,
                        ts_error *err);
-/* The answer to one waiting client after a collective operation ran. */
+/* The answer to one waiting client after a collective operation ran: the entry's answer when it
+ * succeeded, else the status and message. */
 void tsd_answer_collective(tsd_engine *e, int op_case, const tsd_pending *w, int status,
                            const char *msg);
 

@@ -196,10 +196,10 @@ uint8_t *tsd_shm_gather_target(tsd_conn_state *c, const Tshard__GetRequest *g, u
   return p;
 }
 
-void tsd_shm_get_request(const tsd_conn_state *c, Tshard__GetRequest *g, Tshard__ShmData *sd) {
+const Tshard__ShmData *tsd_shm_get_region(const tsd_conn_state *c, Tshard__ShmData *sd) {
   if (!c->get_shm_asked)
-    return;
+    return NULL;
   sd->offset = c->get_shm_offset;
   sd->bytes = c->get_shm_bytes;
-  g->shm = sd;
+  return sd;
 }

@@ -27,8 +27,9 @@ void tsd_staging_give(tsd_engine *e, uint8_t *p, uint64_t bytes);
  * NULL (no region, or too small: the gather goes to a copy and is answered through the region in
  * chunks). c may be NULL (the client is gone). */
 uint8_t *tsd_shm_gather_target(tsd_conn_state *c, const Tshard__GetRequest *g, uint64_t bytes);
-/* Sets g->shm (to sd) as the whole get remembered by tsd_shm_gather_target asked. */
-void tsd_shm_get_request(const tsd_conn_state *c, Tshard__GetRequest *g, Tshard__ShmData *sd);
+/* The region the whole get remembered by tsd_shm_gather_target asked its answer in (filled into
+ * sd), or NULL when it asked for none. */
+const Tshard__ShmData *tsd_shm_get_region(const tsd_conn_state *c, Tshard__ShmData *sd);
 /* The local handler of shm_attach. */
 void tsd_shm_attach(tsd_engine *e, tsd_work *w);
 

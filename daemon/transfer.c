@@ -352,9 +352,9 @@ static void serve_chunk(tsd_engine *e, tsd_conn_state *c, uint64_t conn_id, uint
     tsd_conn_get_reset(e, c);
 }
 
-void tsd_handle_get_chunk(tsd_engine *e, uint64_t conn_id, const Tshard__Request *req) {
-  const Tshard__GetRequest *g = req->get;
-  tsd_conn_state *c = tsd_conn_get(e, conn_id, false);
+void tsd_handle_get_chunk(tsd_engine *e, tsd_work *w) {
+  const Tshard__GetRequest *g = w->req->get;
+  tsd_conn_state *c = tsd_conn_get(e, w->conn_id, false);
   if (!c || !c->get_active || c->get_slice || strcmp(c->get_name, g->name) != 0 ||
       g->offset > c->get_total) {
     char msg[300];
@@ -362,10 +362,27 @@ void tsd_handle_get_chunk(tsd_engine *e, uint64_t conn_id, const Tshard__Request
              "no gathered copy of '%s' on this connection covers offset %llu; a get starts at "
              "offset 0",
              g->name, (unsigned long long)g->offset);
-    tsd_reply_status(e, conn_id, req->id, TS_INVALID_ARGUMENT, msg);
+    tsd_reply_status(e, w->conn_id, w->req->id, TS_INVALID_ARGUMENT, msg);
     return;
   }
-  serve_chunk(e, c, conn_id, req->id, g->offset, g->max_bytes, g->shm);
+  serve_chunk(e, c, w->conn_id, w->req->id, g->offset, g->max_bytes, g->shm);
+}
+
+void tsd_answer_get(tsd_engine *e, const tsd_pending *w) {
+  if (!w->conn_id)
+    return; /* the client is gone */
+  tsd_conn_state *c = tsd_conn_get(e, w->conn_id, false);
+  if (!c || !c->get_active || c->get_slice) {
+    tsd_reply_status(e, w->conn_id, w->req_id, TS_INTERNAL, "the gathered copy is missing");
+    return;
+  }
+  /* The first chunk, in the region the get named when it asked for one. */
+  Tshard__ShmData sd = TSHARD__SHM_DATA__INIT;
+  serve_chunk(e, c, w->conn_id, w->req_id, 0, w->max_bytes, tsd_shm_get_region(c, &sd));
+}
+
+void tsd_answer_put(tsd_engine *e, const tsd_pending *w) {
+  reply_put(e, w->conn_id, w->req_id, w->staging_bytes, true);
 }
 
 void tsd_handle_get_slice(tsd_engine *e, tsd_work *w) {
