@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "shm.h"
 
 #define IDLE_MIN_US 20
 #define IDLE_MAX_US 8000
@@ -126,6 +127,64 @@ int tsd_memory_check(tsd_engine *e, uint64_t extra, const char *what, ts_error *
   return ts_pool_check((size_t)extra, what, err);
 }
 
+/* The sequencer's hooks: the MPI control channel, the handlers of the table, the answers, and
+ * the staging of puts (a reference to a shared segment, or a pool buffer). */
+static int seq_send(void *ctx, int dst, int tag, const uint8_t *buf, size_t len, ts_error *err) {
+  tsd_engine *e = ctx;
+  return ts_control_send(e->ctl, dst, tag, buf, len, err);
+}
+
+static int seq_run(void *ctx, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
+  return tsd_run_collective(ctx, op, origin, err);
+}
+
+static void seq_answer(void *ctx, int op_case, const tsd_pending *w, int status,
+                       const char *msg) {
+  tsd_answer_collective(ctx, op_case, w, status, msg);
+}
+
+static void seq_release(void *ctx, uint8_t *staging, uint64_t bytes) {
+  tsd_staging_give(ctx, staging, bytes);
+}
+
+void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *staging,
+                uint64_t staging_bytes) {
+  tsd_seq_submit(e->seq, conn_id, req, staging, staging_bytes);
+}
+
+static void nap_ms(int ms) {
+  struct timespec ts = {0, ms * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+/* After the shutdown ran: the sequencer answers who still waits and says goodbye; rank 0 takes
+ * every rank's goodbye (late submissions were answered by their own daemons), so that no message
+ * is in flight when the communicator is freed. */
+static void finish_sequencer(tsd_engine *e) {
+  tsd_seq_finish(e->seq);
+  ts_error err;
+  for (int waited = 0; !tsd_seq_all_gone(e->seq) && waited < 60000;) {
+    int src, tag;
+    void *buf;
+    size_t len;
+    int got = ts_control_poll(e->ctl, &src, &tag, &buf, &len, &err);
+    if (got < 0)
+      break;
+    if (got == 1) {
+      tsd_seq_message(e->seq, src, tag, buf, len);
+      free(buf);
+    } else {
+      nap_ms(1);
+      waited++;
+    }
+  }
+  if (!tsd_seq_all_gone(e->seq))
+    TSD_LOG(TSD_LOG_WARN, "not every rank said goodbye");
+  if (ts_control_flush(e->ctl, 30000, &err))
+    TSD_LOG(TSD_LOG_WARN, "%s", err.msg);
+}
+
 static void handle_work(tsd_engine *e, tsd_work *w) {
   if (w->conn_closed) {
     tsd_conn_free(e, w->conn_id);
@@ -190,13 +249,10 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
   e->sh = opts->shared;
   e->rank = ts_world_rank(e->world);
   e->size = ts_world_size(e->world);
-  e->ordered_keys = calloc(TSD_KEY_RING, sizeof *e->ordered_keys);
-  e->done_keys = calloc(TSD_KEY_RING, sizeof *e->done_keys);
-  int rc = TS_OK;
-  if (!e->ordered_keys || !e->done_keys) {
-    rc = ts_error_set(err, TS_NO_MEMORY, "no memory for the key tables");
+  tsd_seq_hooks hooks = {e, seq_send, seq_run, seq_answer, seq_release};
+  int rc = tsd_seq_create(e->rank, e->size, &hooks, &e->seq, err);
+  if (rc)
     goto out;
-  }
   ts_pool_config pc = {e->cfg->memory_limit, e->cfg->pool_cache, e->cfg->pool_idle_ms,
                        e->cfg->pool_huge != 0};
   ts_pool_configure(&pc);
@@ -232,12 +288,12 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
       }
       if (got == 0)
         break;
-      tsd_control_message(e, src, tag, buf, len);
+      tsd_seq_message(e->seq, src, tag, buf, len);
       free(buf);
       busy = true;
     }
     ts_control_progress(e->ctl);
-    if (tsd_run_ordered(e) > 0)
+    if (tsd_seq_run(e->seq) > 0)
       busy = true;
     if (busy) {
       idle_us = 0;
@@ -253,7 +309,7 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
       wait_for_work(e->sh, idle_us);
     }
   }
-  tsd_sequencer_finish(e);
+  finish_sequencer(e);
   /* Work that arrived after the shutdown ran: answer it. */
   pthread_mutex_lock(&e->sh->mu);
   tsd_work *list = e->sh->work_head;
@@ -268,16 +324,14 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
     free(w);
   }
   TSD_LOG(TSD_LOG_INFO, "engine stopped after %llu collective operations",
-          (unsigned long long)e->collective_ops);
+          (unsigned long long)tsd_seq_ops_run(e->seq));
 out:
   while (e->conns)
     tsd_conn_free(e, e->conns->conn_id);
-  tsd_sequencer_free(e);
+  tsd_seq_destroy(&e->seq);
   ts_control_destroy(&e->ctl);
   ts_store_destroy(&e->store);
   ts_pool_trim(true);
-  free(e->ordered_keys);
-  free(e->done_keys);
   free(e);
   return rc;
 }

@@ -1,5 +1,6 @@
 /* engine.h - the engine's state, shared by engine.c (the thread's loop), sequencer.c (ordering
- * of collective operations by rank 0, idempotency keys, waiting clients), transfer.c (chunked
+ * of collective operations by rank 0, idempotency keys, waiting clients: through hooks, it does
+ * not see this struct), transfer.c (chunked
  * puts and gets per connection) and ops.c (the handlers). Only the engine thread touches it. */
 #ifndef TSD_ENGINE_H
 #define TSD_ENGINE_H
@@ -7,9 +8,7 @@
 #include "daemon.h"
 #include "ts_comm.h"
 #include "ts_control.h"
-
-#define TSD_KEY_MAX 129
-#define TSD_KEY_RING 1024
+#include "sequencer.h"
 
 /* What one connection holds between its requests. */
 typedef struct tsd_conn_state {
@@ -34,34 +33,6 @@ typedef struct tsd_conn_state {
   uint64_t get_shm_offset, get_shm_bytes;
 } tsd_conn_state;
 
-/* A client on this rank waiting for a collective operation. */
-typedef struct tsd_pending {
-  struct tsd_pending *next;
-  uint64_t ticket;   /* this rank's number for the submission */
-  char key[TSD_KEY_MAX];
-  uint64_t hash;     /* of the operation, to catch a key reused for another one */
-  uint64_t conn_id, req_id; /* conn_id 0: the client is gone */
-  int op_case;
-  uint8_t *staging;  /* put: the whole tensor, owned by the operation */
-  uint64_t staging_bytes;
-  uint64_t max_bytes; /* get: the chunk size the client asked for */
-} tsd_pending;
-
-/* An operation in rank 0's order, waiting to run here. */
-typedef struct tsd_ordered {
-  struct tsd_ordered *next;
-  uint64_t seq, ticket, hash;
-  int origin;
-  Tshard__Request *req;
-} tsd_ordered;
-
-typedef struct tsd_key_result {
-  char key[TSD_KEY_MAX];
-  uint64_t hash;
-  int status;
-  char msg[512];
-} tsd_key_result;
-
 typedef struct tsd_engine {
   const tsd_config *cfg;
   ts_world *world;
@@ -70,21 +41,11 @@ typedef struct tsd_engine {
   tsd_shared *sh;
   int rank, size;
   tsd_conn_state *conns;
-  tsd_pending *pending;
-  tsd_ordered *exec_head, *exec_tail;
-  uint64_t next_ticket;
-  /* rank 0: the order */
-  uint64_t next_seq;
-  bool shutdown_ordered;
-  char (*ordered_keys)[TSD_KEY_MAX]; /* ring of the keys already ordered */
-  int ordered_keys_next;
-  /* every rank: answers of keyed operations already run */
-  tsd_key_result *done_keys;
-  int done_keys_next;
+  tsd_seq *seq; /* the order of collective operations (sequencer.c) */
   bool stopping;
   struct tsd_shm_seg *shm_segs; /* live shared-memory segments (shm.c) */
   /* stats */
-  uint64_t ops_answered, collective_ops;
+  uint64_t ops_answered;
   uint64_t strat_runs[TS_STRATEGY_COUNT], strat_sent[TS_STRATEGY_COUNT],
       strat_recv[TS_STRATEGY_COUNT];
 } tsd_engine;
@@ -116,19 +77,9 @@ void tsd_handle_get_slice(tsd_engine *e, tsd_work *w);
 void tsd_answer_put(tsd_engine *e, const tsd_pending *w);
 void tsd_answer_get(tsd_engine *e, const tsd_pending *w);
 
-/* sequencer.c */
-/* A validated collective request from a client of this rank (takes the request; for a put the
- * staging moves into the submission). */
+/* engine.c: hands a validated collective request to the sequencer (see tsd_seq_submit). */
 void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *staging,
                 uint64_t staging_bytes);
-/* A control message from another daemon. */
-void tsd_control_message(tsd_engine *e, int src, int tag, const uint8_t *buf, size_t len);
-/* Runs the ordered operations that have arrived; returns how many ran. */
-int tsd_run_ordered(tsd_engine *e);
-/* After the shutdown operation: answers whoever still waits, says goodbye to rank 0 (rank 0
- * waits for everyone's goodbye). */
-void tsd_sequencer_finish(tsd_engine *e);
-void tsd_sequencer_free(tsd_engine *e);
 
 /* scatter.c: whole-tensor put (root -> slices, written in place) or get (slices -> root) for
  * attributes without partial placements. Collective over the world. */

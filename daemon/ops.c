@@ -153,7 +153,7 @@ void tsd_op_stats(tsd_engine *e, tsd_work *w) {
   r.result_case = TSHARD__RESPONSE__RESULT_STATS;
   r.stats = &s;
   s.operations = e->ops_answered;
-  s.collective_ops = e->collective_ops;
+  s.collective_ops = tsd_seq_ops_run(e->seq);
   s.tensors = (uint64_t)ts_store_count(e->store);
   ts_pool_stats ps;
   ts_pool_get_stats(&ps);

@@ -61,9 +61,7 @@ void tsd_conn_get_reset(tsd_engine *e, tsd_conn_state *c) {
 
 void tsd_conn_free(tsd_engine *e, uint64_t conn_id) {
   /* Its operations still waiting to run will run (their data is complete), answering nobody. */
-  for (tsd_pending *p = e->pending; p; p = p->next)
-    if (p->conn_id == conn_id)
-      p->conn_id = 0;
+  tsd_seq_forget_conn(e->seq, conn_id);
   for (tsd_conn_state **pp = &e->conns; *pp; pp = &(*pp)->next)
     if ((*pp)->conn_id == conn_id) {
       tsd_conn_state *c = *pp;
