@@ -3,9 +3,9 @@
  * Threads: the main thread initializes MPI and then runs the engine (engine.c), the only code
  * that calls MPI (through libtscomm, libtsshard and comm/control.c). A second thread runs the
  * libuv loop (server.c): sockets, framing, protobuf decoding, validation and ping. They meet in
- * two queues under one mutex: work (loop -> engine, the engine waits on a condition variable with
- * a timeout so that it can also poll MPI for control messages) and replies (engine -> loop,
- * signalled with uv_async_send). Names: tsd_* internal to the daemon, static everything else. */
+ * two queues (queue.c) whose producer calls the consumer's wake callback: work (loop -> engine,
+ * which waits on its condition variable with a timeout so that it can also poll MPI for control
+ * messages) and replies (engine -> loop, woken with uv_async_send). Names: tsd_* internal to the daemon, static everything else. */
 #ifndef TSD_DAEMON_H
 #define TSD_DAEMON_H
 
@@ -175,9 +175,30 @@ int tsd_validate_describe(const Tshard__Request *r, const tsd_limits *lim, ts_er
 int tsd_validate_plan(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 
 /* ---------------------------------------------------------------------------------------------
- * The hand-over between the loop thread and the engine (engine.c). */
+ * queue.c: the hand-over between the loop thread and the engine. Nodes are the first member of
+ * what is queued; the producer calls the consumer's wake callback after each push. */
+typedef struct tsd_qnode {
+  struct tsd_qnode *next;
+} tsd_qnode;
+
+typedef struct tsd_queue {
+  pthread_mutex_t mu;
+  tsd_qnode *head, *tail;
+  void (*wake)(void *ctx); /* NULL: nobody to wake (yet) */
+  void *wake_ctx;
+} tsd_queue;
+
+void tsd_queue_init(tsd_queue *q);
+/* Frees the nodes left with free_node, then the mutex. */
+void tsd_queue_destroy(tsd_queue *q, void (*free_node)(tsd_qnode *n));
+void tsd_queue_set_wake(tsd_queue *q, void (*wake)(void *ctx), void *ctx);
+void tsd_queue_push(tsd_queue *q, tsd_qnode *n);
+/* Takes every node, in order (linked by next). */
+tsd_qnode *tsd_queue_take_all(tsd_queue *q);
+bool tsd_queue_empty(tsd_queue *q);
+
 typedef struct tsd_work {
-  struct tsd_work *next;
+  tsd_qnode node;        /* first: queued in tsd_shared.work */
   uint64_t conn_id;
   bool conn_closed;      /* notice: the connection is gone, free what it held */
   bool signal_shutdown;  /* notice: SIGTERM/SIGINT */
@@ -187,7 +208,7 @@ typedef struct tsd_work {
 } tsd_work;
 
 typedef struct tsd_reply {
-  struct tsd_reply *next;
+  tsd_qnode node;  /* first: queued in tsd_shared.replies */
   uint64_t conn_id;
   uint8_t *frame; /* owned, header included */
   size_t len;
@@ -228,12 +249,10 @@ int tsd_catalog_loop_answer(const tsd_loop_info *info, const Tshard__Request *re
                             uint8_t **frame, size_t *len);
 
 typedef struct tsd_shared {
-  pthread_mutex_t mu;
-  pthread_cond_t wake; /* engine waits here */
-  tsd_work *work_head, *work_tail;
-  tsd_reply *reply_head, *reply_tail;
-  bool loop_done;      /* the loop thread has closed everything */
-  tsd_server *server;
+  pthread_mutex_t mu;  /* the loop's stop request */
+  tsd_queue work;      /* loop -> engine; the engine sets its wake (a condition variable) */
+  tsd_queue replies;   /* engine -> loop; the loop sets its wake (uv_async) */
+  tsd_server *server;  /* for the connection count in stats */
   tsd_catalog catalog; /* its own mutex */
 } tsd_shared;
 
@@ -259,8 +278,6 @@ typedef struct tsd_server_opts {
 } tsd_server_opts;
 /* Binds the sockets (errors before the thread starts) and starts the loop thread. */
 int tsd_server_start(tsd_server_opts *opts, tsd_server **out, ts_error *err);
-/* Wakes the loop thread to deliver queued replies. */
-void tsd_server_wake(tsd_server *s);
 /* Asks the loop thread to flush replies, close every handle, remove the sockets and return;
  * joins it and frees the server. Accepts NULL. */
 void tsd_server_stop(tsd_server **s);

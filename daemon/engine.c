@@ -26,45 +26,33 @@
 void tsd_shared_init(tsd_shared *sh) {
   memset(sh, 0, sizeof *sh);
   pthread_mutex_init(&sh->mu, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&sh->wake, &ca);
-  pthread_condattr_destroy(&ca);
+  tsd_queue_init(&sh->work);
+  tsd_queue_init(&sh->replies);
   tsd_catalog_init(&sh->catalog);
 }
 
+static void work_free(tsd_qnode *n) {
+  tsd_work *w = (tsd_work *)n;
+  tsd_request_free(&w->req);
+  free(w);
+}
+
+static void reply_free(tsd_qnode *n) {
+  tsd_reply *r = (tsd_reply *)n;
+  if (r->fd >= 0)
+    close(r->fd);
+  free(r->frame);
+  free(r);
+}
+
 void tsd_shared_destroy(tsd_shared *sh) {
-  while (sh->work_head) {
-    tsd_work *w = sh->work_head;
-    sh->work_head = w->next;
-    tsd_request_free(&w->req);
-    free(w);
-  }
-  while (sh->reply_head) {
-    tsd_reply *r = sh->reply_head;
-    sh->reply_head = r->next;
-    if (r->fd >= 0)
-      close(r->fd);
-    free(r->frame);
-    free(r);
-  }
+  tsd_queue_destroy(&sh->work, work_free);
+  tsd_queue_destroy(&sh->replies, reply_free);
   pthread_mutex_destroy(&sh->mu);
-  pthread_cond_destroy(&sh->wake);
   tsd_catalog_destroy(&sh->catalog);
 }
 
-void tsd_push_work(tsd_shared *sh, tsd_work *w) {
-  w->next = NULL;
-  pthread_mutex_lock(&sh->mu);
-  if (sh->work_tail)
-    sh->work_tail->next = w;
-  else
-    sh->work_head = w;
-  sh->work_tail = w;
-  pthread_cond_signal(&sh->wake);
-  pthread_mutex_unlock(&sh->mu);
-}
+void tsd_push_work(tsd_shared *sh, tsd_work *w) { tsd_queue_push(&sh->work, &w->node); }
 
 void tsd_push_reply(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len) {
   tsd_push_reply_fd(sh, conn_id, frame, len, -1, 0);
@@ -81,20 +69,12 @@ void tsd_push_reply_fd(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t 
             (unsigned long long)conn_id);
     return;
   }
-  r->next = NULL;
   r->conn_id = conn_id;
   r->frame = frame;
   r->len = len;
   r->fd = fd;
   r->req_id = req_id;
-  pthread_mutex_lock(&sh->mu);
-  if (sh->reply_tail)
-    sh->reply_tail->next = r;
-  else
-    sh->reply_head = r;
-  sh->reply_tail = r;
-  pthread_mutex_unlock(&sh->mu);
-  tsd_server_wake(sh->server);
+  tsd_queue_push(&sh->replies, &r->node); /* wakes the loop thread */
 }
 
 void tsd_reply_response(tsd_engine *e, uint64_t conn_id, Tshard__Response *resp) {
@@ -187,7 +167,8 @@ static void finish_sequencer(tsd_engine *e) {
 
 static void handle_work(tsd_engine *e, tsd_work *w) {
   if (w->conn_closed) {
-    tsd_conn_free(e, w->conn_id);
+    tsd_seq_forget_conn(e->seq, w->conn_id); /* its submissions run, answering nobody */
+    tsd_session_free(e, w->conn_id);
   } else if (w->signal_shutdown) {
     Tshard__Request *req = malloc(sizeof *req);
     Tshard__ShutdownRequest *sd = malloc(sizeof *sd);
@@ -226,7 +207,17 @@ static int64_t now_us(void) {
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-static void wait_for_work(tsd_shared *sh, long us) {
+/* The work queue's wake callback. */
+static void engine_wake(void *ctx) {
+  tsd_engine *e = ctx;
+  pthread_mutex_lock(&e->wake_mu);
+  pthread_cond_signal(&e->wake);
+  pthread_mutex_unlock(&e->wake_mu);
+}
+
+/* A push after the check below takes wake_mu to signal, so it cannot fall between the check and
+ * the wait. */
+static void wait_for_work(tsd_engine *e, long us) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   ts.tv_nsec += us * 1000;
@@ -234,10 +225,10 @@ static void wait_for_work(tsd_shared *sh, long us) {
     ts.tv_sec += ts.tv_nsec / 1000000000;
     ts.tv_nsec %= 1000000000;
   }
-  pthread_mutex_lock(&sh->mu);
-  if (!sh->work_head)
-    pthread_cond_timedwait(&sh->wake, &sh->mu, &ts);
-  pthread_mutex_unlock(&sh->mu);
+  pthread_mutex_lock(&e->wake_mu);
+  if (tsd_queue_empty(&e->sh->work))
+    pthread_cond_timedwait(&e->wake, &e->wake_mu, &ts);
+  pthread_mutex_unlock(&e->wake_mu);
 }
 
 int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
@@ -249,6 +240,13 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
   e->sh = opts->shared;
   e->rank = ts_world_rank(e->world);
   e->size = ts_world_size(e->world);
+  pthread_mutex_init(&e->wake_mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&e->wake, &ca);
+  pthread_condattr_destroy(&ca);
+  tsd_queue_set_wake(&e->sh->work, engine_wake, e);
   tsd_seq_hooks hooks = {e, seq_send, seq_run, seq_answer, seq_release};
   int rc = tsd_seq_create(e->rank, e->size, &hooks, &e->seq, err);
   if (rc)
@@ -266,13 +264,10 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
   int64_t last_busy = now_us();
   while (!e->stopping) {
     bool busy = false;
-    pthread_mutex_lock(&e->sh->mu);
-    tsd_work *list = e->sh->work_head;
-    e->sh->work_head = e->sh->work_tail = NULL;
-    pthread_mutex_unlock(&e->sh->mu);
+    tsd_work *list = (tsd_work *)tsd_queue_take_all(&e->sh->work);
     while (list) {
       tsd_work *w = list;
-      list = list->next;
+      list = (tsd_work *)list->node.next;
       handle_work(e, w);
       busy = true;
     }
@@ -306,18 +301,15 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
       else
         idle_us = idle_us * 2 > IDLE_MAX_US ? IDLE_MAX_US : idle_us * 2;
       ts_pool_trim(false); /* cached buffers idle long enough go back to the OS */
-      wait_for_work(e->sh, idle_us);
+      wait_for_work(e, idle_us);
     }
   }
   finish_sequencer(e);
   /* Work that arrived after the shutdown ran: answer it. */
-  pthread_mutex_lock(&e->sh->mu);
-  tsd_work *list = e->sh->work_head;
-  e->sh->work_head = e->sh->work_tail = NULL;
-  pthread_mutex_unlock(&e->sh->mu);
+  tsd_work *list = (tsd_work *)tsd_queue_take_all(&e->sh->work);
   while (list) {
     tsd_work *w = list;
-    list = list->next;
+    list = (tsd_work *)list->node.next;
     if (!w->conn_closed && !w->signal_shutdown && w->req)
       tsd_reply_status(e, w->conn_id, w->req->id, TS_SHUTDOWN, "the daemon is shutting down");
     tsd_request_free(&w->req);
@@ -326,12 +318,14 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
   TSD_LOG(TSD_LOG_INFO, "engine stopped after %llu collective operations",
           (unsigned long long)tsd_seq_ops_run(e->seq));
 out:
-  while (e->conns)
-    tsd_conn_free(e, e->conns->conn_id);
+  tsd_session_free_all(e);
   tsd_seq_destroy(&e->seq);
   ts_control_destroy(&e->ctl);
   ts_store_destroy(&e->store);
   ts_pool_trim(true);
+  tsd_queue_set_wake(&e->sh->work, NULL, NULL);
+  pthread_cond_destroy(&e->wake);
+  pthread_mutex_destroy(&e->wake_mu);
   free(e);
   return rc;
 }

@@ -269,12 +269,13 @@ int tsd_run_put(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
                        "the data of the put does not match '%s' (%llu bytes) any more", name,
                        (unsigned long long)bytes);
   int rc;
-  if (!t || !tsd_attr_has_partial(t->attr)) {
+  if (!t || !ts_attr_has_partial(t->attr)) {
     if ((rc = agree(e, lst, &lerr, err)))
       return rc;
     /* the data is checked and complete: write in place */
-    return tsd_scatter_gather(e, t, op->origin, op->origin == e->rank ? origin->staging : NULL,
-                              true, err);
+    return ts_scatter_gather(e->world, t, op->origin,
+                             op->origin == e->rank ? origin->staging : NULL, true,
+                             e->cfg->staging, err);
   }
   /* Through the executor, whose first agreement (over the world) takes this rank's checks. */
   ts_attr *src_attr = NULL;
@@ -325,7 +326,7 @@ int tsd_run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
   ts_error_clear(&lerr);
   ts_stored *t = ts_store_find(e->store, name);
   int lst = t ? TS_OK : ts_error_set(&lerr, TS_NOT_FOUND, "no tensor named '%s'", name);
-  tsd_conn_state *c = NULL;
+  tsd_session *c = NULL;
   uint8_t *in_shm = NULL; /* the gather goes straight into the client's shared segment */
   uint64_t bytes = 0;
   if (t) {
@@ -334,15 +335,14 @@ int tsd_run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
       bytes *= (uint64_t)t->shape[d];
   }
   if (!lst && op->origin == e->rank) {
-    c = origin && origin->conn_id ? tsd_conn_get(e, origin->conn_id, true) : NULL;
-    if (c)
-      tsd_conn_get_reset(e, c);
-    in_shm = tsd_attr_has_partial(t->attr) ? NULL : tsd_shm_gather_target(c, op->req->get, bytes);
+    c = origin && origin->conn_id ? tsd_session_get(e, origin->conn_id, true) : NULL;
+    tsd_session_copy_reset(e, c);
+    in_shm = ts_attr_has_partial(t->attr) ? NULL : tsd_shm_gather_target(c, op->req->get, bytes);
     if (!in_shm)
       lst = tsd_memory_check(e, bytes, "the gathered tensor", &lerr);
   }
   int rc;
-  if (!t || !tsd_attr_has_partial(t->attr)) {
+  if (!t || !ts_attr_has_partial(t->attr)) {
     if ((rc = agree(e, lst, &lerr, err)))
       return rc;
     uint8_t *whole = NULL;
@@ -353,14 +353,9 @@ int tsd_run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
     }
     if ((rc = agree(e, lst, &lerr, err)))
       return rc;
-    rc = tsd_scatter_gather(e, t, op->origin, whole, false, err);
+    rc = ts_scatter_gather(e->world, t, op->origin, whole, false, e->cfg->staging, err);
     if (rc == TS_OK && c) {
-      c->get_buf = whole;
-      c->get_total = bytes;
-      c->get_active = true;
-      c->get_slice = false;
-      c->get_in_shm = in_shm != NULL;
-      snprintf(c->get_name, sizeof c->get_name, "%s", name);
+      tsd_session_copy_set(e, c, name, false, whole, bytes, in_shm != NULL);
     } else if (!in_shm) {
       tsd_buf_give(e, whole, bytes);
     }
@@ -384,11 +379,7 @@ int tsd_run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
   if (rc == TS_OK) {
     record(e, &rep);
     if (op->origin == e->rank && c && out.bytes == bytes) {
-      c->get_buf = out.data;
-      c->get_total = bytes;
-      c->get_active = true;
-      c->get_slice = false;
-      snprintf(c->get_name, sizeof c->get_name, "%s", name);
+      tsd_session_copy_set(e, c, name, false, out.data, bytes, false);
       ts_pool_set_staging(out.data, true); /* a get copy now, no longer a slice */
     } else {
       ts_shard_free_tensor(&out); /* the asking client is gone */

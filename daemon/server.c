@@ -403,13 +403,10 @@ static void conn_write_fd(conn *c, tsd_reply *r) {
 }
 
 static void deliver_replies(tsd_server *s) {
-  pthread_mutex_lock(&s->sh->mu);
-  tsd_reply *list = s->sh->reply_head;
-  s->sh->reply_head = s->sh->reply_tail = NULL;
-  pthread_mutex_unlock(&s->sh->mu);
+  tsd_reply *list = (tsd_reply *)tsd_queue_take_all(&s->sh->replies);
   while (list) {
     tsd_reply *r = list;
-    list = r->next;
+    list = (tsd_reply *)r->node.next;
     conn *c = find_conn(s, r->conn_id);
     if (c && !c->closing) {
       if (r->fd >= 0)
@@ -518,9 +515,10 @@ static void *loop_main(void *arg) {
   return NULL;
 }
 
-void tsd_server_wake(tsd_server *s) {
-  if (s)
-    uv_async_send(&s->async);
+/* The reply queue's wake callback. */
+static void loop_wake(void *ctx) {
+  tsd_server *s = ctx;
+  uv_async_send(&s->async);
 }
 
 /* A live daemon already answers on path: refuse to steal it; a stale file is removed. */
@@ -619,7 +617,9 @@ int tsd_server_start(tsd_server_opts *o, tsd_server **out, ts_error *err) {
   uv_signal_start(&s->sigterm, on_signal, SIGTERM);
   uv_signal_start(&s->sigint, on_signal, SIGINT);
   s->sh->server = s;
+  tsd_queue_set_wake(&s->sh->replies, loop_wake, s);
   if (pthread_create(&s->thread, NULL, loop_main, s) != 0) {
+    tsd_queue_set_wake(&s->sh->replies, NULL, NULL);
     s->sh->server = NULL;
     rc = ts_error_set(err, TS_INTERNAL, "cannot start the loop thread");
     begin_stop(s);
@@ -650,6 +650,7 @@ void tsd_server_stop(tsd_server **ps) {
   pthread_mutex_unlock(&s->sh->mu);
   uv_async_send(&s->async);
   pthread_join(s->thread, NULL);
+  tsd_queue_set_wake(&s->sh->replies, NULL, NULL);
   s->sh->server = NULL;
   if (uv_loop_close(&s->loop) != 0)
     TSD_LOG(TSD_LOG_WARN, "the loop closed with handles still open");
