@@ -5,7 +5,8 @@
  * libuv loop (server.c): sockets, framing, protobuf decoding, validation and ping. They meet in
  * two queues (queue.c) whose producer calls the consumer's wake callback: work (loop -> engine,
  * which waits on its condition variable with a timeout so that it can also poll MPI for control
- * messages) and replies (engine -> loop, woken with uv_async_send). Names: tsd_* internal to the daemon, static everything else. */
+ * messages) and replies (engine -> loop, woken with uv_async_send). Names: tsd_* internal to
+ * the daemon, static everything else. */
 #ifndef TSD_DAEMON_H
 #define TSD_DAEMON_H
 

@@ -94,7 +94,8 @@ int tsd_request_validate(const Tshard__Request *req, const tsd_limits *lim, cons
     size_t n = 0;
     for (size_t i = 0; i < NOPS && n < sizeof known; i++)
       n += (size_t)snprintf(known + n, sizeof known - n, "%s%s", i ? ", " : "", ops[i].name);
-    return ts_error_set(err, TS_UNSUPPORTED, "unknown operation (field %d of Request.op); known: %s",
+    return ts_error_set(err, TS_UNSUPPORTED,
+                        "unknown operation (field %d of Request.op); known: %s",
                         (int)req->op_case, known);
   }
   *out = op;

@@ -1,6 +1,7 @@
-/* scatter.c - whole-tensor puts and gets (the daemon's) without the general executor, for attributes without
- * partial placements (the common case): the rank holding the whole row-major tensor sends every
- * other rank the chunks of its slice box (or receives them), and the pieces are copied straight
+/* scatter.c - the daemon's whole-tensor puts and gets without the general executor, for
+ * attributes without partial placements (the common case): the rank holding the whole
+ * row-major tensor sends every other rank the chunks of its slice box (or receives them), and
+ * the pieces are copied straight
  * between the whole tensor, the message buffers and the stored slices with the strided-copy
  * kernel, or sent and received in place when a piece is one contiguous run of bytes on that side
  * (row blocks of row-major data). No new slice is allocated (a put writes into the stored
