@@ -104,6 +104,11 @@ if(TARGET tsdwire)
                    ${CMAKE_SOURCE_DIR}/daemon/optable.c)
   target_compile_definitions(test_sequencer PRIVATE TSD_WIRE_ONLY) # the table without handlers
   target_link_libraries(test_sequencer PRIVATE tsdwire PkgConfig::XXHASH)
+  # The table of operations against the protocol's own descriptor of Request.
+  tshard_unit_test(test_optable ${CMAKE_CURRENT_LIST_DIR}/unit/test_optable.c
+                   ${CMAKE_SOURCE_DIR}/daemon/optable.c)
+  target_compile_definitions(test_optable PRIVATE TSD_WIRE_ONLY)
+  target_link_libraries(test_optable PRIVATE tsdwire)
 endif()
 
 # What the protocol allows in strings (names, UTF-8, the walk of encoded strings, token files).
