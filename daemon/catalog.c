@@ -137,3 +137,8 @@ int tsd_catalog_answer(tsd_catalog *c, const Tshard__Request *req, bool wait_if_
   pthread_mutex_unlock(&c->mu);
   return rc == TS_OK ? 1 : -1;
 }
+
+int tsd_catalog_loop_answer(const tsd_loop_info *info, const Tshard__Request *req,
+                            uint8_t **frame, size_t *len) {
+  return tsd_catalog_answer(info->catalog, req, true, frame, len);
+}

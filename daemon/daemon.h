@@ -3,9 +3,10 @@
  * Threads: the main thread initializes MPI and then runs the engine (engine.c), the only code
  * that calls MPI (through libtscomm, libtsshard and comm/control.c). A second thread runs the
  * libuv loop (server.c): sockets, framing, protobuf decoding, validation and ping. They meet in
- * two queues under one mutex: work (loop -> engine, the engine waits on a condition variable with
- * a timeout so that it can also poll MPI for control messages) and replies (engine -> loop,
- * signalled with uv_async_send). Names: tsd_* internal to the daemon, static everything else. */
+ * two queues (queue.c) whose producer calls the consumer's wake callback: work (loop -> engine,
+ * which waits on its condition variable with a timeout so that it can also poll MPI for control
+ * messages) and replies (engine -> loop, woken with uv_async_send). Names: tsd_* internal to
+ * the daemon, static everything else. */
 #ifndef TSD_DAEMON_H
 #define TSD_DAEMON_H
 
@@ -91,11 +92,13 @@ int tsd_attr_to_msg(const ts_attr *a, Tshard__DistAttr *m, ts_error *err);
 void tsd_attr_msg_clear(Tshard__DistAttr *m);
 
 /* ---------------------------------------------------------------------------------------------
- * validate.c and dispatch.c: the request table. */
+ * optable.c: the one table of operations, one entry per Request op case (see its top), and
+ * validate.c: the validators it names. */
 typedef enum {
-  TSD_SCOPE_LOOP,      /* answered by the loop thread (ping) */
-  TSD_SCOPE_LOCAL,     /* this rank only, by the engine, at once */
-  TSD_SCOPE_COLLECTIVE /* sequenced by rank 0 and run by every rank */
+  TSD_SCOPE_LOOP,       /* answered by the loop thread (ping) */
+  TSD_SCOPE_CATALOG,    /* by the loop thread from the catalog, else by the engine at once */
+  TSD_SCOPE_LOCAL,      /* this rank only, by the engine, at once */
+  TSD_SCOPE_COLLECTIVE  /* sequenced by rank 0 and run by every rank */
 } tsd_scope;
 
 typedef struct tsd_limits {
@@ -103,31 +106,110 @@ typedef struct tsd_limits {
   int64_t max_frame;
 } tsd_limits;
 
-typedef int (*tsd_validator)(const Tshard__Request *req, const tsd_limits *lim, ts_error *err);
+struct tsd_engine;
+struct tsd_work;
+struct tsd_ordered;
+struct tsd_pending;
+struct tsd_catalog;
 
+/* What the loop thread's answers need (ping, catalog). */
+typedef struct tsd_loop_info {
+  int rank, world_size;
+  const char *job;
+  int64_t max_frame;
+  struct tsd_catalog *catalog;
+} tsd_loop_info;
+
+/* Checks the request alone (no stored tensor); TS_OK or the status with err set. */
+typedef int (*tsd_validator)(const Tshard__Request *req, const tsd_limits *lim, ts_error *err);
+/* Loop thread: 1 answered into a new frame, 0 left to the engine, -1 no memory. */
+typedef int (*tsd_loop_fn)(const tsd_loop_info *info, const Tshard__Request *req,
+                           uint8_t **frame, size_t *len);
+/* Engine, this rank at once: answers the request itself (may take w->req). */
+typedef void (*tsd_local_fn)(struct tsd_engine *e, struct tsd_work *w);
+/* Engine, every rank in rank 0's order: returns the status agreed by every rank. */
+typedef int (*tsd_collective_fn)(struct tsd_engine *e, const struct tsd_ordered *op,
+                                 struct tsd_pending *origin, ts_error *err);
+/* The tensor names a collective operation may change (busy in the catalog while it runs), and
+ * whether it may change the list of names. */
+typedef void (*tsd_changes_fn)(const Tshard__Request *req, const char **name, const char **other,
+                               bool *names);
+/* The answer to one waiting client after a collective operation succeeded (NULL: status only). */
+typedef void (*tsd_answer_fn)(struct tsd_engine *e, const struct tsd_pending *w);
+
+typedef struct tsd_op {
+  Tshard__Request__OpCase kind;
+  const char *name;
+  tsd_scope scope;
+  tsd_scope (*scope_of)(const Tshard__Request *req); /* NULL: always `scope` */
+  bool unix_only;                                    /* refused (UNSUPPORTED) over TCP */
+  tsd_validator validate;
+  tsd_loop_fn run_loop;             /* LOOP and CATALOG */
+  tsd_local_fn run_local;           /* CATALOG and LOCAL (and get's later chunks) */
+  tsd_collective_fn run_collective; /* COLLECTIVE */
+  tsd_changes_fn changes;           /* NULL: no metadata changes */
+  tsd_answer_fn answer;
+} tsd_op;
+
+/* The entry of an op case, or NULL. */
+const tsd_op *tsd_op_find(int op_case);
+/* The scope of a request of that entry. */
+tsd_scope tsd_op_scope(const tsd_op *op, const Tshard__Request *req);
 /* Validates a decoded request: its operation is known, and its fields are well-formed for it
  * (names, dtypes, shapes, attributes against the shape and world, layouts, strategies, byte
- * counts). Returns the scope through *scope. Nothing here depends on the stored tensors. */
-int tsd_request_validate(const Tshard__Request *req, const tsd_limits *lim, tsd_scope *scope,
+ * counts). Returns the entry through *op. Nothing here depends on the stored tensors. */
+int tsd_request_validate(const Tshard__Request *req, const tsd_limits *lim, const tsd_op **op,
                          ts_error *err);
 const char *tsd_op_name(int op_case);
 bool tsd_name_reserved(const char *name);
-/* Whether a PutRequest is the chunk that completes the transfer (so it becomes collective). */
-bool tsd_put_is_final(const Tshard__PutRequest *p);
+/* validate.c: the checks of the request header and the validators of the table. */
+int tsd_validate_header(const Tshard__Request *req, ts_error *err);
+int tsd_validate_none(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_create(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_put(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_put_slice(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_get(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_get_slice(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_reshard(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_drop(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_describe(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_plan(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 
 /* ---------------------------------------------------------------------------------------------
- * The hand-over between the loop thread and the engine (engine.c). */
+ * queue.c: the hand-over between the loop thread and the engine. Nodes are the first member of
+ * what is queued; the producer calls the consumer's wake callback after each push. */
+typedef struct tsd_qnode {
+  struct tsd_qnode *next;
+} tsd_qnode;
+
+typedef struct tsd_queue {
+  pthread_mutex_t mu;
+  tsd_qnode *head, *tail;
+  void (*wake)(void *ctx); /* NULL: nobody to wake (yet) */
+  void *wake_ctx;
+} tsd_queue;
+
+void tsd_queue_init(tsd_queue *q);
+/* Frees the nodes left with free_node, then the mutex. */
+void tsd_queue_destroy(tsd_queue *q, void (*free_node)(tsd_qnode *n));
+void tsd_queue_set_wake(tsd_queue *q, void (*wake)(void *ctx), void *ctx);
+void tsd_queue_push(tsd_queue *q, tsd_qnode *n);
+/* Takes every node, in order (linked by next). */
+tsd_qnode *tsd_queue_take_all(tsd_queue *q);
+bool tsd_queue_empty(tsd_queue *q);
+
 typedef struct tsd_work {
-  struct tsd_work *next;
+  tsd_qnode node;        /* first: queued in tsd_shared.work */
   uint64_t conn_id;
   bool conn_closed;      /* notice: the connection is gone, free what it held */
   bool signal_shutdown;  /* notice: SIGTERM/SIGINT */
   Tshard__Request *req;  /* owned */
+  const tsd_op *op;      /* its entry in the table */
   tsd_scope scope;
 } tsd_work;
 
 typedef struct tsd_reply {
-  struct tsd_reply *next;
+  tsd_qnode node;  /* first: queued in tsd_shared.replies */
   uint64_t conn_id;
   uint8_t *frame; /* owned, header included */
   size_t len;
@@ -163,14 +245,15 @@ int tsd_catalog_set(tsd_catalog *c, const char *name, const uint8_t *packed, siz
  * wait_if_busy: the engine answers it after the operation), -1 no memory. */
 int tsd_catalog_answer(tsd_catalog *c, const Tshard__Request *req, bool wait_if_busy,
                        uint8_t **frame, size_t *len);
+/* The table's loop answer of list and describe: from the catalog unless busy. */
+int tsd_catalog_loop_answer(const tsd_loop_info *info, const Tshard__Request *req,
+                            uint8_t **frame, size_t *len);
 
 typedef struct tsd_shared {
-  pthread_mutex_t mu;
-  pthread_cond_t wake; /* engine waits here */
-  tsd_work *work_head, *work_tail;
-  tsd_reply *reply_head, *reply_tail;
-  bool loop_done;      /* the loop thread has closed everything */
-  tsd_server *server;
+  pthread_mutex_t mu;  /* the loop's stop request */
+  tsd_queue work;      /* loop -> engine; the engine sets its wake (a condition variable) */
+  tsd_queue replies;   /* engine -> loop; the loop sets its wake (uv_async) */
+  tsd_server *server;  /* for the connection count in stats */
   tsd_catalog catalog; /* its own mutex */
 } tsd_shared;
 
@@ -196,12 +279,13 @@ typedef struct tsd_server_opts {
 } tsd_server_opts;
 /* Binds the sockets (errors before the thread starts) and starts the loop thread. */
 int tsd_server_start(tsd_server_opts *opts, tsd_server **out, ts_error *err);
-/* Wakes the loop thread to deliver queued replies. */
-void tsd_server_wake(tsd_server *s);
 /* Asks the loop thread to flush replies, close every handle, remove the sockets and return;
  * joins it and frees the server. Accepts NULL. */
 void tsd_server_stop(tsd_server **s);
 uint64_t tsd_server_connections(tsd_server *s);
+/* The table's loop answer of ping. */
+int tsd_loop_ping(const tsd_loop_info *info, const Tshard__Request *req, uint8_t **frame,
+                  size_t *len);
 
 /* engine.c */
 typedef struct tsd_engine_opts {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "shm.h"
 
 #define IDLE_MIN_US 20
 #define IDLE_MAX_US 8000
@@ -25,45 +26,33 @@
 void tsd_shared_init(tsd_shared *sh) {
   memset(sh, 0, sizeof *sh);
   pthread_mutex_init(&sh->mu, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&sh->wake, &ca);
-  pthread_condattr_destroy(&ca);
+  tsd_queue_init(&sh->work);
+  tsd_queue_init(&sh->replies);
   tsd_catalog_init(&sh->catalog);
 }
 
+static void work_free(tsd_qnode *n) {
+  tsd_work *w = (tsd_work *)n;
+  tsd_request_free(&w->req);
+  free(w);
+}
+
+static void reply_free(tsd_qnode *n) {
+  tsd_reply *r = (tsd_reply *)n;
+  if (r->fd >= 0)
+    close(r->fd);
+  free(r->frame);
+  free(r);
+}
+
 void tsd_shared_destroy(tsd_shared *sh) {
-  while (sh->work_head) {
-    tsd_work *w = sh->work_head;
-    sh->work_head = w->next;
-    tsd_request_free(&w->req);
-    free(w);
-  }
-  while (sh->reply_head) {
-    tsd_reply *r = sh->reply_head;
-    sh->reply_head = r->next;
-    if (r->fd >= 0)
-      close(r->fd);
-    free(r->frame);
-    free(r);
-  }
+  tsd_queue_destroy(&sh->work, work_free);
+  tsd_queue_destroy(&sh->replies, reply_free);
   pthread_mutex_destroy(&sh->mu);
-  pthread_cond_destroy(&sh->wake);
   tsd_catalog_destroy(&sh->catalog);
 }
 
-void tsd_push_work(tsd_shared *sh, tsd_work *w) {
-  w->next = NULL;
-  pthread_mutex_lock(&sh->mu);
-  if (sh->work_tail)
-    sh->work_tail->next = w;
-  else
-    sh->work_head = w;
-  sh->work_tail = w;
-  pthread_cond_signal(&sh->wake);
-  pthread_mutex_unlock(&sh->mu);
-}
+void tsd_push_work(tsd_shared *sh, tsd_work *w) { tsd_queue_push(&sh->work, &w->node); }
 
 void tsd_push_reply(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len) {
   tsd_push_reply_fd(sh, conn_id, frame, len, -1, 0);
@@ -80,20 +69,12 @@ void tsd_push_reply_fd(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t 
             (unsigned long long)conn_id);
     return;
   }
-  r->next = NULL;
   r->conn_id = conn_id;
   r->frame = frame;
   r->len = len;
   r->fd = fd;
   r->req_id = req_id;
-  pthread_mutex_lock(&sh->mu);
-  if (sh->reply_tail)
-    sh->reply_tail->next = r;
-  else
-    sh->reply_head = r;
-  sh->reply_tail = r;
-  pthread_mutex_unlock(&sh->mu);
-  tsd_server_wake(sh->server);
+  tsd_queue_push(&sh->replies, &r->node); /* wakes the loop thread */
 }
 
 void tsd_reply_response(tsd_engine *e, uint64_t conn_id, Tshard__Response *resp) {
@@ -126,32 +107,68 @@ int tsd_memory_check(tsd_engine *e, uint64_t extra, const char *what, ts_error *
   return ts_pool_check((size_t)extra, what, err);
 }
 
-void tsd_names_add(tsd_engine *e, const char *name) {
-  if (e->nnames == e->cap_names) {
-    int cap = e->cap_names ? 2 * e->cap_names : 16;
-    char **n = realloc(e->names, (size_t)cap * sizeof *n);
-    if (!n)
-      return; /* list then misses it; the tensor itself is fine */
-    e->names = n;
-    e->cap_names = cap;
-  }
-  char *copy = strdup(name);
-  if (copy)
-    e->names[e->nnames++] = copy;
+/* The sequencer's hooks: the MPI control channel, the handlers of the table, the answers, and
+ * the staging of puts (a reference to a shared segment, or a pool buffer). */
+static int seq_send(void *ctx, int dst, int tag, const uint8_t *buf, size_t len, ts_error *err) {
+  tsd_engine *e = ctx;
+  return ts_control_send(e->ctl, dst, tag, buf, len, err);
 }
 
-void tsd_names_remove(tsd_engine *e, const char *name) {
-  for (int i = 0; i < e->nnames; i++)
-    if (strcmp(e->names[i], name) == 0) {
-      free(e->names[i]);
-      e->names[i] = e->names[--e->nnames];
-      return;
+static int seq_run(void *ctx, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
+  return tsd_run_collective(ctx, op, origin, err);
+}
+
+static void seq_answer(void *ctx, int op_case, const tsd_pending *w, int status,
+                       const char *msg) {
+  tsd_answer_collective(ctx, op_case, w, status, msg);
+}
+
+static void seq_release(void *ctx, uint8_t *staging, uint64_t bytes) {
+  tsd_staging_give(ctx, staging, bytes);
+}
+
+void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *staging,
+                uint64_t staging_bytes) {
+  tsd_seq_submit(e->seq, conn_id, req, staging, staging_bytes);
+}
+
+static void nap_ms(int ms) {
+  struct timespec ts = {0, ms * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+/* After the shutdown ran: the sequencer answers who still waits and says goodbye; rank 0 takes
+ * every rank's goodbye (late submissions were answered by their own daemons), so that no message
+ * is in flight when the communicator is freed. */
+static void finish_sequencer(tsd_engine *e) {
+  tsd_seq_finish(e->seq);
+  ts_error err;
+  for (int waited = 0; !tsd_seq_all_gone(e->seq) && waited < 60000;) {
+    int src, tag;
+    void *buf;
+    size_t len;
+    int got = ts_control_poll(e->ctl, &src, &tag, &buf, &len, &err);
+    if (got < 0)
+      break;
+    if (got == 1) {
+      tsd_seq_message(e->seq, src, tag, buf, len);
+      free(buf);
+    } else {
+      nap_ms(1);
+      waited++;
     }
+  }
+  if (!tsd_seq_all_gone(e->seq))
+    TSD_LOG(TSD_LOG_WARN, "not every rank said goodbye");
+  if (ts_control_flush(e->ctl, 30000, &err))
+    TSD_LOG(TSD_LOG_WARN, "%s", err.msg);
 }
 
 static void handle_work(tsd_engine *e, tsd_work *w) {
   if (w->conn_closed) {
-    tsd_conn_free(e, w->conn_id);
+    tsd_seq_forget_conn(e->seq, w->conn_id); /* its submissions run, answering nobody */
+    tsd_session_free(e, w->conn_id);
   } else if (w->signal_shutdown) {
     Tshard__Request *req = malloc(sizeof *req);
     Tshard__ShutdownRequest *sd = malloc(sizeof *sd);
@@ -168,15 +185,17 @@ static void handle_work(tsd_engine *e, tsd_work *w) {
       free(req), free(sd), free(key);
       TSD_LOG(TSD_LOG_ERROR, "no memory to start the shutdown");
     }
-  } else if (w->scope == TSD_SCOPE_COLLECTIVE && w->req->op_case != TSHARD__REQUEST__OP_PUT) {
+  } else if (w->scope == TSD_SCOPE_COLLECTIVE) {
     if (e->stopping)
       tsd_reply_status(e, w->conn_id, w->req->id, TS_SHUTDOWN, "the daemon is shutting down");
     else {
       tsd_submit(e, w->conn_id, w->req, NULL, 0);
       w->req = NULL;
     }
+  } else if (w->op && w->op->run_local) {
+    w->op->run_local(e, w); /* a put submits itself once its data is complete */
   } else {
-    tsd_run_local(e, w); /* puts decide themselves when they become collective */
+    tsd_reply_status(e, w->conn_id, w->req->id, TS_INTERNAL, "operation has no local handler");
   }
   tsd_request_free(&w->req);
   free(w);
@@ -188,7 +207,17 @@ static int64_t now_us(void) {
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-static void wait_for_work(tsd_shared *sh, long us) {
+/* The work queue's wake callback. */
+static void engine_wake(void *ctx) {
+  tsd_engine *e = ctx;
+  pthread_mutex_lock(&e->wake_mu);
+  pthread_cond_signal(&e->wake);
+  pthread_mutex_unlock(&e->wake_mu);
+}
+
+/* A push after the check below takes wake_mu to signal, so it cannot fall between the check and
+ * the wait. */
+static void wait_for_work(tsd_engine *e, long us) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   ts.tv_nsec += us * 1000;
@@ -196,10 +225,10 @@ static void wait_for_work(tsd_shared *sh, long us) {
     ts.tv_sec += ts.tv_nsec / 1000000000;
     ts.tv_nsec %= 1000000000;
   }
-  pthread_mutex_lock(&sh->mu);
-  if (!sh->work_head)
-    pthread_cond_timedwait(&sh->wake, &sh->mu, &ts);
-  pthread_mutex_unlock(&sh->mu);
+  pthread_mutex_lock(&e->wake_mu);
+  if (tsd_queue_empty(&e->sh->work))
+    pthread_cond_timedwait(&e->wake, &e->wake_mu, &ts);
+  pthread_mutex_unlock(&e->wake_mu);
 }
 
 int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
@@ -211,13 +240,17 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
   e->sh = opts->shared;
   e->rank = ts_world_rank(e->world);
   e->size = ts_world_size(e->world);
-  e->ordered_keys = calloc(TSD_KEY_RING, sizeof *e->ordered_keys);
-  e->done_keys = calloc(TSD_KEY_RING, sizeof *e->done_keys);
-  int rc = TS_OK;
-  if (!e->ordered_keys || !e->done_keys) {
-    rc = ts_error_set(err, TS_NO_MEMORY, "no memory for the key tables");
+  pthread_mutex_init(&e->wake_mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&e->wake, &ca);
+  pthread_condattr_destroy(&ca);
+  tsd_queue_set_wake(&e->sh->work, engine_wake, e);
+  tsd_seq_hooks hooks = {e, seq_send, seq_run, seq_answer, seq_release};
+  int rc = tsd_seq_create(e->rank, e->size, &hooks, &e->seq, err);
+  if (rc)
     goto out;
-  }
   ts_pool_config pc = {e->cfg->memory_limit, e->cfg->pool_cache, e->cfg->pool_idle_ms,
                        e->cfg->pool_huge != 0};
   ts_pool_configure(&pc);
@@ -231,13 +264,10 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
   int64_t last_busy = now_us();
   while (!e->stopping) {
     bool busy = false;
-    pthread_mutex_lock(&e->sh->mu);
-    tsd_work *list = e->sh->work_head;
-    e->sh->work_head = e->sh->work_tail = NULL;
-    pthread_mutex_unlock(&e->sh->mu);
+    tsd_work *list = (tsd_work *)tsd_queue_take_all(&e->sh->work);
     while (list) {
       tsd_work *w = list;
-      list = list->next;
+      list = (tsd_work *)list->node.next;
       handle_work(e, w);
       busy = true;
     }
@@ -253,12 +283,12 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
       }
       if (got == 0)
         break;
-      tsd_control_message(e, src, tag, buf, len);
+      tsd_seq_message(e->seq, src, tag, buf, len);
       free(buf);
       busy = true;
     }
     ts_control_progress(e->ctl);
-    if (tsd_run_ordered(e) > 0)
+    if (tsd_seq_run(e->seq) > 0)
       busy = true;
     if (busy) {
       idle_us = 0;
@@ -271,37 +301,31 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
       else
         idle_us = idle_us * 2 > IDLE_MAX_US ? IDLE_MAX_US : idle_us * 2;
       ts_pool_trim(false); /* cached buffers idle long enough go back to the OS */
-      wait_for_work(e->sh, idle_us);
+      wait_for_work(e, idle_us);
     }
   }
-  tsd_sequencer_finish(e);
+  finish_sequencer(e);
   /* Work that arrived after the shutdown ran: answer it. */
-  pthread_mutex_lock(&e->sh->mu);
-  tsd_work *list = e->sh->work_head;
-  e->sh->work_head = e->sh->work_tail = NULL;
-  pthread_mutex_unlock(&e->sh->mu);
+  tsd_work *list = (tsd_work *)tsd_queue_take_all(&e->sh->work);
   while (list) {
     tsd_work *w = list;
-    list = list->next;
+    list = (tsd_work *)list->node.next;
     if (!w->conn_closed && !w->signal_shutdown && w->req)
       tsd_reply_status(e, w->conn_id, w->req->id, TS_SHUTDOWN, "the daemon is shutting down");
     tsd_request_free(&w->req);
     free(w);
   }
   TSD_LOG(TSD_LOG_INFO, "engine stopped after %llu collective operations",
-          (unsigned long long)e->collective_ops);
+          (unsigned long long)tsd_seq_ops_run(e->seq));
 out:
-  while (e->conns)
-    tsd_conn_free(e, e->conns->conn_id);
-  tsd_sequencer_free(e);
+  tsd_session_free_all(e);
+  tsd_seq_destroy(&e->seq);
   ts_control_destroy(&e->ctl);
   ts_store_destroy(&e->store);
-  for (int i = 0; i < e->nnames; i++)
-    free(e->names[i]);
-  free(e->names);
   ts_pool_trim(true);
-  free(e->ordered_keys);
-  free(e->done_keys);
+  tsd_queue_set_wake(&e->sh->work, NULL, NULL);
+  pthread_cond_destroy(&e->wake);
+  pthread_mutex_destroy(&e->wake_mu);
   free(e);
   return rc;
 }

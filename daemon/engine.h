@@ -1,66 +1,18 @@
 /* engine.h - the engine's state, shared by engine.c (the thread's loop), sequencer.c (ordering
- * of collective operations by rank 0, idempotency keys, waiting clients), transfer.c (chunked
- * puts and gets per connection) and ops.c (the handlers). Only the engine thread touches it. */
+ * of collective operations by rank 0, idempotency keys, waiting clients: through hooks, it does
+ * not see this struct), session.c (each connection's state), transfer.c (chunked puts and gets
+ * per connection), shm.c (shared segments) and ops.c (the handlers). Only the engine thread
+ * touches it. */
 #ifndef TSD_ENGINE_H
 #define TSD_ENGINE_H
 
 #include "daemon.h"
 #include "ts_comm.h"
 #include "ts_control.h"
+#include "sequencer.h"
 
-#define TSD_KEY_MAX 129
-#define TSD_KEY_RING 1024
-
-/* What one connection holds between its requests. */
-typedef struct tsd_conn_state {
-  struct tsd_conn_state *next;
-  uint64_t conn_id;
-  /* a put (whole or slice) being received */
-  char put_name[TS_NAME_MAX];
-  bool put_active, put_slice;
-  char put_tag[32];
-  ts_box put_box; /* slice puts: the box the staging was sized for */
-  uint8_t *put_buf;
-  uint64_t put_total, put_received;
-  /* a gathered tensor or a slice copy being read */
-  char get_name[TS_NAME_MAX];
-  bool get_active, get_slice;
-  uint8_t *get_buf;
-  uint64_t get_total;
-  /* same-node shared memory (shm.c): the segment, whether get_buf lies in it, and the region a
-   * whole get asked its answer in */
-  struct tsd_shm_seg *shm;
-  bool get_in_shm, get_shm_asked;
-  uint64_t get_shm_offset, get_shm_bytes;
-} tsd_conn_state;
-
-/* A client on this rank waiting for a collective operation. */
-typedef struct tsd_pending {
-  struct tsd_pending *next;
-  uint64_t ticket;   /* this rank's number for the submission */
-  char key[TSD_KEY_MAX];
-  uint64_t hash;     /* of the operation, to catch a key reused for another one */
-  uint64_t conn_id, req_id; /* conn_id 0: the client is gone */
-  int op_case;
-  uint8_t *staging;  /* put: the whole tensor, owned by the operation */
-  uint64_t staging_bytes;
-  uint64_t max_bytes; /* get: the chunk size the client asked for */
-} tsd_pending;
-
-/* An operation in rank 0's order, waiting to run here. */
-typedef struct tsd_ordered {
-  struct tsd_ordered *next;
-  uint64_t seq, ticket, hash;
-  int origin;
-  Tshard__Request *req;
-} tsd_ordered;
-
-typedef struct tsd_key_result {
-  char key[TSD_KEY_MAX];
-  uint64_t hash;
-  int status;
-  char msg[512];
-} tsd_key_result;
+typedef struct tsd_session tsd_session; /* session.c: what one connection holds */
+typedef struct tsd_shm_seg tsd_shm_seg;  /* shm.c */
 
 typedef struct tsd_engine {
   const tsd_config *cfg;
@@ -68,25 +20,15 @@ typedef struct tsd_engine {
   ts_control *ctl;
   ts_store *store;
   tsd_shared *sh;
+  pthread_mutex_t wake_mu; /* the engine waits on wake when idle; the work queue signals it */
+  pthread_cond_t wake;
   int rank, size;
-  tsd_conn_state *conns;
-  tsd_pending *pending;
-  tsd_ordered *exec_head, *exec_tail;
-  uint64_t next_ticket;
-  /* rank 0: the order */
-  uint64_t next_seq;
-  bool shutdown_ordered;
-  char (*ordered_keys)[TSD_KEY_MAX]; /* ring of the keys already ordered */
-  int ordered_keys_next;
-  /* every rank: answers of keyed operations already run */
-  tsd_key_result *done_keys;
-  int done_keys_next;
+  tsd_session *sessions; /* session.c */
+  tsd_seq *seq; /* the order of collective operations (sequencer.c) */
   bool stopping;
   struct tsd_shm_seg *shm_segs; /* live shared-memory segments (shm.c) */
-  char **names;         /* the stored tensors, for list */
-  int nnames, cap_names;
   /* stats */
-  uint64_t ops_answered, collective_ops;
+  uint64_t ops_answered;
   uint64_t strat_runs[TS_STRATEGY_COUNT], strat_sent[TS_STRATEGY_COUNT],
       strat_recv[TS_STRATEGY_COUNT];
 } tsd_engine;
@@ -98,8 +40,6 @@ void tsd_reply_status(tsd_engine *e, uint64_t conn_id, uint64_t req_id, int stat
 /* Whether `extra` more bytes fit the memory limit: the buffer pool's one account (stored slices,
  * put staging, get copies, executor staging; cached buffers give way when the allocation comes). */
 int tsd_memory_check(tsd_engine *e, uint64_t extra, const char *what, ts_error *err);
-void tsd_names_add(tsd_engine *e, const char *name);
-void tsd_names_remove(tsd_engine *e, const char *name);
 
 /* transfer.c */
 /* Whole-tensor buffers (put staging, gathered copies): staging buffers of the pool, which keeps
@@ -107,42 +47,84 @@ void tsd_names_remove(tsd_engine *e, const char *name);
  * fresh pages. tsd_buf_give accepts NULL. */
 void *tsd_buf_take(tsd_engine *e, size_t bytes);
 void tsd_buf_give(tsd_engine *e, void *p, size_t bytes);
-tsd_conn_state *tsd_conn_get(tsd_engine *e, uint64_t conn_id, bool create);
-void tsd_conn_free(tsd_engine *e, uint64_t conn_id);
-void tsd_conn_put_reset(tsd_engine *e, tsd_conn_state *c);
-void tsd_conn_get_reset(tsd_engine *e, tsd_conn_state *c);
+/* The table's local handlers of put, put_slice, get (chunks after the first) and get_slice, and
+ * the answers of a put and a get (its first chunk, from the gathered copy) after they ran. */
 void tsd_handle_put_chunk(tsd_engine *e, tsd_work *w);
 void tsd_handle_put_slice(tsd_engine *e, tsd_work *w);
-void tsd_handle_get_chunk(tsd_engine *e, uint64_t conn_id, const Tshard__Request *req);
+void tsd_handle_get_chunk(tsd_engine *e, tsd_work *w);
 void tsd_handle_get_slice(tsd_engine *e, tsd_work *w);
+void tsd_answer_put(tsd_engine *e, const tsd_pending *w);
+void tsd_answer_get(tsd_engine *e, const tsd_pending *w);
 
-/* sequencer.c */
-/* A validated collective request from a client of this rank (takes the request; for a put the
- * staging moves into the submission). */
+/* session.c: a connection's state, created on first use and freed with the connection. */
+tsd_session *tsd_session_get(tsd_engine *e, uint64_t conn_id, bool create);
+void tsd_session_free(tsd_engine *e, uint64_t conn_id);
+void tsd_session_free_all(tsd_engine *e);
+/* A staged put: what it must match, then its chunks in order. A chunk at offset 0 starts it
+ * (the previous one dropped): the total must be `expected` and fit the memory limit. Any error
+ * drops the put and returns the status with err set. */
+typedef struct tsd_put_target {
+  const char *name;
+  bool slice;
+  const char *tag;   /* slices: the layout the data comes in ("" whole puts) */
+  const ts_box *box; /* slices: the box the staging is sized for */
+  uint64_t expected;
+} tsd_put_target;
+int tsd_session_put_stage(tsd_engine *e, tsd_session *s, const tsd_put_target *t,
+                          uint64_t offset, uint64_t total, const uint8_t *data, size_t len,
+                          ts_error *err);
+uint64_t tsd_session_put_received(const tsd_session *s);
+bool tsd_session_put_done(const tsd_session *s);
+/* Takes the staging of a complete put (and the box it was sized for): the caller owns it. */
+uint8_t *tsd_session_put_take(tsd_session *s, uint64_t *bytes, ts_box *box);
+void tsd_session_put_reset(tsd_engine *e, tsd_session *s);
+/* The copy a get reads (a gathered tensor or a slice copy), in a pool buffer or in the
+ * connection's segment (in_shm); freed after its last byte or with the connection. */
+typedef struct tsd_copy {
+  uint8_t *buf;
+  uint64_t total;
+  bool in_shm;
+} tsd_copy;
+/* Takes buf (unless in_shm). */
+void tsd_session_copy_set(tsd_engine *e, tsd_session *s, const char *name, bool slice,
+                          uint8_t *buf, uint64_t total, bool in_shm);
+/* The copy of `name` (NULL: any name) of that kind, or NULL. s may be NULL. */
+const tsd_copy *tsd_session_copy(const tsd_session *s, const char *name, bool slice);
+void tsd_session_copy_reset(tsd_engine *e, tsd_session *s);
+/* The connection's shared segment (shm.c); setting one releases the previous. */
+tsd_shm_seg *tsd_session_shm(const tsd_session *s);
+void tsd_session_set_shm(tsd_engine *e, tsd_session *s, tsd_shm_seg *seg);
+/* The region a whole get asked its answer in (NULL: none), kept for its answer. */
+void tsd_session_set_get_region(tsd_session *s, const Tshard__ShmData *d);
+const Tshard__ShmData *tsd_session_get_region(const tsd_session *s, Tshard__ShmData *sd);
+
+/* engine.c: hands a validated collective request to the sequencer (see tsd_seq_submit). */
 void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *staging,
                 uint64_t staging_bytes);
-/* A control message from another daemon. */
-void tsd_control_message(tsd_engine *e, int src, int tag, const uint8_t *buf, size_t len);
-/* Runs the ordered operations that have arrived; returns how many ran. */
-int tsd_run_ordered(tsd_engine *e);
-/* After the shutdown operation: answers whoever still waits, says goodbye to rank 0 (rank 0
- * waits for everyone's goodbye). */
-void tsd_sequencer_finish(tsd_engine *e);
-void tsd_sequencer_free(tsd_engine *e);
 
-/* scatter.c: whole-tensor put (root -> slices, written in place) or get (slices -> root) for
- * attributes without partial placements. Collective over the world. */
-bool tsd_attr_has_partial(const ts_attr *a);
-int tsd_scatter_gather(tsd_engine *e, ts_stored *t, int root, void *whole, bool put,
-                       ts_error *err);
-
-/* ops.c: the handlers */
-void tsd_run_local(tsd_engine *e, tsd_work *w);
-/* Runs a collective operation on this rank; origin_entry is this rank's submission when it is
- * the origin. The status and message are the answer; a get fills the connection's copy. */
+/* ops.c: the handlers the table of operations (optable.c) names */
+void tsd_op_catalog(tsd_engine *e, tsd_work *w);
+void tsd_op_plan(tsd_engine *e, tsd_work *w);
+void tsd_op_stats(tsd_engine *e, tsd_work *w);
+int tsd_run_create(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+int tsd_run_put(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+int tsd_run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+int tsd_run_reshard(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+int tsd_run_drop(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+int tsd_run_shutdown(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+void tsd_changes_create(const Tshard__Request *r, const char **name, const char **other,
+                        bool *names);
+void tsd_changes_drop(const Tshard__Request *r, const char **name, const char **other,
+                      bool *names);
+void tsd_changes_reshard(const Tshard__Request *r, const char **name, const char **other,
+                         bool *names);
+/* Runs a collective operation on this rank with its table entry; origin_entry is this rank's
+ * submission when it is the origin. The status and message are the answer; a get fills the
+ * connection's copy. */
 int tsd_run_collective(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin_entry,
                        ts_error *err);
-/* The answer to one waiting client after a collective operation ran. */
+/* The answer to one waiting client after a collective operation ran: the entry's answer when it
+ * succeeded, else the status and message. */
 void tsd_answer_collective(tsd_engine *e, int op_case, const tsd_pending *w, int status,
                            const char *msg);
 

@@ -1,4 +1,4 @@
-/* ops.c - the handlers of the operations, in two tables.
+/* ops.c - the handlers of the operations that the table (optable.c) names.
  *
  * Local handlers (this rank, at once) answer themselves. Collective handlers run on every rank in
  * rank 0's order and return a status that is the same on every rank: each checks locally, then
@@ -94,7 +94,7 @@ static void catalog_refresh(tsd_engine *e, const char *name) {
 
 /* List and describe are answered from the catalog by the loop thread; these answer the ones it
  * left to the engine (busy names, or a connection with requests here), after what came before. */
-static void op_catalog(tsd_engine *e, tsd_work *w) {
+void tsd_op_catalog(tsd_engine *e, tsd_work *w) {
   uint8_t *frame;
   size_t len;
   if (tsd_catalog_answer(&e->sh->catalog, w->req, false, &frame, &len) == 1) {
@@ -110,7 +110,7 @@ static int parse_strategy(const char *s, ts_strategy *out, ts_error *err) {
   return s && s[0] ? ts_strategy_parse(s, out, err) : TS_OK;
 }
 
-static void op_plan(tsd_engine *e, tsd_work *w) {
+void tsd_op_plan(tsd_engine *e, tsd_work *w) {
   const Tshard__PlanRequest *p = w->req->plan;
   ts_error err;
   ts_attr *tgt = NULL;
@@ -144,7 +144,7 @@ static void op_plan(tsd_engine *e, tsd_work *w) {
   ts_attr_destroy(&tgt);
 }
 
-static void op_stats(tsd_engine *e, tsd_work *w) {
+void tsd_op_stats(tsd_engine *e, tsd_work *w) {
   Tshard__Response r = TSHARD__RESPONSE__INIT;
   Tshard__StatsResult s = TSHARD__STATS_RESULT__INIT;
   Tshard__StrategyBytes sb[TS_STRATEGY_COUNT];
@@ -153,7 +153,7 @@ static void op_stats(tsd_engine *e, tsd_work *w) {
   r.result_case = TSHARD__RESPONSE__RESULT_STATS;
   r.stats = &s;
   s.operations = e->ops_answered;
-  s.collective_ops = e->collective_ops;
+  s.collective_ops = tsd_seq_ops_run(e->seq);
   s.tensors = (uint64_t)ts_store_count(e->store);
   ts_pool_stats ps;
   ts_pool_get_stats(&ps);
@@ -179,32 +179,6 @@ static void op_stats(tsd_engine *e, tsd_work *w) {
   s.n_strategies = TS_STRATEGY_COUNT;
   s.strategies = sbp;
   tsd_reply_response(e, w->conn_id, &r);
-}
-
-static void op_put(tsd_engine *e, tsd_work *w) { tsd_handle_put_chunk(e, w); }
-static void op_put_slice(tsd_engine *e, tsd_work *w) { tsd_handle_put_slice(e, w); }
-static void op_get(tsd_engine *e, tsd_work *w) { tsd_handle_get_chunk(e, w->conn_id, w->req); }
-static void op_get_slice(tsd_engine *e, tsd_work *w) { tsd_handle_get_slice(e, w); }
-
-typedef void (*local_handler)(tsd_engine *e, tsd_work *w);
-static const struct {
-  Tshard__Request__OpCase kind;
-  local_handler run;
-} local_ops[] = {
-    {TSHARD__REQUEST__OP_PUT, op_put},       {TSHARD__REQUEST__OP_PUT_SLICE, op_put_slice},
-    {TSHARD__REQUEST__OP_GET, op_get},       {TSHARD__REQUEST__OP_GET_SLICE, op_get_slice},
-    {TSHARD__REQUEST__OP_LIST, op_catalog},  {TSHARD__REQUEST__OP_DESCRIBE, op_catalog},
-    {TSHARD__REQUEST__OP_PLAN, op_plan},     {TSHARD__REQUEST__OP_STATS, op_stats},
-    {TSHARD__REQUEST__OP_SHM_ATTACH, tsd_shm_attach},
-};
-
-void tsd_run_local(tsd_engine *e, tsd_work *w) {
-  for (size_t i = 0; i < sizeof local_ops / sizeof local_ops[0]; i++)
-    if (local_ops[i].kind == w->req->op_case) {
-      local_ops[i].run(e, w);
-      return;
-    }
-  tsd_reply_status(e, w->conn_id, w->req->id, TS_INTERNAL, "operation has no local handler");
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -241,7 +215,7 @@ static int exec_opts(tsd_engine *e, int status, const ts_error *local, ts_exec_o
   return TS_OK;
 }
 
-static int run_create(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
+int tsd_run_create(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
                       ts_error *err) {
   (void)origin;
   const Tshard__CreateRequest *c = op->req->create;
@@ -259,19 +233,15 @@ static int run_create(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
   int rc = agree(e, lst, &lerr, err);
   if (rc && lst == TS_OK)
     ts_store_drop(e->store, c->name, NULL); /* another rank failed: undo here too */
-  if (!rc)
-    tsd_names_add(e, c->name);
   return rc;
 }
 
-static int run_drop(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
+int tsd_run_drop(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
   (void)origin;
   const char *name = op->req->drop->name;
   ts_error lerr;
   ts_error_clear(&lerr);
   int lst = ts_store_drop(e->store, name, &lerr);
-  if (!lst)
-    tsd_names_remove(e, name);
   return agree(e, lst, &lerr, err);
 }
 
@@ -282,7 +252,7 @@ static int one_rank_attr(int rank, ts_attr **out, ts_error *err) {
   return ts_attr_create(out, 1, &shape1, &rank, &r, err);
 }
 
-static int run_put(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
+int tsd_run_put(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
   const char *name = op->req->put->name;
   ts_error lerr;
   ts_error_clear(&lerr);
@@ -299,12 +269,13 @@ static int run_put(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts
                        "the data of the put does not match '%s' (%llu bytes) any more", name,
                        (unsigned long long)bytes);
   int rc;
-  if (!t || !tsd_attr_has_partial(t->attr)) {
+  if (!t || !ts_attr_has_partial(t->attr)) {
     if ((rc = agree(e, lst, &lerr, err)))
       return rc;
     /* the data is checked and complete: write in place */
-    return tsd_scatter_gather(e, t, op->origin, op->origin == e->rank ? origin->staging : NULL,
-                              true, err);
+    return ts_scatter_gather(e->world, t, op->origin,
+                             op->origin == e->rank ? origin->staging : NULL, true,
+                             e->cfg->staging, err);
   }
   /* Through the executor, whose first agreement (over the world) takes this rank's checks. */
   ts_attr *src_attr = NULL;
@@ -349,13 +320,13 @@ static int run_put(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts
   return rc;
 }
 
-static int run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
+int tsd_run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
   const char *name = op->req->get->name;
   ts_error lerr;
   ts_error_clear(&lerr);
   ts_stored *t = ts_store_find(e->store, name);
   int lst = t ? TS_OK : ts_error_set(&lerr, TS_NOT_FOUND, "no tensor named '%s'", name);
-  tsd_conn_state *c = NULL;
+  tsd_session *c = NULL;
   uint8_t *in_shm = NULL; /* the gather goes straight into the client's shared segment */
   uint64_t bytes = 0;
   if (t) {
@@ -364,15 +335,14 @@ static int run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts
       bytes *= (uint64_t)t->shape[d];
   }
   if (!lst && op->origin == e->rank) {
-    c = origin && origin->conn_id ? tsd_conn_get(e, origin->conn_id, true) : NULL;
-    if (c)
-      tsd_conn_get_reset(e, c);
-    in_shm = tsd_attr_has_partial(t->attr) ? NULL : tsd_shm_gather_target(c, op->req->get, bytes);
+    c = origin && origin->conn_id ? tsd_session_get(e, origin->conn_id, true) : NULL;
+    tsd_session_copy_reset(e, c);
+    in_shm = ts_attr_has_partial(t->attr) ? NULL : tsd_shm_gather_target(c, op->req->get, bytes);
     if (!in_shm)
       lst = tsd_memory_check(e, bytes, "the gathered tensor", &lerr);
   }
   int rc;
-  if (!t || !tsd_attr_has_partial(t->attr)) {
+  if (!t || !ts_attr_has_partial(t->attr)) {
     if ((rc = agree(e, lst, &lerr, err)))
       return rc;
     uint8_t *whole = NULL;
@@ -383,14 +353,9 @@ static int run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts
     }
     if ((rc = agree(e, lst, &lerr, err)))
       return rc;
-    rc = tsd_scatter_gather(e, t, op->origin, whole, false, err);
+    rc = ts_scatter_gather(e->world, t, op->origin, whole, false, e->cfg->staging, err);
     if (rc == TS_OK && c) {
-      c->get_buf = whole;
-      c->get_total = bytes;
-      c->get_active = true;
-      c->get_slice = false;
-      c->get_in_shm = in_shm != NULL;
-      snprintf(c->get_name, sizeof c->get_name, "%s", name);
+      tsd_session_copy_set(e, c, name, false, whole, bytes, in_shm != NULL);
     } else if (!in_shm) {
       tsd_buf_give(e, whole, bytes);
     }
@@ -414,11 +379,7 @@ static int run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts
   if (rc == TS_OK) {
     record(e, &rep);
     if (op->origin == e->rank && c && out.bytes == bytes) {
-      c->get_buf = out.data;
-      c->get_total = bytes;
-      c->get_active = true;
-      c->get_slice = false;
-      snprintf(c->get_name, sizeof c->get_name, "%s", name);
+      tsd_session_copy_set(e, c, name, false, out.data, bytes, false);
       ts_pool_set_staging(out.data, true); /* a get copy now, no longer a slice */
     } else {
       ts_shard_free_tensor(&out); /* the asking client is gone */
@@ -432,7 +393,7 @@ static int run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts
 /* Prepare here (the request, the tensor, the copy that keeps the source) without agreeing: the
  * store's reshard carries a failure into its one agreement over the world, then transfers and
  * agrees once more to commit, so every rank records the same outcome. */
-static int run_reshard(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
+int tsd_run_reshard(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
                        ts_error *err) {
   (void)origin;
   const Tshard__ReshardRequest *q = op->req->reshard;
@@ -469,17 +430,13 @@ static int run_reshard(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin
                                   err);
   if (rc == TS_OK)
     record(e, &rep);
-  if (copied) {
-    if (rc)
-      ts_store_drop(e->store, target, NULL);
-    else
-      tsd_names_add(e, target);
-  }
+  if (copied && rc)
+    ts_store_drop(e->store, target, NULL);
   ts_attr_destroy(&tgt);
   return rc;
 }
 
-static int run_shutdown(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
+int tsd_run_shutdown(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
                         ts_error *err) {
   (void)op, (void)origin, (void)err;
   TSD_LOG(TSD_LOG_INFO, "shutdown requested (operation %llu)", (unsigned long long)op->seq);
@@ -487,90 +444,47 @@ static int run_shutdown(tsd_engine *e, const tsd_ordered *op, tsd_pending *origi
   return TS_OK;
 }
 
-typedef int (*collective_handler)(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
-                                  ts_error *err);
-static const struct {
-  Tshard__Request__OpCase kind;
-  collective_handler run;
-} collective_ops[] = {
-    {TSHARD__REQUEST__OP_CREATE, run_create},   {TSHARD__REQUEST__OP_PUT, run_put},
-    {TSHARD__REQUEST__OP_GET, run_get},         {TSHARD__REQUEST__OP_RESHARD, run_reshard},
-    {TSHARD__REQUEST__OP_DROP, run_drop},       {TSHARD__REQUEST__OP_SHUTDOWN, run_shutdown},
-};
+/* The names each operation may change (busy in the catalog while it runs). */
+void tsd_changes_create(const Tshard__Request *r, const char **name, const char **other,
+                        bool *names) {
+  *name = r->create->name, *other = NULL, *names = true;
+}
 
-/* The names an operation may change, and whether it may change the list of names. */
-static bool changes_metadata(const Tshard__Request *r, const char **name, const char **other,
-                             bool *names) {
-  *name = *other = NULL;
-  *names = false;
-  switch (r->op_case) {
-  case TSHARD__REQUEST__OP_CREATE:
-    *name = r->create->name, *names = true;
-    return true;
-  case TSHARD__REQUEST__OP_DROP:
-    *name = r->drop->name, *names = true;
-    return true;
-  case TSHARD__REQUEST__OP_RESHARD:
-    *name = r->reshard->name, *other = r->reshard->keep_source_as;
-    *names = (*other)[0] != '\0';
-    return true;
-  default:
-    return false;
-  }
+void tsd_changes_drop(const Tshard__Request *r, const char **name, const char **other,
+                      bool *names) {
+  *name = r->drop->name, *other = NULL, *names = true;
+}
+
+void tsd_changes_reshard(const Tshard__Request *r, const char **name, const char **other,
+                         bool *names) {
+  *name = r->reshard->name, *other = r->reshard->keep_source_as;
+  *names = (*other)[0] != '\0';
 }
 
 int tsd_run_collective(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
                        ts_error *err) {
-  for (size_t i = 0; i < sizeof collective_ops / sizeof collective_ops[0]; i++)
-    if (collective_ops[i].kind == op->req->op_case) {
-      const char *name, *other;
-      bool names;
-      if (!changes_metadata(op->req, &name, &other, &names))
-        return collective_ops[i].run(e, op, origin, err);
-      tsd_catalog_begin(&e->sh->catalog, name, other, names);
-      int rc = collective_ops[i].run(e, op, origin, err);
-      catalog_refresh(e, name);
-      catalog_refresh(e, other);
-      tsd_catalog_end(&e->sh->catalog);
-      return rc;
-    }
-  /* Rank 0 only orders validated operations; every rank refuses the same way. */
-  return ts_error_set(err, TS_UNSUPPORTED, "operation %s is not collective",
-                      tsd_op_name(op->req->op_case));
+  const tsd_op *entry = tsd_op_find((int)op->req->op_case);
+  if (!entry || !entry->run_collective) /* rank 0 orders validated operations only */
+    return ts_error_set(err, TS_UNSUPPORTED, "operation %s is not collective",
+                        tsd_op_name(op->req->op_case));
+  if (!entry->changes)
+    return entry->run_collective(e, op, origin, err);
+  const char *name, *other;
+  bool names;
+  entry->changes(op->req, &name, &other, &names);
+  tsd_catalog_begin(&e->sh->catalog, name, other, names);
+  int rc = entry->run_collective(e, op, origin, err);
+  catalog_refresh(e, name);
+  catalog_refresh(e, other);
+  tsd_catalog_end(&e->sh->catalog);
+  return rc;
 }
 
 void tsd_answer_collective(tsd_engine *e, int op_case, const tsd_pending *w, int status,
                            const char *msg) {
-  if (status == TS_OK && op_case == TSHARD__REQUEST__OP_GET) {
-    tsd_conn_state *c = w->conn_id ? tsd_conn_get(e, w->conn_id, false) : NULL;
-    if (w->conn_id && !(c && c->get_active)) {
-      tsd_reply_status(e, w->conn_id, w->req_id, TS_INTERNAL, "the gathered copy is missing");
-      return;
-    }
-    if (c) {
-      Tshard__Request req = TSHARD__REQUEST__INIT;
-      Tshard__GetRequest g = TSHARD__GET_REQUEST__INIT;
-      req.id = w->req_id;
-      req.op_case = TSHARD__REQUEST__OP_GET;
-      req.get = &g;
-      Tshard__ShmData sd = TSHARD__SHM_DATA__INIT;
-      g.name = c->get_name;
-      g.max_bytes = w->max_bytes;
-      tsd_shm_get_request(c, &g, &sd);
-      tsd_handle_get_chunk(e, w->conn_id, &req);
-    }
-    return; /* without the state the client is gone */
-  }
-  if (status == TS_OK && op_case == TSHARD__REQUEST__OP_PUT) {
-    Tshard__Response r = TSHARD__RESPONSE__INIT;
-    Tshard__PutResult pr = TSHARD__PUT_RESULT__INIT;
-    r.id = w->req_id;
-    r.result_case = TSHARD__RESPONSE__RESULT_PUT;
-    r.put = &pr;
-    pr.received = w->staging_bytes;
-    pr.done = true;
-    tsd_reply_response(e, w->conn_id, &r);
-    return;
-  }
-  tsd_reply_status(e, w->conn_id, w->req_id, status, status == TS_OK ? "" : msg);
+  const tsd_op *entry = tsd_op_find(op_case);
+  if (status == TS_OK && entry && entry->answer)
+    entry->answer(e, w);
+  else
+    tsd_reply_status(e, w->conn_id, w->req_id, status, status == TS_OK ? "" : msg);
 }

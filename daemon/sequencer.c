@@ -19,16 +19,49 @@
  * before sending them (protobuf-c keeps unknown fields and writes them back, so a request that
  * decoded once may not decode again), and when rank 0 still cannot order one (it does not decode
  * there, no memory) it sends REFUSE back to the submitting rank, which answers its clients with
- * the reason and frees what they held (a put's staging). */
-#include <errno.h>
+ * the reason and frees what they held (a put's staging).
+ *
+ * Nothing here knows MPI or the engine (sequencer.h): messages go out through the send hook and
+ * come in through tsd_seq_message, ordered operations are run through the run hook and clients
+ * answered through the answer hook, so tests drive several ranks in one process. A request is
+ * identified by the xxHash (XXH3, 64 bits) of its forwarded bytes. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "engine.h"
-#include "shm.h"
+#include <xxhash.h>
 
-enum { TAG_SUBMIT = 1, TAG_ORDER = 2, TAG_BYE = 3, TAG_REFUSE = 4 };
+#include "sequencer.h"
+
+#define TAG_SUBMIT TSD_SEQ_SUBMIT
+#define TAG_ORDER TSD_SEQ_ORDER
+#define TAG_BYE TSD_SEQ_BYE
+#define TAG_REFUSE TSD_SEQ_REFUSE
+
+typedef struct tsd_key_result {
+  char key[TSD_KEY_MAX];
+  uint64_t hash;
+  int status;
+  char msg[512];
+} tsd_key_result;
+
+struct tsd_seq {
+  tsd_seq_hooks h;
+  int rank, size;
+  tsd_pending *pending;
+  tsd_ordered *exec_head, *exec_tail;
+  uint64_t next_ticket;
+  bool stopped; /* a shutdown ran here */
+  uint64_t ops_run;
+  /* rank 0: the order */
+  uint64_t next_seq;
+  bool shutdown_ordered;
+  char (*ordered_keys)[TSD_KEY_MAX]; /* ring of the keys already ordered */
+  int ordered_keys_next;
+  int byes;
+  /* every rank: answers of keyed operations already run */
+  tsd_key_result *done_keys;
+  int done_keys_next;
+};
 #define SUBMIT_HEADER 16 /* ticket, hash */
 #define ORDER_HEADER 32  /* seq, origin, ticket, hash */
 #define REFUSE_HEADER 16 /* ticket, status; then the message */
@@ -38,13 +71,6 @@ static uint64_t get_u64(const uint8_t *p) {
   uint64_t v;
   memcpy(&v, p, 8);
   return v;
-}
-
-static uint64_t fnv1a(const uint8_t *p, size_t n) {
-  uint64_t h = 1469598103934665603ULL;
-  for (size_t i = 0; i < n; i++)
-    h = (h ^ p[i]) * 1099511628211ULL;
-  return h;
 }
 
 /* Packs the request as forwarded: no id, no token (they are this client's). */
@@ -57,19 +83,38 @@ static uint8_t *pack_forwarded(Tshard__Request *req, size_t *len, uint64_t *hash
   uint8_t *buf = malloc(*len ? *len : 1);
   if (buf) {
     tshard__request__pack(req, buf);
-    *hash = fnv1a(buf, *len);
+    *hash = XXH3_64bits(buf, *len);
   }
   req->id = id;
   req->token = token;
   return buf;
 }
 
-static void pending_free(tsd_engine *e, tsd_pending *p) {
-  tsd_staging_give(e, p->staging, p->staging_bytes);
+static void pending_free(tsd_seq *e, tsd_pending *p) {
+  if (p->staging)
+    e->h.release(e->h.ctx, p->staging, p->staging_bytes);
   free(p);
 }
 
-static const tsd_key_result *done_key(const tsd_engine *e, const char *key) {
+static void reply_status(tsd_seq *e, uint64_t conn_id, uint64_t req_id, int op_case, int status,
+                         const char *msg) {
+  tsd_pending w;
+  memset(&w, 0, sizeof w);
+  w.conn_id = conn_id;
+  w.req_id = req_id;
+  w.op_case = op_case;
+  e->h.answer(e->h.ctx, op_case, &w, status, msg);
+}
+
+static void enqueue(tsd_seq *e, tsd_ordered *op) {
+  if (e->exec_tail)
+    e->exec_tail->next = op;
+  else
+    e->exec_head = op;
+  e->exec_tail = op;
+}
+
+static const tsd_key_result *done_key(const tsd_seq *e, const char *key) {
   for (int i = 0; i < TSD_KEY_RING; i++)
     if (e->done_keys[i].key[0] && strcmp(e->done_keys[i].key, key) == 0)
       return &e->done_keys[i];
@@ -84,7 +129,7 @@ static void key_mismatch(char *msg, size_t cap, const char *key) {
 
 /* Answers and forgets this rank's clients waiting for a submission that will never run: the one
  * with the ticket, and those that joined it with the same key. */
-static void answer_refused(tsd_engine *e, uint64_t ticket, int status, const char *msg) {
+static void answer_refused(tsd_seq *e, uint64_t ticket, int status, const char *msg) {
   tsd_pending *sub = NULL;
   for (tsd_pending *q = e->pending; q; q = q->next)
     if (q->ticket == ticket)
@@ -97,7 +142,7 @@ static void answer_refused(tsd_engine *e, uint64_t ticket, int status, const cha
   while (*pp) {
     tsd_pending *q = *pp;
     if (q == sub || (key[0] && strcmp(q->key, key) == 0)) {
-      tsd_answer_collective(e, q->op_case, q, status, msg);
+      e->h.answer(e->h.ctx, q->op_case, q, status, msg);
       *pp = q->next;
       pending_free(e, q);
     } else {
@@ -107,7 +152,7 @@ static void answer_refused(tsd_engine *e, uint64_t ticket, int status, const cha
 }
 
 /* Rank 0: a submission it cannot order goes back to its rank with the reason. */
-static void refuse(tsd_engine *e, int origin, uint64_t ticket, int status, const char *msg) {
+static void refuse(tsd_seq *e, int origin, uint64_t ticket, int status, const char *msg) {
   TSD_LOG(TSD_LOG_WARN, "refusing an operation of rank %d: %s", origin, msg);
   if (origin == e->rank) {
     answer_refused(e, ticket, status, msg);
@@ -123,12 +168,12 @@ static void refuse(tsd_engine *e, int origin, uint64_t ticket, int status, const
   put_u64(m, ticket);
   put_u64(m + 8, (uint64_t)(int64_t)status);
   memcpy(m + REFUSE_HEADER, msg, n);
-  if (ts_control_send(e->ctl, origin, TAG_REFUSE, m, REFUSE_HEADER + n, &err))
+  if (e->h.send(e->h.ctx, origin, TAG_REFUSE, m, REFUSE_HEADER + n, &err))
     TSD_LOG(TSD_LOG_ERROR, "cannot refuse an operation of rank %d: %s", origin, err.msg);
   free(m);
 }
 
-static void order(tsd_engine *e, int origin, uint64_t ticket, uint64_t hash, const uint8_t *body,
+static void order(tsd_seq *e, int origin, uint64_t ticket, uint64_t hash, const uint8_t *body,
                   size_t len) {
   if (e->shutdown_ordered)
     return; /* its clients are answered TS_SHUTDOWN by their own daemon */
@@ -170,20 +215,16 @@ static void order(tsd_engine *e, int origin, uint64_t ticket, uint64_t hash, con
   put_u64(msg + 24, hash);
   memcpy(msg + ORDER_HEADER, body, len);
   for (int r = 1; r < e->size; r++)
-    if (ts_control_send(e->ctl, r, TAG_ORDER, msg, ORDER_HEADER + len, &err))
+    if (e->h.send(e->h.ctx, r, TAG_ORDER, msg, ORDER_HEADER + len, &err))
       TSD_LOG(TSD_LOG_ERROR, "cannot send operation %llu to rank %d: %s",
               (unsigned long long)op->seq, r, err.msg);
   free(msg);
   if (req->op_case == TSHARD__REQUEST__OP_SHUTDOWN)
     e->shutdown_ordered = true;
-  if (e->exec_tail)
-    e->exec_tail->next = op;
-  else
-    e->exec_head = op;
-  e->exec_tail = op;
+  enqueue(e, op);
 }
 
-void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *staging,
+void tsd_seq_submit(tsd_seq *e, uint64_t conn_id, Tshard__Request *req, uint8_t *staging,
                 uint64_t staging_bytes) {
   if (req->op_case == TSHARD__REQUEST__OP_GET && req->idempotency_key[0]) {
     /* a gather goes to the asking rank: a key would make no sense across ranks */
@@ -208,8 +249,9 @@ void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *
                "with an invalid number, such as 0, is the usual cause): drop unknown fields");
     free(p);
     free(body);
-    tsd_staging_give(e, staging, staging_bytes);
-    tsd_reply_status(e, conn_id, req->id, drc, derr.msg);
+    if (staging)
+      e->h.release(e->h.ctx, staging, staging_bytes);
+    reply_status(e, conn_id, req->id, (int)req->op_case, drc, derr.msg);
     tsd_request_free(&req);
     return;
   }
@@ -228,7 +270,7 @@ void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *
       char msg[512];
       if (done->hash != hash)
         key_mismatch(msg, sizeof msg, p->key);
-      tsd_answer_collective(e, p->op_case, p, done->hash == hash ? done->status
+      e->h.answer(e->h.ctx, p->op_case, p, done->hash == hash ? done->status
                                                                  : TS_INVALID_ARGUMENT,
                             done->hash == hash ? done->msg : msg);
       pending_free(e, p);
@@ -258,12 +300,12 @@ void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *
       put_u64(msg, p->ticket);
       put_u64(msg + 8, hash);
       memcpy(msg + SUBMIT_HEADER, body, len);
-      rc = ts_control_send(e->ctl, 0, TAG_SUBMIT, msg, SUBMIT_HEADER + len, &err);
+      rc = e->h.send(e->h.ctx, 0, TAG_SUBMIT, msg, SUBMIT_HEADER + len, &err);
       free(msg);
     }
     if (rc) {
       e->pending = p->next;
-      tsd_reply_status(e, conn_id, req->id, rc, err.msg);
+      e->h.answer(e->h.ctx, p->op_case, p, rc, err.msg);
       pending_free(e, p);
     }
   }
@@ -271,7 +313,7 @@ void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *
   tsd_request_free(&req);
 }
 
-void tsd_control_message(tsd_engine *e, int src, int tag, const uint8_t *buf, size_t len) {
+void tsd_seq_message(tsd_seq *e, int src, int tag, const uint8_t *buf, size_t len) {
   if (tag == TAG_SUBMIT && e->rank == 0 && len >= SUBMIT_HEADER) {
     order(e, src, get_u64(buf), get_u64(buf + 8), buf + SUBMIT_HEADER, len - SUBMIT_HEADER);
   } else if (tag == TAG_ORDER && src == 0 && len >= ORDER_HEADER) {
@@ -290,11 +332,7 @@ void tsd_control_message(tsd_engine *e, int src, int tag, const uint8_t *buf, si
     op->ticket = get_u64(buf + 16);
     op->hash = get_u64(buf + 24);
     op->req = req;
-    if (e->exec_tail)
-      e->exec_tail->next = op;
-    else
-      e->exec_head = op;
-    e->exec_tail = op;
+    enqueue(e, op);
   } else if (tag == TAG_REFUSE && src == 0 && len >= REFUSE_HEADER) {
     char msg[512];
     size_t n = len - REFUSE_HEADER < sizeof msg - 1 ? len - REFUSE_HEADER : sizeof msg - 1;
@@ -302,14 +340,16 @@ void tsd_control_message(tsd_engine *e, int src, int tag, const uint8_t *buf, si
     msg[n] = '\0';
     int status = (int)(int64_t)get_u64(buf + 8);
     answer_refused(e, get_u64(buf), status > TS_OK ? status : TS_INTERNAL, msg);
-  } else if (tag != TAG_BYE) {
+  } else if (tag == TAG_BYE && e->rank == 0) {
+    e->byes++;
+  } else {
     TSD_LOG(TSD_LOG_WARN, "ignoring a control message with tag %d from rank %d", tag, src);
   }
 }
 
-int tsd_run_ordered(tsd_engine *e) {
+int tsd_seq_run(tsd_seq *e) {
   int ran = 0;
-  while (e->exec_head && !e->stopping) {
+  while (e->exec_head && !e->stopped) {
     tsd_ordered *op = e->exec_head;
     e->exec_head = op->next;
     if (!e->exec_head)
@@ -321,10 +361,12 @@ int tsd_run_ordered(tsd_engine *e) {
           origin = q;
     ts_error err;
     ts_error_clear(&err);
-    e->collective_ops++;
+    e->ops_run++;
     TSD_LOG(TSD_LOG_DEBUG, "operation %llu (%s from rank %d) starts", (unsigned long long)op->seq,
             tsd_op_name(op->req->op_case), op->origin);
-    int status = tsd_run_collective(e, op, origin, &err);
+    int status = e->h.run(e->h.ctx, op, origin, &err);
+    if (op->req->op_case == TSHARD__REQUEST__OP_SHUTDOWN)
+      e->stopped = true;
     const char *key = op->req->idempotency_key;
     TSD_LOG(TSD_LOG_DEBUG, "operation %llu (%s from rank %d) -> %s", (unsigned long long)op->seq,
             tsd_op_name(op->req->op_case), op->origin, ts_status_name(status));
@@ -340,7 +382,7 @@ int tsd_run_ordered(tsd_engine *e) {
       char msg[512];
       if (q->hash != op->hash)
         key_mismatch(msg, sizeof msg, key);
-      tsd_answer_collective(e, (int)op->req->op_case, q,
+      e->h.answer(e->h.ctx, (int)op->req->op_case, q,
                             q->hash == op->hash ? status : TS_INVALID_ARGUMENT,
                             q->hash == op->hash ? err.msg : msg);
       *pp = q->next;
@@ -361,49 +403,51 @@ int tsd_run_ordered(tsd_engine *e) {
   return ran;
 }
 
-static void nap_ms(int ms) {
-  struct timespec ts = {0, ms * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
-void tsd_sequencer_finish(tsd_engine *e) {
+void tsd_seq_finish(tsd_seq *e) {
   while (e->pending) {
     tsd_pending *q = e->pending;
     e->pending = q->next;
-    tsd_reply_status(e, q->conn_id, q->req_id, TS_SHUTDOWN,
-                     "the daemon shut down before this operation ran");
+    e->h.answer(e->h.ctx, q->op_case, q, TS_SHUTDOWN,
+                "the daemon shut down before this operation ran");
     pending_free(e, q);
   }
   ts_error err;
-  if (e->rank != 0) {
-    if (ts_control_send(e->ctl, 0, TAG_BYE, NULL, 0, &err))
-      TSD_LOG(TSD_LOG_ERROR, "cannot say goodbye to rank 0: %s", err.msg);
-  } else {
-    int byes = 0;
-    for (int waited = 0; byes < e->size - 1 && waited < 60000;) {
-      int src, tag;
-      void *buf;
-      size_t len;
-      int got = ts_control_poll(e->ctl, &src, &tag, &buf, &len, &err);
-      if (got < 0)
-        break;
-      if (got == 1) {
-        byes += tag == TAG_BYE;
-        free(buf); /* late submissions: their daemons answered them already */
-      } else {
-        nap_ms(1);
-        waited++;
-      }
-    }
-    if (byes < e->size - 1)
-      TSD_LOG(TSD_LOG_WARN, "only %d of %d ranks said goodbye", byes, e->size - 1);
-  }
-  if (ts_control_flush(e->ctl, 30000, &err))
-    TSD_LOG(TSD_LOG_WARN, "%s", err.msg);
+  if (e->rank != 0 && e->h.send(e->h.ctx, 0, TAG_BYE, NULL, 0, &err))
+    TSD_LOG(TSD_LOG_ERROR, "cannot say goodbye to rank 0: %s", err.msg);
 }
 
-void tsd_sequencer_free(tsd_engine *e) {
+bool tsd_seq_all_gone(const tsd_seq *e) { return e->rank != 0 || e->byes >= e->size - 1; }
+bool tsd_seq_stopped(const tsd_seq *e) { return e->stopped; }
+uint64_t tsd_seq_ops_run(const tsd_seq *e) { return e->ops_run; }
+
+void tsd_seq_forget_conn(tsd_seq *e, uint64_t conn_id) {
+  for (tsd_pending *p = e->pending; p; p = p->next)
+    if (p->conn_id == conn_id)
+      p->conn_id = 0;
+}
+
+int tsd_seq_create(int rank, int size, const tsd_seq_hooks *hooks, tsd_seq **out, ts_error *err) {
+  *out = NULL;
+  tsd_seq *e = calloc(1, sizeof *e);
+  if (e) {
+    e->ordered_keys = calloc(TSD_KEY_RING, sizeof *e->ordered_keys);
+    e->done_keys = calloc(TSD_KEY_RING, sizeof *e->done_keys);
+  }
+  if (!e || !e->ordered_keys || !e->done_keys) {
+    tsd_seq_destroy(&e);
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for the sequencer's key tables");
+  }
+  e->h = *hooks;
+  e->rank = rank;
+  e->size = size;
+  *out = e;
+  return TS_OK;
+}
+
+void tsd_seq_destroy(tsd_seq **ps) {
+  if (!ps || !*ps)
+    return;
+  tsd_seq *e = *ps;
   while (e->pending) {
     tsd_pending *q = e->pending;
     e->pending = q->next;
@@ -415,5 +459,8 @@ void tsd_sequencer_free(tsd_engine *e) {
     tsd_request_free(&op->req);
     free(op);
   }
-  e->exec_tail = NULL;
+  free(e->ordered_keys);
+  free(e->done_keys);
+  free(e);
+  *ps = NULL;
 }

@@ -2,9 +2,10 @@
  * the engine's answers.
  *
  * Per connection: read the 4-byte length, check it against the maximum frame, then read exactly
- * that many bytes into a buffer allocated for it; decode and validate the Request; answer ping
- * and refusals here, answer list and describe from the engine's catalog (catalog.c), hand
- * everything else to the engine, and stop reading from a connection
+ * that many bytes into a buffer allocated for it; decode the Request and validate it with its
+ * entry in the table of operations (optable.c); answer refusals here, and the operations whose
+ * scope is the loop (ping) or the catalog (list and describe, catalog.c), hand everything else
+ * to the engine, and stop reading from a connection
  * while TSD_MAX_INFLIGHT of its requests are with the engine (two: a client may send the next
  * chunk while the engine stores the previous one; the bound caps what a client can make the
  * daemon hold). The engine answers a connection's requests in order; refusals and pings from
@@ -82,6 +83,7 @@ struct tsd_server {
   conn *conns;
   uint64_t next_id, nconns;
   tsd_limits lim;
+  tsd_loop_info info;
   int64_t frame_bytes;  /* buffers of frames being received, all connections */
   int64_t frame_budget; /* their bound: TSD_FRAME_BUDGET maximum frames */
 };
@@ -176,20 +178,18 @@ static bool token_ok(const char *given, const char *want) {
   return diff == 0;
 }
 
-static void reply_ping(conn *c, const Tshard__Request *req) {
+int tsd_loop_ping(const tsd_loop_info *info, const Tshard__Request *req, uint8_t **frame,
+                  size_t *len) {
   Tshard__Response r = TSHARD__RESPONSE__INIT;
   Tshard__PingResult p = TSHARD__PING_RESULT__INIT;
   r.id = req->id;
   r.result_case = TSHARD__RESPONSE__RESULT_PING;
   r.ping = &p;
-  p.rank = c->srv->rank;
-  p.world_size = c->srv->size;
-  p.job = (char *)c->srv->cfg->job;
-  p.max_frame = (uint64_t)c->srv->cfg->max_frame;
-  uint8_t *frame;
-  size_t len;
-  if (tsd_response_frame(&r, &frame, &len, NULL) == TS_OK)
-    conn_write(c, frame, len);
+  p.rank = info->rank;
+  p.world_size = info->world_size;
+  p.job = (char *)info->job;
+  p.max_frame = (uint64_t)info->max_frame;
+  return tsd_response_frame(&r, frame, len, NULL) == TS_OK ? 1 : -1;
 }
 
 static void process_frame(conn *c) {
@@ -223,34 +223,35 @@ static void process_frame(conn *c) {
     }
     c->authed = true;
   }
-  tsd_scope scope;
-  if ((rc = tsd_request_validate(req, &s->lim, &scope, &err))) {
+  const tsd_op *op;
+  if ((rc = tsd_request_validate(req, &s->lim, &op, &err))) {
     TSD_LOG(TSD_LOG_DEBUG, "refused %s from connection %llu: %s", tsd_op_name(req->op_case),
             (unsigned long long)c->id, err.msg);
     conn_reply_error(c, req->id, rc, err.msg, false);
     tsd_request_free(&req);
     return;
   }
-  if (req->op_case == TSHARD__REQUEST__OP_SHM_ATTACH && c->is_tcp) {
+  if (op->unix_only && c->is_tcp) {
     conn_reply_error(c, req->id, TS_UNSUPPORTED, "shared memory needs a Unix socket connection "
                      "on the daemon's node; over TCP the data travels in the frames", false);
     tsd_request_free(&req);
     return;
   }
-  if (scope == TSD_SCOPE_LOOP) {
-    reply_ping(c, req);
-    tsd_request_free(&req);
-    return;
-  }
-  if ((req->op_case == TSHARD__REQUEST__OP_LIST || req->op_case == TSHARD__REQUEST__OP_DESCRIBE) &&
-      c->inflight == 0) { /* from the engine's catalog, unless it is changing those names */
+  tsd_scope scope = tsd_op_scope(op, req);
+  /* Ping here; list and describe from the engine's catalog unless it is changing those names
+   * or this connection has requests with the engine (its answers keep their order). */
+  if (scope == TSD_SCOPE_LOOP || (scope == TSD_SCOPE_CATALOG && c->inflight == 0)) {
     uint8_t *frame;
     size_t flen;
-    if (tsd_catalog_answer(&s->sh->catalog, req, true, &frame, &flen) == 1) {
+    int got = op->run_loop(&s->info, req, &frame, &flen);
+    if (got == 1)
       conn_write(c, frame, flen);
+    else if (scope == TSD_SCOPE_LOOP)
+      conn_reply_error(c, req->id, TS_NO_MEMORY, "no memory for the answer", false);
+    if (got == 1 || scope == TSD_SCOPE_LOOP) {
       tsd_request_free(&req);
       return;
-    }
+    } /* else the engine answers it (busy names, no memory) */
   }
   tsd_work *w = calloc(1, sizeof *w);
   if (!w) {
@@ -260,6 +261,7 @@ static void process_frame(conn *c) {
   }
   w->conn_id = c->id;
   w->req = req;
+  w->op = op;
   w->scope = scope;
   if (++c->inflight >= TSD_MAX_INFLIGHT)
     uv_read_stop(&c->h.stream);
@@ -401,13 +403,10 @@ static void conn_write_fd(conn *c, tsd_reply *r) {
 }
 
 static void deliver_replies(tsd_server *s) {
-  pthread_mutex_lock(&s->sh->mu);
-  tsd_reply *list = s->sh->reply_head;
-  s->sh->reply_head = s->sh->reply_tail = NULL;
-  pthread_mutex_unlock(&s->sh->mu);
+  tsd_reply *list = (tsd_reply *)tsd_queue_take_all(&s->sh->replies);
   while (list) {
     tsd_reply *r = list;
-    list = r->next;
+    list = (tsd_reply *)r->node.next;
     conn *c = find_conn(s, r->conn_id);
     if (c && !c->closing) {
       if (r->fd >= 0)
@@ -516,9 +515,10 @@ static void *loop_main(void *arg) {
   return NULL;
 }
 
-void tsd_server_wake(tsd_server *s) {
-  if (s)
-    uv_async_send(&s->async);
+/* The reply queue's wake callback. */
+static void loop_wake(void *ctx) {
+  tsd_server *s = ctx;
+  uv_async_send(&s->async);
 }
 
 /* A live daemon already answers on path: refuse to steal it; a stale file is removed. */
@@ -553,6 +553,11 @@ int tsd_server_start(tsd_server_opts *o, tsd_server **out, ts_error *err) {
   s->size = o->world_size;
   s->lim.world_size = o->world_size;
   s->lim.max_frame = o->cfg->max_frame;
+  s->info.rank = o->rank;
+  s->info.world_size = o->world_size;
+  s->info.job = o->cfg->job;
+  s->info.max_frame = o->cfg->max_frame;
+  s->info.catalog = &o->shared->catalog;
   s->frame_budget = TSD_FRAME_BUDGET * o->cfg->max_frame;
   int n = snprintf(s->path, sizeof s->path, "%s/tshard-%s-%d.sock", o->cfg->socket_dir,
                    o->cfg->job, o->rank);
@@ -612,7 +617,9 @@ int tsd_server_start(tsd_server_opts *o, tsd_server **out, ts_error *err) {
   uv_signal_start(&s->sigterm, on_signal, SIGTERM);
   uv_signal_start(&s->sigint, on_signal, SIGINT);
   s->sh->server = s;
+  tsd_queue_set_wake(&s->sh->replies, loop_wake, s);
   if (pthread_create(&s->thread, NULL, loop_main, s) != 0) {
+    tsd_queue_set_wake(&s->sh->replies, NULL, NULL);
     s->sh->server = NULL;
     rc = ts_error_set(err, TS_INTERNAL, "cannot start the loop thread");
     begin_stop(s);
@@ -643,6 +650,7 @@ void tsd_server_stop(tsd_server **ps) {
   pthread_mutex_unlock(&s->sh->mu);
   uv_async_send(&s->async);
   pthread_join(s->thread, NULL);
+  tsd_queue_set_wake(&s->sh->replies, NULL, NULL);
   s->sh->server = NULL;
   if (uv_loop_close(&s->loop) != 0)
     TSD_LOG(TSD_LOG_WARN, "the loop closed with handles still open");

@@ -71,9 +71,9 @@ void tsd_staging_give(tsd_engine *e, uint8_t *p, uint64_t bytes) {
   tsd_buf_give(e, p, bytes);
 }
 
-int tsd_shm_region(const tsd_conn_state *c, const Tshard__ShmData *d, uint64_t min_bytes,
+int tsd_shm_region(const tsd_session *c, const Tshard__ShmData *d, uint64_t min_bytes,
                    uint8_t **p, uint64_t *bytes, ts_error *err) {
-  tsd_shm_seg *s = c ? c->shm : NULL;
+  tsd_shm_seg *s = tsd_session_shm(c);
   if (!s)
     return ts_error_set(err, TS_INVALID_ARGUMENT,
                         "the request names a shared-memory region but this connection has no "
@@ -146,16 +146,15 @@ void tsd_shm_attach(tsd_engine *e, tsd_work *w) {
   uint64_t bytes = want < TSD_SHM_MAX_BYTES ? want : TSD_SHM_MAX_BYTES;
   bytes = (bytes + 4095) & ~(uint64_t)4095;
   ts_error err;
-  tsd_conn_state *c = tsd_conn_get(e, w->conn_id, true);
+  tsd_session *c = tsd_session_get(e, w->conn_id, true);
   if (!c) {
     tsd_reply_status(e, w->conn_id, req->id, TS_NO_MEMORY, "no memory for the connection state");
     return;
   }
   /* The previous segment goes first (a transfer in progress through it is abandoned). */
-  tsd_conn_put_reset(e, c);
-  tsd_conn_get_reset(e, c);
-  tsd_shm_release(e, c->shm);
-  c->shm = NULL;
+  tsd_session_put_reset(e, c);
+  tsd_session_copy_reset(e, c);
+  tsd_session_set_shm(e, c, NULL);
   Tshard__Response r = TSHARD__RESPONSE__INIT;
   Tshard__ShmResult sr = TSHARD__SHM_RESULT__INIT;
   r.id = req->id;
@@ -176,30 +175,20 @@ void tsd_shm_attach(tsd_engine *e, tsd_work *w) {
   }
   s->next = e->shm_segs;
   e->shm_segs = s;
-  c->shm = s;
+  tsd_session_set_shm(e, c, s);
   sr.bytes = bytes;
   reply_with_fd(e, w->conn_id, &r, fd);
   TSD_LOG(TSD_LOG_DEBUG, "connection %llu: shared-memory segment of %llu bytes",
           (unsigned long long)w->conn_id, (unsigned long long)bytes);
 }
 
-uint8_t *tsd_shm_gather_target(tsd_conn_state *c, const Tshard__GetRequest *g, uint64_t bytes) {
+uint8_t *tsd_shm_gather_target(tsd_session *c, const Tshard__GetRequest *g, uint64_t bytes) {
   if (!c)
     return NULL;
-  c->get_shm_asked = g->shm != NULL;
-  c->get_shm_offset = g->shm ? g->shm->offset : 0;
-  c->get_shm_bytes = g->shm ? g->shm->bytes : 0;
+  tsd_session_set_get_region(c, g->shm);
   uint8_t *p;
   uint64_t room;
   if (!g->shm || bytes == 0 || tsd_shm_region(c, g->shm, bytes, &p, &room, NULL))
     return NULL;
   return p;
-}
-
-void tsd_shm_get_request(const tsd_conn_state *c, Tshard__GetRequest *g, Tshard__ShmData *sd) {
-  if (!c->get_shm_asked)
-    return;
-  sd->offset = c->get_shm_offset;
-  sd->bytes = c->get_shm_bytes;
-  g->shm = sd;
 }

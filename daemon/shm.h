@@ -8,8 +8,6 @@
 /* The largest segment a connection gets; larger transfers go through it in chunks. */
 #define TSD_SHM_MAX_BYTES (1ULL << 30)
 
-typedef struct tsd_shm_seg tsd_shm_seg;
-
 uint8_t *tsd_shm_base(const tsd_shm_seg *s);
 uint64_t tsd_shm_bytes(const tsd_shm_seg *s);
 tsd_shm_seg *tsd_shm_hold(tsd_shm_seg *s);
@@ -17,7 +15,7 @@ tsd_shm_seg *tsd_shm_hold(tsd_shm_seg *s);
 void tsd_shm_release(tsd_engine *e, tsd_shm_seg *s);
 /* The region d names in the connection's segment: *p and its size (d->bytes, or 0: to the
  * segment's end), checked to lie inside the segment and to hold at least min_bytes. */
-int tsd_shm_region(const tsd_conn_state *c, const Tshard__ShmData *d, uint64_t min_bytes,
+int tsd_shm_region(const tsd_session *c, const Tshard__ShmData *d, uint64_t min_bytes,
                    uint8_t **p, uint64_t *bytes, ts_error *err);
 /* Frees the data of a submitted put: a segment reference when p lies in a segment, else a staging
  * buffer (returned to the account). Accepts NULL. */
@@ -26,9 +24,7 @@ void tsd_staging_give(tsd_engine *e, uint8_t *p, uint64_t bytes);
  * answer), and returns where in the segment the gathered tensor of `bytes` may be written, or
  * NULL (no region, or too small: the gather goes to a copy and is answered through the region in
  * chunks). c may be NULL (the client is gone). */
-uint8_t *tsd_shm_gather_target(tsd_conn_state *c, const Tshard__GetRequest *g, uint64_t bytes);
-/* Sets g->shm (to sd) as the whole get remembered by tsd_shm_gather_target asked. */
-void tsd_shm_get_request(const tsd_conn_state *c, Tshard__GetRequest *g, Tshard__ShmData *sd);
+uint8_t *tsd_shm_gather_target(tsd_session *c, const Tshard__GetRequest *g, uint64_t bytes);
 /* The local handler of shm_attach. */
 void tsd_shm_attach(tsd_engine *e, tsd_work *w);
 

@@ -1,8 +1,7 @@
-/* validate.c - the table of operations {request kind, name, scope, validator} and the checks a
- * request passes before any handler sees it.
+/* validate.c - the checks a request passes before any handler sees it: the validators that the
+ * table of operations (optable.c) names, one per operation, and the request header's checks.
  *
- * Scope says who serves it: the loop thread (ping), the engine of this rank at once (local), or
- * every rank in the order rank 0 gives (collective). Validators check the request alone: names,
+ * Validators check the request alone: names,
  * dtypes, shapes, attributes against the shape and the world size, layout tags, strategies, byte
  * counts and chunk bounds. What depends on stored tensors (unknown or duplicate names, sizes that
  * must match a tensor) is checked by the handlers. Nothing here allocates beyond the parsed
@@ -84,12 +83,12 @@ static int check_chunk(uint64_t offset, uint64_t total, size_t len, ts_error *er
   return TS_OK;
 }
 
-static int v_none(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
+int tsd_validate_none(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   (void)r, (void)lim, (void)err;
   return TS_OK;
 }
 
-static int v_create(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
+int tsd_validate_create(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   const Tshard__CreateRequest *c = r->create;
   int rc = check_name("tensor name", c->name, err);
   if (rc)
@@ -135,14 +134,14 @@ static int check_data(uint64_t offset, uint64_t total, const ProtobufCBinaryData
   return check_chunk(offset, total, shm ? (size_t)shm->bytes : data->len, err);
 }
 
-static int v_put(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
+int tsd_validate_put(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   (void)lim;
   const Tshard__PutRequest *p = r->put;
   int rc = check_name("tensor name", p->name, err);
   return rc ? rc : check_data(p->offset, p->total_bytes, &p->data, p->shm, err);
 }
 
-static int v_put_slice(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
+int tsd_validate_put_slice(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   (void)lim;
   const Tshard__PutSliceRequest *p = r->put_slice;
   int rc = check_name("tensor name", p->name, err);
@@ -160,19 +159,19 @@ static int check_max_bytes(uint64_t max_bytes, const tsd_limits *lim, ts_error *
 }
 
 /* Answers in the shared segment are not bounded by the frame. */
-static int v_get(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
+int tsd_validate_get(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   int rc = check_name("tensor name", r->get->name, err);
   return rc || r->get->shm ? rc : check_max_bytes(r->get->max_bytes, lim, err);
 }
 
-static int v_get_slice(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
+int tsd_validate_get_slice(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   int rc = check_name("tensor name", r->get_slice->name, err);
   if (!rc)
     rc = check_tag(layout_tag(r->get_slice->layout), err);
   return rc || r->get_slice->shm ? rc : check_max_bytes(r->get_slice->max_bytes, lim, err);
 }
 
-static int v_reshard(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
+int tsd_validate_reshard(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   const Tshard__ReshardRequest *q = r->reshard;
   int rc = check_name("tensor name", q->name, err);
   if (!rc && q->keep_source_as[0])
@@ -190,77 +189,27 @@ static int v_reshard(const Tshard__Request *r, const tsd_limits *lim, ts_error *
 static int v_name_only(const char *name, ts_error *err) {
   return check_name("tensor name", name, err);
 }
-static int v_drop(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
+int tsd_validate_drop(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   (void)lim;
   return v_name_only(r->drop->name, err);
 }
-static int v_describe(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
+int tsd_validate_describe(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   (void)lim;
   return v_name_only(r->describe->name, err);
 }
-static int v_plan(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
+int tsd_validate_plan(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   int rc = check_name("tensor name", r->plan->name, err);
   if (!rc)
     rc = check_strategy(r->plan->strategy, err);
   return rc ? rc : check_attr(r->plan->attr, 0, NULL, lim, err);
 }
 
-typedef struct op_entry {
-  Tshard__Request__OpCase kind;
-  const char *name;
-  tsd_scope scope;
-  tsd_validator validate;
-} op_entry;
-
-static const op_entry ops[] = {
-    {TSHARD__REQUEST__OP_PING, "ping", TSD_SCOPE_LOOP, v_none},
-    {TSHARD__REQUEST__OP_CREATE, "create", TSD_SCOPE_COLLECTIVE, v_create},
-    {TSHARD__REQUEST__OP_PUT, "put", TSD_SCOPE_LOCAL, v_put}, /* the final chunk: collective */
-    {TSHARD__REQUEST__OP_PUT_SLICE, "put_slice", TSD_SCOPE_LOCAL, v_put_slice},
-    {TSHARD__REQUEST__OP_GET, "get", TSD_SCOPE_LOCAL, v_get}, /* offset 0: collective */
-    {TSHARD__REQUEST__OP_GET_SLICE, "get_slice", TSD_SCOPE_LOCAL, v_get_slice},
-    {TSHARD__REQUEST__OP_RESHARD, "reshard", TSD_SCOPE_COLLECTIVE, v_reshard},
-    {TSHARD__REQUEST__OP_DROP, "drop", TSD_SCOPE_COLLECTIVE, v_drop},
-    {TSHARD__REQUEST__OP_LIST, "list", TSD_SCOPE_LOCAL, v_none},
-    {TSHARD__REQUEST__OP_DESCRIBE, "describe", TSD_SCOPE_LOCAL, v_describe},
-    {TSHARD__REQUEST__OP_PLAN, "plan", TSD_SCOPE_LOCAL, v_plan},
-    {TSHARD__REQUEST__OP_STATS, "stats", TSD_SCOPE_LOCAL, v_none},
-    {TSHARD__REQUEST__OP_SHUTDOWN, "shutdown", TSD_SCOPE_COLLECTIVE, v_none},
-    {TSHARD__REQUEST__OP_SHM_ATTACH, "shm_attach", TSD_SCOPE_LOCAL, v_none}, /* shm.c */
-};
-
-const char *tsd_op_name(int op_case) {
-  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-    if ((int)ops[i].kind == op_case)
-      return ops[i].name;
-  return "unknown";
-}
-
-bool tsd_put_is_final(const Tshard__PutRequest *p) {
-  return p->offset + (p->shm ? p->shm->bytes : p->data.len) == p->total_bytes;
-}
-
-int tsd_request_validate(const Tshard__Request *req, const tsd_limits *lim, tsd_scope *scope,
-                         ts_error *err) {
+int tsd_validate_header(const Tshard__Request *req, ts_error *err) {
   if (strlen(req->idempotency_key) > MAX_KEY)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "idempotency key of %zu characters; at most %d",
                         strlen(req->idempotency_key), MAX_KEY);
   if (strlen(req->token) > TS_RULES_TOKEN_MAX)
     return ts_error_set(err, TS_AUTH, "token of %zu characters; at most %d", strlen(req->token),
                         TS_RULES_TOKEN_MAX);
-  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
-    if ((int)ops[i].kind != (int)req->op_case)
-      continue;
-    *scope = ops[i].scope;
-    if (req->op_case == TSHARD__REQUEST__OP_PUT && tsd_put_is_final(req->put))
-      *scope = TSD_SCOPE_COLLECTIVE;
-    if (req->op_case == TSHARD__REQUEST__OP_GET && req->get->offset == 0)
-      *scope = TSD_SCOPE_COLLECTIVE;
-    return ops[i].validate(req, lim, err);
-  }
-  return ts_error_set(err, TS_UNSUPPORTED,
-                      "unknown operation (field %d of Request.op); known: ping, create, put, "
-                      "put_slice, get, get_slice, reshard, drop, list, describe, plan, stats, "
-                      "shutdown, shm_attach",
-                      (int)req->op_case);
+  return TS_OK;
 }

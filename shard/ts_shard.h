@@ -317,4 +317,12 @@ int ts_store_reshard_after(ts_store *s, ts_world *w, const char *name, const ts_
                            const char *layout_tag, const ts_plan_opts *popts, int prior_status,
                            const ts_error *prior_err, ts_exec_report *report, ts_error *err);
 
+/* scatter.c: a whole-tensor put (the row-major tensor at `root` -> the stored slices, written in
+ * place) or get (slices -> the whole tensor at root) for attributes without partial placements,
+ * in chunks of at most max_chunk bytes (and 16 MiB). Collective over the world; the status is
+ * agreed. `whole` is used at the root only. */
+bool ts_attr_has_partial(const ts_attr *a);
+int ts_scatter_gather(ts_world *world, ts_stored *t, int root, void *whole, bool put,
+                      int64_t max_chunk, ts_error *err);
+
 #endif

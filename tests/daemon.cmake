@@ -96,6 +96,21 @@ if(TARGET tshardd AND TARGET tshard)
                        ENVIRONMENT "${TS_MPI_TEST_ENV}")
 endif()
 
+# The sequencer (order of collective operations, idempotency keys, REFUSE, shutdown) without MPI:
+# simulated ranks in one process.
+if(TARGET tsdwire)
+  tshard_unit_test(test_sequencer ${CMAKE_CURRENT_LIST_DIR}/unit/test_sequencer.c
+                   ${CMAKE_SOURCE_DIR}/daemon/sequencer.c ${CMAKE_SOURCE_DIR}/daemon/log.c
+                   ${CMAKE_SOURCE_DIR}/daemon/optable.c)
+  target_compile_definitions(test_sequencer PRIVATE TSD_WIRE_ONLY) # the table without handlers
+  target_link_libraries(test_sequencer PRIVATE tsdwire PkgConfig::XXHASH)
+  # The table of operations against the protocol's own descriptor of Request.
+  tshard_unit_test(test_optable ${CMAKE_CURRENT_LIST_DIR}/unit/test_optable.c
+                   ${CMAKE_SOURCE_DIR}/daemon/optable.c)
+  target_compile_definitions(test_optable PRIVATE TSD_WIRE_ONLY)
+  target_link_libraries(test_optable PRIVATE tsdwire)
+endif()
+
 # What the protocol allows in strings (names, UTF-8, the walk of encoded strings, token files).
 tshard_unit_test(test_rules ${CMAKE_CURRENT_LIST_DIR}/unit/test_rules.c)
 target_link_libraries(test_rules PRIVATE tsrules)

@@ -23,9 +23,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rc == TS_OK)
       rc = tsd_request_check_strings(data + pos, len, &err);
     pos += len;
-    tsd_scope scope = TSD_SCOPE_LOCAL;
+    const tsd_op *op = NULL;
     if (rc == TS_OK)
-      rc = tsd_request_validate(req, &lim, &scope, &err);
+      rc = tsd_request_validate(req, &lim, &op, &err);
+    if (rc == TS_OK && (!op || (int)op->kind != (int)req->op_case))
+      abort(); /* a valid request has its own entry in the table */
     if (rc != TS_OK) {
       uint8_t *frame = NULL;
       size_t flen = 0;
@@ -37,9 +39,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         tshard__response__free_unpacked(back, NULL);
         free(frame);
       }
-    } else if (scope != TSD_SCOPE_LOOP && scope != TSD_SCOPE_LOCAL &&
-               scope != TSD_SCOPE_COLLECTIVE) {
-      abort();
+    } else {
+      tsd_scope scope = tsd_op_scope(op, req);
+      if (scope != TSD_SCOPE_LOOP && scope != TSD_SCOPE_CATALOG && scope != TSD_SCOPE_LOCAL &&
+          scope != TSD_SCOPE_COLLECTIVE)
+        abort();
     }
     tsd_request_free(&req);
   }

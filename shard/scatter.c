@@ -1,6 +1,7 @@
-/* scatter.c - whole-tensor puts and gets without the general executor, for attributes without
- * partial placements (the common case): the rank holding the whole row-major tensor sends every
- * other rank the chunks of its slice box (or receives them), and the pieces are copied straight
+/* scatter.c - the daemon's whole-tensor puts and gets without the general executor, for
+ * attributes without partial placements (the common case): the rank holding the whole
+ * row-major tensor sends every other rank the chunks of its slice box (or receives them), and
+ * the pieces are copied straight
  * between the whole tensor, the message buffers and the stored slices with the strided-copy
  * kernel, or sent and received in place when a piece is one contiguous run of bytes on that side
  * (row blocks of row-major data). No new slice is allocated (a put writes into the stored
@@ -15,11 +16,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
+#include "ts_comm.h"
+#include "ts_shard.h"
 
 #define SCATTER_TAG 0x5ca7
 
-bool tsd_attr_has_partial(const ts_attr *a) {
+/* This rank and the world's size. */
+typedef struct side {
+  int rank, size;
+} side;
+
+bool ts_attr_has_partial(const ts_attr *a) {
   for (int i = 0; i < a->mesh_ndim; i++)
     if (a->place[i].kind == TS_PLACE_PARTIAL)
       return true;
@@ -85,7 +92,7 @@ static bool slice_is_plain(const ts_stored *t) {
 /* Whether rank r's piece moves between this rank and the root: r holds a non-empty box, a get
  * takes it from r (not from the root or a lower rank holding the same box), and this rank is
  * the root or r. */
-static bool piece_here(const tsd_engine *e, int root, bool put, const ts_box *boxes,
+static bool piece_here(const side *e, int root, bool put, const ts_box *boxes,
                        const bool *has, int r) {
   if (!has[r] || ts_box_numel(&boxes[r]) == 0)
     return false;
@@ -100,7 +107,7 @@ static bool piece_here(const tsd_engine *e, int root, bool put, const ts_box *bo
 
 /* This side's end of a chunk when it is one contiguous run there: the whole tensor at the root,
  * the slice (when plain) at the peer; NULL when the chunk goes through the message buffer. */
-static uint8_t *chunk_in_place(const tsd_engine *e, const ts_stored *t, int root, void *whole,
+static uint8_t *chunk_in_place(const side *e, const ts_stored *t, int root, void *whole,
                                bool plain, const ts_box *b, const ts_box *cb) {
   size_t es = ts_dtype_size(t->dtype);
   int64_t zero[TS_MAX_DIMS] = {0}, ext[TS_MAX_DIMS];
@@ -112,7 +119,7 @@ static uint8_t *chunk_in_place(const tsd_engine *e, const ts_stored *t, int root
 }
 
 /* Bytes of message buffer this rank needs: its largest chunk that does not move in place. */
-static int64_t buffer_need(const tsd_engine *e, const ts_stored *t, int root, void *whole,
+static int64_t buffer_need(const side *e, const ts_stored *t, int root, void *whole,
                            bool put, const ts_box *boxes, const bool *has, bool plain,
                            int64_t chunk) {
   size_t es = ts_dtype_size(t->dtype);
@@ -133,14 +140,16 @@ static int64_t buffer_need(const tsd_engine *e, const ts_stored *t, int root, vo
 }
 
 /* put: whole (at `root`, row-major) -> every slice; get: every distinct slice -> whole at root. */
-int tsd_scatter_gather(tsd_engine *e, ts_stored *t, int root, void *whole, bool put,
-                       ts_error *err) {
+int ts_scatter_gather(ts_world *world, ts_stored *t, int root, void *whole, bool put,
+                      int64_t max_chunk, ts_error *err) {
+  side self = {ts_world_rank(world), ts_world_size(world)};
+  const side *e = &self;
   ts_error lerr;
   ts_error_clear(&lerr);
   int lst = TS_OK;
   size_t es = ts_dtype_size(t->dtype);
   /* Chunks small enough that the root packs the next one while the peer unpacks this one. */
-  int64_t chunk = e->cfg->staging < (16 << 20) ? e->cfg->staging : 16 << 20;
+  int64_t chunk = max_chunk > 0 && max_chunk < (16 << 20) ? max_chunk : 16 << 20;
   ts_geom *g = NULL;
   int rc = ts_geom_create(t->attr, t->ndim, t->shape, &g, err);
   if (rc)
@@ -162,7 +171,7 @@ int tsd_scatter_gather(tsd_engine *e, ts_stored *t, int root, void *whole, bool 
     lst = ts_error_set(&lerr, TS_NO_MEMORY, "no memory for the slice boxes");
   for (int r = 0; boxes && has && r < e->size; r++)
     has[r] = ts_geom_rank_box(g, r, &boxes[r]);
-  ts_comm *wc = ts_world_comm(e->world);
+  ts_comm *wc = ts_world_comm(world);
   bool plain = slice_is_plain(t);
   /* The message buffer comes from the pool, counted against the memory limit; every rank agrees
    * that it has one before any message moves. */

@@ -1,0 +1,97 @@
+/* test_optable.c - the daemon's table of operations (daemon/optable.c, built here without the
+ * handlers, as the fuzz target builds it). Against the independent reference of the protocol
+ * itself (protobuf-c's descriptor of Request): every member of Request's `op` oneof has exactly
+ * one entry, named like the field, with a validator and a scope; a get is collective for its
+ * first chunk only; an operation the table does not know is refused UNSUPPORTED with the list of
+ * known ones; header checks (key, token lengths) come before the operation's own. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "daemon.h"
+
+static const tsd_limits lim = {4, 1 << 20};
+
+START_TEST(every_op_has_one_entry) {
+  const ProtobufCMessageDescriptor *d = &tshard__request__descriptor;
+  int ops = 0;
+  for (unsigned i = 0; i < d->n_fields; i++) {
+    const ProtobufCFieldDescriptor *f = &d->fields[i];
+    if (!(f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF))
+      continue;
+    ops++;
+    const tsd_op *op = tsd_op_find((int)f->id);
+    ck_assert_msg(op != NULL, "Request.%s (field %u) has no entry in the table", f->name, f->id);
+    ck_assert_str_eq(op->name, f->name);
+    ck_assert_str_eq(tsd_op_name((int)f->id), f->name);
+    ck_assert_int_eq((int)op->kind, (int)f->id);
+    ck_assert_ptr_nonnull(op->validate);
+    ck_assert(op->scope == TSD_SCOPE_LOOP || op->scope == TSD_SCOPE_CATALOG ||
+              op->scope == TSD_SCOPE_LOCAL || op->scope == TSD_SCOPE_COLLECTIVE);
+  }
+  ck_assert_int_ge(ops, 14);
+  ck_assert_ptr_null(tsd_op_find(0));
+  ck_assert_ptr_null(tsd_op_find(9999));
+  ck_assert_str_eq(tsd_op_name(9999), "unknown");
+}
+END_TEST
+
+START_TEST(scopes) {
+  Tshard__Request r = TSHARD__REQUEST__INIT;
+  Tshard__GetRequest g = TSHARD__GET_REQUEST__INIT;
+  r.op_case = TSHARD__REQUEST__OP_GET;
+  r.get = &g;
+  const tsd_op *op = tsd_op_find(TSHARD__REQUEST__OP_GET);
+  ck_assert_int_eq(tsd_op_scope(op, &r), TSD_SCOPE_COLLECTIVE); /* offset 0: the gather */
+  g.offset = 4096;
+  ck_assert_int_eq(tsd_op_scope(op, &r), TSD_SCOPE_LOCAL); /* the next chunks read the copy */
+  ck_assert_int_eq(tsd_op_find(TSHARD__REQUEST__OP_PING)->scope, TSD_SCOPE_LOOP);
+  ck_assert_int_eq(tsd_op_find(TSHARD__REQUEST__OP_LIST)->scope, TSD_SCOPE_CATALOG);
+  ck_assert_int_eq(tsd_op_find(TSHARD__REQUEST__OP_DESCRIBE)->scope, TSD_SCOPE_CATALOG);
+  ck_assert_int_eq(tsd_op_find(TSHARD__REQUEST__OP_CREATE)->scope, TSD_SCOPE_COLLECTIVE);
+  ck_assert_int_eq(tsd_op_find(TSHARD__REQUEST__OP_SHUTDOWN)->scope, TSD_SCOPE_COLLECTIVE);
+  ck_assert(tsd_op_find(TSHARD__REQUEST__OP_SHM_ATTACH)->unix_only);
+  ck_assert(!tsd_op_find(TSHARD__REQUEST__OP_GET)->unix_only);
+}
+END_TEST
+
+START_TEST(unknown_and_header) {
+  Tshard__Request r = TSHARD__REQUEST__INIT;
+  ts_error err;
+  const tsd_op *op = (const tsd_op *)&err; /* overwritten */
+  r.op_case = (Tshard__Request__OpCase)77;
+  ck_assert_int_eq(tsd_request_validate(&r, &lim, &op, &err), TS_UNSUPPORTED);
+  ck_assert_ptr_null(op);
+  ck_assert_msg(strstr(err.msg, "field 77") && strstr(err.msg, "known: ping, create") &&
+                    strstr(err.msg, "shm_attach"),
+                "message: %s", err.msg);
+  /* A drop with a bad name: the operation's validator. */
+  Tshard__DropRequest d = TSHARD__DROP_REQUEST__INIT;
+  d.name = (char *)"";
+  r.op_case = TSHARD__REQUEST__OP_DROP;
+  r.drop = &d;
+  ck_assert_int_ne(tsd_request_validate(&r, &lim, &op, &err), TS_OK);
+  d.name = (char *)"fine";
+  ck_assert_int_eq(tsd_request_validate(&r, &lim, &op, &err), TS_OK);
+  ck_assert_ptr_eq(op, tsd_op_find(TSHARD__REQUEST__OP_DROP));
+  /* The header first: a key over 128 characters. */
+  char key[200];
+  memset(key, 'k', sizeof key - 1);
+  key[sizeof key - 1] = '\0';
+  r.idempotency_key = key;
+  ck_assert_int_eq(tsd_request_validate(&r, &lim, &op, &err), TS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "idempotency key of 199 characters"), "message: %s", err.msg);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("optable");
+  TCase *tc = tcase_create("optable");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, every_op_has_one_entry);
+  tcase_add_test(tc, scopes);
+  tcase_add_test(tc, unknown_and_header);
+  suite_add_tcase(s, tc);
+  return ts_run_suite(s);
+}

@@ -1,0 +1,423 @@
+/* test_sequencer.c - the daemon's sequencer (daemon/sequencer.c) without MPI: one to three
+ * simulated ranks in one process, joined by an in-memory transport that delivers messages in
+ * the order they were sent (as MPI does between two ranks). Checked: every rank runs the same
+ * operations in the same order, each once; keyed submissions from several clients on several
+ * ranks run once and all get the same answer (also after the run); a key reused for another
+ * request is refused with a message that says so; a submission rank 0 cannot decode comes back
+ * (REFUSE) and is answered, its staging released; shutdown stops the order, answers late
+ * submissions and collects every goodbye. The reference is the test's own record of what each
+ * client submitted. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "sequencer.h"
+
+#define MAX_RANKS 3
+#define MAX_LOG 64
+
+typedef struct msg {
+  struct msg *next;
+  int src, dst, tag;
+  uint8_t *buf;
+  size_t len;
+} msg;
+
+typedef struct ran {
+  uint64_t seq;
+  int op_case, origin;
+  char name[64];
+} ran;
+
+typedef struct answer {
+  uint64_t conn_id, req_id;
+  int status;
+  char msg[512];
+} answer;
+
+typedef struct rank_ctx {
+  struct world *w;
+  int rank;
+  tsd_seq *seq;
+  ran runs[MAX_LOG];
+  int nruns;
+  answer answers[MAX_LOG];
+  int nanswers;
+  int releases;
+} rank_ctx;
+
+typedef struct world {
+  int size;
+  rank_ctx r[MAX_RANKS];
+  msg *head, *tail;
+  bool corrupt_next_submit;
+} world;
+
+static int t_send(void *ctx, int dst, int tag, const uint8_t *buf, size_t len, ts_error *err) {
+  (void)err;
+  rank_ctx *rc = ctx;
+  world *w = rc->w;
+  ck_assert_int_ge(dst, 0);
+  ck_assert_int_lt(dst, w->size);
+  ck_assert_int_ne(dst, rc->rank);
+  msg *m = calloc(1, sizeof *m);
+  ck_assert_ptr_nonnull(m);
+  m->src = rc->rank, m->dst = dst, m->tag = tag, m->len = len;
+  m->buf = malloc(len ? len : 1);
+  ck_assert_ptr_nonnull(m->buf);
+  if (len)
+    memcpy(m->buf, buf, len);
+  if (tag == TSD_SEQ_SUBMIT && w->corrupt_next_submit && len > 16) {
+    memset(m->buf + 16, 0xff, len - 16); /* the forwarded request: no longer a protobuf */
+    w->corrupt_next_submit = false;
+  }
+  if (w->tail)
+    w->tail->next = m;
+  else
+    w->head = m;
+  w->tail = m;
+  return TS_OK;
+}
+
+static const char *req_name(const Tshard__Request *r) {
+  switch (r->op_case) {
+  case TSHARD__REQUEST__OP_CREATE:
+    return r->create->name;
+  case TSHARD__REQUEST__OP_PUT:
+    return r->put->name;
+  default:
+    return "";
+  }
+}
+
+/* Creates of names beginning "fail" fail with a message naming them, as a handler would. */
+static int t_run(void *ctx, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
+  rank_ctx *rc = ctx;
+  ck_assert_int_lt(rc->nruns, MAX_LOG);
+  ran *x = &rc->runs[rc->nruns++];
+  x->seq = op->seq;
+  x->op_case = (int)op->req->op_case;
+  x->origin = op->origin;
+  snprintf(x->name, sizeof x->name, "%s", req_name(op->req));
+  if (op->origin == rc->rank)
+    ck_assert_ptr_nonnull(origin); /* the submission is this rank's */
+  else
+    ck_assert_ptr_null(origin);
+  if (strncmp(x->name, "fail", 4) == 0)
+    return ts_error_set(err, TS_EXISTS, "a tensor named '%s' exists", x->name);
+  return TS_OK;
+}
+
+static void t_answer(void *ctx, int op_case, const tsd_pending *p, int status, const char *m) {
+  (void)op_case;
+  rank_ctx *rc = ctx;
+  ck_assert_int_lt(rc->nanswers, MAX_LOG);
+  answer *a = &rc->answers[rc->nanswers++];
+  a->conn_id = p->conn_id;
+  a->req_id = p->req_id;
+  a->status = status;
+  snprintf(a->msg, sizeof a->msg, "%s", m ? m : "");
+}
+
+static void t_release(void *ctx, uint8_t *staging, uint64_t bytes) {
+  rank_ctx *rc = ctx;
+  ck_assert_uint_eq(staging[0], 0xab); /* the test's own buffer */
+  ck_assert_uint_gt(bytes, 0);
+  free(staging);
+  rc->releases++;
+}
+
+static void world_init(world *w, int size) {
+  memset(w, 0, sizeof *w);
+  w->size = size;
+  for (int i = 0; i < size; i++) {
+    rank_ctx *rc = &w->r[i];
+    rc->w = w;
+    rc->rank = i;
+    tsd_seq_hooks h = {rc, t_send, t_run, t_answer, t_release};
+    ts_error err;
+    ck_assert_int_eq(tsd_seq_create(i, size, &h, &rc->seq, &err), TS_OK);
+  }
+}
+
+static void world_free(world *w) {
+  for (int i = 0; i < w->size; i++)
+    tsd_seq_destroy(&w->r[i].seq);
+  while (w->head) {
+    msg *m = w->head;
+    w->head = m->next;
+    free(m->buf);
+    free(m);
+  }
+}
+
+/* Delivers every message (and those they cause) and runs what was ordered, until quiet. */
+static void settle(world *w) {
+  for (int rounds = 0; rounds < 1000; rounds++) {
+    bool busy = false;
+    while (w->head) {
+      msg *m = w->head;
+      w->head = m->next;
+      if (!w->head)
+        w->tail = NULL;
+      tsd_seq_message(w->r[m->dst].seq, m->src, m->tag, m->buf, m->len);
+      free(m->buf);
+      free(m);
+      busy = true;
+    }
+    for (int i = 0; i < w->size; i++)
+      if (tsd_seq_run(w->r[i].seq) > 0)
+        busy = true;
+    if (!busy)
+      return;
+  }
+  ck_abort_msg("the simulated ranks did not settle");
+}
+
+/* A request as the daemon has it: unpacked by protobuf-c (the sequencer frees it). */
+static Tshard__Request *make_req(int op_case, uint64_t id, const char *name, const char *key) {
+  Tshard__Request r = TSHARD__REQUEST__INIT;
+  Tshard__CreateRequest c = TSHARD__CREATE_REQUEST__INIT;
+  Tshard__PutRequest p = TSHARD__PUT_REQUEST__INIT;
+  Tshard__ShutdownRequest s = TSHARD__SHUTDOWN_REQUEST__INIT;
+  int64_t shape[2] = {4, 6};
+  r.id = id;
+  r.idempotency_key = (char *)(key ? key : "");
+  r.op_case = op_case;
+  if (op_case == TSHARD__REQUEST__OP_CREATE) {
+    r.create = &c;
+    c.name = (char *)name;
+    c.dtype = (char *)"float32";
+    c.n_shape = 2;
+    c.shape = shape;
+  } else if (op_case == TSHARD__REQUEST__OP_PUT) {
+    r.put = &p;
+    p.name = (char *)name;
+    p.total_bytes = 96;
+  } else {
+    r.shutdown = &s;
+  }
+  size_t len = tshard__request__get_packed_size(&r);
+  uint8_t *buf = malloc(len);
+  ck_assert_ptr_nonnull(buf);
+  tshard__request__pack(&r, buf);
+  Tshard__Request *out = tshard__request__unpack(NULL, len, buf);
+  free(buf);
+  ck_assert_ptr_nonnull(out);
+  return out;
+}
+
+static void submit(world *w, int rank, uint64_t conn, uint64_t id, const char *name,
+                   const char *key) {
+  tsd_seq_submit(w->r[rank].seq, conn, make_req(TSHARD__REQUEST__OP_CREATE, id, name, key), NULL,
+                 0);
+}
+
+static const answer *answer_of(const rank_ctx *rc, uint64_t conn, uint64_t id) {
+  const answer *found = NULL;
+  for (int i = 0; i < rc->nanswers; i++)
+    if (rc->answers[i].conn_id == conn && rc->answers[i].req_id == id) {
+      ck_assert_msg(!found, "request %llu of connection %llu answered twice",
+                    (unsigned long long)id, (unsigned long long)conn);
+      found = &rc->answers[i];
+    }
+  ck_assert_msg(found != NULL, "request %llu of connection %llu not answered",
+                (unsigned long long)id, (unsigned long long)conn);
+  return found;
+}
+
+/* Every rank ran the same operations in the same order, numbered 1, 2, ... */
+static void check_same_order(const world *w, int expect) {
+  for (int i = 0; i < w->size; i++) {
+    const rank_ctx *rc = &w->r[i];
+    ck_assert_int_eq(rc->nruns, expect);
+    for (int k = 0; k < rc->nruns; k++) {
+      ck_assert_uint_eq(rc->runs[k].seq, (uint64_t)k + 1);
+      ck_assert_str_eq(rc->runs[k].name, w->r[0].runs[k].name);
+      ck_assert_int_eq(rc->runs[k].op_case, w->r[0].runs[k].op_case);
+      ck_assert_int_eq(rc->runs[k].origin, w->r[0].runs[k].origin);
+    }
+  }
+}
+
+static void order_test(int size) {
+  world w;
+  world_init(&w, size);
+  char name[32];
+  /* Submissions from every rank, some delivered between others. */
+  for (int round = 0; round < 4; round++) {
+    for (int r = 0; r < size; r++) {
+      snprintf(name, sizeof name, "t%d_%d", r, round);
+      submit(&w, r, 10 + (uint64_t)r, (uint64_t)round + 1, name, NULL);
+    }
+    if (round % 2)
+      settle(&w);
+  }
+  settle(&w);
+  check_same_order(&w, 4 * size);
+  /* Each operation ran once, and each client has its one answer. */
+  for (int r = 0; r < size; r++)
+    for (int round = 0; round < 4; round++) {
+      snprintf(name, sizeof name, "t%d_%d", r, round);
+      int seen = 0;
+      for (int k = 0; k < w.r[0].nruns; k++)
+        seen += strcmp(w.r[0].runs[k].name, name) == 0;
+      ck_assert_int_eq(seen, 1);
+      ck_assert_int_eq(answer_of(&w.r[r], 10 + (uint64_t)r, (uint64_t)round + 1)->status, TS_OK);
+    }
+  for (int r = 0; r < size; r++)
+    ck_assert_int_eq(w.r[r].nanswers, 4);
+  world_free(&w);
+}
+
+START_TEST(order_one_rank) { order_test(1); }
+END_TEST
+
+START_TEST(order_three_ranks) { order_test(3); }
+END_TEST
+
+START_TEST(keyed_runs_once) {
+  world w;
+  world_init(&w, 3);
+  /* Four clients on three ranks submit the same keyed request before it runs. */
+  submit(&w, 1, 1, 100, "fail_k", "K1");
+  submit(&w, 1, 2, 200, "fail_k", "K1");
+  submit(&w, 2, 3, 300, "fail_k", "K1");
+  submit(&w, 0, 4, 400, "fail_k", "K1");
+  settle(&w);
+  check_same_order(&w, 1);
+  const char *want = "a tensor named 'fail_k' exists";
+  const struct {
+    int rank;
+    uint64_t conn, id;
+  } clients[] = {{1, 1, 100}, {1, 2, 200}, {2, 3, 300}, {0, 4, 400}};
+  for (size_t i = 0; i < 4; i++) {
+    const answer *a = answer_of(&w.r[clients[i].rank], clients[i].conn, clients[i].id);
+    ck_assert_int_eq(a->status, TS_EXISTS);
+    ck_assert_str_eq(a->msg, want);
+  }
+  /* After the run: answered at once from the remembered answer, not run again. */
+  submit(&w, 2, 5, 500, "fail_k", "K1");
+  const answer *late = answer_of(&w.r[2], 5, 500);
+  ck_assert_int_eq(late->status, TS_EXISTS);
+  ck_assert_str_eq(late->msg, want);
+  settle(&w);
+  check_same_order(&w, 1);
+  /* A keyed success too. */
+  submit(&w, 1, 6, 600, "ok_k", "K2");
+  submit(&w, 2, 7, 700, "ok_k", "K2");
+  settle(&w);
+  check_same_order(&w, 2);
+  ck_assert_int_eq(answer_of(&w.r[1], 6, 600)->status, TS_OK);
+  ck_assert_int_eq(answer_of(&w.r[2], 7, 700)->status, TS_OK);
+  world_free(&w);
+}
+END_TEST
+
+static void assert_key_refused(const answer *a, const char *key) {
+  ck_assert_int_eq(a->status, TS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(a->msg, "already used for a different operation") && strstr(a->msg, key),
+                "message: %s", a->msg);
+}
+
+START_TEST(key_reused_for_another_request) {
+  world w;
+  world_init(&w, 3);
+  /* After the run. */
+  submit(&w, 1, 1, 1, "a", "K3");
+  settle(&w);
+  submit(&w, 1, 1, 2, "b", "K3");
+  assert_key_refused(answer_of(&w.r[1], 1, 2), "K3");
+  /* While the first waits on the same rank. */
+  submit(&w, 1, 2, 3, "c", "K4");
+  submit(&w, 1, 3, 4, "d", "K4");
+  /* And on another rank: rank 1's submission reaches rank 0 first. */
+  submit(&w, 2, 4, 5, "e", "K4");
+  settle(&w);
+  check_same_order(&w, 2);
+  ck_assert_str_eq(w.r[0].runs[1].name, "c");
+  ck_assert_int_eq(answer_of(&w.r[1], 2, 3)->status, TS_OK);
+  assert_key_refused(answer_of(&w.r[1], 3, 4), "K4");
+  assert_key_refused(answer_of(&w.r[2], 4, 5), "K4");
+  world_free(&w);
+}
+END_TEST
+
+START_TEST(undecodable_is_refused_and_answered) {
+  world w;
+  world_init(&w, 3);
+  uint8_t *staging = malloc(96);
+  ck_assert_ptr_nonnull(staging);
+  memset(staging, 0xab, 96);
+  w.corrupt_next_submit = true;
+  tsd_seq_submit(w.r[1].seq, 1, make_req(TSHARD__REQUEST__OP_PUT, 9, "p", NULL), staging, 96);
+  settle(&w);
+  check_same_order(&w, 0);
+  const answer *a = answer_of(&w.r[1], 1, 9);
+  ck_assert_int_ne(a->status, TS_OK);
+  ck_assert_msg(strstr(a->msg, "rank 0 cannot decode the operation forwarded by rank 1"),
+                "message: %s", a->msg);
+  ck_assert_int_eq(w.r[1].releases, 1); /* the put's staging freed once */
+  /* The next put goes through and releases its staging after running. */
+  staging = malloc(96);
+  ck_assert_ptr_nonnull(staging);
+  memset(staging, 0xab, 96);
+  tsd_seq_submit(w.r[1].seq, 1, make_req(TSHARD__REQUEST__OP_PUT, 10, "p", NULL), staging, 96);
+  settle(&w);
+  check_same_order(&w, 1);
+  ck_assert_int_eq(answer_of(&w.r[1], 1, 10)->status, TS_OK);
+  ck_assert_int_eq(w.r[1].releases, 2);
+  world_free(&w);
+}
+END_TEST
+
+static void shutdown_test(int size) {
+  world w;
+  world_init(&w, size);
+  int last = size - 1;
+  submit(&w, last, 1, 1, "x", NULL);
+  tsd_seq_submit(w.r[last].seq, 1, make_req(TSHARD__REQUEST__OP_SHUTDOWN, 2, "", "__sd"), NULL,
+                 0);
+  settle(&w);
+  check_same_order(&w, 2);
+  for (int r = 0; r < size; r++) {
+    ck_assert(tsd_seq_stopped(w.r[r].seq));
+    ck_assert_int_eq(w.r[r].runs[1].op_case, TSHARD__REQUEST__OP_SHUTDOWN);
+  }
+  ck_assert_int_eq(answer_of(&w.r[last], 1, 2)->status, TS_OK);
+  /* Submitted after the shutdown was ordered: never run, answered SHUTDOWN by its daemon. */
+  submit(&w, last, 2, 3, "late", NULL);
+  settle(&w);
+  check_same_order(&w, 2);
+  for (int r = 0; r < size; r++)
+    tsd_seq_finish(w.r[r].seq);
+  const answer *late = answer_of(&w.r[last], 2, 3);
+  ck_assert_int_eq(late->status, TS_SHUTDOWN);
+  ck_assert_int_eq(tsd_seq_all_gone(w.r[0].seq), size == 1);
+  settle(&w); /* the goodbyes */
+  ck_assert(tsd_seq_all_gone(w.r[0].seq));
+  world_free(&w);
+}
+
+START_TEST(shutdown_one_rank) { shutdown_test(1); }
+END_TEST
+
+START_TEST(shutdown_three_ranks) { shutdown_test(3); }
+END_TEST
+
+int main(void) {
+  tsd_log_threshold = TSD_LOG_ERROR; /* the refusals log warnings; they are expected here */
+  Suite *s = suite_create("sequencer");
+  TCase *tc = tcase_create("sequencer");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, order_one_rank);
+  tcase_add_test(tc, order_three_ranks);
+  tcase_add_test(tc, keyed_runs_once);
+  tcase_add_test(tc, key_reused_for_another_request);
+  tcase_add_test(tc, undecodable_is_refused_and_answered);
+  tcase_add_test(tc, shutdown_one_rank);
+  tcase_add_test(tc, shutdown_three_ranks);
+  suite_add_tcase(s, tc);
+  return ts_run_suite(s);
+}
