@@ -10,6 +10,7 @@ struct ts_comm {
   int rank, size;
   int *ranks; /* world rank of each comm rank */
   bool owned; /* freed by the world (false for the world's own entry until finalize) */
+  const int *pids; /* process id of each world rank when single-copy reads work (cma.c) */
   struct ts_comm *next;
 };
 
@@ -19,6 +20,7 @@ struct ts_world {
   ts_comm world;        /* duplicate of MPI_COMM_WORLD */
   ts_comm *cache;       /* group communicators */
   int ncached;
+  int *pids; /* see ts__cma_init; NULL when regions go through MPI */
 };
 
 /* Maps an MPI error code to TS_MPI with MPI's message, the call and where it was made. */
@@ -55,6 +57,14 @@ typedef struct ts__transfer {
 /* Posts the n transfers in order (put the receives first), then waits for all of them. When a
  * post fails, the ones already posted are waited for before returning (their buffers may go). */
 int ts__comm_transfers(ts_comm *c, int n, const ts__transfer *t, int tag, ts_error *err);
+
+/* Single-copy region transfers (cma.c). ts__cma_init (collective over the world) sets w->pids
+ * when every rank runs on this node and can read the others' memory. ts__cma_exchange moves the
+ * non-empty regions listed; the pairs it leaves to MPI come back flagged in send_mpi/recv_mpi. */
+int ts__cma_init(ts_world *w, ts_error *err);
+int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm_region *send,
+                     bool *send_mpi, int nrecv, const int *recv_peers,
+                     const ts_comm_region *recv, bool *recv_mpi, ts_error *err);
 
 /* Typed reductions: the MPI datatype and op for a dtype and reduce op (built once per world). */
 int ts__comm_types_init(ts_error *err);

@@ -118,9 +118,23 @@ static void free_types(int n, MPI_Datatype *types) {
       MPI_Type_free(&types[i]);
 }
 
+static int cma_regions(ts_comm *c, int nsend, const int *send_peers,
+                       const ts_comm_region *send, int nrecv, const int *recv_peers,
+                       const ts_comm_region *recv, ts_error *err);
+
 int ts_comm_alltoallw(ts_comm *c, const ts_comm_region *send, const ts_comm_region *recv,
                       ts_error *err) {
   int P = c->size;
+  if (c->pids) { /* every peer on this node: single-copy reads (cma.c) */
+    int *peers = malloc((size_t)P * sizeof *peers);
+    if (!peers)
+      return ts_error_set(err, TS_NO_MEMORY, "no memory for all-to-all-w tables");
+    for (int i = 0; i < P; i++)
+      peers[i] = i;
+    int rc = cma_regions(c, P, peers, send, P, peers, recv, err);
+    free(peers);
+    return rc;
+  }
   MPI_Datatype *types = malloc(2 * (size_t)P * sizeof *types);
   int *ints = calloc(3 * (size_t)P, sizeof *ints);
   if (!types || !ints) {
@@ -146,9 +160,10 @@ int ts_comm_alltoallw(ts_comm *c, const ts_comm_region *send, const ts_comm_regi
   return rc;
 }
 
-int ts_comm_exchange_regions(ts_comm *c, int nsend, const int *send_peers,
-                             const ts_comm_region *send, int nrecv, const int *recv_peers,
-                             const ts_comm_region *recv, int tag, ts_error *err) {
+/* Through MPI with derived datatypes. */
+static int mpi_regions(ts_comm *c, int nsend, const int *send_peers, const ts_comm_region *send,
+                       int nrecv, const int *recv_peers, const ts_comm_region *recv, int tag,
+                       ts_error *err) {
   int n = nsend + nrecv;
   if (n == 0)
     return TS_OK;
@@ -178,4 +193,67 @@ int ts_comm_exchange_regions(ts_comm *c, int nsend, const int *send_peers,
   free(counts);
   free(t);
   return rc;
+}
+
+/* The pairs the single-copy path leaves to MPI (apart from cma.c's tags). */
+#define CMA_MPI_TAG 31746
+
+static bool region_empty(const ts_comm_region *r) { return !r->base || region_bytes(r) == 0; }
+
+/* The non-empty regions by single-copy reads, then the pairs the readers left to MPI. */
+static int cma_regions(ts_comm *c, int nsend, const int *send_peers,
+                       const ts_comm_region *send, int nrecv, const int *recv_peers,
+                       const ts_comm_region *recv, ts_error *err) {
+  int n = nsend + nrecv;
+  for (int i = 0; i < n; i++) {
+    const ts_comm_region *r = i < nsend ? &send[i] : &recv[i - nsend];
+    int rc = r->base ? check_region(r, err) : TS_OK;
+    if (rc)
+      return rc;
+  }
+  ts_comm_region *regs = malloc((size_t)(n ? n : 1) * sizeof *regs);
+  int *peers = malloc((size_t)(n ? n : 1) * sizeof *peers);
+  bool *mpi = malloc((size_t)(n ? n : 1) * sizeof *mpi);
+  if (!regs || !peers || !mpi) {
+    free(regs);
+    free(peers);
+    free(mpi);
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for %d transfers", n);
+  }
+  int ns = 0, nr = 0;
+  for (int i = 0; i < nsend; i++)
+    if (!region_empty(&send[i])) {
+      regs[ns] = send[i];
+      peers[ns++] = send_peers[i];
+    }
+  for (int i = 0; i < nrecv; i++)
+    if (!region_empty(&recv[i])) {
+      regs[ns + nr] = recv[i];
+      peers[ns + nr++] = recv_peers[i];
+    }
+  int rc = ts__cma_exchange(c, ns, peers, regs, mpi, nr, peers + ns, regs + ns, mpi + ns, err);
+  /* The pairs left to MPI: the others' regions emptied. */
+  bool any = false;
+  for (int i = 0; i < ns + nr; i++) {
+    if (!mpi[i])
+      regs[i].base = NULL;
+    any = any || mpi[i];
+  }
+  /* Run even after a failed read elsewhere: the flags of every pair match on both sides. */
+  ts_error merr;
+  int mrc = any ? mpi_regions(c, ns, peers, regs, nr, peers + ns, regs + ns, CMA_MPI_TAG, &merr) : TS_OK;
+  if (mrc && rc == TS_OK)
+    rc = ts_error_set(err, merr.code, "%s", merr.msg);
+  free(regs);
+  free(peers);
+  free(mpi);
+  return rc;
+}
+
+int ts_comm_exchange_regions(ts_comm *c, int nsend, const int *send_peers,
+                             const ts_comm_region *send, int nrecv, const int *recv_peers,
+                             const ts_comm_region *recv, int tag, ts_error *err) {
+  if (c->pids)
+    return cma_regions(c, nsend, send_peers, send, nrecv, recv_peers, recv, err);
+  return mpi_regions(c, nsend, send_peers, send, nrecv, recv_peers, recv, tag, err);
 }

@@ -64,6 +64,10 @@ int ts_world_init(int *argc, char ***argv, int thread_level, ts_world **out, ts_
     w->world.ranks[i] = i;
   if ((rc = ts__comm_types_init(err)))
     goto fail;
+  if ((rc = ts__cma_init(w, err))) {
+    ts__comm_types_free(NULL);
+    goto fail;
+  }
   *out = w;
   return TS_OK;
 fail:
@@ -96,6 +100,7 @@ int ts_world_finalize(ts_world **pw, ts_error *err) {
   if (mrc != MPI_SUCCESS && rc == TS_OK)
     rc = ts__mpi_error(mrc, "MPI_Comm_free", __FILE__, __LINE__, err);
   free(w->world.ranks);
+  free(w->pids);
   if (w->initialized_mpi) {
     mrc = MPI_Finalize();
     if (mrc != MPI_SUCCESS && rc == TS_OK)
@@ -153,6 +158,7 @@ int ts_comm_group(ts_world *w, const int *ranks, int n, ts_comm **out, ts_error 
     return ts_error_set(err, TS_NO_MEMORY, "no memory for a communicator of %d ranks", n);
   }
   memcpy(copy, ranks, (size_t)n * sizeof *copy);
+  c->pids = w->pids;
   MPI_Group world_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
   int rc = TS_OK;
   TS_MPI_TRY(MPI_Comm_group(w->world.comm, &world_group), err, rc, fail);

@@ -85,6 +85,65 @@ static void test_regions(ts_comm *world) {
   free(sr);
 }
 
+/* Large regions (what the single-copy path of one node copies itself, TSHARD_CMA=0 makes it
+ * MPI's): rank r's int32 matrix a[size*R][C] is cut in column blocks, block p goes to rank p
+ * (strided rows of W elements at the sender, one contiguous run at the receiver), and back the
+ * other way (contiguous at the sender, strided at the receiver), once by all-to-all-w and once
+ * point to point. got[q][i][j] must be q's a[i][r*W + j] = q*1e6 + i*1000 + r*W + j. */
+static void test_large_regions(ts_comm *world) {
+  enum { R = 64, W = 600 }; /* rows of 2400 bytes */
+  ts_error err;
+  int64_t rows = (int64_t)size * R, cols = (int64_t)size * W;
+  int32_t *a = malloc((size_t)(rows * cols) * sizeof *a);
+  int32_t *got = calloc((size_t)(rows * W), sizeof *got);
+  int32_t *back = calloc((size_t)(rows * cols), sizeof *back);
+  ts_comm_region *sr = calloc(2 * (size_t)size, sizeof *sr), *rr = sr + size;
+  int *peers = malloc((size_t)size * sizeof *peers);
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < cols; j++)
+      a[i * cols + j] = (int32_t)(rank * 1000000 + i * 1000 + j);
+  for (int round = 0; round < 2; round++) {
+    memset(got, 0, (size_t)(rows * W) * sizeof *got);
+    memset(back, 0, (size_t)(rows * cols) * sizeof *back);
+    for (int p = 0; p < size; p++) {
+      peers[p] = p;
+      /* there: rows 0..R-1 of column block p, into got's block of rows p*R.. */
+      sr[p] = (ts_comm_region){a + (int64_t)p * W, 2, 4, {R, W}, {cols * 4, 4}};
+      rr[p] = (ts_comm_region){got + (int64_t)p * R * W, 1, 4, {R * W}, {4}};
+    }
+    int rc = round == 0 ? ts_comm_alltoallw(world, sr, rr, &err)
+                        : ts_comm_exchange_regions(world, size, peers, sr, size, peers, rr, 11,
+                                                   &err);
+    CHECK(rc == TS_OK, "large regions there (round %d): %s", round, err.msg);
+    long bad = 0;
+    for (int q = 0; q < size; q++)
+      for (int64_t i = 0; i < R; i++)
+        for (int64_t j = 0; j < W; j++)
+          bad += got[(q * R + i) * W + j] != (int32_t)(q * 1000000 + i * 1000 + rank * W + j);
+    CHECK(bad == 0, "large regions there (round %d): %ld wrong elements", round, bad);
+    /* and back: contiguous at the sender, strided rows at the receiver */
+    for (int p = 0; p < size; p++) {
+      sr[p] = (ts_comm_region){got + (int64_t)p * R * W, 1, 4, {R * W}, {4}};
+      rr[p] = (ts_comm_region){back + (int64_t)p * W, 2, 4, {R, W}, {cols * 4, 4}};
+    }
+    rc = round == 0 ? ts_comm_alltoallw(world, sr, rr, &err)
+                    : ts_comm_exchange_regions(world, size, peers, sr, size, peers, rr, 12, &err);
+    CHECK(rc == TS_OK, "large regions back (round %d): %s", round, err.msg);
+    bad = 0;
+    for (int64_t i = 0; i < rows; i++)
+      for (int64_t j = 0; j < cols; j++) {
+        int32_t want = i < R ? a[i * cols + j] : 0; /* rows R.. stay untouched */
+        bad += back[i * cols + j] != want;
+      }
+    CHECK(bad == 0, "large regions back (round %d): %ld wrong elements", round, bad);
+  }
+  free(a);
+  free(got);
+  free(back);
+  free(sr);
+  free(peers);
+}
+
 int main(int argc, char **argv) {
   ts_world *w = NULL;
   ts_error err;
@@ -290,6 +349,7 @@ int main(int argc, char **argv) {
         "error mapping: %d %s", rc, err.msg);
   CHECK(ts_comm_bcast(world, &b, -1, 0, &err) == TS_INVALID_ARGUMENT, "negative bcast");
   test_regions(world);
+  test_large_regions(world);
   free(all);
   free(cnt);
   free(rev);

@@ -1,0 +1,298 @@
+/* cma.c - single-copy transfers of strided regions between the processes of one node.
+ *
+ * MPI moves a region described by a derived datatype (regions.c) in two copies through shared
+ * memory: Open MPI's single-copy mechanism (CMA) only takes contiguous buffers on both sides. When
+ * every rank of the world runs on one node and each can read the others' memory with
+ * process_vm_readv (checked once, collectively, by ts__cma_init), the region transfers go instead
+ * as one copy between the two regions, both described as lists of contiguous runs:
+ *
+ *   1. the two ends of every pair send each other the description of their region (small MPI
+ *      messages);
+ *   2. both decide alike who copies: the side whose region has more runs reads the other's
+ *      (process_vm_readv) or writes into it (process_vm_writev), since the kernel pins the far
+ *      side's pages, cheapest in few long runs; pairs with short runs (a system call's worth of
+ *      work each) go through MPI afterwards (regions.c);
+ *   3. the copier tells the other side its status; nobody returns before its pairs are done, so
+ *      every region stays valid while it is copied.
+ *
+ * All messages are posted before any wait, so no order of ranks can deadlock; a copy that fails
+ * is reported by the copier and, through its status, by the other side. The check runs once per
+ * world (the environment variable TSHARD_CMA=0 turns the path off). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "comm_internal.h"
+
+#define CMA_DESC_TAG 31744
+#define CMA_ACK_TAG 31748 /* and 31749; regions.c's MPI fallback uses 31746 */
+/* A pair whose runs are shorter than this on either side goes through MPI. */
+#define CMA_MIN_RUN 1024
+#define CMA_IOV 512
+
+enum { ACK_DONE = 0, ACK_USE_MPI = 1, ACK_FAILED = 2 };
+
+static volatile uint64_t probe_word;
+static const uint64_t PROBE_MAGIC = 0x7c5a3e1d9b24f681ull;
+
+int ts__cma_init(ts_world *w, ts_error *err) {
+  w->pids = NULL;
+  const char *env = getenv("TSHARD_CMA");
+  int ok = w->size > 1 && !(env && strcmp(env, "0") == 0);
+  MPI_Comm node;
+  TS_MPI_CHECK(MPI_Comm_split_type(w->world.comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+               err);
+  int nsize = 0;
+  MPI_Comm_size(node, &nsize);
+  MPI_Comm_free(&node);
+  if (nsize != w->size)
+    ok = 0;
+  typedef struct who {
+    int64_t pid;
+    uint64_t addr;
+  } who;
+  who me = {(int64_t)getpid(), (uint64_t)(uintptr_t)&probe_word};
+  probe_word = PROBE_MAGIC ^ (uint64_t)me.pid;
+  who *all = malloc((size_t)w->size * sizeof *all);
+  if (!all)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for the process table of %d ranks",
+                        w->size);
+  int rc = MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE,
+                         w->world.comm);
+  if (rc != MPI_SUCCESS) {
+    free(all);
+    return ts__mpi_error(rc, "MPI_Allgather", __FILE__, __LINE__, err);
+  }
+  for (int r = 0; ok && r < w->size; r++) {
+    uint64_t got = 0;
+    struct iovec l = {&got, sizeof got}, rem = {(void *)(uintptr_t)all[r].addr, sizeof got};
+    ok = process_vm_readv((pid_t)all[r].pid, &l, 1, &rem, 1, 0) == (ssize_t)sizeof got &&
+         got == (PROBE_MAGIC ^ (uint64_t)all[r].pid);
+  }
+  rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, w->world.comm);
+  if (rc != MPI_SUCCESS) {
+    free(all);
+    return ts__mpi_error(rc, "MPI_Allreduce", __FILE__, __LINE__, err);
+  }
+  if (ok && (w->pids = malloc((size_t)w->size * sizeof *w->pids)) != NULL)
+    for (int r = 0; r < w->size; r++)
+      w->pids[r] = (int)all[r].pid;
+  free(all);
+  /* A rank without memory for the table keeps MPI; tell the others. */
+  ok = w->pids != NULL;
+  rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, w->world.comm);
+  if (rc != MPI_SUCCESS || !ok) {
+    free(w->pids);
+    w->pids = NULL;
+  }
+  if (rc != MPI_SUCCESS)
+    return ts__mpi_error(rc, "MPI_Allreduce", __FILE__, __LINE__, err);
+  w->world.pids = w->pids;
+  return TS_OK;
+}
+
+static int64_t region_total(const ts_comm_region *r) {
+  int64_t n = r->esize;
+  for (int d = 0; d < r->ndim; d++)
+    n *= r->count[d];
+  return n;
+}
+
+/* A region as contiguous runs of `run` bytes, walked in order. */
+typedef struct runs {
+  uint8_t *base;
+  int n; /* outer dims */
+  int64_t cnt[TS_MAX_DIMS], str[TS_MAX_DIMS], idx[TS_MAX_DIMS];
+  int64_t run, nruns, left, remaining;
+  uint8_t *at; /* the current run */
+} runs;
+
+static void runs_init(runs *w, const ts_comm_region *r) {
+  memset(w, 0, sizeof *w);
+  int64_t cnt[TS_MAX_DIMS], str[TS_MAX_DIMS];
+  int n = 0;
+  for (int d = 0; d < r->ndim; d++) {
+    if (r->count[d] == 1)
+      continue;
+    cnt[n] = r->count[d];
+    str[n++] = r->stride[d];
+  }
+  for (int d = n - 1; d > 0; d--) /* merge dims that continue each other */
+    if (str[d - 1] == cnt[d] * str[d]) {
+      cnt[d - 1] *= cnt[d];
+      str[d - 1] = str[d];
+      for (int k = d; k < n - 1; k++) {
+        cnt[k] = cnt[k + 1];
+        str[k] = str[k + 1];
+      }
+      n--;
+    }
+  w->run = r->esize;
+  if (n > 0 && str[n - 1] == r->esize)
+    w->run = cnt[--n] * r->esize;
+  w->n = n;
+  w->nruns = 1;
+  for (int d = 0; d < n; d++) {
+    w->cnt[d] = cnt[d];
+    w->str[d] = str[d];
+    w->nruns *= cnt[d];
+  }
+  w->base = w->at = r->base;
+  w->left = w->run;
+  w->remaining = w->run * w->nruns;
+}
+
+/* The next `len` bytes (at most what is left of the current run). */
+static uint8_t *runs_take(runs *w, int64_t len) {
+  uint8_t *p = w->at + (w->run - w->left);
+  w->left -= len;
+  w->remaining -= len;
+  if (w->left == 0 && w->remaining > 0) {
+    int d = w->n - 1;
+    while (d >= 0 && ++w->idx[d] == w->cnt[d])
+      w->idx[d--] = 0;
+    int64_t off = 0;
+    for (int k = 0; k < w->n; k++)
+      off += w->idx[k] * w->str[k];
+    w->at = w->base + off;
+    w->left = w->run;
+  }
+  return p;
+}
+
+static int add_iov(struct iovec *v, int n, uint8_t *p, int64_t len) {
+  if (n > 0 && (uint8_t *)v[n - 1].iov_base + v[n - 1].iov_len == p) {
+    v[n - 1].iov_len += (size_t)len;
+    return n;
+  }
+  v[n].iov_base = p;
+  v[n].iov_len = (size_t)len;
+  return n + 1;
+}
+
+/* Copies between the local region `loc` and the peer's region `rem` (in process pid): reads
+ * rem into loc, or writes loc into rem. */
+static int copy_regions(pid_t pid, int peer, bool write, const ts_comm_region *loc,
+                        const ts_comm_region *rem, ts_error *err) {
+  runs l, r;
+  runs_init(&l, loc);
+  runs_init(&r, rem);
+  struct iovec liov[CMA_IOV], riov[CMA_IOV];
+  while (l.remaining > 0 && r.remaining > 0) {
+    int ln = 0, rn = 0;
+    int64_t want = 0;
+    while (l.remaining > 0 && ln < CMA_IOV && rn < CMA_IOV && want < ((int64_t)1 << 30)) {
+      int64_t len = l.left < r.left ? l.left : r.left;
+      ln = add_iov(liov, ln, runs_take(&l, len), len);
+      rn = add_iov(riov, rn, runs_take(&r, len), len);
+      want += len;
+    }
+    ssize_t got = write ? process_vm_writev(pid, liov, (unsigned long)ln, riov, (unsigned long)rn, 0)
+                        : process_vm_readv(pid, liov, (unsigned long)ln, riov, (unsigned long)rn, 0);
+    if (got != (ssize_t)want)
+      return ts_error_set(err, TS_IO, "%s %lld bytes %s rank %d (process %d): %s",
+                          write ? "writing" : "reading", (long long)want,
+                          write ? "to" : "from", peer, (int)pid,
+                          got < 0 ? strerror(errno) : "a partial copy");
+  }
+  return TS_OK;
+}
+
+/* How a pair moves, decided alike on both sides from the two descriptions. */
+enum { PAIR_MISMATCH, PAIR_MPI, PAIR_SENDER_COPIES, PAIR_RECEIVER_COPIES };
+
+static int pair_way(const ts_comm_region *snd, const ts_comm_region *rcv) {
+  runs s, r;
+  runs_init(&s, snd);
+  runs_init(&r, rcv);
+  if (s.remaining != r.remaining)
+    return PAIR_MISMATCH;
+  /* Short runs cost a system call's worth each: MPI packs them better. */
+  if ((s.run < CMA_MIN_RUN && s.nruns > 4) || (r.run < CMA_MIN_RUN && r.nruns > 4))
+    return PAIR_MPI;
+  /* The side with more runs copies: the kernel pins the other side's pages, cheapest in few
+   * long runs. */
+  return s.nruns > r.nruns ? PAIR_SENDER_COPIES : PAIR_RECEIVER_COPIES;
+}
+
+int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm_region *send,
+                     bool *send_mpi, int nrecv, const int *recv_peers,
+                     const ts_comm_region *recv, bool *recv_mpi, ts_error *err) {
+  int np = nsend + nrecv, n = 3 * np;
+  MPI_Request *req = malloc((size_t)(n ? n : 1) * sizeof *req);
+  ts_comm_region *desc = malloc((size_t)(np ? np : 1) * sizeof *desc);
+  int *st = malloc((size_t)(np ? np : 1) * sizeof *st);
+  if (!req || !desc || !st) {
+    free(req);
+    free(desc);
+    free(st);
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for %d transfers", np);
+  }
+  /* Pair i: sends first, then receives; its peer, its local region and the peer's. */
+  MPI_Request *dsend = req, *drecv = req + np, *sreq = req + 2 * np;
+  for (int i = 0; i < n; i++)
+    req[i] = MPI_REQUEST_NULL;
+  for (int i = 0; i < nsend; i++)
+    send_mpi[i] = false;
+  for (int i = 0; i < nrecv; i++)
+    recv_mpi[i] = false;
+  for (int i = 0; i < np; i++)
+    st[i] = TS_OK;
+  int rc = TS_OK, mrc = MPI_SUCCESS;
+  /* Both ends describe their regions to each other; everything is posted before any wait. */
+  for (int i = 0; i < np && mrc == MPI_SUCCESS; i++) {
+    bool snd = i < nsend;
+    int peer = snd ? send_peers[i] : recv_peers[i - nsend];
+    const ts_comm_region *mine = snd ? &send[i] : &recv[i - nsend];
+    /* Tags by direction: a rank both sending to and receiving from a peer keeps them apart. */
+    mrc = MPI_Irecv(&desc[i], (int)sizeof *desc, MPI_BYTE, peer, CMA_DESC_TAG + !snd, c->comm,
+                    &drecv[i]);
+    if (mrc == MPI_SUCCESS)
+      mrc = MPI_Isend(mine, (int)sizeof *mine, MPI_BYTE, peer, CMA_DESC_TAG + snd, c->comm,
+                      &dsend[i]);
+  }
+  if (mrc == MPI_SUCCESS)
+    mrc = MPI_Waitall(np, drecv, MPI_STATUSES_IGNORE);
+  for (int i = 0; i < np && mrc == MPI_SUCCESS; i++) {
+    bool snd = i < nsend;
+    int peer = snd ? send_peers[i] : recv_peers[i - nsend];
+    const ts_comm_region *mine = snd ? &send[i] : &recv[i - nsend];
+    int way = snd ? pair_way(mine, &desc[i]) : pair_way(&desc[i], mine);
+    ts_error e;
+    if (way == PAIR_MISMATCH) {
+      if (rc == TS_OK)
+        rc = ts_error_set(err, TS_INVALID_ARGUMENT,
+                          "rank %d's region holds %lld bytes where this rank's holds %lld", peer,
+                          (long long)region_total(&desc[i]), (long long)region_total(mine));
+    } else if (way == PAIR_MPI) {
+      if (snd)
+        send_mpi[i] = true;
+      else
+        recv_mpi[i - nsend] = true;
+    } else if ((way == PAIR_SENDER_COPIES) == snd) { /* this rank copies, then tells */
+      st[i] = copy_regions((pid_t)c->pids[c->ranks[peer]], peer, snd, mine, &desc[i], &e);
+      if (st[i] && rc == TS_OK)
+        rc = ts_error_set(err, e.code, "%s", e.msg);
+      mrc = MPI_Isend(&st[i], 1, MPI_INT, peer, CMA_ACK_TAG + snd, c->comm, &sreq[i]);
+    } else { /* the peer copies: wait for its word */
+      mrc = MPI_Irecv(&st[i], 1, MPI_INT, peer, CMA_ACK_TAG + !snd, c->comm, &sreq[i]);
+    }
+  }
+  /* Every request, posted or not (MPI_REQUEST_NULL), is completed before the buffers go. */
+  int wrc = MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
+  if (mrc == MPI_SUCCESS)
+    mrc = wrc;
+  if (mrc != MPI_SUCCESS && rc == TS_OK)
+    rc = ts__mpi_error(mrc, "the single-copy exchange", __FILE__, __LINE__, err);
+  for (int i = 0; i < np && rc == TS_OK; i++) /* a copy the peer could not make */
+    if (st[i] != TS_OK)
+      rc = ts_error_set(err, TS_IO, "rank %d could not copy its piece of the exchange with this "
+                        "rank (status %d)", i < nsend ? send_peers[i] : recv_peers[i - nsend],
+                        st[i]);
+  free(req);
+  free(desc);
+  free(st);
+  return rc;
+}
