@@ -112,23 +112,7 @@ typedef struct runs {
 static void runs_init(runs *w, const ts_comm_region *r) {
   memset(w, 0, sizeof *w);
   int64_t cnt[TS_MAX_DIMS], str[TS_MAX_DIMS];
-  int n = 0;
-  for (int d = 0; d < r->ndim; d++) {
-    if (r->count[d] == 1)
-      continue;
-    cnt[n] = r->count[d];
-    str[n++] = r->stride[d];
-  }
-  for (int d = n - 1; d > 0; d--) /* merge dims that continue each other */
-    if (str[d - 1] == cnt[d] * str[d]) {
-      cnt[d - 1] *= cnt[d];
-      str[d - 1] = str[d];
-      for (int k = d; k < n - 1; k++) {
-        cnt[k] = cnt[k + 1];
-        str[k] = str[k + 1];
-      }
-      n--;
-    }
+  int n = ts__region_fold(r, cnt, str);
   w->run = r->esize;
   if (n > 0 && str[n - 1] == r->esize)
     w->run = cnt[--n] * r->esize;

@@ -58,6 +58,11 @@ typedef struct ts__transfer {
  * post fails, the ones already posted are waited for before returning (their buffers may go). */
 int ts__comm_transfers(ts_comm *c, int n, const ts__transfer *t, int tag, ts_error *err);
 
+/* A region's dims without those of size 1, and with dims that continue each other merged (outer
+ * stride = inner count x inner stride), outermost first, into cnt and str; returns their number.
+ * (regions.c; the datatypes and the single-copy runs both start from it.) */
+int ts__region_fold(const ts_comm_region *r, int64_t *cnt, int64_t *str);
+
 /* Single-copy region transfers (cma.c). ts__cma_init (collective over the world) sets w->pids
  * when every rank runs on this node and can read the others' memory. ts__cma_exchange moves the
  * non-empty regions listed; the pairs it leaves to MPI come back flagged in send_mpi/recv_mpi. */

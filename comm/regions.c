@@ -42,10 +42,7 @@ bool ts_comm_region_supported(const ts_comm_region *r) {
   return true;
 }
 
-/* The datatype of a non-empty region, at its absolute address. */
-static int region_type(const ts_comm_region *r, MPI_Datatype *out, ts_error *err) {
-  /* Drop size-1 dims and merge dims that continue each other (outer stride = inner extent). */
-  int64_t cnt[TS_MAX_DIMS], str[TS_MAX_DIMS];
+int ts__region_fold(const ts_comm_region *r, int64_t *cnt, int64_t *str) {
   int n = 0;
   for (int d = 0; d < r->ndim; d++) {
     if (r->count[d] == 1)
@@ -63,6 +60,13 @@ static int region_type(const ts_comm_region *r, MPI_Datatype *out, ts_error *err
       }
       n--;
     }
+  return n;
+}
+
+/* The datatype of a non-empty region, at its absolute address. */
+static int region_type(const ts_comm_region *r, MPI_Datatype *out, ts_error *err) {
+  int64_t cnt[TS_MAX_DIMS], str[TS_MAX_DIMS];
+  int n = ts__region_fold(r, cnt, str);
   MPI_Datatype t, next;
   int k = n - 1;
   if (n > 0 && str[k] == r->esize) { /* contiguous innermost run */
