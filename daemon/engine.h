@@ -45,7 +45,9 @@ int tsd_memory_check(tsd_engine *e, uint64_t extra, const char *what, ts_error *
 /* Whole-tensor buffers (put staging, gathered copies): staging buffers of the pool, which keeps
  * freed ones for the next transfer of their size class, so repeated transfers do not fault in
  * fresh pages. tsd_buf_give accepts NULL. */
-void *tsd_buf_take(tsd_engine *e, size_t bytes);
+/* tsd_buf_take checks the memory limit as it allocates: NULL with err (TS_LIMIT or
+ * TS_NO_MEMORY, naming `what`) when the buffer cannot be had. */
+void *tsd_buf_take(tsd_engine *e, size_t bytes, const char *what, ts_error *err);
 void tsd_buf_give(tsd_engine *e, void *p, size_t bytes);
 /* The table's local handlers of put, put_slice, get (chunks after the first) and get_slice, and
  * the answers of a put and a get (its first chunk, from the gathered copy) after they ran. */

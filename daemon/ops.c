@@ -338,21 +338,23 @@ int tsd_run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
     c = origin && origin->conn_id ? tsd_session_get(e, origin->conn_id, true) : NULL;
     tsd_session_copy_reset(e, c);
     in_shm = ts_attr_has_partial(t->attr) ? NULL : tsd_shm_gather_target(c, op->req->get, bytes);
-    if (!in_shm)
+    if (ts_attr_has_partial(t->attr)) /* the executor allocates after its first agreement */
       lst = tsd_memory_check(e, bytes, "the gathered tensor", &lerr);
   }
   int rc;
   if (!t || !ts_attr_has_partial(t->attr)) {
-    if ((rc = agree(e, lst, &lerr, err)))
-      return rc;
+    /* The gathered copy is had (within the memory limit) before the one agreement. */
     uint8_t *whole = NULL;
-    if (op->origin == e->rank) {
-      whole = in_shm ? in_shm : tsd_buf_take(e, bytes);
-      lst = whole ? TS_OK
-                  : ts_error_set(&lerr, TS_NO_MEMORY, "no memory for the gathered tensor");
+    if (!lst && op->origin == e->rank) {
+      whole = in_shm ? in_shm : tsd_buf_take(e, bytes, "the gathered tensor", &lerr);
+      if (!whole)
+        lst = lerr.code;
     }
-    if ((rc = agree(e, lst, &lerr, err)))
+    if ((rc = agree(e, lst, &lerr, err))) {
+      if (!in_shm)
+        tsd_buf_give(e, whole, bytes);
       return rc;
+    }
     rc = ts_scatter_gather(e->world, t, op->origin, whole, false, e->cfg->staging, err);
     if (rc == TS_OK && c) {
       tsd_session_copy_set(e, c, name, false, whole, bytes, in_shm != NULL);

@@ -87,12 +87,9 @@ int tsd_session_put_stage(tsd_engine *e, tsd_session *s, const tsd_put_target *t
                           (unsigned long long)total, t->name, (unsigned long long)t->expected,
                           t->slice ? " for this rank's slice in that layout"
                                    : " (the whole tensor, row-major)");
-    int rc = tsd_memory_check(e, total, "the put's staging buffer", err);
-    if (rc)
-      return rc;
-    s->put_buf = tsd_buf_take(e, total);
+    s->put_buf = tsd_buf_take(e, total, "the put's staging buffer", err);
     if (!s->put_buf)
-      return ts_error_set(err, TS_NO_MEMORY, "no memory for the put's staging");
+      return err->code;
     s->put_total = total;
     s->put_received = 0;
     s->put_active = true;

@@ -15,9 +15,9 @@
 #include "engine.h"
 #include "shm.h"
 
-void *tsd_buf_take(tsd_engine *e, size_t bytes) {
+void *tsd_buf_take(tsd_engine *e, size_t bytes, const char *what, ts_error *err) {
   (void)e;
-  return ts_shard_alloc_as(bytes, TS_POOL_STAGING, "a transfer buffer", NULL);
+  return ts_shard_alloc_as(bytes, TS_POOL_STAGING, what, err);
 }
 
 void tsd_buf_give(tsd_engine *e, void *p, size_t bytes) {
@@ -331,12 +331,9 @@ void tsd_handle_get_slice(tsd_engine *e, tsd_work *w) {
     buf = room;
     in_shm = true;
   } else if (!rc && bytes) {
-    rc = tsd_memory_check(e, bytes, "the slice copy", &err);
-  }
-  if (!rc && bytes && !in_shm) {
-    buf = tsd_buf_take(e, bytes);
+    buf = tsd_buf_take(e, bytes, "the slice copy", &err);
     if (!buf)
-      rc = ts_error_set(&err, TS_NO_MEMORY, "no memory for a slice copy of %zu bytes", bytes);
+      rc = err.code;
   }
   if (!rc && bytes) {
     if (ts_layout_is_blocked(&l))
