@@ -39,22 +39,41 @@ static int find(const tsd_catalog *c, const char *name) {
   return -1;
 }
 
-void tsd_catalog_begin(tsd_catalog *c, const char *name, const char *other, bool names) {
+void tsd_changes_add(tsd_changes *ch, const char *name) {
+  if (!name || !name[0])
+    return;
+  if (ch->n == TSD_CHANGES_MAX)
+    ch->all = true;
+  else
+    ch->name[ch->n++] = name;
+}
+
+void tsd_catalog_begin(tsd_catalog *c, const tsd_changes *ch) {
   pthread_mutex_lock(&c->mu);
   c->nbusy = 0;
-  if (name && name[0])
-    snprintf(c->busy[c->nbusy++], TS_NAME_MAX, "%s", name);
-  if (other && other[0])
-    snprintf(c->busy[c->nbusy++], TS_NAME_MAX, "%s", other);
-  c->names_busy = names;
+  for (int i = 0; i < ch->n && i < TSD_CHANGES_MAX; i++)
+    if (ch->name[i] && ch->name[i][0])
+      snprintf(c->busy[c->nbusy++], TS_NAME_MAX, "%s", ch->name[i]);
+  c->names_busy = ch->names || ch->all;
+  c->all_busy = ch->all;
   pthread_mutex_unlock(&c->mu);
 }
 
 void tsd_catalog_end(tsd_catalog *c) {
   pthread_mutex_lock(&c->mu);
   c->nbusy = 0;
-  c->names_busy = false;
+  c->names_busy = c->all_busy = false;
   pthread_mutex_unlock(&c->mu);
+}
+
+char (*tsd_catalog_names(tsd_catalog *c, int *n))[TS_NAME_MAX] {
+  pthread_mutex_lock(&c->mu);
+  char(*v)[TS_NAME_MAX] = c->n ? malloc((size_t)c->n * sizeof *v) : NULL;
+  *n = v ? c->n : 0;
+  for (int i = 0; i < *n; i++)
+    memcpy(v[i], c->v[i].name, TS_NAME_MAX);
+  pthread_mutex_unlock(&c->mu);
+  return v;
 }
 
 int tsd_catalog_set(tsd_catalog *c, const char *name, const uint8_t *packed, size_t len) {
@@ -94,6 +113,8 @@ int tsd_catalog_set(tsd_catalog *c, const char *name, const uint8_t *packed, siz
 static bool busy(const tsd_catalog *c, const Tshard__Request *req) {
   if (req->op_case == TSHARD__REQUEST__OP_LIST)
     return c->names_busy;
+  if (c->all_busy)
+    return true;
   for (int i = 0; i < c->nbusy; i++)
     if (strcmp(c->busy[i], req->describe->name) == 0)
       return true;

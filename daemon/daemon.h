@@ -130,10 +130,19 @@ typedef void (*tsd_local_fn)(struct tsd_engine *e, struct tsd_work *w);
 /* Engine, every rank in rank 0's order: returns the status agreed by every rank. */
 typedef int (*tsd_collective_fn)(struct tsd_engine *e, const struct tsd_ordered *op,
                                  struct tsd_pending *origin, ts_error *err);
-/* The tensor names a collective operation may change (busy in the catalog while it runs), and
- * whether it may change the list of names. */
-typedef void (*tsd_changes_fn)(const Tshard__Request *req, const char **name, const char **other,
-                               bool *names);
+/* The tensors a collective operation may change: busy in the catalog while it runs, published
+ * again after it. `names`: it may add or remove names (list waits too); `all`: it may change any
+ * tensor (every describe waits, and the whole catalog is published again after it). */
+#define TSD_CHANGES_MAX 16
+typedef struct tsd_changes {
+  const char *name[TSD_CHANGES_MAX]; /* the first n; empty strings are skipped */
+  int n;
+  bool names;
+  bool all;
+} tsd_changes;
+/* Adds a name to a change set; more than TSD_CHANGES_MAX names turn it into `all`. */
+void tsd_changes_add(tsd_changes *ch, const char *name);
+typedef void (*tsd_changes_fn)(const Tshard__Request *req, tsd_changes *ch);
 /* The answer to one waiting client after a collective operation succeeded (NULL: status only). */
 typedef void (*tsd_answer_fn)(struct tsd_engine *e, const struct tsd_pending *w);
 
@@ -229,18 +238,19 @@ typedef struct tsd_catalog {
   pthread_mutex_t mu;
   tsd_catalog_entry *v;
   int n, cap;
-  char busy[2][TS_NAME_MAX];
+  char busy[TSD_CHANGES_MAX][TS_NAME_MAX];
   int nbusy;
-  bool names_busy;
+  bool names_busy, all_busy;
 } tsd_catalog;
 void tsd_catalog_init(tsd_catalog *c);
 void tsd_catalog_destroy(tsd_catalog *c);
-/* Engine: the names an operation may change are busy until tsd_catalog_end (names: the list of
- * names too). */
-void tsd_catalog_begin(tsd_catalog *c, const char *name, const char *other, bool names);
+/* Engine: the tensors of a change set are busy until tsd_catalog_end. */
+void tsd_catalog_begin(tsd_catalog *c, const tsd_changes *ch);
 void tsd_catalog_end(tsd_catalog *c);
 /* Engine: sets a tensor's packed DescribeResult (packed NULL: removes the tensor). */
 int tsd_catalog_set(tsd_catalog *c, const char *name, const uint8_t *packed, size_t len);
+/* Engine: copies the names the catalog holds into a new array (*n of them; NULL when none). */
+char (*tsd_catalog_names(tsd_catalog *c, int *n))[TS_NAME_MAX];
 /* Answers a list or describe request into a new frame: 1 answered, 0 busy (only with
  * wait_if_busy: the engine answers it after the operation), -1 no memory. */
 int tsd_catalog_answer(tsd_catalog *c, const Tshard__Request *req, bool wait_if_busy,

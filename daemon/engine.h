@@ -114,12 +114,9 @@ int tsd_run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
 int tsd_run_reshard(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
 int tsd_run_drop(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
 int tsd_run_shutdown(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
-void tsd_changes_create(const Tshard__Request *r, const char **name, const char **other,
-                        bool *names);
-void tsd_changes_drop(const Tshard__Request *r, const char **name, const char **other,
-                      bool *names);
-void tsd_changes_reshard(const Tshard__Request *r, const char **name, const char **other,
-                         bool *names);
+void tsd_changes_create(const Tshard__Request *r, tsd_changes *ch);
+void tsd_changes_drop(const Tshard__Request *r, tsd_changes *ch);
+void tsd_changes_reshard(const Tshard__Request *r, tsd_changes *ch);
 /* Runs a collective operation on this rank with its table entry; origin_entry is this rank's
  * submission when it is the origin. The status and message are the answer; a get fills the
  * connection's copy. */

@@ -447,20 +447,32 @@ int tsd_run_shutdown(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
 }
 
 /* The names each operation may change (busy in the catalog while it runs). */
-void tsd_changes_create(const Tshard__Request *r, const char **name, const char **other,
-                        bool *names) {
-  *name = r->create->name, *other = NULL, *names = true;
+void tsd_changes_create(const Tshard__Request *r, tsd_changes *ch) {
+  tsd_changes_add(ch, r->create->name);
+  ch->names = true;
 }
 
-void tsd_changes_drop(const Tshard__Request *r, const char **name, const char **other,
-                      bool *names) {
-  *name = r->drop->name, *other = NULL, *names = true;
+void tsd_changes_drop(const Tshard__Request *r, tsd_changes *ch) {
+  tsd_changes_add(ch, r->drop->name);
+  ch->names = true;
 }
 
-void tsd_changes_reshard(const Tshard__Request *r, const char **name, const char **other,
-                         bool *names) {
-  *name = r->reshard->name, *other = r->reshard->keep_source_as;
-  *names = (*other)[0] != '\0';
+void tsd_changes_reshard(const Tshard__Request *r, tsd_changes *ch) {
+  tsd_changes_add(ch, r->reshard->name);
+  tsd_changes_add(ch, r->reshard->keep_source_as);
+  ch->names = r->reshard->keep_source_as[0] != '\0';
+}
+
+/* After an operation that may have changed any tensor: every name the catalog or the store has
+ * is published again (removed ones leave the catalog). */
+static void catalog_refresh_all(tsd_engine *e) {
+  int n = 0;
+  char(*old)[TS_NAME_MAX] = tsd_catalog_names(&e->sh->catalog, &n);
+  for (int i = 0; i < n; i++)
+    catalog_refresh(e, old[i]);
+  free(old);
+  for (int i = 0; i < ts_store_count(e->store); i++)
+    catalog_refresh(e, ts_store_at(e->store, i)->name);
 }
 
 int tsd_run_collective(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
@@ -471,13 +483,15 @@ int tsd_run_collective(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin
                         tsd_op_name(op->req->op_case));
   if (!entry->changes)
     return entry->run_collective(e, op, origin, err);
-  const char *name, *other;
-  bool names;
-  entry->changes(op->req, &name, &other, &names);
-  tsd_catalog_begin(&e->sh->catalog, name, other, names);
+  tsd_changes ch = {.n = 0};
+  entry->changes(op->req, &ch);
+  tsd_catalog_begin(&e->sh->catalog, &ch);
   int rc = entry->run_collective(e, op, origin, err);
-  catalog_refresh(e, name);
-  catalog_refresh(e, other);
+  if (ch.all)
+    catalog_refresh_all(e);
+  else
+    for (int i = 0; i < ch.n; i++)
+      catalog_refresh(e, ch.name[i]);
   tsd_catalog_end(&e->sh->catalog);
   return rc;
 }

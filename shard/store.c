@@ -68,6 +68,7 @@ ts_stored *ts_store_find(ts_store *s, const char *name) {
 
 int64_t ts_store_used_bytes(const ts_store *s) { return s ? s->used : 0; }
 int ts_store_count(const ts_store *s) { return s ? s->n : 0; }
+ts_stored *ts_store_at(ts_store *s, int i) { return s && i >= 0 && i < s->n ? s->items[i] : NULL; }
 
 static int check_name(const char *name, ts_error *err) {
   size_t n = name ? strlen(name) : 0;

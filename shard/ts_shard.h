@@ -304,6 +304,8 @@ ts_stored *ts_store_find(ts_store *s, const char *name);
 int ts_store_drop(ts_store *s, const char *name, ts_error *err);
 int64_t ts_store_used_bytes(const ts_store *s);
 int ts_store_count(const ts_store *s);
+/* The i-th stored tensor (0 <= i < ts_store_count), in no particular order; NULL outside. */
+ts_stored *ts_store_at(ts_store *s, int i);
 /* Reshards a stored tensor in place: plans, runs, and only when every rank succeeded replaces the
  * slice and attribute; otherwise the tensor stays as it was on every rank. Collective over the
  * whole world (every rank calls it; all return the same status and message). */
