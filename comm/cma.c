@@ -10,8 +10,10 @@
  *      messages);
  *   2. both decide alike who copies: the side whose region has more runs reads the other's
  *      (process_vm_readv) or writes into it (process_vm_writev), since the kernel pins the far
- *      side's pages, cheapest in few long runs; pairs with short runs (a system call's worth of
- *      work each) go through MPI afterwards (regions.c);
+ *      side's pages, cheapest in few long runs; on a tie, the side with fewer pairs in this
+ *      exchange (so a root scattering to or gathering from many peers lets them copy at once),
+ *      then the receiver; pairs with short runs (a system call's worth of work each) go through
+ *      MPI afterwards (regions.c);
  *   3. the copier tells the other side its status; nobody returns before its pairs are done, so
  *      every region stays valid while it is copied.
  *
@@ -100,6 +102,8 @@ static int64_t region_total(const ts_comm_region *r) {
   return n;
 }
 
+bool ts_comm_single_copy(const ts_comm *c) { return c && c->pids; }
+
 /* A region as contiguous runs of `run` bytes, walked in order. */
 typedef struct runs {
   uint8_t *base;
@@ -187,18 +191,28 @@ static int copy_regions(pid_t pid, int peer, bool write, const ts_comm_region *l
 /* How a pair moves, decided alike on both sides from the two descriptions. */
 enum { PAIR_MISMATCH, PAIR_MPI, PAIR_SENDER_COPIES, PAIR_RECEIVER_COPIES };
 
-static int pair_way(const ts_comm_region *snd, const ts_comm_region *rcv) {
+/* What each end of a pair tells the other: its region, and how many pairs it has in this
+ * exchange. */
+typedef struct cma_desc {
+  ts_comm_region region;
+  int64_t pairs;
+} cma_desc;
+
+static int pair_way(const cma_desc *snd, const cma_desc *rcv) {
   runs s, r;
-  runs_init(&s, snd);
-  runs_init(&r, rcv);
+  runs_init(&s, &snd->region);
+  runs_init(&r, &rcv->region);
   if (s.remaining != r.remaining)
     return PAIR_MISMATCH;
   /* Short runs cost a system call's worth each: MPI packs them better. */
   if ((s.run < CMA_MIN_RUN && s.nruns > 4) || (r.run < CMA_MIN_RUN && r.nruns > 4))
     return PAIR_MPI;
   /* The side with more runs copies: the kernel pins the other side's pages, cheapest in few
-   * long runs. */
-  return s.nruns > r.nruns ? PAIR_SENDER_COPIES : PAIR_RECEIVER_COPIES;
+   * long runs. On a tie the side with fewer pairs copies, so that the peers of a root copy
+   * concurrently; then the receiver. */
+  if (s.nruns != r.nruns)
+    return s.nruns > r.nruns ? PAIR_SENDER_COPIES : PAIR_RECEIVER_COPIES;
+  return snd->pairs < rcv->pairs ? PAIR_SENDER_COPIES : PAIR_RECEIVER_COPIES;
 }
 
 int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm_region *send,
@@ -206,11 +220,13 @@ int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm
                      const ts_comm_region *recv, bool *recv_mpi, ts_error *err) {
   int np = nsend + nrecv, n = 3 * np;
   MPI_Request *req = malloc((size_t)(n ? n : 1) * sizeof *req);
-  ts_comm_region *desc = malloc((size_t)(np ? np : 1) * sizeof *desc);
+  cma_desc *desc = malloc((size_t)(np ? np : 1) * sizeof *desc);
+  cma_desc *own = malloc((size_t)(np ? np : 1) * sizeof *own);
   int *st = malloc((size_t)(np ? np : 1) * sizeof *st);
-  if (!req || !desc || !st) {
+  if (!req || !desc || !own || !st) {
     free(req);
     free(desc);
+    free(own);
     free(st);
     return ts_error_set(err, TS_NO_MEMORY, "no memory for %d transfers", np);
   }
@@ -229,12 +245,14 @@ int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm
   for (int i = 0; i < np && mrc == MPI_SUCCESS; i++) {
     bool snd = i < nsend;
     int peer = snd ? send_peers[i] : recv_peers[i - nsend];
-    const ts_comm_region *mine = snd ? &send[i] : &recv[i - nsend];
+    memset(&own[i], 0, sizeof own[i]);
+    own[i].region = snd ? send[i] : recv[i - nsend];
+    own[i].pairs = np;
     /* Tags by direction: a rank both sending to and receiving from a peer keeps them apart. */
     mrc = MPI_Irecv(&desc[i], (int)sizeof *desc, MPI_BYTE, peer, CMA_DESC_TAG + !snd, c->comm,
                     &drecv[i]);
     if (mrc == MPI_SUCCESS)
-      mrc = MPI_Isend(mine, (int)sizeof *mine, MPI_BYTE, peer, CMA_DESC_TAG + snd, c->comm,
+      mrc = MPI_Isend(&own[i], (int)sizeof own[i], MPI_BYTE, peer, CMA_DESC_TAG + snd, c->comm,
                       &dsend[i]);
   }
   if (mrc == MPI_SUCCESS)
@@ -243,20 +261,22 @@ int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm
     bool snd = i < nsend;
     int peer = snd ? send_peers[i] : recv_peers[i - nsend];
     const ts_comm_region *mine = snd ? &send[i] : &recv[i - nsend];
-    int way = snd ? pair_way(mine, &desc[i]) : pair_way(&desc[i], mine);
+    int way = snd ? pair_way(&own[i], &desc[i]) : pair_way(&desc[i], &own[i]);
     ts_error e;
     if (way == PAIR_MISMATCH) {
       if (rc == TS_OK)
         rc = ts_error_set(err, TS_INVALID_ARGUMENT,
                           "rank %d's region holds %lld bytes where this rank's holds %lld", peer,
-                          (long long)region_total(&desc[i]), (long long)region_total(mine));
+                          (long long)region_total(&desc[i].region),
+                          (long long)region_total(mine));
     } else if (way == PAIR_MPI) {
       if (snd)
         send_mpi[i] = true;
       else
         recv_mpi[i - nsend] = true;
     } else if ((way == PAIR_SENDER_COPIES) == snd) { /* this rank copies, then tells */
-      st[i] = copy_regions((pid_t)c->pids[c->ranks[peer]], peer, snd, mine, &desc[i], &e);
+      st[i] = copy_regions((pid_t)c->pids[c->ranks[peer]], peer, snd, mine, &desc[i].region,
+                           &e);
       if (st[i] && rc == TS_OK)
         rc = ts_error_set(err, e.code, "%s", e.msg);
       mrc = MPI_Isend(&st[i], 1, MPI_INT, peer, CMA_ACK_TAG + snd, c->comm, &sreq[i]);
@@ -277,6 +297,7 @@ int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm
                         st[i]);
   free(req);
   free(desc);
+  free(own);
   free(st);
   return rc;
 }

@@ -93,6 +93,9 @@ bool ts_comm_region_supported(const ts_comm_region *r);
  * regions in place. Collective over c. */
 int ts_comm_alltoallw(ts_comm *c, const ts_comm_region *send, const ts_comm_region *recv,
                       ts_error *err);
+/* Whether region exchanges over c go as single copies between the processes (every rank on one
+ * node and process_vm_readv allowed: cma.c); the same on every rank of c. */
+bool ts_comm_single_copy(const ts_comm *c);
 /* Point-to-point regions: posts every receive and send (peers are comm ranks), then waits. */
 int ts_comm_exchange_regions(ts_comm *c, int nsend, const int *send_peers,
                              const ts_comm_region *send, int nrecv, const int *recv_peers,

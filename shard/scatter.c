@@ -9,10 +9,16 @@
  * some chunk does not move in place; that buffer comes from the pool, counted against the memory
  * limit, and the ranks agree that each has it before any message moves.
  *
+ * On one node with single-copy transfers (comm/cma.c) and unblocked slices, every piece moves in
+ * one region exchange instead: each peer reads its piece straight from the root's whole tensor
+ * (a put) or writes it straight into it (a get), all peers at once, while the root copies its
+ * own slice; no chunk buffer at all.
+ *
  * Both sides walk the same ranks and chunks in the same order (ts_box_chunk), so every message
  * is matched (peers in rank order after the root, the root's own slice last). A copy that fails on one side still sends or receives its messages, so nobody
  * waits forever; the statuses are agreed at the end. A get takes each distinct box once: from the
  * root when it holds it, else from the lowest rank holding it (other replicas send nothing). */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,6 +145,74 @@ static int64_t buffer_need(const side *e, const ts_stored *t, int root, void *wh
   return need;
 }
 
+/* Whether the pieces go in one region exchange: single copies between the ranks of one node,
+ * unblocked slices (the layout tag, the same on every rank, has no block size) and pieces a
+ * region can hold. Decided alike on every rank. */
+static bool regions_apply(ts_comm *wc, const ts_stored *t, const ts_box *boxes, const bool *has,
+                          int size) {
+  if (!ts_comm_single_copy(wc) || strpbrk(t->layout_tag, "0123456789"))
+    return false;
+  for (int r = 0; r < size; r++)
+    if (has[r] && ts_box_numel(&boxes[r]) * (int64_t)ts_dtype_size(t->dtype) > INT_MAX)
+      return false;
+  return true;
+}
+
+/* The strided region of box b in a tensor: the whole row-major tensor (origin 0) or a slice. */
+static void piece_region(const ts_tensor *x, const int64_t *origin, const ts_box *b,
+                         ts_comm_region *reg) {
+  int64_t at[TS_MAX_DIMS];
+  int64_t es = (int64_t)ts_dtype_size(x->layout.dtype);
+  memset(reg, 0, sizeof *reg);
+  reg->ndim = b->ndim;
+  reg->esize = es;
+  for (int d = 0; d < b->ndim; d++) {
+    at[d] = b->lo[d] - origin[d];
+    reg->count[d] = b->hi[d] - b->lo[d];
+    reg->stride[d] = x->layout.strides[d] * es;
+  }
+  reg->base = (uint8_t *)x->data + ts_layout_address(&x->layout, at);
+}
+
+/* The pieces in one region exchange (see regions_apply); the root's own slice is copied first. */
+static int exchange_pieces(ts_comm *wc, const side *e, ts_stored *t, int root, const ts_tensor *wt,
+                           bool put, const ts_box *boxes, const bool *has, int lst, ts_error *lerr) {
+  int64_t zero[TS_MAX_DIMS] = {0};
+  int *peers = malloc((size_t)e->size * sizeof *peers);
+  ts_comm_region *regs = calloc((size_t)e->size, sizeof *regs);
+  int n = 0;
+  if (!peers || !regs) {
+    free(peers);
+    free(regs);
+    return ts_error_set(lerr, TS_NO_MEMORY, "no memory for %d transfers", e->size);
+  }
+  for (int i = 1; i <= e->size; i++) {
+    int r = (root + i) % e->size;
+    if (!piece_here(e, root, put, boxes, has, r))
+      continue;
+    const ts_box *b = &boxes[r];
+    if (r == root) {
+      if (lst == TS_OK)
+        lst = put ? copy_piece(&t->local, b->lo, wt, zero, b, lerr)
+                  : copy_piece(wt, zero, &t->local, b->lo, b, lerr);
+      continue;
+    }
+    peers[n] = e->rank == root ? r : root;
+    if (e->rank == root)
+      piece_region(wt, zero, b, &regs[n]);
+    else
+      piece_region(&t->local, b->lo, b, &regs[n]);
+    n++;
+  }
+  /* The exchange runs even after a local failure, so no peer waits for this rank. */
+  bool sends = put == (e->rank == root);
+  int mrc = sends ? ts_comm_exchange_regions(wc, n, peers, regs, 0, NULL, NULL, SCATTER_TAG, lerr)
+                  : ts_comm_exchange_regions(wc, 0, NULL, NULL, n, peers, regs, SCATTER_TAG, lerr);
+  free(peers);
+  free(regs);
+  return lst ? lst : mrc;
+}
+
 /* put: whole (at `root`, row-major) -> every slice; get: every distinct slice -> whole at root. */
 int ts_scatter_gather(ts_world *world, ts_stored *t, int root, void *whole, bool put,
                       int64_t max_chunk, ts_error *err) {
@@ -173,10 +247,12 @@ int ts_scatter_gather(ts_world *world, ts_stored *t, int root, void *whole, bool
     has[r] = ts_geom_rank_box(g, r, &boxes[r]);
   ts_comm *wc = ts_world_comm(world);
   bool plain = slice_is_plain(t);
+  bool regions = boxes && has && regions_apply(wc, t, boxes, has, e->size);
   /* The message buffer comes from the pool, counted against the memory limit; every rank agrees
    * that it has one before any message moves. */
   uint8_t *buf = NULL;
-  int64_t need = lst ? 0 : buffer_need(e, t, root, whole, put, boxes, has, plain, chunk);
+  int64_t need =
+      lst || regions ? 0 : buffer_need(e, t, root, whole, put, boxes, has, plain, chunk);
   if (need > 0)
     buf = ts_shard_alloc_as((size_t)need, TS_POOL_STAGING, "a transfer chunk", &lerr);
   if (need > 0 && !buf)
@@ -187,6 +263,13 @@ int ts_scatter_gather(ts_world *world, ts_stored *t, int root, void *whole, bool
     free(has);
     ts_geom_destroy(&g);
     return rc;
+  }
+  if (regions) {
+    lst = exchange_pieces(wc, e, t, root, &wt, put, boxes, has, lst, &lerr);
+    free(boxes);
+    free(has);
+    ts_geom_destroy(&g);
+    return ts_comm_agree(wc, lst, &lerr, err);
   }
   /* The root's own slice goes last, while the last peer unpacks its last chunk. */
   for (int i = 1; i <= e->size; i++) {
