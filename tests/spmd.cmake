@@ -1,0 +1,10 @@
+# Issue 14 items 3 and 4: idempotency keys and SPMD collectives. The sequencer's key table is
+# unit-tested in tests/unit/test_sequencer.c (daemon.cmake); this runs the end-to-end test
+# against 3 real daemons with the Python client, the CLI and raw requests (about 15 s).
+if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
+  add_test(NAME test_python_spmd_collective
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_spmd_collective.py
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+  set_tests_properties(test_python_spmd_collective PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
+endif()
