@@ -54,7 +54,7 @@ static const cfg_entry table[] = {
     {"key-ttl", CFG_DURATION, offsetof(tsd_config, key_ttl), 0, 1, 86400000, "600s",
      "an idempotency key's answer is remembered this long (retries of the identical request get "
      "it; ms or s suffix)"},
-    {"key-max", SIZE(key_max, 16, 1LL << 24), "65536",
+    {"key-max", SIZE(key_max, 16, 1LL << 24), "16384",
      "idempotency keys remembered at most (the oldest answered one gives way)"},
     {"collective-timeout", CFG_DURATION, offsetof(tsd_config, collective_timeout), 0, 10,
      86400000, "60s",
