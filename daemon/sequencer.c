@@ -65,7 +65,17 @@ struct tsd_seq {
   bool shutdown_ordered;
   tsd_keys *keys;
   int byes;
+  /* rank 0's answers received, given after the ordered operations received before them ran
+   * here (an answer of a key must not overtake the operation on this rank) */
+  struct tsd_deferred *deferred, *deferred_tail;
 };
+
+typedef struct tsd_deferred {
+  struct tsd_deferred *next;
+  uint64_t ticket;
+  int status;
+  char msg[];
+} tsd_deferred;
 #define SUBMIT_HEADER 16 /* ticket, hash */
 #define ORDER_HEADER 32  /* seq, origin, ticket, hash */
 #define REFUSE_HEADER 16 /* ticket, status; then the message */
@@ -504,7 +514,21 @@ void tsd_seq_message(tsd_seq *e, int src, int tag, const uint8_t *buf, size_t le
     memcpy(msg, buf + REFUSE_HEADER, n);
     msg[n] = '\0';
     int status = (int)(int64_t)get_u64(buf + 8);
-    answer_refused(e, get_u64(buf), status >= TS_OK ? status : TS_INTERNAL, msg);
+    status = status >= TS_OK ? status : TS_INTERNAL;
+    tsd_deferred *d = e->exec_head ? malloc(sizeof *d + n + 1) : NULL;
+    if (!d) { /* nothing ordered waits here (or no memory): answer now */
+      answer_refused(e, get_u64(buf), status, msg);
+      return;
+    }
+    d->next = NULL;
+    d->ticket = get_u64(buf);
+    d->status = status;
+    memcpy(d->msg, msg, n + 1);
+    if (e->deferred_tail)
+      e->deferred_tail->next = d;
+    else
+      e->deferred = d;
+    e->deferred_tail = d;
   } else if (tag == TAG_BYE && e->rank == 0) {
     e->byes++;
   } else {
@@ -613,10 +637,29 @@ int tsd_seq_run(tsd_seq *e) {
     free(op);
     ran++;
   }
+  if (!e->stopped)
+    while (e->deferred) {
+      tsd_deferred *d = e->deferred;
+      e->deferred = d->next;
+      if (!e->deferred)
+        e->deferred_tail = NULL;
+      answer_refused(e, d->ticket, d->status, d->msg);
+      free(d);
+    }
   return ran;
 }
 
+static void free_deferred(tsd_seq *e) {
+  while (e->deferred) {
+    tsd_deferred *d = e->deferred;
+    e->deferred = d->next;
+    free(d);
+  }
+  e->deferred_tail = NULL;
+}
+
 void tsd_seq_finish(tsd_seq *e) {
+  free_deferred(e); /* their clients are answered below */
   while (e->pending) {
     tsd_pending *q = e->pending;
     e->pending = q->next;
@@ -673,6 +716,7 @@ void tsd_seq_destroy(tsd_seq **ps) {
     free(op);
   }
   tsd_keys_destroy(&e->keys);
+  free_deferred(e);
   free(e);
   *ps = NULL;
 }

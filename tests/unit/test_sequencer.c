@@ -13,7 +13,8 @@
  * KEY_CONFLICT naming what the key was used for; a key ends after --key-ttl, when a later
  * operation drops or creates one of its names, or when --key-max records are held; a retry that
  * reaches rank 0 after its own rank ran the operation but before rank 0 did is answered once
- * rank 0 ran it. A request naming participants runs once all of them submitted it, never
+ * rank 0 ran it, and rank 0's answer never overtakes the operation on a rank that has not run it
+ * yet. A request naming participants runs once all of them submitted it, never
  * before; if one never does, every participant (a late one too) gets one INCOMPLETE error
  * naming it; a participant with another request under the key fails it for all with
  * KEY_CONFLICT; misuse (no key, a rank not among the participants) is refused. */
@@ -556,6 +557,30 @@ START_TEST(retry_after_own_rank_ran_before_rank_0) {
 }
 END_TEST
 
+/* Rank 0's answer of a key never overtakes the operation on the rank it answers: the rank has
+ * the operation queued, not run, when rank 0's answer comes; the client is answered after the
+ * run. */
+START_TEST(answer_of_key_waits_for_the_local_run) {
+  world w;
+  world_init(&w, 3);
+  submit(&w, 2, 1, 1, "o", "KO");
+  deliver(&w); /* ordered everywhere, run nowhere */
+  submit(&w, 1, 1, 2, "o", "KO");
+  deliver(&w); /* rank 0 keeps rank 1's submission for after its own run */
+  ck_assert_int_eq(tsd_seq_run(w.r[0].seq), 1);
+  deliver(&w); /* rank 0's answer reaches rank 1, which has not run it */
+  ck_assert_int_eq(w.r[1].nanswers, 0);
+  ck_assert_int_eq(w.r[1].nruns, 0);
+  ck_assert_int_eq(tsd_seq_run(w.r[1].seq), 1);
+  ck_assert_int_eq(answer_of(&w.r[1], 1, 2)->status, TS_OK);
+  settle(&w);
+  check_same_order(&w, 1);
+  ck_assert_int_eq(w.r[1].nanswers, 1);
+  ck_assert_int_eq(answer_of(&w.r[2], 1, 1)->status, TS_OK);
+  world_free(&w);
+}
+END_TEST
+
 static void submit_coll(world *w, int rank, uint64_t conn, uint64_t id, const char *name,
                         const char *key, const int32_t *parts, size_t n, uint32_t timeout) {
   tsd_seq_submit(w->r[rank].seq, conn,
@@ -724,6 +749,7 @@ int main(void) {
   tcase_add_test(tc, key_ends_when_its_names_change);
   tcase_add_test(tc, key_table_is_bounded);
   tcase_add_test(tc, retry_after_own_rank_ran_before_rank_0);
+  tcase_add_test(tc, answer_of_key_waits_for_the_local_run);
   tcase_add_test(tc, collective_waits_for_every_participant);
   tcase_add_test(tc, collective_timeout_names_missing_ranks);
   tcase_add_test(tc, collective_mismatch_fails_for_all);
