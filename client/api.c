@@ -86,6 +86,8 @@ int tshard_create(tshard_client *c, const char *name, const char *dtype, int ndi
   req.op_case = TSHARD__REQUEST__OP_CREATE;
   req.create = &q;
   req.idempotency_key = str_or_empty(key);
+  if (tsc_apply_group(c, &req))
+    return TS_INVALID_ARGUMENT;
   return call_plain(c, &req);
 }
 
@@ -383,6 +385,8 @@ int tshard_reshard(tshard_client *c, const char *name, const char *attr,
   req.op_case = TSHARD__REQUEST__OP_RESHARD;
   req.reshard = &q;
   req.idempotency_key = str_or_empty(o->key);
+  if (tsc_apply_group(c, &req))
+    return TS_INVALID_ARGUMENT;
   return call_plain(c, &req);
 }
 
@@ -397,6 +401,8 @@ int tshard_drop(tshard_client *c, const char *name, const char *key) {
   req.op_case = TSHARD__REQUEST__OP_DROP;
   req.drop = &q;
   req.idempotency_key = str_or_empty(key);
+  if (tsc_apply_group(c, &req))
+    return TS_INVALID_ARGUMENT;
   return call_plain(c, &req);
 }
 

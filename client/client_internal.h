@@ -35,6 +35,10 @@ struct tshard_client {
   size_t shm_max;    /* the largest segment asked for */
   uint8_t *shm_base; /* the mapped segment, or NULL */
   size_t shm_bytes;
+  /* SPMD collectives (spmd.c): the group's ranks (ngroup 0: none) and collective timeout */
+  int32_t *group;
+  int ngroup;
+  int group_timeout_ms;
 };
 
 /* Sends req (id and token filled in) and waits for its answer. On a transport failure returns
@@ -69,6 +73,10 @@ int tsc_fail(tshard_client *c, int status, const char *fmt, ...)
 int tsc_transfer(tshard_client *c, void *buf, size_t len, bool sending, int64_t deadline);
 
 /* shm.c: a connection on a Unix socket uses shared memory unless TSHARD_SHM=0. */
+/* spmd.c: makes a create, reshard or drop a collective of the client's group (needs a key);
+ * frees the group. */
+int tsc_apply_group(tshard_client *c, Tshard__Request *req);
+void tsc_group_free(tshard_client *c);
 void tsc_shm_init(tshard_client *c);
 void tsc_shm_unmap(tshard_client *c);
 /* Whether a transfer of `need` bytes goes through the shared segment: attaches or grows the

@@ -145,6 +145,7 @@ void tshard_close(tshard_client **pc) {
   if (!pc || !*pc)
     return;
   tsc_shm_unmap(*pc);
+  tsc_group_free(*pc);
   close((*pc)->fd);
   free((*pc)->arena.buf);
   free((*pc)->rbuf);

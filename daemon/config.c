@@ -51,6 +51,15 @@ static const cfg_entry table[] = {
      "milliseconds a cached buffer stays unused before it goes back to the OS"},
     {"pool-huge", SIZE(pool_huge, 0, 1), "0",
      "1: stored slices and staging ask for transparent huge pages"},
+    {"key-ttl", CFG_DURATION, offsetof(tsd_config, key_ttl), 0, 1, 86400000, "600s",
+     "an idempotency key's answer is remembered this long (retries of the identical request get "
+     "it; ms or s suffix)"},
+    {"key-max", SIZE(key_max, 16, 1LL << 24), "16384",
+     "idempotency keys remembered at most (the oldest answered one gives way)"},
+    {"collective-timeout", CFG_DURATION, offsetof(tsd_config, collective_timeout), 0, 10,
+     86400000, "60s",
+     "how long a collective naming participants waits for all of them unless the request says "
+     "(ms or s suffix)"},
     {"log-level", CFG_LEVEL, offsetof(tsd_config, log_level), 0, 0, 0, "info",
      "error, warn, info or debug"},
 };

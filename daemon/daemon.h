@@ -49,6 +49,10 @@ typedef struct tsd_config {
   int64_t pool_cache;   /* bytes of freed buffers the pool keeps for reuse */
   int64_t pool_idle_ms; /* cached buffers idle this long go back to the OS */
   int64_t pool_huge;    /* 1: stored slices and staging ask for transparent huge pages */
+  /* idempotency keys and SPMD collectives (sequencer.c, keys.c) */
+  int64_t key_ttl;      /* ms an answered key is remembered */
+  int64_t key_max;      /* records rank 0 keeps at most */
+  int64_t collective_timeout; /* ms a collective waits for its participants by default */
   int log_level;
   /* derived */
   char token[256];
@@ -173,6 +177,9 @@ const char *tsd_op_name(int op_case);
 bool tsd_name_reserved(const char *name);
 /* validate.c: the checks of the request header and the validators of the table. */
 int tsd_validate_header(const Tshard__Request *req, ts_error *err);
+/* The participants of an SPMD collective (Request fields 4-5), against the operation. */
+int tsd_validate_participants(const Tshard__Request *req, const tsd_op *op, const tsd_limits *lim,
+                              ts_error *err);
 int tsd_validate_none(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_create(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_put(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);

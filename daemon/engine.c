@@ -127,6 +127,24 @@ static void seq_release(void *ctx, uint8_t *staging, uint64_t bytes) {
   tsd_staging_give(ctx, staging, bytes);
 }
 
+static int64_t seq_now_ms(void *ctx) {
+  (void)ctx;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The names an operation touches, for its idempotency key: its change set (a put changes no
+ * metadata but touches its tensor). */
+static void seq_names(void *ctx, const Tshard__Request *req, tsd_changes *ch) {
+  (void)ctx;
+  const tsd_op *op = tsd_op_find((int)req->op_case);
+  if (op && op->changes)
+    op->changes(req, ch);
+  else if (req->op_case == TSHARD__REQUEST__OP_PUT)
+    tsd_changes_add(ch, req->put->name);
+}
+
 void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *staging,
                 uint64_t staging_bytes) {
   tsd_seq_submit(e->seq, conn_id, req, staging, staging_bytes);
@@ -247,8 +265,9 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
   pthread_cond_init(&e->wake, &ca);
   pthread_condattr_destroy(&ca);
   tsd_queue_set_wake(&e->sh->work, engine_wake, e);
-  tsd_seq_hooks hooks = {e, seq_send, seq_run, seq_answer, seq_release};
-  int rc = tsd_seq_create(e->rank, e->size, &hooks, &e->seq, err);
+  tsd_seq_hooks hooks = {e, seq_send, seq_run, seq_answer, seq_release, seq_now_ms, seq_names};
+  tsd_seq_config scfg = {e->cfg->key_ttl, e->cfg->key_max, e->cfg->collective_timeout};
+  int rc = tsd_seq_create(e->rank, e->size, &hooks, &scfg, &e->seq, err);
   if (rc)
     goto out;
   ts_pool_config pc = {e->cfg->memory_limit, e->cfg->pool_cache, e->cfg->pool_idle_ms,

@@ -99,5 +99,6 @@ int tsd_request_validate(const Tshard__Request *req, const tsd_limits *lim, cons
                         (int)req->op_case, known);
   }
   *out = op;
-  return op->validate(req, lim, err);
+  rc = op->validate(req, lim, err);
+  return rc ? rc : tsd_validate_participants(req, op, lim, err);
 }

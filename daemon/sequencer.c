@@ -7,11 +7,25 @@
  * 0's order. After running one, a rank answers its own waiting clients: the submitting client,
  * or with a key every client of this rank that submitted that key.
  *
- * Keys: rank 0 orders a key once (a ring of the last TSD_KEY_RING keys); every rank remembers the
- * answers of the last TSD_KEY_RING keyed operations it ran, so a client that submits a key after
- * the operation ran gets the same answer at once, and one that submits it before joins the
- * waiting clients. A key reused for a different operation (another hash of the request) is
- * refused. Shutdown: after rank 0 orders a shutdown it orders nothing more; once a rank has run
+ * Keys (rank 0's table, keys.c): every keyed submission goes to rank 0, which alone decides. A
+ * key first seen is recorded with the hash of its request and ordered; the same key and hash
+ * again (a retry, or another SPMD client) is not ordered again: while the operation waits, its
+ * submitter is answered by its own rank's run (every rank answers its clients waiting on the key
+ * when the operation runs there) or, if that rank ran it already, by rank 0 after rank 0 ran it;
+ * afterwards rank 0 answers it with the recorded status and message (the answer travels as
+ * REFUSE, which answers a ticket with any status). The same key with another hash is refused
+ * (KEY_CONFLICT) with what the key was used for. A record ends --key-ttl after its answer, when
+ * a later operation makes one of its names appear or disappear (create, drop, reshard to a new
+ * name: a retry then runs again, so a script run twice, or create after a drop, does what it
+ * says), or when --key-max records are held (the oldest answered one gives way).
+ *
+ * Collectives: a request naming participants (ranks) is ordered only once a submission of its
+ * key and hash came from every participant's daemon; rank 0 collects them. If the deadline
+ * (collective_timeout_ms, else --collective-timeout) passes first, or a participant submits
+ * another request under the key, every submission is answered with one error (INCOMPLETE naming
+ * the ranks that never came, or KEY_CONFLICT), which stays recorded so that late participants
+ * get the same. Puts are per rank and never wait: only the collective does. Shutdown: after
+ * rank 0 orders a shutdown it orders nothing more; once a rank has run
  * it, it says BYE to rank 0, which waits for every BYE so that no message is left in flight when
  * the communicator is freed.
  *
@@ -37,31 +51,31 @@
 #define TAG_BYE TSD_SEQ_BYE
 #define TAG_REFUSE TSD_SEQ_REFUSE
 
-typedef struct tsd_key_result {
-  char key[TSD_KEY_MAX];
-  uint64_t hash;
-  int status;
-  char msg[512];
-} tsd_key_result;
-
 struct tsd_seq {
   tsd_seq_hooks h;
+  tsd_seq_config cfg;
   int rank, size;
   tsd_pending *pending;
   tsd_ordered *exec_head, *exec_tail;
   uint64_t next_ticket;
   bool stopped; /* a shutdown ran here */
   uint64_t ops_run;
-  /* rank 0: the order */
+  /* rank 0: the order and the keys */
   uint64_t next_seq;
   bool shutdown_ordered;
-  char (*ordered_keys)[TSD_KEY_MAX]; /* ring of the keys already ordered */
-  int ordered_keys_next;
+  tsd_keys *keys;
   int byes;
-  /* every rank: answers of keyed operations already run */
-  tsd_key_result *done_keys;
-  int done_keys_next;
+  /* rank 0's answers received, given after the ordered operations received before them ran
+   * here (an answer of a key must not overtake the operation on this rank) */
+  struct tsd_deferred *deferred, *deferred_tail;
 };
+
+typedef struct tsd_deferred {
+  struct tsd_deferred *next;
+  uint64_t ticket;
+  int status;
+  char msg[];
+} tsd_deferred;
 #define SUBMIT_HEADER 16 /* ticket, hash */
 #define ORDER_HEADER 32  /* seq, origin, ticket, hash */
 #define REFUSE_HEADER 16 /* ticket, status; then the message */
@@ -114,35 +128,57 @@ static void enqueue(tsd_seq *e, tsd_ordered *op) {
   e->exec_tail = op;
 }
 
-static const tsd_key_result *done_key(const tsd_seq *e, const char *key) {
-  for (int i = 0; i < TSD_KEY_RING; i++)
-    if (e->done_keys[i].key[0] && strcmp(e->done_keys[i].key, key) == 0)
-      return &e->done_keys[i];
-  return NULL;
+/* What a request is, for messages: "create 'k1'". */
+static void describe(const tsd_seq *e, const Tshard__Request *req, char *buf, size_t cap) {
+  tsd_changes ch;
+  memset(&ch, 0, sizeof ch);
+  if (e->h.names)
+    e->h.names(e->h.ctx, req, &ch);
+  const char *name = ch.n > 0 && ch.name[0] ? ch.name[0] : NULL;
+  if (name)
+    snprintf(buf, cap, "%s '%.127s'", tsd_op_name((int)req->op_case), name);
+  else
+    snprintf(buf, cap, "%s", tsd_op_name((int)req->op_case));
 }
 
-static void key_mismatch(char *msg, size_t cap, const char *key) {
+/* The refusal of a key reused for another request (the record's `what` against this one). */
+static void key_conflict_msg(char *msg, size_t cap, const tsd_key_rec *r, const char *what,
+                             int64_t now) {
+  bool same = strcmp(r->what, what) == 0;
   snprintf(msg, cap,
-           "idempotency key '%s' was already used for a different operation; use a new key",
-           key);
+           "idempotency key '%s' was used for %s %lld ms ago; this request is %s%s; a key "
+           "deduplicates retries of the identical request only: use a new key",
+           r->key, r->what, (long long)(now - r->start_ms), same ? "another " : "", what);
+  if (same)
+    snprintf(msg + strlen(msg), cap - strlen(msg), " (this one has other arguments)");
 }
 
-/* Answers and forgets this rank's clients waiting for a submission that will never run: the one
- * with the ticket, and those that joined it with the same key. */
+/* Answers and forgets this rank's clients waiting for a submission: the one with the ticket, and
+ * those that joined it with the same key (a joined one with another request gets KEY_CONFLICT
+ * when the answer is a success). status may be TS_OK: rank 0's recorded answer of a key. */
 static void answer_refused(tsd_seq *e, uint64_t ticket, int status, const char *msg) {
   tsd_pending *sub = NULL;
   for (tsd_pending *q = e->pending; q; q = q->next)
     if (q->ticket == ticket)
       sub = q;
   if (!sub)
-    return; /* answered already (shut down) */
+    return; /* answered already (by its run here, or shut down) */
   char key[TSD_KEY_MAX];
+  uint64_t hash = sub->hash;
   snprintf(key, sizeof key, "%s", sub->key);
   tsd_pending **pp = &e->pending;
   while (*pp) {
     tsd_pending *q = *pp;
     if (q == sub || (key[0] && strcmp(q->key, key) == 0)) {
-      e->h.answer(e->h.ctx, q->op_case, q, status, msg);
+      if (q->hash != hash && status == TS_OK) {
+        char m[512];
+        snprintf(m, sizeof m,
+                 "idempotency key '%s' was used for a different request on this rank; a key "
+                 "deduplicates retries of the identical request only: use a new key",
+                 key);
+        e->h.answer(e->h.ctx, q->op_case, q, TS_KEY_CONFLICT, m);
+      } else
+        e->h.answer(e->h.ctx, q->op_case, q, status, msg);
       *pp = q->next;
       pending_free(e, q);
     } else {
@@ -151,9 +187,8 @@ static void answer_refused(tsd_seq *e, uint64_t ticket, int status, const char *
   }
 }
 
-/* Rank 0: a submission it cannot order goes back to its rank with the reason. */
-static void refuse(tsd_seq *e, int origin, uint64_t ticket, int status, const char *msg) {
-  TSD_LOG(TSD_LOG_WARN, "refusing an operation of rank %d: %s", origin, msg);
+/* Rank 0: answers a submission of a rank (REFUSE carries any status). */
+static void answer_ticket(tsd_seq *e, int origin, uint64_t ticket, int status, const char *msg) {
   if (origin == e->rank) {
     answer_refused(e, ticket, status, msg);
     return;
@@ -162,40 +197,27 @@ static void refuse(tsd_seq *e, int origin, uint64_t ticket, int status, const ch
   uint8_t *m = malloc(REFUSE_HEADER + n);
   ts_error err;
   if (!m) {
-    TSD_LOG(TSD_LOG_ERROR, "no memory to refuse an operation of rank %d", origin);
+    TSD_LOG(TSD_LOG_ERROR, "no memory to answer an operation of rank %d", origin);
     return;
   }
   put_u64(m, ticket);
   put_u64(m + 8, (uint64_t)(int64_t)status);
   memcpy(m + REFUSE_HEADER, msg, n);
   if (e->h.send(e->h.ctx, origin, TAG_REFUSE, m, REFUSE_HEADER + n, &err))
-    TSD_LOG(TSD_LOG_ERROR, "cannot refuse an operation of rank %d: %s", origin, err.msg);
+    TSD_LOG(TSD_LOG_ERROR, "cannot answer an operation of rank %d: %s", origin, err.msg);
   free(m);
 }
 
-static void order(tsd_seq *e, int origin, uint64_t ticket, uint64_t hash, const uint8_t *body,
-                  size_t len) {
-  if (e->shutdown_ordered)
-    return; /* its clients are answered TS_SHUTDOWN by their own daemon */
-  Tshard__Request *req = NULL;
+/* Rank 0: a submission it cannot order goes back to its rank with the reason. */
+static void refuse(tsd_seq *e, int origin, uint64_t ticket, int status, const char *msg) {
+  TSD_LOG(TSD_LOG_WARN, "refusing an operation of rank %d: %s", origin, msg);
+  answer_ticket(e, origin, ticket, status, msg);
+}
+
+/* Rank 0: orders a decoded request (takes it). */
+static void order_now(tsd_seq *e, int origin, uint64_t ticket, uint64_t hash,
+                      Tshard__Request *req, const uint8_t *body, size_t len) {
   ts_error err;
-  if (tsd_request_decode(body, len, &req, &err)) {
-    char msg[400];
-    snprintf(msg, sizeof msg, "rank 0 cannot decode the operation forwarded by rank %d: %.300s",
-             origin, err.msg);
-    refuse(e, origin, ticket, err.code, msg);
-    return;
-  }
-  const char *key = req->idempotency_key;
-  if (key[0]) {
-    for (int i = 0; i < TSD_KEY_RING; i++)
-      if (strcmp(e->ordered_keys[i], key) == 0) {
-        tsd_request_free(&req); /* already ordered: its run answers every waiter of the key */
-        return;
-      }
-    snprintf(e->ordered_keys[e->ordered_keys_next], TSD_KEY_MAX, "%s", key);
-    e->ordered_keys_next = (e->ordered_keys_next + 1) % TSD_KEY_RING;
-  }
   tsd_ordered *op = calloc(1, sizeof *op);
   uint8_t *msg = malloc(ORDER_HEADER + len);
   if (!op || !msg) {
@@ -224,8 +246,174 @@ static void order(tsd_seq *e, int origin, uint64_t ticket, uint64_t hash, const 
   enqueue(e, op);
 }
 
+/* Rank 0: a collective fails before it ran: every submission so far gets the error, which the
+ * record keeps for the late ones. */
+static void fail_collective(tsd_seq *e, tsd_key_rec *r, int status, const char *msg, int64_t now) {
+  TSD_LOG(TSD_LOG_WARN, "%s", msg);
+  tsd_key_sub *subs = r->subs;
+  int n = r->nsubs;
+  r->subs = NULL;
+  r->nsubs = r->capsubs = 0;
+  tsd_keys_answer(e->keys, r, TSD_KEY_FAILED, status, msg, now);
+  for (int i = 0; i < n; i++)
+    answer_ticket(e, subs[i].rank, subs[i].ticket, status, msg);
+  free(subs);
+}
+
+static void record_names(tsd_seq *e, tsd_key_rec *r, const Tshard__Request *req) {
+  tsd_changes ch;
+  memset(&ch, 0, sizeof ch);
+  if (e->h.names)
+    e->h.names(e->h.ctx, req, &ch);
+  r->all_names = ch.all;
+  for (int i = 0; i < ch.n && r->nnames < TSD_KEY_NAMES; i++)
+    if (ch.name[i] && ch.name[i][0])
+      r->names[r->nnames++] = XXH3_64bits(ch.name[i], strlen(ch.name[i]));
+}
+
+/* Rank 0: a keyed submission (see the top of the file). Takes req. */
+static void order_keyed(tsd_seq *e, int origin, uint64_t ticket, uint64_t hash,
+                        Tshard__Request *req, const uint8_t *body, size_t len) {
+  int64_t now = e->h.now_ms(e->h.ctx);
+  const char *key = req->idempotency_key;
+  char what[TSD_KEY_WHAT], msg[1024];
+  describe(e, req, what, sizeof what);
+  tsd_keys_sweep(e->keys, now);
+  tsd_key_rec *r = tsd_keys_find(e->keys, key, now);
+  if (!r) {
+    r = tsd_keys_add(e->keys, key, hash, now);
+    if (!r) {
+      snprintf(msg, sizeof msg,
+               "rank 0 holds %lld idempotency keys whose operations have not finished "
+               "(--key-max %lld); wait for them, or start the daemons with a larger --key-max",
+               (long long)tsd_keys_count(e->keys), (long long)e->cfg.key_max);
+      tsd_request_free(&req);
+      refuse(e, origin, ticket, TS_LIMIT, msg);
+      return;
+    }
+    snprintf(r->what, sizeof r->what, "%s", what);
+    record_names(e, r, req);
+    if (req->n_participants == 0) {
+      tsd_keys_set_state(e->keys, r, TSD_KEY_ORDERED);
+      order_now(e, origin, ticket, hash, req, body, len);
+      return;
+    }
+    int timeout = req->collective_timeout_ms ? (int)req->collective_timeout_ms
+                                             : (int)e->cfg.collective_timeout_ms;
+    if (tsd_keys_set_participants(r, req->participants, (int)req->n_participants, timeout,
+                                  now)) {
+      tsd_keys_remove(e->keys, r);
+      tsd_request_free(&req);
+      refuse(e, origin, ticket, TS_NO_MEMORY, "rank 0 has no memory to collect the collective");
+      return;
+    }
+  }
+  switch (r->state) {
+  case TSD_KEY_COLLECTING:
+    if (r->hash != hash) {
+      snprintf(msg, sizeof msg,
+               "collective under idempotency key '%s': rank %d submitted %s and rank %d %s%s; "
+               "every participant must submit the identical request (operation, arguments, "
+               "participants, timeout)",
+               key, r->nsubs ? r->subs[0].rank : -1, r->what, origin,
+               strcmp(r->what, what) ? "" : "another ", what);
+      if (tsd_keys_add_sub(r, origin, ticket))
+        answer_ticket(e, origin, ticket, TS_KEY_CONFLICT, msg);
+      fail_collective(e, r, TS_KEY_CONFLICT, msg, now);
+      break;
+    }
+    if (tsd_keys_add_sub(r, origin, ticket)) {
+      refuse(e, origin, ticket, TS_NO_MEMORY, "rank 0 has no memory to collect the collective");
+      break;
+    }
+    if (tsd_keys_arrive(r, origin)) {
+      TSD_LOG(TSD_LOG_DEBUG, "collective %s (key '%s'): every participant submitted it", r->what,
+              key);
+      tsd_keys_set_state(e->keys, r, TSD_KEY_ORDERED);
+      order_now(e, origin, ticket, hash, req, body, len);
+      return;
+    }
+    break;
+  case TSD_KEY_ORDERED:
+    if (r->hash != hash) {
+      key_conflict_msg(msg, sizeof msg, r, what, now);
+      answer_ticket(e, origin, ticket, TS_KEY_CONFLICT, msg);
+    } else if (tsd_keys_add_sub(r, origin, ticket)) {
+      refuse(e, origin, ticket, TS_NO_MEMORY, "rank 0 has no memory to remember a retry");
+    }
+    break;
+  case TSD_KEY_DONE:
+    if (r->hash != hash) {
+      key_conflict_msg(msg, sizeof msg, r, what, now);
+      answer_ticket(e, origin, ticket, TS_KEY_CONFLICT, msg);
+    } else {
+      answer_ticket(e, origin, ticket, r->status, r->msg ? r->msg : "");
+    }
+    break;
+  case TSD_KEY_FAILED:
+    answer_ticket(e, origin, ticket, r->status, r->msg ? r->msg : "");
+    break;
+  }
+  tsd_request_free(&req);
+}
+
+static void order(tsd_seq *e, int origin, uint64_t ticket, uint64_t hash, const uint8_t *body,
+                  size_t len) {
+  if (e->shutdown_ordered)
+    return; /* its clients are answered TS_SHUTDOWN by their own daemon */
+  Tshard__Request *req = NULL;
+  ts_error err;
+  if (tsd_request_decode(body, len, &req, &err)) {
+    char msg[400];
+    snprintf(msg, sizeof msg, "rank 0 cannot decode the operation forwarded by rank %d: %.300s",
+             origin, err.msg);
+    refuse(e, origin, ticket, err.code, msg);
+    return;
+  }
+  if (req->idempotency_key[0])
+    order_keyed(e, origin, ticket, hash, req, body, len);
+  else
+    order_now(e, origin, ticket, hash, req, body, len);
+}
+
+/* The participants of a request, checked on the submitting rank: a key, this rank among them
+ * (the validator checked the ranks themselves). 0 or an error status with msg. */
+static int check_participants(const tsd_seq *e, const Tshard__Request *req, bool staged,
+                              char *msg, size_t cap) {
+  if (req->n_participants == 0)
+    return TS_OK;
+  if (!req->idempotency_key[0]) {
+    snprintf(msg, cap, "a request naming participants needs an idempotency key (the key matches "
+                       "the participants' submissions)");
+    return TS_INVALID_ARGUMENT;
+  }
+  if (staged || req->op_case == TSHARD__REQUEST__OP_GET) {
+    snprintf(msg, cap, "a %s comes from one client; participants apply to operations every "
+                       "rank runs (create, reshard, drop, ...)",
+             tsd_op_name((int)req->op_case));
+    return TS_INVALID_ARGUMENT;
+  }
+  for (size_t i = 0; i < req->n_participants; i++)
+    if (req->participants[i] == e->rank)
+      return TS_OK;
+  snprintf(msg, cap,
+           "this client's daemon is rank %d, which is not among the %zu participants of the "
+           "request; a participant submits through its own rank's daemon",
+           e->rank, req->n_participants);
+  return TS_INVALID_ARGUMENT;
+}
+
 void tsd_seq_submit(tsd_seq *e, uint64_t conn_id, Tshard__Request *req, uint8_t *staging,
                 uint64_t staging_bytes) {
+  char pmsg[256];
+  int prc = check_participants(e, req, staging != NULL, pmsg, sizeof pmsg);
+  if (prc) {
+    if (staging)
+      e->h.release(e->h.ctx, staging, staging_bytes);
+    reply_status(e, conn_id, req->id, (int)req->op_case, prc, pmsg);
+    tsd_request_free(&req);
+    return;
+  }
   if (req->op_case == TSHARD__REQUEST__OP_GET && req->idempotency_key[0]) {
     /* a gather goes to the asking rank: a key would make no sense across ranks */
     if (req->idempotency_key != protobuf_c_empty_string)
@@ -265,19 +453,6 @@ void tsd_seq_submit(tsd_seq *e, uint64_t conn_id, Tshard__Request *req, uint8_t 
     p->max_bytes = req->get->max_bytes;
   snprintf(p->key, sizeof p->key, "%s", req->idempotency_key);
   if (p->key[0]) {
-    const tsd_key_result *done = done_key(e, p->key);
-    if (done) {
-      char msg[512];
-      if (done->hash != hash)
-        key_mismatch(msg, sizeof msg, p->key);
-      e->h.answer(e->h.ctx, p->op_case, p, done->hash == hash ? done->status
-                                                                 : TS_INVALID_ARGUMENT,
-                            done->hash == hash ? done->msg : msg);
-      pending_free(e, p);
-      free(body);
-      tsd_request_free(&req);
-      return;
-    }
     for (tsd_pending *q = e->pending; q; q = q->next)
       if (strcmp(q->key, p->key) == 0) { /* already submitted from this rank: wait with it */
         p->next = e->pending;
@@ -334,12 +509,26 @@ void tsd_seq_message(tsd_seq *e, int src, int tag, const uint8_t *buf, size_t le
     op->req = req;
     enqueue(e, op);
   } else if (tag == TAG_REFUSE && src == 0 && len >= REFUSE_HEADER) {
-    char msg[512];
+    char msg[1024];
     size_t n = len - REFUSE_HEADER < sizeof msg - 1 ? len - REFUSE_HEADER : sizeof msg - 1;
     memcpy(msg, buf + REFUSE_HEADER, n);
     msg[n] = '\0';
     int status = (int)(int64_t)get_u64(buf + 8);
-    answer_refused(e, get_u64(buf), status > TS_OK ? status : TS_INTERNAL, msg);
+    status = status >= TS_OK ? status : TS_INTERNAL;
+    tsd_deferred *d = e->exec_head ? malloc(sizeof *d + n + 1) : NULL;
+    if (!d) { /* nothing ordered waits here (or no memory): answer now */
+      answer_refused(e, get_u64(buf), status, msg);
+      return;
+    }
+    d->next = NULL;
+    d->ticket = get_u64(buf);
+    d->status = status;
+    memcpy(d->msg, msg, n + 1);
+    if (e->deferred_tail)
+      e->deferred_tail->next = d;
+    else
+      e->deferred = d;
+    e->deferred_tail = d;
   } else if (tag == TAG_BYE && e->rank == 0) {
     e->byes++;
   } else {
@@ -347,8 +536,58 @@ void tsd_seq_message(tsd_seq *e, int src, int tag, const uint8_t *buf, size_t le
   }
 }
 
+/* Rank 0: collectives whose deadline passed fail for every participant. */
+static void fail_overdue(tsd_seq *e) {
+  int64_t now = e->h.now_ms(e->h.ctx);
+  tsd_key_rec *r;
+  while ((r = tsd_keys_overdue(e->keys, now)) != NULL) {
+    char missing[256], arrived[256], msg[1024];
+    tsd_keys_missing(r, missing, sizeof missing);
+    tsd_keys_arrived(r, arrived, sizeof arrived);
+    snprintf(msg, sizeof msg,
+             "collective %s (idempotency key '%s') timed out after %d ms: rank(s) %s never "
+             "submitted it (submitted: %s); every participant gets this error",
+             r->what, r->key, r->timeout_ms, missing, arrived);
+    fail_collective(e, r, TS_INCOMPLETE, msg, now);
+  }
+}
+
+/* Rank 0, after running op: the key's answer is recorded and sent to the submissions that came
+ * after their own rank ran it; records of names that appeared or disappeared end. */
+static void after_run_rank0(tsd_seq *e, const tsd_ordered *op, int status, const char *msg) {
+  int64_t now = e->h.now_ms(e->h.ctx);
+  const char *key = op->req->idempotency_key;
+  tsd_key_rec *r = key[0] ? tsd_keys_find(e->keys, key, now) : NULL;
+  if (r && (r->state != TSD_KEY_ORDERED || r->hash != op->hash))
+    r = NULL;
+  if (r) {
+    tsd_key_sub *subs = r->subs;
+    int n = r->nsubs;
+    r->subs = NULL;
+    r->nsubs = r->capsubs = 0;
+    tsd_keys_answer(e->keys, r, TSD_KEY_DONE, status, msg, now);
+    for (int i = 0; i < n; i++)
+      answer_ticket(e, subs[i].rank, subs[i].ticket, status, msg);
+    free(subs);
+  }
+  tsd_changes ch;
+  memset(&ch, 0, sizeof ch);
+  if (e->h.names)
+    e->h.names(e->h.ctx, op->req, &ch);
+  if (ch.names || ch.all) {
+    uint64_t names[TSD_CHANGES_MAX];
+    int n = 0;
+    for (int i = 0; i < ch.n && i < TSD_CHANGES_MAX; i++)
+      if (ch.name[i] && ch.name[i][0])
+        names[n++] = XXH3_64bits(ch.name[i], strlen(ch.name[i]));
+    tsd_keys_end_names(e->keys, names, n, ch.all, r);
+  }
+}
+
 int tsd_seq_run(tsd_seq *e) {
   int ran = 0;
+  if (e->keys && !e->shutdown_ordered)
+    fail_overdue(e);
   while (e->exec_head && !e->stopped) {
     tsd_ordered *op = e->exec_head;
     e->exec_head = op->next;
@@ -379,31 +618,48 @@ int tsd_seq_run(tsd_seq *e) {
         pp = &q->next;
         continue;
       }
-      char msg[512];
-      if (q->hash != op->hash)
-        key_mismatch(msg, sizeof msg, key);
-      e->h.answer(e->h.ctx, (int)op->req->op_case, q,
-                            q->hash == op->hash ? status : TS_INVALID_ARGUMENT,
-                            q->hash == op->hash ? err.msg : msg);
+      if (q->hash != op->hash) {
+        char m[512], what[TSD_KEY_WHAT];
+        describe(e, op->req, what, sizeof what);
+        snprintf(m, sizeof m,
+                 "idempotency key '%s' was used for %s; this request is a different one; a key "
+                 "deduplicates retries of the identical request only: use a new key",
+                 key, what);
+        e->h.answer(e->h.ctx, (int)op->req->op_case, q, TS_KEY_CONFLICT, m);
+      } else
+        e->h.answer(e->h.ctx, (int)op->req->op_case, q, status, err.msg);
       *pp = q->next;
       pending_free(e, q);
     }
-    if (key[0]) {
-      tsd_key_result *k = &e->done_keys[e->done_keys_next];
-      e->done_keys_next = (e->done_keys_next + 1) % TSD_KEY_RING;
-      snprintf(k->key, sizeof k->key, "%s", key);
-      k->hash = op->hash;
-      k->status = status;
-      snprintf(k->msg, sizeof k->msg, "%s", err.msg);
-    }
+    if (e->keys)
+      after_run_rank0(e, op, status, err.msg);
     tsd_request_free(&op->req);
     free(op);
     ran++;
   }
+  if (!e->stopped)
+    while (e->deferred) {
+      tsd_deferred *d = e->deferred;
+      e->deferred = d->next;
+      if (!e->deferred)
+        e->deferred_tail = NULL;
+      answer_refused(e, d->ticket, d->status, d->msg);
+      free(d);
+    }
   return ran;
 }
 
+static void free_deferred(tsd_seq *e) {
+  while (e->deferred) {
+    tsd_deferred *d = e->deferred;
+    e->deferred = d->next;
+    free(d);
+  }
+  e->deferred_tail = NULL;
+}
+
 void tsd_seq_finish(tsd_seq *e) {
+  free_deferred(e); /* their clients are answered below */
   while (e->pending) {
     tsd_pending *q = e->pending;
     e->pending = q->next;
@@ -426,20 +682,20 @@ void tsd_seq_forget_conn(tsd_seq *e, uint64_t conn_id) {
       p->conn_id = 0;
 }
 
-int tsd_seq_create(int rank, int size, const tsd_seq_hooks *hooks, tsd_seq **out, ts_error *err) {
+int tsd_seq_create(int rank, int size, const tsd_seq_hooks *hooks, const tsd_seq_config *cfg,
+                   tsd_seq **out, ts_error *err) {
   *out = NULL;
   tsd_seq *e = calloc(1, sizeof *e);
-  if (e) {
-    e->ordered_keys = calloc(TSD_KEY_RING, sizeof *e->ordered_keys);
-    e->done_keys = calloc(TSD_KEY_RING, sizeof *e->done_keys);
-  }
-  if (!e || !e->ordered_keys || !e->done_keys) {
-    tsd_seq_destroy(&e);
-    return ts_error_set(err, TS_NO_MEMORY, "no memory for the sequencer's key tables");
-  }
+  if (!e)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for the sequencer");
   e->h = *hooks;
+  e->cfg = *cfg;
   e->rank = rank;
   e->size = size;
+  if (rank == 0 && tsd_keys_create(cfg->key_ttl_ms, cfg->key_max, &e->keys)) {
+    tsd_seq_destroy(&e);
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for the sequencer's key table");
+  }
   *out = e;
   return TS_OK;
 }
@@ -459,8 +715,8 @@ void tsd_seq_destroy(tsd_seq **ps) {
     tsd_request_free(&op->req);
     free(op);
   }
-  free(e->ordered_keys);
-  free(e->done_keys);
+  tsd_keys_destroy(&e->keys);
+  free_deferred(e);
   free(e);
   *ps = NULL;
 }

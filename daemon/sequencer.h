@@ -7,9 +7,7 @@
 #define TSD_SEQUENCER_H
 
 #include "daemon.h"
-
-#define TSD_KEY_MAX 129
-#define TSD_KEY_RING 1024
+#include "keys.h"
 
 /* The tags of the sequencer's messages. */
 enum { TSD_SEQ_SUBMIT = 1, TSD_SEQ_ORDER = 2, TSD_SEQ_BYE = 3, TSD_SEQ_REFUSE = 4 };
@@ -46,11 +44,25 @@ typedef struct tsd_seq_hooks {
   void (*answer)(void *ctx, int op_case, const tsd_pending *w, int status, const char *msg);
   /* Frees a submission's staging (put data). */
   void (*release)(void *ctx, uint8_t *staging, uint64_t bytes);
+  /* A monotonic clock in milliseconds (rank 0: key expiry, collective deadlines). */
+  int64_t (*now_ms)(void *ctx);
+  /* The names an operation touches, and whether it makes names appear or disappear (NULL:
+   * none). */
+  void (*names)(void *ctx, const Tshard__Request *req, tsd_changes *ch);
 } tsd_seq_hooks;
+
+/* Rank 0's bounds on idempotency keys and collectives (daemon flags --key-ttl, --key-max,
+ * --collective-timeout). */
+typedef struct tsd_seq_config {
+  int64_t key_ttl_ms;
+  int64_t key_max;
+  int64_t collective_timeout_ms; /* for requests naming participants without a timeout */
+} tsd_seq_config;
 
 typedef struct tsd_seq tsd_seq;
 
-int tsd_seq_create(int rank, int size, const tsd_seq_hooks *hooks, tsd_seq **out, ts_error *err);
+int tsd_seq_create(int rank, int size, const tsd_seq_hooks *hooks, const tsd_seq_config *cfg,
+                   tsd_seq **out, ts_error *err);
 /* Frees what is left (staging released, nobody answered). Accepts NULL. */
 void tsd_seq_destroy(tsd_seq **s);
 /* A validated collective request from a client of this rank (takes the request; a put's
@@ -60,7 +72,7 @@ void tsd_seq_submit(tsd_seq *s, uint64_t conn_id, Tshard__Request *req, uint8_t 
 /* A message from another rank. */
 void tsd_seq_message(tsd_seq *s, int src, int tag, const uint8_t *buf, size_t len);
 /* Runs the ordered operations that have arrived, until none is left or a shutdown ran; returns
- * how many ran. */
+ * how many ran. Rank 0 first fails the collectives whose deadline passed. */
 int tsd_seq_run(tsd_seq *s);
 /* Whether a shutdown operation ran here. */
 bool tsd_seq_stopped(const tsd_seq *s);

@@ -6,6 +6,7 @@
  * counts and chunk bounds. What depends on stored tensors (unknown or duplicate names, sizes that
  * must match a tensor) is checked by the handlers. Nothing here allocates beyond the parsed
  * attribute, which is freed before returning. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "daemon.h"
@@ -212,4 +213,51 @@ int tsd_validate_header(const Tshard__Request *req, ts_error *err) {
     return ts_error_set(err, TS_AUTH, "token of %zu characters; at most %d", strlen(req->token),
                         TS_RULES_TOKEN_MAX);
   return TS_OK;
+}
+
+/* SPMD collectives (Request fields 4-5, sequencer.c): participants only on operations every
+ * rank runs, with a key, each a rank of the world once; a timeout only with participants. */
+int tsd_validate_participants(const Tshard__Request *req, const tsd_op *op, const tsd_limits *lim,
+                              ts_error *err) {
+  if (req->n_participants == 0) {
+    if (req->collective_timeout_ms)
+      return ts_error_set(err, TS_INVALID_ARGUMENT,
+                          "collective_timeout_ms applies only to a request naming participants");
+    return TS_OK;
+  }
+  if (tsd_op_scope(op, req) != TSD_SCOPE_COLLECTIVE || req->op_case == TSHARD__REQUEST__OP_GET)
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "%s does not take participants: they apply to operations every rank "
+                        "runs (create, reshard, drop, shutdown, ...); puts and gets are one "
+                        "client's",
+                        op->name);
+  if (!req->idempotency_key[0])
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "a request naming participants needs an idempotency key (the key matches "
+                        "the participants' submissions)");
+  if (req->n_participants > (size_t)lim->world_size)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "%zu participants; the job has %d ranks",
+                        req->n_participants, lim->world_size);
+  if (req->collective_timeout_ms > 86400000u)
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "collective_timeout_ms %u; at most 86400000 (one day; 0: the daemon's "
+                        "--collective-timeout)",
+                        req->collective_timeout_ms);
+  uint8_t *seen = calloc((size_t)lim->world_size / 8 + 1, 1);
+  if (!seen)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory to check the participants");
+  int rc = TS_OK;
+  for (size_t i = 0; i < req->n_participants && rc == TS_OK; i++) {
+    int r = req->participants[i];
+    if (r < 0 || r >= lim->world_size)
+      rc = ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "participant %d is not a rank of the job (ranks 0 to %d)", r,
+                        lim->world_size - 1);
+    else if (seen[r / 8] & (1u << (r % 8)))
+      rc = ts_error_set(err, TS_INVALID_ARGUMENT, "participant %d is named twice", r);
+    else
+      seen[r / 8] |= (uint8_t)(1u << (r % 8));
+  }
+  free(seen);
+  return rc;
 }

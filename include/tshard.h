@@ -11,8 +11,12 @@
  * ("mesh=[2]@0-1 placements=[S(0)]"); layouts as format tags ("" or "ab" row-major, "aBcd16b",
  * ...). Multi-rank operations (create, put, get, reshard, drop, shutdown) are ordered by rank 0
  * of the daemons; give the same idempotency key from every SPMD client to run one of them once
- * (every client gets the answer). Clients that put their slices and then reshard must make sure
- * every slice is put before the reshard is submitted (e.g. a barrier of their own).
+ * (every client gets the answer). Clients that put their slices and then reshard either make
+ * sure every slice is put before the reshard is submitted (a barrier of their own) or declare
+ * their group (tshard_set_group): the reshard then waits for every rank's submission. A key
+ * deduplicates retries of the identical request only (another request under it:
+ * TS_KEY_CONFLICT); the daemons forget it after their --key-ttl, or when a later operation
+ * creates or drops one of its tensors (the retry then runs again).
  *
  * A client handle is used by one thread at a time; open one per thread. */
 #ifndef TSHARD_H
@@ -151,6 +155,18 @@ int tshard_stats_get(tshard_client *c, tshard_stats *s);
 
 /* Stops every daemon of the job (they finish what they run, answer, remove their sockets). */
 int tshard_shutdown(tshard_client *c, const char *key);
+
+/* ---- SPMD collectives (client/spmd.c) ----------------------------------------------------
+ * A client of an SPMD program declares its group once: from then on its create, reshard and
+ * drop carry the group's ranks as participants, and the daemons run each once every rank of the
+ * group submitted it (so puts of every rank are in before a reshard, with no barrier of the
+ * program's own). These calls then need an idempotency key, the same in every process for the
+ * same call (e.g. "step-17-reshard"); TS_INVALID_ARGUMENT without one. If a rank never submits
+ * within timeout_ms (0: the client's timeout less 5 s), every participant gets TS_INCOMPLETE
+ * naming the missing ranks; a rank that submits another request under the key makes it
+ * TS_KEY_CONFLICT for all. n 0 clears the group. The ranks are the daemons' (each process talks
+ * to its own rank's daemon, which must be in the group). */
+int tshard_set_group(tshard_client *c, const int *ranks, int n, int timeout_ms);
 
 #ifdef __cplusplus
 }

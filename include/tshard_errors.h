@@ -36,7 +36,9 @@
   X(REMOTE, 21, "the operation failed on another rank")                                            \
   X(SHUTDOWN, 22, "the daemon is shutting down")                                                   \
   X(AUTH, 23, "authentication failed")                                                             \
-  X(INTERNAL, 24, "internal error")
+  X(INTERNAL, 24, "internal error")                                                                \
+  X(KEY_CONFLICT, 27, "idempotency key already used for a different request")                     \
+  X(INCOMPLETE, 28, "not every participant submitted the collective operation")
 
 typedef enum {
 #define TS_X_ENUM(name, value, msg) TS_##name = value,

@@ -100,7 +100,7 @@ endif()
 # simulated ranks in one process.
 if(TARGET tsdwire)
   tshard_unit_test(test_sequencer ${CMAKE_CURRENT_LIST_DIR}/unit/test_sequencer.c
-                   ${CMAKE_SOURCE_DIR}/daemon/sequencer.c ${CMAKE_SOURCE_DIR}/daemon/log.c
+                   ${CMAKE_SOURCE_DIR}/daemon/sequencer.c ${CMAKE_SOURCE_DIR}/daemon/keys.c ${CMAKE_SOURCE_DIR}/daemon/log.c
                    ${CMAKE_SOURCE_DIR}/daemon/optable.c)
   target_compile_definitions(test_sequencer PRIVATE TSD_WIRE_ONLY) # the table without handlers
   target_link_libraries(test_sequencer PRIVATE tsdwire PkgConfig::XXHASH)

@@ -63,5 +63,8 @@ int cmd_list(cli_args *a, tshard_client *c);
 int cmd_describe(cli_args *a, tshard_client *c);
 int cmd_stats(cli_args *a, tshard_client *c);
 int cmd_shutdown(cli_args *a, tshard_client *c);
+/* cmd_spmd.c: --participants and --collective-timeout of create, reshard and drop (sets the
+ * client's group); CLI_OK or the exit code, the message printed. */
+int cli_apply_group(const cli_args *a, tshard_client *c);
 
 #endif

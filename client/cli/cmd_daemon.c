@@ -148,6 +148,9 @@ int cmd_create(cli_args *a, tshard_client *c) {
     return cli_fail(CLI_USAGE, "create needs --attr ATTR");
   if (cli_parse_shape(cli_opt(a, "shape"), &ndim, shape, &err))
     return cli_fail(CLI_USAGE, err.msg);
+  int g = cli_apply_group(a, c);
+  if (g)
+    return g;
   int rc = tshard_create(c, name, dt ? dt : "f32", ndim, shape, attr, cli_opt(a, "layout"), opt_key(a));
   return rc ? failed(c, rc) : CLI_OK;
 }
@@ -280,6 +283,9 @@ int cmd_reshard(cli_args *a, tshard_client *c) {
   int code = CLI_OK;
   tshard_reshard_opts o = {.strategy = cli_opt(a, "strategy"), .keep_source_as = cli_opt(a, "keep-as"),
                            .layout = cli_opt(a, "layout"), .key = opt_key(a)};
+  int g = cli_apply_group(a, c);
+  if (g)
+    return g;
   int rc = tshard_reshard(c, name, to, &o);
   if (rc)
     code = failed(c, rc);
@@ -300,6 +306,9 @@ int cmd_drop(cli_args *a, tshard_client *c) {
   if (!name)
     return CLI_USAGE;
   int code = CLI_OK;
+  int g = cli_apply_group(a, c);
+  if (g)
+    return g;
   int rc = tshard_drop(c, name, opt_key(a));
   code = rc ? failed(c, rc) : CLI_OK;
   return code;

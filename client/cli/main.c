@@ -48,7 +48,10 @@ static const cli_command commands[] = {
      "  --shape S        global shape, e.g. 1024,512\n"
      "  --attr ATTR      distributed attribute\n"
      "  --layout TAG     layout of the stored slices (default row-major), e.g. aBcd16b\n"
-     "  --key KEY        idempotency key\n" CONNECT_HELP,
+     "  --key KEY        idempotency key\n"
+     "  --participants R ranks that all submit it under --key: it runs once all did\n"
+     "                   (e.g. 0,1,2,3 or all; an SPMD program's processes)\n"
+     "  --collective-timeout T  give up waiting for them after T (e.g. 30s, 500ms)\n" CONNECT_HELP,
      "tshard create w --dtype f32 --shape 1024,512 --attr 'mesh=[4] placements=[S(0)]'"},
     {"put", NULL, cmd_put, "put a whole tensor from a .npy file (the daemons scatter it)",
      "  NAME FILE.npy    the tensor and the file (C or Fortran order)\n"
@@ -72,10 +75,16 @@ static const cli_command commands[] = {
      "                   reduce_scatter, local\n"
      "  --keep-as NAME2  keep the source; the result is the new tensor NAME2\n"
      "  --layout TAG     layout of the new slices\n"
-     "  --key KEY        idempotency key\n" CONNECT_HELP,
+     "  --key KEY        idempotency key\n"
+     "  --participants R ranks that all submit it under --key: it runs once all did\n"
+     "                   (e.g. 0,1,2,3 or all; an SPMD program's processes)\n"
+     "  --collective-timeout T  give up waiting for them after T (e.g. 30s, 500ms)\n" CONNECT_HELP,
      "tshard reshard w --to 'mesh=[4] placements=[S(1)]' --strategy alltoall"},
     {"drop", NULL, cmd_drop, "delete a tensor on every rank",
-     "  NAME             the tensor\n  --key KEY        idempotency key\n" CONNECT_HELP,
+     "  NAME             the tensor\n  --key KEY        idempotency key\n"
+     "  --participants R ranks that all submit it under --key: it runs once all did\n"
+     "                   (e.g. 0,1,2,3 or all; an SPMD program's processes)\n"
+     "  --collective-timeout T  give up waiting for them after T (e.g. 30s, 500ms)\n" CONNECT_HELP,
      "tshard drop w"},
     {"list", NULL, cmd_list, "list the tensors",
      CONNECT_HELP "  --json           machine-readable output\n", "tshard list --json"},

@@ -334,7 +334,7 @@ static void *spmd_client(void *p) {
   TSE_OK(c, tshard_reshard(c, name, rc->tgt[a->target], &o));
   tshard_reshard_opts other = {"p2p", NULL, NULL, kreshard};
   int st = tshard_reshard(c, name, rc->src, &other);
-  TSE_CHECK(st == TS_INVALID_ARGUMENT, "a key reused for another reshard gave %s",
+  TSE_CHECK(st == TS_KEY_CONFLICT, "a key reused for another reshard gave %s",
             tshard_status_name(st));
   TSE_OK(c, tshard_stats_get(c, &after));
   pthread_barrier_wait(a->barrier); /* before rank 0's gather, a collective operation too */

@@ -6,7 +6,18 @@
  * request is refused with a message that says so; a submission rank 0 cannot decode comes back
  * (REFUSE) and is answered, its staging released; shutdown stops the order, answers late
  * submissions and collects every goodbye. The reference is the test's own record of what each
- * client submitted. */
+ * client submitted.
+ *
+ * Keys and collectives (rank 0's key table, keys.c), with the test's own clock: a retry after
+ * the run gets the recorded answer without running again; the same key with another request is
+ * KEY_CONFLICT naming what the key was used for; a key ends after --key-ttl, when a later
+ * operation drops or creates one of its names, or when --key-max records are held; a retry that
+ * reaches rank 0 after its own rank ran the operation but before rank 0 did is answered once
+ * rank 0 ran it, and rank 0's answer never overtakes the operation on a rank that has not run it
+ * yet. A request naming participants runs once all of them submitted it, never
+ * before; if one never does, every participant (a late one too) gets one INCOMPLETE error
+ * naming it; a participant with another request under the key fails it for all with
+ * KEY_CONFLICT; misuse (no key, a rank not among the participants) is refused. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +63,12 @@ typedef struct world {
   rank_ctx r[MAX_RANKS];
   msg *head, *tail;
   bool corrupt_next_submit;
+  int64_t now; /* the test's clock, ms */
 } world;
+
+#define TTL_MS 60000
+#define KEY_MAX 16
+#define COLL_MS 5000
 
 static int t_send(void *ctx, int dst, int tag, const uint8_t *buf, size_t len, ts_error *err) {
   (void)err;
@@ -86,9 +102,23 @@ static const char *req_name(const Tshard__Request *r) {
     return r->create->name;
   case TSHARD__REQUEST__OP_PUT:
     return r->put->name;
+  case TSHARD__REQUEST__OP_DROP:
+    return r->drop->name;
   default:
     return "";
   }
+}
+
+static int64_t t_now(void *ctx) { return ((rank_ctx *)ctx)->w->now; }
+
+/* As the daemon's change sets: create and drop make their name appear or disappear, a put
+ * touches its tensor. */
+static void t_names(void *ctx, const Tshard__Request *r, tsd_changes *ch) {
+  (void)ctx;
+  const char *name = req_name(r);
+  if (name[0])
+    ch->name[ch->n++] = name;
+  ch->names = r->op_case != TSHARD__REQUEST__OP_PUT && name[0];
 }
 
 /* Creates of names beginning "fail" fail with a message naming them, as a handler would. */
@@ -135,9 +165,10 @@ static void world_init(world *w, int size) {
     rank_ctx *rc = &w->r[i];
     rc->w = w;
     rc->rank = i;
-    tsd_seq_hooks h = {rc, t_send, t_run, t_answer, t_release};
+    tsd_seq_hooks h = {rc, t_send, t_run, t_answer, t_release, t_now, t_names};
+    tsd_seq_config cfg = {TTL_MS, KEY_MAX, COLL_MS};
     ts_error err;
-    ck_assert_int_eq(tsd_seq_create(i, size, &h, &rc->seq, &err), TS_OK);
+    ck_assert_int_eq(tsd_seq_create(i, size, &h, &cfg, &rc->seq, &err), TS_OK);
   }
 }
 
@@ -169,23 +200,32 @@ static void settle(world *w) {
     for (int i = 0; i < w->size; i++)
       if (tsd_seq_run(w->r[i].seq) > 0)
         busy = true;
-    if (!busy)
+    if (!busy && !w->head) /* a run may send (rank 0's answers of keys) without running */
       return;
   }
   ck_abort_msg("the simulated ranks did not settle");
 }
 
-/* A request as the daemon has it: unpacked by protobuf-c (the sequencer frees it). */
-static Tshard__Request *make_req(int op_case, uint64_t id, const char *name, const char *key) {
+/* A request as the daemon has it: unpacked by protobuf-c (the sequencer frees it); with
+ * participants (n > 0) and a collective timeout. */
+static Tshard__Request *make_req_p(int op_case, uint64_t id, const char *name, const char *key,
+                                   const int32_t *parts, size_t nparts, uint32_t timeout_ms) {
   Tshard__Request r = TSHARD__REQUEST__INIT;
   Tshard__CreateRequest c = TSHARD__CREATE_REQUEST__INIT;
   Tshard__PutRequest p = TSHARD__PUT_REQUEST__INIT;
+  Tshard__DropRequest d = TSHARD__DROP_REQUEST__INIT;
   Tshard__ShutdownRequest s = TSHARD__SHUTDOWN_REQUEST__INIT;
   int64_t shape[2] = {4, 6};
   r.id = id;
   r.idempotency_key = (char *)(key ? key : "");
   r.op_case = op_case;
-  if (op_case == TSHARD__REQUEST__OP_CREATE) {
+  r.n_participants = nparts;
+  r.participants = (int32_t *)parts;
+  r.collective_timeout_ms = timeout_ms;
+  if (op_case == TSHARD__REQUEST__OP_DROP) {
+    r.drop = &d;
+    d.name = (char *)name;
+  } else if (op_case == TSHARD__REQUEST__OP_CREATE) {
     r.create = &c;
     c.name = (char *)name;
     c.dtype = (char *)"float32";
@@ -206,6 +246,10 @@ static Tshard__Request *make_req(int op_case, uint64_t id, const char *name, con
   free(buf);
   ck_assert_ptr_nonnull(out);
   return out;
+}
+
+static Tshard__Request *make_req(int op_case, uint64_t id, const char *name, const char *key) {
+  return make_req_p(op_case, id, name, key, NULL, 0, 0);
 }
 
 static void submit(world *w, int rank, uint64_t conn, uint64_t id, const char *name,
@@ -299,6 +343,7 @@ START_TEST(keyed_runs_once) {
   }
   /* After the run: answered at once from the remembered answer, not run again. */
   submit(&w, 2, 5, 500, "fail_k", "K1");
+  settle(&w);
   const answer *late = answer_of(&w.r[2], 5, 500);
   ck_assert_int_eq(late->status, TS_EXISTS);
   ck_assert_str_eq(late->msg, want);
@@ -316,9 +361,8 @@ START_TEST(keyed_runs_once) {
 END_TEST
 
 static void assert_key_refused(const answer *a, const char *key) {
-  ck_assert_int_eq(a->status, TS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(a->msg, "already used for a different operation") && strstr(a->msg, key),
-                "message: %s", a->msg);
+  ck_assert_int_eq(a->status, TS_KEY_CONFLICT);
+  ck_assert_msg(strstr(a->msg, "use a new key") && strstr(a->msg, key), "message: %s", a->msg);
 }
 
 START_TEST(key_reused_for_another_request) {
@@ -328,7 +372,12 @@ START_TEST(key_reused_for_another_request) {
   submit(&w, 1, 1, 1, "a", "K3");
   settle(&w);
   submit(&w, 1, 1, 2, "b", "K3");
+  settle(&w);
   assert_key_refused(answer_of(&w.r[1], 1, 2), "K3");
+  ck_assert_msg(strstr(answer_of(&w.r[1], 1, 2)->msg,
+                       "idempotency key 'K3' was used for create 'a'") &&
+                    strstr(answer_of(&w.r[1], 1, 2)->msg, "this request is create 'b'"),
+                "message: %s", answer_of(&w.r[1], 1, 2)->msg);
   /* While the first waits on the same rank. */
   submit(&w, 1, 2, 3, "c", "K4");
   submit(&w, 1, 3, 4, "d", "K4");
@@ -368,6 +417,286 @@ START_TEST(undecodable_is_refused_and_answered) {
   check_same_order(&w, 1);
   ck_assert_int_eq(answer_of(&w.r[1], 1, 10)->status, TS_OK);
   ck_assert_int_eq(w.r[1].releases, 2);
+  world_free(&w);
+}
+END_TEST
+
+/* How many times rank 0 ran an operation on `name`. */
+static int runs_of(const world *w, const char *name) {
+  int n = 0;
+  for (int k = 0; k < w->r[0].nruns; k++)
+    n += strcmp(w->r[0].runs[k].name, name) == 0;
+  return n;
+}
+
+START_TEST(key_expires_after_ttl) {
+  world w;
+  world_init(&w, 2);
+  submit(&w, 1, 1, 1, "t", "KT");
+  settle(&w);
+  w.now += TTL_MS - 1; /* still remembered: answered, not run */
+  submit(&w, 1, 1, 2, "t", "KT");
+  settle(&w);
+  ck_assert_int_eq(answer_of(&w.r[1], 1, 2)->status, TS_OK);
+  check_same_order(&w, 1);
+  w.now += 2; /* expired: the same request runs again, another one is no conflict */
+  submit(&w, 1, 1, 3, "t", "KT");
+  settle(&w);
+  check_same_order(&w, 2);
+  ck_assert_int_eq(answer_of(&w.r[1], 1, 3)->status, TS_OK);
+  w.now += TTL_MS;
+  submit(&w, 0, 2, 4, "u", "KT");
+  settle(&w);
+  check_same_order(&w, 3);
+  ck_assert_int_eq(answer_of(&w.r[0], 2, 4)->status, TS_OK);
+  world_free(&w);
+}
+END_TEST
+
+START_TEST(key_ends_when_its_names_change) {
+  world w;
+  world_init(&w, 3);
+  /* create k1 --key once; drop k1; create k1 --key once: the second create runs. */
+  submit(&w, 2, 1, 1, "k1", "once");
+  settle(&w);
+  tsd_seq_submit(w.r[1].seq, 2, make_req(TSHARD__REQUEST__OP_DROP, 2, "k1", NULL), NULL, 0);
+  settle(&w);
+  submit(&w, 2, 1, 3, "k1", "once");
+  settle(&w);
+  check_same_order(&w, 3);
+  ck_assert_int_eq(runs_of(&w, "k1"), 3);
+  ck_assert_int_eq(answer_of(&w.r[2], 1, 3)->status, TS_OK);
+  /* A put of k1 changes no name: the create's key still answers without running. */
+  uint8_t *staging = malloc(96);
+  ck_assert_ptr_nonnull(staging);
+  memset(staging, 0xab, 96);
+  tsd_seq_submit(w.r[1].seq, 2, make_req(TSHARD__REQUEST__OP_PUT, 4, "k1", NULL), staging, 96);
+  settle(&w);
+  submit(&w, 0, 3, 5, "k1", "once");
+  settle(&w);
+  check_same_order(&w, 4);
+  ck_assert_int_eq(answer_of(&w.r[0], 3, 5)->status, TS_OK);
+  /* Another name's drop does not end it either. */
+  tsd_seq_submit(w.r[1].seq, 2, make_req(TSHARD__REQUEST__OP_DROP, 6, "other", NULL), NULL, 0);
+  settle(&w);
+  submit(&w, 1, 4, 7, "k1", "once");
+  settle(&w);
+  check_same_order(&w, 5);
+  ck_assert_int_eq(runs_of(&w, "k1"), 4);
+  /* The SPMD script run twice: create, drop (keyed), create, drop with the same keys. */
+  for (int run = 0; run < 2; run++) {
+    for (int r = 0; r < 3; r++)
+      submit(&w, r, 10 + (uint64_t)r, 100 + (uint64_t)run, "weight", "create-weight");
+    settle(&w);
+    for (int r = 0; r < 3; r++)
+      tsd_seq_submit(w.r[r].seq, 10 + (uint64_t)r,
+                     make_req(TSHARD__REQUEST__OP_DROP, 200 + (uint64_t)run, "weight",
+                              "drop-weight"),
+                     NULL, 0);
+    settle(&w);
+    for (int r = 0; r < 3; r++) {
+      ck_assert_int_eq(answer_of(&w.r[r], 10 + (uint64_t)r, 100 + (uint64_t)run)->status, TS_OK);
+      ck_assert_int_eq(answer_of(&w.r[r], 10 + (uint64_t)r, 200 + (uint64_t)run)->status, TS_OK);
+    }
+  }
+  ck_assert_int_eq(runs_of(&w, "weight"), 4); /* two creates and two drops, each once */
+  world_free(&w);
+}
+END_TEST
+
+START_TEST(key_table_is_bounded) {
+  world w;
+  world_init(&w, 2);
+  char key[32], name[32];
+  for (int i = 0; i < 3 * KEY_MAX; i++) {
+    snprintf(key, sizeof key, "B%d", i);
+    snprintf(name, sizeof name, "b%d", i);
+    submit(&w, 1, 1, (uint64_t)i + 1, name, key);
+    settle(&w);
+    ck_assert_int_eq(answer_of(&w.r[1], 1, (uint64_t)i + 1)->status, TS_OK);
+  }
+  check_same_order(&w, 3 * KEY_MAX);
+  /* The newest key is remembered; the oldest gave way, so its retry runs again. */
+  submit(&w, 1, 2, 1, "b47", "B47");
+  settle(&w);
+  check_same_order(&w, 3 * KEY_MAX);
+  submit(&w, 1, 2, 2, "b0", "B0");
+  settle(&w);
+  check_same_order(&w, 3 * KEY_MAX + 1);
+  world_free(&w);
+}
+END_TEST
+
+/* Delivers the messages in flight (and those they cause) without running anything. */
+static void deliver(world *w) {
+  while (w->head) {
+    msg *m = w->head;
+    w->head = m->next;
+    if (!w->head)
+      w->tail = NULL;
+    tsd_seq_message(w->r[m->dst].seq, m->src, m->tag, m->buf, m->len);
+    free(m->buf);
+    free(m);
+  }
+}
+
+START_TEST(retry_after_own_rank_ran_before_rank_0) {
+  world w;
+  world_init(&w, 3);
+  submit(&w, 1, 1, 1, "r", "KR");
+  deliver(&w); /* rank 0 ordered it; nobody ran it */
+  ck_assert_int_eq(tsd_seq_run(w.r[1].seq), 1);
+  ck_assert_int_eq(answer_of(&w.r[1], 1, 1)->status, TS_OK);
+  submit(&w, 1, 2, 2, "r", "KR"); /* the retry reaches rank 0 before rank 0 ran it */
+  deliver(&w);
+  ck_assert_int_eq(w.r[1].nanswers, 1);
+  settle(&w);
+  check_same_order(&w, 1);
+  ck_assert_int_eq(answer_of(&w.r[1], 2, 2)->status, TS_OK);
+  world_free(&w);
+}
+END_TEST
+
+/* Rank 0's answer of a key never overtakes the operation on the rank it answers: the rank has
+ * the operation queued, not run, when rank 0's answer comes; the client is answered after the
+ * run. */
+START_TEST(answer_of_key_waits_for_the_local_run) {
+  world w;
+  world_init(&w, 3);
+  submit(&w, 2, 1, 1, "o", "KO");
+  deliver(&w); /* ordered everywhere, run nowhere */
+  submit(&w, 1, 1, 2, "o", "KO");
+  deliver(&w); /* rank 0 keeps rank 1's submission for after its own run */
+  ck_assert_int_eq(tsd_seq_run(w.r[0].seq), 1);
+  deliver(&w); /* rank 0's answer reaches rank 1, which has not run it */
+  ck_assert_int_eq(w.r[1].nanswers, 0);
+  ck_assert_int_eq(w.r[1].nruns, 0);
+  ck_assert_int_eq(tsd_seq_run(w.r[1].seq), 1);
+  ck_assert_int_eq(answer_of(&w.r[1], 1, 2)->status, TS_OK);
+  settle(&w);
+  check_same_order(&w, 1);
+  ck_assert_int_eq(w.r[1].nanswers, 1);
+  ck_assert_int_eq(answer_of(&w.r[2], 1, 1)->status, TS_OK);
+  world_free(&w);
+}
+END_TEST
+
+static void submit_coll(world *w, int rank, uint64_t conn, uint64_t id, const char *name,
+                        const char *key, const int32_t *parts, size_t n, uint32_t timeout) {
+  tsd_seq_submit(w->r[rank].seq, conn,
+                 make_req_p(TSHARD__REQUEST__OP_CREATE, id, name, key, parts, n, timeout), NULL,
+                 0);
+}
+
+START_TEST(collective_waits_for_every_participant) {
+  world w;
+  world_init(&w, 3);
+  const int32_t all[3] = {0, 1, 2};
+  /* Skewed: ranks 2 and 1 submit, time passes (short of the timeout), nothing runs. */
+  submit_coll(&w, 2, 1, 1, "c", "KC", all, 3, 0);
+  settle(&w);
+  w.now += COLL_MS - 1;
+  submit_coll(&w, 1, 1, 1, "c", "KC", all, 3, 0);
+  submit_coll(&w, 1, 2, 1, "c", "KC", all, 3, 0); /* two clients of rank 1 */
+  settle(&w);
+  check_same_order(&w, 0);
+  for (int r = 0; r < 3; r++)
+    ck_assert_int_eq(w.r[r].nanswers, 0);
+  submit_coll(&w, 0, 1, 1, "c", "KC", all, 3, 0);
+  settle(&w);
+  check_same_order(&w, 1);
+  ck_assert_int_eq(answer_of(&w.r[0], 1, 1)->status, TS_OK);
+  ck_assert_int_eq(answer_of(&w.r[1], 1, 1)->status, TS_OK);
+  ck_assert_int_eq(answer_of(&w.r[1], 2, 1)->status, TS_OK);
+  ck_assert_int_eq(answer_of(&w.r[2], 1, 1)->status, TS_OK);
+  /* A subset of the ranks: ranks 0 and 2 only, with their own timeout. */
+  const int32_t two[2] = {2, 0};
+  submit_coll(&w, 2, 1, 2, "d", "KD", two, 2, 100);
+  settle(&w);
+  check_same_order(&w, 1);
+  submit_coll(&w, 0, 1, 2, "d", "KD", two, 2, 100);
+  settle(&w);
+  check_same_order(&w, 2);
+  ck_assert_int_eq(answer_of(&w.r[2], 1, 2)->status, TS_OK);
+  world_free(&w);
+}
+END_TEST
+
+START_TEST(collective_timeout_names_missing_ranks) {
+  world w;
+  world_init(&w, 3);
+  const int32_t all[3] = {0, 1, 2};
+  submit_coll(&w, 0, 1, 1, "m", "KM", all, 3, 200);
+  submit_coll(&w, 2, 1, 1, "m", "KM", all, 3, 200);
+  settle(&w);
+  w.now += 199;
+  settle(&w);
+  ck_assert_int_eq(w.r[0].nanswers + w.r[2].nanswers, 0);
+  w.now += 1;
+  settle(&w);
+  check_same_order(&w, 0);
+  const answer *a0 = answer_of(&w.r[0], 1, 1), *a2 = answer_of(&w.r[2], 1, 1);
+  ck_assert_int_eq(a0->status, TS_INCOMPLETE);
+  ck_assert_str_eq(a0->msg, a2->msg);
+  ck_assert_int_eq(a2->status, TS_INCOMPLETE);
+  ck_assert_msg(strstr(a0->msg, "rank(s) 1 never submitted it") &&
+                    strstr(a0->msg, "submitted: 0, 2") && strstr(a0->msg, "create 'm'") &&
+                    strstr(a0->msg, "200 ms"),
+                "message: %s", a0->msg);
+  /* The late participant gets the same error; the operation never runs. */
+  submit_coll(&w, 1, 1, 1, "m", "KM", all, 3, 200);
+  settle(&w);
+  check_same_order(&w, 0);
+  ck_assert_int_eq(answer_of(&w.r[1], 1, 1)->status, TS_INCOMPLETE);
+  ck_assert_str_eq(answer_of(&w.r[1], 1, 1)->msg, a0->msg);
+  world_free(&w);
+}
+END_TEST
+
+START_TEST(collective_mismatch_fails_for_all) {
+  world w;
+  world_init(&w, 3);
+  const int32_t all[3] = {0, 1, 2};
+  submit_coll(&w, 0, 1, 1, "x", "KX", all, 3, 0);
+  settle(&w);
+  submit_coll(&w, 1, 1, 1, "y", "KX", all, 3, 0);
+  settle(&w);
+  submit_coll(&w, 2, 1, 1, "x", "KX", all, 3, 0);
+  settle(&w);
+  check_same_order(&w, 0);
+  const answer *a0 = answer_of(&w.r[0], 1, 1);
+  ck_assert_int_eq(a0->status, TS_KEY_CONFLICT);
+  ck_assert_msg(strstr(a0->msg, "rank 0 submitted create 'x' and rank 1 create 'y'"),
+                "message: %s", a0->msg);
+  for (int r = 1; r < 3; r++) {
+    ck_assert_int_eq(answer_of(&w.r[r], 1, 1)->status, TS_KEY_CONFLICT);
+    ck_assert_str_eq(answer_of(&w.r[r], 1, 1)->msg, a0->msg);
+  }
+  /* The same participants with another timeout are another request too. */
+  submit_coll(&w, 0, 1, 2, "z", "KZ", all, 3, 100);
+  submit_coll(&w, 1, 1, 2, "z", "KZ", all, 3, 200);
+  settle(&w);
+  ck_assert_int_eq(answer_of(&w.r[0], 1, 2)->status, TS_KEY_CONFLICT);
+  ck_assert_int_eq(answer_of(&w.r[1], 1, 2)->status, TS_KEY_CONFLICT);
+  world_free(&w);
+}
+END_TEST
+
+START_TEST(collective_misuse_is_refused) {
+  world w;
+  world_init(&w, 3);
+  const int32_t two[2] = {0, 1};
+  submit_coll(&w, 2, 1, 1, "n", "KN", two, 2, 0); /* rank 2 is no participant */
+  submit_coll(&w, 1, 1, 2, "n", NULL, two, 2, 0); /* no key */
+  settle(&w);
+  check_same_order(&w, 0);
+  const answer *a = answer_of(&w.r[2], 1, 1);
+  ck_assert_int_eq(a->status, TS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(a->msg, "rank 2, which is not among the 2 participants"), "message: %s",
+                a->msg);
+  a = answer_of(&w.r[1], 1, 2);
+  ck_assert_int_eq(a->status, TS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(a->msg, "needs an idempotency key"), "message: %s", a->msg);
   world_free(&w);
 }
 END_TEST
@@ -416,6 +745,15 @@ int main(void) {
   tcase_add_test(tc, keyed_runs_once);
   tcase_add_test(tc, key_reused_for_another_request);
   tcase_add_test(tc, undecodable_is_refused_and_answered);
+  tcase_add_test(tc, key_expires_after_ttl);
+  tcase_add_test(tc, key_ends_when_its_names_change);
+  tcase_add_test(tc, key_table_is_bounded);
+  tcase_add_test(tc, retry_after_own_rank_ran_before_rank_0);
+  tcase_add_test(tc, answer_of_key_waits_for_the_local_run);
+  tcase_add_test(tc, collective_waits_for_every_participant);
+  tcase_add_test(tc, collective_timeout_names_missing_ranks);
+  tcase_add_test(tc, collective_mismatch_fails_for_all);
+  tcase_add_test(tc, collective_misuse_is_refused);
   tcase_add_test(tc, shutdown_one_rank);
   tcase_add_test(tc, shutdown_three_ranks);
   suite_add_tcase(s, tc);

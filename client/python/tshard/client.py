@@ -23,6 +23,7 @@ from . import tshard_pb2 as pb
 from .attr import Attr
 from .errors import TshardError, error_for
 from .shm import Segment
+from . import spmd as _spmd
 from .wire import MAX_FRAME, Wire, request_frame
 
 __all__ = ["Client", "connect", "DTYPES", "socket_path", "read_token_file"]
@@ -155,6 +156,8 @@ class Client:
         self._rank = None
         self._seg = Segment(self._wire, self._take_id) if shm else None
         self._spare = None  # the buffer of the last large result, reused once it is dropped
+        self._group = None  # SPMD collectives (spmd.py): set_group
+        self._timeout = None  # connect's, in seconds
 
     # -- plumbing ----------------------------------------------------------------------------
     def close(self):
@@ -245,6 +248,8 @@ class Client:
         with self._io():
             req = self._request(key)
             getattr(req, name).CopyFrom(msg)
+            if self._group is not None and name in _spmd.COLLECTIVE_OPS:
+                self._group.apply(req, name)
             self._wire.send(request_frame(req))
             return self._check(self._wire.recv(), req.id)
 
@@ -270,6 +275,22 @@ class Client:
             self._seg.close()  # refused (memory limit, an older daemon): the stream serves
             self._seg = None
             return None
+
+    def set_group(self, group, run_id=None, collective_timeout=None):
+        """SPMD collectives (spmd.py): from now on create, reshard and drop run once every rank
+        of ``group`` (ranks, "all", "0,1,2"; None: off) submitted them, each with ``key`` or a
+        key made from ``run_id`` (default: the launcher's, see spmd.py) and the call's number;
+        ``collective_timeout`` seconds (default: this client's timeout less 5 s, so that the
+        daemons' error naming the missing ranks comes before the client gives up)."""
+        if group is None:
+            self._group = None
+            return
+        p = self.ping()
+        ranks = _spmd.parse_group(group, p["world_size"])
+        if collective_timeout is None:
+            t = self._timeout
+            collective_timeout = max(1.0, t - 5.0) if t else 0
+        self._group = _spmd.Group(ranks, p["rank"], run_id, round(collective_timeout * 1000))
 
     # -- operations ----------------------------------------------------------------------------
     def ping(self):
@@ -527,12 +548,28 @@ def _kernel_timeout(sock, timeout):
         sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDTIMEO, tv)
 
 
+def _grouped(c, timeout, group, run_id, collective_timeout):
+    """connect's SPMD group (argument, else TSHARD_GROUP)."""
+    c._timeout = timeout
+    if group is None:
+        group = os.environ.get("TSHARD_GROUP") or None
+    try:
+        if group is not None:
+            c.set_group(group, run_id=run_id, collective_timeout=collective_timeout)
+        return c
+    except BaseException:
+        c.close()
+        raise
+
+
 def connect(rank=None, socket=None, tcp=None, token=None, job=None, timeout=60.0, shm=None,
-            token_file=None):
+            token_file=None, group=None, run_id=None, collective_timeout=None):
     """Connects to a daemon: by Unix ``socket`` path, by ``tcp`` ("host:port" or (host, port))
     with the job's ``token`` (or the ``token_file`` holding it), or by ``rank`` (default: this
     process's MPI rank from the environment, else 0) and ``job`` (default $TSHARD_JOB or
-    "default"). On a Unix socket data goes through shared memory unless ``shm=False`` or TSHARD_SHM=0 (TCP: the stream only)."""
+    "default"). On a Unix socket data goes through shared memory unless ``shm=False`` or TSHARD_SHM=0 (TCP: the stream only).
+    ``group`` (ranks or "all"; default $TSHARD_GROUP) makes create, reshard and drop SPMD
+    collectives of those ranks (see Client.set_group)."""
     if token_file is not None:
         token = read_token_file(token_file)
     if tcp is not None:
@@ -546,10 +583,11 @@ def connect(rank=None, socket=None, tcp=None, token=None, job=None, timeout=60.0
         _kernel_timeout(s, timeout)
         c = Client(s, token=token)
         try:
-            return c._hello()  # presents the token
+            c._hello()  # presents the token
         except BaseException:
             c.close()
             raise
+        return _grouped(c, timeout, group, run_id, collective_timeout)
     if socket is None:
         socket = socket_path(job or os.environ.get("TSHARD_JOB", "default"),
                              _env_rank() if rank is None else rank)
@@ -566,7 +604,8 @@ def connect(rank=None, socket=None, tcp=None, token=None, job=None, timeout=60.0
     _kernel_timeout(s, timeout)
     c = Client(s, shm=bool(shm))
     try:
-        return c._hello()
+        c._hello()
     except BaseException:
         c.close()
         raise
+    return _grouped(c, timeout, group, run_id, collective_timeout)

@@ -1,0 +1,93 @@
+"""SPMD collectives: a client that declares its group (``connect(..., group=[0, 1, 2, 3])``,
+``group="all"``, or TSHARD_GROUP in the environment) sends every create, reshard and drop as a
+collective of the group: the daemons run it once, after every rank of the group submitted it, so
+an SPMD script needs no barrier between its puts and its reshard. A call that is not given a
+``key`` gets one made from the run id (shared by the processes of one launch) and the call's
+number in this client's sequence of collective calls: the n-th collective call of every process
+of the run carries the same key. If a rank never submits, every participant gets an
+``IncompleteError`` naming the missing ranks after the collective timeout; a rank that submits
+another request under the key fails it for all (``KeyConflictError``).
+
+The run id: ``run_id=``, else TSHARD_RUN_ID, else the launcher's job id (PMIX_NAMESPACE of
+Open MPI / PMIx, Slurm's SLURM_JOB_ID.SLURM_STEP_ID, torchrun's TORCHELASTIC_RUN_ID). Without
+one, collective calls must be given a key.
+"""
+import hashlib
+import os
+
+from .errors import error_for
+
+__all__ = ["Group", "run_id_from_env", "COLLECTIVE_OPS"]
+
+# The Request ops a group makes collective (puts are per rank, gets and the rest per client).
+COLLECTIVE_OPS = ("create", "reshard", "drop")
+
+
+def run_id_from_env(env=None):
+    """The id of this launch shared by its processes, or None."""
+    env = os.environ if env is None else env
+    if env.get("TSHARD_RUN_ID"):
+        return env["TSHARD_RUN_ID"]
+    if env.get("PMIX_NAMESPACE"):
+        return "pmix-" + env["PMIX_NAMESPACE"]
+    if env.get("OMPI_MCA_ess_base_jobid"):
+        return "ompi-" + env["OMPI_MCA_ess_base_jobid"]
+    if env.get("SLURM_JOB_ID"):
+        return f"slurm-{env['SLURM_JOB_ID']}.{env.get('SLURM_STEP_ID', '')}"
+    if env.get("TORCHELASTIC_RUN_ID") and env["TORCHELASTIC_RUN_ID"] != "none":
+        return "torch-" + env["TORCHELASTIC_RUN_ID"]
+    return None
+
+
+def parse_group(group, world_size):
+    """[ranks] from a list, "all" or "0,1,2" (TSHARD_GROUP's form); checked against the job."""
+    if isinstance(group, str):
+        text = group.strip()
+        if text == "all":
+            return list(range(world_size))
+        try:
+            group = [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise error_for(1, f"group '{text}': expected 'all' or ranks like '0,1,2,3'") from None
+    ranks = [int(r) for r in group]
+    if not ranks:
+        raise error_for(1, "an empty group: name the ranks of the SPMD program, or 'all'")
+    bad = [r for r in ranks if not 0 <= r < world_size]
+    if bad:
+        raise error_for(1, f"group rank {bad[0]} is not a rank of the job (ranks 0 to "
+                           f"{world_size - 1})")
+    if len(set(ranks)) != len(ranks):
+        raise error_for(1, f"group {ranks} names a rank twice")
+    return ranks
+
+
+class Group:
+    """The participants of this client's collective calls and the making of their keys."""
+
+    def __init__(self, ranks, rank, run_id=None, timeout_ms=0):
+        if rank not in ranks:
+            raise error_for(1, f"this client talks to rank {rank}, which is not in its group "
+                               f"{ranks}; connect to your own rank's daemon")
+        self.ranks = list(ranks)
+        self.run_id = run_id if run_id is not None else run_id_from_env()
+        self.timeout_ms = int(timeout_ms)
+        self.calls = 0
+
+    def _auto_key(self, op):
+        if self.run_id is None:
+            raise error_for(1, f"{op}: an SPMD client (group {self.ranks}) makes keys from a run "
+                               f"id shared by its processes, and none was found: pass key= to "
+                               f"each collective call, run_id= to connect, or set "
+                               f"TSHARD_RUN_ID the same for every process of the run")
+        rid = self.run_id
+        if len(rid) > 80:
+            rid = hashlib.sha1(rid.encode()).hexdigest()[:20]
+        return f"spmd:{rid}:{self.calls}"
+
+    def apply(self, req, op):
+        """Makes a request of op (a COLLECTIVE_OPS name) a collective of the group."""
+        self.calls += 1
+        if not req.idempotency_key:
+            req.idempotency_key = self._auto_key(op)
+        req.participants.extend(self.ranks)
+        req.collective_timeout_ms = self.timeout_ms
