@@ -333,11 +333,13 @@ static int parse_places(parser *p, const mesh_text *mt, ts_placement *place, siz
     bool has_axis = len > 0 && tok(p, ":");
     if (!has_axis)
       p->pos = at;
-    if (named >= 0 && has_axis != (bool)named)
+    if (named >= 0 && has_axis != (bool)named) {
+      p->pos = at;
       return fail(p, named ? "a placement named by its mesh axis, such as dp:S(0) (name every "
                              "placement or none)"
                            : "a placement without a mesh axis name (name every placement or "
                              "none)");
+    }
     named = has_axis;
     int m = nplace;
     if (has_axis) {
