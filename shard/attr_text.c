@@ -1,25 +1,31 @@
-/* attr_text.c - the canonical text form of distributed attributes: parser and formatter.
+/* attr_text.c - the text form of distributed attributes: parser and formatter.
  *
- * Grammar (also in shard/ATTRIBUTES.md). Fields come in this order, separated by blanks:
+ * Grammar (also in shard/ATTRIBUTES.md). Blanks (space, tab, newline, CR) may stand between any two
+ * tokens; fields are separated by at least one blank and come in this order:
  *
- *   attr       := blank* "mesh=" shape [ "@" ranks ] blank+ "placements=" places
- *                 [ blank+ "splits=" splits ] blank*
- *   shape      := "[" int { "," int } "]"                  sizes >= 1, at most 8 dims
+ *   attr       := "mesh" "=" shape [ "@" ranks ] blank "placements" "=" places
+ *                 [ blank "splits" "=" splits ]
+ *   shape      := "[" size { "," size } "]"                 at most 8 dims
+ *   size       := int | name "=" int                       >= 1; name every dim or none
  *   ranks      := span { "," span }                        row-major over the mesh
  *   span       := int [ "-" int ]                          "a-b" is a, a+1, ..., b (a <= b)
- *   places     := "[" place { "," place } "]"              one per mesh dim
- *   place      := "S(" int ")" | "R" | "P(" op ")"         also "Shard(d)", "Replicate",
- *                                                          "Partial(op)"
- *   op         := "sum" | "max" | "min"
- *   splits     := "{" dimsplit { "," dimsplit } "}"         dims in increasing order
- *   dimsplit   := int ":[" int { "," int } "]"              explicit size of every part
- *   int        := digit { digit }
- *   blank      := " " | "\t"
+ *   places     := "[" item { "," item } "]"
+ *   item       := place | name ":" place                   positional (one per mesh dim) or
+ *                                                          all named by axis (others are R)
+ *   place      := "S" "(" dim ")" | "Shard" "(" [ "dim" "=" ] dim ")"
+ *               | "R" | "Replicate" [ "(" ")" ]
+ *               | ("P" | "Partial") [ "(" [ [ "reduce_op" "=" ] opq ] ")" ]   default sum
+ *   opq        := op | "'" op "'" | '"' op '"'             op: sum, max, min
+ *   splits     := "{" int ":" "[" int { "," int } "]" { "," ... } "}"   dims increasing
+ *   name       := [A-Za-z_][A-Za-z0-9_]*                   a mesh axis: at most 15 bytes
  *
  * Without "@ranks" the mesh is over ranks 0..n-1. The canonical form (what ts_attr_format
- * writes) uses the short placements, always writes the rank list, writes runs of two or more
- * consecutive ranks as "a-b", separates fields by one space and has no other blanks. Errors give
- * the column (1-based) of the offending character and what was expected there. */
+ * writes) uses the short placements in mesh-dim order, keeps the axis names in the mesh, always
+ * writes the rank list, writes runs of two or more consecutive ranks as "a-b", separates fields
+ * by one space and has no other blanks. Errors give the column (1-based, in bytes) of the
+ * offending character and what was expected there. client/python/tshard/attr.py is a port of this
+ * parser; tests/grammar/attr_corpus.jsonl keeps the two in lock-step: change both and the corpus
+ * together. */
 #include <ctype.h>
 #include <limits.h>
 #include <stdlib.h>
