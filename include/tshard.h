@@ -152,6 +152,10 @@ int tshard_stats_get(tshard_client *c, tshard_stats *s);
 /* Stops every daemon of the job (they finish what they run, answer, remove their sockets). */
 int tshard_shutdown(tshard_client *c, const char *key);
 
+/* ---- Installation (issue 14): the library's version ----
+ * "MAJOR.MINOR.PATCH", CMake's project version; Python's tshard.__version__ is the same. */
+const char *tshard_version(void);
+
 #ifdef __cplusplus
 }
 #endif

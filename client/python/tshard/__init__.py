@@ -10,6 +10,7 @@
 Errors raise subclasses of tshard.TshardError named after the status codes (NotFoundError,
 BadAttributeError, ...) with the daemon's message.
 """
+from ._version import __version__
 from .attr import Attr, AttrError, Mesh, Partial, Replicate, Shard
 from .client import DTYPES, Client, connect, read_token_file, socket_path
 from .errors import TshardError, error_for
