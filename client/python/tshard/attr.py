@@ -99,7 +99,9 @@ class Partial:
     """Every rank along this mesh dim holds a partial value; the tensor is their ``op``
     (``sum``, ``max`` or ``min``)."""
 
-    def __init__(self, op="sum"):
+    def __init__(self, op="sum", reduce_op=None):
+        if reduce_op is not None:  # DTensor's keyword
+            op = reduce_op
         if op not in ("sum", "max", "min"):
             raise ValueError(f"partial op {op!r}: valid are 'sum', 'max', 'min'")
         self.op = op
