@@ -9,8 +9,9 @@
 #    connect, and against 2 daemons started by the installed launcher a create/put/reshard/get
 #    compared with the values put;
 #  - the Python package installed offline by Debian's pip from a copy of the sources
-#    (--no-build-isolation --no-index): __version__ is the C version, the generated modules are
-#    there, and it reads and writes a tensor on the same daemons (compared with numpy).
+#    (--no-build-isolation --no-index), into a --target directory and into a venv over Debian's
+#    numpy: __version__ is the C version, the generated modules are there, and it reads and
+#    writes a tensor on the same daemons (compared with numpy).
 # usage: test_install.sh BUILD_DIR SOURCE_DIR VERSION SANITIZE(ON|OFF)
 set -u
 build=$1 src=$2 version=$3 sanitize=$4
@@ -120,6 +121,19 @@ PY
   ok test $? -eq 0
 else
   cat "$tmp/pip.log"
+  ok false
+fi
+
+# the README's other way: a venv over Debian's numpy and protobuf (made without its own pip,
+# which takes long to set up: Debian's pip installs into it with --python)
+if /usr/bin/python3 -m venv --without-pip --system-site-packages "$tmp/venv" >"$tmp/venv.log" 2>&1 &&
+   /usr/bin/python3 -m pip --python "$tmp/venv/bin/python" install --no-build-isolation --no-index --quiet \
+     --disable-pip-version-check --root-user-action=ignore "$tmp/src/client/python" \
+     >>"$tmp/venv.log" 2>&1; then
+  ok test "$(cd "$tmp" && "$tmp/venv/bin/python" -c 'import tshard; print(tshard.__version__, tshard.__file__)')" = \
+    "$version $tmp/venv/lib/python3.$(/usr/bin/python3 -c 'import sys; print(sys.version_info[1])')/site-packages/tshard/__init__.py"
+else
+  cat "$tmp/venv.log"
   ok false
 fi
 
