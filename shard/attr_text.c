@@ -5,11 +5,12 @@
  *
  *   attr       := "mesh" "=" shape [ "@" ranks ] blank "placements" "=" places
  *                 [ blank "splits" "=" splits ]
- *   shape      := "[" size { "," size } "]"                 at most 8 dims
+ *   shape      := "[" size { "," size } [","] "]"           at most 8 dims; a list may also
+ *                                                          be a tuple: "(" ... ")"
  *   size       := int | name "=" int                       >= 1; name every dim or none
  *   ranks      := span { "," span }                        row-major over the mesh
  *   span       := int [ "-" int ]                          "a-b" is a, a+1, ..., b (a <= b)
- *   places     := "[" item { "," item } "]"
+ *   places     := "[" item { "," item } [","] "]"           or "(" ... ")"
  *   item       := place | name ":" place                   positional (one per mesh dim) or
  *                                                          all named by axis (others are R)
  *   place      := "S" "(" dim ")" | "Shard" "(" [ "dim" "=" ] dim ")"
@@ -94,6 +95,28 @@ static int expect(parser *p, const char *lit) {
   return fail(p, what);
 }
 
+/* The opening of a list, "[" or a tuple's "("; *close gets the matching closer. */
+static int open_list(parser *p, const char **close) {
+  if (tok(p, "[")) {
+    *close = "]";
+    return TS_OK;
+  }
+  if (tok(p, "(")) {
+    *close = ")";
+    return TS_OK;
+  }
+  return fail(p, "\"[\" (or a tuple's \"(\")");
+}
+
+/* After an item: takes "," and says whether another item follows (a trailing comma before the
+ * closer, as in Python's "(Shard(0),)", ends the list). */
+static bool next_item(parser *p, const char *close) {
+  if (!tok(p, ","))
+    return false;
+  blanks(p);
+  return p->s[p->pos] != close[0];
+}
+
 static bool name_start(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
 }
@@ -169,7 +192,8 @@ typedef struct mesh_text {
 } mesh_text;
 
 static int parse_shape(parser *p, mesh_text *mt) {
-  int rc = expect(p, "[");
+  const char *close = "]";
+  int rc = open_list(p, &close);
   if (rc)
     return rc;
   mt->ndim = 0;
@@ -210,8 +234,8 @@ static int parse_shape(parser *p, mesh_text *mt) {
       return fail(p, "a mesh size of at least 1");
     }
     mt->shape[mt->ndim++] = v;
-  } while (tok(p, ","));
-  return expect(p, "]");
+  } while (next_item(p, close));
+  return expect(p, close);
 }
 
 static int parse_ranks(parser *p, i64_list *ranks) {
@@ -323,7 +347,8 @@ static int parse_places(parser *p, const mesh_text *mt, ts_placement *place, siz
   int rc, nplace = 0;
   int named = -1; /* unknown until the first item */
   bool given[TS_MAX_MESH_DIMS] = {false};
-  if ((rc = expect(p, "[")))
+  const char *close = "]";
+  if ((rc = open_list(p, &close)))
     return rc;
   for (int m = 0; m < TS_MAX_MESH_DIMS; m++)
     place[m] = ts_replicate();
@@ -375,8 +400,8 @@ static int parse_places(parser *p, const mesh_text *mt, ts_placement *place, siz
     if ((rc = parse_placement(p, &place[m < TS_MAX_MESH_DIMS ? m : 0])))
       return rc;
     nplace++;
-  } while (tok(p, ","));
-  if ((rc = expect(p, "]")))
+  } while (next_item(p, close));
+  if ((rc = expect(p, close)))
     return rc;
   if (named != 1 && nplace != mt->ndim)
     return ts_error_set(p->err, TS_BAD_ATTRIBUTE,

@@ -78,7 +78,8 @@ def random_text():
         mesh = ",".join(f"{b()}{x}{b()}={b()}{s}{b()}" for x, s in zip(names, shape))
     else:
         mesh = ",".join(f"{b()}{s}{b()}" for s in shape)
-    text = f"{b()}mesh{b()}={b()}[{mesh}]"
+    o, c = rng.choice(["[]", "[]", "()"])
+    text = f"{b()}mesh{b()}={b()}{o}{mesh}{rng.choice(['', '', ','])}{c}"
     if rng.random() < 0.5:
         ranks = rng.sample(range(40), n)
         text += f"{b()}@{b()}" + ",".join(f"{r}{b()}" for r in ranks)
@@ -89,7 +90,9 @@ def random_text():
         items = [f"{names[m]}{b()}:{b()}{places[m]}" for m in keep]
     else:
         items = places
-    text += f"placements{b()}={b()}[" + ",".join(f"{b()}{p}{b()}" for p in items) + "]"
+    o, c = rng.choice(["[]", "[]", "()"])
+    text += (f"placements{b()}={b()}{o}" + ",".join(f"{b()}{p}{b()}" for p in items)
+             + rng.choice(["", "", ",", f",{b()}"]) + c)
     if rng.random() < 0.4:
         d = rng.randrange(ndim)
         parts = rng.randint(1, 4)

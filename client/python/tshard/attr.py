@@ -246,6 +246,19 @@ class _Parser:
         if not self.tok(lit):
             raise self.fail(f'"{lit}"')
 
+    def open_list(self):
+        if self.tok("["):
+            return "]"
+        if self.tok("("):
+            return ")"
+        raise self.fail('"[" (or a tuple\'s "(")')
+
+    def next_item(self, close):
+        if not self.tok(","):
+            return False
+        self.blanks()
+        return self.at() != ord(close)
+
     def read_name(self):
         c = self.at()
         if not (chr(c).isascii() and (chr(c).isalpha() or c == ord("_"))) or c == 0:
@@ -271,7 +284,7 @@ class _Parser:
         return v
 
     def parse_shape(self):
-        self.expect("[")
+        close = self.open_list()
         shape, axes, named = [], [], False
         while True:
             if len(shape) == _MAX_MESH_DIMS:
@@ -300,9 +313,9 @@ class _Parser:
                 self.pos -= 1
                 raise self.fail("a mesh size of at least 1")
             shape.append(v)
-            if not self.tok(","):
+            if not self.next_item(close):
                 break
-        self.expect("]")
+        self.expect(close)
         return shape, (axes if named else None)
 
     def parse_ranks(self):
@@ -377,7 +390,7 @@ class _Parser:
         raise self.fail(_PLACEMENT_EXPECTED)
 
     def parse_places(self, shape, axes, place_at):
-        self.expect("[")
+        close = self.open_list()
         place = [Replicate() for _ in range(_MAX_MESH_DIMS)]
         given, named, nplace = set(), None, 0
         while True:
@@ -416,9 +429,9 @@ class _Parser:
                 given.add(m)
             place[m] = self.parse_placement()
             nplace += 1
-            if not self.tok(","):
+            if not self.next_item(close):
                 break
-        self.expect("]")
+        self.expect(close)
         if not named and nplace != len(shape):
             raise self.error("BAD_ATTRIBUTE", f"attribute: at column {place_at + 1}: {nplace} "
                                               f"placements for a mesh of {len(shape)} dims; give "
