@@ -168,6 +168,10 @@ int tshard_shutdown(tshard_client *c, const char *key);
  * to its own rank's daemon, which must be in the group). */
 int tshard_set_group(tshard_client *c, const int *ranks, int n, int timeout_ms);
 
+/* ---- Installation (issue 14): the library's version ----
+ * "MAJOR.MINOR.PATCH", CMake's project version; Python's tshard.__version__ is the same. */
+const char *tshard_version(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -179,6 +179,8 @@ int ts_attr_clone(const ts_attr *a, ts_attr **out, ts_error *err) {
   if (!a || !out)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_attr_clone: NULL argument");
   int rc = ts_attr_create(out, a->mesh_ndim, a->mesh_shape, a->ranks, a->place, err);
+  if (rc == TS_OK)
+    memcpy((*out)->axis, a->axis, sizeof a->axis);
   for (int d = 0; rc == TS_OK && d < TS_MAX_DIMS; d++)
     if (a->splits[d])
       rc = ts_attr_set_splits(*out, d, a->nsplits[d], a->splits[d], err);
@@ -199,6 +201,8 @@ bool ts_attr_equal(const ts_attr *a, const ts_attr *b) {
     if (x->kind == TS_PLACE_SHARD && x->dim != y->dim)
       return false;
     if (x->kind == TS_PLACE_PARTIAL && x->op != y->op)
+      return false;
+    if (strcmp(a->axis[m], b->axis[m]) != 0)
       return false;
   }
   if (memcmp(a->ranks, b->ranks, (size_t)a->nranks * sizeof *a->ranks) != 0)

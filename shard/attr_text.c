@@ -1,25 +1,32 @@
-/* attr_text.c - the canonical text form of distributed attributes: parser and formatter.
+/* attr_text.c - the text form of distributed attributes: parser and formatter.
  *
- * Grammar (also in shard/ATTRIBUTES.md). Fields come in this order, separated by blanks:
+ * Grammar (also in shard/ATTRIBUTES.md). Blanks (space, tab, newline, CR) may stand between any two
+ * tokens; fields are separated by at least one blank and come in this order:
  *
- *   attr       := blank* "mesh=" shape [ "@" ranks ] blank+ "placements=" places
- *                 [ blank+ "splits=" splits ] blank*
- *   shape      := "[" int { "," int } "]"                  sizes >= 1, at most 8 dims
+ *   attr       := "mesh" "=" shape [ "@" ranks ] blank "placements" "=" places
+ *                 [ blank "splits" "=" splits ]
+ *   shape      := "[" size { "," size } [","] "]"           at most 8 dims; a list may also
+ *                                                          be a tuple: "(" ... ")"
+ *   size       := int | name "=" int                       >= 1; name every dim or none
  *   ranks      := span { "," span }                        row-major over the mesh
  *   span       := int [ "-" int ]                          "a-b" is a, a+1, ..., b (a <= b)
- *   places     := "[" place { "," place } "]"              one per mesh dim
- *   place      := "S(" int ")" | "R" | "P(" op ")"         also "Shard(d)", "Replicate",
- *                                                          "Partial(op)"
- *   op         := "sum" | "max" | "min"
- *   splits     := "{" dimsplit { "," dimsplit } "}"         dims in increasing order
- *   dimsplit   := int ":[" int { "," int } "]"              explicit size of every part
- *   int        := digit { digit }
- *   blank      := " " | "\t"
+ *   places     := "[" item { "," item } [","] "]"           or "(" ... ")"
+ *   item       := place | name ":" place                   positional (one per mesh dim) or
+ *                                                          all named by axis (others are R)
+ *   place      := "S" "(" dim ")" | "Shard" "(" [ "dim" "=" ] dim ")"
+ *               | "R" | "Replicate" [ "(" ")" ]
+ *               | ("P" | "Partial") [ "(" [ [ "reduce_op" "=" ] opq ] ")" ]   default sum
+ *   opq        := op | "'" op "'" | '"' op '"'             op: sum, max, min
+ *   splits     := "{" int ":" "[" int { "," int } "]" { "," ... } "}"   dims increasing
+ *   name       := [A-Za-z_][A-Za-z0-9_]*                   a mesh axis: at most 15 bytes
  *
  * Without "@ranks" the mesh is over ranks 0..n-1. The canonical form (what ts_attr_format
- * writes) uses the short placements, always writes the rank list, writes runs of two or more
- * consecutive ranks as "a-b", separates fields by one space and has no other blanks. Errors give
- * the column (1-based) of the offending character and what was expected there. */
+ * writes) uses the short placements in mesh-dim order, keeps the axis names in the mesh, always
+ * writes the rank list, writes runs of two or more consecutive ranks as "a-b", separates fields
+ * by one space and has no other blanks. Errors give the column (1-based, in bytes) of the
+ * offending character and what was expected there. client/python/tshard/attr.py is a port of this
+ * parser; tests/grammar/attr_corpus.jsonl keeps the two in lock-step: change both and the corpus
+ * together. */
 #include <ctype.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -28,6 +35,7 @@
 #include "shard_internal.h"
 
 #define MAX_RANKS_TEXT (1 << 24)
+#define NAME_BUF 64
 
 typedef struct parser {
   const char *s;
@@ -40,7 +48,7 @@ static int fail(parser *p, const char *expected) {
   unsigned char c = (unsigned char)p->s[p->pos];
   if (c == '\0')
     snprintf(found, sizeof found, "end of text");
-  else if (isprint(c))
+  else if (c >= 0x20 && c < 0x7f)
     snprintf(found, sizeof found, "'%c'", c);
   else
     snprintf(found, sizeof found, "byte 0x%02x", c);
@@ -48,7 +56,29 @@ static int fail(parser *p, const char *expected) {
                       found, expected);
 }
 
-static bool accept(parser *p, const char *lit) {
+static bool is_blank(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+static size_t blanks(parser *p) {
+  size_t n = 0;
+  while (is_blank(p->s[p->pos])) {
+    p->pos++;
+    n++;
+  }
+  return n;
+}
+
+/* Skips blanks; whether a blank comes just before the position (a field separator). */
+static bool separated(parser *p) {
+  blanks(p);
+  return p->pos > 0 && is_blank(p->s[p->pos - 1]);
+}
+
+/* Skips blanks, then takes `lit` when it comes next (on failure the position stays after the
+ * blanks, so that an error names the first character that is not a blank). */
+static bool tok(parser *p, const char *lit) {
+  blanks(p);
   size_t n = strlen(lit);
   if (strncmp(p->s + p->pos, lit, n) == 0) {
     p->pos += n;
@@ -58,23 +88,63 @@ static bool accept(parser *p, const char *lit) {
 }
 
 static int expect(parser *p, const char *lit) {
-  if (accept(p, lit))
+  if (tok(p, lit))
     return TS_OK;
   char what[48];
   snprintf(what, sizeof what, "\"%s\"", lit);
   return fail(p, what);
 }
 
-static size_t blanks(parser *p) {
-  size_t n = 0;
-  while (p->s[p->pos] == ' ' || p->s[p->pos] == '\t') {
-    p->pos++;
-    n++;
+/* The opening of a list, "[" or a tuple's "("; *close gets the matching closer. */
+static int open_list(parser *p, const char **close) {
+  if (tok(p, "[")) {
+    *close = "]";
+    return TS_OK;
   }
+  if (tok(p, "(")) {
+    *close = ")";
+    return TS_OK;
+  }
+  return fail(p, "\"[\" (or a tuple's \"(\")");
+}
+
+/* After an item: takes "," and says whether another item follows (a trailing comma before the
+ * closer, as in Python's "(Shard(0),)", ends the list). */
+static bool next_item(parser *p, const char *close) {
+  if (!tok(p, ","))
+    return false;
+  blanks(p);
+  return p->s[p->pos] != close[0];
+}
+
+static bool name_start(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+
+static bool name_char(char c) {
+  return name_start(c) || (c >= '0' && c <= '9');
+}
+
+/* Reads a name ([A-Za-z_][A-Za-z0-9_]*) into buf (cut to NAME_BUF - 1 bytes);
+ * returns its full length, 0 when none starts here. */
+static size_t read_name(parser *p, char *buf) {
+  size_t n = 0;
+  if (!name_start(p->s[p->pos])) {
+    buf[0] = '\0';
+    return 0;
+  }
+  while (name_char(p->s[p->pos])) {
+    if (n < NAME_BUF - 1)
+      buf[n] = p->s[p->pos];
+    n++;
+    p->pos++;
+  }
+  buf[n < NAME_BUF - 1 ? n : NAME_BUF - 1] = '\0';
   return n;
 }
 
 static int parse_int(parser *p, int64_t max, const char *what, int64_t *out) {
+  blanks(p);
   if (!isdigit((unsigned char)p->s[p->pos]))
     return fail(p, what);
   size_t start = p->pos;
@@ -113,14 +183,49 @@ static int list_push(i64_list *l, int64_t x, parser *p) {
   return TS_OK;
 }
 
-static int parse_shape(parser *p, int *ndim, int64_t *shape) {
-  int rc = expect(p, "[");
+/* What the mesh part names: sizes and, for a named mesh, one axis name per dim. */
+typedef struct mesh_text {
+  int ndim;
+  int64_t shape[TS_MAX_MESH_DIMS];
+  bool named;
+  char axis[TS_MAX_MESH_DIMS][TS_AXIS_NAME_MAX + 1];
+} mesh_text;
+
+static int parse_shape(parser *p, mesh_text *mt) {
+  const char *close = "]";
+  int rc = open_list(p, &close);
   if (rc)
     return rc;
-  *ndim = 0;
+  mt->ndim = 0;
   do {
-    if (*ndim == TS_MAX_MESH_DIMS)
+    if (mt->ndim == TS_MAX_MESH_DIMS) {
+      blanks(p);
       return fail(p, "\"]\" (a mesh has at most 8 dims)");
+    }
+    blanks(p);
+    size_t at = p->pos;
+    char name[NAME_BUF];
+    size_t len = read_name(p, name);
+    if (mt->ndim > 0 && (len > 0) != mt->named) {
+      p->pos = at;
+      return fail(p, mt->named ? "a named mesh size such as tp=4 (name every mesh dim or none)"
+                               : "a mesh size (name every mesh dim or none)");
+    }
+    if (len > 0) {
+      mt->named = true;
+      if (len > TS_AXIS_NAME_MAX) {
+        p->pos = at;
+        return fail(p, "a mesh axis name of at most 15 characters");
+      }
+      for (int m = 0; m < mt->ndim; m++)
+        if (strcmp(mt->axis[m], name) == 0)
+          return ts_error_set(p->err, TS_PARSE,
+                              "attribute: at column %zu: mesh axis '%s' is named twice; give "
+                              "each mesh dim its own name", at + 1, name);
+      strcpy(mt->axis[mt->ndim], name);
+      if ((rc = expect(p, "=")))
+        return rc;
+    }
     int64_t v;
     if ((rc = parse_int(p, INT_MAX, "a mesh size", &v)))
       return rc;
@@ -128,9 +233,9 @@ static int parse_shape(parser *p, int *ndim, int64_t *shape) {
       p->pos--;
       return fail(p, "a mesh size of at least 1");
     }
-    shape[(*ndim)++] = v;
-  } while (accept(p, ","));
-  return expect(p, "]");
+    mt->shape[mt->ndim++] = v;
+  } while (next_item(p, close));
+  return expect(p, close);
 }
 
 static int parse_ranks(parser *p, i64_list *ranks) {
@@ -140,7 +245,8 @@ static int parse_ranks(parser *p, i64_list *ranks) {
     if (rc)
       return rc;
     b = a;
-    if (accept(p, "-")) {
+    if (tok(p, "-")) {
+      blanks(p);
       size_t at = p->pos;
       if ((rc = parse_int(p, INT_MAX, "the last rank of a range", &b)))
         return rc;
@@ -154,32 +260,155 @@ static int parse_ranks(parser *p, i64_list *ranks) {
     for (int64_t r = a; r <= b; r++)
       if ((rc = list_push(ranks, r, p)))
         return rc;
-  } while (accept(p, ","));
+  } while (tok(p, ","));
   return TS_OK;
 }
 
+static const char *const PLACEMENT_EXPECTED =
+    "a placement: S(dim), R, P(op) or Shard(dim), Replicate(), Partial(op)";
+
+/* The reduce op of a partial placement, after "(": [ "reduce_op" "=" ] [ quote ] op [ quote ]. */
+static int parse_op(parser *p, ts_reduce_op *out) {
+  char name[NAME_BUF];
+  blanks(p);
+  size_t at = p->pos;
+  if (read_name(p, name) > 0 && strcmp(name, "reduce_op") == 0 && tok(p, "="))
+    blanks(p);
+  else
+    p->pos = at;
+  char quote = p->s[p->pos];
+  if (quote == '\'' || quote == '"')
+    p->pos++;
+  else
+    quote = '\0';
+  size_t op_at = p->pos;
+  read_name(p, name);
+  for (int op = 0; op < TS_REDUCE_COUNT; op++)
+    if (strcmp(name, ts_reduce_name((ts_reduce_op)op)) == 0) {
+      *out = (ts_reduce_op)op;
+      if (quote && p->s[p->pos] != quote)
+        return fail(p, quote == '"' ? "'\"' closing the reduce op" : "\"'\" closing the reduce op");
+      if (quote)
+        p->pos++;
+      return TS_OK;
+    }
+  p->pos = op_at;
+  return fail(p, "a reduce op: sum, max or min");
+}
+
+/* One placement, from its first non-blank character. */
 static int parse_placement(parser *p, ts_placement *out) {
   int rc;
-  if (accept(p, "Shard(") || accept(p, "S(")) {
+  char name[NAME_BUF];
+  blanks(p);
+  size_t at = p->pos;
+  read_name(p, name);
+  if (strcmp(name, "S") == 0 || strcmp(name, "Shard") == 0) {
+    if ((rc = expect(p, "(")))
+      return rc;
+    blanks(p);
+    size_t arg = p->pos;
+    if (read_name(p, name) > 0) {
+      if (strcmp(name, "dim") != 0) {
+        p->pos = arg;
+        return fail(p, "a tensor dim, as in S(0) or Shard(dim=0)");
+      }
+      if ((rc = expect(p, "=")))
+        return rc;
+    }
     int64_t d;
     if ((rc = parse_int(p, TS_MAX_DIMS - 1, "a tensor dim", &d)))
       return rc;
     *out = ts_shard_on((int)d);
     return expect(p, ")");
   }
-  if (accept(p, "Replicate") || accept(p, "R")) {
+  if (strcmp(name, "R") == 0 || strcmp(name, "Replicate") == 0) {
     *out = ts_replicate();
+    if (name[1] != '\0' && tok(p, "("))
+      return expect(p, ")");
     return TS_OK;
   }
-  if (accept(p, "Partial(") || accept(p, "P(")) {
-    for (int op = 0; op < TS_REDUCE_COUNT; op++)
-      if (accept(p, ts_reduce_name((ts_reduce_op)op))) {
-        *out = ts_partial((ts_reduce_op)op);
-        return expect(p, ")");
-      }
-    return fail(p, "a reduce op: sum, max or min");
+  if (strcmp(name, "P") == 0 || strcmp(name, "Partial") == 0) {
+    *out = ts_partial(TS_REDUCE_SUM);
+    if (!tok(p, "(") || tok(p, ")"))
+      return TS_OK;
+    ts_reduce_op op = TS_REDUCE_SUM;
+    if ((rc = parse_op(p, &op)))
+      return rc;
+    *out = ts_partial(op);
+    return expect(p, ")");
   }
-  return fail(p, "a placement: S(dim), R or P(sum|max|min)");
+  p->pos = at;
+  return fail(p, PLACEMENT_EXPECTED);
+}
+
+/* The placements list, positional or named by mesh axis ("dp:S(0)"; axes not named are R). */
+static int parse_places(parser *p, const mesh_text *mt, ts_placement *place, size_t place_at) {
+  int rc, nplace = 0;
+  int named = -1; /* unknown until the first item */
+  bool given[TS_MAX_MESH_DIMS] = {false};
+  const char *close = "]";
+  if ((rc = open_list(p, &close)))
+    return rc;
+  for (int m = 0; m < TS_MAX_MESH_DIMS; m++)
+    place[m] = ts_replicate();
+  do {
+    if (nplace == TS_MAX_MESH_DIMS) {
+      blanks(p);
+      return fail(p, "\"]\" (at most 8 placements)");
+    }
+    blanks(p);
+    size_t at = p->pos;
+    char name[NAME_BUF];
+    size_t len = read_name(p, name);
+    bool has_axis = len > 0 && tok(p, ":");
+    if (!has_axis)
+      p->pos = at;
+    if (named >= 0 && has_axis != (bool)named) {
+      p->pos = at;
+      return fail(p, named ? "a placement named by its mesh axis, such as dp:S(0) (name every "
+                             "placement or none)"
+                           : "a placement without a mesh axis name (name every placement or "
+                             "none)");
+    }
+    named = has_axis;
+    int m = nplace;
+    if (has_axis) {
+      if (!mt->named)
+        return ts_error_set(p->err, TS_PARSE,
+                            "attribute: at column %zu: placement for mesh axis '%s', but the "
+                            "mesh names no axes; name them as in mesh=[dp=2,tp=4]",
+                            at + 1, name);
+      for (m = 0; m < mt->ndim && strcmp(mt->axis[m], name) != 0; m++)
+        ;
+      if (m == mt->ndim) {
+        char axes[TS_MAX_MESH_DIMS * (TS_AXIS_NAME_MAX + 2)] = "";
+        for (int k = 0; k < mt->ndim; k++) {
+          strcat(axes, k ? "," : "");
+          strcat(axes, mt->axis[k]);
+        }
+        return ts_error_set(p->err, TS_PARSE,
+                            "attribute: at column %zu: mesh axis '%s' is not in the mesh; its "
+                            "axes are %s", at + 1, name, axes);
+      }
+      if (given[m])
+        return ts_error_set(p->err, TS_PARSE,
+                            "attribute: at column %zu: mesh axis '%s' is given two placements; "
+                            "give each axis at most one", at + 1, name);
+      given[m] = true;
+    }
+    if ((rc = parse_placement(p, &place[m < TS_MAX_MESH_DIMS ? m : 0])))
+      return rc;
+    nplace++;
+  } while (next_item(p, close));
+  if ((rc = expect(p, close)))
+    return rc;
+  if (named != 1 && nplace != mt->ndim)
+    return ts_error_set(p->err, TS_BAD_ATTRIBUTE,
+                        "attribute: at column %zu: %d placements for a mesh of %d dims; give one "
+                        "placement per mesh dim",
+                        place_at + 1, nplace, mt->ndim);
+  return TS_OK;
 }
 
 int ts_attr_parse(const char *text, ts_attr **out, ts_error *err) {
@@ -187,57 +416,50 @@ int ts_attr_parse(const char *text, ts_attr **out, ts_error *err) {
     return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_attr_parse: NULL argument");
   *out = NULL;
   parser p = {text, 0, err};
-  int mesh_ndim = 0, nplace = 0, rc;
-  int64_t mesh_shape[TS_MAX_MESH_DIMS];
+  int rc;
+  mesh_text mt;
+  memset(&mt, 0, sizeof mt);
   ts_placement place[TS_MAX_MESH_DIMS];
   i64_list ranks = {0}, sizes = {0};
   int *rank_ints = NULL;
   ts_attr *a = NULL;
-  size_t mesh_at, place_at;
 
   blanks(&p);
-  mesh_at = p.pos;
-  if ((rc = expect(&p, "mesh=")))
+  size_t mesh_at = p.pos;
+  if (!tok(&p, "mesh") || !tok(&p, "=")) {
+    p.pos = mesh_at;
+    rc = fail(&p, "\"mesh=\"");
     goto done;
-  if ((rc = parse_shape(&p, &mesh_ndim, mesh_shape)))
+  }
+  if ((rc = parse_shape(&p, &mt)))
     goto done;
-  bool have_ranks = accept(&p, "@");
-  if (have_ranks && (rc = parse_ranks(&p, &ranks)))
-    goto done;
-  if (blanks(&p) == 0) {
+  bool gap = separated(&p);
+  bool have_ranks = tok(&p, "@");
+  if (have_ranks) {
+    if ((rc = parse_ranks(&p, &ranks)))
+      goto done;
+    gap = separated(&p);
+  }
+  if (!gap) {
     rc = fail(&p, have_ranks ? "\",\", \"-\" or a blank before \"placements=\""
                              : "\"@\" and a rank list, or a blank before \"placements=\"");
     goto done;
   }
-  place_at = p.pos;
-  if ((rc = expect(&p, "placements=")) || (rc = expect(&p, "[")))
+  size_t place_at = p.pos;
+  if (!tok(&p, "placements") || !tok(&p, "=")) {
+    p.pos = place_at;
+    rc = fail(&p, "\"placements=\"");
     goto done;
-  do {
-    if (nplace == TS_MAX_MESH_DIMS) {
-      rc = fail(&p, "\"]\" (at most 8 placements)");
-      goto done;
-    }
-    if ((rc = parse_placement(&p, &place[nplace])))
-      goto done;
-    nplace++;
-  } while (accept(&p, ","));
-  if ((rc = expect(&p, "]")))
+  }
+  if ((rc = parse_places(&p, &mt, place, place_at)))
     goto done;
 
   int64_t n = 1;
-  for (int m = 0; m < mesh_ndim; m++)
-    n *= mesh_shape[m];
+  for (int m = 0; m < mt.ndim; m++)
+    n *= mt.shape[m];
   if (n > MAX_RANKS_TEXT) {
     p.pos = mesh_at;
     rc = fail(&p, "a mesh of at most 16777216 ranks");
-    goto done;
-  }
-  if (nplace != mesh_ndim) {
-    p.pos = place_at;
-    rc = ts_error_set(err, TS_BAD_ATTRIBUTE,
-                      "attribute: at column %zu: %d placements for a mesh of %d dims; give one "
-                      "placement per mesh dim",
-                      place_at + 1, nplace, mesh_ndim);
     goto done;
   }
   if (have_ranks && ranks.n != n) {
@@ -256,19 +478,22 @@ int ts_attr_parse(const char *text, ts_attr **out, ts_error *err) {
     for (int64_t i = 0; i < n; i++)
       rank_ints[i] = (int)ranks.v[i];
   }
-  if ((rc = ts_attr_create(&a, mesh_ndim, mesh_shape, rank_ints, place, err))) {
+  if ((rc = ts_attr_create(&a, mt.ndim, mt.shape, rank_ints, place, err))) {
     char msg[512];
     snprintf(msg, sizeof msg, "attribute: %.480s", err ? err->msg : "");
     ts_error_set(err, rc, "%s", msg);
     goto done;
   }
+  if (mt.named)
+    memcpy(a->axis, mt.axis, sizeof a->axis);
 
   size_t before = p.pos;
-  if (blanks(&p) > 0 && accept(&p, "splits=")) {
-    if ((rc = expect(&p, "{")))
+  if (separated(&p) && tok(&p, "splits")) {
+    if ((rc = expect(&p, "=")) || (rc = expect(&p, "{")))
       goto done;
     int last_dim = -1;
     do {
+      blanks(&p);
       size_t dim_at = p.pos;
       int64_t d;
       if ((rc = parse_int(&p, TS_MAX_DIMS - 1, "a tensor dim", &d)))
@@ -284,7 +509,7 @@ int ts_attr_parse(const char *text, ts_attr **out, ts_error *err) {
         goto done;
       }
       last_dim = (int)d;
-      if ((rc = expect(&p, ":[")))
+      if ((rc = expect(&p, ":")) || (rc = expect(&p, "[")))
         goto done;
       sizes.n = 0;
       do {
@@ -292,12 +517,12 @@ int ts_attr_parse(const char *text, ts_attr **out, ts_error *err) {
         if ((rc = parse_int(&p, INT64_MAX / 2, "a split size", &v)) ||
             (rc = list_push(&sizes, v, &p)))
           goto done;
-      } while (accept(&p, ","));
+      } while (tok(&p, ","));
       if ((rc = expect(&p, "]")))
         goto done;
       if ((rc = ts_attr_set_splits(a, (int)d, (int)sizes.n, sizes.v, err)))
         goto done;
-    } while (accept(&p, ","));
+    } while (tok(&p, ","));
     if ((rc = expect(&p, "}")))
       goto done;
   } else {
@@ -365,7 +590,8 @@ size_t ts_attr_format(const ts_attr *a, char *buf, size_t cap) {
     return 0;
   put(&w, "mesh=[");
   for (int m = 0; m < a->mesh_ndim; m++)
-    put(&w, "%s%lld", m ? "," : "", (long long)a->mesh_shape[m]);
+    put(&w, "%s%s%s%lld", m ? "," : "", a->axis[m], a->axis[m][0] ? "=" : "",
+        (long long)a->mesh_shape[m]);
   put(&w, "]@");
   for (int i = 0; i < a->nranks;) {
     int j = i;

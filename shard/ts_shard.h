@@ -19,6 +19,7 @@
  * Distributed attributes: mesh + placements + split sizes */
 
 #define TS_MAX_MESH_DIMS 8
+#define TS_AXIS_NAME_MAX 15 /* bytes of a mesh axis name ("dp", "tp"; [A-Za-z_][A-Za-z0-9_]*) */
 
 typedef enum { TS_PLACE_SHARD, TS_PLACE_REPLICATE, TS_PLACE_PARTIAL } ts_place_kind;
 
@@ -41,6 +42,9 @@ typedef struct ts_attr {
   ts_placement place[TS_MAX_MESH_DIMS];
   int64_t *splits[TS_MAX_DIMS];
   int nsplits[TS_MAX_DIMS];
+  /* Mesh axis names: all empty (an unnamed mesh) or one distinct name per mesh dim. Names only
+   * label the mesh (text form, equality); they do not change where data lives. */
+  char axis[TS_MAX_MESH_DIMS][TS_AXIS_NAME_MAX + 1];
 } ts_attr;
 
 /* Builds an attribute (ranks == NULL means 0..n-1). Checks the structure that does not depend on

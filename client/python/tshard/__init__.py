@@ -10,11 +10,12 @@
 Errors raise subclasses of tshard.TshardError named after the status codes (NotFoundError,
 BadAttributeError, ...) with the daemon's message.
 """
-from .attr import Attr, Mesh, Partial, Replicate, Shard
+from ._version import __version__
+from .attr import Attr, AttrError, Mesh, Partial, Replicate, Shard
 from .client import DTYPES, Client, connect, read_token_file, socket_path
 from .errors import TshardError, error_for
 from . import errors
 from . import spmd
 
-__all__ = ["connect", "Client", "Attr", "Mesh", "Shard", "Replicate", "Partial", "TshardError",
-           "error_for", "errors", "DTYPES", "socket_path", "read_token_file", "spmd"]
+__all__ = ["connect", "Client", "Attr", "AttrError", "Mesh", "Shard", "Replicate", "Partial",
+           "TshardError", "error_for", "errors", "DTYPES", "socket_path", "read_token_file", "spmd"]

@@ -8,19 +8,43 @@ They format to, and parse from, the canonical text form of shard/ATTRIBUTES.md, 
     Attr(Mesh([2], ranks=[4, 6]), [Partial("sum")])
     Attr(Mesh([4]), [Shard(0)], splits={0: [3, 0, 10, 7]})
 
-Anywhere the client takes an attribute it accepts an Attr or its text.
-"""
-import re
+Mesh axes may be named, as JAX users name them; placements may then name their axis (axes left
+out are replicated)::
 
-__all__ = ["Mesh", "Shard", "Replicate", "Partial", "Attr"]
+    Attr(Mesh({"dp": 2, "tp": 4}), {"tp": Shard(1)})   # mesh=[dp=2,tp=4]@0-7 placements=[R,S(1)]
+    Attr.parse("mesh=[dp=2, tp=4] placements=[tp:Shard(1)]")
+
+``Attr.parse`` is a port of the daemon's parser (shard/attr_text.c): it accepts exactly the texts
+the daemon accepts (DTensor spellings ``Shard(0)``, ``Replicate()``, ``Partial(sum)`` included, and
+blanks between tokens) and refuses the others with the daemon's message and column (AttrError, a
+ValueError). Anywhere the client takes an attribute it accepts an Attr or its text.
+"""
+__all__ = ["Mesh", "Shard", "Replicate", "Partial", "Attr", "AttrError", "parse_attr"]
 
 
 class Mesh:
     """A grid of world ranks: ``shape`` (sizes per mesh dim) over ``ranks`` (row-major;
-    default 0..n-1)."""
+    default 0..n-1). ``names`` optionally names every mesh axis (``["dp", "tp"]``); ``shape`` may
+    also be a dict ``{"dp": 2, "tp": 4}``."""
 
-    def __init__(self, shape, ranks=None):
+    def __init__(self, shape, ranks=None, names=None):
+        if isinstance(shape, dict):
+            if names is not None:
+                raise ValueError("mesh: give the axis names in the dict or in names=, not both")
+            names = list(shape.keys())
+            shape = list(shape.values())
         self.shape = [int(s) for s in shape]
+        self.names = None if names is None else [str(x) for x in names]
+        if self.names is not None:
+            if len(self.names) != len(self.shape):
+                raise ValueError(f"mesh {self.shape}: {len(self.names)} axis names; give one per "
+                                 f"mesh dim")
+            for x in self.names:
+                if not (0 < len(x) <= _AXIS_NAME_MAX and x.isascii() and x.isidentifier()):
+                    raise ValueError(f"mesh axis name {x!r}: use 1 to 15 of A-Z a-z 0-9 _ "
+                                     f"(not starting with a digit)")
+            if len(set(self.names)) != len(self.names):
+                raise ValueError(f"mesh axis names {self.names}: each axis needs its own name")
         n = 1
         for s in self.shape:
             if s < 1:
@@ -31,10 +55,17 @@ class Mesh:
             raise ValueError(f"mesh {self.shape} holds {n} ranks, {len(self.ranks)} given")
 
     def __eq__(self, other):
-        return isinstance(other, Mesh) and (self.shape, self.ranks) == (other.shape, other.ranks)
+        return isinstance(other, Mesh) and ((self.shape, self.ranks, self.names)
+                                            == (other.shape, other.ranks, other.names))
 
     def __repr__(self):
-        return f"Mesh({self.shape}, ranks={self.ranks})"
+        names = "" if self.names is None else f", names={self.names}"
+        return f"Mesh({self.shape}, ranks={self.ranks}{names})"
+
+    def _text(self):
+        if self.names is None:
+            return ",".join(map(str, self.shape))
+        return ",".join(f"{x}={s}" for x, s in zip(self.names, self.shape))
 
 
 class Shard:
@@ -68,7 +99,9 @@ class Partial:
     """Every rank along this mesh dim holds a partial value; the tensor is their ``op``
     (``sum``, ``max`` or ``min``)."""
 
-    def __init__(self, op="sum"):
+    def __init__(self, op="sum", reduce_op=None):
+        if reduce_op is not None:  # DTensor's keyword
+            op = reduce_op
         if op not in ("sum", "max", "min"):
             raise ValueError(f"partial op {op!r}: valid are 'sum', 'max', 'min'")
         self.op = op
@@ -98,6 +131,15 @@ class Attr:
 
     def __init__(self, mesh, placements, splits=None):
         self.mesh = mesh if isinstance(mesh, Mesh) else Mesh(mesh)
+        if isinstance(placements, dict):
+            if self.mesh.names is None:
+                raise ValueError("placements by mesh axis need a mesh with named axes, such as "
+                                 "Mesh({'dp': 2, 'tp': 4})")
+            unknown = [x for x in placements if x not in self.mesh.names]
+            if unknown:
+                raise ValueError(f"mesh axes {unknown} are not in the mesh; its axes are "
+                                 f"{self.mesh.names}")
+            placements = [placements.get(x, Replicate()) for x in self.mesh.names]
         self.placements = list(placements)
         if len(self.placements) != len(self.mesh.shape):
             raise ValueError(f"{len(self.placements)} placements for a {len(self.mesh.shape)}-dim "
@@ -108,7 +150,7 @@ class Attr:
         self.splits = {int(d): [int(s) for s in v] for d, v in (splits or {}).items()}
 
     def __str__(self):
-        text = (f"mesh=[{','.join(map(str, self.mesh.shape))}]@{_ranks_text(self.mesh.ranks)} "
+        text = (f"mesh=[{self.mesh._text()}]@{_ranks_text(self.mesh.ranks)} "
                 f"placements=[{','.join(map(str, self.placements))}]")
         if self.splits:
             parts = [f"{d}:[{','.join(map(str, self.splits[d]))}]" for d in sorted(self.splits)]
@@ -124,33 +166,388 @@ class Attr:
         return (isinstance(other, Attr) and self.mesh == other.mesh
                 and self.placements == other.placements and self.splits == other.splits)
 
-    _FIELD = re.compile(r"\s*mesh=\[([0-9,\s]*)\](?:@([0-9,\-\s]+))?\s+placements=\[([^\]]*)\]"
-                        r"(?:\s+splits=\{(.*)\})?\s*$")
-
     @staticmethod
     def parse(text):
-        """Parses the canonical text (or the long placement names Shard(d), Replicate,
-        Partial(op)). The daemon's parser is the reference; errors here say what was expected."""
-        m = Attr._FIELD.match(text)
-        if not m:
-            raise ValueError(f"attribute {text!r}: expected 'mesh=[sizes][@ranks] "
-                             f"placements=[...] [splits={{dim:[sizes],...}}]'")
-        shape = [int(s) for s in m.group(1).split(",") if s.strip()]
+        """Parses the text form exactly as the daemon does; raises AttrError (a ValueError)
+        with the daemon's message, which names the column and what was expected."""
+        return parse_attr(text)
+
+
+# ---------------------------------------------------------------------------------------------
+# The parser: a port of shard/attr_text.c, kept in lock-step with it by the shared corpus
+# tests/grammar/attr_corpus.jsonl (same accepted texts, same canonical forms, same errors with the
+# same columns). It reads the UTF-8 bytes of the text, so columns count bytes as the daemon does.
+
+_INT_MAX = 2147483647
+_MAX_RANKS_TEXT = 1 << 24
+_SPLIT_MAX = (1 << 62) - 1
+_MAX_MESH_DIMS = 8
+_MAX_DIMS = 8
+_AXIS_NAME_MAX = 15
+_NAME_BUF = 64
+_OPS = ("sum", "max", "min")
+_BLANKS = b" \t\n\r"
+_PLACEMENT_EXPECTED = "a placement: S(dim), R, P(op) or Shard(dim), Replicate(), Partial(op)"
+
+
+class AttrError(ValueError):
+    """An attribute text that is not valid: ``name`` is the status (``"PARSE"`` or
+    ``"BAD_ATTRIBUTE"``, as the daemon would answer), ``message`` the daemon's words."""
+
+    def __init__(self, name, message):
+        super().__init__(message)
+        self.name = name
+        self.message = message
+
+
+class _Parser:
+    def __init__(self, data):
+        self.s = data
+        self.pos = 0
+
+    def at(self, i=None):
+        i = self.pos if i is None else i
+        return self.s[i] if i < len(self.s) else 0
+
+    def fail(self, expected):
+        c = self.at()
+        if c == 0:
+            found = "end of text"
+        elif 0x20 <= c < 0x7F:
+            found = f"'{chr(c)}'"
+        else:
+            found = f"byte 0x{c:02x}"
+        return AttrError("PARSE", f"attribute: at column {self.pos + 1} ({found}): expected "
+                                  f"{expected}")
+
+    def error(self, name, message):
+        return AttrError(name, message)
+
+    def blanks(self):
+        n = 0
+        while self.at() and self.at() in _BLANKS:
+            self.pos += 1
+            n += 1
+        return n
+
+    def separated(self):
+        self.blanks()
+        return self.pos > 0 and self.s[self.pos - 1] in _BLANKS
+
+    def tok(self, lit):
+        self.blanks()
+        b = lit.encode()
+        if self.s.startswith(b, self.pos):
+            self.pos += len(b)
+            return True
+        return False
+
+    def expect(self, lit):
+        if not self.tok(lit):
+            raise self.fail(f'"{lit}"')
+
+    def open_list(self):
+        if self.tok("["):
+            return "]"
+        if self.tok("("):
+            return ")"
+        raise self.fail('"[" (or a tuple\'s "(")')
+
+    def next_item(self, close):
+        if not self.tok(","):
+            return False
+        self.blanks()
+        return self.at() != ord(close)
+
+    def read_name(self):
+        c = self.at()
+        if not (chr(c).isascii() and (chr(c).isalpha() or c == ord("_"))) or c == 0:
+            return ""
+        start = self.pos
+        while self.at() and (chr(self.at()).isascii()
+                             and (chr(self.at()).isalnum() or self.at() == ord("_"))):
+            self.pos += 1
+        return self.s[start:self.pos].decode()
+
+    def parse_int(self, maximum, what):
+        self.blanks()
+        if not (0x30 <= self.at() <= 0x39):
+            raise self.fail(what)
+        start, v = self.pos, 0
+        while 0x30 <= self.at() <= 0x39:
+            digit = self.at() - 0x30
+            if maximum - digit < 0 or v > (maximum - digit) // 10:
+                self.pos = start
+                raise self.fail(f"{what} of at most {maximum}")
+            v = v * 10 + digit
+            self.pos += 1
+        return v
+
+    def parse_shape(self):
+        close = self.open_list()
+        shape, axes, named = [], [], False
+        while True:
+            if len(shape) == _MAX_MESH_DIMS:
+                self.blanks()
+                raise self.fail('"]" (a mesh has at most 8 dims)')
+            self.blanks()
+            at = self.pos
+            name = self.read_name()
+            if shape and bool(name) != named:
+                self.pos = at
+                raise self.fail("a named mesh size such as tp=4 (name every mesh dim or none)"
+                                if named else "a mesh size (name every mesh dim or none)")
+            if name:
+                named = True
+                if len(name) > _AXIS_NAME_MAX:
+                    self.pos = at
+                    raise self.fail("a mesh axis name of at most 15 characters")
+                if name in axes:
+                    raise self.error("PARSE", f"attribute: at column {at + 1}: mesh axis "
+                                              f"'{name}' is named twice; give each mesh dim its "
+                                              f"own name")
+                axes.append(name)
+                self.expect("=")
+            v = self.parse_int(_INT_MAX, "a mesh size")
+            if v < 1:
+                self.pos -= 1
+                raise self.fail("a mesh size of at least 1")
+            shape.append(v)
+            if not self.next_item(close):
+                break
+        self.expect(close)
+        return shape, (axes if named else None)
+
+    def parse_ranks(self):
+        ranks = []
+        while True:
+            a = self.parse_int(_INT_MAX, "a rank")
+            b = a
+            if self.tok("-"):
+                self.blanks()
+                at = self.pos
+                b = self.parse_int(_INT_MAX, "the last rank of a range")
+                if b < a:
+                    self.pos = at
+                    raise self.fail("the last rank of a range, not below its first")
+            if b - a + len(ranks) >= _MAX_RANKS_TEXT:
+                raise self.fail("fewer ranks (at most 16777216)")
+            ranks.extend(range(a, b + 1))
+            if not self.tok(","):
+                return ranks
+
+    def parse_op(self):
+        self.blanks()
+        at = self.pos
+        if self.read_name() == "reduce_op" and self.tok("="):
+            self.blanks()
+        else:
+            self.pos = at
+        quote = self.at()
+        if quote in (ord("'"), ord('"')):
+            self.pos += 1
+        else:
+            quote = 0
+        op_at = self.pos
+        name = self.read_name()
+        if name in _OPS:
+            if quote and self.at() != quote:
+                raise self.fail("'\"' closing the reduce op" if quote == ord('"')
+                                else "\"'\" closing the reduce op")
+            if quote:
+                self.pos += 1
+            return name
+        self.pos = op_at
+        raise self.fail("a reduce op: sum, max or min")
+
+    def parse_placement(self):
+        self.blanks()
+        at = self.pos
+        name = self.read_name()
+        if name in ("S", "Shard"):
+            self.expect("(")
+            self.blanks()
+            arg = self.pos
+            if self.read_name():
+                if self.s[arg:self.pos] != b"dim":
+                    self.pos = arg
+                    raise self.fail("a tensor dim, as in S(0) or Shard(dim=0)")
+                self.expect("=")
+            d = self.parse_int(_MAX_DIMS - 1, "a tensor dim")
+            self.expect(")")
+            return Shard(d)
+        if name in ("R", "Replicate"):
+            if name == "Replicate" and self.tok("("):
+                self.expect(")")
+            return Replicate()
+        if name in ("P", "Partial"):
+            if not self.tok("(") or self.tok(")"):
+                return Partial("sum")
+            op = self.parse_op()
+            self.expect(")")
+            return Partial(op)
+        self.pos = at
+        raise self.fail(_PLACEMENT_EXPECTED)
+
+    def parse_places(self, shape, axes, place_at):
+        close = self.open_list()
+        place = [Replicate() for _ in range(_MAX_MESH_DIMS)]
+        given, named, nplace = set(), None, 0
+        while True:
+            if nplace == _MAX_MESH_DIMS:
+                self.blanks()
+                raise self.fail('"]" (at most 8 placements)')
+            self.blanks()
+            at = self.pos
+            name = self.read_name()
+            has_axis = bool(name) and self.tok(":")
+            if not has_axis:
+                self.pos = at
+            if named is not None and has_axis != named:
+                self.pos = at
+                raise self.fail("a placement named by its mesh axis, such as dp:S(0) (name every "
+                                "placement or none)" if named else
+                                "a placement without a mesh axis name (name every placement or "
+                                "none)")
+            named = has_axis
+            m = nplace
+            if has_axis:
+                shown = name[:_NAME_BUF - 1]
+                if axes is None:
+                    raise self.error("PARSE", f"attribute: at column {at + 1}: placement for mesh "
+                                              f"axis '{shown}', but the mesh names no axes; name "
+                                              f"them as in mesh=[dp=2,tp=4]")
+                if name not in axes:
+                    raise self.error("PARSE", f"attribute: at column {at + 1}: mesh axis "
+                                              f"'{shown}' is not in the mesh; its axes are "
+                                              f"{','.join(axes)}")
+                m = axes.index(name)
+                if m in given:
+                    raise self.error("PARSE", f"attribute: at column {at + 1}: mesh axis "
+                                              f"'{shown}' is given two placements; give each "
+                                              f"axis at most one")
+                given.add(m)
+            place[m] = self.parse_placement()
+            nplace += 1
+            if not self.next_item(close):
+                break
+        self.expect(close)
+        if not named and nplace != len(shape):
+            raise self.error("BAD_ATTRIBUTE", f"attribute: at column {place_at + 1}: {nplace} "
+                                              f"placements for a mesh of {len(shape)} dims; give "
+                                              f"one placement per mesh dim")
+        return place[:len(shape)]
+
+    def parse(self):
+        self.blanks()
+        mesh_at = self.pos
+        if not (self.tok("mesh") and self.tok("=")):
+            self.pos = mesh_at
+            raise self.fail('"mesh="')
+        shape, axes = self.parse_shape()
+        gap = self.separated()
+        have_ranks = self.tok("@")
         ranks = None
-        if m.group(2):
-            ranks = []
-            for span in m.group(2).split(","):
-                a, _, b = span.strip().partition("-")
-                ranks.extend(range(int(a), int(b) + 1) if b else [int(a)])
-        places = []
-        for p in (s.strip() for s in m.group(3).split(",") if s.strip()):
-            pm = re.fullmatch(r"(?:S|Shard)\((\d+)\)|(R|Replicate)|(?:P|Partial)\((sum|max|min)\)", p)
-            if not pm:
-                raise ValueError(f"attribute {text!r}: placement {p!r} is not S(d), R or P(op)")
-            places.append(Shard(int(pm.group(1))) if pm.group(1) is not None
-                          else Replicate() if pm.group(2) else Partial(pm.group(3)))
+        if have_ranks:
+            ranks = self.parse_ranks()
+            gap = self.separated()
+        if not gap:
+            raise self.fail('",", "-" or a blank before "placements="' if have_ranks else
+                            '"@" and a rank list, or a blank before "placements="')
+        place_at = self.pos
+        if not (self.tok("placements") and self.tok("=")):
+            self.pos = place_at
+            raise self.fail('"placements="')
+        places = self.parse_places(shape, axes, place_at)
+        n = 1
+        for s in shape:
+            n *= s
+        if n > _MAX_RANKS_TEXT:
+            self.pos = mesh_at
+            raise self.fail("a mesh of at most 16777216 ranks")
+        if have_ranks and len(ranks) != n:
+            raise self.error("BAD_ATTRIBUTE", f"attribute: at column {mesh_at + 1}: mesh of {n} "
+                                              f"ranks is given {len(ranks)} ranks; the rank list "
+                                              f"must have one rank per mesh position")
+        # what ts_attr_create checks: distinct ranks, one op for all partial placements
+        if ranks is not None:
+            seen, dup = set(), None
+            for r in ranks:
+                if r in seen and (dup is None or r < dup):
+                    dup = r
+                seen.add(r)
+            if dup is not None:
+                raise self.error("BAD_ATTRIBUTE", f"attribute: rank {dup} appears twice in the "
+                                                  f"mesh; each rank may appear once")
+        partial = [m for m, p in enumerate(places) if isinstance(p, Partial)]
+        for m in partial[1:]:
+            first = places[partial[0]].op
+            if places[m].op != first:
+                raise self.error("BAD_ATTRIBUTE", f"attribute: placements {partial[0]} and {m} "
+                                                  f"are partial with different ops ({first}, "
+                                                  f"{places[m].op}); the partial placements of "
+                                                  f"an attribute share one op")
         splits = {}
-        if m.group(4):
-            for dm in re.finditer(r"(\d+):\[([0-9,\s]*)\]", m.group(4)):
-                splits[int(dm.group(1))] = [int(s) for s in dm.group(2).split(",") if s.strip()]
-        return Attr(Mesh(shape, ranks), places, splits)
+        before = self.pos
+        if self.separated() and self.tok("splits"):
+            self.expect("=")
+            self.expect("{")
+            last_dim = -1
+            while True:
+                self.blanks()
+                dim_at = self.pos
+                d = self.parse_int(_MAX_DIMS - 1, "a tensor dim")
+                if d == last_dim:
+                    raise self.error("PARSE", f"attribute: at column {dim_at + 1}: the splits of "
+                                              f"dim {d} are given twice; give each dim's splits "
+                                              f"once")
+                if d < last_dim:
+                    self.pos = dim_at
+                    raise self.fail("tensor dims in increasing order, each once")
+                last_dim = d
+                self.expect(":")
+                self.expect("[")
+                sizes = []
+                while True:
+                    sizes.append(self.parse_int(_SPLIT_MAX, "a split size"))
+                    if not self.tok(","):
+                        break
+                self.expect("]")
+                splits[d] = sizes
+                if not self.tok(","):
+                    break
+            self.expect("}")
+        else:
+            self.pos = before
+        self.blanks()
+        if self.at() != 0:
+            raise self.fail('end of text, or " splits={...}" after the placements')
+        for d in sorted(splits):
+            parts = 1
+            sharded = False
+            for m, p in enumerate(places):
+                if isinstance(p, Shard) and p.dim == d:
+                    parts *= shape[m]
+                    sharded = True
+            if not sharded:
+                raise self.error("BAD_ATTRIBUTE", f"attribute: splits given for dim {d}, which "
+                                                  f"no placement shards")
+            if len(splits[d]) != parts:
+                raise self.error("BAD_ATTRIBUTE", f"attribute: dim {d} has {len(splits[d])} split "
+                                                  f"sizes but is split into {parts} parts")
+        return Attr(Mesh(shape, ranks, names=axes), places, splits)
+
+
+def parse_attr(text):
+    """Parses an attribute's text as the daemon does (shard/ATTRIBUTES.md); raises AttrError
+    (a ValueError) with the daemon's message, column included."""
+    if isinstance(text, str):
+        data = text.encode("utf-8", "surrogatepass")
+    elif isinstance(text, (bytes, bytearray)):
+        data = bytes(text)
+    else:
+        raise TypeError(f"attribute: expected the text form (str), got {type(text).__name__}")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        data = data[:nul]
+    return _Parser(data).parse()
