@@ -35,7 +35,19 @@ struct tshard_client {
   size_t shm_max;    /* the largest segment asked for */
   uint8_t *shm_base; /* the mapped segment, or NULL */
   size_t shm_bytes;
+  /* issue 14 (checked.c): the declaration sent with puts, and the last reshard's report */
+  const char *put_dtype; /* NULL: the put declares nothing */
+  int put_ndim;
+  const int64_t *put_shape;
+  bool put_convert;
+  char reshard_strategy[32];
+  uint64_t reshard_us;
 };
+
+/* checked.c: the message of the last failed connect on this thread. */
+void tsc_connect_failed(const char *path, const char *job, int rank, int status);
+/* A job name the daemons accept (letters, digits, '-', '_', '.' not first; 1-64): 0, else -1. */
+int tsc_job_check(const char *job);
 
 /* Sends req (id and token filled in) and waits for its answer. On a transport failure returns
  * TS_IO or TS_TIMEOUT; otherwise the daemon's status, with *resp set (free with

@@ -96,8 +96,16 @@ int tshard_connect_path(const char *path, int timeout_ms, tshard_client **out) {
 
 int tshard_connect_rank(const char *job, int rank, int timeout_ms, tshard_client **out) {
   char path[512];
-  tshard_socket_path(path, sizeof path, job ? job : "default", rank);
-  return tshard_connect_path(path, timeout_ms, out);
+  job = job ? job : "default";
+  tshard_socket_path(path, sizeof path, job, rank);
+  if (tsc_job_check(job)) {
+    tsc_connect_failed(path, job, rank, TS_INVALID_ARGUMENT);
+    return TS_INVALID_ARGUMENT;
+  }
+  int rc = tshard_connect_path(path, timeout_ms, out);
+  if (rc)
+    tsc_connect_failed(path, job, rank, rc);
+  return rc;
 }
 
 int tshard_connect_tcp(const char *host, int port, const char *token, int timeout_ms,
@@ -193,8 +201,9 @@ int tsc_transfer(tshard_client *c, void *buf, size_t len, bool sending, int64_t 
       continue;
     int64_t left = deadline - now_ms();
     if (left <= 0)
-      return tsc_fail(c, TS_TIMEOUT, "no answer within %d ms; the connection is closed",
-                      c->timeout_ms);
+      return tsc_fail(c, TS_TIMEOUT, "no answer within %d ms (a longer timeout: --timeout SEC, "
+                      "or the client's timeout); the operation may still complete on the "
+                      "daemons; the connection is closed", c->timeout_ms);
     struct pollfd pfd = {c->fd, sending ? POLLOUT : POLLIN, 0};
     int pr = poll(&pfd, 1, left > 1000000 ? 1000000 : (int)left);
     if (pr < 0 && errno != EINTR)
@@ -253,8 +262,8 @@ static int send_iov(tshard_client *c, struct iovec *iov, int n, int64_t deadline
   while (n > 0) {
     int64_t left = deadline - now_ms();
     if (left <= 0)
-      return tsc_fail(c, TS_TIMEOUT, "could not send within %d ms; the connection is closed",
-                      c->timeout_ms);
+      return tsc_fail(c, TS_TIMEOUT, "could not send within %d ms (a longer timeout: --timeout "
+                      "SEC, or the client's timeout); the connection is closed", c->timeout_ms);
     struct pollfd pfd = {c->fd, POLLOUT, 0};
     int pr = poll(&pfd, 1, left > 1000000 ? 1000000 : (int)left);
     if (pr <= 0) {

@@ -101,10 +101,10 @@ int tsd_validate_create(const Tshard__Request *r, const tsd_limits *lim, ts_erro
                         c->n_shape, TS_MAX_DIMS);
   int64_t bytes = (int64_t)ts_dtype_size(dt);
   for (size_t d = 0; d < c->n_shape; d++) {
-    if (c->shape[d] < 1 || c->shape[d] > MAX_TENSOR_BYTES)
-      return ts_error_set(err, TS_BAD_SHAPE, "dim %zu has size %lld; sizes are 1 to %lld", d,
+    if (c->shape[d] < 0 || c->shape[d] > MAX_TENSOR_BYTES) /* 0: an empty tensor, as numpy */
+      return ts_error_set(err, TS_BAD_SHAPE, "dim %zu has size %lld; sizes are 0 to %lld", d,
                           (long long)c->shape[d], MAX_TENSOR_BYTES);
-    if (bytes > MAX_TENSOR_BYTES / c->shape[d])
+    if (c->shape[d] > 0 && bytes > MAX_TENSOR_BYTES / c->shape[d])
       return ts_error_set(err, TS_LIMIT, "tensor of more than %lld bytes", MAX_TENSOR_BYTES);
     bytes *= c->shape[d];
   }

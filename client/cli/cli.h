@@ -59,6 +59,16 @@ const char *cli_nearest(const char *word, const char *const *cands, int n);
 /* The option of any usage text nearest to word (without "--"), or NULL. */
 const char *cli_suggest_option(const char *word, const char *const *usages, int n);
 
+/* progress.c: a bar with rate and time left on stderr for a put or get of `bytes` (see there). */
+typedef struct cli_progress {
+  const char *what, *name;
+  double start, last_draw;
+} cli_progress;
+void cli_progress_start(const cli_args *a, tshard_client *c, size_t bytes, cli_progress *p,
+                        const char *what, const char *name);
+/* cmd_put.c: put NAME FILE.npy with the dtype and shape checked against the tensor. */
+int cli_put_checked(cli_args *a, tshard_client *c, const char *name, const char *file);
+
 int cmd_plan(cli_args *a);
 int cmd_show(cli_args *a);
 int cmd_show_tensor(cli_args *a, const char *name);
