@@ -44,7 +44,7 @@ int tsd_put_check(const ts_stored *t, bool slice, const char *dtype, size_t n_sh
                           whose, t->name, want_s,
                           strcmp(dtype, tdt) && !convert ? "convert it (Python convert=True, tshard put "
                                                "--convert) or create the tensor with that dtype"
-                                             : "reshape the data to the tensor's shape");
+                                             : "reshape the data to that shape");
   }
   ts_dtype from = t->dtype; /* the byte count in the elements of the data's dtype */
   if (convert && dtype && ts_dtype_parse(dtype, &from, NULL) == TS_OK) {
