@@ -27,13 +27,21 @@ void tsc_connect_failed(const char *path, const char *job, int rank, int status)
              "'_' and '.' (not first)", job);
     return;
   }
-  if (status == TS_IO)
+  if (status == TS_IO && strncmp(connect_msg, "the daemon at ", 14) != 0)
     snprintf(connect_msg, sizeof connect_msg, "no daemon serves job %s on rank %d at %s; start "
              "one with tshard-launch start -np N --job %s (deploy/tshard-launch)", job, rank,
              path, job);
-  else
+  else if (!connect_msg[0])
     snprintf(connect_msg, sizeof connect_msg, "job %s rank %d at %s: %s", job, rank, path,
              ts_strerror(status));
+}
+
+void tsc_connect_note(const char *path, const tshard_client *c, int status) {
+  if (!c)
+    connect_msg[0] = '\0';
+  else
+    snprintf(connect_msg, sizeof connect_msg, "the daemon at %.128s: %.600s", path,
+             c->message[0] ? c->message : ts_strerror(status));
 }
 
 const char *tshard_connect_message(void) { return connect_msg; }

@@ -46,6 +46,8 @@ struct tshard_client {
 
 /* checked.c: the message of the last failed connect on this thread. */
 void tsc_connect_failed(const char *path, const char *job, int rank, int status);
+/* c NULL: a connect starts (clears the message); else its ping failed: keeps c's message. */
+void tsc_connect_note(const char *path, const tshard_client *c, int status);
 /* A job name the daemons accept (letters, digits, '-', '_', '.' not first; 1-64): 0, else -1. */
 int tsc_job_check(const char *job);
 

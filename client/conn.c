@@ -66,6 +66,7 @@ int tshard_connect_path(const char *path, int timeout_ms, tshard_client **out) {
   if (!out || !path)
     return TS_INVALID_ARGUMENT;
   *out = NULL;
+  tsc_connect_note(path, NULL, TS_OK);
   struct sockaddr_un sa;
   memset(&sa, 0, sizeof sa);
   sa.sun_family = AF_UNIX;
@@ -87,6 +88,7 @@ int tshard_connect_path(const char *path, int timeout_ms, tshard_client **out) {
   tsc_shm_init(c); /* same node: shared memory unless TSHARD_SHM=0 */
   int rc = tshard_ping(c, NULL, NULL); /* a daemon that serves, and its frame size */
   if (rc) {
+    tsc_connect_note(path, c, rc); /* tshard_connect_message() */
     tshard_close(&c);
     return rc;
   }

@@ -50,6 +50,8 @@ int cli_connect(const cli_args *a, tshard_client **out) {
       return cli_fail(CLI_USAGE, "--rank: expected a rank number >= 0");
     tshard_socket_path(where, sizeof where, job, (int)r);
     rc = tshard_connect_rank(job, (int)r, timeout_ms, out);
+    char why[768];
+    snprintf(why, sizeof why, "%s", tshard_connect_message());
     tshard_client *c0 = NULL;
     int rank0, world;
     if (rc == TS_IO && r > 0 && tshard_connect_rank(job, 0, timeout_ms, &c0) == TS_OK &&
@@ -61,9 +63,11 @@ int cli_connect(const cli_args *a, tshard_client **out) {
       return cli_fail(CLI_USAGE, msg);
     }
     tshard_close(&c0);
+    if (rc)
+      return cli_fail(rc == TS_INVALID_ARGUMENT ? CLI_USAGE : CLI_CONNECT, why);
   }
-  if (rc && !tcp && !sock && *tshard_connect_message()) /* names the job, rank and the fix */
-    return cli_fail(rc == TS_INVALID_ARGUMENT ? CLI_USAGE : CLI_CONNECT, tshard_connect_message());
+  if (rc && sock && *tshard_connect_message()) /* e.g. a timeout, naming --timeout */
+    return cli_fail(CLI_CONNECT, tshard_connect_message());
   if (rc) {
     char msg[768];
     snprintf(msg, sizeof msg, "cannot reach a daemon at %s: %s (is tshardd running? see "

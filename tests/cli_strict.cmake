@@ -1,0 +1,8 @@
+# Issue 14 (cli helper): a strict command line, checked puts, size-0 dims, errors that say how to
+# fix them, progress and the daemon's operation log; the CLI and the Python client, without and
+# with real daemons.
+set(TS_BIN ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+add_test(NAME test_cli_strict
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli_strict.py ${TS_BIN}
+                 ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_cli_strict PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT} ENVIRONMENT "${TS_TEST_ENV}")
