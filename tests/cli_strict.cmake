@@ -6,3 +6,13 @@ add_test(NAME test_cli_strict
          COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli_strict.py ${TS_BIN}
                  ${CMAKE_SOURCE_DIR})
 set_tests_properties(test_cli_strict PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT} ENVIRONMENT "${TS_TEST_ENV}")
+
+# Against real daemons (2 and 3 ranks: the ragged loop's empty part, ping beyond the world).
+if(TARGET tshardd AND TARGET tshard-python)
+  foreach(np 2 3)
+    add_test(NAME test_cli_trust_np${np}
+             COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli_trust.py ${TS_BIN} ${np})
+    set_tests_properties(test_cli_trust_np${np} PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                         ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python")
+  endforeach()
+endif()
