@@ -17,7 +17,18 @@ static void describe(char *buf, size_t cap, const char *dtype, int ndim, const i
     snprintf(buf + n, cap - (size_t)n, "]");
 }
 
-int tsd_put_check(const ts_stored *t, bool slice, const char *dtype, size_t n_shape,
+bool tsd_tag_plain(const char *tag, int ndim) {
+  if (!tag || !tag[0])
+    return true;
+  if ((int)strlen(tag) != ndim)
+    return false;
+  for (int d = 0; d < ndim; d++)
+    if (tag[d] != 'a' + d)
+      return false;
+  return true;
+}
+
+int tsd_put_check(const ts_stored *t, bool slice, const char *tag, const char *dtype, size_t n_shape,
                   const int64_t *shape, bool convert, uint64_t total, uint64_t expected,
                   ts_error *err) {
   if (slice && !t->has_slice)
@@ -35,8 +46,16 @@ int tsd_put_check(const ts_stored *t, bool slice, const char *dtype, size_t n_sh
       return ts_error_set(err, TS_BAD_SHAPE, "put of '%s': the data has %zu dims; tensors have "
                           "at most %d", t->name, n_shape, TS_MAX_DIMS);
     describe(have_s, sizeof have_s, dtype, (int)n_shape, shape);
-    bool same = (convert || strcmp(dtype, tdt) == 0) && (int)n_shape == ndim;
-    for (int d = 0; same && d < ndim; d++)
+    /* another layout's bytes (blocked, padded) come as a flat array: its dtype is checked */
+    bool shaped = tsd_tag_plain(tag, ndim);
+    if (!shaped) {
+      describe(have_s, sizeof have_s, dtype, 0, shape);
+      describe(want_s, sizeof want_s, tdt, 0, want);
+      snprintf(have_s + strlen(have_s) - 2, 8, " data");
+      snprintf(want_s + strlen(want_s) - 2, 8, " data");
+    }
+    bool same = (convert || strcmp(dtype, tdt) == 0) && (!shaped || (int)n_shape == ndim);
+    for (int d = 0; same && shaped && d < ndim; d++)
       same = shape[d] == want[d];
     if (!same)
       return ts_error_set(err, strcmp(dtype, tdt) && !convert ? TS_BAD_DTYPE : TS_BAD_SHAPE,

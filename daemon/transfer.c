@@ -112,20 +112,24 @@ void tsd_handle_put_chunk(tsd_engine *e, tsd_work *w) {
   ts_error cerr; /* the declared dtype and shape, and the byte count (putcheck.c) */
   ts_dtype from = TS_F32;
   bool conv = false; /* the data comes in another dtype, converted once complete */
-  if (t && (tsd_put_source_dtype(t, p->dtype, p->convert, &from, &conv, &cerr) ||
-            (p->offset == 0 && tsd_put_check(t, false, p->dtype, p->n_shape, p->shape, conv,
-                                             p->total_bytes, expected, &cerr)))) {
+  if (t && tsd_put_source_dtype(t, p->dtype, p->convert, &from, &conv, &cerr)) {
+    tsd_reply_status(e, w->conn_id, req->id, cerr.code, cerr.msg);
+    return;
+  }
+  const uint8_t *src;
+  size_t len;
+  tsd_session *c = chunk_source(e, w->conn_id, req->id, &p->data, p->shm, &src, &len);
+  if (!c)
+    return;
+  if (t && p->offset == 0 && tsd_put_check(t, false, "", p->dtype, p->n_shape, p->shape, conv,
+                                           p->total_bytes, expected, &cerr)) {
+    tsd_session_put_reset(e, c);
     tsd_reply_status(e, w->conn_id, req->id, cerr.code, cerr.msg);
     return;
   }
   uint64_t tensor_bytes = expected;
   if (conv)
     expected = expected / ts_dtype_size(t->dtype) * ts_dtype_size(from);
-  const uint8_t *src;
-  size_t len;
-  tsd_session *c = chunk_source(e, w->conn_id, req->id, &p->data, p->shm, &src, &len);
-  if (!c)
-    return;
   if (t && !conv && shm_whole(p->shm, p->offset, p->total_bytes, expected)) {
     /* Scattered straight from the segment, which the submission holds while it waits. */
     tsd_session_put_reset(e, c);
@@ -191,17 +195,18 @@ void tsd_handle_put_slice(tsd_engine *e, tsd_work *w) {
     tsd_reply_status(e, w->conn_id, req->id, err.code, err.msg);
     return;
   }
-  if (p->offset == 0 && tsd_put_check(t, true, p->dtype, p->n_shape, p->shape, conv,
-                                      p->total_bytes, conv ? bytes / ts_dtype_size(src_dt) *
-                                      ts_dtype_size(t->dtype) : bytes, &err)) {
-    tsd_reply_status(e, w->conn_id, req->id, err.code, err.msg);
-    return;
-  }
   const uint8_t *src;
   size_t len;
   tsd_session *c = chunk_source(e, w->conn_id, req->id, &p->data, p->shm, &src, &len);
   if (!c)
     return;
+  if (p->offset == 0 && tsd_put_check(t, true, tag, p->dtype, p->n_shape, p->shape, conv,
+                                      p->total_bytes, conv ? bytes / ts_dtype_size(src_dt) *
+                                      ts_dtype_size(t->dtype) : bytes, &err)) {
+    tsd_session_put_reset(e, c);
+    tsd_reply_status(e, w->conn_id, req->id, err.code, err.msg);
+    return;
+  }
   if (t->has_slice && shm_whole(p->shm, p->offset, p->total_bytes, bytes)) {
     /* Copied straight from the segment into the stored layout. */
     tsd_session_put_reset(e, c);

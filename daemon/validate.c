@@ -24,10 +24,35 @@ static int check_name(const char *what, const char *name, ts_error *err) {
   return ts_name_check(what, name, name ? strlen(name) : 0, err);
 }
 
+/* A framework's dim names (NCHW, NHWC, NCDHW, ...) in format-tag letters: N a, C b, then D, H, W
+ * in that order; false when the tag is not such a name. */
+static bool framework_tag(const char *tag, char *out, size_t cap) {
+  const char *order = "NCDHW";
+  size_t n = strlen(tag);
+  if (n < 2 || n >= cap)
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (!strchr(order, tag[i]) || strchr(tag + i + 1, tag[i]))
+      return false;
+  for (size_t i = 0; i < n; i++) {
+    int rank = 0; /* position of tag[i] among the tag's letters in NCDHW order */
+    for (const char *o = order; *o != tag[i]; o++)
+      rank += strchr(tag, *o) != NULL;
+    out[i] = (char)('a' + rank);
+  }
+  out[n] = '\0';
+  return true;
+}
+
 static int check_tag(const char *tag, ts_error *err) {
   size_t n = tag ? strlen(tag) : 0;
   if (n >= 32)
     return ts_error_set(err, TS_BAD_LAYOUT, "layout tag of %zu characters; at most 31", n);
+  char hint[32];
+  if (n && framework_tag(tag, hint, sizeof hint))
+    return ts_error_set(err, TS_BAD_LAYOUT, "layout tag '%s': tags name dims by letters in "
+                        "storage order, a for dim 0, b for dim 1, ...; for %s use '%s' (upper "
+                        "case marks a blocked dim, e.g. aBcd16b)", tag, tag, hint);
   for (size_t i = 0; i < n; i++) {
     char c = tag[i];
     if (!((c >= 'a' && c <= 'h') || (c >= 'A' && c <= 'H') || (c >= '0' && c <= '9')))
