@@ -111,4 +111,19 @@ with tempfile.TemporaryDirectory() as tmp:
           f"timeout: {r.stderr!r}")
     srv.close()
 
+# the launcher and the daemon: help without the script's code, job names checked with a message
+launch = os.path.join(src_dir, "deploy", "tshard-launch")
+r = subprocess.run(["bash", launch, "--help"], capture_output=True, text=True, timeout=60)
+lines = r.stdout.strip().splitlines()
+check(r.returncode == 0 and lines and "set -euo" not in r.stdout and "tshard-launch start" in r.stdout
+      and lines[-1].startswith("pid file"), f"tshard-launch --help: {lines[-1:]!r}")
+for args, needle in [(["status", "--job", "a/b"], "--job 'a/b'"),
+                     (["start", "-np", "2", "--job"], "'--job' needs a value")]:
+    r = subprocess.run(["bash", launch, *args], capture_output=True, text=True, timeout=60, env=env)
+    check(r.returncode == 2 and needle in r.stderr and "unbound" not in r.stderr,
+          f"tshard-launch {args}: {r.stderr!r}")
+r = subprocess.run([os.path.join(sys.argv[1], "tshardd"), "--job", "a/b"], capture_output=True,
+                   text=True, timeout=60, env=env)
+check(r.returncode != 0 and "--job a/b" in r.stderr, f"tshardd --job a/b: {r.stderr!r}")
+
 check.finish()
