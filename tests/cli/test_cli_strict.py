@@ -111,6 +111,22 @@ with tempfile.TemporaryDirectory() as tmp:
           f"timeout: {r.stderr!r}")
     srv.close()
 
+# show of a 4096-rank attribute respects --width: the first blocks, "...", the last
+for place in ["S(0)", "S(1)"]:
+    for width in [30, 64, 100]:
+        r = run("show", "--shape", "4096,4096", "--attr", f"mesh=[4096] placements=[{place}]",
+                "--width", str(width), "--ascii")
+        grid = [ln for ln in r.stdout.splitlines() if ln[:1] in "+|"]
+        check(r.returncode == 0 and grid and max(map(len, grid)) <= width + 2
+              and len(r.stdout.splitlines()) < 60 and "4095" in r.stdout and "..." in r.stdout
+              and "of 4096" in r.stdout, f"show 4096 ranks {place} --width {width}: "
+              f"{max(map(len, grid)) if grid else None} wide, {len(r.stdout.splitlines())} lines")
+r = run("show", "--shape", "4096,4096", "--attr", "mesh=[64,64] placements=[S(0),S(1)]",
+        "--width", "50", "--unicode")
+grid = [ln for ln in r.stdout.splitlines() if ln[:1] in "┌├│└"]
+check(r.returncode == 0 and max(map(len, grid)) <= 52 and "4095" in r.stdout,
+      f"show 64x64 blocks: {r.stdout[-300:]!r}")
+
 # the launcher and the daemon: help without the script's code, job names checked with a message
 launch = os.path.join(src_dir, "deploy", "tshard-launch")
 r = subprocess.run(["bash", launch, "--help"], capture_output=True, text=True, timeout=60)
