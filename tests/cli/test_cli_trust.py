@@ -225,6 +225,30 @@ with Daemons(bin_dir, n) as d, tempfile.TemporaryDirectory() as tmp:
             check(False, "progress='yes' accepted")
         except TypeError as e:
             check("progress" in str(e), f"bad progress: {e}")
+    # ---- 10. Python show and offline plan (the CLI's drawer and the daemons' planner)
+    drawing = c.show("w", width=30, ascii=True)
+    r = cli("show", "w", "--width", "30", "--ascii")
+    check(drawing == r.stdout and "mesh=" in drawing and str(n - 1) in drawing,
+          f"Client.show draws as tshard show: {drawing!r}")
+    m = 4096
+    p = tshard.plan((m, m), f"mesh=[{m}] placements=[S(0)]", f"mesh=[{m}] placements=[S(1)]",
+                    ranks=m)
+    check(p["strategy"] == "alltoall" and p["min_wire_bytes"] == m * m * 4 - m * 4,
+          f"offline plan of 4096 ranks moves all but the diagonal blocks: {p.get('min_wire_bytes')}")
+    big = tshard.show((m, m), tshard.Attr.parse(f"mesh=[{m}] placements=[S(1)]"), width=40,
+                      ascii=True)
+    check(max(len(ln) for ln in big.splitlines() if ln[:1] in "+|") <= 42 and "4095" in big,
+          "tshard.show of 4096 ranks respects the width")
+    for bad, status in [(lambda: tshard.plan((8,), "mesh=[2] placements=[S(0)]",
+                                             "mesh=[2] placements=[R]", strategy="fast"), 1),
+                        (lambda: tshard.show((8,), "mesh=[2] placements=[Q]"), 10)]:
+        try:
+            bad()
+            check(False, "bad offline input accepted")
+        except tshard.TshardError as e:
+            check(e.status == status and ("fast" in str(e) or "column" in str(e)),
+                  f"offline error: {e}")
+
     # ---- 8. the daemon's log: one line per operation with operation, tensor, bytes, strategy
     log = d.logs()
     check("op reshard tensor w bytes" in log and "strategy alltoall ms" in log and "client conn"

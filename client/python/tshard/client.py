@@ -540,6 +540,12 @@ class Client:
                                            strategy=strategy or "")).plan
         return {"strategy": p.strategy, "explain": p.explain}
 
+    def show(self, name, width=None, dims=None, ascii=None):
+        """The drawing of where the slices of tensor ``name`` live, as text (offline.py)."""
+        from .offline import show
+        info = self.describe(name)
+        return show(info["shape"], info["attr"], width=width, dims=dims, ascii=ascii)
+
     def stats(self):
         s = self._call(stats=pb.StatsRequest()).stats
         return {"operations": s.operations, "collective_ops": s.collective_ops,
