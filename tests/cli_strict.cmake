@@ -16,3 +16,8 @@ if(TARGET tshardd AND TARGET tshard-python)
                          ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python")
   endforeach()
 endif()
+
+# The strict parser itself (edit distance against a naive reference, usage texts, misuse).
+tshard_unit_test(test_cli_args ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_cli_args.c
+                 ${CMAKE_SOURCE_DIR}/client/cli/strict.c ${CMAKE_SOURCE_DIR}/client/cli/args.c)
+target_include_directories(test_cli_args PRIVATE ${CMAKE_SOURCE_DIR}/client/cli)

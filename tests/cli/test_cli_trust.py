@@ -249,6 +249,20 @@ with Daemons(bin_dir, n) as d, tempfile.TemporaryDirectory() as tmp:
             check(e.status == status and ("fast" in str(e) or "column" in str(e)),
                   f"offline error: {e}")
 
+    # ---- 7. a Python timeout names the timeout and says the operation may still complete
+    mute_path = os.path.join(tmp, "mute.sock")
+    import socket as _socket
+    mute = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    mute.bind(mute_path)
+    mute.listen(1)
+    try:
+        tshard.connect(socket=mute_path, timeout=0.3).close()
+        check(False, "a mute socket answered")
+    except tshard.TshardError as e:
+        check(e.status == 19 and "timeout=" in str(e) and "may still complete" in str(e),
+              f"Python timeout: {e}")
+    mute.close()
+
     # ---- 8. the daemon's log: one line per operation with operation, tensor, bytes, strategy
     log = d.logs()
     check("op reshard tensor w bytes" in log and "strategy alltoall ms" in log and "client conn"

@@ -251,7 +251,9 @@ class Client:
             yield
         except (_socket.timeout, BlockingIOError):
             self.close()
-            raise error_for(19, "no answer from the daemon within the timeout") from None
+            raise error_for(19, "no answer from the daemon within the timeout (a longer one: "
+                                "tshard.connect(timeout=SEC)); the operation may still complete "
+                                "on the daemons; the connection is closed") from None
         except OSError as e:
             self.close()
             raise error_for(18, f"connection to the daemon failed: {e}") from None
