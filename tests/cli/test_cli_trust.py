@@ -216,6 +216,10 @@ with Daemons(bin_dir, n) as d, tempfile.TemporaryDirectory() as tmp:
         check(len(seen) > 10 and seen[-1] == (big.nbytes, big.nbytes)
               and all(a[0] < b[0] for a, b in zip(seen, seen[1:])),
               f"put progress rises to the total over chunks: {seen[:3]}...{seen[-1:]}")
+        wide = big.astype(np.float64) * 3.0  # a staged, chunked conversion over the stream
+        cs.put("pg", wide, convert=True)
+        check(same(cs.get("pg"), wide.astype(np.float32)), "chunked f64->f32 put over the stream")
+        cs.put("pg", big)
         seen = []
         got = cs.get("pg", progress=lambda done, tot: seen.append((done, tot)))
         check(same(got, big) and seen and seen[-1] == (big.nbytes, big.nbytes),
