@@ -274,4 +274,7 @@ with Daemons(bin_dir, n) as d, tempfile.TemporaryDirectory() as tmp:
     check(f"op put tensor w bytes {20 * 12 * 4} strategy - ms" in log, "daemon logs put with bytes")
     c.close()
 
+# the daemons stopped cleanly, without sanitizer reports (in the ASan build)
+check(d.proc.returncode == 0 and "Sanitizer" not in d.logs() and "runtime error" not in d.logs(),
+      f"daemons exit cleanly: {d.proc.returncode}")
 check.finish()
