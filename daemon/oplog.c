@@ -86,6 +86,12 @@ void tsd_oplog_end(tsd_engine *e, const tsd_ordered *op, const tsd_pending *orig
           (double)us / 1000.0, client, ts_status_name(status));
 }
 
+void tsd_oplog_local(const Tshard__Request *req, uint64_t conn_id, uint64_t bytes, int status) {
+  TSD_LOG(TSD_LOG_INFO, "op %s tensor %s bytes %llu strategy - ms - client conn %llu: %s",
+          tsd_op_name(req->op_case), tensor_of(req), (unsigned long long)bytes,
+          (unsigned long long)conn_id, ts_status_name(status));
+}
+
 void tsd_answer_reshard(tsd_engine *e, const tsd_pending *w) {
   Tshard__Response r = TSHARD__RESPONSE__INIT;
   r.id = w->req_id;

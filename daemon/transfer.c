@@ -211,10 +211,12 @@ void tsd_handle_put_slice(tsd_engine *e, tsd_work *w) {
     /* Copied straight from the segment into the stored layout. */
     tsd_session_put_reset(e, c);
     ts_tensor from = {(void *)src, bytes, l};
-    if (ts_copy(&t->local, &from, NULL, &err))
+    int crc = ts_copy(&t->local, &from, NULL, &err);
+    if (crc)
       tsd_reply_status(e, w->conn_id, req->id, err.code, err.msg);
     else
       reply_put(e, w->conn_id, req->id, bytes, true);
+    tsd_oplog_local(req, w->conn_id, bytes, crc); /* oplog.c */
     return;
   }
   tsd_put_target tgt = {p->name, true, tag, &t->box, (uint64_t)bytes};
@@ -242,6 +244,7 @@ void tsd_handle_put_slice(tsd_engine *e, tsd_work *w) {
     tsd_reply_status(e, w->conn_id, req->id, rc, err.msg);
   else
     reply_put(e, w->conn_id, req->id, bytes, true);
+  tsd_oplog_local(req, w->conn_id, staged, rc); /* oplog.c */
 }
 
 /* Answers one chunk of the connection's copy, in the frame or (shm) in the region of the shared
@@ -380,6 +383,7 @@ void tsd_handle_get_slice(tsd_engine *e, tsd_work *w) {
     ts_tensor dst = {buf, bytes, l};
     rc = ts_copy(&dst, &t->local, NULL, &err);
   }
+  tsd_oplog_local(req, w->conn_id, bytes, rc); /* oplog.c */
   if (rc) {
     if (!in_shm)
       tsd_buf_give(e, buf, bytes);

@@ -199,6 +199,9 @@ with Daemons(bin_dir, n) as d, tempfile.TemporaryDirectory() as tmp:
     r = cli("reshard", "w", "--to", f"mesh=[{n}] placements=[S(0)]", "--json")
     j = json.loads(r.stdout) if r.returncode == 0 else {}
     check(j.get("strategy") == "alltoall" and j.get("ms", -1) >= 0, f"reshard --json: {r.stdout!r}")
+    rep = c.reshard("w", f"mesh=[{n}] placements=[R]", strategy="root")
+    check(rep["strategy"] == "root" and rep["ms"] >= 0, f"Python reshard reports: {rep}")
+    c.reshard("w", f"mesh=[{n}] placements=[S(0)]")
     r1, r2 = cli("describe", "w"), cli("describe", "w", "--json")
     check("layout: row-major" in r1.stdout and json.loads(r2.stdout)["layout"] == "row-major",
           "describe --json shows the layout the text shows")
@@ -272,6 +275,8 @@ with Daemons(bin_dir, n) as d, tempfile.TemporaryDirectory() as tmp:
     check("op reshard tensor w bytes" in log and "strategy alltoall ms" in log and "client conn"
           in log, "daemon logs reshard with strategy, time and client")
     check(f"op put tensor w bytes {20 * 12 * 4} strategy - ms" in log, "daemon logs put with bytes")
+    check("op put_slice tensor rag bytes 120 strategy - ms - client conn" in log
+          and "op get_slice tensor rag" in log, "daemon logs put_slice and get_slice")
     c.close()
 
 # the daemons stopped cleanly, without sanitizer reports (in the ASan build)

@@ -512,14 +512,17 @@ class Client:
 
     def reshard(self, name, attr, strategy=None, keep_source_as=None, layout=None, key=None):
         """Moves the tensor to another attribute (in place, or to a new tensor
-        ``keep_source_as`` keeping the source)."""
+        ``keep_source_as`` keeping the source). Returns {'strategy', 'ms'}: the strategy the
+        daemons ran and its time on the answering rank (None and 0.0 when the answer names
+        none: a retry answered by its idempotency key)."""
         _check_name(name)
         if keep_source_as:
             _check_name(keep_source_as, "keep_source_as")
-        self._call(key, reshard=pb.ReshardRequest(name=name, attr=_attr_msg(attr),
+        r = self._call(key, reshard=pb.ReshardRequest(name=name, attr=_attr_msg(attr),
                                                    strategy=strategy or "",
                                                    keep_source_as=keep_source_as or "",
                                                    layout=pb.Layout(tag=layout or "")))
+        return {"strategy": r.strategy or None, "ms": r.elapsed_us / 1000.0}
 
     def drop(self, name, key=None):
         self._call(key, drop=pb.DropRequest(name=_check_name(name)))
