@@ -27,7 +27,8 @@ void tsc_connect_failed(const char *path, const char *job, int rank, int status)
              "'_' and '.' (not first)", job);
     return;
   }
-  if (status == TS_IO && strncmp(connect_msg, "the daemon at ", 14) != 0)
+  if (status == TS_IO && strncmp(connect_msg, "the daemon at ", 14) != 0 &&
+      (strstr(connect_msg, "No such file") || strstr(connect_msg, "refused") || !connect_msg[0]))
     snprintf(connect_msg, sizeof connect_msg, "no daemon serves job %s on rank %d at %s; start "
              "one with tshard-launch start -np N --job %s (deploy/tshard-launch)", job, rank,
              path, job);
@@ -42,6 +43,12 @@ void tsc_connect_note(const char *path, const tshard_client *c, int status) {
   else
     snprintf(connect_msg, sizeof connect_msg, "the daemon at %.128s: %.600s", path,
              c->message[0] ? c->message : ts_strerror(status));
+}
+
+void tsc_connect_refused(const char *path, int err) {
+  snprintf(connect_msg, sizeof connect_msg, "cannot reach a daemon at %.600s: nothing listens "
+           "there (%s); is tshardd running for that job and rank? (deploy/tshard-launch)", path,
+           strerror(err));
 }
 
 const char *tshard_connect_message(void) { return connect_msg; }

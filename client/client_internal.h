@@ -48,6 +48,8 @@ struct tshard_client {
 void tsc_connect_failed(const char *path, const char *job, int rank, int status);
 /* c NULL: a connect starts (clears the message); else its ping failed: keeps c's message. */
 void tsc_connect_note(const char *path, const tshard_client *c, int status);
+/* connect() on the socket failed with errno err. */
+void tsc_connect_refused(const char *path, int err);
 /* A job name the daemons accept (letters, digits, '-', '_', '.' not first; 1-64): 0, else -1. */
 int tsc_job_check(const char *job);
 

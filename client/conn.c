@@ -77,6 +77,7 @@ int tshard_connect_path(const char *path, int timeout_ms, tshard_client **out) {
   if (fd < 0)
     return TS_IO;
   if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    tsc_connect_refused(path, errno); /* tshard_connect_message() */
     close(fd);
     return TS_IO;
   }

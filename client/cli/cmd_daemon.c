@@ -66,7 +66,7 @@ int cli_connect(const cli_args *a, tshard_client **out) {
     if (rc)
       return cli_fail(rc == TS_INVALID_ARGUMENT ? CLI_USAGE : CLI_CONNECT, why);
   }
-  if (rc && sock && *tshard_connect_message()) /* e.g. a timeout, naming --timeout */
+  if (rc && sock && *tshard_connect_message()) /* no daemon there, or a timeout naming --timeout */
     return cli_fail(CLI_CONNECT, tshard_connect_message());
   if (rc) {
     char msg[768];
