@@ -6,7 +6,7 @@ f16/bf16 round to nearest even, floats to integers truncate toward zero and satu
 0), integers wrap like C casts to unsigned, integers to floats round to nearest. The shape must
 match either way. numpy dtypes without a tshard dtype (bool, int16, uint32, ...) are refused,
 or with ``convert=True`` widened losslessly first (bool and uint8 to u8, int16 to i32, uint32 to
-i64). bf16 tensors take uint16 arrays holding the bits."""
+i64). bf16 tensors take uint16 arrays holding the bits (a uint16 array always declares bf16)."""
 import numpy as np
 
 from .errors import error_for
