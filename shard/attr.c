@@ -282,7 +282,7 @@ int ts_attr_validate(const ts_attr *a, int ndim, const int64_t *shape, int world
       else
         sum = next;
     }
-    if (sum != shape[d])
+    if (huge || sum != shape[d])
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
                           "split sizes of dim %d sum to %s%lld but the dim has size %lld", d,
                           huge ? "more than " : "", (long long)sum,
