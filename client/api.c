@@ -142,6 +142,10 @@ static int put_chunks(tshard_client *c, const char *name, const char *layout, bo
         ps.total_bytes = bytes;
         ps.data = d;
         ps.layout = &l;
+        ps.dtype = (char *)str_or_empty(c->put_dtype); /* the declaration (checked.c) */
+        ps.n_shape = c->put_dtype ? (size_t)c->put_ndim : 0;
+        ps.shape = (int64_t *)c->put_shape;
+        ps.convert = c->put_dtype && c->put_convert;
         req.op_case = TSHARD__REQUEST__OP_PUT_SLICE;
         req.put_slice = &ps;
       } else {
@@ -149,6 +153,10 @@ static int put_chunks(tshard_client *c, const char *name, const char *layout, bo
         p.offset = off;
         p.total_bytes = bytes;
         p.data = d;
+        p.dtype = (char *)str_or_empty(c->put_dtype); /* the declaration (checked.c) */
+        p.n_shape = c->put_dtype ? (size_t)c->put_ndim : 0;
+        p.shape = (int64_t *)c->put_shape;
+        p.convert = c->put_dtype && c->put_convert;
         req.op_case = TSHARD__REQUEST__OP_PUT;
         req.put = &p;
       }
@@ -387,7 +395,17 @@ int tshard_reshard(tshard_client *c, const char *name, const char *attr,
   req.idempotency_key = str_or_empty(o->key);
   if (tsc_apply_group(c, &req))
     return TS_INVALID_ARGUMENT;
-  return call_plain(c, &req);
+  Tshard__Response *r = NULL; /* the answer names the strategy run and its time (checked.c) */
+  int rc = tsc_call(c, &req, &r);
+  c->reshard_strategy[0] = '\0';
+  c->reshard_us = 0;
+  if (rc == TS_OK && r && r->strategy) {
+    snprintf(c->reshard_strategy, sizeof c->reshard_strategy, "%s", r->strategy);
+    c->reshard_us = r->elapsed_us;
+  }
+  if (r)
+    tsc_free(c, r);
+  return rc;
 }
 
 int tshard_drop(tshard_client *c, const char *name, const char *key) {

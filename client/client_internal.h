@@ -39,7 +39,23 @@ struct tshard_client {
   int32_t *group;
   int ngroup;
   int group_timeout_ms;
+  /* issue 14 (checked.c): the declaration sent with puts, and the last reshard's report */
+  const char *put_dtype; /* NULL: the put declares nothing */
+  int put_ndim;
+  const int64_t *put_shape;
+  bool put_convert;
+  char reshard_strategy[32];
+  uint64_t reshard_us;
 };
+
+/* checked.c: the message of the last failed connect on this thread. */
+void tsc_connect_failed(const char *path, const char *job, int rank, int status);
+/* c NULL: a connect starts (clears the message); else its ping failed: keeps c's message. */
+void tsc_connect_note(const char *path, const tshard_client *c, int status);
+/* connect() on the socket failed with errno err. */
+void tsc_connect_refused(const char *path, int err);
+/* A job name the daemons accept (letters, digits, '-', '_', '.' not first; 1-64): 0, else -1. */
+int tsc_job_check(const char *job);
 
 /* Sends req (id and token filled in) and waits for its answer. On a transport failure returns
  * TS_IO or TS_TIMEOUT; otherwise the daemon's status, with *resp set (free with

@@ -66,6 +66,7 @@ int tshard_connect_path(const char *path, int timeout_ms, tshard_client **out) {
   if (!out || !path)
     return TS_INVALID_ARGUMENT;
   *out = NULL;
+  tsc_connect_note(path, NULL, TS_OK);
   struct sockaddr_un sa;
   memset(&sa, 0, sizeof sa);
   sa.sun_family = AF_UNIX;
@@ -76,6 +77,7 @@ int tshard_connect_path(const char *path, int timeout_ms, tshard_client **out) {
   if (fd < 0)
     return TS_IO;
   if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    tsc_connect_refused(path, errno); /* tshard_connect_message() */
     close(fd);
     return TS_IO;
   }
@@ -87,6 +89,7 @@ int tshard_connect_path(const char *path, int timeout_ms, tshard_client **out) {
   tsc_shm_init(c); /* same node: shared memory unless TSHARD_SHM=0 */
   int rc = tshard_ping(c, NULL, NULL); /* a daemon that serves, and its frame size */
   if (rc) {
+    tsc_connect_note(path, c, rc); /* tshard_connect_message() */
     tshard_close(&c);
     return rc;
   }
@@ -96,8 +99,16 @@ int tshard_connect_path(const char *path, int timeout_ms, tshard_client **out) {
 
 int tshard_connect_rank(const char *job, int rank, int timeout_ms, tshard_client **out) {
   char path[512];
-  tshard_socket_path(path, sizeof path, job ? job : "default", rank);
-  return tshard_connect_path(path, timeout_ms, out);
+  job = job ? job : "default";
+  tshard_socket_path(path, sizeof path, job, rank);
+  if (tsc_job_check(job)) {
+    tsc_connect_failed(path, job, rank, TS_INVALID_ARGUMENT);
+    return TS_INVALID_ARGUMENT;
+  }
+  int rc = tshard_connect_path(path, timeout_ms, out);
+  if (rc)
+    tsc_connect_failed(path, job, rank, rc);
+  return rc;
 }
 
 int tshard_connect_tcp(const char *host, int port, const char *token, int timeout_ms,
@@ -194,8 +205,9 @@ int tsc_transfer(tshard_client *c, void *buf, size_t len, bool sending, int64_t 
       continue;
     int64_t left = deadline - now_ms();
     if (left <= 0)
-      return tsc_fail(c, TS_TIMEOUT, "no answer within %d ms; the connection is closed",
-                      c->timeout_ms);
+      return tsc_fail(c, TS_TIMEOUT, "no answer within %d ms (a longer timeout: --timeout SEC, "
+                      "or the client's timeout); the operation may still complete on the "
+                      "daemons; the connection is closed", c->timeout_ms);
     struct pollfd pfd = {c->fd, sending ? POLLOUT : POLLIN, 0};
     int pr = poll(&pfd, 1, left > 1000000 ? 1000000 : (int)left);
     if (pr < 0 && errno != EINTR)
@@ -254,8 +266,8 @@ static int send_iov(tshard_client *c, struct iovec *iov, int n, int64_t deadline
   while (n > 0) {
     int64_t left = deadline - now_ms();
     if (left <= 0)
-      return tsc_fail(c, TS_TIMEOUT, "could not send within %d ms; the connection is closed",
-                      c->timeout_ms);
+      return tsc_fail(c, TS_TIMEOUT, "could not send within %d ms (a longer timeout: --timeout "
+                      "SEC, or the client's timeout); the connection is closed", c->timeout_ms);
     struct pollfd pfd = {c->fd, POLLOUT, 0};
     int pr = poll(&pfd, 1, left > 1000000 ? 1000000 : (int)left);
     if (pr <= 0) {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "putcheck.h"
 #include "shm.h"
 
 static const char *tag_of(const Tshard__Layout *l) { return l && l->tag ? l->tag : ""; }
@@ -430,8 +431,10 @@ int tsd_run_reshard(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
   ts_exec_report rep;
   int rc = ts_store_reshard_after(e->store, e->world, target, tgt, tag, &po, lst, &lerr, &rep,
                                   err);
-  if (rc == TS_OK)
+  if (rc == TS_OK) {
     record(e, &rep);
+    tsd_oplog_note(rep.strategy, (uint64_t)(rep.bytes_sent + rep.bytes_received));
+  }
   if (copied && rc)
     ts_store_drop(e->store, target, NULL);
   ts_attr_destroy(&tgt);
@@ -481,8 +484,12 @@ int tsd_run_collective(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin
   if (!entry || !entry->run_collective) /* rank 0 orders validated operations only */
     return ts_error_set(err, TS_UNSUPPORTED, "operation %s is not collective",
                         tsd_op_name(op->req->op_case));
-  if (!entry->changes)
-    return entry->run_collective(e, op, origin, err);
+  tsd_oplog_begin(); /* one log line per operation (oplog.c) */
+  if (!entry->changes) {
+    int rc = entry->run_collective(e, op, origin, err);
+    tsd_oplog_end(e, op, origin, rc);
+    return rc;
+  }
   tsd_changes ch = {.n = 0};
   entry->changes(op->req, &ch);
   tsd_catalog_begin(&e->sh->catalog, &ch);
@@ -493,6 +500,7 @@ int tsd_run_collective(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin
     for (int i = 0; i < ch.n; i++)
       catalog_refresh(e, ch.name[i]);
   tsd_catalog_end(&e->sh->catalog);
+  tsd_oplog_end(e, op, origin, rc);
   return rc;
 }
 

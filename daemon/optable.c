@@ -23,6 +23,7 @@
 #define ENGINE(f) NULL
 #else
 #include "engine.h"
+#include "putcheck.h"
 #include "shm.h"
 #define ENGINE(f) f
 #endif
@@ -48,7 +49,7 @@ static const tsd_op ops[] = {
     {OP(GET_SLICE), "get_slice", TSD_SCOPE_LOCAL, NULL, false, tsd_validate_get_slice, NULL,
      ENGINE(tsd_handle_get_slice), NULL, NULL, NULL},
     {OP(RESHARD), "reshard", TSD_SCOPE_COLLECTIVE, NULL, false, tsd_validate_reshard, NULL, NULL,
-     ENGINE(tsd_run_reshard), ENGINE(tsd_changes_reshard), NULL},
+     ENGINE(tsd_run_reshard), ENGINE(tsd_changes_reshard), ENGINE(tsd_answer_reshard)},
     {OP(DROP), "drop", TSD_SCOPE_COLLECTIVE, NULL, false, tsd_validate_drop, NULL, NULL,
      ENGINE(tsd_run_drop), ENGINE(tsd_changes_drop), NULL},
     {OP(LIST), "list", TSD_SCOPE_CATALOG, NULL, false, tsd_validate_none,

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "putcheck.h"
 #include "shm.h"
 
 void *tsd_buf_take(tsd_engine *e, size_t bytes, const char *what, ts_error *err) {
@@ -108,12 +109,28 @@ void tsd_handle_put_chunk(tsd_engine *e, tsd_work *w) {
     tsd_reply_status(e, w->conn_id, req->id, TS_NOT_FOUND, msg);
     return;
   }
+  ts_error cerr; /* the declared dtype and shape, and the byte count (putcheck.c) */
+  ts_dtype from = TS_F32;
+  bool conv = false; /* the data comes in another dtype, converted once complete */
+  if (t && tsd_put_source_dtype(t, p->dtype, p->convert, &from, &conv, &cerr)) {
+    tsd_reply_status(e, w->conn_id, req->id, cerr.code, cerr.msg);
+    return;
+  }
   const uint8_t *src;
   size_t len;
   tsd_session *c = chunk_source(e, w->conn_id, req->id, &p->data, p->shm, &src, &len);
   if (!c)
     return;
-  if (t && shm_whole(p->shm, p->offset, p->total_bytes, expected)) {
+  if (t && p->offset == 0 && tsd_put_check(t, false, "", p->dtype, p->n_shape, p->shape, conv,
+                                           p->total_bytes, expected, &cerr)) {
+    tsd_session_put_reset(e, c);
+    tsd_reply_status(e, w->conn_id, req->id, cerr.code, cerr.msg);
+    return;
+  }
+  uint64_t tensor_bytes = expected;
+  if (conv)
+    expected = expected / ts_dtype_size(t->dtype) * ts_dtype_size(from);
+  if (t && !conv && shm_whole(p->shm, p->offset, p->total_bytes, expected)) {
     /* Scattered straight from the segment, which the submission holds while it waits. */
     tsd_session_put_reset(e, c);
     if (e->stopping) {
@@ -135,6 +152,18 @@ void tsd_handle_put_chunk(tsd_engine *e, tsd_work *w) {
   /* Complete: the scatter is a collective operation; the staging goes with it. */
   uint64_t bytes;
   uint8_t *staging = tsd_session_put_take(c, &bytes, NULL);
+  if (conv && t && bytes == expected) { /* to the tensor's dtype, by the kernels' rules */
+    uint8_t *converted = tsd_buf_take(e, tensor_bytes, "the put's converted copy", &cerr);
+    if (!converted) {
+      tsd_buf_give(e, staging, bytes);
+      tsd_reply_status(e, w->conn_id, req->id, cerr.code, cerr.msg);
+      return;
+    }
+    ts_convert(converted, t->dtype, staging, from, (size_t)(bytes / ts_dtype_size(from)));
+    tsd_buf_give(e, staging, bytes);
+    staging = converted;
+    bytes = tensor_bytes;
+  }
   if (e->stopping) {
     tsd_buf_give(e, staging, bytes);
     tsd_reply_status(e, w->conn_id, req->id, TS_SHUTDOWN, "the daemon is shutting down");
@@ -159,7 +188,10 @@ void tsd_handle_put_slice(tsd_engine *e, tsd_work *w) {
   }
   ts_layout l;
   size_t bytes = 0;
-  if (t->has_slice && box_layout(&t->box, t->dtype, tag, &l, &bytes, &err)) {
+  ts_dtype src_dt; /* the data's dtype: the copy into the stored slice converts (putcheck.c) */
+  bool conv;
+  if (tsd_put_source_dtype(t, p->dtype, p->convert, &src_dt, &conv, &err) ||
+      (t->has_slice && box_layout(&t->box, src_dt, tag, &l, &bytes, &err))) {
     tsd_reply_status(e, w->conn_id, req->id, err.code, err.msg);
     return;
   }
@@ -168,14 +200,23 @@ void tsd_handle_put_slice(tsd_engine *e, tsd_work *w) {
   tsd_session *c = chunk_source(e, w->conn_id, req->id, &p->data, p->shm, &src, &len);
   if (!c)
     return;
+  if (p->offset == 0 && tsd_put_check(t, true, tag, p->dtype, p->n_shape, p->shape, conv,
+                                      p->total_bytes, conv ? bytes / ts_dtype_size(src_dt) *
+                                      ts_dtype_size(t->dtype) : bytes, &err)) {
+    tsd_session_put_reset(e, c);
+    tsd_reply_status(e, w->conn_id, req->id, err.code, err.msg);
+    return;
+  }
   if (t->has_slice && shm_whole(p->shm, p->offset, p->total_bytes, bytes)) {
     /* Copied straight from the segment into the stored layout. */
     tsd_session_put_reset(e, c);
     ts_tensor from = {(void *)src, bytes, l};
-    if (ts_copy(&t->local, &from, NULL, &err))
+    int crc = ts_copy(&t->local, &from, NULL, &err);
+    if (crc)
       tsd_reply_status(e, w->conn_id, req->id, err.code, err.msg);
     else
       reply_put(e, w->conn_id, req->id, bytes, true);
+    tsd_oplog_local(req, w->conn_id, bytes, crc); /* oplog.c */
     return;
   }
   tsd_put_target tgt = {p->name, true, tag, &t->box, (uint64_t)bytes};
@@ -203,6 +244,7 @@ void tsd_handle_put_slice(tsd_engine *e, tsd_work *w) {
     tsd_reply_status(e, w->conn_id, req->id, rc, err.msg);
   else
     reply_put(e, w->conn_id, req->id, bytes, true);
+  tsd_oplog_local(req, w->conn_id, staged, rc); /* oplog.c */
 }
 
 /* Answers one chunk of the connection's copy, in the frame or (shm) in the region of the shared
@@ -341,6 +383,7 @@ void tsd_handle_get_slice(tsd_engine *e, tsd_work *w) {
     ts_tensor dst = {buf, bytes, l};
     rc = ts_copy(&dst, &t->local, NULL, &err);
   }
+  tsd_oplog_local(req, w->conn_id, bytes, rc); /* oplog.c */
   if (rc) {
     if (!in_shm)
       tsd_buf_give(e, buf, bytes);

@@ -25,10 +25,35 @@ static int check_name(const char *what, const char *name, ts_error *err) {
   return ts_name_check(what, name, name ? strlen(name) : 0, err);
 }
 
+/* A framework's dim names (NCHW, NHWC, NCDHW, ...) in format-tag letters: N a, C b, then D, H, W
+ * in that order; false when the tag is not such a name. */
+static bool framework_tag(const char *tag, char *out, size_t cap) {
+  const char *order = "NCDHW";
+  size_t n = strlen(tag);
+  if (n < 2 || n >= cap)
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (!strchr(order, tag[i]) || strchr(tag + i + 1, tag[i]))
+      return false;
+  for (size_t i = 0; i < n; i++) {
+    int rank = 0; /* position of tag[i] among the tag's letters in NCDHW order */
+    for (const char *o = order; *o != tag[i]; o++)
+      rank += strchr(tag, *o) != NULL;
+    out[i] = (char)('a' + rank);
+  }
+  out[n] = '\0';
+  return true;
+}
+
 static int check_tag(const char *tag, ts_error *err) {
   size_t n = tag ? strlen(tag) : 0;
   if (n >= 32)
     return ts_error_set(err, TS_BAD_LAYOUT, "layout tag of %zu characters; at most 31", n);
+  char hint[32];
+  if (n && framework_tag(tag, hint, sizeof hint))
+    return ts_error_set(err, TS_BAD_LAYOUT, "layout tag '%s': tags name dims by letters in "
+                        "storage order, a for dim 0, b for dim 1, ...; for %s use '%s' (upper "
+                        "case marks a blocked dim, e.g. aBcd16b)", tag, tag, hint);
   for (size_t i = 0; i < n; i++) {
     char c = tag[i];
     if (!((c >= 'a' && c <= 'h') || (c >= 'A' && c <= 'H') || (c >= '0' && c <= '9')))
@@ -102,10 +127,10 @@ int tsd_validate_create(const Tshard__Request *r, const tsd_limits *lim, ts_erro
                         c->n_shape, TS_MAX_DIMS);
   int64_t bytes = (int64_t)ts_dtype_size(dt);
   for (size_t d = 0; d < c->n_shape; d++) {
-    if (c->shape[d] < 1 || c->shape[d] > MAX_TENSOR_BYTES)
-      return ts_error_set(err, TS_BAD_SHAPE, "dim %zu has size %lld; sizes are 1 to %lld", d,
+    if (c->shape[d] < 0 || c->shape[d] > MAX_TENSOR_BYTES) /* 0: an empty tensor, as numpy */
+      return ts_error_set(err, TS_BAD_SHAPE, "dim %zu has size %lld; sizes are 0 to %lld", d,
                           (long long)c->shape[d], MAX_TENSOR_BYTES);
-    if (bytes > MAX_TENSOR_BYTES / c->shape[d])
+    if (c->shape[d] > 0 && bytes > MAX_TENSOR_BYTES / c->shape[d])
       return ts_error_set(err, TS_LIMIT, "tensor of more than %lld bytes", MAX_TENSOR_BYTES);
     bytes *= c->shape[d];
   }

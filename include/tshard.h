@@ -172,6 +172,26 @@ int tshard_set_group(tshard_client *c, const int *ranks, int n, int timeout_ms);
  * "MAJOR.MINOR.PATCH", CMake's project version; Python's tshard.__version__ is the same. */
 const char *tshard_version(void);
 
+/* ---- issue 14, cli helper: checked puts, reshard reports, connect messages (client/checked.c) ----
+ * A put that declares its data's dtype and row-major shape: the daemon refuses data that differs
+ * from the tensor (put) or this rank's slice box (put_slice), naming both, instead of storing
+ * reinterpreted bits. The CLI and the Python client always declare. */
+#define TSHARD_PUT_CONVERT 1u /* flags: data of another dtype is converted to the tensor's by the
+                                 kernels' rules (README "Checked puts"); the shape must match */
+int tshard_put_typed(tshard_client *c, const char *name, const char *dtype, int ndim,
+                     const int64_t *shape, const void *data, size_t bytes, const char *key,
+                     unsigned flags);
+int tshard_put_slice_typed(tshard_client *c, const char *name, const char *layout,
+                           const char *dtype, int ndim, const int64_t *shape, const void *data,
+                           size_t bytes, unsigned flags);
+/* The strategy the last successful tshard_reshard ran and its time on the daemon (TS_NOT_FOUND
+ * when the answer named none: an older daemon, or a retry answered by its idempotency key). */
+int tshard_reshard_report(const tshard_client *c, char *strategy, size_t cap,
+                          uint64_t *elapsed_us);
+/* Why the last tshard_connect_rank of this thread failed: "no daemon serves job X on rank R at
+ * PATH; start one with tshard-launch ..." or a bad job name ("" before any failure). */
+const char *tshard_connect_message(void);
+
 #ifdef __cplusplus
 }
 #endif

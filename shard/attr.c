@@ -274,19 +274,22 @@ int ts_attr_validate(const ts_attr *a, int ndim, const int64_t *shape, int world
                           "dim %d has %d split sizes but is split into %lld parts", d,
                           a->nsplits[d], (long long)parts);
     int64_t sum = 0;
-    for (int i = 0; i < a->nsplits[d]; i++) {
+    bool huge = false; /* the sum overflows: say "more than" the last sum that fit */
+    for (int i = 0; i < a->nsplits[d] && !huge; i++) {
       if (a->splits[d][i] < 0)
         return ts_error_set(err, TS_BAD_ATTRIBUTE,
                             "split size %lld for part %d of dim %d; sizes must be >= 0",
                             (long long)a->splits[d][i], i, d);
-      sum += a->splits[d][i];
-      if (sum > shape[d])
-        break;
+      int64_t next;
+      if (__builtin_add_overflow(sum, a->splits[d][i], &next))
+        huge = true;
+      else
+        sum = next;
     }
-    if (sum != shape[d])
+    if (huge || sum != shape[d])
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
                           "split sizes of dim %d sum to %s%lld but the dim has size %lld", d,
-                          sum > shape[d] ? "more than " : "", (long long)sum,
+                          huge ? "more than " : "", (long long)sum,
                           (long long)shape[d]);
   }
   return TS_OK;

@@ -37,6 +37,8 @@ bool cli_flag(const cli_args *a, const char *name) {
 }
 
 const char *cli_positional(const cli_args *a, int index) {
+  if (a->parsed)
+    return index < a->npos ? a->pos[index] : NULL;
   for (int i = 1; i < a->argc; i++) {
     const char *s = a->argv[i];
     if (strncmp(s, "--", 2) == 0) {

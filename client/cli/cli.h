@@ -22,6 +22,9 @@ typedef struct cli_args {
   int argc;
   char **argv; /* the subcommand's arguments (argv[0] is the subcommand) */
   bool json;
+  bool parsed;           /* cli_strict_parse checked the arguments and found the positionals */
+  int npos;
+  const char *pos[8];
 } cli_args;
 
 typedef struct tshard_client tshard_client;
@@ -46,6 +49,25 @@ int cli_parse_shape(const char *text, int *ndim, int64_t *shape, ts_error *err);
 int cli_fail(int status, const char *msg);
 /* Writes a JSON string literal. */
 void cli_json_string(FILE *f, const char *s);
+
+/* strict.c: checks the arguments against the usage text (options, their values, the number of
+ * positionals); prints what is wrong with a suggestion and returns CLI_USAGE, else CLI_OK. */
+int cli_strict_parse(cli_args *a, const char *usage);
+int cli_edit_distance(const char *a, const char *b);
+/* The candidate nearest to word by edit distance, NULL when none is near enough. */
+const char *cli_nearest(const char *word, const char *const *cands, int n);
+/* The option of any usage text nearest to word (without "--"), or NULL. */
+const char *cli_suggest_option(const char *word, const char *const *usages, int n);
+
+/* progress.c: a bar with rate and time left on stderr for a put or get of `bytes` (see there). */
+typedef struct cli_progress {
+  const char *what, *name;
+  double start, last_draw;
+} cli_progress;
+void cli_progress_start(const cli_args *a, tshard_client *c, size_t bytes, cli_progress *p,
+                        const char *what, const char *name);
+/* cmd_put.c: put NAME FILE.npy with the dtype and shape checked against the tensor. */
+int cli_put_checked(cli_args *a, tshard_client *c, const char *name, const char *file);
 
 int cmd_plan(cli_args *a);
 int cmd_show(cli_args *a);

@@ -44,10 +44,30 @@ int cli_connect(const cli_args *a, tshard_client **out) {
   } else {
     if (!job)
       job = getenv("TSHARD_JOB") ? getenv("TSHARD_JOB") : "default";
-    int r = rank ? atoi(rank) : 0;
-    tshard_socket_path(where, sizeof where, job, r);
-    rc = tshard_connect_rank(job, r, timeout_ms, out);
+    char *end = NULL;
+    long r = rank ? strtol(rank, &end, 10) : 0;
+    if (rank && (*end || r < 0 || r > 1 << 20))
+      return cli_fail(CLI_USAGE, "--rank: expected a rank number >= 0");
+    tshard_socket_path(where, sizeof where, job, (int)r);
+    rc = tshard_connect_rank(job, (int)r, timeout_ms, out);
+    char why[768];
+    snprintf(why, sizeof why, "%s", tshard_connect_message());
+    tshard_client *c0 = NULL;
+    int rank0, world;
+    if (rc == TS_IO && r > 0 && tshard_connect_rank(job, 0, timeout_ms, &c0) == TS_OK &&
+        tshard_ping(c0, &rank0, &world) == TS_OK && r >= world) {
+      char msg[256];
+      snprintf(msg, sizeof msg, "--rank %ld: job %s has %d ranks (0 to %d)", r, job, world,
+               world - 1);
+      tshard_close(&c0);
+      return cli_fail(CLI_USAGE, msg);
+    }
+    tshard_close(&c0);
+    if (rc)
+      return cli_fail(rc == TS_INVALID_ARGUMENT ? CLI_USAGE : CLI_CONNECT, why);
   }
+  if (rc && sock && *tshard_connect_message()) /* no daemon there, or a timeout naming --timeout */
+    return cli_fail(CLI_CONNECT, tshard_connect_message());
   if (rc) {
     char msg[768];
     snprintf(msg, sizeof msg, "cannot reach a daemon at %s: %s (is tshardd running? see "
@@ -73,35 +93,6 @@ static const char *need_name(const cli_args *a) {
 }
 
 static const char *opt_key(const cli_args *a) { return cli_opt(a, "key"); }
-
-/* The progress bar of large puts and gets, on a terminal only: redrawn when the percentage
- * changes, ended with a newline at 100%. */
-#define PROGRESS_MIN_BYTES (16u << 20)
-
-typedef struct progress_bar {
-  const char *what;
-  int last_percent;
-} progress_bar;
-
-static void draw_progress(void *arg, uint64_t done, uint64_t total) {
-  progress_bar *p = arg;
-  int percent = total ? (int)(done * 100 / total) : 100;
-  if (percent == p->last_percent)
-    return;
-  p->last_percent = percent;
-  int filled = percent * 30 / 100;
-  printf("\r%s [%.*s%*s] %3d%% %llu/%llu MiB", p->what, filled, "##############################",
-         30 - filled, "", percent, (unsigned long long)(done >> 20),
-         (unsigned long long)(total >> 20));
-  if (percent == 100)
-    printf("\n");
-  fflush(stdout);
-}
-
-static void maybe_progress(const cli_args *a, tshard_client *c, size_t bytes, progress_bar *p) {
-  if (!a->json && bytes >= PROGRESS_MIN_BYTES && isatty(STDOUT_FILENO))
-    tshard_set_progress(c, draw_progress, p);
-}
 
 /* What a data command did: a line for people, or with --json an object for scripts. The data
  * went `dir` ("to" or "from") the file; rank >= 0: one rank's slice. */
@@ -156,34 +147,12 @@ int cmd_create(cli_args *a, tshard_client *c) {
 }
 
 int cmd_put(cli_args *a, tshard_client *c) {
-  const char *name = need_name(a), *file = cli_positional(a, 1), *attr = cli_opt(a, "attr"),
-             *dt = cli_opt(a, "dtype");
+  const char *name = need_name(a), *file = cli_positional(a, 1);
   if (!name)
     return CLI_USAGE;
   if (!file)
     return cli_fail(CLI_USAGE, "put needs NAME FILE.npy");
-  ts_error err;
-  ts_dtype hint = TS_DTYPE_COUNT;
-  if (dt && ts_dtype_parse(dt, &hint, &err))
-    return cli_fail(CLI_USAGE, err.msg);
-  npy_array arr;
-  if (npy_read(file, hint, &arr, &err))
-    return cli_fail(CLI_IO, err.msg);
-  int code = CLI_OK;
-  int rc = TS_OK;
-  if (attr) /* a new tensor of the file's dtype and shape */
-    rc = tshard_create(c, name, ts_dtype_name(arr.dtype), arr.ndim, arr.shape, attr,
-                       cli_opt(a, "layout"), opt_key(a));
-  progress_bar bar = {"put", -1};
-  maybe_progress(a, c, arr.bytes, &bar);
-  if (!rc)
-    rc = tshard_put(c, name, arr.data, arr.bytes, opt_key(a));
-  if (rc)
-    code = failed(c, rc);
-  else
-    report(a, "put", name, arr.bytes, "from", file, -1);
-  npy_free(&arr);
-  return code;
+  return cli_put_checked(a, c, name, file); /* cmd_put.c */
 }
 
 static int dtype_of(const char *text, ts_dtype *dt) { return ts_dtype_parse(text, dt, NULL); }
@@ -207,8 +176,8 @@ int cmd_get(cli_args *a, tshard_client *c) {
     for (int d = 0; d < arr.ndim; d++)
       arr.bytes *= (size_t)arr.shape[d];
     arr.data = malloc(arr.bytes ? arr.bytes : 1);
-    progress_bar bar = {"get", -1};
-    maybe_progress(a, c, arr.bytes, &bar);
+    cli_progress bar;
+    cli_progress_start(a, c, arr.bytes, &bar, "get", name);
     rc = arr.data ? tshard_get(c, name, arr.data, arr.bytes) : TS_NO_MEMORY;
   }
   if (rc) {
@@ -224,6 +193,13 @@ int cmd_get(cli_args *a, tshard_client *c) {
   npy_free(&arr);
   tshard_info_clear(&info);
   return code;
+}
+
+static bool holds(const tshard_info *info, int rank) {
+  for (int i = 0; i < info->nranks; i++)
+    if (info->ranks[i].rank == rank)
+      return true;
+  return false;
 }
 
 int cmd_get_slice(cli_args *a, tshard_client *c) {
@@ -249,9 +225,9 @@ int cmd_get_slice(cli_args *a, tshard_client *c) {
   }
   if (rc) {
     code = failed(c, rc);
-  } else if (bytes == 0) {
+  } else if (bytes == 0 && !holds(&info, rank)) {
     code = cli_fail(CLI_FAILED, "this rank holds no slice of the tensor");
-  } else {
+  } else { /* a zero-size slice is an empty array of its box's shape */
     /* a row-major slice keeps its box shape; another layout is written flat */
     arr.bytes = bytes;
     arr.ndim = 1;
@@ -287,16 +263,22 @@ int cmd_reshard(cli_args *a, tshard_client *c) {
   if (g)
     return g;
   int rc = tshard_reshard(c, name, to, &o);
+  char strategy[32] = "?";
+  uint64_t us = 0; /* the strategy the daemons ran and its time (an old daemon: unknown) */
+  tshard_reshard_report(c, strategy, sizeof strategy, &us);
   if (rc)
     code = failed(c, rc);
   else if (!a->json)
-    printf("reshard %s -> %s: done\n", name, o.keep_source_as ? o.keep_source_as : name);
+    printf("reshard %s -> %s: done by %s in %.3f ms\n", name,
+           o.keep_source_as ? o.keep_source_as : name, strategy, (double)us / 1000.0);
   else {
     printf("{\"operation\": \"reshard\", \"name\": ");
     cli_json_string(stdout, name);
     printf(", \"result\": ");
     cli_json_string(stdout, o.keep_source_as ? o.keep_source_as : name);
-    printf("}\n");
+    printf(", \"strategy\": ");
+    cli_json_string(stdout, strategy);
+    printf(", \"ms\": %.3f}\n", (double)us / 1000.0);
   }
   return code;
 }
@@ -352,8 +334,8 @@ int cmd_describe(cli_args *a, tshard_client *c) {
       printf("%s%lld", d ? ", " : "", (long long)info.shape[d]);
     printf("], \"attr\": ");
     cli_json_string(stdout, info.attr ? info.attr : "");
-    printf(", \"layout\": ");
-    cli_json_string(stdout, info.layout);
+    printf(", \"layout\": "); /* as the text shows it */
+    cli_json_string(stdout, info.layout[0] ? info.layout : "row-major");
     printf(", \"ranks\": [");
     for (int i = 0; i < info.nranks; i++) {
       printf("%s{\"rank\": %d, \"bytes\": %llu, \"lo\": [", i ? ", " : "", info.ranks[i].rank,

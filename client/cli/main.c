@@ -15,6 +15,7 @@
   "  --rank R         the rank whose daemon to use (default 0)\n"                                 \
   "  --socket PATH    or: the daemon's Unix socket\n"                                             \
   "  --tcp HOST:PORT  or: TCP, with --token-file FILE\n"                                          \
+  "  --token-file FILE  the TCP token's file\n"                                                  \
   "  --timeout SEC    per-call timeout (default 60)\n"
 
 static const cli_command commands[] = {
@@ -37,7 +38,7 @@ static const cli_command commands[] = {
      "  --dims R[,C]     tensor dims drawn as rows and columns (default 0,1)\n"
      "  --width W        columns of the drawing (default 64)\n"
      "  --ascii          ASCII lines (default: Unicode when the locale is UTF-8)\n"
-     "  --unicode        Unicode box drawing\n",
+     "  --unicode        Unicode box drawing\n" CONNECT_HELP,
      "tshard show weights      or   tshard show --shape 20,12 --attr 'mesh=[2,2]@0-3 "
      "placements=[S(0),S(1)]'"},
     {"ping", NULL, cmd_ping, "check that a daemon serves; prints its rank and the world size",
@@ -58,15 +59,20 @@ static const cli_command commands[] = {
      "  --attr ATTR      create the tensor with this attribute first (dtype and shape of the file)\n"
      "  --dtype bf16     read a uint16 file as bf16 bits\n"
      "  --layout TAG     layout of the stored slices, when creating\n"
-     "  --key KEY        idempotency key\n" CONNECT_HELP,
+     "  --key KEY        idempotency key\n"
+     "  --convert        convert the file's values to the tensor's dtype (kernels/dtype.c rules)\n"
+     "  --progress       a progress bar on stderr (default: on a terminal, for large data)\n"
+     "  --json           machine-readable output\n" CONNECT_HELP,
      "tshard put w weights.npy --attr 'mesh=[4] placements=[S(0)]'"},
     {"get", NULL, cmd_get, "get a whole tensor into a .npy file (gathered to the connected rank)",
      "  NAME FILE.npy    the tensor and the file to write (bf16 is written as uint16 bits)\n"
-     CONNECT_HELP,
+     "  --progress       a progress bar on stderr (default: on a terminal, for large data)\n"
+     "  --json           machine-readable output\n" CONNECT_HELP,
      "tshard get w out.npy"},
     {"get-slice", NULL, cmd_get_slice, "get the connected rank's slice into a .npy file",
      "  NAME FILE.npy    the tensor and the file to write\n"
-     "  --layout TAG     the slice in this layout (blocked ones too), written flat\n" CONNECT_HELP,
+     "  --layout TAG     the slice in this layout (blocked ones too), written flat\n"
+     "  --json           machine-readable output\n" CONNECT_HELP,
      "tshard get-slice w slice1.npy --rank 1 --layout aBcd16b"},
     {"reshard", NULL, cmd_reshard, "move a tensor to another attribute",
      "  NAME             the tensor\n"
@@ -78,7 +84,8 @@ static const cli_command commands[] = {
      "  --key KEY        idempotency key\n"
      "  --participants R ranks that all submit it under --key: it runs once all did\n"
      "                   (e.g. 0,1,2,3 or all; an SPMD program's processes)\n"
-     "  --collective-timeout T  give up waiting for them after T (e.g. 30s, 500ms)\n" CONNECT_HELP,
+     "  --collective-timeout T  give up waiting for them after T (e.g. 30s, 500ms)\n"
+     "  --json           machine-readable output\n" CONNECT_HELP,
      "tshard reshard w --to 'mesh=[4] placements=[S(1)]' --strategy alltoall"},
     {"drop", NULL, cmd_drop, "delete a tensor on every rank",
      "  NAME             the tensor\n  --key KEY        idempotency key\n"
@@ -121,6 +128,9 @@ int main(int argc, char **argv) {
              commands[i].summary, commands[i].usage, commands[i].example);
       return CLI_OK;
     }
+    int strict = cli_strict_parse(&a, commands[i].usage);
+    if (strict)
+      return strict;
     a.json = cli_flag(&a, "json");
     if (commands[i].run)
       return commands[i].run(&a);
@@ -132,7 +142,24 @@ int main(int argc, char **argv) {
     tshard_close(&c);
     return code;
   }
-  fprintf(stderr, "tshard: unknown subcommand '%s'\n\n", argv[1]);
+  const char *names[NCOMMANDS], *usages[NCOMMANDS];
+  for (size_t i = 0; i < NCOMMANDS; i++)
+    names[i] = commands[i].name, usages[i] = commands[i].usage;
+  if (strncmp(argv[1], "--", 2) == 0) { /* an option before any subcommand */
+    const char *near = cli_suggest_option(argv[1] + 2, usages, (int)NCOMMANDS);
+    if (near)
+      fprintf(stderr, "tshard: unknown option '%s'; did you mean '--%s'? options follow the "
+                      "subcommand, e.g. tshard list --%s\n", argv[1], near, near);
+    else
+      fprintf(stderr, "tshard: unknown option '%s'; options follow the subcommand (tshard "
+                      "--help lists them)\n", argv[1]);
+    return CLI_USAGE;
+  }
+  const char *near = cli_nearest(argv[1], names, (int)NCOMMANDS);
+  if (near)
+    fprintf(stderr, "tshard: unknown subcommand '%s'; did you mean '%s'?\n\n", argv[1], near);
+  else
+    fprintf(stderr, "tshard: unknown subcommand '%s'\n\n", argv[1]);
   usage(stderr);
   return CLI_USAGE;
 }

@@ -75,6 +75,55 @@ static void put_n(FILE *f, const char *s, int n) {
     fputs(s, f);
 }
 
+#define MAX_ROW_LINES 40 /* lines of blocks drawn before rows are left out */
+
+/* The parts to draw (size > 0): all of them when their sizes sum to at most `fit`, else the
+ * first ones that fit `budget` characters (each costing its size plus `sep`), -1 for "...",
+ * costing `gap`, and the last. Writes the part indices to sel; returns their count. */
+static int select_parts(const int *size, int64_t n, int64_t fit, int budget, int sep, int gap,
+                        int64_t *sel) {
+  int64_t sum = 0, count = 0, last = -1;
+  for (int64_t i = 0; i < n; i++)
+    if (size[i] > 0)
+      sum += size[i], count++, last = i;
+  int m = 0;
+  if (sum <= fit || count <= 2) {
+    for (int64_t i = 0; i < n; i++)
+      if (size[i] > 0)
+        sel[m++] = i;
+    return m;
+  }
+  int64_t used = gap + size[last] + sep;
+  for (int64_t i = 0; i < last; i++) {
+    if (size[i] == 0)
+      continue;
+    if (m > 0 && used + size[i] + sep > budget)
+      break;
+    sel[m++] = i;
+    used += size[i] + sep;
+  }
+  sel[m++] = -1;
+  sel[m++] = last;
+  return m;
+}
+
+/* A rule of the grid: left, joint and right characters (box_chars indices) over the selected
+ * columns (-1: the "..." column, 3 wide). */
+static void rule(FILE *out, bool unicode, int left, int joint, int right, const int64_t *sc,
+                 int nsc, const int *cw) {
+  fputs(box_chars(unicode, left), out);
+  for (int k = 0; k < nsc; k++) {
+    if (k)
+      fputs(box_chars(unicode, joint), out);
+    if (sc[k] < 0)
+      fputs("   ", out);
+    else
+      put_n(out, box_chars(unicode, 0), cw[sc[k]]);
+  }
+  fputs(box_chars(unicode, right), out);
+  fputc('\n', out);
+}
+
 int show_draw(FILE *out, int ndim, const int64_t *shape, const ts_attr *attr,
               const show_opts *opts, ts_error *err) {
   int rd = opts->dims[0], cd = opts->dims[1];
@@ -169,36 +218,49 @@ int show_draw(FILE *out, int ndim, const int64_t *shape, const ts_attr *attr,
             (long long)shape[cd]);
   else if (cd >= 0)
     fprintf(out, "dim %d (%lld)\n", cd, (long long)shape[cd]);
-  /* the grid, row by row of blocks; zero-size parts are skipped */
-  int64_t first_r = -1, last_r = -1;
+  /* the grid, row by row of blocks; zero-size parts are skipped; when the blocks do not fit
+   * the width (or more than MAX_ROW_LINES lines), the first ones, "..." and the last are drawn */
+  int64_t *sc = malloc(sizeof *sc * (size_t)(nc + 2)), *sr = malloc(sizeof *sr * (size_t)(nr + 2));
+  if (!sc || !sr) {
+    free(sc);
+    free(sr);
+    rc = ts_error_set(err, TS_NO_MEMORY, "out of memory drawing the sharding");
+    goto done;
+  }
+  int64_t last_r = -1, shown_c = 0, shown_r = 0, vis_c = 0, vis_r = 0;
+  for (int64_t c = 0; c < nc; c++)
+    vis_c += cw[c] > 0;
   for (int64_t r = 0; r < nr; r++)
-    if (rh[r] > 0) {
-      if (first_r < 0)
-        first_r = r;
-      last_r = r;
-    }
-  for (int64_t r = 0; r < nr; r++) {
-    if (rh[r] == 0)
+    vis_r += rh[r] > 0;
+  /* columns fit when they take the width (each may round up by one); rows up to the lines */
+  int nsc = select_parts(cw, nc, width + vis_c, width + 1, 1, 4, sc);
+  int nsr = select_parts(rh, nr, MAX_ROW_LINES - vis_r, MAX_ROW_LINES, 1, 2, sr);
+  for (int i = 0; i < nsr; i++)
+    if (sr[i] >= 0)
+      last_r = sr[i], shown_r++;
+  for (int i = 0; i < nsc; i++)
+    shown_c += sc[i] >= 0;
+  for (int i = 0; i < nsr; i++) {
+    int64_t r = sr[i];
+    if (r < 0) { /* the rows left out */
+      fputc(' ', out);
+      for (int k = 0; k < nsc; k++) {
+        int w = sc[k] >= 0 ? cw[sc[k]] : 3;
+        fprintf(out, "%*s%-*s ", (w - 3) / 2, "", w - (w - 3) / 2, w >= 3 ? "..." : "");
+      }
+      fputc('\n', out);
       continue;
-    /* the rule above this row of blocks */
-    bool top = r == first_r;
-    fputs(box_chars(opts->unicode, top ? 2 : 5), out);
-    bool started = false;
-    for (int64_t c = 0; c < nc; c++) {
-      if (cw[c] == 0)
-        continue;
-      if (started)
-        fputs(box_chars(opts->unicode, top ? 3 : 6), out);
-      put_n(out, box_chars(opts->unicode, 0), cw[c]);
-      started = true;
     }
-    fputs(box_chars(opts->unicode, top ? 4 : 7), out);
-    fputc('\n', out);
+    rule(out, opts->unicode, i == 0 ? 2 : 5, i == 0 ? 3 : 6, i == 0 ? 4 : 7, sc, nsc, cw);
     for (int line = 0; line < rh[r]; line++) {
       fputs(box_chars(opts->unicode, 1), out);
-      for (int64_t c = 0; c < nc; c++) {
-        if (cw[c] == 0)
+      for (int k = 0; k < nsc; k++) {
+        int64_t c = sc[k];
+        if (c < 0) {
+          fputs(line == (rh[r] - 1) / 2 ? "..." : "   ", out);
+          fputs(box_chars(opts->unicode, 1), out);
           continue;
+        }
         const char *l = line == (rh[r] - 1) / 2 ? label[r * nc + c] : "";
         int len = (int)strlen(l), pad = cw[c] - len, left = pad / 2;
         fprintf(out, "%*s%s%*s", left, "", l, pad - left, "");
@@ -206,21 +268,14 @@ int show_draw(FILE *out, int ndim, const int64_t *shape, const ts_attr *attr,
       }
       fputc('\n', out);
     }
-    if (r == last_r) {
-      fputs(box_chars(opts->unicode, 8), out);
-      started = false;
-      for (int64_t c = 0; c < nc; c++) {
-        if (cw[c] == 0)
-          continue;
-        if (started)
-          fputs(box_chars(opts->unicode, 9), out);
-        put_n(out, box_chars(opts->unicode, 0), cw[c]);
-        started = true;
-      }
-      fputs(box_chars(opts->unicode, 10), out);
-      fputc('\n', out);
-    }
+    if (r == last_r)
+      rule(out, opts->unicode, 8, 9, 10, sc, nsc, cw);
   }
+  if (shown_c < vis_c || shown_r < vis_r)
+    fprintf(out, "(%lld of %lld columns, %lld of %lld rows of blocks shown)\n",
+            (long long)shown_c, (long long)vis_c, (long long)shown_r, (long long)vis_r);
+  free(sc);
+  free(sr);
   if (last_r < 0)
     fprintf(out, "(the tensor is empty)\n");
   if (nempty > 0) {

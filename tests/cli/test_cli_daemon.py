@@ -90,10 +90,12 @@ with Daemons(bin_dir, n) as d, tempfile.TemporaryDirectory() as tmp:
     r = subprocess.run(["script", "-qec", f"{tshard_bin} put big {big} --attr 'mesh=[{n}] "
                         f"placements=[S(0)]' --socket {d.socket(0)}", "/dev/null"],
                        capture_output=True, text=True, timeout=120)
-    check(r.returncode == 0 and "put [" in r.stdout and "100% 19/19 MiB" in r.stdout,
+    check(r.returncode == 0 and "put big [" in r.stdout and "100% 19.5/19.5 MiB" in r.stdout
+          and "MiB/s" in r.stdout and "left" in r.stdout,
           f"progress bar on a terminal: {r.stdout!r}")
     r = cli("get", "big", out)
-    check(r.returncode == 0 and "[#" not in r.stdout, f"no progress bar off a terminal: {r.stdout!r}")
+    check(r.returncode == 0 and "[#" not in r.stdout + r.stderr,
+          f"no progress bar off a terminal: {r.stdout!r} {r.stderr!r}")
     # names by the daemon's rules, refused before anything is sent
     r = cli("describe", "tab\tname")
     check(r.returncode == 1 and "control character" in r.stderr, f"name with a tab: {r.stderr}")

@@ -16,6 +16,8 @@ from .client import DTYPES, Client, connect, read_token_file, socket_path
 from .errors import TshardError, error_for
 from . import errors
 from . import spmd
+from .offline import plan, show  # issue 14: offline plan and drawing (offline.py)
 
 __all__ = ["connect", "Client", "Attr", "AttrError", "Mesh", "Shard", "Replicate", "Partial",
-           "TshardError", "error_for", "errors", "DTYPES", "socket_path", "read_token_file", "spmd"]
+           "TshardError", "error_for", "errors", "DTYPES", "socket_path", "read_token_file", "spmd",
+           "plan", "show"]

@@ -21,6 +21,8 @@ import numpy as np
 
 from . import tshard_pb2 as pb
 from .attr import Attr
+from .checked import declare
+from .progress import reporter
 from .errors import TshardError, error_for
 from .shm import Segment
 from . import spmd as _spmd
@@ -136,6 +138,31 @@ def socket_path(job, rank):
     return os.path.join(d, f"tshard-{job}-{rank}.sock")
 
 
+def _check_job(job):
+    """A job name the daemons accept: 1 to 64 letters, digits, '-', '_', '.' (not first)."""
+    ok = (isinstance(job, str) and 0 < len(job) <= 64 and not job.startswith(".")
+          and all(ch.isascii() and (ch.isalnum() or ch in "-_.") for ch in job))
+    if not ok:
+        raise error_for(1, f"job name {job!r}: use 1 to 64 letters, digits, '-', '_' and '.' "
+                           f"(not first)")
+    return job
+
+
+def _no_daemon(job, rank, path, timeout):
+    """Why no daemon answered at path: a rank beyond the job's world (rank 0 says its size), or
+    no daemon at all, with how to start one."""
+    if rank > 0:
+        try:
+            with connect(rank=0, job=job, timeout=timeout, shm=False) as c0:
+                world = c0.ping()["world_size"]
+            if rank >= world:
+                return f"rank {rank}: job {job} has {world} ranks (0 to {world - 1})"
+        except TshardError:
+            pass
+    return (f"no daemon serves job {job} on rank {rank} at {path}; start one with "
+            f"tshard-launch start -np N --job {job} (deploy/tshard-launch)")
+
+
 def _env_rank():
     for var in ("TSHARD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
         if os.environ.get(var, "").isdigit():
@@ -227,7 +254,9 @@ class Client:
             yield
         except (_socket.timeout, BlockingIOError):
             self.close()
-            raise error_for(19, "no answer from the daemon within the timeout") from None
+            raise error_for(19, "no answer from the daemon within the timeout (a longer one: "
+                                "tshard.connect(timeout=SEC)); the operation may still complete "
+                                "on the daemons; the connection is closed") from None
         except OSError as e:
             self.close()
             raise error_for(18, f"connection to the daemon failed: {e}") from None
@@ -306,15 +335,17 @@ class Client:
                                                  attr=_attr_msg(attr),
                                                  layout=pb.Layout(tag=layout or "")))
 
-    def _send_chunks(self, name, array, key, slice_layout):
+    def _send_chunks(self, name, array, key, slice_layout, convert=False, progress=None):
         """A put (slice_layout None) or put_slice in chunks, WINDOW in flight; through the
         segment when there is one (all at once when it fits, else in its alternate halves: a
         half is written again only after the answer to its previous chunk). After a refusal
         nothing more is sent, the answers due are read, and the first refusal is raised."""
         _check_name(name)
-        a = np.ascontiguousarray(array)
+        what = "put" if slice_layout is None else "put_slice"
+        a, decl = declare(array, convert, DTYPES, _FROM_NUMPY, what)  # checked.py
         src = a.reshape(-1).view(np.uint8)
         total = src.nbytes
+        report, done = reporter(progress, what, name, total), 0
         with self._io():
             seg = self._segment(total)
             if seg is None:
@@ -333,6 +364,8 @@ class Client:
                     m.name, m.offset, m.total_bytes = name, off, total
                     if slice_layout is not None:
                         m.layout.tag = slice_layout
+                    m.dtype, m.convert = decl, bool(convert)  # the daemon checks (checked.py)
+                    m.shape.extend(a.shape)
                     bulk = None
                     if seg is not None:
                         at = (sent % 2) * chunk
@@ -351,16 +384,22 @@ class Client:
                 pending.remove(match[0])
                 if resp.status != 0 and (first is None or match[0][1] < first[0]):
                     first = (match[0][1], error_for(resp.status, resp.message))
+                elif resp.status == 0 and report is not None:
+                    done += min(chunk, total - offsets[match[0][1]])
+                    report(done, total)
             if first is not None:
                 raise first[1]
 
-    def put(self, name, array, key=None):
-        """Puts the whole tensor (row-major) from this client; the daemons scatter it."""
-        self._send_chunks(name, array, key, None)
+    def put(self, name, array, key=None, convert=False, progress=None):
+        """Puts the whole tensor (row-major) from this client; the daemons scatter it. The
+        array's dtype and shape must be the tensor's (checked by the daemon); ``convert=True``
+        converts another dtype by the kernels' rules (checked.py). ``progress``: progress.py."""
+        self._send_chunks(name, array, key, None, convert, progress)
 
-    def put_slice(self, name, array, layout=None):
-        """Puts this rank's slice (row-major over its box, or the bytes of ``layout``)."""
-        self._send_chunks(name, array, None, layout or "")
+    def put_slice(self, name, array, layout=None, convert=False, progress=None):
+        """Puts this rank's slice (row-major over its box, or the bytes of ``layout``); the
+        array's shape is the slice box's (checked), dtype and ``convert`` as in put."""
+        self._send_chunks(name, array, None, layout or "", convert, progress)
 
     def _chunk_answer(self, want_id, off, sink, seg, refuse):
         """Receives the answer to chunk request want_id at off into sink(total); returns
@@ -386,7 +425,7 @@ class Client:
         np.copyto(dst[off:off + len(data)], data)
         return d.total_bytes, len(data)
 
-    def _read_chunks(self, fill, need, out=None):
+    def _read_chunks(self, fill, need, out=None, report=None):
         """The bytes of a get or get_slice (fill(req, offset) fills its request message and
         returns it) as a new uint8 array, received straight into it. The first request learns
         the total (through the segment: it offers the whole segment, where a tensor that fits is
@@ -417,6 +456,9 @@ class Client:
                 m.max_bytes = self.chunk
             self._wire.send(request_frame(req))
             total, n = self._chunk_answer(req.id, 0, sink, seg, refuse)
+            got = n
+            if report is not None:
+                report(got, total)
             nxt, half, pending, first = n, 0, collections.deque(), None
             while pending or (nxt < total and first is None):
                 while nxt < total and len(pending) < WINDOW and first is None:
@@ -440,11 +482,14 @@ class Client:
                     continue
                 if t != total or n != min(chunk, total - off):
                     raise error_for(17, "the daemon answered a chunk of another size")
+                got += n
+                if report is not None:
+                    report(got, total)
             if first is not None:
                 raise first
             return out[0] if out[0] is not None else np.empty(0, dtype=np.uint8)
 
-    def get(self, name, out=None):
+    def get(self, name, out=None, progress=None):
         """The whole tensor as a numpy array, gathered to this client's rank (into ``out`` when
         given: a C-contiguous array of the tensor's dtype and size, returned reshaped)."""
         info = self.describe(name)
@@ -457,7 +502,7 @@ class Client:
         def fill(req, off):
             req.get.name, req.get.offset = name, off
             return req.get
-        raw = self._read_chunks(fill, need, flat)
+        raw = self._read_chunks(fill, need, flat, reporter(progress, "get", name, need))
         if len(raw) != need:
             raise error_for(17, f"'{name}' came with {len(raw)} bytes, not {need}")
         return raw.view(dt).reshape(info["shape"])
@@ -488,14 +533,17 @@ class Client:
 
     def reshard(self, name, attr, strategy=None, keep_source_as=None, layout=None, key=None):
         """Moves the tensor to another attribute (in place, or to a new tensor
-        ``keep_source_as`` keeping the source)."""
+        ``keep_source_as`` keeping the source). Returns {'strategy', 'ms'}: the strategy the
+        daemons ran and its time on the answering rank (None and 0.0 when the answer names
+        none: a retry answered by its idempotency key)."""
         _check_name(name)
         if keep_source_as:
             _check_name(keep_source_as, "keep_source_as")
-        self._call(key, reshard=pb.ReshardRequest(name=name, attr=_attr_msg(attr),
+        r = self._call(key, reshard=pb.ReshardRequest(name=name, attr=_attr_msg(attr),
                                                    strategy=strategy or "",
                                                    keep_source_as=keep_source_as or "",
                                                    layout=pb.Layout(tag=layout or "")))
+        return {"strategy": r.strategy or None, "ms": r.elapsed_us / 1000.0}
 
     def drop(self, name, key=None):
         self._call(key, drop=pb.DropRequest(name=_check_name(name)))
@@ -517,6 +565,12 @@ class Client:
         p = self._call(plan=pb.PlanRequest(name=_check_name(name), attr=_attr_msg(attr),
                                            strategy=strategy or "")).plan
         return {"strategy": p.strategy, "explain": p.explain}
+
+    def show(self, name, width=None, dims=None, ascii=None):
+        """The drawing of where the slices of tensor ``name`` live, as text (offline.py)."""
+        from .offline import show
+        info = self.describe(name)
+        return show(info["shape"], info["attr"], width=width, dims=dims, ascii=ascii)
 
     def stats(self):
         s = self._call(stats=pb.StatsRequest()).stats
@@ -588,9 +642,13 @@ def connect(rank=None, socket=None, tcp=None, token=None, job=None, timeout=60.0
             c.close()
             raise
         return _grouped(c, timeout, group, run_id, collective_timeout)
-    if socket is None:
-        socket = socket_path(job or os.environ.get("TSHARD_JOB", "default"),
-                             _env_rank() if rank is None else rank)
+    by_job = socket is None
+    if by_job:
+        job = _check_job(job or os.environ.get("TSHARD_JOB", "default"))
+        rank = _env_rank() if rank is None else rank
+        if not isinstance(rank, int) or rank < 0:
+            raise error_for(1, f"rank {rank!r}: expected a rank number >= 0")
+        socket = socket_path(job, rank)
     if shm is None:
         shm = os.environ.get("TSHARD_SHM", "") != "0"
     s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
@@ -599,6 +657,8 @@ def connect(rank=None, socket=None, tcp=None, token=None, job=None, timeout=60.0
         s.connect(socket)
     except OSError as e:
         s.close()
+        if by_job:
+            raise error_for(18, _no_daemon(job, rank, socket, timeout)) from None
         raise error_for(18, f"cannot connect to {socket}: {e.strerror} (is tshardd running "
                             f"for this job and rank?)") from None
     _kernel_timeout(s, timeout)

@@ -164,6 +164,8 @@ class Wire:
             ident, off, total, dlen, start = p
             if ident == want_id and off == offset and start + dlen == n and dlen <= total - off:
                 dst = sink(total)
+                if dst is not None and len(dst) == total and total == 0:
+                    return 0, 0, None  # nothing to receive (a view of zero bytes cannot cast)
                 if dst is not None and len(dst) == total:
                     view = memoryview(dst).cast("B")
                     in_hand = have - start

@@ -1,0 +1,93 @@
+/* checked.c - libtshard's part of issue 14 (clients users can trust): puts that declare the
+ * data's dtype and shape so the daemon refuses a mismatch instead of storing reinterpreted bits,
+ * the strategy and time of the last reshard, and connect errors that say which job, rank and
+ * socket had no daemon and how to start one. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "client_internal.h"
+
+static _Thread_local char connect_msg[768];
+
+int tsc_job_check(const char *job) {
+  size_t n = strlen(job);
+  if (n == 0 || n > 64 || job[0] == '.')
+    return -1;
+  for (const char *p = job; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+          *p == '-' || *p == '_' || *p == '.'))
+      return -1;
+  return 0;
+}
+
+void tsc_connect_failed(const char *path, const char *job, int rank, int status) {
+  if (tsc_job_check(job)) {
+    snprintf(connect_msg, sizeof connect_msg, "job name '%s': use 1 to 64 letters, digits, '-', "
+             "'_' and '.' (not first)", job);
+    return;
+  }
+  if (status == TS_IO && strncmp(connect_msg, "the daemon at ", 14) != 0 &&
+      (strstr(connect_msg, "No such file") || strstr(connect_msg, "refused") || !connect_msg[0]))
+    snprintf(connect_msg, sizeof connect_msg, "no daemon serves job %s on rank %d at %s; start "
+             "one with tshard-launch start -np N --job %s (deploy/tshard-launch)", job, rank,
+             path, job);
+  else if (!connect_msg[0])
+    snprintf(connect_msg, sizeof connect_msg, "job %s rank %d at %s: %s", job, rank, path,
+             ts_strerror(status));
+}
+
+void tsc_connect_note(const char *path, const tshard_client *c, int status) {
+  if (!c)
+    connect_msg[0] = '\0';
+  else
+    snprintf(connect_msg, sizeof connect_msg, "the daemon at %.128s: %.600s", path,
+             c->message[0] ? c->message : ts_strerror(status));
+}
+
+void tsc_connect_refused(const char *path, int err) {
+  snprintf(connect_msg, sizeof connect_msg, "cannot reach a daemon at %.600s: nothing listens "
+           "there (%s); is tshardd running for that job and rank? (deploy/tshard-launch)", path,
+           strerror(err));
+}
+
+const char *tshard_connect_message(void) { return connect_msg; }
+
+int tshard_put_typed(tshard_client *c, const char *name, const char *dtype, int ndim,
+                     const int64_t *shape, const void *data, size_t bytes, const char *key,
+                     unsigned flags) {
+  if (!c || !dtype || ndim < 0 || ndim > TSHARD_MAX_DIMS || (ndim && !shape))
+    return TS_INVALID_ARGUMENT;
+  c->put_dtype = dtype;
+  c->put_ndim = ndim;
+  c->put_shape = shape;
+  c->put_convert = (flags & TSHARD_PUT_CONVERT) != 0;
+  int rc = tshard_put(c, name, data, bytes, key);
+  c->put_dtype = NULL;
+  return rc;
+}
+
+int tshard_put_slice_typed(tshard_client *c, const char *name, const char *layout,
+                           const char *dtype, int ndim, const int64_t *shape, const void *data,
+                           size_t bytes, unsigned flags) {
+  if (!c || !dtype || ndim < 0 || ndim > TSHARD_MAX_DIMS || (ndim && !shape))
+    return TS_INVALID_ARGUMENT;
+  c->put_dtype = dtype;
+  c->put_ndim = ndim;
+  c->put_shape = shape;
+  c->put_convert = (flags & TSHARD_PUT_CONVERT) != 0;
+  int rc = tshard_put_slice(c, name, layout, data, bytes);
+  c->put_dtype = NULL;
+  return rc;
+}
+
+int tshard_reshard_report(const tshard_client *c, char *strategy, size_t cap,
+                          uint64_t *elapsed_us) {
+  if (!c || !c->reshard_strategy[0])
+    return TS_NOT_FOUND;
+  if (strategy && cap)
+    snprintf(strategy, cap, "%s", c->reshard_strategy);
+  if (elapsed_us)
+    *elapsed_us = c->reshard_us;
+  return TS_OK;
+}
