@@ -36,7 +36,9 @@
   X(REMOTE, 21, "the operation failed on another rank")                                            \
   X(SHUTDOWN, 22, "the daemon is shutting down")                                                   \
   X(AUTH, 23, "authentication failed")                                                             \
-  X(INTERNAL, 24, "internal error")
+  X(INTERNAL, 24, "internal error")                                                                \
+  X(EINSUM_PLAN, 30, "the forced distributed einsum plan is unknown or does not apply")            \
+  X(NO_FORWARD, 31, "no kept einsum forward with this id")
 
 typedef enum {
 #define TS_X_ENUM(name, value, msg) TS_##name = value,
