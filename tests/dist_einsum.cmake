@@ -3,3 +3,6 @@
 add_executable(test_dist_einsum_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/test_dist_einsum.c)
 target_link_libraries(test_dist_einsum_mpi PRIVATE tsshard m)
 tshard_mpi_test(test_dist_einsum test_dist_einsum_mpi 1 2 3 4 8)
+
+add_executable(tshard-bench-einsum-dist ${CMAKE_CURRENT_LIST_DIR}/bench/bench_dist_einsum.c)
+target_link_libraries(tshard-bench-einsum-dist PRIVATE tsshard)
