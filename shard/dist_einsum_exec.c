@@ -104,6 +104,16 @@ static ts_exec_opts xopts(int status, const ts_error *lerr) {
   return xo;
 }
 
+static int prior(const ts_dein_request *req, ts_error *lerr) {
+  if (req->prior_status == TS_OK)
+    return TS_OK;
+  if (req->prior_err)
+    *lerr = *req->prior_err;
+  else
+    ts_error_set(lerr, req->prior_status, "%s", ts_strerror(req->prior_status));
+  return req->prior_status;
+}
+
 /* Plans from the store's metadata; checks names. */
 static int plan_request(ts_store *s, ts_world *w, const ts_dein_request *req, ts_stored **ops,
                         ts_dein_plan **plan, ts_error *err) {
@@ -249,7 +259,9 @@ int ts_dein_run(ts_store *s, ts_world *w, const ts_dein_request *req, ts_dein_ke
     return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_dein_run: NULL argument");
   ts_stored *ops[TS_DEIN_MAX_OPERANDS] = {NULL};
   ts_dein_plan *p = NULL;
-  int lst = plan_request(s, w, req, ops, &p, &lerr);
+  int lst = prior(req, &lerr);
+  if (lst == TS_OK)
+    lst = plan_request(s, w, req, ops, &p, &lerr);
   if (lst == TS_OK)
     lst = check_new_name(s, req->out, "einsum output", &lerr);
   if (lst == TS_OK && explain && !(*explain = ts_dein_plan_explain(p)))
@@ -371,10 +383,14 @@ int ts_dein_backward(ts_store *s, ts_world *w, const ts_dein_request *req, ts_de
     kept = NULL;
   ts_stored *ops[TS_DEIN_MAX_OPERANDS] = {NULL};
   ts_dein_plan *own_plan = NULL;
-  int lst = TS_OK;
-  if (!kept)
+  int lst = prior(req, &lerr);
+  if (lst == TS_OK && !kept)
     lst = plan_request(s, w, req, ops, &own_plan, &lerr);
   const ts_dein_plan *p = kept ? kept->plan : own_plan;
+  if (!p) { /* failed before planning: agree on it, nothing else */
+    int rc = agree(w, lst, &lerr, err);
+    return rc ? rc : ts_error_set(err, TS_INTERNAL, "einsum backward: no plan");
+  }
   /* The output gradient and the gradients' names */
   ts_stored *g = lst == TS_OK ? ts_store_find(s, grad_out) : NULL;
   if (lst == TS_OK && !g)

@@ -114,6 +114,10 @@ typedef struct ts_dein_request {
   const ts_attr *out_attr;  /* NULL: the natural attribute */
   const char *plan;         /* NULL: auto */
   int64_t staging_bytes;
+  /* A failure the caller met on this rank preparing the request (TS_OK: none), agreed on in the
+   * first agreement: every rank then returns it. */
+  int prior_status;
+  const ts_error *prior_err;
 } ts_dein_request;
 
 /* kept: NULL, or receives the kept state (NULL on this rank when it computes nothing is not
