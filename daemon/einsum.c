@@ -122,6 +122,7 @@ static void build_request(tsd_engine *e, const Tshard__EinsumRequest *q, ts_dein
   req->out = q->out;
   req->plan = q->plan;
   req->staging_bytes = e->cfg->staging;
+  req->no_scalar = true;
   *attr = NULL;
   if (q->attr && *lst == TS_OK)
     *lst = tsd_attr_from_msg(q->attr, attr, lerr);

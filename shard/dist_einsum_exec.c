@@ -264,6 +264,10 @@ int ts_dein_run(ts_store *s, ts_world *w, const ts_dein_request *req, ts_dein_ke
     lst = plan_request(s, w, req, ops, &p, &lerr);
   if (lst == TS_OK)
     lst = check_new_name(s, req->out, "einsum output", &lerr);
+  if (lst == TS_OK && req->no_scalar && p->out_ndim == 0)
+    lst = ts_error_set(&lerr, TS_BAD_SHAPE,
+                       "the einsum's output '%s' would be a scalar (0 dims); stored tensors have "
+                       "1 to %d dims: keep a label in the output", p->equation, TS_MAX_DIMS);
   if (lst == TS_OK && explain && !(*explain = ts_dein_plan_explain(p)))
     lst = ts_error_set(&lerr, TS_NO_MEMORY, "no memory for the einsum explain text");
   int rc = agree(w, lst, &lerr, err);

@@ -701,6 +701,10 @@ char *ts_dein_plan_explain(const ts_dein_plan *p) {
     put_attr(&b, p->source[i]);
     put(&b, "\n");
   }
+  put(&b, "  output [%s] shape [", p->out_labels);
+  for (int d = 0; d < p->out_ndim; d++)
+    put(&b, "%s%lld", d ? "," : "", (long long)p->out_shape[d]);
+  put(&b, "]\n");
   put(&b, "labels (where each operand shards them: mesh dims, '-' none, '.' absent):\n");
   char done[128] = {0};
   for (int i = 0; i < p->n; i++)
@@ -726,10 +730,7 @@ char *ts_dein_plan_explain(const ts_dein_plan *p) {
       }
       put(&b, "\n");
     }
-  put(&b, "  output [%s] shape [", p->out_labels);
-  for (int d = 0; d < p->out_ndim; d++)
-    put(&b, "%s%lld", d ? "," : "", (long long)p->out_shape[d]);
-  put(&b, "]\ncandidates (wire bytes, busiest rank's work, peak bytes of a rank):\n");
+  put(&b, "candidates (wire bytes, busiest rank's work, peak bytes of a rank):\n");
   for (int k = 0; k < p->ncand; k++) {
     const ts_dein_cand *c = &p->cand[k];
     put(&b, "  %s %-10s %s\n", k == p->chosen ? "*" : " ", c->name, c->what);

@@ -118,6 +118,7 @@ typedef struct ts_dein_request {
    * first agreement: every rank then returns it. */
   int prior_status;
   const ts_error *prior_err;
+  bool no_scalar; /* refuse an output of 0 dims (the daemon stores 1 to 8 dims) */
 } ts_dein_request;
 
 /* kept: NULL, or receives the kept state (NULL on this rank when it computes nothing is not

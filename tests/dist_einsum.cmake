@@ -6,3 +6,14 @@ tshard_mpi_test(test_dist_einsum test_dist_einsum_mpi 1 2 3 4 8)
 
 add_executable(tshard-bench-einsum-dist ${CMAKE_CURRENT_LIST_DIR}/bench/bench_dist_einsum.c)
 target_link_libraries(tshard-bench-einsum-dist PRIVATE tsshard)
+
+# End to end: real daemons, the Python client and the CLI against numpy.
+if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
+  foreach(np 3 4)
+    add_test(NAME test_python_einsum_np${np}
+             COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/python/test_einsum.py
+                     ${CMAKE_RUNTIME_OUTPUT_DIRECTORY} ${np} ${np})
+    set_tests_properties(test_python_einsum_np${np} PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                         ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_LIST_DIR}/python")
+  endforeach()
+endif()

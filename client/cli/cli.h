@@ -63,5 +63,9 @@ int cmd_list(cli_args *a, tshard_client *c);
 int cmd_describe(cli_args *a, tshard_client *c);
 int cmd_stats(cli_args *a, tshard_client *c);
 int cmd_shutdown(cli_args *a, tshard_client *c);
+/* cmd_einsum.c: distributed einsum (issue 15) */
+int cmd_einsum(cli_args *a);
+int cmd_einsum_backward(cli_args *a, tshard_client *c);
+int cmd_einsum_release(cli_args *a, tshard_client *c);
 
 #endif

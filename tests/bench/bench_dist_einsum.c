@@ -158,7 +158,7 @@ static void run_case(const char *name, const char *eq, int n, const int *ndims,
   for (int i = 0; i < n; i++)
     add(s, names[i], ndims[i], shapes[i], attrs[i]);
   ts_attr *oa = out_attr ? attr(out_attr) : NULL;
-  ts_dein_request req = {eq, n, {names[0], names[1], names[2]}, "OUT", oa, NULL, 0, TS_OK, NULL};
+  ts_dein_request req = {eq, n, {names[0], names[1], names[2]}, "OUT", oa, NULL, 0, TS_OK, NULL, false};
   double times[16];
   int64_t wire = 0, planned = 0;
   char plan[32] = "";

@@ -329,7 +329,7 @@ static void run_case(ts_store *s, int caseno) {
   }
   ts_dein_plan_destroy(&probe);
   bool keep = rnd_below(2);
-  ts_dein_request req = {eq, info.n, {names[0], names[1], names[2]}, out, oattr, forced, 0, TS_OK, NULL};
+  ts_dein_request req = {eq, info.n, {names[0], names[1], names[2]}, out, oattr, forced, 0, TS_OK, NULL, false};
   ts_dein_kept *kept = NULL;
   ts_dein_report rep;
   char *explain = NULL;
@@ -453,7 +453,7 @@ static void misuse(ts_store *s) {
   put_tensor(s, "B", 2, sb, TS_F64, a, NULL, 1);
   put_tensor(s, "C", 2, sc, TS_F64, a, NULL, 2);
   put_tensor(s, "X", 2, sc, TS_F32, a, NULL, 2);
-  ts_dein_request r = {"ij,jk->ik", 2, {"A", "B"}, "Y", NULL, NULL, 0, TS_OK, NULL};
+  ts_dein_request r = {"ij,jk->ik", 2, {"A", "B"}, "Y", NULL, NULL, 0, TS_OK, NULL, false};
   r.equation = "ij,jk->iq";
   expect_error(s, &r, TS_EINSUM, "output label absent");
   r.equation = "ij,j?->ik";

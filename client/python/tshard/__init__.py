@@ -13,7 +13,8 @@ BadAttributeError, ...) with the daemon's message.
 from .attr import Attr, Mesh, Partial, Replicate, Shard
 from .client import DTYPES, Client, connect, read_token_file, socket_path
 from .errors import TshardError, error_for
+from .einsum import EinsumResult
 from . import errors
 
 __all__ = ["connect", "Client", "Attr", "Mesh", "Shard", "Replicate", "Partial", "TshardError",
-           "error_for", "errors", "DTYPES", "socket_path", "read_token_file"]
+           "error_for", "errors", "DTYPES", "socket_path", "read_token_file", "EinsumResult"]
