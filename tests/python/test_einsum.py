@@ -250,6 +250,25 @@ def cli(d):
                            capture_output=True, text=True, timeout=60)
         ok = p.returncode == 0 and "chosen: " in json.loads(p.stdout)["explain"]
         check(ok, f"cli einsum --explain --json: {p.stdout} {p.stderr}")
+        p = subprocess.run([tool, "einsum", "ij,jk->ik", "ca", "cb", "--out", "ce", "--keep",
+                            "--json", *sock], capture_output=True, text=True, timeout=60)
+        fid = json.loads(p.stdout)["forward_id"] if p.returncode == 0 else 0
+        check(p.returncode == 0 and fid > 0, f"cli einsum --json: {p.stdout} {p.stderr}")
+        g = values((8, 4))
+        c.create("cg", "f64", (8, 4), f"mesh=[{nranks}] placements=[S(1)]")
+        c.put("cg", g)
+        p = subprocess.run([tool, "einsum-backward", str(fid), "--grad-out", "cg", "--grads",
+                            "cga,", *sock], capture_output=True, text=True, timeout=60)
+        check(p.returncode == 0, f"cli einsum-backward: {p.stdout} {p.stderr}")
+        check(np.allclose(c.get("cga"), g @ b.T), "cli einsum-backward gradient")
+        p = subprocess.run([tool, "einsum-release", str(fid), *sock], capture_output=True,
+                           text=True, timeout=60)
+        check(p.returncode == 0, f"cli einsum-release: {p.stderr}")
+        p = subprocess.run([tool, "einsum-release", str(fid), *sock], capture_output=True,
+                           text=True, timeout=60)
+        check(p.returncode == 1 and "NO_FORWARD" in p.stderr, f"cli release twice: {p.stderr}")
+        for n in ("ce", "cg", "cga"):
+            c.drop(n)
         p = subprocess.run([tool, "einsum", "ij,jk->ik", "ca", "nope", "--out", "cd", *sock],
                            capture_output=True, text=True, timeout=60)
         check(p.returncode == 1 and "nope" in p.stderr, f"cli missing operand: {p.stderr}")
