@@ -17,3 +17,7 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
                          ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_LIST_DIR}/python")
   endforeach()
 endif()
+
+# The planner alone (no MPI): known cases, forced plans, errors, 4096 ranks offline.
+tshard_unit_test(test_dist_einsum_plan ${CMAKE_CURRENT_LIST_DIR}/unit/test_dist_einsum_plan.c)
+target_link_libraries(test_dist_einsum_plan PRIVATE tsplan)
