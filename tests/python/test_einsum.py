@@ -224,6 +224,14 @@ def misuse(c):
            "wrong gradient shape")
     expect(tshard.errors.InvalidArgumentError, lambda: c.einsum_backward(r, "GY", ["ga"]),
            "wrong gradient count")
+    # an idempotency key runs the einsum once; a repeat gets the same forward
+    k1 = c.einsum("ij,jk->ik", "A", "B", out="YK", key="einsum-key-1")
+    c.einsum("ji->ij", "B", out="BT")
+    k2 = c.einsum("ij,jk->ik", "A", "B", out="YK", key="einsum-key-1")
+    check(k1.forward_id == k2.forward_id and k1.plan == k2.plan,
+          f"idempotent einsum: {k1} {k2}")
+    c.drop("YK")
+    c.drop("BT")
     c.drop("A")  # the forward read A: its record goes
     expect(tshard.errors.NoForwardError, lambda: c.einsum_backward(r, "GY", [None, "gb"]),
            "backward after an operand was dropped")
