@@ -224,6 +224,19 @@ def misuse(c):
            "wrong gradient shape")
     expect(tshard.errors.InvalidArgumentError, lambda: c.einsum_backward(r, "GY", ["ga"]),
            "wrong gradient count")
+    # the kept state is in the daemon's memory account until released
+    c.create("M1", "f64", (256, 512), "mesh=[1] placements=[R]")
+    c.create("M2", "f64", (512, 256), "mesh=[1] placements=[R]")
+    before = c.stats()["memory_in_use"]
+    km = c.einsum("ij,jk->ik", "M1", "M2", out="M3", keep=True)
+    during = c.stats()["memory_in_use"]
+    c.einsum_release(km)
+    after = c.stats()["memory_in_use"]
+    check(km.kept_bytes >= 2 * 256 * 512 * 8, f"kept bytes {km.kept_bytes}")
+    check(during - after >= km.kept_bytes and after - before >= 256 * 256 * 8,
+          f"memory in use: {before} -> {during} (kept {km.kept_bytes}) -> {after}")
+    for n in ("M1", "M2", "M3"):
+        c.drop(n)
     # an idempotency key runs the einsum once; a repeat gets the same forward
     k1 = c.einsum("ij,jk->ik", "A", "B", out="YK", key="einsum-key-1")
     c.einsum("ji->ij", "B", out="BT")
