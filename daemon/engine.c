@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "einsum.h"
 #include "engine.h"
 #include "shm.h"
 
@@ -338,6 +339,7 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
           (unsigned long long)tsd_seq_ops_run(e->seq));
 out:
   tsd_session_free_all(e);
+  tsd_einsum_free_all(e);
   tsd_seq_destroy(&e->seq);
   ts_control_destroy(&e->ctl);
   ts_store_destroy(&e->store);

@@ -27,6 +27,7 @@ typedef struct tsd_engine {
   tsd_seq *seq; /* the order of collective operations (sequencer.c) */
   bool stopping;
   struct tsd_shm_seg *shm_segs; /* live shared-memory segments (shm.c) */
+  struct tsd_einsum_state *einsum; /* distributed einsum: the forwards' records (einsum.c) */
   /* stats */
   uint64_t ops_answered;
   uint64_t strat_runs[TS_STRATEGY_COUNT], strat_sent[TS_STRATEGY_COUNT],

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "einsum.h"
 #include "engine.h"
 #include "putcheck.h"
 #include "shm.h"
@@ -243,7 +244,10 @@ int tsd_run_drop(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_e
   ts_error lerr;
   ts_error_clear(&lerr);
   int lst = ts_store_drop(e->store, name, &lerr);
-  return agree(e, lst, &lerr, err);
+  int rc = agree(e, lst, &lerr, err);
+  if (lst == TS_OK)
+    tsd_einsum_forget(e, name); /* einsum forwards that read it (einsum.c) */
+  return rc;
 }
 
 /* The attribute "the whole tensor on one rank". */

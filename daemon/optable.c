@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "einsum.h"
 #ifdef TSD_WIRE_ONLY
 #define ENGINE(f) NULL
 #else
@@ -62,6 +63,15 @@ static const tsd_op ops[] = {
      ENGINE(tsd_op_stats), NULL, NULL, NULL},
     {OP(SHUTDOWN), "shutdown", TSD_SCOPE_COLLECTIVE, NULL, false, tsd_validate_none, NULL, NULL,
      ENGINE(tsd_run_shutdown), NULL, NULL},
+    {OP(EINSUM), "einsum", TSD_SCOPE_COLLECTIVE, NULL, false, tsd_validate_einsum, NULL, NULL,
+     ENGINE(tsd_run_einsum), ENGINE(tsd_changes_einsum), ENGINE(tsd_answer_einsum)},
+    {OP(EINSUM_BACKWARD), "einsum_backward", TSD_SCOPE_COLLECTIVE, NULL, false,
+     tsd_validate_einsum_backward, NULL, NULL, ENGINE(tsd_run_einsum_backward),
+     ENGINE(tsd_changes_einsum_backward), NULL},
+    {OP(EINSUM_RELEASE), "einsum_release", TSD_SCOPE_COLLECTIVE, NULL, false,
+     tsd_validate_einsum_release, NULL, NULL, ENGINE(tsd_run_einsum_release), NULL, NULL},
+    {OP(EINSUM_PLAN), "einsum_plan", TSD_SCOPE_LOCAL, NULL, false, tsd_validate_einsum_plan, NULL,
+     ENGINE(tsd_op_einsum_plan), NULL, NULL, NULL},
     {OP(SHM_ATTACH), "shm_attach", TSD_SCOPE_LOCAL, NULL, true, tsd_validate_none, NULL,
      ENGINE(tsd_shm_attach), NULL, NULL, NULL},
 };

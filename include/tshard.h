@@ -191,6 +191,45 @@ int tshard_reshard_report(const tshard_client *c, char *strategy, size_t cap,
 /* Why the last tshard_connect_rank of this thread failed: "no daemon serves job X on rank R at
  * PATH; start one with tshard-launch ..." or a bad job name ("" before any failure). */
 const char *tshard_connect_message(void);
+/* ---------------------------------------------------------------------------------------------
+ * Distributed einsum (issue 15): out = einsum(equation, operands) on the daemons, where the
+ * shards live. The planner compares candidate plans (the operands as they are, one operand
+ * following another's shards, an operand gathered, the requested output's shards, ...) by the
+ * reshard planner's exact bytes on the wire, then the busiest rank's work and peak memory; a
+ * sharded contracted label gives a Partial(sum) result, reduced only when `attr` asks. Atomic:
+ * on failure nothing changed on any rank. Equations are numpy's with explicit labels (no "..."),
+ * 1 to 3 operands of one dtype. */
+typedef struct tshard_einsum_opts {
+  const char *attr;  /* the output's attribute (NULL: the natural one) */
+  const char *plan;  /* NULL/"auto", or a candidate: as_is, match:I, free:I, gather:I, output,
+                        replicate */
+  int keep;          /* keep the local operands and transposes for einsum_backward */
+  int explain;       /* return the EXPLAIN text */
+  const char *key;   /* idempotency key (NULL: none) */
+} tshard_einsum_opts;
+
+typedef struct tshard_einsum_result {
+  uint64_t forward_id; /* for tshard_einsum_backward and tshard_einsum_release */
+  char plan[32];       /* the candidate that ran (or would run) */
+  int64_t planned_wire_bytes;
+  int64_t kept_bytes;  /* this rank's kept state */
+  char *explain;       /* malloc'd, or NULL; tshard_einsum_result_clear frees it */
+} tshard_einsum_result;
+
+/* result may be NULL. */
+int tshard_einsum(tshard_client *c, const char *equation, int n, const char *const *operands,
+                  const char *out, const tshard_einsum_opts *opts, tshard_einsum_result *result);
+/* The EXPLAIN only, from the daemon's tensors; nothing runs (attr, plan may be NULL). */
+int tshard_einsum_plan(tshard_client *c, const char *equation, int n,
+                       const char *const *operands, const char *attr, const char *plan,
+                       tshard_einsum_result *result);
+/* Gradients of forward `forward_id` from the output gradient `grad_out`: grads[i] names the
+ * gradient of operand i (NULL or "": not wanted); n is the forward's operand count. */
+int tshard_einsum_backward(tshard_client *c, uint64_t forward_id, const char *grad_out, int n,
+                           const char *const *grads, const char *key);
+/* Frees the forward's kept state on every rank. */
+int tshard_einsum_release(tshard_client *c, uint64_t forward_id, const char *key);
+void tshard_einsum_result_clear(tshard_einsum_result *r); /* accepts NULL */
 
 #ifdef __cplusplus
 }

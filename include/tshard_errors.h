@@ -38,7 +38,9 @@
   X(AUTH, 23, "authentication failed")                                                             \
   X(INTERNAL, 24, "internal error")                                                                \
   X(KEY_CONFLICT, 27, "idempotency key already used for a different request")                     \
-  X(INCOMPLETE, 28, "not every participant submitted the collective operation")
+  X(INCOMPLETE, 28, "not every participant submitted the collective operation")                   \
+  X(EINSUM_PLAN, 30, "the forced distributed einsum plan is unknown or does not apply")            \
+  X(NO_FORWARD, 31, "no kept einsum forward with this id")
 
 typedef enum {
 #define TS_X_ENUM(name, value, msg) TS_##name = value,

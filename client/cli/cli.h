@@ -88,5 +88,9 @@ int cmd_shutdown(cli_args *a, tshard_client *c);
 /* cmd_spmd.c: --participants and --collective-timeout of create, reshard and drop (sets the
  * client's group); CLI_OK or the exit code, the message printed. */
 int cli_apply_group(const cli_args *a, tshard_client *c);
+/* cmd_einsum.c: distributed einsum (issue 15) */
+int cmd_einsum(cli_args *a);
+int cmd_einsum_backward(cli_args *a, tshard_client *c);
+int cmd_einsum_release(cli_args *a, tshard_client *c);
 
 #endif

@@ -100,6 +100,35 @@ static const cli_command commands[] = {
      "tshard describe w --json"},
     {"stats", NULL, cmd_stats, "operations, bytes per strategy and memory of the connected daemon",
      CONNECT_HELP "  --json           machine-readable output\n", "tshard stats --rank 2"},
+    {"einsum", cmd_einsum, NULL,
+     "distributed einsum where the shards live: EQ A [B [C]] --out NAME (or --explain)",
+     "  EQ A [B [C]]     the equation (numpy's, explicit labels) and the operand tensors\n"
+     "  --out NAME       the output tensor to create\n"
+     "  --to ATTR        the output's attribute (default: the natural one, Partial where a\n"
+     "                   sharded label is contracted)\n"
+     "  --plan P         auto (default), as_is, match:I, free:I, gather:I, output, replicate\n"
+     "  --keep           keep the local operands and transposes for einsum-backward\n"
+     "  --explain        print the planner's EXPLAIN (without --out: plan only, nothing runs)\n"
+     "  --key KEY        idempotency key\n"
+     "  --ranks N        offline: plan locally for a world of N ranks (no daemon), with\n"
+     "  --shape S        each operand's global shape (once per operand, in order)\n"
+     "  --attr ATTR      each operand's attribute (once per operand, in order)\n"
+     "  --dtype T        offline: the operands' dtype (default f32)\n"
+     "  --json           machine-readable output\n" CONNECT_HELP,
+     "tshard einsum 'bij,bjk->bik' a b --out c --to 'mesh=[4] placements=[S(0)]' --explain"},
+    {"einsum-backward", NULL, cmd_einsum_backward,
+     "gradients of an einsum forward: ID --grad-out NAME --grads G0,G1",
+     "  ID               the forward id printed by tshard einsum\n"
+     "  --grad-out NAME  the output's gradient (a tensor of the output's shape)\n"
+     "  --grads LIST     one name per operand, comma-separated, empty for none (e.g. ga,)\n"
+     "  --key KEY        idempotency key\n"
+     "  --json           machine-readable output\n" CONNECT_HELP,
+     "tshard einsum-backward 12 --grad-out gc --grads ga,gb"},
+    {"einsum-release", NULL, cmd_einsum_release, "free what an einsum forward kept: ID",
+     "  ID               the forward id printed by tshard einsum\n"
+     "  --key KEY        idempotency key\n"
+     "  --json           machine-readable output\n" CONNECT_HELP,
+     "tshard einsum-release 12"},
     {"shutdown", NULL, cmd_shutdown, "stop every daemon of the job",
      "  --key KEY        idempotency key\n" CONNECT_HELP, "tshard shutdown --job demo"},
 };

@@ -14,10 +14,11 @@ from ._version import __version__
 from .attr import Attr, AttrError, Mesh, Partial, Replicate, Shard
 from .client import DTYPES, Client, connect, read_token_file, socket_path
 from .errors import TshardError, error_for
+from .einsum import EinsumResult
 from . import errors
 from . import spmd
 from .offline import plan, show  # issue 14: offline plan and drawing (offline.py)
 
 __all__ = ["connect", "Client", "Attr", "AttrError", "Mesh", "Shard", "Replicate", "Partial",
            "TshardError", "error_for", "errors", "DTYPES", "socket_path", "read_token_file", "spmd",
-           "plan", "show"]
+           "plan", "show", "EinsumResult"]

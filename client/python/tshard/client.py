@@ -545,6 +545,25 @@ class Client:
                                                    layout=pb.Layout(tag=layout or "")))
         return {"strategy": r.strategy or None, "ms": r.elapsed_us / 1000.0}
 
+    # Distributed einsum (issue 15): see einsum.py
+    def einsum(self, equation, *operands, out, attr=None, plan=None, keep=False, explain=False,
+               key=None):
+        from . import einsum as _e
+        return _e.einsum(self, equation, *operands, out=out, attr=attr, plan=plan, keep=keep,
+                         explain=explain, key=key)
+
+    def einsum_plan(self, equation, *operands, attr=None, plan=None):
+        from . import einsum as _e
+        return _e.einsum_plan(self, equation, *operands, attr=attr, plan=plan)
+
+    def einsum_backward(self, forward, grad_out, grads, key=None):
+        from . import einsum as _e
+        return _e.einsum_backward(self, forward, grad_out, grads, key=key)
+
+    def einsum_release(self, forward, key=None):
+        from . import einsum as _e
+        return _e.einsum_release(self, forward, key=key)
+
     def drop(self, name, key=None):
         self._call(key, drop=pb.DropRequest(name=_check_name(name)))
 

@@ -1,0 +1,99 @@
+"""Distributed einsum on the daemons (issue 15): ``out = einsum(equation, operands)`` computed
+where the shards live.
+
+The daemons' planner compares candidate plans (the operands as they are, one operand following
+another's shards, an operand gathered, the requested output's shards, ...) by the reshard
+planner's exact bytes on the wire, then the busiest rank's work and the peak memory, and runs the
+cheapest. A sharded contracted label gives a ``Partial(sum)`` result, reduced only when ``attr``
+asks for it. On any failure nothing changes on any rank. The Client's methods ``einsum``,
+``einsum_plan``, ``einsum_backward`` and ``einsum_release`` delegate here.
+"""
+import collections
+
+from . import tshard_pb2 as pb
+from .attr import Attr
+from .errors import error_for
+
+__all__ = ["EinsumResult", "einsum", "einsum_plan", "einsum_backward", "einsum_release"]
+
+MAX_OPERANDS = 3
+
+EinsumResult = collections.namedtuple(
+    "EinsumResult", "forward_id plan explain planned_wire_bytes kept_bytes")
+EinsumResult.__doc__ = ("What an einsum did: forward_id (for einsum_backward and einsum_release),"
+                        " the plan that ran, its EXPLAIN ('' unless asked), the planned bytes on"
+                        " the wire and this rank's kept bytes.")
+
+
+def _request(client, equation, operands, out, attr, plan, keep, explain):
+    from .client import _check_name
+    if not isinstance(equation, str) or not equation:
+        raise error_for(12, "the einsum equation must be a non-empty str such as 'ij,jk->ik'")
+    if not 1 <= len(operands) <= MAX_OPERANDS:
+        raise error_for(12, f"{len(operands)} einsum operands; give 1 to {MAX_OPERANDS} tensor "
+                            f"names")
+    for name in operands:
+        _check_name(name, "einsum operand")
+    if out is not None:
+        _check_name(out, "einsum output")
+    q = pb.EinsumRequest(equation=equation, operands=list(operands), out=out or "",
+                         plan=plan or "", keep=bool(keep), explain=bool(explain))
+    if attr is not None:
+        q.attr.CopyFrom(pb.DistAttr(text=str(attr) if isinstance(attr, Attr) else attr))
+    return q
+
+
+def _result(r):
+    e = r.einsum
+    return EinsumResult(e.forward_id, e.plan, e.explain, e.planned_wire_bytes, e.kept_bytes)
+
+
+def einsum(client, equation, *operands, out, attr=None, plan=None, keep=False, explain=False,
+           key=None):
+    """Creates tensor ``out`` = einsum(equation, operands) on every rank; returns an
+    EinsumResult. ``attr``: the output's attribute (text or Attr; None: the natural one).
+    ``plan``: None/"auto" or a candidate (as_is, match:I, free:I, gather:I, output, replicate).
+    ``keep``: keep the local operands and transposes for einsum_backward (counted against the
+    memory limit until einsum_release, or until an operand is dropped)."""
+    if out is None:
+        raise error_for(1, "einsum needs out=NAME for the result")
+    q = _request(client, equation, operands, out, attr, plan, keep, explain)
+    return _result(client._call(key, einsum=q))
+
+
+def einsum_plan(client, equation, *operands, attr=None, plan=None):
+    """The EXPLAIN of an einsum of stored tensors, nothing run: an EinsumResult (forward_id 0)."""
+    q = _request(client, equation, operands, None, attr, plan, False, True)
+    return _result(client._call(einsum_plan=q))
+
+
+def _forward_id(forward):
+    fid = forward.forward_id if isinstance(forward, EinsumResult) else forward
+    if not isinstance(fid, int) or isinstance(fid, bool) or fid < 0:
+        raise error_for(1, "forward must be an EinsumResult or its forward_id (an int >= 0)")
+    return fid
+
+
+def einsum_backward(client, forward, grad_out, grads, key=None):
+    """Stores the gradients of a forward (an EinsumResult or its forward_id) from the output
+    gradient ``grad_out``: ``grads`` has one name per operand (None for none), e.g. ["ga", None].
+    Gradients get the attributes they need (Partial where a sharded contraction requires)."""
+    from .client import _check_name
+    fid = _forward_id(forward)
+    _check_name(grad_out, "output gradient")
+    grads = list(grads)
+    if not 1 <= len(grads) <= MAX_OPERANDS:
+        raise error_for(1, f"{len(grads)} gradient names; give one per operand (None for none)")
+    for g in grads:
+        if g is not None:
+            _check_name(g, "gradient")
+    if all(g is None for g in grads):
+        raise error_for(1, "no gradient asked for; name the gradient of at least one operand")
+    q = pb.EinsumBackwardRequest(forward_id=fid, grad_out=grad_out,
+                                 grads=[g or "" for g in grads])
+    client._call(key, einsum_backward=q)
+
+
+def einsum_release(client, forward, key=None):
+    """Frees what a forward kept (on every rank)."""
+    client._call(key, einsum_release=pb.EinsumReleaseRequest(forward_id=_forward_id(forward)))
