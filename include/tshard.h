@@ -152,6 +152,28 @@ int tshard_stats_get(tshard_client *c, tshard_stats *s);
 /* Stops every daemon of the job (they finish what they run, answer, remove their sockets). */
 int tshard_shutdown(tshard_client *c, const char *key);
 
+/* ---------------------------------------------------------------------------------------------
+ * Checkpoints (issue 16; the format is in shard/CHECKPOINT.md). dir is a directory path every
+ * daemon can reach (a relative path is made absolute against this process's working directory);
+ * with per_node, a path on each node. names NULL or n 0: every tensor (save) or every tensor of
+ * the checkpoint (load). Both are collective; the save is atomic (the previous checkpoint in dir
+ * stays until every rank agreed), a failed load creates no tensor. */
+typedef struct tshard_save_opts {
+  int keep_partial; /* partial tensors: save their partial pieces instead of the reduced value */
+  int per_node;
+  const char *key;  /* idempotency key (NULL: none) */
+} tshard_save_opts;
+int tshard_save(tshard_client *c, const char *dir, const char *const *names, int n,
+                const tshard_save_opts *opts);
+
+typedef struct tshard_load_opts {
+  const char *attr; /* the attribute of every loaded tensor (NULL: each saved attribute) */
+  int per_node;
+  const char *key;
+} tshard_load_opts;
+int tshard_load(tshard_client *c, const char *dir, const char *const *names, int n,
+                const tshard_load_opts *opts);
+
 #ifdef __cplusplus
 }
 #endif

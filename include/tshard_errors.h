@@ -36,7 +36,8 @@
   X(REMOTE, 21, "the operation failed on another rank")                                            \
   X(SHUTDOWN, 22, "the daemon is shutting down")                                                   \
   X(AUTH, 23, "authentication failed")                                                             \
-  X(INTERNAL, 24, "internal error")
+  X(INTERNAL, 24, "internal error")                                                               \
+  X(CORRUPT, 32, "checkpoint data does not match its index or checksum")
 
 typedef enum {
 #define TS_X_ENUM(name, value, msg) TS_##name = value,

@@ -6,7 +6,8 @@
 #include "cli.h"
 
 /* Options that take no value: they never swallow the next argument. */
-static const char *const flags[] = {"--json", "--ascii", "--unicode", "--keep", "--help", NULL};
+static const char *const flags[] = {"--json", "--ascii", "--unicode", "--keep", "--help",
+                                     "--keep-partial", "--per-node", NULL};
 
 static bool is_flag(const char *arg) {
   for (int i = 0; flags[i]; i++)

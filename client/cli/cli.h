@@ -63,5 +63,9 @@ int cmd_list(cli_args *a, tshard_client *c);
 int cmd_describe(cli_args *a, tshard_client *c);
 int cmd_stats(cli_args *a, tshard_client *c);
 int cmd_shutdown(cli_args *a, tshard_client *c);
+/* cmd_ckpt.c: checkpoints (issue 16) */
+int cmd_save(cli_args *a, tshard_client *c);
+int cmd_load(cli_args *a, tshard_client *c);
+int cmd_checkpoint(cli_args *a);
 
 #endif
