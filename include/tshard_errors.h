@@ -37,7 +37,8 @@
   X(SHUTDOWN, 22, "the daemon is shutting down")                                                   \
   X(AUTH, 23, "authentication failed")                                                             \
   X(INTERNAL, 24, "internal error")                                                               \
-  X(CORRUPT, 32, "checkpoint data does not match its index or checksum")
+  X(CORRUPT, 32, "checkpoint data does not match its index or checksum")                           \
+  X(CHECKPOINT_IO, 33, "a checkpoint directory or file could not be written or read")
 
 typedef enum {
 #define TS_X_ENUM(name, value, msg) TS_##name = value,

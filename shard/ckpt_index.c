@@ -83,7 +83,7 @@ int ckpt_fsync_dir(const char *path, ts_error *err) {
     int e = errno;
     if (fd >= 0)
       close(fd);
-    return ts_error_set(err, TS_IO, "checkpoint: cannot sync directory '%s': %s", path,
+    return ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint: cannot sync directory '%s': %s", path,
                         strerror(e));
   }
   close(fd);
@@ -195,7 +195,7 @@ int ckpt_file_open(const char *dir, const char *name, ckpt_file *f, ts_error *er
   if (f->fd < 0 || fstat(f->fd, &st) != 0) {
     int e = errno;
     ckpt_file_close(f);
-    return ts_error_set(err, e == ENOENT ? TS_NOT_FOUND : TS_IO,
+    return ts_error_set(err, e == ENOENT ? TS_NOT_FOUND : TS_CHECKPOINT_IO,
                         "checkpoint file '%s' cannot be opened: %s", path, strerror(e));
   }
   f->size = st.st_size;
@@ -223,7 +223,7 @@ int ckpt_file_open(const char *dir, const char *name, ckpt_file *f, ts_error *er
     int e = errno;
     free(text);
     ckpt_file_close(f);
-    return ts_error_set(err, TS_IO, "checkpoint file '%s': cannot read its header: %s", path,
+    return ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint file '%s': cannot read its header: %s", path,
                         strerror(e));
   }
   json_error_t je;
@@ -385,10 +385,10 @@ int ts_ckpt_index_write(const ts_ckpt_index *idx, const char *path, ts_error *er
   if (fd < 0 || ckpt_pwrite_full(fd, text, len, 0) != 0 || ckpt_pwrite_full(fd, "\n", 1,
                                                                             (int64_t)len) ||
       fsync(fd) != 0)
-    rc = ts_error_set(err, TS_IO, "checkpoint: cannot write the index '%s': %s", path,
+    rc = ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint: cannot write the index '%s': %s", path,
                       strerror(errno));
   if (fd >= 0 && close(fd) != 0 && rc == TS_OK)
-    rc = ts_error_set(err, TS_IO, "checkpoint: cannot write the index '%s': %s", path,
+    rc = ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint: cannot write the index '%s': %s", path,
                       strerror(errno));
   free(text);
   return rc;
@@ -463,7 +463,7 @@ int ts_ckpt_index_read(const char *dir, ts_ckpt_index **out, ts_error *err) {
   if (!root) {
     struct stat st;
     if (stat(path, &st) != 0)
-      return ts_error_set(err, errno == ENOENT ? TS_NOT_FOUND : TS_IO,
+      return ts_error_set(err, errno == ENOENT ? TS_NOT_FOUND : TS_CHECKPOINT_IO,
                           "checkpoint index '%s' cannot be read: %s", path, strerror(errno));
     return ts_error_set(err, TS_CORRUPT, "checkpoint index '%s' is not JSON: line %d: %s", path,
                         je.line, je.text);

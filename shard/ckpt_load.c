@@ -77,7 +77,7 @@ static int mismatch(const ts_ckpt_tensor *t, const ts_ckpt_piece *p, uint64_t go
 }
 
 static int io_fail(const ts_ckpt_piece *p, const ts_ckpt_tensor *t, ts_error *err) {
-  return ts_error_set(err, errno == EIO ? TS_CORRUPT : TS_IO,
+  return ts_error_set(err, errno == EIO ? TS_CORRUPT : TS_CHECKPOINT_IO,
                       "checkpoint file '%s', piece '%s' (tensor '%s'): cannot read: %s", p->file,
                       p->key, t->name, errno == EIO ? "the file is shorter than its header says"
                                                     : strerror(errno));

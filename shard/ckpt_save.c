@@ -186,7 +186,7 @@ static int write_piece(int fd, const char *path, const ts_tensor *src, const ts_
     rc = ckpt_pwrite_full(fd, bytes, (size_t)len, p->offset);
   }
   if (rc)
-    rc = ts_error_set(err, TS_IO, "checkpoint: cannot write piece '%s' to '%s': %s", p->key,
+    rc = ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint: cannot write piece '%s' to '%s': %s", p->key,
                       path, strerror(errno));
   else
     *written += len;
@@ -287,7 +287,7 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
         exists = false; /* it was an empty directory, now removed */
     }
     if (!lst && mkdir(tmp, 0755) != 0)
-      lst = ts_error_set(&lerr, TS_IO, "checkpoint: cannot create '%s' next to '%s': %s", tmp,
+      lst = ts_error_set(&lerr, TS_CHECKPOINT_IO, "checkpoint: cannot create '%s' next to '%s': %s", tmp,
                          target, strerror(errno));
     made = lst == TS_OK;
   }
@@ -339,7 +339,7 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
     if (!lst) {
       fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
       if (fd < 0 || ckpt_pwrite_full(fd, hdr, hlen, 0) != 0)
-        lst = ts_error_set(&lerr, TS_IO, "checkpoint: cannot write '%s': %s", path,
+        lst = ts_error_set(&lerr, TS_CHECKPOINT_IO, "checkpoint: cannot write '%s': %s", path,
                            strerror(errno));
     }
     free(hdr);
@@ -387,9 +387,9 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
   }
   if (fd >= 0) {
     if (!lst && fsync(fd) != 0)
-      lst = ts_error_set(&lerr, TS_IO, "checkpoint: cannot sync '%s': %s", path, strerror(errno));
+      lst = ts_error_set(&lerr, TS_CHECKPOINT_IO, "checkpoint: cannot sync '%s': %s", path, strerror(errno));
     if (close(fd) != 0 && !lst)
-      lst = ts_error_set(&lerr, TS_IO, "checkpoint: cannot close '%s': %s", path, strerror(errno));
+      lst = ts_error_set(&lerr, TS_CHECKPOINT_IO, "checkpoint: cannot close '%s': %s", path, strerror(errno));
   }
   rep->bytes_written = written;
   rep->tensors = nt;
@@ -453,7 +453,7 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
   if (lead) {
     if (exists ? renameat2(AT_FDCWD, tmp, AT_FDCWD, target, RENAME_EXCHANGE) != 0
                : rename(tmp, target) != 0)
-      lst = ts_error_set(&lerr, TS_IO, "checkpoint: cannot move '%s' into place as '%s': %s", tmp,
+      lst = ts_error_set(&lerr, TS_CHECKPOINT_IO, "checkpoint: cannot move '%s' into place as '%s': %s", tmp,
                          target, strerror(errno));
     else if ((lst = ckpt_fsync_dir(parent, &lerr)) == TS_OK && exists)
       ckpt_remove_dir(tmp); /* the previous checkpoint, swapped out */

@@ -67,7 +67,7 @@ int cmd_checkpoint(cli_args *a) {
   ts_error err;
   int rc = ts_ckpt_index_read(dir, &idx, &err);
   if (rc)
-    return cli_fail(rc == TS_NOT_FOUND || rc == TS_IO ? CLI_IO : CLI_FAILED, err.msg);
+    return cli_fail(rc == TS_NOT_FOUND || rc == TS_CHECKPOINT_IO ? CLI_IO : CLI_FAILED, err.msg);
   char *text = ts_ckpt_index_describe(idx, dir);
   ts_ckpt_index_destroy(&idx);
   if (!text)

@@ -14,6 +14,7 @@ from .attr import Attr, Mesh, Partial, Replicate, Shard
 from .client import DTYPES, Client, connect, read_token_file, socket_path
 from .errors import TshardError, error_for
 from . import errors
+from . import checkpoint
 
 __all__ = ["connect", "Client", "Attr", "Mesh", "Shard", "Replicate", "Partial", "TshardError",
-           "error_for", "errors", "DTYPES", "socket_path", "read_token_file"]
+           "error_for", "errors", "checkpoint", "DTYPES", "socket_path", "read_token_file"]
