@@ -7,3 +7,7 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
   set_tests_properties(test_python_ckpt PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT} ENVIRONMENT
                        "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
 endif()
+
+add_executable(test_ckpt_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/test_ckpt.c)
+target_link_libraries(test_ckpt_mpi PRIVATE tsckpt)
+tshard_mpi_test(test_ckpt test_ckpt_mpi 1 3 4)
