@@ -11,3 +11,6 @@ endif()
 add_executable(test_ckpt_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/test_ckpt.c)
 target_link_libraries(test_ckpt_mpi PRIVATE tsckpt)
 tshard_mpi_test(test_ckpt test_ckpt_mpi 1 3 4)
+
+add_executable(tshard-bench-ckpt ${CMAKE_CURRENT_LIST_DIR}/bench/bench_ckpt.c)
+target_link_libraries(tshard-bench-ckpt PRIVATE tsckpt)
