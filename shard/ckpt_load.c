@@ -6,8 +6,8 @@
  * reads, for every piece meeting its box, only the bytes of the intersection: runs contiguous in
  * the file and in the slice, pread straight into the slice (a piece whose intersection spans the
  * inner dims of both is one pread). Every piece's XXH3-64 is verified once, by its verifier: the
- * rank reading the most of it (ties: the lowest mesh index). When that rank reads the whole piece
- * it hashes the runs as they arrive (a streaming XXH3 state over the runs in file order), so a
+ * rank reading the most of it (ties spread round the mesh from piece to piece). When that rank
+ * reads the whole piece it hashes the runs as they arrive (a streaming XXH3 state over the runs in file order), so a
  * load under the saved attribute reads every byte exactly once; otherwise it reads the whole
  * piece once more through a bounded buffer only to hash it (a resharding load reads up to twice
  * the bytes: the price of whole-piece checksums). Each file header is checked against the index
@@ -188,9 +188,11 @@ static int read_tensor(reader *r, const ts_ckpt_tensor *t, const ts_geom *g, con
   int64_t me = ts_geom_mesh_index(g, rank);
   for (int k = 0; k < t->npieces; k++) {
     const ts_ckpt_piece *p = &t->pieces[k];
-    /* the verifier: the mesh index reading the most of this piece */
+    /* the verifier: the mesh index reading the most of this piece; ties go round the mesh
+     * from piece to piece (a resharding load spreads the verifying reads over the ranks) */
     int64_t best = -1, best_n = 0;
-    for (int64_t i = 0; i < a->nranks; i++) {
+    for (int64_t j = 0; j < a->nranks; j++) {
+      int64_t i = (k + j) % a->nranks;
       ts_box b, x;
       ts_geom_index_box(g, i, &b);
       int64_t nx = ts_box_intersect(&b, &p->box, &x) ? ts_box_numel(&x) : 0;

@@ -144,6 +144,14 @@ with Daemons(bin_dir, 4) as d:
     c.load(c2, names=["kept"], attr="mesh=[3] placements=[S(0)]")
     check(np.array_equal(c.get("kept"), kept_ref), "load kept partial pieces into S(0) on 3")
 
+    # per-node directories (one node here: the node's leader is rank 0)
+    pn = os.path.join(work, "pernode")
+    c.save(pn, names=["s1_f16", "rep_i8"], per_node=True)
+    check(np.array_equal(ck.read(pn, "s1_f16"), ref["s1_f16"]), "per-node save, reader")
+    c.drop("s1_f16")
+    c.load(pn, names=["s1_f16"], attr="mesh=[4] placements=[S(0)]", per_node=True)
+    check(np.array_equal(c.get("s1_f16"), ref["s1_f16"]), "per-node load")
+
     # misuse
     expect(tshard.errors.ExistsError, lambda: c.load(c1, names=["kept"]), "load over an existing",
            ("kept", "exists"))
