@@ -497,9 +497,9 @@ int ts_ckpt_index_read(const char *dir, ts_ckpt_index **out, ts_error *err) {
     for (int d = 0; d < t->ndim; d++) {
       if (t->shape[d] < 0 || t->shape[d] > ((int64_t)1 << 50))
         BAD("tensor '%s': an extent in shape is negative or above 2^50", name);
-      numel = t->shape[d] ? numel * t->shape[d] : 0;
-      if (numel > ((int64_t)1 << 50))
+      if (t->shape[d] && numel > (((int64_t)1 << 50) / t->shape[d]))
         BAD("tensor '%s': more than 2^50 elements", name);
+      numel *= t->shape[d];
     }
     const char *attr = json_string_value(json_object_get(o, "attr"));
     if (!attr || !(t->attr = strdup(attr)))

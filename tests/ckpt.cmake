@@ -14,3 +14,7 @@ tshard_mpi_test(test_ckpt test_ckpt_mpi 1 3 4)
 
 add_executable(tshard-bench-ckpt ${CMAKE_CURRENT_LIST_DIR}/bench/bench_ckpt.c)
 target_link_libraries(tshard-bench-ckpt PRIVATE tsckpt)
+
+# The index and file headers alone (no MPI): round trips and misuse.
+tshard_unit_test(test_ckpt_index ${CMAKE_CURRENT_LIST_DIR}/unit/test_ckpt_index.c)
+target_link_libraries(test_ckpt_index PRIVATE tsckptidx)
