@@ -256,6 +256,8 @@ with Daemons(bin_dir, 4) as d:
     out = subprocess.run([tsh, "checkpoint", "show", work], capture_output=True, text=True)
     check(out.returncode != 0 and "index.json" in out.stderr, "checkpoint show of no checkpoint")
     c.close()
+    code = d.stop()
+    check(code == 0, f"4 daemons exit 0 after shutdown ({code}):\n{d.logs()[-3000:]}")
 
 # a rank killed mid-save: the previous checkpoint stays whole and loadable
 killed_env = {"TSHARD_CKPT_FAIL_RANK": "2", "TSHARD_CKPT_FAIL_AFTER": "8", "TSHARD_CKPT_FAIL_KILL": "1"}
@@ -338,6 +340,9 @@ with Daemons(bin_dir, 3) as d, d.connect(1) as c:
     c4 = os.path.join(work, "c4")
     c.save(c4, names=["W"])
     check(np.array_equal(ck.read(c4, "W"), W), "saved on 3, read back")
+    c.close()
+    code = d.stop()
+    check(code == 0, f"3 daemons exit 0 after shutdown ({code}):\n{d.logs()[-3000:]}")
 
 with Daemons(bin_dir, 6) as d, d.connect(5) as c:
     c.load(c1)  # the saved attributes name ranks 0-3 of 6
@@ -348,6 +353,9 @@ with Daemons(bin_dir, 6) as d, d.connect(5) as c:
     check(np.array_equal(c.get("s0r_i32"), ref["s0r_i32"]), "loaded on 6 under [2,3]")
     c.load(os.path.join(work, "c4"), names=["W"])
     check(np.array_equal(c.get("W"), W), "saved on 3, loaded on 6")
+    c.close()
+    code = d.stop()
+    check(code == 0, f"6 daemons exit 0 after shutdown ({code}):\n{d.logs()[-3000:]}")
 
 shutil.rmtree(work)
 check.finish()
