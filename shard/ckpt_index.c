@@ -63,7 +63,7 @@ int ckpt_pread_full(int fd, void *buf, size_t len, int64_t off) {
 int ckpt_pwrite_full(int fd, const void *buf, size_t len, int64_t off) {
   const uint8_t *p = buf;
   while (len) {
-    size_t step = len > ((size_t)1 << 30) ? ((size_t)1 << 30) : len;
+    size_t step = len > ((size_t)64 << 20) ? ((size_t)64 << 20) : len; /* 64 MiB writes */
     ssize_t r = pwrite(fd, p, step, (off_t)off);
     if (r < 0 && errno == EINTR)
       continue;

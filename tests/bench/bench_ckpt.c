@@ -192,6 +192,7 @@ int main(int argc, char **argv) {
          *tl = calloc((size_t)runs, 8), *tx = calloc((size_t)runs, 8);
   int64_t extra = 0;
   for (int r = 0; r < runs; r++) {
+    t = ts_store_find(s, "w"); /* reloaded by the previous run */
     /* the plain write and the save alternate which goes first (a virtual disk's write bursts
      * and throttling then favour neither) */
     if (r % 2 == 0)
