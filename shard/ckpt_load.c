@@ -9,8 +9,9 @@
  * rank reading the most of it (ties spread round the mesh from piece to piece). When that rank
  * reads the whole piece it hashes the runs as they arrive (a streaming XXH3 state over the runs in file order), so a
  * load under the saved attribute reads every byte exactly once; otherwise it reads the whole
- * piece once more through a bounded buffer only to hash it (a resharding load reads up to twice
- * the bytes: the price of whole-piece checksums). Each file header is checked against the index
+ * piece through a bounded buffer to hash it, copying its own part out of that buffer on the way
+ * (the other readers of the piece still read their parts: a resharding load reads up to twice
+ * the bytes, the price of whole-piece checksums). Each file header is checked against the index
  * (dtype, shape, offsets inside the file). Any failure on any rank (missing file, lying header,
  * checksum, memory) is agreed over the world: every rank returns the same error naming the file
  * and the piece, and no loaded tensor is kept.
@@ -133,32 +134,75 @@ static int read_runs(int fd, int64_t off, const ts_box *P, const ts_box *I, cons
   return 0;
 }
 
-/* Reads a whole piece through the verify buffer only to hash it. */
+/* A dense row-major view of a box-shaped buffer. */
+static void box_view(const ts_box *b, ts_dtype dt, void *data, ts_tensor *t) {
+  int64_t ext[TS_MAX_DIMS];
+  for (int d = 0; d < b->ndim; d++)
+    ext[d] = b->hi[d] - b->lo[d];
+  t->data = data;
+  t->bytes = (size_t)ts_box_numel(b) * ts_dtype_size(dt);
+  ts_layout_plain(&t->layout, dt, b->ndim, ext, NULL);
+}
+
+/* Reads a whole piece through the verify buffer to hash it, in chunks of whole dim-0 slabs;
+ * with I (the part this rank needs, NULL: none) copies that part of each chunk into dst
+ * (row-major over B) on the way, so the verifier reads its own part only once. Returns
+ * TS_UNSUPPORTED (nothing read) when I is given but a slab does not fit the buffer. */
 static int verify_whole(reader *r, int fd, int64_t off, const ts_ckpt_tensor *t,
-                        const ts_ckpt_piece *p, int64_t bytes, ts_error *err) {
+                        const ts_ckpt_piece *p, int64_t bytes, const ts_box *I, const ts_box *B,
+                        uint8_t *dst, ts_error *err) {
   if (!r->vbuf) {
     r->vcap = 16u << 20;
     r->vbuf = ts_shard_alloc_as(r->vcap, TS_POOL_STAGING, "the checkpoint verify buffer", err);
     if (!r->vbuf)
       return err ? err->code : TS_NO_MEMORY;
   }
+  const ts_box *P = &p->box;
+  int64_t rows = P->ndim ? P->hi[0] - P->lo[0] : 1;
+  int64_t slab = rows ? bytes / rows : bytes;
+  if (I && (P->ndim == 0 || slab > (int64_t)r->vcap))
+    return TS_UNSUPPORTED;
+  int64_t step = I ? ((int64_t)r->vcap / slab) * slab : (int64_t)r->vcap;
   XXH3_state_t *st = XXH3_createState();
   if (!st)
     return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory");
   XXH3_64bits_reset(st);
-  for (int64_t done = 0; done < bytes;) {
-    size_t step = (size_t)(bytes - done) < r->vcap ? (size_t)(bytes - done) : r->vcap;
-    if (ckpt_pread_full(fd, r->vbuf, step, off + done)) {
-      XXH3_freeState(st);
-      return io_fail(p, t, err);
+  ts_tensor to;
+  if (I)
+    box_view(B, t->dtype, dst, &to);
+  int rc = TS_OK;
+  for (int64_t done = 0; done < bytes && !rc;) {
+    size_t n = (size_t)(bytes - done < step ? bytes - done : step);
+    if (ckpt_pread_full(fd, r->vbuf, n, off + done)) {
+      rc = io_fail(p, t, err);
+      break;
     }
-    XXH3_64bits_update(st, r->vbuf, step);
-    done += (int64_t)step;
+    XXH3_64bits_update(st, r->vbuf, n);
+    if (I) { /* the chunk's box: slabs [done / slab, (done + n) / slab) of the piece */
+      ts_box C = *P, X;
+      C.lo[0] = P->lo[0] + done / slab;
+      C.hi[0] = P->lo[0] + (done + (int64_t)n) / slab;
+      if (ts_box_intersect(&C, I, &X) && ts_box_numel(&X) > 0) {
+        ts_tensor from;
+        box_view(&C, t->dtype, r->vbuf, &from);
+        int64_t ds[TS_MAX_DIMS], ss[TS_MAX_DIMS], ext[TS_MAX_DIMS];
+        for (int d = 0; d < X.ndim; d++) {
+          ds[d] = X.lo[d] - B->lo[d];
+          ss[d] = X.lo[d] - C.lo[d];
+          ext[d] = X.hi[d] - X.lo[d];
+        }
+        rc = ts_copy_box(&to, ds, &from, ss, ext, NULL, err);
+        r->rep->bytes_read += ts_box_numel(&X) * (int64_t)ts_dtype_size(t->dtype);
+      }
+    }
+    done += (int64_t)n;
   }
-  r->rep->bytes_verified_extra += bytes;
+  if (!rc)
+    r->rep->bytes_verified_extra +=
+        bytes - (I ? ts_box_numel(I) * (int64_t)ts_dtype_size(t->dtype) : 0);
   uint64_t h = XXH3_64bits_digest(st);
   XXH3_freeState(st);
-  return h == p->xxh3 ? TS_OK : mismatch(t, p, h, err);
+  return rc ? rc : h == p->xxh3 ? TS_OK : mismatch(t, p, h, err);
 }
 
 /* Every piece inside the tensor, pairwise disjoint, covering it (pieces not kept partial). */
@@ -220,6 +264,13 @@ static int read_tensor(reader *r, const ts_ckpt_tensor *t, const ts_geom *g, con
         return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory");
       XXH3_64bits_reset(st);
     }
+    if (verifier && reads && !inline_hash) { /* verify and take this rank's part at once */
+      rc = verify_whole(r, f->fd, off, t, p, bytes, &I, &e->box, e->local.data, err);
+      if (rc == TS_OK)
+        continue;
+      if (rc != TS_UNSUPPORTED) /* UNSUPPORTED: slabs too large; read and verify apart */
+        return rc;
+    }
     if (reads && read_runs(f->fd, off, &p->box, &I, &e->box, e->local.data, es, st,
                            &r->rep->bytes_read)) {
       XXH3_freeState(st);
@@ -230,7 +281,8 @@ static int read_tensor(reader *r, const ts_ckpt_tensor *t, const ts_geom *g, con
       XXH3_freeState(st);
       if (h != p->xxh3)
         return mismatch(t, p, h, err);
-    } else if (verifier && (rc = verify_whole(r, f->fd, off, t, p, bytes, err))) {
+    } else if (verifier &&
+               (rc = verify_whole(r, f->fd, off, t, p, bytes, NULL, NULL, NULL, err))) {
       return rc;
     }
   }
