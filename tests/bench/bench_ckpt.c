@@ -7,7 +7,11 @@
  *   load_resharded_gbps  saved S(0), loaded S(1) (each rank reads a column band of every piece;
  *                        the piece verifiers read their whole pieces once more to hash them)
  *   write_limit_gbps     the same bytes as plain files, one per rank, 64 MiB sequential writes
- *                        and fsync, same directory
+ *                        and fsync, same directory; each run writes a new file and then removes
+ *                        the previous run's, as the save's atomic replace holds the old and the
+ *                        new checkpoint for a while (on this VM pages never used before cost
+ *                        several times more than reused ones, so an in-place rewrite would not
+ *                        be the same work)
  *   read_limit_gbps      those files read back with 64 MiB sequential preads
  *   *_vs_limit           the ratios; fs= the directory's filesystem type
  * GB/s are 1e9 bytes of the tensor per second. Reads are measured the same way for the limit and
@@ -78,7 +82,9 @@ static void evict(const char *path) {
   }
 }
 
-static double plain_write(const char *path, const void *buf, size_t bytes) {
+/* Writes a new file and then removes the previous one (`old`, NULL: none), as an atomic
+ * replace must: the page cache holds both for a while, as it does during a save. */
+static double plain_write(const char *path, const char *old, const void *buf, size_t bytes) {
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = MPI_Wtime();
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -92,6 +98,8 @@ static double plain_write(const char *path, const void *buf, size_t bytes) {
   if (fsync(fd) != 0)
     die(path, strerror(errno));
   close(fd);
+  if (old)
+    unlink(old);
   MPI_Barrier(MPI_COMM_WORLD);
   return MPI_Wtime() - t0;
 }
@@ -165,9 +173,10 @@ int main(int argc, char **argv) {
       die(base, strerror(errno));
   }
   MPI_Bcast(base, sizeof base, MPI_CHAR, 0, MPI_COMM_WORLD);
-  char ckpt[600], plain[600];
+  char ckpt[600], plain[600], plains[2][600];
   snprintf(ckpt, sizeof ckpt, "%s/ckpt", base);
-  snprintf(plain, sizeof plain, "%s/plain-%d", base, rank);
+  for (int k = 0; k < 2; k++)
+    snprintf(plains[k], sizeof plains[k], "%s/plain-%d-%d", base, rank, k);
   int64_t shape[2] = {ROWS, COLS};
   const int64_t total = (int64_t)ROWS * COLS * 4;
   ts_store *s = NULL;
@@ -193,17 +202,19 @@ int main(int argc, char **argv) {
   int64_t extra = 0;
   for (int r = 0; r < runs; r++) {
     t = ts_store_find(s, "w"); /* reloaded by the previous run */
+    snprintf(plain, sizeof plain, "%s", plains[r % 2]);
+    const char *old = r ? plains[(r + 1) % 2] : NULL;
     /* the plain write and the save alternate which goes first (a virtual disk's write bursts
      * and throttling then favour neither) */
     if (r % 2 == 0)
-      tw[r] = plain_write(plain, t->local.data, mine);
+      tw[r] = plain_write(plain, old, t->local.data, mine);
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
     if (ts_ckpt_save(s, W, ckpt, NULL, 0, NULL, NULL, &err))
       die("save", err.msg);
     ts[r] = MPI_Wtime() - t0;
     if (r % 2 == 1)
-      tw[r] = plain_write(plain, t->local.data, mine);
+      tw[r] = plain_write(plain, old, t->local.data, mine);
     char mine_file[700];
     snprintf(mine_file, sizeof mine_file, "%s/rank-%05d.safetensors", ckpt, rank);
     if (cold)
@@ -241,7 +252,8 @@ int main(int argc, char **argv) {
            load / rl, resh / rl);
     printf("load_resharded_verify_extra_bytes=%lld\n", (long long)extra);
   }
-  unlink(plain);
+  unlink(plains[0]);
+  unlink(plains[1]);
   ts_store_destroy(&s);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) {
