@@ -46,7 +46,7 @@ void ckpt_box_text(const ts_box *b, char *buf, size_t cap) {
 int ckpt_pread_full(int fd, void *buf, size_t len, int64_t off) {
   uint8_t *p = buf;
   while (len) {
-    size_t step = len > ((size_t)1 << 30) ? ((size_t)1 << 30) : len;
+    size_t step = len > ((size_t)64 << 20) ? ((size_t)64 << 20) : len; /* 64 MiB reads */
     ssize_t r = pread(fd, p, step, (off_t)off);
     if (r < 0 && errno == EINTR)
       continue;
