@@ -190,6 +190,9 @@ int tsd_validate_reshard(const Tshard__Request *r, const tsd_limits *lim, ts_err
 int tsd_validate_drop(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_describe(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_plan(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+/* ckpt.c: checkpoints (issue 16) */
+int tsd_validate_save(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_load(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 
 /* ---------------------------------------------------------------------------------------------
  * queue.c: the hand-over between the loop thread and the engine. Nodes are the first member of

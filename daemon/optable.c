@@ -72,6 +72,10 @@ static const tsd_op ops[] = {
      tsd_validate_einsum_release, NULL, NULL, ENGINE(tsd_run_einsum_release), NULL, NULL},
     {OP(EINSUM_PLAN), "einsum_plan", TSD_SCOPE_LOCAL, NULL, false, tsd_validate_einsum_plan, NULL,
      ENGINE(tsd_op_einsum_plan), NULL, NULL, NULL},
+    {OP(SAVE), "save", TSD_SCOPE_COLLECTIVE, NULL, false, tsd_validate_save, NULL, NULL,
+     ENGINE(tsd_run_save), NULL, NULL},
+    {OP(LOAD), "load", TSD_SCOPE_COLLECTIVE, NULL, false, tsd_validate_load, NULL, NULL,
+     ENGINE(tsd_run_load), ENGINE(tsd_changes_load), NULL},
     {OP(SHM_ATTACH), "shm_attach", TSD_SCOPE_LOCAL, NULL, true, tsd_validate_none, NULL,
      ENGINE(tsd_shm_attach), NULL, NULL, NULL},
 };

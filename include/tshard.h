@@ -191,6 +191,7 @@ int tshard_reshard_report(const tshard_client *c, char *strategy, size_t cap,
 /* Why the last tshard_connect_rank of this thread failed: "no daemon serves job X on rank R at
  * PATH; start one with tshard-launch ..." or a bad job name ("" before any failure). */
 const char *tshard_connect_message(void);
+
 /* ---------------------------------------------------------------------------------------------
  * Distributed einsum (issue 15): out = einsum(equation, operands) on the daemons, where the
  * shards live. The planner compares candidate plans (the operands as they are, one operand
@@ -230,6 +231,27 @@ int tshard_einsum_backward(tshard_client *c, uint64_t forward_id, const char *gr
 /* Frees the forward's kept state on every rank. */
 int tshard_einsum_release(tshard_client *c, uint64_t forward_id, const char *key);
 void tshard_einsum_result_clear(tshard_einsum_result *r); /* accepts NULL */
+/* ---------------------------------------------------------------------------------------------
+ * Checkpoints (issue 16; the format is in shard/CHECKPOINT.md). dir is a directory path every
+ * daemon can reach (a relative path is made absolute against this process's working directory);
+ * with per_node, a path on each node. names NULL or n 0: every tensor (save) or every tensor of
+ * the checkpoint (load). Both are collective; the save is atomic (the previous checkpoint in dir
+ * stays until every rank agreed), a failed load creates no tensor. */
+typedef struct tshard_save_opts {
+  int keep_partial; /* partial tensors: save their partial pieces instead of the reduced value */
+  int per_node;
+  const char *key;  /* idempotency key (NULL: none) */
+} tshard_save_opts;
+int tshard_save(tshard_client *c, const char *dir, const char *const *names, int n,
+                const tshard_save_opts *opts);
+
+typedef struct tshard_load_opts {
+  const char *attr; /* the attribute of every loaded tensor (NULL: each saved attribute) */
+  int per_node;
+  const char *key;
+} tshard_load_opts;
+int tshard_load(tshard_client *c, const char *dir, const char *const *names, int n,
+                const tshard_load_opts *opts);
 
 #ifdef __cplusplus
 }

@@ -40,7 +40,9 @@
   X(KEY_CONFLICT, 27, "idempotency key already used for a different request")                     \
   X(INCOMPLETE, 28, "not every participant submitted the collective operation")                   \
   X(EINSUM_PLAN, 30, "the forced distributed einsum plan is unknown or does not apply")            \
-  X(NO_FORWARD, 31, "no kept einsum forward with this id")
+  X(NO_FORWARD, 31, "no kept einsum forward with this id")                                        \
+  X(CORRUPT, 32, "checkpoint data does not match its index or checksum")                           \
+  X(CHECKPOINT_IO, 33, "a checkpoint directory or file could not be written or read")
 
 typedef enum {
 #define TS_X_ENUM(name, value, msg) TS_##name = value,

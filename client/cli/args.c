@@ -7,7 +7,8 @@
 
 /* Options that take no value: they never swallow the next argument. */
 static const char *const flags[] = {"--json", "--ascii", "--unicode", "--keep", "--help",
-                                    "--explain", NULL};
+                                    "--explain",
+                                    "--keep-partial", "--per-node", NULL};
 
 static bool is_flag(const char *arg) {
   for (int i = 0; flags[i]; i++)

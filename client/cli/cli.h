@@ -92,5 +92,9 @@ int cli_apply_group(const cli_args *a, tshard_client *c);
 int cmd_einsum(cli_args *a);
 int cmd_einsum_backward(cli_args *a, tshard_client *c);
 int cmd_einsum_release(cli_args *a, tshard_client *c);
+/* cmd_ckpt.c: checkpoints (issue 16) */
+int cmd_save(cli_args *a, tshard_client *c);
+int cmd_load(cli_args *a, tshard_client *c);
+int cmd_checkpoint(cli_args *a);
 
 #endif

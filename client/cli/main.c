@@ -129,6 +129,21 @@ static const cli_command commands[] = {
      "  --key KEY        idempotency key\n"
      "  --json           machine-readable output\n" CONNECT_HELP,
      "tshard einsum-release 12"},
+    {"save", NULL, cmd_save, "save tensors into a checkpoint directory (atomic; every rank writes)",
+     "  DIR [NAME...]    the directory every daemon can reach; the tensors (default: all)\n"
+     "  --keep-partial   save the partial pieces of partial tensors instead of reducing them\n"
+     "  --per-node       DIR is a path on each node; each node writes its ranks' pieces\n"
+     "  --key KEY        idempotency key\n" CONNECT_HELP,
+     "tshard save /shared/ckpt/step100 w b"},
+    {"load", NULL, cmd_load, "load tensors from a checkpoint, under any attribute",
+     "  DIR [NAME...]    the checkpoint; the tensors (default: all)\n"
+     "  --attr ATTR      the attribute of the loaded tensors (default: each saved one)\n"
+     "  --per-node       DIR is a path on each node\n"
+     "  --key KEY        idempotency key\n" CONNECT_HELP,
+     "tshard load /shared/ckpt/step100 w --attr 'mesh=[3] placements=[S(1)]'"},
+    {"checkpoint", cmd_checkpoint, NULL, "show what a checkpoint holds (no daemon needed)",
+     "  show DIR         tensors, dtypes, shapes, attributes, pieces and checksums\n",
+     "tshard checkpoint show /shared/ckpt/step100"},
     {"shutdown", NULL, cmd_shutdown, "stop every daemon of the job",
      "  --key KEY        idempotency key\n" CONNECT_HELP, "tshard shutdown --job demo"},
 };

@@ -17,8 +17,10 @@ from .errors import TshardError, error_for
 from .einsum import EinsumResult
 from . import errors
 from . import spmd
+from . import checkpoint
 from .offline import plan, show  # issue 14: offline plan and drawing (offline.py)
 
 __all__ = ["connect", "Client", "Attr", "AttrError", "Mesh", "Shard", "Replicate", "Partial",
            "TshardError", "error_for", "errors", "DTYPES", "socket_path", "read_token_file", "spmd",
-           "plan", "show", "EinsumResult"]
+           "plan", "show", "EinsumResult",
+           "checkpoint"]

@@ -564,6 +564,25 @@ class Client:
         from . import einsum as _e
         return _e.einsum_release(self, forward, key=key)
 
+    # Checkpoints (issue 16; format in shard/CHECKPOINT.md, reader in tshard.checkpoint).
+    def save(self, dir, names=None, keep_partial=False, per_node=False, key=None):
+        """Saves the named tensors (None: all) into the directory `dir` that every daemon can
+        reach (atomic: the previous checkpoint there stays until every rank agreed)."""
+        names = [names] if isinstance(names, str) else list(names or [])
+        self._call(key, save=pb.SaveRequest(dir=os.path.abspath(dir),
+                                            names=[_check_name(n) for n in names],
+                                            keep_partial=keep_partial, per_node=per_node))
+
+    def load(self, dir, names=None, attr=None, per_node=False, key=None):
+        """Loads the named tensors (None: all of the checkpoint) under `attr` (None: each saved
+        attribute) on the daemons' ranks; a failure creates no tensor."""
+        names = [names] if isinstance(names, str) else list(names or [])
+        req = pb.LoadRequest(dir=os.path.abspath(dir), names=[_check_name(n) for n in names],
+                             per_node=per_node)
+        if attr is not None:
+            req.attr.CopyFrom(_attr_msg(attr))
+        self._call(key, load=req)
+
     def drop(self, name, key=None):
         self._call(key, drop=pb.DropRequest(name=_check_name(name)))
 

@@ -1,0 +1,165 @@
+"""Reading tshard checkpoints without a daemon: only json and numpy (checksums through the
+system's libxxhash by ctypes when it is there).
+
+A checkpoint directory holds ``index.json`` and one file per writing rank in the safetensors
+layout (8-byte little-endian header length, a JSON header naming each piece with dtype, shape and
+data_offsets, then the raw little-endian bytes); the format is documented in shard/CHECKPOINT.md.
+
+    import tshard.checkpoint as ck
+    ck.names("/shared/ckpt/step100")          # the tensors it holds
+    w = ck.read("/shared/ckpt/step100", "w")  # the whole tensor as a numpy array
+
+bf16 tensors come back as uint16 arrays holding the bf16 bits (numpy has no bfloat16), as
+everywhere in the tshard package."""
+import ctypes
+import ctypes.util
+import json
+import os
+import re
+
+import numpy as np
+
+_DTYPES = {"f32": "<f4", "f64": "<f8", "f16": "<f2", "bf16": "<u2", "i8": "i1", "i32": "<i4",
+           "i64": "<i8", "u8": "u1"}
+_ST_NAMES = {"f32": "F32", "f64": "F64", "f16": "F16", "bf16": "BF16", "i8": "I8", "i32": "I32",
+             "i64": "I64", "u8": "U8"}
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be read or does not match its index (the message names the file
+    and the piece)."""
+
+
+def _xxh3():
+    """XXH3_64bits of the system's libxxhash, or None."""
+    for name in (ctypes.util.find_library("xxhash"), "libxxhash.so.0"):
+        if not name:
+            continue
+        try:
+            lib = ctypes.CDLL(name)
+            f = lib.XXH3_64bits
+        except (OSError, AttributeError):
+            continue
+        f.restype = ctypes.c_uint64
+        f.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        return lambda a: f(a.ctypes.data, a.nbytes)
+    return None
+
+
+_HASH = _xxh3()
+
+
+def index(path):
+    """The parsed index.json of a checkpoint directory."""
+    p = os.path.join(path, "index.json")
+    try:
+        with open(p) as f:
+            idx = json.load(f)
+    except OSError as e:
+        raise CheckpointError(f"checkpoint index '{p}' cannot be read: {e.strerror}") from None
+    except ValueError as e:
+        raise CheckpointError(f"checkpoint index '{p}' is not JSON: {e}") from None
+    if idx.get("format") != "tshard-checkpoint" or idx.get("version") != 1:
+        raise CheckpointError(f"checkpoint index '{p}': not a tshard checkpoint of version 1")
+    return idx
+
+
+def names(path):
+    return list(index(path)["tensors"])
+
+
+def _header(fpath):
+    with open(fpath, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        size = os.fstat(f.fileno()).st_size
+        if n <= 0 or n > size - 8:
+            raise CheckpointError(f"checkpoint file '{fpath}': header length {n} does not fit "
+                                  f"the file of {size} bytes")
+        try:
+            h = json.loads(f.read(n))
+        except ValueError as e:
+            raise CheckpointError(f"checkpoint file '{fpath}': header is not JSON: {e}") from None
+    return h, 8 + n, size
+
+
+def _reduce(op, acc, x, dtype):
+    """acc op= x; f16 and bf16 through f32 (as the daemons reduce)."""
+    f = {"sum": np.add, "max": np.maximum, "min": np.minimum}[op]
+    if dtype == "bf16":
+        a = (acc.astype(np.uint32) << 16).view(np.float32)
+        b = (x.astype(np.uint32) << 16).view(np.float32)
+        r = f(a, b).view(np.uint32)
+        rounded = (r + 0x7FFF + ((r >> 16) & 1)) >> 16  # round to nearest even
+        return np.where(np.isnan(f(a, b)), (r >> 16) | 0x40, rounded).astype(np.uint16)
+    if dtype == "f16":
+        return f(acc.astype(np.float32), x.astype(np.float32)).astype(np.float16)
+    return f(acc, x)
+
+
+def read(path, name, verify=None):
+    """The whole tensor `name` of the checkpoint in `path` as a numpy array. verify: True checks
+    every piece's XXH3-64 (needs libxxhash), False skips it, None checks when libxxhash is found.
+    A checkpoint saved with partial values kept is reduced here."""
+    idx = index(path)
+    t = idx["tensors"].get(name)
+    if t is None:
+        raise CheckpointError(f"checkpoint '{path}' holds no tensor named '{name}'; it holds "
+                              f"{', '.join(idx['tensors']) or 'none'}")
+    if verify and _HASH is None:
+        raise CheckpointError("verify=True needs libxxhash (XXH3_64bits), which was not found")
+    check = _HASH if verify is not False else None
+    dtype = t["dtype"]
+    dt = np.dtype(_DTYPES[dtype])
+    shape = tuple(t["shape"])
+    groups = {}  # partial coordinates -> (whole array, elements covered)
+    headers = {}
+    for p in t["pieces"]:
+        fpath = os.path.join(path, p["file"])
+        if fpath not in headers:
+            try:
+                headers[fpath] = _header(fpath)
+            except OSError as e:
+                raise CheckpointError(f"checkpoint file '{fpath}' (piece '{p['key']}'): "
+                                      f"{e.strerror}") from None
+        h, start, size = headers[fpath]
+        e = h.get(p["key"])
+        box = [tuple(b) for b in p["box"]]
+        ext = tuple(hi - lo for lo, hi in box)
+        where = f"checkpoint file '{fpath}', piece '{p['key']}' (tensor '{name}')"
+        if not isinstance(e, dict) or e.get("dtype") != _ST_NAMES[dtype] or \
+                tuple(e.get("shape", ())) != ext:
+            raise CheckpointError(f"{where}: the header does not match the index")
+        b, end = e["data_offsets"]
+        nbytes = int(np.prod(ext, dtype=np.int64)) * dt.itemsize
+        if b < 0 or end - b != nbytes or start + end > size:
+            raise CheckpointError(f"{where}: data_offsets {b},{end} do not hold {nbytes} bytes")
+        with open(fpath, "rb") as f:
+            f.seek(start + b)
+            raw = np.frombuffer(f.read(nbytes), dtype=np.uint8)
+        if raw.nbytes != nbytes:
+            raise CheckpointError(f"{where}: the file is shorter than its header says")
+        if check is not None and check(raw) != int(p["xxh3"], 16):
+            raise CheckpointError(f"{where}: checksum mismatch")
+        key = tuple(p.get("partial_coords", ()))
+        if key not in groups:
+            groups[key] = [np.zeros(shape, dtype=dt), 0]
+        groups[key][0][tuple(slice(lo, hi) for lo, hi in box)] = raw.view(dt).reshape(ext)
+        groups[key][1] += raw.nbytes // dt.itemsize
+    total = int(np.prod(shape, dtype=np.int64))
+    if not groups:
+        if total:
+            raise CheckpointError(f"checkpoint '{path}': tensor '{name}' has no pieces")
+        return np.zeros(shape, dtype=dt)
+    for key, (_, n) in groups.items():
+        if n != total and not (t.get("partial_kept") and n <= total):
+            raise CheckpointError(f"checkpoint '{path}': tensor '{name}': pieces hold {n} of "
+                                  f"{total} elements")
+    arrays = [groups[k][0] for k in sorted(groups)]
+    if len(arrays) == 1 and not t.get("partial_kept"):
+        return arrays[0]
+    m = re.search(r"P\((sum|max|min)\)", t["attr"])
+    op = m.group(1) if m else "sum"
+    out = arrays[0]
+    for a in arrays[1:]:
+        out = _reduce(op, out, a, dtype)
+    return out

@@ -1,0 +1,555 @@
+/* ckpt_index.c - the checkpoint's index (index.json: per tensor its dtype, shape, saved attribute
+ * and pieces with file, key, box and XXH3-64 checksum), the safetensors-layout headers of its
+ * files, and the directory helpers of save and load. No MPI: `tshard checkpoint show` links it
+ * alone. JSON through libjansson. The format is documented in shard/CHECKPOINT.md. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt_internal.h"
+
+static const char *const st_names[TS_DTYPE_COUNT] = {
+    [TS_F32] = "F32", [TS_F64] = "F64", [TS_F16] = "F16", [TS_BF16] = "BF16",
+    [TS_I8] = "I8",   [TS_I32] = "I32", [TS_I64] = "I64", [TS_U8] = "U8"};
+
+const char *ts_ckpt_dtype_name(ts_dtype dt) {
+  return ts_dtype_valid((int)dt) ? st_names[dt] : "invalid";
+}
+
+int ts_ckpt_dtype_parse(const char *text, ts_dtype *out) {
+  for (int i = 0; text && i < TS_DTYPE_COUNT; i++)
+    if (strcmp(text, st_names[i]) == 0) {
+      *out = (ts_dtype)i;
+      return TS_OK;
+    }
+  return TS_BAD_DTYPE;
+}
+
+void ckpt_box_text(const ts_box *b, char *buf, size_t cap) {
+  size_t n = (size_t)snprintf(buf, cap, "[");
+  for (int d = 0; d < b->ndim && n < cap; d++)
+    n += (size_t)snprintf(buf + n, cap - n, "%s%" PRId64 ":%" PRId64, d ? "," : "", b->lo[d],
+                          b->hi[d]);
+  if (n < cap)
+    snprintf(buf + n, cap - n, "]");
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * I/O helpers */
+
+int ckpt_pread_full(int fd, void *buf, size_t len, int64_t off) {
+  uint8_t *p = buf;
+  while (len) {
+    size_t step = len > ((size_t)64 << 20) ? ((size_t)64 << 20) : len; /* 64 MiB reads */
+    ssize_t r = pread(fd, p, step, (off_t)off);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0) {
+      if (r == 0)
+        errno = EIO;
+      return -1;
+    }
+    p += r, len -= (size_t)r, off += r;
+  }
+  return 0;
+}
+
+int ckpt_pwrite_full(int fd, const void *buf, size_t len, int64_t off) {
+  const uint8_t *p = buf;
+  while (len) {
+    size_t step = len > ((size_t)64 << 20) ? ((size_t)64 << 20) : len; /* 64 MiB writes */
+    ssize_t r = pwrite(fd, p, step, (off_t)off);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0) {
+      if (r == 0)
+        errno = ENOSPC;
+      return -1;
+    }
+    p += r, len -= (size_t)r, off += r;
+  }
+  return 0;
+}
+
+int ckpt_fsync_dir(const char *path, ts_error *err) {
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 || fsync(fd) != 0) {
+    int e = errno;
+    if (fd >= 0)
+      close(fd);
+    return ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint: cannot sync directory '%s': %s", path,
+                        strerror(e));
+  }
+  close(fd);
+  return TS_OK;
+}
+
+void ckpt_remove_dir(const char *path) {
+  DIR *d = opendir(path);
+  if (!d)
+    return;
+  int dfd = dirfd(d);
+  struct dirent *de;
+  while ((de = readdir(d)))
+    if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+      unlinkat(dfd, de->d_name, 0);
+  closedir(d);
+  rmdir(path);
+}
+
+int ckpt_split_path(const char *dir, char *parent, size_t pcap, char *base, size_t bcap,
+                    ts_error *err) {
+  size_t n = dir ? strlen(dir) : 0;
+  while (n > 1 && dir[n - 1] == '/')
+    n--;
+  if (n == 0 || n >= pcap || (n == 1 && dir[0] == '/'))
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "checkpoint directory '%s': give a path below an existing directory",
+                        dir ? dir : "");
+  size_t slash = n;
+  while (slash > 0 && dir[slash - 1] != '/')
+    slash--;
+  size_t blen = n - slash;
+  if (blen >= bcap || (blen == 1 && dir[slash] == '.') ||
+      (blen == 2 && dir[slash] == '.' && dir[slash + 1] == '.'))
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "checkpoint directory '%s': the last component must name a directory "
+                        "(not '.' or '..', at most %zu bytes)",
+                        dir, bcap - 1);
+  memcpy(base, dir + slash, blen);
+  base[blen] = '\0';
+  if (slash == 0) {
+    snprintf(parent, pcap, ".");
+  } else {
+    size_t plen = slash > 1 ? slash - 1 : 1;
+    memcpy(parent, dir, plen);
+    parent[plen] = '\0';
+  }
+  return TS_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * File headers */
+
+int ckpt_header_build(const ckpt_entry *e, int n, uint8_t **buf, size_t *len, ts_error *err) {
+  *buf = NULL;
+  json_t *h = json_object();
+  json_t *meta = json_object();
+  int bad = !h || !meta;
+  if (!bad)
+    bad |= json_object_set_new(meta, "format", json_string(TS_CKPT_FORMAT));
+  if (!bad)
+    bad |= json_object_set_new(h, "__metadata__", meta), meta = NULL;
+  for (int i = 0; i < n && !bad; i++) {
+    json_t *o = json_object(), *shape = json_array(), *offs = json_array();
+    bad |= !o || !shape || !offs;
+    for (int d = 0; d < e[i].ndim && !bad; d++)
+      bad |= json_array_append_new(shape, json_integer(e[i].ext[d]));
+    if (!bad)
+      bad |= json_array_append_new(offs, json_integer(e[i].begin)) ||
+             json_array_append_new(offs, json_integer(e[i].end));
+    if (!bad)
+      bad |= json_object_set_new(o, "dtype", json_string(ts_ckpt_dtype_name(e[i].dtype))) ||
+             json_object_set_new(o, "shape", shape) ||
+             json_object_set_new(o, "data_offsets", offs) ||
+             json_object_set_new(h, e[i].key, o);
+    else
+      json_decref(o), json_decref(shape), json_decref(offs);
+  }
+  char *text = bad ? NULL : json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  json_decref(h);
+  json_decref(meta);
+  if (!text)
+    return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory for a file header");
+  size_t tlen = strlen(text), padded = (tlen + 7) / 8 * 8;
+  *buf = malloc(8 + padded);
+  if (!*buf) {
+    free(text);
+    return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory for a file header");
+  }
+  for (int i = 0; i < 8; i++)
+    (*buf)[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+  memcpy(*buf + 8, text, tlen);
+  memset(*buf + 8 + tlen, ' ', padded - tlen);
+  *len = 8 + padded;
+  free(text);
+  return TS_OK;
+}
+
+#define HEADER_MAX ((int64_t)100 << 20)
+
+int ckpt_file_open(const char *dir, const char *name, ckpt_file *f, ts_error *err) {
+  memset(f, 0, sizeof *f);
+  f->fd = -1;
+  snprintf(f->name, sizeof f->name, "%s", name);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  f->fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (f->fd < 0 || fstat(f->fd, &st) != 0) {
+    int e = errno;
+    ckpt_file_close(f);
+    return ts_error_set(err, e == ENOENT ? TS_NOT_FOUND : TS_CHECKPOINT_IO,
+                        "checkpoint file '%s' cannot be opened: %s", path, strerror(e));
+  }
+  f->size = st.st_size;
+  uint8_t lenb[8];
+  if (f->size < 8 || ckpt_pread_full(f->fd, lenb, 8, 0) != 0) {
+    ckpt_file_close(f);
+    return ts_error_set(err, TS_CORRUPT, "checkpoint file '%s': shorter than its 8-byte header "
+                        "length (%lld bytes)", path, (long long)st.st_size);
+  }
+  uint64_t hlen = 0;
+  for (int i = 0; i < 8; i++)
+    hlen |= (uint64_t)lenb[i] << (8 * i);
+  if (hlen == 0 || hlen > (uint64_t)HEADER_MAX || (int64_t)hlen > f->size - 8) {
+    ckpt_file_close(f);
+    return ts_error_set(err, TS_CORRUPT, "checkpoint file '%s': header length %llu does not fit "
+                        "the file of %lld bytes", path, (unsigned long long)hlen,
+                        (long long)f->size);
+  }
+  char *text = malloc(hlen);
+  if (!text) {
+    ckpt_file_close(f);
+    return ts_error_set(err, TS_NO_MEMORY, "checkpoint file '%s': no memory for its header", path);
+  }
+  if (ckpt_pread_full(f->fd, text, hlen, 8) != 0) {
+    int e = errno;
+    free(text);
+    ckpt_file_close(f);
+    return ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint file '%s': cannot read its header: %s", path,
+                        strerror(e));
+  }
+  json_error_t je;
+  f->header = json_loadb(text, hlen, JSON_REJECT_DUPLICATES, &je);
+  free(text);
+  if (!f->header || !json_is_object(f->header)) {
+    ckpt_file_close(f);
+    return ts_error_set(err, TS_CORRUPT, "checkpoint file '%s': its header is not a JSON object "
+                        "(%s)", path, f->header ? "" : je.text);
+  }
+  f->data_start = 8 + (int64_t)hlen;
+  return TS_OK;
+}
+
+void ckpt_file_close(ckpt_file *f) {
+  if (!f)
+    return;
+  if (f->fd >= 0)
+    close(f->fd);
+  f->fd = -1;
+  json_decref(f->header);
+  f->header = NULL;
+}
+
+int ckpt_file_piece(const ckpt_file *f, const ts_ckpt_tensor *t, const ts_ckpt_piece *p,
+                    int64_t *offset, ts_error *err) {
+  char bt[256];
+  ckpt_box_text(&p->box, bt, sizeof bt);
+#define LIE(...)                                                                                   \
+  do {                                                                                             \
+    char why_[256];                                                                                \
+    snprintf(why_, sizeof why_, __VA_ARGS__);                                                      \
+    return ts_error_set(err, TS_CORRUPT,                                                           \
+                        "checkpoint file '%s', piece '%s' (tensor '%s', box %s): %s", f->name,    \
+                        p->key, t->name, bt, why_);                                                \
+  } while (0)
+  json_t *o = json_object_get(f->header, p->key);
+  if (!json_is_object(o))
+    LIE("the file's header has no such piece");
+  const char *dt = json_string_value(json_object_get(o, "dtype"));
+  ts_dtype d;
+  if (!dt || ts_ckpt_dtype_parse(dt, &d) || d != t->dtype)
+    LIE("the header says dtype %s, the index %s", dt ? dt : "(none)",
+        ts_ckpt_dtype_name(t->dtype));
+  json_t *shape = json_object_get(o, "shape");
+  if (!json_is_array(shape) || (int)json_array_size(shape) != t->ndim)
+    LIE("the header's shape has not %d dims", t->ndim);
+  int64_t numel = 1;
+  for (int k = 0; k < t->ndim; k++) {
+    json_t *v = json_array_get(shape, (size_t)k);
+    int64_t ext = p->box.hi[k] - p->box.lo[k];
+    if (!json_is_integer(v) || json_integer_value(v) != ext)
+      LIE("the header's shape differs from the box in dim %d", k);
+    numel *= ext;
+  }
+  json_t *offs = json_object_get(o, "data_offsets");
+  json_t *b = json_array_get(offs, 0), *e = json_array_get(offs, 1);
+  if (!json_is_array(offs) || json_array_size(offs) != 2 || !json_is_integer(b) ||
+      !json_is_integer(e))
+    LIE("the header has no data_offsets [begin, end]");
+  int64_t bi = json_integer_value(b), ei = json_integer_value(e);
+  int64_t want = numel * (int64_t)ts_dtype_size(t->dtype);
+  if (bi < 0 || ei - bi != want || ei > f->size - f->data_start)
+    LIE("data_offsets [%lld, %lld] do not hold %lld bytes inside the data section of %lld bytes",
+        (long long)bi, (long long)ei, (long long)want, (long long)(f->size - f->data_start));
+#undef LIE
+  *offset = f->data_start + bi;
+  return TS_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The index */
+
+void ts_ckpt_index_destroy(ts_ckpt_index **p) {
+  if (!p || !*p)
+    return;
+  for (int i = 0; i < (*p)->ntensors; i++) {
+    free((*p)->tensors[i].attr);
+    free((*p)->tensors[i].pieces);
+  }
+  free((*p)->tensors);
+  free(*p);
+  *p = NULL;
+}
+
+const ts_ckpt_tensor *ts_ckpt_index_find(const ts_ckpt_index *idx, const char *name) {
+  for (int i = 0; idx && name && i < idx->ntensors; i++)
+    if (strcmp(idx->tensors[i].name, name) == 0)
+      return &idx->tensors[i];
+  return NULL;
+}
+
+static json_t *int_array(const int64_t *v, int n) {
+  json_t *a = json_array();
+  for (int i = 0; a && i < n; i++)
+    if (json_array_append_new(a, json_integer(v[i]))) {
+      json_decref(a);
+      return NULL;
+    }
+  return a;
+}
+
+static json_t *piece_json(const ts_ckpt_piece *p) {
+  json_t *o = json_object(), *box = json_array();
+  char hex[17];
+  snprintf(hex, sizeof hex, "%016" PRIx64, p->xxh3);
+  int bad = !o || !box;
+  for (int d = 0; d < p->box.ndim && !bad; d++) {
+    int64_t r[2] = {p->box.lo[d], p->box.hi[d]};
+    bad |= json_array_append_new(box, int_array(r, 2));
+  }
+  if (!bad)
+    bad |= json_object_set_new(o, "file", json_string(p->file)) ||
+           json_object_set_new(o, "key", json_string(p->key)) ||
+           json_object_set_new(o, "box", box) || json_object_set_new(o, "xxh3", json_string(hex));
+  else
+    json_decref(box);
+  if (!bad && p->npcoord)
+    bad |= json_object_set_new(o, "partial_coords", int_array(p->pcoord, p->npcoord));
+  if (bad) {
+    json_decref(o);
+    return NULL;
+  }
+  return o;
+}
+
+int ts_ckpt_index_write(const ts_ckpt_index *idx, const char *path, ts_error *err) {
+  json_t *root = json_object(), *ts = json_object();
+  int bad = !root || !ts;
+  if (!bad)
+    bad |= json_object_set_new(root, "format", json_string(TS_CKPT_FORMAT)) ||
+           json_object_set_new(root, "version", json_integer(TS_CKPT_VERSION)) ||
+           json_object_set_new(root, "checksum", json_string("xxh3-64")) ||
+           json_object_set_new(root, "saved_ranks", json_integer(idx->saved_ranks)) ||
+           json_object_set(root, "tensors", ts);
+  for (int i = 0; i < idx->ntensors && !bad; i++) {
+    const ts_ckpt_tensor *t = &idx->tensors[i];
+    json_t *o = json_object(), *pieces = json_array();
+    bad |= !o || !pieces;
+    for (int k = 0; k < t->npieces && !bad; k++)
+      bad |= json_array_append_new(pieces, piece_json(&t->pieces[k]));
+    if (!bad)
+      bad |= json_object_set_new(o, "dtype", json_string(ts_dtype_name(t->dtype))) ||
+             json_object_set_new(o, "shape", int_array(t->shape, t->ndim)) ||
+             json_object_set_new(o, "attr", json_string(t->attr)) ||
+             json_object_set_new(o, "partial_kept", json_boolean(t->partial_kept)) ||
+             json_object_set_new(o, "pieces", pieces) || json_object_set_new(ts, t->name, o);
+    else
+      json_decref(o), json_decref(pieces);
+  }
+  char *text = bad ? NULL : json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+  json_decref(ts);
+  json_decref(root);
+  if (!text)
+    return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory for the index");
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  size_t len = strlen(text);
+  int rc = TS_OK;
+  if (fd < 0 || ckpt_pwrite_full(fd, text, len, 0) != 0 || ckpt_pwrite_full(fd, "\n", 1,
+                                                                            (int64_t)len) ||
+      fsync(fd) != 0)
+    rc = ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint: cannot write the index '%s': %s", path,
+                      strerror(errno));
+  if (fd >= 0 && close(fd) != 0 && rc == TS_OK)
+    rc = ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint: cannot write the index '%s': %s", path,
+                      strerror(errno));
+  free(text);
+  return rc;
+}
+
+/* Reading: every field checked; BAD names where. */
+#define BAD(...)                                                                                   \
+  do {                                                                                             \
+    char why_[300];                                                                                \
+    snprintf(why_, sizeof why_, __VA_ARGS__);                                                      \
+    ts_error_set(err, TS_CORRUPT, "checkpoint index '%s': %s", path, why_);                        \
+    goto fail;                                                                                     \
+  } while (0)
+
+static bool get_ints(json_t *a, int64_t *v, int max, int *n) {
+  if (!json_is_array(a) || json_array_size(a) > (size_t)max)
+    return false;
+  *n = (int)json_array_size(a);
+  for (int i = 0; i < *n; i++) {
+    json_t *x = json_array_get(a, (size_t)i);
+    if (!json_is_integer(x))
+      return false;
+    v[i] = json_integer_value(x);
+  }
+  return true;
+}
+
+static int read_piece(const char *path, const ts_ckpt_tensor *t, json_t *o, ts_ckpt_piece *p,
+                      ts_error *err) {
+  const char *file = json_string_value(json_object_get(o, "file"));
+  const char *key = json_string_value(json_object_get(o, "key"));
+  const char *hex = json_string_value(json_object_get(o, "xxh3"));
+  json_t *box = json_object_get(o, "box");
+  char *end = NULL;
+  if (!file || !file[0] || strlen(file) >= sizeof p->file || strchr(file, '/') ||
+      strcmp(file, ".") == 0 || strcmp(file, "..") == 0)
+    BAD("tensor '%s': a piece without a plain file name", t->name);
+  if (!key || strlen(key) >= sizeof p->key)
+    BAD("tensor '%s': a piece without a key", t->name);
+  if (!hex || strlen(hex) != 16 || (strtoull(hex, &end, 16), *end != '\0'))
+    BAD("tensor '%s', piece '%s': xxh3 is not 16 hex digits", t->name, key);
+  snprintf(p->file, sizeof p->file, "%s", file);
+  snprintf(p->key, sizeof p->key, "%s", key);
+  p->xxh3 = strtoull(hex, NULL, 16);
+  if (!json_is_array(box) || (int)json_array_size(box) != t->ndim)
+    BAD("tensor '%s', piece '%s': box has not %d dims", t->name, key, t->ndim);
+  p->box.ndim = t->ndim;
+  for (int d = 0; d < t->ndim; d++) {
+    int64_t r[2];
+    int n;
+    if (!get_ints(json_array_get(box, (size_t)d), r, 2, &n) || n != 2 || r[0] < 0 ||
+        r[0] > r[1] || r[1] > t->shape[d])
+      BAD("tensor '%s', piece '%s': box dim %d is not [lo, hi] inside [0, %lld]", t->name, key, d,
+          (long long)t->shape[d]);
+    p->box.lo[d] = r[0], p->box.hi[d] = r[1];
+  }
+  json_t *pc = json_object_get(o, "partial_coords");
+  if (pc && !get_ints(pc, p->pcoord, TS_MAX_MESH_DIMS, &p->npcoord))
+    BAD("tensor '%s', piece '%s': partial_coords is not a list of integers", t->name, key);
+  return TS_OK;
+fail:
+  return err ? err->code : TS_CORRUPT;
+}
+
+int ts_ckpt_index_read(const char *dir, ts_ckpt_index **out, ts_error *err) {
+  *out = NULL;
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s", dir, TS_CKPT_INDEX);
+  json_error_t je;
+  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+  ts_ckpt_index *idx = NULL;
+  if (!root) {
+    struct stat st;
+    if (stat(path, &st) != 0)
+      return ts_error_set(err, errno == ENOENT ? TS_NOT_FOUND : TS_CHECKPOINT_IO,
+                          "checkpoint index '%s' cannot be read: %s", path, strerror(errno));
+    return ts_error_set(err, TS_CORRUPT, "checkpoint index '%s' is not JSON: line %d: %s", path,
+                        je.line, je.text);
+  }
+  const char *fmt = json_string_value(json_object_get(root, "format"));
+  if (!fmt || strcmp(fmt, TS_CKPT_FORMAT) != 0)
+    BAD("format is not \"%s\"", TS_CKPT_FORMAT);
+  if (json_integer_value(json_object_get(root, "version")) != TS_CKPT_VERSION)
+    BAD("version is not %d", TS_CKPT_VERSION);
+  json_t *ts = json_object_get(root, "tensors");
+  if (!json_is_object(ts))
+    BAD("no \"tensors\" object");
+  idx = calloc(1, sizeof *idx);
+  size_t nt = json_object_size(ts);
+  if (!idx || !(idx->tensors = calloc(nt ? nt : 1, sizeof *idx->tensors)))
+    BAD("no memory");
+  idx->saved_ranks = (int)json_integer_value(json_object_get(root, "saved_ranks"));
+  const char *name;
+  json_t *o;
+  json_object_foreach(ts, name, o) {
+    ts_ckpt_tensor *t = &idx->tensors[idx->ntensors++];
+    if (strlen(name) == 0 || strlen(name) >= TS_NAME_MAX)
+      BAD("a tensor name of %zu bytes; 1 to %d", strlen(name), TS_NAME_MAX - 1);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    const char *dt = json_string_value(json_object_get(o, "dtype"));
+    if (!dt || ts_dtype_parse(dt, &t->dtype, NULL))
+      BAD("tensor '%s': dtype is not one of f32 f64 f16 bf16 i8 i32 i64 u8", name);
+    if (!get_ints(json_object_get(o, "shape"), t->shape, TS_MAX_DIMS, &t->ndim))
+      BAD("tensor '%s': shape is not a list of at most %d integers", name, TS_MAX_DIMS);
+    int64_t numel = 1;
+    for (int d = 0; d < t->ndim; d++) {
+      if (t->shape[d] < 0 || t->shape[d] > ((int64_t)1 << 50))
+        BAD("tensor '%s': an extent in shape is negative or above 2^50", name);
+      if (t->shape[d] && numel > (((int64_t)1 << 50) / t->shape[d]))
+        BAD("tensor '%s': more than 2^50 elements", name);
+      numel *= t->shape[d];
+    }
+    const char *attr = json_string_value(json_object_get(o, "attr"));
+    if (!attr || !(t->attr = strdup(attr)))
+      BAD("tensor '%s': no attr text", name);
+    t->partial_kept = json_is_true(json_object_get(o, "partial_kept"));
+    json_t *pieces = json_object_get(o, "pieces");
+    if (!json_is_array(pieces))
+      BAD("tensor '%s': no pieces list", name);
+    size_t np = json_array_size(pieces);
+    if (!(t->pieces = calloc(np ? np : 1, sizeof *t->pieces)))
+      BAD("no memory");
+    for (size_t k = 0; k < np; k++, t->npieces++)
+      if (read_piece(path, t, json_array_get(pieces, k), &t->pieces[k], err))
+        goto fail;
+  }
+  json_decref(root);
+  *out = idx;
+  return TS_OK;
+fail:
+  json_decref(root);
+  ts_ckpt_index_destroy(&idx);
+  return err ? err->code : TS_CORRUPT;
+}
+#undef BAD
+
+char *ts_ckpt_index_describe(const ts_ckpt_index *idx, const char *dir) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  if (!f)
+    return NULL;
+  fprintf(f, "checkpoint %s: %d tensors, saved on %d ranks, checksums xxh3-64\n", dir,
+          idx->ntensors, idx->saved_ranks);
+  for (int i = 0; i < idx->ntensors; i++) {
+    const ts_ckpt_tensor *t = &idx->tensors[i];
+    int64_t bytes = (int64_t)ts_dtype_size(t->dtype);
+    fprintf(f, "%s: %s [", t->name, ts_dtype_name(t->dtype));
+    for (int d = 0; d < t->ndim; d++) {
+      fprintf(f, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+      bytes *= t->shape[d];
+    }
+    fprintf(f, "] %lld bytes, %d pieces%s\n  attr: %s\n", (long long)bytes, t->npieces,
+            t->partial_kept ? " (partial values kept)" : "", t->attr);
+    for (int k = 0; k < t->npieces; k++) {
+      char bt[256];
+      ckpt_box_text(&t->pieces[k].box, bt, sizeof bt);
+      fprintf(f, "  %-20s %-24s box %s xxh3 %016" PRIx64 "\n", t->pieces[k].file,
+              t->pieces[k].key, bt, t->pieces[k].xxh3);
+    }
+  }
+  fclose(f);
+  return buf;
+}

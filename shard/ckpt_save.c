@@ -1,0 +1,481 @@
+/* ckpt_save.c - saving stored tensors into a checkpoint directory, collective over the world.
+ *
+ * Every rank computes the same pieces from the attributes alone: the distinct boxes of each
+ * tensor (replicas share one piece; with keep_partial, partial values along partial mesh dims are
+ * distinct pieces), and the writer of each piece, chosen among the ranks holding it as the one
+ * with the fewest bytes assigned so far (so replicated tensors spread their writing). Partial
+ * tensors are first reduced (a reshard of a copy to the attribute with R in place of P) unless
+ * keep_partial. Each writing rank writes one file, rank-NNNNN.safetensors: its header, then its
+ * pieces row-major (contiguous slices straight from the store, others packed by the strided
+ * copy), hashed with XXH3-64 as written, fsynced.
+ *
+ * Atomicity: everything goes into a temporary directory next to the target
+ * (PARENT/.BASE.tmp-STAMP), created by the directory's leader (rank 0, or the lowest rank of each
+ * node with per_node). After the files: one agreement over the world (with the checksums), the
+ * leader writes index.json, fsyncs it and the directory, agreement, then swaps the directory into
+ * place (renameat2 RENAME_EXCHANGE when a previous checkpoint exists, else rename), fsyncs the
+ * parent, agreement, and removes the previous one. On any failure on any rank every rank returns
+ * the same error and the leaders remove the temporary directory: the previous checkpoint is
+ * untouched. SIGXFSZ is ignored so that a file size limit is a write error, not a kill. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "ckpt_internal.h"
+#include "ts_comm.h"
+
+static int64_t fail_after = -1;
+static bool fail_kill;
+
+void ts_ckpt_debug_fail_write(int64_t after_bytes, bool kill) {
+  fail_after = after_bytes;
+  fail_kill = kill;
+}
+
+/* One piece of the save plan. */
+typedef struct spiece {
+  ts_box box;
+  int writer;        /* world rank */
+  int64_t bytes;
+  int npc;
+  int64_t pc[TS_MAX_MESH_DIMS];
+  int64_t offset;    /* in the writer's file (absolute), on the writer */
+  char key[TS_NAME_MAX + 24];
+} spiece;
+
+typedef struct stensor {
+  ts_stored *t;
+  ts_attr *attr; /* what is saved: the stored attribute, or with R in place of P */
+  bool reduce;   /* partial: reduce into `attr` first */
+  int npieces;
+  spiece *pieces;
+  char *attr_text;
+} stensor;
+
+static void mesh_coords(const ts_attr *a, int64_t idx, int64_t *c) {
+  for (int m = a->mesh_ndim - 1; m >= 0; m--) {
+    c[m] = idx % a->mesh_shape[m];
+    idx /= a->mesh_shape[m];
+  }
+}
+
+/* The attribute with every P replaced by R. */
+static int unpartial(const ts_attr *a, ts_attr **out, ts_error *err) {
+  int rc = ts_attr_clone(a, out, err);
+  if (rc)
+    return rc;
+  for (int m = 0; m < a->mesh_ndim; m++)
+    if ((*out)->place[m].kind == TS_PLACE_PARTIAL)
+      (*out)->place[m] = ts_replicate();
+  return TS_OK;
+}
+
+/* The pieces of one tensor and their writers; load[] counts bytes per world rank. */
+static int plan_tensor(stensor *st, bool keep_partial, int64_t *load, ts_error *err) {
+  ts_stored *t = st->t;
+  int rc;
+  if (ts_attr_has_partial(t->attr) && !keep_partial) {
+    if ((rc = unpartial(t->attr, &st->attr, err)))
+      return rc;
+    st->reduce = true;
+  } else if ((rc = ts_attr_clone(t->attr, &st->attr, err))) {
+    return rc;
+  }
+  size_t tl = ts_attr_format(t->attr, NULL, 0);
+  if (!(st->attr_text = malloc(tl + 1)))
+    return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory");
+  ts_attr_format(t->attr, st->attr_text, tl + 1);
+  ts_geom *g = NULL;
+  if ((rc = ts_geom_create(st->attr, t->ndim, t->shape, &g, err)))
+    return rc;
+  const ts_attr *a = st->attr;
+  st->pieces = calloc((size_t)a->nranks, sizeof *st->pieces);
+  if (!st->pieces) {
+    ts_geom_destroy(&g);
+    return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory");
+  }
+  size_t es = ts_dtype_size(t->dtype);
+  int *piece_of = malloc(sizeof(int) * (size_t)a->nranks);
+  if (!piece_of) {
+    ts_geom_destroy(&g);
+    return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory");
+  }
+  for (int64_t i = 0; i < a->nranks; i++) {
+    spiece p;
+    memset(&p, 0, sizeof p);
+    piece_of[i] = -1;
+    ts_geom_index_box(g, i, &p.box);
+    if (ts_box_numel(&p.box) == 0)
+      continue;
+    int64_t c[TS_MAX_MESH_DIMS];
+    mesh_coords(a, i, c);
+    for (int m = 0; m < a->mesh_ndim; m++)
+      if (a->place[m].kind == TS_PLACE_PARTIAL)
+        p.pc[p.npc++] = c[m];
+    int found = -1;
+    for (int k = 0; k < st->npieces && found < 0; k++)
+      if (ts_box_equal(&st->pieces[k].box, &p.box) && st->pieces[k].npc == p.npc &&
+          memcmp(st->pieces[k].pc, p.pc, sizeof p.pc) == 0)
+        found = k;
+    if (found < 0) {
+      p.bytes = ts_box_numel(&p.box) * (int64_t)es;
+      p.writer = -1;
+      snprintf(p.key, sizeof p.key, "%s#%d", t->name, st->npieces);
+      found = st->npieces;
+      st->pieces[st->npieces++] = p;
+    }
+    piece_of[i] = found;
+  }
+  /* each piece's writer: the replica with the fewest bytes to write so far (ties: mesh order) */
+  for (int k = 0; k < st->npieces; k++) {
+    spiece *p = &st->pieces[k];
+    for (int64_t i = 0; i < a->nranks; i++)
+      if (piece_of[i] == k && (p->writer < 0 || load[a->ranks[i]] < load[p->writer]))
+        p->writer = a->ranks[i];
+    load[p->writer] += p->bytes;
+  }
+  free(piece_of);
+  ts_geom_destroy(&g);
+  return TS_OK;
+}
+
+/* Writes one piece from the slice `src` (in its layout) at p->offset; hashes it. */
+static int write_piece(int fd, const char *path, const ts_tensor *src, const ts_box *slice_box,
+                       spiece *p, ts_dtype dt, uint64_t *hash, int64_t *written, ts_error *err) {
+  (void)slice_box;
+  ts_layout plain;
+  int64_t ext[TS_MAX_DIMS];
+  for (int d = 0; d < p->box.ndim; d++)
+    ext[d] = p->box.hi[d] - p->box.lo[d];
+  ts_layout_plain(&plain, dt, p->box.ndim, ext, NULL);
+  const void *bytes = src->data;
+  void *packed = NULL;
+  bool same = src->layout.n_inner == 0 && src->layout.offset == 0 &&
+              memcmp(src->layout.strides, plain.strides, sizeof(int64_t) * (size_t)p->box.ndim) == 0;
+  if (!same) {
+    packed = ts_shard_alloc_as((size_t)p->bytes, TS_POOL_STAGING, "the checkpoint packing buffer",
+                               err);
+    if (!packed)
+      return err ? err->code : TS_NO_MEMORY;
+    ts_tensor dst = {packed, (size_t)p->bytes, plain};
+    int rc = ts_copy(&dst, src, NULL, err);
+    if (rc) {
+      ts_shard_free(packed);
+      return rc;
+    }
+    bytes = packed;
+  }
+  *hash = XXH3_64bits(bytes, (size_t)p->bytes);
+  int64_t len = p->bytes;
+  int rc = TS_OK;
+  if (fail_after >= 0 && *written + len > fail_after) {
+    if (fail_kill) {
+      ckpt_pwrite_full(fd, bytes, (size_t)(fail_after - *written), p->offset);
+      raise(SIGKILL);
+    }
+    errno = EIO;
+    rc = -1;
+  } else {
+    rc = ckpt_pwrite_full(fd, bytes, (size_t)len, p->offset);
+  }
+  if (rc)
+    rc = ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint: cannot write piece '%s' to '%s': %s", p->key,
+                      path, strerror(errno));
+  else
+    *written += len;
+  ts_shard_free(packed);
+  return rc;
+}
+
+/* Node leaders: the lowest world rank with the same host name. */
+static int node_leader(ts_comm *c, int rank, int size, int *leader, ts_error *err) {
+  char *names = calloc((size_t)size, 64);
+  int64_t *counts = calloc((size_t)size, sizeof *counts), *displs = calloc((size_t)size, 8);
+  if (!names || !counts || !displs) {
+    free(names), free(counts), free(displs);
+    return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory");
+  }
+  gethostname(names + (size_t)rank * 64, 63);
+  for (int i = 0; i < size; i++)
+    counts[i] = 64, displs[i] = (int64_t)i * 64;
+  int rc = ts_comm_allgatherv(c, names, counts, displs, err);
+  *leader = rank;
+  for (int i = 0; rc == TS_OK && i < size; i++)
+    if (strncmp(names + (size_t)i * 64, names + (size_t)rank * 64, 64) == 0) {
+      *leader = i;
+      break;
+    }
+  free(names), free(counts), free(displs);
+  return rc;
+}
+
+int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *names, int n,
+                 const ts_ckpt_save_opts *o, ts_ckpt_report *rep, ts_error *err) {
+  ts_ckpt_save_opts none = {false, false, 0};
+  if (!o)
+    o = &none;
+  ts_ckpt_report rdummy;
+  if (!rep)
+    rep = &rdummy;
+  memset(rep, 0, sizeof *rep);
+  signal(SIGXFSZ, SIG_IGN);
+  ts_comm *c = ts_world_comm(w);
+  int rank = ts_world_rank(w), size = ts_world_size(w);
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  int lst = TS_OK, rc;
+  char parent[4096], base[256], tmp[4400], target[4400], path[4500];
+  lst = ckpt_split_path(dir, parent, sizeof parent, base, sizeof base, &lerr);
+  int leader = 0;
+  if ((rc = o->per_node ? node_leader(c, rank, size, &leader, err) : TS_OK))
+    return rc;
+  bool lead = leader == rank;
+  /* the tensors */
+  int nt = names && n > 0 ? n : ts_store_count(s);
+  stensor *ts = calloc((size_t)(nt ? nt : 1), sizeof *ts);
+  int64_t *load = calloc((size_t)size, sizeof *load);
+  if (!ts || !load) {
+    free(ts), free(load);
+    return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory");
+  }
+  for (int i = 0; i < nt && !lst; i++) {
+    ts[i].t = names && n > 0 ? ts_store_find(s, names[i]) : ts_store_at(s, i);
+    if (!ts[i].t)
+      lst = ts_error_set(&lerr, TS_NOT_FOUND, "checkpoint save: no tensor named '%s'", names[i]);
+    for (int j = 0; j < i && !lst; j++)
+      if (ts[j].t == ts[i].t)
+        lst = ts_error_set(&lerr, TS_INVALID_ARGUMENT, "checkpoint save: '%s' named twice",
+                           ts[i].t->name);
+    if (!lst)
+      lst = plan_tensor(&ts[i], o->keep_partial, load, &lerr);
+  }
+  /* the temporary directory: one name for every rank (rank 0's stamp) */
+  int64_t stamp = 0;
+  if (rank == 0) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    stamp = ((int64_t)now.tv_sec * 1000000000 + now.tv_nsec) ^ ((int64_t)getpid() << 40);
+    if (stamp < 0)
+      stamp = -stamp;
+  }
+  if ((rc = ts_comm_allreduce_i64(c, &stamp, 1, TS_COMM_MAX, err)))
+    goto out;
+  snprintf(tmp, sizeof tmp, "%s/.%s.tmp-%llx", parent, base, (unsigned long long)stamp);
+  snprintf(target, sizeof target, "%s/%s", parent, base);
+  bool made = false, exists = false;
+  if (!lst && lead) {
+    struct stat st;
+    char idxp[4500];
+    snprintf(idxp, sizeof idxp, "%s/%s", target, TS_CKPT_INDEX);
+    if (lstat(target, &st) == 0) {
+      exists = true;
+      if (!S_ISDIR(st.st_mode))
+        lst = ts_error_set(&lerr, TS_INVALID_ARGUMENT,
+                           "checkpoint directory '%s' exists and is not a directory", target);
+      else if (stat(idxp, &st) != 0 && rmdir(target) != 0)
+        lst = ts_error_set(&lerr, TS_INVALID_ARGUMENT,
+                           "checkpoint directory '%s' exists, is not empty and holds no "
+                           "checkpoint (no %s): refusing to replace it", target, TS_CKPT_INDEX);
+      else if (stat(idxp, &st) != 0)
+        exists = false; /* it was an empty directory, now removed */
+    }
+    if (!lst && mkdir(tmp, 0755) != 0)
+      lst = ts_error_set(&lerr, TS_CHECKPOINT_IO, "checkpoint: cannot create '%s' next to '%s': %s", tmp,
+                         target, strerror(errno));
+    made = lst == TS_OK;
+  }
+  if ((rc = ts_comm_agree(c, lst, &lerr, err)))
+    goto fail;
+  /* my file: its entries and header */
+  int nmine = 0, total_pieces = 0;
+  for (int i = 0; i < nt; i++)
+    for (int k = 0; k < ts[i].npieces; k++, total_pieces++)
+      nmine += ts[i].pieces[k].writer == rank;
+  char fname[64];
+  snprintf(fname, sizeof fname, "rank-%05d.safetensors", rank);
+  snprintf(path, sizeof path, "%s/%s", tmp, fname);
+  int fd = -1;
+  int64_t written = 0;
+  uint64_t *hashes = calloc((size_t)(total_pieces ? total_pieces : 1), sizeof *hashes);
+  int64_t *hv = calloc((size_t)(2 * total_pieces + 1), sizeof *hv);
+  if (!hashes || !hv)
+    lst = ts_error_set(&lerr, TS_NO_MEMORY, "checkpoint: no memory");
+  if (!lst && nmine) {
+    ckpt_entry *ent = calloc((size_t)nmine, sizeof *ent);
+    int m = 0;
+    int64_t off = 0;
+    for (int i = 0; ent && i < nt; i++)
+      for (int k = 0; k < ts[i].npieces; k++) {
+        spiece *p = &ts[i].pieces[k];
+        if (p->writer != rank)
+          continue;
+        ent[m].key = p->key;
+        ent[m].dtype = ts[i].t->dtype;
+        ent[m].ndim = p->box.ndim;
+        for (int d = 0; d < p->box.ndim; d++)
+          ent[m].ext[d] = p->box.hi[d] - p->box.lo[d];
+        ent[m].begin = off;
+        ent[m].end = off + p->bytes;
+        off += p->bytes;
+        m++;
+      }
+    uint8_t *hdr = NULL;
+    size_t hlen = 0;
+    lst = ent ? ckpt_header_build(ent, nmine, &hdr, &hlen, &lerr)
+              : ts_error_set(&lerr, TS_NO_MEMORY, "checkpoint: no memory");
+    m = 0;
+    for (int i = 0; !lst && i < nt; i++)
+      for (int k = 0; k < ts[i].npieces; k++)
+        if (ts[i].pieces[k].writer == rank)
+          ts[i].pieces[k].offset = (int64_t)hlen + ent[m++].begin;
+    free(ent);
+    if (!lst) {
+      fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd < 0 || ckpt_pwrite_full(fd, hdr, hlen, 0) != 0)
+        lst = ts_error_set(&lerr, TS_CHECKPOINT_IO, "checkpoint: cannot write '%s': %s", path,
+                           strerror(errno));
+    }
+    free(hdr);
+  }
+  /* the pieces, tensor by tensor (reductions are collective: every rank takes part) */
+  int pi = 0;
+  for (int i = 0; i < nt; i++) {
+    ts_stored *t = ts[i].t;
+    ts_tensor reduced;
+    memset(&reduced, 0, sizeof reduced);
+    const ts_tensor *src = t->has_slice ? &t->local : NULL;
+    if (ts[i].reduce) {
+      ts_plan *plan = NULL;
+      ts_plan_opts po = {TS_STRATEGY_AUTO, o->staging_bytes, size};
+      ts_error perr;
+      int pst = ts_plan_create(t->ndim, t->shape, t->dtype, t->attr, ts[i].attr, &po, &plan,
+                               &perr);
+      ts_exec_opts xo;
+      memset(&xo, 0, sizeof xo);
+      xo.agree_world = true;
+      xo.prior_status = lst ? lst : pst;
+      xo.prior_err = lst ? &lerr : &perr;
+      ts_exec_report xr;
+      rc = ts_reshard_exec(w, plan, src, t->layout_tag, &xo, &reduced, &xr, err);
+      ts_plan_destroy(&plan);
+      if (rc) {
+        if (fd >= 0)
+          close(fd);
+        free(hashes), free(hv);
+        goto fail;
+      }
+      src = reduced.data ? &reduced : NULL;
+    }
+    for (int k = 0; k < ts[i].npieces; k++, pi++) {
+      spiece *p = &ts[i].pieces[k];
+      if (p->writer != rank || lst)
+        continue;
+      if (!src)
+        lst = ts_error_set(&lerr, TS_INTERNAL, "checkpoint: rank %d writes piece '%s' but holds "
+                           "no slice", rank, p->key);
+      else
+        lst = write_piece(fd, path, src, &t->box, p, t->dtype, &hashes[pi], &written, &lerr);
+    }
+    ts_shard_free_tensor(&reduced);
+  }
+  if (fd >= 0) {
+    if (!lst && fsync(fd) != 0)
+      lst = ts_error_set(&lerr, TS_CHECKPOINT_IO, "checkpoint: cannot sync '%s': %s", path, strerror(errno));
+    if (close(fd) != 0 && !lst)
+      lst = ts_error_set(&lerr, TS_CHECKPOINT_IO, "checkpoint: cannot close '%s': %s", path, strerror(errno));
+  }
+  rep->bytes_written = written;
+  rep->tensors = nt;
+  /* agree, with every piece's checksum (two non-negative 32-bit halves, max over ranks) */
+  pi = 0;
+  for (int i = 0; hv && i < nt; i++)
+    for (int k = 0; k < ts[i].npieces; k++, pi++) {
+      bool mine = ts[i].pieces[k].writer == rank;
+      hv[2 * pi] = mine ? (int64_t)(hashes[pi] >> 32) : -1;
+      hv[2 * pi + 1] = mine ? (int64_t)(hashes[pi] & 0xffffffffu) : -1;
+    }
+  rc = ts_comm_agree_max(c, lst, &lerr, hv, hv ? 2 * total_pieces : 0, err);
+  free(hashes);
+  if (rc) {
+    free(hv);
+    goto fail;
+  }
+  /* the index, written by the leaders */
+  if (lead) {
+    ts_ckpt_index idx = {nt, calloc((size_t)(nt ? nt : 1), sizeof(ts_ckpt_tensor)), size};
+    lst = idx.tensors ? TS_OK : ts_error_set(&lerr, TS_NO_MEMORY, "checkpoint: no memory");
+    pi = 0;
+    for (int i = 0; !lst && i < nt; i++) {
+      ts_ckpt_tensor *x = &idx.tensors[i];
+      snprintf(x->name, sizeof x->name, "%s", ts[i].t->name);
+      x->dtype = ts[i].t->dtype;
+      x->ndim = ts[i].t->ndim;
+      memcpy(x->shape, ts[i].t->shape, sizeof x->shape);
+      x->attr = ts[i].attr_text;
+      x->partial_kept = ts_attr_has_partial(ts[i].t->attr) && o->keep_partial;
+      x->npieces = ts[i].npieces;
+      x->pieces = calloc((size_t)(x->npieces ? x->npieces : 1), sizeof *x->pieces);
+      if (!x->pieces) {
+        lst = ts_error_set(&lerr, TS_NO_MEMORY, "checkpoint: no memory");
+        break;
+      }
+      for (int k = 0; k < x->npieces; k++, pi++) {
+        spiece *p = &ts[i].pieces[k];
+        ts_ckpt_piece *q = &x->pieces[k];
+        snprintf(q->file, sizeof q->file, "rank-%05d.safetensors", p->writer);
+        snprintf(q->key, sizeof q->key, "%s", p->key);
+        q->box = p->box;
+        q->xxh3 = ((uint64_t)hv[2 * pi] << 32) | (uint64_t)hv[2 * pi + 1];
+        q->npcoord = x->partial_kept ? p->npc : 0;
+        memcpy(q->pcoord, p->pc, sizeof q->pcoord);
+      }
+    }
+    snprintf(path, sizeof path, "%s/%s", tmp, TS_CKPT_INDEX);
+    if (!lst)
+      lst = ts_ckpt_index_write(&idx, path, &lerr);
+    if (!lst)
+      lst = ckpt_fsync_dir(tmp, &lerr);
+    for (int i = 0; idx.tensors && i < nt; i++)
+      free(idx.tensors[i].pieces);
+    free(idx.tensors);
+  }
+  free(hv);
+  if ((rc = ts_comm_agree(c, lst, &lerr, err)))
+    goto fail;
+  /* into place */
+  if (lead) {
+    if (exists ? renameat2(AT_FDCWD, tmp, AT_FDCWD, target, RENAME_EXCHANGE) != 0
+               : rename(tmp, target) != 0)
+      lst = ts_error_set(&lerr, TS_CHECKPOINT_IO, "checkpoint: cannot move '%s' into place as '%s': %s", tmp,
+                         target, strerror(errno));
+    else if ((lst = ckpt_fsync_dir(parent, &lerr)) == TS_OK && exists)
+      ckpt_remove_dir(tmp); /* the previous checkpoint, swapped out */
+    if (lst == TS_OK)
+      made = false;
+  }
+  rc = ts_comm_agree(c, lst, &lerr, err);
+  if (rc)
+    goto fail;
+  goto out;
+fail:
+  if (made)
+    ckpt_remove_dir(tmp);
+out:
+  for (int i = 0; i < nt; i++) {
+    ts_attr_destroy(&ts[i].attr);
+    free(ts[i].pieces);
+    free(ts[i].attr_text);
+  }
+  free(ts);
+  free(load);
+  if (fail_after >= 0)
+    fail_after = -1; /* the hook serves one save */
+  return rc;
+}

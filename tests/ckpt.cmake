@@ -1,0 +1,20 @@
+# Checkpoints (issue 16): the end-to-end test with real daemons (4, then 3 and 6 ranks), the
+# engine-level MPI test (faults injected on one rank) and the checkpoint benchmark.
+if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
+  add_test(NAME test_python_ckpt
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_ckpt.py
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+  set_tests_properties(test_python_ckpt PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT} ENVIRONMENT
+                       "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
+endif()
+
+add_executable(test_ckpt_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/test_ckpt.c)
+target_link_libraries(test_ckpt_mpi PRIVATE tsckpt)
+tshard_mpi_test(test_ckpt test_ckpt_mpi 1 3 4)
+
+add_executable(tshard-bench-ckpt ${CMAKE_CURRENT_LIST_DIR}/bench/bench_ckpt.c)
+target_link_libraries(tshard-bench-ckpt PRIVATE tsckpt)
+
+# The index and file headers alone (no MPI): round trips and misuse.
+tshard_unit_test(test_ckpt_index ${CMAKE_CURRENT_LIST_DIR}/unit/test_ckpt_index.c)
+target_link_libraries(test_ckpt_index PRIVATE tsckptidx)

@@ -1,0 +1,250 @@
+/* test_ckpt.c - checkpoint save and load on the engine (the store and the world, no daemon) under
+ * mpirun with any world size: tensors with values that are a function of the global index (and,
+ * for a partial tensor, of the rank) in plain and blocked slices are saved, dropped, loaded under
+ * other attributes and checked element by element through the slice's layout against that
+ * function. Faults injected on one rank: a file write failing with EIO (the test hook), a file
+ * size limit (RLIMIT_FSIZE), a corrupted byte; each must give every rank the same error, keep
+ * the previous checkpoint byte for byte, leave no temporary directory and create no tensor. */
+#include <dirent.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "ts_ckpt.h"
+#include "ts_comm.h"
+
+static int rank, size;
+static long checks, failures;
+static ts_world *W;
+
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    checks++;                                                                                      \
+    if (!(cond)) {                                                                                 \
+      failures++;                                                                                  \
+      fprintf(stderr, "[rank %d] %s:%d: check failed: %s: ", rank, __FILE__, __LINE__, #cond);   \
+      fprintf(stderr, __VA_ARGS__);                                                                \
+      fprintf(stderr, "\n");                                                                       \
+    }                                                                                              \
+  } while (0)
+
+static double value(const int64_t *g, int ndim) {
+  double v = 0;
+  for (int d = 0; d < ndim; d++)
+    v = v * 31 + (double)g[d];
+  return (double)((int64_t)v % 1000);
+}
+
+/* Visits every element of a stored slice: global index and address. */
+static void fill_or_check(ts_stored *t, bool fill, double scale, double add, const char *what) {
+  if (!t->has_slice)
+    return;
+  ts_box b = t->box;
+  int n = t->ndim;
+  int64_t ext[TS_MAX_DIMS], i[TS_MAX_DIMS] = {0}, g[TS_MAX_DIMS];
+  int64_t total = 1;
+  for (int d = 0; d < n; d++)
+    ext[d] = b.hi[d] - b.lo[d], total *= ext[d];
+  long bad = 0;
+  for (int64_t k = 0; k < total; k++) {
+    for (int d = 0; d < n; d++)
+      g[d] = b.lo[d] + i[d];
+    int64_t off = ts_layout_address(&t->local.layout, i);
+    double want = value(g, n) * scale + add;
+    if (t->dtype == TS_F32) {
+      float *p = (float *)((char *)t->local.data + off);
+      if (fill)
+        *p = (float)want;
+      else
+        bad += *p != (float)want;
+    } else {
+      int32_t *p = (int32_t *)((char *)t->local.data + off);
+      if (fill)
+        *p = (int32_t)want;
+      else
+        bad += *p != (int32_t)want;
+    }
+    for (int d = n - 1; d >= 0 && ++i[d] == ext[d]; d--)
+      i[d] = 0;
+  }
+  if (!fill)
+    CHECK(bad == 0, "%s: %ld wrong elements of %lld", what, bad, (long long)total);
+}
+
+static ts_attr *attr(const char *text) {
+  ts_attr *a = NULL;
+  ts_error err;
+  if (ts_attr_parse(text, &a, &err))
+    fprintf(stderr, "attr '%s': %s\n", text, err.msg);
+  return a;
+}
+
+static ts_stored *add(ts_store *s, const char *name, ts_dtype dt, int ndim, const int64_t *shape,
+                      const char *atext, const char *tag) {
+  ts_attr *a = attr(atext);
+  ts_stored *e = NULL;
+  ts_error err;
+  int rc = ts_store_add(s, name, ndim, shape, dt, a, tag, &e, &err);
+  CHECK(rc == TS_OK, "add %s: %s", name, err.msg);
+  ts_attr_destroy(&a);
+  return e;
+}
+
+static char *slurp(const char *path, long *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  fseek(f, 0, SEEK_END);
+  *len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = malloc((size_t)*len + 1);
+  if (b && fread(b, 1, (size_t)*len, f) != (size_t)*len) {
+    free(b);
+    b = NULL;
+  }
+  fclose(f);
+  return b;
+}
+
+/* Every rank got the same status and message. */
+static void same_everywhere(int rc, const ts_error *err, const char *what) {
+  char msg[512] = "";
+  if (rank == 0)
+    snprintf(msg, sizeof msg, "%s", rc ? err->msg : "");
+  MPI_Bcast(msg, sizeof msg, MPI_CHAR, 0, MPI_COMM_WORLD);
+  int r0 = rc;
+  MPI_Bcast(&r0, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  CHECK(r0 == rc && strcmp(msg, rc ? err->msg : "") == 0, "%s: rank 0 has %d '%s', here %d '%s'",
+        what, r0, msg, rc, rc ? err->msg : "");
+}
+
+static int count_tmp(const char *parent) {
+  DIR *d = opendir(parent);
+  int n = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d)))
+    n += strstr(de->d_name, ".tmp-") != NULL;
+  if (d)
+    closedir(d);
+  return n;
+}
+
+int main(int argc, char **argv) {
+  ts_error err;
+  if (ts_world_init(&argc, &argv, MPI_THREAD_SERIALIZED, &W, &err) != TS_OK) {
+    fprintf(stderr, "world init: %s\n", err.msg);
+    return 1;
+  }
+  rank = ts_world_rank(W);
+  size = ts_world_size(W);
+  char parent[256] = "";
+  if (rank == 0 && !mkdtemp(strcpy(parent, "/tmp/tshard-ckpt-mpi-XXXXXX")))
+    parent[0] = '\0';
+  MPI_Bcast(parent, sizeof parent, MPI_CHAR, 0, MPI_COMM_WORLD);
+  char dir[300], path[400];
+  snprintf(dir, sizeof dir, "%s/c1", parent);
+  ts_store *s = NULL;
+  ts_store_create(&s, rank, 0, NULL);
+  int64_t sa[2] = {37, 9}, sb[2] = {8, 12}, sc[3] = {5, 4, 6};
+  char txt[200];
+  snprintf(txt, sizeof txt, "mesh=[%d] placements=[S(0)]", size);
+  fill_or_check(add(s, "a", TS_F32, 2, sa, txt, NULL), true, 1, 0, "a");
+  snprintf(txt, sizeof txt, "mesh=[%d] placements=[S(1)]", size);
+  fill_or_check(add(s, "b", TS_I32, 2, sb, txt, "aB4b"), true, 1, 0, "b");
+  /* partial sum: rank r holds value * (r + 1); the sum is value * size * (size + 1) / 2 */
+  snprintf(txt, sizeof txt, "mesh=[%d] placements=[P(sum)]", size);
+  ts_stored *c = add(s, "c", TS_I32, 3, sc, txt, NULL);
+  fill_or_check(c, true, rank + 1, 0, "c");
+  ts_ckpt_report rep;
+  int rc = ts_ckpt_save(s, W, dir, NULL, 0, NULL, &rep, &err);
+  CHECK(rc == TS_OK, "save: %s", err.msg);
+  long idx_len = 0;
+  char *idx0 = NULL;
+  snprintf(path, sizeof path, "%s/%s", dir, TS_CKPT_INDEX);
+  if (rank == 0)
+    idx0 = slurp(path, &idx_len);
+  /* load under other attributes */
+  const char *names[] = {"a", "b", "c"};
+  for (int i = 0; i < 3; i++)
+    ts_store_drop(s, names[i], NULL);
+  snprintf(txt, sizeof txt, "mesh=[1,%d] placements=[R,S(1)]", size);
+  ts_attr *tgt = attr(txt);
+  rc = ts_ckpt_load(s, W, dir, NULL, 0, tgt, NULL, &rep, &err);
+  CHECK(rc == TS_OK, "load: %s", err.msg);
+  fill_or_check(ts_store_find(s, "a"), false, 1, 0, "a loaded");
+  fill_or_check(ts_store_find(s, "b"), false, 1, 0, "b loaded");
+  fill_or_check(ts_store_find(s, "c"), false, (double)size * (size + 1) / 2, 0, "c loaded");
+  ts_attr_destroy(&tgt);
+  /* faults on the last rank; the previous checkpoint stays */
+  for (int fault = 0; fault < 3; fault++) {
+    struct rlimit old;
+    getrlimit(RLIMIT_FSIZE, &old);
+    if (rank == size - 1) {
+      if (fault == 0)
+        ts_ckpt_debug_fail_write(0, false);
+      if (fault == 1) {
+        struct rlimit small = {64, old.rlim_max};
+        setrlimit(RLIMIT_FSIZE, &small);
+      }
+    }
+    const char *one[] = {"a"};
+    rc = fault == 2 ? ts_ckpt_save(s, W, dir, one, 1, NULL, NULL, &err) /* succeeds */
+                    : ts_ckpt_save(s, W, dir, NULL, 0, NULL, NULL, &err);
+    if (rank == size - 1)
+      setrlimit(RLIMIT_FSIZE, &old);
+    if (fault == 2) {
+      CHECK(rc == TS_OK, "save over the previous: %s", err.msg);
+      break;
+    }
+    char want[64];
+    snprintf(want, sizeof want, "rank-%05d.safetensors", size - 1);
+    CHECK(rc == TS_CHECKPOINT_IO && strstr(err.msg, want), "fault %d: %d %s", fault, rc,
+          rc ? err.msg : "");
+    same_everywhere(rc, &err, "fault");
+    if (rank == 0) {
+      long len = 0;
+      char *now = slurp(path, &len);
+      CHECK(now && len == idx_len && memcmp(now, idx0, (size_t)len) == 0,
+            "fault %d: the previous index changed", fault);
+      free(now);
+      CHECK(count_tmp(parent) == 0, "fault %d: a temporary directory is left", fault);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  /* a corrupted byte: every rank fails the same, nothing is created */
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    snprintf(path, sizeof path, "%s/rank-00000.safetensors", dir);
+    FILE *f = fopen(path, "r+b");
+    fseek(f, -3, SEEK_END);
+    int ch = fgetc(f);
+    fseek(f, -3, SEEK_END);
+    fputc(ch ^ 1, f);
+    fclose(f);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  ts_store_drop(s, "a", NULL);
+  rc = ts_ckpt_load(s, W, dir, NULL, 0, NULL, NULL, NULL, &err);
+  CHECK(rc == TS_CORRUPT && strstr(err.msg, "rank-00000.safetensors") && strstr(err.msg, "a#"),
+        "corrupt: %d %s", rc, rc ? err.msg : "");
+  same_everywhere(rc, &err, "corrupt");
+  CHECK(ts_store_find(s, "a") == NULL, "corrupt: a tensor was created");
+  free(idx0);
+  ts_store_destroy(&s);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", parent);
+    CHECK(system(cmd) == 0, "cleanup");
+  }
+  long tf = 0, tc = 0;
+  MPI_Allreduce(&failures, &tf, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(&checks, &tc, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  if (rank == 0)
+    printf("test_ckpt: %d ranks, %ld checks, %ld failures\n", size, tc, tf);
+  ts_world_finalize(&W, NULL);
+  return tf ? 1 : 0;
+}

@@ -1,0 +1,259 @@
+/* test_ckpt_index.c - the checkpoint index and file headers without MPI (shard/ckpt_index.c):
+ * an index written and read back field by field, file headers built and parsed, and misuse: an
+ * index that is not JSON, of another format, with a piece outside its tensor, a file name with a
+ * slash, a checksum that is not hex, a huge shape; headers whose length does not fit the file,
+ * that are not JSON, lack the piece, or lie about its dtype, shape or offsets. Every error is a
+ * status and a message naming the file (and the piece), never a crash. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check_main.h"
+#include "ckpt_internal.h"
+
+static char dir[64];
+
+static void make_dir(void) {
+  snprintf(dir, sizeof dir, "/tmp/tshard-ckidx-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void remove_dir(void) { ckpt_remove_dir(dir); }
+
+static void write_text(const char *name, const char *text) {
+  char p[200];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  FILE *f = fopen(p, "wb");
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static ts_ckpt_tensor sample(ts_ckpt_piece *pieces) {
+  ts_ckpt_tensor t;
+  memset(&t, 0, sizeof t);
+  snprintf(t.name, sizeof t.name, "w");
+  t.dtype = TS_BF16;
+  t.ndim = 2;
+  t.shape[0] = 6, t.shape[1] = 4;
+  t.attr = "mesh=[2]@0-1 placements=[S(0)]";
+  t.npieces = 2;
+  t.pieces = pieces;
+  for (int k = 0; k < 2; k++) {
+    memset(&pieces[k], 0, sizeof pieces[k]);
+    snprintf(pieces[k].file, sizeof pieces[k].file, "rank-%05d.safetensors", k);
+    snprintf(pieces[k].key, sizeof pieces[k].key, "w#%d", k);
+    pieces[k].box.ndim = 2;
+    pieces[k].box.lo[0] = 3 * k, pieces[k].box.hi[0] = 3 * k + 3;
+    pieces[k].box.hi[1] = 4;
+    pieces[k].xxh3 = 0xfedcba9876543210ull + (uint64_t)k;
+  }
+  return t;
+}
+
+START_TEST(index_round_trip) {
+  make_dir();
+  ts_ckpt_piece pieces[2];
+  ts_ckpt_tensor t = sample(pieces);
+  ts_ckpt_index idx = {1, &t, 2};
+  char p[200];
+  snprintf(p, sizeof p, "%s/index.json", dir);
+  ts_error err;
+  ck_assert_int_eq(ts_ckpt_index_write(&idx, p, &err), TS_OK);
+  ts_ckpt_index *back = NULL;
+  ck_assert_int_eq(ts_ckpt_index_read(dir, &back, &err), TS_OK);
+  ck_assert_int_eq(back->ntensors, 1);
+  ck_assert_int_eq(back->saved_ranks, 2);
+  const ts_ckpt_tensor *b = ts_ckpt_index_find(back, "w");
+  ck_assert_ptr_nonnull(b);
+  ck_assert_int_eq(b->dtype, TS_BF16);
+  ck_assert_int_eq(b->ndim, 2);
+  ck_assert_str_eq(b->attr, t.attr);
+  ck_assert_int_eq(b->npieces, 2);
+  for (int k = 0; k < 2; k++) {
+    ck_assert_str_eq(b->pieces[k].file, pieces[k].file);
+    ck_assert_str_eq(b->pieces[k].key, pieces[k].key);
+    ck_assert(ts_box_equal(&b->pieces[k].box, &pieces[k].box));
+    ck_assert(b->pieces[k].xxh3 == pieces[k].xxh3);
+  }
+  ck_assert_ptr_null(ts_ckpt_index_find(back, "nope"));
+  char *text = ts_ckpt_index_describe(back, dir);
+  ck_assert_ptr_nonnull(strstr(text, "fedcba9876543211"));
+  free(text);
+  ts_ckpt_index_destroy(&back);
+  ts_ckpt_index_destroy(&back); /* NULL is fine */
+  remove_dir();
+}
+END_TEST
+
+static void bad_index(const char *text, int code, const char *needle) {
+  write_text("index.json", text);
+  ts_ckpt_index *idx = NULL;
+  ts_error err;
+  int rc = ts_ckpt_index_read(dir, &idx, &err);
+  ck_assert_msg(rc == code, "'%s': %d, expected %d (%s)", text, rc, code, rc ? err.msg : "");
+  ck_assert_ptr_null(idx);
+  ck_assert_msg(strstr(err.msg, "index.json") && strstr(err.msg, needle), "'%s': message '%s'",
+                text, err.msg);
+}
+
+#define HEAD "{\"format\":\"tshard-checkpoint\",\"version\":1,\"tensors\":{\"w\":{"
+#define GOOD_T "\"dtype\":\"f32\",\"shape\":[4,2],\"attr\":\"x\",\"pieces\":"
+START_TEST(index_misuse) {
+  make_dir();
+  ts_ckpt_index *idx = NULL;
+  ts_error err;
+  ck_assert_int_eq(ts_ckpt_index_read(dir, &idx, &err), TS_NOT_FOUND);
+  ck_assert_ptr_nonnull(strstr(err.msg, "index.json"));
+  bad_index("{not json", TS_CORRUPT, "not JSON");
+  bad_index("{\"format\":\"other\",\"version\":1,\"tensors\":{}}", TS_CORRUPT, "format");
+  bad_index("{\"format\":\"tshard-checkpoint\",\"version\":2,\"tensors\":{}}", TS_CORRUPT,
+            "version");
+  bad_index(HEAD "\"dtype\":\"f31\",\"shape\":[4],\"attr\":\"x\",\"pieces\":[]}}}", TS_CORRUPT,
+            "dtype");
+  bad_index(HEAD "\"dtype\":\"f32\",\"shape\":[4,-1],\"attr\":\"x\",\"pieces\":[]}}}",
+            TS_CORRUPT, "shape");
+  bad_index(HEAD "\"dtype\":\"f32\",\"shape\":[1125899906842624,1125899906842624],"
+                 "\"attr\":\"x\",\"pieces\":[]}}}", TS_CORRUPT, "2^50");
+  bad_index(HEAD GOOD_T "[{\"file\":\"../x\",\"key\":\"w#0\",\"box\":[[0,4],[0,2]],"
+                        "\"xxh3\":\"0000000000000000\"}]}}}", TS_CORRUPT, "file name");
+  bad_index(HEAD GOOD_T "[{\"file\":\"a\",\"key\":\"w#0\",\"box\":[[0,5],[0,2]],"
+                        "\"xxh3\":\"0000000000000000\"}]}}}", TS_CORRUPT, "box dim 0");
+  bad_index(HEAD GOOD_T "[{\"file\":\"a\",\"key\":\"w#0\",\"box\":[[0,4]],"
+                        "\"xxh3\":\"0000000000000000\"}]}}}", TS_CORRUPT, "box");
+  bad_index(HEAD GOOD_T "[{\"file\":\"a\",\"key\":\"w#0\",\"box\":[[0,4],[0,2]],"
+                        "\"xxh3\":\"00000000zz000000\"}]}}}", TS_CORRUPT, "hex");
+  bad_index(HEAD GOOD_T "{}}}}", TS_CORRUPT, "pieces");
+  remove_dir();
+}
+END_TEST
+
+/* A file with one f32 piece [2,3] of tensor t and its data. */
+static void write_file(const char *name, const uint8_t *hdr, size_t hlen, size_t data_bytes) {
+  char p[200];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  FILE *f = fopen(p, "wb");
+  fwrite(hdr, 1, hlen, f);
+  for (size_t i = 0; i < data_bytes; i++)
+    fputc((int)i, f);
+  fclose(f);
+}
+
+static void raw_header(const char *name, uint64_t len_field, const char *json, size_t data) {
+  uint8_t b[512];
+  size_t n = strlen(json);
+  for (int i = 0; i < 8; i++)
+    b[i] = (uint8_t)(len_field >> (8 * i));
+  memcpy(b + 8, json, n);
+  write_file(name, b, 8 + n, data);
+}
+
+START_TEST(headers) {
+  make_dir();
+  ts_ckpt_tensor t;
+  ts_ckpt_piece p;
+  memset(&t, 0, sizeof t);
+  memset(&p, 0, sizeof p);
+  snprintf(t.name, sizeof t.name, "t");
+  t.dtype = TS_F32;
+  t.ndim = 2;
+  t.shape[0] = 4, t.shape[1] = 3;
+  snprintf(p.key, sizeof p.key, "t#1");
+  snprintf(p.file, sizeof p.file, "f");
+  p.box.ndim = 2;
+  p.box.lo[0] = 2, p.box.hi[0] = 4, p.box.hi[1] = 3;
+  ckpt_entry e = {"t#1", TS_F32, 2, {2, 3}, 0, 24};
+  uint8_t *hdr = NULL;
+  size_t hlen = 0;
+  ts_error err;
+  ck_assert_int_eq(ckpt_header_build(&e, 1, &hdr, &hlen, &err), TS_OK);
+  ck_assert_int_eq(hlen % 8, 0);
+  write_file("f", hdr, hlen, 24);
+  ckpt_file f;
+  ck_assert_int_eq(ckpt_file_open(dir, "f", &f, &err), TS_OK);
+  int64_t off = -1;
+  ck_assert_int_eq(ckpt_file_piece(&f, &t, &p, &off, &err), TS_OK);
+  ck_assert_int_eq(off, (int64_t)hlen);
+  /* lies: dtype, shape, missing key, offsets beyond the file */
+  t.dtype = TS_I32;
+  ck_assert_int_eq(ckpt_file_piece(&f, &t, &p, &off, &err), TS_CORRUPT);
+  ck_assert_ptr_nonnull(strstr(err.msg, "dtype"));
+  ck_assert_ptr_nonnull(strstr(err.msg, "'f'"));
+  ck_assert_ptr_nonnull(strstr(err.msg, "t#1"));
+  t.dtype = TS_F32;
+  p.box.lo[0] = 1;
+  ck_assert_int_eq(ckpt_file_piece(&f, &t, &p, &off, &err), TS_CORRUPT);
+  ck_assert_ptr_nonnull(strstr(err.msg, "shape"));
+  p.box.lo[0] = 2;
+  snprintf(p.key, sizeof p.key, "t#9");
+  ck_assert_int_eq(ckpt_file_piece(&f, &t, &p, &off, &err), TS_CORRUPT);
+  ck_assert_ptr_nonnull(strstr(err.msg, "no such piece"));
+  ckpt_file_close(&f);
+  ckpt_file_close(&f); /* twice is fine */
+  free(hdr);
+  snprintf(p.key, sizeof p.key, "t#1");
+  ckpt_entry far = {"t#1", TS_F32, 2, {2, 3}, 8, 32};
+  ck_assert_int_eq(ckpt_header_build(&far, 1, &hdr, &hlen, &err), TS_OK);
+  write_file("g", hdr, hlen, 24); /* the data section is 24 bytes, the piece claims [8, 32) */
+  free(hdr);
+  ck_assert_int_eq(ckpt_file_open(dir, "g", &f, &err), TS_OK);
+  ck_assert_int_eq(ckpt_file_piece(&f, &t, &p, &off, &err), TS_CORRUPT);
+  ck_assert_ptr_nonnull(strstr(err.msg, "data_offsets"));
+  ckpt_file_close(&f);
+  /* broken files */
+  ck_assert_int_eq(ckpt_file_open(dir, "missing", &f, &err), TS_NOT_FOUND);
+  ck_assert_ptr_nonnull(strstr(err.msg, "missing"));
+  write_text("short", "abc");
+  ck_assert_int_eq(ckpt_file_open(dir, "short", &f, &err), TS_CORRUPT);
+  raw_header("huge", 1ull << 62, "{}", 0);
+  ck_assert_int_eq(ckpt_file_open(dir, "huge", &f, &err), TS_CORRUPT);
+  ck_assert_ptr_nonnull(strstr(err.msg, "header length"));
+  raw_header("notjson", 8, "{{{{{{{{", 0);
+  ck_assert_int_eq(ckpt_file_open(dir, "notjson", &f, &err), TS_CORRUPT);
+  raw_header("array", 8, "[1,2,3] ", 0);
+  ck_assert_int_eq(ckpt_file_open(dir, "array", &f, &err), TS_CORRUPT);
+  remove_dir();
+}
+END_TEST
+
+START_TEST(paths_and_dtypes) {
+  char parent[64], base[32];
+  ts_error err;
+  ck_assert_int_eq(ckpt_split_path("/a/b/c//", parent, sizeof parent, base, sizeof base, &err),
+                   TS_OK);
+  ck_assert_str_eq(parent, "/a/b");
+  ck_assert_str_eq(base, "c");
+  ck_assert_int_eq(ckpt_split_path("c", parent, sizeof parent, base, sizeof base, &err), TS_OK);
+  ck_assert_str_eq(parent, ".");
+  ck_assert_int_eq(ckpt_split_path("/c", parent, sizeof parent, base, sizeof base, &err), TS_OK);
+  ck_assert_str_eq(parent, "/");
+  ck_assert_int_eq(ckpt_split_path("/", parent, sizeof parent, base, sizeof base, &err),
+                   TS_INVALID_ARGUMENT);
+  ck_assert_int_eq(ckpt_split_path("", parent, sizeof parent, base, sizeof base, &err),
+                   TS_INVALID_ARGUMENT);
+  ck_assert_int_eq(ckpt_split_path("/a/..", parent, sizeof parent, base, sizeof base, &err),
+                   TS_INVALID_ARGUMENT);
+  for (int d = 0; d < TS_DTYPE_COUNT; d++) {
+    ts_dtype back;
+    ck_assert_int_eq(ts_ckpt_dtype_parse(ts_ckpt_dtype_name((ts_dtype)d), &back), TS_OK);
+    ck_assert_int_eq(back, d);
+  }
+  ts_dtype x;
+  ck_assert_int_eq(ts_ckpt_dtype_parse("f32", &x), TS_BAD_DTYPE); /* safetensors names only */
+  ck_assert_int_eq(ts_ckpt_dtype_parse(NULL, &x), TS_BAD_DTYPE);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("ckpt_index");
+  TCase *tc = tcase_create("ckpt_index");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, index_round_trip);
+  tcase_add_test(tc, index_misuse);
+  tcase_add_test(tc, headers);
+  tcase_add_test(tc, paths_and_dtypes);
+  suite_add_tcase(s, tc);
+  return ts_run_suite(s);
+}
