@@ -18,13 +18,16 @@ enum {
   CLI_CONNECT = 4,  /* no daemon could be reached */
 };
 
+/* Positional arguments a command line may have (a usage word ending in "..." takes the rest). */
+#define CLI_MAX_POS 64
+
 typedef struct cli_args {
   int argc;
   char **argv; /* the subcommand's arguments (argv[0] is the subcommand) */
   bool json;
   bool parsed;           /* cli_strict_parse checked the arguments and found the positionals */
   int npos;
-  const char *pos[8];
+  const char *pos[CLI_MAX_POS];
 } cli_args;
 
 typedef struct tshard_client tshard_client;

@@ -1,7 +1,9 @@
 /* strict.c - the strict command line: every option a subcommand accepts is read from its usage
  * text in main.c's table (lines starting "  --name"; "  --name VALUE  text" takes a value, a
  * name followed by two spaces is a bare flag), and the positional arguments from the usage line
- * starting with an upper-case word ("  NAME FILE.npy   ..." allows two). Unknown options, flags
+ * starting with an upper-case word ("  NAME FILE.npy   ..." allows two; a word ending in "..." as
+ * in "DIR [NAME...]" takes any number up to CLI_MAX_POS; a lower-case first word is a literal
+ * sub-subcommand, as in "  show DIR"). Unknown options, flags
  * given a value, options missing their value and extra positional arguments are refused with
  * exit code 2, suggesting the nearest known option by edit distance. Subcommands added to the
  * table become strict by their usage text alone. */
@@ -80,18 +82,21 @@ static void read_usage(const char *usage, known_set *k) {
       snprintf(o->name, NAME_CAP, "%.*s", (int)(q - p), p);
       /* one space then a word: a placeholder for the value */
       o->value = q + 1 < line + len && q[0] == ' ' && q[1] != ' ';
-    } else if (len > 2 && line[0] == ' ' && line[1] == ' ' && isupper((unsigned char)line[2]) &&
+    } else if (len > 2 && line[0] == ' ' && line[1] == ' ' && isalpha((unsigned char)line[2]) &&
                k->max_pos == 0) {
       const char *p = line + 2;
       int words = 0;
+      bool rest = false;
       while (p < line + len && *p != ' ') { /* words separated by one space */
         words++;
+        const char *w = p;
         while (p < line + len && *p != ' ')
           p++;
+        rest = rest || memmem(w, (size_t)(p - w), "...", 3) != NULL;
         if (p + 1 < line + len && p[0] == ' ' && p[1] != ' ')
           p++;
       }
-      k->max_pos = words;
+      k->max_pos = rest ? CLI_MAX_POS : words;
       snprintf(k->pos_text, sizeof k->pos_text, "%.*s", (int)(p - line - 2), line + 2);
     }
     line = end ? end + 1 : NULL;
@@ -129,7 +134,9 @@ int cli_strict_parse(cli_args *a, const char *usage) {
     const char *s = a->argv[i];
     if (strncmp(s, "--", 2) != 0 || s[2] == '\0') {
       if (a->npos >= k.max_pos) {
-        if (k.max_pos == 0)
+        if (k.max_pos == CLI_MAX_POS)
+          fprintf(stderr, "tshard %s: more than %d arguments\n", sub, CLI_MAX_POS);
+        else if (k.max_pos == 0)
           fprintf(stderr, "tshard %s: unexpected argument '%s'; %s takes no positional "
                           "arguments (see tshard %s --help)\n", sub, s, sub, sub);
         else
