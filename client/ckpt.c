@@ -39,6 +39,8 @@ static int check_names(tshard_client *c, const char *const *names, int n) {
 
 static int call_status(tshard_client *c, Tshard__Request *req) {
   Tshard__Response *r = NULL;
+  if (tsc_apply_group(c, req)) /* an SPMD client's group: a collective of the group */
+    return TS_INVALID_ARGUMENT;
   int rc = tsc_call(c, req, &r);
   if (r)
     tsc_free(c, r);

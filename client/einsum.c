@@ -40,6 +40,9 @@ static int check_operands(tshard_client *c, const char *equation, int n,
 
 static int einsum_call(tshard_client *c, Tshard__Request *req, tshard_einsum_result *result) {
   Tshard__Response *r = NULL;
+  /* einsum runs on every rank: an SPMD client's group makes it a collective of the group */
+  if (req->op_case == TSHARD__REQUEST__OP_EINSUM && tsc_apply_group(c, req))
+    return TS_INVALID_ARGUMENT;
   int rc = tsc_call(c, req, &r);
   if (rc == TS_OK && r->result_case != TSHARD__RESPONSE__RESULT_EINSUM)
     rc = tsc_fail(c, TS_PROTOCOL, "einsum answered without an einsum result");
@@ -145,6 +148,8 @@ int tshard_einsum_backward(tshard_client *c, uint64_t forward_id, const char *gr
   req.op_case = TSHARD__REQUEST__OP_EINSUM_BACKWARD;
   req.einsum_backward = &q;
   req.idempotency_key = str_or_empty(key);
+  if (tsc_apply_group(c, &req))
+    return TS_INVALID_ARGUMENT;
   Tshard__Response *r = NULL;
   int rc = tsc_call(c, &req, &r);
   if (r)
@@ -161,6 +166,8 @@ int tshard_einsum_release(tshard_client *c, uint64_t forward_id, const char *key
   req.op_case = TSHARD__REQUEST__OP_EINSUM_RELEASE;
   req.einsum_release = &q;
   req.idempotency_key = str_or_empty(key);
+  if (tsc_apply_group(c, &req))
+    return TS_INVALID_ARGUMENT;
   Tshard__Response *r = NULL;
   int rc = tsc_call(c, &req, &r);
   if (r)

@@ -51,9 +51,10 @@ int tsc_apply_group(tshard_client *c, Tshard__Request *req) {
     return TS_OK;
   if (!req->idempotency_key || !req->idempotency_key[0])
     return tsc_fail(c, TS_INVALID_ARGUMENT,
-                    "a client with a group (tshard_set_group) gives each create, reshard and "
-                    "drop an idempotency key, the same in every process of the group for the "
-                    "same call: the key matches the participants' submissions");
+                    "a client with a group (tshard_set_group) gives each collective call "
+                    "(create, reshard, drop, einsum, save, load) an idempotency key, the same "
+                    "in every process of the group for the same call: the key matches the "
+                    "participants' submissions");
   req->n_participants = (size_t)c->ngroup;
   req->participants = c->group;
   int t = c->group_timeout_ms;

@@ -157,10 +157,10 @@ int tshard_stats_get(tshard_client *c, tshard_stats *s);
 int tshard_shutdown(tshard_client *c, const char *key);
 
 /* ---- SPMD collectives (client/spmd.c) ----------------------------------------------------
- * A client of an SPMD program declares its group once: from then on its create, reshard and
- * drop carry the group's ranks as participants, and the daemons run each once every rank of the
- * group submitted it (so puts of every rank are in before a reshard, with no barrier of the
- * program's own). These calls then need an idempotency key, the same in every process for the
+ * A client of an SPMD program declares its group once: from then on its create, reshard,
+ * drop, einsum (and its backward and release), save and load carry the group's ranks as
+ * participants, and the daemons run each once every rank of the group submitted it (so puts
+ * of every rank are in before a reshard, with no barrier of the program's own). These calls then need an idempotency key, the same in every process for the
  * same call (e.g. "step-17-reshard"); TS_INVALID_ARGUMENT without one. If a rank never submits
  * within timeout_ms (0: the client's timeout less 5 s), every participant gets TS_INCOMPLETE
  * naming the missing ranks; a rank that submits another request under the key makes it

@@ -306,7 +306,7 @@ class Client:
             return None
 
     def set_group(self, group, run_id=None, collective_timeout=None):
-        """SPMD collectives (spmd.py): from now on create, reshard and drop run once every rank
+        """SPMD collectives (spmd.py): from now on create, reshard, drop, einsum, save and load run once every rank
         of ``group`` (ranks, "all", "0,1,2"; None: off) submitted them, each with ``key`` or a
         key made from ``run_id`` (default: the launcher's, see spmd.py) and the call's number;
         ``collective_timeout`` seconds (default: this client's timeout less 5 s, so that the
@@ -660,7 +660,7 @@ def connect(rank=None, socket=None, tcp=None, token=None, job=None, timeout=60.0
     with the job's ``token`` (or the ``token_file`` holding it), or by ``rank`` (default: this
     process's MPI rank from the environment, else 0) and ``job`` (default $TSHARD_JOB or
     "default"). On a Unix socket data goes through shared memory unless ``shm=False`` or TSHARD_SHM=0 (TCP: the stream only).
-    ``group`` (ranks or "all"; default $TSHARD_GROUP) makes create, reshard and drop SPMD
+    ``group`` (ranks or "all"; default $TSHARD_GROUP) makes create, reshard, drop, einsum, save and load SPMD
     collectives of those ranks (see Client.set_group)."""
     if token_file is not None:
         token = read_token_file(token_file)

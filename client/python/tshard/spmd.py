@@ -1,5 +1,5 @@
 """SPMD collectives: a client that declares its group (``connect(..., group=[0, 1, 2, 3])``,
-``group="all"``, or TSHARD_GROUP in the environment) sends every create, reshard and drop as a
+``group="all"``, or TSHARD_GROUP in the environment) sends every create, reshard, drop, einsum, save and load as a
 collective of the group: the daemons run it once, after every rank of the group submitted it, so
 an SPMD script needs no barrier between its puts and its reshard. A call that is not given a
 ``key`` gets one made from the run id (shared by the processes of one launch) and the call's
@@ -20,7 +20,8 @@ from .errors import error_for
 __all__ = ["Group", "run_id_from_env", "COLLECTIVE_OPS"]
 
 # The Request ops a group makes collective (puts are per rank, gets and the rest per client).
-COLLECTIVE_OPS = ("create", "reshard", "drop")
+COLLECTIVE_OPS = ("create", "reshard", "drop", "einsum", "einsum_backward", "einsum_release",
+                  "save", "load")
 
 
 def run_id_from_env(env=None):
