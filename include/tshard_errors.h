@@ -36,7 +36,9 @@
   X(REMOTE, 21, "the operation failed on another rank")                                            \
   X(SHUTDOWN, 22, "the daemon is shutting down")                                                   \
   X(AUTH, 23, "authentication failed")                                                             \
-  X(INTERNAL, 24, "internal error")
+  X(INTERNAL, 24, "internal error")                                                                \
+  X(PROGRAM_COMPILE, 34, "the C compiler failed to build a program")                               \
+  X(PROGRAM_PLACEMENT, 35, "a program does not apply to its tensors' distributed attributes")
 
 typedef enum {
 #define TS_X_ENUM(name, value, msg) TS_##name = value,
