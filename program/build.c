@@ -52,6 +52,12 @@ static int run_capture(const char *cmd, char *out, size_t cap) {
 
 int tsp_build_init(tsp_program *p, const tsp_options *o, ts_error *err) {
   char buf[512];
+  /* The OpenMP runtime the builds use stays loaded: unloading it with the last build while its
+   * worker threads sleep would crash them. */
+  static void *gomp;
+  if (!__atomic_load_n(&gomp, __ATOMIC_ACQUIRE))
+    __atomic_store_n(&gomp, dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE),
+                     __ATOMIC_RELEASE);
   p->cc = o && o->cc ? strdup(o->cc) : dupenv("TSHARD_PROGRAM_CC");
   if (!p->cc)
     p->cc = strdup("gcc");

@@ -49,7 +49,8 @@ int tsp_emit(tsp_program *p, tsp_bucket *b, char **src, ts_error *err) {
   g.vecs = open_memstream(&vecs, &nvecs);
   FILE *o = open_memstream(&out, &nout);
   int rc = TS_OK;
-  if (!g.body || !g.vecs || !o) {
+  /* at most 8 vectors per node (operands, stores, shapes) */
+  if (!g.body || !g.vecs || !o || tsp_vec_init(&g, 8 * p->n_nodes + 16) != TS_OK) {
     rc = ts_error_set(err, TS_NO_MEMORY, "out of memory emitting C");
     goto done;
   }

@@ -141,7 +141,9 @@ int tsp_gen_elementwise(tsp_gen *gg, int kidx, ts_error *err) {
       tsp_emit_ptr(g, f, o);
       fprintf(f, "[0]; /* %s */\n", tsp_node_label(p, o, lbl, sizeof lbl));
     }
-  const char *ind = "    ";
+  char ind[2 * TSP_MAX_DIMS + 8];
+  int depth = flat || k->ndim == 0 ? 1 : k->ndim;
+  snprintf(ind, sizeof ind, "%*s", 2 + 2 * depth, "");
   if (flat) {
     fprintf(f, "  const int64_t n = %lld;\n", (long long)total);
     fprintf(f, "#pragma omp parallel for simd schedule(static) if (n >= TSP_PAR_MIN)\n");
@@ -201,6 +203,6 @@ int tsp_gen_elementwise(tsp_gen *gg, int kidx, ts_error *err) {
       fprintf(f, "] = v%d; /* in place: %s */\n", id, p->nodes[t].name);
     }
   }
-  fprintf(f, "  }\n  return 0;\n}\n\n");
+  fprintf(f, "%*s}\n  return 0;\n}\n\n", 2 * depth, "");
   return TS_OK;
 }

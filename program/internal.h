@@ -215,13 +215,14 @@ struct tsp_gen {
   tsp_bucket *b;
   FILE *body;            /* kernel functions */
   FILE *vecs;            /* the named constant arrays */
-  int n_vecs;
+  int n_vecs, cap_vecs;   /* arrays sized once per file: names stay valid */
   int64_t (*vec_values)[TSP_MAX_DIMS];
   int *vec_len;
   char (*vec_name)[32];
 };
 /* vectors.c: the name of a constant array holding values[0..n) (emitted once per content). */
 const char *tsp_vec(tsp_gen *g, const char *kind, const int64_t *values, int n);
+int tsp_vec_init(tsp_gen *g, int cap); /* room for cap vectors */
 void tsp_vec_free(tsp_gen *g);
 /* emit.c helpers for generators */
 void tsp_emit_ptr(tsp_gen *g, FILE *f, int node);         /* a typed base pointer expression */

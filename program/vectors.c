@@ -13,20 +13,8 @@ const char *tsp_vec(tsp_gen *g, const char *kind, const int64_t *values, int n) 
         memcmp(g->vec_values[i], values, (size_t)n * sizeof(int64_t)) == 0)
       return g->vec_name[i];
   int i = g->n_vecs;
-  if ((i & (i - 1)) == 0) { /* grow at powers of two */
-    int cap = i ? 2 * i : 8;
-    void *a = realloc(g->vec_values, (size_t)cap * sizeof *g->vec_values);
-    if (a)
-      g->vec_values = a;
-    void *b = realloc(g->vec_len, (size_t)cap * sizeof *g->vec_len);
-    if (b)
-      g->vec_len = b;
-    void *c = realloc(g->vec_name, (size_t)cap * sizeof *g->vec_name);
-    if (c)
-      g->vec_name = c;
-    if (!a || !b || !c)
-      return NULL;
-  }
+  if (i == g->cap_vecs) /* sized by emit.c for the largest file; never reached */
+    return "vector_overflow";
   memcpy(g->vec_values[i], values, (size_t)n * sizeof(int64_t));
   g->vec_len[i] = n;
   snprintf(g->vec_name[i], sizeof g->vec_name[i], "%s%d", kind, i);
@@ -36,6 +24,14 @@ const char *tsp_vec(tsp_gen *g, const char *kind, const int64_t *values, int n) 
     fprintf(g->vecs, "%s%lld", d ? ", " : "", (long long)values[d]);
   fprintf(g->vecs, "%s};\n", n ? "" : "0");
   return g->vec_name[i];
+}
+
+int tsp_vec_init(tsp_gen *g, int cap) {
+  g->cap_vecs = cap;
+  g->vec_values = calloc((size_t)cap, sizeof *g->vec_values);
+  g->vec_len = calloc((size_t)cap, sizeof *g->vec_len);
+  g->vec_name = calloc((size_t)cap, sizeof *g->vec_name);
+  return g->vec_values && g->vec_len && g->vec_name ? TS_OK : TS_NO_MEMORY;
 }
 
 void tsp_vec_free(tsp_gen *g) {

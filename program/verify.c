@@ -202,9 +202,9 @@ static int verify_elementwise(tsp_program *p, tsp_node *n, ts_error *err) {
     }
   if ((int)dt < 0)
     dt = TS_F64;
-  if (n->op == TSP_OP_WHERE)
-    set_literal_dtypes(p, n, 0, TS_U8);
   set_literal_dtypes(p, n, first, dt);
+  if (n->op == TSP_OP_WHERE)
+    set_literal_dtypes(p, n, 0, TS_U8); /* the condition; the others are set */
   if (n->op != TSP_OP_CAST)
     for (int i = first; i < n->nargs; i++)
       if (p->nodes[n->args[i]].dtype != dt)
