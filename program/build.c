@@ -2,7 +2,8 @@
  * XXH3-128 hash of the emitted C text - itself a function of the program, the bucket's values and
  * the dtypes - with the compiler, its version and the flags), the compiler run (its messages
  * captured for the error), the atomic move into the cache, and dlopen. A cached file that fails
- * to load is removed and compiled again. */
+ * to load is removed and compiled again. The OpenMP runtime is loaded once and kept (with
+ * OMP_WAIT_POLICY=PASSIVE unless set: ranks share the cores). */
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -55,6 +56,8 @@ int tsp_build_init(tsp_program *p, const tsp_options *o, ts_error *err) {
   /* The OpenMP runtime the builds use stays loaded: unloading it with the last build while its
    * worker threads sleep would crash them. */
   static void *gomp;
+  /* Idle OpenMP workers sleep instead of spinning: ranks share the cores. */
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
   if (!__atomic_load_n(&gomp, __ATOMIC_ACQUIRE))
     __atomic_store_n(&gomp, dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE),
                      __ATOMIC_RELEASE);

@@ -77,7 +77,7 @@ int tsp_emit(tsp_program *p, tsp_bucket *b, char **src, ts_error *err) {
   fprintf(o, "typedef int (*tsp_einsum_fn)(void *ctx, int node, void *const *args, char *pool,\n"
              "                             const int64_t *sym);\n"
              "typedef struct tsp_env {\n  tsp_einsum_fn einsum;\n  void *ctx;\n} tsp_env;\n\n");
-  fprintf(o, "/* Loops shorter than this run on one thread. */\n#define TSP_PAR_MIN 65536\n\n");
+  fprintf(o, "/* Loops shorter than this run on one thread. */\n#define TSP_PAR_MIN 524288\n\n");
   fprintf(o, "/* Shape and stride vectors. */\n%s\n", vecs ? vecs : "");
   fprintf(o, "%s", body ? body : "");
   fprintf(o, "int tsp_main(void *const *args, char *pool, const int64_t *sym, const tsp_env *env) "

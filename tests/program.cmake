@@ -6,3 +6,8 @@ target_link_libraries(test_program PRIVATE tsprogram m)
 target_include_directories(test_program PRIVATE ${CMAKE_CURRENT_LIST_DIR}/unit)
 target_compile_definitions(test_program PRIVATE TSP_GOLDEN="${TS_PROGRAM_TESTS}/golden_small.c")
 set_tests_properties(test_program PROPERTIES TIMEOUT 300)
+
+add_executable(tshard-bench-program ${TS_PROGRAM_TESTS}/bench/bench_program.c)
+target_link_libraries(tshard-bench-program PRIVATE tsprogram)
+target_compile_definitions(tshard-bench-program PRIVATE
+                           TSP_NUMPY_SCRIPT="${TS_PROGRAM_TESTS}/bench/bench_adam_numpy.py")

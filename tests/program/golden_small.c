@@ -12,7 +12,7 @@ typedef struct tsp_env {
 } tsp_env;
 
 /* Loops shorter than this run on one thread. */
-#define TSP_PAR_MIN 65536
+#define TSP_PAR_MIN 524288
 
 /* Shape and stride vectors. */
 static const int64_t shape0[2] = {2, 3};
