@@ -102,4 +102,22 @@ int tsp_program_show(tsp_program *p, char **text, ts_error *err);
 /* The cache file path of bucket b (after a build). */
 const char *tsp_program_cache_path(const tsp_program *p, int b);
 
+/* Placement check: the program runs SPMD on every rank's local slices; this says whether that
+ * computes the right thing for the inputs' distributed attributes, and the attributes of the
+ * outputs. A placement per tensor: for each tensor dim the mesh dims that split it (bit m = mesh
+ * dim m), and the mesh dims whose values are partial (with their reduce op). Elementwise ops need
+ * equal splits on every dim they do not broadcast; a reduction over a split dim gives a Partial
+ * result (sum, max, min; a mean over a split dim is refused); an einsum needs each label split
+ * alike in every operand, a split contracted label gives Partial(sum); a transpose permutes the
+ * splits; a reshape keeps only a split first dim; an assign needs the target's placement.
+ * Anything else fails with TS_PROGRAM_PLACEMENT naming the op and suggesting the reshard. */
+typedef enum { TSP_PARTIAL_SUM = 0, TSP_PARTIAL_MAX = 1, TSP_PARTIAL_MIN = 2 } tsp_partial_op;
+typedef struct tsp_placement {
+  uint32_t split[TSP_MAX_DIMS]; /* per tensor dim: mesh dims splitting it */
+  uint32_t partial;             /* mesh dims holding partial values */
+  tsp_partial_op partial_op;
+} tsp_placement;
+int tsp_program_placement(const tsp_program *p, const tsp_placement *inputs, int n_in,
+                          tsp_placement *outputs, int n_out, ts_error *err);
+
 #endif

@@ -3,7 +3,7 @@
  * loops, an Adam step in place, integer semantics, dynamic shapes (bucket choice, padding fills
  * and masks, output shape formulas, the refusal of a reshape that would mix padding in, lazy
  * builds), the disk cache (hits, invalidation by flags, a corrupt entry), compiler failures,
- * malformed programs and misused runs, and a golden C file for a small program. Each test has
+ * malformed programs and misused runs, the placement check, and a golden C file for a small program. Each test has
  * its own cache directory (made and removed by the test). */
 #include <check.h>
 #include <ftw.h>
@@ -779,6 +779,81 @@ START_TEST(test_misused_runs) {
 }
 END_TEST
 
+START_TEST(test_placement) {
+  ts_error err = {0};
+  /* small: y = x + b; r = relu(y); s = sum(r, dims [1]) */
+  tsp_program *p = make(small_text, FAST_FLAGS, true);
+  tsp_placement in[4], out[7];
+  memset(in, 0, sizeof in);
+  in[0].split[0] = 1; /* x split on dim 0 over mesh dim 0; b replicated: fine */
+  ck_assert_msg(tsp_program_placement(p, in, 2, out, 2, &err) == TS_OK, "%s", err.msg);
+  ck_assert_int_eq(out[0].split[0], 1);
+  ck_assert_int_eq(out[0].split[1], 0);
+  ck_assert_int_eq(out[1].split[0], 1);
+  ck_assert_int_eq(out[1].partial, 0);
+  memset(in, 0, sizeof in);
+  in[0].split[1] = 2; /* x split on dim 1 over mesh dim 1, b replicated: slices do not line up */
+  ck_assert_int_eq(tsp_program_placement(p, in, 2, out, 2, &err), TS_PROGRAM_PLACEMENT);
+  ck_assert_msg(strstr(err.msg, "add 'y'") && strstr(err.msg, "reshard 'b'"), "%s", err.msg);
+  in[1].split[0] = 2; /* b split alike: the sum over the split dim is Partial(sum) */
+  ck_assert_msg(tsp_program_placement(p, in, 2, out, 2, &err) == TS_OK, "%s", err.msg);
+  ck_assert_int_eq(out[0].split[1], 2);
+  ck_assert_int_eq(out[1].partial, 2);
+  ck_assert_int_eq(out[1].partial_op, TSP_PARTIAL_SUM);
+  memset(in, 0, sizeof in);
+  in[0].partial = 1; /* relu of a partial sum is wrong on local slices */
+  in[1].partial = 1;
+  ck_assert_int_eq(tsp_program_placement(p, in, 2, out, 2, &err), TS_PROGRAM_PLACEMENT);
+  ck_assert_msg(strstr(err.msg, "relu 'r'") && strstr(err.msg, "partial"), "%s", err.msg);
+  tsp_program_destroy(p);
+
+  /* a mean over a split dim is refused; max over it gives Partial(max) */
+  p = make(dyn_text, FAST_FLAGS, true);
+  memset(in, 0, sizeof in);
+  in[1].split[0] = 1;
+  ck_assert_msg(tsp_program_placement(p, in, 2, out, 7, &err) == TS_OK, "%s", err.msg);
+  ck_assert_int_eq(out[3].partial, 1);
+  ck_assert_int_eq(out[3].partial_op, TSP_PARTIAL_MAX);
+  in[0].split[0] = 1;
+  ck_assert_int_eq(tsp_program_placement(p, in, 2, out, 7, &err), TS_PROGRAM_PLACEMENT);
+  ck_assert_msg(strstr(err.msg, "mean 'mean'") && strstr(err.msg, "reshard 'x'"), "%s", err.msg);
+  ck_assert_int_eq(tsp_program_placement(p, in, 1, out, 7, &err), TS_INVALID_ARGUMENT);
+  tsp_program_destroy(p);
+
+  /* Adam on parameters split over two mesh dims, lr replicated: fine; m split differently: no */
+  char text[4096];
+  snprintf(text, sizeof text, "%s", adam_text);
+  p = make(text, FAST_FLAGS, true);
+  memset(in, 0, sizeof in);
+  for (int i = 0; i < 4; i++)
+    in[i].split[0] = 3;
+  ck_assert_msg(tsp_program_placement(p, in, 5, out, 0, &err) == TS_OK, "%s", err.msg);
+  in[2].split[0] = 1;
+  ck_assert_int_eq(tsp_program_placement(p, in, 5, out, 0, &err), TS_PROGRAM_PLACEMENT);
+  ck_assert_msg(strstr(err.msg, "reshard"), "%s", err.msg);
+  tsp_program_destroy(p);
+
+  /* einsum: a contracted label split alike gives Partial(sum); split in one operand only: no */
+  const char *mm =
+      "{\"inputs\":[{\"name\":\"a\",\"dtype\":\"f32\",\"shape\":[3,8]},"
+      "{\"name\":\"b\",\"dtype\":\"f32\",\"shape\":[8,4]}],"
+      "\"ops\":[{\"out\":\"y\",\"op\":\"einsum\",\"eq\":\"ij,jk->ik\",\"args\":[\"a\",\"b\"]}],"
+      "\"outputs\":[\"y\"]}";
+  p = make(mm, FAST_FLAGS, true);
+  memset(in, 0, sizeof in);
+  in[0].split[1] = 1;
+  in[1].split[0] = 1;
+  ck_assert_msg(tsp_program_placement(p, in, 2, out, 1, &err) == TS_OK, "%s", err.msg);
+  ck_assert_int_eq(out[0].partial, 1);
+  ck_assert_int_eq(out[0].split[0], 0);
+  in[1].split[0] = 0;
+  in[1].split[1] = 1;
+  ck_assert_int_eq(tsp_program_placement(p, in, 2, out, 1, &err), TS_PROGRAM_PLACEMENT);
+  ck_assert_msg(strstr(err.msg, "einsum 'y'") && strstr(err.msg, "label 'j'"), "%s", err.msg);
+  tsp_program_destroy(p);
+}
+END_TEST
+
 START_TEST(test_golden_source) {
   tsp_program *p = make(small_text, FAST_FLAGS, true);
   char *src = NULL;
@@ -815,6 +890,7 @@ int main(void) {
   tcase_add_test(t, test_compiler_errors);
   tcase_add_test(t, test_malformed_programs);
   tcase_add_test(t, test_misused_runs);
+  tcase_add_test(t, test_placement);
   tcase_add_test(t, test_golden_source);
   suite_add_tcase(s, t);
   return ts_run_suite(s);
