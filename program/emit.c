@@ -50,7 +50,8 @@ int tsp_emit(tsp_program *p, tsp_bucket *b, char **src, ts_error *err) {
   FILE *o = open_memstream(&out, &nout);
   int rc = TS_OK;
   /* at most 8 vectors per node (operands, stores, shapes) */
-  if (!g.body || !g.vecs || !o || tsp_vec_init(&g, 8 * p->n_nodes + 16) != TS_OK) {
+  g.hoisted = calloc((size_t)p->n_nodes + 1, sizeof *g.hoisted);
+  if (!g.body || !g.vecs || !o || !g.hoisted || tsp_vec_init(&g, 8 * p->n_nodes + 16) != TS_OK) {
     rc = ts_error_set(err, TS_NO_MEMORY, "out of memory emitting C");
     goto done;
   }
@@ -95,6 +96,7 @@ done:
   free(body);
   free(vecs);
   tsp_vec_free(&g);
+  free(g.hoisted);
   if (rc != TS_OK) {
     free(out);
     return rc;

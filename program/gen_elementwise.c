@@ -74,20 +74,17 @@ static void index_expr(tsp_gen *g, FILE *f, int o, int kndim, const int64_t *kdi
     fprintf(f, "0");
 }
 
-static bool is_member(const tsp_kernel *k, int n) {
-  for (int m = 0; m < k->n_members; m++)
-    if (k->members[m] == n)
-      return true;
-  return false;
+static bool is_member(const tsp_gen *g, const tsp_kernel *k, int n) {
+  return g->p->nodes[n].kernel == (int)(k - g->p->kernels);
 }
 
 /* the value of operand o at the current index */
 static void operand(tsp_gen *g, FILE *f, const tsp_kernel *k, int o, const int64_t *kdims,
-                    bool flat, const bool *hoisted) {
+                    bool flat, const unsigned char *hoisted) {
   const tsp_node *on = &g->p->nodes[o];
   if (on->op == TSP_OP_CONST)
     literal(f, on->dtype, on->value);
-  else if (is_member(k, o) || hoisted[o])
+  else if (is_member(g, k, o) || hoisted[o])
     fprintf(f, "v%d", o);
   else {
     tsp_emit_ptr(g, f, o);
@@ -106,8 +103,7 @@ int tsp_gen_elementwise(tsp_gen *gg, int kidx, ts_error *err) {
   for (int d = 0; d < k->ndim; d++)
     kdims[d] = tsp_expr_eval(&k->shape[d], g->b->values);
   int64_t total = numel(k->ndim, kdims);
-  bool hoisted[p->n_nodes + 1];
-  memset(hoisted, 0, sizeof hoisted);
+  unsigned char *hoisted = g->hoisted; /* all 0 here; cleared again at the end */
   /* flat when every memory operand is contiguous in the kernel's shape or one element */
   bool flat = true;
   for (int m = 0; m < k->n_members; m++) {
@@ -115,10 +111,10 @@ int tsp_gen_elementwise(tsp_gen *gg, int kidx, ts_error *err) {
     for (int a = 0; a < mn->nargs; a++) {
       int o = mn->args[a];
       const tsp_node *on = &p->nodes[o];
-      if (on->op == TSP_OP_CONST || is_member(k, o))
+      if (on->op == TSP_OP_CONST || is_member(g, k, o))
         continue;
       if (numel(on->ndim, g->b->dims[o]) == 1)
-        hoisted[o] = true;
+        hoisted[o] = 1;
       else if (!is_contiguous_full(g, o, k->ndim, kdims))
         flat = false;
     }
@@ -135,8 +131,13 @@ int tsp_gen_elementwise(tsp_gen *gg, int kidx, ts_error *err) {
   fprintf(f, " */\nstatic int kernel%d(void *const *args, char *pool, const int64_t *sym, "
              "const tsp_env *env) {\n  (void)args;\n  (void)pool;\n  (void)sym;\n  (void)env;\n",
           kidx);
-  for (int o = 0; o < p->n_nodes; o++)
-    if (hoisted[o]) {
+  /* single-element operands are loaded once, before the loop (hoisted: 1 to load, 2 loaded) */
+  for (int m = 0; m < k->n_members; m++)
+    for (int a = 0; a < p->nodes[k->members[m]].nargs; a++) {
+      int o = p->nodes[k->members[m]].args[a];
+      if (hoisted[o] != 1)
+        continue;
+      hoisted[o] = 2;
       fprintf(f, "  const %s v%d = ", tsp_ctype(p->nodes[o].dtype), o);
       tsp_emit_ptr(g, f, o);
       fprintf(f, "[0]; /* %s */\n", tsp_node_label(p, o, lbl, sizeof lbl));
@@ -204,5 +205,8 @@ int tsp_gen_elementwise(tsp_gen *gg, int kidx, ts_error *err) {
     }
   }
   fprintf(f, "%*s}\n  return 0;\n}\n\n", 2 * depth, "");
+  for (int m = 0; m < k->n_members; m++)
+    for (int a = 0; a < p->nodes[k->members[m]].nargs; a++)
+      hoisted[p->nodes[k->members[m]].args[a]] = 0;
   return TS_OK;
 }

@@ -12,6 +12,7 @@
 
 #define TSP_MAX_ARGS 8
 #define TSP_NAME 64
+#define TSP_MAX_NODES 8192 /* the passes are at worst quadratic in this */
 
 /* An affine dim: c + sum_g k[g] * value(group g). A static dim has every k zero. */
 typedef struct tsp_expr {
@@ -219,6 +220,7 @@ struct tsp_gen {
   int64_t (*vec_values)[TSP_MAX_DIMS];
   int *vec_len;
   char (*vec_name)[32];
+  unsigned char *hoisted; /* per node, cleared after each kernel (gen_elementwise.c) */
 };
 /* vectors.c: the name of a constant array holding values[0..n) (emitted once per content). */
 const char *tsp_vec(tsp_gen *g, const char *kind, const int64_t *values, int n);

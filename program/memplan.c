@@ -121,6 +121,28 @@ int tsp_plan_bucket(tsp_program *p, tsp_bucket *b, ts_error *err) {
     last[i] = -1;
     buf_of[i] = -1;
   }
+  /* the one kernel whose elementwise ops are a node's only readers (-2: none such) */
+  int *readers = malloc((size_t)nn * sizeof *readers);
+  if (!readers) {
+    free(last);
+    free(buf_of);
+    tsp_plan_free(b);
+    return ts_error_set(err, TS_NO_MEMORY, "out of memory planning a bucket");
+  }
+  for (int i = 0; i < nn; i++)
+    readers[i] = -1;
+  for (int j = 0; j < nn; j++) {
+    const tsp_node *c = &p->nodes[j];
+    if (!c->live || c->op == TSP_OP_ASSIGN)
+      continue;
+    for (int q = 0; q < c->nargs; q++) {
+      int o = c->args[q];
+      if (tsp_op(c->op)->cat != TSP_CAT_ELEMENTWISE || (readers[o] != -1 && readers[o] != c->kernel))
+        readers[o] = -2;
+      else if (readers[o] == -1)
+        readers[o] = c->kernel;
+    }
+  }
   /* last uses */
   for (int i = 0; i < nn; i++) {
     const tsp_node *n = &p->nodes[i];
@@ -179,16 +201,8 @@ int tsp_plan_bucket(tsp_program *p, tsp_bucket *b, ts_error *err) {
             bool identity = true, taken = false;
             for (int d = 0; d < k->ndim; d++)
               identity = identity && tsp_expr_eq(&on->shape[d], &k->shape[d]);
-            /* every read of o in the kernel is element for element; o's buffer not yet reused */
-            for (int j = 0; j < nn && identity; j++) {
-              const tsp_node *c = &p->nodes[j];
-              if (!c->live || c->op == TSP_OP_ASSIGN)
-                continue;
-              for (int q = 0; q < c->nargs; q++)
-                if (c->args[q] == o && (c->kernel != n->kernel ||
-                                        tsp_op(c->op)->cat != TSP_CAT_ELEMENTWISE))
-                  identity = false;
-            }
+            /* every read of o is in this kernel, element for element; its buffer not yet reused */
+            identity = identity && readers[o] == n->kernel;
             int root = buf_of[o];
             while (b->bufs[root].alias_of >= 0)
               root = b->bufs[root].alias_of;
@@ -236,6 +250,7 @@ int tsp_plan_bucket(tsp_program *p, tsp_bucket *b, ts_error *err) {
   }
   free(last);
   free(buf_of);
+  free(readers);
   if (rc == TS_OK && place(b) != TS_OK)
     rc = ts_error_set(err, TS_NO_MEMORY, "out of memory planning the pool");
   for (int i = 0; rc == TS_OK && i < b->n_bufs; i++)

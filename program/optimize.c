@@ -75,7 +75,7 @@ static int new_kernel(tsp_program *p, int node, ts_error *err) {
 }
 
 /* Kernels in node order; an elementwise node joins the latest elementwise kernel of its shape
- * that runs after every kernel its operands come from. */
+ * that runs after every kernel its operands come from (among the last 64 kernels). */
 static int fuse(tsp_program *p, bool *assign_copy, ts_error *err) {
   for (int i = 0; i < p->n_nodes; i++) {
     tsp_node *n = &p->nodes[i];
@@ -92,7 +92,7 @@ static int fuse(tsp_program *p, bool *assign_copy, ts_error *err) {
         if (k > ready)
           ready = k;
       }
-      for (int k = p->n_kernels - 1; k >= 0 && k >= ready && join < 0; k--)
+      for (int k = p->n_kernels - 1; k >= 0 && k >= ready && k >= p->n_kernels - 64 && join < 0; k--)
         if (p->kernels[k].cat == TSP_CAT_ELEMENTWISE && p->kernels[k].ndim == n->ndim &&
             memcmp(p->kernels[k].shape, n->shape, sizeof(tsp_expr) * (size_t)n->ndim) == 0)
           join = k;
@@ -128,12 +128,14 @@ static int fuse(tsp_program *p, bool *assign_copy, ts_error *err) {
   return TS_OK;
 }
 
-static void mark_live(tsp_program *p, int n) {
-  if (p->nodes[n].live)
-    return;
-  p->nodes[n].live = true;
-  for (int a = 0; a < p->nodes[n].nargs; a++)
-    mark_live(p, p->nodes[n].args[a]);
+/* Operands come before their users: one backward sweep marks everything a root reaches. */
+static void mark_live(tsp_program *p) {
+  for (int n = p->n_nodes - 1; n >= 0; n--) {
+    if (!p->nodes[n].live)
+      continue;
+    for (int a = 0; a < p->nodes[n].nargs; a++)
+      p->nodes[p->nodes[n].args[a]].live = true;
+  }
 }
 
 /* An in-place store into input t from kernel k is safe when every other reader of t runs in an
@@ -224,7 +226,8 @@ int tsp_optimize(tsp_program *p, ts_error *err) {
   }
   for (int i = 0; i < p->n_nodes; i++)
     if (p->nodes[i].output_index >= 0 || p->nodes[i].op == TSP_OP_ASSIGN)
-      mark_live(p, i);
+      p->nodes[i].live = true;
+  mark_live(p);
   for (int i = 0; i < p->n_inputs; i++)
     p->nodes[p->inputs[i]].live = true;
   rc = fuse(p, assign_copy, err);
@@ -274,21 +277,20 @@ int tsp_optimize(tsp_program *p, ts_error *err) {
     for (int a = 0; a < n->nargs; a++)
       p->nodes[n->args[a]].uses++;
   }
+  /* registers: elementwise values whose every reader is an elementwise op of their kernel */
   for (int i = 0; i < p->n_nodes; i++) {
     tsp_node *n = &p->nodes[i];
-    if (!n->live || tsp_op(n->op)->cat != TSP_CAT_ELEMENTWISE)
+    n->local = n->live && tsp_op(n->op)->cat == TSP_CAT_ELEMENTWISE && n->output_index < 0;
+  }
+  for (int j = 0; j < p->n_nodes; j++) {
+    const tsp_node *c = &p->nodes[j];
+    if (!c->live || c->op == TSP_OP_ASSIGN)
       continue;
-    bool inside = n->output_index < 0;
-    for (int j = 0; inside && j < p->n_nodes; j++) {
-      const tsp_node *c = &p->nodes[j];
-      if (!c->live || c->op == TSP_OP_ASSIGN)
-        continue;
-      for (int a = 0; a < c->nargs; a++)
-        if (c->args[a] == i && (c->kernel != n->kernel ||
-                                tsp_op(c->op)->cat != TSP_CAT_ELEMENTWISE))
-          inside = false;
+    for (int a = 0; a < c->nargs; a++) {
+      tsp_node *n = &p->nodes[c->args[a]];
+      if (c->kernel != n->kernel || tsp_op(c->op)->cat != TSP_CAT_ELEMENTWISE)
+        n->local = false;
     }
-    n->local = inside;
   }
   return TS_OK;
 }

@@ -11,8 +11,13 @@
 int tsp_add_node(tsp_program *p, int op, ts_error *err) {
   if (p->n_nodes == p->cap_nodes) {
     int cap = p->cap_nodes ? 2 * p->cap_nodes : 64;
-    if (cap > 100000)
-      return -ts_error_set(err, TS_LIMIT, "program has more than 100000 nodes");
+    if (p->cap_nodes == TSP_MAX_NODES)
+      cap = TSP_MAX_NODES + 1;
+    else if (cap > TSP_MAX_NODES)
+      cap = TSP_MAX_NODES;
+    if (cap > TSP_MAX_NODES)
+      return -ts_error_set(err, TS_LIMIT, "program has more than %d nodes (ops, literals and "
+                           "inserted copies)", TSP_MAX_NODES);
     tsp_node *n = realloc(p->nodes, (size_t)cap * sizeof *n);
     if (!n)
       return -ts_error_set(err, TS_NO_MEMORY, "out of memory for the program graph");
@@ -139,8 +144,9 @@ static int parse_input(tsp_program *p, size_t i, json_t *in, ts_error *err) {
   tsp_node *nd = &p->nodes[n];
   snprintf(nd->name, sizeof nd->name, "%s", name);
   ts_dtype d;
-  if (ts_dtype_parse(json_string_value(dt), &d, err) != TS_OK)
-    return ts_error_set(err, TS_BAD_DTYPE, "inputs[%zu] '%s': %s", i, name, err ? err->msg : "");
+  ts_error inner = {0};
+  if (ts_dtype_parse(json_string_value(dt), &d, &inner) != TS_OK)
+    return ts_error_set(err, TS_BAD_DTYPE, "inputs[%zu] '%s': %s", i, name, inner.msg);
   if (!tsp_ctype(d))
     return ts_error_set(err, TS_BAD_DTYPE, "inputs[%zu] '%s': dtype %s is not supported by "
                         "programs (valid: f32, f64, i8, i32, i64, u8)", i, name, ts_dtype_name(d));
@@ -172,7 +178,7 @@ static int parse_input(tsp_program *p, size_t i, json_t *in, ts_error *err) {
   }
   nd->input_index = p->n_inputs;
   p->inputs[p->n_inputs++] = n;
-  return TS_OK;
+  return tsp_verify_node(p, n, err);
 }
 
 static int parse_int_list(json_t *a, int *out, int max, int *n) {
@@ -292,10 +298,13 @@ static int parse_op(tsp_program *p, size_t i, json_t *o, ts_error *err) {
       if (json_is_integer(v) && json_integer_value(v) >= -1 &&
           json_integer_value(v) <= ((int64_t)1 << 40))
         e.c = json_integer_value(v);
-      else if (!json_is_string(v) || tsp_expr_parse(p, json_string_value(v), &e, err) != TS_OK)
-        return ts_error_set(err, TS_PARSE, "ops[%zu] reshape: shape[%zu] must be an int or a dim "
-                            "formula over the groups (\"2*n\"): %s", i, k,
-                            json_is_string(v) && err ? err->msg : "wrong type");
+      else {
+        ts_error inner = {0};
+        if (!json_is_string(v) || tsp_expr_parse(p, json_string_value(v), &e, &inner) != TS_OK)
+          return ts_error_set(err, TS_PARSE, "ops[%zu] reshape: shape[%zu] must be an int or a "
+                              "dim formula over the groups (\"2*n\"): %s", i, k,
+                              json_is_string(v) ? inner.msg : "wrong type");
+      }
       nd->shape[nd->ndim++] = e;
     }
   } else if (op == TSP_OP_EINSUM) {

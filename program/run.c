@@ -186,7 +186,8 @@ int tsp_program_run(tsp_program *p, tsp_tensor *inputs, int n_in, tsp_tensor *ou
   void *args[128];
   bool staged[128];
   memset(staged, 0, sizeof staged);
-  memset(outputs, 0, (size_t)n_out * sizeof *outputs);
+  if (n_out > 0)
+    memset(outputs, 0, (size_t)n_out * sizeof *outputs);
   int n_args = p->n_inputs + p->n_outputs;
   for (int i = 0; rc == TS_OK && i < n_args; i++) {
     bool is_in = i < p->n_inputs;

@@ -79,7 +79,8 @@ int tsp_expr_parse(const tsp_program *p, const char *text, tsp_expr *out, ts_err
         long long v = strtoll(s, &end, 10);
         if (v > ((int64_t)1 << 40))
           return ts_error_set(err, TS_PARSE, "'%s': number too large", text);
-        coef *= v;
+        if (__builtin_mul_overflow(coef, (int64_t)v, &coef) || coef > ((int64_t)1 << 40))
+          return ts_error_set(err, TS_PARSE, "'%s': number too large", text);
         s = end;
       } else if (isalpha((unsigned char)*s) || *s == '_') {
         const char *st = s;
@@ -353,12 +354,40 @@ static int verify_reshape(tsp_program *p, tsp_node *n, ts_error *err) {
   return TS_OK;
 }
 
+static int verify_node(tsp_program *p, int idx, ts_error *err);
+
+/* Every value's largest size (groups at their max) stays within 2^40 elements. */
 int tsp_verify_node(tsp_program *p, int idx, ts_error *err) {
+  int rc = verify_node(p, idx, err);
+  if (rc != TS_OK)
+    return rc;
+  const tsp_node *n = &p->nodes[idx];
+  int64_t maxv[TSP_MAX_GROUPS] = {0};
+  for (int g = 0; g < p->n_groups; g++)
+    maxv[g] = p->groups[g].max;
+  int64_t total = 1;
+  for (int d = 0; d < n->ndim; d++) {
+    int64_t v = n->shape[d].c;
+    for (int g = 0; g < TSP_MAX_GROUPS; g++) {
+      int64_t t;
+      if (__builtin_mul_overflow(n->shape[d].k[g], maxv[g], &t) || __builtin_add_overflow(v, t, &v))
+        v = -1;
+    }
+    if (v < 0 || __builtin_mul_overflow(total, v, &total) || total > ((int64_t)1 << 40))
+      return ts_error_set(err, TS_OVERFLOW, "%s '%s': more than 2^40 elements (or a negative "
+                          "dim) at the largest dim values", tsp_op(n->op)->name, n->name);
+  }
+  return TS_OK;
+}
+
+static int verify_node(tsp_program *p, int idx, ts_error *err) {
   tsp_node *n = &p->nodes[idx];
   for (int i = 0; i < n->nargs; i++)
     if (p->nodes[n->args[i]].op == TSP_OP_ASSIGN)
       return ts_error_set(err, TS_PARSE, "%s: an assign has no value to use", tsp_op(n->op)->name);
   switch (tsp_op(n->op)->cat) {
+  case TSP_CAT_INPUT:
+    return TS_OK; /* the parser checked it; the size check follows */
   case TSP_CAT_ELEMENTWISE:
     return verify_elementwise(p, n, err);
   case TSP_CAT_REDUCE:

@@ -734,6 +734,13 @@ START_TEST(test_malformed_programs) {
        TS_PARSE, "outputs[0]"},
       {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[-2]}],\"ops\":[],\"outputs\":[\"x\"]}",
        TS_PARSE, "non-negative"},
+      {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[1099511627776,1099511627776]}],"
+       "\"ops\":[],\"outputs\":[\"x\"]}", TS_OVERFLOW, "2^40"},
+      {"{\"dims\":{\"n\":{\"min\":1,\"max\":1099511627776}},\"inputs\":[{\"name\":\"x\",\"dtype\":"
+       "\"f32\",\"shape\":[\"n\",\"n\"]}],\"ops\":[],\"outputs\":[\"x\"]}", TS_OVERFLOW, "2^40"},
+      {"{\"dims\":{\"n\":{\"min\":1,\"max\":8}},\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\","
+       "\"shape\":[\"n\"]}],\"ops\":[{\"out\":\"r\",\"op\":\"reshape\",\"args\":[\"x\"],"
+       "\"shape\":[\"99999999999*99999999999*n\"]}],\"outputs\":[\"r\"]}", TS_PARSE, "too large"},
   };
   char msg[512];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -783,7 +790,7 @@ START_TEST(test_placement) {
   ts_error err = {0};
   /* small: y = x + b; r = relu(y); s = sum(r, dims [1]) */
   tsp_program *p = make(small_text, FAST_FLAGS, true);
-  tsp_placement in[4], out[7];
+  tsp_placement in[8], out[8];
   memset(in, 0, sizeof in);
   in[0].split[0] = 1; /* x split on dim 0 over mesh dim 0; b replicated: fine */
   ck_assert_msg(tsp_program_placement(p, in, 2, out, 2, &err) == TS_OK, "%s", err.msg);
@@ -854,6 +861,39 @@ START_TEST(test_placement) {
 }
 END_TEST
 
+START_TEST(test_large_programs) {
+  /* a long chain is optimized without deep recursion and fused into one kernel */
+  static char text[600000];
+  size_t len = (size_t)snprintf(text, sizeof text, "{\"inputs\":[{\"name\":\"v0\",\"dtype\":"
+                                "\"f32\",\"shape\":[4]}],\"ops\":[");
+  for (int i = 1; i <= 4000; i++)
+    len += (size_t)snprintf(text + len, sizeof text - len, "%s{\"out\":\"v%d\",\"op\":\"%s\","
+                            "\"args\":[\"v%d\"]}", i > 1 ? "," : "", i, i % 2 ? "neg" : "abs", i - 1);
+  snprintf(text + len, sizeof text - len, "],\"outputs\":[\"v4000\"]}");
+  tsp_program *p = make(text, FAST_FLAGS, true);
+  char *s = NULL;
+  ts_error err = {0};
+  ck_assert_int_eq(tsp_program_show(p, &s, &err), TS_OK);
+  ck_assert_msg(strstr(s, "kernel 0: elementwise, 4000 fused"), "%.300s", s);
+  free(s);
+  char *src = NULL;
+  ck_assert_int_eq(tsp_program_source(p, 0, &src, &err), TS_OK);
+  ck_assert(strlen(src) > 4000 * 20);
+  free(src);
+  tsp_program_destroy(p);
+  /* more nodes than the limit: refused */
+  len = (size_t)snprintf(text, sizeof text, "{\"inputs\":[{\"name\":\"v0\",\"dtype\":\"f32\","
+                         "\"shape\":[4]}],\"ops\":[");
+  for (int i = 1; i <= 9000; i++)
+    len += (size_t)snprintf(text + len, sizeof text - len, "%s{\"out\":\"v%d\",\"op\":\"neg\","
+                            "\"args\":[\"v%d\"]}", i > 1 ? "," : "", i, i - 1);
+  snprintf(text + len, sizeof text - len, "],\"outputs\":[\"v9000\"]}");
+  char msg[512];
+  ck_assert_int_eq(make_fails(text, msg, sizeof msg), TS_LIMIT);
+  ck_assert_msg(strstr(msg, "more than 8192 nodes"), "%s", msg);
+}
+END_TEST
+
 START_TEST(test_golden_source) {
   tsp_program *p = make(small_text, FAST_FLAGS, true);
   char *src = NULL;
@@ -891,6 +931,7 @@ int main(void) {
   tcase_add_test(t, test_malformed_programs);
   tcase_add_test(t, test_misused_runs);
   tcase_add_test(t, test_placement);
+  tcase_add_test(t, test_large_programs);
   tcase_add_test(t, test_golden_source);
   suite_add_tcase(s, t);
   return ts_run_suite(s);
