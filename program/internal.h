@@ -131,6 +131,7 @@ typedef struct tsp_bucket {
   size_t pool_bytes;
   char *pool;
   ts_einsum_plan **plans;        /* per node: static einsum plans (NULL when masked) */
+  void *stage[128];              /* per argument: its padded copy, made on first need and kept */
   int n_plans;
 } tsp_bucket;
 

@@ -38,6 +38,10 @@ void tsp_plan_free(tsp_bucket *b) {
   free(b->locs);
   free(b->bufs);
   free(b->pool);
+  for (int i = 0; i < 128; i++) {
+    free(b->stage[i]);
+    b->stage[i] = NULL;
+  }
   for (int i = 0; b->plans && i < b->n_plans; i++)
     ts_einsum_plan_destroy(&b->plans[i]);
   free(b->plans);

@@ -1,6 +1,6 @@
 /* run.c - the program object: creation (parse, optimize, padding analysis, buckets, builds ahead
  * unless lazy), runs (bind the dynamic dims from the inputs' shapes, pick the smallest covering
- * bucket, pad inputs into it with their fills, run the compiled code, cut the outputs back with
+ * bucket, pad inputs into it with their fills (in staging buffers the bucket keeps), run the compiled code, cut the outputs back with
  * the output shape formulas, copy in-place updates of padded inputs back), the interface
  * accessors and the readable report (tsp_program_show). */
 #include <math.h>
@@ -214,7 +214,9 @@ int tsp_program_run(tsp_program *p, tsp_tensor *inputs, int n_in, tsp_tensor *ou
       args[i] = is_in ? inputs[i].data : outputs[i - p->n_inputs].data;
       continue;
     }
-    args[i] = malloc((size_t)numel(n->ndim, bdims) * es + 1);
+    if (!b->stage[i])
+      b->stage[i] = malloc((size_t)numel(n->ndim, bdims) * es + 1);
+    args[i] = b->stage[i];
     if (!args[i]) {
       rc = ts_error_set(err, TS_NO_MEMORY, "out of memory padding '%s'", n->name);
       break;
@@ -247,7 +249,6 @@ int tsp_program_run(tsp_program *p, tsp_tensor *inputs, int n_in, tsp_tensor *ou
     if (rc == TS_OK && is_in && tsp_program_input_assigned(p, i))
       copy_box(inputs[i].data, tdims, args[i], b->dims[node], tdims, n->ndim,
                ts_dtype_size(n->dtype));
-    free(args[i]);
   }
   pthread_mutex_unlock(&p->lock);
   if (rc != TS_OK)
