@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "program.h"
 #include "shm.h"
 
 #define IDLE_MIN_US 20
@@ -318,6 +319,7 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
   TSD_LOG(TSD_LOG_INFO, "engine stopped after %llu collective operations",
           (unsigned long long)tsd_seq_ops_run(e->seq));
 out:
+  tsd_programs_free();
   tsd_session_free_all(e);
   tsd_seq_destroy(&e->seq);
   ts_control_destroy(&e->ctl);
