@@ -3,7 +3,7 @@
 in place on tensors sharded over every rank against numpy (two steps), a reduction over the
 sharded dim giving a Partial(sum) tensor, random elementwise programs on sharded tensors against
 numpy, placement refusals (mismatched splits, a mean over a split dim) that leave the tensors
-intact, a malformed program, an unknown id, and show. The daemons get a private program cache.
+intact, a malformed program, an unknown id, show, and the tshard CLI's program commands. The daemons get a private program cache.
 
 usage: test_program.py BUILD_BIN_DIR NRANKS"""
 import os
@@ -187,6 +187,37 @@ with Daemons(bin_dir, n) as d:
         expect(1, lambda: c.program_run(pid, {"w": "w", "g": "g", "m": "w", "v": "v", "lr": 1}),
                "same tensor twice in place")
         check(np.allclose(c.get("w"), ref["w"], rtol=1e-5, atol=1e-6), "w intact after misuse")
+
+        # the CLI: compile a file, run with --input/--output, show
+        import subprocess
+        prog_file = os.path.join(cache, "scale.json")
+        with open(prog_file, "w") as f:
+            f.write('{"dims": {"p": {"min": 1, "max": 4096, "buckets": {"step": 128}}},'
+                    ' "inputs": [{"name": "x", "dtype": "f64", "shape": ["p", 8]},'
+                    ' {"name": "k", "dtype": "f64", "shape": []}],'
+                    ' "ops": [{"out": "y", "op": "mul", "args": ["x", "k"]},'
+                    ' {"out": "s", "op": "max", "args": ["y"]}], "outputs": ["s"]}')
+        cli = [os.path.join(bin_dir, "tshard")]
+        conn = ["--socket", d.socket(0)]
+        r = subprocess.run(cli + ["program", "compile", prog_file, "--buckets", "lazy"] + conn,
+                           capture_output=True, text=True, timeout=300)
+        check(r.returncode == 0 and r.stdout.startswith("id="), f"cli compile: {r.stdout} {r.stderr}")
+        cid = r.stdout.split("\n")[0][3:]
+        check("bucket" in r.stdout and "not built" in r.stdout, f"cli compile report: {r.stdout}")
+        r = subprocess.run(cli + ["program", "run", cid, "--input", "x=x", "--input", "k=-2.5",
+                                  "--output", "s=cli_max"] + conn,
+                           capture_output=True, text=True, timeout=300)
+        check(r.returncode == 0, f"cli run: {r.stdout} {r.stderr}")
+        check(np.allclose(c.get("cli_max"), (x * -2.5).max()), "cli run result (partial max)")
+        r = subprocess.run(cli + ["program", "show", cid] + conn, capture_output=True, text=True,
+                           timeout=60)
+        check(r.returncode == 0 and "built (" in r.stdout, f"cli show: {r.stdout} {r.stderr}")
+        r = subprocess.run(cli + ["program", "run", cid, "--input", "x"] + conn,
+                           capture_output=True, text=True, timeout=60)
+        check(r.returncode == 2, f"cli bad --input: {r.returncode} {r.stderr}")
+        r = subprocess.run(cli + ["program", "show", "0123456789abcdef"] + conn,
+                           capture_output=True, text=True, timeout=60)
+        check(r.returncode == 1 and "NOT_FOUND" in r.stderr, f"cli show unknown: {r.stderr}")
     rc = d.stop()
 shutil.rmtree(cache, ignore_errors=True)
 check(rc == 0, f"daemons exited with {rc}")
