@@ -242,8 +242,8 @@ static int bind(tsd_engine *e, tsp_program *p, const Tshard__ProgramRunRequest *
                           tsp_program_output_name(p, k));
   }
   /* the dims bind and the bucket builds (a compiler failure is refused before any change) */
-  if (st->here && n_out > 0)
-    rc = tsp_program_output_shape(p, st->in, n_in, 0, st->out[0].shape, err);
+  if (st->here)
+    rc = tsp_program_prepare(p, st->in, n_in, err);
   return rc;
 }
 

@@ -168,6 +168,17 @@ int tsp_program_output_shape(const tsp_program *p, const tsp_tensor *inputs, int
   return TS_OK;
 }
 
+int tsp_program_prepare(tsp_program *p, const tsp_tensor *inputs, int n_in, ts_error *err) {
+  int64_t sym[TSP_MAX_GROUPS];
+  int rc = bind(p, inputs, n_in, sym, err);
+  if (rc != TS_OK)
+    return rc;
+  int bi = tsp_program_pick_bucket(p, sym, err);
+  if (bi < 0)
+    return TS_BAD_SHAPE;
+  return tsp_program_build(p, bi, err);
+}
+
 int tsp_program_run(tsp_program *p, tsp_tensor *inputs, int n_in, tsp_tensor *outputs, int n_out,
                     ts_error *err) {
   int64_t sym[TSP_MAX_GROUPS];

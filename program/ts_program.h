@@ -60,6 +60,10 @@ int tsp_program_build(tsp_program *p, int b, ts_error *err);
 int tsp_program_run(tsp_program *p, tsp_tensor *inputs, int n_in, tsp_tensor *outputs, int n_out,
                     ts_error *err);
 
+/* Checks that these inputs bind (dtypes, dims, ranges) and builds their bucket: what a run could
+ * refuse, without running. */
+int tsp_program_prepare(tsp_program *p, const tsp_tensor *inputs, int n_in, ts_error *err);
+
 /* The bucket a run with these dims' values (one per group, in group order) would use; -1 and an
  * error when out of range. */
 int tsp_program_pick_bucket(const tsp_program *p, const int64_t *values, ts_error *err);
