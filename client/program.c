@@ -1,5 +1,5 @@
 /* program.c - the C client's compiled-program calls (include/tshard.h): program_compile,
- * program_run and program_show requests and their answers. */
+ * program_run, program_show and program_drop requests and their answers. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,6 +67,24 @@ int tshard_program_run(tshard_client *c, const char *id, const tshard_program_ar
   q.outputs = pout;
   req.op_case = TSHARD__REQUEST__OP_PROGRAM_RUN;
   req.program_run = &q;
+  req.idempotency_key = str_or_empty(key);
+  Tshard__Response *r = NULL;
+  int rc = tsc_call(c, &req, &r);
+  if (r)
+    tsc_free(c, r);
+  return rc;
+}
+
+int tshard_program_drop(tshard_client *c, const char *id, const char *key) {
+  if (!c)
+    return TS_INVALID_ARGUMENT;
+  if (!id)
+    return tsc_fail(c, TS_INVALID_ARGUMENT, "program_drop needs the id");
+  Tshard__Request req = TSHARD__REQUEST__INIT;
+  Tshard__ProgramDropRequest q = TSHARD__PROGRAM_DROP_REQUEST__INIT;
+  q.id = (char *)id;
+  req.op_case = TSHARD__REQUEST__OP_PROGRAM_DROP;
+  req.program_drop = &q;
   req.idempotency_key = str_or_empty(key);
   Tshard__Response *r = NULL;
   int rc = tsc_call(c, &req, &r);

@@ -69,6 +69,8 @@ static const tsd_op ops[] = {
      ENGINE(tsd_answer_program_compile)},
     {OP(PROGRAM_RUN), "program_run", TSD_SCOPE_COLLECTIVE, NULL, false, tsd_validate_program_run,
      NULL, NULL, ENGINE(tsd_run_program_run), ENGINE(tsd_changes_program_run), NULL},
+    {OP(PROGRAM_DROP), "program_drop", TSD_SCOPE_COLLECTIVE, NULL, false,
+     tsd_validate_program_drop, NULL, NULL, ENGINE(tsd_run_program_drop), NULL, NULL},
     {OP(PROGRAM_SHOW), "program_show", TSD_SCOPE_LOCAL, NULL, false, tsd_validate_program_show,
      NULL, ENGINE(tsd_op_program_show), NULL, NULL, NULL},
 };

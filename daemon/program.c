@@ -2,7 +2,8 @@
  * program on every rank (the same text gives the same id, a hash of it; the ranks agree on the
  * outcome), program_run runs it SPMD on each rank's local slices after the placement check
  * (tsp_program_placement) and an agreement, so every rank reaches the same outcome before a
- * tensor changes; program_show reports this rank's compiled program. Inputs are stored tensors
+ * tensor changes; program_show reports this rank's compiled program; program_drop forgets it on
+ * every rank. Inputs are stored tensors
  * (their row-major local slices) or scalars sent with the request; outputs are new tensors, which
  * must come out unsplit (replicated or partial over the inputs' mesh); in-place updates of the
  * inputs go straight into their slices. Only the engine thread touches the registry. */
@@ -71,6 +72,25 @@ int tsd_run_program_compile(tsd_engine *e, const tsd_ordered *op, tsd_pending *o
     programs[n_programs++].p = p;
   }
   snprintf(last_id, sizeof last_id, "%s", id);
+  return TS_OK;
+}
+
+int tsd_run_program_drop(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
+                         ts_error *err) {
+  (void)origin;
+  const char *id = op->req->program_drop->id;
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  int i = 0;
+  while (i < n_programs && strcmp(programs[i].id, id) != 0)
+    i++;
+  int lst = i < n_programs ? TS_OK
+                           : ts_error_set(&lerr, TS_NOT_FOUND, "no compiled program with id '%s'", id);
+  int rc = agree(e, lst, &lerr, err);
+  if (rc)
+    return rc;
+  tsp_program_destroy(programs[i].p);
+  programs[i] = programs[--n_programs];
   return TS_OK;
 }
 

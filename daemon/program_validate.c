@@ -1,5 +1,5 @@
 /* program_validate.c - the wire checks of the program operations (program_compile, program_run,
- * program_show): sizes and names, before anything runs. Part of the wire library (the fuzz target
+ * program_show, program_drop): sizes and names, before anything runs. Part of the wire library (the fuzz target
  * drives it); the operations themselves are in program.c. */
 #include <string.h>
 
@@ -47,6 +47,11 @@ int tsd_validate_program_run(const Tshard__Request *r, const tsd_limits *lim, ts
                           a->name);
   }
   return TS_OK;
+}
+
+int tsd_validate_program_drop(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
+  (void)lim;
+  return check_id(r->program_drop->id, err);
 }
 
 int tsd_validate_program_show(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {

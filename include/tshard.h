@@ -171,6 +171,8 @@ int tshard_program_compile(tshard_client *c, const char *text, int lazy, char *i
 /* Runs a compiled program; in-place assigns update the input tensors. */
 int tshard_program_run(tshard_client *c, const char *id, const tshard_program_arg *inputs,
                        int n_in, const tshard_program_arg *outputs, int n_out, const char *key);
+/* Forgets the program on every rank. */
+int tshard_program_drop(tshard_client *c, const char *id, const char *key);
 /* The connected rank's report on the program (*text malloc'd: free()). */
 int tshard_program_show(tshard_client *c, const char *id, char **text);
 

@@ -1,7 +1,7 @@
-/* cmd_program.c - `tshard program compile|run|show`: compiled programs on the daemons
+/* cmd_program.c - `tshard program compile|run|show|drop`: compiled programs on the daemons
  * (program/PROGRAM.md). compile reads the JSON file and prints the id, then the connected rank's
  * report (buckets and their status, the cache); run binds --input NAME=TENSOR (or NAME=NUMBER for
- * a scalar) and --output NAME=NEWTENSOR; show prints the report. */
+ * a scalar) and --output NAME=NEWTENSOR; show prints the report; drop forgets the program. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,9 +91,10 @@ static int collect(cli_args *a, const char *opt, tshard_program_arg *args, int m
 
 int cmd_program(cli_args *a, tshard_client *c) {
   const char *sub = cli_positional(a, 0), *arg = cli_positional(a, 1);
-  if (!sub || !arg || (strcmp(sub, "compile") && strcmp(sub, "run") && strcmp(sub, "show"))) {
-    fprintf(stderr, "tshard: program needs 'compile FILE', 'run ID' or 'show ID' (see tshard "
-                    "program --help)\n");
+  if (!sub || !arg || (strcmp(sub, "compile") && strcmp(sub, "run") && strcmp(sub, "show") &&
+                       strcmp(sub, "drop"))) {
+    fprintf(stderr, "tshard: program needs 'compile FILE', 'run ID', 'show ID' or 'drop ID' (see "
+                    "tshard program --help)\n");
     return CLI_USAGE;
   }
   if (!strcmp(sub, "compile")) {
@@ -120,6 +121,10 @@ int cmd_program(cli_args *a, tshard_client *c) {
     printf("id=%s\n%s", id, report);
     free(report);
     return CLI_OK;
+  }
+  if (!strcmp(sub, "drop")) {
+    int rc = tshard_program_drop(c, arg, cli_opt(a, "key"));
+    return rc ? failed(c, rc) : CLI_OK;
   }
   if (!strcmp(sub, "show")) {
     char *report = NULL;

@@ -84,11 +84,12 @@ static const cli_command commands[] = {
      "tshard describe w --json"},
     {"stats", NULL, cmd_stats, "operations, bytes per strategy and memory of the connected daemon",
      CONNECT_HELP "  --json           machine-readable output\n", "tshard stats --rank 2"},
-    {"program", NULL, cmd_program, "compiled programs: compile FILE.json, run ID, show ID",
+    {"program", NULL, cmd_program, "compiled programs: compile FILE.json, run ID, show ID, drop ID",
      "  compile FILE     compile the program (program/PROGRAM.md) on every rank; prints its id\n"
      "                   and the report (buckets and their status, the cache)\n"
      "  run ID           run it on the ranks' local slices\n"
      "  show ID          the graph after optimization, fused kernels, pool plan\n"
+     "  drop ID          forget the program on every rank\n"
      "  --buckets B      compile: ahead (all buckets now, default) or lazy (on first use)\n"
      "  --input N=T      run: program input N is stored tensor T (N=NUMBER: a scalar); repeat\n"
      "  --output N=T     run: program output N becomes the new tensor T; repeat\n"

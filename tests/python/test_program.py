@@ -218,6 +218,14 @@ with Daemons(bin_dir, n) as d:
         r = subprocess.run(cli + ["program", "show", "0123456789abcdef"] + conn,
                            capture_output=True, text=True, timeout=60)
         check(r.returncode == 1 and "NOT_FOUND" in r.stderr, f"cli show unknown: {r.stderr}")
+        r = subprocess.run(cli + ["program", "drop", cid] + conn, capture_output=True, text=True,
+                           timeout=60)
+        check(r.returncode == 0, f"cli drop: {r.stderr}")
+        expect(14, lambda: c.program_show(cid), "show after drop")
+        c.program_drop(pid)
+        expect(14, lambda: c.program_run(pid, {"w": "w"}), "run after drop")
+        expect(14, lambda: c.program_drop(pid), "drop twice")
+        check(c.program_compile(adam_program(), lazy=True) == pid, "compiled again after drop")
     rc = d.stop()
 shutil.rmtree(cache, ignore_errors=True)
 check(rc == 0, f"daemons exited with {rc}")

@@ -505,6 +505,9 @@ class Client:
     def program_show(self, program_id):
         return _program.show(self, program_id)
 
+    def program_drop(self, program_id, key=None):
+        _program.drop(self, program_id, key=key)
+
     def plan(self, name, attr, strategy=None):
         """{'strategy', 'explain'}: what a reshard would do, nothing moved."""
         p = self._call(plan=pb.PlanRequest(name=_check_name(name), attr=_attr_msg(attr),

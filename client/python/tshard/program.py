@@ -39,6 +39,11 @@ def run(client, program_id, inputs, outputs=None, key=None):
     client._call(key, program_run=msg)
 
 
+def drop(client, program_id, key=None):
+    """Forgets the program on every rank."""
+    client._call(key, program_drop=pb.ProgramDropRequest(id=str(program_id)))
+
+
 def show(client, program_id):
     """The report of this rank's compiled program: graph, kernels, buckets, pool plan, cache."""
     return client._call(program_show=pb.ProgramShowRequest(id=str(program_id))).program.text
