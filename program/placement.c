@@ -159,17 +159,14 @@ static int einsum(const tsp_program *p, int n, tsp_placement *pl, ts_error *err)
       s++;
   }
   const char *out = strstr(nd->eq, "->") + 2;
-  uint32_t kept = 0;
   for (int d = 0; out[d]; d++) {
     r->split[d] = lab[(unsigned char)out[d]];
-    kept |= r->split[d];
   }
   for (int c = 0; c < 128; c++)
     if (seen[c] && !strchr(out, c) && lab[c]) {
       r->partial |= lab[c];
       r->partial_op = TSP_PARTIAL_SUM;
     }
-  (void)kept;
   return TS_OK;
 }
 
