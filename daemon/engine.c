@@ -16,6 +16,7 @@
 
 #include "einsum.h"
 #include "engine.h"
+#include "program.h"
 #include "shm.h"
 
 #define IDLE_MIN_US 20
@@ -338,6 +339,7 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
   TSD_LOG(TSD_LOG_INFO, "engine stopped after %llu collective operations",
           (unsigned long long)tsd_seq_ops_run(e->seq));
 out:
+  tsd_programs_free();
   tsd_session_free_all(e);
   tsd_einsum_free_all(e);
   tsd_seq_destroy(&e->seq);

@@ -20,6 +20,7 @@
 
 #include "daemon.h"
 #include "einsum.h"
+#include "program.h"
 #ifdef TSD_WIRE_ONLY
 #define ENGINE(f) NULL
 #else
@@ -78,6 +79,15 @@ static const tsd_op ops[] = {
      ENGINE(tsd_run_load), ENGINE(tsd_changes_load), NULL},
     {OP(SHM_ATTACH), "shm_attach", TSD_SCOPE_LOCAL, NULL, true, tsd_validate_none, NULL,
      ENGINE(tsd_shm_attach), NULL, NULL, NULL},
+    {OP(PROGRAM_COMPILE), "program_compile", TSD_SCOPE_COLLECTIVE, NULL, false,
+     tsd_validate_program_compile, NULL, NULL, ENGINE(tsd_run_program_compile), NULL,
+     ENGINE(tsd_answer_program_compile)},
+    {OP(PROGRAM_RUN), "program_run", TSD_SCOPE_COLLECTIVE, NULL, false, tsd_validate_program_run,
+     NULL, NULL, ENGINE(tsd_run_program_run), ENGINE(tsd_changes_program_run), NULL},
+    {OP(PROGRAM_DROP), "program_drop", TSD_SCOPE_COLLECTIVE, NULL, false,
+     tsd_validate_program_drop, NULL, NULL, ENGINE(tsd_run_program_drop), NULL, NULL},
+    {OP(PROGRAM_SHOW), "program_show", TSD_SCOPE_LOCAL, NULL, false, tsd_validate_program_show,
+     NULL, ENGINE(tsd_op_program_show), NULL, NULL, NULL},
 };
 #define NOPS (sizeof ops / sizeof ops[0])
 

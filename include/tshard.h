@@ -253,6 +253,30 @@ typedef struct tshard_load_opts {
 int tshard_load(tshard_client *c, const char *dir, const char *const *names, int n,
                 const tshard_load_opts *opts);
 
+/* ---------------------------------------------------------------------------------------------
+ * Compiled programs (program/PROGRAM.md): a JSON program compiled on every rank and run SPMD on
+ * the local slices (client/program.c). */
+
+/* An input (a stored tensor, or value for a scalar input when tensor is NULL) or an output (a new
+ * tensor) of a run, by the program's name for it. */
+typedef struct tshard_program_arg {
+  const char *name;
+  const char *tensor;
+  double value;
+} tshard_program_arg;
+
+/* Compiles on every rank (all buckets now, or each on first use when lazy); the program's id
+ * (16 hex digits) goes into id (at least 17 bytes). */
+int tshard_program_compile(tshard_client *c, const char *text, int lazy, char *id, size_t id_cap,
+                           const char *key);
+/* Runs a compiled program; in-place assigns update the input tensors. */
+int tshard_program_run(tshard_client *c, const char *id, const tshard_program_arg *inputs,
+                       int n_in, const tshard_program_arg *outputs, int n_out, const char *key);
+/* Forgets the program on every rank. */
+int tshard_program_drop(tshard_client *c, const char *id, const char *key);
+/* The connected rank's report on the program (*text malloc'd: free()). */
+int tshard_program_show(tshard_client *c, const char *id, char **text);
+
 #ifdef __cplusplus
 }
 #endif

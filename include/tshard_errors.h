@@ -42,7 +42,9 @@
   X(EINSUM_PLAN, 30, "the forced distributed einsum plan is unknown or does not apply")            \
   X(NO_FORWARD, 31, "no kept einsum forward with this id")                                        \
   X(CORRUPT, 32, "checkpoint data does not match its index or checksum")                           \
-  X(CHECKPOINT_IO, 33, "a checkpoint directory or file could not be written or read")
+  X(CHECKPOINT_IO, 33, "a checkpoint directory or file could not be written or read")          \
+  X(PROGRAM_COMPILE, 34, "the C compiler failed to build a program")                               \
+  X(PROGRAM_PLACEMENT, 35, "a program does not apply to its tensors' distributed attributes")
 
 typedef enum {
 #define TS_X_ENUM(name, value, msg) TS_##name = value,

@@ -84,6 +84,7 @@ int cmd_get(cli_args *a, tshard_client *c);
 int cmd_get_slice(cli_args *a, tshard_client *c);
 int cmd_reshard(cli_args *a, tshard_client *c);
 int cmd_drop(cli_args *a, tshard_client *c);
+int cmd_program(cli_args *a, tshard_client *c); /* cmd_program.c */
 int cmd_list(cli_args *a, tshard_client *c);
 int cmd_describe(cli_args *a, tshard_client *c);
 int cmd_stats(cli_args *a, tshard_client *c);

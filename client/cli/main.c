@@ -144,6 +144,17 @@ static const cli_command commands[] = {
     {"checkpoint", cmd_checkpoint, NULL, "show what a checkpoint holds (no daemon needed)",
      "  show DIR         tensors, dtypes, shapes, attributes, pieces and checksums\n",
      "tshard checkpoint show /shared/ckpt/step100"},
+    {"program", NULL, cmd_program, "compiled programs: compile FILE.json, run ID, show ID, drop ID",
+     "  compile FILE     compile the program (program/PROGRAM.md) on every rank; prints its id\n"
+     "                   and the report (buckets and their status, the cache)\n"
+     "  run ID           run it on the ranks' local slices\n"
+     "  show ID          the graph after optimization, fused kernels, pool plan\n"
+     "  drop ID          forget the program on every rank\n"
+     "  --buckets B      compile: ahead (all buckets now, default) or lazy (on first use)\n"
+     "  --input N=T      run: program input N is stored tensor T (N=NUMBER: a scalar); repeat\n"
+     "  --output N=T     run: program output N becomes the new tensor T; repeat\n"
+     "  --key KEY        idempotency key\n" CONNECT_HELP,
+     "tshard program run 3f2a9c0d1b2e4f56 --input w=w --input g=g --input lr=0.01"},
     {"shutdown", NULL, cmd_shutdown, "stop every daemon of the job",
      "  --key KEY        idempotency key\n" CONNECT_HELP, "tshard shutdown --job demo"},
 };

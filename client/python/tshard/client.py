@@ -19,6 +19,7 @@ import sys
 
 import numpy as np
 
+from . import program as _program
 from . import tshard_pb2 as pb
 from .attr import Attr
 from .checked import declare
@@ -597,6 +598,22 @@ class Client:
                 "layout": d.layout.tag,
                 "ranks": [{"rank": r.rank, "bytes": r.bytes, "lo": list(r.lo), "hi": list(r.hi)}
                           for r in d.ranks]}
+
+    # -- compiled programs (program.py) ----------------------------------------------------------
+    def program_compile(self, program, lazy=False, key=None):
+        """Compiles a program (JSON text or dict) on every rank; returns its id."""
+        return _program.compile(self, program, lazy=lazy, key=key)
+
+    def program_run(self, program_id, inputs, outputs=None, key=None):
+        """Runs a compiled program SPMD on the local slices (inputs: {name: tensor or number},
+        outputs: {name: new tensor})."""
+        _program.run(self, program_id, inputs, outputs, key=key)
+
+    def program_show(self, program_id):
+        return _program.show(self, program_id)
+
+    def program_drop(self, program_id, key=None):
+        _program.drop(self, program_id, key=key)
 
     def plan(self, name, attr, strategy=None):
         """{'strategy', 'explain'}: what a reshard would do, nothing moved."""

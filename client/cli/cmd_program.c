@@ -1,0 +1,144 @@
+/* cmd_program.c - `tshard program compile|run|show|drop`: compiled programs on the daemons
+ * (program/PROGRAM.md). compile reads the JSON file and prints the id, then the connected rank's
+ * report (buckets and their status, the cache); run binds --input NAME=TENSOR (or NAME=NUMBER for
+ * a scalar) and --output NAME=NEWTENSOR; show prints the report; drop forgets the program. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "tshard.h"
+
+static int failed(tshard_client *c, int rc) {
+  char msg[1024];
+  const char *m = tshard_last_message(c);
+  snprintf(msg, sizeof msg, "%s (%s)", m && *m ? m : tshard_strerror(rc), tshard_status_name(rc));
+  return cli_fail(CLI_FAILED, msg);
+}
+
+static char *read_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  for (;;) {
+    if (len + 4096 + 1 > cap) {
+      cap = cap ? 2 * cap : 8192;
+      if (cap > (2u << 20)) {
+        free(buf);
+        fclose(f);
+        errno = EFBIG;
+        return NULL;
+      }
+      char *nb = realloc(buf, cap);
+      if (!nb) {
+        free(buf);
+        fclose(f);
+        return NULL;
+      }
+      buf = nb;
+    }
+    size_t n = fread(buf + len, 1, 4096, f);
+    len += n;
+    if (n < 4096)
+      break;
+  }
+  fclose(f);
+  buf[len] = '\0';
+  return buf;
+}
+
+/* Every "--opt NAME=VALUE" (or "--opt=NAME=VALUE") into args; names and values point into argv
+ * (the '=' is replaced). */
+static int collect(cli_args *a, const char *opt, tshard_program_arg *args, int max, bool outputs) {
+  int n = 0;
+  size_t ol = strlen(opt);
+  for (int i = 1; i < a->argc; i++) {
+    char *v = NULL;
+    if (strncmp(a->argv[i], "--", 2) == 0 && strncmp(a->argv[i] + 2, opt, ol) == 0) {
+      const char *rest = a->argv[i] + 2 + ol;
+      if (*rest == '=')
+        v = (char *)rest + 1;
+      else if (*rest == '\0' && i + 1 < a->argc)
+        v = a->argv[++i];
+      else
+        continue;
+    } else {
+      continue;
+    }
+    char *eq = strchr(v, '=');
+    if (!eq || eq == v || !eq[1] || n == max) {
+      fprintf(stderr, "tshard: --%s takes NAME=%s (at most %d)\n", opt,
+              outputs ? "TENSOR" : "TENSOR or NAME=NUMBER", max);
+      return -1;
+    }
+    *eq = '\0';
+    args[n].name = v;
+    args[n].tensor = eq + 1;
+    args[n].value = 0;
+    char *end;
+    double d = strtod(eq + 1, &end);
+    if (!outputs && *end == '\0') {
+      args[n].tensor = NULL;
+      args[n].value = d;
+    }
+    n++;
+  }
+  return n;
+}
+
+int cmd_program(cli_args *a, tshard_client *c) {
+  const char *sub = cli_positional(a, 0), *arg = cli_positional(a, 1);
+  if (!sub || !arg || (strcmp(sub, "compile") && strcmp(sub, "run") && strcmp(sub, "show") &&
+                       strcmp(sub, "drop"))) {
+    fprintf(stderr, "tshard: program needs 'compile FILE', 'run ID', 'show ID' or 'drop ID' (see "
+                    "tshard program --help)\n");
+    return CLI_USAGE;
+  }
+  if (!strcmp(sub, "compile")) {
+    const char *b = cli_opt(a, "buckets");
+    if (b && strcmp(b, "ahead") && strcmp(b, "lazy")) {
+      fprintf(stderr, "tshard: --buckets is 'ahead' (compile all now, the default) or 'lazy'\n");
+      return CLI_USAGE;
+    }
+    char *text = read_file(arg);
+    if (!text) {
+      fprintf(stderr, "tshard: cannot read '%s': %s\n", arg, strerror(errno));
+      return CLI_IO;
+    }
+    char id[32];
+    int rc = tshard_program_compile(c, text, b && !strcmp(b, "lazy"), id, sizeof id,
+                                    cli_opt(a, "key"));
+    free(text);
+    if (rc)
+      return failed(c, rc);
+    char *report = NULL;
+    rc = tshard_program_show(c, id, &report);
+    if (rc)
+      return failed(c, rc);
+    printf("id=%s\n%s", id, report);
+    free(report);
+    return CLI_OK;
+  }
+  if (!strcmp(sub, "drop")) {
+    int rc = tshard_program_drop(c, arg, cli_opt(a, "key"));
+    return rc ? failed(c, rc) : CLI_OK;
+  }
+  if (!strcmp(sub, "show")) {
+    char *report = NULL;
+    int rc = tshard_program_show(c, arg, &report);
+    if (rc)
+      return failed(c, rc);
+    printf("%s", report);
+    free(report);
+    return CLI_OK;
+  }
+  tshard_program_arg in[64], out[64];
+  int n_in = collect(a, "input", in, 64, false), n_out = collect(a, "output", out, 64, true);
+  if (n_in < 0 || n_out < 0)
+    return CLI_USAGE;
+  int rc = tshard_program_run(c, arg, in, n_in, out, n_out, cli_opt(a, "key"));
+  return rc ? failed(c, rc) : CLI_OK;
+}

@@ -1,0 +1,116 @@
+/* program.c - the C client's compiled-program calls (include/tshard.h): program_compile,
+ * program_run, program_show and program_drop requests and their answers. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_internal.h"
+#include "ts_rules.h"
+#include "tshard.h"
+
+static char *str_or_empty(const char *s) { return (char *)(s ? s : ""); }
+
+int tshard_program_compile(tshard_client *c, const char *text, int lazy, char *id, size_t id_cap,
+                           const char *key) {
+  if (!c)
+    return TS_INVALID_ARGUMENT;
+  if (!text || !id || id_cap < 17)
+    return tsc_fail(c, TS_INVALID_ARGUMENT, "program_compile needs the text and room for the "
+                    "id (17 bytes)");
+  Tshard__Request req = TSHARD__REQUEST__INIT;
+  Tshard__ProgramCompileRequest q = TSHARD__PROGRAM_COMPILE_REQUEST__INIT;
+  q.text = (char *)text;
+  q.lazy = lazy != 0;
+  req.op_case = TSHARD__REQUEST__OP_PROGRAM_COMPILE;
+  req.program_compile = &q;
+  req.idempotency_key = str_or_empty(key);
+  Tshard__Response *r = NULL;
+  int rc = tsc_call(c, &req, &r);
+  if (rc == TS_OK && r->result_case != TSHARD__RESPONSE__RESULT_PROGRAM)
+    rc = tsc_fail(c, TS_PROTOCOL, "program_compile: the answer carries no program id");
+  if (rc == TS_OK)
+    snprintf(id, id_cap, "%s", r->program->id);
+  if (r)
+    tsc_free(c, r);
+  return rc;
+}
+
+static Tshard__ProgramArg *args_msg(const tshard_program_arg *a, int n, Tshard__ProgramArg *store,
+                                    Tshard__ProgramArg **ptrs) {
+  for (int i = 0; i < n; i++) {
+    tshard__program_arg__init(&store[i]);
+    store[i].name = str_or_empty(a[i].name);
+    store[i].tensor = str_or_empty(a[i].tensor);
+    store[i].value = a[i].value;
+    ptrs[i] = &store[i];
+  }
+  return store;
+}
+
+int tshard_program_run(tshard_client *c, const char *id, const tshard_program_arg *inputs,
+                       int n_in, const tshard_program_arg *outputs, int n_out, const char *key) {
+  if (!c)
+    return TS_INVALID_ARGUMENT;
+  if (!id || n_in < 0 || n_in > 64 || n_out < 0 || n_out > 64 || (n_in && !inputs) ||
+      (n_out && !outputs))
+    return tsc_fail(c, TS_INVALID_ARGUMENT, "program_run needs the id and 0 to 64 inputs and "
+                    "outputs");
+  Tshard__ProgramArg in[64], out[64];
+  Tshard__ProgramArg *pin[64], *pout[64];
+  args_msg(inputs, n_in, in, pin);
+  args_msg(outputs, n_out, out, pout);
+  Tshard__Request req = TSHARD__REQUEST__INIT;
+  Tshard__ProgramRunRequest q = TSHARD__PROGRAM_RUN_REQUEST__INIT;
+  q.id = (char *)id;
+  q.n_inputs = (size_t)n_in;
+  q.inputs = pin;
+  q.n_outputs = (size_t)n_out;
+  q.outputs = pout;
+  req.op_case = TSHARD__REQUEST__OP_PROGRAM_RUN;
+  req.program_run = &q;
+  req.idempotency_key = str_or_empty(key);
+  Tshard__Response *r = NULL;
+  int rc = tsc_call(c, &req, &r);
+  if (r)
+    tsc_free(c, r);
+  return rc;
+}
+
+int tshard_program_drop(tshard_client *c, const char *id, const char *key) {
+  if (!c)
+    return TS_INVALID_ARGUMENT;
+  if (!id)
+    return tsc_fail(c, TS_INVALID_ARGUMENT, "program_drop needs the id");
+  Tshard__Request req = TSHARD__REQUEST__INIT;
+  Tshard__ProgramDropRequest q = TSHARD__PROGRAM_DROP_REQUEST__INIT;
+  q.id = (char *)id;
+  req.op_case = TSHARD__REQUEST__OP_PROGRAM_DROP;
+  req.program_drop = &q;
+  req.idempotency_key = str_or_empty(key);
+  Tshard__Response *r = NULL;
+  int rc = tsc_call(c, &req, &r);
+  if (r)
+    tsc_free(c, r);
+  return rc;
+}
+
+int tshard_program_show(tshard_client *c, const char *id, char **text) {
+  if (!c)
+    return TS_INVALID_ARGUMENT;
+  if (!id || !text)
+    return tsc_fail(c, TS_INVALID_ARGUMENT, "program_show needs the id and a place for the text");
+  *text = NULL;
+  Tshard__Request req = TSHARD__REQUEST__INIT;
+  Tshard__ProgramShowRequest q = TSHARD__PROGRAM_SHOW_REQUEST__INIT;
+  q.id = (char *)id;
+  req.op_case = TSHARD__REQUEST__OP_PROGRAM_SHOW;
+  req.program_show = &q;
+  Tshard__Response *r = NULL;
+  int rc = tsc_call(c, &req, &r);
+  if (rc == TS_OK && r->result_case != TSHARD__RESPONSE__RESULT_PROGRAM)
+    rc = tsc_fail(c, TS_PROTOCOL, "program_show: the answer carries no text");
+  if (rc == TS_OK && !(*text = strdup(r->program->text)))
+    rc = tsc_fail(c, TS_NO_MEMORY, "out of memory for the program's report");
+  if (r)
+    tsc_free(c, r);
+  return rc;
+}

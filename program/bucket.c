@@ -1,0 +1,134 @@
+/* bucket.c - dynamic shapes: the buckets (every combination of the groups' bucket values), the
+ * choice of the smallest covering bucket for a run, and the padding analysis. Inputs are padded
+ * with the fill their consumers need (-inf under a max, +inf under a min, else 0); the value of
+ * every padded element is then followed through the elementwise ops by evaluating them on the
+ * fills (constant folding's evaluator). A reduction over a dynamic dim whose padded elements do
+ * not hold its identity loops over the true extent instead (masked); a mean divides by the true
+ * count; an einsum with dynamic dims runs on the true extents of its operands (strided views of
+ * the padded buffers). A reshape that would mix padding with real elements is refused earlier
+ * (verify.c) with the reason. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static bool is_dynamic(const tsp_node *n) {
+  for (int d = 0; d < n->ndim; d++)
+    if (!tsp_expr_is_static(&n->shape[d]))
+      return true;
+  return false;
+}
+
+int tsp_buckets_make(tsp_program *p, ts_error *err) {
+  int64_t count = 1;
+  for (int g = 0; g < p->n_groups; g++) {
+    count *= p->groups[g].n_values;
+    if (count > TSP_MAX_BUCKETS)
+      return ts_error_set(err, TS_LIMIT, "program: more than %d buckets (the product of the "
+                          "groups' bucket counts); narrow the ranges or use coarser rules",
+                          TSP_MAX_BUCKETS);
+  }
+  p->buckets = calloc((size_t)count, sizeof *p->buckets);
+  if (!p->buckets)
+    return ts_error_set(err, TS_NO_MEMORY, "out of memory");
+  p->n_buckets = (int)count;
+  for (int b = 0; b < p->n_buckets; b++) {
+    int r = b;
+    for (int g = p->n_groups - 1; g >= 0; g--) {
+      p->buckets[b].values[g] = p->groups[g].values[r % p->groups[g].n_values];
+      r /= p->groups[g].n_values;
+    }
+  }
+  return TS_OK;
+}
+
+int tsp_program_pick_bucket(const tsp_program *p, const int64_t *values, ts_error *err) {
+  int b = 0;
+  for (int g = 0; g < p->n_groups; g++) {
+    const tsp_group *gr = &p->groups[g];
+    if (values[g] < gr->min || values[g] > gr->max) {
+      ts_error_set(err, TS_BAD_SHAPE, "dim group '%s' = %lld is outside its range [%lld, %lld]",
+                   gr->name, (long long)values[g], (long long)gr->min, (long long)gr->max);
+      return -1;
+    }
+    int i = 0;
+    while (gr->values[i] < values[g])
+      i++;
+    b = b * gr->n_values + i;
+  }
+  return b;
+}
+
+int tsp_padding_check(tsp_program *p, ts_error *err) {
+  (void)err;
+  for (int i = 0; i < p->n_nodes; i++) {
+    tsp_node *n = &p->nodes[i];
+    n->pad_known = false;
+    n->masked = false;
+    if (!n->live)
+      continue;
+    switch (tsp_op(n->op)->cat) {
+    case TSP_CAT_INPUT: {
+      int want = 0; /* 0: zero, 1: -inf, 2: +inf, 3: conflicting */
+      for (int j = 0; j < p->n_nodes; j++) {
+        const tsp_node *c = &p->nodes[j];
+        if (!c->live || c->nargs < 1 || c->args[0] != i || c->op == TSP_OP_ASSIGN)
+          continue;
+        int w = c->op == TSP_OP_RMAX ? 1 : c->op == TSP_OP_RMIN ? 2 : 3;
+        want = want == 0 ? w : (want == w ? w : 3);
+      }
+      n->pad_known = true;
+      n->pad = 0;
+      if (ts_dtype_is_float(n->dtype) && want == 1)
+        n->pad = -INFINITY;
+      else if (ts_dtype_is_float(n->dtype) && want == 2)
+        n->pad = INFINITY;
+      break;
+    }
+    case TSP_CAT_CONST:
+      n->pad_known = true;
+      n->pad = n->value;
+      break;
+    case TSP_CAT_LAYOUT:
+      n->pad_known = p->nodes[n->args[0]].pad_known;
+      n->pad = p->nodes[n->args[0]].pad;
+      break;
+    case TSP_CAT_ELEMENTWISE: {
+      bool known = true;
+      double v[3] = {0, 0, 0};
+      for (int a = 0; a < n->nargs; a++) {
+        const tsp_node *an = &p->nodes[n->args[a]];
+        bool ok = an->op == TSP_OP_CONST || (is_dynamic(an) && an->pad_known);
+        known = known && ok;
+        if (a < 3)
+          v[a] = an->pad;
+      }
+      if (known) {
+        ts_dtype dt = p->nodes[n->args[n->op == TSP_OP_WHERE ? 1 : 0]].dtype;
+        n->pad_known = true;
+        n->pad = tsp_round(n->dtype, tsp_eval(n->op, dt, v[0], v[1], v[2]));
+      }
+      break;
+    }
+    case TSP_CAT_REDUCE: {
+      const tsp_node *a = &p->nodes[n->args[0]];
+      bool dyn_reduced = false;
+      for (int d = 0; d < a->ndim; d++)
+        if ((n->axes & (1u << d)) && !tsp_expr_is_static(&a->shape[d]))
+          dyn_reduced = true;
+      if (!dyn_reduced)
+        break;
+      bool safe = a->pad_known &&
+                  (((n->op == TSP_OP_SUM || n->op == TSP_OP_MEAN) && a->pad == 0) ||
+                   (n->op == TSP_OP_RMAX && a->pad == -INFINITY) ||
+                   (n->op == TSP_OP_RMIN && a->pad == INFINITY));
+      n->masked = !safe;
+      break;
+    }
+    default:
+      break;
+    }
+  }
+  return TS_OK;
+}

@@ -1,0 +1,378 @@
+/* parse.c - program JSON text (program/PROGRAM.md) to the graph, with libjansson: the dynamic
+ * dim groups, the inputs, the ops (each verified as it is added, so an error names the op) and the
+ * outputs. Literal numbers in "args" become constant nodes whose dtype is taken from the other
+ * operands (like numpy's Python scalars). */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+int tsp_add_node(tsp_program *p, int op, ts_error *err) {
+  if (p->n_nodes == p->cap_nodes) {
+    int cap = p->cap_nodes ? 2 * p->cap_nodes : 64;
+    if (p->cap_nodes == TSP_MAX_NODES)
+      cap = TSP_MAX_NODES + 1;
+    else if (cap > TSP_MAX_NODES)
+      cap = TSP_MAX_NODES;
+    if (cap > TSP_MAX_NODES)
+      return -ts_error_set(err, TS_LIMIT, "program has more than %d nodes (ops, literals and "
+                           "inserted copies)", TSP_MAX_NODES);
+    tsp_node *n = realloc(p->nodes, (size_t)cap * sizeof *n);
+    if (!n)
+      return -ts_error_set(err, TS_NO_MEMORY, "out of memory for the program graph");
+    p->nodes = n;
+    p->cap_nodes = cap;
+  }
+  tsp_node *n = &p->nodes[p->n_nodes];
+  memset(n, 0, sizeof *n);
+  n->op = op;
+  n->dtype = (ts_dtype)-1;
+  n->kernel = -1;
+  n->output_index = -1;
+  n->assign_input = -1;
+  n->input_index = -1;
+  return p->n_nodes++;
+}
+
+static int find_name(const tsp_program *p, const char *name) {
+  for (int i = p->n_nodes - 1; i >= 0; i--)
+    if (p->nodes[i].name[0] && strcmp(p->nodes[i].name, name) == 0)
+      return i;
+  return -1;
+}
+
+static bool valid_name(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n >= TSP_NAME)
+    return false;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
+          (i > 0 && ((c >= '0' && c <= '9') || c == '.' || c == '-'))))
+      return false;
+  }
+  return true;
+}
+
+/* One group: {"min": a, "max": b, "buckets": "pow2" | {"step": s} | [v, ...]} */
+static int parse_group(tsp_program *p, const char *name, json_t *g, ts_error *err) {
+  if (p->n_groups == TSP_MAX_GROUPS)
+    return ts_error_set(err, TS_PARSE, "program: more than %d dynamic dim groups", TSP_MAX_GROUPS);
+  if (!valid_name(name))
+    return ts_error_set(err, TS_PARSE, "dims: '%s' is not a valid group name (letters, digits, _)",
+                        name);
+  tsp_group *gr = &p->groups[p->n_groups];
+  memset(gr, 0, sizeof *gr);
+  snprintf(gr->name, sizeof gr->name, "%s", name);
+  json_t *mn = json_object_get(g, "min"), *mx = json_object_get(g, "max");
+  if (!json_is_object(g) || !json_is_integer(mn) || !json_is_integer(mx))
+    return ts_error_set(err, TS_PARSE,
+                        "dims.%s: expected {\"min\": int, \"max\": int, \"buckets\": \"pow2\" | "
+                        "{\"step\": int} | [int, ...]}", name);
+  gr->min = json_integer_value(mn);
+  gr->max = json_integer_value(mx);
+  if (gr->min < 1 || gr->max < gr->min || gr->max > ((int64_t)1 << 40))
+    return ts_error_set(err, TS_PARSE, "dims.%s: range [%lld, %lld] invalid (need 1 <= min <= max)",
+                        name, (long long)gr->min, (long long)gr->max);
+  json_t *bk = json_object_get(g, "buckets");
+  if (!bk || (json_is_string(bk) && strcmp(json_string_value(bk), "pow2") == 0)) {
+    snprintf(gr->rule, sizeof gr->rule, "pow2");
+    int64_t v = 1;
+    while (v < gr->min)
+      v *= 2;
+    while (gr->n_values < 64) {
+      gr->values[gr->n_values++] = v < gr->max ? v : gr->max;
+      if (v >= gr->max)
+        break;
+      v *= 2;
+    }
+  } else if (json_is_object(bk) && json_is_integer(json_object_get(bk, "step"))) {
+    int64_t s = json_integer_value(json_object_get(bk, "step"));
+    if (s < 1)
+      return ts_error_set(err, TS_PARSE, "dims.%s: step %lld must be >= 1", name, (long long)s);
+    snprintf(gr->rule, sizeof gr->rule, "step %lld", (long long)s);
+    int64_t v = ((gr->min + s - 1) / s) * s;
+    for (;;) {
+      if (gr->n_values == 64)
+        return ts_error_set(err, TS_PARSE, "dims.%s: step %lld gives more than 64 buckets over "
+                            "[%lld, %lld]; use a larger step", name, (long long)s,
+                            (long long)gr->min, (long long)gr->max);
+      gr->values[gr->n_values++] = v < gr->max ? v : gr->max;
+      if (v >= gr->max)
+        break;
+      v += s;
+    }
+  } else if (json_is_array(bk) && json_array_size(bk) > 0 && json_array_size(bk) <= 64) {
+    snprintf(gr->rule, sizeof gr->rule, "list");
+    int64_t prev = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(bk, i, v) {
+      if (!json_is_integer(v) || json_integer_value(v) <= prev)
+        return ts_error_set(err, TS_PARSE, "dims.%s: buckets list must hold ascending positive "
+                            "integers", name);
+      prev = json_integer_value(v);
+      if (prev >= gr->min)
+        gr->values[gr->n_values++] = prev;
+    }
+    if (prev < gr->max)
+      return ts_error_set(err, TS_PARSE, "dims.%s: the largest bucket %lld does not cover max %lld",
+                          name, (long long)prev, (long long)gr->max);
+  } else {
+    return ts_error_set(err, TS_PARSE, "dims.%s.buckets: expected \"pow2\", {\"step\": int} or a "
+                        "list of at most 64 ints", name);
+  }
+  p->n_groups++;
+  return TS_OK;
+}
+
+static int parse_input(tsp_program *p, size_t i, json_t *in, ts_error *err) {
+  json_t *nm = json_object_get(in, "name"), *dt = json_object_get(in, "dtype"),
+         *sh = json_object_get(in, "shape");
+  if (!json_is_object(in) || !json_is_string(nm) || !json_is_string(dt) || !json_is_array(sh))
+    return ts_error_set(err, TS_PARSE, "inputs[%zu]: expected {\"name\": str, \"dtype\": str, "
+                        "\"shape\": [int or dim name, ...]}", i);
+  const char *name = json_string_value(nm);
+  if (!valid_name(name) || find_name(p, name) >= 0)
+    return ts_error_set(err, TS_PARSE, "inputs[%zu]: name '%s' is invalid or used twice", i, name);
+  if (p->n_inputs == 64)
+    return ts_error_set(err, TS_PARSE, "program: more than 64 inputs");
+  int n = tsp_add_node(p, TSP_OP_INPUT, err);
+  if (n < 0)
+    return -n;
+  tsp_node *nd = &p->nodes[n];
+  snprintf(nd->name, sizeof nd->name, "%s", name);
+  ts_dtype d;
+  ts_error inner = {0};
+  if (ts_dtype_parse(json_string_value(dt), &d, &inner) != TS_OK)
+    return ts_error_set(err, TS_BAD_DTYPE, "inputs[%zu] '%s': %s", i, name, inner.msg);
+  if (!tsp_ctype(d))
+    return ts_error_set(err, TS_BAD_DTYPE, "inputs[%zu] '%s': dtype %s is not supported by "
+                        "programs (valid: f32, f64, i8, i32, i64, u8)", i, name, ts_dtype_name(d));
+  nd->dtype = d;
+  if (json_array_size(sh) > TSP_MAX_DIMS)
+    return ts_error_set(err, TS_BAD_SHAPE, "inputs[%zu] '%s': more than %d dims", i, name,
+                        TSP_MAX_DIMS);
+  size_t k;
+  json_t *v;
+  json_array_foreach(sh, k, v) {
+    tsp_expr e = tsp_expr_const(0);
+    if (json_is_integer(v) && json_integer_value(v) >= 0 &&
+        json_integer_value(v) <= ((int64_t)1 << 40)) {
+      e.c = json_integer_value(v);
+    } else if (json_is_string(v)) {
+      int g;
+      for (g = 0; g < p->n_groups; g++)
+        if (strcmp(p->groups[g].name, json_string_value(v)) == 0)
+          break;
+      if (g == p->n_groups)
+        return ts_error_set(err, TS_PARSE, "inputs[%zu] '%s': dim '%s' is not a group of \"dims\"",
+                            i, name, json_string_value(v));
+      e.k[g] = 1;
+    } else {
+      return ts_error_set(err, TS_PARSE, "inputs[%zu] '%s': shape[%zu] must be a non-negative "
+                          "int or a dim group name", i, name, k);
+    }
+    nd->shape[nd->ndim++] = e;
+  }
+  nd->input_index = p->n_inputs;
+  p->inputs[p->n_inputs++] = n;
+  return tsp_verify_node(p, n, err);
+}
+
+static int parse_int_list(json_t *a, int *out, int max, int *n) {
+  if (!json_is_array(a) || (int)json_array_size(a) > max)
+    return -1;
+  size_t i;
+  json_t *v;
+  *n = 0;
+  json_array_foreach(a, i, v) {
+    if (!json_is_integer(v) || json_integer_value(v) < -64 || json_integer_value(v) > 64)
+      return -1;
+    out[(*n)++] = (int)json_integer_value(v);
+  }
+  return 0;
+}
+
+static int parse_op(tsp_program *p, size_t i, json_t *o, ts_error *err) {
+  json_t *opn = json_object_get(o, "op"), *args = json_object_get(o, "args"),
+         *out = json_object_get(o, "out");
+  if (!json_is_object(o) || !json_is_string(opn) || !json_is_array(args))
+    return ts_error_set(err, TS_PARSE, "ops[%zu]: expected {\"op\": str, \"args\": [...], "
+                        "\"out\": str, ...}", i);
+  const char *opname = json_string_value(opn);
+  int op = tsp_op_find(opname);
+  size_t nargs = json_array_size(args);
+  if ((op == TSP_OP_MAX || op == TSP_OP_MIN) && nargs == 1)
+    op = op == TSP_OP_MAX ? TSP_OP_RMAX : TSP_OP_RMIN;
+  if (op < 0 || op == TSP_OP_COPY)
+    return ts_error_set(err, TS_PARSE, "ops[%zu]: unknown op '%s' (valid: add sub mul div pow max "
+                        "min neg abs exp log sqrt rsqrt tanh sigmoid relu gelu where eq ne lt le gt "
+                        "ge cast sum mean max min einsum reshape transpose assign)", i, opname);
+  const tsp_opdef *def = tsp_op(op);
+  if ((def->arity >= 0 && (int)nargs != def->arity) || nargs < 1 || nargs > TSP_MAX_ARGS)
+    return ts_error_set(err, TS_PARSE, "ops[%zu] %s: takes %d args, got %zu", i, opname,
+                        def->arity >= 0 ? def->arity : 1, nargs);
+  if (op != TSP_OP_ASSIGN && (!json_is_string(out) || !valid_name(json_string_value(out))))
+    return ts_error_set(err, TS_PARSE, "ops[%zu] %s: \"out\" must name the result (letters, "
+                        "digits, _)", i, opname);
+  if (op != TSP_OP_ASSIGN && find_name(p, json_string_value(out)) >= 0)
+    return ts_error_set(err, TS_PARSE, "ops[%zu] %s: result name '%s' is already defined", i,
+                        opname, json_string_value(out));
+  int argids[TSP_MAX_ARGS];
+  size_t k;
+  json_t *v;
+  json_array_foreach(args, k, v) {
+    if (json_is_string(v)) {
+      argids[k] = find_name(p, json_string_value(v));
+      if (argids[k] < 0)
+        return ts_error_set(err, TS_PARSE, "ops[%zu] %s: arg '%s' is not defined before", i,
+                            opname, json_string_value(v));
+    } else if (json_is_number(v) && op != TSP_OP_ASSIGN) {
+      int c = tsp_add_node(p, TSP_OP_CONST, err);
+      if (c < 0)
+        return -c;
+      p->nodes[c].value = json_number_value(v);
+      argids[k] = c;
+    } else {
+      return ts_error_set(err, TS_PARSE, "ops[%zu] %s: args[%zu] must be a value name%s", i,
+                          opname, k, op == TSP_OP_ASSIGN ? "" : " or a number");
+    }
+  }
+  int n = tsp_add_node(p, op, err);
+  if (n < 0)
+    return -n;
+  tsp_node *nd = &p->nodes[n];
+  nd->nargs = (int)nargs;
+  memcpy(nd->args, argids, nargs * sizeof(int));
+  if (op != TSP_OP_ASSIGN)
+    snprintf(nd->name, sizeof nd->name, "%s", json_string_value(out));
+  /* attributes */
+  if (def->cat == TSP_CAT_REDUCE) {
+    json_t *dims = json_object_get(o, "dims");
+    json_t *kd = json_object_get(o, "keepdims");
+    if (kd && !json_is_boolean(kd))
+      return ts_error_set(err, TS_PARSE, "ops[%zu] %s: keepdims must be true or false", i, opname);
+    nd->keepdims = json_is_true(kd);
+    const tsp_node *a = &p->nodes[argids[0]];
+    if (!dims || json_is_null(dims)) {
+      nd->axes = a->ndim ? (1u << a->ndim) - 1 : 0;
+    } else {
+      int ax[TSP_MAX_DIMS], na;
+      if (parse_int_list(dims, ax, TSP_MAX_DIMS, &na) != 0)
+        return ts_error_set(err, TS_PARSE, "ops[%zu] %s: dims must be a list of ints", i, opname);
+      for (int j = 0; j < na; j++) {
+        int d = ax[j] < 0 ? ax[j] + a->ndim : ax[j];
+        if (d < 0 || d >= a->ndim || (nd->axes & (1u << d)))
+          return ts_error_set(err, TS_BAD_SHAPE, "ops[%zu] %s: dim %d out of range or repeated "
+                              "for an operand of %d dims", i, opname, ax[j], a->ndim);
+        nd->axes |= 1u << d;
+      }
+    }
+  } else if (op == TSP_OP_TRANSPOSE) {
+    json_t *pm = json_object_get(o, "perm");
+    int na = 0;
+    const tsp_node *a = &p->nodes[argids[0]];
+    if (!pm) {
+      for (int j = 0; j < a->ndim; j++)
+        nd->perm[j] = a->ndim - 1 - j;
+    } else if (parse_int_list(pm, nd->perm, TSP_MAX_DIMS, &na) != 0 || na != a->ndim) {
+      return ts_error_set(err, TS_PARSE, "ops[%zu] transpose: perm must list each of the %d dims "
+                          "once", i, a->ndim);
+    }
+    uint32_t seen = 0;
+    for (int j = 0; j < a->ndim; j++) {
+      if (nd->perm[j] < 0 || nd->perm[j] >= a->ndim || (seen & (1u << nd->perm[j])))
+        return ts_error_set(err, TS_PARSE, "ops[%zu] transpose: perm must list each of the %d "
+                            "dims once", i, a->ndim);
+      seen |= 1u << nd->perm[j];
+    }
+  } else if (op == TSP_OP_RESHAPE) {
+    json_t *sh = json_object_get(o, "shape");
+    if (!json_is_array(sh) || json_array_size(sh) > TSP_MAX_DIMS)
+      return ts_error_set(err, TS_PARSE, "ops[%zu] reshape: shape must be a list of at most %d "
+                          "ints or dim formulas (\"2*n\")", i, TSP_MAX_DIMS);
+    json_array_foreach(sh, k, v) {
+      tsp_expr e = tsp_expr_const(0);
+      if (json_is_integer(v) && json_integer_value(v) >= -1 &&
+          json_integer_value(v) <= ((int64_t)1 << 40))
+        e.c = json_integer_value(v);
+      else {
+        ts_error inner = {0};
+        if (!json_is_string(v) || tsp_expr_parse(p, json_string_value(v), &e, &inner) != TS_OK)
+          return ts_error_set(err, TS_PARSE, "ops[%zu] reshape: shape[%zu] must be an int or a "
+                              "dim formula over the groups (\"2*n\"): %s", i, k,
+                              json_is_string(v) ? inner.msg : "wrong type");
+      }
+      nd->shape[nd->ndim++] = e;
+    }
+  } else if (op == TSP_OP_EINSUM) {
+    json_t *eq = json_object_get(o, "eq");
+    if (!json_is_string(eq) || strlen(json_string_value(eq)) >= sizeof nd->eq)
+      return ts_error_set(err, TS_PARSE, "ops[%zu] einsum: \"eq\" must be an equation like "
+                          "\"ij,jk->ik\"", i);
+    snprintf(nd->eq, sizeof nd->eq, "%s", json_string_value(eq));
+  } else if (op == TSP_OP_CAST) {
+    json_t *dt = json_object_get(o, "dtype");
+    ts_dtype d;
+    if (!json_is_string(dt) || ts_dtype_parse(json_string_value(dt), &d, NULL) != TS_OK ||
+        !tsp_ctype(d))
+      return ts_error_set(err, TS_PARSE, "ops[%zu] cast: \"dtype\" must be one of f32, f64, i8, "
+                          "i32, i64, u8", i);
+    nd->dtype = d;
+  }
+  return tsp_verify_node(p, n, err);
+}
+
+int tsp_parse(tsp_program *p, const char *text, ts_error *err) {
+  json_error_t je;
+  json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &je);
+  if (!root)
+    return ts_error_set(err, TS_PARSE, "program JSON: %s at line %d column %d", je.text, je.line,
+                        je.column);
+  int rc = TS_OK;
+  json_t *nm = json_object_get(root, "name"), *dims = json_object_get(root, "dims"),
+         *inputs = json_object_get(root, "inputs"), *ops = json_object_get(root, "ops"),
+         *outputs = json_object_get(root, "outputs");
+  if (!json_is_object(root) || !json_is_array(inputs) || !json_is_array(ops) ||
+      (outputs && !json_is_array(outputs)) || (dims && !json_is_object(dims)) ||
+      (nm && !json_is_string(nm))) {
+    rc = ts_error_set(err, TS_PARSE, "program: expected an object with \"inputs\" (list), \"ops\" "
+                      "(list), \"outputs\" (list), optional \"name\" (str) and \"dims\" (object)");
+    goto out;
+  }
+  p->name = strdup(nm ? json_string_value(nm) : "program");
+  if (!p->name) {
+    rc = ts_error_set(err, TS_NO_MEMORY, "out of memory");
+    goto out;
+  }
+  const char *key;
+  json_t *v;
+  size_t i;
+  if (dims)
+    json_object_foreach(dims, key, v) if ((rc = parse_group(p, key, v, err)) != TS_OK) goto out;
+  json_array_foreach(inputs, i, v) if ((rc = parse_input(p, i, v, err)) != TS_OK) goto out;
+  json_array_foreach(ops, i, v) if ((rc = parse_op(p, i, v, err)) != TS_OK) goto out;
+  if (outputs) {
+    json_array_foreach(outputs, i, v) {
+      int n = json_is_string(v) ? find_name(p, json_string_value(v)) : -1;
+      if (n < 0 || p->nodes[n].op == TSP_OP_ASSIGN) {
+        rc = ts_error_set(err, TS_PARSE, "outputs[%zu]: must name a value defined by an input or "
+                          "an op", i);
+        goto out;
+      }
+      if (p->n_outputs == 64) {
+        rc = ts_error_set(err, TS_PARSE, "program: more than 64 outputs");
+        goto out;
+      }
+      snprintf(p->output_names[p->n_outputs], TSP_NAME, "%s", json_string_value(v));
+      p->outputs[p->n_outputs++] = n;
+    }
+  }
+  if (p->n_outputs == 0 && p->n_assigns == 0)
+    rc = ts_error_set(err, TS_PARSE, "program: no outputs and no assign: it would compute nothing");
+out:
+  json_decref(root);
+  return rc;
+}

@@ -1,0 +1,24 @@
+# Compiled programs (program/): the compiler's unit tests against naive references, and the
+# benchmark program.
+set(TS_PROGRAM_TESTS ${CMAKE_CURRENT_LIST_DIR}/program)
+tshard_unit_test(test_program ${TS_PROGRAM_TESTS}/test_program.c ${TS_PROGRAM_TESTS}/ref.c)
+target_link_libraries(test_program PRIVATE tsprogram m)
+target_include_directories(test_program PRIVATE ${CMAKE_CURRENT_LIST_DIR}/unit)
+target_compile_definitions(test_program PRIVATE TSP_GOLDEN="${TS_PROGRAM_TESTS}/golden_small.c")
+set_tests_properties(test_program PROPERTIES TIMEOUT 300)
+
+add_executable(tshard-bench-program ${TS_PROGRAM_TESTS}/bench/bench_program.c)
+target_link_libraries(tshard-bench-program PRIVATE tsprogram)
+target_compile_definitions(tshard-bench-program PRIVATE
+                           TSP_NUMPY_SCRIPT="${TS_PROGRAM_TESTS}/bench/bench_adam_numpy.py")
+
+# Through real daemons and the Python client (a private program cache per run).
+if(TARGET tshard-python AND TARGET tshardd)
+  foreach(np 2 3)
+    add_test(NAME test_python_program_np${np}
+             COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/python/test_program.py
+                     ${CMAKE_RUNTIME_OUTPUT_DIRECTORY} ${np})
+    set_tests_properties(test_python_program_np${np} PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                         ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_LIST_DIR}/python")
+  endforeach()
+endif()
