@@ -24,6 +24,8 @@ int tshard_program_compile(tshard_client *c, const char *text, int lazy, char *i
   req.program_compile = &q;
   req.idempotency_key = str_or_empty(key);
   Tshard__Response *r = NULL;
+  if (tsc_apply_group(c, &req)) /* an SPMD client's group: a collective of the group */
+    return TS_INVALID_ARGUMENT;
   int rc = tsc_call(c, &req, &r);
   if (rc == TS_OK && r->result_case != TSHARD__RESPONSE__RESULT_PROGRAM)
     rc = tsc_fail(c, TS_PROTOCOL, "program_compile: the answer carries no program id");
@@ -69,6 +71,8 @@ int tshard_program_run(tshard_client *c, const char *id, const tshard_program_ar
   req.program_run = &q;
   req.idempotency_key = str_or_empty(key);
   Tshard__Response *r = NULL;
+  if (tsc_apply_group(c, &req)) /* an SPMD client's group: a collective of the group */
+    return TS_INVALID_ARGUMENT;
   int rc = tsc_call(c, &req, &r);
   if (r)
     tsc_free(c, r);
@@ -87,6 +91,8 @@ int tshard_program_drop(tshard_client *c, const char *id, const char *key) {
   req.program_drop = &q;
   req.idempotency_key = str_or_empty(key);
   Tshard__Response *r = NULL;
+  if (tsc_apply_group(c, &req)) /* an SPMD client's group: a collective of the group */
+    return TS_INVALID_ARGUMENT;
   int rc = tsc_call(c, &req, &r);
   if (r)
     tsc_free(c, r);
