@@ -6,23 +6,27 @@
 #include "client_internal.h"
 #include "ts_rules.h"
 
-static char *str_or_empty(const char *s) { return (char *)(s ? s : ""); }
+char *tsc_str(const char *s) { return (char *)(s ? s : ""); }
 
-/* The daemon's rules for names (proto/ts_rules.h), checked before anything is sent. */
-static int name_ok(tshard_client *c, const char *what, const char *name) {
+int tsc_name_ok(tshard_client *c, const char *what, const char *name) {
   ts_error err;
   if (ts_name_check(what, name, name ? strlen(name) : 0, &err))
     return tsc_fail(c, err.code, "%s", err.msg);
   return TS_OK;
 }
 
-/* One call whose answer carries no result. */
-static int call_plain(tshard_client *c, Tshard__Request *req) {
+int tsc_call_plain(tshard_client *c, Tshard__Request *req) {
   Tshard__Response *r = NULL;
   int rc = tsc_call(c, req, &r);
   if (r)
     tsc_free(c, r);
   return rc;
+}
+
+int tsc_call_collective(tshard_client *c, Tshard__Request *req) {
+  if (tsc_apply_group(c, req))
+    return TS_INVALID_ARGUMENT;
+  return tsc_call_plain(c, req);
 }
 
 /* One call whose answer must carry the result `want` (`what` names the operation and the result
@@ -38,7 +42,7 @@ static int call_expect(tshard_client *c, Tshard__Request *req, Tshard__Response_
 
 static void attr_text(Tshard__DistAttr *a, const char *text) {
   tshard__dist_attr__init(a);
-  a->text = str_or_empty(text);
+  a->text = tsc_str(text);
 }
 
 int tshard_ping(tshard_client *c, int *rank, int *world_size) {
@@ -69,26 +73,26 @@ int tshard_create(tshard_client *c, const char *name, const char *dtype, int ndi
                   const int64_t *shape, const char *attr, const char *layout, const char *key) {
   if (!c || ndim < 0 || (ndim > 0 && !shape))
     return TS_INVALID_ARGUMENT;
-  if (name_ok(c, "tensor name", name))
+  if (tsc_name_ok(c, "tensor name", name))
     return TS_INVALID_ARGUMENT;
   Tshard__Request req = TSHARD__REQUEST__INIT;
   Tshard__CreateRequest q = TSHARD__CREATE_REQUEST__INIT;
   Tshard__DistAttr a;
   Tshard__Layout l = TSHARD__LAYOUT__INIT;
   attr_text(&a, attr);
-  l.tag = str_or_empty(layout);
-  q.name = str_or_empty(name);
-  q.dtype = str_or_empty(dtype);
+  l.tag = tsc_str(layout);
+  q.name = tsc_str(name);
+  q.dtype = tsc_str(dtype);
   q.n_shape = (size_t)ndim;
   q.shape = (int64_t *)shape;
   q.attr = &a;
   q.layout = &l;
   req.op_case = TSHARD__REQUEST__OP_CREATE;
   req.create = &q;
-  req.idempotency_key = str_or_empty(key);
+  req.idempotency_key = tsc_str(key);
   if (tsc_apply_group(c, &req))
     return TS_INVALID_ARGUMENT;
-  return call_plain(c, &req);
+  return tsc_call_plain(c, &req);
 }
 
 /* Sends data in chunks; the answer to the last one is the answer of the whole put. Two chunks
@@ -103,7 +107,7 @@ static int put_chunks(tshard_client *c, const char *name, const char *layout, bo
                       const void *data, size_t bytes, const char *key) {
   if (!c || (!data && bytes))
     return TS_INVALID_ARGUMENT;
-  if (name_ok(c, "tensor name", name))
+  if (tsc_name_ok(c, "tensor name", name))
     return TS_INVALID_ARGUMENT;
   bool shm = tsc_shm_ready(c, bytes);
   size_t chunk = !shm ? c->chunk
@@ -134,26 +138,26 @@ static int put_chunks(tshard_client *c, const char *name, const char *layout, bo
         d.data = NULL;
         ps.shm = p.shm = &sd;
       }
-      req.idempotency_key = str_or_empty(key);
+      req.idempotency_key = tsc_str(key);
       if (slice) {
-        l.tag = str_or_empty(layout);
-        ps.name = str_or_empty(name);
+        l.tag = tsc_str(layout);
+        ps.name = tsc_str(name);
         ps.offset = off;
         ps.total_bytes = bytes;
         ps.data = d;
         ps.layout = &l;
-        ps.dtype = (char *)str_or_empty(c->put_dtype); /* the declaration (checked.c) */
+        ps.dtype = (char *)tsc_str(c->put_dtype); /* the declaration (checked.c) */
         ps.n_shape = c->put_dtype ? (size_t)c->put_ndim : 0;
         ps.shape = (int64_t *)c->put_shape;
         ps.convert = c->put_dtype && c->put_convert;
         req.op_case = TSHARD__REQUEST__OP_PUT_SLICE;
         req.put_slice = &ps;
       } else {
-        p.name = str_or_empty(name);
+        p.name = tsc_str(name);
         p.offset = off;
         p.total_bytes = bytes;
         p.data = d;
-        p.dtype = (char *)str_or_empty(c->put_dtype); /* the declaration (checked.c) */
+        p.dtype = (char *)tsc_str(c->put_dtype); /* the declaration (checked.c) */
         p.n_shape = c->put_dtype ? (size_t)c->put_ndim : 0;
         p.shape = (int64_t *)c->put_shape;
         p.convert = c->put_dtype && c->put_convert;
@@ -236,15 +240,15 @@ static void get_request(get_req *q, const char *name, const char *layout, bool s
   q->sd.bytes = shm_bytes;
   q->g.shm = q->gs.shm = shm_bytes ? &q->sd : NULL;
   if (slice) {
-    q->l.tag = str_or_empty(layout);
-    q->gs.name = str_or_empty(name);
+    q->l.tag = tsc_str(layout);
+    q->gs.name = tsc_str(name);
     q->gs.layout = &q->l;
     q->gs.offset = off;
     q->gs.max_bytes = chunk;
     q->req.op_case = TSHARD__REQUEST__OP_GET_SLICE;
     q->req.get_slice = &q->gs;
   } else {
-    q->g.name = str_or_empty(name);
+    q->g.name = tsc_str(name);
     q->g.offset = off;
     q->g.max_bytes = chunk;
     q->req.op_case = TSHARD__REQUEST__OP_GET;
@@ -298,7 +302,7 @@ static int get_chunks(tshard_client *c, const char *name, const char *layout, bo
                       void *buf, size_t cap, size_t *total_out, bool exact) {
   if (!c || (!buf && cap))
     return TS_INVALID_ARGUMENT;
-  if (name_ok(c, "tensor name", name))
+  if (tsc_name_ok(c, "tensor name", name))
     return TS_INVALID_ARGUMENT;
   get_req q;
   bool shm = buf && cap && tsc_shm_ready(c, cap);
@@ -375,24 +379,24 @@ int tshard_reshard(tshard_client *c, const char *name, const char *attr,
     return TS_INVALID_ARGUMENT;
   tshard_reshard_opts none = {NULL, NULL, NULL, NULL};
   const tshard_reshard_opts *o = opts ? opts : &none;
-  if (name_ok(c, "tensor name", name) ||
+  if (tsc_name_ok(c, "tensor name", name) ||
       (o->keep_source_as && o->keep_source_as[0] &&
-       name_ok(c, "keep_source_as", o->keep_source_as)))
+       tsc_name_ok(c, "keep_source_as", o->keep_source_as)))
     return TS_INVALID_ARGUMENT;
   Tshard__Request req = TSHARD__REQUEST__INIT;
   Tshard__ReshardRequest q = TSHARD__RESHARD_REQUEST__INIT;
   Tshard__DistAttr a;
   Tshard__Layout l = TSHARD__LAYOUT__INIT;
   attr_text(&a, attr);
-  l.tag = str_or_empty(o->layout);
-  q.name = str_or_empty(name);
+  l.tag = tsc_str(o->layout);
+  q.name = tsc_str(name);
   q.attr = &a;
-  q.strategy = str_or_empty(o->strategy);
-  q.keep_source_as = str_or_empty(o->keep_source_as);
+  q.strategy = tsc_str(o->strategy);
+  q.keep_source_as = tsc_str(o->keep_source_as);
   q.layout = &l;
   req.op_case = TSHARD__REQUEST__OP_RESHARD;
   req.reshard = &q;
-  req.idempotency_key = str_or_empty(o->key);
+  req.idempotency_key = tsc_str(o->key);
   if (tsc_apply_group(c, &req))
     return TS_INVALID_ARGUMENT;
   Tshard__Response *r = NULL; /* the answer names the strategy run and its time (checked.c) */
@@ -413,15 +417,15 @@ int tshard_drop(tshard_client *c, const char *name, const char *key) {
     return TS_INVALID_ARGUMENT;
   Tshard__Request req = TSHARD__REQUEST__INIT;
   Tshard__DropRequest q = TSHARD__DROP_REQUEST__INIT;
-  if (name_ok(c, "tensor name", name))
+  if (tsc_name_ok(c, "tensor name", name))
     return TS_INVALID_ARGUMENT;
-  q.name = str_or_empty(name);
+  q.name = tsc_str(name);
   req.op_case = TSHARD__REQUEST__OP_DROP;
   req.drop = &q;
-  req.idempotency_key = str_or_empty(key);
+  req.idempotency_key = tsc_str(key);
   if (tsc_apply_group(c, &req))
     return TS_INVALID_ARGUMENT;
-  return call_plain(c, &req);
+  return tsc_call_plain(c, &req);
 }
 
 int tshard_shutdown(tshard_client *c, const char *key) {
@@ -431,8 +435,8 @@ int tshard_shutdown(tshard_client *c, const char *key) {
   Tshard__ShutdownRequest q = TSHARD__SHUTDOWN_REQUEST__INIT;
   req.op_case = TSHARD__REQUEST__OP_SHUTDOWN;
   req.shutdown = &q;
-  req.idempotency_key = str_or_empty(key);
-  return call_plain(c, &req);
+  req.idempotency_key = tsc_str(key);
+  return tsc_call_plain(c, &req);
 }
 
 int tshard_list(tshard_client *c, char ***names, int *count) {
@@ -490,9 +494,9 @@ int tshard_describe(tshard_client *c, const char *name, tshard_info *info) {
   memset(info, 0, sizeof *info);
   Tshard__Request req = TSHARD__REQUEST__INIT;
   Tshard__DescribeRequest q = TSHARD__DESCRIBE_REQUEST__INIT;
-  if (name_ok(c, "tensor name", name))
+  if (tsc_name_ok(c, "tensor name", name))
     return TS_INVALID_ARGUMENT;
-  q.name = str_or_empty(name);
+  q.name = tsc_str(name);
   req.op_case = TSHARD__REQUEST__OP_DESCRIBE;
   req.describe = &q;
   Tshard__Response *r;
@@ -538,13 +542,13 @@ int tshard_plan(tshard_client *c, const char *name, const char *attr, const char
   *explain = NULL;
   Tshard__Request req = TSHARD__REQUEST__INIT;
   Tshard__PlanRequest q = TSHARD__PLAN_REQUEST__INIT;
-  if (name_ok(c, "tensor name", name))
+  if (tsc_name_ok(c, "tensor name", name))
     return TS_INVALID_ARGUMENT;
   Tshard__DistAttr a;
   attr_text(&a, attr);
-  q.name = str_or_empty(name);
+  q.name = tsc_str(name);
   q.attr = &a;
-  q.strategy = str_or_empty(strategy);
+  q.strategy = tsc_str(strategy);
   req.op_case = TSHARD__REQUEST__OP_PLAN;
   req.plan = &q;
   Tshard__Response *r;

@@ -37,16 +37,6 @@ static int check_names(tshard_client *c, const char *const *names, int n) {
   return TS_OK;
 }
 
-static int call_status(tshard_client *c, Tshard__Request *req) {
-  Tshard__Response *r = NULL;
-  if (tsc_apply_group(c, req)) /* an SPMD client's group: a collective of the group */
-    return TS_INVALID_ARGUMENT;
-  int rc = tsc_call(c, req, &r);
-  if (r)
-    tsc_free(c, r);
-  return rc;
-}
-
 int tshard_save(tshard_client *c, const char *dir, const char *const *names, int n,
                 const tshard_save_opts *opts) {
   if (!c)
@@ -67,7 +57,7 @@ int tshard_save(tshard_client *c, const char *dir, const char *const *names, int
   req.op_case = TSHARD__REQUEST__OP_SAVE;
   req.save = &q;
   req.idempotency_key = (char *)(opts && opts->key ? opts->key : "");
-  return call_status(c, &req);
+  return tsc_call_collective(c, &req);
 }
 
 int tshard_load(tshard_client *c, const char *dir, const char *const *names, int n,
@@ -94,5 +84,5 @@ int tshard_load(tshard_client *c, const char *dir, const char *const *names, int
   req.op_case = TSHARD__REQUEST__OP_LOAD;
   req.load = &q;
   req.idempotency_key = (char *)(opts && opts->key ? opts->key : "");
-  return call_status(c, &req);
+  return tsc_call_collective(c, &req);
 }

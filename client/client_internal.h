@@ -57,6 +57,16 @@ void tsc_connect_refused(const char *path, int err);
 /* A job name the daemons accept (letters, digits, '-', '_', '.' not first; 1-64): 0, else -1. */
 int tsc_job_check(const char *job);
 
+/* api.c: helpers of every request builder. "" for NULL (protobuf-c strings must not be NULL). */
+char *tsc_str(const char *s);
+/* The daemon's rules for names (proto/ts_rules.h), checked before anything is sent. */
+int tsc_name_ok(tshard_client *c, const char *what, const char *name);
+/* One call whose answer carries no result. */
+int tsc_call_plain(tshard_client *c, Tshard__Request *req);
+/* A call that runs on every rank: the client's SPMD group (spmd.c) makes it a collective of the
+ * group, then one plain call. */
+int tsc_call_collective(tshard_client *c, Tshard__Request *req);
+
 /* Sends req (id and token filled in) and waits for its answer. On a transport failure returns
  * TS_IO or TS_TIMEOUT; otherwise the daemon's status, with *resp set (free with
  * tshard__response__free_unpacked) whatever the status. */

@@ -9,15 +9,6 @@
 
 #define EINSUM_MAX_OPERANDS 3
 
-static char *str_or_empty(const char *s) { return (char *)(s ? s : ""); }
-
-static int name_ok(tshard_client *c, const char *what, const char *name) {
-  ts_error err;
-  if (ts_name_check(what, name, name ? strlen(name) : 0, &err))
-    return tsc_fail(c, err.code, "%s", err.msg);
-  return TS_OK;
-}
-
 void tshard_einsum_result_clear(tshard_einsum_result *r) {
   if (!r)
     return;
@@ -33,7 +24,7 @@ static int check_operands(tshard_client *c, const char *equation, int n,
     return tsc_fail(c, TS_EINSUM, "%d einsum operands; give 1 to %d tensor names", n,
                     EINSUM_MAX_OPERANDS);
   for (int i = 0; i < n; i++)
-    if (name_ok(c, "einsum operand", operands[i]))
+    if (tsc_name_ok(c, "einsum operand", operands[i]))
       return TS_INVALID_ARGUMENT;
   return TS_OK;
 }
@@ -69,7 +60,7 @@ int tshard_einsum(tshard_client *c, const char *equation, int n, const char *con
   tshard_einsum_opts none = {NULL, NULL, 0, 0, NULL};
   const tshard_einsum_opts *o = opts ? opts : &none;
   int rc = check_operands(c, equation, n, operands);
-  if (rc == TS_OK && name_ok(c, "einsum output", out))
+  if (rc == TS_OK && tsc_name_ok(c, "einsum output", out))
     rc = TS_INVALID_ARGUMENT;
   if (rc)
     return rc;
@@ -84,12 +75,12 @@ int tshard_einsum(tshard_client *c, const char *equation, int n, const char *con
     a.text = (char *)o->attr;
     q.attr = &a;
   }
-  q.plan = str_or_empty(o->plan);
+  q.plan = tsc_str(o->plan);
   q.keep = o->keep != 0;
   q.explain = o->explain != 0;
   req.op_case = TSHARD__REQUEST__OP_EINSUM;
   req.einsum = &q;
-  req.idempotency_key = str_or_empty(o->key);
+  req.idempotency_key = tsc_str(o->key);
   return einsum_call(c, &req, result);
 }
 
@@ -112,7 +103,7 @@ int tshard_einsum_plan(tshard_client *c, const char *equation, int n,
     a.text = (char *)attr;
     q.attr = &a;
   }
-  q.plan = str_or_empty(plan);
+  q.plan = tsc_str(plan);
   q.explain = true;
   req.op_case = TSHARD__REQUEST__OP_EINSUM_PLAN;
   req.einsum_plan = &q;
@@ -123,7 +114,7 @@ int tshard_einsum_backward(tshard_client *c, uint64_t forward_id, const char *gr
                            const char *const *grads, const char *key) {
   if (!c)
     return TS_INVALID_ARGUMENT;
-  if (name_ok(c, "output gradient", grad_out))
+  if (tsc_name_ok(c, "output gradient", grad_out))
     return TS_INVALID_ARGUMENT;
   if (n < 1 || n > EINSUM_MAX_OPERANDS || !grads)
     return tsc_fail(c, TS_INVALID_ARGUMENT,
@@ -131,8 +122,8 @@ int tshard_einsum_backward(tshard_client *c, uint64_t forward_id, const char *gr
   char *names[EINSUM_MAX_OPERANDS];
   int named = 0;
   for (int i = 0; i < n; i++) {
-    names[i] = str_or_empty(grads[i]);
-    if (names[i][0] && name_ok(c, "gradient", names[i]))
+    names[i] = tsc_str(grads[i]);
+    if (names[i][0] && tsc_name_ok(c, "gradient", names[i]))
       return TS_INVALID_ARGUMENT;
     named += names[i][0] != '\0';
   }
@@ -147,14 +138,8 @@ int tshard_einsum_backward(tshard_client *c, uint64_t forward_id, const char *gr
   q.grads = names;
   req.op_case = TSHARD__REQUEST__OP_EINSUM_BACKWARD;
   req.einsum_backward = &q;
-  req.idempotency_key = str_or_empty(key);
-  if (tsc_apply_group(c, &req))
-    return TS_INVALID_ARGUMENT;
-  Tshard__Response *r = NULL;
-  int rc = tsc_call(c, &req, &r);
-  if (r)
-    tsc_free(c, r);
-  return rc;
+  req.idempotency_key = tsc_str(key);
+  return tsc_call_collective(c, &req);
 }
 
 int tshard_einsum_release(tshard_client *c, uint64_t forward_id, const char *key) {
@@ -165,12 +150,6 @@ int tshard_einsum_release(tshard_client *c, uint64_t forward_id, const char *key
   q.forward_id = forward_id;
   req.op_case = TSHARD__REQUEST__OP_EINSUM_RELEASE;
   req.einsum_release = &q;
-  req.idempotency_key = str_or_empty(key);
-  if (tsc_apply_group(c, &req))
-    return TS_INVALID_ARGUMENT;
-  Tshard__Response *r = NULL;
-  int rc = tsc_call(c, &req, &r);
-  if (r)
-    tsc_free(c, r);
-  return rc;
+  req.idempotency_key = tsc_str(key);
+  return tsc_call_collective(c, &req);
 }

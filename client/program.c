@@ -7,8 +7,6 @@
 #include "ts_rules.h"
 #include "tshard.h"
 
-static char *str_or_empty(const char *s) { return (char *)(s ? s : ""); }
-
 int tshard_program_compile(tshard_client *c, const char *text, int lazy, char *id, size_t id_cap,
                            const char *key) {
   if (!c)
@@ -22,7 +20,7 @@ int tshard_program_compile(tshard_client *c, const char *text, int lazy, char *i
   q.lazy = lazy != 0;
   req.op_case = TSHARD__REQUEST__OP_PROGRAM_COMPILE;
   req.program_compile = &q;
-  req.idempotency_key = str_or_empty(key);
+  req.idempotency_key = tsc_str(key);
   Tshard__Response *r = NULL;
   if (tsc_apply_group(c, &req)) /* an SPMD client's group: a collective of the group */
     return TS_INVALID_ARGUMENT;
@@ -40,8 +38,8 @@ static Tshard__ProgramArg *args_msg(const tshard_program_arg *a, int n, Tshard__
                                     Tshard__ProgramArg **ptrs) {
   for (int i = 0; i < n; i++) {
     tshard__program_arg__init(&store[i]);
-    store[i].name = str_or_empty(a[i].name);
-    store[i].tensor = str_or_empty(a[i].tensor);
+    store[i].name = tsc_str(a[i].name);
+    store[i].tensor = tsc_str(a[i].tensor);
     store[i].value = a[i].value;
     ptrs[i] = &store[i];
   }
@@ -69,14 +67,8 @@ int tshard_program_run(tshard_client *c, const char *id, const tshard_program_ar
   q.outputs = pout;
   req.op_case = TSHARD__REQUEST__OP_PROGRAM_RUN;
   req.program_run = &q;
-  req.idempotency_key = str_or_empty(key);
-  Tshard__Response *r = NULL;
-  if (tsc_apply_group(c, &req)) /* an SPMD client's group: a collective of the group */
-    return TS_INVALID_ARGUMENT;
-  int rc = tsc_call(c, &req, &r);
-  if (r)
-    tsc_free(c, r);
-  return rc;
+  req.idempotency_key = tsc_str(key);
+  return tsc_call_collective(c, &req);
 }
 
 int tshard_program_drop(tshard_client *c, const char *id, const char *key) {
@@ -89,14 +81,8 @@ int tshard_program_drop(tshard_client *c, const char *id, const char *key) {
   q.id = (char *)id;
   req.op_case = TSHARD__REQUEST__OP_PROGRAM_DROP;
   req.program_drop = &q;
-  req.idempotency_key = str_or_empty(key);
-  Tshard__Response *r = NULL;
-  if (tsc_apply_group(c, &req)) /* an SPMD client's group: a collective of the group */
-    return TS_INVALID_ARGUMENT;
-  int rc = tsc_call(c, &req, &r);
-  if (r)
-    tsc_free(c, r);
-  return rc;
+  req.idempotency_key = tsc_str(key);
+  return tsc_call_collective(c, &req);
 }
 
 int tshard_program_show(tshard_client *c, const char *id, char **text) {
