@@ -3,6 +3,7 @@
 script would, and prints key=value lines that the C benchmark forwards:
 
   py_put_1gib_gbps, py_get_1gib_gbps   medians over REPS puts and gets (GB = 1e9 bytes)
+  py_put_1gib_first_gbps, ...           the first of them (a fresh connection's segment)
 
 The array got back is compared with the one put (outside the timed calls).
 
@@ -23,7 +24,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--socket", required=True, help="Unix socket of the daemon to use (rank 0)")
     ap.add_argument("--size-mib", type=int, default=1024, help="tensor size in MiB (default 1024)")
-    ap.add_argument("--reps", type=int, default=3, help="puts and gets timed (default 3)")
+    ap.add_argument("--reps", type=int, default=5, help="puts and gets timed (default 5)")
     a = ap.parse_args()
     if a.size_mib < 1 or a.reps < 1:
         ap.error("--size-mib and --reps must be at least 1")
@@ -46,6 +47,8 @@ def main():
     if back.shape != shape or back.dtype != np.float32 or not np.array_equal(back, data):
         print("bench_service_py: the tensor got back differs from the one put", file=sys.stderr)
         return 1
+    print(f"py_put_1gib_first_gbps={nbytes / puts[0] / 1e9:.2f}")
+    print(f"py_get_1gib_first_gbps={nbytes / gets[0] / 1e9:.2f}")
     print(f"py_put_1gib_gbps={nbytes / statistics.median(puts) / 1e9:.2f}")
     print(f"py_get_1gib_gbps={nbytes / statistics.median(gets) / 1e9:.2f}")
     return 0
