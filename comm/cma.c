@@ -301,3 +301,53 @@ int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm
   free(st);
   return rc;
 }
+
+/* The reduce-scatter reads in pieces of this many bytes through one buffer. */
+#define CMA_RS_PIECE ((int64_t)4 << 20)
+
+int ts__cma_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *counts,
+                           ts_dtype dt, ts_reduce_op op, ts_error *err) {
+  int64_t es = (int64_t)ts_dtype_size(dt), at = 0;
+  for (int i = 0; i < c->rank; i++)
+    at += counts[i];
+  int64_t bytes = (int64_t)counts[c->rank] * es, off_bytes = at * es;
+  uint64_t mine = (uint64_t)(uintptr_t)sbuf;
+  uint64_t *bases = malloc((size_t)c->size * sizeof *bases);
+  uint8_t *piece = bytes > 0 ? malloc((size_t)(bytes < CMA_RS_PIECE ? bytes : CMA_RS_PIECE)) : NULL;
+  int st = bases && (bytes == 0 || piece) ? TS_OK : TS_NO_MEMORY;
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  if (st)
+    ts_error_set(&lerr, st, "no memory for a reduce-scatter of %lld bytes", (long long)bytes);
+  /* Every rank's sbuf address (all ranks post it, whatever their status). */
+  int mrc = MPI_Allgather(&mine, 1, MPI_UINT64_T, bases ? bases : &mine, bases ? 1 : 0,
+                          MPI_UINT64_T, c->comm);
+  if (mrc != MPI_SUCCESS && st == TS_OK)
+    st = ts__mpi_error(mrc, "MPI_Allgather", __FILE__, __LINE__, &lerr);
+  /* rbuf = block of rank 0, then (op) the blocks of ranks 1, 2, ... in order. */
+  for (int r = 0; r < c->size && st == TS_OK; r++) {
+    for (int64_t done = 0; done < bytes && st == TS_OK;) {
+      int64_t n = bytes - done < CMA_RS_PIECE ? bytes - done : CMA_RS_PIECE;
+      uint8_t *dst = (uint8_t *)rbuf + done;
+      uint8_t *into = r == 0 ? dst : piece;
+      if (r == c->rank) {
+        memcpy(into, (const uint8_t *)sbuf + off_bytes + done, (size_t)n);
+      } else {
+        struct iovec l = {into, (size_t)n};
+        struct iovec rem = {(void *)(uintptr_t)(bases[r] + (uint64_t)(off_bytes + done)),
+                            (size_t)n};
+        ssize_t got = process_vm_readv((pid_t)c->pids[c->ranks[r]], &l, 1, &rem, 1, 0);
+        if (got != (ssize_t)n)
+          st = ts_error_set(&lerr, TS_IO, "reduce-scatter: reading %lld bytes from rank %d: %s",
+                            (long long)n, r, got < 0 ? strerror(errno) : "a partial copy");
+      }
+      if (st == TS_OK && r > 0)
+        st = ts_reduce(dst, piece, (size_t)(n / es), dt, op, &lerr);
+      done += n;
+    }
+  }
+  free(piece);
+  free(bases);
+  /* Nobody returns (and frees its sbuf) before every rank has read; the status is agreed. */
+  return ts_comm_agree(c, st, &lerr, err);
+}

@@ -217,6 +217,10 @@ int ts_comm_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *
   int rc = ts__comm_reduce_types(dt, op, &type, &mop, err);
   if (rc)
     return rc;
+  /* One node with single-copy reads: each rank reads its block from the others (cma.c), all
+   * ranks at once, instead of MPI's copies through shared-memory fragments. */
+  if (c->pids && sbuf && c->size > 1)
+    return ts__cma_reduce_scatter(c, sbuf, rbuf, counts, dt, op, err);
   /* Equal blocks take MPI's block variant, whose algorithms are the better tuned ones. */
   bool equal = true;
   for (int i = 1; i < c->size; i++)

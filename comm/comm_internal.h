@@ -67,6 +67,12 @@ int ts__region_fold(const ts_comm_region *r, int64_t *cnt, int64_t *str);
  * when every rank runs on this node and can read the others' memory. ts__cma_exchange moves the
  * non-empty regions listed; the pairs it leaves to MPI come back flagged in send_mpi/recv_mpi. */
 int ts__cma_init(ts_world *w, ts_error *err);
+/* Reduce-scatter on one node (c->pids set): every rank reads its block from each rank's sbuf
+ * with process_vm_readv, in rank order, and reduces it into rbuf with the kernel (so the sum's
+ * order is the same whatever the load); one agreement at the end keeps every sbuf alive until
+ * all reads are done and gives every rank the same status. */
+int ts__cma_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *counts,
+                           ts_dtype dt, ts_reduce_op op, ts_error *err);
 int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm_region *send,
                      bool *send_mpi, int nrecv, const int *recv_peers,
                      const ts_comm_region *recv, bool *recv_mpi, ts_error *err);
