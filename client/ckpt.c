@@ -37,14 +37,19 @@ static int check_names(tshard_client *c, const char *const *names, int n) {
   return TS_OK;
 }
 
-int tshard_save(tshard_client *c, const char *dir, const char *const *names, int n,
-                const tshard_save_opts *opts) {
+/* Both calls' arguments: the directory made absolute into path, the names checked. */
+static int checked_args(tshard_client *c, const char *dir, const char *const *names, int n,
+                        char *path, size_t cap) {
   if (!c)
     return TS_INVALID_ARGUMENT;
+  int rc = abs_dir(c, dir, path, cap);
+  return rc ? rc : check_names(c, names, n);
+}
+
+int tshard_save(tshard_client *c, const char *dir, const char *const *names, int n,
+                const tshard_save_opts *opts) {
   char path[4096];
-  int rc = abs_dir(c, dir, path, sizeof path);
-  if (!rc)
-    rc = check_names(c, names, n);
+  int rc = checked_args(c, dir, names, n, path, sizeof path);
   if (rc)
     return rc;
   Tshard__Request req = TSHARD__REQUEST__INIT;
@@ -62,12 +67,8 @@ int tshard_save(tshard_client *c, const char *dir, const char *const *names, int
 
 int tshard_load(tshard_client *c, const char *dir, const char *const *names, int n,
                 const tshard_load_opts *opts) {
-  if (!c)
-    return TS_INVALID_ARGUMENT;
   char path[4096];
-  int rc = abs_dir(c, dir, path, sizeof path);
-  if (!rc)
-    rc = check_names(c, names, n);
+  int rc = checked_args(c, dir, names, n, path, sizeof path);
   if (rc)
     return rc;
   Tshard__Request req = TSHARD__REQUEST__INIT;

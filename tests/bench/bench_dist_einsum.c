@@ -24,6 +24,7 @@
 
 #include "ts_comm.h"
 #include "ts_dist_einsum.h"
+#include "bench_mpi.h"
 
 static int rank, size;
 static ts_world *W;
@@ -35,32 +36,6 @@ static int cores, rank_threads;
 static void use_threads(int t) {
   openblas_set_num_threads(t);
   ts_kernels_set_threads(t);
-}
-
-static double median(double *v, int n) {
-  for (int i = 1; i < n; i++)
-    for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-      double t = v[j];
-      v[j] = v[j - 1];
-      v[j - 1] = t;
-    }
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-static double slowest(double t) {
-  double m;
-  MPI_Allreduce(&t, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return m;
-}
-
-static ts_attr *attr(const char *text) {
-  ts_attr *a = NULL;
-  ts_error err;
-  if (ts_attr_parse(text, &a, &err)) {
-    fprintf(stderr, "%s: %s\n", text, err.msg);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  return a;
 }
 
 static void fill(ts_stored *e) {

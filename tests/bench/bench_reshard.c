@@ -16,6 +16,7 @@
 
 #include "ts_comm.h"
 #include "ts_shard.h"
+#include "bench_mpi.h"
 
 #define ROWS 8192
 #define COLS 8192
@@ -24,32 +25,6 @@
 
 static int rank, size;
 static ts_world *W;
-
-static double median(double *v, int n) {
-  for (int i = 1; i < n; i++)
-    for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-      double t = v[j];
-      v[j] = v[j - 1];
-      v[j - 1] = t;
-    }
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-static double slowest(double t) {
-  double m;
-  MPI_Allreduce(&t, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return m;
-}
-
-static ts_attr *attr(const char *text) {
-  ts_attr *a = NULL;
-  ts_error err;
-  if (ts_attr_parse(text, &a, &err)) {
-    fprintf(stderr, "%s: %s\n", text, err.msg);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  return a;
-}
 
 /* This rank's source slice, dense row-major, filled with a pattern. */
 static void make_source(const ts_attr *a, ts_tensor *t) {

@@ -21,32 +21,8 @@
 #include "ts_comm.h"
 #include "ts_dist_einsum.h"
 
-static int world_rank, world_size;
-static long checks, failures;
-static ts_world *W;
-
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    checks++;                                                                                      \
-    if (!(cond)) {                                                                                 \
-      failures++;                                                                                  \
-      if (failures < 20) {                                                                         \
-        fprintf(stderr, "[rank %d] %s:%d: check failed: %s: ", world_rank, __FILE__, __LINE__,    \
-                #cond);                                                                            \
-        fprintf(stderr, __VA_ARGS__);                                                              \
-        fprintf(stderr, "\n");                                                                     \
-      }                                                                                            \
-    }                                                                                              \
-  } while (0)
-
-static uint64_t rng_state = 0xE1A5E1A5ULL;
-static uint64_t rnd(void) {
-  rng_state ^= rng_state << 13;
-  rng_state ^= rng_state >> 7;
-  rng_state ^= rng_state << 17;
-  return rng_state;
-}
-static int64_t rnd_below(int64_t n) { return n > 0 ? (int64_t)(rnd() % (uint64_t)n) : 0; }
+#define TS_TEST_SEED 0xE1A5E1A5ULL
+#include "mpi_check.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Values */

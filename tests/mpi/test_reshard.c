@@ -20,32 +20,8 @@
 #include "ts_comm.h"
 #include "ts_shard.h"
 
-static int world_rank, world_size;
-static long checks, failures;
-static ts_world *W;
-
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    checks++;                                                                                      \
-    if (!(cond)) {                                                                                 \
-      failures++;                                                                                  \
-      if (failures < 20) {                                                                         \
-        fprintf(stderr, "[rank %d] %s:%d: check failed: %s: ", world_rank, __FILE__, __LINE__,    \
-                #cond);                                                                            \
-        fprintf(stderr, __VA_ARGS__);                                                              \
-        fprintf(stderr, "\n");                                                                     \
-      }                                                                                            \
-    }                                                                                              \
-  } while (0)
-
-static uint64_t rng_state = 0x5EED5EED12345ULL;
-static uint64_t rnd(void) {
-  rng_state ^= rng_state << 13;
-  rng_state ^= rng_state >> 7;
-  rng_state ^= rng_state << 17;
-  return rng_state;
-}
-static int64_t rnd_below(int64_t n) { return n > 0 ? (int64_t)(rnd() % (uint64_t)n) : 0; }
+#define TS_TEST_SEED 0x5EED5EED12345ULL
+#include "mpi_check.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Values: small integers, exact in every dtype and in sums of up to 8 contributions. */
