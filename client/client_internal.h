@@ -35,6 +35,7 @@ struct tshard_client {
   size_t shm_max;    /* the largest segment asked for */
   uint8_t *shm_base; /* the mapped segment, or NULL */
   size_t shm_bytes;
+  bool direct_on;    /* whole puts and gets name this process's memory (TSHARD_DIRECT, NO_DIRECT) */
   /* SPMD collectives (spmd.c): the group's ranks (ngroup 0: none) and collective timeout */
   int32_t *group;
   int ngroup;

@@ -28,6 +28,8 @@ void tsc_shm_init(tshard_client *c) {
   c->shm_possible = true;
   c->shm_on = !(env && strcmp(env, "0") == 0);
   c->shm_max = TSC_SHM_DEFAULT_MAX;
+  env = getenv("TSHARD_DIRECT");
+  c->direct_on = !(env && strcmp(env, "0") == 0);
 }
 
 void tsc_shm_unmap(tshard_client *c) {

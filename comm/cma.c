@@ -173,12 +173,19 @@ static int copy_regions(pid_t pid, int peer, bool write, const ts_comm_region *l
     int64_t want = 0;
     while (l.remaining > 0 && ln < CMA_IOV && rn < CMA_IOV && want < ((int64_t)1 << 30)) {
       int64_t len = l.left < r.left ? l.left : r.left;
+      if (len > ((int64_t)1 << 30) - want) /* at most 1 GiB a call: no partial copies */
+        len = ((int64_t)1 << 30) - want;
       ln = add_iov(liov, ln, runs_take(&l, len), len);
       rn = add_iov(riov, rn, runs_take(&r, len), len);
       want += len;
     }
     ssize_t got = write ? process_vm_writev(pid, liov, (unsigned long)ln, riov, (unsigned long)rn, 0)
                         : process_vm_readv(pid, liov, (unsigned long)ln, riov, (unsigned long)rn, 0);
+    if (got != (ssize_t)want && peer < 0)
+      return ts_error_set(err, TS_IO, "%s %lld bytes %s the client's memory (process %d): %s",
+                          write ? "writing" : "reading", (long long)want,
+                          write ? "to" : "from", (int)pid,
+                          got < 0 ? strerror(errno) : "a partial copy");
     if (got != (ssize_t)want)
       return ts_error_set(err, TS_IO, "%s %lld bytes %s rank %d (process %d): %s",
                           write ? "writing" : "reading", (long long)want,
@@ -186,6 +193,17 @@ static int copy_regions(pid_t pid, int peer, bool write, const ts_comm_region *l
                           got < 0 ? strerror(errno) : "a partial copy");
   }
   return TS_OK;
+}
+
+int ts_comm_process_copy(int64_t pid, bool write, const ts_comm_region *local,
+                         const ts_comm_region *remote, ts_error *err) {
+  if (region_total(local) != region_total(remote))
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "the client's region holds %lld bytes where this rank's holds %lld",
+                        (long long)region_total(remote), (long long)region_total(local));
+  if (region_total(local) == 0)
+    return TS_OK;
+  return copy_regions((pid_t)pid, -1, write, local, remote, err);
 }
 
 /* How a pair moves, decided alike on both sides from the two descriptions. */

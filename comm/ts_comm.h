@@ -96,6 +96,13 @@ int ts_comm_alltoallw(ts_comm *c, const ts_comm_region *send, const ts_comm_regi
 /* Whether region exchanges over c go as single copies between the processes (every rank on one
  * node and process_vm_readv allowed: cma.c); the same on every rank of c. */
 bool ts_comm_single_copy(const ts_comm *c);
+/* One copy between a region of this process and a region of another process of this node (a
+ * client's memory: `remote`'s base is an address there): reads remote into local
+ * (process_vm_readv), or writes local into remote. Both regions hold the same bytes. Errors
+ * name the process and the system's reason (EPERM: ptrace rules; EFAULT: not mapped there;
+ * ESRCH: the process is gone). Not collective. */
+int ts_comm_process_copy(int64_t pid, bool write, const ts_comm_region *local,
+                         const ts_comm_region *remote, ts_error *err);
 /* Point-to-point regions: posts every receive and send (peers are comm ranks), then waits. */
 int ts_comm_exchange_regions(ts_comm *c, int nsend, const int *send_peers,
                              const ts_comm_region *send, int nrecv, const int *recv_peers,

@@ -87,12 +87,22 @@ typedef struct tsd_copy {
   uint8_t *buf;
   uint64_t total;
   bool in_shm;
+  bool direct; /* already written into the client's memory: answered with no bytes */
 } tsd_copy;
 /* Takes buf (unless in_shm). */
 void tsd_session_copy_set(tsd_engine *e, tsd_session *s, const char *name, bool slice,
                           uint8_t *buf, uint64_t total, bool in_shm);
 /* The copy of `name` (NULL: any name) of that kind, or NULL. s may be NULL. */
 const tsd_copy *tsd_session_copy(const tsd_session *s, const char *name, bool slice);
+/* The whole tensor `name` (total bytes) was written into the client's memory: frees any copy;
+ * the get's answer then says so. */
+void tsd_session_copy_direct(tsd_engine *e, tsd_session *s, const char *name, uint64_t total);
+/* transfer.c: whether the client's memory can be read at both ends of its range (TS_NO_DIRECT
+ * when the system refuses, TS_INVALID_ARGUMENT when not mapped there, TS_NOT_FOUND when the
+ * process is gone), and one copy between it (its byte `at`) and n bytes here. */
+int tsd_client_probe(const Tshard__ClientMemory *m, ts_error *err);
+int tsd_client_copy(const Tshard__ClientMemory *m, bool write, uint8_t *buf, uint64_t n,
+                    ts_error *err);
 void tsd_session_copy_reset(tsd_engine *e, tsd_session *s);
 /* The connection's shared segment (shm.c); setting one releases the previous. */
 tsd_shm_seg *tsd_session_shm(const tsd_session *s);

@@ -269,6 +269,17 @@ int tsd_run_put(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
     for (int d = 0; d < t->ndim; d++)
       bytes *= (uint64_t)t->shape[d];
   }
+  const Tshard__ClientMemory *m = op->req->put->client_memory;
+  if (m) { /* every rank copies its piece from the client's memory (transfer.c) */
+    if (!lst && (m->bytes != bytes || !ts_scatter_direct_applies(e->world, t)))
+      lst = ts_error_set(&lerr, TS_INVALID_ARGUMENT,
+                         "'%s' changed since the put was checked (now %llu bytes, %s layout); "
+                         "put it again", name, (unsigned long long)bytes,
+                         t->layout_tag[0] ? t->layout_tag : "row-major");
+    int rc = agree(e, lst, &lerr, err);
+    return rc ? rc : ts_scatter_gather_direct(e->world, t, op->origin, m->pid, m->address, true,
+                                              err);
+  }
   if (!lst && op->origin == e->rank && (!origin || !origin->staging || origin->staging_bytes != bytes))
     lst = ts_error_set(&lerr, TS_INVALID_ARGUMENT,
                        "the data of the put does not match '%s' (%llu bytes) any more", name,
@@ -325,6 +336,21 @@ int tsd_run_put(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
   return rc;
 }
 
+/* A get into the client's memory where the direct path does not apply: the asking rank writes
+ * its gathered copy there (after the collective part; only it answers a get). */
+static int copy_to_client(tsd_engine *e, tsd_session *c, const char *name,
+                          const Tshard__ClientMemory *m, int rc, ts_error *err) {
+  const tsd_copy *cp = rc == TS_OK && c ? tsd_session_copy(c, name, false) : NULL;
+  if (!cp)
+    return rc;
+  if ((rc = tsd_client_copy(m, true, cp->buf, cp->total, err)) != TS_OK) {
+    tsd_session_copy_reset(e, c);
+    return rc;
+  }
+  tsd_session_copy_direct(e, c, name, cp->total);
+  return TS_OK;
+}
+
 int tsd_run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
   const char *name = op->req->get->name;
   ts_error lerr;
@@ -338,6 +364,21 @@ int tsd_run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
     bytes = ts_dtype_size(t->dtype);
     for (int d = 0; d < t->ndim; d++)
       bytes *= (uint64_t)t->shape[d];
+  }
+  const Tshard__ClientMemory *m = op->req->get->client_memory; /* the client's own memory */
+  if (!lst && m && m->bytes != bytes)
+    lst = ts_error_set(&lerr, TS_BAD_SHAPE,
+                       "'%s' has %llu bytes; the client's buffer has %llu", name,
+                       (unsigned long long)bytes, (unsigned long long)m->bytes);
+  if (!lst && m && op->origin == e->rank)
+    lst = tsd_client_probe(m, &lerr);
+  if (m && t && ts_scatter_direct_applies(e->world, t)) { /* every rank writes its piece there */
+    int rc = agree(e, lst, &lerr, err);
+    if (!rc)
+      rc = ts_scatter_gather_direct(e->world, t, op->origin, m->pid, m->address, false, err);
+    if (!rc && op->origin == e->rank && origin && origin->conn_id)
+      tsd_session_copy_direct(e, tsd_session_get(e, origin->conn_id, true), name, bytes);
+    return rc;
   }
   if (!lst && op->origin == e->rank) {
     c = origin && origin->conn_id ? tsd_session_get(e, origin->conn_id, true) : NULL;
@@ -366,7 +407,7 @@ int tsd_run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
     } else if (!in_shm) {
       tsd_buf_give(e, whole, bytes);
     }
-    return rc;
+    return m ? copy_to_client(e, c, name, m, rc, err) : rc;
   }
   /* Through the executor, whose first agreement (over the world) takes this rank's checks. */
   ts_attr *tgt = NULL;
@@ -394,7 +435,7 @@ int tsd_run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
   }
   ts_plan_destroy(&plan);
   ts_attr_destroy(&tgt);
-  return rc;
+  return m ? copy_to_client(e, c, name, m, rc, err) : rc;
 }
 
 /* Prepare here (the request, the tensor, the copy that keeps the source) without agreeing: the

@@ -51,6 +51,7 @@ typedef struct conn {
   uint64_t id;
   bool is_tcp, authed, closing, close_after_write;
   int inflight; /* requests with the engine */
+  int64_t peer_pid; /* Unix sockets: the client's process (SO_PEERCRED), 0 when unknown */
   uint8_t header[TSD_FRAME_HEADER];
   size_t have_header;
   uint64_t opened_ms, frame_start_ms; /* loop time of the accept, of a frame's first byte */
@@ -71,6 +72,7 @@ struct tsd_server {
   uv_pipe_t unix_srv;
   uv_tcp_t tcp_srv;
   bool has_tcp, stopping, stop_requested, signalled;
+  bool direct_off; /* TSHARD_DIRECT=0 at start: transfers naming a client's memory are refused */
   uv_async_t async;
   uv_signal_t sigterm, sigint;
   uv_timer_t stop_timer;
@@ -170,6 +172,39 @@ static void conn_reply_error(conn *c, uint64_t id, int status, const char *msg, 
   }
 }
 
+/* The process at the other end of a Unix socket, as the kernel saw it connect (0: unknown). */
+static int64_t peer_pid(const uv_handle_t *h) {
+  uv_os_fd_t fd;
+  struct ucred cr;
+  socklen_t len = sizeof cr;
+  if (uv_fileno(h, &fd) != 0 || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0)
+    return 0;
+  return (int64_t)cr.pid;
+}
+
+/* A whole put or get naming the client's memory: only over a Unix socket, and the process is
+ * the one the kernel names, whatever the client wrote. False after answering a refusal. */
+static bool client_memory_ok(conn *c, Tshard__Request *req) {
+  Tshard__ClientMemory *m = req->op_case == TSHARD__REQUEST__OP_PUT   ? req->put->client_memory
+                            : req->op_case == TSHARD__REQUEST__OP_GET ? req->get->client_memory
+                                                                      : NULL;
+  if (!m)
+    return true;
+  if (c->is_tcp || c->peer_pid <= 0 || c->srv->direct_off) {
+    conn_reply_error(c, req->id, TS_NO_DIRECT,
+                     c->is_tcp ? "the client's memory can be reached only over a Unix socket on "
+                                 "the daemon's node; over TCP the data travels in the frames"
+                     : c->srv->direct_off
+                         ? "this daemon does not reach into clients' memory (TSHARD_DIRECT=0 "
+                           "where it started); the data goes through the shared segment"
+                         : "the client's process is unknown (no peer credentials)",
+                     false);
+    return false;
+  }
+  m->pid = c->peer_pid;
+  return true;
+}
+
 static bool token_ok(const char *given, const char *want) {
   size_t n = strlen(want), m = strlen(given);
   unsigned diff = (unsigned)(n ^ m);
@@ -234,6 +269,10 @@ static void process_frame(conn *c) {
   if (op->unix_only && c->is_tcp) {
     conn_reply_error(c, req->id, TS_UNSUPPORTED, "shared memory needs a Unix socket connection "
                      "on the daemon's node; over TCP the data travels in the frames", false);
+    tsd_request_free(&req);
+    return;
+  }
+  if (!client_memory_ok(c, req)) {
     tsd_request_free(&req);
     return;
   }
@@ -361,6 +400,8 @@ static void on_connection(uv_stream_t *server, int status) {
   }
   if (c->is_tcp)
     uv_tcp_nodelay(&c->h.tcp, 1);
+  else
+    c->peer_pid = peer_pid(&c->h.handle);
   c->opened_ms = uv_now(&s->loop);
   int sndbuf = 4 << 20; /* answers of many MiB: fewer wake-ups of the reading client */
   uv_send_buffer_size(&c->h.handle, &sndbuf);
@@ -574,6 +615,8 @@ int tsd_server_start(tsd_server_opts *o, tsd_server **out, ts_error *err) {
     return rc;
   }
   uv_loop_init(&s->loop);
+  const char *direct = getenv("TSHARD_DIRECT");
+  s->direct_off = direct && strcmp(direct, "0") == 0;
   uv_pipe_init(&s->loop, &s->unix_srv, 0);
   s->unix_srv.data = s;
   int uvrc;

@@ -143,6 +143,11 @@ void tsd_session_copy_set(tsd_engine *e, tsd_session *s, const char *name, bool 
   snprintf(s->get_name, sizeof s->get_name, "%s", name);
 }
 
+void tsd_session_copy_direct(tsd_engine *e, tsd_session *s, const char *name, uint64_t total) {
+  tsd_session_copy_set(e, s, name, false, NULL, total, false);
+  s->copy.direct = true;
+}
+
 const tsd_copy *tsd_session_copy(const tsd_session *s, const char *name, bool slice) {
   if (!s || !s->get_active || s->get_slice != slice || (name && strcmp(s->get_name, name) != 0))
     return NULL;

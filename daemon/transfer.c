@@ -8,9 +8,17 @@
  * in the asked layout, or the gathered tensor) and the next chunks from that copy, freed after
  * its last byte or when the connection goes. Chunks may instead name a region of the connection's
  * shared segment (shm.c): a whole put then scatters straight from it, a whole slice is copied
- * straight between it and the stored layout, and get answers are written into it. */
+ * straight between it and the stored layout, and get answers are written into it.
+ *
+ * A whole put or get may instead name the client's own memory (ClientMemory, a client on this
+ * node): no bytes travel through the socket or a segment. The daemon checks it can read both ends
+ * of the range (else NO_DIRECT, and the client falls back on its segment); every rank then
+ * copies its piece straight from or to there (scatter.c's direct path), or, where that does not
+ * apply, the asking rank copies the whole tensor between there and a staging buffer. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "engine.h"
 #include "putcheck.h"
@@ -88,6 +96,79 @@ static tsd_session *chunk_source(tsd_engine *e, uint64_t conn_id, uint64_t req_i
   return c;
 }
 
+int tsd_client_probe(const Tshard__ClientMemory *m, ts_error *err) {
+  uint8_t b;
+  uint64_t ends[2] = {m->address, m->address + (m->bytes ? m->bytes - 1 : 0)};
+  for (int i = 0; i < (m->bytes > 1 ? 2 : 1); i++) {
+    struct iovec l = {&b, 1}, r = {(void *)(uintptr_t)ends[i], 1};
+    if (process_vm_readv((pid_t)m->pid, &l, 1, &r, 1, 0) == 1)
+      continue;
+    int e = errno;
+    if (e == EFAULT)
+      return ts_error_set(err, TS_INVALID_ARGUMENT,
+                          "the client's memory [%#llx, +%llu bytes) is not mapped in its process "
+                          "%lld (byte %#llx)", (unsigned long long)m->address,
+                          (unsigned long long)m->bytes, (long long)m->pid,
+                          (unsigned long long)ends[i]);
+    if (e == ESRCH)
+      return ts_error_set(err, TS_NOT_FOUND, "the client's process %lld is gone",
+                          (long long)m->pid);
+    return ts_error_set(err, TS_NO_DIRECT,
+                        "this daemon cannot read the memory of the client's process %lld (%s): "
+                        "the data goes through the shared segment instead", (long long)m->pid,
+                        strerror(e));
+  }
+  return TS_OK;
+}
+
+int tsd_client_copy(const Tshard__ClientMemory *m, bool write, uint8_t *buf, uint64_t n,
+                    ts_error *err) {
+  ts_comm_region loc, rem;
+  memset(&loc, 0, sizeof loc);
+  loc.ndim = 1;
+  loc.esize = 1;
+  loc.count[0] = (int64_t)n;
+  loc.stride[0] = 1;
+  rem = loc;
+  loc.base = buf;
+  rem.base = (void *)(uintptr_t)m->address;
+  return ts_comm_process_copy(m->pid, write, &loc, &rem, err);
+}
+
+/* A whole put from the client's memory (see the top): checked like any put, then submitted
+ * without data when every rank can copy its piece from there, else read into staging here. */
+static void direct_put(tsd_engine *e, tsd_work *w, ts_stored *t, uint64_t expected) {
+  Tshard__Request *req = w->req;
+  Tshard__PutRequest *p = req->put;
+  ts_error err;
+  tsd_session *c = tsd_session_get(e, w->conn_id, false);
+  if (c)
+    tsd_session_put_reset(e, c); /* a chunked put in progress is abandoned */
+  int rc = tsd_put_check(t, false, "", p->dtype, p->n_shape, p->shape, false, p->total_bytes,
+                         expected, &err);
+  if (!rc)
+    rc = tsd_client_probe(p->client_memory, &err);
+  if (!rc && e->stopping)
+    rc = ts_error_set(&err, TS_SHUTDOWN, "the daemon is shutting down");
+  if (rc) {
+    tsd_reply_status(e, w->conn_id, req->id, rc, err.msg);
+    return;
+  }
+  uint8_t *staging = NULL;
+  if (!ts_scatter_direct_applies(e->world, t)) {
+    staging = tsd_buf_take(e, expected, "the put's staging", &err);
+    if (!staging || tsd_client_copy(p->client_memory, false, staging, expected, &err)) {
+      tsd_buf_give(e, staging, expected);
+      tsd_reply_status(e, w->conn_id, req->id, err.code, err.msg);
+      return;
+    }
+    tshard__client_memory__free_unpacked(p->client_memory, NULL);
+    p->client_memory = NULL; /* an ordinary put from here on */
+  }
+  w->req = NULL;
+  tsd_submit(e, w->conn_id, req, staging, expected);
+}
+
 /* A whole put or slice in one shared-memory chunk goes from the segment without staging. */
 static bool shm_whole(const Tshard__ShmData *shm, uint64_t offset, uint64_t total,
                       uint64_t expected) {
@@ -114,6 +195,10 @@ void tsd_handle_put_chunk(tsd_engine *e, tsd_work *w) {
   bool conv = false; /* the data comes in another dtype, converted once complete */
   if (t && tsd_put_source_dtype(t, p->dtype, p->convert, &from, &conv, &cerr)) {
     tsd_reply_status(e, w->conn_id, req->id, cerr.code, cerr.msg);
+    return;
+  }
+  if (t && p->client_memory) {
+    direct_put(e, w, t, expected);
     return;
   }
   const uint8_t *src;
@@ -257,7 +342,10 @@ static void serve_chunk(tsd_engine *e, tsd_session *c, const tsd_copy *cp, uint6
   Tshard__Response r = TSHARD__RESPONSE__INIT;
   Tshard__DataChunk dc = TSHARD__DATA_CHUNK__INIT;
   Tshard__ShmData sd = TSHARD__SHM_DATA__INIT;
-  if (cp->in_shm) {
+  if (cp->direct) { /* already in the client's memory */
+    n = left;
+    dc.direct = true;
+  } else if (cp->in_shm) {
     n = left;
     sd.offset = (uint64_t)(cp->buf + offset - tsd_shm_base(tsd_session_shm(c)));
     dc.shm = &sd;

@@ -160,10 +160,33 @@ static int check_data(uint64_t offset, uint64_t total, const ProtobufCBinaryData
   return check_chunk(offset, total, shm ? (size_t)shm->bytes : data->len, err);
 }
 
+/* A whole put or get in the client's memory (field 40): one request for the whole tensor. */
+static int check_client_memory(const Tshard__ClientMemory *m, bool put, uint64_t offset,
+                               uint64_t total, bool has_data, bool convert, ts_error *err) {
+  if (offset != 0 || has_data || convert)
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "a %s naming the client's memory is one request at offset 0 without "
+                        "data, shared-memory region or convert (got offset %llu%s%s)",
+                        put ? "put" : "get", (unsigned long long)offset,
+                        has_data ? ", data" : "", convert ? ", convert" : "");
+  if (m->address == 0 || m->address + m->bytes < m->address)
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "the client's memory at address %#llx with %llu bytes is not a valid "
+                        "range", (unsigned long long)m->address, (unsigned long long)m->bytes);
+  if (put && m->bytes != total)
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "the client's memory holds %llu bytes but total_bytes says %llu",
+                        (unsigned long long)m->bytes, (unsigned long long)total);
+  return TS_OK;
+}
+
 int tsd_validate_put(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   (void)lim;
   const Tshard__PutRequest *p = r->put;
   int rc = check_name("tensor name", p->name, err);
+  if (!rc && p->client_memory)
+    return check_client_memory(p->client_memory, true, p->offset, p->total_bytes,
+                               p->data.len || p->shm, p->convert, err);
   return rc ? rc : check_data(p->offset, p->total_bytes, &p->data, p->shm, err);
 }
 
@@ -187,6 +210,9 @@ static int check_max_bytes(uint64_t max_bytes, const tsd_limits *lim, ts_error *
 /* Answers in the shared segment are not bounded by the frame. */
 int tsd_validate_get(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   int rc = check_name("tensor name", r->get->name, err);
+  if (!rc && r->get->client_memory)
+    return check_client_memory(r->get->client_memory, false, r->get->offset, 0,
+                               r->get->shm != NULL, false, err);
   return rc || r->get->shm ? rc : check_max_bytes(r->get->max_bytes, lim, err);
 }
 

@@ -319,3 +319,70 @@ int ts_scatter_gather(ts_world *world, ts_stored *t, int root, void *whole, bool
   ts_geom_destroy(&g);
   return ts_comm_agree(wc, lst, &lerr, err);
 }
+
+bool ts_scatter_direct_applies(ts_world *world, const ts_stored *t) {
+  return ts_comm_single_copy(ts_world_comm(world)) && !ts_attr_has_partial(t->attr) &&
+         !strpbrk(t->layout_tag, "0123456789");
+}
+
+/* Box b of the client's whole row-major tensor at address addr (in its process). */
+static void client_region(const ts_stored *t, uint64_t addr, const ts_box *b,
+                          ts_comm_region *reg) {
+  int64_t es = (int64_t)ts_dtype_size(t->dtype), stride = es;
+  uint64_t at = addr;
+  memset(reg, 0, sizeof *reg);
+  reg->ndim = b->ndim;
+  reg->esize = es;
+  for (int d = b->ndim - 1; d >= 0; d--) {
+    reg->count[d] = b->hi[d] - b->lo[d];
+    reg->stride[d] = stride;
+    at += (uint64_t)(b->lo[d] * stride);
+    stride *= t->shape[d];
+  }
+  reg->base = (void *)(uintptr_t)at;
+}
+
+int ts_scatter_gather_direct(ts_world *world, ts_stored *t, int root, int64_t pid, uint64_t addr,
+                             bool put, ts_error *err) {
+  side self = {ts_world_rank(world), ts_world_size(world)};
+  ts_comm *wc = ts_world_comm(world);
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  int lst = TS_OK;
+  ts_geom *g = NULL;
+  int rc = ts_geom_create(t->attr, t->ndim, t->shape, &g, err);
+  if (rc)
+    return rc; /* the same on every rank: the attribute is the stored one */
+  ts_box *boxes = calloc((size_t)self.size, sizeof *boxes);
+  bool *has = calloc((size_t)self.size, sizeof *has);
+  if (!boxes || !has)
+    lst = ts_error_set(&lerr, TS_NO_MEMORY, "no memory for the slice boxes");
+  for (int r = 0; !lst && r < self.size; r++)
+    has[r] = ts_geom_rank_box(g, r, &boxes[r]);
+  int me = self.rank;
+  bool mine = !lst && piece_here(&self, root, put, boxes, has, me);
+  ts_tensor fresh = t->local; /* a put reads into a new slice, kept only when all ranks read */
+  fresh.data = NULL;
+  if (mine && put) {
+    fresh.data = ts_shard_alloc_as(t->local.bytes, 0, "the put's new slice", &lerr);
+    if (!fresh.data)
+      lst = lerr.code;
+  }
+  if (mine && !lst) {
+    ts_comm_region loc, rem;
+    piece_region(put ? &fresh : &t->local, boxes[me].lo, &boxes[me], &loc);
+    client_region(t, addr, &boxes[me], &rem);
+    lst = ts_comm_process_copy(pid, !put, &loc, &rem, &lerr);
+  }
+  rc = ts_comm_agree(wc, lst, &lerr, err);
+  if (rc == TS_OK && fresh.data) {
+    ts_shard_free(t->local.data);
+    t->local.data = fresh.data;
+  } else {
+    ts_shard_free(fresh.data);
+  }
+  free(boxes);
+  free(has);
+  ts_geom_destroy(&g);
+  return rc;
+}

@@ -10,7 +10,8 @@
  * correct). A client process killed by SIGKILL while its put, then its get, is in progress
  * through the segment (synchronised with a pipe written by its progress callback, never with
  * sleeps): the daemon frees the segment and the transfer's buffers (memory in use and connections
- * back to where they were) and serves on. */
+ * back to where they were) and serves on. Whole puts and gets naming the client's own memory
+ * (test_e2e_direct.c) are turned off here with TSHARD_DIRECT=0: this test is the segment's. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -196,6 +197,7 @@ static void kill_tests(tshard_client **cl) {
 }
 
 int main(void) {
+  setenv("TSHARD_DIRECT", "0", 1);
   snprintf(token_path, sizeof token_path, "/tmp/tse-shm-token-%d", (int)getpid());
   unlink(token_path);
   int tfd = open(token_path, O_WRONLY | O_CREAT | O_EXCL, 0600); /* the daemon refuses others */

@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 
+os.environ["TSHARD_DIRECT"] = "0"  # whole puts and gets through the segment (test_direct.py: the other way)
 import tshard
 from tshard import tshard_pb2 as pb
 from tshard.wire import request_frame

@@ -5,7 +5,11 @@ Data larger than a chunk travels in several requests, each naming its byte offse
 hide that. Chunks are sized by the daemon's maximum frame (learnt from the ping at connect). On
 a Unix socket the data goes through a segment shared with the daemon (shm.py) unless
 ``shm=False`` or TSHARD_SHM=0; over the socket it is sent from the caller's array and received
-straight into the result array (wire.py), with two chunk requests in flight. bf16 tensors travel
+straight into the result array (wire.py), with two chunk requests in flight. Whole puts and
+gets on a Unix socket go further: the request names the array's own memory (ClientMemory) and
+every daemon copies its piece straight from or into it (process_vm_readv/writev): no copy in
+Python at all. A daemon that cannot reach this process's memory answers NO_DIRECT once, and the
+segment serves from then on; TSHARD_DIRECT=0 keeps the segment. bf16 tensors travel
 as numpy uint16 arrays holding the bf16 bits (numpy has no bfloat16): ``arr.view(np.uint16)``
 in, the same out.
 """
@@ -183,6 +187,8 @@ class Client:
         self.max_frame = None
         self._rank = None
         self._seg = Segment(self._wire, self._take_id) if shm else None
+        # whole puts and gets name this process's memory (see the top); off after NO_DIRECT
+        self._direct_on = bool(shm) and os.environ.get("TSHARD_DIRECT", "") != "0"
         self._spare = None  # the buffer of the last large result, reused once it is dropped
         self._group = None  # SPMD collectives (spmd.py): set_group
         self._timeout = None  # connect's, in seconds
@@ -212,6 +218,7 @@ class Client:
         bounds the segment (default 1 GiB)."""
         if enable and self._sock is not None and self._sock.family != _socket.AF_UNIX:
             raise error_for(20, "shared memory needs a Unix socket connection")
+        self._direct_on = bool(enable) and os.environ.get("TSHARD_DIRECT", "") != "0"
         if not enable and self._seg is not None:
             attached = self._seg.bytes > 0
             self._seg.close()
@@ -347,6 +354,12 @@ class Client:
         src = a.reshape(-1).view(np.uint8)
         total = src.nbytes
         report, done = reporter(progress, what, name, total), 0
+        if slice_layout is None and not convert and self._direct_on and total > 0:
+            m = pb.PutRequest(name=name, total_bytes=total, dtype=decl, shape=a.shape)
+            m.client_memory.address = src.__array_interface__["data"][0]
+            m.client_memory.bytes = total
+            if self._direct(m, "put", name, total, key, report):
+                return
         with self._io():
             seg = self._segment(total)
             if seg is None:
@@ -396,6 +409,26 @@ class Client:
         array's dtype and shape must be the tensor's (checked by the daemon); ``convert=True``
         converts another dtype by the kernels' rules (checked.py). ``progress``: progress.py."""
         self._send_chunks(name, array, key, None, convert, progress)
+
+    def _direct(self, req_msg, what, tensor, nbytes, key=None, report=None):
+        """Sends a put or get naming this process's memory (req_msg filled); True when done,
+        False when the daemon cannot reach it (NO_DIRECT: the segment serves from now on)."""
+        try:
+            resp = self._call(key, **{what: req_msg})
+        except TshardError as e:
+            if e.status != 38:  # NO_DIRECT
+                raise
+            self._direct_on = False
+            return False
+        if what == "get":
+            d = resp.data if resp.WhichOneof("result") == "data" else None
+            if d is None or not d.direct or d.total_bytes != nbytes or d.offset != 0:
+                self.close()
+                raise error_for(17, f"the daemon answered a get of '{tensor}' into this "
+                                    "process's memory without saying it wrote it all")
+        if report is not None:
+            report(nbytes, nbytes)
+        return True
 
     def put_slice(self, name, array, layout=None, convert=False, progress=None):
         """Puts this rank's slice (row-major over its box, or the bytes of ``layout``); the
@@ -499,6 +532,13 @@ class Client:
         flat = None if out is None else _out_bytes(out, dt, "get")
         if flat is not None and flat.nbytes != need:
             raise ValueError(f"get: '{name}' has {need} bytes; out has {flat.nbytes}")
+        if self._direct_on and need > 0:
+            buf = flat if flat is not None else self._result_buffer(need)
+            m = pb.GetRequest(name=name)
+            m.client_memory.address = buf.__array_interface__["data"][0]
+            m.client_memory.bytes = need
+            if self._direct(m, "get", name, need, None, reporter(progress, "get", name, need)):
+                return buf.view(dt).reshape(info["shape"])
 
         def fill(req, off):
             req.get.name, req.get.offset = name, off
