@@ -83,6 +83,12 @@ if(TARGET tshardd AND TARGET tshard)
   set_tests_properties(test_e2e_shm PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                        ENVIRONMENT "${TS_MPI_TEST_ENV}")
 
+  # Whole puts and gets naming the client's own memory (3 ranks), its faults and its refusal.
+  tshard_e2e_test(test_e2e_direct)
+  add_test(NAME test_e2e_direct COMMAND test_e2e_direct)
+  set_tests_properties(test_e2e_direct PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_MPI_TEST_ENV}")
+
   # The memory limit under puts in progress, creates and reshards, step by step and concurrently.
   tshard_e2e_test(test_e2e_memlimit)
   target_link_libraries(test_e2e_memlimit PRIVATE tsproto)

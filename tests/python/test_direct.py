@@ -1,0 +1,196 @@
+#!/usr/bin/python3
+"""End-to-end test of whole puts and gets that name the Python client's own memory (3 ranks on
+this node, the default on a Unix socket): random dtypes, shapes and attributes (row, column,
+uneven, replicated, a transposed local layout, and the staged cases: blocked layouts and partial
+placements) put and got back against numpy, non-contiguous and ``out=`` arrays, with no segment
+ever attached; the same data through the segment (TSHARD_DIRECT=0 in a client process) agrees;
+misuse of the wire field answered with clear errors and the tensor unchanged (an address not
+mapped in the client, a byte count that is not the tensor's, convert, a later offset, TCP);
+daemons started with TSHARD_DIRECT=0 answer NO_DIRECT once and the client goes on through its
+segment.
+
+usage: test_direct.py BUILD_BIN_DIR"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+import tshard
+from tshard import tshard_pb2 as pb
+from tshard.wire import request_frame
+from checks import Checks
+from harness import Daemons, free_ports
+
+bin_dir = sys.argv[1]
+check = Checks()
+rng = np.random.default_rng(20261124)
+DTYPES = [np.float32, np.float64, np.int32, np.int64, np.int8, np.uint8, np.float16]
+ATTRS = ["mesh=[3] placements=[S(0)]", "mesh=[3] placements=[S(1)]", "mesh=[3] placements=[R]",
+         "mesh=[3] placements=[S(0)] splits={0:[1,0,N]}"]
+
+
+def random_array(shape, dt):
+    if np.issubdtype(dt, np.floating):
+        return rng.standard_normal(shape).astype(dt)
+    info = np.iinfo(dt)
+    return rng.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True)
+
+
+def raw_call(c, **op):
+    """One request through the client's socket, answered (status not raised)."""
+    (k, msg), = op.items()
+    req = pb.Request(id=c._take_id())
+    getattr(req, k).CopyFrom(msg)
+    c._wire.send(request_frame(req))
+    return c._wire.recv()
+
+
+def no_segment(c, what):
+    check(c._seg is None or c._seg.bytes == 0, f"{what}: a segment was attached")
+
+
+def differential(c):
+    for i in range(30):
+        dt = DTYPES[i % len(DTYPES)]
+        rows, cols = int(rng.integers(1, 200)), int(rng.integers(1, 70))
+        attr = ATTRS[i % len(ATTRS)].replace("N", str(rows - 1))
+        tag = "ba" if i % 5 == 4 else None
+        ref = random_array((rows, cols), dt)
+        name = f"d{i}"
+        c.create(name, np.dtype(dt).name, (rows, cols), attr, layout=tag)
+        c.put(name, ref)
+        got = c.get(name)
+        check(got.dtype == ref.dtype and np.array_equal(got, ref),
+              f"case {i}: {np.dtype(dt).name}[{rows},{cols}] {attr} {tag}")
+        c.drop(name)
+    no_segment(c, "random cases")
+    # A non-contiguous source, and out= of the right size.
+    big = random_array((40, 60), np.float32)
+    c.create("t", "f32", (60, 40), "mesh=[3] placements=[S(1)]")
+    c.put("t", big.T)
+    out = np.empty((60, 40), np.float32)
+    back = c.get("t", out=out)
+    check(back is out or np.shares_memory(back, out), "get(out=) fills out")
+    check(np.array_equal(out, big.T), "a transposed view put and got into out")
+    # Staged at the asking rank: blocked layout and partial placement.
+    for name, attr, tag in [("blk", "mesh=[3] placements=[S(1)]", "Ba4b"),
+                            ("par", "mesh=[3] placements=[P(sum)]", None)]:
+        ref = random_array((33, 21), np.float64)
+        c.create(name, "f64", ref.shape, attr, layout=tag)
+        c.put(name, ref)
+        check(np.array_equal(c.get(name), ref), f"{name}: staged put and get")
+        c.drop(name)
+    no_segment(c, "staged cases")
+    return big
+
+
+SEGMENT_CLIENT = """
+import sys, numpy as np, tshard
+c = tshard.connect(socket=sys.argv[1])
+a = c.get("t")
+c.put("t", a * 2)
+print(c._seg is not None and c._seg.bytes > 0)
+"""
+
+
+def through_segment(d, c, big):
+    env = dict(os.environ, TSHARD_DIRECT="0")
+    out = subprocess.run([sys.executable, "-c", SEGMENT_CLIENT, d.socket(0)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    check(out.returncode == 0 and out.stdout.strip() == "True",
+          f"a client with TSHARD_DIRECT=0 went through its segment: {out.stdout} {out.stderr}")
+    check(np.array_equal(c.get("t"), big.T * 2), "the segment's put, seen directly")
+
+
+def misuse(c):
+    ref = random_array((90, 30), np.float32)
+    c.create("m", "f32", ref.shape, "mesh=[3] placements=[S(0)]")
+    c.put("m", ref)
+    buf = np.zeros(ref.size, np.float32)
+    addr = buf.__array_interface__["data"][0]
+
+    def put(**kw):
+        m = pb.PutRequest(name="m", total_bytes=kw.pop("total", ref.nbytes))
+        m.client_memory.address = kw.pop("address", addr)
+        m.client_memory.bytes = kw.pop("bytes", ref.nbytes)
+        for k, v in kw.items():
+            setattr(m, k, v)
+        return raw_call(c, put=m)
+    cases = [
+        (put(address=4096), 1, "not mapped"),
+        (put(bytes=ref.nbytes - 4, total=ref.nbytes - 4), 5, "elements"),
+        (put(total=ref.nbytes + 4), 1, "total_bytes"),
+        (put(convert=True), 1, "convert"),
+        (put(offset=64), 1, "offset"),
+    ]
+    for i, (r, status, word) in enumerate(cases):
+        check(r.status != 0 and (status is None or r.status == status) and word in r.message,
+              f"misuse {i}: status {r.status}: {r.message}")
+    g = pb.GetRequest(name="m")
+    g.client_memory.address, g.client_memory.bytes = addr, ref.nbytes + 8
+    r = raw_call(c, get=g)
+    check(r.status == 5 and "client's buffer" in r.message, f"get of the wrong size: {r.message}")
+    check(np.array_equal(c.get("m"), ref), "'m' unchanged by the refused requests")
+    check(c.ping()["rank"] == 0, "the connection serves on")
+    c.drop("m")
+
+
+def over_tcp(bin_dir):
+    port = free_ports(1)
+    token = "direct-python-token"
+    tok = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tshard-direct-{os.getpid()}")
+    with open(os.open(tok, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write(token + "\n")
+    d = Daemons(bin_dir, 2, extra_args=["--listen", f"tcp://127.0.0.1:{port}",
+                                         "--token-file", tok])
+    try:
+        with tshard.connect(tcp=f"127.0.0.1:{port}", token=token) as t:
+            t.create("w", "f32", (10, 10), "mesh=[2] placements=[S(0)]")
+            m = pb.PutRequest(name="w", total_bytes=400)
+            m.client_memory.address, m.client_memory.bytes = 4096, 400
+            req = pb.Request(id=t._take_id(), token=token)
+            req.put.CopyFrom(m)
+            t._wire.send(request_frame(req))
+            r = t._wire.recv()
+            check(r.status == 38 and "TCP" in r.message, f"client memory over TCP: {r.message}")
+            ref = random_array((10, 10), np.float32)
+            t.put("w", ref)
+            check(np.array_equal(t.get("w"), ref), "TCP put and get (frames)")
+    finally:
+        os.unlink(tok)
+        check(d.stop() == 0, "TCP daemons exit 0")
+
+
+def refusing(bin_dir):
+    os.environ["TSHARD_DIRECT"] = "0"
+    try:
+        d = Daemons(bin_dir, 2, job=f"pyoff{os.getpid()}")
+    finally:
+        del os.environ["TSHARD_DIRECT"]
+    try:
+        with d.connect(0) as c:
+            ref = random_array((64, 48), np.int32)
+            c.create("r", "i32", ref.shape, "mesh=[2] placements=[S(1)]")
+            c.put("r", ref)  # NO_DIRECT once, then the segment
+            check(not c._direct_on and c._seg is not None and c._seg.bytes > 0,
+                  "a refusing daemon: the client went to its segment")
+            check(np.array_equal(c.get("r"), ref), "a refusing daemon: put and get")
+    finally:
+        check(d.stop() == 0, "refusing daemons exit 0")
+
+
+os.environ.pop("TSHARD_DIRECT", None)
+os.environ.pop("TSHARD_SHM", None)
+d = Daemons(bin_dir, 3)
+try:
+    with d.connect(0) as c:
+        big = differential(c)
+        through_segment(d, c, big)
+        misuse(c)
+        c.drop("t")
+finally:
+    check(d.stop() == 0, "daemons exit 0")
+over_tcp(bin_dir)
+refusing(bin_dir)
+check.finish()
