@@ -6,13 +6,18 @@
  *                         memcpy between pre-faulted buffers (bytes copied / time)
  *   put_1gib_gbps, get_1gib_gbps              a whole f32 tensor of SIZE ([SIZE/16 KiB, 4096],
  *                         S(0) over 4 ranks) put and got by the C client connected to rank 0 as
- *                         it connects by default (shared memory on a Unix socket)
+ *                         it connects by default (on a Unix socket: every daemon copies its
+ *                         piece straight from or into the client's buffer, process_vm_readv)
  *   put_1gib_socket_gbps, get_1gib_socket_gbps   the same with TSHARD_SHM=0 (the socket stream)
+ *   put_1gib_segment_gbps, get_1gib_segment_gbps the same with TSHARD_DIRECT=0 (through the
+ *                         connection's shared segment: one more copy, by the client)
  *   py_put_1gib_gbps, py_get_1gib_gbps        the same through the Python package under
  *                         /usr/bin/python3 (tests/bench/bench_service_py.py)
- *                         (median of IO_REPS, default 5; a fresh connection's first put and
- *                         get also write fresh shared memory, slow here: the first pair is
- *                         printed apart as <x>_first_gbps and stays in the median)
+ *                         (median of IO_REPS, default 5; a tensor's first put also fills new
+ *                         slices (a put is atomic: it reads into new slices, which the pool
+ *                         keeps for the next put) and a fresh segment is slow to fill here:
+ *                         the first pair is printed apart as <x>_first_gbps and stays in the
+ *                         median)
  *   <x>_vs_memcpy         each of those divided by memcpy_gbps
  *   s0_s1_ms, s1_s0_f64_ms, s0_r_ms           reshards timed at the client: f32[D,D] S(0)->S(1),
  *                         f64[D,D] S(1)->S(0) and f32[D,D] S(0)->R over the 4 ranks (D = 8192),
@@ -492,6 +497,13 @@ int main(int argc, char **argv) {
   unsetenv("TSHARD_SHM");
   if (cs)
     put_get(cs, "big", data, back, n, o.io_reps, memcpy_gbps, "_socket", &put_s, &get_s);
+  tshard_close(&cs);
+  setenv("TSHARD_DIRECT", "0", 1); /* the segment, for comparison (read when connecting) */
+  cs = tse_connect(&job, 0);
+  unsetenv("TSHARD_DIRECT");
+  double put_g = 0, get_g = 0;
+  if (cs)
+    put_get(cs, "big", data, back, n, o.io_reps, memcpy_gbps, "_segment", &put_g, &get_g);
   tshard_close(&cs);
   TSE_OK(c, tshard_drop(c, "big", NULL));
   free(data);
