@@ -257,6 +257,15 @@ static int one_rank_attr(int rank, ts_attr **out, ts_error *err) {
   return ts_attr_create(out, 1, &shape1, &rank, &r, err);
 }
 
+/* A transfer naming the client's memory runs only while its connection is open: a client that
+ * gave up (a timeout closes the connection) may have reused that memory. */
+static int client_here(const tsd_pending *origin, ts_error *err) {
+  if (origin && origin->conn_id)
+    return TS_OK;
+  return ts_error_set(err, TS_IO, "the client closed its connection before its transfer ran; "
+                      "its memory is not touched and the tensor is unchanged");
+}
+
 int tsd_run_put(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
   const char *name = op->req->put->name;
   ts_error lerr;
@@ -276,6 +285,8 @@ int tsd_run_put(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
                          "'%s' changed since the put was checked (now %llu bytes, %s layout); "
                          "put it again", name, (unsigned long long)bytes,
                          t->layout_tag[0] ? t->layout_tag : "row-major");
+    if (!lst && op->origin == e->rank)
+      lst = client_here(origin, &lerr);
     int rc = agree(e, lst, &lerr, err);
     return rc ? rc : ts_scatter_gather_direct(e->world, t, op->origin, m->pid, m->address, true,
                                               err);
@@ -370,6 +381,8 @@ int tsd_run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
     lst = ts_error_set(&lerr, TS_BAD_SHAPE,
                        "'%s' has %llu bytes; the client's buffer has %llu", name,
                        (unsigned long long)bytes, (unsigned long long)m->bytes);
+  if (!lst && m && op->origin == e->rank)
+    lst = client_here(origin, &lerr);
   if (!lst && m && op->origin == e->rank)
     lst = tsd_client_probe(m, &lerr);
   if (m && t && ts_scatter_direct_applies(e->world, t)) { /* every rank writes its piece there */

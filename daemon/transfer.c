@@ -14,7 +14,9 @@
  * node): no bytes travel through the socket or a segment. The daemon checks it can read both ends
  * of the range (else NO_DIRECT, and the client falls back on its segment); every rank then
  * copies its piece straight from or to there (scatter.c's direct path), or, where that does not
- * apply, the asking rank copies the whole tensor between there and a staging buffer. */
+ * apply, the asking rank copies the whole tensor between there and a staging buffer. Such a
+ * transfer runs only while the client's connection is open (ops.c): a client that gave up waiting
+ * (its timeout closes the connection) may have reused that memory. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
