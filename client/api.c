@@ -104,68 +104,105 @@ int tshard_create(tshard_client *c, const char *name, const char *dtype, int ndi
  * the window of two guarantees). */
 #define PUT_WINDOW 2
 
-/* Whole puts and gets on a Unix socket name this process's memory (ClientMemory): the daemons
- * copy straight from or into the caller's buffer, nothing goes through the socket or the
- * segment. A daemon that cannot reach it answers NO_DIRECT once: the connection then uses its
+/* Puts and gets (whole or slices) on a Unix socket name this process's memory (ClientMemory):
+ * the daemons copy straight from or into the caller's buffer, nothing goes through the socket
+ * or the segment. A daemon that cannot reach it answers NO_DIRECT once: the connection then uses its
  * segment. TSHARD_DIRECT=0, TSHARD_SHM=0 or tshard_set_shm(c, 0) keep the other paths. */
 static bool direct_ready(const tshard_client *c, size_t bytes) {
   return c->shm_possible && c->shm_on && c->direct_on && bytes > 0;
 }
 
-/* The answer to a direct put or get; *fallback when the daemon cannot reach this memory. */
+/* The answer to a direct put or get; *fallback when the daemon cannot reach this memory (or,
+ * for a get, when the buffer is too small: the other path then tells the size). A get's answer
+ * says how many bytes it wrote (*got: at most bytes; exactly bytes when exact). */
 static int direct_call(tshard_client *c, Tshard__Request *req, size_t bytes, bool get,
-                       bool *fallback) {
+                       bool exact, uint64_t *got, bool *fallback) {
   Tshard__Response *r = NULL;
   *fallback = false;
   int rc = tsc_call(c, req, &r);
+  uint64_t n = bytes;
   if (rc == TS_NO_DIRECT) {
     c->direct_on = false;
     *fallback = true;
-  } else if (rc == TS_OK && get &&
-             (r->result_case != TSHARD__RESPONSE__RESULT_DATA || !r->data->direct ||
-              r->data->total_bytes != bytes || r->data->offset != 0)) {
-    c->broken = true;
-    rc = tsc_fail(c, TS_PROTOCOL, "the daemon answered a get into this process's memory "
-                  "without saying it wrote the whole tensor there");
+  } else if (rc == TS_LIMIT && get && !exact) {
+    *fallback = true;
+  } else if (rc == TS_OK && get) {
+    n = r->result_case == TSHARD__RESPONSE__RESULT_DATA ? r->data->total_bytes : 0;
+    if (r->result_case != TSHARD__RESPONSE__RESULT_DATA || !r->data->direct ||
+        r->data->offset != 0 || n > bytes || (exact && n != bytes)) {
+      c->broken = true;
+      rc = tsc_fail(c, TS_PROTOCOL, "the daemon answered a get into this process's memory "
+                    "without saying it wrote the whole of it there");
+    }
   }
   if (r)
     tsc_free(c, r);
+  if (got)
+    *got = n;
   if (rc == TS_OK && c->progress)
-    c->progress(c->progress_arg, bytes, bytes);
+    c->progress(c->progress_arg, n, n);
   return rc;
 }
 
-static int put_direct(tshard_client *c, const char *name, const void *data, size_t bytes,
-                      const char *key, bool *fallback) {
+/* A put (slice: this rank's slice in `layout`) from this process's memory. */
+static int put_direct(tshard_client *c, const char *name, const char *layout, bool slice,
+                      const void *data, size_t bytes, const char *key, bool *fallback) {
   Tshard__Request req = TSHARD__REQUEST__INIT;
   Tshard__PutRequest p = TSHARD__PUT_REQUEST__INIT;
+  Tshard__PutSliceRequest ps = TSHARD__PUT_SLICE_REQUEST__INIT;
+  Tshard__Layout l = TSHARD__LAYOUT__INIT;
   Tshard__ClientMemory m = TSHARD__CLIENT_MEMORY__INIT;
   m.address = (uint64_t)(uintptr_t)data;
   m.bytes = bytes;
-  p.name = tsc_str(name);
-  p.total_bytes = bytes;
-  p.client_memory = &m;
-  p.dtype = (char *)tsc_str(c->put_dtype); /* the declaration (checked.c) */
-  p.n_shape = c->put_dtype ? (size_t)c->put_ndim : 0;
-  p.shape = (int64_t *)c->put_shape;
   req.idempotency_key = tsc_str(key);
-  req.op_case = TSHARD__REQUEST__OP_PUT;
-  req.put = &p;
-  return direct_call(c, &req, bytes, false, fallback);
+  if (slice) {
+    l.tag = tsc_str(layout);
+    ps.name = tsc_str(name);
+    ps.total_bytes = bytes;
+    ps.layout = &l;
+    ps.client_memory = &m;
+    ps.dtype = (char *)tsc_str(c->put_dtype); /* the declaration (checked.c) */
+    ps.n_shape = c->put_dtype ? (size_t)c->put_ndim : 0;
+    ps.shape = (int64_t *)c->put_shape;
+    req.op_case = TSHARD__REQUEST__OP_PUT_SLICE;
+    req.put_slice = &ps;
+  } else {
+    p.name = tsc_str(name);
+    p.total_bytes = bytes;
+    p.client_memory = &m;
+    p.dtype = (char *)tsc_str(c->put_dtype);
+    p.n_shape = c->put_dtype ? (size_t)c->put_ndim : 0;
+    p.shape = (int64_t *)c->put_shape;
+    req.op_case = TSHARD__REQUEST__OP_PUT;
+    req.put = &p;
+  }
+  return direct_call(c, &req, bytes, false, false, NULL, fallback);
 }
 
-static int get_direct(tshard_client *c, const char *name, void *buf, size_t bytes,
-                      bool *fallback) {
+/* A get (slice: this rank's slice in `layout`, at most cap bytes) into this process's memory. */
+static int get_direct(tshard_client *c, const char *name, const char *layout, bool slice,
+                      void *buf, size_t cap, bool exact, uint64_t *got, bool *fallback) {
   Tshard__Request req = TSHARD__REQUEST__INIT;
   Tshard__GetRequest g = TSHARD__GET_REQUEST__INIT;
+  Tshard__GetSliceRequest gs = TSHARD__GET_SLICE_REQUEST__INIT;
+  Tshard__Layout l = TSHARD__LAYOUT__INIT;
   Tshard__ClientMemory m = TSHARD__CLIENT_MEMORY__INIT;
   m.address = (uint64_t)(uintptr_t)buf;
-  m.bytes = bytes;
-  g.name = tsc_str(name);
-  g.client_memory = &m;
-  req.op_case = TSHARD__REQUEST__OP_GET;
-  req.get = &g;
-  return direct_call(c, &req, bytes, true, fallback);
+  m.bytes = cap;
+  if (slice) {
+    l.tag = tsc_str(layout);
+    gs.name = tsc_str(name);
+    gs.layout = &l;
+    gs.client_memory = &m;
+    req.op_case = TSHARD__REQUEST__OP_GET_SLICE;
+    req.get_slice = &gs;
+  } else {
+    g.name = tsc_str(name);
+    g.client_memory = &m;
+    req.op_case = TSHARD__REQUEST__OP_GET;
+    req.get = &g;
+  }
+  return direct_call(c, &req, cap, true, exact, got, fallback);
 }
 
 static int put_chunks(tshard_client *c, const char *name, const char *layout, bool slice,
@@ -174,9 +211,9 @@ static int put_chunks(tshard_client *c, const char *name, const char *layout, bo
     return TS_INVALID_ARGUMENT;
   if (tsc_name_ok(c, "tensor name", name))
     return TS_INVALID_ARGUMENT;
-  if (!slice && !(c->put_dtype && c->put_convert) && direct_ready(c, bytes)) {
+  if (!(c->put_dtype && c->put_convert) && direct_ready(c, bytes)) {
     bool fallback;
-    int drc = put_direct(c, name, data, bytes, key, &fallback);
+    int drc = put_direct(c, name, layout, slice, data, bytes, key, &fallback);
     if (!fallback)
       return drc;
   }
@@ -375,11 +412,15 @@ static int get_chunks(tshard_client *c, const char *name, const char *layout, bo
     return TS_INVALID_ARGUMENT;
   if (tsc_name_ok(c, "tensor name", name))
     return TS_INVALID_ARGUMENT;
-  if (!slice && exact && buf && direct_ready(c, cap)) {
+  if (buf && direct_ready(c, cap)) {
     bool fallback;
-    int drc = get_direct(c, name, buf, cap, &fallback);
-    if (!fallback)
+    uint64_t got = 0;
+    int drc = get_direct(c, name, layout, slice, buf, cap, exact, &got, &fallback);
+    if (!fallback) {
+      if (total_out && drc == TS_OK)
+        *total_out = got;
       return drc;
+    }
   }
   get_req q;
   bool shm = buf && cap && tsc_shm_ready(c, cap);

@@ -182,12 +182,18 @@ static int64_t peer_pid(const uv_handle_t *h) {
   return (int64_t)cr.pid;
 }
 
-/* A whole put or get naming the client's memory: only over a Unix socket, and the process is
+/* A put or get (whole or slice) naming the client's memory: only over a Unix socket, and the process is
  * the one the kernel names, whatever the client wrote. False after answering a refusal. */
 static bool client_memory_ok(conn *c, Tshard__Request *req) {
-  Tshard__ClientMemory *m = req->op_case == TSHARD__REQUEST__OP_PUT   ? req->put->client_memory
-                            : req->op_case == TSHARD__REQUEST__OP_GET ? req->get->client_memory
-                                                                      : NULL;
+  Tshard__ClientMemory *m = NULL;
+  if (req->op_case == TSHARD__REQUEST__OP_PUT)
+    m = req->put->client_memory;
+  else if (req->op_case == TSHARD__REQUEST__OP_GET)
+    m = req->get->client_memory;
+  else if (req->op_case == TSHARD__REQUEST__OP_PUT_SLICE)
+    m = req->put_slice->client_memory;
+  else if (req->op_case == TSHARD__REQUEST__OP_GET_SLICE)
+    m = req->get_slice->client_memory;
   if (!m)
     return true;
   if (c->is_tcp || c->peer_pid <= 0 || c->srv->direct_off) {

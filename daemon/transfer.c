@@ -171,6 +171,46 @@ static void direct_put(tsd_engine *e, tsd_work *w, ts_stored *t, uint64_t expect
   tsd_submit(e, w->conn_id, req, staging, expected);
 }
 
+/* This rank's slice from the client's memory (no conversion): read straight into a new slice
+ * when the client sends the stored layout (swapped in once complete), else through staging and
+ * the strided copy. A read that fails leaves the slice as it was. */
+static void direct_put_slice(tsd_engine *e, tsd_work *w, ts_stored *t, const char *tag,
+                             const ts_layout *l, size_t bytes) {
+  const Tshard__Request *req = w->req;
+  const Tshard__PutSliceRequest *p = req->put_slice;
+  ts_error err;
+  tsd_session *c = tsd_session_get(e, w->conn_id, false);
+  if (c)
+    tsd_session_put_reset(e, c); /* a chunked put in progress is abandoned */
+  int rc = tsd_put_check(t, true, tag, p->dtype, p->n_shape, p->shape, false, p->total_bytes,
+                         bytes, &err);
+  if (!rc && bytes)
+    rc = tsd_client_probe(p->client_memory, &err);
+  if (!rc && bytes) {
+    bool same = strcmp(tag, t->layout_tag) == 0 && bytes == t->local.bytes;
+    uint8_t *buf = same ? ts_shard_alloc_as(bytes, 0, "the put's new slice", &err)
+                        : tsd_buf_take(e, bytes, "the slice's staging", &err);
+    rc = buf ? tsd_client_copy(p->client_memory, false, buf, bytes, &err) : err.code;
+    if (!rc && same) {
+      ts_shard_free(t->local.data);
+      t->local.data = buf;
+      buf = NULL;
+    } else if (!rc) {
+      ts_tensor from = {buf, bytes, *l};
+      rc = ts_copy(&t->local, &from, NULL, &err);
+    }
+    if (same)
+      ts_shard_free(buf);
+    else
+      tsd_buf_give(e, buf, bytes);
+  }
+  if (rc)
+    tsd_reply_status(e, w->conn_id, req->id, rc, err.msg);
+  else
+    reply_put(e, w->conn_id, req->id, bytes, true);
+  tsd_oplog_local(req, w->conn_id, bytes, rc); /* oplog.c */
+}
+
 /* A whole put or slice in one shared-memory chunk goes from the segment without staging. */
 static bool shm_whole(const Tshard__ShmData *shm, uint64_t offset, uint64_t total,
                       uint64_t expected) {
@@ -280,6 +320,10 @@ void tsd_handle_put_slice(tsd_engine *e, tsd_work *w) {
   if (tsd_put_source_dtype(t, p->dtype, p->convert, &src_dt, &conv, &err) ||
       (t->has_slice && box_layout(&t->box, src_dt, tag, &l, &bytes, &err))) {
     tsd_reply_status(e, w->conn_id, req->id, err.code, err.msg);
+    return;
+  }
+  if (p->client_memory) {
+    direct_put_slice(e, w, t, tag, &l, bytes);
     return;
   }
   const uint8_t *src;
@@ -421,6 +465,50 @@ void tsd_answer_put(tsd_engine *e, const tsd_pending *w) {
   reply_put(e, w->conn_id, w->req_id, w->staging_bytes, true);
 }
 
+/* This rank's slice into the client's memory: straight from the stored slice when the asked
+ * layout is the stored one, else through a copy in that layout. One answer says it is there. */
+static void direct_get_slice(tsd_engine *e, uint64_t conn_id, const Tshard__Request *req,
+                             const ts_stored *t, const ts_layout *l, size_t bytes, int rc,
+                             ts_error *err) {
+  const Tshard__GetSliceRequest *g = req->get_slice;
+  const Tshard__ClientMemory *m = g->client_memory;
+  if (!rc && m->bytes < bytes)
+    rc = ts_error_set(err, TS_LIMIT,
+                      "this rank's slice of '%s' has %zu bytes in that layout; the buffer has "
+                      "%llu", g->name, bytes, (unsigned long long)m->bytes);
+  if (!rc && bytes)
+    rc = tsd_client_probe(m, err);
+  if (!rc && bytes && strcmp(tag_of(g->layout), t->layout_tag) == 0 && bytes == t->local.bytes) {
+    rc = tsd_client_copy(m, true, t->local.data, bytes, err);
+  } else if (!rc && bytes) {
+    uint8_t *buf = tsd_buf_take(e, bytes, "the slice copy", err);
+    if (!buf) {
+      rc = err->code;
+    } else {
+      if (ts_layout_is_blocked(l))
+        memset(buf, 0, bytes);
+      ts_tensor dst = {buf, bytes, *l};
+      rc = ts_copy(&dst, &t->local, NULL, err);
+      if (!rc)
+        rc = tsd_client_copy(m, true, buf, bytes, err);
+      tsd_buf_give(e, buf, bytes);
+    }
+  }
+  tsd_oplog_local(req, conn_id, bytes, rc); /* oplog.c */
+  if (rc) {
+    tsd_reply_status(e, conn_id, req->id, rc, err->msg);
+    return;
+  }
+  Tshard__Response r = TSHARD__RESPONSE__INIT;
+  Tshard__DataChunk dc = TSHARD__DATA_CHUNK__INIT;
+  r.id = req->id;
+  r.result_case = TSHARD__RESPONSE__RESULT_DATA;
+  r.data = &dc;
+  dc.total_bytes = bytes;
+  dc.direct = true;
+  tsd_reply_response(e, conn_id, &r);
+}
+
 void tsd_handle_get_slice(tsd_engine *e, tsd_work *w) {
   const Tshard__Request *req = w->req;
   const Tshard__GetSliceRequest *g = req->get_slice;
@@ -453,6 +541,10 @@ void tsd_handle_get_slice(tsd_engine *e, tsd_work *w) {
   ts_layout l;
   int rc = t->has_slice ? box_layout(&t->box, t->dtype, tag_of(g->layout), &l, &bytes, &err)
                         : TS_OK;
+  if (g->client_memory) {
+    direct_get_slice(e, w->conn_id, req, t, &l, bytes, rc, &err);
+    return;
+  }
   uint8_t *room = NULL, *buf = NULL;
   uint64_t room_bytes = 0;
   bool in_shm = false;

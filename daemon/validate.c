@@ -196,6 +196,9 @@ int tsd_validate_put_slice(const Tshard__Request *r, const tsd_limits *lim, ts_e
   int rc = check_name("tensor name", p->name, err);
   if (!rc)
     rc = check_tag(layout_tag(p->layout), err);
+  if (!rc && p->client_memory)
+    return check_client_memory(p->client_memory, true, p->offset, p->total_bytes,
+                               p->data.len || p->shm, p->convert, err);
   return rc ? rc : check_data(p->offset, p->total_bytes, &p->data, p->shm, err);
 }
 
@@ -220,6 +223,9 @@ int tsd_validate_get_slice(const Tshard__Request *r, const tsd_limits *lim, ts_e
   int rc = check_name("tensor name", r->get_slice->name, err);
   if (!rc)
     rc = check_tag(layout_tag(r->get_slice->layout), err);
+  if (!rc && r->get_slice->client_memory)
+    return check_client_memory(r->get_slice->client_memory, false, r->get_slice->offset, 0,
+                               r->get_slice->shm != NULL, false, err);
   return rc || r->get_slice->shm ? rc : check_max_bytes(r->get_slice->max_bytes, lim, err);
 }
 

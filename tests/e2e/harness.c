@@ -421,3 +421,37 @@ bool tse_read_full(int fd, void *buf, size_t n, int timeout_ms) {
   }
   return true;
 }
+
+void tse_slices_roundtrip(tshard_client **cl, const char *name, int64_t rows, int64_t cols,
+                          const char *tag, uint64_t seed) {
+  int64_t shape[2] = {rows, cols}, lo0[2] = {0, 0};
+  tshard_info info;
+  TSE_OK(cl[0], tshard_describe(cl[0], name, &info));
+  for (int i = 0; i < info.nranks; i++) {
+    const tshard_rank_info *ri = &info.ranks[i];
+    tshard_client *c = cl[ri->rank];
+    int64_t er = ri->hi[0] - ri->lo[0], ec = ri->hi[1] - ri->lo[1];
+    int64_t pc = tag[0] ? (ec + 3) / 4 * 4 : ec; /* padded columns */
+    size_t plain = (size_t)(er * ec) * 4, bytes = (size_t)(er * pc) * 4;
+    float *box = malloc(plain), *lay = calloc(1, bytes), *back = malloc(bytes);
+    tse_fill_box("f32", seed, 2, shape, ri->lo, ri->hi, box);
+    for (int64_t r = 0; r < er; r++) /* Ba4b: [col block][row][4 cols] */
+      for (int64_t k = 0; k < ec; k++)
+        lay[tag[0] ? (k / 4) * er * 4 + r * 4 + k % 4 : r * ec + k] = box[r * ec + k];
+    TSE_OK(c, tshard_put_slice(c, name, tag, lay, bytes));
+    size_t got = 0;
+    memset(back, 0xee, bytes);
+    TSE_OK(c, tshard_get_slice(c, name, tag, back, bytes, &got));
+    TSE_CHECK(got == bytes && memcmp(back, lay, bytes) == 0,
+              "%s: rank %d's slice in '%s' differs (%zu of %zu bytes)", name, ri->rank, tag, got,
+              bytes);
+    free(box), free(lay), free(back);
+  }
+  tshard_info_clear(&info);
+  size_t bytes = (size_t)(rows * cols) * 4;
+  uint8_t *whole = malloc(bytes);
+  TSE_OK(cl[0], tshard_get(cl[0], name, whole, bytes));
+  TSE_CHECK(tse_compare_box(name, "f32", seed, 2, shape, lo0, shape, whole) == 0,
+            "%s: the slices put in '%s' do not make the reference", name, tag);
+  free(whole);
+}

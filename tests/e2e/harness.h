@@ -78,5 +78,10 @@ long tse_compare_box(const char *what, const char *dtype, uint64_t seed, int ndi
                      const int64_t *shape, const int64_t *lo, const int64_t *hi,
                      const void *buf);
 int64_t tse_numel(int ndim, const int64_t *shape);
+/* Every rank puts its slice of f32 `name` (shape [rows, cols], f32) in layout tag through its
+ * own client cl[rank] and gets it back in that layout; the whole tensor is then checked against
+ * the reference of seed. Tags are "" or "Ba4b" (column blocks of 4 outermost, padding zero). */
+void tse_slices_roundtrip(tshard_client **cl, const char *name, int64_t rows, int64_t cols,
+                          const char *tag, uint64_t seed);
 
 #endif

@@ -5,7 +5,9 @@
  * Checks: one request per put and per get (no segment attached, nothing through the socket) for
  * row, column, uneven and replicated attributes and a transposed local layout ("ba"); tensors the
  * direct path does not apply to (a blocked layout, a partial placement) still correct through
- * the asking rank's staging; a put from a buffer whose middle page is unmapped (both ends
+ * the asking rank's staging; every rank's slice put and got back through its own client, in
+ * the stored layout (read straight into a new slice, written straight from it) and in another
+ * (through staging and the strided copy), one request each; a put from a buffer whose middle page is unmapped (both ends
  * readable, so only the copy fails, on one rank) refused on every rank with the tensor as it
  * was and the new slices given back; a get into a read-only buffer and into a buffer of the
  * wrong size refused, the daemons serving on; and daemons started with TSHARD_DIRECT=0, which
@@ -76,6 +78,49 @@ static void attributes(tshard_client **cl) {
   TSE_CHECK(n == 2, "blocked: %llu answers", (unsigned long long)n);
   n = roundtrip(cl[2], "partial", 33, 20, "mesh=[3] placements=[P(sum)]", NULL, 202);
   TSE_CHECK(n == 2, "partial: %llu answers", (unsigned long long)n);
+}
+
+/* Slices: stored row-major and Ba4b, each put and got in both layouts by every rank. */
+static void slices(tshard_client **cl) {
+  static const char *stored[] = {NULL, "Ba4b"}, *sent[] = {"", "Ba4b"};
+  for (int s = 0; s < 2; s++) {
+    TSE_OK(cl[0], tshard_create(cl[0], "sl", "f32", 2, (int64_t[]){90, 30},
+                                "mesh=[3] placements=[S(1)] splits={1:[7,13,10]}", stored[s],
+                                NULL));
+    for (int k = 0; k < 2; k++) {
+      uint64_t before[3] = {ops(cl[0]), ops(cl[1]), ops(cl[2])};
+      tse_slices_roundtrip(cl, "sl", 90, 30, sent[k], 400 + 2 * s + k);
+      for (int r = 1; r < 3; r++) /* rank 0 also answered the describe and the whole get */
+        TSE_CHECK(ops(cl[r]) - before[r] - 1 == 2, "stored %s, sent '%s': rank %d's slice took "
+                  "%llu answers (want one put and one get)", stored[s] ? stored[s] : "row-major",
+                  sent[k], r, (unsigned long long)(ops(cl[r]) - before[r] - 1));
+    }
+    TSE_OK(cl[0], tshard_drop(cl[0], "sl", NULL));
+  }
+  /* A slice from a buffer with a hole: refused, the slice as it was. */
+  int64_t shape[2] = {300, 30}; /* rank 1's slice: 100 rows, 12000 bytes over three pages */
+  TSE_OK(cl[0], tshard_create(cl[0], "sl", "f32", 2, shape, "mesh=[3] placements=[S(0)]", NULL,
+                              NULL));
+  tse_slices_roundtrip(cl, "sl", 300, 30, "", 410);
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = 100 * 30 * 4;
+  uint8_t *holey = mmap(NULL, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                        -1, 0);
+  TSE_CHECK(holey != MAP_FAILED && bytes > 2 * page && bytes <= 3 * page, "mmap, page size");
+  if (holey != MAP_FAILED) {
+    munmap(holey + page, page);
+    int rc = tshard_put_slice(cl[1], "sl", NULL, holey, bytes);
+    TSE_CHECK(rc != TS_OK && strstr(tshard_last_message(cl[1]), "client's memory"),
+              "a slice from a buffer with a hole: %s: %s", tshard_status_name(rc),
+              tshard_last_message(cl[1]));
+    munmap(holey, 3 * page);
+  }
+  uint8_t *whole = malloc((size_t)300 * 30 * 4);
+  TSE_OK(cl[0], tshard_get(cl[0], "sl", whole, (size_t)300 * 30 * 4));
+  TSE_CHECK(tse_compare_box("sl after the refused slice", "f32", 410, 2, shape,
+                            (int64_t[]){0, 0}, shape, whole) == 0,
+            "the refused slice put changed the tensor");
+  free(whole);
+  TSE_OK(cl[0], tshard_drop(cl[0], "sl", NULL));
 }
 
 /* Rank 0's memory in use, once it is back to `base` (bounded wait: frees follow the answers). */
@@ -190,6 +235,7 @@ int main(void) {
     return 1;
   }
   attributes(cl);
+  slices(cl);
   faults(cl);
   for (int r = 0; r < 3; r++)
     tshard_close(&cl[r]);

@@ -55,41 +55,6 @@ static uint64_t roundtrip(tshard_client *c, const char *name, int64_t rows, int6
   return s1.operations - s0.operations - 1;
 }
 
-/* Every rank puts its slice of `name` (shape [rows, cols]) in layout tag through its own client
- * and gets it back in that layout; the whole tensor is then checked. Tags are "" or "Ba4b" (column blocks of 4 outermost, padding zero). */
-static void slices(tshard_client **cl, const char *name, int64_t rows, int64_t cols,
-                   const char *tag, uint64_t seed) {
-  int64_t shape[2] = {rows, cols}, lo0[2] = {0, 0};
-  tshard_info info;
-  TSE_OK(cl[0], tshard_describe(cl[0], name, &info));
-  for (int i = 0; i < info.nranks; i++) {
-    const tshard_rank_info *ri = &info.ranks[i];
-    tshard_client *c = cl[ri->rank];
-    int64_t er = ri->hi[0] - ri->lo[0], ec = ri->hi[1] - ri->lo[1];
-    int64_t pc = tag[0] ? (ec + 3) / 4 * 4 : ec; /* padded columns */
-    size_t plain = (size_t)(er * ec) * 4, bytes = (size_t)(er * pc) * 4;
-    float *box = malloc(plain), *lay = calloc(1, bytes), *back = malloc(bytes);
-    tse_fill_box("f32", seed, 2, shape, ri->lo, ri->hi, box);
-    for (int64_t r = 0; r < er; r++) /* Ba4b: [col block][row][4 cols] */
-      for (int64_t k = 0; k < ec; k++)
-        lay[tag[0] ? (k / 4) * er * 4 + r * 4 + k % 4 : r * ec + k] = box[r * ec + k];
-    TSE_OK(c, tshard_put_slice(c, name, tag, lay, bytes));
-    size_t got = 0;
-    memset(back, 0xee, bytes);
-    TSE_OK(c, tshard_get_slice(c, name, tag, back, bytes, &got));
-    TSE_CHECK(got == bytes && memcmp(back, lay, bytes) == 0,
-              "%s: rank %d's slice in '%s' differs (%zu of %zu bytes)", name, ri->rank, tag, got,
-              bytes);
-    free(box), free(lay), free(back);
-  }
-  tshard_info_clear(&info);
-  size_t bytes = (size_t)(rows * cols) * 4;
-  uint8_t *whole = malloc(bytes);
-  TSE_OK(cl[0], tshard_get(cl[0], name, whole, bytes));
-  TSE_CHECK(tse_compare_box(name, "f32", seed, 2, shape, lo0, shape, whole) == 0,
-            "%s: the slices put in '%s' do not make the reference", name, tag);
-  free(whole);
-}
 
 /* ------------------------------------------------------------------------------------------
  * A client killed mid-transfer */
@@ -229,10 +194,10 @@ int main(void) {
   uint64_t n = roundtrip(cl[1], "whole", 768, 1024, "mesh=[2] placements=[S(1)]", 11);
   TSE_CHECK(n == 2, "a 3 MiB put through shared memory took %llu answers (want the attach and "
             "the put)", (unsigned long long)n);
-  slices(cl, "whole", 768, 1024, "", 12);
-  slices(cl, "whole", 768, 1024, "Ba4b", 13);
+  tse_slices_roundtrip(cl, "whole", 768, 1024, "", 12);
+  tse_slices_roundtrip(cl, "whole", 768, 1024, "Ba4b", 13);
   roundtrip(cl[0], "odd", 64, 30, "mesh=[2] placements=[S(1)]", 21); /* slices of 15 columns */
-  slices(cl, "odd", 64, 30, "Ba4b", 22);                             /* padded to 16 */
+  tse_slices_roundtrip(cl, "odd", 64, 30, "Ba4b", 22); /* padded to 16 */
   n = roundtrip(cl[0], "partial", 96, 130, "mesh=[2] placements=[P(sum)]", 14);
   TSE_CHECK(n == 1, "a put with a partial placement took %llu answers", (unsigned long long)n);
   /* Larger than the segment: chunks through its halves. */
@@ -244,7 +209,7 @@ int main(void) {
     TSE_CHECK(n == 1 + (300 * 1000 * 4 + 32767) / 32768, "1.2 MB through a 64 KiB segment took "
               "%llu answers (the attach and 32 KiB chunks)", (unsigned long long)n);
     tshard_client *pair[2] = {cl[0], small};
-    slices(pair, "halves", 300, 1000, "Ba4b", 16);
+    tse_slices_roundtrip(pair, "halves", 300, 1000, "Ba4b", 16);
     tshard_close(&small);
   }
   /* Shared memory off: the segment is released in the daemon too; the stream path, same data. */
@@ -275,7 +240,7 @@ int main(void) {
     TSE_CHECK(tshard_set_shm(tcp, 1) == TS_UNSUPPORTED, "shared memory enabled over TCP");
     roundtrip(tcp, "tcp", 200, 300, "mesh=[2] placements=[S(1)]", 19);
     tshard_client *pair[2] = {cl[0], tcp};
-    slices(pair, "tcp", 200, 300, "Ba4b", 20);
+    tse_slices_roundtrip(pair, "tcp", 200, 300, "Ba4b", 20);
     tshard_close(&tcp);
   }
   const char *names[] = {"whole", "odd", "partial", "halves", "stream", "env_off", "tcp"};

@@ -2,8 +2,9 @@
 """End-to-end test of whole puts and gets that name the Python client's own memory (3 ranks on
 this node, the default on a Unix socket): random dtypes, shapes and attributes (row, column,
 uneven, replicated, a transposed local layout, and the staged cases: blocked layouts and partial
-placements) put and got back against numpy, non-contiguous and ``out=`` arrays, with no segment
-ever attached; the same data through the segment (TSHARD_DIRECT=0 in a client process) agrees;
+placements) put and got back against numpy, non-contiguous and ``out=`` arrays, every rank's
+slice put and got through its own client (row-major, and a blocked layout staged by the daemon),
+with no segment ever attached; the same data through the segment (TSHARD_DIRECT=0 in a client process) agrees;
 misuse of the wire field answered with clear errors and the tensor unchanged (an address not
 mapped in the client, a byte count that is not the tensor's, convert, a later offset, TCP);
 daemons started with TSHARD_DIRECT=0 answer NO_DIRECT once and the client goes on through its
@@ -88,6 +89,36 @@ def differential(c):
         c.drop(name)
     no_segment(c, "staged cases")
     return big
+
+
+def slices(d):
+    clients = [d.connect(r) for r in range(3)]
+    try:
+        for stored in (None, "Ba4b"):
+            ref = random_array((90, 37), np.float32)
+            c0 = clients[0]
+            c0.create("sl", "f32", ref.shape, "mesh=[3] placements=[S(1)] splits={1:[5,0,32]}",
+                      layout=stored)
+            info = c0.describe("sl")
+            for r in info["ranks"]:
+                c = clients[r["rank"]]
+                box = tuple(slice(lo, hi) for lo, hi in zip(r["lo"], r["hi"]))
+                c.put_slice("sl", ref[box])
+                got = c.get_slice("sl")
+                want = ref[box]
+                check(got is not None and got.shape == want.shape and np.array_equal(got, want),
+                      f"stored {stored}: rank {r['rank']}'s slice")
+                out = np.empty(want.shape, np.float32)
+                if want.size:
+                    c.get_slice("sl", out=out)
+                    check(np.array_equal(out, want), f"stored {stored}: get_slice(out=)")
+            check(np.array_equal(c0.get("sl"), ref), f"stored {stored}: the slices make the tensor")
+            c0.drop("sl")
+        for c in clients:
+            no_segment(c, "slices")
+    finally:
+        for c in clients:
+            c.close()
 
 
 SEGMENT_CLIENT = """
@@ -231,6 +262,7 @@ d = Daemons(bin_dir, 3)
 try:
     with d.connect(0) as c:
         big = differential(c)
+        slices(d)
         through_segment(d, c, big)
         misuse(c)
         c.drop("t")

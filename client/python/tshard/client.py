@@ -354,11 +354,15 @@ class Client:
         src = a.reshape(-1).view(np.uint8)
         total = src.nbytes
         report, done = reporter(progress, what, name, total), 0
-        if slice_layout is None and not convert and self._direct_on and total > 0:
-            m = pb.PutRequest(name=name, total_bytes=total, dtype=decl, shape=a.shape)
+        if not convert and self._direct_on and total > 0:
+            if slice_layout is None:
+                m = pb.PutRequest(name=name, total_bytes=total, dtype=decl, shape=a.shape)
+            else:
+                m = pb.PutSliceRequest(name=name, total_bytes=total, dtype=decl, shape=a.shape)
+                m.layout.tag = slice_layout
             m.client_memory.address = src.__array_interface__["data"][0]
             m.client_memory.bytes = total
-            if self._direct(m, "put", name, total, key, report):
+            if self._direct(m, what, name, total, key, report):
                 return
         with self._io():
             seg = self._segment(total)
@@ -420,7 +424,7 @@ class Client:
                 raise
             self._direct_on = False
             return False
-        if what == "get":
+        if what in ("get", "get_slice"):
             d = resp.data if resp.WhichOneof("result") == "data" else None
             if d is None or not d.direct or d.total_bytes != nbytes or d.offset != 0:
                 self.close()
@@ -566,6 +570,15 @@ class Client:
             return g
         dt = DTYPES[info["dtype"]]
         flat = None if out is None else _out_bytes(out, dt, "get_slice")
+        box = [h - l for l, h in zip(mine[0]["lo"], mine[0]["hi"])]
+        need = int(np.prod(box, dtype=np.int64)) * dt.itemsize
+        if not layout and self._direct_on and need > 0 and (flat is None or flat.nbytes == need):
+            buf = flat if flat is not None else self._result_buffer(need)
+            m = pb.GetSliceRequest(name=name)
+            m.client_memory.address = buf.__array_interface__["data"][0]
+            m.client_memory.bytes = need
+            if self._direct(m, "get_slice", name, need):
+                return buf.view(dt).reshape(box)
         arr = self._read_chunks(fill, mine[0]["bytes"], flat).view(dt)
         plain = "".join(chr(ord("a") + d) for d in range(len(info["shape"])))
         if not layout or layout == plain:
