@@ -7,19 +7,11 @@
 #include "ts_rules.h"
 #include "tshard.h"
 
-int tshard_program_compile(tshard_client *c, const char *text, int lazy, char *id, size_t id_cap,
-                           const char *key) {
-  if (!c)
-    return TS_INVALID_ARGUMENT;
-  if (!text || !id || id_cap < 17)
-    return tsc_fail(c, TS_INVALID_ARGUMENT, "program_compile needs the text and room for the "
-                    "id (17 bytes)");
+static int compile(tshard_client *c, Tshard__ProgramCompileRequest *q, char *id, size_t id_cap,
+                   const char *key) {
   Tshard__Request req = TSHARD__REQUEST__INIT;
-  Tshard__ProgramCompileRequest q = TSHARD__PROGRAM_COMPILE_REQUEST__INIT;
-  q.text = (char *)text;
-  q.lazy = lazy != 0;
   req.op_case = TSHARD__REQUEST__OP_PROGRAM_COMPILE;
-  req.program_compile = &q;
+  req.program_compile = q;
   req.idempotency_key = tsc_str(key);
   Tshard__Response *r = NULL;
   if (tsc_apply_group(c, &req)) /* an SPMD client's group: a collective of the group */
@@ -31,6 +23,39 @@ int tshard_program_compile(tshard_client *c, const char *text, int lazy, char *i
     snprintf(id, id_cap, "%s", r->program->id);
   if (r)
     tsc_free(c, r);
+  return rc;
+}
+
+int tshard_program_compile(tshard_client *c, const char *text, int lazy, char *id, size_t id_cap,
+                           const char *key) {
+  if (!c)
+    return TS_INVALID_ARGUMENT;
+  if (!text || !id || id_cap < 17)
+    return tsc_fail(c, TS_INVALID_ARGUMENT, "program_compile needs the text and room for the "
+                    "id (17 bytes)");
+  Tshard__ProgramCompileRequest q = TSHARD__PROGRAM_COMPILE_REQUEST__INIT;
+  q.text = (char *)text;
+  q.lazy = lazy != 0;
+  return compile(c, &q, id, id_cap, key);
+}
+
+int tshard_program_compile_graph(tshard_client *c, const void *graph, size_t len, int lazy,
+                                 char *id, size_t id_cap, const char *key) {
+  if (!c)
+    return TS_INVALID_ARGUMENT;
+  if (!graph || !id || id_cap < 17)
+    return tsc_fail(c, TS_INVALID_ARGUMENT, "program_compile_graph needs the serialized "
+                    "ProgramGraph message and room for the id (17 bytes)");
+  Tshard__ProgramGraph *g = tshard__program_graph__unpack(NULL, len, graph);
+  if (!g)
+    return tsc_fail(c, TS_INVALID_ARGUMENT, "program_compile_graph: %zu bytes are not a "
+                    "serialized ProgramGraph message (proto/tshard.proto)", len);
+  Tshard__ProgramCompileRequest q = TSHARD__PROGRAM_COMPILE_REQUEST__INIT;
+  q.text = (char *)"";
+  q.graph = g;
+  q.lazy = lazy != 0;
+  int rc = compile(c, &q, id, id_cap, key);
+  tshard__program_graph__free_unpacked(g, NULL);
   return rc;
 }
 

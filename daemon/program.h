@@ -19,6 +19,8 @@ void tsd_changes_program_run(const Tshard__Request *r, tsd_changes *ch);
 void tsd_op_program_show(struct tsd_engine *e, struct tsd_work *w);
 int tsd_run_program_drop(struct tsd_engine *e, const struct tsd_ordered *op,
                          struct tsd_pending *origin, ts_error *err);
+/* The message form of a program as its JSON text (program_graph.c; *text malloc'd: free()). */
+int tsd_program_graph_text(const Tshard__ProgramGraph *g, char **text, ts_error *err);
 /* Frees every compiled program (engine shutdown). */
 void tsd_programs_free(void);
 

@@ -269,6 +269,10 @@ typedef struct tshard_program_arg {
  * (16 hex digits) goes into id (at least 17 bytes). */
 int tshard_program_compile(tshard_client *c, const char *text, int lazy, char *id, size_t id_cap,
                            const char *key);
+/* The same from the program's message form: `graph` holds `len` bytes of a serialized
+ * ProgramGraph message (proto/tshard.proto; program/PROGRAM.md "The message form"). */
+int tshard_program_compile_graph(tshard_client *c, const void *graph, size_t len, int lazy,
+                                 char *id, size_t id_cap, const char *key);
 /* Runs a compiled program; in-place assigns update the input tensors. */
 int tshard_program_run(tshard_client *c, const char *id, const tshard_program_arg *inputs,
                        int n_in, const tshard_program_arg *outputs, int n_out, const char *key);

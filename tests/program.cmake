@@ -22,3 +22,12 @@ if(TARGET tshard-python AND TARGET tshardd)
                          ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_LIST_DIR}/python")
   endforeach()
 endif()
+
+# The message form of programs (ProgramGraph) through real daemons, the Python client and the CLI.
+if(TARGET tshard-python AND TARGET tshardd)
+  add_test(NAME test_python_program_graph_np2
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/python/test_program_graph.py
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY} 2)
+  set_tests_properties(test_python_program_graph_np2 PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_LIST_DIR}/python")
+endif()

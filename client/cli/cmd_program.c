@@ -1,5 +1,6 @@
 /* cmd_program.c - `tshard program compile|run|show|drop`: compiled programs on the daemons
- * (program/PROGRAM.md). compile reads the JSON file and prints the id, then the connected rank's
+ * (program/PROGRAM.md). compile reads the JSON file (or a serialized ProgramGraph message:
+ * --format pb, or a .pb file) and prints the id, then the connected rank's
  * report (buckets and their status, the cache); run binds --input NAME=TENSOR (or NAME=NUMBER for
  * a scalar) and --output NAME=NEWTENSOR; show prints the report; drop forgets the program. */
 #include <errno.h>
@@ -17,7 +18,7 @@ static int failed(tshard_client *c, int rc) {
   return cli_fail(CLI_FAILED, msg);
 }
 
-static char *read_file(const char *path) {
+static char *read_file(const char *path, size_t *out_len) {
   FILE *f = fopen(path, "rb");
   if (!f)
     return NULL;
@@ -47,6 +48,7 @@ static char *read_file(const char *path) {
   }
   fclose(f);
   buf[len] = '\0';
+  *out_len = len;
   return buf;
 }
 
@@ -103,14 +105,25 @@ int cmd_program(cli_args *a, tshard_client *c) {
       fprintf(stderr, "tshard: --buckets is 'ahead' (compile all now, the default) or 'lazy'\n");
       return CLI_USAGE;
     }
-    char *text = read_file(arg);
+    /* the JSON text, or a serialized ProgramGraph message (--format pb, or a .pb file) */
+    const char *fmt = cli_opt(a, "format");
+    size_t al = strlen(arg);
+    bool pb = fmt ? !strcmp(fmt, "pb") : (al > 3 && !strcmp(arg + al - 3, ".pb"));
+    if (fmt && strcmp(fmt, "json") && strcmp(fmt, "pb")) {
+      fprintf(stderr, "tshard: --format is 'json' (the program's text, the default) or 'pb' (a "
+                      "serialized ProgramGraph message; the default for a .pb file)\n");
+      return CLI_USAGE;
+    }
+    size_t len = 0;
+    char *text = read_file(arg, &len);
     if (!text) {
       fprintf(stderr, "tshard: cannot read '%s': %s\n", arg, strerror(errno));
       return CLI_IO;
     }
     char id[32];
-    int rc = tshard_program_compile(c, text, b && !strcmp(b, "lazy"), id, sizeof id,
-                                    cli_opt(a, "key"));
+    int lazy = b && !strcmp(b, "lazy");
+    int rc = pb ? tshard_program_compile_graph(c, text, len, lazy, id, sizeof id, cli_opt(a, "key"))
+                : tshard_program_compile(c, text, lazy, id, sizeof id, cli_opt(a, "key"));
     free(text);
     if (rc)
       return failed(c, rc);

@@ -151,6 +151,8 @@ static const cli_command commands[] = {
      "  show ID          the graph after optimization, fused kernels, pool plan\n"
      "  drop ID          forget the program on every rank\n"
      "  --buckets B      compile: ahead (all buckets now, default) or lazy (on first use)\n"
+     "  --format F       compile: json (the text, default) or pb (a serialized ProgramGraph\n"
+     "                   message; the default for FILE.pb)\n"
      "  --input N=T      run: program input N is stored tensor T (N=NUMBER: a scalar); repeat\n"
      "  --output N=T     run: program output N becomes the new tensor T; repeat\n"
      "  --key KEY        idempotency key\n" CONNECT_HELP,
