@@ -27,8 +27,14 @@ if(TARGET tshard-python AND TARGET tshardd)
   endforeach()
 endif()
 
-# The message form of programs (ProgramGraph) through real daemons, the Python client and the CLI.
+# Slices against numpy, and the message form of programs (ProgramGraph), through real daemons,
+# the Python client and the CLI.
 if(TARGET tshard-python AND TARGET tshardd)
+  add_test(NAME test_python_program_slice_np2
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/python/test_program_slice.py
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY} 2)
+  set_tests_properties(test_python_program_slice_np2 PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_LIST_DIR}/python")
   add_test(NAME test_python_program_graph_np2
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/python/test_program_graph.py
                    ${CMAKE_RUNTIME_OUTPUT_DIRECTORY} 2)
