@@ -49,10 +49,11 @@ int tsd_run_program_compile(tsd_engine *e, const tsd_ordered *op, tsd_pending *o
   const Tshard__ProgramCompileRequest *q = op->req->program_compile;
   ts_error lerr;
   ts_error_clear(&lerr);
-  /* the message form becomes its JSON text; its id is that text's */
+  /* the message form (or a text with bucket rule overrides) becomes its JSON text; the id is
+   * that text's */
   char *graph_text = NULL;
-  int lst = q->graph ? tsd_program_graph_text(q->graph, &graph_text, &lerr) : TS_OK;
-  const char *text = q->graph ? graph_text : q->text;
+  int lst = tsd_program_request_text(q, &graph_text, &lerr);
+  const char *text = graph_text ? graph_text : q->text;
   char id[24] = "";
   if (lst == TS_OK)
     snprintf(id, sizeof id, "%016llx", (unsigned long long)XXH3_64bits(text, strlen(text)));

@@ -4,7 +4,9 @@
  * checks (unknown ops, undefined names, bad dim references give the same errors, with the same
  * places such as `ops[3] add: ...`). This file only maps structure: unset values become absent
  * keys (or null entries in lists), and the only errors it raises itself are the ones a JSON
- * object cannot express (a dim group named twice, text that is not UTF-8). */
+ * object cannot express (a dim group named twice, text that is not UTF-8). The request's
+ * overrides of groups' bucketing rules (`tshard program compile --buckets n=pow2`) are applied to
+ * the document here too, for a text or a message. */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -156,46 +158,93 @@ static json_t *op(conv *c, size_t k, const Tshard__ProgramGraphOp *m) {
   return o;
 }
 
-int tsd_program_graph_text(const Tshard__ProgramGraph *g, char **text, ts_error *err) {
-  *text = NULL;
-  conv c = {err, TS_OK};
+static json_t *graph_doc(conv *c, const Tshard__ProgramGraph *g) {
   json_t *root = json_object();
-  if (!root)
-    return ts_error_set(err, TS_NO_MEMORY, "out of memory converting the program graph");
+  if (!root) {
+    oom(c);
+    return NULL;
+  }
   if (g->name && g->name[0])
-    set(&c, root, "name", str(&c, g->name, "name"));
+    set(c, root, "name", str(c, g->name, "name"));
   if (g->n_dims) {
     json_t *dims = json_object();
-    for (size_t i = 0; dims && c.rc == TS_OK && i < g->n_dims; i++) {
+    for (size_t i = 0; dims && c->rc == TS_OK && i < g->n_dims; i++) {
       const char *nm = g->dims[i]->name ? g->dims[i]->name : "";
       if (json_object_get(dims, nm))
-        c.rc = ts_error_set(err, TS_PARSE, "dims[%zu]: group '%s' is defined twice (each group "
-                            "once, with one range and one bucketing rule)", i, nm);
+        c->rc = ts_error_set(c->err, TS_PARSE, "dims[%zu]: group '%s' is defined twice (each "
+                             "group once, with one range and one bucketing rule)", i, nm);
       else if (!utf8(nm))
-        c.rc = ts_error_set(err, TS_PARSE, "dims[%zu]: name is not valid UTF-8", i);
+        c->rc = ts_error_set(c->err, TS_PARSE, "dims[%zu]: name is not valid UTF-8", i);
       else
-        set(&c, dims, nm, group(&c, g->dims[i]));
+        set(c, dims, nm, group(c, g->dims[i]));
     }
-    set(&c, root, "dims", dims);
+    set(c, root, "dims", dims);
   }
   json_t *ins = json_array();
   for (size_t i = 0; ins && i < g->n_inputs; i++)
-    push(&c, ins, input(&c, g->inputs[i]));
-  set(&c, root, "inputs", ins);
+    push(c, ins, input(c, g->inputs[i]));
+  set(c, root, "inputs", ins);
   json_t *ops = json_array();
   for (size_t i = 0; ops && i < g->n_ops; i++)
-    push(&c, ops, op(&c, i, g->ops[i]));
-  set(&c, root, "ops", ops);
+    push(c, ops, op(c, i, g->ops[i]));
+  set(c, root, "ops", ops);
   json_t *outs = json_array();
   for (size_t i = 0; outs && i < g->n_outputs; i++)
-    push(&c, outs, str(&c, g->outputs[i], "outputs"));
-  set(&c, root, "outputs", outs);
-  if (c.rc == TS_OK && (!ins || !ops || !outs))
-    c.rc = ts_error_set(err, TS_NO_MEMORY, "out of memory converting the program graph");
+    push(c, outs, str(c, g->outputs[i], "outputs"));
+  set(c, root, "outputs", outs);
+  return root;
+}
+
+/* The request's overrides of groups' bucketing rules, into the document's "dims" (the parser
+ * then checks the rules like any others). */
+static void override(conv *c, json_t *root, Tshard__ProgramGraphDim **o, size_t n) {
+  json_t *dims = json_is_object(root) ? json_object_get(root, "dims") : NULL;
+  for (size_t i = 0; i < n && c->rc == TS_OK; i++) {
+    const char *nm = o[i]->name ? o[i]->name : "";
+    json_t *g = json_is_object(dims) ? json_object_get(dims, nm) : NULL;
+    if (!json_is_object(g)) {
+      char names[256] = "";
+      size_t len = 0;
+      const char *key;
+      json_t *v;
+      if (json_is_object(dims))
+        json_object_foreach(dims, key, v) if (len < sizeof names) len += (size_t)snprintf(
+            names + len, sizeof names - len, "%s%s", len ? ", " : "", key);
+      c->rc = ts_error_set(c->err, TS_INVALID_ARGUMENT, "buckets: the program has no dim group "
+                           "'%s' to set the rule of (its groups: %s)", nm, len ? names : "none");
+      return;
+    }
+    json_t *rule = group(c, o[i]);
+    json_t *b = rule ? json_object_get(rule, "buckets") : NULL;
+    if (b)
+      set(c, g, "buckets", json_incref(b));
+    else
+      json_object_del(g, "buckets"); /* unset: the default, pow2 */
+    json_decref(rule);
+  }
+}
+
+int tsd_program_request_text(const Tshard__ProgramCompileRequest *q, char **text, ts_error *err) {
+  *text = NULL;
+  if (!q->graph && q->n_buckets == 0)
+    return TS_OK; /* the text as it is */
+  conv c = {err, TS_OK};
+  json_t *root = NULL;
+  if (q->graph) {
+    root = graph_doc(&c, q->graph);
+  } else {
+    json_error_t je;
+    root = json_loads(q->text, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+      c.rc = ts_error_set(err, TS_PARSE, "program JSON: %s at line %d column %d", je.text,
+                          je.line, je.column);
+  }
+  if (c.rc == TS_OK)
+    override(&c, root, q->buckets, q->n_buckets);
   if (c.rc == TS_OK) {
     *text = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(17));
     if (!*text)
-      c.rc = ts_error_set(err, TS_NO_MEMORY, "out of memory converting the program graph");
+      oom(&c);
   }
   json_decref(root);
   return c.rc;

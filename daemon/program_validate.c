@@ -33,6 +33,13 @@ int tsd_validate_program_compile(const Tshard__Request *r, const tsd_limits *lim
     return ts_error_set(err, TS_INVALID_ARGUMENT, "program graph: at most 8 dim groups, 64 "
                         "inputs, 64 outputs and 4096 ops (got %zu, %zu, %zu, %zu)", g->n_dims,
                         g->n_inputs, g->n_outputs, g->n_ops);
+  if (q->n_buckets > 8)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "buckets: at most 8 rule overrides (one per "
+                        "dim group), got %zu", q->n_buckets);
+  for (size_t i = 0; i < q->n_buckets; i++)
+    if (!q->buckets[i]->name || !q->buckets[i]->name[0])
+      return ts_error_set(err, TS_INVALID_ARGUMENT, "buckets[%zu]: a rule override needs the dim "
+                          "group's name", i);
   return TS_OK;
 }
 

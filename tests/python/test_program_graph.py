@@ -7,9 +7,11 @@ same bits on sharded tensors, checked against numpy; malformed messages (unknown
 fields, undefined names, bad dim references, a group named twice, a non-finite literal) give the
 same status and message as the same mistake in JSON; text and graph together or neither are
 refused; the CLI compiles a serialized message (.pb, --format pb) and refuses bytes that are not
-one. The daemons get a private program cache.
+one; bucketing rule overrides (Python buckets=, the CLI's --buckets NAME=RULE) for texts and
+messages, checked by the parser like any rule. The daemons get a private program cache.
 
 usage: test_program_graph.py BUILD_BIN_DIR NRANKS"""
+import json
 import os
 import re
 import shutil
@@ -236,6 +238,44 @@ with Daemons(bin_dir, n) as d:
             except TypeError:
                 pass
 
+        # bucketing rule overrides (Python buckets=, the CLI's --buckets NAME=RULE), for a text
+        # and a message alike; the parser checks the rules
+        prog = PROGRAMS[0]
+        plain = c.program_compile(prog, lazy=True)
+        for rule, want in (([100, 512], "list: 100 512"), ("step:128", "step 128: 128 256 384 512"),
+                           ({"step": 256}, "step 256: 256 512"), ("pow2", "pow2: 1 2 4"),
+                           ("64,512", "list: 64 512")):
+            oid = c.program_compile(prog, lazy=True, buckets={"p": rule})
+            gid = c.program_compile(graph=tshard.graph_from_json(prog), lazy=True,
+                                    buckets={"p": rule})
+            check(oid != plain and gid != plain, f"override {rule}: a different program id")
+            for q in (oid, gid):
+                rep = c.program_show(q)
+                check(f"p in [1, 512], {want}" in rep, f"override {rule}: {rep}")
+        x = rng.standard_normal((rows, 4))
+        c.create("ox", "f64", (rows, 4), sharded)
+        c.put("ox", x)
+        c.create("ob", "f64", (4,), replicated)
+        c.put("ob", np.zeros(4))
+        oid = c.program_compile(prog, lazy=True, buckets={"p": [50, 512]})
+        c.program_run(oid, {"x": "ox", "b": "ob", "s": 2.0}, {"cs": "ocs"})
+        check(np.allclose(c.get("ocs"), np.tanh(2 * x).sum(axis=0, keepdims=True)),
+              "a program with an overridden rule runs")
+        check("p=50 built" in c.program_show(oid), f"bucket 50 used: {c.program_show(oid)}")
+        for rule, status, needle in (({"step": 0}, 9, "step 0 must be >= 1"),
+                                     ([16, 64], 9, "does not cover max 512"),
+                                     ([64, 32, 512], 9, "ascending")):
+            e = error_of(lambda: c.program_compile(prog, lazy=True, buckets={"p": rule}))
+            check(e is not None and e[0] == status and needle in e[1], f"bad rule {rule}: {e}")
+        e = error_of(lambda: c.program_compile(prog, lazy=True, buckets={"q": "pow2"}))
+        check(e is not None and e[0] == 1 and "no dim group 'q'" in e[1] and "p" in e[1],
+              f"override of an unknown group: {e}")
+        try:
+            c.program_compile(prog, buckets={"p": {"stride": 2}})
+            check(False, "bad rule type: no exception")
+        except TypeError:
+            pass
+
         # the CLI: a serialized message (.pb, or --format pb), and bytes that are not one
         prog = PROGRAMS[0]
         pbfile = os.path.join(cache, "mix.pb")
@@ -264,6 +304,26 @@ with Daemons(bin_dir, n) as d:
                            capture_output=True, text=True, timeout=60)
         check(r.returncode == 1 and ("PARSE" in r.stderr or "UTF-8" in r.stderr),
               f"cli .pb read as JSON: {r.stderr}")
+        jsonfile = os.path.join(cache, "mix.json")
+        with open(jsonfile, "w") as f:
+            json.dump(prog, f)
+        for args, code, needle in (
+                (["--buckets", "lazy", "--buckets", "p=16,64,512"], 0, "list: 16 64 512"),
+                (["--buckets=p=step:256", "--buckets", "lazy"], 0, "step 256: 256 512"),
+                (["--buckets", "p=step:0"], 1, "PARSE"),
+                (["--buckets", "p=abc"], 1, "INVALID_ARGUMENT"),
+                (["--buckets", "q=pow2"], 1, "no dim group 'q'"),
+                (["--buckets", "sideways"], 2, "--buckets")):
+            r = subprocess.run(cli + ["program", "compile", jsonfile] + args + conn,
+                               capture_output=True, text=True, timeout=300)
+            out = r.stdout + r.stderr
+            check(r.returncode == code and needle in out,
+                  f"cli --buckets {args}: {r.returncode} {out[:600]}")
+        r = subprocess.run(cli + ["program", "compile", pbfile, "--buckets", "lazy",
+                                  "--buckets", "p=100,512"] + conn,
+                           capture_output=True, text=True, timeout=300)
+        check(r.returncode == 0 and "list: 100 512" in r.stdout,
+              f"cli .pb with a rule override: {r.stdout} {r.stderr}")
     rc = d.stop()
 shutil.rmtree(cache, ignore_errors=True)
 check(rc == 0, f"daemons exited with {rc}")

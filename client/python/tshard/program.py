@@ -91,9 +91,30 @@ def graph_from_json(program):
     return g
 
 
-def compile(client, program=None, lazy=False, key=None, graph=None):  # noqa: A001
+def _rule(msg, name, rule):
+    """A bucketing rule override: "pow2", {"step": S} or "step:S", a list or "V1,V2,..."."""
+    if isinstance(rule, str) and rule.startswith("step:"):
+        rule = {"step": int(rule[5:])}
+    elif isinstance(rule, str) and rule != "pow2":
+        rule = [int(v) for v in rule.split(",")]
+    m = msg.buckets.add(name=str(name))
+    if rule == "pow2":
+        m.pow2 = True
+    elif isinstance(rule, dict) and set(rule) == {"step"}:
+        m.step = int(rule["step"])
+    elif isinstance(rule, (list, tuple)):
+        _ints(m.list, list(rule), f"buckets[{name!r}]")
+    else:
+        raise TypeError(f"buckets[{name!r}]: \"pow2\", {{\"step\": S}} (or \"step:S\"), or a "
+                        "list of ints (or \"V1,V2,...\")")
+
+
+def compile(client, program=None, lazy=False, key=None, graph=None,  # noqa: A001
+            buckets=None):
     """Compiles on every rank (all buckets now unless lazy); returns the program's id. The
-    program is its JSON text or dict, or (graph=, or as program) a ProgramGraph message."""
+    program is its JSON text or dict, or (graph=, or as program) a ProgramGraph message.
+    buckets: {group name: rule} overriding the program's bucketing rules (rule: "pow2",
+    {"step": S} or "step:S", a list of ints or "V1,V2,...")."""
     if isinstance(program, pb.ProgramGraph):
         program, graph = None, program
     if (program is None) == (graph is None):
@@ -106,6 +127,8 @@ def compile(client, program=None, lazy=False, key=None, graph=None):  # noqa: A0
         req.graph.CopyFrom(graph)
     else:
         req.text = _text(program)
+    for name, rule in dict(buckets or {}).items():
+        _rule(req, name, rule)
     r = client._call(key, program_compile=req)
     return r.program.id
 
