@@ -41,3 +41,12 @@ if(TARGET tshard-python AND TARGET tshardd)
   set_tests_properties(test_python_program_graph_np2 PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                        ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_LIST_DIR}/python")
 endif()
+
+# The C library's program calls (text, packed message, rule overrides) through real daemons.
+if(TARGET tshardd AND TARGET tshard)
+  tshard_e2e_test(test_e2e_program)
+  target_link_libraries(test_e2e_program PRIVATE tsproto)
+  add_test(NAME test_e2e_program COMMAND test_e2e_program)
+  set_tests_properties(test_e2e_program PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_MPI_TEST_ENV}")
+endif()

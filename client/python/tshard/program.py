@@ -81,7 +81,7 @@ def graph_from_json(program):
             for v in o.get(key) or []:
                 field.append(_dimref(v, f"ops[{i}].{key}"))
         for v in o.get("step") or []:
-            m.step.append(v)
+            m.step.append(1 if v is None else v)  # null: the default step
         if "eq" in o:
             m.eq = o["eq"]
         if "dtype" in o:
