@@ -158,7 +158,7 @@ static const cli_command commands[] = {
      "  --input N=T      run: program input N is stored tensor T (N=NUMBER: a scalar); repeat\n"
      "  --output N=T     run: program output N becomes the new tensor T; repeat\n"
      "  --key KEY        idempotency key\n" CONNECT_HELP,
-     "tshard program compile adam.json --buckets lazy --buckets n=step:1024\n"
+     "tshard program compile adam.json --buckets lazy --buckets n=step:1024\n  "
      "tshard program run 3f2a9c0d1b2e4f56 --input w=w --input g=g --input lr=0.01"},
     {"shutdown", NULL, cmd_shutdown, "stop every daemon of the job",
      "  --key KEY        idempotency key\n" CONNECT_HELP, "tshard shutdown --job demo"},
