@@ -90,6 +90,9 @@ int tsp_bucket_check(const tsp_program *p, const tsp_bucket *b, ts_error *err) {
 }
 
 int tsp_slices_bind(const tsp_program *p, const int64_t *sym, ts_error *err) {
+  for (int g = 0; g < p->n_groups; g++)
+    if (sym[g] < p->groups[g].min || sym[g] > p->groups[g].max)
+      return TS_OK; /* out of range: the bucket choice refuses it, naming the group */
   for (int i = 0; i < p->n_nodes; i++) {
     const tsp_node *n = &p->nodes[i];
     if (!n->live || n->op != TSP_OP_SLICE)

@@ -185,13 +185,20 @@ int tsp_plan_bucket(tsp_program *p, tsp_bucket *b, ts_error *err) {
        * step scales the strides */
       const tsp_loc *s = &b->locs[n->args[0]];
       *l = *s;
+      bool over = false;
       for (int d = 0; d < n->ndim; d++) {
         const tsp_expr *st = &n->slice[d];
-        l->view_off += st->c * s->strides[d];
+        int64_t t;
+        over = over || __builtin_mul_overflow(st->c, s->strides[d], &t) ||
+               __builtin_add_overflow(l->view_off, t, &l->view_off);
         for (int g = 0; g < TSP_MAX_GROUPS; g++)
-          l->view_sym[g] += st->k[g] * s->strides[d];
-        l->strides[d] = s->strides[d] * n->step[d];
+          over = over || __builtin_mul_overflow(st->k[g], s->strides[d], &t) ||
+                 __builtin_add_overflow(l->view_sym[g], t, &l->view_sym[g]);
+        over = over || __builtin_mul_overflow(s->strides[d], n->step[d], &l->strides[d]);
       }
+      if (over)
+        rc = ts_error_set(err, TS_OVERFLOW, "slice '%s': its offset or strides overflow",
+                          n->name);
     } else if (n->op == TSP_OP_RESHAPE) {
       *l = b->locs[n->args[0]];
       contiguous(l, n->ndim, b->dims[i]);

@@ -356,12 +356,28 @@ static int verify_reshape(tsp_program *p, tsp_node *n, ts_error *err) {
 
 /* slice: per dim [start, stop) with a step; the result's extent is stop - start (a formula such
  * as n-k+1) or, with a step, ceil((stop - start) / step) of a static length. */
+static bool bound_small(const tsp_program *p, const tsp_expr *e) {
+  const int64_t lim = (int64_t)1 << 40;
+  if (e->c < -lim || e->c > lim)
+    return false;
+  for (int g = 0; g < TSP_MAX_GROUPS; g++) {
+    int64_t t;
+    if (e->k[g] && (g >= p->n_groups || __builtin_mul_overflow(e->k[g], p->groups[g].max, &t) ||
+                    t < -lim || t > lim))
+      return false;
+  }
+  return true;
+}
+
 static int verify_slice(tsp_program *p, tsp_node *n, ts_error *err) {
   const tsp_node *a = &p->nodes[n->args[0]];
   n->dtype = a->dtype;
   n->ndim = a->ndim;
   for (int d = 0; d < a->ndim; d++) {
     const tsp_expr *st = &n->slice[d], *sp = &n->slice[TSP_MAX_DIMS + d], *size = &a->shape[d];
+    if (!bound_small(p, st) || !bound_small(p, sp))
+      return ts_error_set(err, TS_OVERFLOW, "slice '%s' dim %d: a bound has a term beyond 2^40 "
+                          "at the groups' largest values", n->name, d);
     tsp_expr len = *sp;
     len.c -= st->c;
     for (int g = 0; g < TSP_MAX_GROUPS; g++)

@@ -262,6 +262,10 @@ START_TEST(test_refusals) {
        "at most 2"},
       {"{\"out\":\"y\",\"op\":\"slice\",\"args\":[\"x\"],\"stop\":[1.5]}", TS_PARSE,
        "wrong type"},
+      {"{\"out\":\"y\",\"op\":\"slice\",\"args\":[\"x\"],\"start\":[\"1099511627776*n\"],"
+       "\"stop\":[\"1099511627776*n+1\"]}", TS_OVERFLOW, "beyond 2^40"},
+      {"{\"out\":\"y\",\"op\":\"slice\",\"args\":[\"x\"],\"start\":[\"n-k\"]}", TS_UNSUPPORTED,
+       "static start"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char text[1024];
