@@ -149,6 +149,10 @@ static json_t *op(conv *c, size_t k, const Tshard__ProgramGraphOp *m) {
     set(c, o, "start", dimrefs(c, m->start, m->n_start, "ops: start"));
   if (m->n_stop)
     set(c, o, "stop", dimrefs(c, m->stop, m->n_stop, "ops: stop"));
+  if (m->dim) /* window: one int (a list is passed on for the parser to refuse) */
+    set(c, o, "dim", m->dim->n_values == 1 ? json_integer(m->dim->values[0]) : ints(c, m->dim));
+  if (m->size)
+    set(c, o, "size", dimref(c, m->size, "ops: size"));
   if (m->n_step) {
     json_t *s = json_array();
     for (size_t i = 0; s && i < m->n_step; i++)

@@ -60,9 +60,33 @@ int64_t tsp_bucket_extent(const tsp_bucket *b, const tsp_expr *e) {
  * of the operand, which must fit in the operand's extent (a formula stop such as k, under a
  * group bucketed more coarsely than the operand's, may not). A start that depends on the groups
  * comes with a static length (verify.c): its view ends at the true stop, inside the operand. */
+static void bucket_text(const tsp_program *p, const tsp_bucket *b, char *buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = '\0';
+  for (int g = 0; g < p->n_groups && len < cap; g++)
+    len += (size_t)snprintf(buf + len, cap - len, "%s%s=%lld", g ? " " : "", p->groups[g].name,
+                            (long long)b->values[g]);
+}
+
 int tsp_bucket_check(const tsp_program *p, const tsp_bucket *b, ts_error *err) {
   for (int i = 0; i < p->n_nodes; i++) {
     const tsp_node *n = &p->nodes[i];
+    if (n->live && n->op == TSP_OP_WINDOW) {
+      /* rows [0, ext(D-size+1)) and window [0, ext(size)) read up to their sum - 1 */
+      int d = n->perm[0];
+      int64_t rows = tsp_bucket_extent(b, &n->shape[d]), win = tsp_bucket_extent(b, &n->slice[0]);
+      int64_t size = tsp_bucket_extent(b, &p->nodes[n->args[0]].shape[d]);
+      if (rows && win && rows + win - 1 > size) {
+        char vals[160];
+        bucket_text(p, b, vals, sizeof vals);
+        return ts_error_set(err, TS_UNSUPPORTED, "window '%s': in the bucket %s the padded "
+                            "window reaches %lld, past the %lld elements of its padded operand; "
+                            "bucket the window size's group with every value ({\"step\": 1}) or "
+                            "give a static size", n->name, vals, (long long)(rows + win - 1),
+                            (long long)size);
+      }
+      continue;
+    }
     if (!n->live || n->op != TSP_OP_SLICE)
       continue;
     const tsp_node *a = &p->nodes[n->args[0]];
@@ -73,11 +97,8 @@ int tsp_bucket_check(const tsp_program *p, const tsp_bucket *b, ts_error *err) {
       int64_t end = ext ? n->slice[d].c + (ext - 1) * n->step[d] + 1 : 0;
       if (end <= size)
         continue;
-      char vals[160] = "";
-      size_t len = 0;
-      for (int g = 0; g < p->n_groups && len < sizeof vals; g++)
-        len += (size_t)snprintf(vals + len, sizeof vals - len, "%s%s=%lld", g ? " " : "",
-                                p->groups[g].name, (long long)b->values[g]);
+      char vals[160];
+      bucket_text(p, b, vals, sizeof vals);
       char tp[64];
       tsp_expr_format(p, &n->slice[TSP_MAX_DIMS + d], tp, sizeof tp);
       return ts_error_set(err, TS_UNSUPPORTED, "slice '%s' dim %d: in the bucket %s the padded "
@@ -95,6 +116,18 @@ int tsp_slices_bind(const tsp_program *p, const int64_t *sym, ts_error *err) {
       return TS_OK; /* out of range: the bucket choice refuses it, naming the group */
   for (int i = 0; i < p->n_nodes; i++) {
     const tsp_node *n = &p->nodes[i];
+    if (n->live && n->op == TSP_OP_WINDOW) {
+      int64_t win = tsp_expr_eval(&n->slice[0], sym);
+      int64_t size = tsp_expr_eval(&p->nodes[n->args[0]].shape[n->perm[0]], sym);
+      if (win < 1 || win > size) {
+        char ts[64];
+        tsp_expr_format(p, &n->slice[0], ts, sizeof ts);
+        return ts_error_set(err, TS_BAD_SHAPE, "window '%s': size %s = %lld must be between 1 and "
+                            "the windowed dim's %lld", n->name, ts, (long long)win,
+                            (long long)size);
+      }
+      continue;
+    }
     if (!n->live || n->op != TSP_OP_SLICE)
       continue;
     const tsp_node *a = &p->nodes[n->args[0]];
@@ -176,6 +209,10 @@ int tsp_padding_check(tsp_program *p, ts_error *err) {
         if (!tsp_expr_is_static(&n->shape[d]) &&
             !tsp_expr_eq(&n->slice[TSP_MAX_DIMS + d], &p->nodes[n->args[0]].shape[d]))
           n->pad_known = false;
+      /* a window over a dynamic dim (or of a dynamic size) reads real elements in its padding */
+      if (n->op == TSP_OP_WINDOW && (!tsp_expr_is_static(&n->slice[0]) ||
+                                     !tsp_expr_is_static(&p->nodes[n->args[0]].shape[n->perm[0]])))
+        n->pad_known = false;
       break;
     case TSP_CAT_ELEMENTWISE: {
       bool known = true;

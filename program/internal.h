@@ -40,7 +40,7 @@ typedef enum {
   TSP_OP_EQ, TSP_OP_NE, TSP_OP_LT, TSP_OP_LE, TSP_OP_GT, TSP_OP_GE,
   TSP_OP_CAST, TSP_OP_COPY,
   TSP_OP_SUM, TSP_OP_MEAN, TSP_OP_RMAX, TSP_OP_RMIN,
-  TSP_OP_EINSUM, TSP_OP_RESHAPE, TSP_OP_TRANSPOSE, TSP_OP_SLICE, TSP_OP_ASSIGN,
+  TSP_OP_EINSUM, TSP_OP_RESHAPE, TSP_OP_TRANSPOSE, TSP_OP_SLICE, TSP_OP_WINDOW, TSP_OP_ASSIGN,
   TSP_OP_COUNT
 } tsp_op_id;
 
@@ -57,7 +57,8 @@ typedef struct tsp_node {
   bool keepdims;
   int perm[TSP_MAX_DIMS];
   char eq[128];          /* einsum equation */
-  tsp_expr *slice;       /* slice: start[ndim], stop[ndim] of the operand's dims (malloc'd) */
+  tsp_expr *slice;       /* slice: start[ndim], stop[ndim] of the operand's dims (malloc'd);
+                            window: slice[0] is the window's size, perm[0] its dim */
   int64_t step[TSP_MAX_DIMS]; /* slice: per operand dim, >= 1 */
   double value;          /* constants */
   int input_index;       /* inputs: position in the program's input list */

@@ -199,6 +199,10 @@ int tsp_plan_bucket(tsp_program *p, tsp_bucket *b, ts_error *err) {
       if (over)
         rc = ts_error_set(err, TS_OVERFLOW, "slice '%s': its offset or strides overflow",
                           n->name);
+    } else if (n->op == TSP_OP_WINDOW) {
+      /* a view: the new last dim steps along the windowed dim */
+      *l = b->locs[n->args[0]];
+      l->strides[n->ndim - 1] = l->strides[n->perm[0]];
     } else if (n->op == TSP_OP_RESHAPE) {
       *l = b->locs[n->args[0]];
       contiguous(l, n->ndim, b->dims[i]);

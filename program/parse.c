@@ -270,7 +270,7 @@ static int parse_op(tsp_program *p, size_t i, json_t *o, ts_error *err) {
   if (op < 0 || op == TSP_OP_COPY)
     return ts_error_set(err, TS_PARSE, "ops[%zu]: unknown op '%s' (valid: add sub mul div pow max "
                         "min neg abs exp log sqrt rsqrt tanh sigmoid relu gelu where eq ne lt le gt "
-                        "ge cast sum mean max min einsum reshape transpose slice assign)", i, opname);
+                        "ge cast sum mean max min einsum reshape transpose slice window assign)", i, opname);
   const tsp_opdef *def = tsp_op(op);
   if ((def->arity >= 0 && (int)nargs != def->arity) || nargs < 1 || nargs > TSP_MAX_ARGS)
     return ts_error_set(err, TS_PARSE, "ops[%zu] %s: takes %d args, got %zu", i, opname,
@@ -392,6 +392,29 @@ static int parse_op(tsp_program *p, size_t i, json_t *o, ts_error *err) {
     int rc = parse_slice(p, i, o, nd, err);
     if (rc != TS_OK)
       return rc;
+  } else if (op == TSP_OP_WINDOW) {
+    /* "dim" (default the last), "size": an int >= 1 or a formula over the groups ("k") */
+    const tsp_node *a = &p->nodes[argids[0]];
+    json_t *dm = json_object_get(o, "dim"), *sz = json_object_get(o, "size");
+    int d = dm ? (int)json_integer_value(dm) : -1;
+    if ((dm && (!json_is_integer(dm) || json_integer_value(dm) < -8 ||
+                json_integer_value(dm) > 8)) ||
+        (d < 0 ? d + a->ndim : d) < 0 || (d < 0 ? d + a->ndim : d) >= a->ndim)
+      return ts_error_set(err, TS_PARSE, "ops[%zu] window: \"dim\" must be a dim of the operand "
+                          "(%d dims; negative from the end)", i, a->ndim);
+    nd->perm[0] = d < 0 ? d + a->ndim : d;
+    nd->slice = calloc(1, sizeof *nd->slice);
+    if (!nd->slice)
+      return ts_error_set(err, TS_NO_MEMORY, "out of memory");
+    ts_error inner = {0};
+    if (json_is_integer(sz) && json_integer_value(sz) >= 1 &&
+        json_integer_value(sz) <= ((int64_t)1 << 40))
+      nd->slice[0] = tsp_expr_const(json_integer_value(sz));
+    else if (!json_is_string(sz) ||
+             tsp_expr_parse(p, json_string_value(sz), &nd->slice[0], &inner) != TS_OK)
+      return ts_error_set(err, TS_PARSE, "ops[%zu] window: \"size\" must be an int >= 1 or a "
+                          "formula over the dim groups (\"k\")%s%s", i, inner.msg[0] ? ": " : "",
+                          inner.msg);
   } else if (op == TSP_OP_EINSUM) {
     json_t *eq = json_object_get(o, "eq");
     if (!json_is_string(eq) || strlen(json_string_value(eq)) >= sizeof nd->eq)

@@ -366,6 +366,11 @@ int tsp_program_show(tsp_program *p, char **text, ts_error *err) {
         fprintf(f, ":%lld", (long long)n->step[d]);
       fprintf(f, "%s", d == n->ndim - 1 ? "]" : "");
     }
+    if (n->op == TSP_OP_WINDOW) {
+      char b0[64];
+      tsp_expr_format(p, &n->slice[0], b0, sizeof b0);
+      fprintf(f, " [dim %d, size %s]", n->perm[0], b0);
+    }
     if (n->kernel >= 0)
       fprintf(f, " kernel %d", n->kernel);
     if (n->local)

@@ -410,6 +410,35 @@ static int verify_slice(tsp_program *p, tsp_node *n, ts_error *err) {
   return TS_OK;
 }
 
+/* window: along dim d of size D, the result has D - size + 1 there and a new last dim of the
+ * window's size (element [.., i, .., j] is the operand's [.., i + j, ..]: a view). */
+static int verify_window(tsp_program *p, tsp_node *n, ts_error *err) {
+  const tsp_node *a = &p->nodes[n->args[0]];
+  int d = n->perm[0];
+  const tsp_expr *size = &n->slice[0];
+  n->dtype = a->dtype;
+  if (a->ndim >= TSP_MAX_DIMS)
+    return ts_error_set(err, TS_BAD_SHAPE, "window '%s': the operand has %d dims already (at most "
+                        "%d with the window's)", n->name, a->ndim, TSP_MAX_DIMS);
+  if (!bound_small(p, size))
+    return ts_error_set(err, TS_OVERFLOW, "window '%s': the size has a term beyond 2^40 at the "
+                        "groups' largest values", n->name);
+  if (tsp_expr_is_static(size) && size->c < 1)
+    return ts_error_set(err, TS_BAD_SHAPE, "window '%s': size %lld must be >= 1", n->name,
+                        (long long)size->c);
+  if (tsp_expr_is_static(size) && tsp_expr_is_static(&a->shape[d]) && size->c > a->shape[d].c)
+    return ts_error_set(err, TS_BAD_SHAPE, "window '%s': size %lld is larger than dim %d (%lld)",
+                        n->name, (long long)size->c, d, (long long)a->shape[d].c);
+  n->ndim = a->ndim + 1;
+  for (int k = 0; k < a->ndim; k++)
+    n->shape[k] = a->shape[k];
+  n->shape[d].c += 1 - size->c;
+  for (int g = 0; g < TSP_MAX_GROUPS; g++)
+    n->shape[d].k[g] -= size->k[g];
+  n->shape[a->ndim] = *size;
+  return TS_OK;
+}
+
 static int verify_node(tsp_program *p, int idx, ts_error *err);
 
 /* Every value's largest size (each group at its max, or its min where its term is negative)
@@ -458,6 +487,8 @@ static int verify_node(tsp_program *p, int idx, ts_error *err) {
       return verify_reshape(p, n, err);
     if (n->op == TSP_OP_SLICE)
       return verify_slice(p, n, err);
+    if (n->op == TSP_OP_WINDOW)
+      return verify_window(p, n, err);
     n->dtype = a->dtype;
     n->ndim = a->ndim;
     for (int d = 0; d < a->ndim; d++)

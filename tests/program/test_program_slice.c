@@ -1,4 +1,5 @@
-/* test_program_slice.c - the slice op of libtsprogram and the output shape formulas it makes
+/* test_program_slice.c - the slice and window ops of libtsprogram and the output shape formulas
+ * they make
  * (n-k+1, n-2) against plain loops, over random sizes across the buckets: a valid-mode window of
  * two dynamic groups (x[0:n-k+1]) with sums and maxes over it (masked: its padding holds real
  * elements), a 3-tap valid convolution from three slices (n-2), negative bounds (x[-3:], x[:-2])
@@ -6,7 +7,9 @@
  * and static plans), a slice feeding a reshape, the formulas and the masks in the report, and the
  * refusals: a dynamic start with a dynamic length, a step over a dynamic length, static bounds
  * out of range, run-time bounds out of range, a bucket whose padded view would overrun its
- * operand, slices of split dims (placement). Each test has its own cache directory. */
+ * operand, slices of split dims (placement). Windows: a valid-mode convolution of a dynamic size
+ * through an einsum (n-k+1), a max pool, masks, their refusals. Each test has its own cache
+ * directory. */
 #include <check.h>
 #include <ftw.h>
 #include <math.h>
@@ -338,6 +341,127 @@ START_TEST(test_placement_of_slices) {
 }
 END_TEST
 
+/* windows: a valid-mode convolution of a dynamic size k through an einsum over the window view
+ * (output n-k+1), a max pool over a static window of 3 (n-2), a masked sum over a window, a
+ * window of a 2-D operand; an unusable bucket when k is bucketed coarsely; size > n at run time;
+ * a window of a split dim (placement) */
+static const char *conv_k_text =
+    "{\"name\":\"convk\",\"dims\":{\"n\":{\"min\":3,\"max\":200,\"buckets\":{\"step\":32}},"
+    "\"k\":{\"min\":1,\"max\":8,\"buckets\":{\"step\":1}}},"
+    "\"inputs\":[{\"name\":\"x\",\"dtype\":\"f64\",\"shape\":[\"n\"]},"
+    "{\"name\":\"w\",\"dtype\":\"f64\",\"shape\":[\"k\"]},"
+    "{\"name\":\"m\",\"dtype\":\"f64\",\"shape\":[\"n\",4]}],\"ops\":["
+    "{\"out\":\"win\",\"op\":\"window\",\"args\":[\"x\"],\"dim\":0,\"size\":\"k\"},"
+    "{\"out\":\"conv\",\"op\":\"einsum\",\"args\":[\"win\",\"w\"],\"eq\":\"ij,j->i\"},"
+    "{\"out\":\"w3\",\"op\":\"window\",\"args\":[\"x\"],\"size\":3},"
+    "{\"out\":\"mp\",\"op\":\"max\",\"args\":[\"w3\"],\"dims\":[1]},"
+    "{\"out\":\"tot\",\"op\":\"sum\",\"args\":[\"win\"]},"
+    "{\"out\":\"m2\",\"op\":\"window\",\"args\":[\"m\"],\"dim\":-2,\"size\":2},"
+    "{\"out\":\"ms\",\"op\":\"sum\",\"args\":[\"m2\"],\"dims\":[2]}],"
+    "\"outputs\":[\"conv\",\"mp\",\"tot\",\"ms\"]}";
+
+START_TEST(test_window_conv) {
+  tsp_program *p = make(conv_k_text, true);
+  char f[64];
+  tsp_program_output_formula(p, 0, 0, f, sizeof f);
+  ck_assert_str_eq(f, "n-k+1");
+  tsp_program_output_formula(p, 1, 0, f, sizeof f);
+  ck_assert_str_eq(f, "n-2");
+  tsp_program_output_formula(p, 3, 0, f, sizeof f);
+  ck_assert_str_eq(f, "n-1");
+  ts_error err = {0};
+  char *s = NULL;
+  ck_assert_int_eq(tsp_program_show(p, &s, &err), TS_OK);
+  ck_assert_msg(strstr(s, "win = window(x) f64[n-k+1,k] [dim 0, size k]") &&
+                    strstr(strstr(s, "tot = sum"), "masked") < strstr(s, "m2 = window"),
+                "%s", s);
+  free(s);
+  unsigned seed = 3;
+  for (int trial = 0; trial < 25; trial++) {
+    int64_t k = 1 + rand_r(&seed) % 8, lo = k > 3 ? k : 3, n = lo + rand_r(&seed) % (201 - lo);
+    static double x[200], m[800];
+    double w[8];
+    for (int64_t i = 0; i < n; i++)
+      x[i] = value(&seed);
+    for (int64_t i = 0; i < 4 * n; i++)
+      m[i] = value(&seed);
+    for (int64_t i = 0; i < k; i++)
+      w[i] = value(&seed);
+    tsp_tensor in[3] = {{x, TS_F64, 1, {n}}, {w, TS_F64, 1, {k}}, {m, TS_F64, 2, {n, 4}}}, out[4];
+    ck_assert_msg(tsp_program_run(p, in, 3, out, 4, &err) == TS_OK, "n=%lld k=%lld: %s",
+                  (long long)n, (long long)k, err.msg);
+    static double conv[200], mp[200], ms[800];
+    double tot = 0;
+    for (int64_t i = 0; i + k <= n; i++) {
+      conv[i] = 0;
+      for (int64_t j = 0; j < k; j++) {
+        conv[i] += x[i + j] * w[j];
+        tot += x[i + j];
+      }
+    }
+    for (int64_t i = 0; i + 3 <= n; i++) {
+      mp[i] = x[i];
+      for (int j = 1; j < 3; j++)
+        mp[i] = x[i + j] > mp[i] ? x[i + j] : mp[i];
+    }
+    for (int64_t i = 0; i + 1 < n; i++)
+      for (int c = 0; c < 4; c++)
+        ms[i * 4 + c] = m[i * 4 + c] + m[(i + 1) * 4 + c];
+    ck_assert_int_eq(out[0].shape[0], n - k + 1);
+    ck_assert_int_eq(out[3].shape[0], n - 1);
+    ck_assert_int_eq(out[3].shape[1], 4);
+    close_to(out[0].data, conv, n - k + 1, "conv");
+    close_to(out[1].data, mp, n - 2, "maxpool");
+    close_to(out[2].data, &tot, 1, "tot");
+    close_to(out[3].data, ms, 4 * (n - 1), "pairs");
+    for (int i = 0; i < 4; i++)
+      free(out[i].data);
+  }
+  double x[4] = {0}, w[8] = {0}, m[16] = {0};
+  tsp_tensor in[3] = {{x, TS_F64, 1, {4}}, {w, TS_F64, 1, {6}}, {m, TS_F64, 2, {4, 4}}}, out[4];
+  ck_assert_int_eq(tsp_program_run(p, in, 3, out, 4, &err), TS_BAD_SHAPE);
+  ck_assert_msg(strstr(err.msg, "window 'win'") && strstr(err.msg, "k = 6"), "%s", err.msg);
+  tsp_placement pin[3], pout[4];
+  memset(pin, 0, sizeof pin);
+  ck_assert_msg(tsp_program_placement(p, pin, 3, pout, 4, &err) == TS_OK, "%s", err.msg);
+  pin[2].split[1] = 1; /* m split on its columns: windows over rows are local, the sum too */
+  pin[0].split[0] = 0;
+  ck_assert_msg(tsp_program_placement(p, pin, 3, pout, 4, &err) == TS_OK, "%s", err.msg);
+  ck_assert_int_eq(pout[3].split[1], 1);
+  pin[2].split[1] = 0;
+  pin[2].split[0] = 1; /* m split on its rows: the window crosses the cut */
+  ck_assert_int_eq(tsp_program_placement(p, pin, 3, pout, 4, &err), TS_PROGRAM_PLACEMENT);
+  ck_assert_msg(strstr(err.msg, "window 'm2'") && strstr(err.msg, "reshard 'm'"), "%s", err.msg);
+  tsp_program_destroy(p);
+
+  /* k bucketed in powers of two: k = 3 runs in bucket 4, whose padded window overruns x */
+  char text[4096];
+  snprintf(text, sizeof text, "%s", conv_k_text);
+  char *st = strstr(text, "{\"step\":1}");
+  memcpy(st, "\"pow2\"    ", 10);
+  p = make(text, true);
+  tsp_tensor in2[3] = {{x, TS_F64, 1, {4}}, {w, TS_F64, 1, {3}}, {m, TS_F64, 2, {4, 4}}};
+  ck_assert_int_eq(tsp_program_run(p, in2, 3, out, 4, &err), TS_UNSUPPORTED);
+  ck_assert_msg(strstr(err.msg, "window 'win'") && strstr(err.msg, "k=4"), "%s", err.msg);
+  in2[1].shape[0] = 2; /* k = 2: an exact bucket */
+  ck_assert_msg(tsp_program_run(p, in2, 3, out, 4, &err) == TS_OK, "%s", err.msg);
+  for (int i = 0; i < 4; i++)
+    free(out[i].data);
+  tsp_program_destroy(p);
+  char msg[512];
+  ck_assert_int_eq(make_fails("{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[4]}],"
+                              "\"ops\":[{\"out\":\"y\",\"op\":\"window\",\"args\":[\"x\"],"
+                              "\"size\":5}],\"outputs\":[\"y\"]}", msg, sizeof msg),
+                   TS_BAD_SHAPE);
+  ck_assert_msg(strstr(msg, "larger than dim 0"), "%s", msg);
+  ck_assert_int_eq(make_fails("{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[4]}],"
+                              "\"ops\":[{\"out\":\"y\",\"op\":\"window\",\"args\":[\"x\"],"
+                              "\"dim\":1,\"size\":2}],\"outputs\":[\"y\"]}", msg, sizeof msg),
+                   TS_PARSE);
+  ck_assert_msg(strstr(msg, "\"dim\" must be a dim"), "%s", msg);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("program_slice");
   TCase *t = tcase_create("slice");
@@ -348,6 +472,7 @@ int main(void) {
   tcase_add_test(t, test_refusals);
   tcase_add_test(t, test_unusable_bucket);
   tcase_add_test(t, test_placement_of_slices);
+  tcase_add_test(t, test_window_conv);
   suite_add_tcase(s, t);
   return ts_run_suite(s);
 }

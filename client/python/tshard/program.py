@@ -82,6 +82,10 @@ def graph_from_json(program):
                 field.append(_dimref(v, f"ops[{i}].{key}"))
         for v in o.get("step") or []:
             m.step.append(1 if v is None else v)  # null: the default step
+        if o.get("dim") is not None:  # window
+            _ints(m.dim, o["dim"] if isinstance(o["dim"], list) else [o["dim"]], f"ops[{i}].dim")
+        if o.get("size") is not None:
+            m.size.CopyFrom(_dimref(o["size"], f"ops[{i}].size"))
         if "eq" in o:
             m.eq = o["eq"]
         if "dtype" in o:
