@@ -2,7 +2,8 @@
 """End-to-end test of slices in compiled programs through real daemons and the Python client,
 against numpy over random sizes across the buckets: a valid-mode window of two dynamic groups
 (x[:n-k+1], output formula n-k+1) with a masked sum, a 3-tap valid convolution (n-2), negative
-bounds and a step, a slice of the unsplit dim of a sharded tensor (outputs of every rank's rows
+bounds and a step, a valid-mode convolution and a max pool over windows of a dynamic size k
+(n-k+1), a slice of the unsplit dim of a sharded tensor (outputs of every rank's rows
 through a Partial(sum) reduction), the same programs as ProgramGraph messages, the formulas in
 the report, and refusals: run-time bounds out of range and a slice of a split dim (placement),
 both leaving the tensors intact. The daemons get a private program cache.
@@ -63,6 +64,17 @@ CONV = {
             {"out": "b", "op": "add", "args": ["a", "x2"]},
             {"out": "conv", "op": "add", "args": ["b", "x0"]}],
     "outputs": ["conv", "c", "e"]}
+
+CONVK = {
+    "name": "convk",
+    "dims": {"n": {"min": 1, "max": 400, "buckets": {"step": 100}},
+             "k": {"min": 1, "max": 6, "buckets": {"step": 1}}},
+    "inputs": [{"name": "x", "dtype": "f64", "shape": ["n"]},
+               {"name": "w", "dtype": "f64", "shape": ["k"]}],
+    "ops": [{"out": "win", "op": "window", "args": ["x"], "dim": 0, "size": "k"},
+            {"out": "conv", "op": "einsum", "args": ["win", "w"], "eq": "ij,j->i"},
+            {"out": "pool", "op": "max", "args": ["win"], "dims": [1]}],
+    "outputs": ["conv", "pool"]}
 
 ROWS = {
     "name": "rows",
@@ -137,6 +149,32 @@ with Daemons(bin_dir, n_ranks) as d:
             check(np.array_equal(got["json"][2], t[0:3:2]), f"stepped slice n={n}")
             for a, b in zip(got["json"], got["graph"]):
                 check(np.array_equal(a, b), f"conv n={n}: JSON and message differ")
+
+        # windows: a valid-mode convolution of a dynamic size k (n-k+1) and a max pool, as JSON
+        # and as a message, against numpy
+        kid = c.program_compile(CONVK, lazy=True)
+        kgid = c.program_compile(graph=tshard.graph_from_json(CONVK), lazy=True)
+        check("conv: f64 [n-k+1]" in c.program_show(kgid), f"window report: {c.program_show(kgid)}")
+        for trial in range(6):
+            k = int(rng.integers(1, 7))
+            n = int(rng.integers(k, 401))
+            x, w = rng.standard_normal(n), rng.standard_normal(k)
+            c.create(f"kx{trial}", "f64", (n,), replicated)
+            c.put(f"kx{trial}", x)
+            c.create(f"kw{trial}", "f64", (k,), replicated)
+            c.put(f"kw{trial}", w)
+            res = {}
+            for form, q in (("json", kid), ("graph", kgid)):
+                c.program_run(q, {"x": f"kx{trial}", "w": f"kw{trial}"},
+                              {"conv": f"kc{trial}{form}", "pool": f"kp{trial}{form}"})
+                res[form] = (c.get(f"kc{trial}{form}"), c.get(f"kp{trial}{form}"))
+            windows = np.lib.stride_tricks.sliding_window_view(x, k)
+            check(res["json"][0].shape == (n - k + 1,), f"conv n={n} k={k}: {res['json'][0].shape}")
+            check(np.allclose(res["json"][0], np.convolve(x, w[::-1], "valid"), rtol=1e-10,
+                              atol=1e-10), f"valid convolution n={n} k={k}")
+            check(np.array_equal(res["json"][1], windows.max(axis=1)), f"max pool n={n} k={k}")
+            check(all(np.array_equal(a, b) for a, b in zip(res["json"], res["graph"])),
+                  f"window n={n} k={k}: JSON and message differ")
 
         # sharded rows: slicing the unsplit dim is local; the column sums are Partial(sum)
         rid = c.program_compile(ROWS, lazy=True)
