@@ -358,7 +358,7 @@ static const char *conv_k_text =
     "{\"out\":\"tot\",\"op\":\"sum\",\"args\":[\"win\"]},"
     "{\"out\":\"m2\",\"op\":\"window\",\"args\":[\"m\"],\"dim\":-2,\"size\":2},"
     "{\"out\":\"ms\",\"op\":\"sum\",\"args\":[\"m2\"],\"dims\":[2]}],"
-    "\"outputs\":[\"conv\",\"mp\",\"tot\",\"ms\"]}";
+    "\"outputs\":[\"conv\",\"mp\",\"tot\",\"ms\",\"w3\"]}";
 
 START_TEST(test_window_conv) {
   tsp_program *p = make(conv_k_text, true);
@@ -387,10 +387,10 @@ START_TEST(test_window_conv) {
       m[i] = value(&seed);
     for (int64_t i = 0; i < k; i++)
       w[i] = value(&seed);
-    tsp_tensor in[3] = {{x, TS_F64, 1, {n}}, {w, TS_F64, 1, {k}}, {m, TS_F64, 2, {n, 4}}}, out[4];
-    ck_assert_msg(tsp_program_run(p, in, 3, out, 4, &err) == TS_OK, "n=%lld k=%lld: %s",
+    tsp_tensor in[3] = {{x, TS_F64, 1, {n}}, {w, TS_F64, 1, {k}}, {m, TS_F64, 2, {n, 4}}}, out[5];
+    ck_assert_msg(tsp_program_run(p, in, 3, out, 5, &err) == TS_OK, "n=%lld k=%lld: %s",
                   (long long)n, (long long)k, err.msg);
-    static double conv[200], mp[200], ms[800];
+    static double conv[200], mp[200], ms[800], w3[600];
     double tot = 0;
     for (int64_t i = 0; i + k <= n; i++) {
       conv[i] = 0;
@@ -400,6 +400,8 @@ START_TEST(test_window_conv) {
       }
     }
     for (int64_t i = 0; i + 3 <= n; i++) {
+      for (int j = 0; j < 3; j++)
+        w3[i * 3 + j] = x[i + j];
       mp[i] = x[i];
       for (int j = 1; j < 3; j++)
         mp[i] = x[i + j] > mp[i] ? x[i + j] : mp[i];
@@ -414,23 +416,25 @@ START_TEST(test_window_conv) {
     close_to(out[1].data, mp, n - 2, "maxpool");
     close_to(out[2].data, &tot, 1, "tot");
     close_to(out[3].data, ms, 4 * (n - 1), "pairs");
-    for (int i = 0; i < 4; i++)
+    ck_assert(out[4].ndim == 2 && out[4].shape[0] == n - 2 && out[4].shape[1] == 3);
+    close_to(out[4].data, w3, 3 * (n - 2), "window output");
+    for (int i = 0; i < 5; i++)
       free(out[i].data);
   }
   double x[4] = {0}, w[8] = {0}, m[16] = {0};
-  tsp_tensor in[3] = {{x, TS_F64, 1, {4}}, {w, TS_F64, 1, {6}}, {m, TS_F64, 2, {4, 4}}}, out[4];
-  ck_assert_int_eq(tsp_program_run(p, in, 3, out, 4, &err), TS_BAD_SHAPE);
+  tsp_tensor in[3] = {{x, TS_F64, 1, {4}}, {w, TS_F64, 1, {6}}, {m, TS_F64, 2, {4, 4}}}, out[5];
+  ck_assert_int_eq(tsp_program_run(p, in, 3, out, 5, &err), TS_BAD_SHAPE);
   ck_assert_msg(strstr(err.msg, "window 'win'") && strstr(err.msg, "k = 6"), "%s", err.msg);
-  tsp_placement pin[3], pout[4];
+  tsp_placement pin[3], pout[5];
   memset(pin, 0, sizeof pin);
-  ck_assert_msg(tsp_program_placement(p, pin, 3, pout, 4, &err) == TS_OK, "%s", err.msg);
+  ck_assert_msg(tsp_program_placement(p, pin, 3, pout, 5, &err) == TS_OK, "%s", err.msg);
   pin[2].split[1] = 1; /* m split on its columns: windows over rows are local, the sum too */
   pin[0].split[0] = 0;
-  ck_assert_msg(tsp_program_placement(p, pin, 3, pout, 4, &err) == TS_OK, "%s", err.msg);
+  ck_assert_msg(tsp_program_placement(p, pin, 3, pout, 5, &err) == TS_OK, "%s", err.msg);
   ck_assert_int_eq(pout[3].split[1], 1);
   pin[2].split[1] = 0;
   pin[2].split[0] = 1; /* m split on its rows: the window crosses the cut */
-  ck_assert_int_eq(tsp_program_placement(p, pin, 3, pout, 4, &err), TS_PROGRAM_PLACEMENT);
+  ck_assert_int_eq(tsp_program_placement(p, pin, 3, pout, 5, &err), TS_PROGRAM_PLACEMENT);
   ck_assert_msg(strstr(err.msg, "window 'm2'") && strstr(err.msg, "reshard 'm'"), "%s", err.msg);
   tsp_program_destroy(p);
 
@@ -441,11 +445,11 @@ START_TEST(test_window_conv) {
   memcpy(st, "\"pow2\"    ", 10);
   p = make(text, true);
   tsp_tensor in2[3] = {{x, TS_F64, 1, {4}}, {w, TS_F64, 1, {3}}, {m, TS_F64, 2, {4, 4}}};
-  ck_assert_int_eq(tsp_program_run(p, in2, 3, out, 4, &err), TS_UNSUPPORTED);
+  ck_assert_int_eq(tsp_program_run(p, in2, 3, out, 5, &err), TS_UNSUPPORTED);
   ck_assert_msg(strstr(err.msg, "window 'win'") && strstr(err.msg, "k=4"), "%s", err.msg);
   in2[1].shape[0] = 2; /* k = 2: an exact bucket */
-  ck_assert_msg(tsp_program_run(p, in2, 3, out, 4, &err) == TS_OK, "%s", err.msg);
-  for (int i = 0; i < 4; i++)
+  ck_assert_msg(tsp_program_run(p, in2, 3, out, 5, &err) == TS_OK, "%s", err.msg);
+  for (int i = 0; i < 5; i++)
     free(out[i].data);
   tsp_program_destroy(p);
   char msg[512];
