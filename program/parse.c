@@ -1,7 +1,9 @@
 /* parse.c - program JSON text (program/PROGRAM.md) to the graph, with libjansson: the dynamic
  * dim groups, the inputs, the ops (each verified as it is added, so an error names the op) and the
  * outputs. Literal numbers in "args" become constant nodes whose dtype is taken from the other
- * operands (like numpy's Python scalars). */
+ * operands (like numpy's Python scalars). Slice bounds (ints, negative from the end, formulas)
+ * and window sizes become dim expressions; a reshape of a transposed, sliced or windowed view
+ * gets a copy node first (it reads its operand as one contiguous run). */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
