@@ -1,6 +1,6 @@
 /* program.c - compiled programs on the shards (program/PROGRAM.md): program_compile compiles the
- * program on every rank (the same text gives the same id, a hash of it; the ranks agree on the
- * outcome), program_run runs it SPMD on each rank's local slices after the placement check
+ * program on every rank (the same text gives the same id, a hash of it; a ProgramGraph message is
+ * turned into its JSON text first, program_graph.c; the ranks agree on the outcome), program_run runs it SPMD on each rank's local slices after the placement check
  * (tsp_program_placement) and an agreement, so every rank reaches the same outcome before a
  * tensor changes; program_show reports this rank's compiled program; program_drop forgets it on
  * every rank. Inputs are stored tensors
@@ -47,21 +47,27 @@ int tsd_run_program_compile(tsd_engine *e, const tsd_ordered *op, tsd_pending *o
                             ts_error *err) {
   (void)origin;
   const Tshard__ProgramCompileRequest *q = op->req->program_compile;
-  char id[24];
-  snprintf(id, sizeof id, "%016llx", (unsigned long long)XXH3_64bits(q->text, strlen(q->text)));
   ts_error lerr;
   ts_error_clear(&lerr);
+  /* the message form (or a text with bucket rule overrides) becomes its JSON text; the id is
+   * that text's */
+  char *graph_text = NULL;
+  int lst = tsd_program_request_text(q, &graph_text, &lerr);
+  const char *text = graph_text ? graph_text : q->text;
+  char id[24] = "";
+  if (lst == TS_OK)
+    snprintf(id, sizeof id, "%016llx", (unsigned long long)XXH3_64bits(text, strlen(text)));
   tsp_program *p = NULL;
-  int lst = TS_OK;
-  if (!find(id)) {
+  if (lst == TS_OK && !find(id)) {
     if (n_programs == TSD_MAX_PROGRAMS)
       lst = ts_error_set(&lerr, TS_LIMIT, "this daemon holds %d programs already",
                          TSD_MAX_PROGRAMS);
     else {
       tsp_options o = {.lazy = q->lazy};
-      lst = tsp_program_create(&p, q->text, &o, &lerr);
+      lst = tsp_program_create(&p, text, &o, &lerr);
     }
   }
+  free(graph_text);
   int rc = agree(e, lst, &lerr, err);
   if (rc) {
     tsp_program_destroy(p);

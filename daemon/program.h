@@ -19,6 +19,10 @@ void tsd_changes_program_run(const Tshard__Request *r, tsd_changes *ch);
 void tsd_op_program_show(struct tsd_engine *e, struct tsd_work *w);
 int tsd_run_program_drop(struct tsd_engine *e, const struct tsd_ordered *op,
                          struct tsd_pending *origin, ts_error *err);
+/* The program's JSON text when the request needs one made (program_graph.c): the message form
+ * as its document, or bucket rule overrides applied to the document (*text malloc'd: free());
+ * *text NULL: the request's text as it is. */
+int tsd_program_request_text(const Tshard__ProgramCompileRequest *q, char **text, ts_error *err);
 /* Frees every compiled program (engine shutdown). */
 void tsd_programs_free(void);
 

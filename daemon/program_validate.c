@@ -18,10 +18,28 @@ static int check_id(const char *id, ts_error *err) {
 
 int tsd_validate_program_compile(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   (void)lim;
-  const char *t = r->program_compile->text;
-  if (!t || !t[0] || strlen(t) > TSD_PROGRAM_TEXT_MAX)
+  const Tshard__ProgramCompileRequest *q = r->program_compile;
+  const char *t = q->text;
+  bool has_text = t && t[0];
+  if (has_text == (q->graph != NULL))
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "program_compile takes exactly one of the "
+                        "program's JSON text and its graph message (ProgramGraph), got %s",
+                        has_text ? "both" : "neither");
+  if (has_text && strlen(t) > TSD_PROGRAM_TEXT_MAX)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "program text must be 1 byte to 1 MiB of JSON "
                         "(program/PROGRAM.md)");
+  const Tshard__ProgramGraph *g = q->graph;
+  if (g && (g->n_dims > 8 || g->n_inputs > 64 || g->n_outputs > 64 || g->n_ops > 4096))
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "program graph: at most 8 dim groups, 64 "
+                        "inputs, 64 outputs and 4096 ops (got %zu, %zu, %zu, %zu)", g->n_dims,
+                        g->n_inputs, g->n_outputs, g->n_ops);
+  if (q->n_buckets > 8)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "buckets: at most 8 rule overrides (one per "
+                        "dim group), got %zu", q->n_buckets);
+  for (size_t i = 0; i < q->n_buckets; i++)
+    if (!q->buckets[i]->name || !q->buckets[i]->name[0])
+      return ts_error_set(err, TS_INVALID_ARGUMENT, "buckets[%zu]: a rule override needs the dim "
+                          "group's name", i);
   return TS_OK;
 }
 

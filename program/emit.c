@@ -19,10 +19,22 @@ const char *tsp_node_label(const tsp_program *p, int n, char *buf, size_t cap) {
 void tsp_emit_ptr(tsp_gen *g, FILE *f, int node) {
   const tsp_loc *l = &g->b->locs[node];
   const char *ct = tsp_ctype(g->p->nodes[node].dtype);
+  bool view = l->view_off != 0;
+  for (int k = 0; k < TSP_MAX_GROUPS; k++)
+    view = view || l->view_sym[k] != 0;
+  if (view) /* a slice: its base plus its start */
+    fprintf(f, "(");
   if (l->kind == TSP_LOC_ARG)
     fprintf(f, "((%s *)args[%d])", ct, l->index);
   else
     fprintf(f, "((%s *)(pool + %lld))", ct, (long long)l->offset);
+  if (!view)
+    return;
+  fprintf(f, " + %lld", (long long)l->view_off);
+  for (int k = 0; k < TSP_MAX_GROUPS; k++)
+    if (l->view_sym[k])
+      fprintf(f, " + %lld * sym[%d]", (long long)l->view_sym[k], k);
+  fprintf(f, ")");
 }
 
 /* A dim's extent: the bucket's value, or the run's true value (c + k*sym[g]) for masks. */

@@ -24,7 +24,11 @@ static void view(const tsp_program *p, const tsp_bucket *b, int n, void *const *
   const tsp_node *nd = &p->nodes[n];
   const tsp_loc *l = &b->locs[n];
   memset(t, 0, sizeof *t);
-  t->data = l->kind == TSP_LOC_ARG ? args[l->index] : pool + l->offset;
+  int64_t off = l->view_off; /* a slice's start */
+  for (int g = 0; g < TSP_MAX_GROUPS; g++)
+    off += l->view_sym[g] * sym[g];
+  t->data = (char *)(l->kind == TSP_LOC_ARG ? args[l->index] : pool + l->offset) +
+            off * (int64_t)ts_dtype_size(nd->dtype);
   t->layout.dtype = nd->dtype;
   t->layout.ndim = nd->ndim;
   int64_t span = 1;

@@ -101,7 +101,7 @@ int tsp_gen_elementwise(tsp_gen *gg, int kidx, ts_error *err) {
   FILE *f = g->body;
   int64_t kdims[TSP_MAX_DIMS];
   for (int d = 0; d < k->ndim; d++)
-    kdims[d] = tsp_expr_eval(&k->shape[d], g->b->values);
+    kdims[d] = tsp_bucket_extent(g->b, &k->shape[d]);
   int64_t total = numel(k->ndim, kdims);
   unsigned char *hoisted = g->hoisted; /* all 0 here; cleared again at the end */
   /* flat when every memory operand is contiguous in the kernel's shape or one element */

@@ -40,7 +40,7 @@ typedef enum {
   TSP_OP_EQ, TSP_OP_NE, TSP_OP_LT, TSP_OP_LE, TSP_OP_GT, TSP_OP_GE,
   TSP_OP_CAST, TSP_OP_COPY,
   TSP_OP_SUM, TSP_OP_MEAN, TSP_OP_RMAX, TSP_OP_RMIN,
-  TSP_OP_EINSUM, TSP_OP_RESHAPE, TSP_OP_TRANSPOSE, TSP_OP_ASSIGN,
+  TSP_OP_EINSUM, TSP_OP_RESHAPE, TSP_OP_TRANSPOSE, TSP_OP_SLICE, TSP_OP_WINDOW, TSP_OP_ASSIGN,
   TSP_OP_COUNT
 } tsp_op_id;
 
@@ -57,6 +57,9 @@ typedef struct tsp_node {
   bool keepdims;
   int perm[TSP_MAX_DIMS];
   char eq[128];          /* einsum equation */
+  tsp_expr *slice;       /* slice: start[ndim], stop[ndim] of the operand's dims (malloc'd);
+                            window: slice[0] is the window's size, perm[0] its dim */
+  int64_t step[TSP_MAX_DIMS]; /* slice: per operand dim, >= 1 */
   double value;          /* constants */
   int input_index;       /* inputs: position in the program's input list */
   /* analysis */
@@ -95,8 +98,12 @@ typedef enum { TSP_LOC_NONE, TSP_LOC_ARG, TSP_LOC_POOL, TSP_LOC_LOCAL, TSP_LOC_C
 typedef struct tsp_loc {
   tsp_loc_kind kind;
   int index;             /* argument index; pool buffer id */
-  int64_t offset;        /* elements (ARG), bytes (POOL base offset, set by the planner) */
+  int64_t offset;        /* bytes (POOL base offset, set by the planner) */
   int64_t strides[TSP_MAX_DIMS];
+  /* views into their base (slices): an element offset, view_off + sum_g view_sym[g] * sym[g]
+   * (a start that depends on the dim groups takes the run's true values) */
+  int64_t view_off;
+  int64_t view_sym[TSP_MAX_GROUPS];
 } tsp_loc;
 
 typedef struct tsp_poolbuf {
@@ -117,6 +124,7 @@ typedef int (*tsp_main_fn)(void *const *args, char *pool, const int64_t *sym, co
 
 typedef struct tsp_bucket {
   int64_t values[TSP_MAX_GROUPS];
+  int64_t lo[TSP_MAX_GROUPS];    /* the smallest true value of each group this bucket serves */
   bool built;
   void *dl;
   tsp_main_fn fn;
@@ -185,6 +193,10 @@ tsp_expr tsp_expr_const(int64_t c);
 int64_t tsp_expr_eval(const tsp_expr *e, const int64_t *values);
 int tsp_expr_format(const tsp_program *p, const tsp_expr *e, char *buf, size_t cap);
 int tsp_expr_parse(const tsp_program *p, const char *text, tsp_expr *out, ts_error *err);
+/* The largest value of e over the true values a bucket serves (every group between b->lo and
+ * b->values; at least 0): a node's extent in the bucket's static code, which covers its true
+ * extent in every run the bucket takes, also for formulas with negative terms (n-k+1). */
+int64_t tsp_bucket_extent(const tsp_bucket *b, const tsp_expr *e);
 
 /* stages */
 int tsp_parse(tsp_program *p, const char *text, ts_error *err);          /* parse.c */
@@ -193,6 +205,11 @@ int tsp_verify_node(tsp_program *p, int n, ts_error *err);                /* ver
 int tsp_optimize(tsp_program *p, ts_error *err);                          /* optimize.c */
 int tsp_buckets_make(tsp_program *p, ts_error *err);                      /* bucket.c */
 int tsp_padding_check(tsp_program *p, ts_error *err);                     /* bucket.c */
+/* Whether bucket b's static views stay inside their operands' padded buffers (slices with a
+ * static start and a formula stop); TS_UNSUPPORTED with the reason if not. (bucket.c) */
+int tsp_bucket_check(const tsp_program *p, const tsp_bucket *b, ts_error *err);
+/* Slices of this run's true dim values stay in range (0 <= start <= stop <= size). (bucket.c) */
+int tsp_slices_bind(const tsp_program *p, const int64_t *sym, ts_error *err);
 int tsp_plan_bucket(tsp_program *p, tsp_bucket *b, ts_error *err);        /* memplan.c */
 void tsp_plan_free(tsp_bucket *b);
 int tsp_emit(tsp_program *p, tsp_bucket *b, char **src, ts_error *err);   /* emit.c */

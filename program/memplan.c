@@ -104,6 +104,9 @@ static int place(tsp_bucket *b) {
 }
 
 int tsp_plan_bucket(tsp_program *p, tsp_bucket *b, ts_error *err) {
+  int rc0 = tsp_bucket_check(p, b, err);
+  if (rc0 != TS_OK)
+    return rc0;
   int nn = p->n_nodes;
   b->dims = calloc((size_t)nn, sizeof *b->dims);
   b->locs = calloc((size_t)nn, sizeof *b->locs);
@@ -121,7 +124,7 @@ int tsp_plan_bucket(tsp_program *p, tsp_bucket *b, ts_error *err) {
   for (int i = 0; i < nn; i++) {
     const tsp_node *n = &p->nodes[i];
     for (int d = 0; d < n->ndim; d++)
-      b->dims[i][d] = tsp_expr_eval(&n->shape[d], b->values);
+      b->dims[i][d] = tsp_bucket_extent(b, &n->shape[d]);
     last[i] = -1;
     buf_of[i] = -1;
   }
@@ -177,6 +180,29 @@ int tsp_plan_bucket(tsp_program *p, tsp_bucket *b, ts_error *err) {
       *l = *s;
       for (int d = 0; d < n->ndim; d++)
         l->strides[d] = s->strides[n->perm[d]];
+    } else if (n->op == TSP_OP_SLICE) {
+      /* a view: the start moves the offset (by the run's true values when it is a formula), the
+       * step scales the strides */
+      const tsp_loc *s = &b->locs[n->args[0]];
+      *l = *s;
+      bool over = false;
+      for (int d = 0; d < n->ndim; d++) {
+        const tsp_expr *st = &n->slice[d];
+        int64_t t;
+        over = over || __builtin_mul_overflow(st->c, s->strides[d], &t) ||
+               __builtin_add_overflow(l->view_off, t, &l->view_off);
+        for (int g = 0; g < TSP_MAX_GROUPS; g++)
+          over = over || __builtin_mul_overflow(st->k[g], s->strides[d], &t) ||
+                 __builtin_add_overflow(l->view_sym[g], t, &l->view_sym[g]);
+        over = over || __builtin_mul_overflow(s->strides[d], n->step[d], &l->strides[d]);
+      }
+      if (over)
+        rc = ts_error_set(err, TS_OVERFLOW, "slice '%s': its offset or strides overflow",
+                          n->name);
+    } else if (n->op == TSP_OP_WINDOW) {
+      /* a view: the new last dim steps along the windowed dim */
+      *l = b->locs[n->args[0]];
+      l->strides[n->ndim - 1] = l->strides[n->perm[0]];
     } else if (n->op == TSP_OP_RESHAPE) {
       *l = b->locs[n->args[0]];
       contiguous(l, n->ndim, b->dims[i]);

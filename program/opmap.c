@@ -48,6 +48,8 @@ static const tsp_opdef table[TSP_OP_COUNT] = {
     [TSP_OP_EINSUM] = {"einsum", TSP_CAT_EINSUM, -1, false, NULL, NULL, tsp_gen_einsum},
     [TSP_OP_RESHAPE] = {"reshape", TSP_CAT_LAYOUT, 1, false, NULL, NULL, NULL},
     [TSP_OP_TRANSPOSE] = {"transpose", TSP_CAT_LAYOUT, 1, false, NULL, NULL, NULL},
+    [TSP_OP_SLICE] = {"slice", TSP_CAT_LAYOUT, 1, false, NULL, NULL, NULL},
+    [TSP_OP_WINDOW] = {"window", TSP_CAT_LAYOUT, 1, false, NULL, NULL, NULL},
     [TSP_OP_ASSIGN] = {"assign", TSP_CAT_ASSIGN, 2, false, NULL, NULL, NULL},
 };
 

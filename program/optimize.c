@@ -207,23 +207,6 @@ int tsp_optimize(tsp_program *p, ts_error *err) {
     }
     p->nodes[s].assign_input = p->nodes[t].input_index;
   }
-  /* a reshape reads its operand as one contiguous run: a transposed view is copied first */
-  for (int i = 0; i < p->n_nodes; i++) {
-    if (p->nodes[i].op != TSP_OP_RESHAPE)
-      continue;
-    bool transposed = false;
-    for (int a = p->nodes[i].args[0]; tsp_op(p->nodes[a].op)->cat == TSP_CAT_LAYOUT;
-         a = p->nodes[a].args[0])
-      transposed = transposed || p->nodes[a].op == TSP_OP_TRANSPOSE;
-    if (!transposed)
-      continue;
-    int c = add_copy(p, p->nodes[i].args[0], p->nodes[i].args[0], err);
-    if (c < 0) {
-      free(assign_copy);
-      return -c;
-    }
-    p->nodes[i].args[0] = c;
-  }
   for (int i = 0; i < p->n_nodes; i++)
     if (p->nodes[i].output_index >= 0 || p->nodes[i].op == TSP_OP_ASSIGN)
       p->nodes[i].live = true;

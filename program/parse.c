@@ -1,7 +1,9 @@
 /* parse.c - program JSON text (program/PROGRAM.md) to the graph, with libjansson: the dynamic
  * dim groups, the inputs, the ops (each verified as it is added, so an error names the op) and the
  * outputs. Literal numbers in "args" become constant nodes whose dtype is taken from the other
- * operands (like numpy's Python scalars). */
+ * operands (like numpy's Python scalars). Slice bounds (ints, negative from the end, formulas)
+ * and window sizes become dim expressions; a reshape of a transposed, sliced or windowed view
+ * gets a copy node first (it reads its operand as one contiguous run). */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,6 +197,67 @@ static int parse_int_list(json_t *a, int *out, int max, int *n) {
   return 0;
 }
 
+/* A slice bound: an int (negative: counted from the end, like numpy), a formula over the dim
+ * groups (a position from the start), or null/absent (the default: 0 or the end). */
+static int slice_bound(tsp_program *p, json_t *v, const tsp_expr *size, const tsp_expr *dflt,
+                       tsp_expr *out, ts_error *err) {
+  if (!v || json_is_null(v)) {
+    *out = *dflt;
+    return TS_OK;
+  }
+  if (json_is_integer(v) && json_integer_value(v) >= -((int64_t)1 << 40) &&
+      json_integer_value(v) <= ((int64_t)1 << 40)) {
+    int64_t x = json_integer_value(v);
+    *out = x < 0 ? *size : tsp_expr_const(0);
+    out->c += x;
+    return TS_OK;
+  }
+  ts_error inner = {0};
+  if (json_is_string(v) && tsp_expr_parse(p, json_string_value(v), out, &inner) == TS_OK)
+    return TS_OK;
+  return ts_error_set(err, TS_PARSE, "%s", json_is_string(v) ? inner.msg : "wrong type");
+}
+
+/* slice: "start", "stop" (lists of bounds) and "step" (list of ints >= 1), per dim of the
+ * operand from the first; dims not listed are kept whole. */
+static int parse_slice(tsp_program *p, size_t i, json_t *o, tsp_node *nd, ts_error *err) {
+  const tsp_node *a = &p->nodes[nd->args[0]];
+  json_t *lists[3] = {json_object_get(o, "start"), json_object_get(o, "stop"),
+                      json_object_get(o, "step")};
+  static const char *names[3] = {"start", "stop", "step"};
+  for (int l = 0; l < 3; l++)
+    if (lists[l] && !json_is_null(lists[l]) &&
+        (!json_is_array(lists[l]) || (int)json_array_size(lists[l]) > a->ndim))
+      return ts_error_set(err, TS_PARSE, "ops[%zu] slice: \"%s\" must be a list of at most %d "
+                          "entries (one per dim of the operand, from the first)", i, names[l],
+                          a->ndim);
+  nd->slice = calloc(2 * TSP_MAX_DIMS, sizeof *nd->slice);
+  if (!nd->slice)
+    return ts_error_set(err, TS_NO_MEMORY, "out of memory");
+  for (int d = 0; d < a->ndim; d++) {
+    tsp_expr zero = tsp_expr_const(0);
+    ts_error inner = {0};
+    json_t *st = json_is_array(lists[0]) ? json_array_get(lists[0], (size_t)d) : NULL;
+    json_t *sp = json_is_array(lists[1]) ? json_array_get(lists[1], (size_t)d) : NULL;
+    json_t *k = json_is_array(lists[2]) ? json_array_get(lists[2], (size_t)d) : NULL;
+    if (slice_bound(p, st, &a->shape[d], &zero, &nd->slice[d], &inner) != TS_OK ||
+        slice_bound(p, sp, &a->shape[d], &a->shape[d], &nd->slice[TSP_MAX_DIMS + d], &inner) !=
+            TS_OK)
+      return ts_error_set(err, TS_PARSE, "ops[%zu] slice: dim %d: a bound must be an int "
+                          "(negative: from the end), a formula over the dim groups (\"n-2\") or "
+                          "null: %s", i, d, inner.msg);
+    nd->step[d] = 1;
+    if (k && !json_is_null(k)) {
+      if (!json_is_integer(k) || json_integer_value(k) < 1 ||
+          json_integer_value(k) > ((int64_t)1 << 40))
+        return ts_error_set(err, TS_PARSE, "ops[%zu] slice: dim %d: step must be a positive int "
+                            "(negative steps are not supported)", i, d);
+      nd->step[d] = json_integer_value(k);
+    }
+  }
+  return TS_OK;
+}
+
 static int parse_op(tsp_program *p, size_t i, json_t *o, ts_error *err) {
   json_t *opn = json_object_get(o, "op"), *args = json_object_get(o, "args"),
          *out = json_object_get(o, "out");
@@ -209,7 +272,7 @@ static int parse_op(tsp_program *p, size_t i, json_t *o, ts_error *err) {
   if (op < 0 || op == TSP_OP_COPY)
     return ts_error_set(err, TS_PARSE, "ops[%zu]: unknown op '%s' (valid: add sub mul div pow max "
                         "min neg abs exp log sqrt rsqrt tanh sigmoid relu gelu where eq ne lt le gt "
-                        "ge cast sum mean max min einsum reshape transpose assign)", i, opname);
+                        "ge cast sum mean max min einsum reshape transpose slice window assign)", i, opname);
   const tsp_opdef *def = tsp_op(op);
   if ((def->arity >= 0 && (int)nargs != def->arity) || nargs < 1 || nargs > TSP_MAX_ARGS)
     return ts_error_set(err, TS_PARSE, "ops[%zu] %s: takes %d args, got %zu", i, opname,
@@ -238,6 +301,26 @@ static int parse_op(tsp_program *p, size_t i, json_t *o, ts_error *err) {
     } else {
       return ts_error_set(err, TS_PARSE, "ops[%zu] %s: args[%zu] must be a value name%s", i,
                           opname, k, op == TSP_OP_ASSIGN ? "" : " or a number");
+    }
+  }
+  if (op == TSP_OP_RESHAPE && p->nodes[argids[0]].dtype != (ts_dtype)-1) {
+    /* a reshape reads its operand as one contiguous run: a transposed or sliced view is copied
+     * first (here, so that the copy comes before the reshape in the graph's order) */
+    bool strided = false;
+    for (int a = argids[0]; tsp_op(p->nodes[a].op)->cat == TSP_CAT_LAYOUT; a = p->nodes[a].args[0])
+      strided = strided || p->nodes[a].op != TSP_OP_RESHAPE;
+    if (strided) {
+      int c = tsp_add_node(p, TSP_OP_COPY, err);
+      if (c < 0)
+        return -c;
+      tsp_node *cn = &p->nodes[c];
+      const tsp_node *src = &p->nodes[argids[0]];
+      cn->nargs = 1;
+      cn->args[0] = argids[0];
+      cn->dtype = src->dtype;
+      cn->ndim = src->ndim;
+      memcpy(cn->shape, src->shape, sizeof cn->shape);
+      argids[0] = c;
     }
   }
   int n = tsp_add_node(p, op, err);
@@ -307,6 +390,33 @@ static int parse_op(tsp_program *p, size_t i, json_t *o, ts_error *err) {
       }
       nd->shape[nd->ndim++] = e;
     }
+  } else if (op == TSP_OP_SLICE) {
+    int rc = parse_slice(p, i, o, nd, err);
+    if (rc != TS_OK)
+      return rc;
+  } else if (op == TSP_OP_WINDOW) {
+    /* "dim" (default the last), "size": an int >= 1 or a formula over the groups ("k") */
+    const tsp_node *a = &p->nodes[argids[0]];
+    json_t *dm = json_object_get(o, "dim"), *sz = json_object_get(o, "size");
+    int d = dm ? (int)json_integer_value(dm) : -1;
+    if ((dm && (!json_is_integer(dm) || json_integer_value(dm) < -8 ||
+                json_integer_value(dm) > 8)) ||
+        (d < 0 ? d + a->ndim : d) < 0 || (d < 0 ? d + a->ndim : d) >= a->ndim)
+      return ts_error_set(err, TS_PARSE, "ops[%zu] window: \"dim\" must be a dim of the operand "
+                          "(%d dims; negative from the end)", i, a->ndim);
+    nd->perm[0] = d < 0 ? d + a->ndim : d;
+    nd->slice = calloc(1, sizeof *nd->slice);
+    if (!nd->slice)
+      return ts_error_set(err, TS_NO_MEMORY, "out of memory");
+    ts_error inner = {0};
+    if (json_is_integer(sz) && json_integer_value(sz) >= 1 &&
+        json_integer_value(sz) <= ((int64_t)1 << 40))
+      nd->slice[0] = tsp_expr_const(json_integer_value(sz));
+    else if (!json_is_string(sz) ||
+             tsp_expr_parse(p, json_string_value(sz), &nd->slice[0], &inner) != TS_OK)
+      return ts_error_set(err, TS_PARSE, "ops[%zu] window: \"size\" must be an int >= 1 or a "
+                          "formula over the dim groups (\"k\")%s%s", i, inner.msg[0] ? ": " : "",
+                          inner.msg);
   } else if (op == TSP_OP_EINSUM) {
     json_t *eq = json_object_get(o, "eq");
     if (!json_is_string(eq) || strlen(json_string_value(eq)) >= sizeof nd->eq)

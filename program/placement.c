@@ -211,6 +211,32 @@ int tsp_program_placement(const tsp_program *p, const tsp_placement *inputs, int
           pl[n].split[d] = ap->split[nd->perm[d]];
         break;
       }
+      if (nd->op == TSP_OP_WINDOW) {
+        /* the new last dim is whole on every rank; the windowed dim must not be split */
+        if (ap->split[nd->perm[0]])
+          rc = ts_error_set(err, TS_PROGRAM_PLACEMENT, "window '%s': dim %d of '%s' is split over "
+                            "ranks, and a window would miss the elements across the cut; "
+                            "reshard '%s' to replicate dim %d first", nd->name, nd->perm[0],
+                            label(p, nd->args[0], al, sizeof al),
+                            label(p, nd->args[0], al, sizeof al), nd->perm[0]);
+        pl[n].split[nd->ndim - 1] = 0;
+        break;
+      }
+      if (nd->op == TSP_OP_SLICE) {
+        /* positions on a split dim are local to each rank's slice: only a whole dim is kept */
+        for (int d = 0; d < nd->ndim && rc == TS_OK; d++) {
+          bool whole = tsp_expr_eq(&nd->slice[d], &(tsp_expr){0}) && nd->step[d] == 1 &&
+                       tsp_expr_eq(&nd->slice[TSP_MAX_DIMS + d], &an->shape[d]);
+          if (ap->split[d] && !whole)
+            rc = ts_error_set(err, TS_PROGRAM_PLACEMENT, "slice '%s': dim %d of '%s' is split "
+                              "over ranks, and a slice of the local slices would take local "
+                              "positions; reshard '%s' to replicate dim %d first (or slice only "
+                              "dims that are not split)", nd->name, d,
+                              label(p, nd->args[0], al, sizeof al),
+                              label(p, nd->args[0], al, sizeof al), d);
+        }
+        break;
+      }
       memset(pl[n].split, 0, sizeof pl[n].split);
       bool ok = true;
       for (int d = 1; d < an->ndim; d++)

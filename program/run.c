@@ -18,6 +18,8 @@ void tsp_program_destroy(tsp_program *p) {
   for (int k = 0; k < p->n_kernels; k++)
     free(p->kernels[k].members);
   free(p->kernels);
+  for (int i = 0; i < p->n_nodes; i++)
+    free(p->nodes[i].slice);
   free(p->nodes);
   free(p->name);
   free(p->cache_dir);
@@ -62,7 +64,8 @@ int tsp_program_build(tsp_program *p, int b, ts_error *err) {
   pthread_mutex_lock(&p->lock);
   int rc = TS_OK;
   for (int i = b < 0 ? 0 : b; rc == TS_OK && i < (b < 0 ? p->n_buckets : b + 1); i++)
-    rc = tsp_build_bucket(p, &p->buckets[i], err);
+    if (b >= 0 || tsp_bucket_check(p, &p->buckets[i], NULL) == TS_OK) /* all: the usable ones */
+      rc = tsp_build_bucket(p, &p->buckets[i], err);
   pthread_mutex_unlock(&p->lock);
   return rc;
 }
@@ -104,7 +107,7 @@ static int bind(const tsp_program *p, const tsp_tensor *in, int n_in, int64_t *s
   for (int g = 0; g < p->n_groups; g++)
     if (!seen[g])
       return ts_error_set(err, TS_BAD_SHAPE, "dim group '%s' appears in no input", p->groups[g].name);
-  return TS_OK;
+  return tsp_slices_bind(p, sym, err);
 }
 
 static int64_t numel(int ndim, const int64_t *dims) {
@@ -354,6 +357,20 @@ int tsp_program_show(tsp_program *p, char **text, ts_error *err) {
         fprintf(f, "%s%s", k ? ", " : "", tsp_node_label(p, n->args[k], a, sizeof a));
     }
     fprintf(f, ") %s", s);
+    for (int d = 0; n->op == TSP_OP_SLICE && d < n->ndim; d++) {
+      char b0[64], b1[64];
+      tsp_expr_format(p, &n->slice[d], b0, sizeof b0);
+      tsp_expr_format(p, &n->slice[TSP_MAX_DIMS + d], b1, sizeof b1);
+      fprintf(f, "%s%s:%s", d ? ", " : " [", b0, b1);
+      if (n->step[d] != 1)
+        fprintf(f, ":%lld", (long long)n->step[d]);
+      fprintf(f, "%s", d == n->ndim - 1 ? "]" : "");
+    }
+    if (n->op == TSP_OP_WINDOW) {
+      char b0[64];
+      tsp_expr_format(p, &n->slice[0], b0, sizeof b0);
+      fprintf(f, " [dim %d, size %s]", n->perm[0], b0);
+    }
     if (n->kernel >= 0)
       fprintf(f, " kernel %d", n->kernel);
     if (n->local)
@@ -415,8 +432,12 @@ int tsp_program_show(tsp_program *p, char **text, ts_error *err) {
     fprintf(f, "  bucket %d:", b);
     for (int g = 0; g < p->n_groups; g++)
       fprintf(f, " %s=%lld", p->groups[g].name, (long long)bk->values[g]);
-    fprintf(f, " %s", bk->built ? (bk->from_cache ? "built (cache hit)" : "built (compiled)")
-                                : "not built");
+    ts_error why;
+    if (!bk->built && tsp_bucket_check(p, bk, &why) != TS_OK)
+      fprintf(f, " not usable: %s", why.msg);
+    else
+      fprintf(f, " %s", bk->built ? (bk->from_cache ? "built (cache hit)" : "built (compiled)")
+                                  : "not built");
     if (bk->built)
       fprintf(f, " pool=%zu bytes %s", bk->pool_bytes, bk->path);
     fprintf(f, "\n");

@@ -354,23 +354,107 @@ static int verify_reshape(tsp_program *p, tsp_node *n, ts_error *err) {
   return TS_OK;
 }
 
+/* slice: per dim [start, stop) with a step; the result's extent is stop - start (a formula such
+ * as n-k+1) or, with a step, ceil((stop - start) / step) of a static length. */
+static bool bound_small(const tsp_program *p, const tsp_expr *e) {
+  const int64_t lim = (int64_t)1 << 40;
+  if (e->c < -lim || e->c > lim)
+    return false;
+  for (int g = 0; g < TSP_MAX_GROUPS; g++) {
+    int64_t t;
+    if (e->k[g] && (g >= p->n_groups || __builtin_mul_overflow(e->k[g], p->groups[g].max, &t) ||
+                    t < -lim || t > lim))
+      return false;
+  }
+  return true;
+}
+
+static int verify_slice(tsp_program *p, tsp_node *n, ts_error *err) {
+  const tsp_node *a = &p->nodes[n->args[0]];
+  n->dtype = a->dtype;
+  n->ndim = a->ndim;
+  for (int d = 0; d < a->ndim; d++) {
+    const tsp_expr *st = &n->slice[d], *sp = &n->slice[TSP_MAX_DIMS + d], *size = &a->shape[d];
+    if (!bound_small(p, st) || !bound_small(p, sp))
+      return ts_error_set(err, TS_OVERFLOW, "slice '%s' dim %d: a bound has a term beyond 2^40 "
+                          "at the groups' largest values", n->name, d);
+    tsp_expr len = *sp;
+    len.c -= st->c;
+    for (int g = 0; g < TSP_MAX_GROUPS; g++)
+      len.k[g] -= st->k[g];
+    char ts[64], tp[64], tz[64];
+    tsp_expr_format(p, st, ts, sizeof ts);
+    tsp_expr_format(p, sp, tp, sizeof tp);
+    tsp_expr_format(p, size, tz, sizeof tz);
+    if (tsp_expr_is_static(&len) && len.c < 0)
+      return ts_error_set(err, TS_BAD_SHAPE, "slice '%s' dim %d: stop %s is before start %s",
+                          n->name, d, tp, ts);
+    if (tsp_expr_is_static(st) && tsp_expr_is_static(sp) && tsp_expr_is_static(size) &&
+        (st->c < 0 || sp->c > size->c))
+      return ts_error_set(err, TS_BAD_SHAPE, "slice '%s' dim %d: [%s:%s] is out of range for a "
+                          "dim of %s (need 0 <= start <= stop <= size; negative ints count from "
+                          "the end)", n->name, d, ts, tp, tz);
+    if (!tsp_expr_is_static(st) && !tsp_expr_is_static(&len))
+      return ts_error_set(err, TS_UNSUPPORTED, "slice '%s' dim %d: the start %s and the length "
+                          "(stop - start) both depend on the dim groups, so the padded view "
+                          "could run past its operand; give a static start (\"stop\": \"n-2\") "
+                          "or a static length (\"start\": -3)", n->name, d, ts);
+    if (n->step[d] > 1 && !tsp_expr_is_static(&len))
+      return ts_error_set(err, TS_UNSUPPORTED, "slice '%s' dim %d: a step of %lld needs a static "
+                          "length (stop - start), not one that depends on the dim groups",
+                          n->name, d, (long long)n->step[d]);
+    if (n->step[d] > 1)
+      len = tsp_expr_const((len.c + n->step[d] - 1) / n->step[d]);
+    n->shape[d] = len;
+  }
+  return TS_OK;
+}
+
+/* window: along dim d of size D, the result has D - size + 1 there and a new last dim of the
+ * window's size (element [.., i, .., j] is the operand's [.., i + j, ..]: a view). */
+static int verify_window(tsp_program *p, tsp_node *n, ts_error *err) {
+  const tsp_node *a = &p->nodes[n->args[0]];
+  int d = n->perm[0];
+  const tsp_expr *size = &n->slice[0];
+  n->dtype = a->dtype;
+  if (a->ndim >= TSP_MAX_DIMS)
+    return ts_error_set(err, TS_BAD_SHAPE, "window '%s': the operand has %d dims already (at most "
+                        "%d with the window's)", n->name, a->ndim, TSP_MAX_DIMS);
+  if (!bound_small(p, size))
+    return ts_error_set(err, TS_OVERFLOW, "window '%s': the size has a term beyond 2^40 at the "
+                        "groups' largest values", n->name);
+  if (tsp_expr_is_static(size) && size->c < 1)
+    return ts_error_set(err, TS_BAD_SHAPE, "window '%s': size %lld must be >= 1", n->name,
+                        (long long)size->c);
+  if (tsp_expr_is_static(size) && tsp_expr_is_static(&a->shape[d]) && size->c > a->shape[d].c)
+    return ts_error_set(err, TS_BAD_SHAPE, "window '%s': size %lld is larger than dim %d (%lld)",
+                        n->name, (long long)size->c, d, (long long)a->shape[d].c);
+  n->ndim = a->ndim + 1;
+  for (int k = 0; k < a->ndim; k++)
+    n->shape[k] = a->shape[k];
+  n->shape[d].c += 1 - size->c;
+  for (int g = 0; g < TSP_MAX_GROUPS; g++)
+    n->shape[d].k[g] -= size->k[g];
+  n->shape[a->ndim] = *size;
+  return TS_OK;
+}
+
 static int verify_node(tsp_program *p, int idx, ts_error *err);
 
-/* Every value's largest size (groups at their max) stays within 2^40 elements. */
+/* Every value's largest size (each group at its max, or its min where its term is negative)
+ * stays within 2^40 elements. */
 int tsp_verify_node(tsp_program *p, int idx, ts_error *err) {
   int rc = verify_node(p, idx, err);
   if (rc != TS_OK)
     return rc;
   const tsp_node *n = &p->nodes[idx];
-  int64_t maxv[TSP_MAX_GROUPS] = {0};
-  for (int g = 0; g < p->n_groups; g++)
-    maxv[g] = p->groups[g].max;
   int64_t total = 1;
   for (int d = 0; d < n->ndim; d++) {
     int64_t v = n->shape[d].c;
     for (int g = 0; g < TSP_MAX_GROUPS; g++) {
-      int64_t t;
-      if (__builtin_mul_overflow(n->shape[d].k[g], maxv[g], &t) || __builtin_add_overflow(v, t, &v))
+      int64_t t, k = n->shape[d].k[g];
+      int64_t x = g >= p->n_groups ? 0 : k < 0 ? p->groups[g].min : p->groups[g].max;
+      if (__builtin_mul_overflow(k, x, &t) || __builtin_add_overflow(v, t, &v))
         v = -1;
     }
     if (v < 0 || __builtin_mul_overflow(total, v, &total) || total > ((int64_t)1 << 40))
@@ -401,6 +485,10 @@ static int verify_node(tsp_program *p, int idx, ts_error *err) {
                           tsp_op(n->op)->name, n->name);
     if (n->op == TSP_OP_RESHAPE)
       return verify_reshape(p, n, err);
+    if (n->op == TSP_OP_SLICE)
+      return verify_slice(p, n, err);
+    if (n->op == TSP_OP_WINDOW)
+      return verify_window(p, n, err);
     n->dtype = a->dtype;
     n->ndim = a->ndim;
     for (int d = 0; d < a->ndim; d++)

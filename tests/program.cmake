@@ -6,6 +6,10 @@ target_link_libraries(test_program PRIVATE tsprogram m)
 target_include_directories(test_program PRIVATE ${CMAKE_CURRENT_LIST_DIR}/unit)
 target_compile_definitions(test_program PRIVATE TSP_GOLDEN="${TS_PROGRAM_TESTS}/golden_small.c")
 set_tests_properties(test_program PROPERTIES TIMEOUT 300)
+tshard_unit_test(test_program_slice ${TS_PROGRAM_TESTS}/test_program_slice.c)
+target_link_libraries(test_program_slice PRIVATE tsprogram m)
+target_include_directories(test_program_slice PRIVATE ${CMAKE_CURRENT_LIST_DIR}/unit)
+set_tests_properties(test_program_slice PROPERTIES TIMEOUT 300)
 
 add_executable(tshard-bench-program ${TS_PROGRAM_TESTS}/bench/bench_program.c)
 target_link_libraries(tshard-bench-program PRIVATE tsprogram)
@@ -21,4 +25,28 @@ if(TARGET tshard-python AND TARGET tshardd)
     set_tests_properties(test_python_program_np${np} PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                          ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_LIST_DIR}/python")
   endforeach()
+endif()
+
+# Slices against numpy, and the message form of programs (ProgramGraph), through real daemons,
+# the Python client and the CLI.
+if(TARGET tshard-python AND TARGET tshardd)
+  add_test(NAME test_python_program_slice_np2
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/python/test_program_slice.py
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY} 2)
+  set_tests_properties(test_python_program_slice_np2 PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_LIST_DIR}/python")
+  add_test(NAME test_python_program_graph_np2
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/python/test_program_graph.py
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY} 2)
+  set_tests_properties(test_python_program_graph_np2 PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_LIST_DIR}/python")
+endif()
+
+# The C library's program calls (text, packed message, rule overrides) through real daemons.
+if(TARGET tshardd AND TARGET tshard)
+  tshard_e2e_test(test_e2e_program)
+  target_link_libraries(test_e2e_program PRIVATE tsproto)
+  add_test(NAME test_e2e_program COMMAND test_e2e_program)
+  set_tests_properties(test_e2e_program PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_MPI_TEST_ENV}")
 endif()

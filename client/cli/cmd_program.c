@@ -1,5 +1,7 @@
 /* cmd_program.c - `tshard program compile|run|show|drop`: compiled programs on the daemons
- * (program/PROGRAM.md). compile reads the JSON file and prints the id, then the connected rank's
+ * (program/PROGRAM.md). compile reads the JSON file (or a serialized ProgramGraph message:
+ * --format pb, or a .pb file; --buckets NAME=RULE overrides a dim group's bucketing rule) and
+ * prints the id, then the connected rank's
  * report (buckets and their status, the cache); run binds --input NAME=TENSOR (or NAME=NUMBER for
  * a scalar) and --output NAME=NEWTENSOR; show prints the report; drop forgets the program. */
 #include <errno.h>
@@ -17,7 +19,7 @@ static int failed(tshard_client *c, int rc) {
   return cli_fail(CLI_FAILED, msg);
 }
 
-static char *read_file(const char *path) {
+static char *read_file(const char *path, size_t *out_len) {
   FILE *f = fopen(path, "rb");
   if (!f)
     return NULL;
@@ -47,6 +49,7 @@ static char *read_file(const char *path) {
   }
   fclose(f);
   buf[len] = '\0';
+  *out_len = len;
   return buf;
 }
 
@@ -98,19 +101,47 @@ int cmd_program(cli_args *a, tshard_client *c) {
     return CLI_USAGE;
   }
   if (!strcmp(sub, "compile")) {
-    const char *b = cli_opt(a, "buckets");
-    if (b && strcmp(b, "ahead") && strcmp(b, "lazy")) {
-      fprintf(stderr, "tshard: --buckets is 'ahead' (compile all now, the default) or 'lazy'\n");
+    /* --buckets (repeatable): ahead or lazy, or NAME=RULE overriding a group's bucketing rule */
+    int lazy = 0;
+    char rules[1024] = "";
+    size_t rl = 0;
+    for (int i = 1; i < a->argc; i++) {
+      const char *v = NULL, *s = a->argv[i];
+      if (!strcmp(s, "--buckets") && i + 1 < a->argc)
+        v = a->argv[++i];
+      else if (!strncmp(s, "--buckets=", 10))
+        v = s + 10;
+      if (!v)
+        continue;
+      if (!strcmp(v, "lazy") || !strcmp(v, "ahead")) {
+        lazy = !strcmp(v, "lazy");
+      } else if (strchr(v, '=') && rl + strlen(v) + 2 < sizeof rules) {
+        rl += (size_t)snprintf(rules + rl, sizeof rules - rl, "%s%s", rl ? " " : "", v);
+      } else {
+        fprintf(stderr, "tshard: --buckets is 'ahead' (compile all now, the default), 'lazy' (on "
+                        "first use) or NAME=RULE (a dim group's rule: pow2, step:S or "
+                        "V1,V2,...); got '%s'\n", v);
+        return CLI_USAGE;
+      }
+    }
+    /* the JSON text, or a serialized ProgramGraph message (--format pb, or a .pb file) */
+    const char *fmt = cli_opt(a, "format");
+    size_t al = strlen(arg);
+    bool pb = fmt ? !strcmp(fmt, "pb") : (al > 3 && !strcmp(arg + al - 3, ".pb"));
+    if (fmt && strcmp(fmt, "json") && strcmp(fmt, "pb")) {
+      fprintf(stderr, "tshard: --format is 'json' (the program's text, the default) or 'pb' (a "
+                      "serialized ProgramGraph message; the default for a .pb file)\n");
       return CLI_USAGE;
     }
-    char *text = read_file(arg);
+    size_t len = 0;
+    char *text = read_file(arg, &len);
     if (!text) {
       fprintf(stderr, "tshard: cannot read '%s': %s\n", arg, strerror(errno));
       return CLI_IO;
     }
     char id[32];
-    int rc = tshard_program_compile(c, text, b && !strcmp(b, "lazy"), id, sizeof id,
-                                    cli_opt(a, "key"));
+    int rc = tshard_program_compile_ex(c, pb ? NULL : text, pb ? text : NULL, len,
+                                       rl ? rules : NULL, lazy, id, sizeof id, cli_opt(a, "key"));
     free(text);
     if (rc)
       return failed(c, rc);

@@ -150,10 +150,15 @@ static const cli_command commands[] = {
      "  run ID           run it on the ranks' local slices\n"
      "  show ID          the graph after optimization, fused kernels, pool plan\n"
      "  drop ID          forget the program on every rank\n"
-     "  --buckets B      compile: ahead (all buckets now, default) or lazy (on first use)\n"
+     "  --buckets B      compile: ahead (all buckets now, default) or lazy (on first use); or\n"
+     "                   NAME=RULE, dim group NAME's bucketing rule instead of the program's:\n"
+     "                   pow2, step:S or V1,V2,... (e.g. --buckets n=16,32,64); repeat\n"
+     "  --format F       compile: json (the text, default) or pb (a serialized ProgramGraph\n"
+     "                   message; the default for FILE.pb)\n"
      "  --input N=T      run: program input N is stored tensor T (N=NUMBER: a scalar); repeat\n"
      "  --output N=T     run: program output N becomes the new tensor T; repeat\n"
      "  --key KEY        idempotency key\n" CONNECT_HELP,
+     "tshard program compile adam.json --buckets lazy --buckets n=step:1024\n  "
      "tshard program run 3f2a9c0d1b2e4f56 --input w=w --input g=g --input lr=0.01"},
     {"shutdown", NULL, cmd_shutdown, "stop every daemon of the job",
      "  --key KEY        idempotency key\n" CONNECT_HELP, "tshard shutdown --job demo"},

@@ -50,6 +50,15 @@ plan = s(1, "t") + field(2, 2, s(5, "mesh=[4] placements=[R]")) + s(3, "allgathe
 shm_region = field(1, 0, 4096) + field(2, 0, 96)
 put_shm = s(1, "t") + field(3, 0, 96) + field(5, 2, shm_region)
 get_shm = s(1, "t") + field(4, 2, field(1, 0, 0))
+# compiled programs: the JSON text; a ProgramGraph message (a dim group, an input, a slice) with a
+# bucketing rule override; both forms at once (refused)
+prog_text = s(1, '{"inputs":[{"name":"x","dtype":"f32","shape":[4]}],"ops":[{"out":"y","op":'
+                 '"neg","args":["x"]}],"outputs":["y"]}') + field(2, 0, 1)
+graph = s(1, "g") + field(2, 2, s(1, "n") + field(2, 0, 1) + field(3, 0, 64) + field(4, 0, 1)) + \
+    field(3, 2, s(1, "x") + s(2, "f64") + field(3, 2, s(2, "n"))) + \
+    field(4, 2, s(1, "slice") + s(2, "y") + field(3, 2, s(1, "x")) + field(11, 2, s(2, "n-1"))) + \
+    s(5, "y")
+prog_graph = field(20, 2, graph) + field(21, 2, s(1, "n") + field(5, 0, 8)) + field(2, 0, 1)
 
 seeds = {
     "ping": frame(request(10, b"")),
@@ -74,6 +83,9 @@ seeds = {
     "name_nul": frame(request(12, s(1, b"keep\x00evil") + field(3, 0, 4) + s(4, bytes(4)))),
     "name_utf8": frame(request(17, s(1, b"bad\xff\xc0\xaf")) ) +
     frame(request(19, s(1, "gr\u00f6\u00dfe"), key="k\u00e9")),
+    "program_compile_text": frame(request(32, prog_text, key="p1")),
+    "program_compile_graph": frame(request(32, prog_graph, key="p2")),
+    "program_compile_both": frame(request(32, prog_text + field(20, 2, graph), key="p3")),
     "dup_split": frame(request(11, s(1, "d") + s(2, "f32") + packed(3, [4]) + field(4, 2,
         packed(1, [2]) + field(3, 2, field(2, 0, 0)) + field(4, 2, packed(2, [2, 2])) +
         field(4, 2, packed(2, [1, 3]))))),

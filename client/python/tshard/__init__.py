@@ -19,8 +19,9 @@ from . import errors
 from . import spmd
 from . import checkpoint
 from .offline import plan, show  # issue 14: offline plan and drawing (offline.py)
+from .program import graph_from_json  # issue 17: a program's message form (program.py)
 
 __all__ = ["connect", "Client", "Attr", "AttrError", "Mesh", "Shard", "Replicate", "Partial",
            "TshardError", "error_for", "errors", "DTYPES", "socket_path", "read_token_file", "spmd",
            "plan", "show", "EinsumResult",
-           "checkpoint"]
+           "checkpoint", "graph_from_json"]

@@ -653,9 +653,10 @@ class Client:
                           for r in d.ranks]}
 
     # -- compiled programs (program.py) ----------------------------------------------------------
-    def program_compile(self, program, lazy=False, key=None):
-        """Compiles a program (JSON text or dict) on every rank; returns its id."""
-        return _program.compile(self, program, lazy=lazy, key=key)
+    def program_compile(self, program=None, lazy=False, key=None, graph=None, buckets=None):
+        """Compiles a program (JSON text or dict, or graph= a ProgramGraph message) on every
+        rank, buckets={group: rule} overriding its bucketing rules; returns its id."""
+        return _program.compile(self, program, lazy=lazy, key=key, graph=graph, buckets=buckets)
 
     def program_run(self, program_id, inputs, outputs=None, key=None):
         """Runs a compiled program SPMD on the local slices (inputs: {name: tensor or number},

@@ -12,13 +12,128 @@ def _text(program):
         return program
     if isinstance(program, dict):
         return json.dumps(program)
-    raise TypeError("a program is its JSON text (str) or a dict")
+    raise TypeError("a program is its JSON text (str), a dict or a ProgramGraph message")
 
 
-def compile(client, program, lazy=False, key=None):  # noqa: A001 - the operation's name
-    """Compiles on every rank (all buckets now unless lazy); returns the program's id."""
-    r = client._call(key, program_compile=pb.ProgramCompileRequest(text=_text(program),
-                                                                   lazy=bool(lazy)))
+def _dimref(v, what):
+    r = pb.ProgramGraphDimRef()
+    if v is None:
+        return r  # unset: a slice bound's default
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise TypeError(f"{what}: an int, a dim name or formula, or None")
+    if isinstance(v, int):
+        r.size = v
+    else:
+        r.expr = v
+    return r
+
+
+def _ints(msg, values, what):
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{what}: a list of ints")
+    msg.SetInParent()  # present even when empty
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{what}: a list of ints")
+        msg.values.append(v)
+
+
+def graph_from_json(program):
+    """The message form (tshard_pb2.ProgramGraph) of a program given as its JSON text or dict
+    (program/PROGRAM.md): field for field, so compile(graph=graph_from_json(p)) compiles the same
+    program as compile(p). Only the structure is converted; the daemon checks the program."""
+    d = json.loads(program) if isinstance(program, str) else program
+    if not isinstance(d, dict):
+        raise TypeError("a program is a JSON object (dict)")
+    g = pb.ProgramGraph()
+    if "name" in d:
+        g.name = d["name"]
+    for name, grp in (d.get("dims") or {}).items():
+        m = g.dims.add(name=name, min=grp.get("min", 0), max=grp.get("max", 0))
+        b = grp.get("buckets")
+        if b == "pow2":
+            m.pow2 = True
+        elif isinstance(b, dict) and "step" in b:
+            m.step = b["step"]
+        elif isinstance(b, list):
+            _ints(m.list, b, f"dims.{name}.buckets")
+        elif b is not None:
+            raise TypeError(f"dims.{name}.buckets: \"pow2\", {{\"step\": int}} or a list of ints")
+    for i, x in enumerate(d.get("inputs") or []):
+        m = g.inputs.add(name=x.get("name", ""), dtype=x.get("dtype", ""))
+        for v in x.get("shape") or []:
+            m.shape.append(_dimref(v, f"inputs[{i}].shape"))
+    for i, o in enumerate(d.get("ops") or []):
+        m = g.ops.add(op=o.get("op", ""), out=o.get("out", ""))
+        for a in o.get("args") or []:
+            if isinstance(a, str):
+                m.args.add(name=a)
+            elif isinstance(a, numbers.Real) and not isinstance(a, bool):
+                m.args.add(value=float(a))
+            else:
+                raise TypeError(f"ops[{i}].args: value names or numbers")
+        if o.get("dims") is not None:
+            _ints(m.dims, o["dims"], f"ops[{i}].dims")
+        m.keepdims = bool(o.get("keepdims", False))
+        if o.get("perm") is not None:
+            _ints(m.perm, o["perm"], f"ops[{i}].perm")
+        for key, field in (("shape", m.shape), ("start", m.start), ("stop", m.stop)):
+            for v in o.get(key) or []:
+                field.append(_dimref(v, f"ops[{i}].{key}"))
+        for v in o.get("step") or []:
+            m.step.append(1 if v is None else v)  # null: the default step
+        if o.get("dim") is not None:  # window
+            _ints(m.dim, o["dim"] if isinstance(o["dim"], list) else [o["dim"]], f"ops[{i}].dim")
+        if o.get("size") is not None:
+            m.size.CopyFrom(_dimref(o["size"], f"ops[{i}].size"))
+        if "eq" in o:
+            m.eq = o["eq"]
+        if "dtype" in o:
+            m.dtype = o["dtype"]
+    for name in d.get("outputs") or []:
+        g.outputs.append(name)
+    return g
+
+
+def _rule(msg, name, rule):
+    """A bucketing rule override: "pow2", {"step": S} or "step:S", a list or "V1,V2,..."."""
+    if isinstance(rule, str) and rule.startswith("step:"):
+        rule = {"step": int(rule[5:])}
+    elif isinstance(rule, str) and rule != "pow2":
+        rule = [int(v) for v in rule.split(",")]
+    m = msg.buckets.add(name=str(name))
+    if rule == "pow2":
+        m.pow2 = True
+    elif isinstance(rule, dict) and set(rule) == {"step"}:
+        m.step = int(rule["step"])
+    elif isinstance(rule, (list, tuple)):
+        _ints(m.list, list(rule), f"buckets[{name!r}]")
+    else:
+        raise TypeError(f"buckets[{name!r}]: \"pow2\", {{\"step\": S}} (or \"step:S\"), or a "
+                        "list of ints (or \"V1,V2,...\")")
+
+
+def compile(client, program=None, lazy=False, key=None, graph=None,  # noqa: A001
+            buckets=None):
+    """Compiles on every rank (all buckets now unless lazy); returns the program's id. The
+    program is its JSON text or dict, or (graph=, or as program) a ProgramGraph message.
+    buckets: {group name: rule} overriding the program's bucketing rules (rule: "pow2",
+    {"step": S} or "step:S", a list of ints or "V1,V2,...")."""
+    if isinstance(program, pb.ProgramGraph):
+        program, graph = None, program
+    if (program is None) == (graph is None):
+        raise TypeError("compile takes a program (JSON text or dict) or graph= (a ProgramGraph "
+                        "message), exactly one")
+    req = pb.ProgramCompileRequest(lazy=bool(lazy))
+    if graph is not None:
+        if not isinstance(graph, pb.ProgramGraph):
+            raise TypeError("graph: a tshard_pb2.ProgramGraph message (see graph_from_json)")
+        req.graph.CopyFrom(graph)
+    else:
+        req.text = _text(program)
+    for name, rule in dict(buckets or {}).items():
+        _rule(req, name, rule)
+    r = client._call(key, program_compile=req)
     return r.program.id
 
 
