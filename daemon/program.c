@@ -4,9 +4,10 @@
  * (tsp_program_placement) and an agreement, so every rank reaches the same outcome before a
  * tensor changes; program_show reports this rank's compiled program; program_drop forgets it on
  * every rank. Inputs are stored tensors
- * (their row-major local slices) or scalars sent with the request; outputs are new tensors, which
- * must come out unsplit (replicated or partial over the inputs' mesh); in-place updates of the
- * inputs go straight into their slices. Only the engine thread touches the registry. */
+ * (their row-major local slices) or scalars sent with the request; outputs are new tensors over
+ * the inputs' mesh, each rank's slice being what it computed: replicated, partial, or split
+ * where the placement check says a dim stays split (its split sizes, uneven too, are the ranks'
+ * local extents, gathered); in-place updates of the inputs go straight into their slices. Only the engine thread touches the registry. */
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -173,6 +174,84 @@ static bool same_mesh(const ts_attr *a, const ts_attr *b) {
   return true;
 }
 
+/* The attribute and global shape of output k from every rank's local shapes (all: per world
+ * rank [here, shapes...], `per` values each): over the inputs' mesh, Partial where the placement
+ * check says so, Shard(d) for every dim it leaves split with the split sizes the ranks computed
+ * (parts row-major over the splitting mesh dims), Replicate elsewhere. Ranks that disagree on a
+ * dim are an error naming it. */
+static int output_attr(const tsp_program *p, int k, const tsp_placement *pl, const ts_attr *mesh,
+                       const int64_t *all, size_t per, int64_t *shape, ts_attr **out,
+                       ts_error *err) {
+  int nd = tsp_program_output_ndim(p, k), mnd = mesh->mesh_ndim;
+  const char *oname = tsp_program_output_name(p, k);
+  ts_placement place[TS_MAX_MESH_DIMS];
+  for (int m = 0; m < mnd; m++)
+    place[m] = (pl->partial & (1u << m))
+                   ? ts_partial(pl->partial_op == TSP_PARTIAL_MAX   ? TS_REDUCE_MAX
+                                : pl->partial_op == TSP_PARTIAL_MIN ? TS_REDUCE_MIN
+                                                                    : TS_REDUCE_SUM)
+                   : ts_replicate();
+  int64_t *sizes[TSP_MAX_DIMS] = {0};
+  int nparts[TSP_MAX_DIMS] = {0};
+  int rc = TS_OK;
+  for (int d = 0; d < nd && !rc; d++) {
+    int parts = 1;
+    for (int m = 0; m < mnd; m++)
+      if (pl->split[d] & (1u << m)) {
+        place[m] = ts_shard_on(d);
+        parts *= (int)mesh->mesh_shape[m];
+      }
+    nparts[d] = pl->split[d] ? parts : 0;
+    sizes[d] = malloc((size_t)parts * sizeof *sizes[d]);
+    if (!sizes[d]) {
+      rc = ts_error_set(err, TS_NO_MEMORY, "out of memory");
+      break;
+    }
+    for (int i = 0; i < parts; i++)
+      sizes[d][i] = -1;
+    for (int pos = 0; pos < mesh->nranks && !rc; pos++) {
+      const int64_t *row = all + (size_t)mesh->ranks[pos] * per;
+      if (!row[0])
+        continue; /* ran nowhere here: nothing to say */
+      int part = 0, rest = pos;
+      int64_t coord[TS_MAX_MESH_DIMS];
+      for (int m = mnd - 1; m >= 0; m--) {
+        coord[m] = rest % mesh->mesh_shape[m];
+        rest /= (int)mesh->mesh_shape[m];
+      }
+      for (int m = 0; m < mnd; m++)
+        if (pl->split[d] & (1u << m))
+          part = part * (int)mesh->mesh_shape[m] + (int)coord[m];
+      int64_t ext = row[1 + (size_t)d];
+      if (sizes[d][part] < 0)
+        sizes[d][part] = ext;
+      else if (sizes[d][part] != ext)
+        rc = ts_error_set(err, TS_PROGRAM_PLACEMENT, "output '%s': ranks computed %lld and %lld "
+                          "along dim %d for the same part of it; the inputs' slices along that "
+                          "dim differ", oname, (long long)sizes[d][part], (long long)ext, d);
+    }
+    shape[d] = 0;
+    for (int i = 0; i < parts && !rc; i++) {
+      if (sizes[d][i] < 0)
+        rc = ts_error_set(err, TS_INTERNAL, "output '%s': no rank computed part %d of dim %d",
+                          oname, i, d);
+      shape[d] = pl->split[d] ? shape[d] + sizes[d][i] : sizes[d][i];
+    }
+  }
+  for (int i = 0; i < nd; i++)
+    shape[i] = rc ? 0 : shape[i];
+  if (!rc)
+    rc = ts_attr_create(out, mnd, mesh->mesh_shape, mesh->ranks, place, err);
+  for (int d = 0; d < nd && !rc; d++)
+    if (nparts[d])
+      rc = ts_attr_set_splits(*out, d, nparts[d], sizes[d], err);
+  for (int d = 0; d < nd; d++)
+    free(sizes[d]);
+  if (rc)
+    ts_attr_destroy(out);
+  return rc;
+}
+
 typedef struct run_state {
   tsp_tensor in[64], out[64];
   int64_t scalar_buf[64];
@@ -257,10 +336,9 @@ static int bind(tsd_engine *e, tsp_program *p, const Tshard__ProgramRunRequest *
       return ts_error_set(err, TS_EXISTS, "a tensor named '%s' exists already (outputs are new "
                           "tensors)", a->tensor);
     for (int d = 0; d < TSP_MAX_DIMS; d++)
-      if (pout[k].split[d])
-        return ts_error_set(err, TS_PROGRAM_PLACEMENT, "output '%s' would be split over ranks "
-                            "(dim %d): new outputs must be replicated or partial; assign into an "
-                            "existing tensor instead, or reshard the inputs to replicate that dim",
+      if (pout[k].split[d] & pout[k].partial)
+        return ts_error_set(err, TS_PROGRAM_PLACEMENT, "output '%s' would be split (dim %d) and "
+                            "partial over the same mesh dim; reshard the inputs first",
                             tsp_program_output_name(p, k), d);
     if (!st->mesh)
       return ts_error_set(err, TS_INVALID_ARGUMENT, "output '%s': a program with outputs needs a "
@@ -307,50 +385,62 @@ int tsd_run_program_run(tsd_engine *e, const tsd_ordered *op, tsd_pending *origi
   /* run here (ranks outside the mesh have nothing to compute) */
   if (st->here)
     lst = tsp_program_run(p, st->in, tsp_program_n_inputs(p), st->out, n_out, &lerr);
-  /* the outputs' shapes from the ranks that ran (equal on every rank of the mesh): one
-   * collective every rank makes, whatever its status */
-  int64_t *shapes = calloc((size_t)n_out * TSP_MAX_DIMS + 1, sizeof *shapes);
-  if (!shapes && !lst)
+  /* every rank's local output shapes (one collective every rank makes, whatever its status):
+   * [here, shapes of output 0, 1, ...] per world rank */
+  int ws = ts_world_size(e->world), me = ts_world_rank(e->world);
+  size_t per = 1 + (size_t)n_out * TSP_MAX_DIMS;
+  int64_t *all = calloc((size_t)ws * per, sizeof *all), *counts = calloc(2 * (size_t)ws, 8);
+  if ((!all || !counts) && !lst)
     lst = ts_error_set(&lerr, TS_NO_MEMORY, "out of memory");
-  for (int k = 0; shapes && !lst && st->here && k < n_out; k++)
-    memcpy(shapes + (size_t)k * TSP_MAX_DIMS, st->out[k].shape, TSP_MAX_DIMS * sizeof(int64_t));
+  if (all && counts) {
+    all[(size_t)me * per] = st->here && !lst;
+    for (int k = 0; st->here && !lst && k < n_out; k++)
+      memcpy(all + (size_t)me * per + 1 + (size_t)k * TSP_MAX_DIMS, st->out[k].shape,
+             TSP_MAX_DIMS * sizeof(int64_t));
+    for (int r = 0; r < ws; r++) {
+      counts[r] = (int64_t)(per * sizeof *all);
+      counts[ws + r] = (int64_t)((size_t)r * per * sizeof *all);
+    }
+  }
   ts_error cerr;
-  int cst = ts_comm_allreduce_i64(ts_world_comm(e->world), shapes ? shapes : (int64_t[1]){0},
-                                  shapes ? n_out * TSP_MAX_DIMS : 0, TS_COMM_MAX, &cerr);
+  int cst = all && counts ? ts_comm_allgatherv(ts_world_comm(e->world), all, counts, counts + ws,
+                                               &cerr)
+                          : ts_comm_barrier(ts_world_comm(e->world), &cerr);
   if (cst && !lst) {
     lst = cst;
     lerr = cerr;
   }
-  /* new tensors over the inputs' mesh, replicated or partial */
+  /* new tensors over the inputs' mesh */
   int made = 0;
   for (int k = 0; !lst && k < n_out; k++) {
     const char *name = NULL;
     for (size_t j = 0; j < q->n_outputs; j++)
       if (strcmp(q->outputs[j]->name, tsp_program_output_name(p, k)) == 0)
         name = q->outputs[j]->tensor;
-    ts_placement place[TS_MAX_MESH_DIMS];
-    for (int m = 0; m < st->mesh->mesh_ndim; m++)
-      place[m] = (pout[k].partial & (1u << m))
-                     ? ts_partial(pout[k].partial_op == TSP_PARTIAL_MAX   ? TS_REDUCE_MAX
-                                  : pout[k].partial_op == TSP_PARTIAL_MIN ? TS_REDUCE_MIN
-                                                                          : TS_REDUCE_SUM)
-                     : ts_replicate();
     ts_attr *attr = NULL;
-    lst = ts_attr_create(&attr, st->mesh->mesh_ndim, st->mesh->mesh_shape, st->mesh->ranks, place,
-                         &lerr);
+    int64_t shape[TSP_MAX_DIMS];
+    lst = output_attr(p, k, &pout[k], st->mesh, all, per, shape, &attr, &lerr);
     ts_stored *t = NULL;
     if (!lst)
-      lst = ts_store_add(e->store, name, tsp_program_output_ndim(p, k),
-                         shapes + (size_t)k * TSP_MAX_DIMS, tsp_program_output_dtype(p, k), attr,
-                         NULL, &t, &lerr);
+      lst = ts_store_add(e->store, name, tsp_program_output_ndim(p, k), shape,
+                         tsp_program_output_dtype(p, k), attr, NULL, &t, &lerr);
     ts_attr_destroy(&attr);
     if (!lst) {
       made++;
-      if (t->has_slice && st->here && t->local.bytes)
-        memcpy(t->local.data, st->out[k].data, t->local.bytes);
+      if (t->has_slice && st->here) {
+        for (int d = 0; d < t->ndim; d++)
+          if (t->box.hi[d] - t->box.lo[d] != st->out[k].shape[d])
+            lst = ts_error_set(&lerr, TS_INTERNAL, "output '%s': this rank computed %lld along "
+                               "dim %d where its slice holds %lld", tsp_program_output_name(p, k),
+                               (long long)st->out[k].shape[d], d,
+                               (long long)(t->box.hi[d] - t->box.lo[d]));
+        if (!lst && t->local.bytes)
+          memcpy(t->local.data, st->out[k].data, t->local.bytes);
+      }
     }
   }
-  free(shapes);
+  free(all);
+  free(counts);
   for (int k = 0; st->here && k < n_out; k++)
     free(st->out[k].data); /* NULL after a failed run */
   rc = agree(e, lst, &lerr, err);

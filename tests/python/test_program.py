@@ -157,6 +157,38 @@ with Daemons(bin_dir, n) as d:
             check(np.allclose(c.get(f"a{trial}"), vals[last], rtol=1e-12, atol=1e-12),
                   f"random program {trial}")
 
+        # new outputs that stay split: each rank's slice is what it computed, the splits (uneven
+        # here) are the inputs'
+        split_prog = {"dims": DIMS, "inputs": [{"name": "x", "dtype": "f64", "shape": ["p", 8]}],
+                      "ops": [{"out": "r", "op": "relu", "args": ["x"]},
+                              {"out": "y", "op": "mul", "args": ["r", 2]},
+                              {"out": "rs", "op": "sum", "args": ["x"], "dims": [1]}],
+                      "outputs": ["y", "rs"]}
+        spid = c.program_compile(split_prog, lazy=True)
+        c.program_run(spid, {"x": "x"}, {"y": "ysplit", "rs": "rowsum"})
+        check(np.allclose(c.get("ysplit"), np.maximum(x, 0) * 2), "split output y")
+        check(np.allclose(c.get("rowsum"), x.sum(axis=1)), "split output rowsum")
+        dx, dy, dr = c.describe("x"), c.describe("ysplit"), c.describe("rowsum")
+        check([(r["lo"][0], r["hi"][0]) for r in dx["ranks"]] ==
+              [(r["lo"][0], r["hi"][0]) for r in dy["ranks"]] ==
+              [(r["lo"][0], r["hi"][0]) for r in dr["ranks"]],
+              f"split outputs keep x's row split: {dx['attr']} {dy['attr']} {dr['attr']}")
+        cols = [3, 5] + [1] * (n - 2)  # uneven column splits
+        xc = rng.standard_normal((6, sum(cols)))
+        c.create("xc", "f64", xc.shape, f"mesh=[{n}] placements=[S(1)] splits={{1:{cols}}}")
+        c.put("xc", xc)
+        col_prog = {"dims": {"q": {"min": 1, "max": 64, "buckets": {"step": 8}}},
+                    "inputs": [{"name": "x", "dtype": "f64", "shape": [6, "q"]}],
+                    "ops": [{"out": "e", "op": "exp", "args": ["x"]}], "outputs": ["e"]}
+        try:
+            cpid = c.program_compile(col_prog, lazy=True)
+            c.program_run(cpid, {"x": "xc"}, {"e": "ec"})
+            check(np.allclose(c.get("ec"), np.exp(xc)), "column-split output")
+            check([r["hi"][1] - r["lo"][1] for r in c.describe("ec")["ranks"]] == cols,
+                  f"column-split output keeps the splits: {c.describe('ec')['attr']}")
+        except tshard.TshardError as e:
+            check(False, f"column-split program: {e}")
+
         # placement refusals leave the tensors intact
         c.create("y", "f64", (rows, 8), replicated)
         c.put("y", x)
