@@ -32,6 +32,7 @@
 /* The bounds of a move round's chunk (the load's staging bytes, 0: 64 MiB). */
 #define MOVE_ROUND_MIN ((int64_t)64 << 10)
 #define MOVE_ROUND_MAX ((int64_t)1 << 30)
+#define MOVE_PULL_CHUNK ((int64_t)8 << 20)
 
 /* ---------------------------------------------------------------------------------------------
  * The reader: files, errors, hashed reads (shared with ckpt_move.c) */
@@ -381,6 +382,8 @@ int ts_ckpt_load(ts_store *s, ts_world *w, const char *dir, const char *const *n
   int loaded = 0;
   ckpt_reader r = {.dir = dir, .rep = rep};
   int64_t round = o->staging_bytes > 0 ? o->staging_bytes : (int64_t)64 << 20;
+  if (ts_comm_single_copy(c)) /* pulling: two buffers, short rounds */
+    round = round / 2 < MOVE_PULL_CHUNK ? round / 2 : MOVE_PULL_CHUNK;
   round = round < MOVE_ROUND_MIN ? MOVE_ROUND_MIN : round > MOVE_ROUND_MAX ? MOVE_ROUND_MAX : round;
   for (int i = 0; rc == TS_OK && i < nt; i++) {
     const ts_ckpt_tensor *t = list[i];

@@ -16,8 +16,11 @@
  * q-th chunk. A rank whose read or checksum failed keeps taking part in the rounds (its staging
  * bytes go into a tensor that every rank drops); the outcome is agreed after the last round, so
  * every rank returns the same error, naming the file and the piece. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "ckpt_internal.h"
@@ -205,10 +208,69 @@ static bool chunk_of(const ckpt_move *m, const ts_ckpt_tensor *t, int j, int64_t
   return true;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Pulling (every rank on one node): each round's chunks sit in their readers' staging (two
+ * buffers used in turn); after one barrier every rank copies what its box needs of them straight
+ * into its slice with process_vm_readv. A reader refills a buffer two rounds later, after the
+ * next barrier, by when every rank has copied out of it. */
+
+typedef struct peer_info {
+  int64_t pid;
+  uint64_t buf[2];
+} peer_info;
+
+/* Copies X, inside box R of the row-major buffer `remote` of process pid, into box L of the
+ * row-major local buffer: runs contiguous in both, up to PULL_IOV per system call. */
+#define PULL_IOV 512
+static int pull_box(pid_t pid, uint64_t remote, const ts_box *R, uint8_t *local, const ts_box *L,
+                    const ts_box *X, size_t es) {
+  int n = X->ndim;
+  int64_t rs[TS_MAX_DIMS + 1], ls[TS_MAX_DIMS + 1]; /* row-major element strides */
+  rs[n] = ls[n] = 1;
+  for (int d = n - 1; d >= 0; d--) {
+    rs[d] = rs[d + 1] * (R->hi[d] - R->lo[d]);
+    ls[d] = ls[d + 1] * (L->hi[d] - L->lo[d]);
+  }
+  int k0 = n - 1; /* the dims after k0 are whole in X, R and L */
+  while (k0 > 0 && X->lo[k0] == R->lo[k0] && X->hi[k0] == R->hi[k0] && X->lo[k0] == L->lo[k0] &&
+         X->hi[k0] == L->hi[k0])
+    k0--;
+  size_t run = (size_t)(n ? (X->hi[k0] - X->lo[k0]) * rs[k0 + 1] : 1) * es;
+  int64_t idx[TS_MAX_DIMS];
+  for (int d = 0; d < n; d++)
+    idx[d] = X->lo[d];
+  struct iovec liov[PULL_IOV], riov[PULL_IOV];
+  int cnt = 0;
+  for (bool more = true; more;) {
+    int64_t ro = 0, lo = 0;
+    for (int d = 0; d < n; d++) {
+      ro += (idx[d] - R->lo[d]) * rs[d + 1];
+      lo += (idx[d] - L->lo[d]) * ls[d + 1];
+    }
+    liov[cnt] = (struct iovec){local + (size_t)lo * es, run};
+    riov[cnt] = (struct iovec){(void *)(uintptr_t)(remote + (uint64_t)ro * es), run};
+    cnt++;
+    int d = k0 - 1;
+    while (d >= 0 && ++idx[d] == X->hi[d]) {
+      idx[d] = X->lo[d];
+      d--;
+    }
+    more = d >= 0;
+    if (cnt == PULL_IOV || !more) {
+      ssize_t want = (ssize_t)(run * (size_t)cnt);
+      if (process_vm_readv(pid, liov, (unsigned long)cnt, riov, (unsigned long)cnt, 0) != want)
+        return -1;
+      cnt = 0;
+    }
+  }
+  return 0;
+}
+
 int ckpt_move_run(const ckpt_move *m, ckpt_reader *r, ts_world *w, const ts_ckpt_tensor *t,
                   ts_stored *e, int prior, const ts_error *prior_err, ts_error *err) {
   ts_comm *c = ts_world_comm(w);
   int me = ts_world_rank(w);
+  bool pull = ts_comm_single_copy(c);
   ts_error lerr;
   ts_error_clear(&lerr);
   int st = prior;
@@ -217,7 +279,7 @@ int ckpt_move_run(const ckpt_move *m, ckpt_reader *r, ts_world *w, const ts_ckpt
   else if (!m || m->size != ts_world_size(w) || !e || e->has_slice != m->has[me])
     st = ts_error_set(&lerr, TS_INTERNAL, "checkpoint load of '%s': the ranks disagree on its "
                       "plan (do they read the same index?)", t->name);
-  /* The staging buffer: this rank's largest chunk. */
+  /* The staging: this rank's largest chunk (twice when pulling). */
   int64_t cap = 0;
   for (int64_t q = 0; !st && q < m->nchunks[me]; q++) {
     ts_box C;
@@ -227,21 +289,43 @@ int ckpt_move_run(const ckpt_move *m, ckpt_reader *r, ts_world *w, const ts_ckpt
     int64_t n = ts_box_numel(&C) * (int64_t)m->es;
     cap = n > cap ? n : cap;
   }
-  uint8_t *buf = NULL;
+  uint8_t *buf = NULL, *bufs[2] = {NULL, NULL};
   ts_comm_region *send = NULL, *recv = NULL;
+  peer_info *peers = NULL;
   XXH3_state_t *hs = NULL;
-  if (!st && cap > 0 &&
-      !(buf = ts_shard_alloc_as((size_t)cap, TS_POOL_STAGING, "the checkpoint move buffer", &lerr)))
+  if (!st && cap > 0 && !(buf = ts_shard_alloc_as((size_t)cap * (pull ? 2 : 1), TS_POOL_STAGING,
+                                                  "the checkpoint move buffer", &lerr)))
     st = lerr.code;
+  bufs[0] = buf;
+  bufs[1] = buf && pull ? buf + cap : buf;
   if (!st) {
     send = calloc((size_t)m->size, sizeof *send);
     recv = calloc((size_t)m->size, sizeof *recv);
+    peers = calloc((size_t)m->size, sizeof *peers);
     hs = XXH3_createState();
-    if (!send || !recv || !hs)
+    if (!send || !recv || !peers || !hs)
       st = ts_error_set(&lerr, TS_NO_MEMORY, "checkpoint load of '%s': no memory", t->name);
   }
   /* Agreement 1: every rank can take part in the rounds. */
   int rc = ts_comm_agree(c, st, &lerr, err);
+  if (rc == TS_OK && pull) { /* every rank's process and staging */
+    peers[me] = (peer_info){(int64_t)getpid(), {(uint64_t)(uintptr_t)bufs[0],
+                                                (uint64_t)(uintptr_t)bufs[1]}};
+    int64_t *counts = calloc(2 * (size_t)m->size, sizeof *counts);
+    if (!counts) {
+      st = ts_error_set(&lerr, TS_NO_MEMORY, "checkpoint load of '%s': no memory", t->name);
+    } else {
+      for (int j = 0; j < m->size; j++) {
+        counts[j] = (int64_t)sizeof *peers;
+        counts[m->size + j] = j * (int64_t)sizeof *peers;
+      }
+      /* every rank calls it; a failure is agreed after the rounds */
+      if (ts_comm_allgatherv(c, peers, counts, counts + m->size, &lerr))
+        st = lerr.code;
+      free(counts);
+    }
+    rc = ts_comm_agree(c, st, &lerr, err);
+  }
   int fd = -1;
   int64_t off = 0;
   for (int64_t q = 0; rc == TS_OK && q < m->rounds; q++) {
@@ -249,6 +333,7 @@ int ckpt_move_run(const ckpt_move *m, ckpt_reader *r, ts_world *w, const ts_ckpt
     int k = -1;
     int64_t ci = 0;
     bool mine = chunk_of(m, t, me, q, &C, &k, &ci);
+    uint8_t *b = bufs[q % 2];
     if (mine && st == TS_OK) { /* read and hash this rank's chunk */
       const ts_ckpt_piece *p = &t->pieces[k];
       if (ci == 0) {
@@ -256,7 +341,7 @@ int ckpt_move_run(const ckpt_move *m, ckpt_reader *r, ts_world *w, const ts_ckpt
         XXH3_64bits_reset(hs);
       }
       size_t n = (size_t)ts_box_numel(&C) * m->es;
-      if (!st && ckpt_pread_hashed(fd, buf, n,
+      if (!st && ckpt_pread_hashed(fd, b, n,
                                    off + ckpt_box_offset(&p->box, C.lo) * (int64_t)m->es, hs))
         st = ckpt_piece_io_fail(t, p, &lerr);
       if (!st)
@@ -267,11 +352,31 @@ int ckpt_move_run(const ckpt_move *m, ckpt_reader *r, ts_world *w, const ts_ckpt
           st = ckpt_piece_mismatch(t, p, h, &lerr);
       }
     }
+    if (pull) {
+      ts_error merr;
+      int mrc = ts_comm_barrier(c, &merr);
+      if (mrc && !st)
+        st = ts_error_set(&lerr, mrc, "checkpoint load of '%s': %.400s", t->name, merr.msg);
+      for (int j = 0; j < m->size && m->has[me]; j++) {
+        ts_box Cj;
+        int kj;
+        int64_t cj;
+        if (!chunk_of(m, t, j, q, &Cj, &kj, &cj) || !ts_box_intersect(&Cj, &m->box[me], &X) ||
+            ts_box_numel(&X) == 0)
+          continue;
+        if (pull_box((pid_t)peers[j].pid, peers[j].buf[q % 2], &Cj, e->local.data, &m->box[me],
+                     &X, m->es) &&
+            !st)
+          st = ts_error_set(&lerr, TS_IO, "checkpoint load of '%s': copying round %lld from "
+                            "rank %d: %s", t->name, (long long)q, j, strerror(errno));
+      }
+      continue;
+    }
     for (int j = 0; j < m->size; j++) {
       memset(&send[j], 0, sizeof send[j]);
       memset(&recv[j], 0, sizeof recv[j]);
       if (mine && m->has[j] && ts_box_intersect(&C, &m->box[j], &X) && ts_box_numel(&X) > 0)
-        region_of(&send[j], buf, &C, &X, m->es);
+        region_of(&send[j], b, &C, &X, m->es);
       ts_box Cj;
       int kj;
       int64_t cj;
@@ -285,12 +390,14 @@ int ckpt_move_run(const ckpt_move *m, ckpt_reader *r, ts_world *w, const ts_ckpt
       st = ts_error_set(&lerr, mrc, "checkpoint load of '%s': moving round %lld: %.400s",
                         t->name, (long long)q, merr.msg);
   }
-  /* Agreement 2: every piece read and verified, every byte moved. */
+  /* Agreement 2 (after it nobody copies out of a staging buffer any more): every piece read
+   * and verified, every byte moved. */
   if (rc == TS_OK)
     rc = ts_comm_agree(c, st, &lerr, err);
   XXH3_freeState(hs);
   free(send);
   free(recv);
+  free(peers);
   ts_shard_free(buf);
   return rc;
 }
