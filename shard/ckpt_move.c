@@ -17,6 +17,7 @@
  * bytes go into a tensor that every rank drops); the outcome is agreed after the last round, so
  * every rank returns the same error, naming the file and the piece. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -294,8 +295,11 @@ int ckpt_move_run(const ckpt_move *m, ckpt_reader *r, ts_world *w, const ts_ckpt
   peer_info *peers = NULL;
   XXH3_state_t *hs = NULL;
   if (!st && cap > 0 && !(buf = ts_shard_alloc_as((size_t)cap * (pull ? 2 : 1), TS_POOL_STAGING,
-                                                  "the checkpoint move buffer", &lerr)))
-    st = lerr.code;
+                                                  "the checkpoint move buffer", &lerr))) {
+    char why[sizeof lerr.msg];
+    snprintf(why, sizeof why, "%s", lerr.msg);
+    st = ts_error_set(&lerr, lerr.code, "checkpoint load of '%s': %.400s", t->name, why);
+  }
   bufs[0] = buf;
   bufs[1] = buf && pull ? buf + cap : buf;
   if (!st) {
