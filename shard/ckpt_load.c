@@ -2,16 +2,24 @@
  *
  * Every rank reads the index and checks it (pieces inside the tensor, pairwise disjoint and
  * covering it exactly). For each tensor the target attribute (the caller's, else the saved one)
- * gives every rank its target box; the tensor is created with a row-major slice and each rank
- * reads, for every piece meeting its box, only the bytes of the intersection: runs contiguous in
- * the file and in the slice, pread straight into the slice (a piece whose intersection spans the
- * inner dims of both is one pread). Every piece's XXH3-64 is verified once, by its verifier: the
- * rank reading the most of it (ties spread round the mesh from piece to piece). When that rank
- * reads the whole piece it hashes the runs as they arrive (a streaming XXH3 state over the runs in file order), so a
- * load under the saved attribute reads every byte exactly once; otherwise it reads the whole
- * piece through a bounded buffer to hash it, copying its own part out of that buffer on the way
- * (the other readers of the piece still read their parts: a resharding load reads up to twice
- * the bytes, the price of whole-piece checksums). Each file header is checked against the index
+ * gives every rank its target box; the tensor is created with a row-major slice (not zeroed:
+ * every byte is written) and filled by one of two paths, chosen per tensor alike on every rank
+ * (then agreed) by the estimated bytes the busiest rank reads or copies:
+ *
+ *   direct  each rank reads every piece meeting its box, whole, and verifies its XXH3-64: a piece
+ *           inside the box straight into the slice (runs contiguous in file and slice, preads of
+ *           1 MiB hashed as they arrive), a piece only partly inside through a 16 MiB buffer,
+ *           copying its part out. A load under the saved attribute reads every byte once.
+ *   move    (ckpt_move.c) each piece is read once, whole, by one rank, hashed as it arrives, and
+ *           the very bytes hashed are copied to every box needing them (on one node pulled with
+ *           process_vm_readv after a barrier per round, else all-to-all rounds): a resharding
+ *           load (S(0) -> S(1), 4 ranks -> 3 or 6) reads every byte once, plus one copy.
+ *
+ * Either way every byte of a loaded slice was hashed as part of its whole piece from the read
+ * that brought it (no rank trusts bytes it read apart from the verified ones). The costs: direct,
+ * per rank, the pieces meeting its box (plus the part copied for those partly inside); move,
+ * the pieces it reads plus its box plus a fixed cost per round; the move path is taken when it
+ * is cheaper (ts_ckpt_load_opts.path forces one). Each file header is checked against the index
  * (dtype, shape, offsets inside the file). Any failure on any rank (missing file, lying header,
  * checksum, memory) is agreed over the world: every rank returns the same error naming the file
  * and the piece, and no loaded tensor is kept.
