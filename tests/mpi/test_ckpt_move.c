@@ -225,6 +225,15 @@ int main(int argc, char **argv) {
   cases[nc] = (tcase){"replicated", TS_F32, 2, {12, 10}, "", "", 1, false, NULL};
   snprintf(cases[nc].save, 200, "mesh=[%d,%d] placements=[S(0),R]", world_size / h, h);
   snprintf(cases[nc++].load, 200, "mesh=[%d,%d] placements=[S(1),S(0)]", h, world_size / h);
+  /* a target with an empty part */
+  cases[nc] = (tcase){"to_empty_part", TS_F32, 2, {9, 16}, "", "", 1, false, NULL};
+  if (world_size >= 2) {
+    snprintf(cases[nc].save, 200, "mesh=[%d] placements=[S(0)]", world_size);
+    snprintf(cases[nc++].load, 200, "mesh=[2] placements=[S(1)] splits={1:[0,16]}");
+  } else {
+    snprintf(cases[nc].save, 200, "mesh=[1] placements=[S(1)]");
+    snprintf(cases[nc++].load, 200, "mesh=[1] placements=[S(0)] splits={0:[9]}");
+  }
   /* a replicated target: every rank needs every piece */
   cases[nc] = (tcase){"to_replicated", TS_I32, 2, {11, 9}, "", "", 1, false, NULL};
   snprintf(cases[nc].save, 200, "mesh=[%d] placements=[S(1)]", world_size);
