@@ -181,8 +181,7 @@ static int read_through(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tenso
                         ts_error *err) {
   if (!r->vbuf) {
     r->vcap = 16u << 20;
-    r->vbuf = ts_shard_alloc_as(r->vcap, TS_POOL_STAGING | TS_POOL_HUGE,
-                                "the checkpoint verify buffer", err);
+    r->vbuf = ts_shard_alloc_as(r->vcap, TS_POOL_STAGING, "the checkpoint verify buffer", err);
     if (!r->vbuf)
       return err->code;
   }

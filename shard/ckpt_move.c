@@ -277,7 +277,8 @@ int ckpt_move_run(const ckpt_move *m, ckpt_reader *r, ts_world *w, const ts_ckpt
   int st = prior;
   if (st)
     lerr = *prior_err;
-  else if (!m || m->size != ts_world_size(w) || !e || e->has_slice != m->has[me])
+  else if (!m || m->size != ts_world_size(w) || !e ||
+           (e->has_slice && ts_box_numel(&e->box) > 0) != m->has[me])
     st = ts_error_set(&lerr, TS_INTERNAL, "checkpoint load of '%s': the ranks disagree on its "
                       "plan (do they read the same index?)", t->name);
   /* The staging: this rank's largest chunk (twice when pulling). */
@@ -294,8 +295,9 @@ int ckpt_move_run(const ckpt_move *m, ckpt_reader *r, ts_world *w, const ts_ckpt
   ts_comm_region *send = NULL, *recv = NULL;
   peer_info *peers = NULL;
   XXH3_state_t *hs = NULL;
-  /* huge pages: on some VMs the first write of a fresh 4 KiB page costs ~1 ms per MiB */
-  unsigned flags = TS_POOL_STAGING | TS_POOL_HUGE;
+  /* 4 KiB pages: huge pages made the process-to-process copies out of the staging faster, but
+   * on this VM every later load under the saved attribute then ran 2-4x slower */
+  unsigned flags = TS_POOL_STAGING;
   if (!st && cap > 0 && !(buf = ts_shard_alloc_as((size_t)cap * (pull ? 2 : 1), flags,
                                                   "the checkpoint move buffer", &lerr))) {
     char why[sizeof lerr.msg];
