@@ -46,7 +46,7 @@ int tsd_run_load(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_e
   int lst = attr_given(q->attr) ? tsd_attr_from_msg(q->attr, &a, &lerr) : TS_OK;
   int rc = ts_comm_agree(ts_world_comm(e->world), lst, &lerr, err);
   if (rc == TS_OK) {
-    ts_ckpt_load_opts o = {q->per_node, e->cfg->staging};
+    ts_ckpt_load_opts o = {q->per_node, e->cfg->staging, TS_CKPT_PATH_AUTO};
     ts_ckpt_report rep;
     rc = ts_ckpt_load(e->store, e->world, q->dir, (const char *const *)q->names,
                       (int)q->n_names, a, &o, &rep, err);

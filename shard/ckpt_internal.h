@@ -53,4 +53,56 @@ int ckpt_split_path(const char *dir, char *parent, size_t pcap, char *base, size
 /* The text of a box: "[0:4,2:8]". */
 void ckpt_box_text(const ts_box *b, char *buf, size_t cap);
 
+/* ---------------------------------------------------------------------------------------------
+ * Load (ckpt_load.c, ckpt_move.c) */
+
+/* A load's files (at most CKPT_MAX_OPEN open, the oldest closed first), its verify buffer and
+ * its report. */
+#define CKPT_MAX_OPEN 64
+typedef struct ckpt_reader {
+  const char *dir;
+  ckpt_file files[CKPT_MAX_OPEN];
+  int nfiles;
+  uint8_t *vbuf; /* the direct path's verify buffer */
+  size_t vcap;
+  ts_ckpt_report *rep;
+} ckpt_reader;
+
+/* The file descriptor and absolute offset of a piece's bytes: opens its file (errors name the
+ * file and the piece) and checks the header's entry against the index. */
+int ckpt_reader_piece(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_ckpt_piece *p, int *fd,
+                      int64_t *offset, ts_error *err);
+void ckpt_reader_close(ckpt_reader *r);
+/* The errors of a piece: a checksum that differs from the index, a failed read (errno). */
+int ckpt_piece_mismatch(const ts_ckpt_tensor *t, const ts_ckpt_piece *p, uint64_t got,
+                        ts_error *err);
+int ckpt_piece_io_fail(const ts_ckpt_tensor *t, const ts_ckpt_piece *p, ts_error *err);
+/* pread of len bytes at off into dst in steps of CKPT_HASH_STEP, each hashed into st (NULL:
+ * none) right after it arrived, while it is still in the cache. -1 with errno as
+ * ckpt_pread_full. */
+#define CKPT_HASH_STEP ((size_t)1 << 20)
+int ckpt_pread_hashed(int fd, void *dst, size_t len, int64_t off, void *st);
+/* The row-major element offset of index `at` inside box b. */
+int64_t ckpt_box_offset(const ts_box *b, const int64_t *at);
+
+/* The read-once-then-move path (ckpt_move.c). Its plan, the same on every rank (computed from
+ * the index and the target geometry alone): every piece is read whole by one reader, a rank
+ * whose target box meets it (the least loaded in bytes so far, the one needing most of it on a
+ * tie); the readers read their pieces in chunks of at most round_bytes, one chunk per rank per
+ * round, and each round's chunks move to every target box they meet in one all-to-all. */
+typedef struct ckpt_move ckpt_move;
+int ckpt_move_plan(const ts_ckpt_tensor *t, const ts_geom *g, int world_size,
+                   int64_t round_bytes, ckpt_move **out, ts_error *err);
+/* The estimated cost (bytes read or copied by the busiest rank) of the direct path (each rank
+ * reads every piece meeting its box whole: into its slice when the piece lies inside it, else
+ * through the verify buffer) and of the move path (reading its pieces, one copy into every
+ * target byte, a fixed cost per round). */
+void ckpt_move_costs(const ckpt_move *m, int64_t *direct, int64_t *move);
+/* Runs the plan: collective over the world; prior is this rank's failure so far (TS_OK: none).
+ * Two agreements (before the first read, after the last round); returns the agreed status and
+ * message, e's slice filled on success. */
+int ckpt_move_run(const ckpt_move *m, ckpt_reader *r, ts_world *w, const ts_ckpt_tensor *t,
+                  ts_stored *e, int prior, const ts_error *prior_err, ts_error *err);
+void ckpt_move_destroy(ckpt_move **p);
+
 #endif

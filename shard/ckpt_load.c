@@ -2,16 +2,24 @@
  *
  * Every rank reads the index and checks it (pieces inside the tensor, pairwise disjoint and
  * covering it exactly). For each tensor the target attribute (the caller's, else the saved one)
- * gives every rank its target box; the tensor is created with a row-major slice and each rank
- * reads, for every piece meeting its box, only the bytes of the intersection: runs contiguous in
- * the file and in the slice, pread straight into the slice (a piece whose intersection spans the
- * inner dims of both is one pread). Every piece's XXH3-64 is verified once, by its verifier: the
- * rank reading the most of it (ties spread round the mesh from piece to piece). When that rank
- * reads the whole piece it hashes the runs as they arrive (a streaming XXH3 state over the runs in file order), so a
- * load under the saved attribute reads every byte exactly once; otherwise it reads the whole
- * piece through a bounded buffer to hash it, copying its own part out of that buffer on the way
- * (the other readers of the piece still read their parts: a resharding load reads up to twice
- * the bytes, the price of whole-piece checksums). Each file header is checked against the index
+ * gives every rank its target box; the tensor is created with a row-major slice (not zeroed:
+ * every byte is written) and filled by one of two paths, chosen per tensor alike on every rank
+ * (then agreed) by the estimated bytes the busiest rank reads or copies:
+ *
+ *   direct  each rank reads every piece meeting its box, whole, and verifies its XXH3-64: a piece
+ *           inside the box straight into the slice (runs contiguous in file and slice, preads of
+ *           1 MiB hashed as they arrive), a piece only partly inside through a 16 MiB buffer,
+ *           copying its part out. A load under the saved attribute reads every byte once.
+ *   move    (ckpt_move.c) each piece is read once, whole, by one rank, hashed as it arrives, and
+ *           the very bytes hashed are copied to every box needing them (on one node pulled with
+ *           process_vm_readv after a barrier per round, else all-to-all rounds): a resharding
+ *           load (S(0) -> S(1), 4 ranks -> 3 or 6) reads every byte once, plus one copy.
+ *
+ * Either way every byte of a loaded slice was hashed as part of its whole piece from the read
+ * that brought it (no rank trusts bytes it read apart from the verified ones). The costs: direct,
+ * per rank, the pieces meeting its box (plus the part copied for those partly inside); move,
+ * the pieces it reads plus its box plus a fixed cost per round; the move path is taken when it
+ * is cheaper (ts_ckpt_load_opts.path forces one). Each file header is checked against the index
  * (dtype, shape, offsets inside the file). Any failure on any rank (missing file, lying header,
  * checksum, memory) is agreed over the world: every rank returns the same error naming the file
  * and the piece, and no loaded tensor is kept.
@@ -29,26 +37,23 @@
 #include "ckpt_internal.h"
 #include "ts_comm.h"
 
-#define MAX_OPEN 64
+/* The bounds of a move round's chunk (the load's staging bytes, 0: 64 MiB). */
+#define MOVE_ROUND_MIN ((int64_t)64 << 10)
+#define MOVE_ROUND_MAX ((int64_t)1 << 30)
+#define MOVE_PULL_CHUNK ((int64_t)8 << 20)
 
-typedef struct reader {
-  const char *dir;
-  ckpt_file files[MAX_OPEN];
-  int nfiles;
-  uint8_t *vbuf; /* the verify buffer */
-  size_t vcap;
-  ts_ckpt_report *rep;
-} reader;
+/* ---------------------------------------------------------------------------------------------
+ * The reader: files, errors, hashed reads (shared with ckpt_move.c) */
 
-static int open_file(reader *r, const char *name, ckpt_file **out, ts_error *err) {
+static int open_file(ckpt_reader *r, const char *name, ckpt_file **out, ts_error *err) {
   for (int i = 0; i < r->nfiles; i++)
     if (strcmp(r->files[i].name, name) == 0) {
       *out = &r->files[i];
       return TS_OK;
     }
-  if (r->nfiles == MAX_OPEN) {
+  if (r->nfiles == CKPT_MAX_OPEN) {
     ckpt_file_close(&r->files[0]);
-    memmove(&r->files[0], &r->files[1], sizeof r->files[0] * (MAX_OPEN - 1));
+    memmove(&r->files[0], &r->files[1], sizeof r->files[0] * (CKPT_MAX_OPEN - 1));
     r->nfiles--;
   }
   int rc = ckpt_file_open(r->dir, name, &r->files[r->nfiles], err);
@@ -58,7 +63,22 @@ static int open_file(reader *r, const char *name, ckpt_file **out, ts_error *err
   return TS_OK;
 }
 
-static void reader_close(reader *r) {
+int ckpt_reader_piece(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_ckpt_piece *p, int *fd,
+                      int64_t *offset, ts_error *err) {
+  ckpt_file *f;
+  int rc = open_file(r, p->file, &f, err);
+  if (rc) { /* name the piece too */
+    char why[sizeof err->msg];
+    snprintf(why, sizeof why, "%s", err->msg);
+    return ts_error_set(err, rc, "%.400s (piece '%s' of tensor '%s')", why, p->key, t->name);
+  }
+  if ((rc = ckpt_file_piece(f, t, p, offset, err)))
+    return rc;
+  *fd = f->fd;
+  return TS_OK;
+}
+
+void ckpt_reader_close(ckpt_reader *r) {
   for (int i = 0; i < r->nfiles; i++)
     ckpt_file_close(&r->files[i]);
   r->nfiles = 0;
@@ -66,8 +86,8 @@ static void reader_close(reader *r) {
   r->vbuf = NULL;
 }
 
-static int mismatch(const ts_ckpt_tensor *t, const ts_ckpt_piece *p, uint64_t got,
-                    ts_error *err) {
+int ckpt_piece_mismatch(const ts_ckpt_tensor *t, const ts_ckpt_piece *p, uint64_t got,
+                        ts_error *err) {
   char bt[256];
   ckpt_box_text(&p->box, bt, sizeof bt);
   return ts_error_set(err, TS_CORRUPT,
@@ -77,55 +97,64 @@ static int mismatch(const ts_ckpt_tensor *t, const ts_ckpt_piece *p, uint64_t go
                       (unsigned long long)p->xxh3);
 }
 
-static int io_fail(const ts_ckpt_piece *p, const ts_ckpt_tensor *t, ts_error *err) {
+int ckpt_piece_io_fail(const ts_ckpt_tensor *t, const ts_ckpt_piece *p, ts_error *err) {
   return ts_error_set(err, errno == EIO ? TS_CORRUPT : TS_CHECKPOINT_IO,
                       "checkpoint file '%s', piece '%s' (tensor '%s'): cannot read: %s", p->file,
                       p->key, t->name, errno == EIO ? "the file is shorter than its header says"
                                                     : strerror(errno));
 }
 
-/* Reads I = box ∩ piece of a piece at file offset `off` into dst (row-major over box). With st,
- * hashes the runs in order (only when I is the whole piece). */
-static int read_runs(int fd, int64_t off, const ts_box *P, const ts_box *I, const ts_box *B,
-                     uint8_t *dst, size_t es, XXH3_state_t *st, int64_t *nread) {
-  int n = P->ndim;
-  int64_t ps[TS_MAX_DIMS + 1], bs[TS_MAX_DIMS + 1]; /* row-major element strides */
-  ps[n] = bs[n] = 1;
-  for (int d = n - 1; d >= 0; d--) {
-    ps[d] = ps[d + 1] * (P->hi[d] - P->lo[d]);
-    bs[d] = bs[d + 1] * (B->hi[d] - B->lo[d]);
-  }
-  if (n == 0) {
-    if (ckpt_pread_full(fd, dst, es, off))
+int ckpt_pread_hashed(int fd, void *dst, size_t len, int64_t off, void *st) {
+  uint8_t *to = dst;
+  for (size_t done = 0; done < len;) {
+    size_t n = len - done < CKPT_HASH_STEP ? len - done : CKPT_HASH_STEP;
+    if (ckpt_pread_full(fd, to + done, n, off + (int64_t)done))
       return -1;
     if (st)
-      XXH3_64bits_update(st, dst, es);
-    *nread += (int64_t)es;
-    return 0;
+      XXH3_64bits_update(st, to + done, n);
+    done += n;
   }
-  int k0 = n - 1;
-  while (k0 > 0 && I->lo[k0] == P->lo[k0] && I->hi[k0] == P->hi[k0] && I->lo[k0] == B->lo[k0] &&
-         I->hi[k0] == B->hi[k0])
+  return 0;
+}
+
+int64_t ckpt_box_offset(const ts_box *b, const int64_t *at) {
+  int64_t off = 0;
+  for (int d = 0; d < b->ndim; d++)
+    off = off * (b->hi[d] - b->lo[d]) + (at[d] - b->lo[d]);
+  return off;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The direct path */
+
+/* Reads a whole piece (box P at file offset `off`) that lies inside this rank's box B into dst
+ * (row-major over B), hashing it in file order: runs contiguous in the file and in the slice
+ * (the whole piece in one when it spans the inner dims of B). */
+static int read_inside(int fd, int64_t off, const ts_box *P, const ts_box *B, uint8_t *dst,
+                       size_t es, XXH3_state_t *st, int64_t *nread) {
+  int n = P->ndim;
+  int64_t bs[TS_MAX_DIMS + 1]; /* row-major element strides of B */
+  bs[n] = 1;
+  for (int d = n - 1; d >= 0; d--)
+    bs[d] = bs[d + 1] * (B->hi[d] - B->lo[d]);
+  int k0 = n - 1; /* dims after k0 are whole in both */
+  while (k0 > 0 && P->lo[k0] == B->lo[k0] && P->hi[k0] == B->hi[k0])
     k0--;
-  int64_t run = (I->hi[k0] - I->lo[k0]) * ps[k0 + 1]; /* elements; dims > k0 are full */
+  int64_t run = n ? (P->hi[k0] - P->lo[k0]) * bs[k0 + 1] : 1; /* elements */
   int64_t idx[TS_MAX_DIMS];
   for (int d = 0; d < n; d++)
-    idx[d] = I->lo[d];
-  for (;;) {
-    int64_t pe = 0, be = 0;
-    for (int d = 0; d < n; d++) {
-      pe += (idx[d] - P->lo[d]) * ps[d + 1];
+    idx[d] = P->lo[d];
+  for (int64_t pe = 0;; pe += run) { /* pe: the run's element offset in the piece */
+    int64_t be = 0;
+    for (int d = 0; d < n; d++)
       be += (idx[d] - B->lo[d]) * bs[d + 1];
-    }
-    uint8_t *to = dst + (size_t)be * es;
-    if (ckpt_pread_full(fd, to, (size_t)run * es, off + pe * (int64_t)es))
+    if (ckpt_pread_hashed(fd, dst + (size_t)be * es, (size_t)run * es, off + pe * (int64_t)es,
+                          st))
       return -1;
-    if (st)
-      XXH3_64bits_update(st, to, (size_t)run * es);
     *nread += run * (int64_t)es;
     int d = k0 - 1;
-    while (d >= 0 && ++idx[d] == I->hi[d]) {
-      idx[d] = I->lo[d];
+    while (d >= 0 && ++idx[d] == P->hi[d]) {
+      idx[d] = P->lo[d];
       d--;
     }
     if (d < 0)
@@ -144,65 +173,54 @@ static void box_view(const ts_box *b, ts_dtype dt, void *data, ts_tensor *t) {
   ts_layout_plain(&t->layout, dt, b->ndim, ext, NULL);
 }
 
-/* Reads a whole piece through the verify buffer to hash it, in chunks of whole dim-0 slabs;
- * with I (the part this rank needs, NULL: none) copies that part of each chunk into dst
- * (row-major over B) on the way, so the verifier reads its own part only once. Returns
- * TS_UNSUPPORTED (nothing read) when I is given but a slab does not fit the buffer. */
-static int verify_whole(reader *r, int fd, int64_t off, const ts_ckpt_tensor *t,
-                        const ts_ckpt_piece *p, int64_t bytes, const ts_box *I, const ts_box *B,
-                        uint8_t *dst, ts_error *err) {
+/* Reads a whole piece that this rank needs only part of (I) through the verify buffer, in chunks
+ * contiguous in the file (ts_box_chunk), hashing it and copying I out of each chunk into dst
+ * (row-major over B) on the way. */
+static int read_through(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tensor *t,
+                        const ts_ckpt_piece *p, const ts_box *I, const ts_box *B, uint8_t *dst,
+                        ts_error *err) {
   if (!r->vbuf) {
     r->vcap = 16u << 20;
     r->vbuf = ts_shard_alloc_as(r->vcap, TS_POOL_STAGING, "the checkpoint verify buffer", err);
     if (!r->vbuf)
-      return err ? err->code : TS_NO_MEMORY;
+      return err->code;
   }
+  size_t es = ts_dtype_size(t->dtype);
   const ts_box *P = &p->box;
-  int64_t rows = P->ndim ? P->hi[0] - P->lo[0] : 1;
-  int64_t slab = rows ? bytes / rows : bytes;
-  if (I && (P->ndim == 0 || slab > (int64_t)r->vcap))
-    return TS_UNSUPPORTED;
-  int64_t step = I ? ((int64_t)r->vcap / slab) * slab : (int64_t)r->vcap;
   XXH3_state_t *st = XXH3_createState();
   if (!st)
     return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory");
   XXH3_64bits_reset(st);
   ts_tensor to;
-  if (I)
-    box_view(B, t->dtype, dst, &to);
+  box_view(B, t->dtype, dst, &to);
   int rc = TS_OK;
-  for (int64_t done = 0; done < bytes && !rc;) {
-    size_t n = (size_t)(bytes - done < step ? bytes - done : step);
-    if (ckpt_pread_full(fd, r->vbuf, n, off + done)) {
-      rc = io_fail(p, t, err);
+  int64_t nchunks = ts_box_chunk_count(P, es, (int64_t)r->vcap);
+  for (int64_t ci = 0; ci < nchunks && !rc; ci++) {
+    ts_box C, X;
+    ts_box_chunk(P, es, (int64_t)r->vcap, ci, &C);
+    size_t n = (size_t)ts_box_numel(&C) * es;
+    if (ckpt_pread_hashed(fd, r->vbuf, n, off + ckpt_box_offset(P, C.lo) * (int64_t)es, st)) {
+      rc = ckpt_piece_io_fail(t, p, err);
       break;
     }
-    XXH3_64bits_update(st, r->vbuf, n);
-    if (I) { /* the chunk's box: slabs [done / slab, (done + n) / slab) of the piece */
-      ts_box C = *P, X;
-      C.lo[0] = P->lo[0] + done / slab;
-      C.hi[0] = P->lo[0] + (done + (int64_t)n) / slab;
-      if (ts_box_intersect(&C, I, &X) && ts_box_numel(&X) > 0) {
-        ts_tensor from;
-        box_view(&C, t->dtype, r->vbuf, &from);
-        int64_t ds[TS_MAX_DIMS], ss[TS_MAX_DIMS], ext[TS_MAX_DIMS];
-        for (int d = 0; d < X.ndim; d++) {
-          ds[d] = X.lo[d] - B->lo[d];
-          ss[d] = X.lo[d] - C.lo[d];
-          ext[d] = X.hi[d] - X.lo[d];
-        }
-        rc = ts_copy_box(&to, ds, &from, ss, ext, NULL, err);
-        r->rep->bytes_read += ts_box_numel(&X) * (int64_t)ts_dtype_size(t->dtype);
+    if (ts_box_intersect(&C, I, &X) && ts_box_numel(&X) > 0) {
+      ts_tensor from;
+      box_view(&C, t->dtype, r->vbuf, &from);
+      int64_t ds[TS_MAX_DIMS], ss[TS_MAX_DIMS], ext[TS_MAX_DIMS];
+      for (int d = 0; d < X.ndim; d++) {
+        ds[d] = X.lo[d] - B->lo[d];
+        ss[d] = X.lo[d] - C.lo[d];
+        ext[d] = X.hi[d] - X.lo[d];
       }
+      rc = ts_copy_box(&to, ds, &from, ss, ext, NULL, err);
+      r->rep->bytes_read += ts_box_numel(&X) * (int64_t)es;
     }
-    done += (int64_t)n;
   }
   if (!rc)
-    r->rep->bytes_verified_extra +=
-        bytes - (I ? ts_box_numel(I) * (int64_t)ts_dtype_size(t->dtype) : 0);
+    r->rep->bytes_verified_extra += (ts_box_numel(P) - ts_box_numel(I)) * (int64_t)es;
   uint64_t h = XXH3_64bits_digest(st);
   XXH3_freeState(st);
-  return rc ? rc : h == p->xxh3 ? TS_OK : mismatch(t, p, h, err);
+  return rc ? rc : h == p->xxh3 ? TS_OK : ckpt_piece_mismatch(t, p, h, err);
 }
 
 /* Every piece inside the tensor, pairwise disjoint, covering it (pieces not kept partial). */
@@ -225,73 +243,47 @@ static int check_cover(const char *dir, const ts_ckpt_tensor *t, ts_error *err) 
   return TS_OK;
 }
 
-/* This rank's reads of one tensor (not kept partial) into its slice. */
-static int read_tensor(reader *r, const ts_ckpt_tensor *t, const ts_geom *g, const ts_attr *a,
-                       ts_stored *e, int rank, ts_error *err) {
+/* The direct path: this rank reads every piece meeting its box whole and verifies it; a piece
+ * inside its box straight into the slice, another through the verify buffer. So every byte of
+ * the slice was hashed by this rank from the very read that brought it. */
+static int read_direct(ckpt_reader *r, const ts_ckpt_tensor *t, ts_stored *e, ts_error *err) {
+  if (!e->has_slice)
+    return TS_OK;
   size_t es = ts_dtype_size(t->dtype);
-  int64_t me = ts_geom_mesh_index(g, rank);
   for (int k = 0; k < t->npieces; k++) {
     const ts_ckpt_piece *p = &t->pieces[k];
-    /* the verifier: the mesh index reading the most of this piece; ties go round the mesh
-     * from piece to piece (a resharding load spreads the verifying reads over the ranks) */
-    int64_t best = -1, best_n = 0;
-    for (int64_t j = 0; j < a->nranks; j++) {
-      int64_t i = (k + j) % a->nranks;
-      ts_box b, x;
-      ts_geom_index_box(g, i, &b);
-      int64_t nx = ts_box_intersect(&b, &p->box, &x) ? ts_box_numel(&x) : 0;
-      if (nx > best_n)
-        best = i, best_n = nx;
-    }
     ts_box I;
-    bool reads = me >= 0 && e->has_slice && ts_box_intersect(&e->box, &p->box, &I) &&
-                 ts_box_numel(&I) > 0;
-    bool verifier = me >= 0 && me == best;
-    if (!reads && !verifier)
+    if (!ts_box_intersect(&e->box, &p->box, &I) || ts_box_numel(&I) == 0)
       continue;
-    ckpt_file *f;
+    int fd;
     int64_t off;
-    int rc = open_file(r, p->file, &f, err);
-    if (!rc)
-      rc = ckpt_file_piece(f, t, p, &off, err);
+    int rc = ckpt_reader_piece(r, t, p, &fd, &off, err);
     if (rc)
       return rc;
-    int64_t bytes = ts_box_numel(&p->box) * (int64_t)es;
-    bool inline_hash = verifier && reads && ts_box_equal(&I, &p->box);
-    XXH3_state_t *st = NULL;
-    if (inline_hash) {
-      if (!(st = XXH3_createState()))
-        return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory");
-      XXH3_64bits_reset(st);
-    }
-    if (verifier && reads && !inline_hash) { /* verify and take this rank's part at once */
-      rc = verify_whole(r, f->fd, off, t, p, bytes, &I, &e->box, e->local.data, err);
-      if (rc == TS_OK)
-        continue;
-      if (rc != TS_UNSUPPORTED) /* UNSUPPORTED: slabs too large; read and verify apart */
+    if (!ts_box_equal(&I, &p->box)) {
+      if ((rc = read_through(r, fd, off, t, p, &I, &e->box, e->local.data, err)))
         return rc;
+      continue;
     }
-    if (reads && read_runs(f->fd, off, &p->box, &I, &e->box, e->local.data, es, st,
-                           &r->rep->bytes_read)) {
+    XXH3_state_t *st = XXH3_createState();
+    if (!st)
+      return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory");
+    XXH3_64bits_reset(st);
+    if (read_inside(fd, off, &p->box, &e->box, e->local.data, es, st, &r->rep->bytes_read)) {
       XXH3_freeState(st);
-      return io_fail(p, t, err);
+      return ckpt_piece_io_fail(t, p, err);
     }
-    if (st) {
-      uint64_t h = XXH3_64bits_digest(st);
-      XXH3_freeState(st);
-      if (h != p->xxh3)
-        return mismatch(t, p, h, err);
-    } else if (verifier &&
-               (rc = verify_whole(r, f->fd, off, t, p, bytes, NULL, NULL, NULL, err))) {
-      return rc;
-    }
+    uint64_t h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    if (h != p->xxh3)
+      return ckpt_piece_mismatch(t, p, h, err);
   }
   return TS_OK;
 }
 
 /* A kept-partial checkpoint under its saved attribute: the piece of this rank's box and partial
  * coordinates, read whole and verified. */
-static int read_partial(reader *r, const ts_ckpt_tensor *t, const ts_geom *g, const ts_attr *a,
+static int read_partial(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_geom *g, const ts_attr *a,
                         ts_stored *e, int rank, ts_error *err) {
   int64_t me = ts_geom_mesh_index(g, rank);
   if (me < 0 || !e->has_slice || ts_box_numel(&e->box) == 0)
@@ -310,25 +302,23 @@ static int read_partial(reader *r, const ts_ckpt_tensor *t, const ts_geom *g, co
     if (!ts_box_equal(&p->box, &e->box) || p->npcoord != npc ||
         memcmp(p->pcoord, pc, sizeof(int64_t) * (size_t)npc) != 0)
       continue;
-    ckpt_file *f;
+    int fd;
     int64_t off;
-    int rc = open_file(r, p->file, &f, err);
-    if (!rc)
-      rc = ckpt_file_piece(f, t, p, &off, err);
+    int rc = ckpt_reader_piece(r, t, p, &fd, &off, err);
     if (rc)
       return rc;
     XXH3_state_t *st = XXH3_createState();
     if (!st)
       return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory");
     XXH3_64bits_reset(st);
-    if (read_runs(f->fd, off, &p->box, &p->box, &e->box, e->local.data, ts_dtype_size(t->dtype),
-                  st, &r->rep->bytes_read)) {
+    if (read_inside(fd, off, &p->box, &e->box, e->local.data, ts_dtype_size(t->dtype), st,
+                    &r->rep->bytes_read)) {
       XXH3_freeState(st);
-      return io_fail(p, t, err);
+      return ckpt_piece_io_fail(t, p, err);
     }
     uint64_t h = XXH3_64bits_digest(st);
     XXH3_freeState(st);
-    return h == p->xxh3 ? TS_OK : mismatch(t, p, h, err);
+    return h == p->xxh3 ? TS_OK : ckpt_piece_mismatch(t, p, h, err);
   }
   char bt[256];
   ckpt_box_text(&e->box, bt, sizeof bt);
@@ -360,7 +350,7 @@ static int read_attr(const ts_ckpt_tensor *t, const ts_attr *want, ts_attr **out
 int ts_ckpt_load(ts_store *s, ts_world *w, const char *dir, const char *const *names, int n,
                  const ts_attr *attr, const ts_ckpt_load_opts *o, ts_ckpt_report *rep,
                  ts_error *err) {
-  ts_ckpt_load_opts none = {false, 0};
+  ts_ckpt_load_opts none = {false, 0, TS_CKPT_PATH_AUTO};
   if (!o)
     o = &none;
   ts_ckpt_report rdummy;
@@ -398,13 +388,19 @@ int ts_ckpt_load(ts_store *s, ts_world *w, const char *dir, const char *const *n
   }
   int rc = ts_comm_agree(c, lst, &lerr, err);
   int loaded = 0;
-  reader r = {.dir = dir, .rep = rep};
+  ckpt_reader r = {.dir = dir, .rep = rep};
+  int64_t round = o->staging_bytes > 0 ? o->staging_bytes : (int64_t)64 << 20;
+  if (ts_comm_single_copy(c)) /* pulling: two buffers, short rounds */
+    round = round / 2 < MOVE_PULL_CHUNK ? round / 2 : MOVE_PULL_CHUNK;
+  round = round < MOVE_ROUND_MIN ? MOVE_ROUND_MIN : round > MOVE_ROUND_MAX ? MOVE_ROUND_MAX : round;
   for (int i = 0; rc == TS_OK && i < nt; i++) {
     const ts_ckpt_tensor *t = list[i];
     ts_attr *want = NULL, *base = NULL;
     ts_geom *g = NULL;
     ts_stored *e = NULL;
+    ckpt_move *mv = NULL;
     bool reshard = false;
+    ts_error_clear(&lerr);
     lst = attr ? ts_attr_clone(attr, &want, &lerr) : ts_attr_parse(t->attr, &want, &lerr);
     char why[512];
     if (!lst && (lst = ts_attr_validate(want, t->ndim, t->shape, size, &lerr))) {
@@ -422,26 +418,44 @@ int ts_ckpt_load(ts_store *s, ts_world *w, const char *dir, const char *const *n
     }
     if (!lst)
       lst = ts_geom_create(base, t->ndim, t->shape, &g, &lerr);
-    if (!lst)
-      lst = ts_store_add(s, t->name, t->ndim, t->shape, t->dtype, base, "", &e, &lerr);
-    if (!lst)
-      lst = t->partial_kept ? read_partial(&r, t, g, base, e, rank, &lerr)
-                            : read_tensor(&r, t, g, base, e, rank, &lerr);
-    rc = ts_comm_agree(c, lst, &lerr, err);
+    /* The path: computed alike on every rank from the index and the geometry; agreed (with
+     * any failure so far) so that every rank takes the same one. */
+    int64_t path = TS_CKPT_PATH_DIRECT;
+    if (!lst && !t->partial_kept && o->path != TS_CKPT_PATH_DIRECT &&
+        !(lst = ckpt_move_plan(t, g, size, round, &mv, &lerr))) {
+      int64_t direct, move;
+      ckpt_move_costs(mv, &direct, &move);
+      if (o->path == TS_CKPT_PATH_MOVE || move < direct)
+        path = TS_CKPT_PATH_MOVE;
+    }
+    rc = ts_comm_agree_max(c, lst, &lerr, &path, 1, err);
+    if (!rc) {
+      lst = ts_store_add_unfilled(s, t->name, t->ndim, t->shape, t->dtype, base, "", &e, &lerr);
+      if (path == TS_CKPT_PATH_MOVE) {
+        rc = ckpt_move_run(mv, &r, w, t, e, lst, &lerr, err);
+      } else {
+        if (!lst)
+          lst = t->partial_kept ? read_partial(&r, t, g, base, e, rank, &lerr)
+                                : read_direct(&r, t, e, &lerr);
+        rc = ts_comm_agree(c, lst, &lerr, err);
+      }
+    }
     if (e && rc)
       ts_store_drop(s, t->name, NULL);
     if (!rc) {
       loaded = i + 1;
+      rep->tensors_moved += path == TS_CKPT_PATH_MOVE;
       if (reshard) {
         ts_plan_opts po = {TS_STRATEGY_AUTO, o->staging_bytes, size};
         rc = ts_store_reshard(s, w, t->name, want, "", &po, NULL, err);
       }
     }
+    ckpt_move_destroy(&mv);
     ts_geom_destroy(&g);
     ts_attr_destroy(&want);
     ts_attr_destroy(&base);
   }
-  reader_close(&r);
+  ckpt_reader_close(&r);
   if (rc) /* every rank: no loaded tensor is kept */
     for (int i = 0; i < loaded; i++)
       ts_store_drop(s, list[i]->name, NULL);

@@ -92,8 +92,9 @@ static int slice_layout(const ts_box *box, ts_dtype dt, const char *tag, ts_layo
   return ts_layout_span(l, bytes, err);
 }
 
-int ts_store_add(ts_store *s, const char *name, int ndim, const int64_t *shape, ts_dtype dt,
-                 const ts_attr *attr, const char *layout_tag, ts_stored **entry, ts_error *err) {
+static int store_add(ts_store *s, const char *name, int ndim, const int64_t *shape, ts_dtype dt,
+                     const ts_attr *attr, const char *layout_tag, bool zero, ts_stored **entry,
+                     ts_error *err) {
   if (entry)
     *entry = NULL;
   if (!s || !attr)
@@ -142,7 +143,8 @@ int ts_store_add(ts_store *s, const char *name, int ndim, const int64_t *shape, 
       rc = ts_error_set(err, aerr.code, "tensor '%s': %s", name, aerr.msg);
       goto fail;
     }
-    memset(e->local.data, 0, bytes ? bytes : 1);
+    if (zero)
+      memset(e->local.data, 0, bytes ? bytes : 1);
     e->local.bytes = bytes;
   }
   if (s->n == s->cap) {
@@ -163,6 +165,17 @@ int ts_store_add(ts_store *s, const char *name, int ndim, const int64_t *shape, 
 fail:
   entry_free(e);
   return rc;
+}
+
+int ts_store_add(ts_store *s, const char *name, int ndim, const int64_t *shape, ts_dtype dt,
+                 const ts_attr *attr, const char *layout_tag, ts_stored **entry, ts_error *err) {
+  return store_add(s, name, ndim, shape, dt, attr, layout_tag, true, entry, err);
+}
+
+int ts_store_add_unfilled(ts_store *s, const char *name, int ndim, const int64_t *shape,
+                          ts_dtype dt, const ts_attr *attr, const char *layout_tag,
+                          ts_stored **entry, ts_error *err) {
+  return store_add(s, name, ndim, shape, dt, attr, layout_tag, false, entry, err);
 }
 
 int ts_store_drop(ts_store *s, const char *name, ts_error *err) {

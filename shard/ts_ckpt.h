@@ -68,15 +68,25 @@ typedef struct ts_ckpt_save_opts {
   int64_t staging_bytes; /* bound of the packing buffer for non-row-major slices (0: 64 MiB) */
 } ts_ckpt_save_opts;
 
+/* How a load reads a tensor (shard/CHECKPOINT.md, "What load reads"): auto picks by estimated
+ * cost; the others force a path (tests, benchmarks). */
+typedef enum {
+  TS_CKPT_PATH_AUTO = 0,
+  TS_CKPT_PATH_DIRECT, /* each rank preads what its box needs of every piece meeting it */
+  TS_CKPT_PATH_MOVE    /* each piece read once, whole, by one rank, then moved to the boxes */
+} ts_ckpt_path;
+
 typedef struct ts_ckpt_load_opts {
   bool per_node;       /* read from the per-node directory (each rank finds its pieces there) */
-  int64_t staging_bytes; /* verify buffer and reshard staging (0: 64 MiB) */
+  int64_t staging_bytes; /* verify buffer, move rounds and reshard staging (0: 64 MiB) */
+  ts_ckpt_path path;   /* the same on every rank */
 } ts_ckpt_load_opts;
 
 typedef struct ts_ckpt_report {
   int tensors;
   int64_t bytes_written, bytes_read; /* this rank */
   int64_t bytes_verified_extra;      /* this rank: read only to verify a checksum */
+  int tensors_moved; /* loads: tensors read through the move path (the same on every rank) */
 } ts_ckpt_report;
 
 /* Saves the named tensors (names NULL or n 0: all) of the store into dir. Atomic: the previous

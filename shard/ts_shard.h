@@ -304,6 +304,11 @@ void ts_store_destroy(ts_store **p);
  * caller fills (*entry)->local. */
 int ts_store_add(ts_store *s, const char *name, int ndim, const int64_t *shape, ts_dtype dt,
                  const ts_attr *attr, const char *layout_tag, ts_stored **entry, ts_error *err);
+/* The same, the slice left as the allocator gave it: for a caller that writes every byte
+ * (checkpoint load) or drops the tensor. */
+int ts_store_add_unfilled(ts_store *s, const char *name, int ndim, const int64_t *shape,
+                          ts_dtype dt, const ts_attr *attr, const char *layout_tag,
+                          ts_stored **entry, ts_error *err);
 ts_stored *ts_store_find(ts_store *s, const char *name);
 int ts_store_drop(ts_store *s, const char *name, ts_error *err);
 int64_t ts_store_used_bytes(const ts_store *s);

@@ -12,6 +12,18 @@ add_executable(test_ckpt_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/test_ckpt.c)
 target_link_libraries(test_ckpt_mpi PRIVATE tsckpt)
 tshard_mpi_test(test_ckpt test_ckpt_mpi 1 3 4)
 
+# The load's two read paths (direct, read once then move) on 1, 3, 4 and 6 ranks, and with the
+# single-copy transfers off (the all-to-all rounds).
+add_executable(test_ckpt_move_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/test_ckpt_move.c)
+target_include_directories(test_ckpt_move_mpi PRIVATE ${CMAKE_CURRENT_LIST_DIR}/mpi)
+target_link_libraries(test_ckpt_move_mpi PRIVATE tsckpt)
+tshard_mpi_test(test_ckpt_move test_ckpt_move_mpi 1 3 4 6)
+add_test(NAME test_ckpt_move_np4_mpi_rounds
+         COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 4 --oversubscribe
+                 $<TARGET_FILE:test_ckpt_move_mpi>)
+set_tests_properties(test_ckpt_move_np4_mpi_rounds PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                     ENVIRONMENT "${TS_MPI_TEST_ENV};TSHARD_CMA=0")
+
 add_executable(tshard-bench-ckpt ${CMAKE_CURRENT_LIST_DIR}/bench/bench_ckpt.c)
 target_link_libraries(tshard-bench-ckpt PRIVATE tsckpt)
 

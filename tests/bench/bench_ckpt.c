@@ -4,8 +4,10 @@
  * key=value lines:
  *   save_gbps            save (files, fsync, index, rename into place), slowest rank
  *   load_gbps            load under the saved attribute (every byte read once, checksums inline)
- *   load_resharded_gbps  saved S(0), loaded S(1) (each rank reads a column band of every piece;
- *                        the piece verifiers read their whole pieces once more to hash them)
+ *   load_resharded_gbps  saved S(0), loaded S(1): the load's cheaper path (the move path: each
+ *                        piece read once, whole, by one rank, then copied to the column bands;
+ *                        load_resharded_path says which ran, load_resharded_verify_extra_bytes
+ *                        what the direct path would read only to verify)
  *   write_limit_gbps     the same bytes as plain files, one per rank, 64 MiB sequential writes
  *                        and fsync, same directory; each run writes a new file and then removes
  *                        the previous run's, as the save's atomic replace holds the old and the
@@ -200,6 +202,7 @@ int main(int argc, char **argv) {
   double *tw = calloc((size_t)runs, 8), *tr = calloc((size_t)runs, 8), *ts = calloc((size_t)runs, 8),
          *tl = calloc((size_t)runs, 8), *tx = calloc((size_t)runs, 8);
   int64_t extra = 0;
+  int moved = 0;
   for (int r = 0; r < runs; r++) {
     t = ts_store_find(s, "w"); /* reloaded by the previous run */
     snprintf(plain, sizeof plain, "%s", plains[r % 2]);
@@ -231,8 +234,10 @@ int main(int argc, char **argv) {
         die("load", err.msg);
       MPI_Barrier(MPI_COMM_WORLD);
       (k ? tx : tl)[r] = MPI_Wtime() - t0;
-      if (k)
+      if (k) {
         extra = rep.bytes_verified_extra;
+        moved = rep.tensors_moved;
+      }
     }
     /* back to S(0) for the next save */
     ts_store_drop(s, "w", NULL);
@@ -250,6 +255,7 @@ int main(int argc, char **argv) {
     printf("write_limit_gbps=%.3f\nread_limit_gbps=%.3f\n", wl, rl);
     printf("save_vs_limit=%.2f\nload_vs_limit=%.2f\nload_resharded_vs_limit=%.2f\n", save / wl,
            load / rl, resh / rl);
+    printf("load_resharded_path=%s\n", moved ? "move" : "direct");
     printf("load_resharded_verify_extra_bytes=%lld\n", (long long)extra);
   }
   unlink(plains[0]);

@@ -72,6 +72,8 @@ CASES = {
     "sub_u8": ("u8", (3, 4, 5), "mesh=[2]@1,3 placements=[S(2)]", None),
     "partial_f32": ("f32", (8, 6), "mesh=[2,2] placements=[P(sum),S(0)]", None),
     "vec_f64": ("f64", (5,), "mesh=[4] placements=[S(0)]", None),
+    # large enough that a resharding load takes the move path (each piece read once, then moved)
+    "big_f32": ("f32", (1024, 512), "mesh=[4] placements=[S(0)]", None),
 }
 ref = {}
 
@@ -235,6 +237,37 @@ with Daemons(bin_dir, 4) as d:
            lambda: c.load(bad, names=["s0_f32"], attr="mesh=[4] placements=[S(1)]"),
            "flip: resharded load", (pfile, "checksum"))
 
+    # the move path: a flipped byte in one piece of big_f32, loaded S(1): every client gets the
+    # same error naming the file and the piece, and nothing is created
+    bpiece = idx["tensors"]["big_f32"]["pieces"][2]
+
+    def flip_big(dst):
+        p = os.path.join(dst, bpiece["file"])
+        raw = open(p, "rb").read()
+        n = int.from_bytes(raw[:8], "little")
+        off = 8 + n + json.loads(raw[8:8 + n])[bpiece["key"]]["data_offsets"][0] + 4097
+        with open(p, "r+b") as f:
+            f.seek(off)
+            b = f.read(1)
+            f.seek(off)
+            f.write(bytes([b[0] ^ 0x01]))
+
+    bad = corrupt_copy("flip_big", flip_big)
+    c.drop("big_f32") if "big_f32" in c.list() else None
+    msgs = set()
+    for r in range(4):
+        with d.connect(r) as cr:
+            msgs.add(expect(tshard.errors.CorruptError,
+                            lambda: cr.load(bad, names=["big_f32"], attr="mesh=[4] placements=[S(1)]",
+                                            key="flip_big"),
+                            f"flip_big: resharded load fails at rank {r}",
+                            (bpiece["file"], bpiece["key"], "checksum")))
+    check(len(msgs) == 1, f"flip_big: one error for every client: {msgs}")
+    check("big_f32" not in c.list(), "flip_big: no tensor created")
+    c.load(c1, names=["big_f32"], attr="mesh=[4] placements=[S(1)]")
+    check(np.array_equal(c.get("big_f32"), ref["big_f32"]), "big_f32 loaded S(1) on 4")
+    c.drop("big_f32")
+
     c.load(c1, names=["kept"])
     # the CLI
     env = dict(os.environ, TSHARD_SOCKET_DIR=d.dir, TSHARD_JOB=d.job)
@@ -353,6 +386,9 @@ with Daemons(bin_dir, 6) as d, d.connect(5) as c:
     check(np.array_equal(c.get("s0r_i32"), ref["s0r_i32"]), "loaded on 6 under [2,3]")
     c.load(os.path.join(work, "c4"), names=["W"])
     check(np.array_equal(c.get("W"), W), "saved on 3, loaded on 6")
+    c.drop("big_f32")
+    c.load(c1, names=["big_f32"], attr="mesh=[6] placements=[S(1)]")
+    check(np.array_equal(c.get("big_f32"), ref["big_f32"]), "saved on 4, loaded S(1) on 6")
     c.close()
     code = d.stop()
     check(code == 0, f"6 daemons exit 0 after shutdown ({code}):\n{d.logs()[-3000:]}")
