@@ -222,7 +222,7 @@ static int output_attr(const tsp_program *p, int k, const tsp_placement *pl, con
       for (int m = 0; m < mnd; m++)
         if (pl->split[d] & (1u << m))
           part = part * (int)mesh->mesh_shape[m] + (int)coord[m];
-      int64_t ext = row[1 + (size_t)d];
+      int64_t ext = row[1 + (size_t)k * TSP_MAX_DIMS + (size_t)d];
       if (sizes[d][part] < 0)
         sizes[d][part] = ext;
       else if (sizes[d][part] != ext)

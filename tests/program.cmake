@@ -1,12 +1,14 @@
 # Compiled programs (program/): the compiler's unit tests against naive references, and the
 # benchmark program.
 set(TS_PROGRAM_TESTS ${CMAKE_CURRENT_LIST_DIR}/program)
-tshard_unit_test(test_program ${TS_PROGRAM_TESTS}/test_program.c ${TS_PROGRAM_TESTS}/ref.c)
+tshard_unit_test(test_program ${TS_PROGRAM_TESTS}/test_program.c ${TS_PROGRAM_TESTS}/ref.c
+                 ${TS_PROGRAM_TESTS}/program_fixture.c)
 target_link_libraries(test_program PRIVATE tsprogram m)
 target_include_directories(test_program PRIVATE ${CMAKE_CURRENT_LIST_DIR}/unit)
 target_compile_definitions(test_program PRIVATE TSP_GOLDEN="${TS_PROGRAM_TESTS}/golden_small.c")
 set_tests_properties(test_program PROPERTIES TIMEOUT 300)
-tshard_unit_test(test_program_slice ${TS_PROGRAM_TESTS}/test_program_slice.c)
+tshard_unit_test(test_program_slice ${TS_PROGRAM_TESTS}/test_program_slice.c
+                 ${TS_PROGRAM_TESTS}/program_fixture.c)
 target_link_libraries(test_program_slice PRIVATE tsprogram m)
 target_include_directories(test_program_slice PRIVATE ${CMAKE_CURRENT_LIST_DIR}/unit)
 set_tests_properties(test_program_slice PROPERTIES TIMEOUT 300)

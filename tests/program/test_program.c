@@ -15,47 +15,8 @@
 
 #include "check_main.h"
 #include "ref.h"
+#include "program_fixture.h"
 #include "ts_program.h"
-
-#define FAST_FLAGS "-O1 -fopenmp -fPIC -shared"
-
-static char cache_dir[256];
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
-
-static void setup(void) {
-  snprintf(cache_dir, sizeof cache_dir, "/tmp/tsp-test-XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(cache_dir));
-}
-
-static void teardown(void) { nftw(cache_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
-static tsp_program *make(const char *text, const char *cflags, bool lazy) {
-  ts_error err = {0};
-  tsp_program *p = NULL;
-  tsp_options o = {.cache_dir = cache_dir, .cflags = cflags, .lazy = lazy};
-  int rc = tsp_program_create(&p, text, &o, &err);
-  ck_assert_msg(rc == TS_OK, "create failed: %s\n%s", err.msg, text);
-  return p;
-}
-
-static int make_fails(const char *text, char *msg, size_t cap) {
-  ts_error err = {0};
-  tsp_program *p = NULL;
-  tsp_options o = {.cache_dir = cache_dir, .cflags = FAST_FLAGS, .lazy = true};
-  int rc = tsp_program_create(&p, text, &o, &err);
-  ck_assert_msg(rc != TS_OK && p == NULL, "expected a failure for %s", text);
-  ck_assert_int_eq(err.code, rc);
-  ck_assert_msg(strlen(err.msg) > 10, "message too short: '%s'", err.msg);
-  if (msg)
-    snprintf(msg, cap, "%s", err.msg);
-  return rc;
-}
 
 static void close_to(const double *got, const double *want, int64_t n, double tol, const char *what) {
   for (int64_t i = 0; i < n; i++) {
@@ -235,7 +196,7 @@ static void random_program(rprog *g, unsigned seed) {
 static void run_random(unsigned seed) {
   static rprog g;
   random_program(&g, seed);
-  tsp_program *p = make(g.json, FAST_FLAGS, false);
+  tsp_program *p = tsp_test_make(g.json, FAST_FLAGS, false);
   tsp_tensor in[4], out[16];
   for (int i = 0; i < 4; i++) {
     in[i].data = g.v[i].t.d;
@@ -287,7 +248,7 @@ START_TEST(test_einsum_static_and_dynamic) {
       "{\"out\":\"z\",\"op\":\"add\",\"args\":[\"y\",\"bias\"]},"
       "{\"out\":\"o\",\"op\":\"einsum\",\"eq\":\"ij,kj->ik\",\"args\":[\"a\",\"a\"]}],"
       "\"outputs\":[\"z\",\"o\"]}";
-  tsp_program *p = make(text, FAST_FLAGS, true);
+  tsp_program *p = tsp_test_make(text, FAST_FLAGS, true);
   for (int64_t n = 1; n <= 12; n += 5) {
     double a[3 * 12], b[12 * 4], bias[4];
     for (int i = 0; i < 3 * n; i++)
@@ -348,7 +309,7 @@ static const char *adam_text =
     "{\"op\":\"assign\",\"args\":[\"v\",\"vn\"]}],\"outputs\":[]}";
 
 START_TEST(test_adam_in_place) {
-  tsp_program *p = make(adam_text, NULL, false); /* the default flags */
+  tsp_program *p = tsp_test_make(adam_text, NULL, false); /* the default flags */
   enum { N = 1000 };
   static float w[N], g[N], m[N], v[N], rw[N], rm[N], rv[N];
   float lr = 0.01f;
@@ -394,7 +355,7 @@ START_TEST(test_integer_semantics) {
       "{\"out\":\"s\",\"op\":\"sum\",\"args\":[\"w\"]},"
       "{\"out\":\"lo\",\"op\":\"min\",\"args\":[\"a\"]}],"
       "\"outputs\":[\"q\",\"mx\",\"w\",\"s\",\"lo\"]}";
-  tsp_program *p = make(text, FAST_FLAGS, false);
+  tsp_program *p = tsp_test_make(text, FAST_FLAGS, false);
   int32_t a[6] = {7, -7, 5, 0, 100, -3}, b[6] = {2, 2, 0, 3, 7, 4};
   tsp_tensor in[2] = {{a, TS_I32, 1, {6}}, {b, TS_I32, 1, {6}}};
   tsp_tensor out[5];
@@ -429,7 +390,7 @@ START_TEST(test_bucket_selection) {
       "\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[\"n\",\"t\"]},"
       "{\"name\":\"y\",\"dtype\":\"f32\",\"shape\":[\"b\",\"n\"]}],"
       "\"ops\":[{\"out\":\"s\",\"op\":\"sum\",\"args\":[\"x\"]}],\"outputs\":[\"s\"]}";
-  tsp_program *p = make(text, FAST_FLAGS, true);
+  tsp_program *p = tsp_test_make(text, FAST_FLAGS, true);
   ck_assert_int_eq(tsp_program_n_groups(p), 3);
   /* n: 4 8 16 32 64 100; t: 16 32 40; b: 2 5 9 */
   ck_assert_int_eq(tsp_program_n_buckets(p), 6 * 3 * 3);
@@ -471,7 +432,7 @@ static const char *dyn_text =
     "\"outputs\":[\"se\",\"sx\",\"mean\",\"mx\",\"flat\",\"c\",\"t\"]}";
 
 START_TEST(test_padding_masks_and_formulas) {
-  tsp_program *p = make(dyn_text, FAST_FLAGS, true);
+  tsp_program *p = tsp_test_make(dyn_text, FAST_FLAGS, true);
   char f[64];
   tsp_program_output_formula(p, 4, 0, f, sizeof f);
   ck_assert_str_eq(f, "3*n");
@@ -538,7 +499,7 @@ START_TEST(test_dynamic_in_place_and_refusal) {
       "{\"out\":\"u\",\"op\":\"mul\",\"args\":[\"g\",0.5]},"
       "{\"out\":\"wn\",\"op\":\"sub\",\"args\":[\"w\",\"u\"]},"
       "{\"op\":\"assign\",\"args\":[\"w\",\"wn\"]}],\"outputs\":[]}";
-  tsp_program *p = make(text, FAST_FLAGS, false);
+  tsp_program *p = tsp_test_make(text, FAST_FLAGS, false);
   float w[21], g[20];
   for (int i = 0; i < 21; i++)
     w[i] = (float)i;
@@ -560,7 +521,7 @@ START_TEST(test_dynamic_in_place_and_refusal) {
       "\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[\"n\",3]}],"
       "\"ops\":[{\"out\":\"r\",\"op\":\"reshape\",\"args\":[\"x\"],\"shape\":[3,\"n\"]}],"
       "\"outputs\":[\"r\"]}";
-  ck_assert_int_eq(make_fails(bad, msg, sizeof msg), TS_UNSUPPORTED);
+  ck_assert_int_eq(tsp_test_make_fails(bad, msg, sizeof msg), TS_UNSUPPORTED);
   ck_assert_msg(strstr(msg, "reshape 'r'") && strstr(msg, "padding"), "%s", msg);
 }
 END_TEST
@@ -596,24 +557,24 @@ static void check_small(tsp_program *p) {
 
 START_TEST(test_cache_hits_and_invalidation) {
   tsp_stats st;
-  tsp_program *p = make(small_text, FAST_FLAGS, false);
+  tsp_program *p = tsp_test_make(small_text, FAST_FLAGS, false);
   tsp_program_stats(p, &st);
   ck_assert_int_eq(st.compiles, 1);
   ck_assert_int_eq(st.cache_hits, 0);
   char path[600];
   snprintf(path, sizeof path, "%s", tsp_program_cache_path(p, 0));
-  ck_assert_msg(strncmp(path, cache_dir, strlen(cache_dir)) == 0, "%s", path);
+  ck_assert_msg(strncmp(path, tsp_test_cache, strlen(tsp_test_cache)) == 0, "%s", path);
   check_small(p);
   tsp_program_destroy(p);
   /* the same program and flags: a hit */
-  p = make(small_text, FAST_FLAGS, false);
+  p = tsp_test_make(small_text, FAST_FLAGS, false);
   tsp_program_stats(p, &st);
   ck_assert_int_eq(st.compiles, 0);
   ck_assert_int_eq(st.cache_hits, 1);
   check_small(p);
   tsp_program_destroy(p);
   /* other flags: another entry */
-  p = make(small_text, "-O2 -fPIC -shared", false);
+  p = tsp_test_make(small_text, "-O2 -fPIC -shared", false);
   tsp_program_stats(p, &st);
   ck_assert_int_eq(st.compiles, 1);
   ck_assert_str_ne(tsp_program_cache_path(p, 0), path);
@@ -624,7 +585,7 @@ START_TEST(test_cache_hits_and_invalidation) {
   snprintf(other, sizeof other, "%s", small_text);
   *strstr(other, "relu") = 'R';
   memcpy(strstr(other, "Relu"), "tanh", 4);
-  p = make(other, FAST_FLAGS, false);
+  p = tsp_test_make(other, FAST_FLAGS, false);
   tsp_program_stats(p, &st);
   ck_assert_int_eq(st.compiles, 1);
   tsp_program_destroy(p);
@@ -633,7 +594,7 @@ START_TEST(test_cache_hits_and_invalidation) {
   ck_assert_ptr_nonnull(f);
   fputs("not a shared object", f);
   fclose(f);
-  p = make(small_text, FAST_FLAGS, false);
+  p = tsp_test_make(small_text, FAST_FLAGS, false);
   tsp_program_stats(p, &st);
   ck_assert_int_eq(st.compiles, 1);
   ck_assert_int_eq(st.cache_hits, 0);
@@ -645,15 +606,15 @@ END_TEST
 START_TEST(test_compiler_errors) {
   ts_error err = {0};
   tsp_program *p = NULL;
-  tsp_options o = {.cache_dir = cache_dir, .cflags = FAST_FLAGS, .extra_cflags = "-fno-such-flag-xyz"};
+  tsp_options o = {.cache_dir = tsp_test_cache, .cflags = FAST_FLAGS, .extra_cflags = "-fno-such-flag-xyz"};
   ck_assert_int_eq(tsp_program_create(&p, small_text, &o, &err), TS_PROGRAM_COMPILE);
   ck_assert_ptr_null(p);
   ck_assert_msg(strstr(err.msg, "failed") && strstr(err.msg, "no-such-flag-xyz"), "%s", err.msg);
-  tsp_options o2 = {.cache_dir = cache_dir, .cc = "/nonexistent/cc"};
+  tsp_options o2 = {.cache_dir = tsp_test_cache, .cc = "/nonexistent/cc"};
   ck_assert_int_eq(tsp_program_create(&p, small_text, &o2, &err), TS_PROGRAM_COMPILE);
   ck_assert_msg(strstr(err.msg, "/nonexistent/cc"), "%s", err.msg);
   /* lazy: the failure comes with the run that needs the bucket, and the program stays usable */
-  tsp_options o3 = {.cache_dir = cache_dir, .cflags = FAST_FLAGS, .extra_cflags = "-fno-such-flag-xyz",
+  tsp_options o3 = {.cache_dir = tsp_test_cache, .cflags = FAST_FLAGS, .extra_cflags = "-fno-such-flag-xyz",
                     .lazy = true};
   ck_assert_int_eq(tsp_program_create(&p, small_text, &o3, &err), TS_OK);
   float x[6] = {0}, b[3] = {0};
@@ -744,7 +705,7 @@ START_TEST(test_malformed_programs) {
   };
   char msg[512];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    int rc = make_fails(cases[i].text, msg, sizeof msg);
+    int rc = tsp_test_make_fails(cases[i].text, msg, sizeof msg);
     ck_assert_msg(rc == cases[i].code, "case %zu: code %s, want %s (%s)", i, ts_status_name(rc),
                   ts_status_name(cases[i].code), msg);
     ck_assert_msg(strstr(msg, cases[i].needle), "case %zu: '%s' lacks '%s'", i, msg, cases[i].needle);
@@ -756,7 +717,7 @@ START_TEST(test_malformed_programs) {
 END_TEST
 
 START_TEST(test_misused_runs) {
-  tsp_program *p = make(dyn_text, FAST_FLAGS, true);
+  tsp_program *p = tsp_test_make(dyn_text, FAST_FLAGS, true);
   double x[300] = {0}, y[300] = {0};
   tsp_tensor out[7];
   ts_error err = {0};
@@ -789,7 +750,7 @@ END_TEST
 START_TEST(test_placement) {
   ts_error err = {0};
   /* small: y = x + b; r = relu(y); s = sum(r, dims [1]) */
-  tsp_program *p = make(small_text, FAST_FLAGS, true);
+  tsp_program *p = tsp_test_make(small_text, FAST_FLAGS, true);
   tsp_placement in[8], out[8];
   memset(in, 0, sizeof in);
   in[0].split[0] = 1; /* x split on dim 0 over mesh dim 0; b replicated: fine */
@@ -815,7 +776,7 @@ START_TEST(test_placement) {
   tsp_program_destroy(p);
 
   /* a mean over a split dim is refused; max over it gives Partial(max) */
-  p = make(dyn_text, FAST_FLAGS, true);
+  p = tsp_test_make(dyn_text, FAST_FLAGS, true);
   memset(in, 0, sizeof in);
   in[1].split[0] = 1;
   ck_assert_msg(tsp_program_placement(p, in, 2, out, 7, &err) == TS_OK, "%s", err.msg);
@@ -830,7 +791,7 @@ START_TEST(test_placement) {
   /* Adam on parameters split over two mesh dims, lr replicated: fine; m split differently: no */
   char text[4096];
   snprintf(text, sizeof text, "%s", adam_text);
-  p = make(text, FAST_FLAGS, true);
+  p = tsp_test_make(text, FAST_FLAGS, true);
   memset(in, 0, sizeof in);
   for (int i = 0; i < 4; i++)
     in[i].split[0] = 3;
@@ -846,7 +807,7 @@ START_TEST(test_placement) {
       "{\"name\":\"b\",\"dtype\":\"f32\",\"shape\":[8,4]}],"
       "\"ops\":[{\"out\":\"y\",\"op\":\"einsum\",\"eq\":\"ij,jk->ik\",\"args\":[\"a\",\"b\"]}],"
       "\"outputs\":[\"y\"]}";
-  p = make(mm, FAST_FLAGS, true);
+  p = tsp_test_make(mm, FAST_FLAGS, true);
   memset(in, 0, sizeof in);
   in[0].split[1] = 1;
   in[1].split[0] = 1;
@@ -870,7 +831,7 @@ START_TEST(test_large_programs) {
     len += (size_t)snprintf(text + len, sizeof text - len, "%s{\"out\":\"v%d\",\"op\":\"%s\","
                             "\"args\":[\"v%d\"]}", i > 1 ? "," : "", i, i % 2 ? "neg" : "abs", i - 1);
   snprintf(text + len, sizeof text - len, "],\"outputs\":[\"v4000\"]}");
-  tsp_program *p = make(text, FAST_FLAGS, true);
+  tsp_program *p = tsp_test_make(text, FAST_FLAGS, true);
   char *s = NULL;
   ts_error err = {0};
   ck_assert_int_eq(tsp_program_show(p, &s, &err), TS_OK);
@@ -889,13 +850,13 @@ START_TEST(test_large_programs) {
                             "\"args\":[\"v%d\"]}", i > 1 ? "," : "", i, i - 1);
   snprintf(text + len, sizeof text - len, "],\"outputs\":[\"v9000\"]}");
   char msg[512];
-  ck_assert_int_eq(make_fails(text, msg, sizeof msg), TS_LIMIT);
+  ck_assert_int_eq(tsp_test_make_fails(text, msg, sizeof msg), TS_LIMIT);
   ck_assert_msg(strstr(msg, "more than 8192 nodes"), "%s", msg);
 }
 END_TEST
 
 START_TEST(test_golden_source) {
-  tsp_program *p = make(small_text, FAST_FLAGS, true);
+  tsp_program *p = tsp_test_make(small_text, FAST_FLAGS, true);
   char *src = NULL;
   ts_error err = {0};
   ck_assert_int_eq(tsp_program_source(p, 0, &src, &err), TS_OK);
@@ -918,7 +879,7 @@ int main(void) {
   Suite *s = suite_create("program");
   TCase *t = tcase_create("program");
   tcase_set_timeout(t, 120);
-  tcase_add_checked_fixture(t, setup, teardown);
+  tcase_add_checked_fixture(t, tsp_test_setup, tsp_test_teardown);
   tcase_add_loop_test(t, test_random_programs, 0, 2);
   tcase_add_test(t, test_einsum_static_and_dynamic);
   tcase_add_test(t, test_adam_in_place);

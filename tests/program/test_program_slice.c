@@ -19,44 +19,8 @@
 #include <unistd.h>
 
 #include "check_main.h"
+#include "program_fixture.h"
 #include "ts_program.h"
-
-#define FAST_FLAGS "-O1 -fopenmp -fPIC -shared"
-
-static char cache_dir[256];
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
-
-static void setup(void) {
-  snprintf(cache_dir, sizeof cache_dir, "/tmp/tsp-slice-XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(cache_dir));
-}
-
-static void teardown(void) { nftw(cache_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
-static tsp_program *make(const char *text, bool lazy) {
-  ts_error err = {0};
-  tsp_program *p = NULL;
-  tsp_options o = {.cache_dir = cache_dir, .cflags = FAST_FLAGS, .lazy = lazy};
-  int rc = tsp_program_create(&p, text, &o, &err);
-  ck_assert_msg(rc == TS_OK, "create failed: %s\n%s", err.msg, text);
-  return p;
-}
-
-static int make_fails(const char *text, char *msg, size_t cap) {
-  ts_error err = {0};
-  tsp_program *p = NULL;
-  tsp_options o = {.cache_dir = cache_dir, .cflags = FAST_FLAGS, .lazy = true};
-  int rc = tsp_program_create(&p, text, &o, &err);
-  ck_assert_msg(rc != TS_OK && p == NULL, "expected a failure for %s", text);
-  snprintf(msg, cap, "%s", err.msg);
-  return rc;
-}
 
 static void close_to(const double *got, const double *want, int64_t n, const char *what) {
   for (int64_t i = 0; i < n; i++) {
@@ -84,7 +48,7 @@ static const char *window_text =
     "\"outputs\":[\"ys\",\"tot\",\"mx\",\"dot\",\"y\"]}";
 
 START_TEST(test_window_two_groups) {
-  tsp_program *p = make(window_text, true);
+  tsp_program *p = tsp_test_make(window_text, FAST_FLAGS, true);
   char f[64];
   tsp_program_output_formula(p, 0, 0, f, sizeof f);
   ck_assert_str_eq(f, "n-k+1");
@@ -181,7 +145,7 @@ static const char *conv_text =
     "\"outputs\":[\"conv\",\"tdot\",\"ev\",\"ar\",\"rsum\",\"last3\"]}";
 
 START_TEST(test_conv_negative_step_2d) {
-  tsp_program *p = make(conv_text, true);
+  tsp_program *p = tsp_test_make(conv_text, FAST_FLAGS, true);
   char f[64];
   tsp_program_output_formula(p, 0, 0, f, sizeof f);
   ck_assert_str_eq(f, "n-2");
@@ -273,7 +237,7 @@ START_TEST(test_refusals) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char text[1024];
     snprintf(text, sizeof text, "%s%s],\"outputs\":[\"y\"]}", head, cases[i].op);
-    int rc = make_fails(text, msg, sizeof msg);
+    int rc = tsp_test_make_fails(text, msg, sizeof msg);
     ck_assert_msg(rc == cases[i].code && strstr(msg, cases[i].needle), "case %zu: %d %s", i, rc,
                   msg);
   }
@@ -291,7 +255,7 @@ START_TEST(test_unusable_bucket) {
       "{\"name\":\"w\",\"dtype\":\"f64\",\"shape\":[\"k\"]}],\"ops\":["
       "{\"out\":\"y\",\"op\":\"slice\",\"args\":[\"x\"],\"stop\":[\"k\"]},"
       "{\"out\":\"z\",\"op\":\"mul\",\"args\":[\"y\",\"w\"]}],\"outputs\":[\"z\"]}";
-  tsp_program *p = make(text, false);
+  tsp_program *p = tsp_test_make(text, FAST_FLAGS, false);
   ts_error err = {0};
   char *s = NULL;
   ck_assert_int_eq(tsp_program_show(p, &s, &err), TS_OK);
@@ -325,7 +289,7 @@ START_TEST(test_placement_of_slices) {
       "{\"out\":\"y\",\"op\":\"slice\",\"args\":[\"x\"],\"start\":[0,2]},"
       "{\"out\":\"z\",\"op\":\"slice\",\"args\":[\"x\"],\"stop\":[\"n-1\"]}],"
       "\"outputs\":[\"y\",\"z\"]}";
-  tsp_program *p = make(text, true);
+  tsp_program *p = tsp_test_make(text, FAST_FLAGS, true);
   tsp_placement in[1], out[2];
   ts_error err = {0};
   memset(in, 0, sizeof in);
@@ -361,7 +325,7 @@ static const char *conv_k_text =
     "\"outputs\":[\"conv\",\"mp\",\"tot\",\"ms\",\"w3\"]}";
 
 START_TEST(test_window_conv) {
-  tsp_program *p = make(conv_k_text, true);
+  tsp_program *p = tsp_test_make(conv_k_text, FAST_FLAGS, true);
   char f[64];
   tsp_program_output_formula(p, 0, 0, f, sizeof f);
   ck_assert_str_eq(f, "n-k+1");
@@ -443,7 +407,7 @@ START_TEST(test_window_conv) {
   snprintf(text, sizeof text, "%s", conv_k_text);
   char *st = strstr(text, "{\"step\":1}");
   memcpy(st, "\"pow2\"    ", 10);
-  p = make(text, true);
+  p = tsp_test_make(text, FAST_FLAGS, true);
   tsp_tensor in2[3] = {{x, TS_F64, 1, {4}}, {w, TS_F64, 1, {3}}, {m, TS_F64, 2, {4, 4}}};
   ck_assert_int_eq(tsp_program_run(p, in2, 3, out, 5, &err), TS_UNSUPPORTED);
   ck_assert_msg(strstr(err.msg, "window 'win'") && strstr(err.msg, "k=4"), "%s", err.msg);
@@ -453,12 +417,12 @@ START_TEST(test_window_conv) {
     free(out[i].data);
   tsp_program_destroy(p);
   char msg[512];
-  ck_assert_int_eq(make_fails("{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[4]}],"
+  ck_assert_int_eq(tsp_test_make_fails("{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[4]}],"
                               "\"ops\":[{\"out\":\"y\",\"op\":\"window\",\"args\":[\"x\"],"
                               "\"size\":5}],\"outputs\":[\"y\"]}", msg, sizeof msg),
                    TS_BAD_SHAPE);
   ck_assert_msg(strstr(msg, "larger than dim 0"), "%s", msg);
-  ck_assert_int_eq(make_fails("{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[4]}],"
+  ck_assert_int_eq(tsp_test_make_fails("{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[4]}],"
                               "\"ops\":[{\"out\":\"y\",\"op\":\"window\",\"args\":[\"x\"],"
                               "\"dim\":1,\"size\":2}],\"outputs\":[\"y\"]}", msg, sizeof msg),
                    TS_PARSE);
@@ -470,7 +434,7 @@ int main(void) {
   Suite *s = suite_create("program_slice");
   TCase *t = tcase_create("slice");
   tcase_set_timeout(t, 120);
-  tcase_add_checked_fixture(t, setup, teardown);
+  tcase_add_checked_fixture(t, tsp_test_setup, tsp_test_teardown);
   tcase_add_test(t, test_window_two_groups);
   tcase_add_test(t, test_conv_negative_step_2d);
   tcase_add_test(t, test_refusals);

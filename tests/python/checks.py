@@ -1,5 +1,8 @@
 """Counting checks for the Python test scripts: check(ok, what) records a result and prints what
-failed; finish() prints the "N passed, N failed" line and exits non-zero on any failure."""
+failed; finish() prints the "N passed, N failed" line and exits non-zero on any failure.
+check.expect(status, fn, what, needle) checks that fn raises the tshard error of that status
+(with needle in its text); raw_call sends one request through a client's socket and returns the
+answer without raising on its status (for misuse tests)."""
 import sys
 
 
@@ -19,3 +22,24 @@ class Checks:
     def finish(self):
         print(f"{self.passed} passed, {self.failed} failed")
         sys.exit(1 if self.failed else 0)
+
+    def expect(self, status, fn, what, needle=None):
+        import tshard
+        try:
+            fn()
+        except tshard.TshardError as e:
+            self(e.status == status, f"{what}: status {e.status} ({e}), want {status}")
+            self(needle is None or needle in str(e), f"{what}: '{needle}' not in '{e}'")
+            return
+        self(False, f"{what}: no exception")
+
+
+def raw_call(c, **op):
+    """One request through the client's socket, answered (status not raised)."""
+    from tshard import tshard_pb2 as pb
+    from tshard.wire import request_frame
+    (k, msg), = op.items()
+    req = pb.Request(id=c._take_id())
+    getattr(req, k).CopyFrom(msg)
+    c._wire.send(request_frame(req))
+    return c._wire.recv()

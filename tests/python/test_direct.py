@@ -25,7 +25,7 @@ import numpy as np
 import tshard
 from tshard import tshard_pb2 as pb
 from tshard.wire import request_frame
-from checks import Checks
+from checks import Checks, raw_call
 from harness import Daemons, free_ports
 
 bin_dir = sys.argv[1]
@@ -41,15 +41,6 @@ def random_array(shape, dt):
         return rng.standard_normal(shape).astype(dt)
     info = np.iinfo(dt)
     return rng.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True)
-
-
-def raw_call(c, **op):
-    """One request through the client's socket, answered (status not raised)."""
-    (k, msg), = op.items()
-    req = pb.Request(id=c._take_id())
-    getattr(req, k).CopyFrom(msg)
-    c._wire.send(request_frame(req))
-    return c._wire.recv()
 
 
 def no_segment(c, what):

@@ -25,14 +25,7 @@ os.environ["TSHARD_PROGRAM_CACHE"] = cache
 DIMS = {"p": {"min": 1, "max": 4096, "buckets": {"step": 128}}}
 
 
-def expect(status, fn, what, needle=None):
-    try:
-        fn()
-    except tshard.TshardError as e:
-        check(e.status == status, f"{what}: status {e.status} ({e}), want {status}")
-        check(needle is None or needle in str(e), f"{what}: '{needle}' not in '{e}'")
-        return
-    check(False, f"{what}: no exception")
+expect = check.expect
 
 
 def adam_program():

@@ -26,14 +26,7 @@ cache = tempfile.mkdtemp(prefix="tshard-prog-slice-")
 os.environ["TSHARD_PROGRAM_CACHE"] = cache
 
 
-def expect(status, fn, what, needle=None):
-    try:
-        fn()
-    except tshard.TshardError as e:
-        check(e.status == status, f"{what}: status {e.status} ({e}), want {status}")
-        check(needle is None or needle in str(e), f"{what}: '{needle}' not in '{e}'")
-        return
-    check(False, f"{what}: no exception")
+expect = check.expect
 
 
 WINDOW = {

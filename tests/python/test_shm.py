@@ -25,7 +25,7 @@ os.environ["TSHARD_DIRECT"] = "0"  # whole puts and gets through the segment (te
 import tshard
 from tshard import tshard_pb2 as pb
 from tshard.wire import request_frame
-from checks import Checks
+from checks import Checks, raw_call
 from harness import Daemons, free_ports
 
 bin_dir = sys.argv[1]
@@ -79,15 +79,6 @@ def slices(clients, name, ref, seed, what):
               f"{what}: rank {x['rank']}'s slice in Ba4b")
         check(np.array_equal(c.get_slice(name), box), f"{what}: rank {x['rank']}'s slice")
     check(np.array_equal(clients[0].get(name), ref + seed), f"{what}: the slices make the whole")
-
-
-def raw_call(c, **op):
-    """One request through the client's socket, answered (status not raised)."""
-    (k, msg), = op.items()
-    req = pb.Request(id=c._take_id())
-    getattr(req, k).CopyFrom(msg)
-    c._wire.send(request_frame(req))
-    return c._wire.recv()
 
 
 KILLED_CLIENT = textwrap.dedent("""
