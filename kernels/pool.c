@@ -29,7 +29,11 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
-#if defined(__GLIBC__)
+/* glibc's malloc_trim gives freed heap memory back. Not under AddressSanitizer: its allocator
+ * replaces glibc's, whose arenas then stay uninitialized, and concurrent malloc_trim calls race
+ * on initializing them (a crash seen in test_pool's threads). */
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)
+#define TS_POOL_MALLOC_TRIM 1
 #include <malloc.h>
 #endif
 
@@ -411,9 +415,11 @@ int ts_pool_trim(bool all) {
   for (header *h = victims; h; h = h->next)
     n++;
   unmap_all(victims);
-#if defined(__GLIBC__)
+#if defined(TS_POOL_MALLOC_TRIM)
   if (trim_heap || n > 0)
     malloc_trim(0); /* freed heap blocks go back to the OS too */
+#else
+  (void)trim_heap;
 #endif
   return n;
 }
