@@ -238,8 +238,6 @@ static int output_attr(const tsp_program *p, int k, const tsp_placement *pl, con
       shape[d] = pl->split[d] ? shape[d] + sizes[d][i] : sizes[d][i];
     }
   }
-  for (int i = 0; i < nd; i++)
-    shape[i] = rc ? 0 : shape[i];
   if (!rc)
     rc = ts_attr_create(out, mnd, mesh->mesh_shape, mesh->ranks, place, err);
   for (int d = 0; d < nd && !rc; d++)

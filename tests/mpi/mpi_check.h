@@ -1,12 +1,15 @@
-/* mpi_check.h - what the engine's MPI tests (test_reshard.c, test_dist_einsum.c) share: the
- * world, CHECK (counts checks and failures, prints the first 20 failures with the rank), and a
- * xorshift generator seeded by the test (TS_TEST_SEED, defined before the include) so every rank
- * draws the same cases. Static: each test includes it once. */
+/* mpi_check.h - what the MPI tests (test_reshard.c, test_dist_einsum.c, test_ckpt.c,
+ * test_ckpt_move.c) share: the world, CHECK (counts checks and failures, prints the first 20
+ * failures with the rank), a check that every rank got rank 0's status and message, the
+ * summary at the end, and a xorshift generator seeded by the test (TS_TEST_SEED, defined before
+ * the include) so every rank draws the same cases. Static: each test includes it once. */
 #ifndef TS_MPI_CHECK_H
 #define TS_MPI_CHECK_H
 
+#include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "ts_comm.h"
 
@@ -32,13 +35,38 @@ static ts_world *W;
     }                                                                                              \
   } while (0)
 
+/* Every rank got the same status and message as rank 0. */
+static inline void same_error_everywhere(int rc, const ts_error *err, const char *what) {
+  char msg[512] = "", mine[512];
+  snprintf(mine, sizeof mine, "%s", rc ? err->msg : "");
+  if (world_rank == 0)
+    snprintf(msg, sizeof msg, "%s", mine);
+  MPI_Bcast(msg, sizeof msg, MPI_CHAR, 0, MPI_COMM_WORLD);
+  int r0 = rc;
+  MPI_Bcast(&r0, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  CHECK(r0 == rc && strcmp(msg, mine) == 0, "%s: rank 0 has %d '%s', here %d '%s'", what, r0, msg,
+        rc, mine);
+}
+
+/* The end of a test: rank 0 prints the checks and failures of every rank, the world ends; the
+ * exit status (1 on any failure). */
+static inline int mpi_check_finish(const char *test) {
+  long tf = 0, tc = 0;
+  MPI_Allreduce(&failures, &tf, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(&checks, &tc, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  if (world_rank == 0)
+    printf("%s: %d ranks, %ld checks, %ld failures\n", test, world_size, tc, tf);
+  ts_world_finalize(&W, NULL);
+  return tf ? 1 : 0;
+}
+
 static uint64_t rng_state = TS_TEST_SEED;
-static uint64_t rnd(void) {
+static inline uint64_t rnd(void) {
   rng_state ^= rng_state << 13;
   rng_state ^= rng_state >> 7;
   rng_state ^= rng_state << 17;
   return rng_state;
 }
-static int64_t rnd_below(int64_t n) { return n > 0 ? (int64_t)(rnd() % (uint64_t)n) : 0; }
+static inline int64_t rnd_below(int64_t n) { return n > 0 ? (int64_t)(rnd() % (uint64_t)n) : 0; }
 
 #endif

@@ -13,23 +13,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#define TS_TEST_SEED 0x5eed17u
+#include "mpi_check.h"
 #include "ts_ckpt.h"
 #include "ts_comm.h"
-
-static int rank, size;
-static long checks, failures;
-static ts_world *W;
-
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    checks++;                                                                                      \
-    if (!(cond)) {                                                                                 \
-      failures++;                                                                                  \
-      fprintf(stderr, "[rank %d] %s:%d: check failed: %s: ", rank, __FILE__, __LINE__, #cond);   \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fprintf(stderr, "\n");                                                                       \
-    }                                                                                              \
-  } while (0)
 
 static double value(const int64_t *g, int ndim) {
   double v = 0;
@@ -109,18 +96,6 @@ static char *slurp(const char *path, long *len) {
   return b;
 }
 
-/* Every rank got the same status and message. */
-static void same_everywhere(int rc, const ts_error *err, const char *what) {
-  char msg[512] = "";
-  if (rank == 0)
-    snprintf(msg, sizeof msg, "%s", rc ? err->msg : "");
-  MPI_Bcast(msg, sizeof msg, MPI_CHAR, 0, MPI_COMM_WORLD);
-  int r0 = rc;
-  MPI_Bcast(&r0, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  CHECK(r0 == rc && strcmp(msg, rc ? err->msg : "") == 0, "%s: rank 0 has %d '%s', here %d '%s'",
-        what, r0, msg, rc, rc ? err->msg : "");
-}
-
 static int count_tmp(const char *parent) {
   DIR *d = opendir(parent);
   int n = 0;
@@ -138,51 +113,52 @@ int main(int argc, char **argv) {
     fprintf(stderr, "world init: %s\n", err.msg);
     return 1;
   }
-  rank = ts_world_rank(W);
-  size = ts_world_size(W);
+  world_rank = ts_world_rank(W);
+  world_size = ts_world_size(W);
   char parent[256] = "";
-  if (rank == 0 && !mkdtemp(strcpy(parent, "/tmp/tshard-ckpt-mpi-XXXXXX")))
+  if (world_rank == 0 && !mkdtemp(strcpy(parent, "/tmp/tshard-ckpt-mpi-XXXXXX")))
     parent[0] = '\0';
   MPI_Bcast(parent, sizeof parent, MPI_CHAR, 0, MPI_COMM_WORLD);
   char dir[300], path[400];
   snprintf(dir, sizeof dir, "%s/c1", parent);
   ts_store *s = NULL;
-  ts_store_create(&s, rank, 0, NULL);
+  ts_store_create(&s, world_rank, 0, NULL);
   int64_t sa[2] = {37, 9}, sb[2] = {8, 12}, sc[3] = {5, 4, 6};
   char txt[200];
-  snprintf(txt, sizeof txt, "mesh=[%d] placements=[S(0)]", size);
+  snprintf(txt, sizeof txt, "mesh=[%d] placements=[S(0)]", world_size);
   fill_or_check(add(s, "a", TS_F32, 2, sa, txt, NULL), true, 1, 0, "a");
-  snprintf(txt, sizeof txt, "mesh=[%d] placements=[S(1)]", size);
+  snprintf(txt, sizeof txt, "mesh=[%d] placements=[S(1)]", world_size);
   fill_or_check(add(s, "b", TS_I32, 2, sb, txt, "aB4b"), true, 1, 0, "b");
   /* partial sum: rank r holds value * (r + 1); the sum is value * size * (size + 1) / 2 */
-  snprintf(txt, sizeof txt, "mesh=[%d] placements=[P(sum)]", size);
+  snprintf(txt, sizeof txt, "mesh=[%d] placements=[P(sum)]", world_size);
   ts_stored *c = add(s, "c", TS_I32, 3, sc, txt, NULL);
-  fill_or_check(c, true, rank + 1, 0, "c");
+  fill_or_check(c, true, world_rank + 1, 0, "c");
   ts_ckpt_report rep;
   int rc = ts_ckpt_save(s, W, dir, NULL, 0, NULL, &rep, &err);
   CHECK(rc == TS_OK, "save: %s", err.msg);
   long idx_len = 0;
   char *idx0 = NULL;
   snprintf(path, sizeof path, "%s/%s", dir, TS_CKPT_INDEX);
-  if (rank == 0)
+  if (world_rank == 0)
     idx0 = slurp(path, &idx_len);
   /* load under other attributes */
   const char *names[] = {"a", "b", "c"};
   for (int i = 0; i < 3; i++)
     ts_store_drop(s, names[i], NULL);
-  snprintf(txt, sizeof txt, "mesh=[1,%d] placements=[R,S(1)]", size);
+  snprintf(txt, sizeof txt, "mesh=[1,%d] placements=[R,S(1)]", world_size);
   ts_attr *tgt = attr(txt);
   rc = ts_ckpt_load(s, W, dir, NULL, 0, tgt, NULL, &rep, &err);
   CHECK(rc == TS_OK, "load: %s", err.msg);
   fill_or_check(ts_store_find(s, "a"), false, 1, 0, "a loaded");
   fill_or_check(ts_store_find(s, "b"), false, 1, 0, "b loaded");
-  fill_or_check(ts_store_find(s, "c"), false, (double)size * (size + 1) / 2, 0, "c loaded");
+  fill_or_check(ts_store_find(s, "c"), false, (double)world_size * (world_size + 1) / 2, 0,
+                "c loaded");
   ts_attr_destroy(&tgt);
   /* faults on the last rank; the previous checkpoint stays */
   for (int fault = 0; fault < 3; fault++) {
     struct rlimit old;
     getrlimit(RLIMIT_FSIZE, &old);
-    if (rank == size - 1) {
+    if (world_rank == world_size - 1) {
       if (fault == 0)
         ts_ckpt_debug_fail_write(0, false);
       if (fault == 1) {
@@ -193,18 +169,18 @@ int main(int argc, char **argv) {
     const char *one[] = {"a"};
     rc = fault == 2 ? ts_ckpt_save(s, W, dir, one, 1, NULL, NULL, &err) /* succeeds */
                     : ts_ckpt_save(s, W, dir, NULL, 0, NULL, NULL, &err);
-    if (rank == size - 1)
+    if (world_rank == world_size - 1)
       setrlimit(RLIMIT_FSIZE, &old);
     if (fault == 2) {
       CHECK(rc == TS_OK, "save over the previous: %s", err.msg);
       break;
     }
     char want[64];
-    snprintf(want, sizeof want, "rank-%05d.safetensors", size - 1);
+    snprintf(want, sizeof want, "rank-%05d.safetensors", world_size - 1);
     CHECK(rc == TS_CHECKPOINT_IO && strstr(err.msg, want), "fault %d: %d %s", fault, rc,
           rc ? err.msg : "");
-    same_everywhere(rc, &err, "fault");
-    if (rank == 0) {
+    same_error_everywhere(rc, &err, "fault");
+    if (world_rank == 0) {
       long len = 0;
       char *now = slurp(path, &len);
       CHECK(now && len == idx_len && memcmp(now, idx0, (size_t)len) == 0,
@@ -216,7 +192,7 @@ int main(int argc, char **argv) {
   }
   /* a corrupted byte: every rank fails the same, nothing is created */
   MPI_Barrier(MPI_COMM_WORLD);
-  if (rank == 0) {
+  if (world_rank == 0) {
     snprintf(path, sizeof path, "%s/rank-00000.safetensors", dir);
     FILE *f = fopen(path, "r+b");
     fseek(f, -3, SEEK_END);
@@ -230,21 +206,15 @@ int main(int argc, char **argv) {
   rc = ts_ckpt_load(s, W, dir, NULL, 0, NULL, NULL, NULL, &err);
   CHECK(rc == TS_CORRUPT && strstr(err.msg, "rank-00000.safetensors") && strstr(err.msg, "a#"),
         "corrupt: %d %s", rc, rc ? err.msg : "");
-  same_everywhere(rc, &err, "corrupt");
+  same_error_everywhere(rc, &err, "corrupt");
   CHECK(ts_store_find(s, "a") == NULL, "corrupt: a tensor was created");
   free(idx0);
   ts_store_destroy(&s);
   MPI_Barrier(MPI_COMM_WORLD);
-  if (rank == 0) {
+  if (world_rank == 0) {
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", parent);
     CHECK(system(cmd) == 0, "cleanup");
   }
-  long tf = 0, tc = 0;
-  MPI_Allreduce(&failures, &tf, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-  MPI_Allreduce(&checks, &tc, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-  if (rank == 0)
-    printf("test_ckpt: %d ranks, %ld checks, %ld failures\n", size, tc, tf);
-  ts_world_finalize(&W, NULL);
-  return tf ? 1 : 0;
+  return mpi_check_finish("test_ckpt");
 }

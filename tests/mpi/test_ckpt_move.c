@@ -84,18 +84,6 @@ static ts_attr *attr(const char *text) {
 }
 
 /* Every rank got the same status and message. */
-static void same_everywhere(int rc, const ts_error *err, const char *what) {
-  char msg[512] = "", mine[512];
-  snprintf(mine, sizeof mine, "%s", rc ? err->msg : "");
-  if (world_rank == 0)
-    snprintf(msg, sizeof msg, "%s", mine);
-  MPI_Bcast(msg, sizeof msg, MPI_CHAR, 0, MPI_COMM_WORLD);
-  int r0 = rc;
-  MPI_Bcast(&r0, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  CHECK(r0 == rc && strcmp(msg, mine) == 0, "%s: rank 0 has %d '%s', here %d '%s'", what, r0, msg,
-        rc, mine);
-}
-
 typedef struct tcase {
   const char *name;
   ts_dtype dt;
@@ -132,7 +120,7 @@ static void run_case(ts_store *s, const char *dir, const tcase *c) {
     ts_ckpt_report rep;
     rc = ts_ckpt_load(s, W, dir, one, 1, la, &o, &rep, &err);
     CHECK(rc == TS_OK, "%s: load (path %d): %s", c->name, path, rc ? err.msg : "");
-    same_everywhere(rc, &err, c->name);
+    same_error_everywhere(rc, &err, c->name);
     if (rc)
       continue;
     if (path != TS_CKPT_PATH_AUTO)
@@ -173,7 +161,7 @@ static void expect_fault(ts_store *s, const char *dir, const char *what, const c
   int rc = ts_ckpt_load(s, W, dir, one, 1, la, &o, NULL, &err);
   CHECK(rc != TS_OK && strstr(err.msg, want1) && strstr(err.msg, want2),
         "%s: %d '%s' (wanted '%s' and '%s')", what, rc, rc ? err.msg : "", want1, want2);
-  same_everywhere(rc, &err, what);
+  same_error_everywhere(rc, &err, what);
   CHECK(ts_store_find(s, "big") == NULL, "%s: the tensor was created", what);
   CHECK(ts_store_count(s) == 1 && visit(ts_store_find(s, "keep"), false, 1) == 0,
         "%s: the store changed", what);
@@ -341,11 +329,5 @@ int main(int argc, char **argv) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", parent);
     CHECK(system(cmd) == 0, "cleanup");
   }
-  long tf = 0, tc = 0;
-  MPI_Allreduce(&failures, &tf, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-  MPI_Allreduce(&checks, &tc, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-  if (world_rank == 0)
-    printf("test_ckpt_move: %d ranks, %ld checks, %ld failures\n", world_size, tc, tf);
-  ts_world_finalize(&W, NULL);
-  return tf ? 1 : 0;
+  return mpi_check_finish("test_ckpt_move");
 }
