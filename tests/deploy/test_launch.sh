@@ -123,10 +123,20 @@ for how in mpirun group; do
 done
 
 # ---- each rank's ready line names its own TCP port (PORT + rank) ----
-port=$((20000 + RANDOM % 30000))
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/token"
 chmod 600 "$dir/token"
-ok "$launch" start -np 3 --job "$job" -- --listen "tcp://127.0.0.1:$port" --token-file "$dir/token"
+started=0 # a random port may be taken by another test running at the same time: try another
+for attempt in 1 2 3 4 5; do
+  port=$((20000 + RANDOM % 30000))
+  if "$launch" start -np 3 --job "$job" -- --listen "tcp://127.0.0.1:$port" \
+    --token-file "$dir/token" >"$dir/tcp.out" 2>&1; then
+    started=1
+    break
+  fi
+  grep -q "address already in use" "$dir/tcp.out" || break
+done
+cat "$dir/tcp.out"
+ok test "$started" = 1
 for r in 0 1 2; do
   ok grep -q "ready: job $job rank $r of 3 .* and tcp://127.0.0.1:$((port + r))\$" "$dir/tshard-$job.log"
 done
