@@ -155,7 +155,8 @@ int ckpt_header_build(const ckpt_entry *e, int n, uint8_t **buf, size_t *len, ts
       bad |= json_array_append_new(offs, json_integer(e[i].begin)) ||
              json_array_append_new(offs, json_integer(e[i].end));
     if (!bad)
-      bad |= json_object_set_new(o, "dtype", json_string(ts_ckpt_dtype_name(e[i].dtype))) ||
+      bad |= json_object_set_new(o, "dtype", json_string(e[i].table ? "U64"
+                                                         : ts_ckpt_dtype_name(e[i].dtype))) ||
              json_object_set_new(o, "shape", shape) ||
              json_object_set_new(o, "data_offsets", offs) ||
              json_object_set_new(h, e[i].key, o);
@@ -294,6 +295,38 @@ int ckpt_file_piece(const ckpt_file *f, const ts_ckpt_tensor *t, const ts_ckpt_p
   return TS_OK;
 }
 
+int ckpt_file_table(const ckpt_file *f, const ts_ckpt_tensor *t, const ts_ckpt_piece *p,
+                    int64_t *offset, ts_error *err) {
+  char bt[256];
+  ckpt_box_text(&p->box, bt, sizeof bt);
+  int64_t nb = ckpt_blocks_count(ts_box_numel(&p->box) * (int64_t)ts_dtype_size(t->dtype),
+                                 p->block_bytes);
+  json_t *o = json_object_get(f->header, p->block_key);
+  json_t *shape = json_object_get(o, "shape"), *offs = json_object_get(o, "data_offsets");
+  json_t *b = json_array_get(offs, 0), *e = json_array_get(offs, 1);
+  const char *dt = json_string_value(json_object_get(o, "dtype"));
+  const char *why = NULL;
+  if (!json_is_object(o))
+    why = "the file's header has no such entry";
+  else if (!dt || strcmp(dt, "U64") != 0)
+    why = "its dtype is not U64";
+  else if (!json_is_array(shape) || json_array_size(shape) != 1 ||
+           json_integer_value(json_array_get(shape, 0)) != nb)
+    why = "its shape is not [the piece's blocks]";
+  else if (!json_is_array(offs) || json_array_size(offs) != 2 || !json_is_integer(b) ||
+           !json_is_integer(e) || json_integer_value(b) < 0 ||
+           json_integer_value(e) - json_integer_value(b) != nb * 8 ||
+           json_integer_value(e) > f->size - f->data_start)
+    why = "its data_offsets do not hold 8 bytes a block inside the data section";
+  if (why)
+    return ts_error_set(err, TS_CORRUPT, "checkpoint file '%s', piece '%s' (tensor '%s', box %s): "
+                        "block checksum table '%s' (%lld blocks of %lld bytes): %s", f->name,
+                        p->key, t->name, bt, p->block_key, (long long)nb,
+                        (long long)p->block_bytes, why);
+  *offset = f->data_start + json_integer_value(b);
+  return TS_OK;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * The index */
 
@@ -343,6 +376,14 @@ static json_t *piece_json(const ts_ckpt_piece *p) {
     json_decref(box);
   if (!bad && p->npcoord)
     bad |= json_object_set_new(o, "partial_coords", int_array(p->pcoord, p->npcoord));
+  if (!bad && p->block_bytes > 0) {
+    char bhex[17];
+    snprintf(bhex, sizeof bhex, "%016" PRIx64, p->block_xxh3);
+    json_t *b = json_object();
+    bad |= !b || json_object_set_new(b, "key", json_string(p->block_key)) ||
+           json_object_set_new(b, "bytes", json_integer(p->block_bytes)) ||
+           json_object_set_new(b, "xxh3", json_string(bhex)) || json_object_set_new(o, "blocks", b);
+  }
   if (bad) {
     json_decref(o);
     return NULL;
@@ -448,6 +489,24 @@ static int read_piece(const char *path, const ts_ckpt_tensor *t, json_t *o, ts_c
   json_t *pc = json_object_get(o, "partial_coords");
   if (pc && !get_ints(pc, p->pcoord, TS_MAX_MESH_DIMS, &p->npcoord))
     BAD("tensor '%s', piece '%s': partial_coords is not a list of integers", t->name, key);
+  json_t *blocks = json_object_get(o, "blocks");
+  if (blocks) {
+    const char *bkey = json_string_value(json_object_get(blocks, "key"));
+    const char *bhex = json_string_value(json_object_get(blocks, "xxh3"));
+    json_t *bytes = json_object_get(blocks, "bytes");
+    int64_t bb = json_integer_value(bytes);
+    if (!json_is_object(blocks) || !bkey || !bkey[0] || strlen(bkey) >= sizeof p->block_key ||
+        strcmp(bkey, key) == 0)
+      BAD("tensor '%s', piece '%s': blocks has no key of its own", t->name, key);
+    if (!json_is_integer(bytes) || bb < CKPT_BLOCK_MIN || bb > CKPT_BLOCK_MAX || (bb & (bb - 1)))
+      BAD("tensor '%s', piece '%s': blocks.bytes is not a power of two from %lld to %lld",
+          t->name, key, (long long)CKPT_BLOCK_MIN, (long long)CKPT_BLOCK_MAX);
+    if (!bhex || strlen(bhex) != 16 || (strtoull(bhex, &end, 16), *end != '\0'))
+      BAD("tensor '%s', piece '%s': blocks.xxh3 is not 16 hex digits", t->name, key);
+    snprintf(p->block_key, sizeof p->block_key, "%s", bkey);
+    p->block_bytes = bb;
+    p->block_xxh3 = strtoull(bhex, NULL, 16);
+  }
   return TS_OK;
 fail:
   return err ? err->code : TS_CORRUPT;
@@ -546,8 +605,11 @@ char *ts_ckpt_index_describe(const ts_ckpt_index *idx, const char *dir) {
     for (int k = 0; k < t->npieces; k++) {
       char bt[256];
       ckpt_box_text(&t->pieces[k].box, bt, sizeof bt);
-      fprintf(f, "  %-20s %-24s box %s xxh3 %016" PRIx64 "\n", t->pieces[k].file,
+      fprintf(f, "  %-20s %-24s box %s xxh3 %016" PRIx64, t->pieces[k].file,
               t->pieces[k].key, bt, t->pieces[k].xxh3);
+      if (t->pieces[k].block_bytes > 0)
+        fprintf(f, " blocks %lld", (long long)t->pieces[k].block_bytes);
+      fputc('\n', f);
     }
   }
   fclose(f);

@@ -15,6 +15,7 @@ typedef struct ckpt_entry {
   int ndim;
   int64_t ext[TS_MAX_DIMS];
   int64_t begin, end; /* relative to the data section (safetensors data_offsets) */
+  bool table;         /* a block checksum table: dtype U64, one dim (dtype unused) */
 } ckpt_entry;
 
 /* The header of a file holding the entries: 8-byte little-endian length, then the JSON padded
@@ -36,7 +37,25 @@ int ckpt_file_open(const char *dir, const char *name, ckpt_file *f, ts_error *er
  * index (dtype, shape = the box's extents, data_offsets inside the file and of the right size). */
 int ckpt_file_piece(const ckpt_file *f, const ts_ckpt_tensor *t, const ts_ckpt_piece *p,
                     int64_t *offset, ts_error *err);
+/* The same for a piece's block checksum table (dtype U64, shape [blocks]). */
+int ckpt_file_table(const ckpt_file *f, const ts_ckpt_tensor *t, const ts_ckpt_piece *p,
+                    int64_t *offset, ts_error *err);
 void ckpt_file_close(ckpt_file *f);
+
+/* ---------------------------------------------------------------------------------------------
+ * Block checksums (ckpt_blocks.c) */
+
+/* The block size save writes; the index reader accepts powers of two in [64, 1 MiB]. */
+#define CKPT_BLOCK_BYTES ((int64_t)4096)
+#define CKPT_BLOCK_MIN ((int64_t)64)
+#define CKPT_BLOCK_MAX ((int64_t)1 << 20)
+/* The blocks of a piece of `bytes` bytes. */
+static inline int64_t ckpt_blocks_count(int64_t bytes, int64_t block) {
+  return block > 0 ? (bytes + block - 1) / block : 0;
+}
+/* The table of `bytes` bytes: XXH3-64 of each block, little-endian, into table (count * 8
+ * bytes). */
+void ckpt_blocks_hash(const void *bytes, int64_t len, int64_t block, uint8_t *table);
 
 /* Full-length pread/pwrite (EINTR and short transfers retried); -1 with errno on failure, or 0
  * from pread at the end of the file (errno then EIO). */
@@ -72,6 +91,11 @@ typedef struct ckpt_reader {
  * file and the piece) and checks the header's entry against the index. */
 int ckpt_reader_piece(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_ckpt_piece *p, int *fd,
                       int64_t *offset, ts_error *err);
+/* The same for the piece's block checksum table. */
+int ckpt_reader_table(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_ckpt_piece *p,
+                      int64_t *offset, ts_error *err);
+/* The verify buffer (r->vbuf, r->vcap bytes), allocated on first use. */
+int ckpt_reader_vbuf(ckpt_reader *r, ts_error *err);
 void ckpt_reader_close(ckpt_reader *r);
 /* The errors of a piece: a checksum that differs from the index, a failed read (errno). */
 int ckpt_piece_mismatch(const ts_ckpt_tensor *t, const ts_ckpt_piece *p, uint64_t got,
@@ -84,6 +108,20 @@ int ckpt_piece_io_fail(const ts_ckpt_tensor *t, const ts_ckpt_piece *p, ts_error
 int ckpt_pread_hashed(int fd, void *dst, size_t len, int64_t off, void *st);
 /* The row-major element offset of index `at` inside box b. */
 int64_t ckpt_box_offset(const ts_box *b, const int64_t *at);
+
+/* The ranged read (ckpt_blocks.c) of the part I of piece p (at absolute offset off of fd) into
+ * dst, row-major over box B (I lies inside B and the piece): the runs of I, contiguous in the
+ * file and in dst, read straight into dst, the rest of the blocks at their edges into the verify
+ * buffer, every block read checked against the piece's table (itself checked against the
+ * index first). The piece must have a table. */
+int ckpt_read_ranges(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tensor *t,
+                     const ts_ckpt_piece *p, const ts_box *I, const ts_box *B, uint8_t *dst,
+                     ts_error *err);
+/* The estimated cost, in bytes of sequential reading, of the direct path's read of I out of
+ * piece p into box B: a piece inside B read whole; else its ranges through the table when it has
+ * one, else the whole piece plus the copy out; a fixed cost per read call (CKPT_CALL_COST). */
+#define CKPT_CALL_COST ((int64_t)24 << 10)
+int64_t ckpt_read_cost(const ts_ckpt_piece *p, const ts_box *I, const ts_box *B, size_t es);
 
 /* The read-once-then-move path (ckpt_move.c). Its plan, the same on every rank (computed from
  * the index and the target geometry alone): every piece is read whole by one reader, a rank

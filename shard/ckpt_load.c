@@ -78,6 +78,26 @@ int ckpt_reader_piece(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_ckpt_pie
   return TS_OK;
 }
 
+int ckpt_reader_table(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_ckpt_piece *p,
+                      int64_t *offset, ts_error *err) {
+  ckpt_file *f;
+  int rc = open_file(r, p->file, &f, err);
+  if (rc) {
+    char why[sizeof err->msg];
+    snprintf(why, sizeof why, "%s", err->msg);
+    return ts_error_set(err, rc, "%.400s (piece '%s' of tensor '%s')", why, p->key, t->name);
+  }
+  return ckpt_file_table(f, t, p, offset, err);
+}
+
+int ckpt_reader_vbuf(ckpt_reader *r, ts_error *err) {
+  if (r->vbuf)
+    return TS_OK;
+  r->vcap = 16u << 20;
+  r->vbuf = ts_shard_alloc_as(r->vcap, TS_POOL_STAGING, "the checkpoint verify buffer", err);
+  return r->vbuf ? TS_OK : err->code;
+}
+
 void ckpt_reader_close(ckpt_reader *r) {
   for (int i = 0; i < r->nfiles; i++)
     ckpt_file_close(&r->files[i]);
@@ -179,12 +199,9 @@ static void box_view(const ts_box *b, ts_dtype dt, void *data, ts_tensor *t) {
 static int read_through(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tensor *t,
                         const ts_ckpt_piece *p, const ts_box *I, const ts_box *B, uint8_t *dst,
                         ts_error *err) {
-  if (!r->vbuf) {
-    r->vcap = 16u << 20;
-    r->vbuf = ts_shard_alloc_as(r->vcap, TS_POOL_STAGING, "the checkpoint verify buffer", err);
-    if (!r->vbuf)
-      return err->code;
-  }
+  int vrc = ckpt_reader_vbuf(r, err);
+  if (vrc)
+    return vrc;
   size_t es = ts_dtype_size(t->dtype);
   const ts_box *P = &p->box;
   XXH3_state_t *st = XXH3_createState();
@@ -261,7 +278,9 @@ static int read_direct(ckpt_reader *r, const ts_ckpt_tensor *t, ts_stored *e, ts
     if (rc)
       return rc;
     if (!ts_box_equal(&I, &p->box)) {
-      if ((rc = read_through(r, fd, off, t, p, &I, &e->box, e->local.data, err)))
+      rc = p->block_bytes > 0 ? ckpt_read_ranges(r, fd, off, t, p, &I, &e->box, e->local.data, err)
+                              : read_through(r, fd, off, t, p, &I, &e->box, e->local.data, err);
+      if (rc)
         return rc;
       continue;
     }

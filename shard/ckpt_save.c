@@ -47,7 +47,9 @@ typedef struct spiece {
   int npc;
   int64_t pc[TS_MAX_MESH_DIMS];
   int64_t offset;    /* in the writer's file (absolute), on the writer */
+  int64_t toffset;   /* its block checksum table's (absolute), on the writer */
   char key[TS_NAME_MAX + 24];
+  char tkey[TS_NAME_MAX + 32]; /* the table's key: "<key>.blocks" */
 } spiece;
 
 typedef struct stensor {
@@ -128,6 +130,7 @@ static int plan_tensor(stensor *st, bool keep_partial, int64_t *load, ts_error *
       p.bytes = ts_box_numel(&p.box) * (int64_t)es;
       p.writer = -1;
       snprintf(p.key, sizeof p.key, "%s#%d", t->name, st->npieces);
+      snprintf(p.tkey, sizeof p.tkey, "%s.blocks", p.key);
       found = st->npieces;
       st->pieces[st->npieces++] = p;
     }
@@ -146,9 +149,11 @@ static int plan_tensor(stensor *st, bool keep_partial, int64_t *load, ts_error *
   return TS_OK;
 }
 
-/* Writes one piece from the slice `src` (in its layout) at p->offset; hashes it. */
+/* Writes one piece from the slice `src` (in its layout) at p->offset and its block checksum table
+ * at p->toffset; hashes both. */
 static int write_piece(int fd, const char *path, const ts_tensor *src, const ts_box *slice_box,
-                       spiece *p, ts_dtype dt, uint64_t *hash, int64_t *written, ts_error *err) {
+                       spiece *p, ts_dtype dt, uint64_t *hash, uint64_t *thash, int64_t *written,
+                       ts_error *err) {
   (void)slice_box;
   ts_layout plain;
   int64_t ext[TS_MAX_DIMS];
@@ -173,6 +178,15 @@ static int write_piece(int fd, const char *path, const ts_tensor *src, const ts_
     bytes = packed;
   }
   *hash = XXH3_64bits(bytes, (size_t)p->bytes);
+  size_t tlen = (size_t)ckpt_blocks_count(p->bytes, CKPT_BLOCK_BYTES) * 8;
+  uint8_t *table = malloc(tlen);
+  if (!table) {
+    ts_shard_free(packed);
+    return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory for the block table of '%s'",
+                        p->key);
+  }
+  ckpt_blocks_hash(bytes, p->bytes, CKPT_BLOCK_BYTES, table);
+  *thash = XXH3_64bits(table, tlen);
   int64_t len = p->bytes;
   int rc = TS_OK;
   if (fail_after >= 0 && *written + len > fail_after) {
@@ -184,7 +198,10 @@ static int write_piece(int fd, const char *path, const ts_tensor *src, const ts_
     rc = -1;
   } else {
     rc = ckpt_pwrite_full(fd, bytes, (size_t)len, p->offset);
+    if (!rc)
+      rc = ckpt_pwrite_full(fd, table, tlen, p->toffset);
   }
+  free(table);
   if (rc)
     rc = ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint: cannot write piece '%s' to '%s': %s", p->key,
                       path, strerror(errno));
@@ -303,14 +320,30 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
   snprintf(path, sizeof path, "%s/%s", tmp, fname);
   int fd = -1;
   int64_t written = 0;
-  uint64_t *hashes = calloc((size_t)(total_pieces ? total_pieces : 1), sizeof *hashes);
-  int64_t *hv = calloc((size_t)(2 * total_pieces + 1), sizeof *hv);
+  uint64_t *hashes = calloc(2 * (size_t)(total_pieces ? total_pieces : 1), sizeof *hashes);
+  int64_t *hv = calloc((size_t)(4 * total_pieces + 1), sizeof *hv);
   if (!hashes || !hv)
     lst = ts_error_set(&lerr, TS_NO_MEMORY, "checkpoint: no memory");
   if (!lst && nmine) {
-    ckpt_entry *ent = calloc((size_t)nmine, sizeof *ent);
+    /* the data section: every piece's block checksum table, then the pieces (so the file ends
+     * with piece bytes, as files without tables do) */
+    ckpt_entry *ent = calloc(2 * (size_t)nmine, sizeof *ent);
     int m = 0;
     int64_t off = 0;
+    for (int i = 0; ent && i < nt; i++)
+      for (int k = 0; k < ts[i].npieces; k++) {
+        spiece *p = &ts[i].pieces[k];
+        if (p->writer != rank)
+          continue;
+        ckpt_entry *te = &ent[nmine + m++];
+        te->key = p->tkey;
+        te->table = true;
+        te->ndim = 1;
+        te->ext[0] = ckpt_blocks_count(p->bytes, CKPT_BLOCK_BYTES);
+        te->begin = off;
+        te->end = off += te->ext[0] * 8;
+      }
+    m = 0;
     for (int i = 0; ent && i < nt; i++)
       for (int k = 0; k < ts[i].npieces; k++) {
         spiece *p = &ts[i].pieces[k];
@@ -328,13 +361,16 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
       }
     uint8_t *hdr = NULL;
     size_t hlen = 0;
-    lst = ent ? ckpt_header_build(ent, nmine, &hdr, &hlen, &lerr)
+    lst = ent ? ckpt_header_build(ent, 2 * nmine, &hdr, &hlen, &lerr)
               : ts_error_set(&lerr, TS_NO_MEMORY, "checkpoint: no memory");
     m = 0;
     for (int i = 0; !lst && i < nt; i++)
       for (int k = 0; k < ts[i].npieces; k++)
-        if (ts[i].pieces[k].writer == rank)
-          ts[i].pieces[k].offset = (int64_t)hlen + ent[m++].begin;
+        if (ts[i].pieces[k].writer == rank) {
+          ts[i].pieces[k].offset = (int64_t)hlen + ent[m].begin;
+          ts[i].pieces[k].toffset = (int64_t)hlen + ent[nmine + m].begin;
+          m++;
+        }
     free(ent);
     if (!lst) {
       fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -381,7 +417,8 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
         lst = ts_error_set(&lerr, TS_INTERNAL, "checkpoint: rank %d writes piece '%s' but holds "
                            "no slice", rank, p->key);
       else
-        lst = write_piece(fd, path, src, &t->box, p, t->dtype, &hashes[pi], &written, &lerr);
+        lst = write_piece(fd, path, src, &t->box, p, t->dtype, &hashes[2 * pi],
+                          &hashes[2 * pi + 1], &written, &lerr);
     }
     ts_shard_free_tensor(&reduced);
   }
@@ -393,15 +430,18 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
   }
   rep->bytes_written = written;
   rep->tensors = nt;
-  /* agree, with every piece's checksum (two non-negative 32-bit halves, max over ranks) */
+  /* agree, with every piece's checksum and its table's (each as two non-negative 32-bit halves,
+   * max over ranks) */
   pi = 0;
   for (int i = 0; hv && i < nt; i++)
     for (int k = 0; k < ts[i].npieces; k++, pi++) {
       bool mine = ts[i].pieces[k].writer == rank;
-      hv[2 * pi] = mine ? (int64_t)(hashes[pi] >> 32) : -1;
-      hv[2 * pi + 1] = mine ? (int64_t)(hashes[pi] & 0xffffffffu) : -1;
+      for (int h = 0; h < 2; h++) {
+        hv[4 * pi + 2 * h] = mine ? (int64_t)(hashes[2 * pi + h] >> 32) : -1;
+        hv[4 * pi + 2 * h + 1] = mine ? (int64_t)(hashes[2 * pi + h] & 0xffffffffu) : -1;
+      }
     }
-  rc = ts_comm_agree_max(c, lst, &lerr, hv, hv ? 2 * total_pieces : 0, err);
+  rc = ts_comm_agree_max(c, lst, &lerr, hv, hv ? 4 * total_pieces : 0, err);
   free(hashes);
   if (rc) {
     free(hv);
@@ -432,7 +472,10 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
         snprintf(q->file, sizeof q->file, "rank-%05d.safetensors", p->writer);
         snprintf(q->key, sizeof q->key, "%s", p->key);
         q->box = p->box;
-        q->xxh3 = ((uint64_t)hv[2 * pi] << 32) | (uint64_t)hv[2 * pi + 1];
+        q->xxh3 = ((uint64_t)hv[4 * pi] << 32) | (uint64_t)hv[4 * pi + 1];
+        q->block_bytes = CKPT_BLOCK_BYTES;
+        snprintf(q->block_key, sizeof q->block_key, "%s", p->tkey);
+        q->block_xxh3 = ((uint64_t)hv[4 * pi + 2] << 32) | (uint64_t)hv[4 * pi + 3];
         q->npcoord = x->partial_kept ? p->npc : 0;
         memcpy(q->pcoord, p->pc, sizeof q->pcoord);
       }

@@ -27,6 +27,12 @@ typedef struct ts_ckpt_piece {
   char key[TS_NAME_MAX + 24]; /* its name in that file's header: "<tensor>#<piece number>" */
   ts_box box;            /* the global box it covers */
   uint64_t xxh3;         /* XXH3-64 of its row-major little-endian bytes */
+  /* Its block checksums (0 block_bytes: none): a table of XXH3-64 of each block_bytes bytes of
+   * the piece (the last block shorter), stored in its file as the U64 entry block_key; the
+   * index holds the table's own XXH3-64. Loads read parts of a piece through it. */
+  int64_t block_bytes;
+  char block_key[TS_NAME_MAX + 32];
+  uint64_t block_xxh3;
   int npcoord;           /* kept partial pieces: coordinates along the partial mesh dims */
   int64_t pcoord[TS_MAX_MESH_DIMS];
 } ts_ckpt_piece;
@@ -85,7 +91,8 @@ typedef struct ts_ckpt_load_opts {
 typedef struct ts_ckpt_report {
   int tensors;
   int64_t bytes_written, bytes_read; /* this rank */
-  int64_t bytes_verified_extra;      /* this rank: read only to verify a checksum */
+  int64_t bytes_verified_extra;      /* this rank: read only to verify a checksum (the rest of
+                                      * a piece, or of the blocks at a run's edges, and tables) */
   int tensors_moved; /* loads: tensors read through the move path (the same on every rank) */
 } ts_ckpt_report;
 
