@@ -15,8 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <liburing.h>
 #include <sys/uio.h>
-#include <xxhash.h>
 
 #include "ckpt_internal.h"
 
@@ -134,144 +134,320 @@ int64_t ckpt_read_cost(const ts_ckpt_piece *p, const ts_box *I, const ts_box *B,
 }
 
 /* ---------------------------------------------------------------------------------------------
- * The ranged read */
+ * The ranged read.
+ *
+ * A group is a stretch [start, end) of the piece, start block-aligned, end block-aligned or the
+ * piece's end, read by one call into its iovecs: the runs (into the slice) and the bytes around
+ * and between them (into the group's part of the verify buffer). With io_uring (the reader's
+ * ring, set up on the first ranged read of a load) up to MAX_GROUPS groups are in flight: each
+ * is submitted when the next run cannot join it, and checked when its completion arrives; so a
+ * run costs no system call of its own. Without io_uring (not in the kernel, refused by a
+ * sandbox, or TSHARD_IO_URING=0) each group is read with preadv and checked at once. */
+
+#define MAX_GROUPS 64
+#define SUBMIT_BATCH 16
+
+typedef struct group {
+  int64_t start, end;
+  int n;
+  struct iovec iov[GROUP_IOV];
+  uint8_t *scratch; /* its part of the verify buffer */
+  size_t sused;
+  bool busy; /* submitted, not completed */
+} group;
+
+struct ckpt_ranger {
+  struct io_uring ring;
+  bool has_ring;
+  group groups[MAX_GROUPS];
+};
+
+static int ranger_get(ckpt_reader *r, ts_error *err) {
+  if (r->ranger)
+    return TS_OK;
+  ckpt_ranger *g = calloc(1, sizeof *g);
+  if (!g)
+    return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory for the ranged reads");
+  const char *env = getenv("TSHARD_IO_URING");
+  if (!(env && strcmp(env, "0") == 0))
+    g->has_ring = io_uring_queue_init(2 * MAX_GROUPS, &g->ring, 0) == 0;
+  r->ranger = g;
+  return TS_OK;
+}
+
+void ckpt_ranger_destroy(ckpt_ranger **p) {
+  if (!p || !*p)
+    return;
+  if ((*p)->has_ring)
+    io_uring_queue_exit(&(*p)->ring);
+  free(*p);
+  *p = NULL;
+}
+
+bool ckpt_ranger_uses_ring(const ckpt_ranger *g) { return g && g->has_ring; }
 
 typedef struct ranged {
   int fd;
-  int64_t off;    /* the piece's first byte in the file */
+  int64_t off; /* the piece's first byte in the file */
   int64_t pbytes, block;
   const uint8_t *table;
   XXH3_state_t *st;
-  /* the group being gathered: [start, end) of the piece, start block-aligned, end block-aligned
-   * or the piece's end; data_end: where its last run ends (scratch from there to end) */
-  int64_t start, end, data_end;
-  int n;
-  struct iovec iov[GROUP_IOV];
-  uint8_t *scratch;
-  size_t sused, scap;
-  int64_t bad_block; /* the first block that failed its checksum (-1: none) */
+  ckpt_ranger *rg;
+  int ngroups, next;
+  size_t scap;  /* scratch per group */
+  group *cur;   /* the group being gathered (NULL: none) */
+  int inflight; /* submitted, not completed */
+  int pending;  /* prepared, not submitted */
+  int fail;     /* 0, FAIL_IO (io_errno) or FAIL_SUM (bad_block, bad_hash) */
+  int io_errno;
+  int64_t bad_block;
   uint64_t bad_hash;
   int64_t read, extra;
 } ranged;
 
+enum { FAIL_IO = 1, FAIL_SUM = 2 };
+
 static void seg(ranged *x, uint8_t *dst, int64_t len) {
+  group *g = x->cur;
   if (len <= 0)
     return;
   if (!dst) {
-    dst = x->scratch + x->sused;
-    x->sused += (size_t)len;
+    dst = g->scratch + g->sused;
+    g->sused += (size_t)len;
   }
-  x->iov[x->n++] = (struct iovec){dst, (size_t)len};
+  g->iov[g->n++] = (struct iovec){dst, (size_t)len};
 }
 
-/* preadv until every iovec is full; -1 with errno (EIO: the file ended first). */
-static int preadv_full(int fd, const struct iovec *in, int n, int64_t off) {
+/* preadv until every iovec is full, skipping the first `done` bytes; -1 with errno (EIO: the
+ * file ended first). */
+static int preadv_full(int fd, const struct iovec *in, int n, int64_t off, size_t done) {
   struct iovec v[GROUP_IOV], *iov = v;
   memcpy(v, in, sizeof *in * (size_t)n);
-  while (n > 0) {
-    ssize_t r = preadv(fd, iov, n, (off_t)off);
-    if (r < 0 && errno == EINTR)
-      continue;
+  for (ssize_t r = (ssize_t)done;; off += r) {
+    while (n > 0 && (size_t)r >= iov->iov_len) {
+      r -= (ssize_t)iov->iov_len;
+      iov++, n--;
+    }
+    if (n == 0)
+      return 0;
+    iov->iov_base = (uint8_t *)iov->iov_base + r;
+    iov->iov_len -= (size_t)r;
+    do
+      r = preadv(fd, iov, n, (off_t)off);
+    while (r < 0 && errno == EINTR);
     if (r <= 0) {
       if (r == 0)
         errno = EIO;
       return -1;
     }
-    off += r;
-    while (n > 0 && (size_t)r >= iov->iov_len) {
-      r -= (ssize_t)iov->iov_len;
-      iov++, n--;
-    }
-    if (n > 0) {
-      iov->iov_base = (uint8_t *)iov->iov_base + r;
-      iov->iov_len -= (size_t)r;
-    }
   }
-  return 0;
 }
 
-/* Reads the group and checks each of its blocks against the table. -1: a read failed (errno) or
- * a block differs (bad_block). */
-static int flush(ranged *x) {
-  if (x->n == 0)
-    return 0;
-  if (preadv_full(x->fd, x->iov, x->n, x->off + x->start))
-    return -1;
+/* Checks each block of a group that arrived against the table. */
+static void verify(ranged *x, group *g) {
   int s = 0;
   size_t so = 0;
-  for (int64_t at = x->start; at < x->end;) {
+  for (int64_t at = g->start; at < g->end;) {
     int64_t stop = min64(at + x->block, x->pbytes);
     size_t len = (size_t)(stop - at);
     uint64_t h;
-    if (x->iov[s].iov_len - so >= len) { /* inside one segment */
-      h = XXH3_64bits((const uint8_t *)x->iov[s].iov_base + so, len);
+    if (g->iov[s].iov_len - so >= len) { /* inside one segment */
+      h = XXH3_64bits((const uint8_t *)g->iov[s].iov_base + so, len);
       so += len;
     } else { /* across segments */
       XXH3_64bits_reset(x->st);
       while (len > 0) {
-        size_t take = x->iov[s].iov_len - so < len ? x->iov[s].iov_len - so : len;
-        XXH3_64bits_update(x->st, (const uint8_t *)x->iov[s].iov_base + so, take);
+        size_t take = g->iov[s].iov_len - so < len ? g->iov[s].iov_len - so : len;
+        XXH3_64bits_update(x->st, (const uint8_t *)g->iov[s].iov_base + so, take);
         so += take, len -= take;
-        if (so == x->iov[s].iov_len && len > 0)
+        if (so == g->iov[s].iov_len && len > 0)
           s++, so = 0;
       }
       h = XXH3_64bits_digest(x->st);
     }
-    if (so == x->iov[s].iov_len && s + 1 < x->n)
+    if (so == g->iov[s].iov_len && s + 1 < g->n)
       s++, so = 0;
     if (h != get_le64(x->table + 8 * (at / x->block))) {
+      x->fail = FAIL_SUM;
       x->bad_block = at / x->block;
       x->bad_hash = h;
-      return -1;
+      return;
     }
     at = stop;
   }
-  x->extra += (int64_t)x->sused;
-  x->read += x->end - x->start - (int64_t)x->sused;
-  x->n = 0;
-  x->sused = 0;
-  return 0;
+  x->extra += (int64_t)g->sused;
+  x->read += g->end - g->start - (int64_t)g->sused;
 }
 
-/* Adds bytes [a, b) of the piece, going to dst, as a run of the group (at most one step long):
- * merged into the group when it starts in the group's last block and fits, else the group is
- * read first and a new one starts at a's block. */
-static int add_step(ranged *x, int64_t a, int64_t b, uint8_t *dst) {
+/* A group's read finished with `res` bytes (or -errno): the rest read synchronously if short,
+ * then its blocks checked. */
+static void complete(ranged *x, group *g, int64_t res) {
+  g->busy = false;
+  if (x->fail)
+    return;
+  if (res < 0) {
+    x->fail = FAIL_IO;
+    x->io_errno = (int)-res;
+    return;
+  }
+  if (res < g->end - g->start &&
+      preadv_full(x->fd, g->iov, g->n, x->off + g->start + res, (size_t)res)) {
+    x->fail = FAIL_IO;
+    x->io_errno = errno;
+    return;
+  }
+  verify(x, g);
+}
+
+static void reap_ready(ranged *x) {
+  struct io_uring_cqe *cqe;
+  while (x->inflight > 0 && io_uring_peek_cqe(&x->rg->ring, &cqe) == 0) {
+    group *g = &x->rg->groups[cqe->user_data];
+    int64_t res = cqe->res;
+    io_uring_cqe_seen(&x->rg->ring, cqe);
+    x->inflight--;
+    complete(x, g, res);
+  }
+}
+
+/* Submits the prepared reads and, when `wait`, waits for at least one completion; then checks
+ * what completed. A ring that fails otherwise than by EINTR/EAGAIN/EBUSY is given up after its
+ * submitted reads completed (prepared ones never reach the kernel): later reads use preadv. */
+static void pump(ranged *x, bool wait) {
+  struct io_uring *ring = &x->rg->ring;
+  for (;;) {
+    int rc = wait ? io_uring_submit_and_wait(ring, 1) : io_uring_submit(ring);
+    if (rc >= 0) {
+      x->inflight += rc;
+      x->pending -= rc;
+      break;
+    }
+    if (rc == -EINTR)
+      continue;
+    if (rc == -EAGAIN || rc == -EBUSY) { /* completions first */
+      reap_ready(x);
+      if (x->inflight > 0) {
+        struct io_uring_cqe *cqe;
+        while (io_uring_wait_cqe(ring, &cqe) == -EINTR)
+          ;
+      }
+      continue;
+    }
+    if (!x->fail) {
+      x->fail = FAIL_IO;
+      x->io_errno = -rc;
+    }
+    while (x->inflight > 0) {
+      struct io_uring_cqe *cqe;
+      int w = io_uring_wait_cqe(ring, &cqe);
+      if (w == 0)
+        reap_ready(x);
+      else if (w != -EINTR)
+        break;
+    }
+    for (int i = 0; i < x->ngroups; i++)
+      x->rg->groups[i].busy = false;
+    io_uring_queue_exit(ring);
+    x->rg->has_ring = false;
+    x->pending = 0;
+    return;
+  }
+  reap_ready(x);
+}
+
+/* Reads (or submits) the current group. */
+static void submit(ranged *x) {
+  group *g = x->cur;
+  x->cur = NULL;
+  if (g->n == 0)
+    return;
+  if (x->fail)
+    return;
+  if (!x->rg->has_ring) {
+    if (preadv_full(x->fd, g->iov, g->n, x->off + g->start, 0)) {
+      x->fail = FAIL_IO;
+      x->io_errno = errno;
+      return;
+    }
+    verify(x, g);
+    return;
+  }
+  struct io_uring_sqe *sqe = io_uring_get_sqe(&x->rg->ring);
+  if (!sqe) {
+    pump(x, false);
+    if (!x->rg->has_ring) { /* the ring was given up: this group the slow way */
+      x->cur = g;
+      submit(x);
+      return;
+    }
+    sqe = io_uring_get_sqe(&x->rg->ring);
+  }
+  if (g->n == 1)
+    io_uring_prep_read(sqe, x->fd, g->iov[0].iov_base, (unsigned)g->iov[0].iov_len,
+                       (uint64_t)(x->off + g->start));
+  else
+    io_uring_prep_readv(sqe, x->fd, g->iov, (unsigned)g->n, (uint64_t)(x->off + g->start));
+  io_uring_sqe_set_data64(sqe, (uint64_t)(g - x->rg->groups));
+  g->busy = true;
+  if (++x->pending >= SUBMIT_BATCH)
+    pump(x, false);
+}
+
+/* A free group becomes the current one (waiting for a completion when all are in flight). */
+static void acquire(ranged *x) {
+  for (;;) {
+    for (int k = 0; k < x->ngroups; k++) {
+      group *g = &x->rg->groups[(x->next + k) % x->ngroups];
+      if (!g->busy) {
+        x->next = (int)(g - x->rg->groups + 1) % x->ngroups;
+        g->n = 0;
+        g->sused = 0;
+        x->cur = g;
+        return;
+      }
+    }
+    pump(x, true);
+  }
+}
+
+/* Adds bytes [a, b) of the piece, going to dst, as a run (at most one step long): merged into
+ * the current group when it starts in the group's last block and fits, else that group goes
+ * and a new one starts at a's block. */
+static void add_step(ranged *x, int64_t a, int64_t b, uint8_t *dst) {
   int64_t ca = align_down(a, x->block), cb = min64(align_down(b + x->block - 1, x->block),
                                                    x->pbytes);
-  bool merge = x->n > 0 && a < x->end && x->n + 2 <= GROUP_IOV &&
-               (int64_t)x->sused - (x->end - a) + (cb - b) <= (int64_t)x->scap &&
-               cb - x->start <= GROUP_SPAN;
+  group *g = x->cur;
+  bool merge = g && g->n > 0 && a < g->end && g->n + 2 <= GROUP_IOV &&
+               (int64_t)g->sused - (g->end - a) + (cb - b) <= (int64_t)x->scap &&
+               cb - g->start <= GROUP_SPAN;
   if (merge) { /* the group's tail scratch now ends where this run starts */
-    x->sused -= (size_t)(x->end - a);
-    x->iov[x->n - 1].iov_len -= (size_t)(x->end - a);
-    if (x->iov[x->n - 1].iov_len == 0)
-      x->n--;
+    g->sused -= (size_t)(g->end - a);
+    g->iov[g->n - 1].iov_len -= (size_t)(g->end - a);
+    if (g->iov[g->n - 1].iov_len == 0)
+      g->n--;
   } else {
-    if (flush(x))
-      return -1;
-    x->start = ca;
+    if (g)
+      submit(x);
+    acquire(x);
+    g = x->cur;
+    g->start = ca;
     seg(x, NULL, a - ca);
   }
   seg(x, dst, b - a);
   seg(x, NULL, cb - b);
-  x->end = cb;
-  x->data_end = b;
-  return 0;
+  g->end = cb;
 }
 
-static int add_run(ranged *x, int64_t a, int64_t b, uint8_t *dst) {
+static void add_run(ranged *x, int64_t a, int64_t b, uint8_t *dst) {
   int64_t step = (int64_t)CKPT_HASH_STEP / x->block * x->block;
   if (step < x->block)
     step = x->block;
-  while (a < b) {
+  while (a < b && !x->fail) {
     int64_t e = min64(align_down(a, x->block) + step, b);
-    if (add_step(x, a, e, dst))
-      return -1;
+    add_step(x, a, e, dst);
     dst += e - a;
     a = e;
   }
-  return 0;
 }
 
 int ckpt_read_ranges(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tensor *t,
@@ -286,8 +462,14 @@ int ckpt_read_ranges(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tensor *
   x.pbytes = ts_box_numel(&p->box) * (int64_t)es;
   int64_t nb = ckpt_blocks_count(x.pbytes, x.block), toff;
   int rc = ckpt_reader_table(r, t, p, &toff, err);
-  if (rc || (rc = ckpt_reader_vbuf(r, err)))
+  if (rc || (rc = ckpt_reader_vbuf(r, err)) || (rc = ranger_get(r, err)))
     return rc;
+  x.rg = r->ranger;
+  /* every group in flight holds up to two blocks' worth of scratch, more when merged */
+  x.ngroups = x.rg->has_ring ? (int)min64(MAX_GROUPS, (int64_t)r->vcap / (4 * x.block)) : 1;
+  x.scap = r->vcap / (size_t)x.ngroups;
+  for (int k = 0; k < x.ngroups; k++)
+    x.rg->groups[k].scratch = r->vbuf + (size_t)k * x.scap;
   uint8_t *table = malloc((size_t)nb * 8);
   x.st = XXH3_createState();
   if (!table || !x.st) {
@@ -297,8 +479,6 @@ int ckpt_read_ranges(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tensor *
                         p->key);
   }
   x.table = table;
-  x.scratch = r->vbuf;
-  x.scap = r->vcap;
   uint64_t th = 0;
   if (ckpt_pread_full(fd, table, (size_t)nb * 8, toff)) {
     rc = ckpt_piece_io_fail(t, p, err);
@@ -312,12 +492,13 @@ int ckpt_read_ranges(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tensor *
     runs it;
     runs_init(&it, I, &p->box, B);
     int64_t po, bo, E = (int64_t)es;
-    int io = 0;
-    while (!io && runs_next(&it, &po, &bo))
-      io = add_run(&x, po * E, (po + it.len) * E, dst + bo * E);
-    if (!io)
-      io = flush(&x);
-    if (io && x.bad_block >= 0) {
+    while (!x.fail && runs_next(&it, &po, &bo))
+      add_run(&x, po * E, (po + it.len) * E, dst + bo * E);
+    if (x.cur)
+      submit(&x);
+    while (x.rg->has_ring && (x.pending > 0 || x.inflight > 0))
+      pump(&x, true);
+    if (x.fail == FAIL_SUM) {
       int64_t lo = x.bad_block * x.block;
       rc = ts_error_set(err, TS_CORRUPT, "checkpoint file '%s', piece '%s' (tensor '%s', box %s): "
                         "block %lld (bytes %lld to %lld of the piece): checksum xxh3 %016llx, "
@@ -325,11 +506,14 @@ int ckpt_read_ranges(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tensor *
                         (long long)x.bad_block, (long long)lo,
                         (long long)min64(lo + x.block, x.pbytes), (unsigned long long)x.bad_hash,
                         (unsigned long long)get_le64(table + 8 * x.bad_block));
-    } else if (io) {
+    } else if (x.fail == FAIL_IO) {
+      errno = x.io_errno;
       rc = ckpt_piece_io_fail(t, p, err);
     }
     r->rep->bytes_read += x.read;
     r->rep->bytes_verified_extra += x.extra;
+    r->rep->ranged_reads++;
+    r->rep->ranged_io_uring = x.rg->has_ring;
   }
   free(table);
   XXH3_freeState(x.st);

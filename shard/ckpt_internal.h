@@ -5,6 +5,14 @@
 #define TS_CKPT_INTERNAL_H
 
 #include <jansson.h>
+/* XXH3-64 through libxxhash's x86 dispatcher (its AVX2 / AVX-512 code where the CPU has them,
+ * about three times the plain build's speed here): XXH3_64bits and XXH3_64bits_update name the
+ * dispatching functions. */
+#if defined(__x86_64__) || defined(__i386__)
+#include <xxh_x86dispatch.h>
+#else
+#include <xxhash.h>
+#endif
 
 #include "ts_ckpt.h"
 
@@ -78,14 +86,20 @@ void ckpt_box_text(const ts_box *b, char *buf, size_t cap);
 /* A load's files (at most CKPT_MAX_OPEN open, the oldest closed first), its verify buffer and
  * its report. */
 #define CKPT_MAX_OPEN 64
+typedef struct ckpt_ranger ckpt_ranger;
 typedef struct ckpt_reader {
   const char *dir;
   ckpt_file files[CKPT_MAX_OPEN];
   int nfiles;
   uint8_t *vbuf; /* the direct path's verify buffer */
   size_t vcap;
+  ckpt_ranger *ranger; /* the ranged reads' groups and io_uring (ckpt_blocks.c) */
   ts_ckpt_report *rep;
 } ckpt_reader;
+
+void ckpt_ranger_destroy(ckpt_ranger **p);
+/* Whether the ranged reads go through io_uring (else preadv). */
+bool ckpt_ranger_uses_ring(const ckpt_ranger *g);
 
 /* The file descriptor and absolute offset of a piece's bytes: opens its file (errors name the
  * file and the piece) and checks the header's entry against the index. */

@@ -32,7 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "ckpt_internal.h"
 #include "ts_comm.h"
@@ -104,6 +103,7 @@ void ckpt_reader_close(ckpt_reader *r) {
   r->nfiles = 0;
   ts_shard_free(r->vbuf);
   r->vbuf = NULL;
+  ckpt_ranger_destroy(&r->ranger);
 }
 
 int ckpt_piece_mismatch(const ts_ckpt_tensor *t, const ts_ckpt_piece *p, uint64_t got,

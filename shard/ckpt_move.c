@@ -22,7 +22,6 @@
 #include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "ckpt_internal.h"
 #include "ts_comm.h"

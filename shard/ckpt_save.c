@@ -26,7 +26,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "ckpt_internal.h"
 #include "ts_comm.h"

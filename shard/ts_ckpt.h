@@ -94,6 +94,8 @@ typedef struct ts_ckpt_report {
   int64_t bytes_verified_extra;      /* this rank: read only to verify a checksum (the rest of
                                       * a piece, or of the blocks at a run's edges, and tables) */
   int tensors_moved; /* loads: tensors read through the move path (the same on every rank) */
+  int64_t ranged_reads;   /* loads, this rank: pieces read in part through their block tables */
+  bool ranged_io_uring;   /* ... those reads batched through io_uring (else preadv) */
 } ts_ckpt_report;
 
 /* Saves the named tensors (names NULL or n 0: all) of the store into dir. Atomic: the previous

@@ -4,10 +4,11 @@
  * key=value lines:
  *   save_gbps            save (files, fsync, index, rename into place), slowest rank
  *   load_gbps            load under the saved attribute (every byte read once, checksums inline)
- *   load_resharded_gbps  saved S(0), loaded S(1): the load's cheaper path (the move path: each
- *                        piece read once, whole, by one rank, then copied to the column bands;
- *                        load_resharded_path says which ran, load_resharded_verify_extra_bytes
- *                        what the direct path would read only to verify)
+ *   load_resharded_gbps  saved S(0), loaded S(1): the load's cheaper path (the direct path with
+ *                        block checksums: each rank reads the column runs of its box straight
+ *                        into its slice, batched through io_uring; load_resharded_path says
+ *                        which path ran, load_resharded_io how the runs were read,
+ *                        load_resharded_verify_extra_bytes what was read only to verify)
  *   write_limit_gbps     the same bytes as plain files, one per rank, 64 MiB sequential writes
  *                        and fsync, same directory; each run writes a new file and then removes
  *                        the previous run's, as the save's atomic replace holds the old and the
@@ -15,12 +16,22 @@
  *                        several times more than reused ones, so an in-place rewrite would not
  *                        be the same work)
  *   read_limit_gbps      those files read back with 64 MiB sequential preads
- *   *_vs_limit           the ratios; fs= the directory's filesystem type
- * GB/s are 1e9 bytes of the tensor per second. Reads are measured the same way for the limit and
- * the loads: by default the files were just written and are in the page cache (read_cache=warm);
- * --cold evicts every file (posix_fadvise DONTNEED after fsync) before each read, so both read
- * from the device. The plain write and the save alternate which goes first. Median of --runs
- * runs (default 3). The directory (default a fresh one under
+ *   *_vs_limit           the median over rounds of each round's ratio: a run is two rounds
+ *                        (the load under the saved attribute, then the resharded one), each a
+ *                        plain write and a save, then a plain read and the load; so every load
+ *                        reads a checkpoint just saved (as a job restarting from its last save
+ *                        does), every limit read a file just written (on this VM the first read
+ *                        of fresh page-cache pages is 2-3x slower than a second one), and each
+ *                        operation is paired with the limit measured next to it (this shared
+ *                        machine's speed drifts from second to second); *_vs_limit_runs lists
+ *                        the rounds' ratios; fs= the directory's filesystem type
+ * TSHARD_BENCH_VERBOSE=1 prints every round's times to stderr.
+ * GB/s are 1e9 bytes of the tensor per second; the gbps figures are medians over runs. Reads
+ * are measured the same way for the limit and the loads: by default the files were just written
+ * and are in the page cache (read_cache=warm); --cold evicts every file (posix_fadvise
+ * DONTNEED after fsync) before each read, so both read from the device. The plain write and the
+ * save alternate which goes first. --runs runs (default 5). The directory (default a fresh one
+ * under
  * $TMPDIR or /tmp) gets a subdirectory that is removed at the end. */
 #include <errno.h>
 #include <fcntl.h>
@@ -132,14 +143,14 @@ static ts_attr *attr(const char *text) {
 
 int main(int argc, char **argv) {
   const char *dir_opt = NULL;
-  int runs = 3;
+  int runs = 5;
   bool cold = false;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       printf("usage: mpirun -np 4 tshard-bench-ckpt [--dir D] [--runs N] [--cold]\n"
              "  --dir D     the directory to save into (default: a fresh one under $TMPDIR or "
              "/tmp)\n"
-             "  --runs N    runs; the median is printed (default 3)\n"
+             "  --runs N    runs; medians are printed (default 5)\n"
              "  --cold      evict the files from the page cache before every read\n"
              "prints save_gbps, load_gbps, load_resharded_gbps, write_limit_gbps, "
              "read_limit_gbps, their ratios and fs= (key=value lines)\n");
@@ -199,63 +210,91 @@ int main(int argc, char **argv) {
   if (!buf)
     die("buffer", "out of memory");
   memset(buf, 1, mine);
-  double *tw = calloc((size_t)runs, 8), *tr = calloc((size_t)runs, 8), *ts = calloc((size_t)runs, 8),
-         *tl = calloc((size_t)runs, 8), *tx = calloc((size_t)runs, 8);
+  /* per run two rounds (i = 2 r + k): k = 0 the load under the saved attribute, k = 1 the
+   * resharded load; each round saves anew, so every load reads a checkpoint just saved (as a job
+   * restarting from its last save does) and every limit read a plain file just written */
+  size_t R = 2 * (size_t)runs;
+  double *tw = calloc(R, 8), *tr = calloc(R, 8), *ts = calloc(R, 8), *tl = calloc(R, 8),
+         *rs = calloc(R, 8), *rl = calloc(R, 8);
   int64_t extra = 0;
   int moved = 0;
-  for (int r = 0; r < runs; r++) {
-    t = ts_store_find(s, "w"); /* reloaded by the previous run */
-    snprintf(plain, sizeof plain, "%s", plains[r % 2]);
-    const char *old = r ? plains[(r + 1) % 2] : NULL;
+  bool ring = false;
+  char mine_file[700];
+  snprintf(mine_file, sizeof mine_file, "%s/rank-%05d.safetensors", ckpt, rank);
+  for (int i = 0; i < (int)R; i++) {
+    int k = i % 2;
+    t = ts_store_find(s, "w"); /* S(0): made or reloaded before */
+    snprintf(plain, sizeof plain, "%s", plains[i % 2]);
+    const char *old = i ? plains[(i + 1) % 2] : NULL;
     /* the plain write and the save alternate which goes first (a virtual disk's write bursts
      * and throttling then favour neither) */
-    if (r % 2 == 0)
-      tw[r] = plain_write(plain, old, t->local.data, mine);
+    if ((i / 2) % 2 == 0)
+      tw[i] = plain_write(plain, old, t->local.data, mine);
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
     if (ts_ckpt_save(s, W, ckpt, NULL, 0, NULL, NULL, &err))
       die("save", err.msg);
-    ts[r] = MPI_Wtime() - t0;
-    if (r % 2 == 1)
-      tw[r] = plain_write(plain, old, t->local.data, mine);
-    char mine_file[700];
-    snprintf(mine_file, sizeof mine_file, "%s/rank-%05d.safetensors", ckpt, rank);
+    ts[i] = MPI_Wtime() - t0;
+    if ((i / 2) % 2 == 1)
+      tw[i] = plain_write(plain, old, t->local.data, mine);
     if (cold)
       evict(plain);
-    tr[r] = plain_read(plain, buf, mine);
-    for (int k = 0; k < 2; k++) {
-      ts_store_drop(s, "w", NULL);
-      if (cold)
-        evict(mine_file);
-      ts_ckpt_report rep;
-      MPI_Barrier(MPI_COMM_WORLD);
-      t0 = MPI_Wtime();
-      if (ts_ckpt_load(s, W, ckpt, NULL, 0, k ? a1 : NULL, NULL, &rep, &err))
-        die("load", err.msg);
-      MPI_Barrier(MPI_COMM_WORLD);
-      (k ? tx : tl)[r] = MPI_Wtime() - t0;
-      if (k) {
-        extra = rep.bytes_verified_extra;
-        moved = rep.tensors_moved;
-      }
-    }
-    /* back to S(0) for the next save */
+    tr[i] = plain_read(plain, buf, mine);
     ts_store_drop(s, "w", NULL);
-    if (ts_ckpt_load(s, W, ckpt, NULL, 0, NULL, NULL, NULL, &err))
-      die("reload", err.msg);
+    if (cold)
+      evict(mine_file);
+    ts_ckpt_report rep;
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = MPI_Wtime();
+    if (ts_ckpt_load(s, W, ckpt, NULL, 0, k ? a1 : NULL, NULL, &rep, &err))
+      die("load", err.msg);
+    MPI_Barrier(MPI_COMM_WORLD);
+    tl[i] = MPI_Wtime() - t0;
+    rs[i] = tw[i] / ts[i];
+    rl[i] = tr[i] / tl[i];
+    if (rank == 0 && getenv("TSHARD_BENCH_VERBOSE"))
+      fprintf(stderr, "round %d: write %.3f s, save %.3f s; read %.3f s, %s load %.3f s\n", i,
+              tw[i], ts[i], tr[i], k ? "resharded" : "same-attribute", tl[i]);
+    if (k) {
+      extra = rep.bytes_verified_extra;
+      moved = rep.tensors_moved;
+      ring = rep.ranged_io_uring;
+      /* back to S(0) for the next save */
+      ts_store_drop(s, "w", NULL);
+      if (ts_ckpt_load(s, W, ckpt, NULL, 0, NULL, NULL, NULL, &err))
+        die("reload", err.msg);
+    }
+  }
+  /* the rounds' figures apart: [0, runs) the same-attribute loads, [runs, 2 runs) the
+   * resharded ones */
+  double *tlx = calloc(R, 8), *rlx = calloc(R, 8);
+  for (int i = 0; i < (int)R; i++) {
+    tlx[(i % 2) * runs + i / 2] = tl[i];
+    rlx[(i % 2) * runs + i / 2] = rl[i];
   }
   MPI_Allreduce(MPI_IN_PLACE, &extra, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
   double gb = (double)total / 1e9;
-  double save = gb / median(ts, runs), load = gb / median(tl, runs),
-         resh = gb / median(tx, runs), wl = gb / median(tw, runs), rl = gb / median(tr, runs);
+  double save = gb / median(ts, (int)R), load = gb / median(tlx, runs),
+         resh = gb / median(tlx + runs, runs), wl = gb / median(tw, (int)R),
+         rlim = gb / median(tr, (int)R);
   if (rank == 0) {
     printf("ranks=%d\nbytes=%lld\nruns=%d\nfs=%s\ndir=%s\nread_cache=%s\n", size,
            (long long)total, runs, fs_name(base), base, cold ? "cold" : "warm");
     printf("save_gbps=%.3f\nload_gbps=%.3f\nload_resharded_gbps=%.3f\n", save, load, resh);
-    printf("write_limit_gbps=%.3f\nread_limit_gbps=%.3f\n", wl, rl);
-    printf("save_vs_limit=%.2f\nload_vs_limit=%.2f\nload_resharded_vs_limit=%.2f\n", save / wl,
-           load / rl, resh / rl);
+    printf("write_limit_gbps=%.3f\nread_limit_gbps=%.3f\n", wl, rlim);
+    const char *keys[3] = {"save", "load", "load_resharded"};
+    double *per[3] = {rs, rlx, rlx + runs};
+    int nper[3] = {(int)R, runs, runs};
+    for (int k = 0; k < 3; k++) { /* each round's ratio, in order, then the median */
+      printf("%s_vs_limit_runs=", keys[k]);
+      for (int i = 0; i < nper[k]; i++)
+        printf("%s%.2f", i ? "," : "", per[k][i]);
+      printf("\n");
+    }
+    printf("save_vs_limit=%.2f\nload_vs_limit=%.2f\nload_resharded_vs_limit=%.2f\n",
+           median(rs, (int)R), median(rlx, runs), median(rlx + runs, runs));
     printf("load_resharded_path=%s\n", moved ? "move" : "direct");
+    printf("load_resharded_io=%s\n", moved ? "none" : ring ? "io_uring" : "preadv");
     printf("load_resharded_verify_extra_bytes=%lld\n", (long long)extra);
   }
   unlink(plains[0]);
@@ -274,7 +313,7 @@ int main(int argc, char **argv) {
     rmdir(ckpt);
     rmdir(base);
   }
-  free(buf), free(tw), free(tr), free(ts), free(tl), free(tx);
+  free(buf), free(tw), free(tr), free(ts), free(tl), free(rs), free(rl), free(tlx), free(rlx);
   ts_attr_destroy(&a0);
   ts_attr_destroy(&a1);
   ts_world_finalize(&W, NULL);

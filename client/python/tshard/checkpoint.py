@@ -31,13 +31,14 @@ class CheckpointError(Exception):
 
 
 def _xxh3():
-    """XXH3_64bits of the system's libxxhash, or None."""
+    """XXH3_64bits of the system's libxxhash (its x86 dispatcher, the AVX2 / AVX-512 code where
+    the CPU has them, when the library exports it), or None."""
     for name in (ctypes.util.find_library("xxhash"), "libxxhash.so.0"):
         if not name:
             continue
         try:
             lib = ctypes.CDLL(name)
-            f = lib.XXH3_64bits
+            f = getattr(lib, "XXH3_64bits_dispatch", None) or lib.XXH3_64bits
         except (OSError, AttributeError):
             continue
         f.restype = ctypes.c_uint64
