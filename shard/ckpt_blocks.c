@@ -285,6 +285,8 @@ static void complete(ranged *x, group *g, int64_t res) {
   g->busy = false;
   if (x->fail)
     return;
+  if (res == -EAGAIN || res == -EINTR) /* not done: read it here */
+    res = 0;
   if (res < 0) {
     x->fail = FAIL_IO;
     x->io_errno = (int)-res;
