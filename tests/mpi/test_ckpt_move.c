@@ -241,7 +241,8 @@ static void ranged_faults(ts_store *s, const char *dir) {
   ckpt_file f;
   rc = ckpt_file_open(dir, p->file, &f, &err);
   CHECK(rc == TS_OK, "open %s: %s", p->file, rc ? err.msg : "");
-  int64_t poff = rc ? -1 : entry_offset(&f, p->key), toff = rc ? -1 : entry_offset(&f, p->block_key);
+  int64_t poff = rc ? -1 : entry_offset(&f, p->key);
+  int64_t toff = rc ? -1 : entry_offset(&f, p->block_key);
   int64_t pbytes = ts_box_numel(&p->box) * 4;
   if (!rc)
     ckpt_file_close(&f);
