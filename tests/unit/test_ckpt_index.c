@@ -141,8 +141,8 @@ START_TEST(index_misuse) {
                         "\"xxh3\":\"0000000000000000\"}]}}}", TS_CORRUPT, "box");
   bad_index(HEAD GOOD_T "[{\"file\":\"a\",\"key\":\"w#0\",\"box\":[[0,4],[0,2]],"
                         "\"xxh3\":\"00000000zz000000\"}]}}}", TS_CORRUPT, "hex");
-  /* 16 characters strtoull takes but not 16 hex digits (BUG fixed in ckpt_index.c: a sign, a
-   * space or 0x were accepted) */
+  /* BUG: (fixed in commit 24b1fa5, shard/ckpt_index.c read_piece) 16 characters strtoull
+   * takes but not 16 hex digits (a sign, a space, 0x) were accepted as a piece's xxh3 */
   bad_index(HEAD GOOD_T "[{\"file\":\"a\",\"key\":\"w#0\",\"box\":[[0,4],[0,2]],"
                         "\"xxh3\":\"-000000000000001\"}]}}}", TS_CORRUPT, "hex");
   bad_index(HEAD GOOD_T "[{\"file\":\"a\",\"key\":\"w#0\",\"box\":[[0,4],[0,2]],"
@@ -206,8 +206,9 @@ START_TEST(blocks_misuse) {
     bad_blocks(b, "blocks.xxh3");
   }
   bad_blocks("{" KEY ",\"bytes\":4096}", "blocks.xxh3");
-  /* BUG (fixed in ckpt_index.c): "-000000000000001", " 00000000000000f" and "0x0000000000000f"
-   * passed the check (strtoull takes a sign, spaces and 0x) and loaded as another checksum */
+  /* BUG: (fixed in commit 24b1fa5) "-000000000000001", " 00000000000000f" and
+   * "0x0000000000000f" passed as blocks.xxh3 (strtoull takes a sign, spaces and 0x) and loaded
+   * as another checksum ("-000000000000001" as ffffffffffffffff) */
   remove_dir();
 }
 END_TEST
