@@ -469,7 +469,8 @@ static int read_piece(const char *path, const ts_ckpt_tensor *t, json_t *o, ts_c
     BAD("tensor '%s': a piece without a plain file name", t->name);
   if (!key || strlen(key) >= sizeof p->key)
     BAD("tensor '%s': a piece without a key", t->name);
-  if (!hex || strlen(hex) != 16 || (strtoull(hex, &end, 16), *end != '\0'))
+  if (!hex || strspn(hex, "0123456789abcdefABCDEF") != 16 ||
+      (strtoull(hex, &end, 16), *end != '\0'))
     BAD("tensor '%s', piece '%s': xxh3 is not 16 hex digits", t->name, key);
   snprintf(p->file, sizeof p->file, "%s", file);
   snprintf(p->key, sizeof p->key, "%s", key);
@@ -501,7 +502,8 @@ static int read_piece(const char *path, const ts_ckpt_tensor *t, json_t *o, ts_c
     if (!json_is_integer(bytes) || bb < CKPT_BLOCK_MIN || bb > CKPT_BLOCK_MAX || (bb & (bb - 1)))
       BAD("tensor '%s', piece '%s': blocks.bytes is not a power of two from %lld to %lld",
           t->name, key, (long long)CKPT_BLOCK_MIN, (long long)CKPT_BLOCK_MAX);
-    if (!bhex || strlen(bhex) != 16 || (strtoull(bhex, &end, 16), *end != '\0'))
+    if (!bhex || strspn(bhex, "0123456789abcdefABCDEF") != 16 ||
+        (strtoull(bhex, &end, 16), *end != '\0'))
       BAD("tensor '%s', piece '%s': blocks.xxh3 is not 16 hex digits", t->name, key);
     snprintf(p->block_key, sizeof p->block_key, "%s", bkey);
     p->block_bytes = bb;

@@ -30,3 +30,7 @@ target_link_libraries(tshard-bench-ckpt PRIVATE tsckpt)
 # The index and file headers alone (no MPI): round trips and misuse.
 tshard_unit_test(test_ckpt_index ${CMAKE_CURRENT_LIST_DIR}/unit/test_ckpt_index.c)
 target_link_libraries(test_ckpt_index PRIVATE tsckptidx)
+# The ranged read through block checksum tables against a naive copy, its faults and its cost
+# (files built by hand, no MPI).
+tshard_unit_test(test_ckpt_blocks ${CMAKE_CURRENT_LIST_DIR}/unit/test_ckpt_blocks.c)
+target_link_libraries(test_ckpt_blocks PRIVATE tsckpt)

@@ -12,13 +12,19 @@
  * flipped byte in a piece, a missing file, a truncated file, a staging
  * allocation failing on one rank; each must give every rank the same error
  * naming the file and the piece (the allocation: the buffer), create no tensor
- * and leave the tensors already stored unchanged. */
+ * and leave the tensors already stored unchanged. Faults through the direct
+ * path's ranged reads (saved S(0), loaded S(1): each rank reads a band of every
+ * piece through its block checksum table): a flipped byte in a piece, in its
+ * table, the table's checksum edited in the index; the same outcome (with one
+ * rank, which reads every piece whole, the table is not read: the load
+ * succeeds). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #define TS_TEST_SEED 0x5eed16u
+#include "ckpt_internal.h"
 #include "mpi_check.h"
 #include "ts_ckpt.h"
 
@@ -148,24 +154,142 @@ static void run_case(ts_store *s, const char *dir, const tcase *c) {
 /* A fault through the move path: the load fails alike everywhere, names what
  * `want` names, and creates nothing; the tensor "keep" is still there with its
  * values. */
-static void expect_fault(ts_store *s, const char *dir, const char *what, const char *want1,
-                         const char *want2) {
+static void expect_fault_on(ts_store *s, const char *dir, ts_ckpt_path path, const char *what,
+                            const char *want1, const char *want2, const char *want3) {
   ts_error err;
   const ts_attr *la = NULL;
   char txt[120];
   snprintf(txt, sizeof txt, "mesh=[%d] placements=[S(1)]", world_size);
   ts_attr *a = attr(txt);
   la = a;
-  ts_ckpt_load_opts o = {false, 0, TS_CKPT_PATH_MOVE};
+  ts_ckpt_load_opts o = {false, 0, path};
   const char *one[] = {"big"};
   int rc = ts_ckpt_load(s, W, dir, one, 1, la, &o, NULL, &err);
-  CHECK(rc != TS_OK && strstr(err.msg, want1) && strstr(err.msg, want2),
-        "%s: %d '%s' (wanted '%s' and '%s')", what, rc, rc ? err.msg : "", want1, want2);
+  CHECK(rc != TS_OK && strstr(err.msg, want1) && strstr(err.msg, want2) &&
+            (!want3 || strstr(err.msg, want3)),
+        "%s: %d '%s' (wanted '%s', '%s' and '%s')", what, rc, rc ? err.msg : "", want1, want2,
+        want3 ? want3 : "");
   same_error_everywhere(rc, &err, what);
   CHECK(ts_store_find(s, "big") == NULL, "%s: the tensor was created", what);
   CHECK(ts_store_count(s) == 1 && visit(ts_store_find(s, "keep"), false, 1) == 0,
         "%s: the store changed", what);
   ts_attr_destroy(&a);
+}
+
+static void expect_fault(ts_store *s, const char *dir, const char *what, const char *want1,
+                         const char *want2) {
+  expect_fault_on(s, dir, TS_CKPT_PATH_MOVE, what, want1, want2, NULL);
+}
+
+/* The direct load of "big" under S(1) succeeds with the right values (with one
+ * rank, whose box holds every piece whole: no table is read). */
+static void expect_direct_load(ts_store *s, const char *dir, const char *what) {
+  ts_error err;
+  char txt[120];
+  snprintf(txt, sizeof txt, "mesh=[%d] placements=[S(1)]", world_size);
+  ts_attr *a = attr(txt);
+  ts_ckpt_load_opts o = {false, 0, TS_CKPT_PATH_DIRECT};
+  const char *one[] = {"big"};
+  int rc = ts_ckpt_load(s, W, dir, one, 1, a, &o, NULL, &err);
+  CHECK(rc == TS_OK, "%s: %s", what, rc ? err.msg : "");
+  same_error_everywhere(rc, &err, what);
+  CHECK(visit(ts_store_find(s, "big"), false, 1) == 0, "%s: wrong values", what);
+  ts_store_drop(s, "big", NULL);
+  ts_attr_destroy(&a);
+}
+
+/* Rank 0 flips a bit of the byte at `at` of the file (between barriers). */
+static void flip_byte(const char *path, int64_t at) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank == 0) {
+    FILE *f = fopen(path, "r+b");
+    int ch = EOF;
+    if (f && fseek(f, (long)at, SEEK_SET) == 0)
+      ch = fgetc(f);
+    CHECK(ch != EOF && fseek(f, (long)at, SEEK_SET) == 0 && fputc(ch ^ 0x10, f) != EOF,
+          "flip byte %lld of %s", (long long)at, path);
+    if (f)
+      fclose(f);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* The data_offsets begin of a header entry, as a file offset (-1: none). */
+static int64_t entry_offset(const ckpt_file *f, const char *key) {
+  json_t *b = json_array_get(json_object_get(json_object_get(f->header, key), "data_offsets"), 0);
+  return json_is_integer(b) ? f->data_start + json_integer_value(b) : -1;
+}
+
+/* Faults through the direct path's ranged reads: in the last piece of "big"
+ * (its file, key, bytes and table found from the index and the file's header,
+ * read by every rank alike), each undone after its load. */
+static void ranged_faults(ts_store *s, const char *dir) {
+  ts_ckpt_index *idx = NULL;
+  ts_error err;
+  int rc = ts_ckpt_index_read(dir, &idx, &err);
+  CHECK(rc == TS_OK, "index: %s", rc ? err.msg : "");
+  const ts_ckpt_tensor *t = idx ? ts_ckpt_index_find(idx, "big") : NULL;
+  CHECK(t && t->npieces > 0, "big in the index");
+  if (!t || t->npieces == 0) {
+    ts_ckpt_index_destroy(&idx);
+    return;
+  }
+  ts_ckpt_piece *p = &t->pieces[t->npieces - 1];
+  CHECK(p->block_bytes == 4096 && strstr(p->block_key, p->key) == p->block_key,
+        "piece '%s': blocks of %lld, table '%s'", p->key, (long long)p->block_bytes,
+        p->block_key);
+  ckpt_file f;
+  rc = ckpt_file_open(dir, p->file, &f, &err);
+  CHECK(rc == TS_OK, "open %s: %s", p->file, rc ? err.msg : "");
+  int64_t poff = rc ? -1 : entry_offset(&f, p->key);
+  int64_t toff = rc ? -1 : entry_offset(&f, p->block_key);
+  int64_t pbytes = ts_box_numel(&p->box) * 4;
+  if (!rc)
+    ckpt_file_close(&f);
+  CHECK(poff > 0 && toff > 0 && toff < poff, "offsets of '%s' %lld and its table %lld", p->key,
+        (long long)poff, (long long)toff);
+  if (poff <= 0 || toff <= 0) {
+    ts_ckpt_index_destroy(&idx);
+    return;
+  }
+  char path[400], key[256], table[256];
+  snprintf(path, sizeof path, "%s/%s", dir, p->file);
+  snprintf(key, sizeof key, "piece '%s'", p->key);
+  snprintf(table, sizeof table, "its block table '%s'", p->block_key);
+  bool ranged = world_size > 1; /* one rank reads every piece whole */
+  /* (a) a flipped byte in the middle of the piece */
+  flip_byte(path, poff + pbytes / 2);
+  expect_fault_on(s, dir, TS_CKPT_PATH_DIRECT, "ranged: flipped piece byte", p->file, key,
+                  ranged ? "block " : "checksum xxh3");
+  flip_byte(path, poff + pbytes / 2);
+  /* (b) a flipped byte in its table */
+  flip_byte(path, toff + 3);
+  if (ranged)
+    expect_fault_on(s, dir, TS_CKPT_PATH_DIRECT, "ranged: flipped table byte", p->file, key,
+                    table);
+  else
+    expect_direct_load(s, dir, "whole: flipped table byte");
+  flip_byte(path, toff + 3);
+  /* (c) the table's checksum in the index */
+  char ipath[400];
+  snprintf(ipath, sizeof ipath, "%s/%s", dir, TS_CKPT_INDEX);
+  for (int edit = 1; edit >= 0; edit--) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    p->block_xxh3 ^= 0x40;
+    if (world_rank == 0)
+      CHECK(ts_ckpt_index_write(idx, ipath, &err) == TS_OK, "index write: %s", err.msg);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (!edit)
+      break;
+    if (ranged)
+      expect_fault_on(s, dir, TS_CKPT_PATH_DIRECT, "ranged: index blocks.xxh3", key, table,
+                      "the index says");
+    else
+      expect_direct_load(s, dir, "whole: index blocks.xxh3");
+  }
+  /* undone: the direct path loads again */
+  expect_direct_load(s, dir, "ranged: restored");
+  ts_ckpt_index_destroy(&idx);
 }
 
 int main(int argc, char **argv) {
@@ -291,6 +415,9 @@ int main(int argc, char **argv) {
     ts_shard_debug_fail_alloc(2);
   expect_fault(s, dir, "staging", "move buffer", "big");
   ts_shard_debug_fail_alloc(0);
+  /* faults through the direct path's ranged reads, each undone */
+  ranged_faults(s, dir);
+  CHECK(ts_store_find(s, "big") == NULL, "big left in the store");
   /* a flipped byte in the last rank's piece */
   MPI_Barrier(MPI_COMM_WORLD);
   snprintf(path, sizeof path, "%s/%s", dir, last);
