@@ -34,3 +34,13 @@ target_link_libraries(test_ckpt_index PRIVATE tsckptidx)
 # (files built by hand, no MPI).
 tshard_unit_test(test_ckpt_blocks ${CMAKE_CURRENT_LIST_DIR}/unit/test_ckpt_blocks.c)
 target_link_libraries(test_ckpt_blocks PRIVATE tsckpt)
+# The same ranged reads without io_uring (one preadv per group, as where the kernel or a sandbox
+# refuses io_uring).
+add_test(NAME test_ckpt_blocks_preadv COMMAND test_ckpt_blocks)
+set_tests_properties(test_ckpt_blocks_preadv PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                     ENVIRONMENT "${TS_TEST_ENV};TSHARD_IO_URING=0")
+add_test(NAME test_ckpt_move_np3_mpi_preadv
+         COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 --oversubscribe
+                 $<TARGET_FILE:test_ckpt_move_mpi>)
+set_tests_properties(test_ckpt_move_np3_mpi_preadv PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                     ENVIRONMENT "${TS_MPI_TEST_ENV};TSHARD_IO_URING=0")

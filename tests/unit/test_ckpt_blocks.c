@@ -246,6 +246,10 @@ static int fx_read(fixture *f, const ts_box *I, const ts_box *B, uint8_t *dst,
       ck_assert_int_eq(truncate(path, truncate_to), 0);
     }
     rc = ckpt_read_ranges(&r, fd, off, &f->t, &f->p, I, B, dst, err);
+    /* TSHARD_IO_URING=0 (the preadv variant of this test) must turn io_uring off */
+    const char *ring = getenv("TSHARD_IO_URING");
+    if (ring && strcmp(ring, "0") == 0)
+      ck_assert(!rep->ranged_io_uring);
   }
   ckpt_reader_close(&r);
   return rc;
