@@ -23,6 +23,8 @@
 /* A group's bounds: its iovecs, and the span that runs sharing blocks may merge into. */
 #define GROUP_IOV 256
 #define GROUP_SPAN ((int64_t)2 << 20)
+/* The iovecs of one read of a whole piece (ckpt_read_whole). */
+#define WHOLE_IOV 1024
 /* The cost of a run inside a group, in bytes of sequential reading. */
 #define DENSE_RUN_COST ((int64_t)1024)
 
@@ -113,8 +115,8 @@ int64_t ckpt_read_cost(const ts_ckpt_piece *p, const ts_box *I, const ts_box *B,
   int64_t steps = pbytes / (int64_t)CKPT_HASH_STEP + 1;
   runs it;
   runs_init(&it, I, &p->box, B);
-  if (ts_box_equal(I, &p->box)) /* read whole, run by run */
-    return pbytes + (it.count + steps) * CKPT_CALL_COST;
+  if (ts_box_equal(I, &p->box)) /* read whole, its runs gathered (ckpt_read_whole) */
+    return pbytes + (steps + it.count / WHOLE_IOV) * CKPT_CALL_COST;
   if (p->block_bytes <= 0) /* the whole piece through the verify buffer, then the copy */
     return pbytes + need + steps * CKPT_CALL_COST;
   int64_t blk = p->block_bytes, L = it.len * E, pitch = it.ps[it.k0] * E;
@@ -131,6 +133,70 @@ int64_t ckpt_read_cost(const ts_ckpt_piece *p, const ts_box *I, const ts_box *B,
     bytes = it.count * min64(pitch, L + blk);
   return bytes + ckpt_blocks_count(pbytes, blk) * 8 + (calls + bytes / (int64_t)CKPT_HASH_STEP) *
                                                           CKPT_CALL_COST;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * A whole piece inside a target box: its runs follow each other in the file, so consecutive runs
+ * are read by one preadv (up to WHOLE_IOV of them, about CKPT_HASH_STEP bytes; a longer run in
+ * steps) and hashed in file order right after they arrived. */
+
+/* preadv until every iovec is full, skipping the first `done` bytes; -1 with errno (EIO: the
+ * file ended first). */
+static int preadv_full(int fd, const struct iovec *in, int n, int64_t off, size_t done) {
+  struct iovec v[WHOLE_IOV], *iov = v;
+  memcpy(v, in, sizeof *in * (size_t)n);
+  for (ssize_t r = (ssize_t)done;; off += r) {
+    while (n > 0 && (size_t)r >= iov->iov_len) {
+      r -= (ssize_t)iov->iov_len;
+      iov++, n--;
+    }
+    if (n == 0)
+      return 0;
+    iov->iov_base = (uint8_t *)iov->iov_base + r;
+    iov->iov_len -= (size_t)r;
+    do
+      r = preadv(fd, iov, n, (off_t)off);
+    while (r < 0 && errno == EINTR);
+    if (r <= 0) {
+      if (r == 0)
+        errno = EIO;
+      return -1;
+    }
+  }
+}
+
+int ckpt_read_whole(int fd, int64_t off, const ts_box *P, const ts_box *B, uint8_t *dst,
+                    size_t es, void *state, int64_t *nread) {
+  XXH3_state_t *st = state;
+  runs it;
+  runs_init(&it, P, P, B);
+  struct iovec iov[WHOLE_IOV];
+  int n = 0;
+  int64_t at = 0, len = 0, E = (int64_t)es; /* the group: file bytes [at, at + len) */
+  int64_t po, bo;
+  bool more = runs_next(&it, &po, &bo);
+  int64_t rb = po * E, rlen = more ? it.len * E : 0; /* what is left of the current run */
+  uint8_t *rdst = more ? dst + bo * E : NULL;
+  while (more || n > 0) {
+    if (more && n < WHOLE_IOV && len < (int64_t)CKPT_HASH_STEP) { /* the run (or a step) joins */
+      int64_t take = min64(rlen, (int64_t)CKPT_HASH_STEP - len);
+      if (n == 0)
+        at = rb;
+      iov[n++] = (struct iovec){rdst, (size_t)take};
+      len += take, rb += take, rdst += take, rlen -= take;
+      if (rlen == 0 && (more = runs_next(&it, &po, &bo))) {
+        rb = po * E, rlen = it.len * E, rdst = dst + bo * E;
+      }
+      continue;
+    }
+    if (preadv_full(fd, iov, n, off + at, 0))
+      return -1;
+    for (int k = 0; st && k < n; k++)
+      XXH3_64bits_update(st, iov[k].iov_base, iov[k].iov_len);
+    *nread += len;
+    n = 0, len = 0;
+  }
+  return 0;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -216,31 +282,6 @@ static void seg(ranged *x, uint8_t *dst, int64_t len) {
     g->sused += (size_t)len;
   }
   g->iov[g->n++] = (struct iovec){dst, (size_t)len};
-}
-
-/* preadv until every iovec is full, skipping the first `done` bytes; -1 with errno (EIO: the
- * file ended first). */
-static int preadv_full(int fd, const struct iovec *in, int n, int64_t off, size_t done) {
-  struct iovec v[GROUP_IOV], *iov = v;
-  memcpy(v, in, sizeof *in * (size_t)n);
-  for (ssize_t r = (ssize_t)done;; off += r) {
-    while (n > 0 && (size_t)r >= iov->iov_len) {
-      r -= (ssize_t)iov->iov_len;
-      iov++, n--;
-    }
-    if (n == 0)
-      return 0;
-    iov->iov_base = (uint8_t *)iov->iov_base + r;
-    iov->iov_len -= (size_t)r;
-    do
-      r = preadv(fd, iov, n, (off_t)off);
-    while (r < 0 && errno == EINTR);
-    if (r <= 0) {
-      if (r == 0)
-        errno = EIO;
-      return -1;
-    }
-  }
 }
 
 /* Checks each block of a group that arrived against the table. */

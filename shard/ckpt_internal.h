@@ -123,6 +123,13 @@ int ckpt_pread_hashed(int fd, void *dst, size_t len, int64_t off, void *st);
 /* The row-major element offset of index `at` inside box b. */
 int64_t ckpt_box_offset(const ts_box *b, const int64_t *at);
 
+/* Reads a whole piece (box P at absolute offset off of fd), which lies inside box B, into dst
+ * (row-major over B): its runs, consecutive in the file, gathered into preadv calls of about
+ * CKPT_HASH_STEP bytes, each hashed into state (an XXH3_state_t; NULL: none) right after it
+ * arrived. -1 with errno (EIO: the file ended first). */
+int ckpt_read_whole(int fd, int64_t off, const ts_box *P, const ts_box *B, uint8_t *dst,
+                    size_t es, void *state, int64_t *nread);
+
 /* The ranged read (ckpt_blocks.c) of the part I of piece p (at absolute offset off of fd) into
  * dst, row-major over box B (I lies inside B and the piece): the runs of I, contiguous in the
  * file and in dst, read straight into dst, the rest of the blocks at their edges into the verify

@@ -147,42 +147,6 @@ int64_t ckpt_box_offset(const ts_box *b, const int64_t *at) {
 /* ---------------------------------------------------------------------------------------------
  * The direct path */
 
-/* Reads a whole piece (box P at file offset `off`) that lies inside this rank's box B into dst
- * (row-major over B), hashing it in file order: runs contiguous in the file and in the slice
- * (the whole piece in one when it spans the inner dims of B). */
-static int read_inside(int fd, int64_t off, const ts_box *P, const ts_box *B, uint8_t *dst,
-                       size_t es, XXH3_state_t *st, int64_t *nread) {
-  int n = P->ndim;
-  int64_t bs[TS_MAX_DIMS + 1]; /* row-major element strides of B */
-  bs[n] = 1;
-  for (int d = n - 1; d >= 0; d--)
-    bs[d] = bs[d + 1] * (B->hi[d] - B->lo[d]);
-  int k0 = n - 1; /* dims after k0 are whole in both */
-  while (k0 > 0 && P->lo[k0] == B->lo[k0] && P->hi[k0] == B->hi[k0])
-    k0--;
-  int64_t run = n ? (P->hi[k0] - P->lo[k0]) * bs[k0 + 1] : 1; /* elements */
-  int64_t idx[TS_MAX_DIMS];
-  for (int d = 0; d < n; d++)
-    idx[d] = P->lo[d];
-  for (int64_t pe = 0;; pe += run) { /* pe: the run's element offset in the piece */
-    int64_t be = 0;
-    for (int d = 0; d < n; d++)
-      be += (idx[d] - B->lo[d]) * bs[d + 1];
-    if (ckpt_pread_hashed(fd, dst + (size_t)be * es, (size_t)run * es, off + pe * (int64_t)es,
-                          st))
-      return -1;
-    *nread += run * (int64_t)es;
-    int d = k0 - 1;
-    while (d >= 0 && ++idx[d] == P->hi[d]) {
-      idx[d] = P->lo[d];
-      d--;
-    }
-    if (d < 0)
-      break;
-  }
-  return 0;
-}
-
 /* A dense row-major view of a box-shaped buffer. */
 static void box_view(const ts_box *b, ts_dtype dt, void *data, ts_tensor *t) {
   int64_t ext[TS_MAX_DIMS];
@@ -288,7 +252,7 @@ static int read_direct(ckpt_reader *r, const ts_ckpt_tensor *t, ts_stored *e, ts
     if (!st)
       return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory");
     XXH3_64bits_reset(st);
-    if (read_inside(fd, off, &p->box, &e->box, e->local.data, es, st, &r->rep->bytes_read)) {
+    if (ckpt_read_whole(fd, off, &p->box, &e->box, e->local.data, es, st, &r->rep->bytes_read)) {
       XXH3_freeState(st);
       return ckpt_piece_io_fail(t, p, err);
     }
@@ -330,8 +294,8 @@ static int read_partial(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_geom *
     if (!st)
       return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory");
     XXH3_64bits_reset(st);
-    if (read_inside(fd, off, &p->box, &e->box, e->local.data, ts_dtype_size(t->dtype), st,
-                    &r->rep->bytes_read)) {
+    if (ckpt_read_whole(fd, off, &p->box, &e->box, e->local.data, ts_dtype_size(t->dtype), st,
+                        &r->rep->bytes_read)) {
       XXH3_freeState(st);
       return ckpt_piece_io_fail(t, p, err);
     }

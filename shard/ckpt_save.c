@@ -43,6 +43,7 @@ typedef struct spiece {
   ts_box box;
   int writer;        /* world rank */
   int64_t bytes;
+  int slice; /* the distinct slice it is a chunk of */
   int npc;
   int64_t pc[TS_MAX_MESH_DIMS];
   int64_t offset;    /* in the writer's file (absolute), on the writer */
@@ -78,8 +79,41 @@ static int unpartial(const ts_attr *a, ts_attr **out, ts_error *err) {
   return TS_OK;
 }
 
-/* The pieces of one tensor and their writers; load[] counts bytes per world rank. */
-static int plan_tensor(stensor *st, bool keep_partial, int64_t *load, ts_error *err) {
+/* The chunks of a slice of extents `ext` (ndim dims, es bytes an element) for about `target`
+ * bytes each (<= 0, or a slice of at most twice that: the whole slice): the last dim cut into
+ * the most equal blocks (a power of two up to 16, dividing it) whose rows stay at least
+ * target / 1024 bytes (16 KiB for the default: a row is one iovec of the reads), so that a
+ * target split of that dim into as many parts reads whole chunks; then the first dim into
+ * blocks of rows making up `target`; the dims between stay whole. */
+#define CHUNK_MAX_COLS 16
+#define CHUNK_MIN_ROW_DIV 1024
+static void chunk_shape(int ndim, const int64_t *ext, size_t es, int64_t target, int64_t *c) {
+  int64_t bytes = (int64_t)es;
+  for (int d = 0; d < ndim; d++) {
+    c[d] = ext[d];
+    bytes *= ext[d];
+  }
+  if (target <= 0 || ndim == 0 || bytes <= 2 * target)
+    return;
+  if (ndim > 1) {
+    int64_t last = ext[ndim - 1];
+    int kc = CHUNK_MAX_COLS;
+    while (kc > 1 && (last % kc != 0 || last / kc * (int64_t)es < target / CHUNK_MIN_ROW_DIV))
+      kc /= 2;
+    c[ndim - 1] = last / kc;
+  }
+  int64_t row = (int64_t)es * (ndim > 1 ? c[ndim - 1] : 1);
+  for (int d = 1; d < ndim - 1; d++)
+    row *= ext[d];
+  int64_t rows = target / (row > 0 ? row : 1);
+  c[0] = rows < 1 ? 1 : rows > ext[0] ? ext[0] : rows;
+}
+
+/* The pieces of one tensor and their writers; load[] counts bytes per world rank. Each distinct
+ * slice (replicas share one) is cut into chunks (chunk_shape; kept-partial slices are not), and
+ * every chunk is a piece, written by the holder of its slice with the fewest bytes so far. */
+static int plan_tensor(stensor *st, bool keep_partial, int64_t chunk_bytes, int64_t *load,
+                       ts_error *err) {
   ts_stored *t = st->t;
   int rc;
   if (ts_attr_has_partial(t->attr) && !keep_partial) {
@@ -128,18 +162,69 @@ static int plan_tensor(stensor *st, bool keep_partial, int64_t *load, ts_error *
     if (found < 0) {
       p.bytes = ts_box_numel(&p.box) * (int64_t)es;
       p.writer = -1;
-      snprintf(p.key, sizeof p.key, "%s#%d", t->name, st->npieces);
-      snprintf(p.tkey, sizeof p.tkey, "%s.blocks", p.key);
       found = st->npieces;
       st->pieces[st->npieces++] = p;
     }
     piece_of[i] = found;
   }
-  /* each piece's writer: the replica with the fewest bytes to write so far (ties: mesh order) */
+  /* the chunks of every slice */
+  int64_t target = chunk_bytes == 0 ? TS_CKPT_CHUNK_BYTES : chunk_bytes;
+  int64_t (*cs)[TS_MAX_DIMS] = calloc((size_t)(st->npieces ? st->npieces : 1), sizeof *cs);
+  int64_t total = 0;
+  for (int k = 0; cs && k < st->npieces; k++) {
+    const ts_box *b = &st->pieces[k].box;
+    int64_t ext[TS_MAX_DIMS], n = 1;
+    for (int d = 0; d < b->ndim; d++)
+      ext[d] = b->hi[d] - b->lo[d];
+    chunk_shape(b->ndim, ext, es, st->pieces[k].npc ? -1 : target, cs[k]);
+    for (int d = 0; d < b->ndim; d++)
+      n *= (ext[d] + cs[k][d] - 1) / cs[k][d];
+    total += n;
+  }
+  spiece *chunks = cs ? calloc((size_t)(total ? total : 1), sizeof *chunks) : NULL;
+  if (!chunks || total > INT32_MAX) {
+    free(cs), free(chunks), free(piece_of);
+    ts_geom_destroy(&g);
+    return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory for the chunks of '%s'",
+                        t->name);
+  }
+  int nc = 0;
+  for (int k = 0; k < st->npieces; k++) {
+    const spiece *sl = &st->pieces[k];
+    int n = sl->box.ndim;
+    int64_t at[TS_MAX_DIMS];
+    for (int d = 0; d < n; d++)
+      at[d] = sl->box.lo[d];
+    for (bool more = true; more;) { /* the chunk grid, row-major */
+      spiece *p = &chunks[nc];
+      *p = *sl;
+      for (int d = 0; d < n; d++) {
+        p->box.lo[d] = at[d];
+        p->box.hi[d] = at[d] + cs[k][d] < sl->box.hi[d] ? at[d] + cs[k][d] : sl->box.hi[d];
+      }
+      p->bytes = ts_box_numel(&p->box) * (int64_t)es;
+      p->slice = k;
+      snprintf(p->key, sizeof p->key, "%s#%d", t->name, nc);
+      snprintf(p->tkey, sizeof p->tkey, "%s.blocks", p->key);
+      nc++;
+      int d = n - 1;
+      while (d >= 0 && (at[d] += cs[k][d]) >= sl->box.hi[d]) {
+        at[d] = sl->box.lo[d];
+        d--;
+      }
+      more = d >= 0;
+    }
+  }
+  free(cs);
+  free(st->pieces);
+  st->pieces = chunks;
+  st->npieces = nc;
+  /* each chunk's writer: the holder of its slice with the fewest bytes to write so far (ties:
+   * mesh order), so replicated slices spread their writing */
   for (int k = 0; k < st->npieces; k++) {
     spiece *p = &st->pieces[k];
     for (int64_t i = 0; i < a->nranks; i++)
-      if (piece_of[i] == k && (p->writer < 0 || load[a->ranks[i]] < load[p->writer]))
+      if (piece_of[i] == p->slice && (p->writer < 0 || load[a->ranks[i]] < load[p->writer]))
         p->writer = a->ranks[i];
     load[p->writer] += p->bytes;
   }
@@ -153,23 +238,33 @@ static int plan_tensor(stensor *st, bool keep_partial, int64_t *load, ts_error *
 static int write_piece(int fd, const char *path, const ts_tensor *src, const ts_box *slice_box,
                        spiece *p, ts_dtype dt, uint64_t *hash, uint64_t *thash, int64_t *written,
                        ts_error *err) {
-  (void)slice_box;
-  ts_layout plain;
-  int64_t ext[TS_MAX_DIMS];
-  for (int d = 0; d < p->box.ndim; d++)
+  int n = p->box.ndim;
+  ts_layout plain, splain;
+  int64_t ext[TS_MAX_DIMS], sext[TS_MAX_DIMS], zero[TS_MAX_DIMS], at[TS_MAX_DIMS];
+  for (int d = 0; d < n; d++) {
     ext[d] = p->box.hi[d] - p->box.lo[d];
-  ts_layout_plain(&plain, dt, p->box.ndim, ext, NULL);
-  const void *bytes = src->data;
+    sext[d] = slice_box->hi[d] - slice_box->lo[d];
+    at[d] = p->box.lo[d] - slice_box->lo[d];
+    zero[d] = 0;
+  }
+  ts_layout_plain(&plain, dt, n, ext, NULL);
+  ts_layout_plain(&splain, dt, n, sext, NULL);
+  /* straight from the slice when it is row-major and the chunk is a run of its rows (the whole
+   * slice included), else packed row-major by the strided-copy kernel */
+  bool rows = src->layout.n_inner == 0 && src->layout.offset == 0 &&
+              memcmp(src->layout.strides, splain.strides, sizeof(int64_t) * (size_t)n) == 0;
+  for (int d = 1; d < n && rows; d++)
+    rows = ext[d] == sext[d];
+  const void *bytes =
+      (const uint8_t *)src->data + (n && rows ? at[0] * splain.strides[0] * (int64_t)ts_dtype_size(dt) : 0);
   void *packed = NULL;
-  bool same = src->layout.n_inner == 0 && src->layout.offset == 0 &&
-              memcmp(src->layout.strides, plain.strides, sizeof(int64_t) * (size_t)p->box.ndim) == 0;
-  if (!same) {
+  if (!rows) {
     packed = ts_shard_alloc_as((size_t)p->bytes, TS_POOL_STAGING, "the checkpoint packing buffer",
                                err);
     if (!packed)
       return err ? err->code : TS_NO_MEMORY;
     ts_tensor dst = {packed, (size_t)p->bytes, plain};
-    int rc = ts_copy(&dst, src, NULL, err);
+    int rc = ts_copy_box(&dst, zero, src, at, ext, NULL, err);
     if (rc) {
       ts_shard_free(packed);
       return rc;
@@ -234,7 +329,7 @@ static int node_leader(ts_comm *c, int rank, int size, int *leader, ts_error *er
 
 int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *names, int n,
                  const ts_ckpt_save_opts *o, ts_ckpt_report *rep, ts_error *err) {
-  ts_ckpt_save_opts none = {false, false, 0};
+  ts_ckpt_save_opts none = {false, false, 0, 0};
   if (!o)
     o = &none;
   ts_ckpt_report rdummy;
@@ -270,7 +365,7 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
         lst = ts_error_set(&lerr, TS_INVALID_ARGUMENT, "checkpoint save: '%s' named twice",
                            ts[i].t->name);
     if (!lst)
-      lst = plan_tensor(&ts[i], o->keep_partial, load, &lerr);
+      lst = plan_tensor(&ts[i], o->keep_partial, o->chunk_bytes, load, &lerr);
   }
   /* the temporary directory: one name for every rank (rank 0's stamp) */
   int64_t stamp = 0;

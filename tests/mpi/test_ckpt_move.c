@@ -118,8 +118,29 @@ static void run_case(ts_store *s, const char *dir, const tcase *c) {
   if (rc == TS_OK)
     visit(e, true, c->partial ? world_rank + 1 : 1);
   const char *one[] = {c->name};
-  rc = ts_ckpt_save(s, W, dir, one, 1, NULL, NULL, &err);
+  /* pieces cut into chunks of about 64 bytes (the last dim into up to 16 blocks where it
+   * divides, then rows), then whole pieces (the checkpoint the later checks read) */
+  for (int chunked = 1; chunked >= 0; chunked--) {
+  ts_ckpt_save_opts so = {false, false, 0, chunked ? 64 : -1};
+  if (!chunked) {
+    rc = ts_store_add(s, c->name, c->ndim, c->shape, c->dt, sa, NULL, &e, &err);
+    CHECK(rc == TS_OK, "%s: add: %s", c->name, rc ? err.msg : "");
+    if (rc == TS_OK)
+      visit(e, true, c->partial ? world_rank + 1 : 1);
+  }
+  rc = ts_ckpt_save(s, W, dir, one, 1, &so, NULL, &err);
   CHECK(rc == TS_OK, "%s: save: %s", c->name, rc ? err.msg : "");
+  int64_t bytes = (int64_t)ts_dtype_size(c->dt);
+  for (int d = 0; d < c->ndim; d++)
+    bytes *= c->shape[d];
+  ts_ckpt_index *ix = NULL;
+  if (rc == TS_OK && chunked && !c->partial && bytes >= 1024 &&
+      ts_ckpt_index_read(dir, &ix, &err) == TS_OK) { /* some slice is above 128 bytes: cut */
+    const ts_ckpt_tensor *xt = ts_ckpt_index_find(ix, c->name);
+    CHECK(xt && xt->npieces >= 2, "%s: chunked save of %lld bytes: %d pieces", c->name,
+          (long long)bytes, xt ? xt->npieces : -1);
+  }
+  ts_ckpt_index_destroy(&ix);
   ts_store_drop(s, c->name, NULL);
   for (int path = TS_CKPT_PATH_AUTO; path <= TS_CKPT_PATH_MOVE; path++) {
     ts_ckpt_load_opts o = {false, 0, (ts_ckpt_path)path};
@@ -144,8 +165,10 @@ static void run_case(ts_store *s, const char *dir, const tcase *c) {
       got = ts_store_find(s, c->name);
     }
     long bad = visit(got, false, c->scale);
-    CHECK(bad == 0, "%s: path %d: %ld wrong elements", c->name, path, bad);
+    CHECK(bad == 0, "%s: path %d%s: %ld wrong elements", c->name, path,
+          chunked ? " (chunked)" : "", bad);
     ts_store_drop(s, c->name, NULL);
+  }
   }
   ts_attr_destroy(&sa);
   ts_attr_destroy(&la);

@@ -356,7 +356,9 @@ json.dump(index, open(os.path.join(ind, "index.json"), "w"))
 check(np.array_equal(ck.read(ind, "W", verify=True), W), "reader: independent writer's W")
 check(np.array_equal(ck.read(ind, "B", verify=True), B16), "reader: independent writer's B")
 
-# other rank counts: 3 (saved attributes do not fit) and 6
+# other rank counts: 3 (saved attributes do not fit) and 6; these daemons cut the pieces they save
+# into chunks of about 256 bytes (TSHARD_CKPT_CHUNK_BYTES)
+os.environ["TSHARD_CKPT_CHUNK_BYTES"] = "256"
 with Daemons(bin_dir, 3) as d, d.connect(1) as c:
     expect(tshard.errors.BadAttributeError, lambda: c.load(c1, names=["s0_f32"]),
            "saved on 4, loaded on 3 under the saved attribute", ("s0_f32", "attribute"))
@@ -373,9 +375,23 @@ with Daemons(bin_dir, 3) as d, d.connect(1) as c:
     c4 = os.path.join(work, "c4")
     c.save(c4, names=["W"])
     check(np.array_equal(ck.read(c4, "W"), W), "saved on 3, read back")
+    # chunked pieces: every case saved from its S(last dim) layout on 3, read by the reader and
+    # loaded back under another attribute
+    c5 = os.path.join(work, "c5")
+    c.save(c5, names=list(CASES))
+    ix5 = ck.index(c5)
+    check(len(ix5["tensors"]["big_f32"]["pieces"]) >= 2048 // 3,
+          f"big_f32 cut into chunks: {len(ix5['tensors']['big_f32']['pieces'])} pieces")
+    for name in CASES:
+        check(np.array_equal(ck.read(c5, name, verify=True), ref[name]), f"reader, chunked: {name}")
+        c.drop(name)
+        tgt = "mesh=[3] placements=[S(0)]" if CASES[name][1] else "mesh=[3] placements=[R]"
+        c.load(c5, names=[name], attr=tgt)
+        check(np.array_equal(c.get(name), ref[name]), f"chunked, loaded under {tgt}: {name}")
     c.close()
     code = d.stop()
     check(code == 0, f"3 daemons exit 0 after shutdown ({code}):\n{d.logs()[-3000:]}")
+del os.environ["TSHARD_CKPT_CHUNK_BYTES"]
 
 with Daemons(bin_dir, 6) as d, d.connect(5) as c:
     c.load(c1)  # the saved attributes name ranks 0-3 of 6
