@@ -6,23 +6,25 @@
  * every byte is written) and filled by one of two paths, chosen per tensor alike on every rank
  * (then agreed) by the estimated bytes the busiest rank reads or copies:
  *
- *   direct  each rank reads every piece meeting its box, whole, and verifies its XXH3-64: a piece
- *           inside the box straight into the slice (runs contiguous in file and slice, preads of
- *           1 MiB hashed as they arrive), a piece only partly inside through a 16 MiB buffer,
- *           copying its part out. A load under the saved attribute reads every byte once.
+ *   direct  each rank reads what its box needs of every piece meeting it: a piece inside the box
+ *           whole, straight into the slice (its runs gathered into preadv calls of about 1 MiB,
+ *           hashed as they arrive: ckpt_read_whole); of a piece partly inside, through the
+ *           piece's block checksum table, only the runs of the box, straight into the slice, and
+ *           the blocks around them (ckpt_read_ranges, batched through io_uring); a piece without
+ *           a table whole through a 16 MiB buffer, copying its part out.
  *   move    (ckpt_move.c) each piece is read once, whole, by one rank, hashed as it arrives, and
  *           the very bytes hashed are copied to every box needing them (on one node pulled with
- *           process_vm_readv after a barrier per round, else all-to-all rounds): a resharding
- *           load (S(0) -> S(1), 4 ranks -> 3 or 6) reads every byte once, plus one copy.
+ *           process_vm_readv after a barrier per round, else all-to-all rounds): cheaper where
+ *           the runs are tiny (rows shorter than a block).
  *
- * Either way every byte of a loaded slice was hashed as part of its whole piece from the read
- * that brought it (no rank trusts bytes it read apart from the verified ones). The costs: direct,
- * per rank, the pieces meeting its box (plus the part copied for those partly inside); move,
- * the pieces it reads plus its box plus a fixed cost per round; the move path is taken when it
- * is cheaper (ts_ckpt_load_opts.path forces one). Each file header is checked against the index
- * (dtype, shape, offsets inside the file). Any failure on any rank (missing file, lying header,
- * checksum, memory) is agreed over the world: every rank returns the same error naming the file
- * and the piece, and no loaded tensor is kept.
+ * Either way every byte of a loaded slice was hashed from the read that brought it, as part of
+ * its whole piece or of its block (no rank trusts bytes it read apart from the verified ones).
+ * The estimated costs (ckpt_read_cost, ckpt_move_costs: bytes read or copied by the busiest rank
+ * plus a fixed cost per read call or round) choose the path per tensor (ts_ckpt_load_opts.path
+ * forces one). Each file header is checked against the index (dtype, shape, offsets inside the
+ * file). Any failure on any rank (missing file, lying header, checksum, memory) is agreed over
+ * the world: every rank returns the same error naming the file and the piece, and no loaded
+ * tensor is kept.
  *
  * Attributes with partial placements: a target with P(op) is loaded replicated along those mesh
  * dims and then resharded to it; a checkpoint saved with keep_partial is loaded under its saved
@@ -205,19 +207,42 @@ static int read_through(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tenso
 }
 
 /* Every piece inside the tensor, pairwise disjoint, covering it (pieces not kept partial). */
+typedef struct by_lo {
+  int64_t lo, hi; /* along the first dim (0, 1 for a scalar) */
+  int k;
+} by_lo;
+
+static int cmp_lo(const void *a, const void *b) {
+  const by_lo *x = a, *y = b;
+  return x->lo != y->lo ? (x->lo < y->lo ? -1 : 1) : (x->k > y->k) - (x->k < y->k);
+}
+
 static int check_cover(const char *dir, const ts_ckpt_tensor *t, ts_error *err) {
   int64_t total = 1, sum = 0;
   for (int d = 0; d < t->ndim; d++)
     total *= t->shape[d];
-  for (int k = 0; k < t->npieces; k++) {
-    sum += ts_box_numel(&t->pieces[k].box);
-    for (int j = 0; j < k; j++) {
-      ts_box x;
-      if (ts_box_intersect(&t->pieces[j].box, &t->pieces[k].box, &x))
-        return ts_error_set(err, TS_CORRUPT, "checkpoint '%s': tensor '%s': pieces '%s' and '%s' "
-                            "overlap", dir, t->name, t->pieces[j].key, t->pieces[k].key);
-    }
+  /* overlaps: a sweep along the first dim (a chunked tensor has thousands of pieces) */
+  int K = t->npieces;
+  by_lo *o = malloc(sizeof *o * (size_t)(K ? K : 1));
+  if (!o)
+    return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory");
+  for (int k = 0; k < K; k++) {
+    const ts_box *b = &t->pieces[k].box;
+    sum += ts_box_numel(b);
+    o[k] = (by_lo){t->ndim ? b->lo[0] : 0, t->ndim ? b->hi[0] : 1, k};
   }
+  qsort(o, (size_t)K, sizeof *o, cmp_lo);
+  for (int a = 0; a < K; a++)
+    for (int b = a + 1; b < K && o[b].lo < o[a].hi; b++) {
+      ts_box x;
+      const ts_ckpt_piece *p = &t->pieces[o[a].k], *q = &t->pieces[o[b].k];
+      if (ts_box_intersect(&p->box, &q->box, &x)) {
+        free(o);
+        return ts_error_set(err, TS_CORRUPT, "checkpoint '%s': tensor '%s': pieces '%s' and '%s' "
+                            "overlap", dir, t->name, p->key, q->key);
+      }
+    }
+  free(o);
   if (sum != total)
     return ts_error_set(err, TS_CORRUPT, "checkpoint '%s': tensor '%s': its pieces hold %lld of "
                         "its %lld elements", dir, t->name, (long long)sum, (long long)total);

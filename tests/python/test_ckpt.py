@@ -210,10 +210,21 @@ with Daemons(bin_dir, 4) as d:
         # keep the data offsets valid for the new header length
         open(p, "wb").write(len(text).to_bytes(8, "little") + text + data)
 
+    def edit_index(dst, edit):
+        p = os.path.join(dst, "index.json")
+        ix = json.load(open(p))
+        edit(ix["tensors"]["s0_f32"]["pieces"])
+        json.dump(ix, open(p, "w"))
+
+    def overlap(ps):  # piece 1 claims rows of piece 0
+        ps[1]["box"][0][0] -= 1
+
     for tag, mutate, needles in (
             ("flip", flip, (pfile, piece["key"], "checksum")),
             ("missing", lambda dst: os.remove(os.path.join(dst, pfile)), (pfile,)),
-            ("lie", lie, (pfile, piece["key"]))):
+            ("lie", lie, (pfile, piece["key"])),
+            ("overlap", lambda dst: edit_index(dst, overlap), ("s0_f32", "overlap")),
+            ("hole", lambda dst: edit_index(dst, lambda ps: ps.pop()), ("s0_f32", "elements"))):
         bad = corrupt_copy(tag, mutate)
         c.drop("s0_f32") if "s0_f32" in c.list() else None
         msgs = set()
@@ -229,7 +240,7 @@ with Daemons(bin_dir, 4) as d:
         # a whole-checkpoint load that fails creates none of the others either
         for n in c.list():
             c.drop(n)
-        expect(tshard.TshardError, lambda: c.load(bad), f"{tag}: load of all", (pfile,))
+        expect(tshard.TshardError, lambda: c.load(bad), f"{tag}: load of all", needles[:1])
         check(c.list() == [], f"{tag}: a failed load of all creates nothing: {c.list()}")
     # a resharded load reads only parts of pieces: the verifier still reads the whole one
     bad = os.path.join(work, "flip")
