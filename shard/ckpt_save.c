@@ -82,7 +82,7 @@ static int unpartial(const ts_attr *a, ts_attr **out, ts_error *err) {
 /* The chunks of a slice of extents `ext` (ndim dims, es bytes an element) for about `target`
  * bytes each (<= 0, or a slice of at most twice that: the whole slice): the last dim cut into
  * the most equal blocks (a power of two up to 16, dividing it) whose rows stay at least
- * target / 1024 bytes (16 KiB for the default: a row is one iovec of the reads), so that a
+ * target / 1024 bytes (16 KiB for 16 MiB chunks: a row is one iovec of the reads), so that a
  * target split of that dim into as many parts reads whole chunks; then the first dim into
  * blocks of rows making up `target`; the dims between stay whole. */
 #define CHUNK_MAX_COLS 16
@@ -168,7 +168,7 @@ static int plan_tensor(stensor *st, bool keep_partial, int64_t chunk_bytes, int6
     piece_of[i] = found;
   }
   /* the chunks of every slice */
-  int64_t target = chunk_bytes == 0 ? TS_CKPT_CHUNK_BYTES : chunk_bytes;
+  int64_t target = chunk_bytes;
   int64_t (*cs)[TS_MAX_DIMS] = calloc((size_t)(st->npieces ? st->npieces : 1), sizeof *cs);
   int64_t total = 0;
   for (int k = 0; cs && k < st->npieces; k++) {

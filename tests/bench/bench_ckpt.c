@@ -145,13 +145,16 @@ int main(int argc, char **argv) {
   const char *dir_opt = NULL;
   int runs = 5;
   bool cold = false;
+  long long chunk = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      printf("usage: mpirun -np 4 tshard-bench-ckpt [--dir D] [--runs N] [--cold]\n"
+      printf("usage: mpirun -np 4 tshard-bench-ckpt [--dir D] [--runs N] [--cold] "
+             "[--chunk-bytes N]\n"
              "  --dir D     the directory to save into (default: a fresh one under $TMPDIR or "
              "/tmp)\n"
              "  --runs N    runs; medians are printed (default 5)\n"
              "  --cold      evict the files from the page cache before every read\n"
+             "  --chunk-bytes N  save in chunks of about N bytes (default 0: whole pieces)\n"
              "prints save_gbps, load_gbps, load_resharded_gbps, write_limit_gbps, "
              "read_limit_gbps, their ratios and fs= (key=value lines)\n");
       return 0;
@@ -161,6 +164,14 @@ int main(int argc, char **argv) {
       runs = atoi(argv[++i]);
     } else if (strcmp(argv[i], "--cold") == 0) {
       cold = true;
+    } else if (strcmp(argv[i], "--chunk-bytes") == 0 && i + 1 < argc) {
+      char *end = NULL;
+      chunk = strtoll(argv[++i], &end, 10);
+      if (!end || *end || chunk < 0) {
+        fprintf(stderr, "tshard-bench-ckpt: --chunk-bytes takes 0 (whole pieces) or a byte "
+                        "count\n");
+        return 2;
+      }
     } else {
       fprintf(stderr, "tshard-bench-ckpt: unknown argument '%s'; see --help\n", argv[i]);
       return 2;
@@ -232,7 +243,8 @@ int main(int argc, char **argv) {
       tw[i] = plain_write(plain, old, t->local.data, mine);
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
-    if (ts_ckpt_save(s, W, ckpt, NULL, 0, NULL, NULL, &err))
+    ts_ckpt_save_opts so = {false, false, 0, chunk};
+    if (ts_ckpt_save(s, W, ckpt, NULL, 0, &so, NULL, &err))
       die("save", err.msg);
     ts[i] = MPI_Wtime() - t0;
     if ((i / 2) % 2 == 1)
@@ -278,8 +290,9 @@ int main(int argc, char **argv) {
          resh = gb / median(tlx + runs, runs), wl = gb / median(tw, (int)R),
          rlim = gb / median(tr, (int)R);
   if (rank == 0) {
-    printf("ranks=%d\nbytes=%lld\nruns=%d\nfs=%s\ndir=%s\nread_cache=%s\n", size,
-           (long long)total, runs, fs_name(base), base, cold ? "cold" : "warm");
+    printf("ranks=%d\nbytes=%lld\nruns=%d\nfs=%s\ndir=%s\nread_cache=%s\nchunk_bytes=%lld\n",
+           size, (long long)total, runs, fs_name(base), base, cold ? "cold" : "warm",
+           chunk);
     printf("save_gbps=%.3f\nload_gbps=%.3f\nload_resharded_gbps=%.3f\n", save, load, resh);
     printf("write_limit_gbps=%.3f\nread_limit_gbps=%.3f\n", wl, rlim);
     const char *keys[3] = {"save", "load", "load_resharded"};

@@ -121,7 +121,7 @@ static void run_case(ts_store *s, const char *dir, const tcase *c) {
   /* pieces cut into chunks of about 64 bytes (the last dim into up to 16 blocks where it
    * divides, then rows), then whole pieces (the checkpoint the later checks read) */
   for (int chunked = 1; chunked >= 0; chunked--) {
-  ts_ckpt_save_opts so = {false, false, 0, chunked ? 64 : -1};
+  ts_ckpt_save_opts so = {false, false, 0, chunked ? 64 : 0};
   if (!chunked) {
     rc = ts_store_add(s, c->name, c->ndim, c->shape, c->dt, sa, NULL, &e, &err);
     CHECK(rc == TS_OK, "%s: add: %s", c->name, rc ? err.msg : "");
