@@ -204,7 +204,7 @@ int ckpt_read_whole(int fd, int64_t off, const ts_box *P, const ts_box *B, uint8
  *
  * A group is a stretch [start, end) of the piece, start block-aligned, end block-aligned or the
  * piece's end, read by one call into its iovecs: the runs (into the slice) and the bytes around
- * and between them (into the group's part of the verify buffer). With io_uring (the reader's
+ * and between them (into the group's part of the scratch buffer). With io_uring (the reader's
  * ring, set up on the first ranged read of a load) up to MAX_GROUPS groups are in flight: each
  * is submitted when the next run cannot join it, and checked when its completion arrives; so a
  * run costs no system call of its own. Without io_uring (not in the kernel, refused by a
@@ -217,14 +217,21 @@ typedef struct group {
   int64_t start, end;
   int n;
   struct iovec iov[GROUP_IOV];
-  uint8_t *scratch; /* its part of the verify buffer */
+  uint8_t *scratch; /* its part of the scratch buffer */
   size_t sused;
   bool busy; /* submitted, not completed */
 } group;
 
+/* The groups' scratch, in all: malloc'd, not touched before use (runs on block boundaries need
+ * none; this VM's first touch of memory is slow). */
+#define SCRATCH_BYTES ((int64_t)16 << 20)
+
 struct ckpt_ranger {
   struct io_uring ring;
   bool has_ring;
+  uint8_t *scratch; /* SCRATCH_BYTES */
+  uint8_t *table;   /* the current piece's block table, tcap bytes */
+  size_t tcap;
   group groups[MAX_GROUPS];
 };
 
@@ -232,6 +239,10 @@ static int ranger_get(ckpt_reader *r, ts_error *err) {
   if (r->ranger)
     return TS_OK;
   ckpt_ranger *g = calloc(1, sizeof *g);
+  if (g && !(g->scratch = malloc((size_t)SCRATCH_BYTES))) {
+    free(g);
+    g = NULL;
+  }
   if (!g)
     return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory for the ranged reads");
   const char *env = getenv("TSHARD_IO_URING");
@@ -246,6 +257,8 @@ void ckpt_ranger_destroy(ckpt_ranger **p) {
     return;
   if ((*p)->has_ring)
     io_uring_queue_exit(&(*p)->ring);
+  free((*p)->scratch);
+  free((*p)->table);
   free(*p);
   *p = NULL;
 }
@@ -505,18 +518,22 @@ int ckpt_read_ranges(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tensor *
   x.pbytes = ts_box_numel(&p->box) * (int64_t)es;
   int64_t nb = ckpt_blocks_count(x.pbytes, x.block), toff;
   int rc = ckpt_reader_table(r, t, p, &toff, err);
-  if (rc || (rc = ckpt_reader_vbuf(r, err)) || (rc = ranger_get(r, err)))
+  if (rc || (rc = ranger_get(r, err)))
     return rc;
   x.rg = r->ranger;
   /* every group in flight holds up to two blocks' worth of scratch, more when merged */
-  x.ngroups = x.rg->has_ring ? (int)min64(MAX_GROUPS, (int64_t)r->vcap / (4 * x.block)) : 1;
-  x.scap = r->vcap / (size_t)x.ngroups;
+  x.ngroups = x.rg->has_ring ? (int)min64(MAX_GROUPS, SCRATCH_BYTES / (4 * x.block)) : 1;
+  x.scap = (size_t)SCRATCH_BYTES / (size_t)x.ngroups;
   for (int k = 0; k < x.ngroups; k++)
-    x.rg->groups[k].scratch = r->vbuf + (size_t)k * x.scap;
-  uint8_t *table = malloc((size_t)nb * 8);
+    x.rg->groups[k].scratch = x.rg->scratch + (size_t)k * x.scap;
+  if ((size_t)nb * 8 > x.rg->tcap) { /* the tables' buffer, kept for the load's next pieces */
+    uint8_t *nt = realloc(x.rg->table, (size_t)nb * 8);
+    if (nt)
+      x.rg->table = nt, x.rg->tcap = (size_t)nb * 8;
+  }
+  uint8_t *table = (size_t)nb * 8 <= x.rg->tcap ? x.rg->table : NULL;
   x.st = XXH3_createState();
   if (!table || !x.st) {
-    free(table);
     XXH3_freeState(x.st);
     return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory for the block table of '%s'",
                         p->key);
@@ -558,7 +575,6 @@ int ckpt_read_ranges(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tensor *
     r->rep->ranged_reads++;
     r->rep->ranged_io_uring = x.rg->has_ring;
   }
-  free(table);
   XXH3_freeState(x.st);
   return rc;
 }

@@ -132,8 +132,8 @@ int ckpt_read_whole(int fd, int64_t off, const ts_box *P, const ts_box *B, uint8
 
 /* The ranged read (ckpt_blocks.c) of the part I of piece p (at absolute offset off of fd) into
  * dst, row-major over box B (I lies inside B and the piece): the runs of I, contiguous in the
- * file and in dst, read straight into dst, the rest of the blocks at their edges into the verify
- * buffer, every block read checked against the piece's table (itself checked against the
+ * file and in dst, read straight into dst, the rest of the blocks at their edges into a scratch
+ * buffer (the reader's ranger), every block read checked against the piece's table (itself checked against the
  * index first). The piece must have a table. */
 int ckpt_read_ranges(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tensor *t,
                      const ts_ckpt_piece *p, const ts_box *I, const ts_box *B, uint8_t *dst,
