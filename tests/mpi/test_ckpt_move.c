@@ -118,10 +118,14 @@ static void run_case(ts_store *s, const char *dir, const tcase *c) {
   if (rc == TS_OK)
     visit(e, true, c->partial ? world_rank + 1 : 1);
   const char *one[] = {c->name};
-  /* pieces cut into chunks of about 64 bytes (the last dim into up to 16 blocks where it
-   * divides, then rows), then whole pieces (the checkpoint the later checks read) */
+  /* pieces cut into chunks (the last dim into up to 16 blocks where it divides, then rows) of
+   * about 64 bytes, or a 32nd of the tensor when larger, then whole pieces (the checkpoint the
+   * later checks read) */
+  int64_t tbytes = (int64_t)ts_dtype_size(c->dt);
+  for (int d = 0; d < c->ndim; d++)
+    tbytes *= c->shape[d];
   for (int chunked = 1; chunked >= 0; chunked--) {
-  ts_ckpt_save_opts so = {false, false, 0, chunked ? 64 : 0};
+  ts_ckpt_save_opts so = {false, false, 0, chunked ? (tbytes / 32 > 64 ? tbytes / 32 : 64) : 0};
   if (!chunked) {
     rc = ts_store_add(s, c->name, c->ndim, c->shape, c->dt, sa, NULL, &e, &err);
     CHECK(rc == TS_OK, "%s: add: %s", c->name, rc ? err.msg : "");
@@ -130,12 +134,10 @@ static void run_case(ts_store *s, const char *dir, const tcase *c) {
   }
   rc = ts_ckpt_save(s, W, dir, one, 1, &so, NULL, &err);
   CHECK(rc == TS_OK, "%s: save: %s", c->name, rc ? err.msg : "");
-  int64_t bytes = (int64_t)ts_dtype_size(c->dt);
-  for (int d = 0; d < c->ndim; d++)
-    bytes *= c->shape[d];
+  int64_t bytes = tbytes;
   ts_ckpt_index *ix = NULL;
   if (rc == TS_OK && chunked && !c->partial && bytes >= 1024 &&
-      ts_ckpt_index_read(dir, &ix, &err) == TS_OK) { /* some slice is above 128 bytes: cut */
+      ts_ckpt_index_read(dir, &ix, &err) == TS_OK) { /* some slice is above twice the chunk: cut */
     const ts_ckpt_tensor *xt = ts_ckpt_index_find(ix, c->name);
     CHECK(xt && xt->npieces >= 2, "%s: chunked save of %lld bytes: %d pieces", c->name,
           (long long)bytes, xt ? xt->npieces : -1);

@@ -368,8 +368,8 @@ check(np.array_equal(ck.read(ind, "W", verify=True), W), "reader: independent wr
 check(np.array_equal(ck.read(ind, "B", verify=True), B16), "reader: independent writer's B")
 
 # other rank counts: 3 (saved attributes do not fit) and 6; these daemons cut the pieces they save
-# into chunks of about 256 bytes (TSHARD_CKPT_CHUNK_BYTES)
-os.environ["TSHARD_CKPT_CHUNK_BYTES"] = "256"
+# into chunks of about 16 KiB (TSHARD_CKPT_CHUNK_BYTES)
+os.environ["TSHARD_CKPT_CHUNK_BYTES"] = "16384"
 with Daemons(bin_dir, 3) as d, d.connect(1) as c:
     expect(tshard.errors.BadAttributeError, lambda: c.load(c1, names=["s0_f32"]),
            "saved on 4, loaded on 3 under the saved attribute", ("s0_f32", "attribute"))
@@ -391,7 +391,7 @@ with Daemons(bin_dir, 3) as d, d.connect(1) as c:
     c5 = os.path.join(work, "c5")
     c.save(c5, names=list(CASES))
     ix5 = ck.index(c5)
-    check(len(ix5["tensors"]["big_f32"]["pieces"]) >= 2048 // 3,
+    check(len(ix5["tensors"]["big_f32"]["pieces"]) >= 30,
           f"big_f32 cut into chunks: {len(ix5['tensors']['big_f32']['pieces'])} pieces")
     for name in CASES:
         check(np.array_equal(ck.read(c5, name, verify=True), ref[name]), f"reader, chunked: {name}")
