@@ -50,17 +50,8 @@ void ckpt_blocks_hash(const void *bytes, int64_t len, int64_t block, uint8_t *ta
  * The runs of a box I inside piece P and target box B: stretches contiguous in both (the dims
  * after k0 are whole in I, P and B), in the piece's row-major (file) order. */
 
-typedef struct runs {
-  const ts_box *I, *P, *B;
-  int n, k0;
-  int64_t ps[TS_MAX_DIMS + 1], bs[TS_MAX_DIMS + 1]; /* row-major element strides (ps[d+1]: dim d) */
-  int64_t len;   /* elements per run */
-  int64_t count; /* runs */
-  int64_t idx[TS_MAX_DIMS];
-  bool more;
-} runs;
 
-static void runs_init(runs *it, const ts_box *I, const ts_box *P, const ts_box *B) {
+void ckpt_runs_init(ckpt_runs *it, const ts_box *I, const ts_box *P, const ts_box *B) {
   memset(it, 0, sizeof *it);
   it->I = I, it->P = P, it->B = B;
   int n = it->n = I->ndim;
@@ -83,8 +74,7 @@ static void runs_init(runs *it, const ts_box *I, const ts_box *P, const ts_box *
   it->more = ts_box_numel(I) > 0;
 }
 
-/* The next run's element offsets in the piece and in B (false: none left). */
-static bool runs_next(runs *it, int64_t *poff, int64_t *boff) {
+bool ckpt_runs_next(ckpt_runs *it, int64_t *poff, int64_t *boff) {
   if (!it->more)
     return false;
   int64_t po = 0, bo = 0;
@@ -113,8 +103,8 @@ static int64_t cover(int64_t a, int64_t b, int64_t block, int64_t pbytes) {
 int64_t ckpt_read_cost(const ts_ckpt_piece *p, const ts_box *I, const ts_box *B, size_t es) {
   int64_t E = (int64_t)es, pbytes = ts_box_numel(&p->box) * E, need = ts_box_numel(I) * E;
   int64_t steps = pbytes / (int64_t)CKPT_HASH_STEP + 1;
-  runs it;
-  runs_init(&it, I, &p->box, B);
+  ckpt_runs it;
+  ckpt_runs_init(&it, I, &p->box, B);
   if (ts_box_equal(I, &p->box)) /* read whole, its runs gathered (ckpt_read_whole) */
     return pbytes + (steps + it.count / WHOLE_IOV) * CKPT_CALL_COST;
   if (p->block_bytes <= 0) /* the whole piece through the verify buffer, then the copy */
@@ -168,13 +158,13 @@ static int preadv_full(int fd, const struct iovec *in, int n, int64_t off, size_
 int ckpt_read_whole(int fd, int64_t off, const ts_box *P, const ts_box *B, uint8_t *dst,
                     size_t es, void *state, int64_t *nread) {
   XXH3_state_t *st = state;
-  runs it;
-  runs_init(&it, P, P, B);
+  ckpt_runs it;
+  ckpt_runs_init(&it, P, P, B);
   struct iovec iov[WHOLE_IOV];
   int n = 0;
   int64_t at = 0, len = 0, E = (int64_t)es; /* the group: file bytes [at, at + len) */
   int64_t po, bo;
-  bool more = runs_next(&it, &po, &bo);
+  bool more = ckpt_runs_next(&it, &po, &bo);
   int64_t rb = po * E, rlen = more ? it.len * E : 0; /* what is left of the current run */
   uint8_t *rdst = more ? dst + bo * E : NULL;
   while (more || n > 0) {
@@ -184,7 +174,7 @@ int ckpt_read_whole(int fd, int64_t off, const ts_box *P, const ts_box *B, uint8
         at = rb;
       iov[n++] = (struct iovec){rdst, (size_t)take};
       len += take, rb += take, rdst += take, rlen -= take;
-      if (rlen == 0 && (more = runs_next(&it, &po, &bo))) {
+      if (rlen == 0 && (more = ckpt_runs_next(&it, &po, &bo))) {
         rb = po * E, rlen = it.len * E, rdst = dst + bo * E;
       }
       continue;
@@ -549,10 +539,10 @@ int ckpt_read_ranges(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tensor *
                       (unsigned long long)p->block_xxh3);
   } else {
     r->rep->bytes_verified_extra += nb * 8;
-    runs it;
-    runs_init(&it, I, &p->box, B);
+    ckpt_runs it;
+    ckpt_runs_init(&it, I, &p->box, B);
     int64_t po, bo, E = (int64_t)es;
-    while (!x.fail && runs_next(&it, &po, &bo))
+    while (!x.fail && ckpt_runs_next(&it, &po, &bo))
       add_run(&x, po * E, (po + it.len) * E, dst + bo * E);
     if (x.cur)
       submit(&x);

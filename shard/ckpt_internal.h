@@ -123,6 +123,22 @@ int ckpt_pread_hashed(int fd, void *dst, size_t len, int64_t off, void *st);
 /* The row-major element offset of index `at` inside box b. */
 int64_t ckpt_box_offset(const ts_box *b, const int64_t *at);
 
+/* The runs of a box I inside box P (a piece, or any row-major source) and box B (the
+ * destination): stretches contiguous in both (the dims after k0 are whole in I, P and B), in
+ * P's row-major order. */
+typedef struct ckpt_runs {
+  const ts_box *I, *P, *B;
+  int n, k0;
+  int64_t ps[TS_MAX_DIMS + 1], bs[TS_MAX_DIMS + 1]; /* row-major element strides (ps[d+1]: dim d) */
+  int64_t len;   /* elements per run */
+  int64_t count; /* runs */
+  int64_t idx[TS_MAX_DIMS];
+  bool more;
+} ckpt_runs;
+void ckpt_runs_init(ckpt_runs *it, const ts_box *I, const ts_box *P, const ts_box *B);
+/* The next run's element offsets in P and in B (false: none left). */
+bool ckpt_runs_next(ckpt_runs *it, int64_t *poff, int64_t *boff);
+
 /* Reads a whole piece (box P at absolute offset off of fd), which lies inside box B, into dst
  * (row-major over B): its runs, consecutive in the file, gathered into preadv calls of about
  * CKPT_HASH_STEP bytes, each hashed into state (an XXH3_state_t; NULL: none) right after it

@@ -64,16 +64,23 @@ static int open_file(ckpt_reader *r, const char *name, ckpt_file **out, ts_error
   return TS_OK;
 }
 
-int ckpt_reader_piece(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_ckpt_piece *p, int *fd,
-                      int64_t *offset, ts_error *err) {
-  ckpt_file *f;
-  int rc = open_file(r, p->file, &f, err);
-  if (rc) { /* name the piece too */
+/* The open file of a piece (errors name the piece too). */
+static int piece_file(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_ckpt_piece *p,
+                      ckpt_file **f, ts_error *err) {
+  int rc = open_file(r, p->file, f, err);
+  if (rc) {
     char why[sizeof err->msg];
     snprintf(why, sizeof why, "%s", err->msg);
     return ts_error_set(err, rc, "%.400s (piece '%s' of tensor '%s')", why, p->key, t->name);
   }
-  if ((rc = ckpt_file_piece(f, t, p, offset, err)))
+  return TS_OK;
+}
+
+int ckpt_reader_piece(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_ckpt_piece *p, int *fd,
+                      int64_t *offset, ts_error *err) {
+  ckpt_file *f;
+  int rc = piece_file(r, t, p, &f, err);
+  if (rc || (rc = ckpt_file_piece(f, t, p, offset, err)))
     return rc;
   *fd = f->fd;
   return TS_OK;
@@ -82,13 +89,8 @@ int ckpt_reader_piece(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_ckpt_pie
 int ckpt_reader_table(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_ckpt_piece *p,
                       int64_t *offset, ts_error *err) {
   ckpt_file *f;
-  int rc = open_file(r, p->file, &f, err);
-  if (rc) {
-    char why[sizeof err->msg];
-    snprintf(why, sizeof why, "%s", err->msg);
-    return ts_error_set(err, rc, "%.400s (piece '%s' of tensor '%s')", why, p->key, t->name);
-  }
-  return ckpt_file_table(f, t, p, offset, err);
+  int rc = piece_file(r, t, p, &f, err);
+  return rc ? rc : ckpt_file_table(f, t, p, offset, err);
 }
 
 int ckpt_reader_vbuf(ckpt_reader *r, ts_error *err) {

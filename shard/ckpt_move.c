@@ -224,42 +224,21 @@ typedef struct peer_info {
 } peer_info;
 
 /* Copies X, inside box R of the row-major buffer `remote` of process pid, into box L of the
- * row-major local buffer: runs contiguous in both, up to PULL_IOV per system call. */
+ * row-major local buffer: runs contiguous in both (ckpt_runs), up to PULL_IOV per system call. */
 #define PULL_IOV 512
 static int pull_box(pid_t pid, uint64_t remote, const ts_box *R, uint8_t *local, const ts_box *L,
                     const ts_box *X, size_t es) {
-  int n = X->ndim;
-  int64_t rs[TS_MAX_DIMS + 1], ls[TS_MAX_DIMS + 1]; /* row-major element strides */
-  rs[n] = ls[n] = 1;
-  for (int d = n - 1; d >= 0; d--) {
-    rs[d] = rs[d + 1] * (R->hi[d] - R->lo[d]);
-    ls[d] = ls[d + 1] * (L->hi[d] - L->lo[d]);
-  }
-  int k0 = n - 1; /* the dims after k0 are whole in X, R and L */
-  while (k0 > 0 && X->lo[k0] == R->lo[k0] && X->hi[k0] == R->hi[k0] && X->lo[k0] == L->lo[k0] &&
-         X->hi[k0] == L->hi[k0])
-    k0--;
-  size_t run = (size_t)(n ? (X->hi[k0] - X->lo[k0]) * rs[k0 + 1] : 1) * es;
-  int64_t idx[TS_MAX_DIMS];
-  for (int d = 0; d < n; d++)
-    idx[d] = X->lo[d];
+  ckpt_runs it;
+  ckpt_runs_init(&it, X, R, L);
+  size_t run = (size_t)it.len * es;
   struct iovec liov[PULL_IOV], riov[PULL_IOV];
   int cnt = 0;
-  for (bool more = true; more;) {
-    int64_t ro = 0, lo = 0;
-    for (int d = 0; d < n; d++) {
-      ro += (idx[d] - R->lo[d]) * rs[d + 1];
-      lo += (idx[d] - L->lo[d]) * ls[d + 1];
-    }
+  int64_t ro, lo;
+  for (bool more = ckpt_runs_next(&it, &ro, &lo); more;) {
     liov[cnt] = (struct iovec){local + (size_t)lo * es, run};
     riov[cnt] = (struct iovec){(void *)(uintptr_t)(remote + (uint64_t)ro * es), run};
     cnt++;
-    int d = k0 - 1;
-    while (d >= 0 && ++idx[d] == X->hi[d]) {
-      idx[d] = X->lo[d];
-      d--;
-    }
-    more = d >= 0;
+    more = ckpt_runs_next(&it, &ro, &lo);
     if (cnt == PULL_IOV || !more) {
       ssize_t want = (ssize_t)(run * (size_t)cnt);
       if (process_vm_readv(pid, liov, (unsigned long)cnt, riov, (unsigned long)cnt, 0) != want)

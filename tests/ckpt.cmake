@@ -18,11 +18,7 @@ add_executable(test_ckpt_move_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/test_ckpt_move.c
 target_include_directories(test_ckpt_move_mpi PRIVATE ${CMAKE_CURRENT_LIST_DIR}/mpi)
 target_link_libraries(test_ckpt_move_mpi PRIVATE tsckpt)
 tshard_mpi_test(test_ckpt_move test_ckpt_move_mpi 1 3 4 6)
-add_test(NAME test_ckpt_move_np4_mpi_rounds
-         COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 4 --oversubscribe
-                 $<TARGET_FILE:test_ckpt_move_mpi>)
-set_tests_properties(test_ckpt_move_np4_mpi_rounds PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
-                     ENVIRONMENT "${TS_MPI_TEST_ENV};TSHARD_CMA=0")
+tshard_mpi_test_env(test_ckpt_move_np4_mpi_rounds test_ckpt_move_mpi 4 TSHARD_CMA=0)
 
 add_executable(tshard-bench-ckpt ${CMAKE_CURRENT_LIST_DIR}/bench/bench_ckpt.c)
 target_link_libraries(tshard-bench-ckpt PRIVATE tsckpt)
@@ -39,8 +35,4 @@ target_link_libraries(test_ckpt_blocks PRIVATE tsckpt)
 add_test(NAME test_ckpt_blocks_preadv COMMAND test_ckpt_blocks)
 set_tests_properties(test_ckpt_blocks_preadv PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                      ENVIRONMENT "${TS_TEST_ENV};TSHARD_IO_URING=0")
-add_test(NAME test_ckpt_move_np3_mpi_preadv
-         COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 --oversubscribe
-                 $<TARGET_FILE:test_ckpt_move_mpi>)
-set_tests_properties(test_ckpt_move_np3_mpi_preadv PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
-                     ENVIRONMENT "${TS_MPI_TEST_ENV};TSHARD_IO_URING=0")
+tshard_mpi_test_env(test_ckpt_move_np3_mpi_preadv test_ckpt_move_mpi 3 TSHARD_IO_URING=0)

@@ -14,11 +14,7 @@ add_executable(test_comm_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/test_comm.c)
 target_link_libraries(test_comm_mpi PRIVATE tsshard)
 tshard_mpi_test(test_comm test_comm_mpi 1 2 3 4)
 # The same with the single-copy path of one node off: every region through MPI.
-add_test(NAME test_comm_mpi_only_np4
-         COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 4 --oversubscribe
-                 $<TARGET_FILE:test_comm_mpi>)
-set_tests_properties(test_comm_mpi_only_np4 PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
-                     ENVIRONMENT "${TS_MPI_TEST_ENV};TSHARD_CMA=0")
+tshard_mpi_test_env(test_comm_mpi_only_np4 test_comm_mpi 4 TSHARD_CMA=0)
 
 add_executable(tshard-bench-reshard ${CMAKE_CURRENT_LIST_DIR}/bench/bench_reshard.c)
 target_link_libraries(tshard-bench-reshard PRIVATE tsshard)

@@ -1,14 +1,16 @@
 /* mpi_check.h - what the MPI tests (test_reshard.c, test_dist_einsum.c, test_ckpt.c,
- * test_ckpt_move.c) share: the world, CHECK (counts checks and failures, prints the first 20
- * failures with the rank), a check that every rank got rank 0's status and message, the
+ * test_ckpt_move.c) share: the world and its start, a scratch directory the same on every rank,
+ * CHECK (counts checks and failures, prints the first 20 failures with the rank), a check that every rank got rank 0's status and message, the
  * summary at the end, and a xorshift generator seeded by the test (TS_TEST_SEED, defined before
  * the include) so every rank draws the same cases. Static: each test includes it once. */
 #ifndef TS_MPI_CHECK_H
 #define TS_MPI_CHECK_H
 
 #include <mpi.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ts_comm.h"
@@ -34,6 +36,30 @@ static ts_world *W;
       }                                                                                            \
     }                                                                                              \
   } while (0)
+
+/* Starts the world (W, world_rank, world_size); false, with a message, when it cannot. */
+static inline bool mpi_check_start(int *argc, char ***argv) {
+  ts_error err;
+  if (ts_world_init(argc, argv, MPI_THREAD_SERIALIZED, &W, &err) != TS_OK) {
+    fprintf(stderr, "world init: %s\n", err.msg);
+    return false;
+  }
+  world_rank = ts_world_rank(W);
+  world_size = ts_world_size(W);
+  return true;
+}
+
+/* A fresh directory /tmp/<prefix>-<6 random characters> made by rank 0, its path the same on
+ * every rank ("" when it could not be made). */
+static inline void mpi_check_tmpdir(const char *prefix, char *out, size_t cap) {
+  out[0] = '\0';
+  if (world_rank == 0) {
+    snprintf(out, cap, "/tmp/%s-XXXXXX", prefix); /* mkdtemp's template */
+    if (!mkdtemp(out))
+      out[0] = '\0';
+  }
+  MPI_Bcast(out, (int)cap, MPI_CHAR, 0, MPI_COMM_WORLD);
+}
 
 /* Every rank got the same status and message as rank 0. */
 static inline void same_error_everywhere(int rc, const ts_error *err, const char *what) {

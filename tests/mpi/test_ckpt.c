@@ -109,16 +109,10 @@ static int count_tmp(const char *parent) {
 
 int main(int argc, char **argv) {
   ts_error err;
-  if (ts_world_init(&argc, &argv, MPI_THREAD_SERIALIZED, &W, &err) != TS_OK) {
-    fprintf(stderr, "world init: %s\n", err.msg);
+  if (!mpi_check_start(&argc, &argv))
     return 1;
-  }
-  world_rank = ts_world_rank(W);
-  world_size = ts_world_size(W);
-  char parent[256] = "";
-  if (world_rank == 0 && !mkdtemp(strcpy(parent, "/tmp/tshard-ckpt-mpi-XXXXXX")))
-    parent[0] = '\0';
-  MPI_Bcast(parent, sizeof parent, MPI_CHAR, 0, MPI_COMM_WORLD);
+  char parent[256];
+  mpi_check_tmpdir("tshard-ckpt-mpi", parent, sizeof parent);
   char dir[300], path[400];
   snprintf(dir, sizeof dir, "%s/c1", parent);
   ts_store *s = NULL;

@@ -319,16 +319,10 @@ static void ranged_faults(ts_store *s, const char *dir) {
 
 int main(int argc, char **argv) {
   ts_error err;
-  if (ts_world_init(&argc, &argv, MPI_THREAD_SERIALIZED, &W, &err) != TS_OK) {
-    fprintf(stderr, "world init: %s\n", err.msg);
+  if (!mpi_check_start(&argc, &argv))
     return 1;
-  }
-  world_rank = ts_world_rank(W);
-  world_size = ts_world_size(W);
-  char parent[256] = "";
-  if (world_rank == 0 && !mkdtemp(strcpy(parent, "/tmp/tshard-ckpt-move-XXXXXX")))
-    parent[0] = '\0';
-  MPI_Bcast(parent, sizeof parent, MPI_CHAR, 0, MPI_COMM_WORLD);
+  char parent[256];
+  mpi_check_tmpdir("tshard-ckpt-move", parent, sizeof parent);
   char dir[300];
   snprintf(dir, sizeof dir, "%s/c", parent);
   ts_store *s = NULL;

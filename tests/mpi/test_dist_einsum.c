@@ -498,12 +498,8 @@ static void misuse(ts_store *s) {
 
 int main(int argc, char **argv) {
   ts_error err;
-  if (ts_world_init(&argc, &argv, MPI_THREAD_SERIALIZED, &W, &err) != TS_OK) {
-    fprintf(stderr, "MPI: %s\n", err.msg);
+  if (!mpi_check_start(&argc, &argv))
     return 1;
-  }
-  world_rank = ts_world_rank(W);
-  world_size = ts_world_size(W);
   int ncases = argc > 1 ? atoi(argv[1]) : 60;
   ts_store *s = NULL;
   ts_store_create(&s, world_rank, 0, &err);

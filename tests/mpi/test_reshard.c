@@ -810,13 +810,8 @@ static void exec_errors(void) {
 }
 
 int main(int argc, char **argv) {
-  ts_error err;
-  if (ts_world_init(&argc, &argv, MPI_THREAD_SERIALIZED, &W, &err) != TS_OK) {
-    fprintf(stderr, "world init: %s\n", err.msg);
+  if (!mpi_check_start(&argc, &argv))
     return 1;
-  }
-  world_rank = ts_world_rank(W);
-  world_size = ts_world_size(W);
   ts_kernels_set_threads(1);
   stats st = {0};
   fixed_cases(&st);
