@@ -7,9 +7,11 @@
  * dtype, so NaN handling, half-precision rounding and integer wrapping are the same in every
  * strategy. 8-bit sums must not use MPI_SUM: Open MPI 4.1's vectorized (AVX) sum saturates
  * int8/uint8 (200 + 100 gives 255, where p2p and a C cast give 44; its issue 8045). */
+#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm_internal.h"
 
@@ -96,17 +98,46 @@ int ts__comm_reduce_types(ts_dtype dt, ts_reduce_op op, MPI_Datatype *type, MPI_
 /* ---------------------------------------------------------------------------------------------
  * Agreement */
 
+void ts__nap_us(long us) {
+  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+#define SPIN_SECONDS 50e-6
+#define NAP_FIRST_US 10
+#define NAP_MAX_US 200
+
+int ts__wait_patiently(MPI_Request *req) {
+  double t0 = MPI_Wtime();
+  long nap = NAP_FIRST_US;
+  for (;;) {
+    int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || done)
+      return rc;
+    if (MPI_Wtime() - t0 < SPIN_SECONDS)
+      continue;
+    ts__nap_us(nap);
+    if (nap < NAP_MAX_US)
+      nap *= 2;
+  }
+}
+
 int ts_comm_agree_max(ts_comm *c, int status, const ts_error *local, int64_t *values, int n,
                       ts_error *err) {
   /* One allreduce: slot 0 carries (size - rank) of a failing rank, so its maximum names the
-   * lowest failing rank; the caller's values ride along. */
+   * lowest failing rank; the caller's values ride along. Waited for patiently: ranks that finish
+   * their part early (a load's reads, a reshard's copies) leave the cores to the others. */
   int64_t stack[9], *v = n + 1 <= 9 ? stack : malloc((size_t)(n + 1) * sizeof *v);
   if (!v)
     return ts_error_set(err, TS_NO_MEMORY, "no memory to agree on %d values", n);
   v[0] = status != TS_OK ? c->size - c->rank : 0;
   for (int i = 0; i < n; i++)
     v[i + 1] = values[i];
-  int mrc = MPI_Allreduce(MPI_IN_PLACE, v, n + 1, MPI_INT64_T, MPI_MAX, c->comm);
+  MPI_Request req;
+  int mrc = MPI_Iallreduce(MPI_IN_PLACE, v, n + 1, MPI_INT64_T, MPI_MAX, c->comm, &req);
+  if (mrc == MPI_SUCCESS)
+    mrc = ts__wait_patiently(&req);
   int64_t top = v[0];
   for (int i = 0; i < n; i++)
     values[i] = v[i + 1];

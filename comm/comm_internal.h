@@ -23,6 +23,14 @@ struct ts_world {
   int *pids; /* see ts__cma_init; NULL when regions go through MPI */
 };
 
+/* Sleeps about `us` microseconds (resumed after signals). */
+void ts__nap_us(long us);
+
+/* Waits for a request without holding a core: MPI_Test for about 50 us, then naps between tests
+ * growing from 10 us to 200 us. Where ranks outnumber cores (CI machines, laptops), a rank that
+ * arrives early and spins inside MPI takes the CPU from the ranks still working. */
+int ts__wait_patiently(MPI_Request *req);
+
 /* Maps an MPI error code to TS_MPI with MPI's message, the call and where it was made. */
 int ts__mpi_error(int mpi_rc, const char *call, const char *file, int line, ts_error *err);
 

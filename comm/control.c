@@ -4,11 +4,9 @@
  * a private copy; the copies and requests live in a small array until MPI_Test says they are done.
  * Receives are MPI_Iprobe + MPI_Get_count + MPI_Recv of exactly the probed size, so a message of
  * any length is received without a fixed-size buffer. */
-#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "comm_internal.h" /* ts__mpi_error: MPI codes mapped as in libtscomm */
 #include "ts_control.h"
@@ -24,12 +22,6 @@ struct ts_control {
   pending_send *sends;
   int nsends, cap;
 };
-
-static void nap_us(long us) {
-  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
 
 int ts_control_create(ts_world *w, ts_control **out, ts_error *err) {
   if (!w || !out)
@@ -155,7 +147,7 @@ int ts_control_flush(ts_control *c, int timeout_ms, ts_error *err) {
     if (waited_us / 1000 >= timeout_ms)
       return ts_error_set(err, TS_TIMEOUT, "%d control messages still unsent after %d ms",
                           c->nsends, timeout_ms);
-    nap_us(step);
+    ts__nap_us(step);
     waited_us += step;
     if (step < 2000)
       step *= 2;

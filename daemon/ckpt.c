@@ -4,7 +4,8 @@
  * requests into their arguments (the validators are in ckpt_validate.c, with the wire layer). Test hooks, read at each save: TSHARD_CKPT_FAIL_RANK=k makes
  * rank k's file write fail after TSHARD_CKPT_FAIL_AFTER bytes (default 0) with EIO, or with
  * TSHARD_CKPT_FAIL_KILL=1 kills rank k there (a rank dying mid-save). TSHARD_CKPT_CHUNK_BYTES=N
- * makes saves cut pieces above 2N bytes into chunks of about N (default: whole pieces). */
+ * makes saves cut pieces above 2N bytes into chunks of about N (default 16 MiB,
+ * TS_CKPT_CHUNK_DEFAULT; -1: whole pieces). */
 #include <stdlib.h>
 #include <string.h>
 

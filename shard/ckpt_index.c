@@ -60,11 +60,9 @@ int ckpt_pread_full(int fd, void *buf, size_t len, int64_t off) {
   return 0;
 }
 
-int ckpt_pwrite_full(int fd, const void *buf, size_t len, int64_t off) {
-  const uint8_t *p = buf;
-  while (len) {
-    size_t step = len > ((size_t)64 << 20) ? ((size_t)64 << 20) : len; /* 64 MiB writes */
-    ssize_t r = pwrite(fd, p, step, (off_t)off);
+int ckpt_pwritev_full(int fd, struct iovec *iov, int n, int64_t off) {
+  while (n > 0) {
+    ssize_t r = pwritev(fd, iov, n, (off_t)off);
     if (r < 0 && errno == EINTR)
       continue;
     if (r <= 0) {
@@ -72,9 +70,18 @@ int ckpt_pwrite_full(int fd, const void *buf, size_t len, int64_t off) {
         errno = ENOSPC;
       return -1;
     }
-    p += r, len -= (size_t)r, off += r;
+    off += r;
+    while (n > 0 && (size_t)r >= iov->iov_len)
+      r -= (ssize_t)iov->iov_len, iov++, n--;
+    if (n > 0)
+      iov->iov_base = (uint8_t *)iov->iov_base + r, iov->iov_len -= (size_t)r;
   }
   return 0;
+}
+
+int ckpt_pwrite_full(int fd, const void *buf, size_t len, int64_t off) {
+  struct iovec v = {(void *)buf, len};
+  return ckpt_pwritev_full(fd, &v, len ? 1 : 0, off);
 }
 
 int ckpt_fsync_dir(const char *path, ts_error *err) {

@@ -5,6 +5,7 @@
 #define TS_CKPT_INTERNAL_H
 
 #include <jansson.h>
+#include <sys/uio.h>
 /* XXH3-64 through libxxhash's x86 dispatcher (its AVX2 / AVX-512 code where the CPU has them,
  * about three times the plain build's speed here): XXH3_64bits and XXH3_64bits_update name the
  * dispatching functions. */
@@ -69,6 +70,8 @@ void ckpt_blocks_hash(const void *bytes, int64_t len, int64_t block, uint8_t *ta
  * from pread at the end of the file (errno then EIO). */
 int ckpt_pread_full(int fd, void *buf, size_t len, int64_t off);
 int ckpt_pwrite_full(int fd, const void *buf, size_t len, int64_t off);
+/* pwritev of all of iov (n entries, advanced as it goes) at off; -1 with errno on failure. */
+int ckpt_pwritev_full(int fd, struct iovec *iov, int n, int64_t off);
 /* fsync of a directory by path. */
 int ckpt_fsync_dir(const char *path, ts_error *err);
 /* Removes a directory this code made: its regular files, then itself (not recursive further). */

@@ -6,8 +6,9 @@
  * with the fewest bytes assigned so far (so replicated tensors spread their writing). Partial
  * tensors are first reduced (a reshard of a copy to the attribute with R in place of P) unless
  * keep_partial. Each writing rank writes one file, rank-NNNNN.safetensors: its header, then its
- * pieces row-major (contiguous slices straight from the store, others packed by the strided
- * copy), hashed with XXH3-64 as written, fsynced.
+ * pieces row-major (pieces of row-major slices straight from the store, by pwrite or by pwritev
+ * of a chunk's rows; blocked slices packed by the strided copy), hashed with XXH3-64 as written,
+ * fsynced.
  *
  * Atomicity: everything goes into a temporary directory next to the target
  * (PARENT/.BASE.tmp-STAMP), created by the directory's leader (rank 0, or the lowest rank of each
@@ -168,7 +169,7 @@ static int plan_tensor(stensor *st, bool keep_partial, int64_t chunk_bytes, int6
     piece_of[i] = found;
   }
   /* the chunks of every slice */
-  int64_t target = chunk_bytes;
+  int64_t target = chunk_bytes == 0 ? TS_CKPT_CHUNK_DEFAULT : chunk_bytes;
   int64_t (*cs)[TS_MAX_DIMS] = calloc((size_t)(st->npieces ? st->npieces : 1), sizeof *cs);
   int64_t total = 0;
   for (int k = 0; cs && k < st->npieces; k++) {
@@ -233,6 +234,89 @@ static int plan_tensor(stensor *st, bool keep_partial, int64_t chunk_bytes, int6
   return TS_OK;
 }
 
+/* The block checksums of a byte stream fed in parts (a chunk's rows): whole blocks inside a part
+ * are hashed where they lie, blocks across parts gathered in `tail` first. */
+typedef struct block_hasher {
+  uint8_t *table; /* 8 bytes per block, little-endian */
+  int64_t k;      /* blocks done */
+  int64_t fill;   /* bytes of the current block in tail */
+  uint8_t tail[CKPT_BLOCK_BYTES];
+} block_hasher;
+
+static void put_block(block_hasher *h, const uint8_t *b, int64_t n) {
+  uint64_t v = XXH3_64bits(b, (size_t)n);
+  for (int i = 0; i < 8; i++)
+    h->table[8 * h->k + i] = (uint8_t)(v >> (8 * i));
+  h->k++;
+}
+
+static void feed_blocks(block_hasher *h, const uint8_t *p, int64_t n) {
+  while (n > 0) {
+    if (h->fill == 0 && n >= CKPT_BLOCK_BYTES) {
+      put_block(h, p, CKPT_BLOCK_BYTES);
+      p += CKPT_BLOCK_BYTES, n -= CKPT_BLOCK_BYTES;
+      continue;
+    }
+    int64_t take = CKPT_BLOCK_BYTES - h->fill < n ? CKPT_BLOCK_BYTES - h->fill : n;
+    memcpy(h->tail + h->fill, p, (size_t)take);
+    h->fill += take, p += take, n -= take;
+    if (h->fill == CKPT_BLOCK_BYTES) {
+      put_block(h, h->tail, CKPT_BLOCK_BYTES);
+      h->fill = 0;
+    }
+  }
+}
+
+#define GATHER_IOVS 1024 /* IOV_MAX on Linux */
+
+/* Writes a chunk of a row-major slice straight from the slice: its runs (rows of the chunk, in
+ * file order) gathered into pwritev calls, hashed (the whole and by blocks) from the slice as
+ * they go. No packing copy, no staging buffer. */
+static int write_gathered(int fd, const uint8_t *slice, const ts_box *slice_box, const spiece *p,
+                          size_t es, uint64_t *hash, uint8_t *table) {
+  XXH3_state_t *st = XXH3_createState();
+  block_hasher *bh = malloc(sizeof *bh);
+  struct iovec *iov = malloc(sizeof *iov * GATHER_IOVS);
+  int rc = st && bh && iov ? 0 : -1;
+  if (rc)
+    errno = ENOMEM;
+  else {
+    XXH3_64bits_reset(st);
+    bh->table = table, bh->k = 0, bh->fill = 0;
+  }
+  ckpt_runs it;
+  ckpt_runs_init(&it, &p->box, &p->box, slice_box);
+  int64_t poff, boff, at = 0, len = it.len * (int64_t)es;
+  int n = 0;
+  bool more = !rc;
+  while (more) {
+    more = ckpt_runs_next(&it, &poff, &boff);
+    if (more) {
+      const uint8_t *run = slice + boff * (int64_t)es;
+      XXH3_64bits_update(st, run, (size_t)len);
+      feed_blocks(bh, run, len);
+      iov[n].iov_base = (void *)run, iov[n].iov_len = (size_t)len;
+      n++;
+    }
+    if (n == GATHER_IOVS || (!more && n > 0)) {
+      int64_t bytes = (int64_t)n * len;
+      if (ckpt_pwritev_full(fd, iov, n, p->offset + at) != 0) {
+        rc = -1;
+        break;
+      }
+      at += bytes, n = 0;
+    }
+  }
+  if (!rc) {
+    if (bh->fill)
+      put_block(bh, bh->tail, bh->fill);
+    *hash = XXH3_64bits_digest(st);
+  }
+  XXH3_freeState(st);
+  free(bh), free(iov);
+  return rc;
+}
+
 /* Writes one piece from the slice `src` (in its layout) at p->offset and its block checksum table
  * at p->toffset; hashes both. */
 static int write_piece(int fd, const char *path, const ts_tensor *src, const ts_box *slice_box,
@@ -251,10 +335,28 @@ static int write_piece(int fd, const char *path, const ts_tensor *src, const ts_
   ts_layout_plain(&splain, dt, n, sext, NULL);
   /* straight from the slice when it is row-major and the chunk is a run of its rows (the whole
    * slice included), else packed row-major by the strided-copy kernel */
-  bool rows = src->layout.n_inner == 0 && src->layout.offset == 0 &&
-              memcmp(src->layout.strides, splain.strides, sizeof(int64_t) * (size_t)n) == 0;
+  bool row_major = src->layout.n_inner == 0 && src->layout.offset == 0 &&
+                   memcmp(src->layout.strides, splain.strides, sizeof(int64_t) * (size_t)n) == 0;
+  bool rows = row_major;
   for (int d = 1; d < n && rows; d++)
     rows = ext[d] == sext[d];
+  if (row_major && !rows && fail_after < 0) { /* a chunk of a row-major slice: its rows gathered */
+    size_t tlen = (size_t)ckpt_blocks_count(p->bytes, CKPT_BLOCK_BYTES) * 8;
+    uint8_t *table = malloc(tlen ? tlen : 1);
+    int rc = table ? write_gathered(fd, src->data, slice_box, p, ts_dtype_size(dt), hash, table)
+                   : (errno = ENOMEM, -1);
+    if (!rc) {
+      *thash = XXH3_64bits(table, tlen);
+      rc = ckpt_pwrite_full(fd, table, tlen, p->toffset);
+    }
+    free(table);
+    if (rc)
+      return ts_error_set(err, errno == ENOMEM ? TS_NO_MEMORY : TS_CHECKPOINT_IO,
+                          "checkpoint: cannot write piece '%s' to '%s': %s", p->key, path,
+                          strerror(errno));
+    *written += p->bytes;
+    return TS_OK;
+  }
   const void *bytes =
       (const uint8_t *)src->data + (n && rows ? at[0] * splain.strides[0] * (int64_t)ts_dtype_size(dt) : 0);
   void *packed = NULL;

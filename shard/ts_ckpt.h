@@ -72,11 +72,15 @@ typedef struct ts_ckpt_save_opts {
   bool keep_partial; /* partial tensors: save every partial piece instead of the reduced value */
   bool per_node;     /* DIR is a per-node path: each node writes its ranks' files and an index */
   int64_t staging_bytes; /* bound of the packing buffer for non-row-major slices (0: 64 MiB) */
-  /* > 0: pieces larger than twice this are cut into chunks of about this many bytes (along the
-   * first and the last dim, shard/CHECKPOINT.md), each a piece of the index; <= 0: whole pieces
-   * (kept-partial pieces are never cut). */
+  /* Pieces larger than twice this are cut into chunks of about this many bytes (along the first
+   * and the last dim, shard/CHECKPOINT.md), each a piece of the index: 0 is
+   * TS_CKPT_CHUNK_DEFAULT, < 0 keeps whole pieces (kept-partial pieces are never cut). */
   int64_t chunk_bytes;
 } ts_ckpt_save_opts;
+
+/* The default chunk size of saves: 16 MiB, so that a [16384, 16384] f32 slice is cut into
+ * [1024, 4096] chunks and a load splitting the columns 2, 4, ... 16 ways reads whole chunks. */
+#define TS_CKPT_CHUNK_DEFAULT ((int64_t)16 << 20)
 
 /* How a load reads a tensor (shard/CHECKPOINT.md, "What load reads"): auto picks by estimated
  * cost; the others force a path (tests, benchmarks). */

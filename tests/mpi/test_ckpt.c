@@ -2,7 +2,8 @@
  * mpirun with any world size: tensors with values that are a function of the global index (and,
  * for a partial tensor, of the rank) in plain and blocked slices are saved, dropped, loaded under
  * other attributes and checked element by element through the slice's layout against that
- * function. Faults injected on one rank: a file write failing with EIO (the test hook), a file
+ * function; a replicated tensor above twice the default chunk size is saved in chunks of about
+ * 16 MiB ([1024, 4096]: the index lists them) and loads back whole. Faults injected on one rank: a file write failing with EIO (the test hook), a file
  * size limit (RLIMIT_FSIZE), a corrupted byte; each must give every rank the same error, keep
  * the previous checkpoint byte for byte, leave no temporary directory and create no tensor. */
 #include <dirent.h>
@@ -127,17 +128,33 @@ int main(int argc, char **argv) {
   snprintf(txt, sizeof txt, "mesh=[%d] placements=[P(sum)]", world_size);
   ts_stored *c = add(s, "c", TS_I32, 3, sc, txt, NULL);
   fill_or_check(c, true, world_rank + 1, 0, "c");
+  /* 36 MiB, one replicated piece: cut by default into chunks [1024, 4096] (16 MiB rows of 16 KiB) */
+  int64_t sd[2] = {2304, 4096};
+  snprintf(txt, sizeof txt, "mesh=[%d] placements=[R]", world_size);
+  fill_or_check(add(s, "d", TS_F32, 2, sd, txt, NULL), true, 1, 0, "d");
   ts_ckpt_report rep;
   int rc = ts_ckpt_save(s, W, dir, NULL, 0, NULL, &rep, &err);
   CHECK(rc == TS_OK, "save: %s", err.msg);
+  ts_ckpt_index *ix = NULL;
+  CHECK(ts_ckpt_index_read(dir, &ix, &err) == TS_OK, "index: %s", err.msg);
+  const ts_ckpt_tensor *dt = ix ? ts_ckpt_index_find(ix, "d") : NULL;
+  CHECK(dt && dt->npieces == 3, "d: %d pieces, want 3 chunks", dt ? dt->npieces : -1);
+  for (int k = 0; dt && k < dt->npieces; k++) {
+    const ts_box *b = &dt->pieces[k].box;
+    CHECK(b->lo[0] == 1024 * k && b->hi[0] == (k < 2 ? 1024 * (k + 1) : 2304) && b->lo[1] == 0 &&
+              b->hi[1] == 4096,
+          "d: chunk %d is [%lld:%lld, %lld:%lld]", k, (long long)b->lo[0], (long long)b->hi[0],
+          (long long)b->lo[1], (long long)b->hi[1]);
+  }
+  ts_ckpt_index_destroy(&ix);
   long idx_len = 0;
   char *idx0 = NULL;
   snprintf(path, sizeof path, "%s/%s", dir, TS_CKPT_INDEX);
   if (world_rank == 0)
     idx0 = slurp(path, &idx_len);
   /* load under other attributes */
-  const char *names[] = {"a", "b", "c"};
-  for (int i = 0; i < 3; i++)
+  const char *names[] = {"a", "b", "c", "d"};
+  for (int i = 0; i < 4; i++)
     ts_store_drop(s, names[i], NULL);
   snprintf(txt, sizeof txt, "mesh=[1,%d] placements=[R,S(1)]", world_size);
   ts_attr *tgt = attr(txt);
@@ -147,6 +164,7 @@ int main(int argc, char **argv) {
   fill_or_check(ts_store_find(s, "b"), false, 1, 0, "b loaded");
   fill_or_check(ts_store_find(s, "c"), false, (double)world_size * (world_size + 1) / 2, 0,
                 "c loaded");
+  fill_or_check(ts_store_find(s, "d"), false, 1, 0, "d loaded");
   ts_attr_destroy(&tgt);
   /* faults on the last rank; the previous checkpoint stays */
   for (int fault = 0; fault < 3; fault++) {

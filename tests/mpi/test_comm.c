@@ -1,17 +1,24 @@
 /* test_comm.c - the MPI layer: world, cached group and mesh-line communicators, typed reductions
  * of every dtype and op (f16/bf16 and max/min through the project's kernel), the agreement that
- * makes reshards atomic, point-to-point exchange, and MPI errors mapped to TS_MPI with MPI's
+ * makes reshards atomic (and waits for a late rank without holding a core), point-to-point exchange, and MPI errors mapped to TS_MPI with MPI's
  * message and the call site, and transfers of strided regions (all-to-all-w and point-to-point)
  * checked element by element against the values each rank computes for itself. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ts_comm.h"
 
 static int rank, size;
 static long failures, checks;
+
+static double now_s(clockid_t clock) {
+  struct timespec t;
+  clock_gettime(clock, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 #define CHECK(cond, ...)                                                                           \
   do {                                                                                             \
@@ -322,6 +329,20 @@ int main(int argc, char **argv) {
   snprintf(want, sizeof want, "rank %d: quota exceeded here", size - 1);
   CHECK(ts_comm_agree(world, st, &local, &err) == TS_LIMIT && strcmp(err.msg, want) == 0, "%s",
         err.msg);
+  /* A late rank (busy 300 ms first): the others get its error and wait without holding a core
+   * (their thread's CPU time stays well below the time they waited). */
+  if (size > 1) {
+    double w0 = now_s(CLOCK_MONOTONIC), c0 = now_s(CLOCK_THREAD_CPUTIME_ID);
+    if (rank == size - 1)
+      while (now_s(CLOCK_MONOTONIC) - w0 < 0.3) {
+      }
+    CHECK(ts_comm_agree(world, st, &local, &err) == TS_LIMIT && strcmp(err.msg, want) == 0,
+          "late: %s", err.msg);
+    double waited = now_s(CLOCK_MONOTONIC) - w0, cpu = now_s(CLOCK_THREAD_CPUTIME_ID) - c0;
+    if (rank != size - 1)
+      CHECK(waited > 0.1 && cpu < 0.3 * waited, "waited %.3f s for the late rank, %.3f s on CPU",
+            waited, cpu);
+  }
 
   /* Exchange around a ring; allgatherv and bcast. */
   int64_t token = rank * 10, got = -1;
