@@ -243,27 +243,27 @@ typedef struct block_hasher {
   uint8_t tail[CKPT_BLOCK_BYTES];
 } block_hasher;
 
-static void put_block(block_hasher *h, const uint8_t *b, int64_t n) {
-  uint64_t v = XXH3_64bits(b, (size_t)n);
-  for (int i = 0; i < 8; i++)
-    h->table[8 * h->k + i] = (uint8_t)(v >> (8 * i));
-  h->k++;
+/* The blocks gathered in tail so far (the last one may be short) go into the table. */
+static void flush_tail(block_hasher *h) {
+  if (h->fill) {
+    ckpt_blocks_hash(h->tail, h->fill, CKPT_BLOCK_BYTES, h->table + 8 * h->k);
+    h->k++, h->fill = 0;
+  }
 }
 
 static void feed_blocks(block_hasher *h, const uint8_t *p, int64_t n) {
   while (n > 0) {
-    if (h->fill == 0 && n >= CKPT_BLOCK_BYTES) {
-      put_block(h, p, CKPT_BLOCK_BYTES);
-      p += CKPT_BLOCK_BYTES, n -= CKPT_BLOCK_BYTES;
+    if (h->fill == 0 && n >= CKPT_BLOCK_BYTES) { /* the whole blocks of this part, in place */
+      int64_t whole = n / CKPT_BLOCK_BYTES * CKPT_BLOCK_BYTES;
+      ckpt_blocks_hash(p, whole, CKPT_BLOCK_BYTES, h->table + 8 * h->k);
+      h->k += whole / CKPT_BLOCK_BYTES, p += whole, n -= whole;
       continue;
     }
     int64_t take = CKPT_BLOCK_BYTES - h->fill < n ? CKPT_BLOCK_BYTES - h->fill : n;
     memcpy(h->tail + h->fill, p, (size_t)take);
     h->fill += take, p += take, n -= take;
-    if (h->fill == CKPT_BLOCK_BYTES) {
-      put_block(h, h->tail, CKPT_BLOCK_BYTES);
-      h->fill = 0;
-    }
+    if (h->fill == CKPT_BLOCK_BYTES)
+      flush_tail(h);
   }
 }
 
@@ -308,8 +308,7 @@ static int write_gathered(int fd, const uint8_t *slice, const ts_box *slice_box,
     }
   }
   if (!rc) {
-    if (bh->fill)
-      put_block(bh, bh->tail, bh->fill);
+    flush_tail(bh);
     *hash = XXH3_64bits_digest(st);
   }
   XXH3_freeState(st);
@@ -340,71 +339,57 @@ static int write_piece(int fd, const char *path, const ts_tensor *src, const ts_
   bool rows = row_major;
   for (int d = 1; d < n && rows; d++)
     rows = ext[d] == sext[d];
-  if (row_major && !rows && fail_after < 0) { /* a chunk of a row-major slice: its rows gathered */
-    size_t tlen = (size_t)ckpt_blocks_count(p->bytes, CKPT_BLOCK_BYTES) * 8;
-    uint8_t *table = malloc(tlen ? tlen : 1);
-    int rc = table ? write_gathered(fd, src->data, slice_box, p, ts_dtype_size(dt), hash, table)
-                   : (errno = ENOMEM, -1);
-    if (!rc) {
-      *thash = XXH3_64bits(table, tlen);
-      rc = ckpt_pwrite_full(fd, table, tlen, p->toffset);
-    }
-    free(table);
-    if (rc)
-      return ts_error_set(err, errno == ENOMEM ? TS_NO_MEMORY : TS_CHECKPOINT_IO,
-                          "checkpoint: cannot write piece '%s' to '%s': %s", p->key, path,
-                          strerror(errno));
-    *written += p->bytes;
-    return TS_OK;
-  }
-  const void *bytes =
-      (const uint8_t *)src->data + (n && rows ? at[0] * splain.strides[0] * (int64_t)ts_dtype_size(dt) : 0);
-  void *packed = NULL;
-  if (!rows) {
-    packed = ts_shard_alloc_as((size_t)p->bytes, TS_POOL_STAGING, "the checkpoint packing buffer",
-                               err);
-    if (!packed)
-      return err ? err->code : TS_NO_MEMORY;
-    ts_tensor dst = {packed, (size_t)p->bytes, plain};
-    int rc = ts_copy_box(&dst, zero, src, at, ext, NULL, err);
-    if (rc) {
-      ts_shard_free(packed);
-      return rc;
-    }
-    bytes = packed;
-  }
-  *hash = XXH3_64bits(bytes, (size_t)p->bytes);
   size_t tlen = (size_t)ckpt_blocks_count(p->bytes, CKPT_BLOCK_BYTES) * 8;
-  uint8_t *table = malloc(tlen);
-  if (!table) {
-    ts_shard_free(packed);
+  uint8_t *table = malloc(tlen ? tlen : 1);
+  if (!table)
     return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory for the block table of '%s'",
                         p->key);
-  }
-  ckpt_blocks_hash(bytes, p->bytes, CKPT_BLOCK_BYTES, table);
-  *thash = XXH3_64bits(table, tlen);
   int64_t len = p->bytes;
+  void *packed = NULL;
   int rc = TS_OK;
-  if (fail_after >= 0 && *written + len > fail_after) {
-    if (fail_kill) {
-      ckpt_pwrite_full(fd, bytes, (size_t)(fail_after - *written), p->offset);
-      raise(SIGKILL);
-    }
-    errno = EIO;
-    rc = -1;
+  if (row_major && !rows && fail_after < 0) { /* a chunk of a row-major slice: its rows gathered */
+    rc = write_gathered(fd, src->data, slice_box, p, ts_dtype_size(dt), hash, table);
   } else {
-    rc = ckpt_pwrite_full(fd, bytes, (size_t)len, p->offset);
-    if (!rc)
-      rc = ckpt_pwrite_full(fd, table, tlen, p->toffset);
+    const void *bytes = (const uint8_t *)src->data +
+                        (n && rows ? at[0] * splain.strides[0] * (int64_t)ts_dtype_size(dt) : 0);
+    if (!rows) {
+      packed = ts_shard_alloc_as((size_t)len, TS_POOL_STAGING, "the checkpoint packing buffer",
+                                 err);
+      ts_tensor dst = {packed, (size_t)len, plain};
+      int crc = packed ? ts_copy_box(&dst, zero, src, at, ext, NULL, err)
+                       : (err ? err->code : TS_NO_MEMORY);
+      if (crc) {
+        free(table);
+        ts_shard_free(packed);
+        return crc;
+      }
+      bytes = packed;
+    }
+    *hash = XXH3_64bits(bytes, (size_t)len);
+    ckpt_blocks_hash(bytes, len, CKPT_BLOCK_BYTES, table);
+    if (fail_after >= 0 && *written + len > fail_after) {
+      if (fail_kill) {
+        ckpt_pwrite_full(fd, bytes, (size_t)(fail_after - *written), p->offset);
+        raise(SIGKILL);
+      }
+      errno = EIO;
+      rc = -1;
+    } else {
+      rc = ckpt_pwrite_full(fd, bytes, (size_t)len, p->offset);
+    }
+  }
+  if (!rc) {
+    *thash = XXH3_64bits(table, tlen);
+    rc = ckpt_pwrite_full(fd, table, tlen, p->toffset);
   }
   free(table);
-  if (rc)
-    rc = ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint: cannot write piece '%s' to '%s': %s", p->key,
-                      path, strerror(errno));
-  else
-    *written += len;
   ts_shard_free(packed);
-  return rc;
+  if (rc)
+    return ts_error_set(err, errno == ENOMEM ? TS_NO_MEMORY : TS_CHECKPOINT_IO,
+                        "checkpoint: cannot write piece '%s' to '%s': %s", p->key, path,
+                        strerror(errno));
+  *written += len;
+  return TS_OK;
 }
 
 /* Node leaders: the lowest world rank with the same host name. */
