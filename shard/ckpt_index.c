@@ -144,7 +144,8 @@ int ckpt_split_path(const char *dir, char *parent, size_t pcap, char *base, size
 /* ---------------------------------------------------------------------------------------------
  * File headers */
 
-int ckpt_header_build(const ckpt_entry *e, int n, uint8_t **buf, size_t *len, ts_error *err) {
+int ckpt_header_build(const ckpt_entry *e, int n, int64_t aligned_at, uint8_t **buf, size_t *len,
+                      ts_error *err) {
   *buf = NULL;
   json_t *h = json_object();
   json_t *meta = json_object();
@@ -175,7 +176,10 @@ int ckpt_header_build(const ckpt_entry *e, int n, uint8_t **buf, size_t *len, ts
   json_decref(meta);
   if (!text)
     return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory for a file header");
+  /* the spaces: to a multiple of 8, then on to the alignment (8 + padded + aligned_at) */
   size_t tlen = strlen(text), padded = (tlen + 7) / 8 * 8;
+  size_t A = (size_t)CKPT_DATA_ALIGN, at = (size_t)(aligned_at > 0 ? aligned_at : 0);
+  padded += (A - (8 + padded + at) % A) % A;
   *buf = malloc(8 + padded);
   if (!*buf) {
     free(text);

@@ -27,10 +27,15 @@ typedef struct ckpt_entry {
   bool table;         /* a block checksum table: dtype U64, one dim (dtype unused) */
 } ckpt_entry;
 
+/* Where save puts piece bytes in a file: at multiples of this (see ckpt_header_build). */
+#define CKPT_DATA_ALIGN ((int64_t)4096)
+
 /* The header of a file holding the entries: 8-byte little-endian length, then the JSON padded
- * with spaces to a multiple of 8. *buf is malloc'd; *len its bytes (the data section starts
- * there). */
-int ckpt_header_build(const ckpt_entry *e, int n, uint8_t **buf, size_t *len, ts_error *err);
+ * with spaces to a multiple of 8 and so far that byte `aligned_at` of the data section (a
+ * multiple of 8) lands on a multiple of CKPT_DATA_ALIGN in the file. *buf is malloc'd; *len its
+ * bytes (the data section starts there). */
+int ckpt_header_build(const ckpt_entry *e, int n, int64_t aligned_at, uint8_t **buf, size_t *len,
+                      ts_error *err);
 
 /* A checkpoint file opened for reading, with its header parsed. */
 typedef struct ckpt_file {

@@ -7,6 +7,7 @@
  * size limit (RLIMIT_FSIZE), a corrupted byte; each must give every rank the same error, keep
  * the previous checkpoint byte for byte, leave no temporary directory and create no tensor. */
 #include <dirent.h>
+#include <jansson.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,6 +109,40 @@ static int count_tmp(const char *parent) {
   return n;
 }
 
+/* Every piece of whole 4 KiB pages starts on a 4 KiB multiple of its file (save lays the files out
+ * so), read from the file's own header with jansson, not through the library's reader. */
+static void check_aligned(const char *dir, const ts_ckpt_index *ix) {
+  for (int i = 0; i < ix->ntensors; i++)
+    for (int k = 0; k < ix->tensors[i].npieces; k++) {
+      const ts_ckpt_tensor *t = &ix->tensors[i];
+      const ts_ckpt_piece *p = &t->pieces[k];
+      int64_t bytes = ts_box_numel(&p->box) * (int64_t)ts_dtype_size(t->dtype);
+      char path[600];
+      snprintf(path, sizeof path, "%s/%s", dir, p->file);
+      FILE *f = fopen(path, "rb");
+      uint8_t len8[8] = {0};
+      CHECK(f && fread(len8, 1, 8, f) == 8, "%s: cannot read its header length", path);
+      uint64_t n = 0;
+      for (int b = 7; b >= 0; b--)
+        n = n << 8 | len8[b];
+      char *text = n < (1u << 24) ? malloc(n) : NULL;
+      CHECK(text && f && fread(text, 1, n, f) == n, "%s: cannot read its %llu-byte header", path,
+            (unsigned long long)n);
+      json_t *h = text ? json_loadb(text, n, 0, NULL) : NULL;
+      json_t *offs = json_object_get(json_object_get(h, p->key), "data_offsets");
+      json_t *begin = json_array_get(offs, 0);
+      CHECK(json_is_integer(begin), "%s: no data_offsets for '%s'", path, p->key);
+      long long off = 8 + (long long)n + (begin ? json_integer_value(begin) : 0);
+      if (bytes % 4096 == 0)
+        CHECK(off % 4096 == 0, "%s: piece '%s' (%lld bytes) starts at byte %lld, not on 4 KiB",
+              path, p->key, (long long)bytes, off);
+      json_decref(h);
+      free(text);
+      if (f)
+        fclose(f);
+    }
+}
+
 int main(int argc, char **argv) {
   ts_error err;
   if (!mpi_check_start(&argc, &argv))
@@ -146,6 +181,8 @@ int main(int argc, char **argv) {
           "d: chunk %d is [%lld:%lld, %lld:%lld]", k, (long long)b->lo[0], (long long)b->hi[0],
           (long long)b->lo[1], (long long)b->hi[1]);
   }
+  if (ix && world_rank == 0)
+    check_aligned(dir, ix);
   ts_ckpt_index_destroy(&ix);
   long idx_len = 0;
   char *idx0 = NULL;

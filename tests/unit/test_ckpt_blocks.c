@@ -198,7 +198,8 @@ static void fx_write(fixture *f, table_mode mode, bool table_first) {
   uint8_t *hdr = NULL;
   size_t hlen = 0;
   ts_error err;
-  ck_assert_int_eq(ckpt_header_build(e, mode == TABLE_MISSING ? 1 : 2, &hdr, &hlen, &err), TS_OK);
+  ck_assert_int_eq(ckpt_header_build(e, mode == TABLE_MISSING ? 1 : 2, 0, &hdr, &hlen, &err),
+                   TS_OK);
   f->data_start = (int64_t)hlen;
   uint8_t *data = calloc((size_t)data_len + 1, 1);
   ck_assert_ptr_nonnull(data);

@@ -251,8 +251,15 @@ START_TEST(headers) {
   uint8_t *hdr = NULL;
   size_t hlen = 0;
   ts_error err;
-  ck_assert_int_eq(ckpt_header_build(&e, 1, &hdr, &hlen, &err), TS_OK);
-  ck_assert_int_eq(hlen % 8, 0);
+  ck_assert_int_eq(ckpt_header_build(&e, 1, 0, &hdr, &hlen, &err), TS_OK);
+  ck_assert_int_eq(hlen % 4096, 0); /* the data section starts on a 4 KiB multiple */
+  /* padded so that byte 24 of the data section lands on one */
+  uint8_t *h24 = NULL;
+  size_t l24 = 0;
+  ck_assert_int_eq(ckpt_header_build(&e, 1, 24, &h24, &l24, &err), TS_OK);
+  ck_assert_int_eq((l24 + 24) % 4096, 0);
+  ck_assert_int_eq(l24 % 8, 0);
+  free(h24);
   write_file("f", hdr, hlen, 24);
   ckpt_file f;
   ck_assert_int_eq(ckpt_file_open(dir, "f", &f, &err), TS_OK);
@@ -278,7 +285,7 @@ START_TEST(headers) {
   free(hdr);
   snprintf(p.key, sizeof p.key, "t#1");
   ckpt_entry far = {"t#1", TS_F32, 2, {2, 3}, 8, 32, false};
-  ck_assert_int_eq(ckpt_header_build(&far, 1, &hdr, &hlen, &err), TS_OK);
+  ck_assert_int_eq(ckpt_header_build(&far, 1, 0, &hdr, &hlen, &err), TS_OK);
   write_file("g", hdr, hlen, 24); /* the data section is 24 bytes, the piece claims [8, 32) */
   free(hdr);
   ck_assert_int_eq(ckpt_file_open(dir, "g", &f, &err), TS_OK);
