@@ -34,7 +34,10 @@
  * are measured the same way for the limit and the loads: by default the files were just written
  * and are in the page cache (read_cache=warm); --cold evicts every file (posix_fadvise
  * DONTNEED after fsync) before each read, so both read from the device. The plain write and the
- * save alternate which goes first. --runs runs (default 5). The directory (default a fresh one
+ * save alternate which goes first. --runs runs (default 9: a load takes 60-120 ms and this
+ * shared machine's speed drifts 2-3x within seconds, so single rounds' ratios range from 0.3 to
+ * 1.7, and a median of five still moved by 0.2 between invocations). The directory (default a
+ * fresh one
  * under
  * $TMPDIR or /tmp) gets a subdirectory that is removed at the end. */
 #include <errno.h>
@@ -156,7 +159,7 @@ static ts_attr *attr(const char *text) {
 
 int main(int argc, char **argv) {
   const char *dir_opt = NULL;
-  int runs = 5;
+  int runs = 9;
   bool cold = false;
   long long chunk = TS_CKPT_CHUNK_DEFAULT;
   for (int i = 1; i < argc; i++) {
@@ -165,7 +168,7 @@ int main(int argc, char **argv) {
              "[--chunk-bytes N]\n"
              "  --dir D     the directory to save into (default: a fresh one under $TMPDIR or "
              "/tmp)\n"
-             "  --runs N    runs; medians are printed (default 5)\n"
+             "  --runs N    runs; medians are printed (default 9)\n"
              "  --cold      evict the files from the page cache before every read\n"
              "  --chunk-bytes N  save in chunks of about N bytes (default 16777216, the "
              "library's; -1: whole pieces)\n"
