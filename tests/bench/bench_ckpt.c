@@ -37,9 +37,7 @@
  * save alternate which goes first. --runs runs (default 9: a load takes 60-120 ms and this
  * shared machine's speed drifts 2-3x within seconds, so single rounds' ratios range from 0.3 to
  * 1.7, and a median of five still moved by 0.2 between invocations). The directory (default a
- * fresh one
- * under
- * $TMPDIR or /tmp) gets a subdirectory that is removed at the end. */
+ * fresh one under $TMPDIR or /tmp) gets a subdirectory that is removed at the end. */
 #include <errno.h>
 #include <fcntl.h>
 #include <mpi.h>
