@@ -3,9 +3,8 @@
  * shard/ckpt_load.c (collective over the world, every rank the same outcome); this file turns the
  * requests into their arguments (the validators are in ckpt_validate.c, with the wire layer). Test hooks, read at each save: TSHARD_CKPT_FAIL_RANK=k makes
  * rank k's file write fail after TSHARD_CKPT_FAIL_AFTER bytes (default 0) with EIO, or with
- * TSHARD_CKPT_FAIL_KILL=1 kills rank k there (a rank dying mid-save). TSHARD_CKPT_CHUNK_BYTES=N
- * makes saves cut pieces above 2N bytes into chunks of about N (default 16 MiB,
- * TS_CKPT_CHUNK_DEFAULT; -1: whole pieces). */
+ * TSHARD_CKPT_FAIL_KILL=1 kills rank k there (a rank dying mid-save). Saves cut pieces above
+ * twice --ckpt-chunk into chunks of about that size (config.c; 0: whole pieces). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,9 +27,8 @@ static void arm_fail_hook(int rank) {
 int tsd_run_save(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
   (void)origin;
   const Tshard__SaveRequest *q = op->req->save;
-  /* TSHARD_CKPT_CHUNK_BYTES: cut the pieces into chunks of about this size (shard/CHECKPOINT.md) */
-  const char *cb = getenv("TSHARD_CKPT_CHUNK_BYTES");
-  ts_ckpt_save_opts o = {q->keep_partial, q->per_node, e->cfg->staging, cb ? atoll(cb) : 0};
+  ts_ckpt_save_opts o = {q->keep_partial, q->per_node, e->cfg->staging,
+                         e->cfg->ckpt_chunk > 0 ? e->cfg->ckpt_chunk : -1};
   arm_fail_hook(e->rank);
   ts_ckpt_report rep;
   int rc = ts_ckpt_save(e->store, e->world, q->dir, (const char *const *)q->names,

@@ -40,6 +40,9 @@ static const cfg_entry table[] = {
     {"staging", SIZE(staging, 1LL << 16, TS_PLAN_STAGING_MAX), "64M",
      "executor staging chunk per rank (at most 1G: the reshard planner's bound)"},
     {"chunk", SIZE(chunk, 1024, 1LL << 30), "16M", "default data chunk of get answers"},
+    {"ckpt-chunk", SIZE(ckpt_chunk, 0, 1LL << 40), "16M",
+     "checkpoint saves cut pieces larger than twice this into chunks of about this size, each "
+     "with its own checksum (0: whole pieces; else at least 4K; shard/CHECKPOINT.md)"},
     {"copy-threads", SIZE(copy_threads, 0, 1024), "0",
      "threads of the strided-copy kernel (0: the kernel's default, all cores)"},
     {"frame-timeout", CFG_DURATION, offsetof(tsd_config, frame_timeout), 0, 10, 3600000, "30s",
@@ -64,6 +67,9 @@ static const cfg_entry table[] = {
      "error, warn, info or debug"},
 };
 #define NTABLE (sizeof table / sizeof table[0])
+/* The smallest checkpoint chunk a daemon cuts: one checksum block (smaller chunks only multiply
+ * the index's pieces). */
+#define CKPT_CHUNK_MIN ((int64_t)4 << 10)
 
 static int parse_size(const char *s, int64_t *out) {
   char *end;
@@ -251,6 +257,11 @@ int tsd_config_parse(tsd_config *cfg, int argc, char **argv) {
     }
   if (!cfg->job[0]) {
     fprintf(stderr, "tshardd: --job must not be empty\n");
+    return -1;
+  }
+  if (cfg->ckpt_chunk > 0 && cfg->ckpt_chunk < CKPT_CHUNK_MIN) {
+    fprintf(stderr, "tshardd: --ckpt-chunk %lld: expected 0 (whole pieces) or a size of at least "
+            "%lld bytes (K/M/G allowed)\n", (long long)cfg->ckpt_chunk, (long long)CKPT_CHUNK_MIN);
     return -1;
   }
   if (cfg->listen[0] && parse_listen(cfg))

@@ -44,6 +44,7 @@ typedef struct tsd_config {
   int64_t memory_limit; /* 0: unbounded */
   int64_t staging;      /* executor staging bytes per reshard */
   int64_t chunk;        /* default chunk of get answers */
+  int64_t ckpt_chunk;   /* checkpoint saves: chunk size of pieces (0: whole pieces) */
   int64_t copy_threads; /* strided-copy threads (0: all cores) */
   int64_t frame_timeout; /* ms: to finish a frame once begun, and for a TCP client's token */
   int64_t pool_cache;   /* bytes of freed buffers the pool keeps for reuse */

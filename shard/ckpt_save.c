@@ -182,8 +182,16 @@ static int plan_tensor(stensor *st, bool keep_partial, int64_t chunk_bytes, int6
       n *= (ext[d] + cs[k][d] - 1) / cs[k][d];
     total += n;
   }
+  if (cs && total > TS_CKPT_MAX_PIECES) {
+    free(cs), free(piece_of);
+    ts_geom_destroy(&g);
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "checkpoint save: chunks of about %lld bytes "
+                        "would cut '%s' into %lld pieces (at most %lld per tensor); give larger "
+                        "chunks, or -1 for whole pieces", (long long)target, t->name,
+                        (long long)total, (long long)TS_CKPT_MAX_PIECES);
+  }
   spiece *chunks = cs ? calloc((size_t)(total ? total : 1), sizeof *chunks) : NULL;
-  if (!chunks || total > INT32_MAX) {
+  if (!chunks) {
     free(cs), free(chunks), free(piece_of);
     ts_geom_destroy(&g);
     return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory for the chunks of '%s'",

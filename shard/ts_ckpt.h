@@ -81,6 +81,9 @@ typedef struct ts_ckpt_save_opts {
 /* The default chunk size of saves: 16 MiB, so that a [16384, 16384] f32 slice is cut into
  * [1024, 4096] chunks and a load splitting the columns 2, 4, ... 16 ways reads whole chunks. */
 #define TS_CKPT_CHUNK_DEFAULT ((int64_t)16 << 20)
+/* A save refuses chunk sizes that would cut one tensor into more pieces than this (each is an
+ * index entry with its checksum: chunks far below a page only bloat the index). */
+#define TS_CKPT_MAX_PIECES ((int64_t)1 << 20)
 
 /* How a load reads a tensor (shard/CHECKPOINT.md, "What load reads"): auto picks by estimated
  * cost; the others force a path (tests, benchmarks). */

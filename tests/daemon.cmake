@@ -21,6 +21,13 @@ if(TARGET tshardd AND TARGET tshard)
                        "--socket-dir.*--job.*--listen.*--token-file.*--max-frame.*--memory-limit.*--staging.*--log-level")
   add_test(NAME tshardd_bad_flag COMMAND tshardd --max-frame 12)
   set_tests_properties(tshardd_bad_flag PROPERTIES TIMEOUT 60 WILL_FAIL TRUE)
+  # --ckpt-chunk: 0 (whole pieces) or at least one 4 KiB checksum block; the message says so
+  add_test(NAME tshardd_bad_ckpt_chunk COMMAND tshardd --ckpt-chunk 100)
+  set_tests_properties(tshardd_bad_ckpt_chunk PROPERTIES TIMEOUT 60 PASS_REGULAR_EXPRESSION
+                       "--ckpt-chunk 100: expected 0 \\(whole pieces\\) or a size of at least 4096 bytes")
+  add_test(NAME tshardd_bad_ckpt_chunk_text COMMAND tshardd --ckpt-chunk=16x)
+  set_tests_properties(tshardd_bad_ckpt_chunk_text PROPERTIES TIMEOUT 60 PASS_REGULAR_EXPRESSION
+                       "--ckpt-chunk 16x: expected a size from 0 to")
   add_test(NAME tshardd_listen_needs_token COMMAND tshardd --listen tcp://127.0.0.1:7000)
   set_tests_properties(tshardd_listen_needs_token PROPERTIES TIMEOUT 60 WILL_FAIL TRUE)
 

@@ -17,6 +17,14 @@
  *                        several times more than reused ones, so an in-place rewrite would not
  *                        be the same work)
  *   read_limit_gbps      those files read back with 64 MiB sequential preads
+ *   verified_read_limit_gbps  what verifying every byte costs on this machine, apart from the
+ *                        checkpoint code: after each load, the round's plain file is read again
+ *                        (its pages now warm) twice, in turn first: plainly as above, and in
+ *                        1 MiB preads into the loaded slice, each step hashed with XXH3 right
+ *                        after it arrived (what a load's read does at least);
+ *                        verified_read_vs_read_limit is the median of those two reads' time
+ *                        ratios: the best a load that checks its bytes can reach against the
+ *                        read limit here
  *   *_vs_limit           the median over rounds of each round's ratio: a run is two rounds
  *                        (the load under the saved attribute, then the resharded one), each a
  *                        plain write and a save, then a plain read and the load; so every load
@@ -50,13 +58,21 @@
 
 #include "ts_ckpt.h"
 #include "ts_comm.h"
+/* XXH3 as the checkpoint code computes it: through libxxhash's x86 dispatcher */
+#if defined(__x86_64__) || defined(__i386__)
+#include <xxh_x86dispatch.h>
+#else
+#include <xxhash.h>
+#endif
 
 #define ROWS 16384
 #define COLS 16384
 #define IO_CHUNK ((size_t)64 << 20)
+#define VERIFY_STEP ((size_t)1 << 20)
 
 static int rank, size;
 static ts_world *W;
+static volatile uint64_t verify_sink; /* keeps the verified reads' digests alive */
 
 static double median(double *v, int n) {
   for (int i = 1; i < n; i++)
@@ -131,20 +147,34 @@ static double cpu_now(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static double plain_read(const char *path, void *buf, size_t bytes) {
+/* Reads a file into buf in preads of `step` bytes, timed between barriers; with st (the
+ * verified-read floor) each step is hashed right after it arrived. */
+static double timed_read(const char *path, void *buf, size_t bytes, size_t step,
+                         XXH3_state_t *st) {
+  if (st)
+    XXH3_64bits_reset(st);
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = MPI_Wtime();
   int fd = open(path, O_RDONLY);
   if (fd < 0)
     die(path, strerror(errno));
-  for (size_t off = 0; off < bytes; off += IO_CHUNK) {
-    size_t n = bytes - off < IO_CHUNK ? bytes - off : IO_CHUNK;
+  for (size_t off = 0; off < bytes; off += step) {
+    size_t n = bytes - off < step ? bytes - off : step;
     if (pread(fd, (char *)buf + off, n, (off_t)off) != (ssize_t)n)
       die(path, "short read");
+    if (st)
+      XXH3_64bits_update(st, (char *)buf + off, n);
   }
   close(fd);
+  if (st)
+    verify_sink ^= XXH3_64bits_digest(st);
   MPI_Barrier(MPI_COMM_WORLD);
   return MPI_Wtime() - t0;
+}
+
+/* The plain read of the limit: 64 MiB sequential preads. */
+static double plain_read(const char *path, void *buf, size_t bytes) {
+  return timed_read(path, buf, bytes, IO_CHUNK, NULL);
 }
 
 static ts_attr *attr(const char *text) {
@@ -171,7 +201,8 @@ int main(int argc, char **argv) {
              "  --chunk-bytes N  save in chunks of about N bytes (default 16777216, the "
              "library's; -1: whole pieces)\n"
              "prints save_gbps, load_gbps, load_resharded_gbps, write_limit_gbps, "
-             "read_limit_gbps, their ratios and fs= (key=value lines)\n");
+             "read_limit_gbps, verified_read_limit_gbps, their ratios and fs= (key=value "
+             "lines)\n");
       return 0;
     } else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) {
       dir_opt = argv[++i];
@@ -250,7 +281,11 @@ int main(int argc, char **argv) {
    * restarting from its last save does) and every limit read a plain file just written */
   size_t R = 2 * (size_t)runs;
   double *tw = calloc(R, 8), *tr = calloc(R, 8), *ts = calloc(R, 8), *tl = calloc(R, 8),
-         *rs = calloc(R, 8), *rl = calloc(R, 8);
+         *rs = calloc(R, 8), *rl = calloc(R, 8), *tvp = calloc(R, 8), *tvv = calloc(R, 8),
+         *rv = calloc(R, 8);
+  XXH3_state_t *hst = XXH3_createState(); /* the verified-read floor's */
+  if (!hst)
+    die("hash state", "out of memory");
   int64_t extra = 0;
   int moved = 0;
   bool ring = false;
@@ -293,6 +328,16 @@ int main(int argc, char **argv) {
     MPI_Allreduce(MPI_IN_PLACE, cpu, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     rs[i] = tw[i] / ts[i];
     rl[i] = tr[i] / tl[i];
+    /* the verified-read floor: the plain file again, now warm, plainly and verified (into the
+     * loaded slice, where a load's reads land), in turn first */
+    t = ts_store_find(s, "w");
+    for (int j = 0; j < 2; j++)
+      if ((j + i) % 2 == 0)
+        tvp[i] = plain_read(plain, buf, mine);
+      else
+        tvv[i] = timed_read(plain, t->local.data, t->local.bytes < mine ? t->local.bytes : mine,
+                            VERIFY_STEP, hst);
+    rv[i] = tvp[i] / tvv[i];
     if (rank == 0 && getenv("TSHARD_BENCH_VERBOSE"))
       fprintf(stderr,
               "round %d: write %.3f s, save %.3f s; read %.3f s, %s load %.3f s (cpu of all "
@@ -319,13 +364,15 @@ int main(int argc, char **argv) {
   double gb = (double)total / 1e9;
   double save = gb / median(ts, (int)R), load = gb / median(tlx, runs),
          resh = gb / median(tlx + runs, runs), wl = gb / median(tw, (int)R),
-         rlim = gb / median(tr, (int)R);
+         rlim = gb / median(tr, (int)R), vlim = gb / median(tvv, (int)R);
   if (rank == 0) {
     printf("ranks=%d\nbytes=%lld\nruns=%d\nfs=%s\ndir=%s\nread_cache=%s\nchunk_bytes=%lld\n",
            size, (long long)total, runs, fs_name(base), base, cold ? "cold" : "warm",
            chunk);
     printf("save_gbps=%.3f\nload_gbps=%.3f\nload_resharded_gbps=%.3f\n", save, load, resh);
     printf("write_limit_gbps=%.3f\nread_limit_gbps=%.3f\n", wl, rlim);
+    printf("verified_read_limit_gbps=%.3f\nverified_read_vs_read_limit=%.2f\n", vlim,
+           median(rv, (int)R));
     const char *keys[3] = {"save", "load", "load_resharded"};
     double *per[3] = {rs, rlx, rlx + runs};
     int nper[3] = {(int)R, runs, runs};
@@ -358,6 +405,8 @@ int main(int argc, char **argv) {
     rmdir(base);
   }
   free(buf), free(tw), free(tr), free(ts), free(tl), free(rs), free(rl), free(tlx), free(rlx);
+  free(tvp), free(tvv), free(rv);
+  XXH3_freeState(hst);
   ts_attr_destroy(&a0);
   ts_attr_destroy(&a1);
   ts_world_finalize(&W, NULL);

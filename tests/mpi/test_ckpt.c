@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define TS_TEST_SEED 0x5eed17u
@@ -238,6 +239,26 @@ int main(int argc, char **argv) {
       CHECK(count_tmp(parent) == 0, "fault %d: a temporary directory is left", fault);
     }
     MPI_Barrier(MPI_COMM_WORLD);
+  }
+  /* chunks so small that a 16 MiB tensor would become 4 Mi pieces: refused alike on every rank,
+   * before anything is written */
+  {
+    int64_t se[2] = {262144, 16};
+    snprintf(txt, sizeof txt, "mesh=[%d] placements=[R]", world_size);
+    add(s, "e", TS_F32, 2, se, txt, NULL);
+    const char *one[] = {"e"};
+    ts_ckpt_save_opts tiny = {false, false, 0, 1};
+    char dir2[400];
+    snprintf(dir2, sizeof dir2, "%s/tiny", parent);
+    rc = ts_ckpt_save(s, W, dir2, one, 1, &tiny, NULL, &err);
+    CHECK(rc == TS_INVALID_ARGUMENT && strstr(err.msg, "'e'") && strstr(err.msg, "at most 1048576"),
+          "tiny chunks: %d %s", rc, rc ? err.msg : "");
+    same_error_everywhere(rc, &err, "tiny chunks");
+    struct stat st;
+    CHECK(stat(dir2, &st) != 0, "tiny chunks: the directory was made");
+    if (world_rank == 0)
+      CHECK(count_tmp(parent) == 0, "tiny chunks: a temporary directory is left");
+    ts_store_drop(s, "e", NULL);
   }
   /* a corrupted byte: every rank fails the same, nothing is created */
   MPI_Barrier(MPI_COMM_WORLD);

@@ -368,9 +368,8 @@ check(np.array_equal(ck.read(ind, "W", verify=True), W), "reader: independent wr
 check(np.array_equal(ck.read(ind, "B", verify=True), B16), "reader: independent writer's B")
 
 # other rank counts: 3 (saved attributes do not fit) and 6; these daemons cut the pieces they save
-# into chunks of about 16 KiB (TSHARD_CKPT_CHUNK_BYTES)
-os.environ["TSHARD_CKPT_CHUNK_BYTES"] = "16384"
-with Daemons(bin_dir, 3) as d, d.connect(1) as c:
+# into chunks of about 16 KiB (--ckpt-chunk)
+with Daemons(bin_dir, 3, extra_args=("--ckpt-chunk", "16K")) as d, d.connect(1) as c:
     expect(tshard.errors.BadAttributeError, lambda: c.load(c1, names=["s0_f32"]),
            "saved on 4, loaded on 3 under the saved attribute", ("s0_f32", "attribute"))
     check(c.list() == [], "nothing created")
@@ -402,7 +401,6 @@ with Daemons(bin_dir, 3) as d, d.connect(1) as c:
     c.close()
     code = d.stop()
     check(code == 0, f"3 daemons exit 0 after shutdown ({code}):\n{d.logs()[-3000:]}")
-del os.environ["TSHARD_CKPT_CHUNK_BYTES"]
 
 with Daemons(bin_dir, 6) as d, d.connect(5) as c:
     c.load(c1)  # the saved attributes name ranks 0-3 of 6
