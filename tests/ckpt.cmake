@@ -1,10 +1,16 @@
 # Checkpoints (issue 16): the end-to-end test with real daemons (4, then 3 and 6 ranks), the
-# engine-level MPI test (faults injected on one rank) and the checkpoint benchmark.
+# randomized differential test against numpy (fixed seeds, 4 then 3 ranks), the engine-level MPI
+# test (faults injected on one rank) and the checkpoint benchmark.
 if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
   add_test(NAME test_python_ckpt
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_ckpt.py
                    ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
   set_tests_properties(test_python_ckpt PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT} ENVIRONMENT
+                       "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
+  add_test(NAME test_python_ckpt_random
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_ckpt_random.py
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY} 21 22 23 24)
+  set_tests_properties(test_python_ckpt_random PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT} ENVIRONMENT
                        "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
 endif()
 

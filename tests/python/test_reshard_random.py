@@ -24,6 +24,7 @@ import numpy as np
 import tshard
 from checks import Checks
 from harness import Daemons
+from randgen import Gen, reference
 
 bin_dir, NP = sys.argv[1], int(sys.argv[2])
 SEEDS = [int(s) for s in sys.argv[3:]] or [11, 12, 13]
@@ -36,70 +37,6 @@ check = Checks()
 DTYPES = list(tshard.DTYPES)
 STRATEGIES = ["auto", "auto", "p2p", "alltoall", "allgather", "root", "allreduce",
               "reduce_scatter", "local"]
-
-
-def reference(dtype, shape):
-    """Small integers, exact in every dtype (bf16 as its uint16 bits)."""
-    v = np.arange(int(np.prod(shape)), dtype=np.int64) % 23 - 11
-    if dtype == "u8":
-        v = v + 11
-    if dtype == "bf16":
-        return (v.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).reshape(shape)
-    return v.astype(tshard.DTYPES[dtype]).reshape(shape)
-
-
-class Gen:
-    """Random attributes and layouts for one tensor shape over NP ranks."""
-
-    def __init__(self, rng):
-        self.rng = rng
-
-    def mesh(self):
-        r = self.rng
-        k = r.randint(1, NP)
-        ranks = r.sample(range(NP), k)
-        if r.random() < 0.5:
-            ranks.sort()
-        divs = [a for a in range(2, k) if k % a == 0]
-        shape = [k] if not divs or r.random() < 0.5 else [r.choice(divs), 0]
-        if len(shape) == 2:
-            shape[1] = k // shape[0]
-        return shape, ranks
-
-    def attr(self, tshape):
-        r = self.rng
-        mshape, ranks = self.mesh()
-        op = r.choice(["sum", "max", "min"])
-        places = []
-        for _ in mshape:
-            x = r.random()
-            if x < 0.45:
-                places.append(f"S({r.randrange(len(tshape))})")
-            elif x < 0.8:
-                places.append("R")
-            else:
-                places.append(f"P({op})")
-        text = (f"mesh=[{','.join(map(str, mshape))}]@{','.join(map(str, ranks))} "
-                f"placements=[{','.join(places)}]")
-        # ragged splits for some sharded dim, zeros allowed
-        sharded = sorted({int(p[2:-1]) for p in places if p.startswith("S(")})
-        if sharded and r.random() < 0.3:
-            d = r.choice(sharded)
-            parts = int(np.prod([m for m, p in zip(mshape, places) if p == f"S({d})"]))
-            cuts = sorted(r.randint(0, tshape[d]) for _ in range(parts - 1))
-            sizes = [b - a for a, b in zip([0] + cuts, cuts + [tshape[d]])]
-            text += f" splits={{{d}:[{','.join(map(str, sizes))}]}}"
-        return text
-
-    def layout(self, ndim):
-        """(tag, fits): row-major, permuted, blocked, or one that does not fit the tensor."""
-        r = self.rng
-        good = {1: ["", "a", "A2a", "A4a"], 2: ["", "ab", "ba", "aB4b", "Ab2a", "BA2a"],
-                3: ["", "abc", "cab", "aBc2b"]}[ndim]
-        bad = ["A0ab", "zz", "abcd"[:ndim + 1], "aa"[:max(ndim, 2)], "ab" if ndim != 2 else "abc"]
-        if r.random() < 0.12:
-            return r.choice(bad), False
-        return r.choice(good), True
 
 
 def call(fn):
@@ -126,7 +63,7 @@ class Run:
     def __init__(self, d, seed):
         self.d = d
         self.rng = random.Random(seed)
-        self.gen = Gen(self.rng)
+        self.gen = Gen(self.rng, NP)
         self.seed = seed
         self.model = {}   # name -> {"dtype", "shape", "attr", "layout", "ref"}
         self.stats = {"reshards": 0, "ok": 0, "spmd": 0, "bad_layout": 0, "limit": 0,
