@@ -304,6 +304,28 @@ START_TEST(headers) {
   ck_assert_int_eq(ckpt_file_open(dir, "notjson", &f, &err), TS_CORRUPT);
   raw_header("array", 8, "[1,2,3] ", 0);
   ck_assert_int_eq(ckpt_file_open(dir, "array", &f, &err), TS_CORRUPT);
+  /* a long padding (other writers may pad far): any JSON whitespace is fine, anything else after
+   * the object is not, and a header of whitespace alone is no object */
+  size_t plen = 200 << 10;
+  uint8_t *big = malloc(8 + plen);
+  ck_assert_ptr_nonnull(big);
+  for (int i = 0; i < 8; i++)
+    big[i] = (uint8_t)((uint64_t)plen >> (8 * i));
+  for (size_t i = 0; i < plen; i++)
+    big[8 + i] = " \n\t\r"[i % 4];
+  memcpy(big + 8, "{\"a\":1}", 7);
+  write_file("padded", big, 8 + plen, 0);
+  ck_assert_int_eq(ckpt_file_open(dir, "padded", &f, &err), TS_OK);
+  ck_assert_int_eq(f.data_start, 8 + (int64_t)plen);
+  ckpt_file_close(&f);
+  big[8 + plen - 70000] = 'x';
+  write_file("trailing", big, 8 + plen, 0);
+  ck_assert_int_eq(ckpt_file_open(dir, "trailing", &f, &err), TS_CORRUPT);
+  ck_assert_ptr_nonnull(strstr(err.msg, "/trailing'"));
+  memset(big + 8, ' ', plen);
+  write_file("blank", big, 8 + plen, 0);
+  ck_assert_int_eq(ckpt_file_open(dir, "blank", &f, &err), TS_CORRUPT);
+  free(big);
   remove_dir();
 }
 END_TEST
