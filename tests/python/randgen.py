@@ -17,6 +17,11 @@ def reference(dtype, shape):
     return v.astype(tshard.DTYPES[dtype]).reshape(shape)
 
 
+def same_attr(a, b):
+    """Whether two attribute texts name the same attribute (spellings may differ)."""
+    return tshard.Attr.parse(a) == tshard.Attr.parse(b)
+
+
 class Gen:
     """Random attributes and layouts for one tensor shape over nranks ranks."""
 
@@ -64,7 +69,7 @@ class Gen:
     def layout(self, ndim):
         """(tag, fits): row-major, permuted, blocked, or one that does not fit the tensor."""
         r = self.rng
-        good = {1: ["", "a", "A2a", "A4a"], 2: ["", "ab", "ba", "aB4b", "Ab2a", "BA2a"],
+        good = {1: ["", "a", "A2a", "A4a"], 2: ["", "ab", "ba", "aB4b", "Ab2a", "BA4b2a"],
                 3: ["", "abc", "cab", "aBc2b"]}[ndim]
         bad = ["A0ab", "zz", "abcd"[:ndim + 1], "aa"[:max(ndim, 2)], "ab" if ndim != 2 else "abc"]
         if r.random() < 0.12:

@@ -24,7 +24,7 @@ import numpy as np
 import tshard
 from checks import Checks
 from harness import Daemons
-from randgen import Gen, reference
+from randgen import Gen, reference, same_attr
 
 bin_dir, NP = sys.argv[1], int(sys.argv[2])
 SEEDS = [int(s) for s in sys.argv[3:]] or [11, 12, 13]
@@ -53,10 +53,6 @@ def describe_all(d, name):
         with d.connect(rk, timeout=CALL_TIMEOUT) as c:
             out.append(call(lambda: c.describe(name)))
     return out
-
-
-def same_attr(a, b):
-    return tshard.Attr.parse(a) == tshard.Attr.parse(b)
 
 
 class Run:
