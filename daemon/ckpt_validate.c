@@ -12,7 +12,7 @@ static int check_dir(const char *dir, ts_error *err) {
   if (n == 0 || n >= 4000)
     return ts_error_set(err, TS_INVALID_ARGUMENT,
                         "checkpoint directory of %zu bytes; give a path of 1 to 3999 bytes", n);
-  return TS_OK;
+  return ts_text_check("checkpoint directory", dir, n, "paths", err);
 }
 
 static int check_names(char **names, size_t n, ts_error *err) {

@@ -266,6 +266,10 @@ int tsd_validate_header(const Tshard__Request *req, ts_error *err) {
   if (strlen(req->idempotency_key) > MAX_KEY)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "idempotency key of %zu characters; at most %d",
                         strlen(req->idempotency_key), MAX_KEY);
+  int rc = ts_text_check("idempotency key", req->idempotency_key, strlen(req->idempotency_key),
+                         "keys", err);
+  if (rc)
+    return rc;
   if (strlen(req->token) > TS_RULES_TOKEN_MAX)
     return ts_error_set(err, TS_AUTH, "token of %zu characters; at most %d", strlen(req->token),
                         TS_RULES_TOKEN_MAX);

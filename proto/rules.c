@@ -49,24 +49,32 @@ bool ts_name_reserved(const char *name, size_t n) {
   return n >= p && memcmp(name, TS_RULES_RESERVED_PREFIX, p) == 0;
 }
 
+int ts_text_check(const char *what, const char *text, size_t n, const char *kind,
+                  ts_error *err) {
+  const unsigned char *s = (const unsigned char *)text;
+  for (size_t i = 0; i < n; i++)
+    if (s[i] < 0x20 || s[i] == 0x7f || (s[i] == 0xc2 && i + 1 < n && s[i + 1] < 0xa0 &&
+                                        s[i + 1] >= 0x80))
+      return ts_error_set(err, TS_INVALID_ARGUMENT,
+                          "%s has a control character (U+%04X) at byte %zu; %s are UTF-8 "
+                          "without control characters",
+                          what, s[i] == 0xc2 ? (unsigned)(s[i + 1]) : (unsigned)s[i], i, kind);
+  size_t ok = ts_utf8_valid_prefix(text, n);
+  if (ok != n)
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "%s is not valid UTF-8 at byte %zu (0x%02x); %s are UTF-8 text", what, ok,
+                        s[ok], kind);
+  return TS_OK;
+}
+
 int ts_name_check(const char *what, const char *name, size_t n, ts_error *err) {
   if (!name || n == 0 || n > TS_RULES_NAME_MAX)
     return ts_error_set(err, TS_INVALID_ARGUMENT,
                         "%s of %zu bytes; names have 1 to %d bytes of UTF-8", what,
                         name ? n : 0, TS_RULES_NAME_MAX);
-  const unsigned char *s = (const unsigned char *)name;
-  for (size_t i = 0; i < n; i++)
-    if (s[i] < 0x20 || s[i] == 0x7f || (s[i] == 0xc2 && i + 1 < n && s[i + 1] < 0xa0 &&
-                                        s[i + 1] >= 0x80))
-      return ts_error_set(err, TS_INVALID_ARGUMENT,
-                          "%s has a control character (U+%04X) at byte %zu; names are UTF-8 "
-                          "without control characters",
-                          what, s[i] == 0xc2 ? (unsigned)(s[i + 1]) : (unsigned)s[i], i);
-  size_t ok = ts_utf8_valid_prefix(name, n);
-  if (ok != n)
-    return ts_error_set(err, TS_INVALID_ARGUMENT,
-                        "%s is not valid UTF-8 at byte %zu (0x%02x); names are UTF-8 text", what,
-                        ok, s[ok]);
+  int rc = ts_text_check(what, name, n, "names", err);
+  if (rc)
+    return rc;
   if (ts_name_reserved(name, n))
     return ts_error_set(err, TS_INVALID_ARGUMENT, "%s '%.*s': the prefix '%s' is reserved", what,
                         (int)n, name, TS_RULES_RESERVED_PREFIX);

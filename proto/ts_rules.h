@@ -27,6 +27,12 @@
  * surrogates, nothing above U+10FFFF): n when all of it is. */
 size_t ts_utf8_valid_prefix(const char *s, size_t n);
 
+/* Whether text[0..n) is UTF-8 without control characters (U+0000-U+001F, U+007F-U+009F): the
+ * rule for every client string that may reach a path, a log line or a message (names, checkpoint
+ * directories, idempotency keys). `what` names the string, `kind` the plural the message uses for
+ * what is valid ("names", "paths"). */
+int ts_text_check(const char *what, const char *text, size_t n, const char *kind, ts_error *err);
+
 /* Whether name[0..n) is a valid tensor name; `what` names it in the message ("tensor name"). */
 int ts_name_check(const char *what, const char *name, size_t n, ts_error *err);
 bool ts_name_reserved(const char *name, size_t n);

@@ -124,6 +124,12 @@ if(TARGET tsdwire)
   target_link_libraries(test_optable PRIVATE tsdwire)
 endif()
 
+# The daemon's log lines: client text quoted in them cannot end a line or forge another.
+if(TARGET tsdwire)
+  tshard_unit_test(test_log ${CMAKE_CURRENT_LIST_DIR}/unit/test_log.c ${CMAKE_SOURCE_DIR}/daemon/log.c)
+  target_link_libraries(test_log PRIVATE tsdwire)
+endif()
+
 # What the protocol allows in strings (names, UTF-8, the walk of encoded strings, token files).
 tshard_unit_test(test_rules ${CMAKE_CURRENT_LIST_DIR}/unit/test_rules.c)
 target_link_libraries(test_rules PRIVATE tsrules)

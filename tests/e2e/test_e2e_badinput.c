@@ -3,7 +3,8 @@
  * Daemons of 2 ranks with a 1 MiB memory limit and a TCP listener with a token. A reference
  * tensor is stored first. Then, each case on its own raw connection: frames with an oversize or
  * zero length, undecodable protobuf, unknown operations, invalid names, dtypes, shapes, layouts,
- * strategies and attributes (text and message forms), byte counts that do not match, chunks out
+ * strategies and attributes (text and message forms), keys and checkpoint paths with control
+ * characters, byte counts that do not match, chunks out
  * of order or out of bounds, unknown and duplicate names, the memory limit, gets without a
  * gather, clients that disconnect mid-frame and mid-put, TCP without or with a wrong token. Each
  * case checks the status code of the answer (and whether the connection is closed). Afterwards
@@ -481,6 +482,28 @@ int main(void) {
     send_request(fd, &req);
     TSE_CHECK(read_answer(fd) == TS_INVALID_ARGUMENT && strstr(last_msg, "idempotency_key"),
               "key of invalid UTF-8 answered '%s'", last_msg);
+    /* Keys and checkpoint paths reach log lines and messages: no control characters. */
+    req.idempotency_key = "key\nforged log line";
+    send_request(fd, &req);
+    TSE_CHECK(read_answer(fd) == TS_INVALID_ARGUMENT &&
+                  strstr(last_msg, "idempotency key has a control character (U+000A) at byte 3"),
+              "key with a line end answered '%s'", last_msg);
+    req.idempotency_key = "";
+    Tshard__SaveRequest sv = TSHARD__SAVE_REQUEST__INIT;
+    static const char *const dirs[] = {"/tmp/ckpt\n00:00:00.000 tshardd[0] error: forged",
+                                       "/tmp/ckpt\x1b[2J", "/tmp/ckpt\xc2\x85"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+      sv.dir = (char *)dirs[i];
+      req.op_case = TSHARD__REQUEST__OP_SAVE;
+      req.save = &sv;
+      send_request(fd, &req);
+      TSE_CHECK(read_answer(fd) == TS_INVALID_ARGUMENT &&
+                    strstr(last_msg, "checkpoint directory has a control character") &&
+                    strstr(last_msg, "paths are UTF-8 without control characters"),
+                "save to a path with a control character (case %zu) answered '%s'", i, last_msg);
+      struct stat st;
+      TSE_CHECK(stat(dirs[i], &st) != 0, "save case %zu created its directory", i);
+    }
     TSE_CHECK(ping_status(fd) == TS_OK, "the connection does not serve after refused strings");
     close(fd);
   }

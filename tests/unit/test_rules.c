@@ -1,6 +1,6 @@
 /* test_rules.c - what the protocol allows in strings (proto/rules.c): UTF-8 well-formedness
  * against the byte sequences of the Unicode standard's table of well-formed UTF-8 (3-7), tensor
- * names, the walk of an encoded Request's string fields (a NUL byte patched into the encoding,
+ * names and the text rule paths and keys share with them, the walk of an encoded Request's string fields (a NUL byte patched into the encoding,
  * nested messages, unknown fields, truncated input), and token files (mode, length, contents).
  * No daemon. */
 #include <check.h>
@@ -85,6 +85,31 @@ START_TEST(names) {
   ck_assert_int_eq(ts_name_check("name", longest, TS_RULES_NAME_MAX + 1, &err),
                    TS_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(err.msg, "1 to 127 bytes"));
+}
+END_TEST
+
+/* The text rule (paths, keys): names' character rule without their length or prefix rules. */
+START_TEST(text) {
+  static const char *good[] = {"/tmp/ckpt dir/\xc3\xa9t\xc3\xa9", "__tshard", "key:run-1/step 7"};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+    ck_assert_int_eq(ts_text_check("path", good[i], strlen(good[i]), "paths", NULL), TS_OK);
+  static const struct {
+    const char *s;
+    const char *says;
+  } bad[] = {
+      {"/tmp/a\nb", "U+000A) at byte 6; paths are UTF-8 without control characters"},
+      {"/tmp/\x1b[31mred", "U+001B) at byte 5"},
+      {"/tmp/c1\xc2\x85", "U+0085) at byte 7"},
+      {"/tmp/\xff", "not valid UTF-8 at byte 5 (0xff); paths are UTF-8 text"},
+  };
+  ts_error err;
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ck_assert_int_eq(ts_text_check("checkpoint directory", bad[i].s, strlen(bad[i].s), "paths",
+                                   &err),
+                     TS_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(err.msg, bad[i].says) && strstr(err.msg, "checkpoint directory"),
+                  "case %zu: %s", i, err.msg);
+  }
 }
 END_TEST
 
@@ -215,6 +240,7 @@ int main(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, utf8_table_3_7);
   tcase_add_test(tc, names);
+  tcase_add_test(tc, text);
   tcase_add_test(tc, wire_strings);
   tcase_add_test(tc, token_files);
   suite_add_tcase(s, tc);
