@@ -44,6 +44,19 @@ if(TARGET tshard-python AND TARGET tshardd)
                        ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_LIST_DIR}/python")
 endif()
 
+# The program name rule and the private program cache, through real daemons, the Python client
+# and the CLI (injection attempts in every string field; planted, foreign and group-writable
+# cache entries; unsafe cache directories; the default directory without HOME).
+if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard)
+  foreach(t names cache)
+    add_test(NAME test_python_program_${t}_np2
+             COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/python/test_program_${t}.py
+                     ${CMAKE_RUNTIME_OUTPUT_DIRECTORY} 2)
+    set_tests_properties(test_python_program_${t}_np2 PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                         ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_LIST_DIR}/python")
+  endforeach()
+endif()
+
 # The C library's program calls (text, packed message, rule overrides) through real daemons.
 if(TARGET tshardd AND TARGET tshard)
   tshard_e2e_test(test_e2e_program)
