@@ -13,6 +13,17 @@ target_link_libraries(test_program_slice PRIVATE tsprogram m)
 target_include_directories(test_program_slice PRIVATE ${CMAKE_CURRENT_LIST_DIR}/unit)
 set_tests_properties(test_program_slice PROPERTIES TIMEOUT 300)
 
+tshard_unit_test(test_program_cache ${TS_PROGRAM_TESTS}/test_program_cache.c
+                 ${TS_PROGRAM_TESTS}/program_fixture.c)
+target_link_libraries(test_program_cache PRIVATE tsprogram m)
+target_include_directories(test_program_cache PRIVATE ${CMAKE_CURRENT_LIST_DIR}/unit)
+set_tests_properties(test_program_cache PROPERTIES TIMEOUT 300)
+tshard_unit_test(test_program_names ${TS_PROGRAM_TESTS}/test_program_names.c
+                 ${TS_PROGRAM_TESTS}/program_fixture.c)
+target_link_libraries(test_program_names PRIVATE tsprogram m)
+target_include_directories(test_program_names PRIVATE ${CMAKE_CURRENT_LIST_DIR}/unit)
+set_tests_properties(test_program_names PROPERTIES TIMEOUT 300)
+
 add_executable(tshard-bench-program ${TS_PROGRAM_TESTS}/bench/bench_program.c)
 target_link_libraries(tshard-bench-program PRIVATE tsprogram)
 target_compile_definitions(tshard-bench-program PRIVATE
