@@ -56,7 +56,8 @@ typedef struct tsp_tensor {
 /* Parses, verifies and optimizes `text`; with opts->lazy false also builds every bucket. Errors:
  * TS_PARSE (malformed JSON or program, with the place), TS_BAD_SHAPE / TS_BAD_DTYPE (verification,
  * naming the op), TS_UNSUPPORTED (a program that cannot be bucketed, with the reason),
- * TS_PROGRAM_COMPILE (the C compiler failed: its message). */
+ * TS_PROGRAM_COMPILE (the C compiler failed: its message), TS_IO / TS_AUTH (the cache directory
+ * cannot be made, or is not private: its path, owner and mode). */
 int tsp_program_create(tsp_program **out, const char *text, const tsp_options *opts, ts_error *err);
 void tsp_program_destroy(tsp_program *p); /* accepts NULL */
 
