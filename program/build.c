@@ -10,6 +10,7 @@
  * set: ranks share the cores). */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -143,6 +144,26 @@ static double now_ms(void) {
   return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
+/* What the compiler wrote, opened without following links and checked on that descriptor (a
+ * regular file of this user; its mode, whatever the compiler and the umask made it, becomes
+ * 0700), hashed into hex and loaded. NULL, or why not. */
+static const char *take_object(tsp_bucket *b, const char *tmp, char *hex, char *why, size_t cap) {
+  int fd = open(tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    snprintf(why, cap, "'%s' cannot be opened: %s", tmp, strerror(errno));
+    return why;
+  }
+  struct stat st;
+  const char *bad = why;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      fchmod(fd, 0700) != 0)
+    snprintf(why, cap, "'%s' is not a regular file of uid %u", tmp, (unsigned)geteuid());
+  else if (tsp_cache_hash_fd(fd, hex, why, cap) == 0)
+    bad = open_checked(b, tmp, &st, why, cap);
+  close(fd);
+  return bad;
+}
+
 /* The emitted source written, compiled and loaded under temporary names in the cache, then its
  * hash, the object and the source renamed into place (over a refused object, if any). */
 static int compile_fresh(tsp_program *p, tsp_bucket *b, const char *src, ts_error *err) {
@@ -174,19 +195,9 @@ static int compile_fresh(tsp_program *p, tsp_bucket *b, const char *src, ts_erro
                       p->cc, st, out);
     goto fail;
   }
-  /* what the compiler wrote: checked, made 0700, hashed and loaded through one descriptor */
-  struct stat sst;
   char hex[TSP_HASH_HEX + 1];
-  int r = tsp_cache_open_file(tmp, &fd, &sst, why, sizeof why);
-  if (r == 0 && (fchmod(fd, 0700) != 0 || tsp_cache_hash_fd(fd, hex, why, sizeof why) != 0))
-    r = -1;
-  if (r == 0 && open_checked(b, tmp, &sst, why, sizeof why) != NULL)
-    r = -1;
-  if (fd >= 0)
-    close(fd);
-  if (r != 0) {
-    rc = ts_error_set(err, TS_PROGRAM_COMPILE, "the compiled object: %s",
-                      r == 1 ? "the compiler wrote no file" : why);
+  if (take_object(b, tmp, hex, why, sizeof why) != NULL) {
+    rc = ts_error_set(err, TS_PROGRAM_COMPILE, "the compiled object: %s", why);
     goto fail;
   }
   snprintf(cpath, sizeof cpath, "%s/%s.c", p->cache_dir, b->hash);
