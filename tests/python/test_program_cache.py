@@ -102,7 +102,7 @@ with Daemons(bin_dir, n) as d:
     pid, reps = compile_and_run(d, "first build")
     path = object_path(reps[0])
     check(path.startswith(cache + "/"), f"the object is in the private cache: {path!r}")
-    d.stop()
+    check(d.stop() == 0, "daemons exited cleanly")
 
 # 2. a planted object under that name: not loaded (new daemons: nothing of it is loaded yet)
 so = planted_object()
@@ -149,7 +149,7 @@ with Daemons(bin_dir, n) as d:
             os.chown(cache, 0, 0)
     pid, reps = compile_and_run(d, "the cache private again")
     check("built (cache hit)" in reps[0], f"a hit in the private cache: {reps[0]}")
-    d.stop()
+    check(d.stop() == 0, "daemons exited cleanly")
 
 # 6. no HOME, XDG_CACHE_HOME or TSHARD_PROGRAM_CACHE: under $XDG_RUNTIME_DIR, never /tmp
 run = os.path.join(work, "run")
