@@ -4,7 +4,8 @@
  * checks (unknown ops, undefined names, bad dim references give the same errors, with the same
  * places such as `ops[3] add: ...`). This file only maps structure: unset values become absent
  * keys (or null entries in lists), and the only errors it raises itself are the ones a JSON
- * object cannot express (a dim group named twice, text that is not UTF-8). The request's
+ * object cannot express (a dim group named twice, text that is not UTF-8); names it echoes in
+ * those errors are first checked with the program's name rule (ts_program.h). The request's
  * overrides of groups' bucketing rules (`tshard program compile --buckets n=pow2`) are applied to
  * the document here too, for a text or a message. */
 #include <jansson.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "program.h"
+#include "ts_program.h"
 
 typedef struct conv {
   ts_error *err;
@@ -174,6 +176,10 @@ static json_t *graph_doc(conv *c, const Tshard__ProgramGraph *g) {
     json_t *dims = json_object();
     for (size_t i = 0; dims && c->rc == TS_OK && i < g->n_dims; i++) {
       const char *nm = g->dims[i]->name ? g->dims[i]->name : "";
+      char field[40];
+      snprintf(field, sizeof field, "dims[%zu].name", i);
+      if ((c->rc = tsp_name_check(field, nm, c->err)) != TS_OK)
+        break;
       if (json_object_get(dims, nm))
         c->rc = ts_error_set(c->err, TS_PARSE, "dims[%zu]: group '%s' is defined twice (each "
                              "group once, with one range and one bucketing rule)", i, nm);
@@ -205,6 +211,10 @@ static void override(conv *c, json_t *root, Tshard__ProgramGraphDim **o, size_t 
   json_t *dims = json_is_object(root) ? json_object_get(root, "dims") : NULL;
   for (size_t i = 0; i < n && c->rc == TS_OK; i++) {
     const char *nm = o[i]->name ? o[i]->name : "";
+    char field[40];
+    snprintf(field, sizeof field, "buckets[%zu].name", i);
+    if ((c->rc = tsp_name_check(field, nm, c->err)) != TS_OK)
+      return;
     json_t *g = json_is_object(dims) ? json_object_get(dims, nm) : NULL;
     if (!json_is_object(g)) {
       char names[256] = "";

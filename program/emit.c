@@ -1,7 +1,8 @@
 /* emit.c - writes one bucket's C file: a header (the environment struct the library passes in),
  * the vector manager's constant arrays, one static function per kernel (each produced by the
  * generator its op's category registers in the op table, opmap.c) and tsp_main calling the
- * kernels in order. The text is meant to be read: comments name the program's values. */
+ * kernels in order. The text is meant to be read: comments name the program's values (names
+ * that follow the rule of names.c, checked again before anything is printed). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,7 +51,32 @@ void tsp_emit_extent(tsp_gen *g, FILE *f, const tsp_expr *e, int64_t bucket_valu
   fprintf(f, ")");
 }
 
+/* The emitter prints the program's names (and einsum equations) into comments only; the parser
+ * has checked them against the rules of names.c, and they are checked again here so that nothing
+ * outside those alphabets (no comment end, line end, quote or preprocessor character) can ever be
+ * printed into the source. */
+static int check_tokens(const tsp_program *p, ts_error *err) {
+  if (!tsp_name_valid(p->name))
+    return ts_error_set(err, TS_INTERNAL, "refusing to emit C: the program's name is not a valid "
+                        "name");
+  for (int g = 0; g < p->n_groups; g++)
+    if (!tsp_name_valid(p->groups[g].name))
+      return ts_error_set(err, TS_INTERNAL, "refusing to emit C: dim group %d's name is not a "
+                          "valid name", g);
+  for (int n = 0; n < p->n_nodes; n++) {
+    const tsp_node *nd = &p->nodes[n];
+    if ((nd->name[0] && !tsp_name_valid(nd->name)) ||
+        (nd->op == TSP_OP_EINSUM && !tsp_eq_valid(nd->eq)))
+      return ts_error_set(err, TS_INTERNAL, "refusing to emit C: node %d's name or equation is "
+                          "not valid", n);
+  }
+  return TS_OK;
+}
+
 int tsp_emit(tsp_program *p, tsp_bucket *b, char **src, ts_error *err) {
+  int rc = check_tokens(p, err);
+  if (rc != TS_OK)
+    return rc;
   tsp_gen g;
   memset(&g, 0, sizeof g);
   g.p = p;
@@ -60,7 +86,6 @@ int tsp_emit(tsp_program *p, tsp_bucket *b, char **src, ts_error *err) {
   g.body = open_memstream(&body, &nbody);
   g.vecs = open_memstream(&vecs, &nvecs);
   FILE *o = open_memstream(&out, &nout);
-  int rc = TS_OK;
   /* at most 8 vectors per node (operands, stores, shapes) */
   g.hoisted = calloc((size_t)p->n_nodes + 1, sizeof *g.hoisted);
   if (!g.body || !g.vecs || !o || !g.hoisted || tsp_vec_init(&g, 8 * p->n_nodes + 16) != TS_OK) {

@@ -7,11 +7,14 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include "ts_program.h"
 
 #define TSP_MAX_ARGS 8
 #define TSP_NAME 64
+#define TSP_EQ_MAX 127      /* the longest einsum equation */
+#define TSP_FORMULA_MAX 127 /* the longest dim formula ("2*n-k+1") */
 #define TSP_MAX_NODES 8192 /* the passes are at worst quadratic in this */
 
 /* An affine dim: c + sum_g k[g] * value(group g). A static dim has every k zero. */
@@ -56,7 +59,7 @@ typedef struct tsp_node {
   uint32_t axes;        /* reductions: bit d set = reduce dim d of the operand */
   bool keepdims;
   int perm[TSP_MAX_DIMS];
-  char eq[128];          /* einsum equation */
+  char eq[TSP_EQ_MAX + 1]; /* einsum equation */
   tsp_expr *slice;       /* slice: start[ndim], stop[ndim] of the operand's dims (malloc'd);
                             window: slice[0] is the window's size, perm[0] its dim */
   int64_t step[TSP_MAX_DIMS]; /* slice: per operand dim, >= 1 */
@@ -131,6 +134,7 @@ typedef struct tsp_bucket {
   char path[512];
   char hash[40];
   bool from_cache;
+  char cache_note[720];          /* why a cached object was refused (then compiled again) */
   /* the plan (memplan.c) */
   int64_t (*dims)[TSP_MAX_DIMS]; /* per node: concrete bucket shape */
   tsp_loc *locs;                 /* per node */
@@ -166,6 +170,42 @@ struct tsp_program {
   pthread_mutex_t lock;
   tsp_stats stats;
 };
+
+/* names.c: the character rules (tsp_name_check is public). The *_valid forms answer without an
+ * error, for the emitter's own check of what it prints. */
+bool tsp_name_valid(const char *s);
+bool tsp_eq_valid(const char *s);
+int tsp_eq_check(const char *field, const char *s, ts_error *err);
+int tsp_formula_check(const char *field, const char *s, ts_error *err);
+
+/* cache.c: the program cache's directory and files (see the file's comment for the rules). */
+#define TSP_CACHE_PATH_MAX 400 /* the longest cache directory path */
+#define TSP_HASH_HEX 33        /* an XXH3-128 in hex, with its NUL */
+/* The default directory (from the environment) into dir; base gets the per-user directory that
+ * must be ours with mode 0700 when the fallback under the socket directory's base is taken, else
+ * "". -1 when it does not fit. */
+int tsp_cache_default_dir(char *dir, size_t cap, char *base, size_t bcap);
+/* Creates dir (mode 0700 for what it creates), checks base (when not "") and the cache rules,
+ * and gives the resolved path in real. TS_IO when it cannot be made, TS_AUTH (path, owner, mode,
+ * what is accepted) when its owner or mode or a directory above it is not safe. */
+int tsp_cache_prepare(const char *dir, const char *base, char *real, size_t cap, ts_error *err);
+/* The rules again, on a resolved directory (before each build). */
+int tsp_cache_check(const char *real, ts_error *err);
+/* A new file dir/.<stem>.<pid>.<n><suffix>, created with O_EXCL|O_NOFOLLOW and mode 0600 (names
+ * that exist are skipped): its path and a write descriptor. */
+int tsp_cache_create(const char *dir, const char *stem, const char *suffix, char *path, size_t cap,
+                     int *fd, ts_error *err);
+/* tsp_cache_create, then data written and the file closed (removed on failure). */
+int tsp_cache_write(const char *dir, const char *stem, const char *suffix, const void *data,
+                    size_t n, char *path, size_t cap, ts_error *err);
+/* Opens a cached file with O_NOFOLLOW and checks it on the descriptor: a regular file owned by
+ * the effective uid, not writable by group or others, of a sane size. 0 (fd and st set), 1 when
+ * it does not exist, -1 when refused (why says why). */
+int tsp_cache_open_file(const char *path, int *fd, struct stat *st, char *why, size_t cap);
+/* The XXH3-128 of the descriptor's content in hex; -1 (why) when it cannot be read. */
+int tsp_cache_hash_fd(int fd, char hex[TSP_HASH_HEX], char *why, size_t cap);
+/* The hash recorded in a sidecar file (one line of hex), checked like a cached file. */
+int tsp_cache_read_sum(const char *path, char hex[TSP_HASH_HEX], char *why, size_t cap);
 
 /* opmap.c: the one op table */
 typedef struct tsp_gen tsp_gen;

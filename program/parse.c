@@ -5,6 +5,7 @@
  * and window sizes become dim expressions; a reshape of a transposed, sliced or windowed view
  * gets a copy node first (it reads its operand as one contiguous run). */
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,26 +45,26 @@ static int find_name(const tsp_program *p, const char *name) {
   return -1;
 }
 
-static bool valid_name(const char *s) {
-  size_t n = strlen(s);
-  if (n == 0 || n >= TSP_NAME)
-    return false;
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
-          (i > 0 && ((c >= '0' && c <= '9') || c == '.' || c == '-'))))
-      return false;
-  }
-  return true;
+/* Checks s with one of the rules of names.c; the field's name is formatted like printf. */
+static int field_check(int (*rule)(const char *, const char *, ts_error *), const char *s,
+                       ts_error *err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int field_check(int (*rule)(const char *, const char *, ts_error *), const char *s,
+                       ts_error *err, const char *fmt, ...) {
+  char field[64];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(field, sizeof field, fmt, ap);
+  va_end(ap);
+  return rule(field, s, err);
 }
 
 /* One group: {"min": a, "max": b, "buckets": "pow2" | {"step": s} | [v, ...]} */
-static int parse_group(tsp_program *p, const char *name, json_t *g, ts_error *err) {
+static int parse_group(tsp_program *p, size_t i, const char *name, json_t *g, ts_error *err) {
   if (p->n_groups == TSP_MAX_GROUPS)
     return ts_error_set(err, TS_PARSE, "program: more than %d dynamic dim groups", TSP_MAX_GROUPS);
-  if (!valid_name(name))
-    return ts_error_set(err, TS_PARSE, "dims: '%s' is not a valid group name (letters, digits, _)",
-                        name);
+  int rc = field_check(tsp_name_check, name, err, "dims[%zu].name", i);
+  if (rc != TS_OK)
+    return rc;
   tsp_group *gr = &p->groups[p->n_groups];
   memset(gr, 0, sizeof *gr);
   snprintf(gr->name, sizeof gr->name, "%s", name);
@@ -136,8 +137,13 @@ static int parse_input(tsp_program *p, size_t i, json_t *in, ts_error *err) {
     return ts_error_set(err, TS_PARSE, "inputs[%zu]: expected {\"name\": str, \"dtype\": str, "
                         "\"shape\": [int or dim name, ...]}", i);
   const char *name = json_string_value(nm);
-  if (!valid_name(name) || find_name(p, name) >= 0)
-    return ts_error_set(err, TS_PARSE, "inputs[%zu]: name '%s' is invalid or used twice", i, name);
+  int rc = field_check(tsp_name_check, name, err, "inputs[%zu].name", i);
+  if (rc == TS_OK)
+    rc = field_check(tsp_name_check, json_string_value(dt), err, "inputs[%zu].dtype", i);
+  if (rc != TS_OK)
+    return rc;
+  if (find_name(p, name) >= 0)
+    return ts_error_set(err, TS_PARSE, "inputs[%zu]: name '%s' is used twice", i, name);
   if (p->n_inputs == 64)
     return ts_error_set(err, TS_PARSE, "program: more than 64 inputs");
   int n = tsp_add_node(p, TSP_OP_INPUT, err);
@@ -164,6 +170,10 @@ static int parse_input(tsp_program *p, size_t i, json_t *in, ts_error *err) {
         json_integer_value(v) <= ((int64_t)1 << 40)) {
       e.c = json_integer_value(v);
     } else if (json_is_string(v)) {
+      rc = field_check(tsp_name_check, json_string_value(v), err, "inputs[%zu].shape[%zu]", i,
+                           k);
+      if (rc != TS_OK)
+        return rc;
       int g;
       for (g = 0; g < p->n_groups; g++)
         if (strcmp(p->groups[g].name, json_string_value(v)) == 0)
@@ -240,6 +250,14 @@ static int parse_slice(tsp_program *p, size_t i, json_t *o, tsp_node *nd, ts_err
     json_t *st = json_is_array(lists[0]) ? json_array_get(lists[0], (size_t)d) : NULL;
     json_t *sp = json_is_array(lists[1]) ? json_array_get(lists[1], (size_t)d) : NULL;
     json_t *k = json_is_array(lists[2]) ? json_array_get(lists[2], (size_t)d) : NULL;
+    for (int l = 0; l < 2; l++) {
+      json_t *b = l ? sp : st;
+      int rc = json_is_string(b) ? field_check(tsp_formula_check, json_string_value(b), err,
+                                               "ops[%zu].%s[%d]", i, names[l], d)
+                                 : TS_OK;
+      if (rc != TS_OK)
+        return rc;
+    }
     if (slice_bound(p, st, &a->shape[d], &zero, &nd->slice[d], &inner) != TS_OK ||
         slice_bound(p, sp, &a->shape[d], &a->shape[d], &nd->slice[TSP_MAX_DIMS + d], &inner) !=
             TS_OK)
@@ -258,6 +276,168 @@ static int parse_slice(tsp_program *p, size_t i, json_t *o, tsp_node *nd, ts_err
   return TS_OK;
 }
 
+/* reductions: "dims" (absent or null: all) and "keepdims" */
+static int parse_reduce(tsp_program *p, size_t i, json_t *o, tsp_node *nd, const char *opname,
+                        ts_error *err) {
+  json_t *dims = json_object_get(o, "dims");
+  json_t *kd = json_object_get(o, "keepdims");
+  if (kd && !json_is_boolean(kd))
+    return ts_error_set(err, TS_PARSE, "ops[%zu] %s: keepdims must be true or false", i, opname);
+  nd->keepdims = json_is_true(kd);
+  const tsp_node *a = &p->nodes[nd->args[0]];
+  if (!dims || json_is_null(dims)) {
+    nd->axes = a->ndim ? (1u << a->ndim) - 1 : 0;
+    return TS_OK;
+  }
+  int ax[TSP_MAX_DIMS], na;
+  if (parse_int_list(dims, ax, TSP_MAX_DIMS, &na) != 0)
+    return ts_error_set(err, TS_PARSE, "ops[%zu] %s: dims must be a list of ints", i, opname);
+  for (int j = 0; j < na; j++) {
+    int d = ax[j] < 0 ? ax[j] + a->ndim : ax[j];
+    if (d < 0 || d >= a->ndim || (nd->axes & (1u << d)))
+      return ts_error_set(err, TS_BAD_SHAPE, "ops[%zu] %s: dim %d out of range or repeated "
+                          "for an operand of %d dims", i, opname, ax[j], a->ndim);
+    nd->axes |= 1u << d;
+  }
+  return TS_OK;
+}
+
+/* transpose: "perm" (default: reversed) */
+static int parse_transpose(tsp_program *p, size_t i, json_t *o, tsp_node *nd, ts_error *err) {
+  json_t *pm = json_object_get(o, "perm");
+  int na = 0;
+  const tsp_node *a = &p->nodes[nd->args[0]];
+  if (!pm) {
+    for (int j = 0; j < a->ndim; j++)
+      nd->perm[j] = a->ndim - 1 - j;
+  } else if (parse_int_list(pm, nd->perm, TSP_MAX_DIMS, &na) != 0 || na != a->ndim) {
+    return ts_error_set(err, TS_PARSE, "ops[%zu] transpose: perm must list each of the %d dims "
+                        "once", i, a->ndim);
+  }
+  uint32_t seen = 0;
+  for (int j = 0; j < a->ndim; j++) {
+    if (nd->perm[j] < 0 || nd->perm[j] >= a->ndim || (seen & (1u << nd->perm[j])))
+      return ts_error_set(err, TS_PARSE, "ops[%zu] transpose: perm must list each of the %d "
+                          "dims once", i, a->ndim);
+    seen |= 1u << nd->perm[j];
+  }
+  return TS_OK;
+}
+
+/* reshape: "shape", ints (one -1 when static) or dim formulas */
+static int parse_reshape(tsp_program *p, size_t i, json_t *o, tsp_node *nd, ts_error *err) {
+  json_t *sh = json_object_get(o, "shape");
+  if (!json_is_array(sh) || json_array_size(sh) > TSP_MAX_DIMS)
+    return ts_error_set(err, TS_PARSE, "ops[%zu] reshape: shape must be a list of at most %d "
+                        "ints or dim formulas (\"2*n\")", i, TSP_MAX_DIMS);
+  size_t k;
+  json_t *v;
+  json_array_foreach(sh, k, v) {
+    tsp_expr e = tsp_expr_const(0);
+    if (json_is_integer(v) && json_integer_value(v) >= -1 &&
+        json_integer_value(v) <= ((int64_t)1 << 40)) {
+      e.c = json_integer_value(v);
+    } else {
+      ts_error inner = {0};
+      int rc = json_is_string(v) ? field_check(tsp_formula_check, json_string_value(v), err,
+                                               "ops[%zu].shape[%zu]", i, k)
+                                 : TS_OK;
+      if (rc != TS_OK)
+        return rc;
+      if (!json_is_string(v) || tsp_expr_parse(p, json_string_value(v), &e, &inner) != TS_OK)
+        return ts_error_set(err, TS_PARSE, "ops[%zu] reshape: shape[%zu] must be an int or a "
+                            "dim formula over the groups (\"2*n\"): %s", i, k,
+                            json_is_string(v) ? inner.msg : "wrong type");
+    }
+    nd->shape[nd->ndim++] = e;
+  }
+  return TS_OK;
+}
+
+/* window: "dim" (default the last), "size": an int >= 1 or a formula over the groups ("k") */
+static int parse_window(tsp_program *p, size_t i, json_t *o, tsp_node *nd, ts_error *err) {
+  const tsp_node *a = &p->nodes[nd->args[0]];
+  json_t *dm = json_object_get(o, "dim"), *sz = json_object_get(o, "size");
+  int d = dm ? (int)json_integer_value(dm) : -1;
+  if ((dm && (!json_is_integer(dm) || json_integer_value(dm) < -8 ||
+              json_integer_value(dm) > 8)) ||
+      (d < 0 ? d + a->ndim : d) < 0 || (d < 0 ? d + a->ndim : d) >= a->ndim)
+    return ts_error_set(err, TS_PARSE, "ops[%zu] window: \"dim\" must be a dim of the operand "
+                        "(%d dims; negative from the end)", i, a->ndim);
+  nd->perm[0] = d < 0 ? d + a->ndim : d;
+  nd->slice = calloc(1, sizeof *nd->slice);
+  if (!nd->slice)
+    return ts_error_set(err, TS_NO_MEMORY, "out of memory");
+  ts_error inner = {0};
+  int rc = json_is_string(sz) ? field_check(tsp_formula_check, json_string_value(sz), err,
+                                            "ops[%zu].size", i)
+                              : TS_OK;
+  if (rc != TS_OK)
+    return rc;
+  if (json_is_integer(sz) && json_integer_value(sz) >= 1 &&
+      json_integer_value(sz) <= ((int64_t)1 << 40))
+    nd->slice[0] = tsp_expr_const(json_integer_value(sz));
+  else if (!json_is_string(sz) ||
+           tsp_expr_parse(p, json_string_value(sz), &nd->slice[0], &inner) != TS_OK)
+    return ts_error_set(err, TS_PARSE, "ops[%zu] window: \"size\" must be an int >= 1 or a "
+                        "formula over the dim groups (\"k\")%s%s", i, inner.msg[0] ? ": " : "",
+                        inner.msg);
+  return TS_OK;
+}
+
+/* einsum: "eq"; cast: "dtype" */
+static int parse_eq_or_dtype(size_t i, json_t *o, tsp_node *nd, ts_error *err) {
+  if (nd->op == TSP_OP_EINSUM) {
+    json_t *eq = json_object_get(o, "eq");
+    if (!json_is_string(eq))
+      return ts_error_set(err, TS_PARSE, "ops[%zu] einsum: \"eq\" must be an equation like "
+                          "\"ij,jk->ik\"", i);
+    int rc = field_check(tsp_eq_check, json_string_value(eq), err, "ops[%zu].eq", i);
+    if (rc != TS_OK)
+      return rc;
+    snprintf(nd->eq, sizeof nd->eq, "%s", json_string_value(eq));
+    return TS_OK;
+  }
+  json_t *dt = json_object_get(o, "dtype");
+  ts_dtype d;
+  int rc = json_is_string(dt) ? field_check(tsp_name_check, json_string_value(dt), err,
+                                            "ops[%zu].dtype", i)
+                              : TS_OK;
+  if (rc != TS_OK)
+    return rc;
+  if (!json_is_string(dt) || ts_dtype_parse(json_string_value(dt), &d, NULL) != TS_OK ||
+      !tsp_ctype(d))
+    return ts_error_set(err, TS_PARSE, "ops[%zu] cast: \"dtype\" must be one of f32, f64, i8, "
+                        "i32, i64, u8", i);
+  nd->dtype = d;
+  return TS_OK;
+}
+
+/* The attributes of the op's category (the node's args are set). */
+static int parse_attributes(tsp_program *p, size_t i, json_t *o, tsp_node *nd, const char *opname,
+                            ts_error *err) {
+  if (tsp_op(nd->op)->cat == TSP_CAT_REDUCE)
+    return parse_reduce(p, i, o, nd, opname, err);
+  switch (nd->op) {
+  case TSP_OP_TRANSPOSE:
+    return parse_transpose(p, i, o, nd, err);
+  case TSP_OP_RESHAPE:
+    return parse_reshape(p, i, o, nd, err);
+  case TSP_OP_SLICE:
+    return parse_slice(p, i, o, nd, err);
+  case TSP_OP_WINDOW:
+    return parse_window(p, i, o, nd, err);
+  case TSP_OP_EINSUM:
+  case TSP_OP_CAST:
+    return parse_eq_or_dtype(i, o, nd, err);
+  default:
+    return TS_OK;
+  }
+}
+
+/* An op's "out" is checked before the op is looked up when it is a string. */
+static bool op_out_present(json_t *o) { return json_is_string(json_object_get(o, "out")); }
+
 static int parse_op(tsp_program *p, size_t i, json_t *o, ts_error *err) {
   json_t *opn = json_object_get(o, "op"), *args = json_object_get(o, "args"),
          *out = json_object_get(o, "out");
@@ -265,6 +445,11 @@ static int parse_op(tsp_program *p, size_t i, json_t *o, ts_error *err) {
     return ts_error_set(err, TS_PARSE, "ops[%zu]: expected {\"op\": str, \"args\": [...], "
                         "\"out\": str, ...}", i);
   const char *opname = json_string_value(opn);
+  int rc = field_check(tsp_name_check, opname, err, "ops[%zu].op", i);
+  if (rc == TS_OK && op_out_present(o))
+    rc = field_check(tsp_name_check, json_string_value(out), err, "ops[%zu].out", i);
+  if (rc != TS_OK)
+    return rc;
   int op = tsp_op_find(opname);
   size_t nargs = json_array_size(args);
   if ((op == TSP_OP_MAX || op == TSP_OP_MIN) && nargs == 1)
@@ -277,9 +462,9 @@ static int parse_op(tsp_program *p, size_t i, json_t *o, ts_error *err) {
   if ((def->arity >= 0 && (int)nargs != def->arity) || nargs < 1 || nargs > TSP_MAX_ARGS)
     return ts_error_set(err, TS_PARSE, "ops[%zu] %s: takes %d args, got %zu", i, opname,
                         def->arity >= 0 ? def->arity : 1, nargs);
-  if (op != TSP_OP_ASSIGN && (!json_is_string(out) || !valid_name(json_string_value(out))))
-    return ts_error_set(err, TS_PARSE, "ops[%zu] %s: \"out\" must name the result (letters, "
-                        "digits, _)", i, opname);
+  if (op != TSP_OP_ASSIGN && !json_is_string(out))
+    return ts_error_set(err, TS_PARSE, "ops[%zu] %s: \"out\" must name the result (a string)", i,
+                        opname);
   if (op != TSP_OP_ASSIGN && find_name(p, json_string_value(out)) >= 0)
     return ts_error_set(err, TS_PARSE, "ops[%zu] %s: result name '%s' is already defined", i,
                         opname, json_string_value(out));
@@ -288,6 +473,9 @@ static int parse_op(tsp_program *p, size_t i, json_t *o, ts_error *err) {
   json_t *v;
   json_array_foreach(args, k, v) {
     if (json_is_string(v)) {
+      if ((rc = field_check(tsp_name_check, json_string_value(v), err, "ops[%zu].args[%zu]", i,
+                            k)) != TS_OK)
+        return rc;
       argids[k] = find_name(p, json_string_value(v));
       if (argids[k] < 0)
         return ts_error_set(err, TS_PARSE, "ops[%zu] %s: arg '%s' is not defined before", i,
@@ -331,107 +519,9 @@ static int parse_op(tsp_program *p, size_t i, json_t *o, ts_error *err) {
   memcpy(nd->args, argids, nargs * sizeof(int));
   if (op != TSP_OP_ASSIGN)
     snprintf(nd->name, sizeof nd->name, "%s", json_string_value(out));
-  /* attributes */
-  if (def->cat == TSP_CAT_REDUCE) {
-    json_t *dims = json_object_get(o, "dims");
-    json_t *kd = json_object_get(o, "keepdims");
-    if (kd && !json_is_boolean(kd))
-      return ts_error_set(err, TS_PARSE, "ops[%zu] %s: keepdims must be true or false", i, opname);
-    nd->keepdims = json_is_true(kd);
-    const tsp_node *a = &p->nodes[argids[0]];
-    if (!dims || json_is_null(dims)) {
-      nd->axes = a->ndim ? (1u << a->ndim) - 1 : 0;
-    } else {
-      int ax[TSP_MAX_DIMS], na;
-      if (parse_int_list(dims, ax, TSP_MAX_DIMS, &na) != 0)
-        return ts_error_set(err, TS_PARSE, "ops[%zu] %s: dims must be a list of ints", i, opname);
-      for (int j = 0; j < na; j++) {
-        int d = ax[j] < 0 ? ax[j] + a->ndim : ax[j];
-        if (d < 0 || d >= a->ndim || (nd->axes & (1u << d)))
-          return ts_error_set(err, TS_BAD_SHAPE, "ops[%zu] %s: dim %d out of range or repeated "
-                              "for an operand of %d dims", i, opname, ax[j], a->ndim);
-        nd->axes |= 1u << d;
-      }
-    }
-  } else if (op == TSP_OP_TRANSPOSE) {
-    json_t *pm = json_object_get(o, "perm");
-    int na = 0;
-    const tsp_node *a = &p->nodes[argids[0]];
-    if (!pm) {
-      for (int j = 0; j < a->ndim; j++)
-        nd->perm[j] = a->ndim - 1 - j;
-    } else if (parse_int_list(pm, nd->perm, TSP_MAX_DIMS, &na) != 0 || na != a->ndim) {
-      return ts_error_set(err, TS_PARSE, "ops[%zu] transpose: perm must list each of the %d dims "
-                          "once", i, a->ndim);
-    }
-    uint32_t seen = 0;
-    for (int j = 0; j < a->ndim; j++) {
-      if (nd->perm[j] < 0 || nd->perm[j] >= a->ndim || (seen & (1u << nd->perm[j])))
-        return ts_error_set(err, TS_PARSE, "ops[%zu] transpose: perm must list each of the %d "
-                            "dims once", i, a->ndim);
-      seen |= 1u << nd->perm[j];
-    }
-  } else if (op == TSP_OP_RESHAPE) {
-    json_t *sh = json_object_get(o, "shape");
-    if (!json_is_array(sh) || json_array_size(sh) > TSP_MAX_DIMS)
-      return ts_error_set(err, TS_PARSE, "ops[%zu] reshape: shape must be a list of at most %d "
-                          "ints or dim formulas (\"2*n\")", i, TSP_MAX_DIMS);
-    json_array_foreach(sh, k, v) {
-      tsp_expr e = tsp_expr_const(0);
-      if (json_is_integer(v) && json_integer_value(v) >= -1 &&
-          json_integer_value(v) <= ((int64_t)1 << 40))
-        e.c = json_integer_value(v);
-      else {
-        ts_error inner = {0};
-        if (!json_is_string(v) || tsp_expr_parse(p, json_string_value(v), &e, &inner) != TS_OK)
-          return ts_error_set(err, TS_PARSE, "ops[%zu] reshape: shape[%zu] must be an int or a "
-                              "dim formula over the groups (\"2*n\"): %s", i, k,
-                              json_is_string(v) ? inner.msg : "wrong type");
-      }
-      nd->shape[nd->ndim++] = e;
-    }
-  } else if (op == TSP_OP_SLICE) {
-    int rc = parse_slice(p, i, o, nd, err);
-    if (rc != TS_OK)
-      return rc;
-  } else if (op == TSP_OP_WINDOW) {
-    /* "dim" (default the last), "size": an int >= 1 or a formula over the groups ("k") */
-    const tsp_node *a = &p->nodes[argids[0]];
-    json_t *dm = json_object_get(o, "dim"), *sz = json_object_get(o, "size");
-    int d = dm ? (int)json_integer_value(dm) : -1;
-    if ((dm && (!json_is_integer(dm) || json_integer_value(dm) < -8 ||
-                json_integer_value(dm) > 8)) ||
-        (d < 0 ? d + a->ndim : d) < 0 || (d < 0 ? d + a->ndim : d) >= a->ndim)
-      return ts_error_set(err, TS_PARSE, "ops[%zu] window: \"dim\" must be a dim of the operand "
-                          "(%d dims; negative from the end)", i, a->ndim);
-    nd->perm[0] = d < 0 ? d + a->ndim : d;
-    nd->slice = calloc(1, sizeof *nd->slice);
-    if (!nd->slice)
-      return ts_error_set(err, TS_NO_MEMORY, "out of memory");
-    ts_error inner = {0};
-    if (json_is_integer(sz) && json_integer_value(sz) >= 1 &&
-        json_integer_value(sz) <= ((int64_t)1 << 40))
-      nd->slice[0] = tsp_expr_const(json_integer_value(sz));
-    else if (!json_is_string(sz) ||
-             tsp_expr_parse(p, json_string_value(sz), &nd->slice[0], &inner) != TS_OK)
-      return ts_error_set(err, TS_PARSE, "ops[%zu] window: \"size\" must be an int >= 1 or a "
-                          "formula over the dim groups (\"k\")%s%s", i, inner.msg[0] ? ": " : "",
-                          inner.msg);
-  } else if (op == TSP_OP_EINSUM) {
-    json_t *eq = json_object_get(o, "eq");
-    if (!json_is_string(eq) || strlen(json_string_value(eq)) >= sizeof nd->eq)
-      return ts_error_set(err, TS_PARSE, "ops[%zu] einsum: \"eq\" must be an equation like "
-                          "\"ij,jk->ik\"", i);
-    snprintf(nd->eq, sizeof nd->eq, "%s", json_string_value(eq));
-  } else if (op == TSP_OP_CAST) {
-    json_t *dt = json_object_get(o, "dtype");
-    ts_dtype d;
-    if (!json_is_string(dt) || ts_dtype_parse(json_string_value(dt), &d, NULL) != TS_OK ||
-        !tsp_ctype(d))
-      return ts_error_set(err, TS_PARSE, "ops[%zu] cast: \"dtype\" must be one of f32, f64, i8, "
-                          "i32, i64, u8", i);
-    nd->dtype = d;
-  }
+  rc = parse_attributes(p, i, o, nd, opname, err);
+  if (rc != TS_OK)
+    return rc;
   return tsp_verify_node(p, n, err);
 }
 
@@ -452,6 +542,8 @@ int tsp_parse(tsp_program *p, const char *text, ts_error *err) {
                       "(list), \"outputs\" (list), optional \"name\" (str) and \"dims\" (object)");
     goto out;
   }
+  if (nm && (rc = tsp_name_check("name", json_string_value(nm), err)) != TS_OK)
+    goto out;
   p->name = strdup(nm ? json_string_value(nm) : "program");
   if (!p->name) {
     rc = ts_error_set(err, TS_NO_MEMORY, "out of memory");
@@ -460,12 +552,16 @@ int tsp_parse(tsp_program *p, const char *text, ts_error *err) {
   const char *key;
   json_t *v;
   size_t i;
+  size_t g = 0;
   if (dims)
-    json_object_foreach(dims, key, v) if ((rc = parse_group(p, key, v, err)) != TS_OK) goto out;
+    json_object_foreach(dims, key, v) if ((rc = parse_group(p, g++, key, v, err)) != TS_OK) goto out;
   json_array_foreach(inputs, i, v) if ((rc = parse_input(p, i, v, err)) != TS_OK) goto out;
   json_array_foreach(ops, i, v) if ((rc = parse_op(p, i, v, err)) != TS_OK) goto out;
   if (outputs) {
     json_array_foreach(outputs, i, v) {
+      if (json_is_string(v) &&
+          (rc = field_check(tsp_name_check, json_string_value(v), err, "outputs[%zu]", i)) != TS_OK)
+        goto out;
       int n = json_is_string(v) ? find_name(p, json_string_value(v)) : -1;
       if (n < 0 || p->nodes[n].op == TSP_OP_ASSIGN) {
         rc = ts_error_set(err, TS_PARSE, "outputs[%zu]: must name a value defined by an input or "

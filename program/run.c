@@ -435,6 +435,8 @@ int tsp_program_show(tsp_program *p, char **text, ts_error *err) {
     ts_error why;
     if (!bk->built && tsp_bucket_check(p, bk, &why) != TS_OK)
       fprintf(f, " not usable: %s", why.msg);
+    else if (bk->built && !bk->from_cache && bk->cache_note[0])
+      fprintf(f, " built (compiled; the cached object was refused: %s)", bk->cache_note);
     else
       fprintf(f, " %s", bk->built ? (bk->from_cache ? "built (cache hit)" : "built (compiled)")
                                   : "not built");
@@ -459,9 +461,10 @@ int tsp_program_show(tsp_program *p, char **text, ts_error *err) {
   }
   fprintf(f, "cache: %s (compiler %s: %s; flags %s)\n", p->cache_dir, p->cc, p->cc_version,
           p->cflags);
-  fprintf(f, "stats: compiles=%lld cache_hits=%lld runs=%lld compile_ms=%.1f\n",
-          (long long)p->stats.compiles, (long long)p->stats.cache_hits, (long long)p->stats.runs,
-          p->stats.compile_ms);
+  fprintf(f, "stats: compiles=%lld cache_hits=%lld cache_refused=%lld runs=%lld "
+             "compile_ms=%.1f\n",
+          (long long)p->stats.compiles, (long long)p->stats.cache_hits,
+          (long long)p->stats.cache_refused, (long long)p->stats.runs, p->stats.compile_ms);
   pthread_mutex_unlock(&p->lock);
   fclose(f);
   *text = buf;

@@ -21,13 +21,22 @@
 #define TSP_MAX_DIMS 8
 #define TSP_MAX_GROUPS 8
 #define TSP_MAX_BUCKETS 256
+#define TSP_NAME_MAX 63 /* the longest name in a program */
 
 typedef struct tsp_program tsp_program;
+
+/* The rule every name in a program follows (the program's, dim groups', inputs', results',
+ * references, dtypes, op names): 1 to TSP_NAME_MAX characters from letters, digits, '_', '-' and
+ * '.', the first a letter or '_'. TS_OK, or TS_PARSE naming `field` (e.g. "inputs[2].name"), the
+ * first bad character and its position, and the rule; the string itself is not echoed. */
+int tsp_name_check(const char *field, const char *s, ts_error *err);
 
 /* Build options. Every field may be 0/NULL for the default. */
 typedef struct tsp_options {
   const char *cache_dir; /* default: $TSHARD_PROGRAM_CACHE, else $XDG_CACHE_HOME/tshard/programs,
-                            else $HOME/.cache/tshard/programs */
+                            else $HOME/.cache/tshard/programs, else
+                            $XDG_RUNTIME_DIR/tshard/programs, else /tmp/tshard-<uid>/programs;
+                            it must be owned by this user and not writable by others (build.c) */
   const char *cc;        /* default: $TSHARD_PROGRAM_CC, else "gcc" */
   const char *cflags;    /* default: TSP_DEFAULT_CFLAGS */
   const char *extra_cflags; /* appended to cflags (and part of the cache key) */
@@ -47,7 +56,8 @@ typedef struct tsp_tensor {
 /* Parses, verifies and optimizes `text`; with opts->lazy false also builds every bucket. Errors:
  * TS_PARSE (malformed JSON or program, with the place), TS_BAD_SHAPE / TS_BAD_DTYPE (verification,
  * naming the op), TS_UNSUPPORTED (a program that cannot be bucketed, with the reason),
- * TS_PROGRAM_COMPILE (the C compiler failed: its message). */
+ * TS_PROGRAM_COMPILE (the C compiler failed: its message), TS_IO / TS_AUTH (the cache directory
+ * cannot be made, or is not private: its path, owner and mode). */
 int tsp_program_create(tsp_program **out, const char *text, const tsp_options *opts, ts_error *err);
 void tsp_program_destroy(tsp_program *p); /* accepts NULL */
 
@@ -93,6 +103,7 @@ bool tsp_program_bucket_built(const tsp_program *p, int b);
 typedef struct tsp_stats {
   int64_t compiles;   /* C compiler runs */
   int64_t cache_hits; /* builds served by the disk cache */
+  int64_t cache_refused; /* cached objects that failed a check (owner, mode, hash): compiled again */
   int64_t runs;
   double compile_ms;  /* time in the compiler, summed */
 } tsp_stats;

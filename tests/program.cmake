@@ -13,6 +13,17 @@ target_link_libraries(test_program_slice PRIVATE tsprogram m)
 target_include_directories(test_program_slice PRIVATE ${CMAKE_CURRENT_LIST_DIR}/unit)
 set_tests_properties(test_program_slice PROPERTIES TIMEOUT 300)
 
+tshard_unit_test(test_program_cache ${TS_PROGRAM_TESTS}/test_program_cache.c
+                 ${TS_PROGRAM_TESTS}/program_fixture.c)
+target_link_libraries(test_program_cache PRIVATE tsprogram m)
+target_include_directories(test_program_cache PRIVATE ${CMAKE_CURRENT_LIST_DIR}/unit)
+set_tests_properties(test_program_cache PROPERTIES TIMEOUT 300)
+tshard_unit_test(test_program_names ${TS_PROGRAM_TESTS}/test_program_names.c
+                 ${TS_PROGRAM_TESTS}/program_fixture.c)
+target_link_libraries(test_program_names PRIVATE tsprogram m)
+target_include_directories(test_program_names PRIVATE ${CMAKE_CURRENT_LIST_DIR}/unit)
+set_tests_properties(test_program_names PROPERTIES TIMEOUT 300)
+
 add_executable(tshard-bench-program ${TS_PROGRAM_TESTS}/bench/bench_program.c)
 target_link_libraries(tshard-bench-program PRIVATE tsprogram)
 target_compile_definitions(tshard-bench-program PRIVATE
@@ -42,6 +53,19 @@ if(TARGET tshard-python AND TARGET tshardd)
                    ${CMAKE_RUNTIME_OUTPUT_DIRECTORY} 2)
   set_tests_properties(test_python_program_graph_np2 PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                        ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_LIST_DIR}/python")
+endif()
+
+# The program name rule and the private program cache, through real daemons, the Python client
+# and the CLI (injection attempts in every string field; planted, foreign and group-writable
+# cache entries; unsafe cache directories; the default directory without HOME).
+if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard)
+  foreach(t names cache)
+    add_test(NAME test_python_program_${t}_np2
+             COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/python/test_program_${t}.py
+                     ${CMAKE_RUNTIME_OUTPUT_DIRECTORY} 2)
+    set_tests_properties(test_python_program_${t}_np2 PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                         ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_LIST_DIR}/python")
+  endforeach()
 endif()
 
 # The C library's program calls (text, packed message, rule overrides) through real daemons.
