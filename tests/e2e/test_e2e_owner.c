@@ -8,7 +8,7 @@
  *    is refused (AUTH, "several processes"); the connection serves its owner on.
  * 3. Pid reuse: A opens a connection, forks B (which inherits it) and exits; its pid goes to V
  *    (clone3 with set_tid), which runs as uid 65534 and holds a secret at the address B names.
- *    B's put from and get into that address are refused (AUTH, naming A and B); then, V gone, a
+ *    B's get into and put from that address are refused (AUTH, naming A and B); then, V gone, a
  *    process G made with A's very pid on the inherited connection is refused too (its owner has
  *    exited). V's secret is intact and the tensor is as it was.
  * 4. The check every rank makes before it copies (comm/proc.c) against real processes: the
@@ -202,8 +202,8 @@ static void holder(int fd, pid_t a, int go, int report) {
     _exit(1);
   snprintf(want1, sizeof want1, "belongs to process %d", (int)a);
   snprintf(want2, sizeof want2, "process %d sent this request", (int)getpid());
-  raw_direct(fd, true, 1, want1, want2, report);
-  raw_direct(fd, false, 2, want1, want2, report);
+  raw_direct(fd, false, 1, want1, want2, report); /* the get first: it would write over V's */
+  raw_direct(fd, true, 2, want1, want2, report);
   if (read(go, &x, 1) != 1) /* V is gone: A's pid is free again */
     _exit(1);
   pid_t g = fork_with_pid(a);
