@@ -3,6 +3,7 @@
 #define TSHARD_CLIENT_INTERNAL_H
 
 #include <stdbool.h>
+#include <sys/types.h>
 
 #include "tshard.h"
 #include "tshard.pb-c.h"
@@ -18,6 +19,13 @@ typedef struct tsc_arena {
 
 struct tshard_client {
   int fd;
+  /* The process the connection belongs to (the daemon refuses requests another process writes
+   * on it), and where it goes, so that a forked child opens its own (tsc_own): a Unix socket's
+   * path, or a TCP host and port ("" path). */
+  pid_t pid;
+  char path[108];
+  char host[256];
+  int port;
   tsc_arena arena;
   uint8_t *rbuf; /* the frame being received, reused */
   size_t rcap;
@@ -86,6 +94,12 @@ typedef struct tsc_sink {
 /* The two halves of a call, for pipelined chunks: send (assigns req->id) and receive one answer
  * (want_id 0: any; the caller matches it). */
 int64_t tsc_deadline(const tshard_client *c);
+/* In a process other than the one that opened the connection (a child after fork()): closes this
+ * process's copies of the socket and the segment's mapping (nothing is shut down: they stay the
+ * parent's) and opens this process's own connection to the same daemon. Every call goes through
+ * it first (tsc_send, tsc_shm_ready). TS_OK, else TS_IO with the message set (the connection is
+ * then broken). */
+int tsc_own(tshard_client *c);
 int tsc_send(tshard_client *c, Tshard__Request *req, int64_t deadline);
 int tsc_recv(tshard_client *c, uint64_t want_id, Tshard__Response **resp, tsc_sink *sink,
              int64_t deadline);

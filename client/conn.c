@@ -3,7 +3,8 @@
  * Blocking sockets driven by poll() against one deadline per call, so a call never waits longer
  * than the client's timeout. Frames are a 4-byte little-endian length and a protobuf message;
  * answers longer than TSC_MAX_FRAME or with another request id are refused and break the
- * connection (it cannot be resynchronized). */
+ * connection (it cannot be resynchronized). A connection belongs to the process that opened it:
+ * after fork() the child's first call opens the child's own (tsc_own). */
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -57,9 +58,85 @@ static tshard_client *client_new(int fd, int timeout_ms) {
   if (!c)
     return NULL;
   c->fd = fd;
+  c->pid = getpid();
   c->timeout_ms = timeout_ms > 0 ? timeout_ms : TSHARD_DEFAULT_TIMEOUT_MS;
   c->chunk = 16u << 20;
   return c;
+}
+
+/* A connected Unix socket to path, or -1 with errno set. */
+static int open_unix(const char *path) {
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sun_family = AF_UNIX;
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return -1;
+  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
+/* A connected TCP socket (no delay) to host:port, or -1. */
+static int open_tcp(const char *host, int port) {
+  char service[16];
+  snprintf(service, sizeof service, "%d", port);
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(host, service, &hints, &res) != 0)
+    return -1;
+  int fd = -1;
+  for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(res);
+  int one = 1;
+  if (fd >= 0)
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+int tsc_own(tshard_client *c) {
+  pid_t me = getpid();
+  if (c->pid == me)
+    return TS_OK;
+  pid_t parent = c->pid;
+  c->pid = me;
+  tsc_shm_unmap(c); /* this process's mapping only: the parent keeps its segment */
+  close(c->fd);     /* this process's descriptor only: no shutdown() */
+  c->fd = c->path[0] ? open_unix(c->path) : open_tcp(c->host, c->port);
+  int e = errno;
+  c->broken = c->fd < 0;
+  if (c->fd < 0)
+    return tsc_fail(c, TS_IO, "this client's connection belongs to process %d, which opened it; "
+                    "after fork() process %d could not open its own (%s); connect in the child",
+                    (int)parent, (int)me, strerror(e));
+  if (c->path[0]) { /* shared memory and the direct path as a new connection has them */
+    size_t max = c->shm_max;
+    tsc_shm_init(c);
+    c->shm_max = max;
+  }
+  int rc = tshard_ping(c, NULL, NULL);
+  if (rc) {
+    char why[sizeof c->message];
+    snprintf(why, sizeof why, "%s", c->message);
+    c->broken = true;
+    return tsc_fail(c, rc == TS_TIMEOUT ? TS_TIMEOUT : TS_IO, "this client's connection "
+                    "belongs to process %d, which opened it; after fork() process %d opened its "
+                    "own but the daemon did not answer its ping: %s", (int)parent, (int)me, why);
+  }
+  return TS_OK;
 }
 
 int tshard_connect_path(const char *path, int timeout_ms, tshard_client **out) {
@@ -68,17 +145,11 @@ int tshard_connect_path(const char *path, int timeout_ms, tshard_client **out) {
   *out = NULL;
   tsc_connect_note(path, NULL, TS_OK);
   struct sockaddr_un sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sun_family = AF_UNIX;
   if (strlen(path) >= sizeof sa.sun_path)
     return TS_LIMIT;
-  strcpy(sa.sun_path, path);
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return TS_IO;
-  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+  int fd = open_unix(path);
+  if (fd < 0) {
     tsc_connect_refused(path, errno); /* tshard_connect_message() */
-    close(fd);
     return TS_IO;
   }
   tshard_client *c = client_new(fd, timeout_ms);
@@ -86,6 +157,7 @@ int tshard_connect_path(const char *path, int timeout_ms, tshard_client **out) {
     close(fd);
     return TS_NO_MEMORY;
   }
+  snprintf(c->path, sizeof c->path, "%s", path);
   tsc_shm_init(c); /* same node: shared memory unless TSHARD_SHM=0 */
   int rc = tshard_ping(c, NULL, NULL); /* a daemon that serves, and its frame size */
   if (rc) {
@@ -116,32 +188,18 @@ int tshard_connect_tcp(const char *host, int port, const char *token, int timeou
   if (!out || !host || !token || strlen(token) > TS_RULES_TOKEN_MAX)
     return TS_INVALID_ARGUMENT;
   *out = NULL;
-  char service[16];
-  snprintf(service, sizeof service, "%d", port);
-  struct addrinfo hints, *res = NULL;
-  memset(&hints, 0, sizeof hints);
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  if (getaddrinfo(host, service, &hints, &res) != 0)
-    return TS_IO;
-  int fd = -1;
-  for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
-    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-      close(fd);
-      fd = -1;
-    }
-  }
-  freeaddrinfo(res);
+  if (strlen(host) >= sizeof(((tshard_client *)0)->host))
+    return TS_INVALID_ARGUMENT;
+  int fd = open_tcp(host, port);
   if (fd < 0)
     return TS_IO;
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   tshard_client *c = client_new(fd, timeout_ms);
   if (!c) {
     close(fd);
     return TS_NO_MEMORY;
   }
+  snprintf(c->host, sizeof c->host, "%s", host);
+  c->port = port;
   snprintf(c->token, sizeof c->token, "%s", token);
   int rc = tshard_ping(c, NULL, NULL);
   if (rc) {
@@ -416,6 +474,9 @@ int64_t tsc_deadline(const tshard_client *c) { return now_ms() + c->timeout_ms; 
 
 int tsc_send(tshard_client *c, Tshard__Request *req, int64_t deadline) {
   c->message[0] = '\0';
+  int orc = tsc_own(c);
+  if (orc)
+    return orc;
   if (c->broken)
     return tsc_fail(c, TS_IO, "the connection broke in an earlier call; reconnect");
   req->id = ++c->next_id;

@@ -176,6 +176,8 @@ static int attach(tshard_client *c, size_t bytes) {
 }
 
 bool tsc_shm_ready(tshard_client *c, size_t need) {
+  if (tsc_own(c) != TS_OK) /* a forked child: its own connection and segment first */
+    return false;
   if (!c->shm_on || need == 0 || c->broken)
     return false;
   size_t want = need < c->shm_max ? need : c->shm_max;

@@ -195,7 +195,7 @@ static int copy_regions(pid_t pid, int peer, bool write, const ts_comm_region *l
   return TS_OK;
 }
 
-int ts_comm_process_copy(int64_t pid, bool write, const ts_comm_region *local,
+int ts_comm_process_copy(const ts_comm_proc *proc, bool write, const ts_comm_region *local,
                          const ts_comm_region *remote, ts_error *err) {
   if (region_total(local) != region_total(remote))
     return ts_error_set(err, TS_INVALID_ARGUMENT,
@@ -203,7 +203,11 @@ int ts_comm_process_copy(int64_t pid, bool write, const ts_comm_region *local,
                         (long long)region_total(remote), (long long)region_total(local));
   if (region_total(local) == 0)
     return TS_OK;
-  return copy_regions((pid_t)pid, -1, write, local, remote, err);
+  int pidfd = -1;
+  int rc = ts_comm_proc_pin(proc, &pidfd, err);
+  if (rc == TS_OK)
+    rc = copy_regions((pid_t)proc->pid, -1, write, local, remote, err);
+  return ts_comm_proc_unpin(proc, &pidfd, rc, err);
 }
 
 /* How a pair moves, decided alike on both sides from the two descriptions. */

@@ -96,12 +96,34 @@ int ts_comm_alltoallw(ts_comm *c, const ts_comm_region *send, const ts_comm_regi
 /* Whether region exchanges over c go as single copies between the processes (every rank on one
  * node and process_vm_readv allowed: cma.c); the same on every rank of c. */
 bool ts_comm_single_copy(const ts_comm *c);
-/* One copy between a region of this process and a region of another process of this node (a
- * client's memory: `remote`'s base is an address there): reads remote into local
- * (process_vm_readv), or writes local into remote. Both regions hold the same bytes. Errors
- * name the process and the system's reason (EPERM: ptrace rules; EFAULT: not mapped there;
- * ESRCH: the process is gone). Not collective. */
-int ts_comm_process_copy(int64_t pid, bool write, const ts_comm_region *local,
+/* A client process a single copy acts on (proc.c): its pid, the uid the kernel reported with
+ * its request, and its start time (clock ticks after boot, /proc/PID/stat), which together name
+ * one process even after its pid went to another. */
+typedef struct ts_comm_proc {
+  int64_t pid;
+  uint32_t uid;
+  uint64_t start;
+} ts_comm_proc;
+/* A pidfd of pid (-1 with errno set when it cannot be had). */
+int ts_comm_proc_open(int64_t pid);
+/* Whether the process of a pidfd has not exited (false for -1). */
+bool ts_comm_proc_alive(int pidfd);
+/* The start time of the process of pidfd, whose pid is pid: 0, or -1 when it cannot be read or
+ * the process exited meanwhile. */
+int ts_comm_proc_start(int64_t pid, int pidfd, uint64_t *start);
+/* Pins the process p names: *pidfd open on it when it is alive, has p's start time and all its
+ * uids (real, effective, saved) are p's uid. Else -1 and TS_NOT_FOUND (gone), TS_AUTH (another
+ * process holds the pid now) or TS_NO_DIRECT (its uids differ; /proc or pidfds unavailable). */
+int ts_comm_proc_pin(const ts_comm_proc *p, int *pidfd, ts_error *err);
+/* Closes the pidfd of ts_comm_proc_pin (-1: nothing) and returns rc, or TS_NOT_FOUND when rc was
+ * TS_OK and the process exited meanwhile (what was copied may come from another process). */
+int ts_comm_proc_unpin(const ts_comm_proc *p, int *pidfd, int rc, ts_error *err);
+/* One copy between a region of this process and a region of a client process of this node
+ * (`remote`'s base is an address there), pinned around the copy (ts_comm_proc_pin): reads
+ * remote into local (process_vm_readv), or writes local into remote. Both regions hold the same
+ * bytes. Errors name the process and the reason (those of the pin; EPERM: ptrace rules;
+ * EFAULT: not mapped there). Not collective. */
+int ts_comm_process_copy(const ts_comm_proc *proc, bool write, const ts_comm_region *local,
                          const ts_comm_region *remote, ts_error *err);
 /* Point-to-point regions: posts every receive and send (peers are comm ranks), then waits. */
 int ts_comm_exchange_regions(ts_comm *c, int nsend, const int *send_peers,

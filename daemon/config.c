@@ -46,8 +46,13 @@ static const cfg_entry table[] = {
     {"copy-threads", SIZE(copy_threads, 0, 1024), "0",
      "threads of the strided-copy kernel (0: the kernel's default, all cores)"},
     {"frame-timeout", CFG_DURATION, offsetof(tsd_config, frame_timeout), 0, 10, 3600000, "30s",
-     "time a client has to send a whole frame once it began one, and a TCP client to present "
-     "its token after connecting (ms or s suffix; default unit s)"},
+     "time a client has to send a whole frame once it began one (ms or s suffix; default unit s)"},
+    {"auth-timeout", CFG_DURATION, offsetof(tsd_config, auth_timeout), 0, 10, 3600000, "2s",
+     "time a TCP client has to present its token after connecting; then it is closed (ms or s "
+     "suffix)"},
+    {"max-unauthenticated", SIZE(max_unauth, 1, 1LL << 20), "64",
+     "TCP connections that have not presented their token yet, at most; past it a new TCP "
+     "connection is closed at once (Unix-socket clients never count)"},
     {"pool-cache", SIZE(pool_cache, 0, 1LL << 50), "1G",
      "freed buffers kept for reuse, at most (0: none; the memory limit counts them too)"},
     {"pool-idle-ms", SIZE(pool_idle_ms, 0, 86400000), "2000",

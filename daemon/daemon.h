@@ -46,7 +46,9 @@ typedef struct tsd_config {
   int64_t chunk;        /* default chunk of get answers */
   int64_t ckpt_chunk;   /* checkpoint saves: chunk size of pieces (0: whole pieces) */
   int64_t copy_threads; /* strided-copy threads (0: all cores) */
-  int64_t frame_timeout; /* ms: to finish a frame once begun, and for a TCP client's token */
+  int64_t frame_timeout; /* ms: to finish a frame once begun */
+  int64_t auth_timeout;  /* ms: for a TCP client to present its token after connecting */
+  int64_t max_unauth;    /* TCP connections without their token yet, at most */
   int64_t pool_cache;   /* bytes of freed buffers the pool keeps for reuse */
   int64_t pool_idle_ms; /* cached buffers idle this long go back to the OS */
   int64_t pool_huge;    /* 1: stored slices and staging ask for transparent huge pages */

@@ -103,6 +103,9 @@ void tsd_session_copy_direct(tsd_engine *e, tsd_session *s, const char *name, ui
 int tsd_client_probe(const Tshard__ClientMemory *m, ts_error *err);
 int tsd_client_copy(const Tshard__ClientMemory *m, bool write, uint8_t *buf, uint64_t n,
                     ts_error *err);
+/* The process a ClientMemory names (pid, uid and start time, set by the loop thread); every copy
+ * checks it still is the process that sent the request (ts_comm_proc_pin). */
+ts_comm_proc tsd_client_proc(const Tshard__ClientMemory *m);
 void tsd_session_copy_reset(tsd_engine *e, tsd_session *s);
 /* The connection's shared segment (shm.c); setting one releases the previous. */
 tsd_shm_seg *tsd_session_shm(const tsd_session *s);

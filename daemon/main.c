@@ -4,15 +4,36 @@
  * starts the libuv loop thread on this rank's socket, logs the ready line, and runs the engine on
  * this thread until a shutdown (request or SIGTERM/SIGINT) has run on every rank. Then it stops
  * the loop thread (answers flushed, sockets removed) and finalizes MPI. Exit code 0 on a clean
- * shutdown. */
+ * shutdown. The soft limit of open descriptors is raised to the hard one at start: clients,
+ * segments and MPI all take descriptors, and the cap on unauthenticated connections
+ * (--max-unauthenticated) keeps those far below it. */
 #include <malloc.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "daemon.h"
 #include "ts_comm.h"
+
+/* The soft limit of open descriptors up to the hard one (capped by what the kernel allows a
+ * process, fs.nr_open, when the hard one is unlimited). */
+static void raise_fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == rl.rlim_max)
+    return;
+  rlim_t want = rl.rlim_max;
+  if (want == RLIM_INFINITY) {
+    FILE *f = fopen("/proc/sys/fs/nr_open", "r");
+    unsigned long long n = 0;
+    want = f && fscanf(f, "%llu", &n) == 1 && n > 0 ? (rlim_t)n : rl.rlim_cur;
+    if (f)
+      fclose(f);
+  }
+  rl.rlim_cur = want;
+  setrlimit(RLIMIT_NOFILE, &rl); /* best effort: the soft limit stays otherwise */
+}
 
 int main(int argc, char **argv) {
   tsd_config cfg;
@@ -26,6 +47,7 @@ int main(int argc, char **argv) {
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   ts_kernels_set_threads((int)cfg.copy_threads);
   signal(SIGPIPE, SIG_IGN);
+  raise_fd_limit();
   ts_error err;
   ts_error_clear(&err);
   ts_world *world = NULL;

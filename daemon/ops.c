@@ -288,7 +288,8 @@ int tsd_run_put(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
     if (!lst && op->origin == e->rank)
       lst = client_here(origin, &lerr);
     int rc = agree(e, lst, &lerr, err);
-    return rc ? rc : ts_scatter_gather_direct(e->world, t, op->origin, m->pid, m->address, true,
+    ts_comm_proc proc = tsd_client_proc(m);
+    return rc ? rc : ts_scatter_gather_direct(e->world, t, op->origin, &proc, m->address, true,
                                               err);
   }
   if (!lst && op->origin == e->rank && (!origin || !origin->staging || origin->staging_bytes != bytes))
@@ -387,8 +388,9 @@ int tsd_run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
     lst = tsd_client_probe(m, &lerr);
   if (m && t && ts_scatter_direct_applies(e->world, t)) { /* every rank writes its piece there */
     int rc = agree(e, lst, &lerr, err);
+    ts_comm_proc proc = tsd_client_proc(m);
     if (!rc)
-      rc = ts_scatter_gather_direct(e->world, t, op->origin, m->pid, m->address, false, err);
+      rc = ts_scatter_gather_direct(e->world, t, op->origin, &proc, m->address, false, err);
     if (!rc && op->origin == e->rank && origin && origin->conn_id)
       tsd_session_copy_direct(e, tsd_session_get(e, origin->conn_id, true), name, bytes);
     return rc;

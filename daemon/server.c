@@ -16,11 +16,26 @@
  * TSD_SMALL_FRAME are each connection's own share (pings, lists, creates always get through),
  * larger ones draw on a budget of TSD_FRAME_BUDGET maximum frames shared by all connections and
  * are refused before a TCP connection presented its token. A frame must arrive whole within
- * --frame-timeout of its first byte, and a TCP client must present its token within it after
- * connecting; a sweep timer closes the connections that do not (status TIMEOUT).
+ * --frame-timeout of its first byte, and a TCP client must present its token within
+ * --auth-timeout after connecting; a sweep timer closes the connections that do not (status
+ * TIMEOUT). At most --max-unauthenticated TCP connections wait for their token at once: past it a
+ * new TCP connection is closed as soon as it is accepted, so a flood of them cannot take the
+ * descriptors the job's Unix-socket clients need (those never count). Warnings about such
+ * connections are rate-limited (conn_warn).
+ * Unix connections belong to the process that opened them (its pid from SO_PEERCRED, a pidfd
+ * from SO_PEERPIDFD, its start time). They are read with recvmsg under SO_PASSCRED, so every
+ * chunk comes with the kernel's credentials of the process that wrote it (the kernel never
+ * joins bytes of two writers in one read): a frame written by another process (a child after
+ * fork(), a process the descriptor was passed to), by several, or after the owner exited is
+ * refused (AUTH) whatever it asks, and a request naming the client's memory carries the
+ * owner's pid and start time and the sender's uid, which every rank checks again before it
+ * copies (comm/proc.c). libuv reads with read(), which drops credentials, so a Unix connection's
+ * reads go through a uv_poll_t on a dup() of its descriptor; the uv_pipe_t serves the writes.
  * Shutdown: the engine finishes, then tsd_server_stop flushes the answers, removes the sockets
  * and closes every handle (a timer forces the close of clients that do not read). */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -30,6 +45,11 @@
 #include <uv.h>
 
 #include "daemon.h"
+#include "ts_comm.h"
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77 /* Linux 6.5 */
+#endif
 
 #define TSD_MAX_INFLIGHT 2
 /* Frames being received at once, in maximum frames: many clients that announce large frames and
@@ -38,6 +58,16 @@
 /* Frames up to this size are received outside the budget (one per connection). It also bounds a
  * TCP connection's frames until it presented its token (a ping with a token is ~300 bytes). */
 #define TSD_SMALL_FRAME 4096
+/* Warnings about connections: at most one line in this many ms (conn_warn). */
+#define TSD_WARN_EVERY_MS 1000
+/* Chunks read from one Unix connection per wake-up, at most (the others get their turn). */
+#define TSD_READS_PER_WAKE 64
+
+/* The process that wrote a chunk of a Unix connection (SCM_CREDENTIALS; pid 0: none came). */
+typedef struct sender {
+  int64_t pid;
+  uint32_t uid;
+} sender;
 
 typedef struct conn {
   union {
@@ -46,12 +76,22 @@ typedef struct conn {
     uv_stream_t stream;
     uv_handle_t handle;
   } h;
+  uv_poll_t rpoll; /* Unix sockets: reads (recvmsg) on rfd, a dup() of the pipe's descriptor */
+  int rfd;         /* -1: none (TCP) */
+  int handles;     /* handles still to close: freed when none is left */
   struct conn *next;
   struct tsd_server *srv;
   uint64_t id;
-  bool is_tcp, authed, closing, close_after_write;
+  bool is_tcp, authed, closing, close_after_write, reading;
+  bool unauth_counted; /* TCP: counted in the server's unauthenticated connections */
   int inflight; /* requests with the engine */
-  int64_t peer_pid; /* Unix sockets: the client's process (SO_PEERCRED), 0 when unknown */
+  /* Unix sockets: the process that opened the connection (SO_PEERCRED; 0 when unknown), a pidfd
+   * of it (-1: none) and its start time (0: unknown). */
+  int64_t owner_pid;
+  int owner_pidfd;
+  uint64_t owner_start;
+  sender frame_from; /* who wrote the frame being received (Unix sockets) */
+  bool frame_mixed;  /* ... its bytes came from several processes */
   uint8_t header[TSD_FRAME_HEADER];
   size_t have_header;
   uint64_t opened_ms, frame_start_ms; /* loop time of the accept, of a frame's first byte */
@@ -76,7 +116,7 @@ struct tsd_server {
   uv_async_t async;
   uv_signal_t sigterm, sigint;
   uv_timer_t stop_timer;
-  uv_timer_t sweep_timer; /* closes connections past --frame-timeout */
+  uv_timer_t sweep_timer; /* closes connections past --frame-timeout or --auth-timeout */
   pthread_t thread;
   tsd_shared *sh;
   const tsd_config *cfg;
@@ -88,9 +128,38 @@ struct tsd_server {
   tsd_loop_info info;
   int64_t frame_bytes;  /* buffers of frames being received, all connections */
   int64_t frame_budget; /* their bound: TSD_FRAME_BUDGET maximum frames */
+  int64_t unauthed;     /* TCP connections that have not presented their token yet */
+  uint64_t warn_ms;     /* loop time of the last connection warning (conn_warn) */
+  uint64_t warn_left_out; /* warnings not written since */
+  bool warned;
 };
 
 static void conn_close(conn *c);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
+static void on_poll(uv_poll_t *p, int status, int events);
+
+/* Reading from a connection starts and stops here (backpressure, refusals, shutdown): through
+ * libuv's reads for TCP, through the poll handle of its descriptor's dup for Unix sockets. */
+static void conn_read_start(conn *c) {
+  if (c->reading || c->closing)
+    return;
+  c->reading = true;
+  if (c->rfd >= 0)
+    uv_poll_start(&c->rpoll, UV_READABLE, on_poll);
+  else
+    uv_read_start(&c->h.stream, on_alloc, on_read);
+}
+
+static void conn_read_stop(conn *c) {
+  if (!c->reading)
+    return;
+  c->reading = false;
+  if (c->rfd >= 0)
+    uv_poll_stop(&c->rpoll);
+  else
+    uv_read_stop(&c->h.stream);
+}
 
 uint64_t tsd_server_connections(tsd_server *s) {
   return s ? __atomic_load_n(&s->nconns, __ATOMIC_RELAXED) : 0;
@@ -98,11 +167,55 @@ uint64_t tsd_server_connections(tsd_server *s) {
 
 static void close_if_open(uv_handle_t *h);
 
+/* Warnings about connections refused or closed for what their client did: at most one line
+ * every TSD_WARN_EVERY_MS, which says how many were left out before it (the sweep timer writes
+ * the count when no other line comes), so that a flood of connections cannot flood the log. */
+__attribute__((format(printf, 2, 3))) static void conn_warn(tsd_server *s, const char *fmt, ...) {
+  if (TSD_LOG_WARN > tsd_log_threshold)
+    return;
+  uint64_t now = uv_now(&s->loop);
+  if (s->warned && now - s->warn_ms < TSD_WARN_EVERY_MS) {
+    s->warn_left_out++;
+    return;
+  }
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  if (s->warn_left_out)
+    TSD_LOG(TSD_LOG_WARN, "%s (and %llu more warnings about connections left out since the "
+            "last one)", line, (unsigned long long)s->warn_left_out);
+  else
+    TSD_LOG(TSD_LOG_WARN, "%s", line);
+  s->warned = true;
+  s->warn_ms = now;
+  s->warn_left_out = 0;
+}
+
+/* The count of warnings left out, once no other warning came for TSD_WARN_EVERY_MS. */
+static void conn_warn_flush(tsd_server *s) {
+  if (s->warn_left_out && uv_now(&s->loop) - s->warn_ms >= TSD_WARN_EVERY_MS) {
+    TSD_LOG(TSD_LOG_WARN, "%llu more warnings about connections left out",
+            (unsigned long long)s->warn_left_out);
+    s->warn_left_out = 0;
+    s->warn_ms = uv_now(&s->loop);
+  }
+}
+
 static void on_conn_closed(uv_handle_t *h) {
   conn *c = h->data;
+  if (--c->handles > 0)
+    return;
   tsd_server *s = c->srv;
   if (c->frame && c->frame_len > TSD_SMALL_FRAME)
     s->frame_bytes -= c->frame_len;
+  if (c->unauth_counted)
+    s->unauthed--;
+  if (c->rfd >= 0)
+    close(c->rfd);
+  if (c->owner_pidfd >= 0)
+    close(c->owner_pidfd);
   free(c->frame);
   free(c);
   if (s && s->stopping && !s->conns)
@@ -127,6 +240,8 @@ static void conn_close(conn *c) {
     tsd_push_work(s->sh, w);
   }
   uv_close(&c->h.handle, on_conn_closed);
+  if (c->rfd >= 0)
+    uv_close((uv_handle_t *)&c->rpoll, on_conn_closed);
 }
 
 static void on_written(uv_write_t *req, int status) {
@@ -163,7 +278,7 @@ static void conn_reply_error(conn *c, uint64_t id, int status, const char *msg, 
   uint8_t *frame;
   size_t len;
   if (close)
-    uv_read_stop(&c->h.stream); /* nothing more is read from a connection being closed */
+    conn_read_stop(c); /* nothing more is read from a connection being closed */
   if (tsd_error_frame(id, status, msg, &frame, &len) == TS_OK) {
     c->close_after_write = close;
     conn_write(c, frame, len);
@@ -172,18 +287,57 @@ static void conn_reply_error(conn *c, uint64_t id, int status, const char *msg, 
   }
 }
 
-/* The process at the other end of a Unix socket, as the kernel saw it connect (0: unknown). */
-static int64_t peer_pid(const uv_handle_t *h) {
-  uv_os_fd_t fd;
+/* The process that opened a Unix connection, as the kernel saw it connect (SO_PEERCRED), a
+ * pidfd of it (SO_PEERPIDFD names that very process; pidfd_open where the kernel lacks it) and
+ * its start time, read while the pidfd shows it alive. Unknown: pid 0, pidfd -1, start 0. */
+static void conn_owner(conn *c, int fd) {
   struct ucred cr;
   socklen_t len = sizeof cr;
-  if (uv_fileno(h, &fd) != 0 || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0)
-    return 0;
-  return (int64_t)cr.pid;
+  c->owner_pidfd = -1;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 || cr.pid <= 0)
+    return;
+  c->owner_pid = cr.pid;
+  int pidfd = -1;
+  len = sizeof pidfd;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0 || pidfd < 0)
+    pidfd = ts_comm_proc_open(c->owner_pid);
+  if (pidfd >= 0)
+    fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+  c->owner_pidfd = pidfd;
+  if (pidfd >= 0 && ts_comm_proc_start(c->owner_pid, pidfd, &c->owner_start) != 0)
+    c->owner_start = 0;
 }
 
-/* A put or get (whole or slice) naming the client's memory: only over a Unix socket, and the process is
- * the one the kernel names, whatever the client wrote. False after answering a refusal. */
+/* A frame of a Unix connection must come whole from the process that opened it, while that
+ * process lives (a pid equal to the owner's after the owner exited is another process). False
+ * after answering a refusal (the connection stays open: its owner may still use it). */
+static bool sender_ok(conn *c, uint64_t req_id) {
+  char msg[400];
+  const sender *f = &c->frame_from;
+  if (c->frame_mixed)
+    snprintf(msg, sizeof msg, "this request's bytes were written by several processes (%lld "
+             "among them) on one connection at once; the connection belongs to process %lld "
+             "(which opened it): after fork() a process must open its own connection",
+             (long long)f->pid, (long long)c->owner_pid);
+  else if (f->pid != c->owner_pid)
+    snprintf(msg, sizeof msg, "this connection belongs to process %lld (which opened it); "
+             "process %lld sent this request: after fork() a process must open its own "
+             "connection", (long long)c->owner_pid, (long long)f->pid);
+  else if (c->owner_pidfd >= 0 && !ts_comm_proc_alive(c->owner_pidfd))
+    snprintf(msg, sizeof msg, "this connection belongs to process %lld, which opened it and "
+             "has exited; the process now holding pid %lld sent this request: a process must "
+             "open its own connection", (long long)c->owner_pid, (long long)f->pid);
+  else
+    return true;
+  conn_warn(c->srv, "connection %llu: a request from process %lld refused: %s",
+            (unsigned long long)c->id, (long long)f->pid, msg);
+  conn_reply_error(c, req_id, TS_AUTH, msg, false);
+  return false;
+}
+
+/* A put or get (whole or slice) naming the client's memory: only over a Unix socket, and the
+ * process is the one that sent it (sender_ok: the connection's owner), named by pid, start time
+ * and the uid of its credentials, whatever the client wrote. False after answering a refusal. */
 static bool client_memory_ok(conn *c, Tshard__Request *req) {
   Tshard__ClientMemory *m = NULL;
   if (req->op_case == TSHARD__REQUEST__OP_PUT)
@@ -196,18 +350,21 @@ static bool client_memory_ok(conn *c, Tshard__Request *req) {
     m = req->get_slice->client_memory;
   if (!m)
     return true;
-  if (c->is_tcp || c->peer_pid <= 0 || c->srv->direct_off) {
+  if (c->is_tcp || c->owner_pid <= 0 || c->owner_start == 0 || c->srv->direct_off) {
     conn_reply_error(c, req->id, TS_NO_DIRECT,
                      c->is_tcp ? "the client's memory can be reached only over a Unix socket on "
                                  "the daemon's node; over TCP the data travels in the frames"
                      : c->srv->direct_off
                          ? "this daemon does not reach into clients' memory (TSHARD_DIRECT=0 "
                            "where it started); the data goes through the shared segment"
-                         : "the client's process is unknown (no peer credentials)",
+                         : "the client's process cannot be identified (no peer credentials, "
+                           "pidfd or /proc entry); the data goes through the shared segment",
                      false);
     return false;
   }
-  m->pid = c->peer_pid;
+  m->pid = c->owner_pid;
+  m->uid = c->frame_from.uid;
+  m->start_time = c->owner_start;
   return true;
 }
 
@@ -248,6 +405,10 @@ static void process_frame(conn *c) {
   if (rc == TS_OK)
     rc = tsd_request_check_strings(frame, len, &err);
   free(frame);
+  if (!rc && !c->is_tcp && !sender_ok(c, req->id)) {
+    tsd_request_free(&req);
+    return;
+  }
   if (rc) {
     conn_reply_error(c, req ? req->id : 0, rc, err.msg, c->is_tcp && !c->authed);
     tsd_request_free(&req);
@@ -255,14 +416,17 @@ static void process_frame(conn *c) {
   }
   if (c->is_tcp && !c->authed) {
     if (!token_ok(req->token, s->cfg->token)) {
-      TSD_LOG(TSD_LOG_WARN, "TCP connection %llu presented a wrong token; closing it",
-              (unsigned long long)c->id);
+      conn_warn(s, "TCP connection %llu presented a wrong token; closing it",
+                (unsigned long long)c->id);
       conn_reply_error(c, req->id, TS_AUTH, "wrong or missing token; TCP clients must send the "
                        "token of the daemon's --token-file", true);
       tsd_request_free(&req);
       return;
     }
     c->authed = true;
+    if (c->unauth_counted)
+      s->unauthed--;
+    c->unauth_counted = false;
   }
   const tsd_op *op;
   if ((rc = tsd_request_validate(req, &s->lim, &op, &err))) {
@@ -309,18 +473,80 @@ static void process_frame(conn *c) {
   w->op = op;
   w->scope = scope;
   if (++c->inflight >= TSD_MAX_INFLIGHT)
-    uv_read_stop(&c->h.stream);
+    conn_read_stop(c);
   tsd_push_work(s->sh, w);
 }
 
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-  (void)suggested;
-  conn *c = h->data;
+/* Where the next bytes of a connection go: the rest of the frame header, else of the frame. */
+static void conn_buf(conn *c, uv_buf_t *buf) {
   if (c->frame)
     *buf = uv_buf_init((char *)c->frame + c->have, (unsigned)(c->frame_len - c->have));
   else
     *buf = uv_buf_init((char *)c->header + c->have_header,
                        (unsigned)(TSD_FRAME_HEADER - c->have_header));
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)suggested;
+  conn_buf(h->data, buf);
+}
+
+/* A frame header is complete: the frame's buffer, after the checks of its length. */
+static void frame_begin(conn *c) {
+  uint32_t len = tsd_frame_length(c->header);
+  ts_error err;
+  int rc = tsd_frame_check(len, c->srv->cfg->max_frame, &err);
+  if (rc) {
+    conn_warn(c->srv, "connection %llu: %s; closing it", (unsigned long long)c->id, err.msg);
+    conn_reply_error(c, 0, rc, err.msg, true);
+    return;
+  }
+  if (len > TSD_SMALL_FRAME && c->is_tcp && !c->authed) {
+    conn_warn(c->srv, "connection %llu: frame of %u bytes before the token; closing it",
+              (unsigned long long)c->id, len);
+    conn_reply_error(c, 0, TS_AUTH, "a TCP connection first presents the token in a frame of "
+                     "at most 4096 bytes (a ping); larger frames only after that", true);
+    return;
+  }
+  bool small = len <= TSD_SMALL_FRAME;
+  if (!small && c->srv->frame_bytes + (int64_t)len > c->srv->frame_budget) {
+    conn_warn(c->srv, "connection %llu: frame of %u bytes refused, %lld bytes of frames "
+              "already being received", (unsigned long long)c->id, len,
+              (long long)c->srv->frame_bytes);
+    conn_reply_error(c, 0, TS_LIMIT, "the daemon is receiving too many large frames at once; "
+                     "retry later or send smaller chunks", true);
+    return;
+  }
+  c->frame = malloc(len);
+  if (!c->frame) {
+    conn_reply_error(c, 0, TS_NO_MEMORY, "no memory for the frame", true);
+    return;
+  }
+  c->frame_len = len;
+  c->have = 0;
+  if (!small)
+    c->srv->frame_bytes += len;
+}
+
+/* n bytes arrived where conn_buf said, written by `from` (Unix sockets; NULL for TCP). */
+static void conn_take(conn *c, size_t n, const sender *from) {
+  if (!c->frame && c->have_header == 0) { /* a frame's first bytes */
+    c->frame_start_ms = uv_now(&c->srv->loop);
+    c->frame_mixed = false;
+    if (from)
+      c->frame_from = *from;
+  } else if (from && (from->pid != c->frame_from.pid || from->uid != c->frame_from.uid)) {
+    c->frame_mixed = true;
+  }
+  if (!c->frame) {
+    c->have_header += n;
+    if (c->have_header == TSD_FRAME_HEADER)
+      frame_begin(c);
+    return;
+  }
+  c->have += n;
+  if (c->have == c->frame_len)
+    process_frame(c);
 }
 
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
@@ -333,67 +559,137 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
     conn_close(c); /* mid-frame or not: everything it held is freed */
     return;
   }
-  if (nread == 0 || c->closing)
-    return;
-  if (!c->frame) {
-    if (c->have_header == 0)
-      c->frame_start_ms = uv_now(&c->srv->loop);
-    c->have_header += (size_t)nread;
-    if (c->have_header < TSD_FRAME_HEADER)
-      return;
-    uint32_t len = tsd_frame_length(c->header);
-    ts_error err;
-    int rc = tsd_frame_check(len, c->srv->cfg->max_frame, &err);
-    if (rc) {
-      TSD_LOG(TSD_LOG_WARN, "connection %llu: %s; closing it", (unsigned long long)c->id,
-              err.msg);
-      uv_read_stop(st);
-      conn_reply_error(c, 0, rc, err.msg, true);
-      return;
+  if (nread > 0 && !c->closing)
+    conn_take(c, (size_t)nread, NULL);
+}
+
+/* One recvmsg from a Unix connection into buf, with the credentials of the process that wrote
+ * those bytes (pid 0 when none came); descriptors a client sent are closed. */
+static ssize_t recv_creds(int fd, uv_buf_t buf, sender *from) {
+  union {
+    struct cmsghdr align;
+    char bytes[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(16 * sizeof(int))];
+  } ctl;
+  struct iovec iov = {buf.base, buf.len};
+  struct msghdr mh;
+  memset(&mh, 0, sizeof mh);
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = ctl.bytes;
+  mh.msg_controllen = sizeof ctl.bytes;
+  from->pid = 0;
+  from->uid = UINT32_MAX;
+  ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (n <= 0)
+    return n;
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET)
+      continue;
+    if (cm->cmsg_type == SCM_CREDENTIALS && cm->cmsg_len >= CMSG_LEN(sizeof(struct ucred))) {
+      struct ucred u;
+      memcpy(&u, CMSG_DATA(cm), sizeof u);
+      from->pid = u.pid;
+      from->uid = u.uid;
+    } else if (cm->cmsg_type == SCM_RIGHTS) {
+      size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < k; i++) {
+        int x;
+        memcpy(&x, CMSG_DATA(cm) + i * sizeof(int), sizeof x);
+        close(x);
+      }
     }
-    if (len > TSD_SMALL_FRAME && c->is_tcp && !c->authed) {
-      TSD_LOG(TSD_LOG_WARN, "connection %llu: frame of %u bytes before the token; closing it",
-              (unsigned long long)c->id, len);
-      uv_read_stop(st);
-      conn_reply_error(c, 0, TS_AUTH, "a TCP connection first presents the token in a frame of "
-                       "at most 4096 bytes (a ping); larger frames only after that", true);
-      return;
-    }
-    bool small = len <= TSD_SMALL_FRAME;
-    if (!small && c->srv->frame_bytes + (int64_t)len > c->srv->frame_budget) {
-      TSD_LOG(TSD_LOG_WARN, "connection %llu: frame of %u bytes refused, %lld bytes of frames "
-              "already being received", (unsigned long long)c->id, len,
-              (long long)c->srv->frame_bytes);
-      conn_reply_error(c, 0, TS_LIMIT, "the daemon is receiving too many large frames at once; "
-                       "retry later or send smaller chunks", true);
-      return;
-    }
-    c->frame = malloc(len);
-    if (!c->frame) {
-      uv_read_stop(st);
-      conn_reply_error(c, 0, TS_NO_MEMORY, "no memory for the frame", true);
-      return;
-    }
-    c->frame_len = len;
-    c->have = 0;
-    if (!small)
-      c->srv->frame_bytes += len;
+  }
+  return n;
+}
+
+/* A Unix connection is readable: its chunks, each with its writer, until none is left (or a
+ * bound, so that one busy client does not starve the others). */
+static void on_poll(uv_poll_t *p, int status, int events) {
+  (void)events;
+  conn *c = p->data;
+  if (status < 0) {
+    TSD_LOG(TSD_LOG_DEBUG, "connection %llu: %s", (unsigned long long)c->id, uv_strerror(status));
+    conn_close(c);
     return;
   }
-  c->have += (size_t)nread;
-  if (c->have == c->frame_len)
-    process_frame(c);
+  for (int i = 0; i < TSD_READS_PER_WAKE && c->reading && !c->closing; i++) {
+    uv_buf_t buf;
+    sender from;
+    conn_buf(c, &buf);
+    ssize_t n = recv_creds(c->rfd, buf, &from);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return;
+    if (n <= 0) {
+      if (n < 0)
+        TSD_LOG(TSD_LOG_DEBUG, "connection %llu: %s", (unsigned long long)c->id, strerror(errno));
+      conn_close(c); /* mid-frame or not: everything it held is freed */
+      return;
+    }
+    conn_take(c, (size_t)n, &from);
+  }
+}
+
+/* A TCP connection past --max-unauthenticated: answered LIMIT when the answer fits the socket
+ * at once (nothing is read from it) and closed. */
+static void refuse_unauthenticated(conn *c) {
+  tsd_server *s = c->srv;
+  conn_warn(s, "TCP connection %llu refused: %lld connections are waiting to present their "
+            "token (--max-unauthenticated)", (unsigned long long)c->id, (long long)s->unauthed);
+  uint8_t *frame;
+  size_t len;
+  uv_os_fd_t fd;
+  char msg[200];
+  snprintf(msg, sizeof msg, "the daemon has %lld TCP connections that have not presented their "
+           "token yet, its --max-unauthenticated; retry later", (long long)s->unauthed);
+  if (uv_fileno(&c->h.handle, &fd) == 0 && tsd_error_frame(0, TS_LIMIT, msg, &frame, &len) == TS_OK) {
+    ssize_t sent = send(fd, frame, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)sent; /* best effort: the connection closes either way */
+    free(frame);
+  }
+  uv_close(&c->h.handle, on_conn_closed);
+}
+
+/* A Unix connection: credentials with every chunk (SO_PASSCRED; the listening socket has it too,
+ * so bytes written before the accept carry them as well), its owner, and the poll handle its
+ * reads go through. False when it cannot be served (then closed). */
+static bool unix_conn_setup(conn *c) {
+  uv_os_fd_t fd;
+  int one = 1;
+  if (uv_fileno(&c->h.handle, &fd) != 0 || setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one,
+                                                       sizeof one) != 0)
+    return false;
+  conn_owner(c, fd);
+  c->rfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (c->rfd < 0)
+    return false;
+  if (uv_poll_init(&c->srv->loop, &c->rpoll, c->rfd) != 0) {
+    close(c->rfd);
+    c->rfd = -1;
+    return false;
+  }
+  c->rpoll.data = c;
+  c->handles++;
+  return true;
 }
 
 static void on_connection(uv_stream_t *server, int status) {
   tsd_server *s = server->data;
-  if (status < 0 || s->stopping)
+  if (status < 0) {
+    conn_warn(s, "cannot accept a connection: %s", uv_strerror(status));
+    return;
+  }
+  if (s->stopping)
     return;
   conn *c = calloc(1, sizeof *c);
   if (!c)
     return;
   c->srv = s;
   c->id = ++s->next_id;
+  c->rfd = -1;
+  c->owner_pidfd = -1;
+  c->handles = 1;
   c->is_tcp = server == (uv_stream_t *)&s->tcp_srv;
   if (c->is_tcp)
     uv_tcp_init(&s->loop, &c->h.tcp);
@@ -404,17 +700,27 @@ static void on_connection(uv_stream_t *server, int status) {
     uv_close(&c->h.handle, on_conn_closed);
     return;
   }
-  if (c->is_tcp)
+  if (c->is_tcp && s->unauthed >= s->cfg->max_unauth) {
+    refuse_unauthenticated(c);
+    return;
+  }
+  if (c->is_tcp) {
     uv_tcp_nodelay(&c->h.tcp, 1);
-  else
-    c->peer_pid = peer_pid(&c->h.handle);
+    c->unauth_counted = true;
+    s->unauthed++;
+  } else if (!unix_conn_setup(c)) {
+    TSD_LOG(TSD_LOG_WARN, "connection %llu: cannot read credentials on it: %s; closing it",
+            (unsigned long long)c->id, strerror(errno));
+    uv_close(&c->h.handle, on_conn_closed);
+    return;
+  }
   c->opened_ms = uv_now(&s->loop);
   int sndbuf = 4 << 20; /* answers of many MiB: fewer wake-ups of the reading client */
   uv_send_buffer_size(&c->h.handle, &sndbuf);
   c->next = s->conns;
   s->conns = c;
   __atomic_add_fetch(&s->nconns, 1, __ATOMIC_RELAXED);
-  uv_read_start(&c->h.stream, on_alloc, on_read);
+  conn_read_start(c);
 }
 
 static conn *find_conn(tsd_server *s, uint64_t id) {
@@ -461,7 +767,7 @@ static void deliver_replies(tsd_server *s) {
       else
         conn_write(c, r->frame, r->len);
       if (c->inflight-- == TSD_MAX_INFLIGHT && !s->stopping && !c->closing)
-        uv_read_start(&c->h.stream, on_alloc, on_read);
+        conn_read_start(c);
     } else {
       if (r->fd >= 0)
         close(r->fd);
@@ -483,27 +789,30 @@ static void on_stop_timer(uv_timer_t *t) {
   close_if_open((uv_handle_t *)&s->stop_timer);
 }
 
-/* Closes the connections that began a frame longer than --frame-timeout ago, and the TCP ones
- * that did not present their token within it. */
+/* Closes the TCP connections that did not present their token within --auth-timeout of
+ * connecting, and the connections that began a frame longer than --frame-timeout ago. */
 static void on_sweep(uv_timer_t *t) {
   tsd_server *s = t->data;
-  uint64_t now = uv_now(&s->loop), limit = (uint64_t)s->cfg->frame_timeout;
+  uint64_t now = uv_now(&s->loop), frame_limit = (uint64_t)s->cfg->frame_timeout;
+  uint64_t auth_limit = (uint64_t)s->cfg->auth_timeout;
   for (conn *c = s->conns, *next; c; c = next) {
     next = c->next;
     if (c->closing || c->close_after_write)
       continue;
     bool half = c->have_header > 0 || c->frame;
-    bool unauthed = c->is_tcp && !c->authed;
-    uint64_t since = half ? c->frame_start_ms : c->opened_ms;
-    if ((half || unauthed) && now - since >= limit) {
-      TSD_LOG(TSD_LOG_WARN, "connection %llu: %s within %lld ms; closing it",
-              (unsigned long long)c->id, half ? "frame not complete" : "no token",
-              (long long)limit);
-      conn_reply_error(c, 0, TS_TIMEOUT, half ? "the frame did not arrive whole within the "
-                       "daemon's --frame-timeout" : "no token within the daemon's "
-                       "--frame-timeout after connecting", true);
+    if (c->is_tcp && !c->authed && now - c->opened_ms >= auth_limit) {
+      conn_warn(s, "connection %llu: no token within %lld ms; closing it",
+                (unsigned long long)c->id, (long long)auth_limit);
+      conn_reply_error(c, 0, TS_TIMEOUT, "no token within the daemon's --auth-timeout after "
+                       "connecting", true);
+    } else if (half && now - c->frame_start_ms >= frame_limit) {
+      conn_warn(s, "connection %llu: frame not complete within %lld ms; closing it",
+                (unsigned long long)c->id, (long long)frame_limit);
+      conn_reply_error(c, 0, TS_TIMEOUT, "the frame did not arrive whole within the daemon's "
+                       "--frame-timeout", true);
     }
   }
+  conn_warn_flush(s);
 }
 
 static void begin_stop(tsd_server *s) {
@@ -519,7 +828,7 @@ static void begin_stop(tsd_server *s) {
   conn *c = s->conns;
   while (c) {
     conn *next = c->next;
-    uv_read_stop(&c->h.stream);
+    conn_read_stop(c);
     if (c->writes_pending == 0)
       conn_close(c);
     else
@@ -631,6 +940,11 @@ int tsd_server_start(tsd_server_opts *o, tsd_server **out, ts_error *err) {
   umask(old);
   if (uvrc == 0)
     chmod(s->path, 0600);
+  uv_os_fd_t lfd;
+  int one = 1; /* accepted connections inherit it: their first bytes carry credentials too */
+  if (uvrc == 0 && (uv_fileno((uv_handle_t *)&s->unix_srv, &lfd) != 0 ||
+                    setsockopt(lfd, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) != 0))
+    uvrc = UV_EINVAL;
   if (uvrc == 0)
     uvrc = uv_listen((uv_stream_t *)&s->unix_srv, 128, on_connection);
   if (uvrc < 0) {
@@ -655,7 +969,9 @@ int tsd_server_start(tsd_server_opts *o, tsd_server **out, ts_error *err) {
   }
   uv_timer_init(&s->loop, &s->sweep_timer);
   s->sweep_timer.data = s;
-  uint64_t tick = (uint64_t)o->cfg->frame_timeout / 4;
+  int64_t shortest = o->cfg->frame_timeout < o->cfg->auth_timeout ? o->cfg->frame_timeout
+                                                                  : o->cfg->auth_timeout;
+  uint64_t tick = (uint64_t)shortest / 4;
   tick = tick < 5 ? 5 : tick > 1000 ? 1000 : tick;
   uv_timer_start(&s->sweep_timer, on_sweep, tick, tick);
   uv_async_init(&s->loop, &s->async, on_async);

@@ -98,29 +98,38 @@ static tsd_session *chunk_source(tsd_engine *e, uint64_t conn_id, uint64_t req_i
   return c;
 }
 
+ts_comm_proc tsd_client_proc(const Tshard__ClientMemory *m) {
+  ts_comm_proc p = {m->pid, m->uid, m->start_time};
+  return p;
+}
+
 int tsd_client_probe(const Tshard__ClientMemory *m, ts_error *err) {
   uint8_t b;
   uint64_t ends[2] = {m->address, m->address + (m->bytes ? m->bytes - 1 : 0)};
-  for (int i = 0; i < (m->bytes > 1 ? 2 : 1); i++) {
+  ts_comm_proc proc = tsd_client_proc(m);
+  int pidfd = -1;
+  int rc = ts_comm_proc_pin(&proc, &pidfd, err); /* the process that asked, or none */
+  for (int i = 0; rc == TS_OK && i < (m->bytes > 1 ? 2 : 1); i++) {
     struct iovec l = {&b, 1}, r = {(void *)(uintptr_t)ends[i], 1};
     if (process_vm_readv((pid_t)m->pid, &l, 1, &r, 1, 0) == 1)
       continue;
     int e = errno;
     if (e == EFAULT)
-      return ts_error_set(err, TS_INVALID_ARGUMENT,
-                          "the client's memory [%#llx, +%llu bytes) is not mapped in its process "
-                          "%lld (byte %#llx)", (unsigned long long)m->address,
-                          (unsigned long long)m->bytes, (long long)m->pid,
-                          (unsigned long long)ends[i]);
-    if (e == ESRCH)
-      return ts_error_set(err, TS_NOT_FOUND, "the client's process %lld is gone",
-                          (long long)m->pid);
-    return ts_error_set(err, TS_NO_DIRECT,
+      rc = ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "the client's memory [%#llx, +%llu bytes) is not mapped in its process "
+                        "%lld (byte %#llx)", (unsigned long long)m->address,
+                        (unsigned long long)m->bytes, (long long)m->pid,
+                        (unsigned long long)ends[i]);
+    else if (e == ESRCH)
+      rc = ts_error_set(err, TS_NOT_FOUND, "the client's process %lld is gone",
+                        (long long)m->pid);
+    else
+      rc = ts_error_set(err, TS_NO_DIRECT,
                         "this daemon cannot read the memory of the client's process %lld (%s): "
                         "the data goes through the shared segment instead", (long long)m->pid,
                         strerror(e));
   }
-  return TS_OK;
+  return ts_comm_proc_unpin(&proc, &pidfd, rc, err);
 }
 
 int tsd_client_copy(const Tshard__ClientMemory *m, bool write, uint8_t *buf, uint64_t n,
@@ -134,7 +143,8 @@ int tsd_client_copy(const Tshard__ClientMemory *m, bool write, uint8_t *buf, uin
   rem = loc;
   loc.base = buf;
   rem.base = (void *)(uintptr_t)m->address;
-  return ts_comm_process_copy(m->pid, write, &loc, &rem, err);
+  ts_comm_proc proc = tsd_client_proc(m);
+  return ts_comm_process_copy(&proc, write, &loc, &rem, err);
 }
 
 /* A whole put from the client's memory (see the top): checked like any put, then submitted

@@ -342,8 +342,8 @@ static void client_region(const ts_stored *t, uint64_t addr, const ts_box *b,
   reg->base = (void *)(uintptr_t)at;
 }
 
-int ts_scatter_gather_direct(ts_world *world, ts_stored *t, int root, int64_t pid, uint64_t addr,
-                             bool put, ts_error *err) {
+int ts_scatter_gather_direct(ts_world *world, ts_stored *t, int root, const ts_comm_proc *proc,
+                             uint64_t addr, bool put, ts_error *err) {
   side self = {ts_world_rank(world), ts_world_size(world)};
   ts_comm *wc = ts_world_comm(world);
   ts_error lerr;
@@ -372,7 +372,7 @@ int ts_scatter_gather_direct(ts_world *world, ts_stored *t, int root, int64_t pi
     ts_comm_region loc, rem;
     piece_region(put ? &fresh : &t->local, boxes[me].lo, &boxes[me], &loc);
     client_region(t, addr, &boxes[me], &rem);
-    lst = ts_comm_process_copy(pid, !put, &loc, &rem, &lerr);
+    lst = ts_comm_process_copy(proc, !put, &loc, &rem, &lerr);
   }
   rc = ts_comm_agree(wc, lst, &lerr, err);
   if (rc == TS_OK && fresh.data) {

@@ -335,15 +335,16 @@ int ts_store_reshard_after(ts_store *s, ts_world *w, const char *name, const ts_
 bool ts_attr_has_partial(const ts_attr *a);
 int ts_scatter_gather(ts_world *world, ts_stored *t, int root, void *whole, bool put,
                       int64_t max_chunk, ts_error *err);
-/* The same with the whole tensor in another process of this node (a client's memory: pid, and
- * the address of its first byte there): every rank copies its own piece straight between its
+/* The same with the whole tensor in another process of this node (a client's memory: the
+ * process, checked by every rank before its copy, and the address of its first byte there): every rank copies its own piece straight between its
  * slice and that memory (ts_comm_process_copy), all at once; a get writes each distinct box
  * once, a put reads into new slices that replace the stored ones only when every rank read its
  * piece (a put that fails anywhere leaves the tensor as it was). Only where
  * ts_scatter_direct_applies (one node with single copies, no partial placement, no blocked
  * layout): the same answer on every rank. Collective; the status is agreed. */
 bool ts_scatter_direct_applies(ts_world *world, const ts_stored *t);
-int ts_scatter_gather_direct(ts_world *world, ts_stored *t, int root, int64_t pid, uint64_t addr,
-                             bool put, ts_error *err);
+typedef struct ts_comm_proc ts_comm_proc; /* ts_comm.h */
+int ts_scatter_gather_direct(ts_world *world, ts_stored *t, int root, const ts_comm_proc *proc,
+                             uint64_t addr, bool put, ts_error *err);
 
 #endif

@@ -96,6 +96,14 @@ if(TARGET tshardd AND TARGET tshard)
   set_tests_properties(test_e2e_direct PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                        ENVIRONMENT "${TS_MPI_TEST_ENV}")
 
+  # A Unix connection belongs to the process that opened it: libtshard after fork(), a frame of
+  # two writers, pid reuse, and the check of the process before every copy into a client.
+  tshard_e2e_test(test_e2e_owner)
+  target_link_libraries(test_e2e_owner PRIVATE tsproto tscomm)
+  add_test(NAME test_e2e_owner COMMAND test_e2e_owner)
+  set_tests_properties(test_e2e_owner PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_MPI_TEST_ENV}")
+
   # The memory limit under puts in progress, creates and reshards, step by step and concurrently.
   tshard_e2e_test(test_e2e_memlimit)
   target_link_libraries(test_e2e_memlimit PRIVATE tsproto)

@@ -8,9 +8,20 @@
  * connection describes a small tensor and lists the names again and again: at least 3 of those
  * answers must arrive before the reshard's answer (they used to queue behind it on the engine),
  * each must match what was created, and afterwards describe shows the new attribute with the
- * boxes the reference computes. Ordering is asserted, never wall time. */
+ * boxes the reference computes. Ordering is asserted, never wall time.
+ * A flood of TCP connections that never present their token: one daemon with
+ * --max-unauthenticated 32, --auth-timeout 3s and a descriptor limit of its open descriptors plus
+ * 48 (prlimit), 300 TCP connections opened from here while a Unix client connects and pings after
+ * every ten: every ping succeeds; at most 32 connections wait and are answered TIMEOUT (naming
+ * --auth-timeout) and closed no sooner than 3 s after they connected; all the others are closed
+ * well before that; the daemon's log has a few lines about them, not hundreds; a client with
+ * the token is served afterwards. */
 #include <errno.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -281,9 +292,220 @@ out:
   tse_stop(&job);
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * A flood of unauthenticated TCP connections. */
+
+#define FLOOD 300
+#define FLOOD_CAP 32
+#define FLOOD_AUTH_MS 3000
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int open_fds(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+  DIR *d = opendir(path);
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+    n += e->d_name[0] != '.';
+  if (d)
+    closedir(d);
+  return n;
+}
+
+static int tcp_connect(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    close(fd);
+    fd = -1;
+  }
+  return fd;
+}
+
+/* Lines of the log that mention what the flood caused. */
+static int flood_log_lines(const char *log, int *left_out) {
+  FILE *f = fopen(log, "r");
+  char line[2048];
+  int n = 0;
+  *left_out = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    bool about = strstr(line, "refused") || strstr(line, "no token") || strstr(line, "left out");
+    n += about;
+    *left_out += about && strstr(line, "left out") != NULL;
+  }
+  if (f)
+    fclose(f);
+  return n;
+}
+
+typedef struct flood_conn {
+  int fd;
+  int64_t opened, closed; /* ms; closed 0: still open */
+  uint8_t got[512];
+  size_t have;
+} flood_conn;
+
+/* Reads what the connections got until each is closed or the deadline passes. */
+static void flood_wait(flood_conn *fc, int n, int64_t deadline) {
+  struct pollfd *p = calloc((size_t)n, sizeof *p);
+  for (;;) {
+    int open = 0;
+    for (int i = 0; i < n; i++) {
+      p[i].fd = fc[i].closed ? -1 : fc[i].fd;
+      p[i].events = POLLIN;
+      open += !fc[i].closed;
+    }
+    int64_t left = deadline - mono_ms();
+    if (open == 0 || left <= 0 || poll(p, (nfds_t)n, (int)left) <= 0)
+      break;
+    for (int i = 0; i < n; i++) {
+      if (fc[i].closed || !p[i].revents)
+        continue;
+      uint8_t scratch[512];
+      size_t room = sizeof fc[i].got - fc[i].have;
+      ssize_t k = read(fc[i].fd, room ? fc[i].got + fc[i].have : scratch,
+                       room ? room : sizeof scratch);
+      if (k > 0 && room)
+        fc[i].have += (size_t)k;
+      if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR))
+        fc[i].closed = mono_ms();
+    }
+  }
+  free(p);
+}
+
+/* The status and message of the answer a connection got (-1: none whole). */
+static int flood_answer(const flood_conn *c, char *msg, size_t cap) {
+  msg[0] = '\0';
+  if (c->have < 4)
+    return -1;
+  uint32_t len = (uint32_t)c->got[0] | (uint32_t)c->got[1] << 8 | (uint32_t)c->got[2] << 16 |
+                 (uint32_t)c->got[3] << 24;
+  Tshard__Response *r = len <= c->have - 4 ? tshard__response__unpack(NULL, len, c->got + 4)
+                                           : NULL;
+  if (!r)
+    return -1;
+  int status = (int)r->status;
+  snprintf(msg, cap, "%s", r->message ? r->message : "");
+  tshard__response__free_unpacked(r, NULL);
+  return status;
+}
+
+static void flood_checks(void) {
+  static const char *token = "flood-token-0600";
+  char tok[128];
+  snprintf(tok, sizeof tok, "/tmp/tse-flood-token-%d", (int)getpid());
+  unlink(tok);
+  write_file(tok, "flood-token-0600\n", 0600);
+  struct rlimit rl; /* this test holds FLOOD descriptors at once */
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  tse_job job;
+  int started = -1, port = 0;
+  for (int attempt = 0; attempt < 3 && started != 0; attempt++) {
+    port = 21001 + (int)((getpid() * 13 + attempt * 7919) % 20000) * 2;
+    char url[64], cap[16], auth[16];
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", port);
+    snprintf(cap, sizeof cap, "%d", FLOOD_CAP);
+    snprintf(auth, sizeof auth, "%dms", FLOOD_AUTH_MS);
+    const char *extra[] = {"--listen", url, "--token-file", tok, "--max-unauthenticated", cap,
+                           "--auth-timeout", auth, NULL};
+    started = tse_start(&job, 1, extra, 120);
+  }
+  unlink(tok);
+  if (started != 0) {
+    TSE_CHECK(0, "the flood's daemon did not start");
+    return;
+  }
+  pid_t dpid = job.daemon_pids[0];
+  int base = open_fds(dpid);
+  struct rlimit low = {(rlim_t)base + 48, (rlim_t)base + 48};
+  TSE_CHECK(dpid > 0 && base > 0 && prlimit(dpid, RLIMIT_NOFILE, &low, NULL) == 0,
+            "the daemon's descriptor limit (pid %d, %d open): %s", (int)dpid, base,
+            strerror(errno));
+  char path[600];
+  tse_socket_path(&job, 0, path, sizeof path);
+  flood_conn *fc = calloc(FLOOD, sizeof *fc);
+  int pings = 0, ping_ok = 0, opened = 0;
+  for (int i = 0; i < FLOOD; i++) {
+    fc[i].fd = tcp_connect(port);
+    fc[i].opened = mono_ms();
+    if (fc[i].fd < 0) {
+      fc[i].closed = fc[i].opened; /* refused outright: closed at once too */
+      continue;
+    }
+    opened++;
+    fcntl(fc[i].fd, F_SETFL, O_NONBLOCK);
+    if (i % 10 == 9) { /* the job owner's client meanwhile: a new connection each time */
+      tshard_client *u = NULL;
+      pings++;
+      if (tshard_connect_path(path, 30000, &u) == TS_OK && tshard_ping(u, NULL, NULL) == TS_OK)
+        ping_ok++;
+      tshard_close(&u);
+    }
+  }
+  flood_wait(fc, FLOOD, mono_ms() + FLOOD_AUTH_MS + 10000);
+  int early = 0, late = 0, open_still = 0, timeouts = 0, too_soon = 0;
+  for (int i = 0; i < FLOOD; i++) {
+    if (!fc[i].closed) {
+      open_still++;
+      continue;
+    }
+    int64_t after = fc[i].closed - fc[i].opened;
+    char msg[300];
+    int st = flood_answer(&fc[i], msg, sizeof msg);
+    if (st == TS_TIMEOUT) {
+      late++;
+      timeouts += strstr(msg, "--auth-timeout") != NULL;
+      too_soon += after < FLOOD_AUTH_MS - 100;
+    } else if (after < FLOOD_AUTH_MS - 1000) {
+      early++;
+    }
+  }
+  printf("flood: %d connections opened, %d closed at once, %d after the auth deadline, %d "
+         "open; %d of %d Unix pings answered\n", opened, early, late, open_still, ping_ok, pings);
+  TSE_CHECK(pings == FLOOD / 10 && ping_ok == pings, "only %d of %d Unix pings during the flood "
+            "were answered", ping_ok, pings);
+  TSE_CHECK(open_still == 0, "%d flood connections still open %d ms after the auth deadline",
+            open_still, 10000);
+  TSE_CHECK(late >= 1 && late <= FLOOD_CAP && timeouts == late && too_soon == 0,
+            "%d connections closed by the auth deadline (at most %d, each answered TIMEOUT "
+            "naming --auth-timeout: %d; %d closed too soon)", late, FLOOD_CAP, timeouts,
+            too_soon);
+  TSE_CHECK(early + late == FLOOD, "%d connections closed at once, %d by the deadline, of %d",
+            early, late, FLOOD);
+  for (int i = 0; i < FLOOD; i++)
+    if (fc[i].fd >= 0)
+      close(fc[i].fd);
+  free(fc);
+  int left_out = 0;
+  int lines = flood_log_lines(job.log, &left_out);
+  printf("flood: %d log lines about it, %d of them counting lines left out\n", lines, left_out);
+  TSE_CHECK(lines >= 1 && lines <= 15 && left_out >= 1, "%d log lines about the flood (%d "
+            "counting the lines left out): rate-limited to a few", lines, left_out);
+  tshard_client *t = NULL;
+  int rc = tshard_connect_tcp("127.0.0.1", port, token, 30000, &t);
+  TSE_CHECK(rc == TS_OK, "a client with the token after the flood: %s",
+            tshard_status_name(rc));
+  tshard_close(&t);
+  tse_stop(&job);
+}
+
 int main(void) {
   startup_checks();
   catalog_checks();
+  flood_checks();
   printf("%s: %d failures\n", tse_failures ? "FAIL" : "PASS", tse_failures);
   return tse_failures ? 1 : 0;
 }

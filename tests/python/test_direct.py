@@ -12,6 +12,11 @@ segment. A client killed by SIGKILL while it puts two arrays in turn (the kill l
 the loop is: synchronised by the line it writes after its first puts, never by sleeps): the
 tensor is then exactly one of the two arrays, never a mix, and the daemons serve on with their
 memory back.
+After fork(): a child that writes requests naming its memory by hand on the inherited socket is
+refused (AUTH, naming both processes) and nothing moves; a child using the inherited client
+objects (direct path, and a client on its segment) gets its own connection and correct results,
+with arrays at the very addresses of the parent's (copies on write) that the daemons must not
+confuse with the parent's; the parent's arrays, tensors, connections and segment are intact.
 
 usage: test_direct.py BUILD_BIN_DIR"""
 import os
@@ -203,6 +208,124 @@ def killed_putter(d, c):
     c.drop("k")
 
 
+FORK_ROWS, FORK_COLS = 512, 384  # 768 KiB of f32: whole puts and gets take the direct path
+
+
+def _raw_exchange(fd, frame, timeout=60):
+    """Writes a frame on a socket descriptor by hand and reads one answer (None: none came)."""
+    import select
+    os.write(fd, frame)
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while True:
+        if len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "little"):
+            r = pb.Response()
+            r.ParseFromString(buf[4:4 + int.from_bytes(buf[:4], "little")])
+            return r
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        more = os.read(fd, 65536)
+        if not more:
+            return None
+        buf += more
+
+
+def _fork_child(c, cs, keep, secret, parent, report):
+    """The child's part of forked(): by hand on the inherited socket, then through the clients."""
+    me = os.getpid()
+
+    def note(ok, what):
+        report.write(("ok " if ok else "FAIL ") + what.replace("\n", " ") + "\n")
+    for op in ("put", "get"):  # (b): requests written by hand, naming the parent's arrays
+        req = pb.Request(id=900 + len(op))
+        m = req.put if op == "put" else req.get
+        m.name = "fa"
+        if op == "put":
+            m.total_bytes = secret.nbytes
+        m.client_memory.address = (secret if op == "put" else keep).__array_interface__["data"][0]
+        m.client_memory.bytes = secret.nbytes
+        r = _raw_exchange(c._sock.fileno(), b"".join(request_frame(req)))
+        note(r is not None and r.id == req.id and r.status == 23
+             and f"belongs to process {parent}" in r.message
+             and f"process {me} sent this request" in r.message and "fork()" in r.message,
+             f"raw {op} on the inherited socket refused: {r and (r.status, r.message)}")
+    # (a): the inherited clients; the child's arrays sit at the parent's addresses
+    keep[:] = -7.0  # the child's copy (on write); the parent's stays as it was
+    c.put("fa", keep)
+    note(c._pid == me, "the client opened the child's own connection")
+    got = np.empty_like(keep)
+    c.get("fa", out=got)
+    note(np.array_equal(got, keep), "child: put and get through the inherited client")
+    secret[:] = 3.5
+    c.get("fa", out=secret)  # written into the child's copy of the parent's array
+    note(np.all(secret == -7.0), "child: get into an array at the parent's address")
+    sl = c.get_slice("fa")
+    note(sl is not None and np.all(sl == -7.0), "child: get_slice (direct)")
+    both = keep + 1
+    cs.put("fs", both)
+    note(np.array_equal(cs.get("fs"), both) and cs._seg is not None and cs._seg.bytes > 0,
+         "child: the segment client put and got through a segment of its own")
+
+
+def forked(d):
+    """The fork cases (a) and (b) of the top; the child reports through a pipe."""
+    c = d.connect(0)
+    os.environ["TSHARD_DIRECT"] = "0"
+    try:
+        cs = d.connect(1)  # a client on its segment
+    finally:
+        del os.environ["TSHARD_DIRECT"]
+    shape = (FORK_ROWS, FORK_COLS)
+    keep = random_array(shape, np.float32)
+    secret = random_array(shape, np.float32)
+    keep_ref, secret_ref = keep.copy(), secret.copy()
+    c.create("fa", "f32", shape, "mesh=[3] placements=[S(0)]")
+    c.create("fs", "f32", shape, "mesh=[3] placements=[S(1)]")
+    c.put("fa", keep)
+    cs.put("fs", secret)
+    check(np.array_equal(c.get("fa"), keep) and np.array_equal(cs.get("fs"), secret)
+          and cs._seg is not None and cs._seg.bytes > 0, "parent: put and get before the fork")
+    seg_before = cs._seg.view.copy()
+    rfd, wfd = os.pipe()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(rfd)
+            with os.fdopen(wfd, "w") as report:
+                try:
+                    _fork_child(c, cs, keep, secret, parent, report)
+                    code = 0
+                except BaseException as e:
+                    report.write(f"FAIL child raised {type(e).__name__}: {e}\n")
+        finally:
+            os._exit(code)
+    os.close(wfd)
+    with os.fdopen(rfd) as report:
+        lines = report.read().splitlines()  # until the child exits (bounded by the test timeout)
+    _, status = os.waitpid(pid, 0)
+    check(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child status {status}")
+    check(len(lines) == 7, f"the child reported {len(lines)} of 7 checks")
+    for line in lines:
+        check(line.startswith("ok "), f"child: {line}")
+    check(np.array_equal(keep, keep_ref) and np.array_equal(secret, secret_ref),
+          "parent: its arrays untouched by the child's transfers")
+    check(np.array_equal(cs._seg.view, seg_before), "parent: its segment untouched")
+    check(c.ping()["rank"] == 0 and cs.ping()["rank"] == 1, "parent: its connections serve on")
+    check(np.all(c.get("fa") == -7.0), "parent: the child's put is the tensor")
+    check(np.all(cs.get("fs") == -6.0), "parent: the child's segment put")
+    cs.put("fs", secret)
+    check(np.array_equal(cs.get("fs"), secret_ref), "parent: its segment after the fork")
+    c.put("fa", keep)
+    check(np.array_equal(c.get("fa"), keep_ref), "parent: direct put and get after the fork")
+    c.drop("fa")
+    c.drop("fs")
+    cs.close()
+    c.close()
+
+
 def over_tcp(bin_dir):
     port = free_ports(1)
     token = "direct-python-token"
@@ -258,6 +381,7 @@ try:
         misuse(c)
         c.drop("t")
         killed_putter(d, c)
+    forked(d)
 finally:
     check(d.stop() == 0, "daemons exit 0")
 over_tcp(bin_dir)

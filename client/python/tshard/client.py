@@ -12,6 +12,12 @@ Python at all. A daemon that cannot reach this process's memory answers NO_DIREC
 segment serves from then on; TSHARD_DIRECT=0 keeps the segment. bf16 tensors travel
 as numpy uint16 arrays holding the bf16 bits (numpy has no bfloat16): ``arr.view(np.uint16)``
 in, the same out.
+
+A connection belongs to the process that opened it: the daemon refuses requests another process
+writes on it (a child after fork(), e.g. a multiprocessing or data-loader worker). A client used
+in a forked child notices (its process id changed) and opens the child's own connection on its
+first call, leaving the parent's socket and shared segment to the parent (the child only closes
+its copies: no shutdown, nothing written into the parent's segment).
 """
 import collections
 import contextlib
@@ -178,8 +184,11 @@ def _env_rank():
 class Client:
     """A connection to one daemon. Use ``tshard.connect(...)``; close it (or use ``with``)."""
 
-    def __init__(self, sock, token=None, chunk=16 << 20, shm=False):
+    def __init__(self, sock, token=None, chunk=16 << 20, shm=False, opener=None):
         self._sock = sock
+        self._pid = os.getpid()  # the process the connection belongs to
+        self._opener = opener  # opens a new connected socket (a forked child's own connection)
+        self._shm_wanted = bool(shm)
         self._wire = Wire(sock)
         self._token = token
         self._next_id = 1
@@ -194,6 +203,38 @@ class Client:
         self._timeout = None  # connect's, in seconds
 
     # -- plumbing ----------------------------------------------------------------------------
+    def _own(self):
+        """In a process other than the one that opened the connection (a child after fork()):
+        drops the inherited connection and segment, without shutting them down (they stay the
+        parent's: only this process's descriptor and mapping are closed), and opens this
+        process's own connection to the same daemon."""
+        if self._pid == os.getpid():
+            return
+        parent, self._pid = self._pid, os.getpid()
+        if self._seg is not None:
+            self._seg.close()  # unmaps this process's view; the parent keeps the segment
+        if self._sock is not None:
+            self._sock.close()  # this process's descriptor only: no shutdown()
+            self._sock = None
+        self._spare = None
+        if self._opener is None:
+            raise error_for(18, f"this client's connection belongs to process {parent}, which "
+                                f"opened it; after fork() process {self._pid} must connect "
+                                f"again (tshard.connect in the child)")
+        try:
+            self._sock = self._opener()
+            self._wire = Wire(self._sock)
+            self._seg = Segment(self._wire, self._take_id) if self._shm_wanted else None
+            self._direct_on = self._shm_wanted and os.environ.get("TSHARD_DIRECT", "") != "0"
+            self._hello()
+        except (OSError, TshardError) as e:
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
+            raise error_for(18, f"this client's connection belongs to process {parent}, which "
+                                f"opened it; after fork() process {self._pid} could not open "
+                                f"its own: {e}") from None
+
     def close(self):
         self._spare = None
         if self._seg is not None:
@@ -216,6 +257,8 @@ class Client:
     def set_shm(self, enable, max_bytes=None):
         """Turns shared memory on or off (off releases the segment on both sides); max_bytes
         bounds the segment (default 1 GiB)."""
+        self._own()
+        self._shm_wanted = bool(enable)
         if enable and self._sock is not None and self._sock.family != _socket.AF_UNIX:
             raise error_for(20, "shared memory needs a Unix socket connection")
         self._direct_on = bool(enable) and os.environ.get("TSHARD_DIRECT", "") != "0"
@@ -256,6 +299,7 @@ class Client:
     def _io(self):
         """Socket failures close the connection and raise IoError/TimeoutError; a malformed
         answer (PROTOCOL) closes it too (it cannot be resynchronized)."""
+        self._own()
         if self._sock is None:
             raise error_for(1, "the connection is closed")
         try:
@@ -741,10 +785,13 @@ def connect(rank=None, socket=None, tcp=None, token=None, job=None, timeout=60.0
             raise error_for(20, "shared memory needs a Unix socket connection; over TCP the data "
                                 "travels in the frames")
         host, port = tcp.rsplit(":", 1) if isinstance(tcp, str) else tcp
-        s = _socket.create_connection((host, int(port)), timeout=timeout)
-        s.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
-        _kernel_timeout(s, timeout)
-        c = Client(s, token=token)
+
+        def open_tcp():
+            s = _socket.create_connection((host, int(port)), timeout=timeout)
+            s.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+            _kernel_timeout(s, timeout)
+            return s
+        c = Client(open_tcp(), token=token, opener=open_tcp)
         try:
             c._hello()  # presents the token
         except BaseException:
@@ -760,18 +807,24 @@ def connect(rank=None, socket=None, tcp=None, token=None, job=None, timeout=60.0
         socket = socket_path(job, rank)
     if shm is None:
         shm = os.environ.get("TSHARD_SHM", "") != "0"
-    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    s.settimeout(timeout)
+    def open_unix():
+        s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        try:
+            s.connect(socket)
+        except OSError:
+            s.close()
+            raise
+        _kernel_timeout(s, timeout)
+        return s
     try:
-        s.connect(socket)
+        s = open_unix()
     except OSError as e:
-        s.close()
         if by_job:
             raise error_for(18, _no_daemon(job, rank, socket, timeout)) from None
         raise error_for(18, f"cannot connect to {socket}: {e.strerror} (is tshardd running "
                             f"for this job and rank?)") from None
-    _kernel_timeout(s, timeout)
-    c = Client(s, shm=bool(shm))
+    c = Client(s, shm=bool(shm), opener=open_unix)
     try:
         c._hello()
     except BaseException:
