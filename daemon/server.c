@@ -600,6 +600,7 @@ int tsd_server_start(tsd_server_opts *o, tsd_server **out, ts_error *err) {
   s->size = o->world_size;
   s->lim.world_size = o->world_size;
   s->lim.max_frame = o->cfg->max_frame;
+  s->lim.collective_timeout_max = o->cfg->collective_timeout_max;
   s->info.rank = o->rank;
   s->info.world_size = o->world_size;
   s->info.job = o->cfg->job;
