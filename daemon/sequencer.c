@@ -451,10 +451,10 @@ static int check_pending(const tsd_seq *e, uint64_t conn_id, const Tshard__Reque
   if (n < e->cfg.collective_pending_max)
     return TS_OK;
   snprintf(msg, cap,
-           "this connection has %lld collectives waiting for their participants, the most a "
+           "this connection has %lld collective%s waiting for their participants, the most a "
            "connection may have (--collective-pending-max %lld); wait for their answers before "
            "submitting more, or start the daemons with a larger --collective-pending-max",
-           (long long)n, (long long)e->cfg.collective_pending_max);
+           (long long)n, n == 1 ? "" : "s", (long long)e->cfg.collective_pending_max);
   return TS_LIMIT;
 }
 

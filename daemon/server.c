@@ -17,10 +17,12 @@
  * larger ones draw on a budget of TSD_FRAME_BUDGET maximum frames shared by all connections and
  * are refused before a TCP connection presented its token. A frame must arrive whole within
  * --frame-timeout of its first byte, and a TCP client must present its token within it after
- * connecting; a sweep timer closes the connections that do not (status TIMEOUT).
+ * connecting; a sweep timer closes the connections that do not (status TIMEOUT), and those
+ * whose client hung up while they were not read (the engine then frees what they held).
  * Shutdown: the engine finishes, then tsd_server_stop flushes the answers, removes the sockets
  * and closes every handle (a timer forces the close of clients that do not read). */
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -483,8 +485,21 @@ static void on_stop_timer(uv_timer_t *t) {
   close_if_open((uv_handle_t *)&s->stop_timer);
 }
 
-/* Closes the connections that began a frame longer than --frame-timeout ago, and the TCP ones
- * that did not present their token within it. */
+/* Whether the client of a connection no longer read (TSD_MAX_INFLIGHT of its requests are with
+ * the engine) hung up. Reading resumes only after an answer, so without this look a client gone
+ * while its requests wait (collectives waiting for participants) would hold them until they end;
+ * POLLRDHUP reports the hang-up even behind unread frames. */
+static bool paused_and_hung_up(conn *c) {
+  uv_os_fd_t fd;
+  if (c->inflight < TSD_MAX_INFLIGHT || uv_fileno(&c->h.handle, &fd) != 0)
+    return false;
+  struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+  return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* Closes the connections whose client hung up while they were not read, those that began a frame
+ * longer than --frame-timeout ago, and the TCP ones that did not present their token within
+ * it. */
 static void on_sweep(uv_timer_t *t) {
   tsd_server *s = t->data;
   uint64_t now = uv_now(&s->loop), limit = (uint64_t)s->cfg->frame_timeout;
@@ -492,6 +507,12 @@ static void on_sweep(uv_timer_t *t) {
     next = c->next;
     if (c->closing || c->close_after_write)
       continue;
+    if (paused_and_hung_up(c)) {
+      TSD_LOG(TSD_LOG_DEBUG, "connection %llu: the client hung up with %d requests in progress",
+              (unsigned long long)c->id, c->inflight);
+      conn_close(c);
+      continue;
+    }
     bool half = c->have_header > 0 || c->frame;
     bool unauthed = c->is_tcp && !c->authed;
     uint64_t since = half ? c->frame_start_ms : c->opened_ms;
