@@ -219,7 +219,8 @@ int tsp_program_run(tsp_program *p, tsp_tensor *inputs, int n_in, tsp_tensor *ou
       memcpy(o->shape, tdims, sizeof tdims);
       char what[TSP_NAME + 32];
       snprintf(what, sizeof what, "program output '%s'", p->output_names[i - p->n_inputs]);
-      o->data = ts_pool_alloc((size_t)numel(n->ndim, tdims) * es + 1, 0, what, err);
+      size_t bytes = (size_t)numel(n->ndim, tdims) * es;
+      o->data = ts_pool_alloc(bytes ? bytes : 1, 0, what, err);
       if (!o->data) {
         rc = err ? err->code : TS_NO_MEMORY;
         break;
@@ -232,7 +233,8 @@ int tsp_program_run(tsp_program *p, tsp_tensor *inputs, int n_in, tsp_tensor *ou
     if (!b->stage[i]) {
       char what[TSP_NAME + 48];
       snprintf(what, sizeof what, "the padded bucket copy of '%s'", n->name);
-      b->stage[i] = ts_pool_alloc((size_t)numel(n->ndim, bdims) * es + 1, 0, what, err);
+      size_t bytes = (size_t)numel(n->ndim, bdims) * es;
+      b->stage[i] = ts_pool_alloc(bytes ? bytes : 1, 0, what, err);
     }
     args[i] = b->stage[i];
     if (!args[i]) {
