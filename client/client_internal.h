@@ -9,6 +9,9 @@
 #include "tshard.pb-c.h"
 
 #define TSC_MAX_FRAME (1u << 30) /* the largest answer a client accepts */
+/* A group's collective timeout made from the client's timeout stays within this: the daemons'
+ * default --collective-timeout-max (longer ones are refused). */
+#define TSC_COLLECTIVE_TIMEOUT_MAX_MS 600000
 
 /* Answers are decoded into memory the client keeps and reuses (a bump arena reset by every
  * call), so a stream of large chunks does not fault in fresh pages for each one. */

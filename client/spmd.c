@@ -60,6 +60,8 @@ int tsc_apply_group(tshard_client *c, Tshard__Request *req) {
   int t = c->group_timeout_ms;
   if (t == 0)
     t = c->timeout_ms > 6000 ? c->timeout_ms - 5000 : 1000;
+  if (c->group_timeout_ms == 0 && t > TSC_COLLECTIVE_TIMEOUT_MAX_MS)
+    t = TSC_COLLECTIVE_TIMEOUT_MAX_MS;
   req->collective_timeout_ms = (uint32_t)t;
   return TS_OK;
 }

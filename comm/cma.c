@@ -49,6 +49,7 @@ int ts__cma_init(ts_world *w, ts_error *err) {
   int nsize = 0;
   MPI_Comm_size(node, &nsize);
   MPI_Comm_free(&node);
+  w->node_size = nsize > 0 ? nsize : 1;
   if (nsize != w->size)
     ok = 0;
   typedef struct who {

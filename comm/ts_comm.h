@@ -26,6 +26,8 @@ int ts_world_finalize(ts_world **w, ts_error *err);
 int ts_world_rank(const ts_world *w);
 int ts_world_size(const ts_world *w);
 int ts_world_thread_level(const ts_world *w);
+/* How many ranks of the world run on this rank's node (this one included). */
+int ts_world_node_size(const ts_world *w);
 /* The whole world (a private duplicate of MPI_COMM_WORLD). */
 ts_comm *ts_world_comm(ts_world *w);
 

@@ -114,6 +114,7 @@ int ts_world_finalize(ts_world **pw, ts_error *err) {
 int ts_world_rank(const ts_world *w) { return w->rank; }
 int ts_world_size(const ts_world *w) { return w->size; }
 int ts_world_thread_level(const ts_world *w) { return w->thread_level; }
+int ts_world_node_size(const ts_world *w) { return w->node_size > 0 ? w->node_size : 1; }
 ts_comm *ts_world_comm(ts_world *w) { return &w->world; }
 int ts_world_cached_comms(const ts_world *w) { return w->ncached; }
 int ts_comm_rank(const ts_comm *c) { return c->rank; }

@@ -11,7 +11,8 @@
 #include "daemon.h"
 #include "ts_rules.h"
 
-typedef enum { CFG_STRING, CFG_SIZE, CFG_DURATION, CFG_LEVEL } cfg_kind;
+/* CFG_MEMORY: a size, or "auto" (stored as TSD_MEMORY_AUTO, resolved in main.c). */
+typedef enum { CFG_STRING, CFG_SIZE, CFG_DURATION, CFG_LEVEL, CFG_MEMORY } cfg_kind;
 
 typedef struct cfg_entry {
   const char *name;
@@ -35,8 +36,10 @@ static const cfg_entry table[] = {
      "file holding the token TCP clients must present (8 to 255 printable characters; the file "
      "readable by its owner only)"},
     {"max-frame", SIZE(max_frame, 1024, 1LL << 30), "64M", "largest frame accepted or sent"},
-    {"memory-limit", SIZE(memory_limit, 0, 1LL << 50), "0",
-     "bytes of stored slices and staging per daemon (0: no limit)"},
+    {"memory-limit", CFG_MEMORY, offsetof(tsd_config, memory_limit), 0, 0, 1LL << 50, "auto",
+     "bytes of stored slices, staging and the pool's kept buffers per daemon; auto: "
+     "80% of the node's MemAvailable at start divided by the daemons of the job on this node; "
+     "0: no limit"},
     {"staging", SIZE(staging, 1LL << 16, TS_PLAN_STAGING_MAX), "64M",
      "executor staging chunk per rank (at most 1G: the reshard planner's bound)"},
     {"chunk", SIZE(chunk, 1024, 1LL << 30), "16M", "default data chunk of get answers"},
@@ -68,6 +71,12 @@ static const cfg_entry table[] = {
      86400000, "60s",
      "how long a collective naming participants waits for all of them unless the request says "
      "(ms or s suffix)"},
+    {"collective-timeout-max", CFG_DURATION, offsetof(tsd_config, collective_timeout_max), 0, 10,
+     86400000, "600s",
+     "the longest collective_timeout_ms a request may ask (longer: INVALID_ARGUMENT; at least "
+     "--collective-timeout)"},
+    {"collective-pending-max", SIZE(collective_pending_max, 1, 1LL << 20), "64",
+     "collectives naming participants one connection may have waiting for them (more: LIMIT)"},
     {"log-level", CFG_LEVEL, offsetof(tsd_config, log_level), 0, 0, 0, "info",
      "error, warn, info or debug"},
 };
@@ -140,6 +149,19 @@ static int apply(tsd_config *cfg, const cfg_entry *e, const char *value) {
     *(int64_t *)base = v;
     return 0;
   }
+  case CFG_MEMORY:
+    if (strcmp(value, "auto") == 0) {
+      *(int64_t *)base = TSD_MEMORY_AUTO;
+      return 0;
+    }
+    int64_t v;
+    if (parse_size(value, &v) || v < e->min || v > e->max) {
+      fprintf(stderr, "tshardd: --%s %s: expected auto, 0 (no limit) or a size up to %lld bytes "
+              "(K/M/G allowed)\n", e->name, value, (long long)e->max);
+      return -1;
+    }
+    *(int64_t *)base = v;
+    return 0;
   case CFG_LEVEL: {
     int l = tsd_log_parse_level(value);
     if (l < 0) {
@@ -158,12 +180,12 @@ static void print_help(void) {
          "One daemon per MPI rank holds slices of named tensors and serves clients over a Unix\n"
          "socket (and TCP when asked). Flags (--name value or --name=value):\n");
   for (size_t i = 0; i < NTABLE; i++) {
-    printf("  --%-14s %s", table[i].name, table[i].help);
+    printf("  --%-22s %s", table[i].name, table[i].help);
     if (table[i].def[0])
       printf(" (default: %s)", table[i].def);
     printf("\n");
   }
-  printf("  --help           this text\n");
+  printf("  --%-22s this text\n", "help");
 }
 
 void tsd_default_socket_dir(char *buf, size_t cap) {
@@ -175,6 +197,49 @@ void tsd_default_socket_dir(char *buf, size_t cap) {
     snprintf(buf, cap, "%s/tshard", xdg);
   else
     snprintf(buf, cap, "/tmp/tshard-%u", (unsigned)getuid());
+}
+
+/* --memory-limit auto: this share of the node's MemAvailable at start, divided among the job's
+ * daemons on the node. The rest stays for what the node runs beside the daemons: the clients
+ * (training processes hold their own copies of what they put and get), the kernel's page cache
+ * and the shared segments' other side. Every byte a daemon holds counts: stored slices, staging,
+ * shared segments and the pool's kept buffers. */
+#define MEMORY_AUTO_PERCENT 80
+
+/* Bytes the kernel says can be had without swapping (MemAvailable), else the free pages; 0 when
+ * neither is known. */
+static int64_t memory_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  long long kib = -1;
+  if (f) {
+    char line[256];
+    while (kib < 0 && fgets(line, sizeof line, f))
+      if (sscanf(line, "MemAvailable: %lld kB", &kib) != 1)
+        kib = -1;
+    fclose(f);
+  }
+  if (kib >= 0)
+    return (int64_t)kib * 1024;
+  long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? (int64_t)pages * page : 0;
+}
+
+int64_t tsd_memory_auto(int node_daemons, char *why, size_t cap) {
+  int64_t avail = memory_available();
+  if (node_daemons < 1)
+    node_daemons = 1;
+  if (avail <= 0) {
+    snprintf(why, cap, "none: the available memory is unknown (no /proc/meminfo); give "
+                       "--memory-limit SIZE");
+    return 0;
+  }
+  int64_t limit = avail / 100 * MEMORY_AUTO_PERCENT / node_daemons;
+  snprintf(why, cap,
+           "auto: %d%% of MemAvailable %lld MiB at start, shared by the %d daemon%s of the job "
+           "on this node; --memory-limit SIZE to choose, 0 for none",
+           MEMORY_AUTO_PERCENT, (long long)(avail >> 20), node_daemons,
+           node_daemons == 1 ? "" : "s");
+  return limit > 0 ? limit : 1;
 }
 
 /* The rules (length, visible characters, a file only its owner may read) are in proto/rules.c;
@@ -269,6 +334,12 @@ int tsd_config_parse(tsd_config *cfg, int argc, char **argv) {
             "%lld bytes (K/M/G allowed)\n", (long long)cfg->ckpt_chunk, (long long)CKPT_CHUNK_MIN);
     return -1;
   }
+  if (cfg->collective_timeout > cfg->collective_timeout_max) {
+    fprintf(stderr, "tshardd: --collective-timeout %lldms is longer than --collective-timeout-max "
+            "%lldms; lower the first or raise the second\n", (long long)cfg->collective_timeout,
+            (long long)cfg->collective_timeout_max);
+    return -1;
+  }
   if (cfg->listen[0] && parse_listen(cfg))
     return -1;
   return 0;
@@ -280,7 +351,9 @@ void tsd_config_log(const tsd_config *cfg) {
     const char *base = (const char *)cfg + e->offset;
     if (e->kind == CFG_STRING)
       TSD_LOG(TSD_LOG_INFO, "config %s=%s", e->name, base);
-    else if (e->kind == CFG_SIZE)
+    else if (e->kind == CFG_MEMORY && *(const int64_t *)base == TSD_MEMORY_AUTO)
+      TSD_LOG(TSD_LOG_INFO, "config %s=auto", e->name);
+    else if (e->kind == CFG_SIZE || e->kind == CFG_MEMORY)
       TSD_LOG(TSD_LOG_INFO, "config %s=%lld", e->name, (long long)*(const int64_t *)base);
     else if (e->kind == CFG_DURATION)
       TSD_LOG(TSD_LOG_INFO, "config %s=%lldms", e->name, (long long)*(const int64_t *)base);

@@ -41,7 +41,7 @@ typedef struct tsd_config {
   char listen[256];     /* "" or tcp://HOST:PORT */
   char token_file[512];
   int64_t max_frame;
-  int64_t memory_limit; /* 0: unbounded */
+  int64_t memory_limit; /* 0: unbounded; TSD_MEMORY_AUTO until main.c resolves it */
   int64_t staging;      /* executor staging bytes per reshard */
   int64_t chunk;        /* default chunk of get answers */
   int64_t ckpt_chunk;   /* checkpoint saves: chunk size of pieces (0: whole pieces) */
@@ -56,6 +56,8 @@ typedef struct tsd_config {
   int64_t key_ttl;      /* ms an answered key is remembered */
   int64_t key_max;      /* records rank 0 keeps at most */
   int64_t collective_timeout; /* ms a collective waits for its participants by default */
+  int64_t collective_timeout_max; /* ms a request may ask at most */
+  int64_t collective_pending_max; /* collectives one connection may have waiting */
   int log_level;
   /* derived */
   char token[256];
@@ -63,9 +65,13 @@ typedef struct tsd_config {
   int tcp_port;
 } tsd_config;
 
+#define TSD_MEMORY_AUTO (-1) /* --memory-limit auto: chosen at start (tsd_memory_auto) */
 /* Returns 0 to run, 1 when --help was printed (exit 0), -1 on a bad flag (message printed). */
 int tsd_config_parse(tsd_config *cfg, int argc, char **argv);
 void tsd_config_log(const tsd_config *cfg);
+/* --memory-limit auto: the limit for one of node_daemons daemons of the job on this node (0:
+ * none, when the available memory is unknown); why gets how it was chosen, for the log. */
+int64_t tsd_memory_auto(int node_daemons, char *why, size_t cap);
 /* The default per-user socket directory (TSHARD_SOCKET_DIR, else $XDG_RUNTIME_DIR/tshard, else
  * /tmp/tshard-<uid>). */
 void tsd_default_socket_dir(char *buf, size_t cap);
@@ -111,6 +117,7 @@ typedef enum {
 typedef struct tsd_limits {
   int world_size;
   int64_t max_frame;
+  int64_t collective_timeout_max; /* ms; 0: one day */
 } tsd_limits;
 
 struct tsd_engine;

@@ -268,7 +268,11 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
   pthread_condattr_destroy(&ca);
   tsd_queue_set_wake(&e->sh->work, engine_wake, e);
   tsd_seq_hooks hooks = {e, seq_send, seq_run, seq_answer, seq_release, seq_now_ms, seq_names};
-  tsd_seq_config scfg = {e->cfg->key_ttl, e->cfg->key_max, e->cfg->collective_timeout};
+  tsd_seq_config scfg = {.key_ttl_ms = e->cfg->key_ttl,
+                         .key_max = e->cfg->key_max,
+                         .collective_timeout_ms = e->cfg->collective_timeout,
+                         .collective_timeout_max_ms = e->cfg->collective_timeout_max,
+                         .collective_pending_max = e->cfg->collective_pending_max};
   int rc = tsd_seq_create(e->rank, e->size, &hooks, &scfg, &e->seq, err);
   if (rc)
     goto out;

@@ -4,8 +4,9 @@
  * all) apart from the few still collecting or ordered among them; sweeping frees from the front
  * while the front is answered and expired. When the table holds --key-max records, the oldest
  * answered one gives way to a new key (never a record still waiting: those end by themselves,
- * within the collective timeout or when rank 0 runs them). Collecting records are also in a
- * short list of their own, scanned for deadlines. */
+ * within the collective timeout, when rank 0 runs them, or when every client that submitted
+ * them disconnected). Collecting records are also in a short list of their own, scanned for
+ * deadlines. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,12 +77,13 @@ static void append_age(tsd_keys *t, tsd_key_rec *r) {
 }
 
 static void unlink_collecting(tsd_keys *t, tsd_key_rec *r) {
-  for (tsd_key_rec **pp = &t->collecting; *pp; pp = &(*pp)->cnext)
-    if (*pp == r) {
-      *pp = r->cnext;
-      break;
-    }
-  r->cnext = NULL;
+  if (r->cprev)
+    r->cprev->cnext = r->cnext;
+  else if (t->collecting == r)
+    t->collecting = r->cnext;
+  if (r->cnext)
+    r->cnext->cprev = r->cprev;
+  r->cprev = r->cnext = NULL;
 }
 
 void tsd_keys_remove(tsd_keys *t, tsd_key_rec *r) {
@@ -154,6 +156,8 @@ tsd_key_rec *tsd_keys_add(tsd_keys *t, const char *key, uint64_t hash, int64_t n
   t->buckets[b] = r;
   append_age(t, r);
   r->cnext = t->collecting;
+  if (t->collecting)
+    t->collecting->cprev = r;
   t->collecting = r;
   t->count++;
   return r;
@@ -196,6 +200,25 @@ int tsd_keys_add_sub(tsd_key_rec *r, int rank, uint64_t ticket) {
   r->subs[r->nsubs].ticket = ticket;
   r->nsubs++;
   return 0;
+}
+
+bool tsd_keys_withdraw(tsd_key_rec *r, int rank, uint64_t ticket) {
+  int at = -1;
+  bool other = false;
+  for (int i = 0; i < r->nsubs; i++) {
+    if (r->subs[i].rank == rank && r->subs[i].ticket == ticket)
+      at = i;
+    else if (r->subs[i].rank == rank)
+      other = true;
+  }
+  if (at < 0)
+    return false;
+  memmove(&r->subs[at], &r->subs[at + 1], (size_t)(r->nsubs - at - 1) * sizeof *r->subs);
+  r->nsubs--;
+  for (int i = 0; !other && i < r->nparticipants; i++)
+    if (r->participants[i] == rank)
+      r->arrived[i] = false;
+  return true;
 }
 
 void tsd_keys_set_state(tsd_keys *t, tsd_key_rec *r, tsd_key_state st) {

@@ -6,7 +6,8 @@
  * deadline; ordered (sent to every rank, not yet run on rank 0): the late submissions to answer
  * after the run; done / failed: the answer (status and message) and the expiry. Records end when
  * they expire (--key-ttl after they were answered), when a later operation makes one of their
- * names appear or disappear (done records), or, when the table is full, the oldest answered
+ * names appear or disappear (done records), when every submission of a collecting record was
+ * withdrawn (their clients disconnected), or, when the table is full, the oldest answered
  * record gives way (--key-max). Pure data: no MPI, no engine; unit-tested through the sequencer
  * (tests/unit/test_sequencer.c). */
 #ifndef TSD_KEYS_H
@@ -34,7 +35,7 @@ typedef struct tsd_key_sub {
 typedef struct tsd_key_rec {
   struct tsd_key_rec *hnext;       /* bucket chain */
   struct tsd_key_rec *prev, *next; /* age list, oldest first (moved to the end when answered) */
-  struct tsd_key_rec *cnext;       /* list of collecting records */
+  struct tsd_key_rec *cprev, *cnext; /* list of collecting records */
   char key[TSD_KEY_MAX];
   uint64_t hash;
   tsd_key_state state;
@@ -72,6 +73,9 @@ int tsd_keys_set_participants(tsd_key_rec *r, const int32_t *ranks, int n, int t
 /* Collecting: marks the rank arrived; true when every participant has. */
 bool tsd_keys_arrive(tsd_key_rec *r, int rank);
 int tsd_keys_add_sub(tsd_key_rec *r, int rank, uint64_t ticket); /* 0 or -1 (no memory) */
+/* Collecting: takes back the submission (rank, ticket); the rank counts as not arrived unless
+ * another of its submissions is left. False when the record has no such submission. */
+bool tsd_keys_withdraw(tsd_key_rec *r, int rank, uint64_t ticket);
 void tsd_keys_set_state(tsd_keys *t, tsd_key_rec *r, tsd_key_state st);
 /* Done or failed with the answer: kept until now_ms + ttl. */
 void tsd_keys_answer(tsd_keys *t, tsd_key_rec *r, tsd_key_state st, int status, const char *msg,

@@ -1,7 +1,9 @@
 /* main.c - tshardd: one daemon per MPI rank, started by mpirun.
  *
  * Parses the config, initializes MPI (MPI_THREAD_SERIALIZED: only this thread will call it),
- * starts the libuv loop thread on this rank's socket, logs the ready line, and runs the engine on
+ * chooses the memory limit of --memory-limit auto (from the job's ranks on this node), starts the
+ * libuv loop thread on this rank's socket, logs the ready line (with the memory limit and how it
+ * was chosen), and runs the engine on
  * this thread until a shutdown (request or SIGTERM/SIGINT) has run on every rank. Then it stops
  * the loop thread (answers flushed, sockets removed) and finalizes MPI. Exit code 0 on a clean
  * shutdown. The soft limit of open descriptors is raised to the hard one at start: clients,
@@ -9,6 +11,7 @@
  * (--max-unauthenticated) keeps those far below it. */
 #include <malloc.h>
 #include <signal.h>
+#include <stdio.h>
 #include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +60,12 @@ int main(int argc, char **argv) {
   }
   int rank = ts_world_rank(world), size = ts_world_size(world);
   tsd_log_set_rank(rank);
+  char memory_why[300];
+  if (cfg.memory_limit == TSD_MEMORY_AUTO)
+    cfg.memory_limit = tsd_memory_auto(ts_world_node_size(world), memory_why, sizeof memory_why);
+  else
+    snprintf(memory_why, sizeof memory_why, "%s",
+             cfg.memory_limit ? "--memory-limit" : "none: --memory-limit 0");
   if (rank == 0)
     tsd_config_log(&cfg);
   tsd_shared shared;
@@ -79,8 +88,9 @@ int main(int argc, char **argv) {
     char tcp[200] = ""; /* this rank's own address: PORT + rank */
     if (cfg.listen[0])
       snprintf(tcp, sizeof tcp, " and tcp://%s:%d", cfg.tcp_host, cfg.tcp_port + rank);
-    TSD_LOG(TSD_LOG_INFO, "ready: job %s rank %d of %d pid %d serving %s%s", cfg.job, rank, size,
-            (int)getpid(), so.socket_path, tcp);
+    TSD_LOG(TSD_LOG_INFO, "ready: job %s rank %d of %d pid %d serving %s%s; memory limit %lld "
+            "bytes (%s)", cfg.job, rank, size, (int)getpid(), so.socket_path, tcp,
+            (long long)cfg.memory_limit, memory_why);
     tsd_engine_opts eo = {&cfg, world, &shared};
     if (tsd_engine_run(&eo, &err)) {
       TSD_LOG(TSD_LOG_ERROR, "engine: %s", err.msg);

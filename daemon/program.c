@@ -440,7 +440,7 @@ int tsd_run_program_run(tsd_engine *e, const tsd_ordered *op, tsd_pending *origi
   free(all);
   free(counts);
   for (int k = 0; st->here && k < n_out; k++)
-    free(st->out[k].data); /* NULL after a failed run */
+    ts_pool_free(st->out[k].data); /* NULL after a failed run */
   rc = agree(e, lst, &lerr, err);
   if (rc) {
     for (int k = 0; k < made; k++)

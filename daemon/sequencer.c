@@ -24,7 +24,15 @@
  * (collective_timeout_ms, else --collective-timeout) passes first, or a participant submits
  * another request under the key, every submission is answered with one error (INCOMPLETE naming
  * the ranks that never came, or KEY_CONFLICT), which stays recorded so that late participants
- * get the same. Puts are per rank and never wait: only the collective does. Shutdown: after
+ * get the same. Puts are per rank and never wait: only the collective does. A connection has at
+ * most --collective-pending-max collectives waiting (LIMIT past it), and rank 0 waits at most
+ * --collective-timeout-max for one. When every client of a rank waiting for a collective has
+ * disconnected before it was ordered, that rank withdraws its submission (WITHDRAW: ticket and
+ * key); rank 0 takes the rank's arrival back and answers the ticket (nobody listens; the
+ * answer frees what the rank held), and a record left without submissions is forgotten at once:
+ * the collective never runs, and a later submission of its key starts it afresh. A withdrawal
+ * that reaches rank 0 after the collective was ordered or failed changes nothing (the run or the
+ * error answers the ticket). Shutdown: after
  * rank 0 orders a shutdown it orders nothing more; once a rank has run
  * it, it says BYE to rank 0, which waits for every BYE so that no message is left in flight when
  * the communicator is freed.
@@ -50,6 +58,7 @@
 #define TAG_ORDER TSD_SEQ_ORDER
 #define TAG_BYE TSD_SEQ_BYE
 #define TAG_REFUSE TSD_SEQ_REFUSE
+#define TAG_WITHDRAW TSD_SEQ_WITHDRAW
 
 struct tsd_seq {
   tsd_seq_hooks h;
@@ -79,6 +88,7 @@ typedef struct tsd_deferred {
 #define SUBMIT_HEADER 16 /* ticket, hash */
 #define ORDER_HEADER 32  /* seq, origin, ticket, hash */
 #define REFUSE_HEADER 16 /* ticket, status; then the message */
+#define WITHDRAW_HEADER 8 /* ticket; then the key */
 
 static void put_u64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
 static uint64_t get_u64(const uint8_t *p) {
@@ -154,8 +164,8 @@ static void key_conflict_msg(char *msg, size_t cap, const tsd_key_rec *r, const 
 }
 
 /* Answers and forgets this rank's clients waiting for a submission: the one with the ticket, and
- * those that joined it with the same key (a joined one with another request gets KEY_CONFLICT
- * when the answer is a success). status may be TS_OK: rank 0's recorded answer of a key. */
+ * those that joined it (same key; a joined one with another request gets KEY_CONFLICT when the
+ * answer is a success). status may be TS_OK: rank 0's recorded answer of a key. */
 static void answer_refused(tsd_seq *e, uint64_t ticket, int status, const char *msg) {
   tsd_pending *sub = NULL;
   for (tsd_pending *q = e->pending; q; q = q->next)
@@ -169,7 +179,7 @@ static void answer_refused(tsd_seq *e, uint64_t ticket, int status, const char *
   tsd_pending **pp = &e->pending;
   while (*pp) {
     tsd_pending *q = *pp;
-    if (q == sub || (key[0] && strcmp(q->key, key) == 0)) {
+    if (q->group == ticket) {
       if (q->hash != hash && status == TS_OK) {
         char m[512];
         snprintf(m, sizeof m,
@@ -298,9 +308,13 @@ static void order_keyed(tsd_seq *e, int origin, uint64_t ticket, uint64_t hash,
       order_now(e, origin, ticket, hash, req, body, len);
       return;
     }
-    int timeout = req->collective_timeout_ms ? (int)req->collective_timeout_ms
-                                             : (int)e->cfg.collective_timeout_ms;
-    if (tsd_keys_set_participants(r, req->participants, (int)req->n_participants, timeout,
+    int64_t timeout = req->collective_timeout_ms ? (int64_t)req->collective_timeout_ms
+                                                 : e->cfg.collective_timeout_ms;
+    /* The submitting rank's validator refused longer ones; a rank started with other flags
+     * still cannot make rank 0 wait longer. */
+    if (e->cfg.collective_timeout_max_ms > 0 && timeout > e->cfg.collective_timeout_max_ms)
+      timeout = e->cfg.collective_timeout_max_ms;
+    if (tsd_keys_set_participants(r, req->participants, (int)req->n_participants, (int)timeout,
                                   now)) {
       tsd_keys_remove(e->keys, r);
       tsd_request_free(&req);
@@ -357,6 +371,28 @@ static void order_keyed(tsd_seq *e, int origin, uint64_t ticket, uint64_t hash,
   tsd_request_free(&req);
 }
 
+/* Rank 0: every client of `origin` that submitted the collective under `key` with `ticket` is
+ * gone. While the collective still collects, the submission is taken back and answered (which
+ * frees what its rank holds for it); a record left without submissions is forgotten. Otherwise
+ * the run or the recorded error answers the ticket. */
+static void withdraw(tsd_seq *e, int origin, uint64_t ticket, const char *key) {
+  int64_t now = e->h.now_ms(e->h.ctx);
+  tsd_key_rec *r = tsd_keys_find(e->keys, key, now);
+  if (!r || r->state != TSD_KEY_COLLECTING || !tsd_keys_withdraw(r, origin, ticket))
+    return;
+  char msg[512];
+  snprintf(msg, sizeof msg,
+           "collective %s (idempotency key '%s') withdrawn: every client of rank %d that "
+           "submitted it disconnected before every participant did",
+           r->what, r->key, origin);
+  if (r->nsubs == 0) {
+    TSD_LOG(TSD_LOG_DEBUG, "collective %s (key '%s') forgotten: every client that submitted "
+            "it disconnected", r->what, r->key);
+    tsd_keys_remove(e->keys, r);
+  }
+  answer_ticket(e, origin, ticket, TS_INCOMPLETE, msg);
+}
+
 static void order(tsd_seq *e, int origin, uint64_t ticket, uint64_t hash, const uint8_t *body,
                   size_t len) {
   if (e->shutdown_ordered)
@@ -403,10 +439,31 @@ static int check_participants(const tsd_seq *e, const Tshard__Request *req, bool
   return TS_INVALID_ARGUMENT;
 }
 
+/* A connection's collectives waiting for their participants, within --collective-pending-max.
+ * 0 or TS_LIMIT with msg. */
+static int check_pending(const tsd_seq *e, uint64_t conn_id, const Tshard__Request *req,
+                         char *msg, size_t cap) {
+  if (req->n_participants == 0 || conn_id == 0 || e->cfg.collective_pending_max <= 0)
+    return TS_OK;
+  int64_t n = 0;
+  for (const tsd_pending *q = e->pending; q; q = q->next)
+    n += q->conn_id == conn_id && q->collective;
+  if (n < e->cfg.collective_pending_max)
+    return TS_OK;
+  snprintf(msg, cap,
+           "this connection has %lld collective%s waiting for their participants, the most a "
+           "connection may have (--collective-pending-max %lld); wait for their answers before "
+           "submitting more, or start the daemons with a larger --collective-pending-max",
+           (long long)n, n == 1 ? "" : "s", (long long)e->cfg.collective_pending_max);
+  return TS_LIMIT;
+}
+
 void tsd_seq_submit(tsd_seq *e, uint64_t conn_id, Tshard__Request *req, uint8_t *staging,
                 uint64_t staging_bytes) {
-  char pmsg[256];
+  char pmsg[400];
   int prc = check_participants(e, req, staging != NULL, pmsg, sizeof pmsg);
+  if (!prc)
+    prc = check_pending(e, conn_id, req, pmsg, sizeof pmsg);
   if (prc) {
     if (staging)
       e->h.release(e->h.ctx, staging, staging_bytes);
@@ -449,12 +506,14 @@ void tsd_seq_submit(tsd_seq *e, uint64_t conn_id, Tshard__Request *req, uint8_t 
   p->hash = hash;
   p->staging = staging;
   p->staging_bytes = staging_bytes;
+  p->collective = req->n_participants > 0;
   if (req->op_case == TSHARD__REQUEST__OP_GET)
     p->max_bytes = req->get->max_bytes;
   snprintf(p->key, sizeof p->key, "%s", req->idempotency_key);
   if (p->key[0]) {
     for (tsd_pending *q = e->pending; q; q = q->next)
-      if (strcmp(q->key, p->key) == 0) { /* already submitted from this rank: wait with it */
+      if (strcmp(q->key, p->key) == 0 && !q->withdrawn) { /* submitted here: wait with it */
+        p->group = q->group;
         p->next = e->pending;
         e->pending = p;
         free(body);
@@ -462,7 +521,7 @@ void tsd_seq_submit(tsd_seq *e, uint64_t conn_id, Tshard__Request *req, uint8_t 
         return;
       }
   }
-  p->ticket = ++e->next_ticket;
+  p->ticket = p->group = ++e->next_ticket;
   p->next = e->pending;
   e->pending = p;
   if (e->rank == 0) {
@@ -529,6 +588,12 @@ void tsd_seq_message(tsd_seq *e, int src, int tag, const uint8_t *buf, size_t le
     else
       e->deferred = d;
     e->deferred_tail = d;
+  } else if (tag == TAG_WITHDRAW && e->rank == 0 && len > WITHDRAW_HEADER &&
+             len - WITHDRAW_HEADER < TSD_KEY_MAX) {
+    char key[TSD_KEY_MAX];
+    memcpy(key, buf + WITHDRAW_HEADER, len - WITHDRAW_HEADER);
+    key[len - WITHDRAW_HEADER] = '\0';
+    withdraw(e, src, get_u64(buf), key);
   } else if (tag == TAG_BYE && e->rank == 0) {
     e->byes++;
   } else {
@@ -676,10 +741,75 @@ bool tsd_seq_all_gone(const tsd_seq *e) { return e->rank != 0 || e->byes >= e->s
 bool tsd_seq_stopped(const tsd_seq *e) { return e->stopped; }
 uint64_t tsd_seq_ops_run(const tsd_seq *e) { return e->ops_run; }
 
+/* Whether every client waiting in a group is gone. */
+static bool group_gone(const tsd_seq *e, uint64_t group) {
+  for (const tsd_pending *q = e->pending; q; q = q->next)
+    if (q->group == group && q->conn_id != 0)
+      return false;
+  return true;
+}
+
+/* Takes a collective whose every client here is gone back from rank 0's collection (see the top
+ * of the file); its clients stay pending until rank 0's answer, the run or the error. */
+static void withdraw_group(tsd_seq *e, uint64_t group) {
+  const tsd_pending *lead = NULL;
+  for (tsd_pending *q = e->pending; q; q = q->next)
+    if (q->group == group) {
+      q->withdrawn = true; /* a later submission of the key is forwarded afresh */
+      if (q->ticket == group)
+        lead = q;
+    }
+  if (!lead)
+    return;
+  char key[TSD_KEY_MAX];
+  snprintf(key, sizeof key, "%s", lead->key); /* rank 0's answer below frees the clients */
+  if (e->rank == 0) {
+    withdraw(e, 0, group, key);
+    return;
+  }
+  size_t n = strlen(key);
+  uint8_t m[WITHDRAW_HEADER + TSD_KEY_MAX];
+  ts_error err;
+  put_u64(m, group);
+  memcpy(m + WITHDRAW_HEADER, key, n);
+  if (e->h.send(e->h.ctx, 0, TAG_WITHDRAW, m, WITHDRAW_HEADER + n, &err))
+    TSD_LOG(TSD_LOG_ERROR, "cannot withdraw a collective from rank 0: %s", err.msg);
+}
+
 void tsd_seq_forget_conn(tsd_seq *e, uint64_t conn_id) {
-  for (tsd_pending *p = e->pending; p; p = p->next)
-    if (p->conn_id == conn_id)
-      p->conn_id = 0;
+  if (conn_id == 0)
+    return;
+  /* The groups of its waiting collectives (each at most once). */
+  uint64_t *groups = NULL;
+  size_t n = 0, cap = 0;
+  for (tsd_pending *p = e->pending; p; p = p->next) {
+    if (p->conn_id != conn_id)
+      continue;
+    p->conn_id = 0;
+    if (!p->collective || p->withdrawn || !p->key[0])
+      continue;
+    bool seen = false;
+    for (size_t i = 0; i < n && !seen; i++)
+      seen = groups[i] == p->group;
+    if (seen)
+      continue;
+    if (n == cap) {
+      size_t c2 = cap ? 2 * cap : 8;
+      uint64_t *g = realloc(groups, c2 * sizeof *g);
+      if (!g) {
+        TSD_LOG(TSD_LOG_ERROR, "no memory to withdraw the collectives of a closed connection; "
+                "they end at their timeout");
+        continue;
+      }
+      groups = g;
+      cap = c2;
+    }
+    groups[n++] = p->group;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (group_gone(e, groups[i]))
+      withdraw_group(e, groups[i]);
+  free(groups);
 }
 
 int tsd_seq_create(int rank, int size, const tsd_seq_hooks *hooks, const tsd_seq_config *cfg,

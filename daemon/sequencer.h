@@ -10,12 +10,21 @@
 #include "keys.h"
 
 /* The tags of the sequencer's messages. */
-enum { TSD_SEQ_SUBMIT = 1, TSD_SEQ_ORDER = 2, TSD_SEQ_BYE = 3, TSD_SEQ_REFUSE = 4 };
+enum {
+  TSD_SEQ_SUBMIT = 1,
+  TSD_SEQ_ORDER = 2,
+  TSD_SEQ_BYE = 3,
+  TSD_SEQ_REFUSE = 4,
+  TSD_SEQ_WITHDRAW = 5 /* every client of a submitted collective is gone */
+};
 
 /* A client on this rank waiting for a collective operation. */
 typedef struct tsd_pending {
   struct tsd_pending *next;
-  uint64_t ticket;   /* this rank's number for the submission */
+  uint64_t ticket;   /* this rank's number for the submission (0: joined another) */
+  uint64_t group;    /* the ticket of the submission it waits with (its own when forwarded) */
+  bool collective;   /* names participants: waits for them */
+  bool withdrawn;    /* every client of its group was gone: taken back from rank 0 */
   char key[TSD_KEY_MAX];
   uint64_t hash;     /* of the operation, to catch a key reused for another one */
   uint64_t conn_id, req_id; /* conn_id 0: the client is gone */
@@ -51,12 +60,14 @@ typedef struct tsd_seq_hooks {
   void (*names)(void *ctx, const Tshard__Request *req, tsd_changes *ch);
 } tsd_seq_hooks;
 
-/* Rank 0's bounds on idempotency keys and collectives (daemon flags --key-ttl, --key-max,
- * --collective-timeout). */
+/* The bounds on idempotency keys and collectives (daemon flags --key-ttl, --key-max,
+ * --collective-timeout, --collective-timeout-max, --collective-pending-max). */
 typedef struct tsd_seq_config {
   int64_t key_ttl_ms;
   int64_t key_max;
   int64_t collective_timeout_ms; /* for requests naming participants without a timeout */
+  int64_t collective_timeout_max_ms; /* rank 0 never waits longer (0: no bound here) */
+  int64_t collective_pending_max;    /* per connection: collectives waiting (0: no bound) */
 } tsd_seq_config;
 
 typedef struct tsd_seq tsd_seq;
@@ -76,7 +87,9 @@ void tsd_seq_message(tsd_seq *s, int src, int tag, const uint8_t *buf, size_t le
 int tsd_seq_run(tsd_seq *s);
 /* Whether a shutdown operation ran here. */
 bool tsd_seq_stopped(const tsd_seq *s);
-/* The client of connection conn_id is gone: its submissions run, answering nobody. */
+/* The client of connection conn_id is gone: its submissions run, answering nobody; a
+ * collective still waiting for participants whose every client on this rank is gone is
+ * withdrawn from rank 0's collection (forgotten when no submission of it is left). */
 void tsd_seq_forget_conn(tsd_seq *s, uint64_t conn_id);
 /* After the shutdown: answers whoever still waits (TS_SHUTDOWN) and says BYE to rank 0. */
 void tsd_seq_finish(tsd_seq *s);

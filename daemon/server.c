@@ -18,7 +18,8 @@
  * are refused before a TCP connection presented its token. A frame must arrive whole within
  * --frame-timeout of its first byte, and a TCP client must present its token within
  * --auth-timeout after connecting; a sweep timer closes the connections that do not (status
- * TIMEOUT). At most --max-unauthenticated TCP connections wait for their token at once: past it a
+ * TIMEOUT), and those whose client hung up while they were not read (the engine then frees what
+ * they held). At most --max-unauthenticated TCP connections wait for their token at once: past it a
  * new TCP connection is closed as soon as it is accepted, so a flood of them cannot take the
  * descriptors the job's Unix-socket clients need (those never count). Warnings about such
  * connections are rate-limited (conn_warn).
@@ -35,6 +36,7 @@
  * and closes every handle (a timer forces the close of clients that do not read). */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -789,8 +791,21 @@ static void on_stop_timer(uv_timer_t *t) {
   close_if_open((uv_handle_t *)&s->stop_timer);
 }
 
-/* Closes the TCP connections that did not present their token within --auth-timeout of
- * connecting, and the connections that began a frame longer than --frame-timeout ago. */
+/* Whether the client of a connection no longer read (TSD_MAX_INFLIGHT of its requests are with
+ * the engine) hung up. Reading resumes only after an answer, so without this look a client gone
+ * while its requests wait (collectives waiting for participants) would hold them until they end;
+ * POLLRDHUP reports the hang-up even behind unread frames. */
+static bool paused_and_hung_up(conn *c) {
+  uv_os_fd_t fd;
+  if (c->inflight < TSD_MAX_INFLIGHT || uv_fileno(&c->h.handle, &fd) != 0)
+    return false;
+  struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+  return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* Closes the connections whose client hung up while they were not read, the TCP ones that did
+ * not present their token within --auth-timeout of connecting, and those that began a frame
+ * longer than --frame-timeout ago. */
 static void on_sweep(uv_timer_t *t) {
   tsd_server *s = t->data;
   uint64_t now = uv_now(&s->loop), frame_limit = (uint64_t)s->cfg->frame_timeout;
@@ -799,6 +814,12 @@ static void on_sweep(uv_timer_t *t) {
     next = c->next;
     if (c->closing || c->close_after_write)
       continue;
+    if (paused_and_hung_up(c)) {
+      TSD_LOG(TSD_LOG_DEBUG, "connection %llu: the client hung up with %d requests in progress",
+              (unsigned long long)c->id, c->inflight);
+      conn_close(c);
+      continue;
+    }
     bool half = c->have_header > 0 || c->frame;
     if (c->is_tcp && !c->authed && now - c->opened_ms >= auth_limit) {
       conn_warn(s, "connection %llu: no token within %lld ms; closing it",
@@ -909,6 +930,7 @@ int tsd_server_start(tsd_server_opts *o, tsd_server **out, ts_error *err) {
   s->size = o->world_size;
   s->lim.world_size = o->world_size;
   s->lim.max_frame = o->cfg->max_frame;
+  s->lim.collective_timeout_max = o->cfg->collective_timeout_max;
   s->info.rank = o->rank;
   s->info.world_size = o->world_size;
   s->info.job = o->cfg->job;

@@ -299,11 +299,12 @@ int tsd_validate_participants(const Tshard__Request *req, const tsd_op *op, cons
   if (req->n_participants > (size_t)lim->world_size)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "%zu participants; the job has %d ranks",
                         req->n_participants, lim->world_size);
-  if (req->collective_timeout_ms > 86400000u)
+  int64_t most = lim->collective_timeout_max > 0 ? lim->collective_timeout_max : 86400000;
+  if ((int64_t)req->collective_timeout_ms > most)
     return ts_error_set(err, TS_INVALID_ARGUMENT,
-                        "collective_timeout_ms %u; at most 86400000 (one day; 0: the daemon's "
-                        "--collective-timeout)",
-                        req->collective_timeout_ms);
+                        "collective_timeout_ms %u; at most %lld (the daemons' "
+                        "--collective-timeout-max; 0: their --collective-timeout)",
+                        req->collective_timeout_ms, (long long)most);
   uint8_t *seen = calloc((size_t)lim->world_size / 8 + 1, 1);
   if (!seen)
     return ts_error_set(err, TS_NO_MEMORY, "no memory to check the participants");

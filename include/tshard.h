@@ -162,7 +162,9 @@ int tshard_shutdown(tshard_client *c, const char *key);
  * participants, and the daemons run each once every rank of the group submitted it (so puts
  * of every rank are in before a reshard, with no barrier of the program's own). These calls then need an idempotency key, the same in every process for the
  * same call (e.g. "step-17-reshard"); TS_INVALID_ARGUMENT without one. If a rank never submits
- * within timeout_ms (0: the client's timeout less 5 s), every participant gets TS_INCOMPLETE
+ * within timeout_ms (0: the client's timeout less 5 s, at most 600 s, the daemons' default
+ * --collective-timeout-max; a longer one than the daemons allow is TS_INVALID_ARGUMENT), every
+ * participant gets TS_INCOMPLETE
  * naming the missing ranks; a rank that submits another request under the key makes it
  * TS_KEY_CONFLICT for all. n 0 clears the group. The ranks are the daemons' (each process talks
  * to its own rank's daemon, which must be in the group). */

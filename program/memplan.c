@@ -37,9 +37,9 @@ void tsp_plan_free(tsp_bucket *b) {
   free(b->dims);
   free(b->locs);
   free(b->bufs);
-  free(b->pool);
+  ts_pool_free(b->pool);
   for (int i = 0; i < 128; i++) {
-    free(b->stage[i]);
+    ts_pool_free(b->stage[i]);
     b->stage[i] = NULL;
   }
   for (int i = 0; b->plans && i < b->n_plans; i++)
@@ -290,9 +290,10 @@ int tsp_plan_bucket(tsp_program *p, tsp_bucket *b, ts_error *err) {
     if (p->nodes[i].live && tsp_op(p->nodes[i].op)->cat == TSP_CAT_LAYOUT)
       b->locs[i].offset = b->locs[view_base(p, i)].offset;
   if (rc == TS_OK && b->pool_bytes) {
-    b->pool = aligned_alloc(64, (b->pool_bytes + 63) & ~(size_t)63);
+    /* the buffer pool (64-byte aligned): under the daemon's memory limit, checked first */
+    b->pool = ts_pool_alloc(b->pool_bytes, 0, "the program's work buffer", err);
     if (!b->pool)
-      rc = ts_error_set(err, TS_NO_MEMORY, "out of memory for a pool of %zu bytes", b->pool_bytes);
+      rc = err ? err->code : TS_NO_MEMORY;
   }
   if (rc != TS_OK)
     tsp_plan_free(b);

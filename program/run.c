@@ -217,10 +217,12 @@ int tsp_program_run(tsp_program *p, tsp_tensor *inputs, int n_in, tsp_tensor *ou
       o->dtype = n->dtype;
       o->ndim = n->ndim;
       memcpy(o->shape, tdims, sizeof tdims);
-      o->data = malloc((size_t)numel(n->ndim, tdims) * es + 1);
+      char what[TSP_NAME + 32];
+      snprintf(what, sizeof what, "program output '%s'", p->output_names[i - p->n_inputs]);
+      size_t bytes = (size_t)numel(n->ndim, tdims) * es;
+      o->data = ts_pool_alloc(bytes ? bytes : 1, 0, what, err);
       if (!o->data) {
-        rc = ts_error_set(err, TS_NO_MEMORY, "out of memory for output '%s'",
-                          p->output_names[i - p->n_inputs]);
+        rc = err ? err->code : TS_NO_MEMORY;
         break;
       }
     }
@@ -228,11 +230,15 @@ int tsp_program_run(tsp_program *p, tsp_tensor *inputs, int n_in, tsp_tensor *ou
       args[i] = is_in ? inputs[i].data : outputs[i - p->n_inputs].data;
       continue;
     }
-    if (!b->stage[i])
-      b->stage[i] = malloc((size_t)numel(n->ndim, bdims) * es + 1);
+    if (!b->stage[i]) {
+      char what[TSP_NAME + 48];
+      snprintf(what, sizeof what, "the padded bucket copy of '%s'", n->name);
+      size_t bytes = (size_t)numel(n->ndim, bdims) * es;
+      b->stage[i] = ts_pool_alloc(bytes ? bytes : 1, 0, what, err);
+    }
     args[i] = b->stage[i];
     if (!args[i]) {
-      rc = ts_error_set(err, TS_NO_MEMORY, "out of memory padding '%s'", n->name);
+      rc = err ? err->code : TS_NO_MEMORY;
       break;
     }
     staged[i] = true;
@@ -267,7 +273,7 @@ int tsp_program_run(tsp_program *p, tsp_tensor *inputs, int n_in, tsp_tensor *ou
   pthread_mutex_unlock(&p->lock);
   if (rc != TS_OK)
     for (int k = 0; k < n_out; k++) {
-      free(outputs[k].data);
+      ts_pool_free(outputs[k].data);
       outputs[k].data = NULL;
     }
   return rc;

@@ -65,8 +65,10 @@ void tsp_program_destroy(tsp_program *p); /* accepts NULL */
 int tsp_program_build(tsp_program *p, int b, ts_error *err);
 
 /* Inputs in the program's order; their shapes give the dynamic dims' values. Outputs: n_out
- * entries filled with malloc'd data (free with free()) and their true shapes. Assigned inputs are
- * updated in place. */
+ * entries filled with data from the buffer pool (free with ts_pool_free) and their true shapes.
+ * Assigned inputs are updated in place. Outputs, padded bucket copies and the bucket's work buffer
+ * come from the buffer pool, so a configured memory limit refuses them (TS_LIMIT naming the
+ * buffer, its bytes and the limit) before anything is allocated. */
 int tsp_program_run(tsp_program *p, tsp_tensor *inputs, int n_in, tsp_tensor *outputs, int n_out,
                     ts_error *err);
 

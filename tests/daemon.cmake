@@ -111,6 +111,14 @@ if(TARGET tshardd AND TARGET tshard)
   set_tests_properties(test_e2e_memlimit PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                        ENVIRONMENT "${TS_MPI_TEST_ENV}")
 
+  # Collectives waiting for participants cannot fill the key table: the per-connection bound, the
+  # timeout bound, and a flood from connections closed at once (--key-max 16).
+  tshard_e2e_test(test_e2e_keyflood)
+  target_link_libraries(test_e2e_keyflood PRIVATE tsproto)
+  add_test(NAME test_e2e_keyflood COMMAND test_e2e_keyflood)
+  set_tests_properties(test_e2e_keyflood PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_MPI_TEST_ENV}")
+
   tshard_e2e_test(test_e2e_concurrency)
   add_test(NAME test_e2e_concurrency COMMAND test_e2e_concurrency)
   set_tests_properties(test_e2e_concurrency PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}

@@ -20,6 +20,13 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
     set_tests_properties(test_python_reshard_random_np${np} PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                          ENVIRONMENT "${TS_PY_ENV}")
   endforeach()
+  # The default memory limit (auto) against an einsum outer product, a huge create and a program's
+  # output; --memory-limit 0 means none.
+  add_test(NAME test_python_memory_default
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_memory_default.py
+                   ${TS_BIN})
+  set_tests_properties(test_python_memory_default PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_PY_ENV}")
   add_test(NAME test_python_direct
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_direct.py ${TS_BIN})
   set_tests_properties(test_python_direct PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}

@@ -10,7 +10,7 @@
 #include "daemon.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  const tsd_limits lim = {4, 1 << 16};
+  const tsd_limits lim = {.world_size = 4, .max_frame = 1 << 16};
   size_t pos = 0;
   while (size - pos >= TSD_FRAME_HEADER) {
     uint32_t len = tsd_frame_length(data + pos);

@@ -221,7 +221,7 @@ static void run_random(unsigned seed) {
     } else {
       close_to(out[k].data, r->d, ref_numel(r), 1e-9, what);
     }
-    free(out[k].data);
+    ts_pool_free(out[k].data);
   }
   /* inputs untouched */
   tsp_program_destroy(p);
@@ -280,8 +280,8 @@ START_TEST(test_einsum_static_and_dynamic) {
       }
     close_to(out[0].data, want, 12, 1e-12, "einsum+bias");
     close_to(out[1].data, want2, 9, 1e-12, "gram");
-    free(out[0].data);
-    free(out[1].data);
+    ts_pool_free(out[0].data);
+    ts_pool_free(out[1].data);
   }
   tsp_program_destroy(p);
 }
@@ -374,7 +374,7 @@ START_TEST(test_integer_semantics) {
   ck_assert_int_eq(*s, sum);
   ck_assert_int_eq(*lo, -7);
   for (int k = 0; k < 5; k++)
-    free(out[k].data);
+    ts_pool_free(out[k].data);
   tsp_program_destroy(p);
 }
 END_TEST
@@ -473,7 +473,7 @@ START_TEST(test_padding_masks_and_formulas) {
         numel *= out[k].shape[d];
       ck_assert_int_eq(numel, ref_numel(want[k]));
       close_to(out[k].data, want[k]->d, numel, 1e-12, tsp_program_output_name(p, k));
-      free(out[k].data);
+      ts_pool_free(out[k].data);
     }
     ck_assert_int_eq(out[4].shape[0], 3 * n);
     ck_assert_int_eq(out[6].shape[0], 3);
@@ -551,8 +551,8 @@ static void check_small(tsp_program *p) {
   }
   ck_assert_float_eq(((float *)out[1].data)[0], s[0]);
   ck_assert_float_eq(((float *)out[1].data)[1], s[1]);
-  free(out[0].data);
-  free(out[1].data);
+  ts_pool_free(out[0].data);
+  ts_pool_free(out[1].data);
 }
 
 START_TEST(test_cache_hits_and_invalidation) {

@@ -96,7 +96,7 @@ START_TEST(test_window_two_groups) {
     close_to(out[3].data, &dot, 1, "dot");
     close_to(out[4].data, x, m, "y");
     for (int i = 0; i < 5; i++)
-      free(out[i].data);
+      ts_pool_free(out[i].data);
   }
   /* k = 1 makes sh = x[1:n+1]: past the end, refused with the values */
   double x[8] = {0}, w[1] = {1};
@@ -195,7 +195,7 @@ START_TEST(test_conv_negative_step_2d) {
     close_to(out[4].data, rsum, 2, "rsum");
     close_to(out[5].data, x + n - 3, 3, "last3");
     for (int i = 0; i < 6; i++)
-      free(out[i].data);
+      ts_pool_free(out[i].data);
   }
   tsp_program_destroy(p);
 }
@@ -277,7 +277,7 @@ START_TEST(test_unusable_bucket) {
   ck_assert_int_eq(out[0].shape[0], 12);
   for (int i = 0; i < 12; i++)
     ck_assert(((double *)out[0].data)[i] == (double)i * 2 * i);
-  free(out[0].data);
+  ts_pool_free(out[0].data);
   tsp_program_destroy(p);
 }
 END_TEST
@@ -383,7 +383,7 @@ START_TEST(test_window_conv) {
     ck_assert(out[4].ndim == 2 && out[4].shape[0] == n - 2 && out[4].shape[1] == 3);
     close_to(out[4].data, w3, 3 * (n - 2), "window output");
     for (int i = 0; i < 5; i++)
-      free(out[i].data);
+      ts_pool_free(out[i].data);
   }
   double x[4] = {0}, w[8] = {0}, m[16] = {0};
   tsp_tensor in[3] = {{x, TS_F64, 1, {4}}, {w, TS_F64, 1, {6}}, {m, TS_F64, 2, {4, 4}}}, out[5];
@@ -414,7 +414,7 @@ START_TEST(test_window_conv) {
   in2[1].shape[0] = 2; /* k = 2: an exact bucket */
   ck_assert_msg(tsp_program_run(p, in2, 3, out, 5, &err) == TS_OK, "%s", err.msg);
   for (int i = 0; i < 5; i++)
-    free(out[i].data);
+    ts_pool_free(out[i].data);
   tsp_program_destroy(p);
   char msg[512];
   ck_assert_int_eq(tsp_test_make_fails("{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[4]}],"

@@ -49,14 +49,14 @@ def check(cond, what):
         print(f"FAILED: {what}", flush=True)
 
 
-def spmd(d, body, ranks=range(NP), **kw):
+def spmd(d, body, ranks=range(NP), timeout=60, **kw):
     """Runs body(client, rank) in one thread per rank, each on its own grouped connection;
     returns {rank: result or exception}."""
     out = {}
 
     def one(r):
         try:
-            with tshard.connect(socket=d.socket(r), timeout=60, **kw) as c:
+            with tshard.connect(socket=d.socket(r), timeout=timeout, **kw) as c:
                 out[r] = body(c, r)
         except Exception as e:  # noqa: BLE001 - the test compares them
             out[r] = e
@@ -220,13 +220,22 @@ def test_misuse(d):
         (dict(op=create, collective_timeout_ms=5, idempotency_key="x"),
          "collective_timeout_ms applies only to a request naming participants"),
         (dict(op=create, participants=[0, 1], collective_timeout_ms=90000000, idempotency_key="x"),
-         "at most 86400000"),
+         "collective_timeout_ms 90000000; at most 600000 (the daemons' --collective-timeout-max"),
+        (dict(op=create, participants=[0, 1], collective_timeout_ms=600001, idempotency_key="x"),
+         "collective_timeout_ms 600001; at most 600000 (the daemons' --collective-timeout-max"),
     ]
     with d.connect(1) as c:
         for fields, want in cases:
             st, msg = raw(c, **fields)
             check(st == 1 and want in msg, f"misuse {fields}: {st} {msg}")
         check("mu" not in c.list(), "no misuse created anything")
+    # A client with a long timeout: the collective timeout made from it stays within the daemons'
+    # maximum, so its collectives run.
+    res = spmd(d, lambda c, r: c.create("longwait", "f32", (4,), "mesh=[3] placements=[R]",
+                                        key="longwait"), group="all", timeout=3600)
+    check(all(res[r] is None for r in range(NP)), f"grouped clients with a 3600 s timeout: {res}")
+    with d.connect(0) as c:
+        c.drop("longwait")
     for group, want in (([0, 5], "group rank 5 is not a rank of the job"),
                         ([1, 2], "talks to rank 0, which is not in its group"),
                         ("0,x", "expected 'all' or ranks")):

@@ -11,7 +11,7 @@
 #include "check_main.h"
 #include "daemon.h"
 
-static const tsd_limits lim = {4, 1 << 20};
+static const tsd_limits lim = {.world_size = 4, .max_frame = 1 << 20};
 
 START_TEST(every_op_has_one_entry) {
   const ProtobufCMessageDescriptor *d = &tshard__request__descriptor;

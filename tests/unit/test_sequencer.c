@@ -17,7 +17,14 @@
  * yet. A request naming participants runs once all of them submitted it, never
  * before; if one never does, every participant (a late one too) gets one INCOMPLETE error
  * naming it; a participant with another request under the key fails it for all with
- * KEY_CONFLICT; misuse (no key, a rank not among the participants) is refused. */
+ * KEY_CONFLICT; misuse (no key, a rank not among the participants) is refused.
+ *
+ * Abandoned collectives: a rank whose every client of a waiting collective disconnected takes its
+ * submission back (rank 0 then waits for that rank again), a record without submissions is
+ * forgotten (the key starts afresh), a flood of abandoned collectives with a one-day timeout does
+ * not fill the key table, and a client leaving after the order changes nothing. A connection has
+ * at most --collective-pending-max collectives waiting; rank 0 waits at most
+ * --collective-timeout-max. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,7 +165,7 @@ static void t_release(void *ctx, uint8_t *staging, uint64_t bytes) {
   rc->releases++;
 }
 
-static void world_init(world *w, int size) {
+static void world_init_cfg(world *w, int size, const tsd_seq_config *cfg) {
   memset(w, 0, sizeof *w);
   w->size = size;
   for (int i = 0; i < size; i++) {
@@ -166,10 +173,14 @@ static void world_init(world *w, int size) {
     rc->w = w;
     rc->rank = i;
     tsd_seq_hooks h = {rc, t_send, t_run, t_answer, t_release, t_now, t_names};
-    tsd_seq_config cfg = {TTL_MS, KEY_MAX, COLL_MS};
     ts_error err;
-    ck_assert_int_eq(tsd_seq_create(i, size, &h, &cfg, &rc->seq, &err), TS_OK);
+    ck_assert_int_eq(tsd_seq_create(i, size, &h, cfg, &rc->seq, &err), TS_OK);
   }
+}
+
+static void world_init(world *w, int size) {
+  tsd_seq_config cfg = {.key_ttl_ms = TTL_MS, .key_max = KEY_MAX, .collective_timeout_ms = COLL_MS};
+  world_init_cfg(w, size, &cfg);
 }
 
 static void world_free(world *w) {
@@ -701,6 +712,181 @@ START_TEST(collective_misuse_is_refused) {
 }
 END_TEST
 
+/* The answers a rank gave to clients already gone (conn_id 0), with a status. */
+static int gone_answers(const rank_ctx *rc, int status, const char *text) {
+  int n = 0;
+  for (int i = 0; i < rc->nanswers; i++)
+    n += rc->answers[i].conn_id == 0 && rc->answers[i].status == status &&
+         strstr(rc->answers[i].msg, text) != NULL;
+  return n;
+}
+
+/* Rank 1's two clients of a collective disconnect: only when the second is gone does rank 1
+ * withdraw its submission; rank 0 then waits for rank 1 again, and a new client of rank 1
+ * completes it. */
+START_TEST(collective_withdrawn_when_every_client_is_gone) {
+  world w;
+  world_init(&w, 3);
+  const int32_t all[3] = {0, 1, 2};
+  submit_coll(&w, 1, 1, 1, "w", "KW", all, 3, 0);
+  submit_coll(&w, 1, 2, 1, "w", "KW", all, 3, 0); /* waits with the first */
+  submit_coll(&w, 2, 1, 1, "w", "KW", all, 3, 0);
+  settle(&w);
+  tsd_seq_forget_conn(w.r[1].seq, 1);
+  settle(&w);
+  ck_assert_int_eq(w.r[1].nanswers, 0); /* its other client still waits */
+  tsd_seq_forget_conn(w.r[1].seq, 2);
+  settle(&w);
+  ck_assert_int_eq(w.r[1].nanswers, 2);
+  ck_assert_int_eq(gone_answers(&w.r[1], TS_INCOMPLETE, "every client of rank 1 that submitted "
+                                                        "it disconnected"), 2);
+  submit_coll(&w, 0, 1, 1, "w", "KW", all, 3, 0); /* rank 1 no longer counts as arrived */
+  settle(&w);
+  check_same_order(&w, 0);
+  submit_coll(&w, 1, 3, 1, "w", "KW", all, 3, 0); /* rank 1's client again */
+  settle(&w);
+  check_same_order(&w, 1);
+  ck_assert_int_eq(answer_of(&w.r[0], 1, 1)->status, TS_OK);
+  ck_assert_int_eq(answer_of(&w.r[1], 3, 1)->status, TS_OK);
+  ck_assert_int_eq(answer_of(&w.r[2], 1, 1)->status, TS_OK);
+  world_free(&w);
+}
+END_TEST
+
+/* Every client of a collective gone (on rank 1 and on rank 0): the record is forgotten, so the
+ * key starts afresh, even for another request. */
+START_TEST(collective_forgotten_when_no_client_is_left) {
+  world w;
+  world_init(&w, 3);
+  const int32_t all[3] = {0, 1, 2};
+  submit_coll(&w, 1, 1, 1, "f", "KF", all, 3, 0);
+  submit_coll(&w, 0, 1, 1, "f", "KF", all, 3, 0);
+  settle(&w);
+  tsd_seq_forget_conn(w.r[1].seq, 1);
+  tsd_seq_forget_conn(w.r[0].seq, 1);
+  settle(&w);
+  ck_assert_int_eq(gone_answers(&w.r[0], TS_INCOMPLETE, "withdrawn"), 1);
+  ck_assert_int_eq(gone_answers(&w.r[1], TS_INCOMPLETE, "withdrawn"), 1);
+  for (int r = 0; r < 3; r++)
+    submit_coll(&w, r, 2, 2, "g", "KF", all, 3, 0);
+  settle(&w);
+  check_same_order(&w, 1);
+  ck_assert_str_eq(w.r[0].runs[0].name, "g");
+  for (int r = 0; r < 3; r++)
+    ck_assert_int_eq(answer_of(&w.r[r], 2, 2)->status, TS_OK);
+  world_free(&w);
+}
+END_TEST
+
+/* Three times --key-max collectives with a one-day timeout, each from a connection closed at
+ * once, on both ranks: the table does not fill; a keyed operation and a collective run at once
+ * afterwards. */
+START_TEST(abandoned_collectives_do_not_fill_the_key_table) {
+  world w;
+  world_init(&w, 2);
+  const int32_t both[2] = {0, 1};
+  char key[32], name[32];
+  for (int i = 0; i < 3 * KEY_MAX; i++) {
+    snprintf(key, sizeof key, "F%d", i);
+    snprintf(name, sizeof name, "f%d", i);
+    submit_coll(&w, i % 2, 100 + (uint64_t)i, 1, name, key, both, 2, 86400000);
+    tsd_seq_forget_conn(w.r[i % 2].seq, 100 + (uint64_t)i);
+  }
+  settle(&w);
+  check_same_order(&w, 0);
+  for (int r = 0; r < 2; r++)
+    ck_assert_int_eq(gone_answers(&w.r[r], TS_INCOMPLETE, "withdrawn"), 3 * KEY_MAX / 2);
+  submit(&w, 1, 1, 1, "after", "KA");
+  settle(&w);
+  ck_assert_int_eq(answer_of(&w.r[1], 1, 1)->status, TS_OK);
+  submit_coll(&w, 0, 1, 2, "coll", "KB", both, 2, 0);
+  submit_coll(&w, 1, 1, 2, "coll", "KB", both, 2, 0);
+  settle(&w);
+  check_same_order(&w, 2);
+  ck_assert_int_eq(answer_of(&w.r[0], 1, 2)->status, TS_OK);
+  ck_assert_int_eq(answer_of(&w.r[1], 1, 2)->status, TS_OK);
+  world_free(&w);
+}
+END_TEST
+
+/* A client that leaves after rank 0 ordered the collective changes nothing: it runs once on
+ * every rank (the rank of the gone client still has its submission for the run). */
+START_TEST(withdrawal_after_the_order_changes_nothing) {
+  world w;
+  world_init(&w, 2);
+  const int32_t both[2] = {0, 1};
+  submit_coll(&w, 0, 1, 1, "o", "KO", both, 2, 0);
+  submit_coll(&w, 1, 1, 1, "o", "KO", both, 2, 0);
+  deliver(&w); /* ordered everywhere, run nowhere */
+  tsd_seq_forget_conn(w.r[1].seq, 1);
+  settle(&w);
+  check_same_order(&w, 1);
+  ck_assert_int_eq(answer_of(&w.r[0], 1, 1)->status, TS_OK);
+  ck_assert_int_eq(w.r[1].nanswers, 1);
+  ck_assert_int_eq(gone_answers(&w.r[1], TS_OK, ""), 1);
+  world_free(&w);
+}
+END_TEST
+
+/* --collective-pending-max per connection: the next collective of that connection is LIMIT
+ * saying so; other connections, and operations without participants, are not limited; once one
+ * ran, the connection may submit another. */
+START_TEST(pending_collectives_per_connection_are_bounded) {
+  world w;
+  tsd_seq_config cfg = {.key_ttl_ms = TTL_MS, .key_max = KEY_MAX, .collective_timeout_ms = COLL_MS,
+                        .collective_pending_max = 3};
+  world_init_cfg(&w, 2, &cfg);
+  const int32_t both[2] = {0, 1};
+  char key[32], name[32];
+  for (int i = 0; i < 4; i++) {
+    snprintf(key, sizeof key, "P%d", i);
+    snprintf(name, sizeof name, "p%d", i);
+    submit_coll(&w, 1, 1, (uint64_t)i + 1, name, key, both, 2, 0);
+  }
+  settle(&w);
+  ck_assert_int_eq(w.r[1].nanswers, 1);
+  const answer *a = answer_of(&w.r[1], 1, 4);
+  ck_assert_int_eq(a->status, TS_LIMIT);
+  ck_assert_msg(strstr(a->msg, "this connection has 3 collectives waiting for their "
+                               "participants") &&
+                    strstr(a->msg, "--collective-pending-max 3"),
+                "message: %s", a->msg);
+  submit_coll(&w, 1, 2, 1, "q", "Q", both, 2, 0); /* another connection */
+  submit(&w, 1, 1, 5, "plain", "KPL");            /* no participants */
+  settle(&w);
+  ck_assert_int_eq(answer_of(&w.r[1], 1, 5)->status, TS_OK);
+  ck_assert_int_eq(w.r[1].nanswers, 2); /* "q" waits */
+  submit_coll(&w, 0, 1, 1, "p0", "P0", both, 2, 0);
+  settle(&w);
+  ck_assert_int_eq(answer_of(&w.r[1], 1, 1)->status, TS_OK);
+  submit_coll(&w, 1, 1, 6, "p4", "P4", both, 2, 0); /* two wait now: room for one more */
+  settle(&w);
+  ck_assert_int_eq(w.r[1].nanswers, 3);
+  world_free(&w);
+}
+END_TEST
+
+/* Rank 0 waits at most --collective-timeout-max, whatever a request says. */
+START_TEST(collective_timeout_is_bounded_at_rank_0) {
+  world w;
+  tsd_seq_config cfg = {.key_ttl_ms = TTL_MS, .key_max = KEY_MAX, .collective_timeout_ms = COLL_MS,
+                        .collective_timeout_max_ms = 1000};
+  world_init_cfg(&w, 2, &cfg);
+  const int32_t both[2] = {0, 1};
+  submit_coll(&w, 0, 1, 1, "t", "KT", both, 2, 5000);
+  settle(&w);
+  w.now += 999;
+  settle(&w);
+  ck_assert_int_eq(w.r[0].nanswers, 0);
+  w.now += 1;
+  settle(&w);
+  const answer *a = answer_of(&w.r[0], 1, 1);
+  ck_assert_int_eq(a->status, TS_INCOMPLETE);
+  ck_assert_msg(strstr(a->msg, "timed out after 1000 ms"), "message: %s", a->msg);
+  world_free(&w);
+}
+END_TEST
+
 static void shutdown_test(int size) {
   world w;
   world_init(&w, size);
@@ -754,6 +940,12 @@ int main(void) {
   tcase_add_test(tc, collective_timeout_names_missing_ranks);
   tcase_add_test(tc, collective_mismatch_fails_for_all);
   tcase_add_test(tc, collective_misuse_is_refused);
+  tcase_add_test(tc, collective_withdrawn_when_every_client_is_gone);
+  tcase_add_test(tc, collective_forgotten_when_no_client_is_left);
+  tcase_add_test(tc, abandoned_collectives_do_not_fill_the_key_table);
+  tcase_add_test(tc, withdrawal_after_the_order_changes_nothing);
+  tcase_add_test(tc, pending_collectives_per_connection_are_bounded);
+  tcase_add_test(tc, collective_timeout_is_bounded_at_rank_0);
   tcase_add_test(tc, shutdown_one_rank);
   tcase_add_test(tc, shutdown_three_ranks);
   suite_add_tcase(s, tc);

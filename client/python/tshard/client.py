@@ -115,6 +115,7 @@ def read_token_file(path):
     return _check_token(token, f"the token in {path}")
 
 WINDOW = 2  # chunk requests in flight
+_COLLECTIVE_TIMEOUT_MAX = 600.0  # s: the daemons' default --collective-timeout-max
 _SPARE_MIN = 1 << 20  # results from this size on reuse the client's spare buffer
 def _out_bytes(out, dtype, what):
     """The caller's result array as flat writable bytes (C-contiguous, the tensor's dtype)."""
@@ -362,7 +363,8 @@ class Client:
         of ``group`` (ranks, "all", "0,1,2"; None: off) submitted them, each with ``key`` or a
         key made from ``run_id`` (default: the launcher's, see spmd.py) and the call's number;
         ``collective_timeout`` seconds (default: this client's timeout less 5 s, so that the
-        daemons' error naming the missing ranks comes before the client gives up)."""
+        daemons' error naming the missing ranks comes before the client gives up, and at most
+        600 s, the daemons' default --collective-timeout-max; longer ones are refused)."""
         if group is None:
             self._group = None
             return
@@ -370,7 +372,7 @@ class Client:
         ranks = _spmd.parse_group(group, p["world_size"])
         if collective_timeout is None:
             t = self._timeout
-            collective_timeout = max(1.0, t - 5.0) if t else 0
+            collective_timeout = min(max(1.0, t - 5.0), _COLLECTIVE_TIMEOUT_MAX) if t else 0
         self._group = _spmd.Group(ranks, p["rank"], run_id, round(collective_timeout * 1000))
 
     # -- operations ----------------------------------------------------------------------------

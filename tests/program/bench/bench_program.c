@@ -245,8 +245,8 @@ int main(int argc, char **argv) {
       return 1;
     }
     bucketed += now_ms() - t0;
-    free(out[0].data);
-    free(out[1].data);
+    ts_pool_free(out[0].data);
+    ts_pool_free(out[1].data);
   }
   tsp_program_destroy(dyn);
   /* recompiling per shape: real compiles of the first distinct shapes */
@@ -268,8 +268,8 @@ int main(int argc, char **argv) {
     t0 = now_ms();
     tsp_program_run(s, din, 2, out, 2, &err);
     rt[k] = now_ms() - t0;
-    free(out[0].data);
-    free(out[1].data);
+    ts_pool_free(out[0].data);
+    ts_pool_free(out[1].data);
     tsp_program_destroy(s);
   }
   double compile_ms = median(ct, compiles);
