@@ -87,9 +87,10 @@ typedef struct conn {
   bool is_tcp, authed, closing, close_after_write, reading;
   bool unauth_counted; /* TCP: counted in the server's unauthenticated connections */
   int inflight; /* requests with the engine */
-  /* Unix sockets: the process that opened the connection (SO_PEERCRED; 0 when unknown), a pidfd
-   * of it (-1: none) and its start time (0: unknown). */
+  /* Unix sockets: the process that opened the connection (SO_PEERCRED; 0 when unknown), its
+   * effective uid, a pidfd of it (-1: none) and its start time (0: unknown). */
   int64_t owner_pid;
+  uint32_t owner_uid;
   int owner_pidfd;
   uint64_t owner_start;
   sender frame_from; /* who wrote the frame being received (Unix sockets) */
@@ -296,9 +297,11 @@ static void conn_owner(conn *c, int fd) {
   struct ucred cr;
   socklen_t len = sizeof cr;
   c->owner_pidfd = -1;
+  c->owner_uid = UINT32_MAX;
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 || cr.pid <= 0)
     return;
   c->owner_pid = cr.pid;
+  c->owner_uid = cr.uid;
   int pidfd = -1;
   len = sizeof pidfd;
   if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0 || pidfd < 0)
@@ -635,22 +638,46 @@ static void on_poll(uv_poll_t *p, int status, int events) {
 
 /* A TCP connection past --max-unauthenticated: answered LIMIT when the answer fits the socket
  * at once (nothing is read from it) and closed. */
+/* Answers a connection just accepted with status and msg, without reading it (best effort: the
+ * answer is sent only when it fits the socket at once), and closes it. */
+static void refuse_at_accept(conn *c, int status, const char *msg) {
+  uint8_t *frame;
+  size_t len;
+  uv_os_fd_t fd;
+  if (uv_fileno(&c->h.handle, &fd) == 0 && tsd_error_frame(0, status, msg, &frame, &len) == TS_OK) {
+    ssize_t sent = send(fd, frame, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)sent;
+    free(frame);
+  }
+  uv_close(&c->h.handle, on_conn_closed);
+  if (c->handles > 1) /* a Unix connection's poll handle (unix_conn_setup) */
+    uv_close((uv_handle_t *)&c->rpoll, on_conn_closed);
+}
+
 static void refuse_unauthenticated(conn *c) {
   tsd_server *s = c->srv;
   conn_warn(s, "TCP connection %llu refused: %lld connections are waiting to present their "
             "token (--max-unauthenticated)", (unsigned long long)c->id, (long long)s->unauthed);
-  uint8_t *frame;
-  size_t len;
-  uv_os_fd_t fd;
   char msg[200];
   snprintf(msg, sizeof msg, "the daemon has %lld TCP connections that have not presented their "
            "token yet, its --max-unauthenticated; retry later", (long long)s->unauthed);
-  if (uv_fileno(&c->h.handle, &fd) == 0 && tsd_error_frame(0, TS_LIMIT, msg, &frame, &len) == TS_OK) {
-    ssize_t sent = send(fd, frame, len, MSG_DONTWAIT | MSG_NOSIGNAL);
-    (void)sent; /* best effort: the connection closes either way */
-    free(frame);
-  }
-  uv_close(&c->h.handle, on_conn_closed);
+  refuse_at_accept(c, TS_LIMIT, msg);
+}
+
+/* The socket's directory (0700, ours) already keeps other users out; this holds even when a
+ * process of another user could reach the socket (one that kept CAP_DAC_OVERRIDE, a descriptor
+ * passed on before a bind mount changed): a Unix client runs as the daemon's user or as root. */
+static bool unix_user_ok(conn *c) {
+  uint32_t me = (uint32_t)geteuid();
+  if (c->owner_uid == me || c->owner_uid == 0)
+    return true;
+  conn_warn(c->srv, "connection %llu refused: uid %u is neither the daemon's user (%u) nor root",
+            (unsigned long long)c->id, (unsigned)c->owner_uid, (unsigned)me);
+  char msg[200];
+  snprintf(msg, sizeof msg, "this daemon serves its own user (uid %u) and root on its Unix "
+           "socket; this process runs as uid %u", (unsigned)me, (unsigned)c->owner_uid);
+  refuse_at_accept(c, TS_AUTH, msg);
+  return false;
 }
 
 /* A Unix connection: credentials with every chunk (SO_PASSCRED; the listening socket has it too,
@@ -714,6 +741,8 @@ static void on_connection(uv_stream_t *server, int status) {
     TSD_LOG(TSD_LOG_WARN, "connection %llu: cannot read credentials on it: %s; closing it",
             (unsigned long long)c->id, strerror(errno));
     uv_close(&c->h.handle, on_conn_closed);
+    return;
+  } else if (!unix_user_ok(c)) {
     return;
   }
   c->opened_ms = uv_now(&s->loop);

@@ -11,10 +11,14 @@
  *    B's get into and put from that address are refused (AUTH, naming A and B); then, V gone, a
  *    process G made with A's very pid on the inherited connection is refused too (its owner has
  *    exited). V's secret is intact and the tensor is as it was.
- * 4. The check every rank makes before it copies (comm/proc.c) against real processes: the
+ * 4. A process of another user that reaches the socket (it kept CAP_DAC_OVERRIDE, which passes
+ *    the 0700 directory) is answered AUTH naming both uids and closed; the daemon serves on.
+ * 5. The check every rank makes before it copies (comm/proc.c) against real processes: the
  *    right process passes; a wrong start time, a wrong uid, a gone process and a process that
  *    took the pid of an exited one (same pid, later start) are refused with their status. */
 #include <errno.h>
+#include <linux/capability.h>
+#include <sys/prctl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -367,6 +371,57 @@ static void pin_checks(void) {
   close(hold[1]);
 }
 
+/* In a child: become uid 65534 keeping CAP_DAC_OVERRIDE (so the 0700 socket directory does not
+ * stop it), connect to rank 0 and ping. Exit 0 when the daemon answered AUTH naming both uids and
+ * closed; else a code saying which step failed. */
+static int other_user_child(const tse_job *job) {
+  struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+  struct __user_cap_data_struct d[2] = {{0}};
+  d[0].effective = d[0].permitted = 1u << CAP_DAC_OVERRIDE;
+  if (prctl(PR_SET_KEEPCAPS, 1) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+      setresuid(65534, 65534, 65534) != 0 || syscall(SYS_capset, &h, d) != 0)
+    return 2;
+  int fd = tse_raw_connect(job, 0);
+  if (fd < 0)
+    return 3;
+  Tshard__Request req = TSHARD__REQUEST__INIT;
+  Tshard__PingRequest ping = TSHARD__PING_REQUEST__INIT;
+  req.id = 5;
+  req.op_case = TSHARD__REQUEST__OP_PING;
+  req.ping = &ping;
+  size_t n = tshard__request__get_packed_size(&req);
+  uint8_t b[64] = {(uint8_t)n};
+  tshard__request__pack(&req, b + 4);
+  (void)!send(fd, b, n + 4, MSG_NOSIGNAL); /* may fail: the daemon closes at once */
+  Tshard__Response *r = read_answer(fd);
+  int rc = !r ? 4 : r->status != TS_AUTH ? 5
+                  : !strstr(r->message, "serves its own user (uid 0) and root") ? 6
+                  : !strstr(r->message, "runs as uid 65534") ? 7 : 0;
+  tshard__response__free_unpacked(r, NULL);
+  uint8_t more;
+  ssize_t k = rc == 0 ? recv(fd, &more, 1, 0) : 0;
+  if (k > 0 || (k < 0 && errno != ECONNRESET))
+    rc = 8; /* the connection must be closed (reset: the daemon closed it with our ping unread) */
+  close(fd);
+  return rc;
+}
+
+static void other_user(const tse_job *job, tshard_client *c) {
+  if (geteuid() != 0) {
+    printf("skipped: another user's process needs root to make\n");
+    return;
+  }
+  pid_t p = fork();
+  if (p == 0)
+    _exit(other_user_child(job));
+  int st = 0;
+  TSE_CHECK(p > 0 && waitpid(p, &st, 0) == p, "fork or wait failed");
+  TSE_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+            "another user's connection: step %d failed (2 identity, 3 connect, 4 no answer, "
+            "5 not AUTH, 6/7 the message, 8 not closed)", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+  TSE_OK(c, tshard_ping(c, NULL, NULL));
+}
+
 int main(void) {
   unsetenv("TSHARD_DIRECT");
   unsetenv("TSHARD_SHM");
@@ -379,6 +434,7 @@ int main(void) {
     forked_client(c);
     mixed_frame(&job);
     pid_reuse(&job, c);
+    other_user(&job, c);
     TSE_OK(c, tshard_ping(c, NULL, NULL));
     tshard_close(&c);
   }
