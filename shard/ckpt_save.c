@@ -17,7 +17,14 @@
  * place (renameat2 RENAME_EXCHANGE when a previous checkpoint exists, else rename), fsyncs the
  * parent, agreement, and removes the previous one. On any failure on any rank every rank returns
  * the same error and the leaders remove the temporary directory: the previous checkpoint is
- * untouched. SIGXFSZ is ignored so that a file size limit is a write error, not a kill. */
+ * untouched. SIGXFSZ is ignored so that a file size limit is a write error, not a kill.
+ *
+ * What a save replaces: nothing (a new path), an empty directory, or a tshard checkpoint (its
+ * index.json parses as a tshard index and the directory holds nothing but it and regular files
+ * it names); anything else is refused before anything is written, naming the directory and why.
+ * Checkpoints are private to the daemons' user: the directory is created 0700, files 0600 (the
+ * umask may narrow these, never widen them). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -422,6 +429,101 @@ static int node_leader(ts_comm *c, int rank, int size, int *leader, ts_error *er
   return rc;
 }
 
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+#define NOT_CKPT "checkpoint save: '%s' exists and is not a tshard checkpoint"
+#define CHOOSE "; choose a new or empty directory"
+
+/* Whether the checkpoint directory `target` holds only its index and regular files the index
+ * names (what removing it after the exchange deletes). */
+static int only_checkpoint_files(const char *target, const ts_ckpt_index *idx, ts_error *err) {
+  int64_t np = 0;
+  for (int i = 0; i < idx->ntensors; i++)
+    np += idx->tensors[i].npieces;
+  const char **files = malloc(sizeof *files * (size_t)(np ? np : 1));
+  DIR *d = files ? opendir(target) : NULL;
+  if (!d) {
+    int e = errno;
+    free(files);
+    return files ? ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint save: cannot list '%s': %s",
+                                target, strerror(e))
+                 : ts_error_set(err, TS_NO_MEMORY, "checkpoint save: no memory");
+  }
+  int64_t nf = 0;
+  for (int i = 0; i < idx->ntensors; i++)
+    for (int k = 0; k < idx->tensors[i].npieces; k++)
+      files[nf++] = idx->tensors[i].pieces[k].file;
+  qsort(files, (size_t)nf, sizeof *files, cmp_str);
+  int rc = TS_OK;
+  struct dirent *de;
+  while (!rc && (de = readdir(d))) {
+    const char *name = de->d_name, *key = name;
+    struct stat st;
+    if (!strcmp(name, ".") || !strcmp(name, ".."))
+      continue;
+    bool named = !strcmp(name, TS_CKPT_INDEX) ||
+                 bsearch(&key, files, (size_t)nf, sizeof *files, cmp_str) != NULL;
+    bool regular = fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+    if (!named || !regular) {
+      char shown[200];
+      ckpt_text_escape(name, shown, sizeof shown);
+      rc = ts_error_set(err, TS_INVALID_ARGUMENT, NOT_CKPT " (it holds '%s', %s)" CHOOSE, target,
+                        shown, named ? "which is not a regular file" : "which its index does "
+                        "not name");
+    }
+  }
+  closedir(d);
+  free(files);
+  return rc;
+}
+
+/* What the target of a save is, checked by the directory's leader before anything is written:
+ * absent or an empty directory (*replace false: the new one is renamed into place), a tshard
+ * checkpoint (*replace true: exchanged, then removed), anything else refused naming it and why,
+ * untouched. */
+static int check_target(const char *target, bool *replace, ts_error *err) {
+  *replace = false;
+  struct stat st;
+  if (lstat(target, &st) != 0)
+    return errno == ENOENT ? TS_OK
+                           : ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint save: cannot examine "
+                                          "'%s': %s", target, strerror(errno));
+  if (!S_ISDIR(st.st_mode))
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "checkpoint save: '%s' exists and is not a "
+                        "directory" CHOOSE, target);
+  DIR *d = opendir(target);
+  if (!d)
+    return ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint save: cannot list '%s': %s", target,
+                        strerror(errno));
+  bool empty = true, has_index = false;
+  struct dirent *de;
+  while ((de = readdir(d)))
+    if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+      empty = false;
+      has_index |= strcmp(de->d_name, TS_CKPT_INDEX) == 0;
+    }
+  closedir(d);
+  if (empty)
+    return TS_OK;
+  if (!has_index)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, NOT_CKPT " (it is not empty and holds no "
+                        "%s)" CHOOSE, target, TS_CKPT_INDEX);
+  ts_ckpt_index *idx = NULL;
+  ts_error ierr;
+  int rc = ts_ckpt_index_read(target, &idx, &ierr);
+  if (rc == TS_NO_MEMORY)
+    return ts_error_set(err, rc, "%s", ierr.msg);
+  if (rc)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, NOT_CKPT " (%s does not parse as one: %.300s)"
+                        CHOOSE, target, TS_CKPT_INDEX, ierr.msg);
+  rc = only_checkpoint_files(target, idx, err);
+  ts_ckpt_index_destroy(&idx);
+  *replace = rc == TS_OK;
+  return rc;
+}
+
 int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *names, int n,
                  const ts_ckpt_save_opts *o, ts_ckpt_report *rep, ts_error *err) {
   ts_ckpt_save_opts none = {false, false, 0, 0};
@@ -476,27 +578,12 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
   snprintf(tmp, sizeof tmp, "%s/.%s.tmp-%llx", parent, base, (unsigned long long)stamp);
   snprintf(target, sizeof target, "%s/%s", parent, base);
   bool made = false, exists = false;
-  if (!lst && lead) {
-    struct stat st;
-    char idxp[4500];
-    snprintf(idxp, sizeof idxp, "%s/%s", target, TS_CKPT_INDEX);
-    if (lstat(target, &st) == 0) {
-      exists = true;
-      if (!S_ISDIR(st.st_mode))
-        lst = ts_error_set(&lerr, TS_INVALID_ARGUMENT,
-                           "checkpoint directory '%s' exists and is not a directory", target);
-      else if (stat(idxp, &st) != 0 && rmdir(target) != 0)
-        lst = ts_error_set(&lerr, TS_INVALID_ARGUMENT,
-                           "checkpoint directory '%s' exists, is not empty and holds no "
-                           "checkpoint (no %s): refusing to replace it", target, TS_CKPT_INDEX);
-      else if (stat(idxp, &st) != 0)
-        exists = false; /* it was an empty directory, now removed */
-    }
-    if (!lst && mkdir(tmp, 0755) != 0)
-      lst = ts_error_set(&lerr, TS_CHECKPOINT_IO, "checkpoint: cannot create '%s' next to '%s': %s", tmp,
-                         target, strerror(errno));
-    made = lst == TS_OK;
-  }
+  if (!lst && lead)
+    lst = check_target(target, &exists, &lerr);
+  if (!lst && lead && mkdir(tmp, 0700) != 0)
+    lst = ts_error_set(&lerr, TS_CHECKPOINT_IO, "checkpoint: cannot create '%s' next to '%s': %s",
+                       tmp, target, strerror(errno));
+  made = !lst && lead;
   if ((rc = ts_comm_agree(c, lst, &lerr, err)))
     goto fail;
   /* my file: its entries and header */
@@ -568,7 +655,7 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
         }
     free(ent);
     if (!lst) {
-      fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
       if (fd < 0 || ckpt_pwrite_full(fd, hdr, hlen, 0) != 0)
         lst = ts_error_set(&lerr, TS_CHECKPOINT_IO, "checkpoint: cannot write '%s': %s", path,
                            strerror(errno));
