@@ -24,6 +24,7 @@ Checkpoints are written here by hand where the test needs control of every byte 
 is this writer), or saved by the daemons and then altered.
 
 usage: test_ckpt_untrusted.py BUILD_BIN_DIR"""
+import ctypes
 import json
 import os
 import shutil
@@ -31,7 +32,9 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from contextlib import nullcontext
 
 import numpy as np
 
@@ -103,13 +106,28 @@ def all_serving(d, what):
             check(False, f"{what}: rank {r} does not answer: {e}")
 
 
-def unblock(fifo):
-    """Opens a FIFO for writing and closes it, so that a reader blocked on it (the unfixed
-    daemon) sees its end: the test then fails instead of hanging."""
-    try:
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-    except OSError:
-        pass  # no reader: nobody blocked
+class FifoDrain(threading.Thread):
+    """While a test of a FIFO runs: opens the FIFO for writing again and again (each open returns
+    when a reader opens it) and closes it at once, so that a reader that blocks on it (a daemon or
+    a reader that does not refuse FIFOs) reads its end and the test fails instead of hanging."""
+
+    def __init__(self, fifo):
+        super().__init__(daemon=True)
+        self.fifo, self.done = fifo, False
+        self.start()
+
+    def run(self):
+        while not self.done:
+            os.close(os.open(self.fifo, os.O_WRONLY))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.done = True
+        fd = os.open(self.fifo, os.O_RDONLY | os.O_NONBLOCK)  # releases the pending open
+        self.join()
+        os.close(fd)
 
 
 def reader_fails(ckpt, name, needles, what):
@@ -128,12 +146,16 @@ def reader_fails(ckpt, name, needles, what):
           f"reader, {what}: exit {out.returncode}, {out.stdout!r} {out.stderr[-500:]!r}")
 
 
-def write_ckpt(dirpath, tensors, mkdir=True):
+xxh = ctypes.CDLL("libxxhash.so.0")  # an independent XXH3-64 for the pieces written here
+xxh.XXH3_64bits.restype = ctypes.c_uint64
+xxh.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+
+
+def write_ckpt(dirpath, tensors):
     """A checkpoint written here: tensors maps name -> (dtype, shape, pieces), each piece
     (box, header shape, data_offsets or None for the real ones, data bytes); one file
     'rank-00000.safetensors' holds them all."""
-    if mkdir:
-        os.mkdir(dirpath)
+    os.mkdir(dirpath)
     st_names = {"f32": "F32", "i32": "I32"}
     header, blobs, off = {}, [], 0
     index = {"format": "tshard-checkpoint", "version": 1, "checksum": "xxh3-64",
@@ -148,7 +170,8 @@ def write_ckpt(dirpath, tensors, mkdir=True):
             off += len(data)
             blobs.append(data)
             entry["pieces"].append({"file": "rank-00000.safetensors", "key": key,
-                                    "box": [list(b) for b in box], "xxh3": "0" * 16})
+                                    "box": [list(b) for b in box],
+                                    "xxh3": "%016x" % xxh.XXH3_64bits(data, len(data))})
         index["tensors"][name] = entry
     text = json.dumps(header).encode()
     text += b" " * ((8 - len(text) % 8) % 8)
@@ -219,13 +242,11 @@ with Daemons(bin_dir, NP) as d:
     fifo_index = os.path.join(work, "fifo_index")
     os.mkdir(fifo_index)
     os.mkfifo(os.path.join(fifo_index, "index.json"))
-    try:
+    with FifoDrain(os.path.join(fifo_index, "index.json")):
         on_every_rank(d, "load with a FIFO as index.json", lambda cl: cl.load(fifo_index),
                       CORRUPT, (os.path.join(fifo_index, "index.json"), "FIFO"))
-    finally:
-        unblock(os.path.join(fifo_index, "index.json"))
-    all_serving(d, "after a FIFO index")
-    reader_fails(fifo_index, "w", ("index.json", "FIFO"), "a FIFO index")
+        all_serving(d, "after a FIFO index")
+        reader_fails(fifo_index, "w", ("index.json", "FIFO"), "a FIFO index")
 
     def altered(tag, alter):
         dst = os.path.join(work, tag)
@@ -257,20 +278,22 @@ with Daemons(bin_dir, NP) as d:
                                        ("link_index", link_index, "symbolic link", True)):
         dst, victim = altered(tag, alter)
         named = "index.json" if in_index else victim
-        try:
+        with FifoDrain(os.path.join(dst, victim)) if tag == "fifo_piece" else nullcontext():
             on_every_rank(d, f"load with a {kind} as {named}", lambda cl: cl.load(dst),
                           CORRUPT, (named, kind))
-        finally:
-            if tag == "fifo_piece":
-                unblock(os.path.join(dst, victim))
-        all_serving(d, f"after {tag}")
-        reader_fails(dst, "w", (named, kind), tag)
+            all_serving(d, f"after {tag}")
+            reader_fails(dst, "w", (named, kind), tag)
         for f in ("elsewhere.safetensors", "elsewhere.json"):
             if os.path.exists(os.path.join(work, f)):
                 os.remove(os.path.join(work, f))
 
     # ---- load: names from the index obey the name rule of requests
     piece = np.arange(4, dtype=np.int32)
+    clean = os.path.join(work, "clean")  # the writer here is sound: its checkpoint loads
+    write_ckpt(clean, {"fine": ("i32", (4,), [(((0, 4),), (4,), None, piece.tobytes())])})
+    c.load(clean)
+    check(np.array_equal(c.get("fine"), piece), "a checkpoint written here loads")
+    c.drop("fine")
     for bad, shown in (("__tshard_x", "__tshard_x"), ("a\tb", "a\\tb"), ("a\nb", "a\\nb"),
                        ("\u0085x", "\\u0085x"), ("a\x7fb", "a\\x7fb")):
         tag = os.path.join(work, f"name{len(os.listdir(work))}")
