@@ -239,20 +239,25 @@ static void raw_header(const char *name, uint64_t len_field, const char *json, s
   write_file(name, b, 8 + n, data);
 }
 
+/* Tensor t (f32 [4, 3]) and its piece t#1 (rows 2 to 4) in file f. */
+static void sample_t1(ts_ckpt_tensor *t, ts_ckpt_piece *p) {
+  memset(t, 0, sizeof *t);
+  memset(p, 0, sizeof *p);
+  snprintf(t->name, sizeof t->name, "t");
+  t->dtype = TS_F32;
+  t->ndim = 2;
+  t->shape[0] = 4, t->shape[1] = 3;
+  snprintf(p->key, sizeof p->key, "t#1");
+  snprintf(p->file, sizeof p->file, "f");
+  p->box.ndim = 2;
+  p->box.lo[0] = 2, p->box.hi[0] = 4, p->box.hi[1] = 3;
+}
+
 START_TEST(headers) {
   make_dir();
   ts_ckpt_tensor t;
   ts_ckpt_piece p;
-  memset(&t, 0, sizeof t);
-  memset(&p, 0, sizeof p);
-  snprintf(t.name, sizeof t.name, "t");
-  t.dtype = TS_F32;
-  t.ndim = 2;
-  t.shape[0] = 4, t.shape[1] = 3;
-  snprintf(p.key, sizeof p.key, "t#1");
-  snprintf(p.file, sizeof p.file, "f");
-  p.box.ndim = 2;
-  p.box.lo[0] = 2, p.box.hi[0] = 4, p.box.hi[1] = 3;
+  sample_t1(&t, &p);
   ckpt_entry e = {"t#1", TS_F32, 2, {2, 3}, 0, 24, false};
   uint8_t *hdr = NULL;
   size_t hlen = 0;
@@ -476,18 +481,9 @@ START_TEST(offsets_overflow) {
   make_dir();
   ts_ckpt_tensor t;
   ts_ckpt_piece p;
-  memset(&t, 0, sizeof t);
-  memset(&p, 0, sizeof p);
-  snprintf(t.name, sizeof t.name, "t");
-  t.dtype = TS_F32;
-  t.ndim = 2;
-  t.shape[0] = 4, t.shape[1] = 3;
-  snprintf(p.key, sizeof p.key, "t#1");
+  sample_t1(&t, &p);
   snprintf(p.block_key, sizeof p.block_key, "t#1.blocks");
   p.block_bytes = 4096;
-  snprintf(p.file, sizeof p.file, "f");
-  p.box.ndim = 2;
-  p.box.lo[0] = 2, p.box.hi[0] = 4, p.box.hi[1] = 3;
   ts_error err;
   ckpt_file f;
   int64_t off = -1;
