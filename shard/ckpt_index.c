@@ -1,7 +1,12 @@
 /* ckpt_index.c - the checkpoint's index (index.json: per tensor its dtype, shape, saved attribute
  * and pieces with file, key, box and XXH3-64 checksum), the safetensors-layout headers of its
  * files, and the directory helpers of save and load. No MPI: `tshard checkpoint show` links it
- * alone. JSON through libjansson. The format is documented in shard/CHECKPOINT.md. */
+ * alone. JSON through libjansson. The format is documented in shard/CHECKPOINT.md.
+ *
+ * Everything read here comes from files anyone may have written: files are opened without
+ * blocking and without following a symbolic link and must be regular files; tensor names obey the
+ * wire's name rule (proto/ts_rules.h); offsets and sizes are checked with overflow-checked
+ * arithmetic against the size of the file before anything is planned or allocated from them. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +18,7 @@
 #include <unistd.h>
 
 #include "ckpt_internal.h"
+#include "ts_rules.h"
 
 static const char *const st_names[TS_DTYPE_COUNT] = {
     [TS_F32] = "F32", [TS_F64] = "F64", [TS_F16] = "F16", [TS_BF16] = "BF16",
@@ -38,6 +44,76 @@ void ckpt_box_text(const ts_box *b, char *buf, size_t cap) {
                           b->hi[d]);
   if (n < cap)
     snprintf(buf + n, cap - n, "]");
+}
+
+void ckpt_text_escape(const char *s, char *out, size_t cap) {
+  const unsigned char *u = (const unsigned char *)s;
+  size_t n = strlen(s), o = 0;
+  if (cap == 0)
+    return;
+  for (size_t i = 0; i < n && o + 1 < cap;) {
+    char esc[8] = "";
+    size_t take = 1;
+    unsigned c = u[i];
+    size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3
+                                                    : (c & 0xf8) == 0xf0 ? 4 : 0;
+    if (c == '\\' || c == '"')
+      snprintf(esc, sizeof esc, "\\%c", c);
+    else if (c == '\t' || c == '\n' || c == '\r')
+      snprintf(esc, sizeof esc, "\\%c", c == '\t' ? 't' : c == '\n' ? 'n' : 'r');
+    else if (c < 0x20 || c == 0x7f)
+      snprintf(esc, sizeof esc, "\\x%02x", c);
+    else if (len == 0 || i + len > n || ts_utf8_valid_prefix(s + i, len) != len)
+      snprintf(esc, sizeof esc, "\\x%02x", c); /* not UTF-8: its byte */
+    else if (c == 0xc2 && u[i + 1] < 0xa0)
+      snprintf(esc, sizeof esc, "\\u%04x", (unsigned)u[i + 1]), take = 2; /* a C1 control */
+    else
+      take = len;
+    size_t elen = esc[0] ? strlen(esc) : take;
+    if (o + elen >= cap)
+      break;
+    memcpy(out + o, esc[0] ? esc : s + i, elen);
+    o += elen, i += take;
+  }
+  out[o] = '\0';
+}
+
+/* The kind of a file that is not a regular one, for messages. */
+static const char *file_kind(mode_t m) {
+  return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISLNK(m) ? "a symbolic link"
+         : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
+         : S_ISSOCK(m) ? "a socket" : "not a regular file";
+}
+
+int ckpt_open_regular(const char *what, const char *path, int *fd, int64_t *size,
+                      ts_error *err) {
+  *fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st;
+  if (*fd < 0) {
+    int e = errno;
+    if (e != ENOENT && lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) /* a link, a socket */
+      return ts_error_set(err, TS_CORRUPT, "%s '%s' is %s; checkpoint files are regular files",
+                          what, path, file_kind(st.st_mode));
+    return ts_error_set(err, e == ENOENT ? TS_NOT_FOUND : TS_CHECKPOINT_IO,
+                        "%s '%s' cannot be opened: %s", what, path, strerror(e));
+  }
+  int rc = TS_OK, flags;
+  if (fstat(*fd, &st) != 0)
+    rc = ts_error_set(err, TS_CHECKPOINT_IO, "%s '%s' cannot be examined: %s", what, path,
+                      strerror(errno));
+  else if (!S_ISREG(st.st_mode))
+    rc = ts_error_set(err, TS_CORRUPT, "%s '%s' is %s; checkpoint files are regular files", what,
+                      path, file_kind(st.st_mode));
+  else if ((flags = fcntl(*fd, F_GETFL)) < 0 || fcntl(*fd, F_SETFL, flags & ~O_NONBLOCK) != 0)
+    rc = ts_error_set(err, TS_CHECKPOINT_IO, "%s '%s': cannot make its reads blocking: %s", what,
+                      path, strerror(errno));
+  if (rc) {
+    close(*fd);
+    *fd = -1;
+    return rc;
+  }
+  *size = (int64_t)st.st_size;
+  return TS_OK;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -202,20 +278,14 @@ int ckpt_file_open(const char *dir, const char *name, ckpt_file *f, ts_error *er
   snprintf(f->name, sizeof f->name, "%s", name);
   char path[4200];
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  f->fd = open(path, O_RDONLY | O_CLOEXEC);
-  struct stat st;
-  if (f->fd < 0 || fstat(f->fd, &st) != 0) {
-    int e = errno;
-    ckpt_file_close(f);
-    return ts_error_set(err, e == ENOENT ? TS_NOT_FOUND : TS_CHECKPOINT_IO,
-                        "checkpoint file '%s' cannot be opened: %s", path, strerror(e));
-  }
-  f->size = st.st_size;
+  int rc = ckpt_open_regular("checkpoint file", path, &f->fd, &f->size, err);
+  if (rc)
+    return rc;
   uint8_t lenb[8];
   if (f->size < 8 || ckpt_pread_full(f->fd, lenb, 8, 0) != 0) {
     ckpt_file_close(f);
     return ts_error_set(err, TS_CORRUPT, "checkpoint file '%s': shorter than its 8-byte header "
-                        "length (%lld bytes)", path, (long long)st.st_size);
+                        "length (%lld bytes)", path, (long long)f->size);
   }
   uint64_t hlen = 0;
   for (int i = 0; i < 8; i++)
@@ -260,6 +330,28 @@ void ckpt_file_close(ckpt_file *f) {
   f->header = NULL;
 }
 
+/* Whether data_offsets [begin, end) (relative to the data section of `avail` bytes) are
+ * well-formed and hold exactly `want` bytes inside it: no signed arithmetic on the file's values
+ * before they are known to be ordered and in range. */
+static bool range_fits(int64_t begin, int64_t end, int64_t want, int64_t avail) {
+  int64_t len;
+  return begin >= 0 && end >= begin && end <= avail && !__builtin_sub_overflow(end, begin, &len) &&
+         len == want;
+}
+
+/* The bytes of a piece's box (elements times the element size), false on overflow. */
+static bool box_bytes(const ts_box *b, ts_dtype dt, int64_t *bytes) {
+  int64_t n = (int64_t)ts_dtype_size(dt);
+  for (int d = 0; d < b->ndim; d++) {
+    int64_t ext;
+    if (__builtin_sub_overflow(b->hi[d], b->lo[d], &ext) || ext < 0 ||
+        __builtin_mul_overflow(n, ext, &n))
+      return false;
+  }
+  *bytes = n;
+  return true;
+}
+
 int ckpt_file_piece(const ckpt_file *f, const ts_ckpt_tensor *t, const ts_ckpt_piece *p,
                     int64_t *offset, ts_error *err) {
   char bt[256];
@@ -283,22 +375,20 @@ int ckpt_file_piece(const ckpt_file *f, const ts_ckpt_tensor *t, const ts_ckpt_p
   json_t *shape = json_object_get(o, "shape");
   if (!json_is_array(shape) || (int)json_array_size(shape) != t->ndim)
     LIE("the header's shape has not %d dims", t->ndim);
-  int64_t numel = 1;
   for (int k = 0; k < t->ndim; k++) {
     json_t *v = json_array_get(shape, (size_t)k);
-    int64_t ext = p->box.hi[k] - p->box.lo[k];
-    if (!json_is_integer(v) || json_integer_value(v) != ext)
+    if (!json_is_integer(v) || json_integer_value(v) != p->box.hi[k] - p->box.lo[k])
       LIE("the header's shape differs from the box in dim %d", k);
-    numel *= ext;
   }
   json_t *offs = json_object_get(o, "data_offsets");
   json_t *b = json_array_get(offs, 0), *e = json_array_get(offs, 1);
   if (!json_is_array(offs) || json_array_size(offs) != 2 || !json_is_integer(b) ||
       !json_is_integer(e))
     LIE("the header has no data_offsets [begin, end]");
-  int64_t bi = json_integer_value(b), ei = json_integer_value(e);
-  int64_t want = numel * (int64_t)ts_dtype_size(t->dtype);
-  if (bi < 0 || ei - bi != want || ei > f->size - f->data_start)
+  int64_t bi = json_integer_value(b), ei = json_integer_value(e), want;
+  if (!box_bytes(&p->box, t->dtype, &want))
+    LIE("its box holds more bytes than a file can");
+  if (!range_fits(bi, ei, want, f->size - f->data_start))
     LIE("data_offsets [%lld, %lld] do not hold %lld bytes inside the data section of %lld bytes",
         (long long)bi, (long long)ei, (long long)want, (long long)(f->size - f->data_start));
 #undef LIE
@@ -310,14 +400,16 @@ int ckpt_file_table(const ckpt_file *f, const ts_ckpt_tensor *t, const ts_ckpt_p
                     int64_t *offset, ts_error *err) {
   char bt[256];
   ckpt_box_text(&p->box, bt, sizeof bt);
-  int64_t nb = ckpt_blocks_count(ts_box_numel(&p->box) * (int64_t)ts_dtype_size(t->dtype),
-                                 p->block_bytes);
+  int64_t bytes = 0, nb = 0, tbytes = 0;
   json_t *o = json_object_get(f->header, p->block_key);
   json_t *shape = json_object_get(o, "shape"), *offs = json_object_get(o, "data_offsets");
   json_t *b = json_array_get(offs, 0), *e = json_array_get(offs, 1);
   const char *dt = json_string_value(json_object_get(o, "dtype"));
   const char *why = NULL;
-  if (!json_is_object(o))
+  if (!box_bytes(&p->box, t->dtype, &bytes) || p->block_bytes <= 0 ||
+      __builtin_mul_overflow(nb = ckpt_blocks_count(bytes, p->block_bytes), 8, &tbytes))
+    why = "the piece holds more bytes than a file can";
+  else if (!json_is_object(o))
     why = "the file's header has no such entry";
   else if (!dt || strcmp(dt, "U64") != 0)
     why = "its dtype is not U64";
@@ -325,9 +417,9 @@ int ckpt_file_table(const ckpt_file *f, const ts_ckpt_tensor *t, const ts_ckpt_p
            json_integer_value(json_array_get(shape, 0)) != nb)
     why = "its shape is not [the piece's blocks]";
   else if (!json_is_array(offs) || json_array_size(offs) != 2 || !json_is_integer(b) ||
-           !json_is_integer(e) || json_integer_value(b) < 0 ||
-           json_integer_value(e) - json_integer_value(b) != nb * 8 ||
-           json_integer_value(e) > f->size - f->data_start)
+           !json_is_integer(e) ||
+           !range_fits(json_integer_value(b), json_integer_value(e), tbytes,
+                       f->size - f->data_start))
     why = "its data_offsets do not hold 8 bytes a block inside the data section";
   if (why)
     return ts_error_set(err, TS_CORRUPT, "checkpoint file '%s', piece '%s' (tensor '%s', box %s): "
@@ -431,7 +523,7 @@ int ts_ckpt_index_write(const ts_ckpt_index *idx, const char *path, ts_error *er
   json_decref(root);
   if (!text)
     return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory for the index");
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
   size_t len = strlen(text);
   int rc = TS_OK;
   if (fd < 0 || ckpt_pwrite_full(fd, text, len, 0) != 0 || ckpt_pwrite_full(fd, "\n", 1,
@@ -449,7 +541,7 @@ int ts_ckpt_index_write(const ts_ckpt_index *idx, const char *path, ts_error *er
 /* Reading: every field checked; BAD names where. */
 #define BAD(...)                                                                                   \
   do {                                                                                             \
-    char why_[300];                                                                                \
+    char why_[480];                                                                                \
     snprintf(why_, sizeof why_, __VA_ARGS__);                                                      \
     ts_error_set(err, TS_CORRUPT, "checkpoint index '%s': %s", path, why_);                        \
     goto fail;                                                                                     \
@@ -529,17 +621,18 @@ int ts_ckpt_index_read(const char *dir, ts_ckpt_index **out, ts_error *err) {
   *out = NULL;
   char path[4200];
   snprintf(path, sizeof path, "%s/%s", dir, TS_CKPT_INDEX);
+  int fd;
+  int64_t size;
+  int rc = ckpt_open_regular("checkpoint index", path, &fd, &size, err);
+  if (rc)
+    return rc;
   json_error_t je;
-  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+  json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
+  close(fd);
   ts_ckpt_index *idx = NULL;
-  if (!root) {
-    struct stat st;
-    if (stat(path, &st) != 0)
-      return ts_error_set(err, errno == ENOENT ? TS_NOT_FOUND : TS_CHECKPOINT_IO,
-                          "checkpoint index '%s' cannot be read: %s", path, strerror(errno));
+  if (!root)
     return ts_error_set(err, TS_CORRUPT, "checkpoint index '%s' is not JSON: line %d: %s", path,
                         je.line, je.text);
-  }
   const char *fmt = json_string_value(json_object_get(root, "format"));
   if (!fmt || strcmp(fmt, TS_CKPT_FORMAT) != 0)
     BAD("format is not \"%s\"", TS_CKPT_FORMAT);
@@ -557,8 +650,12 @@ int ts_ckpt_index_read(const char *dir, ts_ckpt_index **out, ts_error *err) {
   json_t *o;
   json_object_foreach(ts, name, o) {
     ts_ckpt_tensor *t = &idx->tensors[idx->ntensors++];
-    if (strlen(name) == 0 || strlen(name) >= TS_NAME_MAX)
-      BAD("a tensor name of %zu bytes; 1 to %d", strlen(name), TS_NAME_MAX - 1);
+    ts_error nerr;
+    if (ts_name_check("the name", name, strlen(name), &nerr)) { /* the rule of every request */
+      char shown[200];
+      ckpt_text_escape(name, shown, sizeof shown);
+      BAD("tensor \"%s\": %.260s", shown, nerr.msg);
+    }
     snprintf(t->name, sizeof t->name, "%s", name);
     const char *dt = json_string_value(json_object_get(o, "dtype"));
     if (!dt || ts_dtype_parse(dt, &t->dtype, NULL))
@@ -581,6 +678,9 @@ int ts_ckpt_index_read(const char *dir, ts_ckpt_index **out, ts_error *err) {
     if (!json_is_array(pieces))
       BAD("tensor '%s': no pieces list", name);
     size_t np = json_array_size(pieces);
+    if (np > (size_t)TS_CKPT_MAX_PIECES)
+      BAD("tensor '%s': %zu pieces; a tensor has at most %lld", name, np,
+          (long long)TS_CKPT_MAX_PIECES);
     if (!(t->pieces = calloc(np ? np : 1, sizeof *t->pieces)))
       BAD("no memory");
     for (size_t k = 0; k < np; k++, t->npieces++)

@@ -65,7 +65,7 @@ void ckpt_file_close(ckpt_file *f);
 #define CKPT_BLOCK_MAX ((int64_t)1 << 20)
 /* The blocks of a piece of `bytes` bytes. */
 static inline int64_t ckpt_blocks_count(int64_t bytes, int64_t block) {
-  return block > 0 ? (bytes + block - 1) / block : 0;
+  return block > 0 ? bytes / block + (bytes % block != 0) : 0; /* no overflow near INT64_MAX */
 }
 /* The table of `bytes` bytes: XXH3-64 of each block, little-endian, into table (count * 8
  * bytes). */
@@ -77,6 +77,16 @@ int ckpt_pread_full(int fd, void *buf, size_t len, int64_t off);
 int ckpt_pwrite_full(int fd, const void *buf, size_t len, int64_t off);
 /* pwritev of all of iov (n entries, advanced as it goes) at off; -1 with errno on failure. */
 int ckpt_pwritev_full(int fd, struct iovec *iov, int n, int64_t off);
+/* Opens a file of a checkpoint for reading (`what` names it in messages: "checkpoint file"):
+ * without blocking on a FIFO and without following a symbolic link, then checks with fstat that it
+ * is a regular file and makes its reads blocking again (preadv, io_uring). A FIFO, a symbolic
+ * link, a directory, a device or a socket is TS_CORRUPT naming the path; a missing file
+ * TS_NOT_FOUND. *size: its size from fstat. */
+int ckpt_open_regular(const char *what, const char *path, int *fd, int64_t *size, ts_error *err);
+/* s for a message: quotes, backslashes, control characters (C0, DEL and the C1 controls U+0080 to
+ * U+009F) and bytes that are not UTF-8 escaped as \t \n \xNN \u0085 ...; cut to cap - 1
+ * bytes (never inside an escape or a character). */
+void ckpt_text_escape(const char *s, char *out, size_t cap);
 /* fsync of a directory by path. */
 int ckpt_fsync_dir(const char *path, ts_error *err);
 /* Removes a directory this code made: its regular files, then itself (not recursive further). */

@@ -31,6 +31,7 @@
  * attribute (each rank reads the piece of its own box and partial coordinates) and resharded to
  * the target when it differs. Both reshards go through the store's atomic reshard. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,7 +231,8 @@ static int check_cover(const char *dir, const ts_ckpt_tensor *t, ts_error *err) 
     return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory");
   for (int k = 0; k < K; k++) {
     const ts_box *b = &t->pieces[k].box;
-    sum += ts_box_numel(b);
+    if (__builtin_add_overflow(sum, ts_box_numel(b), &sum))
+      sum = INT64_MAX; /* more than any tensor: reported below */
     o[k] = (by_lo){t->ndim ? b->lo[0] : 0, t->ndim ? b->hi[0] : 1, k};
   }
   qsort(o, (size_t)K, sizeof *o, cmp_lo);
@@ -291,26 +293,65 @@ static int read_direct(ckpt_reader *r, const ts_ckpt_tensor *t, ts_stored *e, ts
   return TS_OK;
 }
 
+/* This rank's coordinates along the partial mesh dims of a (false: not in its mesh). */
+static bool partial_coords(const ts_geom *g, const ts_attr *a, int rank, int64_t *pc, int *npc) {
+  int64_t me = ts_geom_mesh_index(g, rank), c[TS_MAX_MESH_DIMS];
+  *npc = 0;
+  if (me < 0)
+    return false;
+  for (int m = a->mesh_ndim - 1; m >= 0; m--) {
+    c[m] = me % a->mesh_shape[m];
+    me /= a->mesh_shape[m];
+  }
+  for (int m = 0; m < a->mesh_ndim; m++)
+    if (a->place[m].kind == TS_PLACE_PARTIAL)
+      pc[(*npc)++] = c[m];
+  return true;
+}
+
+static bool same_coords(const ts_ckpt_piece *p, const int64_t *pc, int npc) {
+  return p->npcoord == npc && memcmp(p->pcoord, pc, sizeof(int64_t) * (size_t)npc) == 0;
+}
+
+/* The pieces this rank may read (those meeting its box; of a kept-partial checkpoint those of its
+ * partial coordinates too): their files opened and their header entries (and block tables)
+ * checked against the index and the files' sizes. Run before the tensor is planned or
+ * allocated, so that nothing proportional to the shapes an index claims is done before the
+ * files are known to hold them. */
+static int check_pieces(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_geom *g,
+                        const ts_attr *a, int rank, ts_error *err) {
+  ts_box box;
+  int64_t pc[TS_MAX_MESH_DIMS];
+  int npc;
+  if (!ts_geom_rank_box(g, rank, &box) || ts_box_numel(&box) == 0)
+    return TS_OK;
+  bool partial = t->partial_kept && partial_coords(g, a, rank, pc, &npc);
+  for (int k = 0; k < t->npieces; k++) {
+    const ts_ckpt_piece *p = &t->pieces[k];
+    ts_box I;
+    int fd, rc;
+    int64_t off;
+    if (!ts_box_intersect(&box, &p->box, &I) || ts_box_numel(&I) == 0 ||
+        (partial && !same_coords(p, pc, npc)))
+      continue;
+    if ((rc = ckpt_reader_piece(r, t, p, &fd, &off, err)) ||
+        (p->block_bytes > 0 && (rc = ckpt_reader_table(r, t, p, &off, err))))
+      return rc;
+  }
+  return TS_OK;
+}
+
 /* A kept-partial checkpoint under its saved attribute: the piece of this rank's box and partial
  * coordinates, read whole and verified. */
 static int read_partial(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_geom *g, const ts_attr *a,
                         ts_stored *e, int rank, ts_error *err) {
-  int64_t me = ts_geom_mesh_index(g, rank);
-  if (me < 0 || !e->has_slice || ts_box_numel(&e->box) == 0)
+  int64_t pc[TS_MAX_MESH_DIMS];
+  int npc;
+  if (!partial_coords(g, a, rank, pc, &npc) || !e->has_slice || ts_box_numel(&e->box) == 0)
     return TS_OK;
-  int64_t c[TS_MAX_MESH_DIMS], pc[TS_MAX_MESH_DIMS], idx = me;
-  int npc = 0;
-  for (int m = a->mesh_ndim - 1; m >= 0; m--) {
-    c[m] = idx % a->mesh_shape[m];
-    idx /= a->mesh_shape[m];
-  }
-  for (int m = 0; m < a->mesh_ndim; m++)
-    if (a->place[m].kind == TS_PLACE_PARTIAL)
-      pc[npc++] = c[m];
   for (int k = 0; k < t->npieces; k++) {
     const ts_ckpt_piece *p = &t->pieces[k];
-    if (!ts_box_equal(&p->box, &e->box) || p->npcoord != npc ||
-        memcmp(p->pcoord, pc, sizeof(int64_t) * (size_t)npc) != 0)
+    if (!ts_box_equal(&p->box, &e->box) || !same_coords(p, pc, npc))
       continue;
     int fd;
     int64_t off;
@@ -357,6 +398,108 @@ static int read_attr(const ts_ckpt_tensor *t, const ts_attr *want, ts_attr **out
   return TS_OK;
 }
 
+/* A tensor of the load: its index entry and what it is read under (the attribute asked for,
+ * the one read under, their geometry, whether a reshard follows). */
+typedef struct ltarget {
+  const ts_ckpt_tensor *t;
+  ts_attr *want, *base;
+  ts_geom *g;
+  bool reshard;
+} ltarget;
+
+/* The attributes and geometry of a tensor of the load on this world, and this rank's pieces
+ * checked against their files (check_pieces). */
+static int prepare_target(ltarget *L, const ts_attr *attr, ckpt_reader *r, int rank, int size,
+                          ts_error *err) {
+  const ts_ckpt_tensor *t = L->t;
+  int rc = attr ? ts_attr_clone(attr, &L->want, err) : ts_attr_parse(t->attr, &L->want, err);
+  char why[512];
+  if (!rc && (rc = ts_attr_validate(L->want, t->ndim, t->shape, size, err))) {
+    snprintf(why, sizeof why, "%s", err->msg);
+    ts_error_set(err, rc, "checkpoint load of '%s' on %d ranks: %s%s", t->name, size, why,
+                 attr ? "" : " (give an attribute for this world)");
+  }
+  if (!rc)
+    rc = read_attr(t, L->want, &L->base, &L->reshard, err);
+  if (!rc && (rc = ts_attr_validate(L->base, t->ndim, t->shape, size, err))) {
+    snprintf(why, sizeof why, "%s", err->msg);
+    ts_error_set(err, rc, "checkpoint load of '%s': the saved attribute does not fit %d "
+                 "ranks (%s); a checkpoint with partial values kept loads on its saved ranks",
+                 t->name, size, why);
+  }
+  if (!rc)
+    rc = ts_geom_create(L->base, t->ndim, t->shape, &L->g, err);
+  return rc ? rc : check_pieces(r, t, L->g, L->base, rank, err);
+}
+
+/* The tensors the load names (NULL or none: every tensor of the index), each checked: known,
+ * free in the store, named once, pieces covering it, prepared (prepare_target). Rank-local: the
+ * caller agrees on the outcome. */
+static int list_targets(const ts_ckpt_index *idx, const char *dir, ts_store *s,
+                        const char *const *names, int nt, const ts_attr *attr, ckpt_reader *r,
+                        int rank, int size, ltarget *L, ts_error *err) {
+  int rc = TS_OK;
+  for (int i = 0; !rc && i < nt; i++) {
+    const ts_ckpt_tensor *t = names ? ts_ckpt_index_find(idx, names[i]) : &idx->tensors[i];
+    L[i].t = t;
+    if (!t)
+      rc = ts_error_set(err, TS_NOT_FOUND, "checkpoint '%s' holds no tensor named '%s'", dir,
+                        names[i]);
+    else if (ts_store_find(s, t->name))
+      rc = ts_error_set(err, TS_EXISTS, "checkpoint load: a tensor named '%s' already exists; "
+                        "drop it first", t->name);
+    else if (!t->partial_kept)
+      rc = check_cover(dir, t, err);
+    for (int j = 0; !rc && j < i; j++)
+      if (L[j].t == t)
+        rc = ts_error_set(err, TS_INVALID_ARGUMENT, "checkpoint load: '%s' named twice", t->name);
+    if (!rc)
+      rc = prepare_target(&L[i], attr, r, rank, size, err);
+  }
+  return rc;
+}
+
+/* Loads one prepared tensor into the store: the read path chosen alike on every rank (and
+ * agreed with any failure so far), the tensor created unfilled and filled, agreed; dropped on
+ * failure. Collective. */
+static int load_one(ts_store *s, ts_world *w, ckpt_reader *r, const ltarget *L,
+                    const ts_ckpt_load_opts *o, int64_t round, ts_ckpt_report *rep,
+                    ts_error *err) {
+  ts_comm *c = ts_world_comm(w);
+  const ts_ckpt_tensor *t = L->t;
+  ts_stored *e = NULL;
+  ckpt_move *mv = NULL;
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  int lst = TS_OK;
+  int64_t path = TS_CKPT_PATH_DIRECT;
+  if (!t->partial_kept && o->path != TS_CKPT_PATH_DIRECT &&
+      !(lst = ckpt_move_plan(t, L->g, ts_world_size(w), round, &mv, &lerr))) {
+    int64_t direct, move;
+    ckpt_move_costs(mv, &direct, &move);
+    if (o->path == TS_CKPT_PATH_MOVE || move < direct)
+      path = TS_CKPT_PATH_MOVE;
+  }
+  int rc = ts_comm_agree_max(c, lst, &lerr, &path, 1, err);
+  if (!rc) {
+    lst = ts_store_add_unfilled(s, t->name, t->ndim, t->shape, t->dtype, L->base, "", &e, &lerr);
+    if (path == TS_CKPT_PATH_MOVE) {
+      rc = ckpt_move_run(mv, r, w, t, e, lst, &lerr, err);
+    } else {
+      if (!lst)
+        lst = t->partial_kept ? read_partial(r, t, L->g, L->base, e, ts_world_rank(w), &lerr)
+                              : read_direct(r, t, e, &lerr);
+      rc = ts_comm_agree(c, lst, &lerr, err);
+    }
+  }
+  if (e && rc)
+    ts_store_drop(s, t->name, NULL);
+  if (!rc)
+    rep->tensors_moved += path == TS_CKPT_PATH_MOVE;
+  ckpt_move_destroy(&mv);
+  return rc;
+}
+
 int ts_ckpt_load(ts_store *s, ts_world *w, const char *dir, const char *const *names, int n,
                  const ts_attr *attr, const ts_ckpt_load_opts *o, ts_ckpt_report *rep,
                  ts_error *err) {
@@ -372,106 +515,47 @@ int ts_ckpt_load(ts_store *s, ts_world *w, const char *dir, const char *const *n
   ts_error lerr;
   ts_error_clear(&lerr);
   ts_ckpt_index *idx = NULL;
+  ckpt_reader r = {.dir = dir, .rep = rep};
   int lst = ts_ckpt_index_read(dir, &idx, &lerr);
   int nt = 0;
-  const ts_ckpt_tensor **list = NULL;
+  ltarget *L = NULL;
   if (!lst) {
     nt = names && n > 0 ? n : idx->ntensors;
-    list = calloc((size_t)(nt ? nt : 1), sizeof *list);
-    if (!list)
-      lst = ts_error_set(&lerr, TS_NO_MEMORY, "checkpoint: no memory");
+    L = calloc((size_t)(nt ? nt : 1), sizeof *L);
+    lst = L ? list_targets(idx, dir, s, names && n > 0 ? names : NULL, nt, attr, &r, rank, size,
+                           L, &lerr)
+            : ts_error_set(&lerr, TS_NO_MEMORY, "checkpoint: no memory");
   }
-  for (int i = 0; !lst && i < nt; i++) {
-    list[i] = names && n > 0 ? ts_ckpt_index_find(idx, names[i]) : &idx->tensors[i];
-    if (!list[i])
-      lst = ts_error_set(&lerr, TS_NOT_FOUND, "checkpoint '%s' holds no tensor named '%s'", dir,
-                         names[i]);
-    else if (ts_store_find(s, list[i]->name))
-      lst = ts_error_set(&lerr, TS_EXISTS, "checkpoint load: a tensor named '%s' already exists; "
-                         "drop it first", list[i]->name);
-    else if (!list[i]->partial_kept)
-      lst = check_cover(dir, list[i], &lerr);
-    for (int j = 0; !lst && j < i; j++)
-      if (list[j] == list[i])
-        lst = ts_error_set(&lerr, TS_INVALID_ARGUMENT, "checkpoint load: '%s' named twice",
-                           list[i]->name);
-  }
+  /* one agreement: the index, the names and every piece this load reads checked, alike on
+   * every rank, before anything is planned or allocated */
   int rc = ts_comm_agree(c, lst, &lerr, err);
   int loaded = 0;
-  ckpt_reader r = {.dir = dir, .rep = rep};
   int64_t round = o->staging_bytes > 0 ? o->staging_bytes : (int64_t)64 << 20;
   if (ts_comm_single_copy(c)) /* pulling: two buffers, short rounds */
     round = round / 2 < MOVE_PULL_CHUNK ? round / 2 : MOVE_PULL_CHUNK;
   round = round < MOVE_ROUND_MIN ? MOVE_ROUND_MIN : round > MOVE_ROUND_MAX ? MOVE_ROUND_MAX : round;
   for (int i = 0; rc == TS_OK && i < nt; i++) {
-    const ts_ckpt_tensor *t = list[i];
-    ts_attr *want = NULL, *base = NULL;
-    ts_geom *g = NULL;
-    ts_stored *e = NULL;
-    ckpt_move *mv = NULL;
-    bool reshard = false;
-    ts_error_clear(&lerr);
-    lst = attr ? ts_attr_clone(attr, &want, &lerr) : ts_attr_parse(t->attr, &want, &lerr);
-    char why[512];
-    if (!lst && (lst = ts_attr_validate(want, t->ndim, t->shape, size, &lerr))) {
-      snprintf(why, sizeof why, "%s", lerr.msg);
-      ts_error_set(&lerr, lst, "checkpoint load of '%s' on %d ranks: %s%s", t->name, size, why,
-                   attr ? "" : " (give an attribute for this world)");
-    }
-    if (!lst)
-      lst = read_attr(t, want, &base, &reshard, &lerr);
-    if (!lst && (lst = ts_attr_validate(base, t->ndim, t->shape, size, &lerr))) {
-      snprintf(why, sizeof why, "%s", lerr.msg);
-      ts_error_set(&lerr, lst, "checkpoint load of '%s': the saved attribute does not fit %d "
-                   "ranks (%s); a checkpoint with partial values kept loads on its saved ranks",
-                   t->name, size, why);
-    }
-    if (!lst)
-      lst = ts_geom_create(base, t->ndim, t->shape, &g, &lerr);
-    /* The path: computed alike on every rank from the index and the geometry; agreed (with
-     * any failure so far) so that every rank takes the same one. */
-    int64_t path = TS_CKPT_PATH_DIRECT;
-    if (!lst && !t->partial_kept && o->path != TS_CKPT_PATH_DIRECT &&
-        !(lst = ckpt_move_plan(t, g, size, round, &mv, &lerr))) {
-      int64_t direct, move;
-      ckpt_move_costs(mv, &direct, &move);
-      if (o->path == TS_CKPT_PATH_MOVE || move < direct)
-        path = TS_CKPT_PATH_MOVE;
-    }
-    rc = ts_comm_agree_max(c, lst, &lerr, &path, 1, err);
-    if (!rc) {
-      lst = ts_store_add_unfilled(s, t->name, t->ndim, t->shape, t->dtype, base, "", &e, &lerr);
-      if (path == TS_CKPT_PATH_MOVE) {
-        rc = ckpt_move_run(mv, &r, w, t, e, lst, &lerr, err);
-      } else {
-        if (!lst)
-          lst = t->partial_kept ? read_partial(&r, t, g, base, e, rank, &lerr)
-                                : read_direct(&r, t, e, &lerr);
-        rc = ts_comm_agree(c, lst, &lerr, err);
-      }
-    }
-    if (e && rc)
-      ts_store_drop(s, t->name, NULL);
+    rc = load_one(s, w, &r, &L[i], o, round, rep, err);
     if (!rc) {
       loaded = i + 1;
-      rep->tensors_moved += path == TS_CKPT_PATH_MOVE;
-      if (reshard) {
+      if (L[i].reshard) {
         ts_plan_opts po = {TS_STRATEGY_AUTO, o->staging_bytes, size};
-        rc = ts_store_reshard(s, w, t->name, want, "", &po, NULL, err);
+        rc = ts_store_reshard(s, w, L[i].t->name, L[i].want, "", &po, NULL, err);
       }
     }
-    ckpt_move_destroy(&mv);
-    ts_geom_destroy(&g);
-    ts_attr_destroy(&want);
-    ts_attr_destroy(&base);
   }
   ckpt_reader_close(&r);
   if (rc) /* every rank: no loaded tensor is kept */
     for (int i = 0; i < loaded; i++)
-      ts_store_drop(s, list[i]->name, NULL);
+      ts_store_drop(s, L[i].t->name, NULL);
   else
     rep->tensors = nt;
-  free(list);
+  for (int i = 0; L && i < nt; i++) {
+    ts_geom_destroy(&L[i].g);
+    ts_attr_destroy(&L[i].want);
+    ts_attr_destroy(&L[i].base);
+  }
+  free(L);
   ts_ckpt_index_destroy(&idx);
   return rc;
 }

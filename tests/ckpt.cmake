@@ -42,3 +42,16 @@ add_test(NAME test_ckpt_blocks_preadv COMMAND test_ckpt_blocks)
 set_tests_properties(test_ckpt_blocks_preadv PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                      ENVIRONMENT "${TS_TEST_ENV};TSHARD_IO_URING=0")
 tshard_mpi_test_env(test_ckpt_move_np3_mpi_preadv test_ckpt_move_mpi 3 TSHARD_IO_URING=0)
+
+# Checkpoints on untrusted ground, through real daemons (3 ranks) and the real clients: a save
+# refuses a directory that is not a checkpoint (untouched) and writes 0700 / 0600; loads refuse
+# FIFOs, symbolic links and directories as checkpoint files, index names the requests' rule
+# refuses, overflowing data_offsets and a 2^50-element shape (CORRUPT, fast), and the daemons
+# keep serving.
+if(TARGET tshard-python AND TARGET tshardd)
+  add_test(NAME test_python_ckpt_untrusted
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_ckpt_untrusted.py
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+  set_tests_properties(test_python_ckpt_untrusted PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT} ENVIRONMENT
+                       "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
+endif()

@@ -6,11 +6,17 @@
  * or a checksum that is not 16 hex digits; headers whose length does not fit the file, that are
  * not JSON, lack the piece, or lie about its dtype, shape or offsets (the piece's and its
  * table's). Every error is a status and a message naming the file (and the piece), never a
- * crash. */
+ * crash. Untrusted ground: tensor names the requests' name rule refuses (the reserved prefix,
+ * tabs, newlines, C1 controls, DEL, too long), shown escaped; a FIFO, a symbolic link or a
+ * directory as the index or as a file (CORRUPT at once, never a blocked open); data_offsets whose
+ * difference wraps around, ends before begins, or a box of more bytes than int64 holds (CORRUPT,
+ * no signed overflow under UBSan). */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check_main.h"
@@ -233,20 +239,25 @@ static void raw_header(const char *name, uint64_t len_field, const char *json, s
   write_file(name, b, 8 + n, data);
 }
 
+/* Tensor t (f32 [4, 3]) and its piece t#1 (rows 2 to 4) in file f. */
+static void sample_t1(ts_ckpt_tensor *t, ts_ckpt_piece *p) {
+  memset(t, 0, sizeof *t);
+  memset(p, 0, sizeof *p);
+  snprintf(t->name, sizeof t->name, "t");
+  t->dtype = TS_F32;
+  t->ndim = 2;
+  t->shape[0] = 4, t->shape[1] = 3;
+  snprintf(p->key, sizeof p->key, "t#1");
+  snprintf(p->file, sizeof p->file, "f");
+  p->box.ndim = 2;
+  p->box.lo[0] = 2, p->box.hi[0] = 4, p->box.hi[1] = 3;
+}
+
 START_TEST(headers) {
   make_dir();
   ts_ckpt_tensor t;
   ts_ckpt_piece p;
-  memset(&t, 0, sizeof t);
-  memset(&p, 0, sizeof p);
-  snprintf(t.name, sizeof t.name, "t");
-  t.dtype = TS_F32;
-  t.ndim = 2;
-  t.shape[0] = 4, t.shape[1] = 3;
-  snprintf(p.key, sizeof p.key, "t#1");
-  snprintf(p.file, sizeof p.file, "f");
-  p.box.ndim = 2;
-  p.box.lo[0] = 2, p.box.hi[0] = 4, p.box.hi[1] = 3;
+  sample_t1(&t, &p);
   ckpt_entry e = {"t#1", TS_F32, 2, {2, 3}, 0, 24, false};
   uint8_t *hdr = NULL;
   size_t hlen = 0;
@@ -330,6 +341,195 @@ START_TEST(headers) {
 }
 END_TEST
 
+/* An index of one tensor named by the JSON string `jname` (escapes as JSON writes them). */
+static void bad_name(const char *jname, const char *shown) {
+  char text[1024], want[300];
+  snprintf(text, sizeof text, "{\"format\":\"tshard-checkpoint\",\"version\":1,\"tensors\":{"
+           "\"%s\":{" GOOD_T "[]}}}", jname);
+  snprintf(want, sizeof want, "tensor \"%s\": the name ", shown);
+  bad_index(text, TS_CORRUPT, want);
+}
+
+START_TEST(index_names) {
+  make_dir();
+  bad_name("__tshard_x", "__tshard_x");
+  bad_name("__tshard", "__tshard");
+  bad_name("a\\tb", "a\\tb");
+  bad_name("a\\nb", "a\\nb");
+  bad_name("\\r", "\\r");
+  bad_name("\\u0085x", "\\u0085x");
+  bad_name("x\\u009f", "x\\u009f");
+  bad_name("a\\u007fb", "a\\x7fb");
+  bad_name("\\u0001", "\\x01");
+  bad_name("", "");
+  char longest[200];
+  memset(longest, 'n', 128);
+  longest[128] = '\0';
+  bad_name(longest, longest); /* 128 bytes; 127 is the most */
+  /* what the rule allows loads: non-ASCII letters, U+00A0 (just past the C1 controls), 127
+   * bytes, a prefix that only starts like the reserved one */
+  const char *good[] = {"w\\u00e9ight", "\\u00a0x", "__tshar", "a b.c-d/e", longest + 1};
+  const char *back[] = {"w\xc3\xa9ight", "\xc2\xa0x", "__tshar", "a b.c-d/e", longest + 1};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    char text[1024];
+    snprintf(text, sizeof text, "{\"format\":\"tshard-checkpoint\",\"version\":1,\"tensors\":{"
+             "\"%s\":{" GOOD_T "[]}}}", good[i]);
+    write_text("index.json", text);
+    ts_ckpt_index *idx = NULL;
+    ts_error err;
+    ck_assert_msg(ts_ckpt_index_read(dir, &idx, &err) == TS_OK, "%s: %s", good[i], err.msg);
+    ck_assert_str_eq(idx->tensors[0].name, back[i]);
+    ts_ckpt_index_destroy(&idx);
+  }
+  /* the escape itself: quotes, backslashes, controls, C1, bytes that are not UTF-8, cut whole */
+  char out[64];
+  ckpt_text_escape("q\"b\\t\tn\n\x01\x7f\xc2\x85\xc3\xa9\xff", out, sizeof out);
+  ck_assert_str_eq(out, "q\\\"b\\\\t\\tn\\n\\x01\\x7f\\u0085\xc3\xa9\\xff");
+  ckpt_text_escape("ab\tc", out, 4); /* "ab\\t" does not fit 3 bytes and a NUL: "ab" */
+  ck_assert_str_eq(out, "ab");
+  remove_dir();
+}
+END_TEST
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Opening `name` of dir as the index (index.json) or as a file is CORRUPT naming it and its kind,
+ * at once. */
+static void not_regular(const char *name, const char *kind) {
+  char want[300];
+  snprintf(want, sizeof want, "%s/%s' is %s", dir, name, kind);
+  ts_error err;
+  double t0 = now_s();
+  if (strcmp(name, "index.json") == 0) {
+    ts_ckpt_index *idx = NULL;
+    ck_assert_int_eq(ts_ckpt_index_read(dir, &idx, &err), TS_CORRUPT);
+    ck_assert_ptr_null(idx);
+  } else {
+    ckpt_file f;
+    ck_assert_int_eq(ckpt_file_open(dir, name, &f, &err), TS_CORRUPT);
+    ck_assert_int_eq(f.fd, -1);
+  }
+  ck_assert_msg(strstr(err.msg, want), "'%s' lacks '%s'", err.msg, want);
+  ck_assert_msg(now_s() - t0 < 1.0, "%s: %.3f s", name, now_s() - t0);
+}
+
+START_TEST(not_regular_files) {
+  make_dir();
+  char p[200], q[200];
+  snprintf(p, sizeof p, "%s/index.json", dir);
+  ck_assert_int_eq(mkfifo(p, 0600), 0);
+  not_regular("index.json", "a FIFO");
+  unlink(p);
+  write_text("real.json", "{}");
+  snprintf(q, sizeof q, "%s/real.json", dir);
+  ck_assert_int_eq(symlink(q, p), 0);
+  not_regular("index.json", "a symbolic link");
+  unlink(p);
+  ck_assert_int_eq(mkdir(p, 0700), 0);
+  not_regular("index.json", "a directory");
+  rmdir(p);
+  /* piece files: a FIFO, a link to a good file, a directory, a link to a FIFO */
+  ckpt_entry e = {"t#1", TS_F32, 2, {2, 3}, 0, 24, false};
+  uint8_t *hdr = NULL;
+  size_t hlen = 0;
+  ts_error err;
+  ck_assert_int_eq(ckpt_header_build(&e, 1, 0, &hdr, &hlen, &err), TS_OK);
+  write_file("good", hdr, hlen, 24);
+  free(hdr);
+  snprintf(p, sizeof p, "%s/fifo", dir);
+  ck_assert_int_eq(mkfifo(p, 0600), 0);
+  not_regular("fifo", "a FIFO");
+  snprintf(p, sizeof p, "%s/link", dir);
+  snprintf(q, sizeof q, "%s/good", dir);
+  ck_assert_int_eq(symlink(q, p), 0);
+  not_regular("link", "a symbolic link");
+  snprintf(p, sizeof p, "%s/fifolink", dir);
+  snprintf(q, sizeof q, "%s/fifo", dir);
+  ck_assert_int_eq(symlink(q, p), 0);
+  not_regular("fifolink", "a symbolic link");
+  snprintf(p, sizeof p, "%s/sub", dir);
+  ck_assert_int_eq(mkdir(p, 0700), 0);
+  not_regular("sub", "a directory");
+  rmdir(p);
+  /* the good one opens, its reads blocking */
+  ckpt_file f;
+  ck_assert_int_eq(ckpt_file_open(dir, "good", &f, &err), TS_OK);
+  ck_assert_int_eq(fcntl(f.fd, F_GETFL) & O_NONBLOCK, 0);
+  ckpt_file_close(&f);
+  remove_dir();
+}
+END_TEST
+
+/* A file whose entry t#1 (f32 [2, 3], 24 bytes; with a U64 [1] table t#1.blocks) claims the
+ * given data_offsets, the data section `data` bytes. */
+static void lying_offsets(const char *name, const char *offs, const char *toffs, size_t data) {
+  char json[400];
+  snprintf(json, sizeof json, "{\"t#1\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":%s},"
+           "\"t#1.blocks\":{\"dtype\":\"U64\",\"shape\":[1],\"data_offsets\":%s}}", offs, toffs);
+  size_t n = strlen(json);
+  while (n % 8)
+    json[n++] = ' ';
+  json[n] = '\0';
+  raw_header(name, n, json, data);
+}
+
+START_TEST(offsets_overflow) {
+  make_dir();
+  ts_ckpt_tensor t;
+  ts_ckpt_piece p;
+  sample_t1(&t, &p);
+  snprintf(p.block_key, sizeof p.block_key, "t#1.blocks");
+  p.block_bytes = 4096;
+  ts_error err;
+  ckpt_file f;
+  int64_t off = -1;
+  /* good: the table at [0, 8), the piece at [8, 32) */
+  lying_offsets("good", "[8,32]", "[0,8]", 32);
+  ck_assert_int_eq(ckpt_file_open(dir, "good", &f, &err), TS_OK);
+  ck_assert_int_eq(ckpt_file_piece(&f, &t, &p, &off, &err), TS_OK);
+  ck_assert_int_eq(off, f.data_start + 8);
+  ck_assert_int_eq(ckpt_file_table(&f, &t, &p, &off, &err), TS_OK);
+  ck_assert_int_eq(off, f.data_start);
+  ckpt_file_close(&f);
+  /* the piece's: end - begin wraps to 24; negative; end before begin; past the file */
+  const char *bad[] = {"[9223372036854775800,-9223372036854775792]",
+                       "[-9223372036854775808,9223372036854775807]", "[-8,16]", "[32,8]",
+                       "[9223372036854775807,9223372036854775807]", "[16,40]"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    lying_offsets("lie", bad[i], "[0,8]", 32);
+    ck_assert_int_eq(ckpt_file_open(dir, "lie", &f, &err), TS_OK);
+    ck_assert_msg(ckpt_file_piece(&f, &t, &p, &off, &err) == TS_CORRUPT, "%s", bad[i]);
+    ck_assert_msg(strstr(err.msg, "'lie', piece 't#1' (tensor 't'") &&
+                  strstr(err.msg, "data_offsets"), "%s: %s", bad[i], err.msg);
+    ckpt_file_close(&f);
+  }
+  /* the table's, the same way */
+  const char *tbad[] = {"[9223372036854775800,-9223372036854775808]", "[-8,0]", "[8,0]",
+                        "[9223372036854775807,-9223372036854775801]", "[32,40]"};
+  for (size_t i = 0; i < sizeof tbad / sizeof tbad[0]; i++) {
+    lying_offsets("tlie", "[8,32]", tbad[i], 32);
+    ck_assert_int_eq(ckpt_file_open(dir, "tlie", &f, &err), TS_OK);
+    ck_assert_msg(ckpt_file_table(&f, &t, &p, &off, &err) == TS_CORRUPT, "%s", tbad[i]);
+    ck_assert_msg(strstr(err.msg, "t#1.blocks") && strstr(err.msg, "data_offsets"), "%s: %s",
+                  tbad[i], err.msg);
+    ckpt_file_close(&f);
+  }
+  /* a box of more bytes than int64 holds (2^31 x 2^31 f32 = 2^64 bytes) */
+  ck_assert_int_eq(ckpt_file_open(dir, "good", &f, &err), TS_OK);
+  p.box.lo[0] = 0, p.box.hi[0] = (int64_t)1 << 31;
+  p.box.lo[1] = 0, p.box.hi[1] = (int64_t)1 << 31;
+  ck_assert_int_eq(ckpt_file_piece(&f, &t, &p, &off, &err), TS_CORRUPT);
+  ck_assert_int_eq(ckpt_file_table(&f, &t, &p, &off, &err), TS_CORRUPT);
+  ck_assert_ptr_nonnull(strstr(err.msg, "more bytes"));
+  ckpt_file_close(&f);
+  remove_dir();
+}
+END_TEST
+
 START_TEST(paths_and_dtypes) {
   char parent[64], base[32];
   ts_error err;
@@ -367,6 +567,9 @@ int main(void) {
   tcase_add_test(tc, blocks_misuse);
   tcase_add_test(tc, headers);
   tcase_add_test(tc, paths_and_dtypes);
+  tcase_add_test(tc, index_names);
+  tcase_add_test(tc, not_regular_files);
+  tcase_add_test(tc, offsets_overflow);
   suite_add_tcase(s, tc);
   return ts_run_suite(s);
 }

@@ -16,6 +16,7 @@ import ctypes.util
 import json
 import os
 import re
+import stat
 
 import numpy as np
 
@@ -50,11 +51,44 @@ def _xxh3():
 _HASH = _xxh3()
 
 
+def _open_regular(path, what):
+    """path opened for reading without blocking on a FIFO and without following a symbolic link,
+    checked to be a regular file (anything else is a CheckpointError naming it), its reads then
+    blocking again."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            mode = None
+        if mode is not None and not stat.S_ISREG(mode):
+            raise CheckpointError(f"{what} '{path}' is {_kind(mode)}; checkpoint files are "
+                                  f"regular files") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise CheckpointError(f"{what} '{path}' is {_kind(mode)}; checkpoint files are regular "
+                              f"files")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def _kind(mode):
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISLNK, "a symbolic link"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
 def index(path):
     """The parsed index.json of a checkpoint directory."""
     p = os.path.join(path, "index.json")
     try:
-        with open(p) as f:
+        with _open_regular(p, "checkpoint index") as f:
             idx = json.load(f)
     except OSError as e:
         raise CheckpointError(f"checkpoint index '{p}' cannot be read: {e.strerror}") from None
@@ -70,7 +104,7 @@ def names(path):
 
 
 def _header(fpath):
-    with open(fpath, "rb") as f:
+    with _open_regular(fpath, "checkpoint file") as f:
         n = int.from_bytes(f.read(8), "little")
         size = os.fstat(f.fileno()).st_size
         if n <= 0 or n > size - 8:
@@ -112,8 +146,9 @@ def read(path, name, verify=None):
     dtype = t["dtype"]
     dt = np.dtype(_DTYPES[dtype])
     shape = tuple(t["shape"])
-    groups = {}  # partial coordinates -> (whole array, elements covered)
-    headers = {}
+    # every piece's header entry checked against the index and its file's size first, so that
+    # nothing is allocated for a shape the files do not hold
+    headers, plan = {}, []
     for p in t["pieces"]:
         fpath = os.path.join(path, p["file"])
         if fpath not in headers:
@@ -130,12 +165,27 @@ def read(path, name, verify=None):
         if not isinstance(e, dict) or e.get("dtype") != _ST_NAMES[dtype] or \
                 tuple(e.get("shape", ())) != ext:
             raise CheckpointError(f"{where}: the header does not match the index")
-        b, end = e["data_offsets"]
-        nbytes = int(np.prod(ext, dtype=np.int64)) * dt.itemsize
-        if b < 0 or end - b != nbytes or start + end > size:
-            raise CheckpointError(f"{where}: data_offsets {b},{end} do not hold {nbytes} bytes")
-        with open(fpath, "rb") as f:
-            f.seek(start + b)
+        offs = e.get("data_offsets")
+        nbytes = dt.itemsize
+        for x in ext:  # Python integers: no overflow
+            nbytes *= x
+        if not (isinstance(offs, list) and len(offs) == 2 and
+                all(type(x) is int for x in offs)) or offs[0] < 0 or \
+                offs[1] - offs[0] != nbytes or start + offs[1] > size:
+            raise CheckpointError(f"{where}: data_offsets {offs} do not hold {nbytes} bytes "
+                                  f"inside the file of {size} bytes")
+        plan.append((p, fpath, start + offs[0], nbytes, box, ext, where))
+    total = 1
+    for x in shape:
+        total *= x
+    held = sum(item[3] for item in plan) // dt.itemsize
+    if not t.get("partial_kept") and held != total:
+        raise CheckpointError(f"checkpoint '{path}': tensor '{name}': pieces hold {held} of "
+                              f"{total} elements")
+    groups = {}  # partial coordinates -> (whole array, elements covered)
+    for p, fpath, at, nbytes, box, ext, where in plan:
+        with _open_regular(fpath, "checkpoint file") as f:
+            f.seek(at)
             raw = np.frombuffer(f.read(nbytes), dtype=np.uint8)
         if raw.nbytes != nbytes:
             raise CheckpointError(f"{where}: the file is shorter than its header says")
