@@ -2,8 +2,8 @@
  *
  * Parses the config, initializes MPI (MPI_THREAD_SERIALIZED: only this thread will call it),
  * chooses the memory limit of --memory-limit auto (from the job's ranks on this node), starts the
- * libuv loop thread on this rank's socket, logs the ready line (with the memory limit and how it
- * was chosen), and runs the engine on
+ * libuv loop thread on this rank's socket, logs the memory limit (and how it was chosen) and the
+ * ready line, and runs the engine on
  * this thread until a shutdown (request or SIGTERM/SIGINT) has run on every rank. Then it stops
  * the loop thread (answers flushed, sockets removed) and finalizes MPI. Exit code 0 on a clean
  * shutdown. The soft limit of open descriptors is raised to the hard one at start: clients,
@@ -88,9 +88,10 @@ int main(int argc, char **argv) {
     char tcp[200] = ""; /* this rank's own address: PORT + rank */
     if (cfg.listen[0])
       snprintf(tcp, sizeof tcp, " and tcp://%s:%d", cfg.tcp_host, cfg.tcp_port + rank);
-    TSD_LOG(TSD_LOG_INFO, "ready: job %s rank %d of %d pid %d serving %s%s; memory limit %lld "
-            "bytes (%s)", cfg.job, rank, size, (int)getpid(), so.socket_path, tcp,
-            (long long)cfg.memory_limit, memory_why);
+    TSD_LOG(TSD_LOG_INFO, "memory limit %lld bytes (%s)", (long long)cfg.memory_limit,
+            memory_why);
+    TSD_LOG(TSD_LOG_INFO, "ready: job %s rank %d of %d pid %d serving %s%s", cfg.job, rank, size,
+            (int)getpid(), so.socket_path, tcp);
     tsd_engine_opts eo = {&cfg, world, &shared};
     if (tsd_engine_run(&eo, &err)) {
       TSD_LOG(TSD_LOG_ERROR, "engine: %s", err.msg);

@@ -34,7 +34,7 @@ static void check_affine(tsp_program *p) {
   ck_assert_ptr_nonnull(out.data);
   for (int i = 0; i < 5; i++)
     ck_assert_double_eq(((double *)out.data)[i], 2 * x[i] + 1);
-  free(out.data);
+  ts_pool_free(out.data);
 }
 
 /* The affine program with its cache in dir (NULL: the default directory), which must work. */

@@ -2,7 +2,7 @@
 """The daemons' default memory limit (--memory-limit auto) against requests whose size they
 decide, through real daemons (2 ranks) and the Python client.
 
-Default flags: every rank's ready line gives its limit, chosen as 80% of MemAvailable divided by
+Default flags: every rank logs its limit at start, chosen as 80% of MemAvailable divided by
 the job's 2 daemons on this node, and stats reports the same number. Then, each refused with
 LimitError naming the bytes needed and the limit, before anything is allocated, and the daemons
 alive and serving afterwards (ping, a small einsum checked against numpy):
@@ -10,7 +10,7 @@ alive and serving afterwards (ping, a small einsum checked against numpy):
 - a create of a replicated f32 tensor of 2^40 elements (4 TiB);
 - a compiled program computing the same outer product (its output from the buffer pool).
 Nothing is left behind by a refusal (list, memory in use).
-With --memory-limit 0: the ready line says there is no limit, stats reports 0, and the small
+With --memory-limit 0: every rank logs that there is no limit, stats reports 0, and the small
 einsum is computed exactly as numpy does.
 
 usage: test_memory_default.py BUILD_BIN_DIR"""
@@ -32,8 +32,9 @@ REPL = "mesh=[2] placements=[R]"
 os.environ["TSHARD_PROGRAM_CACHE"] = tempfile.mkdtemp(prefix="tshard-prog-cache-")
 
 
-def ready_lines(d):
-    return [ln for ln in d.logs().splitlines() if "ready: job" in ln]
+def limit_lines(d):
+    """Every rank's start-up line on its memory limit (logged just before its ready line)."""
+    return [ln for ln in d.logs().splitlines() if "info: memory limit " in ln]
 
 
 def limit_message(e, what_bytes, limit):
@@ -67,13 +68,13 @@ def refused(what, fn):
 
 def default_limit():
     with Daemons(bin_dir, NP) as d:
-        lines = ready_lines(d)
-        check(len(lines) == NP, f"ready lines: {lines}")
+        lines = limit_lines(d)
+        check(len(lines) == NP, f"memory limit lines: {lines}")
         limits = []
         for ln in lines:
             m = re.search(r"memory limit (\d+) bytes \(auto: 80% of MemAvailable (\d+) MiB at "
                           r"start, shared by the 2 daemons of the job on this node", ln)
-            check(m is not None, f"ready line without the chosen limit: {ln}")
+            check(m is not None, f"memory limit line without the choice: {ln}")
             if m:
                 limit, avail = int(m.group(1)), int(m.group(2)) << 20
                 # 80% of MemAvailable over 2 daemons (MemAvailable printed in whole MiB)
@@ -82,7 +83,7 @@ def default_limit():
         with d.connect(0, timeout=60) as c:
             limit = c.stats()["memory_limit"]
             if not check(limit in limits and limit > 0,
-                         f"stats limit {limit}, ready lines {limits}"):
+                         f"stats limit {limit}, logged limits {limits}"):
                 return  # without a limit the requests below would take all memory
             n = 65536  # f32: 256 KiB per vector, a 16 GiB outer product (more on a larger node)
             while n * n * 4 <= 2 * limit:
@@ -125,9 +126,9 @@ def refuse_outer(c, limit, n):
 
 def no_limit():
     with Daemons(bin_dir, NP, extra_args=["--memory-limit", "0"]) as d:
-        lines = ready_lines(d)
+        lines = limit_lines(d)
         check(len(lines) == NP and all("memory limit 0 bytes (none: --memory-limit 0)" in ln
-                                       for ln in lines), f"ready lines: {lines}")
+                                       for ln in lines), f"memory limit lines: {lines}")
         with d.connect(1, timeout=60) as c:
             check(c.stats()["memory_limit"] == 0, f"stats: {c.stats()['memory_limit']}")
             small_einsum(c, "z")
