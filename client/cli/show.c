@@ -184,8 +184,8 @@ static void block_row(FILE *out, bool unicode, int height, const int64_t *sc, in
   }
 }
 
-int show_draw(FILE *out, int ndim, const int64_t *shape, const ts_attr *attr,
-              const show_opts *opts, ts_error *err) {
+int cli_show_draw(FILE *out, int ndim, const int64_t *shape, const ts_attr *attr,
+                  const show_opts *opts, ts_error *err) {
   int rd = opts->dims[0], cd = opts->dims[1];
   if (ndim == 0)
     rd = cd = -1;
