@@ -53,7 +53,7 @@ int cli_fail(int status, const char *msg);
 /* Writes a JSON string literal. */
 void cli_json_string(FILE *f, const char *s);
 
-/* strict.c: checks the arguments against the usage text (options, their values, the number of
+/* usage_check.c: checks the arguments against the usage text (options, their values, the number of
  * positionals); prints what is wrong with a suggestion and returns CLI_USAGE, else CLI_OK. */
 int cli_strict_parse(cli_args *a, const char *usage);
 int cli_edit_distance(const char *a, const char *b);
@@ -92,11 +92,11 @@ int cli_cmd_shutdown(cli_args *a, tshard_client *c);
 /* cmd_spmd.c: --participants and --collective-timeout of create, reshard and drop (sets the
  * client's group); CLI_OK or the exit code, the message printed. */
 int cli_apply_group(const cli_args *a, tshard_client *c);
-/* cmd_einsum.c: distributed einsum (issue 15) */
+/* cmd_einsum.c: distributed einsum */
 int cli_cmd_einsum(cli_args *a);
 int cli_cmd_einsum_backward(cli_args *a, tshard_client *c);
 int cli_cmd_einsum_release(cli_args *a, tshard_client *c);
-/* cmd_ckpt.c: checkpoints (issue 16) */
+/* cmd_ckpt.c: checkpoints */
 int cli_cmd_save(cli_args *a, tshard_client *c);
 int cli_cmd_load(cli_args *a, tshard_client *c);
 int cli_cmd_checkpoint(cli_args *a);

@@ -1,4 +1,4 @@
-/* cmd_ckpt.c - the checkpoint subcommands (issue 16): `tshard save DIR [NAME...]`,
+/* cmd_ckpt.c - the checkpoint subcommands: `tshard save DIR [NAME...]`,
  * `tshard load DIR [NAME...] [--attr ATTR]` through a daemon, and `tshard checkpoint show DIR`,
  * which reads the index alone (no daemon). */
 #include <stdio.h>

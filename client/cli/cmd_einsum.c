@@ -1,5 +1,5 @@
 /* cmd_einsum.c - `tshard einsum`, `tshard einsum-backward` and `tshard einsum-release`: the
- * distributed einsum of the daemons (issue 15). `tshard einsum EQ A B --out C` runs it;
+ * distributed einsum of the daemons. `tshard einsum EQ A B --out C` runs it;
  * --explain prints the planner's EXPLAIN (with --out: of the run; without: nothing runs). With
  * --ranks N the EXPLAIN is computed locally by the planner (pure, no daemon) from --shape and
  * --attr given once per operand, so any world size can be simulated. */
