@@ -161,7 +161,7 @@ static int put_direct(tshard_client *c, const char *name, const char *layout, bo
     ps.total_bytes = bytes;
     ps.layout = &l;
     ps.client_memory = &m;
-    ps.dtype = (char *)tsc_str(c->put_dtype); /* the declaration (checked.c) */
+    ps.dtype = (char *)tsc_str(c->put_dtype); /* the declaration (typed_put.c) */
     ps.n_shape = c->put_dtype ? (size_t)c->put_ndim : 0;
     ps.shape = (int64_t *)c->put_shape;
     req.op_case = TSHARD__REQUEST__OP_PUT_SLICE;
@@ -254,7 +254,7 @@ static int put_chunks(tshard_client *c, const char *name, const char *layout, bo
         ps.total_bytes = bytes;
         ps.data = d;
         ps.layout = &l;
-        ps.dtype = (char *)tsc_str(c->put_dtype); /* the declaration (checked.c) */
+        ps.dtype = (char *)tsc_str(c->put_dtype); /* the declaration (typed_put.c) */
         ps.n_shape = c->put_dtype ? (size_t)c->put_ndim : 0;
         ps.shape = (int64_t *)c->put_shape;
         ps.convert = c->put_dtype && c->put_convert;
@@ -265,7 +265,7 @@ static int put_chunks(tshard_client *c, const char *name, const char *layout, bo
         p.offset = off;
         p.total_bytes = bytes;
         p.data = d;
-        p.dtype = (char *)tsc_str(c->put_dtype); /* the declaration (checked.c) */
+        p.dtype = (char *)tsc_str(c->put_dtype); /* the declaration (typed_put.c) */
         p.n_shape = c->put_dtype ? (size_t)c->put_ndim : 0;
         p.shape = (int64_t *)c->put_shape;
         p.convert = c->put_dtype && c->put_convert;
@@ -517,7 +517,7 @@ int tshard_reshard(tshard_client *c, const char *name, const char *attr,
   req.idempotency_key = tsc_str(o->key);
   if (tsc_apply_group(c, &req))
     return TS_INVALID_ARGUMENT;
-  Tshard__Response *r = NULL; /* the answer names the strategy run and its time (checked.c) */
+  Tshard__Response *r = NULL; /* the answer names the strategy run and its time */
   int rc = tsc_call(c, &req, &r);
   c->reshard_strategy[0] = '\0';
   c->reshard_us = 0;
@@ -528,6 +528,17 @@ int tshard_reshard(tshard_client *c, const char *name, const char *attr,
   if (r)
     tsc_free(c, r);
   return rc;
+}
+
+int tshard_reshard_report(const tshard_client *c, char *strategy, size_t cap,
+                          uint64_t *elapsed_us) {
+  if (!c || !c->reshard_strategy[0])
+    return TS_NOT_FOUND;
+  if (strategy && cap)
+    snprintf(strategy, cap, "%s", c->reshard_strategy);
+  if (elapsed_us)
+    *elapsed_us = c->reshard_us;
+  return TS_OK;
 }
 
 int tshard_drop(tshard_client *c, const char *name, const char *key) {

@@ -1,4 +1,4 @@
-/* ckpt.c - the C library's checkpoint calls (issue 16): save and load requests, the directory
+/* ckpt.c - the C library's checkpoint calls: save and load requests, the directory
  * made absolute here (the daemons do not share the caller's working directory). */
 #include <limits.h>
 #include <stdio.h>

@@ -51,7 +51,7 @@ struct tshard_client {
   int32_t *group;
   int ngroup;
   int group_timeout_ms;
-  /* issue 14 (checked.c): the declaration sent with puts, and the last reshard's report */
+  /* the declaration sent with a typed put (typed_put.c), and the last reshard's report */
   const char *put_dtype; /* NULL: the put declares nothing */
   int put_ndim;
   const int64_t *put_shape;
@@ -60,7 +60,7 @@ struct tshard_client {
   uint64_t reshard_us;
 };
 
-/* checked.c: the message of the last failed connect on this thread. */
+/* connect_message.c: the message of the last failed connect on this thread. */
 void tsc_connect_failed(const char *path, const char *job, int rank, int status);
 /* c NULL: a connect starts (clears the message); else its ping failed: keeps c's message. */
 void tsc_connect_note(const char *path, const tshard_client *c, int status);

@@ -1,4 +1,4 @@
-/* einsum.c - libtshard's distributed einsum calls (issue 15): einsum, einsum_plan (the EXPLAIN
+/* einsum.c - libtshard's distributed einsum calls: einsum, einsum_plan (the EXPLAIN
  * only), einsum_backward and einsum_release, over the daemon's einsum operations. Names are
  * checked here with the daemon's own rules before anything is sent. */
 #include <stdlib.h>

@@ -6,7 +6,7 @@
  * through the project's reduce kernel as user-defined MPI ops over one contiguous datatype per
  * dtype, so NaN handling, half-precision rounding and integer wrapping are the same in every
  * strategy. 8-bit sums must not use MPI_SUM: Open MPI 4.1's vectorized (AVX) sum saturates
- * int8/uint8 (200 + 100 gives 255, where p2p and a C cast give 44; its issue 8045). */
+ * int8/uint8 (200 + 100 gives 255, where p2p and a C cast give 44; open-mpi/ompi#8045). */
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* ckpt.c - the daemon's checkpoint operations, save and load (issue 16): validators, collective
+/* ckpt.c - the daemon's checkpoint operations, save and load: validators, collective
  * handlers and change sets named by the table (optable.c). The work is shard/ckpt_save.c and
  * shard/ckpt_load.c (collective over the world, every rank the same outcome); this file turns the
  * requests into their arguments (the validators are in ckpt_validate.c, with the wire layer). Test hooks, read at each save: TSHARD_CKPT_FAIL_RANK=k makes

@@ -1,4 +1,4 @@
-/* ckpt_validate.c - the validators of the checkpoint operations save and load (issue 16), part of
+/* ckpt_validate.c - the validators of the checkpoint operations save and load, part of
  * the wire layer (libtsdwire, the fuzz target): the directory's length, the names' rules and the
  * target attribute against the world; what depends on the store or the files is the handlers'
  * (ckpt.c). */

@@ -200,7 +200,7 @@ int tsd_validate_reshard(const Tshard__Request *r, const tsd_limits *lim, ts_err
 int tsd_validate_drop(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_describe(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_plan(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
-/* ckpt.c: checkpoints (issue 16) */
+/* ckpt.c: the validators of checkpoint save and load */
 int tsd_validate_save(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_load(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 

@@ -1,4 +1,4 @@
-/* einsum.c - the handlers of the distributed einsum operations (issue 15).
+/* einsum.c - the handlers of the distributed einsum operations.
  *
  * einsum runs the planner and the execution of shard/dist_einsum_exec.c over the engine's store
  * (collective, atomic, the same outcome on every rank). Every forward leaves a record under its

@@ -1,4 +1,4 @@
-/* einsum.h - the daemon's distributed einsum operations (issue 15): einsum, einsum_backward and
+/* einsum.h - the daemon's distributed einsum operations: einsum, einsum_backward and
  * einsum_release (collective), einsum_plan (local: the EXPLAIN only). einsum_wire.c holds the
  * validators (built into the wire layer the fuzz target drives), einsum.c the handlers. */
 #ifndef TSD_EINSUM_H

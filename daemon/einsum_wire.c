@@ -1,4 +1,4 @@
-/* einsum_wire.c - the validators of the distributed einsum operations (issue 15): the request
+/* einsum_wire.c - the validators of the distributed einsum operations: the request
  * alone, before any handler sees it (names, operand count, equation and plan lengths, the output
  * attribute against the world). What needs stored tensors (the equation against their shapes,
  * unknown or taken names) is the handlers' (einsum.c) and the planner's. */

@@ -131,7 +131,7 @@ int tsd_run_shutdown(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, 
 void tsd_changes_create(const Tshard__Request *r, tsd_changes *ch);
 void tsd_changes_drop(const Tshard__Request *r, tsd_changes *ch);
 void tsd_changes_reshard(const Tshard__Request *r, tsd_changes *ch);
-/* ckpt.c: checkpoint save and load (issue 16) */
+/* ckpt.c: checkpoint save and load */
 int tsd_run_save(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
 int tsd_run_load(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
 void tsd_changes_load(const Tshard__Request *r, tsd_changes *ch);

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "putcheck.h"
+#include "oplog.h"
 
 typedef struct op_record {
   struct timespec start;

@@ -12,7 +12,7 @@
 
 #include "einsum.h"
 #include "engine.h"
-#include "putcheck.h"
+#include "oplog.h"
 #include "shm.h"
 
 static const char *tag_of(const Tshard__Layout *l) { return l && l->tag ? l->tag : ""; }

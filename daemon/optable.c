@@ -25,7 +25,7 @@
 #define ENGINE(f) NULL
 #else
 #include "engine.h"
-#include "putcheck.h"
+#include "oplog.h"
 #include "shm.h"
 #define ENGINE(f) f
 #endif

@@ -23,7 +23,8 @@
 #include <sys/uio.h>
 
 #include "engine.h"
-#include "putcheck.h"
+#include "oplog.h"
+#include "put_verify.h"
 #include "shm.h"
 
 void *tsd_buf_take(tsd_engine *e, size_t bytes, const char *what, ts_error *err) {
@@ -242,7 +243,7 @@ void tsd_handle_put_chunk(tsd_engine *e, tsd_work *w) {
     tsd_reply_status(e, w->conn_id, req->id, TS_NOT_FOUND, msg);
     return;
   }
-  ts_error cerr; /* the declared dtype and shape, and the byte count (putcheck.c) */
+  ts_error cerr; /* the declared dtype and shape, and the byte count (put_verify.c) */
   ts_dtype from = TS_F32;
   bool conv = false; /* the data comes in another dtype, converted once complete */
   if (t && tsd_put_source_dtype(t, p->dtype, p->convert, &from, &conv, &cerr)) {
@@ -325,7 +326,7 @@ void tsd_handle_put_slice(tsd_engine *e, tsd_work *w) {
   }
   ts_layout l;
   size_t bytes = 0;
-  ts_dtype src_dt; /* the data's dtype: the copy into the stored slice converts (putcheck.c) */
+  ts_dtype src_dt; /* the data's dtype: the copy into the stored slice converts (put_verify.c) */
   bool conv;
   if (tsd_put_source_dtype(t, p->dtype, p->convert, &src_dt, &conv, &err) ||
       (t->has_slice && box_layout(&t->box, src_dt, tag, &l, &bytes, &err))) {

@@ -170,11 +170,12 @@ int tshard_shutdown(tshard_client *c, const char *key);
  * to its own rank's daemon, which must be in the group). */
 int tshard_set_group(tshard_client *c, const int *ranks, int n, int timeout_ms);
 
-/* ---- Installation (issue 14): the library's version ----
+/* ---- Installation: the library's version ----
  * "MAJOR.MINOR.PATCH", CMake's project version; Python's tshard.__version__ is the same. */
 const char *tshard_version(void);
 
-/* ---- issue 14, cli helper: checked puts, reshard reports, connect messages (client/checked.c) ----
+/* ---- Typed puts (client/typed_put.c), reshard reports (client/api.c), connect messages
+ * (client/connect_message.c) ----
  * A put that declares its data's dtype and row-major shape: the daemon refuses data that differs
  * from the tensor (put) or this rank's slice box (put_slice), naming both, instead of storing
  * reinterpreted bits. The CLI and the Python client always declare. */
@@ -195,7 +196,7 @@ int tshard_reshard_report(const tshard_client *c, char *strategy, size_t cap,
 const char *tshard_connect_message(void);
 
 /* ---------------------------------------------------------------------------------------------
- * Distributed einsum (issue 15): out = einsum(equation, operands) on the daemons, where the
+ * Distributed einsum: out = einsum(equation, operands) on the daemons, where the
  * shards live. The planner compares candidate plans (the operands as they are, one operand
  * following another's shards, an operand gathered, the requested output's shards, ...) by the
  * reshard planner's exact bytes on the wire, then the busiest rank's work and peak memory; a
@@ -234,7 +235,7 @@ int tshard_einsum_backward(tshard_client *c, uint64_t forward_id, const char *gr
 int tshard_einsum_release(tshard_client *c, uint64_t forward_id, const char *key);
 void tshard_einsum_result_clear(tshard_einsum_result *r); /* accepts NULL */
 /* ---------------------------------------------------------------------------------------------
- * Checkpoints (issue 16; the format is in shard/CHECKPOINT.md). dir is a directory path every
+ * Checkpoints (the format is in shard/CHECKPOINT.md). dir is a directory path every
  * daemon can reach (a relative path is made absolute against this process's working directory);
  * with per_node, a path on each node. names NULL or n 0: every tensor (save) or every tensor of
  * the checkpoint (load). Both are collective; the save is atomic (the previous checkpoint in dir

@@ -103,39 +103,15 @@ static int place(tsp_bucket *b) {
   return TS_OK;
 }
 
-int tsp_plan_bucket(tsp_program *p, tsp_bucket *b, ts_error *err) {
-  int rc0 = tsp_bucket_check(p, b, err);
-  if (rc0 != TS_OK)
-    return rc0;
+/* The planner's tables over the nodes: the last kernel that reads each buffer (through views),
+ * the buffer each node's value has (-1: none), and the one kernel whose elementwise ops are a
+ * node's only readers (-2: none such, -1: no reader). */
+typedef struct node_uses {
+  int *last, *buf_of, *readers;
+} node_uses;
+
+static void find_readers(const tsp_program *p, int *readers) {
   int nn = p->n_nodes;
-  b->dims = calloc((size_t)nn, sizeof *b->dims);
-  b->locs = calloc((size_t)nn, sizeof *b->locs);
-  b->bufs = calloc((size_t)nn, sizeof *b->bufs);
-  b->plans = calloc((size_t)nn + 1, sizeof *b->plans);
-  int *last = malloc((size_t)nn * sizeof *last);
-  int *buf_of = malloc((size_t)nn * sizeof *buf_of);
-  if (!b->dims || !b->locs || !b->bufs || !b->plans || !last || !buf_of) {
-    free(last);
-    free(buf_of);
-    tsp_plan_free(b);
-    return ts_error_set(err, TS_NO_MEMORY, "out of memory planning a bucket");
-  }
-  b->n_plans = nn;
-  for (int i = 0; i < nn; i++) {
-    const tsp_node *n = &p->nodes[i];
-    for (int d = 0; d < n->ndim; d++)
-      b->dims[i][d] = tsp_bucket_extent(b, &n->shape[d]);
-    last[i] = -1;
-    buf_of[i] = -1;
-  }
-  /* the one kernel whose elementwise ops are a node's only readers (-2: none such) */
-  int *readers = malloc((size_t)nn * sizeof *readers);
-  if (!readers) {
-    free(last);
-    free(buf_of);
-    tsp_plan_free(b);
-    return ts_error_set(err, TS_NO_MEMORY, "out of memory planning a bucket");
-  }
   for (int i = 0; i < nn; i++)
     readers[i] = -1;
   for (int j = 0; j < nn; j++) {
@@ -150,8 +126,10 @@ int tsp_plan_bucket(tsp_program *p, tsp_bucket *b, ts_error *err) {
         readers[o] = c->kernel;
     }
   }
-  /* last uses */
-  for (int i = 0; i < nn; i++) {
+}
+
+static void find_last_uses(const tsp_program *p, int *last) {
+  for (int i = 0; i < p->n_nodes; i++) {
     const tsp_node *n = &p->nodes[i];
     if (!n->live || n->op == TSP_OP_ASSIGN || n->kernel < 0)
       continue;
@@ -161,126 +139,180 @@ int tsp_plan_bucket(tsp_program *p, tsp_bucket *b, ts_error *err) {
         last[base] = n->kernel;
     }
   }
-  /* locations, in node order (operands before their users) */
-  int rc = TS_OK;
-  for (int i = 0; i < nn && rc == TS_OK; i++) {
-    const tsp_node *n = &p->nodes[i];
-    tsp_loc *l = &b->locs[i];
-    if (!n->live || n->op == TSP_OP_ASSIGN)
-      continue;
-    tsp_category cat = tsp_op(n->op)->cat;
-    if (cat == TSP_CAT_INPUT) {
-      l->kind = TSP_LOC_ARG;
-      l->index = n->input_index;
-      contiguous(l, n->ndim, b->dims[i]);
-    } else if (cat == TSP_CAT_CONST) {
-      l->kind = TSP_LOC_CONST;
-    } else if (n->op == TSP_OP_TRANSPOSE) {
-      const tsp_loc *s = &b->locs[n->args[0]];
-      *l = *s;
-      for (int d = 0; d < n->ndim; d++)
-        l->strides[d] = s->strides[n->perm[d]];
-    } else if (n->op == TSP_OP_SLICE) {
-      /* a view: the start moves the offset (by the run's true values when it is a formula), the
-       * step scales the strides */
-      const tsp_loc *s = &b->locs[n->args[0]];
-      *l = *s;
-      bool over = false;
-      for (int d = 0; d < n->ndim; d++) {
-        const tsp_expr *st = &n->slice[d];
-        int64_t t;
-        over = over || __builtin_mul_overflow(st->c, s->strides[d], &t) ||
-               __builtin_add_overflow(l->view_off, t, &l->view_off);
-        for (int g = 0; g < TSP_MAX_GROUPS; g++)
-          over = over || __builtin_mul_overflow(st->k[g], s->strides[d], &t) ||
-                 __builtin_add_overflow(l->view_sym[g], t, &l->view_sym[g]);
-        over = over || __builtin_mul_overflow(s->strides[d], n->step[d], &l->strides[d]);
-      }
-      if (over)
-        rc = ts_error_set(err, TS_OVERFLOW, "slice '%s': its offset or strides overflow",
-                          n->name);
-    } else if (n->op == TSP_OP_WINDOW) {
-      /* a view: the new last dim steps along the windowed dim */
-      *l = b->locs[n->args[0]];
-      l->strides[n->ndim - 1] = l->strides[n->perm[0]];
-    } else if (n->op == TSP_OP_RESHAPE) {
-      *l = b->locs[n->args[0]];
-      contiguous(l, n->ndim, b->dims[i]);
-    } else if (cat == TSP_CAT_ELEMENTWISE && n->local) {
-      l->kind = TSP_LOC_LOCAL;
-    } else if (n->output_index >= 0) {
-      l->kind = TSP_LOC_ARG;
-      l->index = p->n_inputs + n->output_index;
-      contiguous(l, n->ndim, b->dims[i]);
-    } else {
-      /* a pool buffer; an elementwise result may take an operand's buffer at its last use */
-      l->kind = TSP_LOC_POOL;
-      contiguous(l, n->ndim, b->dims[i]);
-      size_t bytes = ((size_t)numel(n->ndim, b->dims[i]) * ts_dtype_size(n->dtype) + 63) & ~(size_t)63;
-      int alias = -1;
-      if (cat == TSP_CAT_ELEMENTWISE) {
-        const tsp_kernel *k = &p->kernels[n->kernel];
-        for (int m = 0; m < k->n_members && alias < 0; m++) {
-          const tsp_node *mn = &p->nodes[k->members[m]];
-          for (int a = 0; a < mn->nargs && alias < 0; a++) {
-            int o = mn->args[a];
-            const tsp_node *on = &p->nodes[o];
-            if (buf_of[o] < 0 || last[o] != n->kernel || tsp_op(on->op)->cat == TSP_CAT_LAYOUT ||
-                b->bufs[buf_of[o]].bytes != bytes || on->ndim != k->ndim)
-              continue;
-            bool identity = true, taken = false;
-            for (int d = 0; d < k->ndim; d++)
-              identity = identity && tsp_expr_eq(&on->shape[d], &k->shape[d]);
-            /* every read of o is in this kernel, element for element; its buffer not yet reused */
-            identity = identity && readers[o] == n->kernel;
-            int root = buf_of[o];
-            while (b->bufs[root].alias_of >= 0)
-              root = b->bufs[root].alias_of;
-            taken = b->bufs[root].first == n->kernel;
-            for (int j = 0; j < b->n_bufs; j++)
-              taken = taken || (b->bufs[j].alias_of == root && b->bufs[j].first == n->kernel);
-            if (identity && !taken)
-              alias = buf_of[o];
-          }
-        }
-      }
-      tsp_poolbuf *pb = &b->bufs[b->n_bufs];
-      pb->node = i;
-      pb->bytes = bytes;
-      pb->first = n->kernel;
-      pb->last = last[i] > n->kernel ? last[i] : n->kernel;
-      pb->alias_of = -1;
-      if (alias >= 0) {
-        int root = alias;
-        while (b->bufs[root].alias_of >= 0)
-          root = b->bufs[root].alias_of;
-        pb->alias_of = root;
-        if (pb->last > b->bufs[root].last)
-          b->bufs[root].last = pb->last;
-      }
-      l->index = b->n_bufs;
-      buf_of[i] = b->n_bufs++;
-    }
-    if (rc == TS_OK && n->op == TSP_OP_EINSUM) {
-      bool dyn = false;
-      for (int a = 0; a < n->nargs; a++)
-        for (int d = 0; d < p->nodes[n->args[a]].ndim; d++)
-          dyn = dyn || !tsp_expr_is_static(&p->nodes[n->args[a]].shape[d]);
-      if (!dyn) {
-        int ndims[TSP_MAX_ARGS];
-        const int64_t *shapes[TSP_MAX_ARGS];
-        for (int a = 0; a < n->nargs; a++) {
-          ndims[a] = p->nodes[n->args[a]].ndim;
-          shapes[a] = b->dims[n->args[a]];
-        }
-        rc = ts_einsum_plan_create(&b->plans[i], n->eq, n->nargs, ndims, shapes, n->dtype, NULL,
-                                   err);
-      }
+}
+
+/* A slice is a view: the start moves the offset (by the run's true values when it is a formula),
+ * the step scales the strides. */
+static int slice_loc(const tsp_node *n, const tsp_loc *s, tsp_loc *l, ts_error *err) {
+  *l = *s;
+  bool over = false;
+  for (int d = 0; d < n->ndim; d++) {
+    const tsp_expr *st = &n->slice[d];
+    int64_t t;
+    over = over || __builtin_mul_overflow(st->c, s->strides[d], &t) ||
+           __builtin_add_overflow(l->view_off, t, &l->view_off);
+    for (int g = 0; g < TSP_MAX_GROUPS; g++)
+      over = over || __builtin_mul_overflow(st->k[g], s->strides[d], &t) ||
+             __builtin_add_overflow(l->view_sym[g], t, &l->view_sym[g]);
+    over = over || __builtin_mul_overflow(s->strides[d], n->step[d], &l->strides[d]);
+  }
+  if (over)
+    return ts_error_set(err, TS_OVERFLOW, "slice '%s': its offset or strides overflow", n->name);
+  return TS_OK;
+}
+
+/* The buffer an elementwise result of `bytes` may take at its operand's last use (-1: none): an
+ * operand buffer of the same size and shape that every read of is in this kernel, element for
+ * element, and that no other result of this kernel took already. */
+static int alias_candidate(const tsp_program *p, const tsp_bucket *b, const tsp_node *n,
+                           size_t bytes, const node_uses *u) {
+  const tsp_kernel *k = &p->kernels[n->kernel];
+  for (int m = 0; m < k->n_members; m++) {
+    const tsp_node *mn = &p->nodes[k->members[m]];
+    for (int a = 0; a < mn->nargs; a++) {
+      int o = mn->args[a];
+      const tsp_node *on = &p->nodes[o];
+      if (u->buf_of[o] < 0 || u->last[o] != n->kernel || tsp_op(on->op)->cat == TSP_CAT_LAYOUT ||
+          b->bufs[u->buf_of[o]].bytes != bytes || on->ndim != k->ndim)
+        continue;
+      bool identity = true, taken = false;
+      for (int d = 0; d < k->ndim; d++)
+        identity = identity && tsp_expr_eq(&on->shape[d], &k->shape[d]);
+      /* every read of o is in this kernel, element for element; its buffer not yet reused */
+      identity = identity && u->readers[o] == n->kernel;
+      int root = u->buf_of[o];
+      while (b->bufs[root].alias_of >= 0)
+        root = b->bufs[root].alias_of;
+      taken = b->bufs[root].first == n->kernel;
+      for (int j = 0; j < b->n_bufs; j++)
+        taken = taken || (b->bufs[j].alias_of == root && b->bufs[j].first == n->kernel);
+      if (identity && !taken)
+        return u->buf_of[o];
     }
   }
-  free(last);
-  free(buf_of);
-  free(readers);
+  return -1;
+}
+
+/* Node i's value in a pool buffer; an elementwise result may take an operand's buffer at its
+ * last use. */
+static void pool_loc(const tsp_program *p, tsp_bucket *b, int i, tsp_loc *l, node_uses *u) {
+  const tsp_node *n = &p->nodes[i];
+  l->kind = TSP_LOC_POOL;
+  contiguous(l, n->ndim, b->dims[i]);
+  size_t bytes = ((size_t)numel(n->ndim, b->dims[i]) * ts_dtype_size(n->dtype) + 63) & ~(size_t)63;
+  int alias = tsp_op(n->op)->cat == TSP_CAT_ELEMENTWISE ? alias_candidate(p, b, n, bytes, u) : -1;
+  tsp_poolbuf *pb = &b->bufs[b->n_bufs];
+  pb->node = i;
+  pb->bytes = bytes;
+  pb->first = n->kernel;
+  pb->last = u->last[i] > n->kernel ? u->last[i] : n->kernel;
+  pb->alias_of = -1;
+  if (alias >= 0) {
+    int root = alias;
+    while (b->bufs[root].alias_of >= 0)
+      root = b->bufs[root].alias_of;
+    pb->alias_of = root;
+    if (pb->last > b->bufs[root].last)
+      b->bufs[root].last = pb->last;
+  }
+  l->index = b->n_bufs;
+  u->buf_of[i] = b->n_bufs++;
+}
+
+/* The einsum plan of node i when every operand's shape is static (else planned at run time). */
+static int static_einsum_plan(const tsp_program *p, tsp_bucket *b, int i, ts_error *err) {
+  const tsp_node *n = &p->nodes[i];
+  for (int a = 0; a < n->nargs; a++)
+    for (int d = 0; d < p->nodes[n->args[a]].ndim; d++)
+      if (!tsp_expr_is_static(&p->nodes[n->args[a]].shape[d]))
+        return TS_OK;
+  int ndims[TSP_MAX_ARGS];
+  const int64_t *shapes[TSP_MAX_ARGS];
+  for (int a = 0; a < n->nargs; a++) {
+    ndims[a] = p->nodes[n->args[a]].ndim;
+    shapes[a] = b->dims[n->args[a]];
+  }
+  return ts_einsum_plan_create(&b->plans[i], n->eq, n->nargs, ndims, shapes, n->dtype, NULL, err);
+}
+
+/* Where node i's values live; its operands' locations are set already. */
+static int locate(const tsp_program *p, tsp_bucket *b, int i, node_uses *u, ts_error *err) {
+  const tsp_node *n = &p->nodes[i];
+  tsp_loc *l = &b->locs[i];
+  if (!n->live || n->op == TSP_OP_ASSIGN)
+    return TS_OK;
+  int rc = TS_OK;
+  tsp_category cat = tsp_op(n->op)->cat;
+  if (cat == TSP_CAT_INPUT) {
+    l->kind = TSP_LOC_ARG;
+    l->index = n->input_index;
+    contiguous(l, n->ndim, b->dims[i]);
+  } else if (cat == TSP_CAT_CONST) {
+    l->kind = TSP_LOC_CONST;
+  } else if (n->op == TSP_OP_TRANSPOSE) {
+    const tsp_loc *s = &b->locs[n->args[0]];
+    *l = *s;
+    for (int d = 0; d < n->ndim; d++)
+      l->strides[d] = s->strides[n->perm[d]];
+  } else if (n->op == TSP_OP_SLICE) {
+    rc = slice_loc(n, &b->locs[n->args[0]], l, err);
+  } else if (n->op == TSP_OP_WINDOW) {
+    /* a view: the new last dim steps along the windowed dim */
+    *l = b->locs[n->args[0]];
+    l->strides[n->ndim - 1] = l->strides[n->perm[0]];
+  } else if (n->op == TSP_OP_RESHAPE) {
+    *l = b->locs[n->args[0]];
+    contiguous(l, n->ndim, b->dims[i]);
+  } else if (cat == TSP_CAT_ELEMENTWISE && n->local) {
+    l->kind = TSP_LOC_LOCAL;
+  } else if (n->output_index >= 0) {
+    l->kind = TSP_LOC_ARG;
+    l->index = p->n_inputs + n->output_index;
+    contiguous(l, n->ndim, b->dims[i]);
+  } else {
+    pool_loc(p, b, i, l, u);
+  }
+  if (rc == TS_OK && n->op == TSP_OP_EINSUM)
+    rc = static_einsum_plan(p, b, i, err);
+  return rc;
+}
+
+int tsp_plan_bucket(tsp_program *p, tsp_bucket *b, ts_error *err) {
+  int rc0 = tsp_bucket_check(p, b, err);
+  if (rc0 != TS_OK)
+    return rc0;
+  int nn = p->n_nodes;
+  b->dims = calloc((size_t)nn, sizeof *b->dims);
+  b->locs = calloc((size_t)nn, sizeof *b->locs);
+  b->bufs = calloc((size_t)nn, sizeof *b->bufs);
+  b->plans = calloc((size_t)nn + 1, sizeof *b->plans);
+  node_uses u = {.last = malloc((size_t)nn * sizeof(int)),
+                 .buf_of = malloc((size_t)nn * sizeof(int)),
+                 .readers = malloc((size_t)nn * sizeof(int))};
+  if (!b->dims || !b->locs || !b->bufs || !b->plans || !u.last || !u.buf_of || !u.readers) {
+    free(u.last);
+    free(u.buf_of);
+    free(u.readers);
+    tsp_plan_free(b);
+    return ts_error_set(err, TS_NO_MEMORY, "out of memory planning a bucket");
+  }
+  b->n_plans = nn;
+  for (int i = 0; i < nn; i++) {
+    const tsp_node *n = &p->nodes[i];
+    for (int d = 0; d < n->ndim; d++)
+      b->dims[i][d] = tsp_bucket_extent(b, &n->shape[d]);
+    u.last[i] = -1;
+    u.buf_of[i] = -1;
+  }
+  find_readers(p, u.readers);
+  find_last_uses(p, u.last);
+  /* locations, in node order (operands before their users) */
+  int rc = TS_OK;
+  for (int i = 0; i < nn && rc == TS_OK; i++)
+    rc = locate(p, b, i, &u, err);
+  free(u.last);
+  free(u.buf_of);
+  free(u.readers);
   if (rc == TS_OK && place(b) != TS_OK)
     rc = ts_error_set(err, TS_NO_MEMORY, "out of memory planning the pool");
   for (int i = 0; rc == TS_OK && i < b->n_bufs; i++)

@@ -411,6 +411,65 @@ static int parse_places(parser *p, const mesh_text *mt, ts_placement *place, siz
   return TS_OK;
 }
 
+/* The split sizes after "splits={": "D:[s,s,...]" per tensor dim, in increasing dim order. */
+static int parse_splits(parser *p, ts_attr *a) {
+  int rc, last_dim = -1;
+  i64_list sizes = {0};
+  do {
+    blanks(p);
+    size_t dim_at = p->pos;
+    int64_t d;
+    if ((rc = parse_int(p, TS_MAX_DIMS - 1, "a tensor dim", &d)))
+      break;
+    if (d == last_dim) {
+      rc = ts_error_set(p->err, TS_PARSE, "attribute: at column %zu: the splits of dim %d are "
+                        "given twice; give each dim's splits once", dim_at + 1, (int)d);
+      break;
+    }
+    if (d < last_dim) {
+      p->pos = dim_at;
+      rc = fail(p, "tensor dims in increasing order, each once");
+      break;
+    }
+    last_dim = (int)d;
+    if ((rc = expect(p, ":")) || (rc = expect(p, "[")))
+      break;
+    sizes.n = 0;
+    do {
+      int64_t v;
+      if ((rc = parse_int(p, INT64_MAX / 2, "a split size", &v)) ||
+          (rc = list_push(&sizes, v, p)))
+        break;
+    } while (tok(p, ","));
+    if (rc || (rc = expect(p, "]")))
+      break;
+    if ((rc = ts_attr_set_splits(a, (int)d, (int)sizes.n, sizes.v, p->err)))
+      break;
+  } while (tok(p, ","));
+  free(sizes.v);
+  return rc ? rc : expect(p, "}");
+}
+
+/* Splits that do not match the mesh are reported here; those that need the tensor shape (their
+ * sum) are checked by ts_attr_validate. */
+static int check_splits(const ts_attr *a, ts_error *err) {
+  for (int d = 0; d < TS_MAX_DIMS; d++) {
+    if (!a->splits[d])
+      continue;
+    bool sharded = false;
+    for (int m = 0; m < a->mesh_ndim; m++)
+      sharded |= a->place[m].kind == TS_PLACE_SHARD && a->place[m].dim == d;
+    if (!sharded)
+      return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                          "attribute: splits given for dim %d, which no placement shards", d);
+    if (a->nsplits[d] != ts__attr_parts(a, d))
+      return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                          "attribute: dim %d has %d split sizes but is split into %lld parts", d,
+                          a->nsplits[d], (long long)ts__attr_parts(a, d));
+  }
+  return TS_OK;
+}
+
 int ts_attr_parse(const char *text, ts_attr **out, ts_error *err) {
   if (!text || !out)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_attr_parse: NULL argument");
@@ -420,7 +479,7 @@ int ts_attr_parse(const char *text, ts_attr **out, ts_error *err) {
   mesh_text mt;
   memset(&mt, 0, sizeof mt);
   ts_placement place[TS_MAX_MESH_DIMS];
-  i64_list ranks = {0}, sizes = {0};
+  i64_list ranks = {0};
   int *rank_ints = NULL;
   ts_attr *a = NULL;
 
@@ -489,41 +548,7 @@ int ts_attr_parse(const char *text, ts_attr **out, ts_error *err) {
 
   size_t before = p.pos;
   if (separated(&p) && tok(&p, "splits")) {
-    if ((rc = expect(&p, "=")) || (rc = expect(&p, "{")))
-      goto done;
-    int last_dim = -1;
-    do {
-      blanks(&p);
-      size_t dim_at = p.pos;
-      int64_t d;
-      if ((rc = parse_int(&p, TS_MAX_DIMS - 1, "a tensor dim", &d)))
-        goto done;
-      if (d == last_dim) {
-        rc = ts_error_set(err, TS_PARSE, "attribute: at column %zu: the splits of dim %d are "
-                          "given twice; give each dim's splits once", dim_at + 1, (int)d);
-        goto done;
-      }
-      if (d < last_dim) {
-        p.pos = dim_at;
-        rc = fail(&p, "tensor dims in increasing order, each once");
-        goto done;
-      }
-      last_dim = (int)d;
-      if ((rc = expect(&p, ":")) || (rc = expect(&p, "[")))
-        goto done;
-      sizes.n = 0;
-      do {
-        int64_t v;
-        if ((rc = parse_int(&p, INT64_MAX / 2, "a split size", &v)) ||
-            (rc = list_push(&sizes, v, &p)))
-          goto done;
-      } while (tok(&p, ","));
-      if ((rc = expect(&p, "]")))
-        goto done;
-      if ((rc = ts_attr_set_splits(a, (int)d, (int)sizes.n, sizes.v, err)))
-        goto done;
-    } while (tok(&p, ","));
-    if ((rc = expect(&p, "}")))
+    if ((rc = expect(&p, "=")) || (rc = expect(&p, "{")) || (rc = parse_splits(&p, a)))
       goto done;
   } else {
     p.pos = before;
@@ -533,33 +558,14 @@ int ts_attr_parse(const char *text, ts_attr **out, ts_error *err) {
     rc = fail(&p, "end of text, or \" splits={...}\" after the placements");
     goto done;
   }
-  /* Splits that do not match the mesh are reported here; those that need the tensor shape
-   * (their sum) are checked by ts_attr_validate. */
-  for (int d = 0; d < TS_MAX_DIMS; d++) {
-    if (!a->splits[d])
-      continue;
-    bool sharded = false;
-    for (int m = 0; m < a->mesh_ndim; m++)
-      sharded |= a->place[m].kind == TS_PLACE_SHARD && a->place[m].dim == d;
-    if (!sharded) {
-      rc = ts_error_set(err, TS_BAD_ATTRIBUTE,
-                        "attribute: splits given for dim %d, which no placement shards", d);
-      goto done;
-    }
-    if (a->nsplits[d] != ts__attr_parts(a, d)) {
-      rc = ts_error_set(err, TS_BAD_ATTRIBUTE,
-                        "attribute: dim %d has %d split sizes but is split into %lld parts", d,
-                        a->nsplits[d], (long long)ts__attr_parts(a, d));
-      goto done;
-    }
-  }
+  if ((rc = check_splits(a, err)))
+    goto done;
   *out = a;
   a = NULL;
   rc = TS_OK;
 done:
   ts_attr_destroy(&a);
   free(ranks.v);
-  free(sizes.v);
   free(rank_ints);
   return rc;
 }

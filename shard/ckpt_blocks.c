@@ -23,7 +23,7 @@
 /* A group's bounds: its iovecs, and the span that runs sharing blocks may merge into. */
 #define GROUP_IOV 256
 #define GROUP_SPAN ((int64_t)2 << 20)
-/* The iovecs of one read of a whole piece (ckpt_read_whole). */
+/* The iovecs of one read of a whole piece (ts__ckpt_read_whole). */
 #define WHOLE_IOV 1024
 /* The cost of a run inside a group, in bytes of sequential reading. */
 #define DENSE_RUN_COST ((int64_t)1024)
@@ -40,7 +40,7 @@ static uint64_t get_le64(const uint8_t *p) {
   return v;
 }
 
-void ckpt_blocks_hash(const void *bytes, int64_t len, int64_t block, uint8_t *table) {
+void ts__ckpt_blocks_hash(const void *bytes, int64_t len, int64_t block, uint8_t *table) {
   const uint8_t *b = bytes;
   for (int64_t at = 0, k = 0; at < len; at += block, k++)
     put_le64(table + 8 * k, XXH3_64bits(b + at, (size_t)(len - at < block ? len - at : block)));
@@ -51,7 +51,7 @@ void ckpt_blocks_hash(const void *bytes, int64_t len, int64_t block, uint8_t *ta
  * after k0 are whole in I, P and B), in the piece's row-major (file) order. */
 
 
-void ckpt_runs_init(ckpt_runs *it, const ts_box *I, const ts_box *P, const ts_box *B) {
+void ts__ckpt_runs_init(ckpt_runs *it, const ts_box *I, const ts_box *P, const ts_box *B) {
   memset(it, 0, sizeof *it);
   it->I = I, it->P = P, it->B = B;
   int n = it->n = I->ndim;
@@ -74,7 +74,7 @@ void ckpt_runs_init(ckpt_runs *it, const ts_box *I, const ts_box *P, const ts_bo
   it->more = ts_box_numel(I) > 0;
 }
 
-bool ckpt_runs_next(ckpt_runs *it, int64_t *poff, int64_t *boff) {
+bool ts__ckpt_runs_next(ckpt_runs *it, int64_t *poff, int64_t *boff) {
   if (!it->more)
     return false;
   int64_t po = 0, bo = 0;
@@ -100,17 +100,17 @@ static int64_t cover(int64_t a, int64_t b, int64_t block, int64_t pbytes) {
   return min64(align_down(b + block - 1, block), pbytes) - align_down(a, block);
 }
 
-int64_t ckpt_read_cost(const ts_ckpt_piece *p, const ts_box *I, const ts_box *B, size_t es) {
+int64_t ts__ckpt_read_cost(const ts_ckpt_piece *p, const ts_box *I, const ts_box *B, size_t es) {
   int64_t E = (int64_t)es, pbytes = ts_box_numel(&p->box) * E, need = ts_box_numel(I) * E;
   int64_t steps = pbytes / (int64_t)CKPT_HASH_STEP + 1;
   ckpt_runs it;
-  ckpt_runs_init(&it, I, &p->box, B);
-  if (ts_box_equal(I, &p->box)) /* read whole, its runs gathered (ckpt_read_whole) */
+  ts__ckpt_runs_init(&it, I, &p->box, B);
+  if (ts_box_equal(I, &p->box)) /* read whole, its runs gathered (ts__ckpt_read_whole) */
     return pbytes + (steps + it.count / WHOLE_IOV) * CKPT_CALL_COST;
   if (p->block_bytes <= 0) /* the whole piece through the verify buffer, then the copy */
     return pbytes + need + steps * CKPT_CALL_COST;
   int64_t blk = p->block_bytes, L = it.len * E, pitch = it.ps[it.k0] * E;
-  int64_t a0 = ckpt_box_offset(&p->box, I->lo) * E, bytes, calls = it.count;
+  int64_t a0 = ts__ckpt_box_offset(&p->box, I->lo) * E, bytes, calls = it.count;
   if (it.count == 1)
     bytes = cover(a0, a0 + L, blk, pbytes);
   else if (pitch - L < blk) /* runs share blocks: groups of them, nearly everything between,
@@ -155,16 +155,16 @@ static int preadv_full(int fd, const struct iovec *in, int n, int64_t off, size_
   }
 }
 
-int ckpt_read_whole(int fd, int64_t off, const ts_box *P, const ts_box *B, uint8_t *dst,
-                    size_t es, void *state, int64_t *nread) {
+int ts__ckpt_read_whole(int fd, int64_t off, const ts_box *P, const ts_box *B, uint8_t *dst,
+                        size_t es, void *state, int64_t *nread) {
   XXH3_state_t *st = state;
   ckpt_runs it;
-  ckpt_runs_init(&it, P, P, B);
+  ts__ckpt_runs_init(&it, P, P, B);
   struct iovec iov[WHOLE_IOV];
   int n = 0;
   int64_t at = 0, len = 0, E = (int64_t)es; /* the group: file bytes [at, at + len) */
   int64_t po, bo;
-  bool more = ckpt_runs_next(&it, &po, &bo);
+  bool more = ts__ckpt_runs_next(&it, &po, &bo);
   int64_t rb = po * E, rlen = more ? it.len * E : 0; /* what is left of the current run */
   uint8_t *rdst = more ? dst + bo * E : NULL;
   while (more || n > 0) {
@@ -174,7 +174,7 @@ int ckpt_read_whole(int fd, int64_t off, const ts_box *P, const ts_box *B, uint8
         at = rb;
       iov[n++] = (struct iovec){rdst, (size_t)take};
       len += take, rb += take, rdst += take, rlen -= take;
-      if (rlen == 0 && (more = ckpt_runs_next(&it, &po, &bo))) {
+      if (rlen == 0 && (more = ts__ckpt_runs_next(&it, &po, &bo))) {
         rb = po * E, rlen = it.len * E, rdst = dst + bo * E;
       }
       continue;
@@ -242,7 +242,7 @@ static int ranger_get(ckpt_reader *r, ts_error *err) {
   return TS_OK;
 }
 
-void ckpt_ranger_destroy(ckpt_ranger **p) {
+void ts__ckpt_ranger_destroy(ckpt_ranger **p) {
   if (!p || !*p)
     return;
   if ((*p)->has_ring)
@@ -253,7 +253,7 @@ void ckpt_ranger_destroy(ckpt_ranger **p) {
   *p = NULL;
 }
 
-bool ckpt_ranger_uses_ring(const ckpt_ranger *g) { return g && g->has_ring; }
+bool ts__ckpt_ranger_uses_ring(const ckpt_ranger *g) { return g && g->has_ring; }
 
 typedef struct ranged {
   int fd;
@@ -496,18 +496,18 @@ static void add_run(ranged *x, int64_t a, int64_t b, uint8_t *dst) {
   }
 }
 
-int ckpt_read_ranges(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tensor *t,
-                     const ts_ckpt_piece *p, const ts_box *I, const ts_box *B, uint8_t *dst,
-                     ts_error *err) {
+int ts__ckpt_read_ranges(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tensor *t,
+                         const ts_ckpt_piece *p, const ts_box *I, const ts_box *B, uint8_t *dst,
+                         ts_error *err) {
   size_t es = ts_dtype_size(t->dtype);
   char bt[256];
-  ckpt_box_text(&p->box, bt, sizeof bt);
+  ts__ckpt_box_text(&p->box, bt, sizeof bt);
   ranged x;
   memset(&x, 0, sizeof x);
   x.fd = fd, x.off = off, x.block = p->block_bytes, x.bad_block = -1;
   x.pbytes = ts_box_numel(&p->box) * (int64_t)es;
   int64_t nb = ckpt_blocks_count(x.pbytes, x.block), toff;
-  int rc = ckpt_reader_table(r, t, p, &toff, err);
+  int rc = ts__ckpt_reader_table(r, t, p, &toff, err);
   if (rc || (rc = ranger_get(r, err)))
     return rc;
   x.rg = r->ranger;
@@ -530,8 +530,8 @@ int ckpt_read_ranges(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tensor *
   }
   x.table = table;
   uint64_t th = 0;
-  if (ckpt_pread_full(fd, table, (size_t)nb * 8, toff)) {
-    rc = ckpt_piece_io_fail(t, p, err);
+  if (ts__ckpt_pread_full(fd, table, (size_t)nb * 8, toff)) {
+    rc = ts__ckpt_piece_io_fail(t, p, err);
   } else if ((th = XXH3_64bits(table, (size_t)nb * 8)) != p->block_xxh3) {
     rc = ts_error_set(err, TS_CORRUPT, "checkpoint file '%s', piece '%s' (tensor '%s', box %s): "
                       "its block table '%s': checksum xxh3 %016llx, the index says %016llx",
@@ -540,9 +540,9 @@ int ckpt_read_ranges(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tensor *
   } else {
     r->rep->bytes_verified_extra += nb * 8;
     ckpt_runs it;
-    ckpt_runs_init(&it, I, &p->box, B);
+    ts__ckpt_runs_init(&it, I, &p->box, B);
     int64_t po, bo, E = (int64_t)es;
-    while (!x.fail && ckpt_runs_next(&it, &po, &bo))
+    while (!x.fail && ts__ckpt_runs_next(&it, &po, &bo))
       add_run(&x, po * E, (po + it.len) * E, dst + bo * E);
     if (x.cur)
       submit(&x);
@@ -558,7 +558,7 @@ int ckpt_read_ranges(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tensor *
                         (unsigned long long)get_le64(table + 8 * x.bad_block));
     } else if (x.fail == FAIL_IO) {
       errno = x.io_errno;
-      rc = ckpt_piece_io_fail(t, p, err);
+      rc = ts__ckpt_piece_io_fail(t, p, err);
     }
     r->rep->bytes_read += x.read;
     r->rep->bytes_verified_extra += x.extra;

@@ -37,7 +37,7 @@ int ts_ckpt_dtype_parse(const char *text, ts_dtype *out) {
   return TS_BAD_DTYPE;
 }
 
-void ckpt_box_text(const ts_box *b, char *buf, size_t cap) {
+void ts__ckpt_box_text(const ts_box *b, char *buf, size_t cap) {
   size_t n = (size_t)snprintf(buf, cap, "[");
   for (int d = 0; d < b->ndim && n < cap; d++)
     n += (size_t)snprintf(buf + n, cap - n, "%s%" PRId64 ":%" PRId64, d ? "," : "", b->lo[d],
@@ -46,7 +46,7 @@ void ckpt_box_text(const ts_box *b, char *buf, size_t cap) {
     snprintf(buf + n, cap - n, "]");
 }
 
-void ckpt_text_escape(const char *s, char *out, size_t cap) {
+void ts__ckpt_text_escape(const char *s, char *out, size_t cap) {
   const unsigned char *u = (const unsigned char *)s;
   size_t n = strlen(s), o = 0;
   if (cap == 0)
@@ -85,8 +85,8 @@ static const char *file_kind(mode_t m) {
          : S_ISSOCK(m) ? "a socket" : "not a regular file";
 }
 
-int ckpt_open_regular(const char *what, const char *path, int *fd, int64_t *size,
-                      ts_error *err) {
+int ts__ckpt_open_regular(const char *what, const char *path, int *fd, int64_t *size,
+                          ts_error *err) {
   *fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
   struct stat st;
   if (*fd < 0) {
@@ -119,7 +119,7 @@ int ckpt_open_regular(const char *what, const char *path, int *fd, int64_t *size
 /* ---------------------------------------------------------------------------------------------
  * I/O helpers */
 
-int ckpt_pread_full(int fd, void *buf, size_t len, int64_t off) {
+int ts__ckpt_pread_full(int fd, void *buf, size_t len, int64_t off) {
   uint8_t *p = buf;
   while (len) {
     size_t step = len > ((size_t)64 << 20) ? ((size_t)64 << 20) : len; /* 64 MiB reads */
@@ -136,7 +136,7 @@ int ckpt_pread_full(int fd, void *buf, size_t len, int64_t off) {
   return 0;
 }
 
-int ckpt_pwritev_full(int fd, struct iovec *iov, int n, int64_t off) {
+int ts__ckpt_pwritev_full(int fd, struct iovec *iov, int n, int64_t off) {
   while (n > 0) {
     ssize_t r = pwritev(fd, iov, n, (off_t)off);
     if (r < 0 && errno == EINTR)
@@ -155,12 +155,12 @@ int ckpt_pwritev_full(int fd, struct iovec *iov, int n, int64_t off) {
   return 0;
 }
 
-int ckpt_pwrite_full(int fd, const void *buf, size_t len, int64_t off) {
+int ts__ckpt_pwrite_full(int fd, const void *buf, size_t len, int64_t off) {
   struct iovec v = {(void *)buf, len};
-  return ckpt_pwritev_full(fd, &v, len ? 1 : 0, off);
+  return ts__ckpt_pwritev_full(fd, &v, len ? 1 : 0, off);
 }
 
-int ckpt_fsync_dir(const char *path, ts_error *err) {
+int ts__ckpt_fsync_dir(const char *path, ts_error *err) {
   int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0 || fsync(fd) != 0) {
     int e = errno;
@@ -173,7 +173,7 @@ int ckpt_fsync_dir(const char *path, ts_error *err) {
   return TS_OK;
 }
 
-void ckpt_remove_dir(const char *path) {
+void ts__ckpt_remove_dir(const char *path) {
   DIR *d = opendir(path);
   if (!d)
     return;
@@ -186,8 +186,8 @@ void ckpt_remove_dir(const char *path) {
   rmdir(path);
 }
 
-int ckpt_split_path(const char *dir, char *parent, size_t pcap, char *base, size_t bcap,
-                    ts_error *err) {
+int ts__ckpt_split_path(const char *dir, char *parent, size_t pcap, char *base, size_t bcap,
+                        ts_error *err) {
   size_t n = dir ? strlen(dir) : 0;
   while (n > 1 && dir[n - 1] == '/')
     n--;
@@ -220,8 +220,8 @@ int ckpt_split_path(const char *dir, char *parent, size_t pcap, char *base, size
 /* ---------------------------------------------------------------------------------------------
  * File headers */
 
-int ckpt_header_build(const ckpt_entry *e, int n, int64_t aligned_at, uint8_t **buf, size_t *len,
-                      ts_error *err) {
+int ts__ckpt_header_build(const ckpt_entry *e, int n, int64_t aligned_at, uint8_t **buf,
+                          size_t *len, ts_error *err) {
   *buf = NULL;
   json_t *h = json_object();
   json_t *meta = json_object();
@@ -272,18 +272,18 @@ int ckpt_header_build(const ckpt_entry *e, int n, int64_t aligned_at, uint8_t **
 
 #define HEADER_MAX ((int64_t)100 << 20)
 
-int ckpt_file_open(const char *dir, const char *name, ckpt_file *f, ts_error *err) {
+int ts__ckpt_file_open(const char *dir, const char *name, ckpt_file *f, ts_error *err) {
   memset(f, 0, sizeof *f);
   f->fd = -1;
   snprintf(f->name, sizeof f->name, "%s", name);
   char path[4200];
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  int rc = ckpt_open_regular("checkpoint file", path, &f->fd, &f->size, err);
+  int rc = ts__ckpt_open_regular("checkpoint file", path, &f->fd, &f->size, err);
   if (rc)
     return rc;
   uint8_t lenb[8];
-  if (f->size < 8 || ckpt_pread_full(f->fd, lenb, 8, 0) != 0) {
-    ckpt_file_close(f);
+  if (f->size < 8 || ts__ckpt_pread_full(f->fd, lenb, 8, 0) != 0) {
+    ts__ckpt_file_close(f);
     return ts_error_set(err, TS_CORRUPT, "checkpoint file '%s': shorter than its 8-byte header "
                         "length (%lld bytes)", path, (long long)f->size);
   }
@@ -291,20 +291,20 @@ int ckpt_file_open(const char *dir, const char *name, ckpt_file *f, ts_error *er
   for (int i = 0; i < 8; i++)
     hlen |= (uint64_t)lenb[i] << (8 * i);
   if (hlen == 0 || hlen > (uint64_t)HEADER_MAX || (int64_t)hlen > f->size - 8) {
-    ckpt_file_close(f);
+    ts__ckpt_file_close(f);
     return ts_error_set(err, TS_CORRUPT, "checkpoint file '%s': header length %llu does not fit "
                         "the file of %lld bytes", path, (unsigned long long)hlen,
                         (long long)f->size);
   }
   char *text = malloc(hlen);
   if (!text) {
-    ckpt_file_close(f);
+    ts__ckpt_file_close(f);
     return ts_error_set(err, TS_NO_MEMORY, "checkpoint file '%s': no memory for its header", path);
   }
-  if (ckpt_pread_full(f->fd, text, hlen, 8) != 0) {
+  if (ts__ckpt_pread_full(f->fd, text, hlen, 8) != 0) {
     int e = errno;
     free(text);
-    ckpt_file_close(f);
+    ts__ckpt_file_close(f);
     return ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint file '%s': cannot read its header: %s", path,
                         strerror(e));
   }
@@ -312,7 +312,7 @@ int ckpt_file_open(const char *dir, const char *name, ckpt_file *f, ts_error *er
   f->header = json_loadb(text, hlen, JSON_REJECT_DUPLICATES, &je);
   free(text);
   if (!f->header || !json_is_object(f->header)) {
-    ckpt_file_close(f);
+    ts__ckpt_file_close(f);
     return ts_error_set(err, TS_CORRUPT, "checkpoint file '%s': its header is not a JSON object "
                         "(%s)", path, f->header ? "" : je.text);
   }
@@ -320,7 +320,7 @@ int ckpt_file_open(const char *dir, const char *name, ckpt_file *f, ts_error *er
   return TS_OK;
 }
 
-void ckpt_file_close(ckpt_file *f) {
+void ts__ckpt_file_close(ckpt_file *f) {
   if (!f)
     return;
   if (f->fd >= 0)
@@ -352,10 +352,10 @@ static bool box_bytes(const ts_box *b, ts_dtype dt, int64_t *bytes) {
   return true;
 }
 
-int ckpt_file_piece(const ckpt_file *f, const ts_ckpt_tensor *t, const ts_ckpt_piece *p,
-                    int64_t *offset, ts_error *err) {
+int ts__ckpt_file_piece(const ckpt_file *f, const ts_ckpt_tensor *t, const ts_ckpt_piece *p,
+                        int64_t *offset, ts_error *err) {
   char bt[256];
-  ckpt_box_text(&p->box, bt, sizeof bt);
+  ts__ckpt_box_text(&p->box, bt, sizeof bt);
 #define LIE(...)                                                                                   \
   do {                                                                                             \
     char why_[256];                                                                                \
@@ -396,10 +396,10 @@ int ckpt_file_piece(const ckpt_file *f, const ts_ckpt_tensor *t, const ts_ckpt_p
   return TS_OK;
 }
 
-int ckpt_file_table(const ckpt_file *f, const ts_ckpt_tensor *t, const ts_ckpt_piece *p,
-                    int64_t *offset, ts_error *err) {
+int ts__ckpt_file_table(const ckpt_file *f, const ts_ckpt_tensor *t, const ts_ckpt_piece *p,
+                        int64_t *offset, ts_error *err) {
   char bt[256];
-  ckpt_box_text(&p->box, bt, sizeof bt);
+  ts__ckpt_box_text(&p->box, bt, sizeof bt);
   int64_t bytes = 0, nb = 0, tbytes = 0;
   json_t *o = json_object_get(f->header, p->block_key);
   json_t *shape = json_object_get(o, "shape"), *offs = json_object_get(o, "data_offsets");
@@ -526,9 +526,8 @@ int ts_ckpt_index_write(const ts_ckpt_index *idx, const char *path, ts_error *er
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
   size_t len = strlen(text);
   int rc = TS_OK;
-  if (fd < 0 || ckpt_pwrite_full(fd, text, len, 0) != 0 || ckpt_pwrite_full(fd, "\n", 1,
-                                                                            (int64_t)len) ||
-      fsync(fd) != 0)
+  if (fd < 0 || ts__ckpt_pwrite_full(fd, text, len, 0) != 0 ||
+      ts__ckpt_pwrite_full(fd, "\n", 1, (int64_t)len) || fsync(fd) != 0)
     rc = ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint: cannot write the index '%s': %s", path,
                       strerror(errno));
   if (fd >= 0 && close(fd) != 0 && rc == TS_OK)
@@ -623,7 +622,7 @@ int ts_ckpt_index_read(const char *dir, ts_ckpt_index **out, ts_error *err) {
   snprintf(path, sizeof path, "%s/%s", dir, TS_CKPT_INDEX);
   int fd;
   int64_t size;
-  int rc = ckpt_open_regular("checkpoint index", path, &fd, &size, err);
+  int rc = ts__ckpt_open_regular("checkpoint index", path, &fd, &size, err);
   if (rc)
     return rc;
   json_error_t je;
@@ -653,7 +652,7 @@ int ts_ckpt_index_read(const char *dir, ts_ckpt_index **out, ts_error *err) {
     ts_error nerr;
     if (ts_name_check("the name", name, strlen(name), &nerr)) { /* the rule of every request */
       char shown[200];
-      ckpt_text_escape(name, shown, sizeof shown);
+      ts__ckpt_text_escape(name, shown, sizeof shown);
       BAD("tensor \"%s\": %.260s", shown, nerr.msg);
     }
     snprintf(t->name, sizeof t->name, "%s", name);
@@ -717,7 +716,7 @@ char *ts_ckpt_index_describe(const ts_ckpt_index *idx, const char *dir) {
             t->partial_kept ? " (partial values kept)" : "", t->attr);
     for (int k = 0; k < t->npieces; k++) {
       char bt[256];
-      ckpt_box_text(&t->pieces[k].box, bt, sizeof bt);
+      ts__ckpt_box_text(&t->pieces[k].box, bt, sizeof bt);
       fprintf(f, "  %-20s %-24s box %s xxh3 %016" PRIx64, t->pieces[k].file,
               t->pieces[k].key, bt, t->pieces[k].xxh3);
       if (t->pieces[k].block_bytes > 0)

@@ -8,10 +8,10 @@
  *
  *   direct  each rank reads what its box needs of every piece meeting it: a piece inside the box
  *           whole, straight into the slice (its runs gathered into preadv calls of about 1 MiB,
- *           hashed as they arrive: ckpt_read_whole); of a piece partly inside, through the
+ *           hashed as they arrive: ts__ckpt_read_whole); of a piece partly inside, through the
  *           piece's block checksum table, only the runs of the box, straight into the slice, and
- *           the blocks around them (ckpt_read_ranges, batched through io_uring); a piece without
- *           a table whole through a 16 MiB buffer, copying its part out.
+ *           the blocks around them (ts__ckpt_read_ranges, batched through io_uring); a piece
+ *           without a table whole through a 16 MiB buffer, copying its part out.
  *   move    (ckpt_move.c) each piece is read once, whole, by one rank, hashed as it arrives, and
  *           the very bytes hashed are copied to every box needing them (on one node pulled with
  *           process_vm_readv after a barrier per round, else all-to-all rounds): cheaper where
@@ -19,8 +19,8 @@
  *
  * Either way every byte of a loaded slice was hashed from the read that brought it, as part of
  * its whole piece or of its block (no rank trusts bytes it read apart from the verified ones).
- * The estimated costs (ckpt_read_cost, ckpt_move_costs: bytes read or copied by the busiest rank
- * plus a fixed cost per read call or round) choose the path per tensor (ts_ckpt_load_opts.path
+ * The estimated costs (ts__ckpt_read_cost, ts__ckpt_move_costs: bytes read or copied by the busiest
+ * rank plus a fixed cost per read call or round) choose the path per tensor (ts_ckpt_load_opts.path
  * forces one). Each file header is checked against the index (dtype, shape, offsets inside the
  * file). Any failure on any rank (missing file, lying header, checksum, memory) is agreed over
  * the world: every rank returns the same error naming the file and the piece, and no loaded
@@ -54,11 +54,11 @@ static int open_file(ckpt_reader *r, const char *name, ckpt_file **out, ts_error
       return TS_OK;
     }
   if (r->nfiles == CKPT_MAX_OPEN) {
-    ckpt_file_close(&r->files[0]);
+    ts__ckpt_file_close(&r->files[0]);
     memmove(&r->files[0], &r->files[1], sizeof r->files[0] * (CKPT_MAX_OPEN - 1));
     r->nfiles--;
   }
-  int rc = ckpt_file_open(r->dir, name, &r->files[r->nfiles], err);
+  int rc = ts__ckpt_file_open(r->dir, name, &r->files[r->nfiles], err);
   if (rc)
     return rc;
   *out = &r->files[r->nfiles++];
@@ -77,24 +77,24 @@ static int piece_file(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_ckpt_pie
   return TS_OK;
 }
 
-int ckpt_reader_piece(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_ckpt_piece *p, int *fd,
-                      int64_t *offset, ts_error *err) {
+int ts__ckpt_reader_piece(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_ckpt_piece *p, int *fd,
+                          int64_t *offset, ts_error *err) {
   ckpt_file *f;
   int rc = piece_file(r, t, p, &f, err);
-  if (rc || (rc = ckpt_file_piece(f, t, p, offset, err)))
+  if (rc || (rc = ts__ckpt_file_piece(f, t, p, offset, err)))
     return rc;
   *fd = f->fd;
   return TS_OK;
 }
 
-int ckpt_reader_table(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_ckpt_piece *p,
-                      int64_t *offset, ts_error *err) {
+int ts__ckpt_reader_table(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_ckpt_piece *p,
+                          int64_t *offset, ts_error *err) {
   ckpt_file *f;
   int rc = piece_file(r, t, p, &f, err);
-  return rc ? rc : ckpt_file_table(f, t, p, offset, err);
+  return rc ? rc : ts__ckpt_file_table(f, t, p, offset, err);
 }
 
-int ckpt_reader_vbuf(ckpt_reader *r, ts_error *err) {
+int ts__ckpt_reader_vbuf(ckpt_reader *r, ts_error *err) {
   if (r->vbuf)
     return TS_OK;
   r->vcap = 16u << 20;
@@ -102,19 +102,19 @@ int ckpt_reader_vbuf(ckpt_reader *r, ts_error *err) {
   return r->vbuf ? TS_OK : err->code;
 }
 
-void ckpt_reader_close(ckpt_reader *r) {
+void ts__ckpt_reader_close(ckpt_reader *r) {
   for (int i = 0; i < r->nfiles; i++)
-    ckpt_file_close(&r->files[i]);
+    ts__ckpt_file_close(&r->files[i]);
   r->nfiles = 0;
   ts_shard_free(r->vbuf);
   r->vbuf = NULL;
-  ckpt_ranger_destroy(&r->ranger);
+  ts__ckpt_ranger_destroy(&r->ranger);
 }
 
-int ckpt_piece_mismatch(const ts_ckpt_tensor *t, const ts_ckpt_piece *p, uint64_t got,
-                        ts_error *err) {
+int ts__ckpt_piece_mismatch(const ts_ckpt_tensor *t, const ts_ckpt_piece *p, uint64_t got,
+                            ts_error *err) {
   char bt[256];
-  ckpt_box_text(&p->box, bt, sizeof bt);
+  ts__ckpt_box_text(&p->box, bt, sizeof bt);
   return ts_error_set(err, TS_CORRUPT,
                       "checkpoint file '%s', piece '%s' (tensor '%s', box %s): checksum "
                       "xxh3 %016llx, the index says %016llx",
@@ -122,18 +122,18 @@ int ckpt_piece_mismatch(const ts_ckpt_tensor *t, const ts_ckpt_piece *p, uint64_
                       (unsigned long long)p->xxh3);
 }
 
-int ckpt_piece_io_fail(const ts_ckpt_tensor *t, const ts_ckpt_piece *p, ts_error *err) {
+int ts__ckpt_piece_io_fail(const ts_ckpt_tensor *t, const ts_ckpt_piece *p, ts_error *err) {
   return ts_error_set(err, errno == EIO ? TS_CORRUPT : TS_CHECKPOINT_IO,
                       "checkpoint file '%s', piece '%s' (tensor '%s'): cannot read: %s", p->file,
                       p->key, t->name, errno == EIO ? "the file is shorter than its header says"
                                                     : strerror(errno));
 }
 
-int ckpt_pread_hashed(int fd, void *dst, size_t len, int64_t off, void *st) {
+int ts__ckpt_pread_hashed(int fd, void *dst, size_t len, int64_t off, void *st) {
   uint8_t *to = dst;
   for (size_t done = 0; done < len;) {
     size_t n = len - done < CKPT_HASH_STEP ? len - done : CKPT_HASH_STEP;
-    if (ckpt_pread_full(fd, to + done, n, off + (int64_t)done))
+    if (ts__ckpt_pread_full(fd, to + done, n, off + (int64_t)done))
       return -1;
     if (st)
       XXH3_64bits_update(st, to + done, n);
@@ -142,7 +142,7 @@ int ckpt_pread_hashed(int fd, void *dst, size_t len, int64_t off, void *st) {
   return 0;
 }
 
-int64_t ckpt_box_offset(const ts_box *b, const int64_t *at) {
+int64_t ts__ckpt_box_offset(const ts_box *b, const int64_t *at) {
   int64_t off = 0;
   for (int d = 0; d < b->ndim; d++)
     off = off * (b->hi[d] - b->lo[d]) + (at[d] - b->lo[d]);
@@ -168,7 +168,7 @@ static void box_view(const ts_box *b, ts_dtype dt, void *data, ts_tensor *t) {
 static int read_through(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tensor *t,
                         const ts_ckpt_piece *p, const ts_box *I, const ts_box *B, uint8_t *dst,
                         ts_error *err) {
-  int vrc = ckpt_reader_vbuf(r, err);
+  int vrc = ts__ckpt_reader_vbuf(r, err);
   if (vrc)
     return vrc;
   size_t es = ts_dtype_size(t->dtype);
@@ -185,8 +185,9 @@ static int read_through(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tenso
     ts_box C, X;
     ts_box_chunk(P, es, (int64_t)r->vcap, ci, &C);
     size_t n = (size_t)ts_box_numel(&C) * es;
-    if (ckpt_pread_hashed(fd, r->vbuf, n, off + ckpt_box_offset(P, C.lo) * (int64_t)es, st)) {
-      rc = ckpt_piece_io_fail(t, p, err);
+    if (ts__ckpt_pread_hashed(fd, r->vbuf, n, off + ts__ckpt_box_offset(P, C.lo) * (int64_t)es,
+                              st)) {
+      rc = ts__ckpt_piece_io_fail(t, p, err);
       break;
     }
     if (ts_box_intersect(&C, I, &X) && ts_box_numel(&X) > 0) {
@@ -206,7 +207,7 @@ static int read_through(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tenso
     r->rep->bytes_verified_extra += (ts_box_numel(P) - ts_box_numel(I)) * (int64_t)es;
   uint64_t h = XXH3_64bits_digest(st);
   XXH3_freeState(st);
-  return rc ? rc : h == p->xxh3 ? TS_OK : ckpt_piece_mismatch(t, p, h, err);
+  return rc ? rc : h == p->xxh3 ? TS_OK : ts__ckpt_piece_mismatch(t, p, h, err);
 }
 
 /* Every piece inside the tensor, pairwise disjoint, covering it (pieces not kept partial). */
@@ -267,12 +268,13 @@ static int read_direct(ckpt_reader *r, const ts_ckpt_tensor *t, ts_stored *e, ts
       continue;
     int fd;
     int64_t off;
-    int rc = ckpt_reader_piece(r, t, p, &fd, &off, err);
+    int rc = ts__ckpt_reader_piece(r, t, p, &fd, &off, err);
     if (rc)
       return rc;
     if (!ts_box_equal(&I, &p->box)) {
-      rc = p->block_bytes > 0 ? ckpt_read_ranges(r, fd, off, t, p, &I, &e->box, e->local.data, err)
-                              : read_through(r, fd, off, t, p, &I, &e->box, e->local.data, err);
+      rc = p->block_bytes > 0
+               ? ts__ckpt_read_ranges(r, fd, off, t, p, &I, &e->box, e->local.data, err)
+               : read_through(r, fd, off, t, p, &I, &e->box, e->local.data, err);
       if (rc)
         return rc;
       continue;
@@ -281,14 +283,15 @@ static int read_direct(ckpt_reader *r, const ts_ckpt_tensor *t, ts_stored *e, ts
     if (!st)
       return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory");
     XXH3_64bits_reset(st);
-    if (ckpt_read_whole(fd, off, &p->box, &e->box, e->local.data, es, st, &r->rep->bytes_read)) {
+    if (ts__ckpt_read_whole(fd, off, &p->box, &e->box, e->local.data, es, st,
+                            &r->rep->bytes_read)) {
       XXH3_freeState(st);
-      return ckpt_piece_io_fail(t, p, err);
+      return ts__ckpt_piece_io_fail(t, p, err);
     }
     uint64_t h = XXH3_64bits_digest(st);
     XXH3_freeState(st);
     if (h != p->xxh3)
-      return ckpt_piece_mismatch(t, p, h, err);
+      return ts__ckpt_piece_mismatch(t, p, h, err);
   }
   return TS_OK;
 }
@@ -334,8 +337,8 @@ static int check_pieces(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_geom *
     if (!ts_box_intersect(&box, &p->box, &I) || ts_box_numel(&I) == 0 ||
         (partial && !same_coords(p, pc, npc)))
       continue;
-    if ((rc = ckpt_reader_piece(r, t, p, &fd, &off, err)) ||
-        (p->block_bytes > 0 && (rc = ckpt_reader_table(r, t, p, &off, err))))
+    if ((rc = ts__ckpt_reader_piece(r, t, p, &fd, &off, err)) ||
+        (p->block_bytes > 0 && (rc = ts__ckpt_reader_table(r, t, p, &off, err))))
       return rc;
   }
   return TS_OK;
@@ -355,24 +358,24 @@ static int read_partial(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_geom *
       continue;
     int fd;
     int64_t off;
-    int rc = ckpt_reader_piece(r, t, p, &fd, &off, err);
+    int rc = ts__ckpt_reader_piece(r, t, p, &fd, &off, err);
     if (rc)
       return rc;
     XXH3_state_t *st = XXH3_createState();
     if (!st)
       return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory");
     XXH3_64bits_reset(st);
-    if (ckpt_read_whole(fd, off, &p->box, &e->box, e->local.data, ts_dtype_size(t->dtype), st,
-                        &r->rep->bytes_read)) {
+    if (ts__ckpt_read_whole(fd, off, &p->box, &e->box, e->local.data, ts_dtype_size(t->dtype), st,
+                            &r->rep->bytes_read)) {
       XXH3_freeState(st);
-      return ckpt_piece_io_fail(t, p, err);
+      return ts__ckpt_piece_io_fail(t, p, err);
     }
     uint64_t h = XXH3_64bits_digest(st);
     XXH3_freeState(st);
-    return h == p->xxh3 ? TS_OK : ckpt_piece_mismatch(t, p, h, err);
+    return h == p->xxh3 ? TS_OK : ts__ckpt_piece_mismatch(t, p, h, err);
   }
   char bt[256];
-  ckpt_box_text(&e->box, bt, sizeof bt);
+  ts__ckpt_box_text(&e->box, bt, sizeof bt);
   return ts_error_set(err, TS_CORRUPT, "checkpoint '%s': tensor '%s': no partial piece for box %s "
                       "at rank %d", r->dir, t->name, bt, rank);
 }
@@ -474,9 +477,9 @@ static int load_one(ts_store *s, ts_world *w, ckpt_reader *r, const ltarget *L,
   int lst = TS_OK;
   int64_t path = TS_CKPT_PATH_DIRECT;
   if (!t->partial_kept && o->path != TS_CKPT_PATH_DIRECT &&
-      !(lst = ckpt_move_plan(t, L->g, ts_world_size(w), round, &mv, &lerr))) {
+      !(lst = ts__ckpt_move_plan(t, L->g, ts_world_size(w), round, &mv, &lerr))) {
     int64_t direct, move;
-    ckpt_move_costs(mv, &direct, &move);
+    ts__ckpt_move_costs(mv, &direct, &move);
     if (o->path == TS_CKPT_PATH_MOVE || move < direct)
       path = TS_CKPT_PATH_MOVE;
   }
@@ -484,7 +487,7 @@ static int load_one(ts_store *s, ts_world *w, ckpt_reader *r, const ltarget *L,
   if (!rc) {
     lst = ts_store_add_unfilled(s, t->name, t->ndim, t->shape, t->dtype, L->base, "", &e, &lerr);
     if (path == TS_CKPT_PATH_MOVE) {
-      rc = ckpt_move_run(mv, r, w, t, e, lst, &lerr, err);
+      rc = ts__ckpt_move_run(mv, r, w, t, e, lst, &lerr, err);
     } else {
       if (!lst)
         lst = t->partial_kept ? read_partial(r, t, L->g, L->base, e, ts_world_rank(w), &lerr)
@@ -496,7 +499,7 @@ static int load_one(ts_store *s, ts_world *w, ckpt_reader *r, const ltarget *L,
     ts_store_drop(s, t->name, NULL);
   if (!rc)
     rep->tensors_moved += path == TS_CKPT_PATH_MOVE;
-  ckpt_move_destroy(&mv);
+  ts__ckpt_move_destroy(&mv);
   return rc;
 }
 
@@ -544,7 +547,7 @@ int ts_ckpt_load(ts_store *s, ts_world *w, const char *dir, const char *const *n
       }
     }
   }
-  ckpt_reader_close(&r);
+  ts__ckpt_reader_close(&r);
   if (rc) /* every rank: no loaded tensor is kept */
     for (int i = 0; i < loaded; i++)
       ts_store_drop(s, L[i].t->name, NULL);

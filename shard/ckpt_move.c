@@ -48,7 +48,7 @@ struct ckpt_move {
   int64_t direct_cost, move_cost;
 };
 
-void ckpt_move_destroy(ckpt_move **p) {
+void ts__ckpt_move_destroy(ckpt_move **p) {
   if (!p || !*p)
     return;
   ckpt_move *m = *p;
@@ -81,8 +81,8 @@ static int by_size(const void *a, const void *b) {
   return (x->piece > y->piece) - (x->piece < y->piece);
 }
 
-int ckpt_move_plan(const ts_ckpt_tensor *t, const ts_geom *g, int world_size,
-                   int64_t round_bytes, ckpt_move **out, ts_error *err) {
+int ts__ckpt_move_plan(const ts_ckpt_tensor *t, const ts_geom *g, int world_size,
+                       int64_t round_bytes, ckpt_move **out, ts_error *err) {
   *out = NULL;
   int P = world_size, K = t->npieces;
   ckpt_move *m = calloc(1, sizeof *m);
@@ -98,7 +98,7 @@ int ckpt_move_plan(const ts_ckpt_tensor *t, const ts_geom *g, int world_size,
   if (!m || !order || !load || !m->reader || !m->has || !m->box || !m->first || !m->nchunks) {
     free(order);
     free(load);
-    ckpt_move_destroy(&m);
+    ts__ckpt_move_destroy(&m);
     return ts_error_set(err, TS_NO_MEMORY, "checkpoint load of '%s': no memory for its plan",
                         t->name);
   }
@@ -110,13 +110,13 @@ int ckpt_move_plan(const ts_ckpt_tensor *t, const ts_geom *g, int world_size,
   for (int j = 0; j < P; j++)
     m->has[j] = ts_geom_rank_box(g, j, &m->box[j]) && ts_box_numel(&m->box[j]) > 0;
   /* The direct path: every rank reads what its box needs of each piece meeting it
-   * (ckpt_read_cost). */
+   * (ts__ckpt_read_cost). */
   for (int j = 0; j < P; j++) {
     int64_t c = 0;
     for (int k = 0; m->has[j] && k < K; k++) {
       ts_box I;
       if (ts_box_intersect(&m->box[j], &t->pieces[k].box, &I) && ts_box_numel(&I) > 0)
-        c += ckpt_read_cost(&t->pieces[k], &I, &m->box[j], m->es);
+        c += ts__ckpt_read_cost(&t->pieces[k], &I, &m->box[j], m->es);
     }
     m->direct_cost = c > m->direct_cost ? c : m->direct_cost;
   }
@@ -153,7 +153,7 @@ int ckpt_move_plan(const ts_ckpt_tensor *t, const ts_geom *g, int world_size,
   if (!m->item_piece || !m->item_chunk) {
     free(order);
     free(load);
-    ckpt_move_destroy(&m);
+    ts__ckpt_move_destroy(&m);
     return ts_error_set(err, TS_NO_MEMORY, "checkpoint load of '%s': no memory for its plan",
                         t->name);
   }
@@ -181,7 +181,7 @@ int ckpt_move_plan(const ts_ckpt_tensor *t, const ts_geom *g, int world_size,
   return TS_OK;
 }
 
-void ckpt_move_costs(const ckpt_move *m, int64_t *direct, int64_t *move) {
+void ts__ckpt_move_costs(const ckpt_move *m, int64_t *direct, int64_t *move) {
   *direct = m->direct_cost;
   *move = m->move_cost;
 }
@@ -198,7 +198,7 @@ static void region_of(ts_comm_region *rg, uint8_t *buf, const ts_box *C, const t
   }
   rg->ndim = C->ndim;
   rg->esize = (int64_t)es;
-  rg->base = buf + ckpt_box_offset(C, X->lo) * (int64_t)es;
+  rg->base = buf + ts__ckpt_box_offset(C, X->lo) * (int64_t)es;
 }
 
 /* Rank j's chunk of round q (false: it has none). */
@@ -229,16 +229,16 @@ typedef struct peer_info {
 static int pull_box(pid_t pid, uint64_t remote, const ts_box *R, uint8_t *local, const ts_box *L,
                     const ts_box *X, size_t es) {
   ckpt_runs it;
-  ckpt_runs_init(&it, X, R, L);
+  ts__ckpt_runs_init(&it, X, R, L);
   size_t run = (size_t)it.len * es;
   struct iovec liov[PULL_IOV], riov[PULL_IOV];
   int cnt = 0;
   int64_t ro, lo;
-  for (bool more = ckpt_runs_next(&it, &ro, &lo); more;) {
+  for (bool more = ts__ckpt_runs_next(&it, &ro, &lo); more;) {
     liov[cnt] = (struct iovec){local + (size_t)lo * es, run};
     riov[cnt] = (struct iovec){(void *)(uintptr_t)(remote + (uint64_t)ro * es), run};
     cnt++;
-    more = ckpt_runs_next(&it, &ro, &lo);
+    more = ts__ckpt_runs_next(&it, &ro, &lo);
     if (cnt == PULL_IOV || !more) {
       ssize_t want = (ssize_t)(run * (size_t)cnt);
       if (process_vm_readv(pid, liov, (unsigned long)cnt, riov, (unsigned long)cnt, 0) != want)
@@ -249,8 +249,8 @@ static int pull_box(pid_t pid, uint64_t remote, const ts_box *R, uint8_t *local,
   return 0;
 }
 
-int ckpt_move_run(const ckpt_move *m, ckpt_reader *r, ts_world *w, const ts_ckpt_tensor *t,
-                  ts_stored *e, int prior, const ts_error *prior_err, ts_error *err) {
+int ts__ckpt_move_run(const ckpt_move *m, ckpt_reader *r, ts_world *w, const ts_ckpt_tensor *t,
+                      ts_stored *e, int prior, const ts_error *prior_err, ts_error *err) {
   ts_comm *c = ts_world_comm(w);
   int me = ts_world_rank(w);
   bool pull = ts_comm_single_copy(c);
@@ -327,19 +327,19 @@ int ckpt_move_run(const ckpt_move *m, ckpt_reader *r, ts_world *w, const ts_ckpt
     if (mine && st == TS_OK) { /* read and hash this rank's chunk */
       const ts_ckpt_piece *p = &t->pieces[k];
       if (ci == 0) {
-        st = ckpt_reader_piece(r, t, p, &fd, &off, &lerr);
+        st = ts__ckpt_reader_piece(r, t, p, &fd, &off, &lerr);
         XXH3_64bits_reset(hs);
       }
       size_t n = (size_t)ts_box_numel(&C) * m->es;
-      if (!st && ckpt_pread_hashed(fd, b, n,
-                                   off + ckpt_box_offset(&p->box, C.lo) * (int64_t)m->es, hs))
-        st = ckpt_piece_io_fail(t, p, &lerr);
+      if (!st && ts__ckpt_pread_hashed(
+                     fd, b, n, off + ts__ckpt_box_offset(&p->box, C.lo) * (int64_t)m->es, hs))
+        st = ts__ckpt_piece_io_fail(t, p, &lerr);
       if (!st)
         r->rep->bytes_read += (int64_t)n;
       if (!st && ci == ts_box_chunk_count(&p->box, m->es, m->round) - 1) {
         uint64_t h = XXH3_64bits_digest(hs);
         if (h != p->xxh3)
-          st = ckpt_piece_mismatch(t, p, h, &lerr);
+          st = ts__ckpt_piece_mismatch(t, p, h, &lerr);
       }
     }
     if (pull) {

@@ -261,7 +261,7 @@ typedef struct block_hasher {
 /* The blocks gathered in tail so far (the last one may be short) go into the table. */
 static void flush_tail(block_hasher *h) {
   if (h->fill) {
-    ckpt_blocks_hash(h->tail, h->fill, CKPT_BLOCK_BYTES, h->table + 8 * h->k);
+    ts__ckpt_blocks_hash(h->tail, h->fill, CKPT_BLOCK_BYTES, h->table + 8 * h->k);
     h->k++, h->fill = 0;
   }
 }
@@ -270,7 +270,7 @@ static void feed_blocks(block_hasher *h, const uint8_t *p, int64_t n) {
   while (n > 0) {
     if (h->fill == 0 && n >= CKPT_BLOCK_BYTES) { /* the whole blocks of this part, in place */
       int64_t whole = n / CKPT_BLOCK_BYTES * CKPT_BLOCK_BYTES;
-      ckpt_blocks_hash(p, whole, CKPT_BLOCK_BYTES, h->table + 8 * h->k);
+      ts__ckpt_blocks_hash(p, whole, CKPT_BLOCK_BYTES, h->table + 8 * h->k);
       h->k += whole / CKPT_BLOCK_BYTES, p += whole, n -= whole;
       continue;
     }
@@ -300,12 +300,12 @@ static int write_gathered(int fd, const uint8_t *slice, const ts_box *slice_box,
     bh->table = table, bh->k = 0, bh->fill = 0;
   }
   ckpt_runs it;
-  ckpt_runs_init(&it, &p->box, &p->box, slice_box);
+  ts__ckpt_runs_init(&it, &p->box, &p->box, slice_box);
   int64_t poff, boff, at = 0, len = it.len * (int64_t)es;
   int n = 0;
   bool more = !rc;
   while (more) {
-    more = ckpt_runs_next(&it, &poff, &boff);
+    more = ts__ckpt_runs_next(&it, &poff, &boff);
     if (more) {
       const uint8_t *run = slice + boff * (int64_t)es;
       XXH3_64bits_update(st, run, (size_t)len);
@@ -315,7 +315,7 @@ static int write_gathered(int fd, const uint8_t *slice, const ts_box *slice_box,
     }
     if (n == GATHER_IOVS || (!more && n > 0)) {
       int64_t bytes = (int64_t)n * len;
-      if (ckpt_pwritev_full(fd, iov, n, p->offset + at) != 0) {
+      if (ts__ckpt_pwritev_full(fd, iov, n, p->offset + at) != 0) {
         rc = -1;
         break;
       }
@@ -381,21 +381,21 @@ static int write_piece(int fd, const char *path, const ts_tensor *src, const ts_
       bytes = packed;
     }
     *hash = XXH3_64bits(bytes, (size_t)len);
-    ckpt_blocks_hash(bytes, len, CKPT_BLOCK_BYTES, table);
+    ts__ckpt_blocks_hash(bytes, len, CKPT_BLOCK_BYTES, table);
     if (fail_after >= 0 && *written + len > fail_after) {
       if (fail_kill) {
-        ckpt_pwrite_full(fd, bytes, (size_t)(fail_after - *written), p->offset);
+        ts__ckpt_pwrite_full(fd, bytes, (size_t)(fail_after - *written), p->offset);
         raise(SIGKILL);
       }
       errno = EIO;
       rc = -1;
     } else {
-      rc = ckpt_pwrite_full(fd, bytes, (size_t)len, p->offset);
+      rc = ts__ckpt_pwrite_full(fd, bytes, (size_t)len, p->offset);
     }
   }
   if (!rc) {
     *thash = XXH3_64bits(table, tlen);
-    rc = ckpt_pwrite_full(fd, table, tlen, p->toffset);
+    rc = ts__ckpt_pwrite_full(fd, table, tlen, p->toffset);
   }
   free(table);
   ts_shard_free(packed);
@@ -468,7 +468,7 @@ static int only_checkpoint_files(const char *target, const ts_ckpt_index *idx, t
     bool regular = fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
     if (!named || !regular) {
       char shown[200];
-      ckpt_text_escape(name, shown, sizeof shown);
+      ts__ckpt_text_escape(name, shown, sizeof shown);
       rc = ts_error_set(err, TS_INVALID_ARGUMENT, NOT_CKPT " (it holds '%s', %s)" CHOOSE, target,
                         shown, named ? "which is not a regular file" : "which its index does "
                         "not name");
@@ -621,7 +621,7 @@ static int open_my_file(stensor *ts, int nt, int nmine, int rank, const char *pa
     }
   uint8_t *hdr = NULL;
   size_t hlen = 0;
-  int lst = ent ? ckpt_header_build(ent, 2 * nmine, tables, &hdr, &hlen, err)
+  int lst = ent ? ts__ckpt_header_build(ent, 2 * nmine, tables, &hdr, &hlen, err)
                 : ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory");
   m = 0;
   for (int i = 0; !lst && i < nt; i++)
@@ -634,7 +634,7 @@ static int open_my_file(stensor *ts, int nt, int nmine, int rank, const char *pa
   free(ent);
   if (!lst) {
     *fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (*fd < 0 || ckpt_pwrite_full(*fd, hdr, hlen, 0) != 0)
+    if (*fd < 0 || ts__ckpt_pwrite_full(*fd, hdr, hlen, 0) != 0)
       lst = ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint: cannot write '%s': %s", path,
                          strerror(errno));
   }
@@ -682,7 +682,7 @@ static int write_index(stensor *ts, int nt, int size, const int64_t *hv, bool ke
   if (!lst)
     lst = ts_ckpt_index_write(&idx, path, err);
   if (!lst)
-    lst = ckpt_fsync_dir(tmp, err);
+    lst = ts__ckpt_fsync_dir(tmp, err);
   for (int i = 0; idx.tensors && i < nt; i++)
     free(idx.tensors[i].pieces);
   free(idx.tensors);
@@ -698,9 +698,9 @@ static int into_place(const char *tmp, const char *target, const char *parent, b
              : rename(tmp, target) != 0)
     return ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint: cannot move '%s' into place as '%s': "
                         "%s", tmp, target, strerror(errno));
-  int rc = ckpt_fsync_dir(parent, err);
+  int rc = ts__ckpt_fsync_dir(parent, err);
   if (rc == TS_OK && exists)
-    ckpt_remove_dir(tmp); /* the previous checkpoint, swapped out */
+    ts__ckpt_remove_dir(tmp); /* the previous checkpoint, swapped out */
   return rc;
 }
 
@@ -720,7 +720,7 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
   ts_error_clear(&lerr);
   int lst = TS_OK, rc;
   char parent[4096], base[256], tmp[4400], target[4400], path[4500];
-  lst = ckpt_split_path(dir, parent, sizeof parent, base, sizeof base, &lerr);
+  lst = ts__ckpt_split_path(dir, parent, sizeof parent, base, sizeof base, &lerr);
   int leader = 0;
   if ((rc = o->per_node ? node_leader(c, rank, size, &leader, err) : TS_OK))
     return rc;
@@ -836,7 +836,7 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
   goto out;
 fail:
   if (made)
-    ckpt_remove_dir(tmp);
+    ts__ckpt_remove_dir(tmp);
 out:
   for (int i = 0; i < nt; i++) {
     ts_attr_destroy(&ts[i].attr);

@@ -441,6 +441,121 @@ static int64_t operand_bytes(const ts_dein_plan *p, int i) {
   return b;
 }
 
+/* The candidate plans: each operand kept as it is (match), kept with the shards of output
+ * labels only (free), each operand replicated with the largest other one leading (gather), the
+ * requested output's shards (output), and all replicated (replicate). Plans equal to one listed
+ * already are not listed again. */
+static int add_candidates(ts_dein_plan *p, const ts_attr *const *attrs, const ts_dein_opts *o,
+                          ts_error *err) {
+  int n = p->n;
+  char name[32], what[160];
+  assignment as;
+  int rc = TS_OK;
+  for (int i = 0; rc == TS_OK && i < n; i++) {
+    assign_from_operand(p, attrs[i], i, false, &as);
+    snprintf(name, sizeof name, "match:%d", i);
+    snprintf(what, sizeof what, "operand %d keeps its shards and partials; the others follow it",
+             i);
+    rc = add_cand(p, attrs, &as, o, name, what, err);
+  }
+  for (int i = 0; rc == TS_OK && i < n; i++) {
+    assign_from_operand(p, attrs[i], i, true, &as);
+    snprintf(name, sizeof name, "free:%d", i);
+    snprintf(what, sizeof what,
+             "operand %d keeps the shards of output labels only; no partial result", i);
+    rc = add_cand(p, attrs, &as, o, name, what, err);
+  }
+  for (int j = 0; rc == TS_OK && n > 1 && j < n; j++) {
+    int lead = -1; /* the largest other operand keeps the shards of labels j lacks */
+    for (int i = 0; i < n; i++)
+      if (i != j && (lead < 0 || operand_bytes(p, i) > operand_bytes(p, lead)))
+        lead = i;
+    assign_from_operand(p, attrs[lead], lead, false, &as);
+    assign_drop_operand(p, j, &as);
+    snprintf(name, sizeof name, "gather:%d", j);
+    snprintf(what, sizeof what,
+             "operand %d replicated; operand %d keeps the shards of labels %d lacks", j, lead, j);
+    rc = add_cand(p, attrs, &as, o, name, what, err);
+  }
+  if (rc == TS_OK && o->out_attr) {
+    assign_from_output(p, o->out_attr, &as);
+    rc = add_cand(p, attrs, &as, o, "output",
+                  "every operand follows the requested output's shards", err);
+  }
+  if (rc == TS_OK) {
+    int big = 0;
+    for (int i = 1; i < n; i++)
+      if (operand_bytes(p, i) > operand_bytes(p, big))
+        big = i;
+    memset(&as, 0, sizeof as);
+    as.mesh = attrs[big];
+    rc = add_cand(p, attrs, &as, o, "replicate",
+                  "every operand replicated on the largest operand's mesh", err);
+  }
+  return rc;
+}
+
+/* The candidate a request names (or "as_is": one that moves nothing); it must apply. */
+static int choose_forced(ts_dein_plan *p, const char *forced, ts_error *err) {
+  int rc = TS_OK;
+  p->forced = true;
+  for (int k = 0; k < p->ncand && p->chosen < 0; k++)
+    if (strcmp(p->cand[k].name, forced) == 0 ||
+        (strcmp(forced, "as_is") == 0 && moves_nothing(p, &p->cand[k])))
+      p->chosen = k;
+  if (p->chosen < 0) {
+    char names[400] = "";
+    size_t len = 0;
+    for (int k = 0; k < p->ncand && len < sizeof names; k++)
+      len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", k ? ", " : "",
+                              p->cand[k].name);
+    rc = ts_error_set(err, TS_EINSUM_PLAN,
+                      "plan '%s' is not a candidate of this einsum%s; candidates: %s%s", forced,
+                      strcmp(forced, "as_is") == 0 ? " (the operands are not consistent as "
+                                                     "they are)"
+                                                   : "",
+                      names, ", auto");
+  } else if (!p->cand[p->chosen].applies) {
+    rc = ts_error_set(err, TS_EINSUM_PLAN, "plan '%s' does not apply: %s", forced,
+                      p->cand[p->chosen].why_not);
+  } else {
+    snprintf(p->why, sizeof p->why, "forced by the request");
+  }
+  return rc;
+}
+
+/* The cheapest candidate that applies, and why it beats the next best. */
+static int choose_cheapest(ts_dein_plan *p, ts_error *err) {
+  int rc = TS_OK;
+  for (int k = 0; k < p->ncand; k++)
+    if (p->cand[k].applies && (p->chosen < 0 || cand_better(&p->cand[k], &p->cand[p->chosen])))
+      p->chosen = k;
+  if (p->chosen < 0) {
+    rc = ts_error_set(err, TS_EINSUM_PLAN, "no candidate plan applies: %s", p->cand[0].why_not);
+  } else {
+    const ts_dein_cand *c = &p->cand[p->chosen], *next = NULL;
+    for (int k = 0; k < p->ncand; k++)
+      if (k != p->chosen && p->cand[k].applies && (!next || cand_better(&p->cand[k], next)))
+        next = &p->cand[k];
+    if (!next)
+      snprintf(p->why, sizeof p->why, "the only candidate that applies");
+    else if (c->wire_bytes != next->wire_bytes)
+      snprintf(p->why, sizeof p->why, "fewest bytes on the wire: %lld against %lld for %s",
+               (long long)c->wire_bytes, (long long)next->wire_bytes, next->name);
+    else if (c->max_work != next->max_work)
+      snprintf(p->why, sizeof p->why,
+               "as few bytes on the wire as %s (%lld), less work on the busiest rank: %.4g "
+               "against %.4g",
+               next->name, (long long)c->wire_bytes, c->max_work, next->max_work);
+    else
+      snprintf(p->why, sizeof p->why,
+               "as few bytes and as much work as %s; peak memory %lld against %lld (or listed "
+               "first)",
+               next->name, (long long)c->peak_bytes, (long long)next->peak_bytes);
+  }
+  return rc;
+}
+
 int ts_dein_plan_create(const char *equation, int n, const int *ndims,
                         const int64_t *const *shapes, const ts_attr *const *attrs, ts_dtype dt,
                         const ts_dein_opts *opts, ts_dein_plan **out, ts_error *err) {
@@ -486,50 +601,7 @@ int ts_dein_plan_create(const char *equation, int n, const int *ndims,
     ts_dein_plan_destroy(&p);
     return rc;
   }
-  /* Candidates */
-  char name[32], what[160];
-  assignment as;
-  for (int i = 0; rc == TS_OK && i < n; i++) {
-    assign_from_operand(p, attrs[i], i, false, &as);
-    snprintf(name, sizeof name, "match:%d", i);
-    snprintf(what, sizeof what, "operand %d keeps its shards and partials; the others follow it",
-             i);
-    rc = add_cand(p, attrs, &as, &o, name, what, err);
-  }
-  for (int i = 0; rc == TS_OK && i < n; i++) {
-    assign_from_operand(p, attrs[i], i, true, &as);
-    snprintf(name, sizeof name, "free:%d", i);
-    snprintf(what, sizeof what,
-             "operand %d keeps the shards of output labels only; no partial result", i);
-    rc = add_cand(p, attrs, &as, &o, name, what, err);
-  }
-  for (int j = 0; rc == TS_OK && n > 1 && j < n; j++) {
-    int lead = -1; /* the largest other operand keeps the shards of labels j lacks */
-    for (int i = 0; i < n; i++)
-      if (i != j && (lead < 0 || operand_bytes(p, i) > operand_bytes(p, lead)))
-        lead = i;
-    assign_from_operand(p, attrs[lead], lead, false, &as);
-    assign_drop_operand(p, j, &as);
-    snprintf(name, sizeof name, "gather:%d", j);
-    snprintf(what, sizeof what,
-             "operand %d replicated; operand %d keeps the shards of labels %d lacks", j, lead, j);
-    rc = add_cand(p, attrs, &as, &o, name, what, err);
-  }
-  if (rc == TS_OK && o.out_attr) {
-    assign_from_output(p, o.out_attr, &as);
-    rc = add_cand(p, attrs, &as, &o, "output",
-                  "every operand follows the requested output's shards", err);
-  }
-  if (rc == TS_OK) {
-    int big = 0;
-    for (int i = 1; i < n; i++)
-      if (operand_bytes(p, i) > operand_bytes(p, big))
-        big = i;
-    memset(&as, 0, sizeof as);
-    as.mesh = attrs[big];
-    rc = add_cand(p, attrs, &as, &o, "replicate",
-                  "every operand replicated on the largest operand's mesh", err);
-  }
+  rc = add_candidates(p, attrs, &o, err);
   if (rc) {
     ts_dein_plan_destroy(&p);
     return rc;
@@ -537,58 +609,7 @@ int ts_dein_plan_create(const char *equation, int n, const int *ndims,
   /* The choice */
   p->chosen = -1;
   const char *forced = o.plan && o.plan[0] && strcmp(o.plan, "auto") != 0 ? o.plan : NULL;
-  if (forced) {
-    p->forced = true;
-    for (int k = 0; k < p->ncand && p->chosen < 0; k++)
-      if (strcmp(p->cand[k].name, forced) == 0 ||
-          (strcmp(forced, "as_is") == 0 && moves_nothing(p, &p->cand[k])))
-        p->chosen = k;
-    if (p->chosen < 0) {
-      char names[400] = "";
-      size_t len = 0;
-      for (int k = 0; k < p->ncand && len < sizeof names; k++)
-        len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", k ? ", " : "",
-                                p->cand[k].name);
-      rc = ts_error_set(err, TS_EINSUM_PLAN,
-                        "plan '%s' is not a candidate of this einsum%s; candidates: %s%s", forced,
-                        strcmp(forced, "as_is") == 0 ? " (the operands are not consistent as "
-                                                       "they are)"
-                                                     : "",
-                        names, ", auto");
-    } else if (!p->cand[p->chosen].applies) {
-      rc = ts_error_set(err, TS_EINSUM_PLAN, "plan '%s' does not apply: %s", forced,
-                        p->cand[p->chosen].why_not);
-    } else {
-      snprintf(p->why, sizeof p->why, "forced by the request");
-    }
-  } else {
-    for (int k = 0; k < p->ncand; k++)
-      if (p->cand[k].applies && (p->chosen < 0 || cand_better(&p->cand[k], &p->cand[p->chosen])))
-        p->chosen = k;
-    if (p->chosen < 0) {
-      rc = ts_error_set(err, TS_EINSUM_PLAN, "no candidate plan applies: %s", p->cand[0].why_not);
-    } else {
-      const ts_dein_cand *c = &p->cand[p->chosen], *next = NULL;
-      for (int k = 0; k < p->ncand; k++)
-        if (k != p->chosen && p->cand[k].applies && (!next || cand_better(&p->cand[k], next)))
-          next = &p->cand[k];
-      if (!next)
-        snprintf(p->why, sizeof p->why, "the only candidate that applies");
-      else if (c->wire_bytes != next->wire_bytes)
-        snprintf(p->why, sizeof p->why, "fewest bytes on the wire: %lld against %lld for %s",
-                 (long long)c->wire_bytes, (long long)next->wire_bytes, next->name);
-      else if (c->max_work != next->max_work)
-        snprintf(p->why, sizeof p->why,
-                 "as few bytes on the wire as %s (%lld), less work on the busiest rank: %.4g "
-                 "against %.4g",
-                 next->name, (long long)c->wire_bytes, c->max_work, next->max_work);
-      else
-        snprintf(p->why, sizeof p->why,
-                 "as few bytes and as much work as %s; peak memory %lld against %lld (or listed "
-                 "first)",
-                 next->name, (long long)c->peak_bytes, (long long)next->peak_bytes);
-    }
-  }
+  rc = forced ? choose_forced(p, forced, err) : choose_cheapest(p, err);
   if (rc) {
     ts_dein_plan_destroy(&p);
     return rc;

@@ -613,199 +613,242 @@ static int run_gather(exec *ex, bool use_root, ts_error *err) {
  * so slots stay aligned for the dtype (the reductions read them as typed arrays). */
 static int64_t slot_size(int64_t bytes, int64_t q) { return bytes < q ? bytes : q; }
 
-static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
-  const ts_plan *p = ex->p;
-  int P = p->nunion;
-  int64_t q = p->pair_chunk;
-  bool partial_src = p->src->npartial > 1;
-  ts_reduce_op op = partial_op(p->src->attr);
+/* The state of one intersection run: this rank's transfers, their staging slots and chunk
+ * counts, and the regions of the round being exchanged. */
+typedef struct xfer {
   ts_rank_plan rp;
-  memset(&rp, 0, sizeof rp);
-  int rc = ts_plan_rank(p, ex->me, &rp, &ex->lerr);
-  if (rc)
-    local_fail(ex, rc);
+  bool alltoall, partial_src;
+  ts_reduce_op op;
+  int64_t q; /* the pair chunk size */
   /* Slots: one per remote send, one per receive (remote, or local contribution of a partial
    * source), each the size of the pair's largest chunk. */
-  int64_t *soff = NULL, *roff = NULL, *snch = NULL, *rnch = NULL;
-  int64_t sbytes = 0, rbytes = 0, my_rounds = 0;
-  char *sbuf = NULL, *rbuf = NULL;
-  bool send_direct = false, recv_direct = false;
-  int *peer_pos = NULL;
+  int64_t *soff, *roff, *snch, *rnch;
+  int64_t sbytes, rbytes, my_rounds;
+  char *sbuf, *rbuf;
+  bool send_direct, recv_direct;
+  int *peer_pos;
   /* This round's regions: per comm rank (alltoall), or per message with its peer (p2p). */
-  ts_comm_region *sreg = NULL, *rreg = NULL;
-  int *xs_peer = NULL, *xr_peer = NULL;
+  ts_comm_region *sreg, *rreg;
+  int *xs_peer, *xr_peer;
+} xfer;
+
+/* The transfer tables: slots, chunk counts and peers of every send and receive, whether each
+ * side moves in place, and the staging buffers. Failures are local (ex->lst). */
+static void xfer_tables(exec *ex, xfer *x) {
+  const ts_plan *p = ex->p;
+  const ts_rank_plan *rp = &x->rp;
+  int P = p->nunion;
+  int64_t q = x->q;
   if (ex->lst == TS_OK) {
-    size_t ns = (size_t)rp.nsend + 1, nr = (size_t)rp.nrecv + 1;
-    size_t nsr = alltoall ? (size_t)P : ns, nrr = alltoall ? (size_t)P : nr;
-    sreg = malloc((nsr + nrr) * sizeof *sreg);
-    rreg = sreg ? sreg + nsr : NULL;
-    xs_peer = malloc((ns + nr) * sizeof(int));
-    xr_peer = xs_peer ? xs_peer + ns : NULL;
-    soff = malloc(ns * sizeof *soff);
-    snch = malloc(ns * sizeof *snch);
-    roff = malloc(nr * sizeof *roff);
-    rnch = malloc(nr * sizeof *rnch);
-    peer_pos = malloc((ns + nr) * sizeof *peer_pos);
-    if (!soff || !snch || !roff || !rnch || !peer_pos || !sreg || !xs_peer)
+    size_t ns = (size_t)rp->nsend + 1, nr = (size_t)rp->nrecv + 1;
+    size_t nsr = x->alltoall ? (size_t)P : ns, nrr = x->alltoall ? (size_t)P : nr;
+    x->sreg = malloc((nsr + nrr) * sizeof *x->sreg);
+    x->rreg = x->sreg ? x->sreg + nsr : NULL;
+    x->xs_peer = malloc((ns + nr) * sizeof(int));
+    x->xr_peer = x->xs_peer ? x->xs_peer + ns : NULL;
+    x->soff = malloc(ns * sizeof *x->soff);
+    x->snch = malloc(ns * sizeof *x->snch);
+    x->roff = malloc(nr * sizeof *x->roff);
+    x->rnch = malloc(nr * sizeof *x->rnch);
+    x->peer_pos = malloc((ns + nr) * sizeof *x->peer_pos);
+    if (!x->soff || !x->snch || !x->roff || !x->rnch || !x->peer_pos || !x->sreg || !x->xs_peer)
       local_fail(ex, ts_error_set(&ex->lerr, TS_NO_MEMORY, "no memory for transfer tables"));
   }
-  if (ex->lst == TS_OK) {
-    for (int k = 0; k < rp.nsend; k++) {
-      const ts_transfer *t = &rp.send[k];
-      snch[k] = ts_box_chunk_count(&t->box, ex->es, q);
-      soff[k] = sbytes;
-      peer_pos[k] = ts__plan_union_pos(p, t->peer);
-      if (t->peer != ex->me) {
-        sbytes += slot_size(t->bytes, q);
-        if (snch[k] > my_rounds)
-          my_rounds = snch[k];
+  if (ex->lst != TS_OK)
+    return;
+  for (int k = 0; k < rp->nsend; k++) {
+    const ts_transfer *t = &rp->send[k];
+    x->snch[k] = ts_box_chunk_count(&t->box, ex->es, q);
+    x->soff[k] = x->sbytes;
+    x->peer_pos[k] = ts__plan_union_pos(p, t->peer);
+    if (t->peer != ex->me) {
+      x->sbytes += slot_size(t->bytes, q);
+      if (x->snch[k] > x->my_rounds)
+        x->my_rounds = x->snch[k];
+    }
+  }
+  for (int k = 0; k < rp->nrecv; k++) {
+    const ts_transfer *t = &rp->recv[k];
+    x->rnch[k] = ts_box_chunk_count(&t->box, ex->es, q);
+    x->roff[k] = x->rbytes;
+    x->peer_pos[rp->nsend + k] = ts__plan_union_pos(p, t->peer);
+    if (t->peer != ex->me || x->partial_src)
+      x->rbytes += slot_size(t->bytes, q);
+    if (x->rnch[k] > x->my_rounds)
+      x->my_rounds = x->rnch[k];
+  }
+  /* Pieces of plain slices move in place: MPI reads and writes them through derived
+   * datatypes, with no staging. Blocked slices are packed and unpacked around the transfer.
+   * Each side decides for itself: a packed buffer meets a strided region element for
+   * element. Contributions of a partial source are reduced in staging. */
+  x->send_direct = rp->nsend == 0 || in_place_slice(ex, ex->src, &ex->sbox);
+  x->recv_direct = !x->partial_src && (rp->nrecv == 0 || in_place_slice(ex, &ex->tgt, &ex->tbox));
+  if (x->send_direct)
+    x->sbytes = 0;
+  if (x->recv_direct)
+    x->rbytes = 0;
+  x->sbuf = stage_alloc(ex, x->sbytes);
+  if (x->sbuf)
+    x->rbuf = stage_alloc(ex, x->rbytes);
+}
+
+/* The first agreement, which also agrees on the number of rounds (*rounds). When every rank
+ * moves every piece in place, no staging bounds the chunks: pieces go whole (up to 1 GiB per
+ * chunk), in as few rounds as possible. */
+static int xfer_agree_rounds(exec *ex, xfer *x, int64_t *rounds, ts_error *err) {
+  const ts_rank_plan *rp = &x->rp;
+  const int64_t q_whole = (int64_t)1 << 30;
+  int64_t agreed[AGREE_VALUES] = {x->my_rounds, 0, !(x->send_direct && x->recv_direct)};
+  for (int k = 0; ex->lst == TS_OK && k < rp->nsend; k++)
+    if (rp->send[k].peer != ex->me) {
+      int64_t c = ts_box_chunk_count(&rp->send[k].box, ex->es, q_whole);
+      agreed[1] = c > agreed[1] ? c : agreed[1];
+    }
+  for (int k = 0; ex->lst == TS_OK && k < rp->nrecv; k++)
+    if (rp->recv[k].peer != ex->me) {
+      int64_t c = ts_box_chunk_count(&rp->recv[k].box, ex->es, q_whole);
+      agreed[1] = c > agreed[1] ? c : agreed[1];
+    }
+  int rc = agree_first(ex, agreed, err);
+  *rounds = agreed[0];
+  if (rc == TS_OK && agreed[2] == 0) {
+    x->q = q_whole;
+    *rounds = agreed[1];
+    for (int k = 0; k < rp->nsend; k++)
+      x->snch[k] = ts_box_chunk_count(&rp->send[k].box, ex->es, x->q);
+    for (int k = 0; k < rp->nrecv; k++)
+      x->rnch[k] = ts_box_chunk_count(&rp->recv[k].box, ex->es, x->q);
+  }
+  return rc;
+}
+
+/* Round r's exchange: each send's chunk r packed (or pointed at in place), each receive's
+ * region set up (a partial source's own contribution packed into its slot), then one
+ * all-to-all or one exchange of messages. */
+static int xfer_exchange_round(exec *ex, xfer *x, int64_t r, ts_error *err) {
+  const ts_rank_plan *rp = &x->rp;
+  bool alltoall = x->alltoall;
+  int nxs = 0, nxr = 0;
+  if (alltoall)
+    memset(x->sreg, 0, 2 * (size_t)ex->p->nunion * sizeof *x->sreg);
+  for (int k = 0; k < rp->nsend; k++) {
+    const ts_transfer *t = &rp->send[k];
+    if (t->peer == ex->me || r >= x->snch[k])
+      continue;
+    ts_box ch;
+    ts_box_chunk(&t->box, ex->es, x->q, r, &ch);
+    int64_t n = ts_box_numel(&ch);
+    ts_comm_region *reg = alltoall ? &x->sreg[x->peer_pos[k]] : &x->sreg[nxs];
+    if (x->send_direct) {
+      slice_region(ex, ex->src, &ex->sbox, &ch, reg);
+    } else {
+      pack(ex, &ch, x->sbuf + x->soff[k]);
+      buffer_region(ex, x->sbuf + x->soff[k], n, reg);
+    }
+    ex->sent += n * (int64_t)ex->es;
+    if (!alltoall)
+      x->xs_peer[nxs++] = x->peer_pos[k];
+  }
+  for (int k = 0; k < rp->nrecv; k++) {
+    const ts_transfer *t = &rp->recv[k];
+    if (r >= x->rnch[k] || (t->peer == ex->me && !x->partial_src))
+      continue;
+    ts_box ch;
+    ts_box_chunk(&t->box, ex->es, x->q, r, &ch);
+    int64_t n = ts_box_numel(&ch);
+    if (t->peer == ex->me) {
+      pack(ex, &ch, x->rbuf + x->roff[k]);
+      continue;
+    }
+    ex->received += n * (int64_t)ex->es;
+    int pos = x->peer_pos[rp->nsend + k];
+    ts_comm_region *reg = alltoall ? &x->rreg[pos] : &x->rreg[nxr];
+    if (x->recv_direct)
+      slice_region(ex, &ex->tgt, &ex->tbox, &ch, reg);
+    else
+      buffer_region(ex, x->rbuf + x->roff[k], n, reg);
+    if (!alltoall)
+      x->xr_peer[nxr++] = pos;
+  }
+  if (alltoall)
+    return ts_comm_alltoallw(ex->ucomm, x->sreg, x->rreg, err);
+  return ts_comm_exchange_regions(ex->ucomm, nxs, x->xs_peer, x->sreg, nxr, x->xr_peer, x->rreg,
+                                  (int)(r % 32000), err);
+}
+
+/* Round r's unpack: pieces of a non-partial source straight into the target; contributions of a
+ * partial source reduced into the group's first slot, in contributor order, then unpacked. */
+static void xfer_unpack_round(exec *ex, xfer *x, int64_t r) {
+  const ts_rank_plan *rp = &x->rp;
+  for (int k = 0; k < rp->nrecv;) {
+    int end = k + 1;
+    while (end < rp->nrecv && rp->recv[end].group == rp->recv[k].group)
+      end++;
+    if (r < x->rnch[k]) {
+      ts_box ch;
+      ts_box_chunk(&rp->recv[k].box, ex->es, x->q, r, &ch);
+      if (!x->partial_src) {
+        if (rp->recv[k].peer != ex->me && !x->recv_direct)
+          unpack(ex, &ch, x->rbuf + x->roff[k]);
+      } else {
+        for (int j = k + 1; j < end; j++) {
+          ts_error e;
+          int rrc = ts_reduce(x->rbuf + x->roff[k], x->rbuf + x->roff[j],
+                              (size_t)ts_box_numel(&ch), ex->p->dtype, x->op, &e);
+          if (rrc && ex->lst == TS_OK) {
+            ex->lst = rrc;
+            ex->lerr = e;
+          }
+        }
+        unpack(ex, &ch, x->rbuf + x->roff[k]);
       }
     }
-    for (int k = 0; k < rp.nrecv; k++) {
-      const ts_transfer *t = &rp.recv[k];
-      rnch[k] = ts_box_chunk_count(&t->box, ex->es, q);
-      roff[k] = rbytes;
-      peer_pos[rp.nsend + k] = ts__plan_union_pos(p, t->peer);
-      if (t->peer != ex->me || partial_src)
-        rbytes += slot_size(t->bytes, q);
-      if (rnch[k] > my_rounds)
-        my_rounds = rnch[k];
-    }
-    /* Pieces of plain slices move in place: MPI reads and writes them through derived
-     * datatypes, with no staging. Blocked slices are packed and unpacked around the transfer.
-     * Each side decides for itself: a packed buffer meets a strided region element for
-     * element. Contributions of a partial source are reduced in staging. */
-    send_direct = rp.nsend == 0 || in_place_slice(ex, ex->src, &ex->sbox);
-    recv_direct = !partial_src && (rp.nrecv == 0 || in_place_slice(ex, &ex->tgt, &ex->tbox));
-    if (send_direct)
-      sbytes = 0;
-    if (recv_direct)
-      rbytes = 0;
-    sbuf = stage_alloc(ex, sbytes);
-    if (sbuf)
-      rbuf = stage_alloc(ex, rbytes);
+    k = end;
   }
-  /* When every rank moves every piece in place, no staging bounds the chunks: pieces go whole
-   * (up to 1 GiB per chunk), in as few rounds as possible. The agreement on success also
-   * agrees on the number of rounds. */
-  const int64_t q_whole = (int64_t)1 << 30;
-  int64_t agreed[AGREE_VALUES] = {my_rounds, 0, !(send_direct && recv_direct)};
-  for (int k = 0; ex->lst == TS_OK && k < rp.nsend; k++)
-    if (rp.send[k].peer != ex->me) {
-      int64_t c = ts_box_chunk_count(&rp.send[k].box, ex->es, q_whole);
-      agreed[1] = c > agreed[1] ? c : agreed[1];
-    }
-  for (int k = 0; ex->lst == TS_OK && k < rp.nrecv; k++)
-    if (rp.recv[k].peer != ex->me) {
-      int64_t c = ts_box_chunk_count(&rp.recv[k].box, ex->es, q_whole);
-      agreed[1] = c > agreed[1] ? c : agreed[1];
-    }
-  rc = agree_first(ex, agreed, err);
-  int64_t rounds = agreed[0];
-  if (rc == TS_OK && agreed[2] == 0) {
-    q = q_whole;
-    rounds = agreed[1];
-    for (int k = 0; k < rp.nsend; k++)
-      snch[k] = ts_box_chunk_count(&rp.send[k].box, ex->es, q);
-    for (int k = 0; k < rp.nrecv; k++)
-      rnch[k] = ts_box_chunk_count(&rp.recv[k].box, ex->es, q);
-  }
+}
+
+static void xfer_free(exec *ex, xfer *x) {
+  free(x->xs_peer);
+  free(x->sreg);
+  stage_free(ex, x->sbuf, x->sbytes);
+  stage_free(ex, x->rbuf, x->rbytes);
+  free(x->soff);
+  free(x->roff);
+  free(x->snch);
+  free(x->rnch);
+  free(x->peer_pos);
+  ts_rank_plan_clear(&x->rp);
+}
+
+static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
+  const ts_plan *p = ex->p;
+  xfer x;
+  memset(&x, 0, sizeof x);
+  x.alltoall = alltoall;
+  x.q = p->pair_chunk;
+  x.partial_src = p->src->npartial > 1;
+  x.op = partial_op(p->src->attr);
+  int rc = ts_plan_rank(p, ex->me, &x.rp, &ex->lerr);
+  if (rc)
+    local_fail(ex, rc);
+  xfer_tables(ex, &x);
+  int64_t rounds = 0;
+  rc = xfer_agree_rounds(ex, &x, &rounds, err);
   if (rc == TS_OK) {
     if (ex->in_tgt && !ex->receiver)
       fill_identity(ex, &ex->tbox);
     /* A local piece of a non-partial source is copied directly, with no staging. */
-    for (int k = 0; !partial_src && k < rp.nrecv; k++)
-      if (rp.recv[k].peer == ex->me)
-        copy_region(ex, &ex->tgt, &ex->tbox, ex->src, &ex->sbox, &rp.recv[k].box);
+    for (int k = 0; !x.partial_src && k < x.rp.nrecv; k++)
+      if (x.rp.recv[k].peer == ex->me)
+        copy_region(ex, &ex->tgt, &ex->tbox, ex->src, &ex->sbox, &x.rp.recv[k].box);
   }
   for (int64_t r = 0; rc == TS_OK && r < rounds; r++) {
-    int nxs = 0, nxr = 0;
-    if (alltoall)
-      memset(sreg, 0, 2 * (size_t)P * sizeof *sreg);
-    for (int k = 0; k < rp.nsend; k++) {
-      const ts_transfer *t = &rp.send[k];
-      if (t->peer == ex->me || r >= snch[k])
-        continue;
-      ts_box ch;
-      ts_box_chunk(&t->box, ex->es, q, r, &ch);
-      int64_t n = ts_box_numel(&ch);
-      ts_comm_region *reg = alltoall ? &sreg[peer_pos[k]] : &sreg[nxs];
-      if (send_direct) {
-        slice_region(ex, ex->src, &ex->sbox, &ch, reg);
-      } else {
-        pack(ex, &ch, sbuf + soff[k]);
-        buffer_region(ex, sbuf + soff[k], n, reg);
-      }
-      ex->sent += n * (int64_t)ex->es;
-      if (!alltoall)
-        xs_peer[nxs++] = peer_pos[k];
-    }
-    for (int k = 0; k < rp.nrecv; k++) {
-      const ts_transfer *t = &rp.recv[k];
-      if (r >= rnch[k] || (t->peer == ex->me && !partial_src))
-        continue;
-      ts_box ch;
-      ts_box_chunk(&t->box, ex->es, q, r, &ch);
-      int64_t n = ts_box_numel(&ch);
-      if (t->peer == ex->me) {
-        pack(ex, &ch, rbuf + roff[k]);
-        continue;
-      }
-      ex->received += n * (int64_t)ex->es;
-      int pos = peer_pos[rp.nsend + k];
-      ts_comm_region *reg = alltoall ? &rreg[pos] : &rreg[nxr];
-      if (recv_direct)
-        slice_region(ex, &ex->tgt, &ex->tbox, &ch, reg);
-      else
-        buffer_region(ex, rbuf + roff[k], n, reg);
-      if (!alltoall)
-        xr_peer[nxr++] = pos;
-    }
-    if (alltoall)
-      rc = ts_comm_alltoallw(ex->ucomm, sreg, rreg, err);
-    else
-      rc = ts_comm_exchange_regions(ex->ucomm, nxs, xs_peer, sreg, nxr, xr_peer, rreg,
-                                    (int)(r % 32000), err);
+    rc = xfer_exchange_round(ex, &x, r, err);
     if (rc)
       break;
-    /* Unpack: pieces of a non-partial source straight into the target; contributions of a
-     * partial source reduced into the group's first slot, in contributor order, then unpacked. */
-    for (int k = 0; k < rp.nrecv;) {
-      int end = k + 1;
-      while (end < rp.nrecv && rp.recv[end].group == rp.recv[k].group)
-        end++;
-      if (r < rnch[k]) {
-        ts_box ch;
-        ts_box_chunk(&rp.recv[k].box, ex->es, q, r, &ch);
-        if (!partial_src) {
-          if (rp.recv[k].peer != ex->me && !recv_direct)
-            unpack(ex, &ch, rbuf + roff[k]);
-        } else {
-          for (int j = k + 1; j < end; j++) {
-            ts_error e;
-            int rrc = ts_reduce(rbuf + roff[k], rbuf + roff[j], (size_t)ts_box_numel(&ch),
-                                p->dtype, op, &e);
-            if (rrc && ex->lst == TS_OK) {
-              ex->lst = rrc;
-              ex->lerr = e;
-            }
-          }
-          unpack(ex, &ch, rbuf + roff[k]);
-        }
-      }
-      k = end;
-    }
+    xfer_unpack_round(ex, &x, r);
   }
-  free(xs_peer);
-  free(sreg);
-  stage_free(ex, sbuf, sbytes);
-  stage_free(ex, rbuf, rbytes);
-  free(soff);
-  free(roff);
-  free(snch);
-  free(rnch);
-  free(peer_pos);
-  ts_rank_plan_clear(&rp);
+  xfer_free(ex, &x);
   return rc;
 }
 

@@ -1,4 +1,4 @@
-# Checkpoints (issue 16): the end-to-end test with real daemons (4, then 3 and 6 ranks), the
+# Checkpoints: the end-to-end test with real daemons (4, then 3 and 6 ranks), the
 # randomized differential test against numpy (fixed seeds, 4 then 3 ranks), the engine-level MPI
 # test (faults injected on one rank) and the checkpoint benchmark.
 if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)

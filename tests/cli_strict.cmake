@@ -1,4 +1,4 @@
-# Issue 14 (cli helper): a strict command line, checked puts, size-0 dims, errors that say how to
+# A strict command line, checked puts, size-0 dims, errors that say how to
 # fix them, progress and the daemon's operation log; the CLI and the Python client, without and
 # with real daemons.
 set(TS_BIN ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
@@ -19,5 +19,5 @@ endif()
 
 # The strict parser itself (edit distance against a naive reference, usage texts, misuse).
 tshard_unit_test(test_cli_args ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_cli_args.c
-                 ${CMAKE_SOURCE_DIR}/client/cli/strict.c ${CMAKE_SOURCE_DIR}/client/cli/args.c)
+                 ${CMAKE_SOURCE_DIR}/client/cli/usage_check.c ${CMAKE_SOURCE_DIR}/client/cli/args.c)
 target_include_directories(test_cli_args PRIVATE ${CMAKE_SOURCE_DIR}/client/cli)

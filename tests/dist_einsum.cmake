@@ -1,4 +1,4 @@
-# Distributed einsum (issue 15): the planner and the execution over the store under mpirun with
+# Distributed einsum: the planner and the execution over the store under mpirun with
 # 1 to 8 ranks (randomized against the naive einsum reference), and the benchmark program.
 add_executable(test_dist_einsum_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/test_dist_einsum.c)
 target_link_libraries(test_dist_einsum_mpi PRIVATE tsshard m)

@@ -1,4 +1,4 @@
-# Issue 14 item 5: one attribute grammar in C and Python. The shared corpus
+# One attribute grammar in C and Python. The shared corpus
 # (tests/grammar/attr_corpus.jsonl) is checked against shard/attr_text.c by a Check test and against
 # client/python/tshard/attr.py by a Python test that also compares the two parsers on random texts
 # (through attr_echo, the C parser as a filter), and a libFuzzer run of the C parser.

@@ -1,4 +1,4 @@
-# Issue 14 item 9: `cmake --install` into a temporary prefix; a program built against the
+# `cmake --install` into a temporary prefix; a program built against the
 # installed tree with pkg-config and with find_package(tshard), the installed launcher and
 # daemons, and the Python package installed offline by pip (tests/install/test_install.sh).
 if(TARGET tshard_shared AND TARGET tshardd AND TARGET tshard-cli AND TARGET tshard-python)

@@ -7,7 +7,7 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
   add_test(NAME test_python_attr
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_attr.py ${TS_BIN})
   set_tests_properties(test_python_attr PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT} ENVIRONMENT "${TS_PY_ENV}")
-  # Issue 13: ranks never disagree (regressions of each item), and the randomized differential
+  # Ranks never disagree (regressions of each item), and the randomized differential
   # reshard test (fixed seeds; about 10 s on a quiet box, bounded by its own budget of 150 s).
   add_test(NAME test_python_agreement
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_agreement.py ${TS_BIN})

@@ -1,4 +1,4 @@
-# Issue 14 items 3 and 4: idempotency keys and SPMD collectives. The sequencer's key table is
+# Idempotency keys and SPMD collectives. The sequencer's key table is
 # unit-tested in tests/unit/test_sequencer.c (daemon.cmake); this runs the end-to-end test
 # against 3 real daemons with the Python client, the CLI and raw requests (about 15 s).
 if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)

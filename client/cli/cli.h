@@ -53,7 +53,7 @@ int cli_fail(int status, const char *msg);
 /* Writes a JSON string literal. */
 void cli_json_string(FILE *f, const char *s);
 
-/* strict.c: checks the arguments against the usage text (options, their values, the number of
+/* usage_check.c: checks the arguments against the usage text (options, their values, the number of
  * positionals); prints what is wrong with a suggestion and returns CLI_USAGE, else CLI_OK. */
 int cli_strict_parse(cli_args *a, const char *usage);
 int cli_edit_distance(const char *a, const char *b);
@@ -72,33 +72,33 @@ void cli_progress_start(const cli_args *a, tshard_client *c, size_t bytes, cli_p
 /* cmd_put.c: put NAME FILE.npy with the dtype and shape checked against the tensor. */
 int cli_put_checked(cli_args *a, tshard_client *c, const char *name, const char *file);
 
-int cmd_plan(cli_args *a);
-int cmd_show(cli_args *a);
-int cmd_show_tensor(cli_args *a, const char *name);
+int cli_cmd_plan(cli_args *a);
+int cli_cmd_show(cli_args *a);
+int cli_cmd_show_tensor(cli_args *a, const char *name);
 /* Connects as the connection options say (--socket, --tcp + --token-file, --job + --rank). */
 int cli_connect(const cli_args *a, tshard_client **out);
-int cmd_ping(cli_args *a, tshard_client *c);
-int cmd_create(cli_args *a, tshard_client *c);
-int cmd_put(cli_args *a, tshard_client *c);
-int cmd_get(cli_args *a, tshard_client *c);
-int cmd_get_slice(cli_args *a, tshard_client *c);
-int cmd_reshard(cli_args *a, tshard_client *c);
-int cmd_drop(cli_args *a, tshard_client *c);
-int cmd_program(cli_args *a, tshard_client *c); /* cmd_program.c */
-int cmd_list(cli_args *a, tshard_client *c);
-int cmd_describe(cli_args *a, tshard_client *c);
-int cmd_stats(cli_args *a, tshard_client *c);
-int cmd_shutdown(cli_args *a, tshard_client *c);
+int cli_cmd_ping(cli_args *a, tshard_client *c);
+int cli_cmd_create(cli_args *a, tshard_client *c);
+int cli_cmd_put(cli_args *a, tshard_client *c);
+int cli_cmd_get(cli_args *a, tshard_client *c);
+int cli_cmd_get_slice(cli_args *a, tshard_client *c);
+int cli_cmd_reshard(cli_args *a, tshard_client *c);
+int cli_cmd_drop(cli_args *a, tshard_client *c);
+int cli_cmd_program(cli_args *a, tshard_client *c); /* cmd_program.c */
+int cli_cmd_list(cli_args *a, tshard_client *c);
+int cli_cmd_describe(cli_args *a, tshard_client *c);
+int cli_cmd_stats(cli_args *a, tshard_client *c);
+int cli_cmd_shutdown(cli_args *a, tshard_client *c);
 /* cmd_spmd.c: --participants and --collective-timeout of create, reshard and drop (sets the
  * client's group); CLI_OK or the exit code, the message printed. */
 int cli_apply_group(const cli_args *a, tshard_client *c);
-/* cmd_einsum.c: distributed einsum (issue 15) */
-int cmd_einsum(cli_args *a);
-int cmd_einsum_backward(cli_args *a, tshard_client *c);
-int cmd_einsum_release(cli_args *a, tshard_client *c);
-/* cmd_ckpt.c: checkpoints (issue 16) */
-int cmd_save(cli_args *a, tshard_client *c);
-int cmd_load(cli_args *a, tshard_client *c);
-int cmd_checkpoint(cli_args *a);
+/* cmd_einsum.c: distributed einsum */
+int cli_cmd_einsum(cli_args *a);
+int cli_cmd_einsum_backward(cli_args *a, tshard_client *c);
+int cli_cmd_einsum_release(cli_args *a, tshard_client *c);
+/* cmd_ckpt.c: checkpoints */
+int cli_cmd_save(cli_args *a, tshard_client *c);
+int cli_cmd_load(cli_args *a, tshard_client *c);
+int cli_cmd_checkpoint(cli_args *a);
 
 #endif

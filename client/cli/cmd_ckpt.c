@@ -1,4 +1,4 @@
-/* cmd_ckpt.c - the checkpoint subcommands (issue 16): `tshard save DIR [NAME...]`,
+/* cmd_ckpt.c - the checkpoint subcommands: `tshard save DIR [NAME...]`,
  * `tshard load DIR [NAME...] [--attr ATTR]` through a daemon, and `tshard checkpoint show DIR`,
  * which reads the index alone (no daemon). */
 #include <stdio.h>
@@ -31,7 +31,7 @@ static int dir_and_names(const cli_args *a, const char **dir, const char ***name
   return CLI_OK;
 }
 
-int cmd_save(cli_args *a, tshard_client *c) {
+int cli_cmd_save(cli_args *a, tshard_client *c) {
   const char *dir, **names;
   int n, code = dir_and_names(a, &dir, &names, &n);
   if (code)
@@ -45,7 +45,7 @@ int cmd_save(cli_args *a, tshard_client *c) {
   return CLI_OK;
 }
 
-int cmd_load(cli_args *a, tshard_client *c) {
+int cli_cmd_load(cli_args *a, tshard_client *c) {
   const char *dir, **names;
   int n, code = dir_and_names(a, &dir, &names, &n);
   if (code)
@@ -59,7 +59,7 @@ int cmd_load(cli_args *a, tshard_client *c) {
   return CLI_OK;
 }
 
-int cmd_checkpoint(cli_args *a) {
+int cli_cmd_checkpoint(cli_args *a) {
   const char *what = cli_positional(a, 0), *dir = cli_positional(a, 1);
   if (!what || strcmp(what, "show") != 0 || !dir)
     return cli_fail(CLI_USAGE, "usage: tshard checkpoint show DIR");

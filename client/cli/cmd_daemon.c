@@ -116,7 +116,7 @@ static void report(const cli_args *a, const char *what, const char *name, size_t
   printf("}\n");
 }
 
-int cmd_ping(cli_args *a, tshard_client *c) {
+int cli_cmd_ping(cli_args *a, tshard_client *c) {
   int code = CLI_OK, rank, world;
   int rc = tshard_ping(c, &rank, &world);
   if (rc)
@@ -128,7 +128,7 @@ int cmd_ping(cli_args *a, tshard_client *c) {
   return code;
 }
 
-int cmd_create(cli_args *a, tshard_client *c) {
+int cli_cmd_create(cli_args *a, tshard_client *c) {
   const char *name = need_name(a), *attr = cli_opt(a, "attr"), *dt = cli_opt(a, "dtype");
   ts_error err;
   int ndim;
@@ -146,7 +146,7 @@ int cmd_create(cli_args *a, tshard_client *c) {
   return rc ? failed(c, rc) : CLI_OK;
 }
 
-int cmd_put(cli_args *a, tshard_client *c) {
+int cli_cmd_put(cli_args *a, tshard_client *c) {
   const char *name = need_name(a), *file = cli_positional(a, 1);
   if (!name)
     return CLI_USAGE;
@@ -157,7 +157,7 @@ int cmd_put(cli_args *a, tshard_client *c) {
 
 static int dtype_of(const char *text, ts_dtype *dt) { return ts_dtype_parse(text, dt, NULL); }
 
-int cmd_get(cli_args *a, tshard_client *c) {
+int cli_cmd_get(cli_args *a, tshard_client *c) {
   const char *name = need_name(a), *file = cli_positional(a, 1);
   if (!name)
     return CLI_USAGE;
@@ -184,13 +184,13 @@ int cmd_get(cli_args *a, tshard_client *c) {
     code = failed(c, rc);
   } else {
     ts_error err;
-    if (npy_write(file, &arr, &err))
+    if (cli_npy_write(file, &arr, &err))
       code = cli_fail(CLI_IO, err.msg);
     else
       report(a, arr.dtype == TS_BF16 ? "get (bf16 as uint16 bits)" : "get", name, arr.bytes, "to",
              file, -1);
   }
-  npy_free(&arr);
+  cli_npy_free(&arr);
   tshard_info_clear(&info);
   return code;
 }
@@ -202,7 +202,7 @@ static bool holds(const tshard_info *info, int rank) {
   return false;
 }
 
-int cmd_get_slice(cli_args *a, tshard_client *c) {
+int cli_cmd_get_slice(cli_args *a, tshard_client *c) {
   const char *name = need_name(a), *file = cli_positional(a, 1), *layout = cli_opt(a, "layout");
   if (!name)
     return CLI_USAGE;
@@ -240,17 +240,17 @@ int cmd_get_slice(cli_args *a, tshard_client *c) {
           arr.shape[d] = info.ranks[i].hi[d] - info.ranks[i].lo[d];
       }
     ts_error err;
-    if (npy_write(file, &arr, &err))
+    if (cli_npy_write(file, &arr, &err))
       code = cli_fail(CLI_IO, err.msg);
     else
       report(a, "get-slice", name, bytes, "to", file, rank);
   }
-  npy_free(&arr);
+  cli_npy_free(&arr);
   tshard_info_clear(&info);
   return code;
 }
 
-int cmd_reshard(cli_args *a, tshard_client *c) {
+int cli_cmd_reshard(cli_args *a, tshard_client *c) {
   const char *name = need_name(a), *to = cli_opt(a, "to");
   if (!name)
     return CLI_USAGE;
@@ -283,7 +283,7 @@ int cmd_reshard(cli_args *a, tshard_client *c) {
   return code;
 }
 
-int cmd_drop(cli_args *a, tshard_client *c) {
+int cli_cmd_drop(cli_args *a, tshard_client *c) {
   const char *name = need_name(a);
   if (!name)
     return CLI_USAGE;
@@ -296,7 +296,7 @@ int cmd_drop(cli_args *a, tshard_client *c) {
   return code;
 }
 
-int cmd_list(cli_args *a, tshard_client *c) {
+int cli_cmd_list(cli_args *a, tshard_client *c) {
   int code = CLI_OK;
   char **names = NULL;
   int n = 0, rc = tshard_list(c, &names, &n);
@@ -317,7 +317,7 @@ int cmd_list(cli_args *a, tshard_client *c) {
   return code;
 }
 
-int cmd_describe(cli_args *a, tshard_client *c) {
+int cli_cmd_describe(cli_args *a, tshard_client *c) {
   const char *name = need_name(a);
   if (!name)
     return CLI_USAGE;
@@ -367,7 +367,7 @@ int cmd_describe(cli_args *a, tshard_client *c) {
   return code;
 }
 
-int cmd_stats(cli_args *a, tshard_client *c) {
+int cli_cmd_stats(cli_args *a, tshard_client *c) {
   int code = CLI_OK;
   tshard_stats s;
   int rc = tshard_stats_get(c, &s);
@@ -416,7 +416,7 @@ int cmd_stats(cli_args *a, tshard_client *c) {
   return code;
 }
 
-int cmd_shutdown(cli_args *a, tshard_client *c) {
+int cli_cmd_shutdown(cli_args *a, tshard_client *c) {
   int code = CLI_OK;
   int rc = tshard_shutdown(c, opt_key(a));
   code = rc ? failed(c, rc) : CLI_OK;
@@ -426,7 +426,7 @@ int cmd_shutdown(cli_args *a, tshard_client *c) {
 }
 
 /* show NAME: the tensor's attribute and shape from the daemon, drawn. */
-int cmd_show_tensor(cli_args *a, const char *name) {
+int cli_cmd_show_tensor(cli_args *a, const char *name) {
   tshard_client *c;
   int code = cli_connect(a, &c);
   if (code)

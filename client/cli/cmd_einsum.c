@@ -1,5 +1,5 @@
 /* cmd_einsum.c - `tshard einsum`, `tshard einsum-backward` and `tshard einsum-release`: the
- * distributed einsum of the daemons (issue 15). `tshard einsum EQ A B --out C` runs it;
+ * distributed einsum of the daemons. `tshard einsum EQ A B --out C` runs it;
  * --explain prints the planner's EXPLAIN (with --out: of the run; without: nothing runs). With
  * --ranks N the EXPLAIN is computed locally by the planner (pure, no daemon) from --shape and
  * --attr given once per operand, so any world size can be simulated. */
@@ -128,7 +128,7 @@ static void print_result(const cli_args *a, const char *what, const char *out,
            r->kept_bytes ? ", kept for backward" : "");
 }
 
-int cmd_einsum(cli_args *a) {
+int cli_cmd_einsum(cli_args *a) {
   const char *eq = cli_positional(a, 0);
   if (!eq)
     return cli_fail(CLI_USAGE, "einsum needs an EQUATION and operand names (see tshard einsum "
@@ -179,7 +179,7 @@ static int parse_id(const cli_args *a, uint64_t *id) {
   return CLI_OK;
 }
 
-int cmd_einsum_backward(cli_args *a, tshard_client *c) {
+int cli_cmd_einsum_backward(cli_args *a, tshard_client *c) {
   uint64_t id;
   int code = parse_id(a, &id);
   if (code)
@@ -215,7 +215,7 @@ int cmd_einsum_backward(cli_args *a, tshard_client *c) {
   return CLI_OK;
 }
 
-int cmd_einsum_release(cli_args *a, tshard_client *c) {
+int cli_cmd_einsum_release(cli_args *a, tshard_client *c) {
   uint64_t id;
   int code = parse_id(a, &id);
   if (code)

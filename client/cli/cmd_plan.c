@@ -15,7 +15,7 @@ static void json_costs(FILE *f, const ts_plan_costs *c) {
           (long long)c->peak_extra_bytes, (long long)c->rounds);
 }
 
-int cmd_plan(cli_args *a) {
+int cli_cmd_plan(cli_args *a) {
   ts_error err;
   int ndim;
   int64_t shape[TS_MAX_DIMS];

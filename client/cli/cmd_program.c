@@ -92,7 +92,7 @@ static int collect(cli_args *a, const char *opt, tshard_program_arg *args, int m
   return n;
 }
 
-int cmd_program(cli_args *a, tshard_client *c) {
+int cli_cmd_program(cli_args *a, tshard_client *c) {
   const char *sub = cli_positional(a, 0), *arg = cli_positional(a, 1);
   if (!sub || !arg || (strcmp(sub, "compile") && strcmp(sub, "run") && strcmp(sub, "show") &&
                        strcmp(sub, "drop"))) {

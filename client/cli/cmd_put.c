@@ -79,10 +79,10 @@ int cli_put_checked(cli_args *a, tshard_client *c, const char *name, const char 
   if (!attr && (rc = tshard_describe(c, name, &info)))
     return daemon_failed(c, rc);
   npy_array arr = {0};
-  if (npy_read(file, hint, &arr, &err)) {
+  if (cli_npy_read(file, hint, &arr, &err)) {
     ts_error err2; /* a bf16 tensor takes a uint16 file as its bits */
     if (attr || hint != TS_DTYPE_COUNT || strcmp(info.dtype, "bf16") != 0 ||
-        npy_read(file, TS_BF16, &arr, &err2)) {
+        cli_npy_read(file, TS_BF16, &arr, &err2)) {
       tshard_info_clear(&info);
       return cli_fail(CLI_IO, err.msg);
     }
@@ -111,7 +111,7 @@ int cli_put_checked(cli_args *a, tshard_client *c, const char *name, const char 
       printf("put %s: %zu bytes from %s\n", name, arr.bytes, file);
     }
   }
-  npy_free(&arr);
+  cli_npy_free(&arr);
   tshard_info_clear(&info);
   return code;
 }

@@ -54,15 +54,15 @@ int cli_draw(const cli_args *a, int ndim, const int64_t *shape, const char *attr
   if (!rc)
     rc = ts_attr_validate(attr, ndim, shape, 0, &err);
   if (!rc)
-    rc = show_draw(stdout, ndim, shape, attr, &o, &err);
+    rc = cli_show_draw(stdout, ndim, shape, attr, &o, &err);
   ts_attr_destroy(&attr);
   return rc ? cli_fail(CLI_FAILED, err.msg) : CLI_OK;
 }
 
-int cmd_show(cli_args *a) {
+int cli_cmd_show(cli_args *a) {
   const char *attr = cli_opt(a, "attr"), *name = cli_positional(a, 0);
   if (name && !attr)
-    return cmd_show_tensor(a, name);
+    return cli_cmd_show_tensor(a, name);
   if (!attr)
     return cli_fail(CLI_USAGE, "show needs a tensor NAME, or --attr ATTR --shape SHAPE (see tshard "
                                "show --help)");

@@ -19,7 +19,7 @@
   "  --timeout SEC    per-call timeout (default 60)\n"
 
 static const cli_command commands[] = {
-    {"plan", cmd_plan, NULL, "print the planner's EXPLAIN for a reshard (computed locally)",
+    {"plan", cli_cmd_plan, NULL, "print the planner's EXPLAIN for a reshard (computed locally)",
      "  --shape S        global shape, e.g. 1024,512\n"
      "  --dtype T        f32 (default), f64, f16, bf16, i8, i32, i64, u8\n"
      "  --from ATTR      source attribute (see shard/ATTRIBUTES.md)\n"
@@ -31,7 +31,8 @@ static const cli_command commands[] = {
      "  --json           machine-readable output\n",
      "tshard plan --shape 4096,4096 --from 'mesh=[4096] placements=[S(0)]' \\\n"
      "            --to 'mesh=[4096] placements=[S(1)]' --ranks 4096"},
-    {"show", cmd_show, NULL, "draw where the slices of a tensor live (NAME, or --attr and --shape)",
+    {"show", cli_cmd_show, NULL,
+     "draw where the slices of a tensor live (NAME, or --attr and --shape)",
      "  NAME             a tensor of the daemons (connection options as for ping)\n"
      "  --attr ATTR      or: the attribute to draw, without a daemon\n"
      "  --shape S        the tensor's global shape\n"
@@ -41,9 +42,9 @@ static const cli_command commands[] = {
      "  --unicode        Unicode box drawing\n" CONNECT_HELP,
      "tshard show weights      or   tshard show --shape 20,12 --attr 'mesh=[2,2]@0-3 "
      "placements=[S(0),S(1)]'"},
-    {"ping", NULL, cmd_ping, "check that a daemon serves; prints its rank and the world size",
+    {"ping", NULL, cli_cmd_ping, "check that a daemon serves; prints its rank and the world size",
      CONNECT_HELP "  --json           machine-readable output\n", "tshard ping --rank 1"},
-    {"create", NULL, cmd_create, "create a zero-filled tensor on every rank",
+    {"create", NULL, cli_cmd_create, "create a zero-filled tensor on every rank",
      "  NAME             the tensor's name\n"
      "  --dtype T        f32 (default), f64, f16, bf16, i8, i32, i64, u8\n"
      "  --shape S        global shape, e.g. 1024,512\n"
@@ -54,7 +55,7 @@ static const cli_command commands[] = {
      "                   (e.g. 0,1,2,3 or all; an SPMD program's processes)\n"
      "  --collective-timeout T  give up waiting for them after T (e.g. 30s, 500ms)\n" CONNECT_HELP,
      "tshard create w --dtype f32 --shape 1024,512 --attr 'mesh=[4] placements=[S(0)]'"},
-    {"put", NULL, cmd_put, "put a whole tensor from a .npy file (the daemons scatter it)",
+    {"put", NULL, cli_cmd_put, "put a whole tensor from a .npy file (the daemons scatter it)",
      "  NAME FILE.npy    the tensor and the file (C or Fortran order)\n"
      "  --attr ATTR      create the tensor with this attribute first (dtype and shape of the file)\n"
      "  --dtype bf16     read a uint16 file as bf16 bits\n"
@@ -64,17 +65,18 @@ static const cli_command commands[] = {
      "  --progress       a progress bar on stderr (default: on a terminal, for large data)\n"
      "  --json           machine-readable output\n" CONNECT_HELP,
      "tshard put w weights.npy --attr 'mesh=[4] placements=[S(0)]'"},
-    {"get", NULL, cmd_get, "get a whole tensor into a .npy file (gathered to the connected rank)",
+    {"get", NULL, cli_cmd_get,
+     "get a whole tensor into a .npy file (gathered to the connected rank)",
      "  NAME FILE.npy    the tensor and the file to write (bf16 is written as uint16 bits)\n"
      "  --progress       a progress bar on stderr (default: on a terminal, for large data)\n"
      "  --json           machine-readable output\n" CONNECT_HELP,
      "tshard get w out.npy"},
-    {"get-slice", NULL, cmd_get_slice, "get the connected rank's slice into a .npy file",
+    {"get-slice", NULL, cli_cmd_get_slice, "get the connected rank's slice into a .npy file",
      "  NAME FILE.npy    the tensor and the file to write\n"
      "  --layout TAG     the slice in this layout (blocked ones too), written flat\n"
      "  --json           machine-readable output\n" CONNECT_HELP,
      "tshard get-slice w slice1.npy --rank 1 --layout aBcd16b"},
-    {"reshard", NULL, cmd_reshard, "move a tensor to another attribute",
+    {"reshard", NULL, cli_cmd_reshard, "move a tensor to another attribute",
      "  NAME             the tensor\n"
      "  --to ATTR        the target attribute\n"
      "  --strategy S     auto (default), allgather, root, p2p, alltoall, allreduce,\n"
@@ -87,20 +89,22 @@ static const cli_command commands[] = {
      "  --collective-timeout T  give up waiting for them after T (e.g. 30s, 500ms)\n"
      "  --json           machine-readable output\n" CONNECT_HELP,
      "tshard reshard w --to 'mesh=[4] placements=[S(1)]' --strategy alltoall"},
-    {"drop", NULL, cmd_drop, "delete a tensor on every rank",
+    {"drop", NULL, cli_cmd_drop, "delete a tensor on every rank",
      "  NAME             the tensor\n  --key KEY        idempotency key\n"
      "  --participants R ranks that all submit it under --key: it runs once all did\n"
      "                   (e.g. 0,1,2,3 or all; an SPMD program's processes)\n"
      "  --collective-timeout T  give up waiting for them after T (e.g. 30s, 500ms)\n" CONNECT_HELP,
      "tshard drop w"},
-    {"list", NULL, cmd_list, "list the tensors",
+    {"list", NULL, cli_cmd_list, "list the tensors",
      CONNECT_HELP "  --json           machine-readable output\n", "tshard list --json"},
-    {"describe", NULL, cmd_describe, "a tensor's dtype, shape, attribute, layout and bytes per rank",
+    {"describe", NULL, cli_cmd_describe,
+     "a tensor's dtype, shape, attribute, layout and bytes per rank",
      "  NAME             the tensor\n" CONNECT_HELP "  --json           machine-readable output\n",
      "tshard describe w --json"},
-    {"stats", NULL, cmd_stats, "operations, bytes per strategy and memory of the connected daemon",
+    {"stats", NULL, cli_cmd_stats,
+     "operations, bytes per strategy and memory of the connected daemon",
      CONNECT_HELP "  --json           machine-readable output\n", "tshard stats --rank 2"},
-    {"einsum", cmd_einsum, NULL,
+    {"einsum", cli_cmd_einsum, NULL,
      "distributed einsum where the shards live: EQ A [B [C]] --out NAME (or --explain)",
      "  EQ A [B [C]]     the equation (numpy's, explicit labels) and the operand tensors\n"
      "  --out NAME       the output tensor to create\n"
@@ -116,7 +120,7 @@ static const cli_command commands[] = {
      "  --dtype T        offline: the operands' dtype (default f32)\n"
      "  --json           machine-readable output\n" CONNECT_HELP,
      "tshard einsum 'bij,bjk->bik' a b --out c --to 'mesh=[4] placements=[S(0)]' --explain"},
-    {"einsum-backward", NULL, cmd_einsum_backward,
+    {"einsum-backward", NULL, cli_cmd_einsum_backward,
      "gradients of an einsum forward: ID --grad-out NAME --grads G0,G1",
      "  ID               the forward id printed by tshard einsum\n"
      "  --grad-out NAME  the output's gradient (a tensor of the output's shape)\n"
@@ -124,27 +128,29 @@ static const cli_command commands[] = {
      "  --key KEY        idempotency key\n"
      "  --json           machine-readable output\n" CONNECT_HELP,
      "tshard einsum-backward 12 --grad-out gc --grads ga,gb"},
-    {"einsum-release", NULL, cmd_einsum_release, "free what an einsum forward kept: ID",
+    {"einsum-release", NULL, cli_cmd_einsum_release, "free what an einsum forward kept: ID",
      "  ID               the forward id printed by tshard einsum\n"
      "  --key KEY        idempotency key\n"
      "  --json           machine-readable output\n" CONNECT_HELP,
      "tshard einsum-release 12"},
-    {"save", NULL, cmd_save, "save tensors into a checkpoint directory (atomic; every rank writes)",
+    {"save", NULL, cli_cmd_save,
+     "save tensors into a checkpoint directory (atomic; every rank writes)",
      "  DIR [NAME...]    the directory every daemon can reach; the tensors (default: all)\n"
      "  --keep-partial   save the partial pieces of partial tensors instead of reducing them\n"
      "  --per-node       DIR is a path on each node; each node writes its ranks' pieces\n"
      "  --key KEY        idempotency key\n" CONNECT_HELP,
      "tshard save /shared/ckpt/step100 w b"},
-    {"load", NULL, cmd_load, "load tensors from a checkpoint, under any attribute",
+    {"load", NULL, cli_cmd_load, "load tensors from a checkpoint, under any attribute",
      "  DIR [NAME...]    the checkpoint; the tensors (default: all)\n"
      "  --attr ATTR      the attribute of the loaded tensors (default: each saved one)\n"
      "  --per-node       DIR is a path on each node\n"
      "  --key KEY        idempotency key\n" CONNECT_HELP,
      "tshard load /shared/ckpt/step100 w --attr 'mesh=[3] placements=[S(1)]'"},
-    {"checkpoint", cmd_checkpoint, NULL, "show what a checkpoint holds (no daemon needed)",
+    {"checkpoint", cli_cmd_checkpoint, NULL, "show what a checkpoint holds (no daemon needed)",
      "  show DIR         tensors, dtypes, shapes, attributes, pieces and checksums\n",
      "tshard checkpoint show /shared/ckpt/step100"},
-    {"program", NULL, cmd_program, "compiled programs: compile FILE.json, run ID, show ID, drop ID",
+    {"program", NULL, cli_cmd_program,
+     "compiled programs: compile FILE.json, run ID, show ID, drop ID",
      "  compile FILE     compile the program (program/PROGRAM.md) on every rank; prints its id\n"
      "                   and the report (buckets and their status, the cache)\n"
      "  run ID           run it on the ranks' local slices\n"
@@ -160,7 +166,7 @@ static const cli_command commands[] = {
      "  --key KEY        idempotency key\n" CONNECT_HELP,
      "tshard program compile adam.json --buckets lazy --buckets n=step:1024\n  "
      "tshard program run 3f2a9c0d1b2e4f56 --input w=w --input g=g --input lr=0.01"},
-    {"shutdown", NULL, cmd_shutdown, "stop every daemon of the job",
+    {"shutdown", NULL, cli_cmd_shutdown, "stop every daemon of the job",
      "  --key KEY        idempotency key\n" CONNECT_HELP, "tshard shutdown --job demo"},
 };
 

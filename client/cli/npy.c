@@ -27,7 +27,7 @@ static const char *descr_of(ts_dtype dt) {
   return NULL;
 }
 
-void npy_free(npy_array *a) {
+void cli_npy_free(npy_array *a) {
   if (a) {
     free(a->data);
     a->data = NULL;
@@ -117,7 +117,7 @@ static int parse_header(const char *path, const char *hdr, ts_dtype hint, npy_ar
   return TS_OK;
 }
 
-int npy_read(const char *path, ts_dtype hint, npy_array *out, ts_error *err) {
+int cli_npy_read(const char *path, ts_dtype hint, npy_array *out, ts_error *err) {
   memset(out, 0, sizeof *out);
   FILE *fp = fopen(path, "rb");
   if (!fp)
@@ -205,11 +205,11 @@ done:
   free(hdr);
   fclose(fp);
   if (rc)
-    npy_free(out);
+    cli_npy_free(out);
   return rc;
 }
 
-int npy_write_header(FILE *f, ts_dtype dt, int ndim, const int64_t *shape, ts_error *err) {
+int cli_npy_write_header(FILE *f, ts_dtype dt, int ndim, const int64_t *shape, ts_error *err) {
   const char *code = descr_of(dt);
   if (!code)
     return ts_error_set(err, TS_BAD_DTYPE, "dtype %s cannot be written to .npy", ts_dtype_name(dt));
@@ -237,11 +237,11 @@ int npy_write_header(FILE *f, ts_dtype dt, int ndim, const int64_t *shape, ts_er
                    : TS_OK;
 }
 
-int npy_write(const char *path, const npy_array *a, ts_error *err) {
+int cli_npy_write(const char *path, const npy_array *a, ts_error *err) {
   FILE *f = fopen(path, "wb");
   if (!f)
     return ts_error_set(err, TS_IO, "cannot create %s: %s", path, strerror(errno));
-  int rc = npy_write_header(f, a->dtype, a->ndim, a->shape, err);
+  int rc = cli_npy_write_header(f, a->dtype, a->ndim, a->shape, err);
   if (!rc && a->bytes && fwrite(a->data, 1, a->bytes, f) != a->bytes)
     rc = ts_error_set(err, TS_IO, "cannot write %s: %s", path, strerror(errno));
   if (fclose(f) != 0 && !rc)

@@ -22,11 +22,12 @@ typedef struct npy_array {
 /* Reads a whole .npy file. Fortran-order files are reordered to C order, big-endian ones are
  * byte-swapped. dtype_hint: TS_DTYPE_COUNT for "as the file says", or TS_BF16 to read '<u2' as
  * bf16. Errors name the file and what was wrong. */
-int npy_read(const char *path, ts_dtype dtype_hint, npy_array *out, ts_error *err);
+int cli_npy_read(const char *path, ts_dtype dtype_hint, npy_array *out, ts_error *err);
 /* Writes a C-order .npy file (version 1.0, or 2.0 when the header needs it). */
-int npy_write(const char *path, const npy_array *a, ts_error *err);
-/* The header of a .npy file for the array (what npy_write writes first); for writing in chunks. */
-int npy_write_header(FILE *f, ts_dtype dt, int ndim, const int64_t *shape, ts_error *err);
-void npy_free(npy_array *a);
+int cli_npy_write(const char *path, const npy_array *a, ts_error *err);
+/* The header of a .npy file for the array (what cli_npy_write writes first); for writing in
+ * chunks. */
+int cli_npy_write_header(FILE *f, ts_dtype dt, int ndim, const int64_t *shape, ts_error *err);
+void cli_npy_free(npy_array *a);
 
 #endif

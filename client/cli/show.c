@@ -124,8 +124,68 @@ static void rule(FILE *out, bool unicode, int left, int joint, int right, const 
   fputc('\n', out);
 }
 
-int show_draw(FILE *out, int ndim, const int64_t *shape, const ts_attr *attr,
-              const show_opts *opts, ts_error *err) {
+/* Which world ranks hold each block (cells, nr x nc, row-major): every rank's box starts at a
+ * part along each drawn dim and may span several. Ranks whose box is empty are listed in empty
+ * (up to 64; *nempty counts them). */
+static void fill_cells(const ts_geom *g, const ts_attr *attr, int rd, int cd, int64_t nr,
+                       int64_t nc, holders *cells, int *empty, int *nempty) {
+  const int64_t *ro = rd >= 0 ? ts_geom_offsets(g, rd) : NULL, *co = cd >= 0 ? ts_geom_offsets(g, cd) : NULL;
+  for (int64_t m = 0; m < attr->nranks; m++) {
+    ts_box b;
+    ts_geom_index_box(g, m, &b);
+    if (ts_box_numel(&b) == 0) {
+      if (*nempty < 64)
+        empty[(*nempty)++] = attr->ranks[m];
+      continue;
+    }
+    int64_t pr = 0, pc = 0;
+    while (rd >= 0 && ro[pr] < b.lo[rd])
+      pr++;
+    while (cd >= 0 && co[pc] < b.lo[cd])
+      pc++;
+    /* a box may span several parts when the drawn dim is split over mesh dims; fill them all */
+    for (int64_t r = pr; r < nr && (rd < 0 || ro[r] < b.hi[rd]); r++)
+      for (int64_t c = pc; c < nc && (cd < 0 || co[c] < b.hi[cd]); c++) {
+        holders *h = &cells[r * nc + c];
+        h->ranks[h->n++] = attr->ranks[m];
+      }
+  }
+}
+
+/* The line that stands for the rows left out: "..." under each selected column. */
+static void rows_left_out(FILE *out, const int64_t *sc, int nsc, const int *cw) {
+  fputc(' ', out);
+  for (int k = 0; k < nsc; k++) {
+    int w = sc[k] >= 0 ? cw[sc[k]] : 3;
+    fprintf(out, "%*s%-*s ", (w - 3) / 2, "", w - (w - 3) / 2, w >= 3 ? "..." : "");
+  }
+  fputc('\n', out);
+}
+
+/* The `height` lines of one row of blocks over the selected columns, each block's label (labels:
+ * the row's, one per column) on the middle line. */
+static void block_row(FILE *out, bool unicode, int height, const int64_t *sc, int nsc,
+                      const int *cw, const char (*labels)[MAX_LABEL]) {
+  for (int line = 0; line < height; line++) {
+    fputs(box_chars(unicode, 1), out);
+    for (int k = 0; k < nsc; k++) {
+      int64_t c = sc[k];
+      if (c < 0) {
+        fputs(line == (height - 1) / 2 ? "..." : "   ", out);
+        fputs(box_chars(unicode, 1), out);
+        continue;
+      }
+      const char *l = line == (height - 1) / 2 ? labels[c] : "";
+      int len = (int)strlen(l), pad = cw[c] - len, left = pad / 2;
+      fprintf(out, "%*s%s%*s", left, "", l, pad - left, "");
+      fputs(box_chars(unicode, 1), out);
+    }
+    fputc('\n', out);
+  }
+}
+
+int cli_show_draw(FILE *out, int ndim, const int64_t *shape, const ts_attr *attr,
+                  const show_opts *opts, ts_error *err) {
   int rd = opts->dims[0], cd = opts->dims[1];
   if (ndim == 0)
     rd = cd = -1;
@@ -155,28 +215,8 @@ int show_draw(FILE *out, int ndim, const int64_t *shape, const ts_attr *attr,
   }
   for (int64_t i = 0; i < nr * nc; i++)
     cells[i].ranks = pool + i * attr->nranks;
-  /* which part along each drawn dim does every rank's box start at */
   int empty[64], nempty = 0;
-  for (int64_t m = 0; m < attr->nranks; m++) {
-    ts_box b;
-    ts_geom_index_box(g, m, &b);
-    if (ts_box_numel(&b) == 0) {
-      if (nempty < 64)
-        empty[nempty++] = attr->ranks[m];
-      continue;
-    }
-    int64_t pr = 0, pc = 0;
-    while (rd >= 0 && ro[pr] < b.lo[rd])
-      pr++;
-    while (cd >= 0 && co[pc] < b.lo[cd])
-      pc++;
-    /* a box may span several parts when the drawn dim is split over mesh dims; fill them all */
-    for (int64_t r = pr; r < nr && (rd < 0 || ro[r] < b.hi[rd]); r++)
-      for (int64_t c = pc; c < nc && (cd < 0 || co[c] < b.hi[cd]); c++) {
-        holders *h = &cells[r * nc + c];
-        h->ranks[h->n++] = attr->ranks[m];
-      }
-  }
+  fill_cells(g, attr, rd, cd, nr, nc, cells, empty, &nempty);
   const char *partial = NULL;
   for (int k = 0; k < attr->mesh_ndim; k++)
     if (attr->place[k].kind == TS_PLACE_PARTIAL)
@@ -242,32 +282,12 @@ int show_draw(FILE *out, int ndim, const int64_t *shape, const ts_attr *attr,
     shown_c += sc[i] >= 0;
   for (int i = 0; i < nsr; i++) {
     int64_t r = sr[i];
-    if (r < 0) { /* the rows left out */
-      fputc(' ', out);
-      for (int k = 0; k < nsc; k++) {
-        int w = sc[k] >= 0 ? cw[sc[k]] : 3;
-        fprintf(out, "%*s%-*s ", (w - 3) / 2, "", w - (w - 3) / 2, w >= 3 ? "..." : "");
-      }
-      fputc('\n', out);
+    if (r < 0) {
+      rows_left_out(out, sc, nsc, cw);
       continue;
     }
     rule(out, opts->unicode, i == 0 ? 2 : 5, i == 0 ? 3 : 6, i == 0 ? 4 : 7, sc, nsc, cw);
-    for (int line = 0; line < rh[r]; line++) {
-      fputs(box_chars(opts->unicode, 1), out);
-      for (int k = 0; k < nsc; k++) {
-        int64_t c = sc[k];
-        if (c < 0) {
-          fputs(line == (rh[r] - 1) / 2 ? "..." : "   ", out);
-          fputs(box_chars(opts->unicode, 1), out);
-          continue;
-        }
-        const char *l = line == (rh[r] - 1) / 2 ? label[r * nc + c] : "";
-        int len = (int)strlen(l), pad = cw[c] - len, left = pad / 2;
-        fprintf(out, "%*s%s%*s", left, "", l, pad - left, "");
-        fputs(box_chars(opts->unicode, 1), out);
-      }
-      fputc('\n', out);
-    }
+    block_row(out, opts->unicode, rh[r], sc, nsc, cw, (const char(*)[MAX_LABEL])label + r * nc);
     if (r == last_r)
       rule(out, opts->unicode, 8, 9, 10, sc, nsc, cw);
   }

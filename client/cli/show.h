@@ -16,7 +16,7 @@ typedef struct show_opts {
 
 /* Draws the 2-D (or 1-D) view of the tensor's sharding: a grid of blocks sized in proportion to
  * the split sizes, each labelled with the ranks that hold it. */
-int show_draw(FILE *out, int ndim, const int64_t *shape, const ts_attr *attr,
-              const show_opts *opts, ts_error *err);
+int cli_show_draw(FILE *out, int ndim, const int64_t *shape, const ts_attr *attr,
+                  const show_opts *opts, ts_error *err);
 
 #endif

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tshard-bench-service at a tiny size: it exits 0 (every tensor it got back matched what it put)
-# and prints each key of issue 12 with a number, the ratios consistent with the figures they
+# and prints each key of the service benchmark with a number, the ratios consistent with the figures they
 # divide, and a targets_missed line. Figures are not judged here (a loaded CI box).
 # usage: test_bench_service_keys.sh BUILD_BIN_DIR
 set -u

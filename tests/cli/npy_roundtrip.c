@@ -15,7 +15,7 @@ int main(int argc, char **argv) {
   ts_error err;
   npy_array a;
   ts_dtype hint = argc > 3 && strcmp(argv[3], "bf16") == 0 ? TS_BF16 : TS_DTYPE_COUNT;
-  if (npy_read(argv[1], hint, &a, &err)) {
+  if (cli_npy_read(argv[1], hint, &a, &err)) {
     fprintf(stderr, "%s\n", err.msg);
     return 1;
   }
@@ -23,9 +23,9 @@ int main(int argc, char **argv) {
   for (int d = 0; d < a.ndim; d++)
     printf("%s%lld", d ? "," : "", (long long)a.shape[d]);
   printf("]\n");
-  int rc = npy_write(argv[2], &a, &err);
+  int rc = cli_npy_write(argv[2], &a, &err);
   if (rc)
     fprintf(stderr, "%s\n", err.msg);
-  npy_free(&a);
+  cli_npy_free(&a);
   return rc ? 1 : 0;
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The strict tshard command line (issue 14 items 2, 7, 10), without daemons: unknown options,
+"""The strict tshard command line, without daemons: unknown options,
 flags given values, options without their value and extra positional arguments exit 2 with the
 nearest option; every option the CLI's sources read is listed in some usage text (so strictness
 never refuses a real option); errors that say how to fix them (strategies, splits, job names,

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Clients users can trust (issue 14 items 1, 6, 7, 8) against real daemons, through the CLI and
+"""Clients users can trust against real daemons, through the CLI and
 the Python client: puts of another dtype or shape are refused naming both and leave the tensor
 intact; --convert / convert=True follow the kernels' rules (checked against an independent numpy
 reference, randomized, and the CLI and Python paths against each other); byte counts in dtypes

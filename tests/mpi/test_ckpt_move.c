@@ -264,13 +264,13 @@ static void ranged_faults(ts_store *s, const char *dir) {
         "piece '%s': blocks of %lld, table '%s'", p->key, (long long)p->block_bytes,
         p->block_key);
   ckpt_file f;
-  rc = ckpt_file_open(dir, p->file, &f, &err);
+  rc = ts__ckpt_file_open(dir, p->file, &f, &err);
   CHECK(rc == TS_OK, "open %s: %s", p->file, rc ? err.msg : "");
   int64_t poff = rc ? -1 : entry_offset(&f, p->key);
   int64_t toff = rc ? -1 : entry_offset(&f, p->block_key);
   int64_t pbytes = ts_box_numel(&p->box) * 4;
   if (!rc)
-    ckpt_file_close(&f);
+    ts__ckpt_file_close(&f);
   CHECK(poff > 0 && toff > 0 && toff < poff, "offsets of '%s' %lld and its table %lld", p->key,
         (long long)poff, (long long)toff);
   if (poff <= 0 || toff <= 0) {

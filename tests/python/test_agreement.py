@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Regression tests of "ranks must never disagree" (issue 13), against real daemons (4 ranks,
+"""Regression tests of "ranks must never disagree", against real daemons (4 ranks,
 --memory-limit 64K):
 
 1. a reshard that fails only where data would move (a layout tag that does not fit the tensor, a

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""End-to-end test of checkpoints (issue 16) with real daemons and the real clients.
+"""End-to-end test of checkpoints with real daemons and the real clients.
 
 Round trips of every dtype and placement kind (shard balanced and ragged with empty parts,
 2-D meshes, replicate, partial reduced and partial kept), blocked local layouts; saved on 4

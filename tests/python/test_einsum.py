@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""End-to-end test of the distributed einsum (issue 15) against real daemons and numpy: the
+"""End-to-end test of the distributed einsum against real daemons and numpy: the
 Python client's einsum, einsum_plan, einsum_backward and einsum_release, and the CLI's
 `tshard einsum` (through the daemons and offline with --ranks).
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Idempotency keys and SPMD collectives (issue 14, items 3 and 4) against real daemons (3 ranks,
+"""Idempotency keys and SPMD collectives against real daemons (3 ranks,
 --key-ttl 3s), with the Python client, the CLI (C library) and raw requests:
 
 - skewed SPMD clients (one thread per rank, each its own connection with group=all): one rank

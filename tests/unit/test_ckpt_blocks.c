@@ -1,10 +1,10 @@
 /* test_ckpt_blocks.c - the ranged read of a checkpoint piece through its block checksum table
- * (shard/ckpt_blocks.c: ckpt_read_ranges, ckpt_read_cost), without MPI.
+ * (shard/ckpt_blocks.c: ts__ckpt_read_ranges, ts__ckpt_read_cost), without MPI.
  *
  * Each case builds a checkpoint file by hand in a temporary directory (a safetensors-layout
- * header from ckpt_header_build with the piece's entry and its table's U64 entry, the table from
- * ckpt_blocks_hash, the checksums with XXH3) and reads the part I of the piece into a box B
- * through a fresh ckpt_reader. The reference is a plain loop over the elements of I copying from
+ * header from ts__ckpt_header_build with the piece's entry and its table's U64 entry, the table
+ * from ts__ckpt_blocks_hash, the checksums with XXH3) and reads the part I of the piece into a box
+ * B through a fresh ckpt_reader. The reference is a plain loop over the elements of I copying from
  * the piece's bytes into a row-major buffer over B (bytes outside I keep a sentinel).
  *
  *   differential  many random cases (fixed seed, printed on failure; TSHARD_TEST_SEED overrides):
@@ -21,7 +21,8 @@
  *                 index; a header whose table entry is missing or lies (dtype, shape, offsets);
  *                 a file truncated inside the piece or the table after it was opened. Each is a
  *                 status and a message naming the file, the piece and the block or table.
- *   cost          ckpt_read_cost against the bytes a read needs and against the whole-piece path.
+ *   cost          ts__ckpt_read_cost against the bytes a read needs and against the
+ *                 whole-piece path.
  */
 #include <fcntl.h>
 #include <inttypes.h>
@@ -70,7 +71,7 @@ static void make_dir(void) {
   ck_assert_ptr_nonnull(mkdtemp(dir));
 }
 
-static void remove_dir(void) { ckpt_remove_dir(dir); }
+static void remove_dir(void) { ts__ckpt_remove_dir(dir); }
 
 static void file_path(char *buf, size_t cap) { snprintf(buf, cap, "%s/%s", dir, FILE_NAME); }
 
@@ -136,7 +137,7 @@ static void fx_make(fixture *f, ts_dtype dt, const ts_box *P, int64_t block) {
     uint64_t v = rnd();
     memcpy(f->bytes + i, &v, (size_t)(f->pbytes - i < 8 ? f->pbytes - i : 8));
   }
-  ckpt_blocks_hash(f->bytes, f->pbytes, block, f->table);
+  ts__ckpt_blocks_hash(f->bytes, f->pbytes, block, f->table);
   f->p.xxh3 = XXH3_64bits(f->bytes, (size_t)f->pbytes);
   f->p.block_xxh3 = XXH3_64bits(f->table, (size_t)f->nb * 8);
 }
@@ -198,7 +199,7 @@ static void fx_write(fixture *f, table_mode mode, bool table_first) {
   uint8_t *hdr = NULL;
   size_t hlen = 0;
   ts_error err;
-  ck_assert_int_eq(ckpt_header_build(e, mode == TABLE_MISSING ? 1 : 2, 0, &hdr, &hlen, &err),
+  ck_assert_int_eq(ts__ckpt_header_build(e, mode == TABLE_MISSING ? 1 : 2, 0, &hdr, &hlen, &err),
                    TS_OK);
   f->data_start = (int64_t)hlen;
   uint8_t *data = calloc((size_t)data_len + 1, 1);
@@ -238,7 +239,7 @@ static int fx_read(fixture *f, const ts_box *I, const ts_box *B, uint8_t *dst,
   ckpt_reader r = {.dir = dir, .rep = rep};
   int fd = -1;
   int64_t off = -1;
-  int rc = ckpt_reader_piece(&r, &f->t, &f->p, &fd, &off, err);
+  int rc = ts__ckpt_reader_piece(&r, &f->t, &f->p, &fd, &off, err);
   if (rc == TS_OK) {
     ck_assert_int_eq(off, f->data_start + f->pbegin);
     if (truncate_to >= 0) {
@@ -246,13 +247,13 @@ static int fx_read(fixture *f, const ts_box *I, const ts_box *B, uint8_t *dst,
       file_path(path, sizeof path);
       ck_assert_int_eq(truncate(path, truncate_to), 0);
     }
-    rc = ckpt_read_ranges(&r, fd, off, &f->t, &f->p, I, B, dst, err);
+    rc = ts__ckpt_read_ranges(&r, fd, off, &f->t, &f->p, I, B, dst, err);
     /* TSHARD_IO_URING=0 (the preadv variant of this test) must turn io_uring off */
     const char *ring = getenv("TSHARD_IO_URING");
     if (ring && strcmp(ring, "0") == 0)
       ck_assert(!rep->ranged_io_uring);
   }
-  ckpt_reader_close(&r);
+  ts__ckpt_reader_close(&r);
   return rc;
 }
 
@@ -312,9 +313,9 @@ static bool piece_byte_in(const fixture *f, const ts_box *I, int64_t at) {
 static void describe(char *buf, size_t cap, int id, const fixture *f, const ts_box *I,
                      const ts_box *B) {
   char pt[256], it[256], bt[256];
-  ckpt_box_text(&f->p.box, pt, sizeof pt);
-  ckpt_box_text(I, it, sizeof it);
-  ckpt_box_text(B, bt, sizeof bt);
+  ts__ckpt_box_text(&f->p.box, pt, sizeof pt);
+  ts__ckpt_box_text(I, it, sizeof it);
+  ts__ckpt_box_text(B, bt, sizeof bt);
   snprintf(buf, cap, "seed %#llx case %d: %zu-byte elements, blocks of %lld, piece %s (%lld "
            "bytes), I %s, B %s", (unsigned long long)seed, id, f->es,
            (long long)f->p.block_bytes, pt, (long long)f->pbytes, it, bt);
@@ -362,7 +363,7 @@ static void check_case(int id, fixture *f, const ts_box *I, const ts_box *B) {
                 (long long)least, (long long)(f->nb * 8), (long long)covered, (long long)need,
                 (long long)most);
   /* the cost model: never below the bytes needed (and the table when read through it) */
-  int64_t cost = ckpt_read_cost(&f->p, I, B, f->es);
+  int64_t cost = ts__ckpt_read_cost(&f->p, I, B, f->es);
   ck_assert_msg(cost >= need + (ts_box_equal(I, &f->p.box) ? 0 : f->nb * 8),
                 "%s: cost %lld below the %lld bytes needed", what, (long long)cost,
                 (long long)need);
@@ -642,8 +643,8 @@ START_TEST(edges) {
     int fd;
     int64_t off;
     ts_error err;
-    ck_assert_int_eq(ckpt_reader_piece(&r, &f.t, &f.p, &fd, &off, &err), TS_OK);
-    int rc = ckpt_read_ranges(&r, fd, off, &f.t, &f.p, &part[k], &part[k], dst, &err);
+    ck_assert_int_eq(ts__ckpt_reader_piece(&r, &f.t, &f.p, &fd, &off, &err), TS_OK);
+    int rc = ts__ckpt_read_ranges(&r, fd, off, &f.t, &f.p, &part[k], &part[k], dst, &err);
     ck_assert_msg(rc == TS_OK, "read %d: %s", k, rc ? err.msg : "");
     ck_assert_msg(memcmp(dst, ref, (size_t)bytes) == 0, "read %d: wrong bytes", k);
     need += bytes;
@@ -653,8 +654,8 @@ START_TEST(edges) {
     free(ref);
   }
   ck_assert_int_ge(rep.bytes_verified_extra, 2 * f.nb * 8);
-  ckpt_reader_close(&r);
-  ckpt_reader_close(&r); /* twice is fine */
+  ts__ckpt_reader_close(&r);
+  ts__ckpt_reader_close(&r); /* twice is fine */
   fx_free(&f);
   remove_dir();
 }
@@ -877,7 +878,7 @@ START_TEST(read_cost) {
     B.hi[0] += 3, B.hi[1] += 5;
     for (int blocks = 0; blocks < 2; blocks++) {
       p.block_bytes = blocks ? 4096 : 0;
-      int64_t pbytes = rows * 1000 * 4, cost = ckpt_read_cost(&p, &p.box, &B, 4);
+      int64_t pbytes = rows * 1000 * 4, cost = ts__ckpt_read_cost(&p, &p.box, &B, 4);
       int64_t calls = (cost - pbytes) / CKPT_CALL_COST;
       ck_assert_msg(cost >= pbytes && (cost - pbytes) % CKPT_CALL_COST == 0 && calls >= 1 &&
                     calls <= rows + pbytes / (int64_t)CKPT_HASH_STEP + 1,
@@ -894,9 +895,9 @@ START_TEST(read_cost) {
     ts_box I = p.box;
     I.lo[1] = 1000, I.hi[1] = 1000 + w;
     int64_t need = 64 * w * 4, pbytes = 64 * 65536 * 4;
-    int64_t with = ckpt_read_cost(&p, &I, &I, 4);
+    int64_t with = ts__ckpt_read_cost(&p, &I, &I, 4);
     p.block_bytes = 0;
-    int64_t without = ckpt_read_cost(&p, &I, &I, 4);
+    int64_t without = ts__ckpt_read_cost(&p, &I, &I, 4);
     ck_assert_msg(with >= need && with <= without && with < pbytes,
                   "band of %lld: cost %lld with a table, %lld without, needs %lld", (long long)w,
                   (long long)with, (long long)without, (long long)need);
@@ -913,7 +914,7 @@ START_TEST(read_cost) {
     ts_box I = p.box;
     I.hi[0] = rows;
     I.lo[1] = 7, I.hi[1] = 19;
-    int64_t c = ckpt_read_cost(&p, &I, &I, 2);
+    int64_t c = ts__ckpt_read_cost(&p, &I, &I, 2);
     ck_assert_msg(c >= prev && c >= rows * 12 * 2, "%lld rows: cost %lld (fewer: %lld)",
                   (long long)rows, (long long)c, (long long)prev);
     prev = c;
@@ -926,7 +927,7 @@ START_TEST(read_cost) {
   p.block_bytes = 4096;
   ts_box I = p.box;
   I.lo[0] = 100, I.hi[0] = 100 + (3 << 20);
-  int64_t c = ckpt_read_cost(&p, &I, &I, 1);
+  int64_t c = ts__ckpt_read_cost(&p, &I, &I, 1);
   ck_assert_msg(c >= (3 << 20) + 16384 * 8 && c < (8 << 20), "one run of 3 MiB: cost %lld",
                 (long long)c);
 }

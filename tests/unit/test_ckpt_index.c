@@ -29,7 +29,7 @@ static void make_dir(void) {
   ck_assert_ptr_nonnull(mkdtemp(dir));
 }
 
-static void remove_dir(void) { ckpt_remove_dir(dir); }
+static void remove_dir(void) { ts__ckpt_remove_dir(dir); }
 
 static void write_text(const char *name, const char *text) {
   char p[200];
@@ -262,59 +262,59 @@ START_TEST(headers) {
   uint8_t *hdr = NULL;
   size_t hlen = 0;
   ts_error err;
-  ck_assert_int_eq(ckpt_header_build(&e, 1, 0, &hdr, &hlen, &err), TS_OK);
+  ck_assert_int_eq(ts__ckpt_header_build(&e, 1, 0, &hdr, &hlen, &err), TS_OK);
   ck_assert_int_eq(hlen % 4096, 0); /* the data section starts on a 4 KiB multiple */
   /* padded so that byte 24 of the data section lands on one */
   uint8_t *h24 = NULL;
   size_t l24 = 0;
-  ck_assert_int_eq(ckpt_header_build(&e, 1, 24, &h24, &l24, &err), TS_OK);
+  ck_assert_int_eq(ts__ckpt_header_build(&e, 1, 24, &h24, &l24, &err), TS_OK);
   ck_assert_int_eq((l24 + 24) % 4096, 0);
   ck_assert_int_eq(l24 % 8, 0);
   free(h24);
   write_file("f", hdr, hlen, 24);
   ckpt_file f;
-  ck_assert_int_eq(ckpt_file_open(dir, "f", &f, &err), TS_OK);
+  ck_assert_int_eq(ts__ckpt_file_open(dir, "f", &f, &err), TS_OK);
   int64_t off = -1;
-  ck_assert_int_eq(ckpt_file_piece(&f, &t, &p, &off, &err), TS_OK);
+  ck_assert_int_eq(ts__ckpt_file_piece(&f, &t, &p, &off, &err), TS_OK);
   ck_assert_int_eq(off, (int64_t)hlen);
   /* lies: dtype, shape, missing key, offsets beyond the file */
   t.dtype = TS_I32;
-  ck_assert_int_eq(ckpt_file_piece(&f, &t, &p, &off, &err), TS_CORRUPT);
+  ck_assert_int_eq(ts__ckpt_file_piece(&f, &t, &p, &off, &err), TS_CORRUPT);
   ck_assert_ptr_nonnull(strstr(err.msg, "dtype"));
   ck_assert_ptr_nonnull(strstr(err.msg, "'f'"));
   ck_assert_ptr_nonnull(strstr(err.msg, "t#1"));
   t.dtype = TS_F32;
   p.box.lo[0] = 1;
-  ck_assert_int_eq(ckpt_file_piece(&f, &t, &p, &off, &err), TS_CORRUPT);
+  ck_assert_int_eq(ts__ckpt_file_piece(&f, &t, &p, &off, &err), TS_CORRUPT);
   ck_assert_ptr_nonnull(strstr(err.msg, "shape"));
   p.box.lo[0] = 2;
   snprintf(p.key, sizeof p.key, "t#9");
-  ck_assert_int_eq(ckpt_file_piece(&f, &t, &p, &off, &err), TS_CORRUPT);
+  ck_assert_int_eq(ts__ckpt_file_piece(&f, &t, &p, &off, &err), TS_CORRUPT);
   ck_assert_ptr_nonnull(strstr(err.msg, "no such piece"));
-  ckpt_file_close(&f);
-  ckpt_file_close(&f); /* twice is fine */
+  ts__ckpt_file_close(&f);
+  ts__ckpt_file_close(&f); /* twice is fine */
   free(hdr);
   snprintf(p.key, sizeof p.key, "t#1");
   ckpt_entry far = {"t#1", TS_F32, 2, {2, 3}, 8, 32, false};
-  ck_assert_int_eq(ckpt_header_build(&far, 1, 0, &hdr, &hlen, &err), TS_OK);
+  ck_assert_int_eq(ts__ckpt_header_build(&far, 1, 0, &hdr, &hlen, &err), TS_OK);
   write_file("g", hdr, hlen, 24); /* the data section is 24 bytes, the piece claims [8, 32) */
   free(hdr);
-  ck_assert_int_eq(ckpt_file_open(dir, "g", &f, &err), TS_OK);
-  ck_assert_int_eq(ckpt_file_piece(&f, &t, &p, &off, &err), TS_CORRUPT);
+  ck_assert_int_eq(ts__ckpt_file_open(dir, "g", &f, &err), TS_OK);
+  ck_assert_int_eq(ts__ckpt_file_piece(&f, &t, &p, &off, &err), TS_CORRUPT);
   ck_assert_ptr_nonnull(strstr(err.msg, "data_offsets"));
-  ckpt_file_close(&f);
+  ts__ckpt_file_close(&f);
   /* broken files */
-  ck_assert_int_eq(ckpt_file_open(dir, "missing", &f, &err), TS_NOT_FOUND);
+  ck_assert_int_eq(ts__ckpt_file_open(dir, "missing", &f, &err), TS_NOT_FOUND);
   ck_assert_ptr_nonnull(strstr(err.msg, "missing"));
   write_text("short", "abc");
-  ck_assert_int_eq(ckpt_file_open(dir, "short", &f, &err), TS_CORRUPT);
+  ck_assert_int_eq(ts__ckpt_file_open(dir, "short", &f, &err), TS_CORRUPT);
   raw_header("huge", 1ull << 62, "{}", 0);
-  ck_assert_int_eq(ckpt_file_open(dir, "huge", &f, &err), TS_CORRUPT);
+  ck_assert_int_eq(ts__ckpt_file_open(dir, "huge", &f, &err), TS_CORRUPT);
   ck_assert_ptr_nonnull(strstr(err.msg, "header length"));
   raw_header("notjson", 8, "{{{{{{{{", 0);
-  ck_assert_int_eq(ckpt_file_open(dir, "notjson", &f, &err), TS_CORRUPT);
+  ck_assert_int_eq(ts__ckpt_file_open(dir, "notjson", &f, &err), TS_CORRUPT);
   raw_header("array", 8, "[1,2,3] ", 0);
-  ck_assert_int_eq(ckpt_file_open(dir, "array", &f, &err), TS_CORRUPT);
+  ck_assert_int_eq(ts__ckpt_file_open(dir, "array", &f, &err), TS_CORRUPT);
   /* a long padding (other writers may pad far): any JSON whitespace is fine, anything else after
    * the object is not, and a header of whitespace alone is no object */
   size_t plen = 200 << 10;
@@ -326,16 +326,16 @@ START_TEST(headers) {
     big[8 + i] = " \n\t\r"[i % 4];
   memcpy(big + 8, "{\"a\":1}", 7);
   write_file("padded", big, 8 + plen, 0);
-  ck_assert_int_eq(ckpt_file_open(dir, "padded", &f, &err), TS_OK);
+  ck_assert_int_eq(ts__ckpt_file_open(dir, "padded", &f, &err), TS_OK);
   ck_assert_int_eq(f.data_start, 8 + (int64_t)plen);
-  ckpt_file_close(&f);
+  ts__ckpt_file_close(&f);
   big[8 + plen - 70000] = 'x';
   write_file("trailing", big, 8 + plen, 0);
-  ck_assert_int_eq(ckpt_file_open(dir, "trailing", &f, &err), TS_CORRUPT);
+  ck_assert_int_eq(ts__ckpt_file_open(dir, "trailing", &f, &err), TS_CORRUPT);
   ck_assert_ptr_nonnull(strstr(err.msg, "/trailing'"));
   memset(big + 8, ' ', plen);
   write_file("blank", big, 8 + plen, 0);
-  ck_assert_int_eq(ckpt_file_open(dir, "blank", &f, &err), TS_CORRUPT);
+  ck_assert_int_eq(ts__ckpt_file_open(dir, "blank", &f, &err), TS_CORRUPT);
   free(big);
   remove_dir();
 }
@@ -383,9 +383,9 @@ START_TEST(index_names) {
   }
   /* the escape itself: quotes, backslashes, controls, C1, bytes that are not UTF-8, cut whole */
   char out[64];
-  ckpt_text_escape("q\"b\\t\tn\n\x01\x7f\xc2\x85\xc3\xa9\xff", out, sizeof out);
+  ts__ckpt_text_escape("q\"b\\t\tn\n\x01\x7f\xc2\x85\xc3\xa9\xff", out, sizeof out);
   ck_assert_str_eq(out, "q\\\"b\\\\t\\tn\\n\\x01\\x7f\\u0085\xc3\xa9\\xff");
-  ckpt_text_escape("ab\tc", out, 4); /* "ab\\t" does not fit 3 bytes and a NUL: "ab" */
+  ts__ckpt_text_escape("ab\tc", out, 4); /* "ab\\t" does not fit 3 bytes and a NUL: "ab" */
   ck_assert_str_eq(out, "ab");
   remove_dir();
 }
@@ -410,7 +410,7 @@ static void not_regular(const char *name, const char *kind) {
     ck_assert_ptr_null(idx);
   } else {
     ckpt_file f;
-    ck_assert_int_eq(ckpt_file_open(dir, name, &f, &err), TS_CORRUPT);
+    ck_assert_int_eq(ts__ckpt_file_open(dir, name, &f, &err), TS_CORRUPT);
     ck_assert_int_eq(f.fd, -1);
   }
   ck_assert_msg(strstr(err.msg, want), "'%s' lacks '%s'", err.msg, want);
@@ -437,7 +437,7 @@ START_TEST(not_regular_files) {
   uint8_t *hdr = NULL;
   size_t hlen = 0;
   ts_error err;
-  ck_assert_int_eq(ckpt_header_build(&e, 1, 0, &hdr, &hlen, &err), TS_OK);
+  ck_assert_int_eq(ts__ckpt_header_build(&e, 1, 0, &hdr, &hlen, &err), TS_OK);
   write_file("good", hdr, hlen, 24);
   free(hdr);
   snprintf(p, sizeof p, "%s/fifo", dir);
@@ -457,9 +457,9 @@ START_TEST(not_regular_files) {
   rmdir(p);
   /* the good one opens, its reads blocking */
   ckpt_file f;
-  ck_assert_int_eq(ckpt_file_open(dir, "good", &f, &err), TS_OK);
+  ck_assert_int_eq(ts__ckpt_file_open(dir, "good", &f, &err), TS_OK);
   ck_assert_int_eq(fcntl(f.fd, F_GETFL) & O_NONBLOCK, 0);
-  ckpt_file_close(&f);
+  ts__ckpt_file_close(&f);
   remove_dir();
 }
 END_TEST
@@ -489,43 +489,43 @@ START_TEST(offsets_overflow) {
   int64_t off = -1;
   /* good: the table at [0, 8), the piece at [8, 32) */
   lying_offsets("good", "[8,32]", "[0,8]", 32);
-  ck_assert_int_eq(ckpt_file_open(dir, "good", &f, &err), TS_OK);
-  ck_assert_int_eq(ckpt_file_piece(&f, &t, &p, &off, &err), TS_OK);
+  ck_assert_int_eq(ts__ckpt_file_open(dir, "good", &f, &err), TS_OK);
+  ck_assert_int_eq(ts__ckpt_file_piece(&f, &t, &p, &off, &err), TS_OK);
   ck_assert_int_eq(off, f.data_start + 8);
-  ck_assert_int_eq(ckpt_file_table(&f, &t, &p, &off, &err), TS_OK);
+  ck_assert_int_eq(ts__ckpt_file_table(&f, &t, &p, &off, &err), TS_OK);
   ck_assert_int_eq(off, f.data_start);
-  ckpt_file_close(&f);
+  ts__ckpt_file_close(&f);
   /* the piece's: end - begin wraps to 24; negative; end before begin; past the file */
   const char *bad[] = {"[9223372036854775800,-9223372036854775792]",
                        "[-9223372036854775808,9223372036854775807]", "[-8,16]", "[32,8]",
                        "[9223372036854775807,9223372036854775807]", "[16,40]"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     lying_offsets("lie", bad[i], "[0,8]", 32);
-    ck_assert_int_eq(ckpt_file_open(dir, "lie", &f, &err), TS_OK);
-    ck_assert_msg(ckpt_file_piece(&f, &t, &p, &off, &err) == TS_CORRUPT, "%s", bad[i]);
+    ck_assert_int_eq(ts__ckpt_file_open(dir, "lie", &f, &err), TS_OK);
+    ck_assert_msg(ts__ckpt_file_piece(&f, &t, &p, &off, &err) == TS_CORRUPT, "%s", bad[i]);
     ck_assert_msg(strstr(err.msg, "'lie', piece 't#1' (tensor 't'") &&
                   strstr(err.msg, "data_offsets"), "%s: %s", bad[i], err.msg);
-    ckpt_file_close(&f);
+    ts__ckpt_file_close(&f);
   }
   /* the table's, the same way */
   const char *tbad[] = {"[9223372036854775800,-9223372036854775808]", "[-8,0]", "[8,0]",
                         "[9223372036854775807,-9223372036854775801]", "[32,40]"};
   for (size_t i = 0; i < sizeof tbad / sizeof tbad[0]; i++) {
     lying_offsets("tlie", "[8,32]", tbad[i], 32);
-    ck_assert_int_eq(ckpt_file_open(dir, "tlie", &f, &err), TS_OK);
-    ck_assert_msg(ckpt_file_table(&f, &t, &p, &off, &err) == TS_CORRUPT, "%s", tbad[i]);
+    ck_assert_int_eq(ts__ckpt_file_open(dir, "tlie", &f, &err), TS_OK);
+    ck_assert_msg(ts__ckpt_file_table(&f, &t, &p, &off, &err) == TS_CORRUPT, "%s", tbad[i]);
     ck_assert_msg(strstr(err.msg, "t#1.blocks") && strstr(err.msg, "data_offsets"), "%s: %s",
                   tbad[i], err.msg);
-    ckpt_file_close(&f);
+    ts__ckpt_file_close(&f);
   }
   /* a box of more bytes than int64 holds (2^31 x 2^31 f32 = 2^64 bytes) */
-  ck_assert_int_eq(ckpt_file_open(dir, "good", &f, &err), TS_OK);
+  ck_assert_int_eq(ts__ckpt_file_open(dir, "good", &f, &err), TS_OK);
   p.box.lo[0] = 0, p.box.hi[0] = (int64_t)1 << 31;
   p.box.lo[1] = 0, p.box.hi[1] = (int64_t)1 << 31;
-  ck_assert_int_eq(ckpt_file_piece(&f, &t, &p, &off, &err), TS_CORRUPT);
-  ck_assert_int_eq(ckpt_file_table(&f, &t, &p, &off, &err), TS_CORRUPT);
+  ck_assert_int_eq(ts__ckpt_file_piece(&f, &t, &p, &off, &err), TS_CORRUPT);
+  ck_assert_int_eq(ts__ckpt_file_table(&f, &t, &p, &off, &err), TS_CORRUPT);
   ck_assert_ptr_nonnull(strstr(err.msg, "more bytes"));
-  ckpt_file_close(&f);
+  ts__ckpt_file_close(&f);
   remove_dir();
 }
 END_TEST
@@ -533,19 +533,20 @@ END_TEST
 START_TEST(paths_and_dtypes) {
   char parent[64], base[32];
   ts_error err;
-  ck_assert_int_eq(ckpt_split_path("/a/b/c//", parent, sizeof parent, base, sizeof base, &err),
+  ck_assert_int_eq(ts__ckpt_split_path("/a/b/c//", parent, sizeof parent, base, sizeof base, &err),
                    TS_OK);
   ck_assert_str_eq(parent, "/a/b");
   ck_assert_str_eq(base, "c");
-  ck_assert_int_eq(ckpt_split_path("c", parent, sizeof parent, base, sizeof base, &err), TS_OK);
+  ck_assert_int_eq(ts__ckpt_split_path("c", parent, sizeof parent, base, sizeof base, &err), TS_OK);
   ck_assert_str_eq(parent, ".");
-  ck_assert_int_eq(ckpt_split_path("/c", parent, sizeof parent, base, sizeof base, &err), TS_OK);
+  ck_assert_int_eq(ts__ckpt_split_path("/c", parent, sizeof parent, base, sizeof base, &err),
+                   TS_OK);
   ck_assert_str_eq(parent, "/");
-  ck_assert_int_eq(ckpt_split_path("/", parent, sizeof parent, base, sizeof base, &err),
+  ck_assert_int_eq(ts__ckpt_split_path("/", parent, sizeof parent, base, sizeof base, &err),
                    TS_INVALID_ARGUMENT);
-  ck_assert_int_eq(ckpt_split_path("", parent, sizeof parent, base, sizeof base, &err),
+  ck_assert_int_eq(ts__ckpt_split_path("", parent, sizeof parent, base, sizeof base, &err),
                    TS_INVALID_ARGUMENT);
-  ck_assert_int_eq(ckpt_split_path("/a/..", parent, sizeof parent, base, sizeof base, &err),
+  ck_assert_int_eq(ts__ckpt_split_path("/a/..", parent, sizeof parent, base, sizeof base, &err),
                    TS_INVALID_ARGUMENT);
   for (int d = 0; d < TS_DTYPE_COUNT; d++) {
     ts_dtype back;

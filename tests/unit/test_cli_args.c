@@ -1,5 +1,5 @@
-/* test_cli_args.c - Check unit tests of the strict command line (client/cli/strict.c): the edit
- * distance against a naive recursive reference, suggestions, and the options and positional
+/* test_cli_args.c - Check unit tests of the strict command line (client/cli/usage_check.c): the
+ * edit distance against a naive recursive reference, suggestions, and the options and positional
  * counts read from usage texts, misuse included. */
 #include <check.h>
 #include <stdlib.h>

@@ -18,8 +18,8 @@ from .einsum import EinsumResult
 from . import errors
 from . import spmd
 from . import checkpoint
-from .offline import plan, show  # issue 14: offline plan and drawing (offline.py)
-from .program import graph_from_json  # issue 17: a program's message form (program.py)
+from .offline import plan, show  # plan and drawing without daemons (offline.py)
+from .program import graph_from_json  # a program's message form (program.py)
 
 __all__ = ["connect", "Client", "Attr", "AttrError", "Mesh", "Shard", "Replicate", "Partial",
            "TshardError", "error_for", "errors", "DTYPES", "socket_path", "read_token_file", "spmd",

@@ -32,7 +32,7 @@ import numpy as np
 from . import program as _program
 from . import tshard_pb2 as pb
 from .attr import Attr
-from .checked import declare
+from .typed_put import declare
 from .progress import reporter
 from .errors import TshardError, error_for
 from .shm import Segment
@@ -396,7 +396,7 @@ class Client:
         nothing more is sent, the answers due are read, and the first refusal is raised."""
         _check_name(name)
         what = "put" if slice_layout is None else "put_slice"
-        a, decl = declare(array, convert, DTYPES, _FROM_NUMPY, what)  # checked.py
+        a, decl = declare(array, convert, DTYPES, _FROM_NUMPY, what)  # typed_put.py
         src = a.reshape(-1).view(np.uint8)
         total = src.nbytes
         report, done = reporter(progress, what, name, total), 0
@@ -428,7 +428,7 @@ class Client:
                     m.name, m.offset, m.total_bytes = name, off, total
                     if slice_layout is not None:
                         m.layout.tag = slice_layout
-                    m.dtype, m.convert = decl, bool(convert)  # the daemon checks (checked.py)
+                    m.dtype, m.convert = decl, bool(convert)  # the daemon checks (typed_put.py)
                     m.shape.extend(a.shape)
                     bulk = None
                     if seg is not None:
@@ -457,7 +457,7 @@ class Client:
     def put(self, name, array, key=None, convert=False, progress=None):
         """Puts the whole tensor (row-major) from this client; the daemons scatter it. The
         array's dtype and shape must be the tensor's (checked by the daemon); ``convert=True``
-        converts another dtype by the kernels' rules (checked.py). ``progress``: progress.py."""
+        converts another dtype by the kernels' rules (typed_put.py). ``progress``: progress.py."""
         self._send_chunks(name, array, key, None, convert, progress)
 
     def _direct(self, req_msg, what, tensor, nbytes, key=None, report=None):
@@ -645,7 +645,7 @@ class Client:
                                                    layout=pb.Layout(tag=layout or "")))
         return {"strategy": r.strategy or None, "ms": r.elapsed_us / 1000.0}
 
-    # Distributed einsum (issue 15): see einsum.py
+    # Distributed einsum, computed where the shards live: see einsum.py
     def einsum(self, equation, *operands, out, attr=None, plan=None, keep=False, explain=False,
                key=None):
         from . import einsum as _e
@@ -664,7 +664,7 @@ class Client:
         from . import einsum as _e
         return _e.einsum_release(self, forward, key=key)
 
-    # Checkpoints (issue 16; format in shard/CHECKPOINT.md, reader in tshard.checkpoint).
+    # Checkpoints: save and load (format in shard/CHECKPOINT.md, reader in tshard.checkpoint).
     def save(self, dir, names=None, keep_partial=False, per_node=False, key=None):
         """Saves the named tensors (None: all) into the directory `dir` that every daemon can
         reach (atomic: the previous checkpoint there stays until every rank agreed)."""

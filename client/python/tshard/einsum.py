@@ -1,4 +1,4 @@
-"""Distributed einsum on the daemons (issue 15): ``out = einsum(equation, operands)`` computed
+"""Distributed einsum on the daemons: ``out = einsum(equation, operands)`` computed
 where the shards live.
 
 The daemons' planner compares candidate plans (the operands as they are, one operand following

@@ -1,4 +1,4 @@
-"""Offline planning and drawing (issue 14): ``tshard.plan`` (the planner's EXPLAIN of a reshard
+"""Offline planning and drawing: ``tshard.plan`` (the planner's EXPLAIN of a reshard
 for a shape and two attributes, simulating any number of ranks) and ``tshard.show`` (where the
 slices of a tensor live, like jax.debug.visualize_array_sharding), without daemons.
 

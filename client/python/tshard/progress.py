@@ -1,4 +1,4 @@
-"""Progress of puts and gets (issue 14): ``progress=`` on Client.put, put_slice and get takes a
+"""Progress of puts and gets: ``progress=`` on Client.put, put_slice and get takes a
 callable ``fn(done_bytes, total_bytes)`` called after every chunk, ``True`` for a bar on stderr,
 ``False`` for nothing; the default (None) draws the bar when stderr is a terminal and the
 transfer has 16 MiB or more. The bar shows the rate and the time left, like the CLI's."""

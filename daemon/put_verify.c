@@ -1,4 +1,4 @@
-/* putcheck.c - the daemon's half of "no silent corruption on put": a client declares the dtype
+/* put_verify.c - the daemon's half of "no silent corruption on put": a client declares the dtype
  * and row-major shape of the data it sends (PutRequest/PutSliceRequest fields 20-21), and a
  * declaration that differs from the tensor (or this rank's slice) is refused with both named, so
  * an int32 array never lands in an f32 tensor as reinterpreted bits and a (12,20) array never
@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "putcheck.h"
+#include "put_verify.h"
 
 /* "f32[20,12]" */
 static void describe(char *buf, size_t cap, const char *dtype, int ndim, const int64_t *shape) {

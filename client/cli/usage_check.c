@@ -1,4 +1,4 @@
-/* strict.c - the strict command line: every option a subcommand accepts is read from its usage
+/* usage_check.c - the strict command line: every option a subcommand accepts is read from its usage
  * text in main.c's table (lines starting "  --name"; "  --name VALUE  text" takes a value, a
  * name followed by two spaces is a bare flag), and the positional arguments from the usage line
  * starting with an upper-case word ("  NAME FILE.npy   ..." allows two; a word ending in "..." as

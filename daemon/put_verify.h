@@ -1,8 +1,7 @@
-/* putcheck.h - issue 14's client-trust checks in the daemon: a put's declared dtype and shape
- * against the tensor (putcheck.c), and one log line per operation with the reshard's strategy
- * and time in its answer (oplog.c). */
-#ifndef TSD_PUTCHECK_H
-#define TSD_PUTCHECK_H
+/* put_verify.h - the daemon's check of what a put declares: the data's dtype and row-major shape
+ * against the tensor or this rank's slice, and the byte count (put_verify.c). */
+#ifndef TSD_PUT_VERIFY_H
+#define TSD_PUT_VERIFY_H
 
 #include "engine.h"
 
@@ -19,15 +18,5 @@ int tsd_put_source_dtype(const ts_stored *t, const char *dtype, bool convert_ask
                          bool *convert, ts_error *err);
 /* A layout tag whose bytes are the row-major box ("" or "ab..." over ndim dims). */
 bool tsd_tag_plain(const char *tag, int ndim);
-
-/* oplog.c: the time and report of the collective operation running now (ops.c calls begin and
- * end around it, the reshard handler notes its strategy), a line at info level per operation,
- * and the reshard's answer carrying the strategy and the time. */
-void tsd_oplog_begin(void);
-void tsd_oplog_note(ts_strategy strategy, uint64_t bytes);
-void tsd_oplog_end(tsd_engine *e, const tsd_ordered *op, const tsd_pending *origin, int status);
-void tsd_answer_reshard(tsd_engine *e, const tsd_pending *w);
-/* The line of a local data operation (put_slice complete, get_slice's copy made). */
-void tsd_oplog_local(const Tshard__Request *req, uint64_t conn_id, uint64_t bytes, int status);
 
 #endif

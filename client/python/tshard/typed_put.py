@@ -1,4 +1,4 @@
-"""Checked puts (issue 14): every put and put_slice declares its array's dtype and shape, and
+"""Typed puts: every put and put_slice declares its array's dtype and shape, and
 the daemon refuses data that differs from the tensor (or this rank's slice), naming both,
 instead of storing reinterpreted bits. ``convert=True`` asks the daemon to convert the values to
 the tensor's dtype with the kernels' rules (kernels/dtype.c; README "Checked puts"): floats to

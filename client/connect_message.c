@@ -1,8 +1,6 @@
-/* checked.c - libtshard's part of issue 14 (clients users can trust): puts that declare the
- * data's dtype and shape so the daemon refuses a mismatch instead of storing reinterpreted bits,
- * the strategy and time of the last reshard, and connect errors that say which job, rank and
- * socket had no daemon and how to start one. */
-#include <errno.h>
+/* connect_message.c - why a connect failed, in words a user can act on: which job, rank and
+ * socket had no daemon and how to start one, what a valid job name is, or what the daemon that
+ * answered said. One message per thread, read by tshard_connect_message(). */
 #include <stdio.h>
 #include <string.h>
 
@@ -52,42 +50,3 @@ void tsc_connect_refused(const char *path, int err) {
 }
 
 const char *tshard_connect_message(void) { return connect_msg; }
-
-int tshard_put_typed(tshard_client *c, const char *name, const char *dtype, int ndim,
-                     const int64_t *shape, const void *data, size_t bytes, const char *key,
-                     unsigned flags) {
-  if (!c || !dtype || ndim < 0 || ndim > TSHARD_MAX_DIMS || (ndim && !shape))
-    return TS_INVALID_ARGUMENT;
-  c->put_dtype = dtype;
-  c->put_ndim = ndim;
-  c->put_shape = shape;
-  c->put_convert = (flags & TSHARD_PUT_CONVERT) != 0;
-  int rc = tshard_put(c, name, data, bytes, key);
-  c->put_dtype = NULL;
-  return rc;
-}
-
-int tshard_put_slice_typed(tshard_client *c, const char *name, const char *layout,
-                           const char *dtype, int ndim, const int64_t *shape, const void *data,
-                           size_t bytes, unsigned flags) {
-  if (!c || !dtype || ndim < 0 || ndim > TSHARD_MAX_DIMS || (ndim && !shape))
-    return TS_INVALID_ARGUMENT;
-  c->put_dtype = dtype;
-  c->put_ndim = ndim;
-  c->put_shape = shape;
-  c->put_convert = (flags & TSHARD_PUT_CONVERT) != 0;
-  int rc = tshard_put_slice(c, name, layout, data, bytes);
-  c->put_dtype = NULL;
-  return rc;
-}
-
-int tshard_reshard_report(const tshard_client *c, char *strategy, size_t cap,
-                          uint64_t *elapsed_us) {
-  if (!c || !c->reshard_strategy[0])
-    return TS_NOT_FOUND;
-  if (strategy && cap)
-    snprintf(strategy, cap, "%s", c->reshard_strategy);
-  if (elapsed_us)
-    *elapsed_us = c->reshard_us;
-  return TS_OK;
-}
