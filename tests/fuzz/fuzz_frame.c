@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon.h"
+#include "tsd_wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const tsd_limits lim = {.world_size = 4, .max_frame = 1 << 16};
