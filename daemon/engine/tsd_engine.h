@@ -46,7 +46,6 @@ typedef struct tsd_work {
   bool conn_closed;      /* notice: the connection is gone, free what it held */
   bool signal_shutdown;  /* notice: SIGTERM/SIGINT */
   Tshard__Request *req;  /* owned */
-  const tsd_op *op;      /* its entry in the table */
   tsd_scope scope;
 } tsd_work;
 

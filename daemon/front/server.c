@@ -489,7 +489,6 @@ static void process_frame(conn *c) {
   }
   w->conn_id = c->id;
   w->req = req;
-  w->op = op;
   w->scope = scope;
   if (++c->inflight >= TSD_MAX_INFLIGHT)
     conn_read_stop(c);
