@@ -8,8 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "tsd_base.h"
 #include "ts_rules.h"
+#include "ts_shard.h" /* the bound of --staging */
 
 /* CFG_MEMORY: a size, or "auto" (stored as TSD_MEMORY_AUTO, resolved in main.c). */
 typedef enum { CFG_STRING, CFG_SIZE, CFG_DURATION, CFG_LEVEL, CFG_MEMORY } cfg_kind;

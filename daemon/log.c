@@ -9,7 +9,7 @@
 #include <strings.h>
 #include <time.h>
 
-#include "daemon.h"
+#include "tsd_base.h"
 
 int tsd_log_threshold = TSD_LOG_INFO;
 static int log_rank = -1;

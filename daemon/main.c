@@ -3,9 +3,9 @@
  * Parses the config, initializes MPI (MPI_THREAD_SERIALIZED: only this thread will call it),
  * chooses the memory limit of --memory-limit auto (from the job's ranks on this node), starts the
  * libuv loop thread on this rank's socket, logs the memory limit (and how it was chosen) and the
- * ready line, and runs the engine on
- * this thread until a shutdown (request or SIGTERM/SIGINT) has run on every rank. Then it stops
- * the loop thread (answers flushed, sockets removed) and finalizes MPI. Exit code 0 on a clean
+ * ready line, and runs the engine on this thread with the operations of daemon/ops/ until a
+ * shutdown (request or SIGTERM/SIGINT) has run on every rank. Then it stops the loop thread
+ * (answers flushed, sockets removed) and finalizes MPI. Exit code 0 on a clean
  * shutdown. The soft limit of open descriptors is raised to the hard one at start: clients,
  * segments and MPI all take descriptors, and the cap on unauthenticated connections
  * (--max-unauthenticated) keeps those far below it. */
@@ -17,8 +17,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon.h"
 #include "ts_comm.h"
+#include "tsd_front.h"
+#include "tsd_ops.h"
 
 /* The soft limit of open descriptors up to the hard one (capped by what the kernel allows a
  * process, fs.nr_open, when the hard one is unlimited). */
@@ -68,8 +69,11 @@ int main(int argc, char **argv) {
              cfg.memory_limit ? "--memory-limit" : "none: --memory-limit 0");
   if (rank == 0)
     tsd_config_log(&cfg);
+  tsd_catalog catalog;
+  tsd_catalog_init(&catalog);
   tsd_shared shared;
   tsd_shared_init(&shared);
+  shared.catalog = &catalog;
   tsd_server_opts so;
   memset(&so, 0, sizeof so);
   so.cfg = &cfg;
@@ -92,7 +96,7 @@ int main(int argc, char **argv) {
             memory_why);
     TSD_LOG(TSD_LOG_INFO, "ready: job %s rank %d of %d pid %d serving %s%s", cfg.job, rank, size,
             (int)getpid(), so.socket_path, tcp);
-    tsd_engine_opts eo = {&cfg, world, &shared};
+    tsd_engine_opts eo = {.cfg = &cfg, .world = world, .shared = &shared, .ops = &tsd_ops};
     if (tsd_engine_run(&eo, &err)) {
       TSD_LOG(TSD_LOG_ERROR, "engine: %s", err.msg);
       exit_code = 1;
@@ -100,6 +104,7 @@ int main(int argc, char **argv) {
   }
   tsd_server_stop(&server);
   tsd_shared_destroy(&shared);
+  tsd_catalog_destroy(&catalog);
   if (ts_world_finalize(&world, &err)) {
     TSD_LOG(TSD_LOG_ERROR, "MPI finalize: %s", err.msg);
     exit_code = 1;

@@ -129,21 +129,19 @@ endif()
 # simulated ranks in one process.
 if(TARGET tsdwire)
   tshard_unit_test(test_sequencer ${CMAKE_CURRENT_LIST_DIR}/unit/test_sequencer.c
-                   ${CMAKE_SOURCE_DIR}/daemon/sequencer.c ${CMAKE_SOURCE_DIR}/daemon/keys.c ${CMAKE_SOURCE_DIR}/daemon/log.c
-                   ${CMAKE_SOURCE_DIR}/daemon/optable.c)
-  target_compile_definitions(test_sequencer PRIVATE TSD_WIRE_ONLY) # the table without handlers
-  target_link_libraries(test_sequencer PRIVATE tsdwire PkgConfig::XXHASH)
-  # The table of operations against the protocol's own descriptor of Request.
-  tshard_unit_test(test_optable ${CMAKE_CURRENT_LIST_DIR}/unit/test_optable.c
-                   ${CMAKE_SOURCE_DIR}/daemon/optable.c)
-  target_compile_definitions(test_optable PRIVATE TSD_WIRE_ONLY)
-  target_link_libraries(test_optable PRIVATE tsdwire)
+                   ${CMAKE_SOURCE_DIR}/daemon/engine/sequencer.c ${CMAKE_SOURCE_DIR}/daemon/engine/keys.c)
+  target_include_directories(test_sequencer PRIVATE ${CMAKE_SOURCE_DIR}/daemon/engine)
+  target_link_libraries(test_sequencer PRIVATE tsdwire tsdbase PkgConfig::XXHASH)
+  # The table of operations (its wire, front and engine halves) against the protocol's own
+  # descriptor of Request.
+  tshard_unit_test(test_optable ${CMAKE_CURRENT_LIST_DIR}/unit/test_optable.c)
+  target_link_libraries(test_optable PRIVATE tsdops tsdfront tsdengine tsdwire tsdbase)
 endif()
 
 # The daemon's log lines: client text quoted in them cannot end a line or forge another.
 if(TARGET tsdwire)
-  tshard_unit_test(test_log ${CMAKE_CURRENT_LIST_DIR}/unit/test_log.c ${CMAKE_SOURCE_DIR}/daemon/log.c)
-  target_link_libraries(test_log PRIVATE tsdwire)
+  tshard_unit_test(test_log ${CMAKE_CURRENT_LIST_DIR}/unit/test_log.c)
+  target_link_libraries(test_log PRIVATE tsdbase)
 endif()
 
 # What the protocol allows in strings (names, UTF-8, the walk of encoded strings, token files).

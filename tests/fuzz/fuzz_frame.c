@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon.h"
+#include "tsd_wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const tsd_limits lim = {.world_size = 4, .max_frame = 1 << 16};
@@ -26,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const tsd_op *op = NULL;
     if (rc == TS_OK)
       rc = tsd_request_validate(req, &lim, &op, &err);
-    if (rc == TS_OK && (!op || (int)op->kind != (int)req->op_case))
+    if (rc == TS_OK && (!op || op != tsd_op_find((int)req->op_case)))
       abort(); /* a valid request has its own entry in the table */
     if (rc != TS_OK) {
       uint8_t *frame = NULL;

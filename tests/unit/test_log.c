@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "check_main.h"
-#include "daemon.h"
+#include "tsd_base.h"
 
 /* What the log wrote while fn(arg) ran, read back from a temporary file in place of stderr. */
 static char *captured(void (*fn)(const char *), const char *arg) {

@@ -1,15 +1,20 @@
-/* test_optable.c - the daemon's table of operations (daemon/optable.c, built here without the
- * handlers, as the fuzz target builds it). Against the independent reference of the protocol
- * itself (protobuf-c's descriptor of Request): every member of Request's `op` oneof has exactly
- * one entry, named like the field, with a validator and a scope; a get is collective for its
- * first chunk only; an operation the table does not know is refused UNSUPPORTED with the list of
- * known ones; header checks (key, token lengths) come before the operation's own. */
+/* test_optable.c - the daemon's table of operations: its wire half (daemon/wire/optable.c), the
+ * loop thread's answers (daemon/front/server.c) and its engine half (daemon/ops/handlers.c), all
+ * indexed by op case. Against the independent reference of the protocol itself (protobuf-c's
+ * descriptor of Request): every member of Request's `op` oneof has exactly one wire row, named
+ * like the field, with a validator and a scope, and the runners its scope needs (a loop answer
+ * for LOOP and CATALOG, a local handler for CATALOG and LOCAL, a collective run for COLLECTIVE);
+ * a get is collective for its first chunk only; an operation the table does not know is refused
+ * UNSUPPORTED with the list of known ones; header checks (key, token lengths) come before the
+ * operation's own. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check_main.h"
-#include "daemon.h"
+#include "tsd_front.h"
+#include "tsd_ops.h"
+#include "tsd_wire.h"
 
 static const tsd_limits lim = {.world_size = 4, .max_frame = 1 << 20};
 
@@ -25,7 +30,6 @@ START_TEST(every_op_has_one_entry) {
     ck_assert_msg(op != NULL, "Request.%s (field %u) has no entry in the table", f->name, f->id);
     ck_assert_str_eq(op->name, f->name);
     ck_assert_str_eq(tsd_op_name((int)f->id), f->name);
-    ck_assert_int_eq((int)op->kind, (int)f->id);
     ck_assert_ptr_nonnull(op->validate);
     ck_assert(op->scope == TSD_SCOPE_LOOP || op->scope == TSD_SCOPE_CATALOG ||
               op->scope == TSD_SCOPE_LOCAL || op->scope == TSD_SCOPE_COLLECTIVE);
@@ -34,6 +38,44 @@ START_TEST(every_op_has_one_entry) {
   ck_assert_ptr_null(tsd_op_find(0));
   ck_assert_ptr_null(tsd_op_find(9999));
   ck_assert_str_eq(tsd_op_name(9999), "unknown");
+}
+END_TEST
+
+/* The runners a row's scope needs, and none it cannot use. */
+START_TEST(every_op_has_its_runners) {
+  const ProtobufCMessageDescriptor *d = &tshard__request__descriptor;
+  for (unsigned i = 0; i < d->n_fields; i++) {
+    const ProtobufCFieldDescriptor *f = &d->fields[i];
+    if (!(f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF))
+      continue;
+    const tsd_op *op = tsd_op_find((int)f->id);
+    ck_assert_ptr_nonnull(op);
+    const tsd_op_handlers *h = tsd_op_handlers_find((int)f->id);
+    tsd_loop_fn loop = tsd_loop_answer((int)f->id);
+    /* A get is collective for its first chunk; a put's local handler submits the complete put
+     * as a collective operation itself. */
+    bool collective = op->scope == TSD_SCOPE_COLLECTIVE || op->scope_of != NULL ||
+                      f->id == TSHARD__REQUEST__OP_PUT;
+    bool local = op->scope == TSD_SCOPE_LOCAL || op->scope == TSD_SCOPE_CATALOG;
+    if (op->scope == TSD_SCOPE_LOOP) {
+      ck_assert_msg(loop != NULL, "%s: loop-scoped without a loop answer", f->name);
+      ck_assert_msg(h == NULL, "%s: loop-scoped with an engine row", f->name);
+      continue;
+    }
+    ck_assert_msg(h != NULL, "%s: no engine row", f->name);
+    ck_assert_msg((loop != NULL) == (op->scope == TSD_SCOPE_CATALOG),
+                  "%s: a loop answer exactly when catalog-scoped", f->name);
+    ck_assert_msg((h->run_local != NULL) == local, "%s: a local handler exactly when local",
+                  f->name);
+    ck_assert_msg((h->run_collective != NULL) == collective,
+                  "%s: a collective run exactly when collective", f->name);
+    if (!collective)
+      ck_assert_msg(!h->changes && !h->answer, "%s: changes or answer but never collective",
+                    f->name);
+  }
+  ck_assert_ptr_null(tsd_op_handlers_find(0));
+  ck_assert_ptr_null(tsd_op_handlers_find(9999));
+  ck_assert_ptr_null(tsd_loop_answer(9999));
 }
 END_TEST
 
@@ -90,6 +132,7 @@ int main(void) {
   TCase *tc = tcase_create("optable");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, every_op_has_one_entry);
+  tcase_add_test(tc, every_op_has_its_runners);
   tcase_add_test(tc, scopes);
   tcase_add_test(tc, unknown_and_header);
   suite_add_tcase(s, tc);

@@ -1,4 +1,4 @@
-/* test_sequencer.c - the daemon's sequencer (daemon/sequencer.c) without MPI: one to three
+/* test_sequencer.c - the daemon's sequencer (daemon/engine/sequencer.c) without MPI: one to three
  * simulated ranks in one process, joined by an in-memory transport that delivers messages in
  * the order they were sent (as MPI does between two ranks). Checked: every rank runs the same
  * operations in the same order, each once; keyed submissions from several clients on several

@@ -1,0 +1,235 @@
+/* tsd_engine.h - the engine of tshardd (libtsdengine, daemon/engine/): the thread that alone
+ * calls MPI. engine.c runs its loop and the hand-over with the loop thread (queue.c: work in,
+ * replies out); sequencer.c orders collective operations and keeps the idempotency keys
+ * (keys.c), through hooks, apart from MPI (sequencer.h); session.c holds each connection's
+ * state, shm.c its shared segments. The operations themselves are not here: the operations layer
+ * (daemon/ops/) gives the engine its entry points (tsd_engine_ops) when it starts, and uses
+ * what this header declares. It includes the wire layer and tsd_base.h; the engine thread alone
+ * touches tsd_engine. */
+#ifndef TSD_ENGINE_H
+#define TSD_ENGINE_H
+
+#include <pthread.h>
+
+#include "sequencer.h"
+#include "tsd_base.h"
+#include "tsd_wire.h"
+#include "ts_comm.h"
+#include "ts_control.h"
+
+/* ---------------------------------------------------------------------------------------------
+ * queue.c: the hand-over between the loop thread and the engine. Nodes are the first member of
+ * what is queued; the producer calls the consumer's wake callback after each push. */
+typedef struct tsd_qnode {
+  struct tsd_qnode *next;
+} tsd_qnode;
+
+typedef struct tsd_queue {
+  pthread_mutex_t mu;
+  tsd_qnode *head, *tail;
+  void (*wake)(void *ctx); /* NULL: nobody to wake (yet) */
+  void *wake_ctx;
+} tsd_queue;
+
+void tsd_queue_init(tsd_queue *q);
+/* Frees the nodes left with free_node, then the mutex. */
+void tsd_queue_destroy(tsd_queue *q, void (*free_node)(tsd_qnode *n));
+void tsd_queue_set_wake(tsd_queue *q, void (*wake)(void *ctx), void *ctx);
+void tsd_queue_push(tsd_queue *q, tsd_qnode *n);
+/* Takes every node, in order (linked by next). */
+tsd_qnode *tsd_queue_take_all(tsd_queue *q);
+bool tsd_queue_empty(tsd_queue *q);
+
+typedef struct tsd_work {
+  tsd_qnode node;        /* first: queued in tsd_shared.work */
+  uint64_t conn_id;
+  bool conn_closed;      /* notice: the connection is gone, free what it held */
+  bool signal_shutdown;  /* notice: SIGTERM/SIGINT */
+  Tshard__Request *req;  /* owned */
+  tsd_scope scope;
+} tsd_work;
+
+typedef struct tsd_reply {
+  tsd_qnode node;  /* first: queued in tsd_shared.replies */
+  uint64_t conn_id;
+  uint8_t *frame; /* owned, header included */
+  size_t len;
+  int fd;          /* -1, or a descriptor to pass with the frame (SCM_RIGHTS), owned */
+  uint64_t req_id; /* with fd: the request answered */
+} tsd_reply;
+
+/* The hand-over between the two threads. The catalog (front/catalog.c) and the server
+ * (front/server.c) are the front's: the engine only carries them, for the operations (which
+ * publish the catalog and count the connections in stats). */
+struct tsd_catalog;
+struct tsd_server;
+typedef struct tsd_shared {
+  pthread_mutex_t mu;  /* the loop's stop request */
+  tsd_queue work;      /* loop -> engine; the engine sets its wake (a condition variable) */
+  tsd_queue replies;   /* engine -> loop; the loop sets its wake (uv_async) */
+  struct tsd_server *server;   /* for the connection count in stats; set by the server */
+  struct tsd_catalog *catalog; /* its own mutex; set by main.c */
+} tsd_shared;
+
+void tsd_shared_init(tsd_shared *sh);
+void tsd_shared_destroy(tsd_shared *sh);
+void tsd_push_work(tsd_shared *sh, tsd_work *w);
+/* Queues a reply frame and wakes the loop thread (takes ownership of frame). */
+void tsd_push_reply(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len);
+/* The same with a descriptor passed on the frame's first byte (takes fd too). */
+void tsd_push_reply_fd(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len, int fd,
+                       uint64_t req_id);
+
+typedef struct tsd_session tsd_session; /* session.c: what one connection holds */
+typedef struct tsd_shm_seg tsd_shm_seg;  /* shm.c */
+
+typedef struct tsd_engine {
+  const tsd_config *cfg;
+  ts_world *world;
+  ts_control *ctl;
+  ts_store *store;
+  tsd_shared *sh;
+  pthread_mutex_t wake_mu; /* the engine waits on wake when idle; the work queue signals it */
+  pthread_cond_t wake;
+  int rank, size;
+  tsd_session *sessions; /* session.c */
+  tsd_seq *seq; /* the order of collective operations (sequencer.c) */
+  bool stopping;
+  struct tsd_shm_seg *shm_segs; /* live shared-memory segments (shm.c) */
+  const struct tsd_engine_ops *ops; /* the operations layer's entry points (below) */
+  struct tsd_einsum_state *einsum; /* the operations' einsum records (ops/einsum.c), opaque here */
+  /* stats */
+  uint64_t ops_answered;
+  uint64_t strat_runs[TS_STRATEGY_COUNT], strat_sent[TS_STRATEGY_COUNT],
+      strat_recv[TS_STRATEGY_COUNT];
+} tsd_engine;
+
+/* ---------------------------------------------------------------------------------------------
+ * The operations the engine runs, given by the operations layer (daemon/ops/: its engine half of
+ * the table of operations, indexed by op case like the wire half) when the engine starts. The
+ * handlers' types: */
+/* Engine, this rank at once: answers the request itself (may take w->req). */
+typedef void (*tsd_local_fn)(tsd_engine *e, tsd_work *w);
+/* Engine, every rank in rank 0's order: returns the status agreed by every rank. */
+typedef int (*tsd_collective_fn)(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
+                                 ts_error *err);
+/* The names a collective operation may change (see tsd_changes). */
+typedef void (*tsd_changes_fn)(const Tshard__Request *req, tsd_changes *ch);
+/* The answer to one waiting client after a collective operation succeeded (NULL: status only). */
+typedef void (*tsd_answer_fn)(tsd_engine *e, const tsd_pending *w);
+
+/* The entry points, all called on the engine thread. */
+typedef struct tsd_engine_ops {
+  /* A LOCAL or CATALOG request (and a get's later chunks): answers it. */
+  tsd_local_fn run_local;
+  /* A collective operation in rank 0's order (the sequencer's run hook); origin is this rank's
+   * submission when it is the origin. The status and message are the answer. */
+  tsd_collective_fn run_collective;
+  /* The answer to one waiting client after a collective operation ran (the sequencer's answer
+   * hook): the operation's answer when it succeeded, else the status and message. */
+  void (*answer)(tsd_engine *e, int op_case, const tsd_pending *w, int status, const char *msg);
+  /* The names an operation may change (nothing added when none). */
+  tsd_changes_fn changes;
+  /* The engine stops: frees what the operations keep (einsum records, compiled programs). */
+  void (*stop)(tsd_engine *e);
+} tsd_engine_ops;
+
+/* engine.c */
+void tsd_reply_response(tsd_engine *e, uint64_t conn_id, Tshard__Response *resp);
+void tsd_reply_status(tsd_engine *e, uint64_t conn_id, uint64_t req_id, int status,
+                      const char *msg);
+/* Whether `extra` more bytes fit the memory limit: the buffer pool's one account (stored slices,
+ * put staging, get copies, executor staging; cached buffers give way when the allocation comes). */
+int tsd_memory_check(tsd_engine *e, uint64_t extra, const char *what, ts_error *err);
+/* engine.c: hands a validated collective request to the sequencer (see tsd_seq_submit). */
+void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *staging,
+                uint64_t staging_bytes);
+
+/* session.c: whole-tensor buffers (put staging, gathered copies): staging buffers of the pool,
+ * which keeps freed ones for the next transfer of their size class, so repeated transfers do not
+ * fault in fresh pages. tsd_buf_give accepts NULL. */
+/* tsd_buf_take checks the memory limit as it allocates: NULL with err (TS_LIMIT or
+ * TS_NO_MEMORY, naming `what`) when the buffer cannot be had. */
+void *tsd_buf_take(tsd_engine *e, size_t bytes, const char *what, ts_error *err);
+void tsd_buf_give(tsd_engine *e, void *p, size_t bytes);
+/* session.c: a connection's state, created on first use and freed with the connection. */
+tsd_session *tsd_session_get(tsd_engine *e, uint64_t conn_id, bool create);
+void tsd_session_free(tsd_engine *e, uint64_t conn_id);
+void tsd_session_free_all(tsd_engine *e);
+/* A staged put: what it must match, then its chunks in order. A chunk at offset 0 starts it
+ * (the previous one dropped): the total must be `expected` and fit the memory limit. Any error
+ * drops the put and returns the status with err set. */
+typedef struct tsd_put_target {
+  const char *name;
+  bool slice;
+  const char *tag;   /* slices: the layout the data comes in ("" whole puts) */
+  const ts_box *box; /* slices: the box the staging is sized for */
+  uint64_t expected;
+} tsd_put_target;
+int tsd_session_put_stage(tsd_engine *e, tsd_session *s, const tsd_put_target *t,
+                          uint64_t offset, uint64_t total, const uint8_t *data, size_t len,
+                          ts_error *err);
+uint64_t tsd_session_put_received(const tsd_session *s);
+bool tsd_session_put_done(const tsd_session *s);
+/* Takes the staging of a complete put (and the box it was sized for): the caller owns it. */
+uint8_t *tsd_session_put_take(tsd_session *s, uint64_t *bytes, ts_box *box);
+void tsd_session_put_reset(tsd_engine *e, tsd_session *s);
+/* The copy a get reads (a gathered tensor or a slice copy), in a pool buffer or in the
+ * connection's segment (in_shm); freed after its last byte or with the connection. */
+typedef struct tsd_copy {
+  uint8_t *buf;
+  uint64_t total;
+  bool in_shm;
+  bool direct; /* already written into the client's memory: answered with no bytes */
+} tsd_copy;
+/* Takes buf (unless in_shm). */
+void tsd_session_copy_set(tsd_engine *e, tsd_session *s, const char *name, bool slice,
+                          uint8_t *buf, uint64_t total, bool in_shm);
+/* The copy of `name` (NULL: any name) of that kind, or NULL. s may be NULL. */
+const tsd_copy *tsd_session_copy(const tsd_session *s, const char *name, bool slice);
+/* The whole tensor `name` (total bytes) was written into the client's memory: frees any copy;
+ * the get's answer then says so. */
+void tsd_session_copy_direct(tsd_engine *e, tsd_session *s, const char *name, uint64_t total);
+void tsd_session_copy_reset(tsd_engine *e, tsd_session *s);
+/* The connection's shared segment (shm.c); setting one releases the previous. */
+tsd_shm_seg *tsd_session_shm(const tsd_session *s);
+void tsd_session_set_shm(tsd_engine *e, tsd_session *s, tsd_shm_seg *seg);
+/* The region a whole get asked its answer in (NULL: none), kept for its answer. */
+void tsd_session_set_get_region(tsd_session *s, const Tshard__ShmData *d);
+const Tshard__ShmData *tsd_session_get_region(const tsd_session *s, Tshard__ShmData *sd);
+
+/* shm.c: same-node shared-memory segments. */
+/* The largest segment a connection gets; larger transfers go through it in chunks. */
+#define TSD_SHM_MAX_BYTES (1ULL << 30)
+
+uint8_t *tsd_shm_base(const tsd_shm_seg *s);
+uint64_t tsd_shm_bytes(const tsd_shm_seg *s);
+tsd_shm_seg *tsd_shm_hold(tsd_shm_seg *s);
+/* Drops a reference; the last unmaps the segment and returns its bytes. Accepts NULL. */
+void tsd_shm_release(tsd_engine *e, tsd_shm_seg *s);
+/* The region d names in the connection's segment: *p and its size (d->bytes, or 0: to the
+ * segment's end), checked to lie inside the segment and to hold at least min_bytes. */
+int tsd_shm_region(const tsd_session *c, const Tshard__ShmData *d, uint64_t min_bytes,
+                   uint8_t **p, uint64_t *bytes, ts_error *err);
+/* Frees the data of a submitted put: a segment reference when p lies in a segment, else a staging
+ * buffer (returned to the account). Accepts NULL. */
+void tsd_staging_give(tsd_engine *e, uint8_t *p, uint64_t bytes);
+/* A whole get (offset 0) on the origin rank: remembers the region the request named (for its
+ * answer), and returns where in the segment the gathered tensor of `bytes` may be written, or
+ * NULL (no region, or too small: the gather goes to a copy and is answered through the region in
+ * chunks). c may be NULL (the client is gone). */
+uint8_t *tsd_shm_gather_target(tsd_session *c, const Tshard__GetRequest *g, uint64_t bytes);
+/* The local handler of shm_attach. */
+void tsd_shm_attach(tsd_engine *e, tsd_work *w);
+
+/* engine.c */
+typedef struct tsd_engine_opts {
+  const tsd_config *cfg;
+  ts_world *world;
+  tsd_shared *shared;
+  const tsd_engine_ops *ops; /* the operations layer's entry points */
+} tsd_engine_opts;
+/* Runs until a shutdown operation has run on every rank. */
+int tsd_engine_run(tsd_engine_opts *opts, ts_error *err);
+
+#endif

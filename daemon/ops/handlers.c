@@ -1,0 +1,79 @@
+/* handlers.c - the engine half of the table of the daemon's operations: one row per Request op
+ * case, indexed by it like the wire half (wire/optable.c), naming the functions that run an
+ * operation (on this rank at once, or on every rank in rank 0's order), the names it may change
+ * and the answer to its waiting clients; and tsd_ops, the entry points the engine runs every
+ * operation through. Ping has no row: the loop thread answers it (front/server.c). */
+#include "einsum.h"
+#include "handlers.h"
+#include "oplog.h"
+#include "program.h"
+#include "put_verify.h"
+
+#define OP(kind) TSHARD__REQUEST__OP_##kind
+static const tsd_op_handlers handlers[] = {
+    [OP(CREATE)] = {.run_collective = tsd_run_create, .changes = tsd_changes_create},
+    [OP(PUT)] = {.run_local = tsd_handle_put_chunk, .run_collective = tsd_run_put,
+                 .answer = tsd_answer_put},
+    [OP(PUT_SLICE)] = {.run_local = tsd_handle_put_slice},
+    [OP(GET)] = {.run_local = tsd_handle_get_chunk, .run_collective = tsd_run_get,
+                 .answer = tsd_answer_get},
+    [OP(GET_SLICE)] = {.run_local = tsd_handle_get_slice},
+    [OP(RESHARD)] = {.run_collective = tsd_run_reshard, .changes = tsd_changes_reshard,
+                     .answer = tsd_answer_reshard},
+    [OP(DROP)] = {.run_collective = tsd_run_drop, .changes = tsd_changes_drop},
+    [OP(LIST)] = {.run_local = tsd_op_catalog},
+    [OP(DESCRIBE)] = {.run_local = tsd_op_catalog},
+    [OP(PLAN)] = {.run_local = tsd_op_plan},
+    [OP(STATS)] = {.run_local = tsd_op_stats},
+    [OP(SHUTDOWN)] = {.run_collective = tsd_run_shutdown},
+    [OP(EINSUM)] = {.run_collective = tsd_run_einsum, .changes = tsd_changes_einsum,
+                    .answer = tsd_answer_einsum},
+    [OP(EINSUM_BACKWARD)] = {.run_collective = tsd_run_einsum_backward,
+                             .changes = tsd_changes_einsum_backward},
+    [OP(EINSUM_RELEASE)] = {.run_collective = tsd_run_einsum_release},
+    [OP(EINSUM_PLAN)] = {.run_local = tsd_op_einsum_plan},
+    [OP(SAVE)] = {.run_collective = tsd_run_save},
+    [OP(LOAD)] = {.run_collective = tsd_run_load, .changes = tsd_changes_load},
+    [OP(SHM_ATTACH)] = {.run_local = tsd_shm_attach},
+    [OP(PROGRAM_COMPILE)] = {.run_collective = tsd_run_program_compile,
+                             .answer = tsd_answer_program_compile},
+    [OP(PROGRAM_RUN)] = {.run_collective = tsd_run_program_run,
+                         .changes = tsd_changes_program_run},
+    [OP(PROGRAM_DROP)] = {.run_collective = tsd_run_program_drop},
+    [OP(PROGRAM_SHOW)] = {.run_local = tsd_op_program_show},
+};
+#define NHANDLERS (sizeof handlers / sizeof handlers[0])
+
+const tsd_op_handlers *tsd_op_handlers_find(int op_case) {
+  if (op_case <= 0 || (size_t)op_case >= NHANDLERS)
+    return NULL;
+  const tsd_op_handlers *h = &handlers[op_case];
+  return h->run_local || h->run_collective ? h : NULL;
+}
+
+static void run_local(tsd_engine *e, tsd_work *w) {
+  const tsd_op_handlers *h = tsd_op_handlers_find((int)w->req->op_case);
+  if (h && h->run_local)
+    h->run_local(e, w);
+  else
+    tsd_reply_status(e, w->conn_id, w->req->id, TS_INTERNAL, "operation has no local handler");
+}
+
+static void changes(const Tshard__Request *req, tsd_changes *ch) {
+  const tsd_op_handlers *h = tsd_op_handlers_find((int)req->op_case);
+  if (h && h->changes)
+    h->changes(req, ch);
+}
+
+static void stop(tsd_engine *e) {
+  tsd_programs_free();
+  tsd_einsum_free_all(e);
+}
+
+const tsd_engine_ops tsd_ops = {
+    .run_local = run_local,
+    .run_collective = tsd_run_collective,
+    .answer = tsd_answer_collective,
+    .changes = changes,
+    .stop = stop,
+};

@@ -1,0 +1,57 @@
+/* handlers.h - the handlers of the tensor operations and checkpoints that the engine half of the
+ * table (handlers.c) names: ops.c (create, put, get, reshard, drop, list and describe, plan,
+ * stats, shutdown, and the run of every collective operation), transfer.c (chunked puts and gets,
+ * the client's own memory) and ckpt.c (save, load). Internal to daemon/ops/; the families of
+ * their own (einsum.h, program.h) and the put verification (put_verify.h) and the operation log (oplog.h) have theirs. */
+#ifndef TSD_OPS_HANDLERS_H
+#define TSD_OPS_HANDLERS_H
+
+#include "tsd_ops.h"
+
+/* ops.c */
+void tsd_op_catalog(tsd_engine *e, tsd_work *w);
+void tsd_op_plan(tsd_engine *e, tsd_work *w);
+void tsd_op_stats(tsd_engine *e, tsd_work *w);
+int tsd_run_create(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+int tsd_run_put(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+int tsd_run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+int tsd_run_reshard(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+int tsd_run_drop(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+int tsd_run_shutdown(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+void tsd_changes_create(const Tshard__Request *r, tsd_changes *ch);
+void tsd_changes_drop(const Tshard__Request *r, tsd_changes *ch);
+void tsd_changes_reshard(const Tshard__Request *r, tsd_changes *ch);
+/* Runs a collective operation on this rank with its row of the table; origin_entry is this
+ * rank's submission when it is the origin. The status and message are the answer; a get fills
+ * the connection's copy. */
+int tsd_run_collective(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin_entry,
+                       ts_error *err);
+/* The answer to one waiting client after a collective operation ran: the row's answer when it
+ * succeeded, else the status and message. */
+void tsd_answer_collective(tsd_engine *e, int op_case, const tsd_pending *w, int status,
+                           const char *msg);
+
+/* transfer.c: the local handlers of put, put_slice, get (chunks after the first) and get_slice,
+ * and the answers of a put and a get (its first chunk, from the gathered copy) after they ran. */
+void tsd_handle_put_chunk(tsd_engine *e, tsd_work *w);
+void tsd_handle_put_slice(tsd_engine *e, tsd_work *w);
+void tsd_handle_get_chunk(tsd_engine *e, tsd_work *w);
+void tsd_handle_get_slice(tsd_engine *e, tsd_work *w);
+void tsd_answer_put(tsd_engine *e, const tsd_pending *w);
+void tsd_answer_get(tsd_engine *e, const tsd_pending *w);
+/* Whether the client's memory can be read at both ends of its range (TS_NO_DIRECT when the
+ * system refuses, TS_INVALID_ARGUMENT when not mapped there, TS_NOT_FOUND when the process is
+ * gone), and one copy between it (its byte `at`) and n bytes here. */
+int tsd_client_probe(const Tshard__ClientMemory *m, ts_error *err);
+int tsd_client_copy(const Tshard__ClientMemory *m, bool write, uint8_t *buf, uint64_t n,
+                    ts_error *err);
+/* The process a ClientMemory names (pid, uid and start time, set by the loop thread); every copy
+ * checks it still is the process that sent the request (ts_comm_proc_pin). */
+ts_comm_proc tsd_client_proc(const Tshard__ClientMemory *m);
+
+/* ckpt.c: checkpoint save and load */
+int tsd_run_save(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+int tsd_run_load(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+void tsd_changes_load(const Tshard__Request *r, tsd_changes *ch);
+
+#endif

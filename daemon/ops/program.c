@@ -1,0 +1,452 @@
+/* program.c - compiled programs on the shards (program/PROGRAM.md): program_compile compiles the
+ * program on every rank (the same text gives the same id, a hash of it; a ProgramGraph message is
+ * turned into its JSON text first, program_graph.c; the ranks agree on the outcome), program_run runs it SPMD on each rank's local slices after the placement check
+ * (tsp_program_placement) and an agreement, so every rank reaches the same outcome before a
+ * tensor changes; program_show reports this rank's compiled program; program_drop forgets it on
+ * every rank. Inputs are stored tensors
+ * (their row-major local slices) or scalars sent with the request; outputs are new tensors over
+ * the inputs' mesh, each rank's slice being what it computed: replicated, partial, or split
+ * where the placement check says a dim stays split (its split sizes, uneven too, are the ranks'
+ * local extents, gathered); in-place updates of the inputs go straight into their slices. Only the engine thread touches the registry. */
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "program.h"
+#include "ts_program.h"
+
+#define TSD_MAX_PROGRAMS 64
+
+typedef struct tsd_prog {
+  char id[24];
+  tsp_program *p;
+} tsd_prog;
+
+static tsd_prog programs[TSD_MAX_PROGRAMS];
+static int n_programs;
+static char last_id[24];
+
+void tsd_programs_free(void) {
+  for (int i = 0; i < n_programs; i++)
+    tsp_program_destroy(programs[i].p);
+  n_programs = 0;
+}
+
+static tsp_program *find(const char *id) {
+  for (int i = 0; i < n_programs; i++)
+    if (strcmp(programs[i].id, id) == 0)
+      return programs[i].p;
+  return NULL;
+}
+
+static int agree(tsd_engine *e, int status, const ts_error *local, ts_error *err) {
+  return ts_comm_agree(ts_world_comm(e->world), status, local, err);
+}
+
+int tsd_run_program_compile(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
+                            ts_error *err) {
+  (void)origin;
+  const Tshard__ProgramCompileRequest *q = op->req->program_compile;
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  /* the message form (or a text with bucket rule overrides) becomes its JSON text; the id is
+   * that text's */
+  char *graph_text = NULL;
+  int lst = tsd_program_request_text(q, &graph_text, &lerr);
+  const char *text = graph_text ? graph_text : q->text;
+  char id[24] = "";
+  if (lst == TS_OK)
+    snprintf(id, sizeof id, "%016llx", (unsigned long long)XXH3_64bits(text, strlen(text)));
+  tsp_program *p = NULL;
+  if (lst == TS_OK && !find(id)) {
+    if (n_programs == TSD_MAX_PROGRAMS)
+      lst = ts_error_set(&lerr, TS_LIMIT, "this daemon holds %d programs already",
+                         TSD_MAX_PROGRAMS);
+    else {
+      tsp_options o = {.lazy = q->lazy};
+      lst = tsp_program_create(&p, text, &o, &lerr);
+    }
+  }
+  free(graph_text);
+  int rc = agree(e, lst, &lerr, err);
+  if (rc) {
+    tsp_program_destroy(p);
+    return rc;
+  }
+  if (p) {
+    snprintf(programs[n_programs].id, sizeof programs[n_programs].id, "%s", id);
+    programs[n_programs++].p = p;
+  }
+  snprintf(last_id, sizeof last_id, "%s", id);
+  return TS_OK;
+}
+
+int tsd_run_program_drop(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
+                         ts_error *err) {
+  (void)origin;
+  const char *id = op->req->program_drop->id;
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  int i = 0;
+  while (i < n_programs && strcmp(programs[i].id, id) != 0)
+    i++;
+  int lst = i < n_programs ? TS_OK
+                           : ts_error_set(&lerr, TS_NOT_FOUND, "no compiled program with id '%s'", id);
+  int rc = agree(e, lst, &lerr, err);
+  if (rc)
+    return rc;
+  tsp_program_destroy(programs[i].p);
+  programs[i] = programs[--n_programs];
+  return TS_OK;
+}
+
+void tsd_answer_program_compile(tsd_engine *e, const tsd_pending *w) {
+  Tshard__Response r = TSHARD__RESPONSE__INIT;
+  Tshard__ProgramResult pr = TSHARD__PROGRAM_RESULT__INIT;
+  r.id = w->req_id;
+  r.result_case = TSHARD__RESPONSE__RESULT_PROGRAM;
+  r.program = &pr;
+  pr.id = last_id;
+  pr.text = "";
+  tsd_reply_response(e, w->conn_id, &r);
+}
+
+void tsd_op_program_show(tsd_engine *e, tsd_work *w) {
+  tsp_program *p = find(w->req->program_show->id);
+  if (!p) {
+    tsd_reply_status(e, w->conn_id, w->req->id, TS_NOT_FOUND, "no compiled program with that id "
+                     "(program_compile answers the id)");
+    return;
+  }
+  char *text = NULL;
+  ts_error err;
+  int rc = tsp_program_show(p, &text, &err);
+  if (rc) {
+    tsd_reply_status(e, w->conn_id, w->req->id, rc, err.msg);
+    return;
+  }
+  Tshard__Response r = TSHARD__RESPONSE__INIT;
+  Tshard__ProgramResult pr = TSHARD__PROGRAM_RESULT__INIT;
+  r.id = w->req->id;
+  r.result_case = TSHARD__RESPONSE__RESULT_PROGRAM;
+  r.program = &pr;
+  pr.id = w->req->program_show->id;
+  pr.text = text;
+  tsd_reply_response(e, w->conn_id, &r);
+  free(text);
+}
+
+void tsd_changes_program_run(const Tshard__Request *r, tsd_changes *ch) {
+  const Tshard__ProgramRunRequest *q = r->program_run;
+  for (size_t i = 0; i < q->n_inputs; i++)
+    if (q->inputs[i]->tensor && q->inputs[i]->tensor[0])
+      tsd_changes_add(ch, q->inputs[i]->tensor);
+  for (size_t i = 0; i < q->n_outputs; i++)
+    tsd_changes_add(ch, q->outputs[i]->tensor);
+  if (q->n_outputs)
+    ch->names = true;
+}
+
+static void placement_of(const ts_attr *a, tsp_placement *pl) {
+  memset(pl, 0, sizeof *pl);
+  for (int m = 0; m < a->mesh_ndim; m++) {
+    if (a->place[m].kind == TS_PLACE_SHARD)
+      pl->split[a->place[m].dim] |= 1u << m;
+    else if (a->place[m].kind == TS_PLACE_PARTIAL) {
+      pl->partial |= 1u << m;
+      pl->partial_op = a->place[m].op == TS_REDUCE_MAX   ? TSP_PARTIAL_MAX
+                       : a->place[m].op == TS_REDUCE_MIN ? TSP_PARTIAL_MIN
+                                                         : TSP_PARTIAL_SUM;
+    }
+  }
+}
+
+static bool same_mesh(const ts_attr *a, const ts_attr *b) {
+  if (a->mesh_ndim != b->mesh_ndim || a->nranks != b->nranks)
+    return false;
+  for (int m = 0; m < a->mesh_ndim; m++)
+    if (a->mesh_shape[m] != b->mesh_shape[m])
+      return false;
+  for (int r = 0; r < a->nranks; r++)
+    if (a->ranks[r] != b->ranks[r])
+      return false;
+  return true;
+}
+
+/* The attribute and global shape of output k from every rank's local shapes (all: per world
+ * rank [here, shapes...], `per` values each): over the inputs' mesh, Partial where the placement
+ * check says so, Shard(d) for every dim it leaves split with the split sizes the ranks computed
+ * (parts row-major over the splitting mesh dims), Replicate elsewhere. Ranks that disagree on a
+ * dim are an error naming it. */
+static int output_attr(const tsp_program *p, int k, const tsp_placement *pl, const ts_attr *mesh,
+                       const int64_t *all, size_t per, int64_t *shape, ts_attr **out,
+                       ts_error *err) {
+  int nd = tsp_program_output_ndim(p, k), mnd = mesh->mesh_ndim;
+  const char *oname = tsp_program_output_name(p, k);
+  ts_placement place[TS_MAX_MESH_DIMS];
+  for (int m = 0; m < mnd; m++)
+    place[m] = (pl->partial & (1u << m))
+                   ? ts_partial(pl->partial_op == TSP_PARTIAL_MAX   ? TS_REDUCE_MAX
+                                : pl->partial_op == TSP_PARTIAL_MIN ? TS_REDUCE_MIN
+                                                                    : TS_REDUCE_SUM)
+                   : ts_replicate();
+  int64_t *sizes[TSP_MAX_DIMS] = {0};
+  int nparts[TSP_MAX_DIMS] = {0};
+  int rc = TS_OK;
+  for (int d = 0; d < nd && !rc; d++) {
+    int parts = 1;
+    for (int m = 0; m < mnd; m++)
+      if (pl->split[d] & (1u << m)) {
+        place[m] = ts_shard_on(d);
+        parts *= (int)mesh->mesh_shape[m];
+      }
+    nparts[d] = pl->split[d] ? parts : 0;
+    sizes[d] = malloc((size_t)parts * sizeof *sizes[d]);
+    if (!sizes[d]) {
+      rc = ts_error_set(err, TS_NO_MEMORY, "out of memory");
+      break;
+    }
+    for (int i = 0; i < parts; i++)
+      sizes[d][i] = -1;
+    for (int pos = 0; pos < mesh->nranks && !rc; pos++) {
+      const int64_t *row = all + (size_t)mesh->ranks[pos] * per;
+      if (!row[0])
+        continue; /* ran nowhere here: nothing to say */
+      int part = 0, rest = pos;
+      int64_t coord[TS_MAX_MESH_DIMS];
+      for (int m = mnd - 1; m >= 0; m--) {
+        coord[m] = rest % mesh->mesh_shape[m];
+        rest /= (int)mesh->mesh_shape[m];
+      }
+      for (int m = 0; m < mnd; m++)
+        if (pl->split[d] & (1u << m))
+          part = part * (int)mesh->mesh_shape[m] + (int)coord[m];
+      int64_t ext = row[1 + (size_t)k * TSP_MAX_DIMS + (size_t)d];
+      if (sizes[d][part] < 0)
+        sizes[d][part] = ext;
+      else if (sizes[d][part] != ext)
+        rc = ts_error_set(err, TS_PROGRAM_PLACEMENT, "output '%s': ranks computed %lld and %lld "
+                          "along dim %d for the same part of it; the inputs' slices along that "
+                          "dim differ", oname, (long long)sizes[d][part], (long long)ext, d);
+    }
+    shape[d] = 0;
+    for (int i = 0; i < parts && !rc; i++) {
+      if (sizes[d][i] < 0)
+        rc = ts_error_set(err, TS_INTERNAL, "output '%s': no rank computed part %d of dim %d",
+                          oname, i, d);
+      shape[d] = pl->split[d] ? shape[d] + sizes[d][i] : sizes[d][i];
+    }
+  }
+  if (!rc)
+    rc = ts_attr_create(out, mnd, mesh->mesh_shape, mesh->ranks, place, err);
+  for (int d = 0; d < nd && !rc; d++)
+    if (nparts[d])
+      rc = ts_attr_set_splits(*out, d, nparts[d], sizes[d], err);
+  for (int d = 0; d < nd; d++)
+    free(sizes[d]);
+  if (rc)
+    ts_attr_destroy(out);
+  return rc;
+}
+
+typedef struct run_state {
+  tsp_tensor in[64], out[64];
+  int64_t scalar_buf[64];
+  const ts_attr *mesh;
+  bool here; /* this rank holds the inputs' slices */
+} run_state;
+
+/* Binds the request to the program and this rank's slices; every check before any change. */
+static int bind(tsd_engine *e, tsp_program *p, const Tshard__ProgramRunRequest *q, run_state *st,
+                ts_error *err) {
+  int n_in = tsp_program_n_inputs(p), n_out = tsp_program_n_outputs(p);
+  if ((int)q->n_inputs != n_in || (int)q->n_outputs != n_out)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "the program takes %d inputs and %d outputs, "
+                        "the request names %zu and %zu", n_in, n_out, q->n_inputs, q->n_outputs);
+  tsp_placement pin[64], pout[64];
+  const char *tensor_of[64];
+  st->here = true;
+  st->mesh = NULL;
+  for (int i = 0; i < n_in; i++) {
+    const Tshard__ProgramArg *a = NULL;
+    for (size_t j = 0; j < q->n_inputs; j++)
+      if (strcmp(q->inputs[j]->name, tsp_program_input_name(p, i)) == 0)
+        a = a ? NULL : q->inputs[j];
+    if (!a)
+      return ts_error_set(err, TS_INVALID_ARGUMENT, "program input '%s' must be given exactly "
+                          "once", tsp_program_input_name(p, i));
+    ts_dtype dt = tsp_program_input_dtype(p, i);
+    memset(&st->in[i], 0, sizeof st->in[i]);
+    memset(&pin[i], 0, sizeof pin[i]);
+    tensor_of[i] = a->tensor && a->tensor[0] ? a->tensor : NULL;
+    if (!tensor_of[i]) {
+      if (tsp_program_input_ndim(p, i) != 0)
+        return ts_error_set(err, TS_INVALID_ARGUMENT, "program input '%s' has dims: give a "
+                            "stored tensor, not a value", tsp_program_input_name(p, i));
+      double v = a->value;
+      void *buf = &st->scalar_buf[i];
+      ts_convert(buf, dt, &v, TS_F64, 1);
+      st->in[i].data = buf;
+      st->in[i].dtype = dt;
+      continue;
+    }
+    for (int k = 0; k < i; k++)
+      if (tensor_of[k] && strcmp(tensor_of[k], tensor_of[i]) == 0 &&
+          (tsp_program_input_assigned(p, i) || tsp_program_input_assigned(p, k)))
+        return ts_error_set(err, TS_INVALID_ARGUMENT, "tensor '%s' is given twice and updated "
+                            "in place: give it once", tensor_of[i]);
+    ts_stored *t = ts_store_find(e->store, tensor_of[i]);
+    if (!t)
+      return ts_error_set(err, TS_NOT_FOUND, "no tensor named '%s'", tensor_of[i]);
+    if (t->dtype != dt)
+      return ts_error_set(err, TS_BAD_DTYPE, "tensor '%s' is %s, program input '%s' is %s",
+                          t->name, ts_dtype_name(t->dtype), tsp_program_input_name(p, i),
+                          ts_dtype_name(dt));
+    if (t->layout_tag[0] && strcmp(t->layout_tag, "row-major") != 0)
+      return ts_error_set(err, TS_UNSUPPORTED, "tensor '%s' is stored in layout '%s': programs "
+                          "read row-major slices; reshard it with the default layout first",
+                          t->name, t->layout_tag);
+    if (st->mesh && !same_mesh(st->mesh, t->attr))
+      return ts_error_set(err, TS_PROGRAM_PLACEMENT, "tensor '%s' lives on another mesh than the "
+                          "program's other inputs; reshard the inputs onto one mesh", t->name);
+    st->mesh = t->attr;
+    st->here = st->here && t->has_slice;
+    placement_of(t->attr, &pin[i]);
+    st->in[i].data = t->local.data;
+    st->in[i].dtype = dt;
+    st->in[i].ndim = t->ndim;
+    for (int d = 0; d < t->ndim; d++)
+      st->in[i].shape[d] = t->local.layout.shape[d];
+  }
+  int rc = tsp_program_placement(p, pin, n_in, pout, n_out, err);
+  if (rc)
+    return rc;
+  for (int k = 0; k < n_out; k++) {
+    const Tshard__ProgramArg *a = NULL;
+    for (size_t j = 0; j < q->n_outputs; j++)
+      if (strcmp(q->outputs[j]->name, tsp_program_output_name(p, k)) == 0)
+        a = a ? NULL : q->outputs[j];
+    if (!a)
+      return ts_error_set(err, TS_INVALID_ARGUMENT, "program output '%s' must be given exactly "
+                          "once", tsp_program_output_name(p, k));
+    if (ts_store_find(e->store, a->tensor))
+      return ts_error_set(err, TS_EXISTS, "a tensor named '%s' exists already (outputs are new "
+                          "tensors)", a->tensor);
+    for (int d = 0; d < TSP_MAX_DIMS; d++)
+      if (pout[k].split[d] & pout[k].partial)
+        return ts_error_set(err, TS_PROGRAM_PLACEMENT, "output '%s' would be split (dim %d) and "
+                            "partial over the same mesh dim; reshard the inputs first",
+                            tsp_program_output_name(p, k), d);
+    if (!st->mesh)
+      return ts_error_set(err, TS_INVALID_ARGUMENT, "output '%s': a program with outputs needs a "
+                          "stored tensor among its inputs (its mesh places the outputs)",
+                          tsp_program_output_name(p, k));
+  }
+  /* the dims bind and the bucket builds (a compiler failure is refused before any change) */
+  if (st->here)
+    rc = tsp_program_prepare(p, st->in, n_in, err);
+  return rc;
+}
+
+int tsd_run_program_run(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
+                        ts_error *err) {
+  (void)origin;
+  const Tshard__ProgramRunRequest *q = op->req->program_run;
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  run_state *st = calloc(1, sizeof *st);
+  tsp_program *p = find(q->id);
+  int lst = !st ? ts_error_set(&lerr, TS_NO_MEMORY, "out of memory")
+            : !p ? ts_error_set(&lerr, TS_NOT_FOUND, "no compiled program with id '%s'", q->id)
+                 : bind(e, p, q, st, &lerr);
+  int n_out = p ? tsp_program_n_outputs(p) : 0;
+  /* outputs: the placements again (bind checked them), their new tensors */
+  tsp_placement pin[64], pout[64];
+  if (!lst) {
+    for (int i = 0; i < tsp_program_n_inputs(p); i++) {
+      const char *tn = NULL;
+      for (size_t j = 0; j < q->n_inputs; j++)
+        if (strcmp(q->inputs[j]->name, tsp_program_input_name(p, i)) == 0)
+          tn = q->inputs[j]->tensor;
+      memset(&pin[i], 0, sizeof pin[i]);
+      if (tn && tn[0])
+        placement_of(ts_store_find(e->store, tn)->attr, &pin[i]);
+    }
+    lst = tsp_program_placement(p, pin, tsp_program_n_inputs(p), pout, n_out, &lerr);
+  }
+  int rc = agree(e, lst, &lerr, err);
+  if (rc) {
+    free(st);
+    return rc;
+  }
+  /* run here (ranks outside the mesh have nothing to compute) */
+  if (st->here)
+    lst = tsp_program_run(p, st->in, tsp_program_n_inputs(p), st->out, n_out, &lerr);
+  /* every rank's local output shapes (one collective every rank makes, whatever its status):
+   * [here, shapes of output 0, 1, ...] per world rank */
+  int ws = ts_world_size(e->world), me = ts_world_rank(e->world);
+  size_t per = 1 + (size_t)n_out * TSP_MAX_DIMS;
+  int64_t *all = calloc((size_t)ws * per, sizeof *all), *counts = calloc(2 * (size_t)ws, 8);
+  if ((!all || !counts) && !lst)
+    lst = ts_error_set(&lerr, TS_NO_MEMORY, "out of memory");
+  if (all && counts) {
+    all[(size_t)me * per] = st->here && !lst;
+    for (int k = 0; st->here && !lst && k < n_out; k++)
+      memcpy(all + (size_t)me * per + 1 + (size_t)k * TSP_MAX_DIMS, st->out[k].shape,
+             TSP_MAX_DIMS * sizeof(int64_t));
+    for (int r = 0; r < ws; r++) {
+      counts[r] = (int64_t)(per * sizeof *all);
+      counts[ws + r] = (int64_t)((size_t)r * per * sizeof *all);
+    }
+  }
+  ts_error cerr;
+  int cst = all && counts ? ts_comm_allgatherv(ts_world_comm(e->world), all, counts, counts + ws,
+                                               &cerr)
+                          : ts_comm_barrier(ts_world_comm(e->world), &cerr);
+  if (cst && !lst) {
+    lst = cst;
+    lerr = cerr;
+  }
+  /* new tensors over the inputs' mesh */
+  int made = 0;
+  for (int k = 0; !lst && k < n_out; k++) {
+    const char *name = NULL;
+    for (size_t j = 0; j < q->n_outputs; j++)
+      if (strcmp(q->outputs[j]->name, tsp_program_output_name(p, k)) == 0)
+        name = q->outputs[j]->tensor;
+    ts_attr *attr = NULL;
+    int64_t shape[TSP_MAX_DIMS];
+    lst = output_attr(p, k, &pout[k], st->mesh, all, per, shape, &attr, &lerr);
+    ts_stored *t = NULL;
+    if (!lst)
+      lst = ts_store_add(e->store, name, tsp_program_output_ndim(p, k), shape,
+                         tsp_program_output_dtype(p, k), attr, NULL, &t, &lerr);
+    ts_attr_destroy(&attr);
+    if (!lst) {
+      made++;
+      if (t->has_slice && st->here) {
+        for (int d = 0; d < t->ndim; d++)
+          if (t->box.hi[d] - t->box.lo[d] != st->out[k].shape[d])
+            lst = ts_error_set(&lerr, TS_INTERNAL, "output '%s': this rank computed %lld along "
+                               "dim %d where its slice holds %lld", tsp_program_output_name(p, k),
+                               (long long)st->out[k].shape[d], d,
+                               (long long)(t->box.hi[d] - t->box.lo[d]));
+        if (!lst && t->local.bytes)
+          memcpy(t->local.data, st->out[k].data, t->local.bytes);
+      }
+    }
+  }
+  free(all);
+  free(counts);
+  for (int k = 0; st->here && k < n_out; k++)
+    ts_pool_free(st->out[k].data); /* NULL after a failed run */
+  rc = agree(e, lst, &lerr, err);
+  if (rc) {
+    for (int k = 0; k < made; k++)
+      for (size_t j = 0; j < q->n_outputs; j++)
+        if (strcmp(q->outputs[j]->name, tsp_program_output_name(p, k)) == 0)
+          ts_store_drop(e->store, q->outputs[j]->tensor, NULL);
+  }
+  free(st);
+  return rc;
+}

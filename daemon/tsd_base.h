@@ -1,0 +1,74 @@
+/* tsd_base.h - what every layer of tshardd may include: its settings (config.c: one table serves
+ * the flags, --help and the startup log) and its log (log.c). The layers below it
+ * (wire/, engine/, front/, ops/) each have their own header; see daemon/README.md for the order
+ * in which they may include each other. Names: tsd_* internal to the daemon, static everything
+ * else. */
+#ifndef TSD_BASE_H
+#define TSD_BASE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tshard_errors.h"
+
+/* ---------------------------------------------------------------------------------------------
+ * log.c: a level check before the arguments are evaluated. */
+typedef enum { TSD_LOG_ERROR, TSD_LOG_WARN, TSD_LOG_INFO, TSD_LOG_DEBUG } tsd_log_level;
+extern int tsd_log_threshold;
+void tsd_log_set_rank(int rank);
+int tsd_log_parse_level(const char *text);
+const char *tsd_log_level_name(int level);
+void tsd_log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define TSD_LOG(level, ...)                                                                        \
+  do {                                                                                             \
+    if ((level) <= tsd_log_threshold)                                                              \
+      tsd_log_write((level), __VA_ARGS__);                                                         \
+  } while (0)
+
+/* ---------------------------------------------------------------------------------------------
+ * config.c: one table serves the flags, --help and the startup log. */
+typedef struct tsd_config {
+  char socket_dir[512];
+  char job[64];
+  char listen[256];     /* "" or tcp://HOST:PORT */
+  char token_file[512];
+  int64_t max_frame;
+  int64_t memory_limit; /* 0: unbounded; TSD_MEMORY_AUTO until main.c resolves it */
+  int64_t staging;      /* executor staging bytes per reshard */
+  int64_t chunk;        /* default chunk of get answers */
+  int64_t ckpt_chunk;   /* checkpoint saves: chunk size of pieces (0: whole pieces) */
+  int64_t copy_threads; /* strided-copy threads (0: all cores) */
+  int64_t frame_timeout; /* ms: to finish a frame once begun */
+  int64_t auth_timeout;  /* ms: for a TCP client to present its token after connecting */
+  int64_t max_unauth;    /* TCP connections without their token yet, at most */
+  int64_t pool_cache;   /* bytes of freed buffers the pool keeps for reuse */
+  int64_t pool_idle_ms; /* cached buffers idle this long go back to the OS */
+  int64_t pool_huge;    /* 1: stored slices and staging ask for transparent huge pages */
+  /* idempotency keys and SPMD collectives (sequencer.c, keys.c) */
+  int64_t key_ttl;      /* ms an answered key is remembered */
+  int64_t key_max;      /* records rank 0 keeps at most */
+  int64_t collective_timeout; /* ms a collective waits for its participants by default */
+  int64_t collective_timeout_max; /* ms a request may ask at most */
+  int64_t collective_pending_max; /* collectives one connection may have waiting */
+  int log_level;
+  /* derived */
+  char token[256];
+  char tcp_host[128];
+  int tcp_port;
+} tsd_config;
+
+#define TSD_MEMORY_AUTO (-1) /* --memory-limit auto: chosen at start (tsd_memory_auto) */
+/* Returns 0 to run, 1 when --help was printed (exit 0), -1 on a bad flag (message printed). */
+int tsd_config_parse(tsd_config *cfg, int argc, char **argv);
+void tsd_config_log(const tsd_config *cfg);
+/* --memory-limit auto: the limit for one of node_daemons daemons of the job on this node (0:
+ * none, when the available memory is unknown); why gets how it was chosen, for the log. */
+int64_t tsd_memory_auto(int node_daemons, char *why, size_t cap);
+/* The default per-user socket directory (TSHARD_SOCKET_DIR, else $XDG_RUNTIME_DIR/tshard, else
+ * /tmp/tshard-<uid>). */
+void tsd_default_socket_dir(char *buf, size_t cap);
+/* Creates dir with mode 0700 if missing and checks that it is ours, a directory, and 0700. */
+int tsd_prepare_socket_dir(const char *dir, ts_error *err);
+
+#endif

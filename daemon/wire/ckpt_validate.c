@@ -1,0 +1,53 @@
+/* ckpt_validate.c - the validators of the checkpoint operations save and load, part of
+ * the wire layer (libtsdwire, the fuzz target): the directory's length, the names' rules and the
+ * target attribute against the world; what depends on the store or the files is the handlers'
+ * (ckpt.c). */
+#include <string.h>
+
+#include "tsd_wire.h"
+#include "ts_rules.h"
+
+static int check_dir(const char *dir, ts_error *err) {
+  size_t n = dir ? strlen(dir) : 0;
+  if (n == 0 || n >= 4000)
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "checkpoint directory of %zu bytes; give a path of 1 to 3999 bytes", n);
+  return ts_text_check("checkpoint directory", dir, n, "paths", err);
+}
+
+static int check_names(char **names, size_t n, ts_error *err) {
+  for (size_t i = 0; i < n; i++) {
+    int rc = ts_name_check("tensor name", names[i], strlen(names[i]), err);
+    if (rc)
+      return rc;
+  }
+  return TS_OK;
+}
+
+static bool attr_given(const Tshard__DistAttr *a) {
+  return a && (a->n_mesh_shape > 0 || (a->text && a->text[0]));
+}
+
+int tsd_validate_save(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
+  (void)lim;
+  int rc = check_dir(r->save->dir, err);
+  return rc ? rc : check_names(r->save->names, r->save->n_names, err);
+}
+
+int tsd_validate_load(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
+  const Tshard__LoadRequest *q = r->load;
+  int rc = check_dir(q->dir, err);
+  if (!rc)
+    rc = check_names(q->names, q->n_names, err);
+  if (!rc && attr_given(q->attr)) {
+    ts_attr *a = NULL;
+    rc = tsd_attr_from_msg(q->attr, &a, err); /* checked against each tensor by the load */
+    for (int i = 0; !rc && i < a->nranks; i++)
+      if (a->ranks[i] >= lim->world_size)
+        rc = ts_error_set(err, TS_BAD_ATTRIBUTE, "attribute names rank %d; the world has ranks "
+                          "0 to %d", a->ranks[i], lim->world_size - 1);
+    ts_attr_destroy(&a);
+  }
+  return rc;
+}
+

@@ -1,0 +1,131 @@
+/* tsd_wire.h - the wire layer of tshardd (libtsdwire, daemon/wire/): frames, the DistAttr
+ * message, the validation of every request, and the wire half of the table of operations (name,
+ * scope, validator of each op case). Nothing here knows a thread, a stored tensor or MPI: the
+ * fuzz target (tests/fuzz) builds this folder alone. It includes the protocol and the planner's
+ * attribute types only. */
+#ifndef TSD_WIRE_H
+#define TSD_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tshard.pb-c.h"
+#include "tshard_errors.h"
+#include "ts_shard.h"
+
+/* ---------------------------------------------------------------------------------------------
+ * framing.c: frames are a 4-byte little-endian length and that many bytes of protobuf. */
+#define TSD_FRAME_HEADER 4
+uint32_t tsd_frame_length(const uint8_t header[TSD_FRAME_HEADER]);
+/* Checks a frame length against the maximum (0 is refused too: an empty Request is no
+ * operation). */
+int tsd_frame_check(uint32_t len, int64_t max_frame, ts_error *err);
+/* Decodes a Request; on failure *out is NULL and err says why. */
+int tsd_request_decode(const uint8_t *buf, size_t len, Tshard__Request **out, ts_error *err);
+/* After a successful decode of the same bytes from a client: protobuf-c ends a string at its
+ * first NUL and does not check UTF-8, so the wire bytes of every string field are checked
+ * (TS_INVALID_ARGUMENT naming the field). */
+int tsd_request_check_strings(const uint8_t *buf, size_t len, ts_error *err);
+void tsd_request_free(Tshard__Request **req);
+/* Packs a Response as a whole frame (header included) into a malloc'd buffer. */
+int tsd_response_frame(const Tshard__Response *resp, uint8_t **frame, size_t *len, ts_error *err);
+/* A frame answering only a status and a message. */
+int tsd_error_frame(uint64_t id, int status, const char *message, uint8_t **frame, size_t *len);
+
+/* fdpass.c: sends the start of buf with fd attached (SCM_RIGHTS), without blocking; *sent gets
+ * the bytes sent (the rest goes by the ordinary stream). Returns 0, or an errno value. */
+int tsd_send_fd(int sock, const uint8_t *buf, size_t len, int fd, size_t *sent);
+
+/* ---------------------------------------------------------------------------------------------
+ * wireattr.c: DistAttr message <-> ts_attr. */
+int tsd_attr_from_msg(const Tshard__DistAttr *m, ts_attr **out, ts_error *err);
+/* Fills m (whose arrays are malloc'd; free with tsd_attr_msg_clear). */
+int tsd_attr_to_msg(const ts_attr *a, Tshard__DistAttr *m, ts_error *err);
+void tsd_attr_msg_clear(Tshard__DistAttr *m);
+
+/* ---------------------------------------------------------------------------------------------
+ * optable.c: the wire half of the table of operations, one row per Request op case (indexed by
+ * it), and validate.c (with einsum_wire.c, ckpt_validate.c, program_validate.c): the validators
+ * it names. The engine half (what runs each operation) is daemon/ops/handlers.c, the loop
+ * thread's own answers daemon/front/server.c; both are indexed by the same op case. */
+typedef enum {
+  TSD_SCOPE_LOOP,       /* answered by the loop thread (ping) */
+  TSD_SCOPE_CATALOG,    /* by the loop thread from the catalog, else by the engine at once */
+  TSD_SCOPE_LOCAL,      /* this rank only, by the engine, at once */
+  TSD_SCOPE_COLLECTIVE  /* sequenced by rank 0 and run by every rank */
+} tsd_scope;
+
+typedef struct tsd_limits {
+  int world_size;
+  int64_t max_frame;
+  int64_t collective_timeout_max; /* ms; 0: one day */
+} tsd_limits;
+
+/* Checks the request alone (no stored tensor); TS_OK or the status with err set. */
+typedef int (*tsd_validator)(const Tshard__Request *req, const tsd_limits *lim, ts_error *err);
+
+typedef struct tsd_op {
+  const char *name;
+  tsd_scope scope;
+  tsd_scope (*scope_of)(const Tshard__Request *req); /* NULL: always `scope` */
+  bool unix_only;                                    /* refused (UNSUPPORTED) over TCP */
+  tsd_validator validate;
+} tsd_op;
+
+/* The row of an op case, or NULL. */
+const tsd_op *tsd_op_find(int op_case);
+/* The scope of a request of that row. */
+tsd_scope tsd_op_scope(const tsd_op *op, const Tshard__Request *req);
+/* Validates a decoded request: its operation is known, and its fields are well-formed for it
+ * (names, dtypes, shapes, attributes against the shape and world, layouts, strategies, byte
+ * counts). Returns the row through *op. Nothing here depends on the stored tensors. */
+int tsd_request_validate(const Tshard__Request *req, const tsd_limits *lim, const tsd_op **op,
+                         ts_error *err);
+const char *tsd_op_name(int op_case);
+bool tsd_name_reserved(const char *name);
+
+/* The tensors a collective operation may change: busy in the catalog while it runs, published
+ * again after it, and the names its idempotency key touches. `names`: it may add or remove names
+ * (list waits too); `all`: it may change any tensor (every describe waits, and the whole catalog
+ * is published again after it). */
+#define TSD_CHANGES_MAX 16
+typedef struct tsd_changes {
+  const char *name[TSD_CHANGES_MAX]; /* the first n; empty strings are skipped */
+  int n;
+  bool names;
+  bool all;
+} tsd_changes;
+/* Adds a name to a change set; more than TSD_CHANGES_MAX names turn it into `all`. */
+void tsd_changes_add(tsd_changes *ch, const char *name);
+
+/* validate.c: the checks of the request header and the validators of the table. */
+int tsd_validate_header(const Tshard__Request *req, ts_error *err);
+/* The participants of an SPMD collective (Request fields 4-5), against the operation. */
+int tsd_validate_participants(const Tshard__Request *req, const tsd_op *op, const tsd_limits *lim,
+                              ts_error *err);
+int tsd_validate_none(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_create(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_put(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_put_slice(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_get(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_get_slice(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_reshard(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_drop(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_describe(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_plan(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+/* ckpt_validate.c: checkpoints */
+int tsd_validate_save(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_load(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+/* einsum_wire.c: the distributed einsum's operations */
+int tsd_validate_einsum(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_einsum_plan(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_einsum_backward(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_einsum_release(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+/* program_validate.c: compiled programs */
+int tsd_validate_program_compile(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_program_run(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_program_show(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_program_drop(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+
+#endif
