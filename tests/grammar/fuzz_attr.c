@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ts_shard.h"
+#include "ts_plan.h"
 
 static char *format(const ts_attr *a) {
   size_t n = ts_attr_format(a, NULL, 0);

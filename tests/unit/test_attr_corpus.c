@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "check_main.h"
-#include "ts_shard.h"
+#include "ts_plan.h"
 
 static char *format(const ts_attr *a) {
   size_t n = ts_attr_format(a, NULL, 0);

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "check_main.h"
-#include "ckpt_internal.h"
+#include "ckpt_index_internal.h"
 
 static char dir[64];
 

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "check_main.h"
-#include "ts_kernels.h"
+#include "ts_pool.h"
 
 #define MiB ((size_t)1 << 20)
 

@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt_internal.h"
+#include "ckpt_index_internal.h"
 #include "ts_rules.h"
 
 static const char *const st_names[TS_DTYPE_COUNT] = {
