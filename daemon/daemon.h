@@ -1,8 +1,8 @@
 /* daemon.h - internal declarations shared by the files of tshardd.
  *
  * Threads: the main thread initializes MPI and then runs the engine (engine.c), the only code
- * that calls MPI (through libtscomm, libtsshard and comm/control.c). A second thread runs the
- * libuv loop (server.c): sockets, framing, protobuf decoding, validation and ping. They meet in
+ * that calls MPI (through libtscomm, libtsshard and comm/control/control.c). A second thread runs
+ * the libuv loop (server.c): sockets, framing, protobuf decoding, validation and ping. They meet in
  * two queues (queue.c) whose producer calls the consumer's wake callback: work (loop -> engine,
  * which waits on its condition variable with a timeout so that it can also poll MPI for control
  * messages) and replies (engine -> loop, woken with uv_async_send). Names: tsd_* internal to

@@ -1,4 +1,4 @@
-/* test_attr_corpus.c - shard/attr_text.c against the shared corpus of attribute texts
+/* test_attr_corpus.c - shard/plan/attr_text.c against the shared corpus of attribute texts
  * (tests/grammar/attr_corpus.jsonl, also checked against the Python port by
  * tests/python/test_attr_corpus.py). One JSON object per line, '#' lines are comments:
  *   {"text": T, "canonical": C}             ts_attr_parse accepts T and ts_attr_format writes C
