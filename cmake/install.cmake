@@ -14,7 +14,7 @@ include(CMakePackageConfigHelpers)
 target_sources(tshard PRIVATE ${CMAKE_SOURCE_DIR}/client/version.c)
 target_compile_definitions(tshard PRIVATE TSHARD_VERSION="${PROJECT_VERSION}")
 
-# Every internal static library the client links (today tsproto and tsrules, already PIC) goes
+# Every internal static library the client links (today tsproto, already PIC) goes
 # into the shared library, so it must be position independent: mark the whole closure.
 function(tshard_pic_closure target)
   get_property(seen GLOBAL PROPERTY TS_PIC_SEEN)

@@ -10,7 +10,7 @@
 
 #include "tsd_base.h"
 #include "ts_rules.h"
-#include "ts_shard.h" /* the bound of --staging */
+#include "ts_plan.h" /* the bound of --staging */
 
 /* CFG_MEMORY: a size, or "auto" (stored as TSD_MEMORY_AUTO, resolved in main.c). */
 typedef enum { CFG_STRING, CFG_SIZE, CFG_DURATION, CFG_LEVEL, CFG_MEMORY } cfg_kind;
@@ -46,7 +46,7 @@ static const cfg_entry table[] = {
     {"chunk", SIZE(chunk, 1024, 1LL << 30), "16M", "default data chunk of get answers"},
     {"ckpt-chunk", SIZE(ckpt_chunk, 0, 1LL << 40), "16M",
      "checkpoint saves cut pieces larger than twice this into chunks of about this size, each "
-     "with its own checksum (0: whole pieces; else at least 4K; shard/CHECKPOINT.md)"},
+     "with its own checksum (0: whole pieces; else at least 4K; shard/ckpt/CHECKPOINT.md)"},
     {"copy-threads", SIZE(copy_threads, 0, 1024), "0",
      "threads of the strided-copy kernel (0: the kernel's default, all cores)"},
     {"frame-timeout", CFG_DURATION, offsetof(tsd_config, frame_timeout), 0, 10, 3600000, "30s",

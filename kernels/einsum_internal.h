@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include "ts_kernels.h"
+#include "ts_pool.h" /* the workspaces and caches: ts_buffer_alloc */
 
 #define TS__EIN_ELL 52                           /* first ellipsis label */
 #define TS__EIN_MAXL (TS__EIN_ELL + TS_MAX_DIMS) /* labels in all */

@@ -3,7 +3,7 @@
  *
  * Pure C over BLAS: nothing here calls MPI or does I/O. The resharding engine (shard/) and the
  * daemon's local compute use these kernels; every fast kernel has a naive reference beside it that
- * the tests compare it with. */
+ * the tests compare it with. Their buffers come from the buffer pool (kernels/pool/, ts_pool.h). */
 #ifndef TS_KERNELS_H
 #define TS_KERNELS_H
 
@@ -121,75 +121,6 @@ int64_t ts_layout_address(const ts_layout *l, const int64_t *index);
  * a span outside the buffer of buf_bytes, a misaligned offset, and for a destination
  * (writable = true) strides that alias or are zero. */
 int ts_layout_check(const ts_layout *l, size_t buf_bytes, bool writable, ts_error *err);
-
-/* ---------------------------------------------------------------------------------------------
- * The buffer pool (kernels/pool.c): every large buffer of the process, in one account
- *
- * ts_pool_alloc returns at least `bytes` bytes (contents unspecified), or NULL with err set:
- * TS_LIMIT when the memory limit has no room for it (cached buffers are released first to make
- * room), TS_NO_MEMORY when the system has none. `what` names the buffer in the message (NULL: "a
- * buffer"). Buffers below TS_POOL_MAP_MIN come from the heap, 64-byte aligned; larger ones are
- * mappings of a size class, pre-faulted, 2 MiB-aligned from TS_BUFFER_HUGE_BYTES on, marked for
- * transparent huge pages with TS_POOL_HUGE (or when the pool is configured so), and kept in the
- * pool's cache when freed, for the next request of their class. Free with ts_pool_free (which
- * accepts NULL; a pointer not from the pool, or freed twice, aborts). Thread-safe.
- *
- * The account (ts_pool_get_stats): in_use, every buffer handed out at the size it really takes;
- * staging, the part tagged TS_POOL_STAGING (transfers and executor staging, not stored data);
- * cached; peak, the highest in_use + cached; hits and misses of the cache for mapped buffers;
- * released, bytes given back to the OS. With a limit (ts_pool_configure), in_use + cached never
- * exceeds it. */
-
-#define TS_BUFFER_HUGE_BYTES ((size_t)2 << 20)
-#define TS_POOL_MAP_MIN ((size_t)256 << 10)
-#define TS_POOL_DEFAULT_CACHE ((int64_t)1 << 30)
-#define TS_POOL_DEFAULT_IDLE_MS 2000
-
-#define TS_POOL_STAGING 1u /* counted as staging */
-#define TS_POOL_HUGE 2u    /* ask for transparent huge pages */
-
-typedef struct ts_pool_config {
-  int64_t limit;     /* bytes in use + cached at most; 0: no limit */
-  int64_t cache_cap; /* bytes of freed buffers kept for reuse at most; 0: none kept */
-  int64_t idle_ms;   /* ts_pool_trim releases cached buffers idle for this long */
-  bool huge;         /* every mapped buffer asks for huge pages, not only TS_POOL_HUGE ones */
-} ts_pool_config;
-
-typedef struct ts_pool_stats {
-  uint64_t in_use, staging, cached, peak, limit, cache_cap;
-  uint64_t hits, misses, released, buffers_cached;
-} ts_pool_stats;
-
-void *ts_pool_alloc(size_t bytes, unsigned flags, const char *what, ts_error *err);
-void ts_pool_free(void *p);
-/* Retags a buffer as staging or not (a gathered copy that becomes a get answer). */
-void ts_pool_set_staging(void *p, bool staging);
-/* Whether `bytes` more would fit the limit now (TS_LIMIT with a message naming `what` if not).
- * Cached buffers do not count here: the allocation releases them as it needs the room. */
-int ts_pool_check(size_t bytes, const char *what, ts_error *err);
-/* Memory the daemon holds outside the pool (shared-memory segments) counted in the same account,
- * as staging: ts_pool_charge refuses (TS_LIMIT) what the limit cannot hold, after giving up cached
- * buffers; ts_pool_uncharge gives back exactly what a charge took. */
-int ts_pool_charge(size_t bytes, const char *what, ts_error *err);
-void ts_pool_uncharge(size_t bytes);
-/* Releases cached buffers idle for the configured period (all of them with all = true) to the
- * OS, and trims the C heap after heap frees; returns how many buffers were released. Meant for
- * idle moments: it unmaps outside the pool's lock, but takes the time the kernel needs. */
-int ts_pool_trim(bool all);
-/* Sets the limit, cache cap, idle period and huge pages (releasing cached buffers over the new
- * cap). Buffers already handed out stay counted. */
-void ts_pool_configure(const ts_pool_config *c);
-void ts_pool_get_config(ts_pool_config *c);
-void ts_pool_get_stats(ts_pool_stats *s);
-void ts_pool_reset_peak(void);
-/* Bytes a buffer is counted for (at least what was asked); 0 for NULL. */
-size_t ts_pool_capacity(const void *p);
-
-/* The kernels' tensor buffers (einsum workspaces and caches): ts_pool_alloc with TS_POOL_HUGE
- * (transposes and permutations of large tensors then spend far less time on TLB misses), no
- * name and no error. Free them with ts_buffer_free (ts_pool_free), never with free(). */
-void *ts_buffer_alloc(size_t bytes);
-void ts_buffer_free(void *p);
 
 /* ---------------------------------------------------------------------------------------------
  * The strided-copy kernel

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "ts_kernels.h"
+#include "ts_pool.h" /* outputs are the pool's buffers (ts_pool_free) */
 #include "tshard_errors.h"
 
 #define TSP_MAX_DIMS 8

@@ -1,5 +1,5 @@
 /* ts_rules.h - what the wire protocol allows in its strings, shared by the daemon and the C
- * client (libtsrules, beside the generated schema of libtsproto).
+ * client (part of libtsproto, beside the generated schema).
  *
  * Strings on the wire are UTF-8 without NUL bytes (protobuf-c would cut a string at its first
  * NUL, so a name `a\0b` would silently become `a`). Tensor names are 1 to TS_RULES_NAME_MAX bytes

@@ -25,6 +25,7 @@
 
 #include "plan_internal.h"
 #include "ts_comm.h"
+#include "ts_shard.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Allocation with a failure hook */

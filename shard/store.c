@@ -1,5 +1,7 @@
 /* store.c - the per-rank tensor store: name -> global shape, dtype, attribute, local layout and
- * local slice, with memory accounting against a quota. This is what the daemon keeps.
+ * local slice, with memory accounting against a quota. This is what the daemon keeps; it lives in
+ * libtsshard, not in the daemon, because checkpoints (shard/ckpt/) and the distributed einsum
+ * (shard/einsum/) read and write stored slices too.
  *
  * ts_store_reshard is collective over the whole world (every rank runs every collective
  * operation, in the same order, and every rank records every tensor): each rank prepares (the
@@ -10,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan_internal.h"
 #include "ts_comm.h"
+#include "ts_shard.h"
 
 struct ts_store {
   int rank;
@@ -238,7 +240,7 @@ int ts_store_reshard_after(ts_store *s, ts_world *w, const char *name, const ts_
                            report, err);
   if (rc == TS_OK) {
     ts_box box;
-    bool has = ts_geom_rank_box(plan->tgt, s->rank, &box);
+    bool has = ts_geom_rank_box(ts_plan_tgt_geom(plan), s->rank, &box);
     s->used += (int64_t)out.bytes - (int64_t)e->local.bytes;
     ts_shard_free(e->local.data);
     e->local = out;

@@ -146,7 +146,7 @@ endif()
 
 # What the protocol allows in strings (names, UTF-8, the walk of encoded strings, token files).
 tshard_unit_test(test_rules ${CMAKE_CURRENT_LIST_DIR}/unit/test_rules.c)
-target_link_libraries(test_rules PRIVATE tsrules)
+target_link_libraries(test_rules PRIVATE tsproto)
 
 # The libFuzzer target for frame decoding and request validation: built with clang by the test
 # itself (from the sources it drives), run for 20 s on a copy of tests/fuzz/corpus.

@@ -1,7 +1,7 @@
 # One attribute grammar in C and Python. The shared corpus
-# (tests/grammar/attr_corpus.jsonl) is checked against shard/attr_text.c by a Check test and against
-# client/python/tshard/attr.py by a Python test that also compares the two parsers on random texts
-# (through attr_echo, the C parser as a filter), and a libFuzzer run of the C parser.
+# (tests/grammar/attr_corpus.jsonl) is checked against shard/plan/attr_text.c by a Check test and
+# against client/python/tshard/attr.py by a Python test that also compares the two parsers on
+# random texts (through attr_echo, the C parser as a filter), and a libFuzzer run of the C parser.
 set(TS_ATTR_CORPUS ${CMAKE_CURRENT_LIST_DIR}/grammar/attr_corpus.jsonl)
 tshard_unit_test(test_attr_corpus ${CMAKE_CURRENT_LIST_DIR}/unit/test_attr_corpus.c)
 target_link_libraries(test_attr_corpus PRIVATE tsplan PkgConfig::JANSSON)

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "ts_ckpt.h"
+#include "ts_ckpt_index.h"
 #include "tshard.h"
 
 static int failed(tshard_client *c, int rc) {

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "ts_dist_einsum.h"
+#include "ts_dist_einsum_plan.h"
 #include "tshard.h"
 
 #define MAX_OPS TS_DEIN_MAX_OPERANDS

@@ -5,7 +5,7 @@
 #include <time.h>
 
 #include "cli.h"
-#include "ts_shard.h"
+#include "ts_plan.h"
 
 static void json_costs(FILE *f, const ts_plan_costs *c) {
   fprintf(f,

@@ -22,7 +22,7 @@ static const cli_command commands[] = {
     {"plan", cli_cmd_plan, NULL, "print the planner's EXPLAIN for a reshard (computed locally)",
      "  --shape S        global shape, e.g. 1024,512\n"
      "  --dtype T        f32 (default), f64, f16, bf16, i8, i32, i64, u8\n"
-     "  --from ATTR      source attribute (see shard/ATTRIBUTES.md)\n"
+     "  --from ATTR      source attribute (see shard/plan/ATTRIBUTES.md)\n"
      "  --to ATTR        target attribute\n"
      "  --strategy S     auto (default), allgather, root, p2p, alltoall, allreduce,\n"
      "                   reduce_scatter, local\n"

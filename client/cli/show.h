@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "ts_shard.h"
+#include "ts_plan.h"
 
 typedef struct show_opts {
   int dims[2];   /* the tensor dims drawn as rows and columns (dims[1] < 0: a 1-D view) */

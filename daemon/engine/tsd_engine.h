@@ -16,6 +16,7 @@
 #include "tsd_wire.h"
 #include "ts_comm.h"
 #include "ts_control.h"
+#include "ts_shard.h"
 
 /* ---------------------------------------------------------------------------------------------
  * queue.c: the hand-over between the loop thread and the engine. Nodes are the first member of

@@ -1,6 +1,6 @@
 /* ckpt.c - the daemon's checkpoint operations, save and load: validators, collective
- * handlers and change sets named by the table (handlers.c). The work is shard/ckpt_save.c and
- * shard/ckpt_load.c (collective over the world, every rank the same outcome); this file turns the
+ * handlers and change sets named by the table (handlers.c). The work is shard/ckpt/ (ckpt_save.c,
+ * ckpt_load.c; collective over the world, every rank the same outcome); this file turns the
  * requests into their arguments (the validators are in ckpt_validate.c, with the wire layer). Test hooks, read at each save: TSHARD_CKPT_FAIL_RANK=k makes
  * rank k's file write fail after TSHARD_CKPT_FAIL_AFTER bytes (default 0) with EIO, or with
  * TSHARD_CKPT_FAIL_KILL=1 kills rank k there (a rank dying mid-save). Saves cut pieces above

@@ -1,6 +1,6 @@
 /* einsum.c - the handlers of the distributed einsum operations.
  *
- * einsum runs the planner and the execution of shard/dist_einsum_exec.c over the engine's store
+ * einsum runs the planner and the execution of shard/einsum/ (libtsdein) over the engine's store
  * (collective, atomic, the same outcome on every rank). Every forward leaves a record under its
  * id (the operation's sequence number, the same on every rank): the request, so that
  * einsum_backward can plan it again, and with `keep` the kept state (local operands in their

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "tsd_wire.h"
-#include "ts_dist_einsum.h"
+#include "ts_dist_einsum_plan.h"
 #include "ts_rules.h"
 
 #define EQ_MAX 159

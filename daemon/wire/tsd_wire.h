@@ -12,7 +12,7 @@
 
 #include "tshard.pb-c.h"
 #include "tshard_errors.h"
-#include "ts_shard.h"
+#include "ts_plan.h"
 
 /* ---------------------------------------------------------------------------------------------
  * framing.c: frames are a 4-byte little-endian length and that many bytes of protobuf. */

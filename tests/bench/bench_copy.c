@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "ts_kernels.h"
+#include "ts_pool.h"
 
 #define REPS 5
 

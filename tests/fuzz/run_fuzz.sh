@@ -8,9 +8,12 @@ clang=$1 src=$2 gen=$3 work=$4 seconds=$5
 mkdir -p "$work"
 flags=(-g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -I"$src/include" -I"$src/kernels" -I"$src/shard" -I"$src/daemon/wire" -I"$src/proto" -I"$gen")
+# The MPI-free libraries the wire layer builds on, each in its folder.
+flags+=(-I"$src/kernels/pool" -I"$src/shard/plan" -I"$src/shard/einsum/plan")
 "$clang" "${flags[@]}" -o "$work/fuzz_frame" \
   "$src/tests/fuzz/fuzz_frame.c" "$src"/daemon/wire/*.c "$src/proto/rules.c" "$gen/tshard.pb-c.c" \
-  "$src"/shard/attr.c "$src"/shard/attr_text.c "$src"/shard/geometry.c "$src"/shard/plan.c \
+  "$src"/shard/plan/attr.c "$src"/shard/plan/attr_text.c "$src"/shard/plan/geometry.c \
+  "$src"/shard/plan/plan.c \
   "$src"/kernels/dtype.c "$src"/kernels/layout.c "$src"/kernels/reduce.c \
   $(pkg-config --cflags --libs libprotobuf-c) -lm -lpthread
 rm -rf "$work/corpus"

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ts_shard.h"
+#include "ts_plan.h"
 
 static json_t *echo(const char *text) {
   ts_attr *a = NULL;

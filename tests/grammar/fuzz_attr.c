@@ -1,5 +1,5 @@
-/* fuzz_attr.c - libFuzzer target for the attribute text parser (shard/attr_text.c), built and run
- * by run_fuzz_attr.sh with ASan/UBSan and leak detection. For every input: no crash, leak or
+/* fuzz_attr.c - libFuzzer target for the attribute text parser (shard/plan/attr_text.c), built and
+ * run by run_fuzz_attr.sh with ASan/UBSan and leak detection. For every input: no crash, leak or
  * hang; a refused text gives PARSE or BAD_ATTRIBUTE (NO_MEMORY aside) with a message, no
  * attribute, and a column inside the text (at most its length + 1); an accepted text's canonical
  * form parses back to an equal attribute that formats the same. A NUL ends the text (C API). */
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ts_shard.h"
+#include "ts_plan.h"
 
 static char *format(const ts_attr *a) {
   size_t n = ts_attr_format(a, NULL, 0);

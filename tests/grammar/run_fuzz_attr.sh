@@ -7,9 +7,9 @@ set -euo pipefail
 clang=$1 src=$2 work=$3 seconds=$4
 mkdir -p "$work"
 "$clang" -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
-  -fno-sanitize-recover=undefined -I"$src/include" -I"$src/kernels" -I"$src/shard" \
-  -o "$work/fuzz_attr" "$src/tests/grammar/fuzz_attr.c" "$src/shard/attr.c" \
-  "$src/shard/attr_text.c" "$src/kernels/reduce.c" "$src/kernels/dtype.c" -lm -lpthread
+  -fno-sanitize-recover=undefined -I"$src/include" -I"$src/kernels" -I"$src/shard/plan" \
+  -o "$work/fuzz_attr" "$src/tests/grammar/fuzz_attr.c" "$src/shard/plan/attr.c" \
+  "$src/shard/plan/attr_text.c" "$src/kernels/reduce.c" "$src/kernels/dtype.c" -lm -lpthread
 rm -rf "$work/seeds"
 mkdir -p "$work/seeds"
 /usr/bin/python3 - "$src/tests/grammar/attr_corpus.jsonl" "$work/seeds" <<'PY'

@@ -1,5 +1,5 @@
 /* test_ckpt_move.c - the two read paths of a checkpoint load
- * (shard/ckpt_load.c: direct, ckpt_move.c: each piece read once by one rank,
+ * (shard/ckpt/ckpt_load.c: direct, ckpt_move.c: each piece read once by one rank,
  * then moved) on the engine under mpirun with any world size (run with 1, 3, 4
  * and 6 ranks, and with TSHARD_CMA=0 for the all-to-all rounds).
  *

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ts_shard.h"
+#include "ts_plan.h"
 #include "check_main.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15u;

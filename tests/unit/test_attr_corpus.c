@@ -1,4 +1,4 @@
-/* test_attr_corpus.c - shard/attr_text.c against the shared corpus of attribute texts
+/* test_attr_corpus.c - shard/plan/attr_text.c against the shared corpus of attribute texts
  * (tests/grammar/attr_corpus.jsonl, also checked against the Python port by
  * tests/python/test_attr_corpus.py). One JSON object per line, '#' lines are comments:
  *   {"text": T, "canonical": C}             ts_attr_parse accepts T and ts_attr_format writes C
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "check_main.h"
-#include "ts_shard.h"
+#include "ts_plan.h"
 
 static char *format(const ts_attr *a) {
   size_t n = ts_attr_format(a, NULL, 0);

@@ -1,5 +1,5 @@
 /* test_ckpt_blocks.c - the ranged read of a checkpoint piece through its block checksum table
- * (shard/ckpt_blocks.c: ts__ckpt_read_ranges, ts__ckpt_read_cost), without MPI.
+ * (shard/ckpt/ckpt_blocks.c: ts__ckpt_read_ranges, ts__ckpt_read_cost), without MPI.
  *
  * Each case builds a checkpoint file by hand in a temporary directory (a safetensors-layout
  * header from ts__ckpt_header_build with the piece's entry and its table's U64 entry, the table
@@ -482,8 +482,8 @@ static void case_small(int id) {
  * 4096), I a band of 1 to 3 columns over most rows: more runs in a block than a group's 256
  * iovecs hold.
  *
- * BUG: (performance, not correctness; shard/ckpt_blocks.c add_step) a group ends after 128 runs
- * (256 iovecs) and the next one starts by reading again the whole block the last run ended in:
+ * BUG: (performance, not correctness; shard/ckpt/ckpt_blocks.c add_step) a group ends after 128
+ * runs (256 iovecs) and the next one starts by reading again the whole block the last run ended in:
  * a U8 piece [32768, 2] with blocks of 4096 (as save writes), I one column, reads 1.1 MB for
  * 32 KiB needed (17 times the piece); with blocks of 1 MiB 17 MB (259 times). This test's
  * upper bound on the bytes read only to verify allows one such block per row start. */

@@ -1,4 +1,4 @@
-/* test_ckpt_index.c - the checkpoint index and file headers without MPI (shard/ckpt_index.c):
+/* test_ckpt_index.c - the checkpoint index and file headers without MPI (shard/ckpt/index/):
  * an index written and read back field by field, file headers built and parsed, and misuse: an
  * index that is not JSON, of another format, with a piece outside its tensor, a file name with a
  * slash, a checksum that is not hex, a huge shape, a block checksum table ("blocks") that is not
@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "check_main.h"
-#include "ckpt_internal.h"
+#include "ckpt_index_internal.h"
 
 static char dir[64];
 
@@ -147,7 +147,7 @@ START_TEST(index_misuse) {
                         "\"xxh3\":\"0000000000000000\"}]}}}", TS_CORRUPT, "box");
   bad_index(HEAD GOOD_T "[{\"file\":\"a\",\"key\":\"w#0\",\"box\":[[0,4],[0,2]],"
                         "\"xxh3\":\"00000000zz000000\"}]}}}", TS_CORRUPT, "hex");
-  /* BUG: (fixed in commit 24b1fa5, shard/ckpt_index.c read_piece) 16 characters strtoull
+  /* BUG: (fixed in commit 24b1fa5, shard/ckpt/index/ckpt_index.c read_piece) 16 characters strtoull
    * takes but not 16 hex digits (a sign, a space, 0x) were accepted as a piece's xxh3 */
   bad_index(HEAD GOOD_T "[{\"file\":\"a\",\"key\":\"w#0\",\"box\":[[0,4],[0,2]],"
                         "\"xxh3\":\"-000000000000001\"}]}}}", TS_CORRUPT, "hex");

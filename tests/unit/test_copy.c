@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ts_kernels.h"
+#include "ts_pool.h"
 #include "check_main.h"
 
 static uint64_t rng_state;

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "ts_dist_einsum.h"
+#include "ts_dist_einsum_plan.h"
 #include "check_main.h"
 
 static ts_attr *attr(const char *text) {

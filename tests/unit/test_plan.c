@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "ts_shard.h"
+#include "ts_plan.h"
 #include "check_main.h"
 
 static uint64_t rng_state = 0xC0FFEE1234567u;

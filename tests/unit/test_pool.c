@@ -1,4 +1,4 @@
-/* test_pool.c - the buffer pool (kernels/pool.c): reuse of cached buffers by size class, the
+/* test_pool.c - the buffer pool (kernels/pool/pool.c): reuse of cached buffers by size class, the
  * cache cap, the idle release (with the pages really given back: the process's resident size is
  * read from /proc/self/statm), the account (in use, staging, cached, peak, hits, misses), the
  * memory limit with staging counted and cached buffers given up to make room, misuse (a second
@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "check_main.h"
-#include "ts_kernels.h"
+#include "ts_pool.h"
 
 #define MiB ((size_t)1 << 20)
 

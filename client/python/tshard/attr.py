@@ -1,6 +1,6 @@
 """Distributed attributes in Python: Mesh, Shard, Replicate, Partial and Attr.
 
-They format to, and parse from, the canonical text form of shard/ATTRIBUTES.md, e.g.
+They format to, and parse from, the canonical text form of shard/plan/ATTRIBUTES.md, e.g.
 ``mesh=[2,4]@0-7 placements=[S(0),R]`` or, with ragged sizes,
 ``mesh=[4]@0-3 placements=[S(0)] splits={0:[3,0,10,7]}``::
 
@@ -14,7 +14,7 @@ out are replicated)::
     Attr(Mesh({"dp": 2, "tp": 4}), {"tp": Shard(1)})   # mesh=[dp=2,tp=4]@0-7 placements=[R,S(1)]
     Attr.parse("mesh=[dp=2, tp=4] placements=[tp:Shard(1)]")
 
-``Attr.parse`` is a port of the daemon's parser (shard/attr_text.c): it accepts exactly the texts
+``Attr.parse`` ports the daemon's parser (shard/plan/attr_text.c): it accepts exactly the texts
 the daemon accepts (DTensor spellings ``Shard(0)``, ``Replicate()``, ``Partial(sum)`` included, and
 blanks between tokens) and refuses the others with the daemon's message and column (AttrError, a
 ValueError). Anywhere the client takes an attribute it accepts an Attr or its text.
@@ -174,7 +174,7 @@ class Attr:
 
 
 # ---------------------------------------------------------------------------------------------
-# The parser: a port of shard/attr_text.c, kept in lock-step with it by the shared corpus
+# The parser: a port of shard/plan/attr_text.c, kept in lock-step with it by the shared corpus
 # tests/grammar/attr_corpus.jsonl (same accepted texts, same canonical forms, same errors with the
 # same columns). It reads the UTF-8 bytes of the text, so columns count bytes as the daemon does.
 
@@ -539,7 +539,7 @@ class _Parser:
 
 
 def parse_attr(text):
-    """Parses an attribute's text as the daemon does (shard/ATTRIBUTES.md); raises AttrError
+    """Parses an attribute's text as the daemon does (shard/plan/ATTRIBUTES.md); raises AttrError
     (a ValueError) with the daemon's message, column included."""
     if isinstance(text, str):
         data = text.encode("utf-8", "surrogatepass")

@@ -37,7 +37,7 @@
 #include <malloc.h>
 #endif
 
-#include "ts_kernels.h"
+#include "ts_pool.h"
 
 #define HEADER_BYTES 64 /* keeps the heap path 64-byte aligned */
 #define MAGIC_HEAP UINT64_C(0x7473706f6f6c6870)   /* "tspoolhp" */

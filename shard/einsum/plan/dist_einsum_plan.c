@@ -1,5 +1,5 @@
 /* dist_einsum_plan.c - the distributed einsum planner: labels, assignments of the compute mesh,
- * candidate plans costed with the reshard planner, the choice (see ts_dist_einsum.h).
+ * candidate plans costed with the reshard planner, the choice (see ts_dist_einsum_plan.h).
  *
  * Pure C, no MPI. An assignment gives each mesh dim of the compute mesh a role: a label (sharded
  * there in every operand that holds it at its full size), Replicate, or the Partial(sum) of one
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ts_dist_einsum.h"
+#include "ts_dist_einsum_plan.h"
 
 enum { ROLE_R, ROLE_LABEL, ROLE_PARTIAL };
 

@@ -1,4 +1,7 @@
-/* plan_internal.h - the plan structure, shared by plan.c, plan_explain.c and exec.c. */
+/* plan_internal.h - the plan structure, shared by plan.c and plan_explain.c, and by the executor
+ * (shard/exec.c, libtsshard), which reads a plan's fields as it runs it: planner and executor are
+ * one subsystem, two libraries only so that the planner stays free of MPI. Nothing else includes
+ * this header. */
 #ifndef TS_PLAN_INTERNAL_H
 #define TS_PLAN_INTERNAL_H
 

@@ -1,7 +1,7 @@
 /* ckpt_index.c - the checkpoint's index (index.json: per tensor its dtype, shape, saved attribute
  * and pieces with file, key, box and XXH3-64 checksum), the safetensors-layout headers of its
  * files, and the directory helpers of save and load. No MPI: `tshard checkpoint show` links it
- * alone. JSON through libjansson. The format is documented in shard/CHECKPOINT.md.
+ * alone. JSON through libjansson. The format is documented in shard/ckpt/CHECKPOINT.md.
  *
  * Everything read here comes from files anyone may have written: files are opened without
  * blocking and without following a symbolic link and must be regular files; tensor names obey the
@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt_internal.h"
+#include "ckpt_index_internal.h"
 #include "ts_rules.h"
 
 static const char *const st_names[TS_DTYPE_COUNT] = {

@@ -1,5 +1,7 @@
-/* ts_dist_einsum.h - distributed einsum: the planner (libtsplan, pure C, no MPI) and its execution
- * over the per-rank store (libtsshard).
+/* ts_dist_einsum_plan.h - the public header of libtsdeinplan (shard/einsum/plan/): the planner of
+ * the distributed einsum, pure C with no MPI (the CLI's offline EXPLAIN, `tshard einsum --explain
+ * --ranks N`, and the daemon's wire layer link it). Its execution over the store is libtsdein
+ * (shard/einsum/ts_dist_einsum.h).
  *
  * The planner looks, for every label of the equation, at where each operand shards it, and builds
  * candidate plans. A plan is an *assignment* of the compute mesh's dims: each mesh dim either
@@ -13,15 +15,15 @@
  *   gather:j      operand j is replicated, the others keep the shards of labels j lacks
  *   output        the shards of the requested output attribute (no reshard of the result)
  *   replicate     every operand replicated (every rank computes everything)
- * Each candidate is costed with the reshard planner (shard/plan.c): the exact wire bytes of moving
+ * Each candidate is costed with the reshard planner (shard/plan/plan.c): the exact wire bytes of moving
  * each operand to its target and the natural result to the requested attribute, the peak memory
  * of a rank (moved operands, the result, staging) and the work of the busiest rank (the product
  * of its local label extents). The cheapest by (wire bytes, busiest rank's work, peak memory)
  * runs; "as_is" names a candidate that moves no operand. */
-#ifndef TS_DIST_EINSUM_H
-#define TS_DIST_EINSUM_H
+#ifndef TS_DIST_EINSUM_PLAN_H
+#define TS_DIST_EINSUM_PLAN_H
 
-#include "ts_shard.h"
+#include "ts_plan.h"
 
 #define TS_DEIN_MAX_OPERANDS 3
 #define TS_DEIN_MAX_CANDIDATES (4 * TS_DEIN_MAX_OPERANDS + 3)
@@ -89,51 +91,5 @@ int ts_dein_grad_attr(const ts_dein_plan *p, int i, ts_attr **out, ts_error *err
 /* The attribute the output gradient is brought to for the local backward: the natural output
  * attribute with Partial replaced by Replicate. */
 int ts_dein_grad_out_attr(const ts_dein_plan *p, ts_attr **out, ts_error *err);
-
-/* ---------------------------------------------------------------------------------------------
- * Execution over the store (libtsshard). Collective over the whole world: every rank calls it
- * with the same arguments, and all return the same status and message. Atomic: on failure no
- * stored tensor has changed and the output does not exist. */
-
-typedef struct ts_dein_report {
-  char plan[32];
-  int64_t planned_wire_bytes; /* the plan's total */
-  int64_t bytes_sent;         /* this rank, to other ranks, over every reshard */
-  int64_t kept_bytes;         /* this rank's kept state (keep) */
-} ts_dein_report;
-
-/* What a forward keeps for its backward: the local operands in their compute layouts and the
- * kernels' transpose cache, counted in the buffer pool. */
-typedef struct ts_dein_kept ts_dein_kept;
-
-typedef struct ts_dein_request {
-  const char *equation;
-  int n;
-  const char *operands[TS_DEIN_MAX_OPERANDS];
-  const char *out;          /* the output name */
-  const ts_attr *out_attr;  /* NULL: the natural attribute */
-  const char *plan;         /* NULL: auto */
-  int64_t staging_bytes;
-  /* A failure the caller met on this rank preparing the request (TS_OK: none), agreed on in the
-   * first agreement: every rank then returns it. */
-  int prior_status;
-  const ts_error *prior_err;
-  bool no_scalar; /* refuse an output of 0 dims (the daemon stores 1 to 8 dims) */
-} ts_dein_request;
-
-/* kept: NULL, or receives the kept state (NULL on this rank when it computes nothing is not
- * possible: every rank gets one, possibly empty). explain: NULL, or receives the EXPLAIN. */
-int ts_dein_run(ts_store *s, ts_world *w, const ts_dein_request *req, ts_dein_kept **kept,
-                char **explain, ts_dein_report *rep, ts_error *err);
-
-/* Gradients of the forward `req` (the same request) with respect to the operands whose
- * grad_names[i] is non-NULL and non-empty, from the output gradient stored as grad_out (the
- * output's shape). kept: the forward's kept state (its transposes are reused) or NULL (the
- * operands are moved again and transposed again). Collective and atomic like ts_dein_run. */
-int ts_dein_backward(ts_store *s, ts_world *w, const ts_dein_request *req, ts_dein_kept *kept,
-                     const char *grad_out, const char *const *grad_names, ts_dein_report *rep,
-                     ts_error *err);
-void ts_dein_kept_destroy(ts_dein_kept **k); /* accepts NULL */
-int64_t ts_dein_kept_bytes(const ts_dein_kept *k);
 
 #endif

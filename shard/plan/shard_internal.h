@@ -1,9 +1,9 @@
-/* shard_internal.h - declarations shared by the files of the sharding layer (ts__ names); not
- * part of the public API. */
+/* shard_internal.h - declarations shared by the files of libtsplan (attributes, geometry, the
+ * planner; ts__ names); not part of the public API. */
 #ifndef TS_SHARD_INTERNAL_H
 #define TS_SHARD_INTERNAL_H
 
-#include "ts_shard.h"
+#include "ts_plan.h"
 
 /* Number of parts tensor dim `dim` is split into (1 when it is not sharded). */
 int64_t ts__attr_parts(const ts_attr *a, int dim);

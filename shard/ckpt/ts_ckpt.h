@@ -2,69 +2,21 @@
  * safetensors-layout file per writing rank plus a JSON index, written into a temporary directory
  * and renamed into place only after every rank agreed) and load them back under any attribute on
  * any number of ranks (each rank preads the byte ranges of the pieces that meet its target box).
- * The format is documented in shard/CHECKPOINT.md.
+ * The format is documented in shard/ckpt/CHECKPOINT.md. This is the public header of libtsckpt
+ * (shard/ckpt/).
  *
- * The index part (ckpt_index.c: reading and writing the index and the file headers) needs no MPI
- * and is its own library (libtsckptidx) for `tshard checkpoint show`; save and load (libtsckpt)
- * are collective over the whole world: every rank calls them with the same arguments, in the same
- * order, and every rank returns the same status and message. */
+ * The index part (shard/ckpt/index/: reading and writing the index and the file headers) needs no
+ * MPI and is its own library (libtsckptidx, ts_ckpt_index.h) for `tshard checkpoint show`; save
+ * and load (libtsckpt) are collective over the whole world: every rank calls them with the same
+ * arguments, in the same order, and every rank returns the same status and message. */
 #ifndef TS_CKPT_H
 #define TS_CKPT_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "ts_ckpt_index.h"
 #include "ts_shard.h"
-
-#define TS_CKPT_INDEX "index.json"
-#define TS_CKPT_FORMAT "tshard-checkpoint"
-#define TS_CKPT_VERSION 1
-
-/* ---------------------------------------------------------------------------------------------
- * The index in memory (ckpt_index.c) */
-typedef struct ts_ckpt_piece {
-  char file[64];         /* the file holding it, relative to the checkpoint directory */
-  char key[TS_NAME_MAX + 24]; /* its name in that file's header: "<tensor>#<piece number>" */
-  ts_box box;            /* the global box it covers */
-  uint64_t xxh3;         /* XXH3-64 of its row-major little-endian bytes */
-  /* Its block checksums (0 block_bytes: none): a table of XXH3-64 of each block_bytes bytes of
-   * the piece (the last block shorter), stored in its file as the U64 entry block_key; the
-   * index holds the table's own XXH3-64. Loads read parts of a piece through it. */
-  int64_t block_bytes;
-  char block_key[TS_NAME_MAX + 32];
-  uint64_t block_xxh3;
-  int npcoord;           /* kept partial pieces: coordinates along the partial mesh dims */
-  int64_t pcoord[TS_MAX_MESH_DIMS];
-} ts_ckpt_piece;
-
-typedef struct ts_ckpt_tensor {
-  char name[TS_NAME_MAX];
-  ts_dtype dtype;
-  int ndim;
-  int64_t shape[TS_MAX_DIMS];
-  char *attr;        /* the attribute's canonical text at save time (malloc'd) */
-  bool partial_kept; /* pieces are partial values (saved with keep_partial) */
-  int npieces;
-  ts_ckpt_piece *pieces;
-} ts_ckpt_tensor;
-
-typedef struct ts_ckpt_index {
-  int ntensors;
-  ts_ckpt_tensor *tensors;
-  int saved_ranks; /* the world size at save time */
-} ts_ckpt_index;
-
-/* Reads DIR/index.json; every field is checked (errors name the file and the field). */
-int ts_ckpt_index_read(const char *dir, ts_ckpt_index **out, ts_error *err);
-/* Writes the index as JSON to path (fsynced). */
-int ts_ckpt_index_write(const ts_ckpt_index *idx, const char *path, ts_error *err);
-void ts_ckpt_index_destroy(ts_ckpt_index **p);
-const ts_ckpt_tensor *ts_ckpt_index_find(const ts_ckpt_index *idx, const char *name);
-/* A human-readable description of the index (malloc'd; NULL when out of memory). */
-char *ts_ckpt_index_describe(const ts_ckpt_index *idx, const char *dir);
-/* The safetensors dtype name of a dtype ("F32", "BF16", ...) and back. */
-const char *ts_ckpt_dtype_name(ts_dtype dt);
-int ts_ckpt_dtype_parse(const char *text, ts_dtype *out);
 
 /* ---------------------------------------------------------------------------------------------
  * Save and load (ckpt_save.c, ckpt_load.c): collective over the whole world. */
@@ -73,7 +25,7 @@ typedef struct ts_ckpt_save_opts {
   bool per_node;     /* DIR is a per-node path: each node writes its ranks' files and an index */
   int64_t staging_bytes; /* bound of the packing buffer for non-row-major slices (0: 64 MiB) */
   /* Pieces larger than twice this are cut into chunks of about this many bytes (along the first
-   * and the last dim, shard/CHECKPOINT.md), each a piece of the index: 0 is
+   * and the last dim, shard/ckpt/CHECKPOINT.md), each a piece of the index: 0 is
    * TS_CKPT_CHUNK_DEFAULT, < 0 keeps whole pieces (kept-partial pieces are never cut). */
   int64_t chunk_bytes;
 } ts_ckpt_save_opts;
@@ -81,11 +33,8 @@ typedef struct ts_ckpt_save_opts {
 /* The default chunk size of saves: 16 MiB, so that a [16384, 16384] f32 slice is cut into
  * [1024, 4096] chunks and a load splitting the columns 2, 4, ... 16 ways reads whole chunks. */
 #define TS_CKPT_CHUNK_DEFAULT ((int64_t)16 << 20)
-/* A save refuses chunk sizes that would cut one tensor into more pieces than this (each is an
- * index entry with its checksum: chunks far below a page only bloat the index). */
-#define TS_CKPT_MAX_PIECES ((int64_t)1 << 20)
 
-/* How a load reads a tensor (shard/CHECKPOINT.md, "What load reads"): auto picks by estimated
+/* How a load reads a tensor (shard/ckpt/CHECKPOINT.md, "What load reads"): auto picks by estimated
  * cost; the others force a path (tests, benchmarks). */
 typedef enum {
   TS_CKPT_PATH_AUTO = 0,

@@ -1,7 +1,7 @@
 /* attr_text.c - the text form of distributed attributes: parser and formatter.
  *
- * Grammar (also in shard/ATTRIBUTES.md). Blanks (space, tab, newline, CR) may stand between any two
- * tokens; fields are separated by at least one blank and come in this order:
+ * Grammar (also in shard/plan/ATTRIBUTES.md). Blanks (space, tab, newline, CR) may stand between
+ * any two tokens; fields are separated by at least one blank and come in this order:
  *
  *   attr       := "mesh" "=" shape [ "@" ranks ] blank "placements" "=" places
  *                 [ blank "splits" "=" splits ]
