@@ -22,6 +22,7 @@
 
 #include "client_internal.h"
 #include "ts_rules.h"
+#include "ts_wait.h"
 
 const char *tshard_strerror(int status) { return ts_strerror(status); }
 const char *tshard_status_name(int status) { return ts_status_name(status); }
@@ -232,21 +233,17 @@ void tshard_set_chunk(tshard_client *c, size_t bytes) {
     c->chunk = bytes;
 }
 
-/* Moves len bytes in one direction before the deadline. */
-/* How long a receive keeps trying before it sleeps in poll(): an answer that comes within this
- * time is taken without the wake-up of a sleeping thread (tens of microseconds on an idle
- * virtual machine). The cost is this much CPU per call at most. */
-#define SPIN_US 100
-
-static int64_t now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
+/* Moves len bytes in one direction before the deadline, under the wait policy's socket
+ * schedule (ts_wait.h): a receive keeps trying for a short while before it sleeps in poll(), so
+ * an answer that comes that fast is taken without the wake-up of a sleeping thread (tens of
+ * microseconds on an idle virtual machine); a send sleeps in poll() at once. */
 int tsc_transfer(tshard_client *c, void *buf, size_t len, bool sending, int64_t deadline) {
   uint8_t *p = buf;
-  int64_t spin_until = sending ? 0 : now_us() + SPIN_US;
+  ts_waiter w;
+  ts_wait_policy policy = ts_wait_socket;
+  if (sending)
+    policy.spin_ns = 0;
+  ts_waiter_init(&w, &policy, deadline * 1000000);
   while (len > 0) {
     /* Try first (data is often already there), wait with poll only when it is not. */
     int flags = MSG_DONTWAIT | (sending ? MSG_NOSIGNAL : 0);
@@ -259,15 +256,15 @@ int tsc_transfer(tshard_client *c, void *buf, size_t len, bool sending, int64_t 
     if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
       return tsc_fail(c, TS_IO, "the daemon closed the connection%s%s", n < 0 ? ": " : "",
                       n < 0 ? strerror(errno) : "");
-    if (!sending && now_us() < spin_until)
+    int64_t nap = ts_waiter_next(&w);
+    if (nap == 0)
       continue;
-    int64_t left = deadline - now_ms();
-    if (left <= 0)
+    if (nap < 0)
       return tsc_fail(c, TS_TIMEOUT, "no answer within %d ms (a longer timeout: --timeout SEC, "
                       "or the client's timeout); the operation may still complete on the "
                       "daemons; the connection is closed", c->timeout_ms);
     struct pollfd pfd = {c->fd, sending ? POLLOUT : POLLIN, 0};
-    int pr = poll(&pfd, 1, left > 1000000 ? 1000000 : (int)left);
+    int pr = poll(&pfd, 1, (int)((nap + 999999) / 1000000));
     if (pr < 0 && errno != EINTR)
       return tsc_fail(c, TS_IO, "poll: %s", strerror(errno));
   }
@@ -321,13 +318,17 @@ static size_t varint_put(uint8_t *p, uint64_t v) {
 
 /* Sends the iovecs before the deadline (partial writes resumed). */
 static int send_iov(tshard_client *c, struct iovec *iov, int n, int64_t deadline) {
+  ts_waiter w;
+  ts_wait_policy policy = ts_wait_socket;
+  policy.spin_ns = 0; /* poll() says at once when the socket takes more */
+  ts_waiter_init(&w, &policy, deadline * 1000000);
   while (n > 0) {
-    int64_t left = deadline - now_ms();
-    if (left <= 0)
+    int64_t nap = ts_waiter_next(&w);
+    if (nap < 0)
       return tsc_fail(c, TS_TIMEOUT, "could not send within %d ms (a longer timeout: --timeout "
                       "SEC, or the client's timeout); the connection is closed", c->timeout_ms);
     struct pollfd pfd = {c->fd, POLLOUT, 0};
-    int pr = poll(&pfd, 1, left > 1000000 ? 1000000 : (int)left);
+    int pr = poll(&pfd, 1, (int)((nap + 999999) / 1000000));
     if (pr <= 0) {
       if (pr < 0 && errno != EINTR)
         return tsc_fail(c, TS_IO, "poll: %s", strerror(errno));

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "comm_internal.h"
+#include "ts_wait.h"
 
 #define PIECE_BYTES ((int64_t)1 << 30) /* largest single MPI transfer we issue */
 
@@ -96,74 +97,344 @@ int ts__comm_reduce_types(ts_dtype dt, ts_reduce_op op, MPI_Datatype *type, MPI_
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Agreement */
+ * Agreement
+ *
+ * Point to point through comm rank 0, so that a rank that does not answer can be named: every
+ * other rank sends its contribution (status, values, message) to rank 0, which takes the lowest
+ * failing rank's status and message and the maximum of the values, and sends the verdict back.
+ * Rank 0 waits at most the world's agreement timeout for the contributions: past it the verdict
+ * is TIMEOUT naming the ranks that did not answer. The others wait twice that for the verdict
+ * (rank 0 may have started late by up to the timeout), then name rank 0. So a rank that stops
+ * answering fails the operation on every rank that still answers, with one message. Each
+ * agreement has its number on its communicator (every member counts alike) and travels on a tag
+ * of its own, number modulo AGREE_TAGS, the number checked in the message too: the late
+ * contribution of an agreement that timed out is never taken for a later one's. */
 
-void ts__nap_us(long us) {
-  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+#define AGREE_TAG_BASE 28672 /* below cma.c's and regions.c's tags, above scatter's */
+#define AGREE_TAGS 2048
+
+typedef struct agree_head {
+  uint64_t number;
+  int32_t status;
+  int32_t rank; /* the verdict's failing comm rank; -1 when its message says all */
+  int32_t nvalues;
+  int32_t pad;
+} agree_head;
+
+#define AGREE_MSG_BYTES ((int)sizeof(((ts_error *)0)->msg))
+
+static size_t agree_bytes(int n) {
+  return sizeof(agree_head) + (size_t)n * sizeof(int64_t) + AGREE_MSG_BYTES;
+}
+static int64_t *agree_values(void *buf) { return (int64_t *)((char *)buf + sizeof(agree_head)); }
+static char *agree_msg(void *buf, int n) {
+  return (char *)buf + sizeof(agree_head) + (size_t)n * sizeof(int64_t);
+}
+
+void ts__orphan_keep(ts_world *w, MPI_Request req, void *buf) {
+  if (w->norphans == w->caporphans) {
+    int cap = w->caporphans ? 2 * w->caporphans : 8;
+    ts__orphan *o = realloc(w->orphans, (size_t)cap * sizeof *o);
+    if (!o) {
+      MPI_Cancel(&req);
+      MPI_Request_free(&req); /* the buffer leaks: MPI may still read it */
+      return;
+    }
+    w->orphans = o;
+    w->caporphans = cap;
+  }
+  w->orphans[w->norphans++] = (ts__orphan){req, buf};
+}
+
+void ts__orphans_retire(ts_world *w, bool all) {
+  for (int i = 0; i < w->norphans;) {
+    int done = 0;
+    if (MPI_Test(&w->orphans[i].req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      done = 1;
+    if (!done && all) {
+      MPI_Cancel(&w->orphans[i].req);
+      MPI_Request_free(&w->orphans[i].req);
+      done = 1;
+    }
+    if (done) {
+      free(w->orphans[i].buf);
+      w->orphans[i] = w->orphans[--w->norphans];
+    } else {
+      i++;
+    }
+  }
+  if (all) {
+    free(w->orphans);
+    w->orphans = NULL;
+    w->norphans = w->caporphans = 0;
   }
 }
 
-#define SPIN_SECONDS 50e-6
-#define NAP_FIRST_US 10
-#define NAP_MAX_US 200
+/* "60 s", or "1500 ms" */
+static void format_ms(char *buf, size_t cap, int64_t ms) {
+  if (ms % 1000 == 0)
+    snprintf(buf, cap, "%lld s", (long long)(ms / 1000));
+  else
+    snprintf(buf, cap, "%lld ms", (long long)ms);
+}
 
-int ts__wait_patiently(MPI_Request *req) {
-  double t0 = MPI_Wtime();
-  long nap = NAP_FIRST_US;
+static const char *agree_label(const ts_comm *c) {
+  return c->world && c->world->agree_label[0] ? c->world->agree_label : "an operation";
+}
+
+static int agree_timeout_ms(const ts_comm *c) {
+  return c->world && c->world->agree_timeout_ms > 0 ? c->world->agree_timeout_ms
+                                                      : TS_AGREE_TIMEOUT_DEFAULT_MS;
+}
+
+/* Receives a message of this agreement from `src` (MPI_ANY_SOURCE) if one has arrived: 1 and
+ * its source, 0 if none, or an MPI error. Messages of other agreements are dropped. */
+static int agree_take(ts_comm *c, int src, int tag, uint64_t number, void *buf, int bytes,
+                      int *from, ts_error *err) {
   for (;;) {
-    int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS || done)
-      return rc;
-    if (MPI_Wtime() - t0 < SPIN_SECONDS)
+    int flag = 0, count = 0;
+    MPI_Status st;
+    TS_MPI_CHECK(MPI_Iprobe(src, tag, c->comm, &flag, &st), err);
+    if (!flag)
+      return 0;
+    MPI_Get_count(&st, MPI_BYTE, &count);
+    if (count != bytes) { /* another agreement's, of another size: drop it */
+      char drop[64];
+      void *b = count > (int)sizeof drop ? malloc((size_t)count) : drop;
+      TS_MPI_CHECK(MPI_Recv(b ? b : drop, b ? count : 0, MPI_BYTE, st.MPI_SOURCE, tag, c->comm,
+                            MPI_STATUS_IGNORE),
+                   err);
+      if (b != drop)
+        free(b);
       continue;
-    ts__nap_us(nap);
-    if (nap < NAP_MAX_US)
-      nap *= 2;
+    }
+    TS_MPI_CHECK(MPI_Recv(buf, bytes, MPI_BYTE, st.MPI_SOURCE, tag, c->comm, MPI_STATUS_IGNORE),
+                 err);
+    if (((agree_head *)buf)->number != number)
+      continue; /* the late message of an agreement that timed out */
+    *from = st.MPI_SOURCE;
+    return 1;
   }
+}
+
+/* Comm rank 0: collects every contribution into v (its own already there) and decides. */
+static int agree_collect(ts_comm *c, uint64_t number, int tag, void *v, int n, ts_error *err) {
+  size_t bytes = agree_bytes(n);
+  void *in = malloc(bytes);
+  bool *arrived = calloc((size_t)c->size, sizeof *arrived);
+  if (!in || !arrived) {
+    free(in), free(arrived);
+    return ts_error_set(err, TS_NO_MEMORY, "no memory to agree over %d ranks", c->size);
+  }
+  agree_head *h = v;
+  int left = c->size - 1, rc = TS_OK, timeout = agree_timeout_ms(c);
+  arrived[0] = true;
+  ts_waiter w;
+  ts_waiter_init(&w, &ts_wait_mpi, ts_wait_deadline_ms(timeout));
+  while (left > 0) {
+    int from = -1, got = agree_take(c, MPI_ANY_SOURCE, tag, number, in, (int)bytes, &from, err);
+    if (got < 0 || got > 1) {
+      rc = got;
+      break;
+    }
+    if (got == 1 && from > 0 && from < c->size && !arrived[from]) {
+      agree_head *ih = in;
+      arrived[from] = true;
+      left--;
+      if (ih->status != TS_OK && (h->status == TS_OK || from < h->rank)) {
+        h->status = ih->status;
+        h->rank = from;
+        memcpy(agree_msg(v, n), agree_msg(in, n), AGREE_MSG_BYTES);
+      }
+      for (int i = 0; i < n; i++)
+        agree_values(v)[i] = agree_values(in)[i] > agree_values(v)[i] ? agree_values(in)[i]
+                                                                       : agree_values(v)[i];
+      ts_waiter_progress(&w);
+      continue;
+    }
+    if (ts_waiter_pause(&w) == TS_TIMEOUT)
+      break;
+  }
+  if (rc == TS_OK && left > 0) {
+    char *m = agree_msg(v, n), t[32];
+    format_ms(t, sizeof t, timeout);
+    int k = snprintf(m, AGREE_MSG_BYTES, "rank%s", left > 1 ? "s" : "");
+    for (int r = 1, listed = 0; r < c->size && k < AGREE_MSG_BYTES; r++)
+      if (!arrived[r])
+        k += snprintf(m + k, (size_t)(AGREE_MSG_BYTES - k), "%s %d", listed++ ? "," : "",
+                      c->ranks[r]);
+    if (k < AGREE_MSG_BYTES)
+      snprintf(m + k, (size_t)(AGREE_MSG_BYTES - k),
+               " did not answer the agreement of %s within %s", agree_label(c), t);
+    h->status = TS_TIMEOUT;
+    h->rank = -1;
+  }
+  free(in);
+  free(arrived);
+  return rc;
+}
+
+/* Comm rank 0: sends the verdict to every other rank, waiting for the sends at most the
+ * agreement timeout (a rank that stopped answering keeps its copy as an orphan). */
+static int agree_announce(ts_comm *c, int tag, const void *v, int n, ts_error *err) {
+  size_t bytes = agree_bytes(n);
+  int peers = c->size - 1, rc = TS_OK, posted = 0;
+  MPI_Request *req = malloc((size_t)peers * sizeof *req);
+  void **copy = calloc((size_t)peers, sizeof *copy);
+  if (!req || !copy) {
+    free(req), free(copy);
+    return ts_error_set(err, TS_NO_MEMORY, "no memory to announce an agreement");
+  }
+  for (; posted < peers; posted++) {
+    if (!(copy[posted] = malloc(bytes))) {
+      rc = ts_error_set(err, TS_NO_MEMORY, "no memory to announce an agreement");
+      break;
+    }
+    memcpy(copy[posted], v, bytes);
+    int mrc = MPI_Isend(copy[posted], (int)bytes, MPI_BYTE, posted + 1, tag, c->comm,
+                        &req[posted]);
+    if (mrc != MPI_SUCCESS) {
+      free(copy[posted]);
+      rc = ts__mpi_error(mrc, "MPI_Isend", __FILE__, __LINE__, err);
+      break;
+    }
+  }
+  ts_waiter w;
+  ts_waiter_init(&w, &ts_wait_mpi, ts_wait_deadline_ms(agree_timeout_ms(c)));
+  int done = 0;
+  while (posted > 0) {
+    int mrc = MPI_Testall(posted, req, &done, MPI_STATUSES_IGNORE);
+    if (mrc != MPI_SUCCESS && rc == TS_OK)
+      rc = ts__mpi_error(mrc, "MPI_Testall", __FILE__, __LINE__, err);
+    if (done || mrc != MPI_SUCCESS || ts_waiter_pause(&w) == TS_TIMEOUT)
+      break;
+  }
+  for (int i = 0; i < posted; i++) {
+    if (done || req[i] == MPI_REQUEST_NULL)
+      free(copy[i]);
+    else if (c->world)
+      ts__orphan_keep(c->world, req[i], copy[i]);
+  }
+  free(req);
+  free(copy);
+  return rc;
+}
+
+/* Another rank: sends its contribution to comm rank 0 and waits for the verdict into v. */
+static int agree_ask(ts_comm *c, uint64_t number, int tag, void *v, int n, ts_error *err) {
+  size_t bytes = agree_bytes(n);
+  void *out = malloc(bytes);
+  if (!out)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory to agree over %d ranks", c->size);
+  memcpy(out, v, bytes);
+  MPI_Request sreq;
+  int mrc = MPI_Isend(out, (int)bytes, MPI_BYTE, 0, tag, c->comm, &sreq);
+  if (mrc != MPI_SUCCESS) {
+    free(out);
+    return ts__mpi_error(mrc, "MPI_Isend", __FILE__, __LINE__, err);
+  }
+  int64_t wait_ms = 2 * (int64_t)agree_timeout_ms(c);
+  ts_waiter w;
+  ts_waiter_init(&w, &ts_wait_mpi, ts_wait_deadline_ms(wait_ms));
+  int rc = TS_OK, sent = 0;
+  for (;;) {
+    if (!sent && (mrc = MPI_Test(&sreq, &sent, MPI_STATUS_IGNORE)) != MPI_SUCCESS) {
+      rc = ts__mpi_error(mrc, "MPI_Test", __FILE__, __LINE__, err);
+      break;
+    }
+    int from;
+    int got = agree_take(c, 0, tag, number, v, (int)bytes, &from, err);
+    if (got != 0) {
+      rc = got == 1 ? TS_OK : got;
+      break;
+    }
+    if (ts_waiter_pause(&w) == TS_TIMEOUT) {
+      agree_head *h = v;
+      char t[32];
+      format_ms(t, sizeof t, wait_ms);
+      h->status = TS_TIMEOUT;
+      h->rank = -1;
+      snprintf(agree_msg(v, n), AGREE_MSG_BYTES,
+               "rank %d did not answer the agreement of %s within %s", c->ranks[0],
+               agree_label(c), t);
+      break;
+    }
+  }
+  if (sent || sreq == MPI_REQUEST_NULL)
+    free(out);
+  else if (c->world)
+    ts__orphan_keep(c->world, sreq, out);
+  return rc;
 }
 
 int ts_comm_agree_max(ts_comm *c, int status, const ts_error *local, int64_t *values, int n,
                       ts_error *err) {
-  /* One allreduce: slot 0 carries (size - rank) of a failing rank, so its maximum names the
-   * lowest failing rank; the caller's values ride along. Waited for patiently: ranks that finish
-   * their part early (a load's reads, a reshard's copies) leave the cores to the others. */
-  int64_t stack[9], *v = n + 1 <= 9 ? stack : malloc((size_t)(n + 1) * sizeof *v);
+  if (n < 0 || (n > 0 && !values))
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "agreement on %d values", n);
+  uint64_t number = ++c->agreements;
+  if (c->size == 1)
+    return status == TS_OK ? TS_OK
+                           : ts_error_set(err, status, "rank %d: %.480s", c->ranks[0],
+                                          local && local->msg[0] ? local->msg
+                                                                 : ts_strerror(status));
+  int tag = AGREE_TAG_BASE + (int)(number % AGREE_TAGS);
+  void *v = calloc(1, agree_bytes(n));
   if (!v)
     return ts_error_set(err, TS_NO_MEMORY, "no memory to agree on %d values", n);
-  v[0] = status != TS_OK ? c->size - c->rank : 0;
+  agree_head *h = v;
+  h->number = number;
+  h->status = status;
+  h->rank = status != TS_OK ? c->rank : 0;
+  h->nvalues = n;
   for (int i = 0; i < n; i++)
-    v[i + 1] = values[i];
-  MPI_Request req;
-  int mrc = MPI_Iallreduce(MPI_IN_PLACE, v, n + 1, MPI_INT64_T, MPI_MAX, c->comm, &req);
-  if (mrc == MPI_SUCCESS)
-    mrc = ts__wait_patiently(&req);
-  int64_t top = v[0];
-  for (int i = 0; i < n; i++)
-    values[i] = v[i + 1];
-  if (v != stack)
-    free(v);
-  if (mrc != MPI_SUCCESS)
-    return ts__mpi_error(mrc, "MPI_Allreduce", __FILE__, __LINE__, err);
-  if (top == 0)
-    return TS_OK;
-  int first = c->size - (int)top;
-  struct {
-    int code;
-    char msg[sizeof(((ts_error *)0)->msg)];
-  } what;
-  memset(&what, 0, sizeof what);
-  if (c->rank == first) {
-    what.code = status;
-    snprintf(what.msg, sizeof what.msg, "%s",
+    agree_values(v)[i] = values[i];
+  if (status != TS_OK)
+    snprintf(agree_msg(v, n), AGREE_MSG_BYTES, "%s",
              local && local->msg[0] ? local->msg : ts_strerror(status));
+  if (c->world) {
+    ts__orphans_retire(c->world, false);
+    if (c->world->agree_delay_ms > 0) { /* fault injection: this rank answers late */
+      ts_wait_nap_ns((int64_t)c->world->agree_delay_ms * 1000000);
+      c->world->agree_delay_ms = 0;
+    }
   }
-  TS_MPI_CHECK(MPI_Bcast(&what, (int)sizeof what, MPI_BYTE, first, c->comm), err);
-  return ts_error_set(err, what.code, "rank %d: %.480s", c->ranks[first], what.msg);
+  int rc = c->rank == 0 ? agree_collect(c, number, tag, v, n, err) : agree_ask(c, number, tag, v, n, err);
+  if (rc == TS_OK && c->rank == 0)
+    rc = agree_announce(c, tag, v, n, err);
+  if (rc != TS_OK) {
+    free(v);
+    return rc;
+  }
+  for (int i = 0; i < n; i++)
+    values[i] = agree_values(v)[i];
+  int code = h->status;
+  if (code == TS_OK)
+    rc = TS_OK;
+  else if (h->rank < 0 || h->rank >= c->size)
+    rc = ts_error_set(err, code, "%s", agree_msg(v, n));
+  else
+    rc = ts_error_set(err, code, "rank %d: %.480s", c->ranks[h->rank], agree_msg(v, n));
+  free(v);
+  return rc;
 }
 
 int ts_comm_agree(ts_comm *c, int status, const ts_error *local, ts_error *err) {
   return ts_comm_agree_max(c, status, local, NULL, 0, err);
+}
+
+void ts_world_set_agree_timeout(ts_world *w, int timeout_ms) {
+  if (w)
+    w->agree_timeout_ms = timeout_ms > 0 ? timeout_ms : TS_AGREE_TIMEOUT_DEFAULT_MS;
+}
+
+void ts_world_set_agree_label(ts_world *w, const char *label) {
+  if (w)
+    snprintf(w->agree_label, sizeof w->agree_label, "%s", label ? label : "");
+}
+
+void ts_world_delay_next_agreement(ts_world *w, int ms) {
+  if (w)
+    w->agree_delay_ms = ms > 0 ? ms : 0;
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -11,8 +11,17 @@ struct ts_comm {
   int *ranks; /* world rank of each comm rank */
   bool owned; /* freed by the world (false for the world's own entry until finalize) */
   const int *pids; /* process id of each world rank when single-copy reads work (cma.c) */
+  struct ts_world *world;
+  uint64_t agreements; /* agreements entered on this communicator (every member counts alike) */
   struct ts_comm *next;
 };
+
+/* A send an agreement gave up waiting for (its peer stopped answering): its buffer stays until
+ * MPI is done with it, at a later agreement or at finalize. */
+typedef struct ts__orphan {
+  MPI_Request req;
+  void *buf;
+} ts__orphan;
 
 struct ts_world {
   bool initialized_mpi; /* we called MPI_Init_thread, so we finalize */
@@ -22,15 +31,18 @@ struct ts_world {
   ts_comm *cache;       /* group communicators */
   int ncached;
   int *pids; /* see ts__cma_init; NULL when regions go through MPI */
+  int agree_timeout_ms;  /* how long an agreement waits for every rank */
+  int agree_delay_ms;    /* fault injection: the next agreement starts this late */
+  char agree_label[96];  /* what the agreements decide now, for timeout messages */
+  ts__orphan *orphans;
+  int norphans, caporphans;
 };
 
-/* Sleeps about `us` microseconds (resumed after signals). */
-void ts__nap_us(long us);
-
-/* Waits for a request without holding a core: MPI_Test for about 50 us, then naps between tests
- * growing from 10 us to 200 us. Where ranks outnumber cores (CI machines, laptops), a rank that
- * arrives early and spins inside MPI takes the CPU from the ranks still working. */
-int ts__wait_patiently(MPI_Request *req);
+/* Keeps an unfinished send of an agreement until MPI is done with it (takes buf; on no memory
+ * cancels the send instead). ts__orphans_retire frees the finished ones (all, cancelling the
+ * rest, when `all`). */
+void ts__orphan_keep(ts_world *w, MPI_Request req, void *buf);
+void ts__orphans_retire(ts_world *w, bool all);
 
 /* Maps an MPI error code to TS_MPI with MPI's message, the call and where it was made. */
 int ts__mpi_error(int mpi_rc, const char *call, const char *file, int line, ts_error *err);

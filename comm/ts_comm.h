@@ -48,12 +48,26 @@ MPI_Comm ts_comm_handle(const ts_comm *c);
 int ts_world_cached_comms(const ts_world *w);
 
 /* Every rank passes its status and error; all return the status of the lowest failing comm rank
- * with the same message ("rank R: ..."), or TS_OK when none failed. */
+ * with the same message ("rank R: ..."), or TS_OK when none failed. An agreement has a deadline:
+ * when a rank does not answer within the world's agreement timeout, every rank that still
+ * answers returns TIMEOUT naming it ("rank 2 did not answer the agreement of operation 17
+ * within 60 s"; when comm rank 0 is the silent one, the others name it after twice the
+ * timeout). The communicator stays usable for later agreements. */
 int ts_comm_agree(ts_comm *c, int status, const ts_error *local, ts_error *err);
-/* The same agreement, in the same single allreduce also taking the maximum over ranks of n
- * values (in place): how the executor agrees on success and on its round counts at once. */
+/* The same agreement, in the same exchange also taking the maximum over ranks of n values (in
+ * place): how the executor agrees on success and on its round counts at once. */
 int ts_comm_agree_max(ts_comm *c, int status, const ts_error *local, int64_t *values, int n,
                       ts_error *err);
+
+#define TS_AGREE_TIMEOUT_DEFAULT_MS 300000
+/* How long an agreement waits for every rank (timeout_ms <= 0: the default above). */
+void ts_world_set_agree_timeout(ts_world *w, int timeout_ms);
+/* What the agreements decide now, named in their timeout messages ("operation 17"); NULL or
+ * "": "an operation". */
+void ts_world_set_agree_label(ts_world *w, const char *label);
+/* Fault injection for tests: this rank's next agreement starts ms late, as if the rank had
+ * stopped answering for that long. */
+void ts_world_delay_next_agreement(ts_world *w, int ms);
 
 typedef enum { TS_COMM_MAX, TS_COMM_MIN, TS_COMM_SUM } ts_comm_op;
 int ts_comm_allreduce_i64(ts_comm *c, int64_t *values, int n, ts_comm_op op, ts_error *err);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "comm_internal.h"
+#include "ts_wait.h"
 
 int ts__mpi_error(int mpi_rc, const char *call, const char *file, int line, ts_error *err) {
   char text[MPI_MAX_ERROR_STRING + 1];
@@ -62,12 +63,15 @@ int ts_world_init(int *argc, char ***argv, int thread_level, ts_world **out, ts_
   }
   for (int i = 0; i < w->size; i++)
     w->world.ranks[i] = i;
+  w->world.world = w;
+  w->agree_timeout_ms = TS_AGREE_TIMEOUT_DEFAULT_MS;
   if ((rc = ts__comm_types_init(err)))
     goto fail;
   if ((rc = ts__cma_init(w, err))) {
     ts__comm_types_free(NULL);
     goto fail;
   }
+  ts_wait_set_node_processes(w->node_size); /* waits yield when ranks outnumber cores */
   *out = w;
   return TS_OK;
 fail:
@@ -85,6 +89,7 @@ int ts_world_finalize(ts_world **pw, ts_error *err) {
     return TS_OK;
   ts_world *w = *pw;
   int rc = TS_OK;
+  ts__orphans_retire(w, true);
   for (ts_comm *c = w->cache, *next; c; c = next) {
     next = c->next;
     int mrc = MPI_Comm_free(&c->comm);
@@ -160,6 +165,7 @@ int ts_comm_group(ts_world *w, const int *ranks, int n, ts_comm **out, ts_error 
   }
   memcpy(copy, ranks, (size_t)n * sizeof *copy);
   c->pids = w->pids;
+  c->world = w;
   MPI_Group world_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
   int rc = TS_OK;
   TS_MPI_TRY(MPI_Comm_group(w->world.comm, &world_group), err, rc, fail);

@@ -78,6 +78,11 @@ static const cfg_entry table[] = {
      "--collective-timeout)"},
     {"collective-pending-max", SIZE(collective_pending_max, 1, 1LL << 20), "64",
      "collectives naming participants one connection may have waiting for them (more: LIMIT)"},
+    {"agreement-timeout", CFG_DURATION, offsetof(tsd_config, agreement_timeout), 0, 10,
+     86400000, "300s",
+     "how long the ranks of an operation wait for one another where they agree on its outcome; "
+     "a rank that does not answer within it fails the operation on every rank, named (ms or s "
+     "suffix)"},
     {"log-level", CFG_LEVEL, offsetof(tsd_config, log_level), 0, 0, 0, "info",
      "error, warn, info or debug"},
 };

@@ -61,6 +61,8 @@ int main(int argc, char **argv) {
   }
   int rank = ts_world_rank(world), size = ts_world_size(world);
   tsd_log_set_rank(rank);
+  ts_world_set_agree_timeout(world, (int)cfg.agreement_timeout);
+  int frc = tsd_fault_init(rank, &err); /* refused in the startup agreement below */
   char memory_why[300];
   if (cfg.memory_limit == TSD_MEMORY_AUTO)
     cfg.memory_limit = tsd_memory_auto(ts_world_node_size(world), memory_why, sizeof memory_why);
@@ -81,7 +83,7 @@ int main(int argc, char **argv) {
   so.world_size = size;
   so.shared = &shared;
   tsd_server *server = NULL;
-  int rc = tsd_server_start(&so, &server, &err);
+  int rc = frc ? frc : tsd_server_start(&so, &server, &err);
   /* Every rank must be serving, or none: a job with a missing rank would hang its clients. */
   int all = ts_comm_agree(ts_world_comm(world), rc, &err, &err);
   int exit_code = 0;

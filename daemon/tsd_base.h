@@ -51,6 +51,7 @@ typedef struct tsd_config {
   int64_t collective_timeout; /* ms a collective waits for its participants by default */
   int64_t collective_timeout_max; /* ms a request may ask at most */
   int64_t collective_pending_max; /* collectives one connection may have waiting */
+  int64_t agreement_timeout; /* ms the ranks wait for one another in an agreement */
   int log_level;
   /* derived */
   char token[256];
@@ -70,5 +71,23 @@ int64_t tsd_memory_auto(int node_daemons, char *why, size_t cap);
 void tsd_default_socket_dir(char *buf, size_t cap);
 /* Creates dir with mode 0700 if missing and checks that it is ours, a directory, and 0700. */
 int tsd_prepare_socket_dir(const char *dir, ts_error *err);
+
+/* fault.c: fault injection for tests, compiled in, off unless TSHARD_FAULT names faults when
+ * the daemon starts. */
+typedef enum tsd_fault_kind {
+  TSD_FAULT_REPLY_QUEUE,      /* an answer cannot be queued (as out of memory) */
+  TSD_FAULT_ORDER_DECODE,     /* an ORDER from rank 0 does not decode */
+  TSD_FAULT_AGREEMENT_SILENT, /* this rank stops answering an operation's agreement */
+  TSD_FAULT_COUNT
+} tsd_fault_kind;
+
+/* Reads TSHARD_FAULT once: a comma-separated list of KIND[@RANK][*COUNT] (KIND: reply-queue,
+ * order-decode, agreement-silent; RANK: only that rank, else every rank; COUNT: how many times,
+ * default 1). Unset or empty: no fault. */
+int tsd_fault_init(int rank, ts_error *err);
+/* How many more times the fault fires on this rank (takes them all). */
+int tsd_fault_take_all(tsd_fault_kind k);
+/* Whether the fault fires now (takes one). The engine thread only, after tsd_fault_init. */
+bool tsd_fault_fire(tsd_fault_kind k);
 
 #endif

@@ -38,6 +38,15 @@ if(TARGET tshardd AND TARGET tshard)
                          ENVIRONMENT "${TS_MPI_TEST_ENV}")
   endforeach()
 
+  # Error paths that must answer, with faults injected through TSHARD_FAULT: an answer that
+  # cannot be queued, an ORDER one rank cannot decode, a rank silent in an agreement.
+  tshard_e2e_test(test_e2e_faults)
+  foreach(part reply order silent)
+    add_test(NAME test_e2e_faults_${part} COMMAND test_e2e_faults ${part})
+    set_tests_properties(test_e2e_faults_${part} PROPERTIES TIMEOUT 300
+                         ENVIRONMENT "${TS_MPI_TEST_ENV}")
+  endforeach()
+
   tshard_e2e_test(test_e2e_badinput)
   target_link_libraries(test_e2e_badinput PRIVATE tsproto)
   add_test(NAME test_e2e_badinput COMMAND test_e2e_badinput)

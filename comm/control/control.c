@@ -3,13 +3,14 @@
  * One duplicate of the world communicator carries every control message. Sends are MPI_Isend of
  * a private copy; the copies and requests live in a small array until MPI_Test says they are done.
  * Receives are MPI_Iprobe + MPI_Get_count + MPI_Recv of exactly the probed size, so a message of
- * any length is received without a fixed-size buffer. */
+ * any length is received without a fixed-size buffer. Waits follow the wait policy (ts_wait.h). */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm_internal.h" /* ts__mpi_error: MPI codes mapped as in libtscomm */
 #include "ts_control.h"
+#include "ts_wait.h"
 
 typedef struct pending_send {
   MPI_Request req;
@@ -91,14 +92,19 @@ int ts_control_send(ts_control *c, int dest, int tag, const void *buf, size_t le
   return TS_OK;
 }
 
-int ts_control_progress(ts_control *c) {
+int ts_control_progress(ts_control *c, ts_error *err) {
   if (!c)
     return 0;
-  int i = 0;
+  int i = 0, failed = TS_OK;
   while (i < c->nsends) {
     int done = 0;
-    if (MPI_Test(&c->sends[i].req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-      done = 1; /* a failed send is reported by the peer's silence; do not keep it forever */
+    int rc = MPI_Test(&c->sends[i].req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      /* The send is over (MPI failed it): retire it, and report the first such failure. */
+      if (failed == TS_OK)
+        failed = ts__mpi_error(rc, "MPI_Test of a control send", __FILE__, __LINE__, err);
+      done = 1;
+    }
     if (done) {
       free(c->sends[i].buf);
       c->sends[i] = c->sends[--c->nsends];
@@ -106,7 +112,7 @@ int ts_control_progress(ts_control *c) {
       i++;
     }
   }
-  return c->nsends;
+  return failed != TS_OK ? -failed : c->nsends;
 }
 
 int ts_control_poll(ts_control *c, int *src, int *tag, void **buf, size_t *len, ts_error *err) {
@@ -142,15 +148,21 @@ int ts_control_poll(ts_control *c, int *src, int *tag, void **buf, size_t *len, 
 int ts_control_flush(ts_control *c, int timeout_ms, ts_error *err) {
   if (!c)
     return TS_OK;
-  long waited_us = 0, step = 20;
-  while (ts_control_progress(c) > 0) {
-    if (waited_us / 1000 >= timeout_ms)
-      return ts_error_set(err, TS_TIMEOUT, "%d control messages still unsent after %d ms",
-                          c->nsends, timeout_ms);
-    ts__nap_us(step);
-    waited_us += step;
-    if (step < 2000)
-      step *= 2;
+  ts_waiter w;
+  ts_waiter_init(&w, &ts_wait_mpi, ts_wait_deadline_ms(timeout_ms));
+  int pending, rc = TS_OK;
+  ts_error perr;
+  while ((pending = ts_control_progress(c, &perr)) != 0) {
+    if (pending < 0) { /* report the first failure, and still wait for the other sends */
+      if (rc == TS_OK)
+        rc = ts_error_set(err, -pending, "%s", perr.msg);
+      continue;
+    }
+    if (ts_waiter_pause(&w) == TS_TIMEOUT)
+      return rc != TS_OK ? rc
+                         : ts_error_set(err, TS_TIMEOUT,
+                                        "%d control messages still unsent after %d ms",
+                                        c->nsends, timeout_ms);
   }
-  return TS_OK;
+  return rc;
 }

@@ -2,8 +2,8 @@
  * (operations forwarded to rank 0, rank 0's ordered broadcast), on a private duplicate of the
  * world communicator so that they never mix with data transfers.
  *
- * Waiting never spins: Open MPI's blocking calls busy-poll a core, so every wait here is a loop
- * of MPI_Test / MPI_Iprobe and a short sleep. Sends are non-blocking and buffered (the message is
+ * Waiting never holds a core: Open MPI's blocking calls busy-poll one, so every wait here is a
+ * loop of MPI_Test / MPI_Iprobe under the wait policy (ts_wait.h: a short spin, then naps). Sends are non-blocking and buffered (the message is
  * copied); ts_control_progress retires completed sends. Only the engine thread calls these. */
 #ifndef TS_CONTROL_H
 #define TS_CONTROL_H
@@ -25,8 +25,9 @@ int ts_control_size(const ts_control *c);
 
 /* Queues a copy of len bytes to world rank dest with a tag (0 .. 30000). */
 int ts_control_send(ts_control *c, int dest, int tag, const void *buf, size_t len, ts_error *err);
-/* Retires completed sends; returns how many are still pending. */
-int ts_control_progress(ts_control *c);
+/* Retires completed sends; returns how many are still pending, or a negative status when MPI
+ * failed a send (err names the call; the failed send is retired, the others stay). */
+int ts_control_progress(ts_control *c, ts_error *err);
 /* Receives one message if one has arrived (any source, any tag): returns 1 and a malloc'd buffer
  * (free it) with its length, source and tag; 0 when nothing is there; a negative status on error
  * (err says which call failed). */

@@ -2,12 +2,13 @@
  *
  * Its loop takes the work the loop thread queued (requests and notices), receives control
  * messages from the other daemons, runs the collective operations in rank 0's order, and when
- * there is nothing to do waits on a condition variable with a short timeout: 20 us for 2 ms after
- * the last work (the rest of a session follows quickly), then doubling up to 8 ms while the daemon
- * stays idle. New local work wakes it at once, control messages are seen within the timeout, and
- * an idle daemon costs about a hundred cheap wake-ups per second instead of a core spinning in
- * MPI. */
-#include <errno.h>
+ * there is nothing to do waits on a condition variable under the wait policy's engine schedule
+ * (ts_wait.h: 20 us for 2 ms after the last work, as the rest of a session follows quickly, then
+ * doubling up to 8 ms while the daemon stays idle). New local work wakes it at once, control
+ * messages are seen within the nap, and an idle daemon costs about a hundred cheap wake-ups per
+ * second instead of a core spinning in MPI. Every request is answered: an answer that cannot be
+ * built or queued (no memory) still reaches the loop thread on a spare node, which answers the
+ * error or closes the connection saying why, and releases the request's in-flight slot. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -15,18 +16,16 @@
 #include <unistd.h>
 
 #include "tsd_engine.h"
-
-#define IDLE_MIN_US 20
-#define IDLE_MAX_US 8000
-/* After work, the engine keeps its shortest wait this long: the next operation of a session
- * (another rank's part of a collective one, the next request of a client) usually follows. */
-#define HOT_US 2000
+#include "ts_wait.h"
 
 void tsd_shared_init(tsd_shared *sh) {
   memset(sh, 0, sizeof *sh);
   pthread_mutex_init(&sh->mu, NULL);
   tsd_queue_init(&sh->work);
   tsd_queue_init(&sh->replies);
+  pthread_mutex_init(&sh->spare_mu, NULL);
+  for (int i = 0; i < TSD_SPARE_REPLIES; i++)
+    sh->spare[i].spare = true;
 }
 
 static void work_free(tsd_qnode *n) {
@@ -40,13 +39,59 @@ static void reply_free(tsd_qnode *n) {
   if (r->fd >= 0)
     close(r->fd);
   free(r->frame);
-  free(r);
+  if (!r->spare)
+    free(r);
 }
 
 void tsd_shared_destroy(tsd_shared *sh) {
   tsd_queue_destroy(&sh->work, work_free);
   tsd_queue_destroy(&sh->replies, reply_free);
   pthread_mutex_destroy(&sh->mu);
+  pthread_mutex_destroy(&sh->spare_mu);
+}
+
+void tsd_reply_release(tsd_shared *sh, tsd_reply *r) {
+  if (!r->spare) {
+    free(r);
+    return;
+  }
+  pthread_mutex_lock(&sh->spare_mu);
+  sh->spare_used[r - sh->spare] = false;
+  pthread_mutex_unlock(&sh->spare_mu);
+}
+
+static tsd_reply *spare_take(tsd_shared *sh) {
+  tsd_reply *r = NULL;
+  pthread_mutex_lock(&sh->spare_mu);
+  for (int i = 0; i < TSD_SPARE_REPLIES && !r; i++)
+    if (!sh->spare_used[i]) {
+      sh->spare_used[i] = true;
+      r = &sh->spare[i];
+    }
+  pthread_mutex_unlock(&sh->spare_mu);
+  return r;
+}
+
+/* A reply node: allocated, else a spare one. The spares come back as soon as the loop thread
+ * has delivered them, so when all are out this waits (under the wait policy) for one; only a
+ * loop thread that stopped delivering leaves it without one, after a second. */
+static tsd_reply *reply_node(tsd_shared *sh, bool no_alloc) {
+  tsd_reply *r = no_alloc ? NULL : malloc(sizeof *r);
+  if (r) {
+    memset(r, 0, sizeof *r);
+    return r;
+  }
+  ts_waiter w;
+  ts_waiter_init(&w, &ts_wait_mpi, ts_wait_deadline_ms(1000));
+  do {
+    if ((r = spare_take(sh)) != NULL) {
+      r->frame = NULL;
+      r->lost_reason = NULL;
+      r->lost_status = TS_OK;
+      return r;
+    }
+  } while (ts_waiter_pause(&w) == TS_OK);
+  return NULL;
 }
 
 void tsd_push_work(tsd_shared *sh, tsd_work *w) { tsd_queue_push(&sh->work, &w->node); }
@@ -57,12 +102,13 @@ void tsd_push_reply(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len
 
 void tsd_push_reply_fd(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len, int fd,
                        uint64_t req_id) {
-  tsd_reply *r = malloc(sizeof *r);
+  tsd_reply *r = reply_node(sh, false);
   if (!r) {
     free(frame);
     if (fd >= 0)
       close(fd);
-    TSD_LOG(TSD_LOG_ERROR, "no memory to queue an answer to connection %llu",
+    TSD_LOG(TSD_LOG_ERROR, "no memory to queue an answer to connection %llu, and no spare node "
+            "came back within a second: the loop thread no longer delivers answers",
             (unsigned long long)conn_id);
     return;
   }
@@ -74,14 +120,38 @@ void tsd_push_reply_fd(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t 
   tsd_queue_push(&sh->replies, &r->node); /* wakes the loop thread */
 }
 
+/* An answer that could not be built: the loop thread answers the error itself. */
+static void push_lost(tsd_shared *sh, uint64_t conn_id, uint64_t req_id, int status,
+                      const char *reason, bool no_alloc) {
+  tsd_reply *r = reply_node(sh, no_alloc);
+  if (!r) {
+    TSD_LOG(TSD_LOG_ERROR, "cannot answer request %llu of connection %llu: %s",
+            (unsigned long long)req_id, (unsigned long long)conn_id, reason);
+    return;
+  }
+  r->conn_id = conn_id;
+  r->fd = -1;
+  r->req_id = req_id;
+  r->lost_status = status;
+  r->lost_reason = reason;
+  tsd_queue_push(&sh->replies, &r->node);
+}
+
 void tsd_reply_response(tsd_engine *e, uint64_t conn_id, Tshard__Response *resp) {
   uint8_t *frame;
   size_t len;
   ts_error err;
   e->ops_answered++;
-  if (tsd_response_frame(resp, &frame, &len, &err) != TS_OK &&
-      tsd_error_frame(resp->id, err.code, err.msg, &frame, &len) != TS_OK) {
-    TSD_LOG(TSD_LOG_ERROR, "cannot build an answer: %s", err.msg);
+  /* The injected fault: as if neither the answer nor a node for it could be allocated. */
+  bool fault = tsd_fault_fire(TSD_FAULT_REPLY_QUEUE);
+  if (fault || (tsd_response_frame(resp, &frame, &len, &err) != TS_OK &&
+                tsd_error_frame(resp->id, err.code, err.msg, &frame, &len) != TS_OK)) {
+    TSD_LOG(TSD_LOG_ERROR, "cannot build an answer to request %llu: %s",
+            (unsigned long long)resp->id, fault ? "injected fault (TSHARD_FAULT)" : err.msg);
+    push_lost(e->sh, conn_id, resp->id, TS_NO_MEMORY,
+              "the daemon had no memory to build or queue this answer; the operation's outcome "
+              "is unknown to this client: look at the tensors it touches before retrying",
+              fault);
     return;
   }
   tsd_push_reply(e->sh, conn_id, frame, len);
@@ -111,9 +181,34 @@ static int seq_send(void *ctx, int dst, int tag, const uint8_t *buf, size_t len,
   return ts_control_send(e->ctl, dst, tag, buf, len, err);
 }
 
+/* An operation this rank could not decode: every collective operation's first collective step
+ * is an agreement over the world, except shutdown (it needs no arguments, so it runs) and
+ * einsum_release (it agrees on nothing: it fails here only); this rank brings its failure to
+ * that agreement, so every rank fails the operation with this rank's reason. */
+static int run_undecodable(tsd_engine *e, const tsd_ordered *op, ts_error *err) {
+  if (op->op_case == TSHARD__REQUEST__OP_SHUTDOWN) {
+    TSD_LOG(TSD_LOG_INFO, "shutdown requested (operation %llu)", (unsigned long long)op->seq);
+    e->stopping = true;
+    return TS_OK;
+  }
+  if (op->op_case == TSHARD__REQUEST__OP_EINSUM_RELEASE)
+    return ts_error_set(err, op->decode_error.code, "%s", op->decode_error.msg);
+  return ts_comm_agree(ts_world_comm(e->world), op->decode_error.code, &op->decode_error, err);
+}
+
 static int seq_run(void *ctx, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
   tsd_engine *e = ctx;
-  return e->ops->run_collective(e, op, origin, err);
+  char label[96];
+  snprintf(label, sizeof label, "operation %llu (%s)", (unsigned long long)op->seq,
+           tsd_op_name(op->op_case));
+  ts_world_set_agree_label(e->world, label);
+  if (op->op_case != TSHARD__REQUEST__OP_SHUTDOWN && tsd_fault_fire(TSD_FAULT_AGREEMENT_SILENT))
+    /* the injected fault: this rank answers the operation's agreement only after the others
+     * gave up on it (twice the timeout: rank 0 gives up after one, the others after two) */
+    ts_world_delay_next_agreement(e->world, (int)(3 * e->cfg->agreement_timeout));
+  int rc = op->req ? e->ops->run_collective(e, op, origin, err) : run_undecodable(e, op, err);
+  ts_world_set_agree_label(e->world, NULL);
+  return rc;
 }
 
 static void seq_answer(void *ctx, int op_case, const tsd_pending *w, int status,
@@ -147,31 +242,29 @@ void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *
   tsd_seq_submit(e->seq, conn_id, req, staging, staging_bytes);
 }
 
-static void nap_ms(int ms) {
-  struct timespec ts = {0, ms * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
 /* After the shutdown ran: the sequencer answers who still waits and says goodbye; rank 0 takes
  * every rank's goodbye (late submissions were answered by their own daemons), so that no message
  * is in flight when the communicator is freed. */
 static void finish_sequencer(tsd_engine *e) {
   tsd_seq_finish(e->seq);
   ts_error err;
-  for (int waited = 0; !tsd_seq_all_gone(e->seq) && waited < 60000;) {
+  ts_waiter w;
+  ts_waiter_init(&w, &ts_wait_mpi, ts_wait_deadline_ms(60000));
+  while (!tsd_seq_all_gone(e->seq)) {
     int src, tag;
     void *buf;
     size_t len;
     int got = ts_control_poll(e->ctl, &src, &tag, &buf, &len, &err);
-    if (got < 0)
+    if (got < 0) {
+      TSD_LOG(TSD_LOG_ERROR, "%s", err.msg);
       break;
+    }
     if (got == 1) {
       tsd_seq_message(e->seq, src, tag, buf, len);
       free(buf);
-    } else {
-      nap_ms(1);
-      waited++;
+      ts_waiter_progress(&w);
+    } else if (ts_waiter_pause(&w) == TS_TIMEOUT) {
+      break;
     }
   }
   if (!tsd_seq_all_gone(e->seq))
@@ -214,12 +307,6 @@ static void handle_work(tsd_engine *e, tsd_work *w) {
   free(w);
 }
 
-static int64_t now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* The work queue's wake callback. */
 static void engine_wake(void *ctx) {
   tsd_engine *e = ctx;
@@ -230,10 +317,11 @@ static void engine_wake(void *ctx) {
 
 /* A push after the check below takes wake_mu to signal, so it cannot fall between the check and
  * the wait. */
-static void wait_for_work(tsd_engine *e, long us) {
+static void wait_for_work(tsd_engine *e, int64_t ns) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  ts.tv_nsec += us * 1000;
+  ts.tv_sec += (time_t)(ns / 1000000000);
+  ts.tv_nsec += (long)(ns % 1000000000);
   if (ts.tv_nsec >= 1000000000) {
     ts.tv_sec += ts.tv_nsec / 1000000000;
     ts.tv_nsec %= 1000000000;
@@ -266,7 +354,8 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
                          .key_max = e->cfg->key_max,
                          .collective_timeout_ms = e->cfg->collective_timeout,
                          .collective_timeout_max_ms = e->cfg->collective_timeout_max,
-                         .collective_pending_max = e->cfg->collective_pending_max};
+                         .collective_pending_max = e->cfg->collective_pending_max,
+                         .fault_orders_undecodable = tsd_fault_take_all(TSD_FAULT_ORDER_DECODE)};
   int rc = tsd_seq_create(e->rank, e->size, &hooks, &scfg, &e->seq, err);
   if (rc)
     goto out;
@@ -279,8 +368,8 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
     goto out;
   /* Short timed waits must be short: the default timer slack (50 us) would round them up. */
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-  long idle_us = 0;
-  int64_t last_busy = now_us();
+  ts_waiter idle; /* the engine's idle wait lasts as long as the daemon: no deadline */
+  ts_waiter_init(&idle, &ts_wait_engine, TS_WAIT_FOREVER);
   while (!e->stopping) {
     bool busy = false;
     tsd_work *list = (tsd_work *)tsd_queue_take_all(&e->sh->work);
@@ -306,21 +395,16 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
       free(buf);
       busy = true;
     }
-    ts_control_progress(e->ctl);
+    ts_error cerr;
+    if (ts_control_progress(e->ctl, &cerr) < 0)
+      TSD_LOG(TSD_LOG_ERROR, "a control message to another rank failed: %s", cerr.msg);
     if (tsd_seq_run(e->seq) > 0)
       busy = true;
     if (busy) {
-      idle_us = 0;
-      last_busy = now_us();
+      ts_waiter_progress(&idle);
     } else {
-      if (now_us() - last_busy < HOT_US)
-        idle_us = IDLE_MIN_US;
-      else if (idle_us == 0)
-        idle_us = IDLE_MIN_US;
-      else
-        idle_us = idle_us * 2 > IDLE_MAX_US ? IDLE_MAX_US : idle_us * 2;
       ts_pool_trim(false); /* cached buffers idle long enough go back to the OS */
-      wait_for_work(e, idle_us);
+      wait_for_work(e, ts_waiter_next(&idle));
     }
   }
   finish_sequencer(e);

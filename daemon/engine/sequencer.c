@@ -41,7 +41,10 @@
  * before sending them (protobuf-c keeps unknown fields and writes them back, so a request that
  * decoded once may not decode again), and when rank 0 still cannot order one (it does not decode
  * there, no memory) it sends REFUSE back to the submitting rank, which answers its clients with
- * the reason and frees what they held (a put's staging).
+ * the reason and frees what they held (a put's staging). An ORDER that a rank cannot decode (no
+ * memory, corrupted bytes) is run there all the same, without its request: the run hook fails it
+ * in the operation's first agreement, so every rank answers its clients with that rank's reason
+ * (the header carries the op case; the clients are found by the request's hash).
  *
  * Nothing here knows MPI or the engine (sequencer.h): messages go out through the send hook and
  * come in through tsd_seq_message, ordered operations are run through the run hook and clients
@@ -86,7 +89,7 @@ typedef struct tsd_deferred {
   char msg[];
 } tsd_deferred;
 #define SUBMIT_HEADER 16 /* ticket, hash */
-#define ORDER_HEADER 32  /* seq, origin, ticket, hash */
+#define ORDER_HEADER 40  /* seq, origin, ticket, hash, op case */
 #define REFUSE_HEADER 16 /* ticket, status; then the message */
 #define WITHDRAW_HEADER 8 /* ticket; then the key */
 
@@ -241,10 +244,12 @@ static void order_now(tsd_seq *e, int origin, uint64_t ticket, uint64_t hash,
   op->ticket = ticket;
   op->hash = hash;
   op->req = req;
+  op->op_case = (int)req->op_case;
   put_u64(msg, op->seq);
   put_u64(msg + 8, (uint64_t)origin);
   put_u64(msg + 16, ticket);
   put_u64(msg + 24, hash);
+  put_u64(msg + 32, (uint64_t)req->op_case);
   memcpy(msg + ORDER_HEADER, body, len);
   for (int r = 1; r < e->size; r++)
     if (e->h.send(e->h.ctx, r, TAG_ORDER, msg, ORDER_HEADER + len, &err))
@@ -547,26 +552,46 @@ void tsd_seq_submit(tsd_seq *e, uint64_t conn_id, Tshard__Request *req, uint8_t 
   tsd_request_free(&req);
 }
 
+/* An ORDER from rank 0. One this rank cannot decode (no memory, corrupted bytes) is queued all
+ * the same, without its request: every rank must run every operation, and this one fails it in
+ * the operation's first agreement (the run hook), so that every rank answers the same error. */
+static void take_order(tsd_seq *e, const uint8_t *buf, size_t len) {
+  tsd_ordered *op = calloc(1, sizeof *op);
+  if (!op) { /* nothing to queue: the next agreement waits for this rank until its deadline */
+    TSD_LOG(TSD_LOG_ERROR, "no memory to take operation %llu from rank 0",
+            (unsigned long long)get_u64(buf));
+    return;
+  }
+  op->seq = get_u64(buf);
+  op->origin = (int)get_u64(buf + 8);
+  op->ticket = get_u64(buf + 16);
+  op->hash = get_u64(buf + 24);
+  op->op_case = (int)get_u64(buf + 32);
+  int rc;
+  if (e->cfg.fault_orders_undecodable > 0) {
+    e->cfg.fault_orders_undecodable--;
+    rc = ts_error_set(&op->decode_error, TS_PROTOCOL, "injected fault (TSHARD_FAULT)");
+  } else {
+    rc = tsd_request_decode(buf + ORDER_HEADER, len - ORDER_HEADER, &op->req, &op->decode_error);
+  }
+  if (rc) {
+    char why[300];
+    snprintf(why, sizeof why, "%.299s", op->decode_error.msg);
+    ts_error_set(&op->decode_error, rc,
+                 "rank %d could not decode operation %llu (%s) from rank 0: %s; the operation "
+                 "failed on every rank and changed nothing",
+                 e->rank, (unsigned long long)op->seq, tsd_op_name(op->op_case), why);
+    TSD_LOG(TSD_LOG_ERROR, "%s", op->decode_error.msg);
+    op->req = NULL;
+  }
+  enqueue(e, op);
+}
+
 void tsd_seq_message(tsd_seq *e, int src, int tag, const uint8_t *buf, size_t len) {
   if (tag == TAG_SUBMIT && e->rank == 0 && len >= SUBMIT_HEADER) {
     order(e, src, get_u64(buf), get_u64(buf + 8), buf + SUBMIT_HEADER, len - SUBMIT_HEADER);
   } else if (tag == TAG_ORDER && src == 0 && len >= ORDER_HEADER) {
-    Tshard__Request *req = NULL;
-    ts_error err;
-    tsd_ordered *op = calloc(1, sizeof *op);
-    if (!op || tsd_request_decode(buf + ORDER_HEADER, len - ORDER_HEADER, &req, &err)) {
-      /* Every rank must run every operation; this one cannot be. */
-      TSD_LOG(TSD_LOG_ERROR, "cannot take operation %llu from rank 0; the job is inconsistent",
-              (unsigned long long)get_u64(buf));
-      free(op);
-      return;
-    }
-    op->seq = get_u64(buf);
-    op->origin = (int)get_u64(buf + 8);
-    op->ticket = get_u64(buf + 16);
-    op->hash = get_u64(buf + 24);
-    op->req = req;
-    enqueue(e, op);
+    take_order(e, buf, len);
   } else if (tag == TAG_REFUSE && src == 0 && len >= REFUSE_HEADER) {
     char msg[1024];
     size_t n = len - REFUSE_HEADER < sizeof msg - 1 ? len - REFUSE_HEADER : sizeof msg - 1;
@@ -667,18 +692,21 @@ int tsd_seq_run(tsd_seq *e) {
     ts_error_clear(&err);
     e->ops_run++;
     TSD_LOG(TSD_LOG_DEBUG, "operation %llu (%s from rank %d) starts", (unsigned long long)op->seq,
-            tsd_op_name(op->req->op_case), op->origin);
+            tsd_op_name(op->op_case), op->origin);
     int status = e->h.run(e->h.ctx, op, origin, &err);
-    if (op->req->op_case == TSHARD__REQUEST__OP_SHUTDOWN)
+    if (op->op_case == TSHARD__REQUEST__OP_SHUTDOWN)
       e->stopped = true;
-    const char *key = op->req->idempotency_key;
+    /* Undecoded here: its key is unknown, its clients are those of its request (hash). */
+    const char *key = op->req ? op->req->idempotency_key : "";
     TSD_LOG(TSD_LOG_DEBUG, "operation %llu (%s from rank %d) -> %s", (unsigned long long)op->seq,
-            tsd_op_name(op->req->op_case), op->origin, ts_status_name(status));
+            tsd_op_name(op->op_case), op->origin, ts_status_name(status));
     /* Answer the waiting clients of this rank and forget them. */
     tsd_pending **pp = &e->pending;
     while (*pp) {
       tsd_pending *q = *pp;
-      bool mine = key[0] ? strcmp(q->key, key) == 0 : q == origin;
+      bool mine = key[0]    ? strcmp(q->key, key) == 0
+                  : op->req ? q == origin
+                            : q == origin || (q->key[0] && q->hash == op->hash);
       if (!mine) {
         pp = &q->next;
         continue;
@@ -690,13 +718,13 @@ int tsd_seq_run(tsd_seq *e) {
                  "idempotency key '%s' was used for %s; this request is a different one; a key "
                  "deduplicates retries of the identical request only: use a new key",
                  key, what);
-        e->h.answer(e->h.ctx, (int)op->req->op_case, q, TS_KEY_CONFLICT, m);
+        e->h.answer(e->h.ctx, op->op_case, q, TS_KEY_CONFLICT, m);
       } else
-        e->h.answer(e->h.ctx, (int)op->req->op_case, q, status, err.msg);
+        e->h.answer(e->h.ctx, op->op_case, q, status, err.msg);
       *pp = q->next;
       pending_free(e, q);
     }
-    if (e->keys)
+    if (e->keys && op->req)
       after_run_rank0(e, op, status, err.msg);
     tsd_request_free(&op->req);
     free(op);

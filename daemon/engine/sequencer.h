@@ -35,12 +35,17 @@ typedef struct tsd_pending {
   uint64_t max_bytes; /* get: the chunk size the client asked for */
 } tsd_pending;
 
-/* An operation in rank 0's order, waiting to run here. */
+/* An operation in rank 0's order, waiting to run here. req is NULL when this rank could not
+ * decode it: then op_case (from the ORDER's header) and decode_error say what it was and why;
+ * the run hook must still take part in the operation's first agreement with that failure, so
+ * that every rank fails it alike. */
 typedef struct tsd_ordered {
   struct tsd_ordered *next;
   uint64_t seq, ticket, hash;
   int origin;
+  int op_case;
   Tshard__Request *req;
+  ts_error decode_error;
 } tsd_ordered;
 
 typedef struct tsd_seq_hooks {
@@ -69,6 +74,7 @@ typedef struct tsd_seq_config {
   int64_t collective_timeout_ms; /* for requests naming participants without a timeout */
   int64_t collective_timeout_max_ms; /* rank 0 never waits longer (0: no bound here) */
   int64_t collective_pending_max;    /* per connection: collectives waiting (0: no bound) */
+  int fault_orders_undecodable;      /* fault injection: the next N ORDERs here fail to decode */
 } tsd_seq_config;
 
 typedef struct tsd_seq tsd_seq;

@@ -50,13 +50,20 @@ typedef struct tsd_work {
   tsd_scope scope;
 } tsd_work;
 
+#define TSD_SPARE_REPLIES 16
+
 typedef struct tsd_reply {
   tsd_qnode node;  /* first: queued in tsd_shared.replies */
   uint64_t conn_id;
   uint8_t *frame; /* owned, header included */
   size_t len;
   int fd;          /* -1, or a descriptor to pass with the frame (SCM_RIGHTS), owned */
-  uint64_t req_id; /* with fd: the request answered */
+  uint64_t req_id; /* with fd, or without a frame: the request answered */
+  /* No frame: the answer could not be built (no memory); the loop thread answers lost_status
+   * with lost_reason (a static string) itself, or closes the connection saying why. */
+  int lost_status;
+  const char *lost_reason;
+  bool spare; /* one of tsd_shared's spare nodes: given back, not freed */
 } tsd_reply;
 
 /* The hand-over between the two threads. The catalog (front/catalog.c) and the server
@@ -70,12 +77,21 @@ typedef struct tsd_shared {
   tsd_queue replies;   /* engine -> loop; the loop sets its wake (uv_async) */
   struct tsd_server *server;   /* for the connection count in stats; set by the server */
   struct tsd_catalog *catalog; /* its own mutex; set by main.c */
+  /* Reply nodes kept for when allocating one fails, so that every request is answered and its
+   * in-flight slot released even out of memory (tsd_push_reply takes one, the loop gives it
+   * back once delivered). */
+  pthread_mutex_t spare_mu;
+  tsd_reply spare[TSD_SPARE_REPLIES];
+  bool spare_used[TSD_SPARE_REPLIES];
 } tsd_shared;
 
 void tsd_shared_init(tsd_shared *sh);
 void tsd_shared_destroy(tsd_shared *sh);
 void tsd_push_work(tsd_shared *sh, tsd_work *w);
-/* Queues a reply frame and wakes the loop thread (takes ownership of frame). */
+/* Gives a delivered reply node back (a spare one to the pool, others freed). */
+void tsd_reply_release(tsd_shared *sh, tsd_reply *r);
+/* Queues a reply frame and wakes the loop thread (takes ownership of frame). Never drops it: when
+ * no node can be allocated a spare one carries it. */
 void tsd_push_reply(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len);
 /* The same with a descriptor passed on the frame's first byte (takes fd too). */
 void tsd_push_reply_fd(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len, int fd,

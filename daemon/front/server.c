@@ -799,6 +799,23 @@ static void conn_write_fd(conn *c, tsd_reply *r) {
   }
 }
 
+/* An answer the engine could not build or queue: its error, built here; when even that fails
+ * the connection is closed, with the reason in the log (the client sees it closed). */
+static void answer_lost(conn *c, const tsd_reply *r) {
+  uint8_t *frame;
+  size_t len;
+  const char *why = r->lost_reason ? r->lost_reason : "the daemon could not build this answer";
+  if (tsd_error_frame(r->req_id, r->lost_status ? r->lost_status : TS_INTERNAL, why, &frame,
+                      &len) == TS_OK) {
+    conn_write(c, frame, len);
+    return;
+  }
+  TSD_LOG(TSD_LOG_ERROR, "connection %llu closed: the answer to its request %llu was lost (%s) "
+          "and no memory was left to say so", (unsigned long long)c->id,
+          (unsigned long long)r->req_id, why);
+  conn_close(c);
+}
+
 static void deliver_replies(tsd_server *s) {
   tsd_reply *list = (tsd_reply *)tsd_queue_take_all(&s->sh->replies);
   while (list) {
@@ -808,8 +825,10 @@ static void deliver_replies(tsd_server *s) {
     if (c && !c->closing) {
       if (r->fd >= 0)
         conn_write_fd(c, r);
-      else
+      else if (r->frame)
         conn_write(c, r->frame, r->len);
+      else
+        answer_lost(c, r);
       if (c->inflight-- == TSD_MAX_INFLIGHT && !s->stopping && !c->closing)
         conn_read_start(c);
     } else {
@@ -817,7 +836,7 @@ static void deliver_replies(tsd_server *s) {
         close(r->fd);
       free(r->frame);
     }
-    free(r);
+    tsd_reply_release(s->sh, r);
   }
 }
 

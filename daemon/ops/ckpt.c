@@ -29,9 +29,14 @@ int tsd_run_save(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_e
   const Tshard__SaveRequest *q = op->req->save;
   ts_ckpt_save_opts o = {q->keep_partial, q->per_node, e->cfg->staging,
                          e->cfg->ckpt_chunk > 0 ? e->cfg->ckpt_chunk : -1};
+  /* Every collective operation starts with an agreement over the world (a rank that could not
+   * decode the operation fails it there); the save's own first collective step is another. */
+  int rc = ts_comm_agree(ts_world_comm(e->world), TS_OK, NULL, err);
+  if (rc)
+    return rc;
   arm_fail_hook(e->rank);
   ts_ckpt_report rep;
-  int rc = ts_ckpt_save(e->store, e->world, q->dir, (const char *const *)q->names,
+  rc = ts_ckpt_save(e->store, e->world, q->dir, (const char *const *)q->names,
                         (int)q->n_names, &o, &rep, err);
   if (rc == TS_OK)
     TSD_LOG(TSD_LOG_INFO, "saved %d tensors to '%s' (%lld bytes written here)", rep.tensors,

@@ -134,13 +134,18 @@ static int t_run(void *ctx, const tsd_ordered *op, tsd_pending *origin, ts_error
   ck_assert_int_lt(rc->nruns, MAX_LOG);
   ran *x = &rc->runs[rc->nruns++];
   x->seq = op->seq;
-  x->op_case = (int)op->req->op_case;
+  x->op_case = op->op_case;
   x->origin = op->origin;
-  snprintf(x->name, sizeof x->name, "%s", req_name(op->req));
   if (op->origin == rc->rank)
     ck_assert_ptr_nonnull(origin); /* the submission is this rank's */
   else
     ck_assert_ptr_null(origin);
+  if (!op->req) { /* not decoded here: the engine fails it in the agreement; so does this */
+    snprintf(x->name, sizeof x->name, "(undecoded)");
+    return ts_error_set(err, op->decode_error.code, "%s", op->decode_error.msg);
+  }
+  ck_assert_int_eq(op->op_case, (int)op->req->op_case);
+  snprintf(x->name, sizeof x->name, "%s", req_name(op->req));
   if (strncmp(x->name, "fail", 4) == 0)
     return ts_error_set(err, TS_EXISTS, "a tensor named '%s' exists", x->name);
   return TS_OK;
@@ -439,6 +444,44 @@ static int runs_of(const world *w, const char *name) {
     n += strcmp(w->r[0].runs[k].name, name) == 0;
   return n;
 }
+
+/* An ORDER rank 1 cannot decode: it still runs there, in its place in the order, without its
+ * request (op case from the header), and the clients of rank 1 waiting for it, found by the
+ * request's hash, get rank 1's reason; the next operation decodes and runs as usual. */
+START_TEST(undecodable_order_runs_as_failure) {
+  world w;
+  world_init(&w, 3);
+  tsd_seq_destroy(&w.r[1].seq);
+  tsd_seq_config cfg = {.key_ttl_ms = TTL_MS,
+                        .key_max = KEY_MAX,
+                        .collective_timeout_ms = COLL_MS,
+                        .fault_orders_undecodable = 1};
+  tsd_seq_hooks h = {&w.r[1], t_send, t_run, t_answer, t_release, t_now, t_names};
+  ts_error err;
+  ck_assert_int_eq(tsd_seq_create(1, 3, &h, &cfg, &w.r[1].seq, &err), TS_OK);
+  submit(&w, 0, 1, 100, "u1", "KU");
+  submit(&w, 1, 2, 200, "u1", "KU"); /* SPMD: waits on rank 1 for the same operation */
+  submit(&w, 1, 3, 300, "u2", NULL); /* another request of rank 1: not its client */
+  settle(&w);
+  for (int r = 0; r < 3; r++)
+    ck_assert_int_eq(w.r[r].nruns, 2);
+  ck_assert_uint_eq(w.r[1].runs[0].seq, 1);
+  ck_assert_int_eq(w.r[1].runs[0].op_case, TSHARD__REQUEST__OP_CREATE);
+  ck_assert_str_eq(w.r[1].runs[0].name, "(undecoded)");
+  ck_assert_str_eq(w.r[2].runs[0].name, "u1");
+  const answer *a = answer_of(&w.r[1], 2, 200);
+  ck_assert_int_eq(a->status, TS_PROTOCOL);
+  ck_assert_str_eq(a->msg, "rank 1 could not decode operation 1 (create) from rank 0: injected "
+                           "fault (TSHARD_FAULT); the operation failed on every rank and "
+                           "changed nothing");
+  /* The next operation ran on every rank, decoded, and answered its client. */
+  ck_assert_str_eq(w.r[1].runs[1].name, "u2");
+  ck_assert_str_eq(w.r[0].runs[1].name, "u2");
+  ck_assert_int_eq(answer_of(&w.r[1], 3, 300)->status, TS_OK);
+  ck_assert_int_eq(w.r[1].nanswers, 2);
+  world_free(&w);
+}
+END_TEST
 
 START_TEST(key_expires_after_ttl) {
   world w;
@@ -931,6 +974,7 @@ int main(void) {
   tcase_add_test(tc, keyed_runs_once);
   tcase_add_test(tc, key_reused_for_another_request);
   tcase_add_test(tc, undecodable_is_refused_and_answered);
+  tcase_add_test(tc, undecodable_order_runs_as_failure);
   tcase_add_test(tc, key_expires_after_ttl);
   tcase_add_test(tc, key_ends_when_its_names_change);
   tcase_add_test(tc, key_table_is_bounded);

@@ -1,0 +1,101 @@
+/* wait.c - the wait policy (ts_wait.h): the schedules and the step-wise waiter.
+ *
+ * The numbers are what each wait needs. An MPI request (agreements, the control channel) spins
+ * 50 us, the time a collective of ranks that arrived together takes, then naps from 10 us
+ * doubling up to 200 us, so a rank that arrives early leaves the cores to the ranks still
+ * working (where ranks outnumber cores Open MPI's own blocking calls would spin). The engine
+ * between work naps 20 us for 2 ms after its last work (the next part of a session follows
+ * quickly), then doubling up to 8 ms: an idle daemon wakes about a hundred times a second. A
+ * client waiting for an answer spins 100 us (an answer that comes that fast is taken without the
+ * wake-up of a sleeping thread), then blocks in poll(), which wakes on the answer itself. */
+#include "ts_wait.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <time.h>
+#include <unistd.h>
+
+#define US 1000LL
+#define MS 1000000LL
+
+const ts_wait_policy ts_wait_mpi = {
+    .spin_ns = 50 * US, .hot_ns = 0, .nap_min_ns = 10 * US, .nap_max_ns = 200 * US};
+const ts_wait_policy ts_wait_engine = {
+    .spin_ns = 0, .hot_ns = 2 * MS, .nap_min_ns = 20 * US, .nap_max_ns = 8 * MS};
+const ts_wait_policy ts_wait_socket = {
+    .spin_ns = 100 * US, .hot_ns = 0, .nap_min_ns = 1000 * MS, .nap_max_ns = 1000 * MS};
+
+static int node_processes = 1;
+static int node_cores;
+
+int64_t ts_wait_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t ts_wait_deadline_ms(int64_t ms) {
+  if (ms < 0 || ms > (TS_WAIT_FOREVER - ts_wait_now_ns()) / MS)
+    return TS_WAIT_FOREVER;
+  return ts_wait_now_ns() + ms * MS;
+}
+
+void ts_wait_nap_ns(int64_t ns) {
+  if (ns <= 0)
+    return;
+  struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+void ts_wait_set_node_processes(int n) { node_processes = n > 0 ? n : 1; }
+
+bool ts_wait_oversubscribed(void) {
+  if (node_cores == 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    node_cores = n > 0 ? (int)n : 1;
+  }
+  return node_processes > node_cores;
+}
+
+void ts_waiter_init(ts_waiter *w, const ts_wait_policy *p, int64_t deadline_ns) {
+  w->policy = *p;
+  w->deadline_ns = deadline_ns;
+  ts_waiter_progress(w);
+}
+
+void ts_waiter_progress(ts_waiter *w) {
+  w->active_ns = ts_wait_now_ns();
+  w->nap_ns = w->policy.nap_min_ns;
+}
+
+int64_t ts_waiter_next(ts_waiter *w) {
+  int64_t now = ts_wait_now_ns();
+  if (now >= w->deadline_ns)
+    return -1;
+  int64_t since = now - w->active_ns, nap;
+  if (since < w->policy.spin_ns)
+    return 0;
+  if (since < w->policy.hot_ns) {
+    nap = w->policy.nap_min_ns;
+  } else {
+    nap = w->nap_ns;
+    w->nap_ns = nap > w->policy.nap_max_ns / 2 ? w->policy.nap_max_ns : 2 * nap;
+  }
+  if (nap > w->deadline_ns - now)
+    nap = w->deadline_ns - now;
+  return nap > 0 ? nap : 1;
+}
+
+int ts_waiter_pause(ts_waiter *w) {
+  int64_t ns = ts_waiter_next(w);
+  if (ns < 0)
+    return TS_TIMEOUT;
+  if (ns == 0) {
+    if (ts_wait_oversubscribed())
+      sched_yield();
+  } else {
+    ts_wait_nap_ns(ns);
+  }
+  return TS_OK;
+}
