@@ -61,16 +61,22 @@ if(TARGET tshardd AND TARGET tshard)
   add_executable(tshard-bench-rpc ${CMAKE_CURRENT_LIST_DIR}/bench/bench_rpc.c)
   target_link_libraries(tshard-bench-rpc PRIVATE tsb_guard tsshard)
   add_dependencies(tshard-bench-rpc tshardd)
-  add_executable(tshard-bench-service ${CMAKE_CURRENT_LIST_DIR}/bench/bench_service.c)
-  target_link_libraries(tshard-bench-service PRIVATE tsb_guard MPI::MPI_C)
-  target_compile_definitions(tshard-bench-service PRIVATE
-                             TSB_PY_SCRIPT="${CMAKE_CURRENT_LIST_DIR}/bench/bench_service_py.py"
-                             TSB_PYTHONPATH="${CMAKE_BINARY_DIR}/python")
-  add_dependencies(tshard-bench-service tshardd)
-  if(TARGET tshard-python)
-    add_dependencies(tshard-bench-service tshard-python)
-  endif()
-  foreach(bench tshard-bench-rpc tshard-bench-service)
+  # The benchmarks that drive the daemons with the Python package (SCRIPT, beside the program).
+  function(tsb_python_bench target source script)
+    add_executable(${target} ${CMAKE_CURRENT_LIST_DIR}/bench/${source})
+    target_link_libraries(${target} PRIVATE tsb_guard MPI::MPI_C)
+    target_compile_definitions(${target} PRIVATE
+                               TSB_PY_SCRIPT="${CMAKE_CURRENT_LIST_DIR}/bench/${script}"
+                               TSB_PYTHONPATH="${CMAKE_BINARY_DIR}/python")
+    add_dependencies(${target} tshardd)
+    if(TARGET tshard-python)
+      add_dependencies(${target} tshard-python)
+    endif()
+  endfunction()
+  tsb_python_bench(tshard-bench-service bench_service.c bench_service_py.py)
+  # Many tensors and small tensors, beside raw MPI of the same bytes.
+  tsb_python_bench(tshard-bench-many bench_many.c bench_many_py.py)
+  foreach(bench tshard-bench-rpc tshard-bench-service tshard-bench-many)
     add_test(NAME ${bench}_help COMMAND ${bench} --help)
     set_tests_properties(${bench}_help PROPERTIES TIMEOUT 60 PASS_REGULAR_EXPRESSION
                          "usage: .*--timeout SEC.*--wait-stdin.*--help")
@@ -84,6 +90,11 @@ if(TARGET tshardd AND TARGET tshard)
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bench/test_bench_service_keys.sh
                    ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
   set_tests_properties(test_bench_service_keys PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_MPI_TEST_ENV}")
+  add_test(NAME test_bench_many_keys
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bench/test_bench_many_keys.sh
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+  set_tests_properties(test_bench_many_keys PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                        ENVIRONMENT "${TS_MPI_TEST_ENV}")
 
   # Startup refusals (token files, --staging) and list/describe during a long reshard.

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -201,4 +202,83 @@ int tsb_common_option(int argc, char **argv, int *i, int *timeout_s, bool *wait_
   *timeout_s = (int)v;
   (*i)++;
   return 1;
+}
+
+/* Whether this process may read another of its user's processes (process_vm_readv, what Open
+ * MPI's CMA single-copy transfers use; a container without CAP_SYS_PTRACE or a strict Yama
+ * setting refuses it). Asked of a forked child that waits on a pipe. */
+static bool cma_usable(void) {
+  static volatile char probe[64] = "tshard";
+  int fds[2];
+  if (pipe(fds) != 0)
+    return false;
+  pid_t pid = fork();
+  if (pid == 0) {
+    char b;
+    close(fds[1]);
+    ssize_t r = read(fds[0], &b, 1); /* until the parent closes its end */
+    _exit(r < 0);
+  }
+  close(fds[0]);
+  char got[sizeof probe];
+  struct iovec local = {got, sizeof got}, remote = {(void *)probe, sizeof probe};
+  bool ok = pid > 0 && process_vm_readv(pid, &local, 1, &remote, 1, 0) == (ssize_t)sizeof got &&
+            memcmp(got, (const char *)probe, 7) == 0;
+  close(fds[1]);
+  if (pid > 0)
+    waitpid(pid, NULL, 0);
+  return ok;
+}
+
+void tsb_single_copy_as_users(void) {
+  setenv("OMPI_MCA_btl_vader_single_copy_mechanism", cma_usable() ? "cma" : "none", 0);
+  printf("mpi_single_copy=%s\n", getenv("OMPI_MCA_btl_vader_single_copy_mechanism"));
+  fflush(stdout);
+}
+
+int tsb_parse_long(const char *self, const char *flag, const char *text, long lo, long hi,
+                   long *out) {
+  char *end = NULL;
+  long v = text ? strtol(text, &end, 10) : 0;
+  if (!text || !end || *end || end == text || v < lo || v > hi) {
+    fprintf(stderr, "%s: %s needs a whole number from %ld to %ld\n", self, flag, lo, hi);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+double tsb_cpu_seconds(int pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')');
+  unsigned long long ut = 0, st = 0;
+  /* after ") ": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
+  if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+    return -1;
+  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+pid_t tsb_spawn_raw(int np, int argc, char **argv, FILE **out) {
+  const char *args[64];
+  char nps[16];
+  snprintf(nps, sizeof nps, "%d", np);
+  int k = 0;
+  args[k++] = tse_mpiexec();
+  args[k++] = "-np";
+  args[k++] = nps;
+  args[k++] = "--oversubscribe";
+  args[k++] = argv[0];
+  args[k++] = "--raw";
+  for (int i = 1; i < argc && k < 62; i++)
+    if (strcmp(argv[i], "--wait-stdin") != 0)
+      args[k++] = argv[i];
+  args[k] = NULL;
+  return tsb_spawn(args, NULL, out);
 }

@@ -28,6 +28,9 @@ void tsb_guard_job(tse_job *j);
  * `env` (NULL-terminated "NAME=value" strings, may be NULL) added to its environment and its
  * stdout on a pipe returned in *out (stderr is the benchmark's). Returns the pid or -1. */
 pid_t tsb_spawn(const char *const *argv, const char *const *env, FILE **out);
+/* Starts the benchmark's own raw MPI reference: mpirun -np NP --oversubscribe argv[0] --raw
+ * with the benchmark's options but --wait-stdin, as tsb_spawn does. */
+pid_t tsb_spawn_raw(int np, int argc, char **argv, FILE **out);
 /* Closes *out, waits for the child and forgets it; returns its exit status (128 + signal when
  * killed, -1 on error). */
 int tsb_wait(pid_t pid, FILE **out);
@@ -45,6 +48,19 @@ int tsb_common_option(int argc, char **argv, int *i, int *timeout_s, bool *wait_
   "                   end of stdin before measuring (for tests and for attaching a profiler)\n"   \
   "  --help           this text\n"                                                              \
   "Ctrl-C, SIGTERM, SIGHUP, the timeout and even SIGKILL stop the daemons it started.\n"
+
+/* Before the daemons start: daemons and raw references move data as a user's job would, with
+ * Open MPI's single-copy transfers (cma, as tshard-launch uses) where process_vm_readv works
+ * here, else none (the test harness turns them off by default); an
+ * OMPI_MCA_btl_vader_single_copy_mechanism set by the caller wins. Prints mpi_single_copy=. */
+void tsb_single_copy_as_users(void);
+
+/* Parses the value `text` of option `flag` as a whole number in [lo, hi] into *out; 0, or -1
+ * with a message naming the option on stderr. */
+int tsb_parse_long(const char *self, const char *flag, const char *text, long lo, long hi,
+                   long *out);
+/* The user + system CPU seconds process pid has used so far (/proc/PID/stat), -1 if unknown. */
+double tsb_cpu_seconds(int pid);
 
 double tsb_now(void);
 /* Sorts v and returns its median. */

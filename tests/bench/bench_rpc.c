@@ -149,23 +149,6 @@ static void usage(const char *self) {
          self);
 }
 
-static double cpu_seconds(int pid) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return -1;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  char *p = strrchr(buf, ')');
-  unsigned long long ut = 0, st = 0;
-  /* after ") ": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
-  if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-    return -1;
-  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--engine") == 0)
     return engine_mode(argc, argv);
@@ -278,14 +261,14 @@ int main(int argc, char **argv) {
   /* Idle: nothing connected, 10 s. */
   double before[2], after[2];
   for (int r = 0; r < 2; r++)
-    before[r] = cpu_seconds(job.daemon_pids[r]);
+    before[r] = tsb_cpu_seconds(job.daemon_pids[r]);
   double w0 = now();
   struct timespec ten = {10, 0};
   nanosleep(&ten, NULL);
   double wall = now() - w0;
   double idle = 0;
   for (int r = 0; r < 2; r++) {
-    after[r] = cpu_seconds(job.daemon_pids[r]);
+    after[r] = tsb_cpu_seconds(job.daemon_pids[r]);
     double pct = (after[r] - before[r]) / wall * 100.0;
     if (pct > idle)
       idle = pct;

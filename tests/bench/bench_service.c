@@ -48,8 +48,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/uio.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -96,18 +94,6 @@ static void usage(const char *self) {
          self);
 }
 
-static int parse_long(const char *self, const char *flag, const char *text, long lo, long hi,
-                      long *out) {
-  char *end = NULL;
-  long v = text ? strtol(text, &end, 10) : 0;
-  if (!text || !end || *end || end == text || v < lo || v > hi) {
-    fprintf(stderr, "%s: %s needs a whole number from %ld to %ld\n", self, flag, lo, hi);
-    return -1;
-  }
-  *out = v;
-  return 0;
-}
-
 /* 0: run; 1: --help printed; -1: bad command line (message printed). */
 static int parse_opts(int argc, char **argv, opts *o) {
   *o = (opts){1024, 8192, 7, 5, 0, false};
@@ -124,10 +110,10 @@ static int parse_opts(int argc, char **argv, opts *o) {
     if (taken)
       continue;
     if (strcmp(a, "--size-mib") == 0) {
-      if (parse_long(argv[0], a, v, 1, 65536, &o->size_mib))
+      if (tsb_parse_long(argv[0], a, v, 1, 65536, &o->size_mib))
         return -1;
     } else if (strcmp(a, "--dim") == 0) {
-      if (parse_long(argv[0], a, v, 4, 16384, &x))
+      if (tsb_parse_long(argv[0], a, v, 4, 16384, &x))
         return -1;
       if (x % NP) {
         fprintf(stderr, "%s: --dim %ld: must be a multiple of %d\n", argv[0], x, NP);
@@ -135,11 +121,11 @@ static int parse_opts(int argc, char **argv, opts *o) {
       }
       o->dim = (int)x;
     } else if (strcmp(a, "--reps") == 0) {
-      if (parse_long(argv[0], a, v, 1, MAX_REPS, &x))
+      if (tsb_parse_long(argv[0], a, v, 1, MAX_REPS, &x))
         return -1;
       o->reps = (int)x;
     } else if (strcmp(a, "--io-reps") == 0) {
-      if (parse_long(argv[0], a, v, 1, MAX_REPS, &x))
+      if (tsb_parse_long(argv[0], a, v, 1, MAX_REPS, &x))
         return -1;
       o->io_reps = (int)x;
     } else {
@@ -311,22 +297,9 @@ static int raw_mode(int argc, char **argv) {
 }
 
 /* Runs the reference job; appends its times per case to raw[c][n[c]++]. */
-static void raw_reference(const char *self, int argc, char **argv, double raw[][2 * MAX_REPS],
-                          int *n) {
-  const char *args[64];
-  int k = 0;
-  args[k++] = tse_mpiexec();
-  args[k++] = "-np";
-  args[k++] = "4";
-  args[k++] = "--oversubscribe";
-  args[k++] = self;
-  args[k++] = "--raw";
-  for (int i = 1; i < argc && k < 62; i++)
-    if (strcmp(argv[i], "--wait-stdin") != 0)
-      args[k++] = argv[i];
-  args[k] = NULL;
+static void raw_reference(int argc, char **argv, double raw[][2 * MAX_REPS], int *n) {
   FILE *out = NULL;
-  pid_t pid = tsb_spawn(args, NULL, &out);
+  pid_t pid = tsb_spawn_raw(NP, argc, argv, &out);
   char line[256], key[64];
   double ms;
   while (out && fgets(line, sizeof line, out))
@@ -423,32 +396,6 @@ static void *xalloc(size_t n) {
   return p;
 }
 
-/* Whether this process may read another of its user's processes (process_vm_readv, what Open
- * MPI's CMA single-copy transfers use; a container without CAP_SYS_PTRACE or a strict Yama
- * setting refuses it). Asked of a forked child that waits on a pipe. */
-static bool cma_usable(void) {
-  static volatile char probe[64] = "tshard";
-  int fds[2];
-  if (pipe(fds) != 0)
-    return false;
-  pid_t pid = fork();
-  if (pid == 0) {
-    char b;
-    close(fds[1]);
-    ssize_t r = read(fds[0], &b, 1); /* until the parent closes its end */
-    _exit(r < 0);
-  }
-  close(fds[0]);
-  char got[sizeof probe];
-  struct iovec local = {got, sizeof got}, remote = {(void *)probe, sizeof probe};
-  bool ok = pid > 0 && process_vm_readv(pid, &local, 1, &remote, 1, 0) == (ssize_t)sizeof got &&
-            memcmp(got, (const char *)probe, 7) == 0;
-  close(fds[1]);
-  if (pid > 0)
-    waitpid(pid, NULL, 0);
-  return ok;
-}
-
 static void miss(char *list, size_t cap, const char *what) {
   size_t len = strlen(list);
   snprintf(list + len, cap - len, "%s%s", len ? "," : "", what);
@@ -466,8 +413,7 @@ int main(int argc, char **argv) {
   tsb_guard_job(&job);
   /* Daemons and the raw reference move data as a user's job would: with Open MPI's single-copy
    * transfers where this machine allows them (the test harness turns them off by default). */
-  setenv("OMPI_MCA_btl_vader_single_copy_mechanism", cma_usable() ? "cma" : "none", 0);
-  printf("mpi_single_copy=%s\n", getenv("OMPI_MCA_btl_vader_single_copy_mechanism"));
+  tsb_single_copy_as_users();
   if (tse_start(&job, NP, NULL, 120))
     return 1;
   tsb_announce(&job, o.wait_stdin);
@@ -513,7 +459,7 @@ int main(int argc, char **argv) {
   /* Reshards, between two runs of the raw reference (the daemons hold nothing meanwhile). */
   static double raw[NCASES][2 * MAX_REPS];
   int nraw[NCASES] = {0};
-  raw_reference(argv[0], argc, argv, raw, nraw);
+  raw_reference(argc, argv, raw, nraw);
   size_t cn = (size_t)o.dim * (size_t)o.dim * 8;
   data = xalloc(cn);
   back = xalloc(cn);
@@ -522,7 +468,7 @@ int main(int argc, char **argv) {
     ms[k] = reshard_case(c, &CASES[k], o.dim, o.reps, data, back);
   free(data);
   free(back);
-  raw_reference(argv[0], argc, argv, raw, nraw);
+  raw_reference(argc, argv, raw, nraw);
   char missed[512] = "";
   for (int k = 0; k < NCASES; k++) {
     double r = tsb_median(raw[k], nraw[k]);
