@@ -4,8 +4,9 @@
  * connection's collectives keep their order; its local operations (slice puts and gets, a get's
  * later chunks, describe at the engine) would run at once, overtaking a collective of the same
  * connection still waiting for its turn. So while a connection has collectives submitted and not
- * answered, every later request of it is held here, in arrival order, and released when the last
- * of them is answered: local ones run, a collective is submitted again (and holds the rest).
+ * answered, its later local requests are held here, in arrival order, and so is every request
+ * after a held one; they are released when the last collective is answered: local ones run, a
+ * collective is submitted (and holds what follows it).
  * One record per connection that has collectives pending or requests held (a short list: a
  * connection has at most --max-inflight requests with the engine). A closed connection's held
  * requests are dropped unanswered; at shutdown they are answered SHUTDOWN. */
@@ -46,7 +47,9 @@ static void order_forget(tsd_engine *e, tsd_order *gone) {
 
 bool tsd_order_hold(tsd_engine *e, tsd_work *w) {
   tsd_order *o = w->conn_id ? order_find(e, w->conn_id, false) : NULL;
-  if (!o || (o->pending == 0 && !o->held))
+  /* a collective goes to the sequencer unless requests before it are held: rank 0 orders the
+   * connection's collectives in the order this rank forwards them */
+  if (!o || (!o->held && (o->pending == 0 || w->scope == TSD_SCOPE_COLLECTIVE)))
     return false;
   w->node.next = NULL;
   if (o->tail)

@@ -165,7 +165,7 @@ void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *
                 uint64_t staging_bytes);
 
 /* order.c: a connection's requests run in the order it sent them. tsd_order_hold keeps w (true)
- * when the connection has collectives pending or requests held; tsd_order_submitted and
+ * when the connection has requests held, or collectives pending and w is not one; tsd_order_submitted and
  * tsd_order_answered count its collectives; tsd_order_release runs the held requests of the
  * connections with none pending (returns how many); tsd_order_drop frees a connection's held
  * requests (answering SHUTDOWN when asked), tsd_order_drop_all every connection's, answered. */
