@@ -197,4 +197,6 @@ with Daemons(bin_dir, NP) as d:
             check(False, f"{t.__name__} raised {type(e).__name__}: {e}")
     with d.connect(0) as c:
         check(c.ping()["rank"] == 0, "the daemons still serve at the end")
+    code = d.stop()
+    check(code == 0, f"the daemons exit 0 after shutdown: {code}\n{d.logs()[-3000:]}")
 check.finish()
