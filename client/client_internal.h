@@ -58,7 +58,18 @@ struct tshard_client {
   bool put_convert;
   char reshard_strategy[32];
   uint64_t reshard_us;
+  /* operations in flight (async.c): set by a submit call, the next call only sends */
+  uint64_t *submit_to;
+  struct tsc_ticket *tickets; /* requests sent, answers not waited on yet */
+  size_t nticket, ticket_cap;
 };
+
+/* async.c: a submitted request's ticket (its id), its answer kept when another call reads it
+ * (true: it was a ticket's), and the records freed with the client. */
+typedef struct tsc_ticket tsc_ticket;
+int tsc_ticket_add(tshard_client *c, uint64_t id, uint64_t *ticket);
+bool tsc_ticket_keep(tshard_client *c, const Tshard__Response *r);
+void tsc_tickets_free(tshard_client *c);
 
 /* connect_message.c: the message of the last failed connect on this thread. */
 void tsc_connect_failed(const char *path, const char *job, int rank, int status);

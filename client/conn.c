@@ -216,6 +216,7 @@ void tshard_close(tshard_client **pc) {
     return;
   tsc_shm_unmap(*pc);
   tsc_group_free(*pc);
+  tsc_tickets_free(*pc);
   close((*pc)->fd);
   free((*pc)->arena.buf);
   free((*pc)->rbuf);
@@ -493,12 +494,17 @@ int tsc_call_sink(tshard_client *c, Tshard__Request *req, Tshard__Response **res
                   tsc_sink *sink) {
   *resp = NULL;
   int64_t deadline = tsc_deadline(c);
+  uint64_t *ticket = c->submit_to;
+  c->submit_to = NULL;
   int rc = tsc_send(c, req, deadline);
+  if (ticket) /* tshard_submit_*: the answer is read by tshard_wait */
+    return rc ? rc : tsc_ticket_add(c, req->id, ticket);
   return rc ? rc : tsc_recv(c, req->id, resp, sink, deadline);
 }
 
 int tsc_recv(tshard_client *c, uint64_t want_id, Tshard__Response **resp, tsc_sink *sink,
              int64_t deadline) {
+again:
   *resp = NULL;
   if (sink)
     sink->taken = false;
@@ -567,6 +573,10 @@ int tsc_recv(tshard_client *c, uint64_t want_id, Tshard__Response **resp, tsc_si
   if (!r) {
     c->broken = true;
     return tsc_fail(c, TS_PROTOCOL, "the answer is not a tshard.Response");
+  }
+  if (want_id && r->id != want_id && r->id != 0 && tsc_ticket_keep(c, r)) {
+    tsc_free(c, r); /* a submitted request's answer: kept for its tshard_wait */
+    goto again;
   }
   if (want_id && r->id != want_id && r->id != 0) {
     tsc_free(c, r);

@@ -57,6 +57,9 @@ static const cfg_entry table[] = {
     {"max-unauthenticated", SIZE(max_unauth, 1, 1LL << 20), "64",
      "TCP connections that have not presented their token yet, at most; past it a new TCP "
      "connection is closed at once (Unix-socket clients never count)"},
+    {"max-inflight", SIZE(max_inflight, 1, 4096), "64",
+     "requests of one connection with the engine at once; past it the connection is not read "
+     "until one is answered (bounds what one client makes the daemon hold)"},
     {"pool-cache", SIZE(pool_cache, 0, 1LL << 50), "1G",
      "freed buffers kept for reuse, at most (0: none; the memory limit counts them too)"},
     {"pool-idle-ms", SIZE(pool_idle_ms, 0, 86400000), "2000",

@@ -42,6 +42,7 @@ typedef struct tsd_config {
   int64_t frame_timeout; /* ms: to finish a frame once begun */
   int64_t auth_timeout;  /* ms: for a TCP client to present its token after connecting */
   int64_t max_unauth;    /* TCP connections without their token yet, at most */
+  int64_t max_inflight;  /* requests of one connection with the engine at once */
   int64_t pool_cache;   /* bytes of freed buffers the pool keeps for reuse */
   int64_t pool_idle_ms; /* cached buffers idle this long go back to the OS */
   int64_t pool_huge;    /* 1: stored slices and staging ask for transparent huge pages */

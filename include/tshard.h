@@ -107,6 +107,29 @@ int tshard_reshard(tshard_client *c, const char *name, const char *attr,
                    const tshard_reshard_opts *opts);
 int tshard_drop(tshard_client *c, const char *name, const char *key);
 
+/* Operations in flight on one connection. A submit call checks and sends the request like the
+ * call of the same name and returns at once with *ticket set (the request's id, never 0); the
+ * daemon runs a connection's operations in the order they were sent, and the client may send
+ * more, or make synchronous calls, meanwhile. tshard_wait waits at most timeout_ms (< 0: no
+ * bound) for the ticket's answer and returns the operation's status (its message in
+ * tshard_last_message); *result (may be NULL) gets the status and, for a reshard, the strategy
+ * run and its time on the daemon. TS_TIMEOUT: not answered yet, the operation goes on (wait
+ * again); TS_INVALID_ARGUMENT: not a ticket in flight (each is waited on once); TS_IO: the
+ * connection broke (the operation's outcome is then unknown to this client). Closing the
+ * connection drops the answers still due; the operations finish on the daemons. */
+typedef struct tshard_result {
+  int status;
+  char strategy[32]; /* reshard: the strategy run ("" otherwise) */
+  uint64_t elapsed_us;
+} tshard_result;
+int tshard_submit_create(tshard_client *c, const char *name, const char *dtype, int ndim,
+                         const int64_t *shape, const char *attr, const char *layout,
+                         const char *key, uint64_t *ticket);
+int tshard_submit_reshard(tshard_client *c, const char *name, const char *attr,
+                          const tshard_reshard_opts *opts, uint64_t *ticket);
+int tshard_submit_drop(tshard_client *c, const char *name, const char *key, uint64_t *ticket);
+int tshard_wait(tshard_client *c, uint64_t ticket, int timeout_ms, tshard_result *result);
+
 /* *names: malloc'd array of malloc'd strings; free with tshard_free_names. */
 int tshard_list(tshard_client *c, char ***names, int *count);
 void tshard_free_names(char **names, int count);

@@ -96,8 +96,9 @@ static tsd_reply *reply_node(tsd_shared *sh, bool no_alloc) {
 
 void tsd_push_work(tsd_shared *sh, tsd_work *w) { tsd_queue_push(&sh->work, &w->node); }
 
-void tsd_push_reply(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len) {
-  tsd_push_reply_fd(sh, conn_id, frame, len, -1, 0);
+void tsd_push_reply(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len,
+                    uint64_t req_id) {
+  tsd_push_reply_fd(sh, conn_id, frame, len, -1, req_id);
 }
 
 void tsd_push_reply_fd(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len, int fd,
@@ -154,7 +155,7 @@ void tsd_reply_response(tsd_engine *e, uint64_t conn_id, Tshard__Response *resp)
               fault);
     return;
   }
-  tsd_push_reply(e->sh, conn_id, frame, len);
+  tsd_push_reply(e->sh, conn_id, frame, len, resp->id);
 }
 
 void tsd_reply_status(tsd_engine *e, uint64_t conn_id, uint64_t req_id, int status,
@@ -215,6 +216,7 @@ static void seq_answer(void *ctx, int op_case, const tsd_pending *w, int status,
                        const char *msg) {
   tsd_engine *e = ctx;
   e->ops->answer(e, op_case, w, status, msg);
+  tsd_order_answered(e, w->conn_id); /* its held requests run from the loop (order.c) */
 }
 
 static void seq_release(void *ctx, uint8_t *staging, uint64_t bytes) {
@@ -239,6 +241,9 @@ static void seq_names(void *ctx, const Tshard__Request *req, tsd_changes *ch) {
 
 void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *staging,
                 uint64_t staging_bytes) {
+  ts_error err;
+  if (tsd_order_submitted(e, conn_id, &err))
+    TSD_LOG(TSD_LOG_WARN, "connection %llu: %s", (unsigned long long)conn_id, err.msg);
   tsd_seq_submit(e->seq, conn_id, req, staging, staging_bytes);
 }
 
@@ -273,10 +278,30 @@ static void finish_sequencer(tsd_engine *e) {
     TSD_LOG(TSD_LOG_WARN, "%s", err.msg);
 }
 
+/* A request of a connection, in its turn (order.c held it while the connection's earlier
+ * collectives waited): collective ones go to the sequencer, the others run here. */
+static void run_work(tsd_engine *e, tsd_work *w) {
+  if (w->scope == TSD_SCOPE_COLLECTIVE) {
+    if (e->stopping)
+      tsd_reply_status(e, w->conn_id, w->req->id, TS_SHUTDOWN, "the daemon is shutting down");
+    else {
+      tsd_submit(e, w->conn_id, w->req, NULL, 0);
+      w->req = NULL;
+    }
+  } else {
+    e->ops->run_local(e, w); /* a put submits itself once its data is complete */
+  }
+  tsd_request_free(&w->req);
+  free(w);
+}
+
 static void handle_work(tsd_engine *e, tsd_work *w) {
   if (w->conn_closed) {
+    tsd_order_drop(e, w->conn_id, false); /* its held requests: nobody waits for them */
     tsd_seq_forget_conn(e->seq, w->conn_id); /* its submissions run, answering nobody */
     tsd_session_free(e, w->conn_id);
+  } else if (!w->signal_shutdown && tsd_order_hold(e, w)) {
+    return; /* after the connection's pending collectives */
   } else if (w->signal_shutdown) {
     Tshard__Request *req = malloc(sizeof *req);
     Tshard__ShutdownRequest *sd = malloc(sizeof *sd);
@@ -293,15 +318,9 @@ static void handle_work(tsd_engine *e, tsd_work *w) {
       free(req), free(sd), free(key);
       TSD_LOG(TSD_LOG_ERROR, "no memory to start the shutdown");
     }
-  } else if (w->scope == TSD_SCOPE_COLLECTIVE) {
-    if (e->stopping)
-      tsd_reply_status(e, w->conn_id, w->req->id, TS_SHUTDOWN, "the daemon is shutting down");
-    else {
-      tsd_submit(e, w->conn_id, w->req, NULL, 0);
-      w->req = NULL;
-    }
   } else {
-    e->ops->run_local(e, w); /* a put submits itself once its data is complete */
+    run_work(e, w);
+    return;
   }
   tsd_request_free(&w->req);
   free(w);
@@ -400,6 +419,8 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
       TSD_LOG(TSD_LOG_ERROR, "a control message to another rank failed: %s", cerr.msg);
     if (tsd_seq_run(e->seq) > 0)
       busy = true;
+    if (tsd_order_release(e, run_work) > 0)
+      busy = true;
     if (busy) {
       ts_waiter_progress(&idle);
     } else {
@@ -408,6 +429,7 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
     }
   }
   finish_sequencer(e);
+  tsd_order_drop_all(e); /* requests held behind collectives: answered SHUTDOWN */
   /* Work that arrived after the shutdown ran: answer it. */
   tsd_work *list = (tsd_work *)tsd_queue_take_all(&e->sh->work);
   while (list) {

@@ -58,7 +58,7 @@ typedef struct tsd_reply {
   uint8_t *frame; /* owned, header included */
   size_t len;
   int fd;          /* -1, or a descriptor to pass with the frame (SCM_RIGHTS), owned */
-  uint64_t req_id; /* with fd, or without a frame: the request answered */
+  uint64_t req_id; /* the request answered */
   /* No frame: the answer could not be built (no memory); the loop thread answers lost_status
    * with lost_reason (a static string) itself, or closes the connection saying why. */
   int lost_status;
@@ -90,9 +90,10 @@ void tsd_shared_destroy(tsd_shared *sh);
 void tsd_push_work(tsd_shared *sh, tsd_work *w);
 /* Gives a delivered reply node back (a spare one to the pool, others freed). */
 void tsd_reply_release(tsd_shared *sh, tsd_reply *r);
-/* Queues a reply frame and wakes the loop thread (takes ownership of frame). Never drops it: when
- * no node can be allocated a spare one carries it. */
-void tsd_push_reply(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len);
+/* Queues a reply frame (the answer to request req_id) and wakes the loop thread (takes ownership
+ * of frame). Never drops it: when no node can be allocated a spare one carries it. */
+void tsd_push_reply(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len,
+                    uint64_t req_id);
 /* The same with a descriptor passed on the frame's first byte (takes fd too). */
 void tsd_push_reply_fd(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len, int fd,
                        uint64_t req_id);
@@ -111,6 +112,7 @@ typedef struct tsd_engine {
   int rank, size;
   tsd_session *sessions; /* session.c */
   tsd_seq *seq; /* the order of collective operations (sequencer.c) */
+  struct tsd_order *order; /* connections' requests held behind their collectives (order.c) */
   bool stopping;
   struct tsd_shm_seg *shm_segs; /* live shared-memory segments (shm.c) */
   const struct tsd_engine_ops *ops; /* the operations layer's entry points (below) */
@@ -161,6 +163,19 @@ int tsd_memory_check(tsd_engine *e, uint64_t extra, const char *what, ts_error *
 /* engine.c: hands a validated collective request to the sequencer (see tsd_seq_submit). */
 void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *staging,
                 uint64_t staging_bytes);
+
+/* order.c: a connection's requests run in the order it sent them. tsd_order_hold keeps w (true)
+ * when the connection has requests held, or collectives pending and w is not one; tsd_order_submitted and
+ * tsd_order_answered count its collectives; tsd_order_release runs the held requests of the
+ * connections with none pending (returns how many); tsd_order_drop frees a connection's held
+ * requests (answering SHUTDOWN when asked), tsd_order_drop_all every connection's, answered. */
+typedef struct tsd_order tsd_order;
+bool tsd_order_hold(tsd_engine *e, tsd_work *w);
+int tsd_order_submitted(tsd_engine *e, uint64_t conn_id, ts_error *err);
+void tsd_order_answered(tsd_engine *e, uint64_t conn_id);
+int tsd_order_release(tsd_engine *e, void (*run)(tsd_engine *, tsd_work *));
+void tsd_order_drop(tsd_engine *e, uint64_t conn_id, bool answer_shutdown);
+void tsd_order_drop_all(tsd_engine *e);
 
 /* session.c: whole-tensor buffers (put staging, gathered copies): staging buffers of the pool,
  * which keeps freed ones for the next transfer of their size class, so repeated transfers do not

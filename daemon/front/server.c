@@ -6,10 +6,11 @@
  * row in the table of operations (wire/optable.c); answer refusals here, and the operations whose
  * scope is the loop (ping) or the catalog (list and describe, catalog.c), hand everything else
  * to the engine, and stop reading from a connection
- * while TSD_MAX_INFLIGHT of its requests are with the engine (two: a client may send the next
- * chunk while the engine stores the previous one; the bound caps what a client can make the
- * daemon hold). The engine answers a connection's requests in order; refusals and pings from
- * this thread may overtake them, so clients match answers by request id. A frame with a bad length cannot be skipped safely:
+ * while --max-inflight of its requests are with the engine (64 by default: a client keeps
+ * several operations in flight; the bound caps what a client can make the daemon hold, one
+ * decoded request each). The engine runs a connection's requests in submission order (its
+ * local ones wait behind its collectives, engine/order.c); refusals and pings from this thread
+ * may overtake them, so clients match answers by request id. A frame with a bad length cannot be skipped safely:
  * the daemon answers it and closes the connection. A closed connection is reported to the engine,
  * which frees what it held. TCP connections must present the token before anything else.
  * Frames held at once: every connection holds at most one frame being received; frames up to
@@ -53,7 +54,6 @@
 #define SO_PEERPIDFD 77 /* Linux 6.5 */
 #endif
 
-#define TSD_MAX_INFLIGHT 2
 /* Frames being received at once, in maximum frames: many clients that announce large frames and
  * send them slowly cannot make the daemon hold more than this. */
 #define TSD_FRAME_BUDGET 8
@@ -62,6 +62,10 @@
 #define TSD_SMALL_FRAME 4096
 /* Warnings about connections: at most one line in this many ms (conn_warn). */
 #define TSD_WARN_EVERY_MS 1000
+/* Requests of one connection with the engine whose frames were larger than TSD_SMALL_FRAME (data
+ * chunks), at most: a client with many operations in flight holds at most this many frames of
+ * data in the daemon, whatever --max-inflight says. */
+#define TSD_BIG_INFLIGHT 2
 /* Chunks read from one Unix connection per wake-up, at most (the others get their turn). */
 #define TSD_READS_PER_WAKE 64
 
@@ -86,7 +90,11 @@ typedef struct conn {
   uint64_t id;
   bool is_tcp, authed, closing, close_after_write, reading;
   bool unauth_counted; /* TCP: counted in the server's unauthenticated connections */
+  bool last_frame_big; /* the frame being processed was over TSD_SMALL_FRAME */
   int inflight; /* requests with the engine */
+  /* ... of them, the ids of those that came in frames over TSD_SMALL_FRAME (0: free slot) */
+  int big_inflight;
+  uint64_t big_ids[TSD_BIG_INFLIGHT];
   /* Unix sockets: the process that opened the connection (SO_PEERCRED; 0 when unknown), its
    * effective uid, a pidfd of it (-1: none) and its start time (0: unknown). */
   int64_t owner_pid;
@@ -408,6 +416,33 @@ tsd_loop_fn tsd_loop_answer(int op_case) {
   return loop_answers[op_case];
 }
 
+/* Whether a connection is not read until the engine answers one of its requests: --max-inflight
+ * of them are with it, or TSD_BIG_INFLIGHT data frames. */
+static bool conn_paused(const conn *c) {
+  return c->inflight >= c->srv->cfg->max_inflight || c->big_inflight >= TSD_BIG_INFLIGHT;
+}
+
+/* A request in a large frame goes to the engine (a slot is free: the connection is read). */
+static void big_take(conn *c, uint64_t req_id) {
+  for (int i = 0; i < TSD_BIG_INFLIGHT; i++)
+    if (!c->big_ids[i]) {
+      c->big_ids[i] = req_id ? req_id : UINT64_MAX;
+      c->big_inflight++;
+      return;
+    }
+}
+
+/* The engine answered request req_id: its large-frame slot, if it had one, is free. */
+static void big_give(conn *c, uint64_t req_id) {
+  uint64_t id = req_id ? req_id : UINT64_MAX;
+  for (int i = 0; i < TSD_BIG_INFLIGHT; i++)
+    if (c->big_ids[i] == id) {
+      c->big_ids[i] = 0;
+      c->big_inflight--;
+      return;
+    }
+}
+
 static void process_frame(conn *c) {
   tsd_server *s = c->srv;
   Tshard__Request *req = NULL;
@@ -416,6 +451,7 @@ static void process_frame(conn *c) {
   uint32_t len = c->frame_len;
   if (len > TSD_SMALL_FRAME)
     s->frame_bytes -= len;
+  c->last_frame_big = len > TSD_SMALL_FRAME;
   c->frame = NULL;
   c->have = 0;
   c->have_header = 0;
@@ -490,7 +526,10 @@ static void process_frame(conn *c) {
   w->conn_id = c->id;
   w->req = req;
   w->scope = scope;
-  if (++c->inflight >= TSD_MAX_INFLIGHT)
+  ++c->inflight;
+  if (c->last_frame_big)
+    big_take(c, req->id);
+  if (conn_paused(c))
     conn_read_stop(c);
   tsd_push_work(s->sh, w);
 }
@@ -829,7 +868,10 @@ static void deliver_replies(tsd_server *s) {
         conn_write(c, r->frame, r->len);
       else
         answer_lost(c, r);
-      if (c->inflight-- == TSD_MAX_INFLIGHT && !s->stopping && !c->closing)
+      bool was_paused = conn_paused(c);
+      c->inflight--;
+      big_give(c, r->req_id);
+      if (was_paused && !conn_paused(c) && !s->stopping && !c->closing)
         conn_read_start(c);
     } else {
       if (r->fd >= 0)
@@ -852,13 +894,13 @@ static void on_stop_timer(uv_timer_t *t) {
   close_if_open((uv_handle_t *)&s->stop_timer);
 }
 
-/* Whether the client of a connection no longer read (TSD_MAX_INFLIGHT of its requests are with
- * the engine) hung up. Reading resumes only after an answer, so without this look a client gone
+/* Whether the client of a connection no longer read (conn_paused: its requests are with the
+ * engine) hung up. Reading resumes only after an answer, so without this look a client gone
  * while its requests wait (collectives waiting for participants) would hold them until they end;
  * POLLRDHUP reports the hang-up even behind unread frames. */
 static bool paused_and_hung_up(conn *c) {
   uv_os_fd_t fd;
-  if (c->inflight < TSD_MAX_INFLIGHT || uv_fileno(&c->h.handle, &fd) != 0)
+  if (!conn_paused(c) || uv_fileno(&c->h.handle, &fd) != 0)
     return false;
   struct pollfd p = {.fd = fd, .events = POLLRDHUP};
   return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));

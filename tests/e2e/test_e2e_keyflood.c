@@ -2,8 +2,8 @@
  * idempotency keys, through real daemons (2 ranks).
  *
  * The flood, on daemons started with --key-max 16 (the table's smallest size, so that a few dozen
- * requests would fill it): 48 raw connections, half to each rank, each submit two keyed creates
- * naming both ranks as participants with the longest timeout allowed (600 s), whose other
+ * requests would fill it) and --max-inflight 2: 48 raw connections, half to each rank, each
+ * submit two keyed creates naming both ranks as participants with the longest timeout allowed (600 s), whose other
  * participant never comes (two requests: the daemon then stops reading the connection, so it must
  * notice the hang-up without reading), and all close at once (each half-closes and waits until
  * its daemon has closed its side). Then, at once (no timeout has passed): a keyed create through
@@ -278,7 +278,7 @@ static void after_flood(void) {
 }
 
 int main(void) {
-  const char *flood_flags[] = {"--key-max", "16", NULL};
+  const char *flood_flags[] = {"--key-max", "16", "--max-inflight", "2", NULL};
   if (tse_start(&job, NP, flood_flags, 120) != 0)
     return 1;
   flood();

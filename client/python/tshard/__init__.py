@@ -15,6 +15,7 @@ from .attr import Attr, AttrError, Mesh, Partial, Replicate, Shard
 from .client import DTYPES, Client, connect, read_token_file, socket_path
 from .errors import TshardError, error_for
 from .einsum import EinsumResult
+from .future import Future, WaitTimeoutError, wait
 from . import errors
 from . import spmd
 from . import checkpoint
@@ -24,4 +25,4 @@ from .program import graph_from_json  # a program's message form (program.py)
 __all__ = ["connect", "Client", "Attr", "AttrError", "Mesh", "Shard", "Replicate", "Partial",
            "TshardError", "error_for", "errors", "DTYPES", "socket_path", "read_token_file", "spmd",
            "plan", "show", "EinsumResult",
-           "checkpoint", "graph_from_json"]
+           "checkpoint", "graph_from_json", "Future", "wait", "WaitTimeoutError"]

@@ -26,6 +26,7 @@ import socket as _socket
 import stat
 import struct
 import sys
+import threading
 
 import numpy as np
 
@@ -38,6 +39,7 @@ from .errors import TshardError, error_for
 from .shm import Segment
 from . import spmd as _spmd
 from .wire import MAX_FRAME, Wire, request_frame
+from .future import Future, Inflight, WaitTimeoutError
 
 __all__ = ["Client", "connect", "DTYPES", "socket_path", "read_token_file"]
 
@@ -202,6 +204,8 @@ class Client:
         self._spare = None  # the buffer of the last large result, reused once it is dropped
         self._group = None  # SPMD collectives (spmd.py): set_group
         self._timeout = None  # connect's, in seconds
+        self._ids = threading.Lock()  # request ids are taken by callers and the reader
+        self._inflight = None  # operations in flight (future.py): from the first wait=False
 
     # -- plumbing ----------------------------------------------------------------------------
     def _own(self):
@@ -212,6 +216,7 @@ class Client:
         if self._pid == os.getpid():
             return
         parent, self._pid = self._pid, os.getpid()
+        self._inflight = None  # the parent's reader thread is not in this process
         if self._seg is not None:
             self._seg.close()  # unmaps this process's view; the parent keeps the segment
         if self._sock is not None:
@@ -237,6 +242,11 @@ class Client:
                                 f"its own: {e}") from None
 
     def close(self):
+        """Closes the connection; operations still in flight fail (their outcome on the daemons
+        is not known to this client)."""
+        if self._inflight is not None and self._pid == os.getpid():
+            self._inflight.fail(error_for(18, "the client closed the connection with this "
+                                              "operation in flight"))
         self._spare = None
         if self._seg is not None:
             self._seg.close()
@@ -288,8 +298,9 @@ class Client:
         return self._spare
 
     def _take_id(self):
-        i = self._next_id
-        self._next_id += 1
+        with self._ids:
+            i = self._next_id
+            self._next_id += 1
         return i
 
     def _request(self, key=None):
@@ -326,6 +337,9 @@ class Client:
         return resp
 
     def _call(self, key=None, **op):
+        if self._inflight is not None:  # answers come through the reader thread
+            (name, _), = op.items()
+            return self._sync(self._submit(key, None, name, **op))
         (name, msg), = op.items()
         with self._io():
             req = self._request(key)
@@ -334,6 +348,195 @@ class Client:
                 self._group.apply(req, name)
             self._wire.send(request_frame(req))
             return self._check(self._wire.recv(), req.id)
+
+    # -- operations in flight (future.py) ---------------------------------------------------------
+    def _reader_on(self) -> Inflight:
+        """The connection's reader thread, started on the first operation sent with wait=False;
+        from then on every answer comes through it."""
+        self._own()
+        if self._sock is None:
+            raise error_for(1, "the connection is closed")
+        if self._inflight is None:
+            self._inflight = Inflight(self._sock)
+        return self._inflight
+
+    def _sync(self, fut: Future):
+        """Waits for an operation as a synchronous call does: past the connection's timeout the
+        connection is closed (its answer could no longer be told apart)."""
+        try:
+            return fut.result(self._timeout)
+        except WaitTimeoutError:
+            self.close()
+            raise error_for(19, "no answer from the daemon within the timeout (a longer one: "
+                                "tshard.connect(timeout=SEC)); the operation may still complete "
+                                "on the daemons; the connection is closed") from None
+
+    def _answer(self, fut: Future, finish):
+        """The handler of a one-request operation: its Future gets finish(response)."""
+        def on_answer(resp, err):
+            if err is None and resp.status != 0:
+                err = error_for(resp.status, resp.message)
+            if err is not None:
+                fut._set(error=err)
+                return
+            try:
+                fut._set(finish(resp) if finish is not None else resp)
+            except Exception as e:  # noqa: BLE001 - the Future carries it
+                fut._set(error=e)
+        return on_answer
+
+    def _send_request(self, fl: Inflight, req, handler, bulk=None) -> None:
+        fl.register(req.id, handler)
+        fl.send(request_frame(req, bulk))
+
+    def _submit(self, key, finish, what, **op) -> Future:
+        """Sends a one-request operation; its Future gets finish(response) (None: the
+        response)."""
+        (name, msg), = op.items()
+        fl = self._reader_on()
+        fut = Future(fl.cond, what)
+        with fl.gate:
+            req = self._request(key)
+            getattr(req, name).CopyFrom(msg)
+            if self._group is not None and name in _spmd.COLLECTIVE_OPS:
+                self._group.apply(req, name)
+            self._send_request(fl, req, self._answer(fut, finish))
+        return fut
+
+    def _op(self, key, finish, wait, what, **op):
+        """An operation of one request: its result (wait=True) or a Future of it."""
+        if wait and self._inflight is None:
+            return finish(self._call(key, **op))
+        fut = self._submit(key, finish, what, **op)
+        return self._sync(fut) if wait else fut
+
+    def _put_async(self, name, array, key, slice_layout, convert) -> Future:
+        """A put or put_slice whose chunks are all sent at once, in frames (the daemon takes two
+        data frames at a time: the call returns when the last ones are taken). The Future is
+        done when every chunk is answered; it fails with the first chunk's refusal."""
+        _check_name(name)
+        what = "put" if slice_layout is None else "put_slice"
+        a, decl = declare(array, convert, DTYPES, _FROM_NUMPY, what)  # typed_put.py
+        src = a.reshape(-1).view(np.uint8)
+        total = src.nbytes
+        offsets = list(range(0, total, self.chunk)) or [0]
+        fl = self._reader_on()
+        fut = Future(fl.cond, f"{what} of '{name}'")
+        fut._keep = src
+        state = {"left": len(offsets), "first": None}
+
+        def chunk_handler(i):
+            def on_answer(resp, err):
+                if err is None and resp.status != 0:
+                    err = error_for(resp.status, resp.message)
+                if err is not None and (state["first"] is None or i < state["first"][0]):
+                    state["first"] = (i, err)
+                state["left"] -= 1
+                if state["left"] == 0 or (resp is None and err is not None):
+                    fut._set(error=state["first"][1] if state["first"] else None)
+            return on_answer
+        with fl.gate:
+            for i, off in enumerate(offsets):
+                req = self._request(key)
+                m = req.put if slice_layout is None else req.put_slice
+                m.name, m.offset, m.total_bytes = name, off, total
+                if slice_layout is not None:
+                    m.layout.tag = slice_layout
+                m.dtype, m.convert = decl, bool(convert)
+                m.shape.extend(a.shape)
+                n = min(self.chunk, total - off)
+                self._send_request(fl, req, chunk_handler(i), memoryview(src[off:off + n]))
+        return fut
+
+    def _get_async(self, name, layout, out, slice_of_rank) -> Future:
+        """A get (slice_of_rank None) or this rank's get_slice: a describe, then, once it is
+        answered (on the reader thread), every chunk request at once; nothing else is sent in
+        between (the gate), so the chunks read the copy their first request made."""
+        _check_name(name)
+        fl = self._reader_on()
+        what = "get" if slice_of_rank is None else "get_slice"
+        fut = Future(fl.cond, f"{what} of '{name}'")
+        fl.gate.acquire()
+        gate = [True]
+
+        def open_gate():
+            if gate[0]:
+                gate[0] = False
+                fl.gate.release()
+
+        def on_describe(resp, err):
+            try:
+                if err is None and resp.status != 0:
+                    err = error_for(resp.status, resp.message)
+                if err is not None:
+                    fut._set(error=err)
+                    return
+                self._get_chunks(fl, fut, name, layout, out, slice_of_rank,
+                                 _describe_dict(resp.describe))
+            except Exception as e:  # noqa: BLE001 - a bad out= too: the Future carries it
+                fut._set(error=e)
+            finally:
+                open_gate()
+        try:
+            req = self._request()
+            req.describe.name = name
+            self._send_request(fl, req, on_describe)
+        except BaseException:
+            open_gate()
+            raise
+        return fut
+
+    def _get_chunks(self, fl, fut, name, layout, out, slice_of_rank, info) -> None:
+        """Sends a get's chunk requests (reader thread); the Future gets the array."""
+        dt = DTYPES[info["dtype"]]
+        if slice_of_rank is None:
+            shape = info["shape"]
+            need = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        else:
+            mine = [r for r in info["ranks"] if r["rank"] == slice_of_rank]
+            if not mine:
+                fut._set(None)
+                return
+            shape = [h - lo for lo, h in zip(mine[0]["lo"], mine[0]["hi"])]
+            need = mine[0]["bytes"]
+            plain = "".join(chr(ord("a") + d) for d in range(len(info["shape"])))
+            if layout and layout != plain:
+                shape = [need // dt.itemsize]
+        flat = None if out is None else _out_bytes(out, dt, "get")
+        if flat is not None and flat.nbytes != need:
+            raise error_for(5, f"'{name}' has {need} bytes; out has {flat.nbytes}")
+        buf = flat if flat is not None else np.empty(need, dtype=np.uint8)
+        offsets = list(range(0, need, self.chunk)) or [0]
+        state = {"left": len(offsets), "first": None}
+
+        def chunk_handler(i, off):
+            def on_answer(resp, err):
+                if err is None and resp.status != 0:
+                    err = error_for(resp.status, resp.message)
+                if err is None:
+                    d = resp.data if resp.WhichOneof("result") == "data" else None
+                    if (d is None or d.offset != off or d.total_bytes != need
+                            or len(d.data) != min(self.chunk, need - off)):
+                        err = error_for(17, f"the daemon answered a chunk of '{name}' that "
+                                            f"does not fit")
+                    else:
+                        buf[off:off + len(d.data)] = np.frombuffer(d.data, dtype=np.uint8)
+                if err is not None and (state["first"] is None or i < state["first"][0]):
+                    state["first"] = (i, err)
+                state["left"] -= 1
+                if state["left"] == 0 or resp is None:
+                    if state["first"]:
+                        fut._set(error=state["first"][1])
+                    else:
+                        fut._set(buf.view(dt).reshape(shape))
+            return on_answer
+        for i, off in enumerate(offsets):
+            req = self._request()
+            m = req.get if slice_of_rank is None else req.get_slice
+            m.name, m.offset, m.max_bytes = name, off, self.chunk
+            if slice_of_rank is not None:
+                m.layout.tag = layout or ""
+            self._send_request(fl, req, chunk_handler(i, off))
 
     def _hello(self):
         """The ping of connect: rank, and chunks that fit the daemon's frames."""
@@ -382,12 +585,15 @@ class Client:
         return {"rank": r.rank, "world_size": r.world_size, "job": r.job,
                 "max_frame": r.max_frame}
 
-    def create(self, name, dtype, shape, attr, layout=None, key=None):
-        """Creates a zero-filled tensor on every rank of the job."""
-        self._call(key, create=pb.CreateRequest(name=_check_name(name), dtype=_dtype_name(dtype),
-                                                 shape=[int(s) for s in shape],
-                                                 attr=_attr_msg(attr),
-                                                 layout=pb.Layout(tag=layout or "")))
+    def create(self, name, dtype, shape, attr, layout=None, key=None, wait=True):
+        """Creates a zero-filled tensor on every rank of the job. ``wait=False``: returns a
+        tshard.Future at once (future.py), as every operation below does."""
+        return self._op(key, _nothing, wait, f"create of '{name}'",
+                        create=pb.CreateRequest(name=_check_name(name),
+                                                dtype=_dtype_name(dtype),
+                                                shape=[int(s) for s in shape],
+                                                attr=_attr_msg(attr),
+                                                layout=pb.Layout(tag=layout or "")))
 
     def _send_chunks(self, name, array, key, slice_layout, convert=False, progress=None):
         """A put (slice_layout None) or put_slice in chunks, WINDOW in flight; through the
@@ -454,11 +660,16 @@ class Client:
             if first is not None:
                 raise first[1]
 
-    def put(self, name, array, key=None, convert=False, progress=None):
+    def put(self, name, array, key=None, convert=False, progress=None, wait=True):
         """Puts the whole tensor (row-major) from this client; the daemons scatter it. The
         array's dtype and shape must be the tensor's (checked by the daemon); ``convert=True``
-        converts another dtype by the kernels' rules (typed_put.py). ``progress``: progress.py."""
-        self._send_chunks(name, array, key, None, convert, progress)
+        converts another dtype by the kernels' rules (typed_put.py). ``progress``: progress.py.
+        ``wait=False``: a Future (the data goes in frames, sent before the call returns but for
+        the last chunks; keep the array unchanged until the Future is done)."""
+        if wait and self._inflight is None:
+            return self._send_chunks(name, array, key, None, convert, progress)
+        fut = self._put_async(name, array, key, None, convert)
+        return self._sync(fut) if wait else fut
 
     def _direct(self, req_msg, what, tensor, nbytes, key=None, report=None):
         """Sends a put or get naming this process's memory (req_msg filled); True when done,
@@ -480,10 +691,13 @@ class Client:
             report(nbytes, nbytes)
         return True
 
-    def put_slice(self, name, array, layout=None, convert=False, progress=None):
+    def put_slice(self, name, array, layout=None, convert=False, progress=None, wait=True):
         """Puts this rank's slice (row-major over its box, or the bytes of ``layout``); the
         array's shape is the slice box's (checked), dtype and ``convert`` as in put."""
-        self._send_chunks(name, array, None, layout or "", convert, progress)
+        if wait and self._inflight is None:
+            return self._send_chunks(name, array, None, layout or "", convert, progress)
+        fut = self._put_async(name, array, None, layout or "", convert)
+        return self._sync(fut) if wait else fut
 
     def _chunk_answer(self, want_id, off, sink, seg, refuse):
         """Receives the answer to chunk request want_id at off into sink(total); returns
@@ -573,9 +787,13 @@ class Client:
                 raise first
             return out[0] if out[0] is not None else np.empty(0, dtype=np.uint8)
 
-    def get(self, name, out=None, progress=None):
+    def get(self, name, out=None, progress=None, wait=True):
         """The whole tensor as a numpy array, gathered to this client's rank (into ``out`` when
-        given: a C-contiguous array of the tensor's dtype and size, returned reshaped)."""
+        given: a C-contiguous array of the tensor's dtype and size, returned reshaped).
+        ``wait=False``: a Future of it (frames, one describe then every chunk at once)."""
+        if not wait or self._inflight is not None:
+            fut = self._get_async(name, None, out, None)
+            return self._sync(fut) if wait else fut
         info = self.describe(name)
         dt = DTYPES[info["dtype"]]
         need = int(np.prod(info["shape"], dtype=np.int64)) * dt.itemsize
@@ -598,10 +816,20 @@ class Client:
             raise error_for(17, f"'{name}' came with {len(raw)} bytes, not {need}")
         return raw.view(dt).reshape(info["shape"])
 
-    def get_slice(self, name, layout=None, out=None):
+    def get_slice(self, name, layout=None, out=None, wait=True):
         """This rank's slice: an array of its box's shape (row-major), or, for another layout,
         the flat elements of that layout (padding included). None when the rank holds none.
-        ``out``: an array to receive it (C-contiguous, the tensor's dtype, the slice's size)."""
+        ``out``: an array to receive it (C-contiguous, the tensor's dtype, the slice's size).
+        ``wait=False`` (and every call once operations were in flight): the plain layout only."""
+        if not wait or self._inflight is not None:
+            if layout:
+                raise error_for(20, "get_slice in another layout is synchronous only, and not "
+                                    "once this connection had operations in flight (wait=False):"
+                                    " use another connection, or the plain layout")
+            if self._rank is None:
+                self._rank = self.ping()["rank"]
+            fut = self._get_async(name, None, out, self._rank)
+            return self._sync(fut) if wait else fut
         info = self.describe(name)
         if self._rank is None:
             self._rank = self.ping()["rank"]
@@ -631,7 +859,8 @@ class Client:
             arr = arr.reshape([h - l for l, h in zip(mine[0]["lo"], mine[0]["hi"])])
         return arr
 
-    def reshard(self, name, attr, strategy=None, keep_source_as=None, layout=None, key=None):
+    def reshard(self, name, attr, strategy=None, keep_source_as=None, layout=None, key=None,
+                wait=True):
         """Moves the tensor to another attribute (in place, or to a new tensor
         ``keep_source_as`` keeping the source). Returns {'strategy', 'ms'}: the strategy the
         daemons ran and its time on the answering rank (None and 0.0 when the answer names
@@ -639,11 +868,11 @@ class Client:
         _check_name(name)
         if keep_source_as:
             _check_name(keep_source_as, "keep_source_as")
-        r = self._call(key, reshard=pb.ReshardRequest(name=name, attr=_attr_msg(attr),
-                                                   strategy=strategy or "",
-                                                   keep_source_as=keep_source_as or "",
-                                                   layout=pb.Layout(tag=layout or "")))
-        return {"strategy": r.strategy or None, "ms": r.elapsed_us / 1000.0}
+        return self._op(key, _reshard_result, wait, f"reshard of '{name}'",
+                        reshard=pb.ReshardRequest(name=name, attr=_attr_msg(attr),
+                                                  strategy=strategy or "",
+                                                  keep_source_as=keep_source_as or "",
+                                                  layout=pb.Layout(tag=layout or "")))
 
     # Distributed einsum, computed where the shards live: see einsum.py
     def einsum(self, equation, *operands, out, attr=None, plan=None, keep=False, explain=False,
@@ -665,15 +894,16 @@ class Client:
         return _e.einsum_release(self, forward, key=key)
 
     # Checkpoints: save and load (format in shard/CHECKPOINT.md, reader in tshard.checkpoint).
-    def save(self, dir, names=None, keep_partial=False, per_node=False, key=None):
+    def save(self, dir, names=None, keep_partial=False, per_node=False, key=None, wait=True):
         """Saves the named tensors (None: all) into the directory `dir` that every daemon can
         reach (atomic: the previous checkpoint there stays until every rank agreed)."""
         names = [names] if isinstance(names, str) else list(names or [])
-        self._call(key, save=pb.SaveRequest(dir=os.path.abspath(dir),
+        return self._op(key, _nothing, wait, f"save to '{dir}'",
+                        save=pb.SaveRequest(dir=os.path.abspath(dir),
                                             names=[_check_name(n) for n in names],
                                             keep_partial=keep_partial, per_node=per_node))
 
-    def load(self, dir, names=None, attr=None, per_node=False, key=None):
+    def load(self, dir, names=None, attr=None, per_node=False, key=None, wait=True):
         """Loads the named tensors (None: all of the checkpoint) under `attr` (None: each saved
         attribute) on the daemons' ranks; a failure creates no tensor."""
         names = [names] if isinstance(names, str) else list(names or [])
@@ -681,22 +911,23 @@ class Client:
                              per_node=per_node)
         if attr is not None:
             req.attr.CopyFrom(_attr_msg(attr))
-        self._call(key, load=req)
+        return self._op(key, _nothing, wait, f"load from '{dir}'", load=req)
 
-    def drop(self, name, key=None):
-        self._call(key, drop=pb.DropRequest(name=_check_name(name)))
+    def drop(self, name, key=None, wait=True):
+        """Drops the tensor on every rank."""
+        return self._op(key, _nothing, wait, f"drop of '{name}'",
+                        drop=pb.DropRequest(name=_check_name(name)))
 
-    def list(self):
-        return list(self._call(list=pb.ListRequest()).list.names)
+    def list(self, wait=True):
+        """The names of the tensors."""
+        return self._op(None, lambda r: list(r.list.names), wait, "list", list=pb.ListRequest())
 
-    def describe(self, name):
+    def describe(self, name, wait=True):
         """{'name', 'dtype', 'shape', 'attr' (canonical text), 'layout', 'ranks': [{'rank',
         'bytes', 'lo', 'hi'}]}."""
-        d = self._call(describe=pb.DescribeRequest(name=_check_name(name))).describe
-        return {"name": d.name, "dtype": d.dtype, "shape": list(d.shape), "attr": d.attr.text,
-                "layout": d.layout.tag,
-                "ranks": [{"rank": r.rank, "bytes": r.bytes, "lo": list(r.lo), "hi": list(r.hi)}
-                          for r in d.ranks]}
+        return self._op(None, lambda r: _describe_dict(r.describe), wait,
+                        f"describe of '{name}'",
+                        describe=pb.DescribeRequest(name=_check_name(name)))
 
     # -- compiled programs (program.py) ----------------------------------------------------------
     def program_compile(self, program=None, lazy=False, key=None, graph=None, buckets=None):
@@ -743,6 +974,22 @@ class Client:
     def shutdown(self, key=None):
         """Stops every daemon of the job."""
         self._call(key, shutdown=pb.ShutdownRequest())
+
+
+def _nothing(resp):
+    """The result of operations that answer nothing but their status."""
+    return None
+
+
+def _reshard_result(r):
+    return {"strategy": r.strategy or None, "ms": r.elapsed_us / 1000.0}
+
+
+def _describe_dict(d):
+    return {"name": d.name, "dtype": d.dtype, "shape": list(d.shape), "attr": d.attr.text,
+            "layout": d.layout.tag,
+            "ranks": [{"rank": r.rank, "bytes": r.bytes, "lo": list(r.lo), "hi": list(r.hi)}
+                      for r in d.ranks]}
 
 
 def _kernel_timeout(sock, timeout):
