@@ -728,6 +728,16 @@ int tshard_stats_get(tshard_client *c, tshard_stats *s) {
       s->strategies[i].bytes_received = x->strategies[i]->bytes_received;
       s->nstrategies = (int)i + 1;
     }
+    for (size_t i = 0; i < x->n_ops && i < 64; i++) {
+      const Tshard__OpKindStats *k = x->ops[i];
+      snprintf(s->ops[i].kind, sizeof s->ops[i].kind, "%s", k->kind);
+      s->ops[i].count = k->count;
+      s->ops[i].p50_us = k->p50_us;
+      s->ops[i].p99_us = k->p99_us;
+      s->ops[i].batch_p50 = k->batch_p50;
+      s->ops[i].batch_max = k->batch_max;
+      s->nops = (int)i + 1;
+    }
   }
   if (r)
     tsc_free(c, r);

@@ -164,6 +164,13 @@ typedef struct tshard_strategy_stats {
   uint64_t reshards, bytes_sent, bytes_received;
 } tshard_strategy_stats;
 
+/* One operation kind's latency on the daemon over its last 1024 runs, in microseconds, and the
+ * tensors per run (1 for single operations). */
+typedef struct tshard_op_stats {
+  char kind[32];
+  uint64_t count, p50_us, p99_us, batch_p50, batch_max;
+} tshard_op_stats;
+
 typedef struct tshard_stats {
   uint64_t operations, collective_ops, tensors, memory_in_use, memory_limit, connections;
   /* the daemon's buffer pool: stored slices' bytes, staging (of memory_in_use), cached buffers,
@@ -172,6 +179,8 @@ typedef struct tshard_stats {
       pool_misses, pool_released;
   int nstrategies;
   tshard_strategy_stats strategies[16];
+  int nops; /* the kinds the daemon ran at least once */
+  tshard_op_stats ops[64];
 } tshard_stats;
 
 int tshard_stats_get(tshard_client *c, tshard_stats *s);

@@ -391,6 +391,13 @@ int cli_cmd_stats(cli_args *a, tshard_client *c) {
              i ? ", " : "", s.strategies[i].name, (unsigned long long)s.strategies[i].reshards,
              (unsigned long long)s.strategies[i].bytes_sent,
              (unsigned long long)s.strategies[i].bytes_received);
+    printf("}, \"ops\": {");
+    for (int i = 0; i < s.nops; i++)
+      printf("%s\"%s\": {\"count\": %llu, \"p50_us\": %llu, \"p99_us\": %llu, "
+             "\"batch_p50\": %llu, \"batch_max\": %llu}",
+             i ? ", " : "", s.ops[i].kind, (unsigned long long)s.ops[i].count,
+             (unsigned long long)s.ops[i].p50_us, (unsigned long long)s.ops[i].p99_us,
+             (unsigned long long)s.ops[i].batch_p50, (unsigned long long)s.ops[i].batch_max);
     printf("}}\n");
   } else {
     char limit[64] = "no limit";
@@ -412,6 +419,14 @@ int cli_cmd_stats(cli_args *a, tshard_client *c) {
              (unsigned long long)s.strategies[i].reshards,
              (unsigned long long)s.strategies[i].bytes_sent,
              (unsigned long long)s.strategies[i].bytes_received);
+    if (s.nops)
+      printf("latency per operation (last 1024 of each): kind, count, p50 us, p99 us, "
+             "tensors per run p50 / max\n");
+    for (int i = 0; i < s.nops; i++)
+      printf("  %-15s %llu, p50 %llu us, p99 %llu us, batch %llu / %llu\n", s.ops[i].kind,
+             (unsigned long long)s.ops[i].count, (unsigned long long)s.ops[i].p50_us,
+             (unsigned long long)s.ops[i].p99_us, (unsigned long long)s.ops[i].batch_p50,
+             (unsigned long long)s.ops[i].batch_max);
   }
   return code;
 }

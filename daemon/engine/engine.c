@@ -3,7 +3,7 @@
  * Its loop takes the work the loop thread queued (requests and notices), receives control
  * messages from the other daemons, runs the collective operations in rank 0's order, and when
  * there is nothing to do waits on a condition variable under the wait policy's engine schedule
- * (ts_wait.h: 20 us for 2 ms after the last work, as the rest of a session follows quickly, then
+ * (ts_wait.h: 10 us for 2 ms after the last work, as the rest of a session follows quickly, then
  * doubling up to 8 ms while the daemon stays idle). New local work wakes it at once, control
  * messages are seen within the nap, and an idle daemon costs about a hundred cheap wake-ups per
  * second instead of a core spinning in MPI. Every request is answered: an answer that cannot be

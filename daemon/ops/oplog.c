@@ -5,8 +5,12 @@
  * notes the strategy its executor ran. Only the engine thread calls these, one operation at a
  * time, so the state of the running operation is one static record. The answer of a reshard
  * carries the strategy of the last reshard run here when it is the same operation (by its hash;
- * a retry answered later by its idempotency key gets the status alone). */
+ * a retry answered later by its idempotency key gets the status alone).
+ *
+ * Each operation kind keeps its latency and batch size over its last TSD_OPLOG_WINDOW runs in a
+ * ring; stats sorts a copy of a ring for its percentiles (nearest rank), so recording is O(1). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -17,6 +21,7 @@ typedef struct op_record {
   bool noted;
   ts_strategy strategy;
   uint64_t bytes;
+  uint64_t batch; /* tensors the operation carries: 0 (not noted) counts as 1 */
 } op_record;
 
 static op_record cur;
@@ -25,6 +30,59 @@ static struct {
   uint64_t hash, us;
   ts_strategy strategy;
 } last_reshard;
+
+#define KINDS 64 /* above every op_case of Request's oneof */
+
+typedef struct kind_window {
+  uint64_t count;         /* runs since the start; the ring holds the last min(count, window) */
+  uint32_t us[TSD_OPLOG_WINDOW];
+  uint32_t batch[TSD_OPLOG_WINDOW];
+} kind_window;
+
+static kind_window kinds[KINDS];
+
+static void record_kind(int op_case, uint64_t us, uint64_t batch) {
+  if (op_case <= 0 || op_case >= KINDS)
+    return;
+  kind_window *k = &kinds[op_case];
+  size_t i = (size_t)(k->count % TSD_OPLOG_WINDOW);
+  k->us[i] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+  k->batch[i] = batch > UINT32_MAX ? UINT32_MAX : (uint32_t)batch;
+  k->count++;
+}
+
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The nearest-rank percentile q (0..100) of v[0..n), sorted in place (n > 0). */
+static uint64_t percentile(uint32_t *v, size_t n, int q) {
+  qsort(v, n, sizeof *v, cmp_u32);
+  size_t r = (n * (size_t)q + 99) / 100;
+  return v[r > 0 ? r - 1 : 0];
+}
+
+int tsd_oplog_kinds(tsd_oplog_kind *out, int max) {
+  static uint32_t tmp[TSD_OPLOG_WINDOW];
+  int n = 0;
+  for (int c = 1; c < KINDS && n < max; c++) {
+    const kind_window *k = &kinds[c];
+    if (!k->count)
+      continue;
+    size_t len = k->count < TSD_OPLOG_WINDOW ? (size_t)k->count : TSD_OPLOG_WINDOW;
+    tsd_oplog_kind *o = &out[n++];
+    o->op_case = c;
+    o->count = k->count;
+    memcpy(tmp, k->us, len * sizeof *tmp);
+    o->p50_us = percentile(tmp, len, 50);
+    o->p99_us = percentile(tmp, len, 99);
+    memcpy(tmp, k->batch, len * sizeof *tmp);
+    o->batch_p50 = percentile(tmp, len, 50);
+    o->batch_max = tmp[len - 1];
+  }
+  return n;
+}
 
 static uint64_t since_us(const struct timespec *t0) {
   struct timespec t1;
@@ -54,6 +112,8 @@ void tsd_oplog_begin(void) {
   clock_gettime(CLOCK_MONOTONIC, &cur.start);
 }
 
+void tsd_oplog_batch(uint64_t tensors) { cur.batch = tensors; }
+
 void tsd_oplog_note(ts_strategy strategy, uint64_t bytes) {
   cur.noted = true;
   cur.strategy = strategy;
@@ -62,6 +122,7 @@ void tsd_oplog_note(ts_strategy strategy, uint64_t bytes) {
 
 void tsd_oplog_end(tsd_engine *e, const tsd_ordered *op, const tsd_pending *origin, int status) {
   uint64_t us = since_us(&cur.start);
+  record_kind(op->req->op_case, us, cur.batch ? cur.batch : 1);
   const char *strategy = cur.noted ? ts_strategy_name(cur.strategy) : "-";
   if (op->req->op_case == TSHARD__REQUEST__OP_RESHARD) {
     last_reshard.valid = status == TS_OK && cur.noted;

@@ -9,6 +9,17 @@
 void tsd_oplog_begin(void);
 void tsd_oplog_note(ts_strategy strategy, uint64_t bytes);
 void tsd_oplog_end(tsd_engine *e, const tsd_ordered *op, const tsd_pending *origin, int status);
+/* Latency per operation kind (Request's op_case) over its last TSD_OPLOG_WINDOW runs, with the
+ * tensors each run carried: tsd_oplog_end records every collective operation, with the count a
+ * batched operation noted (tsd_oplog_batch, between begin and end), else 1. Engine thread only. */
+#define TSD_OPLOG_WINDOW 1024
+typedef struct tsd_oplog_kind {
+  int op_case;
+  uint64_t count, p50_us, p99_us, batch_p50, batch_max;
+} tsd_oplog_kind;
+void tsd_oplog_batch(uint64_t tensors);
+/* The kinds run at least once, in op_case order, at most max: how many were written. */
+int tsd_oplog_kinds(tsd_oplog_kind *out, int max);
 void tsd_answer_reshard(tsd_engine *e, const tsd_pending *w);
 /* The line of a local data operation (put_slice complete, get_slice's copy made). */
 void tsd_oplog_local(const Tshard__Request *req, uint64_t conn_id, uint64_t bytes, int status);

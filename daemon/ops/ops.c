@@ -152,6 +152,9 @@ void tsd_op_stats(tsd_engine *e, tsd_work *w) {
   Tshard__StatsResult s = TSHARD__STATS_RESULT__INIT;
   Tshard__StrategyBytes sb[TS_STRATEGY_COUNT];
   Tshard__StrategyBytes *sbp[TS_STRATEGY_COUNT];
+  tsd_oplog_kind kinds[64];
+  Tshard__OpKindStats ks[64];
+  Tshard__OpKindStats *ksp[64];
   r.id = w->req->id;
   r.result_case = TSHARD__RESPONSE__RESULT_STATS;
   r.stats = &s;
@@ -181,6 +184,19 @@ void tsd_op_stats(tsd_engine *e, tsd_work *w) {
   }
   s.n_strategies = TS_STRATEGY_COUNT;
   s.strategies = sbp;
+  int nk = tsd_oplog_kinds(kinds, 64);
+  for (int i = 0; i < nk; i++) {
+    tshard__op_kind_stats__init(&ks[i]);
+    ks[i].kind = (char *)tsd_op_name(kinds[i].op_case);
+    ks[i].count = kinds[i].count;
+    ks[i].p50_us = kinds[i].p50_us;
+    ks[i].p99_us = kinds[i].p99_us;
+    ks[i].batch_p50 = kinds[i].batch_p50;
+    ks[i].batch_max = kinds[i].batch_max;
+    ksp[i] = &ks[i];
+  }
+  s.n_ops = (size_t)nk;
+  s.ops = ksp;
   tsd_reply_response(e, w->conn_id, &r);
 }
 

@@ -26,8 +26,8 @@ typedef struct ts_wait_policy {
 } ts_wait_policy;
 
 /* The schedules in use (wait.c documents each one's numbers). */
-extern const ts_wait_policy ts_wait_mpi;    /* an MPI request or message: spin 50 us, 10..200 us */
-extern const ts_wait_policy ts_wait_engine; /* the engine between work: 20 us for 2 ms, ..8 ms */
+extern const ts_wait_policy ts_wait_mpi;    /* an MPI request or message: spin 50 us, 5..50 us */
+extern const ts_wait_policy ts_wait_engine; /* the engine between work: 10 us for 2 ms, ..8 ms */
 extern const ts_wait_policy ts_wait_socket; /* a client's answer: spin 100 us, then poll() */
 
 /* No deadline: only for the engine's idle wait, which lasts as long as the daemon. */

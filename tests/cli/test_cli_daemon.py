@@ -69,9 +69,13 @@ with Daemons(bin_dir, n) as d, tempfile.TemporaryDirectory() as tmp:
                            "stored"] and 0 < pool["stored"] <= st["memory_in_use"]
           and pool["cache_cap"] == 1 << 30 and pool["peak"] >= st["memory_in_use"],
           f"stats shows the buffer pool: {r.stdout}")
+    rs = st.get("ops", {}).get("reshard", {})
+    check(rs.get("count") == 1 and 0 < rs["p50_us"] <= rs["p99_us"] and rs["batch_max"] == 1
+          and st["ops"].get("create", {}).get("count") == 2,
+          f"stats shows the latency of each operation kind: {r.stdout}")
     r = cli("stats")
-    check(r.returncode == 0 and "pool: stored " in r.stdout and "hits" in r.stdout,
-          f"stats text: {r.stdout}")
+    check(r.returncode == 0 and "pool: stored " in r.stdout and "hits" in r.stdout
+          and "  reshard         1, p50 " in r.stdout, f"stats text: {r.stdout}")
     r = cli("ping", "--json", rank=n - 1)
     check(r.returncode == 0 and json.loads(r.stdout) == {"rank": n - 1, "world_size": n}, "ping")
     # failures: the daemon's message and exit code 1; no daemon: exit code 4

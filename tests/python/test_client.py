@@ -145,6 +145,25 @@ with Daemons(bin_dir, n) as d:
         check(sum(v["reshards"] for v in st["strategies"].values()) >= len(cases),
               f"stats count reshards per strategy: {st['strategies']}")
 
+        # latency per operation kind: every rank runs each collective operation once, so N more
+        # reshards add N to the reshard kind's count on every rank
+        def reshard_count(r):
+            with d.connect(r) as cr:
+                return cr.stats()["ops"].get("reshard", {}).get("count", 0)
+        before = [reshard_count(r) for r in range(n)]
+        c.create("lat", "f32", (16, 16), f"mesh=[{n}] placements=[S(0)]")
+        for i in range(20):
+            c.reshard("lat", f"mesh=[{n}] placements=[S({1 - i % 2})]")
+        for r in range(n):
+            with d.connect(r) as cr:
+                ops = cr.stats()["ops"]
+            rs = ops.get("reshard", {})
+            check(rs.get("count") == before[r] + 20
+                  and 0 < rs["p50_us"] <= rs["p99_us"]
+                  and rs["batch_p50"] == 1 and rs["batch_max"] == 1
+                  and ops.get("create", {}).get("count", 0) >= 1,
+                  f"rank {r}'s stats count 20 more reshards ({before[r]} before): {ops}")
+
         # errors carry the daemon's message, as the exception of the status code
         expect(tshard.errors.NotFoundError, lambda: c.get("nope"), "get of an unknown tensor")
         expect(tshard.errors.ExistsError,
@@ -183,7 +202,7 @@ with Daemons(bin_dir, n) as d:
               "a UTF-8 name is stored, listed and read back")
         c.drop(uname)
 
-        for name in ("w", "w2", "p", "p_rs", "b"):
+        for name in ("w", "w2", "p", "p_rs", "b", "lat"):
             c.drop(name)
         check(c.list() == [], "everything dropped")
     check(d.stop() == 0, "daemons exit 0 after shutdown")

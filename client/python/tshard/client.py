@@ -969,7 +969,10 @@ class Client:
                          "misses": s.pool_misses, "released": s.pool_released},
                 "strategies": {x.strategy: {"reshards": x.reshards, "bytes_sent": x.bytes_sent,
                                             "bytes_received": x.bytes_received}
-                               for x in s.strategies}}
+                               for x in s.strategies},
+                "ops": {k.kind: {"count": k.count, "p50_us": k.p50_us, "p99_us": k.p99_us,
+                                 "batch_p50": k.batch_p50, "batch_max": k.batch_max}
+                        for k in s.ops}}
 
     def shutdown(self, key=None):
         """Stops every daemon of the job."""
