@@ -10,6 +10,7 @@
 - Bad input: an empty batch, a tensor named twice, an unknown tensor, more tensors than
   --batch-max-tensors, more bytes than --batch-max-bytes: refused with the same message through
   every rank, naming the tensor or the flag; nothing changes.
+- list(details=True) gives every tensor's dtype, shape, attribute and bytes as the model says.
 - A keyed SPMD batch: every rank's client submits the same reshard_many and drop_many under one
   key with participants; it runs once and every client gets the answer.
 - A fault on one rank mid-batch (TSHARD_FAULT=batch-transfer@2: that rank fails the last tensor's
@@ -122,6 +123,14 @@ def random_round(d, m, seed, rnd):
                       f"{what}: refusal names no tensor of the batch: {st} {got}")
             check_ranks = [rng.randrange(NP)] if k > 20 else None
             m.verify(names, what, check_ranks)
+        listed = {t["name"]: t for t in c.list(details=True)}
+        for n in names:
+            t, e = listed.get(n), m.t[n]
+            want = int(np.prod(e["shape"])) * np.dtype(tshard.DTYPES[e["dtype"]]).itemsize
+            check(t is not None and t["dtype"] == e["dtype"] and t["shape"] == e["shape"]
+                  and same_attr(t["attr"], e["attr"]) and t["bytes"] == want,
+                  f"seed {seed} round {rnd}: list says {t} for '{n}', want {e['dtype']} "
+                  f"{e['shape']} {e['attr']} {want} bytes")
         if rnd % 2:
             c.drop_many(names)
             check(not set(names) & set(c.list()), f"seed {seed} round {rnd}: drop_many left some")

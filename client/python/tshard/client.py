@@ -710,8 +710,14 @@ class Client:
     def drop(self, name, key=None):
         self._call(key, drop=pb.DropRequest(name=_check_name(name)))
 
-    def list(self):
-        return list(self._call(list=pb.ListRequest()).list.names)
+    def list(self, details=False):
+        """The names of the stored tensors; details=True: one dict per tensor, {'name', 'dtype',
+        'shape', 'attr' (canonical text), 'bytes' (the whole tensor's)}."""
+        r = self._call(list=pb.ListRequest()).list
+        if not details:
+            return list(r.names)
+        return [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "attr": t.attr.text,
+                 "bytes": t.bytes} for t in r.tensors]
 
     def describe(self, name):
         """{'name', 'dtype', 'shape', 'attr' (canonical text), 'layout', 'ranks': [{'rank',
