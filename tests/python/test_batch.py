@@ -13,6 +13,9 @@
 - list(details=True) gives every tensor's dtype, shape, attribute and bytes as the model says.
 - A keyed SPMD batch: every rank's client submits the same reshard_many and drop_many under one
   key with participants; it runs once and every client gets the answer.
+- The CLI's forms (through libtshard's tshard_reshard_many and tshard_drop_many):
+  `tshard reshard A B C --to ATTR`, `tshard drop A B C`, an unknown tensor refused with nothing
+  changed, --keep-as refused for several tensors.
 - A fault on one rank mid-batch (TSHARD_FAULT=batch-transfer@2: that rank fails the last tensor's
   transfer after the others moved): every rank answers the same error, nothing changed anywhere.
 
@@ -21,6 +24,7 @@ Every client call has a timeout, so a hang fails the test.
 usage: test_batch.py BUILD_BIN_DIR NRANKS [SEED ...]"""
 import os
 import random
+import subprocess
 import sys
 import threading
 
@@ -195,6 +199,33 @@ def spmd_batch(d, m):
         check("k2" not in c.list(), "keyed SPMD drop_many: k2 still listed")
 
 
+def cli_batch(d, m):
+    def cli(*args, rank=0):
+        return subprocess.run([os.path.join(bin_dir, "tshard"), *args, "--socket",
+                               d.socket(rank)], capture_output=True, text=True, timeout=T)
+    names = ["c0", "c1", "c2"]
+    with d.connect(0, timeout=T) as c:
+        for n in names:
+            m.create(c, n, m.rng.choice(DTYPES), [6, 5])
+    attr = f"mesh=[{NP}] placements=[S(1)]"
+    r = cli("reshard", *names, "--to", attr, rank=1)
+    check(r.returncode == 0 and "reshard of 3 tensors" in r.stdout, f"cli reshard: {r.stderr}")
+    for n in names:
+        m.t[n]["attr"] = attr
+    m.verify(names, "cli reshard A B C")
+    r = cli("reshard", "c0", "nope", "--to", "mesh=[1] placements=[R]", rank=2)
+    check(r.returncode == 1 and "'nope'" in r.stderr, f"cli reshard unknown: {r.stderr}")
+    r = cli("reshard", "c0", "c1", "--to", attr, "--keep-as", "x")
+    check(r.returncode == 2 and "--keep-as" in r.stderr, f"cli reshard --keep-as: {r.stderr}")
+    m.verify(names, "after the refused cli batches")
+    r = cli("drop", *names, rank=3 % NP)
+    check(r.returncode == 0, f"cli drop A B C: {r.stderr}")
+    with d.connect(0, timeout=T) as c:
+        check(not set(names) & set(c.list()), "cli drop A B C left some")
+    for n in names:
+        del m.t[n]
+
+
 def fault(seed):
     os.environ["TSHARD_FAULT"] = f"batch-transfer@2*{NP}"
     try:
@@ -224,6 +255,7 @@ def main():
         m = Model(d, random.Random(SEEDS[0]))
         bad_input(d, m)
         spmd_batch(d, m)
+        cli_batch(d, m)
         for seed in SEEDS:
             m.rng.seed(seed)
             for rnd in range(ROUNDS):
