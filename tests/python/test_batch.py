@@ -248,6 +248,7 @@ def fault(seed):
                   and f"'{names[-1]}'" in msg, f"fault through rank {rk}: {st} {msg}")
             m.verify(names, f"after the fault through rank {rk}")
         check(len(seen) == 1, f"fault: answers differ: {seen}")
+        check(d.stop() == 0, f"the daemons with the fault exit 0:\n{d.logs()[-3000:]}")
 
 
 def main():
@@ -260,6 +261,7 @@ def main():
             m.rng.seed(seed)
             for rnd in range(ROUNDS):
                 random_round(d, m, seed, rnd)
+        check(d.stop() == 0, f"the daemons exit 0:\n{d.logs()[-3000:]}")
     fault(SEEDS[0])
     print("random batches:", STATS)
     check(STATS["ok"] >= 3 and STATS["refused"] >= 3, f"too few of each outcome: {STATS}")
