@@ -7,8 +7,8 @@
  * change metadata, under the catalog's mutex. Before such an operation starts, the engine marks
  * the names it may change as busy (and, for a create, a drop or a copy, the list of names too);
  * the loop thread does not answer from a busy entry but hands the request to the engine, which
- * answers after the operation (a list, which carries every tensor's dtype, shape, attribute and
- * bytes, waits while any name is busy). An operation cannot complete on any rank before every rank has
+ * answers after the operation (a list with details, which carries every tensor's dtype, shape,
+ * attribute and bytes, waits while any name is busy). An operation cannot complete on any rank before every rank has
  * started it, so a client that saw it complete never reads the old metadata from another rank.
  * The loop thread also leaves a request to the engine while the same connection has requests
  * with the engine, so one connection's answers keep their order. */
@@ -103,8 +103,8 @@ int tsd_catalog_set(tsd_catalog *c, const char *name, const uint8_t *packed, siz
 }
 
 static bool busy(const tsd_catalog *c, const Tshard__Request *req) {
-  if (req->op_case == TSHARD__REQUEST__OP_LIST) /* it carries every tensor's attribute too */
-    return c->names_busy || c->nbusy > 0;
+  if (req->op_case == TSHARD__REQUEST__OP_LIST) /* details carry every tensor's attribute */
+    return c->names_busy || (req->list->details && c->nbusy > 0);
   if (c->all_busy)
     return true;
   for (int i = 0; i < c->nbusy; i++)
@@ -150,8 +150,9 @@ int tsd_catalog_answer(tsd_catalog *c, const Tshard__Request *req, bool wait_if_
       list_entry(&c->v[i], &ent[i]), entp[i] = &ent[i], names[i] = c->v[i].name;
     r.result_case = TSHARD__RESPONSE__RESULT_LIST;
     r.list = &lr;
-    lr.n_names = lr.n_tensors = (size_t)c->n;
+    lr.n_names = (size_t)c->n;
     lr.names = names;
+    lr.n_tensors = req->list->details ? (size_t)c->n : 0;
     lr.tensors = entp;
     rc = names && ent && entp
              ? tsd_response_frame(&r, frame, len, NULL)

@@ -713,7 +713,7 @@ class Client:
     def list(self, details=False):
         """The names of the stored tensors; details=True: one dict per tensor, {'name', 'dtype',
         'shape', 'attr' (canonical text), 'bytes' (the whole tensor's)}."""
-        r = self._call(list=pb.ListRequest()).list
+        r = self._call(list=pb.ListRequest(details=details)).list
         if not details:
             return list(r.names)
         return [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "attr": t.attr.text,
