@@ -86,6 +86,10 @@ static const cfg_entry table[] = {
      "how long the ranks of an operation wait for one another where they agree on its outcome; "
      "a rank that does not answer within it fails the operation on every rank, named (ms or s "
      "suffix)"},
+    {"batch-max-tensors", SIZE(batch_max_tensors, 1, 1LL << 20), "4096",
+     "tensors one batched operation (reshard_many, drop_many) may name (more: LIMIT)"},
+    {"batch-max-bytes", SIZE(batch_max_bytes, 1, 1LL << 50), "64G",
+     "the whole bytes of the tensors one batched operation may name (more: LIMIT)"},
     {"log-level", CFG_LEVEL, offsetof(tsd_config, log_level), 0, 0, 0, "info",
      "error, warn, info or debug"},
 };

@@ -13,6 +13,7 @@ static const char *const fault_names[TSD_FAULT_COUNT] = {
     [TSD_FAULT_REPLY_QUEUE] = "reply-queue",
     [TSD_FAULT_ORDER_DECODE] = "order-decode",
     [TSD_FAULT_AGREEMENT_SILENT] = "agreement-silent",
+    [TSD_FAULT_BATCH_TRANSFER] = "batch-transfer",
 };
 
 static int armed[TSD_FAULT_COUNT];

@@ -53,6 +53,8 @@ typedef struct tsd_config {
   int64_t collective_timeout_max; /* ms a request may ask at most */
   int64_t collective_pending_max; /* collectives one connection may have waiting */
   int64_t agreement_timeout; /* ms the ranks wait for one another in an agreement */
+  int64_t batch_max_tensors; /* tensors one batched operation may name */
+  int64_t batch_max_bytes;   /* the whole bytes of the tensors one batch may name */
   int log_level;
   /* derived */
   char token[256];
@@ -79,11 +81,13 @@ typedef enum tsd_fault_kind {
   TSD_FAULT_REPLY_QUEUE,      /* an answer cannot be queued (as out of memory) */
   TSD_FAULT_ORDER_DECODE,     /* an ORDER from rank 0 does not decode */
   TSD_FAULT_AGREEMENT_SILENT, /* this rank stops answering an operation's agreement */
+  TSD_FAULT_BATCH_TRANSFER,   /* this rank fails a reshard_many's last transfer, after the others moved */
   TSD_FAULT_COUNT
 } tsd_fault_kind;
 
 /* Reads TSHARD_FAULT once: a comma-separated list of KIND[@RANK][*COUNT] (KIND: reply-queue,
- * order-decode, agreement-silent; RANK: only that rank, else every rank; COUNT: how many times,
+ * order-decode, agreement-silent,
+ * batch-transfer; RANK: only that rank, else every rank; COUNT: how many times,
  * default 1). Unset or empty: no fault. */
 int tsd_fault_init(int rank, ts_error *err);
 /* How many more times the fault fires on this rank (takes them all). */

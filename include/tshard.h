@@ -130,6 +130,15 @@ int tshard_submit_reshard(tshard_client *c, const char *name, const char *attr,
 int tshard_submit_drop(tshard_client *c, const char *name, const char *key, uint64_t *ticket);
 int tshard_wait(tshard_client *c, uint64_t ticket, int timeout_ms, tshard_result *result);
 
+/* Batches (client/batch.c): one collective operation over n >= 1 tensors, atomic (every tensor
+ * changes or none, on every rank); a batch naming a tensor twice, an unknown tensor, or more than
+ * the daemons' --batch-max-tensors / --batch-max-bytes is refused whole, naming it. reshard_many:
+ * names[i] goes to the attribute text attrs[i]; opts (may be NULL) gives the strategy, the layout
+ * of every new slice and the key (keep_source_as must be NULL: a batch reshards in place). */
+int tshard_reshard_many(tshard_client *c, int n, const char *const *names,
+                        const char *const *attrs, const tshard_reshard_opts *opts);
+int tshard_drop_many(tshard_client *c, int n, const char *const *names, const char *key);
+
 /* *names: malloc'd array of malloc'd strings; free with tshard_free_names. */
 int tshard_list(tshard_client *c, char ***names, int *count);
 void tshard_free_names(char **names, int count);

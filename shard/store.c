@@ -190,6 +190,27 @@ int ts_store_drop(ts_store *s, const char *name, ts_error *err) {
   return TS_OK;
 }
 
+void ts_store_commit(ts_store *s, ts_stored *e, const ts_plan *plan, ts_tensor *out,
+                     ts_attr **new_attr, const char *layout_tag) {
+  ts_box box;
+  bool has = ts_geom_rank_box(ts_plan_tgt_geom(plan), s->rank, &box);
+  s->used += (int64_t)out->bytes - (int64_t)e->local.bytes;
+  ts_shard_free(e->local.data);
+  e->local = *out;
+  memset(out, 0, sizeof *out);
+  e->has_slice = has;
+  if (has)
+    e->box = box;
+  ts_attr_destroy(&e->attr);
+  e->attr = *new_attr;
+  *new_attr = NULL;
+  snprintf(e->layout_tag, sizeof e->layout_tag, "%s", layout_tag ? layout_tag : "");
+}
+
+int64_t ts_store_quota_left(const ts_store *s) {
+  return s && s->quota > 0 ? (s->quota - s->used > 0 ? s->quota - s->used : 1) : 0;
+}
+
 int ts_store_reshard_after(ts_store *s, ts_world *w, const char *name, const ts_attr *tgt,
                            const char *layout_tag, const ts_plan_opts *popts, int prior_status,
                            const ts_error *prior_err, ts_exec_report *report, ts_error *err) {
@@ -238,20 +259,8 @@ int ts_store_reshard_after(ts_store *s, ts_world *w, const char *name, const ts_
   ts_tensor out;
   int rc = ts_reshard_exec(w, plan, e && e->has_slice ? &e->local : NULL, layout_tag, &xo, &out,
                            report, err);
-  if (rc == TS_OK) {
-    ts_box box;
-    bool has = ts_geom_rank_box(ts_plan_tgt_geom(plan), s->rank, &box);
-    s->used += (int64_t)out.bytes - (int64_t)e->local.bytes;
-    ts_shard_free(e->local.data);
-    e->local = out;
-    e->has_slice = has;
-    if (has)
-      e->box = box;
-    ts_attr_destroy(&e->attr);
-    e->attr = new_attr;
-    new_attr = NULL;
-    snprintf(e->layout_tag, sizeof e->layout_tag, "%s", layout_tag ? layout_tag : "");
-  }
+  if (rc == TS_OK)
+    ts_store_commit(s, e, plan, &out, &new_attr, layout_tag);
   ts_plan_destroy(&plan);
   ts_attr_destroy(&new_attr);
   return rc;

@@ -116,6 +116,41 @@ int ts_store_reshard_after(ts_store *s, ts_world *w, const char *name, const ts_
                            const char *layout_tag, const ts_plan_opts *popts, int prior_status,
                            const ts_error *prior_err, ts_exec_report *report, ts_error *err);
 
+/* Replaces e's slice, attribute and layout tag with a reshard's result: *out (the store owns it
+ * then; *out is emptied), *new_attr (taken; set to NULL), the box from the plan's target. Cannot
+ * fail: the caller committed to the outcome (every rank agreed). */
+void ts_store_commit(ts_store *s, ts_stored *e, const ts_plan *plan, ts_tensor *out,
+                     ts_attr **new_attr, const char *layout_tag);
+/* The bytes the quota still allows (at least 1), or 0 when there is no quota. */
+int64_t ts_store_quota_left(const ts_store *s);
+
+/* batch.c: many stored tensors resharded as one operation, atomic over them all. Each item names
+ * a tensor, its target attribute, the layout tag of its new slices (NULL: row-major) and its
+ * strategy. Every rank plans every item before anything moves; one agreement over the world takes
+ * every rank's planning (a failure names the item's tensor); then the items' transfers run one
+ * after another, each new slice held beside the old one; the first failing transfer (the same on
+ * every rank: the executor's status is agreed) frees the new slices made so far and every tensor
+ * stays as it was; when all succeeded every tensor is replaced at once, with no further failure
+ * possible. prior_status/prior_err: the caller's own failure on this rank (TS_OK: none), carried
+ * into the planning agreement. reports: one per item (may be NULL). fail_item: a test hook, this
+ * rank fails item fail_item's transfer as a local failure after the items before it moved (-1:
+ * none). Collective over the world.
+ *
+ * Not yet coalesced: each item runs its own executor (its own agreements and exchange), so the
+ * pieces of several tensors between a pair of ranks still travel as separate messages. Peak extra
+ * memory: the new slices of the items done so far (the old ones stay until the commit) plus one
+ * item's executor staging (at most `staging`, except for the strategies that materialize a whole
+ * tensor); the store's quota bounds the new slices together. */
+typedef struct ts_batch_item {
+  const char *name;
+  const ts_attr *tgt;
+  const char *layout_tag;
+  ts_strategy strategy;
+} ts_batch_item;
+int ts_store_reshard_many(ts_store *s, ts_world *w, int n, const ts_batch_item *items,
+                          int64_t staging, int prior_status, const ts_error *prior_err,
+                          int fail_item, ts_exec_report *reports, ts_error *err);
+
 /* scatter.c: a whole-tensor put (the row-major tensor at `root` -> the stored slices, written in
  * place) or get (slices -> the whole tensor at root) for attributes without partial placements,
  * in chunks of at most max_chunk bytes (and 16 MiB). Collective over the world; the status is

@@ -20,6 +20,12 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
     set_tests_properties(test_python_reshard_random_np${np} PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                          ENVIRONMENT "${TS_PY_ENV}")
   endforeach()
+  # Batched operations: a randomized differential test of reshard_many against numpy, bad input,
+  # a keyed SPMD batch, a fault on one rank mid-batch.
+  add_test(NAME test_python_batch
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_batch.py ${TS_BIN} 4)
+  set_tests_properties(test_python_batch PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_PY_ENV}")
   # The default memory limit (auto) against an einsum outer product, a huge create and a program's
   # output; --memory-limit 0 means none.
   add_test(NAME test_python_memory_default

@@ -250,6 +250,30 @@ int cli_cmd_get_slice(cli_args *a, tshard_client *c) {
   return code;
 }
 
+/* reshard A B C --to ATTR: one batch, every tensor to the same attribute. */
+static int reshard_batch(cli_args *a, tshard_client *c, const char *to,
+                         const tshard_reshard_opts *o) {
+  if (o->keep_source_as)
+    return cli_fail(CLI_USAGE, "--keep-as takes one tensor; a batch of several reshards in place");
+  const char *to_all[CLI_MAX_POS];
+  for (int i = 0; i < a->npos; i++)
+    to_all[i] = to;
+  int rc = tshard_reshard_many(c, a->npos, a->pos, to_all, o);
+  if (rc)
+    return failed(c, rc);
+  if (!a->json) {
+    printf("reshard of %d tensors -> %s: done\n", a->npos, to);
+    return CLI_OK;
+  }
+  printf("{\"operation\": \"reshard_many\", \"names\": [");
+  for (int i = 0; i < a->npos; i++) {
+    printf("%s", i ? ", " : "");
+    cli_json_string(stdout, a->pos[i]);
+  }
+  printf("]}\n");
+  return CLI_OK;
+}
+
 int cli_cmd_reshard(cli_args *a, tshard_client *c) {
   const char *name = need_name(a), *to = cli_opt(a, "to");
   if (!name)
@@ -262,6 +286,8 @@ int cli_cmd_reshard(cli_args *a, tshard_client *c) {
   int g = cli_apply_group(a, c);
   if (g)
     return g;
+  if (a->npos > 1)
+    return reshard_batch(a, c, to, &o);
   int rc = tshard_reshard(c, name, to, &o);
   char strategy[32] = "?";
   uint64_t us = 0; /* the strategy the daemons ran and its time (an old daemon: unknown) */
@@ -291,7 +317,8 @@ int cli_cmd_drop(cli_args *a, tshard_client *c) {
   int g = cli_apply_group(a, c);
   if (g)
     return g;
-  int rc = tshard_drop(c, name, opt_key(a));
+  int rc = a->npos > 1 ? tshard_drop_many(c, a->npos, a->pos, opt_key(a))
+                       : tshard_drop(c, name, opt_key(a));
   code = rc ? failed(c, rc) : CLI_OK;
   return code;
 }

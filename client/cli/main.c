@@ -76,8 +76,8 @@ static const cli_command commands[] = {
      "  --layout TAG     the slice in this layout (blocked ones too), written flat\n"
      "  --json           machine-readable output\n" CONNECT_HELP,
      "tshard get-slice w slice1.npy --rank 1 --layout aBcd16b"},
-    {"reshard", NULL, cli_cmd_reshard, "move a tensor to another attribute",
-     "  NAME             the tensor\n"
+    {"reshard", NULL, cli_cmd_reshard, "move a tensor (or several, as one batch) to another attribute",
+     "  NAME...          the tensor; several: one batch, every one moves or none\n"
      "  --to ATTR        the target attribute\n"
      "  --strategy S     auto (default), allgather, root, p2p, alltoall, allreduce,\n"
      "                   reduce_scatter, local\n"
@@ -88,13 +88,14 @@ static const cli_command commands[] = {
      "                   (e.g. 0,1,2,3 or all; an SPMD program's processes)\n"
      "  --collective-timeout T  give up waiting for them after T (e.g. 30s, 500ms)\n"
      "  --json           machine-readable output\n" CONNECT_HELP,
-     "tshard reshard w --to 'mesh=[4] placements=[S(1)]' --strategy alltoall"},
-    {"drop", NULL, cli_cmd_drop, "delete a tensor on every rank",
-     "  NAME             the tensor\n  --key KEY        idempotency key\n"
+     "tshard reshard w b --to 'mesh=[4] placements=[S(1)]' --strategy alltoall"},
+    {"drop", NULL, cli_cmd_drop, "delete a tensor (or several, as one batch) on every rank",
+     "  NAME...          the tensor; several: one batch, all dropped or none\n"
+     "  --key KEY        idempotency key\n"
      "  --participants R ranks that all submit it under --key: it runs once all did\n"
      "                   (e.g. 0,1,2,3 or all; an SPMD program's processes)\n"
      "  --collective-timeout T  give up waiting for them after T (e.g. 30s, 500ms)\n" CONNECT_HELP,
-     "tshard drop w"},
+     "tshard drop w b"},
     {"list", NULL, cli_cmd_list, "list the tensors",
      CONNECT_HELP "  --json           machine-readable output\n", "tshard list --json"},
     {"describe", NULL, cli_cmd_describe,

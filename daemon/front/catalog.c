@@ -7,7 +7,8 @@
  * change metadata, under the catalog's mutex. Before such an operation starts, the engine marks
  * the names it may change as busy (and, for a create, a drop or a copy, the list of names too);
  * the loop thread does not answer from a busy entry but hands the request to the engine, which
- * answers after the operation. An operation cannot complete on any rank before every rank has
+ * answers after the operation (a list with details, which carries every tensor's dtype, shape,
+ * attribute and bytes, waits while any name is busy). An operation cannot complete on any rank before every rank has
  * started it, so a client that saw it complete never reads the old metadata from another rank.
  * The loop thread also leaves a request to the engine while the same connection has requests
  * with the engine, so one connection's answers keep their order. */
@@ -102,14 +103,31 @@ int tsd_catalog_set(tsd_catalog *c, const char *name, const uint8_t *packed, siz
 }
 
 static bool busy(const tsd_catalog *c, const Tshard__Request *req) {
-  if (req->op_case == TSHARD__REQUEST__OP_LIST)
-    return c->names_busy;
+  if (req->op_case == TSHARD__REQUEST__OP_LIST) /* details carry every tensor's attribute */
+    return c->names_busy || (req->list->details && c->nbusy > 0);
   if (c->all_busy)
     return true;
   for (int i = 0; i < c->nbusy; i++)
     if (strcmp(c->busy[i], req->describe->name) == 0)
       return true;
   return false;
+}
+
+/* A tensor's line of the list, pointing into its DescribeResult: name, dtype, shape, attribute
+ * and the whole tensor's bytes. */
+static void list_entry(const entry *v, Tshard__ListEntry *out) {
+  const Tshard__DescribeResult *d = v->describe;
+  tshard__list_entry__init(out);
+  out->name = (char *)v->name;
+  out->dtype = d->dtype;
+  out->n_shape = d->n_shape;
+  out->shape = d->shape;
+  out->attr = d->attr;
+  ts_dtype dt;
+  uint64_t bytes = ts_dtype_parse(d->dtype, &dt, NULL) == TS_OK ? ts_dtype_size(dt) : 0;
+  for (size_t k = 0; k < d->n_shape; k++)
+    bytes *= (uint64_t)d->shape[k];
+  out->bytes = bytes;
 }
 
 int tsd_catalog_answer(tsd_catalog *c, const Tshard__Request *req, bool wait_if_busy,
@@ -124,16 +142,22 @@ int tsd_catalog_answer(tsd_catalog *c, const Tshard__Request *req, bool wait_if_
   }
   int rc;
   if (req->op_case == TSHARD__REQUEST__OP_LIST) {
-    char **names = malloc((size_t)(c->n ? c->n : 1) * sizeof *names);
-    for (int i = 0; names && i < c->n; i++)
-      names[i] = c->v[i].name;
+    size_t n = (size_t)(c->n ? c->n : 1);
+    char **names = malloc(n * sizeof *names);
+    Tshard__ListEntry *ent = malloc(n * sizeof *ent);
+    Tshard__ListEntry **entp = malloc(n * sizeof *entp);
+    for (int i = 0; names && ent && entp && i < c->n; i++)
+      list_entry(&c->v[i], &ent[i]), entp[i] = &ent[i], names[i] = c->v[i].name;
     r.result_case = TSHARD__RESPONSE__RESULT_LIST;
     r.list = &lr;
     lr.n_names = (size_t)c->n;
     lr.names = names;
-    rc = names ? tsd_response_frame(&r, frame, len, NULL)
-               : tsd_error_frame(req->id, TS_NO_MEMORY, "no memory for the list", frame, len);
-    free(names);
+    lr.n_tensors = req->list->details ? (size_t)c->n : 0;
+    lr.tensors = entp;
+    rc = names && ent && entp
+             ? tsd_response_frame(&r, frame, len, NULL)
+             : tsd_error_frame(req->id, TS_NO_MEMORY, "no memory for the list", frame, len);
+    free(names), free(ent), free(entp);
   } else {
     int i = find(c, req->describe->name);
     if (i < 0) {

@@ -41,6 +41,10 @@ static const tsd_op_handlers handlers[] = {
                          .changes = tsd_changes_program_run},
     [OP(PROGRAM_DROP)] = {.run_collective = tsd_run_program_drop},
     [OP(PROGRAM_SHOW)] = {.run_local = tsd_op_program_show},
+    [OP(RESHARD_MANY)] = {.run_collective = tsd_run_reshard_many,
+                          .changes = tsd_changes_reshard_many,
+                          .answer = tsd_answer_reshard_many},
+    [OP(DROP_MANY)] = {.run_collective = tsd_run_drop_many, .changes = tsd_changes_drop_many},
 };
 #define NHANDLERS (sizeof handlers / sizeof handlers[0])
 

@@ -21,6 +21,16 @@ int tsd_run_shutdown(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, 
 void tsd_changes_create(const Tshard__Request *r, tsd_changes *ch);
 void tsd_changes_drop(const Tshard__Request *r, tsd_changes *ch);
 void tsd_changes_reshard(const Tshard__Request *r, tsd_changes *ch);
+/* Counts an executor run in the per-strategy statistics. */
+void tsd_record_exec(tsd_engine *e, const ts_exec_report *rep);
+
+/* batch.c: reshard_many and drop_many, each one collective operation, atomic over its tensors. */
+int tsd_run_reshard_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
+                         ts_error *err);
+int tsd_run_drop_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+void tsd_changes_reshard_many(const Tshard__Request *r, tsd_changes *ch);
+void tsd_changes_drop_many(const Tshard__Request *r, tsd_changes *ch);
+void tsd_answer_reshard_many(tsd_engine *e, const tsd_pending *w);
 /* Runs a collective operation on this rank with its row of the table; origin_entry is this
  * rank's submission when it is the origin. The status and message are the answer; a get fills
  * the connection's copy. */

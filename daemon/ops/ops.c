@@ -217,6 +217,8 @@ static void record(tsd_engine *e, const ts_exec_report *rep) {
   }
 }
 
+void tsd_record_exec(tsd_engine *e, const ts_exec_report *rep) { record(e, rep); }
+
 /* The executor's options for a put or get through it: its agreements span the world, and carry
  * this rank's own checks (status, error). */
 static int exec_opts(tsd_engine *e, int status, const ts_error *local, ts_exec_opts *xo) {

@@ -64,6 +64,10 @@ static const tsd_op ops[] = {
                           .validate = tsd_validate_program_drop},
     [OP(PROGRAM_SHOW)] = {.name = "program_show", .scope = TSD_SCOPE_LOCAL,
                           .validate = tsd_validate_program_show},
+    [OP(RESHARD_MANY)] = {.name = "reshard_many", .scope = TSD_SCOPE_COLLECTIVE,
+                          .validate = tsd_validate_reshard_many},
+    [OP(DROP_MANY)] = {.name = "drop_many", .scope = TSD_SCOPE_COLLECTIVE,
+                       .validate = tsd_validate_drop_many},
 };
 #define NOPS (sizeof ops / sizeof ops[0])
 
@@ -99,7 +103,7 @@ int tsd_request_validate(const Tshard__Request *req, const tsd_limits *lim, cons
     return rc;
   const tsd_op *op = tsd_op_find((int)req->op_case);
   if (!op) {
-    char known[256] = "";
+    char known[400] = "";
     size_t n = 0;
     for (size_t i = 0; i < NOPS && n < sizeof known; i++)
       if (ops[i].name)

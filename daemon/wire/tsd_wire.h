@@ -106,6 +106,10 @@ int tsd_validate_participants(const Tshard__Request *req, const tsd_op *op, cons
                               ts_error *err);
 int tsd_validate_none(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_create(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+/* Batches: not empty, every name well-formed and given once (the limits and whether the names
+ * exist are checked on every rank at run time, daemon/ops/batch.c). */
+int tsd_validate_reshard_many(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_drop_many(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_put(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_put_slice(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_get(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);

@@ -244,6 +244,64 @@ int tsd_validate_reshard(const Tshard__Request *r, const tsd_limits *lim, ts_err
   return rc ? rc : check_attr(q->attr, 0, NULL, lim, err);
 }
 
+/* A batch's names: at least one, each well-formed and given once. Sorting a copy keeps this
+ * O(n log n) for the largest batches. */
+static int cmp_name(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+static int check_batch_names(const char *what, size_t n, const char **names, ts_error *err) {
+  if (n == 0)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "an empty %s; name at least one tensor", what);
+  for (size_t i = 0; i < n; i++) {
+    int rc = check_name("tensor name", names[i], err);
+    if (rc)
+      return rc;
+  }
+  const char **sorted = malloc(n * sizeof *sorted);
+  if (!sorted)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory to check a %s of %zu names", what, n);
+  memcpy(sorted, names, n * sizeof *sorted);
+  qsort(sorted, n, sizeof *sorted, cmp_name);
+  int rc = TS_OK;
+  for (size_t i = 1; i < n && !rc; i++)
+    if (strcmp(sorted[i - 1], sorted[i]) == 0)
+      rc = ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "the %s names tensor '%s' twice; name each tensor once", what, sorted[i]);
+  free(sorted);
+  return rc;
+}
+
+int tsd_validate_reshard_many(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
+  const Tshard__ReshardManyRequest *q = r->reshard_many;
+  int rc = check_strategy(q->strategy, err);
+  const char **names = rc ? NULL : malloc((q->n_items ? q->n_items : 1) * sizeof *names);
+  if (!rc && !names)
+    rc = ts_error_set(err, TS_NO_MEMORY, "no memory to check a batch of %zu", q->n_items);
+  for (size_t i = 0; !rc && i < q->n_items; i++)
+    names[i] = q->items[i]->name;
+  if (!rc)
+    rc = check_batch_names("reshard_many batch", q->n_items, names, err);
+  free(names);
+  for (size_t i = 0; !rc && i < q->n_items; i++) {
+    const Tshard__ReshardItem *it = q->items[i];
+    ts_error lerr;
+    int irc = check_tag(layout_tag(it->layout), &lerr);
+    if (!irc)
+      irc = check_strategy(it->strategy, &lerr);
+    if (!irc)
+      irc = check_attr(it->attr, 0, NULL, lim, &lerr);
+    if (irc)
+      rc = ts_error_set(err, irc, "tensor '%s' of the batch: %s", it->name, lerr.msg);
+  }
+  return rc;
+}
+
+int tsd_validate_drop_many(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
+  (void)lim;
+  return check_batch_names("drop_many batch", r->drop_many->n_names,
+                           (const char **)r->drop_many->names, err);
+}
+
 static int v_name_only(const char *name, ts_error *err) {
   return check_name("tensor name", name, err);
 }

@@ -127,6 +127,33 @@ START_TEST(unknown_and_header) {
 }
 END_TEST
 
+/* Batches: collective; refused when empty or naming a tensor twice (the name in the message). */
+START_TEST(batches) {
+  ck_assert_int_eq(tsd_op_find(TSHARD__REQUEST__OP_RESHARD_MANY)->scope, TSD_SCOPE_COLLECTIVE);
+  ck_assert_int_eq(tsd_op_find(TSHARD__REQUEST__OP_DROP_MANY)->scope, TSD_SCOPE_COLLECTIVE);
+  Tshard__Request r = TSHARD__REQUEST__INIT;
+  Tshard__DropManyRequest d = TSHARD__DROP_MANY_REQUEST__INIT;
+  r.op_case = TSHARD__REQUEST__OP_DROP_MANY;
+  r.drop_many = &d;
+  ts_error err;
+  const tsd_op *op;
+  ck_assert_int_eq(tsd_request_validate(&r, &lim, &op, &err), TS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "empty drop_many batch"), "message: %s", err.msg);
+  char *names[] = {"a", "b", "c", "b"};
+  d.names = names;
+  d.n_names = 3;
+  ck_assert_int_eq(tsd_request_validate(&r, &lim, &op, &err), TS_OK);
+  d.n_names = 4;
+  ck_assert_int_eq(tsd_request_validate(&r, &lim, &op, &err), TS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "names tensor 'b' twice"), "message: %s", err.msg);
+  Tshard__ReshardManyRequest q = TSHARD__RESHARD_MANY_REQUEST__INIT;
+  r.op_case = TSHARD__REQUEST__OP_RESHARD_MANY;
+  r.reshard_many = &q;
+  ck_assert_int_eq(tsd_request_validate(&r, &lim, &op, &err), TS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "empty reshard_many batch"), "message: %s", err.msg);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("optable");
   TCase *tc = tcase_create("optable");
@@ -135,6 +162,7 @@ int main(void) {
   tcase_add_test(tc, every_op_has_its_runners);
   tcase_add_test(tc, scopes);
   tcase_add_test(tc, unknown_and_header);
+  tcase_add_test(tc, batches);
   suite_add_tcase(s, tc);
   return ts_run_suite(s);
 }

@@ -874,6 +874,30 @@ class Client:
                                                   keep_source_as=keep_source_as or "",
                                                   layout=pb.Layout(tag=layout or "")))
 
+    def reshard_many(self, targets, strategy=None, key=None):
+        """Reshards many tensors as one operation, atomic over them all (every tensor moves or
+        none, on every rank). targets: {name: attr} or {name: {'attr', 'strategy', 'layout'}}
+        (strategy and layout optional per tensor; `strategy` is the batch's default). Returns
+        {name: {'strategy', 'bytes_sent', 'bytes_received'}} as the answering rank ran it (empty
+        dicts when a retry was answered by its idempotency key)."""
+        items = []
+        for name, t in targets.items():
+            _check_name(name)
+            t = t if isinstance(t, dict) else {"attr": t}
+            items.append(pb.ReshardItem(name=name, attr=_attr_msg(t["attr"]),
+                                        strategy=t.get("strategy") or "",
+                                        layout=pb.Layout(tag=t.get("layout") or "")))
+        r = self._call(key, reshard_many=pb.ReshardManyRequest(items=items,
+                                                               strategy=strategy or ""))
+        got = {i.name: {"strategy": i.strategy, "bytes_sent": i.bytes_sent,
+                        "bytes_received": i.bytes_received} for i in r.reshard_many.items}
+        return {name: got.get(name, {}) for name in targets}
+
+    def drop_many(self, names, key=None):
+        """Drops the named tensors as one operation: all of them or, when one is unknown, none."""
+        names = [_check_name(n) for n in names]
+        self._call(key, drop_many=pb.DropManyRequest(names=names))
+
     # Distributed einsum, computed where the shards live: see einsum.py
     def einsum(self, equation, *operands, out, attr=None, plan=None, keep=False, explain=False,
                key=None):
@@ -918,9 +942,16 @@ class Client:
         return self._op(key, _nothing, wait, f"drop of '{name}'",
                         drop=pb.DropRequest(name=_check_name(name)))
 
-    def list(self, wait=True):
-        """The names of the tensors."""
-        return self._op(None, lambda r: list(r.list.names), wait, "list", list=pb.ListRequest())
+    def list(self, details=False, wait=True):
+        """The names of the stored tensors; details=True: one dict per tensor, {'name', 'dtype',
+        'shape', 'attr' (canonical text), 'bytes' (the whole tensor's)}."""
+        def parse(r):
+            r = r.list
+            if not details:
+                return list(r.names)
+            return [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape),
+                     "attr": t.attr.text, "bytes": t.bytes} for t in r.tensors]
+        return self._op(None, parse, wait, "list", list=pb.ListRequest(details=details))
 
     def describe(self, name, wait=True):
         """{'name', 'dtype', 'shape', 'attr' (canonical text), 'layout', 'ranks': [{'rank',

@@ -1,0 +1,124 @@
+/* batch.c - many stored tensors resharded as one collective operation (ts_store_reshard_many),
+ * atomic over all of them: every item is planned on every rank before anything moves, one
+ * agreement over the world takes the planning (a failure names the item's tensor), the items'
+ * transfers run one after another with each new slice kept beside its old one, and only when every
+ * transfer succeeded are the tensors replaced, all at once (ts_store_commit cannot fail). A
+ * transfer's failure is the same on every rank (the executor agrees on it), so every rank stops at
+ * the same item, frees the new slices made so far and keeps every tensor as it was.
+ *
+ * The items' pieces are not yet coalesced into one message per pair of ranks: each item still
+ * runs the executor with its own agreements and exchange. What the batch saves today is the
+ * per-operation cost of ordering, the catalog and the answers. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ts_comm.h"
+#include "ts_shard.h"
+
+typedef struct planned {
+  ts_stored *e;
+  ts_plan *plan;
+  ts_attr *attr; /* the clone of the target, handed to the store at the commit */
+  ts_tensor out;
+} planned;
+
+/* Plans one item on this rank; the error names the item's tensor. */
+static int plan_item(ts_store *s, ts_world *w, const ts_batch_item *it, int64_t staging,
+                     planned *p, ts_error *err) {
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  int rc = TS_OK;
+  p->e = ts_store_find(s, it->name);
+  if (!p->e)
+    rc = ts_error_set(&lerr, TS_NOT_FOUND, "no tensor named '%s'", it->name);
+  else if (!it->tgt)
+    rc = ts_error_set(&lerr, TS_INVALID_ARGUMENT, "no target attribute");
+  else if (it->layout_tag && strlen(it->layout_tag) >= sizeof p->e->layout_tag)
+    rc = ts_error_set(&lerr, TS_BAD_LAYOUT, "layout tag of %zu characters; at most %zu",
+                      strlen(it->layout_tag), sizeof p->e->layout_tag - 1);
+  if (!rc && it->layout_tag && it->layout_tag[0]) {
+    ts_layout l;
+    rc = ts_layout_from_tag(&l, p->e->dtype, p->e->ndim, p->e->shape, it->layout_tag, &lerr);
+  }
+  if (!rc) {
+    ts_plan_opts o = {it->strategy, staging, ts_world_size(w)};
+    rc = ts_plan_create(p->e->ndim, p->e->shape, p->e->dtype, p->e->attr, it->tgt, &o, &p->plan,
+                        &lerr);
+  }
+  if (!rc)
+    rc = ts_attr_clone(it->tgt, &p->attr, &lerr);
+  if (rc)
+    ts_error_set(err, rc, "tensor '%s' of the batch: %s", it->name, lerr.msg);
+  return rc;
+}
+
+static void planned_free(planned *p, int n) {
+  for (int i = 0; i < n; i++) {
+    ts_plan_destroy(&p[i].plan);
+    ts_attr_destroy(&p[i].attr);
+    ts_shard_free_tensor(&p[i].out);
+  }
+  free(p);
+}
+
+/* Runs the transfers of the planned items in order; stops at the first failure (the same item on
+ * every rank), whose error names its tensor. */
+static int run_items(ts_store *s, ts_world *w, int n, const ts_batch_item *items, planned *p,
+                     int fail_item, ts_exec_report *reports, ts_error *err) {
+  int64_t held = 0; /* the new slices made so far, against the quota */
+  for (int i = 0; i < n; i++) {
+    ts_error lerr, xerr;
+    ts_error_clear(&lerr);
+    int lst = TS_OK;
+    if (i == fail_item)
+      lst = ts_error_set(&lerr, TS_INTERNAL, "injected batch transfer failure on rank %d",
+                         ts_world_rank(w));
+    ts_exec_opts xo = {.agree_world = true, .prior_status = lst, .prior_err = &lerr};
+    int64_t left = ts_store_quota_left(s);
+    if (left > 0)
+      xo.max_alloc_bytes = left - held > 0 ? left - held : 1;
+    ts_exec_report rep;
+    memset(&rep, 0, sizeof rep);
+    int rc = ts_reshard_exec(w, p[i].plan, p[i].e->has_slice ? &p[i].e->local : NULL,
+                             items[i].layout_tag, &xo, &p[i].out, &rep, &xerr);
+    if (rc)
+      return ts_error_set(err, rc, "tensor '%s' of the batch: %s", items[i].name, xerr.msg);
+    held += (int64_t)p[i].out.bytes;
+    if (reports)
+      reports[i] = rep;
+  }
+  return TS_OK;
+}
+
+int ts_store_reshard_many(ts_store *s, ts_world *w, int n, const ts_batch_item *items,
+                          int64_t staging, int prior_status, const ts_error *prior_err,
+                          int fail_item, ts_exec_report *reports, ts_error *err) {
+  ts_error scratch, lerr;
+  if (!err)
+    err = &scratch;
+  if (!s || !w || n < 0 || (n > 0 && !items))
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_store_reshard_many: bad argument");
+  if (reports)
+    memset(reports, 0, (size_t)n * sizeof *reports);
+  ts_error_clear(&lerr);
+  int lst = prior_status;
+  if (lst != TS_OK)
+    lerr = prior_err ? *prior_err : lerr;
+  if (lst != TS_OK && !prior_err)
+    ts_error_set(&lerr, lst, "%s", ts_strerror(lst));
+  planned *p = calloc((size_t)(n > 0 ? n : 1), sizeof *p);
+  if (!p && lst == TS_OK)
+    lst = ts_error_set(&lerr, TS_NO_MEMORY, "no memory to plan a batch of %d tensors", n);
+  for (int i = 0; p && lst == TS_OK && i < n; i++)
+    lst = plan_item(s, w, &items[i], staging, &p[i], &lerr);
+  /* The one agreement on the plans: every rank goes on, or none. */
+  int rc = ts_comm_agree(ts_world_comm(w), lst, &lerr, err);
+  if (rc == TS_OK)
+    rc = run_items(s, w, n, items, p, fail_item, reports, err);
+  if (rc == TS_OK)
+    for (int i = 0; i < n; i++)
+      ts_store_commit(s, p[i].e, p[i].plan, &p[i].out, &p[i].attr, items[i].layout_tag);
+  if (p)
+    planned_free(p, n);
+  return rc;
+}
