@@ -2,14 +2,17 @@
  * the loop thread, so that list and describe answer at once instead of queueing behind a long
  * collective operation.
  *
- * Each entry is a tensor's name and its DescribeResult (dtype, shape, attribute, layout, bytes
- * and box per rank), built by the engine (ops.c) after every collective operation that can
- * change metadata, under the catalog's mutex. Before such an operation starts, the engine marks
- * the names it may change as busy (and, for a create, a drop or a copy, the list of names too);
- * the loop thread does not answer from a busy entry but hands the request to the engine, which
- * answers after the operation (a list with details, which carries every tensor's dtype, shape,
- * attribute and bytes, waits while any name is busy). An operation cannot complete on any rank before every rank has
- * started it, so a client that saw it complete never reads the old metadata from another rank.
+ * Each entry is a tensor's name and its DescribeResult (dtype, shape, attribute, layout), built by
+ * the engine (ops.c) after every collective operation that can change metadata, under the
+ * catalog's mutex, with a copy of the attribute and the world size. The bytes and box per rank,
+ * whose work grows with the world, are built from them at the first describe of the entry and
+ * kept until the entry changes (under the same mutex). Before such an operation starts, the
+ * engine marks the names it may change as busy (and, for a create, a drop or a copy, the list of
+ * names too); the loop thread does not answer from a busy entry but hands the request to the
+ * engine, which answers after the operation (a list with details, which carries every tensor's
+ * dtype, shape, attribute and bytes, waits while any name is busy). An operation cannot complete
+ * on any rank before every rank has started it, so a client that saw it complete never reads the
+ * old metadata from another rank.
  * The loop thread also leaves a request to the engine while the same connection has requests
  * with the engine, so one connection's answers keep their order. */
 #include <stdlib.h>
@@ -24,9 +27,76 @@ void tsd_catalog_init(tsd_catalog *c) {
   pthread_mutex_init(&c->mu, NULL);
 }
 
+/* The bytes and box per rank of an entry: one block holding the messages, the pointers to them
+ * and their lo and hi arrays. */
+typedef struct ranks {
+  size_t n;
+  Tshard__RankBytes **p;
+} ranks;
+
+static void entry_clear(entry *v) {
+  if (v->describe)
+    tshard__describe_result__free_unpacked(v->describe, NULL);
+  if (v->attr)
+    ts_attr_destroy(&v->attr);
+  free(v->ranks);
+  v->describe = NULL;
+  v->ranks = NULL;
+}
+
+/* One rank's box and the bytes of its slice in the tensor's layout; false if it holds none. */
+static bool rank_bytes(const entry *v, ts_dtype dt, int rank, Tshard__RankBytes *x, int64_t *lohi) {
+  const Tshard__DescribeResult *d = v->describe;
+  int ndim = (int)d->n_shape;
+  const char *tag = d->layout && d->layout->tag ? d->layout->tag : "";
+  ts_box box;
+  bool in = false;
+  if (ts_attr_rank_box(v->attr, ndim, d->shape, rank, &box, &in, NULL) || !in)
+    return false;
+  int64_t ext[TS_MAX_DIMS];
+  for (int k = 0; k < ndim; k++)
+    ext[k] = box.hi[k] - box.lo[k];
+  ts_layout l;
+  size_t bytes = 0;
+  if ((tag[0] ? ts_layout_from_tag(&l, dt, ndim, ext, tag, NULL)
+              : ts_layout_plain(&l, dt, ndim, ext, NULL)) == TS_OK)
+    ts_layout_span(&l, &bytes, NULL);
+  tshard__rank_bytes__init(x);
+  x->rank = rank;
+  x->bytes = bytes;
+  x->n_lo = x->n_hi = (size_t)ndim;
+  x->lo = lohi;
+  x->hi = lohi + TS_MAX_DIMS;
+  memcpy(x->lo, box.lo, (size_t)ndim * sizeof *x->lo);
+  memcpy(x->hi, box.hi, (size_t)ndim * sizeof *x->hi);
+  return true;
+}
+
+/* Builds the bytes and box per rank of an entry (NULL: no memory). */
+static ranks *ranks_build(const entry *v) {
+  size_t world = (size_t)(v->world > 0 ? v->world : 0);
+  size_t one = sizeof(Tshard__RankBytes) + sizeof(Tshard__RankBytes *) +
+               2 * TS_MAX_DIMS * sizeof(int64_t);
+  ranks *r = malloc(sizeof *r + world * one);
+  if (!r)
+    return NULL;
+  Tshard__RankBytes *rb = (Tshard__RankBytes *)(r + 1);
+  r->p = (Tshard__RankBytes **)(rb + world);
+  int64_t *lohi = (int64_t *)(r->p + world);
+  r->n = 0;
+  ts_dtype dt;
+  if (!v->attr || v->describe->n_shape > TS_MAX_DIMS ||
+      ts_dtype_parse(v->describe->dtype, &dt, NULL) != TS_OK)
+    return r;
+  for (int rank = 0; rank < (int)world; rank++)
+    if (rank_bytes(v, dt, rank, &rb[r->n], lohi + (size_t)rank * 2 * TS_MAX_DIMS))
+      r->p[r->n] = &rb[r->n], r->n++;
+  return r;
+}
+
 void tsd_catalog_destroy(tsd_catalog *c) {
   for (int i = 0; i < c->n; i++)
-    tshard__describe_result__free_unpacked(c->v[i].describe, NULL);
+    entry_clear(&c->v[i]);
   free(c->v);
   c->v = NULL;
   c->n = c->cap = 0;
@@ -68,18 +138,25 @@ char (*tsd_catalog_names(tsd_catalog *c, int *n))[TS_NAME_MAX] {
   return v;
 }
 
-int tsd_catalog_set(tsd_catalog *c, const char *name, const uint8_t *packed, size_t len) {
+int tsd_catalog_set(tsd_catalog *c, const char *name, const uint8_t *packed, size_t len,
+                    const ts_attr *attr, int world) {
   Tshard__DescribeResult *d = packed ? tshard__describe_result__unpack(NULL, len, packed) : NULL;
-  if (packed && !d)
+  ts_attr *a = NULL;
+  if (packed && (!d || (attr && ts_attr_clone(attr, &a, NULL) != TS_OK))) {
+    tshard__describe_result__free_unpacked(d, NULL);
     return TS_NO_MEMORY;
+  }
+  entry nv = {.describe = d, .attr = a, .world = world, .ranks = NULL};
   pthread_mutex_lock(&c->mu);
   int i = find(c, name);
   int rc = TS_OK;
   if (i >= 0 && d) {
-    tshard__describe_result__free_unpacked(c->v[i].describe, NULL);
-    c->v[i].describe = d;
+    entry_clear(&c->v[i]);
+    snprintf(nv.name, TS_NAME_MAX, "%s", name);
+    c->v[i] = nv;
+    nv.describe = NULL, nv.attr = NULL;
   } else if (i >= 0) { /* removed: the last entry takes its place */
-    tshard__describe_result__free_unpacked(c->v[i].describe, NULL);
+    entry_clear(&c->v[i]);
     c->v[i] = c->v[--c->n];
   } else if (d) {
     if (c->n == c->cap) {
@@ -91,14 +168,13 @@ int tsd_catalog_set(tsd_catalog *c, const char *name, const uint8_t *packed, siz
         c->v = v, c->cap = cap;
     }
     if (rc == TS_OK) {
-      snprintf(c->v[c->n].name, TS_NAME_MAX, "%s", name);
-      c->v[c->n++].describe = d;
-      d = NULL;
+      snprintf(nv.name, TS_NAME_MAX, "%s", name);
+      c->v[c->n++] = nv;
+      nv.describe = NULL, nv.attr = NULL;
     }
   }
   pthread_mutex_unlock(&c->mu);
-  if (rc)
-    tshard__describe_result__free_unpacked(d, NULL);
+  entry_clear(&nv);
   return rc;
 }
 
@@ -130,6 +206,33 @@ static void list_entry(const entry *v, Tshard__ListEntry *out) {
   out->bytes = bytes;
 }
 
+/* A describe's answer, under the mutex: the entry's ranks are built at its first describe. */
+static int describe_answer(tsd_catalog *c, const Tshard__Request *req, uint8_t **frame,
+                           size_t *len) {
+  int i = find(c, req->describe->name);
+  if (i < 0) {
+    char msg[TS_NAME_MAX + 32];
+    snprintf(msg, sizeof msg, "no tensor named '%s'", req->describe->name);
+    return tsd_error_frame(req->id, TS_NOT_FOUND, msg, frame, len);
+  }
+  entry *v = &c->v[i];
+  if (!v->ranks)
+    v->ranks = ranks_build(v);
+  const ranks *rk = v->ranks;
+  if (!rk)
+    return tsd_error_frame(req->id, TS_NO_MEMORY, "no memory to describe", frame, len);
+  Tshard__Response r = TSHARD__RESPONSE__INIT;
+  r.id = req->id;
+  r.result_case = TSHARD__RESPONSE__RESULT_DESCRIBE;
+  r.describe = v->describe;
+  v->describe->n_ranks = rk->n; /* lent for the packing: the entry's free must not see them */
+  v->describe->ranks = rk->p;
+  int rc = tsd_response_frame(&r, frame, len, NULL);
+  v->describe->n_ranks = 0;
+  v->describe->ranks = NULL;
+  return rc;
+}
+
 int tsd_catalog_answer(tsd_catalog *c, const Tshard__Request *req, bool wait_if_busy,
                        uint8_t **frame, size_t *len) {
   Tshard__Response r = TSHARD__RESPONSE__INIT;
@@ -159,16 +262,7 @@ int tsd_catalog_answer(tsd_catalog *c, const Tshard__Request *req, bool wait_if_
              : tsd_error_frame(req->id, TS_NO_MEMORY, "no memory for the list", frame, len);
     free(names), free(ent), free(entp);
   } else {
-    int i = find(c, req->describe->name);
-    if (i < 0) {
-      char msg[TS_NAME_MAX + 32];
-      snprintf(msg, sizeof msg, "no tensor named '%s'", req->describe->name);
-      rc = tsd_error_frame(req->id, TS_NOT_FOUND, msg, frame, len);
-    } else {
-      r.result_case = TSHARD__RESPONSE__RESULT_DESCRIBE;
-      r.describe = c->v[i].describe;
-      rc = tsd_response_frame(&r, frame, len, NULL);
-    }
+    rc = describe_answer(c, req, frame, len);
   }
   pthread_mutex_unlock(&c->mu);
   return rc == TS_OK ? 1 : -1;

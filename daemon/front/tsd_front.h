@@ -18,7 +18,10 @@
  * engine thread (see the top of catalog.c). */
 typedef struct tsd_catalog_entry {
   char name[TS_NAME_MAX];
-  Tshard__DescribeResult *describe; /* unpacked by protobuf-c */
+  Tshard__DescribeResult *describe; /* unpacked by protobuf-c, without its ranks */
+  ts_attr *attr;                    /* a copy of the tensor's attribute (NULL: no boxes) */
+  int world;                        /* the world size the boxes per rank run over */
+  void *ranks; /* the bytes and box per rank, built at the first describe; NULL until then */
 } tsd_catalog_entry;
 typedef struct tsd_catalog {
   pthread_mutex_t mu;
@@ -33,8 +36,11 @@ void tsd_catalog_destroy(tsd_catalog *c);
 /* Engine: the tensors of a change set are busy until tsd_catalog_end. */
 void tsd_catalog_begin(tsd_catalog *c, const tsd_changes *ch);
 void tsd_catalog_end(tsd_catalog *c);
-/* Engine: sets a tensor's packed DescribeResult (packed NULL: removes the tensor). */
-int tsd_catalog_set(tsd_catalog *c, const char *name, const uint8_t *packed, size_t len);
+/* Engine: sets a tensor's packed DescribeResult without its ranks (packed NULL: removes the
+ * tensor); the catalog keeps a copy of attr and fills in the box and bytes of each of the world's
+ * ranks when a describe first asks for them. */
+int tsd_catalog_set(tsd_catalog *c, const char *name, const uint8_t *packed, size_t len,
+                    const ts_attr *attr, int world);
 /* Engine: copies the names the catalog holds into a new array (*n of them; NULL when none). */
 char (*tsd_catalog_names(tsd_catalog *c, int *n))[TS_NAME_MAX];
 /* Answers a list or describe request into a new frame: 1 answered, 0 busy (only with

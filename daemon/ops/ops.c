@@ -9,6 +9,7 @@
  * published afterwards; the loop thread answers list and describe from it. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "einsum.h"
 #include "handlers.h"
@@ -21,21 +22,16 @@ static const char *tag_of(const Tshard__Layout *l) { return l && l->tag ? l->tag
 /* ---------------------------------------------------------------------------------------------
  * Local operations */
 
-/* The DescribeResult of a stored tensor, packed into a malloc'd buffer for the catalog. */
-static int describe_pack(tsd_engine *e, const ts_stored *t, uint8_t **out, size_t *len,
-                         ts_error *err) {
+/* The DescribeResult of a stored tensor without its ranks, packed into a malloc'd buffer for the
+ * catalog, which adds the box and bytes per rank when a describe asks for them: the work here
+ * does not grow with the world. */
+static int describe_pack(const ts_stored *t, uint8_t **out, size_t *len, ts_error *err) {
   Tshard__DescribeResult d = TSHARD__DESCRIBE_RESULT__INIT;
   Tshard__DistAttr am;
   Tshard__Layout lay = TSHARD__LAYOUT__INIT;
-  Tshard__RankBytes *rb = calloc((size_t)e->size, sizeof *rb);
-  Tshard__RankBytes **rbp = calloc((size_t)e->size, sizeof *rbp);
-  int64_t *boxes = calloc((size_t)e->size * 2 * TS_MAX_DIMS, sizeof *boxes);
-  int rc = (rb && rbp && boxes) ? tsd_attr_to_msg(t->attr, &am, err)
-                                : ts_error_set(err, TS_NO_MEMORY, "no memory to describe");
-  if (rc) {
-    free(rb), free(rbp), free(boxes);
+  int rc = tsd_attr_to_msg(t->attr, &am, err);
+  if (rc)
     return rc;
-  }
   d.name = (char *)t->name;
   d.dtype = (char *)ts_dtype_name(t->dtype);
   d.n_shape = (size_t)t->ndim;
@@ -43,31 +39,6 @@ static int describe_pack(tsd_engine *e, const ts_stored *t, uint8_t **out, size_
   d.attr = &am;
   lay.tag = (char *)t->layout_tag;
   d.layout = &lay;
-  for (int rank = 0; rank < e->size; rank++) {
-    ts_box box;
-    bool in = false;
-    if (ts_attr_rank_box(t->attr, t->ndim, t->shape, rank, &box, &in, NULL) || !in)
-      continue;
-    int64_t ext[TS_MAX_DIMS];
-    for (int k = 0; k < t->ndim; k++)
-      ext[k] = box.hi[k] - box.lo[k];
-    ts_layout l;
-    size_t bytes = 0;
-    if ((t->layout_tag[0] ? ts_layout_from_tag(&l, t->dtype, t->ndim, ext, t->layout_tag, NULL)
-                          : ts_layout_plain(&l, t->dtype, t->ndim, ext, NULL)) == TS_OK)
-      ts_layout_span(&l, &bytes, NULL);
-    Tshard__RankBytes *x = &rb[d.n_ranks];
-    tshard__rank_bytes__init(x);
-    x->rank = rank;
-    x->bytes = bytes;
-    x->n_lo = x->n_hi = (size_t)t->ndim;
-    x->lo = boxes + (size_t)rank * 2 * TS_MAX_DIMS;
-    x->hi = x->lo + TS_MAX_DIMS;
-    memcpy(x->lo, box.lo, (size_t)t->ndim * sizeof *x->lo);
-    memcpy(x->hi, box.hi, (size_t)t->ndim * sizeof *x->hi);
-    rbp[d.n_ranks++] = x;
-  }
-  d.ranks = rbp;
   *len = tshard__describe_result__get_packed_size(&d);
   *out = malloc(*len ? *len : 1);
   if (*out)
@@ -75,7 +46,6 @@ static int describe_pack(tsd_engine *e, const ts_stored *t, uint8_t **out, size_
   else
     rc = ts_error_set(err, TS_NO_MEMORY, "no memory to describe");
   tsd_attr_msg_clear(&am);
-  free(rb), free(rbp), free(boxes);
   return rc;
 }
 
@@ -83,13 +53,18 @@ static int describe_pack(tsd_engine *e, const ts_stored *t, uint8_t **out, size_
 static void catalog_refresh(tsd_engine *e, const char *name) {
   if (!name || !name[0])
     return;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   const ts_stored *t = ts_store_find(e->store, name);
   uint8_t *packed = NULL;
   size_t len = 0;
   ts_error err;
-  int rc = t ? describe_pack(e, t, &packed, &len, &err) : TS_OK;
+  int rc = t ? describe_pack(t, &packed, &len, &err) : TS_OK;
   if (rc == TS_OK)
-    rc = tsd_catalog_set(e->sh->catalog, name, packed, len);
+    rc = tsd_catalog_set(e->sh->catalog, name, packed, len, t ? t->attr : NULL, e->size);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  TSD_LOG(TSD_LOG_DEBUG, "catalog refresh of '%s': %ld ns", name,
+          (long)((t1.tv_sec - t0.tv_sec) * 1000000000L + (t1.tv_nsec - t0.tv_nsec)));
   if (rc) /* list and describe then miss it or show it as it was; the tensor itself is fine */
     TSD_LOG(TSD_LOG_ERROR, "cannot publish the metadata of '%s': %s", name, ts_strerror(rc));
   free(packed);
