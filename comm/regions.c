@@ -204,7 +204,13 @@ static int mpi_regions(ts_comm *c, int nsend, const int *send_peers, const ts_co
 
 static bool region_empty(const ts_comm_region *r) { return !r->base || region_bytes(r) == 0; }
 
-/* The non-empty regions by single-copy reads, then the pairs the readers left to MPI. */
+/* A pair of at most this many bytes goes through MPI at once: its message costs less than the
+ * round of descriptors a single-copy read needs first. Both ends decide alike from the pair's
+ * size, which is the same on both. */
+#define CMA_SMALL_PAIR ((int64_t)32 << 10)
+
+/* The non-empty regions by single-copy reads, then the pairs the readers left to MPI (and the
+ * small ones, which go to MPI directly). */
 static int cma_regions(ts_comm *c, int nsend, const int *send_peers,
                        const ts_comm_region *send, int nrecv, const int *recv_peers,
                        const ts_comm_region *recv, ts_error *err) {
@@ -215,37 +221,47 @@ static int cma_regions(ts_comm *c, int nsend, const int *send_peers,
     if (rc)
       return rc;
   }
-  ts_comm_region *regs = malloc((size_t)(n ? n : 1) * sizeof *regs);
-  int *peers = malloc((size_t)(n ? n : 1) * sizeof *peers);
-  bool *mpi = malloc((size_t)(n ? n : 1) * sizeof *mpi);
+  /* Each pair (sends, then receives): empty (-1), small (-2), or its place among the reads. */
+  size_t cap = (size_t)(n ? n : 1);
+  ts_comm_region *regs = malloc(2 * cap * sizeof *regs); /* the reads, then the MPI pairs */
+  int *peers = malloc(3 * cap * sizeof *peers);
+  bool *mpi = malloc(cap * sizeof *mpi);
   if (!regs || !peers || !mpi) {
     free(regs);
     free(peers);
     free(mpi);
     return ts_error_set(err, TS_NO_MEMORY, "no memory for %d transfers", n);
   }
-  int ns = 0, nr = 0;
-  for (int i = 0; i < nsend; i++)
-    if (!region_empty(&send[i])) {
-      regs[ns] = send[i];
-      peers[ns++] = send_peers[i];
+  ts_comm_region *mregs = regs + cap;
+  int *mpeers = peers + cap, *where = peers + 2 * cap;
+  int nread[2] = {0, 0};
+  for (int i = 0; i < n; i++) {
+    bool snd = i < nsend;
+    const ts_comm_region *r = snd ? &send[i] : &recv[i - nsend];
+    where[i] = region_empty(r) ? -1 : region_bytes(r) <= CMA_SMALL_PAIR ? -2 : nread[0] + nread[1];
+    if (where[i] >= 0) {
+      regs[where[i]] = *r;
+      peers[where[i]] = snd ? send_peers[i] : recv_peers[i - nsend];
+      nread[!snd]++;
     }
-  for (int i = 0; i < nrecv; i++)
-    if (!region_empty(&recv[i])) {
-      regs[ns + nr] = recv[i];
-      peers[ns + nr++] = recv_peers[i];
-    }
-  int rc = ts__cma_exchange(c, ns, peers, regs, mpi, nr, peers + ns, regs + ns, mpi + ns, err);
-  /* The pairs left to MPI: the others' regions emptied. */
-  bool any = false;
-  for (int i = 0; i < ns + nr; i++) {
-    if (!mpi[i])
-      regs[i].base = NULL;
-    any = any || mpi[i];
   }
-  /* Run even after a failed read elsewhere: the flags of every pair match on both sides. */
+  int ns = nread[0], nr = nread[1], rc = TS_OK;
+  if (ns + nr > 0)
+    rc = ts__cma_exchange(c, ns, peers, regs, mpi, nr, peers + ns, regs + ns, mpi + ns, err);
+  /* Through MPI: the small pairs and those the readers left, sends then receives. Run even
+   * after a failed read elsewhere: the flags of every pair match on both sides. */
+  int nm[2] = {0, 0};
+  for (int i = 0; i < n; i++)
+    if (where[i] == -2 || (where[i] >= 0 && mpi[where[i]])) {
+      bool snd = i < nsend;
+      mregs[nm[0] + nm[1]] = snd ? send[i] : recv[i - nsend];
+      mpeers[nm[0] + nm[1]] = snd ? send_peers[i] : recv_peers[i - nsend];
+      nm[!snd]++;
+    }
   ts_error merr;
-  int mrc = any ? mpi_regions(c, ns, peers, regs, nr, peers + ns, regs + ns, CMA_MPI_TAG, &merr) : TS_OK;
+  int mrc = nm[0] + nm[1] > 0 ? mpi_regions(c, nm[0], mpeers, mregs, nm[1], mpeers + nm[0],
+                                            mregs + nm[0], CMA_MPI_TAG, &merr)
+                              : TS_OK;
   if (mrc && rc == TS_OK)
     rc = ts_error_set(err, merr.code, "%s", merr.msg);
   free(regs);

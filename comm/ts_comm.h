@@ -10,6 +10,7 @@
 #define TS_COMM_H
 
 #include <mpi.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ts_kernels.h"
@@ -28,6 +29,17 @@ int ts_world_size(const ts_world *w);
 int ts_world_thread_level(const ts_world *w);
 /* How many ranks of the world run on this rank's node (this one included). */
 int ts_world_node_size(const ts_world *w);
+/* Doorbells: a rank waiting for a message from a rank of its node blocks until that rank rings
+ * it, instead of napping (doorbell.c). ts_world_bell_seq reads this rank's bell; after testing
+ * its condition, a waiter calls ts_world_bell_wait with what it read, which returns when the
+ * bell was rung since, or after ns nanoseconds. ts_world_bell_ring rings a world rank (its own
+ * rank too: how another thread of the process wakes the waiter); ranks on other nodes have no
+ * bell (nothing happens). ts_world_bells_local: every rank of the world has a bell, so waits
+ * for messages of any rank end when rung. Thread-safe; no MPI call. */
+uint32_t ts_world_bell_seq(const ts_world *w);
+void ts_world_bell_ring(const ts_world *w, int rank);
+void ts_world_bell_wait(const ts_world *w, uint32_t seen, int64_t ns);
+bool ts_world_bells_local(const ts_world *w);
 /* The whole world (a private duplicate of MPI_COMM_WORLD). */
 ts_comm *ts_world_comm(ts_world *w);
 

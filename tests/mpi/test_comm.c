@@ -4,6 +4,7 @@
  * message and the call site, and transfers of strided regions (all-to-all-w and point-to-point)
  * checked element by element against the values each rank computes for itself. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,6 +152,62 @@ static void test_large_regions(ts_comm *world) {
   free(peers);
 }
 
+/* Doorbells: every rank of this one-node job has one (unless TSHARD_DOORBELLS=0, when nothing
+ * rings and waits only nap). A ring of the rank itself, then a message passed around the ring
+ * of ranks, each announced by its sender's ring: every wait ends because the bell changed,
+ * long before its 20 s nap. */
+static void test_doorbells(ts_world *w) {
+  const char *env = getenv("TSHARD_DOORBELLS");
+  bool off = env && strcmp(env, "0") == 0;
+  CHECK(ts_world_bells_local(w) == !off, "bells_local %d with TSHARD_DOORBELLS=%s",
+        ts_world_bells_local(w), env ? env : "(unset)");
+  if (off) {
+    uint32_t s = ts_world_bell_seq(w);
+    ts_world_bell_ring(w, rank); /* nothing to ring: no effect, no crash */
+    CHECK(ts_world_bell_seq(w) == s, "a ring without bells changed the counter");
+    return;
+  }
+  const int64_t long_nap = 20LL * 1000000000;
+  uint32_t seen = ts_world_bell_seq(w);
+  ts_world_bell_ring(w, rank);
+  ts_world_bell_wait(w, seen, long_nap); /* rung already: returns at once */
+  CHECK(ts_world_bell_seq(w) != seen, "own ring not seen");
+  ts_world_bell_ring(w, -1); /* out of range: ignored */
+  ts_world_bell_ring(w, size);
+  if (size < 2)
+    return;
+  MPI_Comm comm = ts_comm_handle(ts_world_comm(w));
+  MPI_Barrier(comm);
+  int token = -1, next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  for (int hop = 0; hop < 3; hop++) {
+    if (rank == 0) {
+      token = hop;
+      MPI_Send(&token, 1, MPI_INT, next, 77, comm);
+      ts_world_bell_ring(w, next);
+    }
+    int waits = 0;
+    for (;;) {
+      uint32_t s = ts_world_bell_seq(w);
+      int flag = 0;
+      MPI_Iprobe(prev, 77, comm, &flag, MPI_STATUS_IGNORE);
+      if (!flag)
+        MPI_Iprobe(prev, 77, comm, &flag, MPI_STATUS_IGNORE);
+      if (flag)
+        break;
+      ts_world_bell_wait(w, s, long_nap);
+      CHECK(ts_world_bell_seq(w) != s, "hop %d: a wait ended without a ring", hop);
+      if (++waits > 100 || ts_world_bell_seq(w) == s)
+        break;
+    }
+    MPI_Recv(&token, 1, MPI_INT, prev, 77, comm, MPI_STATUS_IGNORE);
+    CHECK(token == hop, "hop %d: token %d", hop, token);
+    if (rank != 0) {
+      MPI_Send(&token, 1, MPI_INT, next, 77, comm);
+      ts_world_bell_ring(w, next);
+    }
+  }
+}
+
 int main(int argc, char **argv) {
   ts_world *w = NULL;
   ts_error err;
@@ -164,6 +221,7 @@ int main(int argc, char **argv) {
   CHECK(ts_world_thread_level(w) >= MPI_THREAD_SERIALIZED, "thread level");
   ts_comm *world = ts_world_comm(w);
   CHECK(ts_comm_size(world) == size && ts_comm_rank(world) == rank, "world comm");
+  test_doorbells(w);
 
   /* Groups: reversed world order, cached on the second call. */
   int *rev = malloc((size_t)size * sizeof *rev);
