@@ -13,9 +13,12 @@
  * (checks, the target buffer, staging, a failure the caller met while preparing) happens before
  * one first agreement; a failure anywhere makes every rank return the same error before any data
  * moves. Only then are the communicators of the transfer made (collective over their own ranks,
- * which all passed). Errors while moving data (a copy, MPI) are agreed on once more at the end
- * (the commit agreement); the new slice is handed out only when every rank succeeded, and the
- * source slice is never written, so on failure every rank keeps its old tensor. The agreements
+ * which all passed). Errors while moving data (a copy, a reduction, an unpack) are agreed on once
+ * more at the end (the commit agreement); the new slice is handed out only when every rank
+ * succeeded, and the source slice is never written, so on failure every rank keeps its old
+ * tensor. The first agreement also tells whether any rank's part can still fail: a transfer in
+ * place on both sides with no reduction cannot (only MPI itself could, and then Open MPI ends
+ * the job), so it commits without the second agreement: one agreement per reshard. The agreements
  * span the union of the source and target ranks, or with ts_exec_opts.agree_world the whole
  * world: then ranks outside both meshes (and ranks that could not even plan) take part in the two
  * agreements and move nothing, and every rank that records the tensor reaches the same outcome. */
@@ -86,21 +89,32 @@ typedef struct exec {
   ts_error lerr; /* first local error */
   int lst;
   bool agreed;   /* the first agreement passed: every rank goes on to the final one */
+  bool late;     /* this rank's part may still fail after the first agreement */
+  bool commit;   /* some rank's may: the commit agreement runs */
 } exec;
 
 static int make_comms(exec *ex, ts_error *err);
 
 /* The values the first agreement takes the maximum of, in its one allreduce: every rank passes
- * this many, whatever its strategy or state (round counts, whether a strategy runs in place). */
-#define AGREE_VALUES 3
+ * this many, whatever its strategy or state (round counts, whether a strategy runs in place),
+ * the last one whether its part may still fail once the agreement passed. */
+#define AGREE_VALUES 4
+#define AGREE_LATE (AGREE_VALUES - 1)
 
 /* The first agreement: local failures so far, before any data moves. When it passes, the ranks
- * of the transfer make its communicators. values: AGREE_VALUES values, or NULL. */
+ * of the transfer make its communicators. values: AGREE_VALUES - 1 values, or NULL. It also
+ * decides whether the commit agreement runs: not when no rank's part can fail any more (only a
+ * failure of MPI itself could, and Open MPI ends the whole job with one rank). */
 static int agree_first(exec *ex, int64_t *values, ts_error *err) {
-  int64_t none[AGREE_VALUES] = {0};
-  int rc = ts_comm_agree_max(ex->acomm, ex->lst, &ex->lerr, values ? values : none,
-                             AGREE_VALUES, err);
+  int64_t v[AGREE_VALUES] = {0};
+  if (values)
+    memcpy(v, values, AGREE_LATE * sizeof *v);
+  v[AGREE_LATE] = ex->late;
+  int rc = ts_comm_agree_max(ex->acomm, ex->lst, &ex->lerr, v, AGREE_VALUES, err);
+  if (values)
+    memcpy(values, v, AGREE_LATE * sizeof *v);
   ex->agreed = rc == TS_OK;
+  ex->commit = v[AGREE_LATE] != 0;
   if (rc == TS_OK && ex->in_union)
     rc = make_comms(ex, err); /* an MPI failure: the commit agreement still runs */
   return rc;
@@ -833,6 +847,9 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
   if (rc)
     local_fail(ex, rc);
   xfer_tables(ex, &x);
+  /* In place on both sides, no reduction: after the agreement this rank only copies its own
+   * pieces and hands MPI regions it has checked; nothing of it can fail any more. */
+  ex->late = x.partial_src || !(x.send_direct && x.recv_direct);
   int64_t rounds = 0;
   rc = xfer_agree_rounds(ex, &x, &rounds, err);
   if (rc == TS_OK) {
@@ -934,6 +951,7 @@ int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
   ex.w = w;
   ex.p = p;
   ex.me = ts_world_rank(w);
+  ex.late = ex.commit = true; /* the first agreement may clear commit */
   ex.max_alloc = opts ? opts->max_alloc_bytes : 0;
   ex.copts.threads = opts ? opts->copy_threads : 0;
   ex.si = ex.ti = -1;
@@ -995,6 +1013,7 @@ int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
     run = TS_STRATEGY_LOCAL; /* over the union a local reshard agrees once, at the end */
   switch (run) {
   case TS_STRATEGY_AUTO:
+    ex.late = ex.lst != TS_OK || ex.in_union; /* a rank outside both meshes only agrees */
     rc = agree_first(&ex, NULL, err);
     break;
   case TS_STRATEGY_LOCAL:
@@ -1028,10 +1047,12 @@ int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
   /* The commit agreement: errors while moving data (a copy, a reduction, MPI on this rank) are
    * agreed once more, so that every rank that passed the first agreement returns the same
    * result. */
-  if (ex.agreed) {
+  if (ex.agreed && ex.commit) {
     int local = rc ? rc : ex.lst;
     ts_error mine = rc ? *err : ex.lerr;
     rc = ts_comm_agree(ex.acomm, local, &mine, err);
+  } else if (ex.agreed && rc == TS_OK && ex.lst != TS_OK) {
+    rc = ts_error_set(err, ex.lst, "%s", ex.lerr.msg);
   }
   if (rc == TS_OK) {
     *out = ex.tgt;
