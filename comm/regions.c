@@ -277,3 +277,153 @@ int ts_comm_exchange_regions(ts_comm *c, int nsend, const int *send_peers,
     return cma_regions(c, nsend, send_peers, send, nrecv, recv_peers, recv, err);
   return mpi_regions(c, nsend, send_peers, send, nrecv, recv_peers, recv, tag, err);
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * Many regions per pair (ts_comm_exchange_many) */
+
+/* The MPI message of a pair's regions (n of them, in order): one datatype, the struct of the
+ * regions' own (each placed at its absolute address), committed; MPI_BYTE with *count 0 when
+ * they are all empty. */
+static int pair_type(int n, const ts_comm_region *const *r, MPI_Datatype *out, int *count,
+                     ts_error *err) {
+  *out = MPI_BYTE;
+  *count = 0;
+  MPI_Datatype *types = malloc((size_t)(n ? n : 1) * sizeof *types);
+  int *lens = malloc((size_t)(n ? n : 1) * sizeof *lens);
+  MPI_Aint *at = calloc((size_t)(n ? n : 1), sizeof *at);
+  if (!types || !lens || !at) {
+    free(types), free(lens), free(at);
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for a message of %d regions", n);
+  }
+  int k = 0, rc = TS_OK;
+  for (int i = 0; i < n && rc == TS_OK; i++)
+    if (!region_empty(r[i]) && (rc = region_type(r[i], &types[k], err)) == TS_OK)
+      lens[k++] = 1;
+  if (rc == TS_OK && k > 0) {
+    int mrc = MPI_Type_create_struct(k, lens, at, types, out);
+    if (mrc == MPI_SUCCESS)
+      mrc = MPI_Type_commit(out);
+    if (mrc != MPI_SUCCESS)
+      rc = ts__mpi_error(mrc, "MPI_Type_create_struct", __FILE__, __LINE__, err);
+    else
+      *count = 1;
+  }
+  for (int i = 0; i < k; i++)
+    MPI_Type_free(&types[i]);
+  free(types), free(lens), free(at);
+  return rc;
+}
+
+/* The pairs of one direction: per comm rank, its regions in the order listed, and their bytes. */
+typedef struct pair_lists {
+  int *start, *count; /* per comm rank: where its regions begin in order[], and how many */
+  int64_t *bytes;     /* per comm rank */
+  const ts_comm_region **order;
+} pair_lists;
+
+static void pair_lists_free(pair_lists *l) {
+  free(l->start);
+  free(l->count);
+  free(l->bytes);
+  free(l->order);
+}
+
+static int pair_lists_make(ts_comm *c, int n, const int *peers, const ts_comm_region *r,
+                           pair_lists *l, ts_error *err) {
+  int P = c->size;
+  l->start = calloc((size_t)P, sizeof *l->start);
+  l->count = calloc((size_t)P, sizeof *l->count);
+  l->bytes = calloc((size_t)P, sizeof *l->bytes);
+  l->order = malloc((size_t)(n ? n : 1) * sizeof *l->order);
+  if (!l->start || !l->count || !l->bytes || !l->order)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for %d transfers", n);
+  for (int i = 0; i < n; i++) {
+    if (peers[i] < 0 || peers[i] >= P)
+      return ts_error_set(err, TS_INVALID_ARGUMENT, "transfer %d names rank %d of %d", i,
+                          peers[i], P);
+    int rc = r[i].base ? check_region(&r[i], err) : TS_OK;
+    if (rc)
+      return rc;
+    l->count[peers[i]]++;
+    l->bytes[peers[i]] += region_empty(&r[i]) ? 0 : region_bytes(&r[i]);
+  }
+  for (int p = 1; p < P; p++)
+    l->start[p] = l->start[p - 1] + l->count[p - 1];
+  for (int p = 0; p < P; p++)
+    l->count[p] = 0;
+  for (int i = 0; i < n; i++)
+    l->order[l->start[peers[i]] + l->count[peers[i]]++] = &r[i];
+  return TS_OK;
+}
+
+/* Whether a pair's regions go as single copies (each its own) rather than one MPI message. */
+static bool pair_reads(const ts_comm *c, const pair_lists *l, int p) {
+  return c->pids && l->bytes[p] > CMA_SMALL_PAIR;
+}
+
+/* The regions of the pairs that go as single copies, through cma_regions. */
+static int many_reads(ts_comm *c, const pair_lists *sl, const pair_lists *rl, ts_error *err) {
+  int P = c->size, ns = 0, nr = 0;
+  for (int p = 0; p < P; p++) {
+    ns += pair_reads(c, sl, p) ? sl->count[p] : 0;
+    nr += pair_reads(c, rl, p) ? rl->count[p] : 0;
+  }
+  if (ns + nr == 0)
+    return TS_OK;
+  ts_comm_region *regs = malloc((size_t)(ns + nr) * sizeof *regs);
+  int *peers = malloc((size_t)(ns + nr) * sizeof *peers);
+  int rc = TS_OK, k = 0;
+  if (!regs || !peers)
+    rc = ts_error_set(err, TS_NO_MEMORY, "no memory for %d transfers", ns + nr);
+  for (int side = 0; rc == TS_OK && side < 2; side++) {
+    const pair_lists *l = side ? rl : sl;
+    for (int p = 0; p < P; p++)
+      for (int j = 0; pair_reads(c, l, p) && j < l->count[p]; j++) {
+        regs[k] = *l->order[l->start[p] + j];
+        peers[k++] = p;
+      }
+  }
+  if (rc == TS_OK)
+    rc = cma_regions(c, ns, peers, regs, nr, peers + ns, regs + ns, err);
+  free(regs);
+  free(peers);
+  return rc;
+}
+
+int ts_comm_exchange_many(ts_comm *c, int nsend, const int *send_peers,
+                          const ts_comm_region *send, int nrecv, const int *recv_peers,
+                          const ts_comm_region *recv, int tag, ts_error *err) {
+  int P = c->size;
+  pair_lists sl = {0}, rl = {0};
+  int rc = pair_lists_make(c, nsend, send_peers, send, &sl, err);
+  if (rc == TS_OK)
+    rc = pair_lists_make(c, nrecv, recv_peers, recv, &rl, err);
+  /* The large pairs first, as single copies (their posts come before any of their waits). */
+  if (rc == TS_OK)
+    rc = many_reads(c, &sl, &rl, err);
+  /* Then every other pair as one message each way: the receives first. */
+  ts__transfer *t = rc == TS_OK ? malloc(2 * (size_t)P * sizeof *t) : NULL;
+  if (rc == TS_OK && !t)
+    rc = ts_error_set(err, TS_NO_MEMORY, "no memory for %d transfers", 2 * P);
+  int k = 0;
+  for (int side = 0; rc == TS_OK && side < 2; side++) {
+    const pair_lists *l = side ? &sl : &rl;
+    for (int p = 0; rc == TS_OK && p < P; p++) {
+      if (l->count[p] == 0 || pair_reads(c, l, p))
+        continue;
+      int count = 0;
+      MPI_Datatype type;
+      rc = pair_type(l->count[p], l->order + l->start[p], &type, &count, err);
+      if (rc == TS_OK && count > 0)
+        t[k++] = (ts__transfer){MPI_BOTTOM, 1, type, p, side == 1};
+    }
+  }
+  if (rc == TS_OK)
+    rc = ts__comm_transfers(c, k, t, tag, err);
+  for (int i = 0; i < k; i++)
+    MPI_Type_free(&t[i].type);
+  free(t);
+  pair_lists_free(&sl);
+  pair_lists_free(&rl);
+  return rc;
+}

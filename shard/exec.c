@@ -934,6 +934,28 @@ static int make_comms(exec *ex, ts_error *err) {
   return rc;
 }
 
+/* This rank's boxes, its source slice checked and its target slice made (failures local). */
+static void exec_slices(exec *ex, const ts_tensor *src, const char *tgt_tag) {
+  const ts_plan *p = ex->p;
+  ex->es = p->esize;
+  ex->si = ts_geom_mesh_index(p->src, ex->me);
+  ex->ti = ts_geom_mesh_index(p->tgt, ex->me);
+  ex->in_src = ex->si >= 0;
+  ex->in_tgt = ex->ti >= 0;
+  ex->sbox.ndim = ex->tbox.ndim = p->ndim;
+  if (ex->in_src) {
+    ts_geom_index_box(p->src, ex->si, &ex->sbox);
+    local_fail(ex, check_source(ex, src));
+    ex->src = src;
+  }
+  if (ex->in_tgt) {
+    ts_geom_index_box(p->tgt, ex->ti, &ex->tbox);
+    ex->receiver = ts__plan_receiver(p, ex->ti);
+    if (ex->lst == TS_OK)
+      local_fail(ex, make_target(ex, tgt_tag));
+  }
+}
+
 int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const char *tgt_tag,
                     const ts_exec_opts *opts, ts_tensor *out, ts_exec_report *report,
                     ts_error *err) {
@@ -986,25 +1008,8 @@ int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
     ex.acomm = ex.ucomm;
   }
 
-  if (ex.in_union && ex.lst == TS_OK) {
-    ex.es = p->esize;
-    ex.si = ts_geom_mesh_index(p->src, ex.me);
-    ex.ti = ts_geom_mesh_index(p->tgt, ex.me);
-    ex.in_src = ex.si >= 0;
-    ex.in_tgt = ex.ti >= 0;
-    ex.sbox.ndim = ex.tbox.ndim = p->ndim;
-    if (ex.in_src) {
-      ts_geom_index_box(p->src, ex.si, &ex.sbox);
-      local_fail(&ex, check_source(&ex, src));
-      ex.src = src;
-    }
-    if (ex.in_tgt) {
-      ts_geom_index_box(p->tgt, ex.ti, &ex.tbox);
-      ex.receiver = ts__plan_receiver(p, ex.ti);
-      if (ex.lst == TS_OK)
-        local_fail(&ex, make_target(&ex, tgt_tag));
-    }
-  }
+  if (ex.in_union && ex.lst == TS_OK)
+    exec_slices(&ex, src, tgt_tag);
 
   /* Each strategy prepares (staging), agrees on local failures, and only then moves data. A
    * rank outside the union, or one that failed before, only agrees. */
@@ -1065,5 +1070,127 @@ int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
     return TS_OK;
   }
   ts_shard_free(ex.tgt.data);
+  return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Coalesced: many reshards in one exchange */
+
+#define TS_EXEC_MANY_TAG 31000 /* between the agreements' tags and cma.c's */
+
+bool ts_exec_coalescable(const ts_plan *p, const char *src_tag, const char *tgt_tag) {
+  if (!p || (src_tag && src_tag[0]) || (tgt_tag && tgt_tag[0]))
+    return false;
+  if (p->src->npartial > 1 || p->tgt->npartial > 1)
+    return false;
+  int64_t bytes = (int64_t)p->esize;
+  for (int d = 0; d < p->ndim; d++)
+    bytes *= p->shape[d];
+  return bytes <= ((int64_t)1 << 30); /* every piece within one region (ts_comm_region) */
+}
+
+/* Item i's part on this rank: slices, target, transfers; in place on both sides (plain slices of
+ * a coalescable plan are). Failures local, in ex->lst. */
+static void many_prepare(exec *ex, ts_exec_item *it, ts_rank_plan *rp) {
+  ex->in_union = ts__plan_union_pos(ex->p, ex->me) >= 0;
+  if (!ex->in_union || ex->lst != TS_OK)
+    return;
+  exec_slices(ex, it->src, NULL);
+  if (ex->lst == TS_OK && ts_plan_rank(ex->p, ex->me, rp, &ex->lerr) != TS_OK)
+    local_fail(ex, ex->lerr.code);
+  if (ex->lst == TS_OK && ((rp->nsend > 0 && !in_place_slice(ex, ex->src, &ex->sbox)) ||
+                           (rp->nrecv > 0 && !in_place_slice(ex, &ex->tgt, &ex->tbox))))
+    local_fail(ex, ts_error_set(&ex->lerr, TS_INTERNAL,
+                                "a slice of a coalesced reshard cannot move in place"));
+}
+
+/* The regions of every item's pieces between this rank and the others (comm = world ranks), in
+ * item order, and the local pieces copied. */
+static int many_regions(exec *ex, ts_rank_plan *rp, int n, ts_comm_region *sreg, int *speer,
+                        ts_comm_region *rreg, int *rpeer, int *ns, int *nr) {
+  for (int i = 0; i < n; i++) {
+    exec *x = &ex[i];
+    if (!x->in_union)
+      continue;
+    for (int k = 0; k < rp[i].nsend; k++) {
+      const ts_transfer *t = &rp[i].send[k];
+      if (t->peer == x->me)
+        continue;
+      slice_region(x, x->src, &x->sbox, &t->box, &sreg[*ns]);
+      speer[(*ns)++] = t->peer;
+      x->sent += t->bytes;
+    }
+    for (int k = 0; k < rp[i].nrecv; k++) {
+      const ts_transfer *t = &rp[i].recv[k];
+      if (t->peer == x->me) {
+        if (copy_region(x, &x->tgt, &x->tbox, x->src, &x->sbox, &t->box))
+          return x->lst;
+        continue;
+      }
+      slice_region(x, &x->tgt, &x->tbox, &t->box, &rreg[*nr]);
+      rpeer[(*nr)++] = t->peer;
+      x->received += t->bytes;
+    }
+  }
+  return TS_OK;
+}
+
+int ts_reshard_exec_many(ts_world *w, int n, ts_exec_item *items, int prior_status,
+                         const ts_error *prior_err, ts_error *err) {
+  exec *ex = calloc((size_t)(n ? n : 1), sizeof *ex);
+  ts_rank_plan *rp = calloc((size_t)(n ? n : 1), sizeof *rp);
+  ts_error lerr;
+  int lst = prior_status;
+  if (lst != TS_OK)
+    lerr = prior_err ? *prior_err : (ts_error){.code = lst};
+  if (!ex || !rp)
+    lst = ts_error_set(&lerr, TS_NO_MEMORY, "no memory to run a batch of %d reshards", n);
+  int64_t held = 0, nsend = 0, nrecv = 0;
+  for (int i = 0; lst == TS_OK && i < n; i++) {
+    exec *x = &ex[i];
+    x->w = w;
+    x->p = items[i].plan;
+    x->me = ts_world_rank(w);
+    int64_t left = items[i].max_alloc - held;
+    x->max_alloc = items[i].max_alloc > 0 ? (left > 0 ? left : 1) : 0;
+    x->si = x->ti = -1;
+    x->lst = items[i].prior_status;
+    if (x->lst != TS_OK)
+      x->lerr = items[i].prior_err ? *items[i].prior_err : (ts_error){.code = x->lst};
+    many_prepare(x, &items[i], &rp[i]);
+    held += (int64_t)x->tgt.bytes;
+    nsend += rp[i].nsend;
+    nrecv += rp[i].nrecv;
+    if (x->lst != TS_OK)
+      lst = ts_error_set(&lerr, x->lst, "tensor '%s' of the batch: %s", items[i].name,
+                         x->lerr.msg);
+  }
+  ts_comm_region *reg = lst == TS_OK ? malloc((size_t)(nsend + nrecv + 1) * sizeof *reg) : NULL;
+  int *peer = lst == TS_OK ? malloc((size_t)(nsend + nrecv + 1) * sizeof *peer) : NULL;
+  if (lst == TS_OK && (!reg || !peer))
+    lst = ts_error_set(&lerr, TS_NO_MEMORY, "no memory for the %lld pieces of a batch",
+                       (long long)(nsend + nrecv));
+  /* The one agreement: every item prepared on every rank. Once it passed, nothing can fail but
+   * MPI itself: the pieces move in place, and the commit needs no second agreement. */
+  int rc = ts_comm_agree(ts_world_comm(w), lst, &lerr, err);
+  int ns = 0, nr = 0;
+  if (rc == TS_OK)
+    rc = many_regions(ex, rp, n, reg, peer, reg + nsend, peer + nsend, &ns, &nr);
+  if (rc == TS_OK)
+    rc = ts_comm_exchange_many(ts_world_comm(w), ns, peer, reg, nr, peer + nsend, reg + nsend,
+                               TS_EXEC_MANY_TAG, err);
+  for (int i = 0; ex && rp && i < n; i++) {
+    if (rc == TS_OK) {
+      items[i].out = ex[i].tgt;
+      items[i].report = (ts_exec_report){TS_STRATEGY_P2P, ex[i].sent, ex[i].received, 0};
+    } else {
+      ts_shard_free(ex[i].tgt.data);
+    }
+    ts_rank_plan_clear(&rp[i]);
+  }
+  free(reg);
+  free(peer);
+  free(ex);
+  free(rp);
   return rc;
 }

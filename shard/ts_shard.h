@@ -55,6 +55,26 @@ int ts_reshard_exec(ts_world *w, const ts_plan *plan, const ts_tensor *src, cons
                     ts_error *err);
 void ts_shard_free_tensor(ts_tensor *t);
 
+/* Coalesced reshards: many plans run as one operation over the world, every piece between two
+ * ranks of every item in one message (or single copies for large pairs: ts_comm_exchange_many),
+ * after one agreement. Only plans ts_exec_coalescable accepts (no partial placement, row-major on
+ * both sides, at most 1 GiB): their pieces move in place, so once every rank prepared, nothing
+ * but MPI itself can fail and no commit agreement is needed. The answer is the same on every
+ * rank (the same on every rank of the world). */
+typedef struct ts_exec_item {
+  const char *name;         /* named in errors */
+  const ts_plan *plan;
+  const ts_tensor *src;     /* this rank's source slice (ignored when it holds none) */
+  int64_t max_alloc;        /* bound on the new slices made so far; 0: unbounded */
+  int prior_status;         /* a failure the caller met preparing this item here (TS_OK: none) */
+  const ts_error *prior_err;
+  ts_tensor out;            /* on success: the new slice (data NULL when this rank holds none) */
+  ts_exec_report report;
+} ts_exec_item;
+bool ts_exec_coalescable(const ts_plan *p, const char *src_tag, const char *tgt_tag);
+int ts_reshard_exec_many(ts_world *w, int n, ts_exec_item *items, int prior_status,
+                         const ts_error *prior_err, ts_error *err);
+
 /* Allocation used by the executor, the store and the daemon (target slices, staging): the
  * process's buffer pool (ts_pool_alloc: pre-faulted mappings reused by size class, counted against
  * the pool's memory limit), 4 KiB pages (huge pages made reshards slower when they were faulted in

@@ -208,6 +208,60 @@ static void test_doorbells(ts_world *w) {
   }
 }
 
+/* Many regions per pair (ts_comm_exchange_many): to each peer p (itself included), rank r sends
+ * three regions in order: a transposed 3x5 int32 plane (small: one message per pair with the
+ * others of the pair), an empty one, and rows of a large 64x600 int32 block (single copies where
+ * they work, or that pair's one message); `big` leaves the large ones out (every pair small). The
+ * receiver's regions have the same element counts in other strides; every element is checked. */
+static void test_exchange_many(ts_comm *world, bool big) {
+  enum { R = 64, W = 600 };
+  ts_error err;
+  int per = 3, n = size * per;
+  int32_t *small_src = malloc((size_t)size * 15 * sizeof(int32_t));
+  int32_t *small_dst = calloc((size_t)size * 15, sizeof(int32_t));
+  int32_t *large_src = malloc((size_t)size * R * W * sizeof(int32_t));
+  int32_t *large_dst = calloc((size_t)size * R * W, sizeof(int32_t));
+  ts_comm_region *sr = calloc(2 * (size_t)n, sizeof *sr), *rr = sr + n;
+  int *speer = malloc(2 * (size_t)n * sizeof *speer), *rpeer = speer + n;
+  for (int p = 0; p < size; p++) {
+    for (int k = 0; k < 15; k++)
+      small_src[p * 15 + k] = rank * 1000 + p * 100 + k;
+    for (int k = 0; k < R * W; k++)
+      large_src[(int64_t)p * R * W + k] = rank * 10000000 + p * 100000 + k;
+    /* sends: plane p read column-major; an empty region; block p row-major */
+    sr[p * per] = (ts_comm_region){small_src + p * 15, 2, 4, {5, 3}, {4, 20}};
+    sr[p * per + 1] = (ts_comm_region){NULL, 1, 4, {0}, {4}};
+    sr[p * per + 2] = (ts_comm_region){big ? large_src + (int64_t)p * R * W : NULL, 1, 4,
+                                       {big ? R * W : 0}, {4}};
+    rr[p * per] = (ts_comm_region){small_dst + p * 15, 1, 4, {15}, {4}};
+    rr[p * per + 1] = (ts_comm_region){NULL, 1, 4, {0}, {4}};
+    rr[p * per + 2] = (ts_comm_region){big ? large_dst + (int64_t)p * R * W : NULL, 2, 4,
+                                       {big ? W : 0, R}, {4, W * 4}}; /* transposed */
+    for (int k = 0; k < per; k++)
+      speer[p * per + k] = rpeer[p * per + k] = p;
+  }
+  CHECK(ts_comm_exchange_many(world, n, speer, sr, n, rpeer, rr, 21, &err) == TS_OK, "%s",
+        err.msg);
+  long bad = 0;
+  for (int p = 0; p < size; p++) {
+    for (int j = 0; j < 5; j++) /* small_dst[p][j*3 + i] = src_p[rank][i][j] (column-major) */
+      for (int i = 0; i < 3; i++)
+        bad += small_dst[p * 15 + j * 3 + i] != p * 1000 + rank * 100 + i * 5 + j;
+    for (int64_t c = 0; big && c < W; c++)
+      for (int64_t r = 0; r < R; r++)
+        bad += large_dst[(int64_t)p * R * W + r * W + c] !=
+               (int32_t)(p * 10000000 + rank * 100000 + c * R + r);
+  }
+  CHECK(bad == 0, "exchange_many (large %d): %ld wrong elements", big, bad);
+  int bad_peer[1] = {size};
+  ts_comm_region one = {small_src, 1, 4, {1}, {4}};
+  CHECK(ts_comm_exchange_many(world, 1, bad_peer, &one, 0, NULL, NULL, 22, &err) ==
+                TS_INVALID_ARGUMENT &&
+            strstr(err.msg, "names rank"),
+        "a peer outside the communicator: %s", err.msg);
+  free(small_src), free(small_dst), free(large_src), free(large_dst), free(sr), free(speer);
+}
+
 int main(int argc, char **argv) {
   ts_world *w = NULL;
   ts_error err;
@@ -222,6 +276,8 @@ int main(int argc, char **argv) {
   ts_comm *world = ts_world_comm(w);
   CHECK(ts_comm_size(world) == size && ts_comm_rank(world) == rank, "world comm");
   test_doorbells(w);
+  test_exchange_many(world, false);
+  test_exchange_many(world, true);
 
   /* Groups: reversed world order, cached on the second call. */
   int *rev = malloc((size_t)size * sizeof *rev);
