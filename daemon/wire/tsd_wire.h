@@ -28,6 +28,10 @@ int tsd_request_decode(const uint8_t *buf, size_t len, Tshard__Request **out, ts
  * (TS_INVALID_ARGUMENT naming the field). */
 int tsd_request_check_strings(const uint8_t *buf, size_t len, ts_error *err);
 void tsd_request_free(Tshard__Request **req);
+/* Drops every unknown field of a decoded request (nested messages too): its re-encoding then
+ * holds known fields only, and decodes on every rank. False when one had the invalid field
+ * number 0 (the request is malformed). */
+bool tsd_request_strip_unknown(Tshard__Request *req);
 /* Packs a Response as a whole frame (header included) into a malloc'd buffer. */
 int tsd_response_frame(const Tshard__Response *resp, uint8_t **frame, size_t *len, ts_error *err);
 /* A frame answering only a status and a message. */
