@@ -17,8 +17,9 @@
  * more at the end (the commit agreement); the new slice is handed out only when every rank
  * succeeded, and the source slice is never written, so on failure every rank keeps its old
  * tensor. The first agreement also tells whether any rank's part can still fail: a transfer in
- * place on both sides with no reduction cannot (only MPI itself could, and then Open MPI ends
- * the job), so it commits without the second agreement: one agreement per reshard. The agreements
+ * place on both sides with no reduction, or a gather, cannot (only MPI itself could, and then
+ * Open MPI ends the job), so it commits without the second agreement: one agreement per reshard.
+ * The agreements
  * span the union of the source and target ranks, or with ts_exec_opts.agree_world the whole
  * world: then ranks outside both meshes (and ranks that could not even plan) take part in the two
  * agreements and move nothing, and every rank that records the tensor reaches the same outcome. */
@@ -563,6 +564,8 @@ static int run_gather(exec *ex, bool use_root, ts_error *err) {
     if (!peers || !bufs || !bytes)
       local_fail(ex, ts_error_set(&ex->lerr, TS_NO_MEMORY, "no memory for the root gather"));
   }
+  /* After the agreement: copies between checked boxes and MPI's gather, nothing that can fail. */
+  ex->late = false;
   int rc = agree_first(ex, NULL, err);
   ts_comm *comm = ex->gcomm;
   if (rc == TS_OK && counts[me] > 0)
