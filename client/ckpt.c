@@ -64,9 +64,10 @@ int tshard_save(tshard_client *c, const char *dir, const char *const *names, int
   req.idempotency_key = (char *)(opts && opts->key ? opts->key : "");
   rc = tsc_call_collective(c, &req);
   if (rc == TS_RANK_LOST) /* the save's own error, naming its path; later calls: RANK_LOST */
-    return tsc_fail(c, TS_CHECKPOINT_IO, "save to %s did not complete: %s; the checkpoint "
-                    "that was at %s before (if any) stays as it was: only a complete save "
-                    "replaces it", path, c->lost, path);
+    return tsc_fail(c, TS_CHECKPOINT_IO, "save to %s was interrupted: %s; %s holds a complete "
+                    "checkpoint or nothing: the one that was there before (or this save's, had "
+                    "it been exchanged before the loss), never a partial one", path, c->lost,
+                    path);
   return rc;
 }
 

@@ -78,6 +78,9 @@ void tsc_tickets_free(tshard_client *c);
  * to 2 s for the record while the job is recorded as running), TS_RANK_LOST with the message
  * naming it, and the connection keeps that error; otherwise `status` unchanged. */
 int tsc_lost_check(tshard_client *c, int status);
+/* When the launcher recorded that the job of socket path `sock` lost a rank: 0, with a sentence
+ * naming it in out (for a connect that found no daemon); else -1. */
+int tsc_lost_describe(const char *sock, char *out, size_t cap);
 
 /* connect_message.c: the message of the last failed connect on this thread. */
 void tsc_connect_failed(const char *path, const char *job, int rank, int status);

@@ -92,6 +92,19 @@ static int read_status(const char *path, job_status *st) {
   return 0;
 }
 
+int tsc_lost_describe(const char *sock, char *out, size_t cap) {
+  char path[640];
+  job_status st;
+  if (status_path(sock, path, sizeof path) != 0 || read_status(path, &st) != 0 ||
+      strcmp(st.state, "lost") != 0)
+    return -1;
+  snprintf(out, cap, "job %s lost rank %s (host %s): %s; Open MPI stopped the whole job (the "
+           "launcher's log: %s); start it again with tshard-launch start and load the last "
+           "checkpoint", st.job, st.rank, st.host[0] ? st.host : "unknown",
+           st.cause[0] ? st.cause : "cause unknown", st.log[0] ? st.log : "unknown");
+  return 0;
+}
+
 int tsc_lost_check(tshard_client *c, int status) {
   if (c->lost_status)
     return tsc_fail(c, c->lost_status, "%s", c->lost);

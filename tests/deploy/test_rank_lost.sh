@@ -5,7 +5,8 @@
 #    RANK_LOST naming rank 2, its host, signal 9 and the launcher's log, within 6 s of the kill
 #    (the figures are printed); the next call on the same C and Python connections gives the same
 #    error (not "the connection is closed"); `tshard-launch status` names the rank and exits 1;
-#    the job's sockets are gone, and `stop` says the job is not running and names the rank;
+#    the job's sockets are gone, a new connection (CLI, Python) says the job lost rank 2, and
+#    `stop` says the job is not running and names the rank;
 #  - a save interrupted by the loss of rank 1 fails with CHECKPOINT_IO naming the path, through
 #    Python and through the CLI; the checkpoint saved before stays complete: a new job loads it
 #    and gets the values put (numpy reference);
@@ -93,6 +94,17 @@ ok until_ok test ! -e "$dir/tshard-$job.pid"
 ok test $? -eq 1
 ok has "$dir/status.out" "not running: rank 2 (host $host) was lost: killed by signal 9 (Killed)"
 ok test -z "$(ls "$dir"/tshard-"$job"-*.sock 2>/dev/null)"
+# a new connection to the lost job says why there is no daemon (CLI: exit 4; Python: IoError)
+"$bin/tshard" ping --job "$job" --rank 1 >"$dir/ping.out" 2>&1
+ok test $? -eq 4
+ok has "$dir/ping.out" "job $job lost rank 2 (host $host): killed by signal 9 (Killed)"
+/usr/bin/python3 -c "
+import sys, tshard
+try:
+    tshard.connect(rank=1, job='$job')
+except tshard.TshardError as e:
+    print(e.name, e.message)" >"$dir/pyconnect.out" 2>&1
+ok has "$dir/pyconnect.out" "^IO job $job lost rank 2 (host $host): killed by signal 9 (Killed)"
 "$launch" stop --job "$job" >"$dir/stop.out" 2>&1
 ok has "$dir/stop.out" "is not running (rank 2 (host $host) was lost"
 
@@ -119,20 +131,28 @@ savepid=$!
 ok until_ok test -e "$dir/save.ready"
 kill -KILL "$(rank_pid 1)"
 wait "$savepid"
-ok has "$dir/save.out" "^save CHECKPOINT_IO save to $ckpt did not complete: rank 1 (host $host) was lost: killed by signal 9"
-ok has "$dir/save.out" "the checkpoint that was at $ckpt before (if any) stays as it was"
+ok has "$dir/save.out" "^save CHECKPOINT_IO save to $ckpt was interrupted: rank 1 (host $host) was lost: killed by signal 9"
+ok has "$dir/save.out" "$ckpt holds a complete checkpoint or nothing"
 ok until_ok test ! -e "$dir/tshard-$job.pid"
 # the CLI's save, on a new job, interrupted the same way
 ok "$launch" start -np 3 --job "$job"
 ok "$bin/tshard" load "$ckpt" --job "$job"
-ls -d "$dir"/.ckpt.tmp-* >"$dir/tmp.before" 2>/dev/null
+for k in 2 3 4; do # 256 MiB to save: the save lasts long enough to be caught in the act
+  ok "$bin/tshard" reshard big --to "mesh=[3] placements=[S($((k % 2)))]" --keep-as "big$k" --job "$job" >/dev/null
+done
+declare -A before=()
+for d in "$dir"/.ckpt.tmp-*; do [ -e "$d" ] && before[$d]=1; done
 "$bin/tshard" save "$ckpt" --job "$job" >/dev/null 2>"$dir/clisave.err" &
 clisave=$!
-saving() { ls -d "$dir"/.ckpt.tmp-* 2>/dev/null | grep -qvxF -f "$dir/tmp.before"; } # a new one
+saving() { # the save's temporary directory appeared (one an interrupted save left does not count)
+  local d
+  for d in "$dir"/.ckpt.tmp-*; do [ -e "$d" ] && [ -z "${before[$d]:-}" ] && return 0; done
+  return 1
+}
 ok until_ok saving
 kill -KILL "$(rank_pid 2)"
 wait "$clisave"
-ok has "$dir/clisave.err" "save to $ckpt did not complete: rank 2 (host $host) was lost.*(CHECKPOINT_IO)"
+ok has "$dir/clisave.err" "save to $ckpt was interrupted: rank 2 (host $host) was lost.*(CHECKPOINT_IO)"
 ok until_ok test ! -e "$dir/tshard-$job.pid"
 # the checkpoint is complete and holds the values put
 ok "$launch" start -np 2 --job "$job"

@@ -164,7 +164,11 @@ def _check_job(job):
 
 def _no_daemon(job, rank, path, timeout):
     """Why no daemon answered at path: a rank beyond the job's world (rank 0 says its size), or
-    no daemon at all, with how to start one."""
+    no daemon at all, with how to start one (or the rank the launcher recorded as lost)."""
+    from .launch import lost_job_message
+    lost = lost_job_message(path)
+    if lost is not None:
+        return lost
     if rank > 0:
         try:
             with connect(rank=0, job=job, timeout=timeout, shm=False) as c0:
@@ -957,9 +961,10 @@ class Client:
             if e.status != 39:
                 raise
             path = os.path.abspath(dir)
-            raise error_for(33, f"save to {path} did not complete: {e.message}; the checkpoint "
-                                f"that was at {path} before (if any) stays as it was: only a "
-                                f"complete save replaces it") from None
+            raise error_for(33, f"save to {path} was interrupted: {e.message}; {path} holds a "
+                                f"complete checkpoint or nothing: the one that was there before "
+                                f"(or this save's, had it been exchanged before the loss), never "
+                                f"a partial one") from None
 
     def load(self, dir, names=None, attr=None, per_node=False, key=None, wait=True):
         """Loads the named tensors (None: all of the checkpoint) under `attr` (None: each saved

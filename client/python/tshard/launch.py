@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from .errors import TshardError, error_for
 
-__all__ = ["launch", "Job", "job_status", "lost_rank_error"]
+__all__ = ["launch", "Job", "job_status", "lost_rank_error", "lost_job_message"]
 
 _RANK_LOST = 39
 _LOST_WAIT = 2.0  # s: how long a failed connection waits for the launcher's record
@@ -79,6 +79,18 @@ def lost_rank_error(socket_path: str, wait: float = _LOST_WAIT) -> Optional[Tsha
                      f"'{st.get('job', '?')}', and every tensor the job held in memory is gone "
                      f"(complete checkpoints on disk remain); the launcher's log: "
                      f"{st.get('log') or 'unknown'}")
+
+
+def lost_job_message(socket_path: str) -> Optional[str]:
+    """When the launcher recorded that the job of ``socket_path`` lost a rank, a sentence naming
+    it (for a connect that found no daemon); else None."""
+    st = job_status(socket_path)
+    if st is None or st.get("state") != "lost":
+        return None
+    return (f"job {st.get('job', '?')} lost rank {st.get('rank', '?')} (host "
+            f"{st.get('host') or 'unknown'}): {st.get('cause') or 'cause unknown'}; Open MPI "
+            f"stopped the whole job (the launcher's log: {st.get('log') or 'unknown'}); start it "
+            f"again with tshard-launch start and load the last checkpoint")
 
 
 def launcher_path() -> str:
