@@ -4,8 +4,8 @@
 tensor put through one rank and got through another equals numpy's, `tshard-launch list` shows
 the job while it runs, leaving the block stops it (no socket, pid file or listed job left),
 also when the block raises; a wrong np or rank is refused with InvalidArgumentError naming it;
-a rank killed inside the block gives RankLostError (a ConnectionError) naming it, and
-job.status() records it.
+a rank killed inside the block while futures are in flight gives RankLostError (a
+ConnectionError) naming it, so does the next call, and job.status() records it.
 
 usage: test_launch.py BUILD_BIN_DIR"""
 import os
@@ -74,15 +74,16 @@ with tshard.launch(np=2, socket_dir=sock_dir) as job3:
     log = open(job3.log).read()
     pid1 = int(log.split(f"ready: job {job3.job} rank 1 of 2 pid ")[1].split()[0])
     os.kill(pid1, signal.SIGKILL)
-    try:
+    try:  # operations in flight (futures): their answers come through the reader thread
         for i in range(100000):
-            c.reshard("t", f"mesh=[2] placements=[S({(i + 1) % 2})]")
+            c.reshard("t", f"mesh=[2] placements=[S({(i + 1) % 2})]", wait=False).result(30)
         check(False, "no failure after the kill")
     except tshard.TshardError as e:
         check(isinstance(e, tshard.errors.RankLostError) and isinstance(e, ConnectionError),
               f"{type(e).__name__}: {e}")
         check("rank 1 (host " in e.message and "signal 9" in e.message and job3.log in e.message,
               f"message: {e.message}")
+    check.expect(39, lambda: c.list(), "a call after the loss", "rank 1 (host ")
     st = job3.status()
     check(st.get("state") == "lost" and st.get("rank") == "1", f"status {st}")
 check(not leftovers(job3.job), f"after a lost rank: {leftovers(job3.job)}")

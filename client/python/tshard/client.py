@@ -381,6 +381,8 @@ class Client:
             raise self._closed()
         if self._inflight is None:
             self._inflight = Inflight(self._sock)
+        elif self._inflight.closed is not None:  # the reader saw the connection end
+            raise self._lost(self._inflight.closed)
         return self._inflight
 
     def _sync(self, fut: Future):
