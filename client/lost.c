@@ -3,8 +3,8 @@
  * When one rank of a job dies, Open MPI stops the whole job: the other daemons answer SHUTDOWN
  * or close their connections, and by themselves say nothing of why. The launcher
  * (deploy/tshard-launch) records the job's fate in a status file beside the sockets,
- * `<dir>/tshard-<job>.status`, key=value lines: `state=running|stopping|stopped|lost`, and for a
- * lost rank `rank`, `host`, `cause` (the signal or exit code) and `log`, with `final=1` once
+ * `<dir>/tshard-<job>.status`, key=value lines: `state=running|stopping|stopped|failed|lost`,
+ * and for a lost rank `rank`, `host`, `cause` (the signal or exit code) and `log`, `final=1` once
  * Open MPI's own report was read. A connection that ends, or an answer SHUTDOWN, reads that file
  * here, waiting up to TSC_LOST_WAIT_MS while the job is still recorded as running (the launcher
  * learns of the loss when Open MPI reports it). A lost rank turns the failure into RANK_LOST

@@ -11,9 +11,10 @@ The launcher is found as $TSHARD_LAUNCH, else next to this package in a build tr
 (build/python/tshard -> build/bin/tshard-launch), else on $PATH.
 
 The launcher records a job's fate in ``tshard-<job>.status`` beside its sockets: ``state`` is
-running, stopping, stopped or lost, and a lost rank comes with ``rank``, ``host``, ``cause``
-(its signal or exit code) and ``log``. When a connection ends, the client reads it here
-(:func:`lost_rank_error`) to raise RankLostError naming the rank instead of a bare I/O error.
+running, stopping, stopped, failed (at start) or lost, and a lost rank comes with ``rank``,
+``host``, ``cause`` (its signal or exit code) and ``log``. When a connection ends, the client
+reads it here (:func:`lost_rank_error`) to raise RankLostError naming the rank instead of a bare
+I/O error.
 """
 import itertools
 import os
@@ -195,7 +196,8 @@ def launch(np: int = 4, job: Optional[str] = None, socket_dir: Optional[str] = N
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30)
     except subprocess.TimeoutExpired:
-        raise error_for(19, f"tshard-launch start did not return within {timeout + 30:.0f} s") from None
+        raise error_for(19, f"tshard-launch start did not return within {timeout + 30:.0f} s; "
+                            f"stop the job with tshard-launch stop --job {job}") from None
     if r.returncode != 0:
         raise error_for(1 if r.returncode == 2 else 18,
                         f"tshard-launch start -np {np} --job {job}: {r.stderr.strip()}")
