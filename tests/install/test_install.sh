@@ -43,10 +43,14 @@ graph=$build/CMakeFiles/Makefile2
 if [ -f "$graph" ]; then
   grep -E "^CMakeFiles/tshard-programs.dir/all: " "$graph" | sed 's|.*/CMakeFiles/||; s|.*: CMakeFiles/||; s|\.dir/all$||' |
     sort -u >"$tmp/programs"
-  named=$(grep -oE "build/bin/tshard[a-z-]*" "$src/README.md" | sed 's|build/bin/||; s|^tshard$|tshard-cli|' | sort -u)
+  # (a name ending in '-' is a pattern such as tshard-bench-*; the launcher is copied there when
+  # the build is configured)
+  named=$(grep -oE "build/bin/tshard[a-z-]*" "$src/README.md" | grep -v -- '-$' |
+    sed 's|build/bin/||; s|^tshard$|tshard-cli|' | grep -vx tshard-launch | sort -u)
   for t in tshard_shared tshardd tshard-cli tshard-python $named; do
     grep -qx -- "$t" "$tmp/programs" || { echo "the quickstart's build (tshard-programs) lacks $t"; ok false; }
   done
+  ok test -x "$build/bin/tshard-launch"
 fi
 
 # -- the installed tree
