@@ -84,10 +84,20 @@ for _ in $(seq 300); do kill -0 "$fg" 2>/dev/null || break; sleep 0.1; done
 ok test ! -e /proc/$fg
 ok grep -q "rank 2 died" "$dir/fg.out"
 fg=""
-# restarted: stale sockets are replaced, every rank serves
+# restarted: stale sockets are replaced, every rank serves; a socket a dead job left (rank 5 of
+# an earlier, larger run) is removed by start, and one left meanwhile by stop; another job's stays
+/usr/bin/python3 -c "import socket, sys; [socket.socket(socket.AF_UNIX).bind(p) for p in sys.argv[1:]]" \
+  "$dir/tshard-$job-5.sock" "$dir/tshard-$job-x-0.sock"
 ok "$launch" start -np 3 --job "$job"
+ok test ! -e "$dir/tshard-$job-5.sock"
+ok test -S "$dir/tshard-$job-x-0.sock"
 ok "$bin/tshard" ping --job "$job" --rank 2
 ok "$launch" stop --job "$job"
+/usr/bin/python3 -c "import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])" "$dir/tshard-$job-4.sock"
+ok "$launch" stop --job "$job"
+ok test ! -e "$dir/tshard-$job-4.sock"
+ok test -S "$dir/tshard-$job-x-0.sock"
+rm -f "$dir/tshard-$job-x-0.sock"
 
 # ---- the socket directory must be the caller's alone (0700), links are never followed ----
 echo "precious" >"$dir/target"
