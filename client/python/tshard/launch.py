@@ -21,9 +21,12 @@ import os
 import shutil
 import subprocess
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from .errors import TshardError, error_for
+
+if TYPE_CHECKING:  # the client module imports this one: a name for the hints only
+    from .client import Client
 
 __all__ = ["launch", "Job", "job_status", "lost_rank_error", "lost_job_message"]
 
@@ -135,7 +138,7 @@ class Job:
         """The Unix socket of a rank's daemon."""
         return os.path.join(self.socket_dir, f"tshard-{self.job}-{rank}.sock")
 
-    def connect(self, rank: int = 0, **kwargs: Any):
+    def connect(self, rank: int = 0, **kwargs: Any) -> "Client":
         """A client connected to ``rank``'s daemon (``tshard.connect``'s keyword arguments:
         ``timeout``, ``shm``, ``group``, ...)."""
         from .client import connect
