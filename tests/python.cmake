@@ -33,6 +33,11 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
                    ${TS_BIN})
   set_tests_properties(test_python_memory_default PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                        ENVIRONMENT "${TS_PY_ENV}")
+  # tshard.launch through the launcher: serves, lists, stops on exit (also after a raise), names
+  # a lost rank
+  add_test(NAME test_python_launch
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_launch.py ${TS_BIN})
+  set_tests_properties(test_python_launch PROPERTIES TIMEOUT 180 ENVIRONMENT "${TS_PY_ENV}")
   add_test(NAME test_python_direct
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_direct.py ${TS_BIN})
   set_tests_properties(test_python_direct PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}

@@ -87,6 +87,8 @@ static const cli_command commands[] = {
      "  --participants R ranks that all submit it under --key: it runs once all did\n"
      "                   (e.g. 0,1,2,3 or all; an SPMD program's processes)\n"
      "  --collective-timeout T  give up waiting for them after T (e.g. 30s, 500ms)\n"
+     "  --progress       a progress line on stderr: time elapsed and left, estimated from\n"
+     "                   the job's earlier reshards (default: on a terminal, 16 MiB or more)\n"
      "  --json           machine-readable output\n" CONNECT_HELP,
      "tshard reshard w b --to 'mesh=[4] placements=[S(1)]' --strategy alltoall"},
     {"drop", NULL, cli_cmd_drop, "delete a tensor (or several, as one batch) on every rank",

@@ -21,8 +21,9 @@ from . import spmd
 from . import checkpoint
 from .offline import plan, show  # plan and drawing without daemons (offline.py)
 from .program import graph_from_json  # a program's message form (program.py)
+from .launch import Job, launch  # daemons from Python: with tshard.launch(np=4) as job (launch.py)
 
 __all__ = ["connect", "Client", "Attr", "AttrError", "Mesh", "Shard", "Replicate", "Partial",
            "TshardError", "error_for", "errors", "DTYPES", "socket_path", "read_token_file", "spmd",
            "plan", "show", "EinsumResult",
-           "checkpoint", "graph_from_json", "Future", "wait", "WaitTimeoutError"]
+           "checkpoint", "graph_from_json", "Future", "wait", "WaitTimeoutError", "launch", "Job"]

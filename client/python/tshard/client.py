@@ -164,7 +164,11 @@ def _check_job(job):
 
 def _no_daemon(job, rank, path, timeout):
     """Why no daemon answered at path: a rank beyond the job's world (rank 0 says its size), or
-    no daemon at all, with how to start one."""
+    no daemon at all, with how to start one (or the rank the launcher recorded as lost)."""
+    from .launch import lost_job_message
+    lost = lost_job_message(path)
+    if lost is not None:
+        return lost
     if rank > 0:
         try:
             with connect(rank=0, job=job, timeout=timeout, shm=False) as c0:
@@ -206,6 +210,8 @@ class Client:
         self._timeout = None  # connect's, in seconds
         self._ids = threading.Lock()  # request ids are taken by callers and the reader
         self._inflight = None  # operations in flight (future.py): from the first wait=False
+        self._socket_path = None  # a Unix socket's path: where the launcher's job record is
+        self._lost_err = None  # RankLostError once a lost rank ended the job (launch.py)
 
     # -- plumbing ----------------------------------------------------------------------------
     def _own(self):
@@ -307,15 +313,36 @@ class Client:
         return pb.Request(id=self._take_id(), idempotency_key=key or "",
                           token=self._token or "")
 
+    def _lost(self, err):
+        """err, or the RankLostError of a lost rank when the connection ended (IO) or the daemon
+        is shutting down (SHUTDOWN) because Open MPI stopped the job (launch.py reads the
+        launcher's record); from then on every call raises that same error."""
+        if (self._lost_err is None and self._socket_path is not None
+                and isinstance(err, TshardError) and err.status in (18, 22)):
+            from .launch import lost_rank_error
+            self._lost_err = lost_rank_error(self._socket_path)
+        return self._lost_err or err
+
+    def _closed(self):
+        return self._lost_err or error_for(1, "the connection is closed")
+
     @contextlib.contextmanager
     def _io(self):
-        """Socket failures close the connection and raise IoError/TimeoutError; a malformed
-        answer (PROTOCOL) closes it too (it cannot be resynchronized)."""
+        """Socket failures close the connection and raise IoError/TimeoutError (RankLostError
+        when a lost rank ended the job); a malformed answer (PROTOCOL) closes it too (it cannot
+        be resynchronized)."""
         self._own()
         if self._sock is None:
-            raise error_for(1, "the connection is closed")
+            raise self._closed()
         try:
             yield
+        except TshardError as e:
+            lost = self._lost(e)
+            if e.status in (17, 18) or lost is not e:
+                self.close()
+            if lost is not e:
+                raise lost from None
+            raise
         except (_socket.timeout, BlockingIOError):
             self.close()
             raise error_for(19, "no answer from the daemon within the timeout (a longer one: "
@@ -323,11 +350,7 @@ class Client:
                                 "on the daemons; the connection is closed") from None
         except OSError as e:
             self.close()
-            raise error_for(18, f"connection to the daemon failed: {e}") from None
-        except TshardError as e:
-            if e.status in (17, 18):
-                self.close()
-            raise
+            raise self._lost(error_for(18, f"connection to the daemon failed: {e}")) from None
 
     def _check(self, resp, req_id):
         if resp.id != req_id:
@@ -355,9 +378,11 @@ class Client:
         from then on every answer comes through it."""
         self._own()
         if self._sock is None:
-            raise error_for(1, "the connection is closed")
+            raise self._closed()
         if self._inflight is None:
             self._inflight = Inflight(self._sock)
+        elif self._inflight.closed is not None:  # the reader saw the connection end
+            raise self._lost(self._inflight.closed)
         return self._inflight
 
     def _sync(self, fut: Future):
@@ -365,6 +390,12 @@ class Client:
         connection is closed (its answer could no longer be told apart)."""
         try:
             return fut.result(self._timeout)
+        except TshardError as e:
+            lost = self._lost(e)
+            if lost is e:
+                raise
+            self.close()
+            raise lost from None
         except WaitTimeoutError:
             self.close()
             raise error_for(19, "no answer from the daemon within the timeout (a longer one: "
@@ -377,6 +408,7 @@ class Client:
             if err is None and resp.status != 0:
                 err = error_for(resp.status, resp.message)
             if err is not None:
+                err = self._lost(err)
                 fut._set(error=err)
                 return
             try:
@@ -922,10 +954,19 @@ class Client:
         """Saves the named tensors (None: all) into the directory `dir` that every daemon can
         reach (atomic: the previous checkpoint there stays until every rank agreed)."""
         names = [names] if isinstance(names, str) else list(names or [])
-        return self._op(key, _nothing, wait, f"save to '{dir}'",
-                        save=pb.SaveRequest(dir=os.path.abspath(dir),
-                                            names=[_check_name(n) for n in names],
-                                            keep_partial=keep_partial, per_node=per_node))
+        try:
+            return self._op(key, _nothing, wait, f"save to '{dir}'",
+                            save=pb.SaveRequest(dir=os.path.abspath(dir),
+                                                names=[_check_name(n) for n in names],
+                                                keep_partial=keep_partial, per_node=per_node))
+        except TshardError as e:  # a lost rank: the save's own error names its path
+            if e.status != 39:
+                raise
+            path = os.path.abspath(dir)
+            raise error_for(33, f"save to {path} was interrupted: {e.message}; {path} holds a "
+                                f"complete checkpoint or nothing: the one that was there before "
+                                f"(or this save's, had it been exchanged before the loss), never "
+                                f"a partial one") from None
 
     def load(self, dir, names=None, attr=None, per_node=False, key=None, wait=True):
         """Loads the named tensors (None: all of the checkpoint) under `attr` (None: each saved
@@ -1108,6 +1149,7 @@ def connect(rank=None, socket=None, tcp=None, token=None, job=None, timeout=60.0
         raise error_for(18, f"cannot connect to {socket}: {e.strerror} (is tshardd running "
                             f"for this job and rank?)") from None
     c = Client(s, shm=bool(shm), opener=open_unix)
+    c._socket_path = socket
     try:
         c._hello()
     except BaseException:

@@ -22,11 +22,14 @@ class TshardError(Exception):
 
 
 _classes = {}
+# Codes whose exceptions are also a builtin's: a lost rank ended the connection.
+_BUILTIN_BASES = {"RANK_LOST": (ConnectionError,)}
 for _code, (_name, _msg) in STATUS.items():
     if _code == 0:
         continue
     _cls_name = "".join(p.capitalize() for p in _name.split("_")) + "Error"
-    _cls = type(_cls_name, (TshardError,), {"status": _code, "name": _name, "__doc__": _msg})
+    _cls = type(_cls_name, (TshardError,) + _BUILTIN_BASES.get(_name, ()),
+                {"status": _code, "name": _name, "__doc__": _msg})
     _classes[_code] = _cls
     globals()[_cls_name] = _cls
     __all__.append(_cls_name)
