@@ -13,6 +13,15 @@ target_link_libraries(test_program_slice PRIVATE tsprogram m)
 target_include_directories(test_program_slice PRIVATE ${CMAKE_CURRENT_LIST_DIR}/unit)
 set_tests_properties(test_program_slice PROPERTIES TIMEOUT 300)
 
+# f16 and bf16 against the kernels' conversions bit for bit, and the AdamW bf16 example.
+tshard_unit_test(test_program_half ${TS_PROGRAM_TESTS}/test_program_half.c
+                 ${TS_PROGRAM_TESTS}/program_fixture.c)
+target_link_libraries(test_program_half PRIVATE tsprogram m)
+target_include_directories(test_program_half PRIVATE ${CMAKE_CURRENT_LIST_DIR}/unit)
+target_compile_definitions(test_program_half PRIVATE
+                           TSP_EXAMPLES="${CMAKE_SOURCE_DIR}/deploy/examples/programs")
+set_tests_properties(test_program_half PROPERTIES TIMEOUT 120)
+
 tshard_unit_test(test_program_cache ${TS_PROGRAM_TESTS}/test_program_cache.c
                  ${TS_PROGRAM_TESTS}/program_fixture.c)
 target_link_libraries(test_program_cache PRIVATE tsprogram m)
