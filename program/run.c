@@ -307,6 +307,9 @@ bool tsp_program_input_assigned(const tsp_program *p, int i) {
 int tsp_program_output_formula(const tsp_program *p, int k, int d, char *buf, size_t cap) {
   return tsp_expr_format(p, &p->nodes[p->outputs[k]].shape[d], buf, cap);
 }
+int tsp_program_input_formula(const tsp_program *p, int i, int d, char *buf, size_t cap) {
+  return tsp_expr_format(p, &p->nodes[p->inputs[i]].shape[d], buf, cap);
+}
 int tsp_program_n_buckets(const tsp_program *p) { return p->n_buckets; }
 int tsp_program_n_groups(const tsp_program *p) { return p->n_groups; }
 const char *tsp_program_group_name(const tsp_program *p, int g) { return p->groups[g].name; }
