@@ -64,6 +64,16 @@ if(TARGET tshard-python AND TARGET tshardd)
                        ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_LIST_DIR}/python")
 endif()
 
+# The shipped example programs, run as README.md and deploy/examples/programs/README.md show
+# them (CLI and Python), against numpy on tensors sharded over 4 ranks.
+if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard)
+  add_test(NAME test_python_program_examples_np4
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/python/test_program_examples.py
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY} ${CMAKE_SOURCE_DIR})
+  set_tests_properties(test_python_program_examples_np4 PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_LIST_DIR}/python")
+endif()
+
 # The program name rule and the private program cache, through real daemons, the Python client
 # and the CLI (injection attempts in every string field; planted, foreign and group-writable
 # cache entries; unsafe cache directories; the default directory without HOME).
