@@ -93,7 +93,7 @@ static void operand(tsp_gen *g, FILE *f, const tsp_kernel *k, int o, const int64
     tsp_emit_ptr(g, f, o);
     fprintf(f, "[");
     index_expr(g, f, o, k->ndim, kdims, flat);
-    fprintf(f, "])");
+    fprintf(f, "]%s", tsp_half_close(on->dtype));
   }
 }
 
@@ -144,7 +144,8 @@ int tsp_gen_elementwise(tsp_gen *gg, int kidx, ts_error *err) {
       fprintf(f, "  const %s v%d = %s", tsp_ctype_reg(p->nodes[o].dtype), o,
               tsp_half_load(p->nodes[o].dtype));
       tsp_emit_ptr(g, f, o);
-      fprintf(f, "[0]); /* %s */\n", tsp_node_label(p, o, lbl, sizeof lbl));
+      fprintf(f, "[0]%s; /* %s */\n", tsp_half_close(p->nodes[o].dtype),
+              tsp_node_label(p, o, lbl, sizeof lbl));
     }
   char ind[2 * TSP_MAX_DIMS + 8];
   int depth = flat || k->ndim == 0 ? 1 : k->ndim;
@@ -176,7 +177,7 @@ int tsp_gen_elementwise(tsp_gen *gg, int kidx, ts_error *err) {
     const char *rt = tsp_ctype_reg(mn->dtype);
     bool half = tsp_is_half(mn->dtype); /* the result rounded to its dtype, kept in float */
     fprintf(f, "%sconst %s v%d = ", ind, rt, id);
-    if (half)
+    if (half) /* load(store(value)): rounded to the dtype, kept in float */
       fprintf(f, "%s%s", tsp_half_load(mn->dtype), tsp_half_store(mn->dtype, odt));
     else
       fprintf(f, "(%s)", rt);
@@ -203,7 +204,10 @@ int tsp_gen_elementwise(tsp_gen *gg, int kidx, ts_error *err) {
       tsp_emit_ptr(g, f, id);
       fprintf(f, "[");
       index_expr(g, f, id, k->ndim, kdims, flat);
-      fprintf(f, "] = %sv%d);\n", tsp_half_store(mn->dtype, mn->dtype), id);
+      if (tsp_is_half(mn->dtype))
+        fprintf(f, "] = %sv%d);\n", tsp_half_store(mn->dtype, mn->dtype), id);
+      else
+        fprintf(f, "] = v%d;\n", id);
     }
     if (mn->assign_input >= 0) {
       int t = p->inputs[mn->assign_input];
@@ -211,8 +215,11 @@ int tsp_gen_elementwise(tsp_gen *gg, int kidx, ts_error *err) {
       tsp_emit_ptr(g, f, t);
       fprintf(f, "[");
       index_expr(g, f, t, k->ndim, kdims, flat);
-      fprintf(f, "] = %sv%d); /* in place: %s */\n", tsp_half_store(mn->dtype, mn->dtype), id,
-              p->nodes[t].name);
+      if (tsp_is_half(mn->dtype))
+        fprintf(f, "] = %sv%d); /* in place: %s */\n", tsp_half_store(mn->dtype, mn->dtype), id,
+                p->nodes[t].name);
+      else
+        fprintf(f, "] = v%d; /* in place: %s */\n", id, p->nodes[t].name);
     }
   }
   fprintf(f, "%*s}\n  return 0;\n}\n\n", 2 * depth, "");

@@ -85,8 +85,10 @@ bool tsp_program_uses_half(const tsp_program *p) {
 }
 
 const char *tsp_half_load(ts_dtype dt) {
-  return dt == TS_F16 ? "tsp_f16_to_f32(" : dt == TS_BF16 ? "tsp_bf16_to_f32(" : "(";
+  return dt == TS_F16 ? "tsp_f16_to_f32(" : dt == TS_BF16 ? "tsp_bf16_to_f32(" : "";
 }
+
+const char *tsp_half_close(ts_dtype dt) { return tsp_is_half(dt) ? ")" : ""; }
 
 const char *tsp_half_store(ts_dtype dt, ts_dtype from) {
   bool fl = from == TS_F32 || tsp_is_half(from), dbl = from == TS_F64;

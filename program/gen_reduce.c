@@ -102,7 +102,8 @@ int tsp_gen_reduce(tsp_gen *g, int kidx, ts_error *err) {
   for (int d = 0; d < an->ndim; d++)
     if (al->strides[d] && adims[d] > 1)
       fprintf(f, " + %s[%d] * i%d", astv, d, d);
-  fprintf(f, "]);\n%*s%s\n%*s}\n", 2 * (bd + 1), "", combine, 2 * bd, "");
+  fprintf(f, "]%s;\n%*s%s\n%*s}\n", tsp_half_close(an->dtype), 2 * (bd + 1), "", combine,
+          2 * bd, "");
   fprintf(f, "%*s", 2 * depth, "");
   tsp_emit_ptr(g, f, id);
   fprintf(f, "[0");

@@ -268,7 +268,8 @@ int tsp_einsum_callback(void *ctx, int node, void *const *args, char *pool, cons
 /* gen_half.c: f16 and bf16 in generated code (stored as bits, computed in float). */
 void tsp_emit_half_preamble(FILE *f);          /* the conversion functions, once per file */
 bool tsp_program_uses_half(const tsp_program *p);
-const char *tsp_half_load(ts_dtype dt);        /* "tsp_f16_to_f32(" for f16 ... "(" for others */
+const char *tsp_half_load(ts_dtype dt);        /* "tsp_f16_to_f32(" for f16 ... "" for others */
+const char *tsp_half_close(ts_dtype dt);       /* ")" after a load of f16 or bf16, else "" */
 /* The opening of the rounding of a value of dtype `from` (its register's type) to dt's bits:
  * "tsp_f32_to_bf16(" ...; "(" when dt is not f16 or bf16. Closed by ")". */
 const char *tsp_half_store(ts_dtype dt, ts_dtype from);

@@ -22,10 +22,14 @@ int tsp_program_summary(tsp_program *p, char **text, ts_error *err) {
   }
   fprintf(f, "kernels: %d (%d elementwise loop nest%s, %d ops in all)\n", p->n_kernels, ew,
           ew == 1 ? "" : "s", ops);
-  for (int g = 0; g < p->n_groups; g++)
-    fprintf(f, "%s %s in [%lld, %lld], %s (%d values)\n", g ? "          " : "dim groups:",
-            p->groups[g].name, (long long)p->groups[g].min, (long long)p->groups[g].max,
-            p->groups[g].rule, p->groups[g].n_values);
+  for (int g = 0; g < p->n_groups; g++) {
+    const tsp_group *gr = &p->groups[g];
+    fprintf(f, "%s %s in [%lld, %lld], %s:", g ? "          " : "dim groups:", gr->name,
+            (long long)gr->min, (long long)gr->max, gr->rule);
+    for (int v = 0; v < gr->n_values; v++)
+      fprintf(f, " %lld", (long long)gr->values[v]);
+    fprintf(f, "\n");
+  }
   int built = 0, hits = 0, unusable = 0;
   for (int b = 0; b < p->n_buckets; b++) {
     ts_error why;
