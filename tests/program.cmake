@@ -74,6 +74,16 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard)
                        ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_LIST_DIR}/python")
 endif()
 
+# Mixed precision (randomized, against numpy's rounding bit for bit) and the run errors by their
+# messages, through real daemons, the Python client and the CLI.
+if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard)
+  add_test(NAME test_python_program_mixed_np3
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/python/test_program_mixed.py
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+  set_tests_properties(test_python_program_mixed_np3 PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_LIST_DIR}/python")
+endif()
+
 # The program name rule and the private program cache, through real daemons, the Python client
 # and the CLI (injection attempts in every string field; planted, foreign and group-writable
 # cache entries; unsafe cache directories; the default directory without HOME).

@@ -51,10 +51,11 @@ def blocks(path, after=None):
 
 def bf16_bits(x):
     """Round-to-nearest-even of f32 values to bf16, on their uint32 bits (numpy has no bf16)."""
-    u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
-    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    u = np.atleast_1d(np.asarray(x, np.float32)).view(np.uint32).astype(np.uint64)
+    s16, one = np.uint64(16), np.uint64(1)
+    r = ((u + np.uint64(0x7FFF) + ((u >> s16) & one)) >> s16).astype(np.uint16)
     nan = np.isnan(np.asarray(x, np.float32))
-    return np.where(nan, ((u >> 16) | 0x40).astype(np.uint16), r)
+    return np.where(nan, ((u >> s16) | np.uint64(0x40)).astype(np.uint16), r)
 
 
 def bf16_value(bits):
