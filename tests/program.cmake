@@ -36,7 +36,8 @@ set_tests_properties(test_program_names PROPERTIES TIMEOUT 300)
 add_executable(tshard-bench-program ${TS_PROGRAM_TESTS}/bench/bench_program.c)
 target_link_libraries(tshard-bench-program PRIVATE tsprogram)
 target_compile_definitions(tshard-bench-program PRIVATE
-                           TSP_NUMPY_SCRIPT="${TS_PROGRAM_TESTS}/bench/bench_adam_numpy.py")
+                           TSP_NUMPY_SCRIPT="${TS_PROGRAM_TESTS}/bench/bench_adam_numpy.py"
+                           TSP_EXAMPLES="${CMAKE_SOURCE_DIR}/deploy/examples/programs")
 
 # Through real daemons and the Python client (a private program cache per run).
 if(TARGET tshard-python AND TARGET tshardd)
