@@ -309,11 +309,11 @@ int tsp_program_placement_named(const tsp_program *p, const tsp_placement *input
       if (nd->op == TSP_OP_WINDOW) {
         /* the new last dim is whole on every rank; the windowed dim must not be split */
         if (ap->split[nd->perm[0]])
-          rc = ts_error_set(err, TS_PROGRAM_PLACEMENT, "window '%s': dim %d of '%s' is split over "
+          rc = ts_error_set(err, TS_PROGRAM_PLACEMENT, "window '%s': dim %d of %s is split over "
                             "ranks, and a window would miss the elements across the cut; "
-                            "reshard '%s' to replicate dim %d first", nd->name, nd->perm[0],
-                            label(p, nd->args[0], al, sizeof al),
-                            label(p, nd->args[0], al, sizeof al), nd->perm[0]);
+                            "reshard %s to replicate dim %d first", nd->name, nd->perm[0],
+                            describe(p, o, nd->args[0], al, sizeof al),
+                            target(p, o, nd->args[0], l, sizeof l), nd->perm[0]);
         pl[n].split[nd->ndim - 1] = 0;
         break;
       }
@@ -323,12 +323,12 @@ int tsp_program_placement_named(const tsp_program *p, const tsp_placement *input
           bool whole = tsp_expr_eq(&nd->slice[d], &(tsp_expr){0}) && nd->step[d] == 1 &&
                        tsp_expr_eq(&nd->slice[TSP_MAX_DIMS + d], &an->shape[d]);
           if (ap->split[d] && !whole)
-            rc = ts_error_set(err, TS_PROGRAM_PLACEMENT, "slice '%s': dim %d of '%s' is split "
+            rc = ts_error_set(err, TS_PROGRAM_PLACEMENT, "slice '%s': dim %d of %s is split "
                               "over ranks, and a slice of the local slices would take local "
-                              "positions; reshard '%s' to replicate dim %d first (or slice only "
+                              "positions; reshard %s to replicate dim %d first (or slice only "
                               "dims that are not split)", nd->name, d,
-                              label(p, nd->args[0], al, sizeof al),
-                              label(p, nd->args[0], al, sizeof al), d);
+                              describe(p, o, nd->args[0], al, sizeof al),
+                              target(p, o, nd->args[0], l, sizeof l), d);
         }
         break;
       }
@@ -341,10 +341,11 @@ int tsp_program_placement_named(const tsp_program *p, const tsp_placement *input
         pl[n].split[0] = ap->split[0];
       }
       if (!ok)
-        rc = ts_error_set(err, TS_PROGRAM_PLACEMENT, "reshape '%s': '%s' is split on a dim the "
+        rc = ts_error_set(err, TS_PROGRAM_PLACEMENT, "reshape '%s': %s is split on a dim the "
                           "reshape merges or moves (only a split first dim kept as it is can be "
-                          "reshaped locally); reshard '%s' to Replicate first", nd->name,
-                          label(p, nd->args[0], al, sizeof al), label(p, nd->args[0], al, sizeof al));
+                          "reshaped locally); reshard %s to Replicate first", nd->name,
+                          describe(p, o, nd->args[0], al, sizeof al),
+                          target(p, o, nd->args[0], l, sizeof l));
       break;
     }
     default:
