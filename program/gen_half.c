@@ -3,10 +3,10 @@
  * (or double) result to nearest even, as numpy's float16 arithmetic does, and a store writes the
  * bits of the already rounded value. The conversion functions emitted into a bucket's C file
  * are the algorithms of the kernels' dtype conversions (kernels/dtype.c), so a program rounds bit
- * for bit like a strided copy that converts dtypes: f32 by bit arithmetic, f64 (and integers,
- * the 64-bit integers) by one exact rounding of the wider value, NaN kept quiet with its top payload
- * bits. tests/program checks every f16 bit pattern and a sweep of f32 and f64 values against
- * the kernels' functions. */
+ * for bit like a strided copy that converts dtypes: f32 by bit arithmetic, f64 and the 64-bit
+ * integers by one exact rounding of the wider value, NaN kept quiet with its top payload bits.
+ * tests/program/test_program_half.c checks every f16 and bf16 bit pattern and a sweep of f32, f64
+ * and i64 values against the kernels' functions. */
 #include <string.h>
 
 #include "internal.h"

@@ -16,6 +16,7 @@
 
 #include "program.h"
 #include "ts_program.h"
+#include "ts_rules.h"
 
 #define TSD_MAX_PROGRAMS 64
 
@@ -360,9 +361,15 @@ static int match_names(const tsp_program *p, const Tshard__ProgramRunRequest *q,
 }
 
 /* An output's tensor: new, or (overwrite) an existing tensor that is not an input of this run. */
-static int check_output_tensor(tsd_engine *e, const tsp_program *p, const Tshard__ProgramRunRequest *q,
-                               const run_state *st, int k, ts_error *err) {
+static int check_output_tensor(tsd_engine *e, const tsp_program *p,
+                               const Tshard__ProgramRunRequest *q, const run_state *st, int k,
+                               ts_error *err) {
   const char *oname = tsp_program_output_name(p, k), *t = st->out_tensor[k];
+  ts_error nerr;
+  if (t == oname && ts_name_check("tensor name", t, strlen(t), &nerr) != TS_OK)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "output '%s' is not named, and its own name "
+                        "is not a tensor name (%s); name its tensor (--output %s=NAME)", oname,
+                        nerr.msg, oname);
   for (int j = 0; j < k; j++)
     if (strcmp(st->out_tensor[j], t) == 0)
       return ts_error_set(err, TS_INVALID_ARGUMENT, "outputs '%s' and '%s' both name tensor '%s'; "

@@ -195,6 +195,9 @@ with Daemons(bin_dir, 4, job="demo") as d:
                     check(False, f"documented Python block failed: {e!r}\n{body}")
         check(verified == set(IDS.values()) | {"sum_of_squares"},
               f"every example ran and was checked: {sorted(verified)}")
+        report = c.program_show("311f6c322375ed14")
+        check("kernel 0: elementwise, 16 fused" in report and "kernel 1:" not in report,
+              f"the AdamW bf16 step is one fused kernel: {report[:1500]}")
         # the full report on request: every bucket
         r = subprocess.run(["build/bin/tshard", "program", "compile",
                             "deploy/examples/programs/adam.json", "--verbose", "--job", "demo"],

@@ -254,6 +254,13 @@ def errors(d, c):
     r = subprocess.run(cli + ["--overwrite"], capture_output=True, text=True, timeout=120)
     check(r.returncode == 0 and np.allclose(c.get("total"), (m * m).sum()),
           f"cli --overwrite replaces it: {r.stderr}")
+    reserved = dict(norm, outputs=["__tshard_total"],
+                    ops=norm["ops"][:1] + [{"out": "__tshard_total", "op": "sum", "args": ["sq"]}])
+    rid = c.program_compile(reserved)
+    expect(INVALID, lambda: c.program_run(rid, {"x": "w"}), "a default name that is reserved",
+           "name its tensor (--output __tshard_total=NAME)")
+    c.program_run(rid, {"x": "w"}, {"__tshard_total": "total_named"})
+    check(np.allclose(c.get("total_named"), (w * w).sum()), "the output named explicitly")
     # a static dim of a split tensor: the dim group that serves it
     static = {"inputs": [{"name": "x", "dtype": "f32", "shape": [100]}],
               "ops": [{"out": "y", "op": "neg", "args": ["x"]}], "outputs": ["y"]}
