@@ -1,13 +1,18 @@
 /* program.c - compiled programs on the shards (program/PROGRAM.md): program_compile compiles the
  * program on every rank (the same text gives the same id, a hash of it; a ProgramGraph message is
- * turned into its JSON text first, program_graph.c; the ranks agree on the outcome), program_run runs it SPMD on each rank's local slices after the placement check
- * (tsp_program_placement) and an agreement, so every rank reaches the same outcome before a
- * tensor changes; program_show reports this rank's compiled program; program_drop forgets it on
- * every rank. Inputs are stored tensors
- * (their row-major local slices) or scalars sent with the request; outputs are new tensors over
- * the inputs' mesh, each rank's slice being what it computed: replicated, partial, or split
- * where the placement check says a dim stays split (its split sizes, uneven too, are the ranks'
- * local extents, gathered); in-place updates of the inputs go straight into their slices. Only the engine thread touches the registry. */
+ * turned into its JSON text first, program_graph.c; the ranks agree on the outcome) and answers
+ * the id with the short report; program_run matches the request's names to the program's (every
+ * missing, unknown or repeated name in one message), runs it SPMD on each rank's local slices
+ * after the placement check (tsp_program_placement_named: refusals name the stored tensors and
+ * the reshard to their target placement) and an agreement, so every rank reaches the same
+ * outcome before a tensor changes; program_show reports this rank's compiled program (in full or
+ * short); program_drop forgets it on every rank. Inputs are stored tensors (their row-major local
+ * slices) or scalars sent with the request; outputs are tensors over the inputs' mesh, named by
+ * the request or after the output, new unless the request allows overwriting (never an input),
+ * each rank's slice being what it computed: replicated, partial, or split where the placement
+ * check says a dim stays split (its split sizes, uneven too, are the ranks' local extents,
+ * gathered); in-place updates of the inputs go straight into their slices. Only the engine
+ * thread touches the registry. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
