@@ -149,6 +149,7 @@ def run_sh(d, c, line):
     if not argv or argv[0] == "deploy/tshard-launch":
         return
     args, outputs = {}, {}
+    argv[0] = "build/bin/tshard" if argv[0] == "tshard" else argv[0]  # --help's examples
     if argv[:3] == ["build/bin/tshard", "program", "run"]:
         for flag, dest in (("--input", args), ("--output", outputs)):
             for i, a in enumerate(argv):
@@ -195,6 +196,14 @@ with Daemons(bin_dir, 4, job="demo") as d:
                     check(False, f"documented Python block failed: {e!r}\n{body}")
         check(verified == set(IDS.values()) | {"sum_of_squares"},
               f"every example ran and was checked: {sorted(verified)}")
+        # the examples of `tshard program --help`, as printed (tshard on the PATH, TSHARD_JOB)
+        os.environ["PATH"] = os.path.join(work, "build", "bin") + os.pathsep + os.environ["PATH"]
+        os.environ["TSHARD_JOB"] = "demo"
+        helped = subprocess.run(["tshard", "program", "--help"], capture_output=True, text=True,
+                                timeout=60).stdout.split("example:\n", 1)[-1]
+        check(helped.count("tshard program ") == 2, f"--help has two examples: {helped}")
+        for line in helped.strip().splitlines():
+            run_sh(d, c, line.strip())
         report = c.program_show("311f6c322375ed14")
         check("kernel 0: elementwise, 16 fused" in report and "kernel 1:" not in report,
               f"the AdamW bf16 step is one fused kernel: {report[:1500]}")
