@@ -4,7 +4,7 @@ and Python block of deploy/examples/programs/README.md and the two blocks of REA
 "Compiled programs" section (after its marker comment) run as written, from a work directory
 where `deploy` and `build/bin` are the repository's and this build's, against 4 real daemons of
 job "demo" (TSHARD_SOCKET_DIR points the CLI and Python at them; the blocks' launcher lines are
-this harness's job). Every program run of the blocks, through the CLI and through Python, is
+this harness's job), and so do the examples `tshard program --help` prints. Every program run of the blocks, through the CLI and through Python, is
 checked against numpy on the tensors as they were just before it (sharded over 4 ranks): Adam,
 AdamW in bf16 (the bf16 weights checked to the last bit as the round-to-nearest-even of the f32
 master, on the uint32 bits), SGD with momentum, the two steps of the gradient-norm clip, the
