@@ -331,6 +331,15 @@ int tshard_program_run(tshard_client *c, const char *id, const tshard_program_ar
 int tshard_program_drop(tshard_client *c, const char *id, const char *key);
 /* The connected rank's report on the program (*text malloc'd: free()). */
 int tshard_program_show(tshard_client *c, const char *id, char **text);
+/* Its short report (interface, kernels, dim groups, buckets built, cache): what a compile says. */
+int tshard_program_summary(tshard_client *c, const char *id, char **text);
+/* tshard_program_run with flags: TSHARD_PROGRAM_OVERWRITE lets an output replace an existing
+ * tensor (never an input of the run); without it an existing name is refused (EXISTS). An output
+ * not among `outputs` becomes a tensor named after the program's output. */
+#define TSHARD_PROGRAM_OVERWRITE 1
+int tshard_program_run_ex(tshard_client *c, const char *id, const tshard_program_arg *inputs,
+                          int n_in, const tshard_program_arg *outputs, int n_out, int flags,
+                          const char *key);
 
 #ifdef __cplusplus
 }

@@ -1002,18 +1002,20 @@ class Client:
                         describe=pb.DescribeRequest(name=_check_name(name)))
 
     # -- compiled programs (program.py) ----------------------------------------------------------
-    def program_compile(self, program=None, lazy=False, key=None, graph=None, buckets=None):
+    def program_compile(self, program=None, lazy=True, key=None, graph=None, buckets=None):
         """Compiles a program (JSON text or dict, or graph= a ProgramGraph message) on every
-        rank, buckets={group: rule} overriding its bucketing rules; returns its id."""
+        rank, buckets={group: rule} overriding its bucketing rules; returns its id. Buckets are
+        built on their first run (lazy=False: all now)."""
         return _program.compile(self, program, lazy=lazy, key=key, graph=graph, buckets=buckets)
 
-    def program_run(self, program_id, inputs, outputs=None, key=None):
+    def program_run(self, program_id, inputs, outputs=None, key=None, overwrite=False):
         """Runs a compiled program SPMD on the local slices (inputs: {name: tensor or number},
-        outputs: {name: new tensor})."""
-        _program.run(self, program_id, inputs, outputs, key=key)
+        outputs: {name: tensor}; outputs not named become tensors of their own names;
+        overwrite=True lets them replace existing tensors)."""
+        _program.run(self, program_id, inputs, outputs, key=key, overwrite=overwrite)
 
-    def program_show(self, program_id):
-        return _program.show(self, program_id)
+    def program_show(self, program_id, summary=False):
+        return _program.show(self, program_id, summary=summary)
 
     def program_drop(self, program_id, key=None):
         _program.drop(self, program_id, key=key)
