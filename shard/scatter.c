@@ -342,47 +342,76 @@ static void client_region(const ts_stored *t, uint64_t addr, const ts_box *b,
   reg->base = (void *)(uintptr_t)at;
 }
 
-int ts_scatter_gather_direct(ts_world *world, ts_stored *t, int root, const ts_comm_proc *proc,
-                             uint64_t addr, bool put, ts_error *err) {
-  side self = {ts_world_rank(world), ts_world_size(world)};
-  ts_comm *wc = ts_world_comm(world);
-  ts_error lerr;
-  ts_error_clear(&lerr);
-  int lst = TS_OK;
+/* This rank's part of a direct transfer of one tensor, without agreeing: its piece read from the
+ * client into a new slice (*fresh, a put; NULL when this rank reads nothing) or written there from
+ * the stored slice (a get). */
+static int direct_piece(const side *self, ts_stored *t, int root, const ts_comm_proc *proc,
+                        uint64_t addr, bool put, void **fresh, ts_error *err) {
+  *fresh = NULL;
   ts_geom *g = NULL;
   int rc = ts_geom_create(t->attr, t->ndim, t->shape, &g, err);
   if (rc)
-    return rc; /* the same on every rank: the attribute is the stored one */
-  ts_box *boxes = calloc((size_t)self.size, sizeof *boxes);
-  bool *has = calloc((size_t)self.size, sizeof *has);
+    return rc;
+  ts_box *boxes = calloc((size_t)self->size, sizeof *boxes);
+  bool *has = calloc((size_t)self->size, sizeof *has);
   if (!boxes || !has)
-    lst = ts_error_set(&lerr, TS_NO_MEMORY, "no memory for the slice boxes");
-  for (int r = 0; !lst && r < self.size; r++)
+    rc = ts_error_set(err, TS_NO_MEMORY, "no memory for the slice boxes");
+  for (int r = 0; !rc && r < self->size; r++)
     has[r] = ts_geom_rank_box(g, r, &boxes[r]);
-  int me = self.rank;
-  bool mine = !lst && piece_here(&self, root, put, boxes, has, me);
-  ts_tensor fresh = t->local; /* a put reads into a new slice, kept only when all ranks read */
-  fresh.data = NULL;
+  int me = self->rank;
+  bool mine = !rc && piece_here(self, root, put, boxes, has, me);
+  ts_tensor dst = t->local;
   if (mine && put) {
-    fresh.data = ts_shard_alloc_as(t->local.bytes, 0, "the put's new slice", &lerr);
-    if (!fresh.data)
-      lst = lerr.code;
+    dst.data = *fresh = ts_shard_alloc_as(t->local.bytes, 0, "the put's new slice", err);
+    if (!dst.data)
+      rc = err->code;
   }
-  if (mine && !lst) {
+  if (mine && !rc) {
     ts_comm_region loc, rem;
-    piece_region(put ? &fresh : &t->local, boxes[me].lo, &boxes[me], &loc);
+    piece_region(&dst, boxes[me].lo, &boxes[me], &loc);
     client_region(t, addr, &boxes[me], &rem);
-    lst = ts_comm_process_copy(proc, !put, &loc, &rem, &lerr);
-  }
-  rc = ts_comm_agree(wc, lst, &lerr, err);
-  if (rc == TS_OK && fresh.data) {
-    ts_shard_free(t->local.data);
-    t->local.data = fresh.data;
-  } else {
-    ts_shard_free(fresh.data);
+    rc = ts_comm_process_copy(proc, !put, &loc, &rem, err);
   }
   free(boxes);
   free(has);
   ts_geom_destroy(&g);
+  return rc;
+}
+
+int ts_scatter_gather_direct(ts_world *world, ts_stored *t, int root, const ts_comm_proc *proc,
+                             uint64_t addr, bool put, ts_error *err) {
+  return ts_scatter_gather_direct_many(world, 1, &t, root, proc, &addr, put, TS_OK, NULL, err);
+}
+
+int ts_scatter_gather_direct_many(ts_world *world, int n, ts_stored *const *t, int root,
+                                  const ts_comm_proc *proc, const uint64_t *addrs, bool put,
+                                  int prior_status, const ts_error *prior_err, ts_error *err) {
+  side self = {ts_world_rank(world), ts_world_size(world)};
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  int lst = prior_status;
+  if (lst != TS_OK)
+    ts_error_set(&lerr, lst, "%s", prior_err ? prior_err->msg : ts_strerror(lst));
+  void **fresh = calloc((size_t)(n > 0 ? n : 1), sizeof *fresh);
+  if (!fresh && lst == TS_OK)
+    lst = ts_error_set(&lerr, TS_NO_MEMORY, "no memory for a transfer of %d tensors", n);
+  for (int i = 0; lst == TS_OK && i < n; i++) {
+    ts_error ierr;
+    lst = direct_piece(&self, t[i], root, proc, addrs[i], put, &fresh[i], &ierr);
+    if (lst)
+      ts_error_set(&lerr, lst, n > 1 ? "tensor '%s' of the batch: %s" : "%s%s",
+                   n > 1 ? t[i]->name : "", ierr.msg);
+  }
+  /* The one agreement: every rank read (or wrote) every piece, or the new slices go. */
+  int rc = ts_comm_agree(ts_world_comm(world), lst, &lerr, err);
+  for (int i = 0; fresh && i < n; i++) {
+    if (rc == TS_OK && fresh[i]) {
+      ts_shard_free(t[i]->local.data);
+      t[i]->local.data = fresh[i];
+    } else {
+      ts_shard_free(fresh[i]);
+    }
+  }
+  free(fresh);
   return rc;
 }

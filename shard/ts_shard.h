@@ -169,5 +169,13 @@ bool ts_scatter_direct_applies(ts_world *world, const ts_stored *t);
 typedef struct ts_comm_proc ts_comm_proc; /* ts_comm.h */
 int ts_scatter_gather_direct(ts_world *world, ts_stored *t, int root, const ts_comm_proc *proc,
                              uint64_t addr, bool put, ts_error *err);
+/* The same for n tensors (each where ts_scatter_direct_applies), addrs[i] the address of tensor
+ * i: every rank copies its pieces of all of them, then ONE agreement; a put replaces the slices
+ * of every tensor only when every rank read every piece (else none changes). prior_status (TS_OK:
+ * none) is a failure of this rank met before, carried into that agreement (no copy is made
+ * then). The error of a failed copy names its tensor. */
+int ts_scatter_gather_direct_many(ts_world *world, int n, ts_stored *const *t, int root,
+                                  const ts_comm_proc *proc, const uint64_t *addrs, bool put,
+                                  int prior_status, const ts_error *prior_err, ts_error *err);
 
 #endif
