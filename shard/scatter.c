@@ -342,11 +342,12 @@ static void client_region(const ts_stored *t, uint64_t addr, const ts_box *b,
   reg->base = (void *)(uintptr_t)at;
 }
 
-/* This rank's part of a direct transfer of one tensor, without agreeing: its piece read from the
- * client into a new slice (*fresh, a put; NULL when this rank reads nothing) or written there from
- * the stored slice (a get). */
-static int direct_piece(const side *self, ts_stored *t, int root, const ts_comm_proc *proc,
-                        uint64_t addr, bool put, void **fresh, ts_error *err) {
+/* This rank's part of a direct transfer of one tensor, before any copy: the regions of its piece
+ * here and in the client (*mine false when this rank moves nothing of it) and, for a put, the new
+ * slice it reads into (*fresh). */
+static int direct_piece(const side *self, ts_stored *t, int root, uint64_t addr, bool put,
+                        void **fresh, bool *mine, ts_comm_region *loc, ts_comm_region *rem,
+                        ts_error *err) {
   *fresh = NULL;
   ts_geom *g = NULL;
   int rc = ts_geom_create(t->attr, t->ndim, t->shape, &g, err);
@@ -359,22 +360,48 @@ static int direct_piece(const side *self, ts_stored *t, int root, const ts_comm_
   for (int r = 0; !rc && r < self->size; r++)
     has[r] = ts_geom_rank_box(g, r, &boxes[r]);
   int me = self->rank;
-  bool mine = !rc && piece_here(self, root, put, boxes, has, me);
+  *mine = !rc && piece_here(self, root, put, boxes, has, me);
   ts_tensor dst = t->local;
-  if (mine && put) {
+  if (*mine && put) {
     dst.data = *fresh = ts_shard_alloc_as(t->local.bytes, 0, "the put's new slice", err);
     if (!dst.data)
       rc = err->code;
   }
-  if (mine && !rc) {
-    ts_comm_region loc, rem;
-    piece_region(&dst, boxes[me].lo, &boxes[me], &loc);
-    client_region(t, addr, &boxes[me], &rem);
-    rc = ts_comm_process_copy(proc, !put, &loc, &rem, err);
+  if (*mine && !rc) {
+    piece_region(&dst, boxes[me].lo, &boxes[me], loc);
+    client_region(t, addr, &boxes[me], rem);
   }
   free(boxes);
   free(has);
   ts_geom_destroy(&g);
+  return rc;
+}
+
+/* Every piece of this rank: the regions, then the copies with the client pinned once. */
+static int direct_pieces(const side *self, int n, ts_stored *const *t, int root,
+                         const ts_comm_proc *proc, const uint64_t *addrs, bool put, void **fresh,
+                         ts_error *lerr) {
+  ts_comm_region *loc = calloc((size_t)(n > 0 ? n : 1), sizeof *loc);
+  ts_comm_region *rem = calloc((size_t)(n > 0 ? n : 1), sizeof *rem);
+  int *which = calloc((size_t)(n > 0 ? n : 1), sizeof *which);
+  int k = 0, rc = loc && rem && which ? TS_OK
+                                      : ts_error_set(lerr, TS_NO_MEMORY, "no memory for the "
+                                                     "regions of %d tensors", n);
+  ts_error ierr;
+  for (int i = 0; rc == TS_OK && i < n; i++) {
+    bool mine = false;
+    rc = direct_piece(self, t[i], root, addrs[i], put, &fresh[i], &mine, &loc[k], &rem[k], &ierr);
+    if (rc)
+      ts_error_set(lerr, rc, n > 1 ? "tensor '%s' of the batch: %s" : "%s%s",
+                   n > 1 ? t[i]->name : "", ierr.msg);
+    if (mine)
+      which[k++] = i;
+  }
+  int failed = -1;
+  if (rc == TS_OK && (rc = ts_comm_process_copy_many(proc, !put, k, loc, rem, &failed, &ierr)))
+    ts_error_set(lerr, rc, n > 1 && failed >= 0 ? "tensor '%s' of the batch: %s" : "%s%s",
+                 n > 1 && failed >= 0 ? t[which[failed]]->name : "", ierr.msg);
+  free(loc), free(rem), free(which);
   return rc;
 }
 
@@ -395,13 +422,8 @@ int ts_scatter_gather_direct_many(ts_world *world, int n, ts_stored *const *t, i
   void **fresh = calloc((size_t)(n > 0 ? n : 1), sizeof *fresh);
   if (!fresh && lst == TS_OK)
     lst = ts_error_set(&lerr, TS_NO_MEMORY, "no memory for a transfer of %d tensors", n);
-  for (int i = 0; lst == TS_OK && i < n; i++) {
-    ts_error ierr;
-    lst = direct_piece(&self, t[i], root, proc, addrs[i], put, &fresh[i], &ierr);
-    if (lst)
-      ts_error_set(&lerr, lst, n > 1 ? "tensor '%s' of the batch: %s" : "%s%s",
-                   n > 1 ? t[i]->name : "", ierr.msg);
-  }
+  if (lst == TS_OK)
+    lst = direct_pieces(&self, n, t, root, proc, addrs, put, fresh, &lerr);
   /* The one agreement: every rank read (or wrote) every piece, or the new slices go. */
   int rc = ts_comm_agree(ts_world_comm(world), lst, &lerr, err);
   for (int i = 0; fresh && i < n; i++) {

@@ -95,8 +95,8 @@ static void direct_put_many(tsd_engine *e, tsd_work *w, uint64_t total) {
   Tshard__PutManyRequest *q = req->put_many;
   ts_error err;
   int rc = TS_OK;
-  for (size_t i = 0; !rc && i < q->n_items; i++)
-    rc = tsd_client_probe(q->items[i]->client_memory, &err);
+  if (q->n_items) /* whether this daemon may reach the client (each copy checks its range) */
+    rc = tsd_client_probe(q->items[0]->client_memory, &err);
   uint8_t *staging = NULL;
   if (!rc && !all_direct(e, (const Tshard__PutManyItem *const *)q->items, q->n_items)) {
     staging = tsd_buf_take(e, total, "the put_many's staging", &err);
