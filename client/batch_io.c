@@ -113,14 +113,12 @@ static int put_many_chunks(tshard_client *c, int n, const tshard_put_item *it, p
   }
   bool shm = bufs && bytes && tsc_shm_ready(c, total);
   size_t meta = tshard__put_many_request__get_packed_size(&m->q) + 1024;
+  /* In frames the items travel beside each chunk's data: the data gives them room. */
   size_t chunk = shm ? (total <= c->shm_bytes ? total : (c->shm_bytes / 2) & ~(size_t)63)
-                     : c->chunk > meta + 4096 ? c->chunk - meta : 0;
-  uint8_t *tmp = !shm && chunk ? malloc(chunk < total ? chunk : total ? total : 1) : NULL;
+                     : c->chunk > 2 * meta ? c->chunk - meta : c->chunk;
+  uint8_t *tmp = !shm ? malloc(chunk < total ? chunk : total ? total : 1) : NULL;
   int rc = !bufs || !bytes || (!shm && !tmp)
-               ? tsc_fail(c, chunk ? TS_NO_MEMORY : TS_LIMIT,
-                          chunk ? "no memory for a put_many chunk"
-                                : "the put_many's %d items do not fit a frame with data; put "
-                                  "fewer tensors at once", n)
+               ? tsc_fail(c, TS_NO_MEMORY, "no memory for a put_many chunk")
                : TS_OK;
   m->q.total_bytes = total;
   m->q.convert = convert;

@@ -33,7 +33,7 @@ from harness import Daemons
 from randgen import Gen, reference
 
 bin_dir, NP = sys.argv[1], int(sys.argv[2])
-SEEDS = [int(s) for s in sys.argv[3:]] or [41]
+SEEDS = [int(s) for s in sys.argv[3:]] or [41, 42]
 MAX_TENSORS = 200
 MAX_BYTES = 2 << 20
 FLAGS = ["--batch-max-tensors", str(MAX_TENSORS), "--batch-max-bytes", str(MAX_BYTES)]
