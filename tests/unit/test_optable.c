@@ -52,10 +52,11 @@ START_TEST(every_op_has_its_runners) {
     ck_assert_ptr_nonnull(op);
     const tsd_op_handlers *h = tsd_op_handlers_find((int)f->id);
     tsd_loop_fn loop = tsd_loop_answer((int)f->id);
-    /* A get is collective for its first chunk; a put's local handler submits the complete put
-     * as a collective operation itself. */
+    /* A get is collective for its first chunk; the local handlers of a put, a put_many and a
+     * get_many check them and submit the collective operation themselves. */
     bool collective = op->scope == TSD_SCOPE_COLLECTIVE || op->scope_of != NULL ||
-                      f->id == TSHARD__REQUEST__OP_PUT;
+                      f->id == TSHARD__REQUEST__OP_PUT || f->id == TSHARD__REQUEST__OP_PUT_MANY ||
+                      f->id == TSHARD__REQUEST__OP_GET_MANY;
     bool local = op->scope == TSD_SCOPE_LOCAL || op->scope == TSD_SCOPE_CATALOG;
     if (op->scope == TSD_SCOPE_LOOP) {
       ck_assert_msg(loop != NULL, "%s: loop-scoped without a loop answer", f->name);
