@@ -204,17 +204,16 @@ void tsd_handle_put_many(tsd_engine *e, tsd_work *w) {
     if (!rc && data_total != bytes)
       rc = ts_error_set(&err, TS_INVALID_ARGUMENT, "a tensor of the put_many changed during "
                         "its transfer; put it again");
-    if (rc)
-      tsd_buf_give(e, staging, bytes);
-    else if (!(staging = convert_staged(e, q, staging, bytes, tensor_total, &err)))
-      rc = err.code;
-    bytes = tensor_total;
+    if (!rc) { /* convert_staged frees the staging either way */
+      staging = convert_staged(e, q, staging, bytes, tensor_total, &err);
+      bytes = tensor_total;
+      rc = staging ? TS_OK : err.code;
+    }
   }
   if (!rc && e->stopping)
     rc = ts_error_set(&err, TS_SHUTDOWN, "the daemon is shutting down");
   if (rc) {
-    if (!q->convert)
-      tsd_buf_give(e, staging, bytes);
+    tsd_buf_give(e, staging, bytes); /* NULL after a failed conversion */
     tsd_reply_status(e, w->conn_id, req->id, rc, err.msg);
     return;
   }
