@@ -12,7 +12,10 @@
  * On one node with single-copy transfers (comm/cma.c) and unblocked slices, every piece moves in
  * one region exchange instead: each peer reads its piece straight from the root's whole tensor
  * (a put) or writes it straight into it (a get), all peers at once, while the root copies its
- * own slice; no chunk buffer at all.
+ * own slice; no chunk buffer at all. A client's own memory on this node is reached the same way
+ * (ts_scatter_gather_direct): every rank copies its piece straight between its slice and the
+ * client; for a batch of tensors (ts_scatter_gather_direct_many) every rank copies its pieces of
+ * all of them with the client pinned once, and one agreement ends the batch.
  *
  * Both sides walk the same ranks and chunks in the same order (ts_box_chunk), so every message
  * is matched (peers in rank order after the root, the root's own slice last). A copy that fails on one side still sends or receives its messages, so nobody

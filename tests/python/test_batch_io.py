@@ -2,7 +2,7 @@
 """put_many and get_many against real daemons, checked against numpy.
 
 - Randomized differential test: for fixed seeds, batches of 1-200 tensors of random dtypes and
-  shapes under random attributes (random rank subsets, shards, replicas, partials, ragged splits
+  shapes (empty ones too) under random attributes (random rank subsets, shards, replicas, partials, ragged splits
   with empty parts, blocked stored layouts), put with one put_many and read back with one
   get_many, through each data path (the client's memory, the shared segment, frames; some
   batches with convert=True from float64 arrays); every tensor equals its numpy reference, also
@@ -30,7 +30,7 @@ import tshard
 from tshard import tshard_pb2 as pb
 from checks import Checks
 from harness import Daemons
-from randgen import Gen, reference
+from randgen import Gen
 
 bin_dir, NP = sys.argv[1], int(sys.argv[2])
 SEEDS = [int(s) for s in sys.argv[3:]] or [41, 42]
@@ -89,7 +89,8 @@ def random_round(d, rng, seed, rnd, mode):
     with connect(d, rng.randrange(NP), mode) as c:
         for n in names:
             dtype = rng.choice(DTYPES)
-            shape = [rng.randint(1, 9) for _ in range(rng.randint(1, 3))]
+            shape = [rng.randint(0 if rng.random() < 0.05 else 1, 9)
+                     for _ in range(rng.randint(1, 3))]
             tag, fits = gen.layout(len(shape)) if rng.random() < 0.15 else ("", True)
             c.create(n, dtype, shape, gen.attr(shape), layout=tag if fits else "")
             refs[n] = values(rng, dtype, shape)

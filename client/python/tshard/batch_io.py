@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from . import tshard_pb2 as pb
-from .client import DTYPES, _FROM_NUMPY, WINDOW, _check_name
+from .client import DTYPES, _FROM_NUMPY, _check_name
 from .errors import TshardError, error_for
 from .future import Future
 from .typed_put import declare

@@ -27,6 +27,7 @@ import stat
 import struct
 import sys
 import threading
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -898,8 +899,8 @@ class Client:
         names = [_check_name(n) for n in names]
         self._call(key, drop_many=pb.DropManyRequest(names=names))
 
-    def put_many(self, arrays: "Mapping[str, Any]", convert: bool = False,
-                 key: "Optional[str]" = None, wait: bool = True) -> "Optional[Future]":
+    def put_many(self, arrays: Mapping[str, Any], convert: bool = False,
+                 key: Optional[str] = None, wait: bool = True) -> Optional[Future]:
         """Puts many whole tensors in one request, one operation on the daemons (batch_io.py).
 
         Atomic: every array is checked before anything moves (each name once and existing, its
@@ -928,7 +929,8 @@ class Client:
         from . import batch_io
         return batch_io.put_many(self, arrays, convert=convert, key=key, wait=wait)
 
-    def get_many(self, names: "Sequence[str]", wait: bool = True) -> "Any":
+    def get_many(self, names: Sequence[str],
+                 wait: bool = True) -> Union[Dict[str, np.ndarray], Future]:
         """Gets many whole tensors in one request, one operation on the daemons (batch_io.py).
 
         Args:
