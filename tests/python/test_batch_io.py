@@ -4,9 +4,9 @@
 - Randomized differential test: for fixed seeds, batches of 1-200 tensors of random dtypes and
   shapes (empty ones too) under random attributes (random rank subsets, shards, replicas, partials, ragged splits
   with empty parts, blocked stored layouts), put with one put_many and read back with one
-  get_many, through each data path (the client's memory, the shared segment, frames; some
-  batches with convert=True from float64 arrays); every tensor equals its numpy reference, also
-  read back by a single get.
+  get_many, through each data path (the client's memory, the shared segment, frames; half of
+  the batches in chunks of 64 KiB; some with convert=True from float64 arrays); every tensor
+  equals its numpy reference, also read back by a single get and by a get_many(wait=False).
 - Bad input: a name twice, an unknown tensor, a wrong dtype without convert, a wrong shape, more
   tensors than --batch-max-tensors, more bytes than --batch-max-bytes, one item whose memory is
   not readable: refused through every rank with the same message naming the tensor or the flag,
@@ -44,15 +44,22 @@ MODES = ("direct", "segment", "frames")
 STATS = {"batches": 0, "tensors": 0, "converted": 0}
 
 
-def connect(d, rank, mode):
-    """A client whose puts and gets take the given data path."""
+def connect(d, rank, mode, small=False):
+    """A client whose puts and gets take the given data path; small: a segment or frames of
+    64 KiB, so that batches go in several chunks."""
     if mode == "segment":
         os.environ["TSHARD_DIRECT"] = "0"  # read when the client connects
         try:
-            return tshard.connect(socket=d.socket(rank), timeout=T, shm=True)
+            c = tshard.connect(socket=d.socket(rank), timeout=T, shm=True)
         finally:
             del os.environ["TSHARD_DIRECT"]
-    return tshard.connect(socket=d.socket(rank), timeout=T, shm=mode == "direct")
+        if small:
+            c.set_shm(True, max_bytes=64 << 10)
+        return c
+    c = tshard.connect(socket=d.socket(rank), timeout=T, shm=mode == "direct")
+    if small and mode == "frames":
+        c.chunk = 64 << 10
+    return c
 
 
 def status_of(fn):
@@ -86,7 +93,9 @@ def random_round(d, rng, seed, rnd, mode):
     refs, arrays = {}, {}
     convert = rng.random() < 0.25
     what = f"seed {seed} round {rnd} {mode} ({k} tensors{', convert' if convert else ''})"
-    with connect(d, rng.randrange(NP), mode) as c:
+    small = rng.random() < 0.5
+    what += ", 64 KiB chunks" if small and mode != "direct" else ""
+    with connect(d, rng.randrange(NP), mode, small) as c:
         for n in names:
             dtype = rng.choice(DTYPES)
             shape = [rng.randint(0 if rng.random() < 0.05 else 1, 9)
@@ -110,6 +119,9 @@ def random_round(d, rng, seed, rnd, mode):
                 return
         for n in rng.sample(names, min(4, k)):  # the single get agrees
             check(np.array_equal(c.get(n), refs[n]), f"{what}: single get of '{n}' differs")
+        fut = c.get_many(order, wait=False)  # the same through the reader thread, in frames
+        got = fut.result(T)
+        check(all(np.array_equal(got[n], refs[n]) for n in names), f"{what}: get_many(wait=False)")
         c.drop_many(names)
     STATS["batches"] += 1
     STATS["tensors"] += k
@@ -257,6 +269,11 @@ def futures(d):
         check(isinstance(e, tshard.errors.BadDtypeError) and "'fu0'" in str(e),
               f"futures: put_many of the wrong dtype: {e!r}")
         check(np.array_equal(c.get("fu0"), refs["fu0"]), "futures: the refused put changed fu0")
+        c.chunk = 8 << 10  # several chunks each way, all in flight at once
+        refs2 = {n: a[::-1].copy() for n, a in refs.items()}
+        fp, fg = c.put_many(refs2, wait=False), c.get_many(names, wait=False)
+        got = tshard.wait([fp, fg], timeout=T)[1]
+        check(all(np.array_equal(got[n], refs2[n]) for n in names), "futures in chunks: values")
         c.drop_many(names)
 
 
