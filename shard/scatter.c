@@ -323,6 +323,105 @@ int ts_scatter_gather(ts_world *world, ts_stored *t, int root, void *whole, bool
   return ts_comm_agree(wc, lst, &lerr, err);
 }
 
+bool ts_scatter_many_applies(ts_world *world, int n, ts_stored *const *t) {
+  if (!ts_comm_single_copy(ts_world_comm(world)))
+    return false;
+  for (int i = 0; i < n; i++) {
+    uint64_t bytes = ts_dtype_size(t[i]->dtype);
+    for (int d = 0; d < t[i]->ndim; d++)
+      bytes *= (uint64_t)t[i]->shape[d];
+    if (ts_attr_has_partial(t[i]->attr) || strpbrk(t[i]->layout_tag, "0123456789") ||
+        bytes > INT_MAX)
+      return false;
+  }
+  return true;
+}
+
+/* This rank's pieces of tensor t in a batched region exchange: the root's own piece copied now,
+ * the others appended to peers/regs (k counts them), in the order both ends walk. */
+static int many_pieces(const side *e, ts_stored *t, int root, void *whole, bool put, int *peers,
+                       ts_comm_region *regs, int *k, ts_error *err) {
+  ts_geom *g = NULL;
+  int rc = ts_geom_create(t->attr, t->ndim, t->shape, &g, err);
+  if (rc)
+    return rc;
+  ts_box *boxes = calloc((size_t)e->size, sizeof *boxes);
+  bool *has = calloc((size_t)e->size, sizeof *has);
+  if (!boxes || !has)
+    rc = ts_error_set(err, TS_NO_MEMORY, "no memory for the slice boxes");
+  for (int r = 0; !rc && r < e->size; r++)
+    has[r] = ts_geom_rank_box(g, r, &boxes[r]);
+  ts_tensor wt;
+  memset(&wt, 0, sizeof wt);
+  int64_t zero[TS_MAX_DIMS] = {0};
+  if (!rc && e->rank == root) {
+    size_t bytes = ts_dtype_size(t->dtype);
+    for (int d = 0; d < t->ndim; d++)
+      bytes *= (size_t)t->shape[d];
+    wt.data = whole;
+    wt.bytes = bytes;
+    ts_layout_plain(&wt.layout, t->dtype, t->ndim, t->shape, NULL);
+  }
+  for (int i = 1; !rc && i <= e->size; i++) {
+    int r = (root + i) % e->size;
+    if (!piece_here(e, root, put, boxes, has, r))
+      continue;
+    const ts_box *b = &boxes[r];
+    if (r == root) {
+      rc = put ? copy_piece(&t->local, b->lo, &wt, zero, b, err)
+               : copy_piece(&wt, zero, &t->local, b->lo, b, err);
+      continue;
+    }
+    peers[*k] = e->rank == root ? r : root;
+    if (e->rank == root)
+      piece_region(&wt, zero, b, &regs[*k]);
+    else
+      piece_region(&t->local, b->lo, b, &regs[*k]);
+    (*k)++;
+  }
+  free(boxes);
+  free(has);
+  ts_geom_destroy(&g);
+  return rc;
+}
+
+int ts_scatter_gather_many(ts_world *world, int n, ts_stored *const *t, int root,
+                           void *const *wholes, bool put, int prior_status,
+                           const ts_error *prior_err, ts_error *err) {
+  side self = {ts_world_rank(world), ts_world_size(world)};
+  ts_comm *wc = ts_world_comm(world);
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  int lst = prior_status;
+  if (lst != TS_OK)
+    ts_error_set(&lerr, lst, "%s", prior_err ? prior_err->msg : ts_strerror(lst));
+  /* At most one piece per tensor and peer at the root, one per tensor elsewhere. */
+  size_t cap = (size_t)(n > 0 ? n : 1) * (size_t)self.size;
+  int *peers = malloc(cap * sizeof *peers);
+  ts_comm_region *regs = calloc(cap, sizeof *regs);
+  if ((!peers || !regs) && lst == TS_OK)
+    lst = ts_error_set(&lerr, TS_NO_MEMORY, "no memory for the pieces of %d tensors", n);
+  int k = 0;
+  for (int i = 0; lst == TS_OK && i < n; i++) {
+    ts_error ierr;
+    lst = many_pieces(&self, t[i], root, self.rank == root ? wholes[i] : NULL, put, peers, regs,
+                      &k, &ierr);
+    if (lst)
+      ts_error_set(&lerr, lst, "tensor '%s' of the batch: %s", t[i]->name, ierr.msg);
+  }
+  /* Every rank has its pieces (and the root its own copied) before any region moves. */
+  int rc = ts_comm_agree(wc, lst, &lerr, err);
+  if (rc == TS_OK) {
+    bool sends = put == (self.rank == root);
+    lst = sends ? ts_comm_exchange_regions(wc, k, peers, regs, 0, NULL, NULL, SCATTER_TAG, &lerr)
+                : ts_comm_exchange_regions(wc, 0, NULL, NULL, k, peers, regs, SCATTER_TAG, &lerr);
+    rc = ts_comm_agree(wc, lst, &lerr, err);
+  }
+  free(peers);
+  free(regs);
+  return rc;
+}
+
 bool ts_scatter_direct_applies(ts_world *world, const ts_stored *t) {
   return ts_comm_single_copy(ts_world_comm(world)) && !ts_attr_has_partial(t->attr) &&
          !strpbrk(t->layout_tag, "0123456789");

@@ -158,6 +158,16 @@ int ts_store_reshard_many(ts_store *s, ts_world *w, int n, const ts_batch_item *
 bool ts_attr_has_partial(const ts_attr *a);
 int ts_scatter_gather(ts_world *world, ts_stored *t, int root, void *whole, bool put,
                       int64_t max_chunk, ts_error *err);
+/* The same for n tensors at once (wholes[i] the row-major tensor i at the root), where
+ * ts_scatter_many_applies (one node with single copies, no partial placement, no blocked layout,
+ * no tensor over 2 GiB: the same answer on every rank): every piece of every tensor in ONE region
+ * exchange between two agreements (the first carries prior_status, this rank's failure before,
+ * TS_OK: none), instead of two agreements and an exchange per tensor. A put writes into
+ * t[i]->local (give it new slices to keep the stored ones until the caller commits). */
+bool ts_scatter_many_applies(ts_world *world, int n, ts_stored *const *t);
+int ts_scatter_gather_many(ts_world *world, int n, ts_stored *const *t, int root,
+                           void *const *wholes, bool put, int prior_status,
+                           const ts_error *prior_err, ts_error *err);
 /* The same with the whole tensor in another process of this node (a client's memory: the
  * process, checked by every rank before its copy, and the address of its first byte there): every rank copies its own piece straight between its
  * slice and that memory (ts_comm_process_copy), all at once; a get writes each distinct box

@@ -20,8 +20,10 @@
  *   the tensors are replaced only when every scatter succeeded. A get_many gathers every tensor
  *   into one copy (in the shared segment when it fits) that the client reads in chunks.
  *
- * In the staged paths each tensor's scatter or gather still agrees on its own inside the one
- * operation; the direct path is the one coalesced into a single agreement. */
+ * On one node with single copies (and no partial placement or blocked layout in the batch) the
+ * staged data moves in ONE region exchange for every tensor between two agreements
+ * (ts_scatter_gather_many); elsewhere each tensor's scatter or gather still agrees on its own
+ * inside the one operation. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -318,6 +320,31 @@ static int new_slices(ts_stored *const *ts, size_t n, ts_tensor *news, ts_error 
   return TS_OK;
 }
 
+/* Every tensor between the asking rank's row-major data (whole: the tensors one after another,
+ * there only) and the slices in one region exchange (ts_scatter_gather_many); a put writes into
+ * the new slices news (NULL: a get). The status is agreed. */
+static int coalesced(tsd_engine *e, int root, ts_stored *const *ts, size_t n, uint8_t *whole,
+                     const ts_tensor *news, int lst, ts_error *lerr, ts_error *err) {
+  ts_stored *tmp = calloc(n ? n : 1, sizeof *tmp);
+  ts_stored **ptr = calloc(n ? n : 1, sizeof *ptr);
+  void **wholes = calloc(n ? n : 1, sizeof *wholes);
+  if (!lst && (!tmp || !ptr || !wholes))
+    lst = ts_error_set(lerr, TS_NO_MEMORY, "no memory for a batch of %zu tensors", n);
+  uint64_t off = 0;
+  for (size_t i = 0; tmp && ptr && wholes && i < n; i++) {
+    tmp[i] = *ts[i]; /* a put writes into the new slice, the stored one stays as it is */
+    if (news)
+      tmp[i].local = news[i];
+    ptr[i] = news ? &tmp[i] : ts[i];
+    wholes[i] = whole ? whole + off : NULL;
+    off += tsd_tensor_bytes(ts[i]);
+  }
+  int rc = ts_scatter_gather_many(e->world, lst ? 0 : (int)n, ptr, root, wholes, news != NULL,
+                                  lst, lerr, err);
+  free(tmp), free(ptr), free(wholes);
+  return rc;
+}
+
 /* A staged put_many on every rank: the new slices, one agreement, every tensor scattered from the
  * asking rank's staging into its new slice, then every tensor replaced, or none. */
 static int staged_put_many(tsd_engine *e, const tsd_ordered *op, const tsd_pending *origin,
@@ -332,9 +359,12 @@ static int staged_put_many(tsd_engine *e, const tsd_ordered *op, const tsd_pendi
     lst = ts_error_set(lerr, TS_NO_MEMORY, "no memory for a batch of %zu tensors", n);
   if (!lst)
     lst = new_slices(ts, n, news, lerr);
-  int rc = ts_comm_agree(ts_world_comm(e->world), lst, lerr, err);
+  bool one = ts_scatter_many_applies(e->world, (int)n, ts); /* one exchange for every tensor */
+  int rc = one ? coalesced(e, op->origin, ts, n, root ? origin->staging : NULL, news, lst, lerr,
+                           err)
+               : ts_comm_agree(ts_world_comm(e->world), lst, lerr, err);
   uint64_t off = 0;
-  for (size_t i = 0; rc == TS_OK && i < n; i++) {
+  for (size_t i = 0; rc == TS_OK && !one && i < n; i++) {
     ts_error ierr;
     rc = move_one(e, ts[i], op->origin, root ? origin->staging + off : NULL, true, &news[i],
                   &ierr);
@@ -491,9 +521,11 @@ static int staged_get_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *or
     if (!in_shm && total && !(whole = tsd_buf_take(e, total, "the gathered tensors", lerr)))
       lst = lerr->code;
   }
-  int rc = ts_comm_agree(ts_world_comm(e->world), lst, lerr, err);
+  bool one = ts_scatter_many_applies(e->world, (int)n, ts); /* one exchange for every tensor */
+  int rc = one ? coalesced(e, op->origin, ts, n, whole, NULL, lst, lerr, err)
+               : ts_comm_agree(ts_world_comm(e->world), lst, lerr, err);
   uint64_t off = 0;
-  for (size_t i = 0; rc == TS_OK && i < n; i++) {
+  for (size_t i = 0; rc == TS_OK && !one && i < n; i++) {
     ts_error ierr;
     rc = move_one(e, ts[i], op->origin, whole ? whole + off : NULL, false, NULL, &ierr);
     if (rc)
