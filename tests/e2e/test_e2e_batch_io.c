@@ -275,7 +275,7 @@ int main(void) {
   results(cl[1]);
   for (int r = 0; r < 3; r++)
     tshard_close(&cl[r]);
-  tse_stop(&job);
+  TSE_CHECK(tse_stop(&job) == 0, "the daemons exit 0 (no sanitizer report, no leak)");
   printf("%s: %d failures\n", tse_failures ? "FAIL" : "PASS", tse_failures);
   return tse_failures ? 1 : 0;
 }
