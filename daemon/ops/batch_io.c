@@ -418,6 +418,7 @@ int tsd_run_put_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, 
   } else {
     rc = staged_put_many(e, op, origin, ts, lst ? 0 : n, tensor_total, lst, &lerr, err);
   }
+  tsd_oplog_bytes(tensor_total);
   free(names), free(mem), free(ts), free(addrs);
   return rc;
 }
@@ -563,6 +564,7 @@ int tsd_run_get_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, 
                   : staged_get_many(e, op, origin, ts, lst ? 0 : n, total, lst, &lerr, err);
   if (rc == TS_OK && direct && op->origin == e->rank && origin && origin->conn_id)
     tsd_session_copy_direct(e, tsd_session_get(e, origin->conn_id, true), GET_MANY_COPY, total);
+  tsd_oplog_bytes(total);
   free(names), free(mem), free(ts), free(addrs);
   return rc;
 }

@@ -122,6 +122,11 @@ def random_round(d, rng, seed, rnd, mode):
         fut = c.get_many(order, wait=False)  # the same through the reader thread, in frames
         got = fut.result(T)
         check(all(np.array_equal(got[n], refs[n]) for n in names), f"{what}: get_many(wait=False)")
+        ops = c.stats()["ops"]
+        for kind in ("put_many", "get_many"):
+            o = ops.get(kind, {})
+            check(o.get("count", 0) >= 1 and o.get("batch_max", 0) >= k,
+                  f"{what}: stats of {kind} after a batch of {k}: {o}")
         c.drop_many(names)
     STATS["batches"] += 1
     STATS["tensors"] += k

@@ -169,11 +169,26 @@ def _get_request(shapes, arrays: Optional[List[np.ndarray]]) -> pb.GetManyReques
 
 
 def _split(flat: np.ndarray, shapes) -> Dict[str, np.ndarray]:
+    """The tensors packed one after another in flat, as arrays (a tensor whose place is not
+    aligned to its element size is copied out, so that every array is aligned)."""
     out, off = {}, 0
     for n, dt, shape, b in shapes:
-        out[n] = flat[off:off + b].view(dt).reshape(shape)
+        part = flat[off:off + b]
+        out[n] = (part if off % dt.itemsize == 0 else part.copy()).view(dt).reshape(shape)
         off += b
     return out
+
+
+_ALIGN = 64  # each tensor's place in a direct get_many's buffer
+
+
+def _places(shapes) -> Tuple[List[int], int]:
+    """Where each tensor goes in one buffer (aligned), and the buffer's bytes."""
+    at, total = [], 0
+    for _, _, _, b in shapes:
+        at.append(total)
+        total += (b + _ALIGN - 1) // _ALIGN * _ALIGN
+    return at, total
 
 
 def _names(names: Sequence[str]) -> List[str]:
@@ -193,7 +208,11 @@ def get_many(c, names: Sequence[str], wait: bool = True):
         return c._sync(fut) if wait else fut
     shapes = _shapes(c, names)
     if c._direct_on and all(b for _, _, _, b in shapes):
-        arrays = [np.empty(b, dtype=np.uint8) for _, _, _, b in shapes]
+        # One buffer for all, reused (its pages already faulted in) once the caller dropped the
+        # arrays of the last large result, as get does (Client._result_buffer).
+        at, room = _places(shapes)
+        buf = c._result_buffer(room)
+        arrays = [buf[a:a + b] for a, (_, _, _, b) in zip(at, shapes)]
         try:
             resp = c._call(None, get_many=_get_request(shapes, arrays))
         except TshardError as e:
