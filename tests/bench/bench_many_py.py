@@ -13,6 +13,8 @@ C benchmark forwards (times at the client, medians unless said):
   gpt2_get_loop_ms    the 148 got whole, one c.get each
   gpt2_get_many_ms    the same 148 as one c.get_many; also gpt2_put_many_vs_loop and
                       gpt2_get_many_vs_loop (many over loop)
+  small148_<op>_ms    the same four (op: put_loop, put_many, get_loop, get_many) for 148 small
+                      tensors (768 f32 each, 3 KiB), where the per-request cost shows
   async_overlap_ratio a reshard of ASYNC_MIB issued with wait=False, single-threaded numpy work
                       of about its duration, then .result(): time over max(reshard alone, work
                       alone); also async_reshard_ms, async_work_ms, async_overlap_ms (only when
@@ -136,10 +138,10 @@ def gpt2(c, mesh, runs):
     sys.stdout.flush()
 
 
-def gpt2_io(c, mesh, runs):
+def gpt2_io(c, mesh, runs, tensors=None, prefix="gpt2"):
     """Whole puts and gets of the 148 tensors: one call each, or one put_many / get_many."""
     src = f"{mesh} placements=[S(0)]"
-    tensors = gpt2_shapes()
+    tensors = tensors or gpt2_shapes()
     data = {n: data_for(s, i) for i, (n, s) in enumerate(tensors)}
     for n, s in tensors:
         c.create(n, "f32", s, src)
@@ -161,12 +163,12 @@ def gpt2_io(c, mesh, runs):
         for n, _ in tensors:
             c.get(n)
     figs = {"put_loop": timed(put_loop)}
-    for n in ("wte", "h3.qkv.w", "lnf.b"):
+    for n, _ in tensors[::37]:
         check(c, n, data[n])
     figs["get_loop"] = timed(get_loop)
     if have:
         figs["put_many"] = timed(lambda: c.put_many(data))
-        for n in ("wte", "h7.fc.w", "h0.ln1.b"):
+        for n, _ in tensors[5::29]:
             check(c, n, data[n])
         figs["get_many"] = timed(lambda: c.get_many([n for n, _ in tensors]))
         got = c.get_many([n for n, _ in tensors])
@@ -174,12 +176,12 @@ def gpt2_io(c, mesh, runs):
             raise SystemExit("bench_many_py: get_many gave back other values than were put")
     for k in ("put_loop", "put_many", "get_loop", "get_many"):
         if k in figs:
-            print(f"gpt2_{k}_ms={figs[k]:.2f}")
+            print(f"{prefix}_{k}_ms={figs[k]:.2f}")
         else:
-            unavailable(f"gpt2_{k}_ms", "this client has no Client.put_many / get_many")
+            unavailable(f"{prefix}_{k}_ms", "this client has no Client.put_many / get_many")
     for k in ("put", "get"):
         if f"{k}_many" in figs:
-            print(f"gpt2_{k}_many_vs_loop={figs[k + '_many'] / figs[k + '_loop']:.3f}")
+            print(f"{prefix}_{k}_many_vs_loop={figs[k + '_many'] / figs[k + '_loop']:.3f}")
     for n, _ in tensors:
         c.drop(n)
     sys.stdout.flush()
@@ -264,6 +266,7 @@ def main():
         small(c, mesh, a.reps)
         gpt2(c, mesh, a.runs)
         gpt2_io(c, mesh, a.runs)
+        gpt2_io(c, mesh, a.runs, [(f"small{i}", (768,)) for i in range(148)], "small148")
         async_overlap(c, mesh, a.async_mib, a.runs)
     return 0
 

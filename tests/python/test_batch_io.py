@@ -114,6 +114,9 @@ def random_round(d, rng, seed, rnd, mode):
                      f"{got if st != 'ok' else list(got)[:3]}"):
             return
         for n in names:
+            if not check(got[n].flags.aligned and got[n].flags.c_contiguous,
+                         f"{what}: '{n}' comes back unaligned or not C-contiguous"):
+                return
             if not check(got[n].dtype == refs[n].dtype and np.array_equal(got[n], refs[n]),
                          f"{what}: '{n}' reads back {got[n]!r}, want {refs[n]!r}"):
                 return

@@ -938,8 +938,9 @@ class Client:
             wait: False returns a tshard.Future of the dict at once.
 
         Returns:
-            {name: numpy array} (row-major, the tensor's dtype and shape; bf16 as uint16 bits) in
-            the order of ``names``, or a Future of it with ``wait=False``.
+            {name: numpy array} (row-major, aligned, the tensor's dtype and shape; bf16 as
+            uint16 bits) in the order of ``names``, or a Future of it with ``wait=False``. The
+            arrays may be views of one buffer the call allocated.
 
         Raises:
             NotFoundError naming an unknown tensor, InvalidArgumentError (a name twice, no
