@@ -15,6 +15,8 @@
   then a keyed collective reshard_many runs once all submitted, and every process get_many's
   all of them; a retry of an identical keyed put_many is answered by its key without running.
 - Futures: put_many and get_many with wait=False, in order on one connection, and their errors.
+- A batch whose new slices exceed --memory-limit on some rank, found when the operation runs
+  (staged in frames, and from the client's memory): LIMIT, and no tensor changed.
 
 Every client call has a timeout, so a hang fails the test.
 
@@ -285,6 +287,35 @@ def futures(d):
         c.drop_many(names)
 
 
+def memory_limit():
+    """A batch whose new slices do not fit --memory-limit on some rank, found only when the
+    operation runs (after the asking rank staged or checked it): LIMIT, and nothing changed."""
+    with Daemons(bin_dir, NP, ["--memory-limit", "4M"]) as d:
+        rep = f"mesh=[{NP}] placements=[R]"
+        for mode, big in (("frames", [("m_big", 1500000)]),
+                          ("direct", [("m_a", 1100000), ("m_b", 1100000)])):
+            refs = {"m_small": np.arange(16, dtype=np.float32)}
+            with d.connect(0, timeout=T) as c:
+                c.create("m_small", "f32", [16], f"mesh=[{NP}] placements=[S(0)]")
+                c.put("m_small", refs["m_small"])
+                for n, size in big:
+                    refs[n] = (np.arange(size) % 251).astype(np.uint8)
+                    c.create(n, "u8", [size], rep)
+                    c.put(n, refs[n])
+            with connect(d, 1, mode) as c:
+                st, msg = status_of(lambda: c.put_many({n: a + 1 for n, a in refs.items()}))
+            check(st == "LIMIT" and "memory" in msg,
+                  f"memory limit ({mode}): a batch over it: {st} {msg}")
+            for rk in range(NP):
+                with d.connect(rk, timeout=T) as c:
+                    got = c.get_many(list(refs))
+                    check(all(np.array_equal(got[n], refs[n]) for n in refs),
+                          f"memory limit ({mode}): a tensor changed (read through rank {rk})")
+            with d.connect(0, timeout=T) as c:
+                c.drop_many(list(refs))
+        check(d.stop() == 0, f"the daemons with a memory limit exit 0:\n{d.logs()[-3000:]}")
+
+
 def main():
     with Daemons(bin_dir, NP, FLAGS) as d:
         bad_input(d)
@@ -295,6 +326,7 @@ def main():
             for rnd, mode in enumerate(MODES * 2):
                 random_round(d, rng, seed, rnd, mode)
         check(d.stop() == 0, f"the daemons exit 0:\n{d.logs()[-3000:]}")
+    memory_limit()
     print("random batches:", STATS)
     check(STATS["batches"] == 2 * len(MODES) * len(SEEDS), f"batches run: {STATS}")
     check.finish()
