@@ -161,6 +161,11 @@ int ts_comm_proc_unpin(const ts_comm_proc *p, int *pidfd, int rc, ts_error *err)
  * EFAULT: not mapped there). Not collective. */
 int ts_comm_process_copy(const ts_comm_proc *proc, bool write, const ts_comm_region *local,
                          const ts_comm_region *remote, ts_error *err);
+/* n such copies (local[i] with remote[i]) with the process pinned once around all of them; the
+ * first that fails stops them, its index in *failed (-1 when none did). */
+int ts_comm_process_copy_many(const ts_comm_proc *proc, bool write, int n,
+                              const ts_comm_region *local, const ts_comm_region *remote,
+                              int *failed, ts_error *err);
 /* Point-to-point regions: posts every receive and send (peers are comm ranks), then waits. */
 int ts_comm_exchange_regions(ts_comm *c, int nsend, const int *send_peers,
                              const ts_comm_region *send, int nrecv, const int *recv_peers,

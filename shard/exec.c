@@ -1185,7 +1185,12 @@ int ts_reshard_exec_many(ts_world *w, int n, ts_exec_item *items, int prior_stat
   for (int i = 0; ex && rp && i < n; i++) {
     if (rc == TS_OK) {
       items[i].out = ex[i].tgt;
-      items[i].report = (ts_exec_report){TS_STRATEGY_P2P, ex[i].sent, ex[i].received, 0};
+      /* Pieces between pairs of ranks, as the intersection strategies move them: the plan's
+       * own when it is one of them (local, p2p, all-to-all), else point-to-point. */
+      ts_strategy ran = ex[i].p->chosen;
+      if (ran != TS_STRATEGY_LOCAL && ran != TS_STRATEGY_ALLTOALL)
+        ran = TS_STRATEGY_P2P;
+      items[i].report = (ts_exec_report){ran, ex[i].sent, ex[i].received, 0};
     } else {
       ts_shard_free(ex[i].tgt.data);
     }

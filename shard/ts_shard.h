@@ -178,6 +178,16 @@ int ts_store_reshard_many(ts_store *s, ts_world *w, int n, const ts_batch_item *
 bool ts_attr_has_partial(const ts_attr *a);
 int ts_scatter_gather(ts_world *world, ts_stored *t, int root, void *whole, bool put,
                       int64_t max_chunk, ts_error *err);
+/* The same for n tensors at once (wholes[i] the row-major tensor i at the root), where
+ * ts_scatter_many_applies (one node with single copies, no partial placement, no blocked layout,
+ * no tensor over 2 GiB: the same answer on every rank): every piece of every tensor in ONE region
+ * exchange between two agreements (the first carries prior_status, this rank's failure before,
+ * TS_OK: none), instead of two agreements and an exchange per tensor. A put writes into
+ * t[i]->local (give it new slices to keep the stored ones until the caller commits). */
+bool ts_scatter_many_applies(ts_world *world, int n, ts_stored *const *t);
+int ts_scatter_gather_many(ts_world *world, int n, ts_stored *const *t, int root,
+                           void *const *wholes, bool put, int prior_status,
+                           const ts_error *prior_err, ts_error *err);
 /* The same with the whole tensor in another process of this node (a client's memory: the
  * process, checked by every rank before its copy, and the address of its first byte there): every rank copies its own piece straight between its
  * slice and that memory (ts_comm_process_copy), all at once; a get writes each distinct box
@@ -189,5 +199,13 @@ bool ts_scatter_direct_applies(ts_world *world, const ts_stored *t);
 typedef struct ts_comm_proc ts_comm_proc; /* ts_comm.h */
 int ts_scatter_gather_direct(ts_world *world, ts_stored *t, int root, const ts_comm_proc *proc,
                              uint64_t addr, bool put, ts_error *err);
+/* The same for n tensors (each where ts_scatter_direct_applies), addrs[i] the address of tensor
+ * i: every rank copies its pieces of all of them, then ONE agreement; a put replaces the slices
+ * of every tensor only when every rank read every piece (else none changes). prior_status (TS_OK:
+ * none) is a failure of this rank met before, carried into that agreement (no copy is made
+ * then). The error of a failed copy names its tensor. */
+int ts_scatter_gather_direct_many(ts_world *world, int n, ts_stored *const *t, int root,
+                                  const ts_comm_proc *proc, const uint64_t *addrs, bool put,
+                                  int prior_status, const ts_error *prior_err, ts_error *err);
 
 #endif

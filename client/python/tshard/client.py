@@ -27,6 +27,7 @@ import stat
 import struct
 import sys
 import threading
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -929,6 +930,61 @@ class Client:
         """Drops the named tensors as one operation: all of them or, when one is unknown, none."""
         names = [_check_name(n) for n in names]
         self._call(key, drop_many=pb.DropManyRequest(names=names))
+
+    def put_many(self, arrays: Mapping[str, Any], convert: bool = False,
+                 key: Optional[str] = None, wait: bool = True) -> Optional[Future]:
+        """Puts many whole tensors in one request, one operation on the daemons (batch_io.py).
+
+        Atomic: every array is checked before anything moves (each name once and existing, its
+        dtype and shape as ``put`` checks them, the daemons' --batch-max-tensors and
+        --batch-max-bytes), and either every tensor is stored or none, on every rank.
+
+        Args:
+            arrays: {name: numpy array} of whole row-major tensors, in any order.
+            convert: convert arrays of another dtype to their tensors' by the kernels' rules
+                (as ``put(..., convert=True)``).
+            key: idempotency key: a retry of the identical put_many is not run again.
+            wait: False returns a tshard.Future at once (the data goes in frames; keep the
+                arrays unchanged until it is done).
+
+        Returns:
+            None, or a Future of None with ``wait=False``.
+
+        Raises:
+            NotFoundError, InvalidArgumentError (a name twice), BadShapeError / BadDtypeError
+            (an array that does not fit its tensor), LimitError (naming the flag): nothing was
+            stored. TypeError when ``arrays`` is not a mapping.
+
+        Example:
+            >>> c.put_many({"wte": np.zeros((50257, 768), np.float32), "ln.b": np.ones(768, np.float32)})
+        """
+        from . import batch_io
+        return batch_io.put_many(self, arrays, convert=convert, key=key, wait=wait)
+
+    def get_many(self, names: Sequence[str],
+                 wait: bool = True) -> Union[Dict[str, np.ndarray], Future]:
+        """Gets many whole tensors in one request, one operation on the daemons (batch_io.py).
+
+        Args:
+            names: the tensors' names, each once.
+            wait: False returns a tshard.Future of the dict at once.
+
+        Returns:
+            {name: numpy array} (row-major, aligned, the tensor's dtype and shape; bf16 as
+            uint16 bits) in the order of ``names``, or a Future of it with ``wait=False``. The
+            arrays may be views of one buffer the call allocated.
+
+        Raises:
+            NotFoundError naming an unknown tensor, InvalidArgumentError (a name twice, no
+            names), LimitError (--batch-max-tensors, --batch-max-bytes), BadShapeError when a
+            tensor changed size meanwhile. TypeError for a single name (use ``get``).
+
+        Example:
+            >>> arrays = c.get_many(["wte", "ln.b"]); arrays["wte"].shape
+            (50257, 768)
+        """
+        from . import batch_io
+        return batch_io.get_many(self, names, wait=wait)
 
     # Distributed einsum, computed where the shards live: see einsum.py
     def einsum(self, equation, *operands, out, attr=None, plan=None, keep=False, explain=False,
