@@ -45,6 +45,11 @@ static const tsd_op_handlers handlers[] = {
                           .changes = tsd_changes_reshard_many,
                           .answer = tsd_answer_reshard_many},
     [OP(DROP_MANY)] = {.run_collective = tsd_run_drop_many, .changes = tsd_changes_drop_many},
+    [OP(IMPORT_SAFETENSORS)] = {.run_collective = tsd_run_import_safetensors,
+                                .changes = tsd_changes_import_safetensors,
+                                .answer = tsd_answer_safetensors},
+    [OP(EXPORT_SAFETENSORS)] = {.run_collective = tsd_run_export_safetensors,
+                                .answer = tsd_answer_safetensors},
 };
 #define NHANDLERS (sizeof handlers / sizeof handlers[0])
 
