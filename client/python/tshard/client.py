@@ -937,6 +937,58 @@ class Client:
             req.attr.CopyFrom(_attr_msg(attr))
         return self._op(key, _nothing, wait, f"load from '{dir}'", load=req)
 
+    def load_safetensors(self, path: str, attrs: "dict | None" = None, default=None,
+                         names: "list | None" = None, prefix: "str | None" = None,
+                         rename: "dict | None" = None, key: "str | None" = None,
+                         wait: bool = True) -> "list | Future":
+        """Imports a Hugging Face ``model.safetensors`` file, or the shards of a
+        ``model.safetensors.index.json``, into new tensors under distributed attributes.
+
+        path: the file or the index (a path every daemon can reach; made absolute here).
+        attrs: {tshard name: attribute} (text or Attr); the tensors imported are these unless
+        ``names`` or ``default`` say otherwise. default: the attribute of every other tensor;
+        given, every tensor of the file(s) is imported. names: import only these. prefix: removed
+        from the file's names that start with it (``"model."``). rename: {file name: tshard
+        name}, applied instead of the prefix rule. Each rank reads only the byte ranges of its
+        own slice. Atomic: a bad file (truncated, overlapping or out-of-range data_offsets, a
+        header over 100 MB or not JSON, an unknown dtype, a shape that does not match its
+        bytes), a missing name or a name taken already creates nothing on any rank and raises
+        the same error everywhere, naming the file and the tensor.
+
+        Returns the names created, in order (or a Future of them with wait=False)."""
+        from . import safetensors as _st
+        req = _st.import_request(path, attrs, default=default, names=names, prefix=prefix,
+                                 rename=rename)
+        for t in req.tensors:
+            _check_name(t.name)
+        for n in req.names:
+            _check_name(n)
+        return self._op(key, lambda r: list(r.safetensors.names), wait,
+                        f"import of safetensors '{path}'", import_safetensors=req)
+
+    def save_safetensors(self, path: str, names: "list | None" = None,
+                         max_shard_bytes: "int | None" = None, metadata: "dict | None" = None,
+                         key: "str | None" = None, wait: bool = True) -> "list | Future":
+        """Exports stored tensors as a Hugging Face safetensors model that ``transformers`` and
+        ``safetensors`` read.
+
+        path: the file to write, ending in ``.safetensors`` (made absolute here). names: the
+        tensors (None: all, by name). max_shard_bytes: when the tensors' bytes exceed it, HF
+        shards ``<stem>-00001-of-0000N.safetensors`` are written beside path, with
+        ``<path>.index.json`` (their weight_map); else one file. metadata: {str: str}, the
+        file's ``__metadata__`` (None: ``{"format": "pt"}``). Each rank writes its own slices'
+        bytes at their offsets (no gather); every file is written under a temporary name (mode
+        0600) and renamed into place once every rank succeeded. Partial tensors are refused
+        (reshard them first).
+
+        Returns the paths written, the index last when sharded (or a Future of them)."""
+        from . import safetensors as _st
+        req = _st.export_request(path, names, max_shard_bytes=max_shard_bytes, metadata=metadata)
+        for n in req.names:
+            _check_name(n)
+        return self._op(key, lambda r: list(r.safetensors.files), wait,
+                        f"export to safetensors '{path}'", export_safetensors=req)
+
     def drop(self, name, key=None, wait=True):
         """Drops the tensor on every rank."""
         return self._op(key, _nothing, wait, f"drop of '{name}'",
