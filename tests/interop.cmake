@@ -1,0 +1,12 @@
+# Interoperability with what ML engineers use, through real daemons (4 ranks) and the real
+# clients: Hugging Face safetensors files written and read by the test's own struct + json
+# reference, imported under row, column, replicated and ragged attributes (every dtype), an HF
+# index of three shards, exports (one file, shards, metadata, modes), each malformed file refused
+# alike on every rank with nothing created, and the CLI's import-safetensors/export-safetensors.
+if(TARGET tshard-python AND TARGET tshardd)
+  add_test(NAME test_python_safetensors
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_safetensors.py
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+  set_tests_properties(test_python_safetensors PROPERTIES TIMEOUT 120 ENVIRONMENT
+                       "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
+endif()
