@@ -38,6 +38,11 @@
  * in the limit read and in the load (their work, apart from the machine's other tenants).
  * The checkpoint is saved in the library's default chunks (16 MiB; --chunk-bytes N other chunks,
  * -1 whole pieces); chunk_bytes= says which.
+ *   hf_export_gbps       the tensor column-split S(1) exported as one Hugging Face
+ *                        model.safetensors (each rank pwrites its columns' runs, fsync, rename)
+ *   hf_import_gbps       that file imported under S(1) (each rank preads its columns' runs)
+ *   hf_export_vs_write_limit, hf_import_vs_read_limit  against this run's write_limit_gbps and
+ *                        read_limit_gbps (targets: >= 0.6 and >= 0.5)
  * GB/s are 1e9 bytes of the tensor per second; the gbps figures are medians over runs. Reads
  * are measured the same way for the limit and the loads: by default the files were just written
  * and are in the page cache (read_cache=warm); --cold evicts every file (posix_fadvise
@@ -183,6 +188,50 @@ static ts_attr *attr(const char *text) {
   if (ts_attr_parse(text, &a, &err))
     die(text, err.msg);
   return a;
+}
+
+/* Hugging Face safetensors through the same store: the 1 GiB tensor, column-split S(1) on every
+ * rank, exported into one model.safetensors (each rank pwrites its columns' runs) and imported
+ * back under S(1) (each rank preads only its columns' runs), `runs` times each. Prints
+ * hf_export_gbps and hf_import_gbps (medians) and their ratios to this run's write and read
+ * limits (medians measured above). */
+static void bench_hf(ts_store *s, const char *base, const ts_attr *a1, int runs, double wl,
+                     double rlim, int64_t total) {
+  ts_error err;
+  if (ts_store_reshard(s, W, "w", a1, "", NULL, NULL, &err))
+    die("reshard to S(1)", err.msg);
+  char path[700];
+  snprintf(path, sizeof path, "%s/model.safetensors", base);
+  double *te = calloc((size_t)runs, 8), *ti = calloc((size_t)runs, 8);
+  const char *names[1] = {"w"};
+  const char *attr_names[1] = {"w"};
+  const ts_attr *attrs[1] = {a1};
+  ts_st_import_spec sp = {.path = path, .nattrs = 1, .attr_names = attr_names, .attrs = attrs};
+  for (int r = 0; r < runs; r++) {
+    ts_st_result res;
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    if (ts_st_export(s, W, path, names, 1, 0, NULL, NULL, 0, &res, &err))
+      die("safetensors export", err.msg);
+    MPI_Barrier(MPI_COMM_WORLD);
+    te[r] = MPI_Wtime() - t0;
+    ts_st_result_clear(&res);
+    ts_store_drop(s, "w", NULL);
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = MPI_Wtime();
+    if (ts_st_import(s, W, &sp, &res, &err))
+      die("safetensors import", err.msg);
+    MPI_Barrier(MPI_COMM_WORLD);
+    ti[r] = MPI_Wtime() - t0;
+    ts_st_result_clear(&res);
+  }
+  double gb = (double)total / 1e9, ex = gb / median(te, runs), im = gb / median(ti, runs);
+  if (rank == 0) {
+    printf("hf_export_gbps=%.3f\nhf_import_gbps=%.3f\n", ex, im);
+    printf("hf_export_vs_write_limit=%.2f\nhf_import_vs_read_limit=%.2f\n", ex / wl, im / rlim);
+    unlink(path);
+  }
+  free(te), free(ti);
 }
 
 int main(int argc, char **argv) {
@@ -388,6 +437,7 @@ int main(int argc, char **argv) {
     printf("load_resharded_io=%s\n", moved ? "none" : ring ? "io_uring" : "preadv");
     printf("load_resharded_verify_extra_bytes=%lld\n", (long long)extra);
   }
+  bench_hf(s, base, a1, runs, wl, rlim, total);
   unlink(plains[0]);
   unlink(plains[1]);
   ts_store_destroy(&s);
