@@ -10,3 +10,14 @@ if(TARGET tshard-python AND TARGET tshardd)
   set_tests_properties(test_python_safetensors PROPERTIES TIMEOUT 120 ENVIRONMENT
                        "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
 endif()
+
+# torch tensors and DLPack objects through the Python client (4 ranks): every dtype round trip
+# (bf16 as torch.bfloat16) through put/get and put_slice/get_slice, zero copy checked by address,
+# non-CPU tensors refused, and the package working with torch blocked from importing.
+if(TARGET tshard-python AND TARGET tshardd)
+  add_test(NAME test_python_torch
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_torch.py
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+  set_tests_properties(test_python_torch PROPERTIES TIMEOUT 120 ENVIRONMENT
+                       "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
+endif()

@@ -38,6 +38,7 @@ from .progress import reporter
 from .errors import TshardError, error_for
 from .shm import Segment
 from . import spmd as _spmd
+from . import torch as _tt
 from .wire import MAX_FRAME, Wire, request_frame
 from .future import Future, Inflight, WaitTimeoutError
 
@@ -665,7 +666,10 @@ class Client:
         array's dtype and shape must be the tensor's (checked by the daemon); ``convert=True``
         converts another dtype by the kernels' rules (typed_put.py). ``progress``: progress.py.
         ``wait=False``: a Future (the data goes in frames, sent before the call returns but for
-        the last chunks; keep the array unchanged until the Future is done)."""
+        the last chunks; keep the array unchanged until the Future is done). ``array`` may
+        also be a torch CPU tensor (bf16 as bf16), or any object with ``__dlpack__`` or the array
+        protocol: read in place where its memory allows (torch.py)."""
+        array = _tt.as_array(array, "put")
         if wait and self._inflight is None:
             return self._send_chunks(name, array, key, None, convert, progress)
         fut = self._put_async(name, array, key, None, convert)
@@ -693,7 +697,9 @@ class Client:
 
     def put_slice(self, name, array, layout=None, convert=False, progress=None, wait=True):
         """Puts this rank's slice (row-major over its box, or the bytes of ``layout``); the
-        array's shape is the slice box's (checked), dtype and ``convert`` as in put."""
+        array's shape is the slice box's (checked), dtype, ``convert`` and torch or DLPack
+        arrays as in put."""
+        array = _tt.as_array(array, "put_slice")
         if wait and self._inflight is None:
             return self._send_chunks(name, array, None, layout or "", convert, progress)
         fut = self._put_async(name, array, None, layout or "", convert)
@@ -787,10 +793,14 @@ class Client:
                 raise first
             return out[0] if out[0] is not None else np.empty(0, dtype=np.uint8)
 
-    def get(self, name, out=None, progress=None, wait=True):
+    def get(self, name, out=None, progress=None, wait=True, like=None):
         """The whole tensor as a numpy array, gathered to this client's rank (into ``out`` when
-        given: a C-contiguous array of the tensor's dtype and size, returned reshaped).
-        ``wait=False``: a Future of it (frames, one describe then every chunk at once)."""
+        given: a C-contiguous array of the tensor's dtype and size, returned reshaped; or a
+        contiguous torch CPU tensor, filled in place and returned). ``like="torch"``: a torch
+        tensor (sharing the received memory; bf16 as torch.bfloat16). ``wait=False``: a Future of
+        it (frames, one describe then every chunk at once; numpy only)."""
+        if like is not None or _tt.is_torch(out):
+            return self._get_torch(self.get, name, out, like, wait, progress=progress)
         if not wait or self._inflight is not None:
             fut = self._get_async(name, None, out, None)
             return self._sync(fut) if wait else fut
@@ -816,11 +826,14 @@ class Client:
             raise error_for(17, f"'{name}' came with {len(raw)} bytes, not {need}")
         return raw.view(dt).reshape(info["shape"])
 
-    def get_slice(self, name, layout=None, out=None, wait=True):
+    def get_slice(self, name, layout=None, out=None, wait=True, like=None):
         """This rank's slice: an array of its box's shape (row-major), or, for another layout,
         the flat elements of that layout (padding included). None when the rank holds none.
         ``out``: an array to receive it (C-contiguous, the tensor's dtype, the slice's size).
-        ``wait=False`` (and every call once operations were in flight): the plain layout only."""
+        ``wait=False`` (and every call once operations were in flight): the plain layout only.
+        ``out`` a torch tensor, or ``like="torch"``: as in get."""
+        if like is not None or _tt.is_torch(out):
+            return self._get_torch(self.get_slice, name, out, like, wait, layout=layout)
         if not wait or self._inflight is not None:
             if layout:
                 raise error_for(20, "get_slice in another layout is synchronous only, and not "
@@ -858,6 +871,18 @@ class Client:
         if not layout or layout == plain:
             arr = arr.reshape([h - l for l, h in zip(mine[0]["lo"], mine[0]["hi"])])
         return arr
+
+    def _get_torch(self, get, name, out, like, wait, **kw):
+        """get or get_slice into a torch tensor (out) or returning one (like="torch")."""
+        if like not in (None, "torch", "numpy"):
+            raise ValueError(f"like must be 'torch' or 'numpy', not {like!r}")
+        if not wait:
+            raise ValueError("torch results (like='torch', a torch out=) take wait=True")
+        if _tt.is_torch(out):
+            a = get(name, out=_tt.out_view(out, "get"), **kw)
+            return None if a is None else out
+        a = get(name, **kw)
+        return a if like == "numpy" else _tt.to_torch(a, self.describe(name)["dtype"])
 
     def reshard(self, name, attr, strategy=None, keep_source_as=None, layout=None, key=None,
                 wait=True):
