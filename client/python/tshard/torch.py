@@ -20,11 +20,23 @@ import numpy as np
 
 from .errors import error_for
 
-__all__ = ["TORCH_DTYPES", "as_array", "to_torch", "out_view", "is_torch", "from_torch"]
+__all__ = ["TORCH_DTYPES", "as_array", "to_torch", "out_view", "is_torch", "from_torch",
+           "dtype_name"]
 
 # tshard dtype -> the name of its torch dtype
 TORCH_DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
                 "i8": "int8", "i32": "int32", "i64": "int64", "u8": "uint8"}
+
+
+def dtype_name(t) -> str:
+    """The tshard dtype of a torch tensor (or torch dtype): 'f32' for torch.float32, 'bf16' for
+    torch.bfloat16, ...; ValueError naming the valid ones for the others."""
+    name = str(getattr(t, "dtype", t)).replace("torch.", "")
+    for k, v in TORCH_DTYPES.items():
+        if v == name:
+            return k
+    raise ValueError(f"torch dtype {name} has no tshard dtype; valid: "
+                     + ", ".join(f"{v} ({k})" for k, v in TORCH_DTYPES.items()))
 
 
 def is_torch(obj) -> bool:
