@@ -76,6 +76,7 @@ static void changes(const Tshard__Request *req, tsd_changes *ch) {
 
 static void stop(tsd_engine *e) {
   tsd_programs_free();
+  tsd_safetensors_free();
   tsd_einsum_free_all(e);
 }
 

@@ -25,6 +25,7 @@ void ts_st_result_clear(ts_st_result *r) {
   for (int i = 0; i < r->n; i++)
     free(r->items[i]);
   free(r->items);
+  free(r->metadata);
   memset(r, 0, sizeof *r);
 }
 
@@ -197,15 +198,18 @@ static int create_all(ts_store *s, const st_model *m, const imp *it, int n, int 
   return TS_OK;
 }
 
-/* The answer's names, copied before the outcome is agreed (so no failure can follow it). */
-static int copy_names(const imp *it, int n, ts_st_result *res, ts_error *err) {
+/* The answer's names and the file's metadata, copied before the outcome is agreed (so no failure can follow it). */
+static int copy_names(const imp *it, int n, const json_t *metadata, ts_st_result *res,
+                      ts_error *err) {
   res->items = calloc((size_t)(n ? n : 1), sizeof *res->items);
   for (int i = 0; res->items && i < n; i++) {
     if (!(res->items[i] = strdup(it[i].name)))
       break;
     res->n = i + 1;
   }
-  return res->n == n ? TS_OK : ts_error_set(err, TS_NO_MEMORY, "safetensors import: no memory");
+  bool meta_ok = !metadata || (res->metadata = json_dumps(metadata, JSON_COMPACT | JSON_SORT_KEYS));
+  return res->n == n && meta_ok ? TS_OK
+                                : ts_error_set(err, TS_NO_MEMORY, "safetensors import: no memory");
 }
 
 int ts_st_import(ts_store *s, ts_world *w, const ts_st_import_spec *sp, ts_st_result *res,
@@ -223,7 +227,7 @@ int ts_st_import(ts_store *s, ts_world *w, const ts_st_import_spec *sp, ts_st_re
   /* the model, the names and the attributes checked alike on every rank before any allocation */
   int rc = ts_comm_agree(c, lst, &lerr, err);
   if (!rc) {
-    lst = copy_names(it, n, res, &lerr);
+    lst = copy_names(it, n, m->metadata, res, &lerr);
     if (!lst)
       lst = create_all(s, m, it, n, &made, &res->bytes, &lerr);
     rc = ts_comm_agree(c, lst, &lerr, err);

@@ -12,7 +12,7 @@ compared with numpy.
   daemons' log lines "N bytes read here" against the slices' bytes);
 - names: a prefix stripped, a rename table, a subset; an HF index of three shard files;
 - export: one file and HF shards (max_shard_bytes), read back by the independent reader,
-  __metadata__ given or {"format": "pt"}, files 0600, no temporary file left, a blocked layout
+  __metadata__ given, kept from the import (until the tensor is dropped) or {"format": "pt"}, files 0600, no temporary file left, a blocked layout
   packed; the exported file imported again;
 - bad files, each refused with the same error through every rank's client, naming the file and
   the tensor, and nothing created: truncated, overlapping data_offsets, out-of-range
@@ -288,6 +288,27 @@ def test_export(d, c):
     c.drop_many(["f32", "p"])
 
 
+def test_metadata_kept(c):
+    path = os.path.join(work, "meta.safetensors")
+    a, b = sample("F32", (4, 4), 60), sample("I8", (8,), 61)
+    meta = {"format": "pt", "model": "tiny"}
+    write_file(path, {"a": ("F32", a), "b": ("I8", b)}, metadata=meta)
+    c.load_safetensors(path, default=ATTRS["row"])
+    out = os.path.join(work, "meta-out.safetensors")
+    c.save_safetensors(out)
+    check(read_file(out)[2] == meta, f"metadata kept from the import: {read_file(out)[2]}")
+    c.save_safetensors(out, metadata={"format": "pt", "x": "y"})
+    check(read_file(out)[2] == {"format": "pt", "x": "y"}, "metadata given wins")
+    c.drop("b")
+    c.create("b", "i8", (8,), ATTRS["rep"])
+    c.save_safetensors(out)
+    check(read_file(out)[2] == {"format": "pt"}, f"a re-created tensor keeps nothing: "
+          f"{read_file(out)[2]}")
+    c.save_safetensors(out, names=["a"])
+    check(read_file(out)[2] == meta, "the imported tensor alone keeps its metadata")
+    c.drop_many(["a", "b"])
+
+
 def test_bad_files(d):
     good = {"a": ("F32", sample("F32", (6, 4), 40)), "b": ("I32", sample("I32", (3, 4), 41))}
     cases = []
@@ -376,6 +397,7 @@ def main():
             test_dtypes_and_attributes(d, c)
             test_names_and_index(d, c)
             test_export(d, c)
+            test_metadata_kept(c)
         test_bad_files(d)
         test_cli(d)
     finally:

@@ -1001,7 +1001,8 @@ class Client:
         tensors (None: all, by name). max_shard_bytes: when the tensors' bytes exceed it, HF
         shards ``<stem>-00001-of-0000N.safetensors`` are written beside path, with
         ``<path>.index.json`` (their weight_map); else one file. metadata: {str: str}, the
-        file's ``__metadata__`` (None: ``{"format": "pt"}``). Each rank writes its own slices'
+        file's ``__metadata__`` (None: the metadata of the file the tensors were imported from
+        when they all share one, else ``{"format": "pt"}``). Each rank writes its own slices'
         bytes at their offsets (no gather); every file is written under a temporary name (mode
         0600) and renamed into place once every rank succeeded. Partial tensors are refused
         (reshard them first).
