@@ -114,16 +114,13 @@ static int import_args_make(const Tshard__ImportSafetensorsRequest *q, import_ar
   if (!a->anames || !a->attrs || !a->rfrom || !a->rto)
     return ts_error_set(err, TS_NO_MEMORY, "safetensors import: no memory");
   int rc = attr_given(q->default_attr) ? tsd_attr_from_msg(q->default_attr, &a->def, err) : TS_OK;
-  for (size_t i = 0; !rc && i < q->n_tensors; i++) {
-    a->anames[a->nattrs] = q->tensors[i]->name;
-    if (attr_given(q->tensors[i]->attr)) {
-      rc = tsd_attr_from_msg(q->tensors[i]->attr, &a->attrs[a->nattrs], err);
-      a->nattrs++;
-    }
+  for (size_t i = 0; !rc && i < q->n_tensors; i++) { /* no attribute: the default's */
+    a->anames[a->nattrs++] = q->tensors[i]->name;
+    if (attr_given(q->tensors[i]->attr))
+      rc = tsd_attr_from_msg(q->tensors[i]->attr, &a->attrs[i], err);
   }
   for (size_t i = 0; i < q->n_rename; i++)
     a->rfrom[i] = q->rename[i]->key, a->rto[i] = q->rename[i]->value;
-  /* tensors listed without an attribute are chosen by name, with the default */
   const char **names = (const char **)q->names;
   size_t nnames = q->n_names;
   a->sp = (ts_st_import_spec){.path = q->path,

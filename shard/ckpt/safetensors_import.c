@@ -65,7 +65,7 @@ static int find_mapped(const ts_st_import_spec *sp, const st_model *m, const cha
 static const ts_attr *attr_of(const ts_st_import_spec *sp, const char *name) {
   for (int i = 0; i < sp->nattrs; i++)
     if (strcmp(sp->attr_names[i], name) == 0)
-      return sp->attrs[i];
+      return sp->attrs[i] ? sp->attrs[i] : sp->default_attr;
   return sp->default_attr;
 }
 

@@ -79,8 +79,8 @@ void ts_ckpt_debug_fail_write(int64_t after_bytes, bool kill);
 
 /* What an import takes from a `model.safetensors` file or an HF `*.index.json`: the file's
  * names are mapped (a rename table first, else strip_prefix removed from the names starting with
- * it) to tshard names, and each tensor imported needs an attribute (attrs by tshard name, else
- * default_attr). The tensors imported: `names` when given, else every tensor of the file(s) when
+ * it) to tshard names, and each tensor imported needs an attribute (attrs by tshard name, an
+ * entry NULL or absent: default_attr). The tensors imported: `names` when given, else every tensor of the file(s) when
  * default_attr is set, else those attrs names. */
 typedef struct ts_st_import_spec {
   const char *path;

@@ -205,6 +205,17 @@ def test_names_and_index(d, c):
     got = c.load_safetensors(path, {"head": ATTRS["col"]}, rename={"lm_head": "head"})
     check(got == ["head"] and np.array_equal(c.get("head"), e), f"rename: {got}")
     c.drop_many(["a", "b", "head"])
+    got = c.load_safetensors(path, {"a": ATTRS["col"], "b": None}, default=ATTRS["rep"],
+                             prefix="model.", names=["a", "b"])
+    check(got == ["a", "b"] and c.describe("b")["attr"] == "mesh=[4]@0-3 placements=[R]" and
+          c.describe("a")["attr"] == "mesh=[4]@0-3 placements=[S(1)]",
+          f"an attribute of None takes the default: {got}")
+    c.drop_many(got)
+    check.expect(tshard.errors.InvalidArgumentError.status,
+                 lambda: c.load_safetensors(path, {"a": ATTRS["col"], "b": None},
+                                            prefix="model."), "None without a default",
+                 "no attribute for tensor 'b'")
+    check(c.list() == [], f"None without a default: nothing created: {c.list()}")
     check.expect(tshard.errors.NotFoundError.status,
                  lambda: c.load_safetensors(path, {"nope": ATTRS["row"]}), "unknown name", "nope")
     check.expect(tshard.errors.InvalidArgumentError.status,
