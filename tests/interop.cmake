@@ -31,3 +31,8 @@ if(TARGET tshard-python AND TARGET tshardd)
   set_tests_properties(test_python_readme_torch PROPERTIES TIMEOUT 120 ENVIRONMENT
                        "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
 endif()
+
+# The safetensors reader alone (no MPI): every dtype, an HF index, and each malformed file refused
+# with a message naming the file and the tensor.
+tshard_unit_test(test_safetensors_format ${CMAKE_CURRENT_LIST_DIR}/unit/test_safetensors_format.c)
+target_link_libraries(test_safetensors_format PRIVATE tsckpt)
