@@ -9,6 +9,12 @@ if(TARGET tshard-python AND TARGET tshardd)
                    ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
   set_tests_properties(test_python_safetensors PROPERTIES TIMEOUT 120 ENVIRONMENT
                        "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
+  # the same with the imports' short reads by pread instead of io_uring
+  add_test(NAME test_python_safetensors_preadv
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_safetensors.py
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+  set_tests_properties(test_python_safetensors_preadv PROPERTIES TIMEOUT 120 ENVIRONMENT
+                       "${TS_MPI_TEST_ENV};TSHARD_IO_URING=0;PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
 endif()
 
 # torch tensors and DLPack objects through the Python client (4 ranks): every dtype round trip
