@@ -21,6 +21,7 @@ compared with numpy.
   tensors of the import not created either);
 - export refusals: a symbolic link as the target (left as it was), a partial tensor, a path not
   ending in .safetensors;
+- SPMD: one process per rank with connect(group="all") imports and exports once;
 - the CLI: import-safetensors with repeated --attr and --default-attr, export-safetensors with
   --max-shard-size and --metadata.
 
@@ -377,6 +378,37 @@ def test_bad_files(d):
         c.drop("b")
 
 
+SPMD = """
+import sys, numpy as np, tshard
+with tshard.connect(group="all", job=sys.argv[2]) as c:
+    names = c.load_safetensors(sys.argv[1], {"w": "mesh=[4] placements=[S(0)]"})
+    np.save(sys.argv[3] + f"-{c.ping()['rank']}.npy", c.get_slice("w"))
+    files = c.save_safetensors(sys.argv[3] + ".safetensors")
+    c.drop("w")
+print(names, files)
+"""
+
+
+def test_spmd(d):
+    """One process per rank (connect(group="all")): the import and the export run once, after
+    every process asked."""
+    path = os.path.join(work, "spmd.safetensors")
+    w = sample("F32", (20, 6), 70)
+    write_file(path, {"w": ("F32", w)})
+    before = d.logs().count("imported 1 tensors from safetensors")
+    out = os.path.join(work, "spmd-out")
+    r = subprocess.run(["mpirun", "-np", str(NP), "--oversubscribe", sys.executable, "-c", SPMD,
+                        path, d.job, out], capture_output=True, text=True, timeout=90,
+                       env=dict(d.env, TSHARD_SOCKET_DIR=d.dir))
+    check(r.returncode == 0, f"spmd: {r.returncode} {r.stdout} {r.stderr[-2000:]}")
+    rows = np.array_split(np.arange(20), NP)
+    check(all(np.array_equal(np.load(f"{out}-{k}.npy"), w[rows[k]]) for k in range(NP)),
+          "spmd: every rank's slice")
+    check(d.logs().count("imported 1 tensors from safetensors") - before == NP,
+          "spmd: the import ran once (one log line per rank)")
+    check(np.array_equal(read_file(out + ".safetensors")[0]["w"], w), "spmd: the export")
+
+
 def test_cli(d):
     path = os.path.join(work, "cli.safetensors")
     a, b = sample("F16", (8, 8), 50), sample("U8", (12,), 51)
@@ -410,6 +442,7 @@ def main():
             test_export(d, c)
             test_metadata_kept(c)
         test_bad_files(d)
+        test_spmd(d)
         test_cli(d)
     finally:
         d.stop()
