@@ -150,8 +150,8 @@ static const cli_command commands[] = {
     {"import-safetensors", NULL, cli_cmd_import_safetensors,
      "import a Hugging Face model.safetensors (or its sharded .index.json) under attributes",
      "  PATH             the .safetensors file or the HF index .json (every daemon can reach it)\n"
-     "  --attr NAME=ATTR the attribute of tensor NAME (repeat it); these are imported unless\n"
-     "  --default-attr ATTR the attribute of every other tensor: imports every tensor\n"
+     "  --attr NAME=ATTR the attribute of tensor NAME (repeat it); alone, the tensors imported\n"
+     "  --default-attr ATTR the attribute of every other tensor; imports every tensor\n"
      "  --names A,B      import only these (comma-separated tshard names)\n"
      "  --strip-prefix P remove P from the file's names that start with it\n"
      "  --rename OLD=NEW the file's tensor OLD becomes NEW (repeat it; before the prefix rule)\n"
