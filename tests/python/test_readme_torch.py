@@ -89,7 +89,8 @@ def main():
         check("imported 4 tensors" in outs[2], f"the CLI import: {outs[2]!r}")
     finally:
         os.chdir(here)
-        d.stop()
+        rc = d.stop()
+        check(rc == 0, f"the daemons exit 0 (sanitizers quiet): {rc}\n{d.logs()[-4000:]}")
         shutil.rmtree(work, ignore_errors=True)
     check.finish()
 

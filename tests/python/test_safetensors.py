@@ -449,7 +449,8 @@ def main():
         test_spmd(d)
         test_cli(d)
     finally:
-        d.stop()
+        rc = d.stop()
+        check(rc == 0, f"the daemons exit 0 (sanitizers quiet): {rc}\n{d.logs()[-4000:]}")
         shutil.rmtree(work, ignore_errors=True)
     check.finish()
 

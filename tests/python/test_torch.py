@@ -173,7 +173,8 @@ def main():
             test_zero_copy_and_protocols(c)
         test_without_torch(d)
     finally:
-        d.stop()
+        rc = d.stop()
+        check(rc == 0, f"the daemons exit 0 (sanitizers quiet): {rc}\n{d.logs()[-4000:]}")
     check.finish()
 
 
