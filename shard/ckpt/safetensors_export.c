@@ -9,9 +9,10 @@
  * O_EXCL | O_NOFOLLOW, mode 0600), writes its header and sets its size; agreement. Then every
  * rank opens the files (O_NOFOLLOW) and pwrites the byte runs of its own part of each slice at
  * their offsets: a box held by several replicas is cut along its first dim among them, so no rank
- * gathers a tensor and replicas share the writing; non-row-major slices are packed first. Each
- * rank fsyncs what it wrote; agreement. Rank 0 renames the files into place (the index last),
- * fsyncs the directory; agreement. On any failure every rank returns the same error and the
+ * gathers a tensor and replicas share the writing; non-row-major slices are packed first. Ranks
+ * on several nodes fsync what they wrote; agreement. Rank 0 fsyncs every file (on one node that
+ * is every rank's writes, through the shared page cache), renames them into place (the index
+ * last), fsyncs the directory; agreement. On any failure every rank returns the same error and the
  * temporary files are removed: the target appears whole or not at all. */
 #include <errno.h>
 #include <fcntl.h>
@@ -313,8 +314,10 @@ static int write_tensor(int fd, const xfile *f, const xtensor *t, int rank, int 
   return rc;
 }
 
-/* Every rank: its parts of every tensor into the temporary files, fsynced. */
-static int write_parts(const xplan *p, int rank, int size, int64_t *written, ts_error *err) {
+/* Every rank: its parts of every tensor into the temporary files, fsynced when `sync` (ranks on
+ * several nodes: each node's writes reach the disk through its own fsync). */
+static int write_parts(const xplan *p, int rank, int size, bool sync, int64_t *written,
+                       ts_error *err) {
   int rc = TS_OK;
   for (int fi = 0; fi < p->nf && !rc; fi++) {
     const xfile *f = &p->fs[fi];
@@ -326,7 +329,7 @@ static int write_parts(const xplan *p, int rank, int size, int64_t *written, ts_
     for (int i = 0; i < p->nt && !rc; i++)
       if (p->ts[i].file == fi)
         rc = write_tensor(fd, f, &p->ts[i], rank, size, written, err);
-    if (!rc && (*written > before || rank == 0) && fsync(fd) != 0)
+    if (!rc && sync && *written > before && fsync(fd) != 0)
       rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot sync '%s': %s",
                         f->tmp, strerror(errno));
     close(fd);
@@ -358,9 +361,18 @@ static int write_index(xplan *p, ts_error *err) {
   return rc;
 }
 
-/* Rank 0: the files renamed into place (the index last), the directory synced. */
+/* Rank 0: every file synced (the whole file: on one node this is every rank's writes), then
+ * renamed into place (the index last), the directory synced. */
 static int into_place(xplan *p, ts_error *err) {
   int rc = p->sharded ? write_index(p, err) : TS_OK;
+  for (int fi = 0; fi < p->nf && !rc; fi++) {
+    int fd = open(p->fs[fi].tmp, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0)
+      rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot sync '%s': %s",
+                        p->fs[fi].tmp, strerror(errno));
+    if (fd >= 0)
+      close(fd);
+  }
   for (int fi = 0; fi < p->nf && !rc; fi++)
     if (rename(p->fs[fi].tmp, p->fs[fi].path) != 0)
       rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot rename '%s' to '%s': "
@@ -429,7 +441,7 @@ int ts_st_export(ts_store *s, ts_world *w, const char *path, const char *const *
     rc = ts_comm_agree(c, lst, &lerr, err);
   }
   if (!rc) {
-    lst = write_parts(&p, rank, size, &res->bytes, &lerr);
+    lst = write_parts(&p, rank, size, !ts_comm_single_copy(c), &res->bytes, &lerr);
     rc = ts_comm_agree(c, lst, &lerr, err);
   }
   if (!rc) {
