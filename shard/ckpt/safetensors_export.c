@@ -39,7 +39,7 @@ typedef struct xtensor {
 
 /* A file of the export: its final and temporary paths, header, size. */
 typedef struct xfile {
-  char path[4200], tmp[4200];
+  char path[4500], tmp[4500];
   uint8_t *header;
   size_t hlen; /* 8 + the JSON with its padding: where the data starts */
   int64_t size;
@@ -49,7 +49,7 @@ typedef struct xplan {
   int nt, nf;
   xtensor *ts;
   xfile *fs;
-  char parent[4096], base[256], index[4200], index_tmp[4200];
+  char parent[4096], base[256], index[4500], index_tmp[4500];
   bool sharded;
   int64_t total;
 } xplan;
