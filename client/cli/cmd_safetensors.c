@@ -3,7 +3,7 @@
  * model.safetensors file or an HF model.safetensors.index.json into new tensors; each rank reads
  * its own slice's bytes) and `tshard export-safetensors PATH [NAME...]` (one file, or HF shards
  * and an index with --max-shard-size). Repeated options (--attr, --rename, --metadata) are read
- * from the argument list in order. */
+ * from the argument list in order; the whole command line is checked before a daemon is asked. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +71,7 @@ static void kv_free(kv *p) {
   free(p->keys), free(p->vals), free(p->copies);
 }
 
-int cli_cmd_import_safetensors(cli_args *a, tshard_client *c) {
+int cli_cmd_import_safetensors(cli_args *a) {
   const char *path = cli_positional(a, 0);
   if (!path)
     return cli_fail(CLI_USAGE, "missing the safetensors file (tshard import-safetensors PATH)");
@@ -88,6 +88,9 @@ int cli_cmd_import_safetensors(cli_args *a, tshard_client *c) {
     names[nnames++] = t;
   if (!code && !names)
     code = cli_fail(CLI_FAILED, "out of memory");
+  tshard_client *c = NULL;
+  if (!code) /* the command line is checked before a daemon is asked */
+    code = cli_connect(a, &c);
   if (!code) {
     tshard_st_import_opts o = {.nattrs = attrs.n, .attr_names = attrs.keys, .attrs = attrs.vals,
                                .default_attr = cli_opt(a, "default-attr"), .nnames = nnames,
@@ -106,12 +109,13 @@ int cli_cmd_import_safetensors(cli_args *a, tshard_client *c) {
     }
     free(created);
   }
+  tshard_close(&c);
   free(names), free(list);
   kv_free(&attrs), kv_free(&ren);
   return code;
 }
 
-int cli_cmd_export_safetensors(cli_args *a, tshard_client *c) {
+int cli_cmd_export_safetensors(cli_args *a) {
   const char *path = cli_positional(a, 0);
   if (!path)
     return cli_fail(CLI_USAGE, "missing the file to write (tshard export-safetensors PATH)");
@@ -137,6 +141,9 @@ int cli_cmd_export_safetensors(cli_args *a, tshard_client *c) {
   }
   kv meta = {0};
   int code = kv_read(a, "metadata", &meta);
+  tshard_client *c = NULL;
+  if (!code) /* the command line is checked before a daemon is asked */
+    code = cli_connect(a, &c);
   if (!code) {
     tshard_st_export_opts o = {.max_shard_bytes = max, .nmeta = meta.n, .meta_keys = meta.keys,
                                .meta_values = meta.vals, .key = cli_opt(a, "key")};
@@ -148,6 +155,7 @@ int cli_cmd_export_safetensors(cli_args *a, tshard_client *c) {
       printf("exported %s to\n%s", n ? "the named tensors" : "every tensor", files ? files : "");
     free(files);
   }
+  tshard_close(&c);
   free(names);
   kv_free(&meta);
   return code;

@@ -147,7 +147,7 @@ static const cli_command commands[] = {
      "  --per-node       DIR is a path on each node\n"
      "  --key KEY        idempotency key\n" CONNECT_HELP,
      "tshard load /shared/ckpt/step100 w --attr 'mesh=[3] placements=[S(1)]'"},
-    {"import-safetensors", NULL, cli_cmd_import_safetensors,
+    {"import-safetensors", cli_cmd_import_safetensors, NULL,
      "import a Hugging Face model.safetensors (or its sharded .index.json) under attributes",
      "  PATH             the .safetensors file or the HF index .json (every daemon can reach it)\n"
      "  --attr NAME=ATTR the attribute of tensor NAME (repeat it); alone, the tensors imported\n"
@@ -158,7 +158,7 @@ static const cli_command commands[] = {
      "  --key KEY        idempotency key\n" CONNECT_HELP,
      "tshard import-safetensors model.safetensors --strip-prefix model. --default-attr "
      "'mesh=[4] placements=[R]' --attr 'w=mesh=[4] placements=[S(1)]'"},
-    {"export-safetensors", NULL, cli_cmd_export_safetensors,
+    {"export-safetensors", cli_cmd_export_safetensors, NULL,
      "export tensors as a Hugging Face safetensors model (one file, or shards and an index)",
      "  PATH [NAME...]   the .safetensors file to write; the tensors (default: all)\n"
      "  --max-shard-size SIZE  above it, HF shards beside PATH and PATH.index.json (5G, 512M)\n"

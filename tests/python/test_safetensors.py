@@ -430,6 +430,9 @@ def test_cli(d):
     got = read_model(out + ".index.json")
     check(np.array_equal(got.get("a"), a) and np.array_equal(got.get("b"), b),
           "cli export: read back equals numpy")
+    r = run("export-safetensors", out, "--max-shard-size", "5Q")
+    check(r.returncode == 2 and "--max-shard-size" in r.stderr,
+          f"cli: a bad --max-shard-size is a usage error: {r.returncode} {r.stderr}")
     r = run("import-safetensors", path, "--attr", "nothing")
     check(r.returncode == 2 and "NAME=VALUE" not in r.stderr and "KEY=VALUE" in r.stderr,
           f"cli: --attr without NAME= is a usage error: {r.returncode} {r.stderr}")
