@@ -11,6 +11,7 @@ packages=(
   check
   libopenblas-dev
   python3-numpy python3-protobuf protobuf-compiler python3-mpi4py
+  python3-torch
   python3-pip python3-setuptools python3-venv
   iproute2
 )

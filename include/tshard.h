@@ -338,6 +338,40 @@ typedef struct tshard_load_opts {
 int tshard_load(tshard_client *c, const char *dir, const char *const *names, int n,
                 const tshard_load_opts *opts);
 
+/* Hugging Face safetensors (shard/ckpt/SAFETENSORS.md). An import reads a `model.safetensors`
+ * file or a sharded `model.safetensors.index.json` (path made absolute here) into new tensors:
+ * the file's names are renamed (rename_from[i] -> rename_to[i]) or have strip_prefix removed;
+ * attrs[i] is the attribute of tshard name attr_names[i]; default_attr that of every other
+ * tensor. The tensors imported: names when given, else all with a default, else attr_names.
+ * Each rank reads only its slice's bytes; atomic (nothing created on failure). *created (may be
+ * NULL) gets the names created, one per line (malloc'd; free it). */
+typedef struct tshard_st_import_opts {
+  int nattrs;
+  const char *const *attr_names, *const *attrs;
+  const char *default_attr;
+  int nnames;
+  const char *const *names;
+  const char *strip_prefix;
+  int nrename;
+  const char *const *rename_from, *const *rename_to;
+  const char *key; /* idempotency key (NULL: none) */
+} tshard_st_import_opts;
+int tshard_import_safetensors(tshard_client *c, const char *path, const tshard_st_import_opts *o,
+                              char **created);
+/* An export writes the named tensors (n 0: all) into the .safetensors file path, or HF shards
+ * beside it and `<path>.index.json` when their bytes exceed max_shard_bytes (0: one file);
+ * __metadata__ from the nmeta pairs (0: {"format": "pt"}). Each rank writes its own slices' bytes;
+ * the files appear atomically (temporary names, then renamed). *files (may be NULL): the paths
+ * written, one per line (malloc'd). */
+typedef struct tshard_st_export_opts {
+  uint64_t max_shard_bytes;
+  int nmeta;
+  const char *const *meta_keys, *const *meta_values;
+  const char *key;
+} tshard_st_export_opts;
+int tshard_export_safetensors(tshard_client *c, const char *path, const char *const *names, int n,
+                              const tshard_st_export_opts *o, char **files);
+
 /* ---------------------------------------------------------------------------------------------
  * Compiled programs (program/PROGRAM.md): a JSON program compiled on every rank and run SPMD on
  * the local slices (client/program.c). */

@@ -104,6 +104,8 @@ int cli_cmd_einsum_release(cli_args *a, tshard_client *c);
 /* cmd_ckpt.c: checkpoints */
 int cli_cmd_save(cli_args *a, tshard_client *c);
 int cli_cmd_load(cli_args *a, tshard_client *c);
+int cli_cmd_import_safetensors(cli_args *a); /* cmd_safetensors.c: they connect themselves */
+int cli_cmd_export_safetensors(cli_args *a);
 int cli_cmd_checkpoint(cli_args *a);
 
 #endif

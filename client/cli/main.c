@@ -149,6 +149,24 @@ static const cli_command commands[] = {
      "  --per-node       DIR is a path on each node\n"
      "  --key KEY        idempotency key\n" CONNECT_HELP,
      "tshard load /shared/ckpt/step100 w --attr 'mesh=[3] placements=[S(1)]'"},
+    {"import-safetensors", cli_cmd_import_safetensors, NULL,
+     "import a Hugging Face model.safetensors (or its sharded .index.json) under attributes",
+     "  PATH             the .safetensors file or the HF index .json (every daemon can reach it)\n"
+     "  --attr NAME=ATTR the attribute of tensor NAME (repeat it); alone, the tensors imported\n"
+     "  --default-attr ATTR the attribute of every other tensor; imports every tensor\n"
+     "  --names A,B      import only these (comma-separated tshard names)\n"
+     "  --strip-prefix P remove P from the file's names that start with it\n"
+     "  --rename OLD=NEW the file's tensor OLD becomes NEW (repeat it; before the prefix rule)\n"
+     "  --key KEY        idempotency key\n" CONNECT_HELP,
+     "tshard import-safetensors model.safetensors --strip-prefix model. --default-attr "
+     "'mesh=[4] placements=[R]' --attr 'w=mesh=[4] placements=[S(1)]'"},
+    {"export-safetensors", cli_cmd_export_safetensors, NULL,
+     "export tensors as a Hugging Face safetensors model (one file, or shards and an index)",
+     "  PATH [NAME...]   the .safetensors file to write; the tensors (default: all)\n"
+     "  --max-shard-size SIZE  above it, HF shards beside PATH and PATH.index.json (5G, 512M)\n"
+     "  --metadata KEY=VALUE  an entry of __metadata__ (repeat it; default format=pt)\n"
+     "  --key KEY        idempotency key\n" CONNECT_HELP,
+     "tshard export-safetensors out/model.safetensors --max-shard-size 5G"},
     {"checkpoint", cli_cmd_checkpoint, NULL, "show what a checkpoint holds (no daemon needed)",
      "  show DIR         tensors, dtypes, shapes, attributes, pieces and checksums\n",
      "tshard checkpoint show /shared/ckpt/step100"},

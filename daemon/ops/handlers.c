@@ -49,6 +49,11 @@ static const tsd_op_handlers handlers[] = {
                       .answer = tsd_answer_put},
     [OP(GET_MANY)] = {.run_local = tsd_handle_get_many, .run_collective = tsd_run_get_many,
                       .answer = tsd_answer_get_many},
+    [OP(IMPORT_SAFETENSORS)] = {.run_collective = tsd_run_import_safetensors,
+                                .changes = tsd_changes_import_safetensors,
+                                .answer = tsd_answer_safetensors},
+    [OP(EXPORT_SAFETENSORS)] = {.run_collective = tsd_run_export_safetensors,
+                                .answer = tsd_answer_safetensors},
 };
 #define NHANDLERS (sizeof handlers / sizeof handlers[0])
 
@@ -75,6 +80,7 @@ static void changes(const Tshard__Request *req, tsd_changes *ch) {
 
 static void stop(tsd_engine *e) {
   tsd_programs_free();
+  tsd_safetensors_free();
   tsd_einsum_free_all(e);
 }
 

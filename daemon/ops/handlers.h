@@ -77,6 +77,17 @@ int tsd_client_copy(const Tshard__ClientMemory *m, bool write, uint8_t *buf, uin
  * checks it still is the process that sent the request (ts_comm_proc_pin). */
 ts_comm_proc tsd_client_proc(const Tshard__ClientMemory *m);
 
+/* safetensors.c: Hugging Face safetensors import and export */
+int tsd_run_import_safetensors(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
+                               ts_error *err);
+int tsd_run_export_safetensors(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
+                               ts_error *err);
+void tsd_changes_import_safetensors(const Tshard__Request *r, tsd_changes *ch);
+void tsd_answer_safetensors(tsd_engine *e, const tsd_pending *w);
+/* A dropped tensor's kept __metadata__ is forgotten; all of it when the engine stops. */
+void tsd_safetensors_forget(const char *name);
+void tsd_safetensors_free(void);
+
 /* ckpt.c: checkpoint save and load */
 int tsd_run_save(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
 int tsd_run_load(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);

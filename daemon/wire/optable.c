@@ -73,6 +73,10 @@ static const tsd_op ops[] = {
                       .validate = tsd_validate_put_many},
     [OP(GET_MANY)] = {.name = "get_many", .scope = TSD_SCOPE_LOCAL,
                       .validate = tsd_validate_get_many},
+    [OP(IMPORT_SAFETENSORS)] = {.name = "import_safetensors", .scope = TSD_SCOPE_COLLECTIVE,
+                                .validate = tsd_validate_import_safetensors},
+    [OP(EXPORT_SAFETENSORS)] = {.name = "export_safetensors", .scope = TSD_SCOPE_COLLECTIVE,
+                                .validate = tsd_validate_export_safetensors},
 };
 #define NOPS (sizeof ops / sizeof ops[0])
 

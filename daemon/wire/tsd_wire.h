@@ -130,6 +130,11 @@ int tsd_validate_plan(const Tshard__Request *r, const tsd_limits *lim, ts_error 
 /* ckpt_validate.c: checkpoints */
 int tsd_validate_save(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_load(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+/* safetensors_validate.c: Hugging Face safetensors import and export */
+int tsd_validate_import_safetensors(const Tshard__Request *r, const tsd_limits *lim,
+                                    ts_error *err);
+int tsd_validate_export_safetensors(const Tshard__Request *r, const tsd_limits *lim,
+                                    ts_error *err);
 /* einsum_wire.c: the distributed einsum's operations */
 int tsd_validate_einsum(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_einsum_plan(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);

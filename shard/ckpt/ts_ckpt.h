@@ -73,4 +73,50 @@ int ts_ckpt_load(ts_store *s, ts_world *w, const char *dir, const char *const *n
  * with EIO after `after_bytes` bytes (-1 turns it off); kill: the process kills itself instead. */
 void ts_ckpt_debug_fail_write(int64_t after_bytes, bool kill);
 
+/* ---------------------------------------------------------------------------------------------
+ * Hugging Face safetensors (safetensors_*.c, shard/ckpt/SAFETENSORS.md): collective over the whole
+ * world like save and load; every rank returns the same status and message. */
+
+/* What an import takes from a `model.safetensors` file or an HF `*.index.json`: the file's
+ * names are mapped (a rename table first, else strip_prefix removed from the names starting with
+ * it) to tshard names, and each tensor imported needs an attribute (attrs by tshard name, an
+ * entry NULL or absent: default_attr). The tensors imported: `names` when given, else every tensor of the file(s) when
+ * default_attr is set, else those attrs names. */
+typedef struct ts_st_import_spec {
+  const char *path;
+  const char *strip_prefix; /* NULL or "": none */
+  int nrename;
+  const char *const *rename_from, *const *rename_to;
+  int nnames;
+  const char *const *names;
+  int nattrs;
+  const char *const *attr_names;
+  const ts_attr *const *attrs;
+  const ts_attr *default_attr; /* NULL: none */
+} ts_st_import_spec;
+
+/* Names created by an import or files written by an export (malloc'd; ts_st_result_clear). */
+typedef struct ts_st_result {
+  int n;
+  char **items;
+  int64_t bytes;  /* this rank: read (import) or written (export) */
+  char *metadata; /* import: the (first) file's __metadata__ as compact JSON, or NULL */
+} ts_st_result;
+void ts_st_result_clear(ts_st_result *r);
+
+/* Creates the tensors in row-major slices; each rank preads only the byte runs of its own box.
+ * Atomic: on any failure on any rank no tensor is created. */
+int ts_st_import(ts_store *s, ts_world *w, const ts_st_import_spec *spec, ts_st_result *res,
+                 ts_error *err);
+
+/* Writes the named stored tensors (names NULL or n 0: all, by name) into the safetensors file
+ * `path`, or, when their bytes exceed max_shard_bytes (> 0), into HF shards
+ * `<stem>-00001-of-0000N.safetensors` beside it and `<path>.index.json`. Each rank pwrites the
+ * byte runs of its own part of each slice (replicas share the writing); every file is written
+ * under a temporary name (O_EXCL, O_NOFOLLOW, 0600) and renamed into place after every rank
+ * agreed. meta: nmeta key/value pairs of __metadata__ (0: {"format": "pt"}). */
+int ts_st_export(ts_store *s, ts_world *w, const char *path, const char *const *names, int n,
+                 int64_t max_shard_bytes, const char *const *meta_keys,
+                 const char *const *meta_values, int nmeta, ts_st_result *res, ts_error *err);
+
 #endif

@@ -38,6 +38,12 @@
  * in the limit read and in the load (their work, apart from the machine's other tenants).
  * The checkpoint is saved in the library's default chunks (16 MiB; --chunk-bytes N other chunks,
  * -1 whole pieces); chunk_bytes= says which.
+ *   hf_export_gbps       the tensor column-split S(1) exported as one Hugging Face
+ *                        model.safetensors (each rank pwrites its columns' runs, fsync, rename)
+ *   hf_import_gbps       that file imported under S(1) (each rank preads its columns' runs)
+ *   hf_export_vs_write_limit, hf_import_vs_read_limit  the medians of each round's ratio to
+ *                        a plain write (read) of the same bytes just before it, as above
+ *                        (targets: >= 0.6 and >= 0.5); *_runs lists the rounds' ratios
  * GB/s are 1e9 bytes of the tensor per second; the gbps figures are medians over runs. Reads
  * are measured the same way for the limit and the loads: by default the files were just written
  * and are in the page cache (read_cache=warm); --cold evicts every file (posix_fadvise
@@ -183,6 +189,69 @@ static ts_attr *attr(const char *text) {
   if (ts_attr_parse(text, &a, &err))
     die(text, err.msg);
   return a;
+}
+
+/* Hugging Face safetensors through the same store: the 1 GiB tensor, column-split S(1) on every
+ * rank, exported into one model.safetensors (each rank pwrites its columns' runs) and imported
+ * back under S(1) (each rank preads only its columns' runs), `runs` rounds. Each export is paired
+ * with a plain write of the same bytes (`plain`, one file per rank, as the write limit) just
+ * before it and each import with a plain read of that file just before it (the read limit), and
+ * the ratios are the medians of the rounds' ratios, as for the checkpoint's save and load. Prints
+ * hf_export_gbps, hf_import_gbps (medians), hf_export_vs_write_limit, hf_import_vs_read_limit
+ * and the rounds' ratios. */
+static void bench_hf(ts_store *s, const char *base, const ts_attr *a1, int runs,
+                     const char *plain, void *buf, int64_t total) {
+  ts_error err;
+  if (ts_store_reshard(s, W, "w", a1, "", NULL, NULL, &err))
+    die("reshard to S(1)", err.msg);
+  char path[700];
+  snprintf(path, sizeof path, "%s/model.safetensors", base);
+  double *te = calloc((size_t)runs, 8), *ti = calloc((size_t)runs, 8);
+  double *re = calloc((size_t)runs, 8), *ri = calloc((size_t)runs, 8);
+  const char *names[1] = {"w"};
+  const char *attr_names[1] = {"w"};
+  const ts_attr *attrs[1] = {a1};
+  ts_st_import_spec sp = {.path = path, .nattrs = 1, .attr_names = attr_names, .attrs = attrs};
+  for (int r = 0; r < runs; r++) {
+    ts_stored *t = ts_store_find(s, "w");
+    size_t mine = t->local.bytes;
+    double tw = plain_write(plain, NULL, t->local.data, mine);
+    ts_st_result res;
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    if (ts_st_export(s, W, path, names, 1, 0, NULL, NULL, 0, &res, &err))
+      die("safetensors export", err.msg);
+    MPI_Barrier(MPI_COMM_WORLD);
+    te[r] = MPI_Wtime() - t0;
+    ts_st_result_clear(&res);
+    ts_store_drop(s, "w", NULL);
+    double tr = plain_read(plain, buf, mine);
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = MPI_Wtime();
+    if (ts_st_import(s, W, &sp, &res, &err))
+      die("safetensors import", err.msg);
+    MPI_Barrier(MPI_COMM_WORLD);
+    ti[r] = MPI_Wtime() - t0;
+    ts_st_result_clear(&res);
+    re[r] = tw / te[r];
+    ri[r] = tr / ti[r];
+  }
+  if (rank == 0) {
+    printf("hf_export_vs_write_limit_runs=");
+    for (int r = 0; r < runs; r++)
+      printf("%s%.2f", r ? "," : "", re[r]);
+    printf("\nhf_import_vs_read_limit_runs=");
+    for (int r = 0; r < runs; r++)
+      printf("%s%.2f", r ? "," : "", ri[r]);
+    double gb = (double)total / 1e9;
+    printf("\nhf_export_gbps=%.3f\nhf_import_gbps=%.3f\n", gb / median(te, runs),
+           gb / median(ti, runs));
+    printf("hf_export_vs_write_limit=%.2f\nhf_import_vs_read_limit=%.2f\n", median(re, runs),
+           median(ri, runs));
+    unlink(path);
+  }
+  unlink(plain);
+  free(te), free(ti), free(re), free(ri);
 }
 
 int main(int argc, char **argv) {
@@ -388,6 +457,7 @@ int main(int argc, char **argv) {
     printf("load_resharded_io=%s\n", moved ? "none" : ring ? "io_uring" : "preadv");
     printf("load_resharded_verify_extra_bytes=%lld\n", (long long)extra);
   }
+  bench_hf(s, base, a1, runs, plains[0], buf, total);
   unlink(plains[0]);
   unlink(plains[1]);
   ts_store_destroy(&s);

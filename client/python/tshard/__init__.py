@@ -19,6 +19,8 @@ from .future import Future, WaitTimeoutError, wait
 from . import errors
 from . import spmd
 from . import checkpoint
+from . import safetensors  # Hugging Face safetensors requests and read_header (safetensors.py)
+from . import torch  # torch tensors and DLPack objects in and out (torch.py; imports torch lazily)
 from .offline import plan, show  # plan and drawing without daemons (offline.py)
 from .program import graph_from_json  # a program's message form (program.py)
 from .launch import Job, launch  # daemons from Python: with tshard.launch(np=4) as job (launch.py)
@@ -26,4 +28,5 @@ from .launch import Job, launch  # daemons from Python: with tshard.launch(np=4)
 __all__ = ["connect", "Client", "Attr", "AttrError", "Mesh", "Shard", "Replicate", "Partial",
            "TshardError", "error_for", "errors", "DTYPES", "socket_path", "read_token_file", "spmd",
            "plan", "show", "EinsumResult",
-           "checkpoint", "graph_from_json", "Future", "wait", "WaitTimeoutError", "launch", "Job"]
+           "checkpoint", "graph_from_json", "Future", "wait", "WaitTimeoutError", "launch", "Job",
+           "safetensors", "torch"]

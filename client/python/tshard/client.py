@@ -39,6 +39,7 @@ from .progress import reporter
 from .errors import TshardError, error_for
 from .shm import Segment
 from . import spmd as _spmd
+from . import torch as _tt
 from .wire import MAX_FRAME, Wire, request_frame
 from .future import Future, Inflight, WaitTimeoutError
 
@@ -698,7 +699,10 @@ class Client:
         array's dtype and shape must be the tensor's (checked by the daemon); ``convert=True``
         converts another dtype by the kernels' rules (typed_put.py). ``progress``: progress.py.
         ``wait=False``: a Future (the data goes in frames, sent before the call returns but for
-        the last chunks; keep the array unchanged until the Future is done)."""
+        the last chunks; keep the array unchanged until the Future is done). ``array`` may
+        also be a torch CPU tensor (bf16 as bf16), or any object with ``__dlpack__`` or the array
+        protocol: read in place where its memory allows (torch.py)."""
+        array = _tt.as_array(array, "put")
         if wait and self._inflight is None:
             return self._send_chunks(name, array, key, None, convert, progress)
         fut = self._put_async(name, array, key, None, convert)
@@ -726,7 +730,9 @@ class Client:
 
     def put_slice(self, name, array, layout=None, convert=False, progress=None, wait=True):
         """Puts this rank's slice (row-major over its box, or the bytes of ``layout``); the
-        array's shape is the slice box's (checked), dtype and ``convert`` as in put."""
+        array's shape is the slice box's (checked), dtype, ``convert`` and torch or DLPack
+        arrays as in put."""
+        array = _tt.as_array(array, "put_slice")
         if wait and self._inflight is None:
             return self._send_chunks(name, array, None, layout or "", convert, progress)
         fut = self._put_async(name, array, None, layout or "", convert)
@@ -820,10 +826,14 @@ class Client:
                 raise first
             return out[0] if out[0] is not None else np.empty(0, dtype=np.uint8)
 
-    def get(self, name, out=None, progress=None, wait=True):
+    def get(self, name, out=None, progress=None, wait=True, like=None):
         """The whole tensor as a numpy array, gathered to this client's rank (into ``out`` when
-        given: a C-contiguous array of the tensor's dtype and size, returned reshaped).
-        ``wait=False``: a Future of it (frames, one describe then every chunk at once)."""
+        given: a C-contiguous array of the tensor's dtype and size, returned reshaped; or a
+        contiguous torch CPU tensor, filled in place and returned). ``like="torch"``: a torch
+        tensor (sharing the received memory; bf16 as torch.bfloat16). ``wait=False``: a Future of
+        it (frames, one describe then every chunk at once; numpy only)."""
+        if like is not None or _tt.is_torch(out):
+            return self._get_torch(self.get, name, out, like, wait, progress=progress)
         if not wait or self._inflight is not None:
             fut = self._get_async(name, None, out, None)
             return self._sync(fut) if wait else fut
@@ -849,11 +859,14 @@ class Client:
             raise error_for(17, f"'{name}' came with {len(raw)} bytes, not {need}")
         return raw.view(dt).reshape(info["shape"])
 
-    def get_slice(self, name, layout=None, out=None, wait=True):
+    def get_slice(self, name, layout=None, out=None, wait=True, like=None):
         """This rank's slice: an array of its box's shape (row-major), or, for another layout,
         the flat elements of that layout (padding included). None when the rank holds none.
         ``out``: an array to receive it (C-contiguous, the tensor's dtype, the slice's size).
-        ``wait=False`` (and every call once operations were in flight): the plain layout only."""
+        ``wait=False`` (and every call once operations were in flight): the plain layout only.
+        ``out`` a torch tensor, or ``like="torch"``: as in get."""
+        if like is not None or _tt.is_torch(out):
+            return self._get_torch(self.get_slice, name, out, like, wait, layout=layout)
         if not wait or self._inflight is not None:
             if layout:
                 raise error_for(20, "get_slice in another layout is synchronous only, and not "
@@ -891,6 +904,18 @@ class Client:
         if not layout or layout == plain:
             arr = arr.reshape([h - l for l, h in zip(mine[0]["lo"], mine[0]["hi"])])
         return arr
+
+    def _get_torch(self, get, name, out, like, wait, **kw):
+        """get or get_slice into a torch tensor (out) or returning one (like="torch")."""
+        if like not in (None, "torch", "numpy"):
+            raise ValueError(f"like must be 'torch' or 'numpy', not {like!r}")
+        if not wait:
+            raise ValueError("torch results (like='torch', a torch out=) take wait=True")
+        if _tt.is_torch(out):
+            a = get(name, out=_tt.out_view(out, "get"), **kw)
+            return None if a is None else out
+        a = get(name, **kw)
+        return a if like == "numpy" else _tt.to_torch(a, self.describe(name)["dtype"])
 
     def reshard(self, name, attr, strategy=None, keep_source_as=None, layout=None, key=None,
                 wait=True):
@@ -1033,6 +1058,59 @@ class Client:
         if attr is not None:
             req.attr.CopyFrom(_attr_msg(attr))
         return self._op(key, _nothing, wait, f"load from '{dir}'", load=req)
+
+    def load_safetensors(self, path: str, attrs: "dict | None" = None, default=None,
+                         names: "list | None" = None, prefix: "str | None" = None,
+                         rename: "dict | None" = None, key: "str | None" = None,
+                         wait: bool = True) -> "list | Future":
+        """Imports a Hugging Face ``model.safetensors`` file, or the shards of a
+        ``model.safetensors.index.json``, into new tensors under distributed attributes.
+
+        path: the file or the index (a path every daemon can reach; made absolute here).
+        attrs: {tshard name: attribute} (text or Attr); the tensors imported are these unless
+        ``names`` or ``default`` say otherwise. default: the attribute of every other tensor;
+        given, every tensor of the file(s) is imported. names: import only these. prefix: removed
+        from the file's names that start with it (``"model."``). rename: {file name: tshard
+        name}, applied instead of the prefix rule. Each rank reads only the byte ranges of its
+        own slice. Atomic: a bad file (truncated, overlapping or out-of-range data_offsets, a
+        header over 100 MB or not JSON, an unknown dtype, a shape that does not match its
+        bytes), a missing name or a name taken already creates nothing on any rank and raises
+        the same error everywhere, naming the file and the tensor.
+
+        Returns the names created, in order (or a Future of them with wait=False)."""
+        from . import safetensors as _st
+        req = _st.import_request(path, attrs, default=default, names=names, prefix=prefix,
+                                 rename=rename)
+        for t in req.tensors:
+            _check_name(t.name)
+        for n in req.names:
+            _check_name(n)
+        return self._op(key, lambda r: list(r.safetensors.names), wait,
+                        f"import of safetensors '{path}'", import_safetensors=req)
+
+    def save_safetensors(self, path: str, names: "list | None" = None,
+                         max_shard_bytes: "int | None" = None, metadata: "dict | None" = None,
+                         key: "str | None" = None, wait: bool = True) -> "list | Future":
+        """Exports stored tensors as a Hugging Face safetensors model that ``transformers`` and
+        ``safetensors`` read.
+
+        path: the file to write, ending in ``.safetensors`` (made absolute here). names: the
+        tensors (None: all, by name). max_shard_bytes: when the tensors' bytes exceed it, HF
+        shards ``<stem>-00001-of-0000N.safetensors`` are written beside path, with
+        ``<path>.index.json`` (their weight_map); else one file. metadata: {str: str}, the
+        file's ``__metadata__`` (None: the metadata of the file the tensors were imported from
+        when they all share one, else ``{"format": "pt"}``). Each rank writes its own slices'
+        bytes at their offsets (no gather); every file is written under a temporary name (mode
+        0600) and renamed into place once every rank succeeded. Partial tensors are refused
+        (reshard them first).
+
+        Returns the paths written, the index last when sharded (or a Future of them)."""
+        from . import safetensors as _st
+        req = _st.export_request(path, names, max_shard_bytes=max_shard_bytes, metadata=metadata)
+        for n in req.names:
+            _check_name(n)
+        return self._op(key, lambda r: list(r.safetensors.files), wait,
+                        f"export to safetensors '{path}'", export_safetensors=req)
 
     def drop(self, name, key=None, wait=True):
         """Drops the tensor on every rank."""

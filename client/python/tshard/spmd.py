@@ -22,7 +22,7 @@ __all__ = ["Group", "run_id_from_env", "COLLECTIVE_OPS"]
 # The Request ops a group makes collective (puts are per rank, gets and the rest per client).
 COLLECTIVE_OPS = ("create", "reshard", "drop", "einsum", "einsum_backward", "einsum_release",
                   "save", "load", "program_compile", "program_run", "program_drop",
-                  "reshard_many", "drop_many")
+                  "reshard_many", "drop_many", "import_safetensors", "export_safetensors")
 
 
 def run_id_from_env(env=None):

@@ -1,0 +1,115 @@
+"""PyTorch and DLPack for the client: what turns the arrays a training script holds into the numpy
+arrays the client sends, and the arrays it receives into torch tensors, without copying where
+the memory allows. torch is imported only when a torch tensor is met or asked for, so the package
+works without it.
+
+- ``as_array(obj)``: numpy arrays as they are; torch CPU tensors through ``Tensor.numpy()`` (a
+  view; bf16 tensors viewed as 16-bit integers and marked as bf16 bits); other objects with
+  ``__dlpack__`` through ``numpy.from_dlpack`` (a view), then the array protocol
+  (``numpy.asarray``). Non-contiguous tensors give strided views that the client treats as it
+  treats strided numpy arrays. Tensors on a GPU (or any device but the CPU) are refused with a
+  message that says so.
+- ``to_torch(a, dtype)``: a numpy array received for a tensor of tshard dtype ``dtype`` as a torch
+  tensor sharing its memory (``torch.from_numpy``; bf16 as ``torch.bfloat16``).
+- ``out_view(t)``: a torch tensor to fill (``get(..., out=t)``) as a numpy view of its memory.
+
+Every tshard dtype maps to one torch dtype (TORCH_DTYPES). Whether received 16-bit data are bf16
+bits, and how bf16 bits are marked for sending, is decided in one place each (``_is_bf16``,
+``_bf16_bits``)."""
+import numpy as np
+
+from .errors import error_for
+
+__all__ = ["TORCH_DTYPES", "as_array", "to_torch", "out_view", "is_torch", "from_torch",
+           "dtype_name"]
+
+# tshard dtype -> the name of its torch dtype
+TORCH_DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
+                "i8": "int8", "i32": "int32", "i64": "int64", "u8": "uint8"}
+
+
+def dtype_name(t) -> str:
+    """The tshard dtype of a torch tensor (or torch dtype): 'f32' for torch.float32, 'bf16' for
+    torch.bfloat16, ...; ValueError naming the valid ones for the others."""
+    name = str(getattr(t, "dtype", t)).replace("torch.", "")
+    for k, v in TORCH_DTYPES.items():
+        if v == name:
+            return k
+    raise ValueError(f"torch dtype {name} has no tshard dtype; valid: "
+                     + ", ".join(f"{v} ({k})" for k, v in TORCH_DTYPES.items()))
+
+
+def is_torch(obj) -> bool:
+    """Whether obj is a torch tensor (checked without importing torch)."""
+    mod = type(obj).__module__ or ""
+    return (mod == "torch" or mod.startswith("torch.")) and hasattr(obj, "data_ptr")
+
+
+def _bf16_bits(bits: np.ndarray) -> np.ndarray:
+    """The array the client sends for a bf16 tensor given its raw 16-bit patterns (uint16): the
+    one place that marks data as bf16 bits. Today a uint16 array declares bf16 (typed_put.py)."""
+    return bits
+
+
+def _is_bf16(a: np.ndarray, dtype: "str | None") -> bool:
+    """Whether an array received from the daemons holds bf16 bits: the tensor's dtype when
+    known, else the client's convention for bf16 (uint16 arrays)."""
+    return dtype == "bf16" if dtype is not None else a.dtype == np.dtype(np.uint16)
+
+
+def _on_cpu(t, what):
+    if t.device.type != "cpu":
+        raise error_for(1, f"{what}: the torch tensor is on {t.device}; tshard reads and writes "
+                           "host memory only: move it with .cpu() first (and back with .to())")
+
+
+def from_torch(t, what: str = "put") -> np.ndarray:
+    """A numpy view of a CPU torch tensor's memory (no copy; strided when the tensor is)."""
+    import torch
+    _on_cpu(t, what)
+    t = t.detach()
+    if t.is_conj() or t.is_neg():
+        t = t.resolve_conj().resolve_neg()
+    if t.dtype == torch.bfloat16:
+        return _bf16_bits(t.view(torch.int16).numpy().view(np.uint16))
+    return t.numpy()
+
+
+def as_array(obj, what: str = "put"):
+    """obj as a numpy array the client can send (see the module's text); obj itself when it is
+    a numpy array or offers no array protocol (the client then refuses it)."""
+    if isinstance(obj, np.ndarray):
+        return obj
+    if is_torch(obj):
+        return from_torch(obj, what)
+    if hasattr(obj, "__dlpack__"):
+        dev = getattr(obj, "__dlpack_device__", None)
+        if dev is not None and dev()[0] != 1:  # kDLCPU
+            raise error_for(1, f"{what}: the array lives on DLPack device {dev()}; tshard reads "
+                               "host memory only: copy it to the CPU first")
+        return np.from_dlpack(obj)
+    if hasattr(obj, "__array_interface__") or hasattr(obj, "__array__"):
+        return np.asarray(obj)
+    return obj
+
+
+def to_torch(a: np.ndarray, dtype: "str | None" = None):
+    """A torch tensor sharing a's memory; dtype: the tshard dtype the data came as (bf16 arrays
+    of 16-bit bits become torch.bfloat16)."""
+    import torch
+    if a is None:
+        return None
+    if not a.flags.writeable:  # torch tensors are writable: give them their own copy
+        a = a.copy()
+    if _is_bf16(a, dtype):
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def out_view(t, what: str = "get") -> np.ndarray:
+    """A numpy view of a torch tensor the client fills (CPU, contiguous)."""
+    _on_cpu(t, what)
+    if not t.is_contiguous():
+        raise ValueError(f"{what}: out must be a contiguous tensor (call .contiguous() and copy "
+                         "back, or pass a contiguous one)")
+    return from_torch(t, what)

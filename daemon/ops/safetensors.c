@@ -1,0 +1,240 @@
+/* safetensors.c - the daemon's Hugging Face safetensors operations, import_safetensors and
+ * export_safetensors: collective handlers, the import's change set and the answers (the names
+ * created, the files written), named by the table (handlers.c). The work is
+ * shard/ckpt/safetensors_*.c (collective over the world, every rank the same outcome); this file
+ * turns the requests into their arguments. The validators are in wire/safetensors_validate.c.
+ *
+ * An import keeps the file's __metadata__ for the tensors it created, until they are dropped
+ * (tsd_safetensors_forget, from the drops): an export given no metadata writes the kept one when
+ * every tensor it writes has the same, else {"format": "pt"}. Every rank runs the same operations
+ * in the same order, so every rank keeps the same. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "handlers.h"
+#include "ts_ckpt.h"
+
+/* The result of the last import or export, for its answers (by the operation's hash). */
+static struct {
+  uint64_t hash;
+  bool valid;
+  ts_st_result res;
+} last;
+
+/* The kept metadata (compact JSON) of imported tensors, by name. */
+static struct {
+  int n, cap;
+  char (*names)[TS_NAME_MAX];
+  char **meta;
+} kept;
+
+void tsd_safetensors_forget(const char *name) {
+  for (int i = 0; i < kept.n; i++)
+    if (strcmp(kept.names[i], name) == 0) {
+      free(kept.meta[i]);
+      kept.n--;
+      memmove(&kept.names[i], &kept.names[kept.n], sizeof kept.names[0]);
+      kept.meta[i] = kept.meta[kept.n];
+      return;
+    }
+}
+
+void tsd_safetensors_free(void) {
+  for (int i = 0; i < kept.n; i++)
+    free(kept.meta[i]);
+  free(kept.names), free(kept.meta);
+  memset(&kept, 0, sizeof kept);
+  ts_st_result_clear(&last.res);
+}
+
+static const char *kept_of(const char *name) {
+  for (int i = 0; i < kept.n; i++)
+    if (strcmp(kept.names[i], name) == 0)
+      return kept.meta[i];
+  return NULL;
+}
+
+/* Keeps meta for the names an import created (best effort: without memory, nothing is kept). */
+static void keep(const ts_st_result *res) {
+  for (int i = 0; res->metadata && i < res->n; i++) {
+    if (kept.n == kept.cap) {
+      int nc = kept.cap ? 2 * kept.cap : 64;
+      void *a = realloc(kept.names, sizeof *kept.names * (size_t)nc);
+      if (a)
+        kept.names = a;
+      void *b = a ? realloc(kept.meta, sizeof *kept.meta * (size_t)nc) : NULL;
+      if (!b)
+        return;
+      kept.meta = b;
+      kept.cap = nc;
+    }
+    char *m = strdup(res->metadata);
+    if (!m)
+      return;
+    snprintf(kept.names[kept.n], TS_NAME_MAX, "%s", res->items[i]);
+    kept.meta[kept.n++] = m;
+  }
+}
+
+/* The metadata every exported tensor kept alike (NULL: none, or not all alike). */
+static const char *common_kept(tsd_engine *e, char **names, size_t n) {
+  const char *m = NULL;
+  size_t all = n ? n : (size_t)ts_store_count(e->store);
+  for (size_t i = 0; i < all; i++) {
+    const ts_stored *t = n ? NULL : ts_store_at(e->store, (int)i);
+    const char *k = kept_of(n ? names[i] : t->name);
+    if (!k || (m && strcmp(m, k) != 0))
+      return NULL;
+    m = k;
+  }
+  return m;
+}
+
+static bool attr_given(const Tshard__DistAttr *a) {
+  return a && (a->n_mesh_shape > 0 || (a->text && a->text[0]));
+}
+
+/* The import's arguments: its attributes parsed (rank-local; agreed by the import). */
+typedef struct import_args {
+  ts_st_import_spec sp;
+  const char **anames, **rfrom, **rto;
+  ts_attr **attrs, *def;
+  int nattrs;
+} import_args;
+
+static int import_args_make(const Tshard__ImportSafetensorsRequest *q, import_args *a,
+                            ts_error *err) {
+  memset(a, 0, sizeof *a);
+  size_t nt = q->n_tensors ? q->n_tensors : 1, nr = q->n_rename ? q->n_rename : 1;
+  a->anames = calloc(nt, sizeof *a->anames);
+  a->attrs = calloc(nt, sizeof *a->attrs);
+  a->rfrom = calloc(nr, sizeof *a->rfrom);
+  a->rto = calloc(nr, sizeof *a->rto);
+  if (!a->anames || !a->attrs || !a->rfrom || !a->rto)
+    return ts_error_set(err, TS_NO_MEMORY, "safetensors import: no memory");
+  int rc = attr_given(q->default_attr) ? tsd_attr_from_msg(q->default_attr, &a->def, err) : TS_OK;
+  for (size_t i = 0; !rc && i < q->n_tensors; i++) { /* no attribute: the default's */
+    a->anames[a->nattrs++] = q->tensors[i]->name;
+    if (attr_given(q->tensors[i]->attr))
+      rc = tsd_attr_from_msg(q->tensors[i]->attr, &a->attrs[i], err);
+  }
+  for (size_t i = 0; i < q->n_rename; i++)
+    a->rfrom[i] = q->rename[i]->key, a->rto[i] = q->rename[i]->value;
+  const char **names = (const char **)q->names;
+  size_t nnames = q->n_names;
+  a->sp = (ts_st_import_spec){.path = q->path,
+                              .strip_prefix = q->strip_prefix,
+                              .nrename = (int)q->n_rename,
+                              .rename_from = a->rfrom,
+                              .rename_to = a->rto,
+                              .nnames = (int)nnames,
+                              .names = names,
+                              .nattrs = a->nattrs,
+                              .attr_names = a->anames,
+                              .attrs = (const ts_attr *const *)a->attrs,
+                              .default_attr = a->def};
+  return rc;
+}
+
+static void import_args_free(import_args *a) {
+  for (int i = 0; a->attrs && i < a->nattrs; i++)
+    ts_attr_destroy(&a->attrs[i]);
+  ts_attr_destroy(&a->def);
+  free(a->anames), free(a->attrs), free(a->rfrom), free(a->rto);
+}
+
+int tsd_run_import_safetensors(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
+                               ts_error *err) {
+  (void)origin;
+  const Tshard__ImportSafetensorsRequest *q = op->req->import_safetensors;
+  ts_st_result_clear(&last.res);
+  last.valid = false;
+  import_args a;
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  int lst = import_args_make(q, &a, &lerr);
+  int rc = ts_comm_agree(ts_world_comm(e->world), lst, &lerr, err);
+  if (rc == TS_OK) {
+    rc = ts_st_import(e->store, e->world, &a.sp, &last.res, err);
+    if (rc == TS_OK) {
+      keep(&last.res);
+      TSD_LOG(TSD_LOG_INFO, "imported %d tensors from safetensors '%s' (%lld bytes read here)",
+              last.res.n, q->path, (long long)last.res.bytes);
+    }
+  }
+  import_args_free(&a);
+  last.valid = rc == TS_OK;
+  last.hash = op->hash;
+  return rc;
+}
+
+int tsd_run_export_safetensors(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
+                               ts_error *err) {
+  (void)origin;
+  const Tshard__ExportSafetensorsRequest *q = op->req->export_safetensors;
+  ts_st_result_clear(&last.res);
+  last.valid = false;
+  const char *km = q->n_metadata ? NULL : common_kept(e, q->names, q->n_names);
+  json_t *kj = km ? json_loads(km, 0, NULL) : NULL;
+  size_t nm = q->n_metadata ? q->n_metadata : json_object_size(kj), got = 0;
+  const char **mk = calloc(nm ? nm : 1, sizeof *mk), **mv = calloc(nm ? nm : 1, sizeof *mv);
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  int lst = mk && mv ? TS_OK : ts_error_set(&lerr, TS_NO_MEMORY, "safetensors export: no memory");
+  for (size_t i = 0; !lst && i < q->n_metadata; i++)
+    mk[got] = q->metadata[i]->key, mv[got++] = q->metadata[i]->value;
+  const char *key;
+  json_t *v;
+  json_object_foreach(kj, key, v) /* the format's metadata is text to text: the rest is left */
+    if (!lst && json_is_string(v))
+      mk[got] = key, mv[got++] = json_string_value(v);
+  int rc = ts_comm_agree(ts_world_comm(e->world), lst, &lerr, err);
+  if (rc == TS_OK) {
+    rc = ts_st_export(e->store, e->world, q->path, (const char *const *)q->names,
+                      (int)q->n_names, (int64_t)q->max_shard_bytes, mk, mv, (int)got, &last.res,
+                      err);
+    if (rc == TS_OK)
+      TSD_LOG(TSD_LOG_INFO, "exported to safetensors '%s' (%d files, %lld bytes written here)",
+              q->path, last.res.n, (long long)last.res.bytes);
+  }
+  free(mk), free(mv);
+  json_decref(kj);
+  last.valid = rc == TS_OK;
+  last.hash = op->hash;
+  return rc;
+}
+
+/* An import adds names: those listed, or any (a default attribute imports every tensor). */
+void tsd_changes_import_safetensors(const Tshard__Request *r, tsd_changes *ch) {
+  const Tshard__ImportSafetensorsRequest *q = r->import_safetensors;
+  ch->names = true;
+  if (attr_given(q->default_attr) || q->n_rename > 0 || (q->strip_prefix && q->strip_prefix[0])) {
+    ch->all = true;
+    return;
+  }
+  for (size_t i = 0; i < q->n_names; i++)
+    tsd_changes_add(ch, q->names[i]);
+  for (size_t i = 0; i < q->n_tensors; i++)
+    tsd_changes_add(ch, q->tensors[i]->name);
+}
+
+void tsd_answer_safetensors(tsd_engine *e, const tsd_pending *w) {
+  Tshard__Response r = TSHARD__RESPONSE__INIT;
+  Tshard__SafetensorsResult res = TSHARD__SAFETENSORS_RESULT__INIT;
+  r.id = w->req_id;
+  r.message = "";
+  r.result_case = TSHARD__RESPONSE__RESULT_SAFETENSORS;
+  r.safetensors = &res;
+  bool mine = last.valid && last.hash == w->hash; /* else: a retry answered by its key */
+  bool import = w->op_case == TSHARD__REQUEST__OP_IMPORT_SAFETENSORS;
+  if (mine && import) {
+    res.n_names = (size_t)last.res.n;
+    res.names = last.res.items;
+  } else if (mine) {
+    res.n_files = (size_t)last.res.n;
+    res.files = last.res.items;
+  }
+  res.bytes = mine ? (uint64_t)last.res.bytes : 0;
+  tsd_reply_response(e, w->conn_id, &r);
+}

@@ -1,0 +1,75 @@
+/* safetensors_validate.c - the validators of the Hugging Face safetensors operations (import and
+ * export), part of the wire layer (libtsdwire, the fuzz target): the path's length and text, the
+ * names' rules, the attributes against the world, the metadata's strings; what depends on the
+ * files or the store is the handlers' (daemon/ops/safetensors.c, shard/ckpt/safetensors_*.c). */
+#include <string.h>
+
+#include "ts_rules.h"
+#include "tsd_wire.h"
+
+static int check_path(const char *path, ts_error *err) {
+  size_t n = path ? strlen(path) : 0;
+  if (n == 0 || n >= 4000 || path[0] != '/')
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "safetensors path of %zu bytes%s; give an "
+                        "absolute path of 1 to 3999 bytes", n,
+                        n && path[0] != '/' ? " not absolute" : "");
+  return ts_text_check("safetensors path", path, n, "paths", err);
+}
+
+static int check_name(const char *what, const char *name, ts_error *err) {
+  return ts_name_check(what, name, name ? strlen(name) : 0, err);
+}
+
+/* An attribute, when given, parses and names ranks of the world only. */
+static int check_attr(const Tshard__DistAttr *m, const tsd_limits *lim, ts_error *err) {
+  if (!m || (m->n_mesh_shape == 0 && !(m->text && m->text[0])))
+    return TS_OK;
+  ts_attr *a = NULL;
+  int rc = tsd_attr_from_msg(m, &a, err);
+  for (int i = 0; !rc && i < a->nranks; i++)
+    if (a->ranks[i] >= lim->world_size)
+      rc = ts_error_set(err, TS_BAD_ATTRIBUTE, "attribute names rank %d; the world has ranks 0 "
+                        "to %d", a->ranks[i], lim->world_size - 1);
+  ts_attr_destroy(&a);
+  return rc;
+}
+
+int tsd_validate_import_safetensors(const Tshard__Request *r, const tsd_limits *lim,
+                                    ts_error *err) {
+  const Tshard__ImportSafetensorsRequest *q = r->import_safetensors;
+  int rc = check_path(q->path, err);
+  for (size_t i = 0; !rc && i < q->n_tensors; i++)
+    if (!(rc = check_name("tensor name", q->tensors[i]->name, err)))
+      rc = check_attr(q->tensors[i]->attr, lim, err);
+  if (!rc)
+    rc = check_attr(q->default_attr, lim, err);
+  for (size_t i = 0; !rc && i < q->n_names; i++)
+    rc = check_name("tensor name", q->names[i], err);
+  for (size_t i = 0; !rc && i < q->n_rename; i++)
+    if (!(rc = ts_text_check("renamed name", q->rename[i]->key, strlen(q->rename[i]->key),
+                             "names", err)))
+      rc = check_name("tensor name", q->rename[i]->value, err);
+  if (!rc && q->strip_prefix && strlen(q->strip_prefix) > 1024)
+    rc = ts_error_set(err, TS_INVALID_ARGUMENT, "strip_prefix of %zu bytes; at most 1024",
+                      strlen(q->strip_prefix));
+  return rc;
+}
+
+int tsd_validate_export_safetensors(const Tshard__Request *r, const tsd_limits *lim,
+                                    ts_error *err) {
+  (void)lim;
+  const Tshard__ExportSafetensorsRequest *q = r->export_safetensors;
+  int rc = check_path(q->path, err);
+  for (size_t i = 0; !rc && i < q->n_names; i++)
+    rc = check_name("tensor name", q->names[i], err);
+  for (size_t i = 0; !rc && i < q->n_metadata; i++) {
+    const char *k = q->metadata[i]->key, *v = q->metadata[i]->value;
+    if (!k[0] || strlen(k) > 4096 || strlen(v) > 65536)
+      rc = ts_error_set(err, TS_INVALID_ARGUMENT, "metadata entry %zu: keys of 1 to 4096 bytes "
+                        "and values of at most 65536", i);
+    for (size_t j = 0; !rc && j < i; j++)
+      if (strcmp(q->metadata[j]->key, k) == 0)
+        rc = ts_error_set(err, TS_INVALID_ARGUMENT, "metadata key '%s' given twice", k);
+  }
+  return rc;
+}

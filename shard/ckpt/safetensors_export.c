@@ -1,0 +1,460 @@
+/* safetensors_export.c - exporting stored tensors as a Hugging Face safetensors model, collective
+ * over the world: one consolidated file, or HF shards (`model-00001-of-00003.safetensors`) and
+ * `model.safetensors.index.json` when the bytes exceed the shard size asked for.
+ *
+ * Every rank computes the same layout from the store's metadata alone (tensors in order, each
+ * file's JSON header with `__metadata__` first, padded with spaces so that the data section
+ * starts on a 4 KiB boundary, the data packed without gaps as the format requires). Rank 0
+ * creates each file under a temporary name next to the target (`.NAME.tmp-STAMP`, O_CREAT |
+ * O_EXCL | O_NOFOLLOW, mode 0600), writes its header and sets its size; agreement. Then every
+ * rank opens the files (O_NOFOLLOW) and pwrites the byte runs of its own part of each slice at
+ * their offsets: a box held by several replicas is cut along its first dim among them, so no rank
+ * gathers a tensor and replicas share the writing; non-row-major slices are packed first. Ranks
+ * on several nodes fsync what they wrote; agreement. Rank 0 fsyncs every file (on one node that
+ * is every rank's writes, through the shared page cache), renames them into place (the index
+ * last), fsyncs the directory; agreement. On any failure every rank returns the same error and the
+ * temporary files are removed: the target appears whole or not at all. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt_internal.h"
+#include "safetensors_internal.h"
+#include "ts_comm.h"
+
+#define ST_DATA_ALIGN ((int64_t)4096)
+
+/* A tensor of the export: its stored entry, file and offset there (relative to the data). */
+typedef struct xtensor {
+  ts_stored *e;
+  int64_t bytes;
+  int file;
+  int64_t offset;
+} xtensor;
+
+/* A file of the export: its final and temporary paths, header, size. */
+typedef struct xfile {
+  char path[4500], tmp[4500];
+  uint8_t *header;
+  size_t hlen; /* 8 + the JSON with its padding: where the data starts */
+  int64_t size;
+} xfile;
+
+typedef struct xplan {
+  int nt, nf;
+  xtensor *ts;
+  xfile *fs;
+  char parent[4096], base[256], index[4500], index_tmp[4500];
+  bool sharded;
+  int64_t total;
+} xplan;
+
+static void plan_free(xplan *p) {
+  for (int i = 0; p->fs && i < p->nf; i++)
+    free(p->fs[i].header);
+  free(p->fs);
+  free(p->ts);
+}
+
+static int cmp_entry_name(const void *a, const void *b) {
+  const xtensor *x = a, *y = b;
+  return strcmp(x->e->name, y->e->name);
+}
+
+/* The tensors: the named ones in order, or every stored tensor by name; whole values only. */
+static int pick_tensors(ts_store *s, const char *const *names, int n, xplan *p, ts_error *err) {
+  int all = names && n > 0 ? n : ts_store_count(s);
+  if (all == 0)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "safetensors export: no tensor to export");
+  p->ts = calloc((size_t)all, sizeof *p->ts);
+  if (!p->ts)
+    return ts_error_set(err, TS_NO_MEMORY, "safetensors export: no memory");
+  for (int i = 0; i < all; i++) {
+    ts_stored *e = names && n > 0 ? ts_store_find(s, names[i]) : ts_store_at(s, i);
+    if (!e)
+      return ts_error_set(err, TS_NOT_FOUND, "safetensors export: no tensor named '%s'",
+                          names[i]);
+    for (int j = 0; j < i; j++)
+      if (p->ts[j].e == e)
+        return ts_error_set(err, TS_INVALID_ARGUMENT, "safetensors export: '%s' named twice",
+                            e->name);
+    for (int d = 0; d < e->attr->mesh_ndim; d++)
+      if (e->attr->place[d].kind == TS_PLACE_PARTIAL)
+        return ts_error_set(err, TS_BAD_ATTRIBUTE, "safetensors export: '%s' holds partial "
+                            "values; reshard it to S or R placements first", e->name);
+    int64_t b = (int64_t)ts_dtype_size(e->dtype);
+    for (int d = 0; d < e->ndim; d++)
+      b *= e->shape[d];
+    p->ts[i] = (xtensor){e, b, 0, 0};
+    p->total += b;
+  }
+  p->nt = all;
+  if (!(names && n > 0))
+    qsort(p->ts, (size_t)all, sizeof *p->ts, cmp_entry_name);
+  return TS_OK;
+}
+
+/* One file's header: __metadata__ first, then its tensors with their data_offsets. */
+static int build_header(xplan *p, int fi, const char *const *mk, const char *const *mv, int nm,
+                        ts_error *err) {
+  json_t *h = json_object(), *meta = json_object();
+  if (!h || !meta) {
+    json_decref(h), json_decref(meta);
+    return ts_error_set(err, TS_NO_MEMORY, "safetensors export: no memory");
+  }
+  if (nm == 0)
+    json_object_set_new(meta, "format", json_string("pt"));
+  for (int i = 0; i < nm; i++)
+    json_object_set_new(meta, mk[i], json_string(mv[i]));
+  json_object_set_new(h, "__metadata__", meta);
+  for (int i = 0; i < p->nt; i++) {
+    const xtensor *t = &p->ts[i];
+    if (t->file != fi)
+      continue;
+    json_t *o = json_object(), *shape = json_array();
+    for (int d = 0; d < t->e->ndim; d++)
+      json_array_append_new(shape, json_integer(t->e->shape[d]));
+    json_object_set_new(o, "dtype", json_string(ts_ckpt_dtype_name(t->e->dtype)));
+    json_object_set_new(o, "shape", shape);
+    json_object_set_new(o, "data_offsets",
+                        json_pack("[II]", (json_int_t)t->offset, (json_int_t)(t->offset + t->bytes)));
+    json_object_set_new(h, t->e->name, o);
+  }
+  char *text = json_dumps(h, JSON_COMPACT);
+  json_decref(h);
+  if (!text)
+    return ts_error_set(err, TS_NO_MEMORY, "safetensors export: no memory for a header");
+  size_t len = strlen(text), total = 8 + len;
+  total = (total + (size_t)ST_DATA_ALIGN - 1) / (size_t)ST_DATA_ALIGN * (size_t)ST_DATA_ALIGN;
+  xfile *f = &p->fs[fi];
+  f->header = malloc(total);
+  if (!f->header) {
+    free(text);
+    return ts_error_set(err, TS_NO_MEMORY, "safetensors export: no memory for a header");
+  }
+  uint64_t hl = total - 8;
+  for (int i = 0; i < 8; i++)
+    f->header[i] = (uint8_t)(hl >> (8 * i));
+  memcpy(f->header + 8, text, len);
+  memset(f->header + 8 + len, ' ', total - 8 - len);
+  free(text);
+  f->hlen = total;
+  return TS_OK;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* The files: the tensors assigned in order (a new shard when the next would pass the size), the
+ * paths, the headers. */
+static int plan_files(xplan *p, const char *path, int64_t max_shard, const char *const *mk,
+                      const char *const *mv, int nm, ts_error *err) {
+  int rc = ts__ckpt_split_path(path, p->parent, sizeof p->parent, p->base, sizeof p->base, err);
+  if (rc)
+    return rc;
+  if (!ends_with(p->base, ".safetensors") || strlen(p->base) > 200)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "safetensors export to '%s': give a file name "
+                        "ending in .safetensors (of at most 200 bytes)", path);
+  p->sharded = max_shard > 0 && p->total > max_shard;
+  int nf = 1;
+  int64_t cur = 0;
+  for (int i = 0; i < p->nt; i++) {
+    if (p->sharded && cur > 0 && cur + p->ts[i].bytes > max_shard)
+      nf++, cur = 0;
+    p->ts[i].file = nf - 1;
+    p->ts[i].offset = cur;
+    cur += p->ts[i].bytes;
+  }
+  p->fs = calloc((size_t)nf, sizeof *p->fs);
+  if (!p->fs)
+    return ts_error_set(err, TS_NO_MEMORY, "safetensors export: no memory");
+  p->nf = nf;
+  int stem = (int)(strlen(p->base) - strlen(".safetensors"));
+  for (int fi = 0; fi < nf && !rc; fi++) {
+    if (p->sharded)
+      snprintf(p->fs[fi].path, sizeof p->fs[fi].path, "%s/%.*s-%05d-of-%05d.safetensors",
+               p->parent, stem, p->base, fi + 1, nf);
+    else
+      snprintf(p->fs[fi].path, sizeof p->fs[fi].path, "%s/%s", p->parent, p->base);
+    rc = build_header(p, fi, mk, mv, nm, err);
+    if (!rc) {
+      p->fs[fi].size = (int64_t)p->fs[fi].hlen;
+      for (int i = 0; i < p->nt; i++)
+        if (p->ts[i].file == fi)
+          p->fs[fi].size += p->ts[i].bytes;
+    }
+  }
+  snprintf(p->index, sizeof p->index, "%s/%s.index.json", p->parent, p->base);
+  return rc;
+}
+
+/* A target that exists must be a regular file (it is replaced); never a link or a directory. */
+static int check_target(const char *path, ts_error *err) {
+  struct stat st;
+  if (lstat(path, &st) != 0)
+    return errno == ENOENT ? TS_OK
+                           : ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot "
+                                          "examine '%s': %s", path, strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "safetensors export: '%s' exists and is not a "
+                        "regular file (a link or a directory is never replaced); choose another "
+                        "path", path);
+  return TS_OK;
+}
+
+/* Rank 0: the targets checked, every file created under its temporary name with its header. */
+static int create_files(xplan *p, ts_error *err) {
+  struct stat st;
+  if (stat(p->parent, &st) != 0 || !S_ISDIR(st.st_mode))
+    return ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: directory '%s' does not "
+                        "exist", p->parent);
+  int rc = p->sharded ? check_target(p->index, err) : TS_OK;
+  for (int fi = 0; fi < p->nf && !rc; fi++)
+    rc = check_target(p->fs[fi].path, err);
+  for (int fi = 0; fi < p->nf && !rc; fi++) {
+    xfile *f = &p->fs[fi];
+    int fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+      return ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot create '%s': %s",
+                          f->tmp, strerror(errno));
+    if (ts__ckpt_pwrite_full(fd, f->header, f->hlen, 0) != 0 || ftruncate(fd, f->size) != 0)
+      rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot write '%s': %s",
+                        f->tmp, strerror(errno));
+    close(fd);
+  }
+  return rc;
+}
+
+/* This rank's part of a box held by several replicas: the box cut along its first dim. */
+static bool my_part(const ts_stored *e, int rank, int size, ts_box *part, ts_error *err) {
+  if (!e->has_slice || ts_box_numel(&e->box) == 0)
+    return false;
+  ts_geom *g = NULL;
+  if (ts_geom_create(e->attr, e->ndim, e->shape, &g, err))
+    return false;
+  int j = 0, k = 0;
+  for (int r = 0; r < size; r++) {
+    ts_box b;
+    if (ts_geom_rank_box(g, r, &b) && ts_box_equal(&b, &e->box)) {
+      j += r < rank;
+      k++;
+    }
+  }
+  ts_geom_destroy(&g);
+  *part = e->box;
+  if (e->ndim == 0)
+    return j == 0;
+  int64_t lo = e->box.lo[0], ext = e->box.hi[0] - lo;
+  part->lo[0] = lo + ext * j / k;
+  part->hi[0] = lo + ext * (j + 1) / k;
+  return part->hi[0] > part->lo[0];
+}
+
+/* Writes this rank's part of one tensor into the file fd (data section at data). */
+static int write_tensor(int fd, const xfile *f, const xtensor *t, int rank, int size,
+                        int64_t *written, ts_error *err) {
+  const ts_stored *e = t->e;
+  ts_box part, P = {.ndim = e->ndim};
+  ts_error gerr;
+  if (!my_part(e, rank, size, &part, &gerr))
+    return TS_OK;
+  for (int d = 0; d < e->ndim; d++)
+    P.lo[d] = 0, P.hi[d] = e->shape[d];
+  size_t es = ts_dtype_size(e->dtype);
+  int64_t ext[TS_MAX_DIMS], at[TS_MAX_DIMS], zero[TS_MAX_DIMS];
+  for (int d = 0; d < e->ndim; d++) {
+    ext[d] = e->box.hi[d] - e->box.lo[d];
+    at[d] = part.lo[d] - e->box.lo[d];
+    zero[d] = 0;
+  }
+  ts_layout plain;
+  ts_layout_plain(&plain, e->dtype, e->ndim, ext, NULL);
+  bool row_major = e->local.layout.n_inner == 0 && e->local.layout.offset == 0 &&
+                   memcmp(e->local.layout.strides, plain.strides,
+                          sizeof(int64_t) * (size_t)e->ndim) == 0;
+  const uint8_t *src = e->local.data;
+  const ts_box *B = &e->box;
+  void *packed = NULL;
+  if (!row_major) { /* packed row-major by the strided-copy kernel */
+    int64_t pext[TS_MAX_DIMS];
+    for (int d = 0; d < e->ndim; d++)
+      pext[d] = part.hi[d] - part.lo[d];
+    size_t len = (size_t)ts_box_numel(&part) * es;
+    ts_tensor dst = {NULL, len, {0}};
+    ts_layout_plain(&dst.layout, e->dtype, e->ndim, pext, NULL);
+    dst.data = packed = ts_shard_alloc_as(len, TS_POOL_STAGING, "the export packing buffer", err);
+    int rc = packed ? ts_copy_box(&dst, zero, &e->local, at, pext, NULL, err) : err->code;
+    if (rc) {
+      ts_shard_free(packed);
+      return rc;
+    }
+    src = packed;
+    B = &part;
+  }
+  ckpt_runs it;
+  ts__ckpt_runs_init(&it, &part, &P, B);
+  int64_t poff, boff, base = (int64_t)f->hlen + t->offset;
+  int rc = TS_OK;
+  while (!rc && ts__ckpt_runs_next(&it, &poff, &boff)) {
+    size_t len = (size_t)it.len * es;
+    if (ts__ckpt_pwrite_full(fd, src + boff * (int64_t)es, len, base + poff * (int64_t)es))
+      rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot write tensor '%s' to "
+                        "'%s': %s", e->name, f->tmp, strerror(errno));
+    else
+      *written += (int64_t)len;
+  }
+  ts_shard_free(packed);
+  return rc;
+}
+
+/* Every rank: its parts of every tensor into the temporary files, fsynced when `sync` (ranks on
+ * several nodes: each node's writes reach the disk through its own fsync). */
+static int write_parts(const xplan *p, int rank, int size, bool sync, int64_t *written,
+                       ts_error *err) {
+  int rc = TS_OK;
+  for (int fi = 0; fi < p->nf && !rc; fi++) {
+    const xfile *f = &p->fs[fi];
+    int fd = open(f->tmp, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+      return ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot open '%s': %s",
+                          f->tmp, strerror(errno));
+    int64_t before = *written;
+    for (int i = 0; i < p->nt && !rc; i++)
+      if (p->ts[i].file == fi)
+        rc = write_tensor(fd, f, &p->ts[i], rank, size, written, err);
+    if (!rc && sync && *written > before && fsync(fd) != 0)
+      rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot sync '%s': %s",
+                        f->tmp, strerror(errno));
+    close(fd);
+  }
+  return rc;
+}
+
+/* Rank 0: the HF index of a sharded export under its temporary name. */
+static int write_index(xplan *p, ts_error *err) {
+  json_t *j = json_object(), *wm = json_object();
+  json_object_set_new(j, "metadata", json_pack("{sI}", "total_size", (json_int_t)p->total));
+  for (int i = 0; i < p->nt; i++) {
+    const char *slash = strrchr(p->fs[p->ts[i].file].path, '/');
+    json_object_set_new(wm, p->ts[i].e->name, json_string(slash + 1));
+  }
+  json_object_set_new(j, "weight_map", wm);
+  char *text = json_dumps(j, JSON_INDENT(2));
+  json_decref(j);
+  if (!text)
+    return ts_error_set(err, TS_NO_MEMORY, "safetensors export: no memory for the index");
+  int fd = open(p->index_tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  int rc = TS_OK;
+  if (fd < 0 || ts__ckpt_pwrite_full(fd, text, strlen(text), 0) != 0 || fsync(fd) != 0)
+    rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot write '%s': %s",
+                      p->index_tmp, strerror(errno));
+  if (fd >= 0)
+    close(fd);
+  free(text);
+  return rc;
+}
+
+/* Rank 0: every file synced (the whole file: on one node this is every rank's writes), then
+ * renamed into place (the index last), the directory synced. */
+static int into_place(xplan *p, ts_error *err) {
+  int rc = p->sharded ? write_index(p, err) : TS_OK;
+  for (int fi = 0; fi < p->nf && !rc; fi++) {
+    int fd = open(p->fs[fi].tmp, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0)
+      rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot sync '%s': %s",
+                        p->fs[fi].tmp, strerror(errno));
+    if (fd >= 0)
+      close(fd);
+  }
+  for (int fi = 0; fi < p->nf && !rc; fi++)
+    if (rename(p->fs[fi].tmp, p->fs[fi].path) != 0)
+      rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot rename '%s' to '%s': "
+                        "%s", p->fs[fi].tmp, p->fs[fi].path, strerror(errno));
+  if (!rc && p->sharded && rename(p->index_tmp, p->index) != 0)
+    rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot rename '%s' to '%s': %s",
+                      p->index_tmp, p->index, strerror(errno));
+  return rc ? rc : ts__ckpt_fsync_dir(p->parent, err);
+}
+
+/* The temporary names, from rank 0's stamp (one name for every rank). Collective. */
+static int tmp_names(ts_comm *c, int rank, xplan *p, ts_error *err) {
+  int64_t stamp = 0;
+  if (rank == 0) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    stamp = ((int64_t)now.tv_sec * 1000000000 + now.tv_nsec) ^ ((int64_t)getpid() << 40);
+    stamp = stamp < 0 ? -stamp : stamp;
+  }
+  int rc = ts_comm_allreduce_i64(c, &stamp, 1, TS_COMM_MAX, err);
+  for (int fi = 0; fi < p->nf; fi++) {
+    const char *b = strrchr(p->fs[fi].path, '/') + 1;
+    snprintf(p->fs[fi].tmp, sizeof p->fs[fi].tmp, "%s/.%s.tmp-%llx", p->parent, b,
+             (unsigned long long)stamp);
+  }
+  snprintf(p->index_tmp, sizeof p->index_tmp, "%s/.%s.index.json.tmp-%llx", p->parent, p->base,
+           (unsigned long long)stamp);
+  return rc;
+}
+
+static void remove_tmp(const xplan *p) {
+  for (int fi = 0; fi < p->nf; fi++)
+    unlink(p->fs[fi].tmp);
+  if (p->sharded)
+    unlink(p->index_tmp);
+}
+
+int ts_st_export(ts_store *s, ts_world *w, const char *path, const char *const *names, int n,
+                 int64_t max_shard_bytes, const char *const *mk, const char *const *mv, int nm,
+                 ts_st_result *res, ts_error *err) {
+  memset(res, 0, sizeof *res);
+  ts_comm *c = ts_world_comm(w);
+  int rank = ts_world_rank(w), size = ts_world_size(w);
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  xplan p;
+  memset(&p, 0, sizeof p);
+  int lst = pick_tensors(s, names, n, &p, &lerr);
+  if (!lst)
+    lst = plan_files(&p, path, max_shard_bytes, mk, mv, nm, &lerr);
+  if (!lst) { /* the answer's paths, made before the outcome is agreed */
+    res->items = calloc((size_t)p.nf + 1, sizeof *res->items);
+    for (int fi = 0; res->items && fi < p.nf; fi++)
+      if ((res->items[res->n] = strdup(p.fs[fi].path)))
+        res->n++;
+    if (res->items && p.sharded && (res->items[res->n] = strdup(p.index)))
+      res->n++;
+    if (res->n != p.nf + (p.sharded ? 1 : 0))
+      lst = ts_error_set(&lerr, TS_NO_MEMORY, "safetensors export: no memory");
+  }
+  int rc = ts_comm_agree(c, lst, &lerr, err);
+  bool created = false;
+  if (!rc && !(rc = tmp_names(c, rank, &p, err))) {
+    lst = rank == 0 ? create_files(&p, &lerr) : TS_OK;
+    created = true;
+    rc = ts_comm_agree(c, lst, &lerr, err);
+  }
+  if (!rc) {
+    lst = write_parts(&p, rank, size, !ts_comm_single_copy(c), &res->bytes, &lerr);
+    rc = ts_comm_agree(c, lst, &lerr, err);
+  }
+  if (!rc) {
+    lst = rank == 0 ? into_place(&p, &lerr) : TS_OK;
+    rc = ts_comm_agree(c, lst, &lerr, err);
+  }
+  if (rc && created && rank == 0)
+    remove_tmp(&p);
+  if (rc) {
+    int64_t b = res->bytes;
+    ts_st_result_clear(res);
+    res->bytes = b;
+  }
+  plan_free(&p);
+  return rc;
+}

@@ -1,0 +1,211 @@
+/* test_safetensors_format.c - the Hugging Face safetensors reader of libtsckpt
+ * (shard/ckpt/safetensors_format.c: ts__st_open), without MPI and without daemons.
+ *
+ * Each case writes a file by hand in a temporary directory (an 8-byte little-endian length, the
+ * JSON text of the case, then the data bytes) and opens it. The reference is the case itself:
+ * the entries it wrote (dtype, shape, absolute offset = 8 + header length + begin) for a good
+ * file, and for a bad one the status and the words the message must hold (the file and the
+ * tensor). Cases: every dtype, a scalar and an empty tensor, __metadata__ kept, entries in any
+ * order, an HF index over two files (only the mapped tensors, in weight_map order by file);
+ * refusals: truncated data, overlapping and out-of-range data_offsets, a header over 100 MiB,
+ * a header length beyond the file, JSON that does not parse, a header that is an array, unknown
+ * and unsupported dtypes, a shape that does not match its bytes, a negative dim, a shape
+ * overflowing 64 bits, a name with a control character, an index naming a path or a missing
+ * tensor, a FIFO in place of the file. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check_main.h"
+#include "safetensors_internal.h"
+
+static char dir[256];
+
+static void make_dir(void) {
+  snprintf(dir, sizeof dir, "/tmp/tshard-st-format-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void remove_dir(void) {
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Writes dir/name: the header text (its length first, or `len` when >= 0) and `data` bytes of
+ * data (value i & 0xff). Returns the path (static buffer). */
+static const char *write_st(const char *name, const char *header, int64_t len, size_t data) {
+  static char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  ck_assert_ptr_nonnull(f);
+  uint64_t n = len >= 0 ? (uint64_t)len : strlen(header);
+  uint8_t lb[8];
+  for (int i = 0; i < 8; i++)
+    lb[i] = (uint8_t)(n >> (8 * i));
+  fwrite(lb, 1, 8, f);
+  fwrite(header, 1, strlen(header), f);
+  for (size_t i = 0; i < data; i++)
+    fputc((int)(i & 0xff), f);
+  fclose(f);
+  return path;
+}
+
+/* ts__st_open(path) fails with status and a message holding both needles. */
+static void refused(const char *path, int status, const char *n1, const char *n2) {
+  st_model *m = NULL;
+  ts_error err;
+  int rc = ts__st_open(path, &m, &err);
+  ck_assert_msg(rc == status, "%s: status %d (%s), want %d", path, rc, rc ? err.msg : "", status);
+  ck_assert_ptr_null(m);
+  ck_assert_msg(strstr(err.msg, n1) && (!n2 || strstr(err.msg, n2)),
+                "message '%s' lacks '%s' or '%s'", err.msg, n1, n2 ? n2 : "");
+}
+
+START_TEST(every_dtype) {
+  make_dir();
+  const char *h = "{\"__metadata__\":{\"format\":\"pt\"},"
+                  "\"f\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+                  "\"d\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[24,32]},"
+                  "\"h\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[32,36]},"
+                  "\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[36,40]},"
+                  "\"c\":{\"dtype\":\"I8\",\"shape\":[],\"data_offsets\":[40,41]},"
+                  "\"i\":{\"dtype\":\"I32\",\"shape\":[0,5],\"data_offsets\":[41,41]},"
+                  "\"l\":{\"dtype\":\"I64\",\"shape\":[1,1],\"data_offsets\":[48,56]},"
+                  "\"u\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[41,44]}}";
+  const char *path = write_st("m.safetensors", h, -1, 56);
+  st_model *m = NULL;
+  ts_error err;
+  ck_assert_int_eq(ts__st_open(path, &m, &err), TS_OK);
+  ck_assert_int_eq(m->ntensors, 8);
+  const struct {
+    const char *name;
+    ts_dtype dt;
+    int ndim;
+    int64_t begin, bytes;
+  } want[] = {{"f", TS_F32, 2, 0, 24}, {"d", TS_F64, 1, 24, 8}, {"h", TS_F16, 1, 32, 4},
+              {"b", TS_BF16, 1, 36, 4}, {"c", TS_I8, 0, 40, 1},  {"i", TS_I32, 2, 41, 0},
+              {"l", TS_I64, 2, 48, 8},  {"u", TS_U8, 1, 41, 3}};
+  int64_t start = 8 + (int64_t)strlen(h);
+  for (size_t k = 0; k < sizeof want / sizeof *want; k++) {
+    const st_tensor *t = ts__st_find(m, want[k].name);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(t->dtype, want[k].dt);
+    ck_assert_int_eq(t->ndim, want[k].ndim);
+    ck_assert_int_eq(t->offset, start + want[k].begin);
+    ck_assert_int_eq(t->bytes, want[k].bytes);
+  }
+  ck_assert_str_eq(json_string_value(json_object_get(m->metadata, "format")), "pt");
+  ts__st_close(&m);
+  ck_assert_ptr_null(m);
+  ts__st_close(NULL); /* accepts NULL */
+  remove_dir();
+}
+END_TEST
+
+START_TEST(index_of_two_files) {
+  make_dir();
+  write_st("a.safetensors", "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                            "\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+           -1, 12);
+  write_st("b.safetensors", "{\"z\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,16]}}",
+           -1, 16);
+  char idx[512];
+  snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
+  FILE *f = fopen(idx, "w");
+  fputs("{\"metadata\":{\"total_size\":24},\"weight_map\":{\"z\":\"b.safetensors\","
+        "\"x\":\"a.safetensors\"}}", f);
+  fclose(f);
+  st_model *m = NULL;
+  ts_error err;
+  ck_assert_int_eq(ts__st_open(idx, &m, &err), TS_OK);
+  ck_assert_int_eq(m->ntensors, 2); /* y is not mapped */
+  ck_assert_int_eq(m->nfiles, 2);
+  ck_assert_str_eq(m->tensors[0].name, "z");
+  ck_assert_str_eq(m->tensors[1].name, "x");
+  ck_assert_ptr_null(ts__st_find(m, "y"));
+  ts__st_close(&m);
+  /* an index naming a path, or a tensor its file lacks */
+  f = fopen(idx, "w");
+  fputs("{\"weight_map\":{\"z\":\"../b.safetensors\"}}", f);
+  fclose(f);
+  refused(idx, TS_CORRUPT, "plain names", "../b.safetensors");
+  f = fopen(idx, "w");
+  fputs("{\"weight_map\":{\"w\":\"b.safetensors\"}}", f);
+  fclose(f);
+  refused(idx, TS_CORRUPT, "'w' is not in its file", "b.safetensors");
+  f = fopen(idx, "w");
+  fputs("{\"tensors\":{}}", f);
+  fclose(f);
+  refused(idx, TS_CORRUPT, "not an HF index", "weight_map");
+  remove_dir();
+}
+END_TEST
+
+START_TEST(bad_files) {
+  make_dir();
+  const char *ok2 = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
+                    "\"b\":{\"dtype\":\"I32\",\"shape\":[2],\"data_offsets\":[16,24]}}";
+  refused(write_st("trunc.safetensors", ok2, -1, 20), TS_CORRUPT, "trunc.safetensors",
+          "tensor 'b'");
+  refused(write_st("overlap.safetensors",
+                   "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
+                   "\"b\":{\"dtype\":\"I32\",\"shape\":[2],\"data_offsets\":[12,20]}}",
+                   -1, 24),
+          TS_CORRUPT, "overlap", "'a'");
+  refused(write_st("range.safetensors",
+                   "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[-16,0]}}", -1, 16),
+          TS_CORRUPT, "range.safetensors", "outside");
+  refused(write_st("huge.safetensors", "{}", ((int64_t)100 << 20) + 1, 0), TS_CORRUPT,
+          "huge.safetensors", "100 MiB");
+  refused(write_st("long.safetensors", "{}", 4096, 0), TS_CORRUPT, "long.safetensors",
+          "does not fit");
+  refused(write_st("json.safetensors", "{\"a\": {\"dtype\": ", -1, 8), TS_CORRUPT,
+          "json.safetensors", "not a JSON object");
+  refused(write_st("array.safetensors", "[1, 2]", -1, 8), TS_CORRUPT, "array.safetensors",
+          "not a JSON object");
+  refused(write_st("dtype.safetensors",
+                   "{\"a\":{\"dtype\":\"Q7\",\"shape\":[2],\"data_offsets\":[0,8]}}", -1, 8),
+          TS_BAD_DTYPE, "Q7 is unknown", "tensor 'a'");
+  refused(write_st("bool.safetensors",
+                   "{\"a\":{\"dtype\":\"BOOL\",\"shape\":[2],\"data_offsets\":[0,2]}}", -1, 2),
+          TS_BAD_DTYPE, "BOOL is not supported", "F32 F64 F16 BF16 I8 I32 I64 U8");
+  refused(write_st("shape.safetensors",
+                   "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", -1, 8),
+          TS_CORRUPT, "hold 8 bytes", "need 12");
+  refused(write_st("neg.safetensors",
+                   "{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", -1, 8),
+          TS_CORRUPT, "non-negative", "'a'");
+  refused(write_st("over.safetensors",
+                   "{\"a\":{\"dtype\":\"F64\",\"shape\":[4294967296,4294967296],"
+                   "\"data_offsets\":[0,8]}}", -1, 8),
+          TS_CORRUPT, "more bytes than a file can", "'a'");
+  refused(write_st("name.safetensors",
+                   "{\"a\\tb\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", -1, 8),
+          TS_CORRUPT, "a\\tb", "not valid text");
+  refused(write_st("meta.safetensors", "{\"__metadata__\":[1]}", -1, 0), TS_CORRUPT,
+          "__metadata__", "meta.safetensors");
+  char fifo[512];
+  snprintf(fifo, sizeof fifo, "%s/fifo.safetensors", dir);
+  ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+  refused(fifo, TS_CORRUPT, "a FIFO", "fifo.safetensors");
+  char missing[512];
+  snprintf(missing, sizeof missing, "%s/missing.safetensors", dir);
+  refused(missing, TS_NOT_FOUND, "missing.safetensors", NULL);
+  remove_dir();
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("safetensors_format");
+  TCase *tc = tcase_create("safetensors_format");
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, every_dtype);
+  tcase_add_test(tc, index_of_two_files);
+  tcase_add_test(tc, bad_files);
+  suite_add_tcase(s, tc);
+  return ts_run_suite(s);
+}
