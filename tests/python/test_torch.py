@@ -151,6 +151,19 @@ def test_zero_copy_and_protocols(c):
     c.drop("b")
 
 
+def test_batched(c):
+    """put_many takes torch tensors of every dtype in one batch; get_many and get agree."""
+    tensors = {f"m.{dt}": sample(dt, (6, 5), 100 + i) for i, dt in enumerate(TORCH)}
+    for n, t in tensors.items():
+        c.create(n, n[2:], (6, 5), "mesh=[4] placements=[S(1)]")
+    c.put_many(tensors)
+    got = c.get_many(list(tensors))
+    for n, t in tensors.items():
+        check(same(c.get(n, like="torch"), t), f"{n}: put_many of a torch tensor then get")
+        check(np.array_equal(got[n].view(np.uint8), c.get(n).view(np.uint8)),
+              f"{n}: get_many equals get")
+
+
 def test_without_torch(d):
     code = ("import sys; sys.modules['torch'] = None\n"
             "import numpy as np, tshard\n"
@@ -171,6 +184,7 @@ def main():
         with d.connect(0) as c:
             test_round_trips(d, c)
             test_zero_copy_and_protocols(c)
+            test_batched(c)
         test_without_torch(d)
     finally:
         rc = d.stop()

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import torch as _tt
 from . import tshard_pb2 as pb
 from .client import DTYPES, _FROM_NUMPY, _check_name
 from .errors import TshardError, error_for
@@ -36,7 +37,9 @@ def _prepare(arrays: Mapping[str, Any], convert: bool) -> Prepared:
     out = []
     for name, array in arrays.items():
         _check_name(name)
-        a, decl = declare(array, convert, DTYPES, _FROM_NUMPY, f"put_many of '{name}'")
+        what = f"put_many of '{name}'"
+        array = _tt.as_array(array, what)  # torch tensors and DLPack objects, without a copy
+        a, decl = declare(array, convert, DTYPES, _FROM_NUMPY, what)
         out.append((name, a, decl))
     return out
 
