@@ -90,6 +90,15 @@ static const cfg_entry table[] = {
      "tensors one batched operation (reshard_many, drop_many) may name (more: LIMIT)"},
     {"batch-max-bytes", SIZE(batch_max_bytes, 1, 1LL << 50), "64G",
      "the whole bytes of the tensors one batched operation may name (more: LIMIT)"},
+    {"snapshot-dir", STR(snapshot_dir), "",
+     "absolute directory of snapshots: background saves of every tensor into DIR/<UTC "
+     "timestamp>/, each atomic (tshard snapshot; --snapshot-every); off when empty"},
+    {"snapshot-every", CFG_DURATION, offsetof(tsd_config, snapshot_every), 0, 0, 86400000 * 7LL,
+     "0", "time between periodic snapshots (0: on demand only; ms or s suffix; needs "
+     "--snapshot-dir)"},
+    {"snapshot-keep", SIZE(snapshot_keep, 1, 100000), "3",
+     "complete snapshots kept in --snapshot-dir, the newest (older ones removed after each "
+     "snapshot)"},
     {"log-level", CFG_LEVEL, offsetof(tsd_config, log_level), 0, 0, 0, "info",
      "error, warn, info or debug"},
 };
@@ -297,6 +306,29 @@ static int parse_listen(tsd_config *cfg) {
   return load_token(cfg);
 }
 
+/* --snapshot-dir: an absolute path of text (it reaches paths and logs), as the directory rule
+ * of checkpoints; --snapshot-every needs it, and periods under a second are refused. */
+static int check_snapshot(const tsd_config *cfg) {
+  const char *d = cfg->snapshot_dir;
+  ts_error err;
+  if (d[0] && (d[0] != '/' || ts_text_check("--snapshot-dir", d, strlen(d), "paths", &err))) {
+    fprintf(stderr, "tshardd: --snapshot-dir '%s': %s\n", d[0] == '/' ? "(not shown)" : d,
+            d[0] != '/' ? "give an absolute path (every daemon writes there)" : err.msg);
+    return -1;
+  }
+  if (cfg->snapshot_every > 0 && !d[0]) {
+    fprintf(stderr, "tshardd: --snapshot-every needs --snapshot-dir DIR (where the snapshots "
+            "go)\n");
+    return -1;
+  }
+  if (cfg->snapshot_every > 0 && cfg->snapshot_every < 1000) {
+    fprintf(stderr, "tshardd: --snapshot-every %lldms: give 0 (on demand only) or at least 1s\n",
+            (long long)cfg->snapshot_every);
+    return -1;
+  }
+  return 0;
+}
+
 int tsd_config_parse(tsd_config *cfg, int argc, char **argv) {
   memset(cfg, 0, sizeof *cfg);
   for (size_t i = 0; i < NTABLE; i++)
@@ -355,7 +387,7 @@ int tsd_config_parse(tsd_config *cfg, int argc, char **argv) {
   }
   if (cfg->listen[0] && parse_listen(cfg))
     return -1;
-  return 0;
+  return check_snapshot(cfg);
 }
 
 void tsd_config_log(const tsd_config *cfg) {

@@ -55,6 +55,10 @@ typedef struct tsd_config {
   int64_t agreement_timeout; /* ms the ranks wait for one another in an agreement */
   int64_t batch_max_tensors; /* tensors one batched operation may name */
   int64_t batch_max_bytes;   /* the whole bytes of the tensors one batch may name */
+  /* snapshots (ops/bgsave.c): background saves of every tensor into snapshot_dir/<timestamp> */
+  char snapshot_dir[512];    /* "": no snapshots */
+  int64_t snapshot_every;    /* ms between periodic snapshots (0: on demand only) */
+  int64_t snapshot_keep;     /* complete snapshots kept, the newest */
   int log_level;
   /* derived */
   char token[256];

@@ -421,6 +421,8 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
       busy = true;
     if (tsd_order_release(e, run_work) > 0)
       busy = true;
+    if (e->ops->tick && e->ops->tick(e))
+      busy = true;
     if (busy) {
       ts_waiter_progress(&idle);
     } else {

@@ -151,6 +151,9 @@ typedef struct tsd_engine_ops {
   tsd_changes_fn changes;
   /* The engine stops: frees what the operations keep (einsum records, compiled programs). */
   void (*stop)(tsd_engine *e);
+  /* Every turn of the engine's loop (NULL: none): work of the operations' own (rank 0 orders
+   * the completion of background saves and the periodic snapshots); true when it did some. */
+  bool (*tick)(tsd_engine *e);
 } tsd_engine_ops;
 
 /* engine.c */

@@ -172,6 +172,10 @@ void tsd_op_stats(tsd_engine *e, tsd_work *w) {
   }
   s.n_ops = (size_t)nk;
   s.ops = ksp;
+  Tshard__SaveProgress sv[16];
+  Tshard__SaveProgress *svp[16];
+  s.n_saves = (size_t)tsd_bgsave_stats(sv, svp, 16);
+  s.saves = svp;
   tsd_reply_response(e, w->conn_id, &r);
 }
 
@@ -499,6 +503,7 @@ int tsd_run_shutdown(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
                         ts_error *err) {
   (void)op, (void)origin, (void)err;
   TSD_LOG(TSD_LOG_INFO, "shutdown requested (operation %llu)", (unsigned long long)op->seq);
+  tsd_bgsave_finish_all(e); /* a background save still writing completes first */
   e->stopping = true;
   return TS_OK;
 }

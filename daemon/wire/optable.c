@@ -68,6 +68,8 @@ static const tsd_op ops[] = {
                           .validate = tsd_validate_reshard_many},
     [OP(DROP_MANY)] = {.name = "drop_many", .scope = TSD_SCOPE_COLLECTIVE,
                        .validate = tsd_validate_drop_many},
+    [OP(SAVE_FINISH)] = {.name = "save_finish", .scope = TSD_SCOPE_COLLECTIVE,
+                         .validate = tsd_validate_save_finish},
 };
 #define NOPS (sizeof ops / sizeof ops[0])
 
