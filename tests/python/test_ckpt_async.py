@@ -133,6 +133,53 @@ def racing_save(d):
         check(c.ping()["rank"] == 0, "still serving")
 
 
+def cli_checks(d):
+    """The CLI: save --async --wait --json, load --json, checkpoint show --json, stats' saves,
+    snapshot without --snapshot-dir."""
+    import json
+    env = dict(os.environ, TSHARD_SOCKET_DIR=d.dir, TSHARD_JOB=d.job)
+    tsh = os.path.join(bin_dir, "tshard")
+
+    def run(*args):
+        return subprocess.run([tsh, *args], capture_output=True, text=True, env=env, timeout=120)
+    ckdir = os.path.join(work, "cli")
+    with d.connect(0) as c:
+        z0 = rng.standard_normal((256, 64)).astype(np.float32)
+        c.create("z", "f32", z0.shape, "mesh=[4] placements=[S(1)]")
+        c.put("z", z0)
+        out = run("save", ckdir, "z", "--async", "--wait", "--json")
+        info = json.loads(out.stdout) if out.returncode == 0 else {}
+        check(info.get("writing") is True and info.get("tensors") == 1 and
+              info.get("bytes") == z0.nbytes, f"tshard save --async --json: {out.stdout} {out.stderr}")
+        check(np.array_equal(ck.read(ckdir, "z"), z0), "tshard save --async --wait: files complete")
+        out = run("save", ckdir, "--async", "--wait", "--progress")
+        check(out.returncode == 0 and "complete" in out.stdout and "MiB/s" in out.stderr,
+              f"tshard save --async --wait --progress: {out.stdout} {out.stderr}")
+        out = run("stats", "--json")
+        saves = json.loads(out.stdout)["saves"] if out.returncode == 0 else []
+        check(len(saves) >= 2 and saves[-1]["dir"] == ckdir and saves[-1]["state"] == "done",
+              f"tshard stats --json saves: {saves}")
+        out = run("stats")
+        check(out.returncode == 0 and f"to {ckdir}: done" in out.stdout, f"tshard stats: {out.stdout}")
+        c.drop("z")
+        out = run("load", ckdir, "--json")
+        info = json.loads(out.stdout) if out.returncode == 0 else {}
+        check(info.get("tensors") == 1 and info.get("bytes") == z0.nbytes and
+              info.get("files", 0) >= 1, f"tshard load --json: {out.stdout} {out.stderr}")
+        check(np.array_equal(c.get("z"), z0), "tshard load: values")
+        out = run("save", ckdir)
+        check(out.returncode == 0 and "saved 1 tensors" in out.stdout, f"tshard save: {out.stdout}")
+        out = run("checkpoint", "show", ckdir, "--json")
+        show = json.loads(out.stdout) if out.returncode == 0 else {}
+        check(show.get("bytes") == z0.nbytes and show.get("tensors", [{}])[0].get("name") == "z"
+              and show.get("files", 0) >= 2, f"tshard checkpoint show --json: {out.stdout}")
+        out = run("save", ckdir, "--wait")
+        check(out.returncode == 2 and "--async" in out.stderr, f"--wait without --async: {out.stderr}")
+        out = run("snapshot")
+        check(out.returncode == 1 and "--snapshot-dir" in out.stderr, f"tshard snapshot: {out.stderr}")
+        c.drop("z")
+
+
 def failing_write():
     """Rank 1's background write fails: the previous checkpoint stays, nothing is left."""
     ckdir = os.path.join(work, "fail")
@@ -228,6 +275,7 @@ def bad_flags():
 
 with Daemons(bin_dir, 4, extra_args=["--ckpt-chunk", "64K"]) as dm:
     racing_save(dm)
+    cli_checks(dm)
 failing_write()
 memory_limit()
 snapshots()
