@@ -25,8 +25,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "handlers.h"
 #include "ts_ckpt.h"
@@ -199,7 +202,10 @@ int tsd_bgsave_finish_all(tsd_engine *e) {
   return finish_job(e, &err);
 }
 
+/* The writer thread: at nice +10, so that the operations the engine runs meanwhile keep the
+ * cores they need (the writer takes what they leave; alone it runs at full speed). */
 static void *writer_main(void *arg) {
+  setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
   ts_ckpt_job_write(arg);
   atomic_store(&bg.written, true);
   return NULL;

@@ -3,12 +3,15 @@
  * that the daemon can answer its client once the tensors are copied and write meanwhile.
  *
  * ts_ckpt_save_begin (collective) plans the save, checks the target, makes the temporary
- * directory, reduces partial tensors (collective, as the synchronous save does), and copies every
- * piece this rank writes, row-major, into a buffer of its own from the buffer pool (staging,
- * under the memory limit, checked for the whole copy before the first byte; the agreement that
- * ends it gives every rank the same outcome). After it the tensors may change or go: the job
- * holds everything it writes. ts_ckpt_job_write (no MPI, any one thread) writes this rank's file
- * from the copies, hashing them, freeing each copy once written, and syncs it.
+ * directory, reduces partial tensors (collective, as the synchronous save does: the reduction is
+ * then the copy), and copies the slice of every tensor this rank writes a piece of, as stored
+ * (one memcpy: the layout and its padding kept), into a buffer of its own from the buffer pool
+ * (staging, under the memory limit, checked for the whole copy before the first byte; the
+ * agreement that ends it gives every rank the same outcome). After it the tensors may change or
+ * go: the job holds everything it writes. ts_ckpt_job_write (no MPI, any one thread) writes this
+ * rank's file from the copies exactly as the synchronous save writes from the slices (chunks
+ * gathered or packed, hashed as written), freeing each tensor's copy once its pieces are
+ * written, and syncs it.
  * ts_ckpt_save_end (collective) agrees on the outcome with every piece's checksum, and the
  * leaders write the index and move the directory into place; on any failure anywhere the
  * leaders remove the temporary directory and the previous checkpoint stays as it was. */
@@ -28,14 +31,14 @@ struct ts_ckpt_job {
   stensor *ts;
   int nt, total_pieces, nmine, rank, size;
   bool lead, exists, made, keep_partial;
-  uint8_t **copy; /* per piece of the plan: this rank's copy (NULL: not its piece, or written) */
+  ts_tensor *copy; /* per tensor: this rank's copy of its slice (data NULL: none, or written) */
+  ts_box *box;     /* per tensor: the slice's box */
   uint64_t *hashes; /* per piece: its checksum and its table's */
   char parent[4096], tmp[4400], target[4400], path[4500];
   int64_t total, all_bytes; /* this rank's bytes to write; every rank's */
+  int64_t copy_bytes;       /* this rank's copies */
   int files;
   _Atomic int64_t written;
-  int64_t fail_after; /* the write-failure test hook taken at the start (-1: off) */
-  bool fail_kill;
   int status; /* the write's outcome (ts_ckpt_job_write), its message in lerr */
   ts_error lerr;
 };
@@ -44,72 +47,61 @@ void ts_ckpt_job_destroy(ts_ckpt_job **p) {
   if (!p || !*p)
     return;
   ts_ckpt_job *j = *p;
-  for (int i = 0; j->copy && i < j->total_pieces; i++)
-    ts_shard_free(j->copy[i]);
+  for (int i = 0; j->copy && i < j->nt; i++)
+    ts_shard_free_tensor(&j->copy[i]);
   free(j->copy);
+  free(j->box);
   free(j->hashes);
   ts__ckpt_plan_free(j->ts, j->nt);
   free(j);
   *p = NULL;
 }
 
-/* Copies piece p of the slice src (in its layout; slice_box its box) row-major into dst. */
-static int copy_piece(uint8_t *dst, const ts_tensor *src, const ts_box *slice_box,
-                      const spiece *p, ts_dtype dt, ts_error *err) {
-  int n = p->box.ndim;
-  int64_t ext[TS_MAX_DIMS], sext[TS_MAX_DIMS], at[TS_MAX_DIMS], zero[TS_MAX_DIMS];
-  for (int d = 0; d < n; d++) {
-    ext[d] = p->box.hi[d] - p->box.lo[d];
-    sext[d] = slice_box->hi[d] - slice_box->lo[d];
-    at[d] = p->box.lo[d] - slice_box->lo[d];
-    zero[d] = 0;
-  }
-  ts_layout plain, splain;
-  ts_layout_plain(&plain, dt, n, ext, NULL);
-  ts_layout_plain(&splain, dt, n, sext, NULL);
-  bool rows = src->layout.n_inner == 0 && src->layout.offset == 0 &&
-              memcmp(src->layout.strides, splain.strides, sizeof(int64_t) * (size_t)n) == 0;
-  for (int d = 1; d < n && rows; d++)
-    rows = ext[d] == sext[d];
-  if (rows) { /* a run of the slice's rows (or all of it): one copy */
-    size_t off = n ? (size_t)(at[0] * splain.strides[0]) * ts_dtype_size(dt) : 0;
-    memcpy(dst, (const uint8_t *)src->data + off, (size_t)p->bytes);
-    return TS_OK;
-  }
-  ts_tensor t = {dst, (size_t)p->bytes, plain};
-  return ts_copy_box(&t, zero, src, at, ext, NULL, err);
+/* Whether this rank writes a piece of tensor i. */
+static bool writes_piece(const ts_ckpt_job *j, int i) {
+  for (int k = 0; k < j->ts[i].npieces; k++)
+    if (j->ts[i].pieces[k].writer == j->rank)
+      return true;
+  return false;
 }
 
-/* This rank's copies: the memory checked for all of them first, then each piece it writes copied
- * from its tensor's slice or reduction (reductions are collective: every rank takes part). */
+/* This rank's copies: the memory checked for all of them first, then the slice of each tensor
+ * it writes a piece of copied as stored, or its reduction kept (reductions are collective:
+ * every rank takes part). */
 static int take_copies(ts_ckpt_job *j, ts_world *w, const ts_ckpt_save_opts *o, int lst,
                        ts_error *lerr, ts_error *err) {
-  if (!lst && j->total > 0 && ts_pool_check((size_t)j->total, "the copy", lerr) != TS_OK)
+  for (int i = 0; i < j->nt; i++)
+    if (!j->ts[i].reduce && writes_piece(j, i) && j->ts[i].t->has_slice)
+      j->copy_bytes += (int64_t)j->ts[i].t->local.bytes;
+  if (!lst && j->copy_bytes > 0 && ts_pool_check((size_t)j->copy_bytes, "the copy", lerr))
     lst = ts_error_set(lerr, TS_LIMIT, "asynchronous save to '%s': its copy of the tensors needs "
                        "%lld bytes on rank %d, more than the memory limit leaves (%s); save "
                        "synchronously (wait=True, or tshard save without --async), which writes "
-                       "straight from the tensors", j->target, (long long)j->total, j->rank,
+                       "straight from the tensors", j->target, (long long)j->copy_bytes, j->rank,
                        lerr->msg);
-  int pi = 0;
   for (int i = 0; i < j->nt; i++) {
     ts_tensor reduced;
     const ts_tensor *src = NULL;
     int rc = ts__ckpt_source(w, &j->ts[i], o->staging_bytes, lst, lerr, &reduced, &src, err);
     if (rc)
       return rc; /* agreed by the reduction: every rank fails here */
-    for (int k = 0; k < j->ts[i].npieces; k++, pi++) {
-      spiece *p = &j->ts[i].pieces[k];
-      if (p->writer != j->rank || lst)
-        continue;
+    j->box[i] = j->ts[i].t->box;
+    if (!lst && writes_piece(j, i)) {
       if (!src) {
-        lst = ts_error_set(lerr, TS_INTERNAL, "checkpoint: rank %d writes piece '%s' but holds "
-                           "no slice", j->rank, p->key);
-        continue;
+        lst = ts_error_set(lerr, TS_INTERNAL, "checkpoint: rank %d writes a piece of '%s' but "
+                           "holds no slice", j->rank, j->ts[i].name);
+      } else if (reduced.data) { /* the reduction is a copy already */
+        j->copy[i] = reduced;
+        reduced.data = NULL;
+      } else {
+        j->copy[i] = *src;
+        j->copy[i].data = ts_shard_alloc_as(src->bytes ? src->bytes : 1, TS_POOL_STAGING,
+                                            "the asynchronous save's copy", lerr);
+        if (j->copy[i].data)
+          memcpy(j->copy[i].data, src->data, src->bytes);
+        else
+          lst = lerr->code;
       }
-      j->copy[pi] = ts_shard_alloc_as((size_t)(p->bytes ? p->bytes : 1), TS_POOL_STAGING,
-                                      "the asynchronous save's copy", lerr);
-      lst = j->copy[pi] ? copy_piece(j->copy[pi], src, &j->ts[i].t->box, p, j->ts[i].dtype, lerr)
-                        : lerr->code;
     }
     ts_shard_free_tensor(&reduced);
     j->ts[i].t = NULL; /* the tensor may change or go from here on */
@@ -148,7 +140,6 @@ int ts_ckpt_save_begin(ts_store *s, ts_world *w, const char *dir, const char *co
   j->rank = ts_world_rank(w);
   j->size = ts_world_size(w);
   j->keep_partial = o->keep_partial;
-  j->fail_after = ts__ckpt_fail_take(&j->fail_kill);
   ts_error lerr;
   ts_error_clear(&lerr);
   char base[256];
@@ -172,9 +163,10 @@ int ts_ckpt_save_begin(ts_store *s, ts_world *w, const char *dir, const char *co
   free(load);
   if (!lst) {
     count_plan(j);
-    j->copy = calloc((size_t)(j->total_pieces + 1), sizeof *j->copy);
+    j->copy = calloc((size_t)(j->nt + 1), sizeof *j->copy);
+    j->box = calloc((size_t)(j->nt + 1), sizeof *j->box);
     j->hashes = calloc(2 * (size_t)(j->total_pieces + 1), sizeof *j->hashes);
-    if (!j->copy || !j->hashes)
+    if (!j->copy || !j->box || !j->hashes)
       lst = ts_error_set(&lerr, TS_NO_MEMORY, "checkpoint: no memory");
   }
   if ((rc = ts__ckpt_tmp_name(c, j->rank, j->parent, base, j->tmp, sizeof j->tmp, err)))
@@ -200,54 +192,26 @@ fail:
   return rc;
 }
 
-/* Writes one copied piece and its block table at their offsets; hashes both. */
-static int write_copy(ts_ckpt_job *j, int fd, const spiece *p, const uint8_t *bytes,
-                      uint64_t *hash, ts_error *err) {
-  size_t tlen = (size_t)ckpt_blocks_count(p->bytes, CKPT_BLOCK_BYTES) * 8;
-  uint8_t *table = malloc(tlen ? tlen : 1);
-  if (!table)
-    return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory for the block table of '%s'",
-                        p->key);
-  hash[0] = XXH3_64bits(bytes, (size_t)p->bytes);
-  ts__ckpt_blocks_hash(bytes, p->bytes, CKPT_BLOCK_BYTES, table);
-  hash[1] = XXH3_64bits(table, tlen);
-  int64_t done = atomic_load(&j->written);
-  int rc;
-  if (j->fail_after >= 0 && done + p->bytes > j->fail_after) {
-    if (j->fail_kill) {
-      ts__ckpt_pwrite_full(fd, bytes, (size_t)(j->fail_after - done), p->offset);
-      raise(SIGKILL);
-    }
-    errno = EIO;
-    rc = -1;
-  } else {
-    rc = ts__ckpt_pwrite_full(fd, bytes, (size_t)p->bytes, p->offset);
-  }
-  if (!rc)
-    rc = ts__ckpt_pwrite_full(fd, table, tlen, p->toffset);
-  free(table);
-  if (rc)
-    return ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint: cannot write piece '%s' to '%s': %s",
-                        p->key, j->path, strerror(errno));
-  atomic_fetch_add(&j->written, p->bytes);
-  return TS_OK;
-}
-
 void ts_ckpt_job_write(ts_ckpt_job *j) {
   ts_error_clear(&j->lerr);
   int fd = -1, lst = TS_OK;
   if (j->nmine)
     lst = ts__ckpt_open_file(j->ts, j->nt, j->nmine, j->rank, j->path, &fd, &j->lerr);
   int pi = 0;
-  for (int i = 0; i < j->nt; i++)
+  int64_t written = 0;
+  for (int i = 0; i < j->nt; i++) {
     for (int k = 0; k < j->ts[i].npieces; k++, pi++) {
-      if (!j->copy[pi])
+      spiece *p = &j->ts[i].pieces[k];
+      if (p->writer != j->rank || lst)
         continue;
-      if (!lst)
-        lst = write_copy(j, fd, &j->ts[i].pieces[k], j->copy[pi], &j->hashes[2 * pi], &j->lerr);
-      ts_shard_free(j->copy[pi]);
-      j->copy[pi] = NULL;
+      lst = ts__ckpt_write_piece(fd, j->path, &j->copy[i], &j->box[i], p, j->ts[i].dtype,
+                                 &j->hashes[2 * pi], &j->hashes[2 * pi + 1], &written, &j->lerr);
+      atomic_store(&j->written, written);
     }
+    ts_shard_free_tensor(&j->copy[i]); /* its pieces are written: the memory goes back */
+  }
+  bool kill;
+  ts__ckpt_fail_take(&kill); /* the write-failure hook served this save */
   if (fd >= 0) {
     if (!lst && fsync(fd) != 0)
       lst = ts_error_set(&j->lerr, TS_CHECKPOINT_IO, "checkpoint: cannot sync '%s': %s", j->path,

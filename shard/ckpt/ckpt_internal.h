@@ -187,6 +187,11 @@ int ts__ckpt_into_place(const char *tmp, const char *target, const char *parent,
 int ts__ckpt_source(ts_world *w, const stensor *st, int64_t staging, int prior,
                     const ts_error *prior_err, ts_tensor *reduced, const ts_tensor **src,
                     ts_error *err);
+/* Writes one piece from the slice `src` (in its layout, slice_box its box) at p->offset and its
+ * block checksum table at p->toffset; hashes both; adds its bytes to *written. Any thread. */
+int ts__ckpt_write_piece(int fd, const char *path, const ts_tensor *src,
+                         const ts_box *slice_box, spiece *p, ts_dtype dt, uint64_t *hash,
+                         uint64_t *thash, int64_t *written, ts_error *err);
 /* The write-failure test hook's setting for the next save (-1: off), turned off by taking it. */
 int64_t ts__ckpt_fail_take(bool *kill);
 

@@ -313,11 +313,9 @@ static int write_gathered(int fd, const uint8_t *slice, const ts_box *slice_box,
   return rc;
 }
 
-/* Writes one piece from the slice `src` (in its layout) at p->offset and its block checksum table
- * at p->toffset; hashes both. */
-static int write_piece(int fd, const char *path, const ts_tensor *src, const ts_box *slice_box,
-                       spiece *p, ts_dtype dt, uint64_t *hash, uint64_t *thash, int64_t *written,
-                       ts_error *err) {
+int ts__ckpt_write_piece(int fd, const char *path, const ts_tensor *src,
+                         const ts_box *slice_box, spiece *p, ts_dtype dt, uint64_t *hash,
+                         uint64_t *thash, int64_t *written, ts_error *err) {
   int n = p->box.ndim;
   ts_layout plain, splain;
   int64_t ext[TS_MAX_DIMS], sext[TS_MAX_DIMS], zero[TS_MAX_DIMS], at[TS_MAX_DIMS];
@@ -825,8 +823,8 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
         lst = ts_error_set(&lerr, TS_INTERNAL, "checkpoint: rank %d writes piece '%s' but holds "
                            "no slice", rank, p->key);
       else
-        lst = write_piece(fd, path, src, &t->box, p, t->dtype, &hashes[2 * pi],
-                          &hashes[2 * pi + 1], &written, &lerr);
+        lst = ts__ckpt_write_piece(fd, path, src, &t->box, p, t->dtype, &hashes[2 * pi],
+                                   &hashes[2 * pi + 1], &written, &lerr);
     }
     ts_shard_free_tensor(&reduced);
   }
