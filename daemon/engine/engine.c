@@ -385,6 +385,12 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
     goto out;
   if ((rc = ts_control_create(e->world, &e->ctl, err)))
     goto out;
+  /* What the operations do before any client is served (a resume), then the serving starts:
+   * both collective, the same outcome on every rank. */
+  if (e->ops->start && (rc = e->ops->start(e, err)))
+    goto out;
+  if (opts->serve && (rc = opts->serve(opts->serve_ctx, err)))
+    goto out;
   /* Short timed waits must be short: the default timer slack (50 us) would round them up. */
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   ts_waiter idle; /* the engine's idle wait lasts as long as the daemon: no deadline */

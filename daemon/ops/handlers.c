@@ -84,4 +84,5 @@ const tsd_engine_ops tsd_ops = {
     .changes = changes,
     .stop = stop,
     .tick = tsd_bgsave_tick,
+    .start = tsd_resume,
 };

@@ -22,6 +22,10 @@ int tsd_run_shutdown(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, 
 void tsd_changes_create(const Tshard__Request *r, tsd_changes *ch);
 void tsd_changes_drop(const Tshard__Request *r, tsd_changes *ch);
 void tsd_changes_reshard(const Tshard__Request *r, tsd_changes *ch);
+/* Publishes every stored tensor's metadata in the catalog (list, describe). */
+void tsd_catalog_publish_all(tsd_engine *e);
+/* resume.c: --resume DIR, before serving (the engine's start hook). */
+int tsd_resume(tsd_engine *e, ts_error *err);
 /* Counts an executor run in the per-strategy statistics. */
 void tsd_record_exec(tsd_engine *e, const ts_exec_report *rep);
 

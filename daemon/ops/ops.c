@@ -537,6 +537,8 @@ static void catalog_refresh_all(tsd_engine *e) {
     catalog_refresh(e, ts_store_at(e->store, i)->name);
 }
 
+void tsd_catalog_publish_all(tsd_engine *e) { catalog_refresh_all(e); }
+
 int tsd_run_collective(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
                        ts_error *err) {
   const tsd_op_handlers *entry = tsd_op_handlers_find((int)op->req->op_case);

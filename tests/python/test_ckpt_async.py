@@ -10,8 +10,10 @@ fails on one rank (the write-failure hook) leaves the previous checkpoint intact
 temporary directory, and stats and the log say why. A copy that does not fit --memory-limit is
 refused naming the synchronous save, which then works. Periodic snapshots every second while a
 client works: the newest --snapshot-keep kept, each complete and holding values the client put.
-Bad input: save_finish from a client, a snapshot without --snapshot-dir or with names, bad
-snapshot flags.
+Then the job stopped and resumed on 2 ranks (--resume, --resume-attr) against the last snapshot,
+and the refusals of --resume before serving (no checkpoint, a tensor no rule places, a rule that
+does not fit, a corrupt index), every rank with the same message. Bad input: save_finish from a
+client, a snapshot without --snapshot-dir or with names, bad snapshot and resume flags.
 
 usage: test_ckpt_async.py BUILD_BIN_DIR"""
 import os
@@ -230,13 +232,18 @@ def memory_limit():
 
 
 def snapshots():
-    """Periodic snapshots while a client works: the newest two kept, each a complete checkpoint
-    of values the client put."""
+    """Periodic snapshots while a client works on 3 ranks: the newest two kept, each a complete
+    checkpoint of values the client put; then the job stopped and resumed on 2 ranks, a rule
+    placing the tensor saved over 3 ranks, the one saved on ranks 0-1 under its own attribute,
+    against the last snapshot."""
     sdir = os.path.join(work, "snaps")
-    with Daemons(bin_dir, 2, extra_args=["--snapshot-dir", sdir, "--snapshot-every", "1s",
+    rep0 = rng.standard_normal((5, 7))
+    with Daemons(bin_dir, 3, extra_args=["--snapshot-dir", sdir, "--snapshot-every", "1s",
                                          "--snapshot-keep", "2"]) as d, d.connect(0) as c:
-        c.create("v", "i64", (64, 8), "mesh=[2] placements=[S(0)]")
+        c.create("v", "i64", (64, 8), "mesh=[3] placements=[S(0)]")
         c.put("v", np.zeros((64, 8), np.int64))
+        c.create("rep", "f64", rep0.shape, "mesh=[2]@0,1 placements=[R]")
+        c.put("rep", rep0)
         i = 0
 
         def done_snaps():
@@ -261,6 +268,60 @@ def snapshots():
         vals.append(int(v[0, 0]))
     check(vals == sorted(vals), f"snapshots in order of time {vals}")
     check(leftovers(sdir) == [], "no temporary directory left")
+    last = os.path.join(sdir, kept[-1])
+    rule = "v*=mesh=[2] placements=[S(1)]"
+    with Daemons(bin_dir, 2, extra_args=["--resume", sdir, "--resume-attr", "x*=mesh=[2] "
+                                         "placements=[R]", "--resume-attr", rule]) as d, \
+            d.connect(1) as c:
+        check(sorted(c.list()) == ["rep", "v"], f"resumed names {c.list()}")
+        check(np.array_equal(c.get("v"), ck.read(last, "v")), "v resumed from the last snapshot")
+        check(np.array_equal(c.get("rep"), rep0), "rep resumed")
+        check(c.describe("v")["attr"] == "mesh=[2]@0-1 placements=[S(1)]",
+              f"v under the rule: {c.describe('v')['attr']}")
+        check(c.describe("rep")["attr"].startswith("mesh=[2]@0-1 placements=[R]"),
+              f"rep under its saved attribute: {c.describe('rep')['attr']}")
+        logs = d.logs()
+        check(f"resumed 2 tensors" in logs and last in logs and rule in logs,
+              "the log says what was restored and from where")
+    return sdir, last
+
+
+def refused_resume(sdir, last):
+    """--resume refusals, every rank the same message, before serving."""
+    def start(np_, *args):
+        sock = tempfile.mkdtemp(prefix="tshard-resume-")
+        os.chmod(sock, 0o700)
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                   OMPI_MCA_rmaps_base_oversubscribe="1")
+        p = subprocess.run(["mpirun", "-np", str(np_), "--oversubscribe",
+                            os.path.join(bin_dir, "tshardd"), "--socket-dir", sock, "--job",
+                            "resume", *args], capture_output=True, text=True, env=env,
+                           timeout=120)
+        served = any(n.endswith(".sock") for n in os.listdir(sock))
+        return p.returncode, p.stdout + p.stderr, served
+    empty = tempfile.mkdtemp(prefix="tshard-empty-", dir=work)
+    cases = [
+        (["--resume", empty], [empty, "no complete snapshot"]),
+        (["--resume", sdir], ["tensor 'v'", "no --resume-attr rule matches"]),
+        (["--resume", sdir, "--resume-attr", "*=mesh=[3] placements=[S(0)]"],
+         ["--resume-attr '*=mesh=[3] placements=[S(0)]'", "tensor 'v'"]),
+    ]
+    bad = os.path.join(work, "corrupt")
+    os.makedirs(os.path.join(bad, "snap"))
+    for f in os.listdir(last):
+        with open(os.path.join(last, f), "rb") as src, open(os.path.join(bad, "snap", f), "wb") as dst:
+            dst.write(src.read())
+    with open(os.path.join(bad, "snap", "index.json"), "r+b") as f:
+        f.seek(5)
+        f.write(b"@@@@")
+    cases.append((["--resume", bad, "--resume-attr", "*=mesh=[2] placements=[S(0)]"],
+                  [os.path.join(bad, "snap"), "index does not parse"]))
+    for args, needles in cases:
+        rc, out, served = start(2, *args)
+        lines = [l for l in out.splitlines() if "cannot start" in l]
+        check(rc != 0 and not served and len(lines) == 2 and lines[0].split("cannot start")[1] ==
+              lines[1].split("cannot start")[1] and all(n in lines[0] for n in needles),
+              f"resume {args}: rc {rc}, served {served}, {lines}")
 
 
 def bad_flags():
@@ -268,7 +329,11 @@ def bad_flags():
     for args, needle in ((["--snapshot-every", "5s"], "needs --snapshot-dir"),
                          (["--snapshot-dir", "rel/dir"], "absolute path"),
                          (["--snapshot-dir", "/tmp/x", "--snapshot-every", "200ms"], "at least 1s"),
-                         (["--snapshot-dir", "/tmp/x", "--snapshot-keep", "0"], "snapshot-keep")):
+                         (["--snapshot-dir", "/tmp/x", "--snapshot-keep", "0"], "snapshot-keep"),
+                         (["--resume-attr", "*=mesh=[2] placements=[S(0)]"], "needs --resume"),
+                         (["--resume", "/tmp/x", "--resume-attr", "nothing"], "GLOB=ATTR"),
+                         (["--resume", "/tmp/x", "--resume-attr", "*=mesh=[2"], "the attribute"),
+                         (["--resume", "relative"], "absolute path")):
         p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=20)
         check(p.returncode != 0 and needle in p.stderr, f"tshardd {args}: {p.stderr!r}")
 
@@ -278,6 +343,6 @@ with Daemons(bin_dir, 4, extra_args=["--ckpt-chunk", "64K"]) as dm:
     cli_checks(dm)
 failing_write()
 memory_limit()
-snapshots()
+refused_resume(*snapshots())
 bad_flags()
 check.finish()
