@@ -12,7 +12,7 @@ refused naming the synchronous save, which then works. Periodic snapshots every 
 client works: the newest --snapshot-keep kept, each complete and holding values the client put.
 Then the job stopped and resumed on 2 ranks (--resume, --resume-attr) against the last snapshot,
 and the refusals of --resume before serving (no checkpoint, a tensor no rule places, a rule that
-does not fit, a corrupt index), every rank with the same message. Bad input: save_finish from a
+does not fit, a corrupt index), every rank with the same message; tshard-launch start --resume. Bad input: save_finish from a
 client, a snapshot without --snapshot-dir or with names, bad snapshot and resume flags.
 
 usage: test_ckpt_async.py BUILD_BIN_DIR"""
@@ -324,6 +324,26 @@ def refused_resume(sdir, last):
               f"resume {args}: rc {rc}, served {served}, {lines}")
 
 
+def launcher_resume(sdir, last):
+    """tshard-launch start --resume passes the flags and prints what was restored."""
+    launch = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy",
+                          "tshard-launch")
+    sock = tempfile.mkdtemp(prefix="tshard-launch-")
+    os.chmod(sock, 0o700)
+    env = dict(os.environ, TSHARD_BIN=bin_dir)
+    common = ["--job", "resume-launch", "--socket-dir", sock]
+    out = subprocess.run([launch, "start", "--resume", sdir, "--resume-attr",
+                          "*=mesh=[2] placements=[S(0)]", "-np", "2", *common],
+                         capture_output=True, text=True, env=env, timeout=120)
+    check(out.returncode == 0 and "resumed 2 tensors" in out.stdout and last in out.stdout and
+          "resumed 'v'" in out.stdout, f"tshard-launch start --resume: {out.stdout} {out.stderr}")
+    try:
+        with tshard.connect(socket=os.path.join(sock, "tshard-resume-launch-0.sock")) as c:
+            check(np.array_equal(c.get("v"), ck.read(last, "v")), "launcher resume: values")
+    finally:
+        subprocess.run([launch, "stop", *common], capture_output=True, env=env, timeout=120)
+
+
 def bad_flags():
     exe = os.path.join(bin_dir, "tshardd")
     for args, needle in ((["--snapshot-every", "5s"], "needs --snapshot-dir"),
@@ -343,6 +363,8 @@ with Daemons(bin_dir, 4, extra_args=["--ckpt-chunk", "64K"]) as dm:
     cli_checks(dm)
 failing_write()
 memory_limit()
-refused_resume(*snapshots())
+snap = snapshots()
+refused_resume(*snap)
+launcher_resume(*snap)
 bad_flags()
 check.finish()
