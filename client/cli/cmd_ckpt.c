@@ -84,7 +84,7 @@ static int follow_save(cli_args *a, tshard_client *c, const tshard_ckpt_info *k)
       cli_progress_update(&p, v->bytes_written, v->bytes_total ? v->bytes_total : 1);
     if (strcmp(v->state, "writing") != 0) {
       if (v->status) {
-        char msg[1200];
+        char msg[4800];
         snprintf(msg, sizeof msg, "background save to %s failed: %s (%s)", v->dir, v->message,
                  tshard_status_name(v->status));
         code = cli_fail(CLI_FAILED, msg);

@@ -47,6 +47,8 @@ void ts_ckpt_job_destroy(ts_ckpt_job **p) {
   if (!p || !*p)
     return;
   ts_ckpt_job *j = *p;
+  if (j->made) /* never ended: nothing of it stays */
+    ts__ckpt_remove_dir(j->tmp);
   for (int i = 0; j->copy && i < j->nt; i++)
     ts_shard_free_tensor(&j->copy[i]);
   free(j->copy);
@@ -73,12 +75,13 @@ static int take_copies(ts_ckpt_job *j, ts_world *w, const ts_ckpt_save_opts *o, 
   for (int i = 0; i < j->nt; i++)
     if (!j->ts[i].reduce && writes_piece(j, i) && j->ts[i].t->has_slice)
       j->copy_bytes += (int64_t)j->ts[i].t->local.bytes;
-  if (!lst && j->copy_bytes > 0 && ts_pool_check((size_t)j->copy_bytes, "the copy", lerr))
-    lst = ts_error_set(lerr, TS_LIMIT, "asynchronous save to '%s': its copy of the tensors needs "
-                       "%lld bytes on rank %d, more than the memory limit leaves (%s); save "
-                       "synchronously (wait=True, or tshard save without --async), which writes "
-                       "straight from the tensors", j->target, (long long)j->copy_bytes, j->rank,
-                       lerr->msg);
+  ts_error why;
+  if (!lst && j->copy_bytes > 0 && ts_pool_check((size_t)j->copy_bytes, "the copy", &why))
+    lst = ts_error_set(lerr, TS_LIMIT, "asynchronous save: its copy of the tensors needs %lld "
+                       "bytes on rank %d, more than the memory limit leaves; save synchronously "
+                       "(wait=True, or tshard save without --async), which writes straight from "
+                       "the tensors (%.150s; to '%s')", (long long)j->copy_bytes, j->rank,
+                       why.msg, j->target);
   for (int i = 0; i < j->nt; i++) {
     ts_tensor reduced;
     const ts_tensor *src = NULL;
@@ -186,9 +189,7 @@ int ts_ckpt_save_begin(ts_store *s, ts_world *w, const char *dir, const char *co
   *out = j;
   return TS_OK;
 fail:
-  if (j->made)
-    ts__ckpt_remove_dir(j->tmp);
-  ts_ckpt_job_destroy(&j);
+  ts_ckpt_job_destroy(&j); /* removes the temporary directory it made */
   return rc;
 }
 

@@ -90,9 +90,10 @@ void ts_ckpt_job_write(ts_ckpt_job *j);
 /* Safe from any thread while ts_ckpt_job_write runs. */
 void ts_ckpt_job_progress(const ts_ckpt_job *j, ts_ckpt_progress *p);
 int ts_ckpt_save_end(ts_ckpt_job *j, ts_world *w, ts_ckpt_report *rep, ts_error *err);
-void ts_ckpt_job_destroy(ts_ckpt_job **j); /* accepts NULL */
-/* Removes the checkpoint dir (only a tshard checkpoint or an empty directory: anything else is
- * refused as a save would refuse to replace it, and left untouched). */
+/* Accepts NULL; a job not ended by ts_ckpt_save_end removes its temporary directory (leaders). */
+void ts_ckpt_job_destroy(ts_ckpt_job **j);
+/* Removes the checkpoint dir: only a tshard checkpoint (an empty directory stays; anything else
+ * is refused as a save would refuse to replace it, and left untouched). */
 int ts_ckpt_remove(const char *dir, ts_error *err);
 
 /* Test hooks, per process (so one rank can be made to fail): the next save's file writes fail

@@ -123,7 +123,7 @@ def racing_save(d):
         for r in (r1, r2):
             check(np.array_equal(ck.read(r["dir"], "x"), x0), f"two saves: {r['dir']}")
         c.drop("x")
-        # misuse
+    with d.connect(0) as c:  # misuse, on a connection without operations in flight
         ans = raw_call(c, save_finish=pb.SaveFinishRequest(save_id=1))
         check(ans.status == ST["INVALID_ARGUMENT"] and "ordered by the daemons" in ans.message,
               f"save_finish from a client: {ans.status} {ans.message}")
