@@ -298,7 +298,7 @@ void tshard_einsum_result_clear(tshard_einsum_result *r); /* accepts NULL */
 /* What a save or a load did (the daemon's CkptResult). */
 typedef struct tshard_ckpt_info {
   char dir[4000];
-  int tensors, files; /* save: the data files and the index; load: the data files read */
+  int tensors, files; /* save: the data files and the index; load: the files holding them */
   uint64_t bytes;     /* the tensors' bytes saved or loaded */
   double seconds;     /* on the answering daemon; a background save: until the copy was taken */
   int writing;        /* a background save: its files are being written (tshard_wait_saves) */

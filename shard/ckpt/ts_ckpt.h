@@ -57,7 +57,7 @@ typedef struct ts_ckpt_report {
   int64_t ranged_reads;   /* loads, this rank: pieces read in part through their block tables */
   bool ranged_io_uring;   /* ... those reads batched through io_uring (else preadv) */
   int64_t bytes_total; /* the whole checkpoint's piece bytes (saves: written, loads: loaded) */
-  int files;           /* saves: data files and the index; loads: data files read (any rank) */
+  int files;           /* saves: data files and the index; loads: data files holding the tensors */
 } ts_ckpt_report;
 
 /* Saves the named tensors (names NULL or n 0: all) of the store into dir. Atomic: the previous
