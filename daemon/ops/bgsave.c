@@ -21,15 +21,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "handlers.h"
 #include "ts_ckpt.h"
@@ -202,10 +200,12 @@ int tsd_bgsave_finish_all(tsd_engine *e) {
   return finish_job(e, &err);
 }
 
-/* The writer thread: at nice +10, so that the operations the engine runs meanwhile keep the
- * cores they need (the writer takes what they leave; alone it runs at full speed). */
+/* The writer thread, under SCHED_IDLE: it runs on the CPU time the operations (and anything
+ * else on the node) leave, so that what the engine runs meanwhile keeps the cores it needs; on
+ * an idle node it writes at full speed, on a saturated one the save takes longer instead. */
 static void *writer_main(void *arg) {
-  setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+  struct sched_param sp = {0};
+  pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
   ts_ckpt_job_write(arg);
   atomic_store(&bg.written, true);
   return NULL;

@@ -61,12 +61,11 @@
 #include <fcntl.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/statfs.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -199,9 +198,10 @@ static ts_attr *attr(const char *text) {
   return a;
 }
 
-/* The writer thread, as the daemon runs it (daemon/ops/bgsave.c): at nice +10. */
+/* The writer thread, as the daemon runs it (daemon/ops/bgsave.c): SCHED_IDLE. */
 static void *bench_writer(void *job) {
-  setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+  struct sched_param sp = {0};
+  pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
   ts_ckpt_job_write(job);
   return NULL;
 }
