@@ -738,6 +738,20 @@ int tshard_stats_get(tshard_client *c, tshard_stats *s) {
       s->ops[i].batch_max = k->batch_max;
       s->nops = (int)i + 1;
     }
+    for (size_t i = 0; i < x->n_saves && i < 8; i++) {
+      const Tshard__SaveProgress *v = x->saves[i];
+      tshard_save_stats *o = &s->saves[i];
+      o->save_id = v->save_id;
+      snprintf(o->dir, sizeof o->dir, "%s", v->dir);
+      snprintf(o->state, sizeof o->state, "%s", v->state);
+      o->bytes_written = v->bytes_written;
+      o->bytes_total = v->bytes_total;
+      o->checkpoint_bytes = v->checkpoint_bytes;
+      o->seconds = v->seconds;
+      o->status = v->status;
+      snprintf(o->message, sizeof o->message, "%s", v->message);
+      s->nsaves = (int)i + 1;
+    }
   }
   if (r)
     tsc_free(c, r);

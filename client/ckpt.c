@@ -1,12 +1,15 @@
-/* ckpt.c - the C library's checkpoint calls: save and load requests, the directory
- * made absolute here (the daemons do not share the caller's working directory). */
+/* ckpt.c - the C library's checkpoint calls: save (synchronous or in the background) and load
+ * requests, the directory made absolute here (the daemons do not share the caller's working
+ * directory), their reports, snapshots, and the wait for background saves (by polling stats). */
 #include <limits.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "client_internal.h"
 #include "ts_rules.h"
+#include "ts_wait.h"
 
 static int abs_dir(tshard_client *c, const char *dir, char *out, size_t cap) {
   if (!dir || !dir[0])
@@ -46,6 +49,29 @@ static int checked_args(tshard_client *c, const char *dir, const char *const *na
   return rc ? rc : check_names(c, names, n);
 }
 
+/* One collective call whose answer may carry a CkptResult, copied into info (NULL: not wanted). */
+static int call_info(tshard_client *c, Tshard__Request *req, tshard_ckpt_info *info) {
+  if (info)
+    memset(info, 0, sizeof *info);
+  if (tsc_apply_group(c, req))
+    return TS_INVALID_ARGUMENT;
+  Tshard__Response *r = NULL;
+  int rc = tsc_call(c, req, &r);
+  if (rc == TS_OK && info && r && r->result_case == TSHARD__RESPONSE__RESULT_CKPT) {
+    const Tshard__CkptResult *k = r->ckpt;
+    snprintf(info->dir, sizeof info->dir, "%s", k->dir);
+    info->tensors = (int)k->tensors;
+    info->files = (int)k->files;
+    info->bytes = k->bytes;
+    info->seconds = k->seconds;
+    info->writing = k->writing;
+    info->save_id = k->save_id;
+  }
+  if (r)
+    tsc_free(c, r);
+  return rc;
+}
+
 int tshard_save(tshard_client *c, const char *dir, const char *const *names, int n,
                 const tshard_save_opts *opts) {
   char path[4096];
@@ -59,10 +85,11 @@ int tshard_save(tshard_client *c, const char *dir, const char *const *names, int
   q.names = (char **)names;
   q.keep_partial = opts && opts->keep_partial;
   q.per_node = opts && opts->per_node;
+  q.background = opts && opts->background;
   req.op_case = TSHARD__REQUEST__OP_SAVE;
   req.save = &q;
   req.idempotency_key = (char *)(opts && opts->key ? opts->key : "");
-  rc = tsc_call_collective(c, &req);
+  rc = call_info(c, &req, opts ? opts->info : NULL);
   if (rc == TS_RANK_LOST) /* the save's own error, naming its path; later calls: RANK_LOST */
     return tsc_fail(c, TS_CHECKPOINT_IO, "save to %s was interrupted: %s; %s holds a complete "
                     "checkpoint or nothing: the one that was there before (or this save's, had "
@@ -91,5 +118,67 @@ int tshard_load(tshard_client *c, const char *dir, const char *const *names, int
   req.op_case = TSHARD__REQUEST__OP_LOAD;
   req.load = &q;
   req.idempotency_key = (char *)(opts && opts->key ? opts->key : "");
-  return tsc_call_collective(c, &req);
+  return call_info(c, &req, opts ? opts->info : NULL);
+}
+
+int tshard_snapshot(tshard_client *c, tshard_ckpt_info *info) {
+  if (!c)
+    return TS_INVALID_ARGUMENT;
+  Tshard__Request req = TSHARD__REQUEST__INIT;
+  Tshard__SaveRequest q = TSHARD__SAVE_REQUEST__INIT;
+  q.snapshot = true;
+  q.background = true;
+  req.op_case = TSHARD__REQUEST__OP_SAVE;
+  req.save = &q;
+  return call_info(c, &req, info);
+}
+
+/* The state of the saves waited for: TS_OK when none writes any more (rc: the first failed
+ * one's status), 1 while one writes. want (n of them, 0: those writing in s) is filled on the
+ * first look. */
+static int saves_state(tshard_client *c, const tshard_stats *s, uint64_t *want, int *n, int *rc) {
+  if (*n == 0 && want[0] == 0)
+    for (int i = 0; i < s->nsaves; i++)
+      if (strcmp(s->saves[i].state, "writing") == 0)
+        want[(*n)++] = s->saves[i].save_id;
+  if (*n == 0 && want[0] != 0)
+    *n = 1;
+  *rc = TS_OK;
+  for (int k = 0; k < *n; k++)
+    for (int i = 0; i < s->nsaves; i++) {
+      const tshard_save_stats *v = &s->saves[i];
+      if (v->save_id != want[k])
+        continue;
+      if (strcmp(v->state, "writing") == 0)
+        return 1;
+      if (v->status != TS_OK && *rc == TS_OK)
+        *rc = tsc_fail(c, v->status, "background save %llu to '%s' failed: %s",
+                       (unsigned long long)v->save_id, v->dir, v->message);
+    }
+  return TS_OK;
+}
+
+int tshard_wait_saves(tshard_client *c, uint64_t save_id, int timeout_ms) {
+  if (!c)
+    return TS_INVALID_ARGUMENT;
+  tshard_stats *s = malloc(sizeof *s);
+  if (!s)
+    return tsc_fail(c, TS_NO_MEMORY, "no memory to wait for the saves");
+  uint64_t want[8] = {save_id};
+  int n = 0, rc = TS_OK;
+  ts_waiter w;
+  ts_waiter_init(&w, &ts_wait_socket, ts_wait_deadline_ms(timeout_ms));
+  for (;;) {
+    if ((rc = tshard_stats_get(c, s)) != TS_OK || saves_state(c, s, want, &n, &rc) == TS_OK)
+      break;
+    /* polling the daemon's progress: naps from 1 ms doubling to 50 ms, up to the deadline */
+    int64_t nap = ts_waiter_next(&w);
+    if (nap < 0) {
+      rc = tsc_fail(c, TS_TIMEOUT, "background saves still writing after %d ms", timeout_ms);
+      break;
+    }
+    ts_wait_nap_ns(nap < 1000000 ? 1000000 : nap > 50000000 ? 50000000 : nap);
+  }
+  free(s);
+  return rc;
 }

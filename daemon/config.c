@@ -13,7 +13,8 @@
 #include "ts_plan.h" /* the bound of --staging */
 
 /* CFG_MEMORY: a size, or "auto" (stored as TSD_MEMORY_AUTO, resolved in main.c). */
-typedef enum { CFG_STRING, CFG_SIZE, CFG_DURATION, CFG_LEVEL, CFG_MEMORY } cfg_kind;
+/* CFG_RULE: a string each use of the flag appends (--resume-attr). */
+typedef enum { CFG_STRING, CFG_SIZE, CFG_DURATION, CFG_LEVEL, CFG_MEMORY, CFG_RULE } cfg_kind;
 
 typedef struct cfg_entry {
   const char *name;
@@ -90,6 +91,23 @@ static const cfg_entry table[] = {
      "tensors one batched operation (reshard_many, drop_many) may name (more: LIMIT)"},
     {"batch-max-bytes", SIZE(batch_max_bytes, 1, 1LL << 50), "64G",
      "the whole bytes of the tensors one batched operation may name (more: LIMIT)"},
+    {"snapshot-dir", STR(snapshot_dir), "",
+     "absolute directory of snapshots: background saves of every tensor into DIR/<UTC "
+     "timestamp>/, each atomic (tshard snapshot; --snapshot-every); off when empty"},
+    {"snapshot-every", CFG_DURATION, offsetof(tsd_config, snapshot_every), 0, 0, 86400000 * 7LL,
+     "0", "time between periodic snapshots (0: on demand only; ms or s suffix; needs "
+     "--snapshot-dir)"},
+    {"snapshot-keep", SIZE(snapshot_keep, 1, 100000), "3",
+     "complete snapshots kept in --snapshot-dir, the newest (older ones removed after each "
+     "snapshot)"},
+    {"resume", STR(resume_dir), "",
+     "before serving, restore the latest complete snapshot or checkpoint in this absolute "
+     "directory (DIR itself, or its newest subdirectory holding a complete checkpoint); "
+     "refused before serving when there is none or it does not fit the job"},
+    {"resume-attr", CFG_RULE, offsetof(tsd_config, resume_attr), 0, 0, 0, "",
+     "'GLOB=ATTR' (repeatable, at most 16, tried in order): tensors whose saved ranks are not "
+     "all in this job are restored under ATTR when their name matches GLOB (fnmatch; the glob "
+     "ends at the first '=', e.g. '*=mesh=[2] placements=[S(0)]')"},
     {"log-level", CFG_LEVEL, offsetof(tsd_config, log_level), 0, 0, 0, "info",
      "error, warn, info or debug"},
 };
@@ -129,6 +147,36 @@ static int parse_duration_ms(const char *s, int64_t *out) {
     *out = v * 1000;
   else
     return -1;
+  return 0;
+}
+
+/* --resume-attr GLOB=ATTR: both parts present, text, the attribute parsed (whether it fits the
+ * job's ranks and each tensor is the resume's check). */
+static int add_rule(tsd_config *cfg, const char *value) {
+  const char *eq = strchr(value, '=');
+  ts_error err;
+  ts_attr *a = NULL;
+  if (cfg->nresume_attr == TSD_RESUME_RULES_MAX) {
+    fprintf(stderr, "tshardd: --resume-attr given more than %d times\n", TSD_RESUME_RULES_MAX);
+    return -1;
+  }
+  if (strlen(value) >= sizeof cfg->resume_attr[0] ||
+      ts_text_check("--resume-attr", value, strlen(value), "rules", &err)) {
+    fprintf(stderr, "tshardd: --resume-attr: give 'GLOB=ATTR' of at most %zu bytes of text\n",
+            sizeof cfg->resume_attr[0] - 1);
+    return -1;
+  }
+  if (!eq || eq == value || !eq[1]) {
+    fprintf(stderr, "tshardd: --resume-attr '%s': expected 'GLOB=ATTR' (e.g. "
+            "'*=mesh=[2] placements=[S(0)]')\n", value);
+    return -1;
+  }
+  if (ts_attr_parse(eq + 1, &a, &err)) {
+    fprintf(stderr, "tshardd: --resume-attr '%s': the attribute: %s\n", value, err.msg);
+    return -1;
+  }
+  ts_attr_destroy(&a);
+  snprintf(cfg->resume_attr[cfg->nresume_attr++], sizeof cfg->resume_attr[0], "%s", value);
   return 0;
 }
 
@@ -175,6 +223,8 @@ static int apply(tsd_config *cfg, const cfg_entry *e, const char *value) {
     }
     *(int64_t *)base = v;
     return 0;
+  case CFG_RULE:
+    return value[0] ? add_rule(cfg, value) : 0;
   case CFG_LEVEL: {
     int l = tsd_log_parse_level(value);
     if (l < 0) {
@@ -297,6 +347,40 @@ static int parse_listen(tsd_config *cfg) {
   return load_token(cfg);
 }
 
+/* --snapshot-dir: an absolute path of text (it reaches paths and logs), as the directory rule
+ * of checkpoints; --snapshot-every needs it, and periods under a second are refused. */
+static int check_snapshot(const tsd_config *cfg) {
+  const char *d = cfg->snapshot_dir;
+  ts_error err;
+  if (d[0] && (d[0] != '/' || ts_text_check("--snapshot-dir", d, strlen(d), "paths", &err))) {
+    fprintf(stderr, "tshardd: --snapshot-dir '%s': %s\n", d[0] == '/' ? "(not shown)" : d,
+            d[0] != '/' ? "give an absolute path (every daemon writes there)" : err.msg);
+    return -1;
+  }
+  if (cfg->snapshot_every > 0 && !d[0]) {
+    fprintf(stderr, "tshardd: --snapshot-every needs --snapshot-dir DIR (where the snapshots "
+            "go)\n");
+    return -1;
+  }
+  const char *r = cfg->resume_dir;
+  if (r[0] && (r[0] != '/' || ts_text_check("--resume", r, strlen(r), "paths", &err))) {
+    fprintf(stderr, "tshardd: --resume: %s\n", r[0] != '/' ? "give an absolute path (every "
+            "daemon reads there)" : err.msg);
+    return -1;
+  }
+  if (cfg->nresume_attr > 0 && !r[0]) {
+    fprintf(stderr, "tshardd: --resume-attr needs --resume DIR (the rules apply to what it "
+            "restores)\n");
+    return -1;
+  }
+  if (cfg->snapshot_every > 0 && cfg->snapshot_every < 1000) {
+    fprintf(stderr, "tshardd: --snapshot-every %lldms: give 0 (on demand only) or at least 1s\n",
+            (long long)cfg->snapshot_every);
+    return -1;
+  }
+  return 0;
+}
+
 int tsd_config_parse(tsd_config *cfg, int argc, char **argv) {
   memset(cfg, 0, sizeof *cfg);
   for (size_t i = 0; i < NTABLE; i++)
@@ -355,7 +439,7 @@ int tsd_config_parse(tsd_config *cfg, int argc, char **argv) {
   }
   if (cfg->listen[0] && parse_listen(cfg))
     return -1;
-  return 0;
+  return check_snapshot(cfg);
 }
 
 void tsd_config_log(const tsd_config *cfg) {
@@ -364,6 +448,9 @@ void tsd_config_log(const tsd_config *cfg) {
     const char *base = (const char *)cfg + e->offset;
     if (e->kind == CFG_STRING)
       TSD_LOG(TSD_LOG_INFO, "config %s=%s", e->name, base);
+    else if (e->kind == CFG_RULE)
+      for (int k = 0; k < cfg->nresume_attr; k++)
+        TSD_LOG(TSD_LOG_INFO, "config %s=%s", e->name, cfg->resume_attr[k]);
     else if (e->kind == CFG_MEMORY && *(const int64_t *)base == TSD_MEMORY_AUTO)
       TSD_LOG(TSD_LOG_INFO, "config %s=auto", e->name);
     else if (e->kind == CFG_SIZE || e->kind == CFG_MEMORY)

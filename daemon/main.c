@@ -39,6 +39,35 @@ static void raise_fd_limit(void) {
   setrlimit(RLIMIT_NOFILE, &rl); /* best effort: the soft limit stays otherwise */
 }
 
+/* What the engine needs to start serving once the daemon is ready (after a resume). */
+typedef struct serve_ctx {
+  const tsd_config *cfg;
+  tsd_server_opts *so;
+  tsd_server **server;
+  ts_world *world;
+  const char *memory_why;
+} serve_ctx;
+
+/* The engine's serve hook: every rank starts its server, or none (a job with a missing rank
+ * would hang its clients). */
+static int start_serving(void *arg, ts_error *err) {
+  serve_ctx *sc = arg;
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  int rc = tsd_server_start(sc->so, sc->server, &lerr);
+  if ((rc = ts_comm_agree(ts_world_comm(sc->world), rc, &lerr, err)))
+    return rc;
+  int rank = ts_world_rank(sc->world), size = ts_world_size(sc->world);
+  char tcp[200] = ""; /* this rank's own address: PORT + rank */
+  if (sc->cfg->listen[0])
+    snprintf(tcp, sizeof tcp, " and tcp://%s:%d", sc->cfg->tcp_host, sc->cfg->tcp_port + rank);
+  TSD_LOG(TSD_LOG_INFO, "memory limit %lld bytes (%s)", (long long)sc->cfg->memory_limit,
+          sc->memory_why);
+  TSD_LOG(TSD_LOG_INFO, "ready: job %s rank %d of %d pid %d serving %s%s", sc->cfg->job, rank,
+          size, (int)getpid(), sc->so->socket_path, tcp);
+  return TS_OK;
+}
+
 int main(int argc, char **argv) {
   tsd_config cfg;
   int prc = tsd_config_parse(&cfg, argc, argv);
@@ -83,24 +112,17 @@ int main(int argc, char **argv) {
   so.world_size = size;
   so.shared = &shared;
   tsd_server *server = NULL;
-  int rc = frc ? frc : tsd_server_start(&so, &server, &err);
-  /* Every rank must be serving, or none: a job with a missing rank would hang its clients. */
-  int all = ts_comm_agree(ts_world_comm(world), rc, &err, &err);
+  serve_ctx sc = {&cfg, &so, &server, world, memory_why};
   int exit_code = 0;
-  if (all) {
+  /* a fault setting one rank refused fails every rank alike */
+  if (ts_comm_agree(ts_world_comm(world), frc, &err, &err)) {
     TSD_LOG(TSD_LOG_ERROR, "cannot start: %s", err.msg);
     exit_code = 1;
   } else {
-    char tcp[200] = ""; /* this rank's own address: PORT + rank */
-    if (cfg.listen[0])
-      snprintf(tcp, sizeof tcp, " and tcp://%s:%d", cfg.tcp_host, cfg.tcp_port + rank);
-    TSD_LOG(TSD_LOG_INFO, "memory limit %lld bytes (%s)", (long long)cfg.memory_limit,
-            memory_why);
-    TSD_LOG(TSD_LOG_INFO, "ready: job %s rank %d of %d pid %d serving %s%s", cfg.job, rank, size,
-            (int)getpid(), so.socket_path, tcp);
-    tsd_engine_opts eo = {.cfg = &cfg, .world = world, .shared = &shared, .ops = &tsd_ops};
+    tsd_engine_opts eo = {.cfg = &cfg, .world = world, .shared = &shared, .ops = &tsd_ops,
+                          .serve = start_serving, .serve_ctx = &sc};
     if (tsd_engine_run(&eo, &err)) {
-      TSD_LOG(TSD_LOG_ERROR, "engine: %s", err.msg);
+      TSD_LOG(TSD_LOG_ERROR, "%s%s", server ? "engine: " : "cannot start: ", err.msg);
       exit_code = 1;
     }
   }

@@ -28,6 +28,7 @@ void tsd_log_write(int level, const char *fmt, ...) __attribute__((format(printf
 
 /* ---------------------------------------------------------------------------------------------
  * config.c: one table serves the flags, --help and the startup log. */
+#define TSD_RESUME_RULES_MAX 16
 typedef struct tsd_config {
   char socket_dir[512];
   char job[64];
@@ -55,6 +56,16 @@ typedef struct tsd_config {
   int64_t agreement_timeout; /* ms the ranks wait for one another in an agreement */
   int64_t batch_max_tensors; /* tensors one batched operation may name */
   int64_t batch_max_bytes;   /* the whole bytes of the tensors one batch may name */
+  /* snapshots (ops/bgsave.c): background saves of every tensor into snapshot_dir/<timestamp> */
+  char snapshot_dir[512];    /* "": no snapshots */
+  int64_t snapshot_every;    /* ms between periodic snapshots (0: on demand only) */
+  int64_t snapshot_keep;     /* complete snapshots kept, the newest */
+  /* resume (ops/resume.c): the latest complete checkpoint under resume_dir restored before
+   * serving; tensors whose saved ranks are not all in the job take the first rule's attribute
+   * whose glob matches their name ("GLOB=ATTR", the glob up to the first '=') */
+  char resume_dir[512];
+  char resume_attr[TSD_RESUME_RULES_MAX][512];
+  int nresume_attr;
   int log_level;
   /* derived */
   char token[256];

@@ -221,6 +221,18 @@ typedef struct tshard_op_stats {
   uint64_t count, p50_us, p99_us, batch_p50, batch_max;
 } tshard_op_stats;
 
+/* A background save on the daemon: writing, done or failed (status and message say why). */
+typedef struct tshard_save_stats {
+  uint64_t save_id;
+  char dir[4000];
+  char state[16];
+  uint64_t bytes_written, bytes_total; /* this daemon's */
+  uint64_t checkpoint_bytes;           /* every daemon's */
+  double seconds;                      /* since it began, until it ended */
+  int status;
+  char message[512];
+} tshard_save_stats;
+
 typedef struct tshard_stats {
   uint64_t operations, collective_ops, tensors, memory_in_use, memory_limit, connections;
   /* the daemon's buffer pool: stored slices' bytes, staging (of memory_in_use), cached buffers,
@@ -231,6 +243,8 @@ typedef struct tshard_stats {
   tshard_strategy_stats strategies[16];
   int nops; /* the kinds the daemon ran at least once */
   tshard_op_stats ops[64];
+  int nsaves; /* background saves: the one writing, then the last finished ones */
+  tshard_save_stats saves[8];
 } tshard_stats;
 
 int tshard_stats_get(tshard_client *c, tshard_stats *s);
@@ -322,10 +336,25 @@ void tshard_einsum_result_clear(tshard_einsum_result *r); /* accepts NULL */
  * with per_node, a path on each node. names NULL or n 0: every tensor (save) or every tensor of
  * the checkpoint (load). Both are collective; the save is atomic (the previous checkpoint in dir
  * stays until every rank agreed), a failed load creates no tensor. */
+/* What a save or a load did (the daemon's CkptResult). */
+typedef struct tshard_ckpt_info {
+  char dir[4000];
+  int tensors, files; /* save: the data files and the index; load: the files holding them */
+  uint64_t bytes;     /* the tensors' bytes saved or loaded */
+  double seconds;     /* on the answering daemon; a background save: until the copy was taken */
+  int writing;        /* a background save: its files are being written (tshard_wait_saves) */
+  uint64_t save_id;   /* a background save: its number in tshard_stats.saves */
+} tshard_ckpt_info;
+
 typedef struct tshard_save_opts {
   int keep_partial; /* partial tensors: save their partial pieces instead of the reduced value */
   int per_node;
   const char *key;  /* idempotency key (NULL: none) */
+  /* 1: asynchronous save: returns once every daemon copied the tensors (under its memory
+   * limit: TS_LIMIT when the copy does not fit; then save without it), and the daemons write the
+   * files in the background while other operations run; tshard_wait_saves waits for them. */
+  int background;
+  tshard_ckpt_info *info; /* filled with what the save did (NULL: not wanted) */
 } tshard_save_opts;
 int tshard_save(tshard_client *c, const char *dir, const char *const *names, int n,
                 const tshard_save_opts *opts);
@@ -334,9 +363,17 @@ typedef struct tshard_load_opts {
   const char *attr; /* the attribute of every loaded tensor (NULL: each saved attribute) */
   int per_node;
   const char *key;
+  tshard_ckpt_info *info; /* filled with what the load did (NULL: not wanted) */
 } tshard_load_opts;
 int tshard_load(tshard_client *c, const char *dir, const char *const *names, int n,
                 const tshard_load_opts *opts);
+/* A snapshot now (daemons started with --snapshot-dir): a background save of every tensor into
+ * <snapshot dir>/<UTC timestamp>/ (info->dir names it; NULL: not wanted). */
+int tshard_snapshot(tshard_client *c, tshard_ckpt_info *info);
+/* Waits until the background saves writing now (save_id 0) or save save_id are complete,
+ * polling the daemon's stats: TS_OK, the failed save's status (its message in
+ * tshard_last_message), or TS_TIMEOUT after timeout_ms (< 0: no limit). */
+int tshard_wait_saves(tshard_client *c, uint64_t save_id, int timeout_ms);
 
 /* Hugging Face safetensors (shard/ckpt/SAFETENSORS.md). An import reads a `model.safetensors`
  * file or a sharded `model.safetensors.index.json` (path made absolute here) into new tensors:

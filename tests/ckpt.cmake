@@ -55,3 +55,14 @@ if(TARGET tshard-python AND TARGET tshardd)
   set_tests_properties(test_python_ckpt_untrusted PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT} ENVIRONMENT
                        "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
 endif()
+
+# Asynchronous saves and snapshots through real daemons (4, 3 and 2 ranks): operations racing a
+# background save, a failing background write, the copy against --memory-limit, periodic
+# snapshots kept by --snapshot-keep, and bad input.
+if(TARGET tshard-python AND TARGET tshardd)
+  add_test(NAME test_python_ckpt_async
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_ckpt_async.py
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+  set_tests_properties(test_python_ckpt_async PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT} ENVIRONMENT
+                       "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
+endif()

@@ -74,6 +74,10 @@ void cli_progress_start(const cli_args *a, tshard_client *c, size_t bytes, cli_p
 typedef struct tshard_reshard_opts tshard_reshard_opts;
 int cli_reshard_progress(const cli_args *a, tshard_client *c, const char *name, const char *to,
                          const tshard_reshard_opts *o, char *strategy, size_t cap, uint64_t *us);
+/* The same bar fed by the caller: whether it is shown (then p is set up), and a redraw. */
+bool cli_progress_begin(const cli_args *a, uint64_t bytes, cli_progress *p, const char *what,
+                        const char *name);
+void cli_progress_update(cli_progress *p, uint64_t done, uint64_t total);
 /* cmd_put.c: put NAME FILE.npy with the dtype and shape checked against the tensor. */
 int cli_put_checked(cli_args *a, tshard_client *c, const char *name, const char *file);
 
@@ -93,6 +97,7 @@ int cli_cmd_program(cli_args *a, tshard_client *c); /* cmd_program.c */
 int cli_cmd_list(cli_args *a, tshard_client *c);
 int cli_cmd_describe(cli_args *a, tshard_client *c);
 int cli_cmd_stats(cli_args *a, tshard_client *c);
+int cli_cmd_snapshot(cli_args *a, tshard_client *c); /* cmd_ckpt.c */
 int cli_cmd_shutdown(cli_args *a, tshard_client *c);
 /* cmd_spmd.c: --participants and --collective-timeout of create, reshard and drop (sets the
  * client's group); CLI_OK or the exit code, the message printed. */

@@ -1,9 +1,12 @@
-/* cmd_ckpt.c - the checkpoint subcommands: `tshard save DIR [NAME...]`,
- * `tshard load DIR [NAME...] [--attr ATTR]` through a daemon, and `tshard checkpoint show DIR`,
- * which reads the index alone (no daemon). */
+/* cmd_ckpt.c - the checkpoint subcommands: `tshard save DIR [NAME...]` (synchronous, or
+ * `--async` in the background, `--wait` then following its files with a progress bar from the
+ * daemon's stats), `tshard load DIR [NAME...] [--attr ATTR]` and `tshard snapshot` through a
+ * daemon, each reporting what it did (bytes, files, seconds; `--json`), and
+ * `tshard checkpoint show DIR [--json]`, which reads the index alone (no daemon). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "ts_ckpt_index.h"
@@ -31,18 +34,100 @@ static int dir_and_names(const cli_args *a, const char **dir, const char ***name
   return CLI_OK;
 }
 
+/* What a save or load did, as one line or as JSON. */
+static void print_info(const cli_args *a, const char *what, const tshard_ckpt_info *k) {
+  if (a->json) {
+    printf("{\"dir\": ");
+    cli_json_string(stdout, k->dir);
+    printf(", \"tensors\": %d, \"bytes\": %llu, \"files\": %d, \"seconds\": %.6f, "
+           "\"writing\": %s, \"save_id\": %llu}\n", k->tensors, (unsigned long long)k->bytes,
+           k->files, k->seconds, k->writing ? "true" : "false",
+           (unsigned long long)k->save_id);
+    return;
+  }
+  double mib = (double)k->bytes / (1 << 20);
+  if (k->writing)
+    printf("%s: copied %d tensors (%.1f MiB) in %.3f s; writing %d files to %s in the "
+           "background (save %llu: tshard stats shows it)\n", what, k->tensors, mib,
+           k->seconds, k->files, k->dir, (unsigned long long)k->save_id);
+  else
+    printf("%s %d tensors (%.1f MiB, %d files) %s %s in %.3f s (%.1f MiB/s)\n", what,
+           k->tensors, mib, k->files, strcmp(what, "loaded") ? "to" : "from", k->dir,
+           k->seconds, k->seconds > 0 ? mib / k->seconds : 0.0);
+}
+
+/* The stats entry of save `id`, or NULL. */
+static const tshard_save_stats *find_save(const tshard_stats *s, uint64_t id) {
+  for (int i = 0; i < s->nsaves; i++)
+    if (s->saves[i].save_id == id)
+      return &s->saves[i];
+  return NULL;
+}
+
+/* --wait: follows background save `id` through the daemon's stats (a bar with the rate and the
+ * time left, as puts and gets show), until its files are complete or it failed. */
+static int follow_save(cli_args *a, tshard_client *c, const tshard_ckpt_info *k) {
+  tshard_stats *s = malloc(sizeof *s);
+  if (!s)
+    return cli_fail(CLI_FAILED, "out of memory");
+  cli_progress p;
+  bool bar = cli_progress_begin(a, k->bytes, &p, "save", k->dir);
+  int code = CLI_OK;
+  for (;;) {
+    int rc = tshard_stats_get(c, s);
+    const tshard_save_stats *v = rc ? NULL : find_save(s, k->save_id);
+    if (rc || !v) {
+      code = rc ? failed(c, rc) : cli_fail(CLI_FAILED, "the daemon no longer reports the save");
+      break;
+    }
+    if (bar)
+      cli_progress_update(&p, v->bytes_written, v->bytes_total ? v->bytes_total : 1);
+    if (strcmp(v->state, "writing") != 0) {
+      if (v->status) {
+        char msg[4800];
+        snprintf(msg, sizeof msg, "background save to %s failed: %s (%s)", v->dir, v->message,
+                 tshard_status_name(v->status));
+        code = cli_fail(CLI_FAILED, msg);
+      } else if (!a->json) {
+        printf("save %llu complete: %s (%.3f s)\n", (unsigned long long)v->save_id, v->dir,
+               v->seconds);
+      }
+      break;
+    }
+    struct timespec nap = {0, 20 * 1000 * 1000}; /* polling the daemon's progress */
+    nanosleep(&nap, NULL);
+  }
+  free(s);
+  return code;
+}
+
 int cli_cmd_save(cli_args *a, tshard_client *c) {
   const char *dir, **names;
   int n, code = dir_and_names(a, &dir, &names, &n);
   if (code)
     return code;
-  tshard_save_opts o = {cli_flag(a, "keep-partial"), cli_flag(a, "per-node"), cli_opt(a, "key")};
+  tshard_ckpt_info k;
+  tshard_save_opts o = {cli_flag(a, "keep-partial"), cli_flag(a, "per-node"), cli_opt(a, "key"),
+                        cli_flag(a, "async"), &k};
+  if (cli_flag(a, "wait") && !o.background) {
+    free(names);
+    return cli_fail(CLI_USAGE, "--wait follows a save in the background: give --async too");
+  }
   int rc = tshard_save(c, dir, names, n, &o);
   free(names);
   if (rc)
     return failed(c, rc);
-  printf("saved %s to %s\n", n ? "the named tensors" : "every tensor", dir);
-  return CLI_OK;
+  print_info(a, "saved", &k);
+  return o.background && cli_flag(a, "wait") ? follow_save(a, c, &k) : CLI_OK;
+}
+
+int cli_cmd_snapshot(cli_args *a, tshard_client *c) {
+  tshard_ckpt_info k;
+  int rc = tshard_snapshot(c, &k);
+  if (rc)
+    return failed(c, rc);
+  print_info(a, "snapshot", &k);
+  return cli_flag(a, "wait") ? follow_save(a, c, &k) : CLI_OK;
 }
 
 int cli_cmd_load(cli_args *a, tshard_client *c) {
@@ -50,24 +135,64 @@ int cli_cmd_load(cli_args *a, tshard_client *c) {
   int n, code = dir_and_names(a, &dir, &names, &n);
   if (code)
     return code;
-  tshard_load_opts o = {cli_opt(a, "attr"), cli_flag(a, "per-node"), cli_opt(a, "key")};
+  tshard_ckpt_info k;
+  tshard_load_opts o = {cli_opt(a, "attr"), cli_flag(a, "per-node"), cli_opt(a, "key"), &k};
   int rc = tshard_load(c, dir, names, n, &o);
   free(names);
   if (rc)
     return failed(c, rc);
-  printf("loaded %s from %s\n", n ? "the named tensors" : "every tensor", dir);
+  print_info(a, "loaded", &k);
   return CLI_OK;
+}
+
+/* checkpoint show --json: the index's tensors, their bytes and pieces, and the files. */
+static void show_json(const ts_ckpt_index *idx, const char *dir) {
+  int64_t total = 0;
+  printf("{\"dir\": ");
+  cli_json_string(stdout, dir);
+  printf(", \"saved_ranks\": %d, \"tensors\": [", idx->saved_ranks);
+  int files = 0;
+  char seen[256][64];
+  for (int i = 0; i < idx->ntensors; i++) {
+    const ts_ckpt_tensor *t = &idx->tensors[i];
+    int64_t bytes = (int64_t)ts_dtype_size(t->dtype);
+    printf("%s{\"name\": ", i ? ", " : "");
+    cli_json_string(stdout, t->name);
+    printf(", \"dtype\": \"%s\", \"shape\": [", ts_ckpt_dtype_name(t->dtype));
+    for (int d = 0; d < t->ndim; d++) {
+      printf("%s%lld", d ? ", " : "", (long long)t->shape[d]);
+      bytes *= t->shape[d];
+    }
+    printf("], \"attr\": ");
+    cli_json_string(stdout, t->attr);
+    printf(", \"bytes\": %lld, \"pieces\": %d, \"partial_kept\": %s}", (long long)bytes,
+           t->npieces, t->partial_kept ? "true" : "false");
+    total += bytes;
+    for (int k = 0; k < t->npieces; k++) {
+      int f = 0;
+      while (f < files && strcmp(seen[f], t->pieces[k].file) != 0)
+        f++;
+      if (f == files && files < 256)
+        snprintf(seen[files++], sizeof seen[0], "%s", t->pieces[k].file);
+    }
+  }
+  printf("], \"bytes\": %lld, \"files\": %d}\n", (long long)total, files + 1);
 }
 
 int cli_cmd_checkpoint(cli_args *a) {
   const char *what = cli_positional(a, 0), *dir = cli_positional(a, 1);
   if (!what || strcmp(what, "show") != 0 || !dir)
-    return cli_fail(CLI_USAGE, "usage: tshard checkpoint show DIR");
+    return cli_fail(CLI_USAGE, "usage: tshard checkpoint show DIR [--json]");
   ts_ckpt_index *idx = NULL;
   ts_error err;
   int rc = ts_ckpt_index_read(dir, &idx, &err);
   if (rc)
     return cli_fail(rc == TS_NOT_FOUND || rc == TS_CHECKPOINT_IO ? CLI_IO : CLI_FAILED, err.msg);
+  if (a->json) {
+    show_json(idx, dir);
+    ts_ckpt_index_destroy(&idx);
+    return CLI_OK;
+  }
   char *text = ts_ckpt_index_describe(idx, dir);
   ts_ckpt_index_destroy(&idx);
   if (!text)

@@ -424,7 +424,19 @@ int cli_cmd_stats(cli_args *a, tshard_client *c) {
              i ? ", " : "", s.ops[i].kind, (unsigned long long)s.ops[i].count,
              (unsigned long long)s.ops[i].p50_us, (unsigned long long)s.ops[i].p99_us,
              (unsigned long long)s.ops[i].batch_p50, (unsigned long long)s.ops[i].batch_max);
-    printf("}}\n");
+    printf("}, \"saves\": [");
+    for (int i = 0; i < s.nsaves; i++) {
+      const tshard_save_stats *v = &s.saves[i];
+      printf("%s{\"save_id\": %llu, \"dir\": ", i ? ", " : "", (unsigned long long)v->save_id);
+      cli_json_string(stdout, v->dir);
+      printf(", \"state\": \"%s\", \"bytes_written\": %llu, \"bytes_total\": %llu, "
+             "\"checkpoint_bytes\": %llu, \"seconds\": %.3f, \"status\": %d, \"message\": ",
+             v->state, (unsigned long long)v->bytes_written, (unsigned long long)v->bytes_total,
+             (unsigned long long)v->checkpoint_bytes, v->seconds, v->status);
+      cli_json_string(stdout, v->message);
+      printf("}");
+    }
+    printf("]}\n");
   } else {
     char limit[64] = "no limit";
     if (s.memory_limit)
@@ -453,6 +465,15 @@ int cli_cmd_stats(cli_args *a, tshard_client *c) {
              (unsigned long long)s.ops[i].count, (unsigned long long)s.ops[i].p50_us,
              (unsigned long long)s.ops[i].p99_us, (unsigned long long)s.ops[i].batch_p50,
              (unsigned long long)s.ops[i].batch_max);
+    if (s.nsaves)
+      printf("background saves (this daemon's bytes):\n");
+    for (int i = 0; i < s.nsaves; i++) {
+      const tshard_save_stats *v = &s.saves[i];
+      printf("  save %llu to %s: %s, %llu of %llu bytes written, %.1f s%s%s\n",
+             (unsigned long long)v->save_id, v->dir, v->state,
+             (unsigned long long)v->bytes_written, (unsigned long long)v->bytes_total, v->seconds,
+             v->status ? ": " : "", v->message);
+    }
   }
   return code;
 }

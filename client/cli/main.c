@@ -141,13 +141,28 @@ static const cli_command commands[] = {
      "  DIR [NAME...]    the directory every daemon can reach; the tensors (default: all)\n"
      "  --keep-partial   save the partial pieces of partial tensors instead of reducing them\n"
      "  --per-node       DIR is a path on each node; each node writes its ranks' pieces\n"
-     "  --key KEY        idempotency key\n" CONNECT_HELP,
+     "  --async          return once the daemons copied the tensors; they write the files in\n"
+     "                   the background (tshard stats shows it)\n"
+     "  --wait           with --async: follow the files until complete (a progress bar)\n"
+     "  --progress       show the bar even when not on a terminal\n"
+     "  --key KEY        idempotency key\n"
+     "  --json           machine-readable output: dir, tensors, bytes, files, seconds\n"
+     CONNECT_HELP,
      "tshard save /shared/ckpt/step100 w b"},
+    {"snapshot", NULL, cli_cmd_snapshot,
+     "a snapshot now: every tensor saved in the background into the daemons' --snapshot-dir",
+     "  --wait           follow the files until complete (a progress bar)\n"
+     "  --progress       show the bar even when not on a terminal\n"
+     "  --json           machine-readable output: dir, tensors, bytes, files, seconds\n"
+     CONNECT_HELP,
+     "tshard snapshot --wait"},
     {"load", NULL, cli_cmd_load, "load tensors from a checkpoint, under any attribute",
      "  DIR [NAME...]    the checkpoint; the tensors (default: all)\n"
      "  --attr ATTR      the attribute of the loaded tensors (default: each saved one)\n"
      "  --per-node       DIR is a path on each node\n"
-     "  --key KEY        idempotency key\n" CONNECT_HELP,
+     "  --key KEY        idempotency key\n"
+     "  --json           machine-readable output: dir, tensors, bytes, files, seconds\n"
+     CONNECT_HELP,
      "tshard load /shared/ckpt/step100 w --attr 'mesh=[3] placements=[S(1)]'"},
     {"import-safetensors", cli_cmd_import_safetensors, NULL,
      "import a Hugging Face model.safetensors (or its sharded .index.json) under attributes",
@@ -168,7 +183,8 @@ static const cli_command commands[] = {
      "  --key KEY        idempotency key\n" CONNECT_HELP,
      "tshard export-safetensors out/model.safetensors --max-shard-size 5G"},
     {"checkpoint", cli_cmd_checkpoint, NULL, "show what a checkpoint holds (no daemon needed)",
-     "  show DIR         tensors, dtypes, shapes, attributes, pieces and checksums\n",
+     "  show DIR         tensors, dtypes, shapes, attributes, pieces and checksums\n"
+     "  --json           machine-readable output: tensors, their bytes and pieces, files\n",
      "tshard checkpoint show /shared/ckpt/step100"},
     {"program", NULL, cli_cmd_program,
      "compiled programs: compile FILE.json, run ID, show ID, drop ID",

@@ -1,4 +1,5 @@
-/* progress.c - the progress bar of the CLI's puts and gets: on stderr, with the rate and the time
+/* progress.c - the progress bar of the CLI's puts and gets (and of saves in the background, fed
+ * from the daemon's stats): on stderr, with the rate and the time
  * left, shown on a terminal for transfers of 16 MiB or more, or always with --progress (never
  * with --json unless --progress is given). Redrawn at most every 100 ms and at the end, which
  * ends the line. */
@@ -34,6 +35,19 @@ static void draw(void *arg, uint64_t done, uint64_t total) {
     fprintf(stderr, " (%.2f s)\n", el);
   fflush(stderr);
 }
+
+bool cli_progress_begin(const cli_args *a, uint64_t bytes, cli_progress *p, const char *what,
+                        const char *name) {
+  if (!cli_flag(a, "progress") && (a->json || bytes < PROGRESS_MIN_BYTES || !isatty(STDERR_FILENO)))
+    return false;
+  p->what = what;
+  p->name = name;
+  p->start = now_s();
+  p->last_draw = 0;
+  return true;
+}
+
+void cli_progress_update(cli_progress *p, uint64_t done, uint64_t total) { draw(p, done, total); }
 
 void cli_progress_start(const cli_args *a, tshard_client *c, size_t bytes, cli_progress *p,
                         const char *what, const char *name) {

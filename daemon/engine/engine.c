@@ -414,6 +414,12 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
     goto out;
   if ((rc = ts_control_create(e->world, &e->ctl, err)))
     goto out;
+  /* What the operations do before any client is served (a resume), then the serving starts:
+   * both collective, the same outcome on every rank. */
+  if (e->ops->start && (rc = e->ops->start(e, err)))
+    goto out;
+  if (opts->serve && (rc = opts->serve(opts->serve_ctx, err)))
+    goto out;
   /* Short timed waits must be short: the default timer slack (50 us) would round them up. */
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   /* With every rank's doorbell on this node, ORDERs and local work ring the engine: it blocks
@@ -454,6 +460,8 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
     if (tsd_seq_run(e->seq) > 0)
       busy = true;
     if (tsd_order_release(e, run_work) > 0)
+      busy = true;
+    if (e->ops->tick && e->ops->tick(e))
       busy = true;
     if (busy) {
       ts_waiter_progress(&idle);

@@ -152,6 +152,12 @@ typedef struct tsd_engine_ops {
   tsd_changes_fn changes;
   /* The engine stops: frees what the operations keep (einsum records, compiled programs). */
   void (*stop)(tsd_engine *e);
+  /* Every turn of the engine's loop (NULL: none): work of the operations' own (rank 0 orders
+   * the completion of background saves and the periodic snapshots); true when it did some. */
+  bool (*tick)(tsd_engine *e);
+  /* Before the loop and before any client is served (NULL: none): collective, the same status
+   * and message on every rank; a failure stops the engine (the resume of --resume). */
+  int (*start)(tsd_engine *e, ts_error *err);
 } tsd_engine_ops;
 
 /* engine.c */
@@ -261,6 +267,10 @@ typedef struct tsd_engine_opts {
   ts_world *world;
   tsd_shared *shared;
   const tsd_engine_ops *ops; /* the operations layer's entry points */
+  /* Starts serving clients, once the operations' start ran (collective: every rank serves or
+   * none; NULL: nothing to start). */
+  int (*serve)(void *ctx, ts_error *err);
+  void *serve_ctx;
 } tsd_engine_opts;
 /* Runs until a shutdown operation has run on every rank. */
 int tsd_engine_run(tsd_engine_opts *opts, ts_error *err);

@@ -32,8 +32,10 @@ static const tsd_op_handlers handlers[] = {
                              .changes = tsd_changes_einsum_backward},
     [OP(EINSUM_RELEASE)] = {.run_collective = tsd_run_einsum_release},
     [OP(EINSUM_PLAN)] = {.run_local = tsd_op_einsum_plan},
-    [OP(SAVE)] = {.run_collective = tsd_run_save},
-    [OP(LOAD)] = {.run_collective = tsd_run_load, .changes = tsd_changes_load},
+    [OP(SAVE)] = {.run_collective = tsd_run_save, .answer = tsd_answer_ckpt},
+    [OP(LOAD)] = {.run_collective = tsd_run_load, .changes = tsd_changes_load,
+                  .answer = tsd_answer_ckpt},
+    [OP(SAVE_FINISH)] = {.run_collective = tsd_run_save_finish},
     [OP(SHM_ATTACH)] = {.run_local = tsd_shm_attach},
     [OP(PROGRAM_COMPILE)] = {.run_collective = tsd_run_program_compile,
                              .answer = tsd_answer_program_compile},
@@ -79,6 +81,7 @@ static void changes(const Tshard__Request *req, tsd_changes *ch) {
 }
 
 static void stop(tsd_engine *e) {
+  tsd_bgsave_stop();
   tsd_programs_free();
   tsd_safetensors_free();
   tsd_einsum_free_all(e);
@@ -90,4 +93,6 @@ const tsd_engine_ops tsd_ops = {
     .answer = tsd_answer_collective,
     .changes = changes,
     .stop = stop,
+    .tick = tsd_bgsave_tick,
+    .start = tsd_resume,
 };

@@ -1,12 +1,13 @@
 /* handlers.h - the handlers of the tensor operations and checkpoints that the engine half of the
  * table (handlers.c) names: ops.c (create, put, get, reshard, drop, list and describe, plan,
  * stats, shutdown, and the run of every collective operation), transfer.c (chunked puts and gets,
- * the client's own memory) and ckpt.c (save, load). Internal to daemon/ops/; the families of
+ * the client's own memory), ckpt.c (load) and bgsave.c (save, background saves, snapshots). Internal to daemon/ops/; the families of
  * their own (einsum.h, program.h) and the put verification (put_verify.h) and the operation log (oplog.h) have theirs. */
 #ifndef TSD_OPS_HANDLERS_H
 #define TSD_OPS_HANDLERS_H
 
 #include "tsd_ops.h"
+#include "ts_ckpt.h"
 
 /* ops.c */
 void tsd_op_catalog(tsd_engine *e, tsd_work *w);
@@ -21,6 +22,10 @@ int tsd_run_shutdown(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, 
 void tsd_changes_create(const Tshard__Request *r, tsd_changes *ch);
 void tsd_changes_drop(const Tshard__Request *r, tsd_changes *ch);
 void tsd_changes_reshard(const Tshard__Request *r, tsd_changes *ch);
+/* Publishes every stored tensor's metadata in the catalog (list, describe). */
+void tsd_catalog_publish_all(tsd_engine *e);
+/* resume.c: --resume DIR, before serving (the engine's start hook). */
+int tsd_resume(tsd_engine *e, ts_error *err);
 /* Counts an executor run in the per-strategy statistics. */
 void tsd_record_exec(tsd_engine *e, const ts_exec_report *rep);
 
@@ -51,6 +56,29 @@ int tsd_run_collective(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin
  * succeeded, else the status and message. */
 void tsd_answer_collective(tsd_engine *e, int op_case, const tsd_pending *w, int status,
                            const char *msg);
+
+/* ckpt.c and bgsave.c: save (synchronous or in the background), load, the internal save_finish,
+ * their answers (CkptResult), and the background saves' timer, stats and stop. */
+int tsd_run_save(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+int tsd_run_load(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+int tsd_run_save_finish(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
+                        ts_error *err);
+void tsd_changes_load(const Tshard__Request *r, tsd_changes *ch);
+void tsd_answer_ckpt(tsd_engine *e, const tsd_pending *w);
+/* The load just run (op) answers its report. */
+void tsd_ckpt_answer_load(const tsd_ordered *op, const char *dir, const ts_ckpt_report *rep,
+                          double seconds);
+/* TSHARD_CKPT_FAIL_RANK / _AFTER / _KILL (ckpt.c): arms the write-failure hook on that rank. */
+void tsd_ckpt_arm_fail_hook(int rank);
+/* Rank 0: orders the completion of a background save whose writer is done, and the periodic
+ * snapshots; true when it ordered something. */
+bool tsd_bgsave_tick(tsd_engine *e);
+/* Completes a background save still writing (collective: a shutdown runs it first). */
+int tsd_bgsave_finish_all(tsd_engine *e);
+/* The engine stops: waits for the writer and frees the job. */
+void tsd_bgsave_stop(void);
+/* The saves for stats (at most cap; strings point into this file's records). */
+int tsd_bgsave_stats(Tshard__SaveProgress *items, Tshard__SaveProgress **ptrs, int cap);
 
 /* transfer.c: the local handlers of put, put_slice, get (chunks after the first) and get_slice,
  * and the answers of a put and a get (its first chunk, from the gathered copy) after they ran. */
@@ -87,10 +115,5 @@ void tsd_answer_safetensors(tsd_engine *e, const tsd_pending *w);
 /* A dropped tensor's kept __metadata__ is forgotten; all of it when the engine stops. */
 void tsd_safetensors_forget(const char *name);
 void tsd_safetensors_free(void);
-
-/* ckpt.c: checkpoint save and load */
-int tsd_run_save(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
-int tsd_run_load(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
-void tsd_changes_load(const Tshard__Request *r, tsd_changes *ch);
 
 #endif

@@ -172,6 +172,10 @@ void tsd_op_stats(tsd_engine *e, tsd_work *w) {
   }
   s.n_ops = (size_t)nk;
   s.ops = ksp;
+  Tshard__SaveProgress sv[16];
+  Tshard__SaveProgress *svp[16];
+  s.n_saves = (size_t)tsd_bgsave_stats(sv, svp, 16);
+  s.saves = svp;
   tsd_reply_response(e, w->conn_id, &r);
 }
 
@@ -501,6 +505,7 @@ int tsd_run_shutdown(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
                         ts_error *err) {
   (void)op, (void)origin, (void)err;
   TSD_LOG(TSD_LOG_INFO, "shutdown requested (operation %llu)", (unsigned long long)op->seq);
+  tsd_bgsave_finish_all(e); /* a background save still writing completes first */
   e->stopping = true;
   return TS_OK;
 }
@@ -533,6 +538,8 @@ static void catalog_refresh_all(tsd_engine *e) {
   for (int i = 0; i < ts_store_count(e->store); i++)
     catalog_refresh(e, ts_store_at(e->store, i)->name);
 }
+
+void tsd_catalog_publish_all(tsd_engine *e) { catalog_refresh_all(e); }
 
 int tsd_run_collective(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
                        ts_error *err) {

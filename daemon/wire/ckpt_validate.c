@@ -30,6 +30,9 @@ static bool attr_given(const Tshard__DistAttr *a) {
 
 int tsd_validate_save(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   (void)lim;
+  if (r->save->snapshot) /* the daemons choose the directory */
+    return r->save->n_names ? ts_error_set(err, TS_INVALID_ARGUMENT, "a snapshot saves every "
+                                           "tensor; give no names") : TS_OK;
   int rc = check_dir(r->save->dir, err);
   return rc ? rc : check_names(r->save->names, r->save->n_names, err);
 }
@@ -51,3 +54,10 @@ int tsd_validate_load(const Tshard__Request *r, const tsd_limits *lim, ts_error 
   return rc;
 }
 
+
+int tsd_validate_save_finish(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
+  (void)r, (void)lim;
+  return ts_error_set(err, TS_INVALID_ARGUMENT, "save_finish is ordered by the daemons "
+                      "themselves when a background save's files are written; clients wait "
+                      "for it through stats (saves) instead");
+}

@@ -77,6 +77,8 @@ static const tsd_op ops[] = {
                                 .validate = tsd_validate_import_safetensors},
     [OP(EXPORT_SAFETENSORS)] = {.name = "export_safetensors", .scope = TSD_SCOPE_COLLECTIVE,
                                 .validate = tsd_validate_export_safetensors},
+    [OP(SAVE_FINISH)] = {.name = "save_finish", .scope = TSD_SCOPE_COLLECTIVE,
+                         .validate = tsd_validate_save_finish},
 };
 #define NOPS (sizeof ops / sizeof ops[0])
 

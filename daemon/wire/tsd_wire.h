@@ -129,6 +129,8 @@ int tsd_validate_describe(const Tshard__Request *r, const tsd_limits *lim, ts_er
 int tsd_validate_plan(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 /* ckpt_validate.c: checkpoints */
 int tsd_validate_save(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+/* save_finish is ordered by rank 0 itself (ops/bgsave.c): refused from clients. */
+int tsd_validate_save_finish(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_load(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 /* safetensors_validate.c: Hugging Face safetensors import and export */
 int tsd_validate_import_safetensors(const Tshard__Request *r, const tsd_limits *lim,

@@ -16,6 +16,7 @@
 
 #include "ckpt_index_internal.h"
 #include "ts_ckpt.h"
+#include "ts_comm.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Block checksums (ckpt_blocks.c) */
@@ -123,5 +124,75 @@ void ts__ckpt_move_costs(const ckpt_move *m, int64_t *direct, int64_t *move);
 int ts__ckpt_move_run(const ckpt_move *m, ckpt_reader *r, ts_world *w, const ts_ckpt_tensor *t,
                       ts_stored *e, int prior, const ts_error *prior_err, ts_error *err);
 void ts__ckpt_move_destroy(ckpt_move **p);
+
+/* ---------------------------------------------------------------------------------------------
+ * Save (ckpt_save.c), shared with the asynchronous save (ckpt_async.c) */
+
+/* One piece of the save plan. */
+typedef struct spiece {
+  ts_box box;
+  int writer;        /* world rank */
+  int64_t bytes;
+  int slice; /* the distinct slice it is a chunk of */
+  int npc;
+  int64_t pc[TS_MAX_MESH_DIMS];
+  int64_t offset;    /* in the writer's file (absolute), on the writer */
+  int64_t toffset;   /* its block checksum table's (absolute), on the writer */
+  char key[TS_NAME_MAX + 24];
+  char tkey[TS_NAME_MAX + 32]; /* the table's key: "<key>.blocks" */
+} spiece;
+
+typedef struct stensor {
+  ts_stored *t;
+  ts_attr *attr; /* what is saved: the stored attribute, or with R in place of P */
+  bool reduce;   /* partial: reduce into `attr` first */
+  int npieces;
+  spiece *pieces;
+  char *attr_text;
+  /* the tensor's description, copied at planning (an asynchronous save outlives the tensor) */
+  char name[TS_NAME_MAX];
+  ts_dtype dtype;
+  int ndim;
+  int64_t shape[TS_MAX_DIMS];
+  bool partial;
+} stensor;
+
+/* The plan of a save: the tensors (names NULL: every tensor of the store), each found, named once
+ * and cut into pieces with their writers; load[] counts each rank's bytes to write. */
+int ts__ckpt_plan_tensors(ts_store *s, const char *const *names, int nt,
+                          const ts_ckpt_save_opts *o, stensor *ts, int64_t *load, ts_error *err);
+void ts__ckpt_plan_free(stensor *ts, int nt); /* accepts NULL */
+/* The lowest world rank on this node (collective). */
+int ts__ckpt_node_leader(ts_comm *c, int rank, int size, int *leader, ts_error *err);
+/* What a save may replace (the directory's leader, before anything is written): nothing or an
+ * empty directory (*replace false), a tshard checkpoint (*replace true), else refused. */
+int ts__ckpt_check_target(const char *target, bool *replace, ts_error *err);
+/* PARENT/.BASE.tmp-STAMP, one name on every rank (collective). */
+int ts__ckpt_tmp_name(ts_comm *c, int rank, const char *parent, const char *base, char *tmp,
+                      size_t cap, ts_error *err);
+/* This rank's file (nmine of the pieces are its): offsets laid out, created 0600 with its
+ * header. */
+int ts__ckpt_open_file(stensor *ts, int nt, int nmine, int rank, const char *path, int *fd,
+                       ts_error *err);
+/* Checksums as non-negative 32-bit halves, -1 for other ranks' pieces (gathered by a max). */
+void ts__ckpt_pack_hashes(const stensor *ts, int nt, int rank, const uint64_t *hashes,
+                          int64_t *hv);
+/* The leaders: index.json into tmp, synced with it. */
+int ts__ckpt_write_index(stensor *ts, int nt, int size, const int64_t *hv, bool keep_partial,
+                         const char *tmp, ts_error *err);
+/* The leaders: tmp moved into place as target (exchanged when `exists`, the old one removed). */
+int ts__ckpt_into_place(const char *tmp, const char *target, const char *parent, bool exists,
+                        ts_error *err);
+/* The slice a tensor's pieces are written from, or its reduction (collective; see ckpt_save.c). */
+int ts__ckpt_source(ts_world *w, const stensor *st, int64_t staging, int prior,
+                    const ts_error *prior_err, ts_tensor *reduced, const ts_tensor **src,
+                    ts_error *err);
+/* Writes one piece from the slice `src` (in its layout, slice_box its box) at p->offset and its
+ * block checksum table at p->toffset; hashes both; adds its bytes to *written. Any thread. */
+int ts__ckpt_write_piece(int fd, const char *path, const ts_tensor *src,
+                         const ts_box *slice_box, spiece *p, ts_dtype dt, uint64_t *hash,
+                         uint64_t *thash, int64_t *written, ts_error *err);
+/* The write-failure test hook's setting for the next save (-1: off), turned off by taking it. */
+int64_t ts__ckpt_fail_take(bool *kill);
 
 #endif

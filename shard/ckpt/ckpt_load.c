@@ -503,6 +503,31 @@ static int load_one(ts_store *s, ts_world *w, ckpt_reader *r, const ltarget *L,
   return rc;
 }
 
+/* A load's report: its tensors, their bytes, and the distinct data files their pieces lie in. */
+static void load_totals(const ltarget *L, int nt, ts_ckpt_report *rep) {
+  rep->tensors = nt;
+  int64_t np = 0;
+  for (int i = 0; i < nt; i++) {
+    int64_t n = (int64_t)ts_dtype_size(L[i].t->dtype);
+    for (int d = 0; d < L[i].t->ndim; d++)
+      n *= L[i].t->shape[d];
+    rep->bytes_total += n;
+    np += L[i].t->npieces;
+  }
+  const char **f = malloc(sizeof *f * (size_t)(np ? np : 1));
+  int64_t m = 0;
+  for (int i = 0; f && i < nt; i++)
+    for (int k = 0; k < L[i].t->npieces; k++) {
+      int64_t j = 0;
+      while (j < m && strcmp(f[j], L[i].t->pieces[k].file) != 0)
+        j++;
+      if (j == m)
+        f[m++] = L[i].t->pieces[k].file;
+    }
+  rep->files = (int)m;
+  free(f);
+}
+
 int ts_ckpt_load(ts_store *s, ts_world *w, const char *dir, const char *const *names, int n,
                  const ts_attr *attr, const ts_ckpt_load_opts *o, ts_ckpt_report *rep,
                  ts_error *err) {
@@ -552,7 +577,7 @@ int ts_ckpt_load(ts_store *s, ts_world *w, const char *dir, const char *const *n
     for (int i = 0; i < loaded; i++)
       ts_store_drop(s, L[i].t->name, NULL);
   else
-    rep->tensors = nt;
+    load_totals(L, nt, rep);
   for (int i = 0; L && i < nt; i++) {
     ts_geom_destroy(&L[i].g);
     ts_attr_destroy(&L[i].want);

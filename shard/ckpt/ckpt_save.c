@@ -46,29 +46,6 @@ void ts_ckpt_debug_fail_write(int64_t after_bytes, bool kill) {
   fail_kill = kill;
 }
 
-/* One piece of the save plan. */
-typedef struct spiece {
-  ts_box box;
-  int writer;        /* world rank */
-  int64_t bytes;
-  int slice; /* the distinct slice it is a chunk of */
-  int npc;
-  int64_t pc[TS_MAX_MESH_DIMS];
-  int64_t offset;    /* in the writer's file (absolute), on the writer */
-  int64_t toffset;   /* its block checksum table's (absolute), on the writer */
-  char key[TS_NAME_MAX + 24];
-  char tkey[TS_NAME_MAX + 32]; /* the table's key: "<key>.blocks" */
-} spiece;
-
-typedef struct stensor {
-  ts_stored *t;
-  ts_attr *attr; /* what is saved: the stored attribute, or with R in place of P */
-  bool reduce;   /* partial: reduce into `attr` first */
-  int npieces;
-  spiece *pieces;
-  char *attr_text;
-} stensor;
-
 static void mesh_coords(const ts_attr *a, int64_t idx, int64_t *c) {
   for (int m = a->mesh_ndim - 1; m >= 0; m--) {
     c[m] = idx % a->mesh_shape[m];
@@ -123,6 +100,11 @@ static void chunk_shape(int ndim, const int64_t *ext, size_t es, int64_t target,
 static int plan_tensor(stensor *st, bool keep_partial, int64_t chunk_bytes, int64_t *load,
                        ts_error *err) {
   ts_stored *t = st->t;
+  snprintf(st->name, sizeof st->name, "%s", t->name);
+  st->dtype = t->dtype;
+  st->ndim = t->ndim;
+  memcpy(st->shape, t->shape, sizeof st->shape);
+  st->partial = ts_attr_has_partial(t->attr);
   int rc;
   if (ts_attr_has_partial(t->attr) && !keep_partial) {
     if ((rc = unpartial(t->attr, &st->attr, err)))
@@ -331,11 +313,9 @@ static int write_gathered(int fd, const uint8_t *slice, const ts_box *slice_box,
   return rc;
 }
 
-/* Writes one piece from the slice `src` (in its layout) at p->offset and its block checksum table
- * at p->toffset; hashes both. */
-static int write_piece(int fd, const char *path, const ts_tensor *src, const ts_box *slice_box,
-                       spiece *p, ts_dtype dt, uint64_t *hash, uint64_t *thash, int64_t *written,
-                       ts_error *err) {
+int ts__ckpt_write_piece(int fd, const char *path, const ts_tensor *src,
+                         const ts_box *slice_box, spiece *p, ts_dtype dt, uint64_t *hash,
+                         uint64_t *thash, int64_t *written, ts_error *err) {
   int n = p->box.ndim;
   ts_layout plain, splain;
   int64_t ext[TS_MAX_DIMS], sext[TS_MAX_DIMS], zero[TS_MAX_DIMS], at[TS_MAX_DIMS];
@@ -408,7 +388,7 @@ static int write_piece(int fd, const char *path, const ts_tensor *src, const ts_
 }
 
 /* Node leaders: the lowest world rank with the same host name. */
-static int node_leader(ts_comm *c, int rank, int size, int *leader, ts_error *err) {
+int ts__ckpt_node_leader(ts_comm *c, int rank, int size, int *leader, ts_error *err) {
   char *names = calloc((size_t)size, 64);
   int64_t *counts = calloc((size_t)size, sizeof *counts), *displs = calloc((size_t)size, 8);
   if (!names || !counts || !displs) {
@@ -483,7 +463,7 @@ static int only_checkpoint_files(const char *target, const ts_ckpt_index *idx, t
  * absent or an empty directory (*replace false: the new one is renamed into place), a tshard
  * checkpoint (*replace true: exchanged, then removed), anything else refused naming it and why,
  * untouched. */
-static int check_target(const char *target, bool *replace, ts_error *err) {
+int ts__ckpt_check_target(const char *target, bool *replace, ts_error *err) {
   *replace = false;
   struct stat st;
   if (lstat(target, &st) != 0)
@@ -526,7 +506,7 @@ static int check_target(const char *target, bool *replace, ts_error *err) {
 
 /* The tensors of a save (names NULL: every tensor of the store), each found, named once and
  * planned (plan_tensor); load[] counts each rank's bytes to write. */
-static int plan_tensors(ts_store *s, const char *const *names, int nt, const ts_ckpt_save_opts *o,
+int ts__ckpt_plan_tensors(ts_store *s, const char *const *names, int nt, const ts_ckpt_save_opts *o,
                         stensor *ts, int64_t *load, ts_error *err) {
   int rc = TS_OK;
   for (int i = 0; i < nt && !rc; i++) {
@@ -545,7 +525,7 @@ static int plan_tensors(ts_store *s, const char *const *names, int nt, const ts_
 
 /* The temporary directory's path PARENT/.BASE.tmp-STAMP: one name for every rank (rank 0's
  * stamp). Collective. */
-static int tmp_name(ts_comm *c, int rank, const char *parent, const char *base, char *tmp,
+int ts__ckpt_tmp_name(ts_comm *c, int rank, const char *parent, const char *base, char *tmp,
                     size_t cap, ts_error *err) {
   int64_t stamp = 0;
   if (rank == 0) {
@@ -562,7 +542,7 @@ static int tmp_name(ts_comm *c, int rank, const char *parent, const char *base, 
 
 /* Every piece's checksum and its table's as two non-negative 32-bit halves each, -1 for the
  * pieces other ranks write (so that a max over ranks gathers them). */
-static void pack_hashes(const stensor *ts, int nt, int rank, const uint64_t *hashes,
+void ts__ckpt_pack_hashes(const stensor *ts, int nt, int rank, const uint64_t *hashes,
                         int64_t *hv) {
   int64_t pi = 0;
   for (int i = 0; i < nt; i++)
@@ -579,7 +559,7 @@ static void pack_hashes(const stensor *ts, int nt, int rank, const uint64_t *has
  * piece's block checksum table, then the pieces, so that the file ends with piece bytes as files
  * without tables do), each piece's offsets, and the file created (0600, never through a link)
  * with its header written. */
-static int open_my_file(stensor *ts, int nt, int nmine, int rank, const char *path, int *fd,
+int ts__ckpt_open_file(stensor *ts, int nt, int nmine, int rank, const char *path, int *fd,
                         ts_error *err) {
   ckpt_entry *ent = calloc(2 * (size_t)nmine, sizeof *ent);
   int m = 0;
@@ -611,7 +591,7 @@ static int open_my_file(stensor *ts, int nt, int nmine, int rank, const char *pa
         continue;
       int64_t *at = p->bytes % CKPT_DATA_ALIGN == 0 ? &off : &rest;
       ent[m].key = p->key;
-      ent[m].dtype = ts[i].t->dtype;
+      ent[m].dtype = ts[i].dtype;
       ent[m].ndim = p->box.ndim;
       for (int d = 0; d < p->box.ndim; d++)
         ent[m].ext[d] = p->box.hi[d] - p->box.lo[d];
@@ -644,19 +624,19 @@ static int open_my_file(stensor *ts, int nt, int nmine, int rank, const char *pa
 
 /* The index of the save (every piece's checksum and its table's in hv, as agreed) written into
  * the temporary directory tmp and synced with it: the directory leaders' part. */
-static int write_index(stensor *ts, int nt, int size, const int64_t *hv, bool keep_partial,
+int ts__ckpt_write_index(stensor *ts, int nt, int size, const int64_t *hv, bool keep_partial,
                        const char *tmp, ts_error *err) {
   ts_ckpt_index idx = {nt, calloc((size_t)(nt ? nt : 1), sizeof(ts_ckpt_tensor)), size};
   int lst = idx.tensors ? TS_OK : ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory");
   int64_t pi = 0;
   for (int i = 0; !lst && i < nt; i++) {
     ts_ckpt_tensor *x = &idx.tensors[i];
-    snprintf(x->name, sizeof x->name, "%s", ts[i].t->name);
-    x->dtype = ts[i].t->dtype;
-    x->ndim = ts[i].t->ndim;
-    memcpy(x->shape, ts[i].t->shape, sizeof x->shape);
+    snprintf(x->name, sizeof x->name, "%s", ts[i].name);
+    x->dtype = ts[i].dtype;
+    x->ndim = ts[i].ndim;
+    memcpy(x->shape, ts[i].shape, sizeof x->shape);
     x->attr = ts[i].attr_text;
-    x->partial_kept = ts_attr_has_partial(ts[i].t->attr) && keep_partial;
+    x->partial_kept = ts[i].partial && keep_partial;
     x->npieces = ts[i].npieces;
     x->pieces = calloc((size_t)(x->npieces ? x->npieces : 1), sizeof *x->pieces);
     if (!x->pieces) {
@@ -692,7 +672,7 @@ static int write_index(stensor *ts, int nt, int size, const int64_t *hv, bool ke
 /* The leader's last step: the temporary directory renamed into place (exchanged with the previous
  * checkpoint when `exists`, which is then removed; else renamed over nothing or an empty
  * directory), the parent synced. */
-static int into_place(const char *tmp, const char *target, const char *parent, bool exists,
+int ts__ckpt_into_place(const char *tmp, const char *target, const char *parent, bool exists,
                       ts_error *err) {
   if (exists ? renameat2(AT_FDCWD, tmp, AT_FDCWD, target, RENAME_EXCHANGE) != 0
              : rename(tmp, target) != 0)
@@ -702,6 +682,65 @@ static int into_place(const char *tmp, const char *target, const char *parent, b
   if (rc == TS_OK && exists)
     ts__ckpt_remove_dir(tmp); /* the previous checkpoint, swapped out */
   return rc;
+}
+
+/* The bytes a tensor's pieces are written from: its slice (NULL where this rank holds none), or
+ * for a partial tensor saved reduced, the reduction run now into `reduced` (collective: every
+ * rank takes part; prior is this rank's failure so far, brought to its agreement). */
+int ts__ckpt_source(ts_world *w, const stensor *st, int64_t staging, int prior,
+                    const ts_error *prior_err, ts_tensor *reduced, const ts_tensor **src,
+                    ts_error *err) {
+  ts_stored *t = st->t;
+  memset(reduced, 0, sizeof *reduced);
+  *src = t->has_slice ? &t->local : NULL;
+  if (!st->reduce)
+    return TS_OK;
+  ts_plan *plan = NULL;
+  ts_plan_opts po = {TS_STRATEGY_AUTO, staging, ts_world_size(w)};
+  ts_error perr;
+  int pst = ts_plan_create(t->ndim, t->shape, t->dtype, t->attr, st->attr, &po, &plan, &perr);
+  ts_exec_opts xo;
+  memset(&xo, 0, sizeof xo);
+  xo.agree_world = true;
+  xo.prior_status = prior ? prior : pst;
+  xo.prior_err = prior ? prior_err : &perr;
+  ts_exec_report xr;
+  int rc = ts_reshard_exec(w, plan, *src, t->layout_tag, &xo, reduced, &xr, err);
+  ts_plan_destroy(&plan);
+  *src = reduced->data ? reduced : NULL;
+  return rc;
+}
+
+int64_t ts__ckpt_fail_take(bool *kill) {
+  int64_t after = fail_after;
+  *kill = fail_kill;
+  fail_after = -1;
+  return after;
+}
+
+void ts__ckpt_plan_free(stensor *ts, int nt) {
+  for (int i = 0; ts && i < nt; i++) {
+    ts_attr_destroy(&ts[i].attr);
+    free(ts[i].pieces);
+    free(ts[i].attr_text);
+  }
+  free(ts);
+}
+
+/* The whole checkpoint's piece bytes and files (the writers' and the index). */
+static void report_totals(const stensor *ts, int nt, int size, ts_ckpt_report *rep) {
+  bool *writes = calloc((size_t)size, sizeof *writes);
+  rep->files = 1;
+  for (int i = 0; i < nt; i++)
+    for (int k = 0; k < ts[i].npieces; k++) {
+      const spiece *p = &ts[i].pieces[k];
+      rep->bytes_total += p->bytes;
+      if (writes && !writes[p->writer]) {
+        writes[p->writer] = true;
+        rep->files++;
+      }
+    }
+  free(writes);
 }
 
 int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *names, int n,
@@ -722,7 +761,7 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
   char parent[4096], base[256], tmp[4400], target[4400], path[4500];
   lst = ts__ckpt_split_path(dir, parent, sizeof parent, base, sizeof base, &lerr);
   int leader = 0;
-  if ((rc = o->per_node ? node_leader(c, rank, size, &leader, err) : TS_OK))
+  if ((rc = o->per_node ? ts__ckpt_node_leader(c, rank, size, &leader, err) : TS_OK))
     return rc;
   bool lead = leader == rank;
   /* the tensors */
@@ -734,13 +773,13 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
     return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory");
   }
   if (!lst)
-    lst = plan_tensors(s, names && n > 0 ? names : NULL, nt, o, ts, load, &lerr);
-  if ((rc = tmp_name(c, rank, parent, base, tmp, sizeof tmp, err)))
+    lst = ts__ckpt_plan_tensors(s, names && n > 0 ? names : NULL, nt, o, ts, load, &lerr);
+  if ((rc = ts__ckpt_tmp_name(c, rank, parent, base, tmp, sizeof tmp, err)))
     goto out;
   snprintf(target, sizeof target, "%s/%s", parent, base);
   bool made = false, exists = false;
   if (!lst && lead)
-    lst = check_target(target, &exists, &lerr);
+    lst = ts__ckpt_check_target(target, &exists, &lerr);
   if (!lst && lead && mkdir(tmp, 0700) != 0)
     lst = ts_error_set(&lerr, TS_CHECKPOINT_IO, "checkpoint: cannot create '%s' next to '%s': %s",
                        tmp, target, strerror(errno));
@@ -762,35 +801,19 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
   if (!hashes || !hv)
     lst = ts_error_set(&lerr, TS_NO_MEMORY, "checkpoint: no memory");
   if (!lst && nmine)
-    lst = open_my_file(ts, nt, nmine, rank, path, &fd, &lerr);
+    lst = ts__ckpt_open_file(ts, nt, nmine, rank, path, &fd, &lerr);
   /* the pieces, tensor by tensor (reductions are collective: every rank takes part) */
   int pi = 0;
   for (int i = 0; i < nt; i++) {
     ts_stored *t = ts[i].t;
     ts_tensor reduced;
-    memset(&reduced, 0, sizeof reduced);
-    const ts_tensor *src = t->has_slice ? &t->local : NULL;
-    if (ts[i].reduce) {
-      ts_plan *plan = NULL;
-      ts_plan_opts po = {TS_STRATEGY_AUTO, o->staging_bytes, size};
-      ts_error perr;
-      int pst = ts_plan_create(t->ndim, t->shape, t->dtype, t->attr, ts[i].attr, &po, &plan,
-                               &perr);
-      ts_exec_opts xo;
-      memset(&xo, 0, sizeof xo);
-      xo.agree_world = true;
-      xo.prior_status = lst ? lst : pst;
-      xo.prior_err = lst ? &lerr : &perr;
-      ts_exec_report xr;
-      rc = ts_reshard_exec(w, plan, src, t->layout_tag, &xo, &reduced, &xr, err);
-      ts_plan_destroy(&plan);
-      if (rc) {
-        if (fd >= 0)
-          close(fd);
-        free(hashes), free(hv);
-        goto fail;
-      }
-      src = reduced.data ? &reduced : NULL;
+    const ts_tensor *src = NULL;
+    rc = ts__ckpt_source(w, &ts[i], o->staging_bytes, lst, &lerr, &reduced, &src, err);
+    if (rc) {
+      if (fd >= 0)
+        close(fd);
+      free(hashes), free(hv);
+      goto fail;
     }
     for (int k = 0; k < ts[i].npieces; k++, pi++) {
       spiece *p = &ts[i].pieces[k];
@@ -800,8 +823,8 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
         lst = ts_error_set(&lerr, TS_INTERNAL, "checkpoint: rank %d writes piece '%s' but holds "
                            "no slice", rank, p->key);
       else
-        lst = write_piece(fd, path, src, &t->box, p, t->dtype, &hashes[2 * pi],
-                          &hashes[2 * pi + 1], &written, &lerr);
+        lst = ts__ckpt_write_piece(fd, path, src, &t->box, p, t->dtype, &hashes[2 * pi],
+                                   &hashes[2 * pi + 1], &written, &lerr);
     }
     ts_shard_free_tensor(&reduced);
   }
@@ -813,10 +836,11 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
   }
   rep->bytes_written = written;
   rep->tensors = nt;
+  report_totals(ts, nt, size, rep);
   /* agree, with every piece's checksum and its table's (each as two non-negative 32-bit halves,
    * max over ranks) */
   if (hv)
-    pack_hashes(ts, nt, rank, hashes, hv);
+    ts__ckpt_pack_hashes(ts, nt, rank, hashes, hv);
   rc = ts_comm_agree_max(c, lst, &lerr, hv, hv ? 4 * total_pieces : 0, err);
   free(hashes);
   if (rc) {
@@ -824,11 +848,11 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
     goto fail;
   }
   if (lead) /* the index, written by the leaders */
-    lst = write_index(ts, nt, size, hv, o->keep_partial, tmp, &lerr);
+    lst = ts__ckpt_write_index(ts, nt, size, hv, o->keep_partial, tmp, &lerr);
   free(hv);
   if ((rc = ts_comm_agree(c, lst, &lerr, err)))
     goto fail;
-  if (lead && (lst = into_place(tmp, target, parent, exists, &lerr)) == TS_OK)
+  if (lead && (lst = ts__ckpt_into_place(tmp, target, parent, exists, &lerr)) == TS_OK)
     made = false;
   rc = ts_comm_agree(c, lst, &lerr, err);
   if (rc)
@@ -838,12 +862,7 @@ fail:
   if (made)
     ts__ckpt_remove_dir(tmp);
 out:
-  for (int i = 0; i < nt; i++) {
-    ts_attr_destroy(&ts[i].attr);
-    free(ts[i].pieces);
-    free(ts[i].attr_text);
-  }
-  free(ts);
+  ts__ckpt_plan_free(ts, nt);
   free(load);
   if (fail_after >= 0)
     fail_after = -1; /* the hook serves one save */

@@ -56,6 +56,8 @@ typedef struct ts_ckpt_report {
   int tensors_moved; /* loads: tensors read through the move path (the same on every rank) */
   int64_t ranged_reads;   /* loads, this rank: pieces read in part through their block tables */
   bool ranged_io_uring;   /* ... those reads batched through io_uring (else preadv) */
+  int64_t bytes_total; /* the whole checkpoint's piece bytes (saves: written, loads: loaded) */
+  int files;           /* saves: data files and the index; loads: data files holding the tensors */
 } ts_ckpt_report;
 
 /* Saves the named tensors (names NULL or n 0: all) of the store into dir. Atomic: the previous
@@ -68,6 +70,31 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
 int ts_ckpt_load(ts_store *s, ts_world *w, const char *dir, const char *const *names, int n,
                  const ts_attr *attr, const ts_ckpt_load_opts *o, ts_ckpt_report *rep,
                  ts_error *err);
+
+/* The asynchronous save (ckpt_async.c): the same checkpoint as ts_ckpt_save, in three steps.
+ * ts_ckpt_save_begin (collective, same arguments on every rank) plans it, makes the temporary
+ * directory and copies every piece this rank writes into pool memory (staging, under the memory
+ * limit: TS_LIMIT naming the bytes when the copy does not fit), so that the tensors may change
+ * or go once it returned. ts_ckpt_job_write (no MPI; one thread, any) writes this rank's file
+ * from the copy, ts_ckpt_save_end (collective) agrees, writes the index and moves the checkpoint
+ * into place, or removes the temporary directory leaving the previous checkpoint as it was. */
+typedef struct ts_ckpt_job ts_ckpt_job;
+typedef struct ts_ckpt_progress {
+  int64_t written, total; /* this rank's bytes written so far and to write */
+  int64_t all_bytes;      /* every rank's */
+  int files, tensors;
+} ts_ckpt_progress;
+int ts_ckpt_save_begin(ts_store *s, ts_world *w, const char *dir, const char *const *names, int n,
+                       const ts_ckpt_save_opts *o, ts_ckpt_job **out, ts_error *err);
+void ts_ckpt_job_write(ts_ckpt_job *j);
+/* Safe from any thread while ts_ckpt_job_write runs. */
+void ts_ckpt_job_progress(const ts_ckpt_job *j, ts_ckpt_progress *p);
+int ts_ckpt_save_end(ts_ckpt_job *j, ts_world *w, ts_ckpt_report *rep, ts_error *err);
+/* Accepts NULL; a job not ended by ts_ckpt_save_end removes its temporary directory (leaders). */
+void ts_ckpt_job_destroy(ts_ckpt_job **j);
+/* Removes the checkpoint dir: only a tshard checkpoint (an empty directory stays; anything else
+ * is refused as a save would refuse to replace it, and left untouched). */
+int ts_ckpt_remove(const char *dir, ts_error *err);
 
 /* Test hooks, per process (so one rank can be made to fail): the next save's file writes fail
  * with EIO after `after_bytes` bytes (-1 turns it off); kill: the process kills itself instead. */

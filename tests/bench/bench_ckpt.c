@@ -34,6 +34,17 @@
  *                        operation is paired with the limit measured next to it (this shared
  *                        machine's speed drifts from second to second); *_vs_limit_runs lists
  *                        the rounds' ratios; fs= the directory's filesystem type
+ * The asynchronous save (ts_ckpt_save_begin, a writer thread per rank running ts_ckpt_job_write,
+ * ts_ckpt_save_end: the daemons' background save), per run after the rounds above:
+ *   async_blocked_ms     median time from the start of an asynchronous save of the 1 GiB tensor
+ *                        until every rank took its copy (what a client waits for), slowest rank
+ *   async_blocked_vs_memcpy  the median of each run's blocked time over memcpy_ms, one memcpy
+ *                        of each rank's slice into a buffer written before (every rank at once)
+ *   async_total_vs_sync  the median of each run's time until the checkpoint is in place (the
+ *                        save alone) over the synchronous save of the same run
+ *   reshard_during_save_vs_alone  a 256 MiB reshard ([8192, 8192] f32, S(0) to S(1)) issued
+ *                        right after the asynchronous save's copy, while the writers write,
+ *                        over the same reshard with no save (median of the runs' ratios)
  * TSHARD_BENCH_VERBOSE=1 prints every round's times to stderr, with the CPU time all ranks spent
  * in the limit read and in the load (their work, apart from the machine's other tenants).
  * The checkpoint is saved in the library's default chunks (16 MiB; --chunk-bytes N other chunks,
@@ -55,6 +66,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <mpi.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,24 +267,118 @@ static void bench_hf(ts_store *s, const char *base, const ts_attr *a1, int runs,
   free(te), free(ti), free(re), free(ri);
 }
 
+/* The writer thread, as the daemon runs it (daemon/ops/bgsave.c): SCHED_IDLE. */
+static void *bench_writer(void *job) {
+  struct sched_param sp = {0};
+  pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+  ts_ckpt_job_write(job);
+  return NULL;
+}
+
+/* The 256 MiB reshard of "r" to S(1) and back; returns the first's time (between barriers). */
+static double reshard_r(ts_store *s, const ts_attr *to, const ts_attr *back) {
+  ts_error err;
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = MPI_Wtime();
+  if (ts_store_reshard(s, W, "r", to, "", NULL, NULL, &err))
+    die("reshard", err.msg);
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t = MPI_Wtime() - t0;
+  if (ts_store_reshard(s, W, "r", back, "", NULL, NULL, &err))
+    die("reshard back", err.msg);
+  return t;
+}
+
+/* The asynchronous save's figures (see the top of the file), printed by rank 0. */
+static void async_rounds(ts_store *s, const char *ckpt, int runs, long long chunk,
+                         const ts_attr *a0, const ts_attr *a1) {
+  ts_error err;
+  int64_t rshape[2] = {8192, 8192};
+  ts_stored *r = NULL, *t = ts_store_find(s, "w");
+  if (ts_store_add(s, "r", 2, rshape, TS_F32, a0, NULL, &r, &err))
+    die("create r", err.msg);
+  size_t mine = t->local.bytes;
+  void *dst = malloc(mine);
+  if (!dst)
+    die("memcpy buffer", "out of memory");
+  memset(dst, 2, mine);
+  double *blocked = calloc((size_t)runs, 8), *rb = calloc((size_t)runs, 8),
+         *rt = calloc((size_t)runs, 8), *rr = calloc((size_t)runs, 8);
+  const char *names[1] = {"w"};
+  ts_ckpt_save_opts so = {false, false, 0, chunk};
+  for (int i = 0; i < runs; i++) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    memcpy(dst, t->local.data, mine);
+    MPI_Barrier(MPI_COMM_WORLD);
+    double copy = MPI_Wtime() - t0;
+    t0 = MPI_Wtime();
+    if (ts_ckpt_save(s, W, ckpt, names, 1, &so, NULL, &err))
+      die("save", err.msg);
+    MPI_Barrier(MPI_COMM_WORLD);
+    double sync = MPI_Wtime() - t0;
+    /* the asynchronous save alone, then again with the reshard issued after its copy */
+    double total = 0, during = 0;
+    for (int with = 0; with < 2; with++) {
+      ts_ckpt_job *job = NULL;
+      MPI_Barrier(MPI_COMM_WORLD);
+      t0 = MPI_Wtime();
+      if (ts_ckpt_save_begin(s, W, ckpt, names, 1, &so, &job, &err))
+        die("asynchronous save", err.msg);
+      MPI_Barrier(MPI_COMM_WORLD);
+      if (!with)
+        blocked[i] = MPI_Wtime() - t0;
+      pthread_t th;
+      if (pthread_create(&th, NULL, bench_writer, job) != 0)
+        die("writer thread", strerror(errno));
+      if (with)
+        during = reshard_r(s, a1, a0);
+      pthread_join(th, NULL);
+      ts_ckpt_report rep;
+      if (ts_ckpt_save_end(job, W, &rep, &err))
+        die("asynchronous save's end", err.msg);
+      MPI_Barrier(MPI_COMM_WORLD);
+      if (!with)
+        total = MPI_Wtime() - t0;
+      ts_ckpt_job_destroy(&job);
+    }
+    double alone = reshard_r(s, a1, a0);
+    rb[i] = blocked[i] / copy;
+    rt[i] = total / sync;
+    rr[i] = during / alone;
+    if (rank == 0 && getenv("TSHARD_BENCH_VERBOSE"))
+      fprintf(stderr, "async run %d: memcpy %.3f s, blocked %.3f s, total %.3f s, sync save "
+              "%.3f s; reshard alone %.3f s, during the save %.3f s\n", i, copy, blocked[i],
+              total, sync, alone, during);
+  }
+  if (rank == 0)
+    printf("async_blocked_ms=%.1f\nasync_blocked_vs_memcpy=%.2f\nasync_total_vs_sync=%.2f\n"
+           "reshard_during_save_vs_alone=%.2f\n", 1000 * median(blocked, runs),
+           median(rb, runs), median(rt, runs), median(rr, runs));
+  ts_store_drop(s, "r", NULL);
+  free(dst), free(blocked), free(rb), free(rt), free(rr);
+}
+
 int main(int argc, char **argv) {
   const char *dir_opt = NULL;
   int runs = 9;
-  bool cold = false;
+  bool cold = false, async_only = false;
   long long chunk = TS_CKPT_CHUNK_DEFAULT;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       printf("usage: mpirun -np 4 tshard-bench-ckpt [--dir D] [--runs N] [--cold] "
-             "[--chunk-bytes N]\n"
+             "[--chunk-bytes N] [--async-only]\n"
              "  --dir D     the directory to save into (default: a fresh one under $TMPDIR or "
              "/tmp)\n"
              "  --runs N    runs; medians are printed (default 9)\n"
              "  --cold      evict the files from the page cache before every read\n"
+             "  --async-only  only the asynchronous save's figures (async_*, reshard_*)\n"
              "  --chunk-bytes N  save in chunks of about N bytes (default 16777216, the "
              "library's; -1: whole pieces)\n"
              "prints save_gbps, load_gbps, load_resharded_gbps, write_limit_gbps, "
-             "read_limit_gbps, verified_read_limit_gbps, their ratios and fs= (key=value "
-             "lines)\n");
+             "read_limit_gbps, verified_read_limit_gbps, their ratios, fs=, and the "
+             "asynchronous save's async_blocked_ms, async_blocked_vs_memcpy, "
+             "async_total_vs_sync, reshard_during_save_vs_alone (key=value lines)\n");
       return 0;
     } else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) {
       dir_opt = argv[++i];
@@ -279,6 +386,8 @@ int main(int argc, char **argv) {
       runs = atoi(argv[++i]);
     } else if (strcmp(argv[i], "--cold") == 0) {
       cold = true;
+    } else if (strcmp(argv[i], "--async-only") == 0) {
+      async_only = true;
     } else if (strcmp(argv[i], "--chunk-bytes") == 0 && i + 1 < argc) {
       char *end = NULL;
       chunk = strtoll(argv[++i], &end, 10);
@@ -360,7 +469,7 @@ int main(int argc, char **argv) {
   bool ring = false;
   char mine_file[700];
   snprintf(mine_file, sizeof mine_file, "%s/rank-%05d.safetensors", ckpt, rank);
-  for (int i = 0; i < (int)R; i++) {
+  for (int i = 0; i < (async_only ? 0 : (int)R); i++) {
     int k = i % 2;
     t = ts_store_find(s, "w"); /* S(0): made or reloaded before */
     snprintf(plain, sizeof plain, "%s", plains[i % 2]);
@@ -434,10 +543,11 @@ int main(int argc, char **argv) {
   double save = gb / median(ts, (int)R), load = gb / median(tlx, runs),
          resh = gb / median(tlx + runs, runs), wl = gb / median(tw, (int)R),
          rlim = gb / median(tr, (int)R), vlim = gb / median(tvv, (int)R);
-  if (rank == 0) {
+  if (rank == 0)
     printf("ranks=%d\nbytes=%lld\nruns=%d\nfs=%s\ndir=%s\nread_cache=%s\nchunk_bytes=%lld\n",
            size, (long long)total, runs, fs_name(base), base, cold ? "cold" : "warm",
            chunk);
+  if (rank == 0 && !async_only) {
     printf("save_gbps=%.3f\nload_gbps=%.3f\nload_resharded_gbps=%.3f\n", save, load, resh);
     printf("write_limit_gbps=%.3f\nread_limit_gbps=%.3f\n", wl, rlim);
     printf("verified_read_limit_gbps=%.3f\nverified_read_vs_read_limit=%.2f\n", vlim,
@@ -457,7 +567,9 @@ int main(int argc, char **argv) {
     printf("load_resharded_io=%s\n", moved ? "none" : ring ? "io_uring" : "preadv");
     printf("load_resharded_verify_extra_bytes=%lld\n", (long long)extra);
   }
-  bench_hf(s, base, a1, runs, plains[0], buf, total);
+  async_rounds(s, ckpt, runs, chunk, a0, a1);
+  if (!async_only)
+    bench_hf(s, base, a1, runs, plains[0], buf, total);
   unlink(plains[0]);
   unlink(plains[1]);
   ts_store_destroy(&s);

@@ -128,7 +128,7 @@ static void startup_checks(void) {
   /* The same reader accepts a private token file: --help after it proves the parse went on. */
   const char *a5[] = {"--listen", "tcp://127.0.0.1:1", "--token-file", good, "--staging", "1G",
                       "--help", NULL};
-  char out[4096];
+  char out[16384]; /* the whole --help */
   int code = run_daemon(a5, out, sizeof out);
   TSE_CHECK(code == 0 && strstr(out, "--frame-timeout"), "valid flags: exit %d, '%s'", code, out);
   unlink(longtok);

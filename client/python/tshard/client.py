@@ -28,6 +28,7 @@ import struct
 import sys
 import threading
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
+import time
 
 import numpy as np
 
@@ -1031,15 +1032,23 @@ class Client:
         return _e.einsum_release(self, forward, key=key)
 
     # Checkpoints: save and load (format in shard/CHECKPOINT.md, reader in tshard.checkpoint).
-    def save(self, dir, names=None, keep_partial=False, per_node=False, key=None, wait=True):
+    def save(self, dir: str, names: "str | list[str] | None" = None, keep_partial: bool = False,
+             per_node: bool = False, key: "str | None" = None, wait: bool = True):
         """Saves the named tensors (None: all) into the directory `dir` that every daemon can
-        reach (atomic: the previous checkpoint there stays until every rank agreed)."""
+        reach (atomic: the previous checkpoint there stays until every rank agreed). Returns
+        {'dir', 'tensors', 'bytes', 'files', 'seconds', 'writing', 'save_id'}.
+
+        ``wait=False`` is an asynchronous save: a Future, done once every daemon took its copy
+        of the tensors (the checkpoint holds their values at this point of the operations'
+        order; later operations do not change it); its result says ``writing: True`` while the
+        daemons write the files in the background. ``wait_saves()`` waits for the files."""
         names = [names] if isinstance(names, str) else list(names or [])
         try:
-            return self._op(key, _nothing, wait, f"save to '{dir}'",
+            return self._op(key, _ckpt_result, wait, f"save to '{dir}'",
                             save=pb.SaveRequest(dir=os.path.abspath(dir),
                                                 names=[_check_name(n) for n in names],
-                                                keep_partial=keep_partial, per_node=per_node))
+                                                keep_partial=keep_partial, per_node=per_node,
+                                                background=not wait))
         except TshardError as e:  # a lost rank: the save's own error names its path
             if e.status != 39:
                 raise
@@ -1049,15 +1058,48 @@ class Client:
                                 f"(or this save's, had it been exchanged before the loss), never "
                                 f"a partial one") from None
 
-    def load(self, dir, names=None, attr=None, per_node=False, key=None, wait=True):
+    def snapshot(self, key: "str | None" = None) -> dict:
+        """Takes a snapshot now (daemons started with --snapshot-dir): an asynchronous save of
+        every tensor into <snapshot dir>/<UTC timestamp>/; returns as save(wait=False)'s result
+        (its 'dir' names the snapshot). ``wait_saves()`` waits for its files."""
+        return self._op(key, _ckpt_result, True, "snapshot",
+                        save=pb.SaveRequest(snapshot=True, background=True))
+
+    def wait_saves(self, timeout: "float | None" = None, save_id: "int | None" = None) -> list:
+        """Waits until the background saves writing now (or the one numbered save_id) are
+        complete, polling stats(); returns their records (stats()['saves'] entries). Raises the
+        save's error (CheckpointIoError, ...) when one failed, tshard.WaitTimeoutError after
+        `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        want = None if save_id is None else {save_id}
+        delay = 0.002
+        while True:
+            saves = self.stats()["saves"]
+            if want is None:
+                want = {s["save_id"] for s in saves if s["state"] == "writing"}
+            mine = [s for s in saves if s["save_id"] in want]
+            if all(s["state"] != "writing" for s in mine):
+                for s in mine:
+                    if s["state"] == "failed":
+                        raise error_for(s["status"], s["message"])
+                return mine
+            if deadline is not None and time.monotonic() > deadline:
+                raise WaitTimeoutError(f"background saves {sorted(want)} still writing after "
+                                       f"{timeout} s")
+            time.sleep(delay)  # polling the daemon's progress, bounded by the deadline
+            delay = min(delay * 2, 0.05)
+
+    def load(self, dir: str, names: "str | list[str] | None" = None, attr=None,
+             per_node: bool = False, key: "str | None" = None, wait: bool = True):
         """Loads the named tensors (None: all of the checkpoint) under `attr` (None: each saved
-        attribute) on the daemons' ranks; a failure creates no tensor."""
+        attribute) on the daemons' ranks; a failure creates no tensor. Returns {'dir',
+        'tensors', 'bytes', 'files', 'seconds'} (or a Future of it)."""
         names = [names] if isinstance(names, str) else list(names or [])
         req = pb.LoadRequest(dir=os.path.abspath(dir), names=[_check_name(n) for n in names],
                              per_node=per_node)
         if attr is not None:
             req.attr.CopyFrom(_attr_msg(attr))
-        return self._op(key, _nothing, wait, f"load from '{dir}'", load=req)
+        return self._op(key, _ckpt_result, wait, f"load from '{dir}'", load=req)
 
     def load_safetensors(self, path: str, attrs: "dict | None" = None, default=None,
                          names: "list | None" = None, prefix: "str | None" = None,
@@ -1180,7 +1222,11 @@ class Client:
                                for x in s.strategies},
                 "ops": {k.kind: {"count": k.count, "p50_us": k.p50_us, "p99_us": k.p99_us,
                                  "batch_p50": k.batch_p50, "batch_max": k.batch_max}
-                        for k in s.ops}}
+                        for k in s.ops},
+                "saves": [{"save_id": v.save_id, "dir": v.dir, "state": v.state,
+                           "bytes_written": v.bytes_written, "bytes_total": v.bytes_total,
+                           "checkpoint_bytes": v.checkpoint_bytes, "seconds": v.seconds,
+                           "status": v.status, "message": v.message} for v in s.saves]}
 
     def shutdown(self, key=None):
         """Stops every daemon of the job."""
@@ -1190,6 +1236,13 @@ class Client:
 def _nothing(resp):
     """The result of operations that answer nothing but their status."""
     return None
+
+
+def _ckpt_result(r):
+    """What a save or load did (CkptResult)."""
+    k = r.ckpt
+    return {"dir": k.dir, "tensors": k.tensors, "bytes": k.bytes, "files": k.files,
+            "seconds": k.seconds, "writing": k.writing, "save_id": k.save_id}
 
 
 def _reshard_result(r):

@@ -1,0 +1,164 @@
+/* resume.c - `tshardd --resume DIR [--resume-attr 'GLOB=ATTR' ...]`: before any client is
+ * served (the engine's start hook), every rank restores the latest complete checkpoint in DIR:
+ * DIR itself when it holds an index.json, else the subdirectory (not hidden: temporary
+ * directories of saves in progress are) whose index.json was written last (snapshots, or
+ * checkpoints saved side by side). Each tensor is loaded under its saved attribute when every
+ * rank it names is in this job, else under the attribute of the first --resume-attr rule whose
+ * glob matches its name. Everything is decided before anything is loaded, and refused naming
+ * the directory, the tensor or the rule when it cannot be: no checkpoint, an index that does
+ * not parse, a tensor no rule places, a rule whose attribute does not fit the tensor or the
+ * ranks. The decision is agreed over the world, so every rank exits with the same message; the
+ * loads are ts_ckpt_load's (collective, checksums verified). What was restored is logged, one
+ * line per tensor and a summary naming the checkpoint. */
+#include <dirent.h>
+#include <errno.h>
+#include <fnmatch.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "handlers.h"
+#include "ts_ckpt.h"
+
+/* The checkpoint to restore: DIR, or its subdirectory with the newest index.json. */
+static int choose_checkpoint(const char *dir, char *out, size_t cap, ts_error *err) {
+  char path[4096];
+  struct stat st;
+  snprintf(path, sizeof path, "%s/%s", dir, TS_CKPT_INDEX);
+  if (stat(path, &st) == 0) {
+    snprintf(out, cap, "%s", dir);
+    return TS_OK;
+  }
+  DIR *d = opendir(dir);
+  if (!d)
+    return ts_error_set(err, TS_CHECKPOINT_IO, "cannot resume from '%s': cannot list it (%s)",
+                        dir, strerror(errno));
+  struct timespec best = {0, 0};
+  char best_name[256] = "";
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    if (de->d_name[0] == '.')
+      continue; /* ".", "..", and the temporary directories of saves in progress */
+    snprintf(path, sizeof path, "%s/%s/%s", dir, de->d_name, TS_CKPT_INDEX);
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+      continue;
+    struct timespec m = st.st_mtim;
+    bool newer = m.tv_sec > best.tv_sec || (m.tv_sec == best.tv_sec && m.tv_nsec > best.tv_nsec) ||
+                 (m.tv_sec == best.tv_sec && m.tv_nsec == best.tv_nsec &&
+                  strcmp(de->d_name, best_name) > 0);
+    if (!best_name[0] || newer) {
+      best = m;
+      snprintf(best_name, sizeof best_name, "%s", de->d_name);
+    }
+  }
+  closedir(d);
+  if (!best_name[0])
+    return ts_error_set(err, TS_NOT_FOUND, "cannot resume from '%s': no complete snapshot or "
+                        "checkpoint there (no %s in it or in any of its subdirectories)", dir,
+                        TS_CKPT_INDEX);
+  snprintf(out, cap, "%s/%s", dir, best_name);
+  return TS_OK;
+}
+
+/* The attribute tensor t is restored under: NULL (its saved one, *rule -1) when it fits this
+ * job, else the first matching rule's (*rule its number). */
+static int place_tensor(const tsd_config *cfg, const ts_ckpt_tensor *t, int size, ts_attr **out,
+                        int *rule, ts_error *err) {
+  *out = NULL;
+  *rule = -1;
+  ts_attr *a = NULL;
+  ts_error why;
+  int rc = ts_attr_parse(t->attr, &a, &why);
+  if (rc == TS_OK)
+    rc = ts_attr_validate(a, t->ndim, t->shape, size, &why);
+  ts_attr_destroy(&a);
+  if (rc == TS_OK)
+    return TS_OK;
+  for (int k = 0; k < cfg->nresume_attr; k++) {
+    const char *r = cfg->resume_attr[k], *eq = strchr(r, '=');
+    char glob[512];
+    snprintf(glob, sizeof glob, "%.*s", (int)(eq - r), r);
+    if (fnmatch(glob, t->name, 0) != 0)
+      continue;
+    ts_error rerr;
+    int arc = ts_attr_parse(eq + 1, out, &rerr);
+    if (arc == TS_OK)
+      arc = ts_attr_validate(*out, t->ndim, t->shape, size, &rerr);
+    if (arc) {
+      ts_attr_destroy(out);
+      return ts_error_set(err, TS_BAD_ATTRIBUTE, "--resume-attr '%s' does not fit tensor '%s' "
+                          "on this job's %d ranks: %s", r, t->name, size, rerr.msg);
+    }
+    *rule = k;
+    return TS_OK;
+  }
+  return ts_error_set(err, TS_BAD_ATTRIBUTE, "tensor '%s' cannot be restored as saved (%s: %s) "
+                      "and no --resume-attr rule matches its name; give one, e.g. "
+                      "--resume-attr '%s=mesh=[%d] placements=[R]'", t->name, t->attr, why.msg,
+                      t->name, size);
+}
+
+/* Loads every tensor of the checkpoint under its chosen attribute (collective), logging each. */
+static int load_all(tsd_engine *e, const char *ckpt, const ts_ckpt_index *idx, ts_attr **attrs,
+                    const int *rules, ts_error *err) {
+  ts_ckpt_load_opts o = {false, e->cfg->staging, TS_CKPT_PATH_AUTO};
+  int64_t bytes = 0;
+  for (int i = 0; i < idx->ntensors; i++) {
+    const ts_ckpt_tensor *t = &idx->tensors[i];
+    const char *name = t->name;
+    ts_ckpt_report rep;
+    int rc = ts_ckpt_load(e->store, e->world, ckpt, &name, 1, attrs[i], &o, &rep, err);
+    if (rc)
+      return rc;
+    bytes += rep.bytes_total;
+    if (rules[i] < 0)
+      TSD_LOG(TSD_LOG_INFO, "resumed '%s' under its saved attribute %s", name, t->attr);
+    else
+      TSD_LOG(TSD_LOG_INFO, "resumed '%s' (saved %s) by --resume-attr '%s'", name, t->attr,
+              e->cfg->resume_attr[rules[i]]);
+  }
+  TSD_LOG(TSD_LOG_INFO, "resumed %d tensors (%lld bytes) from '%s'", idx->ntensors,
+          (long long)bytes, ckpt);
+  return TS_OK;
+}
+
+int tsd_resume(tsd_engine *e, ts_error *err) {
+  if (!e->cfg->resume_dir[0])
+    return TS_OK;
+  char ckpt[4096];
+  ts_ckpt_index *idx = NULL;
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  int lst = choose_checkpoint(e->cfg->resume_dir, ckpt, sizeof ckpt, &lerr);
+  if (lst == TS_OK && ts_ckpt_index_read(ckpt, &idx, &lerr) != TS_OK) {
+    char why[400];
+    snprintf(why, sizeof why, "%s", lerr.msg);
+    lst = ts_error_set(&lerr, TS_CORRUPT, "cannot resume from '%s': its index does not parse: "
+                       "%s", ckpt, why);
+  }
+  int n = idx ? idx->ntensors : 0;
+  ts_attr **attrs = calloc((size_t)(n ? n : 1), sizeof *attrs);
+  int *rules = calloc((size_t)(n ? n : 1), sizeof *rules);
+  if (lst == TS_OK && (!attrs || !rules))
+    lst = ts_error_set(&lerr, TS_NO_MEMORY, "cannot resume: no memory");
+  for (int i = 0; lst == TS_OK && i < n; i++)
+    lst = place_tensor(e->cfg, &idx->tensors[i], e->size, &attrs[i], &rules[i], &lerr);
+  if (lst != TS_OK && strncmp(lerr.msg, "cannot resume", 13) != 0) {
+    char why[480];
+    snprintf(why, sizeof why, "%s", lerr.msg);
+    ts_error_set(&lerr, lst, "cannot resume from '%s': %s", ckpt, why);
+  }
+  /* every rank the same decision, then the loads */
+  int rc = ts_comm_agree(ts_world_comm(e->world), lst, &lerr, err);
+  if (rc == TS_OK)
+    rc = load_all(e, ckpt, idx, attrs, rules, err);
+  if (rc == TS_OK)
+    tsd_catalog_publish_all(e);
+  for (int i = 0; attrs && i < n; i++)
+    ts_attr_destroy(&attrs[i]);
+  free(attrs), free(rules);
+  ts_ckpt_index_destroy(&idx);
+  return rc;
+}

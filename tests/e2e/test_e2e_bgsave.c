@@ -1,0 +1,96 @@
+/* test_e2e_bgsave.c - background saves through the C library on 3 real daemons: tshard_save with
+ * opts.background returns once the daemons copied the tensor (info: writing, its save id, the
+ * bytes and files), a put made right after it does not reach the checkpoint (loaded back and
+ * compared with the reference of the save's time), tshard_wait_saves waits for the files,
+ * tshard_stats lists the save as done with every byte written, a synchronous save and a load
+ * report what they did, tshard_wait_saves with nothing writing returns at once, and
+ * tshard_snapshot without --snapshot-dir is refused naming the flag. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define NP 3
+
+static tse_job job;
+static const int64_t shape[2] = {96, 40};
+static const int64_t lo[2] = {0, 0};
+static float ref[96 * 40], got[96 * 40];
+
+static void background_save(tshard_client *c, const char *dir) {
+  TSE_OK(c, tshard_create(c, "w", "f32", 2, shape, "mesh=[3] placements=[S(0)]", NULL, NULL));
+  tse_fill_box("f32", 1, 2, shape, lo, shape, ref);
+  TSE_OK(c, tshard_put(c, "w", ref, sizeof ref, NULL));
+  tshard_ckpt_info info;
+  tshard_save_opts so = {.background = 1, .info = &info};
+  TSE_OK(c, tshard_save(c, dir, NULL, 0, &so));
+  TSE_CHECK(info.writing && info.save_id > 0 && info.tensors == 1 &&
+            info.bytes == sizeof ref && info.files >= 2 && strcmp(info.dir, dir) == 0,
+            "background save info: writing %d id %llu tensors %d bytes %llu files %d dir %s",
+            info.writing, (unsigned long long)info.save_id, info.tensors,
+            (unsigned long long)info.bytes, info.files, info.dir);
+  tse_fill_box("f32", 2, 2, shape, lo, shape, got); /* after the save: not in the checkpoint */
+  TSE_OK(c, tshard_put(c, "w", got, sizeof got, NULL));
+  TSE_OK(c, tshard_wait_saves(c, info.save_id, 60000));
+  tshard_stats *st = malloc(sizeof *st);
+  TSE_CHECK(st != NULL, "no memory");
+  if (st) {
+    TSE_OK(c, tshard_stats_get(c, st));
+    int found = 0;
+    for (int i = 0; i < st->nsaves; i++)
+      if (st->saves[i].save_id == info.save_id) {
+        found = 1;
+        TSE_CHECK(strcmp(st->saves[i].state, "done") == 0 &&
+                  st->saves[i].bytes_written == st->saves[i].bytes_total &&
+                  st->saves[i].checkpoint_bytes == sizeof ref && st->saves[i].status == TS_OK,
+                  "stats: state %s, %llu of %llu bytes", st->saves[i].state,
+                  (unsigned long long)st->saves[i].bytes_written,
+                  (unsigned long long)st->saves[i].bytes_total);
+      }
+    TSE_CHECK(found, "stats lists save %llu", (unsigned long long)info.save_id);
+    free(st);
+  }
+  TSE_OK(c, tshard_wait_saves(c, 0, 0)); /* nothing writing: at once */
+  TSE_OK(c, tshard_drop(c, "w", NULL));
+  tshard_load_opts lo_opts = {.attr = "mesh=[3] placements=[S(1)]", .info = &info};
+  TSE_OK(c, tshard_load(c, dir, NULL, 0, &lo_opts));
+  TSE_CHECK(!info.writing && info.tensors == 1 && info.bytes == sizeof ref && info.files >= 1,
+            "load info: tensors %d bytes %llu files %d", info.tensors,
+            (unsigned long long)info.bytes, info.files);
+  memset(got, 0, sizeof got);
+  TSE_OK(c, tshard_get(c, "w", got, sizeof got));
+  TSE_CHECK(tse_compare_box("w", "f32", 1, 2, shape, lo, shape, got) == 0,
+            "the checkpoint holds the values at the save");
+  tshard_save_opts sync = {.info = &info};
+  TSE_OK(c, tshard_save(c, dir, NULL, 0, &sync));
+  TSE_CHECK(!info.writing && info.save_id == 0 && info.bytes == sizeof ref && info.seconds >= 0,
+            "synchronous save info: writing %d bytes %llu", info.writing,
+            (unsigned long long)info.bytes);
+}
+
+int main(void) {
+  if (tse_start(&job, NP, NULL, 120))
+    return 1;
+  char dir[] = "/tmp/tshard-e2e-bgsave-XXXXXX";
+  TSE_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  char ckpt[64];
+  snprintf(ckpt, sizeof ckpt, "%s/ck", dir);
+  tshard_client *c = tse_connect(&job, 1);
+  if (c) {
+    background_save(c, ckpt);
+    int st = tshard_snapshot(c, NULL);
+    TSE_CHECK(st == TS_INVALID_ARGUMENT && strstr(tshard_last_message(c), "--snapshot-dir"),
+              "snapshot without --snapshot-dir: %s %s", tshard_status_name(st),
+              tshard_last_message(c));
+    tshard_close(&c);
+  }
+  int rc = tse_stop(&job);
+  TSE_CHECK(rc == 0, "daemons stopped: %d", rc);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf -- '%s'", dir);
+  TSE_CHECK(system(cmd) == 0, "cleanup");
+  printf("%s: %d failures\n", tse_failures ? "FAIL" : "PASS", tse_failures);
+  return tse_failures ? 1 : 0;
+}
