@@ -39,6 +39,29 @@ int ts_dtype_parse(const char *text, ts_dtype *out, ts_error *err) {
                       text ? text : "(null)");
 }
 
+static const struct {
+  const char *text;
+  ts_dtype dt;
+} spellings[] = {
+    {"float32", TS_F32}, {"float64", TS_F64}, {"float16", TS_F16}, {"bfloat16", TS_BF16},
+    {"int8", TS_I8},     {"int32", TS_I32},   {"int64", TS_I64},   {"uint8", TS_U8},
+};
+
+int ts_dtype_parse_spelling(const char *text, ts_dtype *out, ts_error *err) {
+  if (ts_dtype_parse(text, out, NULL) == TS_OK)
+    return TS_OK;
+  for (size_t i = 0; text && i < sizeof spellings / sizeof spellings[0]; i++) {
+    if (strcmp(text, spellings[i].text) == 0) {
+      *out = spellings[i].dt;
+      return TS_OK;
+    }
+  }
+  return ts_error_set(err, TS_BAD_DTYPE,
+                      "unknown dtype '%s': valid dtypes are f32 (float32), f64 (float64), f16 "
+                      "(float16), bf16 (bfloat16), i8 (int8), i32 (int32), i64 (int64), u8 (uint8)",
+                      text ? text : "(null)");
+}
+
 /* ---- scalar conversions ---------------------------------------------------------------- */
 
 static uint32_t f32_bits(float f) {
@@ -289,4 +312,138 @@ void ts_convert(void *dst, ts_dtype dt_dst, const void *src, ts_dtype dt_src, si
   ts__row_fn fn = ts__row_function(dt_dst, dt_src);
   if (fn)
     fn(dst, (ptrdiff_t)ts_dtype_size(dt_dst), src, (ptrdiff_t)ts_dtype_size(dt_src), n);
+}
+
+/* ---- checks that a conversion keeps every value ----------------------------------------- */
+
+/* The largest magnitudes that round to a finite value in each float dtype (half an ulp below the
+ * next power of two: ties round to even, which is infinity). */
+static double float_limit(ts_dtype dt) {
+  switch (dt) {
+  case TS_F16:
+    return 65520.0;
+  case TS_BF16:
+    return 0x1p128 - 0x1p119;
+  case TS_F32:
+    return 0x1p128 - 0x1p103;
+  default:
+    return INFINITY;
+  }
+}
+
+/* The integer range of an integer dtype. */
+static void int_range(ts_dtype dt, int64_t *lo, int64_t *hi) {
+  switch (dt) {
+  case TS_I8:
+    *lo = INT8_MIN, *hi = INT8_MAX;
+    break;
+  case TS_I32:
+    *lo = INT32_MIN, *hi = INT32_MAX;
+    break;
+  case TS_U8:
+    *lo = 0, *hi = UINT8_MAX;
+    break;
+  default:
+    *lo = INT64_MIN, *hi = INT64_MAX;
+    break;
+  }
+}
+
+/* Element i of a float dtype as a double (exact). */
+static double load_float(const char *p, ts_dtype dt) {
+  switch (dt) {
+  case TS_F32:
+    return ld_f32(p);
+  case TS_F64:
+    return ld_f64(p);
+  case TS_F16:
+    return ld_f16(p);
+  default:
+    return ld_bf16(p);
+  }
+}
+
+static int64_t load_int(const char *p, ts_dtype dt) {
+  switch (dt) {
+  case TS_I8:
+    return ld_i8(p);
+  case TS_I32:
+    return ld_i32(p);
+  case TS_U8:
+    return ld_u8(p);
+  default:
+    return ld_i64(p);
+  }
+}
+
+/* Whether a float value truncates to an integer in [lo, hi]; the bounds are exact in doubles
+ * (lo - 1 and hi + 1 are powers of two or small). */
+static bool float_fits_int(double v, int64_t lo, int64_t hi) {
+  double below = lo == INT64_MIN ? -0x1p63 : (double)lo - 1.0;
+  double above = hi == INT64_MAX ? 0x1p63 : (double)hi + 1.0;
+  if (v != v || isinf(v))
+    return false;
+  return lo == INT64_MIN ? v >= below && v < above : v > below && v < above;
+}
+
+int ts_convert_check(const void *src, ts_dtype dt_src, ts_dtype dt_dst, size_t n, ts_error *err) {
+  if (!ts_dtype_valid(dt_src) || !ts_dtype_valid(dt_dst))
+    return ts_error_set(err, TS_BAD_DTYPE, "unknown dtype in a conversion");
+  const char *s = src;
+  size_t es = ts_dtype_size(dt_src);
+  bool from_float = ts_dtype_is_float(dt_src), to_float = ts_dtype_is_float(dt_dst);
+  if (dt_src == dt_dst || dt_dst == TS_F64 || (to_float && !from_float && dt_dst != TS_F16))
+    return TS_OK; /* every value has a finite image (the largest int64 is far below 2^128) */
+  const char *what = "";
+  char value[48] = "";
+  size_t i = 0;
+  if (to_float) {
+    double lim = float_limit(dt_dst);
+    for (; i < n; i++) {
+      double v = from_float ? load_float(s + i * es, dt_src) : (double)load_int(s + i * es, dt_src);
+      if (!isinf(v) && fabs(v) >= lim)
+        break;
+    }
+    if (i < n && !from_float) {
+      snprintf(value, sizeof value, "%lld", (long long)load_int(s + i * es, dt_src));
+      what = "overflows to infinity";
+    } else if (i < n) {
+      snprintf(value, sizeof value, "%.17g", load_float(s + i * es, dt_src));
+      what = "overflows to infinity";
+    }
+  } else {
+    int64_t lo, hi;
+    int_range(dt_dst, &lo, &hi);
+    for (; i < n; i++) {
+      bool fits;
+      if (from_float) {
+        fits = float_fits_int(load_float(s + i * es, dt_src), lo, hi);
+      } else {
+        int64_t v = load_int(s + i * es, dt_src);
+        fits = v >= lo && v <= hi;
+      }
+      if (!fits)
+        break;
+    }
+    if (i == n)
+      return TS_OK;
+    double fv = from_float ? load_float(s + i * es, dt_src) : 0.0;
+    if (from_float)
+      snprintf(value, sizeof value, "%.17g", fv);
+    else
+      snprintf(value, sizeof value, "%lld", (long long)load_int(s + i * es, dt_src));
+    what = from_float && (fv != fv || isinf(fv)) ? "has no integer value" : "is outside the range";
+    return ts_error_set(err, TS_BAD_DTYPE,
+                        "converting %s to %s would change values: element %zu (%s) %s of %s "
+                        "(%lld to %lld)", ts_dtype_name(dt_src), ts_dtype_name(dt_dst), i, value,
+                        what, ts_dtype_name(dt_dst), (long long)lo, (long long)hi);
+  }
+  if (i < n)
+    return ts_error_set(err, TS_BAD_DTYPE,
+                        "converting %s to %s would change values: element %zu (%s) %s (the "
+                        "largest finite %s is %.9g)", ts_dtype_name(dt_src),
+                        ts_dtype_name(dt_dst), i, value, what, ts_dtype_name(dt_dst),
+                        dt_dst == TS_F16 ? 65504.0 : dt_dst == TS_BF16 ? 0x1p128 - 0x1p120
+                                                                         : 0x1p128 - 0x1p104);
+  return TS_OK;
 }

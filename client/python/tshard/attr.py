@@ -14,11 +14,16 @@ out are replicated)::
     Attr(Mesh({"dp": 2, "tp": 4}), {"tp": Shard(1)})   # mesh=[dp=2,tp=4]@0-7 placements=[R,S(1)]
     Attr.parse("mesh=[dp=2, tp=4] placements=[tp:Shard(1)]")
 
-``Attr.parse`` ports the daemon's parser (shard/plan/attr_text.c): it accepts exactly the texts
+``Attr.parse`` ports the daemon's parser: it accepts exactly the texts
 the daemon accepts (DTensor spellings ``Shard(0)``, ``Replicate()``, ``Partial(sum)`` included, and
-blanks between tokens) and refuses the others with the daemon's message and column (AttrError, a
-ValueError). Anywhere the client takes an attribute it accepts an Attr or its text.
+blanks between tokens) and refuses the others with the daemon's message and column, raising the
+class the daemon's answer would (``tshard.ParseError`` or ``tshard.BadAttributeError``, both
+``tshard.AttrError`` and ``ValueError``). Anywhere the client takes an attribute it accepts an Attr or its text.
 """
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+from .errors import AttrError, error_for
+
 __all__ = ["Mesh", "Shard", "Replicate", "Partial", "Attr", "AttrError", "parse_attr"]
 
 
@@ -27,7 +32,11 @@ class Mesh:
     default 0..n-1). ``names`` optionally names every mesh axis (``["dp", "tp"]``); ``shape`` may
     also be a dict ``{"dp": 2, "tp": 4}``."""
 
-    def __init__(self, shape, ranks=None, names=None):
+    def __init__(self, shape: Union[Sequence[int], Mapping[str, int]],
+                 ranks: Optional[Sequence[int]] = None,
+                 names: Optional[Sequence[str]] = None) -> None:
+        """Makes the mesh; ValueError for sizes below 1, a rank count other than their product,
+        or axis names that are not 1 to 15 identifier characters or repeat."""
         if isinstance(shape, dict):
             if names is not None:
                 raise ValueError("mesh: give the axis names in the dict or in names=, not both")
@@ -71,7 +80,8 @@ class Mesh:
 class Shard:
     """Tensor dim ``dim`` is split along this mesh dim."""
 
-    def __init__(self, dim):
+    def __init__(self, dim: int) -> None:
+        """Splits tensor dim ``dim`` along this mesh dim."""
         self.dim = int(dim)
 
     def __str__(self):
@@ -99,7 +109,8 @@ class Partial:
     """Every rank along this mesh dim holds a partial value; the tensor is their ``op``
     (``sum``, ``max`` or ``min``)."""
 
-    def __init__(self, op="sum", reduce_op=None):
+    def __init__(self, op: str = "sum", reduce_op: Optional[str] = None) -> None:
+        """A partial placement reduced by ``op`` (``reduce_op``: DTensor's keyword for it)."""
         if reduce_op is not None:  # DTensor's keyword
             op = reduce_op
         if op not in ("sum", "max", "min"):
@@ -129,7 +140,13 @@ def _ranks_text(ranks):
 class Attr:
     """Mesh + one placement per mesh dim + optional explicit split sizes per tensor dim."""
 
-    def __init__(self, mesh, placements, splits=None):
+    def __init__(self, mesh: Union[Mesh, Sequence[int]],
+                 placements: Union[Sequence[Any], Mapping[str, Any]],
+                 splits: Optional[Mapping[int, Sequence[int]]] = None) -> None:
+        """Makes the attribute: ``mesh`` (a Mesh or its shape), one placement per mesh dim (or
+        ``{axis name: placement}``), ``splits`` ``{tensor dim: [sizes]}`` for uneven splits.
+        ValueError for a placement count other than the mesh dims, TypeError for a placement
+        that is not Shard, Replicate or Partial."""
         self.mesh = mesh if isinstance(mesh, Mesh) else Mesh(mesh)
         if isinstance(placements, dict):
             if self.mesh.names is None:
@@ -167,9 +184,24 @@ class Attr:
                 and self.placements == other.placements and self.splits == other.splits)
 
     @staticmethod
-    def parse(text):
-        """Parses the text form exactly as the daemon does; raises AttrError (a ValueError)
-        with the daemon's message, which names the column and what was expected."""
+    def parse(text: Union[str, bytes]) -> "Attr":
+        """Parses the text form exactly as the daemon does.
+
+        Args:
+            text: e.g. ``"mesh=[4] placements=[S(0)]"`` (DTensor and JAX spellings too).
+
+        Returns:
+            The Attr.
+
+        Raises:
+            ParseError: text that does not parse; BadAttributeError: an attribute that is not
+            valid (both AttrError and ValueError, with the daemon's message naming the column);
+            TypeError: not text.
+
+        Example::
+
+            tshard.Attr.parse("mesh=[dp=2, tp=4] placements=[tp:Shard(1)]")
+        """
         return parse_attr(text)
 
 
@@ -190,14 +222,7 @@ _BLANKS = b" \t\n\r"
 _PLACEMENT_EXPECTED = "a placement: S(dim), R, P(op) or Shard(dim), Replicate(), Partial(op)"
 
 
-class AttrError(ValueError):
-    """An attribute text that is not valid: ``name`` is the status (``"PARSE"`` or
-    ``"BAD_ATTRIBUTE"``, as the daemon would answer), ``message`` the daemon's words."""
-
-    def __init__(self, name, message):
-        super().__init__(message)
-        self.name = name
-        self.message = message
+_STATUS_OF = {"PARSE": 9, "BAD_ATTRIBUTE": 10}
 
 
 class _Parser:
@@ -217,11 +242,11 @@ class _Parser:
             found = f"'{chr(c)}'"
         else:
             found = f"byte 0x{c:02x}"
-        return AttrError("PARSE", f"attribute: at column {self.pos + 1} ({found}): expected "
+        return error_for(9, f"attribute: at column {self.pos + 1} ({found}): expected "
                                   f"{expected}")
 
     def error(self, name, message):
-        return AttrError(name, message)
+        return error_for(_STATUS_OF[name], message)
 
     def blanks(self):
         n = 0
@@ -538,9 +563,8 @@ class _Parser:
         return Attr(Mesh(shape, ranks, names=axes), places, splits)
 
 
-def parse_attr(text):
-    """Parses an attribute's text as the daemon does (shard/plan/ATTRIBUTES.md); raises AttrError
-    (a ValueError) with the daemon's message, column included."""
+def parse_attr(text: Union[str, bytes]) -> Attr:
+    """Parses an attribute's text as the daemon does; see :meth:`Attr.parse`."""
     if isinstance(text, str):
         data = text.encode("utf-8", "surrogatepass")
     elif isinstance(text, (bytes, bytearray)):
