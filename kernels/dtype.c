@@ -5,6 +5,7 @@
  * rounding, so there is no double rounding). Same-dtype conversions are byte moves. The row
  * functions here are the inner loops of the strided-copy kernel's dtype-converting paths. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels_internal.h"
@@ -349,6 +350,15 @@ static void int_range(ts_dtype dt, int64_t *lo, int64_t *hi) {
   }
 }
 
+/* The shortest of %.15g, %.16g, %.17g that reads back as v (300.7, not 300.69999999999999). */
+static void shortest(char *buf, size_t cap, double v) {
+  for (int prec = 15; prec <= 17; prec++) {
+    snprintf(buf, cap, "%.*g", prec, v);
+    if (v != v || strtod(buf, NULL) == v)
+      return;
+  }
+}
+
 /* Element i of a float dtype as a double (exact). */
 static double load_float(const char *p, ts_dtype dt) {
   switch (dt) {
@@ -408,7 +418,7 @@ int ts_convert_check(const void *src, ts_dtype dt_src, ts_dtype dt_dst, size_t n
       snprintf(value, sizeof value, "%lld", (long long)load_int(s + i * es, dt_src));
       what = "overflows to infinity";
     } else if (i < n) {
-      snprintf(value, sizeof value, "%.17g", load_float(s + i * es, dt_src));
+      shortest(value, sizeof value, load_float(s + i * es, dt_src));
       what = "overflows to infinity";
     }
   } else {
@@ -429,7 +439,7 @@ int ts_convert_check(const void *src, ts_dtype dt_src, ts_dtype dt_dst, size_t n
       return TS_OK;
     double fv = from_float ? load_float(s + i * es, dt_src) : 0.0;
     if (from_float)
-      snprintf(value, sizeof value, "%.17g", fv);
+      shortest(value, sizeof value, fv);
     else
       snprintf(value, sizeof value, "%lld", (long long)load_int(s + i * es, dt_src));
     what = from_float && (fv != fv || isinf(fv)) ? "has no integer value" : "is outside the range";

@@ -67,6 +67,18 @@ static const char *dict_value(const char *hdr, const char *key) {
   return p;
 }
 
+/* numpy's name of a descr code ("f4": "float32"), or the code itself. */
+static const char *numpy_name(const char *code) {
+  static const char *const names[][2] = {{"f4", "float32"}, {"f8", "float64"}, {"f2", "float16"},
+                                         {"i1", "int8"},    {"i4", "int32"},   {"i8", "int64"},
+                                         {"u1", "uint8"},   {"b1", "bool"},    {"i2", "int16"},
+                                         {"u2", "uint16"},  {"u4", "uint32"},  {"u8", "uint64"}};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strcmp(code, names[i][0]) == 0)
+      return names[i][1];
+  return code;
+}
+
 /* The widening of the file's element type, if any: index into widen_table or -1. */
 static int widening_of(const char *code) {
   for (size_t i = 0; i < sizeof widen_table / sizeof widen_table[0]; i++)
@@ -100,7 +112,7 @@ static int parse_header(const char *path, const char *hdr, npy_mode mode, npy_ar
   if (mode == NPY_BF16_BITS) {
     if (strcmp(code, "u2") != 0 && strcmp(code, "i2") != 0)
       return ts_error_set(err, TS_BAD_DTYPE, "%s: --bf16-bits reads uint16 (or int16) bit "
-                          "patterns, but the file's numpy dtype is '%s'", path, descr);
+                          "patterns, but the file's numpy dtype is %s", path, numpy_name(code));
     out->dtype = TS_BF16;
     found = true;
   } else if (!found && (*widen = widening_of(code)) >= 0) {

@@ -80,7 +80,7 @@ def with_convert(c, tdt, src, arr, vals):
     one = f"c1.{tdt}.{src_name(src)}"
     c.create(one, tdt, (2,), ATTR)
     before = c.get(one)
-    widened = exact_name(src) or np.dtype(WIDEN[src]).name
+    widened = exact_name(src) or exact_name(WIDEN[src])
     for v in bad:
         pair = np.array([vals[0], v], arr.dtype) if src != "bf16" else \
             arr[[0, vals.index(v)]]
