@@ -8,6 +8,7 @@ array both off the mesh and on an empty part of an uneven split, synchronous or 
 raises a ConnectionError; and the exceptions are caught by their builtins.
 
 usage: test_pythonic.py BUILD_BIN_DIR"""
+import inspect
 import json
 import os
 import subprocess
@@ -49,6 +50,23 @@ with Daemons(bin_dir, 2) as d, d.connect(0) as c:
     c.create("a", "f32", (4,), ATTR)
     raises(TypeError, lambda: c.put("a", [1.0, 2.0, 3.0, 4.0]), "put of a list", "numpy array")
     raises(TypeError, lambda: c.reshard("a", 5), "reshard to an int", "tshard.Attr")
+    # every argument of every operation, given a wrong Python type
+    arr = np.zeros(4, np.float32)
+    calls = {"create": dict(name="n", dtype="f32", shape=(4,), attr=ATTR),
+             "put": dict(name="a", array=arr), "reshard": dict(name="a", attr=ATTR),
+             "drop": dict(name="zz"), "describe": dict(name="a"), "get": dict(name="a"),
+             "get_slice": dict(name="a"), "save": dict(dir=d.dir + "/ck"),
+             "load": dict(dir=d.dir + "/ck"), "plan": dict(name="a", attr=ATTR),
+             "drop_many": dict(names=["zz"]), "reshard_many": dict(targets={"a": ATTR}),
+             "list": dict()}
+    skip = {"dtype", "convert", "wait", "progress", "shape"}  # shape: checked above
+    for op, base in calls.items():
+        for p in inspect.signature(getattr(c, op)).parameters:
+            for bad in (5, [1], object()):
+                if p in skip:
+                    continue
+                raises(TypeError, lambda: getattr(c, op)(**{**base, p: bad}),
+                       f"{op}({p}={bad!r})")
     check(c.list() == ["a"], f"nothing was created or changed by the refusals: {c.list()}")
 
     # one class per status, whoever checks: the client's name check and the daemon's

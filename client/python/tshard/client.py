@@ -68,7 +68,7 @@ TOKEN_MIN, TOKEN_MAX = 8, 255
 
 def _check_name(name, what="tensor name"):
     if not isinstance(name, str):
-        raise error_for(1, f"{what} must be a str, not {type(name).__name__}")
+        raise TypeError(f"{what} must be a str, not {type(name).__name__}")
     try:
         raw = name.encode("utf-8")
     except UnicodeEncodeError as e:
@@ -142,7 +142,9 @@ _COLLECTIVE_TIMEOUT_MAX = 600.0  # s: the daemons' default --collective-timeout-
 _SPARE_MIN = 1 << 20  # results from this size on reuse the client's spare buffer
 def _out_bytes(out, dtype, what):
     """The caller's result array as flat writable bytes (C-contiguous, the tensor's dtype)."""
-    if (not isinstance(out, np.ndarray) or out.dtype != dtype or not out.flags.c_contiguous
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"{what}: out must be a numpy array, not {type(out).__name__}")
+    if (out.dtype != dtype or not out.flags.c_contiguous
             or not out.flags.writeable):
         raise ValueError(f"{what}: out must be a writable C-contiguous numpy array of dtype "
                          f"{dtype}")
@@ -172,6 +174,39 @@ def _attr_msg(attr):
     raise TypeError(f"attr: expected a tshard.Attr or its text (str), not "
                     f"{type(attr).__name__} {attr!r}; e.g. tshard.Attr(tshard.Mesh([4]), "
                     f"[tshard.Shard(0)]) or 'mesh=[4] placements=[S(0)]'")
+
+
+def _opt_str(value, what):
+    """A text argument that may be None (strategy, key): TypeError for anything else."""
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{what} must be a str or None, not {type(value).__name__} {value!r}")
+    return value or ""
+
+
+def _flag(value, what):
+    """A yes/no argument: a bool (numpy's too); TypeError for anything else."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{what} must be True or False, not {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def _names(names, what):
+    """None, a name, or an iterable of names, as a list of checked names."""
+    if names is None:
+        return []
+    if isinstance(names, str):
+        return [_check_name(names, what)]
+    if not isinstance(names, Iterable):
+        raise TypeError(f"{what} must be a name or an iterable of names, not "
+                        f"{type(names).__name__}")
+    return [_check_name(n, what) for n in names]
+
+
+def _dir(path):
+    """A directory argument: a str or os.PathLike, made absolute."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"dir must be a str or os.PathLike, not {type(path).__name__}")
+    return os.path.abspath(os.fspath(path))
 
 
 def _layout_tag(layout):
@@ -381,7 +416,7 @@ class Client:
         return i
 
     def _request(self, key=None):
-        return pb.Request(id=self._take_id(), idempotency_key=key or "",
+        return pb.Request(id=self._take_id(), idempotency_key=_opt_str(key, "key"),
                           token=self._token or "")
 
     @contextlib.contextmanager
@@ -1093,7 +1128,7 @@ class Client:
             _check_name(keep_source_as, "keep_source_as")
         return self._op(key, _reshard_result, wait, f"reshard of '{name}'",
                         reshard=pb.ReshardRequest(name=name, attr=_attr_msg(attr),
-                                                  strategy=strategy or "",
+                                                  strategy=_opt_str(strategy, "strategy"),
                                                   keep_source_as=keep_source_as or "",
                                                   layout=pb.Layout(tag=_layout_tag(layout))))
 
@@ -1114,15 +1149,21 @@ class Client:
         Raises:
             NotFoundError, BadAttributeError, LimitError...: the whole batch is refused.
         """
+        if not isinstance(targets, Mapping):
+            raise TypeError(f"reshard_many: targets must be a dict {{name: attr}}, not "
+                            f"{type(targets).__name__}")
         items = []
         for name, t in targets.items():
             _check_name(name)
-            t = t if isinstance(t, dict) else {"attr": t}
+            t = t if isinstance(t, Mapping) else {"attr": t}
+            if "attr" not in t:
+                raise error_for(1, f"reshard_many: the target of '{name}' has no 'attr'; give "
+                                   f"{{'attr': ATTR, 'strategy': ..., 'layout': ...}}")
             items.append(pb.ReshardItem(name=name, attr=_attr_msg(t["attr"]),
-                                        strategy=t.get("strategy") or "",
+                                        strategy=_opt_str(t.get("strategy"), "strategy"),
                                         layout=pb.Layout(tag=_layout_tag(t.get("layout")))))
-        r = self._call(key, reshard_many=pb.ReshardManyRequest(items=items,
-                                                               strategy=strategy or ""))
+        r = self._call(key, reshard_many=pb.ReshardManyRequest(
+            items=items, strategy=_opt_str(strategy, "strategy")))
         got = {i.name: {"strategy": i.strategy, "bytes_sent": i.bytes_sent,
                         "bytes_received": i.bytes_received} for i in r.reshard_many.items}
         return {name: got.get(name, {}) for name in targets}
@@ -1137,7 +1178,7 @@ class Client:
         Raises:
             NotFoundError: one of them does not exist (nothing is dropped).
         """
-        names = [_check_name(n) for n in names]
+        names = _names(names, "drop_many: names")
         self._call(key, drop_many=pb.DropManyRequest(names=names))
 
     # Distributed einsum, computed where the shards live
@@ -1231,11 +1272,11 @@ class Client:
         Raises:
             CheckpointIoError: the directory cannot be written. NotFoundError: a name.
         """
-        names = [names] if isinstance(names, str) else list(names or [])
+        names = _names(names, "save: names")
         return self._op(key, _nothing, wait, f"save to '{dir}'",
-                        save=pb.SaveRequest(dir=os.path.abspath(dir),
-                                            names=[_check_name(n) for n in names],
-                                            keep_partial=keep_partial, per_node=per_node))
+                        save=pb.SaveRequest(dir=_dir(dir), names=names,
+                                            keep_partial=_flag(keep_partial, "keep_partial"),
+                                            per_node=_flag(per_node, "per_node")))
 
     def load(self, dir: str, names: Union[None, str, Iterable[str]] = None,
              attr: Optional[AttrLike] = None, per_node: bool = False, key: Optional[str] = None,
@@ -1254,9 +1295,8 @@ class Client:
             CheckpointIoError, CorruptError: an unreadable or damaged checkpoint.
             ExistsError: a tensor of that name exists.
         """
-        names = [names] if isinstance(names, str) else list(names or [])
-        req = pb.LoadRequest(dir=os.path.abspath(dir), names=[_check_name(n) for n in names],
-                             per_node=per_node)
+        req = pb.LoadRequest(dir=_dir(dir), names=_names(names, "load: names"),
+                             per_node=_flag(per_node, "per_node"))
         if attr is not None:
             req.attr.CopyFrom(_attr_msg(attr))
         return self._op(key, _nothing, wait, f"load from '{dir}'", load=req)
@@ -1298,7 +1338,8 @@ class Client:
                 return list(r.names)
             return [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape),
                      "attr": t.attr.text, "bytes": t.bytes} for t in r.tensors]
-        return self._op(None, parse, wait, "list", list=pb.ListRequest(details=details))
+        return self._op(None, parse, wait, "list",
+                        list=pb.ListRequest(details=_flag(details, "details")))
 
     def describe(self, name: str, wait: bool = True) -> Union[Dict[str, Any], Future]:
         """What a tensor is and where its slices live, as ``tshard describe`` prints it.
@@ -1382,7 +1423,7 @@ class Client:
             NotFoundError, ParseError, BadAttributeError, BadStrategyError.
         """
         p = self._call(plan=pb.PlanRequest(name=_check_name(name), attr=_attr_msg(attr),
-                                           strategy=strategy or "")).plan
+                                           strategy=_opt_str(strategy, "strategy"))).plan
         return {"strategy": p.strategy, "explain": p.explain}
 
     def show(self, name: str, width: Optional[int] = None, dims: Optional[Sequence[int]] = None,
