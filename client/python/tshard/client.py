@@ -1021,7 +1021,7 @@ class Client:
         need = int(np.prod(info["shape"], dtype=np.int64)) * dt.itemsize
         flat = None if out is None else _out_bytes(out, dt, "get")
         if flat is not None and flat.nbytes != need:
-            raise ValueError(f"get: '{name}' has {need} bytes; out has {flat.nbytes}")
+            raise error_for(5, f"get: '{name}' has {need} bytes; out has {flat.nbytes}")
         if self._direct_on and need > 0:
             buf = flat if flat is not None else self._result_buffer(need)
             m = pb.GetRequest(name=name)
@@ -1493,7 +1493,7 @@ def _no_elements(info, mine, layout, out):
     if out is None:
         return np.empty(shape, dtype=dt)
     if _out_bytes(out, dt, "get_slice").nbytes != 0:
-        raise ValueError(f"get_slice: this rank holds no element of '{info['name']}'; out has "
+        raise error_for(5, f"get_slice: this rank holds no element of '{info['name']}'; out has "
                          f"{out.nbytes} bytes")
     return out.reshape(shape)
 
