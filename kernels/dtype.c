@@ -386,14 +386,42 @@ static int64_t load_int(const char *p, ts_dtype dt) {
   }
 }
 
-/* Whether a float value truncates to an integer in [lo, hi]; the bounds are exact in doubles
- * (lo - 1 and hi + 1 are powers of two or small). */
-static bool float_fits_int(double v, int64_t lo, int64_t hi) {
-  double below = lo == INT64_MIN ? -0x1p63 : (double)lo - 1.0;
-  double above = hi == INT64_MAX ? 0x1p63 : (double)hi + 1.0;
-  if (v != v || isinf(v))
-    return false;
-  return lo == INT64_MIN ? v >= below && v < above : v > below && v < above;
+/* Whether value v (exact in a double) does not survive the conversion: to an integer dtype it
+ * must truncate into [lo, hi], i.e. lo_incl <= v < hi_excl (NaN and infinities fail); to a float
+ * dtype a finite |v| must stay below the overflow limit (NaN and infinities pass). */
+static inline bool unfit(double v, bool to_int, double lo_incl, double hi_excl) {
+  double m = fabs(v);
+  return to_int ? !(v >= lo_incl && v < hi_excl) : (m >= hi_excl) & (m != INFINITY);
+}
+
+/* The index of the first element that does not survive, or n: blocks are scanned without a
+ * branch per element (the loop vectorizes for the plain dtypes), a failing block again. */
+#define SCAN_FN(S, SIZE, DT)                                                                       \
+  static size_t scan_##S(const char *s, size_t n, bool to_int, double lo, double hi) {           \
+    for (size_t i0 = 0; i0 < n; i0 += 1024) {                                                      \
+      size_t end = n - i0 < 1024 ? n : i0 + 1024;                                                  \
+      bool bad = false;                                                                            \
+      for (size_t i = i0; i < end; i++)                                                            \
+        bad |= unfit((double)ld_##S(s + i * SIZE), to_int, lo, hi);                                \
+      for (size_t i = i0; bad && i < end; i++)                                                     \
+        if (unfit((double)ld_##S(s + i * SIZE), to_int, lo, hi))                                   \
+          return i;                                                                                \
+    }                                                                                              \
+    return n;                                                                                      \
+  }
+SRC_LIST(SCAN_FN)
+
+static size_t first_unfit(const char *s, ts_dtype dt, size_t n, bool to_int, double lo,
+                          double hi) {
+  switch (dt) {
+#define SCAN_CASE(S, SIZE, DT)                                                                     \
+  case DT:                                                                                         \
+    return scan_##S(s, n, to_int, lo, hi);
+    SRC_LIST(SCAN_CASE)
+#undef SCAN_CASE
+  default:
+    return n;
+  }
 }
 
 int ts_convert_check(const void *src, ts_dtype dt_src, ts_dtype dt_dst, size_t n, ts_error *err) {
@@ -402,58 +430,36 @@ int ts_convert_check(const void *src, ts_dtype dt_src, ts_dtype dt_dst, size_t n
   const char *s = src;
   size_t es = ts_dtype_size(dt_src);
   bool from_float = ts_dtype_is_float(dt_src), to_float = ts_dtype_is_float(dt_dst);
-  if (dt_src == dt_dst || dt_dst == TS_F64 || (to_float && !from_float && dt_dst != TS_F16))
-    return TS_OK; /* every value has a finite image (the largest int64 is far below 2^128) */
-  const char *what = "";
-  char value[48] = "";
-  size_t i = 0;
-  if (to_float) {
-    double lim = float_limit(dt_dst);
-    for (; i < n; i++) {
-      double v = from_float ? load_float(s + i * es, dt_src) : (double)load_int(s + i * es, dt_src);
-      if (!isinf(v) && fabs(v) >= lim)
-        break;
-    }
-    if (i < n && !from_float) {
-      snprintf(value, sizeof value, "%lld", (long long)load_int(s + i * es, dt_src));
-      what = "overflows to infinity";
-    } else if (i < n) {
-      shortest(value, sizeof value, load_float(s + i * es, dt_src));
-      what = "overflows to infinity";
-    }
-  } else {
-    int64_t lo, hi;
+  if (dt_src == dt_dst || dt_dst == TS_F64 || (!from_float && dt_dst == TS_I64) ||
+      (to_float && !from_float && dt_dst != TS_F16))
+    return TS_OK; /* every value has an image (the largest int64 is far below 2^128) */
+  int64_t lo = 0, hi = 0;
+  double lo_incl = 0, hi_excl = float_limit(dt_dst);
+  if (!to_float) {
     int_range(dt_dst, &lo, &hi);
-    for (; i < n; i++) {
-      bool fits;
-      if (from_float) {
-        fits = float_fits_int(load_float(s + i * es, dt_src), lo, hi);
-      } else {
-        int64_t v = load_int(s + i * es, dt_src);
-        fits = v >= lo && v <= hi;
-      }
-      if (!fits)
-        break;
-    }
-    if (i == n)
-      return TS_OK;
-    double fv = from_float ? load_float(s + i * es, dt_src) : 0.0;
-    if (from_float)
-      shortest(value, sizeof value, fv);
-    else
-      snprintf(value, sizeof value, "%lld", (long long)load_int(s + i * es, dt_src));
-    what = from_float && (fv != fv || isinf(fv)) ? "has no integer value" : "is outside the range";
-    return ts_error_set(err, TS_BAD_DTYPE,
-                        "converting %s to %s would change values: element %zu (%s) %s of %s "
-                        "(%lld to %lld)", ts_dtype_name(dt_src), ts_dtype_name(dt_dst), i, value,
-                        what, ts_dtype_name(dt_dst), (long long)lo, (long long)hi);
+    lo_incl = lo == INT64_MIN ? -0x1p63 : nextafter((double)lo - 1.0, 0.0);
+    hi_excl = hi == INT64_MAX ? 0x1p63 : (double)hi + 1.0;
   }
-  if (i < n)
+  size_t i = first_unfit(s, dt_src, n, !to_float, lo_incl, hi_excl);
+  if (i == n)
+    return TS_OK;
+  char value[48];
+  double fv = from_float ? load_float(s + i * es, dt_src) : 0.0;
+  if (from_float)
+    shortest(value, sizeof value, fv);
+  else
+    snprintf(value, sizeof value, "%lld", (long long)load_int(s + i * es, dt_src));
+  if (to_float)
     return ts_error_set(err, TS_BAD_DTYPE,
-                        "converting %s to %s would change values: element %zu (%s) %s (the "
-                        "largest finite %s is %.9g)", ts_dtype_name(dt_src),
-                        ts_dtype_name(dt_dst), i, value, what, ts_dtype_name(dt_dst),
+                        "converting %s to %s would change values: element %zu (%s) overflows to "
+                        "infinity (the largest finite %s is %.9g)", ts_dtype_name(dt_src),
+                        ts_dtype_name(dt_dst), i, value, ts_dtype_name(dt_dst),
                         dt_dst == TS_F16 ? 65504.0 : dt_dst == TS_BF16 ? 0x1p128 - 0x1p120
                                                                          : 0x1p128 - 0x1p104);
-  return TS_OK;
+  const char *what = from_float && (fv != fv || isinf(fv)) ? "has no integer value"
+                                                           : "is outside the range";
+  return ts_error_set(err, TS_BAD_DTYPE,
+                      "converting %s to %s would change values: element %zu (%s) %s of %s "
+                      "(%lld to %lld)", ts_dtype_name(dt_src), ts_dtype_name(dt_dst), i, value,
+                      what, ts_dtype_name(dt_dst), (long long)lo, (long long)hi);
 }

@@ -87,7 +87,7 @@ with Daemons(bin_dir, 2) as d, tempfile.TemporaryDirectory() as tmp, d.connect(0
                     check(py is None and isinstance(e, tshard.BadDtypeError),
                           f"{what}: Python accepts what the CLI refuses ({e})")
                 c.drop(name)
-                for i in sorted({*bad[:1], *bad[-1:]}):  # values that would not survive
+                for i in bad[-1:]:  # a value that would not survive, with a good one
                     pair = arr[[keep[0] if keep else 0, i]] if keep else arr[[i, i]]
                     name = f"b.{tdt}.{src_name(src)}"
                     c.create(name, tdt, (2,), ATTR)
