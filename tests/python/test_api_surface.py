@@ -116,6 +116,22 @@ for text, cls in (("mesh=[4 placements=[S(0)]", tshard.ParseError),
         check(type(e) is cls, f"Attr.parse({text!r}) raised {type(e).__name__}, want "
                               f"{cls.__name__}")
 
+# building an Attr in code: bad values raise the class the daemon answers for the same attribute
+for what, fn in (("two placements on a 1-dim mesh",
+                  lambda: tshard.Attr(tshard.Mesh([2]), [tshard.Shard(0), tshard.Shard(1)])),
+                 ("a mesh size of 0", lambda: tshard.Mesh([0])),
+                 ("partial op 'avg'", lambda: tshard.Partial("avg"))):
+    try:
+        fn()
+        check(False, f"{what}: accepted")
+    except tshard.BadAttributeError as e:
+        check(isinstance(e, ValueError), f"{what}: {e}")
+try:
+    tshard.Attr(tshard.Mesh([2]), ["S(0)"])
+    check(False, "a placement given as text: accepted")
+except TypeError as e:
+    check("Shard(d)" in str(e), f"placement as text: {e}")
+
 # bf16_bits: only 16-bit patterns, with tshard's words
 import numpy as np
 b = tshard.bf16_bits(np.array([0x3FC0], np.uint16))

@@ -15,7 +15,8 @@ tshard.bf16_bits.
 """
 from ._version import __version__
 from .attr import Attr, Mesh, Partial, Replicate, Shard
-from .client import DTYPE_SPELLINGS, DTYPES, ROW_MAJOR, Client, connect, read_token_file, socket_path
+from .client import (DTYPE_SPELLINGS, DTYPES, ROW_MAJOR, Client, connect, read_token_file,
+                     socket_path)
 from .errors import *  # noqa: F401,F403 - every exception class, one per status
 from .errors import __all__ as _error_names
 from .einsum import EinsumResult

@@ -18,7 +18,8 @@ out are replicated)::
 the daemon accepts (DTensor spellings ``Shard(0)``, ``Replicate()``, ``Partial(sum)`` included, and
 blanks between tokens) and refuses the others with the daemon's message and column, raising the
 class the daemon's answer would (``tshard.ParseError`` or ``tshard.BadAttributeError``, both
-``tshard.AttrError`` and ``ValueError``). Anywhere the client takes an attribute it accepts an Attr or its text.
+``tshard.AttrError`` and ``ValueError``). Anywhere the client takes an attribute it accepts an
+Attr or its text.
 """
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
@@ -35,33 +36,33 @@ class Mesh:
     def __init__(self, shape: Union[Sequence[int], Mapping[str, int]],
                  ranks: Optional[Sequence[int]] = None,
                  names: Optional[Sequence[str]] = None) -> None:
-        """Makes the mesh; ValueError for sizes below 1, a rank count other than their product,
-        or axis names that are not 1 to 15 identifier characters or repeat."""
+        """Makes the mesh; BadAttributeError (a ValueError) for sizes below 1, a rank count other
+        than their product, or axis names that are not 1 to 15 identifier characters or repeat."""
         if isinstance(shape, dict):
             if names is not None:
-                raise ValueError("mesh: give the axis names in the dict or in names=, not both")
+                raise error_for(10, "mesh: give the axis names in the dict or in names=, not both")
             names = list(shape.keys())
             shape = list(shape.values())
         self.shape = [int(s) for s in shape]
         self.names = None if names is None else [str(x) for x in names]
         if self.names is not None:
             if len(self.names) != len(self.shape):
-                raise ValueError(f"mesh {self.shape}: {len(self.names)} axis names; give one per "
-                                 f"mesh dim")
+                raise error_for(10, f"mesh {self.shape}: {len(self.names)} axis names; give one "
+                                    f"per mesh dim")
             for x in self.names:
                 if not (0 < len(x) <= _AXIS_NAME_MAX and x.isascii() and x.isidentifier()):
-                    raise ValueError(f"mesh axis name {x!r}: use 1 to 15 of A-Z a-z 0-9 _ "
-                                     f"(not starting with a digit)")
+                    raise error_for(10, f"mesh axis name {x!r}: use 1 to 15 of A-Z a-z 0-9 _ "
+                                        f"(not starting with a digit)")
             if len(set(self.names)) != len(self.names):
-                raise ValueError(f"mesh axis names {self.names}: each axis needs its own name")
+                raise error_for(10, f"mesh axis names {self.names}: each axis needs its own name")
         n = 1
         for s in self.shape:
             if s < 1:
-                raise ValueError(f"mesh sizes must be >= 1, got {self.shape}")
+                raise error_for(10, f"mesh sizes must be >= 1, got {self.shape}")
             n *= s
         self.ranks = list(range(n)) if ranks is None else [int(r) for r in ranks]
         if len(self.ranks) != n:
-            raise ValueError(f"mesh {self.shape} holds {n} ranks, {len(self.ranks)} given")
+            raise error_for(10, f"mesh {self.shape} holds {n} ranks, {len(self.ranks)} given")
 
     def __eq__(self, other):
         return isinstance(other, Mesh) and ((self.shape, self.ranks, self.names)
@@ -114,7 +115,7 @@ class Partial:
         if reduce_op is not None:  # DTensor's keyword
             op = reduce_op
         if op not in ("sum", "max", "min"):
-            raise ValueError(f"partial op {op!r}: valid are 'sum', 'max', 'min'")
+            raise error_for(10, f"partial op {op!r}: valid are 'sum', 'max', 'min'")
         self.op = op
 
     def __str__(self):
@@ -145,22 +146,22 @@ class Attr:
                  splits: Optional[Mapping[int, Sequence[int]]] = None) -> None:
         """Makes the attribute: ``mesh`` (a Mesh or its shape), one placement per mesh dim (or
         ``{axis name: placement}``), ``splits`` ``{tensor dim: [sizes]}`` for uneven splits.
-        ValueError for a placement count other than the mesh dims, TypeError for a placement
-        that is not Shard, Replicate or Partial."""
+        BadAttributeError (a ValueError) for a placement count other than the mesh dims,
+        TypeError for a placement that is not Shard, Replicate or Partial."""
         self.mesh = mesh if isinstance(mesh, Mesh) else Mesh(mesh)
         if isinstance(placements, dict):
             if self.mesh.names is None:
-                raise ValueError("placements by mesh axis need a mesh with named axes, such as "
-                                 "Mesh({'dp': 2, 'tp': 4})")
+                raise error_for(10, "placements by mesh axis need a mesh with named axes, such "
+                                    "as Mesh({'dp': 2, 'tp': 4})")
             unknown = [x for x in placements if x not in self.mesh.names]
             if unknown:
-                raise ValueError(f"mesh axes {unknown} are not in the mesh; its axes are "
-                                 f"{self.mesh.names}")
+                raise error_for(10, f"mesh axes {unknown} are not in the mesh; its axes are "
+                                    f"{self.mesh.names}")
             placements = [placements.get(x, Replicate()) for x in self.mesh.names]
         self.placements = list(placements)
         if len(self.placements) != len(self.mesh.shape):
-            raise ValueError(f"{len(self.placements)} placements for a {len(self.mesh.shape)}-dim "
-                             f"mesh: give one per mesh dim")
+            raise error_for(10, f"{len(self.placements)} placements for a "
+                                f"{len(self.mesh.shape)}-dim mesh: give one per mesh dim")
         for p in self.placements:
             if not isinstance(p, (Shard, Replicate, Partial)):
                 raise TypeError(f"placement {p!r}: use Shard(d), Replicate() or Partial(op)")
