@@ -70,7 +70,8 @@ static const cli_command commands[] = {
      "tshard put w weights.npy --attr 'mesh=[4] placements=[S(0)]'"},
     {"get", NULL, cli_cmd_get,
      "get a whole tensor into a .npy file (gathered to the connected rank)",
-     "  NAME FILE.npy    the tensor and the file to write (bf16 is written as uint16 bits)\n"
+     "  NAME FILE.npy    the tensor and the file to write (bf16 is written as uint16 bits:\n"
+     "                   put it back with --bf16-bits)\n"
      "  --progress       a progress bar on stderr (default: on a terminal, for large data)\n"
      "  --json           machine-readable output\n" CONNECT_HELP,
      "tshard get w out.npy"},

@@ -104,6 +104,11 @@ def headline(c):
     check(np.array_equal(c.get("iu"), ids.astype(np.int32)), f"uint16 ids: {c.get('iu')}")
     f = np.array([-2.0, -1.5, 3.140625, 2.0**100], np.float32)
     bits16 = (f.view(np.uint32) >> 16).astype(np.uint16).view(np.int16)  # t.view(torch.int16)
+    try:
+        c.put("iu", bits16)
+        check(False, "int16 bits without bf16_bits: accepted")
+    except tshard.BadDtypeError as e:
+        check("bf16_bits" in str(e) and "torch" in str(e), f"int16 refusal names bf16_bits: {e}")
     c.create("bb", "bf16", (4,), ATTR)
     c.put("bb", tshard.bf16_bits(bits16))
     check(np.array_equal(c.get("bb"), bits16.view(np.uint16)), "bf16 bits round trip")

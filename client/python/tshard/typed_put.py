@@ -122,7 +122,8 @@ def declare(array: Any, convert: bool, dtypes: Mapping[str, np.dtype],
     hint = ""
     if dt in _WIDEN and not convert:
         hint = f"; convert=True widens {dt} to {from_numpy[_WIDEN[dt]]} losslessly"
-    if dt == np.dtype(np.uint16):
-        hint += "; bf16 bit patterns: wrap them with tshard.bf16_bits(array)"
+    if dt in (np.dtype(np.uint16), np.dtype(np.int16)):
+        hint += ("; if these are bf16 bit patterns (e.g. torch's t.view(torch.int16)), wrap "
+                 "them with tshard.bf16_bits(array): convert=True would take them as integers")
     raise BadDtypeError(f"{what}: the array's dtype {dt} has no tshard dtype; valid: {valid}"
                         + hint)
