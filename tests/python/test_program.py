@@ -2,8 +2,8 @@
 """End-to-end test of compiled programs through real daemons and the Python client: an Adam step
 in place on tensors sharded over every rank against numpy (two steps), a reduction over the
 sharded dim giving a Partial(sum) tensor, random elementwise programs on sharded tensors against
-numpy, placement refusals (mismatched splits, a mean over a split dim) that leave the tensors
-intact, a malformed program, an unknown id, show, and the tshard CLI's program commands. The daemons get a private program cache.
+numpy, placement refusals (mismatched splits, a mean over a split dim) and a scalar input its
+dtype cannot hold (never saturated) that leave the tensors intact, a malformed program, an unknown id, show, and the tshard CLI's program commands. The daemons get a private program cache.
 
 usage: test_program.py BUILD_BIN_DIR NRANKS"""
 import os
