@@ -89,8 +89,15 @@ for code, (name, _) in STATUS.items():
     cls = getattr(tshard, cls_name, None)
     check(cls is not None and issubclass(cls, tshard.TshardError) and cls.status == code,
           f"tshard.{cls_name} missing or not the class of status {code}")
-    check(cls_name in tshard.__all__, f"tshard.{cls_name} not in __all__")
+    shadows = hasattr(builtins, cls_name)  # kept out of __all__: a star import keeps builtins
+    check((cls_name in tshard.__all__) != shadows, f"tshard.{cls_name}: in __all__ is "
+                                                    f"{cls_name in tshard.__all__}")
+    walk(cls, f"tshard.{cls_name}", seen)
 check(issubclass(tshard.TimeoutError, builtins.TimeoutError), "TimeoutError is not a builtin one")
+ns = {}
+exec("from tshard import *", ns)
+check(ns.get("TimeoutError", builtins.TimeoutError) is builtins.TimeoutError
+      and "NotFoundError" in ns, "a star import hides a builtin or misses a class")
 check(issubclass(tshard.OverflowError, builtins.OverflowError), "OverflowError: not a builtin one")
 check(issubclass(tshard.IoError, ConnectionError), "IoError is not a ConnectionError")
 check(issubclass(tshard.ShutdownError, ConnectionError), "ShutdownError is not a ConnectionError")

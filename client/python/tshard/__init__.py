@@ -31,4 +31,7 @@ from .program import graph_from_json  # a program's message form
 __all__ = ["connect", "Client", "Attr", "Mesh", "Shard", "Replicate", "Partial",
            "errors", "DTYPES", "DTYPE_SPELLINGS", "ROW_MAJOR", "socket_path", "read_token_file",
            "spmd", "plan", "show", "EinsumResult", "checkpoint", "graph_from_json", "Future",
-           "wait", "WaitTimeoutError", "bf16_bits", "BF16Bits"] + list(_error_names)
+           "wait", "WaitTimeoutError", "bf16_bits", "BF16Bits"] + [
+               n for n in _error_names if n not in ("TimeoutError", "OverflowError")]
+# tshard.TimeoutError and tshard.OverflowError subclass the builtins of those names but stay out
+# of __all__, so that "from tshard import *" never hides the builtins from the importing code.
