@@ -456,10 +456,10 @@ int ts_convert_check(const void *src, ts_dtype dt_src, ts_dtype dt_dst, size_t n
                         ts_dtype_name(dt_dst), i, value, ts_dtype_name(dt_dst),
                         dt_dst == TS_F16 ? 65504.0 : dt_dst == TS_BF16 ? 0x1p128 - 0x1p120
                                                                          : 0x1p128 - 0x1p104);
-  const char *what = from_float && (fv != fv || isinf(fv)) ? "has no integer value"
-                                                           : "is outside the range";
+  const char *what = from_float && (fv != fv || isinf(fv)) ? "has no integer value; "
+                                                           : "is outside the range of ";
   return ts_error_set(err, TS_BAD_DTYPE,
-                      "converting %s to %s would change values: element %zu (%s) %s of %s "
-                      "(%lld to %lld)", ts_dtype_name(dt_src), ts_dtype_name(dt_dst), i, value,
+                      "converting %s to %s would change values: element %zu (%s) %s%s holds "
+                      "%lld to %lld", ts_dtype_name(dt_src), ts_dtype_name(dt_dst), i, value,
                       what, ts_dtype_name(dt_dst), (long long)lo, (long long)hi);
 }

@@ -59,8 +59,12 @@ static int match_tensor(const cli_args *a, const char *name, const char *file,
   size_t bytes = n * ts_dtype_size(tdt);
   ts_error why;
   if (ts_convert_check(arr->data, arr->dtype, tdt, n, &why)) {
-    snprintf(msg, sizeof msg, "put %s: %s into the tensor '%s' (%s): %s", name, file, name,
-             info->dtype, why.msg);
+    char from[64] = "";
+    if (arr->widened_from)
+      snprintf(from, sizeof from, " (%s, widened losslessly to %s)", arr->widened_from,
+               ts_dtype_name(arr->dtype));
+    snprintf(msg, sizeof msg, "put %s: %s%s into the tensor '%s' (%s): %s", name, file, from,
+             name, info->dtype, why.msg);
     return cli_fail(CLI_FAILED, msg);
   }
   void *out = malloc(bytes ? bytes : 1);

@@ -122,6 +122,7 @@ static int parse_header(const char *path, const char *hdr, npy_mode mode, npy_ar
                           "(bf16 bit patterns in uint16: --bf16-bits)", path,
                           widen_table[*widen].numpy, ts_dtype_name(widen_table[*widen].dt));
     out->dtype = widen_table[*widen].dt;
+    out->widened_from = widen_table[*widen].numpy;
     found = true;
   }
   if (!found)
@@ -192,8 +193,8 @@ static int widen_data(const char *path, int w, const unsigned char *raw, void *d
       memcpy(&u, raw + 8 * i, 8);
       if (u > (uint64_t)INT64_MAX)
         return ts_error_set(err, TS_BAD_DTYPE, "%s: converting uint64 to i64 would change values: "
-                            "element %zu (%llu) is outside the range of i64", path, i,
-                            (unsigned long long)u);
+                            "element %zu (%llu) is outside the range of i64, which holds up to "
+                            "2^63-1", path, i, (unsigned long long)u);
       v = (int64_t)u;
     }
     if (widen_table[w].dt == TS_U8) {

@@ -17,6 +17,7 @@ typedef struct npy_array {
   int64_t shape[TS_MAX_DIMS];
   void *data;
   size_t bytes;
+  const char *widened_from; /* numpy's name of the file's dtype when it was widened, else NULL */
 } npy_array;
 
 /* How a file's element type is taken: exactly (the numpy dtypes with a tshard dtype), widened

@@ -17,8 +17,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 from checks import Checks  # noqa: E402
-from dtype_ref import (SOURCES, TENSOR_DTYPES, convert, exact_name, fits, same,  # noqa: E402
-                       source_values)
+from dtype_ref import (SOURCES, TENSOR_DTYPES, WIDEN, convert, exact_name, fits,  # noqa: E402
+                       same, source_values)
 from harness import Daemons  # noqa: E402
 
 import tshard  # noqa: E402
@@ -47,10 +47,11 @@ with Daemons(bin_dir, 2) as d, tempfile.TemporaryDirectory() as tmp, d.connect(0
         except tshard.TshardError as e:
             return None, e
 
+    names_used = []  # tensor names that name no dtype: a message's dtypes are the ones checked
     for tdt in TENSOR_DTYPES:
         for src in SOURCES:
             arr, vals = source_values(src)
-            path = os.path.join(tmp, "x.npy")
+            path = os.path.join(tmp, "data.npy")
             bits = ["--bf16-bits"] if src == "bf16" else []
             for conv in (False, True):
                 big = [src == np.uint64 and v > I64_MAX for v in vals]
@@ -59,7 +60,8 @@ with Daemons(bin_dir, 2) as d, tempfile.TemporaryDirectory() as tmp, d.connect(0
                 bad = [i for i in range(len(vals)) if i not in keep]
                 what = f"tshard put {src_name(src)} file into {tdt}" + (" --convert" if conv
                                                                        else "")
-                name = f"x.{tdt}.{src_name(src)}.{int(conv)}"
+                name = f"x{len(names_used)}"
+                names_used.append(name)
                 sub = arr[keep]
                 c.create(name, tdt, sub.shape, ATTR)
                 before = c.get(name)
@@ -78,9 +80,10 @@ with Daemons(bin_dir, 2) as d, tempfile.TemporaryDirectory() as tmp, d.connect(0
                     py, _ = py_put(name, src, sub, conv)
                     check(py is not None and same(py, got), f"{what}: Python stores {py}")
                 else:
-                    named = exact_name(src) or src_name(src)
-                    check(r.returncode == 1 and named in r.stderr and
-                          (tdt in r.stderr or "--convert" in r.stderr),
+                    said = (f"is {exact_name(src)}[" if exact_name(src) else
+                            f"numpy dtype {src_name(src)} has no tshard dtype")
+                    check(r.returncode == 1 and said in r.stderr and
+                          (f"is {tdt}[" in r.stderr or "--convert" in r.stderr),
                           f"{what}: rc {r.returncode}, {r.stderr!r}")
                     check(same(c.get(name), before), f"{what}: the tensor changed")
                     py, e = py_put(name, src, sub, conv)
@@ -89,13 +92,19 @@ with Daemons(bin_dir, 2) as d, tempfile.TemporaryDirectory() as tmp, d.connect(0
                 c.drop(name)
                 for i in bad[-1:]:  # a value that would not survive, with a good one
                     pair = arr[[keep[0] if keep else 0, i]] if keep else arr[[i, i]]
-                    name = f"b.{tdt}.{src_name(src)}"
+                    name = f"b{len(names_used)}"
+                    names_used.append(name)
                     c.create(name, tdt, (2,), ATTR)
                     before = c.get(name)
                     np.save(path, pair)
                     r = cli("put", name, path, *bits, "--convert")
+                    declared = exact_name(src) or exact_name(WIDEN[src])
+                    said = (f"uint64 to i64" if src == np.uint64 and vals[i] > I64_MAX else
+                            f"converting {declared} to {tdt}")
                     check(r.returncode == 1 and "would change values" in r.stderr
-                          and (tdt in r.stderr or "i64" in r.stderr),
+                          and said in r.stderr and (exact_name(src) is not None or
+                                                    f"({src_name(src)}, widened" in r.stderr
+                                                    or said == "uint64 to i64"),
                           f"{what}: value {vals[i]!r}: rc {r.returncode} {r.stderr!r}")
                     check(same(c.get(name), before), f"{what}: value {vals[i]!r} changed it")
                     py, e = py_put(name, src, pair, True)

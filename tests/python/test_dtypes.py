@@ -27,6 +27,15 @@ ATTR = "mesh=[2] placements=[S(0)]"
 I64_MAX = np.iinfo(np.int64).max
 
 
+_count = [0]
+
+
+def fresh(prefix):
+    """A tensor name that names no dtype, so that a message's dtypes are the ones checked."""
+    _count[0] += 1
+    return f"{prefix}{_count[0]}"
+
+
 def src_name(src):
     return "bf16" if src == "bf16" else np.dtype(src).name
 
@@ -49,7 +58,7 @@ def expect_refusal(c, name, data, convert, before, what, names=()):
 
 def no_convert(c, tdt, src, arr):
     """Without convert: the tensor's own dtype only."""
-    name = f"n.{tdt}.{src_name(src)}"
+    name = fresh("n")
     c.create(name, tdt, arr.shape, ATTR)
     zeros = c.get(name)
     what = f"put {src_name(src)} into {tdt}"
@@ -57,7 +66,8 @@ def no_convert(c, tdt, src, arr):
         c.put(name, data_of(src, arr))
         check(same(c.get(name), arr), f"{what}: get differs from the array put")
     else:
-        names = (tdt, exact_name(src)) if exact_name(src) else (src_name(src),)
+        names = ((f"the data is {exact_name(src)}[", f"is {tdt}[") if exact_name(src) else
+                 (f"dtype {src_name(src)} has no tshard dtype",))
         expect_refusal(c, name, data_of(src, arr), False, zeros, what, names)
     c.drop(name)
 
@@ -69,7 +79,7 @@ def with_convert(c, tdt, src, arr, vals):
     ok = [v for v, b in zip(vals, big) if not b and fits(v, tdt)]
     bad = [v for v, b in zip(vals, big) if b or not fits(v, tdt)]
     ok_arr = (arr[[i for i, v in enumerate(vals) if not big[i] and fits(v, tdt)]])
-    name = f"c.{tdt}.{src_name(src)}"
+    name = fresh("c")
     c.create(name, tdt, (len(ok),), ATTR)
     c.put(name, data_of(src, ok_arr), convert=True)
     want = convert(ok, tdt, src)
@@ -77,7 +87,7 @@ def with_convert(c, tdt, src, arr, vals):
     check(same(got, want), f"{what}: stored {got.tolist()}, numpy's astype gives "
                            f"{want.tolist()}")
     c.drop(name)
-    one = f"c1.{tdt}.{src_name(src)}"
+    one = fresh("one")
     c.create(one, tdt, (2,), ATTR)
     before = c.get(one)
     widened = exact_name(src) or exact_name(WIDEN[src])
@@ -85,7 +95,8 @@ def with_convert(c, tdt, src, arr, vals):
         pair = np.array([vals[0], v], arr.dtype) if src != "bf16" else \
             arr[[0, vals.index(v)]]
         label = "uint64" if src == np.uint64 and v > I64_MAX else None
-        names = (label, "i64") if label else (widened, tdt)
+        names = (f"{label} to i64",) if label else (f"converting {widened} to {tdt}",) + (
+            (f"{src_name(src)} was widened",) if exact_name(src) is None else ())
         expect_refusal(c, one, data_of(src, pair), True, before, f"{what}: value {v!r}", names)
     c.drop(one)
 

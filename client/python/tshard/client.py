@@ -528,7 +528,8 @@ class Client:
         done when every chunk is answered; it fails with the first chunk's refusal."""
         _check_name(name)
         what = "put" if slice_layout is None else "put_slice"
-        a, decl = declare(array, convert, DTYPES, _FROM_NUMPY, what)  # typed_put.py
+        a, decl = declare(array, convert, DTYPES, _FROM_NUMPY, what)
+        note = _widened_note(array, a, decl)
         src = a.reshape(-1).view(np.uint8)
         total = src.nbytes
         offsets = list(range(0, total, self.chunk)) or [0]
@@ -540,7 +541,7 @@ class Client:
         def chunk_handler(i):
             def on_answer(resp, err):
                 if err is None and resp.status != 0:
-                    err = error_for(resp.status, resp.message)
+                    err = _put_error(resp, note)
                 if err is not None and (state["first"] is None or i < state["first"][0]):
                     state["first"] = (i, err)
                 state["left"] -= 1
@@ -766,7 +767,8 @@ class Client:
         nothing more is sent, the answers due are read, and the first refusal is raised."""
         _check_name(name)
         what = "put" if slice_layout is None else "put_slice"
-        a, decl = declare(array, convert, DTYPES, _FROM_NUMPY, what)  # typed_put.py
+        a, decl = declare(array, convert, DTYPES, _FROM_NUMPY, what)
+        note = _widened_note(array, a, decl)
         src = a.reshape(-1).view(np.uint8)
         total = src.nbytes
         report, done = reporter(progress, what, name, total), 0
@@ -817,7 +819,7 @@ class Client:
                     raise error_for(17, "answer to a request that was not sent")
                 pending.remove(match[0])
                 if resp.status != 0 and (first is None or match[0][1] < first[0]):
-                    first = (match[0][1], error_for(resp.status, resp.message))
+                    first = (match[0][1], _put_error(resp, note))
                 elif resp.status == 0 and report is not None:
                     done += min(chunk, total - offsets[match[0][1]])
                     report(done, total)
@@ -1477,6 +1479,19 @@ class Client:
 def _nothing(resp):
     """The result of operations that answer nothing but their status."""
     return None
+
+
+def _widened_note(array, sent, decl):
+    """What a refusal of a widened put adds: the array's own dtype, which the daemon never saw."""
+    orig = getattr(array, "dtype", None)
+    if orig is None or isinstance(array, BF16Bits) or np.dtype(orig) == sent.dtype:
+        return ""
+    return f" (the array's {np.dtype(orig).name} was widened losslessly to {decl})"
+
+
+def _put_error(resp, note):
+    """The exception of a put's refusal; a refused conversion also names the array's dtype."""
+    return error_for(resp.status, resp.message + (note if resp.status == 4 else ""))
 
 
 def _no_elements(info, mine, layout, out):

@@ -114,7 +114,8 @@ def declare(array: Any, convert: bool, dtypes: Mapping[str, np.dtype],
         if dt == np.dtype(np.uint64) and a.size and int(a.max()) > np.iinfo(np.int64).max:
             i = int(np.argmax(a > np.iinfo(np.int64).max))
             raise BadDtypeError(f"{what}: converting uint64 to i64 would change values: element "
-                                f"{i} ({int(a.reshape(-1)[i])}) is outside the range of i64")
+                                f"{i} ({int(a.reshape(-1)[i])}) is outside the range of i64, "
+                                f"which holds up to 2^63-1")
         a = a.astype(_WIDEN[dt])
         return a, from_numpy[a.dtype]
     valid = ", ".join(f"{k} ({'tshard.bf16_bits(uint16 array)' if k == 'bf16' else v.name})"
