@@ -27,7 +27,6 @@ import stat
 import struct
 import sys
 import threading
-
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -43,7 +42,8 @@ from . import spmd as _spmd
 from .wire import MAX_FRAME, Wire, request_frame
 from .future import Future, Inflight, WaitTimeoutError
 
-__all__ = ["Client", "connect", "DTYPES", "socket_path", "read_token_file"]
+__all__ = ["Client", "connect", "DTYPES", "DTYPE_SPELLINGS", "ROW_MAJOR", "socket_path",
+           "read_token_file"]
 
 # tshard dtype -> the numpy dtype of its data (bf16: the uint16 of its bits, see bf16_bits)
 DTYPES: Dict[str, np.dtype] = {
