@@ -43,9 +43,11 @@ int ts_dtype_parse(const char *text, ts_dtype *out, ts_error *err) {
 static const struct {
   const char *text;
   ts_dtype dt;
-} spellings[] = {
-    {"float32", TS_F32}, {"float64", TS_F64}, {"float16", TS_F16}, {"bfloat16", TS_BF16},
-    {"int8", TS_I8},     {"int32", TS_I32},   {"int64", TS_I64},   {"uint8", TS_U8},
+} spellings[] = { /* numpy's and PyTorch's names; the tshard names are dtype_info's */
+    {.text = "float32", .dt = TS_F32}, {.text = "float64", .dt = TS_F64},
+    {.text = "float16", .dt = TS_F16}, {.text = "bfloat16", .dt = TS_BF16},
+    {.text = "int8", .dt = TS_I8},     {.text = "int32", .dt = TS_I32},
+    {.text = "int64", .dt = TS_I64},   {.text = "uint8", .dt = TS_U8},
 };
 
 int ts_dtype_parse_spelling(const char *text, ts_dtype *out, ts_error *err) {

@@ -30,9 +30,11 @@ static const struct {
   bool is_signed;
   ts_dtype dt;
 } widen_table[] = {
-    {"b1", "bool", 1, false, TS_U8},    {"i2", "int16", 2, true, TS_I32},
-    {"u2", "uint16", 2, false, TS_I32}, {"u4", "uint32", 4, false, TS_I64},
-    {"u8", "uint64", 8, false, TS_I64},
+    {.descr = "b1", .numpy = "bool", .size = 1, .is_signed = false, .dt = TS_U8},
+    {.descr = "i2", .numpy = "int16", .size = 2, .is_signed = true, .dt = TS_I32},
+    {.descr = "u2", .numpy = "uint16", .size = 2, .is_signed = false, .dt = TS_I32},
+    {.descr = "u4", .numpy = "uint32", .size = 4, .is_signed = false, .dt = TS_I64},
+    {.descr = "u8", .numpy = "uint64", .size = 8, .is_signed = false, .dt = TS_I64},
 };
 
 static const char *descr_of(ts_dtype dt) {
