@@ -2,7 +2,8 @@
 failed; finish() prints the "N passed, N failed" line and exits non-zero on any failure.
 check.expect(status, fn, what, needle) checks that fn raises the tshard error of that status
 (with needle in its text); raw_call sends one request through a client's socket and returns the
-answer without raising on its status (for misuse tests)."""
+answer without raising on its status (for misuse tests); put_data gives a test's bf16 reference
+(uint16 bits) to a put as tshard.bf16_bits."""
 import sys
 
 
