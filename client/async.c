@@ -56,7 +56,8 @@ bool tsc_ticket_keep(tshard_client *c, const Tshard__Response *r) {
   t->done = true;
   t->status = r->status;
   if (r->status != TS_OK)
-    t->message = strdup(r->message && r->message[0] ? r->message : ts_strerror(r->status));
+    t->message = strdup(r->status == TS_RANK_LOST && c->lost_status ? c->lost
+                        : r->message && r->message[0] ? r->message : ts_strerror(r->status));
   if (r->strategy)
     snprintf(t->strategy, sizeof t->strategy, "%s", r->strategy);
   t->elapsed_us = r->elapsed_us;
@@ -103,6 +104,8 @@ int tshard_wait(tshard_client *c, uint64_t ticket, int timeout_ms, tshard_result
                     (unsigned long long)ticket);
   int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
   while (!(t = ticket_find(c, ticket))->done) {
+    if (c->broken && c->lost_status)
+      return tsc_lost_check(c, TS_IO);
     if (c->broken)
       return tsc_fail(c, TS_IO, "the connection broke with request %llu in flight; what it did "
                       "on the daemons is not known here: reconnect and describe its tensors",

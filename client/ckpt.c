@@ -62,7 +62,13 @@ int tshard_save(tshard_client *c, const char *dir, const char *const *names, int
   req.op_case = TSHARD__REQUEST__OP_SAVE;
   req.save = &q;
   req.idempotency_key = (char *)(opts && opts->key ? opts->key : "");
-  return tsc_call_collective(c, &req);
+  rc = tsc_call_collective(c, &req);
+  if (rc == TS_RANK_LOST) /* the save's own error, naming its path; later calls: RANK_LOST */
+    return tsc_fail(c, TS_CHECKPOINT_IO, "save to %s was interrupted: %s; %s holds a complete "
+                    "checkpoint or nothing: the one that was there before (or this save's, had "
+                    "it been exchanged before the loss), never a partial one", path, c->lost,
+                    path);
+  return rc;
 }
 
 int tshard_load(tshard_client *c, const char *dir, const char *const *names, int n,

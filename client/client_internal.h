@@ -33,6 +33,8 @@ struct tshard_client {
   uint8_t *rbuf; /* the frame being received, reused */
   size_t rcap;
   bool broken; /* a timeout or I/O error left a frame half sent or received */
+  int lost_status; /* TS_RANK_LOST once a lost rank ended the job (lost.c), else 0 */
+  char lost[1024]; /* then the error every call of the connection gives */
   int timeout_ms;
   size_t chunk;
   uint64_t next_id;
@@ -70,6 +72,15 @@ typedef struct tsc_ticket tsc_ticket;
 int tsc_ticket_add(tshard_client *c, uint64_t id, uint64_t *ticket);
 bool tsc_ticket_keep(tshard_client *c, const Tshard__Response *r);
 void tsc_tickets_free(tshard_client *c);
+
+/* lost.c: a failure that may come from a lost rank (a connection the daemon closed, an
+ * answer SHUTDOWN): when the launcher's status file of the job records a lost rank (waiting up
+ * to 2 s for the record while the job is recorded as running), TS_RANK_LOST with the message
+ * naming it, and the connection keeps that error; otherwise `status` unchanged. */
+int tsc_lost_check(tshard_client *c, int status);
+/* When the launcher recorded that the job of socket path `sock` lost a rank: 0, with a sentence
+ * naming it in out (for a connect that found no daemon); else -1. */
+int tsc_lost_describe(const char *sock, char *out, size_t cap);
 
 /* connect_message.c: the message of the last failed connect on this thread. */
 void tsc_connect_failed(const char *path, const char *job, int rank, int status);

@@ -255,8 +255,8 @@ int tsc_transfer(tshard_client *c, void *buf, size_t len, bool sending, int64_t 
       continue;
     }
     if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-      return tsc_fail(c, TS_IO, "the daemon closed the connection%s%s", n < 0 ? ": " : "",
-                      n < 0 ? strerror(errno) : "");
+      return tsc_lost_check(c, tsc_fail(c, TS_IO, "the daemon closed the connection%s%s",
+                                        n < 0 ? ": " : "", n < 0 ? strerror(errno) : ""));
     int64_t nap = ts_waiter_next(&w);
     if (nap == 0)
       continue;
@@ -343,7 +343,8 @@ static int send_iov(tshard_client *c, struct iovec *iov, int n, int64_t deadline
     if (k < 0 && (errno == EINTR || errno == EAGAIN))
       continue;
     if (k < 0)
-      return tsc_fail(c, TS_IO, "the daemon closed the connection: %s", strerror(errno));
+      return tsc_lost_check(c, tsc_fail(c, TS_IO, "the daemon closed the connection: %s",
+                                        strerror(errno)));
     while (n > 0 && (size_t)k >= iov->iov_len) {
       k -= (ssize_t)iov->iov_len;
       iov++;
@@ -480,7 +481,8 @@ int tsc_send(tshard_client *c, Tshard__Request *req, int64_t deadline) {
   if (orc)
     return orc;
   if (c->broken)
-    return tsc_fail(c, TS_IO, "the connection broke in an earlier call; reconnect");
+    return c->lost_status ? tsc_lost_check(c, TS_IO)
+                          : tsc_fail(c, TS_IO, "the connection broke in an earlier call; reconnect");
   req->id = ++c->next_id;
   if (c->token[0])
     req->token = c->token;
@@ -509,7 +511,8 @@ again:
   if (sink)
     sink->taken = false;
   if (c->broken)
-    return tsc_fail(c, TS_IO, "the connection broke in an earlier call; reconnect");
+    return c->lost_status ? tsc_lost_check(c, TS_IO)
+                          : tsc_fail(c, TS_IO, "the connection broke in an earlier call; reconnect");
   uint8_t h[4];
   int rc = tsc_transfer(c, h, 4, false, deadline);
   if (rc) {
@@ -587,6 +590,8 @@ again:
   if (r->status != TS_OK)
     snprintf(c->message, sizeof c->message, "%s",
              r->message && r->message[0] ? r->message : ts_strerror(r->status));
+  if (r->status == TS_SHUTDOWN && tsc_lost_check(c, TS_SHUTDOWN) == TS_RANK_LOST)
+    r->status = TS_RANK_LOST; /* Open MPI stops the job because a rank was lost: name it */
   *resp = r;
   return r->status;
 }

@@ -25,8 +25,12 @@ void tsc_connect_failed(const char *path, const char *job, int rank, int status)
              "'_' and '.' (not first)", job);
     return;
   }
-  if (status == TS_IO && strncmp(connect_msg, "the daemon at ", 14) != 0 &&
-      (strstr(connect_msg, "No such file") || strstr(connect_msg, "refused") || !connect_msg[0]))
+  bool gone = status == TS_IO && strncmp(connect_msg, "the daemon at ", 14) != 0 &&
+              (strstr(connect_msg, "No such file") || strstr(connect_msg, "refused") ||
+               !connect_msg[0]);
+  if (gone && tsc_lost_describe(path, connect_msg, sizeof connect_msg) == 0)
+    return; /* the launcher recorded why: a rank was lost */
+  if (gone)
     snprintf(connect_msg, sizeof connect_msg, "no daemon serves job %s on rank %d at %s; start "
              "one with tshard-launch start -np N --job %s (deploy/tshard-launch)", job, rank,
              path, job);

@@ -146,6 +146,12 @@ static Tshard__ProgramArg *args_msg(const tshard_program_arg *a, int n, Tshard__
 
 int tshard_program_run(tshard_client *c, const char *id, const tshard_program_arg *inputs,
                        int n_in, const tshard_program_arg *outputs, int n_out, const char *key) {
+  return tshard_program_run_ex(c, id, inputs, n_in, outputs, n_out, 0, key);
+}
+
+int tshard_program_run_ex(tshard_client *c, const char *id, const tshard_program_arg *inputs,
+                          int n_in, const tshard_program_arg *outputs, int n_out, int flags,
+                          const char *key) {
   if (!c)
     return TS_INVALID_ARGUMENT;
   if (!id || n_in < 0 || n_in > 64 || n_out < 0 || n_out > 64 || (n_in && !inputs) ||
@@ -163,6 +169,7 @@ int tshard_program_run(tshard_client *c, const char *id, const tshard_program_ar
   q.inputs = pin;
   q.n_outputs = (size_t)n_out;
   q.outputs = pout;
+  q.overwrite = (flags & TSHARD_PROGRAM_OVERWRITE) != 0;
   req.op_case = TSHARD__REQUEST__OP_PROGRAM_RUN;
   req.program_run = &q;
   req.idempotency_key = tsc_str(key);
@@ -183,7 +190,17 @@ int tshard_program_drop(tshard_client *c, const char *id, const char *key) {
   return tsc_call_collective(c, &req);
 }
 
+static int show(tshard_client *c, const char *id, bool summary, char **text);
+
 int tshard_program_show(tshard_client *c, const char *id, char **text) {
+  return show(c, id, false, text);
+}
+
+int tshard_program_summary(tshard_client *c, const char *id, char **text) {
+  return show(c, id, true, text);
+}
+
+static int show(tshard_client *c, const char *id, bool summary, char **text) {
   if (!c)
     return TS_INVALID_ARGUMENT;
   if (!id || !text)
@@ -192,6 +209,7 @@ int tshard_program_show(tshard_client *c, const char *id, char **text) {
   Tshard__Request req = TSHARD__REQUEST__INIT;
   Tshard__ProgramShowRequest q = TSHARD__PROGRAM_SHOW_REQUEST__INIT;
   q.id = (char *)id;
+  q.summary = summary;
   req.op_case = TSHARD__REQUEST__OP_PROGRAM_SHOW;
   req.program_show = &q;
   Tshard__Response *r = NULL;

@@ -211,6 +211,25 @@ int ts_comm_process_copy(const ts_comm_proc *proc, bool write, const ts_comm_reg
   return ts_comm_proc_unpin(proc, &pidfd, rc, err);
 }
 
+int ts_comm_process_copy_many(const ts_comm_proc *proc, bool write, int n,
+                              const ts_comm_region *local, const ts_comm_region *remote,
+                              int *failed, ts_error *err) {
+  *failed = -1;
+  int pidfd = -1, rc = TS_OK;
+  for (int i = 0; rc == TS_OK && i < n; i++)
+    if (region_total(&local[i]) != region_total(&remote[i]))
+      rc = ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "the client's region holds %lld bytes where this rank's holds %lld",
+                        (long long)region_total(&remote[i]), (long long)region_total(&local[i]));
+  if (rc == TS_OK && n > 0)
+    rc = ts_comm_proc_pin(proc, &pidfd, err); /* once for every copy */
+  for (int i = 0; rc == TS_OK && i < n; i++)
+    if (region_total(&local[i]) && (rc = copy_regions((pid_t)proc->pid, -1, write, &local[i],
+                                                      &remote[i], err)) != TS_OK)
+      *failed = i;
+  return n > 0 ? ts_comm_proc_unpin(proc, &pidfd, rc, err) : rc;
+}
+
 /* How a pair moves, decided alike on both sides from the two descriptions. */
 enum { PAIR_MISMATCH, PAIR_MPI, PAIR_SENDER_COPIES, PAIR_RECEIVER_COPIES };
 

@@ -195,6 +195,8 @@ static int agree_take(ts_comm *c, int src, int tag, uint64_t number, void *buf, 
     int flag = 0, count = 0;
     MPI_Status st;
     TS_MPI_CHECK(MPI_Iprobe(src, tag, c->comm, &flag, &st), err);
+    if (!flag) /* the first probe's progress may have just taken the message in */
+      TS_MPI_CHECK(MPI_Iprobe(src, tag, c->comm, &flag, &st), err);
     if (!flag)
       return 0;
     MPI_Get_count(&st, MPI_BYTE, &count);
@@ -230,8 +232,10 @@ static int agree_collect(ts_comm *c, uint64_t number, int tag, void *v, int n, t
   int left = c->size - 1, rc = TS_OK, timeout = agree_timeout_ms(c);
   arrived[0] = true;
   ts_waiter w;
-  ts_waiter_init(&w, &ts_wait_mpi, ts_wait_deadline_ms(timeout));
+  ts_waiter_init(&w, ts__comm_bells(c) ? &ts_wait_bell : &ts_wait_mpi,
+                 ts_wait_deadline_ms(timeout));
   while (left > 0) {
+    uint32_t seen = ts_world_bell_seq(c->world);
     int from = -1, got = agree_take(c, MPI_ANY_SOURCE, tag, number, in, (int)bytes, &from, err);
     if (got < 0 || got > 1) {
       rc = got;
@@ -252,7 +256,7 @@ static int agree_collect(ts_comm *c, uint64_t number, int tag, void *v, int n, t
       ts_waiter_progress(&w);
       continue;
     }
-    if (ts_waiter_pause(&w) == TS_TIMEOUT)
+    if (ts__comm_pause(c, &w, seen) == TS_TIMEOUT)
       break;
   }
   if (rc == TS_OK && left > 0) {
@@ -298,6 +302,7 @@ static int agree_announce(ts_comm *c, int tag, const void *v, int n, ts_error *e
       rc = ts__mpi_error(mrc, "MPI_Isend", __FILE__, __LINE__, err);
       break;
     }
+    ts__comm_ring(c, posted + 1);
   }
   ts_waiter w;
   ts_waiter_init(&w, &ts_wait_mpi, ts_wait_deadline_ms(agree_timeout_ms(c)));
@@ -333,11 +338,14 @@ static int agree_ask(ts_comm *c, uint64_t number, int tag, void *v, int n, ts_er
     free(out);
     return ts__mpi_error(mrc, "MPI_Isend", __FILE__, __LINE__, err);
   }
+  ts__comm_ring(c, 0);
   int64_t wait_ms = 2 * (int64_t)agree_timeout_ms(c);
   ts_waiter w;
-  ts_waiter_init(&w, &ts_wait_mpi, ts_wait_deadline_ms(wait_ms));
+  ts_waiter_init(&w, ts__comm_bells(c) ? &ts_wait_bell : &ts_wait_mpi,
+                 ts_wait_deadline_ms(wait_ms));
   int rc = TS_OK, sent = 0;
   for (;;) {
+    uint32_t seen = ts_world_bell_seq(c->world);
     if (!sent && (mrc = MPI_Test(&sreq, &sent, MPI_STATUS_IGNORE)) != MPI_SUCCESS) {
       rc = ts__mpi_error(mrc, "MPI_Test", __FILE__, __LINE__, err);
       break;
@@ -348,7 +356,7 @@ static int agree_ask(ts_comm *c, uint64_t number, int tag, void *v, int n, ts_er
       rc = got == 1 ? TS_OK : got;
       break;
     }
-    if (ts_waiter_pause(&w) == TS_TIMEOUT) {
+    if (ts__comm_pause(c, &w, seen) == TS_TIMEOUT) {
       agree_head *h = v;
       char t[32];
       format_ms(t, sizeof t, wait_ms);
@@ -541,6 +549,38 @@ static int64_t pieces_of(int64_t bytes) {
   return bytes > 0 ? (bytes + PIECE_BYTES - 1) / PIECE_BYTES : 0;
 }
 
+/* A message this small goes out within MPI_Isend (Open MPI's eager sends on one node), so its
+ * sender's ring announces it whole: a wait for such messages can block on the bell. */
+#define SMALL_MESSAGE 4096
+
+/* MPI_Waitall of the posted transfers. When they are all small and every peer rings, the wait
+ * tests and blocks on this rank's bell between tests instead of spinning in MPI (a large
+ * transfer needs both sides' progress, which only MPI's own wait gives). */
+static int wait_transfers(ts_comm *c, int k, MPI_Request *req, const ts__transfer *t) {
+  bool small = ts__comm_bells(c);
+  for (int i = 0; small && i < k; i++) {
+    int size = 0;
+    small = MPI_Type_size(t[i].type, &size) == MPI_SUCCESS &&
+            (int64_t)size * t[i].count <= SMALL_MESSAGE;
+  }
+  if (!small)
+    return MPI_Waitall(k, req, MPI_STATUSES_IGNORE);
+  ts_waiter w;
+  ts_waiter_init(&w, &ts_wait_bell, TS_WAIT_FOREVER);
+  for (;;) {
+    uint32_t seen = ts_world_bell_seq(c->world);
+    int done = 0;
+    for (int pass = 0; pass < 2 && !done; pass++) { /* a test's progress, then its finding */
+      int mrc = MPI_Testall(k, req, &done, MPI_STATUSES_IGNORE);
+      if (mrc != MPI_SUCCESS)
+        return mrc;
+    }
+    if (done)
+      return MPI_SUCCESS;
+    ts__comm_pause(c, &w, seen);
+  }
+}
+
 int ts__comm_transfers(ts_comm *c, int n, const ts__transfer *t, int tag, ts_error *err) {
   if (n == 0)
     return TS_OK;
@@ -557,7 +597,10 @@ int ts__comm_transfers(ts_comm *c, int n, const ts__transfer *t, int tag, ts_err
       TS_MPI_TRY(MPI_Irecv(x->buf, x->count, x->type, x->peer, tag, c->comm, &req[k]), err, rc,
                  cancel);
   }
-  TS_MPI_TRY(MPI_Waitall(k, req, MPI_STATUSES_IGNORE), err, rc, done);
+  for (int i = 0; i < k; i++)
+    if (t[i].send)
+      ts__comm_ring(c, t[i].peer);
+  TS_MPI_TRY(wait_transfers(c, k, req, t), err, rc, done);
   goto done;
 cancel:
   /* Requests already posted must complete before their buffers go away. */

@@ -4,6 +4,7 @@
 #define TS_COMM_INTERNAL_H
 
 #include "ts_comm.h"
+#include "ts_wait.h"
 
 struct ts_comm {
   MPI_Comm comm;
@@ -36,6 +37,12 @@ struct ts_world {
   char agree_label[96];  /* what the agreements decide now, for timeout messages */
   ts__orphan *orphans;
   int norphans, caporphans;
+  /* Doorbells (doorbell.c): each world rank's bell on this node, NULL for ranks elsewhere (the
+   * array NULL without a shared window); bells_local when every rank of the world has one. */
+  struct ts__bell **bells;
+  MPI_Win bell_win;
+  MPI_Comm bell_node;
+  bool bells_local;
 };
 
 /* Keeps an unfinished send of an agreement until MPI is done with it (takes buf; on no memory
@@ -43,6 +50,19 @@ struct ts_world {
  * rest, when `all`). */
 void ts__orphan_keep(ts_world *w, MPI_Request req, void *buf);
 void ts__orphans_retire(ts_world *w, bool all);
+
+/* The doorbells (doorbell.c): made by ts_world_init (collective over the world), freed by
+ * ts_world_finalize before the world's communicator. */
+int ts__doorbell_init(ts_world *w, ts_error *err);
+void ts__doorbell_free(ts_world *w);
+/* Whether every rank of c has a bell (then its waits block until rung, else they nap). */
+bool ts__comm_bells(const ts_comm *c);
+/* Rings comm rank r of c (nothing for a rank without a bell). */
+void ts__comm_ring(ts_comm *c, int comm_rank);
+/* One pause of a wait on c under the waiter: yields while spinning, else blocks on this rank's
+ * bell (ending at a ring after `seen` was read) for the waiter's nap. TS_TIMEOUT past its
+ * deadline. */
+int ts__comm_pause(ts_comm *c, ts_waiter *wt, uint32_t seen);
 
 /* Maps an MPI error code to TS_MPI with MPI's message, the call and where it was made. */
 int ts__mpi_error(int mpi_rc, const char *call, const char *file, int line, ts_error *err);

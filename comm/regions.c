@@ -204,7 +204,13 @@ static int mpi_regions(ts_comm *c, int nsend, const int *send_peers, const ts_co
 
 static bool region_empty(const ts_comm_region *r) { return !r->base || region_bytes(r) == 0; }
 
-/* The non-empty regions by single-copy reads, then the pairs the readers left to MPI. */
+/* A pair of at most this many bytes goes through MPI at once: its message costs less than the
+ * round of descriptors a single-copy read needs first. Both ends decide alike from the pair's
+ * size, which is the same on both. */
+#define CMA_SMALL_PAIR ((int64_t)32 << 10)
+
+/* The non-empty regions by single-copy reads, then the pairs the readers left to MPI (and the
+ * small ones, which go to MPI directly). */
 static int cma_regions(ts_comm *c, int nsend, const int *send_peers,
                        const ts_comm_region *send, int nrecv, const int *recv_peers,
                        const ts_comm_region *recv, ts_error *err) {
@@ -215,37 +221,47 @@ static int cma_regions(ts_comm *c, int nsend, const int *send_peers,
     if (rc)
       return rc;
   }
-  ts_comm_region *regs = malloc((size_t)(n ? n : 1) * sizeof *regs);
-  int *peers = malloc((size_t)(n ? n : 1) * sizeof *peers);
-  bool *mpi = malloc((size_t)(n ? n : 1) * sizeof *mpi);
+  /* Each pair (sends, then receives): empty (-1), small (-2), or its place among the reads. */
+  size_t cap = (size_t)(n ? n : 1);
+  ts_comm_region *regs = malloc(2 * cap * sizeof *regs); /* the reads, then the MPI pairs */
+  int *peers = malloc(3 * cap * sizeof *peers);
+  bool *mpi = malloc(cap * sizeof *mpi);
   if (!regs || !peers || !mpi) {
     free(regs);
     free(peers);
     free(mpi);
     return ts_error_set(err, TS_NO_MEMORY, "no memory for %d transfers", n);
   }
-  int ns = 0, nr = 0;
-  for (int i = 0; i < nsend; i++)
-    if (!region_empty(&send[i])) {
-      regs[ns] = send[i];
-      peers[ns++] = send_peers[i];
+  ts_comm_region *mregs = regs + cap;
+  int *mpeers = peers + cap, *where = peers + 2 * cap;
+  int nread[2] = {0, 0};
+  for (int i = 0; i < n; i++) {
+    bool snd = i < nsend;
+    const ts_comm_region *r = snd ? &send[i] : &recv[i - nsend];
+    where[i] = region_empty(r) ? -1 : region_bytes(r) <= CMA_SMALL_PAIR ? -2 : nread[0] + nread[1];
+    if (where[i] >= 0) {
+      regs[where[i]] = *r;
+      peers[where[i]] = snd ? send_peers[i] : recv_peers[i - nsend];
+      nread[!snd]++;
     }
-  for (int i = 0; i < nrecv; i++)
-    if (!region_empty(&recv[i])) {
-      regs[ns + nr] = recv[i];
-      peers[ns + nr++] = recv_peers[i];
-    }
-  int rc = ts__cma_exchange(c, ns, peers, regs, mpi, nr, peers + ns, regs + ns, mpi + ns, err);
-  /* The pairs left to MPI: the others' regions emptied. */
-  bool any = false;
-  for (int i = 0; i < ns + nr; i++) {
-    if (!mpi[i])
-      regs[i].base = NULL;
-    any = any || mpi[i];
   }
-  /* Run even after a failed read elsewhere: the flags of every pair match on both sides. */
+  int ns = nread[0], nr = nread[1], rc = TS_OK;
+  if (ns + nr > 0)
+    rc = ts__cma_exchange(c, ns, peers, regs, mpi, nr, peers + ns, regs + ns, mpi + ns, err);
+  /* Through MPI: the small pairs and those the readers left, sends then receives. Run even
+   * after a failed read elsewhere: the flags of every pair match on both sides. */
+  int nm[2] = {0, 0};
+  for (int i = 0; i < n; i++)
+    if (where[i] == -2 || (where[i] >= 0 && mpi[where[i]])) {
+      bool snd = i < nsend;
+      mregs[nm[0] + nm[1]] = snd ? send[i] : recv[i - nsend];
+      mpeers[nm[0] + nm[1]] = snd ? send_peers[i] : recv_peers[i - nsend];
+      nm[!snd]++;
+    }
   ts_error merr;
-  int mrc = any ? mpi_regions(c, ns, peers, regs, nr, peers + ns, regs + ns, CMA_MPI_TAG, &merr) : TS_OK;
+  int mrc = nm[0] + nm[1] > 0 ? mpi_regions(c, nm[0], mpeers, mregs, nm[1], mpeers + nm[0],
+                                            mregs + nm[0], CMA_MPI_TAG, &merr)
+                              : TS_OK;
   if (mrc && rc == TS_OK)
     rc = ts_error_set(err, merr.code, "%s", merr.msg);
   free(regs);
@@ -260,4 +276,154 @@ int ts_comm_exchange_regions(ts_comm *c, int nsend, const int *send_peers,
   if (c->pids)
     return cma_regions(c, nsend, send_peers, send, nrecv, recv_peers, recv, err);
   return mpi_regions(c, nsend, send_peers, send, nrecv, recv_peers, recv, tag, err);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Many regions per pair (ts_comm_exchange_many) */
+
+/* The MPI message of a pair's regions (n of them, in order): one datatype, the struct of the
+ * regions' own (each placed at its absolute address), committed; MPI_BYTE with *count 0 when
+ * they are all empty. */
+static int pair_type(int n, const ts_comm_region *const *r, MPI_Datatype *out, int *count,
+                     ts_error *err) {
+  *out = MPI_BYTE;
+  *count = 0;
+  MPI_Datatype *types = malloc((size_t)(n ? n : 1) * sizeof *types);
+  int *lens = malloc((size_t)(n ? n : 1) * sizeof *lens);
+  MPI_Aint *at = calloc((size_t)(n ? n : 1), sizeof *at);
+  if (!types || !lens || !at) {
+    free(types), free(lens), free(at);
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for a message of %d regions", n);
+  }
+  int k = 0, rc = TS_OK;
+  for (int i = 0; i < n && rc == TS_OK; i++)
+    if (!region_empty(r[i]) && (rc = region_type(r[i], &types[k], err)) == TS_OK)
+      lens[k++] = 1;
+  if (rc == TS_OK && k > 0) {
+    int mrc = MPI_Type_create_struct(k, lens, at, types, out);
+    if (mrc == MPI_SUCCESS)
+      mrc = MPI_Type_commit(out);
+    if (mrc != MPI_SUCCESS)
+      rc = ts__mpi_error(mrc, "MPI_Type_create_struct", __FILE__, __LINE__, err);
+    else
+      *count = 1;
+  }
+  for (int i = 0; i < k; i++)
+    MPI_Type_free(&types[i]);
+  free(types), free(lens), free(at);
+  return rc;
+}
+
+/* The pairs of one direction: per comm rank, its regions in the order listed, and their bytes. */
+typedef struct pair_lists {
+  int *start, *count; /* per comm rank: where its regions begin in order[], and how many */
+  int64_t *bytes;     /* per comm rank */
+  const ts_comm_region **order;
+} pair_lists;
+
+static void pair_lists_free(pair_lists *l) {
+  free(l->start);
+  free(l->count);
+  free(l->bytes);
+  free(l->order);
+}
+
+static int pair_lists_make(ts_comm *c, int n, const int *peers, const ts_comm_region *r,
+                           pair_lists *l, ts_error *err) {
+  int P = c->size;
+  l->start = calloc((size_t)P, sizeof *l->start);
+  l->count = calloc((size_t)P, sizeof *l->count);
+  l->bytes = calloc((size_t)P, sizeof *l->bytes);
+  l->order = malloc((size_t)(n ? n : 1) * sizeof *l->order);
+  if (!l->start || !l->count || !l->bytes || !l->order)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for %d transfers", n);
+  for (int i = 0; i < n; i++) {
+    if (peers[i] < 0 || peers[i] >= P)
+      return ts_error_set(err, TS_INVALID_ARGUMENT, "transfer %d names rank %d of %d", i,
+                          peers[i], P);
+    int rc = r[i].base ? check_region(&r[i], err) : TS_OK;
+    if (rc)
+      return rc;
+    l->count[peers[i]]++;
+    l->bytes[peers[i]] += region_empty(&r[i]) ? 0 : region_bytes(&r[i]);
+  }
+  for (int p = 1; p < P; p++)
+    l->start[p] = l->start[p - 1] + l->count[p - 1];
+  for (int p = 0; p < P; p++)
+    l->count[p] = 0;
+  for (int i = 0; i < n; i++)
+    l->order[l->start[peers[i]] + l->count[peers[i]]++] = &r[i];
+  return TS_OK;
+}
+
+/* Whether a pair's regions go as single copies (each its own) rather than one MPI message. */
+static bool pair_reads(const ts_comm *c, const pair_lists *l, int p) {
+  return c->pids && l->bytes[p] > CMA_SMALL_PAIR;
+}
+
+/* The regions of the pairs that go as single copies, through cma_regions. */
+static int many_reads(ts_comm *c, const pair_lists *sl, const pair_lists *rl, ts_error *err) {
+  int P = c->size, ns = 0, nr = 0;
+  for (int p = 0; p < P; p++) {
+    ns += pair_reads(c, sl, p) ? sl->count[p] : 0;
+    nr += pair_reads(c, rl, p) ? rl->count[p] : 0;
+  }
+  if (ns + nr == 0)
+    return TS_OK;
+  ts_comm_region *regs = malloc((size_t)(ns + nr) * sizeof *regs);
+  int *peers = malloc((size_t)(ns + nr) * sizeof *peers);
+  int rc = TS_OK, k = 0;
+  if (!regs || !peers)
+    rc = ts_error_set(err, TS_NO_MEMORY, "no memory for %d transfers", ns + nr);
+  for (int side = 0; rc == TS_OK && side < 2; side++) {
+    const pair_lists *l = side ? rl : sl;
+    for (int p = 0; p < P; p++)
+      for (int j = 0; pair_reads(c, l, p) && j < l->count[p]; j++) {
+        regs[k] = *l->order[l->start[p] + j];
+        peers[k++] = p;
+      }
+  }
+  if (rc == TS_OK)
+    rc = cma_regions(c, ns, peers, regs, nr, peers + ns, regs + ns, err);
+  free(regs);
+  free(peers);
+  return rc;
+}
+
+int ts_comm_exchange_many(ts_comm *c, int nsend, const int *send_peers,
+                          const ts_comm_region *send, int nrecv, const int *recv_peers,
+                          const ts_comm_region *recv, int tag, ts_error *err) {
+  int P = c->size;
+  pair_lists sl = {0}, rl = {0};
+  int rc = pair_lists_make(c, nsend, send_peers, send, &sl, err);
+  if (rc == TS_OK)
+    rc = pair_lists_make(c, nrecv, recv_peers, recv, &rl, err);
+  /* The large pairs first, as single copies (their posts come before any of their waits). */
+  if (rc == TS_OK)
+    rc = many_reads(c, &sl, &rl, err);
+  /* Then every other pair as one message each way: the receives first. */
+  ts__transfer *t = rc == TS_OK ? malloc(2 * (size_t)P * sizeof *t) : NULL;
+  if (rc == TS_OK && !t)
+    rc = ts_error_set(err, TS_NO_MEMORY, "no memory for %d transfers", 2 * P);
+  int k = 0;
+  for (int side = 0; rc == TS_OK && side < 2; side++) {
+    const pair_lists *l = side ? &sl : &rl;
+    for (int p = 0; rc == TS_OK && p < P; p++) {
+      if (l->count[p] == 0 || pair_reads(c, l, p))
+        continue;
+      int count = 0;
+      MPI_Datatype type;
+      rc = pair_type(l->count[p], l->order + l->start[p], &type, &count, err);
+      if (rc == TS_OK && count > 0)
+        t[k++] = (ts__transfer){MPI_BOTTOM, 1, type, p, side == 1};
+    }
+  }
+  if (rc == TS_OK)
+    rc = ts__comm_transfers(c, k, t, tag, err);
+  for (int i = 0; i < k; i++)
+    MPI_Type_free(&t[i].type);
+  free(t);
+  pair_lists_free(&sl);
+  pair_lists_free(&rl);
+  return rc;
 }

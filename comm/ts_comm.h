@@ -10,6 +10,7 @@
 #define TS_COMM_H
 
 #include <mpi.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ts_kernels.h"
@@ -28,6 +29,17 @@ int ts_world_size(const ts_world *w);
 int ts_world_thread_level(const ts_world *w);
 /* How many ranks of the world run on this rank's node (this one included). */
 int ts_world_node_size(const ts_world *w);
+/* Doorbells: a rank waiting for a message from a rank of its node blocks until that rank rings
+ * it, instead of napping (doorbell.c). ts_world_bell_seq reads this rank's bell; after testing
+ * its condition, a waiter calls ts_world_bell_wait with what it read, which returns when the
+ * bell was rung since, or after ns nanoseconds. ts_world_bell_ring rings a world rank (its own
+ * rank too: how another thread of the process wakes the waiter); ranks on other nodes have no
+ * bell (nothing happens). ts_world_bells_local: every rank of the world has a bell, so waits
+ * for messages of any rank end when rung. Thread-safe; no MPI call. */
+uint32_t ts_world_bell_seq(const ts_world *w);
+void ts_world_bell_ring(const ts_world *w, int rank);
+void ts_world_bell_wait(const ts_world *w, uint32_t seen, int64_t ns);
+bool ts_world_bells_local(const ts_world *w);
 /* The whole world (a private duplicate of MPI_COMM_WORLD). */
 ts_comm *ts_world_comm(ts_world *w);
 
@@ -109,6 +121,14 @@ bool ts_comm_region_supported(const ts_comm_region *r);
  * regions in place. Collective over c. */
 int ts_comm_alltoallw(ts_comm *c, const ts_comm_region *send, const ts_comm_region *recv,
                       ts_error *err);
+/* Like ts_comm_exchange_regions, where a peer may appear any number of times (send_peers and
+ * recv_peers are comm ranks): the regions between two ranks, in the order listed (both ends list
+ * a pair's regions in the same order), go as one message each way (a struct of their
+ * datatypes), or, when the pair is large and single copies work, as single copies each. How the
+ * many tensors of a batch move in one exchange. */
+int ts_comm_exchange_many(ts_comm *c, int nsend, const int *send_peers,
+                          const ts_comm_region *send, int nrecv, const int *recv_peers,
+                          const ts_comm_region *recv, int tag, ts_error *err);
 /* Whether region exchanges over c go as single copies between the processes (every rank on one
  * node and process_vm_readv allowed: cma.c); the same on every rank of c. */
 bool ts_comm_single_copy(const ts_comm *c);
@@ -141,6 +161,11 @@ int ts_comm_proc_unpin(const ts_comm_proc *p, int *pidfd, int rc, ts_error *err)
  * EFAULT: not mapped there). Not collective. */
 int ts_comm_process_copy(const ts_comm_proc *proc, bool write, const ts_comm_region *local,
                          const ts_comm_region *remote, ts_error *err);
+/* n such copies (local[i] with remote[i]) with the process pinned once around all of them; the
+ * first that fails stops them, its index in *failed (-1 when none did). */
+int ts_comm_process_copy_many(const ts_comm_proc *proc, bool write, int n,
+                              const ts_comm_region *local, const ts_comm_region *remote,
+                              int *failed, ts_error *err);
 /* Point-to-point regions: posts every receive and send (peers are comm ranks), then waits. */
 int ts_comm_exchange_regions(ts_comm *c, int nsend, const int *send_peers,
                              const ts_comm_region *send, int nrecv, const int *recv_peers,

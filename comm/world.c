@@ -33,6 +33,8 @@ int ts_world_init(int *argc, char ***argv, int thread_level, ts_world **out, ts_
   if (!w)
     return ts_error_set(err, TS_NO_MEMORY, "no memory for the MPI world");
   w->world.comm = MPI_COMM_NULL;
+  w->bell_win = MPI_WIN_NULL;
+  w->bell_node = MPI_COMM_NULL;
   int inited = 0, provided = MPI_THREAD_SINGLE, rc = TS_OK;
   TS_MPI_TRY(MPI_Initialized(&inited), err, rc, fail);
   if (!inited) {
@@ -67,7 +69,8 @@ int ts_world_init(int *argc, char ***argv, int thread_level, ts_world **out, ts_
   w->agree_timeout_ms = TS_AGREE_TIMEOUT_DEFAULT_MS;
   if ((rc = ts__comm_types_init(err)))
     goto fail;
-  if ((rc = ts__cma_init(w, err))) {
+  if ((rc = ts__cma_init(w, err)) || (rc = ts__doorbell_init(w, err))) {
+    ts__doorbell_free(w);
     ts__comm_types_free(NULL);
     goto fail;
   }
@@ -98,6 +101,7 @@ int ts_world_finalize(ts_world **pw, ts_error *err) {
     free(c->ranks);
     free(c);
   }
+  ts__doorbell_free(w);
   ts_error terr;
   if (ts__comm_types_free(&terr) != TS_OK && rc == TS_OK)
     rc = ts_error_set(err, terr.code, "%s", terr.msg);

@@ -14,7 +14,7 @@ bash deploy/install-deps.sh
 echo "== building (build/)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$(nproc 2>/dev/null || echo 2)" \
-  --target tshardd tshard-cli tshard-python tshard-kernels-demo >/dev/null
+  --target tshard-programs >/dev/null # what the README names, the install set included
 ./build/bin/tshard-kernels-demo >/dev/null || { echo "kernels self-check failed"; exit 1; }
 
 work=$(mktemp -d /tmp/tshard-quickstart.XXXXXX)

@@ -138,6 +138,47 @@ int tshard_wait(tshard_client *c, uint64_t ticket, int timeout_ms, tshard_result
 int tshard_reshard_many(tshard_client *c, int n, const char *const *names,
                         const char *const *attrs, const tshard_reshard_opts *opts);
 int tshard_drop_many(tshard_client *c, int n, const char *const *names, const char *key);
+/* tshard_reshard_many with each tensor's result: results (NULL: not wanted; else an array of n
+ * the caller provides, nothing is allocated) gets, in the order of names, the tensor's name, the
+ * strategy the daemons ran for it and the bytes the answering rank sent and received for it.
+ * Filled on success; a retry answered by its idempotency key leaves strategy "" and the bytes 0
+ * (the daemons keep the answer's status, not its results). */
+typedef struct tshard_reshard_item_result {
+  char name[128];
+  char strategy[32];
+  uint64_t bytes_sent, bytes_received; /* the answering rank's */
+} tshard_reshard_item_result;
+int tshard_reshard_many_results(tshard_client *c, int n, const char *const *names,
+                                const char *const *attrs, const tshard_reshard_opts *opts,
+                                tshard_reshard_item_result *results);
+
+/* Whole puts and gets of many tensors in one request (client/batch_io.c), each ONE collective
+ * operation: put_many stores every tensor or none (the same on every rank), checked whole before
+ * anything moves: every name once and existing, each item's bytes (and declared dtype and shape)
+ * as tshard_put (tshard_put_typed) checks them, the daemons' --batch-max-tensors and
+ * --batch-max-bytes (TS_LIMIT naming the flag); the message names the tensor at fault. The data
+ * takes the single put's and get's paths: on a Unix socket the daemons copy straight from and
+ * into the caller's buffers; otherwise the bytes travel through the shared segment or in frames.
+ * A put item is tshard_put_typed's arguments: dtype NULL declares nothing (bytes must be the
+ * tensor's, row-major), else dtype and shape are checked; flags TSHARD_PUT_CONVERT converts
+ * every item's data to its tensor's dtype. A get item's bytes must be the tensor's exact size
+ * (TS_BAD_SHAPE otherwise, naming it); buffers receive the row-major tensors. */
+typedef struct tshard_put_item {
+  const char *name;
+  const void *data;
+  size_t bytes;
+  const char *dtype;    /* NULL: undeclared */
+  int ndim;             /* with dtype: the data's shape */
+  const int64_t *shape;
+} tshard_put_item;
+int tshard_put_many(tshard_client *c, int n, const tshard_put_item *items, const char *key,
+                    unsigned flags);
+typedef struct tshard_get_item {
+  const char *name;
+  void *buf;
+  size_t bytes;
+} tshard_get_item;
+int tshard_get_many(tshard_client *c, int n, const tshard_get_item *items);
 
 /* *names: malloc'd array of malloc'd strings; free with tshard_free_names. */
 int tshard_list(tshard_client *c, char ***names, int *count);
@@ -334,6 +375,15 @@ int tshard_program_run(tshard_client *c, const char *id, const tshard_program_ar
 int tshard_program_drop(tshard_client *c, const char *id, const char *key);
 /* The connected rank's report on the program (*text malloc'd: free()). */
 int tshard_program_show(tshard_client *c, const char *id, char **text);
+/* Its short report (interface, kernels, dim groups, buckets built, cache): what a compile says. */
+int tshard_program_summary(tshard_client *c, const char *id, char **text);
+/* tshard_program_run with flags: TSHARD_PROGRAM_OVERWRITE lets an output replace an existing
+ * tensor (never an input of the run); without it an existing name is refused (EXISTS). An output
+ * not among `outputs` becomes a tensor named after the program's output. */
+#define TSHARD_PROGRAM_OVERWRITE 1
+int tshard_program_run_ex(tshard_client *c, const char *id, const tshard_program_arg *inputs,
+                          int n_in, const tshard_program_arg *outputs, int n_out, int flags,
+                          const char *key);
 
 #ifdef __cplusplus
 }

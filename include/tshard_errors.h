@@ -45,7 +45,8 @@
   X(CHECKPOINT_IO, 33, "a checkpoint directory or file could not be written or read")          \
   X(PROGRAM_COMPILE, 34, "the C compiler failed to build a program")                               \
   X(PROGRAM_PLACEMENT, 35, "a program does not apply to its tensors' distributed attributes")    \
-  X(NO_DIRECT, 38, "the daemon cannot reach the client's memory; use the shared segment")
+  X(NO_DIRECT, 38, "the daemon cannot reach the client's memory; use the shared segment")                 \
+  X(RANK_LOST, 39, "a rank of the job was lost; Open MPI stopped the job")
 
 typedef enum {
 #define TS_X_ENUM(name, value, msg) TS_##name = value,

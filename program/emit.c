@@ -111,11 +111,14 @@ int tsp_emit(tsp_program *p, tsp_bucket *b, char **src, ts_error *err) {
   fprintf(o, " * args[0..%d) are the inputs, then the outputs; pool holds %zu bytes of "
              "intermediates;\n * sym[g] is the true value of dim group g in this run. */\n",
           p->n_inputs, b->pool_bytes);
-  fprintf(o, "#include <math.h>\n#include <stdint.h>\n\n");
+  bool half = tsp_program_uses_half(p);
+  fprintf(o, "#include <math.h>\n#include <stdint.h>\n%s\n", half ? "#include <string.h>\n" : "");
   fprintf(o, "typedef int (*tsp_einsum_fn)(void *ctx, int node, void *const *args, char *pool,\n"
              "                             const int64_t *sym);\n"
              "typedef struct tsp_env {\n  tsp_einsum_fn einsum;\n  void *ctx;\n} tsp_env;\n\n");
   fprintf(o, "/* Loops shorter than this run on one thread. */\n#define TSP_PAR_MIN 524288\n\n");
+  if (half)
+    tsp_emit_half_preamble(o);
   fprintf(o, "/* Shape and stride vectors. */\n%s\n", vecs ? vecs : "");
   fprintf(o, "%s", body ? body : "");
   fprintf(o, "int tsp_main(void *const *args, char *pool, const int64_t *sym, const tsp_env *env) "

@@ -4,14 +4,16 @@
  * stores (pool buffers, outputs, in-place assigns) come last in the body, after every load, so a
  * result may take the place of an operand it reads element for element. When every operand is
  * contiguous in the kernel's shape or a single element, the nest is one flat loop (split over
- * threads in static chunks, vectorized); otherwise the outermost dim is split over threads. */
+ * threads in static chunks, vectorized); otherwise the outermost dim is split over threads.
+ * f16 and bf16 values live in float registers: loads widen, an op with such a result rounds it
+ * (gen_half.c), stores write the rounded bits. */
 #include <math.h>
 #include <string.h>
 
 #include "internal.h"
 
 static void literal(FILE *f, ts_dtype dt, double v) {
-  const char *ct = tsp_ctype(dt);
+  const char *ct = tsp_ctype_reg(dt);
   if (isnan(v))
     fprintf(f, "((%s)NAN)", ct);
   else if (isinf(v))
@@ -87,10 +89,11 @@ static void operand(tsp_gen *g, FILE *f, const tsp_kernel *k, int o, const int64
   else if (is_member(g, k, o) || hoisted[o])
     fprintf(f, "v%d", o);
   else {
+    fprintf(f, "%s", tsp_half_load(on->dtype));
     tsp_emit_ptr(g, f, o);
     fprintf(f, "[");
     index_expr(g, f, o, k->ndim, kdims, flat);
-    fprintf(f, "]");
+    fprintf(f, "]%s", tsp_half_close(on->dtype));
   }
 }
 
@@ -138,9 +141,11 @@ int tsp_gen_elementwise(tsp_gen *gg, int kidx, ts_error *err) {
       if (hoisted[o] != 1)
         continue;
       hoisted[o] = 2;
-      fprintf(f, "  const %s v%d = ", tsp_ctype(p->nodes[o].dtype), o);
+      fprintf(f, "  const %s v%d = %s", tsp_ctype_reg(p->nodes[o].dtype), o,
+              tsp_half_load(p->nodes[o].dtype));
       tsp_emit_ptr(g, f, o);
-      fprintf(f, "[0]; /* %s */\n", tsp_node_label(p, o, lbl, sizeof lbl));
+      fprintf(f, "[0]%s; /* %s */\n", tsp_half_close(p->nodes[o].dtype),
+              tsp_node_label(p, o, lbl, sizeof lbl));
     }
   char ind[2 * TSP_MAX_DIMS + 8];
   int depth = flat || k->ndim == 0 ? 1 : k->ndim;
@@ -169,7 +174,13 @@ int tsp_gen_elementwise(tsp_gen *gg, int kidx, ts_error *err) {
     if (!tpl)
       return ts_error_set(err, TS_BAD_DTYPE, "%s: no code for dtype %s", def->name,
                           ts_dtype_name(odt));
-    fprintf(f, "%sconst %s v%d = (%s)", ind, tsp_ctype(mn->dtype), id, tsp_ctype(mn->dtype));
+    const char *rt = tsp_ctype_reg(mn->dtype);
+    bool half = tsp_is_half(mn->dtype); /* the result rounded to its dtype, kept in float */
+    fprintf(f, "%sconst %s v%d = ", ind, rt, id);
+    if (half) /* load(store(value)): rounded to the dtype, kept in float */
+      fprintf(f, "%s%s", tsp_half_load(mn->dtype), tsp_half_store(mn->dtype, odt));
+    else
+      fprintf(f, "(%s)", rt);
     for (const char *s = tpl; *s; s++) {
       if (*s != '%') {
         fputc(*s, f);
@@ -179,11 +190,11 @@ int tsp_gen_elementwise(tsp_gen *gg, int kidx, ts_error *err) {
       if (*s == 'a' || *s == 'b' || *s == 'c')
         operand(g, f, k, mn->args[*s - 'a'], kdims, flat, hoisted);
       else if (*s == 'f' || *s == 'F')
-        fprintf(f, "%s", odt == TS_F32 ? "f" : "");
+        fprintf(f, "%s", odt == TS_F32 || tsp_is_half(odt) ? "f" : "");
       else
         fputc(*s, f);
     }
-    fprintf(f, "; /* %s */\n", tsp_node_label(p, id, lbl, sizeof lbl));
+    fprintf(f, "%s; /* %s */\n", half ? "))" : "", tsp_node_label(p, id, lbl, sizeof lbl));
   }
   for (int m = 0; m < k->n_members; m++) {
     int id = k->members[m];
@@ -193,7 +204,10 @@ int tsp_gen_elementwise(tsp_gen *gg, int kidx, ts_error *err) {
       tsp_emit_ptr(g, f, id);
       fprintf(f, "[");
       index_expr(g, f, id, k->ndim, kdims, flat);
-      fprintf(f, "] = v%d;\n", id);
+      if (tsp_is_half(mn->dtype))
+        fprintf(f, "] = %sv%d);\n", tsp_half_store(mn->dtype, mn->dtype), id);
+      else
+        fprintf(f, "] = v%d;\n", id);
     }
     if (mn->assign_input >= 0) {
       int t = p->inputs[mn->assign_input];
@@ -201,7 +215,11 @@ int tsp_gen_elementwise(tsp_gen *gg, int kidx, ts_error *err) {
       tsp_emit_ptr(g, f, t);
       fprintf(f, "[");
       index_expr(g, f, t, k->ndim, kdims, flat);
-      fprintf(f, "] = v%d; /* in place: %s */\n", id, p->nodes[t].name);
+      if (tsp_is_half(mn->dtype))
+        fprintf(f, "] = %sv%d); /* in place: %s */\n", tsp_half_store(mn->dtype, mn->dtype), id,
+                p->nodes[t].name);
+      else
+        fprintf(f, "] = v%d; /* in place: %s */\n", id, p->nodes[t].name);
     }
   }
   fprintf(f, "%*s}\n  return 0;\n}\n\n", 2 * depth, "");

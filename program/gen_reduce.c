@@ -3,7 +3,8 @@
  * for floats (int64 for integer sums). Split over threads: across the kept dims when there are
  * several results, else across the outermost reduced dim with an OpenMP reduction. A masked
  * reduction (bucket.c: the padding does not hold the op's identity) runs its dynamic reduced dims
- * to their true extents; a mean always divides by the true count. max and min propagate NaN. */
+ * to their true extents; a mean always divides by the true count. max and min propagate NaN.
+ * f16 and bf16 operands are widened as they are loaded; their results are rounded once. */
 #include <string.h>
 
 #include "internal.h"
@@ -95,19 +96,25 @@ int tsp_gen_reduce(tsp_gen *g, int kidx, ts_error *err) {
   int bd = depth + (nr ? nr : 0);
   if (nr == 0)
     fprintf(f, "%*s{\n", 2 * bd, "");
-  fprintf(f, "%*sconst %s x = ", 2 * (bd + 1), "", acc_t);
+  fprintf(f, "%*sconst %s x = %s", 2 * (bd + 1), "", acc_t, tsp_half_load(an->dtype));
   tsp_emit_ptr(g, f, a);
   fprintf(f, "[0");
   for (int d = 0; d < an->ndim; d++)
     if (al->strides[d] && adims[d] > 1)
       fprintf(f, " + %s[%d] * i%d", astv, d, d);
-  fprintf(f, "];\n%*s%s\n%*s}\n", 2 * (bd + 1), "", combine, 2 * bd, "");
+  fprintf(f, "]%s;\n%*s%s\n%*s}\n", tsp_half_close(an->dtype), 2 * (bd + 1), "", combine,
+          2 * bd, "");
   fprintf(f, "%*s", 2 * depth, "");
   tsp_emit_ptr(g, f, id);
   fprintf(f, "[0");
   for (int j = 0; j < nk; j++)
     fprintf(f, " + %s[%d] * i%d", ostv, j, kept[j]);
-  fprintf(f, "] = (%s)(%s);\n", tsp_ctype(n->dtype), n->op == TSP_OP_MEAN ? "acc / count" : "acc");
+  if (tsp_is_half(n->dtype)) /* the double result rounded once, like the kernels' f64 -> f16 */
+    fprintf(f, "] = %s%s);\n", tsp_half_store(n->dtype, TS_F64),
+            n->op == TSP_OP_MEAN ? "acc / count" : "acc");
+  else
+    fprintf(f, "] = (%s)(%s);\n", tsp_ctype(n->dtype),
+            n->op == TSP_OP_MEAN ? "acc / count" : "acc");
   fprintf(f, "%*s}\n  return 0;\n}\n\n", 2 * (depth - 1), "");
   return TS_OK;
 }

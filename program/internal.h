@@ -224,7 +224,9 @@ int tsp_op_find(const char *name);
 /* Scalar evaluation (constant folding, padding values): NaN-exact like the generated code. */
 double tsp_eval(int op, ts_dtype dt, double a, double b, double c);
 double tsp_round(ts_dtype dt, double v); /* the value as the dtype holds it */
-const char *tsp_ctype(ts_dtype dt);      /* NULL for unsupported dtypes */
+const char *tsp_ctype(ts_dtype dt);      /* the C type in memory; NULL for unsupported dtypes */
+const char *tsp_ctype_reg(ts_dtype dt);  /* the C type of a value in a register (f16, bf16: float) */
+bool tsp_is_half(ts_dtype dt);           /* f16 or bf16: stored as 16 bits, computed in float */
 
 /* expr helpers (verify.c) */
 bool tsp_expr_is_static(const tsp_expr *e);
@@ -262,6 +264,15 @@ typedef struct tsp_einsum_ctx {
   ts_error *err;
 } tsp_einsum_ctx;
 int tsp_einsum_callback(void *ctx, int node, void *const *args, char *pool, const int64_t *sym);
+
+/* gen_half.c: f16 and bf16 in generated code (stored as bits, computed in float). */
+void tsp_emit_half_preamble(FILE *f);          /* the conversion functions, once per file */
+bool tsp_program_uses_half(const tsp_program *p);
+const char *tsp_half_load(ts_dtype dt);        /* "tsp_f16_to_f32(" for f16 ... "" for others */
+const char *tsp_half_close(ts_dtype dt);       /* ")" after a load of f16 or bf16, else "" */
+/* The opening of the rounding of a value of dtype `from` (its register's type) to dt's bits:
+ * "tsp_f32_to_bf16(" ...; "(" when dt is not f16 or bf16. Closed by ")". */
+const char *tsp_half_store(ts_dtype dt, ts_dtype from);
 
 /* generators (gen_*.c), called through the table */
 int tsp_gen_elementwise(tsp_gen *g, int kernel, ts_error *err);

@@ -162,7 +162,7 @@ static int slice_loc(const tsp_node *n, const tsp_loc *s, tsp_loc *l, ts_error *
 }
 
 /* The buffer an elementwise result of `bytes` may take at its operand's last use (-1: none): an
- * operand buffer of the same size and shape that every read of is in this kernel, element for
+ * operand buffer of the same size, element size and shape that every read of is in this kernel, element for
  * element, and that no other result of this kernel took already. */
 static int alias_candidate(const tsp_program *p, const tsp_bucket *b, const tsp_node *n,
                            size_t bytes, const node_uses *u) {
@@ -173,7 +173,8 @@ static int alias_candidate(const tsp_program *p, const tsp_bucket *b, const tsp_
       int o = mn->args[a];
       const tsp_node *on = &p->nodes[o];
       if (u->buf_of[o] < 0 || u->last[o] != n->kernel || tsp_op(on->op)->cat == TSP_CAT_LAYOUT ||
-          b->bufs[u->buf_of[o]].bytes != bytes || on->ndim != k->ndim)
+          b->bufs[u->buf_of[o]].bytes != bytes || on->ndim != k->ndim ||
+          ts_dtype_size(on->dtype) != ts_dtype_size(n->dtype))
         continue;
       bool identity = true, taken = false;
       for (int d = 0; d < k->ndim; d++)

@@ -70,14 +70,22 @@ const char *tsp_ctype(ts_dtype dt) {
   case TS_I32: return "int32_t";
   case TS_I64: return "int64_t";
   case TS_U8: return "uint8_t";
+  case TS_F16:
+  case TS_BF16: return "uint16_t"; /* the bits; values are computed in float (tsp_ctype_reg) */
   default: return NULL;
   }
 }
+
+const char *tsp_ctype_reg(ts_dtype dt) { return tsp_is_half(dt) ? "float" : tsp_ctype(dt); }
+
+bool tsp_is_half(ts_dtype dt) { return dt == TS_F16 || dt == TS_BF16; }
 
 double tsp_round(ts_dtype dt, double v) {
   switch (dt) {
   case TS_F32: return (double)(float)v;
   case TS_F64: return v;
+  case TS_F16: return (double)ts_f16_to_f32(ts_f64_to_f16(v));
+  case TS_BF16: return (double)ts_bf16_to_f32(ts_f64_to_bf16(v));
   case TS_I8: return isfinite(v) ? (double)(int8_t)(int64_t)v : 0;
   case TS_I32: return isfinite(v) ? (double)(int32_t)(int64_t)v : 0;
   case TS_I64: return isfinite(v) ? (double)(int64_t)v : 0;

@@ -157,7 +157,7 @@ static int parse_input(tsp_program *p, size_t i, json_t *in, ts_error *err) {
     return ts_error_set(err, TS_BAD_DTYPE, "inputs[%zu] '%s': %s", i, name, inner.msg);
   if (!tsp_ctype(d))
     return ts_error_set(err, TS_BAD_DTYPE, "inputs[%zu] '%s': dtype %s is not supported by "
-                        "programs (valid: f32, f64, i8, i32, i64, u8)", i, name, ts_dtype_name(d));
+                        "programs (valid: f32, f64, f16, bf16, i8, i32, i64, u8)", i, name, ts_dtype_name(d));
   nd->dtype = d;
   if (json_array_size(sh) > TSP_MAX_DIMS)
     return ts_error_set(err, TS_BAD_SHAPE, "inputs[%zu] '%s': more than %d dims", i, name,
@@ -407,8 +407,8 @@ static int parse_eq_or_dtype(size_t i, json_t *o, tsp_node *nd, ts_error *err) {
     return rc;
   if (!json_is_string(dt) || ts_dtype_parse(json_string_value(dt), &d, NULL) != TS_OK ||
       !tsp_ctype(d))
-    return ts_error_set(err, TS_PARSE, "ops[%zu] cast: \"dtype\" must be one of f32, f64, i8, "
-                        "i32, i64, u8", i);
+    return ts_error_set(err, TS_PARSE, "ops[%zu] cast: \"dtype\" must be one of f32, f64, f16, "
+                        "bf16, i8, i32, i64, u8", i);
   nd->dtype = d;
   return TS_OK;
 }

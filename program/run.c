@@ -152,6 +152,13 @@ static void fill(void *buf, ts_dtype dt, double v, int64_t n) {
     for (int64_t i = 0; i < n; i++)
       ((int64_t *)buf)[i] = (int64_t)v;
     break;
+  case TS_F16:
+  case TS_BF16: {
+    uint16_t h = dt == TS_F16 ? ts_f64_to_f16(v) : ts_f64_to_bf16(v);
+    for (int64_t i = 0; i < n; i++)
+      ((uint16_t *)buf)[i] = h;
+    break;
+  }
   default:
     memset(buf, (int)v, (size_t)n * ts_dtype_size(dt));
   }
@@ -299,6 +306,9 @@ bool tsp_program_input_assigned(const tsp_program *p, int i) {
 }
 int tsp_program_output_formula(const tsp_program *p, int k, int d, char *buf, size_t cap) {
   return tsp_expr_format(p, &p->nodes[p->outputs[k]].shape[d], buf, cap);
+}
+int tsp_program_input_formula(const tsp_program *p, int i, int d, char *buf, size_t cap) {
+  return tsp_expr_format(p, &p->nodes[p->inputs[i]].shape[d], buf, cap);
 }
 int tsp_program_n_buckets(const tsp_program *p) { return p->n_buckets; }
 int tsp_program_n_groups(const tsp_program *p) { return p->n_groups; }

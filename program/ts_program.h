@@ -96,6 +96,9 @@ int tsp_program_output_shape(const tsp_program *p, const tsp_tensor *inputs, int
                              int64_t *shape, ts_error *err);
 /* Output dim d's formula as text ("n", "2*n", "n-3", "16"). */
 int tsp_program_output_formula(const tsp_program *p, int k, int d, char *buf, size_t cap);
+/* Input i's dim d as text: a static size ("50") or its group or formula ("n"). */
+int tsp_program_input_formula(const tsp_program *p, int i, int d, char *buf, size_t cap);
+#define TSP_FORMULA_TEXT 128 /* room for any dim formula's text */
 
 int tsp_program_n_buckets(const tsp_program *p);
 int tsp_program_n_groups(const tsp_program *p);
@@ -117,6 +120,9 @@ int tsp_program_source(tsp_program *p, int b, char **text, ts_error *err);
 /* A readable report: the graph after optimization, the fused kernels, buckets, padding decisions,
  * the pool plan of bucket 0 and the cache (malloc'd; free()). */
 int tsp_program_show(tsp_program *p, char **text, ts_error *err);
+/* A short report: interface, kernels, dim groups, buckets built (and how the others get built),
+ * the cache (malloc'd; free()). What a compile prints by default. */
+int tsp_program_summary(tsp_program *p, char **text, ts_error *err);
 /* The cache file path of bucket b (after a build). */
 const char *tsp_program_cache_path(const tsp_program *p, int b);
 
@@ -137,5 +143,13 @@ typedef struct tsp_placement {
 } tsp_placement;
 int tsp_program_placement(const tsp_program *p, const tsp_placement *inputs, int n_in,
                           tsp_placement *outputs, int n_out, ts_error *err);
+/* The same check, its refusals in the caller's words: labels[i] names what input i is bound to
+ * (a stored tensor: "reshard 'gcol' ..."), attrs[i] the text of its placement (the reshard's
+ * target: "reshard 'gcol' to mesh=[4]@0-3 placements=[S(0)]"); either array, or any entry, may
+ * be NULL (then the program's input names and "the placement of ..."). A refusal names the
+ * values involved with the input each is computed from. */
+int tsp_program_placement_named(const tsp_program *p, const tsp_placement *inputs,
+                                const char *const *labels, const char *const *attrs, int n_in,
+                                tsp_placement *outputs, int n_out, ts_error *err);
 
 #endif

@@ -214,8 +214,8 @@ static int verify_elementwise(tsp_program *p, tsp_node *n, ts_error *err) {
                             ts_dtype_name(dt), nm(p, n->args[first]),
                             ts_dtype_name(p->nodes[n->args[i]].dtype), nm(p, n->args[i]));
   if (n->op != TSP_OP_CAST && def->float_only && !ts_dtype_is_float(dt))
-    return ts_error_set(err, TS_BAD_DTYPE, "%s '%s': needs f32 or f64 operands, got %s (cast "
-                        "first)", def->name, n->name, ts_dtype_name(dt));
+    return ts_error_set(err, TS_BAD_DTYPE, "%s '%s': needs float operands (f32, f64, f16, bf16), got "
+                        "%s (cast first)", def->name, n->name, ts_dtype_name(dt));
   if (n->op == TSP_OP_CAST)
     ; /* dtype set by the parser */
   else if (n->op >= TSP_OP_EQ && n->op <= TSP_OP_GE)
@@ -231,7 +231,8 @@ static int verify_reduce(tsp_program *p, tsp_node *n, ts_error *err) {
     return ts_error_set(err, TS_BAD_SHAPE, "%s '%s': the operand must be a tensor, not a literal",
                         tsp_op(n->op)->name, n->name);
   if (tsp_op(n->op)->float_only && !ts_dtype_is_float(a->dtype))
-    return ts_error_set(err, TS_BAD_DTYPE, "%s '%s': needs an f32 or f64 operand, got %s (cast "
+    return ts_error_set(err, TS_BAD_DTYPE, "%s '%s': needs a float operand (f32, f64, f16, bf16), got "
+                        "%s (cast "
                         "first)", tsp_op(n->op)->name, n->name, ts_dtype_name(a->dtype));
   n->dtype = a->dtype;
   n->ndim = 0;

@@ -6,9 +6,11 @@
  * transfer's failure is the same on every rank (the executor agrees on it), so every rank stops at
  * the same item, frees the new slices made so far and keeps every tensor as it was.
  *
- * The items' pieces are not yet coalesced into one message per pair of ranks: each item still
- * runs the executor with its own agreements and exchange. What the batch saves today is the
- * per-operation cost of ordering, the catalog and the answers. */
+ * Items whose pieces move in place (row-major on both sides, no partial placement, the strategy
+ * left to the batch or point-to-point / all-to-all: ts_exec_coalescable) are coalesced: every
+ * piece between two ranks, of every such item, goes in one message (ts_reshard_exec_many), after
+ * one agreement that also takes the planning. The other items then run the executor one after
+ * another, each with its own agreements and exchange. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +22,7 @@ typedef struct planned {
   ts_plan *plan;
   ts_attr *attr; /* the clone of the target, handed to the store at the commit */
   ts_tensor out;
+  bool coalesced; /* moved by the batch's one exchange */
 } planned;
 
 /* Plans one item on this rank; the error names the item's tensor. */
@@ -66,7 +69,11 @@ static void planned_free(planned *p, int n) {
 static int run_items(ts_store *s, ts_world *w, int n, const ts_batch_item *items, planned *p,
                      int fail_item, ts_exec_report *reports, ts_error *err) {
   int64_t held = 0; /* the new slices made so far, against the quota */
+  for (int i = 0; i < n; i++)
+    held += (int64_t)p[i].out.bytes; /* the coalesced ones' */
   for (int i = 0; i < n; i++) {
+    if (p[i].coalesced)
+      continue;
     ts_error lerr, xerr;
     ts_error_clear(&lerr);
     int lst = TS_OK;
@@ -90,6 +97,50 @@ static int run_items(ts_store *s, ts_world *w, int n, const ts_batch_item *items
   return TS_OK;
 }
 
+static bool coalescable(const ts_batch_item *it, const planned *p) {
+  ts_strategy st = it->strategy;
+  return (st == TS_STRATEGY_AUTO || st == TS_STRATEGY_P2P || st == TS_STRATEGY_ALLTOALL) &&
+         ts_exec_coalescable(p->plan, p->e->layout_tag, it->layout_tag);
+}
+
+/* The coalesced items in one exchange, after the batch's one agreement (which takes the
+ * planning's status, lst: a rank that could not plan brings its failure, with no items). */
+static int run_coalesced(ts_store *s, ts_world *w, int n, const ts_batch_item *items, planned *p,
+                         int lst, const ts_error *lerr, int fail_item, ts_exec_report *reports,
+                         ts_error *err) {
+  ts_exec_item *x = lst == TS_OK ? calloc((size_t)(n ? n : 1), sizeof *x) : NULL;
+  int *at = lst == TS_OK ? calloc((size_t)(n ? n : 1), sizeof *at) : NULL;
+  ts_error merr = lerr ? *lerr : (ts_error){.code = lst};
+  if (lst == TS_OK && (!x || !at))
+    lst = ts_error_set(&merr, TS_NO_MEMORY, "no memory for a batch of %d tensors", n);
+  int m = 0;
+  ts_error ferr;
+  for (int i = 0; lst == TS_OK && i < n; i++) {
+    if (!(p[i].coalesced = coalescable(&items[i], &p[i])))
+      continue;
+    at[m] = i;
+    x[m] = (ts_exec_item){.name = items[i].name, .plan = p[i].plan,
+                          .src = p[i].e->has_slice ? &p[i].e->local : NULL,
+                          .max_alloc = ts_store_quota_left(s)};
+    if (i == fail_item) {
+      x[m].prior_status = ts_error_set(&ferr, TS_INTERNAL,
+                                       "injected batch transfer failure on rank %d",
+                                       ts_world_rank(w));
+      x[m].prior_err = &ferr;
+    }
+    m++;
+  }
+  int rc = ts_reshard_exec_many(w, lst == TS_OK ? m : 0, x, lst, &merr, err);
+  for (int k = 0; rc == TS_OK && k < m; k++) {
+    p[at[k]].out = x[k].out;
+    if (reports)
+      reports[at[k]] = x[k].report;
+  }
+  free(x);
+  free(at);
+  return rc;
+}
+
 int ts_store_reshard_many(ts_store *s, ts_world *w, int n, const ts_batch_item *items,
                           int64_t staging, int prior_status, const ts_error *prior_err,
                           int fail_item, ts_exec_report *reports, ts_error *err) {
@@ -111,8 +162,9 @@ int ts_store_reshard_many(ts_store *s, ts_world *w, int n, const ts_batch_item *
     lst = ts_error_set(&lerr, TS_NO_MEMORY, "no memory to plan a batch of %d tensors", n);
   for (int i = 0; p && lst == TS_OK && i < n; i++)
     lst = plan_item(s, w, &items[i], staging, &p[i], &lerr);
-  /* The one agreement on the plans: every rank goes on, or none. */
-  int rc = ts_comm_agree(ts_world_comm(w), lst, &lerr, err);
+  /* The one agreement on the plans and the coalesced items' preparation: every rank goes on, or
+   * none. */
+  int rc = run_coalesced(s, w, n, items, p, lst, &lerr, fail_item, reports, err);
   if (rc == TS_OK)
     rc = run_items(s, w, n, items, p, fail_item, reports, err);
   if (rc == TS_OK)

@@ -13,9 +13,13 @@
  * (checks, the target buffer, staging, a failure the caller met while preparing) happens before
  * one first agreement; a failure anywhere makes every rank return the same error before any data
  * moves. Only then are the communicators of the transfer made (collective over their own ranks,
- * which all passed). Errors while moving data (a copy, MPI) are agreed on once more at the end
- * (the commit agreement); the new slice is handed out only when every rank succeeded, and the
- * source slice is never written, so on failure every rank keeps its old tensor. The agreements
+ * which all passed). Errors while moving data (a copy, a reduction, an unpack) are agreed on once
+ * more at the end (the commit agreement); the new slice is handed out only when every rank
+ * succeeded, and the source slice is never written, so on failure every rank keeps its old
+ * tensor. The first agreement also tells whether any rank's part can still fail: a transfer in
+ * place on both sides with no reduction, or a gather, cannot (only MPI itself could, and then
+ * Open MPI ends the job), so it commits without the second agreement: one agreement per reshard.
+ * The agreements
  * span the union of the source and target ranks, or with ts_exec_opts.agree_world the whole
  * world: then ranks outside both meshes (and ranks that could not even plan) take part in the two
  * agreements and move nothing, and every rank that records the tensor reaches the same outcome. */
@@ -86,21 +90,32 @@ typedef struct exec {
   ts_error lerr; /* first local error */
   int lst;
   bool agreed;   /* the first agreement passed: every rank goes on to the final one */
+  bool late;     /* this rank's part may still fail after the first agreement */
+  bool commit;   /* some rank's may: the commit agreement runs */
 } exec;
 
 static int make_comms(exec *ex, ts_error *err);
 
 /* The values the first agreement takes the maximum of, in its one allreduce: every rank passes
- * this many, whatever its strategy or state (round counts, whether a strategy runs in place). */
-#define AGREE_VALUES 3
+ * this many, whatever its strategy or state (round counts, whether a strategy runs in place),
+ * the last one whether its part may still fail once the agreement passed. */
+#define AGREE_VALUES 4
+#define AGREE_LATE (AGREE_VALUES - 1)
 
 /* The first agreement: local failures so far, before any data moves. When it passes, the ranks
- * of the transfer make its communicators. values: AGREE_VALUES values, or NULL. */
+ * of the transfer make its communicators. values: AGREE_VALUES - 1 values, or NULL. It also
+ * decides whether the commit agreement runs: not when no rank's part can fail any more (only a
+ * failure of MPI itself could, and Open MPI ends the whole job with one rank). */
 static int agree_first(exec *ex, int64_t *values, ts_error *err) {
-  int64_t none[AGREE_VALUES] = {0};
-  int rc = ts_comm_agree_max(ex->acomm, ex->lst, &ex->lerr, values ? values : none,
-                             AGREE_VALUES, err);
+  int64_t v[AGREE_VALUES] = {0};
+  if (values)
+    memcpy(v, values, AGREE_LATE * sizeof *v);
+  v[AGREE_LATE] = ex->late;
+  int rc = ts_comm_agree_max(ex->acomm, ex->lst, &ex->lerr, v, AGREE_VALUES, err);
+  if (values)
+    memcpy(values, v, AGREE_LATE * sizeof *v);
   ex->agreed = rc == TS_OK;
+  ex->commit = v[AGREE_LATE] != 0;
   if (rc == TS_OK && ex->in_union)
     rc = make_comms(ex, err); /* an MPI failure: the commit agreement still runs */
   return rc;
@@ -549,6 +564,8 @@ static int run_gather(exec *ex, bool use_root, ts_error *err) {
     if (!peers || !bufs || !bytes)
       local_fail(ex, ts_error_set(&ex->lerr, TS_NO_MEMORY, "no memory for the root gather"));
   }
+  /* After the agreement: copies between checked boxes and MPI's gather, nothing that can fail. */
+  ex->late = false;
   int rc = agree_first(ex, NULL, err);
   ts_comm *comm = ex->gcomm;
   if (rc == TS_OK && counts[me] > 0)
@@ -833,6 +850,9 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
   if (rc)
     local_fail(ex, rc);
   xfer_tables(ex, &x);
+  /* In place on both sides, no reduction: after the agreement this rank only copies its own
+   * pieces and hands MPI regions it has checked; nothing of it can fail any more. */
+  ex->late = x.partial_src || !(x.send_direct && x.recv_direct);
   int64_t rounds = 0;
   rc = xfer_agree_rounds(ex, &x, &rounds, err);
   if (rc == TS_OK) {
@@ -917,6 +937,28 @@ static int make_comms(exec *ex, ts_error *err) {
   return rc;
 }
 
+/* This rank's boxes, its source slice checked and its target slice made (failures local). */
+static void exec_slices(exec *ex, const ts_tensor *src, const char *tgt_tag) {
+  const ts_plan *p = ex->p;
+  ex->es = p->esize;
+  ex->si = ts_geom_mesh_index(p->src, ex->me);
+  ex->ti = ts_geom_mesh_index(p->tgt, ex->me);
+  ex->in_src = ex->si >= 0;
+  ex->in_tgt = ex->ti >= 0;
+  ex->sbox.ndim = ex->tbox.ndim = p->ndim;
+  if (ex->in_src) {
+    ts_geom_index_box(p->src, ex->si, &ex->sbox);
+    local_fail(ex, check_source(ex, src));
+    ex->src = src;
+  }
+  if (ex->in_tgt) {
+    ts_geom_index_box(p->tgt, ex->ti, &ex->tbox);
+    ex->receiver = ts__plan_receiver(p, ex->ti);
+    if (ex->lst == TS_OK)
+      local_fail(ex, make_target(ex, tgt_tag));
+  }
+}
+
 int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const char *tgt_tag,
                     const ts_exec_opts *opts, ts_tensor *out, ts_exec_report *report,
                     ts_error *err) {
@@ -934,6 +976,7 @@ int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
   ex.w = w;
   ex.p = p;
   ex.me = ts_world_rank(w);
+  ex.late = ex.commit = true; /* the first agreement may clear commit */
   ex.max_alloc = opts ? opts->max_alloc_bytes : 0;
   ex.copts.threads = opts ? opts->copy_threads : 0;
   ex.si = ex.ti = -1;
@@ -968,25 +1011,8 @@ int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
     ex.acomm = ex.ucomm;
   }
 
-  if (ex.in_union && ex.lst == TS_OK) {
-    ex.es = p->esize;
-    ex.si = ts_geom_mesh_index(p->src, ex.me);
-    ex.ti = ts_geom_mesh_index(p->tgt, ex.me);
-    ex.in_src = ex.si >= 0;
-    ex.in_tgt = ex.ti >= 0;
-    ex.sbox.ndim = ex.tbox.ndim = p->ndim;
-    if (ex.in_src) {
-      ts_geom_index_box(p->src, ex.si, &ex.sbox);
-      local_fail(&ex, check_source(&ex, src));
-      ex.src = src;
-    }
-    if (ex.in_tgt) {
-      ts_geom_index_box(p->tgt, ex.ti, &ex.tbox);
-      ex.receiver = ts__plan_receiver(p, ex.ti);
-      if (ex.lst == TS_OK)
-        local_fail(&ex, make_target(&ex, tgt_tag));
-    }
-  }
+  if (ex.in_union && ex.lst == TS_OK)
+    exec_slices(&ex, src, tgt_tag);
 
   /* Each strategy prepares (staging), agrees on local failures, and only then moves data. A
    * rank outside the union, or one that failed before, only agrees. */
@@ -995,6 +1021,7 @@ int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
     run = TS_STRATEGY_LOCAL; /* over the union a local reshard agrees once, at the end */
   switch (run) {
   case TS_STRATEGY_AUTO:
+    ex.late = ex.lst != TS_OK || ex.in_union; /* a rank outside both meshes only agrees */
     rc = agree_first(&ex, NULL, err);
     break;
   case TS_STRATEGY_LOCAL:
@@ -1028,10 +1055,12 @@ int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
   /* The commit agreement: errors while moving data (a copy, a reduction, MPI on this rank) are
    * agreed once more, so that every rank that passed the first agreement returns the same
    * result. */
-  if (ex.agreed) {
+  if (ex.agreed && ex.commit) {
     int local = rc ? rc : ex.lst;
     ts_error mine = rc ? *err : ex.lerr;
     rc = ts_comm_agree(ex.acomm, local, &mine, err);
+  } else if (ex.agreed && rc == TS_OK && ex.lst != TS_OK) {
+    rc = ts_error_set(err, ex.lst, "%s", ex.lerr.msg);
   }
   if (rc == TS_OK) {
     *out = ex.tgt;
@@ -1044,5 +1073,132 @@ int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
     return TS_OK;
   }
   ts_shard_free(ex.tgt.data);
+  return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Coalesced: many reshards in one exchange */
+
+#define TS_EXEC_MANY_TAG 31000 /* between the agreements' tags and cma.c's */
+
+bool ts_exec_coalescable(const ts_plan *p, const char *src_tag, const char *tgt_tag) {
+  if (!p || (src_tag && src_tag[0]) || (tgt_tag && tgt_tag[0]))
+    return false;
+  if (p->src->npartial > 1 || p->tgt->npartial > 1)
+    return false;
+  int64_t bytes = (int64_t)p->esize;
+  for (int d = 0; d < p->ndim; d++)
+    bytes *= p->shape[d];
+  return bytes <= ((int64_t)1 << 30); /* every piece within one region (ts_comm_region) */
+}
+
+/* Item i's part on this rank: slices, target, transfers; in place on both sides (plain slices of
+ * a coalescable plan are). Failures local, in ex->lst. */
+static void many_prepare(exec *ex, ts_exec_item *it, ts_rank_plan *rp) {
+  ex->in_union = ts__plan_union_pos(ex->p, ex->me) >= 0;
+  if (!ex->in_union || ex->lst != TS_OK)
+    return;
+  exec_slices(ex, it->src, NULL);
+  if (ex->lst == TS_OK && ts_plan_rank(ex->p, ex->me, rp, &ex->lerr) != TS_OK)
+    local_fail(ex, ex->lerr.code);
+  if (ex->lst == TS_OK && ((rp->nsend > 0 && !in_place_slice(ex, ex->src, &ex->sbox)) ||
+                           (rp->nrecv > 0 && !in_place_slice(ex, &ex->tgt, &ex->tbox))))
+    local_fail(ex, ts_error_set(&ex->lerr, TS_INTERNAL,
+                                "a slice of a coalesced reshard cannot move in place"));
+}
+
+/* The regions of every item's pieces between this rank and the others (comm = world ranks), in
+ * item order, and the local pieces copied. */
+static int many_regions(exec *ex, ts_rank_plan *rp, int n, ts_comm_region *sreg, int *speer,
+                        ts_comm_region *rreg, int *rpeer, int *ns, int *nr) {
+  for (int i = 0; i < n; i++) {
+    exec *x = &ex[i];
+    if (!x->in_union)
+      continue;
+    for (int k = 0; k < rp[i].nsend; k++) {
+      const ts_transfer *t = &rp[i].send[k];
+      if (t->peer == x->me)
+        continue;
+      slice_region(x, x->src, &x->sbox, &t->box, &sreg[*ns]);
+      speer[(*ns)++] = t->peer;
+      x->sent += t->bytes;
+    }
+    for (int k = 0; k < rp[i].nrecv; k++) {
+      const ts_transfer *t = &rp[i].recv[k];
+      if (t->peer == x->me) {
+        if (copy_region(x, &x->tgt, &x->tbox, x->src, &x->sbox, &t->box))
+          return x->lst;
+        continue;
+      }
+      slice_region(x, &x->tgt, &x->tbox, &t->box, &rreg[*nr]);
+      rpeer[(*nr)++] = t->peer;
+      x->received += t->bytes;
+    }
+  }
+  return TS_OK;
+}
+
+int ts_reshard_exec_many(ts_world *w, int n, ts_exec_item *items, int prior_status,
+                         const ts_error *prior_err, ts_error *err) {
+  exec *ex = calloc((size_t)(n ? n : 1), sizeof *ex);
+  ts_rank_plan *rp = calloc((size_t)(n ? n : 1), sizeof *rp);
+  ts_error lerr;
+  int lst = prior_status;
+  if (lst != TS_OK)
+    lerr = prior_err ? *prior_err : (ts_error){.code = lst};
+  if (!ex || !rp)
+    lst = ts_error_set(&lerr, TS_NO_MEMORY, "no memory to run a batch of %d reshards", n);
+  int64_t held = 0, nsend = 0, nrecv = 0;
+  for (int i = 0; lst == TS_OK && i < n; i++) {
+    exec *x = &ex[i];
+    x->w = w;
+    x->p = items[i].plan;
+    x->me = ts_world_rank(w);
+    int64_t left = items[i].max_alloc - held;
+    x->max_alloc = items[i].max_alloc > 0 ? (left > 0 ? left : 1) : 0;
+    x->si = x->ti = -1;
+    x->lst = items[i].prior_status;
+    if (x->lst != TS_OK)
+      x->lerr = items[i].prior_err ? *items[i].prior_err : (ts_error){.code = x->lst};
+    many_prepare(x, &items[i], &rp[i]);
+    held += (int64_t)x->tgt.bytes;
+    nsend += rp[i].nsend;
+    nrecv += rp[i].nrecv;
+    if (x->lst != TS_OK)
+      lst = ts_error_set(&lerr, x->lst, "tensor '%s' of the batch: %s", items[i].name,
+                         x->lerr.msg);
+  }
+  ts_comm_region *reg = lst == TS_OK ? malloc((size_t)(nsend + nrecv + 1) * sizeof *reg) : NULL;
+  int *peer = lst == TS_OK ? malloc((size_t)(nsend + nrecv + 1) * sizeof *peer) : NULL;
+  if (lst == TS_OK && (!reg || !peer))
+    lst = ts_error_set(&lerr, TS_NO_MEMORY, "no memory for the %lld pieces of a batch",
+                       (long long)(nsend + nrecv));
+  /* The one agreement: every item prepared on every rank. Once it passed, nothing can fail but
+   * MPI itself: the pieces move in place, and the commit needs no second agreement. */
+  int rc = ts_comm_agree(ts_world_comm(w), lst, &lerr, err);
+  int ns = 0, nr = 0;
+  if (rc == TS_OK)
+    rc = many_regions(ex, rp, n, reg, peer, reg + nsend, peer + nsend, &ns, &nr);
+  if (rc == TS_OK)
+    rc = ts_comm_exchange_many(ts_world_comm(w), ns, peer, reg, nr, peer + nsend, reg + nsend,
+                               TS_EXEC_MANY_TAG, err);
+  for (int i = 0; ex && rp && i < n; i++) {
+    if (rc == TS_OK) {
+      items[i].out = ex[i].tgt;
+      /* Pieces between pairs of ranks, as the intersection strategies move them: the plan's
+       * own when it is one of them (local, p2p, all-to-all), else point-to-point. */
+      ts_strategy ran = ex[i].p->chosen;
+      if (ran != TS_STRATEGY_LOCAL && ran != TS_STRATEGY_ALLTOALL)
+        ran = TS_STRATEGY_P2P;
+      items[i].report = (ts_exec_report){ran, ex[i].sent, ex[i].received, 0};
+    } else {
+      ts_shard_free(ex[i].tgt.data);
+    }
+    ts_rank_plan_clear(&rp[i]);
+  }
+  free(reg);
+  free(peer);
+  free(ex);
+  free(rp);
   return rc;
 }

@@ -12,7 +12,10 @@
  * On one node with single-copy transfers (comm/cma.c) and unblocked slices, every piece moves in
  * one region exchange instead: each peer reads its piece straight from the root's whole tensor
  * (a put) or writes it straight into it (a get), all peers at once, while the root copies its
- * own slice; no chunk buffer at all.
+ * own slice; no chunk buffer at all. A client's own memory on this node is reached the same way
+ * (ts_scatter_gather_direct): every rank copies its piece straight between its slice and the
+ * client; for a batch of tensors (ts_scatter_gather_direct_many) every rank copies its pieces of
+ * all of them with the client pinned once, and one agreement ends the batch.
  *
  * Both sides walk the same ranks and chunks in the same order (ts_box_chunk), so every message
  * is matched (peers in rank order after the root, the root's own slice last). A copy that fails on one side still sends or receives its messages, so nobody
@@ -320,6 +323,105 @@ int ts_scatter_gather(ts_world *world, ts_stored *t, int root, void *whole, bool
   return ts_comm_agree(wc, lst, &lerr, err);
 }
 
+bool ts_scatter_many_applies(ts_world *world, int n, ts_stored *const *t) {
+  if (!ts_comm_single_copy(ts_world_comm(world)))
+    return false;
+  for (int i = 0; i < n; i++) {
+    uint64_t bytes = ts_dtype_size(t[i]->dtype);
+    for (int d = 0; d < t[i]->ndim; d++)
+      bytes *= (uint64_t)t[i]->shape[d];
+    if (ts_attr_has_partial(t[i]->attr) || strpbrk(t[i]->layout_tag, "0123456789") ||
+        bytes > INT_MAX)
+      return false;
+  }
+  return true;
+}
+
+/* This rank's pieces of tensor t in a batched region exchange: the root's own piece copied now,
+ * the others appended to peers/regs (k counts them), in the order both ends walk. */
+static int many_pieces(const side *e, ts_stored *t, int root, void *whole, bool put, int *peers,
+                       ts_comm_region *regs, int *k, ts_error *err) {
+  ts_geom *g = NULL;
+  int rc = ts_geom_create(t->attr, t->ndim, t->shape, &g, err);
+  if (rc)
+    return rc;
+  ts_box *boxes = calloc((size_t)e->size, sizeof *boxes);
+  bool *has = calloc((size_t)e->size, sizeof *has);
+  if (!boxes || !has)
+    rc = ts_error_set(err, TS_NO_MEMORY, "no memory for the slice boxes");
+  for (int r = 0; !rc && r < e->size; r++)
+    has[r] = ts_geom_rank_box(g, r, &boxes[r]);
+  ts_tensor wt;
+  memset(&wt, 0, sizeof wt);
+  int64_t zero[TS_MAX_DIMS] = {0};
+  if (!rc && e->rank == root) {
+    size_t bytes = ts_dtype_size(t->dtype);
+    for (int d = 0; d < t->ndim; d++)
+      bytes *= (size_t)t->shape[d];
+    wt.data = whole;
+    wt.bytes = bytes;
+    ts_layout_plain(&wt.layout, t->dtype, t->ndim, t->shape, NULL);
+  }
+  for (int i = 1; !rc && i <= e->size; i++) {
+    int r = (root + i) % e->size;
+    if (!piece_here(e, root, put, boxes, has, r))
+      continue;
+    const ts_box *b = &boxes[r];
+    if (r == root) {
+      rc = put ? copy_piece(&t->local, b->lo, &wt, zero, b, err)
+               : copy_piece(&wt, zero, &t->local, b->lo, b, err);
+      continue;
+    }
+    peers[*k] = e->rank == root ? r : root;
+    if (e->rank == root)
+      piece_region(&wt, zero, b, &regs[*k]);
+    else
+      piece_region(&t->local, b->lo, b, &regs[*k]);
+    (*k)++;
+  }
+  free(boxes);
+  free(has);
+  ts_geom_destroy(&g);
+  return rc;
+}
+
+int ts_scatter_gather_many(ts_world *world, int n, ts_stored *const *t, int root,
+                           void *const *wholes, bool put, int prior_status,
+                           const ts_error *prior_err, ts_error *err) {
+  side self = {ts_world_rank(world), ts_world_size(world)};
+  ts_comm *wc = ts_world_comm(world);
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  int lst = prior_status;
+  if (lst != TS_OK)
+    ts_error_set(&lerr, lst, "%s", prior_err ? prior_err->msg : ts_strerror(lst));
+  /* At most one piece per tensor and peer at the root, one per tensor elsewhere. */
+  size_t cap = (size_t)(n > 0 ? n : 1) * (size_t)self.size;
+  int *peers = malloc(cap * sizeof *peers);
+  ts_comm_region *regs = calloc(cap, sizeof *regs);
+  if ((!peers || !regs) && lst == TS_OK)
+    lst = ts_error_set(&lerr, TS_NO_MEMORY, "no memory for the pieces of %d tensors", n);
+  int k = 0;
+  for (int i = 0; lst == TS_OK && i < n; i++) {
+    ts_error ierr;
+    lst = many_pieces(&self, t[i], root, self.rank == root ? wholes[i] : NULL, put, peers, regs,
+                      &k, &ierr);
+    if (lst)
+      ts_error_set(&lerr, lst, "tensor '%s' of the batch: %s", t[i]->name, ierr.msg);
+  }
+  /* Every rank has its pieces (and the root its own copied) before any region moves. */
+  int rc = ts_comm_agree(wc, lst, &lerr, err);
+  if (rc == TS_OK) {
+    bool sends = put == (self.rank == root);
+    lst = sends ? ts_comm_exchange_regions(wc, k, peers, regs, 0, NULL, NULL, SCATTER_TAG, &lerr)
+                : ts_comm_exchange_regions(wc, 0, NULL, NULL, k, peers, regs, SCATTER_TAG, &lerr);
+    rc = ts_comm_agree(wc, lst, &lerr, err);
+  }
+  free(peers);
+  free(regs);
+  return rc;
+}
+
 bool ts_scatter_direct_applies(ts_world *world, const ts_stored *t) {
   return ts_comm_single_copy(ts_world_comm(world)) && !ts_attr_has_partial(t->attr) &&
          !strpbrk(t->layout_tag, "0123456789");
@@ -342,47 +444,98 @@ static void client_region(const ts_stored *t, uint64_t addr, const ts_box *b,
   reg->base = (void *)(uintptr_t)at;
 }
 
-int ts_scatter_gather_direct(ts_world *world, ts_stored *t, int root, const ts_comm_proc *proc,
-                             uint64_t addr, bool put, ts_error *err) {
-  side self = {ts_world_rank(world), ts_world_size(world)};
-  ts_comm *wc = ts_world_comm(world);
-  ts_error lerr;
-  ts_error_clear(&lerr);
-  int lst = TS_OK;
+/* This rank's part of a direct transfer of one tensor, before any copy: the regions of its piece
+ * here and in the client (*mine false when this rank moves nothing of it) and, for a put, the new
+ * slice it reads into (*fresh). */
+static int direct_piece(const side *self, ts_stored *t, int root, uint64_t addr, bool put,
+                        void **fresh, bool *mine, ts_comm_region *loc, ts_comm_region *rem,
+                        ts_error *err) {
+  *fresh = NULL;
   ts_geom *g = NULL;
   int rc = ts_geom_create(t->attr, t->ndim, t->shape, &g, err);
   if (rc)
-    return rc; /* the same on every rank: the attribute is the stored one */
-  ts_box *boxes = calloc((size_t)self.size, sizeof *boxes);
-  bool *has = calloc((size_t)self.size, sizeof *has);
+    return rc;
+  ts_box *boxes = calloc((size_t)self->size, sizeof *boxes);
+  bool *has = calloc((size_t)self->size, sizeof *has);
   if (!boxes || !has)
-    lst = ts_error_set(&lerr, TS_NO_MEMORY, "no memory for the slice boxes");
-  for (int r = 0; !lst && r < self.size; r++)
+    rc = ts_error_set(err, TS_NO_MEMORY, "no memory for the slice boxes");
+  for (int r = 0; !rc && r < self->size; r++)
     has[r] = ts_geom_rank_box(g, r, &boxes[r]);
-  int me = self.rank;
-  bool mine = !lst && piece_here(&self, root, put, boxes, has, me);
-  ts_tensor fresh = t->local; /* a put reads into a new slice, kept only when all ranks read */
-  fresh.data = NULL;
-  if (mine && put) {
-    fresh.data = ts_shard_alloc_as(t->local.bytes, 0, "the put's new slice", &lerr);
-    if (!fresh.data)
-      lst = lerr.code;
+  int me = self->rank;
+  *mine = !rc && piece_here(self, root, put, boxes, has, me);
+  ts_tensor dst = t->local;
+  if (*mine && put) {
+    dst.data = *fresh = ts_shard_alloc_as(t->local.bytes, 0, "the put's new slice", err);
+    if (!dst.data)
+      rc = err->code;
   }
-  if (mine && !lst) {
-    ts_comm_region loc, rem;
-    piece_region(put ? &fresh : &t->local, boxes[me].lo, &boxes[me], &loc);
-    client_region(t, addr, &boxes[me], &rem);
-    lst = ts_comm_process_copy(proc, !put, &loc, &rem, &lerr);
-  }
-  rc = ts_comm_agree(wc, lst, &lerr, err);
-  if (rc == TS_OK && fresh.data) {
-    ts_shard_free(t->local.data);
-    t->local.data = fresh.data;
-  } else {
-    ts_shard_free(fresh.data);
+  if (*mine && !rc) {
+    piece_region(&dst, boxes[me].lo, &boxes[me], loc);
+    client_region(t, addr, &boxes[me], rem);
   }
   free(boxes);
   free(has);
   ts_geom_destroy(&g);
+  return rc;
+}
+
+/* Every piece of this rank: the regions, then the copies with the client pinned once. */
+static int direct_pieces(const side *self, int n, ts_stored *const *t, int root,
+                         const ts_comm_proc *proc, const uint64_t *addrs, bool put, void **fresh,
+                         ts_error *lerr) {
+  ts_comm_region *loc = calloc((size_t)(n > 0 ? n : 1), sizeof *loc);
+  ts_comm_region *rem = calloc((size_t)(n > 0 ? n : 1), sizeof *rem);
+  int *which = calloc((size_t)(n > 0 ? n : 1), sizeof *which);
+  int k = 0, rc = loc && rem && which ? TS_OK
+                                      : ts_error_set(lerr, TS_NO_MEMORY, "no memory for the "
+                                                     "regions of %d tensors", n);
+  ts_error ierr;
+  for (int i = 0; rc == TS_OK && i < n; i++) {
+    bool mine = false;
+    rc = direct_piece(self, t[i], root, addrs[i], put, &fresh[i], &mine, &loc[k], &rem[k], &ierr);
+    if (rc)
+      ts_error_set(lerr, rc, n > 1 ? "tensor '%s' of the batch: %s" : "%s%s",
+                   n > 1 ? t[i]->name : "", ierr.msg);
+    if (mine)
+      which[k++] = i;
+  }
+  int failed = -1;
+  if (rc == TS_OK && (rc = ts_comm_process_copy_many(proc, !put, k, loc, rem, &failed, &ierr)))
+    ts_error_set(lerr, rc, n > 1 && failed >= 0 ? "tensor '%s' of the batch: %s" : "%s%s",
+                 n > 1 && failed >= 0 ? t[which[failed]]->name : "", ierr.msg);
+  free(loc), free(rem), free(which);
+  return rc;
+}
+
+int ts_scatter_gather_direct(ts_world *world, ts_stored *t, int root, const ts_comm_proc *proc,
+                             uint64_t addr, bool put, ts_error *err) {
+  return ts_scatter_gather_direct_many(world, 1, &t, root, proc, &addr, put, TS_OK, NULL, err);
+}
+
+int ts_scatter_gather_direct_many(ts_world *world, int n, ts_stored *const *t, int root,
+                                  const ts_comm_proc *proc, const uint64_t *addrs, bool put,
+                                  int prior_status, const ts_error *prior_err, ts_error *err) {
+  side self = {ts_world_rank(world), ts_world_size(world)};
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  int lst = prior_status;
+  if (lst != TS_OK)
+    ts_error_set(&lerr, lst, "%s", prior_err ? prior_err->msg : ts_strerror(lst));
+  void **fresh = calloc((size_t)(n > 0 ? n : 1), sizeof *fresh);
+  if (!fresh && lst == TS_OK)
+    lst = ts_error_set(&lerr, TS_NO_MEMORY, "no memory for a transfer of %d tensors", n);
+  if (lst == TS_OK)
+    lst = direct_pieces(&self, n, t, root, proc, addrs, put, fresh, &lerr);
+  /* The one agreement: every rank read (or wrote) every piece, or the new slices go. */
+  int rc = ts_comm_agree(ts_world_comm(world), lst, &lerr, err);
+  for (int i = 0; fresh && i < n; i++) {
+    if (rc == TS_OK && fresh[i]) {
+      ts_shard_free(t[i]->local.data);
+      t[i]->local.data = fresh[i];
+    } else {
+      ts_shard_free(fresh[i]);
+    }
+  }
+  free(fresh);
   return rc;
 }

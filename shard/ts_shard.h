@@ -55,6 +55,26 @@ int ts_reshard_exec(ts_world *w, const ts_plan *plan, const ts_tensor *src, cons
                     ts_error *err);
 void ts_shard_free_tensor(ts_tensor *t);
 
+/* Coalesced reshards: many plans run as one operation over the world, every piece between two
+ * ranks of every item in one message (or single copies for large pairs: ts_comm_exchange_many),
+ * after one agreement. Only plans ts_exec_coalescable accepts (no partial placement, row-major on
+ * both sides, at most 1 GiB): their pieces move in place, so once every rank prepared, nothing
+ * but MPI itself can fail and no commit agreement is needed. The answer is the same on every
+ * rank (the same on every rank of the world). */
+typedef struct ts_exec_item {
+  const char *name;         /* named in errors */
+  const ts_plan *plan;
+  const ts_tensor *src;     /* this rank's source slice (ignored when it holds none) */
+  int64_t max_alloc;        /* bound on the new slices made so far; 0: unbounded */
+  int prior_status;         /* a failure the caller met preparing this item here (TS_OK: none) */
+  const ts_error *prior_err;
+  ts_tensor out;            /* on success: the new slice (data NULL when this rank holds none) */
+  ts_exec_report report;
+} ts_exec_item;
+bool ts_exec_coalescable(const ts_plan *p, const char *src_tag, const char *tgt_tag);
+int ts_reshard_exec_many(ts_world *w, int n, ts_exec_item *items, int prior_status,
+                         const ts_error *prior_err, ts_error *err);
+
 /* Allocation used by the executor, the store and the daemon (target slices, staging): the
  * process's buffer pool (ts_pool_alloc: pre-faulted mappings reused by size class, counted against
  * the pool's memory limit), 4 KiB pages (huge pages made reshards slower when they were faulted in
@@ -158,6 +178,16 @@ int ts_store_reshard_many(ts_store *s, ts_world *w, int n, const ts_batch_item *
 bool ts_attr_has_partial(const ts_attr *a);
 int ts_scatter_gather(ts_world *world, ts_stored *t, int root, void *whole, bool put,
                       int64_t max_chunk, ts_error *err);
+/* The same for n tensors at once (wholes[i] the row-major tensor i at the root), where
+ * ts_scatter_many_applies (one node with single copies, no partial placement, no blocked layout,
+ * no tensor over 2 GiB: the same answer on every rank): every piece of every tensor in ONE region
+ * exchange between two agreements (the first carries prior_status, this rank's failure before,
+ * TS_OK: none), instead of two agreements and an exchange per tensor. A put writes into
+ * t[i]->local (give it new slices to keep the stored ones until the caller commits). */
+bool ts_scatter_many_applies(ts_world *world, int n, ts_stored *const *t);
+int ts_scatter_gather_many(ts_world *world, int n, ts_stored *const *t, int root,
+                           void *const *wholes, bool put, int prior_status,
+                           const ts_error *prior_err, ts_error *err);
 /* The same with the whole tensor in another process of this node (a client's memory: the
  * process, checked by every rank before its copy, and the address of its first byte there): every rank copies its own piece straight between its
  * slice and that memory (ts_comm_process_copy), all at once; a get writes each distinct box
@@ -169,5 +199,13 @@ bool ts_scatter_direct_applies(ts_world *world, const ts_stored *t);
 typedef struct ts_comm_proc ts_comm_proc; /* ts_comm.h */
 int ts_scatter_gather_direct(ts_world *world, ts_stored *t, int root, const ts_comm_proc *proc,
                              uint64_t addr, bool put, ts_error *err);
+/* The same for n tensors (each where ts_scatter_direct_applies), addrs[i] the address of tensor
+ * i: every rank copies its pieces of all of them, then ONE agreement; a put replaces the slices
+ * of every tensor only when every rank read every piece (else none changes). prior_status (TS_OK:
+ * none) is a failure of this rank met before, carried into that agreement (no copy is made
+ * then). The error of a failed copy names its tensor. */
+int ts_scatter_gather_direct_many(ts_world *world, int n, ts_stored *const *t, int root,
+                                  const ts_comm_proc *proc, const uint64_t *addrs, bool put,
+                                  int prior_status, const ts_error *prior_err, ts_error *err);
 
 #endif

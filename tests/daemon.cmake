@@ -116,6 +116,12 @@ if(TARGET tshardd AND TARGET tshard)
   set_tests_properties(test_e2e_direct PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                        ENVIRONMENT "${TS_MPI_TEST_ENV}")
 
+  # put_many, get_many (each data path, bad input, limits) and reshard_many's per-tensor results.
+  tshard_e2e_test(test_e2e_batch_io)
+  add_test(NAME test_e2e_batch_io COMMAND test_e2e_batch_io)
+  set_tests_properties(test_e2e_batch_io PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_MPI_TEST_ENV}")
+
   # A Unix connection belongs to the process that opened it: libtshard after fork(), a frame of
   # two writers, pid reuse, and the check of the process before every copy into a client.
   tshard_e2e_test(test_e2e_owner)

@@ -5,6 +5,11 @@ if(TARGET tshardd AND TARGET tshard-cli AND TARGET tshard-python)
   add_test(NAME test_launch COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/deploy/test_launch.sh ${TS_BIN})
   set_tests_properties(test_launch PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                        ENVIRONMENT "${TS_MPI_TEST_ENV}")
+  # a rank killed during reshards and saves: every client (C, CLI, Python) names it
+  add_executable(rank_lost_client ${CMAKE_CURRENT_SOURCE_DIR}/deploy/rank_lost_client.c)
+  target_link_libraries(rank_lost_client PRIVATE tshard)
+  add_test(NAME test_rank_lost COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/deploy/test_rank_lost.sh ${TS_BIN})
+  set_tests_properties(test_rank_lost PROPERTIES TIMEOUT 180 ENVIRONMENT "${TS_MPI_TEST_ENV}")
   add_test(NAME test_cluster COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/deploy/test_cluster.sh ${TS_BIN})
   set_tests_properties(test_cluster PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT} SKIP_RETURN_CODE 77
                        ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python")

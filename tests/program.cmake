@@ -13,6 +13,15 @@ target_link_libraries(test_program_slice PRIVATE tsprogram m)
 target_include_directories(test_program_slice PRIVATE ${CMAKE_CURRENT_LIST_DIR}/unit)
 set_tests_properties(test_program_slice PROPERTIES TIMEOUT 300)
 
+# f16 and bf16 against the kernels' conversions bit for bit, and the AdamW bf16 example.
+tshard_unit_test(test_program_half ${TS_PROGRAM_TESTS}/test_program_half.c
+                 ${TS_PROGRAM_TESTS}/program_fixture.c)
+target_link_libraries(test_program_half PRIVATE tsprogram m)
+target_include_directories(test_program_half PRIVATE ${CMAKE_CURRENT_LIST_DIR}/unit)
+target_compile_definitions(test_program_half PRIVATE
+                           TSP_EXAMPLES="${CMAKE_SOURCE_DIR}/deploy/examples/programs")
+set_tests_properties(test_program_half PROPERTIES TIMEOUT 120)
+
 tshard_unit_test(test_program_cache ${TS_PROGRAM_TESTS}/test_program_cache.c
                  ${TS_PROGRAM_TESTS}/program_fixture.c)
 target_link_libraries(test_program_cache PRIVATE tsprogram m)
@@ -27,7 +36,8 @@ set_tests_properties(test_program_names PROPERTIES TIMEOUT 300)
 add_executable(tshard-bench-program ${TS_PROGRAM_TESTS}/bench/bench_program.c)
 target_link_libraries(tshard-bench-program PRIVATE tsprogram)
 target_compile_definitions(tshard-bench-program PRIVATE
-                           TSP_NUMPY_SCRIPT="${TS_PROGRAM_TESTS}/bench/bench_adam_numpy.py")
+                           TSP_NUMPY_SCRIPT="${TS_PROGRAM_TESTS}/bench/bench_adam_numpy.py"
+                           TSP_EXAMPLES="${CMAKE_SOURCE_DIR}/deploy/examples/programs")
 
 # Through real daemons and the Python client (a private program cache per run).
 if(TARGET tshard-python AND TARGET tshardd)
@@ -52,6 +62,26 @@ if(TARGET tshard-python AND TARGET tshardd)
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/python/test_program_graph.py
                    ${CMAKE_RUNTIME_OUTPUT_DIRECTORY} 2)
   set_tests_properties(test_python_program_graph_np2 PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_LIST_DIR}/python")
+endif()
+
+# The shipped example programs, run as README.md and deploy/examples/programs/README.md show
+# them (CLI and Python), against numpy on tensors sharded over 4 ranks.
+if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard)
+  add_test(NAME test_python_program_examples_np4
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/python/test_program_examples.py
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY} ${CMAKE_SOURCE_DIR})
+  set_tests_properties(test_python_program_examples_np4 PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_LIST_DIR}/python")
+endif()
+
+# Mixed precision (randomized, against numpy's rounding bit for bit) and the run errors by their
+# messages, through real daemons, the Python client and the CLI.
+if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard)
+  add_test(NAME test_python_program_mixed_np3
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/python/test_program_mixed.py
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+  set_tests_properties(test_python_program_mixed_np3 PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                        ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_LIST_DIR}/python")
 endif()
 

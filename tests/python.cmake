@@ -26,6 +26,12 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_batch.py ${TS_BIN} 4)
   set_tests_properties(test_python_batch PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                        ENVIRONMENT "${TS_PY_ENV}")
+  # put_many and get_many: a randomized differential test against numpy through each data path,
+  # bad input through every rank (nothing changed), keyed SPMD use, futures.
+  add_test(NAME test_python_batch_io
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_batch_io.py ${TS_BIN} 4)
+  set_tests_properties(test_python_batch_io PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_PY_ENV}")
   # The default memory limit (auto) against an einsum outer product, a huge create and a program's
   # output; --memory-limit 0 means none.
   add_test(NAME test_python_memory_default
@@ -44,6 +50,11 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_pythonic.py ${TS_BIN})
   set_tests_properties(test_python_dtypes test_python_api_surface test_python_pythonic
                        PROPERTIES TIMEOUT 120 ENVIRONMENT "${TS_PY_ENV}")
+  # tshard.launch through the launcher: serves, lists, stops on exit (also after a raise), names
+  # a lost rank
+  add_test(NAME test_python_launch
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_launch.py ${TS_BIN})
+  set_tests_properties(test_python_launch PROPERTIES TIMEOUT 180 ENVIRONMENT "${TS_PY_ENV}")
   add_test(NAME test_python_direct
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_direct.py ${TS_BIN})
   set_tests_properties(test_python_direct PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}

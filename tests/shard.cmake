@@ -15,6 +15,9 @@ target_link_libraries(test_comm_mpi PRIVATE tsshard)
 tshard_mpi_test(test_comm test_comm_mpi 1 2 3 4)
 # The same with the single-copy path of one node off: every region through MPI.
 tshard_mpi_test_env(test_comm_mpi_only_np4 test_comm_mpi 4 TSHARD_CMA=0)
+# Without doorbells (no shared window): every wait naps, as across nodes.
+tshard_mpi_test_env(test_comm_no_doorbells_np3 test_comm_mpi 3 TSHARD_DOORBELLS=0)
+tshard_mpi_test_env(test_reshard_no_doorbells_np4 test_reshard_mpi 4 TSHARD_DOORBELLS=0)
 
 add_executable(tshard-bench-reshard ${CMAKE_CURRENT_LIST_DIR}/bench/bench_reshard.c)
 target_link_libraries(tshard-bench-reshard PRIVATE tsshard)

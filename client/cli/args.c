@@ -8,7 +8,8 @@
 /* Options that take no value: they never swallow the next argument. */
 static const char *const flags[] = {"--json", "--ascii", "--unicode", "--keep", "--help",
                                     "--explain",
-                                    "--keep-partial", "--per-node", NULL};
+                                    "--keep-partial", "--per-node", "--verbose", "--overwrite",
+                                    NULL};
 
 static bool is_flag(const char *arg) {
   for (int i = 0; flags[i]; i++)

@@ -69,6 +69,11 @@ typedef struct cli_progress {
 } cli_progress;
 void cli_progress_start(const cli_args *a, tshard_client *c, size_t bytes, cli_progress *p,
                         const char *what, const char *name);
+/* reshard_progress.c: one reshard, with a progress line on stderr for large tensors (see there);
+ * the tshard status, with the strategy run and its time in microseconds. */
+typedef struct tshard_reshard_opts tshard_reshard_opts;
+int cli_reshard_progress(const cli_args *a, tshard_client *c, const char *name, const char *to,
+                         const tshard_reshard_opts *o, char *strategy, size_t cap, uint64_t *us);
 /* cmd_put.c: put NAME FILE.npy with the dtype and shape checked against the tensor. */
 int cli_put_checked(cli_args *a, tshard_client *c, const char *name, const char *file);
 

@@ -292,10 +292,9 @@ int cli_cmd_reshard(cli_args *a, tshard_client *c) {
     return g;
   if (a->npos > 1)
     return reshard_batch(a, c, to, &o);
-  int rc = tshard_reshard(c, name, to, &o);
   char strategy[32] = "?";
   uint64_t us = 0; /* the strategy the daemons ran and its time (an old daemon: unknown) */
-  tshard_reshard_report(c, strategy, sizeof strategy, &us);
+  int rc = cli_reshard_progress(a, c, name, to, &o, strategy, sizeof strategy, &us);
   if (rc)
     code = failed(c, rc);
   else if (!a->json)

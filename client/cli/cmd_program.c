@@ -1,9 +1,11 @@
 /* cmd_program.c - `tshard program compile|run|show|drop`: compiled programs on the daemons
  * (program/PROGRAM.md). compile reads the JSON file (or a serialized ProgramGraph message:
- * --format pb, or a .pb file; --buckets NAME=RULE overrides a dim group's bucketing rule) and
- * prints the id, then the connected rank's
- * report (buckets and their status, the cache); run binds --input NAME=TENSOR (or NAME=NUMBER for
- * a scalar) and --output NAME=NEWTENSOR; show prints the report; drop forgets the program. */
+ * --format pb, or a .pb file; --buckets NAME=RULE overrides a dim group's bucketing rule), builds
+ * buckets on their first run (--buckets ahead: all now) and prints the id, then the connected
+ * rank's short report (--verbose: the full one, every bucket); run binds --input NAME=TENSOR (or
+ * NAME=NUMBER for a scalar) and --output NAME=TENSOR (an output not named becomes a tensor of its
+ * own name; --overwrite lets outputs replace existing tensors); show prints the full report;
+ * drop forgets the program. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,7 +104,7 @@ int cli_cmd_program(cli_args *a, tshard_client *c) {
   }
   if (!strcmp(sub, "compile")) {
     /* --buckets (repeatable): ahead or lazy, or NAME=RULE overriding a group's bucketing rule */
-    int lazy = 0;
+    int lazy = 1;
     char rules[1024] = "";
     size_t rl = 0;
     for (int i = 1; i < a->argc; i++) {
@@ -118,8 +120,8 @@ int cli_cmd_program(cli_args *a, tshard_client *c) {
       } else if (strchr(v, '=') && rl + strlen(v) + 2 < sizeof rules) {
         rl += (size_t)snprintf(rules + rl, sizeof rules - rl, "%s%s", rl ? " " : "", v);
       } else {
-        fprintf(stderr, "tshard: --buckets is 'ahead' (compile all now, the default), 'lazy' (on "
-                        "first use) or NAME=RULE (a dim group's rule: pow2, step:S or "
+        fprintf(stderr, "tshard: --buckets is 'lazy' (each on its first run, the default), "
+                        "'ahead' (all now) or NAME=RULE (a dim group's rule: pow2, step:S or "
                         "V1,V2,...); got '%s'\n", v);
         return CLI_USAGE;
       }
@@ -146,7 +148,8 @@ int cli_cmd_program(cli_args *a, tshard_client *c) {
     if (rc)
       return failed(c, rc);
     char *report = NULL;
-    rc = tshard_program_show(c, id, &report);
+    rc = cli_flag(a, "verbose") ? tshard_program_show(c, id, &report)
+                                : tshard_program_summary(c, id, &report);
     if (rc)
       return failed(c, rc);
     printf("id=%s\n%s", id, report);
@@ -170,6 +173,8 @@ int cli_cmd_program(cli_args *a, tshard_client *c) {
   int n_in = collect(a, "input", in, 64, false), n_out = collect(a, "output", out, 64, true);
   if (n_in < 0 || n_out < 0)
     return CLI_USAGE;
-  int rc = tshard_program_run(c, arg, in, n_in, out, n_out, cli_opt(a, "key"));
+  int rc = tshard_program_run_ex(c, arg, in, n_in, out, n_out,
+                                 cli_flag(a, "overwrite") ? TSHARD_PROGRAM_OVERWRITE : 0,
+                                 cli_opt(a, "key"));
   return rc ? failed(c, rc) : CLI_OK;
 }

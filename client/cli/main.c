@@ -91,6 +91,8 @@ static const cli_command commands[] = {
      "  --participants R ranks that all submit it under --key: it runs once all did\n"
      "                   (e.g. 0,1,2,3 or all; an SPMD program's processes)\n"
      "  --collective-timeout T  give up waiting for them after T (e.g. 30s, 500ms)\n"
+     "  --progress       a progress line on stderr: time elapsed and left, estimated from\n"
+     "                   the job's earlier reshards (default: on a terminal, 16 MiB or more)\n"
      "  --json           machine-readable output\n" CONNECT_HELP,
      "tshard reshard w b --to 'mesh=[4] placements=[S(1)]' --strategy alltoall"},
     {"drop", NULL, cli_cmd_drop, "delete a tensor (or several, as one batch) on every rank",
@@ -157,20 +159,25 @@ static const cli_command commands[] = {
     {"program", NULL, cli_cmd_program,
      "compiled programs: compile FILE.json, run ID, show ID, drop ID",
      "  compile FILE     compile the program (program/PROGRAM.md) on every rank; prints its id\n"
-     "                   and the report (buckets and their status, the cache)\n"
+     "                   and a short report (kernels, dim groups, buckets built, the cache)\n"
      "  run ID           run it on the ranks' local slices\n"
-     "  show ID          the graph after optimization, fused kernels, pool plan\n"
+     "  show ID          the graph after optimization, fused kernels, every bucket, pool plan\n"
      "  drop ID          forget the program on every rank\n"
-     "  --buckets B      compile: ahead (all buckets now, default) or lazy (on first use); or\n"
+     "  --verbose        compile: print the full report (every bucket) instead of the short one\n"
+     "  --buckets B      compile: lazy (each bucket on its first run, default) or ahead (all\n"
+     "                   now); or\n"
      "                   NAME=RULE, dim group NAME's bucketing rule instead of the program's:\n"
      "                   pow2, step:S or V1,V2,... (e.g. --buckets n=16,32,64); repeat\n"
      "  --format F       compile: json (the text, default) or pb (a serialized ProgramGraph\n"
      "                   message; the default for FILE.pb)\n"
      "  --input N=T      run: program input N is stored tensor T (N=NUMBER: a scalar); repeat\n"
-     "  --output N=T     run: program output N becomes the new tensor T; repeat\n"
+     "  --output N=T     run: program output N becomes tensor T (default: a tensor named N);\n"
+     "                   repeat\n"
+     "  --overwrite      run: outputs may replace existing tensors (else an existing name fails)\n"
      "  --key KEY        idempotency key\n" CONNECT_HELP,
-     "tshard program compile adam.json --buckets lazy --buckets n=step:1024\n  "
-     "tshard program run 3f2a9c0d1b2e4f56 --input w=w --input g=g --input lr=0.01"},
+     "tshard program compile deploy/examples/programs/adam.json\n  "
+     "tshard program run b4ef54aea3cd6255 --input w=w --input g=g --input m=m --input v=v "
+     "--input lr=0.001"},
     {"shutdown", NULL, cli_cmd_shutdown, "stop every daemon of the job",
      "  --key KEY        idempotency key\n" CONNECT_HELP, "tshard shutdown --job demo"},
 };

@@ -3,7 +3,9 @@
  * One duplicate of the world communicator carries every control message. Sends are MPI_Isend of
  * a private copy; the copies and requests live in a small array until MPI_Test says they are done.
  * Receives are MPI_Iprobe + MPI_Get_count + MPI_Recv of exactly the probed size, so a message of
- * any length is received without a fixed-size buffer. Waits follow the wait policy (ts_wait.h). */
+ * any length is received without a fixed-size buffer. Every send rings its destination's doorbell
+ * (ts_comm.h), again when it completes, so a rank waiting for control messages on this node blocks
+ * until one comes. Waits follow the wait policy (ts_wait.h). */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,9 +17,11 @@
 typedef struct pending_send {
   MPI_Request req;
   void *buf;
+  int dest;
 } pending_send;
 
 struct ts_control {
+  ts_world *world; /* its doorbells: every send rings its destination */
   MPI_Comm comm;
   int rank, size;
   pending_send *sends;
@@ -37,6 +41,7 @@ int ts_control_create(ts_world *w, ts_control **out, ts_error *err) {
     return ts__mpi_error(rc, "MPI_Comm_dup", __FILE__, __LINE__, err);
   }
   MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+  c->world = w;
   MPI_Comm_rank(c->comm, &c->rank);
   MPI_Comm_size(c->comm, &c->size);
   *out = c;
@@ -88,7 +93,9 @@ int ts_control_send(ts_control *c, int dest, int tag, const void *buf, size_t le
     return ts__mpi_error(rc, "MPI_Isend", __FILE__, __LINE__, err);
   }
   p->buf = copy;
+  p->dest = dest;
   c->nsends++;
+  ts_world_bell_ring(c->world, dest); /* the duplicate's ranks are the world's */
   return TS_OK;
 }
 
@@ -106,6 +113,8 @@ int ts_control_progress(ts_control *c, ts_error *err) {
       done = 1;
     }
     if (done) {
+      /* A message MPI could not hand over at once went out now: ring again. */
+      ts_world_bell_ring(c->world, c->sends[i].dest);
       free(c->sends[i].buf);
       c->sends[i] = c->sends[--c->nsends];
     } else {
@@ -123,6 +132,10 @@ int ts_control_poll(ts_control *c, int *src, int *tag, void **buf, size_t *len, 
   int flag = 0;
   MPI_Status st;
   int rc = MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, c->comm, &flag, &st);
+  /* Open MPI's probe looks, then makes progress: a message that progress took in is seen by
+   * the next probe, so a probe that found nothing looks once more before the caller blocks. */
+  if (rc == MPI_SUCCESS && !flag)
+    rc = MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, c->comm, &flag, &st);
   if (rc != MPI_SUCCESS)
     return -ts__mpi_error(rc, "MPI_Iprobe", __FILE__, __LINE__, err);
   if (!flag)

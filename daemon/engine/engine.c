@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -326,16 +327,20 @@ static void handle_work(tsd_engine *e, tsd_work *w) {
   free(w);
 }
 
-/* The work queue's wake callback. */
+/* The work queue's wake callback: the engine's doorbell, else its condition variable. */
 static void engine_wake(void *ctx) {
   tsd_engine *e = ctx;
+  if (e->bells) {
+    ts_world_bell_ring(e->world, e->rank);
+    return;
+  }
   pthread_mutex_lock(&e->wake_mu);
   pthread_cond_signal(&e->wake);
   pthread_mutex_unlock(&e->wake_mu);
 }
 
 /* A push after the check below takes wake_mu to signal, so it cannot fall between the check and
- * the wait. */
+ * the wait. (Without doorbells.) */
 static void wait_for_work(tsd_engine *e, int64_t ns) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -349,6 +354,30 @@ static void wait_for_work(tsd_engine *e, int64_t ns) {
   if (tsd_queue_empty(&e->sh->work))
     pthread_cond_timedwait(&e->wake, &e->wake_mu, &ts);
   pthread_mutex_unlock(&e->wake_mu);
+}
+
+/* Between work: spins while the schedule spins and the rank has a core of its own, then blocks
+ * until rung (doorbells: local work, or a message of another rank) or until the nap ends. While
+ * control sends wait for MPI (a message too large to go out at once needs this rank's
+ * progress), the naps stay short. */
+static void engine_pause(tsd_engine *e, ts_waiter *idle, uint32_t seen, int sends_pending) {
+  int64_t ns = ts_waiter_next(idle);
+  if (ns == 0) {
+    if (!ts_wait_oversubscribed())
+      return;
+    if (!e->bells) {
+      sched_yield();
+      return;
+    }
+    ns = idle->policy.nap_min_ns;
+  }
+  const int64_t pending_nap = 20000;
+  if (sends_pending > 0 && ns > pending_nap)
+    ns = pending_nap;
+  if (e->bells)
+    ts_world_bell_wait(e->world, seen, ns);
+  else
+    wait_for_work(e, ns);
 }
 
 int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
@@ -387,9 +416,13 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
     goto out;
   /* Short timed waits must be short: the default timer slack (50 us) would round them up. */
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+  /* With every rank's doorbell on this node, ORDERs and local work ring the engine: it blocks
+   * until rung. Otherwise messages of other nodes come unannounced: the naps of old. */
+  e->bells = ts_world_bells_local(e->world);
   ts_waiter idle; /* the engine's idle wait lasts as long as the daemon: no deadline */
-  ts_waiter_init(&idle, &ts_wait_engine, TS_WAIT_FOREVER);
+  ts_waiter_init(&idle, e->bells ? &ts_wait_engine_bell : &ts_wait_engine, TS_WAIT_FOREVER);
   while (!e->stopping) {
+    uint32_t seen = ts_world_bell_seq(e->world); /* before looking: a later ring ends the wait */
     bool busy = false;
     tsd_work *list = (tsd_work *)tsd_queue_take_all(&e->sh->work);
     while (list) {
@@ -415,7 +448,8 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
       busy = true;
     }
     ts_error cerr;
-    if (ts_control_progress(e->ctl, &cerr) < 0)
+    int sends_pending = ts_control_progress(e->ctl, &cerr);
+    if (sends_pending < 0)
       TSD_LOG(TSD_LOG_ERROR, "a control message to another rank failed: %s", cerr.msg);
     if (tsd_seq_run(e->seq) > 0)
       busy = true;
@@ -425,7 +459,7 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
       ts_waiter_progress(&idle);
     } else {
       ts_pool_trim(false); /* cached buffers idle long enough go back to the OS */
-      wait_for_work(e, ts_waiter_next(&idle));
+      engine_pause(e, &idle, seen, sends_pending);
     }
   }
   finish_sequencer(e);

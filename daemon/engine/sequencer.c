@@ -120,7 +120,29 @@ static uint8_t *pack_forwarded(Tshard__Request *req, size_t *len, uint64_t *hash
 static void pending_free(tsd_seq *e, tsd_pending *p) {
   if (p->staging)
     e->h.release(e->h.ctx, p->staging, p->staging_bytes);
+  tsd_request_free(&p->req);
   free(p);
+}
+
+/* A submitted request as the other ranks decode its forwarded bytes: without the client's id
+ * and token. */
+static Tshard__Request *as_forwarded(Tshard__Request *req) {
+  req->id = 0;
+  if (req->token != protobuf_c_empty_string)
+    free(req->token);
+  req->token = (char *)protobuf_c_empty_string;
+  return req;
+}
+
+/* The decoded request this rank kept for its own submission `ticket`, taken (NULL: none). */
+static Tshard__Request *take_kept(tsd_seq *e, uint64_t ticket) {
+  for (tsd_pending *p = e->pending; p; p = p->next)
+    if (p->ticket == ticket && p->req) {
+      Tshard__Request *req = p->req;
+      p->req = NULL;
+      return as_forwarded(req);
+    }
+  return NULL;
 }
 
 static void reply_status(tsd_seq *e, uint64_t conn_id, uint64_t req_id, int op_case, int status,
@@ -398,13 +420,16 @@ static void withdraw(tsd_seq *e, int origin, uint64_t ticket, const char *key) {
   answer_ticket(e, origin, ticket, TS_INCOMPLETE, msg);
 }
 
+/* Rank 0: orders the forwarded bytes of a submission; req: their decoding when rank 0 has it
+ * already (its own submission; taken), else NULL. */
 static void order(tsd_seq *e, int origin, uint64_t ticket, uint64_t hash, const uint8_t *body,
-                  size_t len) {
-  if (e->shutdown_ordered)
+                  size_t len, Tshard__Request *req) {
+  if (e->shutdown_ordered) {
+    tsd_request_free(&req);
     return; /* its clients are answered TS_SHUTDOWN by their own daemon */
-  Tshard__Request *req = NULL;
+  }
   ts_error err;
-  if (tsd_request_decode(body, len, &req, &err)) {
+  if (!req && tsd_request_decode(body, len, &req, &err)) {
     char msg[400];
     snprintf(msg, sizeof msg, "rank 0 cannot decode the operation forwarded by rank %d: %.300s",
              origin, err.msg);
@@ -485,18 +510,18 @@ void tsd_seq_submit(tsd_seq *e, uint64_t conn_id, Tshard__Request *req, uint8_t 
   tsd_pending *p = calloc(1, sizeof *p);
   size_t len = 0;
   uint64_t hash = 0;
-  uint8_t *body = p ? pack_forwarded(req, &len, &hash) : NULL;
-  /* Every rank decodes these bytes: check here that they decode. */
-  Tshard__Request *again = NULL;
+  /* Every rank decodes these bytes. Known fields always re-encode to bytes that decode; unknown
+   * ones are dropped (protobuf-c would write back an unknown field with an invalid number, such
+   * as 0, that no rank could decode). */
   ts_error derr;
-  int drc = !p || !body ? ts_error_set(&derr, TS_NO_MEMORY, "no memory to submit the operation")
-                        : tsd_request_decode(body, len, &again, &derr);
-  tsd_request_free(&again);
+  int drc = TS_OK;
+  if (!tsd_request_strip_unknown(req))
+    drc = ts_error_set(&derr, TS_PROTOCOL, "the request holds a field numbered 0, which no "
+                       "protobuf message has: drop unknown fields");
+  uint8_t *body = p && !drc ? pack_forwarded(req, &len, &hash) : NULL;
+  if (!drc && (!p || !body))
+    drc = ts_error_set(&derr, TS_NO_MEMORY, "no memory to submit the operation");
   if (drc) {
-    if (drc != TS_NO_MEMORY)
-      snprintf(derr.msg, sizeof derr.msg,
-               "the request does not decode once re-encoded for the other ranks (an unknown field "
-               "with an invalid number, such as 0, is the usual cause): drop unknown fields");
     free(p);
     free(body);
     if (staging)
@@ -530,8 +555,11 @@ void tsd_seq_submit(tsd_seq *e, uint64_t conn_id, Tshard__Request *req, uint8_t 
   p->next = e->pending;
   e->pending = p;
   if (e->rank == 0) {
-    order(e, 0, p->ticket, hash, body, len);
+    order(e, 0, p->ticket, hash, body, len, as_forwarded(req)); /* takes it */
+    req = NULL;
   } else {
+    p->req = req; /* run when the ORDER comes back, instead of decoding it again */
+    req = NULL;
     uint8_t *msg = malloc(SUBMIT_HEADER + len);
     ts_error err;
     int rc = msg ? TS_OK : ts_error_set(&err, TS_NO_MEMORY, "no memory to forward");
@@ -571,6 +599,8 @@ static void take_order(tsd_seq *e, const uint8_t *buf, size_t len) {
   if (e->cfg.fault_orders_undecodable > 0) {
     e->cfg.fault_orders_undecodable--;
     rc = ts_error_set(&op->decode_error, TS_PROTOCOL, "injected fault (TSHARD_FAULT)");
+  } else if (op->origin == e->rank && (op->req = take_kept(e, op->ticket)) != NULL) {
+    rc = TS_OK; /* this rank's own submission: decoded once, when it came */
   } else {
     rc = tsd_request_decode(buf + ORDER_HEADER, len - ORDER_HEADER, &op->req, &op->decode_error);
   }
@@ -589,7 +619,7 @@ static void take_order(tsd_seq *e, const uint8_t *buf, size_t len) {
 
 void tsd_seq_message(tsd_seq *e, int src, int tag, const uint8_t *buf, size_t len) {
   if (tag == TAG_SUBMIT && e->rank == 0 && len >= SUBMIT_HEADER) {
-    order(e, src, get_u64(buf), get_u64(buf + 8), buf + SUBMIT_HEADER, len - SUBMIT_HEADER);
+    order(e, src, get_u64(buf), get_u64(buf + 8), buf + SUBMIT_HEADER, len - SUBMIT_HEADER, NULL);
   } else if (tag == TAG_ORDER && src == 0 && len >= ORDER_HEADER) {
     take_order(e, buf, len);
   } else if (tag == TAG_REFUSE && src == 0 && len >= REFUSE_HEADER) {

@@ -33,6 +33,7 @@ typedef struct tsd_pending {
   uint8_t *staging;  /* put: the whole tensor, owned by the operation */
   uint64_t staging_bytes;
   uint64_t max_bytes; /* get: the chunk size the client asked for */
+  Tshard__Request *req; /* this rank's decoding of its forwarded submission, until ordered */
 } tsd_pending;
 
 /* An operation in rank 0's order, waiting to run here. req is NULL when this rank could not

@@ -109,6 +109,7 @@ typedef struct tsd_engine {
   tsd_shared *sh;
   pthread_mutex_t wake_mu; /* the engine waits on wake when idle; the work queue signals it */
   pthread_cond_t wake;
+  bool bells; /* every rank has a doorbell on this node: waits block until rung (ts_comm.h) */
   int rank, size;
   tsd_session *sessions; /* session.c */
   tsd_seq *seq; /* the order of collective operations (sequencer.c) */

@@ -30,7 +30,7 @@ static struct {
   char (*names)[TS_NAME_MAX];
 } last;
 
-static uint64_t tensor_bytes(const ts_stored *t) {
+uint64_t tsd_tensor_bytes(const ts_stored *t) {
   uint64_t b = ts_dtype_size(t->dtype);
   for (int d = 0; d < t->ndim; d++)
     b *= (uint64_t)t->shape[d];
@@ -38,7 +38,7 @@ static uint64_t tensor_bytes(const ts_stored *t) {
 }
 
 /* The checks against the store, the same on every rank: the limits, then every name. */
-static int check_batch(tsd_engine *e, size_t n, char *const *names, ts_error *err) {
+int tsd_batch_check(tsd_engine *e, size_t n, char *const *names, ts_error *err) {
   if ((int64_t)n > e->cfg->batch_max_tensors)
     return ts_error_set(err, TS_LIMIT,
                         "a batch of %zu tensors; at most %lld (--batch-max-tensors): split it "
@@ -51,7 +51,7 @@ static int check_batch(tsd_engine *e, size_t n, char *const *names, ts_error *er
       return ts_error_set(err, TS_NOT_FOUND,
                           "no tensor named '%s' (item %zu of the batch); nothing was changed",
                           names[i], i);
-    total += tensor_bytes(t);
+    total += tsd_tensor_bytes(t);
   }
   if (total > (uint64_t)e->cfg->batch_max_bytes)
     return ts_error_set(err, TS_LIMIT,
@@ -97,7 +97,7 @@ int tsd_run_reshard_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *orig
   for (size_t i = 0; names && i < n; i++)
     names[i] = q->items[i]->name;
   if (!lst)
-    lst = check_batch(e, n, names, &lerr);
+    lst = tsd_batch_check(e, n, names, &lerr);
   ts_batch_item *items = NULL;
   ts_attr **attrs = NULL;
   ts_exec_report *reports = NULL;
@@ -167,7 +167,7 @@ int tsd_run_drop_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
   ts_error lerr;
   ts_error_clear(&lerr);
   tsd_oplog_batch(q->n_names);
-  int lst = check_batch(e, q->n_names, q->names, &lerr);
+  int lst = tsd_batch_check(e, q->n_names, q->names, &lerr);
   int rc = ts_comm_agree(ts_world_comm(e->world), lst, &lerr, err);
   for (size_t i = 0; rc == TS_OK && i < q->n_names; i++) {
     ts_store_drop(e->store, q->names[i], NULL); /* checked above: cannot fail */

@@ -45,6 +45,10 @@ static const tsd_op_handlers handlers[] = {
                           .changes = tsd_changes_reshard_many,
                           .answer = tsd_answer_reshard_many},
     [OP(DROP_MANY)] = {.run_collective = tsd_run_drop_many, .changes = tsd_changes_drop_many},
+    [OP(PUT_MANY)] = {.run_local = tsd_handle_put_many, .run_collective = tsd_run_put_many,
+                      .answer = tsd_answer_put},
+    [OP(GET_MANY)] = {.run_local = tsd_handle_get_many, .run_collective = tsd_run_get_many,
+                      .answer = tsd_answer_get_many},
 };
 #define NHANDLERS (sizeof handlers / sizeof handlers[0])
 

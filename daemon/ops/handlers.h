@@ -31,6 +31,17 @@ int tsd_run_drop_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
 void tsd_changes_reshard_many(const Tshard__Request *r, tsd_changes *ch);
 void tsd_changes_drop_many(const Tshard__Request *r, tsd_changes *ch);
 void tsd_answer_reshard_many(tsd_engine *e, const tsd_pending *w);
+/* The checks of a batch against the store, the same on every rank: --batch-max-tensors, every
+ * name exists (NOT_FOUND naming it), then --batch-max-bytes over the tensors' whole bytes. */
+int tsd_batch_check(tsd_engine *e, size_t n, char *const *names, ts_error *err);
+/* A stored tensor's whole bytes (dtype size x elements). */
+uint64_t tsd_tensor_bytes(const ts_stored *t);
+/* batch_io.c: put_many and get_many, one collective operation each over many whole tensors. */
+void tsd_handle_put_many(tsd_engine *e, tsd_work *w);
+void tsd_handle_get_many(tsd_engine *e, tsd_work *w);
+int tsd_run_put_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+int tsd_run_get_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+void tsd_answer_get_many(tsd_engine *e, const tsd_pending *w);
 /* Runs a collective operation on this rank with its row of the table; origin_entry is this
  * rank's submission when it is the origin. The status and message are the answer; a get fills
  * the connection's copy. */
@@ -49,6 +60,13 @@ void tsd_handle_get_chunk(tsd_engine *e, tsd_work *w);
 void tsd_handle_get_slice(tsd_engine *e, tsd_work *w);
 void tsd_answer_put(tsd_engine *e, const tsd_pending *w);
 void tsd_answer_get(tsd_engine *e, const tsd_pending *w);
+/* Answers one chunk of the connection's copy cp at offset, in the frame or in the region of the
+ * shared segment shm names; frees the copy after its last byte. */
+void tsd_serve_chunk(tsd_engine *e, tsd_session *c, const tsd_copy *cp, uint64_t conn_id,
+                     uint64_t req_id, uint64_t offset, uint64_t max_bytes,
+                     const Tshard__ShmData *shm);
+/* A PutResult answer: the bytes received so far, and whether the data is stored. */
+void tsd_reply_put(tsd_engine *e, uint64_t conn_id, uint64_t id, uint64_t received, bool done);
 /* Whether the client's memory can be read at both ends of its range (TS_NO_DIRECT when the
  * system refuses, TS_INVALID_ARGUMENT when not mapped there, TS_NOT_FOUND when the process is
  * gone), and one copy between it (its byte `at`) and n bytes here. */

@@ -18,7 +18,7 @@
 
 typedef struct op_record {
   struct timespec start;
-  bool noted;
+  bool noted, sized; /* a strategy and bytes noted; bytes noted alone */
   ts_strategy strategy;
   uint64_t bytes;
   uint64_t batch; /* tensors the operation carries: 0 (not noted) counts as 1 */
@@ -31,7 +31,7 @@ static struct {
   ts_strategy strategy;
 } last_reshard;
 
-#define KINDS 64 /* above every op_case of Request's oneof */
+#define KINDS 128 /* above every op_case of Request's oneof (the highest numbers are 100-109) */
 
 typedef struct kind_window {
   uint64_t count;         /* runs since the start; the ring holds the last min(count, window) */
@@ -114,6 +114,11 @@ void tsd_oplog_begin(void) {
 
 void tsd_oplog_batch(uint64_t tensors) { cur.batch = tensors; }
 
+void tsd_oplog_bytes(uint64_t bytes) {
+  cur.sized = true;
+  cur.bytes = bytes;
+}
+
 void tsd_oplog_note(ts_strategy strategy, uint64_t bytes) {
   cur.noted = true;
   cur.strategy = strategy;
@@ -130,8 +135,9 @@ void tsd_oplog_end(tsd_engine *e, const tsd_ordered *op, const tsd_pending *orig
     last_reshard.us = us;
     last_reshard.strategy = cur.strategy;
   }
-  uint64_t bytes = cur.noted ? cur.bytes : 0; /* a reshard: bytes sent and received here */
-  const ts_stored *t = cur.noted ? NULL : ts_store_find(e->store, tensor_of(op->req));
+  bool given = cur.noted || cur.sized;
+  uint64_t bytes = given ? cur.bytes : 0; /* a reshard: bytes sent and received here */
+  const ts_stored *t = given ? NULL : ts_store_find(e->store, tensor_of(op->req));
   if (t) { /* else the tensor's size */
     bytes = ts_dtype_size(t->dtype);
     for (int d = 0; d < t->ndim; d++)

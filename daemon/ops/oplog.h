@@ -18,6 +18,8 @@ typedef struct tsd_oplog_kind {
   uint64_t count, p50_us, p99_us, batch_p50, batch_max;
 } tsd_oplog_kind;
 void tsd_oplog_batch(uint64_t tensors);
+/* The bytes the log line gives for the operation running now (a batch's tensors together). */
+void tsd_oplog_bytes(uint64_t bytes);
 /* The kinds run at least once, in op_case order, at most max: how many were written. */
 int tsd_oplog_kinds(tsd_oplog_kind *out, int max);
 void tsd_answer_reshard(tsd_engine *e, const tsd_pending *w);

@@ -1,19 +1,27 @@
 /* program.c - compiled programs on the shards (program/PROGRAM.md): program_compile compiles the
  * program on every rank (the same text gives the same id, a hash of it; a ProgramGraph message is
- * turned into its JSON text first, program_graph.c; the ranks agree on the outcome), program_run runs it SPMD on each rank's local slices after the placement check
- * (tsp_program_placement) and an agreement, so every rank reaches the same outcome before a
- * tensor changes; program_show reports this rank's compiled program; program_drop forgets it on
- * every rank. Inputs are stored tensors
- * (their row-major local slices) or scalars sent with the request; outputs are new tensors over
- * the inputs' mesh, each rank's slice being what it computed: replicated, partial, or split
- * where the placement check says a dim stays split (its split sizes, uneven too, are the ranks'
- * local extents, gathered); in-place updates of the inputs go straight into their slices. Only the engine thread touches the registry. */
+ * turned into its JSON text first, program_graph.c; the ranks agree on the outcome) and answers
+ * the id with the short report; program_run matches the request's names to the program's (every
+ * missing, unknown or repeated name in one message), runs it SPMD on each rank's local slices
+ * after the placement check (tsp_program_placement_named: refusals name the stored tensors and
+ * the reshard to their target placement) and an agreement, so every rank reaches the same
+ * outcome before a tensor changes; program_show reports this rank's compiled program (in full or
+ * short); program_drop forgets it on every rank. Inputs are stored tensors (their row-major local
+ * slices) or scalars sent with the request; outputs are tensors over the inputs' mesh, named by
+ * the request or after the output, new unless the request allows overwriting (never an input),
+ * each rank's slice being what it computed: replicated, partial, or split where the placement
+ * check says a dim stays split (its split sizes, uneven too, are the ranks' local extents,
+ * gathered); in-place updates of the inputs go straight into their slices. Only the engine
+ * thread touches the registry. */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
 #include "program.h"
 #include "ts_program.h"
+#include "ts_rules.h"
 
 #define TSD_MAX_PROGRAMS 64
 
@@ -107,8 +115,12 @@ void tsd_answer_program_compile(tsd_engine *e, const tsd_pending *w) {
   r.result_case = TSHARD__RESPONSE__RESULT_PROGRAM;
   r.program = &pr;
   pr.id = last_id;
-  pr.text = "";
+  char *summary = NULL;
+  ts_error serr;
+  tsp_program *p = find(last_id);
+  pr.text = p && tsp_program_summary(p, &summary, &serr) == TS_OK ? summary : "";
   tsd_reply_response(e, w->conn_id, &r);
+  free(summary);
 }
 
 void tsd_op_program_show(tsd_engine *e, tsd_work *w) {
@@ -120,7 +132,8 @@ void tsd_op_program_show(tsd_engine *e, tsd_work *w) {
   }
   char *text = NULL;
   ts_error err;
-  int rc = tsp_program_show(p, &text, &err);
+  int rc = w->req->program_show->summary ? tsp_program_summary(p, &text, &err)
+                                         : tsp_program_show(p, &text, &err);
   if (rc) {
     tsd_reply_status(e, w->conn_id, w->req->id, rc, err.msg);
     return;
@@ -138,6 +151,12 @@ void tsd_op_program_show(tsd_engine *e, tsd_work *w) {
 
 void tsd_changes_program_run(const Tshard__Request *r, tsd_changes *ch) {
   const Tshard__ProgramRunRequest *q = r->program_run;
+  const tsp_program *p = find(q->id);
+  /* outputs not named are written to tensors of their own names */
+  for (int k = 0; p && k < tsp_program_n_outputs(p); k++)
+    tsd_changes_add(ch, tsp_program_output_name(p, k));
+  if (p && tsp_program_n_outputs(p))
+    ch->names = true;
   for (size_t i = 0; i < q->n_inputs; i++)
     if (q->inputs[i]->tensor && q->inputs[i]->tensor[0])
       tsd_changes_add(ch, q->inputs[i]->tensor);
@@ -252,33 +271,178 @@ static int output_attr(const tsp_program *p, int k, const tsp_placement *pl, con
 typedef struct run_state {
   tsp_tensor in[64], out[64];
   int64_t scalar_buf[64];
+  const Tshard__ProgramArg *in_arg[64]; /* per program input: the request's argument */
+  const char *out_tensor[64];           /* per program output: the tensor it becomes */
   const ts_attr *mesh;
   bool here; /* this rank holds the inputs' slices */
 } run_state;
+
+/* Appends to a message under construction (cut at its capacity). */
+static void add_text(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void add_text(char *buf, size_t cap, size_t *len, const char *fmt, ...) {
+  if (*len >= cap)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf + *len, cap - *len, fmt, ap);
+  va_end(ap);
+  *len = n < 0 ? *len : (*len + (size_t)n < cap ? *len + (size_t)n : cap);
+}
+
+/* Appends "; <what> 'a', 'b'<tail>" for the names picked out of n (none: nothing). */
+static void add_names(char *msg, size_t cap, size_t *len, const char *one, const char *many,
+                      const char *const *names, int n, const char *tail) {
+  if (!n)
+    return;
+  add_text(msg, cap, len, "%s%s ", *len ? "; " : "", n > 1 ? many : one);
+  for (int i = 0; i < n; i++)
+    add_text(msg, cap, len, "%s'%s'", i ? ", " : "", names[i]);
+  add_text(msg, cap, len, "%s", tail);
+}
+
+/* One side (inputs or outputs) of the request against the program: repeated, missing (inputs
+ * only: an output not named takes a default) and unknown names appended to msg; found[i] the
+ * argument of the program's name i (or NULL). The number of problems. */
+static int match_side(const tsp_program *p, bool outputs, Tshard__ProgramArg *const *args,
+                      size_t n_args, const Tshard__ProgramArg **found, char *msg, size_t cap,
+                      size_t *len) {
+  int n = outputs ? tsp_program_n_outputs(p) : tsp_program_n_inputs(p);
+  const char *twice[64], *missing[64], *unknown[64];
+  int n_twice = 0, n_missing = 0, n_unknown = 0;
+  for (int i = 0; i < n; i++) {
+    const char *name = outputs ? tsp_program_output_name(p, i) : tsp_program_input_name(p, i);
+    int count = 0;
+    found[i] = NULL;
+    for (size_t j = 0; j < n_args; j++)
+      if (strcmp(args[j]->name, name) == 0 && count++ == 0)
+        found[i] = args[j];
+    if (count > 1)
+      twice[n_twice++] = name;
+    else if (count == 0 && !outputs)
+      missing[n_missing++] = name;
+  }
+  for (size_t j = 0; j < n_args && n_unknown < 64; j++) {
+    int i = 0;
+    while (i < n && strcmp(args[j]->name, outputs ? tsp_program_output_name(p, i)
+                                                  : tsp_program_input_name(p, i)) != 0)
+      i++;
+    if (i == n)
+      unknown[n_unknown++] = args[j]->name;
+  }
+  add_names(msg, cap, len, outputs ? "missing output" : "missing input",
+            outputs ? "missing outputs" : "missing inputs", missing, n_missing, "");
+  add_names(msg, cap, len, outputs ? "unknown output" : "unknown input",
+            outputs ? "unknown outputs" : "unknown inputs", unknown, n_unknown,
+            " (not in the program)");
+  add_names(msg, cap, len, outputs ? "output" : "input", outputs ? "outputs" : "inputs", twice,
+            n_twice, n_twice > 1 ? " are given more than once" : " is given more than once");
+  return n_twice + n_missing + n_unknown;
+}
+
+/* The request's names against the program's interface: every missing, repeated or unknown input
+ * and output named in one message, with the interface. An output not named becomes a tensor of
+ * the output's own name. */
+static int match_names(const tsp_program *p, const Tshard__ProgramRunRequest *q, run_state *st,
+                       ts_error *err) {
+  char msg[400] = "";
+  size_t len = 0;
+  const Tshard__ProgramArg *out_arg[64];
+  int bad = match_side(p, false, q->inputs, q->n_inputs, st->in_arg, msg, sizeof msg, &len);
+  bad += match_side(p, true, q->outputs, q->n_outputs, out_arg, msg, sizeof msg, &len);
+  for (int k = 0; k < tsp_program_n_outputs(p); k++)
+    st->out_tensor[k] = out_arg[k] ? out_arg[k]->tensor : tsp_program_output_name(p, k);
+  if (!bad)
+    return TS_OK;
+  char inputs[240] = "", outputs[240] = "";
+  size_t il = 0, ol = 0;
+  for (int i = 0; i < tsp_program_n_inputs(p); i++)
+    add_text(inputs, sizeof inputs, &il, "%s%s", i ? ", " : "", tsp_program_input_name(p, i));
+  for (int k = 0; k < tsp_program_n_outputs(p); k++)
+    add_text(outputs, sizeof outputs, &ol, "%s%s", k ? ", " : "", tsp_program_output_name(p, k));
+  return ts_error_set(err, TS_INVALID_ARGUMENT, "%s. The program's inputs: %s (a stored tensor "
+                      "each, or a number for a scalar); its outputs: %s", msg,
+                      il ? inputs : "none", ol ? outputs : "none");
+}
+
+/* An output's tensor: new, or (overwrite) an existing tensor that is not an input of this run. */
+static int check_output_tensor(tsd_engine *e, const tsp_program *p,
+                               const Tshard__ProgramRunRequest *q, const run_state *st, int k,
+                               ts_error *err) {
+  const char *oname = tsp_program_output_name(p, k), *t = st->out_tensor[k];
+  ts_error nerr;
+  if (t == oname && ts_name_check("tensor name", t, strlen(t), &nerr) != TS_OK)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "output '%s' is not named, and its own name "
+                        "is not a tensor name (%s); name its tensor (--output %s=NAME)", oname,
+                        nerr.msg, oname);
+  for (int j = 0; j < k; j++)
+    if (strcmp(st->out_tensor[j], t) == 0)
+      return ts_error_set(err, TS_INVALID_ARGUMENT, "outputs '%s' and '%s' both name tensor '%s'; "
+                          "give each output its own tensor", tsp_program_output_name(p, j), oname,
+                          t);
+  if (!ts_store_find(e->store, t))
+    return TS_OK;
+  for (int i = 0; i < tsp_program_n_inputs(p); i++) {
+    const Tshard__ProgramArg *a = st->in_arg[i];
+    if (a && a->tensor && strcmp(a->tensor, t) == 0)
+      return ts_error_set(err, TS_INVALID_ARGUMENT, "output '%s' names tensor '%s', which is "
+                          "input '%s' of this run; update an input with an assign op, or name "
+                          "another tensor for the output", oname, t,
+                          tsp_program_input_name(p, i));
+  }
+  if (q->overwrite)
+    return TS_OK;
+  return ts_error_set(err, TS_EXISTS, "output '%s' would become tensor '%s', which exists "
+                      "already (an output not named is written to a tensor of its own name); "
+                      "name another tensor (--output %s=NAME, Python outputs={'%s': NAME}) or "
+                      "replace it (--overwrite, overwrite=True)", oname, t, oname, oname);
+}
+
+/* A static program dim that a tensor's split cuts: the error names the dim group that serves it. */
+static int static_split_hint(const tsp_program *p, int i, const ts_stored *t,
+                             const tsp_placement *pl, ts_error *err) {
+  for (int d = 0; d < t->ndim && d < tsp_program_input_ndim(p, i); d++) {
+    char f[TSP_FORMULA_TEXT];
+    if (!pl->split[d] || tsp_program_input_formula(p, i, d, f, sizeof f) >= (int)sizeof f)
+      continue;
+    char *end = NULL;
+    long long want = strtoll(f, &end, 10);
+    int64_t got = t->local.layout.shape[d];
+    if (*end || got == want)
+      continue;
+    return ts_error_set(err, TS_BAD_SHAPE, "input '%s' dim %d: the program fixes it at %lld, "
+                        "but tensor '%s' (size %lld there) is split along dim %d over ranks and "
+                        "this rank holds %lld; a split dim needs a dim group: declare one, e.g. "
+                        "\"dims\": {\"n\": {\"min\": 1, \"max\": %lld}}, and write \"n\" for "
+                        "dim %d of input '%s'", tsp_program_input_name(p, i), d, want, t->name,
+                        (long long)t->shape[d], d, (long long)got,
+                        (long long)(t->shape[d] > want ? t->shape[d] : want), d,
+                        tsp_program_input_name(p, i));
+  }
+  return TS_OK;
+}
 
 /* Binds the request to the program and this rank's slices; every check before any change. */
 static int bind(tsd_engine *e, tsp_program *p, const Tshard__ProgramRunRequest *q, run_state *st,
                 ts_error *err) {
   int n_in = tsp_program_n_inputs(p), n_out = tsp_program_n_outputs(p);
-  if ((int)q->n_inputs != n_in || (int)q->n_outputs != n_out)
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "the program takes %d inputs and %d outputs, "
-                        "the request names %zu and %zu", n_in, n_out, q->n_inputs, q->n_outputs);
+  int rc = match_names(p, q, st, err);
+  if (rc)
+    return rc;
   tsp_placement pin[64], pout[64];
   const char *tensor_of[64];
+  const char *labels[64], *attrs[64];
+  char attr_text[64][160];
   st->here = true;
   st->mesh = NULL;
   for (int i = 0; i < n_in; i++) {
-    const Tshard__ProgramArg *a = NULL;
-    for (size_t j = 0; j < q->n_inputs; j++)
-      if (strcmp(q->inputs[j]->name, tsp_program_input_name(p, i)) == 0)
-        a = a ? NULL : q->inputs[j];
-    if (!a)
-      return ts_error_set(err, TS_INVALID_ARGUMENT, "program input '%s' must be given exactly "
-                          "once", tsp_program_input_name(p, i));
+    const Tshard__ProgramArg *a = st->in_arg[i];
     ts_dtype dt = tsp_program_input_dtype(p, i);
     memset(&st->in[i], 0, sizeof st->in[i]);
     memset(&pin[i], 0, sizeof pin[i]);
     tensor_of[i] = a->tensor && a->tensor[0] ? a->tensor : NULL;
+    labels[i] = tensor_of[i];
+    attrs[i] = NULL;
     if (!tensor_of[i]) {
       if (tsp_program_input_ndim(p, i) != 0)
         return ts_error_set(err, TS_INVALID_ARGUMENT, "program input '%s' has dims: give a "
@@ -301,7 +465,8 @@ static int bind(tsd_engine *e, tsp_program *p, const Tshard__ProgramRunRequest *
                             "in place: give it once", tensor_of[i]);
     ts_stored *t = ts_store_find(e->store, tensor_of[i]);
     if (!t)
-      return ts_error_set(err, TS_NOT_FOUND, "no tensor named '%s'", tensor_of[i]);
+      return ts_error_set(err, TS_NOT_FOUND, "no tensor named '%s' (program input '%s')",
+                          tensor_of[i], tsp_program_input_name(p, i));
     if (t->dtype != dt)
       return ts_error_set(err, TS_BAD_DTYPE, "tensor '%s' is %s, program input '%s' is %s",
                           t->name, ts_dtype_name(t->dtype), tsp_program_input_name(p, i),
@@ -316,26 +481,22 @@ static int bind(tsd_engine *e, tsp_program *p, const Tshard__ProgramRunRequest *
     st->mesh = t->attr;
     st->here = st->here && t->has_slice;
     placement_of(t->attr, &pin[i]);
+    if (ts_attr_format(t->attr, attr_text[i], sizeof attr_text[i]) < sizeof attr_text[i])
+      attrs[i] = attr_text[i];
     st->in[i].data = t->local.data;
     st->in[i].dtype = dt;
     st->in[i].ndim = t->ndim;
     for (int d = 0; d < t->ndim; d++)
       st->in[i].shape[d] = t->local.layout.shape[d];
+    if (t->has_slice && (rc = static_split_hint(p, i, t, &pin[i], err)))
+      return rc;
   }
-  int rc = tsp_program_placement(p, pin, n_in, pout, n_out, err);
+  rc = tsp_program_placement_named(p, pin, labels, attrs, n_in, pout, n_out, err);
   if (rc)
     return rc;
   for (int k = 0; k < n_out; k++) {
-    const Tshard__ProgramArg *a = NULL;
-    for (size_t j = 0; j < q->n_outputs; j++)
-      if (strcmp(q->outputs[j]->name, tsp_program_output_name(p, k)) == 0)
-        a = a ? NULL : q->outputs[j];
-    if (!a)
-      return ts_error_set(err, TS_INVALID_ARGUMENT, "program output '%s' must be given exactly "
-                          "once", tsp_program_output_name(p, k));
-    if (ts_store_find(e->store, a->tensor))
-      return ts_error_set(err, TS_EXISTS, "a tensor named '%s' exists already (outputs are new "
-                          "tensors)", a->tensor);
+    if ((rc = check_output_tensor(e, p, q, st, k, err)))
+      return rc;
     for (int d = 0; d < TSP_MAX_DIMS; d++)
       if (pout[k].split[d] & pout[k].partial)
         return ts_error_set(err, TS_PROGRAM_PLACEMENT, "output '%s' would be split (dim %d) and "
@@ -414,14 +575,13 @@ int tsd_run_program_run(tsd_engine *e, const tsd_ordered *op, tsd_pending *origi
   /* new tensors over the inputs' mesh */
   int made = 0;
   for (int k = 0; !lst && k < n_out; k++) {
-    const char *name = NULL;
-    for (size_t j = 0; j < q->n_outputs; j++)
-      if (strcmp(q->outputs[j]->name, tsp_program_output_name(p, k)) == 0)
-        name = q->outputs[j]->tensor;
+    const char *name = st->out_tensor[k];
     ts_attr *attr = NULL;
     int64_t shape[TSP_MAX_DIMS];
     lst = output_attr(p, k, &pout[k], st->mesh, all, per, shape, &attr, &lerr);
     ts_stored *t = NULL;
+    if (!lst && q->overwrite && ts_store_find(e->store, name))
+      lst = ts_store_drop(e->store, name, &lerr); /* replaced (bind allowed it) */
     if (!lst)
       lst = ts_store_add(e->store, name, tsp_program_output_ndim(p, k), shape,
                          tsp_program_output_dtype(p, k), attr, NULL, &t, &lerr);
@@ -447,9 +607,7 @@ int tsd_run_program_run(tsd_engine *e, const tsd_ordered *op, tsd_pending *origi
   rc = agree(e, lst, &lerr, err);
   if (rc) {
     for (int k = 0; k < made; k++)
-      for (size_t j = 0; j < q->n_outputs; j++)
-        if (strcmp(q->outputs[j]->name, tsp_program_output_name(p, k)) == 0)
-          ts_store_drop(e->store, q->outputs[j]->tensor, NULL);
+      ts_store_drop(e->store, st->out_tensor[k], NULL);
   }
   free(st);
   return rc;

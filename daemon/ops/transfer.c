@@ -26,7 +26,7 @@
 #include "oplog.h"
 #include "put_verify.h"
 
-static void reply_put(tsd_engine *e, uint64_t conn_id, uint64_t id, uint64_t received, bool done) {
+void tsd_reply_put(tsd_engine *e, uint64_t conn_id, uint64_t id, uint64_t received, bool done) {
   Tshard__Response r = TSHARD__RESPONSE__INIT;
   Tshard__PutResult pr = TSHARD__PUT_RESULT__INIT;
   r.id = id;
@@ -207,7 +207,7 @@ static void direct_put_slice(tsd_engine *e, tsd_work *w, ts_stored *t, const cha
   if (rc)
     tsd_reply_status(e, w->conn_id, req->id, rc, err.msg);
   else
-    reply_put(e, w->conn_id, req->id, bytes, true);
+    tsd_reply_put(e, w->conn_id, req->id, bytes, true);
   tsd_oplog_local(req, w->conn_id, bytes, rc); /* oplog.c */
 }
 
@@ -273,7 +273,7 @@ void tsd_handle_put_chunk(tsd_engine *e, tsd_work *w) {
   if (!stage_chunk(e, c, w->conn_id, req->id, &tgt, p->offset, p->total_bytes, src, len))
     return;
   if (!tsd_session_put_done(c)) {
-    reply_put(e, w->conn_id, req->id, tsd_session_put_received(c), false);
+    tsd_reply_put(e, w->conn_id, req->id, tsd_session_put_received(c), false);
     return;
   }
   /* Complete: the scatter is a collective operation; the staging goes with it. */
@@ -350,7 +350,7 @@ void tsd_handle_put_slice(tsd_engine *e, tsd_work *w) {
     if (crc)
       tsd_reply_status(e, w->conn_id, req->id, err.code, err.msg);
     else
-      reply_put(e, w->conn_id, req->id, bytes, true);
+      tsd_reply_put(e, w->conn_id, req->id, bytes, true);
     tsd_oplog_local(req, w->conn_id, bytes, crc); /* oplog.c */
     return;
   }
@@ -358,7 +358,7 @@ void tsd_handle_put_slice(tsd_engine *e, tsd_work *w) {
   if (!stage_chunk(e, c, w->conn_id, req->id, &tgt, p->offset, p->total_bytes, src, len))
     return;
   if (!tsd_session_put_done(c)) {
-    reply_put(e, w->conn_id, req->id, tsd_session_put_received(c), false);
+    tsd_reply_put(e, w->conn_id, req->id, tsd_session_put_received(c), false);
     return;
   }
   uint64_t staged;
@@ -380,16 +380,16 @@ void tsd_handle_put_slice(tsd_engine *e, tsd_work *w) {
   if (rc)
     tsd_reply_status(e, w->conn_id, req->id, rc, err.msg);
   else
-    reply_put(e, w->conn_id, req->id, bytes, true);
+    tsd_reply_put(e, w->conn_id, req->id, bytes, true);
   tsd_oplog_local(req, w->conn_id, staged, rc); /* oplog.c */
 }
 
 /* Answers one chunk of the connection's copy, in the frame or (shm) in the region of the shared
  * segment the request named; frees the copy after its last byte. A copy made in the segment
  * (in_shm) is answered whole where it lies. */
-static void serve_chunk(tsd_engine *e, tsd_session *c, const tsd_copy *cp, uint64_t conn_id,
-                        uint64_t req_id, uint64_t offset, uint64_t max_bytes,
-                        const Tshard__ShmData *shm) {
+void tsd_serve_chunk(tsd_engine *e, tsd_session *c, const tsd_copy *cp, uint64_t conn_id,
+                     uint64_t req_id, uint64_t offset, uint64_t max_bytes,
+                     const Tshard__ShmData *shm) {
   uint64_t total = cp->total, left = total - offset, n;
   Tshard__Response r = TSHARD__RESPONSE__INIT;
   Tshard__DataChunk dc = TSHARD__DATA_CHUNK__INIT;
@@ -450,7 +450,7 @@ void tsd_handle_get_chunk(tsd_engine *e, tsd_work *w) {
     tsd_reply_status(e, w->conn_id, w->req->id, TS_INVALID_ARGUMENT, msg);
     return;
   }
-  serve_chunk(e, c, cp, w->conn_id, w->req->id, g->offset, g->max_bytes, g->shm);
+  tsd_serve_chunk(e, c, cp, w->conn_id, w->req->id, g->offset, g->max_bytes, g->shm);
 }
 
 void tsd_answer_get(tsd_engine *e, const tsd_pending *w) {
@@ -464,11 +464,12 @@ void tsd_answer_get(tsd_engine *e, const tsd_pending *w) {
   }
   /* The first chunk, in the region the get named when it asked for one. */
   Tshard__ShmData sd = TSHARD__SHM_DATA__INIT;
-  serve_chunk(e, c, cp, w->conn_id, w->req_id, 0, w->max_bytes, tsd_session_get_region(c, &sd));
+  tsd_serve_chunk(e, c, cp, w->conn_id, w->req_id, 0, w->max_bytes,
+                  tsd_session_get_region(c, &sd));
 }
 
 void tsd_answer_put(tsd_engine *e, const tsd_pending *w) {
-  reply_put(e, w->conn_id, w->req_id, w->staging_bytes, true);
+  tsd_reply_put(e, w->conn_id, w->req_id, w->staging_bytes, true);
 }
 
 /* This rank's slice into the client's memory: straight from the stored slice when the asked
@@ -532,7 +533,7 @@ void tsd_handle_get_slice(tsd_engine *e, tsd_work *w) {
                        "offset 0");
       return;
     }
-    serve_chunk(e, c, cp, w->conn_id, req->id, g->offset, g->max_bytes, g->shm);
+    tsd_serve_chunk(e, c, cp, w->conn_id, req->id, g->offset, g->max_bytes, g->shm);
     return;
   }
   tsd_session_copy_reset(e, c);
@@ -579,6 +580,6 @@ void tsd_handle_get_slice(tsd_engine *e, tsd_work *w) {
     return;
   }
   tsd_session_copy_set(e, c, g->name, true, buf, bytes, in_shm);
-  serve_chunk(e, c, tsd_session_copy(c, g->name, true), w->conn_id, req->id, 0, g->max_bytes,
-              g->shm);
+  tsd_serve_chunk(e, c, tsd_session_copy(c, g->name, true), w->conn_id, req->id, 0,
+                  g->max_bytes, g->shm);
 }

@@ -37,6 +37,45 @@ int tsd_request_check_strings(const uint8_t *buf, size_t len, ts_error *err) {
   return ts_wire_strings_check(&tshard__request__descriptor, buf, len, err);
 }
 
+/* Drops the unknown fields of a message and of every message inside it (the members of a oneof
+ * only when they are its case). Their bytes came from the unpack, with the default allocator.
+ * Returns false when one of them had the invalid number 0. */
+static bool strip_unknown(ProtobufCMessage *m) {
+  if (!m)
+    return true;
+  bool valid = true;
+  for (unsigned i = 0; i < m->n_unknown_fields; i++) {
+    valid = valid && m->unknown_fields[i].tag != 0;
+    free(m->unknown_fields[i].data);
+  }
+  free(m->unknown_fields);
+  m->unknown_fields = NULL;
+  m->n_unknown_fields = 0;
+  const ProtobufCMessageDescriptor *d = m->descriptor;
+  for (unsigned f = 0; f < d->n_fields; f++) {
+    const ProtobufCFieldDescriptor *fd = &d->fields[f];
+    if (fd->type != PROTOBUF_C_TYPE_MESSAGE)
+      continue;
+    char *base = (char *)m;
+    if ((fd->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
+        *(const uint32_t *)(base + fd->quantifier_offset) != fd->id)
+      continue;
+    if (fd->label == PROTOBUF_C_LABEL_REPEATED) {
+      size_t n = *(const size_t *)(base + fd->quantifier_offset);
+      ProtobufCMessage **arr = *(ProtobufCMessage ***)(base + fd->offset);
+      for (size_t k = 0; k < n; k++)
+        valid = strip_unknown(arr[k]) && valid;
+    } else {
+      valid = strip_unknown(*(ProtobufCMessage **)(base + fd->offset)) && valid;
+    }
+  }
+  return valid;
+}
+
+bool tsd_request_strip_unknown(Tshard__Request *req) {
+  return !req || strip_unknown(&req->base);
+}
+
 void tsd_request_free(Tshard__Request **req) {
   if (req && *req) {
     tshard__request__free_unpacked(*req, NULL);

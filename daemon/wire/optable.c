@@ -12,7 +12,8 @@
  * rank 0, run on every rank). A get is collective for its first chunk (offset 0: the gather) and
  * local for the next ones (they read the copy); a put is local, and its handler stages the
  * chunks and submits the complete put as a collective operation itself (the data must be whole
- * before the other ranks are asked). */
+ * before the other ranks are asked). put_many and get_many are local the same way: their
+ * handlers check the batch and submit the collective themselves (daemon/ops/batch_io.c). */
 #include <stdio.h>
 #include <string.h>
 
@@ -68,6 +69,10 @@ static const tsd_op ops[] = {
                           .validate = tsd_validate_reshard_many},
     [OP(DROP_MANY)] = {.name = "drop_many", .scope = TSD_SCOPE_COLLECTIVE,
                        .validate = tsd_validate_drop_many},
+    [OP(PUT_MANY)] = {.name = "put_many", .scope = TSD_SCOPE_LOCAL,
+                      .validate = tsd_validate_put_many},
+    [OP(GET_MANY)] = {.name = "get_many", .scope = TSD_SCOPE_LOCAL,
+                      .validate = tsd_validate_get_many},
 };
 #define NOPS (sizeof ops / sizeof ops[0])
 

@@ -28,6 +28,10 @@ int tsd_request_decode(const uint8_t *buf, size_t len, Tshard__Request **out, ts
  * (TS_INVALID_ARGUMENT naming the field). */
 int tsd_request_check_strings(const uint8_t *buf, size_t len, ts_error *err);
 void tsd_request_free(Tshard__Request **req);
+/* Drops every unknown field of a decoded request (nested messages too): its re-encoding then
+ * holds known fields only, and decodes on every rank. False when one had the invalid field
+ * number 0 (the request is malformed). */
+bool tsd_request_strip_unknown(Tshard__Request *req);
 /* Packs a Response as a whole frame (header included) into a malloc'd buffer. */
 int tsd_response_frame(const Tshard__Response *resp, uint8_t **frame, size_t *len, ts_error *err);
 /* A frame answering only a status and a message. */
@@ -110,6 +114,11 @@ int tsd_validate_create(const Tshard__Request *r, const tsd_limits *lim, ts_erro
  * exist are checked on every rank at run time, daemon/ops/batch.c). */
 int tsd_validate_reshard_many(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_drop_many(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+/* put_many and get_many: as the batches above, each item's declared dtype and dims; every item
+ * or none names the client's memory (then one request at offset 0 without data); a put_many's
+ * chunk bounds as a put's; get_many takes no idempotency key. */
+int tsd_validate_put_many(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_get_many(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_put(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_put_slice(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_get(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);

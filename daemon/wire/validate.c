@@ -381,3 +381,95 @@ int tsd_validate_participants(const Tshard__Request *req, const tsd_op *op, cons
   free(seen);
   return rc;
 }
+
+/* put_many and get_many: a batch of names (not empty, each once); every item or none names the
+ * client's memory, and then the request is one, at offset 0, without data, region or convert. */
+static int check_many_memory(size_t n, size_t with_memory, bool put, uint64_t offset,
+                             bool has_data, bool convert, ts_error *err) {
+  if (with_memory == 0)
+    return TS_OK;
+  if (with_memory != n)
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "%zu of the %zu items name the client's memory; all of them or none must",
+                        with_memory, n);
+  return offset || has_data || convert
+             ? ts_error_set(err, TS_INVALID_ARGUMENT,
+                            "a %s naming the client's memory is one request at offset 0 without "
+                            "data, shared-memory region or convert",
+                            put ? "put_many" : "get_many")
+             : TS_OK;
+}
+
+static int check_memory_range(const Tshard__ClientMemory *m, const char *name, ts_error *err) {
+  if (m->address == 0 || m->address + m->bytes < m->address)
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "tensor '%s' of the batch: the client's memory at address %#llx with "
+                        "%llu bytes is not a valid range", name, (unsigned long long)m->address,
+                        (unsigned long long)m->bytes);
+  return TS_OK;
+}
+
+int tsd_validate_put_many(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
+  (void)lim;
+  const Tshard__PutManyRequest *q = r->put_many;
+  const char **names = malloc((q->n_items ? q->n_items : 1) * sizeof *names);
+  if (!names)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory to check a batch of %zu", q->n_items);
+  size_t with_memory = 0;
+  for (size_t i = 0; i < q->n_items; i++) {
+    names[i] = q->items[i]->name;
+    with_memory += q->items[i]->client_memory != NULL;
+  }
+  int rc = check_batch_names("put_many batch", q->n_items, names, err);
+  free(names);
+  for (size_t i = 0; !rc && i < q->n_items; i++) {
+    const Tshard__PutManyItem *it = q->items[i];
+    ts_dtype dt;
+    ts_error lerr;
+    if (it->dtype[0] && ts_dtype_parse(it->dtype, &dt, &lerr))
+      rc = ts_error_set(err, lerr.code, "tensor '%s' of the batch: %s", it->name, lerr.msg);
+    else if (it->n_shape > TS_MAX_DIMS)
+      rc = ts_error_set(err, TS_BAD_SHAPE, "tensor '%s' of the batch: data of %zu dims; "
+                        "tensors have 1 to %d dims", it->name, it->n_shape, TS_MAX_DIMS);
+    else if (it->client_memory)
+      rc = check_memory_range(it->client_memory, it->name, err);
+  }
+  if (!rc)
+    rc = check_many_memory(q->n_items, with_memory, true, q->offset, q->data.len || q->shm,
+                           q->convert, err);
+  if (!rc && with_memory == 0)
+    rc = check_data(q->offset, q->total_bytes, &q->data, q->shm, err);
+  return rc;
+}
+
+int tsd_validate_get_many(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
+  const Tshard__GetManyRequest *q = r->get_many;
+  if (r->idempotency_key[0])
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "get_many takes no idempotency key: its data goes to the asking client "
+                        "only; send it without one");
+  if (q->offset > 0 && q->n_items == 0) /* a later chunk of the connection's copy */
+    return q->shm ? TS_OK : check_max_bytes(q->max_bytes, lim, err);
+  const char **names = malloc((q->n_items ? q->n_items : 1) * sizeof *names);
+  if (!names)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory to check a batch of %zu", q->n_items);
+  size_t with_memory = 0;
+  for (size_t i = 0; i < q->n_items; i++) {
+    names[i] = q->items[i]->name;
+    with_memory += q->items[i]->client_memory != NULL;
+  }
+  int rc = check_batch_names("get_many batch", q->n_items, names, err);
+  free(names);
+  for (size_t i = 0; !rc && i < q->n_items; i++) {
+    const Tshard__GetManyItem *it = q->items[i];
+    if (it->client_memory && (rc = check_memory_range(it->client_memory, it->name, err)) == 0 &&
+        it->client_memory->bytes != it->bytes)
+      rc = ts_error_set(err, TS_INVALID_ARGUMENT, "tensor '%s' of the batch: the client's "
+                        "memory holds %llu bytes but the item says %llu", it->name,
+                        (unsigned long long)it->client_memory->bytes,
+                        (unsigned long long)it->bytes);
+  }
+  if (!rc)
+    rc = check_many_memory(q->n_items, with_memory, false, q->offset, q->shm != NULL, false, err);
+  return rc || q->shm ? rc : check_max_bytes(q->max_bytes, lim, err);
+}

@@ -10,7 +10,12 @@
  * from the clients and the loop threads (measured: a hand-off share ten times longer). The
  * engine between work naps 10 us for 2 ms after its last work (the next operation's ORDER
  * reaches the other ranks while the client sends it), then doubling up to 8 ms: an idle daemon
- * wakes about a hundred times a second. A
+ * wakes about a hundred times a second. Those naps are what is left where nothing rings: ranks
+ * of one node ring each other's doorbells (comm/doorbell.c) when they send, so there a wait for
+ * a message blocks until the ring: an MPI message spins 100 us where the rank has a core of its
+ * own (not at all where cores are short), then blocks for 50 us doubling up to 1 ms (the cap
+ * bounds a message that came unannounced); the engine spins 200 us after work where it has a
+ * core, then blocks from 1 ms up to 100 ms: an idle daemon wakes ten times a second. A
  * client waiting for an answer spins 100 us (an answer that comes that fast is taken without the
  * wake-up of a sleeping thread), then blocks in poll(), which wakes on the answer itself. */
 #include "ts_wait.h"
@@ -27,6 +32,10 @@ const ts_wait_policy ts_wait_mpi = {
     .spin_ns = 50 * US, .hot_ns = 0, .nap_min_ns = 5 * US, .nap_max_ns = 50 * US};
 const ts_wait_policy ts_wait_engine = {
     .spin_ns = 0, .hot_ns = 2 * MS, .nap_min_ns = 10 * US, .nap_max_ns = 8 * MS};
+const ts_wait_policy ts_wait_bell = {
+    .spin_ns = 100 * US, .hot_ns = 0, .nap_min_ns = 50 * US, .nap_max_ns = 1 * MS};
+const ts_wait_policy ts_wait_engine_bell = {
+    .spin_ns = 200 * US, .hot_ns = 0, .nap_min_ns = 1 * MS, .nap_max_ns = 100 * MS};
 const ts_wait_policy ts_wait_socket = {
     .spin_ns = 100 * US, .hot_ns = 0, .nap_min_ns = 1000 * MS, .nap_max_ns = 1000 * MS};
 

@@ -16,6 +16,14 @@
  *   gpt2_loop_vs_raw      gpt2_loop_ms / gpt2_raw_ms
  *   gpt2_batched_ms       the 148 as one Client.reshard_many; gpt2_batched_vs_raw,
  *                         gpt2_batched_vs_loop (printed "unavailable" when the client lacks it)
+ *   gpt2_put_loop_ms      the 148 (S(0) over the ranks) put whole, one Client.put each; median
+ *                         of RUNS after a warm-up run
+ *   gpt2_put_many_ms      the same as one Client.put_many; gpt2_put_many_vs_loop the ratio
+ *   gpt2_get_loop_ms      the 148 got whole, one Client.get each
+ *   gpt2_get_many_ms      the same as one Client.get_many; gpt2_get_many_vs_loop the ratio
+ *   small148_<op>_ms      the same four for 148 tensors of 768 f32 (3 KiB each): op put_loop,
+ *                         put_many, get_loop, get_many; small148_put_many_vs_loop and
+ *                         small148_get_many_vs_loop the ratios
  *   async_overlap_ratio   a reshard of ASYNC MiB (default 256) issued with wait=False, numpy work
  *                         of about its duration in the client, then .result(): time over
  *                         max(reshard alone, work alone); 2.0 is no overlap ("unavailable" when
@@ -62,6 +70,9 @@ static void usage(const char *self) {
          "p50 of S(0)<->S(1) reshards vs raw MPI_Alltoall), gpt2_loop_ms, gpt2_batched_ms,\n"
          "gpt2_raw_ms, gpt2_loop_vs_raw, gpt2_batched_vs_raw (GPT-2-small's 148 tensors, one\n"
          "call each / one reshard_many, vs one MPI_Alltoallv + one MPI_Allgatherv),\n"
+         "gpt2_put_loop_ms, gpt2_put_many_ms, gpt2_get_loop_ms, gpt2_get_many_ms (the 148\n"
+         "put and got whole, one call each / one put_many or get_many), small148_* (the same\n"
+         "for 148 tensors of 3 KiB),\n"
          "async_overlap_ratio (wait=False reshard overlapped with numpy work), idle_cpu_pct,\n"
          "idle_cpu_max_pct (the daemons' CPU when idle), targets_missed. The header of\n"
          "tests/bench/bench_many.c explains each.\n"

@@ -7,6 +7,14 @@ C benchmark forwards (times at the client, medians unless said):
   gpt2_loop_ms        GPT-2-small's 148 tensors, one reshard call each (2-D S(0)->S(1), 1-D
                       S(0)->R); median of RUNS (each run followed by the way back, untimed)
   gpt2_batched_ms     the same 148 as one c.reshard_many (only when the client has it)
+  gpt2_put_loop_ms    the 148 tensors (S(0) over every rank) put whole, one c.put each; median of
+                      RUNS after a warm-up run
+  gpt2_put_many_ms    the same 148 as one c.put_many
+  gpt2_get_loop_ms    the 148 got whole, one c.get each
+  gpt2_get_many_ms    the same 148 as one c.get_many; also gpt2_put_many_vs_loop and
+                      gpt2_get_many_vs_loop (many over loop)
+  small148_<op>_ms    the same four (op: put_loop, put_many, get_loop, get_many) for 148 small
+                      tensors (768 f32 each, 3 KiB), where the per-request cost shows
   async_overlap_ratio a reshard of ASYNC_MIB issued with wait=False, single-threaded numpy work
                       of about its duration, then .result(): time over max(reshard alone, work
                       alone); also async_reshard_ms, async_work_ms, async_overlap_ms (only when
@@ -130,6 +138,55 @@ def gpt2(c, mesh, runs):
     sys.stdout.flush()
 
 
+def gpt2_io(c, mesh, runs, tensors=None, prefix="gpt2"):
+    """Whole puts and gets of the 148 tensors: one call each, or one put_many / get_many."""
+    src = f"{mesh} placements=[S(0)]"
+    tensors = tensors or gpt2_shapes()
+    data = {n: data_for(s, i) for i, (n, s) in enumerate(tensors)}
+    for n, s in tensors:
+        c.create(n, "f32", s, src)
+    have = hasattr(c, "put_many") and hasattr(c, "get_many")
+
+    def timed(fn):
+        times = []
+        for _ in range(runs + 1):  # the first run is a warm-up
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times[1:]) * 1e3
+
+    def put_loop():
+        for n, _ in tensors:
+            c.put(n, data[n])
+
+    def get_loop():
+        for n, _ in tensors:
+            c.get(n)
+    figs = {"put_loop": timed(put_loop)}
+    for n, _ in tensors[::37]:
+        check(c, n, data[n])
+    figs["get_loop"] = timed(get_loop)
+    if have:
+        figs["put_many"] = timed(lambda: c.put_many(data))
+        for n, _ in tensors[5::29]:
+            check(c, n, data[n])
+        figs["get_many"] = timed(lambda: c.get_many([n for n, _ in tensors]))
+        got = c.get_many([n for n, _ in tensors])
+        if any(not np.array_equal(got[n], data[n]) for n, _ in tensors):
+            raise SystemExit("bench_many_py: get_many gave back other values than were put")
+    for k in ("put_loop", "put_many", "get_loop", "get_many"):
+        if k in figs:
+            print(f"{prefix}_{k}_ms={figs[k]:.2f}")
+        else:
+            unavailable(f"{prefix}_{k}_ms", "this client has no Client.put_many / get_many")
+    for k in ("put", "get"):
+        if f"{k}_many" in figs:
+            print(f"{prefix}_{k}_many_vs_loop={figs[k + '_many'] / figs[k + '_loop']:.3f}")
+    for n, _ in tensors:
+        c.drop(n)
+    sys.stdout.flush()
+
+
 def takes_wait(c):
     try:
         params = inspect.signature(c.reshard).parameters
@@ -208,6 +265,8 @@ def main():
     with tshard.connect(socket=a.socket, timeout=600) as c:
         small(c, mesh, a.reps)
         gpt2(c, mesh, a.runs)
+        gpt2_io(c, mesh, a.runs)
+        gpt2_io(c, mesh, a.runs, [(f"small{i}", (768,)) for i in range(148)], "small148")
         async_overlap(c, mesh, a.async_mib, a.runs)
     return 0
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The launcher and faults: start waits until every rank serves, a second start of the same job is
-# refused, stop leaves nothing behind; a daemon killed mid-run gives the other ranks' clients a
+# refused, list shows the running job, stop leaves nothing behind; -np below 1 and unknown
+# commands are refused with exit 2 and a message (the closest command suggested); a daemon killed mid-run gives the other ranks' clients a
 # clear error within their timeout (no hang) and the foreground launcher names the dead rank; a
 # restarted job starts clean. The socket directory: one not 0700, a link, or another user's is
 # refused; links planted where the log and pid file go are not followed; $XDG_RUNTIME_DIR is
@@ -27,9 +28,33 @@ ok "$launch" start -np 3 --job "$job"
 for r in 0 1 2; do ok "$bin/tshard" ping --job "$job" --rank "$r"; done
 ok test "$("$launch" start -np 3 --job "$job" 2>&1 | grep -c 'already runs')" -eq 1
 ok "$launch" status --job "$job"
+# list: this user's running jobs, with their ranks, leader pid, socket directory and log
+listed() { "$launch" list | awk -v j="$1" '$1 == j {print $2, $3, $4, $5}'; }
+ok test "$(listed "$job")" = "3 $(cat "$dir/tshard-$job.pid") $dir $dir/tshard-$job.log"
+ok test "$("$launch" list | head -1 | awk '{print $1, $2, $3}')" = "JOB RANKS PID"
 ok "$launch" stop --job "$job"
 ok test -z "$(ls "$dir"/*.sock 2>/dev/null)"
 ok test ! -e "$dir/tshard-$job.pid"
+ok test -z "$(listed "$job")"
+
+# ---- refusals: exit 2 and a message naming what was wrong, nothing started ----
+# refusal EXPECTED_MESSAGE ARGS...
+refusal() {
+  local want=$1 out rc
+  shift
+  out=$("$launch" "$@" 2>&1)
+  rc=$?
+  [ "$rc" -eq 2 ] && echo "$out" | grep -qF -- "$want" ||
+    { echo "tshard-launch $*: exit $rc, output: $out"; return 1; }
+}
+for n in 0 -1 x 1.5; do
+  ok refusal "-np '$n': the number of ranks must be a whole number of at least 1" start -np "$n" --job "$job"
+done
+ok test ! -e "$dir/tshard-$job.pid"
+ok refusal "unknown command 'statsu'; did you mean 'status'?" statsu --job "$job"
+ok refusal "unknown command 'lsit'; did you mean 'list'?" lsit
+ok refusal "unknown command 'strat'; did you mean 'start'?" strat -np 2
+ok refusal "(commands: start stop status list;" halt
 
 # a rank dies mid-run
 "$launch" start -np 3 --job "$job" --foreground >"$dir/fg.out" 2>&1 &
@@ -59,10 +84,20 @@ for _ in $(seq 300); do kill -0 "$fg" 2>/dev/null || break; sleep 0.1; done
 ok test ! -e /proc/$fg
 ok grep -q "rank 2 died" "$dir/fg.out"
 fg=""
-# restarted: stale sockets are replaced, every rank serves
+# restarted: stale sockets are replaced, every rank serves; a socket a dead job left (rank 5 of
+# an earlier, larger run) is removed by start, and one left meanwhile by stop; another job's stays
+/usr/bin/python3 -c "import socket, sys; [socket.socket(socket.AF_UNIX).bind(p) for p in sys.argv[1:]]" \
+  "$dir/tshard-$job-5.sock" "$dir/tshard-$job-x-0.sock"
 ok "$launch" start -np 3 --job "$job"
+ok test ! -e "$dir/tshard-$job-5.sock"
+ok test -S "$dir/tshard-$job-x-0.sock"
 ok "$bin/tshard" ping --job "$job" --rank 2
 ok "$launch" stop --job "$job"
+/usr/bin/python3 -c "import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])" "$dir/tshard-$job-4.sock"
+ok "$launch" stop --job "$job"
+ok test ! -e "$dir/tshard-$job-4.sock"
+ok test -S "$dir/tshard-$job-x-0.sock"
+rm -f "$dir/tshard-$job-x-0.sock"
 
 # ---- the socket directory must be the caller's alone (0700), links are never followed ----
 echo "precious" >"$dir/target"

@@ -11,7 +11,11 @@
 #  - the Python package installed offline by Debian's pip from a copy of the sources
 #    (--no-build-isolation --no-index), into a --target directory and into a venv over Debian's
 #    numpy: __version__ is the C version, the generated modules are there, and it reads and
-#    writes a tensor on the same daemons (compared with numpy).
+#    writes a tensor on the same daemons (compared with numpy); with PATH not holding the CLI,
+#    tshard.plan says what to install, and with TSHARD_CLI naming the installed CLI tshard.plan
+#    and tshard.show give the CLI's answers;
+#  - the quickstart builds the target that holds the install set and every build/bin program the
+#    README names (so `cmake --install` works after the quickstart).
 # usage: test_install.sh BUILD_DIR SOURCE_DIR VERSION SANITIZE(ON|OFF)
 set -u
 build=$1 src=$2 version=$3 sanitize=$4
@@ -30,6 +34,24 @@ trap cleanup EXIT
 
 san_flags=()
 [ "$sanitize" = ON ] && san_flags=(-fsanitize=address,undefined)
+
+# -- the quickstart's build builds what the README names and what `cmake --install` installs:
+# deploy/quickstart.sh builds the target tshard-programs, which must depend on the install set and
+# on every build/bin program the README mentions (read from the Makefile generator's graph)
+ok grep -q -- "--target tshard-programs" "$src/deploy/quickstart.sh"
+graph=$build/CMakeFiles/Makefile2
+if [ -f "$graph" ]; then
+  grep -E "^CMakeFiles/tshard-programs.dir/all: " "$graph" | sed 's|.*/CMakeFiles/||; s|.*: CMakeFiles/||; s|\.dir/all$||' |
+    sort -u >"$tmp/programs"
+  # (a name ending in '-' is a pattern such as tshard-bench-*; the launcher is copied there when
+  # the build is configured)
+  named=$(grep -oE "build/bin/tshard[a-z-]*" "$src/README.md" | grep -v -- '-$' |
+    sed 's|build/bin/||; s|^tshard$|tshard-cli|' | grep -vx tshard-launch | sort -u)
+  for t in tshard_shared tshardd tshard-cli tshard-python $named; do
+    grep -qx -- "$t" "$tmp/programs" || { echo "the quickstart's build (tshard-programs) lacks $t"; ok false; }
+  done
+  ok test -x "$build/bin/tshard-launch"
+fi
 
 # -- the installed tree
 cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" 2>&1 || { cat "$tmp/install.log"; exit 1; }
@@ -92,7 +114,8 @@ if /usr/bin/python3 -m pip install --no-build-isolation --no-index --no-deps --q
      "$tmp/src/client/python" >"$tmp/pip.log" 2>&1; then
   ok test -f "$tmp/py/tshard/tshard_pb2.py"
   ok test -f "$tmp/py/tshard/_status.py"
-  (cd "$tmp" && PYTHONPATH="$tmp/py" /usr/bin/python3 - "$version" "$job" "$tmp/py" <<'PY')
+  (cd "$tmp" && PATH=/usr/bin:/bin TS_INSTALLED_CLI="$prefix/bin/tshard" PYTHONPATH="$tmp/py" \
+     /usr/bin/python3 - "$version" "$job" "$tmp/py" <<'PY')
 import sys
 import numpy as np
 import tshard
@@ -115,6 +138,32 @@ with tshard.connect(rank=1, job=job, timeout=30) as c:
     if c.describe("w_py")["attr"] != "mesh=[dp=2]@0-1 placements=[S(1)]":
         bad.append(f"attr {c.describe('w_py')['attr']}")
     c.drop("w_py")
+# planning and drawing offline: without the CLI on PATH the error says what to install; with
+# TSHARD_CLI naming the installed one they give the CLI's own answers
+import os, shutil, subprocess
+cli = os.environ["TS_INSTALLED_CLI"]
+if shutil.which("tshard"):
+    bad.append(f"the CLI is on PATH ({shutil.which('tshard')}): the test needs it absent")
+try:
+    tshard.plan((8, 6), "mesh=[2] placements=[S(0)]", "mesh=[2] placements=[S(1)]")
+    bad.append("plan without the CLI did not fail")
+except tshard.TshardError as e:
+    if "cmake --install build --prefix PREFIX" not in e.message or "TSHARD_CLI" not in e.message:
+        bad.append(f"plan without the CLI: {e.message}")
+os.environ["TSHARD_CLI"] = cli
+p = tshard.plan((8, 6), "mesh=[2] placements=[S(0)]", "mesh=[2] placements=[S(1)]")
+want = subprocess.run([cli, "plan", "--shape", "8,6", "--from", "mesh=[2] placements=[S(0)]",
+                       "--to", "mesh=[2] placements=[S(1)]", "--json"], capture_output=True,
+                      text=True).stdout
+import json
+w = json.loads(want)  # plan_ms differs between runs: the plan itself must not
+if (p["strategy"], p.get("costs")) != (w["strategy"], w.get("costs")) or p["strategy"] != "alltoall":
+    bad.append(f"plan {p} != the CLI's {want}")
+drawn = tshard.show((4, 4), "mesh=[2] placements=[S(0)]")
+if drawn.rstrip("\n") != subprocess.run([cli, "show", "--shape", "4,4", "--attr",
+                                         "mesh=[2] placements=[S(0)]"], capture_output=True,
+                                        text=True).stdout.rstrip("\n"):
+    bad.append(f"show: {drawn!r}")
 print("python:", "; ".join(bad) or "ok")
 sys.exit(1 if bad else 0)
 PY

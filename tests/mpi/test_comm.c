@@ -4,6 +4,7 @@
  * message and the call site, and transfers of strided regions (all-to-all-w and point-to-point)
  * checked element by element against the values each rank computes for itself. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,6 +152,116 @@ static void test_large_regions(ts_comm *world) {
   free(peers);
 }
 
+/* Doorbells: every rank of this one-node job has one (unless TSHARD_DOORBELLS=0, when nothing
+ * rings and waits only nap). A ring of the rank itself, then a message passed around the ring
+ * of ranks, each announced by its sender's ring: every wait ends because the bell changed,
+ * long before its 20 s nap. */
+static void test_doorbells(ts_world *w) {
+  const char *env = getenv("TSHARD_DOORBELLS");
+  bool off = env && strcmp(env, "0") == 0;
+  CHECK(ts_world_bells_local(w) == !off, "bells_local %d with TSHARD_DOORBELLS=%s",
+        ts_world_bells_local(w), env ? env : "(unset)");
+  if (off) {
+    uint32_t s = ts_world_bell_seq(w);
+    ts_world_bell_ring(w, rank); /* nothing to ring: no effect, no crash */
+    CHECK(ts_world_bell_seq(w) == s, "a ring without bells changed the counter");
+    return;
+  }
+  const int64_t long_nap = 20LL * 1000000000;
+  uint32_t seen = ts_world_bell_seq(w);
+  ts_world_bell_ring(w, rank);
+  ts_world_bell_wait(w, seen, long_nap); /* rung already: returns at once */
+  CHECK(ts_world_bell_seq(w) != seen, "own ring not seen");
+  ts_world_bell_ring(w, -1); /* out of range: ignored */
+  ts_world_bell_ring(w, size);
+  if (size < 2)
+    return;
+  MPI_Comm comm = ts_comm_handle(ts_world_comm(w));
+  MPI_Barrier(comm);
+  int token = -1, next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  for (int hop = 0; hop < 3; hop++) {
+    if (rank == 0) {
+      token = hop;
+      MPI_Send(&token, 1, MPI_INT, next, 77, comm);
+      ts_world_bell_ring(w, next);
+    }
+    int waits = 0;
+    for (;;) {
+      uint32_t s = ts_world_bell_seq(w);
+      int flag = 0;
+      MPI_Iprobe(prev, 77, comm, &flag, MPI_STATUS_IGNORE);
+      if (!flag)
+        MPI_Iprobe(prev, 77, comm, &flag, MPI_STATUS_IGNORE);
+      if (flag)
+        break;
+      ts_world_bell_wait(w, s, long_nap);
+      CHECK(ts_world_bell_seq(w) != s, "hop %d: a wait ended without a ring", hop);
+      if (++waits > 100 || ts_world_bell_seq(w) == s)
+        break;
+    }
+    MPI_Recv(&token, 1, MPI_INT, prev, 77, comm, MPI_STATUS_IGNORE);
+    CHECK(token == hop, "hop %d: token %d", hop, token);
+    if (rank != 0) {
+      MPI_Send(&token, 1, MPI_INT, next, 77, comm);
+      ts_world_bell_ring(w, next);
+    }
+  }
+}
+
+/* Many regions per pair (ts_comm_exchange_many): to each peer p (itself included), rank r sends
+ * three regions in order: a transposed 3x5 int32 plane (small: one message per pair with the
+ * others of the pair), an empty one, and rows of a large 64x600 int32 block (single copies where
+ * they work, or that pair's one message); `big` leaves the large ones out (every pair small). The
+ * receiver's regions have the same element counts in other strides; every element is checked. */
+static void test_exchange_many(ts_comm *world, bool big) {
+  enum { R = 64, W = 600 };
+  ts_error err;
+  int per = 3, n = size * per;
+  int32_t *small_src = malloc((size_t)size * 15 * sizeof(int32_t));
+  int32_t *small_dst = calloc((size_t)size * 15, sizeof(int32_t));
+  int32_t *large_src = malloc((size_t)size * R * W * sizeof(int32_t));
+  int32_t *large_dst = calloc((size_t)size * R * W, sizeof(int32_t));
+  ts_comm_region *sr = calloc(2 * (size_t)n, sizeof *sr), *rr = sr + n;
+  int *speer = malloc(2 * (size_t)n * sizeof *speer), *rpeer = speer + n;
+  for (int p = 0; p < size; p++) {
+    for (int k = 0; k < 15; k++)
+      small_src[p * 15 + k] = rank * 1000 + p * 100 + k;
+    for (int k = 0; k < R * W; k++)
+      large_src[(int64_t)p * R * W + k] = rank * 10000000 + p * 100000 + k;
+    /* sends: plane p read column-major; an empty region; block p row-major */
+    sr[p * per] = (ts_comm_region){small_src + p * 15, 2, 4, {5, 3}, {4, 20}};
+    sr[p * per + 1] = (ts_comm_region){NULL, 1, 4, {0}, {4}};
+    sr[p * per + 2] = (ts_comm_region){big ? large_src + (int64_t)p * R * W : NULL, 1, 4,
+                                       {big ? R * W : 0}, {4}};
+    rr[p * per] = (ts_comm_region){small_dst + p * 15, 1, 4, {15}, {4}};
+    rr[p * per + 1] = (ts_comm_region){NULL, 1, 4, {0}, {4}};
+    rr[p * per + 2] = (ts_comm_region){big ? large_dst + (int64_t)p * R * W : NULL, 2, 4,
+                                       {big ? W : 0, R}, {4, W * 4}}; /* transposed */
+    for (int k = 0; k < per; k++)
+      speer[p * per + k] = rpeer[p * per + k] = p;
+  }
+  CHECK(ts_comm_exchange_many(world, n, speer, sr, n, rpeer, rr, 21, &err) == TS_OK, "%s",
+        err.msg);
+  long bad = 0;
+  for (int p = 0; p < size; p++) {
+    for (int j = 0; j < 5; j++) /* small_dst[p][j*3 + i] = src_p[rank][i][j] (column-major) */
+      for (int i = 0; i < 3; i++)
+        bad += small_dst[p * 15 + j * 3 + i] != p * 1000 + rank * 100 + i * 5 + j;
+    for (int64_t c = 0; big && c < W; c++)
+      for (int64_t r = 0; r < R; r++)
+        bad += large_dst[(int64_t)p * R * W + r * W + c] !=
+               (int32_t)(p * 10000000 + rank * 100000 + c * R + r);
+  }
+  CHECK(bad == 0, "exchange_many (large %d): %ld wrong elements", big, bad);
+  int bad_peer[1] = {size};
+  ts_comm_region one = {small_src, 1, 4, {1}, {4}};
+  CHECK(ts_comm_exchange_many(world, 1, bad_peer, &one, 0, NULL, NULL, 22, &err) ==
+                TS_INVALID_ARGUMENT &&
+            strstr(err.msg, "names rank"),
+        "a peer outside the communicator: %s", err.msg);
+  free(small_src), free(small_dst), free(large_src), free(large_dst), free(sr), free(speer);
+}
+
 int main(int argc, char **argv) {
   ts_world *w = NULL;
   ts_error err;
@@ -164,6 +275,9 @@ int main(int argc, char **argv) {
   CHECK(ts_world_thread_level(w) >= MPI_THREAD_SERIALIZED, "thread level");
   ts_comm *world = ts_world_comm(w);
   CHECK(ts_comm_size(world) == size && ts_comm_rank(world) == rank, "world comm");
+  test_doorbells(w);
+  test_exchange_many(world, false);
+  test_exchange_many(world, true);
 
   /* Groups: reversed world order, cached on the second call. */
   int *rev = malloc((size_t)size * sizeof *rev);

@@ -296,7 +296,7 @@ START_TEST(test_placement_of_slices) {
   ck_assert_msg(tsp_program_placement(p, in, 1, out, 2, &err) == TS_OK, "%s", err.msg);
   in[0].split[1] = 1; /* dim 1 split: y slices it */
   ck_assert_int_eq(tsp_program_placement(p, in, 1, out, 2, &err), TS_PROGRAM_PLACEMENT);
-  ck_assert_msg(strstr(err.msg, "slice 'y'") && strstr(err.msg, "reshard 'x'"), "%s", err.msg);
+  ck_assert_msg(strstr(err.msg, "slice 'y'") && strstr(err.msg, "reshard input 'x'"), "%s", err.msg);
   memset(in, 0, sizeof in);
   in[0].split[0] = 1; /* dim 0 split: y keeps it whole (split stays), z cuts it: refused */
   ck_assert_int_eq(tsp_program_placement(p, in, 1, out, 2, &err), TS_PROGRAM_PLACEMENT);
@@ -399,7 +399,7 @@ START_TEST(test_window_conv) {
   pin[2].split[1] = 0;
   pin[2].split[0] = 1; /* m split on its rows: the window crosses the cut */
   ck_assert_int_eq(tsp_program_placement(p, pin, 3, pout, 5, &err), TS_PROGRAM_PLACEMENT);
-  ck_assert_msg(strstr(err.msg, "window 'm2'") && strstr(err.msg, "reshard 'm'"), "%s", err.msg);
+  ck_assert_msg(strstr(err.msg, "window 'm2'") && strstr(err.msg, "reshard input 'm'"), "%s", err.msg);
   tsp_program_destroy(p);
 
   /* k bucketed in powers of two: k = 3 runs in bucket 4, whose padded window overruns x */

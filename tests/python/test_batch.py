@@ -231,7 +231,7 @@ def cli_batch(d, m):
 
 
 def fault(seed):
-    os.environ["TSHARD_FAULT"] = f"batch-transfer@2*{NP}"
+    os.environ["TSHARD_FAULT"] = f"batch-transfer@2*{2 * NP}"
     try:
         d = Daemons(bin_dir, NP, FLAGS)
     finally:
@@ -252,6 +252,25 @@ def fault(seed):
                   and f"'{names[-1]}'" in msg, f"fault through rank {rk}: {st} {msg}")
             m.verify(names, f"after the fault through rank {rk}")
         check(len(seen) == 1, f"fault: answers differ: {seen}")
+        # every tensor coalesced (row-major f32, S(0) -> S(1)): the one exchange never runs
+        plain = {f"g{i}": np.arange(24 * (i + 1), dtype=np.float32).reshape(4 * (i + 1), 6)
+                 for i in range(4)}
+        with d.connect(0, timeout=T) as c:
+            for n, a in plain.items():
+                c.create(n, "f32", a.shape, f"mesh=[{NP}] placements=[S(0)]")
+                c.put(n, a)
+        seen = set()
+        for rk in range(NP):
+            with d.connect(rk, timeout=T) as c:
+                st, msg = status_of(lambda: c.reshard_many(
+                    {n: f"mesh=[{NP}] placements=[S(1)]" for n in plain}))
+                seen.add((st, msg))
+                check(st != "ok" and "injected batch transfer failure on rank 2" in msg
+                      and "'g3'" in msg, f"coalesced fault through rank {rk}: {st} {msg}")
+                for n, a in plain.items():
+                    check(c.describe(n)["attr"].endswith("placements=[S(0)]")
+                          and np.array_equal(c.get(n), a), f"coalesced fault changed {n}")
+        check(len(seen) == 1, f"coalesced fault: answers differ: {seen}")
         check(d.stop() == 0, f"the daemons with the fault exit 0:\n{d.logs()[-3000:]}")
 
 

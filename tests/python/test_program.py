@@ -233,7 +233,8 @@ with Daemons(bin_dir, n) as d:
                            capture_output=True, text=True, timeout=300)
         check(r.returncode == 0 and r.stdout.startswith("id="), f"cli compile: {r.stdout} {r.stderr}")
         cid = r.stdout.split("\n")[0][3:]
-        check("bucket" in r.stdout and "not built" in r.stdout, f"cli compile report: {r.stdout}")
+        check("buckets: 32, 0 built" in r.stdout and "\n  bucket 0:" not in r.stdout,
+              f"cli compile report (short): {r.stdout}")
         r = subprocess.run(cli + ["program", "run", cid, "--input", "x=x", "--input", "k=-2.5",
                                   "--output", "s=cli_max"] + conn,
                            capture_output=True, text=True, timeout=300)

@@ -52,10 +52,11 @@ START_TEST(every_op_has_its_runners) {
     ck_assert_ptr_nonnull(op);
     const tsd_op_handlers *h = tsd_op_handlers_find((int)f->id);
     tsd_loop_fn loop = tsd_loop_answer((int)f->id);
-    /* A get is collective for its first chunk; a put's local handler submits the complete put
-     * as a collective operation itself. */
+    /* A get is collective for its first chunk; the local handlers of a put, a put_many and a
+     * get_many check them and submit the collective operation themselves. */
     bool collective = op->scope == TSD_SCOPE_COLLECTIVE || op->scope_of != NULL ||
-                      f->id == TSHARD__REQUEST__OP_PUT;
+                      f->id == TSHARD__REQUEST__OP_PUT || f->id == TSHARD__REQUEST__OP_PUT_MANY ||
+                      f->id == TSHARD__REQUEST__OP_GET_MANY;
     bool local = op->scope == TSD_SCOPE_LOCAL || op->scope == TSD_SCOPE_CATALOG;
     if (op->scope == TSD_SCOPE_LOOP) {
       ck_assert_msg(loop != NULL, "%s: loop-scoped without a loop answer", f->name);
@@ -154,6 +155,92 @@ START_TEST(batches) {
 }
 END_TEST
 
+/* put_many and get_many: local (their handlers submit them), no participants; refused when
+ * empty, naming a tensor twice, with client memory on some items only or beside data, with a
+ * dtype or dims a tensor cannot have; a get_many with a key; its later chunks need no items. */
+START_TEST(put_get_many) {
+  ck_assert_int_eq(tsd_op_find(TSHARD__REQUEST__OP_PUT_MANY)->scope, TSD_SCOPE_LOCAL);
+  ck_assert_int_eq(tsd_op_find(TSHARD__REQUEST__OP_GET_MANY)->scope, TSD_SCOPE_LOCAL);
+  Tshard__Request r = TSHARD__REQUEST__INIT;
+  Tshard__PutManyRequest p = TSHARD__PUT_MANY_REQUEST__INIT;
+  Tshard__PutManyItem it[3];
+  Tshard__PutManyItem *itp[3] = {&it[0], &it[1], &it[2]};
+  Tshard__ClientMemory mem[3];
+  const char *names[3] = {"a", "b", "a"};
+  for (int i = 0; i < 3; i++) {
+    tshard__put_many_item__init(&it[i]);
+    tshard__client_memory__init(&mem[i]);
+    it[i].name = (char *)names[i];
+    it[i].dtype = (char *)"f32";
+    mem[i].address = 4096 * (uint64_t)(i + 1);
+    mem[i].bytes = 16;
+  }
+  r.op_case = TSHARD__REQUEST__OP_PUT_MANY;
+  r.put_many = &p;
+  ts_error err;
+  const tsd_op *op;
+  ck_assert_int_eq(tsd_request_validate(&r, &lim, &op, &err), TS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "empty put_many batch"), "message: %s", err.msg);
+  p.items = itp;
+  p.n_items = 3;
+  ck_assert_int_eq(tsd_request_validate(&r, &lim, &op, &err), TS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "names tensor 'a' twice"), "message: %s", err.msg);
+  p.n_items = 2;
+  ck_assert_int_eq(tsd_request_validate(&r, &lim, &op, &err), TS_OK); /* staged, no data yet */
+  it[0].client_memory = &mem[0];
+  ck_assert_int_eq(tsd_request_validate(&r, &lim, &op, &err), TS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "1 of the 2 items name the client's memory"), "message: %s",
+                err.msg);
+  it[1].client_memory = &mem[1];
+  ck_assert_int_eq(tsd_request_validate(&r, &lim, &op, &err), TS_OK);
+  p.convert = true;
+  ck_assert_int_eq(tsd_request_validate(&r, &lim, &op, &err), TS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "without data, shared-memory region or convert"), "message: %s",
+                err.msg);
+  p.convert = false;
+  it[1].dtype = (char *)"f31";
+  ck_assert_int_ne(tsd_request_validate(&r, &lim, &op, &err), TS_OK);
+  ck_assert_msg(strstr(err.msg, "tensor 'b' of the batch"), "message: %s", err.msg);
+  it[1].dtype = (char *)"f32";
+  it[1].n_shape = TS_MAX_DIMS + 1;
+  ck_assert_int_eq(tsd_request_validate(&r, &lim, &op, &err), TS_BAD_SHAPE);
+  it[1].n_shape = 0;
+  int32_t ranks[2] = {0, 1};
+  r.participants = ranks;
+  r.n_participants = 2;
+  r.idempotency_key = (char *)"k";
+  ck_assert_int_eq(tsd_request_validate(&r, &lim, &op, &err), TS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "put_many does not take participants"), "message: %s", err.msg);
+  r.n_participants = 0;
+  ck_assert_int_eq(tsd_request_validate(&r, &lim, &op, &err), TS_OK); /* a key: retries */
+  Tshard__GetManyRequest g = TSHARD__GET_MANY_REQUEST__INIT;
+  Tshard__GetManyItem gi[2];
+  Tshard__GetManyItem *gip[2] = {&gi[0], &gi[1]};
+  for (int i = 0; i < 2; i++) {
+    tshard__get_many_item__init(&gi[i]);
+    gi[i].name = (char *)names[i];
+    gi[i].bytes = 16;
+  }
+  r.op_case = TSHARD__REQUEST__OP_GET_MANY;
+  r.get_many = &g;
+  g.items = gip;
+  g.n_items = 2;
+  ck_assert_int_eq(tsd_request_validate(&r, &lim, &op, &err), TS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "get_many takes no idempotency key"), "message: %s", err.msg);
+  r.idempotency_key = (char *)"";
+  ck_assert_int_eq(tsd_request_validate(&r, &lim, &op, &err), TS_OK);
+  gi[0].client_memory = &mem[0];
+  gi[1].client_memory = &mem[1];
+  mem[1].bytes = 8;
+  ck_assert_int_eq(tsd_request_validate(&r, &lim, &op, &err), TS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "tensor 'b' of the batch: the client's memory holds 8 bytes"),
+                "message: %s", err.msg);
+  g.n_items = 0;
+  g.offset = 4096; /* a later chunk of the connection's copy */
+  ck_assert_int_eq(tsd_request_validate(&r, &lim, &op, &err), TS_OK);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("optable");
   TCase *tc = tcase_create("optable");
@@ -163,6 +250,7 @@ int main(void) {
   tcase_add_test(tc, scopes);
   tcase_add_test(tc, unknown_and_header);
   tcase_add_test(tc, batches);
+  tcase_add_test(tc, put_get_many);
   suite_add_tcase(s, tc);
   return ts_run_suite(s);
 }

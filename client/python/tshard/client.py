@@ -251,7 +251,11 @@ def _check_job(job):
 
 def _no_daemon(job, rank, path, timeout):
     """Why no daemon answered at path: a rank beyond the job's world (rank 0 says its size), or
-    no daemon at all, with how to start one."""
+    no daemon at all, with how to start one (or the rank the launcher recorded as lost)."""
+    from .launch import lost_job_message
+    lost = lost_job_message(path)
+    if lost is not None:
+        return lost
     if rank > 0:
         try:
             with connect(rank=0, job=job, timeout=timeout, shm=False) as c0:
@@ -307,6 +311,8 @@ class Client:
         self._timeout = None  # connect's, in seconds
         self._ids = threading.Lock()  # request ids are taken by callers and the reader
         self._inflight = None  # operations in flight (future.py): from the first wait=False
+        self._socket_path = None  # a Unix socket's path: where the launcher's job record is
+        self._lost_err = None  # RankLostError once a lost rank ended the job (launch.py)
 
     # -- plumbing ----------------------------------------------------------------------------
     def _own(self):
@@ -419,15 +425,36 @@ class Client:
         return pb.Request(id=self._take_id(), idempotency_key=_opt_str(key, "key"),
                           token=self._token or "")
 
+    def _lost(self, err):
+        """err, or the RankLostError of a lost rank when the connection ended (IO) or the daemon
+        is shutting down (SHUTDOWN) because Open MPI stopped the job (launch.py reads the
+        launcher's record); from then on every call raises that same error."""
+        if (self._lost_err is None and self._socket_path is not None
+                and isinstance(err, TshardError) and err.status in (18, 22)):
+            from .launch import lost_rank_error
+            self._lost_err = lost_rank_error(self._socket_path)
+        return self._lost_err or err
+
+    def _closed(self):
+        return self._lost_err or error_for(1, "the connection is closed")
+
     @contextlib.contextmanager
     def _io(self):
-        """Socket failures close the connection and raise IoError/TimeoutError; a malformed
-        answer (PROTOCOL) closes it too (it cannot be resynchronized)."""
+        """Socket failures close the connection and raise IoError/TimeoutError (RankLostError
+        when a lost rank ended the job); a malformed answer (PROTOCOL) closes it too (it cannot
+        be resynchronized)."""
         self._own()
         if self._sock is None:
-            raise error_for(1, "the connection is closed")
+            raise self._closed()
         try:
             yield
+        except TshardError as e:
+            lost = self._lost(e)
+            if e.status in (17, 18) or lost is not e:
+                self.close()
+            if lost is not e:
+                raise lost from None
+            raise
         except (_socket.timeout, BlockingIOError):
             self.close()
             raise error_for(19, "no answer from the daemon within the timeout (a longer one: "
@@ -435,11 +462,7 @@ class Client:
                                 "on the daemons; the connection is closed") from None
         except OSError as e:
             self.close()
-            raise error_for(18, f"connection to the daemon failed: {e}") from None
-        except TshardError as e:
-            if e.status in (17, 18):
-                self.close()
-            raise
+            raise self._lost(error_for(18, f"connection to the daemon failed: {e}")) from None
 
     def _check(self, resp, req_id):
         if resp.id != req_id:
@@ -467,9 +490,11 @@ class Client:
         from then on every answer comes through it."""
         self._own()
         if self._sock is None:
-            raise error_for(1, "the connection is closed")
+            raise self._closed()
         if self._inflight is None:
             self._inflight = Inflight(self._sock)
+        elif self._inflight.closed is not None:  # the reader saw the connection end
+            raise self._lost(self._inflight.closed)
         return self._inflight
 
     def _sync(self, fut: Future):
@@ -477,6 +502,12 @@ class Client:
         connection is closed (its answer could no longer be told apart)."""
         try:
             return fut.result(self._timeout)
+        except TshardError as e:
+            lost = self._lost(e)
+            if lost is e:
+                raise
+            self.close()
+            raise lost from None
         except WaitTimeoutError:
             self.close()
             raise error_for(19, "no answer from the daemon within the timeout (a longer one: "
@@ -489,6 +520,7 @@ class Client:
             if err is None and resp.status != 0:
                 err = error_for(resp.status, resp.message)
             if err is not None:
+                err = self._lost(err)
                 fut._set(error=err)
                 return
             try:
@@ -1183,6 +1215,62 @@ class Client:
         names = _names(names, "drop_many: names")
         self._call(key, drop_many=pb.DropManyRequest(names=names))
 
+    def put_many(self, arrays: Mapping[str, Any], convert: bool = False,
+                 key: Optional[str] = None, wait: bool = True) -> Optional[Future]:
+        """Puts many whole tensors in one request, one operation on the daemons.
+
+        Atomic: every array is checked before anything moves (each name once and existing, its
+        dtype and shape as ``put`` checks them, the daemons' --batch-max-tensors and
+        --batch-max-bytes), and either every tensor is stored or none, on every rank.
+
+        Args:
+            arrays: {name: numpy array} of whole row-major tensors, in any order.
+            convert: convert arrays of another dtype to their tensors' by the kernels' rules
+                (as ``put(..., convert=True)``).
+            key: idempotency key: a retry of the identical put_many is not run again.
+            wait: False returns a tshard.Future at once (the data goes in frames; keep the
+                arrays unchanged until it is done).
+
+        Returns:
+            None, or a Future of None with ``wait=False``.
+
+        Raises:
+            NotFoundError, InvalidArgumentError (a name twice), BadShapeError / BadDtypeError
+            (an array that does not fit its tensor), LimitError (naming the flag): nothing was
+            stored. TypeError when ``arrays`` is not a mapping.
+
+        Example:
+            >>> c.put_many({"wte": np.zeros((50257, 768), np.float32),
+            ...             "ln.b": np.ones(768, np.float32)})
+        """
+        from . import batch_io
+        return batch_io.put_many(self, arrays, convert=convert, key=key, wait=wait)
+
+    def get_many(self, names: Sequence[str],
+                 wait: bool = True) -> Union[Dict[str, np.ndarray], Future]:
+        """Gets many whole tensors in one request, one operation on the daemons.
+
+        Args:
+            names: the tensors' names, each once.
+            wait: False returns a tshard.Future of the dict at once.
+
+        Returns:
+            {name: numpy array} (row-major, aligned, the tensor's dtype and shape; bf16 as
+            uint16 bits) in the order of ``names``, or a Future of it with ``wait=False``. The
+            arrays may be views of one buffer the call allocated.
+
+        Raises:
+            NotFoundError naming an unknown tensor, InvalidArgumentError (a name twice, no
+            names), LimitError (--batch-max-tensors, --batch-max-bytes), BadShapeError when a
+            tensor changed size meanwhile. TypeError for a single name (use ``get``).
+
+        Example:
+            >>> arrays = c.get_many(["wte", "ln.b"]); arrays["wte"].shape
+            (50257, 768)
+        """
+        from . import batch_io
+        return batch_io.get_many(self, names, wait=wait)
+
     # Distributed einsum, computed where the shards live
     def einsum(self, equation: str, *operands: str, out: str, attr: Optional[AttrLike] = None,
                plan: Optional[str] = None, keep: bool = False, explain: bool = False,
@@ -1275,10 +1363,19 @@ class Client:
             CheckpointIoError: the directory cannot be written. NotFoundError: a name.
         """
         names = _names(names, "save: names")
-        return self._op(key, _nothing, wait, f"save to '{dir}'",
-                        save=pb.SaveRequest(dir=_dir(dir), names=names,
-                                            keep_partial=_flag(keep_partial, "keep_partial"),
-                                            per_node=_flag(per_node, "per_node")))
+        path = _dir(dir)
+        try:
+            return self._op(key, _nothing, wait, f"save to '{dir}'",
+                            save=pb.SaveRequest(dir=path, names=names,
+                                                keep_partial=_flag(keep_partial, "keep_partial"),
+                                                per_node=_flag(per_node, "per_node")))
+        except TshardError as e:  # a lost rank: the save's own error names its path
+            if e.status != 39:
+                raise
+            raise error_for(33, f"save to {path} was interrupted: {e.message}; {path} holds a "
+                                f"complete checkpoint or nothing: the one that was there before "
+                                f"(or this save's, had it been exchanged before the loss), never "
+                                f"a partial one") from None
 
     def load(self, dir: str, names: Union[None, str, Iterable[str]] = None,
              attr: Optional[AttrLike] = None, per_node: bool = False, key: Optional[str] = None,
@@ -1362,14 +1459,14 @@ class Client:
                         describe=pb.DescribeRequest(name=_check_name(name)))
 
     # -- compiled programs -----------------------------------------------------------------------
-    def program_compile(self, program: Union[None, str, Dict[str, Any]] = None, lazy: bool = False,
+    def program_compile(self, program: Union[None, str, Dict[str, Any]] = None, lazy: bool = True,
                         key: Optional[str] = None, graph: Any = None,
                         buckets: Optional[Dict[str, Any]] = None) -> Any:
         """Compiles an elementwise/reduction program on every rank.
 
         Args:
             program: the program as JSON text or a dict (or None with ``graph``).
-            lazy: compile on first run instead of now.
+            lazy: build each bucket on its first run (False: all now).
             key: an idempotency key.
             graph: the program as a ProgramGraph message (see :func:`tshard.graph_from_json`).
             buckets: ``{group: rule}`` overriding the program's bucketing rules.
@@ -1383,29 +1480,32 @@ class Client:
         return _program.compile(self, program, lazy=lazy, key=key, graph=graph, buckets=buckets)
 
     def program_run(self, program_id: Any, inputs: Mapping[str, Any],
-                    outputs: Optional[Mapping[str, str]] = None,
-                    key: Optional[str] = None) -> None:
+                    outputs: Optional[Mapping[str, str]] = None, key: Optional[str] = None,
+                    overwrite: bool = False) -> None:
         """Runs a compiled program on the local slices of every rank.
 
         Args:
             program_id: the id from :meth:`program_compile`.
-            inputs: ``{input name: tensor name or number}``.
-            outputs: ``{output name: new tensor name}``.
+            inputs: ``{input name: tensor name or number}``; a number its input's dtype cannot
+                hold is refused (BadDtypeError).
+            outputs: ``{output name: tensor name}``; outputs not named become tensors of their
+                own names.
             key: an idempotency key.
+            overwrite: let outputs replace existing tensors.
 
         Raises:
             ProgramPlacementError: the tensors' attributes do not fit the program.
             NotFoundError: an unknown program or tensor.
         """
-        _program.run(self, program_id, inputs, outputs, key=key)
+        _program.run(self, program_id, inputs, outputs, key=key, overwrite=overwrite)
 
-    def program_show(self, program_id: Any) -> Any:
-        """What a compiled program is (its inputs, outputs and generated code summary).
+    def program_show(self, program_id: Any, summary: bool = False) -> Any:
+        """What a compiled program is: its inputs, outputs and kernels (``summary``: briefly).
 
         Raises:
             NotFoundError: no program with this id.
         """
-        return _program.show(self, program_id)
+        return _program.show(self, program_id, summary=summary)
 
     def program_drop(self, program_id: Any, key: Optional[str] = None) -> None:
         """Forgets a compiled program on every rank.
@@ -1633,6 +1733,7 @@ def connect(rank: Optional[int] = None, socket: Optional[str] = None,
         raise error_for(18, f"cannot connect to {socket}: {e.strerror} (is tshardd running "
                             f"for this job and rank?)") from None
     c = Client(s, shm=bool(shm), opener=open_unix)
+    c._socket_path = socket
     try:
         c._hello()
     except BaseException:

@@ -62,6 +62,7 @@ _BUILTIN_BASES: Dict[str, Tuple[type, ...]] = {
     "EINSUM": (ValueError,),
     "OUT_OF_BOUNDS": (IndexError,),
     "NO_MEMORY": (MemoryError,),
+    "RANK_LOST": (builtins.ConnectionError,),  # a lost rank ended the connection
 }
 
 _classes: Dict[int, Type[TshardError]] = {}

@@ -6,13 +6,15 @@ Both run the ``tshard`` command-line tool (``tshard plan --json``, ``tshard show
 a second planner and drawer in Python: the C planner is the one the daemons run, so the answer
 is the daemons' own, and the drawing is the CLI's byte for byte. The tool is found as
 $TSHARD_CLI, else next to this package in a build tree (build/python/tshard -> build/bin/tshard),
-else on $PATH. ``Client.show(name)`` draws a tensor of the daemons the same way."""
+else on $PATH, else in this Python's prefix (a venv's bin/); otherwise the error says how to
+install it. ``Client.show(name)`` draws a tensor of the daemons the same way."""
 import json
 import os
 import re
 from typing import Any, Dict, Optional, Sequence
 import shutil
 import subprocess
+import sys
 
 from ._status import STATUS
 from .attr import Attr
@@ -33,8 +35,14 @@ def cli_path():
     found = shutil.which("tshard")
     if found:
         return found
-    raise error_for(20, "the tshard command-line tool was not found: build it (cmake --build "
-                        "build) or set TSHARD_CLI to its path")
+    venv = os.path.join(sys.prefix, "bin", "tshard")  # installed into this environment's prefix
+    if os.access(venv, os.X_OK):
+        return venv
+    raise error_for(20, f"the tshard command-line tool was not found (tshard.plan, tshard.show "
+                        f"and Client.show run it: the planner and drawer the daemons use); "
+                        f"looked at $TSHARD_CLI (not set), {built}, $PATH and {venv}. Install it "
+                        f"from a tshard build with `cmake --install build --prefix PREFIX` and "
+                        f"set TSHARD_CLI=PREFIX/bin/tshard (or put PREFIX/bin on PATH)")
 
 
 def _text(attr):

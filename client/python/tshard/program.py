@@ -3,7 +3,7 @@ SPMD on the ranks' local slices, show what the compiler made of it. The Client's
 methods delegate here."""
 import json
 import numbers
-from typing import Any, Dict, Union
+from typing import Any, Dict, Mapping, Optional, Union
 
 from . import tshard_pb2 as pb
 
@@ -125,9 +125,12 @@ def _rule(msg, name, rule):
                         "list of ints (or \"V1,V2,...\")")
 
 
-def compile(client, program=None, lazy=False, key=None, graph=None,  # noqa: A001
-            buckets=None):
-    """Compiles on every rank (all buckets now unless lazy); returns the program's id. The
+def compile(client: object, program: Union[str, dict, "pb.ProgramGraph", None] = None,  # noqa: A001
+            lazy: bool = True, key: Optional[str] = None,
+            graph: Optional["pb.ProgramGraph"] = None,
+            buckets: Optional[Mapping[str, object]] = None) -> str:
+    """Compiles on every rank; returns the program's id. Buckets are built on their first run
+    (lazy=False: every bucket now, e.g. ahead of a timed loop). The
     program is its JSON text or dict, or (graph=, or as program) a ProgramGraph message.
     buckets: {group name: rule} overriding the program's bucketing rules (rule: "pow2",
     {"step": S} or "step:S", a list of ints or "V1,V2,...")."""
@@ -149,11 +152,18 @@ def compile(client, program=None, lazy=False, key=None, graph=None,  # noqa: A00
     return r.program.id
 
 
-def run(client, program_id, inputs, outputs=None, key=None):
-    """inputs: {program input name: stored tensor name, or a number for a scalar input};
-    outputs: {program output name: new tensor name}. In-place assigns update the inputs'
-    tensors."""
-    msg = pb.ProgramRunRequest(id=str(program_id))
+def run(client: object, program_id: str, inputs: Mapping[str, Union[str, float]],
+        outputs: Optional[Mapping[str, str]] = None, key: Optional[str] = None,
+        overwrite: bool = False) -> None:
+    """Runs a compiled program on the ranks' local slices.
+
+    inputs: {program input name: stored tensor name, or a number for a scalar input};
+    outputs: {program output name: tensor name}; an output not named becomes a tensor named
+    after the output. An output's tensor must not exist unless overwrite=True (then it is
+    replaced; an input of the run never is). In-place assigns update the inputs' tensors.
+    Missing, repeated or unknown names are refused all at once (InvalidArgumentError naming
+    them and the program's inputs and outputs)."""
+    msg = pb.ProgramRunRequest(id=str(program_id), overwrite=bool(overwrite))
     for name, v in dict(inputs).items():
         if isinstance(v, str):
             msg.inputs.add(name=str(name), tensor=v)
@@ -171,6 +181,9 @@ def drop(client, program_id, key=None):
     client._call(key, program_drop=pb.ProgramDropRequest(id=str(program_id)))
 
 
-def show(client, program_id):
-    """The report of this rank's compiled program: graph, kernels, buckets, pool plan, cache."""
-    return client._call(program_show=pb.ProgramShowRequest(id=str(program_id))).program.text
+def show(client: object, program_id: str, summary: bool = False) -> str:
+    """The report of this rank's compiled program: graph, kernels, buckets, pool plan, cache;
+    summary=True: the short report a compile prints (interface, kernels, dim groups, buckets
+    built, cache)."""
+    req = pb.ProgramShowRequest(id=str(program_id), summary=bool(summary))
+    return client._call(program_show=req).program.text

@@ -14,8 +14,15 @@
  *                          compiling all ~100 shapes would take minutes on a shared machine
  *   compile_ms             one bucket built from an empty cache (parse, plan, emit, gcc, dlopen;
  *                          median of the real compiles above)
- * and the ratios against the targets (adam <= 1.5 x memory bound, adam <= numpy / 4, recompile
- * >= 10 x bucketed). Every build goes to a fresh cache directory that is removed at the end. */
+ *   adamw_bf16_ms          one AdamW step of mixed-precision training over N parameters: bf16
+ *                          weights and gradients, f32 master weights and moments, the shipped
+ *                          deploy/examples/programs/adamw_bf16.json (one fused kernel; median)
+ *   adamw_bf16_memory_bound_ms  the bytes it must move (g, master, m, v read: 14 bytes per
+ *                          parameter; w, master, m, v written: 14) at this run's memcpy rate
+ *   adamw_bf16_numpy_ms    the same step in numpy, in f32 on the same data (g widened from its
+ *                          bf16 bits, w rounded from the master to nearest even on the bits)
+ * and the ratios against the targets (adam and adamw <= 1.5 x memory bound, <= numpy / 4,
+ * recompile >= 10 x bucketed). Every build goes to a fresh cache directory removed at the end. */
 #include <ftw.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -91,10 +98,78 @@ static void dyn_text(char *buf, size_t cap, long long n) {
            n > 0 ? "" : "\"dims\":{\"n\":{\"min\":1,\"max\":4096,\"buckets\":\"pow2\"}},", dim);
 }
 
+/* The numpy side: the script's key=value line for `mode` (adam or adamw_bf16); -1 if none. */
+static double numpy_ms(const char *mode, long long n, int runs) {
+  double ms = -1;
+  char cmd[1024], key[64];
+  snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s %lld %d %s", TSP_NUMPY_SCRIPT, n, runs, mode);
+  snprintf(key, sizeof key, "%s_numpy_ms=", mode);
+  FILE *py = popen(cmd, "r");
+  if (py) {
+    char line[256];
+    while (fgets(line, sizeof line, py))
+      if (!strncmp(line, key, strlen(key)))
+        ms = atof(line + strlen(key));
+    pclose(py);
+  }
+  return ms;
+}
+
+static uint16_t to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
+/* One AdamW bf16 step of the shipped example over n parameters: the median of `runs` steps. */
+static double adamw_bf16_ms(long long n, int runs) {
+  FILE *f = fopen(TSP_EXAMPLES "/adamw_bf16.json", "rb");
+  static char text[16384];
+  size_t len = f ? fread(text, 1, sizeof text - 1, f) : 0;
+  if (f)
+    fclose(f);
+  text[len] = '\0';
+  tsp_program *p = build(text, true); /* the one bucket the run needs, built at the warm-up */
+  uint16_t *w = malloc((size_t)n * 2), *g = malloc((size_t)n * 2);
+  float *master = malloc((size_t)n * 4), *m = malloc((size_t)n * 4), *v = malloc((size_t)n * 4);
+  if (!w || !g || !master || !m || !v) {
+    fprintf(stderr, "tshard-bench-program: out of memory for %lld parameters\n", n);
+    exit(1);
+  }
+  for (long long i = 0; i < n; i++) {
+    master[i] = (float)(i % 1000) * 1e-3f;
+    w[i] = to_bf16(master[i]);
+    g[i] = to_bf16((float)(i % 77) * 1e-4f - 3e-3f);
+    m[i] = v[i] = 0;
+  }
+  float lr = 1e-3f, decay = 1e-5f;
+  tsp_tensor in[7] = {{w, TS_BF16, 1, {n}},      {g, TS_BF16, 1, {n}}, {master, TS_F32, 1, {n}},
+                      {m, TS_F32, 1, {n}},       {v, TS_F32, 1, {n}},  {&lr, TS_F32, 0, {0}},
+                      {&decay, TS_F32, 0, {0}}};
+  ts_error err = {0};
+  double t[100];
+  if (tsp_program_run(p, in, 7, NULL, 0, &err) != TS_OK) { /* warm-up: the build, threads */
+    fprintf(stderr, "tshard-bench-program: %s\n", err.msg);
+    exit(1);
+  }
+  for (int r = 0; r < runs; r++) {
+    double t0 = now_ms();
+    tsp_program_run(p, in, 7, NULL, 0, &err);
+    t[r] = now_ms() - t0;
+  }
+  tsp_program_destroy(p);
+  free(w);
+  free(g);
+  free(master);
+  free(m);
+  free(v);
+  return median(t, runs);
+}
+
 static void usage(void) {
   printf("usage: tshard-bench-program [options]\n"
          "Compiled programs against their limits; prints key=value lines.\n"
-         "  --params N      Adam parameters (default 67108864 = 64M)\n"
+         "  --params N      Adam and AdamW parameters (default 67108864 = 64M)\n"
          "  --runs R        timed Adam steps and memcpy runs, medians (default 5)\n"
          "  --compiles K    real compiles of distinct shapes for dyn_recompile_ms (default 6)\n"
          "  --help          this text\n");
@@ -208,18 +283,11 @@ int main(int argc, char **argv) {
   free(g);
   free(m);
   free(v);
-  /* numpy */
-  double numpy_ms = -1;
-  char cmd[1024];
-  snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s %lld %d", TSP_NUMPY_SCRIPT, n, runs);
-  FILE *py = popen(cmd, "r");
-  if (py) {
-    char line[256];
-    while (fgets(line, sizeof line, py))
-      if (!strncmp(line, "adam_numpy_ms=", 14))
-        numpy_ms = atof(line + 14);
-    pclose(py);
-  }
+  double adam_numpy = numpy_ms("adam", n, runs);
+  /* ---- AdamW, bf16 weights with f32 master weights and moments ---- */
+  double adamw_ms = adamw_bf16_ms(n, runs);
+  double adamw_bound_ms = 28.0 * (double)n / rate;
+  double adamw_numpy = numpy_ms("adamw_bf16", n, runs);
   /* ---- dynamic shapes ---- */
   dyn_text(text, sizeof text, 0);
   double t0 = now_ms();
@@ -279,12 +347,17 @@ int main(int argc, char **argv) {
 
   printf("params=%lld\n", n);
   printf("adam_fused_ms=%.3f\n", adam_ms);
-  printf("adam_numpy_ms=%.3f\n", numpy_ms);
+  printf("adam_numpy_ms=%.3f\n", adam_numpy);
   printf("adam_memory_bound_ms=%.3f\n", bound_ms);
   printf("memcpy_gb_per_s=%.2f\n", rate / 1e6);
   printf("memcpy_threads=%d\n", nth);
   printf("adam_vs_memory_bound=%.3f\n", adam_ms / bound_ms);
-  printf("adam_numpy_speedup=%.2f\n", numpy_ms > 0 ? numpy_ms / adam_ms : -1.0);
+  printf("adam_numpy_speedup=%.2f\n", adam_numpy > 0 ? adam_numpy / adam_ms : -1.0);
+  printf("adamw_bf16_ms=%.3f\n", adamw_ms);
+  printf("adamw_bf16_memory_bound_ms=%.3f\n", adamw_bound_ms);
+  printf("adamw_bf16_vs_bound=%.3f\n", adamw_ms / adamw_bound_ms);
+  printf("adamw_bf16_numpy_ms=%.3f\n", adamw_numpy);
+  printf("adamw_bf16_numpy_speedup=%.2f\n", adamw_numpy > 0 ? adamw_numpy / adamw_ms : -1.0);
   printf("dyn_buckets=%d\n", nb);
   printf("dyn_compile_ahead_ms=%.1f\n", ahead_ms);
   printf("dyn_bucketed_ms=%.3f\n", bucketed);
@@ -294,7 +367,9 @@ int main(int argc, char **argv) {
   printf("dyn_recompile_vs_bucketed=%.1f\n", recompile_ms / bucketed);
   printf("compile_ms=%.1f\n", compile_ms);
   printf("target_adam_memory_bound_met=%d\n", adam_ms <= 1.5 * bound_ms);
-  printf("target_adam_numpy_met=%d\n", numpy_ms > 0 && adam_ms <= numpy_ms / 4);
+  printf("target_adam_numpy_met=%d\n", adam_numpy > 0 && adam_ms <= adam_numpy / 4);
+  printf("target_adamw_bf16_memory_bound_met=%d\n", adamw_ms <= 1.5 * adamw_bound_ms);
+  printf("target_adamw_bf16_numpy_met=%d\n", adamw_numpy > 0 && adamw_ms <= adamw_numpy / 4);
   printf("target_dyn_met=%d\n", recompile_ms >= 10 * bucketed);
   return 0;
 }

@@ -1,0 +1,317 @@
+"""Whole puts and gets of many tensors in one request: ``Client.put_many`` and
+``Client.get_many`` (README "Batches"). Each is ONE collective operation on the daemons, checked
+whole before anything moves: every name given once and existing, each array's dtype and shape as
+a single put checks them, the daemons' --batch-max-tensors and --batch-max-bytes. A put_many
+stores every tensor or none, the same on every rank.
+
+The data takes the single put's and get's paths. On a Unix socket the request names the arrays'
+own memory and every daemon copies its pieces straight from or into them (one request, one
+answer). Otherwise (TCP, a daemon that cannot reach this process, ``convert=True``, or once the
+connection had operations in flight) the arrays' bytes travel one after another in the order of
+the batch, through the shared segment or in frames, in chunks; a get_many's first request
+gathers every tensor at the daemon and the next ones read that copy.
+"""
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import tshard_pb2 as pb
+from .client import DTYPES, _FROM_NUMPY, _check_name
+from .errors import TshardError, error_for
+from .future import Future
+from .typed_put import declare
+from .wire import request_frame
+
+_INVALID_ARGUMENT, _BAD_SHAPE, _PROTOCOL, _NO_DIRECT = 1, 5, 17, 38
+
+Prepared = List[Tuple[str, np.ndarray, str]]
+
+
+def _prepare(arrays: Mapping[str, Any], convert: bool) -> Prepared:
+    """(name, contiguous array, declared dtype) per tensor, checked as put checks them."""
+    if not isinstance(arrays, Mapping):
+        raise TypeError(f"put_many takes a dict {{name: array}}, not {type(arrays).__name__}")
+    if not arrays:
+        raise error_for(_INVALID_ARGUMENT, "put_many of no tensors; give at least one")
+    out = []
+    for name, array in arrays.items():
+        _check_name(name)
+        a, decl = declare(array, convert, DTYPES, _FROM_NUMPY, f"put_many of '{name}'")
+        out.append((name, a, decl))
+    return out
+
+
+def _put_request(prep: Prepared, convert: bool, direct: bool) -> pb.PutManyRequest:
+    m = pb.PutManyRequest(convert=bool(convert))
+    for name, a, decl in prep:
+        it = m.items.add(name=name, dtype=decl, shape=a.shape)
+        if direct:
+            it.client_memory.address = a.__array_interface__["data"][0]
+            it.client_memory.bytes = a.nbytes
+    return m
+
+
+def _flat(prep: Prepared) -> np.ndarray:
+    """The arrays' bytes one after another (the staged data of a put_many)."""
+    parts = [a.reshape(-1).view(np.uint8) for _, a, _ in prep]
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.uint8)
+
+
+def _frame_chunk(c, meta: pb.PutManyRequest) -> int:
+    """Data bytes per frame beside the batch's items (each chunk carries them)."""
+    room = c.chunk - meta.ByteSize() - 1024
+    if room < 4096:
+        raise error_for(16, f"put_many: the {len(meta.items)} items leave no room for data in a "
+                            f"frame of {c.max_frame} bytes; put fewer tensors at once")
+    return room
+
+
+def put_many(c, arrays: Mapping[str, Any], convert: bool = False, key: Optional[str] = None,
+             wait: bool = True):
+    """Client.put_many (see its docstring)."""
+    prep = _prepare(arrays, convert)
+    if not wait or c._inflight is not None:
+        fut = _put_many_async(c, prep, convert, key)
+        return c._sync(fut) if wait else fut
+    if not convert and c._direct_on and all(a.nbytes for _, a, _ in prep):
+        try:
+            c._call(key, put_many=_put_request(prep, convert, True))
+            return None
+        except TshardError as e:
+            if e.status != _NO_DIRECT:
+                raise
+            c._direct_on = False  # the segment or the frames from now on
+    meta = _put_request(prep, convert, False)
+    flat = _flat(prep)
+    total = flat.nbytes
+    with c._io():
+        seg = c._segment(total)
+        if seg is not None:
+            chunk = total if total <= seg.bytes else (seg.bytes // 2) & ~63
+        else:
+            chunk = _frame_chunk(c, meta)
+        off = 0
+        while True:  # one chunk at a time; the answer to the last one is the put's
+            n = min(chunk, total - off)
+            req = c._request(key)
+            req.put_many.CopyFrom(meta)
+            req.put_many.offset, req.put_many.total_bytes = off, total
+            bulk = None
+            if seg is not None:
+                np.copyto(seg.view[:n], flat[off:off + n])
+                req.put_many.shm.offset, req.put_many.shm.bytes = 0, n
+            else:
+                bulk = memoryview(flat[off:off + n])
+            c._wire.send(request_frame(req, bulk))
+            c._check(c._wire.recv(), req.id)
+            off += n
+            if off >= total:
+                return None
+
+
+def _put_many_async(c, prep: Prepared, convert: bool, key: Optional[str]) -> Future:
+    """Every chunk sent at once in frames; the Future is done when every chunk is answered and
+    fails with the first chunk's refusal."""
+    meta = _put_request(prep, convert, False)
+    flat = _flat(prep)
+    total = flat.nbytes
+    chunk = _frame_chunk(c, meta)
+    offsets = list(range(0, total, chunk)) or [0]
+    fl = c._reader_on()
+    fut = Future(fl.cond, f"put_many of {len(prep)} tensors")
+    fut._keep = flat
+    state = {"left": len(offsets), "first": None}
+
+    def handler(i):
+        def on_answer(resp, err):
+            if err is None and resp.status != 0:
+                err = error_for(resp.status, resp.message)
+            if err is not None and (state["first"] is None or i < state["first"][0]):
+                state["first"] = (i, err)
+            state["left"] -= 1
+            if state["left"] == 0 or (resp is None and err is not None):
+                fut._set(error=state["first"][1] if state["first"] else None)
+        return on_answer
+    with fl.gate:
+        for i, off in enumerate(offsets):
+            req = c._request(key)
+            req.put_many.CopyFrom(meta)
+            req.put_many.offset, req.put_many.total_bytes = off, total
+            c._send_request(fl, req, handler(i), memoryview(flat[off:off + chunk]))
+    return fut
+
+
+def _shapes(c, names: Sequence[str]) -> List[Tuple[str, np.dtype, List[int], int]]:
+    """(name, numpy dtype, shape, bytes) of every named tensor, from one list(details=True)."""
+    return _shapes_from(names, c.list(details=True))
+
+
+def _shapes_from(names: Sequence[str], listed) -> List[Tuple[str, np.dtype, List[int], int]]:
+    info = {t["name"]: t for t in listed}
+    out = []
+    for n in names:
+        t = info.get(n)
+        if t is None:  # the daemons name it too; asking them keeps the message theirs
+            out.append((n, np.dtype(np.uint8), [0], 0))
+            continue
+        out.append((n, np.dtype(DTYPES[t["dtype"]]), list(t["shape"]), int(t["bytes"])))
+    return out
+
+
+def _get_request(shapes, arrays: Optional[List[np.ndarray]]) -> pb.GetManyRequest:
+    m = pb.GetManyRequest()
+    for i, (n, _, _, b) in enumerate(shapes):
+        it = m.items.add(name=n, bytes=b)
+        if arrays is not None:
+            it.client_memory.address = arrays[i].__array_interface__["data"][0]
+            it.client_memory.bytes = b
+    return m
+
+
+def _split(flat: np.ndarray, shapes) -> Dict[str, np.ndarray]:
+    """The tensors packed one after another in flat, as arrays (a tensor whose place is not
+    aligned to its element size is copied out, so that every array is aligned)."""
+    out, off = {}, 0
+    for n, dt, shape, b in shapes:
+        part = flat[off:off + b]
+        out[n] = (part if off % dt.itemsize == 0 else part.copy()).view(dt).reshape(shape)
+        off += b
+    return out
+
+
+_ALIGN = 64  # each tensor's place in a direct get_many's buffer
+
+
+def _places(shapes) -> Tuple[List[int], int]:
+    """Where each tensor goes in one buffer (aligned), and the buffer's bytes."""
+    at, total = [], 0
+    for _, _, _, b in shapes:
+        at.append(total)
+        total += (b + _ALIGN - 1) // _ALIGN * _ALIGN
+    return at, total
+
+
+def _names(names: Sequence[str]) -> List[str]:
+    if isinstance(names, str):
+        raise TypeError("get_many takes a list of names, not one name (use get)")
+    names = [_check_name(n) for n in names]
+    if not names:
+        raise error_for(_INVALID_ARGUMENT, "get_many of no tensors; give at least one name")
+    return names
+
+
+def get_many(c, names: Sequence[str], wait: bool = True):
+    """Client.get_many (see its docstring)."""
+    names = _names(names)
+    if not wait or c._inflight is not None:
+        fut = _get_many_async(c, names)
+        return c._sync(fut) if wait else fut
+    shapes = _shapes(c, names)
+    if c._direct_on and all(b for _, _, _, b in shapes):
+        # One buffer for all, reused (its pages already faulted in) once the caller dropped the
+        # arrays of the last large result, as get does (Client._result_buffer).
+        at, room = _places(shapes)
+        buf = c._result_buffer(room)
+        arrays = [buf[a:a + b] for a, (_, _, _, b) in zip(at, shapes)]
+        try:
+            resp = c._call(None, get_many=_get_request(shapes, arrays))
+        except TshardError as e:
+            if e.status != _NO_DIRECT:
+                raise
+            c._direct_on = False
+        else:
+            d = resp.data if resp.WhichOneof("result") == "data" else None
+            total = sum(b for _, _, _, b in shapes)
+            if d is None or not d.direct or d.total_bytes != total:
+                c.close()
+                raise error_for(_PROTOCOL, "the daemon answered a get_many into this process's "
+                                           "memory without saying it wrote all of it")
+            return {n: a.view(dt).reshape(shape)
+                    for (n, dt, shape, _), a in zip(shapes, arrays)}
+    total = sum(b for _, _, _, b in shapes)
+    first = _get_request(shapes, None)
+
+    def fill(req, off):
+        if off == 0:
+            req.get_many.CopyFrom(first)
+        req.get_many.offset = off
+        return req.get_many
+    flat = np.empty(total, dtype=np.uint8)
+    raw = c._read_chunks(fill, total, flat)
+    if len(raw) != total:
+        raise error_for(_PROTOCOL, f"the get_many came with {len(raw)} bytes, not {total}")
+    return _split(raw, shapes)
+
+
+def _get_many_async(c, names: List[str]) -> Future:
+    """A list of the tensors' details, then, once it is answered (on the reader thread), the
+    first request (the gather) and every later chunk request at once; nothing else is sent in
+    between (the gate), so the chunks read the copy the first one made."""
+    fl = c._reader_on()
+    fut = Future(fl.cond, f"get_many of {len(names)} tensors")
+    fl.gate.acquire()
+    gate = [True]
+
+    def open_gate():
+        if gate[0]:
+            gate[0] = False
+            fl.gate.release()
+
+    def on_list(resp, err):
+        try:
+            if err is None and resp.status != 0:
+                err = error_for(resp.status, resp.message)
+            if err is not None:
+                fut._set(error=err)
+                return
+            listed = [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape),
+                       "bytes": t.bytes} for t in resp.list.tensors]
+            _get_chunks(c, fl, fut, _shapes_from(names, listed))
+        except Exception as e:  # noqa: BLE001 - the Future carries it
+            fut._set(error=e)
+        finally:
+            open_gate()
+    try:
+        req = c._request()
+        req.list.details = True
+        c._send_request(fl, req, on_list)
+    except BaseException:
+        open_gate()
+        raise
+    return fut
+
+
+def _get_chunks(c, fl, fut: Future, shapes) -> None:
+    """Sends a get_many's requests (reader thread); the Future gets the dict of arrays."""
+    total = sum(b for _, _, _, b in shapes)
+    flat = np.empty(total, dtype=np.uint8)
+    offsets = list(range(0, total, c.chunk)) or [0]
+    state = {"left": len(offsets), "first": None}
+
+    def handler(i, off):
+        def on_answer(resp, err):
+            if err is None and resp.status != 0:
+                err = error_for(resp.status, resp.message)
+            if err is None:
+                d = resp.data if resp.WhichOneof("result") == "data" else None
+                if (d is None or d.offset != off or d.total_bytes != total
+                        or len(d.data) != min(c.chunk, total - off)):
+                    err = error_for(_PROTOCOL, "the daemon answered a get_many chunk that does "
+                                               "not fit")
+                else:
+                    flat[off:off + len(d.data)] = np.frombuffer(d.data, dtype=np.uint8)
+            if err is not None and (state["first"] is None or i < state["first"][0]):
+                state["first"] = (i, err)
+            state["left"] -= 1
+            if state["left"] == 0 or resp is None:
+                if state["first"]:
+                    fut._set(error=state["first"][1])
+                else:
+                    fut._set(_split(flat, shapes))
+        return on_answer
+    for i, off in enumerate(offsets):
+        req = c._request()
+        if off == 0:
+            req.get_many.CopyFrom(_get_request(shapes, None))
+        req.get_many.offset, req.get_many.max_bytes = off, c.chunk
+        c._send_request(fl, req, handler(i, off))
