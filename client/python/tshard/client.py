@@ -1224,9 +1224,10 @@ class Client:
         --batch-max-bytes), and either every tensor is stored or none, on every rank.
 
         Args:
-            arrays: {name: numpy array} of whole row-major tensors, in any order.
-            convert: convert arrays of another dtype to their tensors' by the kernels' rules
-                (as ``put(..., convert=True)``).
+            arrays: {name: numpy array} of whole row-major tensors, in any order (bf16 data as
+                ``tshard.bf16_bits(bits)``).
+            convert: convert arrays of another dtype to their tensors', as
+                ``put(..., convert=True)`` does (values that would not survive are refused).
             key: idempotency key: a retry of the identical put_many is not run again.
             wait: False returns a tshard.Future at once (the data goes in frames; keep the
                 arrays unchanged until it is done).
