@@ -275,8 +275,11 @@ const char *tshard_version(void);
  * A put that declares its data's dtype and row-major shape: the daemon refuses data that differs
  * from the tensor (put) or this rank's slice box (put_slice), naming both, instead of storing
  * reinterpreted bits. The CLI and the Python client always declare. */
-#define TSHARD_PUT_CONVERT 1u /* flags: data of another dtype is converted to the tensor's by the
-                                 kernels' rules (README "Checked puts"); the shape must match */
+#define TSHARD_PUT_CONVERT 1u /* flags: data of another dtype is converted to the tensor's as
+                                 numpy's astype does, and refused (TS_BAD_DTYPE, naming both
+                                 dtypes) when a value would not survive: out of range, NaN or an
+                                 infinity into an integer, overflow to infinity (README "Checked
+                                 puts"); the shape must match */
 int tshard_put_typed(tshard_client *c, const char *name, const char *dtype, int ndim,
                      const int64_t *shape, const void *data, size_t bytes, const char *key,
                      unsigned flags);

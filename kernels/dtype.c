@@ -5,6 +5,7 @@
  * rounding, so there is no double rounding). Same-dtype conversions are byte moves. The row
  * functions here are the inner loops of the strided-copy kernel's dtype-converting paths. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels_internal.h"
@@ -36,6 +37,31 @@ int ts_dtype_parse(const char *text, ts_dtype *out, ts_error *err) {
   }
   return ts_error_set(err, TS_BAD_DTYPE,
                       "unknown dtype '%s': valid dtypes are f32, f64, f16, bf16, i8, i32, i64, u8",
+                      text ? text : "(null)");
+}
+
+static const struct {
+  const char *text;
+  ts_dtype dt;
+} spellings[] = { /* numpy's and PyTorch's names; the tshard names are dtype_info's */
+    {.text = "float32", .dt = TS_F32}, {.text = "float64", .dt = TS_F64},
+    {.text = "float16", .dt = TS_F16}, {.text = "bfloat16", .dt = TS_BF16},
+    {.text = "int8", .dt = TS_I8},     {.text = "int32", .dt = TS_I32},
+    {.text = "int64", .dt = TS_I64},   {.text = "uint8", .dt = TS_U8},
+};
+
+int ts_dtype_parse_spelling(const char *text, ts_dtype *out, ts_error *err) {
+  if (ts_dtype_parse(text, out, NULL) == TS_OK)
+    return TS_OK;
+  for (size_t i = 0; text && i < sizeof spellings / sizeof spellings[0]; i++) {
+    if (strcmp(text, spellings[i].text) == 0) {
+      *out = spellings[i].dt;
+      return TS_OK;
+    }
+  }
+  return ts_error_set(err, TS_BAD_DTYPE,
+                      "unknown dtype '%s': valid dtypes are f32 (float32), f64 (float64), f16 "
+                      "(float16), bf16 (bfloat16), i8 (int8), i32 (int32), i64 (int64), u8 (uint8)",
                       text ? text : "(null)");
 }
 
@@ -289,4 +315,153 @@ void ts_convert(void *dst, ts_dtype dt_dst, const void *src, ts_dtype dt_src, si
   ts__row_fn fn = ts__row_function(dt_dst, dt_src);
   if (fn)
     fn(dst, (ptrdiff_t)ts_dtype_size(dt_dst), src, (ptrdiff_t)ts_dtype_size(dt_src), n);
+}
+
+/* ---- checks that a conversion keeps every value ----------------------------------------- */
+
+/* The largest magnitudes that round to a finite value in each float dtype (half an ulp below the
+ * next power of two: ties round to even, which is infinity). */
+static double float_limit(ts_dtype dt) {
+  switch (dt) {
+  case TS_F16:
+    return 65520.0;
+  case TS_BF16:
+    return 0x1p128 - 0x1p119;
+  case TS_F32:
+    return 0x1p128 - 0x1p103;
+  default:
+    return INFINITY;
+  }
+}
+
+/* The integer range of an integer dtype. */
+static void int_range(ts_dtype dt, int64_t *lo, int64_t *hi) {
+  switch (dt) {
+  case TS_I8:
+    *lo = INT8_MIN, *hi = INT8_MAX;
+    break;
+  case TS_I32:
+    *lo = INT32_MIN, *hi = INT32_MAX;
+    break;
+  case TS_U8:
+    *lo = 0, *hi = UINT8_MAX;
+    break;
+  default:
+    *lo = INT64_MIN, *hi = INT64_MAX;
+    break;
+  }
+}
+
+/* The shortest of %.15g, %.16g, %.17g that reads back as v (300.7, not 300.69999999999999). */
+static void shortest(char *buf, size_t cap, double v) {
+  for (int prec = 15; prec <= 17; prec++) {
+    snprintf(buf, cap, "%.*g", prec, v);
+    if (v != v || strtod(buf, NULL) == v)
+      return;
+  }
+}
+
+/* Element i of a float dtype as a double (exact). */
+static double load_float(const char *p, ts_dtype dt) {
+  switch (dt) {
+  case TS_F32:
+    return ld_f32(p);
+  case TS_F64:
+    return ld_f64(p);
+  case TS_F16:
+    return ld_f16(p);
+  default:
+    return ld_bf16(p);
+  }
+}
+
+static int64_t load_int(const char *p, ts_dtype dt) {
+  switch (dt) {
+  case TS_I8:
+    return ld_i8(p);
+  case TS_I32:
+    return ld_i32(p);
+  case TS_U8:
+    return ld_u8(p);
+  default:
+    return ld_i64(p);
+  }
+}
+
+/* Whether value v (exact in a double) does not survive the conversion: to an integer dtype it
+ * must truncate into [lo, hi], i.e. lo_incl <= v < hi_excl (NaN and infinities fail); to a float
+ * dtype a finite |v| must stay below the overflow limit (NaN and infinities pass). */
+static inline bool unfit(double v, bool to_int, double lo_incl, double hi_excl) {
+  double m = fabs(v);
+  return to_int ? !(v >= lo_incl && v < hi_excl) : (m >= hi_excl) & (m != INFINITY);
+}
+
+/* The index of the first element that does not survive, or n: blocks are scanned without a
+ * branch per element (the loop vectorizes for the plain dtypes), a failing block again. */
+#define SCAN_FN(S, SIZE, DT)                                                                       \
+  static size_t scan_##S(const char *s, size_t n, bool to_int, double lo, double hi) {           \
+    for (size_t i0 = 0; i0 < n; i0 += 1024) {                                                      \
+      size_t end = n - i0 < 1024 ? n : i0 + 1024;                                                  \
+      bool bad = false;                                                                            \
+      for (size_t i = i0; i < end; i++)                                                            \
+        bad |= unfit((double)ld_##S(s + i * SIZE), to_int, lo, hi);                                \
+      for (size_t i = i0; bad && i < end; i++)                                                     \
+        if (unfit((double)ld_##S(s + i * SIZE), to_int, lo, hi))                                   \
+          return i;                                                                                \
+    }                                                                                              \
+    return n;                                                                                      \
+  }
+SRC_LIST(SCAN_FN)
+
+static size_t first_unfit(const char *s, ts_dtype dt, size_t n, bool to_int, double lo,
+                          double hi) {
+  switch (dt) {
+#define SCAN_CASE(S, SIZE, DT)                                                                     \
+  case DT:                                                                                         \
+    return scan_##S(s, n, to_int, lo, hi);
+    SRC_LIST(SCAN_CASE)
+#undef SCAN_CASE
+  default:
+    return n;
+  }
+}
+
+int ts_convert_check(const void *src, ts_dtype dt_src, ts_dtype dt_dst, size_t n, ts_error *err) {
+  if (!ts_dtype_valid(dt_src) || !ts_dtype_valid(dt_dst))
+    return ts_error_set(err, TS_BAD_DTYPE, "unknown dtype in a conversion");
+  const char *s = src;
+  size_t es = ts_dtype_size(dt_src);
+  bool from_float = ts_dtype_is_float(dt_src), to_float = ts_dtype_is_float(dt_dst);
+  if (dt_src == dt_dst || dt_dst == TS_F64 || (!from_float && dt_dst == TS_I64) ||
+      (to_float && !from_float && dt_dst != TS_F16))
+    return TS_OK; /* every value has an image (the largest int64 is far below 2^128) */
+  int64_t lo = 0, hi = 0;
+  double lo_incl = 0, hi_excl = float_limit(dt_dst);
+  if (!to_float) {
+    int_range(dt_dst, &lo, &hi);
+    lo_incl = lo == INT64_MIN ? -0x1p63 : nextafter((double)lo - 1.0, 0.0);
+    hi_excl = hi == INT64_MAX ? 0x1p63 : (double)hi + 1.0;
+  }
+  size_t i = first_unfit(s, dt_src, n, !to_float, lo_incl, hi_excl);
+  if (i == n)
+    return TS_OK;
+  char value[48];
+  double fv = from_float ? load_float(s + i * es, dt_src) : 0.0;
+  if (from_float)
+    shortest(value, sizeof value, fv);
+  else
+    snprintf(value, sizeof value, "%lld", (long long)load_int(s + i * es, dt_src));
+  if (to_float)
+    return ts_error_set(err, TS_BAD_DTYPE,
+                        "converting %s to %s would change values: element %zu (%s) overflows to "
+                        "infinity (the largest finite %s is %.9g)", ts_dtype_name(dt_src),
+                        ts_dtype_name(dt_dst), i, value, ts_dtype_name(dt_dst),
+                        dt_dst == TS_F16 ? 65504.0 : dt_dst == TS_BF16 ? 0x1p128 - 0x1p120
+                                                                         : 0x1p128 - 0x1p104);
+  const char *what = from_float && (fv != fv || isinf(fv)) ? "has no integer value; "
+                                                           : "is outside the range of ";
+  return ts_error_set(err, TS_BAD_DTYPE,
+                      "converting %s to %s would change values: element %zu (%s) %s%s holds "
+                      "%lld to %lld", ts_dtype_name(dt_src), ts_dtype_name(dt_dst), i, value,
+                      what, ts_dtype_name(dt_dst), (long long)lo, (long long)hi);
 }

@@ -39,6 +39,10 @@ bool ts_dtype_is_float(ts_dtype dt);   /* f32, f64, f16, bf16 */
 const char *ts_dtype_name(ts_dtype dt); /* "f32"...; "invalid" for an invalid dtype */
 /* Parses "f32", "bf16", ... ; on failure the error lists the valid names. */
 int ts_dtype_parse(const char *text, ts_dtype *out, ts_error *err);
+/* The one table of the spellings users may write for a dtype (the CLI's --dtype; the Python
+ * package accepts the same): the names above and numpy's and PyTorch's, e.g. f32, float32,
+ * bf16, bfloat16, u8, uint8. On failure the error lists every spelling. */
+int ts_dtype_parse_spelling(const char *text, ts_dtype *out, ts_error *err);
 
 /* Scalar conversions, round to nearest even, NaN kept NaN, overflow to infinity. */
 float ts_f16_to_f32(uint16_t h);
@@ -51,6 +55,13 @@ uint16_t ts_f64_to_bf16(double d);
 /* Converts n contiguous elements (fast paths for the common pairs). Float to integer truncates
  * toward zero and saturates (NaN gives 0); integer to integer wraps like a C cast to unsigned. */
 void ts_convert(void *dst, ts_dtype dt_dst, const void *src, ts_dtype dt_src, size_t n);
+
+/* Checks that n contiguous elements of dt_src keep their values when converted to dt_dst by
+ * ts_convert, up to the target's rounding: an integer target must hold every value (floats
+ * truncated toward zero; NaN and infinities have none), a float target must not overflow a finite
+ * value to infinity (NaN and infinities stay what they are). TS_BAD_DTYPE naming both dtypes, the
+ * first element that does not fit, its value and the target's range; TS_OK when all fit. */
+int ts_convert_check(const void *src, ts_dtype dt_src, ts_dtype dt_dst, size_t n, ts_error *err);
 
 /* ---------------------------------------------------------------------------------------------
  * Layouts of a local slice

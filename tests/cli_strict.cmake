@@ -17,6 +17,15 @@ if(TARGET tshardd AND TARGET tshard-python)
   endforeach()
 endif()
 
+# The CLI's dtypes and conversions against the Python package's (every source .npy dtype and
+# tensor dtype, with and without --convert, --bf16-bits, the dtype spellings).
+if(TARGET tshardd AND TARGET tshard-python)
+  add_test(NAME test_cli_dtypes
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli_dtypes.py ${TS_BIN})
+  set_tests_properties(test_cli_dtypes PROPERTIES TIMEOUT 180
+                       ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python")
+endif()
+
 # The strict parser itself (edit distance against a naive reference, usage texts, misuse).
 tshard_unit_test(test_cli_args ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_cli_args.c
                  ${CMAKE_SOURCE_DIR}/client/cli/usage_check.c ${CMAKE_SOURCE_DIR}/client/cli/args.c)

@@ -39,6 +39,17 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
                    ${TS_BIN})
   set_tests_properties(test_python_memory_default PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                        ENVIRONMENT "${TS_PY_ENV}")
+  # Puts never reinterpret data: every source numpy dtype against every tensor dtype, with and
+  # without convert, against numpy's astype; the package's public surface (hints, docstrings,
+  # exception classes) and its pythonic behaviours against real daemons.
+  add_test(NAME test_python_dtypes
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_dtypes.py ${TS_BIN})
+  add_test(NAME test_python_api_surface
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_api_surface.py)
+  add_test(NAME test_python_pythonic
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_pythonic.py ${TS_BIN})
+  set_tests_properties(test_python_dtypes test_python_api_surface test_python_pythonic
+                       PROPERTIES TIMEOUT 120 ENVIRONMENT "${TS_PY_ENV}")
   # tshard.launch through the launcher: serves, lists, stops on exit (also after a raise), names
   # a lost rank
   add_test(NAME test_python_launch

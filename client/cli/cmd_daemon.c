@@ -139,10 +139,14 @@ int cli_cmd_create(cli_args *a, tshard_client *c) {
     return cli_fail(CLI_USAGE, "create needs --attr ATTR");
   if (cli_parse_shape(cli_opt(a, "shape"), &ndim, shape, &err))
     return cli_fail(CLI_USAGE, err.msg);
+  ts_dtype dtype = TS_F32;
+  if (dt && ts_dtype_parse_spelling(dt, &dtype, &err))
+    return cli_fail(CLI_USAGE, err.msg);
   int g = cli_apply_group(a, c);
   if (g)
     return g;
-  int rc = tshard_create(c, name, dt ? dt : "f32", ndim, shape, attr, cli_opt(a, "layout"), opt_key(a));
+  int rc = tshard_create(c, name, ts_dtype_name(dtype), ndim, shape, attr, cli_opt(a, "layout"),
+                         opt_key(a));
   return rc ? failed(c, rc) : CLI_OK;
 }
 

@@ -63,7 +63,7 @@ static int offline(cli_args *a, const char *eq, int n) {
   ts_error err;
   ts_dtype dt = TS_F32;
   const char *dts = cli_opt(a, "dtype");
-  if (dts && ts_dtype_parse(dts, &dt, &err))
+  if (dts && ts_dtype_parse_spelling(dts, &dt, &err))
     return cli_fail(CLI_USAGE, err.msg);
   int ndims[MAX_OPS];
   int64_t shapes[MAX_OPS][TS_MAX_DIMS];

@@ -26,7 +26,7 @@ int cli_cmd_plan(cli_args *a) {
   if (!from || !to)
     return cli_fail(CLI_USAGE, "plan needs --from ATTR and --to ATTR (see tshard plan --help)");
   if (cli_parse_shape(cli_opt(a, "shape"), &ndim, shape, &err) ||
-      (dts && ts_dtype_parse(dts, &dt, &err)))
+      (dts && ts_dtype_parse_spelling(dts, &dt, &err)))
     return cli_fail(CLI_USAGE, err.msg);
   ts_plan_opts opts = {.strategy = TS_STRATEGY_AUTO};
   if (strat && ts_strategy_parse(strat, &opts.strategy, &err))

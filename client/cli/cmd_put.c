@@ -1,9 +1,12 @@
 /* cmd_put.c - `tshard put NAME FILE.npy`, checked: the file's dtype and shape are compared with
  * the tensor's before anything is sent, and the put declares them so the daemon checks too. A
- * file of another dtype is refused unless --convert asks to convert it with the kernels' rules
- * (kernels/dtype.c, README "Checked puts"): floats to f16/bf16 round to nearest even, floats to
- * integers truncate toward zero and saturate (NaN gives 0), integers wrap like C casts to
- * unsigned, integers to floats round to nearest. A file of another shape is always refused. */
+ * file of another dtype is refused unless --convert asks to convert it, which the Python package
+ * does the same way: numpy dtypes without a tshard dtype are widened losslessly first (bool to u8,
+ * int16 and uint16 to i32, uint32 and uint64 to i64), then the values are converted by the
+ * kernels' rules (floats round to nearest even, floats to integers truncate toward zero) and
+ * refused, naming both dtypes, when one would not fit (out of range, NaN or an infinity into an
+ * integer, overflow to infinity). A uint16 file is numbers; bf16 bit patterns are read only with
+ * --bf16-bits. A file of another shape is always refused. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,7 +36,7 @@ static int match_tensor(const cli_args *a, const char *name, const char *file,
   ts_dtype tdt;
   if (ts_dtype_parse(info->dtype, &tdt, NULL))
     return cli_fail(CLI_FAILED, "the daemon described an unknown dtype");
-  char have[160], want[160], msg[512];
+  char have[160], want[160], msg[1024];
   shape_text(have, sizeof have, ts_dtype_name(arr->dtype), arr->ndim, arr->shape);
   shape_text(want, sizeof want, info->dtype, info->ndim, info->shape);
   bool same_shape = arr->ndim == info->ndim;
@@ -54,6 +57,16 @@ static int match_tensor(const cli_args *a, const char *name, const char *file,
   }
   size_t n = arr->bytes / ts_dtype_size(arr->dtype);
   size_t bytes = n * ts_dtype_size(tdt);
+  ts_error why;
+  if (ts_convert_check(arr->data, arr->dtype, tdt, n, &why)) {
+    char from[64] = "";
+    if (arr->widened_from)
+      snprintf(from, sizeof from, " (%s, widened losslessly to %s)", arr->widened_from,
+               ts_dtype_name(arr->dtype));
+    snprintf(msg, sizeof msg, "put %s: %s%s into the tensor '%s' (%s): %s", name, file, from,
+             name, info->dtype, why.msg);
+    return cli_fail(CLI_FAILED, msg);
+  }
   void *out = malloc(bytes ? bytes : 1);
   if (!out)
     return cli_fail(CLI_FAILED, "no memory for the converted data");
@@ -65,27 +78,47 @@ static int match_tensor(const cli_args *a, const char *name, const char *file,
   return CLI_OK;
 }
 
+/* Reads the file as the options say: --bf16-bits (or --dtype bf16) takes uint16 as bf16 bit
+ * patterns, --convert widens numpy dtypes without a tshard dtype. */
+static int read_file(const cli_args *a, const char *file, ts_dtype hint, npy_array *arr) {
+  ts_error err;
+  npy_mode mode = cli_flag(a, "convert") ? NPY_WIDEN : NPY_EXACT;
+  if (cli_flag(a, "bf16-bits") || hint == TS_BF16)
+    mode = NPY_BF16_BITS;
+  int rc = cli_npy_read_as(file, mode, arr, &err);
+  if (!rc && hint != TS_DTYPE_COUNT && hint != arr->dtype) {
+    snprintf(err.msg, sizeof err.msg, "%s holds %s data, not %s (--dtype)", file,
+             ts_dtype_name(arr->dtype), ts_dtype_name(hint));
+    cli_npy_free(arr);
+    rc = TS_BAD_DTYPE;
+  }
+  return rc ? cli_fail(rc == TS_BAD_DTYPE ? CLI_FAILED : CLI_IO, err.msg) : CLI_OK;
+}
+
 int cli_put_checked(cli_args *a, tshard_client *c, const char *name, const char *file) {
   const char *attr = cli_opt(a, "attr"), *dt = cli_opt(a, "dtype"), *key = cli_opt(a, "key");
   ts_error err;
   ts_dtype hint = TS_DTYPE_COUNT;
-  if (dt && ts_dtype_parse(dt, &hint, &err))
+  if (dt && ts_dtype_parse_spelling(dt, &hint, &err))
     return cli_fail(CLI_USAGE, err.msg);
   if (attr && cli_flag(a, "convert"))
     return cli_fail(CLI_USAGE, "--convert converts into an existing tensor; with --attr the new "
                                "tensor takes the file's dtype");
   tshard_info info = {0};
   int rc = TS_OK, code = CLI_OK;
-  if (!attr && (rc = tshard_describe(c, name, &info)))
-    return daemon_failed(c, rc);
+  if (!attr && (rc = tshard_describe(c, name, &info))) {
+    if (rc != TS_NOT_FOUND)
+      return daemon_failed(c, rc);
+    char msg[600];
+    snprintf(msg, sizeof msg, "no tensor named '%s' (NOT_FOUND); create it with the file's dtype "
+             "and shape by adding --attr ATTR, e.g. tshard put %s %s --attr 'mesh=[4] "
+             "placements=[S(0)]'", name, name, file);
+    return cli_fail(CLI_FAILED, msg);
+  }
   npy_array arr = {0};
-  if (cli_npy_read(file, hint, &arr, &err)) {
-    ts_error err2; /* a bf16 tensor takes a uint16 file as its bits */
-    if (attr || hint != TS_DTYPE_COUNT || strcmp(info.dtype, "bf16") != 0 ||
-        cli_npy_read(file, TS_BF16, &arr, &err2)) {
-      tshard_info_clear(&info);
-      return cli_fail(CLI_IO, err.msg);
-    }
+  if ((code = read_file(a, file, hint, &arr))) {
+    tshard_info_clear(&info);
+    return code;
   }
   if (!attr)
     code = match_tensor(a, name, file, &info, &arr);

@@ -46,7 +46,8 @@ static const cli_command commands[] = {
      CONNECT_HELP "  --json           machine-readable output\n", "tshard ping --rank 1"},
     {"create", NULL, cli_cmd_create, "create a zero-filled tensor on every rank",
      "  NAME             the tensor's name\n"
-     "  --dtype T        f32 (default), f64, f16, bf16, i8, i32, i64, u8\n"
+     "  --dtype T        f32 (default), f64, f16, bf16, i8, i32, i64, u8, or numpy's\n"
+     "                   names: float32, float64, float16, bfloat16, int8, int32, int64, uint8\n"
      "  --shape S        global shape, e.g. 1024,512\n"
      "  --attr ATTR      distributed attribute\n"
      "  --layout TAG     layout of the stored slices (default row-major), e.g. aBcd16b\n"
@@ -58,16 +59,19 @@ static const cli_command commands[] = {
     {"put", NULL, cli_cmd_put, "put a whole tensor from a .npy file (the daemons scatter it)",
      "  NAME FILE.npy    the tensor and the file (C or Fortran order)\n"
      "  --attr ATTR      create the tensor with this attribute first (dtype and shape of the file)\n"
-     "  --dtype bf16     read a uint16 file as bf16 bits\n"
+     "  --dtype T        the dtype the file must hold (f32 or float32, ...)\n"
+     "  --bf16-bits      the file's uint16 (or int16) values are bf16 bit patterns\n"
      "  --layout TAG     layout of the stored slices, when creating\n"
      "  --key KEY        idempotency key\n"
-     "  --convert        convert the file's values to the tensor's dtype (kernels/dtype.c rules)\n"
+     "  --convert        convert the values to the tensor's dtype (bool, int16, uint16, uint32\n"
+     "                   and uint64 files widened first); refused if a value would not fit\n"
      "  --progress       a progress bar on stderr (default: on a terminal, for large data)\n"
      "  --json           machine-readable output\n" CONNECT_HELP,
      "tshard put w weights.npy --attr 'mesh=[4] placements=[S(0)]'"},
     {"get", NULL, cli_cmd_get,
      "get a whole tensor into a .npy file (gathered to the connected rank)",
-     "  NAME FILE.npy    the tensor and the file to write (bf16 is written as uint16 bits)\n"
+     "  NAME FILE.npy    the tensor and the file to write (bf16 is written as uint16 bits:\n"
+     "                   put it back with --bf16-bits)\n"
      "  --progress       a progress bar on stderr (default: on a terminal, for large data)\n"
      "  --json           machine-readable output\n" CONNECT_HELP,
      "tshard get w out.npy"},

@@ -20,6 +20,23 @@ static const struct {
     {"i4", TS_I32}, {"i8", TS_I64}, {"u1", TS_U8},  {"u2", TS_BF16},
 };
 
+/* numpy dtypes without a tshard dtype, widened losslessly when the reader asks (as the Python
+ * package does with convert=True): bool and uint8 to u8, int16 and uint16 to i32, uint32 to i64,
+ * uint64 to i64 when every value fits. */
+static const struct {
+  const char *descr;
+  const char *numpy;
+  size_t size;
+  bool is_signed;
+  ts_dtype dt;
+} widen_table[] = {
+    {.descr = "b1", .numpy = "bool", .size = 1, .is_signed = false, .dt = TS_U8},
+    {.descr = "i2", .numpy = "int16", .size = 2, .is_signed = true, .dt = TS_I32},
+    {.descr = "u2", .numpy = "uint16", .size = 2, .is_signed = false, .dt = TS_I32},
+    {.descr = "u4", .numpy = "uint32", .size = 4, .is_signed = false, .dt = TS_I64},
+    {.descr = "u8", .numpy = "uint64", .size = 8, .is_signed = false, .dt = TS_I64},
+};
+
 static const char *descr_of(ts_dtype dt) {
   for (size_t i = 0; i < sizeof descr_table / sizeof descr_table[0]; i++)
     if (descr_table[i].dt == dt)
@@ -52,8 +69,28 @@ static const char *dict_value(const char *hdr, const char *key) {
   return p;
 }
 
-static int parse_header(const char *path, const char *hdr, ts_dtype hint, npy_array *out,
-                        bool *fortran, bool *swap, ts_error *err) {
+/* numpy's name of a descr code ("f4": "float32"), or the code itself. */
+static const char *numpy_name(const char *code) {
+  static const char *const names[][2] = {{"f4", "float32"}, {"f8", "float64"}, {"f2", "float16"},
+                                         {"i1", "int8"},    {"i4", "int32"},   {"i8", "int64"},
+                                         {"u1", "uint8"},   {"b1", "bool"},    {"i2", "int16"},
+                                         {"u2", "uint16"},  {"u4", "uint32"},  {"u8", "uint64"}};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strcmp(code, names[i][0]) == 0)
+      return names[i][1];
+  return code;
+}
+
+/* The widening of the file's element type, if any: index into widen_table or -1. */
+static int widening_of(const char *code) {
+  for (size_t i = 0; i < sizeof widen_table / sizeof widen_table[0]; i++)
+    if (strcmp(code, widen_table[i].descr) == 0)
+      return (int)i;
+  return -1;
+}
+
+static int parse_header(const char *path, const char *hdr, npy_mode mode, npy_array *out,
+                        bool *fortran, bool *swap, int *widen, ts_error *err) {
   const char *d = dict_value(hdr, "descr"), *f = dict_value(hdr, "fortran_order"),
              *s = dict_value(hdr, "shape");
   if (!d || !f || !s || (*d != '\'' && *d != '"'))
@@ -68,21 +105,36 @@ static int parse_header(const char *path, const char *hdr, ts_dtype hint, npy_ar
   char order = descr[0];
   const char *code = descr + ((order == '<' || order == '>' || order == '|' || order == '=') ? 1 : 0);
   bool found = false;
+  *widen = -1;
   for (size_t i = 0; i < sizeof descr_table / sizeof descr_table[0]; i++)
-    if (strcmp(code, descr_table[i].descr) == 0) {
+    if (strcmp(code, descr_table[i].descr) == 0 && descr_table[i].dt != TS_BF16) {
       out->dtype = descr_table[i].dt;
       found = true;
     }
-  if (!found || (out->dtype == TS_BF16 && hint != TS_BF16))
+  if (mode == NPY_BF16_BITS) {
+    if (strcmp(code, "u2") != 0 && strcmp(code, "i2") != 0)
+      return ts_error_set(err, TS_BAD_DTYPE, "%s: --bf16-bits reads uint16 (or int16) bit "
+                          "patterns, but the file's numpy dtype is %s", path, numpy_name(code));
+    out->dtype = TS_BF16;
+    found = true;
+  } else if (!found && (*widen = widening_of(code)) >= 0) {
+    if (mode != NPY_WIDEN)
+      return ts_error_set(err, TS_BAD_DTYPE,
+                          "%s: numpy dtype %s has no tshard dtype; --convert widens it to %s "
+                          "(bf16 bit patterns in uint16: --bf16-bits)", path,
+                          widen_table[*widen].numpy, ts_dtype_name(widen_table[*widen].dt));
+    out->dtype = widen_table[*widen].dt;
+    out->widened_from = widen_table[*widen].numpy;
+    found = true;
+  }
+  if (!found)
     return ts_error_set(err, TS_BAD_DTYPE,
                         "%s: numpy dtype '%s' is not supported: valid are float32, float64, "
-                        "float16, int8, int32, int64, uint8 (and uint16 read as bf16 with "
-                        "--dtype bf16)",
+                        "float16, int8, int32, int64, uint8; with --convert also bool, int16, "
+                        "uint16, uint32, uint64 (widened); bf16 bit patterns with --bf16-bits",
                         path, descr);
-  if (hint != TS_DTYPE_COUNT && hint != out->dtype)
-    return ts_error_set(err, TS_BAD_DTYPE, "%s holds %s data, not %s", path,
-                        ts_dtype_name(out->dtype), ts_dtype_name(hint));
-  *swap = order == '>' && ts_dtype_size(out->dtype) > 1;
+  size_t es = *widen >= 0 ? widen_table[*widen].size : ts_dtype_size(out->dtype);
+  *swap = order == '>' && es > 1;
   if (strncmp(f, "True", 4) == 0)
     *fortran = true;
   else if (strncmp(f, "False", 5) == 0)
@@ -117,7 +169,60 @@ static int parse_header(const char *path, const char *hdr, ts_dtype hint, npy_ar
   return TS_OK;
 }
 
+/* Widens n raw elements of widen_table[w] (native order) in `raw` to the table's dtype in `dst`;
+ * uint64 values above the largest i64 are refused. */
+static int widen_data(const char *path, int w, const unsigned char *raw, void *dst, size_t n,
+                      ts_error *err) {
+  size_t es = widen_table[w].size;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t u = 0;
+    int64_t v;
+    if (es == 1) {
+      v = raw[i] != 0;
+    } else if (es == 2 && widen_table[w].is_signed) {
+      int16_t x;
+      memcpy(&x, raw + 2 * i, 2);
+      v = x;
+    } else if (es == 2) {
+      uint16_t x;
+      memcpy(&x, raw + 2 * i, 2);
+      v = x;
+    } else if (es == 4) {
+      uint32_t x;
+      memcpy(&x, raw + 4 * i, 4);
+      v = x;
+    } else {
+      memcpy(&u, raw + 8 * i, 8);
+      if (u > (uint64_t)INT64_MAX)
+        return ts_error_set(err, TS_BAD_DTYPE, "%s: converting uint64 to i64 would change values: "
+                            "element %zu (%llu) is outside the range of i64, which holds up to "
+                            "2^63-1", path, i, (unsigned long long)u);
+      v = (int64_t)u;
+    }
+    if (widen_table[w].dt == TS_U8) {
+      uint8_t b = (uint8_t)v;
+      memcpy((unsigned char *)dst + i, &b, 1);
+    } else if (widen_table[w].dt == TS_I32) {
+      int32_t x = (int32_t)v;
+      memcpy((unsigned char *)dst + 4 * i, &x, 4);
+    } else {
+      memcpy((unsigned char *)dst + 8 * i, &v, 8);
+    }
+  }
+  return TS_OK;
+}
+
 int cli_npy_read(const char *path, ts_dtype hint, npy_array *out, ts_error *err) {
+  int rc = cli_npy_read_as(path, hint == TS_BF16 ? NPY_BF16_BITS : NPY_EXACT, out, err);
+  if (!rc && hint != TS_DTYPE_COUNT && hint != out->dtype) {
+    rc = ts_error_set(err, TS_BAD_DTYPE, "%s holds %s data, not %s", path,
+                      ts_dtype_name(out->dtype), ts_dtype_name(hint));
+    cli_npy_free(out);
+  }
+  return rc;
+}
+
+int cli_npy_read_as(const char *path, npy_mode mode, npy_array *out, ts_error *err) {
   memset(out, 0, sizeof *out);
   FILE *fp = fopen(path, "rb");
   if (!fp)
@@ -155,7 +260,8 @@ int cli_npy_read(const char *path, ts_dtype hint, npy_array *out, ts_error *err)
   }
   hdr[hlen] = '\0';
   bool fortran = false, swap = false;
-  if ((rc = parse_header(path, hdr, hint, out, &fortran, &swap, err)))
+  int widen = -1;
+  if ((rc = parse_header(path, hdr, mode, out, &fortran, &swap, &widen, err)))
     goto done;
   int64_t numel = 1;
   for (int d = 0; d < out->ndim; d++)
@@ -163,7 +269,7 @@ int cli_npy_read(const char *path, ts_dtype hint, npy_array *out, ts_error *err)
       rc = ts_error_set(err, TS_OVERFLOW, "%s: the shape's element count overflows", path);
       goto done;
     }
-  size_t es = ts_dtype_size(out->dtype);
+  size_t es = widen >= 0 ? widen_table[widen].size : ts_dtype_size(out->dtype);
   out->bytes = (size_t)numel * es;
   out->data = malloc(out->bytes ? out->bytes : 1);
   if (!out->data) {
@@ -182,6 +288,20 @@ int cli_npy_read(const char *path, ts_dtype hint, npy_array *out, ts_error *err)
         c[a] = c[b];
         c[b] = t;
       }
+  if (widen >= 0) {
+    size_t wide = (size_t)numel * ts_dtype_size(out->dtype);
+    void *w = malloc(wide ? wide : 1);
+    if (!w) {
+      rc = ts_error_set(err, TS_NO_MEMORY, "%s: cannot allocate %zu bytes", path, wide);
+      goto done;
+    }
+    rc = widen_data(path, widen, out->data, w, (size_t)numel, err);
+    free(out->data);
+    out->data = w;
+    out->bytes = wide;
+    if (rc)
+      goto done;
+  }
   if (fortran && out->ndim > 1 && numel > 0) { /* column-major view -> row-major copy */
     ts_tensor src = {out->data, out->bytes, {0}}, dst = {NULL, out->bytes, {0}};
     if ((rc = ts_layout_plain(&dst.layout, out->dtype, out->ndim, out->shape, err)))

@@ -10,15 +10,23 @@
 #include "ts_kernels.h"
 
 /* An array in C order, native byte order. bf16 is stored in .npy files as '<u2' (numpy has no
- * bfloat16): read such a file with dtype_hint TS_BF16 to take its bits as bf16. */
+ * bfloat16): a reader takes such a file as bf16 only when asked (NPY_BF16_BITS). */
 typedef struct npy_array {
   ts_dtype dtype;
   int ndim;
   int64_t shape[TS_MAX_DIMS];
   void *data;
   size_t bytes;
+  const char *widened_from; /* numpy's name of the file's dtype when it was widened, else NULL */
 } npy_array;
 
+/* How a file's element type is taken: exactly (the numpy dtypes with a tshard dtype), widened
+ * (also bool, int16, uint16, uint32 and uint64, losslessly to u8, i32 or i64, as --convert
+ * does), or as bf16 bit patterns (a uint16 or int16 file, --bf16-bits). */
+typedef enum { NPY_EXACT, NPY_WIDEN, NPY_BF16_BITS } npy_mode;
+
+/* Reads a whole .npy file in the given mode (see cli_npy_read for the rest). */
+int cli_npy_read_as(const char *path, npy_mode mode, npy_array *out, ts_error *err);
 /* Reads a whole .npy file. Fortran-order files are reordered to C order, big-endian ones are
  * byte-swapped. dtype_hint: TS_DTYPE_COUNT for "as the file says", or TS_BF16 to read '<u2' as
  * bf16. Errors name the file and what was wrong. */

@@ -125,7 +125,8 @@ static void direct_put_many(tsd_engine *e, tsd_work *w, uint64_t total) {
 }
 
 /* The complete staged data converted to the tensors' dtypes, item after item (convert asked);
- * NULL with err when the buffer cannot be had. Frees the staging either way. */
+ * NULL with err when the buffer cannot be had or a value would not survive its conversion
+ * (BAD_DTYPE naming the tensor; nothing is stored). Frees the staging either way. */
 static uint8_t *convert_staged(tsd_engine *e, const Tshard__PutManyRequest *q, uint8_t *staged,
                                uint64_t staged_bytes, uint64_t tensor_total, ts_error *err) {
   uint8_t *out = tsd_buf_take(e, tensor_total, "the put_many's converted copy", err);
@@ -135,7 +136,8 @@ static uint8_t *convert_staged(tsd_engine *e, const Tshard__PutManyRequest *q, u
     ts_dtype from;
     bool conv;
     uint64_t bytes;
-    if (put_item(e, q->items[i], true, &t, &from, &conv, &bytes, err)) { /* checked: cannot */
+    if (put_item(e, q->items[i], true, &t, &from, &conv, &bytes, err) || /* checked: cannot */
+        (conv && tsd_put_values_fit(t, from, staged + at, bytes, err))) { /* a value would change */
       tsd_buf_give(e, out, tensor_total);
       out = NULL;
       break;

@@ -449,6 +449,10 @@ static int bind(tsd_engine *e, tsp_program *p, const Tshard__ProgramRunRequest *
                             "stored tensor, not a value", tsp_program_input_name(p, i));
       double v = a->value;
       void *buf = &st->scalar_buf[i];
+      ts_error why; /* a value the input's dtype cannot hold is refused, never saturated */
+      if (ts_convert_check(&v, TS_F64, dt, 1, &why))
+        return ts_error_set(err, TS_BAD_DTYPE, "program input '%s' (%s): %s",
+                            tsp_program_input_name(p, i), ts_dtype_name(dt), why.msg);
       ts_convert(buf, dt, &v, TS_F64, 1);
       st->in[i].data = buf;
       st->in[i].dtype = dt;

@@ -2,7 +2,8 @@
  * and row-major shape of the data it sends (PutRequest/PutSliceRequest fields 20-21), and a
  * declaration that differs from the tensor (or this rank's slice) is refused with both named, so
  * an int32 array never lands in an f32 tensor as reinterpreted bits and a (12,20) array never
- * fills a (20,12) tensor. Byte counts that do not match are reported in dtypes and shapes too. */
+ * fills a (20,12) tensor. Byte counts that do not match are reported in dtypes and shapes too.
+ * A put that asks for conversion is refused when a value would not survive it. */
 #include <stdio.h>
 #include <string.h>
 
@@ -62,7 +63,8 @@ int tsd_put_check(const ts_stored *t, bool slice, const char *tag, const char *d
                           "put of '%s': the data is %s but %s '%s' is %s; %s", t->name, have_s,
                           whose, t->name, want_s,
                           strcmp(dtype, tdt) && !convert ? "convert it (Python convert=True, tshard put "
-                                               "--convert) or create the tensor with that dtype"
+                                               "--convert: values must fit) or create the "
+                                               "tensor with that dtype"
                                              : "reshape the data to that shape");
   }
   ts_dtype from = t->dtype; /* the byte count in the elements of the data's dtype */
@@ -95,4 +97,13 @@ int tsd_put_source_dtype(const ts_stored *t, const char *dtype, bool convert_ask
   int rc = ts_dtype_parse(dtype, from, err);
   *convert = rc == TS_OK;
   return rc;
+}
+
+int tsd_put_values_fit(const ts_stored *t, ts_dtype from, const void *data, uint64_t bytes,
+                       ts_error *err) {
+  ts_error why;
+  if (!ts_convert_check(data, from, t->dtype, (size_t)(bytes / ts_dtype_size(from)), &why))
+    return TS_OK;
+  return ts_error_set(err, TS_BAD_DTYPE, "put of '%s' (%s): %s", t->name, ts_dtype_name(t->dtype),
+                      why.msg);
 }

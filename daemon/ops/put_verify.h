@@ -16,6 +16,11 @@ int tsd_put_check(const ts_stored *t, bool slice, const char *tag, const char *d
  * conversion (*convert then true). Errors for an unknown declared dtype. */
 int tsd_put_source_dtype(const ts_stored *t, const char *dtype, bool convert_asked, ts_dtype *from,
                          bool *convert, ts_error *err);
+/* Checks that the put's data (`bytes` bytes of dtype `from`, converted into t's dtype) keeps every
+ * value (ts_convert_check): TS_BAD_DTYPE naming the tensor, both dtypes and the first value that
+ * does not fit. */
+int tsd_put_values_fit(const ts_stored *t, ts_dtype from, const void *data, uint64_t bytes,
+                       ts_error *err);
 /* A layout tag whose bytes are the row-major box ("" or "ab..." over ndim dims). */
 bool tsd_tag_plain(const char *tag, int ndim);
 

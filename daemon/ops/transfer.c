@@ -279,8 +279,10 @@ void tsd_handle_put_chunk(tsd_engine *e, tsd_work *w) {
   /* Complete: the scatter is a collective operation; the staging goes with it. */
   uint64_t bytes;
   uint8_t *staging = tsd_session_put_take(c, &bytes, NULL);
-  if (conv && t && bytes == expected) { /* to the tensor's dtype, by the kernels' rules */
-    uint8_t *converted = tsd_buf_take(e, tensor_bytes, "the put's converted copy", &cerr);
+  if (conv && t && bytes == expected) { /* to the tensor's dtype, every value kept */
+    uint8_t *converted = NULL;
+    if (!tsd_put_values_fit(t, from, staging, bytes, &cerr))
+      converted = tsd_buf_take(e, tensor_bytes, "the put's converted copy", &cerr);
     if (!converted) {
       tsd_buf_give(e, staging, bytes);
       tsd_reply_status(e, w->conn_id, req->id, cerr.code, cerr.msg);
@@ -342,7 +344,9 @@ void tsd_handle_put_slice(tsd_engine *e, tsd_work *w) {
     /* Copied straight from the segment into the stored layout. */
     tsd_session_put_reset(e, c);
     ts_tensor from = {(void *)src, bytes, l};
-    int crc = ts_copy(&t->local, &from, NULL, &err);
+    int crc = conv ? tsd_put_values_fit(t, src_dt, src, bytes, &err) : TS_OK;
+    if (!crc)
+      crc = ts_copy(&t->local, &from, NULL, &err);
     if (crc)
       tsd_reply_status(e, w->conn_id, req->id, err.code, err.msg);
     else
@@ -368,7 +372,9 @@ void tsd_handle_put_slice(tsd_engine *e, tsd_work *w) {
                       p->name);
   } else if (bytes) {
     ts_tensor from = {data, (size_t)staged, l};
-    rc = ts_copy(&t->local, &from, NULL, &err);
+    rc = conv ? tsd_put_values_fit(t, src_dt, data, staged, &err) : TS_OK;
+    if (!rc)
+      rc = ts_copy(&t->local, &from, NULL, &err);
   }
   tsd_buf_give(e, data, staged);
   if (rc)

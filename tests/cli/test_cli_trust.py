@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Clients users can trust against real daemons, through the CLI and
 the Python client: puts of another dtype or shape are refused naming both and leave the tensor
-intact; --convert / convert=True follow the kernels' rules (checked against an independent numpy
-reference, randomized, and the CLI and Python paths against each other); byte counts in dtypes
+intact; --convert / convert=True store what numpy's astype stores and refuse values that would
+not survive (checked against numpy, randomized, and the CLI and Python paths against each other); byte counts in dtypes
 and shapes; size-0 dims and a ragged SPMD loop where a rank's part is empty; fix-it errors
 (--rank beyond the world, layout NCHW, describe --json's layout); reshard's strategy and time;
 progress with rate and time left; the daemon's log line per operation.
@@ -18,6 +18,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 from checks import Checks  # noqa: E402
+from dtype_ref import fits  # noqa: E402
 from harness import Daemons  # noqa: E402
 
 import tshard  # noqa: E402
@@ -28,20 +29,9 @@ tshard_bin = os.path.join(bin_dir, "tshard")
 check = Checks()
 rng = np.random.default_rng(14)
 
-INT_RANGE = {"i8": (-128, 127), "u8": (0, 255), "i32": (-2**31, 2**31 - 1)}
-
-
 def reference(x, dst):
-    """The kernels' documented rules, written independently with numpy: floats to integers
-    truncate toward zero and saturate, NaN gives 0; floats to f16 round to nearest even."""
-    x = np.asarray(x)
-    if dst in INT_RANGE and x.dtype.kind == "f":
-        lo, hi = INT_RANGE[dst]
-        t = np.trunc(np.nan_to_num(x, nan=0.0, posinf=np.inf, neginf=-np.inf))
-        return np.where(t < lo, lo, np.where(t > hi, hi, np.nan_to_num(t, posinf=hi, neginf=lo))
-                        ).astype(tshard.DTYPES[dst])
-    with np.errstate(over="ignore"):
-        return x.astype(tshard.DTYPES[dst])
+    """numpy's own conversion of values that fit (floats to integers truncate toward zero)."""
+    return np.asarray(x).astype(tshard.DTYPES[dst])
 
 
 def same(a, b):
@@ -114,34 +104,60 @@ with Daemons(bin_dir, n) as d, tempfile.TemporaryDirectory() as tmp:
     check(same(c.get("w"), (np.arange(240).reshape(20, 12) - 7).astype(np.float32)),
           "still intact after the refusals")
 
-    # ---- 1. conversion rules, randomized: Python convert=True and CLI --convert against numpy
+    # ---- 1. conversion rules, randomized: Python convert=True and CLI --convert against numpy;
+    # values that would not survive (out of range, NaN or infinities into integers, overflow
+    # to infinity) are refused by both, naming both dtypes, the tensor unchanged
     specials = np.array([np.nan, np.inf, -np.inf, 1e300, -1e300, 127.9, -128.9, 255.5, -0.5,
                          0.49, 2.5, -2.5, 3e9, -3e9])
     for trial, dst in enumerate(["i8", "u8", "i32", "f16", "f32", "f64"]):
         x = np.concatenate([specials, rng.normal(0, 300, 64 - len(specials))])
         rng.shuffle(x)
+        fit = np.array([fits(float(v), dst) for v in x])
         name = f"cv{trial}"
         c.create(name, dst, (64,), attr)
-        c.put(name, x, convert=True)
+        before = c.get(name)
+        if not fit.all():
+            try:
+                c.put(name, x, convert=True)
+                check(False, f"Python convert f64->{dst} of values that do not fit: accepted")
+            except tshard.BadDtypeError as e:
+                check("f64" in str(e) and dst in str(e), f"refusal names both dtypes: {e}")
+            r = cli("put", name, save("x.npy", x), "--convert")
+            check(r.returncode == 1 and "f64" in r.stderr and dst in r.stderr,
+                  f"CLI --convert f64->{dst} of values that do not fit: {r.stderr!r}")
+            check(same(c.get(name), before), f"refused conversions leave {name} unchanged")
+        y = np.where(fit, x, 1.0)
+        c.put(name, y, convert=True)
         py = c.get(name)
-        check(same(py, reference(x, dst)), f"Python convert f64->{dst} follows the rules")
+        check(same(py, reference(y, dst)), f"Python convert f64->{dst} follows numpy's astype")
         c.put(name, np.zeros(64, tshard.DTYPES[dst]))
-        r = cli("put", name, save("x.npy", x), "--convert")
+        r = cli("put", name, save("x.npy", y), "--convert")
         check(r.returncode == 0 and same(c.get(name), py), f"CLI --convert f64->{dst} = Python")
-    # integer to integer wraps; put_slice converts too
+    # integer to integer: in range only; put_slice converts too
     c.create("wi", "i8", (2 * n,), attr)
     big = np.arange(2 * n, dtype=np.int64) * 100 + 1000
-    c.put("wi", big, convert=True)
-    check(same(c.get("wi"), big.astype(np.int8)), "i64->i8 wraps like a C cast")
+    try:
+        c.put("wi", big, convert=True)
+        check(False, "i64->i8 of 1000 accepted")
+    except tshard.BadDtypeError as e:
+        check("i64" in str(e) and "i8" in str(e) and "1000" in str(e), f"i64->i8: {e}")
+    small = np.arange(2 * n, dtype=np.int64) * 10 - 5
+    c.put("wi", small, convert=True)
+    check(same(c.get("wi"), small.astype(np.int8)), "i64->i8 in range")
     with d.connect(n - 1) as cl:
-        cl.put_slice("wi", np.full(2, 300.7), convert=True)
+        cl.put_slice("wi", np.full(2, 100.7), convert=True)
+        try:
+            cl.put_slice("wi", np.full(2, 300.7), convert=True)
+            check(False, "put_slice of 300.7 into i8 accepted")
+        except tshard.BadDtypeError as e:
+            check("300.7" in str(e) and "i8" in str(e), f"put_slice f64->i8 refusal: {e}")
         try:
             cl.put_slice("wi", np.zeros(3, np.int8))
             check(False, "put_slice of the wrong shape accepted")
         except tshard.TshardError as e:
             check("i8[3]" in str(e) and "slice" in str(e) and "i8[2]" in str(e),
                   f"put_slice names the slice: {e}")
-    check(list(c.get("wi")[-2:]) == [127, 127], "put_slice f64->i8 saturates")
+    check(list(c.get("wi")[-2:]) == [100, 100], "put_slice f64->i8 truncates toward zero")
 
     # ---- 6. size-0 dims: create, put, get through the CLI and Python
     r = cli("create", "z", "--shape", "0,4", "--attr", attr)

@@ -71,7 +71,7 @@ with tempfile.TemporaryDirectory() as d:
     np.save(os.path.join(d, "c.npy"), np.zeros(3, dtype=np.complex64))
     expect_error(os.path.join(d, "c.npy"), "not supported")
     np.save(os.path.join(d, "u2.npy"), np.zeros(3, dtype=np.uint16))
-    expect_error(os.path.join(d, "u2.npy"), "read as bf16")
+    expect_error(os.path.join(d, "u2.npy"), "--bf16-bits")
     with open(os.path.join(d, "junk.npy"), "wb") as f:
         f.write(b"hello world, not numpy")
     expect_error(os.path.join(d, "junk.npy"), "not a .npy file")

@@ -2,7 +2,8 @@
 failed; finish() prints the "N passed, N failed" line and exits non-zero on any failure.
 check.expect(status, fn, what, needle) checks that fn raises the tshard error of that status
 (with needle in its text); raw_call sends one request through a client's socket and returns the
-answer without raising on its status (for misuse tests)."""
+answer without raising on its status (for misuse tests); put_data gives a test's bf16 reference
+(uint16 bits) to a put as tshard.bf16_bits."""
 import sys
 
 
@@ -43,3 +44,11 @@ def raw_call(c, **op):
     getattr(req, k).CopyFrom(msg)
     c._wire.send(request_frame(req))
     return c._wire.recv()
+
+
+def put_data(a):
+    """A test reference as put data: the tests hold bf16 tensors' values as uint16 bits, which a
+    put takes only when they are said to be bf16 bits (tshard.bf16_bits)."""
+    import numpy as np
+    import tshard
+    return tshard.bf16_bits(a) if isinstance(a, np.ndarray) and a.dtype == np.uint16 else a

@@ -19,7 +19,7 @@ import numpy as np
 
 import tshard
 from tshard import tshard_pb2 as pb
-from checks import Checks
+from checks import Checks, put_data
 from harness import Daemons
 
 bin_dir = sys.argv[1]
@@ -101,7 +101,7 @@ def item1(d):
     ref = reference((4, 3))
     with d.connect(1) as c:
         c.create("t", "f32", (4, 3), src)
-        c.put("t", ref)
+        c.put("t", put_data(ref))
     messages = set()
     for via in (1, 0, 2):  # rank 1 and 2 hold nothing of either mesh
         with d.connect(via) as c:
@@ -241,7 +241,7 @@ def item3(d):
                 c.create("p", dtype, shape, src % op)
                 for r in range(2):
                     with d.connect(r) as cr:
-                        cr.put_slice("p", parts[r].reshape(shape))
+                        cr.put_slice("p", put_data(parts[r].reshape(shape)))
                 got = c.get("p")  # the gather reduces through the executor
                 check(np.array_equal(got, want), f"{dtype} P({op}) get: {got.ravel()[:4]} "
                                                  f"want {want.ravel()[:4]}")

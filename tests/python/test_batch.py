@@ -31,7 +31,7 @@ import threading
 import numpy as np
 
 import tshard
-from checks import Checks
+from checks import Checks, put_data
 from harness import Daemons
 from randgen import Gen, reference, same_attr
 
@@ -71,7 +71,7 @@ class Model:
         attr = self.gen.attr(shape)
         ref = reference(dtype, shape)
         c.create(name, dtype, shape, attr)
-        c.put(name, ref)
+        c.put(name, put_data(ref))
         self.t[name] = {"dtype": dtype, "shape": shape, "attr": attr, "ref": ref}
 
     def verify(self, names, what, ranks=None):

@@ -30,7 +30,7 @@ import numpy as np
 
 import tshard
 from tshard import tshard_pb2 as pb
-from checks import Checks
+from checks import Checks, put_data
 from harness import Daemons
 from randgen import Gen
 
@@ -71,6 +71,11 @@ def status_of(fn):
         return e.name, str(e)
 
 
+def pm(arrays):
+    """A dict of references as put_many data (bf16 references are their bits)."""
+    return {n: put_data(a) for n, a in arrays.items()}
+
+
 def values(rng, dtype, shape):
     """Random values exact in every dtype (small integers; bf16 as its bits)."""
     v = np.array([rng.randint(-60, 60) for _ in range(int(np.prod(shape)))], dtype=np.int64)
@@ -105,7 +110,7 @@ def random_round(d, rng, seed, rnd, mode):
             tag, fits = gen.layout(len(shape)) if rng.random() < 0.15 else ("", True)
             c.create(n, dtype, shape, gen.attr(shape), layout=tag if fits else "")
             refs[n] = values(rng, dtype, shape)
-            arrays[n] = as_float64(dtype, refs[n]) if convert else refs[n]
+            arrays[n] = as_float64(dtype, refs[n]) if convert else put_data(refs[n])
         st, got = status_of(lambda: c.put_many(arrays, convert=convert))
         if not check(st == "ok", f"{what}: put_many: {st} {got}"):
             return
@@ -227,10 +232,10 @@ def spmd_keys(d):
             with tshard.connect(socket=d.socket(r), timeout=T, group="all",
                                 run_id="batchio-spmd") as c:
                 mine = {n: refs[n].copy() for n in names[r]}
-                c.put_many(mine, key=f"load-{r}")
+                c.put_many(pm(mine), key=f"load-{r}")
                 for a in mine.values():  # the retry sends the same request: not run again
                     a += 1
-                c.put_many(mine, key=f"load-{r}")
+                c.put_many(pm(mine), key=f"load-{r}")
                 res = c.reshard_many(target)  # a keyed collective: runs once all put theirs
                 out[r] = ("ok", res, c.get_many([n for q in range(NP) for n in names[q]]))
         except Exception as e:  # noqa: BLE001 - compared below
@@ -265,7 +270,7 @@ def futures(d):
             shape = [rng.randint(1, 40), 3]
             c.create(n, dtype, shape, f"mesh=[{NP}] placements=[S(0)]")
             refs[n] = values(rng, dtype, shape)
-        fp = c.put_many(refs, wait=False)
+        fp = c.put_many(pm(refs), wait=False)
         fg = c.get_many(names[::-1], wait=False)  # after the put: one connection runs in order
         bad = c.get_many(["fu0", "nope"], wait=False)
         badp = c.put_many({"fu0": refs["fu0"].astype(np.float64)}, wait=False)  # fu0 is f32
@@ -281,7 +286,7 @@ def futures(d):
         check(np.array_equal(c.get("fu0"), refs["fu0"]), "futures: the refused put changed fu0")
         c.chunk = 8 << 10  # several chunks each way, all in flight at once
         refs2 = {n: a[::-1].copy() for n, a in refs.items()}
-        fp, fg = c.put_many(refs2, wait=False), c.get_many(names, wait=False)
+        fp, fg = c.put_many(pm(refs2), wait=False), c.get_many(names, wait=False)
         got = tshard.wait([fp, fg], timeout=T)[1]
         check(all(np.array_equal(got[n], refs2[n]) for n in names), "futures in chunks: values")
         c.drop_many(names)
@@ -297,13 +302,13 @@ def memory_limit():
             refs = {"m_small": np.arange(16, dtype=np.float32)}
             with d.connect(0, timeout=T) as c:
                 c.create("m_small", "f32", [16], f"mesh=[{NP}] placements=[S(0)]")
-                c.put("m_small", refs["m_small"])
+                c.put("m_small", put_data(refs["m_small"]))
                 for n, size in big:
                     refs[n] = (np.arange(size) % 251).astype(np.uint8)
                     c.create(n, "u8", [size], rep)
-                    c.put(n, refs[n])
+                    c.put(n, put_data(refs[n]))
             with connect(d, 1, mode) as c:
-                st, msg = status_of(lambda: c.put_many({n: a + 1 for n, a in refs.items()}))
+                st, msg = status_of(lambda: c.put_many(pm({n: a + 1 for n, a in refs.items()})))
             check(st == "LIMIT" and "memory" in msg,
                   f"memory limit ({mode}): a batch over it: {st} {msg}")
             for rk in range(NP):

@@ -23,7 +23,7 @@ import numpy as np
 
 import tshard
 import tshard.checkpoint as ck
-from checks import Checks
+from checks import Checks, put_data
 from harness import Daemons
 
 bin_dir = sys.argv[1]
@@ -82,7 +82,7 @@ with Daemons(bin_dir, 4) as d:
     for name, (dt, shape, attr, layout) in CASES.items():
         ref[name] = values(dt, shape)
         c.create(name, dt, shape, attr, layout=layout)
-        c.put(name, ref[name])
+        c.put(name, put_data(ref[name]))
     # a partial tensor whose ranks hold different partial values (put_slice per rank)
     kp_attr = "mesh=[2,2] placements=[P(sum),S(1)]"
     c.create("kept", "i32", (4, 6), kp_attr)
@@ -91,7 +91,7 @@ with Daemons(bin_dir, 4) as d:
         with d.connect(r) as cr:
             lo = (r % 2) * 3
             parts[r] = values("i32", (4, 3))
-            cr.put_slice("kept", parts[r])
+            cr.put_slice("kept", put_data(parts[r]))
     kept_ref = np.zeros((4, 6), np.int32)
     for r in range(4):
         lo = (r % 2) * 3

@@ -24,7 +24,7 @@ import numpy as np
 
 import tshard
 import tshard.checkpoint as ck
-from checks import Checks
+from checks import Checks, put_data
 from harness import Daemons
 from randgen import Gen, reference, same_attr
 
@@ -87,7 +87,7 @@ class Seed:
             layout = layout if fits else ""
             ref = reference(dtype, shape)
             c.create(name, dtype, list(shape), attr, layout=layout or None)
-            c.put(name, ref)
+            c.put(name, put_data(ref))
             self.model[name] = {"dtype": dtype, "shape": shape, "attr": attr, "ref": ref}
 
     def check_loaded(self, d, nranks, name, want_attr, what):

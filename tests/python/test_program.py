@@ -2,8 +2,8 @@
 """End-to-end test of compiled programs through real daemons and the Python client: an Adam step
 in place on tensors sharded over every rank against numpy (two steps), a reduction over the
 sharded dim giving a Partial(sum) tensor, random elementwise programs on sharded tensors against
-numpy, placement refusals (mismatched splits, a mean over a split dim) that leave the tensors
-intact, a malformed program, an unknown id, show, and the tshard CLI's program commands. The daemons get a private program cache.
+numpy, placement refusals (mismatched splits, a mean over a split dim) and a scalar input its
+dtype cannot hold (never saturated) that leave the tensors intact, a malformed program, an unknown id, show, and the tshard CLI's program commands. The daemons get a private program cache.
 
 usage: test_program.py BUILD_BIN_DIR NRANKS"""
 import os
@@ -80,6 +80,11 @@ with Daemons(bin_dir, n) as d:
             check(np.allclose(got, ref[name], rtol=1e-5, atol=1e-6),
                   f"adam {name}: max diff {np.max(np.abs(got - ref[name]))}")
         check(np.array_equal(c.get("g"), ref["g"]), "g unchanged")
+        # a scalar its input's dtype cannot hold is refused, never saturated to the largest
+        w_before = c.get("w")
+        expect(4, lambda: c.program_run(pid, {"w": "w", "g": "g", "m": "m", "v": "v",
+                                              "lr": 1e39}), "lr of 1e39 into f32", "'lr' (f32)")
+        check(np.array_equal(c.get("w"), w_before), "w unchanged by the refused run")
         text = c.program_show(pid)
         check("kernel 0: elementwise, 12 fused" in text and "in place into 'w'" in text,
               f"show: {text[:400]}")

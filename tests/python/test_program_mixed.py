@@ -25,7 +25,7 @@ import tempfile
 import numpy as np
 
 import tshard
-from checks import Checks
+from checks import Checks, put_data
 from harness import Daemons
 
 bin_dir = sys.argv[1]
@@ -147,7 +147,7 @@ def differential(c, trial):
     k = r.choice([0.5, -1.75, 3.0e-3])
     for name, dt, arr in (("a", "f16", a), ("b", "bf16", b), ("c", "f32", cv)):
         c.create(f"{name}{trial}", dt, (n,), SHARDED)
-        c.put(f"{name}{trial}", arr)
+        c.put(f"{name}{trial}", put_data(arr))
     pid = c.program_compile(prog)
     outs = {x: f"{x}{trial}" for x in ("r", "r16", "rb", "h", "e")}
     c.program_run(pid, {"a": f"a{trial}", "b": f"b{trial}", "c": f"c{trial}", "k": k}, outs)

@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 import tshard
-from checks import Checks
+from checks import Checks, put_data
 from harness import Daemons
 from randgen import Gen, reference, same_attr
 
@@ -70,7 +70,7 @@ class Run:
         ref = reference(dtype, shape)
         with self.d.connect(self.rng.randrange(NP), timeout=CALL_TIMEOUT) as c:
             c.create(name, dtype, shape, attr)
-            c.put(name, ref)
+            c.put(name, put_data(ref))
         self.model[name] = {"dtype": dtype, "shape": list(shape), "attr": attr, "layout": "",
                             "ref": ref}
 
@@ -85,7 +85,7 @@ class Run:
         ok = check(ok, f"{what}: every rank describes '{name}' the same: {got}")
         if ok:
             info = got[0][1]
-            ok = check(same_attr(info["attr"], m["attr"]) and info["layout"] == m["layout"] and
+            ok = check(same_attr(info["attr"], m["attr"]) and info["layout"] == (m["layout"] or "row-major") and
                        info["dtype"] == m["dtype"] and info["shape"] == m["shape"],
                        f"{what}: '{name}' is {info['attr']} [{info['layout']}], the model says "
                        f"{m['attr']} [{m['layout']}]")

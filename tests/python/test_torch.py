@@ -57,6 +57,7 @@ def same(a, b):
 
 
 def addr(a):
+    a = getattr(a, "bits", a)  # bf16 data travel as tshard.bf16_bits of the tensor's own bits
     return a.__array_interface__["data"][0]
 
 

@@ -1,6 +1,7 @@
 /* test_dtype.c - dtype names and conversions against independent references: the compiler's own
  * _Float16 for f16, a search over the bit patterns for bf16 and for exact (64-bit) sources, and
- * the documented integer rules (truncate and saturate from floats, wrap between integers). */
+ * the documented integer rules (truncate and saturate from floats, wrap between integers); the
+ * check that a conversion keeps every value, and the dtype spellings. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -194,6 +195,91 @@ START_TEST(test_all_pairs) {
 }
 END_TEST
 
+/* The exact value of one element of a dtype. */
+static long double exact_value(const unsigned char *b, ts_dtype dt) {
+  switch (dt) {
+  case TS_F32: { float x; memcpy(&x, b, 4); return x; }
+  case TS_F64: { double x; memcpy(&x, b, 8); return x; }
+  case TS_F16: { uint16_t x; memcpy(&x, b, 2); return ts_f16_to_f32(x); }
+  case TS_BF16: { uint16_t x; memcpy(&x, b, 2); return ts_bf16_to_f32(x); }
+  case TS_I8: return (int8_t)b[0];
+  case TS_U8: return b[0];
+  case TS_I32: { int32_t x; memcpy(&x, b, 4); return x; }
+  default: { int64_t x; memcpy(&x, b, 8); return (long double)x; }
+  }
+}
+
+/* ts_convert_check against a reference verdict: an integer target holds the truncated value
+ * (long double comparisons with the limits); a float target overflows when the correctly
+ * rounded value (the compiler's cast for f32, the pattern search for f16/bf16) is infinite. The
+ * refusal names both dtypes and the element's index. */
+START_TEST(test_convert_check) {
+  const double vals[] = {0, 1, -1, 2.75, -0.99, 127, 127.99, 128, -128.99, -129, 255.5, 256, -1,
+                         65504, 65519.99, 65520, 70000, 2147483647.0, 2147483648.0,
+                         -2147483648.99, -2147483649.0, 0x1p62, 0x1p63, -0x1p63, 1e30,
+                         0x1p128 - 0x1p120, 0x1p128 - 0x1p119, 3.4028234663852886e38, 1e300,
+                         -1e300, INFINITY, -INFINITY, NAN, 5e-324};
+  for (int sd = 0; sd < TS_DTYPE_COUNT; sd++)
+    for (int dd = 0; dd < TS_DTYPE_COUNT; dd++)
+      for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        unsigned char src[3][8];
+        double zero = 0, v = vals[i];
+        ts_convert(src[0], (ts_dtype)sd, &zero, TS_F64, 1);
+        ts_convert(src[1], (ts_dtype)sd, &zero, TS_F64, 1);
+        ts_convert(src[2], (ts_dtype)sd, &v, TS_F64, 1); /* saturated or rounded: any value */
+        size_t es = ts_dtype_size((ts_dtype)sd);
+        unsigned char packed[24];
+        for (int k = 0; k < 3; k++)
+          memcpy(packed + (size_t)k * es, src[k], es);
+        long double sv = exact_value(src[2], (ts_dtype)sd);
+        bool fits;
+        switch (dd) {
+        case TS_F64: fits = true; break;
+        case TS_F32: fits = !isfinite(sv) || isfinite((float)sv); break;
+        case TS_F16: fits = !isfinite(sv) || (search_round(sv, false) & 0x7fff) != 0x7c00; break;
+        case TS_BF16: fits = !isfinite(sv) || (search_round(sv, true) & 0x7fff) != 0x7f80; break;
+        default: {
+          long double lo = dd == TS_I8 ? -128 : dd == TS_U8 ? 0 : dd == TS_I32 ? INT32_MIN
+                                                              : (long double)INT64_MIN;
+          long double hi = dd == TS_I8 ? 127 : dd == TS_U8 ? 255 : dd == TS_I32 ? INT32_MAX
+                                                             : (long double)INT64_MAX;
+          fits = isfinite(sv) && truncl(sv) >= lo && truncl(sv) <= hi;
+        }
+        }
+        ts_error err;
+        int rc = ts_convert_check(packed, (ts_dtype)sd, (ts_dtype)dd, 3, &err);
+        ck_assert_msg((rc == TS_OK) == fits, "%s -> %s of %Lg: check says %d, reference %d",
+                      ts_dtype_name((ts_dtype)sd), ts_dtype_name((ts_dtype)dd), sv, rc, fits);
+        if (rc) {
+          char both[32];
+          snprintf(both, sizeof both, "converting %s to %s", ts_dtype_name((ts_dtype)sd),
+                   ts_dtype_name((ts_dtype)dd));
+          ck_assert_int_eq(rc, TS_BAD_DTYPE);
+          ck_assert_msg(strstr(err.msg, both) && strstr(err.msg, "element 2"), "%s", err.msg);
+        }
+      }
+}
+END_TEST
+
+START_TEST(test_spellings) {
+  const char *const text[] = {"f32", "float32", "f64", "float64", "f16", "float16", "bf16",
+                              "bfloat16", "i8", "int8", "i32", "int32", "i64", "int64", "u8",
+                              "uint8"};
+  const ts_dtype want[] = {TS_F32, TS_F32, TS_F64, TS_F64, TS_F16, TS_F16, TS_BF16, TS_BF16,
+                           TS_I8, TS_I8, TS_I32, TS_I32, TS_I64, TS_I64, TS_U8, TS_U8};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    ts_dtype dt = TS_DTYPE_COUNT;
+    ck_assert_int_eq(ts_dtype_parse_spelling(text[i], &dt, NULL), TS_OK);
+    ck_assert_int_eq(dt, want[i]);
+  }
+  ts_dtype dt;
+  ts_error err;
+  ck_assert_int_eq(ts_dtype_parse_spelling("uint16", &dt, &err), TS_BAD_DTYPE);
+  ck_assert(strstr(err.msg, "'uint16'") && strstr(err.msg, "bfloat16"));
+  ck_assert_int_eq(ts_dtype_parse("float32", &dt, NULL), TS_BAD_DTYPE); /* the wire: names only */
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("dtype");
   TCase *tc = tcase_create("dtype");
@@ -203,6 +289,8 @@ int main(void) {
   tcase_add_test(tc, test_bf16);
   tcase_add_test(tc, test_int_to_small_floats);
   tcase_add_test(tc, test_all_pairs);
+  tcase_add_test(tc, test_convert_check);
+  tcase_add_test(tc, test_spellings);
   suite_add_tcase(s, tc);
   return ts_run_suite(s);
 }

@@ -7,26 +7,34 @@
         c.reshard("w", "mesh=[2]@0-1 placements=[S(1)]")
         print(c.get("w"))
 
-Errors raise subclasses of tshard.TshardError named after the status codes (NotFoundError,
-BadAttributeError, ...) with the daemon's message.
+Errors raise subclasses of tshard.TshardError named after the status codes (tshard.NotFoundError,
+tshard.BadAttributeError, ...) with the daemon's message; they also subclass the matching
+builtins (tshard.TimeoutError is a TimeoutError, tshard.IoError a ConnectionError, bad values
+ValueError). A numpy array's dtype means what it says; bf16 data is given as bits with
+tshard.bf16_bits.
 """
 from ._version import __version__
-from .attr import Attr, AttrError, Mesh, Partial, Replicate, Shard
-from .client import DTYPES, Client, connect, read_token_file, socket_path
-from .errors import TshardError, error_for
+from .attr import Attr, Mesh, Partial, Replicate, Shard
+from .client import (DTYPE_SPELLINGS, DTYPES, ROW_MAJOR, Client, connect, read_token_file,
+                     socket_path)
+from .errors import *  # noqa: F401,F403 - every exception class, one per status
+from .errors import __all__ as _error_names
 from .einsum import EinsumResult
 from .future import Future, WaitTimeoutError, wait
+from .typed_put import BF16Bits, bf16_bits
 from . import errors
 from . import spmd
 from . import checkpoint
-from . import safetensors  # Hugging Face safetensors requests and read_header (safetensors.py)
-from . import torch  # torch tensors and DLPack objects in and out (torch.py; imports torch lazily)
-from .offline import plan, show  # plan and drawing without daemons (offline.py)
-from .program import graph_from_json  # a program's message form (program.py)
-from .launch import Job, launch  # daemons from Python: with tshard.launch(np=4) as job (launch.py)
+from . import safetensors  # Hugging Face safetensors requests and read_header
+from . import torch  # torch tensors and DLPack objects in and out (imports torch lazily)
+from .offline import plan, show  # plan and drawing without daemons
+from .program import graph_from_json  # a program's message form
+from .launch import Job, launch  # daemons from Python: with tshard.launch(np=4) as job
 
-__all__ = ["connect", "Client", "Attr", "AttrError", "Mesh", "Shard", "Replicate", "Partial",
-           "TshardError", "error_for", "errors", "DTYPES", "socket_path", "read_token_file", "spmd",
-           "plan", "show", "EinsumResult",
-           "checkpoint", "graph_from_json", "Future", "wait", "WaitTimeoutError", "launch", "Job",
-           "safetensors", "torch"]
+__all__ = ["connect", "Client", "Attr", "Mesh", "Shard", "Replicate", "Partial",
+           "errors", "DTYPES", "DTYPE_SPELLINGS", "ROW_MAJOR", "socket_path", "read_token_file",
+           "spmd", "plan", "show", "EinsumResult", "checkpoint", "graph_from_json", "Future",
+           "wait", "WaitTimeoutError", "bf16_bits", "BF16Bits", "launch", "Job", "safetensors", "torch"] + [
+               n for n in _error_names if n not in ("TimeoutError", "OverflowError")]
+# tshard.TimeoutError and tshard.OverflowError subclass the builtins of those names but stay out
+# of __all__, so that "from tshard import *" never hides the builtins from the importing code.

@@ -14,11 +14,17 @@ out are replicated)::
     Attr(Mesh({"dp": 2, "tp": 4}), {"tp": Shard(1)})   # mesh=[dp=2,tp=4]@0-7 placements=[R,S(1)]
     Attr.parse("mesh=[dp=2, tp=4] placements=[tp:Shard(1)]")
 
-``Attr.parse`` ports the daemon's parser (shard/plan/attr_text.c): it accepts exactly the texts
+``Attr.parse`` ports the daemon's parser: it accepts exactly the texts
 the daemon accepts (DTensor spellings ``Shard(0)``, ``Replicate()``, ``Partial(sum)`` included, and
-blanks between tokens) and refuses the others with the daemon's message and column (AttrError, a
-ValueError). Anywhere the client takes an attribute it accepts an Attr or its text.
+blanks between tokens) and refuses the others with the daemon's message and column, raising the
+class the daemon's answer would (``tshard.ParseError`` or ``tshard.BadAttributeError``, both
+``tshard.AttrError`` and ``ValueError``). Anywhere the client takes an attribute it accepts an
+Attr or its text.
 """
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+from .errors import AttrError, error_for
+
 __all__ = ["Mesh", "Shard", "Replicate", "Partial", "Attr", "AttrError", "parse_attr"]
 
 
@@ -27,32 +33,36 @@ class Mesh:
     default 0..n-1). ``names`` optionally names every mesh axis (``["dp", "tp"]``); ``shape`` may
     also be a dict ``{"dp": 2, "tp": 4}``."""
 
-    def __init__(self, shape, ranks=None, names=None):
+    def __init__(self, shape: Union[Sequence[int], Mapping[str, int]],
+                 ranks: Optional[Sequence[int]] = None,
+                 names: Optional[Sequence[str]] = None) -> None:
+        """Makes the mesh; BadAttributeError (a ValueError) for sizes below 1, a rank count other
+        than their product, or axis names that are not 1 to 15 identifier characters or repeat."""
         if isinstance(shape, dict):
             if names is not None:
-                raise ValueError("mesh: give the axis names in the dict or in names=, not both")
+                raise error_for(10, "mesh: give the axis names in the dict or in names=, not both")
             names = list(shape.keys())
             shape = list(shape.values())
         self.shape = [int(s) for s in shape]
         self.names = None if names is None else [str(x) for x in names]
         if self.names is not None:
             if len(self.names) != len(self.shape):
-                raise ValueError(f"mesh {self.shape}: {len(self.names)} axis names; give one per "
-                                 f"mesh dim")
+                raise error_for(10, f"mesh {self.shape}: {len(self.names)} axis names; give one "
+                                    f"per mesh dim")
             for x in self.names:
                 if not (0 < len(x) <= _AXIS_NAME_MAX and x.isascii() and x.isidentifier()):
-                    raise ValueError(f"mesh axis name {x!r}: use 1 to 15 of A-Z a-z 0-9 _ "
-                                     f"(not starting with a digit)")
+                    raise error_for(10, f"mesh axis name {x!r}: use 1 to 15 of A-Z a-z 0-9 _ "
+                                        f"(not starting with a digit)")
             if len(set(self.names)) != len(self.names):
-                raise ValueError(f"mesh axis names {self.names}: each axis needs its own name")
+                raise error_for(10, f"mesh axis names {self.names}: each axis needs its own name")
         n = 1
         for s in self.shape:
             if s < 1:
-                raise ValueError(f"mesh sizes must be >= 1, got {self.shape}")
+                raise error_for(10, f"mesh sizes must be >= 1, got {self.shape}")
             n *= s
         self.ranks = list(range(n)) if ranks is None else [int(r) for r in ranks]
         if len(self.ranks) != n:
-            raise ValueError(f"mesh {self.shape} holds {n} ranks, {len(self.ranks)} given")
+            raise error_for(10, f"mesh {self.shape} holds {n} ranks, {len(self.ranks)} given")
 
     def __eq__(self, other):
         return isinstance(other, Mesh) and ((self.shape, self.ranks, self.names)
@@ -71,7 +81,8 @@ class Mesh:
 class Shard:
     """Tensor dim ``dim`` is split along this mesh dim."""
 
-    def __init__(self, dim):
+    def __init__(self, dim: int) -> None:
+        """Splits tensor dim ``dim`` along this mesh dim."""
         self.dim = int(dim)
 
     def __str__(self):
@@ -99,11 +110,12 @@ class Partial:
     """Every rank along this mesh dim holds a partial value; the tensor is their ``op``
     (``sum``, ``max`` or ``min``)."""
 
-    def __init__(self, op="sum", reduce_op=None):
+    def __init__(self, op: str = "sum", reduce_op: Optional[str] = None) -> None:
+        """A partial placement reduced by ``op`` (``reduce_op``: DTensor's keyword for it)."""
         if reduce_op is not None:  # DTensor's keyword
             op = reduce_op
         if op not in ("sum", "max", "min"):
-            raise ValueError(f"partial op {op!r}: valid are 'sum', 'max', 'min'")
+            raise error_for(10, f"partial op {op!r}: valid are 'sum', 'max', 'min'")
         self.op = op
 
     def __str__(self):
@@ -129,21 +141,27 @@ def _ranks_text(ranks):
 class Attr:
     """Mesh + one placement per mesh dim + optional explicit split sizes per tensor dim."""
 
-    def __init__(self, mesh, placements, splits=None):
+    def __init__(self, mesh: Union[Mesh, Sequence[int]],
+                 placements: Union[Sequence[Any], Mapping[str, Any]],
+                 splits: Optional[Mapping[int, Sequence[int]]] = None) -> None:
+        """Makes the attribute: ``mesh`` (a Mesh or its shape), one placement per mesh dim (or
+        ``{axis name: placement}``), ``splits`` ``{tensor dim: [sizes]}`` for uneven splits.
+        BadAttributeError (a ValueError) for a placement count other than the mesh dims,
+        TypeError for a placement that is not Shard, Replicate or Partial."""
         self.mesh = mesh if isinstance(mesh, Mesh) else Mesh(mesh)
         if isinstance(placements, dict):
             if self.mesh.names is None:
-                raise ValueError("placements by mesh axis need a mesh with named axes, such as "
-                                 "Mesh({'dp': 2, 'tp': 4})")
+                raise error_for(10, "placements by mesh axis need a mesh with named axes, such "
+                                    "as Mesh({'dp': 2, 'tp': 4})")
             unknown = [x for x in placements if x not in self.mesh.names]
             if unknown:
-                raise ValueError(f"mesh axes {unknown} are not in the mesh; its axes are "
-                                 f"{self.mesh.names}")
+                raise error_for(10, f"mesh axes {unknown} are not in the mesh; its axes are "
+                                    f"{self.mesh.names}")
             placements = [placements.get(x, Replicate()) for x in self.mesh.names]
         self.placements = list(placements)
         if len(self.placements) != len(self.mesh.shape):
-            raise ValueError(f"{len(self.placements)} placements for a {len(self.mesh.shape)}-dim "
-                             f"mesh: give one per mesh dim")
+            raise error_for(10, f"{len(self.placements)} placements for a "
+                                f"{len(self.mesh.shape)}-dim mesh: give one per mesh dim")
         for p in self.placements:
             if not isinstance(p, (Shard, Replicate, Partial)):
                 raise TypeError(f"placement {p!r}: use Shard(d), Replicate() or Partial(op)")
@@ -167,9 +185,24 @@ class Attr:
                 and self.placements == other.placements and self.splits == other.splits)
 
     @staticmethod
-    def parse(text):
-        """Parses the text form exactly as the daemon does; raises AttrError (a ValueError)
-        with the daemon's message, which names the column and what was expected."""
+    def parse(text: Union[str, bytes]) -> "Attr":
+        """Parses the text form exactly as the daemon does.
+
+        Args:
+            text: e.g. ``"mesh=[4] placements=[S(0)]"`` (DTensor and JAX spellings too).
+
+        Returns:
+            The Attr.
+
+        Raises:
+            ParseError: text that does not parse; BadAttributeError: an attribute that is not
+            valid (both AttrError and ValueError, with the daemon's message naming the column);
+            TypeError: not text.
+
+        Example::
+
+            tshard.Attr.parse("mesh=[dp=2, tp=4] placements=[tp:Shard(1)]")
+        """
         return parse_attr(text)
 
 
@@ -190,14 +223,7 @@ _BLANKS = b" \t\n\r"
 _PLACEMENT_EXPECTED = "a placement: S(dim), R, P(op) or Shard(dim), Replicate(), Partial(op)"
 
 
-class AttrError(ValueError):
-    """An attribute text that is not valid: ``name`` is the status (``"PARSE"`` or
-    ``"BAD_ATTRIBUTE"``, as the daemon would answer), ``message`` the daemon's words."""
-
-    def __init__(self, name, message):
-        super().__init__(message)
-        self.name = name
-        self.message = message
+_STATUS_OF = {"PARSE": 9, "BAD_ATTRIBUTE": 10}
 
 
 class _Parser:
@@ -217,11 +243,11 @@ class _Parser:
             found = f"'{chr(c)}'"
         else:
             found = f"byte 0x{c:02x}"
-        return AttrError("PARSE", f"attribute: at column {self.pos + 1} ({found}): expected "
+        return error_for(9, f"attribute: at column {self.pos + 1} ({found}): expected "
                                   f"{expected}")
 
     def error(self, name, message):
-        return AttrError(name, message)
+        return error_for(_STATUS_OF[name], message)
 
     def blanks(self):
         n = 0
@@ -538,9 +564,8 @@ class _Parser:
         return Attr(Mesh(shape, ranks, names=axes), places, splits)
 
 
-def parse_attr(text):
-    """Parses an attribute's text as the daemon does (shard/plan/ATTRIBUTES.md); raises AttrError
-    (a ValueError) with the daemon's message, column included."""
+def parse_attr(text: Union[str, bytes]) -> Attr:
+    """Parses an attribute's text as the daemon does; see :meth:`Attr.parse`."""
     if isinstance(text, str):
         data = text.encode("utf-8", "surrogatepass")
     elif isinstance(text, (bytes, bytearray)):

@@ -3,8 +3,8 @@ system's libxxhash by ctypes when it is there).
 
 A checkpoint directory holds ``index.json`` and one file per writing rank in the safetensors
 layout (8-byte little-endian header length, a JSON header naming each piece with dtype, shape and
-data_offsets, then the raw little-endian bytes); the format is documented in
-shard/ckpt/CHECKPOINT.md.
+data_offsets, then the raw little-endian bytes); the format is documented with the daemon's
+checkpoints.
 
     import tshard.checkpoint as ck
     ck.names("/shared/ckpt/step100")          # the tensors it holds

@@ -3,15 +3,15 @@ protobuf Request or Response) over a Unix socket or TCP, with numpy arrays in an
 
 Data larger than a chunk travels in several requests, each naming its byte offset; the calls
 hide that. Chunks are sized by the daemon's maximum frame (learnt from the ping at connect). On
-a Unix socket the data goes through a segment shared with the daemon (shm.py) unless
+a Unix socket the data goes through a segment shared with the daemon unless
 ``shm=False`` or TSHARD_SHM=0; over the socket it is sent from the caller's array and received
-straight into the result array (wire.py), with two chunk requests in flight. Whole puts and
+straight into the result array, with two chunk requests in flight. Whole puts and
 gets on a Unix socket go further: the request names the array's own memory (ClientMemory) and
 every daemon copies its piece straight from or into it (process_vm_readv/writev): no copy in
 Python at all. A daemon that cannot reach this process's memory answers NO_DIRECT once, and the
-segment serves from then on; TSHARD_DIRECT=0 keeps the segment. bf16 tensors travel
-as numpy uint16 arrays holding the bf16 bits (numpy has no bfloat16): ``arr.view(np.uint16)``
-in, the same out.
+segment serves from then on; TSHARD_DIRECT=0 keeps the segment. A numpy array's dtype means
+what it says (uint16 is an unsigned integer); bf16 data goes in as ``tshard.bf16_bits(bits)``
+(numpy has no bfloat16) and a bf16 tensor comes out as a uint16 array of its bits.
 
 A connection belongs to the process that opened it: the daemon refuses requests another process
 writes on it (a child after fork(), e.g. a multiprocessing or data-loader worker). A client used
@@ -27,15 +27,15 @@ import stat
 import struct
 import sys
 import threading
-from typing import Any, Dict, Mapping, Optional, Sequence, Union
 import time
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import program as _program
 from . import tshard_pb2 as pb
 from .attr import Attr
-from .typed_put import declare
+from .typed_put import BF16Bits, declare
 from .progress import reporter
 from .errors import TshardError, error_for
 from .shm import Segment
@@ -44,15 +44,22 @@ from . import torch as _tt
 from .wire import MAX_FRAME, Wire, request_frame
 from .future import Future, Inflight, WaitTimeoutError
 
-__all__ = ["Client", "connect", "DTYPES", "socket_path", "read_token_file"]
+__all__ = ["Client", "connect", "DTYPES", "DTYPE_SPELLINGS", "ROW_MAJOR", "socket_path",
+           "read_token_file"]
 
-# tshard dtype <-> numpy dtype (bf16 as its uint16 bits)
-DTYPES = {
+# tshard dtype -> the numpy dtype of its data (bf16: the uint16 of its bits, see bf16_bits)
+DTYPES: Dict[str, np.dtype] = {
     "f32": np.dtype(np.float32), "f64": np.dtype(np.float64), "f16": np.dtype(np.float16),
     "bf16": np.dtype(np.uint16), "i8": np.dtype(np.int8), "i32": np.dtype(np.int32),
     "i64": np.dtype(np.int64), "u8": np.dtype(np.uint8),
 }
 _FROM_NUMPY = {v: k for k, v in DTYPES.items() if k != "bf16"}
+# The spellings of a dtype the client takes, the same as the CLI's --dtype: the tshard names and
+# numpy's and PyTorch's (numpy dtypes and types are taken too).
+DTYPE_SPELLINGS: Dict[str, str] = {
+    **{k: k for k in DTYPES}, "float32": "f32", "float64": "f64", "float16": "f16",
+    "bfloat16": "bf16", "int8": "i8", "int32": "i32", "int64": "i64", "uint8": "u8"}
+ROW_MAJOR = "row-major"  # describe()'s layout of plain slices, as the CLI prints it
 
 # The daemon's rules (proto/ts_rules.h): names are 1 to 127 bytes of UTF-8 without control
 # characters and not starting with "__tshard"; tokens are 8 to 255 printable ASCII characters.
@@ -63,7 +70,7 @@ TOKEN_MIN, TOKEN_MAX = 8, 255
 
 def _check_name(name, what="tensor name"):
     if not isinstance(name, str):
-        raise error_for(1, f"{what} must be a str, not {type(name).__name__}")
+        raise TypeError(f"{what} must be a str, not {type(name).__name__}")
     try:
         raw = name.encode("utf-8")
     except UnicodeEncodeError as e:
@@ -92,9 +99,20 @@ def _check_token(token, where="token"):
     return token
 
 
-def read_token_file(path):
-    """The token of a token file, as the daemon reads its --token-file: the file must not be
-    readable by group or others; trailing blanks and newlines are not part of the token."""
+def read_token_file(path: str) -> str:
+    """The token of a token file, read as the daemon reads its ``--token-file``.
+
+    Args:
+        path: the file; it must be a regular file that group and others may not read.
+
+    Returns:
+        The token: the file's text without trailing blanks and newlines (8 to 255 printable
+        ASCII characters).
+
+    Raises:
+        AuthError: the file is readable by group or others, or the token is not valid.
+        IoError: the file cannot be read or is not a regular file.
+    """
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
@@ -119,35 +137,103 @@ def read_token_file(path):
         raise error_for(23, f"the token in {path} is not printable ASCII") from None
     return _check_token(token, f"the token in {path}")
 
+AttrLike = Union[Attr, str]  # an attribute: an Attr or its text
+ArrayLike = Union[np.ndarray, BF16Bits]  # put data: a numpy array, or bf16 bits
 WINDOW = 2  # chunk requests in flight
 _COLLECTIVE_TIMEOUT_MAX = 600.0  # s: the daemons' default --collective-timeout-max
 _SPARE_MIN = 1 << 20  # results from this size on reuse the client's spare buffer
 def _out_bytes(out, dtype, what):
     """The caller's result array as flat writable bytes (C-contiguous, the tensor's dtype)."""
-    if (not isinstance(out, np.ndarray) or out.dtype != dtype or not out.flags.c_contiguous
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"{what}: out must be a numpy array, not {type(out).__name__}")
+    if (out.dtype != dtype or not out.flags.c_contiguous
             or not out.flags.writeable):
         raise ValueError(f"{what}: out must be a writable C-contiguous numpy array of dtype "
                          f"{dtype}")
     return out.reshape(-1).view(np.uint8)
 
 def _dtype_name(dtype):
-    """'f32' for 'f32', np.float32 or np.dtype('float32'); 'bf16' must be named."""
-    if isinstance(dtype, str) and dtype in DTYPES:
-        return dtype
+    """'f32' for 'f32', 'float32', np.float32 or np.dtype('float32'); bf16 is 'bf16' or
+    'bfloat16' (numpy has none). BadDtypeError (a ValueError) names the valid spellings."""
+    if isinstance(dtype, str) and dtype in DTYPE_SPELLINGS:
+        return DTYPE_SPELLINGS[dtype]
     try:
-        return _FROM_NUMPY[np.dtype(dtype)]
+        if not isinstance(dtype, str):
+            return _FROM_NUMPY[np.dtype(dtype)]
     except (TypeError, KeyError):
-        raise ValueError(f"dtype {dtype!r}: valid are {', '.join(DTYPES)} or the matching numpy "
-                         f"dtypes (bf16 as 'bf16', data as uint16)") from None
+        pass
+    valid = ", ".join(f"{k} ({n})" for n, k in DTYPE_SPELLINGS.items() if n != k)
+    raise error_for(4, f"dtype {dtype!r}: valid are {valid}, or the matching numpy dtypes "
+                       f"(bf16 data: tshard.bf16_bits)")
 
 
 def _attr_msg(attr):
-    return pb.DistAttr(text=str(attr) if isinstance(attr, Attr) else attr)
+    """The wire form of an attribute given as an Attr or its text; TypeError for anything else."""
+    if isinstance(attr, Attr):
+        return pb.DistAttr(text=str(attr))
+    if isinstance(attr, str):
+        return pb.DistAttr(text=attr)
+    raise TypeError(f"attr: expected a tshard.Attr or its text (str), not "
+                    f"{type(attr).__name__} {attr!r}; e.g. tshard.Attr(tshard.Mesh([4]), "
+                    f"[tshard.Shard(0)]) or 'mesh=[4] placements=[S(0)]'")
 
 
-def socket_path(job, rank):
-    """The Unix socket of a rank, as the daemon makes it: $TSHARD_SOCKET_DIR, else
-    $XDG_RUNTIME_DIR/tshard, else /tmp/tshard-<uid>; the file is tshard-<job>-<rank>.sock."""
+def _opt_str(value, what):
+    """A text argument that may be None (strategy, key): TypeError for anything else."""
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{what} must be a str or None, not {type(value).__name__} {value!r}")
+    return value or ""
+
+
+def _flag(value, what):
+    """A yes/no argument: a bool (numpy's too); TypeError for anything else."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{what} must be True or False, not {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def _names(names, what):
+    """None, a name, or an iterable of names, as a list of checked names."""
+    if names is None:
+        return []
+    if isinstance(names, str):
+        return [_check_name(names, what)]
+    if not isinstance(names, Iterable):
+        raise TypeError(f"{what} must be a name or an iterable of names, not "
+                        f"{type(names).__name__}")
+    return [_check_name(n, what) for n in names]
+
+
+def _dir(path):
+    """A directory argument: a str or os.PathLike, made absolute."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"dir must be a str or os.PathLike, not {type(path).__name__}")
+    return os.path.abspath(os.fspath(path))
+
+
+def _layout_tag(layout):
+    """The wire tag of a layout argument: None, "" and "row-major" are the plain layout."""
+    if layout is None or layout == ROW_MAJOR:
+        return ""
+    if not isinstance(layout, str):
+        raise TypeError(f"layout: expected a format tag (str) such as 'aBcd16b' or "
+                        f"'{ROW_MAJOR}', not {type(layout).__name__}")
+    return layout
+
+
+def socket_path(job: str, rank: int) -> str:
+    """The path of the Unix socket of a job's rank, as the daemon makes it.
+
+    The directory is $TSHARD_SOCKET_DIR, else $XDG_RUNTIME_DIR/tshard, else /tmp/tshard-<uid>;
+    the file is ``tshard-<job>-<rank>.sock``.
+
+    Args:
+        job: the job id (``--job`` of the launcher).
+        rank: the rank.
+
+    Returns:
+        The socket's path (whether a daemon serves there is not checked).
+    """
     d = os.environ.get("TSHARD_SOCKET_DIR")
     if not d:
         xdg = os.environ.get("XDG_RUNTIME_DIR")
@@ -192,9 +278,23 @@ def _env_rank():
 
 
 class Client:
-    """A connection to one daemon. Use ``tshard.connect(...)``; close it (or use ``with``)."""
+    """A connection to one daemon, made by :func:`tshard.connect`; close it (or use ``with``).
 
-    def __init__(self, sock, token=None, chunk=16 << 20, shm=False, opener=None):
+    Every operation raises a :class:`tshard.TshardError` subclass named after the status (the
+    daemon's message says what was wrong and what is valid). Every operation of the daemons
+    takes ``wait=False`` and then returns a :class:`tshard.Future` at once.
+
+    Example::
+
+        with tshard.connect(rank=0, job="demo") as c:
+            c.create("w", "f32", (8, 4), "mesh=[4] placements=[S(0)]")
+            c.put("w", np.ones((8, 4), np.float32))
+            print(c.get("w").sum())
+    """
+
+    def __init__(self, sock: Any, token: Optional[str] = None, chunk: int = 16 << 20,
+                 shm: bool = False, opener: Optional[Callable[[], Any]] = None) -> None:
+        """Wraps a connected socket; use :func:`tshard.connect` rather than this."""
         self._sock = sock
         self._pid = os.getpid()  # the process the connection belongs to
         self._opener = opener  # opens a new connected socket (a forked child's own connection)
@@ -250,9 +350,12 @@ class Client:
                                 f"opened it; after fork() process {self._pid} could not open "
                                 f"its own: {e}") from None
 
-    def close(self):
-        """Closes the connection; operations still in flight fail (their outcome on the daemons
-        is not known to this client)."""
+    def close(self) -> None:
+        """Closes the connection (again: nothing happens).
+
+        Operations still in flight fail with IoError; their outcome on the daemons is not known
+        to this client. Leaving a ``with`` block closes the client.
+        """
         if self._inflight is not None and self._pid == os.getpid():
             self._inflight.fail(error_for(18, "the client closed the connection with this "
                                               "operation in flight"))
@@ -263,20 +366,28 @@ class Client:
             self._sock.close()
             self._sock = None
 
-    def __enter__(self):
+    def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
     @property
-    def shm(self):
+    def shm(self) -> bool:
         """Whether transfers go through shared memory (Unix sockets; off after a refusal)."""
         return self._seg is not None
 
-    def set_shm(self, enable, max_bytes=None):
-        """Turns shared memory on or off (off releases the segment on both sides); max_bytes
-        bounds the segment (default 1 GiB)."""
+    def set_shm(self, enable: bool, max_bytes: Optional[int] = None) -> None:
+        """Turns the shared-memory transfers on or off.
+
+        Args:
+            enable: True to move data through a segment shared with the daemon; False releases
+                the segment on both sides.
+            max_bytes: the segment's largest size (default 1 GiB; at least 64 KiB).
+
+        Raises:
+            UnsupportedError: shared memory on a TCP connection.
+        """
         self._own()
         self._shm_wanted = bool(enable)
         if enable and self._sock is not None and self._sock.family != _socket.AF_UNIX:
@@ -313,7 +424,7 @@ class Client:
         return i
 
     def _request(self, key=None):
-        return pb.Request(id=self._take_id(), idempotency_key=key or "",
+        return pb.Request(id=self._take_id(), idempotency_key=_opt_str(key, "key"),
                           token=self._token or "")
 
     def _lost(self, err):
@@ -451,7 +562,8 @@ class Client:
         done when every chunk is answered; it fails with the first chunk's refusal."""
         _check_name(name)
         what = "put" if slice_layout is None else "put_slice"
-        a, decl = declare(array, convert, DTYPES, _FROM_NUMPY, what)  # typed_put.py
+        a, decl = declare(array, convert, DTYPES, _FROM_NUMPY, what)
+        note = _widened_note(array, a, decl)
         src = a.reshape(-1).view(np.uint8)
         total = src.nbytes
         offsets = list(range(0, total, self.chunk)) or [0]
@@ -463,7 +575,7 @@ class Client:
         def chunk_handler(i):
             def on_answer(resp, err):
                 if err is None and resp.status != 0:
-                    err = error_for(resp.status, resp.message)
+                    err = _put_error(resp, note)
                 if err is not None and (state["first"] is None or i < state["first"][0]):
                     state["first"] = (i, err)
                 state["left"] -= 1
@@ -529,8 +641,8 @@ class Client:
             need = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
         else:
             mine = [r for r in info["ranks"] if r["rank"] == slice_of_rank]
-            if not mine:
-                fut._set(None)
+            if not mine or mine[0]["bytes"] == 0:
+                fut._set(_no_elements(info, mine, layout, out))
                 return
             shape = [h - lo for lo, h in zip(mine[0]["lo"], mine[0]["hi"])]
             need = mine[0]["bytes"]
@@ -570,7 +682,7 @@ class Client:
             m = req.get if slice_of_rank is None else req.get_slice
             m.name, m.offset, m.max_bytes = name, off, self.chunk
             if slice_of_rank is not None:
-                m.layout.tag = layout or ""
+                m.layout.tag = _layout_tag(layout)
             self._send_request(fl, req, chunk_handler(i, off))
 
     def _hello(self):
@@ -596,13 +708,23 @@ class Client:
             self._seg = None
             return None
 
-    def set_group(self, group, run_id=None, collective_timeout=None):
-        """SPMD collectives (spmd.py): from now on create, reshard, drop, einsum, save and load run once every rank
-        of ``group`` (ranks, "all", "0,1,2"; None: off) submitted them, each with ``key`` or a
-        key made from ``run_id`` (default: the launcher's, see spmd.py) and the call's number;
-        ``collective_timeout`` seconds (default: this client's timeout less 5 s, so that the
-        daemons' error naming the missing ranks comes before the client gives up, and at most
-        600 s, the daemons' default --collective-timeout-max; longer ones are refused)."""
+    def set_group(self, group: Union[None, str, Sequence[int]], run_id: Optional[str] = None,
+                  collective_timeout: Optional[float] = None) -> None:
+        """Makes create, reshard, drop, einsum, save and load SPMD collectives of a group.
+
+        From this call on each of them runs once every rank of ``group`` submitted it, under
+        its ``key`` or a key made from ``run_id`` and the call's number.
+
+        Args:
+            group: the ranks (a list, ``"all"`` or ``"0,1,2"``); None turns collectives off.
+            run_id: the launch's id (default: the launcher's, e.g. Open MPI's or Slurm's).
+            collective_timeout: seconds to wait for the other ranks (default: this client's
+                timeout less 5 s, so that the daemons' error naming the missing ranks comes
+                first; at most the daemons' ``--collective-timeout-max``, 600 s by default).
+
+        Raises:
+            InvalidArgumentError: a group that names ranks outside the job.
+        """
         if group is None:
             self._group = None
             return
@@ -614,21 +736,63 @@ class Client:
         self._group = _spmd.Group(ranks, p["rank"], run_id, round(collective_timeout * 1000))
 
     # -- operations ----------------------------------------------------------------------------
-    def ping(self):
-        """{'rank', 'world_size', 'job', 'max_frame'} of the daemon this client talks to."""
+    def ping(self) -> Dict[str, Any]:
+        """Asks the daemon who it is.
+
+        Returns:
+            ``{'rank', 'world_size', 'job', 'max_frame'}`` of the daemon this client talks to.
+
+        Raises:
+            IoError: the connection failed. TimeoutError: no answer within the timeout.
+        """
         r = self._call(ping=pb.PingRequest()).ping
         return {"rank": r.rank, "world_size": r.world_size, "job": r.job,
                 "max_frame": r.max_frame}
 
-    def create(self, name, dtype, shape, attr, layout=None, key=None, wait=True):
-        """Creates a zero-filled tensor on every rank of the job. ``wait=False``: returns a
-        tshard.Future at once (future.py), as every operation below does."""
+    def create(self, name: str, dtype: Any, shape: Sequence[int], attr: AttrLike,
+               layout: Optional[str] = None, key: Optional[str] = None,
+               wait: bool = True) -> Union[None, Future]:
+        """Creates a zero-filled tensor on every rank of the job.
+
+        Args:
+            name: the tensor's name (1 to 127 bytes of UTF-8, no control characters).
+            dtype: ``"f32"`` or ``"float32"``, ``np.float32``, ... (see ``DTYPE_SPELLINGS``);
+                bf16 is ``"bf16"`` or ``"bfloat16"``.
+            shape: the global shape, a sequence of ints >= 0.
+            attr: the distributed attribute, a :class:`tshard.Attr` or its text.
+            layout: the stored slices' format tag (default ``"row-major"``), e.g. ``"aBcd16b"``.
+            key: an idempotency key (a retry with it is answered without running again).
+            wait: False returns a :class:`tshard.Future` at once.
+
+        Returns:
+            None (or its Future).
+
+        Raises:
+            ExistsError: the name is taken. ParseError, BadAttributeError: a bad attribute.
+            BadDtypeError: an unknown dtype. TypeError: an argument of the wrong type.
+
+        Example::
+
+            c.create("w", "float32", (8, 4), tshard.Attr(tshard.Mesh([4]), [tshard.Shard(0)]))
+        """
+        if isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
+            raise TypeError(f"create: shape must be a sequence of ints, not "
+                            f"{type(shape).__name__}")
+        dims = []
+        for s in shape:
+            if isinstance(s, (bool, float)) or not isinstance(s, (int, np.integer)):
+                raise TypeError(f"create: shape {tuple(shape)!r} must hold ints, not "
+                                f"{type(s).__name__}")
+            if s < 0:
+                raise error_for(5, f"create: shape {tuple(shape)!r} has a negative size; sizes "
+                                   f"are >= 0")
+            dims.append(int(s))
         return self._op(key, _nothing, wait, f"create of '{name}'",
                         create=pb.CreateRequest(name=_check_name(name),
                                                 dtype=_dtype_name(dtype),
-                                                shape=[int(s) for s in shape],
+                                                shape=dims,
                                                 attr=_attr_msg(attr),
-                                                layout=pb.Layout(tag=layout or "")))
+                                                layout=pb.Layout(tag=_layout_tag(layout))))
 
     def _send_chunks(self, name, array, key, slice_layout, convert=False, progress=None):
         """A put (slice_layout None) or put_slice in chunks, WINDOW in flight; through the
@@ -637,7 +801,8 @@ class Client:
         nothing more is sent, the answers due are read, and the first refusal is raised."""
         _check_name(name)
         what = "put" if slice_layout is None else "put_slice"
-        a, decl = declare(array, convert, DTYPES, _FROM_NUMPY, what)  # typed_put.py
+        a, decl = declare(array, convert, DTYPES, _FROM_NUMPY, what)
+        note = _widened_note(array, a, decl)
         src = a.reshape(-1).view(np.uint8)
         total = src.nbytes
         report, done = reporter(progress, what, name, total), 0
@@ -688,21 +853,45 @@ class Client:
                     raise error_for(17, "answer to a request that was not sent")
                 pending.remove(match[0])
                 if resp.status != 0 and (first is None or match[0][1] < first[0]):
-                    first = (match[0][1], error_for(resp.status, resp.message))
+                    first = (match[0][1], _put_error(resp, note))
                 elif resp.status == 0 and report is not None:
                     done += min(chunk, total - offsets[match[0][1]])
                     report(done, total)
             if first is not None:
                 raise first[1]
 
-    def put(self, name, array, key=None, convert=False, progress=None, wait=True):
-        """Puts the whole tensor (row-major) from this client; the daemons scatter it. The
-        array's dtype and shape must be the tensor's (checked by the daemon); ``convert=True``
-        converts another dtype by the kernels' rules (typed_put.py). ``progress``: progress.py.
-        ``wait=False``: a Future (the data goes in frames, sent before the call returns but for
-        the last chunks; keep the array unchanged until the Future is done). ``array`` may
-        also be a torch CPU tensor (bf16 as bf16), or any object with ``__dlpack__`` or the array
-        protocol: read in place where its memory allows (torch.py)."""
+    def put(self, name: str, array: ArrayLike, key: Optional[str] = None, convert: bool = False,
+            progress: Any = None, wait: bool = True) -> Union[None, Future]:
+        """Puts the whole tensor (row-major) from this client; the daemons scatter it.
+
+        Args:
+            name: the tensor.
+            array: a numpy array of the tensor's shape and dtype (float32 for f32, ...); bf16
+                data as ``tshard.bf16_bits(uint16_array)``. A uint16 array is unsigned integers.
+                A torch CPU tensor (bf16 as bf16) or any object with ``__dlpack__`` or the array
+                protocol is read in place where its memory allows.
+            key: an idempotency key.
+            convert: convert another dtype's values, as numpy's ``astype`` does (bool, int16,
+                uint16, uint32 and uint64 widened losslessly first); refused when a value would
+                not fit the tensor's dtype.
+            progress: True, a callable ``(done, total)`` or None (a bar on a terminal for large
+                data).
+            wait: False returns a Future; keep the array unchanged until it is done.
+
+        Returns:
+            None (or its Future).
+
+        Raises:
+            NotFoundError: no such tensor. BadDtypeError: another dtype without ``convert``, a
+            value that does not fit with it, or a dtype tshard has none for. BadShapeError:
+            another shape. TypeError: ``array`` is not an array. InvalidArgumentError: a tensor
+            on a GPU.
+
+        Example::
+
+            c.put("w", np.arange(32, dtype=np.float32).reshape(8, 4))
+            c.put("ids", np.array([1, 2, 300], np.uint16), convert=True)  # into an i32 tensor
+        """
         array = _tt.as_array(array, "put")
         if wait and self._inflight is None:
             return self._send_chunks(name, array, key, None, convert, progress)
@@ -729,14 +918,31 @@ class Client:
             report(nbytes, nbytes)
         return True
 
-    def put_slice(self, name, array, layout=None, convert=False, progress=None, wait=True):
-        """Puts this rank's slice (row-major over its box, or the bytes of ``layout``); the
-        array's shape is the slice box's (checked), dtype, ``convert`` and torch or DLPack
-        arrays as in put."""
+    def put_slice(self, name: str, array: ArrayLike, layout: Optional[str] = None,
+                  convert: bool = False, progress: Any = None,
+                  wait: bool = True) -> Union[None, Future]:
+        """Puts this rank's slice of the tensor, on this rank only.
+
+        Args:
+            name: the tensor.
+            array: the slice, of its box's shape (row-major), or the flat elements of
+                ``layout``; dtype, ``convert`` and torch or DLPack arrays as in :meth:`put`.
+            layout: a format tag for data in another layout than row-major.
+            convert: as in :meth:`put`.
+            progress: as in :meth:`put`.
+            wait: False returns a Future.
+
+        Returns:
+            None (or its Future).
+
+        Raises:
+            NotFoundError, BadDtypeError, BadShapeError as :meth:`put`;
+            InvalidArgumentError: this rank holds no slice.
+        """
         array = _tt.as_array(array, "put_slice")
         if wait and self._inflight is None:
-            return self._send_chunks(name, array, None, layout or "", convert, progress)
-        fut = self._put_async(name, array, None, layout or "", convert)
+            return self._send_chunks(name, array, None, _layout_tag(layout), convert, progress)
+        fut = self._put_async(name, array, None, _layout_tag(layout), convert)
         return self._sync(fut) if wait else fut
 
     def _chunk_answer(self, want_id, off, sink, seg, refuse):
@@ -827,12 +1033,32 @@ class Client:
                 raise first
             return out[0] if out[0] is not None else np.empty(0, dtype=np.uint8)
 
-    def get(self, name, out=None, progress=None, wait=True, like=None):
-        """The whole tensor as a numpy array, gathered to this client's rank (into ``out`` when
-        given: a C-contiguous array of the tensor's dtype and size, returned reshaped; or a
-        contiguous torch CPU tensor, filled in place and returned). ``like="torch"``: a torch
-        tensor (sharing the received memory; bf16 as torch.bfloat16). ``wait=False``: a Future of
-        it (frames, one describe then every chunk at once; numpy only)."""
+    def get(self, name: str, out: Any = None, progress: Any = None, wait: bool = True,
+            like: Optional[str] = None) -> Any:
+        """The whole tensor, gathered to this client's rank.
+
+        Args:
+            name: the tensor.
+            out: an array to fill instead of a new one: C-contiguous, writable, of the tensor's
+                numpy dtype (``DTYPES``) and size; returned reshaped. Or a contiguous torch CPU
+                tensor of the tensor's dtype and size, filled in place and returned.
+            progress: as in :meth:`put`.
+            wait: False returns a Future of the array (numpy only).
+            like: ``"torch"`` returns a torch tensor sharing the received memory (bf16 as
+                ``torch.bfloat16``); None or ``"numpy"`` a numpy array.
+
+        Returns:
+            A numpy array of the tensor's shape and dtype (a bf16 tensor: its uint16 bits), or
+            a torch tensor (``like="torch"``, a torch ``out``).
+
+        Raises:
+            NotFoundError: no such tensor. ValueError: an ``out`` that does not fit.
+
+        Example::
+
+            w = c.get("w")
+            t = c.get("w", like="torch")
+        """
         if like is not None or _tt.is_torch(out):
             return self._get_torch(self.get, name, out, like, wait, progress=progress)
         if not wait or self._inflight is not None:
@@ -843,7 +1069,7 @@ class Client:
         need = int(np.prod(info["shape"], dtype=np.int64)) * dt.itemsize
         flat = None if out is None else _out_bytes(out, dt, "get")
         if flat is not None and flat.nbytes != need:
-            raise ValueError(f"get: '{name}' has {need} bytes; out has {flat.nbytes}")
+            raise error_for(5, f"get: '{name}' has {need} bytes; out has {flat.nbytes}")
         if self._direct_on and need > 0:
             buf = flat if flat is not None else self._result_buffer(need)
             m = pb.GetRequest(name=name)
@@ -860,14 +1086,31 @@ class Client:
             raise error_for(17, f"'{name}' came with {len(raw)} bytes, not {need}")
         return raw.view(dt).reshape(info["shape"])
 
-    def get_slice(self, name, layout=None, out=None, wait=True, like=None):
-        """This rank's slice: an array of its box's shape (row-major), or, for another layout,
-        the flat elements of that layout (padding included). None when the rank holds none.
-        ``out``: an array to receive it (C-contiguous, the tensor's dtype, the slice's size).
-        ``wait=False`` (and every call once operations were in flight): the plain layout only.
-        ``out`` a torch tensor, or ``like="torch"``: as in get."""
+    def get_slice(self, name: str, layout: Optional[str] = None, out: Any = None,
+                  wait: bool = True, like: Optional[str] = None) -> Any:
+        """This rank's slice of the tensor.
+
+        Args:
+            name: the tensor.
+            layout: a format tag to receive the slice in that layout, as its flat elements
+                (padding included); default the row-major box.
+            out: an array to fill (C-contiguous, the tensor's dtype, the slice's size), or a
+                torch CPU tensor as in :meth:`get`.
+            wait: False returns a Future (the row-major layout only, as every call once
+                operations were in flight).
+            like: ``"torch"`` returns a torch tensor, as in :meth:`get`.
+
+        Returns:
+            An array of this rank's box shape. A rank that holds no element (off the mesh, or
+            an empty part of an uneven split) gets an empty array: its box's shape for a
+            member (e.g. ``(0, 4)``), all zeros (``(0, 0)`` for a 2-dim tensor) off the mesh.
+
+        Raises:
+            NotFoundError: no such tensor. UnsupportedError: another layout with ``wait=False``.
+        """
         if like is not None or _tt.is_torch(out):
             return self._get_torch(self.get_slice, name, out, like, wait, layout=layout)
+        layout = _layout_tag(layout) or None
         if not wait or self._inflight is not None:
             if layout:
                 raise error_for(20, "get_slice in another layout is synchronous only, and not "
@@ -881,13 +1124,13 @@ class Client:
         if self._rank is None:
             self._rank = self.ping()["rank"]
         mine = [r for r in info["ranks"] if r["rank"] == self._rank]
-        if not mine:
-            return None
+        if not mine or mine[0]["bytes"] == 0:
+            return _no_elements(info, mine, layout, out)
 
         def fill(req, off):
             g = req.get_slice
             g.name, g.offset = name, off
-            g.layout.tag = layout or ""
+            g.layout.tag = _layout_tag(layout)
             return g
         dt = DTYPES[info["dtype"]]
         flat = None if out is None else _out_bytes(out, dt, "get_slice")
@@ -908,6 +1151,8 @@ class Client:
 
     def _get_torch(self, get, name, out, like, wait, **kw):
         """get or get_slice into a torch tensor (out) or returning one (like="torch")."""
+        if like is not None and not isinstance(like, str):
+            raise TypeError(f"like must be 'torch' or 'numpy', not {type(like).__name__}")
         if like not in (None, "torch", "numpy"):
             raise ValueError(f"like must be 'torch' or 'numpy', not {like!r}")
         if not wait:
@@ -918,57 +1163,103 @@ class Client:
         a = get(name, **kw)
         return a if like == "numpy" else _tt.to_torch(a, self.describe(name)["dtype"])
 
-    def reshard(self, name, attr, strategy=None, keep_source_as=None, layout=None, key=None,
-                wait=True):
-        """Moves the tensor to another attribute (in place, or to a new tensor
-        ``keep_source_as`` keeping the source). Returns {'strategy', 'ms'}: the strategy the
-        daemons ran and its time on the answering rank (None and 0.0 when the answer names
-        none: a retry answered by its idempotency key)."""
+    def reshard(self, name: str, attr: AttrLike, strategy: Optional[str] = None,
+                keep_source_as: Optional[str] = None, layout: Optional[str] = None,
+                key: Optional[str] = None, wait: bool = True) -> Union[Dict[str, Any], Future]:
+        """Moves the tensor to another distributed attribute.
+
+        Args:
+            name: the tensor.
+            attr: the target attribute, an Attr or its text.
+            strategy: force one (``allgather``, ``root``, ``p2p``, ``alltoall``, ``allreduce``,
+                ``reduce_scatter``, ``local``); default: the planner's cheapest.
+            keep_source_as: keep the source and make the result a new tensor of this name.
+            layout: the new slices' format tag (default row-major).
+            key: an idempotency key.
+            wait: False returns a Future.
+
+        Returns:
+            ``{'strategy', 'ms'}``: the strategy the daemons ran and its time on the answering
+            rank (None and 0.0 for a retry answered by its idempotency key).
+
+        Raises:
+            NotFoundError, ParseError, BadAttributeError, BadStrategyError, LimitError.
+
+        Example::
+
+            c.reshard("w", "mesh=[4] placements=[S(1)]")
+        """
         _check_name(name)
         if keep_source_as:
             _check_name(keep_source_as, "keep_source_as")
         return self._op(key, _reshard_result, wait, f"reshard of '{name}'",
                         reshard=pb.ReshardRequest(name=name, attr=_attr_msg(attr),
-                                                  strategy=strategy or "",
+                                                  strategy=_opt_str(strategy, "strategy"),
                                                   keep_source_as=keep_source_as or "",
-                                                  layout=pb.Layout(tag=layout or "")))
+                                                  layout=pb.Layout(tag=_layout_tag(layout))))
 
-    def reshard_many(self, targets, strategy=None, key=None):
-        """Reshards many tensors as one operation, atomic over them all (every tensor moves or
-        none, on every rank). targets: {name: attr} or {name: {'attr', 'strategy', 'layout'}}
-        (strategy and layout optional per tensor; `strategy` is the batch's default). Returns
-        {name: {'strategy', 'bytes_sent', 'bytes_received'}} as the answering rank ran it (empty
-        dicts when a retry was answered by its idempotency key)."""
+    def reshard_many(self, targets: Mapping[str, Any], strategy: Optional[str] = None,
+                     key: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
+        """Reshards many tensors as one operation: every tensor moves or none, on every rank.
+
+        Args:
+            targets: ``{name: attr}`` or ``{name: {'attr', 'strategy', 'layout'}}`` (strategy
+                and layout optional per tensor).
+            strategy: the batch's default strategy.
+            key: an idempotency key.
+
+        Returns:
+            ``{name: {'strategy', 'bytes_sent', 'bytes_received'}}`` as the answering rank ran
+            it (empty dicts for a retry answered by its idempotency key).
+
+        Raises:
+            NotFoundError, BadAttributeError, LimitError...: the whole batch is refused.
+        """
+        if not isinstance(targets, Mapping):
+            raise TypeError(f"reshard_many: targets must be a dict {{name: attr}}, not "
+                            f"{type(targets).__name__}")
         items = []
         for name, t in targets.items():
             _check_name(name)
-            t = t if isinstance(t, dict) else {"attr": t}
+            t = t if isinstance(t, Mapping) else {"attr": t}
+            if "attr" not in t:
+                raise error_for(1, f"reshard_many: the target of '{name}' has no 'attr'; give "
+                                   f"{{'attr': ATTR, 'strategy': ..., 'layout': ...}}")
             items.append(pb.ReshardItem(name=name, attr=_attr_msg(t["attr"]),
-                                        strategy=t.get("strategy") or "",
-                                        layout=pb.Layout(tag=t.get("layout") or "")))
-        r = self._call(key, reshard_many=pb.ReshardManyRequest(items=items,
-                                                               strategy=strategy or ""))
+                                        strategy=_opt_str(t.get("strategy"), "strategy"),
+                                        layout=pb.Layout(tag=_layout_tag(t.get("layout")))))
+        r = self._call(key, reshard_many=pb.ReshardManyRequest(
+            items=items, strategy=_opt_str(strategy, "strategy")))
         got = {i.name: {"strategy": i.strategy, "bytes_sent": i.bytes_sent,
                         "bytes_received": i.bytes_received} for i in r.reshard_many.items}
         return {name: got.get(name, {}) for name in targets}
 
-    def drop_many(self, names, key=None):
-        """Drops the named tensors as one operation: all of them or, when one is unknown, none."""
-        names = [_check_name(n) for n in names]
+    def drop_many(self, names: Iterable[str], key: Optional[str] = None) -> None:
+        """Drops the named tensors as one operation: all of them or, when one is unknown, none.
+
+        Args:
+            names: the tensors.
+            key: an idempotency key.
+
+        Raises:
+            NotFoundError: one of them does not exist (nothing is dropped).
+        """
+        names = _names(names, "drop_many: names")
         self._call(key, drop_many=pb.DropManyRequest(names=names))
 
     def put_many(self, arrays: Mapping[str, Any], convert: bool = False,
                  key: Optional[str] = None, wait: bool = True) -> Optional[Future]:
-        """Puts many whole tensors in one request, one operation on the daemons (batch_io.py).
+        """Puts many whole tensors in one request, one operation on the daemons.
 
         Atomic: every array is checked before anything moves (each name once and existing, its
         dtype and shape as ``put`` checks them, the daemons' --batch-max-tensors and
         --batch-max-bytes), and either every tensor is stored or none, on every rank.
 
         Args:
-            arrays: {name: numpy array} of whole row-major tensors, in any order.
-            convert: convert arrays of another dtype to their tensors' by the kernels' rules
-                (as ``put(..., convert=True)``).
+            arrays: {name: numpy array} of whole row-major tensors, in any order (bf16 data as
+                ``tshard.bf16_bits(bits)``).
+            convert: convert arrays of another dtype to their tensors', as
+                ``put(..., convert=True)`` does (values that would not survive are refused).
             key: idempotency key: a retry of the identical put_many is not run again.
             wait: False returns a tshard.Future at once (the data goes in frames; keep the
                 arrays unchanged until it is done).
@@ -982,14 +1273,15 @@ class Client:
             stored. TypeError when ``arrays`` is not a mapping.
 
         Example:
-            >>> c.put_many({"wte": np.zeros((50257, 768), np.float32), "ln.b": np.ones(768, np.float32)})
+            >>> c.put_many({"wte": np.zeros((50257, 768), np.float32),
+            ...             "ln.b": np.ones(768, np.float32)})
         """
         from . import batch_io
         return batch_io.put_many(self, arrays, convert=convert, key=key, wait=wait)
 
     def get_many(self, names: Sequence[str],
                  wait: bool = True) -> Union[Dict[str, np.ndarray], Future]:
-        """Gets many whole tensors in one request, one operation on the daemons (batch_io.py).
+        """Gets many whole tensors in one request, one operation on the daemons.
 
         Args:
             names: the tensors' names, each once.
@@ -1012,64 +1304,163 @@ class Client:
         from . import batch_io
         return batch_io.get_many(self, names, wait=wait)
 
-    # Distributed einsum, computed where the shards live: see einsum.py
-    def einsum(self, equation, *operands, out, attr=None, plan=None, keep=False, explain=False,
-               key=None):
+    # Distributed einsum, computed where the shards live
+    def einsum(self, equation: str, *operands: str, out: str, attr: Optional[AttrLike] = None,
+               plan: Optional[str] = None, keep: bool = False, explain: bool = False,
+               key: Optional[str] = None) -> Any:
+        """Computes a numpy-style einsum of stored tensors where their shards live.
+
+        Args:
+            equation: the equation with explicit output, e.g. ``"ij,jk->ik"``.
+            operands: the names of the operand tensors (one to three).
+            out: the name of the new result tensor.
+            attr: the result's attribute (default: the planner's choice).
+            plan: force a named distributed plan.
+            keep: keep the forward for :meth:`einsum_backward`.
+            explain: plan only and return the explanation, nothing computed.
+            key: an idempotency key.
+
+        Returns:
+            A :class:`tshard.EinsumResult` (plan, attr, forward id when kept, ...).
+
+        Raises:
+            EinsumError: a bad equation or operands. EinsumPlanError: a forced plan that does
+            not apply. NotFoundError: an unknown operand.
+
+        Example::
+
+            c.einsum("ij,jk->ik", "x", "w", out="y")
+        """
         from . import einsum as _e
         return _e.einsum(self, equation, *operands, out=out, attr=attr, plan=plan, keep=keep,
                          explain=explain, key=key)
 
-    def einsum_plan(self, equation, *operands, attr=None, plan=None):
+    def einsum_plan(self, equation: str, *operands: str, attr: Optional[AttrLike] = None,
+                    plan: Optional[str] = None) -> Any:
+        """Plans an einsum without computing it (see :meth:`einsum`).
+
+        Returns:
+            A :class:`tshard.EinsumResult` describing the chosen plan and its costs.
+
+        Raises:
+            EinsumError, EinsumPlanError, NotFoundError as :meth:`einsum`.
+        """
         from . import einsum as _e
         return _e.einsum_plan(self, equation, *operands, attr=attr, plan=plan)
 
-    def einsum_backward(self, forward, grad_out, grads, key=None):
+    def einsum_backward(self, forward: int, grad_out: str, grads: Sequence[Optional[str]],
+                        key: Optional[str] = None) -> Any:
+        """Computes the gradients of a kept einsum forward (``keep=True``).
+
+        Args:
+            forward: the forward's id from :meth:`einsum`'s result.
+            grad_out: the tensor of the output's gradient.
+            grads: the names of the new gradient tensors, one per operand (None: not wanted).
+            key: an idempotency key.
+
+        Returns:
+            The daemons' answer (an :class:`tshard.EinsumResult`).
+
+        Raises:
+            NoForwardError: no kept forward with this id. EinsumError: shapes that do not fit.
+        """
         from . import einsum as _e
         return _e.einsum_backward(self, forward, grad_out, grads, key=key)
 
-    def einsum_release(self, forward, key=None):
+    def einsum_release(self, forward: int, key: Optional[str] = None) -> Any:
+        """Releases a kept einsum forward and its cached transposes.
+
+        Raises:
+            NoForwardError: no kept forward with this id.
+        """
         from . import einsum as _e
         return _e.einsum_release(self, forward, key=key)
 
-    # Checkpoints: save and load (format in shard/CHECKPOINT.md, reader in tshard.checkpoint).
-    def save(self, dir: str, names: "str | list[str] | None" = None, keep_partial: bool = False,
-             per_node: bool = False, key: "str | None" = None, wait: bool = True):
-        """Saves the named tensors (None: all) into the directory `dir` that every daemon can
-        reach (atomic: the previous checkpoint there stays until every rank agreed). Returns
-        {'dir', 'tensors', 'bytes', 'files', 'seconds', 'writing', 'save_id'}.
+    # Checkpoints: save and load (read offline with tshard.checkpoint).
+    def save(self, dir: str, names: Union[None, str, Iterable[str]] = None,
+             keep_partial: bool = False, per_node: bool = False, key: Optional[str] = None,
+             wait: bool = True) -> Union[Dict[str, Any], Future]:
+        """Saves tensors into a checkpoint directory that every daemon can reach.
 
+        Atomic: a previous checkpoint there stays until every rank agreed on the new one.
         ``wait=False`` is an asynchronous save: a Future, done once every daemon took its copy
         of the tensors (the checkpoint holds their values at this point of the operations'
         order; later operations do not change it); its result says ``writing: True`` while the
-        daemons write the files in the background. ``wait_saves()`` waits for the files."""
-        names = [names] if isinstance(names, str) else list(names or [])
+        daemons write the files in the background, and :meth:`wait_saves` waits for them.
+
+        Args:
+            dir: the directory.
+            names: a name or names (None: every tensor).
+            keep_partial: save partial placements as they are instead of reduced.
+            per_node: each node writes its own directory (no shared file system).
+            key: an idempotency key.
+            wait: False: an asynchronous save (a Future, see above).
+
+        Returns:
+            ``{'dir', 'tensors', 'bytes', 'files', 'seconds', 'writing', 'save_id'}``.
+
+        Raises:
+            CheckpointIoError: the directory cannot be written, or a rank was lost during the
+            save (the message names the path). NotFoundError: a name. LimitError: the copy of
+            an asynchronous save does not fit the memory limit.
+
+        Example::
+
+            c.save("/shared/ckpt/step100")
+            c.save("/shared/ckpt/step200", wait=False).result(); c.wait_saves()
+        """
+        names = _names(names, "save: names")
+        path = _dir(dir)
         try:
             return self._op(key, _ckpt_result, wait, f"save to '{dir}'",
-                            save=pb.SaveRequest(dir=os.path.abspath(dir),
-                                                names=[_check_name(n) for n in names],
-                                                keep_partial=keep_partial, per_node=per_node,
-                                                background=not wait))
+                            save=pb.SaveRequest(dir=path, names=names,
+                                                keep_partial=_flag(keep_partial, "keep_partial"),
+                                                per_node=_flag(per_node, "per_node"),
+                                                background=not _flag(wait, "wait")))
         except TshardError as e:  # a lost rank: the save's own error names its path
             if e.status != 39:
                 raise
-            path = os.path.abspath(dir)
             raise error_for(33, f"save to {path} was interrupted: {e.message}; {path} holds a "
                                 f"complete checkpoint or nothing: the one that was there before "
                                 f"(or this save's, had it been exchanged before the loss), never "
                                 f"a partial one") from None
 
-    def snapshot(self, key: "str | None" = None) -> dict:
-        """Takes a snapshot now (daemons started with --snapshot-dir): an asynchronous save of
-        every tensor into <snapshot dir>/<UTC timestamp>/; returns as save(wait=False)'s result
-        (its 'dir' names the snapshot). ``wait_saves()`` waits for its files."""
+    def snapshot(self, key: Optional[str] = None) -> Dict[str, Any]:
+        """Takes a snapshot now, on daemons started with ``--snapshot-dir``.
+
+        An asynchronous save of every tensor into ``<snapshot dir>/<UTC timestamp>/``.
+
+        Args:
+            key: an idempotency key.
+
+        Returns:
+            As :meth:`save` with ``wait=False``: its ``'dir'`` names the snapshot and its
+            ``'writing'`` is True while the files are written (:meth:`wait_saves` waits).
+
+        Raises:
+            InvalidArgumentError: the daemons have no snapshot directory. LimitError: the copy
+            does not fit the memory limit.
+        """
         return self._op(key, _ckpt_result, True, "snapshot",
                         save=pb.SaveRequest(snapshot=True, background=True))
 
-    def wait_saves(self, timeout: "float | None" = None, save_id: "int | None" = None) -> list:
-        """Waits until the background saves writing now (or the one numbered save_id) are
-        complete, polling stats(); returns their records (stats()['saves'] entries). Raises the
-        save's error (CheckpointIoError, ...) when one failed, tshard.WaitTimeoutError after
-        `timeout` seconds."""
+    def wait_saves(self, timeout: Optional[float] = None,
+                   save_id: Optional[int] = None) -> List[Dict[str, Any]]:
+        """Waits until the background saves writing now (or the one numbered ``save_id``) are
+        complete, polling :meth:`stats`.
+
+        Args:
+            timeout: seconds to wait at most (None: no limit).
+            save_id: the save to wait for (its result's ``'save_id'``); None: every save writing
+                now.
+
+        Returns:
+            Their records (``stats()['saves']`` entries: dir, state, bytes written of total).
+
+        Raises:
+            CheckpointIoError (or the failure's class): a save failed.
+            tshard.WaitTimeoutError: still writing after ``timeout`` seconds.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         want = None if save_id is None else {save_id}
         delay = 0.002
@@ -1089,19 +1480,33 @@ class Client:
             time.sleep(delay)  # polling the daemon's progress, bounded by the deadline
             delay = min(delay * 2, 0.05)
 
-    def load(self, dir: str, names: "str | list[str] | None" = None, attr=None,
-             per_node: bool = False, key: "str | None" = None, wait: bool = True):
-        """Loads the named tensors (None: all of the checkpoint) under `attr` (None: each saved
-        attribute) on the daemons' ranks; a failure creates no tensor. Returns {'dir',
-        'tensors', 'bytes', 'files', 'seconds'} (or a Future of it)."""
-        names = [names] if isinstance(names, str) else list(names or [])
-        req = pb.LoadRequest(dir=os.path.abspath(dir), names=[_check_name(n) for n in names],
-                             per_node=per_node)
+    def load(self, dir: str, names: Union[None, str, Iterable[str]] = None,
+             attr: Optional[AttrLike] = None, per_node: bool = False, key: Optional[str] = None,
+             wait: bool = True) -> Union[Dict[str, Any], Future]:
+        """Loads tensors of a checkpoint onto the daemons' ranks; a failure creates none.
+
+        Args:
+            dir: the checkpoint directory.
+            names: a name or names (None: all of the checkpoint).
+            attr: the attribute to load under (None: each tensor's saved attribute).
+            per_node: the checkpoint was saved per node.
+            key: an idempotency key.
+            wait: False returns a Future.
+
+        Returns:
+            ``{'dir', 'tensors', 'bytes', 'files', 'seconds'}``.
+
+        Raises:
+            CheckpointIoError, CorruptError: an unreadable or damaged checkpoint.
+            ExistsError: a tensor of that name exists.
+        """
+        req = pb.LoadRequest(dir=_dir(dir), names=_names(names, "load: names"),
+                             per_node=_flag(per_node, "per_node"))
         if attr is not None:
             req.attr.CopyFrom(_attr_msg(attr))
         return self._op(key, _ckpt_result, wait, f"load from '{dir}'", load=req)
 
-    def load_safetensors(self, path: str, attrs: "dict | None" = None, default=None,
+    def load_safetensors(self, path: str, attrs: "dict | None" = None, default: Any = None,
                          names: "list | None" = None, prefix: "str | None" = None,
                          rename: "dict | None" = None, key: "str | None" = None,
                          wait: bool = True) -> "list | Future":
@@ -1154,61 +1559,158 @@ class Client:
         return self._op(key, lambda r: list(r.safetensors.files), wait,
                         f"export to safetensors '{path}'", export_safetensors=req)
 
-    def drop(self, name, key=None, wait=True):
-        """Drops the tensor on every rank."""
+    def drop(self, name: str, key: Optional[str] = None,
+             wait: bool = True) -> Union[None, Future]:
+        """Drops the tensor on every rank, freeing its memory.
+
+        Args:
+            name: the tensor.
+            key: an idempotency key.
+            wait: False returns a Future.
+
+        Raises:
+            NotFoundError: no such tensor.
+
+        Example::
+
+            c.drop("w")
+        """
         return self._op(key, _nothing, wait, f"drop of '{name}'",
                         drop=pb.DropRequest(name=_check_name(name)))
 
-    def list(self, details=False, wait=True):
-        """The names of the stored tensors; details=True: one dict per tensor, {'name', 'dtype',
-        'shape', 'attr' (canonical text), 'bytes' (the whole tensor's)}."""
+    def list(self, details: bool = False,
+             wait: bool = True) -> Union[List[str], List[Dict[str, Any]], Future]:
+        """The stored tensors.
+
+        Args:
+            details: False gives names; True one dict per tensor, ``{'name', 'dtype', 'shape',
+                'attr' (canonical text), 'bytes' (the whole tensor's)}``.
+            wait: False returns a Future.
+
+        Returns:
+            A list of names, or of dicts with ``details=True``.
+        """
         def parse(r):
             r = r.list
             if not details:
                 return list(r.names)
             return [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape),
                      "attr": t.attr.text, "bytes": t.bytes} for t in r.tensors]
-        return self._op(None, parse, wait, "list", list=pb.ListRequest(details=details))
+        return self._op(None, parse, wait, "list",
+                        list=pb.ListRequest(details=_flag(details, "details")))
 
-    def describe(self, name, wait=True):
-        """{'name', 'dtype', 'shape', 'attr' (canonical text), 'layout', 'ranks': [{'rank',
-        'bytes', 'lo', 'hi'}]}."""
+    def describe(self, name: str, wait: bool = True) -> Union[Dict[str, Any], Future]:
+        """What a tensor is and where its slices live, as ``tshard describe`` prints it.
+
+        Args:
+            name: the tensor.
+            wait: False returns a Future.
+
+        Returns:
+            ``{'name', 'dtype', 'shape', 'attr' (canonical text), 'layout' (``"row-major"`` or a
+            format tag), 'ranks': [{'rank', 'bytes', 'lo', 'hi'}]}``.
+
+        Raises:
+            NotFoundError: no such tensor.
+        """
         return self._op(None, lambda r: _describe_dict(r.describe), wait,
                         f"describe of '{name}'",
                         describe=pb.DescribeRequest(name=_check_name(name)))
 
-    # -- compiled programs (program.py) ----------------------------------------------------------
-    def program_compile(self, program=None, lazy=True, key=None, graph=None, buckets=None):
-        """Compiles a program (JSON text or dict, or graph= a ProgramGraph message) on every
-        rank, buckets={group: rule} overriding its bucketing rules; returns its id. Buckets are
-        built on their first run (lazy=False: all now)."""
+    # -- compiled programs -----------------------------------------------------------------------
+    def program_compile(self, program: Union[None, str, Dict[str, Any]] = None, lazy: bool = True,
+                        key: Optional[str] = None, graph: Any = None,
+                        buckets: Optional[Dict[str, Any]] = None) -> Any:
+        """Compiles an elementwise/reduction program on every rank.
+
+        Args:
+            program: the program as JSON text or a dict (or None with ``graph``).
+            lazy: build each bucket on its first run (False: all now).
+            key: an idempotency key.
+            graph: the program as a ProgramGraph message (see :func:`tshard.graph_from_json`).
+            buckets: ``{group: rule}`` overriding the program's bucketing rules.
+
+        Returns:
+            The program's id, for :meth:`program_run`.
+
+        Raises:
+            ParseError: a bad program. ProgramCompileError: the C compiler failed.
+        """
         return _program.compile(self, program, lazy=lazy, key=key, graph=graph, buckets=buckets)
 
-    def program_run(self, program_id, inputs, outputs=None, key=None, overwrite=False):
-        """Runs a compiled program SPMD on the local slices (inputs: {name: tensor or number},
-        outputs: {name: tensor}; outputs not named become tensors of their own names;
-        overwrite=True lets them replace existing tensors)."""
+    def program_run(self, program_id: Any, inputs: Mapping[str, Any],
+                    outputs: Optional[Mapping[str, str]] = None, key: Optional[str] = None,
+                    overwrite: bool = False) -> None:
+        """Runs a compiled program on the local slices of every rank.
+
+        Args:
+            program_id: the id from :meth:`program_compile`.
+            inputs: ``{input name: tensor name or number}``; a number its input's dtype cannot
+                hold is refused (BadDtypeError).
+            outputs: ``{output name: tensor name}``; outputs not named become tensors of their
+                own names.
+            key: an idempotency key.
+            overwrite: let outputs replace existing tensors.
+
+        Raises:
+            ProgramPlacementError: the tensors' attributes do not fit the program.
+            NotFoundError: an unknown program or tensor.
+        """
         _program.run(self, program_id, inputs, outputs, key=key, overwrite=overwrite)
 
-    def program_show(self, program_id, summary=False):
+    def program_show(self, program_id: Any, summary: bool = False) -> Any:
+        """What a compiled program is: its inputs, outputs and kernels (``summary``: briefly).
+
+        Raises:
+            NotFoundError: no program with this id.
+        """
         return _program.show(self, program_id, summary=summary)
 
-    def program_drop(self, program_id, key=None):
+    def program_drop(self, program_id: Any, key: Optional[str] = None) -> None:
+        """Forgets a compiled program on every rank.
+
+        Raises:
+            NotFoundError: no program with this id.
+        """
         _program.drop(self, program_id, key=key)
 
-    def plan(self, name, attr, strategy=None):
-        """{'strategy', 'explain'}: what a reshard would do, nothing moved."""
+    def plan(self, name: str, attr: AttrLike, strategy: Optional[str] = None) -> Dict[str, str]:
+        """What a reshard of the tensor to ``attr`` would do, nothing moved.
+
+        Returns:
+            ``{'strategy', 'explain'}``: the chosen strategy and the planner's explanation.
+
+        Raises:
+            NotFoundError, ParseError, BadAttributeError, BadStrategyError.
+        """
         p = self._call(plan=pb.PlanRequest(name=_check_name(name), attr=_attr_msg(attr),
-                                           strategy=strategy or "")).plan
+                                           strategy=_opt_str(strategy, "strategy"))).plan
         return {"strategy": p.strategy, "explain": p.explain}
 
-    def show(self, name, width=None, dims=None, ascii=None):
-        """The drawing of where the slices of tensor ``name`` live, as text (offline.py)."""
+    def show(self, name: str, width: Optional[int] = None, dims: Optional[Sequence[int]] = None,
+             ascii: Optional[bool] = None) -> str:
+        """A drawing of which rank holds which block of the tensor, as text.
+
+        Args:
+            name: the tensor.
+            width: the drawing's columns (default 64).
+            dims: the two tensor dims to draw (default the first two).
+            ascii: ASCII lines instead of Unicode box drawing.
+
+        Raises:
+            NotFoundError: no such tensor.
+        """
         from .offline import show
         info = self.describe(name)
         return show(info["shape"], info["attr"], width=width, dims=dims, ascii=ascii)
 
-    def stats(self):
+    def stats(self) -> Dict[str, Any]:
+        """The connected daemon's counters, as ``tshard stats`` prints them.
+
+        Returns:
+            ``{'operations', 'collective_ops', 'tensors', 'memory_in_use', 'memory_limit',
+            'connections', 'pool': {...}, 'strategies': {name: {...}}, 'ops': {kind: {...}}}``.
+        """
         s = self._call(stats=pb.StatsRequest()).stats
         return {"operations": s.operations, "collective_ops": s.collective_ops,
                 "tensors": s.tensors, "memory_in_use": s.memory_in_use,
@@ -1228,8 +1730,12 @@ class Client:
                            "checkpoint_bytes": v.checkpoint_bytes, "seconds": v.seconds,
                            "status": v.status, "message": v.message} for v in s.saves]}
 
-    def shutdown(self, key=None):
-        """Stops every daemon of the job."""
+    def shutdown(self, key: Optional[str] = None) -> None:
+        """Stops every daemon of the job (this connection then closes).
+
+        Args:
+            key: an idempotency key.
+        """
         self._call(key, shutdown=pb.ShutdownRequest())
 
 
@@ -1245,13 +1751,45 @@ def _ckpt_result(r):
             "seconds": k.seconds, "writing": k.writing, "save_id": k.save_id}
 
 
+def _widened_note(array, sent, decl):
+    """What a refusal of a widened put adds: the array's own dtype, which the daemon never saw."""
+    orig = getattr(array, "dtype", None)
+    if orig is None or isinstance(array, BF16Bits) or np.dtype(orig) == sent.dtype:
+        return ""
+    return f" (the array's {np.dtype(orig).name} was widened losslessly to {decl})"
+
+
+def _put_error(resp, note):
+    """The exception of a put's refusal; a refused conversion also names the array's dtype."""
+    return error_for(resp.status, resp.message + (note if resp.status == 4 else ""))
+
+
+def _no_elements(info, mine, layout, out):
+    """get_slice's result where this rank holds no element: an empty array of the member's box
+    shape (flat for another layout), or of zeros in every dim off the mesh."""
+    dt = DTYPES[info["dtype"]]
+    plain = "".join(chr(ord("a") + d) for d in range(len(info["shape"])))
+    if not mine:
+        shape = [0] * len(info["shape"])
+    elif layout and layout != plain and layout != ROW_MAJOR:
+        shape = [0]
+    else:
+        shape = [h - lo for lo, h in zip(mine[0]["lo"], mine[0]["hi"])]
+    if out is None:
+        return np.empty(shape, dtype=dt)
+    if _out_bytes(out, dt, "get_slice").nbytes != 0:
+        raise error_for(5, f"get_slice: this rank holds no element of '{info['name']}'; out has "
+                         f"{out.nbytes} bytes")
+    return out.reshape(shape)
+
+
 def _reshard_result(r):
     return {"strategy": r.strategy or None, "ms": r.elapsed_us / 1000.0}
 
 
 def _describe_dict(d):
     return {"name": d.name, "dtype": d.dtype, "shape": list(d.shape), "attr": d.attr.text,
-            "layout": d.layout.tag,
+            "layout": d.layout.tag or ROW_MAJOR,
             "ranks": [{"rank": r.rank, "bytes": r.bytes, "lo": list(r.lo), "hi": list(r.hi)}
                       for r in d.ranks]}
 
@@ -1282,14 +1820,41 @@ def _grouped(c, timeout, group, run_id, collective_timeout):
         raise
 
 
-def connect(rank=None, socket=None, tcp=None, token=None, job=None, timeout=60.0, shm=None,
-            token_file=None, group=None, run_id=None, collective_timeout=None):
-    """Connects to a daemon: by Unix ``socket`` path, by ``tcp`` ("host:port" or (host, port))
-    with the job's ``token`` (or the ``token_file`` holding it), or by ``rank`` (default: this
-    process's MPI rank from the environment, else 0) and ``job`` (default $TSHARD_JOB or
-    "default"). On a Unix socket data goes through shared memory unless ``shm=False`` or TSHARD_SHM=0 (TCP: the stream only).
-    ``group`` (ranks or "all"; default $TSHARD_GROUP) makes create, reshard, drop, einsum, save and load SPMD
-    collectives of those ranks (see Client.set_group)."""
+def connect(rank: Optional[int] = None, socket: Optional[str] = None,
+            tcp: Union[None, str, Tuple[str, int]] = None, token: Optional[str] = None,
+            job: Optional[str] = None, timeout: Optional[float] = 60.0,
+            shm: Optional[bool] = None, token_file: Optional[str] = None,
+            group: Union[None, str, Sequence[int]] = None, run_id: Optional[str] = None,
+            collective_timeout: Optional[float] = None) -> Client:
+    """Connects to a daemon.
+
+    Args:
+        rank: the rank whose daemon to reach (default: this process's MPI rank from the
+            environment, else 0).
+        socket: a Unix socket path instead of ``rank`` and ``job``.
+        tcp: ``"host:port"`` or ``(host, port)`` of a daemon listening on TCP.
+        token: the job's token (TCP).
+        job: the job id (default $TSHARD_JOB, else ``"default"``).
+        timeout: seconds to wait for any answer (None: forever).
+        shm: move data through shared memory (default on for Unix sockets unless TSHARD_SHM=0).
+        token_file: a file holding the token (see :func:`read_token_file`).
+        group: ranks or ``"all"`` (default $TSHARD_GROUP): SPMD collectives, see
+            :meth:`Client.set_group`.
+        run_id: the launch's id for the collectives' keys.
+        collective_timeout: seconds the collectives wait for the other ranks.
+
+    Returns:
+        A :class:`Client`; close it, or use it in a ``with`` block.
+
+    Raises:
+        IoError (a ConnectionError): no daemon serves there (the message says how to start one).
+        AuthError: a bad token. InvalidArgumentError: a bad job name or rank.
+
+    Example::
+
+        with tshard.connect(rank=0, job="demo") as c:
+            print(c.ping())
+    """
     if token_file is not None:
         token = read_token_file(token_file)
     if tcp is not None:

@@ -11,6 +11,7 @@ install it. ``Client.show(name)`` draws a tensor of the daemons the same way."""
 import json
 import os
 import re
+from typing import Any, Dict, Optional, Sequence
 import shutil
 import subprocess
 import sys
@@ -64,7 +65,9 @@ def _run(args):
     raise error_for(status, msg)
 
 
-def plan(shape, src, dst, dtype="f32", strategy=None, ranks=None, staging=None):
+def plan(shape: Sequence[int], src: Any, dst: Any, dtype: str = "f32",
+         strategy: Optional[str] = None, ranks: Optional[int] = None,
+         staging: Optional[int] = None) -> Dict[str, Any]:
     """The planner's choice for resharding a tensor of ``shape`` from attribute ``src`` to
     ``dst``, computed locally: a dict as ``tshard plan --json`` prints it ('strategy', 'costs',
     'strategies' with each strategy's costs, 'min_wire_bytes', 'plan_ms', ...). ``ranks``
@@ -81,7 +84,8 @@ def plan(shape, src, dst, dtype="f32", strategy=None, ranks=None, staging=None):
     return json.loads(_run(args))
 
 
-def show(shape, attr, width=None, dims=None, ascii=None):
+def show(shape: Sequence[int], attr: Any, width: Optional[int] = None,
+         dims: Optional[Sequence[int]] = None, ascii: Optional[bool] = None) -> str:
     """The drawing of where the slices of a tensor of ``shape`` under ``attr`` live, as text
     (print it). ``width``: columns (blocks that do not fit are summarized); ``dims``: the two
     tensor dims drawn as rows and columns (default 0, 1); ``ascii``: ASCII lines (default:

@@ -3,7 +3,7 @@ SPMD on the ranks' local slices, show what the compiler made of it. The Client's
 methods delegate here."""
 import json
 import numbers
-from typing import Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Union
 
 from . import tshard_pb2 as pb
 
@@ -39,10 +39,21 @@ def _ints(msg, values, what):
         msg.values.append(v)
 
 
-def graph_from_json(program):
-    """The message form (tshard_pb2.ProgramGraph) of a program given as its JSON text or dict
-    (program/PROGRAM.md): field for field, so compile(graph=graph_from_json(p)) compiles the same
-    program as compile(p). Only the structure is converted; the daemon checks the program."""
+def graph_from_json(program: Union[str, Dict[str, Any]]) -> Any:
+    """The message form (a ``tshard_pb2.ProgramGraph``) of a program given as JSON.
+
+    Field for field, so ``compile(graph=graph_from_json(p))`` compiles the same program as
+    ``compile(p)``. Only the structure is converted; the daemon checks the program.
+
+    Args:
+        program: the program as JSON text or a dict.
+
+    Returns:
+        The ProgramGraph message.
+
+    Raises:
+        TypeError: the program is not a JSON object.
+    """
     d = json.loads(program) if isinstance(program, str) else program
     if not isinstance(d, dict):
         raise TypeError("a program is a JSON object (dict)")

@@ -14,6 +14,7 @@ one, collective calls must be given a key.
 """
 import hashlib
 import os
+from typing import Any, Mapping, Optional, Sequence
 
 from .errors import error_for
 
@@ -25,8 +26,15 @@ COLLECTIVE_OPS = ("create", "reshard", "drop", "einsum", "einsum_backward", "ein
                   "reshard_many", "drop_many", "import_safetensors", "export_safetensors")
 
 
-def run_id_from_env(env=None):
-    """The id of this launch shared by its processes, or None."""
+def run_id_from_env(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """The id of this launch, shared by its processes, read from the launcher's environment.
+
+    Args:
+        env: the environment to read (default ``os.environ``).
+
+    Returns:
+        TSHARD_RUN_ID, else an id from Open MPI / PMIx, Slurm or torchrun; None without one.
+    """
     env = os.environ if env is None else env
     if env.get("TSHARD_RUN_ID"):
         return env["TSHARD_RUN_ID"]
@@ -66,7 +74,9 @@ def parse_group(group, world_size):
 class Group:
     """The participants of this client's collective calls and the making of their keys."""
 
-    def __init__(self, ranks, rank, run_id=None, timeout_ms=0):
+    def __init__(self, ranks: Sequence[int], rank: int, run_id: Optional[str] = None,
+                 timeout_ms: int = 0) -> None:
+        """The group ``ranks`` seen from ``rank``, keyed by ``run_id``, waiting ``timeout_ms``."""
         if rank not in ranks:
             raise error_for(1, f"this client talks to rank {rank}, which is not in its group "
                                f"{ranks}; connect to your own rank's daemon")
@@ -86,7 +96,7 @@ class Group:
             rid = hashlib.sha1(rid.encode()).hexdigest()[:20]
         return f"spmd:{rid}:{self.calls}"
 
-    def apply(self, req, op):
+    def apply(self, req: Any, op: str) -> None:
         """Makes a request of op (a COLLECTIVE_OPS name) a collective of the group."""
         self.calls += 1
         if not req.idempotency_key:

@@ -16,9 +16,12 @@ works without it.
 Every tshard dtype maps to one torch dtype (TORCH_DTYPES). Whether received 16-bit data are bf16
 bits, and how bf16 bits are marked for sending, is decided in one place each (``_is_bf16``,
 ``_bf16_bits``)."""
+from typing import Any, Optional
+
 import numpy as np
 
 from .errors import error_for
+from .typed_put import bf16_bits
 
 __all__ = ["TORCH_DTYPES", "as_array", "to_torch", "out_view", "is_torch", "from_torch",
            "dtype_name"]
@@ -28,7 +31,7 @@ TORCH_DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "b
                 "i8": "int8", "i32": "int32", "i64": "int64", "u8": "uint8"}
 
 
-def dtype_name(t) -> str:
+def dtype_name(t: Any) -> str:
     """The tshard dtype of a torch tensor (or torch dtype): 'f32' for torch.float32, 'bf16' for
     torch.bfloat16, ...; ValueError naming the valid ones for the others."""
     name = str(getattr(t, "dtype", t)).replace("torch.", "")
@@ -39,16 +42,16 @@ def dtype_name(t) -> str:
                      + ", ".join(f"{v} ({k})" for k, v in TORCH_DTYPES.items()))
 
 
-def is_torch(obj) -> bool:
+def is_torch(obj: Any) -> bool:
     """Whether obj is a torch tensor (checked without importing torch)."""
     mod = type(obj).__module__ or ""
     return (mod == "torch" or mod.startswith("torch.")) and hasattr(obj, "data_ptr")
 
 
-def _bf16_bits(bits: np.ndarray) -> np.ndarray:
-    """The array the client sends for a bf16 tensor given its raw 16-bit patterns (uint16): the
-    one place that marks data as bf16 bits. Today a uint16 array declares bf16 (typed_put.py)."""
-    return bits
+def _bf16_bits(bits: np.ndarray) -> Any:
+    """What the client sends for bf16 data given its raw 16-bit patterns (uint16): the one place
+    that marks torch data as bf16 bits (tshard.bf16_bits; a plain uint16 array is integers)."""
+    return bf16_bits(bits)
 
 
 def _is_bf16(a: np.ndarray, dtype: "str | None") -> bool:
@@ -63,19 +66,28 @@ def _on_cpu(t, what):
                            "host memory only: move it with .cpu() first (and back with .to())")
 
 
-def from_torch(t, what: str = "put") -> np.ndarray:
-    """A numpy view of a CPU torch tensor's memory (no copy; strided when the tensor is)."""
+def _raw_view(t: Any, what: str) -> np.ndarray:
+    """A numpy view of a CPU torch tensor's memory (no copy; strided when the tensor is; bf16
+    as its uint16 bits)."""
     import torch
     _on_cpu(t, what)
     t = t.detach()
     if t.is_conj() or t.is_neg():
         t = t.resolve_conj().resolve_neg()
     if t.dtype == torch.bfloat16:
-        return _bf16_bits(t.view(torch.int16).numpy().view(np.uint16))
+        return t.view(torch.int16).numpy().view(np.uint16)
     return t.numpy()
 
 
-def as_array(obj, what: str = "put"):
+def from_torch(t: Any, what: str = "put") -> Any:
+    """What the client sends for a CPU torch tensor: a numpy view of its memory (no copy;
+    strided when the tensor is), a bf16 tensor's as ``tshard.bf16_bits`` of its bits."""
+    import torch
+    a = _raw_view(t, what)
+    return _bf16_bits(a) if t.dtype == torch.bfloat16 else a
+
+
+def as_array(obj: Any, what: str = "put") -> Any:
     """obj as a numpy array the client can send (see the module's text); obj itself when it is
     a numpy array or offers no array protocol (the client then refuses it)."""
     if isinstance(obj, np.ndarray):
@@ -93,7 +105,7 @@ def as_array(obj, what: str = "put"):
     return obj
 
 
-def to_torch(a: np.ndarray, dtype: "str | None" = None):
+def to_torch(a: Optional[np.ndarray], dtype: Optional[str] = None) -> Any:
     """A torch tensor sharing a's memory; dtype: the tshard dtype the data came as (bf16 arrays
     of 16-bit bits become torch.bfloat16)."""
     import torch
@@ -106,10 +118,10 @@ def to_torch(a: np.ndarray, dtype: "str | None" = None):
     return torch.from_numpy(a)
 
 
-def out_view(t, what: str = "get") -> np.ndarray:
+def out_view(t: Any, what: str = "get") -> np.ndarray:
     """A numpy view of a torch tensor the client fills (CPU, contiguous)."""
     _on_cpu(t, what)
     if not t.is_contiguous():
         raise ValueError(f"{what}: out must be a contiguous tensor (call .contiguous() and copy "
                          "back, or pass a contiguous one)")
-    return from_torch(t, what)
+    return _raw_view(t, what)

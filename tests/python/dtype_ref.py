@@ -1,0 +1,130 @@
+"""The reference of a put's dtype rules, from numpy and exact Python arithmetic (independent of
+the kernels): which numpy dtype fills which tensor dtype as is, what ``convert`` widens first,
+which values survive a conversion, and the values a conversion stores (numpy's ``astype``; bf16,
+which numpy lacks, by exact rounding of Python fractions). Shared by the Python and CLI tests."""
+import math
+from fractions import Fraction
+
+import numpy as np
+
+TS_NUMPY = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "i8": np.int8,
+            "i32": np.int32, "i64": np.int64, "u8": np.uint8}
+TENSOR_DTYPES = ["f32", "f64", "f16", "bf16", "i8", "i32", "i64", "u8"]
+# numpy dtypes without a tshard dtype and what convert widens them to
+WIDEN = {np.bool_: np.uint8, np.int16: np.int32, np.uint16: np.int32, np.uint32: np.int64,
+         np.uint64: np.int64}
+SOURCES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+           np.uint64, np.float16, np.float32, np.float64, "bf16"]
+FLOAT_MAX = {"f16": Fraction(65520), "bf16": Fraction(2**128 - 2**119),
+             "f32": Fraction(2**128 - 2**103)}
+
+CANDIDATES = [0, 1, -1, 2, 7, -128, 127, 128, 255, 256, 300, -300, 65504, 65519, 65520, 70000,
+              65535, -32768, 2**31 - 1, 2**31, -2**31, -2**31 - 1, 2**32 - 1, 2**53 + 1,
+              2**62 + 2**40 + 1, 2**63 - 1, -2**63, 2**64 - 1, 1.5, -2.75, 0.1, 255.9, -0.9,
+              -1.0, 1e10, 3.0e38, 3.4e38, 1e39, 1e300, -1e300, float("nan"), float("inf"),
+              float("-inf"), 5e-324, 1e-40]
+
+
+def bf16_bits_of(x):
+    """The bf16 bit pattern of a Python number (int or float), rounded to nearest even exactly
+    (no double rounding), infinity beyond the largest bf16."""
+    if isinstance(x, float) and math.isnan(x):
+        return 0x7FC0
+    if isinstance(x, float) and math.isinf(x):
+        return 0x7F80 if x > 0 else 0xFF80
+    v = Fraction(x)
+    sign = 0x8000 if v < 0 or (v == 0 and math.copysign(1.0, float(x)) < 0) else 0
+    v = abs(v)
+    if v == 0:
+        return sign
+    e = math.floor(math.log2(v)) if v.numerator and v.denominator else 0
+    while Fraction(2) ** e > v:
+        e -= 1
+    while Fraction(2) ** (e + 1) <= v:
+        e += 1
+    e = max(e, -126)  # subnormals share the smallest normal's quantum
+    q = Fraction(2) ** (e - 7)
+    n = round(v / q)  # Fraction rounds half to even
+    r = n * q
+    if r >= 2**128:
+        return sign | 0x7F80
+    bits = int(np.array([float(r)], np.float32).view(np.uint32)[0]) >> 16
+    return sign | bits
+
+
+def bf16_value(bits):
+    """The float value of bf16 bits."""
+    return float(np.array([int(bits) << 16], np.uint32).view(np.float32)[0])
+
+
+def source_values(src):
+    """The candidates representable exactly in a source dtype, as (numpy array, Python values)."""
+    if src == "bf16":
+        vals = sorted({bf16_bits_of(x) for x in CANDIDATES})
+        return np.array(vals, np.uint16), [bf16_value(b) for b in vals]
+    dt = np.dtype(src)
+    out = []
+    for x in CANDIDATES:
+        if dt.kind == "b":
+            if x in (0, 1) and not isinstance(x, float):
+                out.append(bool(x))
+            continue
+        if dt.kind in "iu":
+            info = np.iinfo(dt)
+            if isinstance(x, int) and info.min <= x <= info.max:
+                out.append(x)
+            continue
+        with np.errstate(all="ignore"):
+            y = np.array([x], dt)[0]
+        if (isinstance(x, float) and math.isnan(x)) or float(y) == x:
+            out.append(x)
+    return np.array(out, dt), out
+
+
+def fits(x, target):
+    """Whether value x survives conversion to a tensor dtype (x: Python int, float or bool):
+    integers must be in range (floats truncated toward zero; NaN and infinities have no integer
+    value), finite values must not overflow a float dtype to infinity."""
+    x = int(x) if isinstance(x, bool) else x
+    nonfinite = isinstance(x, float) and not math.isfinite(x)
+    if target == "f64":
+        return True
+    if target in FLOAT_MAX:
+        return nonfinite or abs(Fraction(x)) < FLOAT_MAX[target]
+    if nonfinite:
+        return False
+    info = np.iinfo(TS_NUMPY[target])
+    return info.min <= math.trunc(x) <= info.max
+
+
+def convert(values, target, src):
+    """The array a put of fitting values stores: numpy's astype, bf16 by exact rounding."""
+    if target == "bf16":
+        return np.array([bf16_bits_of(int(v) if isinstance(v, bool) else v) for v in values],
+                        np.uint16)
+    if src == "bf16":
+        a = np.array(values, np.float32)
+    else:
+        a = np.array(values, np.dtype(src))
+    with np.errstate(all="ignore"):
+        return a.astype(TS_NUMPY[target])
+
+
+def same(got, want):
+    """Equal arrays, NaN equal to NaN (bf16 bits: any NaN pattern)."""
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return False
+    if got.dtype == np.uint16:
+        g = np.array([bf16_value(b) for b in got]), np.array([bf16_value(b) for b in want])
+        return np.array_equal(g[0], g[1], equal_nan=True)
+    return np.array_equal(got, want, equal_nan=got.dtype.kind == "f")
+
+
+def exact_name(src):
+    """The tshard dtype a source fills without conversion, or None."""
+    if src == "bf16":
+        return "bf16"
+    for k, v in TS_NUMPY.items():
+        if np.dtype(v) == np.dtype(src):
+            return k
+    return None
