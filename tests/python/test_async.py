@@ -186,9 +186,40 @@ def test_training(d):
         c.drop("layer")
 
 
+def test_every_kind(d):
+    """The batched, einsum and program operations take wait=False too, in submission order."""
+    with d.connect(2) as c:
+        a, b = reference((6, 9), 3), reference((9, 6), 4)
+        c.create("ea", "f32", a.shape, ROWS)
+        c.create("eb", "f32", b.shape, ROWS)
+        f_put = c.put_many({"ea": a, "eb": b}, wait=False)
+        f_many = c.reshard_many({"ea": COLS, "eb": REPL}, wait=False)
+        f_mm = c.einsum("ij,jk->ik", "ea", "eb", out="ec", wait=False)
+        prog = ('{"name": "scale", "dims": {"n": {"min": 1, "max": 64}, "m": {"min": 1, '
+                '"max": 64}}, "inputs": [{"name": "x", "dtype": "f32", "shape": ["n", "m"]}], '
+                '"ops": [{"out": "y", "op": "mul", "args": ["x", 2.0]}, '
+                '{"op": "assign", "args": ["x", "y"]}], "outputs": []}')
+        f_comp = c.program_compile(prog, wait=False)
+        pid = f_comp.result(120)
+        f_run = c.program_run(pid, {"x": "ec"}, wait=False)
+        f_get = c.get("ec", wait=False)
+        f_drop = c.drop_many(["ea", "eb"], wait=False)
+        f_pdrop = c.program_drop(pid, wait=False)
+        for f in (f_put, f_many, f_mm, f_comp, f_run, f_get, f_drop, f_pdrop):
+            check(isinstance(f, tshard.Future), f"wait=False returns a Future: {f!r}")
+        res = f_many.result(60)
+        check(set(res) == {"ea", "eb"} and all(r["strategy"] for r in res.values()),
+              f"reshard_many's result through its future: {res}")
+        check(f_mm.result(60).plan != "", "einsum's result through its future")
+        check(np.allclose(f_get.result(60), 2 * (a @ b)), "program_run then get, in order")
+        tshard.wait([f_put, f_run, f_drop, f_pdrop], timeout=60)
+        check(not {"ea", "eb"} & set(c.list()), f"drop_many ran: {c.list()}")
+        c.drop("ec")
+
+
 with Daemons(bin_dir, NP) as d:
     for t in (test_order, test_many, test_timeout_and_twice, test_closed, test_killed,
-              test_training):
+              test_training, test_every_kind):
         try:
             t(d)
         except Exception as e:  # noqa: BLE001 - a test that raises is a failure, the rest run

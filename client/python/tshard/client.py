@@ -1199,7 +1199,8 @@ class Client:
                                                   layout=pb.Layout(tag=_layout_tag(layout))))
 
     def reshard_many(self, targets: Mapping[str, Any], strategy: Optional[str] = None,
-                     key: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
+                     key: Optional[str] = None,
+                     wait: bool = True) -> Union[Dict[str, Dict[str, Any]], Future]:
         """Reshards many tensors as one operation: every tensor moves or none, on every rank.
 
         Args:
@@ -1207,6 +1208,7 @@ class Client:
                 and layout optional per tensor).
             strategy: the batch's default strategy.
             key: an idempotency key.
+            wait: False returns a Future of the result.
 
         Returns:
             ``{name: {'strategy', 'bytes_sent', 'bytes_received'}}`` as the answering rank ran
@@ -1228,24 +1230,31 @@ class Client:
             items.append(pb.ReshardItem(name=name, attr=_attr_msg(t["attr"]),
                                         strategy=_opt_str(t.get("strategy"), "strategy"),
                                         layout=pb.Layout(tag=_layout_tag(t.get("layout")))))
-        r = self._call(key, reshard_many=pb.ReshardManyRequest(
-            items=items, strategy=_opt_str(strategy, "strategy")))
-        got = {i.name: {"strategy": i.strategy, "bytes_sent": i.bytes_sent,
-                        "bytes_received": i.bytes_received} for i in r.reshard_many.items}
-        return {name: got.get(name, {}) for name in targets}
+        order = list(targets)
 
-    def drop_many(self, names: Iterable[str], key: Optional[str] = None) -> None:
+        def finish(r):
+            got = {i.name: {"strategy": i.strategy, "bytes_sent": i.bytes_sent,
+                            "bytes_received": i.bytes_received} for i in r.reshard_many.items}
+            return {name: got.get(name, {}) for name in order}
+        return self._op(key, finish, _flag(wait, "wait"), f"reshard_many of {len(order)} tensors",
+                        reshard_many=pb.ReshardManyRequest(
+                            items=items, strategy=_opt_str(strategy, "strategy")))
+
+    def drop_many(self, names: Iterable[str], key: Optional[str] = None,
+                  wait: bool = True) -> Optional[Future]:
         """Drops the named tensors as one operation: all of them or, when one is unknown, none.
 
         Args:
             names: the tensors.
             key: an idempotency key.
+            wait: False returns a Future.
 
         Raises:
             NotFoundError: one of them does not exist (nothing is dropped).
         """
         names = _names(names, "drop_many: names")
-        self._call(key, drop_many=pb.DropManyRequest(names=names))
+        return self._op(key, _nothing, _flag(wait, "wait"), f"drop_many of {len(names)} tensors",
+                        drop_many=pb.DropManyRequest(names=names))
 
     def put_many(self, arrays: Mapping[str, Any], convert: bool = False,
                  key: Optional[str] = None, wait: bool = True) -> Optional[Future]:
@@ -1307,7 +1316,7 @@ class Client:
     # Distributed einsum, computed where the shards live
     def einsum(self, equation: str, *operands: str, out: str, attr: Optional[AttrLike] = None,
                plan: Optional[str] = None, keep: bool = False, explain: bool = False,
-               key: Optional[str] = None) -> Any:
+               key: Optional[str] = None, wait: bool = True) -> Any:
         """Computes a numpy-style einsum of stored tensors where their shards live.
 
         Args:
@@ -1319,6 +1328,7 @@ class Client:
             keep: keep the forward for :meth:`einsum_backward`.
             explain: plan only and return the explanation, nothing computed.
             key: an idempotency key.
+            wait: False returns a Future of the result.
 
         Returns:
             A :class:`tshard.EinsumResult` (plan, attr, forward id when kept, ...).
@@ -1333,7 +1343,7 @@ class Client:
         """
         from . import einsum as _e
         return _e.einsum(self, equation, *operands, out=out, attr=attr, plan=plan, keep=keep,
-                         explain=explain, key=key)
+                         explain=explain, key=key, wait=wait)
 
     def einsum_plan(self, equation: str, *operands: str, attr: Optional[AttrLike] = None,
                     plan: Optional[str] = None) -> Any:
@@ -1349,7 +1359,7 @@ class Client:
         return _e.einsum_plan(self, equation, *operands, attr=attr, plan=plan)
 
     def einsum_backward(self, forward: int, grad_out: str, grads: Sequence[Optional[str]],
-                        key: Optional[str] = None) -> Any:
+                        key: Optional[str] = None, wait: bool = True) -> Any:
         """Computes the gradients of a kept einsum forward (``keep=True``).
 
         Args:
@@ -1357,6 +1367,7 @@ class Client:
             grad_out: the tensor of the output's gradient.
             grads: the names of the new gradient tensors, one per operand (None: not wanted).
             key: an idempotency key.
+            wait: False returns a Future.
 
         Returns:
             The daemons' answer (an :class:`tshard.EinsumResult`).
@@ -1365,16 +1376,16 @@ class Client:
             NoForwardError: no kept forward with this id. EinsumError: shapes that do not fit.
         """
         from . import einsum as _e
-        return _e.einsum_backward(self, forward, grad_out, grads, key=key)
+        return _e.einsum_backward(self, forward, grad_out, grads, key=key, wait=wait)
 
-    def einsum_release(self, forward: int, key: Optional[str] = None) -> Any:
-        """Releases a kept einsum forward and its cached transposes.
+    def einsum_release(self, forward: int, key: Optional[str] = None, wait: bool = True) -> Any:
+        """Releases a kept einsum forward and its cached transposes (``wait=False``: a Future).
 
         Raises:
             NoForwardError: no kept forward with this id.
         """
         from . import einsum as _e
-        return _e.einsum_release(self, forward, key=key)
+        return _e.einsum_release(self, forward, key=key, wait=wait)
 
     # Checkpoints: save and load (read offline with tshard.checkpoint).
     def save(self, dir: str, names: Union[None, str, Iterable[str]] = None,
@@ -1620,7 +1631,7 @@ class Client:
     # -- compiled programs -----------------------------------------------------------------------
     def program_compile(self, program: Union[None, str, Dict[str, Any]] = None, lazy: bool = True,
                         key: Optional[str] = None, graph: Any = None,
-                        buckets: Optional[Dict[str, Any]] = None) -> Any:
+                        buckets: Optional[Dict[str, Any]] = None, wait: bool = True) -> Any:
         """Compiles an elementwise/reduction program on every rank.
 
         Args:
@@ -1629,6 +1640,7 @@ class Client:
             key: an idempotency key.
             graph: the program as a ProgramGraph message (see :func:`tshard.graph_from_json`).
             buckets: ``{group: rule}`` overriding the program's bucketing rules.
+            wait: False returns a Future of the id.
 
         Returns:
             The program's id, for :meth:`program_run`.
@@ -1636,11 +1648,12 @@ class Client:
         Raises:
             ParseError: a bad program. ProgramCompileError: the C compiler failed.
         """
-        return _program.compile(self, program, lazy=lazy, key=key, graph=graph, buckets=buckets)
+        return _program.compile(self, program, lazy=lazy, key=key, graph=graph, buckets=buckets,
+                                wait=wait)
 
     def program_run(self, program_id: Any, inputs: Mapping[str, Any],
                     outputs: Optional[Mapping[str, str]] = None, key: Optional[str] = None,
-                    overwrite: bool = False) -> None:
+                    overwrite: bool = False, wait: bool = True) -> Optional[Future]:
         """Runs a compiled program on the local slices of every rank.
 
         Args:
@@ -1651,12 +1664,14 @@ class Client:
                 own names.
             key: an idempotency key.
             overwrite: let outputs replace existing tensors.
+            wait: False returns a Future.
 
         Raises:
             ProgramPlacementError: the tensors' attributes do not fit the program.
             NotFoundError: an unknown program or tensor.
         """
-        _program.run(self, program_id, inputs, outputs, key=key, overwrite=overwrite)
+        return _program.run(self, program_id, inputs, outputs, key=key, overwrite=overwrite,
+                            wait=wait)
 
     def program_show(self, program_id: Any, summary: bool = False) -> Any:
         """What a compiled program is: its inputs, outputs and kernels (``summary``: briefly).
@@ -1666,13 +1681,14 @@ class Client:
         """
         return _program.show(self, program_id, summary=summary)
 
-    def program_drop(self, program_id: Any, key: Optional[str] = None) -> None:
-        """Forgets a compiled program on every rank.
+    def program_drop(self, program_id: Any, key: Optional[str] = None,
+                     wait: bool = True) -> Optional[Future]:
+        """Forgets a compiled program on every rank (``wait=False``: a Future).
 
         Raises:
             NotFoundError: no program with this id.
         """
-        _program.drop(self, program_id, key=key)
+        return _program.drop(self, program_id, key=key, wait=wait)
 
     def plan(self, name: str, attr: AttrLike, strategy: Optional[str] = None) -> Dict[str, str]:
         """What a reshard of the tensor to ``attr`` would do, nothing moved.

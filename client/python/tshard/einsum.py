@@ -49,7 +49,7 @@ def _result(r):
 
 
 def einsum(client, equation, *operands, out, attr=None, plan=None, keep=False, explain=False,
-           key=None):
+           key=None, wait=True):
     """Creates tensor ``out`` = einsum(equation, operands) on every rank; returns an
     EinsumResult. ``attr``: the output's attribute (text or Attr; None: the natural one).
     ``plan``: None/"auto" or a candidate (as_is, match:I, free:I, gather:I, output, replicate).
@@ -58,7 +58,7 @@ def einsum(client, equation, *operands, out, attr=None, plan=None, keep=False, e
     if out is None:
         raise error_for(1, "einsum needs out=NAME for the result")
     q = _request(client, equation, operands, out, attr, plan, keep, explain)
-    return _result(client._call(key, einsum=q))
+    return client._op(key, _result, wait, f"einsum {equation}", einsum=q)
 
 
 def einsum_plan(client, equation, *operands, attr=None, plan=None):
@@ -74,7 +74,7 @@ def _forward_id(forward):
     return fid
 
 
-def einsum_backward(client, forward, grad_out, grads, key=None):
+def einsum_backward(client, forward, grad_out, grads, key=None, wait=True):
     """Stores the gradients of a forward (an EinsumResult or its forward_id) from the output
     gradient ``grad_out``: ``grads`` has one name per operand (None for none), e.g. ["ga", None].
     Gradients get the attributes they need (Partial where a sharded contraction requires)."""
@@ -91,9 +91,12 @@ def einsum_backward(client, forward, grad_out, grads, key=None):
         raise error_for(1, "no gradient asked for; name the gradient of at least one operand")
     q = pb.EinsumBackwardRequest(forward_id=fid, grad_out=grad_out,
                                  grads=[g or "" for g in grads])
-    client._call(key, einsum_backward=q)
+    return client._op(key, lambda r: None, wait, f"einsum_backward of forward {fid}",
+                      einsum_backward=q)
 
 
-def einsum_release(client, forward, key=None):
+def einsum_release(client, forward, key=None, wait=True):
     """Frees what a forward kept (on every rank)."""
-    client._call(key, einsum_release=pb.EinsumReleaseRequest(forward_id=_forward_id(forward)))
+    fid = _forward_id(forward)
+    return client._op(key, lambda r: None, wait, f"einsum_release of forward {fid}",
+                      einsum_release=pb.EinsumReleaseRequest(forward_id=fid))

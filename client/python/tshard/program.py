@@ -128,7 +128,7 @@ def _rule(msg, name, rule):
 def compile(client: object, program: Union[str, dict, "pb.ProgramGraph", None] = None,  # noqa: A001
             lazy: bool = True, key: Optional[str] = None,
             graph: Optional["pb.ProgramGraph"] = None,
-            buckets: Optional[Mapping[str, object]] = None) -> str:
+            buckets: Optional[Mapping[str, object]] = None, wait: bool = True) -> Any:
     """Compiles on every rank; returns the program's id. Buckets are built on their first run
     (lazy=False: every bucket now, e.g. ahead of a timed loop). The
     program is its JSON text or dict, or (graph=, or as program) a ProgramGraph message.
@@ -148,13 +148,13 @@ def compile(client: object, program: Union[str, dict, "pb.ProgramGraph", None] =
         req.text = _text(program)
     for name, rule in dict(buckets or {}).items():
         _rule(req, name, rule)
-    r = client._call(key, program_compile=req)
-    return r.program.id
+    return client._op(key, lambda r: r.program.id, wait, "program_compile",
+                      program_compile=req)
 
 
 def run(client: object, program_id: str, inputs: Mapping[str, Union[str, float]],
         outputs: Optional[Mapping[str, str]] = None, key: Optional[str] = None,
-        overwrite: bool = False) -> None:
+        overwrite: bool = False, wait: bool = True) -> Any:
     """Runs a compiled program on the ranks' local slices.
 
     inputs: {program input name: stored tensor name, or a number for a scalar input};
@@ -173,12 +173,14 @@ def run(client: object, program_id: str, inputs: Mapping[str, Union[str, float]]
             raise TypeError(f"input {name!r}: a tensor name or a number")
     for name, t in dict(outputs or {}).items():
         msg.outputs.add(name=str(name), tensor=str(t))
-    client._call(key, program_run=msg)
+    return client._op(key, lambda r: None, wait, f"program_run of {program_id}",
+                      program_run=msg)
 
 
-def drop(client, program_id, key=None):
+def drop(client, program_id, key=None, wait=True):
     """Forgets the program on every rank."""
-    client._call(key, program_drop=pb.ProgramDropRequest(id=str(program_id)))
+    return client._op(key, lambda r: None, wait, f"program_drop of {program_id}",
+                      program_drop=pb.ProgramDropRequest(id=str(program_id)))
 
 
 def show(client: object, program_id: str, summary: bool = False) -> str:
