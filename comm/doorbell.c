@@ -20,7 +20,6 @@
 #include <sched.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -51,8 +50,7 @@ int ts__doorbell_init(ts_world *w, ts_error *err) {
   TS_MPI_CHECK(MPI_Comm_split_type(w->world.comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
                                    &w->bell_node),
                err);
-  int nrank = 0, nsize = 1;
-  MPI_Comm_rank(w->bell_node, &nrank);
+  int nsize = 1;
   MPI_Comm_size(w->bell_node, &nsize);
   /* Every rank of the node decides alike whether the window is made (it is collective). */
   int ok = wanted;
@@ -96,7 +94,6 @@ int ts__doorbell_init(ts_world *w, ts_error *err) {
   int local = have && nsize == w->size;
   TS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &local, 1, MPI_INT, MPI_LAND, w->world.comm), err);
   w->bells_local = local != 0;
-  (void)nrank;
   return TS_OK;
 }
 
