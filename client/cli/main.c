@@ -164,6 +164,7 @@ static const cli_command commands[] = {
      "  DIR [NAME...]    the checkpoint; the tensors (default: all)\n"
      "  --attr ATTR      the attribute of the loaded tensors (default: each saved one)\n"
      "  --per-node       DIR is a path on each node\n"
+     "  --progress       show the progress line even when not on a terminal\n"
      "  --key KEY        idempotency key\n"
      "  --json           machine-readable output: dir, tensors, bytes, files, seconds\n"
      CONNECT_HELP,
