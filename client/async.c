@@ -1,6 +1,7 @@
-/* async.c - operations in flight on one connection: tshard_submit_create, _reshard and _drop send
- * a request and return its ticket (the request id) without reading the answer; tshard_wait reads
- * answers until the ticket's came, keeping those of other tickets for their own wait.
+/* async.c - operations in flight on one connection: tshard_submit_create, _reshard, _drop, _save
+ * and _load send a request and return its ticket (the request id) without reading the answer;
+ * tshard_wait (tshard_wait_ckpt: with a save's or load's report) reads answers until the
+ * ticket's came, keeping those of other tickets for their own wait.
  *
  * A submit call runs the synchronous call with the client's submit_to set: tsc_call_sink then
  * sends the request and registers it here instead of reading (so each request is built and
@@ -23,6 +24,7 @@ struct tsc_ticket {
   char *message; /* malloc'd, NULL: none */
   char strategy[32];
   uint64_t elapsed_us;
+  tshard_ckpt_info *ckpt; /* malloc'd: a save's or load's report, NULL: none */
 };
 
 int tsc_ticket_add(tshard_client *c, uint64_t id, uint64_t *ticket) {
@@ -61,19 +63,24 @@ bool tsc_ticket_keep(tshard_client *c, const Tshard__Response *r) {
   if (r->strategy)
     snprintf(t->strategy, sizeof t->strategy, "%s", r->strategy);
   t->elapsed_us = r->elapsed_us;
+  if (r->result_case == TSHARD__RESPONSE__RESULT_CKPT && (t->ckpt = malloc(sizeof *t->ckpt)))
+    tsc_ckpt_info_copy(r->ckpt, t->ckpt); /* without memory the report is left out */
   return true;
 }
 
 void tsc_tickets_free(tshard_client *c) {
-  for (size_t i = 0; i < c->nticket; i++)
+  for (size_t i = 0; i < c->nticket; i++) {
     free(c->tickets[i].message);
+    free(c->tickets[i].ckpt);
+  }
   free(c->tickets);
   c->tickets = NULL;
   c->nticket = c->ticket_cap = 0;
 }
 
 /* The ticket's outcome to the caller; its record freed. */
-static int ticket_take(tshard_client *c, tsc_ticket *t, tshard_result *result) {
+static int ticket_take(tshard_client *c, tsc_ticket *t, tshard_result *result,
+                       tshard_ckpt_info *info) {
   int status = t->status;
   if (status != TS_OK)
     snprintf(c->message, sizeof c->message, "%s", t->message ? t->message : "");
@@ -82,7 +89,10 @@ static int ticket_take(tshard_client *c, tsc_ticket *t, tshard_result *result) {
     snprintf(result->strategy, sizeof result->strategy, "%s", t->strategy);
     result->elapsed_us = t->elapsed_us;
   }
+  if (info && t->ckpt)
+    *info = *t->ckpt;
   free(t->message);
+  free(t->ckpt);
   *t = c->tickets[--c->nticket];
   return status;
 }
@@ -93,9 +103,12 @@ static int64_t now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int tshard_wait(tshard_client *c, uint64_t ticket, int timeout_ms, tshard_result *result) {
+int tshard_wait_ckpt(tshard_client *c, uint64_t ticket, int timeout_ms, tshard_result *result,
+                     tshard_ckpt_info *info) {
   if (!c)
     return TS_INVALID_ARGUMENT;
+  if (info)
+    memset(info, 0, sizeof *info);
   c->message[0] = '\0';
   tsc_ticket *t = ticket ? ticket_find(c, ticket) : NULL;
   if (!t)
@@ -126,7 +139,11 @@ int tshard_wait(tshard_client *c, uint64_t ticket, int timeout_ms, tshard_result
       tsc_free(c, r);
     }
   }
-  return ticket_take(c, t, result);
+  return ticket_take(c, t, result, info);
+}
+
+int tshard_wait(tshard_client *c, uint64_t ticket, int timeout_ms, tshard_result *result) {
+  return tshard_wait_ckpt(c, ticket, timeout_ms, result, NULL);
 }
 
 int tshard_submit_create(tshard_client *c, const char *name, const char *dtype, int ndim,
@@ -158,6 +175,28 @@ int tshard_submit_drop(tshard_client *c, const char *name, const char *key, uint
   *ticket = 0;
   c->submit_to = ticket;
   int rc = tshard_drop(c, name, key);
+  c->submit_to = NULL;
+  return rc;
+}
+
+int tshard_submit_save(tshard_client *c, const char *dir, const char *const *names, int n,
+                       const tshard_save_opts *opts, uint64_t *ticket) {
+  if (!c || !ticket)
+    return TS_INVALID_ARGUMENT;
+  *ticket = 0;
+  c->submit_to = ticket;
+  int rc = tshard_save(c, dir, names, n, opts);
+  c->submit_to = NULL;
+  return rc;
+}
+
+int tshard_submit_load(tshard_client *c, const char *dir, const char *const *names, int n,
+                       const tshard_load_opts *opts, uint64_t *ticket) {
+  if (!c || !ticket)
+    return TS_INVALID_ARGUMENT;
+  *ticket = 0;
+  c->submit_to = ticket;
+  int rc = tshard_load(c, dir, names, n, opts);
   c->submit_to = NULL;
   return rc;
 }

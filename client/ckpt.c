@@ -49,6 +49,17 @@ static int checked_args(tshard_client *c, const char *dir, const char *const *na
   return rc ? rc : check_names(c, names, n);
 }
 
+void tsc_ckpt_info_copy(const Tshard__CkptResult *k, tshard_ckpt_info *info) {
+  memset(info, 0, sizeof *info);
+  snprintf(info->dir, sizeof info->dir, "%s", k->dir ? k->dir : "");
+  info->tensors = (int)k->tensors;
+  info->files = (int)k->files;
+  info->bytes = k->bytes;
+  info->seconds = k->seconds;
+  info->writing = k->writing;
+  info->save_id = k->save_id;
+}
+
 /* One collective call whose answer may carry a CkptResult, copied into info (NULL: not wanted). */
 static int call_info(tshard_client *c, Tshard__Request *req, tshard_ckpt_info *info) {
   if (info)
@@ -57,16 +68,8 @@ static int call_info(tshard_client *c, Tshard__Request *req, tshard_ckpt_info *i
     return TS_INVALID_ARGUMENT;
   Tshard__Response *r = NULL;
   int rc = tsc_call(c, req, &r);
-  if (rc == TS_OK && info && r && r->result_case == TSHARD__RESPONSE__RESULT_CKPT) {
-    const Tshard__CkptResult *k = r->ckpt;
-    snprintf(info->dir, sizeof info->dir, "%s", k->dir);
-    info->tensors = (int)k->tensors;
-    info->files = (int)k->files;
-    info->bytes = k->bytes;
-    info->seconds = k->seconds;
-    info->writing = k->writing;
-    info->save_id = k->save_id;
-  }
+  if (rc == TS_OK && info && r && r->result_case == TSHARD__RESPONSE__RESULT_CKPT)
+    tsc_ckpt_info_copy(r->ckpt, info);
   if (r)
     tsc_free(c, r);
   return rc;

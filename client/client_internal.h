@@ -72,6 +72,8 @@ typedef struct tsc_ticket tsc_ticket;
 int tsc_ticket_add(tshard_client *c, uint64_t id, uint64_t *ticket);
 bool tsc_ticket_keep(tshard_client *c, const Tshard__Response *r);
 void tsc_tickets_free(tshard_client *c);
+/* ckpt.c: a save's or load's report (the daemon's CkptResult) into info. */
+void tsc_ckpt_info_copy(const Tshard__CkptResult *k, tshard_ckpt_info *info);
 
 /* lost.c: a failure that may come from a lost rank (a connection the daemon closed, an
  * answer SHUTDOWN): when the launcher's status file of the job records a lost rank (waiting up

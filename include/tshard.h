@@ -377,6 +377,15 @@ int tshard_snapshot(tshard_client *c, tshard_ckpt_info *info);
  * polling the daemon's stats: TS_OK, the failed save's status (its message in
  * tshard_last_message), or TS_TIMEOUT after timeout_ms (< 0: no limit). */
 int tshard_wait_saves(tshard_client *c, uint64_t save_id, int timeout_ms);
+/* A save or load in flight (see "Operations in flight" above): sent as tshard_save/tshard_load
+ * send it (opts->info is not filled), its ticket answered by tshard_wait_ckpt, which is
+ * tshard_wait also giving the report (*info, may be NULL; zeroed when the answer has none). */
+int tshard_submit_save(tshard_client *c, const char *dir, const char *const *names, int n,
+                       const tshard_save_opts *opts, uint64_t *ticket);
+int tshard_submit_load(tshard_client *c, const char *dir, const char *const *names, int n,
+                       const tshard_load_opts *opts, uint64_t *ticket);
+int tshard_wait_ckpt(tshard_client *c, uint64_t ticket, int timeout_ms, tshard_result *result,
+                     tshard_ckpt_info *info);
 
 /* Hugging Face safetensors (shard/ckpt/SAFETENSORS.md). An import reads a `model.safetensors`
  * file or a sharded `model.safetensors.index.json` (path made absolute here) into new tensors:

@@ -69,6 +69,29 @@ typedef struct cli_progress {
 } cli_progress;
 void cli_progress_start(const cli_args *a, tshard_client *c, size_t bytes, cli_progress *p,
                         const char *what, const char *name);
+/* estimate.c: the estimated progress line of one blocking call (a reshard, a synchronous save
+ * or load; see there). wanted: whether to size the data at all; shown: whether the line is drawn
+ * for `bytes`. The caller sets head ("save DIR") and earlier ("save": what the estimate comes
+ * from), begins (the estimate of `key` from the job's rates file), submits the call, waits on its
+ * ticket (drawing; res and info as tshard_wait_ckpt's), and ends with the measured rate (the
+ * final line, the rate recorded under key when rc is TS_OK; a newline when the call was sent). */
+typedef struct tshard_result tshard_result;
+typedef struct tshard_ckpt_info tshard_ckpt_info;
+typedef struct cli_estimate {
+  char head[200], earlier[64];
+  uint64_t bytes;
+  double est_s; /* the estimated seconds, 0: none */
+  char path[600]; /* the job's rates file, "": none */
+  double start;
+} cli_estimate;
+bool cli_estimate_wanted(const cli_args *a);
+bool cli_estimate_shown(const cli_args *a, uint64_t bytes);
+void cli_estimate_begin(const cli_args *a, cli_estimate *e, const char *key, uint64_t bytes);
+int cli_estimate_wait(cli_estimate *e, tshard_client *c, uint64_t ticket, tshard_result *res,
+                      tshard_ckpt_info *info);
+void cli_estimate_end(cli_estimate *e, int rc, bool sent, const char *key, uint64_t bytes);
+/* A tensor's bytes (dtype size times its elements), 0 when it cannot be described. */
+uint64_t cli_tensor_bytes(tshard_client *c, const char *name);
 /* reshard_progress.c: one reshard, with a progress line on stderr for large tensors (see there);
  * the tshard status, with the strategy run and its time in microseconds. */
 typedef struct tshard_reshard_opts tshard_reshard_opts;

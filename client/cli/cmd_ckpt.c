@@ -2,7 +2,10 @@
  * `--async` in the background, `--wait` then following its files with a progress bar from the
  * daemon's stats), `tshard load DIR [NAME...] [--attr ATTR]` and `tshard snapshot` through a
  * daemon, each reporting what it did (bytes, files, seconds; `--json`), and
- * `tshard checkpoint show DIR [--json]`, which reads the index alone (no daemon). */
+ * `tshard checkpoint show DIR [--json]`, which reads the index alone (no daemon). A synchronous
+ * save or load of large data shows estimate.c's line while it runs (the daemons report nothing
+ * meanwhile): its bytes known up front are the tensors' (save, by describe) or the index's (load),
+ * its rates recorded under "save" and "load". */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,6 +104,71 @@ static int follow_save(cli_args *a, tshard_client *c, const tshard_ckpt_info *k)
   return code;
 }
 
+/* A tensor of a checkpoint's index: its bytes (dtype size times its elements). */
+static int64_t index_tensor_bytes(const ts_ckpt_tensor *t) {
+  int64_t bytes = (int64_t)ts_dtype_size(t->dtype);
+  for (int d = 0; d < t->ndim; d++)
+    bytes *= t->shape[d];
+  return bytes;
+}
+
+/* The bytes a save of names (n 0: every tensor) will write, 0 when not known. */
+static uint64_t save_bytes(tshard_client *c, const char **names, int n) {
+  char **all = NULL;
+  int count = 0;
+  if (n == 0 && tshard_list(c, &all, &count) != TS_OK)
+    return 0;
+  uint64_t bytes = 0;
+  for (int i = 0; i < (n ? n : count); i++)
+    bytes += cli_tensor_bytes(c, n ? names[i] : all[i]);
+  if (all)
+    tshard_free_names(all, count);
+  return bytes;
+}
+
+/* The bytes a load of names (n 0: every tensor) will read, from the index; 0 when not known. */
+static uint64_t load_bytes(const char *dir, const char **names, int n) {
+  ts_ckpt_index *idx = NULL;
+  ts_error err;
+  if (ts_ckpt_index_read(dir, &idx, &err) != TS_OK)
+    return 0;
+  uint64_t bytes = 0;
+  for (int i = 0; i < idx->ntensors; i++) {
+    bool named = n == 0;
+    for (int k = 0; k < n && !named; k++)
+      named = strcmp(names[k], idx->tensors[i].name) == 0;
+    if (named)
+      bytes += (uint64_t)index_tensor_bytes(&idx->tensors[i]);
+  }
+  ts_ckpt_index_destroy(&idx);
+  return bytes;
+}
+
+/* A synchronous save (so) or load (lo) of names, with the estimated progress line when it is
+ * shown: submitted, waited on while the line is drawn, ended with the measured rate. */
+static int save_or_load(const cli_args *a, tshard_client *c, const char *dir, const char **names,
+                        int n, const tshard_save_opts *so, const tshard_load_opts *lo,
+                        tshard_ckpt_info *k) {
+  const char *what = so ? "save" : "load";
+  uint64_t bytes = 0;
+  if (cli_estimate_wanted(a))
+    bytes = so ? save_bytes(c, names, n) : load_bytes(dir, names, n);
+  if (!cli_estimate_shown(a, bytes))
+    return so ? tshard_save(c, dir, names, n, so) : tshard_load(c, dir, names, n, lo);
+  cli_estimate e;
+  snprintf(e.head, sizeof e.head, "%s %s", what, dir);
+  snprintf(e.earlier, sizeof e.earlier, "%s", what);
+  cli_estimate_begin(a, &e, what, bytes);
+  uint64_t ticket = 0;
+  tshard_result res;
+  int rc = so ? tshard_submit_save(c, dir, names, n, so, &ticket)
+              : tshard_submit_load(c, dir, names, n, lo, &ticket);
+  if (rc == TS_OK)
+    rc = cli_estimate_wait(&e, c, ticket, &res, k);
+  cli_estimate_end(&e, rc, ticket != 0, what, rc == TS_OK && k->bytes ? k->bytes : bytes);
+  return rc;
+}
+
 int cli_cmd_save(cli_args *a, tshard_client *c) {
   const char *dir, **names;
   int n, code = dir_and_names(a, &dir, &names, &n);
@@ -113,7 +181,8 @@ int cli_cmd_save(cli_args *a, tshard_client *c) {
     free(names);
     return cli_fail(CLI_USAGE, "--wait follows a save in the background: give --async too");
   }
-  int rc = tshard_save(c, dir, names, n, &o);
+  int rc = o.background ? tshard_save(c, dir, names, n, &o)
+                        : save_or_load(a, c, dir, names, n, &o, NULL, &k);
   free(names);
   if (rc)
     return failed(c, rc);
@@ -137,7 +206,7 @@ int cli_cmd_load(cli_args *a, tshard_client *c) {
     return code;
   tshard_ckpt_info k;
   tshard_load_opts o = {cli_opt(a, "attr"), cli_flag(a, "per-node"), cli_opt(a, "key"), &k};
-  int rc = tshard_load(c, dir, names, n, &o);
+  int rc = save_or_load(a, c, dir, names, n, NULL, &o, &k);
   free(names);
   if (rc)
     return failed(c, rc);
@@ -155,14 +224,12 @@ static void show_json(const ts_ckpt_index *idx, const char *dir) {
   char seen[256][64];
   for (int i = 0; i < idx->ntensors; i++) {
     const ts_ckpt_tensor *t = &idx->tensors[i];
-    int64_t bytes = (int64_t)ts_dtype_size(t->dtype);
+    int64_t bytes = index_tensor_bytes(t);
     printf("%s{\"name\": ", i ? ", " : "");
     cli_json_string(stdout, t->name);
     printf(", \"dtype\": \"%s\", \"shape\": [", ts_ckpt_dtype_name(t->dtype));
-    for (int d = 0; d < t->ndim; d++) {
+    for (int d = 0; d < t->ndim; d++)
       printf("%s%lld", d ? ", " : "", (long long)t->shape[d]);
-      bytes *= t->shape[d];
-    }
     printf("], \"attr\": ");
     cli_json_string(stdout, t->attr);
     printf(", \"bytes\": %lld, \"pieces\": %d, \"partial_kept\": %s}", (long long)bytes,

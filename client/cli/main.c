@@ -148,7 +148,8 @@ static const cli_command commands[] = {
      "  --async          return once the daemons copied the tensors; they write the files in\n"
      "                   the background (tshard stats shows it)\n"
      "  --wait           with --async: follow the files until complete (a progress bar)\n"
-     "  --progress       show the bar even when not on a terminal\n"
+     "  --progress       show the progress even when not on a terminal (without --async:\n"
+     "                   an estimate from the job's earlier saves)\n"
      "  --key KEY        idempotency key\n"
      "  --json           machine-readable output: dir, tensors, bytes, files, seconds\n"
      CONNECT_HELP,
@@ -164,6 +165,8 @@ static const cli_command commands[] = {
      "  DIR [NAME...]    the checkpoint; the tensors (default: all)\n"
      "  --attr ATTR      the attribute of the loaded tensors (default: each saved one)\n"
      "  --per-node       DIR is a path on each node\n"
+     "  --progress       show the progress even when not on a terminal (an estimate from\n"
+     "                   the job's earlier loads)\n"
      "  --key KEY        idempotency key\n"
      "  --json           machine-readable output: dir, tensors, bytes, files, seconds\n"
      CONNECT_HELP,

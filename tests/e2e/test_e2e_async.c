@@ -4,7 +4,9 @@
  * order: each get equals the reference after the reshard submitted before it), tshard_wait in
  * any order, a ticket waited twice refused, a failing operation's status and message, a wait
  * that expires (an SPMD create waiting for its other participant) returning TS_TIMEOUT and then
- * succeeding, and a connection closed with tickets in flight leaving every tensor intact. */
+ * succeeding, a save and a load in flight (tshard_submit_save / _load) whose tshard_wait_ckpt
+ * gives their reports, the loaded tensor equal to the reference, and a connection closed with
+ * tickets in flight leaving every tensor intact. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +64,30 @@ static void in_order(tshard_client *c) {
             "a failing drop: %s %s", tshard_status_name(st), tshard_last_message(c));
 }
 
+/* a0 saved into dir and loaded back, both in flight: a synchronous get made meanwhile reads past
+ * the save's answer; the reports name the bytes and the tensor. */
+static void save_load_in_flight(tshard_client *c, const char *dir) {
+  uint64_t t;
+  tshard_ckpt_info k;
+  const char *names[] = {"a0"};
+  tshard_save_opts so = {0};
+  TSE_OK(c, tshard_submit_save(c, dir, names, 1, &so, &t));
+  TSE_CHECK(compare_whole(c, "a0", 0) == 0, "a0 read behind its save");
+  TSE_OK(c, tshard_wait_ckpt(c, t, 60000, NULL, &k));
+  TSE_CHECK(k.tensors == 1 && k.bytes == 24 * 9 * 4 && k.files >= 2 && !k.writing &&
+            strcmp(k.dir, dir) == 0, "save report: %d tensors, %llu bytes, %d files, %s",
+            k.tensors, (unsigned long long)k.bytes, k.files, k.dir);
+  TSE_OK(c, tshard_drop(c, "a0", NULL));
+  tshard_load_opts lo = {"mesh=[3] placements=[R]", 0, NULL, NULL};
+  tshard_result res;
+  TSE_OK(c, tshard_submit_load(c, dir, NULL, 0, &lo, &t));
+  TSE_OK(c, tshard_wait_ckpt(c, t, 60000, &res, &k));
+  TSE_CHECK(res.status == TS_OK && k.tensors == 1 && k.bytes == 24 * 9 * 4,
+            "load report: status %d, %d tensors, %llu bytes", res.status, k.tensors,
+            (unsigned long long)k.bytes);
+  TSE_CHECK(compare_whole(c, "a0", 0) == 0, "a0 loaded back");
+}
+
 static void timeout_then_done(void) {
   static const int pair[2] = {0, 1};
   tshard_client *a = tse_connect(&job, 0), *b = tse_connect(&job, 1);
@@ -88,9 +114,14 @@ static void timeout_then_done(void) {
 int main(void) {
   if (tse_start(&job, NP, NULL, 120))
     return 1;
+  char dir[] = "/tmp/tshard-e2e-async-XXXXXX";
+  TSE_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  char ckpt[64];
+  snprintf(ckpt, sizeof ckpt, "%s/ck", dir);
   tshard_client *c = tse_connect(&job, 0);
   if (c) {
     in_order(c);
+    save_load_in_flight(c, ckpt);
     uint64_t t[N];
     char name[16];
     for (int i = 0; i < N; i++) { /* closed with these in flight */
@@ -115,6 +146,9 @@ int main(void) {
   }
   int rc = tse_stop(&job);
   TSE_CHECK(rc == 0, "daemons stopped: %d", rc);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf -- '%s'", dir);
+  TSE_CHECK(system(cmd) == 0, "cleanup");
   printf("%s: %d failures\n", tse_failures ? "FAIL" : "PASS", tse_failures);
   return tse_failures ? 1 : 0;
 }
