@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# A lost host, then back: three hosts made of network namespaces joined by a bridge (the setup of
+# test_cluster.sh), the job started across them by tshard-launch with a hostfile and a
+# remote-shell agent entering each host's namespace (TCP transport only), snapshots every second
+# into a directory every host sees. A Python client in host 1 puts tensors of hand-generated
+# values, waits until a complete snapshot holds them all and reshards across the hosts in a loop;
+# every daemon of host 3 is killed (kill -9) mid-reshard. The client must fail with RANK_LOST
+# naming rank 2, the launcher's status must name it, and the job must end by itself. The job is
+# then resumed on hosts 1-2 (--resume, --resume-attr) and every tensor is checked against its
+# reference values: nothing a complete snapshot held is lost. Without root or `ip` it says
+# SKIPPED with the reason (exit 77).
+# usage: test_cluster_resume.sh BUILD_BIN_DIR
+set -u
+bin=$(cd "$1" && pwd)
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+skip() { echo "SKIPPED: $*"; exit 77; }
+[ "$(id -u)" -eq 0 ] || skip "the cluster smoke test needs root to create network namespaces"
+command -v ip >/dev/null || skip "no 'ip' command (apt-get install iproute2)"
+
+tag="tr$(( $$ % 10000 ))"
+net="10.213.$(( $$ % 200 + 20 ))"
+sw="${tag}sw"
+hosts=("${tag}h1" "${tag}h2" "${tag}h3")
+work=$(mktemp -d /tmp/tshard-cluster.XXXXXX)
+job=resume
+cleanup() { # the job's leader heads its process group (tshard-launch starts it with setsid)
+  local pid
+  pid=$(cat "$work/tshard-$job.pid" 2>/dev/null)
+  [ -n "$pid" ] && kill -TERM -- "-$pid" 2>/dev/null && sleep 1 && kill -KILL -- "-$pid" 2>/dev/null
+  [ -n "${workpid:-}" ] && kill -KILL "$workpid" 2>/dev/null
+  for h in "${hosts[@]}" "$sw"; do ip netns del "$h" 2>/dev/null; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+ip netns add "$sw" || skip "cannot create network namespaces here (ip netns add failed)"
+ip -n "$sw" link add br0 type bridge
+ip -n "$sw" link set br0 up
+for i in 0 1 2; do
+  h=${hosts[$i]}
+  ip netns add "$h"
+  ip -n "$sw" link add "p$i" type veth peer name eth0 netns "$h"
+  ip -n "$sw" link set "p$i" master br0
+  ip -n "$sw" link set "p$i" up
+  ip -n "$h" addr add "$net.$((i + 1))/24" dev eth0
+  ip -n "$h" link set eth0 up
+  ip -n "$h" link set lo up
+done
+
+# the remote-shell agent: "agent HOST COMMAND..." runs COMMAND in HOST's namespace
+cat >"$work/ns-rsh" <<AGENT
+#!/usr/bin/env bash
+host=\$1; shift
+case \$host in
+  $net.1) ns=${hosts[0]} ;;
+  $net.2) ns=${hosts[1]} ;;
+  $net.3) ns=${hosts[2]} ;;
+  *) echo "ns-rsh: unknown host \$host" >&2; exit 255 ;;
+esac
+exec ip netns exec "\$ns" /bin/sh -c "\$*"
+AGENT
+chmod +x "$work/ns-rsh"
+printf '%s slots=1\n' "$net.1" "$net.2" "$net.3" >"$work/hosts123"
+printf '%s slots=1\n' "$net.1" "$net.2" >"$work/hosts12"
+
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TSHARD_SOCKET_DIR=$work TSHARD_JOB=$job
+unset OMPI_MCA_btl OMPI_MCA_rmaps_base_oversubscribe
+snaps=$work/snaps
+mkdir "$snaps"
+launch=$src/deploy/tshard-launch
+passed=0 failed=0
+ok() { if "$@"; then passed=$((passed + 1)); else echo "FAIL: $*"; failed=$((failed + 1)); fi; }
+in_host() { local h=$1; shift; ip netns exec "${hosts[$h]}" "$@"; }
+# tshard-launch start in host 1 over the hosts of hostfile $1, more launcher arguments after it
+start() {
+  local hf=$1; shift
+  in_host 0 "$launch" start --hostfile "$work/$hf" --job "$job" --socket-dir "$work" --bin "$bin" \
+    --timeout 45 --mpirun-arg --mca --mpirun-arg plm_rsh_agent --mpirun-arg "$work/ns-rsh" \
+    --mpirun-arg --mca --mpirun-arg plm_rsh_no_tree_spawn --mpirun-arg 1 \
+    --mpirun-arg --mca --mpirun-arg btl --mpirun-arg self,tcp \
+    --mpirun-arg --mca --mpirun-arg btl_tcp_if_include --mpirun-arg "$net.0/24" \
+    --mpirun-arg --mca --mpirun-arg oob_tcp_if_include --mpirun-arg "$net.0/24" "$@"
+}
+# polls "$@" every 0.1 s until it succeeds or $1 seconds passed; 1 on the deadline
+poll() {
+  local deadline=$((SECONDS + $1)); shift
+  until "$@"; do [ $SECONDS -lt $deadline ] || return 1; sleep 0.1; done
+}
+leader_gone() { [ ! -e "$work/tshard-$job.pid" ]; }
+t0=$SECONDS
+
+if ! start hosts123 -- --snapshot-dir "$snaps" --snapshot-every 1s --snapshot-keep 3 >"$work/start1.out" 2>&1; then
+  cat "$work/start1.out" "$work/tshard-$job.log"
+  echo "FAIL: the job could not be started across the hosts"; exit 1
+fi
+echo "started on 3 hosts after $((SECONDS - t0)) s"
+
+# the client in host 1: puts, waits for a complete snapshot holding everything, reshards in a loop
+client=$src/tests/deploy/cluster_resume_client.py
+in_host 0 /usr/bin/python3 "$client" work "$snaps" "$work/ready" >"$work/work.out" 2>&1 &
+workpid=$!
+poll 30 test -e "$work/ready" || { cat "$work/work.out"; echo "FAIL: the client never saw a complete snapshot"; exit 1; }
+# host 3 goes down: every daemon in its namespace, kill -9
+victims=()
+for p in $(ip netns pids "${hosts[2]}"); do
+  [ "$(cat "/proc/$p/comm" 2>/dev/null)" = tshardd ] && victims+=("$p")
+done
+ok test "${#victims[@]}" -ge 1
+kill -KILL "${victims[@]}"
+tk=$SECONDS
+echo "killed the daemons of host 3 (pids ${victims[*]})"
+rc=0
+wait "$workpid" || rc=$?
+workpid=""
+cat "$work/work.out"
+ok test "$rc" -eq 3
+ok grep -q "RankLostError: rank 2 (host [^)]*) was lost: killed by signal 9" "$work/work.out"
+# the job ends by itself; the status file and tshard-launch status name the rank
+ok poll 30 leader_gone
+echo "the job ended $((SECONDS - tk)) s after the kill"
+ok grep -qx "state=lost" "$work/tshard-$job.status"
+ok grep -qx "rank=2" "$work/tshard-$job.status"
+out=$(in_host 0 "$launch" status --job "$job" --socket-dir "$work" --bin "$bin" 2>&1)
+echo "$out"
+[[ $out == *"rank 2 (host "*") was lost: killed by signal 9"* ]]
+ok test $? -eq 0
+ok test -z "$(ip netns pids "${hosts[0]}"; ip netns pids "${hosts[1]}")"
+out=$(in_host 0 "$launch" stop --job "$job" --socket-dir "$work" --bin "$bin" 2>&1)
+[[ $out == *"not running (rank 2 "* ]]
+ok test $? -eq 0
+
+# back on hosts 1-2 with 2 ranks: the tensors saved over three ranks under the rule
+newest=$(ls "$snaps" | grep -v '^\.' | while read -r d; do [ -e "$snaps/$d/index.json" ] && echo "$d"; done | tail -1)
+echo "newest complete snapshot: $newest ($(ls "$snaps" | grep -vc '^\.') kept)"
+if start hosts12 --resume "$snaps" --resume-attr '*=mesh=[2] placements=[S(0)]' >"$work/start2.out" 2>&1; then
+  cat "$work/start2.out"
+  ok grep -q "resumed 5 tensors.*$newest" "$work/start2.out"
+  ok in_host 0 /usr/bin/python3 "$client" verify "$snaps" "$work/start2.out"
+  ok in_host 0 "$launch" stop --job "$job" --socket-dir "$work" --bin "$bin"
+  ok poll 20 leader_gone
+else
+  cat "$work/start2.out" "$work/tshard-$job.log"
+  ok false # the resume failed to start
+fi
+echo "$passed passed, $failed failed ($((SECONDS - t0)) s)"
+[ "$failed" -eq 0 ]
