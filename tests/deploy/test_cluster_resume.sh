@@ -114,9 +114,11 @@ echo "killed the daemons of host 3 (pids ${victims[*]})"
 rc=0
 wait "$workpid" || rc=$?
 workpid=""
+echo "the client's error came $((SECONDS - tk)) s after the kill"
 cat "$work/work.out"
 ok test "$rc" -eq 3
-ok grep -q "RankLostError: rank 2 (host [^)]*) was lost: killed by signal 9" "$work/work.out"
+ok grep -q "RankLostError: RANK_LOST: rank 2 (host [^)]*) was lost: killed by signal 9" "$work/work.out"
+grep -q RankLostError "$work/work.out" || { echo "the launcher's log:"; cat "$work/tshard-$job.log"; }
 # the job ends by itself; the status file and tshard-launch status name the rank
 ok poll 30 leader_gone
 echo "the job ended $((SECONDS - tk)) s after the kill"
@@ -127,6 +129,12 @@ echo "$out"
 [[ $out == *"rank 2 (host "*") was lost: killed by signal 9"* ]]
 ok test $? -eq 0
 ok test -z "$(ip netns pids "${hosts[0]}"; ip netns pids "${hosts[1]}")"
+# a CLI client of host 2 connecting afterwards is told the same
+out=$(in_host 1 "$bin/tshard" get w "$work/w.npy" --job "$job" --rank 1 2>&1)
+rc=$?
+echo "tshard get (exit $rc): $out"
+[ "$rc" -eq 4 ] && [[ $out == *"lost rank 2 (host "*"): killed by signal 9"* ]]
+ok test $? -eq 0
 out=$(in_host 0 "$launch" stop --job "$job" --socket-dir "$work" --bin "$bin" 2>&1)
 [[ $out == *"not running (rank 2 "* ]]
 ok test $? -eq 0
