@@ -74,10 +74,11 @@ passed=0 failed=0
 ok() { if "$@"; then passed=$((passed + 1)); else echo "FAIL: $*"; failed=$((failed + 1)); fi; }
 in_host() { local h=$1; shift; ip netns exec "${hosts[$h]}" "$@"; }
 # tshard-launch start in host 1 over the hosts of hostfile $1, more launcher arguments after it
+# (a later --timeout wins)
 start() {
   local hf=$1; shift
   in_host 0 "$launch" start --hostfile "$work/$hf" --job "$job" --socket-dir "$work" --bin "$bin" \
-    --timeout 45 --mpirun-arg --mca --mpirun-arg plm_rsh_agent --mpirun-arg "$work/ns-rsh" \
+    --mpirun-arg --mca --mpirun-arg plm_rsh_agent --mpirun-arg "$work/ns-rsh" \
     --mpirun-arg --mca --mpirun-arg plm_rsh_no_tree_spawn --mpirun-arg 1 \
     --mpirun-arg --mca --mpirun-arg btl --mpirun-arg self,tcp \
     --mpirun-arg --mca --mpirun-arg btl_tcp_if_include --mpirun-arg "$net.0/24" \
@@ -89,12 +90,23 @@ poll() {
   until "$@"; do [ $SECONDS -lt $deadline ] || return 1; sleep 0.1; done
 }
 leader_gone() { [ ! -e "$work/tshard-$job.pid" ]; }
+no_leader() { ! pgrep -f -- "__lead $work/tshard-$job.pid" >/dev/null; }
 ms() { echo $(($(date +%s%N) / 1000000)); }
 t0=$SECONDS
 
-if ! start hosts123 -- --snapshot-dir "$snaps" --snapshot-every 1s --snapshot-keep 3 >"$work/start1.out" 2>&1; then
+# Starting across the namespaces now and then hangs in Open MPI's remote launch (as in
+# test_cluster.sh): a start that does not serve within 15 s is retried once.
+first() {
+  start hosts123 --timeout "$1" -- --snapshot-dir "$snaps" --snapshot-every 1s --snapshot-keep 3 \
+    >"$work/start1.out" 2>&1 && return 0
   cat "$work/start1.out" "$work/tshard-$job.log"
-  echo "FAIL: the job could not be started across the hosts"; exit 1
+  ps -eo pid,ppid,stat,etime,args | grep -E "mpirun|orted|tshardd|ns-rsh" | grep -v grep
+  poll 15 no_leader # the failed start's leader ends before the next one starts
+  return 1
+}
+if ! first 15; then
+  echo "retrying the start once"
+  first 30 || { echo "FAIL: the job could not be started across the hosts"; exit 1; }
 fi
 echo "started on 3 hosts after $((SECONDS - t0)) s"
 
@@ -143,7 +155,7 @@ ok test $? -eq 0
 # back on hosts 1-2 with 2 ranks: the tensors saved over three ranks under the rule
 newest=$(ls "$snaps" | grep -v '^\.' | while read -r d; do [ -e "$snaps/$d/index.json" ] && echo "$d"; done | tail -1)
 echo "newest complete snapshot: $newest ($(ls "$snaps" | grep -vc '^\.') kept)"
-if start hosts12 --resume "$snaps" --resume-attr '*=mesh=[2] placements=[S(0)]' >"$work/start2.out" 2>&1; then
+if start hosts12 --timeout 30 --resume "$snaps" --resume-attr '*=mesh=[2] placements=[S(0)]' >"$work/start2.out" 2>&1; then
   cat "$work/start2.out"
   ok grep -q "resumed 5 tensors.*$newest" "$work/start2.out"
   ok in_host 0 /usr/bin/python3 "$client" verify "$snaps" "$work/start2.out"
