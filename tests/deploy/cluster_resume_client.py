@@ -2,13 +2,15 @@
 network namespace against the daemon of one rank.
 
   work SNAPDIR READY_FILE   puts the tensors (values from a hand-written generator), waits until
-                            a complete snapshot in SNAPDIR holds all of them, then reshards in a
-                            loop (READY_FILE written after the third step), putting a new step into 'step' after each
-                            reshard, until the job is lost: prints the error and exits 3 on
-                            RankLostError (any other end is a failure).
-  verify SNAPDIR            on the resumed job: every tensor equals its reference values, 'step'
-                            equals the generator's values of one step the work phase put, and
-                            the tensors saved over all three ranks came back under the rule.
+                            a complete snapshot in SNAPDIR holds all of them, then reshards 'w'
+                            in a loop, putting the values of the next step into 'step' after
+                            each reshard, until the job is lost: prints the error and exits 3 on
+                            RankLostError (any other end is a failure). READY_FILE is written
+                            once a complete snapshot holds a step of the loop.
+  verify SNAPDIR LAUNCHED   on the resumed job: every tensor equals its reference values, 'step'
+                            those of a step of the loop and what the newest complete snapshot
+                            holds, the tensors saved over all three ranks came back under the
+                            rule, and the launcher's output (file LAUNCHED) names the snapshot.
 
 The reference values never come from tshard: value(name, i) is integer arithmetic on the flat
 index, so a lost or misplaced row shows as a mismatch."""
@@ -52,6 +54,24 @@ def holds_all(path):
         return False
 
 
+def step_of(got):
+    """Which step's values 'step' holds, from its first element (the generator inverted)."""
+    return int(((int(got.flat[0]) + 510 - len("step") * 31) * pow(104729, -1, 1021)) % 1021)
+
+
+def snapshot_step(sdir, seen):
+    """The step held by the newest complete snapshot (-1 without one); seen caches the reads."""
+    names = complete_snapshots(sdir)
+    if not names:
+        return -1
+    if names[-1] not in seen:
+        try:
+            seen[names[-1]] = step_of(ck.read(os.path.join(sdir, names[-1]), "step"))
+        except (OSError, ck.CheckpointError):  # removed meanwhile (--snapshot-keep)
+            return -1
+    return seen[names[-1]]
+
+
 def work(sdir, ready):
     c = tshard.connect(rank=0, job=os.environ["TSHARD_JOB"])
     for name, (dt, shape, attr) in TENSORS.items():
@@ -64,6 +84,7 @@ def work(sdir, ready):
                      f"{complete_snapshots(sdir)}")
         time.sleep(0.05)  # polling the snapshot directory, bounded by the deadline
     step = 0
+    seen = {}
     attrs = ["mesh=[3] placements=[S(1)]", "mesh=[2]@1-2 placements=[S(0)]",
              "mesh=[3] placements=[S(0)]"]
     dt, shape, _ = TENSORS["step"]
@@ -73,8 +94,8 @@ def work(sdir, ready):
             c.reshard("w", attrs[step % len(attrs)])
             step += 1
             c.put("step", value("step", shape, dt, salt=step))
-            if step == 3:  # the loop runs: the test may take the host down now
-                with open(ready, "w") as f:
+            if not os.path.exists(ready) and step >= 3 and snapshot_step(sdir, seen) >= 1:
+                with open(ready, "w") as f:  # the test may take the host down now
                     f.write("ready\n")
     except RankLostError as e:
         print(f"work: after {step} steps: RankLostError: {e}", flush=True)
@@ -94,10 +115,9 @@ def verify(sdir, launched):
     for name, (dt, shape, attr) in TENSORS.items():
         got = c.get(name)
         if name == "step":  # one of the steps the work phase put: its whole tensor, salt found
-            salt = int(round(((int(got.flat[0]) + 510 - len(name) * 31) * pow(104729, -1, 1021))
-                             % 1021))
-            check(np.array_equal(got, value(name, shape, dt, salt)),
-                  f"'step' equals the values of step {salt}")
+            salt = step_of(got)
+            check(salt >= 1 and np.array_equal(got, value(name, shape, dt, salt)),
+                  f"'step' equals the values of step {salt}, put during the reshard loop")
             newest = os.path.join(sdir, complete_snapshots(sdir)[-1])
             check(np.array_equal(got, ck.read(newest, name)),
                   "'step' holds what the newest complete snapshot holds")

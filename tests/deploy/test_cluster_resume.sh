@@ -3,12 +3,13 @@
 # test_cluster.sh), the job started across them by tshard-launch with a hostfile and a
 # remote-shell agent entering each host's namespace (TCP transport only), snapshots every second
 # into a directory every host sees. A Python client in host 1 puts tensors of hand-generated
-# values, waits until a complete snapshot holds them all and reshards across the hosts in a loop;
-# every daemon of host 3 is killed (kill -9) mid-reshard. The client must fail with RANK_LOST
-# naming rank 2, the launcher's status must name it, and the job must end by itself. The job is
-# then resumed on hosts 1-2 (--resume, --resume-attr) and every tensor is checked against its
-# reference values: nothing a complete snapshot held is lost. Without root or `ip` it says
-# SKIPPED with the reason (exit 77).
+# values, waits until a complete snapshot holds them all and reshards across the hosts in a loop,
+# a C client in host 2 reshards too, and once a complete snapshot holds a step of the loop every
+# daemon of host 3 is killed (kill -9) mid-reshard. Both clients must fail with RANK_LOST naming
+# rank 2, as must tshard-launch status and a CLI connecting afterwards, and the job must end by
+# itself. The job is then resumed on hosts 1-2 (--resume, --resume-attr) and every tensor is
+# checked against its reference values: nothing the newest complete snapshot held is lost.
+# Without root or `ip` it says SKIPPED with the reason (exit 77).
 # usage: test_cluster_resume.sh BUILD_BIN_DIR
 set -u
 bin=$(cd "$1" && pwd)
@@ -28,6 +29,7 @@ cleanup() { # the job's leader heads its process group (tshard-launch starts it 
   pid=$(cat "$work/tshard-$job.pid" 2>/dev/null)
   [ -n "$pid" ] && kill -TERM -- "-$pid" 2>/dev/null && sleep 1 && kill -KILL -- "-$pid" 2>/dev/null
   [ -n "${workpid:-}" ] && kill -KILL "$workpid" 2>/dev/null
+  [ -n "${cpid:-}" ] && kill -KILL "$cpid" 2>/dev/null
   for h in "${hosts[@]}"; do # whatever this test started in its hosts and is still there
     for p in $(ip netns pids "$h" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
   done
@@ -118,6 +120,10 @@ client=$src/tests/deploy/cluster_resume_client.py
 in_host 0 /usr/bin/python3 "$client" work "$snaps" "$work/ready" >"$work/work.out" 2>&1 &
 workpid=$!
 poll 30 test -e "$work/ready" || { cat "$work/work.out"; echo "FAIL: the client never saw a complete snapshot"; exit 1; }
+# the C client in host 2, on rank 1's daemon: reshards 'w' back and forth over the three hosts
+in_host 1 "$bin/rank_lost_client" "$job" 1 w 3 "$work/c.ready" >"$work/c.out" 2>&1 &
+cpid=$!
+poll 20 test -e "$work/c.ready" || { cat "$work/c.out"; echo "FAIL: the C client never resharded"; exit 1; }
 # host 3 goes down: every daemon in its namespace, kill -9
 victims=()
 for p in $(ip netns pids "${hosts[2]}"); do
@@ -134,6 +140,13 @@ echo "the client's error came $(($(ms) - tk)) ms after the kill"
 cat "$work/work.out"
 ok test "$rc" -eq 3
 ok grep -q "RankLostError: RANK_LOST: rank 2 (host [^)]*) was lost: killed by signal 9" "$work/work.out"
+rc=0
+wait "$cpid" || rc=$?
+cpid=""
+cat "$work/c.out"
+ok test "$rc" -eq 0
+ok grep -q "^first RANK_LOST [0-9]* rank 2 (host [^)]*) was lost: killed by signal 9" "$work/c.out"
+ok grep -q "^later RANK_LOST rank 2 " "$work/c.out"
 grep -q RankLostError "$work/work.out" || { echo "the launcher's log:"; cat "$work/tshard-$job.log"; }
 # the job ends by itself; the status file and tshard-launch status name the rank
 ok poll 30 leader_gone
