@@ -13,8 +13,15 @@ if(TARGET tshardd AND TARGET tshard-cli AND TARGET tshard-python)
   add_test(NAME test_cluster COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/deploy/test_cluster.sh ${TS_BIN})
   set_tests_properties(test_cluster PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT} SKIP_RETURN_CODE 77
                        ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python")
-  # a lost host, then back: snapshots, kill -9 of one host's daemons, resume on the others
-  add_test(NAME test_cluster_resume COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/deploy/test_cluster_resume.sh ${TS_BIN})
-  set_tests_properties(test_cluster_resume PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT} SKIP_RETURN_CODE 77
-                       ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python")
+  # a lost host, then back: snapshots, kill -9 of everything on one host (or of its daemons
+  # only), resume on the others
+  foreach(mode host daemons)
+    set(name test_cluster_resume)
+    if(mode STREQUAL daemons)
+      set(name test_cluster_resume_daemons)
+    endif()
+    add_test(NAME ${name} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/deploy/test_cluster_resume.sh ${TS_BIN} ${mode})
+    set_tests_properties(${name} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
+                         ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python")
+  endforeach()
 endif()
