@@ -10,7 +10,8 @@
  * learns of the loss when Open MPI reports it), and longer while the record says a rank was lost
  * without naming it yet (across nodes Open MPI names it once every rank ended). A lost rank turns
  * the failure into RANK_LOST naming the rank, host, cause and log, and every later call on the
- * connection fails with the same error. Without a status file (daemons started by hand) the failure stays as it was. */
+ * connection fails with the same error. Without a status file (daemons started by hand) the
+ * failure stays as it was. */
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -134,8 +135,8 @@ int tsc_lost_check(tshard_client *c, int status) {
            "rank %s (host %s) was lost: %s; Open MPI stopped job '%s', and every tensor the "
            "job held in memory is gone (complete checkpoints on disk remain); the launcher's "
            "log: %s",
-           st.rank[0] ? st.rank : "?", st.host[0] ? st.host : "unknown", st.cause[0] ? st.cause : "cause unknown",
-           st.job, st.log[0] ? st.log : "unknown");
+           st.rank[0] ? st.rank : "?", st.host[0] ? st.host : "unknown",
+           st.cause[0] ? st.cause : "cause unknown", st.job, st.log[0] ? st.log : "unknown");
   c->lost_status = TS_RANK_LOST;
   c->broken = true;
   return tsc_fail(c, TS_RANK_LOST, "%s", c->lost);
