@@ -7,9 +7,11 @@
  * and for a lost rank `rank`, `host`, `cause` (the signal or exit code) and `log`, `final=1` once
  * Open MPI's own report was read. A connection that ends, or an answer SHUTDOWN, reads that file
  * here, waiting up to TSC_LOST_WAIT_MS while the job is still recorded as running (the launcher
- * learns of the loss when Open MPI reports it). A lost rank turns the failure into RANK_LOST
- * naming the rank, host, cause and log, and every later call on the connection fails with the
- * same error. Without a status file (daemons started by hand) the failure stays as it was. */
+ * learns of the loss when Open MPI reports it), and longer while the record says a rank was lost
+ * without naming it yet (across nodes Open MPI names it once every rank ended). A lost rank turns
+ * the failure into RANK_LOST naming the rank, host, cause and log, and every later call on the
+ * connection fails with the same error. Without a status file (daemons started by hand) the
+ * failure stays as it was. */
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@
 #include "client_internal.h"
 
 #define TSC_LOST_WAIT_MS 2000
+#define TSC_LOST_UNNAMED_WAIT_MS 8000 /* more, while the record says a rank was lost, not which */
 
 typedef struct job_status {
   char state[16], final[4], rank[16], host[64], cause[160], log[256], job[72];
@@ -100,7 +103,7 @@ int tsc_lost_describe(const char *sock, char *out, size_t cap) {
     return -1;
   snprintf(out, cap, "job %s lost rank %s (host %s): %s; Open MPI stopped the whole job (the "
            "launcher's log: %s); start it again with tshard-launch start and load the last "
-           "checkpoint", st.job, st.rank, st.host[0] ? st.host : "unknown",
+           "checkpoint", st.job, st.rank[0] ? st.rank : "?", st.host[0] ? st.host : "unknown",
            st.cause[0] ? st.cause : "cause unknown", st.log[0] ? st.log : "unknown");
   return 0;
 }
@@ -120,7 +123,8 @@ int tsc_lost_check(tshard_client *c, int status) {
     if ((lost && strcmp(st.final, "1") == 0) ||
         (!lost && strcmp(st.state, "running") != 0))
       break;
-    if (mono_ms() >= deadline)
+    /* a loss recorded without its rank (a job across nodes): Open MPI names it later */
+    if (mono_ms() >= deadline + (lost && !st.rank[0] ? TSC_LOST_UNNAMED_WAIT_MS : 0))
       break;
     struct timespec nap = {0, 20 * 1000000}; /* polling the launcher's record, bounded above */
     nanosleep(&nap, NULL);
@@ -131,8 +135,8 @@ int tsc_lost_check(tshard_client *c, int status) {
            "rank %s (host %s) was lost: %s; Open MPI stopped job '%s', and every tensor the "
            "job held in memory is gone (complete checkpoints on disk remain); the launcher's "
            "log: %s",
-           st.rank, st.host[0] ? st.host : "unknown", st.cause[0] ? st.cause : "cause unknown",
-           st.job, st.log[0] ? st.log : "unknown");
+           st.rank[0] ? st.rank : "?", st.host[0] ? st.host : "unknown",
+           st.cause[0] ? st.cause : "cause unknown", st.job, st.log[0] ? st.log : "unknown");
   c->lost_status = TS_RANK_LOST;
   c->broken = true;
   return tsc_fail(c, TS_RANK_LOST, "%s", c->lost);

@@ -32,6 +32,7 @@ __all__ = ["launch", "Job", "job_status", "lost_rank_error", "lost_job_message"]
 
 _RANK_LOST = 39
 _LOST_WAIT = 2.0  # s: how long a failed connection waits for the launcher's record
+_LOST_UNNAMED_WAIT = 8.0  # s more, while the record says a rank was lost but not yet which
 _jobs = itertools.count()
 
 
@@ -72,13 +73,15 @@ def lost_rank_error(socket_path: str, wait: float = _LOST_WAIT) -> Optional[Tsha
         state = st.get("state", "")
         if (state == "lost" and st.get("final") == "1") or state not in ("lost", "running"):
             break
-        if time.monotonic() >= deadline:
+        # a loss recorded without its rank (a job across nodes): Open MPI names it later
+        if time.monotonic() >= deadline + (_LOST_UNNAMED_WAIT if state == "lost" and
+                                           not st.get("rank") else 0):
             break
         time.sleep(0.02)  # polling the launcher's record, bounded by the deadline
     if state != "lost":
         return None
     return error_for(_RANK_LOST,
-                     f"rank {st.get('rank', '?')} (host {st.get('host') or 'unknown'}) was lost: "
+                     f"rank {st.get('rank') or '?'} (host {st.get('host') or 'unknown'}) was lost: "
                      f"{st.get('cause') or 'cause unknown'}; Open MPI stopped job "
                      f"'{st.get('job', '?')}', and every tensor the job held in memory is gone "
                      f"(complete checkpoints on disk remain); the launcher's log: "
@@ -91,7 +94,7 @@ def lost_job_message(socket_path: str) -> Optional[str]:
     st = job_status(socket_path)
     if st is None or st.get("state") != "lost":
         return None
-    return (f"job {st.get('job', '?')} lost rank {st.get('rank', '?')} (host "
+    return (f"job {st.get('job', '?')} lost rank {st.get('rank') or '?'} (host "
             f"{st.get('host') or 'unknown'}): {st.get('cause') or 'cause unknown'}; Open MPI "
             f"stopped the whole job (the launcher's log: {st.get('log') or 'unknown'}); start it "
             f"again with tshard-launch start and load the last checkpoint")
