@@ -1423,7 +1423,7 @@ class Client:
         names = _names(names, "save: names")
         path = _dir(dir)
         try:
-            return self._op(key, _ckpt_result, wait, f"save to '{dir}'",
+            return self._op(key, self._note_save, wait, f"save to '{dir}'",
                             save=pb.SaveRequest(dir=path, names=names,
                                                 keep_partial=_flag(keep_partial, "keep_partial"),
                                                 per_node=_flag(per_node, "per_node"),
@@ -1435,6 +1435,15 @@ class Client:
                                 f"complete checkpoint or nothing: the one that was there before "
                                 f"(or this save's, had it been exchanged before the loss), never "
                                 f"a partial one") from None
+
+    def _note_save(self, r: Any) -> Dict[str, Any]:
+        """A save's result; one still writing is remembered for :meth:`wait_saves`."""
+        res = _ckpt_result(r)
+        if res["writing"]:
+            if not hasattr(self, "_saves_started"):
+                self._saves_started = set()
+            self._saves_started.add(res["save_id"])
+        return res
 
     def snapshot(self, key: Optional[str] = None) -> Dict[str, Any]:
         """Takes a snapshot now, on daemons started with ``--snapshot-dir``.
@@ -1467,20 +1476,24 @@ class Client:
 
         Returns:
             Their records (``stats()['saves']`` entries: dir, state, bytes written of total).
+            Without ``save_id`` they include this client's own asynchronous saves that ended
+            since it started them (a failure is raised once).
 
         Raises:
             CheckpointIoError (or the failure's class): a save failed.
             tshard.WaitTimeoutError: still writing after ``timeout`` seconds.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
+        started = getattr(self, "_saves_started", set())
         want = None if save_id is None else {save_id}
         delay = 0.002
         while True:
             saves = self.stats()["saves"]
-            if want is None:
-                want = {s["save_id"] for s in saves if s["state"] == "writing"}
+            if want is None:  # writing now, and this client's own that may have ended already
+                want = {s["save_id"] for s in saves if s["state"] == "writing"} | started
             mine = [s for s in saves if s["save_id"] in want]
             if all(s["state"] != "writing" for s in mine):
+                started -= {s["save_id"] for s in mine}
                 for s in mine:
                     if s["state"] == "failed":
                         raise error_for(s["status"], s["message"])
