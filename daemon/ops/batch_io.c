@@ -596,15 +596,5 @@ void tsd_handle_get_many(tsd_engine *e, tsd_work *w) {
 }
 
 void tsd_answer_get_many(tsd_engine *e, const tsd_pending *w) {
-  if (!w->conn_id)
-    return; /* the client is gone */
-  tsd_session *c = tsd_session_get(e, w->conn_id, false);
-  const tsd_copy *cp = tsd_session_copy(c, GET_MANY_COPY, false);
-  if (!cp) {
-    tsd_reply_status(e, w->conn_id, w->req_id, TS_INTERNAL, "the gathered copy is missing");
-    return;
-  }
-  Tshard__ShmData sd = TSHARD__SHM_DATA__INIT;
-  tsd_serve_chunk(e, c, cp, w->conn_id, w->req_id, 0, w->max_bytes,
-                  tsd_session_get_region(c, &sd));
+  tsd_answer_gathered(e, w, GET_MANY_COPY);
 }

@@ -88,6 +88,8 @@ void tsd_handle_get_chunk(tsd_engine *e, tsd_work *w);
 void tsd_handle_get_slice(tsd_engine *e, tsd_work *w);
 void tsd_answer_put(tsd_engine *e, const tsd_pending *w);
 void tsd_answer_get(tsd_engine *e, const tsd_pending *w);
+/* A gather's first chunk from the connection's gathered copy named copy (NULL: the get's). */
+void tsd_answer_gathered(tsd_engine *e, const tsd_pending *w, const char *copy);
 /* Answers one chunk of the connection's copy cp at offset, in the frame or in the region of the
  * shared segment shm names; frees the copy after its last byte. */
 void tsd_serve_chunk(tsd_engine *e, tsd_session *c, const tsd_copy *cp, uint64_t conn_id,

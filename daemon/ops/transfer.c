@@ -453,11 +453,13 @@ void tsd_handle_get_chunk(tsd_engine *e, tsd_work *w) {
   tsd_serve_chunk(e, c, cp, w->conn_id, w->req->id, g->offset, g->max_bytes, g->shm);
 }
 
-void tsd_answer_get(tsd_engine *e, const tsd_pending *w) {
+void tsd_answer_get(tsd_engine *e, const tsd_pending *w) { tsd_answer_gathered(e, w, NULL); }
+
+void tsd_answer_gathered(tsd_engine *e, const tsd_pending *w, const char *copy) {
   if (!w->conn_id)
     return; /* the client is gone */
   tsd_session *c = tsd_session_get(e, w->conn_id, false);
-  const tsd_copy *cp = tsd_session_copy(c, NULL, false);
+  const tsd_copy *cp = tsd_session_copy(c, copy, false);
   if (!cp) {
     tsd_reply_status(e, w->conn_id, w->req_id, TS_INTERNAL, "the gathered copy is missing");
     return;
