@@ -47,33 +47,9 @@ cleanup() { # the job's leader heads its process group (tshard-launch starts it 
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-ip netns add "$sw" || skip "cannot create network namespaces here (ip netns add failed)"
-ip -n "$sw" link add br0 type bridge
-ip -n "$sw" link set br0 up
-for i in 0 1 2; do
-  h=${hosts[$i]}
-  ip netns add "$h"
-  ip -n "$sw" link add "p$i" type veth peer name eth0 netns "$h"
-  ip -n "$sw" link set "p$i" master br0
-  ip -n "$sw" link set "p$i" up
-  ip -n "$h" addr add "$net.$((i + 1))/24" dev eth0
-  ip -n "$h" link set eth0 up
-  ip -n "$h" link set lo up
-done
-
-# the remote-shell agent: "agent HOST COMMAND..." runs COMMAND in HOST's namespace
-cat >"$work/ns-rsh" <<AGENT
-#!/usr/bin/env bash
-host=\$1; shift
-case \$host in
-  $net.1) ns=${hosts[0]} ;;
-  $net.2) ns=${hosts[1]} ;;
-  $net.3) ns=${hosts[2]} ;;
-  *) echo "ns-rsh: unknown host \$host" >&2; exit 255 ;;
-esac
-exec ip netns exec "\$ns" /bin/sh -c "\$*"
-AGENT
-chmod +x "$work/ns-rsh"
+# the namespaces and the remote-shell agent (netns_hosts.sh)
+source "$(dirname "${BASH_SOURCE[0]}")/netns_hosts.sh"
+netns_hosts_up
 printf '%s slots=1\n' "$net.1" "$net.2" "$net.3" >"$work/hosts123"
 printf '%s slots=1\n' "$net.1" "$net.2" >"$work/hosts12"
 
