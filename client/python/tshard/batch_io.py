@@ -247,41 +247,16 @@ def get_many(c, names: Sequence[str], wait: bool = True):
 
 
 def _get_many_async(c, names: List[str]) -> Future:
-    """A list of the tensors' details, then, once it is answered (on the reader thread), the
-    first request (the gather) and every later chunk request at once; nothing else is sent in
-    between (the gate), so the chunks read the copy the first one made."""
-    fl = c._reader_on()
-    fut = Future(fl.cond, f"get_many of {len(names)} tensors")
-    fl.gate.acquire()
-    gate = [True]
-
-    def open_gate():
-        if gate[0]:
-            gate[0] = False
-            fl.gate.release()
-
-    def on_list(resp, err):
-        try:
-            if err is None and resp.status != 0:
-                err = error_for(resp.status, resp.message)
-            if err is not None:
-                fut._set(error=err)
-                return
-            listed = [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape),
-                       "bytes": t.bytes} for t in resp.list.tensors]
-            _get_chunks(c, fl, fut, _shapes_from(names, listed))
-        except Exception as e:  # noqa: BLE001 - the Future carries it
-            fut._set(error=e)
-        finally:
-            open_gate()
-    try:
-        req = c._request()
+    """A list of the tensors' details, then the first request (the gather) and every later
+    chunk request at once (Client._gated)."""
+    def fill(req):
         req.list.details = True
-        c._send_request(fl, req, on_list)
-    except BaseException:
-        open_gate()
-        raise
-    return fut
+
+    def then(fl, fut, resp):
+        listed = [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.bytes}
+                  for t in resp.list.tensors]
+        _get_chunks(c, fl, fut, _shapes_from(names, listed))
+    return c._gated(f"get_many of {len(names)} tensors", fill, then)
 
 
 def _get_chunks(c, fl, fut: Future, shapes) -> None:

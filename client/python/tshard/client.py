@@ -595,14 +595,13 @@ class Client:
                 self._send_request(fl, req, chunk_handler(i), memoryview(src[off:off + n]))
         return fut
 
-    def _get_async(self, name, layout, out, slice_of_rank) -> Future:
-        """A get (slice_of_rank None) or this rank's get_slice: a describe, then, once it is
-        answered (on the reader thread), every chunk request at once; nothing else is sent in
-        between (the gate), so the chunks read the copy their first request made."""
-        _check_name(name)
+    def _gated(self, what: str, fill, then) -> Future:
+        """A first request (fill(req) sets its operation), then, once it is answered (on the
+        reader thread), then(fl, fut, resp) sends the later requests at once; nothing else is
+        sent in between (the gate), so chunk requests read the copy their first request made.
+        The Future fails with the first request's error, or anything then raises."""
         fl = self._reader_on()
-        what = "get" if slice_of_rank is None else "get_slice"
-        fut = Future(fl.cond, f"{what} of '{name}'")
+        fut = Future(fl.cond, what)
         fl.gate.acquire()
         gate = [True]
 
@@ -611,27 +610,37 @@ class Client:
                 gate[0] = False
                 fl.gate.release()
 
-        def on_describe(resp, err):
+        def on_answer(resp, err):
             try:
                 if err is None and resp.status != 0:
                     err = error_for(resp.status, resp.message)
                 if err is not None:
                     fut._set(error=err)
                     return
-                self._get_chunks(fl, fut, name, layout, out, slice_of_rank,
-                                 _describe_dict(resp.describe))
+                then(fl, fut, resp)
             except Exception as e:  # noqa: BLE001 - a bad out= too: the Future carries it
                 fut._set(error=e)
             finally:
                 open_gate()
         try:
             req = self._request()
-            req.describe.name = name
-            self._send_request(fl, req, on_describe)
+            fill(req)
+            self._send_request(fl, req, on_answer)
         except BaseException:
             open_gate()
             raise
         return fut
+
+    def _get_async(self, name, layout, out, slice_of_rank) -> Future:
+        """A get (slice_of_rank None) or this rank's get_slice: a describe, then every chunk
+        request at once (_gated)."""
+        _check_name(name)
+        what = "get" if slice_of_rank is None else "get_slice"
+
+        def fill(req):
+            req.describe.name = name
+        return self._gated(f"{what} of '{name}'", fill, lambda fl, fut, resp: self._get_chunks(
+            fl, fut, name, layout, out, slice_of_rank, _describe_dict(resp.describe)))
 
     def _get_chunks(self, fl, fut, name, layout, out, slice_of_rank, info) -> None:
         """Sends a get's chunk requests (reader thread); the Future gets the array."""
