@@ -11,7 +11,6 @@ equal to the numpy reference.
 usage: test_cli_ckpt_progress.py BUILD_BIN_DIR"""
 import json
 import os
-import pty
 import re
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 from checks import Checks  # noqa: E402
 from harness import Daemons  # noqa: E402
+from ptyrun import run_on_tty  # noqa: E402
 
 bin_dir = sys.argv[1]
 tshard_bin = os.path.join(bin_dir, "tshard")
@@ -40,25 +40,7 @@ with Daemons(bin_dir, 2) as d, tempfile.TemporaryDirectory() as tmp:
                               env=env)
 
     def on_tty(*args):
-        master, slave = pty.openpty()
-        try:
-            r = cli(*args, stderr=slave)
-            os.close(slave)
-            slave = -1
-            chunks = []
-            while True:
-                try:
-                    b = os.read(master, 4096)
-                except OSError:  # EIO once the writer closed
-                    break
-                if not b:
-                    break
-                chunks.append(b)
-            return r, b"".join(chunks).decode()
-        finally:
-            if slave >= 0:
-                os.close(slave)
-            os.close(master)
+        return run_on_tty(cli, *args)
 
     big = (np.arange(2048 * 4096) % 251).astype(np.float32).reshape(2048, 4096)  # 32 MiB
     small = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)

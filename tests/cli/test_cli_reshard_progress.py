@@ -9,7 +9,6 @@ without being asked and never for a small tensor or with --json; without a termi
 
 usage: test_cli_reshard_progress.py BUILD_BIN_DIR"""
 import os
-import pty
 import re
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 from checks import Checks  # noqa: E402
 from harness import Daemons  # noqa: E402
+from ptyrun import run_on_tty  # noqa: E402
 
 bin_dir = sys.argv[1]
 tshard_bin = os.path.join(bin_dir, "tshard")
@@ -96,25 +96,7 @@ with Daemons(bin_dir, 2) as d, tempfile.TemporaryDirectory() as tmp:
 
     # on a terminal: shown for the big tensor unasked, never for the small one or with --json
     def on_tty(*args):
-        master, slave = pty.openpty()
-        try:
-            r = cli(*args, stderr=slave)
-            os.close(slave)
-            slave = -1
-            chunks = []
-            while True:
-                try:
-                    b = os.read(master, 4096)
-                except OSError:  # EIO once the writer closed
-                    break
-                if not b:
-                    break
-                chunks.append(b)
-            return r, b"".join(chunks).decode()
-        finally:
-            if slave >= 0:
-                os.close(slave)
-            os.close(master)
+        return run_on_tty(cli, *args)
 
     r, text = on_tty("reshard", "big", "--to", COLS)
     check(r.returncode == 0 and re.search(r"reshard big by \w+ \[#+\] 100% 32.0 MiB", text),
