@@ -25,6 +25,7 @@ struct tsc_ticket {
   char strategy[32];
   uint64_t elapsed_us;
   tshard_ckpt_info *ckpt; /* malloc'd: a save's or load's report, NULL: none */
+  char *save_path;        /* malloc'd: a save's directory (its lost-rank error names it) */
 };
 
 int tsc_ticket_add(tshard_client *c, uint64_t id, uint64_t *ticket) {
@@ -42,6 +43,14 @@ int tsc_ticket_add(tshard_client *c, uint64_t id, uint64_t *ticket) {
   c->tickets[c->nticket++] = (tsc_ticket){.id = id};
   *ticket = id;
   return TS_OK;
+}
+
+static tsc_ticket *ticket_find(tshard_client *c, uint64_t id);
+
+void tsc_ticket_save_path(tshard_client *c, uint64_t id, const char *path) {
+  tsc_ticket *t = ticket_find(c, id);
+  if (t && !t->save_path)
+    t->save_path = strdup(path); /* without memory: the plain lost-rank error */
 }
 
 static tsc_ticket *ticket_find(tshard_client *c, uint64_t id) {
@@ -72,6 +81,7 @@ void tsc_tickets_free(tshard_client *c) {
   for (size_t i = 0; i < c->nticket; i++) {
     free(c->tickets[i].message);
     free(c->tickets[i].ckpt);
+    free(c->tickets[i].save_path);
   }
   free(c->tickets);
   c->tickets = NULL;
@@ -93,6 +103,7 @@ static int ticket_take(tshard_client *c, tsc_ticket *t, tshard_result *result,
     *info = *t->ckpt;
   free(t->message);
   free(t->ckpt);
+  free(t->save_path);
   *t = c->tickets[--c->nticket];
   return status;
 }
@@ -103,10 +114,8 @@ static int64_t now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int tshard_wait_ckpt(tshard_client *c, uint64_t ticket, int timeout_ms, tshard_result *result,
-                     tshard_ckpt_info *info) {
-  if (!c)
-    return TS_INVALID_ARGUMENT;
+static int wait_ticket(tshard_client *c, uint64_t ticket, int timeout_ms, tshard_result *result,
+                       tshard_ckpt_info *info) {
   if (info)
     memset(info, 0, sizeof *info);
   c->message[0] = '\0';
@@ -140,6 +149,24 @@ int tshard_wait_ckpt(tshard_client *c, uint64_t ticket, int timeout_ms, tshard_r
     }
   }
   return ticket_take(c, t, result, info);
+}
+
+/* A save's ticket cut short by a lost rank answers the save's own error, naming its path, as
+ * tshard_save does. */
+int tshard_wait_ckpt(tshard_client *c, uint64_t ticket, int timeout_ms, tshard_result *result,
+                     tshard_ckpt_info *info) {
+  if (!c)
+    return TS_INVALID_ARGUMENT;
+  tsc_ticket *t = ticket ? ticket_find(c, ticket) : NULL;
+  char *path = t && t->save_path ? strdup(t->save_path) : NULL;
+  int rc = wait_ticket(c, ticket, timeout_ms, result, info);
+  if (rc == TS_RANK_LOST && path) {
+    rc = tsc_save_interrupted(c, path);
+    if (result)
+      result->status = rc;
+  }
+  free(path);
+  return rc;
 }
 
 int tshard_wait(tshard_client *c, uint64_t ticket, int timeout_ms, tshard_result *result) {

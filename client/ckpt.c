@@ -75,6 +75,12 @@ static int call_info(tshard_client *c, Tshard__Request *req, tshard_ckpt_info *i
   return rc;
 }
 
+int tsc_save_interrupted(tshard_client *c, const char *path) {
+  return tsc_fail(c, TS_CHECKPOINT_IO, "save to %s was interrupted: %s; %s holds a complete "
+                  "checkpoint or nothing: the one that was there before (or this save's, had it "
+                  "been exchanged before the loss), never a partial one", path, c->lost, path);
+}
+
 int tshard_save(tshard_client *c, const char *dir, const char *const *names, int n,
                 const tshard_save_opts *opts) {
   char path[4096];
@@ -93,12 +99,9 @@ int tshard_save(tshard_client *c, const char *dir, const char *const *names, int
   req.save = &q;
   req.idempotency_key = (char *)(opts && opts->key ? opts->key : "");
   rc = call_info(c, &req, opts ? opts->info : NULL);
-  if (rc == TS_RANK_LOST) /* the save's own error, naming its path; later calls: RANK_LOST */
-    return tsc_fail(c, TS_CHECKPOINT_IO, "save to %s was interrupted: %s; %s holds a complete "
-                    "checkpoint or nothing: the one that was there before (or this save's, had "
-                    "it been exchanged before the loss), never a partial one", path, c->lost,
-                    path);
-  return rc;
+  if (rc == TS_OK && c->submit_to && *c->submit_to) /* in flight: its wait names the path */
+    tsc_ticket_save_path(c, *c->submit_to, path);
+  return rc == TS_RANK_LOST ? tsc_save_interrupted(c, path) : rc;
 }
 
 int tshard_load(tshard_client *c, const char *dir, const char *const *names, int n,

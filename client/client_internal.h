@@ -72,6 +72,12 @@ typedef struct tsc_ticket tsc_ticket;
 int tsc_ticket_add(tshard_client *c, uint64_t id, uint64_t *ticket);
 bool tsc_ticket_keep(tshard_client *c, const Tshard__Response *r);
 void tsc_tickets_free(tshard_client *c);
+/* The ticket of a save in flight remembers its directory: a lost rank then fails the wait with
+ * the save's own error (tsc_save_interrupted). */
+void tsc_ticket_save_path(tshard_client *c, uint64_t id, const char *path);
+/* ckpt.c: a save cut short by a lost rank: CHECKPOINT_IO naming the path (later calls of the
+ * connection: RANK_LOST). */
+int tsc_save_interrupted(tshard_client *c, const char *path);
 /* ckpt.c: a save's or load's report (the daemon's CkptResult) into info. */
 void tsc_ckpt_info_copy(const Tshard__CkptResult *k, tshard_ckpt_info *info);
 

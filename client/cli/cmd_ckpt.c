@@ -7,7 +7,6 @@
  * meanwhile): its bytes known up front are the tensors' (save, by describe) or the index's (load),
  * its rates recorded under "save" and "load". */
 #include <stdio.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -185,17 +184,6 @@ int cli_cmd_save(cli_args *a, tshard_client *c) {
   int rc = o.background ? tshard_save(c, dir, names, n, &o)
                         : save_or_load(a, c, dir, names, n, &o, NULL, &k);
   free(names);
-  if (rc == TS_RANK_LOST) { /* (shown progress waits itself) the save's own error, as the
-                             * library gives it without progress: naming the path */
-    static char msg[2 * PATH_MAX + 1600], path[PATH_MAX];
-    if (!realpath(dir, path))
-      snprintf(path, sizeof path, "%s", dir);
-    snprintf(msg, sizeof msg, "save to %s was interrupted: %s; %s holds a complete checkpoint "
-             "or nothing: the one that was there before (or this save's, had it been exchanged "
-             "before the loss), never a partial one (CHECKPOINT_IO)", path,
-             tshard_last_message(c), path);
-    return cli_fail(CLI_FAILED, msg);
-  }
   if (rc)
     return failed(c, rc);
   print_info(a, "saved", &k);
