@@ -74,6 +74,7 @@ int main(int argc, char **argv) {
   if (prc != 0)
     return prc > 0 ? 0 : 2;
   tsd_log_threshold = cfg.log_level;
+  atexit(tsd_log_flush); /* held log lines, whichever way the daemon exits */
   /* Frames and chunks (up to a few tens of MiB) come and go all the time: keep them in the heap
    * instead of mapping fresh zeroed pages for each one. */
   mallopt(M_MMAP_THRESHOLD, 32 << 20);

@@ -25,6 +25,20 @@ void tsd_log_write(int level, const char *fmt, ...) __attribute__((format(printf
     if ((level) <= tsd_log_threshold)                                                              \
       tsd_log_write((level), __VA_ARGS__);                                                         \
   } while (0)
+/* A routine line at the rate of the operations: held, written with others within
+ * TSD_LOG_HOLD_MS (and before any line of TSD_LOG, and at tsd_log_flush). */
+#define TSD_LOG_HOLD_MS 100
+void tsd_log_write_held(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define TSD_LOG_HELD(level, ...)                                                                   \
+  do {                                                                                             \
+    if ((level) <= tsd_log_threshold)                                                              \
+      tsd_log_write_held((level), __VA_ARGS__);                                                    \
+  } while (0)
+/* Writes the held lines. */
+void tsd_log_flush(void);
+/* Writes the held lines whose time has come; then ns until the next are due, -1 when none are
+ * held. */
+int64_t tsd_log_due_ns(void);
 
 /* ---------------------------------------------------------------------------------------------
  * config.c: one table serves the flags, --help and the startup log. */

@@ -356,10 +356,22 @@ static void wait_for_work(tsd_engine *e, int64_t ns) {
   pthread_mutex_unlock(&e->wake_mu);
 }
 
+/* ns until the engine has something on the clock: held log lines, cached buffers to release, a
+ * collective's deadline, the operations' own (a periodic snapshot); -1 when nothing is. */
+static int64_t next_due_ns(tsd_engine *e) {
+  int64_t due = tsd_log_due_ns();
+  int64_t ms[3] = {ts_pool_trim_due_ms(), tsd_seq_due_ms(e->seq),
+                   e->ops->tick_due_ms ? e->ops->tick_due_ms(e) : -1};
+  for (int i = 0; i < 3; i++)
+    if (ms[i] >= 0 && (due < 0 || ms[i] * 1000000 < due))
+      due = ms[i] * 1000000;
+  return due;
+}
+
 /* Between work: spins while the schedule spins and the rank has a core of its own, then blocks
- * until rung (doorbells: local work, or a message of another rank) or until the nap ends. While
- * control sends wait for MPI (a message too large to go out at once needs this rank's
- * progress), the naps stay short. */
+ * until rung (doorbells: local work, or a message of another rank), until the nap ends, or until
+ * something on the clock is due. While control sends wait for MPI (a message too large to go
+ * out at once needs this rank's progress), the naps stay short. */
 static void engine_pause(tsd_engine *e, ts_waiter *idle, uint32_t seen, int sends_pending) {
   int64_t ns = ts_waiter_next(idle);
   if (ns == 0) {
@@ -374,6 +386,9 @@ static void engine_pause(tsd_engine *e, ts_waiter *idle, uint32_t seen, int send
   const int64_t pending_nap = 20000;
   if (sends_pending > 0 && ns > pending_nap)
     ns = pending_nap;
+  int64_t due = next_due_ns(e);
+  if (due >= 0 && due < ns)
+    ns = due > 1000 ? due : 1000;
   if (e->bells)
     ts_world_bell_wait(e->world, seen, ns);
   else
@@ -465,6 +480,7 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
       busy = true;
     if (busy) {
       ts_waiter_progress(&idle);
+      tsd_log_due_ns(); /* held log lines wait no longer while work keeps coming */
     } else {
       ts_pool_trim(false); /* cached buffers idle long enough go back to the OS */
       engine_pause(e, &idle, seen, sends_pending);

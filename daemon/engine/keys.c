@@ -244,6 +244,14 @@ void tsd_keys_answer(tsd_keys *t, tsd_key_rec *r, tsd_key_state st, int status, 
   append_age(t, r);
 }
 
+int64_t tsd_keys_next_deadline(const tsd_keys *t) {
+  int64_t next = -1;
+  for (const tsd_key_rec *r = t->collecting; r; r = r->cnext)
+    if (r->nparticipants > 0 && (next < 0 || r->until_ms < next))
+      next = r->until_ms;
+  return next;
+}
+
 tsd_key_rec *tsd_keys_overdue(tsd_keys *t, int64_t now_ms) {
   for (tsd_key_rec *r = t->collecting; r; r = r->cnext)
     if (r->nparticipants > 0 && r->until_ms <= now_ms)

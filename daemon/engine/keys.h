@@ -80,6 +80,8 @@ void tsd_keys_set_state(tsd_keys *t, tsd_key_rec *r, tsd_key_state st);
 /* Done or failed with the answer: kept until now_ms + ttl. */
 void tsd_keys_answer(tsd_keys *t, tsd_key_rec *r, tsd_key_state st, int status, const char *msg,
                      int64_t now_ms);
+/* The earliest deadline of a collecting record (ms, the clock of now_ms), or -1 when none. */
+int64_t tsd_keys_next_deadline(const tsd_keys *t);
 /* A collecting record whose deadline passed at now_ms, or NULL. */
 tsd_key_rec *tsd_keys_overdue(tsd_keys *t, int64_t now_ms);
 /* An operation made the names appear or disappear (all: any name): done records touching one

@@ -704,6 +704,16 @@ static void after_run_rank0(tsd_seq *e, const tsd_ordered *op, int status, const
   }
 }
 
+int64_t tsd_seq_due_ms(tsd_seq *e) {
+  if (!e->keys || e->shutdown_ordered)
+    return -1;
+  int64_t next = tsd_keys_next_deadline(e->keys);
+  if (next < 0)
+    return -1;
+  int64_t left = next - e->h.now_ms(e->h.ctx);
+  return left > 0 ? left : 0;
+}
+
 int tsd_seq_run(tsd_seq *e) {
   int ran = 0;
   if (e->keys && !e->shutdown_ordered)

@@ -93,6 +93,8 @@ void tsd_seq_message(tsd_seq *s, int src, int tag, const uint8_t *buf, size_t le
 /* Runs the ordered operations that have arrived, until none is left or a shutdown ran; returns
  * how many ran. Rank 0 first fails the collectives whose deadline passed. */
 int tsd_seq_run(tsd_seq *s);
+/* ms until tsd_seq_run has a deadline to act on (a collective timing out), or -1: none. */
+int64_t tsd_seq_due_ms(tsd_seq *s);
 /* Whether a shutdown operation ran here. */
 bool tsd_seq_stopped(const tsd_seq *s);
 /* The client of connection conn_id is gone: its submissions run, answering nobody; a

@@ -155,6 +155,9 @@ typedef struct tsd_engine_ops {
   /* Every turn of the engine's loop (NULL: none): work of the operations' own (rank 0 orders
    * the completion of background saves and the periodic snapshots); true when it did some. */
   bool (*tick)(tsd_engine *e);
+  /* ms until the tick has work on the clock (NULL or -1: none): the idle engine wakes by then.
+   * Work that comes from elsewhere (a writer thread's end) rings the engine instead. */
+  int64_t (*tick_due_ms)(tsd_engine *e);
   /* Before the loop and before any client is served (NULL: none): collective, the same status
    * and message on every rank; a failure stops the engine (the resume of --resume). */
   int (*start)(tsd_engine *e, ts_error *err);

@@ -127,7 +127,9 @@ struct tsd_server {
   uv_async_t async;
   uv_signal_t sigterm, sigint;
   uv_timer_t stop_timer;
-  uv_timer_t sweep_timer; /* closes connections past --frame-timeout or --auth-timeout */
+  uv_timer_t sweep_timer; /* closes connections past --frame-timeout or --auth-timeout; runs
+                           * while there are connections */
+  uint64_t sweep_tick;
   pthread_t thread;
   tsd_shared *sh;
   const tsd_config *cfg;
@@ -788,6 +790,8 @@ static bool unix_conn_setup(conn *c) {
   return true;
 }
 
+static void on_sweep(uv_timer_t *t);
+
 static void on_connection(uv_stream_t *server, int status) {
   tsd_server *s = server->data;
   if (status < 0) {
@@ -836,6 +840,8 @@ static void on_connection(uv_stream_t *server, int status) {
   c->next = s->conns;
   s->conns = c;
   __atomic_add_fetch(&s->nconns, 1, __ATOMIC_RELAXED);
+  if (!uv_is_active((uv_handle_t *)&s->sweep_timer) && !s->stopping)
+    uv_timer_start(&s->sweep_timer, on_sweep, s->sweep_tick, s->sweep_tick);
   conn_read_start(c);
 }
 
@@ -946,6 +952,10 @@ static void on_sweep(uv_timer_t *t) {
   tsd_server *s = t->data;
   uint64_t now = uv_now(&s->loop), frame_limit = (uint64_t)s->cfg->frame_timeout;
   uint64_t auth_limit = (uint64_t)s->cfg->auth_timeout;
+  if (!s->conns) { /* nothing to watch: an idle daemon's loop sleeps until a connection */
+    uv_timer_stop(t);
+    return;
+  }
   for (conn *c = s->conns, *next; c; c = next) {
     next = c->next;
     if (c->closing || c->close_after_write)
@@ -1130,8 +1140,7 @@ int tsd_server_start(tsd_server_opts *o, tsd_server **out, ts_error *err) {
   int64_t shortest = o->cfg->frame_timeout < o->cfg->auth_timeout ? o->cfg->frame_timeout
                                                                   : o->cfg->auth_timeout;
   uint64_t tick = (uint64_t)shortest / 4;
-  tick = tick < 5 ? 5 : tick > 1000 ? 1000 : tick;
-  uv_timer_start(&s->sweep_timer, on_sweep, tick, tick);
+  s->sweep_tick = tick < 5 ? 5 : tick > 1000 ? 1000 : tick; /* started by the first connection */
   uv_async_init(&s->loop, &s->async, on_async);
   s->async.data = s;
   uv_signal_init(&s->loop, &s->sigterm);

@@ -390,6 +390,15 @@ bool tsd_bgsave_tick(tsd_engine *e) {
   return did;
 }
 
+int64_t tsd_bgsave_due_ms(tsd_engine *e) {
+  if (e->rank != 0 || e->stopping || e->cfg->snapshot_every <= 0 || !e->cfg->snapshot_dir[0])
+    return -1;
+  if (bg.next_snapshot_ms == 0)
+    return 0; /* the tick sets the first period */
+  int64_t left = bg.next_snapshot_ms - now_ms();
+  return left > 0 ? left : 0;
+}
+
 void tsd_bgsave_stop(void) {
   if (bg.job && bg.threaded)
     pthread_join(bg.thread, NULL);

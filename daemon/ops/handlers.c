@@ -94,5 +94,6 @@ const tsd_engine_ops tsd_ops = {
     .changes = changes,
     .stop = stop,
     .tick = tsd_bgsave_tick,
+    .tick_due_ms = tsd_bgsave_due_ms,
     .start = tsd_resume,
 };

@@ -1,5 +1,6 @@
 /* oplog.c - one log line per operation at info level (operation, tensor, bytes, strategy, time,
- * client), and the reshard's answer naming the strategy that ran and its time.
+ * client; held and written in batches, see log.c), and the reshard's answer naming the strategy
+ * that ran and its time.
  *
  * Collective operations are timed by ops.c around their run (begin, end); the reshard handler
  * notes the strategy its executor ran. Only the engine thread calls these, one operation at a
@@ -148,15 +149,15 @@ void tsd_oplog_end(tsd_engine *e, const tsd_ordered *op, const tsd_pending *orig
     snprintf(client, sizeof client, "conn %llu", (unsigned long long)origin->conn_id);
   else
     snprintf(client, sizeof client, "rank %d's client", op->origin);
-  TSD_LOG(TSD_LOG_INFO, "op %s tensor %s bytes %llu strategy %s ms %.3f client %s: %s",
-          tsd_op_name(op->req->op_case), tensor_of(op->req), (unsigned long long)bytes, strategy,
-          (double)us / 1000.0, client, ts_status_name(status));
+  TSD_LOG_HELD(TSD_LOG_INFO, "op %s tensor %s bytes %llu strategy %s ms %.3f client %s: %s",
+               tsd_op_name(op->req->op_case), tensor_of(op->req), (unsigned long long)bytes,
+               strategy, (double)us / 1000.0, client, ts_status_name(status));
 }
 
 void tsd_oplog_local(const Tshard__Request *req, uint64_t conn_id, uint64_t bytes, int status) {
-  TSD_LOG(TSD_LOG_INFO, "op %s tensor %s bytes %llu strategy - ms - client conn %llu: %s",
-          tsd_op_name(req->op_case), tensor_of(req), (unsigned long long)bytes,
-          (unsigned long long)conn_id, ts_status_name(status));
+  TSD_LOG_HELD(TSD_LOG_INFO, "op %s tensor %s bytes %llu strategy - ms - client conn %llu: %s",
+               tsd_op_name(req->op_case), tensor_of(req), (unsigned long long)bytes,
+               (unsigned long long)conn_id, ts_status_name(status));
 }
 
 void tsd_answer_reshard(tsd_engine *e, const tsd_pending *w) {

@@ -400,6 +400,18 @@ void ts_pool_uncharge(size_t bytes) {
   pthread_mutex_unlock(&mu);
 }
 
+int64_t ts_pool_trim_due_ms(void) {
+  int64_t now = now_ms(), due = -1;
+  pthread_mutex_lock(&mu);
+  if (heap_dirty)
+    due = last_free_ms + cfg.idle_ms;
+  for (header *h = cache_head; h; h = h->next)
+    if (due < 0 || h->freed_ms + cfg.idle_ms < due)
+      due = h->freed_ms + cfg.idle_ms;
+  pthread_mutex_unlock(&mu);
+  return due < 0 ? -1 : due > now ? due - now : 0;
+}
+
 int ts_pool_trim(bool all) {
   int64_t now = now_ms();
   bool trim_heap = false;

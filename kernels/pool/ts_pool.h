@@ -64,6 +64,8 @@ void ts_pool_uncharge(size_t bytes);
  * OS, and trims the C heap after heap frees; returns how many buffers were released. Meant for
  * idle moments: it unmaps outside the pool's lock, but takes the time the kernel needs. */
 int ts_pool_trim(bool all);
+/* ms until ts_pool_trim(false) has something to release, or -1: nothing cached or freed. */
+int64_t ts_pool_trim_due_ms(void);
 /* Sets the limit, cache cap, idle period and huge pages (releasing cached buffers over the new
  * cap). Buffers already handed out stay counted. */
 void ts_pool_configure(const ts_pool_config *c);

@@ -29,7 +29,7 @@ typedef struct ts_wait_policy {
 extern const ts_wait_policy ts_wait_mpi;    /* an MPI request or message: spin 50 us, 5..50 us */
 extern const ts_wait_policy ts_wait_engine; /* the engine between work: 10 us for 2 ms, ..8 ms */
 extern const ts_wait_policy ts_wait_bell;   /* an MPI message that rings: spin 100 us, ..1 ms */
-extern const ts_wait_policy ts_wait_engine_bell; /* the engine, rung: spin 200 us, 1..100 ms */
+extern const ts_wait_policy ts_wait_engine_bell; /* the engine, rung: spin 200 us, 1 ms..1 s */
 extern const ts_wait_policy ts_wait_socket; /* a client's answer: spin 100 us, then poll() */
 
 /* No deadline: only for the engine's idle wait, which lasts as long as the daemon. */

@@ -15,7 +15,9 @@
  * a message blocks until the ring: an MPI message spins 100 us where the rank has a core of its
  * own (not at all where cores are short), then blocks for 50 us doubling up to 1 ms (the cap
  * bounds a message that came unannounced); the engine spins 200 us after work where it has a
- * core, then blocks from 1 ms up to 100 ms: an idle daemon wakes ten times a second. A
+ * core, then blocks from 1 ms up to 1 s, or until what it has on the clock is due (held log
+ * lines, cached buffers to release, a collective's deadline): an idle daemon wakes once a
+ * second. A
  * client waiting for an answer spins 100 us (an answer that comes that fast is taken without the
  * wake-up of a sleeping thread), then blocks in poll(), which wakes on the answer itself. */
 #include "ts_wait.h"
@@ -35,7 +37,7 @@ const ts_wait_policy ts_wait_engine = {
 const ts_wait_policy ts_wait_bell = {
     .spin_ns = 100 * US, .hot_ns = 0, .nap_min_ns = 50 * US, .nap_max_ns = 1 * MS};
 const ts_wait_policy ts_wait_engine_bell = {
-    .spin_ns = 200 * US, .hot_ns = 0, .nap_min_ns = 1 * MS, .nap_max_ns = 100 * MS};
+    .spin_ns = 200 * US, .hot_ns = 0, .nap_min_ns = 1 * MS, .nap_max_ns = 1000 * MS};
 const ts_wait_policy ts_wait_socket = {
     .spin_ns = 100 * US, .hot_ns = 0, .nap_min_ns = 1000 * MS, .nap_max_ns = 1000 * MS};
 

@@ -287,7 +287,8 @@ with Daemons(bin_dir, n) as d, tempfile.TemporaryDirectory() as tmp:
     mute.close()
 
     # ---- 8. the daemon's log: one line per operation with operation, tensor, bytes, strategy
-    log = d.logs()
+    log = d.wait_logs(["op reshard tensor w bytes", f"op put tensor w bytes {20 * 12 * 4}",
+                       "op put_slice tensor rag bytes 120", "op get_slice tensor rag"])
     check("op reshard tensor w bytes" in log and "strategy alltoall ms" in log and "client conn"
           in log, "daemon logs reshard with strategy, time and client")
     check(f"op put tensor w bytes {20 * 12 * 4} strategy - ms" in log, "daemon logs put with bytes")

@@ -60,6 +60,16 @@ class Daemons:
         self.log.seek(0)
         return self.log.read()
 
+    def wait_logs(self, texts, timeout=10):
+        """The log once every one of texts is in it, or as it is at the deadline. The daemons
+        write their per-operation lines in batches, within 100 ms."""
+        deadline = time.monotonic() + timeout
+        while True:
+            log = self.logs()
+            if all(t in log for t in texts) or time.monotonic() > deadline:
+                return log
+            time.sleep(0.02)  # polling for the daemons' writes, bounded by the deadline
+
     def stop(self, timeout=60):
         """Shuts the job down through rank 0; kills it if it does not exit in time. Returns the
         exit code of mpirun."""

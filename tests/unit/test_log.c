@@ -1,10 +1,14 @@
 /* test_log.c - the daemon's log lines (daemon/log.c): a line that quotes client text keeps to one
  * line, its control characters (C0, DEL and UTF-8-encoded C1) written as \xNN and the rest as
- * sent; lines below the threshold are not written. stderr goes to a file for the test. */
+ * sent; lines below the threshold are not written. Held lines (TSD_LOG_HELD) wait for a flush,
+ * for any line written at once (before which they come, in order), for a full buffer, or for
+ * their time (tsd_log_due_ns), and are never lost. stderr goes to a file for the test. */
 #include <check.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check_main.h"
@@ -68,12 +72,77 @@ START_TEST(threshold) {
 }
 END_TEST
 
+static void held_then_flushed(const char *text) {
+  TSD_LOG_HELD(TSD_LOG_INFO, "op one %s", text);
+  TSD_LOG_HELD(TSD_LOG_INFO, "op two %s", text);
+  ck_assert_int_eq(lseek(STDERR_FILENO, 0, SEEK_END), 0); /* nothing written yet */
+  int64_t due = tsd_log_due_ns();
+  ck_assert(due > 0 && due <= (int64_t)TSD_LOG_HOLD_MS * 1000000);
+  tsd_log_flush();
+  ck_assert_int_eq(tsd_log_due_ns(), -1);
+}
+
+static void held_then_warned(const char *text) {
+  TSD_LOG_HELD(TSD_LOG_INFO, "op first %s", text);
+  TSD_LOG(TSD_LOG_WARN, "second %s", text);
+  ck_assert_int_eq(tsd_log_due_ns(), -1);
+}
+
+static void held_until_due(const char *text) {
+  TSD_LOG_HELD(TSD_LOG_INFO, "op late %s", text);
+  struct timespec nap = {0, (TSD_LOG_HOLD_MS + 20) * 1000000L};
+  nanosleep(&nap, NULL); /* the hold's own clock: the line is due after TSD_LOG_HOLD_MS */
+  ck_assert_int_eq(tsd_log_due_ns(), -1); /* due: written by the call */
+  ck_assert_int_gt(lseek(STDERR_FILENO, 0, SEEK_END), 0);
+}
+
+static void held_many(const char *text) {
+  for (int i = 0; i < 1000; i++)
+    TSD_LOG_HELD(TSD_LOG_INFO, "op %04d %s", i, text);
+  ck_assert_int_gt(lseek(STDERR_FILENO, 0, SEEK_END), 0); /* a full buffer was written */
+  tsd_log_flush();
+}
+
+START_TEST(held_lines) {
+  tsd_log_threshold = TSD_LOG_INFO;
+  char *out = captured(held_then_flushed, "x");
+  const char *one = strstr(out, "info: op one x\n"), *two = strstr(out, "info: op two x\n");
+  ck_assert_msg(one && two && one < two, "%s", out);
+  free(out);
+  out = captured(held_then_warned, "y");
+  const char *first = strstr(out, "info: op first y\n"), *second = strstr(out, "warn: second y\n");
+  ck_assert_msg(first && second && first < second, "held line before the warning: %s", out);
+  free(out);
+  out = captured(held_until_due, "z");
+  ck_assert_msg(strstr(out, "info: op late z\n") != NULL, "%s", out);
+  free(out);
+  out = captured(held_many, "m");
+  int lines = 0, in_order = 1;
+  const char *p = out;
+  for (int i = 0; i < 1000; i++) {
+    char want[32];
+    snprintf(want, sizeof want, "info: op %04d m\n", i);
+    const char *q = strstr(p, want);
+    in_order &= q != NULL;
+    if (q) {
+      p = q + 1;
+      lines++;
+    }
+  }
+  ck_assert_msg(in_order && lines == 1000, "%d of 1000 held lines in order", lines);
+  free(out);
+  TSD_LOG_HELD(TSD_LOG_DEBUG, "below the threshold %s", "d");
+  ck_assert_int_eq(tsd_log_due_ns(), -1);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("log");
   TCase *tc = tcase_create("log");
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, controls_escaped);
   tcase_add_test(tc, threshold);
+  tcase_add_test(tc, held_lines);
   suite_add_tcase(s, tc);
   return ts_run_suite(s);
 }
