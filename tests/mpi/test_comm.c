@@ -97,9 +97,11 @@ static void test_regions(ts_comm *world) {
  * MPI's): rank r's int32 matrix a[size*R][C] is cut in column blocks, block p goes to rank p
  * (strided rows of W elements at the sender, one contiguous run at the receiver), and back the
  * other way (contiguous at the sender, strided at the receiver), once by all-to-all-w and once
- * point to point. got[q][i][j] must be q's a[i][r*W + j] = q*1e6 + i*1000 + r*W + j. */
-static void test_large_regions(ts_comm *world) {
-  enum { R = 64, W = 600 }; /* rows of 2400 bytes */
+ * point to point. got[q][i][j] must be q's a[i][r*W + j] = q*1e6 + i*1000 + r*W + j. Rows of
+ * 2400 bytes (long runs on both sides), of 768 bytes (short runs on the copier's own side only:
+ * still single copies) and of 160 bytes (too short: MPI's). */
+static void test_large_regions(ts_comm *world, int W) {
+  enum { R = 64 };
   ts_error err;
   int64_t rows = (int64_t)size * R, cols = (int64_t)size * W;
   int32_t *a = malloc((size_t)(rows * cols) * sizeof *a);
@@ -122,13 +124,13 @@ static void test_large_regions(ts_comm *world) {
     int rc = round == 0 ? ts_comm_alltoallw(world, sr, rr, &err)
                         : ts_comm_exchange_regions(world, size, peers, sr, size, peers, rr, 11,
                                                    &err);
-    CHECK(rc == TS_OK, "large regions there (round %d): %s", round, err.msg);
+    CHECK(rc == TS_OK, "large regions of %d there (round %d): %s", W, round, err.msg);
     long bad = 0;
     for (int q = 0; q < size; q++)
       for (int64_t i = 0; i < R; i++)
         for (int64_t j = 0; j < W; j++)
           bad += got[(q * R + i) * W + j] != (int32_t)(q * 1000000 + i * 1000 + rank * W + j);
-    CHECK(bad == 0, "large regions there (round %d): %ld wrong elements", round, bad);
+    CHECK(bad == 0, "large regions of %d there (round %d): %ld wrong elements", W, round, bad);
     /* and back: contiguous at the sender, strided rows at the receiver */
     for (int p = 0; p < size; p++) {
       sr[p] = (ts_comm_region){got + (int64_t)p * R * W, 1, 4, {R * W}, {4}};
@@ -136,14 +138,14 @@ static void test_large_regions(ts_comm *world) {
     }
     rc = round == 0 ? ts_comm_alltoallw(world, sr, rr, &err)
                     : ts_comm_exchange_regions(world, size, peers, sr, size, peers, rr, 12, &err);
-    CHECK(rc == TS_OK, "large regions back (round %d): %s", round, err.msg);
+    CHECK(rc == TS_OK, "large regions of %d back (round %d): %s", W, round, err.msg);
     bad = 0;
     for (int64_t i = 0; i < rows; i++)
       for (int64_t j = 0; j < cols; j++) {
         int32_t want = i < R ? a[i * cols + j] : 0; /* rows R.. stay untouched */
         bad += back[i * cols + j] != want;
       }
-    CHECK(bad == 0, "large regions back (round %d): %ld wrong elements", round, bad);
+    CHECK(bad == 0, "large regions of %d back (round %d): %ld wrong elements", W, round, bad);
   }
   free(a);
   free(got);
@@ -484,7 +486,9 @@ int main(int argc, char **argv) {
         "error mapping: %d %s", rc, err.msg);
   CHECK(ts_comm_bcast(world, &b, -1, 0, &err) == TS_INVALID_ARGUMENT, "negative bcast");
   test_regions(world);
-  test_large_regions(world);
+  test_large_regions(world, 600);
+  test_large_regions(world, 192);
+  test_large_regions(world, 40);
   free(all);
   free(cnt);
   free(rev);
