@@ -12,8 +12,8 @@
  *      (process_vm_readv) or writes into it (process_vm_writev), since the kernel pins the far
  *      side's pages, cheapest in few long runs; on a tie, the side with fewer pairs in this
  *      exchange (so a root scattering to or gathering from many peers lets them copy at once),
- *      then the receiver; pairs with short runs (a system call's worth of work each) go through
- *      MPI afterwards (regions.c);
+ *      then the receiver; pairs whose far side (pinned run by run) has runs under 1 KiB, or
+ *      whose copier's own side has runs under 256 bytes, go through MPI afterwards (regions.c);
  *   3. the copier tells the other side its status; nobody returns before its pairs are done, so
  *      every region stays valid while it is copied.
  *
