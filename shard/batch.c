@@ -9,8 +9,11 @@
  * Items whose pieces move in place (row-major on both sides, no partial placement, the strategy
  * left to the batch or point-to-point / all-to-all: ts_exec_coalescable) are coalesced: every
  * piece between two ranks, of every such item, goes in one message (ts_reshard_exec_many), after
- * one agreement that also takes the planning. The other items then run the executor one after
- * another, each with its own agreements and exchange. */
+ * one agreement that also takes the planning. Items that sum (or otherwise reduce) partial
+ * slices into replicas on the same mesh (ts_exec_reducible, the strategy left to the batch or
+ * allreduce) join them: after that exchange, those of the same mesh lines, dtype and operation
+ * are packed together and reduced in one allreduce per staging-sized round. The other items then
+ * run the executor one after another, each with its own agreements and exchange. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,6 +102,9 @@ static int run_items(ts_store *s, ts_world *w, int n, const ts_batch_item *items
 
 static bool coalescable(const ts_batch_item *it, const planned *p) {
   ts_strategy st = it->strategy;
+  if ((st == TS_STRATEGY_AUTO || st == TS_STRATEGY_ALLREDUCE) &&
+      ts_exec_reducible(p->plan, p->e->layout_tag, it->layout_tag))
+    return true;
   return (st == TS_STRATEGY_AUTO || st == TS_STRATEGY_P2P || st == TS_STRATEGY_ALLTOALL) &&
          ts_exec_coalescable(p->plan, p->e->layout_tag, it->layout_tag);
 }

@@ -1099,6 +1099,13 @@ static void many_prepare(exec *ex, ts_exec_item *it, ts_rank_plan *rp) {
   if (!ex->in_union || ex->lst != TS_OK)
     return;
   exec_slices(ex, it->src, NULL);
+  if (ex->p->chosen == TS_STRATEGY_ALLREDUCE) { /* reduced in place, slice for slice */
+    if (ex->lst == TS_OK && (!ex->in_src || !ex->in_tgt || !ts_box_equal(&ex->sbox, &ex->tbox) ||
+                             !dense_row_major(ex->src) || !dense_row_major(&ex->tgt)))
+      local_fail(ex, ts_error_set(&ex->lerr, TS_INTERNAL,
+                                  "a partial slice of a batch cannot be reduced in place"));
+    return;
+  }
   if (ex->lst == TS_OK && ts_plan_rank(ex->p, ex->me, rp, &ex->lerr) != TS_OK)
     local_fail(ex, ex->lerr.code);
   if (ex->lst == TS_OK && ((rp->nsend > 0 && !in_place_slice(ex, ex->src, &ex->sbox)) ||
@@ -1138,6 +1145,148 @@ static int many_regions(exec *ex, ts_rank_plan *rp, int n, ts_comm_region *sreg,
   return TS_OK;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Grouped reductions: the P -> R items of a batch in few allreduces */
+
+static int attr_rank(const ts_attr *a, int i) { return a->ranks ? a->ranks[i] : i; }
+
+bool ts_exec_reducible(const ts_plan *p, const char *src_tag, const char *tgt_tag) {
+  if (!p || (src_tag && src_tag[0]) || (tgt_tag && tgt_tag[0]) ||
+      p->chosen != TS_STRATEGY_ALLREDUCE)
+    return false;
+  const ts_attr *a = p->src->attr, *b = p->tgt->attr;
+  bool same = a->mesh_ndim == b->mesh_ndim && a->nranks == b->nranks;
+  for (int m = 0; same && m < a->mesh_ndim; m++) {
+    const ts_placement *x = &a->place[m], *y = &b->place[m];
+    bool p2r = x->kind == TS_PLACE_PARTIAL && y->kind == TS_PLACE_REPLICATE;
+    same = a->mesh_shape[m] == b->mesh_shape[m] &&
+           (p2r || (x->kind == y->kind && x->kind != TS_PLACE_PARTIAL &&
+                    (x->kind != TS_PLACE_SHARD || x->dim == y->dim)));
+  }
+  for (int r = 0; same && r < a->nranks; r++)
+    same = attr_rank(a, r) == attr_rank(b, r);
+  for (int d = 0; same && d < p->ndim; d++) {
+    same = a->nsplits[d] == b->nsplits[d];
+    for (int k = 0; same && k < a->nsplits[d]; k++)
+      same = a->splits[d][k] == b->splits[d][k];
+  }
+  return same;
+}
+
+static bool reduced(const exec *x) {
+  return x->in_union && x->p->chosen == TS_STRATEGY_ALLREDUCE;
+}
+
+/* Items reduced together: the same mesh lines, dtype and operation. */
+static bool same_reduction(const exec *a, const exec *b) {
+  if (a->ln.n != b->ln.n || a->p->dtype != b->p->dtype ||
+      partial_op(a->p->src->attr) != partial_op(b->p->src->attr))
+    return false;
+  for (int k = 0; k < a->ln.n; k++)
+    if (a->ln.c[k] != b->ln.c[k])
+      return false;
+  return true;
+}
+
+/* Copies m elements between the buffer and the group's slices, from the cursor (item g[*k],
+ * element *at) on: into the buffer (pack) or back into the targets; moves the cursor. */
+static void group_copy(exec *ex, const int *g, int *k, int64_t *at, char *buf, int64_t m,
+                       bool pack) {
+  while (m > 0) {
+    exec *x = &ex[g[*k]];
+    int64_t n = ts_box_numel(&x->tbox) - *at;
+    if (n > m)
+      n = m;
+    size_t off = (size_t)*at * x->es, len = (size_t)n * x->es;
+    if (pack)
+      memcpy(buf, (const char *)x->src->data + x->src->layout.offset + off, len);
+    else
+      memcpy((char *)x->tgt.data + x->tgt.layout.offset + off, buf, len);
+    buf += len;
+    m -= n;
+    *at += n;
+    if (*at == ts_box_numel(&x->tbox)) {
+      (*k)++;
+      *at = 0;
+    }
+  }
+}
+
+/* One group: its slices packed into the buffer in rounds of at most the staging bound (the same
+ * rounds on every rank of its lines, which hold the same items of the same sizes), each round
+ * reduced in place along every line, then copied into the targets. */
+static int reduce_group(exec *ex, const int *g, int ng, char *buf, ts_error *err) {
+  exec *x0 = &ex[g[0]];
+  int64_t total = 0;
+  for (int i = 0; i < ng; i++)
+    total += ts_box_numel(&ex[g[i]].tbox);
+  int64_t cap = x0->p->staging / (int64_t)x0->es;
+  cap = cap < 1 ? 1 : cap > total ? total : cap;
+  ts_reduce_op op = partial_op(x0->p->src->attr);
+  int k = 0, rc = TS_OK;
+  int64_t at = 0;
+  for (int64_t done = 0; done < total && rc == TS_OK;) {
+    int64_t m = total - done < cap ? total - done : cap;
+    int k0 = k;
+    int64_t at0 = at;
+    group_copy(ex, g, &k, &at, buf, m, true);
+    for (int l = 0; l < x0->ln.n && rc == TS_OK; l++)
+      rc = ts_comm_allreduce(x0->ln.c[l], NULL, buf, m, x0->p->dtype, op, err);
+    if (rc == TS_OK)
+      group_copy(ex, g, &k0, &at0, buf, m, false);
+    done += m;
+  }
+  for (int i = 0; rc == TS_OK && i < ng; i++) {
+    exec *x = &ex[g[i]];
+    int64_t bytes = ts_box_numel(&x->tbox) * (int64_t)x->es;
+    for (int l = 0; l < x->ln.n; l++) {
+      int64_t pm = ts_comm_size(x->ln.c[l]);
+      x->sent += 2 * (pm - 1) * bytes / pm;
+      x->received += 2 * (pm - 1) * bytes / pm;
+    }
+  }
+  return rc;
+}
+
+/* The batch's reduced items, once its agreement passed: their lines made (then agreed: a rank
+ * that could not make one must not leave the others in a reduction), then grouped. */
+static int run_reduced(ts_world *w, exec *ex, int n, char *buf, ts_error *err) {
+  int *g = malloc((size_t)(n ? n : 1) * sizeof *g);
+  bool *taken = calloc((size_t)(n ? n : 1), sizeof *taken);
+  ts_error lerr;
+  int lst = g && taken ? TS_OK : ts_error_set(&lerr, TS_NO_MEMORY, "no memory for %d items", n);
+  for (int i = 0; lst == TS_OK && i < n; i++)
+    if (reduced(&ex[i]) && make_comms(&ex[i], &lerr) != TS_OK)
+      lst = lerr.code;
+  int rc = ts_comm_agree(ts_world_comm(w), lst, &lerr, err);
+  for (int i = 0; rc == TS_OK && i < n; i++) {
+    if (taken[i] || !reduced(&ex[i]))
+      continue;
+    int ng = 0;
+    for (int j = i; j < n; j++)
+      if (!taken[j] && reduced(&ex[j]) && same_reduction(&ex[i], &ex[j])) {
+        g[ng++] = j;
+        taken[j] = true;
+      }
+    rc = reduce_group(ex, g, ng, buf, err);
+  }
+  free(g);
+  free(taken);
+  return rc;
+}
+
+/* The buffer of the reductions: the staging bound, or less when this rank's reduced slices are
+ * smaller (each group's rounds fit either way). */
+static int64_t reduced_bytes(const exec *ex, int n) {
+  int64_t total = 0, cap = 0;
+  for (int i = 0; i < n; i++)
+    if (reduced(&ex[i])) {
+      total += ts_box_numel(&ex[i].tbox) * (int64_t)ex[i].es;
+      cap = ex[i].p->staging;
+    }
+  return total < cap ? total : cap;
+}
+
 int ts_reshard_exec_many(ts_world *w, int n, ts_exec_item *items, int prior_status,
                          const ts_error *prior_err, ts_error *err) {
   exec *ex = calloc((size_t)(n ? n : 1), sizeof *ex);
@@ -1173,6 +1322,15 @@ int ts_reshard_exec_many(ts_world *w, int n, ts_exec_item *items, int prior_stat
   if (lst == TS_OK && (!reg || !peer))
     lst = ts_error_set(&lerr, TS_NO_MEMORY, "no memory for the %lld pieces of a batch",
                        (long long)(nsend + nrecv));
+  bool reduce = false; /* the same on every rank: every rank plans every item */
+  for (int i = 0; i < n; i++)
+    reduce = reduce || items[i].plan->chosen == TS_STRATEGY_ALLREDUCE;
+  int64_t rbytes = lst == TS_OK ? reduced_bytes(ex, n) : 0;
+  char *rbuf = rbytes > 0 ? ts_shard_alloc_as((size_t)rbytes, TS_POOL_STAGING,
+                                              "the batch's reduction buffer", &lerr)
+                          : NULL;
+  if (rbytes > 0 && !rbuf)
+    lst = lerr.code;
   /* The one agreement: every item prepared on every rank. Once it passed, nothing can fail but
    * MPI itself: the pieces move in place, and the commit needs no second agreement. */
   int rc = ts_comm_agree(ts_world_comm(w), lst, &lerr, err);
@@ -1182,13 +1340,17 @@ int ts_reshard_exec_many(ts_world *w, int n, ts_exec_item *items, int prior_stat
   if (rc == TS_OK)
     rc = ts_comm_exchange_many(ts_world_comm(w), ns, peer, reg, nr, peer + nsend, reg + nsend,
                                TS_EXEC_MANY_TAG, err);
+  if (rc == TS_OK && reduce)
+    rc = run_reduced(w, ex, n, rbuf, err);
+  ts_shard_free(rbuf);
   for (int i = 0; ex && rp && i < n; i++) {
     if (rc == TS_OK) {
       items[i].out = ex[i].tgt;
       /* Pieces between pairs of ranks, as the intersection strategies move them: the plan's
        * own when it is one of them (local, p2p, all-to-all), else point-to-point. */
       ts_strategy ran = ex[i].p->chosen;
-      if (ran != TS_STRATEGY_LOCAL && ran != TS_STRATEGY_ALLTOALL)
+      if (ran != TS_STRATEGY_LOCAL && ran != TS_STRATEGY_ALLTOALL &&
+          ran != TS_STRATEGY_ALLREDUCE)
         ran = TS_STRATEGY_P2P;
       items[i].report = (ts_exec_report){ran, ex[i].sent, ex[i].received, 0};
     } else {

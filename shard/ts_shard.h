@@ -72,6 +72,9 @@ typedef struct ts_exec_item {
   ts_exec_report report;
 } ts_exec_item;
 bool ts_exec_coalescable(const ts_plan *p, const char *src_tag, const char *tgt_tag);
+/* Whether a P -> R item can join the batch's grouped reductions (ts_reshard_exec_many): an
+ * allreduce on one mesh, row-major slices that stay where they are. */
+bool ts_exec_reducible(const ts_plan *p, const char *src_tag, const char *tgt_tag);
 int ts_reshard_exec_many(ts_world *w, int n, ts_exec_item *items, int prior_status,
                          const ts_error *prior_err, ts_error *err);
 

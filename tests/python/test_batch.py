@@ -16,8 +16,13 @@
 - The CLI's forms (through libtshard's tshard_reshard_many and tshard_drop_many):
   `tshard reshard A B C --to ATTR`, `tshard drop A B C`, an unknown tensor refused with nothing
   changed, --keep-as refused for several tensors.
+- Partial tensors reduced together: a batch of partial sums and maxima (several dtypes, two meshes,
+  one tensor spanning many staging rounds of daemons started with the smallest --staging) and
+  plain S(0) -> S(1) tensors, each rank's partial slice put by that rank: every reduced tensor
+  equals numpy's sum or maximum of the slices, on every rank.
 - A fault on one rank mid-batch (TSHARD_FAULT=batch-transfer@2: that rank fails the last tensor's
-  transfer after the others moved): every rank answers the same error, nothing changed anywhere.
+  transfer after the others moved): every rank answers the same error, nothing changed anywhere;
+  also for a batch of coalesced tensors and one of partial tensors.
 
 Every client call has a timeout, so a hang fails the test.
 
@@ -230,8 +235,74 @@ def cli_batch(d, m):
         del m.t[n]
 
 
+PARTIALS = [("f32", (7, 5), "sum"), ("f64", (100003,), "sum"), ("i32", (6, 4), "max"),
+            ("i64", (9,), "sum"), ("f32", (3, 11), "max"), ("f64", (2, 2), "sum"),
+            ("u8", (40,), "max"), ("i32", (5000,), "sum")]
+
+
+def partial_data(dtype, shape, k, r):
+    """Rank r's partial slice of partial tensor k (small values: sums stay exact)."""
+    n = int(np.prod(shape))
+    v = (np.arange(n) * (k + 3) + r * 7) % 23
+    return v.reshape(shape).astype(tshard.DTYPES[dtype])
+
+
+def partial_batch():
+    """Partial sums and maxima reduced by one reshard_many, with plain tensors beside them."""
+    with Daemons(bin_dir, NP, FLAGS + ["--staging", "65536"]) as d:
+        want, targets = {}, {}
+        meshes = [(f"mesh=[{NP}]", "P({})", "R")]
+        if NP % 2 == 0:
+            meshes.append((f"mesh=[2,{NP // 2}]", "P({}),S(0)", "R,S(0)"))
+        for mi, (mesh, src, tgt) in enumerate(meshes):
+            for k, (dt, shape, op) in enumerate(PARTIALS):
+                name = f"p{mi}_{k}"
+                with d.connect(0, timeout=T) as c:
+                    c.create(name, dt, shape, f"{mesh} placements=[{src.format(op)}]")
+                parts = [partial_data(dt, shape, k, r) for r in range(NP)]
+                for r in range(NP):  # 2-D: rank r holds rows chunk r % (NP/2) of its partial
+                    rows = np.array_split(np.arange(shape[0]), NP // 2)[r % (NP // 2)]
+                    with d.connect(r, timeout=T) as c:
+                        c.put_slice(name, parts[r] if mi == 0 else parts[r][rows])
+                # the partial dim: all ranks (1-D), or ranks r and r + NP/2 (2-D, dim 0 of 2)
+                groups = [list(range(NP))] if mi == 0 else [[r, r + NP // 2] for r in range(NP // 2)]
+                full = np.zeros(shape, dtype=tshard.DTYPES[dt])
+                for g in groups:
+                    red = (np.sum([parts[r] for r in g], axis=0) if op == "sum"
+                           else np.max([parts[r] for r in g], axis=0)).astype(full.dtype)
+                    if mi == 0:
+                        full = red
+                    else:  # the line of ranks g holds rows of its shard index along mesh dim 1
+                        rows = np.array_split(np.arange(shape[0]), NP // 2)[g[0]]
+                        full[rows] = red[rows]
+                want[name] = full
+                targets[name] = f"{mesh} placements=[{tgt}]"
+        plain = {f"q{i}": np.arange(30 * (i + 1), dtype=np.float32).reshape(5 * (i + 1), 6)
+                 for i in range(3)}
+        with d.connect(0, timeout=T) as c:
+            for n, a in plain.items():
+                c.create(n, "f32", a.shape, f"mesh=[{NP}] placements=[S(0)]")
+                c.put(n, a)
+                targets[n] = f"mesh=[{NP}] placements=[S(1)]"
+            got = c.reshard_many(targets)
+        ran = {n: got[n]["strategy"] for n in want}
+        check(all(s == "allreduce" for n, s in ran.items() if n.startswith("p0_"))
+              and (NP % 2 or sum(s == "allreduce" for n, s in ran.items() if n.startswith("p1_"))
+                   >= 2), f"partial tensors reduced: {ran}")
+        for r in range(NP):
+            with d.connect(r, timeout=T) as c:
+                for n, w in want.items():
+                    v = c.get(n)
+                    check(c.describe(n)["attr"].endswith(targets[n].split("placements=")[1])
+                          and np.array_equal(v, w), f"rank {r}: '{n}' {v.ravel()[:6]} want "
+                          f"{w.ravel()[:6]}")
+                for n, a in plain.items():
+                    check(np.array_equal(c.get(n), a), f"rank {r}: plain '{n}' beside partials")
+        check(d.stop() == 0, f"the daemons exit 0:\n{d.logs()[-3000:]}")
+
+
 def fault(seed):
-    os.environ["TSHARD_FAULT"] = f"batch-transfer@2*{2 * NP}"
+    os.environ["TSHARD_FAULT"] = f"batch-transfer@2*{3 * NP}"
     try:
         d = Daemons(bin_dir, NP, FLAGS)
     finally:
@@ -271,6 +342,27 @@ def fault(seed):
                     check(c.describe(n)["attr"].endswith("placements=[S(0)]")
                           and np.array_equal(c.get(n), a), f"coalesced fault changed {n}")
         check(len(seen) == 1, f"coalesced fault: answers differ: {seen}")
+        # partial sums reduced together: the fault on the last one leaves every one partial
+        parts = {f"h{i}": [partial_data("f64", (6, 3), i, r) for r in range(NP)] for i in range(3)}
+        for n, ps in parts.items():
+            for r in range(NP):
+                with d.connect(r, timeout=T) as c:
+                    if r == 0:
+                        c.create(n, "f64", (6, 3), f"mesh=[{NP}] placements=[P(sum)]")
+                    c.put_slice(n, ps[r])
+        seen = set()
+        for rk in range(NP):
+            with d.connect(rk, timeout=T) as c:
+                st, msg = status_of(lambda: c.reshard_many(
+                    {n: f"mesh=[{NP}] placements=[R]" for n in parts}))
+                seen.add((st, str(msg)))
+                check(st != "ok" and "injected batch transfer failure on rank 2" in msg
+                      and "'h2'" in msg, f"reduced fault through rank {rk}: {st} {msg}")
+                for n, ps in parts.items():
+                    check(c.describe(n)["attr"].endswith("placements=[P(sum)]")
+                          and np.array_equal(c.get_slice(n), ps[rk]),
+                          f"reduced fault changed {n} on rank {rk}")
+        check(len(seen) == 1, f"reduced fault: answers differ: {seen}")
         check(d.stop() == 0, f"the daemons with the fault exit 0:\n{d.logs()[-3000:]}")
 
 
@@ -285,6 +377,7 @@ def main():
             for rnd in range(ROUNDS):
                 random_round(d, m, seed, rnd)
         check(d.stop() == 0, f"the daemons exit 0:\n{d.logs()[-3000:]}")
+    partial_batch()
     fault(SEEDS[0])
     print("random batches:", STATS)
     check(STATS["ok"] >= 3 and STATS["refused"] >= 3, f"too few of each outcome: {STATS}")
