@@ -306,9 +306,12 @@ int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm
     if (mrc == MPI_SUCCESS)
       mrc = MPI_Isend(&own[i], (int)sizeof own[i], MPI_BYTE, peer, CMA_DESC_TAG + snd, c->comm,
                       &dsend[i]);
+    if (mrc == MPI_SUCCESS)
+      ts__comm_ring(c, peer);
   }
+  /* Descriptions and words are small: waits for them block on the bell (comm_internal.h). */
   if (mrc == MPI_SUCCESS)
-    mrc = MPI_Waitall(np, drecv, MPI_STATUSES_IGNORE);
+    mrc = ts__comm_wait_rung(c, np, drecv);
   for (int i = 0; i < np && mrc == MPI_SUCCESS; i++) {
     bool snd = i < nsend;
     int peer = snd ? send_peers[i] : recv_peers[i - nsend];
@@ -332,12 +335,15 @@ int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm
       if (st[i] && rc == TS_OK)
         rc = ts_error_set(err, e.code, "%s", e.msg);
       mrc = MPI_Isend(&st[i], 1, MPI_INT, peer, CMA_ACK_TAG + snd, c->comm, &sreq[i]);
+      if (mrc == MPI_SUCCESS)
+        ts__comm_ring(c, peer);
     } else { /* the peer copies: wait for its word */
       mrc = MPI_Irecv(&st[i], 1, MPI_INT, peer, CMA_ACK_TAG + !snd, c->comm, &sreq[i]);
     }
   }
   /* Every request, posted or not (MPI_REQUEST_NULL), is completed before the buffers go. */
-  int wrc = MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
+  int wrc = mrc == MPI_SUCCESS ? ts__comm_wait_rung(c, n, req)
+                               : MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
   if (mrc == MPI_SUCCESS)
     mrc = wrc;
   if (mrc != MPI_SUCCESS && rc == TS_OK)

@@ -560,13 +560,17 @@ static int64_t pieces_of(int64_t bytes) {
  * tests and blocks on this rank's bell between tests instead of spinning in MPI (a large
  * transfer needs both sides' progress, which only MPI's own wait gives). */
 static int wait_transfers(ts_comm *c, int k, MPI_Request *req, const ts__transfer *t) {
-  bool small = ts__comm_bells(c);
+  bool small = true;
   for (int i = 0; small && i < k; i++) {
     int size = 0;
     small = MPI_Type_size(t[i].type, &size) == MPI_SUCCESS &&
             (int64_t)size * t[i].count <= SMALL_MESSAGE;
   }
-  if (!small)
+  return small ? ts__comm_wait_rung(c, k, req) : MPI_Waitall(k, req, MPI_STATUSES_IGNORE);
+}
+
+int ts__comm_wait_rung(ts_comm *c, int k, MPI_Request *req) {
+  if (!ts__comm_bells(c))
     return MPI_Waitall(k, req, MPI_STATUSES_IGNORE);
   ts_waiter w;
   ts_waiter_init(&w, &ts_wait_bell, TS_WAIT_FOREVER);

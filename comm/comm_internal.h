@@ -63,6 +63,10 @@ void ts__comm_ring(ts_comm *c, int comm_rank);
  * bell (ending at a ring after `seen` was read) for the waiter's nap. TS_TIMEOUT past its
  * deadline. */
 int ts__comm_pause(ts_comm *c, ts_waiter *wt, uint32_t seen);
+/* MPI_Waitall of requests whose messages are small (within the eager limit: they travel whole
+ * within their Isend) and whose senders ring this rank after posting them: where every rank of
+ * c has a bell, tests and blocks on the bell between tests instead of spinning in MPI. */
+int ts__comm_wait_rung(ts_comm *c, int k, MPI_Request *req);
 
 /* Maps an MPI error code to TS_MPI with MPI's message, the call and where it was made. */
 int ts__mpi_error(int mpi_rc, const char *call, const char *file, int line, ts_error *err);
