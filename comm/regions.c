@@ -314,17 +314,15 @@ static int pair_type(int n, const ts_comm_region *const *r, MPI_Datatype *out, i
   return rc;
 }
 
-/* The pairs of one direction: per comm rank, its regions in the order listed, and their bytes. */
+/* The pairs of one direction: per comm rank, its regions in the order listed. */
 typedef struct pair_lists {
   int *start, *count; /* per comm rank: where its regions begin in order[], and how many */
-  int64_t *bytes;     /* per comm rank */
   const ts_comm_region **order;
 } pair_lists;
 
 static void pair_lists_free(pair_lists *l) {
   free(l->start);
   free(l->count);
-  free(l->bytes);
   free(l->order);
 }
 
@@ -333,9 +331,8 @@ static int pair_lists_make(ts_comm *c, int n, const int *peers, const ts_comm_re
   int P = c->size;
   l->start = calloc((size_t)P, sizeof *l->start);
   l->count = calloc((size_t)P, sizeof *l->count);
-  l->bytes = calloc((size_t)P, sizeof *l->bytes);
   l->order = malloc((size_t)(n ? n : 1) * sizeof *l->order);
-  if (!l->start || !l->count || !l->bytes || !l->order)
+  if (!l->start || !l->count || !l->order)
     return ts_error_set(err, TS_NO_MEMORY, "no memory for %d transfers", n);
   for (int i = 0; i < n; i++) {
     if (peers[i] < 0 || peers[i] >= P)
@@ -345,7 +342,6 @@ static int pair_lists_make(ts_comm *c, int n, const int *peers, const ts_comm_re
     if (rc)
       return rc;
     l->count[peers[i]]++;
-    l->bytes[peers[i]] += region_empty(&r[i]) ? 0 : region_bytes(&r[i]);
   }
   for (int p = 1; p < P; p++)
     l->start[p] = l->start[p - 1] + l->count[p - 1];
@@ -356,17 +352,26 @@ static int pair_lists_make(ts_comm *c, int n, const int *peers, const ts_comm_re
   return TS_OK;
 }
 
-/* Whether a pair's regions go as single copies (each its own) rather than one MPI message. */
-static bool pair_reads(const ts_comm *c, const pair_lists *l, int p) {
-  return c->pids && l->bytes[p] > CMA_SMALL_PAIR;
+/* Whether a region goes as a single copy of its own rather than in its pair's one MPI message:
+ * a large one (both ends decide alike: a region has the same size on both). Many small regions
+ * of a pair, however many bytes they make together, travel in that one message. */
+static bool region_reads(const ts_comm *c, const ts_comm_region *r) {
+  return c->pids && !region_empty(r) && region_bytes(r) > CMA_SMALL_PAIR;
 }
 
-/* The regions of the pairs that go as single copies, through cma_regions. */
+static int reads_of(const ts_comm *c, const pair_lists *l, int p) {
+  int n = 0;
+  for (int j = 0; j < l->count[p]; j++)
+    n += region_reads(c, l->order[l->start[p] + j]);
+  return n;
+}
+
+/* The large regions of every pair, as single copies through cma_regions. */
 static int many_reads(ts_comm *c, const pair_lists *sl, const pair_lists *rl, ts_error *err) {
   int P = c->size, ns = 0, nr = 0;
-  for (int p = 0; p < P; p++) {
-    ns += pair_reads(c, sl, p) ? sl->count[p] : 0;
-    nr += pair_reads(c, rl, p) ? rl->count[p] : 0;
+  for (int p = 0; c->pids && p < P; p++) {
+    ns += reads_of(c, sl, p);
+    nr += reads_of(c, rl, p);
   }
   if (ns + nr == 0)
     return TS_OK;
@@ -378,10 +383,11 @@ static int many_reads(ts_comm *c, const pair_lists *sl, const pair_lists *rl, ts
   for (int side = 0; rc == TS_OK && side < 2; side++) {
     const pair_lists *l = side ? rl : sl;
     for (int p = 0; p < P; p++)
-      for (int j = 0; pair_reads(c, l, p) && j < l->count[p]; j++) {
-        regs[k] = *l->order[l->start[p] + j];
-        peers[k++] = p;
-      }
+      for (int j = 0; j < l->count[p]; j++)
+        if (region_reads(c, l->order[l->start[p] + j])) {
+          regs[k] = *l->order[l->start[p] + j];
+          peers[k++] = p;
+        }
   }
   if (rc == TS_OK)
     rc = cma_regions(c, ns, peers, regs, nr, peers + ns, regs + ns, err);
@@ -398,22 +404,28 @@ int ts_comm_exchange_many(ts_comm *c, int nsend, const int *send_peers,
   int rc = pair_lists_make(c, nsend, send_peers, send, &sl, err);
   if (rc == TS_OK)
     rc = pair_lists_make(c, nrecv, recv_peers, recv, &rl, err);
-  /* The large pairs first, as single copies (their posts come before any of their waits). */
+  /* The large regions first, as single copies (their posts come before any of their waits). */
   if (rc == TS_OK)
     rc = many_reads(c, &sl, &rl, err);
-  /* Then every other pair as one message each way: the receives first. */
+  /* Then every pair's other regions as one message each way: the receives first. */
   ts__transfer *t = rc == TS_OK ? malloc(2 * (size_t)P * sizeof *t) : NULL;
-  if (rc == TS_OK && !t)
+  size_t most = (size_t)(nsend > nrecv ? nsend : nrecv) + 1;
+  const ts_comm_region **rest = rc == TS_OK ? malloc(most * sizeof *rest) : NULL;
+  if (rc == TS_OK && (!t || !rest))
     rc = ts_error_set(err, TS_NO_MEMORY, "no memory for %d transfers", 2 * P);
   int k = 0;
   for (int side = 0; rc == TS_OK && side < 2; side++) {
     const pair_lists *l = side ? &sl : &rl;
     for (int p = 0; rc == TS_OK && p < P; p++) {
-      if (l->count[p] == 0 || pair_reads(c, l, p))
+      int m = 0;
+      for (int j = 0; j < l->count[p]; j++)
+        if (!region_reads(c, l->order[l->start[p] + j]))
+          rest[m++] = l->order[l->start[p] + j];
+      if (m == 0)
         continue;
       int count = 0;
       MPI_Datatype type;
-      rc = pair_type(l->count[p], l->order + l->start[p], &type, &count, err);
+      rc = pair_type(m, rest, &type, &count, err);
       if (rc == TS_OK && count > 0)
         t[k++] = (ts__transfer){MPI_BOTTOM, 1, type, p, side == 1};
     }
@@ -423,6 +435,7 @@ int ts_comm_exchange_many(ts_comm *c, int nsend, const int *send_peers,
   for (int i = 0; i < k; i++)
     MPI_Type_free(&t[i].type);
   free(t);
+  free(rest);
   pair_lists_free(&sl);
   pair_lists_free(&rl);
   return rc;

@@ -20,7 +20,12 @@ struct ts_store {
   int64_t quota, used;
   ts_stored **items;
   int n, cap;
+  ts_name_index index; /* name -> position in items */
 };
+
+static const char *name_at(const void *ctx, int pos) {
+  return ((const ts_store *)ctx)->items[pos]->name;
+}
 
 int ts_store_create(ts_store **out, int world_rank, int64_t quota_bytes, ts_error *err) {
   if (!out)
@@ -52,15 +57,13 @@ void ts_store_destroy(ts_store **p) {
   for (int i = 0; i < s->n; i++)
     entry_free(s->items[i]);
   free(s->items);
+  ts_name_index_clear(&s->index);
   free(s);
   *p = NULL;
 }
 
 static int find_index(const ts_store *s, const char *name) {
-  for (int i = 0; name && i < s->n; i++)
-    if (strcmp(s->items[i]->name, name) == 0)
-      return i;
-  return -1;
+  return ts_name_index_find(&s->index, name, name_at, s);
 }
 
 ts_stored *ts_store_find(ts_store *s, const char *name) {
@@ -160,6 +163,11 @@ static int store_add(ts_store *s, const char *name, int ndim, const int64_t *sha
     s->cap = cap;
   }
   s->items[s->n++] = e;
+  if (ts_name_index_add(&s->index, s->n - 1, s->n, name_at, s) != TS_OK) {
+    s->n--;
+    rc = ts_error_set(err, TS_NO_MEMORY, "no memory for the store index");
+    goto fail;
+  }
   s->used += (int64_t)e->local.bytes;
   if (entry)
     *entry = e;
@@ -185,6 +193,9 @@ int ts_store_drop(ts_store *s, const char *name, ts_error *err) {
   if (i < 0)
     return ts_error_set(err, TS_NOT_FOUND, "no tensor named '%s'", name ? name : "(null)");
   s->used -= (int64_t)s->items[i]->local.bytes;
+  ts_name_index_remove(&s->index, name, name_at, s);
+  if (i != s->n - 1)
+    ts_name_index_moved(&s->index, s->items[s->n - 1]->name, i, name_at, s);
   entry_free(s->items[i]);
   s->items[i] = s->items[--s->n];
   return TS_OK;

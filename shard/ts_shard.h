@@ -106,6 +106,22 @@ typedef struct ts_stored {
   ts_tensor local;     /* data NULL when the rank holds no slice */
 } ts_stored;
 
+/* An index from names to positions in an array its owner keeps (names.c): O(1) lookups. The
+ * owner gives the name at a position through `at`. add after the array holds pos (count
+ * entries in all); remove while the removed entry and the others are still in place; moved
+ * before the entry named `name` moves to position `to` (its old position still valid). */
+typedef struct ts_name_index {
+  int *slot; /* position + 1; 0: empty */
+  int cap;   /* a power of two, or 0 */
+} ts_name_index;
+typedef const char *(*ts_name_at)(const void *ctx, int pos);
+int ts_name_index_find(const ts_name_index *x, const char *name, ts_name_at at, const void *ctx);
+int ts_name_index_add(ts_name_index *x, int pos, int count, ts_name_at at, const void *ctx);
+void ts_name_index_remove(ts_name_index *x, const char *name, ts_name_at at, const void *ctx);
+void ts_name_index_moved(ts_name_index *x, const char *name, int to, ts_name_at at,
+                         const void *ctx);
+void ts_name_index_clear(ts_name_index *x); /* frees the table; accepts NULL */
+
 typedef struct ts_store ts_store;
 
 /* quota_bytes: total local slice bytes allowed (0: unbounded). */

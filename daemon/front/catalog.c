@@ -97,17 +97,19 @@ static ranks *ranks_build(const entry *v) {
 void tsd_catalog_destroy(tsd_catalog *c) {
   for (int i = 0; i < c->n; i++)
     entry_clear(&c->v[i]);
+  ts_name_index_clear(&c->index);
   free(c->v);
   c->v = NULL;
   c->n = c->cap = 0;
   pthread_mutex_destroy(&c->mu);
 }
 
+static const char *name_at(const void *ctx, int pos) {
+  return ((const tsd_catalog *)ctx)->v[pos].name;
+}
+
 static int find(const tsd_catalog *c, const char *name) {
-  for (int i = 0; i < c->n; i++)
-    if (strcmp(c->v[i].name, name) == 0)
-      return i;
-  return -1;
+  return ts_name_index_find(&c->index, name, name_at, c);
 }
 
 void tsd_catalog_begin(tsd_catalog *c, const tsd_changes *ch) {
@@ -156,6 +158,9 @@ int tsd_catalog_set(tsd_catalog *c, const char *name, const uint8_t *packed, siz
     c->v[i] = nv;
     nv.describe = NULL, nv.attr = NULL;
   } else if (i >= 0) { /* removed: the last entry takes its place */
+    ts_name_index_remove(&c->index, name, name_at, c);
+    if (i != c->n - 1)
+      ts_name_index_moved(&c->index, c->v[c->n - 1].name, i, name_at, c);
     entry_clear(&c->v[i]);
     c->v[i] = c->v[--c->n];
   } else if (d) {
@@ -170,7 +175,12 @@ int tsd_catalog_set(tsd_catalog *c, const char *name, const uint8_t *packed, siz
     if (rc == TS_OK) {
       snprintf(nv.name, TS_NAME_MAX, "%s", name);
       c->v[c->n++] = nv;
-      nv.describe = NULL, nv.attr = NULL;
+      if (ts_name_index_add(&c->index, c->n - 1, c->n, name_at, c) != TS_OK) {
+        c->n--; /* nv keeps what it holds: freed below */
+        rc = TS_NO_MEMORY;
+      } else {
+        nv.describe = NULL, nv.attr = NULL;
+      }
     }
   }
   pthread_mutex_unlock(&c->mu);

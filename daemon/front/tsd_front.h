@@ -27,6 +27,7 @@ typedef struct tsd_catalog {
   pthread_mutex_t mu;
   tsd_catalog_entry *v;
   int n, cap;
+  ts_name_index index; /* name -> position in v */
   char busy[TSD_CHANGES_MAX][TS_NAME_MAX];
   int nbusy;
   bool names_busy, all_busy;
