@@ -240,6 +240,17 @@ PARTIALS = [("f32", (7, 5), "sum"), ("f64", (100003,), "sum"), ("i32", (6, 4), "
             ("u8", (40,), "max"), ("i32", (5000,), "sum")]
 
 
+def put_plain(d, prefix, k):
+    """k row-major f32 tensors, S(0) over every rank: {name: array}."""
+    plain = {f"{prefix}{i}": np.arange(24 * (i + 1), dtype=np.float32).reshape(4 * (i + 1), 6)
+             for i in range(k)}
+    with d.connect(0, timeout=T) as c:
+        for n, a in plain.items():
+            c.create(n, "f32", a.shape, f"mesh=[{NP}] placements=[S(0)]")
+            c.put(n, a)
+    return plain
+
+
 def partial_data(dtype, shape, k, r):
     """Rank r's partial slice of partial tensor k (small values: sums stay exact)."""
     n = int(np.prod(shape))
@@ -277,13 +288,9 @@ def partial_batch():
                         full[rows] = red[rows]
                 want[name] = full
                 targets[name] = f"{mesh} placements=[{tgt}]"
-        plain = {f"q{i}": np.arange(30 * (i + 1), dtype=np.float32).reshape(5 * (i + 1), 6)
-                 for i in range(3)}
+        plain = put_plain(d, "q", 3)
+        targets.update({n: f"mesh=[{NP}] placements=[S(1)]" for n in plain})
         with d.connect(0, timeout=T) as c:
-            for n, a in plain.items():
-                c.create(n, "f32", a.shape, f"mesh=[{NP}] placements=[S(0)]")
-                c.put(n, a)
-                targets[n] = f"mesh=[{NP}] placements=[S(1)]"
             got = c.reshard_many(targets)
         ran = {n: got[n]["strategy"] for n in want}
         check(all(s == "allreduce" for n, s in ran.items() if n.startswith("p0_"))
@@ -324,12 +331,7 @@ def fault(seed):
             m.verify(names, f"after the fault through rank {rk}")
         check(len(seen) == 1, f"fault: answers differ: {seen}")
         # every tensor coalesced (row-major f32, S(0) -> S(1)): the one exchange never runs
-        plain = {f"g{i}": np.arange(24 * (i + 1), dtype=np.float32).reshape(4 * (i + 1), 6)
-                 for i in range(4)}
-        with d.connect(0, timeout=T) as c:
-            for n, a in plain.items():
-                c.create(n, "f32", a.shape, f"mesh=[{NP}] placements=[S(0)]")
-                c.put(n, a)
+        plain = put_plain(d, "g", 4)
         seen = set()
         for rk in range(NP):
             with d.connect(rk, timeout=T) as c:
