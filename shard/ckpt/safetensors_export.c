@@ -7,7 +7,8 @@
  * starts on a 4 KiB boundary, the data packed without gaps as the format requires). Rank 0
  * creates each file under a temporary name next to the target (`.NAME.tmp-STAMP`, O_CREAT |
  * O_EXCL | O_NOFOLLOW, mode 0600), writes its header, sets its size and allocates its blocks
- * (fallocate: a full disk fails here, ENOSPC naming the file); agreement. Then every rank opens
+ * (fallocate: a full disk fails here, ENOSPC naming the file), after dropping the cached pages of
+ * the files it replaces (their memory then serves the new ones); agreement. Then every rank opens
  * the files (O_NOFOLLOW) and writes its own part of each slice: a box held by several replicas is
  * cut along its first dim among them, so no rank gathers a tensor and replicas share the writing.
  * With every rank on one node and the blocks allocated, each rank maps the file bytes its part
@@ -215,6 +216,18 @@ static int check_target(const char *path, ts_error *err) {
   return TS_OK;
 }
 
+/* The cached pages of a file the export replaces dropped (POSIX_FADV_DONTNEED on a regular file
+ * there; its bytes stay as they are until the rename), so that the new file's pages reuse that
+ * memory rather than the cache holding both for a while. */
+static void drop_cached(const char *path) {
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  struct stat st;
+  if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  if (fd >= 0)
+    close(fd);
+}
+
 /* The blocks of the file's size [0, size) allocated (fallocate), so that no later write into the
  * file, through pwrite or a shared mapping, can run out of room: 1 when allocated, 0 where the
  * filesystem cannot (EOPNOTSUPP), -1 with errno on failure (ENOSPC: the disk is full). */
@@ -227,8 +240,9 @@ static int allocate(int fd, int64_t size) {
   return errno == EOPNOTSUPP || errno == ENOSYS ? 0 : -1;
 }
 
-/* Rank 0: the targets checked, every file created under its temporary name with its header, its
- * size set and its blocks allocated where the filesystem can (*allocated: in every file). */
+/* Rank 0: the targets checked (their cached pages dropped), every file created under its
+ * temporary name with its header, its size set and its blocks allocated where the filesystem can
+ * (*allocated: in every file). */
 static int create_files(xplan *p, bool *allocated, ts_error *err) {
   struct stat st;
   if (stat(p->parent, &st) != 0 || !S_ISDIR(st.st_mode))
@@ -237,6 +251,8 @@ static int create_files(xplan *p, bool *allocated, ts_error *err) {
   int rc = p->sharded ? check_target(p->index, err) : TS_OK;
   for (int fi = 0; fi < p->nf && !rc; fi++)
     rc = check_target(p->fs[fi].path, err);
+  for (int fi = 0; fi < p->nf && !rc; fi++)
+    drop_cached(p->fs[fi].path);
   for (int fi = 0; fi < p->nf && !rc; fi++) {
     xfile *f = &p->fs[fi];
     int fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
