@@ -1,7 +1,8 @@
 # Interoperability with what ML engineers use, through real daemons (4 ranks) and the real
 # clients: Hugging Face safetensors files written and read by the test's own struct + json
 # reference, imported under row, column, replicated and ragged attributes (every dtype), an HF
-# index of three shards, exports (one file, shards, metadata, modes), each malformed file refused
+# index of three shards, exports (one file, shards, metadata, modes, parts written through shared
+# mappings or pwrite, an unwritable directory), each malformed file refused
 # alike on every rank with nothing created, and the CLI's import-safetensors/export-safetensors.
 if(TARGET tshard-python AND TARGET tshardd)
   add_test(NAME test_python_safetensors
@@ -9,12 +10,13 @@ if(TARGET tshard-python AND TARGET tshardd)
                    ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
   set_tests_properties(test_python_safetensors PROPERTIES TIMEOUT 120 ENVIRONMENT
                        "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
-  # the same with the imports' short reads by pread instead of io_uring
+  # the same with the imports' short reads by pread instead of io_uring, and the exports' writes
+  # by pwrite instead of shared mappings (single copies off, as for ranks on several nodes)
   add_test(NAME test_python_safetensors_preadv
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_safetensors.py
                    ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
   set_tests_properties(test_python_safetensors_preadv PROPERTIES TIMEOUT 120 ENVIRONMENT
-                       "${TS_MPI_TEST_ENV};TSHARD_IO_URING=0;PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
+                       "${TS_MPI_TEST_ENV};TSHARD_IO_URING=0;TSHARD_CMA=0;PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
 endif()
 
 # torch tensors and DLPack objects through the Python client (4 ranks): every dtype round trip

@@ -6,19 +6,26 @@
  * file's JSON header with `__metadata__` first, padded with spaces so that the data section
  * starts on a 4 KiB boundary, the data packed without gaps as the format requires). Rank 0
  * creates each file under a temporary name next to the target (`.NAME.tmp-STAMP`, O_CREAT |
- * O_EXCL | O_NOFOLLOW, mode 0600), writes its header and sets its size; agreement. Then every
- * rank opens the files (O_NOFOLLOW) and pwrites the byte runs of its own part of each slice at
- * their offsets: a box held by several replicas is cut along its first dim among them, so no rank
- * gathers a tensor and replicas share the writing; non-row-major slices are packed first. Ranks
- * on several nodes fsync what they wrote; agreement. Rank 0 fsyncs every file (on one node that
- * is every rank's writes, through the shared page cache), renames them into place (the index
- * last), fsyncs the directory; agreement. On any failure every rank returns the same error and the
- * temporary files are removed: the target appears whole or not at all. */
+ * O_EXCL | O_NOFOLLOW, mode 0600), writes its header, sets its size and allocates its blocks
+ * (fallocate: a full disk fails here, ENOSPC naming the file), after dropping the cached pages of
+ * the files it replaces (their memory then serves the new ones); agreement. Then every rank opens
+ * the files (O_NOFOLLOW) and writes its own part of each slice: a box held by several replicas is
+ * cut along its first dim among them, so no rank gathers a tensor and replicas share the writing.
+ * With every rank on one node and the blocks allocated, each rank maps the file bytes its part
+ * spans (MAP_SHARED), faults their pages in ahead (MADV_POPULATE_WRITE) and copies its byte runs
+ * in (a non-row-major slice through the strided-copy kernel, straight into the mapping): page
+ * faults do not take the file's write lock, which serializes the pwrites of ranks writing one
+ * file. Otherwise each rank pwrites its byte runs at their offsets (non-row-major slices packed
+ * first), and ranks on several nodes fsync what they wrote; agreement. Rank 0 fsyncs every file
+ * (on one node that is every rank's writes, through the shared page cache), renames them into
+ * place (the index last), fsyncs the directory; agreement. On any failure every rank returns the
+ * same error and the temporary files are removed: the target appears whole or not at all. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -209,8 +216,34 @@ static int check_target(const char *path, ts_error *err) {
   return TS_OK;
 }
 
-/* Rank 0: the targets checked, every file created under its temporary name with its header. */
-static int create_files(xplan *p, ts_error *err) {
+/* The cached pages of a file the export replaces dropped (POSIX_FADV_DONTNEED on a regular file
+ * there; its bytes stay as they are until the rename), so that the new file's pages reuse that
+ * memory rather than the cache holding both for a while. */
+static void drop_cached(const char *path) {
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  struct stat st;
+  if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  if (fd >= 0)
+    close(fd);
+}
+
+/* The blocks of the file's size [0, size) allocated (fallocate), so that no later write into the
+ * file, through pwrite or a shared mapping, can run out of room: 1 when allocated, 0 where the
+ * filesystem cannot (EOPNOTSUPP), -1 with errno on failure (ENOSPC: the disk is full). */
+static int allocate(int fd, int64_t size) {
+  int r;
+  while ((r = fallocate(fd, 0, 0, (off_t)size)) != 0 && errno == EINTR)
+    ;
+  if (r == 0)
+    return 1;
+  return errno == EOPNOTSUPP || errno == ENOSYS ? 0 : -1;
+}
+
+/* Rank 0: the targets checked (their cached pages dropped), every file created under its
+ * temporary name with its header, its size set and its blocks allocated where the filesystem can
+ * (*allocated: in every file). */
+static int create_files(xplan *p, bool *allocated, ts_error *err) {
   struct stat st;
   if (stat(p->parent, &st) != 0 || !S_ISDIR(st.st_mode))
     return ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: directory '%s' does not "
@@ -218,15 +251,22 @@ static int create_files(xplan *p, ts_error *err) {
   int rc = p->sharded ? check_target(p->index, err) : TS_OK;
   for (int fi = 0; fi < p->nf && !rc; fi++)
     rc = check_target(p->fs[fi].path, err);
+  for (int fi = 0; fi < p->nf && !rc; fi++)
+    drop_cached(p->fs[fi].path);
   for (int fi = 0; fi < p->nf && !rc; fi++) {
     xfile *f = &p->fs[fi];
     int fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
       return ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot create '%s': %s",
                           f->tmp, strerror(errno));
+    int got = 0;
     if (ts__ckpt_pwrite_full(fd, f->header, f->hlen, 0) != 0 || ftruncate(fd, f->size) != 0)
       rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot write '%s': %s",
                         f->tmp, strerror(errno));
+    else if ((got = allocate(fd, f->size)) < 0)
+      rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot allocate the %lld "
+                        "bytes of '%s': %s", (long long)f->size, f->tmp, strerror(errno));
+    *allocated = *allocated && got == 1;
     close(fd);
   }
   return rc;
@@ -257,49 +297,62 @@ static bool my_part(const ts_stored *e, int rank, int size, ts_box *part, ts_err
   return part->hi[0] > part->lo[0];
 }
 
-/* Writes this rank's part of one tensor into the file fd (data section at data). */
-static int write_tensor(int fd, const xfile *f, const xtensor *t, int rank, int size,
-                        int64_t *written, ts_error *err) {
-  const ts_stored *e = t->e;
-  ts_box part, P = {.ndim = e->ndim};
+/* This rank's part of a tensor: the part, the whole tensor as a box, where the part starts in the
+ * slice, whether the slice is stored row-major over its box. */
+typedef struct xpart {
+  ts_box part, P;
+  size_t es;
+  int64_t at[TS_MAX_DIMS], pext[TS_MAX_DIMS];
+  bool row_major;
+} xpart;
+
+static bool part_of(const ts_stored *e, int rank, int size, xpart *x) {
   ts_error gerr;
-  if (!my_part(e, rank, size, &part, &gerr))
-    return TS_OK;
-  for (int d = 0; d < e->ndim; d++)
-    P.lo[d] = 0, P.hi[d] = e->shape[d];
-  size_t es = ts_dtype_size(e->dtype);
-  int64_t ext[TS_MAX_DIMS], at[TS_MAX_DIMS], zero[TS_MAX_DIMS];
+  if (!my_part(e, rank, size, &x->part, &gerr))
+    return false;
+  x->P = (ts_box){.ndim = e->ndim};
   for (int d = 0; d < e->ndim; d++) {
-    ext[d] = e->box.hi[d] - e->box.lo[d];
-    at[d] = part.lo[d] - e->box.lo[d];
-    zero[d] = 0;
+    x->P.lo[d] = 0, x->P.hi[d] = e->shape[d];
+    x->at[d] = x->part.lo[d] - e->box.lo[d];
+    x->pext[d] = x->part.hi[d] - x->part.lo[d];
   }
+  x->es = ts_dtype_size(e->dtype);
+  int64_t ext[TS_MAX_DIMS];
+  for (int d = 0; d < e->ndim; d++)
+    ext[d] = e->box.hi[d] - e->box.lo[d];
   ts_layout plain;
   ts_layout_plain(&plain, e->dtype, e->ndim, ext, NULL);
-  bool row_major = e->local.layout.n_inner == 0 && e->local.layout.offset == 0 &&
-                   memcmp(e->local.layout.strides, plain.strides,
-                          sizeof(int64_t) * (size_t)e->ndim) == 0;
+  x->row_major = e->local.layout.n_inner == 0 && e->local.layout.offset == 0 &&
+                 memcmp(e->local.layout.strides, plain.strides,
+                        sizeof(int64_t) * (size_t)e->ndim) == 0;
+  return true;
+}
+
+/* The part written with pwrite, one call per run (a non-row-major slice packed row-major by the
+ * strided-copy kernel first). */
+static int write_runs(int fd, const xfile *f, const xtensor *t, const xpart *x, int64_t *written,
+                      ts_error *err) {
+  const ts_stored *e = t->e;
+  size_t es = x->es;
   const uint8_t *src = e->local.data;
   const ts_box *B = &e->box;
   void *packed = NULL;
-  if (!row_major) { /* packed row-major by the strided-copy kernel */
-    int64_t pext[TS_MAX_DIMS];
-    for (int d = 0; d < e->ndim; d++)
-      pext[d] = part.hi[d] - part.lo[d];
-    size_t len = (size_t)ts_box_numel(&part) * es;
+  if (!x->row_major) {
+    int64_t zero[TS_MAX_DIMS] = {0};
+    size_t len = (size_t)ts_box_numel(&x->part) * es;
     ts_tensor dst = {NULL, len, {0}};
-    ts_layout_plain(&dst.layout, e->dtype, e->ndim, pext, NULL);
+    ts_layout_plain(&dst.layout, e->dtype, e->ndim, x->pext, NULL);
     dst.data = packed = ts_shard_alloc_as(len, TS_POOL_STAGING, "the export packing buffer", err);
-    int rc = packed ? ts_copy_box(&dst, zero, &e->local, at, pext, NULL, err) : err->code;
+    int rc = packed ? ts_copy_box(&dst, zero, &e->local, x->at, x->pext, NULL, err) : err->code;
     if (rc) {
       ts_shard_free(packed);
       return rc;
     }
     src = packed;
-    B = &part;
+    B = &x->part;
   }
   ckpt_runs it;
-  ts__ckpt_runs_init(&it, &part, &P, B);
+  ts__ckpt_runs_init(&it, &x->part, &x->P, B);
   int64_t poff, boff, base = (int64_t)f->hlen + t->offset;
   int rc = TS_OK;
   while (!rc && ts__ckpt_runs_next(&it, &poff, &boff)) {
@@ -314,21 +367,120 @@ static int write_tensor(int fd, const xfile *f, const xtensor *t, int rank, int 
   return rc;
 }
 
+/* Write faults on the pages of bytes [a, b) of the mapping at map taken ahead
+ * (MADV_POPULATE_WRITE): the pages read in and made writable, where a condition that would raise
+ * SIGBUS on a store fails with EFAULT instead. 0 when done, 1 when the kernel lacks it (EINVAL:
+ * the copy takes the faults), -1 with errno on failure. */
+static int populate(uint8_t *map, int64_t a, int64_t b, int64_t page) {
+#ifdef MADV_POPULATE_WRITE
+  a = a / page * page;
+  b = (b + page - 1) / page * page;
+  if (madvise(map + a, (size_t)(b - a), MADV_POPULATE_WRITE) == 0)
+    return 0;
+  return errno == EINVAL ? 1 : -1;
+#else
+  (void)map, (void)a, (void)b, (void)page;
+  return 1;
+#endif
+}
+
+/* The pages of the part's runs populated ahead, the pages of runs that touch or share a page
+ * together (a row split: one call; a column split: one per row). it: the runs over the file. */
+static int populate_runs(uint8_t *map, ckpt_runs *it, int64_t at, size_t es, int64_t page) {
+  int64_t poff, boff, a = -1, b = -1;
+  int pr = 0;
+  while (pr == 0 && ts__ckpt_runs_next(it, &poff, &boff)) {
+    int64_t s0 = at + poff * (int64_t)es, s1 = s0 + it->len * (int64_t)es;
+    if (a >= 0 && s0 >= (b + page - 1) / page * page) {
+      pr = populate(map, a, b, page);
+      a = -1;
+    }
+    if (a < 0)
+      a = s0;
+    b = s1;
+  }
+  return pr == 0 && a >= 0 ? populate(map, a, b, page) : pr;
+}
+
+/* The part copied into a shared mapping of the file bytes its runs span. The pages are faulted
+ * in ahead (populate_runs; a page fault does not take the file's write lock that serializes
+ * pwrites, so the ranks fill their parts at once), then the runs copied with memcpy, or a
+ * non-row-major slice by the strided-copy kernel straight into the mapping with the file's
+ * row-major strides. The file's blocks were allocated before (allocate), so no store into the
+ * mapping runs out of room. */
+static int write_mapped(int fd, const xfile *f, const xtensor *t, const xpart *x,
+                        int64_t *written, ts_error *err) {
+  const ts_stored *e = t->e;
+  size_t es = x->es;
+  int64_t page = sysconf(_SC_PAGESIZE), base = (int64_t)f->hlen + t->offset;
+  int64_t last[TS_MAX_DIMS];
+  for (int d = 0; d < e->ndim; d++)
+    last[d] = x->part.hi[d] - 1;
+  int64_t lo = base + ts__ckpt_box_offset(&x->P, x->part.lo) * (int64_t)es;
+  int64_t hi = base + (ts__ckpt_box_offset(&x->P, last) + 1) * (int64_t)es;
+  int64_t mlo = lo / page * page;
+  if ((uint64_t)(hi - mlo) > SIZE_MAX)
+    return write_runs(fd, f, t, x, written, err);
+  uint8_t *map = mmap(NULL, (size_t)(hi - mlo), PROT_READ | PROT_WRITE, MAP_SHARED, fd, mlo);
+  if (map == MAP_FAILED)
+    return ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot map tensor '%s' of "
+                        "'%s': %s", e->name, f->tmp, strerror(errno));
+  const ts_box *B = x->row_major ? &e->box : &x->part;
+  ckpt_runs it;
+  ts__ckpt_runs_init(&it, &x->part, &x->P, B);
+  int rc = TS_OK;
+  if (populate_runs(map, &it, base - mlo, es, page) < 0)
+    rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot write tensor '%s' to "
+                      "'%s': %s", e->name, f->tmp, strerror(errno));
+  if (!rc && x->row_major) {
+    const uint8_t *src = e->local.data;
+    int64_t poff, boff;
+    ts__ckpt_runs_init(&it, &x->part, &x->P, B);
+    while (ts__ckpt_runs_next(&it, &poff, &boff))
+      memcpy(map + (base - mlo) + poff * (int64_t)es, src + boff * (int64_t)es,
+             (size_t)it.len * es);
+  } else if (!rc) {
+    ts_tensor dst = {map + (lo - mlo), (size_t)(hi - lo), {0}};
+    ts_layout_plain(&dst.layout, e->dtype, e->ndim, x->pext, NULL);
+    int64_t stride = 1, zero[TS_MAX_DIMS] = {0};
+    for (int d = e->ndim - 1; d >= 0; d--) {
+      dst.layout.strides[d] = stride;
+      stride *= e->shape[d];
+    }
+    rc = ts_copy_box(&dst, zero, &e->local, x->at, x->pext, NULL, err);
+  }
+  munmap(map, (size_t)(hi - mlo));
+  if (!rc)
+    *written += ts_box_numel(&x->part) * (int64_t)es;
+  return rc;
+}
+
+/* Writes this rank's part of one tensor into the file fd: through a shared mapping when `mapped`,
+ * else with pwrite. */
+static int write_tensor(int fd, const xfile *f, const xtensor *t, int rank, int size, bool mapped,
+                        int64_t *written, ts_error *err) {
+  xpart x;
+  if (!part_of(t->e, rank, size, &x))
+    return TS_OK;
+  return mapped ? write_mapped(fd, f, t, &x, written, err)
+                : write_runs(fd, f, t, &x, written, err);
+}
+
 /* Every rank: its parts of every tensor into the temporary files, fsynced when `sync` (ranks on
  * several nodes: each node's writes reach the disk through its own fsync). */
-static int write_parts(const xplan *p, int rank, int size, bool sync, int64_t *written,
-                       ts_error *err) {
+static int write_parts(const xplan *p, int rank, int size, bool sync, bool mapped,
+                       int64_t *written, ts_error *err) {
   int rc = TS_OK;
   for (int fi = 0; fi < p->nf && !rc; fi++) {
     const xfile *f = &p->fs[fi];
-    int fd = open(f->tmp, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = open(f->tmp, (mapped ? O_RDWR : O_WRONLY) | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
       return ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot open '%s': %s",
                           f->tmp, strerror(errno));
     int64_t before = *written;
     for (int i = 0; i < p->nt && !rc; i++)
       if (p->ts[i].file == fi)
-        rc = write_tensor(fd, f, &p->ts[i], rank, size, written, err);
+        rc = write_tensor(fd, f, &p->ts[i], rank, size, mapped, written, err);
     if (!rc && sync && *written > before && fsync(fd) != 0)
       rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot sync '%s': %s",
                         f->tmp, strerror(errno));
@@ -434,14 +586,21 @@ int ts_st_export(ts_store *s, ts_world *w, const char *path, const char *const *
       lst = ts_error_set(&lerr, TS_NO_MEMORY, "safetensors export: no memory");
   }
   int rc = ts_comm_agree(c, lst, &lerr, err);
-  bool created = false;
+  bool created = false, mapped = false;
   if (!rc && !(rc = tmp_names(c, rank, &p, err))) {
-    lst = rank == 0 ? create_files(&p, &lerr) : TS_OK;
+    bool allocated = true;
+    lst = rank == 0 ? create_files(&p, &allocated, &lerr) : TS_OK;
     created = true;
     rc = ts_comm_agree(c, lst, &lerr, err);
+    if (!rc && ts_comm_single_copy(c)) { /* one node: mapped when rank 0 allocated the files */
+      int64_t all = allocated;
+      rc = ts_comm_allreduce_i64(c, &all, 1, TS_COMM_MIN, err);
+      mapped = !rc && all == 1;
+    }
   }
+  res->mapped = mapped;
   if (!rc) {
-    lst = write_parts(&p, rank, size, !ts_comm_single_copy(c), &res->bytes, &lerr);
+    lst = write_parts(&p, rank, size, !ts_comm_single_copy(c), mapped, &res->bytes, &lerr);
     rc = ts_comm_agree(c, lst, &lerr, err);
   }
   if (!rc) {

@@ -127,6 +127,7 @@ typedef struct ts_st_result {
   int n;
   char **items;
   int64_t bytes;  /* this rank: read (import) or written (export) */
+  bool mapped;    /* export: written through shared mappings of the files (else pwrite) */
   char *metadata; /* import: the (first) file's __metadata__ as compact JSON, or NULL */
 } ts_st_result;
 void ts_st_result_clear(ts_st_result *r);

@@ -50,7 +50,8 @@
  * The checkpoint is saved in the library's default chunks (16 MiB; --chunk-bytes N other chunks,
  * -1 whole pieces); chunk_bytes= says which.
  *   hf_export_gbps       the tensor column-split S(1) exported as one Hugging Face
- *                        model.safetensors (each rank pwrites its columns' runs, fsync, rename)
+ *                        model.safetensors (each rank maps the file and copies its columns'
+ *                        runs in, fsync, rename)
  *   hf_import_gbps       that file imported under S(1) (each rank preads its columns' runs)
  *   hf_export_vs_write_limit, hf_import_vs_read_limit  the medians of each round's ratio to
  *                        a plain write (read) of the same bytes just before it, as above
@@ -205,13 +206,13 @@ static ts_attr *attr(const char *text) {
 }
 
 /* Hugging Face safetensors through the same store: the 1 GiB tensor, column-split S(1) on every
- * rank, exported into one model.safetensors (each rank pwrites its columns' runs) and imported
- * back under S(1) (each rank preads only its columns' runs), `runs` rounds. Each export is paired
- * with a plain write of the same bytes (`plain`, one file per rank, as the write limit) just
- * before it and each import with a plain read of that file just before it (the read limit), and
- * the ratios are the medians of the rounds' ratios, as for the checkpoint's save and load. Prints
- * hf_export_gbps, hf_import_gbps (medians), hf_export_vs_write_limit, hf_import_vs_read_limit
- * and the rounds' ratios. */
+ * rank, exported into one model.safetensors (each rank copies its columns' runs into a shared
+ * mapping of the file) and imported back under S(1) (each rank preads only its columns' runs),
+ * `runs` rounds. Each export is paired with a plain write of the same bytes (`plain`, one file
+ * per rank, as the write limit) just before it and each import with a plain read of that file
+ * just before it (the read limit), and the ratios are the medians of the rounds' ratios, as for
+ * the checkpoint's save and load. Prints hf_export_gbps, hf_import_gbps (medians),
+ * hf_export_vs_write_limit, hf_import_vs_read_limit and the rounds' ratios. */
 static void bench_hf(ts_store *s, const char *base, const ts_attr *a1, int runs,
                      const char *plain, void *buf, int64_t total) {
   ts_error err;

@@ -14,6 +14,11 @@ compared with numpy.
 - export: one file and HF shards (max_shard_bytes), read back by the independent reader,
   __metadata__ given, kept from the import (until the tensor is dropped) or {"format": "pt"}, files 0600, no temporary file left, a blocked layout
   packed; the exported file imported again;
+- export writing: column parts sharing pages, a box held by two replicas split between them,
+  ragged bf16, odd-sized, empty and blocked tensors, exported twice to one path (the second
+  replacing the first) and as shards, every rank writing through shared mappings (the daemons'
+  log line says how; with TSHARD_CMA=0, single copies off as across nodes, with pwrite); an
+  unwritable target directory refused alike on every rank with nothing left in it;
 - bad files, each refused with the same error through every rank's client, naming the file and
   the tensor, and nothing created: truncated, overlapping data_offsets, out-of-range
   data_offsets, a header over 100 MB, a header that is not JSON, an unknown dtype, an
@@ -304,6 +309,96 @@ def test_export(d, c):
     c.drop_many(["f32", "p"])
 
 
+def export_ways(d, path):
+    """How each rank's daemon wrote its export to `path` ("mapped" or "pwrite", its log line),
+    awaited as in bytes_read_here."""
+    pat = re.compile(r"tshardd\[(\d+)\].*exported to safetensors '" + re.escape(path)
+                     + r"' \(\d+ files, \d+ bytes written here, (\w+)\)")
+    deadline = time.monotonic() + 20
+    while True:
+        got = {int(m.group(1)): m.group(2) for m in pat.finditer(d.logs())}
+        if len(got) == NP or time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)  # polling the log file for lines in transit, bounded by the deadline
+
+
+def test_export_parts(d, c):
+    """Parts that share pages and ragged, replicated, blocked, bf16, odd-sized and empty tensors,
+    exported twice to one path (the second replacing the first) and as shards; every rank writes
+    through shared mappings of the files, or with pwrite where single copies are off
+    (TSHARD_CMA=0, as for ranks on several nodes)."""
+    want = {"wide": ("F32", sample("F32", (300, 1000), 80)),  # column runs of 1000 bytes
+            "halves": ("F32", sample("F32", (33, 257), 81)),
+            "bf": ("BF16", sample("BF16", (17, 4099), 82)),
+            "odd": ("I8", sample("I8", (4097,), 83)),
+            "none": ("F32", np.zeros((0, 8), np.float32)),
+            "blk": ("F32", sample("F32", (40, 64), 84))}
+    attrs = {"wide": ATTRS["col"], "halves": "mesh=[2,2] placements=[S(1),R]",
+             "bf": "mesh=[4] placements=[S(1)] splits={1:[1000,0,3000,99]}",
+             "odd": ATTRS["row"], "none": ATTRS["row"], "blk": ATTRS["col"]}
+    for n, (dt, v) in want.items():
+        c.create(n, TS_DTYPE[dt], v.shape, attrs[n], layout="aB16b" if n == "blk" else None)
+        if v.size:
+            c.put(n, tshard.bf16_bits(v) if dt == "BF16" else v)
+    way = "pwrite" if d.env.get("TSHARD_CMA") == "0" else "mapped"
+    out = os.path.join(work, "parts", "model.safetensors")
+    os.mkdir(os.path.dirname(out))
+    for k in range(2):  # the second export replaces the first
+        if k:
+            want["wide"] = ("F32", want["wide"][1] + 1)
+            c.put("wide", want["wide"][1])
+        c.save_safetensors(out)
+        arrays, dts, _ = read_file(out)
+        check(sorted(arrays) == sorted(want) and
+              all(np.array_equal(arrays[n], v) and dts[n] == dt for n, (dt, v) in want.items()),
+              f"parts, export {k}: every tensor read back equals numpy")
+        check(os.listdir(os.path.dirname(out)) == ["model.safetensors"],
+              f"parts, export {k}: no temporary file")
+    ways = export_ways(d, out)
+    check(ways == {r: way for r in range(NP)}, f"parts: every rank wrote by {way}: {ways}")
+    sh = os.path.join(work, "parts", "sharded.safetensors")
+    files = c.save_safetensors(sh, max_shard_bytes=600000)
+    got = read_model(sh + ".index.json")
+    check(len(files) > 2 and sorted(got) == sorted(want) and
+          all(np.array_equal(got[n], v) for n, (_, v) in want.items()),
+          f"parts, shards: {len(files) - 1} files read back equal numpy")
+    c.drop_many(list(want))
+
+
+def test_export_unwritable(d, c):
+    """An export into a directory that takes no new file: the creation's error on every rank,
+    naming the file, and nothing left behind. Root writes into a mode 0555 directory, so there the
+    directory is made immutable (chattr +i) where the filesystem allows it, else the case is
+    skipped."""
+    ro = os.path.join(work, "read-only")
+    os.mkdir(ro)
+    os.chmod(ro, 0o555)
+    immutable = False
+    try:
+        if os.geteuid() == 0:
+            immutable = subprocess.run(["chattr", "+i", ro], capture_output=True).returncode == 0
+        try:
+            open(os.path.join(ro, "probe"), "w").close()
+            os.unlink(os.path.join(ro, "probe"))
+            print("test_export_unwritable: no unwritable directory here, skipped")
+            return
+        except OSError:
+            pass
+        c.create("u", "f32", (64, 64), ATTRS["col"])
+        for r in range(NP):
+            with d.connect(r, timeout=TIMEOUT) as cr:
+                st, msg = error_of(lambda: cr.save_safetensors(os.path.join(ro, "m.safetensors")))
+                check(st == tshard.errors.CheckpointIoError.status and msg and
+                      "cannot create" in msg and ro in msg,
+                      f"unwritable directory, rank {r}: {st} {msg}")
+        check(os.listdir(ro) == [], f"unwritable directory: nothing left: {os.listdir(ro)}")
+        c.drop("u")
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", ro], capture_output=True)
+        os.chmod(ro, 0o755)
+
+
 def test_metadata_kept(c):
     path = os.path.join(work, "meta.safetensors")
     a, b = sample("F32", (4, 4), 60), sample("I8", (8,), 61)
@@ -447,6 +542,8 @@ def main():
             test_dtypes_and_attributes(d, c)
             test_names_and_index(d, c)
             test_export(d, c)
+            test_export_parts(d, c)
+            test_export_unwritable(d, c)
             test_metadata_kept(c)
         test_bad_files(d)
         test_spmd(d)
