@@ -65,7 +65,7 @@ static const cfg_entry table[] = {
      "freed buffers kept for reuse, at most (0: none; the memory limit counts them too)"},
     {"pool-idle-ms", SIZE(pool_idle_ms, 0, 86400000), "2000",
      "milliseconds a cached buffer stays unused before it goes back to the OS"},
-    {"pool-huge", SIZE(pool_huge, 0, 1), "0",
+    {"pool-huge", SIZE(pool_huge, 0, 1), "1",
      "1: stored slices and staging ask for transparent huge pages"},
     {"key-ttl", CFG_DURATION, offsetof(tsd_config, key_ttl), 0, 1, 86400000, "600s",
      "an idempotency key's answer is remembered this long (retries of the identical request get "

@@ -80,9 +80,10 @@ int ts_reshard_exec_many(ts_world *w, int n, ts_exec_item *items, int prior_stat
 
 /* Allocation used by the executor, the store and the daemon (target slices, staging): the
  * process's buffer pool (ts_pool_alloc: pre-faulted mappings reused by size class, counted against
- * the pool's memory limit), 4 KiB pages (huge pages made reshards slower when they were faulted in
- * while MPI wrote them; the pool's huge setting turns them on). ts_shard_alloc_as takes the pool's
- * flags (TS_POOL_STAGING), names the buffer and reports TS_LIMIT or TS_NO_MEMORY in err; free with
+ * the pool's memory limit; huge pages from 2 MiB when the pool's huge setting is on, as the
+ * daemon's is by default: their pre-faulting and release cost far less). ts_shard_alloc_as takes
+ * the pool's flags (TS_POOL_STAGING), names the buffer and reports TS_LIMIT or TS_NO_MEMORY in
+ * err; free with
  * ts_shard_free. A test hook: the countdown-th allocation from now fails (1: the next one; 0 turns
  * it off); it is per process, so one rank can be made to fail. */
 void *ts_shard_alloc(size_t bytes);
