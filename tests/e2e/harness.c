@@ -5,6 +5,7 @@
  * socket answering a ping, polled every 20 ms up to a deadline. */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
@@ -191,6 +192,25 @@ int tse_wait(tse_job *j, int timeout_s) {
   fprintf(stderr, "mpirun did not exit within %d s; killing it\n", timeout_s);
   kill_job(j);
   return -1;
+}
+
+int tse_scratch_dir(char *out, size_t cap, const char *what) {
+  int n = snprintf(out, cap, "/tmp/tshard-e2e-%s-XXXXXX", what);
+  if (n < 0 || (size_t)n >= cap || !mkdtemp(out)) {
+    TSE_CHECK(0, "scratch directory for %s: %s", what, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *f) {
+  (void)st, (void)flag, (void)f;
+  return remove(path);
+}
+
+void tse_scratch_remove(const char *dir) {
+  TSE_CHECK(nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0, "removing %s: %s", dir,
+            strerror(errno));
 }
 
 int tse_finish(tse_job *j, int code) {

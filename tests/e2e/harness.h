@@ -54,6 +54,12 @@ int tse_wait(tse_job *j, int timeout_s);
 /* After mpirun exited: checks the sockets are gone, prints the log on failures, removes the
  * job's directory; returns code. */
 int tse_finish(tse_job *j, int code);
+/* A fresh private directory for a test's files: /tmp/tshard-e2e-WHAT- and six characters
+ * mkdtemp fills in. 0, or -1 with a failed check. */
+int tse_scratch_dir(char *out, size_t cap, const char *what);
+/* Removes a directory made by tse_scratch_dir and everything in it (a failed check if it
+ * cannot). */
+void tse_scratch_remove(const char *dir);
 /* The mpirun the daemons are started with. */
 const char *tse_mpiexec(void);
 void tse_socket_path(const tse_job *j, int rank, char *buf, size_t cap);

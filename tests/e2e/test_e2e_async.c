@@ -114,9 +114,10 @@ static void timeout_then_done(void) {
 int main(void) {
   if (tse_start(&job, NP, NULL, 120))
     return 1;
-  char dir[] = "/tmp/tshard-e2e-async-XXXXXX";
-  TSE_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
-  char ckpt[64];
+  char dir[64];
+  if (tse_scratch_dir(dir, sizeof dir, "async"))
+    return 1;
+  char ckpt[96];
   snprintf(ckpt, sizeof ckpt, "%s/ck", dir);
   tshard_client *c = tse_connect(&job, 0);
   if (c) {
@@ -146,9 +147,7 @@ int main(void) {
   }
   int rc = tse_stop(&job);
   TSE_CHECK(rc == 0, "daemons stopped: %d", rc);
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf -- '%s'", dir);
-  TSE_CHECK(system(cmd) == 0, "cleanup");
+  tse_scratch_remove(dir);
   printf("%s: %d failures\n", tse_failures ? "FAIL" : "PASS", tse_failures);
   return tse_failures ? 1 : 0;
 }

@@ -73,9 +73,10 @@ static void background_save(tshard_client *c, const char *dir) {
 int main(void) {
   if (tse_start(&job, NP, NULL, 120))
     return 1;
-  char dir[] = "/tmp/tshard-e2e-bgsave-XXXXXX";
-  TSE_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
-  char ckpt[64];
+  char dir[64];
+  if (tse_scratch_dir(dir, sizeof dir, "bgsave"))
+    return 1;
+  char ckpt[96];
   snprintf(ckpt, sizeof ckpt, "%s/ck", dir);
   tshard_client *c = tse_connect(&job, 1);
   if (c) {
@@ -88,9 +89,7 @@ int main(void) {
   }
   int rc = tse_stop(&job);
   TSE_CHECK(rc == 0, "daemons stopped: %d", rc);
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf -- '%s'", dir);
-  TSE_CHECK(system(cmd) == 0, "cleanup");
+  tse_scratch_remove(dir);
   printf("%s: %d failures\n", tse_failures ? "FAIL" : "PASS", tse_failures);
   return tse_failures ? 1 : 0;
 }
