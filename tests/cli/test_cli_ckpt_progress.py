@@ -12,16 +12,13 @@ usage: test_cli_ckpt_progress.py BUILD_BIN_DIR"""
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
-
-import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 from checks import Checks  # noqa: E402
 from harness import Daemons  # noqa: E402
-from ptyrun import run_on_tty  # noqa: E402
+from progress_job import cli_runner, comparer, put_big_and_small, run_on_tty  # noqa: E402
 
 bin_dir = sys.argv[1]
 tshard_bin = os.path.join(bin_dir, "tshard")
@@ -31,28 +28,14 @@ ESTIMATED = r"\[[# ]{24}\] +\d+% 32\.0 MiB at ~[0-9.]+ MiB/s (~|over the estimat
 JSON_KEYS = {"dir", "tensors", "bytes", "files", "seconds", "writing", "save_id"}
 
 with Daemons(bin_dir, 2) as d, tempfile.TemporaryDirectory() as tmp:
-    env = dict(os.environ, TSHARD_SOCKET_DIR=d.dir)
     rates = os.path.join(d.dir, f"tshard-{d.job}.rates")
-
-    def cli(*args, stderr=subprocess.PIPE):
-        return subprocess.run([tshard_bin, *args, "--job", d.job, "--rank", "0"],
-                              stdout=subprocess.PIPE, stderr=stderr, text=True, timeout=60,
-                              env=env)
+    cli = cli_runner(tshard_bin, d, 60)
 
     def on_tty(*args):
         return run_on_tty(cli, *args)
 
-    big = (np.arange(2048 * 4096) % 251).astype(np.float32).reshape(2048, 4096)  # 32 MiB
-    small = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
-    for name, a in (("big", big), ("small", small)):
-        np.save(os.path.join(tmp, f"{name}.npy"), a)
-        r = cli("put", name, os.path.join(tmp, f"{name}.npy"), "--attr", ROWS)
-        check(r.returncode == 0, f"put {name}: {r.stderr}")
-
-    def same(name, ref):
-        out = os.path.join(tmp, "out.npy")
-        r = cli("get", name, out)
-        return r.returncode == 0 and np.array_equal(np.load(out), ref)
+    big, small = put_big_and_small(cli, tmp, ROWS, check)
+    same = comparer(cli, tmp)
 
     def reload(ck, *args, tty=False):
         """Drops big, loads it from ck (as `load ck big ARGS`), checks it against numpy."""

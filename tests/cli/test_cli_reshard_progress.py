@@ -15,12 +15,10 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 from checks import Checks  # noqa: E402
 from harness import Daemons  # noqa: E402
-from ptyrun import run_on_tty  # noqa: E402
+from progress_job import cli_runner, comparer, put_big_and_small, run_on_tty  # noqa: E402
 
 bin_dir = sys.argv[1]
 tshard_bin = os.path.join(bin_dir, "tshard")
@@ -30,23 +28,9 @@ ROWS, COLS = "mesh=[2] placements=[S(0)]", "mesh=[2] placements=[S(1)]"
 with Daemons(bin_dir, 2) as d, tempfile.TemporaryDirectory() as tmp:
     env = dict(os.environ, TSHARD_SOCKET_DIR=d.dir)
     rates = os.path.join(d.dir, f"tshard-{d.job}.rates")
-
-    def cli(*args, rank=0, stderr=subprocess.PIPE):
-        return subprocess.run([tshard_bin, *args, "--job", d.job, "--rank", str(rank)],
-                              stdout=subprocess.PIPE, stderr=stderr, text=True, timeout=120,
-                              env=env)
-
-    big = (np.arange(2048 * 4096) % 251).astype(np.float32).reshape(2048, 4096)  # 32 MiB
-    small = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
-    for name, a in (("big", big), ("small", small)):
-        np.save(os.path.join(tmp, f"{name}.npy"), a)
-        r = cli("put", name, os.path.join(tmp, f"{name}.npy"), "--attr", ROWS)
-        check(r.returncode == 0, f"put {name}: {r.stderr}")
-
-    def same(name, ref):
-        out = os.path.join(tmp, "out.npy")
-        r = cli("get", name, out)
-        return r.returncode == 0 and np.array_equal(np.load(out), ref)
+    cli = cli_runner(tshard_bin, d, 120)
+    big, small = put_big_and_small(cli, tmp, ROWS, check)
+    same = comparer(cli, tmp)
 
     # not a terminal, not asked: nothing on stderr
     r = cli("reshard", "big", "--to", COLS)
