@@ -2,8 +2,20 @@
 # hosts made of network namespaces, joined by a bridge in a switch namespace of its own through
 # veth pairs, with the addresses $net.1 to $net.3, and the remote-shell agent $work/ns-rsh
 # ("ns-rsh HOST COMMAND..." runs COMMAND in HOST's namespace) that mpirun launches remote ranks
-# through. The caller sets net, sw, hosts (three names) and work, defines skip() and removes the
-# namespaces on exit.
+# through. The caller defines skip(), calls netns_hosts_names (which sets tag, net, sw, hosts and
+# work) and removes the namespaces on exit.
+
+# netns_hosts_names PREFIX WHAT: skips (WHAT needs root...) without root or `ip`; else names the
+# namespaces after PREFIX and this shell's pid, picks the test range and makes the work directory.
+netns_hosts_names() {
+  [ "$(id -u)" -eq 0 ] || skip "$2 needs root to create network namespaces"
+  command -v ip >/dev/null || skip "no 'ip' command (apt-get install iproute2)"
+  tag="$1$(( $$ % 10000 ))"
+  net="10.213.$(( $$ % 200 + 20 ))"
+  sw="${tag}sw"
+  hosts=("${tag}h1" "${tag}h2" "${tag}h3")
+  work=$(mktemp -d /tmp/tshard-cluster.XXXXXX)
+}
 
 netns_hosts_up() {
   ip netns add "$sw" || skip "cannot create network namespaces here (ip netns add failed)"

@@ -12,14 +12,9 @@
 set -u
 bin=$(cd "$1" && pwd)
 skip() { echo "SKIPPED: $*"; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "the cluster smoke test needs root to create network namespaces"
-command -v ip >/dev/null || skip "no 'ip' command (apt-get install iproute2)"
-
-tag="ts$(( $$ % 10000 ))"
-net="10.213.$(( $$ % 200 + 20 ))"
-sw="${tag}sw"
-hosts=("${tag}h1" "${tag}h2" "${tag}h3")
-work=$(mktemp -d /tmp/tshard-cluster.XXXXXX)
+# the namespaces, their names and the remote-shell agent (netns_hosts.sh)
+source "$(dirname "${BASH_SOURCE[0]}")/netns_hosts.sh"
+netns_hosts_names ts "the cluster smoke test"
 mpipid=""
 cleanup() {
   [ -n "$mpipid" ] && kill -TERM -- "-$mpipid" 2>/dev/null && sleep 1 && kill -KILL -- "-$mpipid" 2>/dev/null
@@ -29,8 +24,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# the namespaces and the remote-shell agent (netns_hosts.sh)
-source "$(dirname "${BASH_SOURCE[0]}")/netns_hosts.sh"
 netns_hosts_up
 printf '%s slots=1\n' "$net.1" "$net.2" "$net.3" >"$work/hostfile"
 

@@ -23,14 +23,9 @@ case $mode in
 esac
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 skip() { echo "SKIPPED: $*"; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "the cluster resume test needs root to create network namespaces"
-command -v ip >/dev/null || skip "no 'ip' command (apt-get install iproute2)"
-
-tag="tr$(( $$ % 10000 ))"
-net="10.213.$(( $$ % 200 + 20 ))"
-sw="${tag}sw"
-hosts=("${tag}h1" "${tag}h2" "${tag}h3")
-work=$(mktemp -d /tmp/tshard-cluster.XXXXXX)
+# the namespaces, their names and the remote-shell agent (netns_hosts.sh)
+source "$(dirname "${BASH_SOURCE[0]}")/netns_hosts.sh"
+netns_hosts_names tr "the cluster resume test"
 job=resume
 cleanup() { # the job's leader heads its process group (tshard-launch starts it with setsid)
   local pid
@@ -47,8 +42,6 @@ cleanup() { # the job's leader heads its process group (tshard-launch starts it 
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# the namespaces and the remote-shell agent (netns_hosts.sh)
-source "$(dirname "${BASH_SOURCE[0]}")/netns_hosts.sh"
 netns_hosts_up
 printf '%s slots=1\n' "$net.1" "$net.2" "$net.3" >"$work/hosts123"
 printf '%s slots=1\n' "$net.1" "$net.2" >"$work/hosts12"
