@@ -2,8 +2,9 @@
 failed; finish() prints the "N passed, N failed" line and exits non-zero on any failure.
 check.expect(status, fn, what, needle) checks that fn raises the tshard error of that status
 (with needle in its text); raw_call sends one request through a client's socket and returns the
-answer without raising on its status (for misuse tests); put_data gives a test's bf16 reference
-(uint16 bits) to a put as tshard.bf16_bits."""
+answer without raising on its status (for misuse tests); error_of gives the status and text of
+the tshard error a call raises; put_data gives a test's bf16 reference (uint16 bits) to a put as
+tshard.bf16_bits."""
 import sys
 
 
@@ -44,6 +45,16 @@ def raw_call(c, **op):
     getattr(req, k).CopyFrom(msg)
     c._wire.send(request_frame(req))
     return c._wire.recv()
+
+
+def error_of(fn):
+    """(status, message) of the TshardError fn() raises; (None, "accepted") when it returns."""
+    import tshard
+    try:
+        fn()
+    except tshard.TshardError as e:
+        return e.status, str(e)
+    return None, "accepted"
 
 
 def put_data(a):

@@ -39,7 +39,7 @@ from contextlib import nullcontext
 import numpy as np
 
 import tshard
-from checks import Checks
+from checks import Checks, error_of
 from harness import Daemons
 
 bin_dir = sys.argv[1]
@@ -68,15 +68,6 @@ def siblings(path):
     """The temporary directories of saves into path left beside it."""
     base = os.path.basename(path)
     return [n for n in os.listdir(os.path.dirname(path)) if n.startswith(f".{base}.tmp-")]
-
-
-def error_of(fn):
-    """(status, message) of the TshardError fn raises, (None, None) when it returns."""
-    try:
-        fn()
-    except tshard.TshardError as e:
-        return e.status, str(e)
-    return None, None
 
 
 def on_every_rank(d, what, fn, status, needles):

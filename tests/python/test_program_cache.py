@@ -20,7 +20,7 @@ import tempfile
 import numpy as np
 
 import tshard
-from checks import Checks
+from checks import Checks, error_of
 from harness import Daemons
 
 bin_dir, n = sys.argv[1], int(sys.argv[2])
@@ -87,14 +87,6 @@ def planted_object():
 def refused_somewhere(reps, needle, what):
     check(any("the cached object was refused" in r and needle in r for r in reps),
           f"{what}: no rank reports the refusal ({needle!r}):\n" + "\n".join(reps))
-
-
-def error_of(fn):
-    try:
-        fn()
-    except tshard.TshardError as e:
-        return e.status, str(e)
-    return None, "accepted"
 
 
 # 1. a first build fills the cache

@@ -20,7 +20,7 @@ import sys
 import tempfile
 
 import tshard
-from checks import Checks
+from checks import Checks, error_of
 from harness import Daemons
 
 bin_dir, n = sys.argv[1], int(sys.argv[2])
@@ -99,14 +99,6 @@ def refused(status, msg, field, rule, what):
           f"{field} with a {what}: the field is not named in {msg!r}")
     check(rule in msg, f"{field} with a {what}: the rule is not stated in {msg!r}")
     check("\n" not in msg, f"{field} with a {what}: the message echoes a line end: {msg!r}")
-
-
-def error_of(fn):
-    try:
-        fn()
-    except tshard.TshardError as e:
-        return e.status, str(e)
-    return None, "accepted"
 
 
 def cli_compile(d, path, extra=()):

@@ -45,7 +45,7 @@ import time
 import numpy as np
 
 import tshard
-from checks import Checks
+from checks import Checks, error_of
 from harness import Daemons
 
 bin_dir = sys.argv[1]
@@ -119,14 +119,6 @@ def sample(dt, shape, seed):
 
 
 # ---- helpers -----------------------------------------------------------------------------------
-def error_of(fn):
-    try:
-        fn()
-    except tshard.TshardError as e:
-        return e.status, str(e)
-    return None, None
-
-
 def refused_everywhere(d, what, fn, status, needles):
     """fn(client) fails with status and a message holding every needle through every rank's
     client, the same message everywhere, and no tensor exists afterwards."""
