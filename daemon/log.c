@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "tsd_base.h"
+#include "ts_wait.h"
 
 #define HOLD_BYTES 16384
 
@@ -68,12 +69,6 @@ static void escape_controls(const char *text, char *out, size_t cap) {
   out[o] = '\0';
 }
 
-static int64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* The whole of buf to stderr (a full pipe takes it in parts). */
 static void write_all(const char *buf, size_t len) {
   while (len > 0) {
@@ -103,7 +98,7 @@ int64_t tsd_log_due_ns(void) {
   pthread_mutex_lock(&hold_mu);
   int64_t due = -1;
   if (held_len > 0) {
-    due = held_since_ns + (int64_t)TSD_LOG_HOLD_MS * 1000000 - mono_ns();
+    due = held_since_ns + (int64_t)TSD_LOG_HOLD_MS * 1000000 - ts_wait_now_ns();
     if (due <= 0) {
       flush_held();
       due = -1;
@@ -135,7 +130,7 @@ static void emit(int level, bool hold, const char *fmt, va_list ap) {
     flush_held();
   if (hold && len <= sizeof held) {
     if (held_len == 0)
-      held_since_ns = mono_ns();
+      held_since_ns = ts_wait_now_ns();
     memcpy(held + held_len, safe, len);
     held_len += len;
   } else {

@@ -10,17 +10,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "ts_shard.h"
 
-static uint64_t hash_name(const char *s) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (; *s; s++) {
-    h ^= (unsigned char)*s;
-    h *= 1099511628211ull;
-  }
-  return h ^ (h >> 29);
-}
+static uint64_t hash_name(const char *s) { return XXH3_64bits(s, strlen(s)); }
 
 /* The slot holding name, or the empty slot where its probe ends. */
 static int probe(const ts_name_index *x, const char *name, ts_name_at at, const void *ctx) {
