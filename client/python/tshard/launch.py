@@ -18,12 +18,12 @@ I/O error.
 """
 import itertools
 import os
-import shutil
 import subprocess
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from .errors import TshardError, error_for
+from .offline import find_tool
 
 if TYPE_CHECKING:  # the client module imports this one: a name for the hints only
     from .client import Client
@@ -102,16 +102,10 @@ def lost_job_message(socket_path: str) -> Optional[str]:
 
 def launcher_path() -> str:
     """The ``tshard-launch`` this module runs."""
-    env = os.environ.get("TSHARD_LAUNCH")
-    if env:
-        return env
-    here = os.path.dirname(os.path.abspath(__file__))
-    built = os.path.normpath(os.path.join(here, "..", "..", "bin", "tshard-launch"))
-    if os.access(built, os.X_OK):
-        return built
-    found = shutil.which("tshard-launch")
-    if found:
-        return found
+    path, looked = find_tool("tshard-launch", "TSHARD_LAUNCH")
+    if path:
+        return path
+    built = looked[0]
     raise error_for(20, f"tshard-launch was not found: looked at $TSHARD_LAUNCH (not set), "
                         f"{built} and $PATH; install tshard (cmake --install build --prefix "
                         f"PREFIX puts PREFIX/bin/tshard-launch) or set TSHARD_LAUNCH to its path")

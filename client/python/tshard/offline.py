@@ -23,21 +23,32 @@ from .errors import error_for
 _NAMES = {name: code for code, (name, _) in STATUS.items()}
 
 
+def find_tool(name, env_var, in_prefix=False):
+    """(path, None) of one of tshard's programs: $env_var, the build tree's bin/ next to this
+    package, $PATH, and with in_prefix the Python's prefix (a venv's bin/); else (None, the build
+    tree's path and the prefix's, for the caller's message)."""
+    env = os.environ.get(env_var)
+    if env:
+        return env, None
+    here = os.path.dirname(os.path.abspath(__file__))
+    built = os.path.normpath(os.path.join(here, "..", "..", "bin", name))
+    if os.access(built, os.X_OK):
+        return built, None
+    found = shutil.which(name)
+    if found:
+        return found, None
+    venv = os.path.join(sys.prefix, "bin", name)  # installed into this environment's prefix
+    if in_prefix and os.access(venv, os.X_OK):
+        return venv, None
+    return None, (built, venv)
+
+
 def cli_path():
     """The tshard command-line tool this package uses for plan and show."""
-    env = os.environ.get("TSHARD_CLI")
-    if env:
-        return env
-    here = os.path.dirname(os.path.abspath(__file__))
-    built = os.path.normpath(os.path.join(here, "..", "..", "bin", "tshard"))
-    if os.access(built, os.X_OK):
-        return built
-    found = shutil.which("tshard")
-    if found:
-        return found
-    venv = os.path.join(sys.prefix, "bin", "tshard")  # installed into this environment's prefix
-    if os.access(venv, os.X_OK):
-        return venv
+    path, looked = find_tool("tshard", "TSHARD_CLI", in_prefix=True)
+    if path:
+        return path
+    built, venv = looked
     raise error_for(20, f"the tshard command-line tool was not found (tshard.plan, tshard.show "
                         f"and Client.show run it: the planner and drawer the daemons use); "
                         f"looked at $TSHARD_CLI (not set), {built}, $PATH and {venv}. Install it "
