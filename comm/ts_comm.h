@@ -71,6 +71,37 @@ int ts_comm_agree(ts_comm *c, int status, const ts_error *local, ts_error *err);
 int ts_comm_agree_max(ts_comm *c, int status, const ts_error *local, int64_t *values, int n,
                       ts_error *err);
 
+/* Small pieces can ride on an agreement (agree.c). A rank offers the pieces it would send, packed
+ * per destination comm rank (parts ascending by rank, their bytes concatenated in out_data in
+ * that order), in a message of at most TS_COMM_RELAY_MESSAGE_MAX bytes with the agreement's own
+ * (within Open MPI's eager sends on one node, so no relayed message waits for its sender). When
+ * every rank of the communicator offered and the agreement passes, comm rank 0 forwards the
+ * pieces in the verdicts: `relayed` is then true on every rank, and nin parts (by source comm
+ * rank, ascending) hold this rank's pieces, in_data their bytes in order (8-byte aligned when
+ * every part's size is a multiple of 8). Otherwise relayed is false on every rank, and each sends
+ * its own pieces. r must start zeroed; ts_comm_relay_clear frees what an agreement filled in. */
+#define TS_COMM_RELAY_MESSAGE_MAX 4000
+typedef struct ts_comm_relay_part {
+  int32_t rank; /* destination in an offer, source in what arrived */
+  int32_t pad;
+  int64_t bytes;
+} ts_comm_relay_part;
+typedef struct ts_comm_relay {
+  bool offer;
+  int nout;
+  const ts_comm_relay_part *out;
+  const void *out_data;
+  bool relayed;
+  int nin;
+  const ts_comm_relay_part *in;
+  const char *in_data;
+  void *in_msg;
+} ts_comm_relay;
+/* ts_comm_agree_max, with r (NULL: no offer) as above. */
+int ts_comm_agree_relay(ts_comm *c, int status, const ts_error *local, int64_t *values, int n,
+                        ts_comm_relay *r, ts_error *err);
+void ts_comm_relay_clear(ts_comm_relay *r);
+
 #define TS_AGREE_TIMEOUT_DEFAULT_MS 300000
 /* How long an agreement waits for every rank (timeout_ms <= 0: the default above). */
 void ts_world_set_agree_timeout(ts_world *w, int timeout_ms);

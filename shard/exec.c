@@ -92,6 +92,8 @@ typedef struct exec {
   bool agreed;   /* the first agreement passed: every rank goes on to the final one */
   bool late;     /* this rank's part may still fail after the first agreement */
   bool commit;   /* some rank's may: the commit agreement runs */
+  ts_comm_relay *relay; /* this rank's offer of small pieces to the first agreement, or NULL */
+  bool no_relay, relayed;
 } exec;
 
 static int make_comms(exec *ex, ts_error *err);
@@ -111,7 +113,7 @@ static int agree_first(exec *ex, int64_t *values, ts_error *err) {
   if (values)
     memcpy(v, values, AGREE_LATE * sizeof *v);
   v[AGREE_LATE] = ex->late;
-  int rc = ts_comm_agree_max(ex->acomm, ex->lst, &ex->lerr, v, AGREE_VALUES, err);
+  int rc = ts_comm_agree_relay(ex->acomm, ex->lst, &ex->lerr, v, AGREE_VALUES, ex->relay, err);
   if (values)
     memcpy(values, v, AGREE_LATE * sizeof *v);
   ex->agreed = rc == TS_OK;
@@ -838,6 +840,130 @@ static void xfer_free(exec *ex, xfer *x) {
   ts_rank_plan_clear(&x->rp);
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Relayed pieces: when every piece this rank sends fits in its agreement message, it offers them
+ * there (ts_comm_agree_relay); when every rank did, comm rank 0 forwarded them in the verdicts and
+ * no exchange follows. A piece travels as its box (lo and hi, int64 each) and its elements packed
+ * row-major, padded to 8 bytes. */
+
+typedef struct relay_offer {
+  ts_comm_relay r;
+  ts_comm_relay_part *parts;
+  char *data;
+  bool *got; /* per receive: matched to a relayed piece (made before the agreement) */
+} relay_offer;
+
+static int64_t relay_piece_bytes(const exec *ex, const ts_transfer *t) {
+  return 2 * ex->p->ndim * (int64_t)sizeof(int64_t) + ((t->bytes + 7) & ~(int64_t)7);
+}
+
+/* The agreement's comm rank of world rank `peer`, and back. */
+static int agree_rank(const exec *ex, int peer) {
+  return ex->acomm == ts_world_comm(ex->w) ? peer : ts__plan_union_pos(ex->p, peer);
+}
+static int agree_world_rank(const exec *ex, int rank) {
+  return ex->acomm == ts_world_comm(ex->w) ? rank : ex->p->union_ranks[rank];
+}
+
+/* Packs this rank's pieces for other ranks into o when they fit an agreement message;
+ * o->r.offer tells whether it did. Like the agreement's own messages, the copy (at most
+ * TS_COMM_RELAY_MESSAGE_MAX bytes) is not staging. */
+static void relay_pack(exec *ex, const xfer *x, relay_offer *o) {
+  const ts_rank_plan *rp = &x->rp;
+  int nd = ex->p->ndim;
+  if (ex->lst != TS_OK || x->partial_src || ex->no_relay)
+    return;
+  int64_t total = 0;
+  for (int k = 0; k < rp->nsend; k++)
+    if (rp->send[k].peer != ex->me)
+      total += relay_piece_bytes(ex, &rp->send[k]);
+  if (total + rp->nsend * (int64_t)sizeof(ts_comm_relay_part) > TS_COMM_RELAY_MESSAGE_MAX)
+    return;
+  o->parts = malloc((rp->nsend > 0 ? (size_t)rp->nsend : 1) * sizeof *o->parts);
+  o->got = calloc(rp->nrecv > 0 ? (size_t)rp->nrecv : 1, sizeof *o->got);
+  o->data = malloc(total > 0 ? (size_t)total : 1);
+  if (!o->parts || !o->got || !o->data) {
+    free(o->data);
+    free(o->parts);
+    free(o->got);
+    *o = (relay_offer){0};
+    return;
+  }
+  int np = 0;
+  int64_t at = 0;
+  for (int k = 0; k < rp->nsend; k++) {
+    const ts_transfer *t = &rp->send[k];
+    if (t->peer == ex->me)
+      continue;
+    int dest = agree_rank(ex, t->peer);
+    if (np == 0 || o->parts[np - 1].rank != dest)
+      o->parts[np++] = (ts_comm_relay_part){.rank = dest};
+    memcpy(o->data + at, t->box.lo, (size_t)nd * sizeof(int64_t));
+    memcpy(o->data + at + 8 * nd, t->box.hi, (size_t)nd * sizeof(int64_t));
+    pack(ex, &t->box, o->data + at + 16 * nd);
+    int64_t n = relay_piece_bytes(ex, t);
+    o->parts[np - 1].bytes += n;
+    at += n;
+  }
+  o->r = (ts_comm_relay){.offer = true, .nout = np, .out = o->parts, .out_data = o->data};
+}
+
+/* This rank's receive from world rank src over box b that no relayed piece matched yet, or -1. */
+static int relay_match(const ts_rank_plan *rp, const bool *got, int src, const ts_box *b) {
+  size_t bytes = (size_t)b->ndim * sizeof(int64_t);
+  for (int k = 0; k < rp->nrecv; k++)
+    if (!got[k] && rp->recv[k].peer == src && !memcmp(rp->recv[k].box.lo, b->lo, bytes) &&
+        !memcmp(rp->recv[k].box.hi, b->hi, bytes))
+      return k;
+  return -1;
+}
+
+/* The pieces the verdict relayed to this rank, each unpacked into the target once it is matched
+ * to one of this rank's receives from its source; every receive from another rank must be. */
+static void relay_unpack(exec *ex, const xfer *x, relay_offer *o) {
+  const ts_rank_plan *rp = &x->rp;
+  const ts_comm_relay *r = &o->r;
+  int nd = ex->p->ndim, matched = 0, expected = 0;
+  const char *d = r->in_data;
+  for (int i = 0; i < r->nin && ex->lst == TS_OK; i++) {
+    int src = agree_world_rank(ex, r->in[i].rank);
+    for (int64_t off = 0; off < r->in[i].bytes && ex->lst == TS_OK;) {
+      ts_box b = {.ndim = nd};
+      int k = -1;
+      if (r->in[i].bytes - off >= 16 * (int64_t)nd) {
+        memcpy(b.lo, d + off, (size_t)nd * sizeof(int64_t));
+        memcpy(b.hi, d + off + 8 * nd, (size_t)nd * sizeof(int64_t));
+        k = relay_match(rp, o->got, src, &b);
+      }
+      int64_t n = k >= 0 ? relay_piece_bytes(ex, &rp->recv[k]) : 0;
+      if (k < 0 || n > r->in[i].bytes - off) {
+        local_fail(ex, ts_error_set(&ex->lerr, TS_INTERNAL,
+                                    "a relayed piece from rank %d matches none of its transfers",
+                                    src));
+        break;
+      }
+      o->got[k] = true;
+      matched++;
+      unpack(ex, &b, (void *)(d + off + 16 * nd));
+      ex->received += rp->recv[k].bytes;
+      off += n;
+    }
+    d += r->in[i].bytes;
+  }
+  for (int k = 0; k < rp->nrecv; k++)
+    expected += rp->recv[k].peer != ex->me;
+  if (ex->lst == TS_OK && matched != expected)
+    local_fail(ex, ts_error_set(&ex->lerr, TS_INTERNAL, "%d of %d pieces were relayed", matched,
+                                expected));
+}
+
+static void relay_free(relay_offer *o) {
+  ts_comm_relay_clear(&o->r);
+  free(o->data);
+  free(o->parts);
+  free(o->got);
+}
+
 static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
   const ts_plan *p = ex->p;
   xfer x;
@@ -854,7 +980,17 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
    * pieces and hands MPI regions it has checked; nothing of it can fail any more. */
   ex->late = x.partial_src || !(x.send_direct && x.recv_direct);
   int64_t rounds = 0;
+  relay_offer offer = {0};
+  relay_pack(ex, &x, &offer);
+  ex->relay = &offer.r;
   rc = xfer_agree_rounds(ex, &x, &rounds, err);
+  ex->relay = NULL;
+  if (rc == TS_OK && offer.r.relayed) {
+    rounds = 0;
+    ex->relayed = true;
+    for (int k = 0; k < x.rp.nsend; k++)
+      ex->sent += x.rp.send[k].peer != ex->me ? x.rp.send[k].bytes : 0;
+  }
   if (rc == TS_OK) {
     if (ex->in_tgt && !ex->receiver)
       fill_identity(ex, &ex->tbox);
@@ -862,7 +998,10 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
     for (int k = 0; !x.partial_src && k < x.rp.nrecv; k++)
       if (x.rp.recv[k].peer == ex->me)
         copy_region(ex, &ex->tgt, &ex->tbox, ex->src, &ex->sbox, &x.rp.recv[k].box);
+    if (offer.r.relayed)
+      relay_unpack(ex, &x, &offer);
   }
+  relay_free(&offer);
   for (int64_t r = 0; rc == TS_OK && r < rounds; r++) {
     rc = xfer_exchange_round(ex, &x, r, err);
     if (rc)
@@ -979,6 +1118,7 @@ int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
   ex.late = ex.commit = true; /* the first agreement may clear commit */
   ex.max_alloc = opts ? opts->max_alloc_bytes : 0;
   ex.copts.threads = opts ? opts->copy_threads : 0;
+  ex.no_relay = opts && opts->no_relay;
   ex.si = ex.ti = -1;
   if (opts && opts->prior_status != TS_OK) {
     ex.lst = opts->prior_status;
@@ -1069,6 +1209,7 @@ int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
       report->bytes_sent = ex.sent;
       report->bytes_received = ex.received;
       report->peak_extra_bytes = ex.peak_extra;
+      report->relayed = ex.relayed;
     }
     return TS_OK;
   }
@@ -1352,7 +1493,7 @@ int ts_reshard_exec_many(ts_world *w, int n, ts_exec_item *items, int prior_stat
       if (ran != TS_STRATEGY_LOCAL && ran != TS_STRATEGY_ALLTOALL &&
           ran != TS_STRATEGY_ALLREDUCE)
         ran = TS_STRATEGY_P2P;
-      items[i].report = (ts_exec_report){ran, ex[i].sent, ex[i].received, 0};
+      items[i].report = (ts_exec_report){ran, ex[i].sent, ex[i].received, 0, false};
     } else {
       ts_shard_free(ex[i].tgt.data);
     }

@@ -36,6 +36,9 @@ typedef struct ts_exec_opts {
    * NULL on this rank. */
   int prior_status;
   const ts_error *prior_err;
+  /* Small pieces go through their own exchange even when every rank's would fit its agreement
+   * message (ts_comm_agree_relay): for tests that compare both ways. */
+  bool no_relay;
 } ts_exec_opts;
 
 typedef struct ts_exec_report {
@@ -43,6 +46,7 @@ typedef struct ts_exec_report {
   int64_t bytes_sent;       /* this rank, to other ranks, as handed to MPI */
   int64_t bytes_received;
   int64_t peak_extra_bytes; /* this rank's peak staging memory */
+  bool relayed;             /* the pieces rode on the first agreement, through comm rank 0 */
 } ts_exec_report;
 
 /* Runs a plan: prepare, one agreement, transfer, one commit agreement. Every rank of the world may

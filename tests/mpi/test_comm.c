@@ -300,6 +300,83 @@ static void test_exchange_many_small(ts_comm *world) {
   free(src), free(dst), free(sr), free(peer);
 }
 
+/* One relayed agreement: rank s offers len(s, d) bytes to every rank d (itself too) when it
+ * offers at all; checks what arrived against what every rank sent, or that nothing did. */
+static size_t relay_len(int s, int d, size_t big) {
+  return big ? big : (size_t)(8 * ((s + 2 * d) % 5 + 1));
+}
+static unsigned char relay_byte(int s, int d, size_t k) { return (unsigned char)(s * 16 + d + k); }
+
+static void relay_case(ts_comm *world, const char *what, bool offer, int status, size_t big,
+                       int only_to, bool want_relayed) {
+  int rank = ts_comm_rank(world), size = ts_comm_size(world);
+  ts_comm_relay_part *parts = calloc((size_t)size, sizeof *parts);
+  unsigned char *data = malloc((size_t)size * (big ? big : 40) + 1);
+  size_t at = 0;
+  int np = 0;
+  for (int d = 0; d < size; d++) {
+    if (only_to >= 0 && d != only_to)
+      continue;
+    size_t n = relay_len(rank, d, big);
+    parts[np++] = (ts_comm_relay_part){.rank = d, .bytes = (int64_t)n};
+    for (size_t k = 0; k < n; k++)
+      data[at++] = relay_byte(rank, d, k);
+  }
+  ts_comm_relay r = {.offer = offer, .nout = np, .out = parts, .out_data = data};
+  ts_error local, err;
+  ts_error_clear(&local);
+  if (status != TS_OK)
+    ts_error_set(&local, status, "relay refused here");
+  int64_t values[2] = {rank, -rank};
+  int rc = ts_comm_agree_relay(world, status, &local, values, 2, &r, &err);
+  int want_rc = TS_OK;
+  MPI_Allreduce(&status, &want_rc, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  CHECK(rc == want_rc, "%s: agreement %d, expected %d (%s)", what, rc, want_rc, err.msg);
+  CHECK(rc != TS_OK || (values[0] == size - 1 && values[1] == 0), "%s: values %lld %lld", what,
+        (long long)values[0], (long long)values[1]);
+  CHECK(r.relayed == want_relayed, "%s: relayed %d, expected %d", what, r.relayed,
+        want_relayed);
+  if (r.relayed) {
+    int expect = 0;
+    for (int s = 0; s < size; s++)
+      expect += only_to < 0 || only_to == rank;
+    CHECK(r.nin == expect, "%s: %d parts arrived, expected %d", what, r.nin, expect);
+    const char *p = r.in_data;
+    long bad = 0;
+    for (int i = 0; i < r.nin; i++) {
+      int s = r.in[i].rank;
+      CHECK(s == i && r.in[i].bytes == (int64_t)relay_len(s, rank, big),
+            "%s: part %d from %d of %lld bytes", what, i, s, (long long)r.in[i].bytes);
+      for (int64_t k = 0; k < r.in[i].bytes; k++)
+        bad += (unsigned char)p[k] != relay_byte(s, rank, (size_t)k);
+      p += r.in[i].bytes;
+    }
+    CHECK(bad == 0, "%s: %ld wrong bytes relayed", what, bad);
+  } else {
+    CHECK(r.nin == 0 && r.in_msg == NULL, "%s: pieces without a relay", what);
+  }
+  ts_comm_relay_clear(&r);
+  CHECK(r.in_msg == NULL && !r.relayed, "%s: cleared", what);
+  free(parts);
+  free(data);
+}
+
+/* The relay of small pieces on an agreement: every rank offers (relayed, contents checked), one
+ * rank offers nothing or fails (nothing relayed anywhere), a verdict that would grow past the
+ * limit, an offer past the limit. */
+static void test_agree_relay(ts_comm *world) {
+  int rank = ts_comm_rank(world), size = ts_comm_size(world);
+  bool many = size > 1;
+  relay_case(world, "all offer", true, TS_OK, 0, -1, many);
+  relay_case(world, "all offer again", true, TS_OK, 0, -1, many);
+  relay_case(world, "last rank keeps its pieces", rank != size - 1, TS_OK, 0, -1, false);
+  relay_case(world, "last rank fails", true, rank == size - 1 ? TS_LIMIT : TS_OK, 0, -1, false);
+  /* 1500 bytes from every rank (rank 0 too) to rank 0: two fit a verdict, three do not. */
+  relay_case(world, "one destination", true, TS_OK, 1500, 0, size == 2);
+  relay_case(world, "offer past the limit", true, TS_OK, TS_COMM_RELAY_MESSAGE_MAX, 0, false);
+  relay_case(world, "all offer after the refusals", true, TS_OK, 0, -1, many);
+}
+
 int main(int argc, char **argv) {
   ts_world *w = NULL;
   ts_error err;
@@ -522,6 +599,7 @@ int main(int argc, char **argv) {
   CHECK(rc == TS_MPI && strstr(err.msg, "MPI_Bcast") && strstr(err.msg, "collectives.c:"),
         "error mapping: %d %s", rc, err.msg);
   CHECK(ts_comm_bcast(world, &b, -1, 0, &err) == TS_INVALID_ARGUMENT, "negative bcast");
+  test_agree_relay(world);
   test_regions(world);
   test_large_regions(world, 600);
   test_large_regions(world, 192);

@@ -345,8 +345,25 @@ static ts_attr *random_attr(int ndim, const int64_t *shape, bool allow_partial,
 }
 
 typedef struct stats {
-  long cases, execs, by_strategy[TS_STRATEGY_COUNT];
+  long cases, execs, by_strategy[TS_STRATEGY_COUNT], relayed;
 } stats;
+
+/* An execution whose pieces rode on the agreement, run again with each rank sending its own:
+ * the same bytes. */
+static void same_without_relay(const ts_plan *p, const ts_tensor *src, const char *tag,
+                               const ts_tensor *out, const char *what) {
+  ts_exec_opts o = {.no_relay = true};
+  ts_tensor again;
+  ts_exec_report rep;
+  ts_error err;
+  int rc = ts_reshard_exec(W, p, src, tag, &o, &again, &rep, &err);
+  CHECK(rc == TS_OK && !rep.relayed, "%s: exec without the relay: %s", what, err.msg);
+  if (rc == TS_OK)
+    CHECK((again.data == NULL) == (out->data == NULL) && again.bytes == out->bytes &&
+              (out->bytes == 0 || memcmp(again.data, out->data, out->bytes) == 0),
+          "%s: relayed bytes differ from exchanged ones", what);
+  ts_shard_free_tensor(&again);
+}
 
 /* One pair: auto, then every other strategy that applies, compared byte for byte with auto
  * (except partial targets, whose distribution of partial values may differ by strategy). */
@@ -386,6 +403,19 @@ static void run_pair(const ts_attr *sa, const ts_attr *ta, int ndim, const int64
     st->by_strategy[ts_plan_strategy(p)]++;
     if (rc == TS_OK) {
       check_target(p, &out, what);
+      /* Relayed on every rank of the plan's union, or on none (the others take no part). */
+      int nu = 0, in_union = 0;
+      const int *u = ts_plan_union_ranks(p, &nu);
+      for (int i = 0; i < nu; i++)
+        in_union |= u[i] == world_rank;
+      int all = in_union ? rep.relayed : 1, any = in_union ? rep.relayed : 0;
+      MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+      MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+      CHECK(all == any, "%s: relayed on some ranks only", what);
+      if (all) {
+        st->relayed++;
+        same_without_relay(p, has > 0 ? &src : NULL, tag_for(ndim, tgt_kind), &out, what);
+      }
       if (rep.peak_extra_bytes > 0 && ts_plan_strategy(p) != TS_STRATEGY_ALLGATHER &&
           ts_plan_strategy(p) != TS_STRATEGY_ROOT)
         /* Within the staging size; a staging smaller than one element per peer and direction
@@ -820,6 +850,7 @@ int main(int argc, char **argv) {
   atomic_failure();
   store_tests();
   exec_errors();
+  CHECK(world_size == 1 || st.relayed > 0, "no execution relayed its pieces");
   long total_fail = 0, total_checks = 0;
   MPI_Allreduce(&failures, &total_fail, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
   MPI_Allreduce(&checks, &total_checks, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
@@ -827,7 +858,7 @@ int main(int argc, char **argv) {
     printf("test_reshard: %d ranks, %ld pairs, %ld executions (", world_size, st.cases, st.execs);
     for (int s = 1; s < TS_STRATEGY_COUNT; s++)
       printf("%s%s %ld", s > 1 ? ", " : "", ts_strategy_name((ts_strategy)s), st.by_strategy[s]);
-    printf("), %ld checks, %ld failures\n", total_checks, total_fail);
+    printf("; relayed %ld), %ld checks, %ld failures\n", st.relayed, total_checks, total_fail);
   }
   ts_world_finalize(&W, NULL);
   return total_fail ? 1 : 0;
