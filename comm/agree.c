@@ -1,33 +1,28 @@
-/* agree.c - the agreement that makes an operation atomic, and the relay of
- * small pieces that can ride on it.
+/* agree.c - the agreement that makes an operation atomic, and the relay of small pieces that can
+ * ride on it.
  *
- * Point to point through comm rank 0, so that a rank that does not answer can
- * be named: every other rank sends its contribution (status, values, message)
- * to rank 0, which takes the lowest failing rank's status and message and the
- * maximum of the values, and sends the verdict back. Rank 0 waits at most the
- * world's agreement timeout for the contributions: past it the verdict is
- * TIMEOUT naming the ranks that did not answer. The others wait twice that for
- * the verdict (rank 0 may have started late by up to the timeout), then name
- * rank 0. So a rank that stops answering fails the operation on every rank that
- * still answers, with one message. Each agreement has its number on its
- * communicator (every member counts alike) and travels on a tag of its own,
- * number modulo AGREE_TAGS, the number checked in the message too: the late
- * contribution of an agreement that timed out is never taken for a later one's.
+ * Point to point through comm rank 0, so that a rank that does not answer can be named: every other
+ * rank sends its contribution (status, values, message) to rank 0, which takes the lowest failing
+ * rank's status and message and the maximum of the values, and sends the verdict back. Rank 0 waits
+ * at most the world's agreement timeout for the contributions: past it the verdict is TIMEOUT
+ * naming the ranks that did not answer. The others wait twice that for the verdict (rank 0 may have
+ * started late by up to the timeout), then name rank 0. So a rank that stops answering fails the
+ * operation on every rank that still answers, with one message. Each agreement has its number on
+ * its communicator (every member counts alike) and travels on a tag of its own, number modulo
+ * AGREE_TAGS, the number checked in the message too: the late contribution of an agreement that
+ * timed out is never taken for a later one's.
  *
- * The relay: a rank may append the pieces it would send to its peers to its
- * contribution (an offer). When every rank offered and the agreement passes,
- * rank 0 forwards each rank's pieces in that rank's verdict, and nobody
- * exchanges anything afterwards: an operation on small tensors then costs one
- * round trip through rank 0 instead of a round trip plus an exchange in which
- * every rank waits for peers that each wake on the verdict. Whether the pieces
- * went through rank 0 is rank 0's one decision, carried by every verdict; when
- * they did not (a rank offered nothing, or some rank's verdict would grow past
- * TS_COMM_RELAY_VERDICT_MAX) every rank sends its own.
+ * The relay: a rank may append the pieces it would send to its peers to its contribution (an
+ * offer). When every rank offered and the agreement passes, rank 0 forwards each rank's pieces in
+ * that rank's verdict, and nobody exchanges anything afterwards: an operation on small tensors then
+ * costs one round trip through rank 0 instead of a round trip plus an exchange in which every rank
+ * waits for peers that each wake on the verdict. Whether the pieces went through rank 0 is rank 0's
+ * one decision, carried by every verdict; when they did not (a rank offered nothing, or some rank's
+ * verdict would grow past TS_COMM_RELAY_MESSAGE_MAX bytes) every rank sends its own.
  *
- * A message is its head, n values, the message text, and then, when its head
- * says so, a relay section: a count, that many parts (comm rank, bytes), the
- * parts' bytes in order. In an offer a part's rank is its destination, in a
- * verdict its source. */
+ * A message is its head, n values, the message text, and then, when its head says so, a relay
+ * section: a count, that many parts (comm rank, bytes), the parts' bytes in order. In an offer a
+ * part's rank is its destination, in a verdict its source. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,8 +107,7 @@ static int agree_timeout_ms(const ts_comm *c) {
                                                     : TS_AGREE_TIMEOUT_DEFAULT_MS;
 }
 
-/* Where a message's relay section starts: after its message text, aligned for
- * its parts. */
+/* Where a message's relay section starts: after its message text, aligned for its parts. */
 static size_t relay_at(int n) { return (agree_bytes(n) + 7) & ~(size_t)7; }
 
 /* The largest message of an agreement over c with n values. */
@@ -126,9 +120,8 @@ static size_t relay_bytes(int n, int64_t np, int64_t data) {
   return relay_at(n) + sizeof(int64_t) + (size_t)np * sizeof(ts_comm_relay_part) + (size_t)data;
 }
 
-/* A message's relay section, checked: parts of ranks ascending within the
- * communicator, whose bytes add up to the rest of the message. false when it
- * has none or a malformed one. */
+/* A message's relay section, checked: parts of ranks ascending within the communicator, whose bytes
+ * add up to the rest of the message. false when it has none or a malformed one. */
 typedef struct relay_view {
   int nparts;
   const ts_comm_relay_part *parts;
@@ -161,9 +154,8 @@ static bool relay_parse(const ts_comm *c, int n, const void *msg, size_t count, 
   return true;
 }
 
-/* Whether r is an offer this agreement can carry: parts of destinations
- * ascending within the communicator, in a message of at most
- * TS_COMM_RELAY_MESSAGE_MAX bytes. */
+/* Whether r is an offer this agreement can carry: parts of destinations ascending within the
+ * communicator, in a message of at most TS_COMM_RELAY_MESSAGE_MAX bytes. */
 static bool offer_valid(const ts_comm *c, int n, const ts_comm_relay *r) {
   if (!r || !r->offer || r->nout < 0 || r->nout > c->size || (r->nout > 0 && !r->out))
     return false;
@@ -178,8 +170,7 @@ static bool offer_valid(const ts_comm *c, int n, const ts_comm_relay *r) {
   return relay_bytes(n, r->nout, total) <= TS_COMM_RELAY_MESSAGE_MAX;
 }
 
-/* This rank's contribution: v (agree_bytes(n)), then its offer when it makes
- * one. */
+/* This rank's contribution: v (agree_bytes(n)), then its offer when it makes one. */
 static void *contribution(const ts_comm *c, const void *v, int n, const ts_comm_relay *r,
                           size_t *count) {
   bool offer = offer_valid(c, n, r);
@@ -205,8 +196,7 @@ static void *contribution(const ts_comm *c, const void *v, int n, const ts_comm_
   return m;
 }
 
-/* Comm rank 0: the verdict for comm rank d carrying the pieces every offer
- * holds for it. */
+/* Comm rank 0: the verdict for comm rank d carrying the pieces every offer holds for it. */
 static void *relayed_verdict(const ts_comm *c, const void *v, int n, const relay_view *offers,
                              int d, size_t *count) {
   int64_t np = 0, data = 0;
@@ -241,9 +231,8 @@ static void *relayed_verdict(const ts_comm *c, const void *v, int n, const relay
   return m;
 }
 
-/* Comm rank 0, once every contribution is in and the verdict passed: whether
- * every rank offered and every verdict stays within TS_COMM_RELAY_MESSAGE_MAX;
- * offers[] filled. */
+/* Comm rank 0, once every contribution is in and the verdict passed: whether every rank offered and
+ * every verdict stays within TS_COMM_RELAY_MESSAGE_MAX; offers[] filled. */
 static bool relay_possible(const ts_comm *c, int n, void *const *kept, const size_t *kcount,
                            relay_view *offers) {
   int64_t *to = calloc(2 * (size_t)c->size, sizeof *to), *parts = to ? to + c->size : NULL;
@@ -260,9 +249,9 @@ static bool relay_possible(const ts_comm *c, int n, void *const *kept, const siz
   return ok;
 }
 
-/* Receives a message of this agreement from `src` (MPI_ANY_SOURCE) if one has
- * arrived: *got 1, the message (malloc'd), its size and source; *got 0 if none.
- * Messages of other agreements are dropped. Returns an MPI failure. */
+/* Receives a message of this agreement from `src` (MPI_ANY_SOURCE) if one has arrived: *got 1, the
+ * message (malloc'd), its size and source; *got 0 if none. Messages of other agreements are
+ * dropped. Returns an MPI failure. */
 static int agree_take(ts_comm *c, int src, int tag, uint64_t number, int n, void **msg,
                       size_t *count, int *from, int *got, ts_error *err) {
   *got = 0;
@@ -300,8 +289,7 @@ static int agree_take(ts_comm *c, int src, int tag, uint64_t number, int n, void
   }
 }
 
-/* Comm rank 0: the contributions that did not arrive, named in the verdict's
- * message. */
+/* Comm rank 0: the contributions that did not arrive, named in the verdict's message. */
 static void name_silent(const ts_comm *c, void *v, int n, const bool *arrived, int left,
                         int timeout) {
   char *m = agree_msg(v, n), t[32];
@@ -319,9 +307,9 @@ static void name_silent(const ts_comm *c, void *v, int n, const bool *arrived, i
   h->rank = -1;
 }
 
-/* Comm rank 0: collects every contribution into v (its own already there) and
- * decides. With kept (one slot per comm rank), the contributions that carry an
- * offer are kept there, with their sizes in kcount. */
+/* Comm rank 0: collects every contribution into v (its own already there) and decides. With kept
+ * (one slot per comm rank), the contributions that carry an offer are kept there, with their sizes
+ * in kcount. */
 static int agree_collect(ts_comm *c, uint64_t number, int tag, void *v, int n, void **kept,
                          size_t *kcount, ts_error *err) {
   bool *arrived = calloc((size_t)c->size, sizeof *arrived);
@@ -371,10 +359,9 @@ static int agree_collect(ts_comm *c, uint64_t number, int tag, void *v, int n, v
   return rc;
 }
 
-/* Comm rank 0: sends the verdict to every other rank: msgs[i - 1] (taken) for
- * comm rank i when msgs is given, else a copy of v, waiting for the sends at
- * most the agreement timeout (a rank that stopped answering keeps its copy as
- * an orphan). */
+/* Comm rank 0: sends the verdict to every other rank: msgs[i - 1] (taken) for comm rank i when msgs
+ * is given, else a copy of v, waiting for the sends at most the agreement timeout (a rank that
+ * stopped answering keeps its copy as an orphan). */
 static int agree_announce(ts_comm *c, int tag, const void *v, int n, void **msgs,
                           const size_t *sizes, ts_error *err) {
   size_t bytes = agree_bytes(n);
@@ -429,9 +416,8 @@ static int agree_announce(ts_comm *c, int tag, const void *v, int n, void **msgs
   return rc;
 }
 
-/* Another rank: sends its contribution (out, count bytes; taken) to comm rank 0
- * and waits for the verdict: its first agree_bytes(n) into v, the whole message
- * into *verdict (malloc'd). */
+/* Another rank: sends its contribution (out, count bytes; taken) to comm rank 0 and waits for the
+ * verdict: its first agree_bytes(n) into v, the whole message into *verdict (malloc'd). */
 static int agree_ask(ts_comm *c, uint64_t number, int tag, void *out, size_t count, void *v, int n,
                      void **verdict, size_t *vcount, ts_error *err) {
   MPI_Request sreq;
@@ -477,10 +463,9 @@ static int agree_ask(ts_comm *c, uint64_t number, int tag, void *out, size_t cou
   return rc;
 }
 
-/* Comm rank 0, the verdict passed and every rank offered: each other rank's
- * verdict with its pieces (msgs, sizes), and this rank's own pieces into r.
- * false (nothing made) when the pieces cannot go this way, or on no memory:
- * then every rank sends its own. */
+/* Comm rank 0, the verdict passed and every rank offered: each other rank's verdict with its pieces
+ * (msgs, sizes), and this rank's own pieces into r. false (nothing made) when the pieces cannot go
+ * this way, or on no memory: then every rank sends its own. */
 static bool relay_verdicts(ts_comm *c, const void *v, int n, void *const *kept,
                            const size_t *kcount, void **msgs, size_t *sizes, ts_comm_relay *r) {
   relay_view *offers = calloc((size_t)c->size, sizeof *offers);
@@ -509,8 +494,8 @@ static bool relay_verdicts(ts_comm *c, const void *v, int n, void *const *kept,
   return true;
 }
 
-/* Comm rank 0's side: collects, decides, and announces (with the relayed pieces
- * when every rank offered). */
+/* Comm rank 0's side: collects, decides, and announces (with the relayed pieces when every rank
+ * offered). */
 static int agree_root(ts_comm *c, uint64_t number, int tag, void *v, int n, ts_comm_relay *r,
                       void *mine, size_t mine_bytes, ts_error *err) {
   bool offered = ((agree_head *)mine)->relay;
@@ -539,8 +524,8 @@ static int agree_root(ts_comm *c, uint64_t number, int tag, void *v, int n, ts_c
   return rc;
 }
 
-/* Rank 0 decides; another rank asks (mine, its contribution, is taken) and
- * takes the pieces its verdict relays into r. */
+/* Rank 0 decides; another rank asks (mine, its contribution, is taken) and takes the pieces its
+ * verdict relays into r. */
 static int agree_decide(ts_comm *c, uint64_t number, int tag, void *v, int n, ts_comm_relay *r,
                         void *mine, size_t mine_bytes, ts_error *err) {
   if (c->rank == 0) {
