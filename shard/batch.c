@@ -48,8 +48,8 @@ static int plan_item(ts_store *s, ts_world *w, const ts_batch_item *it, int64_t 
   }
   if (!rc) {
     ts_plan_opts o = {it->strategy, staging, ts_world_size(w)};
-    rc = ts_plan_create(p->e->ndim, p->e->shape, p->e->dtype, p->e->attr, it->tgt, &o, &p->plan,
-                        &lerr);
+    rc = ts_plan_cache_get(ts_store_plans(s), p->e->ndim, p->e->shape, p->e->dtype, p->e->attr,
+                           it->tgt, &o, &p->plan, &lerr);
   }
   if (!rc)
     rc = ts_attr_clone(it->tgt, &p->attr, &lerr);

@@ -21,6 +21,7 @@ struct ts_store {
   ts_stored **items;
   int n, cap;
   ts_name_index index; /* name -> position in items */
+  ts_plan_cache *plans; /* plans of repeated reshards */
 };
 
 static const char *name_at(const void *ctx, int pos) {
@@ -36,6 +37,11 @@ int ts_store_create(ts_store **out, int world_rank, int64_t quota_bytes, ts_erro
   ts_store *s = calloc(1, sizeof *s);
   if (!s)
     return ts_error_set(err, TS_NO_MEMORY, "no memory for a tensor store");
+  int rc = ts_plan_cache_create(TS_STORE_PLANS, &s->plans, err);
+  if (rc) {
+    free(s);
+    return rc;
+  }
   s->rank = world_rank;
   s->quota = quota_bytes;
   *out = s;
@@ -58,9 +64,12 @@ void ts_store_destroy(ts_store **p) {
     entry_free(s->items[i]);
   free(s->items);
   ts_name_index_clear(&s->index);
+  ts_plan_cache_destroy(&s->plans);
   free(s);
   *p = NULL;
 }
+
+ts_plan_cache *ts_store_plans(ts_store *s) { return s ? s->plans : NULL; }
 
 static int find_index(const ts_store *s, const char *name) {
   return ts_name_index_find(&s->index, name, name_at, s);
@@ -259,7 +268,7 @@ int ts_store_reshard_after(ts_store *s, ts_world *w, const char *name, const ts_
   if (lst == TS_OK) {
     ts_plan_opts o = popts ? *popts : (ts_plan_opts){TS_STRATEGY_AUTO, 0, 0};
     o.world_size = ts_world_size(w);
-    lst = ts_plan_create(e->ndim, e->shape, e->dtype, e->attr, tgt, &o, &plan, &lerr);
+    lst = ts_plan_cache_get(s->plans, e->ndim, e->shape, e->dtype, e->attr, tgt, &o, &plan, &lerr);
   }
   if (lst == TS_OK)
     lst = ts_attr_clone(tgt, &new_attr, &lerr);

@@ -127,11 +127,26 @@ void ts_name_index_moved(ts_name_index *x, const char *name, int to, ts_name_at 
                          const void *ctx);
 void ts_name_index_clear(ts_name_index *x); /* frees the table; accepts NULL */
 
+/* Plans kept for repeated reshards (plans.c): ts_plan_cache_get gives the plan ts_plan_create
+ * would, shared with earlier calls of the same arguments (release it with ts_plan_destroy as
+ * usual); at most `capacity` plans are kept, the least recently used given up first. */
+typedef struct ts_plan_cache ts_plan_cache;
+int ts_plan_cache_create(int capacity, ts_plan_cache **out, ts_error *err);
+void ts_plan_cache_destroy(ts_plan_cache **p);
+int ts_plan_cache_get(ts_plan_cache *c, int ndim, const int64_t *shape, ts_dtype dt,
+                      const ts_attr *src, const ts_attr *tgt, const ts_plan_opts *opts,
+                      ts_plan **out, ts_error *err);
+/* How many calls found their plan kept, and how many made one. */
+void ts_plan_cache_counts(ts_plan_cache *c, uint64_t *hits, uint64_t *misses);
+#define TS_STORE_PLANS 64 /* plans a store keeps */
+
 typedef struct ts_store ts_store;
 
 /* quota_bytes: total local slice bytes allowed (0: unbounded). */
 int ts_store_create(ts_store **out, int world_rank, int64_t quota_bytes, ts_error *err);
 void ts_store_destroy(ts_store **p);
+/* The plans this store's reshards keep. */
+ts_plan_cache *ts_store_plans(ts_store *s);
 /* Adds a tensor with a zero-filled local slice in the given layout tag (NULL: row-major); the
  * caller fills (*entry)->local. */
 int ts_store_add(ts_store *s, const char *name, int ndim, const int64_t *shape, ts_dtype dt,

@@ -7,6 +7,8 @@ target_link_libraries(test_plan PRIVATE tsplan)
 # The name index of the store and the catalog, against a linear search.
 tshard_unit_test(test_names ${CMAKE_CURRENT_LIST_DIR}/unit/test_names.c)
 target_link_libraries(test_names PRIVATE tsshard)
+tshard_unit_test(test_plans ${CMAKE_CURRENT_LIST_DIR}/unit/test_plans.c)
+target_link_libraries(test_plans PRIVATE tsshard)
 tshard_unit_test(test_reduce ${CMAKE_CURRENT_LIST_DIR}/unit/test_reduce.c)
 
 add_executable(test_reshard_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/test_reshard.c)

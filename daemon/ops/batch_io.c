@@ -251,8 +251,8 @@ static int move_one(tsd_engine *e, ts_stored *t, int root, uint8_t *whole, bool 
   ts_plan_opts po = {TS_STRATEGY_AUTO, e->cfg->staging, e->size};
   int lst = one_rank_attr(root, &one, &lerr);
   if (!lst)
-    lst = ts_plan_create(t->ndim, t->shape, t->dtype, put ? one : t->attr, put ? t->attr : one,
-                         &po, &plan, &lerr);
+    lst = ts_plan_cache_get(ts_store_plans(e->store), t->ndim, t->shape, t->dtype,
+                            put ? one : t->attr, put ? t->attr : one, &po, &plan, &lerr);
   ts_tensor src, got;
   memset(&src, 0, sizeof src);
   bool have = !put ? t->has_slice : e->rank == root && lst == TS_OK;

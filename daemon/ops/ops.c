@@ -312,7 +312,8 @@ int tsd_run_put(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
   if (!lst)
     lst = one_rank_attr(op->origin, &src_attr, &lerr);
   if (!lst)
-    lst = ts_plan_create(t->ndim, t->shape, t->dtype, src_attr, t->attr, &po, &plan, &lerr);
+    lst = ts_plan_cache_get(ts_store_plans(e->store), t->ndim, t->shape, t->dtype, src_attr,
+                            t->attr, &po, &plan, &lerr);
   ts_tensor src;
   memset(&src, 0, sizeof src);
   bool have_src = op->origin == e->rank && lst == TS_OK;
@@ -431,7 +432,8 @@ int tsd_run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
   if (!lst)
     lst = one_rank_attr(op->origin, &tgt, &lerr);
   if (!lst)
-    lst = ts_plan_create(t->ndim, t->shape, t->dtype, t->attr, tgt, &po, &plan, &lerr);
+    lst = ts_plan_cache_get(ts_store_plans(e->store), t->ndim, t->shape, t->dtype, t->attr, tgt,
+                            &po, &plan, &lerr);
   ts_exec_opts xo;
   exec_opts(e, lst, &lerr, &xo);
   ts_tensor out;

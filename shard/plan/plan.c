@@ -47,11 +47,19 @@ void ts_plan_destroy(ts_plan **p) {
   if (!p || !*p)
     return;
   ts_plan *pl = *p;
+  *p = NULL;
+  if (atomic_fetch_sub(&pl->refs, 1) > 1)
+    return;
   ts_geom_destroy(&pl->src);
   ts_geom_destroy(&pl->tgt);
   free(pl->union_ranks);
   free(pl);
-  *p = NULL;
+}
+
+ts_plan *ts_plan_ref(ts_plan *p) {
+  if (p)
+    atomic_fetch_add(&p->refs, 1);
+  return p;
 }
 
 ts_strategy ts_plan_strategy(const ts_plan *p) { return p->chosen; }
@@ -782,6 +790,7 @@ int ts_plan_create(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr *s
   ts_plan *p = calloc(1, sizeof *p);
   if (!p)
     return ts_error_set(err, TS_NO_MEMORY, "no memory for a plan");
+  atomic_init(&p->refs, 1);
   p->ndim = ndim;
   for (int d = 0; d < ndim; d++)
     p->shape[d] = shape[d];

@@ -5,9 +5,12 @@
 #ifndef TS_PLAN_INTERNAL_H
 #define TS_PLAN_INTERNAL_H
 
+#include <stdatomic.h>
+
 #include "shard_internal.h"
 
 struct ts_plan {
+  atomic_int refs; /* references (ts_plan_ref, ts_plan_destroy) */
   int ndim;
   int64_t shape[TS_MAX_DIMS];
   ts_dtype dtype;

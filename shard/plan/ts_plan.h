@@ -184,7 +184,11 @@ typedef struct ts_plan ts_plan;
 
 int ts_plan_create(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr *src,
                    const ts_attr *tgt, const ts_plan_opts *opts, ts_plan **out, ts_error *err);
+/* Releases the caller's reference: a plan is freed with its last one. */
 void ts_plan_destroy(ts_plan **p);
+/* Another reference to p (plans are immutable once made, so they can be shared: plans.c keeps
+ * them for repeated reshards); returns p. */
+ts_plan *ts_plan_ref(ts_plan *p);
 ts_strategy ts_plan_strategy(const ts_plan *p);
 const ts_plan_costs *ts_plan_get_costs(const ts_plan *p);
 /* Whether strategy s applies to this reshard, its costs when it does, and when it does not, why. */
