@@ -726,6 +726,7 @@ int tshard_stats_get(tshard_client *c, tshard_stats *s) {
       s->strategies[i].reshards = x->strategies[i]->reshards;
       s->strategies[i].bytes_sent = x->strategies[i]->bytes_sent;
       s->strategies[i].bytes_received = x->strategies[i]->bytes_received;
+      s->strategies[i].relayed = x->strategies[i]->relayed;
       s->nstrategies = (int)i + 1;
     }
     for (size_t i = 0; i < x->n_ops && i < 64; i++) {

@@ -212,6 +212,7 @@ int tshard_plan(tshard_client *c, const char *name, const char *attr, const char
 typedef struct tshard_strategy_stats {
   char name[32];
   uint64_t reshards, bytes_sent, bytes_received;
+  uint64_t relayed; /* of the reshards, those whose pieces rode on their agreement via rank 0 */
 } tshard_strategy_stats;
 
 /* One operation kind's latency on the daemon over its last 1024 runs, in microseconds, and the

@@ -417,10 +417,12 @@ int cli_cmd_stats(cli_args *a, tshard_client *c) {
            (unsigned long long)s.pool_cache_cap, (unsigned long long)s.pool_hits,
            (unsigned long long)s.pool_misses, (unsigned long long)s.pool_released);
     for (int i = 0; i < s.nstrategies; i++)
-      printf("%s\"%s\": {\"reshards\": %llu, \"bytes_sent\": %llu, \"bytes_received\": %llu}",
+      printf("%s\"%s\": {\"reshards\": %llu, \"bytes_sent\": %llu, \"bytes_received\": %llu, "
+             "\"relayed\": %llu}",
              i ? ", " : "", s.strategies[i].name, (unsigned long long)s.strategies[i].reshards,
              (unsigned long long)s.strategies[i].bytes_sent,
-             (unsigned long long)s.strategies[i].bytes_received);
+             (unsigned long long)s.strategies[i].bytes_received,
+             (unsigned long long)s.strategies[i].relayed);
     printf("}, \"ops\": {");
     for (int i = 0; i < s.nops; i++)
       printf("%s\"%s\": {\"count\": %llu, \"p50_us\": %llu, \"p99_us\": %llu, "
@@ -457,8 +459,9 @@ int cli_cmd_stats(cli_args *a, tshard_client *c) {
            (unsigned long long)s.pool_peak, (unsigned long long)s.pool_hits,
            (unsigned long long)s.pool_misses, (unsigned long long)s.pool_released);
     for (int i = 0; i < s.nstrategies; i++)
-      printf("  %-15s %llu reshards, %llu bytes sent, %llu received\n", s.strategies[i].name,
-             (unsigned long long)s.strategies[i].reshards,
+      printf("  %-15s %llu reshards (%llu relayed), %llu bytes sent, %llu received\n",
+             s.strategies[i].name, (unsigned long long)s.strategies[i].reshards,
+             (unsigned long long)s.strategies[i].relayed,
              (unsigned long long)s.strategies[i].bytes_sent,
              (unsigned long long)s.strategies[i].bytes_received);
     if (s.nops)

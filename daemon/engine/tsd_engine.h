@@ -121,7 +121,7 @@ typedef struct tsd_engine {
   /* stats */
   uint64_t ops_answered;
   uint64_t strat_runs[TS_STRATEGY_COUNT], strat_sent[TS_STRATEGY_COUNT],
-      strat_recv[TS_STRATEGY_COUNT];
+      strat_recv[TS_STRATEGY_COUNT], strat_relayed[TS_STRATEGY_COUNT];
 } tsd_engine;
 
 /* ---------------------------------------------------------------------------------------------

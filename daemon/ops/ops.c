@@ -155,6 +155,7 @@ void tsd_op_stats(tsd_engine *e, tsd_work *w) {
     sb[i].reshards = e->strat_runs[i];
     sb[i].bytes_sent = e->strat_sent[i];
     sb[i].bytes_received = e->strat_recv[i];
+    sb[i].relayed = e->strat_relayed[i];
     sbp[i] = &sb[i];
   }
   s.n_strategies = TS_STRATEGY_COUNT;
@@ -193,6 +194,7 @@ static void record(tsd_engine *e, const ts_exec_report *rep) {
     e->strat_runs[rep->strategy]++;
     e->strat_sent[rep->strategy] += (uint64_t)rep->bytes_sent;
     e->strat_recv[rep->strategy] += (uint64_t)rep->bytes_received;
+    e->strat_relayed[rep->strategy] += rep->relayed;
   }
 }
 

@@ -64,6 +64,9 @@ with Daemons(bin_dir, n) as d, tempfile.TemporaryDirectory() as tmp:
     st = json.loads(r.stdout) if r.returncode == 0 else {}
     check(st.get("tensors") == 2 and st.get("strategies", {}).get("alltoall", {}).get("reshards") == 1,
           f"stats: {r.stdout}")
+    # a tensor this small rides on the agreement with more than one rank
+    check(st["strategies"]["alltoall"].get("relayed") == (1 if n > 1 else 0),
+          f"stats count the relayed reshard: {r.stdout}")
     pool = st.get("pool", {})
     check(sorted(pool) == ["cache_cap", "cached", "hits", "misses", "peak", "released", "staging",
                            "stored"] and 0 < pool["stored"] <= st["memory_in_use"]
@@ -75,7 +78,9 @@ with Daemons(bin_dir, n) as d, tempfile.TemporaryDirectory() as tmp:
           f"stats shows the latency of each operation kind: {r.stdout}")
     r = cli("stats")
     check(r.returncode == 0 and "pool: stored " in r.stdout and "hits" in r.stdout
-          and "  reshard         1, p50 " in r.stdout, f"stats text: {r.stdout}")
+          and "  reshard         1, p50 " in r.stdout
+          and f"  alltoall        1 reshards ({1 if n > 1 else 0} relayed), " in r.stdout,
+          f"stats text: {r.stdout}")
     r = cli("ping", "--json", rank=n - 1)
     check(r.returncode == 0 and json.loads(r.stdout) == {"rank": n - 1, "world_size": n}, "ping")
     # failures: the daemon's message and exit code 1; no daemon: exit code 4

@@ -151,7 +151,12 @@ with Daemons(bin_dir, n) as d:
         def reshard_count(r):
             with d.connect(r) as cr:
                 return cr.stats()["ops"].get("reshard", {}).get("count", 0)
+
+        def relayed_count(r):
+            with d.connect(r) as cr:
+                return sum(v["relayed"] for v in cr.stats()["strategies"].values())
         before = [reshard_count(r) for r in range(n)]
+        relayed_before = [relayed_count(r) for r in range(n)]
         c.create("lat", "f32", (16, 16), f"mesh=[{n}] placements=[S(0)]")
         for i in range(20):
             c.reshard("lat", f"mesh=[{n}] placements=[S({1 - i % 2})]")
@@ -164,6 +169,19 @@ with Daemons(bin_dir, n) as d:
                   and rs["batch_p50"] == 1 and rs["batch_max"] == 1
                   and ops.get("create", {}).get("count", 0) >= 1,
                   f"rank {r}'s stats count 20 more reshards ({before[r]} before): {ops}")
+        # 1 KiB tensors: with more than one rank their pieces ride on the agreement, on every rank;
+        # a 64 KiB one's do not fit, and go through their own exchange
+        relayed = [relayed_count(r) for r in range(n)]
+        check(all(relayed[r] - relayed_before[r] == (20 if n > 1 else 0) for r in range(n)),
+              f"relayed reshards per rank: {relayed_before} before, {relayed} after 20")
+        c.create("big", "f32", (128, 128), f"mesh=[{n}] placements=[S(0)]")
+        big = np.arange(128 * 128, dtype=np.float32).reshape(128, 128)
+        c.put("big", big)
+        c.reshard("big", f"mesh=[{n}] placements=[S(1)]")
+        check(np.array_equal(c.get("big"), big), "64 KiB reshard")
+        check([relayed_count(r) for r in range(n)] == relayed,
+              f"a 64 KiB reshard is not relayed: {relayed}")
+        c.drop("big")
 
         # errors carry the daemon's message, as the exception of the status code
         expect(tshard.errors.NotFoundError, lambda: c.get("nope"), "get of an unknown tensor")

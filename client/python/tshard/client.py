@@ -1758,7 +1758,8 @@ class Client:
                          "cache_cap": s.pool_cache_cap, "hits": s.pool_hits,
                          "misses": s.pool_misses, "released": s.pool_released},
                 "strategies": {x.strategy: {"reshards": x.reshards, "bytes_sent": x.bytes_sent,
-                                            "bytes_received": x.bytes_received}
+                                            "bytes_received": x.bytes_received,
+                                            "relayed": x.relayed}
                                for x in s.strategies},
                 "ops": {k.kind: {"count": k.count, "p50_us": k.p50_us, "p99_us": k.p99_us,
                                  "batch_p50": k.batch_p50, "batch_max": k.batch_max}
