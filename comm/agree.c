@@ -170,10 +170,10 @@ static bool offer_valid(const ts_comm *c, int n, const ts_comm_relay *r) {
   return relay_bytes(n, r->nout, total) <= TS_COMM_RELAY_MESSAGE_MAX;
 }
 
-/* This rank's contribution: v (agree_bytes(n)), then its offer when it makes one. */
-static void *contribution(const ts_comm *c, const void *v, int n, const ts_comm_relay *r,
-                          size_t *count) {
-  bool offer = offer_valid(c, n, r);
+/* This rank's contribution: v (agree_bytes(n)), then its offer r when it makes one (checked by
+ * offer_valid; NULL: none). */
+static void *contribution(const void *v, int n, const ts_comm_relay *r, size_t *count) {
+  bool offer = r != NULL;
   int64_t np = offer ? r->nout : 0, data = 0;
   for (int i = 0; i < np; i++)
     data += r->out[i].bytes;
@@ -259,26 +259,22 @@ static int agree_take(ts_comm *c, int src, int tag, uint64_t number, int n, void
     int flag = 0, bytes = 0;
     MPI_Status st;
     TS_MPI_CHECK(MPI_Iprobe(src, tag, c->comm, &flag, &st), err);
-    if (!flag) /* the first probe's progress may have just taken the message in
-                */
+    if (!flag) /* the first probe's progress may have just taken the message in */
       TS_MPI_CHECK(MPI_Iprobe(src, tag, c->comm, &flag, &st), err);
     if (!flag)
       return TS_OK;
     MPI_Get_count(&st, MPI_BYTE, &bytes);
-    char drop[64];
-    bool fits = bytes >= (int)agree_bytes(n) && (size_t)bytes <= agree_max_bytes(n);
-    void *b = fits                       ? malloc((size_t)bytes)
-              : bytes > (int)sizeof drop ? malloc((size_t)bytes)
-                                         : drop;
-    TS_MPI_CHECK(MPI_Recv(b ? b : drop, b ? bytes : 0, MPI_BYTE, st.MPI_SOURCE, tag, c->comm,
-                          MPI_STATUS_IGNORE),
-                 err);
-    if (!fits || !b || ((agree_head *)b)->number != number ||
-        ((agree_head *)b)->nvalues != n) { /* another agreement's, or a late one's */
-      if (b != drop)
-        free(b);
-      if (fits && !b)
-        return ts_error_set(err, TS_NO_MEMORY, "no memory for a message of %d bytes", bytes);
+    void *b = malloc(bytes > 0 ? (size_t)bytes : 1);
+    if (!b) /* the message stays for the next look */
+      return ts_error_set(err, TS_NO_MEMORY, "no memory for a message of %d bytes", bytes);
+    int mrc = MPI_Recv(b, bytes, MPI_BYTE, st.MPI_SOURCE, tag, c->comm, MPI_STATUS_IGNORE);
+    if (mrc != MPI_SUCCESS) {
+      free(b);
+      return ts__mpi_error(mrc, "MPI_Recv", __FILE__, __LINE__, err);
+    }
+    if (bytes < (int)agree_bytes(n) || (size_t)bytes > agree_max_bytes(n) ||
+        ((agree_head *)b)->number != number || ((agree_head *)b)->nvalues != n) {
+      free(b); /* another agreement's, or a late one's */
       continue;
     }
     *msg = b;
@@ -495,10 +491,10 @@ static bool relay_verdicts(ts_comm *c, const void *v, int n, void *const *kept,
 }
 
 /* Comm rank 0's side: collects, decides, and announces (with the relayed pieces when every rank
- * offered). */
+ * offered). mine: its own offer as a contribution, NULL when it makes none. */
 static int agree_root(ts_comm *c, uint64_t number, int tag, void *v, int n, ts_comm_relay *r,
                       void *mine, size_t mine_bytes, ts_error *err) {
-  bool offered = ((agree_head *)mine)->relay;
+  bool offered = mine != NULL;
   void **kept = offered ? calloc((size_t)c->size, sizeof *kept) : NULL;
   size_t *kcount = offered ? calloc((size_t)c->size, sizeof *kcount) : NULL;
   void **msgs = offered ? calloc((size_t)c->size, sizeof *msgs) : NULL;
@@ -524,8 +520,8 @@ static int agree_root(ts_comm *c, uint64_t number, int tag, void *v, int n, ts_c
   return rc;
 }
 
-/* Rank 0 decides; another rank asks (mine, its contribution, is taken) and takes the pieces its
- * verdict relays into r. */
+/* Rank 0 decides; another rank asks and takes the pieces its verdict relays into r. mine, this
+ * rank's contribution, is taken (rank 0 has one only when it offers). */
 static int agree_decide(ts_comm *c, uint64_t number, int tag, void *v, int n, ts_comm_relay *r,
                         void *mine, size_t mine_bytes, ts_error *err) {
   if (c->rank == 0) {
@@ -582,9 +578,11 @@ int ts_comm_agree_relay(ts_comm *c, int status, const ts_error *local, int64_t *
       c->world->agree_delay_ms = 0;
     }
   }
+  /* Rank 0 sends no contribution: it needs one only to forward its offer from. */
+  const ts_comm_relay *offer = status == TS_OK && offer_valid(c, n, r) ? r : NULL;
   size_t mine_bytes = 0;
-  void *mine = contribution(c, v, n, status == TS_OK ? r : NULL, &mine_bytes);
-  if (!mine) {
+  void *mine = c->rank != 0 || offer ? contribution(v, n, offer, &mine_bytes) : NULL;
+  if (!mine && (c->rank != 0 || offer)) {
     free(v);
     return ts_error_set(err, TS_NO_MEMORY, "no memory to agree over %d ranks", c->size);
   }

@@ -853,16 +853,18 @@ typedef struct relay_offer {
   bool *got; /* per receive: matched to a relayed piece (made before the agreement) */
 } relay_offer;
 
-static int64_t relay_piece_bytes(const exec *ex, const ts_transfer *t) {
-  return 2 * ex->p->ndim * (int64_t)sizeof(int64_t) + ((t->bytes + 7) & ~(int64_t)7);
+/* A piece's box (lo, then hi) before its elements. */
+static int64_t relay_box_bytes(const exec *ex) {
+  return 2 * ex->p->ndim * (int64_t)sizeof(int64_t);
 }
 
-/* The agreement's comm rank of world rank `peer`, and back. */
+static int64_t relay_piece_bytes(const exec *ex, const ts_transfer *t) {
+  return relay_box_bytes(ex) + ((t->bytes + 7) & ~(int64_t)7);
+}
+
+/* The agreement's comm rank of world rank `peer` (ts_comm_world_rank goes back). */
 static int agree_rank(const exec *ex, int peer) {
   return ex->acomm == ts_world_comm(ex->w) ? peer : ts__plan_union_pos(ex->p, peer);
-}
-static int agree_world_rank(const exec *ex, int rank) {
-  return ex->acomm == ts_world_comm(ex->w) ? rank : ex->p->union_ranks[rank];
 }
 
 /* Packs this rank's pieces for other ranks into o when they fit an agreement message;
@@ -870,7 +872,7 @@ static int agree_world_rank(const exec *ex, int rank) {
  * TS_COMM_RELAY_MESSAGE_MAX bytes) is not staging. */
 static void relay_pack(exec *ex, const xfer *x, relay_offer *o) {
   const ts_rank_plan *rp = &x->rp;
-  int nd = ex->p->ndim;
+  size_t half = (size_t)relay_box_bytes(ex) / 2;
   if (ex->lst != TS_OK || x->partial_src || ex->no_relay)
     return;
   int64_t total = 0;
@@ -898,9 +900,9 @@ static void relay_pack(exec *ex, const xfer *x, relay_offer *o) {
     int dest = agree_rank(ex, t->peer);
     if (np == 0 || o->parts[np - 1].rank != dest)
       o->parts[np++] = (ts_comm_relay_part){.rank = dest};
-    memcpy(o->data + at, t->box.lo, (size_t)nd * sizeof(int64_t));
-    memcpy(o->data + at + 8 * nd, t->box.hi, (size_t)nd * sizeof(int64_t));
-    pack(ex, &t->box, o->data + at + 16 * nd);
+    memcpy(o->data + at, t->box.lo, half);
+    memcpy(o->data + at + half, t->box.hi, half);
+    pack(ex, &t->box, o->data + at + 2 * half);
     int64_t n = relay_piece_bytes(ex, t);
     o->parts[np - 1].bytes += n;
     at += n;
@@ -923,16 +925,17 @@ static int relay_match(const ts_rank_plan *rp, const bool *got, int src, const t
 static void relay_unpack(exec *ex, const xfer *x, relay_offer *o) {
   const ts_rank_plan *rp = &x->rp;
   const ts_comm_relay *r = &o->r;
-  int nd = ex->p->ndim, matched = 0, expected = 0;
+  int matched = 0, expected = 0;
+  size_t half = (size_t)relay_box_bytes(ex) / 2;
   const char *d = r->in_data;
   for (int i = 0; i < r->nin && ex->lst == TS_OK; i++) {
-    int src = agree_world_rank(ex, r->in[i].rank);
+    int src = ts_comm_world_rank(ex->acomm, r->in[i].rank);
     for (int64_t off = 0; off < r->in[i].bytes && ex->lst == TS_OK;) {
-      ts_box b = {.ndim = nd};
+      ts_box b = {.ndim = ex->p->ndim};
       int k = -1;
-      if (r->in[i].bytes - off >= 16 * (int64_t)nd) {
-        memcpy(b.lo, d + off, (size_t)nd * sizeof(int64_t));
-        memcpy(b.hi, d + off + 8 * nd, (size_t)nd * sizeof(int64_t));
+      if (r->in[i].bytes - off >= 2 * (int64_t)half) {
+        memcpy(b.lo, d + off, half);
+        memcpy(b.hi, d + off + half, half);
         k = relay_match(rp, o->got, src, &b);
       }
       int64_t n = k >= 0 ? relay_piece_bytes(ex, &rp->recv[k]) : 0;
@@ -944,7 +947,7 @@ static void relay_unpack(exec *ex, const xfer *x, relay_offer *o) {
       }
       o->got[k] = true;
       matched++;
-      unpack(ex, &b, (void *)(d + off + 16 * nd));
+      unpack(ex, &b, (void *)(d + off + 2 * half));
       ex->received += rp->recv[k].bytes;
       off += n;
     }

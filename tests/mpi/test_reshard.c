@@ -348,6 +348,12 @@ typedef struct stats {
   long cases, execs, by_strategy[TS_STRATEGY_COUNT], relayed;
 } stats;
 
+/* Two results hold the same bytes (or both none). */
+static bool same_bytes(const ts_tensor *a, const ts_tensor *b) {
+  return (a->data == NULL) == (b->data == NULL) && a->bytes == b->bytes &&
+         (a->bytes == 0 || memcmp(a->data, b->data, a->bytes) == 0);
+}
+
 /* An execution whose pieces rode on the agreement, run again with each rank sending its own:
  * the same bytes. */
 static void same_without_relay(const ts_plan *p, const ts_tensor *src, const char *tag,
@@ -359,9 +365,7 @@ static void same_without_relay(const ts_plan *p, const ts_tensor *src, const cha
   int rc = ts_reshard_exec(W, p, src, tag, &o, &again, &rep, &err);
   CHECK(rc == TS_OK && !rep.relayed, "%s: exec without the relay: %s", what, err.msg);
   if (rc == TS_OK)
-    CHECK((again.data == NULL) == (out->data == NULL) && again.bytes == out->bytes &&
-              (out->bytes == 0 || memcmp(again.data, out->data, out->bytes) == 0),
-          "%s: relayed bytes differ from exchanged ones", what);
+    CHECK(same_bytes(&again, out), "%s: relayed bytes differ from exchanged ones", what);
   ts_shard_free_tensor(&again);
 }
 
@@ -428,9 +432,7 @@ static void run_pair(const ts_attr *sa, const ts_attr *ta, int ndim, const int64
         have_ref = true;
       } else {
         if (!partial_target && have_ref)
-          CHECK((out.data == NULL) == (ref.data == NULL) && out.bytes == ref.bytes &&
-                    (out.bytes == 0 || memcmp(out.data, ref.data, out.bytes) == 0),
-                "%s: bytes differ from auto", what);
+          CHECK(same_bytes(&out, &ref), "%s: bytes differ from auto", what);
         ts_shard_free_tensor(&out);
       }
     }
