@@ -627,8 +627,14 @@ static void atomic_failure(void) {
       if (world_rank == victim)
         ts_shard_debug_fail_alloc(nth);
       ts_error err;
-      int rc = ts_reshard_exec(W, p, &src, NULL, NULL, &out, NULL, &err);
+      ts_exec_report rep;
+      int rc = ts_reshard_exec(W, p, &src, NULL, NULL, &out, &rep, &err);
       ts_shard_debug_fail_alloc(0);
+      ts_strategy chosen = ts_plan_strategy(p);
+      /* 768 bytes: a run that passed moved its pieces on the agreement */
+      CHECK(rc != TS_OK || world_size == 1 ||
+                (chosen != TS_STRATEGY_P2P && chosen != TS_STRATEGY_ALLTOALL) || rep.relayed,
+            "%s: not relayed", ts_strategy_name((ts_strategy)s));
       char expect[64];
       snprintf(expect, sizeof expect, "rank %d: ", victim);
       /* Later allocations exist only for strategies with staging. */

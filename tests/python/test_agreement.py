@@ -8,9 +8,12 @@
 2. a request that decodes once but not after re-encoding (an unknown field 0 written with an
    overlong tag) is answered, and a final put chunk sent this way keeps nothing charged;
 3. partial reductions give the same result in every strategy: every dtype x sum/max/min x every
-   strategy that applies, against p2p and a numpy reference (8-bit sums wrap like C casts).
+   strategy that applies, against p2p and a numpy reference (8-bit sums wrap like C casts);
+4. a reshard small enough that its pieces ride on the agreement, refused by the memory limit on
+   one rank only: the same LIMIT naming that rank everywhere, nothing relayed, every rank keeps
+   the tensor; the same reshard then fits and is relayed on every rank.
 
-usage: test_agreement.py BUILD_BIN_DIR [ITEM ...]   (items 1 2 3; default all)"""
+usage: test_agreement.py BUILD_BIN_DIR [ITEM ...]   (items 1 2 3 4; default all)"""
 import socket
 import struct
 import sys
@@ -23,7 +26,7 @@ from checks import Checks, put_data
 from harness import Daemons
 
 bin_dir = sys.argv[1]
-ITEMS = [int(i) for i in sys.argv[2:]] or [1, 2, 3]
+ITEMS = [int(i) for i in sys.argv[2:]] or [1, 2, 3, 4]
 check = Checks()
 NP = 4
 OVERLONG_FIELD_0 = bytes([0x80, 0x00, 0x05])  # tag 0 as a 2-byte varint, then the value 5
@@ -265,8 +268,50 @@ def item3(d):
     print(f"item 3: {runs} reshards compared")
 
 
+# ---------------------------------------------------------------------------------------------
+# 4. a failure on one rank only, where the pieces ride on the agreement
+
+def relayed_counts(d):
+    out = []
+    for r in range(NP):
+        with d.connect(r, timeout=30) as c:
+            out.append(sum(v["relayed"] for v in c.stats()["strategies"].values()))
+    return out
+
+
+def item4(d):
+    src, tgt = (f"mesh=[{NP}]@0-{NP - 1} placements=[S({k})]" for k in (0, 1))  # canonical
+    ref = reference((32, 32))  # 4 KiB: 1 KiB a rank, 256-byte pieces
+    with d.connect(0) as c:
+        c.create("s", "f32", ref.shape, src)
+        c.put("s", put_data(ref))
+        # rank 1 alone holds 63000 more bytes: its new 1 KiB slice no longer fits 64K
+        c.create("hog", "f32", (15750,), "mesh=[1]@1 placements=[R]")
+    before = relayed_counts(d)
+    messages = set()
+    for via in (0, 2):
+        with d.connect(via) as c:
+            e = expect_error(lambda: c.reshard("s", tgt, keep_source_as="s2"),
+                             f"a relayed reshard over the limit on rank 1, via rank {via}")
+            check(e is not None and e.name == "LIMIT" and "rank 1" in str(e),
+                  f"LIMIT naming rank 1 via rank {via}: {e}")
+            messages.add(str(e))
+    check(len(messages) == 1, f"the same message through every rank: {messages}")
+    check(relayed_counts(d) == before, f"nothing relayed: {before}, then {relayed_counts(d)}")
+    check(all(i == "NOT_FOUND" for i in describe_all(d, "s2")), "no rank keeps the copy")
+    unchanged_everywhere(d, "s", src, ref, "after the refusal on rank 1")
+    with d.connect(0) as c:
+        c.drop("hog")
+        c.reshard("s", tgt)
+    check([a - b for a, b in zip(relayed_counts(d), before)] == [1] * NP,
+          f"relayed on every rank once it fits: {before}, then {relayed_counts(d)}")
+    unchanged_everywhere(d, "s", tgt, ref, "after the relayed reshard")
+    with d.connect(0) as c:
+        c.drop("s")
+
+
 with Daemons(bin_dir, NP, extra_args=["--memory-limit", "64K"]) as daemons:
     for item in ITEMS:
-        (item1, item2, item3)[item - 1](daemons)
+        (item1, item2, item3, item4)[item - 1](daemons)
     check(daemons.stop() == 0, "daemons exit 0 after shutdown")
 check.finish()
