@@ -533,8 +533,14 @@ static int agree_decide(ts_comm *c, uint64_t number, int tag, void *v, int n, ts
   size_t vcount = 0;
   int rc = agree_ask(c, number, tag, mine, mine_bytes, v, n, &verdict, &vcount, err);
   relay_view rv;
-  if (rc == TS_OK && verdict && r && ((agree_head *)v)->status == TS_OK &&
-      relay_parse(c, n, verdict, vcount, &rv)) {
+  bool relayed = rc == TS_OK && verdict && ((agree_head *)verdict)->relay &&
+                 ((agree_head *)v)->status == TS_OK;
+  if (relayed && (!r || !relay_parse(c, n, verdict, vcount, &rv))) {
+    /* rank 0 builds every verdict whole: only a corrupted one lands here; this rank fails
+     * rather than wait in an exchange nobody else runs */
+    rc = ts_error_set(err, TS_INTERNAL, "the verdict of %s relays pieces this rank cannot take",
+                      agree_label(c));
+  } else if (relayed) {
     r->relayed = true;
     r->nin = rv.nparts;
     r->in = rv.parts;
