@@ -19,14 +19,24 @@
  *
  * All messages are posted before any wait, so no order of ranks can deadlock; a copy that fails
  * is reported by the copier and, through its status, by the other side. The check runs once per
- * world (the environment variable TSHARD_CMA=0 turns the path off). */
+ * world (the environment variable TSHARD_CMA=0 turns the path off).
+ *
+ * Shared buffers: with single copies on, every rank may also share its pool's buffers
+ * (ts_pool_share: they come from one memory file) and map every other rank's file read-only,
+ * once per world (share_wanted says when; any rank that cannot leaves it off everywhere). A pair whose sender's region lies in the sender's file is then copied by the
+ * receiver with plain loads from its mapping (memcpy run by run): one copy in user space, every
+ * receiver at work at once, and no system call per run, so short runs need MPI no more. */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include "comm_internal.h"
+#include "ts_pool.h"
 
 #define CMA_DESC_TAG 31744
 #define CMA_ACK_TAG 31748 /* and 31749; regions.c's MPI fallback uses 31746 */
@@ -40,6 +50,104 @@ enum { ACK_DONE = 0, ACK_USE_MPI = 1, ACK_FAILED = 2 };
 
 static volatile uint64_t probe_word;
 static const uint64_t PROBE_MAGIC = 0x7c5a3e1d9b24f681ull;
+
+/* Address space of each rank's arena: at most ARENA_SPACE over all the arenas a rank maps (its
+ * own and every other rank's of the node), and at most ARENA_MAX each. */
+#define ARENA_SPACE ((uint64_t)1 << 45)
+#define ARENA_MAX ((uint64_t)1 << 40)
+
+static void arenas_free(ts_world *w) {
+  for (int r = 0; w->arenas && r < w->size; r++)
+    if (w->arenas[r].map)
+      munmap((void *)w->arenas[r].map, (size_t)w->arenas[r].size);
+  free(w->arenas);
+  w->arenas = NULL;
+  w->world.arenas = NULL;
+}
+
+/* Maps rank r's arena (described by a) read-only, and checks the word r wrote at its start. */
+static const uint8_t *arena_map(int64_t pid, int64_t fd, const ts__arena *a) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%lld/fd/%lld", (long long)pid, (long long)fd);
+  int f = open(path, O_RDONLY | O_CLOEXEC);
+  if (f < 0)
+    return NULL;
+  void *m = mmap(NULL, (size_t)a->size, PROT_READ, MAP_SHARED | MAP_NORESERVE, f, 0);
+  close(f);
+  if (m == MAP_FAILED)
+    return NULL;
+  madvise(m, (size_t)a->size, MADV_DONTFORK);
+  if (*(const volatile uint64_t *)m != (PROBE_MAGIC ^ (uint64_t)pid)) {
+    munmap(m, (size_t)a->size);
+    return NULL;
+  }
+  return m;
+}
+
+/* Whether this rank shares its buffers: TSHARD_SHARED_BUFFERS=1 or 0 decides; otherwise they are
+ * shared when the system gives shared memory huge pages (shmem_enabled: always, within_size,
+ * advise or force). With 4 KiB pages a new shared buffer costs about six times what a private
+ * one with huge pages costs to fill (MADV_POPULATE_WRITE: 0.56 against 0.1 us per 4 KiB here)
+ * and far more to give back (0.2 us a page against next to nothing), which the faster
+ * exchanges of short runs do not repay for tensors used once. */
+static bool share_wanted(void) {
+  const char *env = getenv("TSHARD_SHARED_BUFFERS");
+  if (env && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0))
+    return env[0] == '1';
+  char line[256] = "";
+  FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "r");
+  if (f) {
+    if (!fgets(line, sizeof line, f))
+      line[0] = 0;
+    fclose(f);
+  }
+  return strstr(line, "[always]") || strstr(line, "[within_size]") || strstr(line, "[advise]") ||
+         strstr(line, "[force]");
+}
+
+/* Shares this rank's buffers and maps every other rank's arena (collective over the world): sets
+ * w->arenas when every rank did, else leaves the buffers unshared as far as the exchanges go. */
+static int arenas_init(ts_world *w, ts_error *err) {
+  int ok = share_wanted();
+  typedef struct desc {
+    int64_t fd;
+    uint64_t base, size;
+  } desc;
+  desc me = {-1, 0, 0};
+  ts_pool_shared sh;
+  ts_error e;
+  uint64_t space = ARENA_SPACE / (uint64_t)w->size;
+  if (ok && ts_pool_share(space < ARENA_MAX ? space : ARENA_MAX, &sh, &e) == TS_OK) {
+    me = (desc){sh.fd, sh.base, sh.size};
+    *(volatile uint64_t *)(uintptr_t)sh.base = PROBE_MAGIC ^ (uint64_t)getpid();
+  }
+  ok = ok && me.fd >= 0;
+  desc *all = malloc((size_t)w->size * sizeof *all);
+  ts__arena *a = calloc((size_t)w->size, sizeof *a);
+  if (!all || !a) {
+    free(all);
+    free(a);
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for the arena table of %d ranks", w->size);
+  }
+  int rc = MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE,
+                         w->world.comm);
+  for (int r = 0; rc == MPI_SUCCESS && r < w->size; r++) {
+    a[r].base = all[r].base;
+    a[r].size = all[r].size;
+    if (ok && r != w->rank)
+      ok = all[r].fd >= 0 && (a[r].map = arena_map(w->pids[r], all[r].fd, &a[r])) != NULL;
+  }
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, w->world.comm);
+  free(all);
+  w->arenas = a;
+  if (rc != MPI_SUCCESS || !ok) {
+    arenas_free(w); /* unmaps what was mapped */
+    return rc == MPI_SUCCESS ? TS_OK : ts__mpi_error(rc, "MPI_Allgather", __FILE__, __LINE__, err);
+  }
+  w->world.arenas = a;
+  return TS_OK;
+}
 
 int ts__cma_init(ts_world *w, ts_error *err) {
   w->pids = NULL;
@@ -95,7 +203,14 @@ int ts__cma_init(ts_world *w, ts_error *err) {
   if (rc != MPI_SUCCESS)
     return ts__mpi_error(rc, "MPI_Allreduce", __FILE__, __LINE__, err);
   w->world.pids = w->pids;
-  return TS_OK;
+  return w->pids ? arenas_init(w, err) : TS_OK;
+}
+
+void ts__cma_free(ts_world *w) {
+  arenas_free(w);
+  free(w->pids);
+  w->pids = NULL;
+  w->world.pids = NULL;
 }
 
 static int64_t region_total(const ts_comm_region *r) {
@@ -106,6 +221,8 @@ static int64_t region_total(const ts_comm_region *r) {
 }
 
 bool ts_comm_single_copy(const ts_comm *c) { return c && c->pids; }
+
+bool ts_comm_shared_buffers(const ts_comm *c) { return c && c->arenas; }
 
 /* A region as contiguous runs of `run` bytes, walked in order. */
 typedef struct runs {
@@ -232,8 +349,44 @@ int ts_comm_process_copy_many(const ts_comm_proc *proc, bool write, int n,
   return n > 0 ? ts_comm_proc_unpin(proc, &pidfd, rc, err) : rc;
 }
 
+/* Copies rank `peer`'s region rem, which lies in its arena a (arena_holds), into the local
+ * region loc through this rank's mapping of that arena: memcpy run by run. */
+static int copy_mapped(const ts__arena *a, int peer, const ts_comm_region *loc,
+                       const ts_comm_region *rem, ts_error *err) {
+  ts_comm_region src = *rem;
+  src.base = (void *)(uintptr_t)(a->map + ((uint64_t)(uintptr_t)rem->base - a->base));
+  runs l, r;
+  runs_init(&l, loc);
+  runs_init(&r, &src);
+  if (l.remaining != r.remaining)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "rank %d's region holds %lld bytes where "
+                        "this rank's holds %lld", peer, (long long)r.remaining,
+                        (long long)l.remaining);
+  while (l.remaining > 0) {
+    int64_t len = l.left < r.left ? l.left : r.left;
+    uint8_t *to = runs_take(&l, len);
+    memcpy(to, runs_take(&r, len), (size_t)len);
+  }
+  return TS_OK;
+}
+
+/* Whether every byte of region r lies in the arena a. */
+static bool arena_holds(const ts__arena *a, const ts_comm_region *r) {
+  uint64_t lo = (uint64_t)(uintptr_t)r->base, hi = lo + (uint64_t)r->esize;
+  for (int d = 0; d < r->ndim; d++) {
+    if (r->count[d] == 0)
+      return false;
+    int64_t span = (r->count[d] - 1) * r->stride[d];
+    if (span < 0)
+      lo -= (uint64_t)-span;
+    else
+      hi += (uint64_t)span;
+  }
+  return a->size > 0 && lo >= a->base && hi <= a->base + a->size && lo <= hi;
+}
+
 /* How a pair moves, decided alike on both sides from the two descriptions. */
-enum { PAIR_MISMATCH, PAIR_MPI, PAIR_SENDER_COPIES, PAIR_RECEIVER_COPIES };
+enum { PAIR_MISMATCH, PAIR_MPI, PAIR_SENDER_COPIES, PAIR_RECEIVER_COPIES, PAIR_RECEIVER_MAPS };
 
 /* What each end of a pair tells the other: its region, and how many pairs it has in this
  * exchange. */
@@ -242,12 +395,17 @@ typedef struct cma_desc {
   int64_t pairs;
 } cma_desc;
 
-static int pair_way(const cma_desc *snd, const cma_desc *rcv) {
+static int pair_way(const ts_comm *c, int sender, int receiver, const cma_desc *snd,
+                    const cma_desc *rcv) {
   runs s, r;
   runs_init(&s, &snd->region);
   runs_init(&r, &rcv->region);
   if (s.remaining != r.remaining)
     return PAIR_MISMATCH;
+  /* The sender's region in its arena: the receiver copies it from its mapping (both sides see
+   * the same table). */
+  if (c->arenas && sender != receiver && arena_holds(&c->arenas[c->ranks[sender]], &snd->region))
+    return PAIR_RECEIVER_MAPS;
   /* Short runs cost a system call's worth each: MPI packs them better. */
   if ((s.run < CMA_MIN_RUN && s.nruns > 4) || (r.run < CMA_MIN_RUN && r.nruns > 4))
     return PAIR_MPI;
@@ -308,7 +466,8 @@ int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm
     bool snd = i < nsend;
     int peer = snd ? send_peers[i] : recv_peers[i - nsend];
     const ts_comm_region *mine = snd ? &send[i] : &recv[i - nsend];
-    int way = snd ? pair_way(&own[i], &desc[i]) : pair_way(&desc[i], &own[i]);
+    int way = snd ? pair_way(c, c->rank, peer, &own[i], &desc[i])
+                  : pair_way(c, peer, c->rank, &desc[i], &own[i]);
     ts_error e;
     if (way == PAIR_MISMATCH) {
       if (rc == TS_OK)
@@ -322,8 +481,10 @@ int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm
       else
         recv_mpi[i - nsend] = true;
     } else if ((way == PAIR_SENDER_COPIES) == snd) { /* this rank copies, then tells */
-      st[i] = copy_regions((pid_t)c->pids[c->ranks[peer]], peer, snd, mine, &desc[i].region,
-                           &e);
+      st[i] = way == PAIR_RECEIVER_MAPS
+                  ? copy_mapped(&c->arenas[c->ranks[peer]], peer, mine, &desc[i].region, &e)
+                  : copy_regions((pid_t)c->pids[c->ranks[peer]], peer, snd, mine,
+                                 &desc[i].region, &e);
       if (st[i] && rc == TS_OK)
         rc = ts_error_set(err, e.code, "%s", e.msg);
       mrc = MPI_Isend(&st[i], 1, MPI_INT, peer, CMA_ACK_TAG + snd, c->comm, &sreq[i]);

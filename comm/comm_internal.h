@@ -6,12 +6,21 @@
 #include "ts_comm.h"
 #include "ts_wait.h"
 
+/* A rank's shared buffer arena (ts_pool_share) as every rank sees it: where that rank maps it
+ * (base) and its size, the same on every rank, and where this rank maps it (map; NULL for this
+ * rank's own). */
+typedef struct ts__arena {
+  uint64_t base, size;
+  const uint8_t *map;
+} ts__arena;
+
 struct ts_comm {
   MPI_Comm comm;
   int rank, size;
   int *ranks; /* world rank of each comm rank */
   bool owned; /* freed by the world (false for the world's own entry until finalize) */
   const int *pids; /* process id of each world rank when single-copy reads work (cma.c) */
+  const ts__arena *arenas; /* per world rank when every rank maps every other's arena */
   struct ts_world *world;
   uint64_t agreements; /* agreements entered on this communicator (every member counts alike) */
   struct ts_comm *next;
@@ -32,6 +41,7 @@ struct ts_world {
   ts_comm *cache;       /* group communicators */
   int ncached;
   int *pids; /* see ts__cma_init; NULL when regions go through MPI */
+  ts__arena *arenas; /* see ts__cma_init; NULL when the buffers are not shared */
   int agree_timeout_ms;  /* how long an agreement waits for every rank */
   int agree_delay_ms;    /* fault injection: the next agreement starts this late */
   char agree_label[96];  /* what the agreements decide now, for timeout messages */
@@ -109,9 +119,12 @@ int ts__comm_transfers(ts_comm *c, int n, const ts__transfer *t, int tag, ts_err
 int ts__region_fold(const ts_comm_region *r, int64_t *cnt, int64_t *str);
 
 /* Single-copy region transfers (cma.c). ts__cma_init (collective over the world) sets w->pids
- * when every rank runs on this node and can read the others' memory. ts__cma_exchange moves the
+ * when every rank runs on this node and can read the others' memory, and w->arenas when, in
+ * addition, every rank shares its buffers and maps every other rank's arena. ts__cma_exchange moves the
  * non-empty regions listed; the pairs it leaves to MPI come back flagged in send_mpi/recv_mpi. */
 int ts__cma_init(ts_world *w, ts_error *err);
+/* Unmaps the other ranks' arenas and frees the tables of ts__cma_init. */
+void ts__cma_free(ts_world *w);
 /* Reduce-scatter on one node (c->pids set): every rank reads its block from each rank's sbuf
  * with process_vm_readv, in rank order, and reduces it into rbuf with the kernel (so the sum's
  * order is the same whatever the load); one agreement at the end keeps every sbuf alive until

@@ -163,6 +163,9 @@ int ts_comm_exchange_many(ts_comm *c, int nsend, const int *send_peers,
 /* Whether region exchanges over c go as single copies between the processes (every rank on one
  * node and process_vm_readv allowed: cma.c); the same on every rank of c. */
 bool ts_comm_single_copy(const ts_comm *c);
+/* Whether, in addition, every rank of c shares its pool's buffers and maps the others' (cma.c):
+ * a region in a sender's buffers is then copied by its receiver with plain loads. */
+bool ts_comm_shared_buffers(const ts_comm *c);
 /* A client process a single copy acts on (proc.c): its pid, the uid the kernel reported with
  * its request, and its start time (clock ticks after boot, /proc/PID/stat), which together name
  * one process even after its pid went to another. */

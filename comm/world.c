@@ -71,6 +71,7 @@ int ts_world_init(int *argc, char ***argv, int thread_level, ts_world **out, ts_
     goto fail;
   if ((rc = ts__cma_init(w, err)) || (rc = ts__doorbell_init(w, err))) {
     ts__doorbell_free(w);
+    ts__cma_free(w);
     ts__comm_types_free(NULL);
     goto fail;
   }
@@ -109,7 +110,7 @@ int ts_world_finalize(ts_world **pw, ts_error *err) {
   if (mrc != MPI_SUCCESS && rc == TS_OK)
     rc = ts__mpi_error(mrc, "MPI_Comm_free", __FILE__, __LINE__, err);
   free(w->world.ranks);
-  free(w->pids);
+  ts__cma_free(w);
   if (w->initialized_mpi) {
     mrc = MPI_Finalize();
     if (mrc != MPI_SUCCESS && rc == TS_OK)
@@ -169,6 +170,7 @@ int ts_comm_group(ts_world *w, const int *ranks, int n, ts_comm **out, ts_error 
   }
   memcpy(copy, ranks, (size_t)n * sizeof *copy);
   c->pids = w->pids;
+  c->arenas = w->arenas;
   c->world = w;
   MPI_Group world_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
   int rc = TS_OK;

@@ -63,6 +63,11 @@ static int start_serving(void *arg, ts_error *err) {
     snprintf(tcp, sizeof tcp, " and tcp://%s:%d", sc->cfg->tcp_host, sc->cfg->tcp_port + rank);
   TSD_LOG(TSD_LOG_INFO, "memory limit %lld bytes (%s)", (long long)sc->cfg->memory_limit,
           sc->memory_why);
+  ts_comm *world = ts_world_comm(sc->world);
+  TSD_LOG(TSD_LOG_INFO, "transfers between the daemons: %s",
+          ts_comm_shared_buffers(world) ? "single copies, shared buffers"
+          : ts_comm_single_copy(world)  ? "single copies (buffers not shared)"
+                                        : "MPI");
   TSD_LOG(TSD_LOG_INFO, "ready: job %s rank %d of %d pid %d serving %s%s", sc->cfg->job, rank,
           size, (int)getpid(), sc->so->socket_path, tcp);
   return TS_OK;

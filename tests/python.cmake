@@ -26,6 +26,13 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_batch.py ${TS_BIN} 4)
   set_tests_properties(test_python_batch PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                        ENVIRONMENT "${TS_PY_ENV}")
+  # Shared buffers between the daemons of one node (forced on): model-like tensors and random
+  # targets moved batched and singly against numpy, the log line, a fault on one rank mid-batch.
+  add_test(NAME test_python_shared_buffers
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_shared_buffers.py
+                   ${TS_BIN} 4)
+  set_tests_properties(test_python_shared_buffers PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_PY_ENV}")
   # put_many and get_many: a randomized differential test against numpy through each data path,
   # bad input through every rank (nothing changed), keyed SPMD use, futures.
   add_test(NAME test_python_batch_io

@@ -20,6 +20,12 @@ target_link_libraries(test_comm_mpi PRIVATE tsshard)
 tshard_mpi_test(test_comm test_comm_mpi 1 2 3 4)
 # The same with the single-copy path of one node off: every region through MPI.
 tshard_mpi_test_env(test_comm_mpi_only_np4 test_comm_mpi 4 TSHARD_CMA=0)
+# With shared buffers (the receivers copy out of the senders' pool buffers), whatever the
+# machine's shared memory pages: the regions, the executor and the batches.
+tshard_mpi_test_env(test_comm_shared_np4 test_comm_mpi 4 TSHARD_SHARED_BUFFERS=1)
+tshard_mpi_test_env(test_comm_shared_np2 test_comm_mpi 2 TSHARD_SHARED_BUFFERS=1)
+tshard_mpi_test_env(test_reshard_shared_np4 test_reshard_mpi 4 TSHARD_SHARED_BUFFERS=1)
+tshard_mpi_test_env(test_reshard_shared_np3 test_reshard_mpi 3 TSHARD_SHARED_BUFFERS=1)
 # Without doorbells (no shared window): every wait naps, as across nodes.
 tshard_mpi_test_env(test_comm_no_doorbells_np3 test_comm_mpi 3 TSHARD_DOORBELLS=0)
 tshard_mpi_test_env(test_reshard_no_doorbells_np4 test_reshard_mpi 4 TSHARD_DOORBELLS=0)

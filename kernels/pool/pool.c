@@ -9,7 +9,9 @@
  * fault per page on first touch). A freed mapping is kept in the cache for the next request of
  * its class, up to the cache cap; cached buffers go back to the OS (munmap) when they have been
  * idle for the idle period (at ts_pool_trim, called by whoever is idle, and at any free), when
- * the cache is over its cap, or when the memory limit needs their room.
+ * the cache is over its cap, or when the memory limit needs their room. Once the process shares
+ * its buffers (ts_pool_share), the mapped ones come from extents of the shared arena (arena.c)
+ * instead of private mappings, except those asking for huge pages.
  *
  * The account: in_use (buffers handed out: mappings at their real size, heap blocks at the bytes
  * asked for), of which staging
@@ -37,6 +39,7 @@
 #include <malloc.h>
 #endif
 
+#include "arena.h"
 #include "ts_pool.h"
 
 #define HEADER_BYTES 64 /* keeps the heap path 64-byte aligned */
@@ -51,7 +54,7 @@ typedef struct header {
   size_t cap;          /* bytes counted for this buffer */
   struct header *next; /* in the cache */
   int64_t freed_ms;    /* when it entered the cache */
-  uint8_t staging, huge;
+  uint8_t staging, huge, shared; /* shared: an extent of the arena (arena.c) */
 } header;
 
 _Static_assert(sizeof(header) <= HEADER_BYTES, "the header must fit its slot");
@@ -119,10 +122,18 @@ static header *evict_to(uint64_t keep) {
   return victims;
 }
 
+/* Gives a mapped buffer's memory back: its arena extent, or its private mapping. */
+static void release_mapping(header *h) {
+  if (h->shared)
+    ts__arena_give(h->base, h->map_len);
+  else
+    munmap(h->base, h->map_len);
+}
+
 static void unmap_all(header *h) {
   while (h) {
     header *next = h->next;
-    munmap(h->base, h->map_len);
+    release_mapping(h);
     h = next;
   }
 }
@@ -148,21 +159,44 @@ static bool over_limit(size_t cap) {
   return cfg.limit > 0 && (cap > (uint64_t)cfg.limit || st.in_use + cap > (uint64_t)cfg.limit);
 }
 
-static void *map_buffer(size_t cap, bool huge) {
-  size_t page = page_size(), align = cap >= TS_BUFFER_HUGE_BYTES ? TS_BUFFER_HUGE_BYTES : page;
-  if (page < HEADER_BYTES || cap > SIZE_MAX - 3 * TS_BUFFER_HUGE_BYTES)
-    return NULL;
+/* The pages of a new mapped buffer: an extent of the shared arena when the process shares its
+ * buffers and the buffer does not ask for huge pages, else a private mapping. Returns the start
+ * (a page for the header, then the buffer at p) with *p, *len and *shared set. */
+static char *map_pages(size_t cap, size_t align, bool huge, char **p, size_t *len, bool *shared) {
+  size_t page = page_size();
+  *len = cap + page;
+  *shared = false;
+  if (!huge && ts__arena_active()) {
+    char *keep = ts__arena_take(*len, page, align);
+    if (keep) {
+      *shared = true;
+      *p = keep + page;
+      return keep;
+    }
+  }
   /* room to align, and a page for the header */
   size_t map_len = cap + page + (align > page ? align : 0);
   char *m = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED)
     return NULL;
-  char *p = (char *)(((uintptr_t)m + page + align - 1) / align * align);
-  char *keep = p - page, *end = m + map_len;
+  *p = (char *)(((uintptr_t)m + page + align - 1) / align * align);
+  char *keep = *p - page, *end = m + map_len;
   if (keep > m)
     munmap(m, (size_t)(keep - m));
-  if (end > p + cap)
-    munmap(p + cap, (size_t)(end - (p + cap)));
+  if (end > *p + cap)
+    munmap(*p + cap, (size_t)(end - (*p + cap)));
+  return keep;
+}
+
+static void *map_buffer(size_t cap, bool huge) {
+  size_t page = page_size(), align = cap >= TS_BUFFER_HUGE_BYTES ? TS_BUFFER_HUGE_BYTES : page;
+  if (page < HEADER_BYTES || cap > SIZE_MAX - 3 * TS_BUFFER_HUGE_BYTES)
+    return NULL;
+  char *p, *keep;
+  size_t len;
+  bool shared;
+  if ((keep = map_pages(cap, align, huge, &p, &len, &shared)) == NULL)
+    return NULL;
 #if defined(MADV_HUGEPAGE)
   if (huge && cap >= TS_BUFFER_HUGE_BYTES)
     madvise(p, cap, MADV_HUGEPAGE); /* advice only: without huge pages the buffer still works */
@@ -180,9 +214,10 @@ static void *map_buffer(size_t cap, bool huge) {
   memset(h, 0, sizeof *h);
   h->magic = MAGIC_MAPPED;
   h->base = keep;
-  h->map_len = cap + page;
+  h->map_len = len;
   h->cap = cap;
   h->huge = huge;
+  h->shared = shared;
   return p;
 }
 
@@ -229,7 +264,7 @@ void *ts_pool_alloc(size_t bytes, unsigned flags, const char *what, ts_error *er
   bool staging = flags & TS_POOL_STAGING;
   size_t cls, min = charge_of(bytes, &cls);
   pthread_mutex_lock(&mu);
-  bool huge = bytes >= TS_POOL_MAP_MIN && (cfg.huge || (flags & TS_POOL_HUGE));
+  bool huge = bytes >= TS_POOL_MAP_MIN && ((cfg.huge && !ts__arena_active()) || (flags & TS_POOL_HUGE));
   header *h = bytes >= TS_POOL_MAP_MIN ? cache_take(bytes, cls, huge) : NULL;
   header *victims = NULL;
   if (h && over_limit(h->cap)) { /* the cached one is larger than the room left: give it up */
@@ -346,7 +381,7 @@ void ts_pool_free(void *p) {
     free(h->base);
   } else if (h) {
     h->magic = 0;
-    munmap(h->base, h->map_len);
+    release_mapping(h);
   }
 }
 

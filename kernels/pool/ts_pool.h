@@ -75,6 +75,24 @@ void ts_pool_reset_peak(void);
 /* Bytes a buffer is counted for (at least what was asked); 0 for NULL. */
 size_t ts_pool_capacity(const void *p);
 
+/* Shared buffers: from this call on, the mapped buffers other than TS_POOL_HUGE ones are carved
+ * from one memory file of `size` bytes of address space (a memfd mapped whole with
+ * MAP_NORESERVE: pages exist only where buffers are), which the other processes of the node may
+ * map (open /proc/PID/fd/FD and mmap it) to copy out of this process's buffers with plain loads
+ * (comm/cma.c). A buffer's bytes are at its address minus `base` in the file. The first page of
+ * the file is the caller's (a word the readers check their mapping with). When the arena has no
+ * room the buffer is a private mapping as before. Idempotent: a later call returns the same
+ * arena whatever its size. Errors: TS_NO_MEMORY naming the system call that failed,
+ * TS_INVALID_ARGUMENT for a size under 4 MiB or over 2^46. The arena asks for huge pages
+ * (MADV_HUGEPAGE), which shared memory gets where the system allows it: the pool-wide `huge`
+ * setting then applies through it. */
+typedef struct ts_pool_shared {
+  int fd;        /* the memory file, in this process */
+  uint64_t base; /* where this process maps it */
+  uint64_t size;
+} ts_pool_shared;
+int ts_pool_share(uint64_t size, ts_pool_shared *out, ts_error *err);
+
 /* The kernels' tensor buffers (einsum workspaces and caches): ts_pool_alloc with TS_POOL_HUGE
  * (transposes and permutations of large tensors then spend far less time on TLB misses), no
  * name and no error. Free them with ts_buffer_free (ts_pool_free), never with free(). */

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "ts_comm.h"
+#include "ts_pool.h"
 
 static int rank, size;
 static long failures, checks;
@@ -100,13 +101,14 @@ static void test_regions(ts_comm *world) {
  * point to point. got[q][i][j] must be q's a[i][r*W + j] = q*1e6 + i*1000 + r*W + j. Rows of
  * 2400 bytes (long runs on both sides), of 768 bytes (short runs on the copier's own side only:
  * still single copies) and of 160 bytes (too short: MPI's). */
-static void test_large_regions(ts_comm *world, int W) {
+static void test_large_regions(ts_comm *world, int W, bool pooled) {
   enum { R = 64 };
   ts_error err;
   int64_t rows = (int64_t)size * R, cols = (int64_t)size * W;
-  int32_t *a = malloc((size_t)(rows * cols) * sizeof *a);
-  int32_t *got = calloc((size_t)(rows * W), sizeof *got);
-  int32_t *back = calloc((size_t)(rows * cols), sizeof *back);
+  size_t na = (size_t)(rows * cols) * sizeof(int32_t), ngot = (size_t)(rows * W) * sizeof(int32_t);
+  int32_t *a = pooled ? ts_pool_alloc(na, 0, NULL, NULL) : malloc(na);
+  int32_t *got = pooled ? ts_pool_alloc(ngot, 0, NULL, NULL) : malloc(ngot);
+  int32_t *back = pooled ? ts_pool_alloc(na, 0, NULL, NULL) : malloc(na);
   ts_comm_region *sr = calloc(2 * (size_t)size, sizeof *sr), *rr = sr + size;
   int *peers = malloc((size_t)size * sizeof *peers);
   for (int64_t i = 0; i < rows; i++)
@@ -147,11 +149,35 @@ static void test_large_regions(ts_comm *world, int W) {
       }
     CHECK(bad == 0, "large regions of %d back (round %d): %ld wrong elements", W, round, bad);
   }
-  free(a);
-  free(got);
-  free(back);
+  if (pooled) {
+    ts_pool_free(a);
+    ts_pool_free(got);
+    ts_pool_free(back);
+  } else {
+    free(a);
+    free(got);
+    free(back);
+  }
   free(sr);
   free(peers);
+}
+
+/* Shared buffers (cma.c): on wherever single copies are and TSHARD_SHARED_BUFFERS=1 asks for
+ * them, off with 0; then the large regions again from pool buffers, which the receivers copy
+ * from their mappings of the senders' arenas (any other way gives the same bytes: the checks
+ * are the same). */
+static void test_shared_buffers(ts_comm *world) {
+  const char *env = getenv("TSHARD_SHARED_BUFFERS");
+  bool on = ts_comm_shared_buffers(world);
+  if (env && strcmp(env, "1") == 0)
+    CHECK(on == ts_comm_single_copy(world), "shared buffers %d with single copies %d", on,
+          ts_comm_single_copy(world));
+  if (env && strcmp(env, "0") == 0)
+    CHECK(!on, "shared buffers on with TSHARD_SHARED_BUFFERS=0");
+  CHECK(!on || ts_comm_single_copy(world), "shared buffers without single copies");
+  test_large_regions(world, 600, true);
+  test_large_regions(world, 192, true);
+  test_large_regions(world, 40, true);
 }
 
 /* Doorbells: every rank of this one-node job has one (unless TSHARD_DOORBELLS=0, when nothing
@@ -601,9 +627,10 @@ int main(int argc, char **argv) {
   CHECK(ts_comm_bcast(world, &b, -1, 0, &err) == TS_INVALID_ARGUMENT, "negative bcast");
   test_agree_relay(world);
   test_regions(world);
-  test_large_regions(world, 600);
-  test_large_regions(world, 192);
-  test_large_regions(world, 40);
+  test_large_regions(world, 600, false);
+  test_large_regions(world, 192, false);
+  test_large_regions(world, 40, false);
+  test_shared_buffers(world);
   free(all);
   free(cnt);
   free(rev);

@@ -2,15 +2,23 @@
  * cache cap, the idle release (with the pages really given back: the process's resident size is
  * read from /proc/self/statm), the account (in use, staging, cached, peak, hits, misses), the
  * memory limit with staging counted and cached buffers given up to make room, misuse (a second
- * free of a cached buffer aborts) and concurrent use from several threads. Each test runs in its
- * own process (Check forks), so each starts with an empty pool. */
+ * free of a cached buffer aborts) and concurrent use from several threads. Shared buffers
+ * (ts_pool_share, arena.c): mapped buffers come from the memory file and another mapping of it
+ * sees their bytes, huge-page and small buffers do not, freed extents lose their pages and are
+ * merged back (the whole arena free again), a full arena falls back to private mappings, and
+ * the idle release and the threads run again with the arena. Each test runs in its own process
+ * (Check forks), so each starts with an empty pool. */
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "arena.h"
 #include "check_main.h"
 #include "ts_pool.h"
 
@@ -154,7 +162,7 @@ END_TEST
 
 /* Mappings are pre-faulted when made (resident before anyone writes them), and the idle release
  * gives the pages back to the OS. */
-START_TEST(test_prefault_and_idle_release) {
+static void run_idle_release(void) {
   configure(0, 1LL << 30, 3600 * 1000);
   size_t n = 64 * MiB;
   size_t r0 = resident();
@@ -186,6 +194,8 @@ START_TEST(test_prefault_and_idle_release) {
   ck_assert_int_eq(ts_pool_trim(true), 1);
   ck_assert_uint_eq(stats().cached, 0);
 }
+
+START_TEST(test_prefault_and_idle_release) { run_idle_release(); }
 END_TEST
 
 START_TEST(test_accounting_and_peak) {
@@ -297,7 +307,7 @@ static void *worker(void *arg) {
   return (void *)(uintptr_t)(bad != 0);
 }
 
-START_TEST(test_threads) {
+static void run_threads(void) {
   configure((int64_t)(64 * MiB), (int64_t)(16 * MiB), 0);
   pthread_t t[4];
   for (int i = 0; i < 4; i++)
@@ -316,6 +326,8 @@ START_TEST(test_threads) {
   ts_pool_trim(true);
   ck_assert_uint_eq(stats().cached, 0);
 }
+
+START_TEST(test_threads) { run_threads(); }
 END_TEST
 
 /* A process that never calls ts_pool_trim still releases: a free expires what has been cached
@@ -337,6 +349,123 @@ START_TEST(test_free_expires_idle) {
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------------------------
+ * Shared buffers */
+
+static ts_pool_shared share(uint64_t size) {
+  ts_pool_shared sh;
+  ts_error err;
+  ck_assert_msg(ts_pool_share(size, &sh, &err) == TS_OK, "%s", err.msg);
+  return sh;
+}
+
+static bool in_arena(const ts_pool_shared *sh, const void *p, size_t n) {
+  uint64_t a = (uint64_t)(uintptr_t)p;
+  return a >= sh->base && a + n <= sh->base + sh->size;
+}
+
+/* Bytes of the memory file that hold pages. */
+static uint64_t file_bytes(int fd) {
+  struct stat st;
+  ck_assert_int_eq(fstat(fd, &st), 0);
+  return (uint64_t)st.st_blocks * 512;
+}
+
+START_TEST(test_shared_buffers) {
+  configure(0, 1LL << 30, 3600 * 1000);
+  ts_error err;
+  ck_assert_int_eq(ts_pool_share(MiB, &(ts_pool_shared){0}, &err), TS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(err.msg, "valid"));
+  ts_pool_shared sh = share((uint64_t)16 << 30), again = share((uint64_t)1 << 30);
+  ck_assert_int_eq(sh.fd, again.fd);
+  ck_assert_uint_eq(sh.base, again.base);
+  ck_assert_uint_eq(sh.size, (uint64_t)16 << 30);
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), all_free = sh.size - page;
+  ck_assert_uint_eq(ts__arena_free_bytes(), all_free);
+  unsigned char *a = ts_pool_alloc(3 * MiB, 0, "a", NULL);
+  unsigned char *b = ts_pool_alloc(700 << 10, TS_POOL_STAGING, "b", NULL);
+  unsigned char *h = ts_pool_alloc(3 * MiB, TS_POOL_HUGE, "h", NULL);
+  unsigned char *s = ts_pool_alloc(100 << 10, 0, "s", NULL);
+  ck_assert(a && b && h && s);
+  ck_assert(in_arena(&sh, a, 3 * MiB) && in_arena(&sh, b, 700 << 10));
+  ck_assert_uint_eq((uintptr_t)a % TS_BUFFER_HUGE_BYTES, 0);
+  ck_assert_uint_eq((uintptr_t)b % page, 0);
+  ck_assert(!in_arena(&sh, h, 1) && !in_arena(&sh, s, 1)); /* huge pages, the heap */
+  ck_assert_uint_ge(file_bytes(sh.fd), 3 * MiB + (700 << 10)); /* pre-faulted in the file */
+  fill(a, 3 * MiB, 5);
+  fill(b, 700 << 10, 6);
+  /* Another mapping of the file, as a peer process makes it, sees the same bytes. */
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", sh.fd);
+  int fd = open(path, O_RDONLY);
+  ck_assert_int_ge(fd, 0);
+  unsigned char *view = mmap(NULL, (size_t)sh.size, PROT_READ, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  close(fd);
+  ck_assert(view != MAP_FAILED);
+  ck_assert(filled(view + ((uintptr_t)a - sh.base), 3 * MiB, 5));
+  ck_assert(filled(view + ((uintptr_t)b - sh.base), 700 << 10, 6));
+  /* A cached buffer keeps its extent and pages; a released one gives both back. */
+  ts_pool_free(a);
+  ts_pool_free(b);
+  ck_assert_uint_ge(file_bytes(sh.fd), 3 * MiB);
+  unsigned char *a2 = ts_pool_alloc(3 * MiB, 0, "a2", NULL);
+  ck_assert_ptr_eq(a2, a); /* from the cache */
+  ts_pool_free(a2);
+  ck_assert_int_eq(ts_pool_trim(true), 2);
+  ck_assert_uint_lt(file_bytes(sh.fd), 64 << 10);
+  ck_assert_uint_eq(ts__arena_free_bytes(), all_free); /* merged back whole */
+  /* Extents of many sizes, given back in another order, merge back whole as well. */
+  unsigned char *many[40];
+  for (int i = 0; i < 40; i++) {
+    size_t n = (size_t)(i % 7 + 1) * (300 << 10) + (size_t)i * 4096;
+    many[i] = ts_pool_alloc(n, 0, NULL, NULL);
+    ck_assert(many[i] && in_arena(&sh, many[i], n));
+    fill(many[i], n, (unsigned)i);
+  }
+  for (int i = 0; i < 40; i++) {
+    int k = (i * 17) % 40;
+    size_t n = (size_t)(k % 7 + 1) * (300 << 10) + (size_t)k * 4096;
+    ck_assert_msg(filled(many[k], n, (unsigned)k), "buffer %d overwritten by another", k);
+    ts_pool_free(many[k]);
+  }
+  ts_pool_trim(true);
+  ck_assert_uint_eq(ts__arena_free_bytes(), all_free);
+  munmap(view, (size_t)sh.size);
+  ts_pool_free(h);
+  ts_pool_free(s);
+}
+END_TEST
+
+/* A full arena: the buffer is a private mapping, and works the same. */
+START_TEST(test_shared_arena_full) {
+  configure(0, 0, 0);
+  ts_pool_shared sh = share(8 * MiB);
+  unsigned char *a = ts_pool_alloc(3 * MiB, 0, NULL, NULL);
+  unsigned char *b = ts_pool_alloc(6 * MiB, 0, NULL, NULL);
+  ck_assert(a && b);
+  ck_assert(in_arena(&sh, a, 3 * MiB) && !in_arena(&sh, b, 1));
+  fill(b, 6 * MiB, 9);
+  ck_assert(filled(b, 6 * MiB, 9));
+  ts_pool_free(a); /* no cache: released at once */
+  ts_pool_free(b);
+  ck_assert_uint_eq(stats().in_use, 0);
+  ck_assert_uint_eq(ts__arena_free_bytes(), sh.size - (uint64_t)sysconf(_SC_PAGESIZE));
+}
+END_TEST
+
+START_TEST(test_shared_idle_release) {
+  share((uint64_t)4 << 30);
+  run_idle_release();
+}
+END_TEST
+
+START_TEST(test_shared_threads) {
+  share((uint64_t)4 << 30);
+  run_threads();
+  ck_assert_uint_eq(ts__arena_free_bytes(), ((uint64_t)4 << 30) - (uint64_t)sysconf(_SC_PAGESIZE));
+}
+END_TEST
+
 static Suite *pool_suite(void) {
   Suite *s = suite_create("pool");
   TCase *tc = tcase_create("pool");
@@ -350,6 +479,10 @@ static Suite *pool_suite(void) {
   tcase_add_test(tc, test_limit_counts_staging);
   tcase_add_test_raise_signal(tc, test_double_free_aborts, SIGABRT);
   tcase_add_test(tc, test_threads);
+  tcase_add_test(tc, test_shared_buffers);
+  tcase_add_test(tc, test_shared_arena_full);
+  tcase_add_test(tc, test_shared_idle_release);
+  tcase_add_test(tc, test_shared_threads);
   suite_add_tcase(s, tc);
   return s;
 }
