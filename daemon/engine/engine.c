@@ -27,6 +27,7 @@ void tsd_shared_init(tsd_shared *sh) {
   pthread_mutex_init(&sh->spare_mu, NULL);
   for (int i = 0; i < TSD_SPARE_REPLIES; i++)
     sh->spare[i].spare = true;
+  pthread_mutex_init(&sh->outlets_mu, NULL);
 }
 
 static void work_free(tsd_qnode *n) {
@@ -49,6 +50,8 @@ void tsd_shared_destroy(tsd_shared *sh) {
   tsd_queue_destroy(&sh->replies, reply_free);
   pthread_mutex_destroy(&sh->mu);
   pthread_mutex_destroy(&sh->spare_mu);
+  tsd_outlets_free(sh);
+  pthread_mutex_destroy(&sh->outlets_mu);
 }
 
 void tsd_reply_release(tsd_shared *sh, tsd_reply *r) {
@@ -88,6 +91,7 @@ static tsd_reply *reply_node(tsd_shared *sh, bool no_alloc) {
     if ((r = spare_take(sh)) != NULL) {
       r->frame = NULL;
       r->lost_reason = NULL;
+      r->delivered = r->counted = false;
       r->lost_status = TS_OK;
       return r;
     }
@@ -119,6 +123,8 @@ void tsd_push_reply_fd(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t 
   r->len = len;
   r->fd = fd;
   r->req_id = req_id;
+  if (tsd_outlet_answer(sh, r)) /* written to the client already (outlet.c) */
+    return;
   tsd_queue_push(&sh->replies, &r->node); /* wakes the loop thread */
 }
 
@@ -136,6 +142,7 @@ static void push_lost(tsd_shared *sh, uint64_t conn_id, uint64_t req_id, int sta
   r->req_id = req_id;
   r->lost_status = status;
   r->lost_reason = reason;
+  tsd_outlet_answer(sh, r); /* no frame: only counted, the loop answers it in order */
   tsd_queue_push(&sh->replies, &r->node);
 }
 

@@ -32,6 +32,11 @@ void tsd_queue_set_wake(tsd_queue *q, void (*wake)(void *ctx), void *ctx) {
 }
 
 void tsd_queue_push(tsd_queue *q, tsd_qnode *n) {
+  tsd_queue_push_quiet(q, n);
+  tsd_queue_wake(q);
+}
+
+void tsd_queue_push_quiet(tsd_queue *q, tsd_qnode *n) {
   n->next = NULL;
   pthread_mutex_lock(&q->mu);
   if (q->tail)
@@ -39,6 +44,11 @@ void tsd_queue_push(tsd_queue *q, tsd_qnode *n) {
   else
     q->head = n;
   q->tail = n;
+  pthread_mutex_unlock(&q->mu);
+}
+
+void tsd_queue_wake(tsd_queue *q) {
+  pthread_mutex_lock(&q->mu);
   void (*wake)(void *) = q->wake;
   void *ctx = q->wake_ctx;
   pthread_mutex_unlock(&q->mu);

@@ -37,6 +37,10 @@ void tsd_queue_init(tsd_queue *q);
 void tsd_queue_destroy(tsd_queue *q, void (*free_node)(tsd_qnode *n));
 void tsd_queue_set_wake(tsd_queue *q, void (*wake)(void *ctx), void *ctx);
 void tsd_queue_push(tsd_queue *q, tsd_qnode *n);
+/* The same without waking the consumer (it takes the node at its next wake-up). */
+void tsd_queue_push_quiet(tsd_queue *q, tsd_qnode *n);
+/* Calls the consumer's wake callback. */
+void tsd_queue_wake(tsd_queue *q);
 /* Takes every node, in order (linked by next). */
 tsd_qnode *tsd_queue_take_all(tsd_queue *q);
 bool tsd_queue_empty(tsd_queue *q);
@@ -51,6 +55,9 @@ typedef struct tsd_work {
 } tsd_work;
 
 #define TSD_SPARE_REPLIES 16
+/* Buckets of the outlet table, and the largest answer the engine writes itself (outlet.c). */
+#define TSD_OUTLET_BUCKETS 64
+#define TSD_OUTLET_MAX 16384
 
 typedef struct tsd_reply {
   tsd_qnode node;  /* first: queued in tsd_shared.replies */
@@ -64,6 +71,8 @@ typedef struct tsd_reply {
   int lost_status;
   const char *lost_reason;
   bool spare; /* one of tsd_shared's spare nodes: given back, not freed */
+  bool delivered; /* the engine wrote the answer itself (outlet.c): accounting only */
+  bool counted;   /* counted in its connection's outlet as queued (outlet.c) */
 } tsd_reply;
 
 /* The hand-over between the two threads. The catalog (front/catalog.c) and the server
@@ -83,7 +92,36 @@ typedef struct tsd_shared {
   pthread_mutex_t spare_mu;
   tsd_reply spare[TSD_SPARE_REPLIES];
   bool spare_used[TSD_SPARE_REPLIES];
+  /* The connections the engine may answer itself (outlet.c), by connection id. */
+  pthread_mutex_t outlets_mu;
+  struct tsd_outlet *outlets[TSD_OUTLET_BUCKETS];
 } tsd_shared;
+
+/* Outlets (outlet.c): the engine writes an answer of at most TSD_OUTLET_MAX bytes to its
+ * client's Unix socket itself when neither the loop thread nor an earlier queued answer is in the
+ * way, and queues a notice that the loop takes at its next wake-up for the accounting.
+ *
+ * The loop thread's side: tsd_outlet_open registers a connection's socket (NULL: no memory, the
+ * answers then all go through the loop); tsd_outlet_shut stops direct answers and unregisters it
+ * (accepts NULL, sets *o to NULL) when the connection starts closing. Around each frame it hands
+ * to libuv: tsd_outlet_write_begin (counted: an engine answer the outlet counted as queued) before,
+ * tsd_outlet_write_handed right after, tsd_outlet_write_done when libuv is done with it;
+ * tsd_outlet_uncount for a counted answer dropped unwritten; tsd_outlet_set_paused when it stops
+ * or resumes reading the connection. All accept NULL.
+ * The engine's side: tsd_outlet_answer (from tsd_push_reply) writes r's frame and queues r as a
+ * delivered notice (true), or marks r counted when the connection has an outlet (false: the
+ * caller queues r as before). */
+typedef struct tsd_outlet tsd_outlet;
+tsd_outlet *tsd_outlet_open(tsd_shared *sh, uint64_t conn_id, int fd);
+void tsd_outlet_shut(tsd_shared *sh, tsd_outlet **o);
+void tsd_outlet_write_begin(tsd_outlet *o, bool counted);
+void tsd_outlet_write_handed(tsd_outlet *o);
+void tsd_outlet_write_done(tsd_outlet *o);
+void tsd_outlet_uncount(tsd_outlet *o);
+void tsd_outlet_set_paused(tsd_shared *sh, tsd_outlet *o, bool paused);
+bool tsd_outlet_answer(tsd_shared *sh, tsd_reply *r);
+/* Frees the outlets still registered (at the end, after the loop thread stopped). */
+void tsd_outlets_free(tsd_shared *sh);
 
 void tsd_shared_init(tsd_shared *sh);
 void tsd_shared_destroy(tsd_shared *sh);

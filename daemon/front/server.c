@@ -33,6 +33,11 @@
  * owner's pid and start time and the sender's uid, which every rank checks again before it
  * copies (comm/proc.c). libuv reads with read(), which drops credentials, so a Unix connection's
  * reads go through a uv_poll_t on a dup() of its descriptor; the uv_pipe_t serves the writes.
+ * Small answers to Unix connections the engine may write itself (engine/outlet.c): the loop
+ * registers each such connection's outlet when it accepts it and shuts it when the connection
+ * starts closing, holds it while it hands a frame to libuv, and takes the engine's notices of
+ * what it wrote (for the requests in flight) when it next wakes: a read of the connection, or
+ * its async when it stopped reading the connection (the engine wakes it then).
  * Shutdown: the engine finishes, then tsd_server_stop flushes the answers, removes the sockets
  * and closes every handle (a timer forces the close of clients that do not read). */
 #include <errno.h>
@@ -110,6 +115,7 @@ typedef struct conn {
   uint32_t frame_len;
   size_t have;
   int writes_pending;
+  tsd_outlet *out; /* Unix connections: where the engine may write its answers itself */
 } conn;
 
 typedef struct write_req {
@@ -151,6 +157,7 @@ static void conn_close(conn *c);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 static void on_poll(uv_poll_t *p, int status, int events);
+static void deliver_replies(tsd_server *s);
 
 /* Reading from a connection starts and stops here (backpressure, refusals, shutdown): through
  * libuv's reads for TCP, through the poll handle of its descriptor's dup for Unix sockets. */
@@ -246,6 +253,7 @@ static void conn_close(conn *c) {
       break;
     }
   c->closing = true;
+  tsd_outlet_shut(s->sh, &c->out); /* before its descriptor goes */
   tsd_work *w = calloc(1, sizeof *w);
   if (w) {
     w->conn_id = c->id;
@@ -263,14 +271,18 @@ static void on_written(uv_write_t *req, int status) {
   free(wr->frame);
   free(wr);
   c->writes_pending--;
+  tsd_outlet_write_done(c->out);
   if (status < 0 || (c->close_after_write && c->writes_pending == 0))
     conn_close(c);
 }
 
-/* Takes the frame. */
-static void conn_write(conn *c, uint8_t *frame, size_t len) {
+/* Takes the frame. counted: an engine answer its outlet counted as queued (outlet.c); the
+ * outlet is held while libuv takes the frame, so the engine never writes in the middle. */
+static void conn_write_as(conn *c, uint8_t *frame, size_t len, bool counted) {
   write_req *wr = malloc(sizeof *wr);
   if (!wr || c->closing) {
+    if (counted)
+      tsd_outlet_uncount(c->out);
     free(wr);
     free(frame);
     return;
@@ -279,13 +291,19 @@ static void conn_write(conn *c, uint8_t *frame, size_t len) {
   wr->frame = frame;
   uv_buf_t b = uv_buf_init((char *)frame, (unsigned)len);
   c->writes_pending++;
-  if (uv_write(&wr->req, &c->h.stream, &b, 1, on_written) < 0) {
+  tsd_outlet_write_begin(c->out, counted);
+  int rc = uv_write(&wr->req, &c->h.stream, &b, 1, on_written);
+  tsd_outlet_write_handed(c->out);
+  if (rc < 0) {
     c->writes_pending--;
+    tsd_outlet_write_done(c->out);
     free(frame);
     free(wr);
     conn_close(c);
   }
 }
+
+static void conn_write(conn *c, uint8_t *frame, size_t len) { conn_write_as(c, frame, len, false); }
 
 static void conn_reply_error(conn *c, uint64_t id, int status, const char *msg, bool close) {
   uint8_t *frame;
@@ -294,6 +312,8 @@ static void conn_reply_error(conn *c, uint64_t id, int status, const char *msg, 
     conn_read_stop(c); /* nothing more is read from a connection being closed */
   if (tsd_error_frame(id, status, msg, &frame, &len) == TS_OK) {
     c->close_after_write = close;
+    if (close)
+      tsd_outlet_shut(c->srv->sh, &c->out); /* nothing more after this answer */
     conn_write(c, frame, len);
   } else if (close) {
     conn_close(c);
@@ -564,8 +584,10 @@ static void process_frame(conn *c) {
   ++c->inflight;
   if (c->last_frame_big)
     big_take(c, req->id);
-  if (conn_paused(c))
+  if (conn_paused(c)) {
     conn_read_stop(c);
+    tsd_outlet_set_paused(s->sh, c->out, true); /* the engine wakes the loop for its notices */
+  }
   tsd_push_work(s->sh, w);
 }
 
@@ -699,6 +721,11 @@ static ssize_t recv_creds(int fd, uv_buf_t buf, sender *from) {
 static void on_poll(uv_poll_t *p, int status, int events) {
   (void)events;
   conn *c = p->data;
+  /* The engine's answers it wrote itself: their accounting first (a client's next request is
+   * what usually brings the loop here after one). */
+  deliver_replies(c->srv);
+  if (c->closing)
+    return;
   if (status < 0) {
     TSD_LOG(TSD_LOG_DEBUG, "connection %llu: %s", (unsigned long long)c->id, uv_strerror(status));
     conn_close(c);
@@ -787,6 +814,7 @@ static bool unix_conn_setup(conn *c) {
   }
   c->rpoll.data = c;
   c->handles++;
+  c->out = tsd_outlet_open(c->srv->sh, c->id, fd);
   return true;
 }
 
@@ -857,6 +885,8 @@ static conn *find_conn(tsd_server *s, uint64_t id) {
 static void conn_write_fd(conn *c, tsd_reply *r) {
   uv_os_fd_t sock;
   size_t sent = 0;
+  tsd_outlet_write_begin(c->out, r->counted); /* the engine keeps off while this goes */
+  tsd_outlet_write_handed(c->out);
   int e = uv_stream_get_write_queue_size(&c->h.stream) != 0 ? EBUSY
           : uv_fileno(&c->h.handle, &sock) != 0            ? EBADF
                                                            : tsd_send_fd(sock, r->frame, r->len,
@@ -868,6 +898,7 @@ static void conn_write_fd(conn *c, tsd_reply *r) {
   } else {
     free(r->frame);
   }
+  tsd_outlet_write_done(c->out);
   if (e != 0) {
     TSD_LOG(TSD_LOG_WARN, "connection %llu: cannot pass its segment: %s",
             (unsigned long long)c->id, strerror(e));
@@ -885,7 +916,7 @@ static void answer_lost(conn *c, const tsd_reply *r) {
   const char *why = r->lost_reason ? r->lost_reason : "the daemon could not build this answer";
   if (tsd_error_frame(r->req_id, r->lost_status ? r->lost_status : TS_INTERNAL, why, &frame,
                       &len) == TS_OK) {
-    conn_write(c, frame, len);
+    conn_write_as(c, frame, len, r->counted);
     return;
   }
   TSD_LOG(TSD_LOG_ERROR, "connection %llu closed: the answer to its request %llu was lost (%s) "
@@ -901,17 +932,21 @@ static void deliver_replies(tsd_server *s) {
     list = (tsd_reply *)r->node.next;
     conn *c = find_conn(s, r->conn_id);
     if (c && !c->closing) {
-      if (r->fd >= 0)
+      if (r->delivered)
+        ; /* the engine wrote it (outlet.c): the accounting below is what is left */
+      else if (r->fd >= 0)
         conn_write_fd(c, r);
       else if (r->frame)
-        conn_write(c, r->frame, r->len);
+        conn_write_as(c, r->frame, r->len, r->counted);
       else
         answer_lost(c, r);
       bool was_paused = conn_paused(c);
       c->inflight--;
       big_give(c, r->req_id);
-      if (was_paused && !conn_paused(c) && !s->stopping && !c->closing)
+      if (was_paused && !conn_paused(c) && !s->stopping && !c->closing) {
+        tsd_outlet_set_paused(s->sh, c->out, false);
         conn_read_start(c);
+      }
     } else {
       if (r->fd >= 0)
         close(r->fd);
@@ -996,6 +1031,7 @@ static void begin_stop(tsd_server *s) {
   while (c) {
     conn *next = c->next;
     conn_read_stop(c);
+    tsd_outlet_shut(s->sh, &c->out);
     if (c->writes_pending == 0)
       conn_close(c);
     else

@@ -5,7 +5,8 @@ numpy's), many futures from one connection, result(timeout) expiring and then su
 (an SPMD collective that waits for its other participant makes the wait deterministic), waiting
 twice, a closed connection failing its futures, a client killed (SIGKILL) with futures in flight
 (the daemons keep serving, every tensor intact, checked by a second client), and the training
-pattern (reshard issued, numpy work, then result()).
+pattern (reshard issued, numpy work, then result()); then the operations in flight again on
+daemons with --max-inflight 2 (reading stops and resumes at almost every request).
 
 usage: test_async.py BUILD_BIN_DIR"""
 import builtins
@@ -228,6 +229,19 @@ with Daemons(bin_dir, NP) as d:
             check(False, f"{t.__name__} raised {type(e).__name__}: {e}")
     with d.connect(0) as c:
         check(c.ping()["rank"] == 0, "the daemons still serve at the end")
+    code = d.stop()
+    check(code == 0, f"the daemons exit 0 after shutdown: {code}\n{d.logs()[-3000:]}")
+# With --max-inflight 2 the loop thread stops reading a connection at almost every request, and
+# resumes on an answer: also on those the engine writes to the socket itself, whose notices must
+# then wake it (engine/outlet.c). The same operations in flight, in order.
+with Daemons(bin_dir, NP, ["--max-inflight", "2"]) as d:
+    for t in (test_order, test_many, test_every_kind):
+        try:
+            t(d)
+        except Exception as e:  # noqa: BLE001 - a test that raises is a failure, the rest run
+            import traceback
+            traceback.print_exc()
+            check(False, f"{t.__name__} with --max-inflight 2 raised {type(e).__name__}: {e}")
     code = d.stop()
     check(code == 0, f"the daemons exit 0 after shutdown: {code}\n{d.logs()[-3000:]}")
 check.finish()
