@@ -41,7 +41,9 @@
  * 600, gpt2_batched_vs_raw <= 1.3, gpt2_batched_ms <= 0.5 x gpt2_loop_ms, async_overlap_ratio <=
  * 1.6, idle_cpu_pct < 0.5. The raw reference runs before and after the daemons' runs (the daemons
  * idle meanwhile); each figure is the median over both. --help prints the usage; a signal,
- * --timeout or a SIGKILL stops the daemons too (bench_guard.h). A benchmark, not a test. */
+ * --timeout or a SIGKILL stops the daemons too (bench_guard.h). The daemons inherit the
+ * environment, so TSHARD_SHARED_BUFFERS=1 (or 0) measures them with (or without) shared buffers
+ * whatever the machine's default (comm/cma.c). A benchmark, not a test. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -75,7 +77,8 @@ static void usage(const char *self) {
          "for 148 tensors of 3 KiB),\n"
          "async_overlap_ratio (wait=False reshard overlapped with numpy work), idle_cpu_pct,\n"
          "idle_cpu_max_pct (the daemons' CPU when idle), targets_missed. The header of\n"
-         "tests/bench/bench_many.c explains each.\n"
+         "tests/bench/bench_many.c explains each. The daemons inherit the environment:\n"
+         "TSHARD_SHARED_BUFFERS=1 %s measures them with shared buffers.\n"
          "options:\n"
          "  --np N           daemons (MPI ranks), 1 to %d (default 4)\n"
          "  --runs R         GPT-2, async and raw GPT-2 runs, medians (default 5)\n"
@@ -83,7 +86,7 @@ static void usage(const char *self) {
          "  --async-mib N    size of the async reshard's tensor (default 256)\n"
          "  --quick          tiny counts for a check of the keys: --runs 1 --reps 10\n"
          "                   --async-mib 4, idle measured over 1 s\n" TSB_COMMON_USAGE,
-         self, MAX_NP);
+         self, self, MAX_NP);
 }
 
 static int parse_int(const char *self, const char *flag, const char *text, long lo, long hi,
