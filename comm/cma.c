@@ -513,6 +513,17 @@ int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm
   return rc;
 }
 
+/* Where this rank maps n bytes at address at of comm rank r, when they lie in r's shared
+ * buffers (NULL otherwise). */
+static const uint8_t *mapped_bytes(const ts_comm *c, int r, uint64_t at, int64_t n) {
+  if (!c->arenas)
+    return NULL;
+  const ts__arena *a = &c->arenas[c->ranks[r]];
+  if (!a->map || at < a->base || n < 0 || at + (uint64_t)n > a->base + a->size)
+    return NULL;
+  return a->map + (at - a->base);
+}
+
 /* The reduce-scatter reads in pieces of this many bytes through one buffer. */
 #define CMA_RS_PIECE ((int64_t)4 << 20)
 
@@ -541,8 +552,17 @@ int ts__cma_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *
       int64_t n = bytes - done < CMA_RS_PIECE ? bytes - done : CMA_RS_PIECE;
       uint8_t *dst = (uint8_t *)rbuf + done;
       uint8_t *into = r == 0 ? dst : piece;
+      const uint8_t *far = r == c->rank ? NULL
+                           : mapped_bytes(c, r, bases[r] + (uint64_t)(off_bytes + done), n);
       if (r == c->rank) {
         memcpy(into, (const uint8_t *)sbuf + off_bytes + done, (size_t)n);
+      } else if (far) { /* in the rank's shared buffers: reduced straight from the mapping */
+        if (r == 0)
+          memcpy(dst, far, (size_t)n);
+        else
+          st = ts_reduce(dst, far, (size_t)(n / es), dt, op, &lerr);
+        done += n;
+        continue;
       } else {
         struct iovec l = {into, (size_t)n};
         struct iovec rem = {(void *)(uintptr_t)(bases[r] + (uint64_t)(off_bytes + done)),

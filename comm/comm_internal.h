@@ -126,7 +126,8 @@ int ts__cma_init(ts_world *w, ts_error *err);
 /* Unmaps the other ranks' arenas and frees the tables of ts__cma_init. */
 void ts__cma_free(ts_world *w);
 /* Reduce-scatter on one node (c->pids set): every rank reads its block from each rank's sbuf
- * with process_vm_readv, in rank order, and reduces it into rbuf with the kernel (so the sum's
+ * with process_vm_readv (or straight from its mapping of that rank's shared buffers), in rank
+ * order, and reduces it into rbuf with the kernel (so the sum's
  * order is the same whatever the load); one agreement at the end keeps every sbuf alive until
  * all reads are done and gives every rank the same status. */
 int ts__cma_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *counts,

@@ -164,8 +164,8 @@ static void test_large_regions(ts_comm *world, int W, bool pooled) {
 
 /* Shared buffers (cma.c): on wherever single copies are and TSHARD_SHARED_BUFFERS=1 asks for
  * them, off with 0; then the large regions again from pool buffers, which the receivers copy
- * from their mappings of the senders' arenas (any other way gives the same bytes: the checks
- * are the same). */
+ * from their mappings of the senders' arenas, and a reduce-scatter (any other way gives the
+ * same bytes: the checks are the same). */
 static void test_shared_buffers(ts_comm *world) {
   const char *env = getenv("TSHARD_SHARED_BUFFERS");
   bool on = ts_comm_shared_buffers(world);
@@ -178,6 +178,28 @@ static void test_shared_buffers(ts_comm *world) {
   test_large_regions(world, 600, true);
   test_large_regions(world, 192, true);
   test_large_regions(world, 40, true);
+  /* A reduce-scatter from pool buffers, in pieces of more than one read (4 MiB): each rank
+   * reduces the others' blocks straight from its mappings where buffers are shared. */
+  ts_error err;
+  int *counts = malloc((size_t)size * sizeof *counts);
+  int64_t total = 0, at = 0;
+  for (int i = 0; i < size; i++)
+    total += counts[i] = (3 << 19) + i * 7;
+  int32_t *sb = ts_pool_alloc((size_t)total * 4, 0, NULL, NULL);
+  int32_t *rb = ts_pool_alloc((size_t)counts[rank] * 4, 0, NULL, NULL);
+  for (int64_t i = 0; i < total; i++)
+    sb[i] = (int32_t)(i % 1000 + rank);
+  CHECK(ts_comm_reduce_scatter(world, sb, rb, counts, TS_I32, TS_REDUCE_SUM, &err) == TS_OK,
+        "reduce-scatter from pool buffers: %s", err.msg);
+  for (int i = 0; i < rank; i++)
+    at += counts[i];
+  long bad = 0;
+  for (int64_t k = 0; k < counts[rank]; k++)
+    bad += rb[k] != (int32_t)(size * ((at + k) % 1000) + size * (size - 1) / 2);
+  CHECK(bad == 0, "reduce-scatter from pool buffers: %ld wrong elements", bad);
+  ts_pool_free(sb);
+  ts_pool_free(rb);
+  free(counts);
 }
 
 /* Doorbells: every rank of this one-node job has one (unless TSHARD_DOORBELLS=0, when nothing
