@@ -160,13 +160,14 @@ static bool over_limit(size_t cap) {
 }
 
 /* The pages of a new mapped buffer: an extent of the shared arena when the process shares its
- * buffers and the buffer does not ask for huge pages, else a private mapping. Returns the start
- * (a page for the header, then the buffer at p) with *p, *len and *shared set. */
-static char *map_pages(size_t cap, size_t align, bool huge, char **p, size_t *len, bool *shared) {
+ * buffers and the buffer may be shared, else a private mapping. Returns the start (a page for
+ * the header, then the buffer at p) with *p, *len and *shared set. */
+static char *map_pages(size_t cap, size_t align, bool may_share, char **p, size_t *len,
+                       bool *shared) {
   size_t page = page_size();
   *len = cap + page;
   *shared = false;
-  if (!huge && ts__arena_active()) {
+  if (may_share && ts__arena_active()) {
     char *keep = ts__arena_take(*len, page, align);
     if (keep) {
       *shared = true;
@@ -188,17 +189,19 @@ static char *map_pages(size_t cap, size_t align, bool huge, char **p, size_t *le
   return keep;
 }
 
-static void *map_buffer(size_t cap, bool huge) {
+/* huge: the kind of buffer asked for (a private mapping gets the advice; the arena has its
+ * own); may_share: it may come from the shared arena (not the kernels' own TS_POOL_HUGE ones). */
+static void *map_buffer(size_t cap, bool huge, bool may_share) {
   size_t page = page_size(), align = cap >= TS_BUFFER_HUGE_BYTES ? TS_BUFFER_HUGE_BYTES : page;
   if (page < HEADER_BYTES || cap > SIZE_MAX - 3 * TS_BUFFER_HUGE_BYTES)
     return NULL;
   char *p, *keep;
   size_t len;
   bool shared;
-  if ((keep = map_pages(cap, align, huge, &p, &len, &shared)) == NULL)
+  if ((keep = map_pages(cap, align, may_share, &p, &len, &shared)) == NULL)
     return NULL;
 #if defined(MADV_HUGEPAGE)
-  if (huge && cap >= TS_BUFFER_HUGE_BYTES)
+  if (huge && !shared && cap >= TS_BUFFER_HUGE_BYTES)
     madvise(p, cap, MADV_HUGEPAGE); /* advice only: without huge pages the buffer still works */
 #else
   (void)huge;
@@ -236,11 +239,12 @@ static void *heap_buffer(size_t bytes) {
 
 /* The cached buffer that best fits a request: of its class (at least `bytes`, at most `cls`)
  * and of the same page kind; the smallest such. */
-static header *cache_take(size_t bytes, size_t cls, bool huge) {
+static header *cache_take(size_t bytes, size_t cls, bool huge, bool may_share) {
   header **best = NULL;
   for (header **pp = &cache_head; *pp; pp = &(*pp)->next) {
     header *h = *pp;
-    bool fits = h->cap >= bytes && h->cap <= cls && (bool)h->huge == huge;
+    bool fits = h->cap >= bytes && h->cap <= cls && (bool)h->huge == huge &&
+                (may_share || !h->shared);
     if (fits && (!best || h->cap < (*best)->cap))
       best = pp;
   }
@@ -264,8 +268,9 @@ void *ts_pool_alloc(size_t bytes, unsigned flags, const char *what, ts_error *er
   bool staging = flags & TS_POOL_STAGING;
   size_t cls, min = charge_of(bytes, &cls);
   pthread_mutex_lock(&mu);
-  bool huge = bytes >= TS_POOL_MAP_MIN && ((cfg.huge && !ts__arena_active()) || (flags & TS_POOL_HUGE));
-  header *h = bytes >= TS_POOL_MAP_MIN ? cache_take(bytes, cls, huge) : NULL;
+  bool huge = bytes >= TS_POOL_MAP_MIN && (cfg.huge || (flags & TS_POOL_HUGE));
+  bool may_share = !(flags & TS_POOL_HUGE); /* the kernels' workspaces stay private */
+  header *h = bytes >= TS_POOL_MAP_MIN ? cache_take(bytes, cls, huge, may_share) : NULL;
   header *victims = NULL;
   if (h && over_limit(h->cap)) { /* the cached one is larger than the room left: give it up */
     st.released += h->cap;
@@ -305,7 +310,7 @@ void *ts_pool_alloc(size_t bytes, unsigned flags, const char *what, ts_error *er
   update_peak();
   pthread_mutex_unlock(&mu);
   unmap_all(victims);
-  void *p = bytes >= TS_POOL_MAP_MIN ? map_buffer(cap, huge) : heap_buffer(cap);
+  void *p = bytes >= TS_POOL_MAP_MIN ? map_buffer(cap, huge, may_share) : heap_buffer(cap);
   if (p) {
     header_of(p)->staging = staging;
     return p;

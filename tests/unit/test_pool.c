@@ -453,6 +453,24 @@ START_TEST(test_shared_arena_full) {
 }
 END_TEST
 
+/* With every buffer asking for huge pages (the daemon's default): the shared ones still come
+ * from the arena, and a kernel's TS_POOL_HUGE buffer never takes a cached shared one. */
+START_TEST(test_shared_with_huge_config) {
+  ts_pool_config c = {0, 1LL << 30, 3600 * 1000, true};
+  ts_pool_configure(&c);
+  ts_pool_shared sh = share((uint64_t)4 << 30);
+  unsigned char *a = ts_pool_alloc(3 * MiB, 0, NULL, NULL);
+  ck_assert(a && in_arena(&sh, a, 3 * MiB));
+  ts_pool_free(a);
+  unsigned char *k = ts_pool_alloc(3 * MiB, TS_POOL_HUGE, NULL, NULL);
+  ck_assert(k && k != a && !in_arena(&sh, k, 1));
+  unsigned char *b = ts_pool_alloc(3 * MiB, 0, NULL, NULL);
+  ck_assert_ptr_eq(b, a); /* the cached shared one */
+  ts_pool_free(k);
+  ts_pool_free(b);
+}
+END_TEST
+
 START_TEST(test_shared_idle_release) {
   share((uint64_t)4 << 30);
   run_idle_release();
@@ -481,6 +499,7 @@ static Suite *pool_suite(void) {
   tcase_add_test(tc, test_threads);
   tcase_add_test(tc, test_shared_buffers);
   tcase_add_test(tc, test_shared_arena_full);
+  tcase_add_test(tc, test_shared_with_huge_config);
   tcase_add_test(tc, test_shared_idle_release);
   tcase_add_test(tc, test_shared_threads);
   suite_add_tcase(s, tc);
