@@ -23,9 +23,10 @@
  *
  * Shared buffers: with single copies on, every rank may also share its pool's buffers
  * (ts_pool_share: they come from one memory file) and map every other rank's file read-only,
- * once per world (share_wanted says when; any rank that cannot leaves it off everywhere). A pair whose sender's region lies in the sender's file is then copied by the
- * receiver with plain loads from its mapping (memcpy run by run): one copy in user space, every
- * receiver at work at once, and no system call per run, so short runs need MPI no more. */
+ * once per world (share_wanted says when; any rank that cannot leaves it off everywhere). A pair
+ * whose sender's region lies in the sender's file is then copied by the receiver with plain
+ * loads from its mapping (memcpy run by run): one copy in user space, every receiver at work at
+ * once, and no system call per run, so short runs need MPI no more. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -143,7 +144,9 @@ static int arenas_init(ts_world *w, ts_error *err) {
   w->arenas = a;
   if (rc != MPI_SUCCESS || !ok) {
     arenas_free(w); /* unmaps what was mapped */
-    return rc == MPI_SUCCESS ? TS_OK : ts__mpi_error(rc, "MPI_Allgather", __FILE__, __LINE__, err);
+    return rc == MPI_SUCCESS ? TS_OK
+                             : ts__mpi_error(rc, "the exchange of the shared arenas", __FILE__,
+                                             __LINE__, err);
   }
   w->world.arenas = a;
   return TS_OK;
