@@ -31,6 +31,9 @@
  *   idle_cpu_pct          the daemons' CPU over IDLE s (10) with nothing connected after the
  *                         runs, summed over the daemons, in % of one core; idle_cpu_max_pct the
  *                         busiest daemon
+ *   daemon_transfers      how the daemons move data between them, from their logs:
+ *                         shared_buffers, single_copies or mpi (comm/cma.c; "mixed" when
+ *                         the daemons' lines differ, "unknown" when none was found)
  *   mpi_single_copy       Open MPI's single-copy mechanism of the daemons and the raw reference:
  *                         cma (as a job started by tshard-launch uses) where this machine allows
  *                         it, else none; one set by the caller wins
@@ -378,6 +381,34 @@ static void ratio(const char *key, double a, double b) {
     printf("%s=unavailable\n", key);
 }
 
+/* daemon_transfers: the daemons' own words in their log ("transfers between the daemons: ..."). */
+static void print_transfers(const tse_job *job) {
+  static const struct {
+    const char *says, *key;
+  } kinds[] = {{"single copies, shared buffers", "shared_buffers"},
+               {"single copies (buffers not shared)", "single_copies"},
+               {"MPI", "mpi"}};
+  const char *seen = NULL;
+  bool mixed = false;
+  char line[1024];
+  FILE *f = fopen(job->log, "r");
+  while (f && fgets(line, sizeof line, f)) {
+    const char *at = strstr(line, "transfers between the daemons: ");
+    if (!at)
+      continue;
+    at += strlen("transfers between the daemons: ");
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+      if (strncmp(at, kinds[k].says, strlen(kinds[k].says)) == 0) {
+        mixed = mixed || (seen && seen != kinds[k].key);
+        seen = kinds[k].key;
+        break;
+      }
+  }
+  if (f)
+    fclose(f);
+  printf("daemon_transfers=%s\n", mixed ? "mixed" : seen ? seen : "unknown");
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--raw") == 0)
     return raw_mode(argc, argv);
@@ -392,6 +423,7 @@ int main(int argc, char **argv) {
   if (tse_start(&job, o.np, NULL, 120))
     return 1;
   tsb_announce(&job, o.wait_stdin);
+  print_transfers(&job);
   printf("np=%d\nruns=%d\nreps=%d\nasync_mib=%d\n", o.np, o.runs, o.reps, o.async_mib);
   fflush(stdout);
 

@@ -2,7 +2,8 @@
 # tshard-bench-many --quick: it exits 0 (every tensor it got back matched what it put) and prints
 # each of its keys with a number, the ratios consistent with the figures they divide, and a
 # targets_missed line. The keys of APIs a client may lack (reshard_many, wait=False) may read
-# "unavailable" instead, never anything else. Figures are not judged here (a loaded CI box).
+# "unavailable" instead, never anything else; daemon_transfers names the daemons' transfers.
+# Figures are not judged here (a loaded CI box).
 # usage: test_bench_many_keys.sh BUILD_BIN_DIR
 set -u
 bin=$1
@@ -22,6 +23,8 @@ for k in gpt2_batched_ms gpt2_batched_vs_raw gpt2_batched_vs_loop async_overlap_
   ok grep -qE "^$k=($num|unavailable)\$" "$out"
 done
 ok grep -qE "^targets_missed=" "$out"
+# the daemons say how they move data (mpi only where this machine forbids single copies)
+ok grep -qE "^daemon_transfers=(single_copies|shared_buffers|mpi)\$" "$out"
 val() { grep -E "^$1=" "$out" | head -1 | cut -d= -f2; }
 # each ratio R is its figure A over the reference B, within the rounding of the printed A and B
 # (half a unit of their last decimal, E) and of R (0.001)

@@ -3,7 +3,8 @@
 exchange copy out of the senders' pool buffers through their mappings), against numpy.
 
 - Every daemon says in its log that its transfers go as single copies with shared buffers, and
-  with TSHARD_SHARED_BUFFERS=0 that its buffers are not shared.
+  with TSHARD_SHARED_BUFFERS=0 that its buffers are not shared (on a machine that forbids single
+  copies, that they go through MPI: the moves are checked all the same).
 - Tensors large enough for their pieces to go as copies of their own (pairs over 32 KiB, slices
   in the pool's mapped buffers): the column splits of a model's matrices (short runs of 192 to
   768 bytes, which MPI packs without shared buffers), long runs, 1-D gathers, in several dtypes.
@@ -68,8 +69,12 @@ def split(n, dim):
 def moves():
     with daemons("1") as d:
         log = d.logs()
-        check(log.count("single copies, shared buffers") == NP,
-              f"every daemon says its buffers are shared:\n{log[-2000:]}")
+        if log.count("transfers between the daemons: MPI") == NP:
+            print("single copies are off here (TSHARD_CMA=0, or process_vm_readv forbidden): "
+                  "no shared buffers; the moves are checked all the same")
+        else:
+            check(log.count("single copies, shared buffers") == NP,
+                  f"every daemon says its buffers are shared:\n{log[-2000:]}")
         want, attrs = {}, {}
         with d.connect(0, timeout=T) as c:
             for i, (n, (dt, shape)) in enumerate(SHAPES.items()):
@@ -101,7 +106,8 @@ def moves():
 def not_shared():
     with daemons("0") as d:
         log = d.logs()
-        check(log.count("single copies (buffers not shared)") == NP,
+        check(log.count("single copies (buffers not shared)") == NP
+              or log.count("transfers between the daemons: MPI") == NP,
               f"every daemon says its buffers are not shared:\n{log[-2000:]}")
         with d.connect(1, timeout=T) as c:
             a = values("f32", (1024, 768), 3)
