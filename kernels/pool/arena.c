@@ -51,7 +51,7 @@ int ts_pool_share(uint64_t size, ts_pool_shared *out, ts_error *err) {
       rc = set_error(err, "memfd_create", errno);
     else if (ftruncate(fd, (off_t)size) != 0)
       rc = set_error(err, "sizing the file", errno);
-    /* 2 MiB-aligned: a placeholder of the size plus the alignment, the file mapped over it */
+    /* 2 MiB-aligned: reserve the size plus the alignment, then map the file over the aligned start */
     else if ((hole = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS |
                           MAP_NORESERVE, -1, 0)) == MAP_FAILED)
       rc = set_error(err, "reserving its addresses", errno);
