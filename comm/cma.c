@@ -352,12 +352,22 @@ int ts_comm_process_copy_many(const ts_comm_proc *proc, bool write, int n,
   return n > 0 ? ts_comm_proc_unpin(proc, &pidfd, rc, err) : rc;
 }
 
+/* Whether the n bytes at address at (in the arena's owner) lie in the arena a. */
+static bool arena_contains(const ts__arena *a, uint64_t at, uint64_t n) {
+  return a->size > 0 && at >= a->base && n <= a->size && at - a->base <= a->size - n;
+}
+
+/* Where this rank maps address at of the arena a's owner (a->map set: not this rank's own). */
+static const uint8_t *arena_mapped(const ts__arena *a, uint64_t at) {
+  return a->map + (at - a->base);
+}
+
 /* Copies rank `peer`'s region rem, which lies in its arena a (arena_holds), into the local
  * region loc through this rank's mapping of that arena: memcpy run by run. */
 static int copy_mapped(const ts__arena *a, int peer, const ts_comm_region *loc,
                        const ts_comm_region *rem, ts_error *err) {
   ts_comm_region src = *rem;
-  src.base = (void *)(uintptr_t)(a->map + ((uint64_t)(uintptr_t)rem->base - a->base));
+  src.base = (void *)(uintptr_t)arena_mapped(a, (uint64_t)(uintptr_t)rem->base);
   runs l, r;
   runs_init(&l, loc);
   runs_init(&r, &src);
@@ -385,7 +395,7 @@ static bool arena_holds(const ts__arena *a, const ts_comm_region *r) {
     else
       hi += (uint64_t)span;
   }
-  return a->size > 0 && lo >= a->base && hi <= a->base + a->size && lo <= hi;
+  return lo <= hi && arena_contains(a, lo, hi - lo);
 }
 
 /* How a pair moves, decided alike on both sides from the two descriptions. */
@@ -519,12 +529,10 @@ int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm
 /* Where this rank maps n bytes at address at of comm rank r, when they lie in r's shared
  * buffers (NULL otherwise). */
 static const uint8_t *mapped_bytes(const ts_comm *c, int r, uint64_t at, int64_t n) {
-  if (!c->arenas)
+  const ts__arena *a = c->arenas ? &c->arenas[c->ranks[r]] : NULL;
+  if (!a || !a->map || n < 0 || !arena_contains(a, at, (uint64_t)n))
     return NULL;
-  const ts__arena *a = &c->arenas[c->ranks[r]];
-  if (!a->map || at < a->base || n < 0 || at + (uint64_t)n > a->base + a->size)
-    return NULL;
-  return a->map + (at - a->base);
+  return arena_mapped(a, at);
 }
 
 /* The reduce-scatter reads in pieces of this many bytes through one buffer. */
@@ -554,29 +562,24 @@ int ts__cma_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *
     for (int64_t done = 0; done < bytes && st == TS_OK;) {
       int64_t n = bytes - done < CMA_RS_PIECE ? bytes - done : CMA_RS_PIECE;
       uint8_t *dst = (uint8_t *)rbuf + done;
-      uint8_t *into = r == 0 ? dst : piece;
-      const uint8_t *far = r == c->rank ? NULL
-                           : mapped_bytes(c, r, bases[r] + (uint64_t)(off_bytes + done), n);
-      if (r == c->rank) {
-        memcpy(into, (const uint8_t *)sbuf + off_bytes + done, (size_t)n);
-      } else if (far) { /* in the rank's shared buffers: reduced straight from the mapping */
-        if (r == 0)
-          memcpy(dst, far, (size_t)n);
-        else
-          st = ts_reduce(dst, far, (size_t)(n / es), dt, op, &lerr);
-        done += n;
-        continue;
-      } else {
-        struct iovec l = {into, (size_t)n};
-        struct iovec rem = {(void *)(uintptr_t)(bases[r] + (uint64_t)(off_bytes + done)),
-                            (size_t)n};
+      uint64_t at = bases[r] + (uint64_t)(off_bytes + done);
+      /* The block: this rank's own, straight from a mapping of the rank's shared buffers, or
+       * read (process_vm_readv) into rbuf (rank 0's) or the piece buffer. */
+      const uint8_t *blk = r == c->rank ? (const uint8_t *)sbuf + off_bytes + done
+                                        : mapped_bytes(c, r, at, n);
+      if (!blk) {
+        uint8_t *into = r == 0 ? dst : piece;
+        struct iovec l = {into, (size_t)n}, rem = {(void *)(uintptr_t)at, (size_t)n};
         ssize_t got = process_vm_readv((pid_t)c->pids[c->ranks[r]], &l, 1, &rem, 1, 0);
         if (got != (ssize_t)n)
           st = ts_error_set(&lerr, TS_IO, "reduce-scatter: reading %lld bytes from rank %d: %s",
                             (long long)n, r, got < 0 ? strerror(errno) : "a partial copy");
+        blk = into;
       }
-      if (st == TS_OK && r > 0)
-        st = ts_reduce(dst, piece, (size_t)(n / es), dt, op, &lerr);
+      if (st == TS_OK && r == 0 && blk != dst)
+        memcpy(dst, blk, (size_t)n);
+      else if (st == TS_OK && r > 0)
+        st = ts_reduce(dst, blk, (size_t)(n / es), dt, op, &lerr);
       done += n;
     }
   }

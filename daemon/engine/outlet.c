@@ -93,6 +93,16 @@ void tsd_outlet_shut(tsd_shared *sh, tsd_outlet **po) {
   outlet_release(sh, o);
 }
 
+/* The loop thread's writes in flight and the engine's queued answers change by these. */
+static void outlet_add(tsd_outlet *o, int writes, int queued) {
+  if (!o)
+    return;
+  pthread_mutex_lock(&o->mu);
+  o->loop_writes += writes;
+  o->queued += queued;
+  pthread_mutex_unlock(&o->mu);
+}
+
 void tsd_outlet_write_begin(tsd_outlet *o, bool counted) {
   if (!o)
     return;
@@ -102,26 +112,14 @@ void tsd_outlet_write_begin(tsd_outlet *o, bool counted) {
     o->queued--;
 }
 
-void tsd_outlet_uncount(tsd_outlet *o) {
-  if (!o)
-    return;
-  pthread_mutex_lock(&o->mu);
-  o->queued--;
-  pthread_mutex_unlock(&o->mu);
-}
+void tsd_outlet_uncount(tsd_outlet *o) { outlet_add(o, 0, -1); }
 
 void tsd_outlet_write_handed(tsd_outlet *o) {
   if (o)
     pthread_mutex_unlock(&o->mu);
 }
 
-void tsd_outlet_write_done(tsd_outlet *o) {
-  if (!o)
-    return;
-  pthread_mutex_lock(&o->mu);
-  o->loop_writes--;
-  pthread_mutex_unlock(&o->mu);
-}
+void tsd_outlet_write_done(tsd_outlet *o) { outlet_add(o, -1, 0); }
 
 void tsd_outlet_set_paused(tsd_shared *sh, tsd_outlet *o, bool paused) {
   if (!o)
@@ -132,12 +130,14 @@ void tsd_outlet_set_paused(tsd_shared *sh, tsd_outlet *o, bool paused) {
     tsd_queue_wake(&sh->replies);
 }
 
-/* Sends the whole frame on the outlet's socket, or nothing; counts it as queued when not. */
+/* Sends the whole frame on the outlet's socket, or nothing (frame NULL: an answer the loop
+ * thread must give, one with a descriptor or one it builds itself); counts it as queued when
+ * not sent. */
 static bool outlet_send(tsd_outlet *o, const uint8_t *frame, size_t len) {
   bool sent = false;
   pthread_mutex_lock(&o->mu);
   int unread = -1;
-  if (!o->shut && len <= TSD_OUTLET_MAX && o->loop_writes == 0 && o->queued == 0 &&
+  if (frame && !o->shut && len <= TSD_OUTLET_MAX && o->loop_writes == 0 && o->queued == 0 &&
       ioctl(o->fd, SIOCOUTQ, &unread) == 0 && unread == 0) {
     ssize_t n = send(o->fd, frame, len, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n == (ssize_t)len) {
@@ -169,7 +169,7 @@ bool tsd_outlet_answer(tsd_shared *sh, tsd_reply *r) {
   pthread_mutex_unlock(&sh->outlets_mu);
   if (!o)
     return false;
-  bool sent = r->fd < 0 && r->frame && outlet_send(o, r->frame, r->len);
+  bool sent = outlet_send(o, r->fd < 0 ? r->frame : NULL, r->len);
   if (sent) {
     free(r->frame);
     r->frame = NULL;
@@ -178,11 +178,6 @@ bool tsd_outlet_answer(tsd_shared *sh, tsd_reply *r) {
     if (__atomic_load_n(&o->paused, __ATOMIC_SEQ_CST))
       tsd_queue_wake(&sh->replies);
   } else {
-    if (!(r->fd < 0 && r->frame)) { /* not offered: counted here, as outlet_send counts */
-      pthread_mutex_lock(&o->mu);
-      o->queued++;
-      pthread_mutex_unlock(&o->mu);
-    }
     r->counted = true;
   }
   outlet_release(sh, o);
