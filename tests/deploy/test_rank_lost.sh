@@ -41,13 +41,15 @@ ok "$bin/tshard" put t "$dir/a.npy" --attr "mesh=[3] placements=[S(0)]" --job "$
 "$bin/rank_lost_client" "$job" 0 t 3 "$dir/c.ready" >"$dir/c.out" 2>&1 &
 cpid=$!
 ( # the CLI: one process per call, as scripts use it
-  i=0
-  while "$bin/tshard" reshard t --to "mesh=[3] placements=[S($((i % 2)))]" --job "$job" --rank 1 \
-    >/dev/null 2>"$dir/cli.err"; do
+  i=0 rc=0
+  while [ "$rc" -eq 0 ]; do
+    "$bin/tshard" reshard t --to "mesh=[3] placements=[S($((i % 2)))]" --job "$job" --rank 1 \
+      >/dev/null 2>"$dir/cli.err"
+    rc=$? # the exit code of the call that failed, not of the loop
     i=$((i + 1))
-    [ "$i" -eq 1 ] && : >"$dir/cli.ready"
+    if [ "$rc" -eq 0 ] && [ "$i" -eq 1 ]; then : >"$dir/cli.ready"; fi
   done
-  echo "exit $? at $(now_ms)" >"$dir/cli.out"
+  echo "exit $rc at $(now_ms)" >"$dir/cli.out"
 ) &
 clipid=$!
 /usr/bin/python3 - "$job" "$dir/py.ready" >"$dir/py.out" 2>&1 <<'PY' &
@@ -152,6 +154,7 @@ saving() { # the save's temporary directory appeared (one an interrupted save le
 ok until_ok saving
 kill -KILL "$(rank_pid 2)"
 wait "$clisave"
+ok test $? -eq 1
 ok has "$dir/clisave.err" "save to $ckpt was interrupted: rank 2 (host $host) was lost.*(CHECKPOINT_IO)"
 ok until_ok test ! -e "$dir/tshard-$job.pid"
 # the checkpoint is complete and holds the values put
