@@ -356,12 +356,16 @@ static int agree_collect(ts_comm *c, uint64_t number, int tag, void *v, int n, v
 }
 
 /* Comm rank 0: sends the verdict to every other rank: msgs[i - 1] (taken) for comm rank i when msgs
- * is given, else a copy of v, waiting for the sends at most the agreement timeout (a rank that
- * stopped answering keeps its copy as an orphan). */
+ * is given, else a copy of v. Verdicts of at most TS_COMM_RELAY_MESSAGE_MAX bytes go out eagerly:
+ * the receivers have them without this rank's progress, so the sends not yet complete become
+ * orphans at once (retired at the next agreement) instead of a wait that spins and yields the
+ * core the receivers need. Larger ones are waited for, at most the agreement timeout (a rank
+ * that stopped answering keeps its copy as an orphan). */
 static int agree_announce(ts_comm *c, int tag, const void *v, int n, void **msgs,
                           const size_t *sizes, ts_error *err) {
   size_t bytes = agree_bytes(n);
   int peers = c->size - 1, rc = TS_OK, posted = 0;
+  bool eager = true;
   MPI_Request *req = malloc((size_t)peers * sizeof *req);
   void **copy = calloc((size_t)peers, sizeof *copy);
   if (!req || !copy) {
@@ -372,6 +376,7 @@ static int agree_announce(ts_comm *c, int tag, const void *v, int n, void **msgs
   }
   for (; posted < peers; posted++) {
     size_t size = msgs ? sizes[posted] : bytes;
+    eager = eager && size <= TS_COMM_RELAY_MESSAGE_MAX;
     copy[posted] = msgs ? msgs[posted] : malloc(bytes);
     if (msgs)
       msgs[posted] = NULL;
@@ -398,7 +403,7 @@ static int agree_announce(ts_comm *c, int tag, const void *v, int n, void **msgs
     int mrc = MPI_Testall(posted, req, &done, MPI_STATUSES_IGNORE);
     if (mrc != MPI_SUCCESS && rc == TS_OK)
       rc = ts__mpi_error(mrc, "MPI_Testall", __FILE__, __LINE__, err);
-    if (done || mrc != MPI_SUCCESS || ts_waiter_pause(&w) == TS_TIMEOUT)
+    if (done || mrc != MPI_SUCCESS || (eager && c->world) || ts_waiter_pause(&w) == TS_TIMEOUT)
       break;
   }
   for (int i = 0; i < posted; i++) {
