@@ -14,17 +14,18 @@
 #include "ts_control.h"
 #include "ts_wait.h"
 
-typedef struct pending_send {
-  MPI_Request req;
-  void *buf;
-  int dest;
-} pending_send;
-
+/* The sends not yet complete, in parallel arrays: reqs[] is what MPI_Testsome takes (one
+ * progress call for all of them; Open MPI yields the core after a progress call that found
+ * nothing, where ranks outnumber cores). */
 struct ts_control {
   ts_world *world; /* its doorbells: every send rings its destination */
   MPI_Comm comm;
   int rank, size;
-  pending_send *sends;
+  MPI_Request *reqs;
+  void **bufs;
+  int *dests;
+  int *done; /* MPI_Testsome's indices */
+  MPI_Status *statuses;
   int nsends, cap;
 };
 
@@ -54,11 +55,11 @@ void ts_control_destroy(ts_control **pc) {
   ts_control *c = *pc;
   ts_control_flush(c, 10000, NULL);
   for (int i = 0; i < c->nsends; i++) { /* only after a timeout: give up on them */
-    MPI_Cancel(&c->sends[i].req);
-    MPI_Request_free(&c->sends[i].req);
-    free(c->sends[i].buf);
+    MPI_Cancel(&c->reqs[i]);
+    MPI_Request_free(&c->reqs[i]);
+    free(c->bufs[i]);
   }
-  free(c->sends);
+  free(c->reqs), free(c->bufs), free(c->dests), free(c->done), free(c->statuses);
   MPI_Comm_free(&c->comm);
   free(c);
   *pc = NULL;
@@ -67,33 +68,50 @@ void ts_control_destroy(ts_control **pc) {
 int ts_control_rank(const ts_control *c) { return c ? c->rank : -1; }
 int ts_control_size(const ts_control *c) { return c ? c->size : 0; }
 
+/* Twice the room for pending sends (16 at first); nonzero when there is no memory. */
+static int grow(ts_control *c) {
+  int cap = c->cap ? 2 * c->cap : 16;
+  MPI_Request *reqs = realloc(c->reqs, (size_t)cap * sizeof *reqs);
+  if (reqs)
+    c->reqs = reqs;
+  void **bufs = realloc(c->bufs, (size_t)cap * sizeof *bufs);
+  if (bufs)
+    c->bufs = bufs;
+  int *dests = realloc(c->dests, (size_t)cap * sizeof *dests);
+  if (dests)
+    c->dests = dests;
+  int *done = realloc(c->done, (size_t)cap * sizeof *done);
+  if (done)
+    c->done = done;
+  MPI_Status *st = realloc(c->statuses, (size_t)cap * sizeof *st);
+  if (st)
+    c->statuses = st;
+  if (!reqs || !bufs || !dests || !done || !st)
+    return -1; /* the arrays that grew keep their contents and are freed with the channel */
+  c->cap = cap;
+  return 0;
+}
+
 int ts_control_send(ts_control *c, int dest, int tag, const void *buf, size_t len, ts_error *err) {
   if (!c || dest < 0 || dest >= c->size || tag < 0 || tag > 30000 || (len && !buf))
     return ts_error_set(err, TS_INVALID_ARGUMENT, "control send: bad destination %d or tag %d",
                         dest, tag);
   if (len > INT_MAX)
     return ts_error_set(err, TS_LIMIT, "control message of %zu bytes; at most %d", len, INT_MAX);
-  if (c->nsends == c->cap) {
-    int cap = c->cap ? 2 * c->cap : 16;
-    pending_send *s = realloc(c->sends, (size_t)cap * sizeof *s);
-    if (!s)
-      return ts_error_set(err, TS_NO_MEMORY, "no memory for a control send");
-    c->sends = s;
-    c->cap = cap;
-  }
+  if (c->nsends == c->cap && grow(c))
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for a control send");
   void *copy = malloc(len ? len : 1);
   if (!copy)
     return ts_error_set(err, TS_NO_MEMORY, "no memory for a control message of %zu bytes", len);
   if (len)
     memcpy(copy, buf, len);
-  pending_send *p = &c->sends[c->nsends];
-  int rc = MPI_Isend(copy, (int)len, MPI_BYTE, dest, tag, c->comm, &p->req);
+  int rc = MPI_Isend(copy, (int)len, MPI_BYTE, dest, tag, c->comm, &c->reqs[c->nsends]);
   if (rc != MPI_SUCCESS) {
     free(copy);
     return ts__mpi_error(rc, "MPI_Isend", __FILE__, __LINE__, err);
   }
-  p->buf = copy;
-  p->dest = dest;
+  c->bufs[c->nsends] = copy;
+  c->dests[c->nsends] = dest;
   c->nsends++;
   ts_world_bell_ring(c->world, dest); /* the duplicate's ranks are the world's */
   return TS_OK;
@@ -102,25 +120,34 @@ int ts_control_send(ts_control *c, int dest, int tag, const void *buf, size_t le
 int ts_control_progress(ts_control *c, ts_error *err) {
   if (!c)
     return 0;
-  int i = 0, failed = TS_OK;
-  while (i < c->nsends) {
-    int done = 0;
-    int rc = MPI_Test(&c->sends[i].req, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) {
-      /* The send is over (MPI failed it): retire it, and report the first such failure. */
-      if (failed == TS_OK)
-        failed = ts__mpi_error(rc, "MPI_Test of a control send", __FILE__, __LINE__, err);
-      done = 1;
-    }
-    if (done) {
-      /* A message MPI could not hand over at once went out now: ring again. */
-      ts_world_bell_ring(c->world, c->sends[i].dest);
-      free(c->sends[i].buf);
-      c->sends[i] = c->sends[--c->nsends];
-    } else {
-      i++;
-    }
+  if (c->nsends == 0)
+    return 0;
+  int ndone = 0, failed = TS_OK;
+  int rc = MPI_Testsome(c->nsends, c->reqs, &ndone, c->done, c->statuses);
+  if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS)
+    return -ts__mpi_error(rc, "MPI_Testsome of the control sends", __FILE__, __LINE__, err);
+  if (ndone == MPI_UNDEFINED)
+    ndone = 0;
+  for (int k = 0; k < ndone; k++) {
+    int i = c->done[k];
+    /* A send MPI failed is over too: retire it, and report the first such failure. */
+    if (rc == MPI_ERR_IN_STATUS && c->statuses[k].MPI_ERROR != MPI_SUCCESS && failed == TS_OK)
+      failed = ts__mpi_error(c->statuses[k].MPI_ERROR, "a control send", __FILE__, __LINE__,
+                             err);
+    /* A message MPI could not hand over at once went out now: ring again. */
+    ts_world_bell_ring(c->world, c->dests[i]);
+    free(c->bufs[i]);
+    c->bufs[i] = NULL;
   }
+  int kept = 0; /* the completed ones' requests are MPI_REQUEST_NULL now */
+  for (int i = 0; i < c->nsends; i++)
+    if (c->bufs[i]) {
+      c->reqs[kept] = c->reqs[i];
+      c->bufs[kept] = c->bufs[i];
+      c->dests[kept] = c->dests[i];
+      kept++;
+    }
+  c->nsends = kept;
   return failed != TS_OK ? -failed : c->nsends;
 }
 

@@ -459,9 +459,12 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
       handle_work(e, w);
       busy = true;
     }
-    /* One control message per turn: the operation an ORDER releases runs before the next
-     * probe, and a probe that finds nothing yields the core where ranks outnumber cores (Open
-     * MPI's progress when idle). */
+    /* What rank 0 just ordered runs before any probe: a probe (or a test of a send) that finds
+     * nothing yields the core where ranks outnumber cores (Open MPI's progress when idle). One
+     * control message per turn, for the same reason: the operation an ORDER releases runs
+     * before the next probe. The sends are retired last. */
+    if (tsd_seq_run(e->seq) > 0)
+      busy = true;
     int src, tag;
     void *buf;
     size_t len;
@@ -473,17 +476,17 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
       tsd_seq_message(e->seq, src, tag, buf, len);
       free(buf);
       busy = true;
+      if (tsd_seq_run(e->seq) > 0)
+        busy = true;
     }
-    ts_error cerr;
-    int sends_pending = ts_control_progress(e->ctl, &cerr);
-    if (sends_pending < 0)
-      TSD_LOG(TSD_LOG_ERROR, "a control message to another rank failed: %s", cerr.msg);
-    if (tsd_seq_run(e->seq) > 0)
-      busy = true;
     if (tsd_order_release(e, run_work) > 0)
       busy = true;
     if (e->ops->tick && e->ops->tick(e))
       busy = true;
+    ts_error cerr;
+    int sends_pending = ts_control_progress(e->ctl, &cerr);
+    if (sends_pending < 0)
+      TSD_LOG(TSD_LOG_ERROR, "a control message to another rank failed: %s", cerr.msg);
     if (busy) {
       ts_waiter_progress(&idle);
       tsd_log_due_ns(); /* held log lines wait no longer while work keeps coming */
