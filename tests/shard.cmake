@@ -15,6 +15,11 @@ add_executable(test_reshard_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/test_reshard.c)
 target_link_libraries(test_reshard_mpi PRIVATE tsshard)
 tshard_mpi_test(test_reshard test_reshard_mpi 1 2 3 4 6 8)
 
+# The daemons' control channel: streams of messages of every size between every pair of ranks.
+add_executable(test_control_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/test_control.c)
+target_link_libraries(test_control_mpi PRIVATE tscontrol)
+tshard_mpi_test(test_control test_control_mpi 2 3 4)
+
 add_executable(test_comm_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/test_comm.c)
 target_link_libraries(test_comm_mpi PRIVATE tsshard)
 tshard_mpi_test(test_comm test_comm_mpi 1 2 3 4)
