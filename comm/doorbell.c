@@ -146,11 +146,11 @@ int ts__comm_pause(ts_comm *c, ts_waiter *wt, uint32_t seen) {
   if (ns == 0) {
     if (!ts_wait_oversubscribed())
       return TS_OK; /* spinning on a core of its own */
-    if (!w || !w->bells) {
+    if (!w || !w->bells || ts_waiter_yield_spin(wt)) {
       sched_yield();
       return TS_OK;
     }
-    ns = wt->policy.nap_min_ns; /* where cores are short, block at once: the ring wakes it */
+    ns = wt->policy.nap_min_ns; /* where cores are short, then block: the ring wakes it */
   }
   ts_world_bell_wait(w, seen, ns);
   return TS_OK;

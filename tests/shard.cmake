@@ -15,6 +15,10 @@ add_executable(test_reshard_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/test_reshard.c)
 target_link_libraries(test_reshard_mpi PRIVATE tsshard)
 tshard_mpi_test(test_reshard test_reshard_mpi 1 2 3 4 6 8)
 
+# The wait policy: schedules, deadlines, and where a wait yield-spins before it blocks.
+tshard_unit_test(test_wait ${CMAKE_CURRENT_LIST_DIR}/unit/test_wait.c)
+target_link_libraries(test_wait PRIVATE tswait)
+
 # The daemons' control channel: streams of messages of every size between every pair of ranks.
 add_executable(test_control_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/test_control.c)
 target_link_libraries(test_control_mpi PRIVATE tscontrol)

@@ -375,8 +375,9 @@ static int64_t next_due_ns(tsd_engine *e) {
   return due;
 }
 
-/* Between work: spins while the schedule spins and the rank has a core of its own, then blocks
- * until rung (doorbells: local work, or a message of another rank), until the nap ends, or until
+/* Between work: spins while the schedule spins and the rank has a core of its own (where cores
+ * are short, yielding between turns, for the schedule's shorter yield_ns), then blocks until
+ * rung (doorbells: local work, or a message of another rank), until the nap ends, or until
  * something on the clock is due. While control sends wait for MPI (a message too large to go
  * out at once needs this rank's progress), the naps stay short. */
 static void engine_pause(tsd_engine *e, ts_waiter *idle, uint32_t seen, int sends_pending) {
@@ -384,7 +385,7 @@ static void engine_pause(tsd_engine *e, ts_waiter *idle, uint32_t seen, int send
   if (ns == 0) {
     if (!ts_wait_oversubscribed())
       return;
-    if (!e->bells) {
+    if (!e->bells || ts_waiter_yield_spin(idle)) {
       sched_yield();
       return;
     }

@@ -17,19 +17,22 @@
 
 /* A schedule. After the wait starts (or after progress, ts_waiter_progress) the caller tests
  * without sleeping for spin_ns (yielding the core between tests when oversubscribed), then naps
- * nap_min_ns until hot_ns have passed, then naps doubling from nap_min_ns up to nap_max_ns. */
+ * nap_min_ns until hot_ns have passed, then naps doubling from nap_min_ns up to nap_max_ns. A
+ * wait that a ring ends (a doorbell) spins on a core of its own for spin_ns, and where cores are
+ * short only for yield_ns (at most spin_ns; ts_waiter_yield_spin) before it blocks. */
 typedef struct ts_wait_policy {
   int64_t spin_ns;
   int64_t hot_ns;
   int64_t nap_min_ns;
   int64_t nap_max_ns;
+  int64_t yield_ns;
 } ts_wait_policy;
 
 /* The schedules in use (wait.c documents each one's numbers). */
 extern const ts_wait_policy ts_wait_mpi;    /* an MPI request or message: spin 50 us, 5..50 us */
 extern const ts_wait_policy ts_wait_engine; /* the engine between work: 10 us for 2 ms, ..8 ms */
-extern const ts_wait_policy ts_wait_bell;   /* an MPI message that rings: spin 100 us, ..1 ms */
-extern const ts_wait_policy ts_wait_engine_bell; /* the engine, rung: spin 200 us, 1 ms..1 s */
+extern const ts_wait_policy ts_wait_bell; /* an MPI message that rings: spin 100 us, ..1 ms */
+extern const ts_wait_policy ts_wait_engine_bell; /* the engine, rung: 200 us (150), 1 ms..1 s */
 extern const ts_wait_policy ts_wait_socket; /* a client's answer: spin 100 us, then poll() */
 
 /* No deadline: only for the engine's idle wait, which lasts as long as the daemon. */
@@ -62,5 +65,10 @@ int64_t ts_waiter_next(ts_waiter *w);
 /* ts_waiter_next, then yields (spinning and oversubscribed) or sleeps that long: TS_OK, or
  * TS_TIMEOUT when the deadline has passed (nothing slept). */
 int ts_waiter_pause(ts_waiter *w);
+/* Whether a wait that a ring ends still spins, yielding the core between its tests, where the
+ * node's cores are oversubscribed: within yield_ns of its start or progress, and only while the
+ * node has at most two processes per core (beyond, the spinners would take the cores the
+ * working ranks need: it blocks at once). */
+bool ts_waiter_yield_spin(const ts_waiter *w);
 
 #endif
