@@ -67,6 +67,7 @@ const tsd_op_handlers *tsd_op_handlers_find(int op_case) {
 }
 
 static void run_local(tsd_engine *e, tsd_work *w) {
+  tsd_ops_after(e); /* the last collective operation's catalog entries and line come first */
   const tsd_op_handlers *h = tsd_op_handlers_find((int)w->req->op_case);
   if (h && h->run_local)
     h->run_local(e, w);
@@ -81,10 +82,17 @@ static void changes(const Tshard__Request *req, tsd_changes *ch) {
 }
 
 static void stop(tsd_engine *e) {
+  tsd_ops_after(e);
   tsd_bgsave_stop();
   tsd_programs_free();
   tsd_safetensors_free();
   tsd_einsum_free_all(e);
+}
+
+/* Every turn of the engine's loop, after the operations that ran answered. */
+static bool tick(tsd_engine *e) {
+  bool did = tsd_ops_after(e);
+  return tsd_bgsave_tick(e) || did;
 }
 
 const tsd_engine_ops tsd_ops = {
@@ -93,7 +101,7 @@ const tsd_engine_ops tsd_ops = {
     .answer = tsd_answer_collective,
     .changes = changes,
     .stop = stop,
-    .tick = tsd_bgsave_tick,
+    .tick = tick,
     .tick_due_ms = tsd_bgsave_due_ms,
     .start = tsd_resume,
 };

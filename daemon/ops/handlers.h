@@ -24,6 +24,11 @@ void tsd_changes_drop(const Tshard__Request *r, tsd_changes *ch);
 void tsd_changes_reshard(const Tshard__Request *r, tsd_changes *ch);
 /* Publishes every stored tensor's metadata in the catalog (list, describe). */
 void tsd_catalog_publish_all(tsd_engine *e);
+/* Finishes what the last collective operation left for after its answer: publishes the catalog
+ * entries of the names it changed (busy until then) and writes its log line. Called before the
+ * next operation of any kind, on every turn of the engine's loop, and at stop: whether it had
+ * anything to do. */
+bool tsd_ops_after(tsd_engine *e);
 /* resume.c: --resume DIR, before serving (the engine's start hook). */
 int tsd_resume(tsd_engine *e, ts_error *err);
 /* Counts an executor run in the per-strategy statistics. */

@@ -3,7 +3,8 @@
  * that ran and its time.
  *
  * Collective operations are timed by ops.c around their run (begin, end); the reshard handler
- * notes the strategy its executor ran. Only the engine thread calls these, one operation at a
+ * notes the strategy its executor ran. The line of a collective operation is written after its
+ * answer (tsd_oplog_flush), before anything else is logged here. Only the engine thread calls these, one operation at a
  * time, so the state of the running operation is one static record. The answer of a reshard
  * carries the strategy of the last reshard run here when it is the same operation (by its hash;
  * a retry answered later by its idempotency key gets the status alone).
@@ -31,6 +32,16 @@ static struct {
   uint64_t hash, us;
   ts_strategy strategy;
 } last_reshard;
+
+/* The line of the last collective operation, written by tsd_oplog_flush after its answer went
+ * out (formatting it cost a 4 KiB reshard a few microseconds before its answer). */
+static struct {
+  bool pending;
+  const char *op, *strategy, *status;
+  char tensor[TS_NAME_MAX];
+  char client[48];
+  uint64_t bytes, us;
+} line;
 
 #define KINDS 128 /* above every op_case of Request's oneof (the highest numbers are 100-109) */
 
@@ -144,17 +155,32 @@ void tsd_oplog_end(tsd_engine *e, const tsd_ordered *op, const tsd_pending *orig
     for (int d = 0; d < t->ndim; d++)
       bytes *= (uint64_t)t->shape[d];
   }
-  char client[48];
+  tsd_oplog_flush(); /* a line not written yet comes first */
+  line.op = tsd_op_name(op->req->op_case);
+  line.strategy = strategy;
+  line.status = ts_status_name(status);
+  snprintf(line.tensor, sizeof line.tensor, "%s", tensor_of(op->req));
   if (origin)
-    snprintf(client, sizeof client, "conn %llu", (unsigned long long)origin->conn_id);
+    snprintf(line.client, sizeof line.client, "conn %llu", (unsigned long long)origin->conn_id);
   else
-    snprintf(client, sizeof client, "rank %d's client", op->origin);
+    snprintf(line.client, sizeof line.client, "rank %d's client", op->origin);
+  line.bytes = bytes;
+  line.us = us;
+  line.pending = true;
+}
+
+bool tsd_oplog_flush(void) {
+  if (!line.pending)
+    return false;
+  line.pending = false;
   TSD_LOG_HELD(TSD_LOG_INFO, "op %s tensor %s bytes %llu strategy %s ms %.3f client %s: %s",
-               tsd_op_name(op->req->op_case), tensor_of(op->req), (unsigned long long)bytes,
-               strategy, (double)us / 1000.0, client, ts_status_name(status));
+               line.op, line.tensor, (unsigned long long)line.bytes, line.strategy,
+               (double)line.us / 1000.0, line.client, line.status);
+  return true;
 }
 
 void tsd_oplog_local(const Tshard__Request *req, uint64_t conn_id, uint64_t bytes, int status) {
+  tsd_oplog_flush(); /* in the order the operations ran */
   TSD_LOG_HELD(TSD_LOG_INFO, "op %s tensor %s bytes %llu strategy - ms - client conn %llu: %s",
                tsd_op_name(req->op_case), tensor_of(req), (unsigned long long)bytes,
                (unsigned long long)conn_id, ts_status_name(status));

@@ -8,7 +8,11 @@
 
 void tsd_oplog_begin(void);
 void tsd_oplog_note(ts_strategy strategy, uint64_t bytes);
+/* Records the operation's time (its answer carries it) and makes its log line, written by
+ * tsd_oplog_flush: after the answer, before the next operation's. */
 void tsd_oplog_end(tsd_engine *e, const tsd_ordered *op, const tsd_pending *origin, int status);
+/* Writes the line tsd_oplog_end made, if not yet written: whether there was one. */
+bool tsd_oplog_flush(void);
 /* Latency per operation kind (Request's op_case) over its last TSD_OPLOG_WINDOW runs, with the
  * tensors each run carried: tsd_oplog_end records every collective operation, with the count a
  * batched operation noted (tsd_oplog_batch, between begin and end), else 1. Engine thread only. */

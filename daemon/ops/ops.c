@@ -75,6 +75,7 @@ static void catalog_refresh(tsd_engine *e, const char *name) {
 void tsd_op_catalog(tsd_engine *e, tsd_work *w) {
   uint8_t *frame;
   size_t len;
+  tsd_ops_after(e); /* the entries the last operation changed, published */
   if (tsd_catalog_answer(e->sh->catalog, w->req, false, &frame, &len) == 1) {
     e->ops_answered++;
     tsd_push_reply(e->sh, w->conn_id, frame, len, w->req->id);
@@ -545,12 +546,38 @@ static void catalog_refresh_all(tsd_engine *e) {
 
 void tsd_catalog_publish_all(tsd_engine *e) { catalog_refresh_all(e); }
 
+/* What the last collective operation left for after its answer (tsd_ops_after): the catalog
+ * entries of the names it may have changed, which stay busy until then (the loop thread hands
+ * their list and describe to the engine, which publishes them first), and its log line.
+ * Publishing and the line cost a 4 KiB reshard at 4 ranks about 11 of its 155 us before its
+ * answer. */
+static struct {
+  bool pending, all;
+  int n;
+  char name[TSD_CHANGES_MAX][TS_NAME_MAX];
+} after;
+
+bool tsd_ops_after(tsd_engine *e) {
+  bool did = tsd_oplog_flush();
+  if (!after.pending)
+    return did;
+  after.pending = false;
+  if (after.all)
+    catalog_refresh_all(e);
+  else
+    for (int i = 0; i < after.n; i++)
+      catalog_refresh(e, after.name[i]);
+  tsd_catalog_end(e->sh->catalog);
+  return true;
+}
+
 int tsd_run_collective(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
                        ts_error *err) {
   const tsd_op_handlers *entry = tsd_op_handlers_find((int)op->req->op_case);
   if (!entry || !entry->run_collective) /* rank 0 orders validated operations only */
     return ts_error_set(err, TS_UNSUPPORTED, "operation %s is not collective",
                         tsd_op_name(op->req->op_case));
+  tsd_ops_after(e); /* the previous operation's, before this one marks its names */
   tsd_oplog_begin(); /* one log line per operation (oplog.c) */
   if (!entry->changes) {
     int rc = entry->run_collective(e, op, origin, err);
@@ -561,12 +588,12 @@ int tsd_run_collective(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin
   entry->changes(op->req, &ch);
   tsd_catalog_begin(e->sh->catalog, &ch);
   int rc = entry->run_collective(e, op, origin, err);
-  if (ch.all)
-    catalog_refresh_all(e);
-  else
-    for (int i = 0; i < ch.n; i++)
-      catalog_refresh(e, ch.name[i]);
-  tsd_catalog_end(e->sh->catalog);
+  after.pending = true;
+  after.all = ch.all;
+  after.n = 0;
+  for (int i = 0; i < ch.n && i < TSD_CHANGES_MAX; i++)
+    if (ch.name[i] && ch.name[i][0])
+      snprintf(after.name[after.n++], TS_NAME_MAX, "%s", ch.name[i]);
   tsd_oplog_end(e, op, origin, rc);
   return rc;
 }

@@ -11,9 +11,13 @@
    strategy that applies, against p2p and a numpy reference (8-bit sums wrap like C casts);
 4. a reshard small enough that its pieces ride on the agreement, refused by the memory limit on
    one rank only: the same LIMIT naming that rank everywhere, nothing relayed, every rank keeps
-   the tensor; the same reshard then fits and is relayed on every rank.
+   the tensor; the same reshard then fits and is relayed on every rank;
+5. what a client saw complete, every rank shows at once: after each of a series of reshards,
+   creates, drops and batches sent through one rank, describe, list and list with details through
+   every rank (connections held open, asked right after the answer) give the new attribute and
+   names, never the old ones.
 
-usage: test_agreement.py BUILD_BIN_DIR [ITEM ...]   (items 1 2 3 4; default all)"""
+usage: test_agreement.py BUILD_BIN_DIR [ITEM ...]   (items 1 2 3 4 5; default all)"""
 import socket
 import struct
 import sys
@@ -26,7 +30,7 @@ from checks import Checks, put_data
 from harness import Daemons
 
 bin_dir = sys.argv[1]
-ITEMS = [int(i) for i in sys.argv[2:]] or [1, 2, 3, 4]
+ITEMS = [int(i) for i in sys.argv[2:]] or [1, 2, 3, 4, 5]
 check = Checks()
 NP = 4
 OVERLONG_FIELD_0 = bytes([0x80, 0x00, 0x05])  # tag 0 as a 2-byte varint, then the value 5
@@ -310,8 +314,44 @@ def item4(d):
         c.drop("s")
 
 
+def item5(d):
+    conns = [d.connect(r) for r in range(NP)]
+    attrs = [f"mesh=[{NP}] placements=[S(0)]", f"mesh=[{NP}] placements=[S(1)]",
+             f"mesh=[2,2] placements=[S(1),R]", f"mesh=[{NP}] placements=[R]"]
+    conns[0].create("fresh", "f32", (16, 16), attrs[0])
+    stale = []
+    for i in range(60):
+        via = conns[i % NP]
+        want = attrs[(i + 1) % len(attrs)]
+        if i % 3 == 2:
+            via.reshard_many({"fresh": want})
+        else:
+            via.reshard("fresh", want)
+        extra = f"x{i}"
+        if i % 5 == 0:
+            via.create(extra, "f32", (4,), attrs[0])
+        for r, c in enumerate(conns):
+            got = tshard.Attr.parse(c.describe("fresh")["attr"])
+            if got != tshard.Attr.parse(want):
+                stale.append(f"step {i}: rank {r} describes {got}, not {want}")
+            details = {t["name"]: t for t in c.list(details=True)}
+            if tshard.Attr.parse(details["fresh"]["attr"]) != tshard.Attr.parse(want):
+                stale.append(f"step {i}: rank {r} lists {details['fresh']['attr']}")
+            if i % 5 == 0 and extra not in c.list():
+                stale.append(f"step {i}: rank {r} does not list the new {extra}")
+        if i % 5 == 0:
+            via.drop(extra)
+            for r, c in enumerate(conns):
+                if extra in c.list():
+                    stale.append(f"step {i}: rank {r} still lists the dropped {extra}")
+    check(not stale, f"every rank shows what completed: {stale[:5]}")
+    conns[0].drop("fresh")
+    for c in conns:
+        c.close()
+
+
 with Daemons(bin_dir, NP, extra_args=["--memory-limit", "64K"]) as daemons:
     for item in ITEMS:
-        (item1, item2, item3, item4)[item - 1](daemons)
+        (item1, item2, item3, item4, item5)[item - 1](daemons)
     check(daemons.stop() == 0, "daemons exit 0 after shutdown")
 check.finish()
