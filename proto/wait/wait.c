@@ -23,10 +23,10 @@
  * of reshards of 4 KiB, 64 KiB and 1 MiB, alternated runs: the engine's spin against none 194,
  * 225, 320 us against 264, 323, 418; both spins against the engine's alone 163, 240, 277
  * against 211, 262, 341, and GPT-2's 148 reshards one by one 95 against 101 ms; spins twice as
- * long or half as long were slower). With more processes per core the spinners would take the cores of
- * the ranks at work: they block at once. A client waiting for an answer spins 100 us (an
- * answer that comes that fast is taken without the wake-up of a sleeping thread), then blocks
- * in poll(), which wakes on the answer itself. */
+ * long or half as long were slower). With more processes per core the spinners would take the
+ * cores of the ranks at work: they block at once. A client waiting for an answer spins 100 us
+ * (an answer that comes that fast is taken without the wake-up of a sleeping thread), then
+ * blocks in poll(), which wakes on the answer itself. */
 #include "ts_wait.h"
 
 #include <errno.h>
