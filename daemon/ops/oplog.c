@@ -4,8 +4,8 @@
  *
  * Collective operations are timed by ops.c around their run (begin, end); the reshard handler
  * notes the strategy its executor ran. The line of a collective operation is written after its
- * answer (tsd_oplog_flush), before anything else is logged here. Only the engine thread calls these, one operation at a
- * time, so the state of the running operation is one static record. The answer of a reshard
+ * answer (tsd_oplog_flush), before anything else is logged here. Only the engine thread calls
+ * these, one operation at a time, so the state of the running operation is one static record. The answer of a reshard
  * carries the strategy of the last reshard run here when it is the same operation (by its hash;
  * a retry answered later by its idempotency key gets the status alone).
  *
