@@ -5,9 +5,9 @@
  * Collective operations are timed by ops.c around their run (begin, end); the reshard handler
  * notes the strategy its executor ran. The line of a collective operation is written after its
  * answer (tsd_oplog_flush), before anything else is logged here. Only the engine thread calls
- * these, one operation at a time, so the state of the running operation is one static record. The answer of a reshard
- * carries the strategy of the last reshard run here when it is the same operation (by its hash;
- * a retry answered later by its idempotency key gets the status alone).
+ * these, one operation at a time, so the state of the running operation is one static record.
+ * The answer of a reshard carries the strategy of the last reshard run here when it is the same
+ * operation (by its hash; a retry answered later by its idempotency key gets the status alone).
  *
  * Each operation kind keeps its latency and batch size over its last TSD_OPLOG_WINDOW runs in a
  * ring; stats sorts a copy of a ring for its percentiles (nearest rank), so recording is O(1). */
