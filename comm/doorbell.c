@@ -17,7 +17,6 @@
  * every wait is a nap, as before. */
 #include <errno.h>
 #include <limits.h>
-#include <sched.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -140,19 +139,11 @@ void ts_world_bell_wait(const ts_world *w, uint32_t seen, int64_t ns) {
 
 int ts__comm_pause(ts_comm *c, ts_waiter *wt, uint32_t seen) {
   const ts_world *w = c ? c->world : NULL;
-  int64_t ns = ts_waiter_next(wt);
+  int64_t ns = ts_waiter_block_ns(wt, w && w->bells);
   if (ns < 0)
     return TS_TIMEOUT;
-  if (ns == 0) {
-    if (!ts_wait_oversubscribed())
-      return TS_OK; /* spinning on a core of its own */
-    if (!w || !w->bells || ts_waiter_yield_spin(wt)) {
-      sched_yield();
-      return TS_OK;
-    }
-    ns = wt->policy.nap_min_ns; /* where cores are short, then block: the ring wakes it */
-  }
-  ts_world_bell_wait(w, seen, ns);
+  if (ns > 0)
+    ts_world_bell_wait(w, seen, ns);
   return TS_OK;
 }
 

@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -381,16 +380,9 @@ static int64_t next_due_ns(tsd_engine *e) {
  * something on the clock is due. While control sends wait for MPI (a message too large to go
  * out at once needs this rank's progress), the naps stay short. */
 static void engine_pause(tsd_engine *e, ts_waiter *idle, uint32_t seen, int sends_pending) {
-  int64_t ns = ts_waiter_next(idle);
-  if (ns == 0) {
-    if (!ts_wait_oversubscribed())
-      return;
-    if (!e->bells || ts_waiter_yield_spin(idle)) {
-      sched_yield();
-      return;
-    }
-    ns = idle->policy.nap_min_ns;
-  }
+  int64_t ns = ts_waiter_block_ns(idle, e->bells); /* no deadline: never -1 */
+  if (ns <= 0)
+    return;
   const int64_t pending_nap = 20000;
   if (sends_pending > 0 && ns > pending_nap)
     ns = pending_nap;

@@ -70,5 +70,11 @@ int ts_waiter_pause(ts_waiter *w);
  * node has at most two processes per core (beyond, the spinners would take the cores the
  * working ranks need: it blocks at once). */
 bool ts_waiter_yield_spin(const ts_waiter *w);
+/* One step of a wait that a ring may end (rung: the waiter has a doorbell that its event
+ * rings): -1 past the deadline; 0 to test again at once (spinning on a core of its own, or
+ * having yielded the core where cores are short: without a doorbell, or within yield_ns); else
+ * how long to block (at most until the ring). The one decision of the engine's idle wait and of
+ * the waits for MPI messages (comm/doorbell.c). */
+int64_t ts_waiter_block_ns(ts_waiter *w, bool rung);
 
 #endif

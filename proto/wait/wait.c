@@ -122,6 +122,17 @@ bool ts_waiter_yield_spin(const ts_waiter *w) {
   return ts_wait_now_ns() - w->active_ns < w->policy.yield_ns;
 }
 
+int64_t ts_waiter_block_ns(ts_waiter *w, bool rung) {
+  int64_t ns = ts_waiter_next(w);
+  if (ns != 0 || !ts_wait_oversubscribed())
+    return ns;
+  if (!rung || ts_waiter_yield_spin(w)) {
+    sched_yield();
+    return 0;
+  }
+  return w->policy.nap_min_ns; /* where cores are short, then block: the ring wakes it */
+}
+
 int ts_waiter_pause(ts_waiter *w) {
   int64_t ns = ts_waiter_next(w);
   if (ns < 0)
