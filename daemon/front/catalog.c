@@ -130,6 +130,15 @@ void tsd_catalog_end(tsd_catalog *c) {
   pthread_mutex_unlock(&c->mu);
 }
 
+int tsd_catalog_busy(tsd_catalog *c, char (*names)[TS_NAME_MAX], bool *all) {
+  pthread_mutex_lock(&c->mu);
+  int n = c->nbusy;
+  memcpy(names, c->busy, (size_t)n * sizeof c->busy[0]);
+  *all = c->all_busy;
+  pthread_mutex_unlock(&c->mu);
+  return n;
+}
+
 char (*tsd_catalog_names(tsd_catalog *c, int *n))[TS_NAME_MAX] {
   pthread_mutex_lock(&c->mu);
   char(*v)[TS_NAME_MAX] = c->n ? malloc((size_t)c->n * sizeof *v) : NULL;

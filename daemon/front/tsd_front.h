@@ -37,6 +37,9 @@ void tsd_catalog_destroy(tsd_catalog *c);
 /* Engine: the tensors of a change set are busy until tsd_catalog_end. */
 void tsd_catalog_begin(tsd_catalog *c, const tsd_changes *ch);
 void tsd_catalog_end(tsd_catalog *c);
+/* Engine: the names busy since tsd_catalog_begin (copied into names, at most TSD_CHANGES_MAX),
+ * and whether every tensor is (*all): how many names. */
+int tsd_catalog_busy(tsd_catalog *c, char (*names)[TS_NAME_MAX], bool *all);
 /* Engine: sets a tensor's packed DescribeResult without its ranks (packed NULL: removes the
  * tensor); the catalog keeps a copy of attr and fills in the box and bytes of each of the world's
  * ranks when a describe first asks for them. */

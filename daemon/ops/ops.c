@@ -75,7 +75,6 @@ static void catalog_refresh(tsd_engine *e, const char *name) {
 void tsd_op_catalog(tsd_engine *e, tsd_work *w) {
   uint8_t *frame;
   size_t len;
-  tsd_ops_after(e); /* the entries the last operation changed, published */
   if (tsd_catalog_answer(e->sh->catalog, w->req, false, &frame, &len) == 1) {
     e->ops_answered++;
     tsd_push_reply(e->sh, w->conn_id, frame, len, w->req->id);
@@ -546,27 +545,25 @@ static void catalog_refresh_all(tsd_engine *e) {
 
 void tsd_catalog_publish_all(tsd_engine *e) { catalog_refresh_all(e); }
 
-/* What the last collective operation left for after its answer (tsd_ops_after): the catalog
- * entries of the names it may have changed, which stay busy until then (the loop thread hands
- * their list and describe to the engine, which publishes them first), and its log line.
- * Publishing and the line cost a 4 KiB reshard at 4 ranks about 11 of its 155 us before its
- * answer. */
-static struct {
-  bool pending, all;
-  int n;
-  char name[TSD_CHANGES_MAX][TS_NAME_MAX];
-} after;
+/* Whether the last collective operation left its catalog entries for after its answer
+ * (tsd_ops_after): the names it may have changed stay busy in the catalog until then (the loop
+ * thread hands their list and describe to the engine, which publishes them first). Publishing
+ * and the log line cost a 4 KiB reshard at 4 ranks about 11 of its 155 us before its answer. */
+static bool after_pending;
 
 bool tsd_ops_after(tsd_engine *e) {
   bool did = tsd_oplog_flush();
-  if (!after.pending)
+  if (!after_pending)
     return did;
-  after.pending = false;
-  if (after.all)
+  after_pending = false;
+  char names[TSD_CHANGES_MAX][TS_NAME_MAX];
+  bool all;
+  int n = tsd_catalog_busy(e->sh->catalog, names, &all);
+  if (all)
     catalog_refresh_all(e);
   else
-    for (int i = 0; i < after.n; i++)
-      catalog_refresh(e, after.name[i]);
+    for (int i = 0; i < n; i++)
+      catalog_refresh(e, names[i]);
   tsd_catalog_end(e->sh->catalog);
   return true;
 }
@@ -588,12 +585,7 @@ int tsd_run_collective(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin
   entry->changes(op->req, &ch);
   tsd_catalog_begin(e->sh->catalog, &ch);
   int rc = entry->run_collective(e, op, origin, err);
-  after.pending = true;
-  after.all = ch.all;
-  after.n = 0;
-  for (int i = 0; i < ch.n && i < TSD_CHANGES_MAX; i++)
-    if (ch.name[i] && ch.name[i][0])
-      snprintf(after.name[after.n++], TS_NAME_MAX, "%s", ch.name[i]);
+  after_pending = true;
   tsd_oplog_end(e, op, origin, rc);
   return rc;
 }
