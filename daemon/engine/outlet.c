@@ -65,14 +65,17 @@ tsd_outlet *tsd_outlet_open(tsd_shared *sh, uint64_t conn_id, int fd) {
   return o;
 }
 
+static void outlet_free(tsd_outlet *o) {
+  pthread_mutex_destroy(&o->mu);
+  free(o);
+}
+
 static void outlet_release(tsd_shared *sh, tsd_outlet *o) {
   pthread_mutex_lock(&sh->outlets_mu);
   bool last = --o->refs == 0;
   pthread_mutex_unlock(&sh->outlets_mu);
-  if (last) {
-    pthread_mutex_destroy(&o->mu);
-    free(o);
-  }
+  if (last)
+    outlet_free(o);
 }
 
 void tsd_outlet_shut(tsd_shared *sh, tsd_outlet **po) {
@@ -189,7 +192,6 @@ void tsd_outlets_free(tsd_shared *sh) {
     while (sh->outlets[b]) {
       tsd_outlet *o = sh->outlets[b];
       sh->outlets[b] = o->next;
-      pthread_mutex_destroy(&o->mu);
-      free(o);
+      outlet_free(o);
     }
 }
