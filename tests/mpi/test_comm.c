@@ -162,6 +162,61 @@ static void test_large_regions(ts_comm *world, int W, bool pooled) {
   free(peers);
 }
 
+/* Short runs against long ones (cma.c copies them through a staging buffer): rank r sends each
+ * peer p rows of W int32 of its matrix a[R][size*W] (column block p; W = 192 gives runs of 768
+ * bytes, W = 193 runs of 772 that straddle the staging buffer's 1 MiB), and p receives them as
+ * runs of K int32 K + 256 apart (long runs, many of them), then sends them back the other way
+ * (the far side now the short one). R*W*4 bytes a pair: more than one staging buffer's worth.
+ * Element e of the pair's stream is a[i][p*W + j] with e = i*W + j, checked against the formula
+ * for a, and after the round trip against a itself. */
+static void test_staged_regions(ts_comm *world, int W) {
+  enum { R = 2048, K = 2048, GAP = 256 };
+  ts_error err;
+  int64_t cols = (int64_t)size * W, per = (int64_t)R * W, nk = per / K;
+  int32_t *a = malloc((size_t)(R * cols) * sizeof *a), *back = calloc((size_t)(R * cols), 4);
+  int32_t *got = calloc((size_t)(size * nk * (K + GAP)), sizeof *got);
+  ts_comm_region *sr = calloc(2 * (size_t)size, sizeof *sr), *rr = sr + size;
+  int *peers = malloc((size_t)size * sizeof *peers);
+  for (int64_t i = 0; i < R; i++)
+    for (int64_t j = 0; j < cols; j++)
+      a[i * cols + j] = (int32_t)(rank * 1000000 + i * 1000 + j);
+  for (int p = 0; p < size; p++) {
+    peers[p] = p;
+    sr[p] = (ts_comm_region){a + (int64_t)p * W, 2, 4, {R, W}, {cols * 4, 4}};
+    rr[p] = (ts_comm_region){got + p * nk * (K + GAP), 2, 4, {nk, K}, {(K + GAP) * 4, 4}};
+  }
+  CHECK(ts_comm_exchange_regions(world, size, peers, sr, size, peers, rr, 13, &err) == TS_OK,
+        "staged regions of %d there: %s", W, err.msg);
+  long bad = 0, gaps = 0;
+  for (int q = 0; q < size; q++)
+    for (int64_t b = 0; b < nk; b++)
+      for (int64_t k = 0; k < K + GAP; k++) {
+        int32_t v = got[(q * nk + b) * (K + GAP) + k];
+        int64_t e = b * K + k, i = e / W, j = e % W;
+        if (k >= K)
+          gaps += v != 0;
+        else
+          bad += v != (int32_t)(q * 1000000 + i * 1000 + rank * W + j);
+      }
+  CHECK(bad == 0 && gaps == 0, "staged regions of %d there: %ld wrong elements, %ld written gaps",
+        W, bad, gaps);
+  for (int p = 0; p < size; p++) { /* back: the long runs are the sender's now */
+    ts_comm_region t = sr[p];
+    sr[p] = rr[p];
+    rr[p] = t;
+    rr[p].base = back + (int64_t)p * W;
+  }
+  CHECK(ts_comm_exchange_regions(world, size, peers, sr, size, peers, rr, 14, &err) == TS_OK,
+        "staged regions of %d back: %s", W, err.msg);
+  CHECK(memcmp(a, back, (size_t)(R * cols) * sizeof *a) == 0,
+        "staged regions of %d back: the round trip changed the matrix", W);
+  free(a);
+  free(back);
+  free(got);
+  free(sr);
+  free(peers);
+}
+
 /* Shared buffers (cma.c): on wherever single copies are and TSHARD_SHARED_BUFFERS=1 asks for
  * them, off with 0; then the large regions again from pool buffers, which the receivers copy
  * from their mappings of the senders' arenas, and a reduce-scatter (any other way gives the
@@ -652,6 +707,8 @@ int main(int argc, char **argv) {
   test_large_regions(world, 600, false);
   test_large_regions(world, 192, false);
   test_large_regions(world, 40, false);
+  test_staged_regions(world, 192);
+  test_staged_regions(world, 193);
   test_shared_buffers(world);
   free(all);
   free(cnt);
