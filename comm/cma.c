@@ -238,7 +238,6 @@ bool ts_comm_shared_buffers(const ts_comm *c) { return c && c->arenas; }
 
 /* A region as contiguous runs of `run` bytes, walked in order. */
 typedef struct runs {
-  uint8_t *base;
   int n; /* outer dims */
   int64_t cnt[TS_MAX_DIMS], str[TS_MAX_DIMS], idx[TS_MAX_DIMS];
   int64_t run, nruns, left, remaining;
@@ -259,7 +258,7 @@ static void runs_init(runs *w, const ts_comm_region *r) {
     w->str[d] = str[d];
     w->nruns *= cnt[d];
   }
-  w->base = w->at = r->base;
+  w->at = r->base;
   w->left = w->run;
   w->remaining = w->run * w->nruns;
 }
@@ -269,14 +268,14 @@ static uint8_t *runs_take(runs *w, int64_t len) {
   uint8_t *p = w->at + (w->run - w->left);
   w->left -= len;
   w->remaining -= len;
-  if (w->left == 0 && w->remaining > 0) {
+  if (w->left == 0 && w->remaining > 0) { /* the next run: an outer index that does not wrap */
     int d = w->n - 1;
-    while (d >= 0 && ++w->idx[d] == w->cnt[d])
-      w->idx[d--] = 0;
-    int64_t off = 0;
-    for (int k = 0; k < w->n; k++)
-      off += w->idx[k] * w->str[k];
-    w->at = w->base + off;
+    while (++w->idx[d] == w->cnt[d]) {
+      w->idx[d] = 0;
+      w->at -= (w->cnt[d] - 1) * w->str[d];
+      d--;
+    }
+    w->at += w->str[d];
     w->left = w->run;
   }
   return p;
