@@ -570,22 +570,33 @@ done:
   return rc;
 }
 
-/* A bounded writer that keeps counting past the end, like snprintf. */
+/* A bounded writer that keeps counting past the end, like snprintf (and as fast as a copy: the
+ * attributes' text is a key of every reshard's plan lookup and catalog entry). */
 typedef struct writer {
   char *buf;
   size_t cap, len;
 } writer;
 
-static void put(writer *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(writer *w, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char *dst = w->len < w->cap ? w->buf + w->len : NULL;
-  size_t room = w->len < w->cap ? w->cap - w->len : 0;
-  int n = vsnprintf(dst, room, fmt, ap);
-  va_end(ap);
-  if (n > 0)
-    w->len += (size_t)n;
+static void put(writer *w, const char *s) {
+  size_t n = strlen(s);
+  if (w->len < w->cap) {
+    size_t room = w->cap - w->len - 1, k = n < room ? n : room;
+    memcpy(w->buf + w->len, s, k);
+    w->buf[w->len + k] = '\0';
+  }
+  w->len += n;
+}
+
+static void put_int(writer *w, long long v) {
+  char t[24], *p = t + sizeof t;
+  unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+  *--p = '\0';
+  do
+    *--p = (char)('0' + u % 10);
+  while ((u /= 10) != 0);
+  if (v < 0)
+    *--p = '-';
+  put(w, p);
 }
 
 size_t ts_attr_format(const ts_attr *a, char *buf, size_t cap) {
@@ -595,40 +606,54 @@ size_t ts_attr_format(const ts_attr *a, char *buf, size_t cap) {
   if (!a)
     return 0;
   put(&w, "mesh=[");
-  for (int m = 0; m < a->mesh_ndim; m++)
-    put(&w, "%s%s%s%lld", m ? "," : "", a->axis[m], a->axis[m][0] ? "=" : "",
-        (long long)a->mesh_shape[m]);
+  for (int m = 0; m < a->mesh_ndim; m++) {
+    put(&w, m ? "," : "");
+    put(&w, a->axis[m]);
+    put(&w, a->axis[m][0] ? "=" : "");
+    put_int(&w, a->mesh_shape[m]);
+  }
   put(&w, "]@");
   for (int i = 0; i < a->nranks;) {
     int j = i;
     while (j + 1 < a->nranks && a->ranks[j + 1] == a->ranks[j] + 1)
       j++;
-    if (j > i)
-      put(&w, "%s%d-%d", i ? "," : "", a->ranks[i], a->ranks[j]);
-    else
-      put(&w, "%s%d", i ? "," : "", a->ranks[i]);
+    put(&w, i ? "," : "");
+    put_int(&w, a->ranks[i]);
+    if (j > i) {
+      put(&w, "-");
+      put_int(&w, a->ranks[j]);
+    }
     i = j + 1;
   }
   put(&w, " placements=[");
   for (int m = 0; m < a->mesh_ndim; m++) {
     const ts_placement *pl = &a->place[m];
-    const char *sep = m ? "," : "";
-    if (pl->kind == TS_PLACE_SHARD)
-      put(&w, "%sS(%d)", sep, pl->dim);
-    else if (pl->kind == TS_PLACE_REPLICATE)
-      put(&w, "%sR", sep);
-    else
-      put(&w, "%sP(%s)", sep, ts_reduce_name(pl->op));
+    put(&w, m ? "," : "");
+    if (pl->kind == TS_PLACE_SHARD) {
+      put(&w, "S(");
+      put_int(&w, pl->dim);
+      put(&w, ")");
+    } else if (pl->kind == TS_PLACE_REPLICATE) {
+      put(&w, "R");
+    } else {
+      put(&w, "P(");
+      put(&w, ts_reduce_name(pl->op));
+      put(&w, ")");
+    }
   }
   put(&w, "]");
   bool first = true;
   for (int d = 0; d < TS_MAX_DIMS; d++) {
     if (!a->splits[d])
       continue;
-    put(&w, "%s%d:[", first ? " splits={" : ",", d);
+    put(&w, first ? " splits={" : ",");
+    put_int(&w, d);
+    put(&w, ":[");
     first = false;
-    for (int i = 0; i < a->nsplits[d]; i++)
-      put(&w, "%s%lld", i ? "," : "", (long long)a->splits[d][i]);
+    for (int i = 0; i < a->nsplits[d]; i++) {
+      put(&w, i ? "," : "");
+      put_int(&w, a->splits[d][i]);
+    }
     put(&w, "]");
   }
   if (!first)

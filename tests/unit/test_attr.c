@@ -189,6 +189,25 @@ START_TEST(format_truncates) {
   ck_assert_str_eq(small, "mesh=[2,4");
   ck_assert_uint_eq(ts_attr_format(a, NULL, 0), need);
   ts_attr_destroy(&a);
+  /* every room, for attributes with every part of the text: as snprintf cuts the whole text */
+  static const char *texts[] = {
+      "mesh=[dp=2,tp=4]@8-15 placements=[P(sum),S(1)]",
+      "mesh=[3]@0,2,5 placements=[S(0)] splits={0:[1,1000000007,2]}",
+      "mesh=[2,2]@3,1-2,0 placements=[S(1),P(max)] splits={1:[5,0]}"};
+  for (size_t t = 0; t < sizeof texts / sizeof *texts; t++) {
+    ck_assert_int_eq(ts_attr_parse(texts[t], &a, NULL), TS_OK);
+    char full[256], got[256], want[256];
+    size_t n = ts_attr_format(a, full, sizeof full);
+    ck_assert_uint_eq(n, strlen(full));
+    for (size_t room = 1; room <= n + 1; room++) {
+      memset(got, 'x', sizeof got);
+      ck_assert_uint_eq(ts_attr_format(a, got, room), n);
+      snprintf(want, room, "%s", full);
+      ck_assert_str_eq(got, want);
+      ck_assert_int_eq(got[room], 'x'); /* nothing written past the room */
+    }
+    ts_attr_destroy(&a);
+  }
 }
 END_TEST
 
