@@ -79,7 +79,8 @@ def _check_name(name, what="tensor name"):
     if not 1 <= len(raw) <= NAME_MAX_BYTES:
         raise error_for(1, f"{what} of {len(raw)} bytes; names have 1 to {NAME_MAX_BYTES} bytes "
                            f"of UTF-8")
-    for i, ch in enumerate(name):
+    # printable ASCII (the common case) has none of the control characters looked for below
+    for i, ch in enumerate("" if name.isascii() and name.isprintable() else name):
         if ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F:
             raise error_for(1, f"{what} has a control character (U+{ord(ch):04X}) at character "
                                f"{i}; names are UTF-8 without control characters")
