@@ -236,51 +236,6 @@ bool ts_comm_single_copy(const ts_comm *c) { return c && c->pids; }
 
 bool ts_comm_shared_buffers(const ts_comm *c) { return c && c->arenas; }
 
-/* A region as contiguous runs of `run` bytes, walked in order. */
-typedef struct runs {
-  int n; /* outer dims */
-  int64_t cnt[TS_MAX_DIMS], str[TS_MAX_DIMS], idx[TS_MAX_DIMS];
-  int64_t run, nruns, left, remaining;
-  uint8_t *at; /* the current run */
-} runs;
-
-static void runs_init(runs *w, const ts_comm_region *r) {
-  memset(w, 0, sizeof *w);
-  int64_t cnt[TS_MAX_DIMS], str[TS_MAX_DIMS];
-  int n = ts__region_fold(r, cnt, str);
-  w->run = r->esize;
-  if (n > 0 && str[n - 1] == r->esize)
-    w->run = cnt[--n] * r->esize;
-  w->n = n;
-  w->nruns = 1;
-  for (int d = 0; d < n; d++) {
-    w->cnt[d] = cnt[d];
-    w->str[d] = str[d];
-    w->nruns *= cnt[d];
-  }
-  w->at = r->base;
-  w->left = w->run;
-  w->remaining = w->run * w->nruns;
-}
-
-/* The next `len` bytes (at most what is left of the current run). */
-static uint8_t *runs_take(runs *w, int64_t len) {
-  uint8_t *p = w->at + (w->run - w->left);
-  w->left -= len;
-  w->remaining -= len;
-  if (w->left == 0 && w->remaining > 0) { /* the next run: an outer index that does not wrap */
-    int d = w->n - 1;
-    while (++w->idx[d] == w->cnt[d]) {
-      w->idx[d] = 0;
-      w->at -= (w->cnt[d] - 1) * w->str[d];
-      d--;
-    }
-    w->at += w->str[d];
-    w->left = w->run;
-  }
-  return p;
-}
-
 static int add_iov(struct iovec *v, int n, uint8_t *p, int64_t len) {
   if (n > 0 && (uint8_t *)v[n - 1].iov_base + v[n - 1].iov_len == p) {
     v[n - 1].iov_len += (size_t)len;
@@ -293,7 +248,7 @@ static int add_iov(struct iovec *v, int n, uint8_t *p, int64_t len) {
 
 /* Whether a region's runs are long enough for the kernel to take them one iovec each at little
  * cost (or so few that their count does not matter). */
-static bool runs_long(const runs *w) { return w->run >= CMA_STAGE_RUN || w->nruns <= 4; }
+static bool runs_long(const ts__runs *w) { return w->run >= CMA_STAGE_RUN || w->nruns <= 4; }
 
 static int copy_failed(pid_t pid, int peer, bool write, int64_t want, ssize_t got,
                        ts_error *err) {
@@ -310,21 +265,21 @@ static int copy_failed(pid_t pid, int peer, bool write, int64_t want, ssize_t go
 /* copy_regions through the staging buffer `stage` of `cap` bytes: per call, the next bytes of
  * the far side's long runs as at most CMA_IOV iovecs, and the local short runs packed into (or
  * unpacked from) the one staging run. */
-static int copy_staged(pid_t pid, int peer, bool write, runs *l, runs *r, uint8_t *stage,
-                       int64_t cap, ts_error *err) {
+static int copy_staged(pid_t pid, int peer, bool write, ts__runs *l, ts__runs *r,
+                       uint8_t *stage, int64_t cap, ts_error *err) {
   struct iovec riov[CMA_IOV];
   while (l->remaining > 0 && r->remaining > 0) {
     int rn = 0;
     int64_t want = 0;
     while (want < cap && rn < CMA_IOV && r->remaining > 0) {
       int64_t len = r->left < cap - want ? r->left : cap - want;
-      rn = add_iov(riov, rn, runs_take(r, len), len);
+      rn = add_iov(riov, rn, ts__runs_take(r, len), len);
       want += len;
     }
     if (write)
       for (int64_t at = 0; at < want;) {
         int64_t len = l->left < want - at ? l->left : want - at;
-        memcpy(stage + at, runs_take(l, len), (size_t)len);
+        memcpy(stage + at, ts__runs_take(l, len), (size_t)len);
         at += len;
       }
     struct iovec liov = {stage, (size_t)want};
@@ -335,7 +290,7 @@ static int copy_staged(pid_t pid, int peer, bool write, runs *l, runs *r, uint8_
     if (!write)
       for (int64_t at = 0; at < want;) {
         int64_t len = l->left < want - at ? l->left : want - at;
-        memcpy(runs_take(l, len), stage + at, (size_t)len);
+        memcpy(ts__runs_take(l, len), stage + at, (size_t)len);
         at += len;
       }
   }
@@ -346,9 +301,9 @@ static int copy_staged(pid_t pid, int peer, bool write, runs *l, runs *r, uint8_
  * rem into loc, or writes loc into rem. */
 static int copy_regions(pid_t pid, int peer, bool write, const ts_comm_region *loc,
                         const ts_comm_region *rem, ts_error *err) {
-  runs l, r;
-  runs_init(&l, loc);
-  runs_init(&r, rem);
+  ts__runs l, r;
+  ts__runs_init(&l, loc);
+  ts__runs_init(&r, rem);
   if (!runs_long(&l) && runs_long(&r)) {
     /* Without room for the staging buffer, the runs go one iovec each. */
     int64_t cap = l.remaining < CMA_STAGE_BYTES ? l.remaining : CMA_STAGE_BYTES;
@@ -367,8 +322,8 @@ static int copy_regions(pid_t pid, int peer, bool write, const ts_comm_region *l
       int64_t len = l.left < r.left ? l.left : r.left;
       if (len > ((int64_t)1 << 30) - want) /* at most 1 GiB a call: no partial copies */
         len = ((int64_t)1 << 30) - want;
-      ln = add_iov(liov, ln, runs_take(&l, len), len);
-      rn = add_iov(riov, rn, runs_take(&r, len), len);
+      ln = add_iov(liov, ln, ts__runs_take(&l, len), len);
+      rn = add_iov(riov, rn, ts__runs_take(&r, len), len);
       want += len;
     }
     ssize_t got = write ? process_vm_writev(pid, liov, (unsigned long)ln, riov, (unsigned long)rn, 0)
@@ -430,13 +385,13 @@ static void copy_mapped(const ts__arena *a, const ts_comm_region *loc,
                         const ts_comm_region *rem) {
   ts_comm_region src = *rem;
   src.base = (void *)(uintptr_t)arena_mapped(a, (uint64_t)(uintptr_t)rem->base);
-  runs l, r;
-  runs_init(&l, loc);
-  runs_init(&r, &src);
+  ts__runs l, r;
+  ts__runs_init(&l, loc);
+  ts__runs_init(&r, &src);
   while (l.remaining > 0) {
     int64_t len = l.left < r.left ? l.left : r.left;
-    uint8_t *to = runs_take(&l, len);
-    memcpy(to, runs_take(&r, len), (size_t)len);
+    uint8_t *to = ts__runs_take(&l, len);
+    memcpy(to, ts__runs_take(&r, len), (size_t)len);
   }
 }
 
@@ -467,9 +422,9 @@ typedef struct cma_desc {
 
 static int pair_way(const ts_comm *c, int sender, int receiver, const cma_desc *snd,
                     const cma_desc *rcv) {
-  runs s, r;
-  runs_init(&s, &snd->region);
-  runs_init(&r, &rcv->region);
+  ts__runs s, r;
+  ts__runs_init(&s, &snd->region);
+  ts__runs_init(&r, &rcv->region);
   if (s.remaining != r.remaining)
     return PAIR_MISMATCH;
   /* The sender's region in its arena: the receiver copies it from its mapping (both sides see

@@ -118,6 +118,18 @@ int ts__comm_transfers(ts_comm *c, int n, const ts__transfer *t, int tag, ts_err
  * (regions.c; the datatypes and the single-copy runs both start from it.) */
 int ts__region_fold(const ts_comm_region *r, int64_t *cnt, int64_t *str);
 
+/* A region as contiguous runs of `run` bytes, walked in order (regions.c): ts__runs_take gives
+ * the next len bytes, at most what is left of the current run. */
+typedef struct ts__runs {
+  int n; /* outer dims */
+  int64_t cnt[TS_MAX_DIMS], str[TS_MAX_DIMS], idx[TS_MAX_DIMS];
+  int64_t run, nruns, left, remaining;
+  uint8_t *at; /* the current run */
+} ts__runs;
+
+void ts__runs_init(ts__runs *w, const ts_comm_region *r);
+uint8_t *ts__runs_take(ts__runs *w, int64_t len);
+
 /* Single-copy region transfers (cma.c). ts__cma_init (collective over the world) sets w->pids
  * when every rank runs on this node and can read the others' memory, and w->arenas when, in
  * addition, every rank shares its buffers and maps every other rank's arena. ts__cma_exchange moves the

@@ -4,9 +4,12 @@
  * MPI datatype (nested hvectors placed at the region's absolute address, used with MPI_BOTTOM),
  * so MPI reads the source slice and writes the target slice in place: no pack and unpack copies
  * around the transfer, and no staging buffer. A region on one side meets a region of the same
- * element count on the other, whatever their strides: a strided slice can feed a packed buffer. */
+ * element count on the other, whatever their strides: a strided slice can feed a packed buffer.
+ * The many small regions of a pair in one exchange (ts_comm_exchange_many) are the exception:
+ * packed into one buffer, since a datatype per region and exchange costs more than their copy. */
 #include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "comm_internal.h"
 
@@ -62,6 +65,43 @@ int ts__region_fold(const ts_comm_region *r, int64_t *cnt, int64_t *str) {
     }
   return n;
 }
+
+void ts__runs_init(ts__runs *w, const ts_comm_region *r) {
+  memset(w, 0, sizeof *w);
+  int64_t cnt[TS_MAX_DIMS], str[TS_MAX_DIMS];
+  int n = ts__region_fold(r, cnt, str);
+  w->run = r->esize;
+  if (n > 0 && str[n - 1] == r->esize)
+    w->run = cnt[--n] * r->esize;
+  w->n = n;
+  w->nruns = 1;
+  for (int d = 0; d < n; d++) {
+    w->cnt[d] = cnt[d];
+    w->str[d] = str[d];
+    w->nruns *= cnt[d];
+  }
+  w->at = r->base;
+  w->left = w->run;
+  w->remaining = w->run * w->nruns;
+}
+
+uint8_t *ts__runs_take(ts__runs *w, int64_t len) {
+  uint8_t *p = w->at + (w->run - w->left);
+  w->left -= len;
+  w->remaining -= len;
+  if (w->left == 0 && w->remaining > 0) { /* the next run: an outer index that does not wrap */
+    int d = w->n - 1;
+    while (++w->idx[d] == w->cnt[d]) {
+      w->idx[d] = 0;
+      w->at -= (w->cnt[d] - 1) * w->str[d];
+      d--;
+    }
+    w->at += w->str[d];
+    w->left = w->run;
+  }
+  return p;
+}
+
 
 /* The datatype of a non-empty region, at its absolute address. */
 static int region_type(const ts_comm_region *r, MPI_Datatype *out, ts_error *err) {
@@ -366,6 +406,64 @@ static int reads_of(const ts_comm *c, const pair_lists *l, int p) {
   return n;
 }
 
+/* The regions of pair p (of l) that do not go as single copies, in order, into rest. */
+static int pair_rest(const ts_comm *c, const pair_lists *l, int p, const ts_comm_region **rest) {
+  int m = 0;
+  for (int j = 0; j < l->count[p]; j++)
+    if (!region_reads(c, l->order[l->start[p] + j]))
+      rest[m++] = l->order[l->start[p] + j];
+  return m;
+}
+
+/* Copies the non-empty regions r[0..n) into the buffer at buf one after the other (pack), or
+ * back out of it. */
+static void regions_copy(int n, const ts_comm_region *const *r, uint8_t *buf, bool pack) {
+  for (int i = 0; i < n; i++) {
+    if (region_empty(r[i]))
+      continue;
+    ts__runs w;
+    ts__runs_init(&w, r[i]);
+    while (w.remaining > 0) {
+      int64_t len = w.left;
+      uint8_t *at = ts__runs_take(&w, len);
+      if (pack)
+        memcpy(buf, at, (size_t)len);
+      else
+        memcpy(at, buf, (size_t)len);
+      buf += len;
+    }
+  }
+}
+
+/* The one message of a pair's n regions (not empty: count 0 when they all are), to or from peer:
+ * bytes packed into a buffer of their own (*packed, freed by the caller; a send's already
+ * filled), or, past INT_MAX bytes, the struct datatype of the regions in place. Either way the
+ * message is the regions' bytes in order, so both ends choose alike or not. */
+static int pair_message(int n, const ts_comm_region *const *r, bool send, int peer,
+                        ts__transfer *t, uint8_t **packed, ts_error *err) {
+  int64_t bytes = 0;
+  for (int i = 0; i < n; i++)
+    bytes += region_empty(r[i]) ? 0 : region_bytes(r[i]);
+  *t = (ts__transfer){NULL, 0, MPI_BYTE, peer, send};
+  if (bytes == 0)
+    return TS_OK;
+  if (bytes <= INT_MAX) {
+    if (!(*packed = malloc((size_t)bytes)))
+      return ts_error_set(err, TS_NO_MEMORY, "no memory for a message of %lld bytes",
+                          (long long)bytes);
+    if (send)
+      regions_copy(n, r, *packed, true);
+    *t = (ts__transfer){*packed, (int)bytes, MPI_BYTE, peer, send};
+    return TS_OK;
+  }
+  int count = 0;
+  MPI_Datatype type;
+  int rc = pair_type(n, r, &type, &count, err);
+  if (rc == TS_OK)
+    *t = (ts__transfer){MPI_BOTTOM, count, type, peer, send};
+  return rc;
+}
+
 /* The large regions of every pair, as single copies through cma_regions. */
 static int many_reads(ts_comm *c, const pair_lists *sl, const pair_lists *rl, ts_error *err) {
   int P = c->size, ns = 0, nr = 0;
@@ -409,31 +507,31 @@ int ts_comm_exchange_many(ts_comm *c, int nsend, const int *send_peers,
     rc = many_reads(c, &sl, &rl, err);
   /* Then every pair's other regions as one message each way: the receives first. */
   ts__transfer *t = rc == TS_OK ? malloc(2 * (size_t)P * sizeof *t) : NULL;
+  uint8_t **packed = rc == TS_OK ? calloc(2 * (size_t)P, sizeof *packed) : NULL;
   size_t most = (size_t)(nsend > nrecv ? nsend : nrecv) + 1;
   const ts_comm_region **rest = rc == TS_OK ? malloc(most * sizeof *rest) : NULL;
-  if (rc == TS_OK && (!t || !rest))
+  if (rc == TS_OK && (!t || !rest || !packed))
     rc = ts_error_set(err, TS_NO_MEMORY, "no memory for %d transfers", 2 * P);
   int k = 0;
-  for (int side = 0; rc == TS_OK && side < 2; side++) {
-    const pair_lists *l = side ? &sl : &rl;
+  for (int side = 0; rc == TS_OK && side < 2; side++)
     for (int p = 0; rc == TS_OK && p < P; p++) {
-      int m = 0;
-      for (int j = 0; j < l->count[p]; j++)
-        if (!region_reads(c, l->order[l->start[p] + j]))
-          rest[m++] = l->order[l->start[p] + j];
-      if (m == 0)
-        continue;
-      int count = 0;
-      MPI_Datatype type;
-      rc = pair_type(m, rest, &type, &count, err);
-      if (rc == TS_OK && count > 0)
-        t[k++] = (ts__transfer){MPI_BOTTOM, 1, type, p, side == 1};
+      int m = pair_rest(c, side ? &sl : &rl, p, rest);
+      if (m > 0 && (rc = pair_message(m, rest, side == 1, p, &t[k], &packed[k], err)) == TS_OK &&
+          t[k].count > 0)
+        k++;
     }
-  }
   if (rc == TS_OK)
     rc = ts__comm_transfers(c, k, t, tag, err);
+  /* The packed messages received, into their regions (in the order they were posted). */
+  for (int i = 0; rc == TS_OK && i < k; i++)
+    if (!t[i].send && packed[i])
+      regions_copy(pair_rest(c, &rl, t[i].peer, rest), rest, packed[i], false);
   for (int i = 0; i < k; i++)
-    MPI_Type_free(&t[i].type);
+    if (t[i].type != MPI_BYTE)
+      MPI_Type_free(&t[i].type);
+  for (int i = 0; packed && i < 2 * P; i++)
+    free(packed[i]);
+  free(packed);
   free(t);
   free(rest);
   pair_lists_free(&sl);

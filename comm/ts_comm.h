@@ -154,9 +154,10 @@ int ts_comm_alltoallw(ts_comm *c, const ts_comm_region *send, const ts_comm_regi
                       ts_error *err);
 /* Like ts_comm_exchange_regions, where a peer may appear any number of times (send_peers and
  * recv_peers are comm ranks): the regions between two ranks, in the order listed (both ends list
- * a pair's regions in the same order), go as one message each way (a struct of their
- * datatypes), or, when the pair is large and single copies work, as single copies each. How the
- * many tensors of a batch move in one exchange. */
+ * a pair's regions in the same order), go as one message each way (their bytes packed into one
+ * buffer, which costs less than building a datatype per region each time), or, when the pair is
+ * large and single copies work, as single copies each. How the many tensors of a batch move in
+ * one exchange. */
 int ts_comm_exchange_many(ts_comm *c, int nsend, const int *send_peers,
                           const ts_comm_region *send, int nrecv, const int *recv_peers,
                           const ts_comm_region *recv, int tag, ts_error *err);
