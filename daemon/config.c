@@ -49,7 +49,7 @@ static const cfg_entry table[] = {
      "checkpoint saves cut pieces larger than twice this into chunks of about this size, each "
      "with its own checksum (0: whole pieces; else at least 4K; shard/ckpt/CHECKPOINT.md)"},
     {"copy-threads", SIZE(copy_threads, 0, 1024), "0",
-     "threads of the strided-copy kernel (0: the kernel's default, all cores)"},
+     "threads of the strided-copy kernel (0: the node's cores shared among its ranks)"},
     {"frame-timeout", CFG_DURATION, offsetof(tsd_config, frame_timeout), 0, 10, 3600000, "30s",
      "time a client has to send a whole frame once it began one (ms or s suffix; default unit s)"},
     {"auth-timeout", CFG_DURATION, offsetof(tsd_config, auth_timeout), 0, 10, 3600000, "2s",
