@@ -6,8 +6,10 @@ never refuses a real option); errors that say how to fix them (strategies, split
 timeouts against a socket that never answers).
 
 usage: test_cli_strict.py BUILD_BIN_DIR SOURCE_DIR"""
+import atexit
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -20,6 +22,7 @@ tshard = os.path.join(sys.argv[1], "tshard")
 src_dir = sys.argv[2]
 check = Checks()
 env = dict(os.environ, TSHARD_SOCKET_DIR=tempfile.mkdtemp(prefix="tshard-strict-"))
+atexit.register(shutil.rmtree, env["TSHARD_SOCKET_DIR"], True)
 
 
 def run(*args, timeout=60):

@@ -3,6 +3,7 @@ stops them: a private socket directory and job id per run, readiness by polling 
 rank's socket and pinging it (bounded by a deadline), shutdown through the client, and a kill
 of the whole process group if anything is left."""
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -71,8 +72,9 @@ class Daemons:
             time.sleep(0.02)  # polling for the daemons' writes, bounded by the deadline
 
     def stop(self, timeout=60):
-        """Shuts the job down through rank 0; kills it if it does not exit in time. Returns the
-        exit code of mpirun."""
+        """Shuts the job down through rank 0; kills it if it does not exit in time; removes the
+        job's directory (the log stays readable through logs()). Returns the exit code of
+        mpirun."""
         if self.proc.poll() is None:
             try:
                 with self.connect(0, timeout=timeout) as c:
@@ -84,6 +86,7 @@ class Daemons:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
         return self.proc.returncode
 
     def __enter__(self):

@@ -16,7 +16,9 @@ does not fit, a corrupt index), every rank with the same message; tshard-launch 
 client, a snapshot without --snapshot-dir or with names, bad snapshot and resume flags.
 
 usage: test_ckpt_async.py BUILD_BIN_DIR"""
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,6 +37,7 @@ bin_dir = sys.argv[1]
 check = Checks()
 rng = np.random.default_rng(7)
 work = tempfile.mkdtemp(prefix="tshard-ckpt-async-")
+atexit.register(shutil.rmtree, work, True)
 ST = {name: code for code, (name, _) in STATUS.items()}
 
 
@@ -290,6 +293,7 @@ def refused_resume(sdir, last):
     """--resume refusals, every rank the same message, before serving."""
     def start(np_, *args):
         sock = tempfile.mkdtemp(prefix="tshard-resume-")
+        atexit.register(shutil.rmtree, sock, True)
         os.chmod(sock, 0o700)
         env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                    OMPI_MCA_rmaps_base_oversubscribe="1")
@@ -329,6 +333,7 @@ def launcher_resume(sdir, last):
     launch = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy",
                           "tshard-launch")
     sock = tempfile.mkdtemp(prefix="tshard-launch-")
+    atexit.register(shutil.rmtree, sock, True)
     os.chmod(sock, 0o700)
     env = dict(os.environ, TSHARD_BIN=bin_dir)
     common = ["--job", "resume-launch", "--socket-dir", sock]

@@ -14,8 +14,10 @@ With --memory-limit 0: every rank logs that there is no limit, stats reports 0, 
 einsum is computed exactly as numpy does.
 
 usage: test_memory_default.py BUILD_BIN_DIR"""
+import atexit
 import os
 import re
+import shutil
 import sys
 import tempfile
 
@@ -30,6 +32,7 @@ check = Checks()
 NP = 2
 REPL = "mesh=[2] placements=[R]"
 os.environ["TSHARD_PROGRAM_CACHE"] = tempfile.mkdtemp(prefix="tshard-prog-cache-")
+atexit.register(shutil.rmtree, os.environ["TSHARD_PROGRAM_CACHE"], True)
 
 
 def limit_lines(d):

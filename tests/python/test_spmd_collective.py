@@ -19,7 +19,9 @@
   --key, and two CLI processes creating one tensor as participants.
 
 usage: test_spmd_collective.py BUILD_BIN_DIR"""
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -298,6 +300,7 @@ def test_grouped_compute(d):
     a = rng.standard_normal((6, 5)).astype(np.float32)
     b = rng.standard_normal((5, 4)).astype(np.float32)
     ckdir = tempfile.mkdtemp(prefix="tshard-spmd-ck-")
+    atexit.register(shutil.rmtree, ckdir, True)
 
     def body(c, r):
         for name, x in (("ga", a), ("gb", b)):
