@@ -85,22 +85,6 @@ void ts__runs_init(ts__runs *w, const ts_comm_region *r) {
   w->remaining = w->run * w->nruns;
 }
 
-uint8_t *ts__runs_take(ts__runs *w, int64_t len) {
-  uint8_t *p = w->at + (w->run - w->left);
-  w->left -= len;
-  w->remaining -= len;
-  if (w->left == 0 && w->remaining > 0) { /* the next run: an outer index that does not wrap */
-    int d = w->n - 1;
-    while (++w->idx[d] == w->cnt[d]) {
-      w->idx[d] = 0;
-      w->at -= (w->cnt[d] - 1) * w->str[d];
-      d--;
-    }
-    w->at += w->str[d];
-    w->left = w->run;
-  }
-  return p;
-}
 
 
 /* The datatype of a non-empty region, at its absolute address. */
