@@ -277,22 +277,14 @@ static int copy_staged(pid_t pid, int peer, bool write, ts__runs *l, ts__runs *r
       want += len;
     }
     if (write)
-      for (int64_t at = 0; at < want;) {
-        int64_t len = l->left < want - at ? l->left : want - at;
-        memcpy(stage + at, ts__runs_take(l, len), (size_t)len);
-        at += len;
-      }
+      ts__runs_copy(l, stage, want, true);
     struct iovec liov = {stage, (size_t)want};
     ssize_t got = write ? process_vm_writev(pid, &liov, 1, riov, (unsigned long)rn, 0)
                         : process_vm_readv(pid, &liov, 1, riov, (unsigned long)rn, 0);
     if (got != (ssize_t)want)
       return copy_failed(pid, peer, write, want, got, err);
     if (!write)
-      for (int64_t at = 0; at < want;) {
-        int64_t len = l->left < want - at ? l->left : want - at;
-        memcpy(ts__runs_take(l, len), stage + at, (size_t)len);
-        at += len;
-      }
+      ts__runs_copy(l, stage, want, false);
   }
   return TS_OK;
 }

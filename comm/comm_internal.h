@@ -147,6 +147,10 @@ static inline uint8_t *ts__runs_take(ts__runs *w, int64_t len) {
   return p;
 }
 
+/* Moves the walker's next n bytes (at most its remaining) into the contiguous buffer buf (pack)
+ * or out of it into the runs. */
+void ts__runs_copy(ts__runs *w, uint8_t *buf, int64_t n, bool pack);
+
 /* Single-copy region transfers (cma.c). ts__cma_init (collective over the world) sets w->pids
  * when every rank runs on this node and can read the others' memory, and w->arenas when, in
  * addition, every rank shares its buffers and maps every other rank's arena. ts__cma_exchange moves the

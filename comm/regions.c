@@ -85,7 +85,17 @@ void ts__runs_init(ts__runs *w, const ts_comm_region *r) {
   w->remaining = w->run * w->nruns;
 }
 
-
+void ts__runs_copy(ts__runs *w, uint8_t *buf, int64_t n, bool pack) {
+  for (int64_t at = 0; at < n;) {
+    int64_t len = w->left < n - at ? w->left : n - at;
+    uint8_t *p = ts__runs_take(w, len);
+    if (pack)
+      memcpy(buf + at, p, (size_t)len);
+    else
+      memcpy(p, buf + at, (size_t)len);
+    at += len;
+  }
+}
 
 /* The datatype of a non-empty region, at its absolute address. */
 static int region_type(const ts_comm_region *r, MPI_Datatype *out, ts_error *err) {
@@ -407,15 +417,9 @@ static void regions_copy(int n, const ts_comm_region *const *r, uint8_t *buf, bo
       continue;
     ts__runs w;
     ts__runs_init(&w, r[i]);
-    while (w.remaining > 0) {
-      int64_t len = w.left;
-      uint8_t *at = ts__runs_take(&w, len);
-      if (pack)
-        memcpy(buf, at, (size_t)len);
-      else
-        memcpy(at, buf, (size_t)len);
-      buf += len;
-    }
+    int64_t n = w.remaining;
+    ts__runs_copy(&w, buf, n, pack);
+    buf += n;
   }
 }
 
