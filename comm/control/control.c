@@ -68,26 +68,22 @@ void ts_control_destroy(ts_control **pc) {
 int ts_control_rank(const ts_control *c) { return c ? c->rank : -1; }
 int ts_control_size(const ts_control *c) { return c ? c->size : 0; }
 
-/* Twice the room for pending sends (16 at first); nonzero when there is no memory. */
+/* *arr resized to cap elements of size bytes; false (and *arr as it was) without memory. */
+static bool resize(void *arr, int cap, size_t size) {
+  void **p = arr, *q = realloc(*p, (size_t)cap * size);
+  if (q)
+    *p = q;
+  return q != NULL;
+}
+
+/* Twice the room for pending sends (16 at first); nonzero when there is no memory (the arrays
+ * that grew keep their contents and are freed with the channel). */
 static int grow(ts_control *c) {
   int cap = c->cap ? 2 * c->cap : 16;
-  MPI_Request *reqs = realloc(c->reqs, (size_t)cap * sizeof *reqs);
-  if (reqs)
-    c->reqs = reqs;
-  void **bufs = realloc(c->bufs, (size_t)cap * sizeof *bufs);
-  if (bufs)
-    c->bufs = bufs;
-  int *dests = realloc(c->dests, (size_t)cap * sizeof *dests);
-  if (dests)
-    c->dests = dests;
-  int *done = realloc(c->done, (size_t)cap * sizeof *done);
-  if (done)
-    c->done = done;
-  MPI_Status *st = realloc(c->statuses, (size_t)cap * sizeof *st);
-  if (st)
-    c->statuses = st;
-  if (!reqs || !bufs || !dests || !done || !st)
-    return -1; /* the arrays that grew keep their contents and are freed with the channel */
+  if (!resize(&c->reqs, cap, sizeof *c->reqs) || !resize(&c->bufs, cap, sizeof *c->bufs) ||
+      !resize(&c->dests, cap, sizeof *c->dests) || !resize(&c->done, cap, sizeof *c->done) ||
+      !resize(&c->statuses, cap, sizeof *c->statuses))
+    return -1;
   c->cap = cap;
   return 0;
 }
