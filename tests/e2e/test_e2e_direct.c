@@ -135,12 +135,15 @@ static void expect_memory(tshard_client *c, uint64_t base, const char *what) {
             (unsigned long long)s.memory_in_use, (unsigned long long)base);
 }
 
-/* [3, 4096] f32 rows of 16 KiB, S(0): rank r reads pages 4r..4r+3 of the client's buffer. */
-static void faults(tshard_client **cl) {
-  const int64_t shape[2] = {3, 4096}, lo[2] = {0, 0};
-  size_t bytes = 3 * 4096 * 4, page = (size_t)sysconf(_SC_PAGESIZE);
+/* [rows, 4096] f32 rows of 16 KiB, S(0), stored under layout tag (NULL: row-major): rank r
+ * copies rows r*rows/3.. of the client's buffer. Column-major slices ("ba") are read and written
+ * an element at a time against the client's rows, in one run: the copies that go through a
+ * staging buffer (comm/cma.c). */
+static void faults(tshard_client **cl, int64_t rows, const char *tag) {
+  const int64_t shape[2] = {rows, 4096}, lo[2] = {0, 0};
+  size_t bytes = (size_t)rows * 4096 * 4, page = (size_t)sysconf(_SC_PAGESIZE);
   TSE_OK(cl[0], tshard_create(cl[0], "victim", "f32", 2, shape, "mesh=[3] placements=[S(0)]",
-                              NULL, NULL));
+                              tag, NULL));
   uint8_t *ref = malloc(bytes), *back = malloc(bytes);
   tse_fill_box("f32", 71, 2, shape, lo, shape, ref);
   TSE_OK(cl[0], tshard_put(cl[0], "victim", ref, bytes, NULL));
@@ -201,57 +204,6 @@ static void faults(tshard_client **cl) {
   free(back);
 }
 
-/* [12, 4096] f32, S(0), stored column-major ("ba"): each rank's slice is read and written an
- * element at a time against the client's rows, 64 KiB in one run (the copies that go through a
- * staging buffer, comm/cma.c). A hole in rank 1's rows, then read-only memory: refused, naming
- * the client's memory, every slice as it was; then a put and a get that must round-trip. */
-static void staged_faults(tshard_client **cl) {
-  const int64_t shape[2] = {12, 4096}, lo[2] = {0, 0};
-  size_t bytes = 12 * 4096 * 4, page = (size_t)sysconf(_SC_PAGESIZE);
-  TSE_OK(cl[0], tshard_create(cl[0], "cols", "f32", 2, shape, "mesh=[3] placements=[S(0)]",
-                              "ba", NULL));
-  uint8_t *ref = malloc(bytes), *back = malloc(bytes);
-  tse_fill_box("f32", 81, 2, shape, lo, shape, ref);
-  TSE_OK(cl[0], tshard_put(cl[0], "cols", ref, bytes, NULL));
-  uint8_t *holey = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  TSE_CHECK(holey != MAP_FAILED, "mmap");
-  if (holey != MAP_FAILED) {
-    tse_fill_box("f32", 82, 2, shape, lo, shape, holey);
-    munmap(holey + bytes / 2 - bytes / 2 % page, page); /* in rows 4..7: rank 1's */
-    int rc = tshard_put(cl[1], "cols", holey, bytes, NULL);
-    TSE_CHECK(rc != TS_OK && strstr(tshard_last_message(cl[1]), "client's memory"),
-              "a put from a buffer with a hole (column-major slices): %s: %s",
-              tshard_status_name(rc), tshard_last_message(cl[1]));
-    rc = tshard_get(cl[1], "cols", holey, bytes);
-    TSE_CHECK(rc != TS_OK, "a get into a buffer with a hole (column-major slices) succeeded");
-    munmap(holey, bytes);
-  }
-  uint8_t *ro = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  TSE_CHECK(ro != MAP_FAILED, "mmap");
-  if (ro != MAP_FAILED) {
-    int rc = tshard_get(cl[2], "cols", ro, bytes);
-    TSE_CHECK(rc != TS_OK && strstr(tshard_last_message(cl[2]), "client's memory"),
-              "a get into read-only memory (column-major slices): %s: %s",
-              tshard_status_name(rc), tshard_last_message(cl[2]));
-    munmap(ro, bytes);
-  }
-  for (int r = 0; r < 3; r++) { /* every rank kept its slice */
-    memset(back, 0, bytes);
-    TSE_OK(cl[r], tshard_get(cl[r], "cols", back, bytes));
-    TSE_CHECK(tse_compare_box("cols after the faults", "f32", 81, 2, shape, lo, shape, back) == 0,
-              "the refused put changed the column-major tensor (seen from rank %d)", r);
-  }
-  tse_fill_box("f32", 83, 2, shape, lo, shape, ref);
-  TSE_OK(cl[2], tshard_put(cl[2], "cols", ref, bytes, NULL));
-  memset(back, 0, bytes);
-  TSE_OK(cl[0], tshard_get(cl[0], "cols", back, bytes));
-  TSE_CHECK(tse_compare_box("cols round trip", "f32", 83, 2, shape, lo, shape, back) == 0,
-            "put and get of the column-major tensor differ");
-  TSE_OK(cl[0], tshard_drop(cl[0], "cols", NULL));
-  free(ref);
-  free(back);
-}
-
 /* Daemons that refuse (TSHARD_DIRECT=0 where they start): NO_DIRECT once, then the segment. */
 static void refused(void) {
   tse_job off;
@@ -287,8 +239,8 @@ int main(void) {
   }
   attributes(cl);
   slices(cl);
-  faults(cl);
-  staged_faults(cl);
+  faults(cl, 3, NULL);
+  faults(cl, 12, "ba");
   for (int r = 0; r < 3; r++)
     tshard_close(&cl[r]);
   tse_stop(&job);
