@@ -148,7 +148,7 @@ static inline uint8_t *ts__runs_take(ts__runs *w, int64_t len) {
 }
 
 /* Moves the walker's next n bytes (at most its remaining) into the contiguous buffer buf (pack)
- * or out of it into the runs. */
+ * or out of it into the runs: around the caches when the region is larger than they keep. */
 void ts__runs_copy(ts__runs *w, uint8_t *buf, int64_t n, bool pack);
 
 /* Single-copy region transfers (cma.c). ts__cma_init (collective over the world) sets w->pids

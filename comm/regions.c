@@ -86,15 +86,21 @@ void ts__runs_init(ts__runs *w, const ts_comm_region *r) {
 }
 
 void ts__runs_copy(ts__runs *w, uint8_t *buf, int64_t n, bool pack) {
+  /* Unpacking into a region larger than the caches keep writes around them (stream.c). */
+  bool stream = !pack && w->run >= 256 && w->run * w->nruns >= TS_STREAM_MIN_BYTES;
   for (int64_t at = 0; at < n;) {
     int64_t len = w->left < n - at ? w->left : n - at;
     uint8_t *p = ts__runs_take(w, len);
     if (pack)
       memcpy(buf + at, p, (size_t)len);
+    else if (stream)
+      ts_copy_stream(p, buf + at, (size_t)len);
     else
       memcpy(p, buf + at, (size_t)len);
     at += len;
   }
+  if (stream)
+    ts_copy_stream_fence();
 }
 
 /* The datatype of a non-empty region, at its absolute address. */

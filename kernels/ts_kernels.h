@@ -154,6 +154,16 @@ int ts_copy(const ts_tensor *dst, const ts_tensor *src, const ts_copy_opts *opts
 int ts_copy_box(const ts_tensor *dst, const int64_t *dst_start, const ts_tensor *src,
                 const int64_t *src_start, const int64_t *extent, const ts_copy_opts *opts,
                 ts_error *err);
+/* Copies n bytes writing the destination's whole cache lines with non-temporal stores (plain
+ * memcpy where the machine has none): for destinations larger than the caches keep, which
+ * nothing reads right away. The stores are weakly ordered: ts_copy_stream_fence() after the
+ * last of them, before another thread or process may read the bytes. ts_copy and ts_copy_box
+ * take this way themselves for same-dtype rows when the copy moves TS_STREAM_MIN_BYTES or
+ * more. */
+#define TS_STREAM_MIN_BYTES ((int64_t)256 * 1024)
+void ts_copy_stream(void *dst, const void *src, size_t n);
+void ts_copy_stream_fence(void);
+
 /* The naive reference: one full address computation per element, one thread. */
 int ts_copy_box_reference(const ts_tensor *dst, const int64_t *dst_start, const ts_tensor *src,
                           const int64_t *src_start, const int64_t *extent, ts_error *err);

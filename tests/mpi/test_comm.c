@@ -173,8 +173,9 @@ static void test_staged_regions(ts_comm *world, int W) {
   enum { R = 2048, K = 2048, GAP = 256 };
   ts_error err;
   int64_t cols = (int64_t)size * W, per = (int64_t)R * W, nk = per / K;
-  int32_t *a = malloc((size_t)(R * cols) * sizeof *a), *back = calloc((size_t)(R * cols), 4);
+  int32_t *a = malloc((size_t)(R * cols) * sizeof *a), *back = malloc((size_t)(R * cols) * 4);
   int32_t *got = calloc((size_t)(size * nk * (K + GAP)), sizeof *got);
+  memset(back, 0xa5, (size_t)(R * cols) * 4); /* every byte the way back misses shows */
   ts_comm_region *sr = calloc(2 * (size_t)size, sizeof *sr), *rr = sr + size;
   int *peers = malloc((size_t)size * sizeof *peers);
   for (int64_t i = 0; i < R; i++)

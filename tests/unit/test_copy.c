@@ -186,6 +186,85 @@ START_TEST(test_large_transpose) {
 }
 END_TEST
 
+/* ts_copy_stream against memcpy: every length up to 300 bytes and some long ones, the
+ * destination at every offset in a cache line, bytes around it untouched. */
+START_TEST(test_stream_bytes) {
+  rng_state = 0x5851f42d4c957f2du;
+  enum { GUARD = 80, MAXN = 70000 };
+  static const size_t longer[] = {383, 1024, 4096 + 17, 65536 - 1, MAXN - 128};
+  uint8_t *src = malloc(MAXN + 64), *got = aligned_alloc(64, MAXN + 3 * 64 + GUARD);
+  uint8_t *want = malloc(MAXN + 3 * 64 + GUARD);
+  fill_random(src, MAXN + 64);
+  for (size_t k = 0; k < 301 + sizeof longer / sizeof longer[0]; k++) {
+    size_t n = k < 301 ? k : longer[k - 301];
+    for (size_t off = 0; off < 64; off += k < 301 ? 1 : 7) {
+      size_t soff = (off * 5) % 13, room = n + off + GUARD;
+      fill_random(got, room);
+      memcpy(want, got, room);
+      memcpy(want + off, src + soff, n);
+      ts_copy_stream(got + off, src + soff, n);
+      ts_copy_stream_fence();
+      ck_assert_msg(memcmp(got, want, room) == 0, "%zu bytes at offset %zu", n, off);
+    }
+  }
+  free(src);
+  free(got);
+  free(want);
+}
+END_TEST
+
+/* Copies of TS_STREAM_MIN_BYTES or more write their rows around the caches: rows into a wider
+ * tensor at an offset that is not a whole line (a scatter), a whole tensor (one row cut in
+ * chunks), short rows (ordinary stores), a gather (ordinary stores), on 1 and 3 threads. */
+START_TEST(test_stream_rows) {
+  rng_state = 0x14057b7ef767814fu;
+  static const struct {
+    ts_dtype dt;
+    int64_t src[2], dst[2], dst_start[2];
+  } cases[] = {
+      {TS_F32, {256, 300}, {256, 1000}, {0, 7}},    /* rows of 1200 bytes, 4000 apart */
+      {TS_F32, {600, 600}, {600, 600}, {0, 0}},     /* contiguous: one row in chunks */
+      {TS_U8, {2000, 300}, {2000, 301}, {0, 1}},    /* rows of 300 bytes, off a line */
+      {TS_F64, {4096, 8}, {4096, 40}, {0, 3}},      /* rows of 64 bytes: ordinary stores */
+      {TS_F32, {512, 1024}, {512, 256}, {0, 0}},    /* a gather: a box of each source row */
+      {TS_F16, {300, 1000}, {301, 1000}, {1, 0}},   /* contiguous, at a row's offset */
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+    for (int threads = 1; threads <= 3; threads += 2) {
+      ts_tensor src = {0}, d1 = {0}, d2 = {0};
+      ck_assert_int_eq(ts_layout_plain(&src.layout, cases[k].dt, 2, cases[k].src, NULL), TS_OK);
+      ck_assert_int_eq(ts_layout_plain(&d1.layout, cases[k].dt, 2, cases[k].dst, NULL), TS_OK);
+      d2.layout = d1.layout;
+      size_t es = ts_dtype_size(cases[k].dt);
+      src.bytes = (size_t)(cases[k].src[0] * cases[k].src[1]) * es;
+      d1.bytes = d2.bytes = (size_t)(cases[k].dst[0] * cases[k].dst[1]) * es;
+      src.data = malloc(src.bytes);
+      d1.data = malloc(d1.bytes);
+      d2.data = malloc(d2.bytes);
+      fill_random(src.data, src.bytes);
+      fill_random(d1.data, d1.bytes);
+      memcpy(d2.data, d1.data, d1.bytes);
+      int64_t extent[2], s_start[2] = {0, 0};
+      for (int d = 0; d < 2; d++) {
+        extent[d] = cases[k].dst[d] - cases[k].dst_start[d];
+        if (extent[d] > cases[k].src[d])
+          extent[d] = cases[k].src[d];
+      }
+      ck_assert_int_ge((int64_t)es * extent[0] * extent[1], TS_STREAM_MIN_BYTES);
+      ts_copy_opts opts = {.threads = threads};
+      ts_error err;
+      ck_assert_msg(ts_copy_box(&d1, cases[k].dst_start, &src, s_start, extent, &opts, &err) ==
+                    TS_OK, "%s", err.msg);
+      ck_assert_int_eq(ts_copy_box_reference(&d2, cases[k].dst_start, &src, s_start, extent, &err),
+                       TS_OK);
+      ck_assert_msg(memcmp(d1.data, d2.data, d1.bytes) == 0, "case %zu, %d threads", k, threads);
+      free(src.data);
+      free(d1.data);
+      free(d2.data);
+    }
+}
+END_TEST
+
 /* The f32 transpose paths: 16x16 register blocks with streaming stores (large copies), rows and
  * columns that are not multiples of 16, views whose lines start off a cache line (the blocks then
  * store normally), and permutations whose source runs span two nodes (abcd -> dcab: the rows are d,
@@ -441,6 +520,8 @@ int main(void) {
   tcase_add_test(tc, test_random_vs_reference);
   tcase_add_test(tc, test_random_large_threads);
   tcase_add_test(tc, test_large_transpose);
+  tcase_add_test(tc, test_stream_bytes);
+  tcase_add_test(tc, test_stream_rows);
   tcase_add_test(tc, test_transpose_paths);
   tcase_add_test(tc, test_buffer_alloc);
   suite_add_tcase(s, tc);
