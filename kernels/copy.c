@@ -10,8 +10,8 @@
  * sorts them so the destination is written contiguously, merges nodes that are contiguous on both
  * sides, and runs one of two inner kernels over the two innermost nodes:
  *   rows       the innermost node is a (converting) row, contiguous on the destination side;
- *              same-dtype copies of TS_STREAM_MIN_BYTES or more write their rows around the
- *              caches (stream.c);
+ *              same-dtype copies of TS_STREAM_MIN_BYTES or more whose destination nothing
+ *              reads soon (ts_copy_opts.write_around) write their rows around the caches;
  *   transpose  the source is contiguous along another node: a cache tile of rows x columns,
  *              read along one and written along the other, so both sides stream; large f32
  *              transposes on one thread go through panels instead (transpose_panel_4), which
@@ -215,6 +215,7 @@ typedef struct {
   block_fn panel;    /* large f32 transposes go through panels with this 16x16 block; or NULL */
   bool same_dtype;   /* a pure move: the transpose tiles apply */
   bool stream;       /* non-temporal stores: the job is far larger than the caches */
+  bool around;       /* the caller lets rows be written around the caches (ts_copy_opts) */
   int64_t es, ed;
   bool transpose;
   int outer;             /* the first outer-loop node: 2, or 3 when [2] is a second row loop */
@@ -712,20 +713,20 @@ static void run_job(job *j, char *d, const char *s, int threads) {
       }
   } else {
     int64_t row_bytes = j->nodes[0].n * esize;
+    /* Large copies the caller lets write around the caches do, except gathers into
+     * consecutive rows from rows far apart: their strided reads are the limit, and there the
+     * stores gained nothing (4.4 against 4.1 ms for 24 MiB of 768-byte rows 3072 apart). */
+    bool gather = j->nodes[1].ds == row_bytes && j->nodes[1].ss != row_bytes;
+    if (j->around && j->same_dtype && j->nodes[0].ss == j->es && j->nodes[0].ds == j->ed &&
+        !gather && row_bytes >= STREAM_ROW_MIN_BYTES && job_bytes(j) >= TS_STREAM_MIN_BYTES) {
+      j->row = row_stream; /* run_range fences the stores */
+      j->stream = true;
+    }
     /* Rows of whole lines that the destination order would read sparsely within source pages
      * (the next row a short stride away: a row gather like abcd -> acbd): the prefetcher
      * starves on such strides, so the outer loops go in source order instead and the
      * destination takes whole lines in a few places at once. Rows that continue in another
      * page (several streams, as nchw16c -> nhwc reads) keep the destination order. */
-    /* Large copies write around the caches, except gathers into consecutive rows from rows
-     * far apart: their strided reads are the limit, and there the stores gained nothing (4.4
-     * against 4.1 ms for 24 MiB of 768-byte rows 3072 bytes apart). */
-    bool gather = j->nodes[1].ds == row_bytes && j->nodes[1].ss != row_bytes;
-    if (j->same_dtype && j->nodes[0].ss == j->es && j->nodes[0].ds == j->ed && !gather &&
-        row_bytes >= STREAM_ROW_MIN_BYTES && job_bytes(j) >= TS_STREAM_MIN_BYTES) {
-      j->row = row_stream; /* run_range fences the stores */
-      j->stream = true;
-    }
     int64_t next_ss = abs64(j->nodes[1].ss);
     if (abs64(j->nodes[0].ss) == j->es && abs64(j->nodes[0].ds) == j->ed && row_bytes >= 64 &&
         row_bytes <= SOURCE_ORDER_ROW_BYTES && j->nodes[1].n > 1 && next_ss > row_bytes &&
@@ -781,7 +782,7 @@ static void layout_range(const ts_layout *l, int64_t *lo, int64_t *hi) {
 /* Copies one box (already validated), src may be a zero source with all strides 0. */
 static int copy_lowered(char *dbase, const ts_layout *dl, const int64_t *dst_start,
                         const char *sbase, const ts_layout *sl, const int64_t *src_start,
-                        const int64_t *extent, int threads, ts_error *err) {
+                        const int64_t *extent, int threads, bool around, ts_error *err) {
   int nd = dl->ndim;
   for (int d = 0; d < nd; d++)
     if (extent[d] == 0)
@@ -796,6 +797,7 @@ static int copy_lowered(char *dbase, const ts_layout *dl, const int64_t *dst_sta
     int pick[TS_MAX_DIMS] = {0};
     for (;;) { /* every combination of segments */
       job j = {.row = row,
+               .around = around,
                .same_dtype = dl->dtype == sl->dtype,
                .es = (int64_t)ts_dtype_size(sl->dtype),
                .ed = (int64_t)ts_dtype_size(dl->dtype)};
@@ -873,7 +875,9 @@ int ts_copy_box(const ts_tensor *dst, const int64_t *dst_start, const ts_tensor 
   for (int d = 0; d < dl->ndim; d++)
     numel *= extent[d];
   int threads = opts && opts->threads > 0 ? opts->threads : ts_kernels_threads();
-  if ((rc = copy_lowered(dst->data, dl, dst_start, src->data, sl, src_start, extent, threads, err)))
+  bool around = opts && opts->write_around;
+  if ((rc = copy_lowered(dst->data, dl, dst_start, src->data, sl, src_start, extent, threads,
+                         around, err)))
     return rc;
   if (numel == 0 || !ts_layout_is_blocked(dl))
     return TS_OK;
@@ -905,7 +909,7 @@ int ts_copy_box(const ts_tensor *dst, const int64_t *dst_start, const ts_tensor 
     for (int e = 0; e < dl->ndim; e++)
       padded.shape[e] = ts_layout_padded(dl, e);
     if ((rc = copy_lowered(dst->data, &padded, start, (const char *)&zeros, &zl, zero, ext, threads,
-                           err)))
+                           false, err)))
       return rc;
   }
   return TS_OK;

@@ -145,6 +145,9 @@ int ts_layout_check(const ts_layout *l, size_t buf_bytes, bool writable, ts_erro
 
 typedef struct ts_copy_opts {
   int threads; /* 0: the process default (ts_kernels_set_threads; initially all cores) */
+  /* Nothing reads the destination soon (a reshard's target, not a buffer sent right after):
+   * same-dtype copies of TS_STREAM_MIN_BYTES or more may write it around the caches. */
+  bool write_around;
 } ts_copy_opts;
 
 void ts_kernels_set_threads(int threads); /* <= 0 restores "all cores" */
@@ -158,8 +161,8 @@ int ts_copy_box(const ts_tensor *dst, const int64_t *dst_start, const ts_tensor 
  * memcpy where the machine has none): for destinations larger than the caches keep, which
  * nothing reads right away. The stores are weakly ordered: ts_copy_stream_fence() after the
  * last of them, before another thread or process may read the bytes. ts_copy and ts_copy_box
- * take this way themselves for same-dtype rows when the copy moves TS_STREAM_MIN_BYTES or
- * more. */
+ * take this way for same-dtype rows of copies of TS_STREAM_MIN_BYTES or more when
+ * ts_copy_opts.write_around allows it. */
 #define TS_STREAM_MIN_BYTES ((int64_t)256 * 1024)
 void ts_copy_stream(void *dst, const void *src, size_t n);
 void ts_copy_stream_fence(void);

@@ -180,7 +180,9 @@ static int copy_region(exec *ex, const ts_tensor *dst, const ts_box *dst_box, co
     ext[d] = region->hi[d] - region->lo[d];
   }
   ts_error e;
-  int rc = ts_copy_box(dst, ds, src, ss, ext, &ex->copts, &e);
+  ts_copy_opts o = ex->copts;
+  o.write_around = dst == &ex->tgt; /* the target, not a buffer that is sent right after */
+  int rc = ts_copy_box(dst, ds, src, ss, ext, &o, &e);
   if (rc && ex->lst == TS_OK) {
     ex->lerr = e;
     ex->lst = rc;
