@@ -14,8 +14,10 @@
  *      exchange (so a root scattering to or gathering from many peers lets them copy at once),
  *      then the receiver. A copier whose runs are short against the far side's long ones packs
  *      them through a staging buffer that stays in cache (copy_staged), since the kernel's cost
- *      per iovec outweighs a short run's copy; pairs with runs under 1 KiB on one side and
- *      not long on the other go through MPI afterwards (regions.c);
+ *      per iovec outweighs a short run's copy; its pairs whose short runs lie in the same rows
+ *      (a tensor's column blocks for several peers) share one buffer and go row by row, so the
+ *      rows are read once rather than once per peer (group_pairs); pairs with runs under 1 KiB
+ *      on one side and not long on the other go through MPI afterwards (regions.c);
  *   3. the copier tells the other side its status; nobody returns before its pairs are done, so
  *      every region stays valid while it is copied.
  *
@@ -55,6 +57,8 @@
  * cores at once (11 ms of CPU). */
 #define CMA_STAGE_RUN 4096
 #define CMA_STAGE_BYTES ((int64_t)1 << 20)
+/* At most this many pairs share a staging buffer (copy_staged). */
+#define CMA_GROUP 8
 
 enum { ACK_DONE = 0, ACK_USE_MPI = 1, ACK_FAILED = 2 };
 
@@ -262,31 +266,92 @@ static int copy_failed(pid_t pid, int peer, bool write, int64_t want, ssize_t go
                       (int)pid, how);
 }
 
-/* copy_regions through the staging buffer `stage` of `cap` bytes: per call, the next bytes of
- * the far side's long runs as at most CMA_IOV iovecs, and the local short runs packed into (or
- * unpacked from) the one staging run. */
-static int copy_staged(pid_t pid, int peer, bool write, ts__runs *l, ts__runs *r,
-                       uint8_t *stage, int64_t cap, ts_error *err) {
+/* One pair of a staged copy: the far process, the peer's rank (-1: a client), both walkers, the
+ * pair's part of the staging buffer, and its status. */
+typedef struct staged {
+  pid_t pid;
+  int peer;
+  ts__runs l, r;
+  uint8_t *stage;
+  ts_error err; /* err.code TS_OK while the pair goes on */
+} staged;
+
+/* The kernel's half of a staged round: want bytes between g's part of the staging buffer and
+ * the far side's next long runs, at most CMA_IOV of them per call. */
+static int staged_kernel(staged *g, bool write, int64_t want, ts_error *err) {
   struct iovec riov[CMA_IOV];
-  while (l->remaining > 0 && r->remaining > 0) {
+  for (int64_t done = 0; done < want;) {
     int rn = 0;
-    int64_t want = 0;
-    while (want < cap && rn < CMA_IOV && r->remaining > 0) {
-      int64_t len = r->left < cap - want ? r->left : cap - want;
-      rn = add_iov(riov, rn, ts__runs_take(r, len), len);
-      want += len;
+    int64_t n = 0;
+    while (done + n < want && rn < CMA_IOV) {
+      int64_t len = g->r.left < want - done - n ? g->r.left : want - done - n;
+      rn = add_iov(riov, rn, ts__runs_take(&g->r, len), len);
+      n += len;
     }
-    if (write)
-      ts__runs_copy(l, stage, want, true);
-    struct iovec liov = {stage, (size_t)want};
-    ssize_t got = write ? process_vm_writev(pid, &liov, 1, riov, (unsigned long)rn, 0)
-                        : process_vm_readv(pid, &liov, 1, riov, (unsigned long)rn, 0);
-    if (got != (ssize_t)want)
-      return copy_failed(pid, peer, write, want, got, err);
-    if (!write)
-      ts__runs_copy(l, stage, want, false);
+    struct iovec liov = {g->stage + done, (size_t)n};
+    ssize_t got = write ? process_vm_writev(g->pid, &liov, 1, riov, (unsigned long)rn, 0)
+                        : process_vm_readv(g->pid, &liov, 1, riov, (unsigned long)rn, 0);
+    if (got != (ssize_t)n)
+      return copy_failed(g->pid, g->peer, write, n, got, err);
+    done += n;
   }
   return TS_OK;
+}
+
+/* copy_regions through the staging buffer for k pairs whose local short runs have the same
+ * shape and lie in the same rows (one tensor's column blocks for k peers; or k = 1): per round,
+ * each pair's next `per` bytes of the far side's long runs, and the local runs packed into (or
+ * unpacked from) each pair's part of the buffer, row by row for all k at once, so that the rows
+ * are read (or written) once, in order, instead of once per peer. A pair that fails keeps its
+ * error and drops out; the others go on. */
+static void copy_staged(int k, staged *g, bool write, int64_t per) {
+  ts__runs *w[CMA_GROUP];
+  uint8_t *buf[CMA_GROUP];
+  for (;;) {
+    int n = 0;
+    int64_t want = per;
+    for (int m = 0; m < k; m++)
+      if (g[m].err.code == TS_OK && g[m].l.remaining > 0) {
+        want = g[m].l.remaining < want ? g[m].l.remaining : want; /* alike: they move in step */
+        n++;
+      }
+    if (n == 0)
+      return;
+    for (int m = 0; !write && m < k; m++)
+      if (g[m].err.code == TS_OK && g[m].l.remaining > 0)
+        staged_kernel(&g[m], false, want, &g[m].err);
+    n = 0;
+    for (int m = 0; m < k; m++)
+      if (g[m].err.code == TS_OK && g[m].l.remaining > 0) {
+        w[n] = &g[m].l;
+        buf[n++] = g[m].stage;
+      }
+    if (n > 0) /* none when every read of the round failed */
+      ts__runs_copy(n, w, buf, want, write);
+    for (int m = 0; write && m < k; m++)
+      if (g[m].err.code == TS_OK && g[m].r.remaining > 0)
+        staged_kernel(&g[m], true, want, &g[m].err);
+  }
+}
+
+/* copy_staged for k pairs through one staging buffer from the pool, at most CMA_STAGE_BYTES in
+ * all (whole lines per pair): true when it copied (each pair's outcome in its err), false when
+ * the pool had no room for the buffer. */
+static bool copy_group(int k, staged *g, bool write) {
+  int64_t per = CMA_STAGE_BYTES / k / 64 * 64;
+  if (per > g[0].l.remaining)
+    per = g[0].l.remaining;
+  uint8_t *stage = ts_pool_alloc((size_t)(per * k), TS_POOL_STAGING, NULL, NULL);
+  if (!stage)
+    return false;
+  for (int m = 0; m < k; m++) {
+    g[m].stage = stage + m * per;
+    g[m].err.code = TS_OK;
+    g[m].err.msg[0] = 0;
+  }
+  copy_staged(k, g, write, per);
+  ts_pool_free(stage);
+  return true;
 }
 
 /* Copies between the local region `loc` and the peer's region `rem` (in process pid): reads
@@ -297,14 +362,9 @@ static int copy_regions(pid_t pid, int peer, bool write, const ts_comm_region *l
   ts__runs_init(&l, loc);
   ts__runs_init(&r, rem);
   if (!runs_long(&l) && runs_long(&r)) {
-    /* Without room for the staging buffer, the runs go one iovec each. */
-    int64_t cap = l.remaining < CMA_STAGE_BYTES ? l.remaining : CMA_STAGE_BYTES;
-    uint8_t *stage = ts_pool_alloc((size_t)cap, TS_POOL_STAGING, NULL, NULL);
-    if (stage) {
-      int rc = copy_staged(pid, peer, write, &l, &r, stage, cap, err);
-      ts_pool_free(stage);
-      return rc;
-    }
+    staged g = {.pid = pid, .peer = peer, .l = l, .r = r};
+    if (copy_group(1, &g, write)) /* else no room for the buffer: an iovec per run */
+      return g.err.code ? ts_error_set(err, g.err.code, "%s", g.err.msg) : TS_OK;
   }
   struct iovec liov[CMA_IOV], riov[CMA_IOV];
   while (l.remaining > 0 && r.remaining > 0) {
@@ -436,21 +496,169 @@ static int pair_way(const ts_comm *c, int sender, int receiver, const cma_desc *
   return snd->pairs < rcv->pairs ? PAIR_SENDER_COPIES : PAIR_RECEIVER_COPIES;
 }
 
+/* One exchange's pairs (ts__cma_exchange): pair i < nsend sends, the others receive. */
+typedef struct cma_pairs {
+  ts_comm *c;
+  int nsend, np;
+  const int *send_peers, *recv_peers;
+  const ts_comm_region *send, *recv;
+  cma_desc *desc; /* what each peer said */
+  int *way, *st;
+  int *group; /* a staged group's first pair: its size; a later member: -1; otherwise 0 */
+  int *next;  /* a group's next member after this pair, -1 after the last */
+} cma_pairs;
+
+static int pair_peer(const cma_pairs *x, int i) {
+  return i < x->nsend ? x->send_peers[i] : x->recv_peers[i - x->nsend];
+}
+
+static const ts_comm_region *pair_mine(const cma_pairs *x, int i) {
+  return i < x->nsend ? &x->send[i] : &x->recv[i - x->nsend];
+}
+
+/* Whether this rank copies pair i itself (from its mapping or with the kernel). */
+static bool pair_copier(const cma_pairs *x, int i) {
+  int way = x->way[i];
+  return (way == PAIR_SENDER_COPIES || way == PAIR_RECEIVER_COPIES ||
+          way == PAIR_RECEIVER_MAPS) && (way == PAIR_SENDER_COPIES) == (i < x->nsend);
+}
+
+/* Whether the local runs b lie in the rows of a: the same shape, and b's first run less than one
+ * row (a's innermost outer stride) from a's. */
+static bool same_rows(const ts__runs *a, const ts__runs *b) {
+  if (a->run != b->run || a->n != b->n || a->n == 0)
+    return false;
+  for (int d = 0; d < a->n; d++)
+    if (a->cnt[d] != b->cnt[d] || a->str[d] != b->str[d])
+      return false;
+  int64_t gap = b->at - a->at, row = a->str[a->n - 1];
+  return (gap < 0 ? -gap : gap) < (row < 0 ? -row : row);
+}
+
+typedef struct staged_key {
+  uintptr_t at;
+  int write, i;
+} staged_key;
+
+static int key_cmp(const void *pa, const void *pb) {
+  const staged_key *a = pa, *b = pb;
+  if (a->write != b->write)
+    return a->write - b->write;
+  if (a->at != b->at)
+    return a->at < b->at ? -1 : 1;
+  return a->i - b->i;
+}
+
+/* Groups the staged pairs this rank copies whose local runs lie in the same rows (a tensor's
+ * column blocks for several peers), up to CMA_GROUP each: sorted by direction and address, a
+ * group's pairs are neighbours. Without memory for the sort every pair stays alone. */
+static void group_pairs(cma_pairs *x) {
+  staged_key *key = malloc((size_t)(x->np ? x->np : 1) * sizeof *key);
+  ts__runs *w = malloc((size_t)(x->np ? x->np : 1) * sizeof *w);
+  int nk = 0;
+  for (int i = 0; key && w && i < x->np; i++) {
+    ts__runs r;
+    if (x->way[i] == PAIR_RECEIVER_MAPS || !pair_copier(x, i))
+      continue;
+    ts__runs_init(&w[i], pair_mine(x, i));
+    ts__runs_init(&r, &x->desc[i].region);
+    if (!runs_long(&w[i]) && runs_long(&r))
+      key[nk++] = (staged_key){(uintptr_t)w[i].at, i < x->nsend, i};
+  }
+  if (key && w)
+    qsort(key, (size_t)nk, sizeof *key, key_cmp);
+  for (int a = 0, b; key && w && a < nk; a = b) {
+    const ts__runs *first = &w[key[a].i];
+    int lead = key[a].i; /* the member the exchange reaches first copies the group */
+    for (b = a + 1; b < nk && b - a < CMA_GROUP && key[b].write == key[a].write &&
+                    same_rows(first, &w[key[b].i]);
+         b++)
+      lead = key[b].i < lead ? key[b].i : lead;
+    x->group[lead] = b - a;
+    int last = lead;
+    for (int m = a; m < b; m++) /* the others after it, in address order */
+      if (key[m].i != lead) {
+        x->group[key[m].i] = -1;
+        x->next[last] = key[m].i;
+        last = key[m].i;
+      }
+    x->next[last] = -1;
+  }
+  free(key);
+  free(w);
+}
+
+/* This rank's copy of pair i, and of the later members of its staged group with it: each
+ * copied pair's status in st; the first error in err (rc). */
+static int copy_pair(cma_pairs *x, int i, int rc, ts_error *err) {
+  ts_comm *c = x->c;
+  const ts_comm_region *mine = pair_mine(x, i);
+  int peer = pair_peer(x, i);
+  ts_error e;
+  if (x->way[i] == PAIR_RECEIVER_MAPS) {
+    copy_mapped(&c->arenas[c->ranks[peer]], mine, &x->desc[i].region);
+    return rc;
+  }
+  if (x->group[i] > 0) {
+    staged g[CMA_GROUP];
+    int k = 0;
+    for (int j = i; j >= 0; j = x->next[j], k++) {
+      int pj = pair_peer(x, j);
+      g[k] = (staged){.pid = (pid_t)c->pids[c->ranks[pj]], .peer = pj};
+      ts__runs_init(&g[k].l, pair_mine(x, j));
+      ts__runs_init(&g[k].r, &x->desc[j].region);
+    }
+    if (copy_group(k, g, i < x->nsend)) {
+      k = 0;
+      for (int j = i; j >= 0; j = x->next[j], k++)
+        if ((x->st[j] = g[k].err.code) && rc == TS_OK)
+          rc = ts_error_set(err, g[k].err.code, "%s", g[k].err.msg);
+      return rc;
+    }
+    for (int j = x->next[i]; j >= 0; j = x->next[j]) /* no room for the buffer: one by one */
+      x->group[j] = 0;
+  }
+  x->st[i] = copy_regions((pid_t)c->pids[c->ranks[peer]], peer, i < x->nsend, mine,
+                          &x->desc[i].region, &e);
+  if (x->st[i] && rc == TS_OK)
+    rc = ts_error_set(err, e.code, "%s", e.msg);
+  return rc;
+}
+
+/* How every pair moves (pair_way), alike on both ends: MPI's pairs are marked for the caller. */
+static int pair_ways(cma_pairs *x, bool *send_mpi, bool *recv_mpi, ts_error *err) {
+  int rc = TS_OK;
+  for (int i = 0; i < x->np; i++) {
+    bool snd = i < x->nsend;
+    int peer = pair_peer(x, i);
+    cma_desc own = {*pair_mine(x, i), x->np};
+    x->way[i] = snd ? pair_way(x->c, x->c->rank, peer, &own, &x->desc[i])
+                    : pair_way(x->c, peer, x->c->rank, &x->desc[i], &own);
+    if (x->way[i] == PAIR_MISMATCH && rc == TS_OK)
+      rc = ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "rank %d's region holds %lld bytes where this rank's holds %lld", peer,
+                        (long long)region_total(&x->desc[i].region),
+                        (long long)region_total(pair_mine(x, i)));
+    else if (x->way[i] == PAIR_MPI)
+      *(snd ? &send_mpi[i] : &recv_mpi[i - x->nsend]) = true;
+  }
+  return rc;
+}
+
 int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm_region *send,
                      bool *send_mpi, int nrecv, const int *recv_peers,
                      const ts_comm_region *recv, bool *recv_mpi, ts_error *err) {
   int np = nsend + nrecv, n = 3 * np;
+  size_t one = (size_t)(np ? np : 1);
   MPI_Request *req = malloc((size_t)(n ? n : 1) * sizeof *req);
-  cma_desc *desc = malloc((size_t)(np ? np : 1) * sizeof *desc);
-  cma_desc *own = malloc((size_t)(np ? np : 1) * sizeof *own);
-  int *st = malloc((size_t)(np ? np : 1) * sizeof *st);
-  if (!req || !desc || !own || !st) {
-    free(req);
-    free(desc);
-    free(own);
-    free(st);
+  cma_desc *desc = malloc(one * sizeof *desc), *own = malloc(one * sizeof *own);
+  int *ints = calloc(4 * one, sizeof *ints);
+  if (!req || !desc || !own || !ints) {
+    free(req), free(desc), free(own), free(ints);
     return ts_error_set(err, TS_NO_MEMORY, "no memory for %d transfers", np);
   }
+  cma_pairs x = {c, nsend, np, send_peers, recv_peers, send, recv, desc,
+                 ints, ints + one, ints + 2 * one, ints + 3 * one};
   /* Pair i: sends first, then receives; its peer, its local region and the peer's. */
   MPI_Request *dsend = req, *drecv = req + np, *sreq = req + 2 * np;
   for (int i = 0; i < n; i++)
@@ -459,15 +667,13 @@ int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm
     send_mpi[i] = false;
   for (int i = 0; i < nrecv; i++)
     recv_mpi[i] = false;
-  for (int i = 0; i < np; i++)
-    st[i] = TS_OK;
   int rc = TS_OK, mrc = MPI_SUCCESS;
   /* Both ends describe their regions to each other; everything is posted before any wait. */
   for (int i = 0; i < np && mrc == MPI_SUCCESS; i++) {
     bool snd = i < nsend;
-    int peer = snd ? send_peers[i] : recv_peers[i - nsend];
-    memset(&own[i], 0, sizeof own[i]);
-    own[i].region = snd ? send[i] : recv[i - nsend];
+    int peer = pair_peer(&x, i);
+    memset(&own[i], 0, sizeof own[i]); /* no unset padding on the wire */
+    own[i].region = *pair_mine(&x, i);
     own[i].pairs = np;
     /* Tags by direction: a rank both sending to and receiving from a peer keeps them apart. */
     mrc = MPI_Irecv(&desc[i], (int)sizeof *desc, MPI_BYTE, peer, CMA_DESC_TAG + !snd, c->comm,
@@ -481,37 +687,24 @@ int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm
   /* Descriptions and words are small: waits for them block on the bell (comm_internal.h). */
   if (mrc == MPI_SUCCESS)
     mrc = ts__comm_wait_rung(c, np, drecv);
+  if (mrc == MPI_SUCCESS) {
+    rc = pair_ways(&x, send_mpi, recv_mpi, err);
+    group_pairs(&x);
+  }
   for (int i = 0; i < np && mrc == MPI_SUCCESS; i++) {
     bool snd = i < nsend;
-    int peer = snd ? send_peers[i] : recv_peers[i - nsend];
-    const ts_comm_region *mine = snd ? &send[i] : &recv[i - nsend];
-    int way = snd ? pair_way(c, c->rank, peer, &own[i], &desc[i])
-                  : pair_way(c, peer, c->rank, &desc[i], &own[i]);
-    ts_error e;
-    if (way == PAIR_MISMATCH) {
-      if (rc == TS_OK)
-        rc = ts_error_set(err, TS_INVALID_ARGUMENT,
-                          "rank %d's region holds %lld bytes where this rank's holds %lld", peer,
-                          (long long)region_total(&desc[i].region),
-                          (long long)region_total(mine));
-    } else if (way == PAIR_MPI) {
-      if (snd)
-        send_mpi[i] = true;
-      else
-        recv_mpi[i - nsend] = true;
-    } else if ((way == PAIR_SENDER_COPIES) == snd) { /* this rank copies, then tells */
-      if (way == PAIR_RECEIVER_MAPS)
-        copy_mapped(&c->arenas[c->ranks[peer]], mine, &desc[i].region);
-      else
-        st[i] = copy_regions((pid_t)c->pids[c->ranks[peer]], peer, snd, mine, &desc[i].region,
-                             &e);
-      if (st[i] && rc == TS_OK)
-        rc = ts_error_set(err, e.code, "%s", e.msg);
-      mrc = MPI_Isend(&st[i], 1, MPI_INT, peer, CMA_ACK_TAG + snd, c->comm, &sreq[i]);
+    int peer = pair_peer(&x, i), way = x.way[i];
+    if (way == PAIR_MISMATCH || way == PAIR_MPI)
+      continue;
+    if (pair_copier(&x, i)) { /* this rank copies (a group's later members with its first), then
+                               * tells */
+      if (x.group[i] >= 0)
+        rc = copy_pair(&x, i, rc, err);
+      mrc = MPI_Isend(&x.st[i], 1, MPI_INT, peer, CMA_ACK_TAG + snd, c->comm, &sreq[i]);
       if (mrc == MPI_SUCCESS)
         ts__comm_ring(c, peer);
     } else { /* the peer copies: wait for its word */
-      mrc = MPI_Irecv(&st[i], 1, MPI_INT, peer, CMA_ACK_TAG + !snd, c->comm, &sreq[i]);
+      mrc = MPI_Irecv(&x.st[i], 1, MPI_INT, peer, CMA_ACK_TAG + !snd, c->comm, &sreq[i]);
     }
   }
   /* Every request, posted or not (MPI_REQUEST_NULL), is completed before the buffers go. */
@@ -522,14 +715,10 @@ int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm
   if (mrc != MPI_SUCCESS && rc == TS_OK)
     rc = ts__mpi_error(mrc, "the single-copy exchange", __FILE__, __LINE__, err);
   for (int i = 0; i < np && rc == TS_OK; i++) /* a copy the peer could not make */
-    if (st[i] != TS_OK)
+    if (x.st[i] != TS_OK)
       rc = ts_error_set(err, TS_IO, "rank %d could not copy its piece of the exchange with this "
-                        "rank (status %d)", i < nsend ? send_peers[i] : recv_peers[i - nsend],
-                        st[i]);
-  free(req);
-  free(desc);
-  free(own);
-  free(st);
+                        "rank (status %d)", pair_peer(&x, i), x.st[i]);
+  free(req), free(desc), free(own), free(ints);
   return rc;
 }
 

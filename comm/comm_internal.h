@@ -147,9 +147,11 @@ static inline uint8_t *ts__runs_take(ts__runs *w, int64_t len) {
   return p;
 }
 
-/* Moves the walker's next n bytes (at most its remaining) into the contiguous buffer buf (pack)
- * or out of it into the runs: around the caches when the region is larger than they keep. */
-void ts__runs_copy(ts__runs *w, uint8_t *buf, int64_t n, bool pack);
+/* Moves the next n bytes (at most their remaining) of k walkers into their contiguous buffers
+ * buf[m] (pack) or out of them into the runs: around the caches when the regions are larger
+ * than they keep. The walkers move in step: the same run shape and the same bytes taken so far
+ * (k regions in the same rows of one tensor go row by row, each row's runs in turn). */
+void ts__runs_copy(int k, ts__runs *const *w, uint8_t *const *buf, int64_t n, bool pack);
 
 /* Single-copy region transfers (cma.c). ts__cma_init (collective over the world) sets w->pids
  * when every rank runs on this node and can read the others' memory, and w->arenas when, in

@@ -85,18 +85,20 @@ void ts__runs_init(ts__runs *w, const ts_comm_region *r) {
   w->remaining = w->run * w->nruns;
 }
 
-void ts__runs_copy(ts__runs *w, uint8_t *buf, int64_t n, bool pack) {
+void ts__runs_copy(int k, ts__runs *const *w, uint8_t *const *buf, int64_t n, bool pack) {
   /* Unpacking into a region larger than the caches keep writes around them (stream.c). */
-  bool stream = !pack && w->run >= 256 && w->run * w->nruns >= TS_STREAM_MIN_BYTES;
+  bool stream = !pack && w[0]->run >= 256 && w[0]->run * w[0]->nruns >= TS_STREAM_MIN_BYTES;
   for (int64_t at = 0; at < n;) {
-    int64_t len = w->left < n - at ? w->left : n - at;
-    uint8_t *p = ts__runs_take(w, len);
-    if (pack)
-      memcpy(buf + at, p, (size_t)len);
-    else if (stream)
-      ts_copy_stream(p, buf + at, (size_t)len);
-    else
-      memcpy(p, buf + at, (size_t)len);
+    int64_t len = w[0]->left < n - at ? w[0]->left : n - at;
+    for (int m = 0; m < k; m++) { /* the same piece of each walker's run: they move in step */
+      uint8_t *p = ts__runs_take(w[m], len);
+      if (pack)
+        memcpy(buf[m] + at, p, (size_t)len);
+      else if (stream)
+        ts_copy_stream(p, buf[m] + at, (size_t)len);
+      else
+        memcpy(p, buf[m] + at, (size_t)len);
+    }
     at += len;
   }
   if (stream)
@@ -421,10 +423,10 @@ static void regions_copy(int n, const ts_comm_region *const *r, uint8_t *buf, bo
   for (int i = 0; i < n; i++) {
     if (region_empty(r[i]))
       continue;
-    ts__runs w;
+    ts__runs w, *wp = &w;
     ts__runs_init(&w, r[i]);
     int64_t n = w.remaining;
-    ts__runs_copy(&w, buf, n, pack);
+    ts__runs_copy(1, &wp, &buf, n, pack);
     buf += n;
   }
 }

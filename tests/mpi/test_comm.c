@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "ts_comm.h"
@@ -213,6 +214,48 @@ static void test_staged_regions(ts_comm *world, int W) {
         "staged regions of %d back: the round trip changed the matrix", W);
   free(a);
   free(back);
+  free(got);
+  free(sr);
+  free(peers);
+}
+
+/* Staged copies that share one buffer (a tensor's column blocks for every peer) with one pair
+ * that fails: the last rank's receive regions lie in memory nobody may write (PROT_NONE), so
+ * each sender's copy to it fails while its copies to the others go on. Every rank reports an
+ * error (the senders their own copy, the last rank its peers' statuses), and every other
+ * rank's regions arrive whole. */
+static void test_staged_fault(ts_comm *world) {
+  enum { R = 2048, W = 192 };
+  if (!ts_comm_single_copy(world) || size < 2)
+    return;
+  int64_t cols = (int64_t)size * W, per = (int64_t)R * W;
+  int32_t *a = malloc((size_t)(R * cols) * sizeof *a);
+  int32_t *got = malloc((size_t)(size * per) * sizeof *got);
+  size_t hole_bytes = (size_t)(size * per) * sizeof *got;
+  int32_t *hole = mmap(NULL, hole_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ts_comm_region *sr = calloc(2 * (size_t)size, sizeof *sr), *rr = sr + size;
+  int *peers = malloc((size_t)size * sizeof *peers);
+  CHECK(hole != MAP_FAILED, "mapping the hole");
+  for (int64_t i = 0; i < R; i++)
+    for (int64_t j = 0; j < cols; j++)
+      a[i * cols + j] = (int32_t)(rank * 1000000 + i * 1000 + j);
+  memset(got, 0xa5, (size_t)(size * per) * sizeof *got);
+  bool bad = rank == size - 1;
+  for (int p = 0; p < size; p++) {
+    peers[p] = p;
+    sr[p] = (ts_comm_region){a + (int64_t)p * W, 2, 4, {R, W}, {cols * 4, 4}};
+    rr[p] = (ts_comm_region){(bad ? hole : got) + p * per, 1, 4, {per}, {4}};
+  }
+  ts_error err;
+  int rc = ts_comm_exchange_regions(world, size, peers, sr, size, peers, rr, 15, &err);
+  CHECK(rc != TS_OK, "a staged exchange into memory nobody may write succeeded on rank %d", rank);
+  long wrong = 0;
+  for (int q = 0; !bad && q < size; q++)
+    for (int64_t e = 0; e < per; e++)
+      wrong += got[q * per + e] != (int32_t)(q * 1000000 + (e / W) * 1000 + rank * W + e % W);
+  CHECK(wrong == 0, "rank %d: %ld elements wrong beside the failed pairs", rank, wrong);
+  munmap(hole, hole_bytes);
+  free(a);
   free(got);
   free(sr);
   free(peers);
@@ -710,6 +753,7 @@ int main(int argc, char **argv) {
   test_large_regions(world, 40, false);
   test_staged_regions(world, 192);
   test_staged_regions(world, 193);
+  test_staged_fault(world);
   test_shared_buffers(world);
   free(all);
   free(cnt);
