@@ -254,6 +254,12 @@ static int add_iov(struct iovec *v, int n, uint8_t *p, int64_t len) {
  * cost (or so few that their count does not matter). */
 static bool runs_long(const ts__runs *w) { return w->run >= CMA_STAGE_RUN || w->nruns <= 4; }
 
+/* Whether a copier with local runs l and far runs r copies through a staging buffer: short runs
+ * here against long ones there. */
+static bool staged_way(const ts__runs *l, const ts__runs *r) {
+  return !runs_long(l) && runs_long(r);
+}
+
 static int copy_failed(pid_t pid, int peer, bool write, int64_t want, ssize_t got,
                        ts_error *err) {
   const char *how = got < 0 ? strerror(errno) : "a partial copy";
@@ -361,7 +367,7 @@ static int copy_regions(pid_t pid, int peer, bool write, const ts_comm_region *l
   ts__runs l, r;
   ts__runs_init(&l, loc);
   ts__runs_init(&r, rem);
-  if (!runs_long(&l) && runs_long(&r)) {
+  if (staged_way(&l, &r)) {
     staged g = {.pid = pid, .peer = peer, .l = l, .r = r};
     if (copy_group(1, &g, write)) /* else no room for the buffer: an iovec per run */
       return g.err.code ? ts_error_set(err, g.err.code, "%s", g.err.msg) : TS_OK;
@@ -502,9 +508,9 @@ typedef struct cma_pairs {
   int nsend, np;
   const int *send_peers, *recv_peers;
   const ts_comm_region *send, *recv;
-  cma_desc *desc; /* what each peer said */
+  cma_desc *own, *desc; /* what this rank said of each pair, and what its peer said */
   int *way, *st;
-  int *group; /* a staged group's first pair: its size; a later member: -1; otherwise 0 */
+  int *group; /* a shared staging buffer's first pair: 1; its later members: -1; otherwise 0 */
   int *next;  /* a group's next member after this pair, -1 after the last */
 } cma_pairs;
 
@@ -562,7 +568,7 @@ static void group_pairs(cma_pairs *x) {
       continue;
     ts__runs_init(&w[i], pair_mine(x, i));
     ts__runs_init(&r, &x->desc[i].region);
-    if (!runs_long(&w[i]) && runs_long(&r))
+    if (staged_way(&w[i], &r))
       key[nk++] = (staged_key){(uintptr_t)w[i].at, i < x->nsend, i};
   }
   if (key && w)
@@ -574,7 +580,9 @@ static void group_pairs(cma_pairs *x) {
                     same_rows(first, &w[key[b].i]);
          b++)
       lead = key[b].i < lead ? key[b].i : lead;
-    x->group[lead] = b - a;
+    if (b - a == 1)
+      continue; /* alone: copy_regions stages it */
+    x->group[lead] = 1;
     int last = lead;
     for (int m = a; m < b; m++) /* the others after it, in address order */
       if (key[m].i != lead) {
@@ -631,9 +639,8 @@ static int pair_ways(cma_pairs *x, bool *send_mpi, bool *recv_mpi, ts_error *err
   for (int i = 0; i < x->np; i++) {
     bool snd = i < x->nsend;
     int peer = pair_peer(x, i);
-    cma_desc own = {*pair_mine(x, i), x->np};
-    x->way[i] = snd ? pair_way(x->c, x->c->rank, peer, &own, &x->desc[i])
-                    : pair_way(x->c, peer, x->c->rank, &x->desc[i], &own);
+    x->way[i] = snd ? pair_way(x->c, x->c->rank, peer, &x->own[i], &x->desc[i])
+                    : pair_way(x->c, peer, x->c->rank, &x->desc[i], &x->own[i]);
     if (x->way[i] == PAIR_MISMATCH && rc == TS_OK)
       rc = ts_error_set(err, TS_INVALID_ARGUMENT,
                         "rank %d's region holds %lld bytes where this rank's holds %lld", peer,
@@ -657,8 +664,10 @@ int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm
     free(req), free(desc), free(own), free(ints);
     return ts_error_set(err, TS_NO_MEMORY, "no memory for %d transfers", np);
   }
-  cma_pairs x = {c, nsend, np, send_peers, recv_peers, send, recv, desc,
-                 ints, ints + one, ints + 2 * one, ints + 3 * one};
+  cma_pairs x = {.c = c, .nsend = nsend, .np = np, .send_peers = send_peers,
+                 .recv_peers = recv_peers, .send = send, .recv = recv, .own = own,
+                 .desc = desc, .way = ints, .st = ints + one, .group = ints + 2 * one,
+                 .next = ints + 3 * one};
   /* Pair i: sends first, then receives; its peer, its local region and the peer's. */
   MPI_Request *dsend = req, *drecv = req + np, *sreq = req + 2 * np;
   for (int i = 0; i < n; i++)
