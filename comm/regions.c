@@ -87,7 +87,8 @@ void ts__runs_init(ts__runs *w, const ts_comm_region *r) {
 
 void ts__runs_copy(int k, ts__runs *const *w, uint8_t *const *buf, int64_t n, bool pack) {
   /* Unpacking into a region larger than the caches keep writes around them (stream.c). */
-  bool stream = !pack && w[0]->run >= 256 && w[0]->run * w[0]->nruns >= TS_STREAM_MIN_BYTES;
+  bool stream = !pack && w[0]->run >= TS_STREAM_MIN_RUN &&
+                w[0]->run * w[0]->nruns >= TS_STREAM_MIN_BYTES;
   for (int64_t at = 0; at < n;) {
     int64_t len = w[0]->left < n - at ? w[0]->left : n - at;
     for (int m = 0; m < k; m++) { /* the same piece of each walker's run: they move in step */
@@ -425,9 +426,9 @@ static void regions_copy(int n, const ts_comm_region *const *r, uint8_t *buf, bo
       continue;
     ts__runs w, *wp = &w;
     ts__runs_init(&w, r[i]);
-    int64_t n = w.remaining;
-    ts__runs_copy(1, &wp, &buf, n, pack);
-    buf += n;
+    int64_t bytes = w.remaining;
+    ts__runs_copy(1, &wp, &buf, bytes, pack);
+    buf += bytes;
   }
 }
 

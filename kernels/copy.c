@@ -41,7 +41,6 @@
 #define STREAM_MIN_BYTES (32 << 20) /* transposes this large bypass the caches on writes */
 #define PANEL_COLS 128 /* f32 columns per panel: destination rows written 8 lines at a time */
 #define THREAD_MIN_BYTES (1024 * 1024) /* less than this per thread is not worth a thread */
-#define STREAM_ROW_MIN_BYTES 256 /* rows written around the caches: at least 3 whole lines */
 
 typedef struct {
   int64_t n, ss, ds; /* count, source and destination byte strides */
@@ -718,7 +717,7 @@ static void run_job(job *j, char *d, const char *s, int threads) {
      * stores gained nothing (4.4 against 4.1 ms for 24 MiB of 768-byte rows 3072 apart). */
     bool gather = j->nodes[1].ds == row_bytes && j->nodes[1].ss != row_bytes;
     if (j->around && j->same_dtype && j->nodes[0].ss == j->es && j->nodes[0].ds == j->ed &&
-        !gather && row_bytes >= STREAM_ROW_MIN_BYTES && job_bytes(j) >= TS_STREAM_MIN_BYTES) {
+        !gather && row_bytes >= TS_STREAM_MIN_RUN && job_bytes(j) >= TS_STREAM_MIN_BYTES) {
       j->row = row_stream; /* run_range fences the stores */
       j->stream = true;
     }

@@ -164,6 +164,7 @@ int ts_copy_box(const ts_tensor *dst, const int64_t *dst_start, const ts_tensor 
  * take this way for same-dtype rows of copies of TS_STREAM_MIN_BYTES or more when
  * ts_copy_opts.write_around allows it. */
 #define TS_STREAM_MIN_BYTES ((int64_t)256 * 1024)
+#define TS_STREAM_MIN_RUN 256 /* and runs of at least this many bytes: 3 whole lines or more */
 void ts_copy_stream(void *dst, const void *src, size_t n);
 void ts_copy_stream_fence(void);
 
