@@ -90,12 +90,26 @@ int tsc_lost_check(tshard_client *c, int status);
  * naming it in out (for a connect that found no daemon); else -1. */
 int tsc_lost_describe(const char *sock, char *out, size_t cap);
 
+/* trust.c: a socket's directory must be a real directory of the effective uid's, mode 0700:
+ * TS_OK (also when it is missing: the connect says so), else TS_AUTH with msg naming the
+ * directory and what is wrong (its owner, its mode, a link). */
+int tsc_trust_dir(const char *sock_path, char *msg, size_t cap);
+/* The process listening on connected Unix socket fd must run as the effective uid or root
+ * (SO_PEERCRED): TS_OK, else TS_AUTH with msg naming its uid and pid. */
+int tsc_trust_peer(int fd, const char *sock_path, char *msg, size_t cap);
+/* A file of the socket directory opened for reading (O_NOFOLLOW, O_NONBLOCK, close-on-exec)
+ * when it is a regular file of the effective uid or root that group and others cannot write; else
+ * -1, as if there were none. */
+int tsc_trust_file_open(const char *path);
+
 /* connect_message.c: the message of the last failed connect on this thread. */
 void tsc_connect_failed(const char *path, const char *job, int rank, int status);
 /* c NULL: a connect starts (clears the message); else its ping failed: keeps c's message. */
 void tsc_connect_note(const char *path, const tshard_client *c, int status);
 /* connect() on the socket failed with errno err. */
 void tsc_connect_refused(const char *path, int err);
+/* The socket's directory or the daemon behind it is not to be trusted (trust.c's words). */
+void tsc_connect_distrust(const char *why);
 /* A job name the daemons accept (letters, digits, '-', '_', '.' not first; 1-64): 0, else -1. */
 int tsc_job_check(const char *job);
 

@@ -83,6 +83,26 @@ static int open_unix(const char *path) {
   return fd;
 }
 
+/* A connected Unix socket to path (trust.c): the directory must be this user's own and the
+ * daemon behind it run as this user or root. TS_OK with *fd; TS_IO with errno set when nothing
+ * listens there; TS_AUTH with the reason in why. */
+static int open_trusted_unix(const char *path, int *fd, char *why, size_t cap) {
+  *fd = -1;
+  int rc = tsc_trust_dir(path, why, cap);
+  if (rc)
+    return rc;
+  int s = open_unix(path);
+  if (s < 0)
+    return TS_IO;
+  rc = tsc_trust_peer(s, path, why, cap);
+  if (rc) {
+    close(s);
+    return rc;
+  }
+  *fd = s;
+  return TS_OK;
+}
+
 /* A connected TCP socket (no delay) to host:port, or -1. */
 static int open_tcp(const char *host, int port) {
   char service[16];
@@ -116,9 +136,18 @@ int tsc_own(tshard_client *c) {
   c->pid = me;
   tsc_shm_unmap(c); /* this process's mapping only: the parent keeps its segment */
   close(c->fd);     /* this process's descriptor only: no shutdown() */
-  c->fd = c->path[0] ? open_unix(c->path) : open_tcp(c->host, c->port);
+  char why[sizeof c->message] = "";
+  int trc = TS_OK;
+  if (c->path[0])
+    trc = open_trusted_unix(c->path, &c->fd, why, sizeof why);
+  else
+    c->fd = open_tcp(c->host, c->port);
   int e = errno;
   c->broken = c->fd < 0;
+  if (trc == TS_AUTH)
+    return tsc_fail(c, TS_AUTH, "this client's connection belongs to process %d, which opened "
+                    "it; after fork() process %d did not open its own: %s", (int)parent, (int)me,
+                    why);
   if (c->fd < 0)
     return tsc_fail(c, TS_IO, "this client's connection belongs to process %d, which opened it; "
                     "after fork() process %d could not open its own (%s); connect in the child",
@@ -148,7 +177,13 @@ int tshard_connect_path(const char *path, int timeout_ms, tshard_client **out) {
   struct sockaddr_un sa;
   if (strlen(path) >= sizeof sa.sun_path)
     return TS_LIMIT;
-  int fd = open_unix(path);
+  char why[512];
+  int fd;
+  int trc = open_trusted_unix(path, &fd, why, sizeof why);
+  if (trc == TS_AUTH) {
+    tsc_connect_distrust(why); /* tshard_connect_message() */
+    return TS_AUTH;
+  }
   if (fd < 0) {
     tsc_connect_refused(path, errno); /* tshard_connect_message() */
     return TS_IO;

@@ -53,4 +53,8 @@ void tsc_connect_refused(const char *path, int err) {
            strerror(err));
 }
 
+void tsc_connect_distrust(const char *why) {
+  snprintf(connect_msg, sizeof connect_msg, "%s", why);
+}
+
 const char *tshard_connect_message(void) { return connect_msg; }
