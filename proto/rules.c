@@ -81,6 +81,29 @@ int ts_name_check(const char *what, const char *name, size_t n, ts_error *err) {
   return TS_OK;
 }
 
+int ts_tensor_check(const char *name, int ndim, const int64_t *shape, size_t elem_size,
+                    ts_error *err) {
+  int rc = ts_name_check("tensor name", name, name ? strlen(name) : 0, err);
+  if (rc)
+    return rc;
+  if (ndim < 1 || ndim > TS_RULES_DIMS_MAX || !shape)
+    return ts_error_set(err, TS_BAD_SHAPE, "tensor '%s': shape of %d dims; tensors have 1 to %d "
+                        "dims", name, ndim, TS_RULES_DIMS_MAX);
+  /* The product skips zero dims, so a shape with a zero beside a huge dim is bounded too. */
+  int64_t bytes = elem_size ? (int64_t)elem_size : 1;
+  for (int d = 0; d < ndim; d++) {
+    if (shape[d] < 0 || shape[d] > TS_RULES_TENSOR_BYTES_MAX)
+      return ts_error_set(err, TS_BAD_SHAPE, "tensor '%s': shape dim %d has size %lld; sizes are 0 to "
+                          "2^50", name, d, (long long)shape[d]);
+    if (shape[d] > 0 && bytes > TS_RULES_TENSOR_BYTES_MAX / shape[d])
+      return ts_error_set(err, TS_LIMIT, "tensor '%s': more than 2^50 bytes; its dims up to "
+                          "dim %d multiply past it (a dim of size 0 counts as 1 here)", name, d);
+    if (shape[d] > 0)
+      bytes *= shape[d];
+  }
+  return TS_OK;
+}
+
 static bool read_varint(const uint8_t *b, size_t len, size_t *pos, uint64_t *v) {
   uint64_t x = 0;
   for (int shift = 0; shift < 64 && *pos < len; shift += 7) {

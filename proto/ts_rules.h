@@ -22,6 +22,8 @@
 #define TS_RULES_RESERVED_PREFIX "__tshard"
 #define TS_RULES_TOKEN_MIN 8
 #define TS_RULES_TOKEN_MAX 255
+#define TS_RULES_DIMS_MAX 8                    /* dims of a tensor: 1 to this */
+#define TS_RULES_TENSOR_BYTES_MAX (1LL << 50) /* 2^50 bytes of a tensor; also bounds each dim */
 
 /* The length of the longest prefix of s[0..n) that is well-formed UTF-8 (no overlong forms, no
  * surrogates, nothing above U+10FFFF): n when all of it is. */
@@ -36,6 +38,15 @@ int ts_text_check(const char *what, const char *text, size_t n, const char *kind
 /* Whether name[0..n) is a valid tensor name; `what` names it in the message ("tensor name"). */
 int ts_name_check(const char *what, const char *name, size_t n, ts_error *err);
 bool ts_name_reserved(const char *name, size_t n);
+
+/* Whether a tensor of this name and shape, elem_size bytes an element, may exist: the one rule
+ * that every path making a tensor applies (create, put, import, load, resume, program outputs).
+ * A name as ts_name_check; 1 to TS_RULES_DIMS_MAX dims; each dim 0 to TS_RULES_TENSOR_BYTES_MAX,
+ * and the whole tensor at most TS_RULES_TENSOR_BYTES_MAX bytes when every dim is counted, zero
+ * dims included ([0, 2^62] is refused like [1, 2^62]: such a shape cannot be saved and loaded).
+ * TS_BAD_SHAPE or TS_LIMIT naming the dim; TS_INVALID_ARGUMENT for the name. */
+int ts_tensor_check(const char *name, int ndim, const int64_t *shape, size_t elem_size,
+                    ts_error *err);
 
 /* Walks an encoded message of type d and checks every string field, nested messages included:
  * TS_INVALID_ARGUMENT naming the field when one holds a NUL byte or is not UTF-8. Call it on

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "ts_comm.h"
+#include "ts_rules.h"
 #include "ts_shard.h"
 
 struct ts_store {
@@ -84,15 +85,6 @@ int64_t ts_store_used_bytes(const ts_store *s) { return s ? s->used : 0; }
 int ts_store_count(const ts_store *s) { return s ? s->n : 0; }
 ts_stored *ts_store_at(ts_store *s, int i) { return s && i >= 0 && i < s->n ? s->items[i] : NULL; }
 
-static int check_name(const char *name, ts_error *err) {
-  size_t n = name ? strlen(name) : 0;
-  if (n == 0 || n >= TS_NAME_MAX)
-    return ts_error_set(err, TS_INVALID_ARGUMENT,
-                        "tensor name of %zu characters; names have 1 to %d characters", n,
-                        TS_NAME_MAX - 1);
-  return TS_OK;
-}
-
 /* The layout of a box's local slice for a tag; bytes its buffer needs. */
 static int slice_layout(const ts_box *box, ts_dtype dt, const char *tag, ts_layout *l,
                         size_t *bytes, ts_error *err) {
@@ -113,7 +105,9 @@ static int store_add(ts_store *s, const char *name, int ndim, const int64_t *sha
     *entry = NULL;
   if (!s || !attr)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_store_add: NULL argument");
-  int rc = check_name(name, err);
+  if (!ts_dtype_valid((int)dt))
+    return ts_error_set(err, TS_BAD_DTYPE, "dtype %d is not valid", (int)dt);
+  int rc = ts_tensor_check(name, ndim, shape, ts_dtype_size(dt), err);
   if (rc)
     return rc;
   if (layout_tag && strlen(layout_tag) >= sizeof(((ts_stored *)0)->layout_tag))
@@ -121,8 +115,6 @@ static int store_add(ts_store *s, const char *name, int ndim, const int64_t *sha
                         strlen(layout_tag), sizeof(((ts_stored *)0)->layout_tag) - 1);
   if (find_index(s, name) >= 0)
     return ts_error_set(err, TS_EXISTS, "a tensor named '%s' already exists", name);
-  if (!ts_dtype_valid((int)dt))
-    return ts_error_set(err, TS_BAD_DTYPE, "dtype %d is not valid", (int)dt);
   ts_geom *g = NULL;
   if ((rc = ts_geom_create(attr, ndim, shape, &g, err)))
     return rc;

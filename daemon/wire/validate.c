@@ -16,6 +16,8 @@
 #define MAX_TENSOR_BYTES (1LL << 50)
 
 _Static_assert(TS_RULES_NAME_MAX == TS_NAME_MAX - 1, "names must fit the store's name buffer");
+_Static_assert(TS_RULES_DIMS_MAX == TS_MAX_DIMS, "the rules' dims are the kernels' dims");
+_Static_assert(TS_RULES_TENSOR_BYTES_MAX == MAX_TENSOR_BYTES, "one bound on a tensor's bytes");
 
 bool tsd_name_reserved(const char *name) { return ts_name_reserved(name, strlen(name)); }
 
@@ -116,24 +118,15 @@ int tsd_validate_none(const Tshard__Request *r, const tsd_limits *lim, ts_error 
 
 int tsd_validate_create(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   const Tshard__CreateRequest *c = r->create;
-  int rc = check_name("tensor name", c->name, err);
+  ts_dtype dt;
+  int rc = ts_dtype_parse(c->dtype, &dt, err);
   if (rc)
     return rc;
-  ts_dtype dt;
-  if ((rc = ts_dtype_parse(c->dtype, &dt, err)))
-    return rc;
-  if (c->n_shape < 1 || c->n_shape > TS_MAX_DIMS)
+  if (c->n_shape > TS_MAX_DIMS)
     return ts_error_set(err, TS_BAD_SHAPE, "shape of %zu dims; tensors have 1 to %d dims",
                         c->n_shape, TS_MAX_DIMS);
-  int64_t bytes = (int64_t)ts_dtype_size(dt);
-  for (size_t d = 0; d < c->n_shape; d++) {
-    if (c->shape[d] < 0 || c->shape[d] > MAX_TENSOR_BYTES) /* 0: an empty tensor, as numpy */
-      return ts_error_set(err, TS_BAD_SHAPE, "dim %zu has size %lld; sizes are 0 to %lld", d,
-                          (long long)c->shape[d], MAX_TENSOR_BYTES);
-    if (c->shape[d] > 0 && bytes > MAX_TENSOR_BYTES / c->shape[d])
-      return ts_error_set(err, TS_LIMIT, "tensor of more than %lld bytes", MAX_TENSOR_BYTES);
-    bytes *= c->shape[d];
-  }
+  if ((rc = ts_tensor_check(c->name, (int)c->n_shape, c->shape, ts_dtype_size(dt), err)))
+    return rc;
   if ((rc = check_attr(c->attr, (int)c->n_shape, c->shape, lim, err)))
     return rc;
   const char *tag = layout_tag(c->layout);

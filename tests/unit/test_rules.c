@@ -88,6 +88,42 @@ START_TEST(names) {
 }
 END_TEST
 
+/* The one rule of a tensor's name and shape: dims, each dim's size and the bytes, with a dim of
+ * size 0 bounding nothing (such a shape could be held but never saved and loaded). */
+START_TEST(tensor_shapes) {
+  static const struct {
+    int ndim;
+    int64_t shape[9];
+    size_t esize;
+    int code;
+    const char *says;
+  } cases[] = {
+      {2, {4, 2}, 4, TS_OK, NULL},
+      {1, {0}, 8, TS_OK, NULL},
+      {3, {3, 0, 5}, 4, TS_OK, NULL},
+      {1, {1LL << 48}, 4, TS_OK, NULL},
+      {1, {(1LL << 48) + 1}, 4, TS_LIMIT, "2^50 bytes"},
+      {2, {0, 1LL << 62}, 4, TS_BAD_SHAPE, "dim 1 has size"},
+      {3, {3, 0, 1LL << 58}, 4, TS_BAD_SHAPE, "dim 2 has size"},
+      {3, {0, 1LL << 40, 1LL << 40}, 1, TS_LIMIT, "dim 2 multiply"},
+      {2, {4, -1}, 4, TS_BAD_SHAPE, "dim 1 has size -1"},
+      {0, {0}, 4, TS_BAD_SHAPE, "1 to 8 dims"},
+      {9, {1, 1, 1, 1, 1, 1, 1, 1, 1}, 4, TS_BAD_SHAPE, "1 to 8 dims"},
+  };
+  ts_error err;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int rc = ts_tensor_check("w", cases[i].ndim, cases[i].shape, cases[i].esize, &err);
+    ck_assert_msg(rc == cases[i].code, "case %zu: %d, want %d", i, rc, cases[i].code);
+    if (cases[i].says)
+      ck_assert_msg(strstr(err.msg, cases[i].says) && strstr(err.msg, "'w'"), "case %zu: %s", i,
+                    err.msg);
+  }
+  int64_t one[1] = {1};
+  ck_assert_int_eq(ts_tensor_check("__tshard.x", 1, one, 4, &err), TS_INVALID_ARGUMENT);
+  ck_assert_int_eq(ts_tensor_check("", 1, one, 4, &err), TS_INVALID_ARGUMENT);
+}
+END_TEST
+
 /* The text rule (paths, keys): names' character rule without their length or prefix rules. */
 START_TEST(text) {
   static const char *good[] = {"/tmp/ckpt dir/\xc3\xa9t\xc3\xa9", "__tshard", "key:run-1/step 7"};
@@ -240,6 +276,7 @@ int main(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, utf8_table_3_7);
   tcase_add_test(tc, names);
+  tcase_add_test(tc, tensor_shapes);
   tcase_add_test(tc, text);
   tcase_add_test(tc, wire_strings);
   tcase_add_test(tc, token_files);
