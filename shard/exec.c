@@ -237,6 +237,9 @@ static bool dense_row_major(const ts_tensor *t) {
   const ts_layout *l = &t->layout;
   if (l->n_inner != 0)
     return false;
+  for (int d = 0; d < l->ndim; d++)
+    if (l->shape[d] == 0)
+      return true; /* no elements: any strides describe it */
   int64_t s = 1;
   for (int d = l->ndim - 1; d >= 0; d--) {
     if (l->shape[d] > 1 && l->strides[d] != s)

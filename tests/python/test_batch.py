@@ -237,7 +237,8 @@ def cli_batch(d, m):
 
 PARTIALS = [("f32", (7, 5), "sum"), ("f64", (100003,), "sum"), ("i32", (6, 4), "max"),
             ("i64", (9,), "sum"), ("f32", (3, 11), "max"), ("f64", (2, 2), "sum"),
-            ("u8", (40,), "max"), ("i32", (5000,), "sum")]
+            ("u8", (40,), "max"), ("i32", (5000,), "sum"), ("f32", (3, 0, 5), "sum"),
+            ("i64", (0, 4), "max")]  # empty partials reduce too (no elements, nothing sent)
 
 
 def put_plain(d, prefix, k):
