@@ -60,7 +60,32 @@ graph = s(1, "g") + field(2, 2, s(1, "n") + field(2, 0, 1) + field(3, 0, 64) + f
     s(5, "y")
 prog_graph = field(20, 2, graph) + field(21, 2, s(1, "n") + field(5, 0, 8)) + field(2, 0, 1)
 
+# batches, checkpoints, background saves and snapshots, safetensors, the internal save_finish
+items = field(1, 2, s(1, "t") + field(2, 2, attr_text) + s(3, "alltoall")) + \
+    field(1, 2, s(1, "u") + field(2, 2, attr_msg) + field(4, 2, s(1, "ba")))
+put_many = field(1, 2, s(1, "a") + s(2, "f32") + packed(3, [2, 3])) + \
+    field(1, 2, s(1, "b") + s(2, "i8") + packed(3, [4])) + field(2, 0, 0) + field(3, 0, 28) + \
+    s(4, bytes(28)) + field(6, 0, 1)
+get_many = field(1, 2, s(1, "a") + field(2, 0, 24)) + field(1, 2, s(1, "b") + field(2, 0, 4)) + \
+    field(3, 0, 1 << 16)
+save_bg = s(1, "/tmp/ck") + s(2, "a") + s(2, "b") + field(120, 0, 1)
+save_snap = s(1, "/tmp/ck") + field(121, 0, 1) + field(4, 0, 1)
+load = s(1, "/tmp/ck") + s(2, "a") + field(3, 2, attr_text) + field(4, 0, 1)
+imp = s(1, "/tmp/m.safetensors") + field(2, 2, s(1, "w") + field(2, 2, attr_text)) + \
+    field(3, 2, s(5, "mesh=[2] placements=[R]")) + s(4, "w") + s(5, "model.") + \
+    field(6, 2, s(1, "model.w") + s(2, "w"))
+exp = s(1, "/tmp/out.safetensors") + s(2, "w") + s(2, "__metadata__") + field(3, 0, 1 << 20) + \
+    field(4, 2, s(1, "format") + s(2, "pt")) + field(4, 2, s(1, "format") + s(2, "np"))
+
 seeds = {
+    "reshard_many": frame(request(36, items + s(2, "auto"), key="rm")),
+    "drop_many": frame(request(37, s(1, "a") + s(1, "b") + s(1, "a"))),
+    "put_get_many": frame(request(100, put_many)) + frame(request(101, get_many)) +
+    frame(request(101, field(2, 0, 64) + field(3, 0, 64))),
+    "save_load": frame(request(28, save_bg, key="s1")) + frame(request(28, save_snap)) +
+    frame(request(29, load)),
+    "safetensors": frame(request(110, imp, key="i1")) + frame(request(111, exp)),
+    "save_finish": frame(request(120, field(1, 0, 7))),
     "ping": frame(request(10, b"")),
     "create": frame(request(11, create, key="k1")),
     "create_msg": frame(request(11, create_msg)),
