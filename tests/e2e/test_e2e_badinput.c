@@ -6,7 +6,9 @@
  * strategies and attributes (text and message forms), keys and checkpoint paths with control
  * characters, byte counts that do not match, chunks out
  * of order or out of bounds, unknown and duplicate names, the memory limit, gets without a
- * gather, clients that disconnect mid-frame and mid-put, TCP without or with a wrong token. Each
+ * gather, clients that disconnect mid-frame and mid-put, TCP without or with a wrong token, and
+ * the batched, checkpoint and safetensors requests (unknown and repeated names, missing files,
+ * directories as files, repeated metadata keys, the internal save_finish). Each
  * case checks the status code of the answer (and whether the connection is closed). Afterwards
  * every rank still answers, the reference tensor is unchanged on every rank, no staging memory is
  * left, and SIGTERM to one daemon stops the whole job with exit code 0 and removes the sockets. */
@@ -281,6 +283,75 @@ static void check_keep(tshard_client *c0, tshard_client *c1) {
   free(buf);
 }
 
+/* The batched, checkpoint and safetensors requests refused before anything changes: unknown or
+ * repeated names, bytes that do not add up, files that are not there or not files, metadata
+ * keys given twice, and the internal save_finish from a client. */
+static void batch_and_file_cases(void) {
+  Tshard__Request req = TSHARD__REQUEST__INIT;
+  req.id = 7;
+  Tshard__DistAttr a_r = text_attr("mesh=[2] placements=[R]");
+  Tshard__ReshardItem it = TSHARD__RESHARD_ITEM__INIT, it2 = TSHARD__RESHARD_ITEM__INIT;
+  Tshard__ReshardItem *its[2] = {&it, &it2};
+  Tshard__ReshardManyRequest rm = TSHARD__RESHARD_MANY_REQUEST__INIT;
+  it.name = "keep", it.attr = &a_r, it2.name = "nope", it2.attr = &a_r;
+  rm.n_items = 2, rm.items = its;
+  req.op_case = TSHARD__REQUEST__OP_RESHARD_MANY, req.reshard_many = &rm;
+  expect("reshard_many with an unknown name", &req, TS_NOT_FOUND);
+  it2.name = "keep";
+  expect("reshard_many naming a tensor twice", &req, TS_INVALID_ARGUMENT);
+  it2.name = "__tshard put_many";
+  expect("reshard_many of a reserved name", &req, TS_INVALID_ARGUMENT);
+
+  char *names[2] = {"keep", "nope"};
+  Tshard__DropManyRequest dm = TSHARD__DROP_MANY_REQUEST__INIT;
+  dm.n_names = 2, dm.names = names;
+  req.op_case = TSHARD__REQUEST__OP_DROP_MANY, req.drop_many = &dm;
+  expect("drop_many with an unknown name", &req, TS_NOT_FOUND);
+
+  int64_t pshape[2] = {12, 10};
+  uint8_t data[100] = {0};
+  Tshard__PutManyItem pi = TSHARD__PUT_MANY_ITEM__INIT, *pis[1] = {&pi};
+  Tshard__PutManyRequest pm = TSHARD__PUT_MANY_REQUEST__INIT;
+  pi.name = "keep", pi.dtype = "f32", pi.n_shape = 2, pi.shape = pshape;
+  pm.n_items = 1, pm.items = pis, pm.total_bytes = 100, pm.data.len = 100, pm.data.data = data;
+  req.op_case = TSHARD__REQUEST__OP_PUT_MANY, req.put_many = &pm;
+  expect("put_many whose bytes are not the shape's", &req, TS_INVALID_ARGUMENT);
+  TSE_CHECK(strstr(expect_msg, "480 bytes"), "put_many of 100 bytes answered '%s'", expect_msg);
+
+  Tshard__GetManyItem gi = TSHARD__GET_MANY_ITEM__INIT, *gis[1] = {&gi};
+  Tshard__GetManyRequest gm = TSHARD__GET_MANY_REQUEST__INIT;
+  gi.name = "nope", gi.bytes = 480;
+  gm.n_items = 1, gm.items = gis, gm.max_bytes = 1 << 14;
+  req.op_case = TSHARD__REQUEST__OP_GET_MANY, req.get_many = &gm;
+  expect("get_many of an unknown name", &req, TS_NOT_FOUND);
+
+  Tshard__ImportSafetensorsRequest im = TSHARD__IMPORT_SAFETENSORS_REQUEST__INIT;
+  im.path = "/nonexistent/model.safetensors", im.default_attr = &a_r;
+  req.op_case = TSHARD__REQUEST__OP_IMPORT_SAFETENSORS, req.import_safetensors = &im;
+  expect("import of a missing file", &req, TS_NOT_FOUND);
+  im.path = "/tmp";
+  expect("import of a directory", &req, TS_CORRUPT);
+  im.path = "model\n.safetensors";
+  expect("import of a path with a line end", &req, TS_INVALID_ARGUMENT);
+
+  Tshard__StringPair m1 = TSHARD__STRING_PAIR__INIT, m2 = TSHARD__STRING_PAIR__INIT;
+  Tshard__StringPair *ms[2] = {&m1, &m2};
+  char *enames[1] = {"keep"};
+  Tshard__ExportSafetensorsRequest ex = TSHARD__EXPORT_SAFETENSORS_REQUEST__INIT;
+  m1.key = m2.key = "format", m1.value = "pt", m2.value = "np";
+  ex.path = "/tmp/tse-badinput.safetensors", ex.n_names = 1, ex.names = enames;
+  ex.n_metadata = 2, ex.metadata = ms;
+  req.op_case = TSHARD__REQUEST__OP_EXPORT_SAFETENSORS, req.export_safetensors = &ex;
+  expect("export with a metadata key twice", &req, TS_INVALID_ARGUMENT);
+  struct stat st;
+  TSE_CHECK(stat(ex.path, &st) != 0, "a refused export wrote %s", ex.path);
+
+  Tshard__SaveFinishRequest sf = TSHARD__SAVE_FINISH_REQUEST__INIT;
+  sf.save_id = 1;
+  req.op_case = TSHARD__REQUEST__OP_SAVE_FINISH, req.save_finish = &sf;
+  expect("save_finish from a client", &req, TS_INVALID_ARGUMENT);
+}
+
 int main(void) {
   snprintf(token_path, sizeof token_path, "/tmp/tse-token-%d", (int)getpid());
   FILE *tf = fopen(token_path, "w");
@@ -365,6 +436,13 @@ int main(void) {
   create_case("long name", longname, "f32", 2, shape, &a_ok, "", TS_INVALID_ARGUMENT);
   create_case("duplicate name", "keep", "f32", 2, shape, &a_ok, "", TS_EXISTS);
   create_case("memory limit", "big", "f32", 2, big, &a_ok, "", TS_LIMIT);
+  {
+    int64_t huge0[3] = {0, 1LL << 40, 1LL << 40}, huge1[2] = {0, 1LL << 62};
+    create_case("dims past 2^50 bytes beside a zero dim", "x", "u8", 3, huge0, &a_ok, "",
+                TS_LIMIT);
+    create_case("a dim past 2^50 beside a zero dim", "x", "u8", 2, huge1, &a_ok, "",
+                TS_BAD_SHAPE);
+  }
   {
     /* The message form: placements that do not match the mesh, an unknown kind, bad ranks. */
     int64_t mesh[1] = {2};
@@ -544,6 +622,8 @@ int main(void) {
                 TS_BAD_ATTRIBUTE);
     TSE_CHECK(strstr(expect_msg, "dim 0"), "duplicate message splits answered '%s'", expect_msg);
   }
+
+  batch_and_file_cases();
 
   /* Byte counts and chunks. */
   put_case("put of the wrong size", "keep", 0, 100, 100, TS_BAD_SHAPE);
