@@ -29,7 +29,7 @@ netns_hosts_names tr "the cluster resume test"
 job=resume
 cleanup() { # the job's leader heads its process group (tshard-launch starts it with setsid)
   local pid
-  pid=$(cat "$work/tshard-$job.pid" 2>/dev/null)
+  pid=$(head -1 "$work/tshard-$job.pid" 2>/dev/null)
   [ -n "$pid" ] && kill -TERM -- "-$pid" 2>/dev/null && sleep 1 && kill -KILL -- "-$pid" 2>/dev/null
   [ -n "${workpid:-}" ] && kill -KILL "$workpid" 2>/dev/null
   [ -n "${cpid:-}" ] && kill -KILL "$cpid" 2>/dev/null

@@ -30,7 +30,7 @@ ok test "$("$launch" start -np 3 --job "$job" 2>&1 | grep -c 'already runs')" -e
 ok "$launch" status --job "$job"
 # list: this user's running jobs, with their ranks, leader pid, socket directory and log
 listed() { "$launch" list | awk -v j="$1" '$1 == j {print $2, $3, $4, $5}'; }
-ok test "$(listed "$job")" = "3 $(cat "$dir/tshard-$job.pid") $dir $dir/tshard-$job.log"
+ok test "$(listed "$job")" = "3 $(head -1 "$dir/tshard-$job.pid") $dir $dir/tshard-$job.log"
 ok test "$("$launch" list | head -1 | awk '{print $1, $2, $3}')" = "JOB RANKS PID"
 ok "$launch" stop --job "$job"
 ok test -z "$(ls "$dir"/*.sock 2>/dev/null)"
@@ -150,7 +150,7 @@ ok test ! -e "$dir/xdg/tshard/tshard-$job.pid"
 gone() { for _ in $(seq 300); do [ -e "$1" ] || return 0; sleep 0.1; done; return 1; }
 for how in mpirun group; do
   ok "$launch" start -np 2 --job "$job"
-  lead=$(cat "$dir/tshard-$job.pid")
+  lead=$(head -1 "$dir/tshard-$job.pid")
   if [ "$how" = mpirun ]; then kill -TERM "$(pgrep -P "$lead" -x mpirun)"; else kill -TERM -- "-$lead"; fi
   ok gone "$dir/tshard-$job.pid"
   ok gone "/proc/$lead"
