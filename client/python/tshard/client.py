@@ -34,6 +34,7 @@ import numpy as np
 
 from . import program as _program
 from . import tshard_pb2 as pb
+from ._trust import check_peer, check_socket_dir
 from .attr import Attr
 from .typed_put import BF16Bits, declare
 from .progress import reporter
@@ -347,9 +348,11 @@ class Client:
             if self._sock is not None:
                 self._sock.close()
                 self._sock = None
-            raise error_for(18, f"this client's connection belongs to process {parent}, which "
-                                f"opened it; after fork() process {self._pid} could not open "
-                                f"its own: {e}") from None
+            refused = isinstance(e, TshardError) and e.status == 23  # AUTH: not our daemon
+            raise error_for(23 if refused else 18,
+                            f"this client's connection belongs to process {parent}, which "
+                            f"opened it; after fork() process {self._pid} could not open "
+                            f"its own: {e}") from None
 
     def close(self) -> None:
         """Closes the connection (again: nothing happens).
@@ -1888,7 +1891,10 @@ def connect(rank: Optional[int] = None, socket: Optional[str] = None,
 
     Raises:
         IoError (a ConnectionError): no daemon serves there (the message says how to start one).
-        AuthError: a bad token. InvalidArgumentError: a bad job name or rank.
+        AuthError: a bad token; a socket directory that is not this user's own with mode
+        0700 (a link, another owner, group or other bits), or a daemon running as another
+        user than this one or root (the message names the directory, or the process's uid and
+        pid). InvalidArgumentError: a bad job name or rank.
 
     Example::
 
@@ -1926,11 +1932,13 @@ def connect(rank: Optional[int] = None, socket: Optional[str] = None,
     if shm is None:
         shm = os.environ.get("TSHARD_SHM", "") != "0"
     def open_unix():
+        check_socket_dir(socket)  # AuthError: a directory that is not this user's alone
         s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         s.settimeout(timeout)
         try:
             s.connect(socket)
-        except OSError:
+            check_peer(s, socket)  # AuthError: a daemon of another user
+        except (OSError, TshardError):
             s.close()
             raise
         _kernel_timeout(s, timeout)

@@ -14,7 +14,8 @@ The launcher records a job's fate in ``tshard-<job>.status`` beside its sockets:
 running, stopping, stopped, failed (at start) or lost, and a lost rank comes with ``rank``,
 ``host``, ``cause`` (its signal or exit code) and ``log``. When a connection ends, the client
 reads it here (:func:`lost_rank_error`) to raise RankLostError naming the rank instead of a bare
-I/O error.
+I/O error. The record is read only when it is a regular file of this user's (or root's) that
+nobody else may write; any other is ignored (see ``_trust``).
 """
 import itertools
 import os
@@ -22,6 +23,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
+from ._trust import read_trusted_file
 from .errors import TshardError, error_for
 from .offline import find_tool
 
@@ -52,12 +54,10 @@ def job_status(socket_path: str) -> Optional[Dict[str, str]]:
     path = _status_file(socket_path)
     if path is None:
         return None
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as f:
-            text = f.read(4096).decode("utf-8", "replace")
-    except OSError:
+    raw = read_trusted_file(path)  # another user's file, a link or a FIFO: none
+    if raw is None:
         return None
+    text = raw.decode("utf-8", "replace")
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
