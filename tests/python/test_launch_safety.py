@@ -59,8 +59,7 @@ for flags, want in ((["--memory-limit", "banana"], "tshardd: --memory-limit bana
         tshard.launch(np=2, socket_dir=sock_dir, timeout=120, daemon_args=flags)
         check(False, f"launch with {flags}: no error")
     except tshard.TshardError as e:
-        check(want in e.message and "exited with code 2" in e.message,
-              f"launch with {flags}: {e.message}")
+        check(want in e.message, f"launch with {flags}: {e.message}")
         check(time.monotonic() - t0 < 60, f"launch with {flags}: {time.monotonic() - t0:.0f} s")
 
 # a TERM to the job's process group while a background save writes
@@ -97,7 +96,9 @@ except ck.CheckpointError as e:
     check(False, f"the checkpoint cannot be read: {e}")
 with open(job.log) as f:
     log = f.read()
-check(f"background save {r['save_id']} to '{ckdir}' complete" in log, "the log names no complete save")
+if not check(f"background save {r['save_id']} to '{ckdir}' complete" in log,
+             "the log names no complete save"):
+    print("the job's log:", *log.splitlines()[-30:], sep="\n  ")
 
 # Job.stop when the pid named in the pid file is another process now
 decoy = subprocess.Popen(["bash", "-c", "exec -a 'x --job pyreuse ' sleep 300"],
