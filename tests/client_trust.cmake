@@ -10,3 +10,14 @@ if(TARGET tshard-python AND TARGET tshard-cli)
   set_tests_properties(test_socket_trust PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${TS_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python")
 endif()
+
+# The Python client's puts and gets take only arrays that match exactly: out= of the tensor's
+# or slice's own shape, a 0-d array never taken for a (1,) tensor, non-native byte order refused
+# or (convert=True) swapped; through each data path, against real daemons.
+if(TARGET tshard-python AND TARGET tshardd)
+  add_test(NAME test_python_client_input
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_client_input.py
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+  set_tests_properties(test_python_client_input PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT} ENVIRONMENT
+                       "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
+endif()

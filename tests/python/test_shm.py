@@ -184,10 +184,12 @@ with daemons as d:
     check(np.shares_memory(got, out) and np.array_equal(out, reference((1536, 1024), 1) + 5),
           "get into out")
     box = c0.describe("a")["ranks"][0]
-    sl = np.empty((box["hi"][0] - box["lo"][0]) * (box["hi"][1] - box["lo"][1]), np.float32)
+    sl = np.empty((box["hi"][0] - box["lo"][0], box["hi"][1] - box["lo"][1]), np.float32)
     got = c0.get_slice("a", out=sl)
-    check(np.shares_memory(got, sl) and np.array_equal(got.reshape(-1), sl), "get_slice into out")
+    check(np.shares_memory(got, sl) and np.array_equal(got, sl), "get_slice into out")
     expect(5, lambda: c0.get_slice("a", out=np.empty(7, np.float32)), "get_slice into a short out")
+    expect(5, lambda: c0.get_slice("a", out=np.empty(sl.size, np.float32)),
+           "get_slice into an out of the slice's size but another shape")
     check(c0.ping()["rank"] == 0, "the connection serves on after the short out")
     try:
         c1.get("a", out=np.empty((1536, 1024), dtype=np.float64))

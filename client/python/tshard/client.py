@@ -144,12 +144,28 @@ ArrayLike = Union[np.ndarray, BF16Bits]  # put data: a numpy array, or bf16 bits
 WINDOW = 2  # chunk requests in flight
 _COLLECTIVE_TIMEOUT_MAX = 600.0  # s: the daemons' default --collective-timeout-max
 _SPARE_MIN = 1 << 20  # results from this size on reuse the client's spare buffer
-def _out_bytes(out, dtype, what):
-    """The caller's result array as flat writable bytes (C-contiguous, the tensor's dtype)."""
+def _out_bytes(out, dtype, what, shape, name):
+    """The caller's result array as flat writable bytes: C-contiguous, of the tensor's dtype in
+    native byte order and of exactly ``shape`` (the tensor's or the slice's; None: 1-d, the flat
+    elements of another layout, whose count the answer checks), never another shape of the same
+    byte count."""
     if not isinstance(out, np.ndarray):
         raise TypeError(f"{what}: out must be a numpy array, not {type(out).__name__}")
-    if (out.dtype != dtype or not out.flags.c_contiguous
-            or not out.flags.writeable):
+    if out.dtype != dtype and out.dtype.newbyteorder("=") == dtype:
+        raise error_for(4, f"{what}: out has dtype {out.dtype.str} (non-native byte order); "
+                           f"'{name}' is received in this machine's byte order ({dtype.str}): "
+                           f"give an array of dtype {dtype.name}, and .astype('{out.dtype.str}')"
+                           f" the result if that byte order is needed")
+    if out.dtype != dtype:
+        raise error_for(4, f"{what}: out has dtype {out.dtype}; '{name}' needs {dtype} (the "
+                           f"tensor's dtype: out is filled as is, never converted)")
+    if shape is None and out.ndim != 1:
+        raise error_for(5, f"{what}: out has shape {tuple(out.shape)}; a slice in another "
+                           f"layout comes as its flat elements: give a 1-d array")
+    if shape is not None and tuple(out.shape) != tuple(shape):
+        raise error_for(5, f"{what}: out has shape {tuple(out.shape)} but '{name}' is "
+                           f"{tuple(shape)}; give an array of exactly that shape")
+    if not out.flags.c_contiguous or not out.flags.writeable:
         raise ValueError(f"{what}: out must be a writable C-contiguous numpy array of dtype "
                          f"{dtype}")
     return out.reshape(-1).view(np.uint8)
@@ -662,9 +678,8 @@ class Client:
             plain = "".join(chr(ord("a") + d) for d in range(len(info["shape"])))
             if layout and layout != plain:
                 shape = [need // dt.itemsize]
-        flat = None if out is None else _out_bytes(out, dt, "get")
-        if flat is not None and flat.nbytes != need:
-            raise error_for(5, f"'{name}' has {need} bytes; out has {flat.nbytes}")
+        what = "get" if slice_of_rank is None else "get_slice"
+        flat = None if out is None else _out_bytes(out, dt, what, shape, name)
         buf = flat if flat is not None else np.empty(need, dtype=np.uint8)
         offsets = list(range(0, need, self.chunk)) or [0]
         state = {"left": len(offsets), "first": None}
@@ -1053,8 +1068,9 @@ class Client:
         Args:
             name: the tensor.
             out: an array to fill instead of a new one: C-contiguous, writable, of the tensor's
-                numpy dtype (``DTYPES``) and size; returned reshaped. Or a contiguous torch CPU
-                tensor of the tensor's dtype and size, filled in place and returned.
+                numpy dtype (``DTYPES``, native byte order) and exactly its shape (another shape
+                of the same size is refused). Or a contiguous torch CPU tensor of the tensor's
+                dtype and shape, filled in place and returned.
             progress: as in :meth:`put`.
             wait: False returns a Future of the array (numpy only).
             like: ``"torch"`` returns a torch tensor sharing the received memory (bf16 as
@@ -1065,7 +1081,9 @@ class Client:
             a torch tensor (``like="torch"``, a torch ``out``).
 
         Raises:
-            NotFoundError: no such tensor. ValueError: an ``out`` that does not fit.
+            NotFoundError: no such tensor. BadShapeError, BadDtypeError (ValueErrors): an
+            ``out`` of another shape or dtype (or byte order); ValueError: one not writable or
+            not C-contiguous.
 
         Example::
 
@@ -1080,9 +1098,7 @@ class Client:
         info = self.describe(name)
         dt = DTYPES[info["dtype"]]
         need = int(np.prod(info["shape"], dtype=np.int64)) * dt.itemsize
-        flat = None if out is None else _out_bytes(out, dt, "get")
-        if flat is not None and flat.nbytes != need:
-            raise error_for(5, f"get: '{name}' has {need} bytes; out has {flat.nbytes}")
+        flat = None if out is None else _out_bytes(out, dt, "get", info["shape"], name)
         if self._direct_on and need > 0:
             buf = flat if flat is not None else self._result_buffer(need)
             m = pb.GetRequest(name=name)
@@ -1107,8 +1123,8 @@ class Client:
             name: the tensor.
             layout: a format tag to receive the slice in that layout, as its flat elements
                 (padding included); default the row-major box.
-            out: an array to fill (C-contiguous, the tensor's dtype, the slice's size), or a
-                torch CPU tensor as in :meth:`get`.
+            out: an array to fill (C-contiguous, the tensor's dtype, exactly the slice's box
+                shape; 1-d for another ``layout``), or a torch CPU tensor as in :meth:`get`.
             wait: False returns a Future (the row-major layout only, as every call once
                 operations were in flight).
             like: ``"torch"`` returns a torch tensor, as in :meth:`get`.
@@ -1146,8 +1162,10 @@ class Client:
             g.layout.tag = _layout_tag(layout)
             return g
         dt = DTYPES[info["dtype"]]
-        flat = None if out is None else _out_bytes(out, dt, "get_slice")
         box = [h - l for l, h in zip(mine[0]["lo"], mine[0]["hi"])]
+        plain = "".join(chr(ord("a") + d) for d in range(len(info["shape"])))
+        want = box if not layout or layout == plain else None
+        flat = None if out is None else _out_bytes(out, dt, "get_slice", want, name)
         need = int(np.prod(box, dtype=np.int64)) * dt.itemsize
         if not layout and self._direct_on and need > 0 and (flat is None or flat.nbytes == need):
             buf = flat if flat is not None else self._result_buffer(need)
@@ -1157,7 +1175,6 @@ class Client:
             if self._direct(m, "get_slice", name, need):
                 return buf.view(dt).reshape(box)
         arr = self._read_chunks(fill, mine[0]["bytes"], flat).view(dt)
-        plain = "".join(chr(ord("a") + d) for d in range(len(info["shape"])))
         if not layout or layout == plain:
             arr = arr.reshape([h - l for l, h in zip(mine[0]["lo"], mine[0]["hi"])])
         return arr
@@ -1799,7 +1816,11 @@ def _widened_note(array, sent, decl):
     orig = getattr(array, "dtype", None)
     if orig is None or isinstance(array, BF16Bits) or np.dtype(orig) == sent.dtype:
         return ""
-    return f" (the array's {np.dtype(orig).name} was widened losslessly to {decl})"
+    o = np.dtype(orig)
+    if o.newbyteorder("=") == sent.dtype:
+        return f" (the array's {o.str} was swapped to this machine's byte order)"
+    order = "" if o.isnative else f" {o.str}, swapped to this machine's byte order and"
+    return f" (the array's {o.name}{order} was widened losslessly to {decl})"
 
 
 def _put_error(resp, note):
@@ -1820,10 +1841,8 @@ def _no_elements(info, mine, layout, out):
         shape = [h - lo for lo, h in zip(mine[0]["lo"], mine[0]["hi"])]
     if out is None:
         return np.empty(shape, dtype=dt)
-    if _out_bytes(out, dt, "get_slice").nbytes != 0:
-        raise error_for(5, f"get_slice: this rank holds no element of '{info['name']}'; out has "
-                         f"{out.nbytes} bytes")
-    return out.reshape(shape)
+    _out_bytes(out, dt, "get_slice", shape, info["name"])  # this rank holds no element
+    return out
 
 
 def _reshard_result(r):

@@ -8,7 +8,10 @@ without a tshard dtype are first widened losslessly (bool to u8, int16 and uint1
 and uint64 to i64), then the daemon converts as numpy's ``astype`` does (floats round to nearest
 even, floats to integers truncate toward zero) and refuses the put, naming both dtypes and the
 first value, when a value would not survive: an integer out of the target's range, NaN or an
-infinity into an integer tensor, a finite float that would overflow to infinity.
+infinity into an integer tensor, a finite float that would overflow to infinity. An array in
+non-native byte order (``np.dtype('>f4')`` on a little-endian machine) is refused, or with
+``convert=True`` swapped to native order first. The declared shape is the array's own: a 0-d
+array is 0-d, never taken for a tensor of shape (1,).
 
 numpy has no bfloat16, so bf16 data comes as its 16-bit patterns wrapped by ``bf16_bits``: the
 wrapper is the only way an array is taken as bf16, and ``convert`` converts bf16 values, never
@@ -107,7 +110,17 @@ def declare(array: Any, convert: bool, dtypes: Mapping[str, np.dtype],
         raise TypeError(f"{what}: the data must be a numpy array (or tshard.bf16_bits(...)), not "
                         f"{type(array).__name__}")
     a = np.ascontiguousarray(array)
+    if a.shape != np.shape(array):  # ascontiguousarray makes a 0-d array 1-d: keep its shape
+        a = a.reshape(np.shape(array))
     dt = a.dtype
+    if not dt.isnative:
+        if not convert:
+            raise BadDtypeError(f"{what}: the array's dtype {dt.str} is in non-native byte order "
+                                f"({'big' if dt.byteorder == '>' else 'little'}-endian); tshard "
+                                f"takes this machine's: pass convert=True, or give "
+                                f"array.astype('{dt.newbyteorder('=').str}')")
+        a = a.astype(dt.newbyteorder("="))
+        dt = a.dtype
     if dt in from_numpy:
         return a, from_numpy[dt]
     if convert and dt in _WIDEN:
