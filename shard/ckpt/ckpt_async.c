@@ -14,7 +14,10 @@
  * written, and syncs it.
  * ts_ckpt_save_end (collective) agrees on the outcome with every piece's checksum, and the
  * leaders write the index and move the directory into place; on any failure anywhere the
- * leaders remove the temporary directory and the previous checkpoint stays as it was. */
+ * leaders remove the temporary directory and the previous checkpoint stays as it was.
+ * ts_ckpt_job_cancel (any thread) makes the writer stop before its next piece with TS_SHUTDOWN;
+ * a save ended while its writer has not returned (a stuck write) fails alike on every rank
+ * without reading what the writer fills, so that a daemon stopping can abandon it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -37,8 +40,13 @@ struct ts_ckpt_job {
   char parent[4096], tmp[4400], target[4400], path[4500];
   int64_t total, all_bytes; /* this rank's bytes to write; every rank's */
   int64_t copy_bytes;       /* this rank's copies */
+  int64_t sequence;         /* recorded in the index (0: none) */
   int files;
   _Atomic int64_t written;
+  atomic_bool cancel;   /* the writer stops before its next piece */
+  atomic_bool finished; /* ts_ckpt_job_write returned: status, lerr and hashes are set */
+  void (*on_piece)(void *arg);
+  void *on_piece_arg;
   int status; /* the write's outcome (ts_ckpt_job_write), its message in lerr */
   ts_error lerr;
 };
@@ -143,6 +151,7 @@ int ts_ckpt_save_begin(ts_store *s, ts_world *w, const char *dir, const char *co
   j->rank = ts_world_rank(w);
   j->size = ts_world_size(w);
   j->keep_partial = o->keep_partial;
+  j->sequence = o->sequence;
   ts_error lerr;
   ts_error_clear(&lerr);
   char base[256];
@@ -193,26 +202,55 @@ fail:
   return rc;
 }
 
+void ts_ckpt_job_cancel(ts_ckpt_job *j) {
+  if (j)
+    atomic_store(&j->cancel, true);
+}
+
+void ts_ckpt_job_on_piece(ts_ckpt_job *j, void (*fn)(void *arg), void *arg) {
+  j->on_piece = fn;
+  j->on_piece_arg = arg;
+}
+
+const char *ts_ckpt_job_tmp(const ts_ckpt_job *j) { return j && j->lead ? j->tmp : NULL; }
+
+/* The writer's failure when it was cancelled. */
+static int cancelled(ts_ckpt_job *j, int64_t written) {
+  return ts_error_set(&j->lerr, TS_SHUTDOWN, "checkpoint: the save to '%s' was abandoned before "
+                      "rank %d wrote its file (%lld of %lld bytes written there)", j->target,
+                      j->rank, (long long)written, (long long)j->total);
+}
+
 void ts_ckpt_job_write(ts_ckpt_job *j) {
   ts_error_clear(&j->lerr);
   int fd = -1, lst = TS_OK;
-  if (j->nmine)
+  int64_t written = 0;
+  if (atomic_load(&j->cancel))
+    lst = cancelled(j, 0);
+  if (j->nmine && !lst)
     lst = ts__ckpt_open_file(j->ts, j->nt, j->nmine, j->rank, j->path, &fd, &j->lerr);
   int pi = 0;
-  int64_t written = 0;
   for (int i = 0; i < j->nt; i++) {
     for (int k = 0; k < j->ts[i].npieces; k++, pi++) {
       spiece *p = &j->ts[i].pieces[k];
       if (p->writer != j->rank || lst)
         continue;
+      if (atomic_load(&j->cancel)) {
+        lst = cancelled(j, written);
+        continue;
+      }
       lst = ts__ckpt_write_piece(fd, j->path, &j->copy[i], &j->box[i], p, j->ts[i].dtype,
                                  &j->hashes[2 * pi], &j->hashes[2 * pi + 1], &written, &j->lerr);
       atomic_store(&j->written, written);
+      if (j->on_piece)
+        j->on_piece(j->on_piece_arg);
     }
     ts_shard_free_tensor(&j->copy[i]); /* its pieces are written: the memory goes back */
   }
   bool kill;
   ts__ckpt_fail_take(&kill); /* the write-failure hook served this save */
+  if (!lst && atomic_load(&j->cancel)) /* cancelled after its last piece, before the sync */
+    lst = cancelled(j, written);
   if (fd >= 0) {
     if (!lst && fsync(fd) != 0)
       lst = ts_error_set(&j->lerr, TS_CHECKPOINT_IO, "checkpoint: cannot sync '%s': %s", j->path,
@@ -222,6 +260,7 @@ void ts_ckpt_job_write(ts_ckpt_job *j) {
                          j->path, strerror(errno));
   }
   j->status = lst;
+  atomic_store(&j->finished, true);
 }
 
 void ts_ckpt_job_progress(const ts_ckpt_job *j, ts_ckpt_progress *p) {
@@ -239,16 +278,28 @@ int ts_ckpt_save_end(ts_ckpt_job *j, ts_world *w, ts_ckpt_report *rep, ts_error 
   ts_comm *c = ts_world_comm(w);
   memset(rep, 0, sizeof *rep);
   int64_t *hv = calloc((size_t)(4 * j->total_pieces + 1), sizeof *hv);
-  int lst = j->status;
-  ts_error lerr = j->lerr;
+  bool finished = atomic_load(&j->finished);
+  int lst = TS_OK;
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  if (finished) {
+    lst = j->status;
+    lerr = j->lerr;
+  } else { /* its writer still runs (stuck in a write): nothing it fills is read */
+    lst = ts_error_set(&lerr, TS_SHUTDOWN, "checkpoint: the save to '%s' was abandoned while "
+                       "rank %d was still writing its file (%lld of %lld bytes written there)",
+                       j->target, j->rank, (long long)atomic_load(&j->written),
+                       (long long)j->total);
+  }
   if (!hv && !lst)
     lst = ts_error_set(&lerr, TS_NO_MEMORY, "checkpoint: no memory");
-  if (hv)
+  if (hv && finished)
     ts__ckpt_pack_hashes(j->ts, j->nt, j->rank, j->hashes, hv);
   int rc = ts_comm_agree_max(c, lst, &lerr, hv, hv ? 4 * j->total_pieces : 0, err);
   if (!rc) {
     if (j->lead)
-      lst = ts__ckpt_write_index(j->ts, j->nt, j->size, hv, j->keep_partial, j->tmp, &lerr);
+      lst = ts__ckpt_write_index(j->ts, j->nt, j->size, hv, j->keep_partial, j->sequence, j->tmp,
+                                 &lerr);
     rc = ts_comm_agree(c, lst, &lerr, err);
   }
   free(hv);

@@ -177,9 +177,9 @@ int ts__ckpt_open_file(stensor *ts, int nt, int nmine, int rank, const char *pat
 /* Checksums as non-negative 32-bit halves, -1 for other ranks' pieces (gathered by a max). */
 void ts__ckpt_pack_hashes(const stensor *ts, int nt, int rank, const uint64_t *hashes,
                           int64_t *hv);
-/* The leaders: index.json into tmp, synced with it. */
+/* The leaders: index.json into tmp (with the snapshot sequence when > 0), synced with it. */
 int ts__ckpt_write_index(stensor *ts, int nt, int size, const int64_t *hv, bool keep_partial,
-                         const char *tmp, ts_error *err);
+                         int64_t sequence, const char *tmp, ts_error *err);
 /* The leaders: tmp moved into place as target (exchanged when `exists`, the old one removed). */
 int ts__ckpt_into_place(const char *tmp, const char *target, const char *parent, bool exists,
                         ts_error *err);

@@ -625,8 +625,9 @@ int ts__ckpt_open_file(stensor *ts, int nt, int nmine, int rank, const char *pat
 /* The index of the save (every piece's checksum and its table's in hv, as agreed) written into
  * the temporary directory tmp and synced with it: the directory leaders' part. */
 int ts__ckpt_write_index(stensor *ts, int nt, int size, const int64_t *hv, bool keep_partial,
-                       const char *tmp, ts_error *err) {
-  ts_ckpt_index idx = {nt, calloc((size_t)(nt ? nt : 1), sizeof(ts_ckpt_tensor)), size};
+                         int64_t sequence, const char *tmp, ts_error *err) {
+  ts_ckpt_index idx = {nt, calloc((size_t)(nt ? nt : 1), sizeof(ts_ckpt_tensor)), size,
+                       sequence};
   int lst = idx.tensors ? TS_OK : ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory");
   int64_t pi = 0;
   for (int i = 0; !lst && i < nt; i++) {
@@ -745,7 +746,7 @@ static void report_totals(const stensor *ts, int nt, int size, ts_ckpt_report *r
 
 int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *names, int n,
                  const ts_ckpt_save_opts *o, ts_ckpt_report *rep, ts_error *err) {
-  ts_ckpt_save_opts none = {false, false, 0, 0};
+  ts_ckpt_save_opts none = {false, false, 0, 0, 0};
   if (!o)
     o = &none;
   ts_ckpt_report rdummy;
@@ -848,7 +849,7 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
     goto fail;
   }
   if (lead) /* the index, written by the leaders */
-    lst = ts__ckpt_write_index(ts, nt, size, hv, o->keep_partial, tmp, &lerr);
+    lst = ts__ckpt_write_index(ts, nt, size, hv, o->keep_partial, o->sequence, tmp, &lerr);
   free(hv);
   if ((rc = ts_comm_agree(c, lst, &lerr, err)))
     goto fail;

@@ -28,6 +28,9 @@ typedef struct ts_ckpt_save_opts {
    * and the last dim, shard/ckpt/CHECKPOINT.md), each a piece of the index: 0 is
    * TS_CKPT_CHUNK_DEFAULT, < 0 keeps whole pieces (kept-partial pieces are never cut). */
   int64_t chunk_bytes;
+  /* > 0: recorded in the index as the snapshot's sequence number (ts_ckpt_index.sequence, up to
+   * TS_CKPT_SEQUENCE_MAX); 0: none. The same on every rank. */
+  int64_t sequence;
 } ts_ckpt_save_opts;
 
 /* The default chunk size of saves: 16 MiB, so that a [16384, 16384] f32 slice is cut into
@@ -89,8 +92,20 @@ int ts_ckpt_save_begin(ts_store *s, ts_world *w, const char *dir, const char *co
 void ts_ckpt_job_write(ts_ckpt_job *j);
 /* Safe from any thread while ts_ckpt_job_write runs. */
 void ts_ckpt_job_progress(const ts_ckpt_job *j, ts_ckpt_progress *p);
+/* Safe from any thread (accepts NULL): the writer stops before its next piece and the save fails
+ * with TS_SHUTDOWN, naming the bytes it wrote. */
+void ts_ckpt_job_cancel(ts_ckpt_job *j);
+/* Before the write: fn(arg) runs on the writer's thread after each piece it wrote (tests). */
+void ts_ckpt_job_on_piece(ts_ckpt_job *j, void (*fn)(void *arg), void *arg);
+/* The temporary directory this rank created for the save (the directory's leader), else NULL. */
+const char *ts_ckpt_job_tmp(const ts_ckpt_job *j);
+/* May be called while ts_ckpt_job_write still runs on another thread (it was cancelled and did
+ * not return in time): this rank then brings TS_SHUTDOWN to the agreement, every rank fails and
+ * the leaders remove the temporary directory; the job must then not be destroyed until the
+ * writer returned. */
 int ts_ckpt_save_end(ts_ckpt_job *j, ts_world *w, ts_ckpt_report *rep, ts_error *err);
-/* Accepts NULL; a job not ended by ts_ckpt_save_end removes its temporary directory (leaders). */
+/* Accepts NULL; a job not ended by ts_ckpt_save_end removes its temporary directory (leaders).
+ * Only once ts_ckpt_job_write returned (or never ran). */
 void ts_ckpt_job_destroy(ts_ckpt_job **j);
 /* Removes the checkpoint dir: only a tshard checkpoint (an empty directory stays; anything else
  * is refused as a save would refuse to replace it, and left untouched). */

@@ -502,6 +502,8 @@ int ts_ckpt_index_write(const ts_ckpt_index *idx, const char *path, ts_error *er
            json_object_set_new(root, "version", json_integer(TS_CKPT_VERSION)) ||
            json_object_set_new(root, "checksum", json_string("xxh3-64")) ||
            json_object_set_new(root, "saved_ranks", json_integer(idx->saved_ranks)) ||
+           (idx->sequence > 0 &&
+            json_object_set_new(root, "sequence", json_integer(idx->sequence))) ||
            json_object_set(root, "tensors", ts);
   for (int i = 0; i < idx->ntensors && !bad; i++) {
     const ts_ckpt_tensor *t = &idx->tensors[i];
@@ -616,22 +618,64 @@ fail:
   return err ? err->code : TS_CORRUPT;
 }
 
-int ts_ckpt_index_read(const char *dir, ts_ckpt_index **out, ts_error *err) {
-  *out = NULL;
-  char path[4200];
-  snprintf(path, sizeof path, "%s/%s", dir, TS_CKPT_INDEX);
+/* The optional "sequence" of a snapshot's index (0 when absent); -1 when it is not an integer
+ * from 1 to TS_CKPT_SEQUENCE_MAX. */
+static int get_sequence(json_t *root, int64_t *seq) {
+  json_t *v = json_object_get(root, "sequence");
+  *seq = 0;
+  if (!v)
+    return 0;
+  if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+      json_integer_value(v) > TS_CKPT_SEQUENCE_MAX)
+    return -1;
+  *seq = json_integer_value(v);
+  return 0;
+}
+
+/* The index's JSON, from a file opened as every checkpoint file is (no FIFO, no link). */
+static int load_root(const char *path, json_t **root, ts_error *err) {
   int fd;
   int64_t size;
   int rc = ts__ckpt_open_regular("checkpoint index", path, &fd, &size, err);
   if (rc)
     return rc;
   json_error_t je;
-  json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
+  *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
   close(fd);
-  ts_ckpt_index *idx = NULL;
-  if (!root)
+  if (!*root)
     return ts_error_set(err, TS_CORRUPT, "checkpoint index '%s' is not JSON: line %d: %s", path,
                         je.line, je.text);
+  return TS_OK;
+}
+
+int ts_ckpt_index_sequence(const char *dir, int64_t *sequence, ts_error *err) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s", dir, TS_CKPT_INDEX);
+  *sequence = 0;
+  json_t *root = NULL;
+  int rc = load_root(path, &root, err);
+  if (rc)
+    return rc;
+  const char *fmt = json_string_value(json_object_get(root, "format"));
+  if (!fmt || strcmp(fmt, TS_CKPT_FORMAT) != 0)
+    rc = ts_error_set(err, TS_CORRUPT, "checkpoint index '%s': format is not \"%s\"", path,
+                      TS_CKPT_FORMAT);
+  else if (get_sequence(root, sequence))
+    rc = ts_error_set(err, TS_CORRUPT, "checkpoint index '%s': sequence is not an integer from "
+                      "1 to 2^53", path);
+  json_decref(root);
+  return rc;
+}
+
+int ts_ckpt_index_read(const char *dir, ts_ckpt_index **out, ts_error *err) {
+  *out = NULL;
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s", dir, TS_CKPT_INDEX);
+  json_t *root = NULL;
+  int rc = load_root(path, &root, err);
+  if (rc)
+    return rc;
+  ts_ckpt_index *idx = NULL;
   const char *fmt = json_string_value(json_object_get(root, "format"));
   if (!fmt || strcmp(fmt, TS_CKPT_FORMAT) != 0)
     BAD("format is not \"%s\"", TS_CKPT_FORMAT);
@@ -645,6 +689,8 @@ int ts_ckpt_index_read(const char *dir, ts_ckpt_index **out, ts_error *err) {
   if (!idx || !(idx->tensors = calloc(nt ? nt : 1, sizeof *idx->tensors)))
     BAD("no memory");
   idx->saved_ranks = (int)json_integer_value(json_object_get(root, "saved_ranks"));
+  if (get_sequence(root, &idx->sequence))
+    BAD("sequence is not an integer from 1 to 2^53");
   const char *name;
   json_t *o;
   json_object_foreach(ts, name, o) {

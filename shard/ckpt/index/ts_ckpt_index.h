@@ -50,10 +50,18 @@ typedef struct ts_ckpt_index {
   int ntensors;
   ts_ckpt_tensor *tensors;
   int saved_ranks; /* the world size at save time */
+  /* Snapshots: the job's snapshot sequence number (1, 2, ... in the order they were taken,
+   * continued across resumes); 0: none recorded (a client's save, or an older snapshot). */
+  int64_t sequence;
 } ts_ckpt_index;
 
 /* Reads DIR/index.json; every field is checked (errors name the file and the field). */
 int ts_ckpt_index_read(const char *dir, ts_ckpt_index **out, ts_error *err);
+/* Only the format and the snapshot sequence of DIR/index.json (0: none recorded), the file opened
+ * as ts_ckpt_index_read opens it; for ordering snapshots without checking every piece. */
+int ts_ckpt_index_sequence(const char *dir, int64_t *sequence, ts_error *err);
+/* The largest sequence an index may record (a JSON number every reader holds exactly). */
+#define TS_CKPT_SEQUENCE_MAX ((int64_t)1 << 53)
 /* Writes the index as JSON to path (fsynced). */
 int ts_ckpt_index_write(const ts_ckpt_index *idx, const char *path, ts_error *err);
 void ts_ckpt_index_destroy(ts_ckpt_index **p);
