@@ -1,6 +1,7 @@
 /* config.c - tshardd's settings. One table {name, kind, bounds, default, help} serves the flag
  * parser, --help and the startup log, so a setting added here is documented and logged at once.
- * Sizes accept K, M and G suffixes (powers of 1024); durations ms or s (default s). */
+ * Sizes accept K, M and G suffixes (powers of 1024); counts are plain decimal numbers; durations
+ * ms or s (default s). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +15,16 @@
 
 /* CFG_MEMORY: a size, or "auto" (stored as TSD_MEMORY_AUTO, resolved in main.c). */
 /* CFG_RULE: a string each use of the flag appends (--resume-attr). */
-typedef enum { CFG_STRING, CFG_SIZE, CFG_DURATION, CFG_LEVEL, CFG_MEMORY, CFG_RULE } cfg_kind;
+/* CFG_COUNT: a plain decimal number of things (no K/M/G: 5K snapshots are not 5120). */
+typedef enum {
+  CFG_STRING,
+  CFG_SIZE,
+  CFG_COUNT,
+  CFG_DURATION,
+  CFG_LEVEL,
+  CFG_MEMORY,
+  CFG_RULE
+} cfg_kind;
 
 typedef struct cfg_entry {
   const char *name;
@@ -27,6 +37,7 @@ typedef struct cfg_entry {
 
 #define STR(field) CFG_STRING, offsetof(tsd_config, field), sizeof(((tsd_config *)0)->field), 0, 0
 #define SIZE(field, lo, hi) CFG_SIZE, offsetof(tsd_config, field), 0, lo, hi
+#define COUNT(field, lo, hi) CFG_COUNT, offsetof(tsd_config, field), 0, lo, hi
 
 static const cfg_entry table[] = {
     {"socket-dir", STR(socket_dir), "",
@@ -97,9 +108,14 @@ static const cfg_entry table[] = {
     {"snapshot-every", CFG_DURATION, offsetof(tsd_config, snapshot_every), 0, 0, 86400000 * 7LL,
      "0", "time between periodic snapshots (0: on demand only; ms or s suffix; needs "
      "--snapshot-dir)"},
-    {"snapshot-keep", SIZE(snapshot_keep, 1, 100000), "3",
-     "complete snapshots kept in --snapshot-dir, the newest (older ones removed after each "
-     "snapshot)"},
+    {"snapshot-keep", COUNT(snapshot_keep, 1, 100000), "3",
+     "complete snapshots kept in --snapshot-dir, a plain count: the newest by their recorded "
+     "sequence (older ones removed after each snapshot)"},
+    {"shutdown-save-wait", CFG_DURATION, offsetof(tsd_config, shutdown_save_wait), 0, 0,
+     86400000, "20s",
+     "how long a shutdown (request, SIGTERM or SIGINT) waits for a background save or snapshot "
+     "still writing; past it the save is abandoned on every rank (its temporary directory "
+     "removed, the previous checkpoint kept), and the log says which (ms or s suffix)"},
     {"resume", STR(resume_dir), "",
      "before serving, restore the latest complete snapshot or checkpoint in this absolute "
      "directory (DIR itself, or its newest subdirectory holding a complete checkpoint); "
@@ -132,6 +148,14 @@ static int parse_size(const char *s, int64_t *out) {
   if (*end || v > INT64_MAX / mul)
     return -1;
   *out = v * mul;
+  return 0;
+}
+
+/* A count: decimal digits only. */
+static int parse_count(const char *s, int64_t *out) {
+  if (!*s || strspn(s, "0123456789") != strlen(s) || strlen(s) > 18)
+    return -1;
+  *out = strtoll(s, NULL, 10);
   return 0;
 }
 
@@ -195,6 +219,16 @@ static int apply(tsd_config *cfg, const cfg_entry *e, const char *value) {
     if (parse_size(value, &v) || v < e->min || v > e->max) {
       fprintf(stderr, "tshardd: --%s %s: expected a size from %lld to %lld bytes (K/M/G allowed)\n",
               e->name, value, (long long)e->min, (long long)e->max);
+      return -1;
+    }
+    *(int64_t *)base = v;
+    return 0;
+  }
+  case CFG_COUNT: {
+    int64_t v;
+    if (parse_count(value, &v) || v < e->min || v > e->max) {
+      fprintf(stderr, "tshardd: --%s %s: expected a count from %lld to %lld (a plain number, "
+              "without K/M/G)\n", e->name, value, (long long)e->min, (long long)e->max);
       return -1;
     }
     *(int64_t *)base = v;
@@ -453,7 +487,7 @@ void tsd_config_log(const tsd_config *cfg) {
         TSD_LOG(TSD_LOG_INFO, "config %s=%s", e->name, cfg->resume_attr[k]);
     else if (e->kind == CFG_MEMORY && *(const int64_t *)base == TSD_MEMORY_AUTO)
       TSD_LOG(TSD_LOG_INFO, "config %s=auto", e->name);
-    else if (e->kind == CFG_SIZE || e->kind == CFG_MEMORY)
+    else if (e->kind == CFG_SIZE || e->kind == CFG_COUNT || e->kind == CFG_MEMORY)
       TSD_LOG(TSD_LOG_INFO, "config %s=%lld", e->name, (long long)*(const int64_t *)base);
     else if (e->kind == CFG_DURATION)
       TSD_LOG(TSD_LOG_INFO, "config %s=%lldms", e->name, (long long)*(const int64_t *)base);

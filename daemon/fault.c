@@ -14,6 +14,8 @@ static const char *const fault_names[TSD_FAULT_COUNT] = {
     [TSD_FAULT_ORDER_DECODE] = "order-decode",
     [TSD_FAULT_AGREEMENT_SILENT] = "agreement-silent",
     [TSD_FAULT_BATCH_TRANSFER] = "batch-transfer",
+    [TSD_FAULT_SAVE_HOLD] = "save-hold",
+    [TSD_FAULT_SAVE_STUCK] = "save-stuck",
 };
 
 static int armed[TSD_FAULT_COUNT];
@@ -56,7 +58,8 @@ static int parse_item(const char *item, int rank, ts_error *err) {
 bad:
   return ts_error_set(err, TS_INVALID_ARGUMENT,
                       "TSHARD_FAULT item '%s': expected KIND[@RANK][*COUNT] with KIND one of "
-                      "reply-queue, order-decode, agreement-silent",
+                      "reply-queue, order-decode, agreement-silent, batch-transfer, save-hold, "
+                      "save-stuck",
                       item);
 }
 

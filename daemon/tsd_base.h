@@ -74,6 +74,7 @@ typedef struct tsd_config {
   char snapshot_dir[512];    /* "": no snapshots */
   int64_t snapshot_every;    /* ms between periodic snapshots (0: on demand only) */
   int64_t snapshot_keep;     /* complete snapshots kept, the newest */
+  int64_t shutdown_save_wait; /* ms a shutdown waits for a background save still writing */
   /* resume (ops/resume.c): the latest complete checkpoint under resume_dir restored before
    * serving; tensors whose saved ranks are not all in the job take the first rule's attribute
    * whose glob matches their name ("GLOB=ATTR", the glob up to the first '=') */
@@ -107,12 +108,15 @@ typedef enum tsd_fault_kind {
   TSD_FAULT_ORDER_DECODE,     /* an ORDER from rank 0 does not decode */
   TSD_FAULT_AGREEMENT_SILENT, /* this rank stops answering an operation's agreement */
   TSD_FAULT_BATCH_TRANSFER,   /* this rank fails a reshard_many's last transfer, after the others moved */
+  TSD_FAULT_SAVE_HOLD,        /* a background save's writer waits after its first piece until
+                               * the daemon stops (then completes) */
+  TSD_FAULT_SAVE_STUCK,       /* the same, until the stopping daemon abandons the save */
   TSD_FAULT_COUNT
 } tsd_fault_kind;
 
 /* Reads TSHARD_FAULT once: a comma-separated list of KIND[@RANK][*COUNT] (KIND: reply-queue,
  * order-decode, agreement-silent,
- * batch-transfer; RANK: only that rank, else every rank; COUNT: how many times,
+ * batch-transfer, save-hold, save-stuck; RANK: only that rank, else every rank; COUNT: how many times,
  * default 1). Unset or empty: no fault. */
 int tsd_fault_init(int rank, ts_error *err);
 /* How many more times the fault fires on this rank (takes them all). */

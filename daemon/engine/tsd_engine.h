@@ -95,6 +95,9 @@ typedef struct tsd_shared {
   /* The connections the engine may answer itself (outlet.c), by connection id. */
   pthread_mutex_t outlets_mu;
   struct tsd_outlet *outlets[TSD_OUTLET_BUCKETS];
+  /* SIGTERM or SIGINT arrived (set by the loop thread): an engine waiting for a background
+   * save's writer bounds its wait from then on (ops/bgsave.c). */
+  _Atomic bool stop_signalled;
 } tsd_shared;
 
 /* Outlets (outlet.c): the engine writes an answer of at most TSD_OUTLET_MAX bytes to its

@@ -1061,6 +1061,7 @@ static void on_signal(uv_signal_t *h, int signum) {
   if (s->signalled)
     return;
   s->signalled = true;
+  s->sh->stop_signalled = true; /* _Atomic */
   tsd_work *w = calloc(1, sizeof *w);
   if (w) {
     w->signal_shutdown = true;

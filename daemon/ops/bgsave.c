@@ -13,12 +13,27 @@
  * (waiting for its files), then runs. The outcome of each, with its progress while writing, is
  * kept for stats (the last TSD_SAVES_KEPT) and logged.
  *
+ * Stopping (a shutdown request, or SIGTERM/SIGINT, which every rank of an mpirun job receives,
+ * at slightly different times): the shutdown runs in rank 0's order on every rank and first
+ * completes the save writing, each rank waiting for its writer at most --shutdown-save-wait
+ * from the moment it runs the shutdown (or, when it waits for its writer in an earlier save or
+ * save_finish, from the moment it noticed the signal). A writer not done by then is cancelled
+ * (it stops before its next piece; TSD_CANCEL_GRACE_MS more for it to return) and that rank
+ * brings TS_SHUTDOWN to the save's agreement, so every rank reaches the same outcome: complete
+ * and moved into place, or abandoned with the temporary directory removed by the leader and
+ * the previous checkpoint as it was. Either is logged on every rank, and the leader logs that
+ * the temporary directory was removed (or names it when it could not be). A writer that does not
+ * return even then (a write stuck in the kernel) is left running and its job never freed.
+ *
  * Snapshots (--snapshot-dir, --snapshot-every, --snapshot-keep): rank 0 orders a background save
  * of every tensor into <snapshot dir>/<UTC timestamp>/ every period (skipped while a save still
  * writes), or a client asks one (SaveRequest.snapshot); after each complete snapshot rank 0
- * removes the oldest complete ones beyond --snapshot-keep. All of this state is the engine
- * thread's, except the writer's progress (atomic, in the job) and its done flag. */
-#include <dirent.h>
+ * removes the oldest complete ones beyond --snapshot-keep. Each snapshot records its sequence
+ * number in its index (one more than the highest rank 0 knows: found in --snapshot-dir and the
+ * resumed checkpoint at start, then each snapshot's), and that number alone orders the pruning
+ * and the resume (snapdir.c, which also decides which entries are trusted). All of this state
+ * is the engine thread's, except the writer's progress (atomic, in the job) and the writer's
+ * control (writer_ctl, under bg.mu). */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -33,7 +48,24 @@
 #include "ts_ckpt.h"
 
 #define TSD_SAVES_KEPT 8
+/* How long a cancelled writer has to return (it stops before its next piece, at most one
+ * chunk of --ckpt-chunk away) before the save is ended without it. */
+#define TSD_CANCEL_GRACE_MS 5000
 enum { SAVE_WRITING, SAVE_DONE, SAVE_FAILED };
+/* The save-hold and save-stuck faults (TSHARD_FAULT): the writer waits after its first piece
+ * until the daemon stops (then completes in time), or until it is cancelled. */
+enum { HOLD_NONE, HOLD_UNTIL_STOP, HOLD_UNTIL_CANCEL };
+
+/* One writer thread and what the engine and it tell each other (under bg.mu, but written: also
+ * read by the tick without the lock). Freed with its job, never while the thread runs. */
+typedef struct writer_ctl {
+  ts_ckpt_job *job;
+  atomic_bool written; /* ts_ckpt_job_write returned */
+  int hold;            /* HOLD_*: the fault, taken by the first piece */
+  bool released, cancelled;
+  ts_world *world; /* the writer rings this rank's engine when it is done (doorbells) */
+  int rank;
+} writer_ctl;
 static const char *const state_names[] = {"writing", "done", "failed"};
 
 typedef struct save_record {
@@ -49,20 +81,31 @@ static struct {
   save_record rec[TSD_SAVES_KEPT]; /* oldest first */
   int n;
   ts_ckpt_job *job; /* the save writing, with its thread */
+  writer_ctl *wr;
   pthread_t thread;
   bool threaded;    /* false: the job was written on the engine (no thread could be made) */
-  atomic_bool written;
-  ts_world *world; /* the writer rings this rank's engine when it is done (doorbells) */
-  int rank;
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* CLOCK_MONOTONIC; a writer done, released or cancelled */
   bool finish_ordered, snapshot;
   uint64_t job_id;
   int64_t next_snapshot_ms;
+  int64_t sequence; /* the highest snapshot sequence known (rank 0's counts) */
   /* the last save's or load's answer, for its clients (by the operation's hash) */
   bool last_valid;
   uint64_t last_hash;
   Tshard__CkptResult last;
   char last_dir[4096];
 } bg;
+
+static pthread_once_t sync_once = PTHREAD_ONCE_INIT;
+static void sync_init(void) {
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&bg.cv, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_mutex_init(&bg.mu, NULL);
+}
 
 static int64_t now_ms(void) {
   struct timespec t;
@@ -117,118 +160,227 @@ void tsd_answer_ckpt(tsd_engine *e, const tsd_pending *w) {
   tsd_reply_response(e, w->conn_id, &r);
 }
 
-/* Removes the complete snapshots of the snapshot directory older than the newest `keep` (rank
- * 0, after a snapshot): directories named by snapshot_name's pattern only. */
-static int name_cmp(const void *a, const void *b) {
-  return strcmp((const char *)a, (const char *)b);
-}
-static bool snapshot_named(const char *s) {
-  /* YYYYmmddTHHMMSS.mmmZ */
-  if (strlen(s) != 20 || s[8] != 'T' || s[15] != '.' || s[19] != 'Z')
-    return false;
-  for (int i = 0; i < 19; i++)
-    if (i != 8 && i != 15 && (s[i] < '0' || s[i] > '9'))
-      return false;
-  return true;
-}
+/* Removes the complete snapshots of the snapshot directory beyond the newest `keep` (rank 0,
+ * after a snapshot): trusted directories named like snapshots only, the oldest by their
+ * recorded sequence first (snapdir.c); untrusted ones are skipped, logged, never removed. */
 static void prune_snapshots(const tsd_config *cfg) {
-  DIR *d = opendir(cfg->snapshot_dir);
-  if (!d)
+  tsd_snap *v = NULL;
+  int n = 0;
+  ts_error err;
+  if (tsd_snapdir_list("--snapshot-dir", cfg->snapshot_dir, true, &v, &n, &err) != TS_OK) {
+    TSD_LOG(TSD_LOG_WARN, "snapshots not pruned: %s", err.msg);
     return;
-  char(*names)[24] = NULL;
-  size_t n = 0, cap = 0;
-  struct dirent *de;
-  while ((de = readdir(d))) {
-    if (!snapshot_named(de->d_name))
-      continue;
-    if (n == cap) {
-      void *p = realloc(names, (cap = cap ? 2 * cap : 16) * sizeof *names);
-      if (!p)
-        break;
-      names = p;
-    }
-    snprintf(names[n++], sizeof names[0], "%s", de->d_name);
   }
-  closedir(d);
-  if (names)
-    qsort(names, n, sizeof *names, name_cmp);
-  for (size_t i = 0; i + (size_t)cfg->snapshot_keep < n; i++) {
-    char path[4096];
-    ts_error err;
-    snprintf(path, sizeof path, "%s/%s", cfg->snapshot_dir, names[i]);
+  for (int i = 0; i + cfg->snapshot_keep < (int64_t)n; i++) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", cfg->snapshot_dir, v[i].name);
     if (ts_ckpt_remove(path, &err) == TS_OK)
-      TSD_LOG(TSD_LOG_INFO, "snapshot '%s' removed (--snapshot-keep %lld)", path,
-              (long long)cfg->snapshot_keep);
+      TSD_LOG(TSD_LOG_INFO, "snapshot '%s' (sequence %lld) removed (--snapshot-keep %lld)", path,
+              (long long)v[i].sequence, (long long)cfg->snapshot_keep);
     else
       TSD_LOG(TSD_LOG_WARN, "snapshot '%s' not removed: %s", path, err.msg);
   }
-  free(names);
+  free(v);
 }
 
-/* Completes the background save writing, if any: waits for this rank's writer, then agrees and
- * moves the checkpoint into place (collective; every rank has the same job, as they run the same
- * operations). Its outcome is recorded and logged. */
-static int finish_job(tsd_engine *e, ts_error *err) {
-  if (!bg.job)
-    return TS_OK;
-  if (bg.threaded)
-    pthread_join(bg.thread, NULL);
-  save_record *r = record_find(bg.job_id);
-  ts_ckpt_report rep;
-  int rc = ts_ckpt_save_end(bg.job, e->world, &rep, err);
+void tsd_bgsave_note_sequence(int64_t sequence) {
+  if (sequence > bg.sequence)
+    bg.sequence = sequence;
+}
+
+/* The writer thread's end: the engine waiting for it, and its doorbell, are told. */
+static void writer_done(writer_ctl *w) {
+  pthread_mutex_lock(&bg.mu);
+  atomic_store(&w->written, true);
+  pthread_cond_broadcast(&bg.cv);
+  pthread_mutex_unlock(&bg.mu);
+  ts_world_bell_ring(w->world, w->rank); /* the engine's tick sees it now, not at its next nap */
+}
+
+/* The save-hold and save-stuck faults, after the writer's first piece. */
+static void hold_writer(void *arg) {
+  writer_ctl *w = arg;
+  pthread_mutex_lock(&bg.mu);
+  int hold = w->hold;
+  w->hold = HOLD_NONE;
+  while (hold != HOLD_NONE && !w->cancelled && !(hold == HOLD_UNTIL_STOP && w->released))
+    pthread_cond_wait(&bg.cv, &bg.mu);
+  pthread_mutex_unlock(&bg.mu);
+}
+
+/* Waits up to ms (< 0: without end) for the writer, under bg.mu; whether it returned. */
+static bool wait_locked(writer_ctl *w, int64_t ms) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  t.tv_sec += (time_t)(ms / 1000);
+  t.tv_nsec += (long)(ms % 1000) * 1000000;
+  if (t.tv_nsec >= 1000000000)
+    t.tv_sec++, t.tv_nsec -= 1000000000;
+  while (!atomic_load(&w->written))
+    if (ms < 0 ? pthread_cond_wait(&bg.cv, &bg.mu) != 0
+               : pthread_cond_timedwait(&bg.cv, &bg.mu, &t) == ETIMEDOUT)
+      break;
+  return atomic_load(&w->written);
+}
+
+/* Waits for this rank's writer: without end, unless the daemon is stopping (the shutdown runs)
+ * or a signal arrived meanwhile; then at most --shutdown-save-wait from that moment, a held
+ * writer released. A writer not done by then is cancelled and given TSD_CANCEL_GRACE_MS to
+ * return. Whether it returned. */
+static bool wait_writer(tsd_engine *e, bool stopping) {
+  writer_ctl *w = bg.wr;
+  int64_t deadline = -1;
+  pthread_mutex_lock(&bg.mu);
+  for (;;) {
+    if (deadline < 0 && (stopping || atomic_load(&e->sh->stop_signalled))) {
+      deadline = now_ms() + e->cfg->shutdown_save_wait;
+      w->released = true;
+      pthread_cond_broadcast(&bg.cv);
+    }
+    int64_t left = deadline < 0 ? 100 : deadline - now_ms(); /* 100 ms: to notice a signal */
+    if (left <= 0 || wait_locked(w, deadline < 0 || left > 100 ? 100 : left))
+      break;
+  }
+  bool done = atomic_load(&w->written);
+  if (!done) {
+    w->cancelled = true;
+    ts_ckpt_job_cancel(w->job);
+    pthread_cond_broadcast(&bg.cv);
+  }
+  pthread_mutex_unlock(&bg.mu);
+  if (done)
+    return true;
+  ts_ckpt_progress p;
+  ts_ckpt_job_progress(w->job, &p);
+  TSD_LOG(TSD_LOG_WARN, "stopping: background save %llu still writing after --shutdown-save-wait "
+          "%.3f s (%lld of %lld bytes written here): abandoning it",
+          (unsigned long long)bg.job_id, (double)e->cfg->shutdown_save_wait / 1000.0,
+          (long long)p.written, (long long)p.total);
+  pthread_mutex_lock(&bg.mu);
+  done = wait_locked(w, TSD_CANCEL_GRACE_MS);
+  pthread_mutex_unlock(&bg.mu);
+  if (!done)
+    TSD_LOG(TSD_LOG_ERROR, "background save %llu: its writer did not return within %d s of being "
+            "cancelled (a write that does not end); the save is abandoned without it",
+            (unsigned long long)bg.job_id, TSD_CANCEL_GRACE_MS / 1000);
+  return done;
+}
+
+/* The temporary directory of a save that did not complete, on the rank that made it: removed
+ * (said), or left (named, with what to do). */
+static void log_tmp_left(uint64_t id, const char *tmp) {
+  struct stat st;
+  if (!tmp[0])
+    return;
+  if (lstat(tmp, &st) != 0 && errno == ENOENT)
+    TSD_LOG(TSD_LOG_INFO, "background save %llu: its temporary directory '%s' was removed",
+            (unsigned long long)id, tmp);
+  else
+    TSD_LOG(TSD_LOG_ERROR, "background save %llu: its temporary directory '%s' could not be "
+            "removed; nothing in it is a checkpoint: delete it", (unsigned long long)id, tmp);
+}
+
+/* The outcome of a background save: recorded for stats and logged. */
+static void record_outcome(save_record *r, int rc, const ts_error *err, const ts_ckpt_report *rep,
+                           const char *tmp) {
+  const char *dir = r ? r->dir : "?";
   if (r) {
     ts_ckpt_job_progress(bg.job, &r->progress);
     r->end_ms = now_ms();
     r->state = rc ? SAVE_FAILED : SAVE_DONE;
     r->status = rc;
     snprintf(r->message, sizeof r->message, "%s", rc ? err->msg : "");
-    if (rc)
-      TSD_LOG(TSD_LOG_ERROR, "background save %llu to '%s' failed: %s; the previous checkpoint "
-              "there is as it was", (unsigned long long)r->id, r->dir, err->msg);
-    else
-      TSD_LOG(TSD_LOG_INFO, "background save %llu to '%s' complete: %d tensors, %lld bytes in "
-              "%d files (%lld written here), %.3f s", (unsigned long long)r->id, r->dir,
-              rep.tensors, (long long)rep.bytes_total, rep.files, (long long)rep.bytes_written,
-              (double)(r->end_ms - r->start_ms) / 1000.0);
   }
+  if (rc == TS_SHUTDOWN)
+    TSD_LOG(TSD_LOG_WARN, "background save %llu to '%s' abandoned: the daemons stopped before it "
+            "was written (%s); nothing was moved into place, the previous checkpoint there is as "
+            "it was", (unsigned long long)bg.job_id, dir, err->msg);
+  else if (rc)
+    TSD_LOG(TSD_LOG_ERROR, "background save %llu to '%s' failed: %s; the previous checkpoint "
+            "there is as it was", (unsigned long long)bg.job_id, dir, err->msg);
+  else
+    TSD_LOG(TSD_LOG_INFO, "background save %llu to '%s' complete: %d tensors, %lld bytes in "
+            "%d files (%lld written here), %.3f s", (unsigned long long)bg.job_id, dir,
+            rep->tensors, (long long)rep->bytes_total, rep->files, (long long)rep->bytes_written,
+            r ? (double)(r->end_ms - r->start_ms) / 1000.0 : 0.0);
+  if (rc)
+    log_tmp_left(bg.job_id, tmp);
+}
+
+/* Completes the background save writing, if any: waits for this rank's writer (bounded when
+ * stopping, wait_writer), then agrees and moves the checkpoint into place (collective; every
+ * rank has the same job, as they run the same operations), or removes it. Its outcome is
+ * recorded and logged. */
+static int finish_job(tsd_engine *e, bool stopping, ts_error *err) {
+  if (!bg.job)
+    return TS_OK;
+  bool done = !bg.threaded || wait_writer(e, stopping);
+  if (bg.threaded && done)
+    pthread_join(bg.thread, NULL);
+  else if (bg.threaded)
+    pthread_detach(bg.thread); /* it keeps its job: neither is freed */
+  save_record *r = record_find(bg.job_id);
+  char tmp[4400];
+  snprintf(tmp, sizeof tmp, "%s", ts_ckpt_job_tmp(bg.job) ? ts_ckpt_job_tmp(bg.job) : "");
+  ts_ckpt_report rep;
+  int rc = ts_ckpt_save_end(bg.job, e->world, &rep, err);
+  record_outcome(r, rc, err, &rep, tmp);
   if (rc == TS_OK && bg.snapshot && e->rank == 0)
     prune_snapshots(e->cfg);
-  ts_ckpt_job_destroy(&bg.job);
+  if (done) {
+    ts_ckpt_job_destroy(&bg.job);
+    free(bg.wr);
+  }
+  bg.job = NULL;
+  bg.wr = NULL;
   return rc;
 }
 
 int tsd_bgsave_finish_all(tsd_engine *e) {
   ts_error err;
-  return finish_job(e, &err);
+  return finish_job(e, true, &err);
 }
 
 /* The writer thread, under SCHED_IDLE: it runs on the CPU time the operations (and anything
  * else on the node) leave, so that what the engine runs meanwhile keeps the cores it needs; on
  * an idle node it writes at full speed, on a saturated one the save takes longer instead. */
 static void *writer_main(void *arg) {
+  writer_ctl *w = arg;
   struct sched_param sp = {0};
   pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
-  ts_ckpt_job_write(arg);
-  atomic_store(&bg.written, true);
-  ts_world_bell_ring(bg.world, bg.rank); /* the engine's tick sees it now, not at its next nap */
+  ts_ckpt_job_write(w->job);
+  writer_done(w);
   return NULL;
 }
 
-/* The snapshot's directory, <snapshot dir>/<rank 0's UTC time> (collective), the snapshot
- * directory made by rank 0 if missing. */
-static int snapshot_path(tsd_engine *e, char *dir, size_t cap, ts_error *err) {
-  int64_t ms = 0;
+/* The snapshot's directory, <snapshot dir>/<rank 0's UTC time>, and its sequence, one more
+ * than the highest rank 0 knows (collective). Rank 0 makes the snapshot directory if missing
+ * and checks it is still trusted (snapdir.c): refused on every rank otherwise. */
+static int snapshot_path(tsd_engine *e, char *dir, size_t cap, int64_t *seq, ts_error *err) {
+  int64_t v[2] = {0, 0}; /* ms, sequence */
+  int lst = TS_OK;
+  ts_error lerr;
+  ts_error_clear(&lerr);
   if (e->rank == 0) {
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
-    ms = (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+    v[0] = (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+    v[1] = bg.sequence + 1;
     if (mkdir(e->cfg->snapshot_dir, 0700) != 0 && errno != EEXIST)
       TSD_LOG(TSD_LOG_WARN, "cannot create --snapshot-dir '%s': %s", e->cfg->snapshot_dir,
               strerror(errno));
+    lst = tsd_snapdir_check("--snapshot-dir", e->cfg->snapshot_dir, false, &lerr);
+    if (!lst && v[1] > TS_CKPT_SEQUENCE_MAX)
+      lst = ts_error_set(&lerr, TS_LIMIT, "snapshot: the sequence would pass %lld; start a new "
+                         "--snapshot-dir", (long long)TS_CKPT_SEQUENCE_MAX);
   }
-  int rc = ts_comm_allreduce_i64(ts_world_comm(e->world), &ms, 1, TS_COMM_MAX, err);
+  int rc = ts_comm_agree(ts_world_comm(e->world), lst, &lerr, err);
+  if (rc == TS_OK)
+    rc = ts_comm_allreduce_i64(ts_world_comm(e->world), v, 2, TS_COMM_MAX, err);
   if (rc)
     return rc;
+  int64_t ms = v[0];
+  *seq = bg.sequence = v[1];
   time_t sec = (time_t)(ms / 1000);
   struct tm tm;
   gmtime_r(&sec, &tm);
@@ -244,22 +396,39 @@ static int start_background(tsd_engine *e, const tsd_ordered *op, const char *di
   const Tshard__SaveRequest *q = op->req->save;
   int64_t t0 = now_ms();
   ts_ckpt_job *job = NULL;
+  pthread_once(&sync_once, sync_init);
+  writer_ctl *w = calloc(1, sizeof *w);
+  if (!w)
+    return ts_error_set(err, TS_NO_MEMORY, "background save: no memory");
   int rc = ts_ckpt_save_begin(e->store, e->world, dir, (const char *const *)q->names,
                               (int)q->n_names, o, &job, err);
-  if (rc)
+  if (rc) {
+    free(w);
     return rc;
-  atomic_store(&bg.written, false);
+  }
+  w->job = job;
+  w->world = e->world;
+  w->rank = e->rank;
+  w->hold = tsd_fault_fire(TSD_FAULT_SAVE_HOLD)    ? HOLD_UNTIL_STOP
+            : tsd_fault_fire(TSD_FAULT_SAVE_STUCK) ? HOLD_UNTIL_CANCEL
+                                                   : HOLD_NONE;
+  if (w->hold != HOLD_NONE) {
+    ts_ckpt_job_on_piece(job, hold_writer, w);
+    TSD_LOG(TSD_LOG_WARN, "background save %llu: its writer waits after its first piece until "
+            "the daemon %s (TSHARD_FAULT)", (unsigned long long)op->seq,
+            w->hold == HOLD_UNTIL_STOP ? "stops" : "abandons the save");
+  }
   bg.finish_ordered = false;
   bg.snapshot = snapshot;
   bg.job_id = op->seq;
   bg.job = job;
-  bg.world = e->world;
-  bg.rank = e->rank;
-  bg.threaded = pthread_create(&bg.thread, NULL, writer_main, job) == 0;
+  bg.wr = w;
+  bg.threaded = pthread_create(&bg.thread, NULL, writer_main, w) == 0;
   if (!bg.threaded) {
     TSD_LOG(TSD_LOG_WARN, "no writer thread for background save %llu: writing it on the engine",
             (unsigned long long)op->seq);
-    writer_main(job);
+    w->hold = HOLD_NONE; /* nobody could release it */
+    writer_main(w);
   }
   ts_ckpt_progress p;
   ts_ckpt_job_progress(job, &p);
@@ -277,20 +446,20 @@ int tsd_run_save(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_e
   (void)origin;
   const Tshard__SaveRequest *q = op->req->save;
   ts_ckpt_save_opts o = {q->keep_partial, q->per_node, e->cfg->staging,
-                         e->cfg->ckpt_chunk > 0 ? e->cfg->ckpt_chunk : -1};
+                         e->cfg->ckpt_chunk > 0 ? e->cfg->ckpt_chunk : -1, 0};
   /* Every collective operation starts with an agreement over the world (a rank that could not
    * decode the operation fails it there); the save's own first collective step is another. */
   int rc = ts_comm_agree(ts_world_comm(e->world), TS_OK, NULL, err);
   if (rc)
     return rc;
   ts_error ferr; /* a save writing completes first; its outcome is its own (stats, log) */
-  finish_job(e, &ferr);
+  finish_job(e, false, &ferr);
   if (q->snapshot && !e->cfg->snapshot_dir[0]) /* the same flags on every rank */
     return ts_error_set(err, TS_INVALID_ARGUMENT, "no snapshot directory: start the daemons "
                         "with --snapshot-dir DIR to take snapshots");
   char dir[4096];
   snprintf(dir, sizeof dir, "%s", q->dir);
-  if (q->snapshot && (rc = snapshot_path(e, dir, sizeof dir, err)))
+  if (q->snapshot && (rc = snapshot_path(e, dir, sizeof dir, &o.sequence, err)))
     return rc;
   tsd_ckpt_arm_fail_hook(e->rank);
   if (q->background || q->snapshot)
@@ -318,7 +487,7 @@ int tsd_run_save_finish(tsd_engine *e, const tsd_ordered *op, tsd_pending *origi
   (void)origin;
   int rc = ts_comm_agree(ts_world_comm(e->world), TS_OK, NULL, err);
   if (rc == TS_OK && bg.job && bg.job_id == op->req->save_finish->save_id)
-    rc = finish_job(e, err); /* else a later save completed it already */
+    rc = finish_job(e, false, err); /* else a later save completed it already */
   return rc;
 }
 
@@ -367,7 +536,7 @@ bool tsd_bgsave_tick(tsd_engine *e) {
   if (e->rank != 0 || e->stopping)
     return false;
   bool did = false;
-  if (bg.job && !bg.finish_ordered && atomic_load(&bg.written)) {
+  if (bg.job && !bg.finish_ordered && atomic_load(&bg.wr->written)) {
     bg.finish_ordered = true;
     order_finish(e);
     did = true;
@@ -399,10 +568,39 @@ int64_t tsd_bgsave_due_ms(tsd_engine *e) {
   return left > 0 ? left : 0;
 }
 
+/* The engine stops with a save still writing (no shutdown completed it: the engine failed): the
+ * writer is cancelled and, once it returned, the job destroyed, which removes the temporary
+ * directory; said either way. */
 void tsd_bgsave_stop(void) {
-  if (bg.job && bg.threaded)
-    pthread_join(bg.thread, NULL);
-  ts_ckpt_job_destroy(&bg.job);
+  if (!bg.job)
+    return;
+  bool done = !bg.threaded;
+  if (bg.threaded) {
+    pthread_mutex_lock(&bg.mu);
+    bg.wr->cancelled = true;
+    ts_ckpt_job_cancel(bg.job);
+    pthread_cond_broadcast(&bg.cv);
+    done = wait_locked(bg.wr, TSD_CANCEL_GRACE_MS);
+    pthread_mutex_unlock(&bg.mu);
+  }
+  char tmp[4400];
+  snprintf(tmp, sizeof tmp, "%s", ts_ckpt_job_tmp(bg.job) ? ts_ckpt_job_tmp(bg.job) : "");
+  TSD_LOG(TSD_LOG_WARN, "background save %llu abandoned: the daemon stopped before it was "
+          "completed; nothing was moved into place", (unsigned long long)bg.job_id);
+  if (!done) {
+    pthread_detach(bg.thread); /* it keeps its job */
+    if (tmp[0])
+      TSD_LOG(TSD_LOG_ERROR, "background save %llu: its writer does not return; its temporary "
+              "directory '%s' is left: delete it", (unsigned long long)bg.job_id, tmp);
+  } else {
+    if (bg.threaded)
+      pthread_join(bg.thread, NULL);
+    ts_ckpt_job_destroy(&bg.job); /* removes the temporary directory */
+    free(bg.wr);
+    log_tmp_left(bg.job_id, tmp);
+  }
+  bg.job = NULL;
+  bg.wr = NULL;
 }
 
 int tsd_bgsave_stats(Tshard__SaveProgress *items, Tshard__SaveProgress **ptrs, int cap) {

@@ -103,5 +103,5 @@ const tsd_engine_ops tsd_ops = {
     .stop = stop,
     .tick = tick,
     .tick_due_ms = tsd_bgsave_due_ms,
-    .start = tsd_resume,
+    .start = tsd_snapdir_start,
 };

@@ -6,6 +6,8 @@
 #ifndef TSD_OPS_HANDLERS_H
 #define TSD_OPS_HANDLERS_H
 
+#include <time.h>
+
 #include "tsd_ops.h"
 #include "ts_ckpt.h"
 
@@ -29,8 +31,34 @@ void tsd_catalog_publish_all(tsd_engine *e);
  * next operation of any kind, on every turn of the engine's loop, and at stop: whether it had
  * anything to do. */
 bool tsd_ops_after(tsd_engine *e);
-/* resume.c: --resume DIR, before serving (the engine's start hook). */
+/* resume.c: --resume DIR, before serving (from the engine's start hook, snapdir.c). */
 int tsd_resume(tsd_engine *e, ts_error *err);
+
+/* snapdir.c: the snapshot and resume directories, trusted only when they are the daemon's own,
+ * and the one order of their snapshots (by recorded sequence). */
+typedef struct tsd_snap {
+  char name[256];
+  int64_t sequence;      /* recorded in its index; 0: none (or unreadable) */
+  struct timespec mtime; /* its index.json's: ties only */
+} tsd_snap;
+/* Named like a snapshot: YYYYmmddTHHMMSS.mmmZ. */
+bool tsd_snapshot_named(const char *name);
+/* dir (what: the flag, for messages) is a real directory owned by the effective uid, not
+ * writable by group or others, below directories owned by root or that uid and not writable by
+ * others unless sticky; TS_AUTH naming the directory, its owner and mode otherwise. A missing
+ * dir is TS_OK when missing_ok. */
+int tsd_snapdir_check(const char *what, const char *dir, bool missing_ok, ts_error *err);
+/* The trusted checkpoint subdirectories of dir (only those named like snapshots when
+ * snapshots_only), oldest first by sequence (*out malloc'd, *n of them); untrusted ones are
+ * skipped and logged once. Fails when dir itself is not trusted. */
+int tsd_snapdir_list(const char *what, const char *dir, bool snapshots_only, tsd_snap **out,
+                     int *n, ts_error *err);
+/* Every entry of the checkpoint directory dir is a trusted regular file (TS_AUTH naming the first
+ * that is not). */
+int tsd_snapdir_check_files(const char *dir, ts_error *err);
+/* The engine's start hook: both directories checked on every rank (agreed), rank 0's highest
+ * snapshot sequence found, then the resume. */
+int tsd_snapdir_start(tsd_engine *e, ts_error *err);
 /* Counts an executor run in the per-strategy statistics. */
 void tsd_record_exec(tsd_engine *e, const ts_exec_report *rep);
 
@@ -80,8 +108,12 @@ void tsd_ckpt_arm_fail_hook(int rank);
 bool tsd_bgsave_tick(tsd_engine *e);
 /* ms until the tick has a periodic snapshot to order, or -1: none. */
 int64_t tsd_bgsave_due_ms(tsd_engine *e);
-/* Completes a background save still writing (collective: a shutdown runs it first). */
+/* Completes a background save still writing (collective: a shutdown runs it first), waiting for
+ * this rank's writer at most --shutdown-save-wait, else abandoning it on every rank. */
 int tsd_bgsave_finish_all(tsd_engine *e);
+/* The highest snapshot sequence found (at start, or in the resumed checkpoint): the next
+ * snapshot records one more. */
+void tsd_bgsave_note_sequence(int64_t sequence);
 /* The engine stops: waits for the writer and frees the job. */
 void tsd_bgsave_stop(void);
 /* The saves for stats (at most cap; strings point into this file's records). */

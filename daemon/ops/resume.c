@@ -1,8 +1,9 @@
 /* resume.c - `tshardd --resume DIR [--resume-attr 'GLOB=ATTR' ...]`: before any client is
- * served (the engine's start hook), every rank restores the latest complete checkpoint in DIR:
- * DIR itself when it holds an index.json, else the subdirectory (not hidden: temporary
- * directories of saves in progress are) whose index.json was written last (snapshots, or
- * checkpoints saved side by side). Each tensor is loaded under its saved attribute when every
+ * served (the engine's start hook, after snapdir.c checked DIR), every rank restores the latest
+ * complete checkpoint in DIR: DIR itself when it holds an index.json (its files trusted, else
+ * refused), else the trusted subdirectory (not hidden: temporary directories of saves in
+ * progress are) with the highest sequence recorded in its index (snapshots; snapdir.c's one
+ * order, which untrusted entries never enter). Each tensor is loaded under its saved attribute when every
  * rank it names is in this job, else under the attribute of the first --resume-attr rule whose
  * glob matches its name. Everything is decided before anything is loaded, and refused naming
  * the directory, the tensor or the rule when it cannot be: no checkpoint, an index that does
@@ -10,8 +11,6 @@
  * ranks. The decision is agreed over the world, so every rank exits with the same message; the
  * loads are ts_ckpt_load's (collective, checksums verified). What was restored is logged, one
  * line per tensor and a summary naming the checkpoint. */
-#include <dirent.h>
-#include <errno.h>
 #include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,44 +21,33 @@
 #include "handlers.h"
 #include "ts_ckpt.h"
 
-/* The checkpoint to restore: DIR, or its subdirectory with the newest index.json. */
+/* The checkpoint to restore: DIR (its files trusted), or its trusted subdirectory with the
+ * highest recorded sequence. Errors start "cannot resume from". */
 static int choose_checkpoint(const char *dir, char *out, size_t cap, ts_error *err) {
   char path[4096];
   struct stat st;
+  ts_error why;
   snprintf(path, sizeof path, "%s/%s", dir, TS_CKPT_INDEX);
-  if (stat(path, &st) == 0) {
+  if (lstat(path, &st) == 0) {
+    int rc = tsd_snapdir_check_files(dir, &why);
+    if (rc)
+      return ts_error_set(err, rc, "cannot resume from %.3800s", why.msg);
     snprintf(out, cap, "%s", dir);
     return TS_OK;
   }
-  DIR *d = opendir(dir);
-  if (!d)
-    return ts_error_set(err, TS_CHECKPOINT_IO, "cannot resume from '%s': cannot list it (%s)",
-                        dir, strerror(errno));
-  struct timespec best = {0, 0};
-  char best_name[256] = "";
-  struct dirent *de;
-  while ((de = readdir(d))) {
-    if (de->d_name[0] == '.')
-      continue; /* ".", "..", and the temporary directories of saves in progress */
-    snprintf(path, sizeof path, "%s/%s/%s", dir, de->d_name, TS_CKPT_INDEX);
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
-      continue;
-    struct timespec m = st.st_mtim;
-    bool newer = m.tv_sec > best.tv_sec || (m.tv_sec == best.tv_sec && m.tv_nsec > best.tv_nsec) ||
-                 (m.tv_sec == best.tv_sec && m.tv_nsec == best.tv_nsec &&
-                  strcmp(de->d_name, best_name) > 0);
-    if (!best_name[0] || newer) {
-      best = m;
-      snprintf(best_name, sizeof best_name, "%s", de->d_name);
-    }
-  }
-  closedir(d);
-  if (!best_name[0])
-    return ts_error_set(err, TS_NOT_FOUND, "cannot resume from '%s': no complete snapshot or "
-                        "checkpoint there (no %s in it or in any of its subdirectories)", dir,
-                        TS_CKPT_INDEX);
-  snprintf(out, cap, "%s/%s", dir, best_name);
-  return TS_OK;
+  tsd_snap *v = NULL;
+  int n = 0;
+  int rc = tsd_snapdir_list("--resume", dir, false, &v, &n, &why);
+  if (rc)
+    return ts_error_set(err, rc, "cannot resume from '%s': %.3800s", dir, why.msg);
+  if (n == 0)
+    rc = ts_error_set(err, TS_NOT_FOUND, "cannot resume from '%s': no complete snapshot or "
+                      "checkpoint there (no %s in it or in any of its subdirectories that are "
+                      "the daemon's user's)", dir, TS_CKPT_INDEX);
+  else
+    snprintf(out, cap, "%s/%s", dir, v[n - 1].name);
+  free(v);
+  return rc;
 }
 
 /* The attribute tensor t is restored under: NULL (its saved one, *rule -1) when it fits this
@@ -131,6 +119,7 @@ int tsd_resume(tsd_engine *e, ts_error *err) {
   ts_ckpt_index *idx = NULL;
   ts_error lerr;
   ts_error_clear(&lerr);
+  snprintf(ckpt, sizeof ckpt, "%s", e->cfg->resume_dir);
   int lst = choose_checkpoint(e->cfg->resume_dir, ckpt, sizeof ckpt, &lerr);
   if (lst == TS_OK && ts_ckpt_index_read(ckpt, &idx, &lerr) != TS_OK) {
     char why[400];
@@ -154,6 +143,11 @@ int tsd_resume(tsd_engine *e, ts_error *err) {
   int rc = ts_comm_agree(ts_world_comm(e->world), lst, &lerr, err);
   if (rc == TS_OK)
     rc = load_all(e, ckpt, idx, attrs, rules, err);
+  if (rc == TS_OK && idx->sequence > 0) {
+    TSD_LOG(TSD_LOG_INFO, "the resumed checkpoint is snapshot %lld: the next snapshot records a "
+            "higher sequence", (long long)idx->sequence);
+    tsd_bgsave_note_sequence(idx->sequence);
+  }
   if (rc == TS_OK)
     tsd_catalog_publish_all(e);
   for (int i = 0; attrs && i < n; i++)
