@@ -4,6 +4,8 @@ tshard_unit_test(test_attr ${CMAKE_CURRENT_LIST_DIR}/unit/test_attr.c)
 target_link_libraries(test_attr PRIVATE tsplan)
 tshard_unit_test(test_plan ${CMAKE_CURRENT_LIST_DIR}/unit/test_plan.c)
 target_link_libraries(test_plan PRIVATE tsplan)
+tshard_unit_test(test_topology ${CMAKE_CURRENT_LIST_DIR}/unit/test_topology.c)
+target_link_libraries(test_topology PRIVATE tsplan)
 # The name index of the store and the catalog, against a linear search.
 tshard_unit_test(test_names ${CMAKE_CURRENT_LIST_DIR}/unit/test_names.c)
 target_link_libraries(test_names PRIVATE tsshard)

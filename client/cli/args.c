@@ -1,5 +1,6 @@
 /* args.c - option parsing and output helpers of the tshard CLI. Options are "--name VALUE",
  * "--name=VALUE" or bare "--flag"; everything else is positional. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,6 +83,40 @@ int cli_parse_shape(const char *text, int *ndim, int64_t *shape, ts_error *err) 
                           "--shape '%s': unexpected '%c'; expected sizes separated by commas",
                           text, *p);
   }
+}
+
+char *cli_read_file(const char *path, size_t *out_len) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  for (;;) {
+    if (len + 4096 + 1 > cap) {
+      cap = cap ? 2 * cap : 8192;
+      if (cap > (2u << 20)) {
+        free(buf);
+        fclose(f);
+        errno = EFBIG;
+        return NULL;
+      }
+      char *nb = realloc(buf, cap);
+      if (!nb) {
+        free(buf);
+        fclose(f);
+        return NULL;
+      }
+      buf = nb;
+    }
+    size_t n = fread(buf + len, 1, 4096, f);
+    len += n;
+    if (n < 4096)
+      break;
+  }
+  fclose(f);
+  buf[len] = '\0';
+  *out_len = len;
+  return buf;
 }
 
 int cli_fail(int status, const char *msg) {

@@ -48,6 +48,8 @@ bool cli_flag(const cli_args *a, const char *name);
 const char *cli_positional(const cli_args *a, int index);
 /* "1024,1024" -> shape; errors name the option. */
 int cli_parse_shape(const char *text, int *ndim, int64_t *shape, ts_error *err);
+/* A whole file of at most 2 MiB, NUL-terminated (NULL with errno set: EFBIG when larger). */
+char *cli_read_file(const char *path, size_t *out_len);
 /* Prints "tshard: <msg>" and returns the exit code for a status. */
 int cli_fail(int status, const char *msg);
 /* Writes a JSON string literal. */

@@ -1,5 +1,6 @@
 /* cmd_plan.c - `tshard plan`: the planner's EXPLAIN for a reshard, computed locally (the planner
  * is pure), so meshes of thousands of ranks can be simulated without any daemon. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -7,12 +8,42 @@
 #include "cli.h"
 #include "ts_plan.h"
 
-static void json_costs(FILE *f, const ts_plan_costs *c) {
+static void json_costs(FILE *f, const ts_plan_costs *c, bool hosts) {
   fprintf(f,
           "{\"wire_bytes\": %lld, \"max_rank_bytes\": %lld, \"messages\": %lld, "
-          "\"peak_extra_bytes\": %lld, \"rounds\": %lld}",
+          "\"peak_extra_bytes\": %lld, \"rounds\": %lld",
           (long long)c->wire_bytes, (long long)c->max_rank_bytes, (long long)c->messages,
           (long long)c->peak_extra_bytes, (long long)c->rounds);
+  if (hosts)
+    fprintf(f, ", \"host_link_bytes\": %lld, \"cross_host_bytes\": %lld",
+            (long long)c->host_link_bytes, (long long)c->cross_host_bytes);
+  fprintf(f, "}");
+}
+
+/* --topology SPEC or --hostfile FILE (not both); *out stays NULL without either. */
+static int topology_of(const cli_args *a, ts_topology **out) {
+  const char *spec = cli_opt(a, "topology"), *file = cli_opt(a, "hostfile");
+  ts_error err;
+  *out = NULL;
+  if (spec && file)
+    return cli_fail(CLI_USAGE, "give --topology or --hostfile, not both");
+  if (spec && ts_topology_parse(spec, out, &err))
+    return cli_fail(CLI_USAGE, err.msg);
+  if (file) {
+    size_t len;
+    char *text = cli_read_file(file, &len), msg[1024];
+    if (!text) {
+      snprintf(msg, sizeof msg, "--hostfile: cannot read '%.400s': %s", file, strerror(errno));
+      return cli_fail(CLI_USAGE, msg);
+    }
+    int rc = ts_topology_from_hostfile(text, len, out, &err);
+    free(text);
+    if (rc) {
+      snprintf(msg, sizeof msg, "--hostfile '%.300s': %.600s", file, err.msg);
+      return cli_fail(CLI_USAGE, msg);
+    }
+  }
+  return CLI_OK;
 }
 
 int cli_cmd_plan(cli_args *a) {
@@ -45,6 +76,12 @@ int cli_cmd_plan(cli_args *a) {
       return cli_fail(CLI_USAGE, "--staging: expected a positive number of bytes");
     opts.staging_bytes = n;
   }
+  ts_topology *topo = NULL;
+  int code = topology_of(a, &topo);
+  if (code != CLI_OK)
+    return code;
+  if (topo && !opts.world_size)
+    opts.world_size = ts_topology_nranks(topo);
   ts_attr *src = NULL, *tgt = NULL;
   ts_plan *plan = NULL;
   int rc = ts_attr_parse(from, &src, &err);
@@ -53,16 +90,25 @@ int cli_cmd_plan(cli_args *a) {
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   if (!rc)
-    rc = ts_plan_create(ndim, shape, dt, src, tgt, &opts, &plan, &err);
+    rc = ts_plan_create_on(ndim, shape, dt, src, tgt, &opts, topo, &plan, &err);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
-  int code = CLI_OK;
+  bool hosts = plan && ts_plan_host_bound(plan) != -1;
   if (rc) {
     code = cli_fail(CLI_FAILED, err.msg);
   } else if (a->json) {
-    printf("{\"strategy\": \"%s\", \"plan_ms\": %.3f, \"min_wire_bytes\": %lld, \"costs\": ",
+    printf("{\"strategy\": \"%s\", \"plan_ms\": %.3f, \"min_wire_bytes\": %lld, ",
            ts_strategy_name(ts_plan_strategy(plan)), ms, (long long)ts_plan_min_wire_bytes(plan));
-    json_costs(stdout, ts_plan_get_costs(plan));
+    if (topo) {
+      char t[200];
+      ts_topology_format(topo, t, sizeof t);
+      printf("\"topology\": ");
+      cli_json_string(stdout, t);
+      printf(", \"hosts\": %d, \"host_bound_bytes\": %lld, ", ts_topology_nhosts(topo),
+             (long long)ts_plan_host_bound(plan));
+    }
+    printf("\"costs\": ");
+    json_costs(stdout, ts_plan_get_costs(plan), hosts);
     printf(", \"strategies\": {");
     bool first = true;
     for (int s = TS_STRATEGY_LOCAL; s < TS_STRATEGY_COUNT; s++) {
@@ -72,7 +118,7 @@ int cli_cmd_plan(cli_args *a) {
       printf("%s\"%s\": ", first ? "" : ", ", ts_strategy_name((ts_strategy)s));
       first = false;
       if (ok) {
-        json_costs(stdout, &c);
+        json_costs(stdout, &c, hosts);
       } else {
         printf("{\"applies\": false, \"why\": ");
         cli_json_string(stdout, why ? why : "");
@@ -91,6 +137,7 @@ int cli_cmd_plan(cli_args *a) {
     }
   }
   ts_plan_destroy(&plan);
+  ts_topology_destroy(&topo);
   ts_attr_destroy(&src);
   ts_attr_destroy(&tgt);
   return code;

@@ -21,40 +21,6 @@ static int failed(tshard_client *c, int rc) {
   return cli_fail(CLI_FAILED, msg);
 }
 
-static char *read_file(const char *path, size_t *out_len) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
-  char *buf = NULL;
-  size_t len = 0, cap = 0;
-  for (;;) {
-    if (len + 4096 + 1 > cap) {
-      cap = cap ? 2 * cap : 8192;
-      if (cap > (2u << 20)) {
-        free(buf);
-        fclose(f);
-        errno = EFBIG;
-        return NULL;
-      }
-      char *nb = realloc(buf, cap);
-      if (!nb) {
-        free(buf);
-        fclose(f);
-        return NULL;
-      }
-      buf = nb;
-    }
-    size_t n = fread(buf + len, 1, 4096, f);
-    len += n;
-    if (n < 4096)
-      break;
-  }
-  fclose(f);
-  buf[len] = '\0';
-  *out_len = len;
-  return buf;
-}
-
 /* Every "--opt NAME=VALUE" (or "--opt=NAME=VALUE") into args; names and values point into argv
  * (the '=' is replaced). */
 static int collect(cli_args *a, const char *opt, tshard_program_arg *args, int max, bool outputs) {
@@ -136,7 +102,7 @@ int cli_cmd_program(cli_args *a, tshard_client *c) {
       return CLI_USAGE;
     }
     size_t len = 0;
-    char *text = read_file(arg, &len);
+    char *text = cli_read_file(arg, &len);
     if (!text) {
       fprintf(stderr, "tshard: cannot read '%s': %s\n", arg, strerror(errno));
       return CLI_IO;

@@ -28,9 +28,14 @@ static const cli_command commands[] = {
      "                   reduce_scatter, local\n"
      "  --ranks N        world size to check the ranks against (simulate N ranks)\n"
      "  --staging BYTES  staging bound per rank (default 64 MiB)\n"
+     "  --topology SPEC  ranks on hosts: hosts=HxR (H hosts of R ranks in rank order),\n"
+     "                   hosts=R1,R2,... or map=H0,H1,... (the host of each rank)\n"
+     "  --hostfile FILE  ranks on hosts as mpirun places them from an Open MPI hostfile\n"
      "  --json           machine-readable output\n",
      "tshard plan --shape 4096,4096 --from 'mesh=[4096] placements=[S(0)]' \\\n"
-     "            --to 'mesh=[4096] placements=[S(1)]' --ranks 4096"},
+     "            --to 'mesh=[4096] placements=[S(1)]' --ranks 4096\n  "
+     "tshard plan --shape 8192,4096 --from 'mesh=[8192] placements=[S(0)]' \\\n"
+     "            --to 'mesh=[8192] placements=[R]' --topology hosts=1024x8"},
     {"show", cli_cmd_show, NULL,
      "draw where the slices of a tensor live (NAME, or --attr and --shape)",
      "  NAME             a tensor of the daemons (connection options as for ping)\n"

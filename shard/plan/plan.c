@@ -52,6 +52,7 @@ void ts_plan_destroy(ts_plan **p) {
     return;
   ts_geom_destroy(&pl->src);
   ts_geom_destroy(&pl->tgt);
+  ts_topology_destroy(&pl->topo);
   free(pl->union_ranks);
   free(pl);
 }
@@ -65,6 +66,7 @@ ts_plan *ts_plan_ref(ts_plan *p) {
 ts_strategy ts_plan_strategy(const ts_plan *p) { return p->chosen; }
 const ts_plan_costs *ts_plan_get_costs(const ts_plan *p) { return &p->costs[p->chosen]; }
 int64_t ts_plan_min_wire_bytes(const ts_plan *p) { return p->min_wire; }
+int64_t ts_plan_host_bound(const ts_plan *p) { return p->host_bound; }
 int64_t ts_plan_staging_bytes(const ts_plan *p) { return p->staging; }
 int64_t ts_plan_pair_chunk_bytes(const ts_plan *p) { return p->pair_chunk; }
 const ts_geom *ts_plan_src_geom(const ts_plan *p) { return p->src; }
@@ -753,8 +755,64 @@ static int build_union(ts_plan *p, ts_error *err) {
   return TS_OK;
 }
 
+/* With ranks on several hosts: every applicable strategy's bytes over the host links, and the
+ * bound. */
+static int host_costs(ts_plan *p, ts_error *err) {
+  p->host_bound = -1;
+  if (!p->topo)
+    return TS_OK;
+  int last = p->union_ranks[p->nunion - 1];
+  if (last >= ts_topology_nranks(p->topo))
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "the topology places %d ranks; the meshes use "
+                        "rank %d", ts_topology_nranks(p->topo), last);
+  int first = ts_topology_host(p->topo, p->union_ranks[0]);
+  for (int i = 1; i < p->nunion && !p->hosts; i++)
+    p->hosts = ts_topology_host(p->topo, p->union_ranks[i]) != first;
+  if (!p->hosts)
+    return TS_OK;
+  for (int s = 1; s < TS_STRATEGY_COUNT; s++) {
+    int rc = p->applies[s] ? ts__plan_host_costs(p, (ts_strategy)s, &p->costs[s], err) : TS_OK;
+    if (rc)
+      return rc;
+  }
+  p->host_bound = ts__plan_host_bound(p);
+  return TS_OK;
+}
+
+/* The strategy: the forced one when it applies, else the cheapest (with several hosts, by the
+ * busiest host link first). */
+static int choose(ts_plan *p, ts_strategy forced, ts_error *err) {
+  const ts_plan_costs *c = p->costs;
+  if (forced != TS_STRATEGY_AUTO) {
+    if (!p->applies[forced])
+      return ts_error_set(err, TS_BAD_STRATEGY, "strategy %s does not apply: %s",
+                          ts_strategy_name(forced), p->why_not[forced]);
+    p->chosen = forced;
+    p->forced = true;
+    return TS_OK;
+  }
+  int best = -1;
+  for (int s = 1; s < TS_STRATEGY_COUNT; s++) {
+    if (!p->applies[s])
+      continue;
+    bool link_less = p->hosts && best >= 0 && c[s].host_link_bytes < c[best].host_link_bytes;
+    bool link_tie = !p->hosts || (best >= 0 && c[s].host_link_bytes == c[best].host_link_bytes);
+    if (best < 0 || link_less || (link_tie && cheaper(&c[s], &c[best])))
+      best = s;
+  }
+  p->chosen = (ts_strategy)best;
+  p->forced = false;
+  return TS_OK;
+}
+
 int ts_plan_create(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr *src,
                    const ts_attr *tgt, const ts_plan_opts *opts, ts_plan **out, ts_error *err) {
+  return ts_plan_create_on(ndim, shape, dt, src, tgt, opts, NULL, out, err);
+}
+
+int ts_plan_create_on(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr *src,
+                      const ts_attr *tgt, const ts_plan_opts *opts, ts_topology *topo,
+                      ts_plan **out, ts_error *err) {
   if (!out || !src || !tgt || (ndim > 0 && !shape))
     return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_plan_create: NULL argument");
   *out = NULL;
@@ -797,6 +855,7 @@ int ts_plan_create(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr *s
   p->dtype = dt;
   p->esize = ts_dtype_size(dt);
   p->staging = o.staging_bytes;
+  p->topo = ts_topology_ref(topo);
   if ((rc = ts_geom_create(src, ndim, shape, &p->src, err)) ||
       (rc = ts_geom_create(tgt, ndim, shape, &p->tgt, err)) || (rc = build_union(p, err))) {
     ts_plan_destroy(&p);
@@ -854,22 +913,9 @@ int ts_plan_create(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr *s
   p->why_not[TS_STRATEGY_ALLTOALL] =
       p->same_group ? "" : "the source and target groups differ (use p2p)";
 
-  if (o.strategy == TS_STRATEGY_AUTO) {
-    int best = -1;
-    for (int s = 1; s < TS_STRATEGY_COUNT; s++)
-      if (p->applies[s] && (best < 0 || cheaper(&c[s], &c[best])))
-        best = s;
-    p->chosen = (ts_strategy)best;
-    p->forced = false;
-  } else {
-    if (!p->applies[o.strategy]) {
-      rc = ts_error_set(err, TS_BAD_STRATEGY, "strategy %s does not apply: %s",
-                        ts_strategy_name(o.strategy), p->why_not[o.strategy]);
-      ts_plan_destroy(&p);
-      return rc;
-    }
-    p->chosen = o.strategy;
-    p->forced = true;
+  if ((rc = host_costs(p, err)) || (rc = choose(p, o.strategy, err))) {
+    ts_plan_destroy(&p);
+    return rc;
   }
   *out = p;
   return TS_OK;

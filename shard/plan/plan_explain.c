@@ -61,6 +61,19 @@ static void add_attr(sbuf *b, const ts_attr *a) {
   free(t);
 }
 
+/* Where the ranks live, and the fewest bytes one host's link must carry. */
+static void add_hosts(sbuf *b, const ts_plan *p) {
+  char topo[160];
+  size_t n = ts_topology_format(p->topo, topo, sizeof topo);
+  add(b, "topology: %s%s (%d hosts)\n", topo, n >= sizeof topo ? "..." : "",
+      ts_topology_nhosts(p->topo));
+  if (p->host_bound >= 0)
+    add(b, "host link bound: %lld bytes (the most that must enter or leave one host)\n",
+        (long long)p->host_bound);
+  else
+    add(b, "host link bound: not computed (too many cells)\n");
+}
+
 char *ts_plan_explain(const ts_plan *p, int max_ranks) {
   sbuf b = {0};
   if (max_ranks <= 0)
@@ -93,25 +106,30 @@ char *ts_plan_explain(const ts_plan *p, int max_ranks) {
           (x->wire_bytes == y->wire_bytes && x->max_rank_bytes < y->max_rank_bytes))
         next = s;
     }
-    add(&b, "why: the cheapest that applies, by bytes on the wire, then the busiest rank, then "
-            "messages, then peak memory");
+    add(&b, "why: the cheapest that applies, by %sbytes on the wire, then the busiest rank, "
+            "then messages, then peak memory", p->hosts ? "the busiest host link, then " : "");
     if (next >= 0)
       add(&b, "; next: %s (%lld wire bytes vs %lld)", ts_strategy_name((ts_strategy)next),
           (long long)p->costs[next].wire_bytes, (long long)p->costs[p->chosen].wire_bytes);
     add(&b, "\n");
   }
+  if (p->hosts)
+    add_hosts(&b, p);
   add(&b, "minimum wire bytes (intersection): %lld\n", (long long)p->min_wire);
   add(&b, "staging: %lld bytes per rank, %lld bytes per pair per round\n",
       (long long)p->staging, (long long)p->pair_chunk);
-  add(&b, "costs:\n  %-15s %15s %15s %10s %15s\n", "strategy", "wire_bytes", "max_rank_bytes",
-      "messages", "peak_extra");
+  add(&b, "costs:\n  %-15s %15s %15s %10s %15s%s\n", "strategy", "wire_bytes", "max_rank_bytes",
+      "messages", "peak_extra", p->hosts ? "       host_link      cross_host" : "");
   for (int s = 1; s < TS_STRATEGY_COUNT; s++) {
     const ts_plan_costs *c = &p->costs[s];
-    if (p->applies[s])
-      add(&b, "%c %-15s %15lld %15lld %10lld %15lld\n", s == (int)p->chosen ? '*' : ' ',
+    if (p->applies[s]) {
+      add(&b, "%c %-15s %15lld %15lld %10lld %15lld", s == (int)p->chosen ? '*' : ' ',
           ts_strategy_name((ts_strategy)s), (long long)c->wire_bytes,
           (long long)c->max_rank_bytes, (long long)c->messages, (long long)c->peak_extra_bytes);
-    else
+      if (p->hosts)
+        add(&b, " %15lld %15lld", (long long)c->host_link_bytes, (long long)c->cross_host_bytes);
+      add(&b, "\n");
+    } else
       add(&b, "  %-15s does not apply: %s\n", ts_strategy_name((ts_strategy)s), p->why_not[s]);
   }
   if (p->send_estimated)

@@ -30,6 +30,9 @@ struct ts_plan {
   bool send_estimated; /* per-rank send bytes of replicated sources are an even-share estimate */
   int rs_dim;          /* reduce_scatter: the mesh dim that goes P -> S */
   int gather_dim;      /* allgather along this mesh dim only (S -> R), or -1: the whole group */
+  ts_topology *topo;   /* where the ranks live (a reference; NULL: one host) */
+  bool hosts;          /* the union spans several hosts: host costs computed and compared */
+  int64_t host_bound;  /* ts_plan_host_bound */
 };
 
 /* Position of a world rank in the sorted union, -1 when absent. */
@@ -42,5 +45,9 @@ bool ts__plan_receiver(const ts_plan *p, int64_t tgt_index);
  * Partial set to 0). */
 bool ts__plan_local_contributor(const ts_plan *p, int64_t i);
 int64_t ts__plan_local_group(const ts_plan *p, int64_t i);
+/* plan_hosts.c: strategy s's bytes over the host links into c (host_link_bytes,
+ * cross_host_bytes), and the bound (-1: too many cells to count). */
+int ts__plan_host_costs(ts_plan *p, ts_strategy s, ts_plan_costs *c, ts_error *err);
+int64_t ts__plan_host_bound(const ts_plan *p);
 
 #endif

@@ -160,6 +160,34 @@ typedef enum {
 const char *ts_strategy_name(ts_strategy s);
 int ts_strategy_parse(const char *text, ts_strategy *out, ts_error *err);
 
+/* ---------------------------------------------------------------------------------------------
+ * Topology: the host of every world rank (topology.c). Hosts are numbered in the order of their
+ * first rank. NULL stands for one host everywhere a topology is taken. */
+
+#define TS_TOPOLOGY_RANKS_MAX (1 << 20)
+
+typedef struct ts_topology ts_topology;
+
+/* From a host label per rank (any integers 0..nranks-1), from a host name per rank, from a spec
+ * (`hosts=HxR`, `hosts=R1,R2,...`, `map=H0,H1,...`) or from an Open MPI hostfile's text
+ * ("NAME [slots=N]" lines, '#' comments; ranks fill the hosts in order, as `mpirun --map-by
+ * slot` places them). */
+int ts_topology_create(int nranks, const int *host_of, ts_topology **out, ts_error *err);
+int ts_topology_from_names(int nranks, const char *const *names, ts_topology **out,
+                           ts_error *err);
+int ts_topology_parse(const char *spec, ts_topology **out, ts_error *err);
+int ts_topology_from_hostfile(const char *text, size_t len, ts_topology **out, ts_error *err);
+ts_topology *ts_topology_ref(ts_topology *t);
+/* Drops a reference; frees with the last. Accepts NULL. */
+void ts_topology_destroy(ts_topology **p);
+int ts_topology_nranks(const ts_topology *t);
+int ts_topology_nhosts(const ts_topology *t);
+/* The host of a rank (0 for ranks outside it, and for every rank of NULL). */
+int ts_topology_host(const ts_topology *t, int rank);
+int ts_topology_host_ranks(const ts_topology *t, int host);
+/* The spec form ("hosts=2x4", "hosts=3,1", "map=0,1,0,1"; "one host" for NULL), snprintf-like. */
+size_t ts_topology_format(const ts_topology *t, char *buf, size_t cap);
+
 /* Costs of one strategy for one reshard. Bytes exclude copies a rank makes to itself. */
 typedef struct ts_plan_costs {
   int64_t wire_bytes;       /* total bytes over the network, all ranks */
@@ -169,6 +197,12 @@ typedef struct ts_plan_costs {
    * upper bound: pieces of plain (unblocked, non-partial) slices move in place with none */
   int64_t peak_extra_bytes;
   int64_t rounds;           /* communication rounds (chunks) */
+  /* With a topology of several hosts: the most bytes that enter or leave one host over its link
+   * (the busiest host link), and the bytes that cross between hosts in all. Exact for p2p and
+   * alltoall (from the transfers, or an even-spread estimate beyond 2^20 pieces); for the
+   * strategies that run as MPI collectives, a model of Open MPI's algorithms (plan_hosts.c). */
+  int64_t host_link_bytes;
+  int64_t cross_host_bytes;
 } ts_plan_costs;
 
 /* The largest per-rank staging bound a plan accepts. */
@@ -184,6 +218,15 @@ typedef struct ts_plan ts_plan;
 
 int ts_plan_create(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr *src,
                    const ts_attr *tgt, const ts_plan_opts *opts, ts_plan **out, ts_error *err);
+/* The same, for ranks placed on hosts by `topo` (NULL: one host; the plan keeps a reference):
+ * with several hosts, the cost model compares the busiest host link first, then as above. */
+int ts_plan_create_on(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr *src,
+                      const ts_attr *tgt, const ts_plan_opts *opts, ts_topology *topo,
+                      ts_plan **out, ts_error *err);
+/* The fewest bytes that must enter or leave one host for this reshard (every element a host's
+ * target ranks need and none of its source ranks holds enters it once; partial values reduced
+ * where they lie), the largest over hosts; -1 when not computed (one host, or too many cells). */
+int64_t ts_plan_host_bound(const ts_plan *p);
 /* Releases the caller's reference: a plan is freed with its last one. */
 void ts_plan_destroy(ts_plan **p);
 /* Another reference to p (plans are immutable once made, so they can be shared: plans.c keeps

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """The tshard CLI without a daemon: `plan` simulating 4096 ranks (the EXPLAIN and --json agree
-with the planner's minimum), `--help` on every subcommand, and errors with their exit codes.
+with the planner's minimum) and ranks on hosts (--topology, --hostfile), `--help` on every
+subcommand, and errors with their exit codes.
 
 usage: test_cli.py BUILD_BIN_DIR"""
 import json
@@ -48,6 +49,41 @@ check(r.returncode == 1 and "allreduce" in r.stderr, f"forced allreduce: {r.stde
 r = run("plan", "--shape", "8", "--from", "mesh=[2]@0,5 placements=[S(0)]",
         "--to", "mesh=[2] placements=[R]", "--ranks", "4")
 check(r.returncode == 1 and "5" in r.stderr, f"rank outside the world: {r.stderr!r}")
+
+# ranks on hosts: 1,024 hosts of 8 ranks planned in under 100 ms, with the bound each host's link
+# must carry (every host lacks all but its own 1/1024 of the 128 MiB); a partial sum scattered
+# over two hosts goes point to point, not through a root that receives 128 MiB
+big = "mesh=[8192] placements=[S(0)]"
+r = run("plan", "--shape", "8192,4096", "--from", big, "--to", "mesh=[8192] placements=[R]",
+        "--topology", "hosts=1024x8", "--json")
+check(r.returncode == 0, f"plan on 1024 hosts: {r.stderr}")
+p = json.loads(r.stdout)
+check(p["plan_ms"] < 100 and p["hosts"] == 1024 and p["topology"] == "hosts=1024x8",
+      f"1024x8: {p['plan_ms']} ms, {p.get('hosts')} hosts")
+check(p["host_bound_bytes"] == 8192 * 4096 * 4 // 1024 * 1023, f"bound {p['host_bound_bytes']}")
+check(p["costs"]["host_link_bytes"] >= p["host_bound_bytes"], "no strategy beats the bound")
+hf = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tshard-hostfile-{os.getpid()}")
+with open(hf, "w") as f:
+    f.write("# two hosts of two slots\nnode-a slots=2\nnode-b slots=2\n")
+r = run("plan", "--shape", "4096,4096", "--from", "mesh=[4] placements=[P(sum)]",
+        "--to", "mesh=[4] placements=[S(0)]", "--hostfile", hf)
+check(r.returncode == 0 and "topology: hosts=2x2 (2 hosts)" in r.stdout
+      and "host link bound: 33554432 bytes" in r.stdout and "strategy: alltoall" in r.stdout,
+      f"P(sum)->S(0) on a hostfile's two hosts:\n{r.stdout}{r.stderr}")
+with open(hf, "w") as f:
+    f.write("node-a slots=zero\n")
+r = run("plan", "--shape", "8", "--from", "mesh=[2] placements=[S(0)]",
+        "--to", "mesh=[2] placements=[R]", "--hostfile", hf)
+check(r.returncode == 2 and "line 1" in r.stderr and hf in r.stderr, f"bad hostfile: {r.stderr!r}")
+os.unlink(hf)
+for spec, says in [("hosts=2x", "ranks per host"), ("racks=2", "valid: hosts=HxR"),
+                   ("hosts=1x2", "valid ranks are 0 to 1")]:
+    r = run("plan", "--shape", "8", "--from", "mesh=[4] placements=[S(0)]",
+            "--to", "mesh=[4] placements=[R]", "--topology", spec)
+    check(r.returncode in (1, 2) and says in r.stderr, f"--topology {spec}: {r.stderr!r}")
+r = run("plan", "--shape", "8", "--from", s0, "--to", s1, "--topology", "hosts=2x2",
+        "--hostfile", "/nonexistent")
+check(r.returncode == 2 and "not both" in r.stderr, f"--topology and --hostfile: {r.stderr!r}")
 
 # a bad attribute points at the character
 r = run("show", "--shape", "8,8", "--attr", "mesh=[2,2] placements=[S(0),Q]")
