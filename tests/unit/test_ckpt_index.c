@@ -70,7 +70,7 @@ START_TEST(index_round_trip) {
   make_dir();
   ts_ckpt_piece pieces[2];
   ts_ckpt_tensor t = sample(pieces);
-  ts_ckpt_index idx = {1, &t, 2};
+  ts_ckpt_index idx = {.ntensors = 1, .tensors = &t, .saved_ranks = 2};
   char p[200];
   snprintf(p, sizeof p, "%s/index.json", dir);
   ts_error err;
@@ -139,6 +139,9 @@ START_TEST(index_misuse) {
             TS_CORRUPT, "shape");
   bad_index(HEAD "\"dtype\":\"f32\",\"shape\":[1125899906842624,1125899906842624],"
                  "\"attr\":\"x\",\"pieces\":[]}}}", TS_CORRUPT, "2^50");
+  /* A zero dim bounds nothing: the shapes create refuses are refused here too. */
+  bad_index(HEAD "\"dtype\":\"u8\",\"shape\":[0,1099511627776,1099511627776],"
+                 "\"attr\":\"x\",\"pieces\":[]}}}", TS_CORRUPT, "2^50 bytes");
   bad_index(HEAD GOOD_T "[{\"file\":\"../x\",\"key\":\"w#0\",\"box\":[[0,4],[0,2]],"
                         "\"xxh3\":\"0000000000000000\"}]}}}", TS_CORRUPT, "file name");
   bad_index(HEAD GOOD_T "[{\"file\":\"a\",\"key\":\"w#0\",\"box\":[[0,5],[0,2]],"

@@ -707,14 +707,8 @@ int ts_ckpt_index_read(const char *dir, ts_ckpt_index **out, ts_error *err) {
       BAD("tensor '%s': dtype is not one of f32 f64 f16 bf16 i8 i32 i64 u8", name);
     if (!get_ints(json_object_get(o, "shape"), t->shape, TS_MAX_DIMS, &t->ndim))
       BAD("tensor '%s': shape is not a list of at most %d integers", name, TS_MAX_DIMS);
-    int64_t numel = 1;
-    for (int d = 0; d < t->ndim; d++) {
-      if (t->shape[d] < 0 || t->shape[d] > ((int64_t)1 << 50))
-        BAD("tensor '%s': an extent in shape is negative or above 2^50", name);
-      if (t->shape[d] && numel > (((int64_t)1 << 50) / t->shape[d]))
-        BAD("tensor '%s': more than 2^50 elements", name);
-      numel *= t->shape[d];
-    }
+    if (ts_tensor_check(name, t->ndim, t->shape, ts_dtype_size(t->dtype), &nerr))
+      BAD("%.400s", nerr.msg); /* the rule every stored tensor passes, so what loads was saved */
     const char *attr = json_string_value(json_object_get(o, "attr"));
     if (!attr || !(t->attr = strdup(attr)))
       BAD("tensor '%s': no attr text", name);
