@@ -10,10 +10,12 @@
  * "load"). The first call of a kind on a job has no estimate and says so; every finished call
  * prints its measured rate and records it. The call is submitted (a ticket) and waited on in
  * steps of 100 ms (tshard_wait_ckpt), the line drawn at once and after every step. */
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -52,8 +54,27 @@ static int rates_path(const cli_args *a, char *out, size_t cap) {
   return (size_t)snprintf(out, cap, "%s/tshard-%s.rates", sock, job) < cap ? 0 : -1;
 }
 
+/* The rates file for reading when it is a regular file of this user's or root's that group and
+ * others cannot write, opened without following a link or blocking (a FIFO); else NULL, as if
+ * there were none (the socket directory is checked at connect; this is the file's own check). */
+static FILE *rates_open(const char *path) {
+  int fd = path[0] ? open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC) : -1;
+  struct stat st;
+  if (fd < 0)
+    return NULL;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (st.st_uid != geteuid() && st.st_uid != 0) ||
+      (st.st_mode & 022)) {
+    close(fd);
+    return NULL;
+  }
+  FILE *f = fdopen(fd, "r");
+  if (!f)
+    close(fd);
+  return f;
+}
+
 static int rates_read(const char *path, rate_entry *r) {
-  FILE *f = path[0] ? fopen(path, "r") : NULL;
+  FILE *f = rates_open(path);
   int n = 0;
   if (!f)
     return 0;

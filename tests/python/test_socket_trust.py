@@ -22,6 +22,8 @@ without the checks (a connect served by the fake, its planted words in an error,
    65534's, a file of root's that others may write: ignored, their text never in an error, nor
    in Job.status(), job_status() or the launcher's status and stop; a file of root's mode 0600
    is read (RANK_LOST naming its cause), the reference that the planted text would have shown.
+5. The CLI's rates file beside real daemons' sockets (reshard --progress): a FIFO and a file of
+   65534's are ignored (no hang, no estimate from it); root's own gives the estimate.
 
 Run as root (the other users need it); elsewhere it says so and exits 77 (skipped).
 usage: test_socket_trust.py BUILD_BIN_DIR [LAUNCHER]
@@ -67,6 +69,7 @@ if len(sys.argv) == 4 and sys.argv[1] == "--client":
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checks import Checks  # noqa: E402
+from harness import Daemons  # noqa: E402
 
 import tshard  # noqa: E402
 from tshard import tshard_pb2 as pb  # noqa: E402
@@ -261,7 +264,7 @@ try:
     for p in [pkg, script, binary]:
         subprocess.run(["chmod", "-R", "a+rX", p], check=True)
     venv = {k: v for k, v in os.environ.items()
-            if k not in ("TSHARD_SOCKET_DIR", "XDG_RUNTIME_DIR", "PYTHONPATH")}
+            if k not in ("TSHARD_SOCKET_DIR", "XDG_RUNTIME_DIR", "PYTHONPATH", "LD_PRELOAD")}
     venv["HOME"] = "/"
     want = [f"socket directory {victim_dir}", f"belongs to uid {ATTACKER}",
             f"not to you (uid {VICTIM})", "TSHARD_SOCKET_DIR"]
@@ -428,6 +431,32 @@ try:
     check(PLANTED in out, f"4. tshard-launch status reads root's own record: {out!r}")
     fake.stop()
     fakes.remove(fake)
+
+    # ---- 5. the CLI's rates file beside the sockets (reshard --progress), real daemons
+    with Daemons(bin_dir, 2) as d:
+        env = dict(os.environ, TSHARD_SOCKET_DIR=d.dir)
+        rates = os.path.join(d.dir, f"tshard-{d.job}.rates")
+        slow = "".join(f"{k} 1\n" for k in ("allgather", "alltoall", "p2p", "root", "local"))
+        with d.connect(0) as c:
+            c.create("x", "f32", (64, 64), "mesh=[2] placements=[S(0)]")
+        for i, kind in enumerate(("fifo", "foreign", "own")):
+            if os.path.lexists(rates):
+                os.unlink(rates)
+            if kind == "fifo":
+                os.mkfifo(rates, 0o600)
+            else:
+                with open(rates, "w") as f:
+                    f.write(slow)
+                os.chmod(rates, 0o600)
+                if kind == "foreign":
+                    os.chown(rates, ATTACKER, ATTACKER)
+            to = f"mesh=[2] placements=[{'S(1)' if i % 2 == 0 else 'S(0)'}]"
+            rc, out, secs = cli("reshard", "x", "--to", to, "--progress", "--job", d.job, env=env)
+            if kind == "own":  # the reference: root's own rates file gives the estimate
+                check(rc == 0 and "left" in out, f"5. root's own rates file is read: {out!r}")
+            else:
+                check(rc == 0 and "no estimate yet" in out and "left" not in out,
+                      f"5. a rates file that is a {kind}: ignored, no hang: {rc} {out!r}")
 finally:
     for f in fakes:
         f.stop()

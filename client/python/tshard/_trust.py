@@ -57,8 +57,8 @@ def check_peer(sock: socket.socket, socket_path: str) -> None:
     """Raises AuthError unless the process listening on connected Unix socket ``sock`` runs as
     this user (effective uid) or root; the caller closes the socket."""
     try:
-        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        pid, uid, _gid = struct.unpack("3i", raw)
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("iII"))
+        pid, uid, _gid = struct.unpack("iII", raw)  # struct ucred: pid_t, uid_t, gid_t
     except (OSError, struct.error) as e:
         raise error_for(_AUTH, f"cannot tell who listens at {socket_path} (SO_PEERCRED: {e}): "
                                f"refusing it") from None
