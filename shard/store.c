@@ -52,6 +52,8 @@ int ts_store_create(ts_store **out, int world_rank, int64_t quota_bytes, ts_erro
 static void entry_free(ts_stored *e) {
   if (!e)
     return;
+  if (e->kept_release)
+    e->kept_release(e->kept);
   ts_attr_destroy(&e->attr);
   ts_shard_free(e->local.data);
   free(e);

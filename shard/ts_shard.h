@@ -109,6 +109,12 @@ typedef struct ts_stored {
   bool has_slice;      /* this rank holds a slice */
   ts_box box;
   ts_tensor local;     /* data NULL when the rank holds no slice */
+  /* What another library keeps with this tensor for as long as its entry lives (an imported
+   * file's __metadata__, shard/ckpt/safetensors_format.c): the store calls
+   * kept_release(kept) when it frees the entry (a drop, or a replacement by a new tensor of the
+   * name); writes into the tensor and reshards keep it. NULL: nothing kept. */
+  void *kept;
+  void (*kept_release)(void *kept);
 } ts_stored;
 
 /* An index from names to positions in an array its owner keeps (names.c): O(1) lookups. The

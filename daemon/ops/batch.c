@@ -172,7 +172,6 @@ int tsd_run_drop_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
   for (size_t i = 0; rc == TS_OK && i < q->n_names; i++) {
     ts_store_drop(e->store, q->names[i], NULL); /* checked above: cannot fail */
     tsd_einsum_forget(e, q->names[i]);
-    tsd_safetensors_forget(q->names[i]);
   }
   return rc;
 }

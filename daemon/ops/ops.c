@@ -245,10 +245,8 @@ int tsd_run_drop(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_e
   ts_error_clear(&lerr);
   int lst = ts_store_drop(e->store, name, &lerr);
   int rc = agree(e, lst, &lerr, err);
-  if (lst == TS_OK) {
+  if (lst == TS_OK)
     tsd_einsum_forget(e, name); /* einsum forwards that read it (einsum.c) */
-    tsd_safetensors_forget(name); /* its imported __metadata__ (safetensors.c) */
-  }
   return rc;
 }
 

@@ -4,11 +4,10 @@
  * shard/ckpt/safetensors_*.c (collective over the world, every rank the same outcome); this file
  * turns the requests into their arguments. The validators are in wire/safetensors_validate.c.
  *
- * An import keeps the file's __metadata__ for the tensors it created, until they are dropped
- * (tsd_safetensors_forget, from the drops): an export given no metadata writes the kept one when
- * every tensor it writes has the same, else {"format": "pt"}. Every rank runs the same operations
- * in the same order, so every rank keeps the same. */
-#include <jansson.h>
+ * An import's tensors keep their file's __metadata__ by reference in their store entries, for as
+ * long as each entry lives (shard/ckpt/safetensors_format.c, st_meta): an export given no
+ * metadata writes the kept one when every tensor it writes has the same, else {"format": "pt"}.
+ * Every rank runs the same operations in the same order, so every rank keeps the same. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,74 +21,7 @@ static struct {
   ts_st_result res;
 } last;
 
-/* The kept metadata (compact JSON) of imported tensors, by name. */
-static struct {
-  int n, cap;
-  char (*names)[TS_NAME_MAX];
-  char **meta;
-} kept;
-
-void tsd_safetensors_forget(const char *name) {
-  for (int i = 0; i < kept.n; i++)
-    if (strcmp(kept.names[i], name) == 0) {
-      free(kept.meta[i]);
-      kept.n--;
-      memmove(&kept.names[i], &kept.names[kept.n], sizeof kept.names[0]);
-      kept.meta[i] = kept.meta[kept.n];
-      return;
-    }
-}
-
-void tsd_safetensors_free(void) {
-  for (int i = 0; i < kept.n; i++)
-    free(kept.meta[i]);
-  free(kept.names), free(kept.meta);
-  memset(&kept, 0, sizeof kept);
-  ts_st_result_clear(&last.res);
-}
-
-static const char *kept_of(const char *name) {
-  for (int i = 0; i < kept.n; i++)
-    if (strcmp(kept.names[i], name) == 0)
-      return kept.meta[i];
-  return NULL;
-}
-
-/* Keeps meta for the names an import created (best effort: without memory, nothing is kept). */
-static void keep(const ts_st_result *res) {
-  for (int i = 0; res->metadata && i < res->n; i++) {
-    if (kept.n == kept.cap) {
-      int nc = kept.cap ? 2 * kept.cap : 64;
-      void *a = realloc(kept.names, sizeof *kept.names * (size_t)nc);
-      if (a)
-        kept.names = a;
-      void *b = a ? realloc(kept.meta, sizeof *kept.meta * (size_t)nc) : NULL;
-      if (!b)
-        return;
-      kept.meta = b;
-      kept.cap = nc;
-    }
-    char *m = strdup(res->metadata);
-    if (!m)
-      return;
-    snprintf(kept.names[kept.n], TS_NAME_MAX, "%s", res->items[i]);
-    kept.meta[kept.n++] = m;
-  }
-}
-
-/* The metadata every exported tensor kept alike (NULL: none, or not all alike). */
-static const char *common_kept(tsd_engine *e, char **names, size_t n) {
-  const char *m = NULL;
-  size_t all = n ? n : (size_t)ts_store_count(e->store);
-  for (size_t i = 0; i < all; i++) {
-    const ts_stored *t = n ? NULL : ts_store_at(e->store, (int)i);
-    const char *k = kept_of(n ? names[i] : t->name);
-    if (!k || (m && strcmp(m, k) != 0))
-      return NULL;
-    m = k;
-  }
-  return m;
-}
+void tsd_safetensors_free(void) { ts_st_result_clear(&last.res); }
 
 static bool attr_given(const Tshard__DistAttr *a) {
   return a && (a->n_mesh_shape > 0 || (a->text && a->text[0]));
@@ -158,7 +90,6 @@ int tsd_run_import_safetensors(tsd_engine *e, const tsd_ordered *op, tsd_pending
   if (rc == TS_OK) {
     rc = ts_st_import(e->store, e->world, &a.sp, &last.res, err);
     if (rc == TS_OK) {
-      keep(&last.res);
       TSD_LOG(TSD_LOG_INFO, "imported %d tensors from safetensors '%s' (%lld bytes read here)",
               last.res.n, q->path, (long long)last.res.bytes);
     }
@@ -175,24 +106,17 @@ int tsd_run_export_safetensors(tsd_engine *e, const tsd_ordered *op, tsd_pending
   const Tshard__ExportSafetensorsRequest *q = op->req->export_safetensors;
   ts_st_result_clear(&last.res);
   last.valid = false;
-  const char *km = q->n_metadata ? NULL : common_kept(e, q->names, q->n_names);
-  json_t *kj = km ? json_loads(km, 0, NULL) : NULL;
-  size_t nm = q->n_metadata ? q->n_metadata : json_object_size(kj), got = 0;
+  size_t nm = q->n_metadata;
   const char **mk = calloc(nm ? nm : 1, sizeof *mk), **mv = calloc(nm ? nm : 1, sizeof *mv);
   ts_error lerr;
   ts_error_clear(&lerr);
   int lst = mk && mv ? TS_OK : ts_error_set(&lerr, TS_NO_MEMORY, "safetensors export: no memory");
-  for (size_t i = 0; !lst && i < q->n_metadata; i++)
-    mk[got] = q->metadata[i]->key, mv[got++] = q->metadata[i]->value;
-  const char *key;
-  json_t *v;
-  json_object_foreach(kj, key, v) /* the format's metadata is text to text: the rest is left */
-    if (!lst && json_is_string(v))
-      mk[got] = key, mv[got++] = json_string_value(v);
+  for (size_t i = 0; !lst && i < nm; i++)
+    mk[i] = q->metadata[i]->key, mv[i] = q->metadata[i]->value;
   int rc = ts_comm_agree(ts_world_comm(e->world), lst, &lerr, err);
   if (rc == TS_OK) {
     rc = ts_st_export(e->store, e->world, q->path, (const char *const *)q->names,
-                      (int)q->n_names, (int64_t)q->max_shard_bytes, mk, mv, (int)got, &last.res,
+                      (int)q->n_names, (int64_t)q->max_shard_bytes, mk, mv, (int)nm, &last.res,
                       err);
     if (rc == TS_OK)
       TSD_LOG(TSD_LOG_INFO, "exported to safetensors '%s' (%d files, %lld bytes written here, "
@@ -200,7 +124,6 @@ int tsd_run_export_safetensors(tsd_engine *e, const tsd_ordered *op, tsd_pending
               last.res.mapped ? "mapped" : "pwrite");
   }
   free(mk), free(mv);
-  json_decref(kj);
   last.valid = rc == TS_OK;
   last.hash = op->hash;
   return rc;

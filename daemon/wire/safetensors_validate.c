@@ -1,7 +1,10 @@
 /* safetensors_validate.c - the validators of the Hugging Face safetensors operations (import and
  * export), part of the wire layer (libtsdwire, the fuzz target): the path's length and text, the
  * names' rules, the attributes against the world, the metadata's strings; what depends on the
- * files or the store is the handlers' (daemon/ops/safetensors.c, shard/ckpt/safetensors_*.c). */
+ * files or the store is the handlers' (daemon/ops/safetensors.c, shard/ckpt/safetensors_*.c).
+ * They run on the loop thread, so each is linear in the request or a sort: metadata keys given
+ * twice are found by sorting pointers to them and comparing neighbours. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ts_rules.h"
@@ -55,6 +58,30 @@ int tsd_validate_import_safetensors(const Tshard__Request *r, const tsd_limits *
   return rc;
 }
 
+static int cmp_key(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* No metadata key given twice: the keys sorted (pointers to them) and neighbours compared. */
+static int keys_once(const Tshard__ExportSafetensorsRequest *q, ts_error *err) {
+  if (q->n_metadata < 2)
+    return TS_OK;
+  const char **k = malloc(sizeof *k * q->n_metadata);
+  if (!k)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory to check %zu metadata keys",
+                        q->n_metadata);
+  for (size_t i = 0; i < q->n_metadata; i++)
+    k[i] = q->metadata[i]->key;
+  qsort(k, q->n_metadata, sizeof *k, cmp_key);
+  int rc = TS_OK;
+  for (size_t i = 1; i < q->n_metadata && !rc; i++)
+    if (strcmp(k[i - 1], k[i]) == 0)
+      rc = ts_error_set(err, TS_INVALID_ARGUMENT, "metadata key '%.200s' given twice; give each "
+                        "key once", k[i]);
+  free(k);
+  return rc;
+}
+
 int tsd_validate_export_safetensors(const Tshard__Request *r, const tsd_limits *lim,
                                     ts_error *err) {
   (void)lim;
@@ -67,9 +94,6 @@ int tsd_validate_export_safetensors(const Tshard__Request *r, const tsd_limits *
     if (!k[0] || strlen(k) > 4096 || strlen(v) > 65536)
       rc = ts_error_set(err, TS_INVALID_ARGUMENT, "metadata entry %zu: keys of 1 to 4096 bytes "
                         "and values of at most 65536", i);
-    for (size_t j = 0; !rc && j < i; j++)
-      if (strcmp(q->metadata[j]->key, k) == 0)
-        rc = ts_error_set(err, TS_INVALID_ARGUMENT, "metadata key '%s' given twice", k);
   }
-  return rc;
+  return rc ? rc : keys_once(q, err);
 }

@@ -4,7 +4,12 @@
  *
  * Every rank computes the same layout from the store's metadata alone (tensors in order, each
  * file's JSON header with `__metadata__` first, padded with spaces so that the data section
- * starts on a 4 KiB boundary, the data packed without gaps as the format requires). Rank 0
+ * starts on a 4 KiB boundary, the data packed without gaps as the format requires). The
+ * metadata is the request's, else the one every exported tensor keeps from its import
+ * (compared by reference, then by text once per distinct one), else {"format": "pt"}; it is
+ * written into each file's header from where it is held, never copied per file. A tensor named
+ * `__metadata__` is refused (the format's key). Every pass over the tensors is linear or a sort
+ * (names given twice). Rank 0
  * creates each file under a temporary name next to the target (`.NAME.tmp-STAMP`, O_CREAT |
  * O_EXCL | O_NOFOLLOW, mode 0600), writes its header, sets its size and allocates its blocks
  * (fallocate: a full disk fails here, ENOSPC naming the file), after dropping the cached pages of
@@ -44,10 +49,14 @@ typedef struct xtensor {
   int64_t offset;
 } xtensor;
 
-/* A file of the export: its final and temporary paths, header, size. */
+/* A file of the export: its final and temporary paths, its tensors (ts[first .. first + count),
+ * assigned in order), the JSON of their header entries, its size. Its header is 8 bytes of
+ * length, `{"__metadata__":` META `,` the entries without their `{`, then spaces. */
 typedef struct xfile {
   char path[4500], tmp[4500];
-  uint8_t *header;
+  int first, count;
+  char *entries; /* `{...}`: the tensors' entries */
+  size_t elen;
   size_t hlen; /* 8 + the JSON with its padding: where the data starts */
   int64_t size;
 } xfile;
@@ -59,13 +68,17 @@ typedef struct xplan {
   char parent[4096], base[256], index[4500], index_tmp[4500];
   bool sharded;
   int64_t total;
+  const char *meta; /* the __metadata__ object's JSON text, every file's */
+  size_t mlen;
+  char *meta_made; /* meta, when made here from the request's pairs */
 } xplan;
 
 static void plan_free(xplan *p) {
   for (int i = 0; p->fs && i < p->nf; i++)
-    free(p->fs[i].header);
+    free(p->fs[i].entries);
   free(p->fs);
   free(p->ts);
+  free(p->meta_made);
 }
 
 static int cmp_entry_name(const void *a, const void *b) {
@@ -73,7 +86,30 @@ static int cmp_entry_name(const void *a, const void *b) {
   return strcmp(x->e->name, y->e->name);
 }
 
-/* The tensors: the named ones in order, or every stored tensor by name; whole values only. */
+static int cmp_ptr(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t)*(void *const *)a, y = (uintptr_t)*(void *const *)b;
+  return (x > y) - (x < y);
+}
+
+/* No tensor named twice: the entries sorted by address and compared side by side. */
+static int named_once(const xplan *p, ts_error *err) {
+  const ts_stored **e = malloc(sizeof *e * (size_t)p->nt);
+  if (!e)
+    return ts_error_set(err, TS_NO_MEMORY, "safetensors export: no memory");
+  for (int i = 0; i < p->nt; i++)
+    e[i] = p->ts[i].e;
+  qsort(e, (size_t)p->nt, sizeof *e, cmp_ptr);
+  int rc = TS_OK;
+  for (int i = 1; i < p->nt && !rc; i++)
+    if (e[i] == e[i - 1])
+      rc = ts_error_set(err, TS_INVALID_ARGUMENT, "safetensors export: '%s' named twice",
+                        e[i]->name);
+  free(e);
+  return rc;
+}
+
+/* The tensors: the named ones in order, or every stored tensor by name; whole values only, and
+ * no name the format keeps for itself. */
 static int pick_tensors(ts_store *s, const char *const *names, int n, xplan *p, ts_error *err) {
   int all = names && n > 0 ? n : ts_store_count(s);
   if (all == 0)
@@ -86,10 +122,11 @@ static int pick_tensors(ts_store *s, const char *const *names, int n, xplan *p, 
     if (!e)
       return ts_error_set(err, TS_NOT_FOUND, "safetensors export: no tensor named '%s'",
                           names[i]);
-    for (int j = 0; j < i; j++)
-      if (p->ts[j].e == e)
-        return ts_error_set(err, TS_INVALID_ARGUMENT, "safetensors export: '%s' named twice",
-                            e->name);
+    if (strcmp(e->name, "__metadata__") == 0)
+      return ts_error_set(err, TS_INVALID_ARGUMENT, "safetensors export: tensor '__metadata__' "
+                          "cannot be written: a safetensors file keeps its metadata under that "
+                          "key; rename the tensor (reshard it with keep_source_as set to another "
+                          "name, then drop '__metadata__') or leave it out of the names");
     for (int d = 0; d < e->attr->mesh_ndim; d++)
       if (e->attr->place[d].kind == TS_PLACE_PARTIAL)
         return ts_error_set(err, TS_BAD_ATTRIBUTE, "safetensors export: '%s' holds partial "
@@ -103,26 +140,63 @@ static int pick_tensors(ts_store *s, const char *const *names, int n, xplan *p, 
   p->nt = all;
   if (!(names && n > 0))
     qsort(p->ts, (size_t)all, sizeof *p->ts, cmp_entry_name);
+  return names && n > 0 ? named_once(p, err) : TS_OK;
+}
+
+/* The metadata every exported tensor keeps from its import when all keep the same text (the
+ * distinct ones, sorted by address, each compared once with the first: O(n log n) plus their
+ * bytes), else NULL. */
+static const st_meta *common_kept(const xplan *p, ts_error *err) {
+  const st_meta **k = malloc(sizeof *k * (size_t)p->nt);
+  if (!k) {
+    ts_error_set(err, TS_NO_MEMORY, "safetensors export: no memory");
+    return NULL;
+  }
+  bool all = true;
+  for (int i = 0; i < p->nt && all; i++)
+    all = (k[i] = ts__st_kept(p->ts[i].e)) != NULL;
+  if (all)
+    qsort(k, (size_t)p->nt, sizeof *k, cmp_ptr);
+  for (int i = 1; i < p->nt && all; i++)
+    all = k[i] == k[i - 1] || (k[i]->len == k[0]->len && memcmp(k[i]->text, k[0]->text,
+                                                                  k[0]->len) == 0);
+  const st_meta *m = all ? k[0] : NULL;
+  free(k);
+  return m;
+}
+
+/* The files' __metadata__: the request's pairs (nm > 0), else the metadata every tensor kept
+ * from its import, else {"format": "pt"}. */
+static int plan_meta(xplan *p, const char *const *mk, const char *const *mv, int nm,
+                     ts_error *err) {
+  if (nm == 0) {
+    ts_error_clear(err);
+    const st_meta *k = common_kept(p, err);
+    if (err->code)
+      return err->code;
+    p->meta = k ? k->text : "{\"format\":\"pt\"}";
+    p->mlen = strlen(p->meta);
+    return TS_OK;
+  }
+  json_t *meta = json_object();
+  for (int i = 0; meta && i < nm; i++)
+    if (json_object_set_new(meta, mk[i], json_string(mv[i])) != 0)
+      json_decref(meta), meta = NULL;
+  p->meta_made = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
+  json_decref(meta);
+  if (!p->meta_made)
+    return ts_error_set(err, TS_NO_MEMORY, "safetensors export: no memory for the metadata");
+  p->meta = p->meta_made;
+  p->mlen = strlen(p->meta);
   return TS_OK;
 }
 
-/* One file's header: __metadata__ first, then its tensors with their data_offsets. */
-static int build_header(xplan *p, int fi, const char *const *mk, const char *const *mv, int nm,
-                        ts_error *err) {
-  json_t *h = json_object(), *meta = json_object();
-  if (!h || !meta) {
-    json_decref(h), json_decref(meta);
-    return ts_error_set(err, TS_NO_MEMORY, "safetensors export: no memory");
-  }
-  if (nm == 0)
-    json_object_set_new(meta, "format", json_string("pt"));
-  for (int i = 0; i < nm; i++)
-    json_object_set_new(meta, mk[i], json_string(mv[i]));
-  json_object_set_new(h, "__metadata__", meta);
-  for (int i = 0; i < p->nt; i++) {
+/* One file's header entries (its tensors with their data_offsets) and the header's length. */
+static int build_header(xplan *p, int fi, ts_error *err) {
+  xfile *f = &p->fs[fi];
+  json_t *h = json_object();
+  for (int i = f->first; h && i < f->first + f->count; i++) {
     const xtensor *t = &p->ts[i];
-    if (t->file != fi)
-      continue;
     json_t *o = json_object(), *shape = json_array();
     for (int d = 0; d < t->e->ndim; d++)
       json_array_append_new(shape, json_integer(t->e->shape[d]));
@@ -132,26 +206,49 @@ static int build_header(xplan *p, int fi, const char *const *mk, const char *con
                         json_pack("[II]", (json_int_t)t->offset, (json_int_t)(t->offset + t->bytes)));
     json_object_set_new(h, t->e->name, o);
   }
-  char *text = json_dumps(h, JSON_COMPACT);
+  f->entries = h ? json_dumps(h, JSON_COMPACT) : NULL;
   json_decref(h);
-  if (!text)
+  if (!f->entries)
     return ts_error_set(err, TS_NO_MEMORY, "safetensors export: no memory for a header");
-  size_t len = strlen(text), total = 8 + len;
-  total = (total + (size_t)ST_DATA_ALIGN - 1) / (size_t)ST_DATA_ALIGN * (size_t)ST_DATA_ALIGN;
-  xfile *f = &p->fs[fi];
-  f->header = malloc(total);
-  if (!f->header) {
-    free(text);
-    return ts_error_set(err, TS_NO_MEMORY, "safetensors export: no memory for a header");
-  }
-  uint64_t hl = total - 8;
-  for (int i = 0; i < 8; i++)
-    f->header[i] = (uint8_t)(hl >> (8 * i));
-  memcpy(f->header + 8, text, len);
-  memset(f->header + 8 + len, ' ', total - 8 - len);
-  free(text);
-  f->hlen = total;
+  f->elen = strlen(f->entries);
+  /* {"__metadata__":META,ENTRIES} or, without entries, {"__metadata__":META} */
+  size_t json = 16 + p->mlen + (f->elen > 2 ? f->elen : 1);
+  size_t total = 8 + json;
+  f->hlen = (total + (size_t)ST_DATA_ALIGN - 1) / (size_t)ST_DATA_ALIGN * (size_t)ST_DATA_ALIGN;
   return TS_OK;
+}
+
+/* Rank 0: file f's header written at the start of fd, in pieces (the metadata is not copied). */
+static int write_header(int fd, const xplan *p, const xfile *f) {
+  char spaces[512];
+  memset(spaces, ' ', sizeof spaces);
+  uint8_t lb[8];
+  uint64_t hl = f->hlen - 8;
+  for (int i = 0; i < 8; i++)
+    lb[i] = (uint8_t)(hl >> (8 * i));
+  bool entries = f->elen > 2;
+  struct {
+    const void *b;
+    size_t n;
+  } piece[] = {{lb, 8},
+               {"{\"__metadata__\":", 16},
+               {p->meta, p->mlen},
+               {entries ? "," : "}", 1},
+               {f->entries + 1, entries ? f->elen - 1 : 0}};
+  int64_t at = 0;
+  for (size_t i = 0; i < sizeof piece / sizeof *piece; i++) {
+    if (piece[i].n && ts__ckpt_pwrite_full(fd, piece[i].b, piece[i].n, at) != 0)
+      return -1;
+    at += (int64_t)piece[i].n;
+  }
+  while (at < (int64_t)f->hlen) {
+    size_t n = (size_t)((int64_t)f->hlen - at) < sizeof spaces ? (size_t)((int64_t)f->hlen - at)
+                                                              : sizeof spaces;
+    if (ts__ckpt_pwrite_full(fd, spaces, n, at) != 0)
+      return -1;
+    at += (int64_t)n;
+  }
+  return 0;
 }
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -163,7 +260,10 @@ static bool ends_with(const char *s, const char *suffix) {
  * paths, the headers. */
 static int plan_files(xplan *p, const char *path, int64_t max_shard, const char *const *mk,
                       const char *const *mv, int nm, ts_error *err) {
-  int rc = ts__ckpt_split_path(path, p->parent, sizeof p->parent, p->base, sizeof p->base, err);
+  int rc = plan_meta(p, mk, mv, nm, err);
+  if (rc)
+    return rc;
+  rc = ts__ckpt_split_path(path, p->parent, sizeof p->parent, p->base, sizeof p->base, err);
   if (rc)
     return rc;
   if (!ends_with(p->base, ".safetensors") || strlen(p->base) > 200)
@@ -183,6 +283,10 @@ static int plan_files(xplan *p, const char *path, int64_t max_shard, const char 
   if (!p->fs)
     return ts_error_set(err, TS_NO_MEMORY, "safetensors export: no memory");
   p->nf = nf;
+  for (int i = p->nt - 1; i >= 0; i--) { /* each file's tensors: one run of ts */
+    p->fs[p->ts[i].file].first = i;
+    p->fs[p->ts[i].file].count++;
+  }
   int stem = (int)(strlen(p->base) - strlen(".safetensors"));
   for (int fi = 0; fi < nf && !rc; fi++) {
     if (p->sharded)
@@ -190,12 +294,12 @@ static int plan_files(xplan *p, const char *path, int64_t max_shard, const char 
                p->parent, stem, p->base, fi + 1, nf);
     else
       snprintf(p->fs[fi].path, sizeof p->fs[fi].path, "%s/%s", p->parent, p->base);
-    rc = build_header(p, fi, mk, mv, nm, err);
+    rc = build_header(p, fi, err);
     if (!rc) {
-      p->fs[fi].size = (int64_t)p->fs[fi].hlen;
-      for (int i = 0; i < p->nt; i++)
-        if (p->ts[i].file == fi)
-          p->fs[fi].size += p->ts[i].bytes;
+      xfile *f = &p->fs[fi];
+      f->size = (int64_t)f->hlen;
+      for (int i = f->first; i < f->first + f->count; i++)
+        f->size += p->ts[i].bytes;
     }
   }
   snprintf(p->index, sizeof p->index, "%s/%s.index.json", p->parent, p->base);
@@ -260,7 +364,7 @@ static int create_files(xplan *p, bool *allocated, ts_error *err) {
       return ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot create '%s': %s",
                           f->tmp, strerror(errno));
     int got = 0;
-    if (ts__ckpt_pwrite_full(fd, f->header, f->hlen, 0) != 0 || ftruncate(fd, f->size) != 0)
+    if (write_header(fd, p, f) != 0 || ftruncate(fd, f->size) != 0)
       rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot write '%s': %s",
                         f->tmp, strerror(errno));
     else if ((got = allocate(fd, f->size)) < 0)
@@ -478,9 +582,8 @@ static int write_parts(const xplan *p, int rank, int size, bool sync, bool mappe
       return ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot open '%s': %s",
                           f->tmp, strerror(errno));
     int64_t before = *written;
-    for (int i = 0; i < p->nt && !rc; i++)
-      if (p->ts[i].file == fi)
-        rc = write_tensor(fd, f, &p->ts[i], rank, size, mapped, written, err);
+    for (int i = f->first; i < f->first + f->count && !rc; i++)
+      rc = write_tensor(fd, f, &p->ts[i], rank, size, mapped, written, err);
     if (!rc && sync && *written > before && fsync(fd) != 0)
       rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot sync '%s': %s",
                         f->tmp, strerror(errno));

@@ -5,8 +5,15 @@
  * data_offsets}} and `__metadata__`, then the data section. Every entry is checked before anything
  * is planned or allocated from it: the dtype is one tshard has (others are refused by name), the
  * shape is non-negative and its bytes equal the entry's range, the range lies inside the file and
- * overlaps no other entry's, names are valid text. Errors name the file and the tensor. Files are
- * opened like checkpoint files (no FIFO, no symbolic link; ts__ckpt_open_regular). */
+ * overlaps no other entry's, names are valid text, `__metadata__` is an object of strings (kept
+ * once per file, by reference: st_meta). Errors name the file and the tensor. Files are opened
+ * like checkpoint files (no FIFO, no symbolic link; ts__ckpt_open_regular).
+ *
+ * A header is untrusted in its size too: what reading it costs is counted against the memory
+ * limit before it is spent (the text, in a pool buffer, and its parse by jansson, which takes up
+ * to ~80 times the text's bytes for `{},{},...`: parse_cost bounds it), and the entries the model
+ * keeps until the import ends; every check over the entries is a sort and a pass (overlaps, names) or a hash or
+ * sorted lookup (the index's weight_map, ts__st_find), O(n log n) in their number. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +22,80 @@
 
 #include "safetensors_internal.h"
 #include "ts_rules.h"
+
+int ts__st_charge(st_charge *c, const char *file, const char *what, size_t bytes, ts_error *err) {
+  ts_error perr;
+  if (ts_pool_charge(bytes, what, &perr) != TS_OK)
+    return ts_error_set(err, perr.code, "safetensors file '%s': %s", file, perr.msg);
+  c->charged += bytes;
+  return TS_OK;
+}
+
+void ts__st_uncharge(st_charge *c) {
+  if (c->charged)
+    ts_pool_uncharge(c->charged);
+  c->charged = 0;
+}
+
+int ts__st_meta_make(const char *file, json_t *o, st_meta **out, ts_error *err) {
+  *out = NULL;
+  size_t flags = JSON_COMPACT | JSON_SORT_KEYS, n = json_dumpb(o, NULL, 0, flags);
+  char what[96];
+  snprintf(what, sizeof what, "its __metadata__ of %zu bytes", n);
+  ts_error perr;
+  st_meta *m = n ? ts_shard_alloc_as(sizeof *m + n + 1, 0, what, &perr) : NULL;
+  if (!m)
+    return n ? ts_error_set(err, perr.code, "safetensors file '%s': %s", file, perr.msg)
+             : ts_error_set(err, TS_NO_MEMORY, "safetensors file '%s': no memory for its "
+                            "__metadata__", file);
+  m->refs = 1;
+  m->len = json_dumpb(o, m->text, n, flags);
+  m->text[m->len] = '\0';
+  *out = m;
+  return TS_OK;
+}
+
+st_meta *ts__st_meta_ref(st_meta *m) {
+  if (m)
+    m->refs++;
+  return m;
+}
+
+void ts__st_meta_release(void *p) {
+  st_meta *m = p;
+  if (m && --m->refs == 0)
+    ts_shard_free(m);
+}
+
+const st_meta *ts__st_kept(const ts_stored *e) {
+  return e && e->kept_release == ts__st_meta_release ? e->kept : NULL;
+}
+
+/* An upper bound of the memory that parsing the JSON text t[0..n) with jansson takes, from its
+ * allocations measured: an object about 240 bytes, an array 140, each value or member 40 to 110
+ * (counted by the separators), each string's bytes once more, and the lexer's buffer up to
+ * twice the longest string; the text itself is counted too. */
+static size_t parse_cost(const char *t, size_t n) {
+  size_t cost = 2 * n + 96, run = 0, longest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < n; i++) {
+    char c = t[i];
+    if (in_string) {
+      if (c == '"') {
+        in_string = false;
+        longest = run > longest ? run : longest;
+      } else {
+        run += c == '\\' && i + 1 < n ? (i++, 2) : 1;
+      }
+    } else if (c == '"') {
+      in_string = true;
+      run = 0;
+    } else {
+      cost += c == '{' ? 256 : c == '[' ? 160 : c == ',' || c == ':' ? 96 : 0;
+    }
+  }
+  return cost + 2 * longest;
+}
 
 /* The dtype names the format knows, for the message that refuses those tshard has not. */
 static const char *const known_unsupported[] = {"BOOL", "U16", "I16", "U32", "U64", "F8_E4M3",
@@ -126,8 +207,20 @@ static int check_overlaps(const char *file, const st_tensor *ts, int n, ts_error
   return rc;
 }
 
-/* Reads a file's header into a JSON object (*hdr); *data_start after it. */
-static int read_header(st_file *f, json_t **hdr, ts_error *err) {
+/* A buffer of n bytes from the pool for the text of file's header or index (`what` names it in
+ * the LIMIT message): counted while it is held, and its release lets the idle daemon give the
+ * parse's freed heap memory back (ts_pool_trim). NULL with err set. */
+static char *pool_text(const char *file, const char *what, size_t n, ts_error *err) {
+  ts_error perr;
+  char *text = ts_shard_alloc_as(n, TS_POOL_STAGING, what, &perr);
+  if (!text)
+    ts_error_set(err, perr.code, "safetensors file '%s': %s", file, perr.msg);
+  return text;
+}
+
+/* Reads a file's header into a JSON object (*hdr); *data_start after it. The text and its parse
+ * are charged to `parse` first (the caller gives it back once the object is freed). */
+static int read_header(st_file *f, json_t **hdr, st_charge *parse, ts_error *err) {
   uint8_t lenb[8];
   if (f->size < 8 || ts__ckpt_pread_full(f->fd, lenb, 8, 0) != 0)
     return ts_error_set(err, TS_CORRUPT, "safetensors file '%s': shorter than its 8-byte header "
@@ -143,19 +236,26 @@ static int read_header(st_file *f, json_t **hdr, ts_error *err) {
     return ts_error_set(err, TS_CORRUPT, "safetensors file '%s': header length %llu does not fit "
                         "the file of %lld bytes (is it truncated?)", f->path,
                         (unsigned long long)hlen, (long long)f->size);
-  char *text = malloc(hlen);
+  char what[96];
+  snprintf(what, sizeof what, "reading its header of %llu bytes", (unsigned long long)hlen);
+  char *text = pool_text(f->path, what, hlen, err);
   if (!text)
-    return ts_error_set(err, TS_NO_MEMORY, "safetensors file '%s': no memory for its header",
-                        f->path);
+    return err->code;
   if (ts__ckpt_pread_full(f->fd, text, hlen, 8) != 0) {
     int e = errno;
-    free(text);
+    ts_shard_free(text);
     return ts_error_set(err, TS_CHECKPOINT_IO, "safetensors file '%s': cannot read its header: "
                         "%s", f->path, strerror(e));
   }
+  snprintf(what, sizeof what, "parsing its header of %llu bytes", (unsigned long long)hlen);
+  int rc = ts__st_charge(parse, f->path, what, parse_cost(text, hlen) - hlen, err);
+  if (rc) {
+    ts_shard_free(text);
+    return rc;
+  }
   json_error_t je;
   *hdr = json_loadb(text, hlen, JSON_REJECT_DUPLICATES, &je);
-  free(text);
+  ts_shard_free(text);
   if (!*hdr || !json_is_object(*hdr)) {
     char why[200];
     ts__ckpt_text_escape(*hdr ? "not an object" : je.text, why, sizeof why);
@@ -168,16 +268,41 @@ static int read_header(st_file *f, json_t **hdr, ts_error *err) {
   return TS_OK;
 }
 
-static int grow(void **arr, int n, int *cap, size_t es) {
-  if (n < *cap)
-    return 0;
+/* One more entry of m->tensors (its capacity doubled when full), the growth charged to the
+ * model's account. */
+static int grow_tensors(st_model *m, const char *path, int *cap, ts_error *err) {
+  if (m->ntensors < *cap)
+    return TS_OK;
   int nc = *cap ? *cap * 2 : 16;
-  void *p = realloc(*arr, es * (size_t)nc);
+  int rc = ts__st_charge(&m->charge, path, "the entries of its header",
+                         sizeof *m->tensors * (size_t)(nc - *cap), err);
+  void *p = rc ? NULL : realloc(m->tensors, sizeof *m->tensors * (size_t)nc);
   if (!p)
-    return -1;
-  *arr = p;
+    return rc ? rc : ts_error_set(err, TS_NO_MEMORY, "safetensors: no memory");
+  m->tensors = p;
   *cap = nc;
-  return 0;
+  return TS_OK;
+}
+
+/* The file's __metadata__ o: null (none), or an object whose every value is a string, kept as
+ * f->meta unless empty; anything else is refused, never dropped. */
+static int read_metadata(st_file *f, json_t *o, ts_error *err) {
+  if (json_is_null(o))
+    return TS_OK;
+  if (!json_is_object(o))
+    return ts_error_set(err, TS_CORRUPT, "safetensors file '%s': __metadata__ is not a JSON "
+                        "object (the format's metadata maps text to text)", f->path);
+  const char *key;
+  json_t *v;
+  json_object_foreach(o, key, v) {
+    if (!json_is_string(v)) {
+      char k[200];
+      ts__ckpt_text_escape(key, k, sizeof k);
+      return ts_error_set(err, TS_CORRUPT, "safetensors file '%s': __metadata__ entry '%s' is "
+                          "not a string (the format's metadata maps text to text)", f->path, k);
+    }
+  }
+  return json_object_size(o) ? ts__st_meta_make(f->path, o, &f->meta, err) : TS_OK;
 }
 
 /* Opens file `path` as the next file of m, checks every entry of its header, and adds them (want:
@@ -191,32 +316,30 @@ static int add_file(st_model *m, const char *path, json_t *want, const char *wfi
   if (!f->path)
     return ts_error_set(err, TS_NO_MEMORY, "safetensors: no memory");
   m->nfiles++;
+  st_charge parse = {0};
   int rc = ts__ckpt_open_regular("safetensors file", path, &f->fd, &f->size, err);
   json_t *hdr = NULL;
-  if (rc || (rc = read_header(f, &hdr, err)))
+  if (rc || (rc = read_header(f, &hdr, &parse, err))) {
+    ts__st_uncharge(&parse);
     return rc;
+  }
   int first = m->ntensors;
+  size_t names = 0;
   const char *key;
   json_t *o;
   json_object_foreach(hdr, key, o) {
     if (strcmp(key, "__metadata__") == 0) {
-      if (!json_is_object(o) && !json_is_null(o)) {
-        rc = ts_error_set(err, TS_CORRUPT, "safetensors file '%s': __metadata__ is not a JSON "
-                          "object", path);
+      if ((rc = read_metadata(f, o, err)))
         break;
-      }
-      if (fi == 0 && json_is_object(o))
-        m->metadata = json_incref(o);
       continue;
     }
-    if (grow((void **)&m->tensors, m->ntensors, tcap, sizeof *m->tensors)) {
-      rc = ts_error_set(err, TS_NO_MEMORY, "safetensors: no memory");
+    if ((rc = grow_tensors(m, path, tcap, err)))
       break;
-    }
     st_tensor *t = &m->tensors[m->ntensors];
     memset(t, 0, sizeof *t);
     if ((rc = read_entry(path, key, o, f->size - f->data_start, t, err)))
       break;
+    names += strlen(key) + 17;
     if (!(t->name = strdup(key))) {
       rc = ts_error_set(err, TS_NO_MEMORY, "safetensors: no memory");
       break;
@@ -224,6 +347,8 @@ static int add_file(st_model *m, const char *path, json_t *want, const char *wfi
     t->file = fi;
     m->ntensors++;
   }
+  if (!rc) /* the names' copies (the parse's charge covered them until now) */
+    rc = ts__st_charge(&m->charge, path, "the names of its entries", names, err);
   if (!rc)
     rc = check_overlaps(path, m->tensors + first, m->ntensors - first, err);
   int kept = first;
@@ -239,6 +364,7 @@ static int add_file(st_model *m, const char *path, json_t *want, const char *wfi
   }
   m->ntensors = kept;
   json_decref(hdr);
+  ts__st_uncharge(&parse);
   return rc;
 }
 
@@ -255,8 +381,9 @@ static int index_file_name(const char *index, const char *name, ts_error *err) {
   return TS_OK;
 }
 
-/* Reads an index file into a JSON object (the same checks as a header, at most 100 MiB). */
-static int read_index(const char *path, json_t **out, ts_error *err) {
+/* Reads an index file into a JSON object (the same checks as a header, at most 100 MiB; its text
+ * and parse charged to `parse`). */
+static int read_index(const char *path, json_t **out, st_charge *parse, ts_error *err) {
   int fd;
   int64_t size;
   int rc = ts__ckpt_open_regular("safetensors index", path, &fd, &size, err);
@@ -267,18 +394,29 @@ static int read_index(const char *path, json_t **out, ts_error *err) {
     return ts_error_set(err, TS_CORRUPT, "safetensors index '%s': %lld bytes; at most %lld "
                         "(100 MiB) are read", path, (long long)size, (long long)ST_HEADER_MAX);
   }
-  char *text = malloc((size_t)size + 1);
-  if (!text || (size > 0 && ts__ckpt_pread_full(fd, text, (size_t)size, 0) != 0)) {
-    int e = errno;
-    free(text);
+  char what[96];
+  snprintf(what, sizeof what, "reading the index of %lld bytes", (long long)size);
+  char *text = pool_text(path, what, (size_t)size + 1, err);
+  if (!text) {
     close(fd);
-    return ts_error_set(err, text ? TS_CHECKPOINT_IO : TS_NO_MEMORY,
-                        "safetensors index '%s': cannot read it: %s", path, strerror(e));
+    return err->code;
+  }
+  if (size > 0 && ts__ckpt_pread_full(fd, text, (size_t)size, 0) != 0) {
+    int e = errno;
+    ts_shard_free(text);
+    close(fd);
+    return ts_error_set(err, TS_CHECKPOINT_IO, "safetensors index '%s': cannot read it: %s",
+                        path, strerror(e));
   }
   close(fd);
+  snprintf(what, sizeof what, "parsing the index of %lld bytes", (long long)size);
+  if ((rc = ts__st_charge(parse, path, what, parse_cost(text, (size_t)size) - (size_t)size, err))) {
+    ts_shard_free(text);
+    return rc;
+  }
   json_error_t je;
   json_t *j = json_loadb(text, (size_t)size, JSON_REJECT_DUPLICATES, &je);
-  free(text);
+  ts_shard_free(text);
   json_t *wm = json_object_get(j, "weight_map");
   if (!json_is_object(wm)) {
     char why[200];
@@ -291,13 +429,40 @@ static int read_index(const char *path, json_t **out, ts_error *err) {
   return TS_OK;
 }
 
+static int cmp_tensor_name(const void *a, const void *b) {
+  return strcmp((*(const st_tensor *const *)a)->name, (*(const st_tensor *const *)b)->name);
+}
+
+/* m->by_name: the tensors sorted by name (charged to the model); a name twice is refused (one
+ * header cannot hold it, and an index maps each name to one file). */
+static int sort_names(st_model *m, const char *path, ts_error *err) {
+  size_t n = (size_t)m->ntensors;
+  int rc = ts__st_charge(&m->charge, path, "the lookup of its names", sizeof *m->by_name * n, err);
+  if (rc || !(m->by_name = malloc(sizeof *m->by_name * (n ? n : 1))))
+    return rc ? rc : ts_error_set(err, TS_NO_MEMORY, "safetensors: no memory");
+  for (size_t k = 0; k < n; k++)
+    m->by_name[k] = &m->tensors[k];
+  qsort(m->by_name, n, sizeof *m->by_name, cmp_tensor_name);
+  for (size_t k = 1; k < n; k++)
+    if (strcmp(m->by_name[k - 1]->name, m->by_name[k]->name) == 0) {
+      char nm[200];
+      ts__ckpt_text_escape(m->by_name[k]->name, nm, sizeof nm);
+      return ts_error_set(err, TS_CORRUPT, "safetensors '%s': tensor '%s' is named twice", path,
+                          nm);
+    }
+  return TS_OK;
+}
+
 /* The distinct files of an index's weight_map, in order of first mention, each opened with the
  * tensors it maps to it; every mapped tensor must be in its file. */
 static int open_index(st_model *m, const char *path, ts_error *err) {
   json_t *j = NULL;
-  int rc = read_index(path, &j, err);
-  if (rc)
+  st_charge parse = {0};
+  int rc = read_index(path, &j, &parse, err);
+  if (rc) {
+    ts__st_uncharge(&parse);
     return rc;
+  }
   json_t *wm = json_object_get(j, "weight_map");
   char dir[4096];
   const char *slash = strrchr(path, '/');
@@ -329,6 +494,8 @@ static int open_index(st_model *m, const char *path, ts_error *err) {
     rc = add_file(m, fp, wm, fn, &tcap, err);
   }
   json_decref(seen);
+  if (!rc)
+    rc = sort_names(m, path, err);
   json_object_foreach(wm, key, v) {
     if (rc)
       break;
@@ -340,6 +507,7 @@ static int open_index(st_model *m, const char *path, ts_error *err) {
     }
   }
   json_decref(j);
+  ts__st_uncharge(&parse);
   return rc;
 }
 
@@ -360,6 +528,8 @@ int ts__st_open(const char *path, st_model **out, ts_error *err) {
     m->files = calloc(1, sizeof *m->files);
     rc = m->files ? add_file(m, path, NULL, NULL, &tcap, err)
                   : ts_error_set(err, TS_NO_MEMORY, "safetensors: no memory");
+    if (!rc)
+      rc = sort_names(m, path, err);
   }
   if (rc) {
     ts__st_close(&m);
@@ -377,19 +547,29 @@ void ts__st_close(st_model **p) {
     if (m->files[i].fd >= 0)
       close(m->files[i].fd);
     free(m->files[i].path);
+    ts__st_meta_release(m->files[i].meta);
   }
   for (int k = 0; k < m->ntensors; k++)
     free(m->tensors[k].name);
   free(m->files);
   free(m->tensors);
-  json_decref(m->metadata);
+  free(m->by_name);
+  ts__st_uncharge(&m->charge);
   free(m);
   *p = NULL;
 }
 
 const st_tensor *ts__st_find(const st_model *m, const char *name) {
-  for (int k = 0; k < m->ntensors; k++)
-    if (strcmp(m->tensors[k].name, name) == 0)
-      return &m->tensors[k];
+  size_t lo = 0, hi = m->by_name ? (size_t)m->ntensors : 0;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = strcmp(m->by_name[mid]->name, name);
+    if (c == 0)
+      return m->by_name[mid];
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
   return NULL;
 }

@@ -4,8 +4,13 @@
  * Every rank opens the model and checks every header (safetensors_format.c), maps the file's
  * names to tshard names (a rename table, else a prefix stripped), chooses the tensors (the names
  * asked, else all with a default attribute, else those given an attribute) and checks each
- * against its attribute, the world and the store; one agreement. Then every tensor is created
- * with a row-major slice (not zeroed: every byte is read into it) and each rank reads only the
+ * against the rule every tensor passes (ts_tensor_check, by its tshard name), its attribute, the
+ * world and the store; one agreement. Every lookup of these checks is a binary search in arrays
+ * sorted once (renames, the file's tensors by tshard name, attributes) and names given twice are
+ * found by a sort, so the checks take O(n log n) in the entries, their memory charged to the
+ * limit. Then every tensor is created with a row-major slice (not zeroed: every byte is read into
+ * it), keeping its file's __metadata__ by reference (st_meta, freed with its last tensor), and
+ * each rank reads only the
  * byte runs of its own box straight into its slice: a row split reads one contiguous stretch, a
  * column split one run per row (many short reads, batched through io_uring, 64 in flight; pread
  * where io_uring is unavailable or TSHARD_IO_URING=0), a replica the whole tensor. A second agreement; on any failure on
@@ -39,45 +44,106 @@ typedef struct imp {
   const ts_attr *attr;
 } imp;
 
+/* A name and a position, sorted by name then position: the first of equal names wins. */
+typedef struct named {
+  const char *name;
+  int k;
+} named;
+
+static int cmp_named(const void *a, const void *b) {
+  const named *x = a, *y = b;
+  int c = strcmp(x->name, y->name);
+  return c ? c : (x->k > y->k) - (x->k < y->k);
+}
+
+/* The first entry of the sorted a[0..n) named `name`, or NULL: O(log n). */
+static const named *find_named(const named *a, int n, const char *name) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (strcmp(a[mid].name, name) < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < n && strcmp(a[lo].name, name) == 0 ? &a[lo] : NULL;
+}
+
+/* The import's lookups, each sorted once: the renames by file name, the model's tensors by their
+ * tshard names, the attributes by tshard name. Every check of the import is then O(log n). */
+typedef struct lookups {
+  named *renames, *mapped, *attrs;
+  int nrenames, nmapped, nattrs;
+} lookups;
+
+static void lookups_free(lookups *L) {
+  free(L->renames), free(L->mapped), free(L->attrs);
+  memset(L, 0, sizeof *L);
+}
+
 /* The tshard name of a file's tensor: its rename, else without the prefix when it has it. */
-static const char *map_name(const ts_st_import_spec *sp, const char *src) {
-  for (int i = 0; i < sp->nrename; i++)
-    if (strcmp(sp->rename_from[i], src) == 0)
-      return sp->rename_to[i];
+static const char *map_name(const ts_st_import_spec *sp, const lookups *L, const char *src) {
+  const named *r = find_named(L->renames, L->nrenames, src);
+  if (r)
+    return sp->rename_to[r->k];
   size_t k = sp->strip_prefix ? strlen(sp->strip_prefix) : 0;
   if (k > 0 && strncmp(src, sp->strip_prefix, k) == 0 && src[k])
     return src + k;
   return src;
 }
 
-/* The model's tensor that maps to `name` (-1: none; -2: two do, *second set). */
-static int find_mapped(const ts_st_import_spec *sp, const st_model *m, const char *name,
-                       int *second) {
-  int found = -1;
-  for (int k = 0; k < m->ntensors; k++)
-    if (strcmp(map_name(sp, m->tensors[k].name), name) == 0) {
-      if (found >= 0) {
-        *second = k;
-        return -2 - found;
-      }
-      found = k;
-    }
-  return found;
+/* An array of n names (charged to the import's account). */
+static int names_alloc(int n, st_charge *charge, const char *path, named **out, ts_error *err) {
+  int rc = ts__st_charge(charge, path, "the import's lookups", sizeof **out * (size_t)n, err);
+  *out = rc ? NULL : malloc(sizeof **out * (size_t)(n ? n : 1));
+  return rc ? rc : *out ? TS_OK : ts_error_set(err, TS_NO_MEMORY, "safetensors import: no memory");
 }
 
-static const ts_attr *attr_of(const ts_st_import_spec *sp, const char *name) {
-  for (int i = 0; i < sp->nattrs; i++)
-    if (strcmp(sp->attr_names[i], name) == 0)
-      return sp->attrs[i] ? sp->attrs[i] : sp->default_attr;
-  return sp->default_attr;
+static int lookups_make(const ts_st_import_spec *sp, const st_model *m, st_charge *charge,
+                        lookups *L, ts_error *err) {
+  memset(L, 0, sizeof *L);
+  int rc = names_alloc(sp->nrename, charge, sp->path, &L->renames, err);
+  for (int i = 0; !rc && i < sp->nrename; i++)
+    L->renames[i] = (named){sp->rename_from[i], i};
+  if (!rc)
+    qsort(L->renames, (size_t)(L->nrenames = sp->nrename), sizeof *L->renames, cmp_named);
+  if (!rc && !(rc = names_alloc(m->ntensors, charge, sp->path, &L->mapped, err))) {
+    for (int k = 0; k < m->ntensors; k++)
+      L->mapped[k] = (named){map_name(sp, L, m->tensors[k].name), k};
+    qsort(L->mapped, (size_t)(L->nmapped = m->ntensors), sizeof *L->mapped, cmp_named);
+  }
+  if (!rc && !(rc = names_alloc(sp->nattrs, charge, sp->path, &L->attrs, err))) {
+    for (int i = 0; i < sp->nattrs; i++)
+      L->attrs[i] = (named){sp->attr_names[i], i};
+    qsort(L->attrs, (size_t)(L->nattrs = sp->nattrs), sizeof *L->attrs, cmp_named);
+  }
+  return rc;
 }
 
-/* One chosen tensor: found, named validly, with an attribute that fits it, free in the store. */
-static int check_one(const ts_st_import_spec *sp, const st_model *m, ts_store *s, int size,
-                     const char *name, imp *it, ts_error *err) {
+/* The model's tensor that maps to `name` (-1: none; -2 - k: two do, k and *second). */
+static int find_mapped(const lookups *L, const char *name, int *second) {
+  const named *f = find_named(L->mapped, L->nmapped, name);
+  if (!f)
+    return -1;
+  if (f + 1 < L->mapped + L->nmapped && strcmp(f[1].name, name) == 0) {
+    *second = f[1].k;
+    return -2 - f->k;
+  }
+  return f->k;
+}
+
+static const ts_attr *attr_of(const ts_st_import_spec *sp, const lookups *L, const char *name) {
+  const named *a = find_named(L->attrs, L->nattrs, name);
+  return a && sp->attrs[a->k] ? sp->attrs[a->k] : sp->default_attr;
+}
+
+/* One chosen tensor: found, named validly, a shape a tensor may have, an attribute that fits it,
+ * free in the store. */
+static int check_one(const ts_st_import_spec *sp, const st_model *m, const lookups *L,
+                     ts_store *s, int size, const char *name, imp *it, ts_error *err) {
   char nm[200];
   ts__ckpt_text_escape(name, nm, sizeof nm);
-  int second = -1, k = find_mapped(sp, m, name, &second);
+  int second = -1, k = find_mapped(L, name, &second);
   if (k == -1)
     return ts_error_set(err, TS_NOT_FOUND, "safetensors '%s' holds no tensor named '%s' (after "
                         "the renames and the prefix)", sp->path, nm);
@@ -96,7 +162,12 @@ static int check_one(const ts_st_import_spec *sp, const st_model *m, ts_store *s
                         why);
   }
   const st_tensor *t = &m->tensors[k];
-  const ts_attr *a = attr_of(sp, name);
+  if ((rc = ts_tensor_check(name, t->ndim, t->shape, ts_dtype_size(t->dtype), err))) {
+    char why[300];
+    snprintf(why, sizeof why, "%s", err->msg);
+    return ts_error_set(err, rc, "safetensors import of '%s': %s", sp->path, why);
+  }
+  const ts_attr *a = attr_of(sp, L, name);
   if (!a)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "safetensors import of '%s': no attribute for "
                         "tensor '%s'; give it one, or a default attribute", sp->path, nm);
@@ -118,41 +189,64 @@ static int check_one(const ts_st_import_spec *sp, const st_model *m, ts_store *s
   return TS_OK;
 }
 
+/* The names a request gives (names, or those given attributes) once each: sorted and compared
+ * side by side. */
+static int named_once(const char *const *names, int n, st_charge *charge, const char *path,
+                      ts_error *err) {
+  named *a;
+  int rc = names_alloc(n, charge, path, &a, err);
+  if (rc)
+    return rc;
+  for (int i = 0; i < n; i++)
+    a[i] = (named){names[i], i};
+  qsort(a, (size_t)n, sizeof *a, cmp_named);
+  for (int i = 1; i < n && !rc; i++)
+    if (strcmp(a[i - 1].name, a[i].name) == 0) {
+      char nm[200];
+      ts__ckpt_text_escape(a[i].name, nm, sizeof nm);
+      rc = ts_error_set(err, TS_INVALID_ARGUMENT, "safetensors import: '%s' named twice", nm);
+    }
+  free(a);
+  return rc;
+}
+
 /* The tensors of the import, in order, checked (rank-local; the caller agrees). */
 static int choose(const ts_st_import_spec *sp, const st_model *m, ts_store *s, int size,
-                  imp **out, int *nout, ts_error *err) {
+                  st_charge *charge, imp **out, int *nout, ts_error *err) {
   int n = sp->nnames > 0 ? sp->nnames : sp->default_attr ? m->ntensors : sp->nattrs;
-  imp *it = calloc((size_t)(n ? n : 1), sizeof *it);
-  if (!it)
-    return ts_error_set(err, TS_NO_MEMORY, "safetensors import: no memory");
-  *out = it;
+  *out = NULL;
   *nout = 0;
+  int rc = ts__st_charge(charge, sp->path, "the import's tensors", sizeof **out * (size_t)n, err);
+  imp *it = rc ? NULL : calloc((size_t)(n ? n : 1), sizeof *it);
+  if (!it)
+    return rc ? rc : ts_error_set(err, TS_NO_MEMORY, "safetensors import: no memory");
+  *out = it;
   if (n == 0)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "safetensors import of '%s': no tensor chosen; "
                         "name tensors with attributes, or give a default attribute", sp->path);
-  for (int i = 0; i < sp->nattrs; i++) { /* a misspelt name is an error, not ignored */
+  lookups L;
+  rc = lookups_make(sp, m, charge, &L, err);
+  for (int i = 0; !rc && i < sp->nattrs; i++) { /* a misspelt name is an error, not ignored */
     int second;
-    if (find_mapped(sp, m, sp->attr_names[i], &second) == -1) {
+    if (find_mapped(&L, sp->attr_names[i], &second) == -1) {
       char nm[200];
       ts__ckpt_text_escape(sp->attr_names[i], nm, sizeof nm);
-      return ts_error_set(err, TS_NOT_FOUND, "safetensors '%s' holds no tensor named '%s' "
-                          "(given an attribute; after the renames and the prefix)", sp->path, nm);
+      rc = ts_error_set(err, TS_NOT_FOUND, "safetensors '%s' holds no tensor named '%s' (given "
+                        "an attribute; after the renames and the prefix)", sp->path, nm);
     }
   }
-  for (int i = 0; i < n; i++) {
+  /* names the file maps alike are refused by check_one ("both map to") */
+  if (!rc && (sp->nnames > 0 || !sp->default_attr))
+    rc = named_once(sp->nnames > 0 ? sp->names : sp->attr_names, n, charge, sp->path, err);
+  for (int i = 0; !rc && i < n; i++) {
     const char *name = sp->nnames > 0    ? sp->names[i]
-                       : sp->default_attr ? map_name(sp, m->tensors[i].name)
+                       : sp->default_attr ? map_name(sp, &L, m->tensors[i].name)
                                           : sp->attr_names[i];
-    for (int j = 0; j < i; j++)
-      if (strcmp(it[j].name, name) == 0)
-        return ts_error_set(err, TS_INVALID_ARGUMENT, "safetensors import: '%s' named twice",
-                            name);
-    int rc = check_one(sp, m, s, size, name, &it[i], err);
-    if (rc)
-      return rc;
-    *nout = i + 1;
+    if (!(rc = check_one(sp, m, &L, s, size, name, &it[i], err)))
+      *nout = i + 1;
   }
-  return TS_OK;
+  lookups_free(&L);
+  return rc;
 }
 
 /* Runs up to this long go through io_uring (when there is more than one): a column split's rows
@@ -293,6 +387,11 @@ static int create_all(ts_store *s, const st_model *m, const imp *it, int n, int 
                                err);
     if (!rc) {
       *made = i + 1;
+      st_meta *meta = m->files[t->file].meta;
+      if (meta) { /* the file's metadata, by reference, for as long as the tensor lives */
+        e->kept = ts__st_meta_ref(meta);
+        e->kept_release = ts__st_meta_release;
+      }
       rc = read_box(m, t, e, &rs, nread, err);
     }
   }
@@ -300,18 +399,15 @@ static int create_all(ts_store *s, const st_model *m, const imp *it, int n, int 
   return rc;
 }
 
-/* The answer's names and the file's metadata, copied before the outcome is agreed (so no failure can follow it). */
-static int copy_names(const imp *it, int n, const json_t *metadata, ts_st_result *res,
-                      ts_error *err) {
+/* The answer's names, copied before the outcome is agreed (so no failure can follow it). */
+static int copy_names(const imp *it, int n, ts_st_result *res, ts_error *err) {
   res->items = calloc((size_t)(n ? n : 1), sizeof *res->items);
   for (int i = 0; res->items && i < n; i++) {
     if (!(res->items[i] = strdup(it[i].name)))
       break;
     res->n = i + 1;
   }
-  bool meta_ok = !metadata || (res->metadata = json_dumps(metadata, JSON_COMPACT | JSON_SORT_KEYS));
-  return res->n == n && meta_ok ? TS_OK
-                                : ts_error_set(err, TS_NO_MEMORY, "safetensors import: no memory");
+  return res->n == n ? TS_OK : ts_error_set(err, TS_NO_MEMORY, "safetensors import: no memory");
 }
 
 int ts_st_import(ts_store *s, ts_world *w, const ts_st_import_spec *sp, ts_st_result *res,
@@ -322,14 +418,15 @@ int ts_st_import(ts_store *s, ts_world *w, const ts_st_import_spec *sp, ts_st_re
   ts_error_clear(&lerr);
   st_model *m = NULL;
   imp *it = NULL;
+  st_charge charge = {0}; /* the import's own arrays */
   int n = 0, made = 0;
   int lst = ts__st_open(sp->path, &m, &lerr);
   if (!lst)
-    lst = choose(sp, m, s, ts_world_size(w), &it, &n, &lerr);
+    lst = choose(sp, m, s, ts_world_size(w), &charge, &it, &n, &lerr);
   /* the model, the names and the attributes checked alike on every rank before any allocation */
   int rc = ts_comm_agree(c, lst, &lerr, err);
   if (!rc) {
-    lst = copy_names(it, n, m->metadata, res, &lerr);
+    lst = copy_names(it, n, res, &lerr);
     if (!lst)
       lst = create_all(s, m, it, n, &made, &res->bytes, &lerr);
     rc = ts_comm_agree(c, lst, &lerr, err);
@@ -342,6 +439,7 @@ int ts_st_import(ts_store *s, ts_world *w, const ts_st_import_spec *sp, ts_st_re
     res->bytes = bytes;
   }
   free(it);
+  ts__st_uncharge(&charge);
   ts__st_close(&m);
   return rc;
 }

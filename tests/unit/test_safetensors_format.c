@@ -11,9 +11,15 @@
  * a header length beyond the file, JSON that does not parse, a header that is an array, unknown
  * and unsupported dtypes, a shape that does not match its bytes, a negative dim, a shape
  * overflowing 64 bits, a name with a control character, an index naming a path or a missing
- * tensor, a FIFO in place of the file. */
+ * tensor, a FIFO in place of the file, a __metadata__ that is not text to text. Untrusted sizes:
+ * 100,000 entries in one file and 100,000 in an index of two files opened (and every name found)
+ * in well under the time a pairwise check would take, an overlap between the first and the last
+ * of many entries found; each file of an index keeps its own __metadata__; a header's parse and
+ * its metadata counted against the pool's limit (LIMIT before jansson would take 50 times the
+ * text's bytes), and nothing left counted once the model is closed. */
 #include <fcntl.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -98,7 +104,8 @@ START_TEST(every_dtype) {
     ck_assert_int_eq(t->offset, start + want[k].begin);
     ck_assert_int_eq(t->bytes, want[k].bytes);
   }
-  ck_assert_str_eq(json_string_value(json_object_get(m->metadata, "format")), "pt");
+  ck_assert_ptr_nonnull(m->files[0].meta);
+  ck_assert_str_eq(m->files[0].meta->text, "{\"format\":\"pt\"}");
   ts__st_close(&m);
   ck_assert_ptr_null(m);
   ts__st_close(NULL); /* accepts NULL */
@@ -199,6 +206,178 @@ START_TEST(bad_files) {
 }
 END_TEST
 
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* The JSON of n one-byte U8 entries named <prefix><i> at data offsets from `at` on, between
+ * `head` and `tail` (malloc'd). */
+static char *entries_json(const char *head, const char *prefix, int from, int n, int at,
+                          const char *tail) {
+  size_t cap = strlen(head) + strlen(tail) + (size_t)n * (strlen(prefix) + 80) + 16, len = 0;
+  char *h = malloc(cap);
+  ck_assert_ptr_nonnull(h);
+  len += (size_t)snprintf(h + len, cap - len, "%s", head);
+  for (int i = 0; i < n; i++)
+    len += (size_t)snprintf(h + len, cap - len,
+                            "%s\"%s%d\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[%d,%d]}",
+                            i ? "," : "", prefix, from + i, at + i, at + i + 1);
+  snprintf(h + len, cap - len, "%s", tail);
+  return h;
+}
+
+START_TEST(many_entries) {
+  make_dir();
+  ts_error err;
+  st_model *m = NULL;
+  int n = 100000;
+  char *h = entries_json("{", "layer.", 0, n, 0, "}");
+  const char *path = write_st("many.safetensors", h, -1, (size_t)n);
+  free(h);
+  double t0 = now_s();
+  ck_assert_int_eq(ts__st_open(path, &m, &err), TS_OK);
+  ck_assert_int_eq(m->ntensors, n);
+  char nm[64];
+  for (int i = 0; i < n; i++) {
+    snprintf(nm, sizeof nm, "layer.%d", i);
+    const st_tensor *t = ts__st_find(m, nm);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(t->offset - m->files[0].data_start, i);
+  }
+  ck_assert_ptr_null(ts__st_find(m, "layer.-1"));
+  ts__st_close(&m);
+  double one = now_s() - t0;
+  /* an index of two files, every name of its weight_map looked up in the model */
+  int half = 50000;
+  for (int f = 0; f < 2; f++) {
+    h = entries_json("{", "w.", f * half, half, 0, "}");
+    write_st(f ? "b.safetensors" : "a.safetensors", h, -1, (size_t)half);
+    free(h);
+  }
+  char idx[512];
+  snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
+  FILE *fi = fopen(idx, "w");
+  ck_assert_ptr_nonnull(fi);
+  fputs("{\"weight_map\":{", fi);
+  for (int i = 0; i < 2 * half; i++)
+    fprintf(fi, "%s\"w.%d\":\"%s\"", i ? "," : "", i, i < half ? "a.safetensors" : "b.safetensors");
+  fputs("}}", fi);
+  fclose(fi);
+  t0 = now_s();
+  ck_assert_int_eq(ts__st_open(idx, &m, &err), TS_OK);
+  ck_assert_int_eq(m->ntensors, 2 * half);
+  ck_assert_int_eq(ts__st_find(m, "w.77777")->file, 1);
+  ts__st_close(&m);
+  double two = now_s() - t0;
+  /* many entries, the last overlapping the first */
+  h = entries_json("{", "x.", 0, n, 0, ",\"last\":{\"dtype\":\"U8\",\"shape\":[2],"
+                   "\"data_offsets\":[0,2]}}");
+  path = write_st("overlap-many.safetensors", h, -1, (size_t)n);
+  free(h);
+  t0 = now_s();
+  refused(path, TS_CORRUPT, "overlap", "'last'");
+  double three = now_s() - t0;
+  printf("100000 entries: %.2f s; an index of 100000: %.2f s; an overlap among 100001: %.2f s\n",
+         one, two, three);
+  /* a pairwise check of 100000 names takes some 5e9 comparisons: tens of seconds */
+  ck_assert_msg(one < 10 && two < 10 && three < 10, "%.2f, %.2f, %.2f s", one, two, three);
+  remove_dir();
+}
+END_TEST
+
+START_TEST(metadata_text_to_text) {
+  make_dir();
+  ts_error err;
+  st_model *m = NULL;
+  const char *e = "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+  const struct {
+    const char *meta, *kept; /* kept NULL: nothing kept */
+  } ok[] = {{"null", NULL}, {"{}", NULL}, {"{\"b\":\"2\",\"a\":\"1\"}", "{\"a\":\"1\",\"b\":\"2\"}"}};
+  char h[512];
+  for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+    snprintf(h, sizeof h, "{\"__metadata__\":%s,%s", ok[i].meta, e);
+    ck_assert_int_eq(ts__st_open(write_st("m.safetensors", h, -1, 4), &m, &err), TS_OK);
+    if (ok[i].kept)
+      ck_assert_str_eq(m->files[0].meta->text, ok[i].kept);
+    else
+      ck_assert_ptr_null(m->files[0].meta);
+    ts__st_close(&m);
+  }
+  const char *bad[] = {"{\"a\":1}", "{\"format\":\"pt\",\"a\":[\"x\"]}", "{\"a\":{\"b\":\"c\"}}",
+                       "{\"a\":true}"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    snprintf(h, sizeof h, "{\"__metadata__\":%s,%s", bad[i], e);
+    refused(write_st("bad.safetensors", h, -1, 4), TS_CORRUPT, "__metadata__ entry 'a'",
+            "bad.safetensors");
+  }
+  /* each file of an index keeps its own */
+  write_st("a.safetensors", "{\"__metadata__\":{\"part\":\"1\"},"
+                            "\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", -1, 4);
+  write_st("b.safetensors", "{\"__metadata__\":{\"part\":\"2\"},"
+                            "\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", -1, 4);
+  char idx[512];
+  snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
+  FILE *f = fopen(idx, "w");
+  fputs("{\"weight_map\":{\"x\":\"a.safetensors\",\"y\":\"b.safetensors\"}}", f);
+  fclose(f);
+  ck_assert_int_eq(ts__st_open(idx, &m, &err), TS_OK);
+  ck_assert_str_eq(m->files[ts__st_find(m, "x")->file].meta->text, "{\"part\":\"1\"}");
+  ck_assert_str_eq(m->files[ts__st_find(m, "y")->file].meta->text, "{\"part\":\"2\"}");
+  ts__st_close(&m);
+  remove_dir();
+}
+END_TEST
+
+/* A header of `{"__metadata__":{"s":"xxx..."}}` with `n` x's, or with `arrays` nested empty
+ * arrays in its one tensor's shape (written to name; malloc'd text freed here). */
+static const char *costly(const char *name, size_t n, size_t arrays) {
+  size_t cap = n + 3 * arrays + 64;
+  char *h = malloc(cap);
+  ck_assert_ptr_nonnull(h);
+  size_t len = (size_t)snprintf(h, cap, arrays ? "{\"a\":{\"shape\":[" : "{\"__metadata__\":{\"s\":\"");
+  for (size_t i = 0; i < n; i++)
+    h[len++] = 'x';
+  for (size_t i = 0; i < arrays; i++)
+    len += (size_t)snprintf(h + len, cap - len, "%s[]", i ? "," : "");
+  snprintf(h + len, cap - len, arrays ? "]}}" : "\"}}");
+  const char *path = write_st(name, h, -1, 0);
+  free(h);
+  return path;
+}
+
+START_TEST(header_memory_charged) {
+  make_dir();
+  ts_pool_config keep, c;
+  ts_pool_get_config(&keep);
+  c = keep;
+  c.limit = 32 << 20;
+  ts_pool_configure(&c);
+  ts_pool_stats s0, s1;
+  ts_pool_get_stats(&s0);
+  /* 1 MiB of empty arrays: jansson takes about 50 MiB to parse them */
+  refused(costly("arrays.safetensors", 0, 350000), TS_LIMIT, "parsing its header of",
+          "of the memory limit of 33554432 bytes");
+  /* a 4 MiB string fits; the metadata is counted while the model is open */
+  st_model *m = NULL;
+  ts_error err;
+  ck_assert_int_eq(ts__st_open(costly("meta.safetensors", 4 << 20, 0), &m, &err), TS_OK);
+  ck_assert_uint_eq(m->files[0].meta->len, (4 << 20) + 8);
+  ts_pool_get_stats(&s1);
+  ck_assert_uint_ge(s1.in_use, s0.in_use + (4 << 20));
+  ts__st_close(&m);
+  ts_pool_get_stats(&s1);
+  ck_assert_uint_eq(s1.in_use, s0.in_use);
+  /* a 12 MiB one does not */
+  refused(costly("big.safetensors", 12 << 20, 0), TS_LIMIT, "big.safetensors", "bytes");
+  ts_pool_get_stats(&s1);
+  ck_assert_uint_eq(s1.in_use, s0.in_use);
+  ts_pool_configure(&keep);
+  remove_dir();
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("safetensors_format");
   TCase *tc = tcase_create("safetensors_format");
@@ -206,6 +385,9 @@ int main(void) {
   tcase_add_test(tc, every_dtype);
   tcase_add_test(tc, index_of_two_files);
   tcase_add_test(tc, bad_files);
+  tcase_add_test(tc, many_entries);
+  tcase_add_test(tc, metadata_text_to_text);
+  tcase_add_test(tc, header_memory_charged);
   suite_add_tcase(s, tc);
   return ts_run_suite(s);
 }
