@@ -214,6 +214,7 @@ def cli(*args, env=None, user=None, binary=None, timeout=30):
                            extra_groups=[] if user else None, cwd="/")
     except subprocess.TimeoutExpired:
         return None, "hung", time.monotonic() - t0
+    check("Sanitizer" not in r.stderr, f"the CLI {args} ran clean: {r.stderr!r}")
     return r.returncode, r.stdout + r.stderr, time.monotonic() - t0
 
 
