@@ -131,7 +131,7 @@ ok test ! -e "$pidfile"
 ok test -f "$dir/ck/index.json"
 ok test -z "$(ls -d "$dir"/.ck.tmp-* 2>/dev/null)"
 log="$dir/tshard-$job.log"
-ok grep -q "tshard-launch: job '$job' asked to stop: its daemons here finish" "$log"
+ok grep -q "tshard-launch: job '$job' asked to stop: rank 0 orders every daemon to finish" "$log"
 for r in 0 1; do
   ok grep -qF "tshardd[$r] info: background save $save_id to '$dir/ck' complete" "$log"
 done
@@ -148,7 +148,7 @@ ok "$launch" start -np 2 --job "$job" >/dev/null
 lead=$(head -1 "$pidfile")
 kill -TERM -- "-$lead"
 ok until_ok 60 test ! -e "/proc/$lead"
-ok grep -q "tshard-launch: job '$job' asked to stop: its daemons here finish" "$log"
+ok grep -q "tshard-launch: job '$job' asked to stop: rank 0 orders every daemon to finish" "$log"
 ok grep -qx "exit=0" "$dir/tshard-$job.status"
 # daemons slower than --timeout: the leader terminates mpirun, which ends them
 rm -rf "$dir/ck"
