@@ -541,7 +541,9 @@ bool tsd_bgsave_tick(tsd_engine *e) {
     order_finish(e);
     did = true;
   }
-  if (e->cfg->snapshot_every > 0 && e->cfg->snapshot_dir[0]) {
+  /* no new periodic snapshot once a signal asked the daemon to stop: the shutdown follows */
+  if (e->cfg->snapshot_every > 0 && e->cfg->snapshot_dir[0] &&
+      !atomic_load(&e->sh->stop_signalled)) {
     int64_t now = now_ms();
     if (bg.next_snapshot_ms == 0)
       bg.next_snapshot_ms = now + e->cfg->snapshot_every;
@@ -560,7 +562,8 @@ bool tsd_bgsave_tick(tsd_engine *e) {
 }
 
 int64_t tsd_bgsave_due_ms(tsd_engine *e) {
-  if (e->rank != 0 || e->stopping || e->cfg->snapshot_every <= 0 || !e->cfg->snapshot_dir[0])
+  if (e->rank != 0 || e->stopping || e->cfg->snapshot_every <= 0 || !e->cfg->snapshot_dir[0] ||
+      atomic_load(&e->sh->stop_signalled))
     return -1;
   if (bg.next_snapshot_ms == 0)
     return 0; /* the tick sets the first period */

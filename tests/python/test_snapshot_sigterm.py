@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -76,7 +77,13 @@ def terminate(d):
         os.kill(pids[r], signal.SIGTERM)
     try:
         return d.proc.wait(120)
-    except Exception:
+    except subprocess.TimeoutExpired:  # the daemons did not stop: none may outlive the test
+        for p in pids.values():
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        d.proc.wait(60)
         return None
 
 
