@@ -37,6 +37,7 @@ struct ts_world {
   bool initialized_mpi; /* we called MPI_Init_thread, so we finalize */
   int rank, size, thread_level;
   int node_size;        /* ranks of the world on this rank's node (cma.c) */
+  int *node_of;         /* per world rank: the lowest world rank on its node (world.c) */
   ts_comm world;        /* duplicate of MPI_COMM_WORLD */
   ts_comm *cache;       /* group communicators */
   int ncached;

@@ -29,6 +29,9 @@ int ts_world_size(const ts_world *w);
 int ts_world_thread_level(const ts_world *w);
 /* How many ranks of the world run on this rank's node (this one included). */
 int ts_world_node_size(const ts_world *w);
+/* The node (host) of every world rank, as MPI's shared-memory split sees them: world_size
+ * entries, each the lowest world rank on that rank's node. */
+const int *ts_world_node_of(const ts_world *w);
 /* Doorbells: a rank waiting for a message from a rank of its node blocks until that rank rings
  * it, instead of napping (doorbell.c). ts_world_bell_seq reads this rank's bell; after testing
  * its condition, a waiter calls ts_world_bell_wait with what it read, which returns when the

@@ -21,6 +21,27 @@ int ts__mpi_error(int mpi_rc, const char *call, const char *file, int line, ts_e
                       base ? base + 1 : file, line);
 }
 
+/* The node of every rank: each rank's node leader (its lowest world rank, by a reduction over
+ * the shared-memory split), gathered over the world. */
+static int node_map(ts_world *w, ts_error *err) {
+  MPI_Comm node;
+  TS_MPI_CHECK(MPI_Comm_split_type(w->world.comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+               err);
+  int leader = w->rank, rc = MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, node);
+  MPI_Comm_free(&node);
+  if (rc != MPI_SUCCESS)
+    return ts__mpi_error(rc, "MPI_Allreduce", __FILE__, __LINE__, err);
+  w->node_of = malloc((size_t)w->size * sizeof *w->node_of);
+  int ok = w->node_of != NULL;
+  rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, w->world.comm);
+  if (rc == MPI_SUCCESS && ok)
+    rc = MPI_Allgather(&leader, 1, MPI_INT, w->node_of, 1, MPI_INT, w->world.comm);
+  if (rc != MPI_SUCCESS)
+    return ts__mpi_error(rc, "the exchange of the ranks' nodes", __FILE__, __LINE__, err);
+  return ok ? TS_OK : ts_error_set(err, TS_NO_MEMORY, "no memory for the nodes of %d ranks",
+                                   w->size);
+}
+
 int ts_world_init(int *argc, char ***argv, int thread_level, ts_world **out, ts_error *err) {
   if (!out)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_world_init: NULL output");
@@ -75,10 +96,17 @@ int ts_world_init(int *argc, char ***argv, int thread_level, ts_world **out, ts_
     ts__comm_types_free(NULL);
     goto fail;
   }
+  if ((rc = node_map(w, err))) {
+    ts__doorbell_free(w);
+    ts__cma_free(w);
+    ts__comm_types_free(NULL);
+    goto fail;
+  }
   ts_wait_set_node_processes(w->node_size); /* waits yield when ranks outnumber cores */
   *out = w;
   return TS_OK;
 fail:
+  free(w->node_of);
   free(w->world.ranks);
   if (w->world.comm != MPI_COMM_NULL)
     MPI_Comm_free(&w->world.comm);
@@ -110,6 +138,7 @@ int ts_world_finalize(ts_world **pw, ts_error *err) {
   if (mrc != MPI_SUCCESS && rc == TS_OK)
     rc = ts__mpi_error(mrc, "MPI_Comm_free", __FILE__, __LINE__, err);
   free(w->world.ranks);
+  free(w->node_of);
   ts__cma_free(w);
   if (w->initialized_mpi) {
     mrc = MPI_Finalize();
@@ -125,6 +154,7 @@ int ts_world_rank(const ts_world *w) { return w->rank; }
 int ts_world_size(const ts_world *w) { return w->size; }
 int ts_world_thread_level(const ts_world *w) { return w->thread_level; }
 int ts_world_node_size(const ts_world *w) { return w->node_size > 0 ? w->node_size : 1; }
+const int *ts_world_node_of(const ts_world *w) { return w->node_of; }
 ts_comm *ts_world_comm(ts_world *w) { return &w->world; }
 int ts_world_cached_comms(const ts_world *w) { return w->ncached; }
 int ts_comm_rank(const ts_comm *c) { return c->rank; }

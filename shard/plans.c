@@ -25,6 +25,7 @@ struct ts_plan_cache {
   int cap, n;
   uint64_t clock, hits, misses;
   slot *slots;
+  ts_topology *topo; /* where the ranks live: every plan made is planned on it */
 };
 
 int ts_plan_cache_create(int capacity, ts_plan_cache **out, ts_error *err) {
@@ -53,10 +54,27 @@ void ts_plan_cache_destroy(ts_plan_cache **p) {
     ts_plan_destroy(&c->slots[i].plan);
   }
   free(c->slots);
+  ts_topology_destroy(&c->topo);
   pthread_mutex_destroy(&c->lock);
   free(c);
   *p = NULL;
 }
+
+void ts_plan_cache_set_topology(ts_plan_cache *c, ts_topology *topo) {
+  if (!c)
+    return;
+  pthread_mutex_lock(&c->lock);
+  for (int i = 0; i < c->n; i++) { /* plans made for another placement of the ranks */
+    free(c->slots[i].key);
+    ts_plan_destroy(&c->slots[i].plan);
+  }
+  c->n = 0;
+  ts_topology_destroy(&c->topo);
+  c->topo = ts_topology_ref(topo);
+  pthread_mutex_unlock(&c->lock);
+}
+
+const ts_topology *ts_plan_cache_topology(const ts_plan_cache *c) { return c ? c->topo : NULL; }
 
 /* The arguments' canonical text in key (KEY_MAX bytes); false when it does not fit. */
 static bool make_key(char *key, int ndim, const int64_t *shape, ts_dtype dt, const ts_attr *src,
@@ -101,7 +119,7 @@ int ts_plan_cache_get(ts_plan_cache *c, int ndim, const int64_t *shape, ts_dtype
   ts_plan_opts o = opts ? *opts : (ts_plan_opts){TS_STRATEGY_AUTO, 0, 0};
   if (!c || !out || !src || !tgt || (ndim > 0 && !shape) || ndim < 0 || ndim > TS_MAX_DIMS ||
       !make_key(key, ndim, shape, dt, src, tgt, &o))
-    return ts_plan_create(ndim, shape, dt, src, tgt, opts, out, err);
+    return ts_plan_create_on(ndim, shape, dt, src, tgt, opts, c ? c->topo : NULL, out, err);
   uint64_t hash = XXH3_64bits(key, strlen(key));
   pthread_mutex_lock(&c->lock);
   for (int i = 0; i < c->n; i++)
@@ -114,7 +132,7 @@ int ts_plan_cache_get(ts_plan_cache *c, int ndim, const int64_t *shape, ts_dtype
     }
   c->misses++;
   pthread_mutex_unlock(&c->lock);
-  int rc = ts_plan_create(ndim, shape, dt, src, tgt, opts, out, err);
+  int rc = ts_plan_create_on(ndim, shape, dt, src, tgt, opts, c->topo, out, err);
   if (rc == TS_OK) { /* failures are not kept: their messages are made afresh */
     pthread_mutex_lock(&c->lock);
     keep(c, hash, key, *out);

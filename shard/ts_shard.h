@@ -133,8 +133,8 @@ void ts_name_index_moved(ts_name_index *x, const char *name, int to, ts_name_at 
                          const void *ctx);
 void ts_name_index_clear(ts_name_index *x); /* frees the table; accepts NULL */
 
-/* Plans kept for repeated reshards (plans.c): ts_plan_cache_get gives the plan ts_plan_create
- * would, shared with earlier calls of the same arguments (release it with ts_plan_destroy as
+/* Plans kept for repeated reshards (plans.c): ts_plan_cache_get gives the plan ts_plan_create_on
+ * would (on the cache's topology), shared with earlier calls of the same arguments (release it with ts_plan_destroy as
  * usual); at most `capacity` plans are kept, the least recently used given up first. */
 typedef struct ts_plan_cache ts_plan_cache;
 int ts_plan_cache_create(int capacity, ts_plan_cache **out, ts_error *err);
@@ -144,6 +144,10 @@ int ts_plan_cache_get(ts_plan_cache *c, int ndim, const int64_t *shape, ts_dtype
                       ts_plan **out, ts_error *err);
 /* How many calls found their plan kept, and how many made one. */
 void ts_plan_cache_counts(ts_plan_cache *c, uint64_t *hits, uint64_t *misses);
+/* Plans made from now on are planned on topo (a reference is kept; NULL: one host); the plans
+ * kept so far are given up. Set it before the cache is shared with other threads' lookups. */
+void ts_plan_cache_set_topology(ts_plan_cache *c, ts_topology *topo);
+const ts_topology *ts_plan_cache_topology(const ts_plan_cache *c);
 #define TS_STORE_PLANS 64 /* plans a store keeps */
 
 typedef struct ts_store ts_store;

@@ -395,6 +395,23 @@ static void engine_pause(tsd_engine *e, ts_waiter *idle, uint32_t seen, int send
     wait_for_work(e, ns);
 }
 
+/* Where the ranks live, from the world's nodes: every plan of the store is planned on it. */
+static int place_ranks(tsd_engine *e, ts_error *err) {
+  ts_topology *topo = NULL;
+  int rc = ts_topology_create(e->size, ts_world_node_of(e->world), &topo, err);
+  if (rc)
+    return rc;
+  ts_plan_cache_set_topology(ts_store_plans(e->store), topo);
+  if (e->rank == 0 && ts_topology_nhosts(topo) > 1) {
+    char text[200];
+    size_t n = ts_topology_format(topo, text, sizeof text);
+    TSD_LOG(TSD_LOG_INFO, "ranks on %d hosts: %s%s; plans weigh each host's link",
+            ts_topology_nhosts(topo), text, n >= sizeof text ? "..." : "");
+  }
+  ts_topology_destroy(&topo);
+  return TS_OK;
+}
+
 int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
   tsd_engine *e = calloc(1, sizeof *e);
   if (!e)
@@ -425,7 +442,8 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
   ts_pool_config pc = {e->cfg->memory_limit, e->cfg->pool_cache, e->cfg->pool_idle_ms,
                        e->cfg->pool_huge != 0};
   ts_pool_configure(&pc);
-  if ((rc = ts_store_create(&e->store, e->rank, e->cfg->memory_limit, err)))
+  if ((rc = ts_store_create(&e->store, e->rank, e->cfg->memory_limit, err)) ||
+      (rc = place_ranks(e, err)))
     goto out;
   if ((rc = ts_control_create(e->world, &e->ctl, err)))
     goto out;

@@ -102,7 +102,8 @@ void tsd_op_plan(tsd_engine *e, tsd_work *w) {
   if (!rc)
     rc = tsd_attr_from_msg(p->attr, &tgt, &err);
   if (!rc)
-    rc = ts_plan_create(t->ndim, t->shape, t->dtype, t->attr, tgt, &o, &plan, &err);
+    rc = ts_plan_cache_get(ts_store_plans(e->store), t->ndim, t->shape, t->dtype, t->attr, tgt,
+                           &o, &plan, &err); /* the plan a reshard would run, on the topology */
   if (!rc && !(text = ts_plan_explain(plan, 0)))
     rc = ts_error_set(&err, TS_NO_MEMORY, "no memory for the explain text");
   if (rc) {

@@ -86,6 +86,8 @@ sys.exit(0 if np.array_equal(np.load('$work/w.npy'), np.load('$work/back$r.npy')
       { echo "FAIL: $1: host $((r + 1)) reads a different tensor"; return 1; }
   done
 }
+# rank 0 knows where every rank lives: one rank on each of the three hosts
+ok grep -q "ranks on 3 hosts: hosts=3x1; plans weigh each host's link" "$work/daemons.log"
 # cross-host p2p: from host 1 alone to hosts 2 and 3
 ok on 1 reshard w --to "mesh=[2]@1-2 placements=[S(0)]" --strategy p2p
 ok check_all "p2p host 1 -> hosts 2,3"
