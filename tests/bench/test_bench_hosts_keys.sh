@@ -62,7 +62,9 @@ ok test $? -eq 0
 cat "$out"
 ok gone "$out"
 ok grep -qE "^mpi_flags=.*btl_tcp_flags send,inplace" "$out"
-for k in link_verified_mbps link_verified_MBps link_duplex_MBps tensor_mib; do ok pos "$k" "$out"; done
+for k in link_verified_mbps link_verified_MBps link_duplex_MBps tensor_mib cpus; do ok pos "$k" "$out"; done
+ok grep -qE "^load_before=[0-9.]+$" "$out"
+ok grep -qE "^load_after=[0-9.]+$" "$out"
 ok grep -qE "^link_overhead_pct=-?[0-9]+\.[0-9]+$" "$out"
 ok grep -qE "^idle_Bps=[0-9]+$" "$out"
 ok grep -qxF "rank_hosts=1,1,2,2" "$out"
@@ -92,6 +94,7 @@ for c in "${!needed[@]}"; do
 done
 for c in s0_s1 s0_r p_r p_s0 r_host1_r_all; do
   ok pos "${c}_mpi4py_ms" "$out"
+  ok pos "${c}_mpi4py_crossed_mib" "$out"
   ok ratio_ok "${c}_mpi4py_vs_bound" "${c}_mpi4py_ms" "${c}_bound_ms" 0.005
 done
 for k in small_4096_hosts_us small_4096_hosts_p90_us small_4096_hosts_rank0_us small_4096_hosts_raw_us \
