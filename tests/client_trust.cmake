@@ -18,6 +18,8 @@ if(TARGET tshard-python AND TARGET tshardd)
   add_test(NAME test_python_client_input
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_client_input.py
                    ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
-  set_tests_properties(test_python_client_input PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT} ENVIRONMENT
-                       "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
+  set(TS_INPUT_ENV ${TS_MPI_TEST_ENV}
+      "PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
+  set_tests_properties(test_python_client_input PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_INPUT_ENV}")
 endif()
