@@ -15,7 +15,8 @@ MPI's shared memory (vader), ranks of two hosts through TCP over the shaped link
 Python package drives the daemons from the root namespace (a Unix socket is a file: a client in
 any network namespace reaches it). Everything it made is torn down on exit, on an error, on
 SIGINT, SIGTERM or SIGHUP and after --timeout: the daemons, mpirun, the namespaces, the work
-directory (the last line, teardown_left, says what, if anything, could not be removed).
+directory, and what Open MPI leaves of a killed job under the hosts' hostnames (/tmp/ompi.*,
+/dev/shm/vader_segment.*); the last line, teardown_left, says what, if anything, is left.
 
 Printed, as key=value lines (the keys of a host count other than 2 start with h<H>_):
   mpi_flags             the Open MPI transport flags of the daemons and of the mpi4py reference
@@ -88,6 +89,7 @@ usage: tshard-bench-hosts [--hosts LIST] [--also-3] [--ranks-per-host P] [--rate
        [--repeat N] [--size-mib M] [--small-iters K] [--quick] [--timeout SEC] [--help]
 """
 import argparse
+import glob
 import json
 import math
 import os
@@ -102,6 +104,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 SCRIPT = os.path.realpath(__file__)
@@ -271,15 +274,29 @@ class Hosts:
                 except (ProcessLookupError, ValueError):
                     pass
 
+    def litter(self):
+        """What Open MPI leaves of a killed job under the hosts' hostnames: its session
+        directories and shared-memory segments."""
+        return [p for d, pre in (("/tmp", "ompi."), ("/dev/shm", "vader_segment."))
+                for p in glob.glob(os.path.join(d, f"{pre}{self.tag}-host*"))]
+
     def down(self):
         self.kill_inside()
         for n in reversed(self.made):
             run(["ip", "netns", "del", n], check=False)
         self.made = []
+        for p in self.litter():
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(p)
+                except OSError:  # gone meanwhile; left() reports what stays
+                    pass
 
     def left(self):
         have = run(["ip", "netns", "list"], check=False, quiet=True)
-        return [n for n in self.names() if re.search(rf"^{n}\b", have, re.M)]
+        return [n for n in self.names() if re.search(rf"^{n}\b", have, re.M)] + self.litter()
 
 
 def switch_counters(sw, count):
@@ -497,7 +514,7 @@ class Job:
                 self.proc.wait(timeout=30)
             except Exception as e:  # the daemons are stopped below all the same
                 print(f"tshard-bench-hosts: shutdown: {e}", file=sys.stderr)
-        stop_group(self.proc, 3)  # a group left after mpirun itself ended
+        stop_group(self.proc, 3)  # an mpirun that did not end by itself
         self.hosts.kill_inside()
         self.proc = None
 
@@ -611,24 +628,26 @@ def mpi_rank(argv):
             print(f"rank {rank}: the mpi4py {what} delivered wrong values", file=sys.stderr)
             comm.Abort(1)
 
-    blk = np.full(e // n, rank + 1, np.float32)  # this rank's rows, pre-packed by destination
-    out = np.zeros(e // n, np.float32)
-    timed("alltoall", lambda: comm.Alltoall(blk, out), o.repeat, 1, 1e3)
-    check(out[-1] == n, "Alltoall")
-    whole = np.zeros(e, np.float32)
-    timed("allgather", lambda: comm.Allgather(blk, whole), o.repeat, 1, 1e3)
-    check(whole[-1] == n, "Allgather")
-    part = np.ones(e, np.float32)
-    timed("allreduce", lambda: comm.Allreduce(part, whole, op=MPI.SUM), o.repeat, 1, 1e3)
-    check(whole[-1] == n, "Allreduce")
-    timed("reduce_scatter", lambda: comm.Reduce_scatter_block(part, out, op=MPI.SUM),
-          o.repeat, 1, 1e3)
-    check(out[-1] == n, "Reduce_scatter_block")
-    if rank == 0:
-        whole[:] = 7
-    timed("bcast", lambda: comm.Bcast(whole, root=0), o.repeat, 1, 1e3)
-    check(whole[-1] == 7, "Bcast")
-    del blk, out, whole, part
+    def big():  # the large moves; their buffers go with the call
+        blk = np.full(e // n, rank + 1, np.float32)  # this rank's rows, packed by destination
+        out = np.zeros(e // n, np.float32)
+        timed("alltoall", lambda: comm.Alltoall(blk, out), o.repeat, 1, 1e3)
+        check(out[-1] == n, "Alltoall")
+        whole = np.zeros(e, np.float32)
+        timed("allgather", lambda: comm.Allgather(blk, whole), o.repeat, 1, 1e3)
+        check(whole[-1] == n, "Allgather")
+        part = np.ones(e, np.float32)
+        timed("allreduce", lambda: comm.Allreduce(part, whole, op=MPI.SUM), o.repeat, 1, 1e3)
+        check(whole[-1] == n, "Allreduce")
+        timed("reduce_scatter", lambda: comm.Reduce_scatter_block(part, out, op=MPI.SUM),
+              o.repeat, 1, 1e3)
+        check(out[-1] == n, "Reduce_scatter_block")
+        if rank == 0:
+            whole[:] = 7
+        timed("bcast", lambda: comm.Bcast(whole, root=0), o.repeat, 1, 1e3)
+        check(whole[-1] == 7, "Bcast")
+
+    big()
     # The small reshard's pieces: rank i's rows x rank j's columns of an f32 [32, 32].
     rows, cols = splits(SMALL_DIM, n), splits(SMALL_DIM, n)
     scount = [rows[rank] * cols[j] for j in range(n)]
@@ -711,6 +730,8 @@ def timed_reshard(c0, probes, name, target, old):
         r = c0.reshard(name, target)
     except BaseException:
         stop.set()  # the probes see the old attribute and leave
+        for t in threads:
+            t.join(timeout=5)
         raise
     t1 = time.perf_counter()
     for t in threads:
@@ -1029,6 +1050,9 @@ def main(argv):
     except Interrupted as e:
         print(f"tshard-bench-hosts: {e}: tearing down", file=sys.stderr)
         status = e.status
+    except Exception:  # an unforeseen failure: its trace, then the tear-down
+        traceback.print_exc()
+        status = 1
     finally:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
                                                   signal.SIGALRM})

@@ -3,10 +3,10 @@
 # its header with a sane value (times, bounds, rates and crossed bytes above 0, each ratio its
 # figures' quotient, each bound the tensor's busiest-host bytes over the verified rate, each
 # needed size the formula's, the ranks on their hosts), and its tear-down leaves no namespace,
-# no process and no work directory behind; a second run sent SIGTERM once its daemons serve
-# tears down the same way. Figures are not judged (a loaded CI box). Without root, `ip`, `tc`
-# or network namespaces it says SKIPPED with the reason (exit 77, which CTest reports as
-# skipped).
+# no process, no work directory and no Open MPI session directory or segment behind; a second
+# run sent SIGTERM once its daemons serve tears down the same way. Figures are not judged (a
+# loaded CI box). Without root, `ip`, `tc`, mpi4py or network namespaces it says SKIPPED with
+# the reason (exit 77, which CTest reports as skipped).
 # usage: test_bench_hosts_keys.sh BUILD_BIN_DIR
 set -u
 bin=$1
@@ -51,9 +51,16 @@ gone() {
   local tag work
   tag=$(val netns_tag "$1") work=$(val work_dir "$1")
   [ -n "$tag" ] && [ -n "$work" ] || { echo "no netns_tag or work_dir in $1"; return 1; }
-  if ip netns list | grep -q "^$tag"; then echo "namespaces left: $(ip netns list | grep "^$tag")"; return 1; fi
+  if ip netns list | grep -qE "^$tag(sw|h[0-9])"; then
+    echo "namespaces left: $(ip netns list | grep -E "^$tag(sw|h[0-9])")"
+    return 1
+  fi
   if ps -eo args | grep -F -- "$work" | grep -vq grep; then echo "processes left in $work"; return 1; fi
   [ ! -e "$work" ] || { echo "$work left"; return 1; }
+  if ls -d /tmp/ompi."$tag"-* /dev/shm/*"$tag"-* 2>/dev/null | grep -q .; then
+    echo "Open MPI's files left: $(ls -d /tmp/ompi."$tag"-* /dev/shm/*"$tag"-* 2>/dev/null)"
+    return 1
+  fi
   [ "$(val teardown_left "$1")" = none ] || { echo "teardown_left=$(val teardown_left "$1")"; return 1; }
 }
 
