@@ -153,8 +153,8 @@ int tsd_run_export_safetensors(tsd_engine *e, const tsd_ordered *op, tsd_pending
                                ts_error *err);
 void tsd_changes_import_safetensors(const Tshard__Request *r, tsd_changes *ch);
 void tsd_answer_safetensors(tsd_engine *e, const tsd_pending *w);
-/* A dropped tensor's kept __metadata__ is forgotten; all of it when the engine stops. */
-void tsd_safetensors_forget(const char *name);
+/* The last answer's names or files are freed when the engine stops (the tensors' kept
+ * __metadata__ goes with their store entries). */
 void tsd_safetensors_free(void);
 
 #endif

@@ -49,7 +49,8 @@ int ts__st_meta_make(const char *file, json_t *o, st_meta **out, ts_error *err) 
              : ts_error_set(err, TS_NO_MEMORY, "safetensors file '%s': no memory for its "
                             "__metadata__", file);
   m->refs = 1;
-  m->len = json_dumpb(o, m->text, n, flags);
+  m->len = json_dumpb(o, m->text, n, flags); /* the same n: nothing changed in between */
+  m->len = m->len < n ? m->len : n;
   m->text[m->len] = '\0';
   *out = m;
   return TS_OK;

@@ -33,7 +33,6 @@ void ts_st_result_clear(ts_st_result *r) {
   for (int i = 0; i < r->n; i++)
     free(r->items[i]);
   free(r->items);
-  free(r->metadata);
   memset(r, 0, sizeof *r);
 }
 

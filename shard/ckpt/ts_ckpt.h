@@ -143,12 +143,14 @@ typedef struct ts_st_result {
   char **items;
   int64_t bytes;  /* this rank: read (import) or written (export) */
   bool mapped;    /* export: written through shared mappings of the files (else pwrite) */
-  char *metadata; /* import: the (first) file's __metadata__ as compact JSON, or NULL */
 } ts_st_result;
 void ts_st_result_clear(ts_st_result *r);
 
 /* Creates the tensors in row-major slices; each rank preads only the byte runs of its own box.
- * Atomic: on any failure on any rank no tensor is created. */
+ * Each tensor keeps its file's __metadata__ by reference in its store entry (ts_stored.kept) for
+ * as long as the entry lives; that and the reading of the headers count against the buffer
+ * pool's limit (TS_LIMIT naming the bytes). Atomic: on any failure on any rank no tensor is
+ * created. */
 int ts_st_import(ts_store *s, ts_world *w, const ts_st_import_spec *spec, ts_st_result *res,
                  ts_error *err);
 
@@ -157,7 +159,9 @@ int ts_st_import(ts_store *s, ts_world *w, const ts_st_import_spec *spec, ts_st_
  * `<stem>-00001-of-0000N.safetensors` beside it and `<path>.index.json`. Each rank pwrites the
  * byte runs of its own part of each slice (replicas share the writing); every file is written
  * under a temporary name (O_EXCL, O_NOFOLLOW, 0600) and renamed into place after every rank
- * agreed. meta: nmeta key/value pairs of __metadata__ (0: {"format": "pt"}). */
+ * agreed. meta: nmeta key/value pairs of __metadata__ (0: the metadata every tensor written keeps
+ * from its import when all keep the same, else {"format": "pt"}). A tensor named __metadata__
+ * is refused (TS_INVALID_ARGUMENT). */
 int ts_st_export(ts_store *s, ts_world *w, const char *path, const char *const *names, int n,
                  int64_t max_shard_bytes, const char *const *meta_keys,
                  const char *const *meta_values, int nmeta, ts_st_result *res, ts_error *err);
