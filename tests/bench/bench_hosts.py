@@ -60,7 +60,8 @@ Printed, as key=value lines (the keys of a host count other than 2 start with h<
                         time the client sees); small_4096_hosts_p90_us its p90,
                         small_4096_hosts_rank0_us the median of rank 0's own time (its answer's)
   small_4096_hosts_raw_us, small_4096_hosts_vs_raw   p50 of a hand-written mpi4py Alltoallv of
-                        the same pieces (the slowest rank's time per call), and the ratio
+                        the same pieces (the slowest rank's time per call; --small-iters calls
+                        before the daemons start and as many after they stopped), and the ratio
   target_vs_bound, target_crossed_pct, target_small_vs_raw   the targets: every <case>_vs_bound
                         <= 1.15, every <case>_crossed_mib within 2% of <case>_needed_mib,
                         small_4096_hosts_us <= 2 x small_4096_hosts_raw_us
@@ -603,6 +604,7 @@ def mpi_rank(argv):
     a.add_argument("--small-iters", type=int, required=True)
     a.add_argument("--switch", required=True)
     a.add_argument("--ports", type=int, required=True)
+    a.add_argument("--small-only", action="store_true")
     o = a.parse_args(argv)
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
@@ -647,7 +649,8 @@ def mpi_rank(argv):
         timed("bcast", lambda: comm.Bcast(whole, root=0), o.repeat, 1, 1e3)
         check(whole[-1] == 7, "Bcast")
 
-    big()
+    if not o.small_only:
+        big()
     # The small reshard's pieces: rank i's rows x rank j's columns of an f32 [32, 32].
     rows, cols = splits(SMALL_DIM, n), splits(SMALL_DIM, n)
     scount = [rows[rank] * cols[j] for j in range(n)]
@@ -663,12 +666,12 @@ def mpi_rank(argv):
     return 0
 
 
-def mpi_reference(hosts, geom, single_copy, work, dim, repeat, small_iters):
+def mpi_reference(hosts, geom, single_copy, work, dim, repeat, small_iters, small_only=False):
     """Runs the mpi4py job on the same hosts and ranks; {key: [values]} (ms; small in us)."""
     argv = mpirun_argv(hosts, geom.h, geom.p, single_copy, work,
                        [PYTHON, SCRIPT, "--mpi-rank", "--dim", str(dim), "--repeat", str(repeat),
                         "--small-iters", str(small_iters), "--switch", hosts.sw,
-                        "--ports", str(geom.h)])
+                        "--ports", str(geom.h)] + (["--small-only"] if small_only else []))
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          stdin=subprocess.DEVNULL, env=mpi_env(), start_new_session=True)
     try:
@@ -857,6 +860,7 @@ def host_count(nhosts, o, hosts, link_bps, single_copy, work, tshardd, out, fail
     job = Job(hosts, nhosts, o.ranks_per_host, single_copy, work, tshardd)
     clients = []
     served = False  # the daemons are shut down through a client only after a run to its end
+    small = None
     try:
         job.start()
         out.put(pre + "rank_hosts", ",".join(map(str, job.placement())))
@@ -872,15 +876,7 @@ def host_count(nhosts, o, hosts, link_bps, single_copy, work, tshardd, out, fail
             except (tshard.TshardError, RuntimeError, OSError) as e:
                 failures.append(f"{pre}{case[0]}: {e}")
         try:
-            us, p90, own, strat = small_case(clients[0], geom, o.small_iters)
-            out.put(pre + "small_4096_hosts_us", f"{us:.1f}")
-            out.put(pre + "small_4096_hosts_p90_us", f"{p90:.1f}")
-            out.put(pre + "small_4096_hosts_rank0_us", f"{own:.1f}")
-            out.put(pre + "small_4096_hosts_strategy", strat)
-            if "small" in ref:
-                raw = statistics.median(ref["small"])
-                out.put(pre + "small_4096_hosts_raw_us", f"{raw:.1f}")
-                out.put(pre + "small_4096_hosts_vs_raw", f"{us / raw:.3f}")
+            small = small_case(clients[0], geom, o.small_iters)
         except (tshard.TshardError, RuntimeError, OSError) as e:
             failures.append(f"{pre}small_4096_hosts: {e}")
         served = True
@@ -888,6 +884,28 @@ def host_count(nhosts, o, hosts, link_bps, single_copy, work, tshardd, out, fail
         job.stop(clients[0] if clients and served else None)
         for c in clients:
             c.close()
+    if small:
+        small_keys(small, geom, o, hosts, single_copy, work, dim, ref, pre, out, failures)
+
+
+def small_keys(small, geom, o, hosts, single_copy, work, dim, ref, pre, out, failures):
+    """The small reshard's keys; its raw reference runs before and after the daemons (the
+    median of both runs' calls), so that a burst of this machine's load does not fall on one
+    side only."""
+    us, p90, own, strat = small
+    out.put(pre + "small_4096_hosts_us", f"{us:.1f}")
+    out.put(pre + "small_4096_hosts_p90_us", f"{p90:.1f}")
+    out.put(pre + "small_4096_hosts_rank0_us", f"{own:.1f}")
+    out.put(pre + "small_4096_hosts_strategy", strat)
+    raw = list(ref.get("small", []))
+    try:
+        raw += mpi_reference(hosts, geom, single_copy, work, dim, o.repeat, o.small_iters,
+                             small_only=True).get("small", [])
+    except RuntimeError as e:
+        failures.append(f"{pre}mpi4py (small, after the daemons): {e}")
+    if raw:
+        out.put(pre + "small_4096_hosts_raw_us", f"{statistics.median(raw):.1f}")
+        out.put(pre + "small_4096_hosts_vs_raw", f"{us / statistics.median(raw):.3f}")
 
 
 def one_case(case, geom, clients, hosts, dim, repeat, idle_bps, tbytes, link_bps, ref, pre,
