@@ -720,6 +720,9 @@ int tshard_stats_get(tshard_client *c, tshard_stats *s) {
     s->pool_hits = x->pool_hits;
     s->pool_misses = x->pool_misses;
     s->pool_released = x->pool_released;
+    snprintf(s->topology, sizeof s->topology, "%s", x->topology ? x->topology : "");
+    s->hosts = (int)x->hosts;
+    s->host = (int)x->host;
     for (size_t i = 0; i < x->n_strategies && i < 16; i++) {
       snprintf(s->strategies[i].name, sizeof s->strategies[i].name, "%s",
                x->strategies[i]->strategy);

@@ -246,6 +246,10 @@ typedef struct tshard_stats {
   tshard_op_stats ops[64];
   int nsaves; /* background saves: the one writing, then the last finished ones */
   tshard_save_stats saves[8];
+  /* where the job's ranks live ("hosts=2x4", "map=0,1,0,1"; a long map cut with "..."), the
+   * number of hosts, and the host of the connected rank */
+  char topology[256];
+  int hosts, host;
 } tshard_stats;
 
 int tshard_stats_get(tshard_client *c, tshard_stats *s);

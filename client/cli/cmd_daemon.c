@@ -423,7 +423,9 @@ int cli_cmd_stats(cli_args *a, tshard_client *c) {
              (unsigned long long)s.strategies[i].bytes_sent,
              (unsigned long long)s.strategies[i].bytes_received,
              (unsigned long long)s.strategies[i].relayed);
-    printf("}, \"ops\": {");
+    printf("}, \"topology\": ");
+    cli_json_string(stdout, s.topology);
+    printf(", \"hosts\": %d, \"host\": %d, \"ops\": {", s.hosts, s.host);
     for (int i = 0; i < s.nops; i++)
       printf("%s\"%s\": {\"count\": %llu, \"p50_us\": %llu, \"p99_us\": %llu, "
              "\"batch_p50\": %llu, \"batch_max\": %llu}",
@@ -452,6 +454,7 @@ int cli_cmd_stats(cli_args *a, tshard_client *c) {
            (unsigned long long)s.operations, (unsigned long long)s.collective_ops,
            (unsigned long long)s.tensors, (unsigned long long)s.memory_in_use, limit,
            (unsigned long long)s.connections);
+    printf("hosts: %d (%s), this rank on host %d\n", s.hosts, s.topology, s.host);
     printf("pool: stored %llu, staging %llu, cached %llu (cap %llu), peak %llu bytes; "
            "%llu hits, %llu misses, %llu bytes released\n",
            (unsigned long long)s.stored_bytes, (unsigned long long)s.pool_staging,

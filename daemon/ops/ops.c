@@ -150,6 +150,13 @@ void tsd_op_stats(tsd_engine *e, tsd_work *w) {
   s.pool_released = ps.released;
   s.stored_bytes = (uint64_t)ts_store_used_bytes(e->store);
   s.connections = tsd_server_connections(e->sh->server);
+  const ts_topology *topo = ts_plan_cache_topology(ts_store_plans(e->store));
+  char topology[256];
+  if (ts_topology_format(topo, topology, sizeof topology) >= sizeof topology)
+    memcpy(topology + sizeof topology - 4, "...", 4); /* a long map: its start */
+  s.topology = topology;
+  s.hosts = (uint32_t)ts_topology_nhosts(topo);
+  s.host = (uint32_t)ts_topology_host(topo, e->rank);
   for (int i = 0; i < TS_STRATEGY_COUNT; i++) {
     tshard__strategy_bytes__init(&sb[i]);
     sb[i].strategy = (char *)ts_strategy_name((ts_strategy)i);

@@ -88,6 +88,14 @@ sys.exit(0 if np.array_equal(np.load('$work/w.npy'), np.load('$work/back$r.npy')
 }
 # rank 0 knows where every rank lives: one rank on each of the three hosts
 ok grep -q "ranks on 3 hosts: hosts=3x1; plans weigh each host's link" "$work/daemons.log"
+# and every rank says so in its stats, with its own host
+for r in 0 1 2; do
+  topo=$(on "$r" stats --json)
+  ok /usr/bin/python3 -c "
+import json, sys
+s = json.loads('''$topo''')
+sys.exit(0 if (s['topology'], s['hosts'], s['host']) == ('hosts=3x1', 3, $r) else 1)"
+done
 # cross-host p2p: from host 1 alone to hosts 2 and 3
 ok on 1 reshard w --to "mesh=[2]@1-2 placements=[S(0)]" --strategy p2p
 ok check_all "p2p host 1 -> hosts 2,3"

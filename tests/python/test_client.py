@@ -145,6 +145,8 @@ with Daemons(bin_dir, n) as d:
               f"stats show the buffer pool: {pool}")
         check(sum(v["reshards"] for v in st["strategies"].values()) >= len(cases),
               f"stats count reshards per strategy: {st['strategies']}")
+        check(st["topology"] == {"spec": f"hosts=1x{n}", "hosts": 1, "host": 0},
+              f"every rank on this one host: {st['topology']}")
 
         # latency per operation kind: every rank runs each collective operation once, so N more
         # reshards add N to the reshard kind's count on every rank

@@ -1768,12 +1768,15 @@ class Client:
 
         Returns:
             ``{'operations', 'collective_ops', 'tensors', 'memory_in_use', 'memory_limit',
-            'connections', 'pool': {...}, 'strategies': {name: {...}}, 'ops': {kind: {...}}}``.
+            'connections', 'topology': {'spec', 'hosts', 'host'}, 'pool': {...},
+            'strategies': {name: {...}}, 'ops': {kind: {...}}}``: topology says where the
+            job's ranks live (``'hosts=2x4'``), how many hosts, and the connected rank's host.
         """
         s = self._call(stats=pb.StatsRequest()).stats
         return {"operations": s.operations, "collective_ops": s.collective_ops,
                 "tensors": s.tensors, "memory_in_use": s.memory_in_use,
                 "memory_limit": s.memory_limit, "connections": s.connections,
+                "topology": {"spec": s.topology, "hosts": s.hosts, "host": s.host},
                 "pool": {"stored": s.stored_bytes, "staging": s.pool_staging,
                          "cached": s.pool_cached, "peak": s.pool_peak,
                          "cache_cap": s.pool_cache_cap, "hits": s.pool_hits,
