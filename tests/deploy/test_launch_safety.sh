@@ -9,7 +9,8 @@
 #   still writing (fsync of the rank files held back by a preloaded slow disk, slow_fsync.so):
 #   the job ends, the checkpoint is complete (index.json, no temporary directory left), holds
 #   what was put, and the log says the save completed; with daemons slower than --timeout the
-#   leader terminates them, and says so;
+#   leader terminates them, and says so; a TERM the moment start returns stops the job cleanly;
+#   stop with daemons slower than its --timeout ends the leader, mpirun and the daemons;
 # - a daemon that refuses its flags: start exits 1 long before its timeout, showing the daemon's
 #   own message.
 # usage: test_launch_safety.sh BUILD_BIN_DIR SLOW_FSYNC_SO
@@ -160,6 +161,16 @@ ok until_ok 60 test ! -e "/proc/$lead"
 ok grep -q "tshard-launch: job '$job' did not stop within 3s: terminating mpirun" "$log"
 ok test ! -e "$pidfile"
 ok test -z "$(pgrep -f -- "--job $job --socket-dir $dir")" # no daemon left
+rm -rf "$dir/ck" "$dir"/.ck.tmp-*
+# stop with daemons slower than its --timeout: it terminates the leader and mpirun's session
+ok slow_start 600000
+lead=$(head -1 "$pidfile")
+save_id=$(/usr/bin/python3 "$dir/client.py" "$dir" "$job")
+out=$("$launch" stop --job "$job" --timeout 3 2>&1)
+ok test "$out" = "tshard-launch: job '$job' did not stop within 3s; terminating it
+tshard-launch: job '$job' stopped"
+ok until_ok 30 test ! -e "/proc/$lead"
+ok until_ok 30 test -z "$(pgrep -f -- "--job $job --socket-dir $dir")" # mpirun and its daemons
 rm -rf "$dir/ck" "$dir"/.ck.tmp-*
 
 # ---- a daemon that refuses its flags: its own words, promptly ----
