@@ -59,29 +59,29 @@ static const cfg_entry table[] = {
     {"ckpt-chunk", SIZE(ckpt_chunk, 0, 1LL << 40), "16M",
      "checkpoint saves cut pieces larger than twice this into chunks of about this size, each "
      "with its own checksum (0: whole pieces; else at least 4K; shard/ckpt/CHECKPOINT.md)"},
-    {"copy-threads", SIZE(copy_threads, 0, 1024), "0",
+    {"copy-threads", COUNT(copy_threads, 0, 1024), "0",
      "threads of the strided-copy kernel (0: the node's cores shared among its ranks)"},
     {"frame-timeout", CFG_DURATION, offsetof(tsd_config, frame_timeout), 0, 10, 3600000, "30s",
      "time a client has to send a whole frame once it began one (ms or s suffix; default unit s)"},
     {"auth-timeout", CFG_DURATION, offsetof(tsd_config, auth_timeout), 0, 10, 3600000, "2s",
      "time a TCP client has to present its token after connecting; then it is closed (ms or s "
      "suffix)"},
-    {"max-unauthenticated", SIZE(max_unauth, 1, 1LL << 20), "64",
+    {"max-unauthenticated", COUNT(max_unauth, 1, 1LL << 20), "64",
      "TCP connections that have not presented their token yet, at most; past it a new TCP "
      "connection is closed at once (Unix-socket clients never count)"},
-    {"max-inflight", SIZE(max_inflight, 1, 4096), "64",
+    {"max-inflight", COUNT(max_inflight, 1, 4096), "64",
      "requests of one connection with the engine at once; past it the connection is not read "
      "until one is answered (bounds what one client makes the daemon hold)"},
     {"pool-cache", SIZE(pool_cache, 0, 1LL << 50), "1G",
      "freed buffers kept for reuse, at most (0: none; the memory limit counts them too)"},
-    {"pool-idle-ms", SIZE(pool_idle_ms, 0, 86400000), "2000",
+    {"pool-idle-ms", COUNT(pool_idle_ms, 0, 86400000), "2000",
      "milliseconds a cached buffer stays unused before it goes back to the OS"},
-    {"pool-huge", SIZE(pool_huge, 0, 1), "1",
+    {"pool-huge", COUNT(pool_huge, 0, 1), "1",
      "1: stored slices and staging ask for transparent huge pages"},
     {"key-ttl", CFG_DURATION, offsetof(tsd_config, key_ttl), 0, 1, 86400000, "600s",
      "an idempotency key's answer is remembered this long (retries of the identical request get "
      "it; ms or s suffix)"},
-    {"key-max", SIZE(key_max, 16, 1LL << 24), "16384",
+    {"key-max", COUNT(key_max, 16, 1LL << 24), "16384",
      "idempotency keys remembered at most (the oldest answered one gives way)"},
     {"collective-timeout", CFG_DURATION, offsetof(tsd_config, collective_timeout), 0, 10,
      86400000, "60s",
@@ -91,14 +91,14 @@ static const cfg_entry table[] = {
      86400000, "600s",
      "the longest collective_timeout_ms a request may ask (longer: INVALID_ARGUMENT; at least "
      "--collective-timeout)"},
-    {"collective-pending-max", SIZE(collective_pending_max, 1, 1LL << 20), "64",
+    {"collective-pending-max", COUNT(collective_pending_max, 1, 1LL << 20), "64",
      "collectives naming participants one connection may have waiting for them (more: LIMIT)"},
     {"agreement-timeout", CFG_DURATION, offsetof(tsd_config, agreement_timeout), 0, 10,
      86400000, "300s",
      "how long the ranks of an operation wait for one another where they agree on its outcome; "
      "a rank that does not answer within it fails the operation on every rank, named (ms or s "
      "suffix)"},
-    {"batch-max-tensors", SIZE(batch_max_tensors, 1, 1LL << 20), "4096",
+    {"batch-max-tensors", COUNT(batch_max_tensors, 1, 1LL << 20), "4096",
      "tensors one batched operation (reshard_many, drop_many) may name (more: LIMIT)"},
     {"batch-max-bytes", SIZE(batch_max_bytes, 1, 1LL << 50), "64G",
      "the whole bytes of the tensors one batched operation may name (more: LIMIT)"},

@@ -515,7 +515,8 @@ int tsd_run_shutdown(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
                         ts_error *err) {
   (void)op, (void)origin, (void)err;
   TSD_LOG(TSD_LOG_INFO, "shutdown requested (operation %llu)", (unsigned long long)op->seq);
-  tsd_bgsave_finish_all(e); /* a background save still writing completes first */
+  tsd_bgsave_finish_all(e); /* a background save still writing completes, or is abandoned on
+                               * every rank after --shutdown-save-wait */
   e->stopping = true;
   return TS_OK;
 }

@@ -152,5 +152,15 @@ for args, needle in [(["status", "--job", "a/b"], "--job 'a/b'"),
 r = subprocess.run([os.path.join(sys.argv[1], "tshardd"), "--job", "a/b"], capture_output=True,
                    text=True, timeout=60, env=env)
 check(r.returncode != 0 and "--job a/b" in r.stderr, f"tshardd --job a/b: {r.stderr!r}")
+# counts are plain numbers (a size suffix would multiply them by 1024), sizes take suffixes
+for flag in ["key-max", "max-inflight", "copy-threads", "batch-max-tensors", "snapshot-keep",
+             "collective-pending-max", "max-unauthenticated", "pool-idle-ms"]:
+    r = subprocess.run([os.path.join(sys.argv[1], "tshardd"), f"--{flag}", "5K"],
+                       capture_output=True, text=True, timeout=60, env=env)
+    check(r.returncode != 0 and f"--{flag} 5K" in r.stderr and "plain number" in r.stderr,
+          f"tshardd --{flag} 5K: {r.stderr!r}")
+r = subprocess.run([os.path.join(sys.argv[1], "tshardd"), "--max-frame", "64Q"],
+                   capture_output=True, text=True, timeout=60, env=env)
+check(r.returncode != 0 and "--max-frame 64Q" in r.stderr, f"tshardd --max-frame 64Q: {r.stderr!r}")
 
 check.finish()
