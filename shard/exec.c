@@ -1106,7 +1106,7 @@ static void exec_slices(exec *ex, const ts_tensor *src, const char *tgt_tag) {
   }
 }
 
-int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const char *tgt_tag,
+static int exec_one(ts_world *w, const ts_plan *p, const ts_tensor *src, const char *tgt_tag,
                     const ts_exec_opts *opts, ts_tensor *out, ts_exec_report *report,
                     ts_error *err) {
   ts_error scratch;
@@ -1225,13 +1225,61 @@ int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
   return rc;
 }
 
+/* A hierarchical plan: its stages one after the other, each atomic over the same ranks (or the
+ * world), each one's result the next one's source; the reshard's source is never written, so a
+ * stage that fails on any rank leaves every rank's tensor as it was. The report sums the stages'
+ * bytes. */
+static int exec_stages(ts_world *w, const ts_plan *p, const ts_tensor *src, const char *tgt_tag,
+                       const ts_exec_opts *opts, ts_tensor *out, ts_exec_report *report,
+                       ts_error *err) {
+  ts_tensor cur = {0}, next;
+  const ts_tensor *from = src;
+  int rc = TS_OK;
+  if (report)
+    memset(report, 0, sizeof *report);
+  for (int i = 0; rc == TS_OK && i < p->nstages; i++) {
+    ts_exec_report r;
+    bool last = i == p->nstages - 1;
+    rc = exec_one(w, p->stages[i], from, last ? tgt_tag : NULL, opts, &next, &r, err);
+    ts_shard_free_tensor(&cur);
+    if (rc == TS_OK) {
+      cur = next;
+      ts_box held;
+      from = ts_geom_rank_box(p->stages[i]->tgt, ts_world_rank(w), &held) ? &cur : NULL;
+      if (report) {
+        report->bytes_sent += r.bytes_sent, report->bytes_received += r.bytes_received;
+        report->relayed |= r.relayed;
+        if (r.peak_extra_bytes > report->peak_extra_bytes)
+          report->peak_extra_bytes = r.peak_extra_bytes;
+      }
+    }
+  }
+  if (rc == TS_OK) {
+    *out = cur;
+    if (report)
+      report->strategy = TS_STRATEGY_HIER;
+  } else {
+    memset(out, 0, sizeof *out);
+  }
+  return rc;
+}
+
+int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const char *tgt_tag,
+                    const ts_exec_opts *opts, ts_tensor *out, ts_exec_report *report,
+                    ts_error *err) {
+  if (p && p->chosen == TS_STRATEGY_HIER)
+    return exec_stages(w, p, src, tgt_tag, opts, out, report, err);
+  return exec_one(w, p, src, tgt_tag, opts, out, report, err);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Coalesced: many reshards in one exchange */
 
 #define TS_EXEC_MANY_TAG 31000 /* between the agreements' tags and cma.c's */
 
 bool ts_exec_coalescable(const ts_plan *p, const char *src_tag, const char *tgt_tag) {
-  if (!p || (src_tag && src_tag[0]) || (tgt_tag && tgt_tag[0]))
+  if (!p || (src_tag && src_tag[0]) || (tgt_tag && tgt_tag[0]) ||
+      p->chosen == TS_STRATEGY_HIER)
     return false;
   if (p->src->npartial > 1 || p->tgt->npartial > 1)
     return false;

@@ -53,6 +53,8 @@ void ts_plan_destroy(ts_plan **p) {
   ts_geom_destroy(&pl->src);
   ts_geom_destroy(&pl->tgt);
   ts_topology_destroy(&pl->topo);
+  for (int i = 0; i < pl->nstages; i++)
+    ts_plan_destroy(&pl->stages[i]);
   free(pl->union_ranks);
   free(pl);
 }
@@ -67,6 +69,10 @@ ts_strategy ts_plan_strategy(const ts_plan *p) { return p->chosen; }
 const ts_plan_costs *ts_plan_get_costs(const ts_plan *p) { return &p->costs[p->chosen]; }
 int64_t ts_plan_min_wire_bytes(const ts_plan *p) { return p->min_wire; }
 int64_t ts_plan_host_bound(const ts_plan *p) { return p->host_bound; }
+int ts_plan_stage_count(const ts_plan *p) { return p->chosen == TS_STRATEGY_HIER ? p->nstages : 0; }
+const ts_plan *ts_plan_stage(const ts_plan *p, int i) {
+  return i >= 0 && i < ts_plan_stage_count(p) ? p->stages[i] : NULL;
+}
 int64_t ts_plan_staging_bytes(const ts_plan *p) { return p->staging; }
 int64_t ts_plan_pair_chunk_bytes(const ts_plan *p) { return p->pair_chunk; }
 const ts_geom *ts_plan_src_geom(const ts_plan *p) { return p->src; }
@@ -757,8 +763,9 @@ static int build_union(ts_plan *p, ts_error *err) {
 
 /* With ranks on several hosts: every applicable strategy's bytes over the host links, and the
  * bound. */
-static int host_costs(ts_plan *p, ts_error *err) {
+static int host_costs(ts_plan *p, bool hier, ts_error *err) {
   p->host_bound = -1;
+  p->why_not[TS_STRATEGY_HIER] = "every rank is on one host (hierarchical needs several)";
   if (!p->topo)
     return TS_OK;
   int last = p->union_ranks[p->nunion - 1];
@@ -771,9 +778,22 @@ static int host_costs(ts_plan *p, ts_error *err) {
   if (!p->hosts)
     return TS_OK;
   for (int s = 1; s < TS_STRATEGY_COUNT; s++) {
-    int rc = p->applies[s] ? ts__plan_host_costs(p, (ts_strategy)s, &p->costs[s], err) : TS_OK;
+    int rc = p->applies[s] && s != TS_STRATEGY_HIER
+                 ? ts__plan_host_costs(p, (ts_strategy)s, &p->costs[s], err)
+                 : TS_OK;
     if (rc)
       return rc;
+  }
+  if (hier) {
+    int rc;
+    const char *why;
+    p->applies[TS_STRATEGY_HIER] = ts__plan_hier_applies(p, &p->costs[TS_STRATEGY_HIER], &why,
+                                                         err, &rc);
+    p->why_not[TS_STRATEGY_HIER] = why;
+    if (rc)
+      return rc;
+  } else {
+    p->why_not[TS_STRATEGY_HIER] = "not planned for a stage or another forced strategy";
   }
   p->host_bound = ts__plan_host_bound(p);
   return TS_OK;
@@ -866,7 +886,7 @@ int ts_plan_create_on(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr
   if (p->pair_chunk < (int64_t)p->esize)
     p->pair_chunk = (int64_t)p->esize;
 
-  /* Every strategy: applies or why not, and its costs. */
+  /* Every strategy: applies or why not, and its costs (hierarchical with the host costs). */
   const char *why;
   for (int s = 1; s < TS_STRATEGY_COUNT; s++)
     p->why_not[s] = "";
@@ -913,7 +933,8 @@ int ts_plan_create_on(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr
   p->why_not[TS_STRATEGY_ALLTOALL] =
       p->same_group ? "" : "the source and target groups differ (use p2p)";
 
-  if ((rc = host_costs(p, err)) || (rc = choose(p, o.strategy, err))) {
+  bool hier = o.strategy == TS_STRATEGY_AUTO || o.strategy == TS_STRATEGY_HIER;
+  if ((rc = host_costs(p, hier, err)) || (rc = choose(p, o.strategy, err))) {
     ts_plan_destroy(&p);
     return rc;
   }

@@ -33,6 +33,8 @@ struct ts_plan {
   ts_topology *topo;   /* where the ranks live (a reference; NULL: one host) */
   bool hosts;          /* the union spans several hosts: host costs computed and compared */
   int64_t host_bound;  /* ts_plan_host_bound */
+  ts_plan *stages[4];  /* hierarchical: the stages (plan_hier.c) */
+  int nstages;
 };
 
 /* Position of a world rank in the sorted union, -1 when absent. */
@@ -49,5 +51,9 @@ int64_t ts__plan_local_group(const ts_plan *p, int64_t i);
  * cross_host_bytes), and the bound (-1: too many cells to count). */
 int ts__plan_host_costs(ts_plan *p, ts_strategy s, ts_plan_costs *c, ts_error *err);
 int64_t ts__plan_host_bound(const ts_plan *p);
+/* plan_hier.c: whether the hierarchical strategy applies (its stages into p->stages), its costs
+ * (the stages' summed), or why not; *rc set on an error that ends the planning. */
+bool ts__plan_hier_applies(ts_plan *p, ts_plan_costs *c, const char **why, ts_error *err,
+                           int *rc);
 
 #endif

@@ -138,7 +138,12 @@ void ts_box_chunk(const ts_box *b, size_t esize, int64_t max_bytes, int64_t inde
  *                   receives only the intersecting pieces, one replica per piece.
  *   root            one group, any split: a root receives every slice, broadcasts the whole
  *                   tensor, every rank cuts.
- * auto picks the cheapest by (wire bytes, busiest rank, messages, peak memory). */
+ *   hierarchical    ranks on several hosts (a topology), the same number of the group's on each:
+ *                   stages of the above over a [hosts, ranks per host] mesh, so that what
+ *                   crosses a host's link crosses it once (replicated targets, partial sources;
+ *                   plan_hier.c).
+ * auto picks the cheapest by (wire bytes, busiest rank, messages, peak memory); with ranks on
+ * several hosts, by the busiest host link first. */
 
 #define TS_STRATEGY_LIST(X)                                                                        \
   X(AUTO, "auto")                                                                                  \
@@ -148,7 +153,8 @@ void ts_box_chunk(const ts_box *b, size_t esize, int64_t max_bytes, int64_t inde
   X(ALLGATHER, "allgather")                                                                        \
   X(ALLTOALL, "alltoall")                                                                          \
   X(P2P, "p2p")                                                                                    \
-  X(ROOT, "root")
+  X(ROOT, "root")                                                                                  \
+  X(HIER, "hierarchical")
 
 typedef enum {
 #define TS_X_STRAT(name, text) TS_STRATEGY_##name,
@@ -223,6 +229,10 @@ int ts_plan_create(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr *s
 int ts_plan_create_on(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr *src,
                       const ts_attr *tgt, const ts_plan_opts *opts, ts_topology *topo,
                       ts_plan **out, ts_error *err);
+/* The stages of a hierarchical plan (0 for the other strategies), and stage i: a plan of its own,
+ * run one after the other by the executor. */
+int ts_plan_stage_count(const ts_plan *p);
+const ts_plan *ts_plan_stage(const ts_plan *p, int i);
 /* The fewest bytes that must enter or leave one host for this reshard (every element a host's
  * target ranks need and none of its source ranks holds enters it once; partial values reduced
  * where they lie), the largest over hosts; -1 when not computed (one host, or too many cells). */

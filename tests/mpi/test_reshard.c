@@ -344,6 +344,9 @@ static ts_attr *random_attr(int ndim, const int64_t *shape, bool allow_partial,
   return a;
 }
 
+/* Two hosts of half the world each, in rank order and alternating (NULL below 4 ranks or odd). */
+static ts_topology *topos[2];
+
 typedef struct stats {
   long cases, execs, by_strategy[TS_STRATEGY_COUNT], relayed;
 } stats;
@@ -389,7 +392,11 @@ static void run_pair(const ts_attr *sa, const ts_attr *ta, int ndim, const int64
     ts_plan_opts o = {(ts_strategy)s, staging, world_size};
     ts_plan *p = NULL;
     ts_error err;
-    int rc = ts_plan_create(ndim, shape, dt, sa, ta, &o, &p, &err);
+    /* hierarchical: on a topology of two hosts, the world's ranks in halves or alternating */
+    ts_topology *topo = topos[st->cases % 2];
+    int rc = s != TS_STRATEGY_HIER ? ts_plan_create(ndim, shape, dt, sa, ta, &o, &p, &err)
+             : topo ? ts_plan_create_on(ndim, shape, dt, sa, ta, &o, topo, &p, &err)
+                    : TS_BAD_STRATEGY;
     if (s != TS_STRATEGY_AUTO && rc == TS_BAD_STRATEGY)
       continue;
     snprintf(what, sizeof what, "%s -> %s, %s, %s [%d dims, layouts %d -> %d], %s", s1, s2,
@@ -421,7 +428,7 @@ static void run_pair(const ts_attr *sa, const ts_attr *ta, int ndim, const int64
         same_without_relay(p, has > 0 ? &src : NULL, tag_for(ndim, tgt_kind), &out, what);
       }
       if (rep.peak_extra_bytes > 0 && ts_plan_strategy(p) != TS_STRATEGY_ALLGATHER &&
-          ts_plan_strategy(p) != TS_STRATEGY_ROOT)
+          ts_plan_strategy(p) != TS_STRATEGY_ROOT && ts_plan_strategy(p) != TS_STRATEGY_HIER)
         /* Within the staging size; a staging smaller than one element per peer and direction
          * still needs that. */
         CHECK(rep.peak_extra_bytes <= ts_plan_staging_bytes(p) ||
@@ -852,8 +859,22 @@ int main(int argc, char **argv) {
     return 1;
   ts_kernels_set_threads(1);
   stats st = {0};
+  if (world_size >= 4 && world_size % 2 == 0) {
+    char halves[32], alternating[64] = "map=";
+    snprintf(halves, sizeof halves, "hosts=2x%d", world_size / 2);
+    for (int r = 0; r < world_size; r++)
+      snprintf(alternating + strlen(alternating), sizeof alternating - strlen(alternating),
+               "%s%d", r ? "," : "", r % 2);
+    CHECK(ts_topology_parse(halves, &topos[0], NULL) == TS_OK &&
+              ts_topology_parse(alternating, &topos[1], NULL) == TS_OK,
+          "topologies %s and %s", halves, alternating);
+  }
   fixed_cases(&st);
   generated_family(&st);
+  CHECK(!topos[0] || st.by_strategy[TS_STRATEGY_HIER] >= 20,
+        "only %ld hierarchical executions", st.by_strategy[TS_STRATEGY_HIER]);
+  ts_topology_destroy(&topos[0]);
+  ts_topology_destroy(&topos[1]);
   chain_is_bit_exact();
   atomic_failure();
   store_tests();

@@ -369,21 +369,54 @@ START_TEST(two_hosts) {
     ts_plan_destroy(&p);
   }
   /* A partial sum scattered: point-to-point sends each host 64 MiB; a reduce through one root
-   * (Open MPI's reduce_scatter) sends 128 MiB into the root's host. */
+   * (Open MPI's reduce_scatter) sends 128 MiB into the root's host; the hierarchical stages (a
+   * reduce-scatter inside each host, then each host's reduced half across once) the bound. */
   ts_plan *p = plan_on("mesh=[4] placements=[P(sum)]", "mesh=[4] placements=[S(0)]", "hosts=2x2",
                        4096, 4096);
-  ts_strategy s = ts_plan_strategy(p);
-  ck_assert_msg(s == TS_STRATEGY_ALLTOALL || s == TS_STRATEGY_P2P, "chose %s",
-                ts_strategy_name(s));
-  ck_assert_int_eq(ts_plan_get_costs(p)->host_link_bytes, 64 * MiB);
-  ts_plan_costs rs;
+  ck_assert_int_eq(ts_plan_strategy(p), TS_STRATEGY_HIER);
+  ck_assert_int_eq(ts_plan_get_costs(p)->host_link_bytes, 32 * MiB);
+  ck_assert_int_eq(ts_plan_stage_count(p), 2);
+  ck_assert_int_eq(ts_plan_strategy(ts_plan_stage(p, 0)), TS_STRATEGY_REDUCE_SCATTER);
+  ck_assert_int_eq(ts_plan_get_costs(ts_plan_stage(p, 0))->host_link_bytes, 0);
+  ts_plan_costs rs, a2a;
   ck_assert(ts_plan_applies(p, TS_STRATEGY_REDUCE_SCATTER, &rs, NULL));
   ck_assert_int_eq(rs.host_link_bytes, 128 * MiB);
+  ck_assert(ts_plan_applies(p, TS_STRATEGY_ALLTOALL, &a2a, NULL));
+  ck_assert_int_eq(a2a.host_link_bytes, 64 * MiB);
   char *text = ts_plan_explain(p, 4);
   ck_assert_ptr_nonnull(strstr(text, "topology: hosts=2x2 (2 hosts)"));
   ck_assert_ptr_nonnull(strstr(text, "host link bound: 33554432 bytes"));
   ck_assert_ptr_nonnull(strstr(text, "by the busiest host link"));
   free(text);
+  ts_plan_destroy(&p);
+  /* The hierarchical strategy carries the bound on every host link for these moves (the one-to-
+   * many and cross-group moves at two hosts too: each target host is fed once). */
+  static const char *hier[][2] = {
+      {"mesh=[4] placements=[S(0)]", "mesh=[4] placements=[R]"},
+      {"mesh=[4]@0,2,1,3 placements=[S(0)]", "mesh=[4]@0,2,1,3 placements=[R]"},
+      {"mesh=[4] placements=[P(sum)]", "mesh=[4] placements=[R]"},
+      {"mesh=[2,2] placements=[P(max),P(max)]", "mesh=[4] placements=[S(1)]"},
+      {"mesh=[2]@0-1 placements=[S(0)]", "mesh=[2]@2-3 placements=[R]"},
+      {"mesh=[2]@0-1 placements=[S(0)]", "mesh=[4] placements=[R]"},
+      {"mesh=[2]@0-1 placements=[R]", "mesh=[4] placements=[R]"},
+  };
+  for (size_t i = 0; i < sizeof hier / sizeof hier[0]; i++) {
+    p = plan_on(hier[i][0], hier[i][1], "hosts=2x2", 4096, 4096);
+    ck_assert_msg(ts_plan_strategy(p) == TS_STRATEGY_HIER, "case %zu chose %s", i,
+                  ts_strategy_name(ts_plan_strategy(p)));
+    ck_assert_msg(ts_plan_get_costs(p)->host_link_bytes == ts_plan_host_bound(p),
+                  "case %zu: host link %lld, bound %lld", i,
+                  (long long)ts_plan_get_costs(p)->host_link_bytes,
+                  (long long)ts_plan_host_bound(p));
+    ts_plan_destroy(&p);
+  }
+  /* Not for moves the flat strategies already make at the bound, nor without several hosts. */
+  p = plan_on("mesh=[4] placements=[S(0)]", "mesh=[4] placements=[S(1)]", "hosts=2x2", 64, 64);
+  ck_assert_int_eq(ts_plan_strategy(p), TS_STRATEGY_ALLTOALL);
+  ck_assert(!ts_plan_applies(p, TS_STRATEGY_HIER, NULL, NULL));
+  ts_plan_destroy(&p);
+  p = plan_on("mesh=[4] placements=[S(0)]", "mesh=[4] placements=[R]", "hosts=4x1", 64, 64);
+  ck_assert(!ts_plan_applies(p, TS_STRATEGY_HIER, NULL, NULL));
   ts_plan_destroy(&p);
   /* One host: no host costs, the flat choice as before. */
   p = plan_on("mesh=[4] placements=[P(sum)]", "mesh=[4] placements=[S(0)]", "hosts=1x4", 64, 64);
