@@ -8,8 +8,9 @@
 # - a TERM to the job's process group (scancel, systemd, kill -- -PID) while a background save is
 #   still writing (fsync of the rank files held back by a preloaded slow disk, slow_fsync.so):
 #   the job ends, the checkpoint is complete (index.json, no temporary directory left), holds
-#   what was put, and the log says the save completed; with daemons slower than --timeout the
-#   leader terminates them, and says so; a TERM the moment start returns stops the job cleanly;
+#   what was put, and the log says the save completed; with daemons slower than start's
+#   --stop-timeout the leader terminates them, and says so (a --stop-timeout that is no whole
+#   number is refused); a TERM the moment start returns stops the job cleanly;
 #   stop with daemons slower than its --timeout ends the leader, mpirun and the daemons;
 # - a daemon that refuses its flags: start exits 1 long before its timeout, showing the daemon's
 #   own message.
@@ -151,9 +152,11 @@ kill -TERM -- "-$lead"
 ok until_ok 60 test ! -e "/proc/$lead"
 ok grep -q "tshard-launch: job '$job' asked to stop: rank 0 orders every daemon to finish" "$log"
 ok grep -qx "exit=0" "$dir/tshard-$job.status"
-# daemons slower than --timeout: the leader terminates mpirun, which ends them
+# daemons slower than --stop-timeout: the leader terminates mpirun, which ends them
 rm -rf "$dir/ck"
-ok slow_start 600000 --timeout 3
+out=$("$launch" start -np 2 --job "$job" --stop-timeout 1.5 2>&1)
+ok test "$?:$out" = "2:tshard-launch: --stop-timeout '1.5': give a whole number of seconds"
+ok slow_start 600000 --stop-timeout 3
 lead=$(head -1 "$pidfile")
 save_id=$(/usr/bin/python3 "$dir/client.py" "$dir" "$job")
 kill -TERM -- "-$lead"
