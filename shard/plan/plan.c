@@ -800,7 +800,7 @@ static int host_costs(ts_plan *p, bool hier, ts_error *err) {
 }
 
 /* The strategy: the forced one when it applies, else the cheapest (with several hosts, by the
- * busiest host link first). */
+ * busiest host link first; hierarchical, last of the list, only when its link carries less). */
 static int choose(ts_plan *p, ts_strategy forced, ts_error *err) {
   const ts_plan_costs *c = p->costs;
   if (forced != TS_STRATEGY_AUTO) {
@@ -815,6 +815,11 @@ static int choose(ts_plan *p, ts_strategy forced, ts_error *err) {
   for (int s = 1; s < TS_STRATEGY_COUNT; s++) {
     if (!p->applies[s])
       continue;
+    if (s == TS_STRATEGY_HIER && best >= 0) { /* its stages cost more than one flat step: only */
+      if (c[s].host_link_bytes < c[best].host_link_bytes) /* for less on the busiest link */
+        best = s;
+      continue;
+    }
     bool link_less = p->hosts && best >= 0 && c[s].host_link_bytes < c[best].host_link_bytes;
     bool link_tie = !p->hosts || (best >= 0 && c[s].host_link_bytes == c[best].host_link_bytes);
     if (best < 0 || link_less || (link_tie && cheaper(&c[s], &c[best])))

@@ -9,8 +9,9 @@
  *   allgather       every rank receives every source slice it lacks from the slice's owner (per
  *                   line along the gathered mesh dim);
  *   root            every slice to the root, then the whole tensor once into every other host;
- *   allreduce       a ring over each line along a reduced mesh dim, 2 (p-1)/p of the slice over
- *                   each link of the ring that joins two hosts;
+ *   allreduce       bandwidth-optimal per line along a reduced mesh dim (Open MPI's ring and
+ *                   Rabenseifner algorithms for large data): a line over H hosts moves 2 (H-1)/H
+ *                   of the slice into and out of each of its hosts;
  *   reduce_scatter  a reduce to the line's first rank, then a scatter from it (what Open MPI does
  *                   for MPI_Reduce_scatter on large data). */
 #include <stdlib.h>
@@ -168,24 +169,49 @@ static void root_hosts(ts_plan *p, host_acc *a) {
   free(fed);
 }
 
-/* Lines along mesh dim m: the ring of an allreduce, or a reduce to the first member and a
- * scatter from it. */
-static void line_reductions(ts_plan *p, host_acc *a, int m, bool ring) {
+/* Lines along mesh dim m: an allreduce (2 (H-1)/H of the slice into and out of each of the
+ * line's H hosts), or a reduce to the first member and a scatter from it. */
+static void line_reductions(ts_plan *p, host_acc *a, int m, bool allreduce, int *seen) {
   const ts_geom *sg = p->src, *tg = p->tgt;
   int64_t n = sg->attr->nranks, stride = sg->mesh_stride[m], pm = sg->attr->mesh_shape[m];
   for (int64_t base = 0; base < n; base++) {
     if ((base / stride) % pm != 0)
       continue;
-    int h0 = host_of(p, sg, base);
+    int h0 = host_of(p, sg, base), nh = 0;
     for (int64_t k = 0; k < pm; k++) {
-      int64_t i = base + k * stride, next = base + ((k + 1) % pm) * stride;
+      int64_t i = base + k * stride;
       int h = host_of(p, sg, i);
-      if (ring)
-        move(a, h, host_of(p, sg, next), 2 * (pm - 1) * box_bytes(p, sg, i) / pm);
-      else if (k > 0)
+      if (allreduce && seen[h] != (int)base + 1)
+        seen[h] = (int)base + 1, nh++;
+      else if (!allreduce && k > 0)
         move(a, h, h0, box_bytes(p, sg, i)), move(a, h0, h, box_bytes(p, tg, i));
     }
+    int64_t share = nh > 1 ? 2 * (nh - 1) * box_bytes(p, sg, base) / nh : 0;
+    for (int64_t k = 0; allreduce && share && k < pm; k++) {
+      int h = host_of(p, sg, base + k * stride);
+      if (seen[h] == (int)base + 1) /* once per host */
+        a->in[h] += share, a->out[h] += share, seen[h] = -1;
+    }
   }
+}
+
+static int reductions(ts_plan *p, ts_strategy s, host_acc *a, ts_error *err) {
+  int *seen = malloc((size_t)a->n * sizeof *seen);
+  if (!seen)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for host costs");
+  for (int h = 0; h < a->n; h++)
+    seen[h] = 0;
+  if (s == TS_STRATEGY_REDUCE_SCATTER)
+    line_reductions(p, a, p->rs_dim, false, seen);
+  for (int m = 0; s == TS_STRATEGY_ALLREDUCE && m < p->src->attr->mesh_ndim; m++)
+    if (p->src->attr->place[m].kind == TS_PLACE_PARTIAL &&
+        p->tgt->attr->place[m].kind == TS_PLACE_REPLICATE) {
+      for (int h = 0; h < a->n; h++)
+        seen[h] = 0;
+      line_reductions(p, a, m, true, seen);
+    }
+  free(seen);
+  return TS_OK;
 }
 
 int ts__plan_host_costs(ts_plan *p, ts_strategy s, ts_plan_costs *c, ts_error *err) {
@@ -200,13 +226,8 @@ int ts__plan_host_costs(ts_plan *p, ts_strategy s, ts_plan_costs *c, ts_error *e
     rc = allgather_hosts(p, &a, err);
   else if (!rc && s == TS_STRATEGY_ROOT)
     root_hosts(p, &a);
-  else if (!rc && s == TS_STRATEGY_REDUCE_SCATTER)
-    line_reductions(p, &a, p->rs_dim, false);
-  else if (!rc && s == TS_STRATEGY_ALLREDUCE)
-    for (int m = 0; m < p->src->attr->mesh_ndim; m++)
-      if (p->src->attr->place[m].kind == TS_PLACE_PARTIAL &&
-          p->tgt->attr->place[m].kind == TS_PLACE_REPLICATE)
-        line_reductions(p, &a, m, true);
+  else if (!rc && (s == TS_STRATEGY_REDUCE_SCATTER || s == TS_STRATEGY_ALLREDUCE))
+    rc = reductions(p, s, &a, err);
   c->host_link_bytes = c->cross_host_bytes = 0;
   for (int h = 0; !rc && h < a.n; h++) {
     int64_t busiest = a.in[h] > a.out[h] ? a.in[h] : a.out[h];
