@@ -643,6 +643,8 @@ void ts_world_set_agree_label(ts_world *w, const char *label) {
     snprintf(w->agree_label, sizeof w->agree_label, "%s", label ? label : "");
 }
 
+uint64_t ts_comm_agreements(const ts_comm *c) { return c ? c->agreements : 0; }
+
 void ts_world_delay_next_agreement(ts_world *w, int ms) {
   if (w)
     w->agree_delay_ms = ms > 0 ? ms : 0;

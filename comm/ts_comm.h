@@ -114,6 +114,9 @@ void ts_world_set_agree_label(ts_world *w, const char *label);
 /* Fault injection for tests: this rank's next agreement starts ms late, as if the rank had
  * stopped answering for that long. */
 void ts_world_delay_next_agreement(ts_world *w, int ms);
+/* Agreements entered on c so far (every member counts alike): for tests of how many an operation
+ * takes. */
+uint64_t ts_comm_agreements(const ts_comm *c);
 
 typedef enum { TS_COMM_MAX, TS_COMM_MIN, TS_COMM_SUM } ts_comm_op;
 int ts_comm_allreduce_i64(ts_comm *c, int64_t *values, int n, ts_comm_op op, ts_error *err);

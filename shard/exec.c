@@ -18,7 +18,9 @@
  * succeeded, and the source slice is never written, so on failure every rank keeps its old
  * tensor. The first agreement also tells whether any rank's part can still fail: a transfer in
  * place on both sides with no reduction, or a gather, cannot (only MPI itself could, and then
- * Open MPI ends the job), so it commits without the second agreement: one agreement per reshard.
+ * Open MPI ends the job), so it commits without the second agreement: one agreement per reshard
+ * on one host. Across hosts the second agreement runs anyway, so that a reshard returns (and is
+ * answered) only when every rank has its part: a send completes before another host took it in.
  * The agreements
  * span the union of the source and target ranks, or with ts_exec_opts.agree_world the whole
  * world: then ranks outside both meshes (and ranks that could not even plan) take part in the two
@@ -1202,7 +1204,11 @@ static int exec_one(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
   }
   /* The commit agreement: errors while moving data (a copy, a reduction, MPI on this rank) are
    * agreed once more, so that every rank that passed the first agreement returns the same
-   * result. */
+   * result. Across hosts it also runs when no part can fail: a rank's sends complete before the
+   * other hosts received them, and the answer must mean every rank is done (on one host the
+   * copies land in place; pieces relayed in the first agreement are in with its verdicts). */
+  if (ex.agreed && !ex.commit && p->hosts && !ex.relayed)
+    ex.commit = true; /* the same on every rank: the plan and the relay are */
   if (ex.agreed && ex.commit) {
     int local = rc ? rc : ex.lst;
     ts_error mine = rc ? *err : ex.lerr;

@@ -808,6 +808,48 @@ static void store_tests(void) {
 }
 
 /* Bad input to the executor: a source slice of the wrong shape on one rank. */
+/* A move from one half of the world to the other, in place on both sides (nothing can fail once
+ * the first agreement passed): on one host that agreement is the only one; across hosts a second
+ * one makes every rank return only when every rank has its part. Agreements counted on the world
+ * (agree_world). */
+static void answer_waits_for_every_rank(void) {
+  if (!topos[0])
+    return;
+  int64_t shape[2] = {16, 6};
+  char t[2][128];
+  snprintf(t[0], sizeof t[0], "mesh=[%d]@0-%d placements=[S(0)]", world_size / 2,
+           world_size / 2 - 1);
+  snprintf(t[1], sizeof t[1], "mesh=[%d]@%d-%d placements=[S(1)]", world_size / 2,
+           world_size / 2, world_size - 1);
+  ts_attr *a = NULL, *b = NULL;
+  ts_attr_parse(t[0], &a, NULL);
+  ts_attr_parse(t[1], &b, NULL);
+  for (int k = 0; k < 3; k++) { /* one host; halves on two hosts; alternating ranks */
+    ts_plan_opts o = {TS_STRATEGY_P2P, 0, world_size};
+    ts_plan *p = NULL;
+    ts_error err;
+    int rc = ts_plan_create_on(2, shape, TS_F32, a, b, &o, k ? topos[k - 1] : NULL, &p, &err);
+    CHECK(rc == TS_OK, "plan %s -> %s: %s", t[0], t[1], err.msg);
+    ts_tensor src, out;
+    ts_box box;
+    int has = make_slice(a, 2, shape, TS_F32, LAYOUT_PLAIN, &src, &box);
+    ts_exec_opts xo = {.agree_world = true, .no_relay = true};
+    uint64_t before = ts_comm_agreements(ts_world_comm(W));
+    rc = ts_reshard_exec(W, p, has > 0 ? &src : NULL, NULL, &xo, &out, NULL, &err);
+    uint64_t took = ts_comm_agreements(ts_world_comm(W)) - before;
+    CHECK(rc == TS_OK, "exec %s -> %s: %s", t[0], t[1], err.msg);
+    if (rc == TS_OK)
+      check_target(p, &out, t[1]);
+    CHECK(took == (k ? 2u : 1u), "%s: %llu agreements (want %d)", k ? "across hosts" : "one host",
+          (unsigned long long)took, k ? 2 : 1);
+    ts_shard_free_tensor(&out);
+    free(src.data);
+    ts_plan_destroy(&p);
+  }
+  ts_attr_destroy(&a);
+  ts_attr_destroy(&b);
+}
+
 static void exec_errors(void) {
   int64_t shape[2] = {8, 6};
   ts_attr *a = NULL, *b = NULL;
@@ -870,6 +912,7 @@ int main(int argc, char **argv) {
           "topologies %s and %s", halves, alternating);
   }
   fixed_cases(&st);
+  answer_waits_for_every_rank();
   generated_family(&st);
   CHECK(!topos[0] || st.by_strategy[TS_STRATEGY_HIER] >= 20,
         "only %ld hierarchical executions", st.by_strategy[TS_STRATEGY_HIER]);
