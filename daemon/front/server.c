@@ -44,6 +44,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -1026,6 +1027,11 @@ static void begin_stop(tsd_server *s) {
     close_if_open((uv_handle_t *)&s->tcp_srv);
   close_if_open((uv_handle_t *)&s->sigterm);
   close_if_open((uv_handle_t *)&s->sigint);
+  /* Closing the signal handles gave TERM and INT back their default action: a late one (a
+   * launcher's or a scheduler's second signal) would kill a daemon that is already stopping in
+   * order, and its job would count it lost. From here they are ignored. */
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGINT, SIG_IGN);
   close_if_open((uv_handle_t *)&s->async);
   conn *c = s->conns;
   while (c) {

@@ -142,8 +142,11 @@ check(r.returncode == 0 and max(map(len, grid)) <= 52 and "4095" in r.stdout,
 launch = os.path.join(src_dir, "deploy", "tshard-launch")
 r = subprocess.run(["bash", launch, "--help"], capture_output=True, text=True, timeout=60)
 lines = r.stdout.strip().splitlines()
+with open(launch) as f:  # the help is the script's opening comment, to its last line
+    header = [ln[2:].rstrip() for ln in f.read().split("\nset -euo")[0].splitlines()[1:]]
 check(r.returncode == 0 and lines and "set -euo" not in r.stdout and "tshard-launch start" in r.stdout
-      and lines[-1].startswith("pid file"), f"tshard-launch --help: {lines[-1:]!r}")
+      and lines[-1] == header[-1] and "stop-timeout" in r.stdout,
+      f"tshard-launch --help: {lines[-1:]!r}, want {header[-1:]!r}")
 for args, needle in [(["status", "--job", "a/b"], "--job 'a/b'"),
                      (["start", "-np", "2", "--job"], "'--job' needs a value")]:
     r = subprocess.run(["bash", launch, *args], capture_output=True, text=True, timeout=60, env=env)
