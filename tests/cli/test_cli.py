@@ -93,6 +93,14 @@ r = run("plan", "--shape", "8", "--from", s0, "--to", s1, "--topology", "hosts=2
         "--hostfile", "/nonexistent")
 check(r.returncode == 2 and "not both" in r.stderr, f"--topology and --hostfile: {r.stderr!r}")
 
+# the README's example of a simulated placement, run as written
+readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+block = [b for b in readme.split("```sh\n")[1:] if "--topology hosts=2x2" in b][0].split("```")[0]
+r = subprocess.run(["bash", "-c", block.replace("build/bin/tshard", tshard)], capture_output=True,
+                   text=True, timeout=120)
+check(r.returncode == 0 and "strategy: hierarchical" in r.stdout and "stages:" in r.stdout
+      and "host link bound: 33554432 bytes" in r.stdout, f"README's plan example: {r.stderr!r}")
+
 # a bad attribute points at the character
 r = run("show", "--shape", "8,8", "--attr", "mesh=[2,2] placements=[S(0),Q]")
 check(r.returncode == 1 and "column" in r.stderr, f"bad attribute: {r.stderr!r}")
