@@ -58,6 +58,10 @@ NP = 2
 TIMEOUT = 120
 MiB = 1 << 20
 CODE = {name: code for code, (name, _) in STATUS.items()}
+# A sanitizer build (set by tests/safetensors_untrusted.cmake): several times slower, and its
+# allocator keeps freed memory (quarantine) rather than giving it back to the system.
+SANITIZED = os.environ.get("TSHARD_TEST_SANITIZED") == "1"
+SLOW = 10 if SANITIZED else 1
 REP = tshard.Attr(tshard.Mesh([NP]), [tshard.Replicate()])
 timings = []
 
@@ -151,7 +155,8 @@ def test_metadata_once(d):
     deadline = time.monotonic() + 15
     while True:
         rss1 = [rss(p) for p in pids]
-        if all(rss1[r] - rss0[r] < 24 * MiB for r in range(NP)) or time.monotonic() > deadline:
+        if (all(rss1[r] - rss0[r] < 24 * MiB for r in range(NP)) or SANITIZED
+                or time.monotonic() > deadline):
             break
         time.sleep(0.1)  # polling for the idle trim, bounded by the deadline
     for r in range(NP):
@@ -162,8 +167,8 @@ def test_metadata_once(d):
         check(peak[r] - rss0[r] < 64 * MiB, f"rank {r}: RSS grew by "
               f"{(peak[r] - rss0[r]) / MiB:.1f} MiB for an 8 MiB metadata kept by 100 tensors "
               f"(want it held once)")
-        check(grew < 24 * MiB, f"rank {r}: RSS still {grew / MiB:.1f} MiB above where it was, "
-              f"once idle; want the 8 MiB metadata held once")
+        check(grew < 24 * MiB or SANITIZED, f"rank {r}: RSS still {grew / MiB:.1f} MiB above "
+              f"where it was, once idle; want the 8 MiB metadata held once")
         check(8 * MiB <= counted < 16 * MiB, f"rank {r}: the memory account grew by {counted} "
               f"bytes; want the metadata's 8 MiB once")
     with d.connect(1, timeout=TIMEOUT) as c:
@@ -213,8 +218,10 @@ def cpu_seconds(pid):
 
 def timed_import(d, what, fn, budget):
     """fn(client) imports; meanwhile another client's list is answered. The budget bounds the
-    CPU time each daemon spends (what other jobs on the machine cannot stretch much), the wall
-    time gets six times as much. Returns the names imported."""
+    CPU time of the daemon that spent least (what other jobs on the machine stretch little; a
+    daemon waiting for a slower peer spins, so the other's figure is the work), the wall time
+    gets six times as much. Returns the names imported."""
+    budget *= SLOW
     lat, result, done = [], {}, threading.Event()
     pids = [daemon_pid(d, r) for r in range(NP)]
 
@@ -237,10 +244,10 @@ def timed_import(d, what, fn, budget):
             other.list()
             lat.append(time.monotonic() - t0)
         th.join()
-    cpu = max(cpu_seconds(p) - c0 for p, c0 in zip(pids, cpu0))
+    cpu = min(cpu_seconds(p) - c0 for p, c0 in zip(pids, cpu0))
     s = result["s"]
     timings.append((what, s, cpu))
-    print(f"{what}: {s:.2f} s, {cpu:.2f} s of CPU on the busiest daemon (list answered "
+    print(f"{what}: {s:.2f} s, {cpu:.2f} s of CPU on the least busy daemon (list answered "
           f"{len(lat)} times, at most in {max(lat) if lat else 0:.2f} s)", flush=True)
     check("error" not in result, f"{what}: {result.get('error')}")
     check(cpu < budget, f"{what}: {cpu:.2f} s of a daemon's CPU, want under {budget} s")
@@ -333,8 +340,8 @@ def test_export_many_keys(d):
         else:
             check(result["st"] == CODE["INVALID_ARGUMENT"] and want in result["msg"],
                   f"{what}: {result['st']} {result['msg']}")
-        check(result["s"] < 20.0, f"{what}: answered in {result['s']:.2f} s")
-        check(worst < 2.0, f"{what}: a ping took {worst:.2f} s meanwhile")
+        check(result["s"] < 20.0 * SLOW, f"{what}: answered in {result['s']:.2f} s")
+        check(worst < 2.0 * SLOW, f"{what}: a ping took {worst:.2f} s meanwhile")
     os.unlink(out)
     with d.connect(0, timeout=TIMEOUT) as c:
         c.drop("x")
@@ -447,13 +454,16 @@ def run(d, test):
 
 def main():
     try:
-        with Daemons(bin_dir, NP, extra_args=["--memory-limit", "64M"]) as d:
-            for test in (test_metadata_once, test_metadata_over_limit, test_shape_before_memory):
-                run(d, test)
-        with Daemons(bin_dir, NP) as d:
-            for test in (test_many_entries, test_export_many_keys, test_metadata_key,
-                         test_stale_metadata, test_bad_shapes):
-                run(d, test)
+        for args, tests in ((["--memory-limit", "64M"],
+                             (test_metadata_once, test_metadata_over_limit,
+                              test_shape_before_memory)),
+                            ([], (test_many_entries, test_export_many_keys, test_metadata_key,
+                                  test_stale_metadata, test_bad_shapes))):
+            with Daemons(bin_dir, NP, extra_args=args) as d:
+                for test in tests:
+                    run(d, test)
+                rc = d.stop()
+                check(rc == 0, f"the daemons exit 0 (sanitizers quiet): {rc}\n{d.logs()[-4000:]}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for what, s, cpu in timings:
