@@ -56,6 +56,7 @@ static void entry_free(ts_stored *e) {
     e->kept_release(e->kept);
   ts_attr_destroy(&e->attr);
   ts_shard_free(e->local.data);
+  ts_pool_uncharge_held(e->charged);
   free(e);
 }
 
@@ -120,11 +121,20 @@ static int store_add(ts_store *s, const char *name, int ndim, const int64_t *sha
   ts_geom *g = NULL;
   if ((rc = ts_geom_create(attr, ndim, shape, &g, err)))
     return rc;
+  /* The entry itself is memory a request (or a file's entry) makes the daemon hold: counted. */
+  size_t charged = sizeof(ts_stored) + sizeof(ts_attr) + (size_t)attr->nranks * sizeof(int);
+  ts_error cerr;
+  if (ts_pool_charge_held(charged, "a tensor's entry", &cerr) != TS_OK) {
+    ts_geom_destroy(&g);
+    return ts_error_set(err, cerr.code, "tensor '%s': %s", name, cerr.msg);
+  }
   ts_stored *e = calloc(1, sizeof *e);
   if (!e) {
+    ts_pool_uncharge_held(charged);
     ts_geom_destroy(&g);
     return ts_error_set(err, TS_NO_MEMORY, "no memory for a store entry");
   }
+  e->charged = charged;
   snprintf(e->name, sizeof e->name, "%s", name);
   snprintf(e->layout_tag, sizeof e->layout_tag, "%s", layout_tag ? layout_tag : "");
   e->ndim = ndim;

@@ -115,6 +115,7 @@ typedef struct ts_stored {
    * name); writes into the tensor and reshards keep it. NULL: nothing kept. */
   void *kept;
   void (*kept_release)(void *kept);
+  size_t charged; /* the entry's own bytes (it and its attribute), in the memory account */
 } ts_stored;
 
 /* An index from names to positions in an array its owner keeps (names.c): O(1) lookups. The

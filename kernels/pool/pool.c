@@ -417,7 +417,7 @@ int ts_pool_check(size_t bytes, const char *what, ts_error *err) {
   return TS_OK; /* cached buffers give way when the allocation comes (one may be reused) */
 }
 
-int ts_pool_charge(size_t bytes, const char *what, ts_error *err) {
+static int charge(size_t bytes, bool staging, const char *what, ts_error *err) {
   pthread_mutex_lock(&mu);
   if (over_limit(bytes)) {
     int rc = limit_error(bytes, what, err);
@@ -426,19 +426,28 @@ int ts_pool_charge(size_t bytes, const char *what, ts_error *err) {
   }
   header *victims = make_room(bytes);
   st.in_use += bytes;
-  st.staging += bytes;
+  st.staging += staging ? bytes : 0;
   update_peak();
   pthread_mutex_unlock(&mu);
   unmap_all(victims);
   return TS_OK;
 }
 
-void ts_pool_uncharge(size_t bytes) {
+static void uncharge(size_t bytes, bool staging) {
   pthread_mutex_lock(&mu);
   st.in_use -= bytes;
-  st.staging -= bytes;
+  st.staging -= staging ? bytes : 0;
   pthread_mutex_unlock(&mu);
 }
+
+int ts_pool_charge(size_t bytes, const char *what, ts_error *err) {
+  return charge(bytes, true, what, err);
+}
+void ts_pool_uncharge(size_t bytes) { uncharge(bytes, true); }
+int ts_pool_charge_held(size_t bytes, const char *what, ts_error *err) {
+  return charge(bytes, false, what, err);
+}
+void ts_pool_uncharge_held(size_t bytes) { uncharge(bytes, false); }
 
 int64_t ts_pool_trim_due_ms(void) {
   int64_t now = now_ms(), due = -1;

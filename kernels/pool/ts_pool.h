@@ -60,6 +60,10 @@ int ts_pool_check(size_t bytes, const char *what, ts_error *err);
  * buffers; ts_pool_uncharge gives back exactly what a charge took. */
 int ts_pool_charge(size_t bytes, const char *what, ts_error *err);
 void ts_pool_uncharge(size_t bytes);
+/* The same for what the daemon keeps for as long as a tensor lives (its store entry), counted in
+ * use but not as staging. */
+int ts_pool_charge_held(size_t bytes, const char *what, ts_error *err);
+void ts_pool_uncharge_held(size_t bytes);
 /* Releases cached buffers idle for the configured period (all of them with all = true) to the
  * OS, and trims the C heap after heap frees; returns how many buffers were released. Meant for
  * idle moments: it unmaps outside the pool's lock, but takes the time the kernel needs. */
