@@ -21,6 +21,7 @@
 #include <xxhash.h>
 
 #include "internal.h"
+#include "ts_rules.h"
 
 #define MAX_OBJECT_BYTES ((off_t)512 << 20) /* a cached object larger than this is refused */
 
@@ -62,34 +63,6 @@ static int check_own_dir(const char *what, const char *path, bool exact, ts_erro
                       (unsigned)st.st_uid, mode, (unsigned)me,
                       exact ? "of mode 0700 (the socket directory's rule)"
                             : "not writable by group or others");
-}
-
-/* Every directory above the (resolved) cache directory: another user who may write to one of
- * them could rename the cache away and put their own in its place. */
-static int check_ancestors(const char *real, ts_error *err) {
-  char buf[PATH_MAX];
-  snprintf(buf, sizeof buf, "%s", real);
-  uid_t me = geteuid();
-  for (char *slash = strrchr(buf, '/'); slash; slash = strrchr(buf, '/')) {
-    if (slash == buf)
-      slash[1] = '\0'; /* the root itself, last */
-    else
-      *slash = '\0';
-    struct stat st;
-    if (lstat(buf, &st) != 0)
-      return ts_error_set(err, TS_IO, "program cache directory '%s': its parent '%s': %s", real,
-                          buf, strerror(errno));
-    unsigned mode = (unsigned)(st.st_mode & 07777);
-    if ((st.st_uid != 0 && st.st_uid != me) || ((mode & 022) && !(mode & S_ISVTX)))
-      return ts_error_set(err, TS_AUTH, "program cache directory '%s': the directory above it, "
-                          "'%s', is owned by uid %u with mode %04o; every directory above the "
-                          "cache must be owned by root or uid %u and not writable by group or "
-                          "others unless sticky (like /tmp)", real, buf, (unsigned)st.st_uid, mode,
-                          (unsigned)me);
-    if (slash == buf)
-      return TS_OK;
-  }
-  return TS_OK;
 }
 
 static const char *env(const char *name) {
@@ -138,7 +111,7 @@ int tsp_cache_prepare(const char *dir, const char *base, char *real, size_t cap,
 
 int tsp_cache_check(const char *real, ts_error *err) {
   int rc = check_own_dir("program cache directory", real, false, err);
-  return rc == TS_OK ? check_ancestors(real, err) : rc;
+  return rc == TS_OK ? ts_dir_ancestors_check("program cache directory", real, err) : rc;
 }
 
 int tsp_cache_create(const char *dir, const char *stem, const char *suffix, char *path, size_t cap,

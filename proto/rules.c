@@ -1,8 +1,11 @@
-/* rules.c - the rules of ts_rules.h: UTF-8 well-formedness, tensor names, the strings of an
- * encoded message (walked with protobuf-c's descriptors, so a field added to tshard.proto is
- * checked without a change here), and tokens and token files. */
+/* rules.c - the rules of ts_rules.h: UTF-8 well-formedness, tensor names and shapes, the strings
+ * of an encoded message (walked with protobuf-c's descriptors, so a field added to tshard.proto
+ * is checked without a change here), tokens and token files, and the directories above a
+ * private directory. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -247,5 +250,30 @@ int ts_token_file_read(const char *path, char *out, size_t cap, ts_error *err) {
                         n + 1);
   memcpy(out, buf, n);
   out[n] = '\0';
+  return TS_OK;
+}
+
+int ts_dir_ancestors_check(const char *what, const char *real, ts_error *err) {
+  char buf[PATH_MAX];
+  snprintf(buf, sizeof buf, "%s", real);
+  uid_t me = geteuid();
+  for (char *slash = strrchr(buf, '/'); slash; slash = strrchr(buf, '/')) {
+    if (slash == buf)
+      slash[1] = '\0'; /* the root itself, last */
+    else
+      *slash = '\0';
+    struct stat st;
+    if (lstat(buf, &st) != 0)
+      return ts_error_set(err, TS_IO, "%s '%s': the directory above it, '%s': %s", what, real,
+                          buf, strerror(errno));
+    unsigned mode = (unsigned)(st.st_mode & 07777);
+    if ((st.st_uid != 0 && st.st_uid != me) || ((mode & 022) && !(mode & S_ISVTX)))
+      return ts_error_set(err, TS_AUTH, "%s '%s': the directory above it, '%s', is owned by uid "
+                          "%u with mode %04o; every directory above it must be owned by root or "
+                          "uid %u and not writable by group or others unless sticky (like /tmp)",
+                          what, real, buf, (unsigned)st.st_uid, mode, (unsigned)me);
+    if (slash == buf)
+      return TS_OK;
+  }
   return TS_OK;
 }

@@ -60,4 +60,10 @@ int ts_token_check(const char *token, size_t n, ts_error *err);
  * group or others may read, a token that is too short or too long, and invisible characters. */
 int ts_token_file_read(const char *path, char *out, size_t cap, ts_error *err);
 
+/* The directories above `real` (a resolved path), up to the root: each owned by root or the
+ * effective uid and not writable by group or others unless sticky; anyone else who may write one
+ * could rename the directory away and put theirs in its place. TS_AUTH naming the directory, its
+ * owner and mode, after `what` ("snapshot directory"). */
+int ts_dir_ancestors_check(const char *what, const char *real, ts_error *err);
+
 #endif

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "handlers.h"
+#include "ts_rules.h"
 
 bool tsd_snapshot_named(const char *s) {
   /* YYYYmmddTHHMMSS.mmmZ */
@@ -44,34 +45,6 @@ bool tsd_snapshot_named(const char *s) {
 static const char *kind_of(mode_t m) {
   return S_ISDIR(m) ? "a directory" : S_ISLNK(m) ? "a symbolic link" : S_ISREG(m) ? "a file"
                                                                                  : "a special file";
-}
-
-/* Every directory above the resolved path real: owned by root or us, not writable by group or
- * others unless sticky; anyone else who may write one could rename ours away and put theirs in
- * its place. */
-static int check_ancestors(const char *what, const char *real, ts_error *err) {
-  char buf[PATH_MAX];
-  snprintf(buf, sizeof buf, "%s", real);
-  uid_t me = geteuid();
-  for (char *slash = strrchr(buf, '/'); slash; slash = strrchr(buf, '/')) {
-    if (slash == buf)
-      slash[1] = '\0'; /* the root itself, last */
-    else
-      *slash = '\0';
-    struct stat st;
-    if (lstat(buf, &st) != 0)
-      return ts_error_set(err, TS_IO, "%s '%s': the directory above it, '%s': %s", what, real,
-                          buf, strerror(errno));
-    unsigned mode = (unsigned)(st.st_mode & 07777);
-    if ((st.st_uid != 0 && st.st_uid != me) || ((mode & 022) && !(mode & S_ISVTX)))
-      return ts_error_set(err, TS_AUTH, "%s '%s': the directory above it, '%s', is owned by uid "
-                          "%u with mode %04o; every directory above it must be owned by root or "
-                          "uid %u and not writable by group or others unless sticky (like /tmp)",
-                          what, real, buf, (unsigned)st.st_uid, mode, (unsigned)me);
-    if (slash == buf)
-      return TS_OK;
-  }
-  return TS_OK;
 }
 
 int tsd_snapdir_check(const char *what, const char *dir, bool missing_ok, ts_error *err) {
@@ -93,7 +66,7 @@ int tsd_snapdir_check(const char *what, const char *dir, bool missing_ok, ts_err
   char real[PATH_MAX];
   if (!realpath(dir, real))
     return ts_error_set(err, TS_IO, "%s '%s': %s", what, dir, strerror(errno));
-  return check_ancestors(what, real, err);
+  return ts_dir_ancestors_check(what, real, err);
 }
 
 /* What fails the trust rule in a descriptor's fstat (NULL: nothing), into why. */
