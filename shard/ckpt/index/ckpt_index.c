@@ -633,15 +633,32 @@ static int get_sequence(json_t *root, int64_t *seq) {
 }
 
 /* The index's JSON, from a file opened as every checkpoint file is (no FIFO, no link). */
+#define INDEX_MAX ((int64_t)1 << 30) /* bytes of an index.json: far beyond any real one */
+
 static int load_root(const char *path, json_t **root, ts_error *err) {
   int fd;
   int64_t size;
   int rc = ts__ckpt_open_regular("checkpoint index", path, &fd, &size, err);
   if (rc)
     return rc;
-  json_error_t je;
-  *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
+  /* Read in one go and parsed from the buffer (jansson reads a descriptor a byte a call). */
+  char *text = size <= (int64_t)INDEX_MAX ? malloc(size ? (size_t)size : 1) : NULL;
+  if (!text || ts__ckpt_pread_full(fd, text, (size_t)size, 0) != 0) {
+    int e = errno;
+    close(fd);
+    free(text);
+    if (size > (int64_t)INDEX_MAX)
+      return ts_error_set(err, TS_CORRUPT, "checkpoint index '%s' holds %lld bytes; at most %lld",
+                          path, (long long)size, (long long)INDEX_MAX);
+    return text ? ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint index '%s': %s", path,
+                               strerror(e))
+                : ts_error_set(err, TS_NO_MEMORY, "checkpoint index '%s': no memory for its "
+                               "%lld bytes", path, (long long)size);
+  }
   close(fd);
+  json_error_t je;
+  *root = json_loadb(text, (size_t)size, JSON_REJECT_DUPLICATES, &je);
+  free(text);
   if (!*root)
     return ts_error_set(err, TS_CORRUPT, "checkpoint index '%s' is not JSON: line %d: %s", path,
                         je.line, je.text);
