@@ -4,8 +4,9 @@
 # figures' quotient, each bound the tensor's busiest-host bytes over the verified rate, each
 # needed size the formula's, the ranks on their hosts), and its tear-down leaves no namespace,
 # no process, no work directory and no Open MPI session directory or segment behind; a second
-# run sent SIGTERM once its daemons serve tears down the same way. Figures are not judged (a
-# loaded CI box). Without root, `ip`, `tc`, mpi4py or network namespaces it says SKIPPED with
+# run sent SIGTERM once its daemons serve tears down the same way. Times are not judged (a
+# loaded CI box); the plans are: the hierarchical strategy where a flat one would send a block
+# into a host twice, and every case's crossed bytes within 2% of what must cross. Without root, `ip`, `tc`, mpi4py or network namespaces it says SKIPPED with
 # the reason (exit 77, which CTest reports as skipped).
 # usage: test_bench_hosts_keys.sh BUILD_BIN_DIR
 set -u
@@ -98,6 +99,16 @@ for c in "${!needed[@]}"; do
     "$(awk -v b="$(val "${c}_bound_ms" "$out")" 'BEGIN { print 0.001 * b + 0.01 }')"
   # every rank is done no sooner than the client has its answer
   ok awk -v a="$(val "${c}_ms" "$out")" -v b="$(val "${c}_client_ms" "$out")" 'BEGIN { exit !(a >= b) }'
+done
+# host-aware plans end to end (each tensor read back equal, or the bench fails): the moves whose
+# blocks a flat strategy sends into a host more than once run hierarchical, and what crosses the
+# links is what must (within 2%, the frames' headers and acknowledgements included)
+for c in s0_r interleaved_s0_r p_s0 xgroup_s0_r s0_host1_r_all r_host1_r_all; do
+  ok grep -qxF "${c}_strategy=hierarchical" "$out"
+done
+for c in "${!needed[@]}"; do
+  ok near "$(val "${c}_crossed_mib" "$out")" "$(val "${c}_needed_mib" "$out")" \
+    "$(awk -v n="$(val "${c}_needed_mib" "$out")" 'BEGIN { print 0.02 * n }')"
 done
 for c in s0_s1 s0_r p_r p_s0 r_host1_r_all; do
   ok pos "${c}_mpi4py_ms" "$out"
