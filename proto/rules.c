@@ -89,9 +89,9 @@ int ts_tensor_check(const char *name, int ndim, const int64_t *shape, size_t ele
   int rc = ts_name_check("tensor name", name, name ? strlen(name) : 0, err);
   if (rc)
     return rc;
-  if (ndim < 1 || ndim > TS_RULES_DIMS_MAX || !shape)
-    return ts_error_set(err, TS_BAD_SHAPE, "tensor '%s': shape of %d dims; tensors have 1 to %d "
-                        "dims", name, ndim, TS_RULES_DIMS_MAX);
+  if (ndim < 0 || ndim > TS_RULES_DIMS_MAX || (ndim > 0 && !shape))
+    return ts_error_set(err, TS_BAD_SHAPE, "tensor '%s': shape of %d dims; tensors have 0 (a "
+                        "scalar) to %d dims", name, ndim, TS_RULES_DIMS_MAX);
   /* The product skips zero dims, so a shape with a zero beside a huge dim is bounded too. */
   int64_t bytes = elem_size ? (int64_t)elem_size : 1;
   for (int d = 0; d < ndim; d++) {

@@ -41,7 +41,8 @@ bool ts_name_reserved(const char *name, size_t n);
 
 /* Whether a tensor of this name and shape, elem_size bytes an element, may exist: the one rule
  * that every path making a tensor applies (create, put, import, load, resume, program outputs).
- * A name as ts_name_check; 1 to TS_RULES_DIMS_MAX dims; each dim 0 to TS_RULES_TENSOR_BYTES_MAX,
+ * A name as ts_name_check; 0 (a scalar) to TS_RULES_DIMS_MAX dims (create asks for at least one);
+ * each dim 0 to TS_RULES_TENSOR_BYTES_MAX,
  * and the whole tensor at most TS_RULES_TENSOR_BYTES_MAX bytes when every dim is counted, zero
  * dims included ([0, 2^62] is refused like [1, 2^62]: such a shape cannot be saved and loaded).
  * TS_BAD_SHAPE or TS_LIMIT naming the dim; TS_INVALID_ARGUMENT for the name. */

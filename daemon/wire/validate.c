@@ -122,9 +122,9 @@ int tsd_validate_create(const Tshard__Request *r, const tsd_limits *lim, ts_erro
   int rc = ts_dtype_parse(c->dtype, &dt, err);
   if (rc)
     return rc;
-  if (c->n_shape > TS_MAX_DIMS)
-    return ts_error_set(err, TS_BAD_SHAPE, "shape of %zu dims; tensors have 1 to %d dims",
-                        c->n_shape, TS_MAX_DIMS);
+  if (c->n_shape < 1 || c->n_shape > TS_MAX_DIMS) /* scalars come from einsum and files */
+    return ts_error_set(err, TS_BAD_SHAPE, "shape of %zu dims; create makes tensors of 1 to %d "
+                        "dims", c->n_shape, TS_MAX_DIMS);
   if ((rc = ts_tensor_check(c->name, (int)c->n_shape, c->shape, ts_dtype_size(dt), err)))
     return rc;
   if ((rc = check_attr(c->attr, (int)c->n_shape, c->shape, lim, err)))
