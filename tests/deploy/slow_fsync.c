@@ -3,7 +3,9 @@
  * TSHARD_TEST_FSYNC_DELAY_MS milliseconds, as a disk would that takes that long to take the
  * file, so that a background save is still writing when the test signals the job. Every other
  * fsync, and every process without the variable, goes straight to the C library's. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
