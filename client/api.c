@@ -723,6 +723,8 @@ int tshard_stats_get(tshard_client *c, tshard_stats *s) {
     snprintf(s->topology, sizeof s->topology, "%s", x->topology ? x->topology : "");
     s->hosts = (int)x->hosts;
     s->host = (int)x->host;
+    snprintf(s->host_name, sizeof s->host_name, "%s", x->host_name ? x->host_name : "");
+    s->numa = s->host_name[0] ? (int)x->numa : -1; /* no name: a daemon that does not say */
     for (size_t i = 0; i < x->n_strategies && i < 16; i++) {
       snprintf(s->strategies[i].name, sizeof s->strategies[i].name, "%s",
                x->strategies[i]->strategy);

@@ -38,6 +38,9 @@ struct ts_world {
   int rank, size, thread_level;
   int node_size;        /* ranks of the world on this rank's node (cma.c) */
   int *node_of;         /* per world rank: the lowest world rank on its node (world.c) */
+  int *numa_of;         /* per world rank: its NUMA node, -1 unknown (place.c) */
+  int64_t *host_off;    /* per world rank: where its host name starts in host_names */
+  char *host_names;     /* every rank's host name, NUL-terminated, in rank order */
   ts_comm world;        /* duplicate of MPI_COMM_WORLD */
   ts_comm *cache;       /* group communicators */
   int ncached;
@@ -61,6 +64,11 @@ struct ts_world {
  * rest, when `all`). */
 void ts__orphan_keep(ts_world *w, MPI_Request req, void *buf);
 void ts__orphans_retire(ts_world *w, bool all);
+
+/* Where the ranks run (place.c): found and exchanged by ts_world_init (collective over the
+ * world; on failure ts__place_free still frees what was made), freed by ts_world_finalize. */
+int ts__place_init(ts_world *w, ts_error *err);
+void ts__place_free(ts_world *w);
 
 /* The doorbells (doorbell.c): made by ts_world_init (collective over the world), freed by
  * ts_world_finalize before the world's communicator. */

@@ -32,6 +32,19 @@ int ts_world_node_size(const ts_world *w);
 /* The node (host) of every world rank, as MPI's shared-memory split sees them: world_size
  * entries, each the lowest world rank on that rank's node. */
 const int *ts_world_node_of(const ts_world *w);
+/* Where each world rank runs, found by that rank at ts_world_init and known to every rank
+ * (place.c). The host name is gethostname's, at most TS_HOST_NAME_MAX bytes of printable ASCII
+ * (other bytes, the space among them, become '?'; "unknown" when empty); NULL for a rank outside
+ * 0..size-1. The NUMA node is the system's for the CPU the rank ran on at start (sched_getcpu,
+ * then /sys/devices/system/cpu/cpuN/nodeM or /sys/devices/system/node/nodeM/cpulist); -1 when
+ * the system does not say (no /sys, no NUMA) and for a rank outside the world. */
+#define TS_HOST_NAME_MAX 255
+const char *ts_world_host_name(const ts_world *w, int rank);
+int ts_world_numa_of(const ts_world *w, int rank);
+/* The two steps, for tests: raw made into such a host name in out (cap bytes, NUL-terminated;
+ * returns its length), and the NUMA node of a CPU under a sysfs root ("/sys"), -1 unknown. */
+size_t ts_host_name_clean(const char *raw, char *out, size_t cap);
+int ts_numa_node_of_cpu(const char *sys_root, int cpu);
 /* Doorbells: a rank waiting for a message from a rank of its node blocks until that rank rings
  * it, instead of napping (doorbell.c). ts_world_bell_seq reads this rank's bell; after testing
  * its condition, a waiter calls ts_world_bell_wait with what it read, which returns when the

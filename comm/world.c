@@ -96,7 +96,8 @@ int ts_world_init(int *argc, char ***argv, int thread_level, ts_world **out, ts_
     ts__comm_types_free(NULL);
     goto fail;
   }
-  if ((rc = node_map(w, err))) {
+  if ((rc = node_map(w, err)) || (rc = ts__place_init(w, err))) {
+    ts__place_free(w);
     ts__doorbell_free(w);
     ts__cma_free(w);
     ts__comm_types_free(NULL);
@@ -139,6 +140,7 @@ int ts_world_finalize(ts_world **pw, ts_error *err) {
     rc = ts__mpi_error(mrc, "MPI_Comm_free", __FILE__, __LINE__, err);
   free(w->world.ranks);
   free(w->node_of);
+  ts__place_free(w);
   ts__cma_free(w);
   if (w->initialized_mpi) {
     mrc = MPI_Finalize();

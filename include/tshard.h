@@ -250,9 +250,28 @@ typedef struct tshard_stats {
    * number of hosts, and the host of the connected rank */
   char topology[256];
   int hosts, host;
+  /* the connected rank's host name (printable ASCII, at most 255 bytes) and NUMA node (of the
+   * CPU it ran on at start; -1 when the system does not say); every rank's: tshard_describe_job */
+  char host_name[256];
+  int numa;
 } tshard_stats;
 
 int tshard_stats_get(tshard_client *c, tshard_stats *s);
+
+/* The job's layout as the connected daemon knows it (the same on every rank): its ranks, their
+ * hosts (numbered in the order of their first rank, each host's name once) and every rank's
+ * NUMA node. Arrays malloc'd; tshard_job_clear frees them (accepts NULL and a cleared job). */
+typedef struct tshard_job {
+  int rank;           /* the rank that answered */
+  int nranks, nhosts;
+  char topology[256]; /* the spec, as tshard plan --topology takes it ("hosts=2x4") */
+  char **host_names;  /* nhosts: each host's name (the name its first rank gives) */
+  int *rank_hosts;    /* nranks: each rank's host */
+  int *rank_numa;     /* nranks: each rank's NUMA node, -1 unknown */
+} tshard_job;
+
+int tshard_describe_job(tshard_client *c, tshard_job *job);
+void tshard_job_clear(tshard_job *job);
 
 /* Stops every daemon of the job (they finish what they run, answer, remove their sockets). */
 int tshard_shutdown(tshard_client *c, const char *key);

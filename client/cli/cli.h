@@ -121,6 +121,12 @@ int cli_cmd_drop(cli_args *a, tshard_client *c);
 int cli_cmd_program(cli_args *a, tshard_client *c); /* cmd_program.c */
 int cli_cmd_list(cli_args *a, tshard_client *c);
 int cli_cmd_describe(cli_args *a, tshard_client *c);
+/* cmd_job.c: a job's layout (tshard_describe_job) printed: describe without a tensor (text or
+ * --json), the host lines of stats' text, the layout fields of stats' JSON object. */
+typedef struct tshard_job tshard_job;
+int cli_job_describe(const cli_args *a, const tshard_job *j);
+int cli_job_text(const tshard_job *j);
+void cli_job_json_fields(const tshard_job *j);
 int cli_cmd_stats(cli_args *a, tshard_client *c);
 int cli_cmd_snapshot(cli_args *a, tshard_client *c); /* cmd_ckpt.c */
 int cli_cmd_shutdown(cli_args *a, tshard_client *c);

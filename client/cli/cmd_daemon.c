@@ -347,10 +347,19 @@ int cli_cmd_list(cli_args *a, tshard_client *c) {
   return code;
 }
 
+/* describe without a tensor: the job's layout. */
+static int describe_job(cli_args *a, tshard_client *c) {
+  tshard_job job;
+  int rc = tshard_describe_job(c, &job);
+  int code = rc ? failed(c, rc) : cli_job_describe(a, &job);
+  tshard_job_clear(&job);
+  return code;
+}
+
 int cli_cmd_describe(cli_args *a, tshard_client *c) {
-  const char *name = need_name(a);
+  const char *name = cli_positional(a, 0);
   if (!name)
-    return CLI_USAGE;
+    return describe_job(a, c);
   int code = CLI_OK;
   tshard_info info = {0};
   int rc = tshard_describe(c, name, &info);
@@ -400,7 +409,10 @@ int cli_cmd_describe(cli_args *a, tshard_client *c) {
 int cli_cmd_stats(cli_args *a, tshard_client *c) {
   int code = CLI_OK;
   tshard_stats s;
+  tshard_job job = {0};
   int rc = tshard_stats_get(c, &s);
+  if (rc == TS_OK)
+    rc = tshard_describe_job(c, &job);
   if (rc) {
     code = failed(c, rc);
   } else if (a->json) {
@@ -425,7 +437,11 @@ int cli_cmd_stats(cli_args *a, tshard_client *c) {
              (unsigned long long)s.strategies[i].relayed);
     printf("}, \"topology\": ");
     cli_json_string(stdout, s.topology);
-    printf(", \"hosts\": %d, \"host\": %d, \"ops\": {", s.hosts, s.host);
+    printf(", \"hosts\": %d, \"host\": %d, \"host_name\": ", s.hosts, s.host);
+    cli_json_string(stdout, s.host_name);
+    printf(", \"numa\": %d, ", s.numa);
+    cli_job_json_fields(&job);
+    printf(", \"ops\": {");
     for (int i = 0; i < s.nops; i++)
       printf("%s\"%s\": {\"count\": %llu, \"p50_us\": %llu, \"p99_us\": %llu, "
              "\"batch_p50\": %llu, \"batch_max\": %llu}",
@@ -454,7 +470,12 @@ int cli_cmd_stats(cli_args *a, tshard_client *c) {
            (unsigned long long)s.operations, (unsigned long long)s.collective_ops,
            (unsigned long long)s.tensors, (unsigned long long)s.memory_in_use, limit,
            (unsigned long long)s.connections);
-    printf("hosts: %d (%s), this rank on host %d\n", s.hosts, s.topology, s.host);
+    char numa[32] = "unknown";
+    if (s.numa >= 0)
+      snprintf(numa, sizeof numa, "%d", s.numa);
+    printf("hosts: %d (%s), this rank on host %d (%s), NUMA node %s\n", s.hosts, s.topology,
+           s.host, s.host_name, numa);
+    code = cli_job_text(&job);
     printf("pool: stored %llu, staging %llu, cached %llu (cap %llu), peak %llu bytes; "
            "%llu hits, %llu misses, %llu bytes released\n",
            (unsigned long long)s.stored_bytes, (unsigned long long)s.pool_staging,
@@ -485,6 +506,7 @@ int cli_cmd_stats(cli_args *a, tshard_client *c) {
              v->status ? ": " : "", v->message);
     }
   }
+  tshard_job_clear(&job);
   return code;
 }
 

@@ -110,9 +110,11 @@ static const cli_command commands[] = {
     {"list", NULL, cli_cmd_list, "list the tensors",
      CONNECT_HELP "  --json           machine-readable output\n", "tshard list --json"},
     {"describe", NULL, cli_cmd_describe,
-     "a tensor's dtype, shape, attribute, layout and bytes per rank",
-     "  NAME             the tensor\n" CONNECT_HELP "  --json           machine-readable output\n",
-     "tshard describe w --json"},
+     "a tensor's dtype, shape, attribute, layout and bytes per rank; without NAME the job",
+     "  NAME             the tensor; without it the job: its ranks, each host's name with its\n"
+     "                   ranks and their NUMA nodes, the topology (as plan --topology takes it)\n"
+     CONNECT_HELP "  --json           machine-readable output\n",
+     "tshard describe w --json\n  tshard describe --job demo"},
     {"stats", NULL, cli_cmd_stats,
      "operations, bytes per strategy and memory of the connected daemon",
      CONNECT_HELP "  --json           machine-readable output\n", "tshard stats --rank 2"},

@@ -123,6 +123,46 @@ void tsd_op_plan(tsd_engine *e, tsd_work *w) {
   ts_attr_destroy(&tgt);
 }
 
+/* The job's layout for stats: each host's name (its first rank's) once, every rank's host and
+ * NUMA node, into arrays the caller frees with stats_layout_free. */
+typedef struct stats_layout {
+  char **names;
+  uint32_t *hosts;
+  int32_t *numa;
+} stats_layout;
+
+static void stats_layout_free(stats_layout *l) {
+  free(l->names);
+  free(l->hosts);
+  free(l->numa);
+}
+
+static int stats_layout_fill(tsd_engine *e, const ts_topology *topo, Tshard__StatsResult *s,
+                             stats_layout *l) {
+  int nh = ts_topology_nhosts(topo), n = e->size;
+  l->names = calloc((size_t)nh, sizeof *l->names);
+  l->hosts = malloc((size_t)n * sizeof *l->hosts);
+  l->numa = malloc((size_t)n * sizeof *l->numa);
+  if (!l->names || !l->hosts || !l->numa)
+    return TS_NO_MEMORY;
+  for (int r = 0; r < n; r++) {
+    int h = ts_topology_host(topo, r);
+    l->hosts[r] = (uint32_t)h;
+    l->numa[r] = ts_world_numa_of(e->world, r);
+    if (h < nh && !l->names[h])
+      l->names[h] = (char *)ts_world_host_name(e->world, r);
+  }
+  for (int h = 0; h < nh; h++)
+    l->names[h] = l->names[h] ? l->names[h] : "";
+  s->n_host_names = (size_t)nh;
+  s->host_names = l->names;
+  s->n_rank_hosts = (size_t)n;
+  s->rank_hosts = l->hosts;
+  s->n_rank_numa = (size_t)n;
+  s->rank_numa = l->numa;
+  return TS_OK;
+}
+
 void tsd_op_stats(tsd_engine *e, tsd_work *w) {
   Tshard__Response r = TSHARD__RESPONSE__INIT;
   Tshard__StatsResult s = TSHARD__STATS_RESULT__INIT;
@@ -157,6 +197,16 @@ void tsd_op_stats(tsd_engine *e, tsd_work *w) {
   s.topology = topology;
   s.hosts = (uint32_t)ts_topology_nhosts(topo);
   s.host = (uint32_t)ts_topology_host(topo, e->rank);
+  const char *host_name = ts_world_host_name(e->world, e->rank);
+  s.host_name = (char *)(host_name ? host_name : "");
+  s.numa = ts_world_numa_of(e->world, e->rank);
+  stats_layout lay = {0};
+  if (w->req->stats->layout && stats_layout_fill(e, topo, &s, &lay) != TS_OK) {
+    stats_layout_free(&lay);
+    tsd_reply_status(e, w->conn_id, w->req->id, TS_NO_MEMORY,
+                     "no memory for the job's layout in the statistics");
+    return;
+  }
   for (int i = 0; i < TS_STRATEGY_COUNT; i++) {
     tshard__strategy_bytes__init(&sb[i]);
     sb[i].strategy = (char *)ts_strategy_name((ts_strategy)i);
@@ -186,6 +236,7 @@ void tsd_op_stats(tsd_engine *e, tsd_work *w) {
   s.n_saves = (size_t)tsd_bgsave_stats(sv, svp, 16);
   s.saves = svp;
   tsd_reply_response(e, w->conn_id, &r);
+  stats_layout_free(&lay);
 }
 
 /* ---------------------------------------------------------------------------------------------

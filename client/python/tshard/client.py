@@ -1768,15 +1768,23 @@ class Client:
 
         Returns:
             ``{'operations', 'collective_ops', 'tensors', 'memory_in_use', 'memory_limit',
-            'connections', 'topology': {'spec', 'hosts', 'host'}, 'pool': {...},
+            'connections', 'topology': {'spec', 'hosts', 'host', 'host_name', 'numa',
+            'host_names', 'rank_hosts', 'rank_numa'}, 'pool': {...},
             'strategies': {name: {...}}, 'ops': {kind: {...}}}``: topology says where the
-            job's ranks live (``'hosts=2x4'``), how many hosts, and the connected rank's host.
+            job's ranks live (``'hosts=2x4'``), how many hosts, the connected rank's host with
+            its name and the rank's NUMA node (-1: unknown), each host's name once and every
+            rank's host and NUMA node (as :meth:`describe_job` gives them).
         """
-        s = self._call(stats=pb.StatsRequest()).stats
+        s = self._call(stats=pb.StatsRequest(layout=True)).stats
+        layout = _layout(s)
         return {"operations": s.operations, "collective_ops": s.collective_ops,
                 "tensors": s.tensors, "memory_in_use": s.memory_in_use,
                 "memory_limit": s.memory_limit, "connections": s.connections,
-                "topology": {"spec": s.topology, "hosts": s.hosts, "host": s.host},
+                "topology": {"spec": s.topology, "hosts": s.hosts, "host": s.host,
+                             "host_name": s.host_name, "numa": s.numa if s.host_name else -1,
+                             "host_names": layout["host_names"],
+                             "rank_hosts": layout["rank_hosts"],
+                             "rank_numa": layout["rank_numa"]},
                 "pool": {"stored": s.stored_bytes, "staging": s.pool_staging,
                          "cached": s.pool_cached, "peak": s.pool_peak,
                          "cache_cap": s.pool_cache_cap, "hits": s.pool_hits,
@@ -1792,6 +1800,30 @@ class Client:
                            "bytes_written": v.bytes_written, "bytes_total": v.bytes_total,
                            "checkpoint_bytes": v.checkpoint_bytes, "seconds": v.seconds,
                            "status": v.status, "message": v.message} for v in s.saves]}
+
+    def describe_job(self) -> Dict[str, Any]:
+        """Where the job's ranks live, as ``tshard describe`` without a tensor prints it.
+
+        Returns:
+            ``{'rank' (the connected one), 'ranks', 'hosts', 'topology' (the spec, as
+            ``tshard plan --topology`` takes it: ``'hosts=2x4'``), 'host_names' (each
+            host's once, hosts numbered in the order of their first rank), 'rank_hosts' and
+            'rank_numa' (every rank's host and NUMA node, -1 when the system does not say),
+            'by_host': [{'host', 'name', 'ranks', 'numa'}]}``.
+
+        Raises:
+            ProtocolError: the daemon's answer carries no layout, or an inconsistent one.
+        """
+        rank = self.ping()["rank"]
+        s = self._call(stats=pb.StatsRequest(layout=True)).stats
+        job = _layout(s)
+        by_host = [{"host": h, "name": n, "ranks": [], "numa": []}
+                   for h, n in enumerate(job["host_names"])]
+        for r, (h, numa) in enumerate(zip(job["rank_hosts"], job["rank_numa"])):
+            by_host[h]["ranks"].append(r)
+            by_host[h]["numa"].append(numa)
+        return {"rank": rank, "ranks": len(job["rank_hosts"]), "hosts": len(by_host),
+                "topology": s.topology, **job, "by_host": by_host}
 
     def shutdown(self, key: Optional[str] = None) -> None:
         """Stops every daemon of the job (this connection then closes).
@@ -1850,6 +1882,20 @@ def _no_elements(info, mine, layout, out):
 
 def _reshard_result(r):
     return {"strategy": r.strategy or None, "ms": r.elapsed_us / 1000.0}
+
+
+def _layout(s):
+    """The job's layout of a StatsResult asked with its layout, checked as the C client checks
+    it: one host and one NUMA node per rank, every host index below the host count."""
+    names, hosts, numa = list(s.host_names), list(s.rank_hosts), list(s.rank_numa)
+    if not hosts or not names:
+        raise error_for(17, "the daemon's statistics carry no layout (a daemon older than this "
+                            "client); upgrade the daemons")
+    if len(numa) != len(hosts) or len(names) != s.hosts or any(h >= len(names) for h in hosts):
+        raise error_for(17, f"the daemon's layout is inconsistent: {len(hosts)} ranks with a "
+                            f"host, {len(numa)} with a NUMA node, {len(names)} host names for "
+                            f"{s.hosts} hosts")
+    return {"host_names": names, "rank_hosts": hosts, "rank_numa": numa}
 
 
 def _describe_dict(d):
