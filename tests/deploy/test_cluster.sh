@@ -96,6 +96,41 @@ import json, sys
 s = json.loads('''$topo''')
 sys.exit(0 if (s['topology'], s['hosts'], s['host']) == ('hosts=3x1', 3, $r) else 1)"
 done
+# describe (no tensor) lists the three hosts, each named as its namespace names itself: `ip
+# netns exec` enters a network namespace only, so unless the namespaces were given UTS
+# namespaces of their own they all give this machine's name (three hosts of one name)
+names=()
+for r in 0 1 2; do names[$r]=$(ip netns exec "${hosts[$r]}" hostname); done
+if [ "$(printf '%s\n' "${names[@]}" | sort -u | wc -l)" -eq 3 ]; then
+  echo "the hosts name themselves apart: ${names[*]}"
+else
+  echo "the hosts share a name (no UTS namespaces of their own): ${names[*]}"
+fi
+for r in 0 1 2; do
+  desc=$(on "$r" describe --json)
+  ok /usr/bin/python3 -c "
+import glob, json, sys
+d = json.loads(sys.argv[1])
+names = sys.argv[2:]
+nodes = {int(p.split('/node')[-1]) for p in glob.glob('/sys/devices/system/node/node[0-9]*')}
+want = {'rank': $r, 'ranks': 3, 'hosts': 3, 'topology': 'hosts=3x1', 'host_names': names,
+        'rank_hosts': [0, 1, 2]}
+ok = {k: d.get(k) for k in want} == want
+ok = ok and [(h['host'], h['name'], h['ranks']) for h in d['by_host']] == \
+    [(i, n, [i]) for i, n in enumerate(names)]
+ok = ok and all(n in nodes if nodes else n == -1 for n in d['rank_numa'])
+sys.exit(0 if ok else print('describe --json on rank $r:', d, 'want', want, 'nodes', nodes))" \
+    "$desc" "${names[@]}"
+done
+text=$(on 2 describe)
+ok test "$(head -1 <<<"$text")" = "3 ranks on 3 hosts (hosts=3x1), answered by rank 2"
+for r in 0 1 2; do # each host's line, with the NUMA node its rank's stats give
+  numa=$(on "$r" stats --json | /usr/bin/python3 -c "
+import json, sys
+n = json.load(sys.stdin)['numa']
+print(n if n >= 0 else 'unknown')")
+  ok grep -qxF "  host $r ${names[$r]}: 1 rank: NUMA node $numa: ranks $r" <<<"$text"
+done
 # cross-host p2p: from host 1 alone to hosts 2 and 3
 ok on 1 reshard w --to "mesh=[2]@1-2 placements=[S(0)]" --strategy p2p
 ok check_all "p2p host 1 -> hosts 2,3"
