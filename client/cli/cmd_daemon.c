@@ -411,8 +411,8 @@ int cli_cmd_stats(cli_args *a, tshard_client *c) {
   tshard_stats s;
   tshard_job job = {0};
   int rc = tshard_stats_get(c, &s);
-  if (rc == TS_OK)
-    rc = tshard_describe_job(c, &job);
+  if (rc == TS_OK && tshard_describe_job(c, &job) != TS_OK) /* the rest still shows */
+    fprintf(stderr, "tshard: stats without the job's layout: %s\n", tshard_last_message(c));
   if (rc) {
     code = failed(c, rc);
   } else if (a->json) {

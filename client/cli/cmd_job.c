@@ -82,6 +82,8 @@ static void print_host(const tshard_job *j, int h, const int *ranks, int n) {
 
 int cli_job_text(const tshard_job *j) {
   by_host g;
+  if (j->nranks == 0) /* none known */
+    return CLI_OK;
   if (!group_ranks(j, &g))
     return cli_fail(CLI_FAILED, "no memory for the job's layout");
   for (int h = 0; h < j->nhosts; h++)
@@ -100,7 +102,7 @@ static void print_ints(const int *v, int n) {
 void cli_job_json_fields(const tshard_job *j) {
   printf("\"host_names\": [");
   for (int h = 0; h < j->nhosts; h++) {
-    printf(h ? ", " : "");
+    fputs(h ? ", " : "", stdout);
     cli_json_string(stdout, j->host_names[h]);
   }
   printf("], \"rank_hosts\": ");

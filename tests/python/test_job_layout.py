@@ -168,4 +168,6 @@ with Daemons(B, NP, job=JOB) as d:
         p = run(*args)
         check(p.returncode == code and says in p.stderr and not p.stdout,
               f"{args}: exit {p.returncode} (want {code}), {p.stderr!r} (want {says!r})")
+    rc = d.stop()
+    check(rc == 0, f"the daemons exit 0 (sanitizers quiet in such a build): {rc}\n{d.logs()}")
 check.finish()

@@ -1776,7 +1776,7 @@ class Client:
             rank's host and NUMA node (as :meth:`describe_job` gives them).
         """
         s = self._call(stats=pb.StatsRequest(layout=True)).stats
-        layout = _layout(s)
+        layout = _layout(s, strict=False)
         return {"operations": s.operations, "collective_ops": s.collective_ops,
                 "tensors": s.tensors, "memory_in_use": s.memory_in_use,
                 "memory_limit": s.memory_limit, "connections": s.connections,
@@ -1884,10 +1884,13 @@ def _reshard_result(r):
     return {"strategy": r.strategy or None, "ms": r.elapsed_us / 1000.0}
 
 
-def _layout(s):
+def _layout(s, strict=True):
     """The job's layout of a StatsResult asked with its layout, checked as the C client checks
-    it: one host and one NUMA node per rank, every host index below the host count."""
+    it: one host and one NUMA node per rank, every host index below the host count. Not strict:
+    empty lists from a daemon that gives none."""
     names, hosts, numa = list(s.host_names), list(s.rank_hosts), list(s.rank_numa)
+    if not strict and not hosts and not names and not numa:
+        return {"host_names": names, "rank_hosts": hosts, "rank_numa": numa}
     if not hosts or not names:
         raise error_for(17, "the daemon's statistics carry no layout (a daemon older than this "
                             "client); upgrade the daemons")
