@@ -123,6 +123,73 @@ int ts_comm_bcast(ts_comm *c, void *buf, int64_t bytes, int root, ts_error *err)
   return TS_OK;
 }
 
+/* The chain's pieces travel under this tag (below cma.c's and regions.c's). */
+#define CHAIN_TAG 31740
+
+/* MPI_Waitall that tests and naps by the MPI wait policy between tests instead of spinning in
+ * MPI: across hosts each test moves what the sockets hold, and the kernel buffers the rest, so the
+ * naps cost no bandwidth while the cores go to the ranks and the network stack at work. */
+static int wait_napping(int k, MPI_Request *req) {
+  ts_waiter w;
+  ts_waiter_init(&w, &ts_wait_mpi, TS_WAIT_FOREVER);
+  for (;;) {
+    int done = 0, mrc = MPI_Testall(k, req, &done, MPI_STATUSES_IGNORE);
+    if (mrc != MPI_SUCCESS || done)
+      return mrc;
+    ts_waiter_pause(&w);
+  }
+}
+
+/* Pieces in flight per rank and direction: enough to fill a link, bounded in buffered bytes. */
+#define CHAIN_WINDOW 64
+
+int ts_comm_bcast_chain(ts_comm *c, void *buf, int64_t bytes, int root, int64_t piece,
+                        ts_error *err) {
+  if (bytes < 0 || root < 0 || root >= c->size)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "chain broadcast of %lld bytes from rank %d of %d",
+                        (long long)bytes, root, c->size);
+  if (piece <= 0 || piece > PIECE_BYTES)
+    piece = PIECE_BYTES;
+  int pos = (c->rank - root + c->size) % c->size;
+  bool recv = pos > 0, send = pos + 1 < c->size;
+  int prev = (c->rank - 1 + c->size) % c->size, next = (c->rank + 1) % c->size;
+  int64_t n = bytes > 0 ? (bytes + piece - 1) / piece : 0;
+  MPI_Request rreq[CHAIN_WINDOW], sreq[CHAIN_WINDOW];
+  for (int i = 0; i < CHAIN_WINDOW; i++)
+    rreq[i] = sreq[i] = MPI_REQUEST_NULL;
+  char *at = buf;
+  int rc = TS_OK;
+  /* Receives posted CHAIN_WINDOW pieces ahead; each piece forwarded as soon as it is in, so the
+   * next rank's piece k travels while piece k + 1 arrives. */
+  for (int64_t k = 0, posted = 0; k < n && (recv || send); k++) {
+    for (; recv && posted < n && posted < k + CHAIN_WINDOW; posted++) {
+      int64_t off = posted * piece, m = bytes - off < piece ? bytes - off : piece;
+      TS_MPI_TRY(MPI_Irecv(at + off, (int)m, MPI_BYTE, prev, CHAIN_TAG, c->comm,
+                           &rreq[posted % CHAIN_WINDOW]),
+                 err, rc, drain);
+    }
+    int64_t off = k * piece, m = bytes - off < piece ? bytes - off : piece;
+    if (recv)
+      TS_MPI_TRY(wait_napping(1, &rreq[k % CHAIN_WINDOW]), err, rc, drain);
+    if (send) {
+      TS_MPI_TRY(wait_napping(1, &sreq[k % CHAIN_WINDOW]), err, rc, drain);
+      TS_MPI_TRY(MPI_Isend(at + off, (int)m, MPI_BYTE, next, CHAIN_TAG, c->comm,
+                           &sreq[k % CHAIN_WINDOW]),
+                 err, rc, drain);
+    }
+  }
+drain:
+  /* Whatever was posted completes before buf can go away (after a failure too). */
+  {
+    int w = wait_napping(CHAIN_WINDOW, sreq);
+    if (w == MPI_SUCCESS)
+      w = wait_napping(CHAIN_WINDOW, rreq);
+    if (w != MPI_SUCCESS && rc == TS_OK)
+      rc = ts__mpi_error(w, "MPI_Testall", __FILE__, __LINE__, err);
+  }
+  return rc;
+}
+
 int ts_comm_allgatherv(ts_comm *c, void *buf, const int64_t *counts, const int64_t *displs,
                        ts_error *err) {
   bool small = true;

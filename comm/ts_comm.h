@@ -135,6 +135,12 @@ typedef enum { TS_COMM_MAX, TS_COMM_MIN, TS_COMM_SUM } ts_comm_op;
 int ts_comm_allreduce_i64(ts_comm *c, int64_t *values, int n, ts_comm_op op, ts_error *err);
 int ts_comm_barrier(ts_comm *c, ts_error *err);
 int ts_comm_bcast(ts_comm *c, void *buf, int64_t bytes, int root, ts_error *err);
+/* A pipelined broadcast along the chain root, root + 1, ... (comm ranks, wrapping): buf goes in
+ * pieces of `piece` bytes (<= 0: 1 GiB), each rank forwarding a piece to the next while it
+ * receives the following one, so each link between neighbours carries the bytes once and the
+ * whole takes about one transfer plus a piece per hop. */
+int ts_comm_bcast_chain(ts_comm *c, void *buf, int64_t bytes, int root, int64_t piece,
+                        ts_error *err);
 /* In place: every rank's contribution already sits at displs[rank] in buf. */
 int ts_comm_allgatherv(ts_comm *c, void *buf, const int64_t *counts, const int64_t *displs,
                        ts_error *err);

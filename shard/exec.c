@@ -1025,6 +1025,37 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
 /* ---------------------------------------------------------------------------------------------
  * Entry point */
 
+/* ---------------------------------------------------------------------------------------------
+ * chain: a stage of a hierarchical plan that broadcasts the root row's slices down each column
+ * of its [hosts, ranks per host] target mesh (ts_comm_bcast_chain), after the root row's ranks
+ * copied their source slice (the same box) into their target. */
+
+static int run_chain(exec *ex, ts_error *err) {
+  const ts_plan *p = ex->p;
+  const ts_attr *g = p->tgt->attr;
+  if (ex->lst == TS_OK && ex->in_tgt && !dense_row_major(&ex->tgt))
+    local_fail(ex, ts_error_set(&ex->lerr, TS_INTERNAL, "chain: the target slice is not dense"));
+  int rc = agree_first(ex, NULL, err);
+  if (rc || !ex->in_tgt)
+    return rc;
+  /* A copy that fails still lets the chain run (its ranks wait for the pieces): the commit
+   * agreement reports it. */
+  if (ex->ti / g->mesh_shape[1] == p->chain_root)
+    copy_region(ex, &ex->tgt, &ex->tbox, ex->src, &ex->sbox, &ex->tbox);
+  ts_comm *col = NULL;
+  rc = ts_comm_mesh_line(ex->w, 2, g->mesh_shape, g->ranks, 0, &col, err);
+  int64_t bytes = ts_box_numel(&ex->tbox) * (int64_t)ex->es;
+  if (rc == TS_OK)
+    rc = ts_comm_bcast_chain(col, (char *)ex->tgt.data + ex->tgt.layout.offset, bytes,
+                             p->chain_root, TS_CHAIN_PIECE, err);
+  int pos = col ? (ts_comm_rank(col) - p->chain_root + ts_comm_size(col)) % ts_comm_size(col) : 0;
+  if (rc == TS_OK && pos > 0)
+    ex->received += bytes;
+  if (rc == TS_OK && col && pos + 1 < ts_comm_size(col))
+    ex->sent += bytes;
+  return rc;
+}
+
 static int check_source(exec *ex, const ts_tensor *src) {
   const ts_plan *p = ex->p;
   if (!src || !src->data)
@@ -1196,7 +1227,8 @@ static int exec_one(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
     break;
   case TS_STRATEGY_ALLTOALL:
   case TS_STRATEGY_P2P:
-    rc = run_intersection(&ex, p->chosen == TS_STRATEGY_ALLTOALL, err);
+    rc = p->chain ? run_chain(&ex, err)
+                  : run_intersection(&ex, p->chosen == TS_STRATEGY_ALLTOALL, err);
     break;
   default:
     local_fail(&ex, ts_error_set(&ex.lerr, TS_INTERNAL, "plan has no strategy"));

@@ -14,6 +14,7 @@
  * replica of every partial contribution; it takes its own slice when it holds one of them and
  * otherwise the replica (target mesh index mod replicas), which spreads the load over replicas. */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,15 +33,19 @@ const char *ts_strategy_name(ts_strategy s) {
 }
 
 int ts_strategy_parse(const char *text, ts_strategy *out, ts_error *err) {
-  for (int s = 0; text && s < TS_STRATEGY_COUNT; s++)
+  char valid[160] = "";
+  size_t at = 0;
+  for (int s = 0; text && s < TS_STRATEGY_COUNT; s++) {
     if (strcmp(text, strategy_names[s]) == 0) {
       *out = (ts_strategy)s;
       return TS_OK;
     }
-  return ts_error_set(err, TS_BAD_STRATEGY,
-                      "unknown strategy '%s'; valid: auto, local, allreduce, reduce_scatter, "
-                      "allgather, alltoall, p2p, root",
-                      text ? text : "(null)");
+    if (at < sizeof valid)
+      at += (size_t)snprintf(valid + at, sizeof valid - at, "%s%s", s ? ", " : "",
+                             strategy_names[s]);
+  }
+  return ts_error_set(err, TS_BAD_STRATEGY, "unknown strategy '%s'; valid: %s",
+                      text ? text : "(null)", valid);
 }
 
 void ts_plan_destroy(ts_plan **p) {

@@ -117,7 +117,8 @@ char *ts_plan_explain(const ts_plan *p, int max_ranks) {
     add_hosts(&b, p);
   for (int i = 0; i < ts_plan_stage_count(p); i++) {
     const ts_plan *st = p->stages[i];
-    add(&b, "%s  %d. %s to ", i ? "" : "stages:\n", i + 1, ts_strategy_name(st->chosen));
+    add(&b, "%s  %d. %s to ", i ? "" : "stages:\n", i + 1,
+        st->chain ? "chain broadcast from host to host" : ts_strategy_name(st->chosen));
     add_attr(&b, st->tgt->attr);
     add(&b, " (host link %lld bytes)\n", (long long)st->costs[st->chosen].host_link_bytes);
   }

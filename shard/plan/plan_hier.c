@@ -4,6 +4,10 @@
  * inside the hosts:
  *   to a replicated target (gather, one-to-many):  p2p into [R, S(d)] (every block enters each
  *       target host once, spread over its ranks), then an allgather along the host's row;
+ *   from one host to a replicated target over three hosts or more:  the source's blocks into
+ *       [S(d)] on one row (the source's host, or the first target host), a chain broadcast down
+ *       every column (host to host, pipelined: each host link carries each byte once instead of
+ *       the source host sending it to every other host), then the allgather along the rows;
  *   partial to replicated:  the partial values seen as [P, P]; reduce_scatter along the row
  *       (inside each host) to [P, S(d)], allreduce along the column (across hosts, a 1/L share
  *       per rank) to [R, S(d)], allgather along the row to [R, R];
@@ -74,6 +78,15 @@ static int host_rows(const ts_plan *p, const ts_attr *a, int *order, int *hosts,
   return even && len >= 2 ? 0 : -1;
 }
 
+/* The host of every rank of a, or -1 when they live on several. */
+static int single_host(const ts_plan *p, const ts_attr *a) {
+  int h = ts_topology_host(p->topo, a->ranks[0]);
+  for (int i = 1; i < a->nranks; i++)
+    if (ts_topology_host(p->topo, a->ranks[i]) != h)
+      return -1;
+  return h;
+}
+
 /* The tensor dim the intermediate stages split: the longest. */
 static int longest_dim(const ts_plan *p) {
   int d = 0;
@@ -103,7 +116,68 @@ static int stage(ts_plan *p, const ts_attr *a, const ts_attr *b, ts_strategy s, 
   return rc;
 }
 
-/* The stages of one of the three shapes above, or why none applies. */
+/* The chain stage from the row's [S(d)] down the columns to g = [R, S(d)], with the chain's
+ * costs: a middle host takes every byte in and sends it on (the busiest link carries the tensor
+ * once each way), a middle rank receives and forwards its slice. */
+static int chain_stage(ts_plan *p, const ts_attr *row, const ts_attr *g, int root, int hosts,
+                       ts_error *err) {
+  int rc = stage(p, row, g, TS_STRATEGY_P2P, err);
+  if (rc)
+    return rc;
+  ts_plan *sp = p->stages[p->nstages - 1];
+  sp->chain = true;
+  sp->chain_root = root;
+  int64_t total = (int64_t)p->esize, slice = 0;
+  for (int d = 0; d < p->ndim; d++)
+    total *= p->shape[d];
+  for (int64_t i = 0; i < sp->tgt->attr->nranks; i++) {
+    ts_box b;
+    ts_geom_index_box(sp->tgt, i, &b);
+    int64_t bytes = ts_box_numel(&b) * (int64_t)p->esize;
+    slice = bytes > slice ? bytes : slice;
+  }
+  ts_plan_costs *c = &sp->costs[TS_STRATEGY_P2P];
+  int64_t per = sp->tgt->attr->mesh_shape[1], pieces = (slice + TS_CHAIN_PIECE - 1) / TS_CHAIN_PIECE;
+  c->wire_bytes = c->cross_host_bytes = (hosts - 1) * total;
+  c->host_link_bytes = total;
+  c->max_rank_bytes = slice;
+  c->messages = (hosts - 1) * per * pieces;
+  c->rounds = pieces;
+  c->peak_extra_bytes = 0;
+  return TS_OK;
+}
+
+/* From one host to a replicated target over `hosts` rows: into [S] on row r (the source's own
+ * host's row, else row 0), the chain down the columns, the allgather along the rows. */
+static int chain_plan(ts_plan *p, const int *order, int hosts, int per, int r, ts_placement S,
+                      ts_error *err) {
+  ts_placement R = {.kind = TS_PLACE_REPLICATE};
+  int64_t shape[1] = {per};
+  ts_attr *row = NULL;
+  if (ts_attr_create(&row, 1, shape, order + (size_t)r * per, &S, NULL) != TS_OK)
+    row = NULL;
+  ts_attr *x = grid(order, hosts, per, R, S), *y = grid(order, hosts, per, R, R);
+  int rc = row && x && y ? stage(p, p->src->attr, row, TS_STRATEGY_P2P, err)
+                         : ts_error_set(err, TS_NO_MEMORY, "no memory for a stage's attribute");
+  if (!rc)
+    rc = chain_stage(p, row, x, r, hosts, err);
+  if (!rc)
+    rc = stage(p, x, y, TS_STRATEGY_ALLGATHER, err);
+  ts_attr_destroy(&row);
+  ts_attr_destroy(&x);
+  ts_attr_destroy(&y);
+  return rc;
+}
+
+/* The row of the grid whose ranks live on host h, or -1. */
+static int row_of(const ts_plan *p, const int *order, int hosts, int per, int h) {
+  for (int r = 0; r < hosts; r++)
+    if (ts_topology_host(p->topo, order[(size_t)r * per]) == h)
+      return r;
+  return -1;
+}
+
+/* The stages of one of the shapes above, or why none applies. */
 static int build(ts_plan *p, const int *order, int hosts, int per, const char **why,
                  ts_error *err) {
   const ts_attr *src = p->src->attr, *tgt = p->tgt->attr;
@@ -112,7 +186,11 @@ static int build(ts_plan *p, const int *order, int hosts, int per, const char **
   ts_reduce_op op;
   ts_attr *x = NULL, *y = NULL, *z = NULL;
   int rc = TS_OK;
-  if (all_replicated(tgt) && !any_partial(src)) {
+  int h0 = single_host(p, src);
+  if (all_replicated(tgt) && !any_partial(src) && hosts >= 3 && h0 >= 0) {
+    int r = row_of(p, order, hosts, per, h0);
+    rc = chain_plan(p, order, hosts, per, r >= 0 ? r : 0, S, err);
+  } else if (all_replicated(tgt) && !any_partial(src)) {
     x = grid(order, hosts, per, R, S);
     y = grid(order, hosts, per, R, R);
     if (!(rc = stage(p, src, x, TS_STRATEGY_P2P, err)))

@@ -35,7 +35,15 @@ struct ts_plan {
   int64_t host_bound;  /* ts_plan_host_bound */
   ts_plan *stages[4];  /* hierarchical: the stages (plan_hier.c) */
   int nstages;
+  /* A stage of a hierarchical plan run as a pipelined chain broadcast down each column of its
+   * [hosts, ranks per host] target mesh, from row chain_root (whose ranks hold the source): a
+   * p2p plan by its transfers, its costs the chain's (plan_hier.c, shard/exec.c). */
+  bool chain;
+  int chain_root;
 };
+
+/* The pieces a chain broadcast forwards (a piece per hop is what the chain adds to one transfer). */
+#define TS_CHAIN_PIECE ((int64_t)60 << 10)
 
 /* Position of a world rank in the sorted union, -1 when absent. */
 int ts__plan_union_pos(const ts_plan *p, int rank);

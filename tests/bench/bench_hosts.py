@@ -87,7 +87,8 @@ is compared with what was put (or with the sum of the partials).
 A benchmark, not a test: the figures of a shared 2-core machine are noisy.
 
 usage: tshard-bench-hosts [--hosts LIST] [--also-3] [--ranks-per-host P] [--rate RATE]
-       [--repeat N] [--size-mib M] [--small-iters K] [--quick] [--timeout SEC] [--help]
+       [--repeat N] [--size-mib M] [--small-iters K] [--cases LIST] [--keep-log FILE] [--quick]
+       [--timeout SEC] [--help]
 """
 import argparse
 import glob
@@ -449,6 +450,7 @@ class Job:
         self.log = os.path.join(work, f"daemons{nhosts}.log")
         self.proc = None
         self.pids = {}
+        self.keep_log = None
 
     def socket(self, rank):
         return os.path.join(self.work, f"tshard-{JOB}-{rank}.sock")
@@ -518,6 +520,8 @@ class Job:
         stop_group(self.proc, 3)  # an mpirun that did not end by itself
         self.hosts.kill_inside()
         self.proc = None
+        if self.keep_log:
+            shutil.copyfile(self.log, f"{self.keep_log}.{self.nhosts}")
 
 
 # ---- geometry and the cases ------------------------------------------------------------------
@@ -872,6 +876,7 @@ def host_count(nhosts, o, hosts, link_bps, single_copy, work, tshardd, out, fail
     except RuntimeError as e:
         failures.append(f"{pre}mpi4py: {e}")
     job = Job(hosts, nhosts, o.ranks_per_host, single_copy, work, tshardd)
+    job.keep_log = o.keep_log
     clients = []
     served = False  # the daemons are shut down through a client only after a run to its end
     small = None
@@ -883,14 +888,14 @@ def host_count(nhosts, o, hosts, link_bps, single_copy, work, tshardd, out, fail
         time.sleep(1.0)  # the idle interval measured
         idle_bps = crossed(before, hosts.counters())[0] / (time.monotonic() - t0)
         out.put(pre + "idle_Bps", f"{idle_bps:.0f}")
-        for case in CASES:
+        for case in (c for c in CASES if c[0] in o.cases):
             try:
                 one_case(case, geom, clients, hosts, dim, o.repeat, idle_bps, tbytes, link_bps,
                          ref, pre, out)
             except (tshard.TshardError, RuntimeError, OSError) as e:
                 failures.append(f"{pre}{case[0]}: {e}")
         try:
-            small = small_case(clients[0], geom, o.small_iters)
+            small = small_case(clients[0], geom, o.small_iters) if "small" in o.cases else None
         except (tshard.TshardError, RuntimeError, OSError) as e:
             failures.append(f"{pre}small_4096_hosts: {e}")
         served = True
@@ -966,7 +971,8 @@ def parse_args(argv):
     a = argparse.ArgumentParser(
         prog="tshard-bench-hosts",
         usage="tshard-bench-hosts [--hosts LIST] [--also-3] [--ranks-per-host P] [--rate RATE]\n"
-              "       [--repeat N] [--size-mib M] [--small-iters K] [--quick] [--timeout SEC]",
+              "       [--repeat N] [--size-mib M] [--small-iters K] [--cases LIST]\n"
+              "       [--keep-log FILE] [--quick] [--timeout SEC]",
         description="Tensor moves across simulated hosts (network namespaces joined by links "
                     "shaped with tc) timed against the link's bound, with the bytes that "
                     "crossed; root only. The header of tests/bench/bench_hosts.py explains "
@@ -984,6 +990,10 @@ def parse_args(argv):
                    help="the tensor of every case, about M MiB of f32 (default 64)")
     a.add_argument("--small-iters", type=int, default=None, metavar="K",
                    help="timed 4 KiB reshards and raw Alltoallv calls (default 200)")
+    a.add_argument("--cases", default=None, metavar="LIST",
+                   help="only these cases, e.g. p_s0,small (default every case and small)")
+    a.add_argument("--keep-log", default=None, metavar="FILE",
+                   help="copy the daemons' output to FILE.<hosts> when each host count ends")
     a.add_argument("--quick", action="store_true",
                    help="a smoke run: 16 MiB, 1 repeat, 30 small iterations (flags given win)")
     a.add_argument("--timeout", type=int, default=3600, metavar="SEC",
@@ -996,6 +1006,12 @@ def parse_args(argv):
     if not all(2 <= h <= 8 for h in counts):
         a.error(f"--hosts {o.hosts}: every host count must be 2 to 8")
     o.counts = counts
+    names = [c[0] for c in CASES] + ["small"]
+    o.cases = names if o.cases is None else [x for x in o.cases.split(",") if x]
+    unknown = [x for x in o.cases if x not in names]
+    if unknown or not o.cases:
+        a.error(f"--cases {','.join(unknown) or '(empty)'}: expected names among "
+                f"{','.join(names)}")
     if not 1 <= o.ranks_per_host <= 8:
         a.error(f"--ranks-per-host {o.ranks_per_host}: expected 1 to 8")
     o.repeat = o.repeat if o.repeat is not None else (1 if o.quick else 3)

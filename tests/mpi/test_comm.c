@@ -301,6 +301,32 @@ static void test_shared_buffers(ts_comm *world) {
   free(counts);
 }
 
+/* The chain broadcast: from every root, sizes around a piece and the window (more pieces than
+ * the window holds), every rank gets the root's bytes; bad arguments are refused. */
+static void test_bcast_chain(ts_comm *world) {
+  const int64_t piece = 1000, sizes[] = {0, 1, 999, 1000, 1001, 70 * 1000 + 7};
+  ts_error err;
+  for (int root = 0; root < size; root++)
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+      int64_t n = sizes[k];
+      unsigned char *b = malloc((size_t)n + 1);
+      for (int64_t i = 0; i < n; i++)
+        b[i] = rank == root ? (unsigned char)(i * 7 + root) : 0xEE;
+      int rc = ts_comm_bcast_chain(world, b, n, root, piece, &err);
+      CHECK(rc == TS_OK, "chain from %d, %lld bytes: %s", root, (long long)n, err.msg);
+      long bad = 0;
+      for (int64_t i = 0; i < n; i++)
+        bad += b[i] != (unsigned char)(i * 7 + root);
+      CHECK(bad == 0, "chain from %d, %lld bytes: %ld wrong", root, (long long)n, bad);
+      free(b);
+    }
+  char one;
+  CHECK(ts_comm_bcast_chain(world, &one, 1, size, piece, &err) == TS_INVALID_ARGUMENT,
+        "a root beyond the comm accepted");
+  CHECK(ts_comm_bcast_chain(world, &one, -1, 0, piece, &err) == TS_INVALID_ARGUMENT,
+        "a negative size accepted");
+}
+
 /* Doorbells: every rank of this one-node job has one (unless TSHARD_DOORBELLS=0, when nothing
  * rings and waits only nap). A ring of the rank itself, then a message passed around the ring
  * of ranks, each announced by its sender's ring: every hop ends long before one 20 s nap, so no
@@ -540,6 +566,7 @@ int main(int argc, char **argv) {
   ts_comm *world = ts_world_comm(w);
   CHECK(ts_comm_size(world) == size && ts_comm_rank(world) == rank, "world comm");
   test_doorbells(w);
+  test_bcast_chain(world);
   test_exchange_many(world, false);
   test_exchange_many(world, true);
   test_exchange_many_small(world);

@@ -807,6 +807,70 @@ static void store_tests(void) {
   ts_attr_destroy(&c);
 }
 
+/* From one host to every rank over three hosts or more (hosts of two ranks): the hierarchical
+ * plan broadcasts down a chain of hosts (its EXPLAIN says so, and its busiest host link carries
+ * the tensor once), and every rank holds the reference values, for sources replicated or
+ * sharded on the first host, on a later host, or on one rank, in several dtypes, shapes and
+ * target layouts. */
+static void chain_cases(stats *st) {
+  if (world_size < 6 || world_size % 2)
+    return;
+  char spec[32];
+  snprintf(spec, sizeof spec, "hosts=%dx2", world_size / 2);
+  ts_topology *topo = NULL;
+  CHECK(ts_topology_parse(spec, &topo, NULL) == TS_OK, "topology %s", spec);
+  const char *srcs[] = {"mesh=[2]@0,1 placements=[R]", "mesh=[2]@0,1 placements=[S(0)]",
+                        "mesh=[2]@3,2 placements=[S(1)]", "mesh=[1]@4 placements=[R]",
+                        "mesh=[2]@2,3 placements=[S(0)]"};
+  char all[64], grid[64];
+  snprintf(all, sizeof all, "mesh=[%d] placements=[R]", world_size);
+  snprintf(grid, sizeof grid, "mesh=[2,%d] placements=[R,R]", world_size / 2);
+  const int64_t shapes[3][3] = {{13, 7, 0}, {5, 3, 9}, {64, 33, 0}};
+  const ts_dtype dts[3] = {TS_F32, TS_I64, TS_BF16};
+  for (int k = 0; k < (int)(sizeof srcs / sizeof *srcs) * 2; k++) {
+    ts_attr *a = NULL, *b = NULL;
+    ts_attr_parse(srcs[k / 2], &a, NULL);
+    ts_attr_parse(k % 2 ? grid : all, &b, NULL);
+    int ndim = shapes[k % 3][2] ? 3 : 2, tkind = k % 2 ? LAYOUT_BLOCKED : LAYOUT_PLAIN;
+    ts_dtype dt = dts[k % 3];
+    ts_plan *p = NULL;
+    ts_error err;
+    char what[300];
+    snprintf(what, sizeof what, "%s -> %s on %s, %s %d dims", srcs[k / 2], k % 2 ? grid : all,
+             spec, ts_dtype_name(dt), ndim);
+    int rc = ts_plan_create_on(ndim, shapes[k % 3], dt, a, b, NULL, topo, &p, &err);
+    CHECK(rc == TS_OK, "%s: plan: %s", what, err.msg);
+    if (rc == TS_OK) {
+      char *ex = ts_plan_explain(p, 0);
+      CHECK(ts_plan_strategy(p) == TS_STRATEGY_HIER && ex && strstr(ex, "chain broadcast"),
+            "%s: %s, no chain:\n%s", what, ts_strategy_name(ts_plan_strategy(p)), ex ? ex : "");
+      int64_t total = (int64_t)ts_dtype_size(dt);
+      for (int d = 0; d < ndim; d++)
+        total *= shapes[k % 3][d];
+      CHECK(ts_plan_get_costs(p)->host_link_bytes <= total, "%s: host link %lld > %lld", what,
+            (long long)ts_plan_get_costs(p)->host_link_bytes, (long long)total);
+      free(ex);
+      ts_tensor src, out;
+      ts_box box;
+      int has = make_slice(a, ndim, shapes[k % 3], dt, LAYOUT_PLAIN, &src, &box);
+      ts_exec_report rep;
+      rc = ts_reshard_exec(W, p, has > 0 ? &src : NULL, tag_for(ndim, tkind), NULL, &out, &rep,
+                           &err);
+      CHECK(rc == TS_OK, "%s: exec: %s", what, err.msg);
+      if (rc == TS_OK) {
+        check_target(p, &out, what);
+        st->by_strategy[rep.strategy]++;
+      }
+      ts_shard_free_tensor(&out);
+      free(src.data);
+    }
+    ts_plan_destroy(&p);
+    ts_attr_destroy(&a);
+    ts_attr_destroy(&b);
+  }
+  ts_topology_destroy(&topo);
+}
+
 /* Bad input to the executor: a source slice of the wrong shape on one rank. */
 /* A move from one half of the world to the other, in place on both sides (nothing can fail once
  * the first agreement passed): on one host that agreement is the only one; across hosts a second
@@ -913,6 +977,7 @@ int main(int argc, char **argv) {
   }
   fixed_cases(&st);
   answer_waits_for_every_rank();
+  chain_cases(&st);
   generated_family(&st);
   CHECK(!topos[0] || st.by_strategy[TS_STRATEGY_HIER] >= 20,
         "only %ld hierarchical executions", st.by_strategy[TS_STRATEGY_HIER]);

@@ -119,6 +119,12 @@ START_TEST(forced_strategies_that_do_not_apply) {
   ck_assert_int_eq(s, TS_STRATEGY_ALLTOALL);
   ck_assert_int_eq(ts_strategy_parse("scatter", &s, &err), TS_BAD_STRATEGY);
   ck_assert_ptr_nonnull(strstr(err.msg, "reduce_scatter"));
+  /* every name, hierarchical too, as the names table has them */
+  for (int k = 0; k < TS_STRATEGY_COUNT; k++) {
+    ck_assert_ptr_nonnull(strstr(err.msg, ts_strategy_name((ts_strategy)k)));
+    ck_assert_int_eq(ts_strategy_parse(ts_strategy_name((ts_strategy)k), &s, NULL), TS_OK);
+    ck_assert_int_eq(s, k);
+  }
 }
 END_TEST
 
