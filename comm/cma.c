@@ -751,7 +751,11 @@ int ts__cma_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *
   int64_t bytes = (int64_t)counts[c->rank] * es, off_bytes = at * es;
   uint64_t mine = (uint64_t)(uintptr_t)sbuf;
   uint64_t *bases = malloc((size_t)c->size * sizeof *bases);
-  uint8_t *piece = bytes > 0 ? malloc((size_t)(bytes < CMA_RS_PIECE ? bytes : CMA_RS_PIECE)) : NULL;
+  /* The piece buffer from the pool: cached between calls, its pages filled once (a fresh
+   * malloc of it faulted its pages in on every call). */
+  uint8_t *piece = bytes > 0 ? ts_pool_alloc((size_t)(bytes < CMA_RS_PIECE ? bytes : CMA_RS_PIECE),
+                                             TS_POOL_STAGING, NULL, NULL)
+                             : NULL;
   int st = bases && (bytes == 0 || piece) ? TS_OK : TS_NO_MEMORY;
   ts_error lerr;
   ts_error_clear(&lerr);
@@ -788,7 +792,7 @@ int ts__cma_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *
       done += n;
     }
   }
-  free(piece);
+  ts_pool_free(piece);
   free(bases);
   /* Nobody returns (and frees its sbuf) before every rank has read; the status is agreed. */
   return ts_comm_agree(c, st, &lerr, err);
