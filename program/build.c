@@ -181,7 +181,10 @@ static int compile_fresh(tsp_program *p, tsp_bucket *b, const char *src, ts_erro
     return rc;
   }
   close(fd);
-  snprintf(cmd, sizeof cmd, "'%s' %s -o '%s' '%s' -lm 2>&1", p->cc, p->cflags, tmp, ctmp);
+  /* -s: without a symbol table the object holds no trace of the temporary source's name, so
+   * ranks that build the same program at once write the same bytes, and whichever hash and
+   * object land last still match (tsp_main is found in the dynamic symbols). */
+  snprintf(cmd, sizeof cmd, "'%s' %s -s -o '%s' '%s' -lm 2>&1", p->cc, p->cflags, tmp, ctmp);
   char out[4096];
   double t0 = now_ms();
   int st = run_capture(cmd, out, sizeof out);

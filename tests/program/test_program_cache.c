@@ -276,6 +276,37 @@ START_TEST(test_default_dir_without_home) {
 }
 END_TEST
 
+/* Two builds of one program (under different temporary source names, as two ranks that build
+ * it at once use) write the same bytes: whichever object and recorded hash land last match. */
+static char *slurp(const char *path, long *n) {
+  FILE *f = fopen(path, "rb");
+  ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+  fseek(f, 0, SEEK_END);
+  *n = ftell(f);
+  rewind(f);
+  char *b = malloc((size_t)*n + 1);
+  ck_assert_int_eq((long)fread(b, 1, (size_t)*n, f), *n);
+  fclose(f);
+  return b;
+}
+
+START_TEST(test_builds_are_reproducible) {
+  char path[1024], sum[1100];
+  build_once(path, sizeof path);
+  long n1, n2;
+  char *a = slurp(path, &n1);
+  snprintf(sum, sizeof sum, "%s.xxh128", path);
+  ck_assert_int_eq(unlink(path), 0);
+  ck_assert_int_eq(unlink(sum), 0);
+  build_once(path, sizeof path);
+  char *b = slurp(path, &n2);
+  ck_assert_msg(n1 == n2 && memcmp(a, b, (size_t)n1) == 0,
+                "two builds of one program differ (%ld and %ld bytes)", n1, n2);
+  free(a);
+  free(b);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("program_cache");
   TCase *t = tcase_create("program_cache");
@@ -286,6 +317,7 @@ int main(void) {
   tcase_add_test(t, test_planted_symlinks_not_followed);
   tcase_add_test(t, test_unsafe_cache_dirs_refused);
   tcase_add_test(t, test_default_dir_without_home);
+  tcase_add_test(t, test_builds_are_reproducible);
   suite_add_tcase(s, t);
   return ts_run_suite(s);
 }
