@@ -126,20 +126,6 @@ int ts_comm_bcast(ts_comm *c, void *buf, int64_t bytes, int root, ts_error *err)
 /* The chain's pieces travel under this tag (below cma.c's and regions.c's). */
 #define CHAIN_TAG 31740
 
-/* MPI_Waitall that tests and naps by the MPI wait policy between tests instead of spinning in
- * MPI: across hosts each test moves what the sockets hold, and the kernel buffers the rest, so the
- * naps cost no bandwidth while the cores go to the ranks and the network stack at work. */
-static int wait_napping(int k, MPI_Request *req) {
-  ts_waiter w;
-  ts_waiter_init(&w, &ts_wait_mpi, TS_WAIT_FOREVER);
-  for (;;) {
-    int done = 0, mrc = MPI_Testall(k, req, &done, MPI_STATUSES_IGNORE);
-    if (mrc != MPI_SUCCESS || done)
-      return mrc;
-    ts_waiter_pause(&w);
-  }
-}
-
 /* Pieces in flight per rank and direction: enough to fill a link, bounded in buffered bytes. */
 #define CHAIN_WINDOW 64
 
@@ -170,9 +156,9 @@ int ts_comm_bcast_chain(ts_comm *c, void *buf, int64_t bytes, int root, int64_t 
     }
     int64_t off = k * piece, m = bytes - off < piece ? bytes - off : piece;
     if (recv)
-      TS_MPI_TRY(wait_napping(1, &rreq[k % CHAIN_WINDOW]), err, rc, drain);
+      TS_MPI_TRY(MPI_Wait(&rreq[k % CHAIN_WINDOW], MPI_STATUS_IGNORE), err, rc, drain);
     if (send) {
-      TS_MPI_TRY(wait_napping(1, &sreq[k % CHAIN_WINDOW]), err, rc, drain);
+      TS_MPI_TRY(MPI_Wait(&sreq[k % CHAIN_WINDOW], MPI_STATUS_IGNORE), err, rc, drain);
       TS_MPI_TRY(MPI_Isend(at + off, (int)m, MPI_BYTE, next, CHAIN_TAG, c->comm,
                            &sreq[k % CHAIN_WINDOW]),
                  err, rc, drain);
@@ -181,11 +167,11 @@ int ts_comm_bcast_chain(ts_comm *c, void *buf, int64_t bytes, int root, int64_t 
 drain:
   /* Whatever was posted completes before buf can go away (after a failure too). */
   {
-    int w = wait_napping(CHAIN_WINDOW, sreq);
+    int w = MPI_Waitall(CHAIN_WINDOW, sreq, MPI_STATUSES_IGNORE);
     if (w == MPI_SUCCESS)
-      w = wait_napping(CHAIN_WINDOW, rreq);
+      w = MPI_Waitall(CHAIN_WINDOW, rreq, MPI_STATUSES_IGNORE);
     if (w != MPI_SUCCESS && rc == TS_OK)
-      rc = ts__mpi_error(w, "MPI_Testall", __FILE__, __LINE__, err);
+      rc = ts__mpi_error(w, "MPI_Waitall", __FILE__, __LINE__, err);
   }
   return rc;
 }

@@ -64,8 +64,10 @@ static void write_file(const char *rel, const char *text) {
   fclose(f);
 }
 
+/* A new private directory under $TMPDIR (else /tmp), named by mkdtemp from its template. */
 static void fresh_root(void) {
-  snprintf(root, sizeof root, "/tmp/tshard-place-XXXXXX");
+  const char *tmp = getenv("TMPDIR");
+  snprintf(root, sizeof root, "%s/tshard-place-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
   ck_assert_ptr_nonnull(mkdtemp(root));
 }
 
