@@ -2,9 +2,11 @@
  *
  * MPI moves a region described by a derived datatype (regions.c) in two copies through shared
  * memory: Open MPI's single-copy mechanism (CMA) only takes contiguous buffers on both sides. When
- * every rank of the world runs on one node and each can read the others' memory with
- * process_vm_readv (checked once, collectively, by ts__cma_init), the region transfers go instead
- * as one copy between the two regions, both described as lists of contiguous runs:
+ * the ranks of a node can read each other's memory with process_vm_readv (checked once per node,
+ * collectively, by ts__cma_init), the region transfers of a communicator whose ranks all run on
+ * that node (the world's own when it is one node, a host's group or mesh line when it spans
+ * several) go instead as one copy between the two regions, both described as lists of
+ * contiguous runs:
  *
  *   1. the two ends of every pair send each other the description of their region (small MPI
  *      messages);
@@ -23,11 +25,12 @@
  *
  * All messages are posted before any wait, so no order of ranks can deadlock; a copy that fails
  * is reported by the copier and, through its status, by the other side. The check runs once per
- * world (the environment variable TSHARD_CMA=0 turns the path off).
+ * node (the environment variable TSHARD_CMA=0 turns the path off).
  *
  * Shared buffers: with single copies on, every rank may also share its pool's buffers
  * (ts_pool_share: they come from one memory file) and map every other rank's file read-only,
- * once per world (share_wanted says when; any rank that cannot leaves it off everywhere). A pair
+ * once per world that is one node (share_wanted says when; any rank that cannot leaves it off
+ * everywhere). A pair
  * whose sender's region lies in the sender's file is then copied by the receiver with plain
  * loads from its mapping (memcpy run by run): one copy in user space, every receiver at work at
  * once, and no system call per run, so short runs need MPI no more. */
@@ -165,19 +168,23 @@ static int arenas_init(ts_world *w, ts_error *err) {
   return TS_OK;
 }
 
+/* Agrees `ok` over the ranks of this node (logical and); an MPI failure is returned. */
+static int node_and(MPI_Comm node, int *ok, ts_error *err) {
+  TS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, ok, 1, MPI_INT, MPI_LAND, node), err);
+  return TS_OK;
+}
+
 int ts__cma_init(ts_world *w, ts_error *err) {
   w->pids = NULL;
+  w->world.pids = NULL;
   const char *env = getenv("TSHARD_CMA");
-  int ok = w->size > 1 && !(env && strcmp(env, "0") == 0);
   MPI_Comm node;
   TS_MPI_CHECK(MPI_Comm_split_type(w->world.comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
                err);
   int nsize = 0;
   MPI_Comm_size(node, &nsize);
-  MPI_Comm_free(&node);
   w->node_size = nsize > 0 ? nsize : 1;
-  if (nsize != w->size)
-    ok = 0;
+  int ok = nsize > 1 && !(env && strcmp(env, "0") == 0);
   typedef struct who {
     int64_t pid;
     uint64_t addr;
@@ -185,41 +192,49 @@ int ts__cma_init(ts_world *w, ts_error *err) {
   who me = {(int64_t)getpid(), (uint64_t)(uintptr_t)&probe_word};
   probe_word = PROBE_MAGIC ^ (uint64_t)me.pid;
   who *all = malloc((size_t)w->size * sizeof *all);
-  if (!all)
+  if (!all) {
+    MPI_Comm_free(&node);
     return ts_error_set(err, TS_NO_MEMORY, "no memory for the process table of %d ranks",
                         w->size);
+  }
   int rc = MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE,
                          w->world.comm);
   if (rc != MPI_SUCCESS) {
     free(all);
+    MPI_Comm_free(&node);
     return ts__mpi_error(rc, "MPI_Allgather", __FILE__, __LINE__, err);
   }
+  /* Every rank reads a word of each other rank of its node; the node agrees. */
   for (int r = 0; ok && r < w->size; r++) {
+    if (w->node_of[r] != w->node_of[w->rank])
+      continue;
     uint64_t got = 0;
     struct iovec l = {&got, sizeof got}, rem = {(void *)(uintptr_t)all[r].addr, sizeof got};
     ok = process_vm_readv((pid_t)all[r].pid, &l, 1, &rem, 1, 0) == (ssize_t)sizeof got &&
          got == (PROBE_MAGIC ^ (uint64_t)all[r].pid);
   }
-  rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, w->world.comm);
-  if (rc != MPI_SUCCESS) {
-    free(all);
-    return ts__mpi_error(rc, "MPI_Allreduce", __FILE__, __LINE__, err);
-  }
-  if (ok && (w->pids = malloc((size_t)w->size * sizeof *w->pids)) != NULL)
-    for (int r = 0; r < w->size; r++)
-      w->pids[r] = (int)all[r].pid;
+  int trc = node_and(node, &ok, err);
+  if (trc == TS_OK && ok && (w->pids = malloc((size_t)w->size * sizeof *w->pids)) != NULL)
+    for (int r = 0; r < w->size; r++) /* 0 (no process) for the ranks of other nodes */
+      w->pids[r] = w->node_of[r] == w->node_of[w->rank] ? (int)all[r].pid : 0;
   free(all);
-  /* A rank without memory for the table keeps MPI; tell the others. */
+  /* A rank without memory for the table keeps MPI; tell the others of its node. */
   ok = w->pids != NULL;
-  rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, w->world.comm);
-  if (rc != MPI_SUCCESS || !ok) {
+  if (trc == TS_OK)
+    trc = node_and(node, &ok, err);
+  MPI_Comm_free(&node);
+  if (trc != TS_OK || !ok) {
     free(w->pids);
     w->pids = NULL;
   }
-  if (rc != MPI_SUCCESS)
-    return ts__mpi_error(rc, "MPI_Allreduce", __FILE__, __LINE__, err);
+  if (trc != TS_OK)
+    return trc;
+  /* The world's own communicator reads single copies only when it is one node, and so do the
+   * shared arenas, which every rank maps of every other. */
+  if (!w->pids || nsize != w->size)
+    return TS_OK;
   w->world.pids = w->pids;
-  return w->pids ? arenas_init(w, err) : TS_OK;
+  return arenas_init(w, err);
 }
 
 void ts__cma_free(ts_world *w) {

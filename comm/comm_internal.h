@@ -162,9 +162,12 @@ static inline uint8_t *ts__runs_take(ts__runs *w, int64_t len) {
  * (k regions in the same rows of one tensor go row by row, each row's runs in turn). */
 void ts__runs_copy(int k, ts__runs *const *w, uint8_t *const *buf, int64_t n, bool pack);
 
-/* Single-copy region transfers (cma.c). ts__cma_init (collective over the world) sets w->pids
- * when every rank runs on this node and can read the others' memory, and w->arenas when, in
- * addition, every rank shares its buffers and maps every other rank's arena. ts__cma_exchange moves the
+/* Single-copy region transfers (cma.c). ts__cma_init (collective over the world, after the node
+ * map) sets w->pids when every rank of this node can read the others' memory (the process of
+ * each rank of the node; 0 for the ranks elsewhere), w->world.pids when the world is that one
+ * node, and w->arenas when, in addition, every rank shares its buffers and maps every other
+ * rank's arena. A communicator reads single copies when all its ranks are on this node
+ * (ts_comm_group). ts__cma_exchange moves the
  * non-empty regions listed; the pairs it leaves to MPI come back flagged in send_mpi/recv_mpi. */
 int ts__cma_init(ts_world *w, ts_error *err);
 /* Unmaps the other ranks' arenas and frees the tables of ts__cma_init. */

@@ -90,13 +90,9 @@ int ts_world_init(int *argc, char ***argv, int thread_level, ts_world **out, ts_
   w->agree_timeout_ms = TS_AGREE_TIMEOUT_DEFAULT_MS;
   if ((rc = ts__comm_types_init(err)))
     goto fail;
-  if ((rc = ts__cma_init(w, err)) || (rc = ts__doorbell_init(w, err))) {
-    ts__doorbell_free(w);
-    ts__cma_free(w);
-    ts__comm_types_free(NULL);
-    goto fail;
-  }
-  if ((rc = node_map(w, err)) || (rc = ts__place_init(w, err))) {
+  /* The nodes first: single-copy reads are decided node by node. */
+  if ((rc = node_map(w, err)) || (rc = ts__cma_init(w, err)) || (rc = ts__doorbell_init(w, err)) ||
+      (rc = ts__place_init(w, err))) {
     ts__place_free(w);
     ts__doorbell_free(w);
     ts__cma_free(w);
@@ -201,8 +197,12 @@ int ts_comm_group(ts_world *w, const int *ranks, int n, ts_comm **out, ts_error 
     return ts_error_set(err, TS_NO_MEMORY, "no memory for a communicator of %d ranks", n);
   }
   memcpy(copy, ranks, (size_t)n * sizeof *copy);
-  c->pids = w->pids;
-  c->arenas = w->arenas;
+  /* Single-copy reads where every member runs on this rank's node (the node decided them). */
+  bool one_node = true;
+  for (int i = 0; one_node && i < n; i++)
+    one_node = w->node_of[ranks[i]] == w->node_of[w->rank];
+  c->pids = one_node ? w->pids : NULL;
+  c->arenas = one_node ? w->arenas : NULL;
   c->world = w;
   MPI_Group world_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
   int rc = TS_OK;
