@@ -44,6 +44,7 @@ from . import spmd as _spmd
 from . import torch as _tt
 from .wire import MAX_FRAME, Wire, request_frame
 from .future import Future, Inflight, WaitTimeoutError
+from . import fastpath as _fastpath
 
 __all__ = ["Client", "connect", "DTYPES", "DTYPE_SPELLINGS", "ROW_MAJOR", "socket_path",
            "read_token_file"]
@@ -331,6 +332,12 @@ class Client:
         self._timeout = None  # connect's, in seconds
         self._ids = threading.Lock()  # request ids are taken by callers and the reader
         self._inflight = None  # operations in flight (future.py): from the first wait=False
+        self._transfers = None  # their puts' and gets' use of the segment (fastpath.py)
+        self._direct_ok = False  # a transfer naming this process's memory succeeded here
+        #: bytes moved by puts and gets (put_many and get_many too) on this connection, by data
+        #: path: 'direct' (the daemons copied from or into this process's memory), 'shm' (the
+        #: shared segment), 'frames' (through the socket)
+        self.bytes_by_path = {"direct": 0, "shm": 0, "frames": 0}
         self._socket_path = None  # a Unix socket's path: where the launcher's job record is
         self._lost_err = None  # RankLostError once a lost rank ended the job (launch.py)
 
@@ -344,6 +351,8 @@ class Client:
             return
         parent, self._pid = self._pid, os.getpid()
         self._inflight = None  # the parent's reader thread is not in this process
+        self._transfers = None
+        self._direct_ok = False
         if self._seg is not None:
             self._seg.close()  # unmaps this process's view; the parent keeps the segment
         if self._sock is not None:
@@ -436,6 +445,11 @@ class Client:
             return self._spare
         self._spare = np.empty(n, dtype=np.uint8)
         return self._spare
+
+    def _count(self, path, n):
+        """n bytes moved on data path `path` (bytes_by_path)."""
+        with self._ids:
+            self.bytes_by_path[path] += n
 
     def _take_id(self):
         with self._ids:
@@ -577,43 +591,12 @@ class Client:
         return self._sync(fut) if wait else fut
 
     def _put_async(self, name, array, key, slice_layout, convert) -> Future:
-        """A put or put_slice whose chunks are all sent at once, in frames (the daemon takes two
-        data frames at a time: the call returns when the last ones are taken). The Future is
-        done when every chunk is answered; it fails with the first chunk's refusal."""
+        """A put or put_slice once the reader thread serves the connection (fastpath.py)."""
         _check_name(name)
         what = "put" if slice_layout is None else "put_slice"
         a, decl = declare(array, convert, DTYPES, _FROM_NUMPY, what)
-        note = _widened_note(array, a, decl)
-        src = a.reshape(-1).view(np.uint8)
-        total = src.nbytes
-        offsets = list(range(0, total, self.chunk)) or [0]
-        fl = self._reader_on()
-        fut = Future(fl.cond, f"{what} of '{name}'")
-        fut._keep = src
-        state = {"left": len(offsets), "first": None}
-
-        def chunk_handler(i):
-            def on_answer(resp, err):
-                if err is None and resp.status != 0:
-                    err = _put_error(resp, note)
-                if err is not None and (state["first"] is None or i < state["first"][0]):
-                    state["first"] = (i, err)
-                state["left"] -= 1
-                if state["left"] == 0 or (resp is None and err is not None):
-                    fut._set(error=state["first"][1] if state["first"] else None)
-            return on_answer
-        with fl.gate:
-            for i, off in enumerate(offsets):
-                req = self._request(key)
-                m = req.put if slice_layout is None else req.put_slice
-                m.name, m.offset, m.total_bytes = name, off, total
-                if slice_layout is not None:
-                    m.layout.tag = slice_layout
-                m.dtype, m.convert = decl, bool(convert)
-                m.shape.extend(a.shape)
-                n = min(self.chunk, total - off)
-                self._send_request(fl, req, chunk_handler(i), memoryview(src[off:off + n]))
-        return fut
+        return _fastpath.put(self, name, a, decl, _widened_note(array, a, decl), key,
+                             slice_layout, convert)
 
     def _gated(self, what: str, fill, then) -> Future:
         """A first request (fill(req) sets its operation), then, once it is answered (on the
@@ -651,67 +634,11 @@ class Client:
             raise
         return fut
 
-    def _get_async(self, name, layout, out, slice_of_rank) -> Future:
-        """A get (slice_of_rank None) or this rank's get_slice: a describe, then every chunk
-        request at once (_gated)."""
+    def _get_async(self, name, out, slice_of_rank) -> Future:
+        """A get (slice_of_rank None) or this rank's get_slice once the reader thread serves
+        the connection (fastpath.py)."""
         _check_name(name)
-        what = "get" if slice_of_rank is None else "get_slice"
-
-        def fill(req):
-            req.describe.name = name
-        return self._gated(f"{what} of '{name}'", fill, lambda fl, fut, resp: self._get_chunks(
-            fl, fut, name, layout, out, slice_of_rank, _describe_dict(resp.describe)))
-
-    def _get_chunks(self, fl, fut, name, layout, out, slice_of_rank, info) -> None:
-        """Sends a get's chunk requests (reader thread); the Future gets the array."""
-        dt = DTYPES[info["dtype"]]
-        if slice_of_rank is None:
-            shape = info["shape"]
-            need = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-        else:
-            mine = [r for r in info["ranks"] if r["rank"] == slice_of_rank]
-            if not mine or mine[0]["bytes"] == 0:
-                fut._set(_no_elements(info, mine, layout, out))
-                return
-            shape = [h - lo for lo, h in zip(mine[0]["lo"], mine[0]["hi"])]
-            need = mine[0]["bytes"]
-            plain = "".join(chr(ord("a") + d) for d in range(len(info["shape"])))
-            if layout and layout != plain:
-                shape = [need // dt.itemsize]
-        what = "get" if slice_of_rank is None else "get_slice"
-        flat = None if out is None else _out_bytes(out, dt, what, shape, name)
-        buf = flat if flat is not None else np.empty(need, dtype=np.uint8)
-        offsets = list(range(0, need, self.chunk)) or [0]
-        state = {"left": len(offsets), "first": None}
-
-        def chunk_handler(i, off):
-            def on_answer(resp, err):
-                if err is None and resp.status != 0:
-                    err = error_for(resp.status, resp.message)
-                if err is None:
-                    d = resp.data if resp.WhichOneof("result") == "data" else None
-                    if (d is None or d.offset != off or d.total_bytes != need
-                            or len(d.data) != min(self.chunk, need - off)):
-                        err = error_for(17, f"the daemon answered a chunk of '{name}' that "
-                                            f"does not fit")
-                    else:
-                        buf[off:off + len(d.data)] = np.frombuffer(d.data, dtype=np.uint8)
-                if err is not None and (state["first"] is None or i < state["first"][0]):
-                    state["first"] = (i, err)
-                state["left"] -= 1
-                if state["left"] == 0 or resp is None:
-                    if state["first"]:
-                        fut._set(error=state["first"][1])
-                    else:
-                        fut._set(buf.view(dt).reshape(shape))
-            return on_answer
-        for i, off in enumerate(offsets):
-            req = self._request()
-            m = req.get if slice_of_rank is None else req.get_slice
-            m.name, m.offset, m.max_bytes = name, off, self.chunk
-            if slice_of_rank is not None:
-                m.layout.tag = _layout_tag(layout)
-            self._send_request(fl, req, chunk_handler(i, off))
+        return _fastpath.get(self, name, out, slice_of_rank)
 
     def _hello(self):
         """The ping of connect: rank, and chunks that fit the daemon's frames."""
@@ -882,9 +809,12 @@ class Client:
                 pending.remove(match[0])
                 if resp.status != 0 and (first is None or match[0][1] < first[0]):
                     first = (match[0][1], _put_error(resp, note))
-                elif resp.status == 0 and report is not None:
-                    done += min(chunk, total - offsets[match[0][1]])
-                    report(done, total)
+                elif resp.status == 0:
+                    n = min(chunk, total - offsets[match[0][1]])
+                    self._count("frames" if seg is None else "shm", n)
+                    done += n
+                    if report is not None:
+                        report(done, total)
             if first is not None:
                 raise first[1]
 
@@ -936,12 +866,14 @@ class Client:
                 raise
             self._direct_on = False
             return False
+        self._direct_ok = True
         if what in ("get", "get_slice"):
             d = resp.data if resp.WhichOneof("result") == "data" else None
             if d is None or not d.direct or d.total_bytes != nbytes or d.offset != 0:
                 self.close()
                 raise error_for(17, f"the daemon answered a get of '{tensor}' into this "
                                     "process's memory without saying it wrote it all")
+        self._count("direct", nbytes)
         if report is not None:
             report(nbytes, nbytes)
         return True
@@ -978,6 +910,7 @@ class Client:
         (total, bytes)."""
         total, n, resp = self._wire.recv_data(want_id, off, sink)
         if resp is None:
+            self._count("frames", n)
             return total, n
         self._check(resp, want_id)
         d = resp.data if resp.WhichOneof("result") == "data" else None
@@ -995,6 +928,7 @@ class Client:
         if dst is None:
             raise refuse(d.total_bytes)
         np.copyto(dst[off:off + len(data)], data)
+        self._count("shm" if d.HasField("shm") else "frames", len(data))
         return d.total_bytes, len(data)
 
     def _read_chunks(self, fill, need, out=None, report=None):
@@ -1093,7 +1027,7 @@ class Client:
         if like is not None or _tt.is_torch(out):
             return self._get_torch(self.get, name, out, like, wait, progress=progress)
         if not wait or self._inflight is not None:
-            fut = self._get_async(name, None, out, None)
+            fut = self._get_async(name, out, None)
             return self._sync(fut) if wait else fut
         info = self.describe(name)
         dt = DTYPES[info["dtype"]]
@@ -1147,7 +1081,7 @@ class Client:
                                     " use another connection, or the plain layout")
             if self._rank is None:
                 self._rank = self.ping()["rank"]
-            fut = self._get_async(name, None, out, self._rank)
+            fut = self._get_async(name, out, self._rank)
             return self._sync(fut) if wait else fut
         info = self.describe(name)
         if self._rank is None:

@@ -6,14 +6,18 @@ caller keeps computing or sends more. From a client's first such operation on, a
 thread of that client (the reader, one per connection) reads every answer and hands it to the
 request it answers, by request id; senders write whole frames under a lock, so requests go out
 in the order they were issued and the daemon runs a connection's operations in that order.
-Synchronous calls then go through the same path (a Future waited on at once). A Future holds
+Synchronous calls then go through the same path (a Future waited on at once); puts and gets
+keep the fast data paths (fastpath.py: this process's memory named in the request, or a region of
+the shared segment per transfer), frames only where those cannot serve. A Future holds
 its result or its exception once done: waiting again gives the same. ``result(timeout)`` that
 expires raises WaitTimeoutError (a subclass of both tshard's TimeoutError and the builtin
 TimeoutError) and the operation goes on. When the connection closes (the daemon went away, the
 client was closed), every Future still in flight fails with IoError (status IO) saying so.
 """
+import array
 import builtins
 import errno
+import os
 import socket as _socket
 import struct
 import threading
@@ -26,6 +30,8 @@ from .errors import TimeoutError as _TshardTimeoutError  # generated from the st
 from .wire import MAX_FRAME, Wire
 
 __all__ = ["Future", "wait", "WaitTimeoutError"]
+
+_FD_SPACE = _socket.CMSG_SPACE(4 * 4)  # room for a few descriptors on a received byte
 
 
 class WaitTimeoutError(_TshardTimeoutError, builtins.TimeoutError):
@@ -120,6 +126,14 @@ class Inflight:
         self.gate = threading.Lock()
         self.handlers: Dict[int, Handler] = {}
         self.closed: Optional[TshardError] = None
+        # descriptors that came with the frame being handled (the segment of an shm_attach
+        # answer, SCM_RIGHTS on its first byte): a handler takes them, the rest are closed
+        self.fds: List[int] = []
+        self._unix = sock.family == _socket.AF_UNIX
+        # called with the condition held after every answer handled, and with the error when
+        # the connection ends (fastpath.py: transfers waiting for a region of the segment)
+        self.after: Optional[Callable[[], None]] = None
+        self.on_fail: Optional[Callable[[TshardError], None]] = None
         self.thread = threading.Thread(target=self._run, name="tshard-reader", daemon=True)
         self.thread.start()
 
@@ -151,6 +165,8 @@ class Inflight:
             handlers, self.handlers = self.handlers, {}
             for h in handlers.values():
                 _call_handler(h, None, self.closed)
+            if self.on_fail is not None:
+                self.on_fail(self.closed)
             self.cond.notify_all()
         try:
             self.sock.shutdown(_socket.SHUT_RDWR)  # wakes the reader
@@ -162,7 +178,7 @@ class Inflight:
         view, got = memoryview(buf), 0
         while got < n:
             try:
-                k = self.sock.recv_into(view[got:], n - got)
+                k = self._recv_some(view[got:], n - got)
             except (_socket.timeout, BlockingIOError):
                 if self.closed is not None:
                     return None
@@ -175,6 +191,22 @@ class Inflight:
                 return None
             got += k
         return buf
+
+    def _recv_some(self, view: memoryview, n: int) -> int:
+        """recv_into, keeping the descriptors that come with the bytes (Unix sockets)."""
+        if not self._unix:
+            return self.sock.recv_into(view, n)
+        k, anc, _, _ = self.sock.recvmsg_into([view[:n]], _FD_SPACE, _socket.MSG_CMSG_CLOEXEC)
+        for level, kind, data in anc:
+            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+                usable = len(data) - len(data) % 4
+                self.fds.extend(array.array("i", data[:usable]))
+        return k
+
+    def _close_fds(self) -> None:
+        fds, self.fds = self.fds, []
+        for fd in fds:
+            os.close(fd)
 
     def _run(self) -> None:
         while True:
@@ -197,6 +229,9 @@ class Inflight:
                 h = self.handlers.pop(resp.id, None)
                 if h is not None:
                     _call_handler(h, resp, None)
+                    self._close_fds()
+                    if self.after is not None:
+                        _call_handler(lambda _r, _e: self.after(), None, None)
                 elif resp.id == 0 and resp.status != 0:  # about the connection itself
                     err = error_for(resp.status, resp.message)
                     handlers, self.handlers = self.handlers, {}
@@ -204,6 +239,7 @@ class Inflight:
                         _call_handler(h, None, err)
         with self.cond:
             pending = len(self.handlers)
+            self._close_fds()
         self.fail(error_for(18, f"the connection to the daemon closed with {pending} "
                                 f"request(s) in flight; what they did on the daemons is not "
                                 f"known to this client (describe the tensors they touch)"))

@@ -5,7 +5,9 @@ outstanding); the answer brings the daemon's memfd as SCM_RIGHTS on its first by
 (socket.recv_fds), the client maps it (mmap) and closes the descriptor. The segment is seen as a
 numpy uint8 array: puts copy the caller's array into it with one numpy copy and name the region
 in the request; gets copy the answered region out of it into the result array. The segment grows
-on demand up to ``max_bytes``; larger transfers go through it in chunks of half its size.
+on demand up to ``max_bytes``; larger transfers go through it in chunks of half its size. Once a
+connection has operations in flight (future.py), each transfer owns a region of the segment
+(Regions) until its answer, and the reader thread receives the segment's descriptor.
 """
 import mmap
 import os
@@ -61,21 +63,27 @@ class Segment:
             resp = self._wire.recv(head)
             if resp.id != req.id:
                 raise error_for(17, f"answer to request {resp.id} while waiting for {req.id}")
-            if resp.status != 0:
-                raise error_for(resp.status, resp.message)
-            if resp.WhichOneof("result") != "shm" or not fds or resp.shm.bytes == 0:
-                raise error_for(17, "shm_attach answered without a segment")
-            n = resp.shm.bytes
-            if os.fstat(fds[0]).st_size < n:
-                raise error_for(17, "the segment is smaller than announced")
-            self._map = mmap.mmap(fds[0], n)
-            self.view = np.frombuffer(self._map, dtype=np.uint8)
-            self.bytes = n
-            if n < want:
-                self.max_bytes = n  # the daemon's bound
+            self.map_answer(resp, fds, want)
         finally:
             for fd in fds:
                 os.close(fd)
+
+    def map_answer(self, resp, fds, want):
+        """Maps the segment of an answer to shm_attach of `want` bytes (fds: the descriptors that
+        came with it; the caller closes them). Raises the daemon's refusal, or PROTOCOL."""
+        self.close()
+        if resp.status != 0:
+            raise error_for(resp.status, resp.message)
+        if resp.WhichOneof("result") != "shm" or not fds or resp.shm.bytes == 0:
+            raise error_for(17, "shm_attach answered without a segment")
+        n = resp.shm.bytes
+        if os.fstat(fds[0]).st_size < n:
+            raise error_for(17, "the segment is smaller than announced")
+        self._map = mmap.mmap(fds[0], n)
+        self.view = np.frombuffer(self._map, dtype=np.uint8)
+        self.bytes = n
+        if n < want:
+            self.max_bytes = n  # the daemon's bound
 
     def region(self, shm):
         """The array of an answered region, checked to lie inside the segment."""
@@ -84,4 +92,28 @@ class Segment:
         return self.view[shm.offset:shm.offset + shm.bytes]
 
 
-__all__ = ["Segment", "TshardError"]
+class Regions:
+    """The parts of a segment that operations in flight own (offset -> bytes), so that several
+    transfers use one segment at once: each takes a region of its own, first fit at 64-byte
+    boundaries, and gives it back when its answer came."""
+
+    def __init__(self):
+        self.used = {}
+
+    def take(self, n, size):
+        """The offset of a free region of n bytes in a segment of size bytes, or None."""
+        at = 0
+        for off in sorted(self.used):
+            if off - at >= n:
+                break
+            at = max(at, (off + self.used[off] + 63) & ~63)
+        if size - at < n:
+            return None
+        self.used[at] = n
+        return at
+
+    def give(self, off):
+        self.used.pop(off, None)
+
+
+__all__ = ["Segment", "Regions", "TshardError"]

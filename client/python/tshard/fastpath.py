@@ -1,0 +1,459 @@
+"""Puts and gets of a connection whose answers come through its reader thread (future.py), on
+the same data paths as before the reader started.
+
+Each transfer picks its path when it is sent: the request names this process's memory (the
+direct path: the daemons copy straight from or into the caller's array), else a region of the
+connection's shared segment that the transfer owns until its answer (shm.Regions: several
+transfers use one segment at once), else frames (TCP, or a daemon that refused the segment).
+An operation holds the connection's gate from its first request to its last, so requests go
+out in the order the operations were issued; a step that must wait (a get learns its size from
+a describe first, a transfer waits for a free region or for the segment to grow) runs on the
+reader thread once what it waits for came, and never blocks that thread. The segment grows
+(shm_attach again, its descriptor received by the reader) only with nothing in flight: the
+daemon passes the descriptor only on an idle connection. The first direct transfer of a
+connection is answered before anything else is sent: a daemon that cannot reach this process
+(NO_DIRECT) then sees the same transfer again through the segment, still in order.
+``Client.bytes_by_path`` counts the bytes each path moved.
+"""
+import os
+from typing import Any, Callable, Dict, Optional
+
+import numpy as np
+
+from . import tshard_pb2 as pb
+from .errors import TshardError, error_for
+from .future import Future, Inflight
+from .shm import MIN_BYTES, Regions
+from .wire import request_frame
+
+_NO_DIRECT, _PROTOCOL = 38, 17
+_CONNECTION = (17, 18, 19)  # PROTOCOL, IO, TIMEOUT: the connection is gone
+
+
+class Transfers:
+    """A connection's segment in reader mode: the regions in use, the one transfer waiting for
+    a region (it holds the gate, so there is at most one) and a growth under way."""
+
+    def __init__(self, c, fl: Inflight) -> None:
+        self.c, self.fl = c, fl
+        self.regions = Regions()
+        self.waiter = None  # (bytes, go(offset or None), fail(error))
+        self.attaching = False
+        fl.after = self.pump
+        fl.on_fail = self._failed
+
+    def want(self, n: int, go: Callable[[Optional[int]], None],
+             fail: Callable[[TshardError], None]) -> None:
+        """go(offset) once a region of n bytes is this transfer's (go(None): no segment, frames
+        serve); with the condition held, on this thread or later on the reader's."""
+        self.waiter = (n, go, fail)
+        self.pump()
+
+    def pump(self) -> None:
+        """Serves the waiting transfer when it can be (the condition held)."""
+        if self.waiter is None or self.attaching:
+            return
+        n, go, fail = self.waiter
+        seg = self.c._seg
+        if seg is not None and seg.bytes >= n:
+            at = self.regions.take(n, seg.bytes)
+            if at is not None:
+                self.waiter = None
+                go(at)
+            return
+        if seg is None or seg.max_bytes < n:
+            self.waiter = None
+            go(None)
+        elif not self.regions.used and not self.fl.handlers:
+            self._attach(max(n, MIN_BYTES))
+
+    def _failed(self, err: TshardError) -> None:
+        w, self.waiter = self.waiter, None
+        if w is not None:
+            w[2](err)
+
+    def _attach(self, want: int) -> None:
+        """A segment of `want` bytes in place of the current one (nothing is in flight)."""
+        seg, c = self.c._seg, self.c
+        seg.close()
+        self.attaching = True
+        req = c._request()
+        req.shm_attach.bytes = want
+
+        def on_answer(resp, err):
+            self.attaching = False
+            fds, self.fl.fds = self.fl.fds, []
+            try:
+                if err is None:
+                    seg.map_answer(resp, fds, want)
+            except TshardError as e:
+                err = e
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            if err is not None and err.status in _CONNECTION:
+                self._failed(err)
+            elif err is not None:  # refused (memory limit): frames serve from now on
+                c._seg = None
+        try:
+            self.fl.register(req.id, on_answer)
+            self.fl.send(request_frame(req))
+        except TshardError as e:
+            self.attaching = False
+            self._failed(e)
+
+
+def transfers(c, fl: Inflight) -> Transfers:
+    if c._transfers is None or c._transfers.fl is not fl:
+        c._transfers = Transfers(c, fl)
+    return c._transfers
+
+
+class _Op:
+    """One transfer's requests: the gate held until the last is sent (seal), the answers
+    counted, and the Future set once all came (the first refusal in request order wins)."""
+
+    def __init__(self, fl: Inflight, fut: Future, value: Callable[[], Any]) -> None:
+        self.fl, self.fut, self.value = fl, fut, value
+        self.gated = True
+        self.left, self.sealed, self.first = 0, False, None
+        fl.gate.acquire()
+
+    def release(self) -> None:
+        if self.gated:
+            self.gated = False
+            self.fl.gate.release()
+
+    def send(self, req, handler, bulk=None) -> None:
+        self.fl.register(req.id, handler)
+        self.left += 1
+        self.fl.send(request_frame(req, bulk))
+
+    def answered(self, i: int, err: Optional[BaseException]) -> None:
+        if err is not None and (self.first is None or i < self.first[0]):
+            self.first = (i, err)
+        self.left -= 1
+        self._finish()
+
+    def seal(self) -> None:
+        self.sealed = True
+        self.release()
+        self._finish()
+
+    def abort(self, err: BaseException) -> None:
+        """Nothing more is sent; the Future fails with err (answers due are ignored)."""
+        self.fut._set(error=err)
+        self.release()
+
+    def _finish(self) -> None:
+        if self.sealed and self.left == 0 and not self.fut._done:
+            if self.first is not None:
+                self.fut._set(error=self.first[1])
+            else:
+                try:
+                    self.fut._set(self.value())
+                except Exception as e:  # noqa: BLE001 - the Future carries it
+                    self.fut._set(error=e)
+
+
+def _refusal(resp) -> TshardError:
+    return error_for(resp.status, resp.message)
+
+
+def _status(resp, err, refusal=_refusal):
+    """The error of an answer: the connection's (err), the daemon's refusal, or None."""
+    if err is None and resp is not None and resp.status != 0:
+        return refusal(resp)
+    return err
+
+
+# -- puts ----------------------------------------------------------------------------------------
+def put(c, name: str, a: np.ndarray, decl: str, note: str, key, slice_layout, convert) -> Future:
+    """A put or put_slice of array a (declared decl) as a Future (see the top)."""
+    from .client import _put_error
+    src = a.reshape(-1).view(np.uint8)
+    total = src.nbytes
+    what = "put" if slice_layout is None else "put_slice"
+    fl = c._reader_on()
+    tr = transfers(c, fl)
+    fut = Future(fl.cond, f"{what} of '{name}'")
+    fut._keep = src
+
+    def message(req):
+        m = req.put if slice_layout is None else req.put_slice
+        m.name, m.total_bytes = name, total
+        if slice_layout is not None:
+            m.layout.tag = slice_layout
+        m.dtype, m.convert = decl, bool(convert)
+        m.shape.extend(a.shape)
+        return m
+    refusal = (lambda resp: _put_error(resp, note))
+    op = _Op(fl, fut, lambda: None)
+    try:
+        with fl.cond:
+            if not convert and c._direct_on and total > 0:
+                _put_direct(c, tr, op, message, src, key, refusal)
+            else:
+                _put_shm(c, tr, op, message, src, key, refusal)
+    except BaseException:
+        op.release()
+        raise
+    return fut
+
+
+def _put_direct(c, tr, op, message, src, key, refusal) -> None:
+    total = src.nbytes
+    req = c._request(key)
+    m = message(req)
+    m.client_memory.address = src.__array_interface__["data"][0]
+    m.client_memory.bytes = total
+    confirmed = c._direct_ok
+
+    def on_answer(resp, err):
+        if err is None and resp.status == _NO_DIRECT and not confirmed:
+            c._direct_on = False  # the segment serves this one and the later ones
+            op.left, op.sealed = op.left - 1, False
+            return _put_shm(c, tr, op, message, src, key, refusal)
+        err = _status(resp, err, refusal)
+        if err is None:
+            c._direct_ok = True
+            c._count("direct", total)
+        op.answered(0, err)
+        op.release()
+    op.send(req, on_answer)
+    if confirmed:
+        op.seal()
+    else:
+        op.sealed = True  # sent alone: the gate opens with its answer
+
+
+def _put_shm(c, tr, op, message, src, key, refusal) -> None:
+    """Through regions of the segment (frames when there is none), the condition held."""
+    total = src.nbytes
+    seg = c._seg
+    if seg is None or total == 0:
+        return _put_frames(c, op, message, src, key, refusal)
+    chunk = total if total <= seg.max_bytes else (seg.max_bytes // 2) & ~63
+    offsets = list(range(0, total, chunk))
+
+    def send(i):
+        off = offsets[i]
+        n = min(chunk, total - off)
+
+        def go(at):
+            if at is None:
+                if i == 0:
+                    return _put_frames(c, op, message, src, key, refusal)
+                return op.abort(error_for(_PROTOCOL, "the shared segment went away in the "
+                                                     "middle of a put"))
+            np.copyto(c._seg.view[at:at + n], src[off:off + n])
+            req = c._request(key)
+            m = message(req)
+            m.offset = off
+            m.shm.offset, m.shm.bytes = at, n
+
+            def on_answer(resp, err):
+                tr.regions.give(at)
+                err = _status(resp, err, refusal)
+                if err is None:
+                    c._count("shm", n)
+                op.answered(i, err)
+            try:
+                op.send(req, on_answer)
+            except TshardError as e:
+                return op.abort(e)
+            if i + 1 < len(offsets):
+                send(i + 1)
+            else:
+                op.seal()
+        tr.want(n, go, op.abort)
+    send(0)
+
+
+def _put_frames(c, op, message, src, key, refusal) -> None:
+    total = src.nbytes
+    offsets = list(range(0, total, c.chunk)) or [0]
+
+    def handler(i, n):
+        def on_answer(resp, err):
+            err = _status(resp, err, refusal)
+            if err is None:
+                c._count("frames", n)
+            op.answered(i, err)
+        return on_answer
+    for i, off in enumerate(offsets):
+        n = min(c.chunk, total - off)
+        req = c._request(key)
+        message(req).offset = off
+        op.send(req, handler(i, n), memoryview(src[off:off + n]))
+    op.seal()
+
+
+# -- gets ----------------------------------------------------------------------------------------
+def get(c, name: str, out, slice_rank: Optional[int]) -> Future:
+    """A get (slice_rank None) or this rank's get_slice as a Future: a describe, then the data
+    on the fastest path (see the top)."""
+    from .client import _describe_dict
+    what = "get" if slice_rank is None else "get_slice"
+    fl = c._reader_on()
+    tr = transfers(c, fl)
+    fut = Future(fl.cond, f"{what} of '{name}'")
+    op = _Op(fl, fut, lambda: None)
+
+    def on_describe(resp, err):
+        err = _status(resp, err)
+        if err is not None:
+            return op.abort(err)
+        try:
+            _get_plan(c, tr, op, name, out, slice_rank, _describe_dict(resp.describe))
+        except Exception as e:  # noqa: BLE001 - a bad out= too: the Future carries it
+            op.abort(e)
+    try:
+        req = c._request()
+        req.describe.name = name
+        fl.register(req.id, on_describe)
+        fl.send(request_frame(req))
+    except BaseException:
+        op.release()
+        raise
+    return fut
+
+
+def _get_plan(c, tr, op, name, out, slice_rank, info: Dict[str, Any]) -> None:
+    """The data requests of a get once its describe came (reader thread)."""
+    from .client import DTYPES, _no_elements, _out_bytes
+    dt = DTYPES[info["dtype"]]
+    shape = info["shape"]
+    if slice_rank is not None:
+        mine = [r for r in info["ranks"] if r["rank"] == slice_rank]
+        if not mine or mine[0]["bytes"] == 0:
+            op.fut._set(_no_elements(info, mine, None, out))
+            return op.release()
+        shape = [h - lo for lo, h in zip(mine[0]["lo"], mine[0]["hi"])]
+    need = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    what = "get" if slice_rank is None else "get_slice"
+    flat = None if out is None else _out_bytes(out, dt, what, shape, name)
+    buf = flat if flat is not None else c._result_buffer(need)
+    op.value = lambda: buf.view(dt).reshape(shape)
+    op.fut._keep = buf
+
+    def message(req):
+        m = req.get if slice_rank is None else req.get_slice
+        m.name = name
+        return m
+    if need == 0:
+        return op.seal()
+    if c._direct_on:
+        return _get_direct(c, tr, op, message, buf, name)
+    _get_shm(c, tr, op, message, buf, name)
+
+
+def _get_direct(c, tr, op, message, buf, name) -> None:
+    need = buf.nbytes
+    req = c._request()
+    m = message(req)
+    m.client_memory.address = buf.__array_interface__["data"][0]
+    m.client_memory.bytes = need
+    confirmed = c._direct_ok
+
+    def on_answer(resp, err):
+        if err is None and resp.status == _NO_DIRECT and not confirmed:
+            c._direct_on = False
+            op.left, op.sealed = op.left - 1, False
+            return _get_shm(c, tr, op, message, buf, name)
+        err = _status(resp, err)
+        if err is None:
+            d = resp.data if resp.WhichOneof("result") == "data" else None
+            if d is None or not d.direct or d.total_bytes != need or d.offset != 0:
+                err = error_for(_PROTOCOL, f"the daemon answered a get of '{name}' into this "
+                                           f"process's memory without saying it wrote it all")
+            else:
+                c._direct_ok = True
+                c._count("direct", need)
+        op.answered(0, err)
+        op.release()
+    op.send(req, on_answer)
+    if confirmed:
+        op.seal()
+    else:
+        op.sealed = True  # sent alone: the gate opens with its answer
+
+
+def _get_shm(c, tr, op, message, buf, name) -> None:
+    """Through regions of the segment (frames when there is none), the condition held."""
+    need = buf.nbytes
+    seg = c._seg
+    if seg is None:
+        return _get_frames(c, op, message, buf, name)
+    chunk = need if need <= seg.max_bytes else (seg.max_bytes // 2) & ~63
+    offsets = list(range(0, need, chunk))
+
+    def send(i):
+        off = offsets[i]
+        n = min(chunk, need - off)
+
+        def go(at):
+            if at is None:
+                if i == 0:
+                    return _get_frames(c, op, message, buf, name)
+                return op.abort(error_for(_PROTOCOL, "the shared segment went away in the "
+                                                     "middle of a get"))
+            req = c._request()
+            m = message(req)
+            m.offset = off
+            m.shm.offset, m.shm.bytes = at, n
+
+            def on_answer(resp, err):
+                err = _status(resp, err)
+                if err is None:
+                    d = resp.data if resp.WhichOneof("result") == "data" else None
+                    try:
+                        if d is None or not d.HasField("shm") or d.offset != off:
+                            raise error_for(_PROTOCOL, "no region")
+                        part = c._seg.region(d.shm)
+                    except TshardError:
+                        part = None
+                    if part is None or d.total_bytes != need or len(part) != n:
+                        err = error_for(_PROTOCOL, f"the daemon answered a chunk of '{name}' "
+                                                   f"that does not fit")
+                    else:
+                        np.copyto(buf[off:off + n], part)
+                        c._count("shm", n)
+                tr.regions.give(at)
+                op.answered(i, err)
+            try:
+                op.send(req, on_answer)
+            except TshardError as e:
+                return op.abort(e)
+            if i + 1 < len(offsets):
+                send(i + 1)
+            else:
+                op.seal()
+        tr.want(n, go, op.abort)
+    send(0)
+
+
+def _get_frames(c, op, message, buf, name) -> None:
+    need = buf.nbytes
+    offsets = list(range(0, need, c.chunk)) or [0]
+
+    def handler(i, off):
+        def on_answer(resp, err):
+            err = _status(resp, err)
+            if err is None:
+                d = resp.data if resp.WhichOneof("result") == "data" else None
+                if (d is None or d.offset != off or d.total_bytes != need
+                        or len(d.data) != min(c.chunk, need - off)):
+                    err = error_for(_PROTOCOL, f"the daemon answered a chunk of '{name}' that "
+                                               f"does not fit")
+                else:
+                    buf[off:off + len(d.data)] = np.frombuffer(d.data, dtype=np.uint8)
+                    c._count("frames", len(d.data))
+            op.answered(i, err)
+        return on_answer
+    for i, off in enumerate(offsets):
+        req = c._request()
+        m = message(req)
+        m.offset, m.max_bytes = off, c.chunk
+        op.send(req, handler(i, off))
+    op.seal()
