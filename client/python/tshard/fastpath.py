@@ -227,12 +227,12 @@ def _put_direct(c, tr, op, message, src, key, refusal) -> None:
         op.sealed = True  # sent alone: the gate opens with its answer
 
 
-def _put_shm(c, tr, op, message, src, key, refusal) -> None:
-    """Through regions of the segment (frames when there is none), the condition held."""
-    total = src.nbytes
-    seg = c._seg
-    if seg is None or total == 0:
-        return _put_frames(c, op, message, src, key, refusal)
+def _through_regions(tr, op, total, seg, frames, what, request, answered) -> None:
+    """A transfer of `total` bytes in chunks, each through a region of the segment that it owns
+    until its answer (the condition held): request(off, n, at) fills the region (a put) and
+    returns the chunk's request, answered(off, n, at, resp, err) takes its answer (a get copies
+    out) and returns the chunk's error. Without a region for the first chunk, frames() serves
+    the whole transfer."""
     chunk = total if total <= seg.max_bytes else (seg.max_bytes // 2) & ~63
     offsets = list(range(0, total, chunk))
 
@@ -243,20 +243,14 @@ def _put_shm(c, tr, op, message, src, key, refusal) -> None:
         def go(at):
             if at is None:
                 if i == 0:
-                    return _put_frames(c, op, message, src, key, refusal)
+                    return frames()
                 return op.abort(error_for(_PROTOCOL, "the shared segment went away in the "
-                                                     "middle of a put"))
-            np.copyto(c._seg.view[at:at + n], src[off:off + n])
-            req = c._request(key)
-            m = message(req)
-            m.offset = off
-            m.shm.offset, m.shm.bytes = at, n
+                                                     f"middle of a {what}"))
+            req = request(off, n, at)
 
             def on_answer(resp, err):
+                err = answered(off, n, at, resp, err)
                 tr.regions.give(at)
-                err = _status(resp, err, refusal)
-                if err is None:
-                    c._count("shm", n)
                 op.answered(i, err)
             try:
                 op.send(req, on_answer)
@@ -268,6 +262,30 @@ def _put_shm(c, tr, op, message, src, key, refusal) -> None:
                 op.seal()
         tr.want(n, go, op.abort)
     send(0)
+
+
+def _put_shm(c, tr, op, message, src, key, refusal) -> None:
+    """Through regions of the segment (frames when there is none), the condition held."""
+    total = src.nbytes
+    seg = c._seg
+    if seg is None or total == 0:
+        return _put_frames(c, op, message, src, key, refusal)
+
+    def request(off, n, at):
+        np.copyto(c._seg.view[at:at + n], src[off:off + n])
+        req = c._request(key)
+        m = message(req)
+        m.offset = off
+        m.shm.offset, m.shm.bytes = at, n
+        return req
+
+    def answered(off, n, at, resp, err):
+        err = _status(resp, err, refusal)
+        if err is None:
+            c._count("shm", n)
+        return err
+    _through_regions(tr, op, total, seg, lambda: _put_frames(c, op, message, src, key, refusal),
+                     "put", request, answered)
 
 
 def _put_frames(c, op, message, src, key, refusal) -> None:
@@ -385,52 +403,33 @@ def _get_shm(c, tr, op, message, buf, name) -> None:
     seg = c._seg
     if seg is None:
         return _get_frames(c, op, message, buf, name)
-    chunk = need if need <= seg.max_bytes else (seg.max_bytes // 2) & ~63
-    offsets = list(range(0, need, chunk))
 
-    def send(i):
-        off = offsets[i]
-        n = min(chunk, need - off)
+    def request(off, n, at):
+        req = c._request()
+        m = message(req)
+        m.offset = off
+        m.shm.offset, m.shm.bytes = at, n
+        return req
 
-        def go(at):
-            if at is None:
-                if i == 0:
-                    return _get_frames(c, op, message, buf, name)
-                return op.abort(error_for(_PROTOCOL, "the shared segment went away in the "
-                                                     "middle of a get"))
-            req = c._request()
-            m = message(req)
-            m.offset = off
-            m.shm.offset, m.shm.bytes = at, n
-
-            def on_answer(resp, err):
-                err = _status(resp, err)
-                if err is None:
-                    d = resp.data if resp.WhichOneof("result") == "data" else None
-                    try:
-                        if d is None or not d.HasField("shm") or d.offset != off:
-                            raise error_for(_PROTOCOL, "no region")
-                        part = c._seg.region(d.shm)
-                    except TshardError:
-                        part = None
-                    if part is None or d.total_bytes != need or len(part) != n:
-                        err = error_for(_PROTOCOL, f"the daemon answered a chunk of '{name}' "
-                                                   f"that does not fit")
-                    else:
-                        np.copyto(buf[off:off + n], part)
-                        c._count("shm", n)
-                tr.regions.give(at)
-                op.answered(i, err)
+    def answered(off, n, at, resp, err):
+        err = _status(resp, err)
+        if err is None:
+            d = resp.data if resp.WhichOneof("result") == "data" else None
             try:
-                op.send(req, on_answer)
-            except TshardError as e:
-                return op.abort(e)
-            if i + 1 < len(offsets):
-                send(i + 1)
+                if d is None or not d.HasField("shm") or d.offset != off:
+                    raise error_for(_PROTOCOL, "no region")
+                part = c._seg.region(d.shm)
+            except TshardError:
+                part = None
+            if part is None or d.total_bytes != need or len(part) != n:
+                err = error_for(_PROTOCOL, f"the daemon answered a chunk of '{name}' "
+                                           f"that does not fit")
             else:
-                op.seal()
-        tr.want(n, go, op.abort)
-    send(0)
+                np.copyto(buf[off:off + n], part)
+                c._count("shm", n)
+        return err
+    _through_regions(tr, op, need, seg, lambda: _get_frames(c, op, message, buf, name),
+                     "get", request, answered)
 
 
 def _get_frames(c, op, message, buf, name) -> None:
