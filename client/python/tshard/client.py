@@ -383,9 +383,12 @@ class Client:
         """Closes the connection (again: nothing happens).
 
         Operations still in flight fail with IoError; their outcome on the daemons is not known
-        to this client. Leaving a ``with`` block closes the client.
+        to this client. Direct transfers among them (the daemons read or write the caller's
+        arrays until they answer) are first given the connection's timeout (60 s without one)
+        to be answered. Leaving a ``with`` block closes the client.
         """
         if self._inflight is not None and self._pid == os.getpid():
+            self._inflight.drain(self._timeout if self._timeout is not None else 60.0)
             self._inflight.fail(error_for(18, "the client closed the connection with this "
                                               "operation in flight"))
         self._spare = None

@@ -124,8 +124,8 @@ class _Op:
             self.gated = False
             self.fl.gate.release()
 
-    def send(self, req, handler, bulk=None) -> None:
-        self.fl.register(req.id, handler)
+    def send(self, req, handler, bulk=None, pins=False) -> None:
+        self.fl.register(req.id, handler, pins)
         self.left += 1
         self.fl.send(request_frame(req, bulk))
 
@@ -220,7 +220,7 @@ def _put_direct(c, tr, op, message, src, key, refusal) -> None:
             c._count("direct", total)
         op.answered(0, err)
         op.release()
-    op.send(req, on_answer)
+    op.send(req, on_answer, pins=True)
     if confirmed:
         op.seal()
     else:
@@ -390,7 +390,7 @@ def _get_direct(c, tr, op, message, buf, name) -> None:
                 c._count("direct", need)
         op.answered(0, err)
         op.release()
-    op.send(req, on_answer)
+    op.send(req, on_answer, pins=True)
     if confirmed:
         op.seal()
     else:

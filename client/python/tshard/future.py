@@ -22,7 +22,7 @@ import socket as _socket
 import struct
 import threading
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set
 
 from . import tshard_pb2 as pb
 from .errors import TshardError, error_for
@@ -113,6 +113,11 @@ def _call_handler(h: Handler, resp: Optional[pb.Response], err: Optional[TshardE
         pass
 
 
+# Handlers of direct transfers a closing connection gave up waiting for (Inflight.drain): kept,
+# with the arrays they hold, so that no daemon reads or writes memory this process gave back.
+_UNANSWERED: List[Handler] = []
+
+
 class Inflight:
     """A connection's requests in flight and its reader thread (see the top)."""
 
@@ -125,6 +130,7 @@ class Inflight:
         # request depends on an answer (a get learns its size first): nobody sends in between
         self.gate = threading.Lock()
         self.handlers: Dict[int, Handler] = {}
+        self.pinned: Set[int] = set()  # requests of handlers that pin memory (register)
         self.closed: Optional[TshardError] = None
         # descriptors that came with the frame being handled (the segment of an shm_attach
         # answer, SCM_RIGHTS on its first byte): a handler takes them, the rest are closed
@@ -137,11 +143,15 @@ class Inflight:
         self.thread = threading.Thread(target=self._run, name="tshard-reader", daemon=True)
         self.thread.start()
 
-    def register(self, req_id: int, handler: Handler) -> None:
+    def register(self, req_id: int, handler: Handler, pins: bool = False) -> None:
+        """handler takes the request's answer. pins: the request has the daemons read or write
+        this process's memory until they answer (a direct transfer), which drain waits for."""
         with self.cond:
             if self.closed is not None:
                 raise self.closed
             self.handlers[req_id] = handler
+            if pins:
+                self.pinned.add(req_id)
 
     def send(self, frame: List[Any]) -> None:
         """Sends one frame (a request_frame list) whole; OSError/BlockingIOError close."""
@@ -157,12 +167,22 @@ class Inflight:
                 self.fail(error_for(18, f"sending to the daemon failed: {e}"))
                 raise self.closed from None
 
+    def drain(self, timeout: Optional[float]) -> None:
+        """Waits until every request that pins memory (register) is answered or the connection
+        ends, at most timeout seconds (None: without end). Those still unanswered then keep
+        their handlers, and the arrays these hold, for the life of the process."""
+        with self.cond:
+            self.cond.wait_for(lambda: not self.pinned or self.closed is not None, timeout)
+            if self.closed is None:
+                _UNANSWERED.extend(self.handlers[i] for i in self.pinned if i in self.handlers)
+
     def fail(self, err: TshardError) -> None:
         """The connection is gone: every request in flight fails with err."""
         with self.cond:
             if self.closed is None:
                 self.closed = err
             handlers, self.handlers = self.handlers, {}
+            self.pinned.clear()
             for h in handlers.values():
                 _call_handler(h, None, self.closed)
             if self.on_fail is not None:
@@ -227,11 +247,13 @@ class Inflight:
                 return
             with self.cond:
                 h = self.handlers.pop(resp.id, None)
+                self.pinned.discard(resp.id)
                 if h is not None:
                     _call_handler(h, resp, None)
                     self._close_fds()
                     if self.after is not None:
                         _call_handler(lambda _r, _e: self.after(), None, None)
+                    self.cond.notify_all()
                 elif resp.id == 0 and resp.status != 0:  # about the connection itself
                     err = error_for(resp.status, resp.message)
                     handlers, self.handlers = self.handlers, {}
