@@ -17,6 +17,9 @@
 #include "ts_wait.h"
 
 #define PIECE_BYTES ((int64_t)1 << 30) /* largest single MPI transfer we issue */
+/* Reductions of at least this much on a communicator that spans hosts go around a ring (ring.c);
+ * smaller ones take MPI's latency-bound algorithms. */
+#define RING_MIN_BYTES ((int64_t)1 << 20)
 
 /* ---------------------------------------------------------------------------------------------
  * Reduction types and ops */
@@ -216,6 +219,8 @@ int ts_comm_allreduce(ts_comm *c, const void *sbuf, void *rbuf, int64_t n, ts_dt
   if (rc)
     return rc;
   int64_t es = (int64_t)ts_dtype_size(dt), step = PIECE_BYTES / es;
+  if (c->hosts && n * es >= RING_MIN_BYTES)
+    return ts__ring_allreduce(c, sbuf, rbuf, n, dt, op, err);
   for (int64_t done = 0; done < n; done += step) {
     int64_t k = n - done < step ? n - done : step;
     const void *s = sbuf ? (const char *)sbuf + done * es : MPI_IN_PLACE;
@@ -235,6 +240,20 @@ int ts_comm_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *
    * ranks at once, instead of MPI's copies through shared-memory fragments. */
   if (c->pids && sbuf && c->size > 1)
     return ts__cma_reduce_scatter(c, sbuf, rbuf, counts, dt, op, err);
+  /* Across hosts, large data goes around a ring ordered host by host (ring.c). */
+  int64_t total = 0;
+  for (int i = 0; i < c->size; i++)
+    total += counts[i];
+  if (c->hosts && sbuf && total * (int64_t)ts_dtype_size(dt) >= RING_MIN_BYTES) {
+    int64_t *n64 = malloc((size_t)c->size * sizeof *n64);
+    if (!n64)
+      return ts_error_set(err, TS_NO_MEMORY, "no memory for %d counts", c->size);
+    for (int i = 0; i < c->size; i++)
+      n64[i] = counts[i];
+    rc = ts__ring_reduce_scatter(c, sbuf, rbuf, n64, dt, op, err);
+    free(n64);
+    return rc;
+  }
   /* Equal blocks take MPI's block variant, whose algorithms are the better tuned ones. */
   bool equal = true;
   for (int i = 1; i < c->size; i++)

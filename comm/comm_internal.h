@@ -21,6 +21,7 @@ struct ts_comm {
   bool owned; /* freed by the world (false for the world's own entry until finalize) */
   const int *pids; /* process id of each world rank when single-copy reads work (cma.c) */
   const ts__arena *arenas; /* per world rank when every rank maps every other's arena */
+  bool hosts; /* the members run on several nodes: large reductions go around a ring (ring.c) */
   struct ts_world *world;
   uint64_t agreements; /* agreements entered on this communicator (every member counts alike) */
   struct ts_comm *next;
@@ -182,6 +183,14 @@ int ts__cma_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *
 int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm_region *send,
                      bool *send_mpi, int nrecv, const int *recv_peers,
                      const ts_comm_region *recv, bool *recv_mpi, ts_error *err);
+
+/* Reductions around a ring ordered host by host (ring.c), for communicators that span hosts:
+ * counts in elements per comm rank (blocks in rank order, as MPI_Reduce_scatter); sbuf == NULL
+ * reduces the all-reduce in place in rbuf. */
+int ts__ring_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int64_t *counts,
+                            ts_dtype dt, ts_reduce_op op, ts_error *err);
+int ts__ring_allreduce(ts_comm *c, const void *sbuf, void *rbuf, int64_t n, ts_dtype dt,
+                       ts_reduce_op op, ts_error *err);
 
 /* Typed reductions: the MPI datatype and op for a dtype and reduce op (built once per world). */
 int ts__comm_types_init(ts_error *err);

@@ -100,6 +100,8 @@ int ts_world_init(int *argc, char ***argv, int thread_level, ts_world **out, ts_
     goto fail;
   }
   ts_wait_set_node_processes(w->node_size); /* waits yield when ranks outnumber cores */
+  for (int i = 1; i < w->size; i++)
+    w->world.hosts |= w->node_of[i] != w->node_of[0];
   *out = w;
   return TS_OK;
 fail:
@@ -203,6 +205,7 @@ int ts_comm_group(ts_world *w, const int *ranks, int n, ts_comm **out, ts_error 
     one_node = w->node_of[ranks[i]] == w->node_of[w->rank];
   c->pids = one_node ? w->pids : NULL;
   c->arenas = one_node ? w->arenas : NULL;
+  c->hosts = !one_node;
   c->world = w;
   MPI_Group world_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
   int rc = TS_OK;

@@ -29,6 +29,9 @@ tshard_mpi_test(test_control test_control_mpi 2 3 4)
 add_executable(test_comm_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/test_comm.c)
 target_link_libraries(test_comm_mpi PRIVATE tsshard)
 tshard_mpi_test(test_comm test_comm_mpi 1 2 3 4)
+add_executable(test_ring_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/test_ring.c)
+target_link_libraries(test_ring_mpi PRIVATE tsshard)
+tshard_mpi_test(test_ring test_ring_mpi 1 2 3 4)
 # The same with the single-copy path of one node off: every region through MPI.
 tshard_mpi_test_env(test_comm_mpi_only_np4 test_comm_mpi 4 TSHARD_CMA=0)
 # With shared buffers (the receivers copy out of the senders' pool buffers), whatever the

@@ -9,11 +9,12 @@
  *   allgather       every rank receives every source slice it lacks from the slice's owner (per
  *                   line along the gathered mesh dim);
  *   root            every slice to the root, then the whole tensor once into every other host;
- *   allreduce       bandwidth-optimal per line along a reduced mesh dim (Open MPI's ring and
- *                   Rabenseifner algorithms for large data): a line over H hosts moves 2 (H-1)/H
- *                   of the slice into and out of each of its hosts;
- *   reduce_scatter  a reduce to the line's first rank, then a scatter from it (what Open MPI does
- *                   for MPI_Reduce_scatter on large data). */
+ *   allreduce,      per line along a reduced mesh dim, a ring that visits the line's members
+ *   reduce_scatter  host by host (comm/ring.c runs every reduction of 1 MiB or more on a
+ *                   communicator that spans hosts so): each host's link carries, each way, the
+ *                   blocks its last member passes on (all but one of the line's blocks, twice
+ *                   for an all-reduce). Smaller reductions take MPI's own algorithms, whose few
+ *                   bytes are counted as the ring's. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -169,48 +170,75 @@ static void root_hosts(ts_plan *p, host_acc *a) {
   free(fed);
 }
 
-/* Lines along mesh dim m: an allreduce (2 (H-1)/H of the slice into and out of each of the
- * line's H hosts), or a reduce to the first member and a scatter from it. */
-static void line_reductions(ts_plan *p, host_acc *a, int m, bool allreduce, int *seen) {
-  const ts_geom *sg = p->src, *tg = p->tgt;
+static int cmp_i64(const void *x, const void *y) {
+  int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+  return (a > b) - (a < b);
+}
+
+/* The block member k of a line reduces: its target box (reduce-scatter), or its share of the
+ * slice split evenly by elements (all-reduce, as comm/ring.c splits it). */
+static int64_t ring_block(const ts_plan *p, int64_t i, int64_t k, int64_t pm, int64_t total,
+                          bool allreduce) {
+  if (!allreduce)
+    return box_bytes(p, p->tgt, i);
+  int64_t n = total / (int64_t)p->esize;
+  return (n / pm + (k < n % pm)) * (int64_t)p->esize;
+}
+
+/* Lines along mesh dim m, reduced around a ring that visits the line's members host by host
+ * (hosts in the order of their lowest rank, members by mesh index, as comm/ring.c orders them):
+ * each member passes on every block but its own (the reduce-scatter) and, in an all-reduce, then
+ * every block but the next member's (the all-gather). Only the edges between hosts cross a link.
+ * key: scratch for the line's members. */
+static void line_rings(ts_plan *p, host_acc *a, int m, bool allreduce, const int *host_low,
+                       int64_t *key) {
+  const ts_geom *sg = p->src;
   int64_t n = sg->attr->nranks, stride = sg->mesh_stride[m], pm = sg->attr->mesh_shape[m];
   for (int64_t base = 0; base < n; base++) {
     if ((base / stride) % pm != 0)
       continue;
-    int h0 = host_of(p, sg, base), nh = 0;
+    bool span = false;
+    int64_t total = allreduce ? box_bytes(p, sg, base) : 0;
     for (int64_t k = 0; k < pm; k++) {
-      int64_t i = base + k * stride;
-      int h = host_of(p, sg, i);
-      if (allreduce && seen[h] != (int)base + 1)
-        seen[h] = (int)base + 1, nh++;
-      else if (!allreduce && k > 0)
-        move(a, h, h0, box_bytes(p, sg, i)), move(a, h0, h, box_bytes(p, tg, i));
-    }
-    int64_t share = nh > 1 ? 2 * (nh - 1) * box_bytes(p, sg, base) / nh : 0;
-    for (int64_t k = 0; allreduce && share && k < pm; k++) {
       int h = host_of(p, sg, base + k * stride);
-      if (seen[h] == (int)base + 1) /* once per host */
-        a->in[h] += share, a->out[h] += share, seen[h] = -1;
+      span |= h != host_of(p, sg, base);
+      key[k] = (int64_t)host_low[h] * pm + k;
+      total += allreduce ? 0 : box_bytes(p, p->tgt, base + k * stride);
+    }
+    if (!span)
+      continue;
+    qsort(key, (size_t)pm, sizeof *key, cmp_i64);
+    for (int64_t q = 0; q < pm; q++) {
+      int64_t k = key[q] % pm, kn = key[(q + 1) % pm] % pm;
+      int64_t i = base + k * stride, in = base + kn * stride;
+      int64_t bytes = total - ring_block(p, i, k, pm, total, allreduce);
+      if (allreduce)
+        bytes += total - ring_block(p, in, kn, pm, total, allreduce);
+      move(a, host_of(p, sg, i), host_of(p, sg, in), bytes);
     }
   }
 }
 
 static int reductions(ts_plan *p, ts_strategy s, host_acc *a, ts_error *err) {
-  int *seen = malloc((size_t)a->n * sizeof *seen);
-  if (!seen)
+  int nr = ts_topology_nranks(p->topo);
+  int *host_low = malloc((size_t)a->n * sizeof *host_low);
+  int64_t *key = malloc((size_t)p->src->attr->nranks * sizeof *key);
+  if (!host_low || !key) {
+    free(host_low), free(key);
     return ts_error_set(err, TS_NO_MEMORY, "no memory for host costs");
+  }
   for (int h = 0; h < a->n; h++)
-    seen[h] = 0;
+    host_low[h] = nr;
+  for (int r = nr - 1; r >= 0; r--)
+    host_low[ts_topology_host(p->topo, r)] = r;
   if (s == TS_STRATEGY_REDUCE_SCATTER)
-    line_reductions(p, a, p->rs_dim, false, seen);
+    line_rings(p, a, p->rs_dim, false, host_low, key);
   for (int m = 0; s == TS_STRATEGY_ALLREDUCE && m < p->src->attr->mesh_ndim; m++)
     if (p->src->attr->place[m].kind == TS_PLACE_PARTIAL &&
-        p->tgt->attr->place[m].kind == TS_PLACE_REPLICATE) {
-      for (int h = 0; h < a->n; h++)
-        seen[h] = 0;
-      line_reductions(p, a, m, true, seen);
-    }
-  free(seen);
+        p->tgt->attr->place[m].kind == TS_PLACE_REPLICATE)
+      line_rings(p, a, m, true, host_low, key);
+  free(host_low);
+  free(key);
   return TS_OK;
 }
 

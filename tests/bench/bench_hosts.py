@@ -87,8 +87,8 @@ is compared with what was put (or with the sum of the partials).
 A benchmark, not a test: the figures of a shared 2-core machine are noisy.
 
 usage: tshard-bench-hosts [--hosts LIST] [--also-3] [--ranks-per-host P] [--rate RATE]
-       [--repeat N] [--size-mib M] [--small-iters K] [--cases LIST] [--keep-log FILE] [--quick]
-       [--timeout SEC] [--help]
+       [--repeat N] [--size-mib M] [--small-iters K] [--cases LIST] [--strategy S]
+       [--keep-log FILE] [--quick] [--timeout SEC] [--help]
 """
 import argparse
 import glob
@@ -708,9 +708,10 @@ class Out:
         print(f"{key}={value}", flush=True)
 
 
-def timed_reshard(c0, probes, name, target, old):
-    """One reshard from rank 0's client; (seconds to its answer, seconds until every rank has
-    the new attribute, strategy). probes: a client per other rank, each polling describe."""
+def timed_reshard(c0, probes, name, target, old, strategy=None):
+    """One reshard from rank 0's client (`strategy` forced, or the planner's choice); (seconds to
+    its answer, seconds until every rank has the new attribute, strategy). probes: a client per
+    other rank, each polling describe."""
     import tshard
     done = [0.0] * len(probes)
     fail = []
@@ -734,7 +735,7 @@ def timed_reshard(c0, probes, name, target, old):
     t0 = time.perf_counter()
     go.set()
     try:
-        r = c0.reshard(name, target)
+        r = c0.reshard(name, target, strategy=strategy)
     except BaseException:
         stop.set()  # the probes see the old attribute and leave
         for t in threads:
@@ -772,7 +773,7 @@ def quiet_drop(c0, name):
         pass
 
 
-def run_case(case, geom, clients, hosts, dim, repeat, idle_bps):
+def run_case(case, geom, clients, hosts, dim, repeat, idle_bps, strategy):
     """Times one case; a dict of its figures."""
     import numpy as np
     key, src_of, dst_of, partial = case[:4]
@@ -796,7 +797,7 @@ def run_case(case, geom, clients, hosts, dim, repeat, idle_bps):
         sent = busiest = 0.0
         for k in range(repeat):
             before, tb = hosts.counters(), time.monotonic()
-            cl, al, strat, own = timed_reshard(c0, clients[1:], name, dst, old)
+            cl, al, strat, own = timed_reshard(c0, clients[1:], name, dst, old, strategy)
             after, ta = hosts.counters(), time.monotonic()
             s, b = crossed(before, after)
             sent += max(0.0, s - idle_bps * (ta - tb))
@@ -891,7 +892,7 @@ def host_count(nhosts, o, hosts, link_bps, single_copy, work, tshardd, out, fail
         for case in (c for c in CASES if c[0] in o.cases):
             try:
                 one_case(case, geom, clients, hosts, dim, o.repeat, idle_bps, tbytes, link_bps,
-                         ref, pre, out)
+                         ref, pre, out, o.strategy)
             except (tshard.TshardError, RuntimeError, OSError) as e:
                 failures.append(f"{pre}{case[0]}: {e}")
         try:
@@ -928,9 +929,9 @@ def small_keys(small, geom, o, hosts, single_copy, work, dim, ref, pre, out, fai
 
 
 def one_case(case, geom, clients, hosts, dim, repeat, idle_bps, tbytes, link_bps, ref, pre,
-             out):
+             out, strategy):
     key, mpi_key, needed_of, busiest_of = case[0], case[4], case[5], case[6]
-    r = run_case(case, geom, clients, hosts, dim, repeat, idle_bps)
+    r = run_case(case, geom, clients, hosts, dim, repeat, idle_bps, strategy)
     needed = needed_of(geom.h) * tbytes
     bound_ms = busiest_of(geom.h) * tbytes / link_bps * 1e3
     k = pre + key
@@ -972,7 +973,7 @@ def parse_args(argv):
         prog="tshard-bench-hosts",
         usage="tshard-bench-hosts [--hosts LIST] [--also-3] [--ranks-per-host P] [--rate RATE]\n"
               "       [--repeat N] [--size-mib M] [--small-iters K] [--cases LIST]\n"
-              "       [--keep-log FILE] [--quick] [--timeout SEC]",
+              "       [--strategy S] [--keep-log FILE] [--quick] [--timeout SEC]",
         description="Tensor moves across simulated hosts (network namespaces joined by links "
                     "shaped with tc) timed against the link's bound, with the bytes that "
                     "crossed; root only. The header of tests/bench/bench_hosts.py explains "
@@ -992,6 +993,9 @@ def parse_args(argv):
                    help="timed 4 KiB reshards and raw Alltoallv calls (default 200)")
     a.add_argument("--cases", default=None, metavar="LIST",
                    help="only these cases, e.g. p_s0,small (default every case and small)")
+    a.add_argument("--strategy", default=None, metavar="S",
+                   help="force strategy S (allreduce, hierarchical, p2p, ...) in every case "
+                        "(default: the planner's choice)")
     a.add_argument("--keep-log", default=None, metavar="FILE",
                    help="copy the daemons' output to FILE.<hosts> when each host count ends")
     a.add_argument("--quick", action="store_true",

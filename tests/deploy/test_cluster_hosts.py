@@ -477,9 +477,11 @@ def cases(h):
     ]
 
 
-def shapes_for(rng, h, k):
+def shapes_for(rng, h, k, large=False):
     """Four seeded shapes of case k, 2-D and 3-D alternating, with dtypes rotating over the
-    cases; the split lengths divisible by no rank or part count (n, h, 2)."""
+    cases; the split lengths divisible by no rank or part count (n, h, 2). large: one more, of
+    several MiB, so that reductions between hosts go around the ring (comm/ring.c, from 1 MiB)
+    in the flat strategies and in the hierarchical stages."""
     n = h * PER_HOST
     avoid = sorted({n, h, PER_HOST})
     out = []
@@ -490,6 +492,8 @@ def shapes_for(rng, h, k):
             shape = (uneven(rng, n + 1, 30, avoid), uneven(rng, n + 1, 20, avoid),
                      int(rng.integers(2, 6)))
         out.append((shape, dt))
+    if large:
+        out.append(((uneven(rng, 2048, 2400, avoid), 1031), DTYPES[k % 4]))
     return out
 
 
@@ -698,7 +702,7 @@ def exercise(bin_dir, h, seed, staging, job, hosts, clients, check):
     rng = np.random.default_rng(seed)
     for k, (key, src_of, dst_of) in enumerate(cases(h)):
         t0 = time.monotonic()
-        for j, (shape, dt) in enumerate(shapes_for(rng, h, k)):
+        for j, (shape, dt) in enumerate(shapes_for(rng, h, k, src_of.partial() is not None)):
             src, dst = src_of.concrete(shape, rng), dst_of.concrete(shape, rng)
             if src.partial():
                 data, want = partial_data(rng, dt, shape, src.partial(), len(src.ranks))

@@ -368,9 +368,10 @@ START_TEST(two_hosts) {
                   (long long)ts_plan_host_bound(p));
     ts_plan_destroy(&p);
   }
-  /* A partial sum scattered: point-to-point sends each host 64 MiB; a reduce through one root
-   * (Open MPI's reduce_scatter) sends 128 MiB into the root's host; the hierarchical stages (a
-   * reduce-scatter inside each host, then each host's reduced half across once) the bound. */
+  /* A partial sum scattered: point-to-point sends each host 64 MiB; the ring of the flat
+   * reduce-scatter (ranks 0 1 | 2 3) carries 3 of the 4 blocks over each host link each way, 48
+   * MiB; the hierarchical stages (a reduce-scatter inside each host, then each host's reduced
+   * half across once) the bound. */
   ts_plan *p = plan_on("mesh=[4] placements=[P(sum)]", "mesh=[4] placements=[S(0)]", "hosts=2x2",
                        4096, 4096);
   ck_assert_int_eq(ts_plan_strategy(p), TS_STRATEGY_HIER);
@@ -380,7 +381,7 @@ START_TEST(two_hosts) {
   ck_assert_int_eq(ts_plan_get_costs(ts_plan_stage(p, 0))->host_link_bytes, 0);
   ts_plan_costs rs, a2a;
   ck_assert(ts_plan_applies(p, TS_STRATEGY_REDUCE_SCATTER, &rs, NULL));
-  ck_assert_int_eq(rs.host_link_bytes, 128 * MiB);
+  ck_assert_int_eq(rs.host_link_bytes, 48 * MiB);
   ck_assert(ts_plan_applies(p, TS_STRATEGY_ALLTOALL, &a2a, NULL));
   ck_assert_int_eq(a2a.host_link_bytes, 64 * MiB);
   char *text = ts_plan_explain(p, 4);
@@ -409,14 +410,22 @@ START_TEST(two_hosts) {
                   (long long)ts_plan_host_bound(p));
     ts_plan_destroy(&p);
   }
-  /* A partial sum replicated: Open MPI's allreduce already moves what must cross, and wins the
-   * tie with the hierarchical stages (which reach the bound too). */
+  /* A partial sum replicated: the flat all-reduce's ring over the 4 ranks carries 2 x 3/4 of the
+   * tensor over each host link each way, 96 MiB; the hierarchical stages (reduce-scatter inside
+   * each host, an all-reduce of each half between the hosts, all-gather inside) the bound, and
+   * win. At 3 hosts of 2 the flat ring carries 2 x 5/6 of it, the hierarchical 2 x 2/3. */
   p = plan_on("mesh=[4] placements=[P(sum)]", "mesh=[4] placements=[R]", "hosts=2x2", 4096, 4096);
-  ts_plan_costs hc;
-  ck_assert_int_eq(ts_plan_strategy(p), TS_STRATEGY_ALLREDUCE);
+  ts_plan_costs ar;
+  ck_assert_int_eq(ts_plan_strategy(p), TS_STRATEGY_HIER);
   ck_assert_int_eq(ts_plan_get_costs(p)->host_link_bytes, 64 * MiB);
-  ck_assert(ts_plan_applies(p, TS_STRATEGY_HIER, &hc, NULL));
-  ck_assert_int_eq(hc.host_link_bytes, 64 * MiB);
+  ck_assert(ts_plan_applies(p, TS_STRATEGY_ALLREDUCE, &ar, NULL));
+  ck_assert_int_eq(ar.host_link_bytes, 96 * MiB);
+  ts_plan_destroy(&p);
+  p = plan_on("mesh=[6] placements=[P(sum)]", "mesh=[6] placements=[R]", "hosts=3x2", 6144, 4096);
+  ck_assert_int_eq(ts_plan_strategy(p), TS_STRATEGY_HIER);
+  ck_assert_int_eq(ts_plan_get_costs(p)->host_link_bytes, 2 * 2 * 96 * MiB / 3);
+  ck_assert(ts_plan_applies(p, TS_STRATEGY_ALLREDUCE, &ar, NULL));
+  ck_assert_int_eq(ar.host_link_bytes, 2 * 5 * 96 * MiB / 6);
   ts_plan_destroy(&p);
   /* Not for moves the flat strategies already make at the bound, nor without several hosts. */
   p = plan_on("mesh=[4] placements=[S(0)]", "mesh=[4] placements=[S(1)]", "hosts=2x2", 64, 64);

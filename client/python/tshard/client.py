@@ -1139,7 +1139,8 @@ class Client:
             name: the tensor.
             attr: the target attribute, an Attr or its text.
             strategy: force one (``allgather``, ``root``, ``p2p``, ``alltoall``, ``allreduce``,
-                ``reduce_scatter``, ``local``); default: the planner's cheapest.
+                ``reduce_scatter``, ``local``, ``hierarchical``); default: the planner's
+                cheapest.
             keep_source_as: keep the source and make the result a new tensor of this name.
             layout: the new slices' format tag (default row-major).
             key: an idempotency key.
