@@ -25,6 +25,11 @@ static void background_save(tshard_client *c, const char *dir) {
   TSE_OK(c, tshard_put(c, "w", ref, sizeof ref, NULL));
   tshard_ckpt_info info;
   tshard_save_opts so = {.background = 1, .info = &info};
+  TSE_CHECK(tshard_save(c, dir, NULL, 0, &so) == TS_INVALID_ARGUMENT &&
+                strstr(tshard_last_message(c), "opts.all = 1"),
+            "a save asked no tensors is refused saying how to save all: %s",
+            tshard_last_message(c));
+  so.all = 1;
   TSE_OK(c, tshard_save(c, dir, NULL, 0, &so));
   TSE_CHECK(info.writing && info.save_id > 0 && info.tensors == 1 &&
             info.bytes == sizeof ref && info.files >= 2 && strcmp(info.dir, dir) == 0,
@@ -63,7 +68,11 @@ static void background_save(tshard_client *c, const char *dir) {
   TSE_OK(c, tshard_get(c, "w", got, sizeof got));
   TSE_CHECK(tse_compare_box("w", "f32", 1, 2, shape, lo, shape, got) == 0,
             "the checkpoint holds the values at the save");
-  tshard_save_opts sync = {.info = &info};
+  tshard_save_opts sync = {.info = &info, .all = 1};
+  TSE_CHECK(tshard_save(c, dir, NULL, 0, &sync) == TS_EXISTS &&
+                strstr(tshard_last_message(c), dir) && strstr(tshard_last_message(c), "overwrite"),
+            "a save over a checkpoint is refused naming it: %s", tshard_last_message(c));
+  sync.overwrite = 1;
   TSE_OK(c, tshard_save(c, dir, NULL, 0, &sync));
   TSE_CHECK(!info.writing && info.save_id == 0 && info.bytes == sizeof ref && info.seconds >= 0,
             "synchronous save info: writing %d bytes %llu", info.writing,
