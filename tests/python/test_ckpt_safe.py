@@ -13,8 +13,8 @@ the CLI, the raw protocol):
   removes its temporary directory), and one made by hand in the same format (struct + json), are
   removed by the next save into that directory and by `tshard checkpoint clean DIR [--json]`,
   which leaves one a save in progress holds (its flock taken here);
-- --json of show, import-safetensors and export-safetensors, parsed and compared with what was
-  put; the --help examples of save, export-safetensors and checkpoint, and the README's new
+- --json of show, import-safetensors and export-safetensors (the README's examples among them),
+  parsed and compared with what was put; the --help examples of save, export-safetensors and checkpoint, and the README's new
   checkpoint lines, run as printed.
 
 usage: test_ckpt_safe.py BUILD_BIN_DIR"""
@@ -98,6 +98,11 @@ def selection(d, c, ref):
     check(r.returncode == 2 and "--all" in r.stderr, f"tshard save DIR: {r.returncode} {r.stderr}")
     r = cli(d, "export-safetensors", ck0 + ".safetensors")
     check(r.returncode == 2 and "--all" in r.stderr, f"tshard export-safetensors: {r.stderr}")
+    for args in (("save", ck0, "--all", "step"), ("save", ck0, "--prefix", "layers.", "step"),
+                 ("export-safetensors", ck0 + ".safetensors", "--all", "--prefix", "x")):
+        r = cli(d, *args)
+        check(r.returncode == 2 and "give one of NAME..., --prefix P or --all" in r.stderr,
+              f"tshard {' '.join(args[:1] + args[2:])}: {r.returncode} {r.stderr}")
     check(not os.path.exists(ck0) and not os.path.exists(ck0 + ".safetensors"),
           "refusals write nothing")
     # names, a glob, a prefix, all: exactly those
@@ -344,6 +349,51 @@ def documented(d, c, ref):
     c.drop_many(["w", "b"])
 
 
+def readme_json(d, c, ref):
+    """The README's --json examples of show, export-safetensors and import-safetensors, as
+    written (a code span's line break read as the space it renders as): the slices' boxes by
+    hand, the export read back with struct + json, the import's values against numpy."""
+    readme = open(os.path.join(src, "README.md")).read()
+    spans = [" ".join(m.split()) for m in re.findall(r"`(tshard [a-z-]+ [^`]*--json)`", readme)]
+    show = [x for x in spans if x.startswith("tshard show --shape")]
+    export = [x for x in spans if x.startswith("tshard export-safetensors")]
+    imp = [x for x in spans if x.startswith("tshard import-safetensors")]
+    check(len(show) == len(export) == len(imp) == 1, f"the README's --json examples: {spans}")
+    if not (show and export and imp):
+        return
+    env = dict(os.environ, TSHARD_SOCKET_DIR=d.dir, TSHARD_JOB=d.job,
+               PATH=bin_dir + os.pathsep + os.environ["PATH"])
+    run_dir = tempfile.mkdtemp(prefix="json-", dir=work)
+    os.mkdir(os.path.join(run_dir, "out"))
+
+    def run(line):
+        r = subprocess.run(line, shell=True, cwd=run_dir, capture_output=True, text=True,
+                           env=env, timeout=120)
+        check(r.returncode == 0, f"`{line}`: {r.returncode} {r.stdout} {r.stderr}")
+        return json.loads(r.stdout) if r.returncode == 0 else {}
+    got = run(show[0])
+    want = [{"rank": 2 * a + b, "lo": [10 * a, 6 * b], "hi": [10 * a + 10, 6 * b + 6]}
+            for a in range(2) for b in range(2)]
+    check(got.get("slices") == want and got.get("shape") == [20, 12] and got.get("name") is None,
+          f"README show --json: {got}")
+    out = os.path.join(run_dir, "out", "model.safetensors")
+    got = run(export[0])
+    check(got == {"path": "out/model.safetensors", "files": [out]}, f"README export --json: {got}")
+    raw = open(out, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    check(sorted(k for k in head if k != "__metadata__") == sorted(ref), f"exported {list(head)}")
+    for k, v in ref.items():
+        lo, hi = head[k]["data_offsets"]
+        check(np.array_equal(np.frombuffer(raw[8 + n + lo:8 + n + hi], np.float32)
+                             .reshape(head[k]["shape"]), v), f"exported {k} is numpy's")
+    c.drop_many(list(ref))
+    got = run(imp[0])
+    check(got.get("path") == "out/model.safetensors" and sorted(got.get("created", [])) ==
+          sorted(ref), f"README import --json: {got}")
+    check(all(np.array_equal(c.get(k), v) for k, v in ref.items()), "imported values are numpy's")
+
+
 with Daemons(bin_dir, NP) as d:
     with d.connect(0) as c:
         ref = put_model(c)
@@ -352,5 +402,6 @@ with Daemons(bin_dir, NP) as d:
         cleaning(d, c, ref)
         json_outputs(d, c, ref)
         documented(d, c, ref)
+        readme_json(d, c, ref)
 killed_leader()
 check.finish()

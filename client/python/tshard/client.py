@@ -1935,6 +1935,7 @@ def connect(rank: Optional[int] = None, socket: Optional[str] = None,
 
     Raises:
         IoError (a ConnectionError): no daemon serves there (the message says how to start one).
+        RankLostError: the launcher recorded that the job lost a rank (the message names it).
         AuthError: a bad token; a socket directory that is not this user's own with mode
         0700 (a link, another owner, group or other bits), or a daemon running as another
         user than this one or root (the message names the directory, or the process's uid and
