@@ -209,8 +209,8 @@ static const cli_command commands[] = {
     {"checkpoint", cli_cmd_checkpoint, NULL,
      "show what a checkpoint holds, or clean up unfinished saves (no daemon needed)",
      "  show DIR         tensors, dtypes, shapes, attributes, pieces and checksums\n"
-     "  clean DIR        remove the temporary directories (.DIR.tmp-*) of saves into DIR cut\n"
-     "                   short; those of a save in progress are left\n"
+     "  clean DIR        remove what saves into DIR cut short left beside it (.NAME.tmp-*\n"
+     "                   directories); those of a save in progress are left\n"
      "  --json           machine-readable output: show: tensors, their bytes and pieces, files;\n"
      "                   clean: dir, removed, in_use\n",
      "tshard checkpoint show ckpt/step100\n  tshard checkpoint clean ckpt/step100"},

@@ -213,10 +213,13 @@ def cleaning(d, c, ref):
     a, b = hand_leftover(path, "1a2b3c"), hand_leftover(path, "ff00")
     other = os.path.join(work, ".cl2.tmp-1234")  # another directory's: not touched
     os.mkdir(other)
+    lookalike = os.path.join(work, ".cl.tmp-99")  # a file named alike (an export's): not touched
+    open(lookalike, "w").close()
     c.put("step", ref["step"] + 5)
     c.save(path, "step", overwrite=True)
-    check(leftovers(path) == [] and os.path.isdir(other),
+    check(leftovers(path) == [".cl.tmp-99"] and os.path.isdir(other),
           f"the next save removed the leftovers, only its own: {leftovers(path)}")
+    os.unlink(lookalike)
     check(np.array_equal(ck.read(path, "step"), ref["step"] + 5), "and saved")
     # tshard checkpoint clean: what it removed; one a save holds is left
     a = hand_leftover(path, "abc")

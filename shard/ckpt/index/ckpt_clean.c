@@ -98,7 +98,9 @@ int ts_ckpt_clean_tmp(const char *dir, ts_ckpt_cleaned *out, ts_error *err) {
                         "'%s' (the directory holding '%s'): %s", parent, base, strerror(errno));
   size_t nr = 0, nb = 0;
   for (struct dirent *de; rc == TS_OK && (de = readdir(d));) {
-    if (!is_tmp_of(de->d_name, base))
+    struct stat st; /* directories only: a safetensors export's temporary files look alike */
+    if (!is_tmp_of(de->d_name, base) ||
+        fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode))
       continue;
     char path[4400];
     snprintf(path, sizeof path, "%s/%s", parent, de->d_name);
