@@ -89,14 +89,11 @@ void tsc_ckpt_info_copy(const Tshard__CkptResult *k, tshard_ckpt_info *info);
  * to 2 s for the record while the job is recorded as running), TS_RANK_LOST with the message
  * naming it, and the connection keeps that error; otherwise `status` unchanged. */
 int tsc_lost_check(tshard_client *c, int status);
-/* The wait and the record of tsc_lost_check for the job of socket path `sock`, without a client:
- * 0 with the message in msg when a rank was lost, else -1. */
-int tsc_lost_wait(const char *sock, char *msg, size_t cap);
 /* When the launcher recorded that the job of socket path `sock` lost a rank: 0, with a sentence
  * naming it in out (for a connect that found no daemon); else -1. */
 int tsc_lost_describe(const char *sock, char *out, size_t cap);
 /* connect_message.c: a connect that found no daemon at path where the launcher recorded a lost
- * rank (waited for as tsc_lost_check waits): true, the message naming it set. */
+ * rank: true, the message naming it set (tsc_lost_describe). */
 bool tsc_connect_lost(const char *path);
 
 /* trust.c: a socket's directory must be a real directory of the effective uid's, mode 0700:

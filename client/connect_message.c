@@ -38,9 +38,7 @@ void tsc_connect_failed(const char *path, const char *job, int rank, int status)
 }
 
 bool tsc_connect_lost(const char *path) {
-  char m[sizeof connect_msg];
-  return tsc_lost_wait(path, m, sizeof m) == 0 &&
-         tsc_lost_describe(path, connect_msg, sizeof connect_msg) == 0;
+  return tsc_lost_describe(path, connect_msg, sizeof connect_msg) == 0;
 }
 
 void tsc_connect_note(const char *path, const tshard_client *c, int status) {

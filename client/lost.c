@@ -10,8 +10,9 @@
  * learns of the loss when Open MPI reports it), and longer while the record says a rank was lost
  * without naming it yet (across nodes Open MPI names it once every rank ended). A lost rank turns
  * the failure into RANK_LOST naming the rank, host, cause and log, and every later call on the
- * connection fails with the same error; so does a connect that finds no daemon where the record
- * says the job lost a rank. Without a status file (daemons started by hand) the
+ * connection fails with the same error; a connect that finds no daemon where the record says the
+ * job lost a rank fails with RANK_LOST too (connect_message.c, without waiting: a job still
+ * starting is recorded as running). Without a status file (daemons started by hand) the
  * failure stays as it was; so it does with a file that is not a regular file of this user's or
  * root's that only its owner may write (trust.c): such a file is never read, nor waited for. */
 #include <stddef.h>
@@ -109,15 +110,17 @@ int tsc_lost_describe(const char *sock, char *out, size_t cap) {
   return 0;
 }
 
-int tsc_lost_wait(const char *sock, char *msg, size_t cap) {
-  char path[640];
-  if (!sock[0] || status_path(sock, path, sizeof path) != 0)
-    return -1;
+int tsc_lost_check(tshard_client *c, int status) {
+  if (c->lost_status)
+    return tsc_fail(c, c->lost_status, "%s", c->lost);
+  char path[sizeof c->path + 16];
+  if (!c->path[0] || status_path(c->path, path, sizeof path) != 0)
+    return status;
   job_status st;
   int64_t deadline = mono_ms() + TSC_LOST_WAIT_MS;
   for (;;) {
     if (read_status(path, &st) != 0)
-      return -1; /* no launcher's record: nothing more to say */
+      return status; /* no launcher's record: nothing more to say */
     bool lost = strcmp(st.state, "lost") == 0;
     if ((lost && strcmp(st.final, "1") == 0) ||
         (!lost && strcmp(st.state, "running") != 0))
@@ -129,21 +132,13 @@ int tsc_lost_wait(const char *sock, char *msg, size_t cap) {
     nanosleep(&nap, NULL);
   }
   if (strcmp(st.state, "lost") != 0)
-    return -1;
-  snprintf(msg, cap,
+    return status;
+  snprintf(c->lost, sizeof c->lost,
            "rank %s (host %s) was lost: %s; Open MPI stopped job '%s', and every tensor the "
            "job held in memory is gone (complete checkpoints on disk remain); the launcher's "
            "log: %s",
            st.rank[0] ? st.rank : "?", st.host[0] ? st.host : "unknown",
            st.cause[0] ? st.cause : "cause unknown", st.job, st.log[0] ? st.log : "unknown");
-  return 0;
-}
-
-int tsc_lost_check(tshard_client *c, int status) {
-  if (c->lost_status)
-    return tsc_fail(c, c->lost_status, "%s", c->lost);
-  if (tsc_lost_wait(c->path, c->lost, sizeof c->lost) != 0)
-    return status;
   c->lost_status = TS_RANK_LOST;
   c->broken = true;
   return tsc_fail(c, TS_RANK_LOST, "%s", c->lost);

@@ -45,7 +45,8 @@ const char *tshard_status_name(int status);
 void tshard_socket_path(char *buf, size_t cap, const char *job, int rank);
 
 /* Each connect pings the daemon (so it returns only once the daemon serves) and sizes the data
- * chunks by the daemon's maximum frame. */
+ * chunks by the daemon's maximum frame. Finding no daemon where the launcher recorded that the
+ * job lost a rank, it returns TS_RANK_LOST (tshard_connect_message names the rank). */
 int tshard_connect_rank(const char *job, int rank, int timeout_ms, tshard_client **out);
 int tshard_connect_path(const char *path, int timeout_ms, tshard_client **out);
 /* Presents the token with a ping before returning. */

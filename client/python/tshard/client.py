@@ -288,11 +288,7 @@ def _check_job(job):
 
 def _no_daemon(job, rank, path, timeout):
     """Why no daemon answered at path: a rank beyond the job's world (rank 0 says its size), or
-    no daemon at all, with how to start one (or the rank the launcher recorded as lost)."""
-    from .launch import lost_job_message
-    lost = lost_job_message(path)
-    if lost is not None:
-        return lost
+    no daemon at all, with how to start one (a lost rank is connect's RankLostError)."""
     if rank > 0:
         try:
             with connect(rank=0, job=job, timeout=timeout, shm=False) as c0:
@@ -1991,9 +1987,10 @@ def connect(rank: Optional[int] = None, socket: Optional[str] = None,
     try:
         s = open_unix()
     except OSError as e:
-        from .launch import lost_job_message, lost_rank_error
-        if lost_rank_error(socket) is not None:  # the launcher recorded a lost rank
-            raise error_for(39, lost_job_message(socket)) from None
+        from .launch import lost_job_message
+        lost = lost_job_message(socket)  # the launcher recorded a lost rank
+        if lost is not None:
+            raise error_for(39, lost) from None
         if by_job:
             raise error_for(18, _no_daemon(job, rank, socket, timeout)) from None
         raise error_for(18, f"cannot connect to {socket}: {e.strerror} (is tshardd running "
