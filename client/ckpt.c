@@ -81,10 +81,25 @@ int tsc_save_interrupted(tshard_client *c, const char *path) {
                   "been exchanged before the loss), never a partial one", path, c->lost, path);
 }
 
+/* What a save or an export writes must be asked, one way: names, a prefix or all. */
+int tsc_check_selection(tshard_client *c, const char *what, int n, const char *prefix, int all) {
+  bool has_prefix = prefix && prefix[0];
+  if (!all && !has_prefix && n == 0)
+    return tsc_fail(c, TS_INVALID_ARGUMENT, "%s of no tensors: give names (exact, or globs such "
+                    "as layers.*.weight) or opts.prefix, or set opts.all = 1 to save every tensor",
+                    what);
+  if ((all && (has_prefix || n > 0)) || (has_prefix && n > 0))
+    return tsc_fail(c, TS_INVALID_ARGUMENT, "%s: give one of names, opts.prefix or opts.all",
+                    what);
+  return TS_OK;
+}
+
 int tshard_save(tshard_client *c, const char *dir, const char *const *names, int n,
                 const tshard_save_opts *opts) {
   char path[4096];
   int rc = checked_args(c, dir, names, n, path, sizeof path);
+  if (!rc)
+    rc = tsc_check_selection(c, "save", n, opts ? opts->prefix : NULL, opts && opts->all);
   if (rc)
     return rc;
   Tshard__Request req = TSHARD__REQUEST__INIT;
@@ -95,6 +110,9 @@ int tshard_save(tshard_client *c, const char *dir, const char *const *names, int
   q.keep_partial = opts && opts->keep_partial;
   q.per_node = opts && opts->per_node;
   q.background = opts && opts->background;
+  q.all = opts && opts->all;
+  q.overwrite = opts && opts->overwrite;
+  q.prefix = (char *)(opts && opts->prefix ? opts->prefix : "");
   req.op_case = TSHARD__REQUEST__OP_SAVE;
   req.save = &q;
   req.idempotency_key = (char *)(opts && opts->key ? opts->key : "");

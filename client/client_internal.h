@@ -78,6 +78,9 @@ void tsc_ticket_save_path(tshard_client *c, uint64_t id, const char *path);
 /* ckpt.c: a save cut short by a lost rank: CHECKPOINT_IO naming the path (later calls of the
  * connection: RANK_LOST). */
 int tsc_save_interrupted(tshard_client *c, const char *path);
+/* ckpt.c: a save's or an export's tensors asked one way (n names, a prefix or all), else
+ * INVALID_ARGUMENT saying how to save everything. */
+int tsc_check_selection(tshard_client *c, const char *what, int n, const char *prefix, int all);
 /* ckpt.c: a save's or load's report (the daemon's CkptResult) into info. */
 void tsc_ckpt_info_copy(const Tshard__CkptResult *k, tshard_ckpt_info *info);
 
@@ -89,6 +92,9 @@ int tsc_lost_check(tshard_client *c, int status);
 /* When the launcher recorded that the job of socket path `sock` lost a rank: 0, with a sentence
  * naming it in out (for a connect that found no daemon); else -1. */
 int tsc_lost_describe(const char *sock, char *out, size_t cap);
+/* connect_message.c: a connect that found no daemon at path where the launcher recorded a lost
+ * rank: true, the message naming it set (tsc_lost_describe). */
+bool tsc_connect_lost(const char *path);
 
 /* trust.c: a socket's directory must be a real directory of the effective uid's, mode 0700:
  * TS_OK (also when it is missing: the connect says so), else TS_AUTH with msg naming the

@@ -185,7 +185,10 @@ int tshard_connect_path(const char *path, int timeout_ms, tshard_client **out) {
     return TS_AUTH;
   }
   if (fd < 0) {
-    tsc_connect_refused(path, errno); /* tshard_connect_message() */
+    int e = errno;
+    if (tsc_connect_lost(path)) /* the launcher recorded why: a rank was lost */
+      return TS_RANK_LOST;
+    tsc_connect_refused(path, e); /* tshard_connect_message() */
     return TS_IO;
   }
   tshard_client *c = client_new(fd, timeout_ms);

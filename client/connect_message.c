@@ -28,8 +28,6 @@ void tsc_connect_failed(const char *path, const char *job, int rank, int status)
   bool gone = status == TS_IO && strncmp(connect_msg, "the daemon at ", 14) != 0 &&
               (strstr(connect_msg, "No such file") || strstr(connect_msg, "refused") ||
                !connect_msg[0]);
-  if (gone && tsc_lost_describe(path, connect_msg, sizeof connect_msg) == 0)
-    return; /* the launcher recorded why: a rank was lost */
   if (gone)
     snprintf(connect_msg, sizeof connect_msg, "no daemon serves job %s on rank %d at %s; start "
              "one with tshard-launch start -np N --job %s (deploy/tshard-launch)", job, rank,
@@ -37,6 +35,10 @@ void tsc_connect_failed(const char *path, const char *job, int rank, int status)
   else if (!connect_msg[0])
     snprintf(connect_msg, sizeof connect_msg, "job %s rank %d at %s: %s", job, rank, path,
              ts_strerror(status));
+}
+
+bool tsc_connect_lost(const char *path) {
+  return tsc_lost_describe(path, connect_msg, sizeof connect_msg) == 0;
 }
 
 void tsc_connect_note(const char *path, const tshard_client *c, int status) {

@@ -10,7 +10,9 @@
  * learns of the loss when Open MPI reports it), and longer while the record says a rank was lost
  * without naming it yet (across nodes Open MPI names it once every rank ended). A lost rank turns
  * the failure into RANK_LOST naming the rank, host, cause and log, and every later call on the
- * connection fails with the same error. Without a status file (daemons started by hand) the
+ * connection fails with the same error; a connect that finds no daemon where the record says the
+ * job lost a rank fails with RANK_LOST too (connect_message.c, without waiting: a job still
+ * starting is recorded as running). Without a status file (daemons started by hand) the
  * failure stays as it was; so it does with a file that is not a regular file of this user's or
  * root's that only its owner may write (trust.c): such a file is never read, nor waited for. */
 #include <stddef.h>

@@ -132,7 +132,8 @@ int tshard_export_safetensors(tshard_client *c, const char *path, const char *co
   o = o ? o : &none;
   char full[4096];
   int rc = abs_path(c, path, full, sizeof full);
-  if (rc || (rc = names_ok(c, names, n)))
+  if (rc || (rc = names_ok(c, names, n)) ||
+      (rc = tsc_check_selection(c, "safetensors export", n, o->prefix, o->all)))
     return rc;
   if (o->nmeta < 0 || (o->nmeta > 0 && (!o->meta_keys || !o->meta_values)))
     return tsc_fail(c, TS_INVALID_ARGUMENT, "metadata: %d entries without both lists", o->nmeta);
@@ -152,6 +153,8 @@ int tshard_export_safetensors(tshard_client *c, const char *path, const char *co
   Tshard__ExportSafetensorsRequest q = TSHARD__EXPORT_SAFETENSORS_REQUEST__INIT;
   q.path = full;
   q.n_names = (size_t)n, q.names = (char **)names;
+  q.all = o->all;
+  q.prefix = tsc_str(o->prefix);
   q.max_shard_bytes = o->max_shard_bytes;
   q.n_metadata = nm, q.metadata = mp;
   Tshard__Request req = TSHARD__REQUEST__INIT;

@@ -45,7 +45,8 @@ const char *tshard_status_name(int status);
 void tshard_socket_path(char *buf, size_t cap, const char *job, int rank);
 
 /* Each connect pings the daemon (so it returns only once the daemon serves) and sizes the data
- * chunks by the daemon's maximum frame. */
+ * chunks by the daemon's maximum frame. Finding no daemon where the launcher recorded that the
+ * job lost a rank, it returns TS_RANK_LOST (tshard_connect_message names the rank). */
 int tshard_connect_rank(const char *job, int rank, int timeout_ms, tshard_client **out);
 int tshard_connect_path(const char *path, int timeout_ms, tshard_client **out);
 /* Presents the token with a ping before returning. */
@@ -360,9 +361,13 @@ void tshard_einsum_result_clear(tshard_einsum_result *r); /* accepts NULL */
 /* ---------------------------------------------------------------------------------------------
  * Checkpoints (the format is in shard/CHECKPOINT.md). dir is a directory path every
  * daemon can reach (a relative path is made absolute against this process's working directory);
- * with per_node, a path on each node. names NULL or n 0: every tensor (save) or every tensor of
- * the checkpoint (load). Both are collective; the save is atomic (the previous checkpoint in dir
- * stays until every rank agreed), a failed load creates no tensor. */
+ * with per_node, a path on each node. A save writes the names given (exact names, or fnmatch
+ * globs such as "layers.*.weight" standing for the tensors they match), or opts->prefix's
+ * tensors, or every tensor with opts->all; asked none of them it is refused (TS_INVALID_ARGUMENT).
+ * A load of names NULL or n 0 loads every tensor of the checkpoint. Both are collective; the save
+ * is atomic (the previous checkpoint in dir stays until every rank agreed) and refuses a dir that
+ * already holds a checkpoint (TS_EXISTS) unless opts->overwrite; it first removes what saves into
+ * dir cut short left (tshard checkpoint clean); a failed load creates no tensor. */
 /* What a save or a load did (the daemon's CkptResult). */
 typedef struct tshard_ckpt_info {
   char dir[4000];
@@ -382,6 +387,9 @@ typedef struct tshard_save_opts {
    * files in the background while other operations run; tshard_wait_saves waits for them. */
   int background;
   tshard_ckpt_info *info; /* filled with what the save did (NULL: not wanted) */
+  int all;            /* 1: every tensor of the job (give no names nor prefix) */
+  int overwrite;      /* 1: replace the checkpoint already in dir (atomically) */
+  const char *prefix; /* the tensors whose name starts with it (NULL or "": none) */
 } tshard_save_opts;
 int tshard_save(tshard_client *c, const char *dir, const char *const *names, int n,
                 const tshard_save_opts *opts);
@@ -431,7 +439,8 @@ typedef struct tshard_st_import_opts {
 } tshard_st_import_opts;
 int tshard_import_safetensors(tshard_client *c, const char *path, const tshard_st_import_opts *o,
                               char **created);
-/* An export writes the named tensors (n 0: all) into the .safetensors file path, or HF shards
+/* An export writes the named tensors (exact or globs; or o->prefix's, or every one with o->all;
+ * none of them asked: refused) into the .safetensors file path, or HF shards
  * beside it and `<path>.index.json` when their bytes exceed max_shard_bytes (0: one file);
  * __metadata__ from the nmeta pairs (0: {"format": "pt"}). Each rank writes its own slices' bytes;
  * the files appear atomically (temporary names, then renamed). *files (may be NULL): the paths
@@ -441,6 +450,8 @@ typedef struct tshard_st_export_opts {
   int nmeta;
   const char *const *meta_keys, *const *meta_values;
   const char *key;
+  int all;            /* 1: every tensor of the job */
+  const char *prefix; /* the tensors whose name starts with it */
 } tshard_st_export_opts;
 int tshard_export_safetensors(tshard_client *c, const char *path, const char *const *names, int n,
                               const tshard_st_export_opts *o, char **files);

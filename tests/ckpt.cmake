@@ -14,6 +14,13 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
                        "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
 endif()
 
+# Saves that cannot lose a checkpoint by accident: what to save must be asked, an existing
+# checkpoint is replaced only with overwrite, what interrupted saves left is cleaned; the --json
+# of show, import-safetensors and export-safetensors (real daemons, Python, the CLI).
+if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
+  tshard_python_test(test_python_ckpt_safe test_ckpt_safe.py)
+endif()
+
 add_executable(test_ckpt_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/test_ckpt.c)
 target_link_libraries(test_ckpt_mpi PRIVATE tsckpt)
 tshard_mpi_test(test_ckpt test_ckpt_mpi 1 3 4)

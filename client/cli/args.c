@@ -139,3 +139,17 @@ void cli_json_string(FILE *f, const char *s) {
   }
   fputc('"', f);
 }
+
+void cli_json_lines(FILE *f, const char *list) {
+  fputc('[', f);
+  for (const char *p = list; p && *p;) {
+    const char *nl = strchr(p, '\n');
+    size_t k = nl ? (size_t)(nl - p) : strlen(p);
+    char *one = strndup(p, k);
+    fputs(p == list ? "" : ", ", f);
+    cli_json_string(f, one ? one : "");
+    free(one);
+    p += k + (nl != NULL);
+  }
+  fputc(']', f);
+}

@@ -54,6 +54,8 @@ char *cli_read_file(const char *path, size_t *out_len);
 int cli_fail(int status, const char *msg);
 /* Writes a JSON string literal. */
 void cli_json_string(FILE *f, const char *s);
+/* The lines of list (one item per line, NULL: none) as a JSON array of strings. */
+void cli_json_lines(FILE *f, const char *list);
 
 /* usage_check.c: checks the arguments against the usage text (options, their values, the number of
  * positionals); prints what is wrong with a suggestion and returns CLI_USAGE, else CLI_OK. */
@@ -139,6 +141,9 @@ int cli_cmd_einsum_backward(cli_args *a, tshard_client *c);
 int cli_cmd_einsum_release(cli_args *a, tshard_client *c);
 /* cmd_ckpt.c: checkpoints */
 int cli_cmd_save(cli_args *a, tshard_client *c);
+/* The tensors of a save or an export asked one way (n NAMEs, --prefix or --all), else the
+ * usage error saying how to save everything. */
+int cli_selection(const cli_args *a, const char *what, int n);
 int cli_cmd_load(cli_args *a, tshard_client *c);
 int cli_cmd_import_safetensors(cli_args *a); /* cmd_safetensors.c: they connect themselves */
 int cli_cmd_export_safetensors(cli_args *a);

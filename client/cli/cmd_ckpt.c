@@ -2,7 +2,9 @@
  * `--async` in the background, `--wait` then following its files with a progress bar from the
  * daemon's stats), `tshard load DIR [NAME...] [--attr ATTR]` and `tshard snapshot` through a
  * daemon, each reporting what it did (bytes, files, seconds; `--json`), and
- * `tshard checkpoint show DIR [--json]`, which reads the index alone (no daemon). A synchronous
+ * `tshard checkpoint show DIR [--json]`, which reads the index alone (no daemon), and
+ * `tshard checkpoint clean DIR [--json]`, which removes what saves into DIR cut short left
+ * (ckpt_clean.c, on this host). A synchronous
  * save or load of large data shows estimate.c's line while it runs (the daemons report nothing
  * meanwhile): its bytes known up front are the tensors' (save, by describe) or the index's (load),
  * its rates recorded under "save" and "load". */
@@ -112,11 +114,15 @@ static int64_t index_tensor_bytes(const ts_ckpt_tensor *t) {
   return bytes;
 }
 
-/* The bytes a save of names (n 0: every tensor) will write, 0 when not known. */
-static uint64_t save_bytes(tshard_client *c, const char **names, int n) {
+/* The bytes a save of names (n 0: every tensor) will write, 0 when not known (a prefix or a
+ * glob: the daemons choose the tensors). */
+static uint64_t save_bytes(tshard_client *c, const char **names, int n, const char *prefix) {
   char **all = NULL;
   int count = 0;
-  if (n == 0 && tshard_list(c, &all, &count) != TS_OK)
+  for (int i = 0; i < n; i++)
+    if (strpbrk(names[i], "*?["))
+      return 0;
+  if (prefix || (n == 0 && tshard_list(c, &all, &count) != TS_OK))
     return 0;
   uint64_t bytes = 0;
   for (int i = 0; i < (n ? n : count); i++)
@@ -152,7 +158,7 @@ static int save_or_load(const cli_args *a, tshard_client *c, const char *dir, co
   const char *what = so ? "save" : "load";
   uint64_t bytes = 0;
   if (cli_estimate_wanted(a))
-    bytes = so ? save_bytes(c, names, n) : load_bytes(dir, names, n);
+    bytes = so ? save_bytes(c, names, n, so->prefix) : load_bytes(dir, names, n);
   if (!cli_estimate_shown(a, bytes))
     return so ? tshard_save(c, dir, names, n, so) : tshard_load(c, dir, names, n, lo);
   cli_estimate e;
@@ -169,18 +175,35 @@ static int save_or_load(const cli_args *a, tshard_client *c, const char *dir, co
   return rc;
 }
 
+/* What a save or an export writes, asked one way: NAME..., --prefix or --all. */
+int cli_selection(const cli_args *a, const char *what, int n) {
+  bool all = cli_flag(a, "all"), prefix = cli_opt(a, "prefix") != NULL;
+  char msg[400];
+  if (n == 0 && !all && !prefix)
+    snprintf(msg, sizeof msg, "%s of no tensors: give NAME... (exact names, or globs such as "
+             "'layers.*.weight' in quotes), --prefix P, or --all to save every tensor", what);
+  else if (n + all + prefix > 1 && (all || prefix))
+    snprintf(msg, sizeof msg, "%s: give one of NAME..., --prefix P or --all", what);
+  else
+    return CLI_OK;
+  return cli_fail(CLI_USAGE, msg);
+}
+
 int cli_cmd_save(cli_args *a, tshard_client *c) {
   const char *dir, **names;
   int n, code = dir_and_names(a, &dir, &names, &n);
-  if (code)
+  if (!code && cli_flag(a, "wait") && !cli_flag(a, "async"))
+    code = cli_fail(CLI_USAGE, "--wait follows a save in the background: give --async too");
+  if (!code)
+    code = cli_selection(a, "save", n);
+  if (code) {
+    free(names);
     return code;
+  }
   tshard_ckpt_info k;
   tshard_save_opts o = {cli_flag(a, "keep-partial"), cli_flag(a, "per-node"), cli_opt(a, "key"),
-                        cli_flag(a, "async"), &k};
-  if (cli_flag(a, "wait") && !o.background) {
-    free(names);
-    return cli_fail(CLI_USAGE, "--wait follows a save in the background: give --async too");
-  }
+                        cli_flag(a, "async"), &k, cli_flag(a, "all"), cli_flag(a, "overwrite"),
+                        cli_opt(a, "prefix")};
   int rc = o.background ? tshard_save(c, dir, names, n, &o)
                         : save_or_load(a, c, dir, names, n, &o, NULL, &k);
   free(names);
@@ -246,10 +269,38 @@ static void show_json(const ts_ckpt_index *idx, const char *dir) {
   printf("], \"bytes\": %lld, \"files\": %d}\n", (long long)total, files + 1);
 }
 
+/* checkpoint clean DIR: the temporary directories of saves into DIR that were cut short. */
+static int clean(const cli_args *a, const char *dir) {
+  ts_ckpt_cleaned cl;
+  ts_error err;
+  int rc = ts_ckpt_clean_tmp(dir, &cl, &err);
+  if (rc == TS_OK && a->json) {
+    printf("{\"dir\": ");
+    cli_json_string(stdout, dir);
+    printf(", \"removed\": ");
+    cli_json_lines(stdout, cl.removed);
+    printf(", \"in_use\": ");
+    cli_json_lines(stdout, cl.busy);
+    printf("}\n");
+  } else if (rc == TS_OK) {
+    printf("removed %d unfinished save%s of %s%s%s", cl.nremoved, cl.nremoved == 1 ? "" : "s",
+           dir, cl.nremoved ? ":\n" : "\n", cl.removed ? cl.removed : "");
+    if (cl.nbusy)
+      printf("left %d that a save in progress holds:\n%s", cl.nbusy, cl.busy);
+  }
+  ts_ckpt_cleaned_clear(&cl);
+  return rc ? cli_fail(rc == TS_NOT_FOUND || rc == TS_CHECKPOINT_IO ? CLI_IO : CLI_FAILED,
+                       err.msg)
+            : CLI_OK;
+}
+
 int cli_cmd_checkpoint(cli_args *a) {
   const char *what = cli_positional(a, 0), *dir = cli_positional(a, 1);
+  if (what && dir && strcmp(what, "clean") == 0)
+    return clean(a, dir);
   if (!what || strcmp(what, "show") != 0 || !dir)
-    return cli_fail(CLI_USAGE, "usage: tshard checkpoint show DIR [--json]");
+    return cli_fail(CLI_USAGE, "usage: tshard checkpoint show DIR [--json], or tshard checkpoint "
+                               "clean DIR [--json]");
   ts_ckpt_index *idx = NULL;
   ts_error err;
   int rc = ts_ckpt_index_read(dir, &idx, &err);

@@ -13,7 +13,8 @@
 #include "tshard.h"
 #include "ts_rules.h"
 
-int cli_draw(const cli_args *a, int ndim, const int64_t *shape, const char *attr_text);
+int cli_draw(const cli_args *a, const char *name, const char *dtype, int ndim,
+             const int64_t *shape, const char *attr_text);
 
 int cli_connect(const cli_args *a, tshard_client **out) {
   const char *sock = cli_opt(a, "socket"), *tcp = cli_opt(a, "tcp"), *tok = cli_opt(a, "token-file"),
@@ -530,7 +531,7 @@ int cli_cmd_show_tensor(cli_args *a, const char *name) {
   if (rc)
     code = failed(c, rc);
   else
-    code = cli_draw(a, info.ndim, info.shape, info.attr);
+    code = cli_draw(a, info.name, info.dtype, info.ndim, info.shape, info.attr);
   tshard_info_clear(&info);
   tshard_close(&c);
   return code;

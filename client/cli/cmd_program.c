@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "tshard.h"
@@ -58,6 +59,26 @@ static int collect(cli_args *a, const char *opt, tshard_program_arg *args, int m
     n++;
   }
   return n;
+}
+
+/* A run's one-line summary: the program, its inputs (tensor or number), the outputs named on
+ * the command line, and the time the run took as this client saw it. */
+static void print_run(const char *id, const tshard_program_arg *in, int n_in,
+                      const tshard_program_arg *out, int n_out, double ms) {
+  printf("ran program %s on", id);
+  for (int i = 0; i < n_in; i++) {
+    if (in[i].tensor && strcmp(in[i].name, in[i].tensor) == 0)
+      printf("%s %s", i ? "," : "", in[i].name);
+    else if (in[i].tensor)
+      printf("%s %s=%s", i ? "," : "", in[i].name, in[i].tensor);
+    else
+      printf("%s %s=%g", i ? "," : "", in[i].name, in[i].value);
+  }
+  if (n_in == 0)
+    printf(" no inputs");
+  for (int i = 0; i < n_out; i++)
+    printf("%s %s=%s", i ? "," : "; outputs", out[i].name, out[i].tensor);
+  printf(" in %.3f ms\n", ms);
 }
 
 int cli_cmd_program(cli_args *a, tshard_client *c) {
@@ -139,8 +160,15 @@ int cli_cmd_program(cli_args *a, tshard_client *c) {
   int n_in = collect(a, "input", in, 64, false), n_out = collect(a, "output", out, 64, true);
   if (n_in < 0 || n_out < 0)
     return CLI_USAGE;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   int rc = tshard_program_run_ex(c, arg, in, n_in, out, n_out,
                                  cli_flag(a, "overwrite") ? TSHARD_PROGRAM_OVERWRITE : 0,
                                  cli_opt(a, "key"));
-  return rc ? failed(c, rc) : CLI_OK;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  if (rc)
+    return failed(c, rc);
+  double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+  print_run(arg, in, n_in, out, n_out, ms);
+  return CLI_OK;
 }

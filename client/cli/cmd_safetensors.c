@@ -18,6 +18,15 @@ static int failed(tshard_client *c, int rc) {
   return cli_fail(CLI_FAILED, msg);
 }
 
+/* --json: {"path": PATH, "<what>": [the lines of list]} on one line. */
+static void print_json(const char *path, const char *what, const char *list) {
+  printf("{\"path\": ");
+  cli_json_string(stdout, path);
+  printf(", \"%s\": ", what);
+  cli_json_lines(stdout, list);
+  printf("}\n");
+}
+
 /* Every value of a repeated option "--name V" / "--name=V", split at its first '=' into key and
  * value (keys, vals: a->argc entries each). Returns the count, or -1 after printing the error. */
 static int pairs(const cli_args *a, const char *name, const char **keys, const char **vals,
@@ -101,6 +110,8 @@ int cli_cmd_import_safetensors(cli_args *a) {
     int rc = tshard_import_safetensors(c, path, &o, &created);
     if (rc) {
       code = failed(c, rc);
+    } else if (a->json) {
+      print_json(path, "created", created);
     } else {
       int n = 0;
       for (const char *s = created; s && *s; s++)
@@ -139,6 +150,11 @@ int cli_cmd_export_safetensors(cli_args *a) {
     }
     max = v * mul;
   }
+  int sel = cli_selection(a, "safetensors export", n);
+  if (sel) {
+    free(names);
+    return sel;
+  }
   kv meta = {0};
   int code = kv_read(a, "metadata", &meta);
   tshard_client *c = NULL;
@@ -146,13 +162,17 @@ int cli_cmd_export_safetensors(cli_args *a) {
     code = cli_connect(a, &c);
   if (!code) {
     tshard_st_export_opts o = {.max_shard_bytes = max, .nmeta = meta.n, .meta_keys = meta.keys,
-                               .meta_values = meta.vals, .key = cli_opt(a, "key")};
+                               .meta_values = meta.vals, .key = cli_opt(a, "key"),
+                               .all = cli_flag(a, "all"), .prefix = cli_opt(a, "prefix")};
     char *files = NULL;
     int rc = tshard_export_safetensors(c, path, names, n, &o, &files);
     if (rc)
       code = failed(c, rc);
+    else if (a->json)
+      print_json(path, "files", files);
     else
-      printf("exported %s to\n%s", n ? "the named tensors" : "every tensor", files ? files : "");
+      printf("exported %s to\n%s", o.all ? "every tensor" : "the tensors asked",
+             files ? files : "");
     free(files);
   }
   tshard_close(&c);

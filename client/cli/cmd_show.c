@@ -1,5 +1,7 @@
 /* cmd_show.c - `tshard show`: draws where the slices of a tensor live. Given --attr and --shape it
- * draws that attribute without a daemon. */
+ * draws that attribute without a daemon. --json prints the same as data: the tensor (its name
+ * and dtype when a daemon holds it, null otherwise), its canonical attribute, and the box
+ * [lo, hi) of every mesh position's slice with the world rank holding it. */
 #include <langinfo.h>
 #include <locale.h>
 #include <stdlib.h>
@@ -39,8 +41,59 @@ static int parse_dims(const char *text, int ndim, show_opts *o, ts_error *err) {
   return TS_OK;
 }
 
-/* Draws a tensor of the given shape under the attribute text. */
-int cli_draw(const cli_args *a, int ndim, const int64_t *shape, const char *attr_text) {
+static void json_dims(const int64_t *v, int n) {
+  printf("[");
+  for (int d = 0; d < n; d++)
+    printf("%s%lld", d ? ", " : "", (long long)v[d]);
+  printf("]");
+}
+
+static void json_or_null(const char *s) {
+  if (s)
+    cli_json_string(stdout, s);
+  else
+    printf("null");
+}
+
+/* --json: the tensor, its attribute and every mesh position's slice. */
+static int show_json(const char *name, const char *dtype, int ndim, const int64_t *shape,
+                     const ts_attr *attr, ts_error *err) {
+  ts_geom *g = NULL;
+  int rc = ts_geom_create(attr, ndim, shape, &g, err);
+  if (rc)
+    return rc;
+  char text[4096];
+  ts_attr_format(attr, text, sizeof text);
+  printf("{\"name\": ");
+  json_or_null(name);
+  printf(", \"dtype\": ");
+  json_or_null(dtype);
+  printf(", \"shape\": ");
+  json_dims(shape, ndim);
+  printf(", \"attr\": ");
+  cli_json_string(stdout, text);
+  printf(", \"slices\": [");
+  int64_t positions = 1;
+  for (int m = 0; m < attr->mesh_ndim; m++)
+    positions *= attr->mesh_shape[m];
+  for (int64_t i = 0; i < positions; i++) {
+    ts_box b;
+    ts_geom_index_box(g, i, &b);
+    printf("%s{\"rank\": %d, \"lo\": ", i ? ", " : "", attr->ranks ? attr->ranks[i] : (int)i);
+    json_dims(b.lo, ndim);
+    printf(", \"hi\": ");
+    json_dims(b.hi, ndim);
+    printf("}");
+  }
+  printf("]}\n");
+  ts_geom_destroy(&g);
+  return TS_OK;
+}
+
+/* Draws a tensor of the given shape under the attribute text (name and dtype: the daemon's
+ * tensor, NULL when drawn without one), or with --json prints it as data. */
+int cli_draw(const cli_args *a, const char *name, const char *dtype, int ndim,
+             const int64_t *shape, const char *attr_text) {
   ts_error err;
   show_opts o = {.unicode = want_unicode(a)};
   const char *w = cli_opt(a, "width");
@@ -54,7 +107,8 @@ int cli_draw(const cli_args *a, int ndim, const int64_t *shape, const char *attr
   if (!rc)
     rc = ts_attr_validate(attr, ndim, shape, 0, &err);
   if (!rc)
-    rc = cli_show_draw(stdout, ndim, shape, attr, &o, &err);
+    rc = a->json ? show_json(name, dtype, ndim, shape, attr, &err)
+                 : cli_show_draw(stdout, ndim, shape, attr, &o, &err);
   ts_attr_destroy(&attr);
   return rc ? cli_fail(CLI_FAILED, err.msg) : CLI_OK;
 }
@@ -71,5 +125,5 @@ int cli_cmd_show(cli_args *a) {
   int64_t shape[TS_MAX_DIMS];
   if (cli_parse_shape(cli_opt(a, "shape"), &ndim, shape, &err))
     return cli_fail(CLI_USAGE, err.msg);
-  return cli_draw(a, ndim, shape, attr);
+  return cli_draw(a, NULL, NULL, ndim, shape, attr);
 }

@@ -44,7 +44,8 @@ static const cli_command commands[] = {
      "  --dims R[,C]     tensor dims drawn as rows and columns (default 0,1)\n"
      "  --width W        columns of the drawing (default 64)\n"
      "  --ascii          ASCII lines (default: Unicode when the locale is UTF-8)\n"
-     "  --unicode        Unicode box drawing\n" CONNECT_HELP,
+     "  --unicode        Unicode box drawing\n"
+     "  --json           machine-readable output: name, dtype, shape, attr, slices\n" CONNECT_HELP,
      "tshard show weights      or   tshard show --shape 20,12 --attr 'mesh=[2,2]@0-3 "
      "placements=[S(0),S(1)]'"},
     {"ping", NULL, cli_cmd_ping, "check that a daemon serves; prints its rank and the world size",
@@ -149,7 +150,11 @@ static const cli_command commands[] = {
      "tshard einsum-release 12"},
     {"save", NULL, cli_cmd_save,
      "save tensors into a checkpoint directory (atomic; every rank writes)",
-     "  DIR [NAME...]    the directory every daemon can reach; the tensors (default: all)\n"
+     "  DIR [NAME...]    the directory every daemon can reach; the tensors: names, or globs\n"
+     "                   in quotes ('layers.*.weight')\n"
+     "  --prefix P       or: the tensors whose name starts with P\n"
+     "  --all            or: every tensor of the job (one of NAME..., --prefix, --all is needed)\n"
+     "  --overwrite      replace the checkpoint already in DIR (atomic; else it is refused)\n"
      "  --keep-partial   save the partial pieces of partial tensors instead of reducing them\n"
      "  --per-node       DIR is a path on each node; each node writes its ranks' pieces\n"
      "  --async          return once the daemons copied the tensors; they write the files in\n"
@@ -160,7 +165,8 @@ static const cli_command commands[] = {
      "  --key KEY        idempotency key\n"
      "  --json           machine-readable output: dir, tensors, bytes, files, seconds\n"
      CONNECT_HELP,
-     "tshard save /shared/ckpt/step100 w b"},
+     "tshard save ckpt/step100 w b\n  tshard save ckpt/step100 --all --overwrite\n  "
+     "tshard save ckpt/layers 'layers.*.weight'"},
     {"snapshot", NULL, cli_cmd_snapshot,
      "a snapshot now: every tensor saved in the background into the daemons' --snapshot-dir",
      "  --wait           follow the files until complete (a progress bar)\n"
@@ -186,25 +192,34 @@ static const cli_command commands[] = {
      "  --names A,B      import only these (comma-separated tshard names)\n"
      "  --strip-prefix P remove P from the file's names that start with it\n"
      "  --rename OLD=NEW the file's tensor OLD becomes NEW (repeat it; before the prefix rule)\n"
-     "  --key KEY        idempotency key\n" CONNECT_HELP,
+     "  --key KEY        idempotency key\n"
+     "  --json           machine-readable output: path, created\n" CONNECT_HELP,
      "tshard import-safetensors model.safetensors --strip-prefix model. --default-attr "
      "'mesh=[4] placements=[R]' --attr 'w=mesh=[4] placements=[S(1)]'"},
     {"export-safetensors", cli_cmd_export_safetensors, NULL,
      "export tensors as a Hugging Face safetensors model (one file, or shards and an index)",
-     "  PATH [NAME...]   the .safetensors file to write; the tensors (default: all)\n"
+     "  PATH [NAME...]   the .safetensors file to write; the tensors: names, or globs in quotes\n"
+     "  --prefix P       or: the tensors whose name starts with P\n"
+     "  --all            or: every tensor of the job (one of NAME..., --prefix, --all is needed)\n"
+     "  --json           machine-readable output: path, files\n"
      "  --max-shard-size SIZE  above it, HF shards beside PATH and PATH.index.json (5G, 512M)\n"
      "  --metadata KEY=VALUE  an entry of __metadata__ (repeat it; default format=pt)\n"
      "  --key KEY        idempotency key\n" CONNECT_HELP,
-     "tshard export-safetensors out/model.safetensors --max-shard-size 5G"},
-    {"checkpoint", cli_cmd_checkpoint, NULL, "show what a checkpoint holds (no daemon needed)",
+     "tshard export-safetensors out/model.safetensors --all --max-shard-size 5G"},
+    {"checkpoint", cli_cmd_checkpoint, NULL,
+     "show what a checkpoint holds, or clean up unfinished saves (no daemon needed)",
      "  show DIR         tensors, dtypes, shapes, attributes, pieces and checksums\n"
-     "  --json           machine-readable output: tensors, their bytes and pieces, files\n",
-     "tshard checkpoint show /shared/ckpt/step100"},
+     "  clean DIR        remove what saves into DIR cut short left beside it (.NAME.tmp-*\n"
+     "                   directories); those of a save in progress are left\n"
+     "  --json           machine-readable output: show: tensors, their bytes and pieces, files;\n"
+     "                   clean: dir, removed, in_use\n",
+     "tshard checkpoint show ckpt/step100\n  tshard checkpoint clean ckpt/step100"},
     {"program", NULL, cli_cmd_program,
      "compiled programs: compile FILE.json, run ID, show ID, drop ID",
      "  compile FILE     compile the program (program/PROGRAM.md) on every rank; prints its id\n"
      "                   and a short report (kernels, dim groups, buckets built, the cache)\n"
-     "  run ID           run it on the ranks' local slices\n"
+     "  run ID           run it on the ranks' local slices; prints one line: the program, its\n"
+     "                   inputs and named outputs, the time\n"
      "  show ID          the graph after optimization, fused kernels, every bucket, pool plan\n"
      "  drop ID          forget the program on every rank\n"
      "  --verbose        compile: print the full report (every bucket) instead of the short one\n"

@@ -392,16 +392,15 @@ static int snapshot_path(tsd_engine *e, char *dir, size_t cap, int64_t *seq, ts_
 
 /* Starts a background save: the copy (collective), then this rank's writer thread. */
 static int start_background(tsd_engine *e, const tsd_ordered *op, const char *dir,
-                            const ts_ckpt_save_opts *o, bool snapshot, ts_error *err) {
-  const Tshard__SaveRequest *q = op->req->save;
+                            const char *const *names, int n, const ts_ckpt_save_opts *o,
+                            bool snapshot, ts_error *err) {
   int64_t t0 = now_ms();
   ts_ckpt_job *job = NULL;
   pthread_once(&sync_once, sync_init);
   writer_ctl *w = calloc(1, sizeof *w);
   if (!w)
     return ts_error_set(err, TS_NO_MEMORY, "background save: no memory");
-  int rc = ts_ckpt_save_begin(e->store, e->world, dir, (const char *const *)q->names,
-                              (int)q->n_names, o, &job, err);
+  int rc = ts_ckpt_save_begin(e->store, e->world, dir, names, n, o, &job, err);
   if (rc) {
     free(w);
     return rc;
@@ -442,38 +441,60 @@ static int start_background(tsd_engine *e, const tsd_ordered *op, const char *di
   return TS_OK;
 }
 
-int tsd_run_save(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
-  (void)origin;
-  const Tshard__SaveRequest *q = op->req->save;
-  ts_ckpt_save_opts o = {q->keep_partial, q->per_node, e->cfg->staging,
-                         e->cfg->ckpt_chunk > 0 ? e->cfg->ckpt_chunk : -1, 0};
-  /* Every collective operation starts with an agreement over the world (a rank that could not
-   * decode the operation fails it there); the save's own first collective step is another. */
-  int rc = ts_comm_agree(ts_world_comm(e->world), TS_OK, NULL, err);
-  if (rc)
-    return rc;
-  ts_error ferr; /* a save writing completes first; its outcome is its own (stats, log) */
-  finish_job(e, false, &ferr);
-  if (q->snapshot && !e->cfg->snapshot_dir[0]) /* the same flags on every rank */
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "no snapshot directory: start the daemons "
-                        "with --snapshot-dir DIR to take snapshots");
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s", q->dir);
-  if (q->snapshot && (rc = snapshot_path(e, dir, sizeof dir, &o.sequence, err)))
-    return rc;
-  tsd_ckpt_arm_fail_hook(e->rank);
-  if (q->background || q->snapshot)
-    return start_background(e, op, dir, &o, q->snapshot, err);
+/* A synchronous save of names (n 0: every tensor), answered with its report. */
+static int save_now(tsd_engine *e, const tsd_ordered *op, const char *dir, const char *const *names,
+                    int n, const ts_ckpt_save_opts *o, ts_error *err) {
   int64_t t0 = now_ms();
   ts_ckpt_report rep;
-  rc = ts_ckpt_save(e->store, e->world, dir, (const char *const *)q->names, (int)q->n_names, &o,
-                    &rep, err);
+  int rc = ts_ckpt_save(e->store, e->world, dir, names, n, o, &rep, err);
   if (rc == TS_OK) {
     double s = (double)(now_ms() - t0) / 1000.0;
     set_answer(op, dir, rep.tensors, rep.bytes_total, rep.files, s, false);
     TSD_LOG(TSD_LOG_INFO, "saved %d tensors to '%s' (%lld bytes written here), %.3f s",
             rep.tensors, dir, (long long)rep.bytes_written, s);
   }
+  return rc;
+}
+
+/* A save: what it writes selected (select.c; a snapshot: every tensor), then synchronous or
+ * in the background. A target holding a checkpoint is replaced only when overwrite is asked
+ * (snapshots write new directories). */
+int tsd_run_save(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
+  (void)origin;
+  const Tshard__SaveRequest *q = op->req->save;
+  ts_ckpt_save_opts o = {q->keep_partial, q->per_node, e->cfg->staging,
+                         e->cfg->ckpt_chunk > 0 ? e->cfg->ckpt_chunk : -1, 0,
+                         !q->overwrite && !q->snapshot};
+  const char **names = NULL;
+  int n = 0;
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  int lst = q->snapshot ? TS_OK
+                        : tsd_select_tensors(e->store, "save", q->names, q->n_names, q->prefix,
+                                             q->all, &names, &n, &lerr);
+  /* Every collective operation starts with an agreement over the world (a rank that could not
+   * decode the operation fails it there); the save's own first collective step is another. */
+  int rc = ts_comm_agree(ts_world_comm(e->world), lst, &lerr, err);
+  if (rc) {
+    free(names);
+    return rc;
+  }
+  ts_error ferr; /* a save writing completes first; its outcome is its own (stats, log) */
+  finish_job(e, false, &ferr);
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", q->dir);
+  if (q->snapshot && !e->cfg->snapshot_dir[0]) /* the same flags on every rank */
+    rc = ts_error_set(err, TS_INVALID_ARGUMENT, "no snapshot directory: start the daemons "
+                      "with --snapshot-dir DIR to take snapshots");
+  else if (q->snapshot)
+    rc = snapshot_path(e, dir, sizeof dir, &o.sequence, err);
+  if (!rc)
+    tsd_ckpt_arm_fail_hook(e->rank);
+  if (!rc && (q->background || q->snapshot))
+    rc = start_background(e, op, dir, names, n, &o, q->snapshot, err);
+  else if (!rc)
+    rc = save_now(e, op, dir, names, n, &o, err);
+  free(names);
   return rc;
 }
 

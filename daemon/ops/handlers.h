@@ -93,6 +93,12 @@ void tsd_answer_collective(tsd_engine *e, int op_case, const tsd_pending *w, int
 /* ckpt.c and bgsave.c: save (synchronous or in the background), load, the internal save_finish,
  * their answers (CkptResult), and the background saves' timer, stats and stop. */
 int tsd_run_save(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+/* The tensors a save or an export writes (select.c): those starting with prefix, or names (exact,
+ * or globs) expanded, *out malloc'd (free it; its strings the request's or the store's); all:
+ * *out NULL and *nout 0, every tensor. */
+int tsd_select_tensors(ts_store *s, const char *what, char **names, size_t n_names,
+                       const char *prefix, bool all, const char ***out, int *nout,
+                       ts_error *err);
 int tsd_run_load(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
 int tsd_run_save_finish(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
                         ts_error *err);

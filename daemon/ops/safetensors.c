@@ -113,17 +113,21 @@ int tsd_run_export_safetensors(tsd_engine *e, const tsd_ordered *op, tsd_pending
   int lst = mk && mv ? TS_OK : ts_error_set(&lerr, TS_NO_MEMORY, "safetensors export: no memory");
   for (size_t i = 0; !lst && i < nm; i++)
     mk[i] = q->metadata[i]->key, mv[i] = q->metadata[i]->value;
+  const char **names = NULL;
+  int n = 0;
+  if (!lst)
+    lst = tsd_select_tensors(e->store, "safetensors export", q->names, q->n_names, q->prefix,
+                             q->all, &names, &n, &lerr);
   int rc = ts_comm_agree(ts_world_comm(e->world), lst, &lerr, err);
   if (rc == TS_OK) {
-    rc = ts_st_export(e->store, e->world, q->path, (const char *const *)q->names,
-                      (int)q->n_names, (int64_t)q->max_shard_bytes, mk, mv, (int)nm, &last.res,
-                      err);
+    rc = ts_st_export(e->store, e->world, q->path, names, n, (int64_t)q->max_shard_bytes, mk, mv,
+                      (int)nm, &last.res, err);
     if (rc == TS_OK)
       TSD_LOG(TSD_LOG_INFO, "exported to safetensors '%s' (%d files, %lld bytes written here, "
               "%s)", q->path, last.res.n, (long long)last.res.bytes,
               last.res.mapped ? "mapped" : "pwrite");
   }
-  free(mk), free(mv);
+  free(mk), free(mv), free(names);
   last.valid = rc == TS_OK;
   last.hash = op->hash;
   return rc;

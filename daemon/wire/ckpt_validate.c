@@ -28,13 +28,33 @@ static bool attr_given(const Tshard__DistAttr *a) {
   return a && (a->n_mesh_shape > 0 || (a->text && a->text[0]));
 }
 
+int tsd_check_selection(const char *what, size_t n_names, const char *prefix, bool all,
+                        ts_error *err) {
+  bool has_prefix = prefix && prefix[0];
+  if (!all && !has_prefix && n_names == 0)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "%s of no tensors: give names (exact, or "
+                        "globs such as layers.*.weight) or a prefix, or ask for all tensors "
+                        "(all=True in Python, --all in the CLI, .all = 1 in C)", what);
+  if (all && (has_prefix || n_names > 0))
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "%s: all takes every tensor; give it without "
+                        "names or a prefix", what);
+  if (has_prefix && n_names > 0)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "%s: give names or a prefix, not both", what);
+  return has_prefix ? ts_text_check("prefix", prefix, strlen(prefix), "names", err) : TS_OK;
+}
+
 int tsd_validate_save(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   (void)lim;
-  if (r->save->snapshot) /* the daemons choose the directory */
-    return r->save->n_names ? ts_error_set(err, TS_INVALID_ARGUMENT, "a snapshot saves every "
-                                           "tensor; give no names") : TS_OK;
-  int rc = check_dir(r->save->dir, err);
-  return rc ? rc : check_names(r->save->names, r->save->n_names, err);
+  const Tshard__SaveRequest *q = r->save;
+  if (q->snapshot) /* the daemons choose the directory and save every tensor */
+    return q->n_names || q->all || q->prefix[0] || q->overwrite
+               ? ts_error_set(err, TS_INVALID_ARGUMENT, "a snapshot saves every tensor into a "
+                              "new directory; give no names, prefix, all or overwrite")
+               : TS_OK;
+  int rc = check_dir(q->dir, err);
+  if (!rc)
+    rc = tsd_check_selection("save", q->n_names, q->prefix, q->all, err);
+  return rc ? rc : check_names(q->names, q->n_names, err);
 }
 
 int tsd_validate_load(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {

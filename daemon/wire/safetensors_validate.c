@@ -87,6 +87,8 @@ int tsd_validate_export_safetensors(const Tshard__Request *r, const tsd_limits *
   (void)lim;
   const Tshard__ExportSafetensorsRequest *q = r->export_safetensors;
   int rc = check_path(q->path, err);
+  if (!rc)
+    rc = tsd_check_selection("safetensors export", q->n_names, q->prefix, q->all, err);
   for (size_t i = 0; !rc && i < q->n_names; i++)
     rc = check_name("tensor name", q->names[i], err);
   for (size_t i = 0; !rc && i < q->n_metadata; i++) {

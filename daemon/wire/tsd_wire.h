@@ -129,6 +129,10 @@ int tsd_validate_describe(const Tshard__Request *r, const tsd_limits *lim, ts_er
 int tsd_validate_plan(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 /* ckpt_validate.c: checkpoints */
 int tsd_validate_save(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+/* What a save or an export writes must be asked: names, a prefix or all (one of them), else
+ * refused saying how to save everything. what names the operation in the message. */
+int tsd_check_selection(const char *what, size_t n_names, const char *prefix, bool all,
+                        ts_error *err);
 /* save_finish is ordered by rank 0 itself (ops/bgsave.c): refused from clients. */
 int tsd_validate_save_finish(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_load(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);

@@ -34,6 +34,7 @@ struct ts_ckpt_job {
   stensor *ts;
   int nt, total_pieces, nmine, rank, size;
   bool lead, exists, made, keep_partial;
+  int lock_fd; /* the leader's lock on tmp while the save writes (ckpt_clean.c), else -1 */
   ts_tensor *copy; /* per tensor: this rank's copy of its slice (data NULL: none, or written) */
   ts_box *box;     /* per tensor: the slice's box */
   uint64_t *hashes; /* per piece: its checksum and its table's */
@@ -57,6 +58,8 @@ void ts_ckpt_job_destroy(ts_ckpt_job **p) {
   ts_ckpt_job *j = *p;
   if (j->made) /* never ended: nothing of it stays */
     ts__ckpt_remove_dir(j->tmp);
+  if (j->lock_fd >= 0)
+    close(j->lock_fd);
   for (int i = 0; j->copy && i < j->nt; i++)
     ts_shard_free_tensor(&j->copy[i]);
   free(j->copy);
@@ -148,6 +151,7 @@ int ts_ckpt_save_begin(ts_store *s, ts_world *w, const char *dir, const char *co
   ts_ckpt_job *j = calloc(1, sizeof *j);
   if (!j)
     return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory");
+  j->lock_fd = -1;
   j->rank = ts_world_rank(w);
   j->size = ts_world_size(w);
   j->keep_partial = o->keep_partial;
@@ -185,10 +189,8 @@ int ts_ckpt_save_begin(ts_store *s, ts_world *w, const char *dir, const char *co
     goto fail;
   snprintf(j->target, sizeof j->target, "%s/%s", j->parent, base);
   if (!lst && j->lead)
-    lst = ts__ckpt_check_target(j->target, &j->exists, &lerr);
-  if (!lst && j->lead && mkdir(j->tmp, 0700) != 0)
-    lst = ts_error_set(&lerr, TS_CHECKPOINT_IO, "checkpoint: cannot create '%s' next to '%s': %s",
-                       j->tmp, j->target, strerror(errno));
+    lst = ts__ckpt_prepare_dirs(j->target, j->tmp, o->refuse_existing, &j->exists, &j->lock_fd,
+                                &lerr);
   j->made = !lst && j->lead;
   if ((rc = ts_comm_agree(c, lst, &lerr, err)))
     goto fail;
@@ -321,7 +323,7 @@ int ts_ckpt_save_end(ts_ckpt_job *j, ts_world *w, ts_ckpt_report *rep, ts_error 
 
 int ts_ckpt_remove(const char *dir, ts_error *err) {
   bool is_ckpt = false;
-  int rc = ts__ckpt_check_target(dir, &is_ckpt, err);
+  int rc = ts__ckpt_check_target(dir, false, &is_ckpt, err);
   if (rc == TS_OK && is_ckpt)
     ts__ckpt_remove_dir(dir);
   return rc;

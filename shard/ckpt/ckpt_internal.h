@@ -166,7 +166,10 @@ void ts__ckpt_plan_free(stensor *ts, int nt); /* accepts NULL */
 int ts__ckpt_node_leader(ts_comm *c, int rank, int size, int *leader, ts_error *err);
 /* What a save may replace (the directory's leader, before anything is written): nothing or an
  * empty directory (*replace false), a tshard checkpoint (*replace true), else refused. */
-int ts__ckpt_check_target(const char *target, bool *replace, ts_error *err);
+int ts__ckpt_check_target(const char *target, bool refuse_existing, bool *replace,
+                          ts_error *err);
+int ts__ckpt_prepare_dirs(const char *target, const char *tmp, bool refuse_existing,
+                          bool *exists, int *lock_fd, ts_error *err);
 /* PARENT/.BASE.tmp-STAMP, one name on every rank (collective). */
 int ts__ckpt_tmp_name(ts_comm *c, int rank, const char *parent, const char *base, char *tmp,
                       size_t cap, ts_error *err);

@@ -461,9 +461,10 @@ static int only_checkpoint_files(const char *target, const ts_ckpt_index *idx, t
 
 /* What the target of a save is, checked by the directory's leader before anything is written:
  * absent or an empty directory (*replace false: the new one is renamed into place), a tshard
- * checkpoint (*replace true: exchanged, then removed), anything else refused naming it and why,
- * untouched. */
-int ts__ckpt_check_target(const char *target, bool *replace, ts_error *err) {
+ * checkpoint (*replace true: exchanged, then removed; refused when refuse_existing), anything
+ * else refused naming it and why, untouched. */
+int ts__ckpt_check_target(const char *target, bool refuse_existing, bool *replace,
+                          ts_error *err) {
   *replace = false;
   struct stat st;
   if (lstat(target, &st) != 0)
@@ -501,6 +502,35 @@ int ts__ckpt_check_target(const char *target, bool *replace, ts_error *err) {
   rc = only_checkpoint_files(target, idx, err);
   ts_ckpt_index_destroy(&idx);
   *replace = rc == TS_OK;
+  if (rc == TS_OK && refuse_existing)
+    return ts_error_set(err, TS_EXISTS, "checkpoint save: '%s' already holds a checkpoint; "
+                        "choose another directory, or ask to overwrite it (overwrite=True in "
+                        "Python, --overwrite in the CLI, tshard_save_opts.overwrite in C: the "
+                        "old checkpoint stays until the new one is complete)", target);
+  return rc;
+}
+
+/* The leader's part before a save writes: the leftovers of saves into target that were cut
+ * short removed (those no save holds; ckpt_clean.c), the target checked (check_target), the
+ * temporary directory tmp created and locked for as long as *lock_fd stays open. */
+int ts__ckpt_prepare_dirs(const char *target, const char *tmp, bool refuse_existing,
+                          bool *exists, int *lock_fd, ts_error *err) {
+  *lock_fd = -1;
+  ts_ckpt_cleaned cl;
+  ts_error cerr;
+  if (ts_ckpt_clean_tmp(target, &cl, &cerr) != TS_OK && cerr.code != TS_NOT_FOUND)
+    fprintf(stderr, "tshardd: leftovers of an earlier save next to '%s' not removed: %s\n",
+            target, cerr.msg);
+  ts_ckpt_cleaned_clear(&cl);
+  int rc = ts__ckpt_check_target(target, refuse_existing, exists, err);
+  if (!rc && mkdir(tmp, 0700) != 0)
+    rc = ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint: cannot create '%s' next to '%s': %s",
+                      tmp, target, strerror(errno));
+  if (!rc && (*lock_fd = ts_ckpt_tmp_lock(tmp)) < 0) {
+    rc = ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint: cannot lock '%s': %s", tmp,
+                      strerror(errno));
+    rmdir(tmp);
+  }
   return rc;
 }
 
@@ -746,7 +776,7 @@ static void report_totals(const stensor *ts, int nt, int size, ts_ckpt_report *r
 
 int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *names, int n,
                  const ts_ckpt_save_opts *o, ts_ckpt_report *rep, ts_error *err) {
-  ts_ckpt_save_opts none = {false, false, 0, 0, 0};
+  ts_ckpt_save_opts none = {false, false, 0, 0, 0, false};
   if (!o)
     o = &none;
   ts_ckpt_report rdummy;
@@ -758,7 +788,7 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
   int rank = ts_world_rank(w), size = ts_world_size(w);
   ts_error lerr;
   ts_error_clear(&lerr);
-  int lst = TS_OK, rc;
+  int lst = TS_OK, rc, lock_fd = -1;
   char parent[4096], base[256], tmp[4400], target[4400], path[4500];
   lst = ts__ckpt_split_path(dir, parent, sizeof parent, base, sizeof base, &lerr);
   int leader = 0;
@@ -780,10 +810,7 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
   snprintf(target, sizeof target, "%s/%s", parent, base);
   bool made = false, exists = false;
   if (!lst && lead)
-    lst = ts__ckpt_check_target(target, &exists, &lerr);
-  if (!lst && lead && mkdir(tmp, 0700) != 0)
-    lst = ts_error_set(&lerr, TS_CHECKPOINT_IO, "checkpoint: cannot create '%s' next to '%s': %s",
-                       tmp, target, strerror(errno));
+    lst = ts__ckpt_prepare_dirs(target, tmp, o->refuse_existing, &exists, &lock_fd, &lerr);
   made = !lst && lead;
   if ((rc = ts_comm_agree(c, lst, &lerr, err)))
     goto fail;
@@ -863,6 +890,8 @@ fail:
   if (made)
     ts__ckpt_remove_dir(tmp);
 out:
+  if (lock_fd >= 0)
+    close(lock_fd);
   ts__ckpt_plan_free(ts, nt);
   free(load);
   if (fail_after >= 0)

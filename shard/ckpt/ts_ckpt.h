@@ -31,6 +31,8 @@ typedef struct ts_ckpt_save_opts {
   /* > 0: recorded in the index as the snapshot's sequence number (ts_ckpt_index.sequence, up to
    * TS_CKPT_SEQUENCE_MAX); 0: none. The same on every rank. */
   int64_t sequence;
+  /* true: a target that already holds a checkpoint is refused (TS_EXISTS) instead of replaced */
+  bool refuse_existing;
 } ts_ckpt_save_opts;
 
 /* The default chunk size of saves: 16 MiB, so that a [16384, 16384] f32 slice is cut into

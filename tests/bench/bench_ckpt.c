@@ -306,7 +306,7 @@ static void async_rounds(ts_store *s, const char *ckpt, int runs, long long chun
   double *blocked = calloc((size_t)runs, 8), *rb = calloc((size_t)runs, 8),
          *rt = calloc((size_t)runs, 8), *rr = calloc((size_t)runs, 8);
   const char *names[1] = {"w"};
-  ts_ckpt_save_opts so = {false, false, 0, chunk, 0};
+  ts_ckpt_save_opts so = {false, false, 0, chunk, 0, false};
   for (int i = 0; i < runs; i++) {
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
@@ -481,7 +481,7 @@ int main(int argc, char **argv) {
       tw[i] = plain_write(plain, old, t->local.data, mine);
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
-    ts_ckpt_save_opts so = {false, false, 0, chunk, 0};
+    ts_ckpt_save_opts so = {false, false, 0, chunk, 0, false};
     if (ts_ckpt_save(s, W, ckpt, NULL, 0, &so, NULL, &err))
       die("save", err.msg);
     ts[i] = MPI_Wtime() - t0;

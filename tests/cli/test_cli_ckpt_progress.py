@@ -87,7 +87,7 @@ with Daemons(bin_dir, 2) as d, tempfile.TemporaryDirectory() as tmp:
 
     # on a terminal: shown for 32 MiB unasked (all tensors: big's bytes and small's), never for
     # the small tensor alone or with --json
-    r, text = on_tty("save", cks[3])
+    r, text = on_tty("save", cks[3], "--all")
     check(r.returncode == 0 and re.search(f"save {re.escape(cks[3])} " + ESTIMATED, text) and
           re.search(r"100% 32\.0 MiB in [0-9.]+ s, [0-9.]+ MiB/s\r?\n$", text),
           f"tty, save all: {text!r}")

@@ -112,7 +112,7 @@ c = tshard.connect(socket=f"{d}/tshard-{sys.argv[2]}-0.sock", timeout=60)
 ref = np.arange(4096, dtype=np.float32).reshape(64, 64) * 0.25
 c.create("w", "f32", ref.shape, "mesh=[2] placements=[S(0)]")
 c.put("w", ref)
-r = c.save(f"{d}/ck", wait=False).result(60)
+r = c.save(f"{d}/ck", all=True, overwrite=True, wait=False).result(60)
 assert r["writing"], r
 print(r["save_id"])
 PY

@@ -5,7 +5,8 @@
 #    RANK_LOST naming rank 2, its host, signal 9 and the launcher's log, within 6 s of the kill
 #    (the figures are printed); the next call on the same C and Python connections gives the same
 #    error (not "the connection is closed"); `tshard-launch status` names the rank and exits 1;
-#    the job's sockets are gone, a new connection (CLI, Python) says the job lost rank 2, and
+#    the job's sockets are gone, a new connection (CLI; Python and C: RANK_LOST) says the job
+#    lost rank 2, and
 #    `stop` says the job is not running and names the rank;
 #  - a save interrupted by the loss of rank 1 fails with CHECKPOINT_IO naming the path, through
 #    Python and through the CLI; the checkpoint saved before stays complete: a new job loads it
@@ -96,7 +97,8 @@ ok until_ok test ! -e "$dir/tshard-$job.pid"
 ok test $? -eq 1
 ok has "$dir/status.out" "not running: rank 2 (host $host) was lost: killed by signal 9 (Killed)"
 ok test -z "$(ls "$dir"/tshard-"$job"-*.sock 2>/dev/null)"
-# a new connection to the lost job says why there is no daemon (CLI: exit 4; Python: IoError)
+# a new connection to the lost job says why there is no daemon (CLI: exit 4; Python and C:
+# RANK_LOST)
 "$bin/tshard" ping --job "$job" --rank 1 >"$dir/ping.out" 2>&1
 ok test $? -eq 4
 ok has "$dir/ping.out" "job $job lost rank 2 (host $host): killed by signal 9 (Killed)"
@@ -106,7 +108,9 @@ try:
     tshard.connect(rank=1, job='$job')
 except tshard.TshardError as e:
     print(e.name, e.message)" >"$dir/pyconnect.out" 2>&1
-ok has "$dir/pyconnect.out" "^IO job $job lost rank 2 (host $host): killed by signal 9 (Killed)"
+ok has "$dir/pyconnect.out" "^RANK_LOST job $job lost rank 2 (host $host): killed by signal 9 (Killed)"
+"$bin/rank_lost_client" "$job" 1 t 3 "$dir/none.ready" >"$dir/cconnect.out" 2>&1
+ok has "$dir/cconnect.out" "^connect RANK_LOST: job $job lost rank 2 (host $host): killed by signal 9"
 "$launch" stop --job "$job" >"$dir/stop.out" 2>&1
 ok has "$dir/stop.out" "is not running (rank 2 (host $host) was lost"
 
@@ -120,11 +124,11 @@ c = tshard.connect(rank=0, job=job, timeout=60)
 ref = (np.arange(2048 * 8192, dtype=np.float32) % 977).reshape(2048, 8192)
 c.create("big", "f32", ref.shape, "mesh=[3] placements=[S(0)]")
 c.put("big", ref)
-c.save(ckpt)  # the complete checkpoint the interrupted saves must leave as it is
+c.save(ckpt, all=True)  # the complete checkpoint the interrupted saves must leave as it is
 open(ready, "w").close()
 try:
     for i in range(100000):
-        c.save(ckpt)
+        c.save(ckpt, all=True, overwrite=True)
     print("no failure")
 except tshard.TshardError as e:
     print(f"save {e.name} {e.message}")
@@ -144,7 +148,7 @@ for k in 2 3 4; do # 256 MiB to save: the save lasts long enough to be caught in
 done
 declare -A before=()
 for d in "$dir"/.ckpt.tmp-*; do [ -e "$d" ] && before[$d]=1; done
-"$bin/tshard" save "$ckpt" --job "$job" >/dev/null 2>"$dir/clisave.err" &
+"$bin/tshard" save "$ckpt" --all --overwrite --job "$job" >/dev/null 2>"$dir/clisave.err" &
 clisave=$!
 saving() { # the save's temporary directory appeared (one an interrupted save left does not count)
   local d

@@ -247,7 +247,7 @@ int main(int argc, char **argv) {
     snprintf(txt, sizeof txt, "mesh=[%d] placements=[R]", world_size);
     add(s, "e", TS_F32, 2, se, txt, NULL);
     const char *one[] = {"e"};
-    ts_ckpt_save_opts tiny = {false, false, 0, 1, 0};
+    ts_ckpt_save_opts tiny = {false, false, 0, 1, 0, false};
     char dir2[400];
     snprintf(dir2, sizeof dir2, "%s/tiny", parent);
     rc = ts_ckpt_save(s, W, dir2, one, 1, &tiny, NULL, &err);

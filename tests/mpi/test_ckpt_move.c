@@ -125,7 +125,7 @@ static void run_case(ts_store *s, const char *dir, const tcase *c) {
   for (int d = 0; d < c->ndim; d++)
     tbytes *= c->shape[d];
   for (int chunked = 1; chunked >= 0; chunked--) {
-  ts_ckpt_save_opts so = {false, false, 0, chunked ? (tbytes / 32 > 64 ? tbytes / 32 : 64) : -1, 0};
+  ts_ckpt_save_opts so = {false, false, 0, chunked ? (tbytes / 32 > 64 ? tbytes / 32 : 64) : -1, 0, false};
   if (!chunked) {
     rc = ts_store_add(s, c->name, c->ndim, c->shape, c->dt, sa, NULL, &e, &err);
     CHECK(rc == TS_OK, "%s: add: %s", c->name, rc ? err.msg : "");

@@ -100,7 +100,7 @@ with Daemons(bin_dir, 4) as d:
 
     # save everything; the pure-numpy reader reads each tensor back
     c1 = os.path.join(work, "c1")
-    c.save(c1)
+    c.save(c1, all=True)
     check(sorted(ck.names(c1)) == sorted(list(CASES) + ["kept"]), "every tensor in the index")
     for name in CASES:
         got = ck.read(c1, name, verify=True)
@@ -168,14 +168,14 @@ with Daemons(bin_dir, 4) as d:
     # faults: the previous checkpoint stays; every failure names the path
     afile = os.path.join(work, "afile")
     open(afile, "w").close()
-    expect(tshard.TshardError, lambda: c.save(os.path.join(afile, "sub")), "unwritable path",
+    expect(tshard.TshardError, lambda: c.save(os.path.join(afile, "sub"), all=True), "unwritable path",
            (afile,))
     before = {f: open(os.path.join(c1, f), "rb").read() for f in os.listdir(c1)}
-    expect(tshard.TshardError, lambda: c.save(afile), "target is a file", (afile,))
+    expect(tshard.TshardError, lambda: c.save(afile, all=True), "target is a file", (afile,))
     notckpt = os.path.join(work, "notckpt")
     os.mkdir(notckpt)
     open(os.path.join(notckpt, "precious"), "w").write("x")
-    expect(tshard.TshardError, lambda: c.save(notckpt), "a foreign non-empty directory",
+    expect(tshard.TshardError, lambda: c.save(notckpt, all=True), "a foreign non-empty directory",
            ("notckpt",))
     check(os.path.exists(os.path.join(notckpt, "precious")), "foreign directory untouched")
 
@@ -315,7 +315,8 @@ try:
             c.create("k", "f32", (16, 4), "mesh=[4] placements=[S(0)]")
             c.put("k", np.ones((16, 4), np.float32))
             before = {f: open(os.path.join(c1, f), "rb").read() for f in os.listdir(c1)}
-            expect(tshard.TshardError, lambda: c.save(c1), "save with a rank killed")
+            expect(tshard.TshardError, lambda: c.save(c1, all=True, overwrite=True),
+                   "save with a rank killed")
         after = {f: open(os.path.join(c1, f), "rb").read() for f in os.listdir(c1)}
         check(before == after, "killed save: the previous checkpoint is unchanged")
         check(np.array_equal(ck.read(c1, "s0_f32", verify=True), ref["s0_f32"]),

@@ -77,7 +77,7 @@ def racing_save(d):
             with d.connect(r) as cr:
                 cr.put_slice("p", p_parts[r // 2])
         p0 = p_parts[0] + p_parts[1]
-        fut = c.save(ckdir, wait=False)
+        fut = c.save(ckdir, all=True, wait=False)
         w1 = w0 * 2 + 1
         racing = [c.put("w", w1, wait=False),
                   c.reshard("big", "mesh=[4] placements=[S(1)]", wait=False),
@@ -110,7 +110,7 @@ def racing_save(d):
               f"load result {lres}")
         check(np.array_equal(c.get("big"), big0) and np.array_equal(c.get("b"), b0),
               "loaded back")
-        sres = c.save(ckdir)  # synchronous: its report
+        sres = c.save(ckdir, all=True, overwrite=True)  # synchronous: its report
         check(not sres["writing"] and sres["tensors"] == 4 and sres["bytes"] == res["bytes"],
               f"sync save result {sres}")
         for n in ("big", "w", "b", "p"):
@@ -119,8 +119,8 @@ def racing_save(d):
         c.create("x", "f32", (512, 256), "mesh=[4] placements=[S(0)]")
         x0 = rng.standard_normal((512, 256)).astype(np.float32)
         c.put("x", x0)
-        f1 = c.save(os.path.join(work, "two-a"), wait=False)
-        f2 = c.save(os.path.join(work, "two-b"), wait=False)
+        f1 = c.save(os.path.join(work, "two-a"), all=True, wait=False)
+        f2 = c.save(os.path.join(work, "two-b"), all=True, wait=False)
         r1, r2 = f1.result(60), f2.result(60)
         c.wait_saves(timeout=60)
         for r in (r1, r2):
@@ -157,7 +157,7 @@ def cli_checks(d):
         check(info.get("writing") is True and info.get("tensors") == 1 and
               info.get("bytes") == z0.nbytes, f"tshard save --async --json: {out.stdout} {out.stderr}")
         check(np.array_equal(ck.read(ckdir, "z"), z0), "tshard save --async --wait: files complete")
-        out = run("save", ckdir, "--async", "--wait", "--progress")
+        out = run("save", ckdir, "--all", "--overwrite", "--async", "--wait", "--progress")
         check(out.returncode == 0 and "complete" in out.stdout and "MiB/s" in out.stderr,
               f"tshard save --async --wait --progress: {out.stdout} {out.stderr}")
         out = run("stats", "--json")
@@ -172,7 +172,7 @@ def cli_checks(d):
         check(info.get("tensors") == 1 and info.get("bytes") == z0.nbytes and
               info.get("files", 0) >= 1, f"tshard load --json: {out.stdout} {out.stderr}")
         check(np.array_equal(c.get("z"), z0), "tshard load: values")
-        out = run("save", ckdir)
+        out = run("save", ckdir, "--all", "--overwrite")
         check(out.returncode == 0 and "saved 1 tensors" in out.stdout, f"tshard save: {out.stdout}")
         out = run("checkpoint", "show", ckdir, "--json")
         show = json.loads(out.stdout) if out.returncode == 0 else {}
@@ -198,13 +198,13 @@ def failing_write():
         small = np.arange(60, dtype=np.float32).reshape(6, 10)
         c.create("s", "f32", small.shape, "mesh=[3] placements=[S(0)]")
         c.put("s", small)
-        c.save(ckdir, wait=False).result(60)
+        c.save(ckdir, all=True, wait=False).result(60)
         c.wait_saves(timeout=60)  # under the hook's threshold: complete
         big = rng.standard_normal((1536, 512)).astype(np.float32)  # 1 MiB per rank
         c.create("big", "f32", big.shape, "mesh=[3] placements=[S(0)]")
         c.put("big", big)
         c.put("s", small + 100)
-        res = c.save(ckdir, wait=False).result(60)
+        res = c.save(ckdir, all=True, overwrite=True, wait=False).result(60)
         check(res["writing"], f"failing save answered after its copy: {res}")
         check.expect(ST["CHECKPOINT_IO"], lambda: c.wait_saves(timeout=60),
                      "wait_saves of a failed background write", "cannot write piece")
@@ -226,10 +226,10 @@ def memory_limit():
     with Daemons(bin_dir, 2, extra_args=["--memory-limit", "24M", "--pool-cache", "0"]) as d, \
             d.connect(0) as c:
         c.create("m", "f32", (2048, 4096), "mesh=[2] placements=[S(0)]")  # 16 MiB per rank
-        check.expect(ST["LIMIT"], lambda: c.save(ckdir, wait=False).result(60),
+        check.expect(ST["LIMIT"], lambda: c.save(ckdir, all=True, wait=False).result(60),
                      "asynchronous save over the memory limit", "save synchronously")
         check(not os.path.exists(ckdir) and leftovers(work) == [], "nothing written")
-        res = c.save(ckdir)
+        res = c.save(ckdir, all=True)
         check(res["bytes"] == 2048 * 4096 * 4, f"the synchronous save works: {res}")
         check(not ck.read(ckdir, "m").any(), "zeros saved")
 

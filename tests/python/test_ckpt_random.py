@@ -149,7 +149,7 @@ class Seed:
                 d.connect(r.randrange(NP), timeout=CALL_TIMEOUT) as c:
             self.tensors(c, gen4)
             keep = r.random() < 0.4
-            c.save(ckdir, keep_partial=keep)
+            c.save(ckdir, all=True, keep_partial=keep)
             ix = ck.index(ckdir)
             kept = {n for n in self.model if keep and "P(" in self.model[n]["attr"]}
             self.stats["kept"] += len(kept)
@@ -190,7 +190,7 @@ class Seed:
             again = os.path.join(work, f"s{self.seed}-3")
             loaded = c.list()
             if loaded:
-                c.save(again)
+                c.save(again, all=True)
                 for name in loaded:
                     m = self.model[name]
                     got = as_ref(m["dtype"], ck.read(again, name, verify=True))

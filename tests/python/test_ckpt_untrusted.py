@@ -188,19 +188,19 @@ with Daemons(bin_dir, NP) as d:
     os.chmod(os.path.join(foreign, "thesis.tex"), 0o640)
     before = tree(foreign)
     on_every_rank(d, "save over a directory with a stray index.json",
-                  lambda cl: cl.save(foreign), INVALID,
+                  lambda cl: cl.save(foreign, all=True), INVALID,
                   (f"'{foreign}' exists and is not a tshard checkpoint",
                    "index.json does not parse as one", "choose a new or empty directory"))
     check(tree(foreign) == before, "the directory with a stray index.json is untouched")
     check(siblings(foreign) == [], f"no temporary directory left: {siblings(foreign)}")
 
     good = os.path.join(work, "good")
-    c.save(good)
+    c.save(good, all=True)
     mixed = os.path.join(work, "mixed")  # a real index, and a file it does not name
     shutil.copytree(good, mixed)
     open(os.path.join(mixed, "diary.txt"), "w").write("mine")
     before = tree(mixed)
-    on_every_rank(d, "save over a checkpoint holding another file", lambda cl: cl.save(mixed),
+    on_every_rank(d, "save over a checkpoint holding another file", lambda cl: cl.save(mixed, all=True, overwrite=True),
                   INVALID,
                   (f"'{mixed}'", "diary.txt", "does not name", "choose a new or empty directory"))
     check(tree(mixed) == before, "the checkpoint holding another file is untouched")
@@ -218,10 +218,10 @@ with Daemons(bin_dir, NP) as d:
 
     empty = os.path.join(work, "empty")
     os.mkdir(empty, 0o700)
-    c.save(empty)
+    c.save(empty, all=True)
     modes_private(empty, "an empty 0700 target")
     modes_private(good, "a new target")
-    c.save(good)  # replaces a checkpoint
+    c.save(good, all=True, overwrite=True)  # replaces a checkpoint
     modes_private(good, "a replaced checkpoint")
     check(siblings(good) == [], "the replaced checkpoint is removed")
     c.drop("w")

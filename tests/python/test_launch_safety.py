@@ -80,7 +80,7 @@ with job:
     with job.connect(0, timeout=60) as c:
         c.create("w", "f32", ref.shape, "mesh=[2] placements=[S(1)]")
         c.put("w", ref)
-        r = c.save(ckdir, wait=False).result(60)
+        r = c.save(ckdir, all=True, wait=False).result(60)
         check(r["writing"], f"save: {r}")
     check(not os.path.exists(os.path.join(ckdir, "index.json")), "the save is not writing")
     os.killpg(lead, signal.SIGTERM)

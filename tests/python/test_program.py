@@ -7,6 +7,7 @@ dtype cannot hold (never saturated) that leave the tensors intact, a malformed p
 
 usage: test_program.py BUILD_BIN_DIR NRANKS"""
 import os
+import re
 import random
 import shutil
 import sys
@@ -239,6 +240,8 @@ with Daemons(bin_dir, n) as d:
                                   "--output", "s=cli_max"] + conn,
                            capture_output=True, text=True, timeout=300)
         check(r.returncode == 0, f"cli run: {r.stdout} {r.stderr}")
+        check(re.fullmatch(rf"ran program {cid} on x, k=-2\.5; outputs s=cli_max in [0-9]+\.[0-9]{{3}} "
+                           r"ms\n", r.stdout) is not None, f"cli run's summary line: {r.stdout!r}")
         check(np.allclose(c.get("cli_max"), (x * -2.5).max()), "cli run result (partial max)")
         r = subprocess.run(cli + ["program", "show", cid] + conn, capture_output=True, text=True,
                            timeout=60)

@@ -55,7 +55,7 @@ with Daemons(bin_dir, 2) as d, d.connect(0) as c:
     calls = {"create": dict(name="n", dtype="f32", shape=(4,), attr=ATTR),
              "put": dict(name="a", array=arr), "reshard": dict(name="a", attr=ATTR),
              "drop": dict(name="zz"), "describe": dict(name="a"), "get": dict(name="a"),
-             "get_slice": dict(name="a"), "save": dict(dir=d.dir + "/ck"),
+             "get_slice": dict(name="a"), "save": dict(dir=d.dir + "/ck", all=True),
              "load": dict(dir=d.dir + "/ck"), "plan": dict(name="a", attr=ATTR),
              "drop_many": dict(names=["zz"]), "reshard_many": dict(targets={"a": ATTR}),
              "list": dict()}

@@ -254,7 +254,7 @@ def test_export(d, c):
     c.put("blk", blk)
     out = os.path.join(work, "out", "model.safetensors")
     os.mkdir(os.path.dirname(out))
-    files = c.save_safetensors(out, metadata={"format": "pt", "source": "tshard test"})
+    files = c.save_safetensors(out, all=True, metadata={"format": "pt", "source": "tshard test"})
     check(files == [out], f"export: files {files}")
     arrays, dts, meta = read_file(out)
     check(meta == {"format": "pt", "source": "tshard test"}, f"export: metadata {meta}")
@@ -286,10 +286,10 @@ def test_export(d, c):
     os.symlink(src, link)
     before = open(src, "rb").read()
     check.expect(tshard.errors.InvalidArgumentError.status,
-                 lambda: c.save_safetensors(link), "symbolic link target", "not a regular file")
+                 lambda: c.save_safetensors(link, all=True), "symbolic link target", "not a regular file")
     check(os.path.islink(link) and open(src, "rb").read() == before, "symbolic link untouched")
     check.expect(tshard.errors.InvalidArgumentError.status,
-                 lambda: c.save_safetensors(os.path.join(work, "out", "x.bin")), "suffix",
+                 lambda: c.save_safetensors(os.path.join(work, "out", "x.bin"), all=True), "suffix",
                  ".safetensors")
     c.create("p", "f32", (4, 4), "mesh=[4] placements=[P(sum)]")
     check.expect(tshard.errors.BadAttributeError.status,
@@ -339,7 +339,7 @@ def test_export_parts(d, c):
         if k:
             want["wide"] = ("F32", want["wide"][1] + 1)
             c.put("wide", want["wide"][1])
-        c.save_safetensors(out)
+        c.save_safetensors(out, all=True)
         arrays, dts, _ = read_file(out)
         check(sorted(arrays) == sorted(want) and
               all(np.array_equal(arrays[n], v) and dts[n] == dt for n, (dt, v) in want.items()),
@@ -349,7 +349,7 @@ def test_export_parts(d, c):
     ways = export_ways(d, out)
     check(ways == {r: way for r in range(NP)}, f"parts: every rank wrote by {way}: {ways}")
     sh = os.path.join(work, "parts", "sharded.safetensors")
-    files = c.save_safetensors(sh, max_shard_bytes=600000)
+    files = c.save_safetensors(sh, all=True, max_shard_bytes=600000)
     got = read_model(sh + ".index.json")
     check(len(files) > 2 and sorted(got) == sorted(want) and
           all(np.array_equal(got[n], v) for n, (_, v) in want.items()),
@@ -379,7 +379,7 @@ def test_export_unwritable(d, c):
         c.create("u", "f32", (64, 64), ATTRS["col"])
         for r in range(NP):
             with d.connect(r, timeout=TIMEOUT) as cr:
-                st, msg = error_of(lambda: cr.save_safetensors(os.path.join(ro, "m.safetensors")))
+                st, msg = error_of(lambda: cr.save_safetensors(os.path.join(ro, "m.safetensors"), all=True))
                 check(st == tshard.errors.CheckpointIoError.status and msg and
                       "cannot create" in msg and ro in msg,
                       f"unwritable directory, rank {r}: {st} {msg}")
@@ -398,13 +398,13 @@ def test_metadata_kept(c):
     write_file(path, {"a": ("F32", a), "b": ("I8", b)}, metadata=meta)
     c.load_safetensors(path, default=ATTRS["row"])
     out = os.path.join(work, "meta-out.safetensors")
-    c.save_safetensors(out)
+    c.save_safetensors(out, all=True)
     check(read_file(out)[2] == meta, f"metadata kept from the import: {read_file(out)[2]}")
-    c.save_safetensors(out, metadata={"format": "pt", "x": "y"})
+    c.save_safetensors(out, all=True, metadata={"format": "pt", "x": "y"})
     check(read_file(out)[2] == {"format": "pt", "x": "y"}, "metadata given wins")
     c.drop("b")
     c.create("b", "i8", (8,), ATTRS["rep"])
-    c.save_safetensors(out)
+    c.save_safetensors(out, all=True)
     check(read_file(out)[2] == {"format": "pt"}, f"a re-created tensor keeps nothing: "
           f"{read_file(out)[2]}")
     c.save_safetensors(out, names=["a"])
@@ -474,7 +474,7 @@ import sys, numpy as np, tshard
 with tshard.connect(group="all", job=sys.argv[2]) as c:
     names = c.load_safetensors(sys.argv[1], {"w": "mesh=[4] placements=[S(0)]"})
     np.save(sys.argv[3] + f"-{c.ping()['rank']}.npy", c.get_slice("w"))
-    files = c.save_safetensors(sys.argv[3] + ".safetensors")
+    files = c.save_safetensors(sys.argv[3] + ".safetensors", all=True)
     c.drop("w")
 print(names, files)
 """

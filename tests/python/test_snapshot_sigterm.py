@@ -124,9 +124,9 @@ def abandoned():
             c.create("w", "f32", SHAPE, "mesh=[3] placements=[S(0)]")
             ref = np.arange(np.prod(SHAPE), dtype=np.float32).reshape(SHAPE)
             c.put("w", ref)
-            c.save(target)  # synchronous: the previous checkpoint
+            c.save(target, all=True)  # synchronous: the previous checkpoint
             c.put("w", ref + 1)
-            res = c.save(target, wait=False).result(timeout=60)
+            res = c.save(target, all=True, overwrite=True, wait=False).result(timeout=60)
             check(res["writing"], f"the save answers while it writes: {res}")
         poll(lambda: "waits after its first piece" in d.logs(), "rank 1's writer held")
         check(len(leftovers(work)) == 1, f"the save is in flight: {leftovers(work)}")

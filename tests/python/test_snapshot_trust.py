@@ -83,7 +83,7 @@ def directories():
     with Daemons(bin_dir, 2) as d, d.connect(0) as c:
         c.create("v", "i64", SHAPE, "mesh=[2] placements=[S(0)]")
         put_v(c, 7)
-        c.save(base)
+        c.save(base, all=True)
     for flag in ("--snapshot-dir", "--resume"):
         d = tempfile.mkdtemp(prefix="dir-", dir=work)
         shutil.copytree(base, os.path.join(d, "ck"))

@@ -10,7 +10,9 @@
  * tabs, newlines, C1 controls, DEL, too long), shown escaped; a FIFO, a symbolic link or a
  * directory as the index or as a file (CORRUPT at once, never a blocked open); data_offsets whose
  * difference wraps around, ends before begins, or a box of more bytes than int64 holds (CORRUPT,
- * no signed overflow under UBSan). */
+ * no signed overflow under UBSan). The leftovers of saves cut short (ckpt_clean.c): the
+ * unlocked .BASE.tmp-HEX directories removed, a locked one, look-alike files and other names left,
+ * a leftover holding a subdirectory refused naming it, bad and missing paths refused. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -562,6 +564,74 @@ START_TEST(paths_and_dtypes) {
 }
 END_TEST
 
+static void make_tmp(const char *name, bool with_file) {
+  char p[200];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  ck_assert_int_eq(mkdir(p, 0700), 0);
+  if (with_file) {
+    snprintf(p, sizeof p, "%s/rank-00000.safetensors", name);
+    write_text(p, "partial");
+  }
+}
+
+static bool exists(const char *name) {
+  char p[200];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  return access(p, F_OK) == 0;
+}
+
+START_TEST(clean_leftovers) {
+  make_dir();
+  char target[128], path[200], want[400];
+  snprintf(target, sizeof target, "%s/ck/", dir); /* a trailing slash is the same directory */
+  make_tmp(".ck.tmp-abc", true);
+  make_tmp(".ck.tmp-def", true);
+  make_tmp(".ck.tmp-xyz", false); /* not hex: no save's */
+  make_tmp(".ck2.tmp-12", false); /* another target's */
+  write_text(".ck.tmp-99", "an export's temporary file");
+  snprintf(path, sizeof path, "%s/.ck.tmp-def", dir);
+  int lock = ts_ckpt_tmp_lock(path);
+  ck_assert_int_ge(lock, 0);
+  ts_ckpt_cleaned cl;
+  ts_error err;
+  ck_assert_int_eq(ts_ckpt_clean_tmp(target, &cl, &err), TS_OK);
+  ck_assert_int_eq(cl.nremoved, 1);
+  ck_assert_int_eq(cl.nbusy, 1);
+  snprintf(want, sizeof want, "%s/.ck.tmp-abc\n", dir);
+  ck_assert_str_eq(cl.removed, want);
+  snprintf(want, sizeof want, "%s/.ck.tmp-def\n", dir);
+  ck_assert_str_eq(cl.busy, want);
+  ts_ckpt_cleaned_clear(&cl);
+  ck_assert(!exists(".ck.tmp-abc") && exists(".ck.tmp-def") && exists(".ck.tmp-xyz") &&
+            exists(".ck2.tmp-12") && exists(".ck.tmp-99"));
+  close(lock);
+  make_tmp(".ck.tmp-def/sub", false); /* a save's directory holds files only */
+  ck_assert_int_eq(ts_ckpt_clean_tmp(target, &cl, &err), TS_CHECKPOINT_IO);
+  ck_assert_ptr_nonnull(strstr(err.msg, ".ck.tmp-def/sub"));
+  ts_ckpt_cleaned_clear(&cl);
+  ck_assert(exists(".ck.tmp-def/sub"));
+  snprintf(path, sizeof path, "%s/.ck.tmp-def/sub", dir);
+  ck_assert_int_eq(rmdir(path), 0);
+  ck_assert_int_eq(ts_ckpt_clean_tmp(target, &cl, &err), TS_OK);
+  ck_assert_int_eq(cl.nremoved, 1);
+  ck_assert_ptr_null(cl.busy);
+  ts_ckpt_cleaned_clear(&cl);
+  ck_assert(!exists(".ck.tmp-def"));
+  snprintf(path, sizeof path, "%s/missing/ck", dir);
+  ck_assert_int_eq(ts_ckpt_clean_tmp(path, &cl, &err), TS_NOT_FOUND);
+  ck_assert_ptr_nonnull(strstr(err.msg, "missing"));
+  ck_assert_int_eq(ts_ckpt_clean_tmp("", &cl, &err), TS_INVALID_ARGUMENT);
+  ck_assert_int_eq(ts_ckpt_clean_tmp("/", &cl, &err), TS_INVALID_ARGUMENT);
+  ck_assert_int_eq(ts_ckpt_clean_tmp("/a/..", &cl, &err), TS_INVALID_ARGUMENT);
+  ts_ckpt_cleaned_clear(NULL);
+  snprintf(path, sizeof path, "%s/.ck.tmp-xyz", dir);
+  rmdir(path);
+  snprintf(path, sizeof path, "%s/.ck2.tmp-12", dir);
+  rmdir(path);
+  remove_dir();
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ckpt_index");
   TCase *tc = tcase_create("ckpt_index");
@@ -574,6 +644,7 @@ int main(void) {
   tcase_add_test(tc, index_names);
   tcase_add_test(tc, not_regular_files);
   tcase_add_test(tc, offsets_overflow);
+  tcase_add_test(tc, clean_leftovers);
   suite_add_tcase(s, tc);
   return ts_run_suite(s);
 }

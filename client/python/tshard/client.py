@@ -223,6 +223,22 @@ def _names(names, what):
     return [_check_name(n, what) for n in names]
 
 
+def _selection(what, names, prefix, all):
+    """The tensors a save or an export writes, asked one way: names (checked already), a prefix
+    or all=True; InvalidArgumentError saying how to save everything when none is given. The
+    prefix as the wire carries it ("" for none)."""
+    if prefix is not None and not isinstance(prefix, str):
+        raise TypeError(f"{what}: prefix must be a str, not {type(prefix).__name__}")
+    _flag(all, "all")
+    asked = [bool(names), bool(prefix), bool(all)]
+    if sum(asked) == 0:
+        raise error_for(1, f"{what} of no tensors: give names (exact, or globs such as "
+                           f"'layers.*.weight') or prefix=..., or all=True to save every tensor")
+    if sum(asked) > 1:
+        raise error_for(1, f"{what}: give one of names, prefix= or all=True, not several")
+    return prefix or ""
+
+
 def _dir(path):
     """A directory argument: a str or os.PathLike, made absolute."""
     if not isinstance(path, (str, os.PathLike)):
@@ -272,11 +288,7 @@ def _check_job(job):
 
 def _no_daemon(job, rank, path, timeout):
     """Why no daemon answered at path: a rank beyond the job's world (rank 0 says its size), or
-    no daemon at all, with how to start one (or the rank the launcher recorded as lost)."""
-    from .launch import lost_job_message
-    lost = lost_job_message(path)
-    if lost is not None:
-        return lost
+    no daemon at all, with how to start one (a lost rank is connect's RankLostError)."""
     if rank > 0:
         try:
             with connect(rank=0, job=job, timeout=timeout, shm=False) as c0:
@@ -1358,10 +1370,16 @@ class Client:
     # Checkpoints: save and load (read offline with tshard.checkpoint).
     def save(self, dir: str, names: Union[None, str, Iterable[str]] = None,
              keep_partial: bool = False, per_node: bool = False, key: Optional[str] = None,
-             wait: bool = True) -> Union[Dict[str, Any], Future]:
+             wait: bool = True, prefix: Optional[str] = None, all: bool = False,
+             overwrite: bool = False) -> Union[Dict[str, Any], Future]:
         """Saves tensors into a checkpoint directory that every daemon can reach.
 
-        Atomic: a previous checkpoint there stays until every rank agreed on the new one.
+        What to save is asked one way: ``names`` (exact names, or globs such as
+        ``"layers.*.weight"``), ``prefix``, or ``all=True``; none of them is refused. A
+        directory that already holds a checkpoint is refused unless ``overwrite=True``, and the
+        replacement is atomic: the previous checkpoint stays until every rank agreed on the new
+        one (a failed save leaves it as it was). What saves into ``dir`` cut short left beside
+        it (``.NAME.tmp-*``) is removed first.
         ``wait=False`` is an asynchronous save: a Future, done once every daemon took its copy
         of the tensors (the checkpoint holds their values at this point of the operations'
         order; later operations do not change it); its result says ``writing: True`` while the
@@ -1369,30 +1387,40 @@ class Client:
 
         Args:
             dir: the directory.
-            names: a name or names (None: every tensor).
+            names: a name, a glob, or an iterable of them.
             keep_partial: save partial placements as they are instead of reduced.
             per_node: each node writes its own directory (no shared file system).
             key: an idempotency key.
             wait: False: an asynchronous save (a Future, see above).
+            prefix: save the tensors whose name starts with it.
+            all: True saves every tensor of the job.
+            overwrite: True replaces a checkpoint already in ``dir``.
 
         Returns:
             ``{'dir', 'tensors', 'bytes', 'files', 'seconds', 'writing', 'save_id'}``.
 
         Raises:
+            InvalidArgumentError: no names, prefix or all, or more than one of them.
+            ExistsError: ``dir`` holds a checkpoint and overwrite is False.
             CheckpointIoError: the directory cannot be written, or a rank was lost during the
-            save (the message names the path). NotFoundError: a name. LimitError: the copy of
-            an asynchronous save does not fit the memory limit.
+            save (the message names the path). NotFoundError: a name, or a glob or prefix
+            that matches nothing. LimitError: the copy of an asynchronous save does not fit
+            the memory limit.
 
         Example::
 
-            c.save("/shared/ckpt/step100")
-            c.save("/shared/ckpt/step200", wait=False).result(); c.wait_saves()
+            c.save("/shared/ckpt/step100", all=True)
+            c.save("/shared/ckpt/layers", "layers.*.weight", overwrite=True)
+            c.save("/shared/ckpt/step200", all=True, wait=False).result(); c.wait_saves()
         """
         names = _names(names, "save: names")
+        prefix = _selection("save", names, prefix, all)
         path = _dir(dir)
         try:
             return self._op(key, self._note_save, wait, f"save to '{dir}'",
-                            save=pb.SaveRequest(dir=path, names=names,
+                            save=pb.SaveRequest(dir=path, names=names, prefix=prefix,
+                                                all=_flag(all, "all"),
+                                                overwrite=_flag(overwrite, "overwrite"),
                                                 keep_partial=_flag(keep_partial, "keep_partial"),
                                                 per_node=_flag(per_node, "per_node"),
                                                 background=not _flag(wait, "wait")))
@@ -1529,12 +1557,14 @@ class Client:
 
     def save_safetensors(self, path: str, names: "list | None" = None,
                          max_shard_bytes: "int | None" = None, metadata: "dict | None" = None,
-                         key: "str | None" = None, wait: bool = True) -> "list | Future":
+                         key: "str | None" = None, wait: bool = True,
+                         prefix: "str | None" = None, all: bool = False) -> "list | Future":
         """Exports stored tensors as a Hugging Face safetensors model that ``transformers`` and
         ``safetensors`` read.
 
         path: the file to write, ending in ``.safetensors`` (made absolute here). names: the
-        tensors (None: all, by name). max_shard_bytes: when the tensors' bytes exceed it, HF
+        tensors, by name or glob (``"layers.*.weight"``), or prefix: those whose name starts with
+        it, or all=True: every tensor (one of the three; none is refused). max_shard_bytes: when the tensors' bytes exceed it, HF
         shards ``<stem>-00001-of-0000N.safetensors`` are written beside path, with
         ``<path>.index.json`` (their weight_map); else one file. metadata: {str: str}, the
         file's ``__metadata__`` (None: the metadata of the file the tensors were imported from
@@ -1548,6 +1578,8 @@ class Client:
         req = _st.export_request(path, names, max_shard_bytes=max_shard_bytes, metadata=metadata)
         for n in req.names:
             _check_name(n)
+        req.prefix = _selection("safetensors export", list(req.names), prefix, all)
+        req.all = bool(all)
         return self._op(key, lambda r: list(r.safetensors.files), wait,
                         f"export to safetensors '{path}'", export_safetensors=req)
 
@@ -1900,6 +1932,7 @@ def connect(rank: Optional[int] = None, socket: Optional[str] = None,
 
     Raises:
         IoError (a ConnectionError): no daemon serves there (the message says how to start one).
+        RankLostError: the launcher recorded that the job lost a rank (the message names it).
         AuthError: a bad token; a socket directory that is not this user's own with mode
         0700 (a link, another owner, group or other bits), or a daemon running as another
         user than this one or root (the message names the directory, or the process's uid and
@@ -1955,6 +1988,10 @@ def connect(rank: Optional[int] = None, socket: Optional[str] = None,
     try:
         s = open_unix()
     except OSError as e:
+        from .launch import lost_job_message
+        lost = lost_job_message(socket)  # the launcher recorded a lost rank
+        if lost is not None:
+            raise error_for(39, lost) from None
         if by_job:
             raise error_for(18, _no_daemon(job, rank, socket, timeout)) from None
         raise error_for(18, f"cannot connect to {socket}: {e.strerror} (is tshardd running "

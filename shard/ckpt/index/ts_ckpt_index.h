@@ -72,4 +72,20 @@ char *ts_ckpt_index_describe(const ts_ckpt_index *idx, const char *dir);
 const char *ts_ckpt_dtype_name(ts_dtype dt);
 int ts_ckpt_dtype_parse(const char *text, ts_dtype *out);
 
+/* ---------------------------------------------------------------------------------------------
+ * Temporary directories of saves cut short (ckpt_clean.c) */
+/* Opens the temporary directory tmp and takes its exclusive lock (held while the save writes,
+ * until close): the fd, or -1. */
+int ts_ckpt_tmp_lock(const char *tmp);
+/* What ts_ckpt_clean_tmp did: the paths removed and those left because a save holds them, one
+ * per line (malloc'd, NULL when none). */
+typedef struct ts_ckpt_cleaned {
+  int nremoved, nbusy;
+  char *removed, *busy;
+} ts_ckpt_cleaned;
+/* Removes the temporary directories that saves into dir left beside it (PARENT/.BASE.tmp-HEX)
+ * when no save holds them. dir itself is not touched. */
+int ts_ckpt_clean_tmp(const char *dir, ts_ckpt_cleaned *out, ts_error *err);
+void ts_ckpt_cleaned_clear(ts_ckpt_cleaned *c); /* accepts NULL */
+
 #endif
