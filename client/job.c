@@ -51,6 +51,8 @@ static int job_copy(tshard_client *c, const Tshard__StatsResult *x, tshard_job *
   job->nranks = (int)x->n_rank_hosts;
   job->nhosts = (int)x->n_host_names;
   snprintf(job->topology, sizeof job->topology, "%s", x->topology ? x->topology : "");
+  job->link_rate_host = x->link_rate_host;
+  job->link_rate_cross = x->link_rate_cross;
   job->host_names = calloc(x->n_host_names, sizeof *job->host_names);
   job->rank_hosts = malloc(x->n_rank_hosts * sizeof *job->rank_hosts);
   job->rank_numa = malloc(x->n_rank_hosts * sizeof *job->rank_numa);

@@ -179,6 +179,53 @@ drain:
   return rc;
 }
 
+/* The link rate's messages travel under this tag. */
+#define RATE_TAG 31742
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* One timed send of n bytes from a to b, answered by one byte: seconds (on a). */
+static int timed_send(ts_comm *c, int a, int b, char *buf, int n, double *secs, ts_error *err) {
+  char ack = 0;
+  double t0 = now_s();
+  if (c->rank == a) {
+    TS_MPI_CHECK(MPI_Send(buf, n, MPI_BYTE, b, RATE_TAG, c->comm), err);
+    TS_MPI_CHECK(MPI_Recv(&ack, 1, MPI_BYTE, b, RATE_TAG, c->comm, MPI_STATUS_IGNORE), err);
+  } else if (c->rank == b) {
+    TS_MPI_CHECK(MPI_Recv(buf, n, MPI_BYTE, a, RATE_TAG, c->comm, MPI_STATUS_IGNORE), err);
+    TS_MPI_CHECK(MPI_Send(&ack, 1, MPI_BYTE, a, RATE_TAG, c->comm), err);
+  }
+  *secs = now_s() - t0;
+  return TS_OK;
+}
+
+int ts_comm_link_rate(ts_comm *c, int a, int b, int64_t bytes, double *bytes_per_s,
+                      ts_error *err) {
+  if (a < 0 || b < 0 || a >= c->size || b >= c->size || a == b || bytes < 1 || bytes > INT_MAX)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "link rate between members %d and %d of %d "
+                        "over %lld bytes", a, b, c->size, (long long)bytes);
+  char *buf = NULL;
+  if ((c->rank == a || c->rank == b) && !(buf = calloc(1, (size_t)bytes)))
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for a %lld-byte link test",
+                        (long long)bytes);
+  double rtt = 0, best = 0, t;
+  int rc = timed_send(c, a, b, buf, 1, &rtt, err);
+  for (int k = 0; k < 2 && !rc; k++)
+    if (!(rc = timed_send(c, a, b, buf, (int)bytes, &t, err)) && (k == 0 || t < best))
+      best = t;
+  free(buf);
+  double rate = best - rtt > 0 ? (double)bytes / (best - rtt) : (double)bytes / 1e-9;
+  if (!rc)
+    rc = ts_comm_bcast(c, &rate, sizeof rate, a, err);
+  if (!rc)
+    *bytes_per_s = rate;
+  return rc;
+}
+
 int ts_comm_allgatherv(ts_comm *c, void *buf, const int64_t *counts, const int64_t *displs,
                        ts_error *err) {
   bool small = true;

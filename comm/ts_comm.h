@@ -144,6 +144,11 @@ int ts_comm_bcast_chain(ts_comm *c, void *buf, int64_t bytes, int root, int64_t 
 /* In place: every rank's contribution already sits at displs[rank] in buf. */
 int ts_comm_allgatherv(ts_comm *c, void *buf, const int64_t *counts, const int64_t *displs,
                        ts_error *err);
+/* The rate of the link between members a and b, in bytes per second: a sends b `bytes` (twice,
+ * the faster run kept, less a one-byte round trip), and broadcasts the rate to every member, who
+ * all call it. */
+int ts_comm_link_rate(ts_comm *c, int a, int b, int64_t bytes, double *bytes_per_s,
+                      ts_error *err);
 /* Typed reductions (all dtypes; f16/bf16 and max/min through the project's reduce kernel).
  * sbuf == NULL reduces in place in rbuf. */
 int ts_comm_allreduce(ts_comm *c, const void *sbuf, void *rbuf, int64_t n, ts_dtype dt,

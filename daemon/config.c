@@ -124,6 +124,10 @@ static const cfg_entry table[] = {
      "'GLOB=ATTR' (repeatable, at most 16, tried in order): tensors whose saved ranks are not "
      "all in this job are restored under ATTR when their name matches GLOB (fnmatch; the glob "
      "ends at the first '=', e.g. '*=mesh=[2] placements=[S(0)]')"},
+    {"link-rates", STR(link_rates), "",
+     "the link rates plans weigh, 'host=RATE,cross=RATE' (inside a host, between hosts; e.g. "
+     "host=10GB/s,cross=500mbit); a rate not given is measured at start when the job spans "
+     "hosts (a 4 MiB exchange between two hosts' first ranks; a copy on rank 0)"},
     {"log-level", CFG_LEVEL, offsetof(tsd_config, log_level), 0, 0, 0, "info",
      "error, warn, info or debug"},
 };
@@ -415,6 +419,19 @@ static int check_snapshot(const tsd_config *cfg) {
   return 0;
 }
 
+/* --link-rates: parsed onto a one-rank topology (the engine applies it to the job's). */
+static int check_link_rates(const tsd_config *cfg) {
+  ts_topology *t = NULL;
+  ts_error err;
+  int rc = cfg->link_rates[0] ? ts_topology_parse("hosts=1x1", &t, &err) : TS_OK;
+  if (!rc && t)
+    rc = ts_topology_parse_rates(t, cfg->link_rates, &err);
+  ts_topology_destroy(&t);
+  if (rc)
+    fprintf(stderr, "tshardd: --link-rates: %s\n", err.msg);
+  return rc ? -1 : 0;
+}
+
 int tsd_config_parse(tsd_config *cfg, int argc, char **argv) {
   memset(cfg, 0, sizeof *cfg);
   for (size_t i = 0; i < NTABLE; i++)
@@ -473,7 +490,7 @@ int tsd_config_parse(tsd_config *cfg, int argc, char **argv) {
   }
   if (cfg->listen[0] && parse_listen(cfg))
     return -1;
-  return check_snapshot(cfg);
+  return check_snapshot(cfg) || check_link_rates(cfg);
 }
 
 void tsd_config_log(const tsd_config *cfg) {

@@ -81,6 +81,7 @@ typedef struct tsd_config {
   char resume_dir[512];
   char resume_attr[TSD_RESUME_RULES_MAX][512];
   int nresume_attr;
+  char link_rates[128]; /* "host=RATE,cross=RATE" (either part; missing ones measured at start) */
   int log_level;
   /* derived */
   char token[256];

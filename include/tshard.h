@@ -269,6 +269,8 @@ typedef struct tshard_job {
   char **host_names;  /* nhosts: each host's name (the name its first rank gives) */
   int *rank_hosts;    /* nranks: each rank's host */
   int *rank_numa;     /* nranks: each rank's NUMA node, -1 unknown */
+  /* the link rates plans weigh, bytes per second: inside a host, between hosts */
+  double link_rate_host, link_rate_cross;
 } tshard_job;
 
 int tshard_describe_job(tshard_client *c, tshard_job *job);

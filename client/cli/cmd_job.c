@@ -115,6 +115,9 @@ int cli_job_describe(const cli_args *a, const tshard_job *j) {
   if (!a->json) {
     printf("%d rank%s on %d host%s (%s), answered by rank %d\n", j->nranks,
            j->nranks == 1 ? "" : "s", j->nhosts, j->nhosts == 1 ? "" : "s", j->topology, j->rank);
+    printf("link rates: inside a host %.4g MB/s, between hosts %.4g MB/s (as plan "
+           "--link-rates host=%.0fB/s,cross=%.0fB/s)\n", j->link_rate_host / 1e6,
+           j->link_rate_cross / 1e6, j->link_rate_host, j->link_rate_cross);
     return cli_job_text(j);
   }
   by_host g;
@@ -123,6 +126,8 @@ int cli_job_describe(const cli_args *a, const tshard_job *j) {
   printf("{\"rank\": %d, \"ranks\": %d, \"hosts\": %d, \"topology\": ", j->rank, j->nranks,
          j->nhosts);
   cli_json_string(stdout, j->topology);
+  printf(", \"link_rates\": {\"host\": %.0f, \"cross\": %.0f}", j->link_rate_host,
+         j->link_rate_cross);
   printf(", \"by_host\": [");
   for (int h = 0; h < j->nhosts; h++) {
     printf("%s{\"host\": %d, \"name\": ", h ? ", " : "", h);

@@ -15,8 +15,9 @@ static void json_costs(FILE *f, const ts_plan_costs *c, bool hosts) {
           (long long)c->wire_bytes, (long long)c->max_rank_bytes, (long long)c->messages,
           (long long)c->peak_extra_bytes, (long long)c->rounds);
   if (hosts)
-    fprintf(f, ", \"host_link_bytes\": %lld, \"cross_host_bytes\": %lld",
-            (long long)c->host_link_bytes, (long long)c->cross_host_bytes);
+    fprintf(f, ", \"host_link_bytes\": %lld, \"cross_host_bytes\": %lld, \"time_ns\": %lld",
+            (long long)c->host_link_bytes, (long long)c->cross_host_bytes,
+            (long long)c->time_ns);
   fprintf(f, "}");
 }
 
@@ -42,6 +43,16 @@ static int topology_of(const cli_args *a, ts_topology **out) {
       snprintf(msg, sizeof msg, "--hostfile '%.300s': %.600s", file, err.msg);
       return cli_fail(CLI_USAGE, msg);
     }
+  }
+  const char *rates = cli_opt(a, "link-rates");
+  if (rates && !*out)
+    return cli_fail(CLI_USAGE, "--link-rates weighs the links between hosts: give it with "
+                               "--topology or --hostfile");
+  if (rates && ts_topology_parse_rates(*out, rates, &err)) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "--link-rates: %.900s", err.msg);
+    ts_topology_destroy(out);
+    return cli_fail(CLI_USAGE, msg);
   }
   return CLI_OK;
 }
@@ -106,6 +117,8 @@ int cli_cmd_plan(cli_args *a) {
       cli_json_string(stdout, t);
       printf(", \"hosts\": %d, \"host_bound_bytes\": %lld, ", ts_topology_nhosts(topo),
              (long long)ts_plan_host_bound(plan));
+      printf("\"link_rates\": {\"host\": %.0f, \"cross\": %.0f}, ",
+             ts_topology_rate(topo, TS_LINK_HOST), ts_topology_rate(topo, TS_LINK_CROSS));
     }
     printf("\"costs\": ");
     json_costs(stdout, ts_plan_get_costs(plan), hosts);

@@ -31,11 +31,16 @@ static const cli_command commands[] = {
      "  --topology SPEC  ranks on hosts: hosts=HxR (H hosts of R ranks in rank order),\n"
      "                   hosts=R1,R2,... or map=H0,H1,... (the host of each rank)\n"
      "  --hostfile FILE  ranks on hosts as mpirun places them from an Open MPI hostfile\n"
+     "  --link-rates R   the link rates the cost model weighs, host=RATE,cross=RATE\n"
+     "                   (inside a host, between hosts; e.g. host=10GB/s,cross=500mbit;\n"
+     "                   default 8GB/s and 10gbit; needs --topology or --hostfile)\n"
      "  --json           machine-readable output\n",
      "tshard plan --shape 4096,4096 --from 'mesh=[4096] placements=[S(0)]' \\\n"
      "            --to 'mesh=[4096] placements=[S(1)]' --ranks 4096\n  "
      "tshard plan --shape 8192,4096 --from 'mesh=[8192] placements=[S(0)]' \\\n"
-     "            --to 'mesh=[8192] placements=[R]' --topology hosts=1024x8"},
+     "            --to 'mesh=[8192] placements=[R]' --topology hosts=1024x8\n  "
+     "tshard plan --shape 4096,4096 --from 'mesh=[4] placements=[P(sum)]' \\\n"
+     "            --to 'mesh=[4] placements=[R]' --topology hosts=2x2 --link-rates cross=500mbit"},
     {"show", cli_cmd_show, NULL,
      "draw where the slices of a tensor live (NAME, or --attr and --shape)",
      "  NAME             a tensor of the daemons (connection options as for ping)\n"

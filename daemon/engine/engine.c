@@ -395,18 +395,80 @@ static void engine_pause(tsd_engine *e, ts_waiter *idle, uint32_t seen, int send
     wait_for_work(e, ns);
 }
 
-/* Where the ranks live, from the world's nodes: every plan of the store is planned on it. */
+/* Bytes of the start-up measurements of the link rates. */
+#define RATE_CROSS_BYTES ((int64_t)4 << 20)
+#define RATE_HOST_BYTES ((size_t)16 << 20)
+
+/* The seconds of the fastest of three copies of RATE_HOST_BYTES (the first warms the pages). */
+static double copy_seconds(ts_error *err) {
+  char *a = malloc(RATE_HOST_BYTES), *b = malloc(RATE_HOST_BYTES);
+  double best = -1;
+  if (!a || !b) {
+    ts_error_set(err, TS_NO_MEMORY, "no memory for the copy that measures a host's rate");
+  } else {
+    memset(a, 1, RATE_HOST_BYTES);
+    memset(b, 2, RATE_HOST_BYTES);
+    for (int k = 0; k < 3; k++) {
+      int64_t t0 = ts_wait_now_ns();
+      memcpy(b, a, RATE_HOST_BYTES);
+      double s = (double)(ts_wait_now_ns() - t0) * 1e-9;
+      best = best < 0 || s < best ? s : best;
+    }
+  }
+  free(a);
+  free(b);
+  return best;
+}
+
+/* The link rates plans weigh on a job that spans hosts: those --link-rates gives, the others
+ * measured (between rank 0 and the first rank of the second host; a copy on rank 0), every rank
+ * taking rank 0's figures so that all plan alike. */
+static int link_rates(tsd_engine *e, ts_topology *topo, ts_error *err) {
+  int rc = e->cfg->link_rates[0] ? ts_topology_parse_rates(topo, e->cfg->link_rates, err) : 0;
+  ts_comm *w = ts_world_comm(e->world);
+  if (!rc && !ts_topology_rate_given(topo, TS_LINK_CROSS)) {
+    int peer = 1;
+    while (ts_topology_host(topo, peer) == ts_topology_host(topo, 0))
+      peer++;
+    double r;
+    rc = ts_comm_link_rate(w, 0, peer, RATE_CROSS_BYTES, &r, err);
+    if (!rc)
+      rc = ts_topology_set_rate(topo, TS_LINK_CROSS, r, err);
+  }
+  if (!rc && !ts_topology_rate_given(topo, TS_LINK_HOST)) {
+    double r = 0;
+    if (e->rank == 0) {
+      double s = copy_seconds(err);
+      r = s > 0 ? (double)RATE_HOST_BYTES / s : TS_LINK_HOST_DEFAULT_BPS;
+    }
+    rc = ts_comm_bcast(w, &r, sizeof r, 0, err);
+    if (!rc)
+      rc = ts_topology_set_rate(topo, TS_LINK_HOST, r, err);
+  }
+  return rc;
+}
+
+/* Where the ranks live, from the world's nodes, and the rates of their links: every plan of the
+ * store is planned on it. */
 static int place_ranks(tsd_engine *e, ts_error *err) {
   ts_topology *topo = NULL;
   int rc = ts_topology_create(e->size, ts_world_node_of(e->world), &topo, err);
-  if (rc)
+  if (!rc && ts_topology_nhosts(topo) > 1)
+    rc = link_rates(e, topo, err);
+  if (rc) {
+    ts_topology_destroy(&topo);
     return rc;
+  }
   ts_plan_cache_set_topology(ts_store_plans(e->store), topo);
   if (e->rank == 0 && ts_topology_nhosts(topo) > 1) {
     char text[200];
     size_t n = ts_topology_format(topo, text, sizeof text);
-    TSD_LOG(TSD_LOG_INFO, "ranks on %d hosts: %s%s; plans weigh each host's link",
-            ts_topology_nhosts(topo), text, n >= sizeof text ? "..." : "");
+    TSD_LOG(TSD_LOG_INFO, "ranks on %d hosts: %s%s; plans weigh each host's link: inside a "
+            "host %.4g MB/s (%s), between hosts %.4g MB/s (%s)", ts_topology_nhosts(topo), text,
+            n >= sizeof text ? "..." : "", ts_topology_rate(topo, TS_LINK_HOST) / 1e6,
+            strstr(e->cfg->link_rates, "host=") ? "given" : "measured",
+            ts_topology_rate(topo, TS_LINK_CROSS) / 1e6,
+            strstr(e->cfg->link_rates, "cross=") ? "given" : "measured");
   }
   ts_topology_destroy(&topo);
   return TS_OK;

@@ -200,6 +200,8 @@ void tsd_op_stats(tsd_engine *e, tsd_work *w) {
   const char *host_name = ts_world_host_name(e->world, e->rank);
   s.host_name = (char *)(host_name ? host_name : "");
   s.numa = ts_world_numa_of(e->world, e->rank);
+  s.link_rate_host = ts_topology_rate(topo, TS_LINK_HOST);
+  s.link_rate_cross = ts_topology_rate(topo, TS_LINK_CROSS);
   stats_layout lay = {0};
   if (w->req->stats->layout && stats_layout_fill(e, topo, &s, &lay) != TS_OK) {
     stats_layout_free(&lay);

@@ -730,6 +730,25 @@ static bool cheaper(const ts_plan_costs *x, const ts_plan_costs *y) {
   return x->peak_extra_bytes < y->peak_extra_bytes;
 }
 
+int64_t ts__plan_time_ns(const ts_plan *p, const ts_plan_costs *c) {
+  double t = (double)c->max_rank_bytes / ts_topology_rate(p->topo, TS_LINK_HOST);
+  if (p->hosts)
+    t += (double)c->host_link_bytes / ts_topology_rate(p->topo, TS_LINK_CROSS);
+  return (int64_t)(t * 1e9);
+}
+
+/* With several hosts: the faster by the estimated time; within 1% of each other, the one whose
+ * busiest host link carries less, then the cheaper; hierarchical (x_hier), whose stages cost more
+ * than one flat step, wins such a near tie only by less on the busiest link. */
+static bool faster(const ts_plan_costs *x, const ts_plan_costs *y, bool x_hier) {
+  double tx = (double)x->time_ns, ty = (double)y->time_ns;
+  if (tx < 0.99 * ty || tx > 1.01 * ty)
+    return tx < ty;
+  if (x->host_link_bytes != y->host_link_bytes)
+    return x->host_link_bytes < y->host_link_bytes;
+  return !x_hier && cheaper(x, y);
+}
+
 static int cmp_int(const void *a, const void *b) {
   int x = *(const int *)a, y = *(const int *)b;
   return (x > y) - (x < y);
@@ -804,8 +823,8 @@ static int host_costs(ts_plan *p, bool hier, ts_error *err) {
   return TS_OK;
 }
 
-/* The strategy: the forced one when it applies, else the cheapest (with several hosts, by the
- * busiest host link first; hierarchical, last of the list, only when its link carries less). */
+/* The strategy: the forced one when it applies, else the cheapest: with several hosts the fastest
+ * by the estimated time (faster()), on one host by cheaper(). */
 static int choose(ts_plan *p, ts_strategy forced, ts_error *err) {
   const ts_plan_costs *c = p->costs;
   if (forced != TS_STRATEGY_AUTO) {
@@ -820,14 +839,8 @@ static int choose(ts_plan *p, ts_strategy forced, ts_error *err) {
   for (int s = 1; s < TS_STRATEGY_COUNT; s++) {
     if (!p->applies[s])
       continue;
-    if (s == TS_STRATEGY_HIER && best >= 0) { /* its stages cost more than one flat step: only */
-      if (c[s].host_link_bytes < c[best].host_link_bytes) /* for less on the busiest link */
-        best = s;
-      continue;
-    }
-    bool link_less = p->hosts && best >= 0 && c[s].host_link_bytes < c[best].host_link_bytes;
-    bool link_tie = !p->hosts || (best >= 0 && c[s].host_link_bytes == c[best].host_link_bytes);
-    if (best < 0 || link_less || (link_tie && cheaper(&c[s], &c[best])))
+    if (best < 0 || (p->hosts ? faster(&c[s], &c[best], s == TS_STRATEGY_HIER)
+                              : cheaper(&c[s], &c[best])))
       best = s;
   }
   p->chosen = (ts_strategy)best;
@@ -944,7 +957,14 @@ int ts_plan_create_on(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr
       p->same_group ? "" : "the source and target groups differ (use p2p)";
 
   bool hier = o.strategy == TS_STRATEGY_AUTO || o.strategy == TS_STRATEGY_HIER;
-  if ((rc = host_costs(p, hier, err)) || (rc = choose(p, o.strategy, err))) {
+  if ((rc = host_costs(p, hier, err))) {
+    ts_plan_destroy(&p);
+    return rc;
+  }
+  for (int s = 1; s < TS_STRATEGY_COUNT; s++)
+    if (s != TS_STRATEGY_HIER) /* hierarchical: its stages' sum (plan_hier.c) */
+      c[s].time_ns = p->applies[s] ? ts__plan_time_ns(p, &c[s]) : 0;
+  if ((rc = choose(p, o.strategy, err))) {
     ts_plan_destroy(&p);
     return rc;
   }

@@ -72,6 +72,11 @@ static void add_hosts(sbuf *b, const ts_plan *p) {
         (long long)p->host_bound);
   else
     add(b, "host link bound: not computed (too many cells)\n");
+  add(b, "link rates: inside a host %.4g MB/s (%s), between hosts %.4g MB/s (%s)\n",
+      ts_topology_rate(p->topo, TS_LINK_HOST) / 1e6,
+      ts_topology_rate_given(p->topo, TS_LINK_HOST) ? "set" : "default",
+      ts_topology_rate(p->topo, TS_LINK_CROSS) / 1e6,
+      ts_topology_rate_given(p->topo, TS_LINK_CROSS) ? "set" : "default");
 }
 
 char *ts_plan_explain(const ts_plan *p, int max_ranks) {
@@ -106,8 +111,14 @@ char *ts_plan_explain(const ts_plan *p, int max_ranks) {
           (x->wire_bytes == y->wire_bytes && x->max_rank_bytes < y->max_rank_bytes))
         next = s;
     }
-    add(&b, "why: the cheapest that applies, by %sbytes on the wire, then the busiest rank, "
-            "then messages, then peak memory", p->hosts ? "the busiest host link, then " : "");
+    if (p->hosts)
+      add(&b, "why: the fastest that applies by the estimated time (the busiest rank's bytes "
+              "at the rate inside a host plus the busiest host link's at the rate between "
+              "hosts); within 1%%, by the busiest host link, then bytes on the wire, then the "
+              "busiest rank, then messages, then peak memory");
+    else
+      add(&b, "why: the cheapest that applies, by bytes on the wire, then the busiest rank, "
+              "then messages, then peak memory");
     if (next >= 0)
       add(&b, "; next: %s (%lld wire bytes vs %lld)", ts_strategy_name((ts_strategy)next),
           (long long)p->costs[next].wire_bytes, (long long)p->costs[p->chosen].wire_bytes);
@@ -126,7 +137,7 @@ char *ts_plan_explain(const ts_plan *p, int max_ranks) {
   add(&b, "staging: %lld bytes per rank, %lld bytes per pair per round\n",
       (long long)p->staging, (long long)p->pair_chunk);
   add(&b, "costs:\n  %-15s %15s %15s %10s %15s%s\n", "strategy", "wire_bytes", "max_rank_bytes",
-      "messages", "peak_extra", p->hosts ? "       host_link      cross_host" : "");
+      "messages", "peak_extra", p->hosts ? "       host_link      cross_host     est_ms" : "");
   for (int s = 1; s < TS_STRATEGY_COUNT; s++) {
     const ts_plan_costs *c = &p->costs[s];
     if (p->applies[s]) {
@@ -134,7 +145,8 @@ char *ts_plan_explain(const ts_plan *p, int max_ranks) {
           ts_strategy_name((ts_strategy)s), (long long)c->wire_bytes,
           (long long)c->max_rank_bytes, (long long)c->messages, (long long)c->peak_extra_bytes);
       if (p->hosts)
-        add(&b, " %15lld %15lld", (long long)c->host_link_bytes, (long long)c->cross_host_bytes);
+        add(&b, " %15lld %15lld %10.2f", (long long)c->host_link_bytes,
+            (long long)c->cross_host_bytes, (double)c->time_ns / 1e6);
       add(&b, "\n");
     } else
       add(&b, "  %-15s does not apply: %s\n", ts_strategy_name((ts_strategy)s), p->why_not[s]);

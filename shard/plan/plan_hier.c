@@ -144,6 +144,7 @@ static int chain_stage(ts_plan *p, const ts_attr *row, const ts_attr *g, int roo
   c->messages = (hosts - 1) * per * pieces;
   c->rounds = pieces;
   c->peak_extra_bytes = 0;
+  c->time_ns = ts__plan_time_ns(sp, c);
   return TS_OK;
 }
 
@@ -266,6 +267,7 @@ bool ts__plan_hier_applies(ts_plan *p, ts_plan_costs *c, const char **why, ts_er
     c->rounds += s->rounds;
     c->host_link_bytes += s->host_link_bytes;
     c->cross_host_bytes += s->cross_host_bytes;
+    c->time_ns += s->time_ns;
   }
   /* The stages' results stand beside the source until the last one: the target's size more. */
   int64_t total = (int64_t)p->esize;

@@ -58,6 +58,8 @@ int64_t ts__plan_local_group(const ts_plan *p, int64_t i);
 /* plan_hosts.c: strategy s's bytes over the host links into c (host_link_bytes,
  * cross_host_bytes), and the bound (-1: too many cells to count). */
 int ts__plan_host_costs(ts_plan *p, ts_strategy s, ts_plan_costs *c, ts_error *err);
+/* The estimated time of a one-step strategy's costs at the topology's link rates (ts_plan_costs). */
+int64_t ts__plan_time_ns(const ts_plan *p, const ts_plan_costs *c);
 int64_t ts__plan_host_bound(const ts_plan *p);
 /* plan_hier.c: whether the hierarchical strategy applies (its stages into p->stages), its costs
  * (the stages' summed), or why not; *rc set on an error that ends the planning. */

@@ -2,8 +2,10 @@
  * from the host names the ranks exchange at start; `tshard plan --topology` builds it from a
  * spec (`hosts=64x8`, `hosts=4,4,2`, `map=0,1,0,1`) or from the text of an Open MPI hostfile, to
  * simulate a job it does not run. Hosts are numbered in the order of their first rank, so two
- * descriptions of the same placement give the same topology. Immutable once made and shared by
- * reference (plans keep one). */
+ * descriptions of the same placement give the same topology. It carries the rates of the two
+ * link classes the cost model weighs (inside a host, between hosts): measured by the daemons at
+ * start, given by a flag, or defaults. Immutable once shared by reference (plans keep one). */
+#include <math.h>
 #include <ctype.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -17,6 +19,12 @@ struct ts_topology {
   int nranks, nhosts;
   int *host_of;    /* nranks: the host of each world rank */
   int *host_ranks; /* nhosts: ranks on each host */
+  double rate[TS_LINK_COUNT]; /* bytes per second of each link class; 0: the default */
+};
+
+static const double default_rates[TS_LINK_COUNT] = {
+    [TS_LINK_HOST] = TS_LINK_HOST_DEFAULT_BPS,
+    [TS_LINK_CROSS] = TS_LINK_CROSS_DEFAULT_BPS,
 };
 
 /* Numbers the hosts of `raw` (labels 0 to TS_TOPOLOGY_RANKS_MAX - 1) in the order of their
@@ -283,4 +291,95 @@ size_t ts_topology_format(const ts_topology *t, char *buf, size_t cap) {
                           v);
   }
   return n;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Link rates */
+
+int ts_topology_set_rate(ts_topology *t, ts_link link, double bytes_per_s, ts_error *err) {
+  if (!t || (int)link < 0 || link >= TS_LINK_COUNT)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_topology_set_rate: bad arguments");
+  if (!(bytes_per_s > 0) || !isfinite(bytes_per_s))
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "a link rate must be a positive number of "
+                        "bytes per second (got %g)", bytes_per_s);
+  t->rate[link] = bytes_per_s;
+  return TS_OK;
+}
+
+double ts_topology_rate(const ts_topology *t, ts_link link) {
+  if ((int)link < 0 || link >= TS_LINK_COUNT)
+    return 0;
+  return t && t->rate[link] > 0 ? t->rate[link] : default_rates[link];
+}
+
+bool ts_topology_rate_given(const ts_topology *t, ts_link link) {
+  return t && (int)link >= 0 && link < TS_LINK_COUNT && t->rate[link] > 0;
+}
+
+static const struct {
+  const char *unit;
+  double bytes_per_s;
+} rate_units[] = {
+    {"bit", 0.125},      {"kbit", 125.0},    {"mbit", 125e3},  {"gbit", 125e6},
+    {"tbit", 125e9},     {"B/s", 1.0},       {"kB/s", 1e3},    {"KB/s", 1e3},
+    {"MB/s", 1e6},       {"GB/s", 1e9},      {"TB/s", 1e12},   {"KiB/s", 1024.0},
+    {"MiB/s", 1048576.0}, {"GiB/s", 1073741824.0},
+};
+
+int ts_rate_parse(const char *text, double *out, ts_error *err) {
+  const char *valid = "a number and a unit: bit, kbit, mbit, gbit, tbit (tc's, 10^3 steps) or "
+                      "B/s, kB/s, MB/s, GB/s, TB/s, KiB/s, MiB/s, GiB/s, e.g. 500mbit or 12GB/s";
+  char *end = NULL;
+  double v = text ? strtod(text, &end) : 0;
+  if (!text || end == text || !(v > 0) || !isfinite(v))
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "link rate '%s': expected %s",
+                        text ? text : "(null)", valid);
+  for (size_t i = 0; i < sizeof rate_units / sizeof *rate_units; i++)
+    if (strcmp(end, rate_units[i].unit) == 0 && isfinite(v * rate_units[i].bytes_per_s)) {
+      *out = v * rate_units[i].bytes_per_s;
+      return TS_OK;
+    }
+  return ts_error_set(err, TS_INVALID_ARGUMENT, "link rate '%s': expected %s", text, valid);
+}
+
+static const char *const link_names[TS_LINK_COUNT] = {[TS_LINK_HOST] = "host",
+                                                      [TS_LINK_CROSS] = "cross"};
+
+const char *ts_link_name(ts_link link) {
+  return (int)link >= 0 && link < TS_LINK_COUNT ? link_names[link] : "invalid";
+}
+
+int ts_topology_parse_rates(ts_topology *t, const char *spec, ts_error *err) {
+  if (!t || !spec)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_topology_parse_rates: NULL argument");
+  const char *at = spec;
+  while (*at) {
+    const char *comma = strchr(at, ',');
+    size_t len = comma ? (size_t)(comma - at) : strlen(at);
+    char item[96];
+    if (len == 0 || len >= sizeof item)
+      return ts_error_set(err, TS_INVALID_ARGUMENT, "link rates '%s': expected host=RATE and/or "
+                          "cross=RATE, separated by a comma (e.g. host=10GB/s,cross=500mbit)",
+                          spec);
+    memcpy(item, at, len);
+    item[len] = '\0';
+    char *eq = strchr(item, '=');
+    int link = -1;
+    for (int l = 0; eq && l < TS_LINK_COUNT; l++)
+      if ((size_t)(eq - item) == strlen(link_names[l]) &&
+          strncmp(item, link_names[l], (size_t)(eq - item)) == 0)
+        link = l;
+    if (link < 0)
+      return ts_error_set(err, TS_INVALID_ARGUMENT, "link rates '%s': '%s' is neither "
+                          "host=RATE (inside a host) nor cross=RATE (between hosts)", spec,
+                          item);
+    double v;
+    int rc = ts_rate_parse(eq + 1, &v, err);
+    if (rc || (rc = ts_topology_set_rate(t, (ts_link)link, v, err)))
+      return rc;
+    at += len + (comma ? 1 : 0);
+    if (comma && !*at)
+      return ts_error_set(err, TS_INVALID_ARGUMENT, "link rates '%s': a trailing comma", spec);
+  }
+  return TS_OK;
 }

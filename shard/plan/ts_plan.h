@@ -194,6 +194,21 @@ int ts_topology_host_ranks(const ts_topology *t, int host);
 /* The spec form ("hosts=2x4", "hosts=3,1", "map=0,1,0,1"; "one host" for NULL), snprintf-like. */
 size_t ts_topology_format(const ts_topology *t, char *buf, size_t cap);
 
+/* The link classes the cost model weighs, and their rates in bytes per second: set (measured or
+ * given) before the topology is shared, else the defaults (a memory copy; a 10 Gbit/s link). */
+typedef enum { TS_LINK_HOST, TS_LINK_CROSS, TS_LINK_COUNT } ts_link;
+#define TS_LINK_HOST_DEFAULT_BPS 8e9
+#define TS_LINK_CROSS_DEFAULT_BPS 1.25e9
+const char *ts_link_name(ts_link link); /* "host", "cross" */
+int ts_topology_set_rate(ts_topology *t, ts_link link, double bytes_per_s, ts_error *err);
+/* The rate of a class (the default when none was set; NULL: the defaults). */
+double ts_topology_rate(const ts_topology *t, ts_link link);
+bool ts_topology_rate_given(const ts_topology *t, ts_link link);
+/* A rate: a number and a unit, tc's bit rates (500mbit) or bytes (12GB/s, 900MiB/s). */
+int ts_rate_parse(const char *text, double *out, ts_error *err);
+/* "host=RATE,cross=RATE" (either may be left out) onto t. */
+int ts_topology_parse_rates(ts_topology *t, const char *spec, ts_error *err);
+
 /* Costs of one strategy for one reshard. Bytes exclude copies a rank makes to itself. */
 typedef struct ts_plan_costs {
   int64_t wire_bytes;       /* total bytes over the network, all ranks */
@@ -209,6 +224,9 @@ typedef struct ts_plan_costs {
    * strategies that run as MPI collectives, a model of Open MPI's algorithms (plan_hosts.c). */
   int64_t host_link_bytes;
   int64_t cross_host_bytes;
+  /* The estimated time: the busiest rank's bytes at the rate inside a host, plus (several hosts)
+   * the busiest host link's bytes at the rate between hosts; hierarchical: its stages' sum. */
+  int64_t time_ns;
 } ts_plan_costs;
 
 /* The largest per-rank staging bound a plan accepts. */

@@ -99,7 +99,32 @@ block = [b for b in readme.split("```sh\n")[1:] if "--topology hosts=2x2" in b][
 r = subprocess.run(["bash", "-c", block.replace("build/bin/tshard", tshard)], capture_output=True,
                    text=True, timeout=120)
 check(r.returncode == 0 and "strategy: hierarchical" in r.stdout and "stages:" in r.stdout
-      and "host link bound: 33554432 bytes" in r.stdout, f"README's plan example: {r.stderr!r}")
+      and "host link bound: 33554432 bytes" in r.stdout and "strategy: allgather" in r.stdout
+      and "between hosts 5e+04 MB/s (set)" in r.stdout, f"README's plan example: {r.stderr!r}")
+
+# link rates: the estimate in the JSON, and the refusals
+plan_rates = ("plan", "--shape", "4096,4096", "--from", "mesh=[4] placements=[S(0)]", "--to",
+              "mesh=[4] placements=[R]", "--topology", "hosts=2x2")
+for rates, want in (("cross=500mbit", "hierarchical"), ("host=8GB/s,cross=50GB/s", "allgather")):
+    r = run(*plan_rates, "--link-rates", rates, "--json")
+    j = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(j.get("strategy") == want and j.get("costs", {}).get("time_ns", 0) > 0,
+          f"--link-rates {rates}: {r.stdout[:300]!r} {r.stderr!r}")
+r = run(*plan_rates, "--link-rates", "cross=500mbit", "--json")
+j = json.loads(r.stdout)
+ag = j["strategies"]["allgather"]
+check(j["link_rates"] == {"host": 8e9, "cross": 62.5e6}
+      and abs(ag["time_ns"] - 1e9 * (ag["host_link_bytes"] / 62.5e6
+                                     + ag["max_rank_bytes"] / 8e9)) < 2,
+      f"the estimate of allgather: {ag} at {j.get('link_rates')}")
+for bad, msg in (("cross=5mb", "expected a number and a unit"), ("lan=1GB/s", "is neither host=RATE"),
+                 ("cross=1GB/s,", "trailing comma")):
+    r = run(*plan_rates, "--link-rates", bad)
+    check(r.returncode == 2 and msg in r.stderr, f"--link-rates {bad}: {r.stderr!r}")
+r = run("plan", "--shape", "8,8", "--from", "mesh=[2] placements=[S(0)]", "--to",
+        "mesh=[2] placements=[R]", "--link-rates", "cross=1GB/s")
+check(r.returncode == 2 and "with --topology or --hostfile" in r.stderr,
+      f"--link-rates without a topology: {r.stderr!r}")
 
 # a bad attribute points at the character
 r = run("show", "--shape", "8,8", "--attr", "mesh=[2,2] placements=[S(0),Q]")

@@ -515,11 +515,14 @@ class Run:
         self.c = clients
         self.check = check
         self.chosen = {}  # case key -> the strategies auto chose
+        r = clients[0].describe_job()["link_rates"]  # the rates the daemons plan with
+        self.rates = f"host={r['host']:.0f}B/s,cross={r['cross']:.0f}B/s"
 
     def offline(self, shape, dt, src, dst, strategy=None):
         """`tshard plan --topology hosts=Hx2`: (exit status, JSON or None, stderr)."""
         argv = [self.cli, "plan", "--shape", ",".join(map(str, shape)), "--from", src.text(),
-                "--to", dst.text(), "--dtype", dt, "--topology", self.topo, "--json"]
+                "--to", dst.text(), "--dtype", dt, "--topology", self.topo, "--json",
+                "--link-rates", self.rates]
         if strategy:
             argv += ["--strategy", strategy]
         if self.staging:
@@ -661,6 +664,11 @@ def topology_checks(job, hosts, clients, check):
         log = f.read()
     check(f"ranks on {job.nhosts} hosts: hosts={job.nhosts}x{PER_HOST}" in log,
           "rank 0 did not log the topology")
+    check("plans weigh each host's link: inside a host" in log and "MB/s (measured)" in log,
+          "rank 0 did not log the measured link rates")
+    rates = [c.describe_job()["link_rates"] for c in clients]
+    check(all(r == rates[0] for r in rates) and rates[0]["host"] > 0 and rates[0]["cross"] > 0,
+          f"the ranks plan with different or missing link rates: {rates}")
 
 
 def bad_inputs(rn, rng):

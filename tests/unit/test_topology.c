@@ -7,6 +7,7 @@
  * two ranks (a partial sum scattered by point-to-point, not through a root) and a plan of 1,024
  * hosts of 8 ranks in under 100 ms. */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -454,6 +455,72 @@ START_TEST(two_hosts) {
 }
 END_TEST
 
+/* Link rates: the units, the refusals, and a choice they turn: S(0)->R on two hosts of two
+ * ranks is hierarchical over a slow link (each block crosses once) and a flat all-gather over a
+ * link as fast as memory (the in-host stages then cost more than the bytes they save). */
+START_TEST(link_rates) {
+  static const struct {
+    const char *text;
+    double bytes_per_s;
+  } good[] = {{"500mbit", 62.5e6}, {"10gbit", 1.25e9}, {"12GB/s", 12e9},
+              {"900MiB/s", 900.0 * 1048576}, {"2.5kB/s", 2500}, {"8bit", 1}};
+  ts_error err;
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+    double v = 0;
+    ck_assert_msg(ts_rate_parse(good[i].text, &v, &err) == TS_OK, "%s: %s", good[i].text,
+                  err.msg);
+    ck_assert_msg(v == good[i].bytes_per_s, "%s gave %g", good[i].text, v);
+  }
+  static const char *bad[] = {"", "5", "5mb", "-1gbit", "0MB/s", "1e999GB/s", "gbit", "1 GB/s"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    double v = 0;
+    ck_assert_msg(ts_rate_parse(bad[i], &v, &err) == TS_INVALID_ARGUMENT, "'%s' taken", bad[i]);
+    ck_assert_ptr_nonnull(strstr(err.msg, "e.g. 500mbit"));
+  }
+  ts_topology *t = topo("hosts=2x2");
+  ck_assert(!ts_topology_rate_given(t, TS_LINK_CROSS));
+  ck_assert(ts_topology_rate(t, TS_LINK_CROSS) == TS_LINK_CROSS_DEFAULT_BPS);
+  static const char *bad_specs[] = {"cros=1GB/s", "cross=", "host=1GB/s,", ",cross=1GB/s",
+                                    "cross", "cross=1GB/s,,host=1GB/s"};
+  for (size_t i = 0; i < sizeof bad_specs / sizeof *bad_specs; i++)
+    ck_assert_msg(ts_topology_parse_rates(t, bad_specs[i], &err) == TS_INVALID_ARGUMENT,
+                  "'%s' taken", bad_specs[i]);
+  ck_assert_int_eq(ts_topology_parse_rates(t, "host=10GB/s,cross=500mbit", &err), TS_OK);
+  ck_assert(ts_topology_rate(t, TS_LINK_HOST) == 10e9);
+  ck_assert(ts_topology_rate(t, TS_LINK_CROSS) == 62.5e6);
+  ck_assert(ts_topology_rate_given(t, TS_LINK_HOST) && ts_topology_rate_given(t, TS_LINK_CROSS));
+  static const struct {
+    const char *rates;
+    ts_strategy want;
+  } choice[] = {{"cross=500mbit", TS_STRATEGY_HIER}, {"cross=50GB/s", TS_STRATEGY_ALLGATHER}};
+  for (size_t i = 0; i < sizeof choice / sizeof *choice; i++) {
+    ts_topology *u = topo("hosts=2x2");
+    ck_assert_int_eq(ts_topology_parse_rates(u, choice[i].rates, &err), TS_OK);
+    ts_attr *a = NULL, *b = NULL;
+    ck_assert_int_eq(ts_attr_parse("mesh=[4] placements=[S(0)]", &a, &err), TS_OK);
+    ck_assert_int_eq(ts_attr_parse("mesh=[4] placements=[R]", &b, &err), TS_OK);
+    int64_t shape[2] = {4096, 4096};
+    ts_plan *p = NULL;
+    ck_assert_int_eq(ts_plan_create_on(2, shape, TS_F32, a, b, NULL, u, &p, &err), TS_OK);
+    ck_assert_msg(ts_plan_strategy(p) == choice[i].want, "%s chose %s", choice[i].rates,
+                  ts_strategy_name(ts_plan_strategy(p)));
+    /* the estimate: the busiest host link at the cross rate plus the busiest rank at the
+     * host rate */
+    const ts_plan_costs *c = ts_plan_get_costs(p);
+    double want = (double)c->host_link_bytes / ts_topology_rate(u, TS_LINK_CROSS) +
+                  (double)c->max_rank_bytes / ts_topology_rate(u, TS_LINK_HOST);
+    ck_assert_msg(choice[i].want == TS_STRATEGY_HIER ||
+                      fabs((double)c->time_ns * 1e-9 - want) < 1e-6,
+                  "time %lld ns, expected %g s", (long long)c->time_ns, want);
+    ts_plan_destroy(&p);
+    ts_attr_destroy(&a);
+    ts_attr_destroy(&b);
+    ts_topology_destroy(&u);
+  }
+  ts_topology_destroy(&t);
+}
+END_TEST
+
 START_TEST(thousand_hosts) {
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -478,6 +545,7 @@ int main(void) {
   TCase *tc = tcase_create("topology");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, specs);
+  tcase_add_test(tc, link_rates);
   tcase_add_test(tc, random_against_elements);
   tcase_add_test(tc, two_hosts);
   tcase_add_test(tc, thousand_hosts);

@@ -1779,7 +1779,8 @@ class Client:
             ``tshard plan --topology`` takes it: ``'hosts=2x4'``), 'host_names' (each
             host's once, hosts numbered in the order of their first rank), 'rank_hosts' and
             'rank_numa' (every rank's host and NUMA node, -1 when the system does not say),
-            'by_host': [{'host', 'name', 'ranks', 'numa'}]}``.
+            'by_host': [{'host', 'name', 'ranks', 'numa'}], 'link_rates': {'host', 'cross'}
+            (the rates plans weigh, bytes per second, as ``tshard plan --link-rates``)}``.
 
         Raises:
             ProtocolError: the daemon's answer carries no layout, or an inconsistent one.
@@ -1793,7 +1794,8 @@ class Client:
             by_host[h]["ranks"].append(r)
             by_host[h]["numa"].append(numa)
         return {"rank": rank, "ranks": len(job["rank_hosts"]), "hosts": len(by_host),
-                "topology": s.topology, **job, "by_host": by_host}
+                "topology": s.topology, **job, "by_host": by_host,
+                "link_rates": {"host": s.link_rate_host, "cross": s.link_rate_cross}}
 
     def shutdown(self, key: Optional[str] = None) -> None:
         """Stops every daemon of the job (this connection then closes).
