@@ -74,6 +74,9 @@ int ts__comm_reduce_types(ts_dtype dt, ts_reduce_op op, MPI_Datatype *type, MPI_
   if (!ts_dtype_valid((int)dt) || (int)op < 0 || op >= TS_REDUCE_COUNT)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "reduction of dtype %d with op %d", (int)dt,
                         (int)op);
+  int rc = ts_reduce_check(dt, op, err); /* the 8-bit floats have no reductions */
+  if (rc)
+    return rc;
   if (!types_ready)
     return ts_error_set(err, TS_INTERNAL, "MPI reduction types used before ts_world_init");
   if (op == TS_REDUCE_SUM) {

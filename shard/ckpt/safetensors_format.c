@@ -99,9 +99,7 @@ static size_t parse_cost(const char *t, size_t n) {
 }
 
 /* The dtype names the format knows, for the message that refuses those tshard has not. */
-static const char *const known_unsupported[] = {"BOOL", "U16", "I16", "U32", "U64", "F8_E4M3",
-                                                "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3",
-                                                "F6_E3M2", "C64"};
+static const char *const known_unsupported[] = {"F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64"};
 
 static int dtype_of(const char *file, const char *tname, const char *dt, ts_dtype *out,
                     ts_error *err) {
@@ -114,7 +112,8 @@ static int dtype_of(const char *file, const char *tname, const char *dt, ts_dtyp
   for (size_t i = 0; dt && i < sizeof known_unsupported / sizeof *known_unsupported; i++)
     known = known || strcmp(dt, known_unsupported[i]) == 0;
   return ts_error_set(err, TS_BAD_DTYPE, "safetensors file '%s', tensor '%s': dtype %s is %s; "
-                      "tshard reads F32 F64 F16 BF16 I8 I32 I64 U8", file, tname, d,
+                      "tshard reads F32 F64 F16 BF16 I8 I32 I64 U8 BOOL I16 U16 U32 U64 "
+                      "F8_E4M3 F8_E5M2", file, tname, d,
                       known ? "not supported" : "unknown");
 }
 

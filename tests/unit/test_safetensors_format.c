@@ -177,9 +177,10 @@ START_TEST(bad_files) {
   refused(write_st("dtype.safetensors",
                    "{\"a\":{\"dtype\":\"Q7\",\"shape\":[2],\"data_offsets\":[0,8]}}", -1, 8),
           TS_BAD_DTYPE, "Q7 is unknown", "tensor 'a'");
-  refused(write_st("bool.safetensors",
-                   "{\"a\":{\"dtype\":\"BOOL\",\"shape\":[2],\"data_offsets\":[0,2]}}", -1, 2),
-          TS_BAD_DTYPE, "BOOL is not supported", "F32 F64 F16 BF16 I8 I32 I64 U8");
+  refused(write_st("c64.safetensors",
+                   "{\"a\":{\"dtype\":\"C64\",\"shape\":[2],\"data_offsets\":[0,16]}}", -1, 16),
+          TS_BAD_DTYPE, "C64 is not supported",
+          "F32 F64 F16 BF16 I8 I32 I64 U8 BOOL I16 U16 U32 U64 F8_E4M3 F8_E5M2");
   refused(write_st("shape.safetensors",
                    "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", -1, 8),
           TS_CORRUPT, "hold 8 bytes", "need 12");
