@@ -281,8 +281,8 @@ static void check_target(const ts_plan *p, const ts_tensor *out, const char *wha
   MPI_Op mop = op == TS_REDUCE_SUM ? MPI_SUM : op == TS_REDUCE_MAX ? MPI_MAX : MPI_MIN;
   MPI_Allreduce(MPI_IN_PLACE, full, (int)total, MPI_DOUBLE, mop, MPI_COMM_WORLD);
   int64_t bad = 0;
-  for (int64_t i = 0; i < total; i++)
-    bad += full[i] != true_value(i, src, dt);
+  for (int64_t i = 0; i < total; i++) /* bool: the sum of the pieces is their "or" */
+    bad += (dt == TS_BOOL ? (double)(full[i] != 0) : full[i]) != true_value(i, src, dt);
   CHECK(bad == 0, "%s: %lld wrong elements after reducing the partial target", what,
         (long long)bad);
   free(full);
