@@ -7,3 +7,9 @@
 if(TARGET tshard-python AND TARGET tshardd)
   tshard_python_test(test_python_hf_dtypes test_hf_dtypes.py)
 endif()
+
+# The README's "Checked puts" example (u16 ids, bf16 bits, f8 codes) run as written, its output
+# against numpy and the f8 format written out.
+if(TARGET tshard-python AND TARGET tshardd)
+  tshard_python_test(test_python_readme_dtypes test_readme_dtypes.py ${CMAKE_SOURCE_DIR}/README.md)
+endif()
