@@ -16,6 +16,8 @@ rounding by picking the nearest of all codes).
   sum and max are "or" and min is "and"); a partial f8 tensor refused at create and by a reshard,
   naming the dtype and the reductions that exist, the tensor unchanged;
 - checkpoints: saved, dropped and loaded back, and read offline by tshard.checkpoint, equal;
+- einsum and programs, which compute in the first eight dtypes only, refuse the new ones naming
+  the dtype (nothing created);
 - a randomized differential test against numpy: random shapes, values and attributes for every
   new dtype, put, resharded and got; converting puts of random f64 values into each (the values
   that survive stored as numpy's astype or the f8 reference rounds them, the others refused).
@@ -231,7 +233,25 @@ def checkpoints(d):
         c.drop_many(NEW)
 
 
-# ---- 4. randomized differential test against numpy ---------------------------------------------
+# ---- 4. einsum and programs refuse the new dtypes -----------------------------------------------
+def compute_refusals(d):
+    with d.connect(0, timeout=TIMEOUT) as c:
+        for dt in NEW:
+            c.create("A", dt, (4, 4), ATTRS["row"])
+            st, msg = error_of(lambda: c.einsum("ij,jk->ik", "A", "A", out="Y"))
+            check(st == tshard.errors.BadDtypeError.status and f"dtype {dt} is not supported" in msg
+                  and "f32" in msg, f"einsum of {dt}: {st} {msg}")
+            prog = {"dims": {"p": {"min": 1, "max": 64}},
+                    "inputs": [{"name": "x", "dtype": dt, "shape": ["p", 4]}],
+                    "ops": [{"out": "y", "op": "add", "args": ["x", "x"]}], "outputs": ["y"]}
+            st, msg = error_of(lambda: c.program_compile(prog))
+            check(st == tshard.errors.BadDtypeError.status and f"dtype {dt} is not supported" in msg,
+                  f"program of {dt}: {st} {msg}")
+            c.drop("A")
+            check(c.list() == [], f"{dt}: nothing created: {c.list()}")
+
+
+# ---- 5. randomized differential test against numpy ---------------------------------------------
 def randomized(d):
     rng = random.Random(14)
     nrng = np.random.default_rng(14)
@@ -293,6 +313,7 @@ with Daemons(bin_dir, NP) as d:
     hf_file(d)
     reductions(d)
     checkpoints(d)
+    compute_refusals(d)
     randomized(d)
     with d.connect(0, timeout=TIMEOUT) as c:
         check(c.list() == [], f"tensors left: {c.list()}")
