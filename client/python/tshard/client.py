@@ -50,7 +50,8 @@ from . import fastpath as _fastpath
 __all__ = ["Client", "connect", "DTYPES", "DTYPE_SPELLINGS", "ROW_MAJOR", "socket_path",
            "read_token_file"]
 
-# tshard dtype -> the numpy dtype of its data (bf16: the uint16 of its bits, see bf16_bits)
+# tshard dtype -> the numpy dtype of its data (bf16: the uint16 of its bits, see bf16_bits; the
+# 8-bit floats: the uint8 of their codes, see f8_bits)
 DTYPES: Dict[str, np.dtype] = {
     "f32": np.dtype(np.float32), "f64": np.dtype(np.float64), "f16": np.dtype(np.float16),
     "bf16": np.dtype(np.uint16), "i8": np.dtype(np.int8), "i32": np.dtype(np.int32),
@@ -179,7 +180,8 @@ def _out_bytes(out, dtype, what, shape, name):
 
 def _dtype_name(dtype):
     """'f32' for 'f32', 'float32', np.float32 or np.dtype('float32'); bf16 is 'bf16' or
-    'bfloat16' (numpy has none). BadDtypeError (a ValueError) names the valid spellings."""
+    'bfloat16', the 8-bit floats 'f8_e4m3' / 'float8_e4m3fn' and 'f8_e5m2' / 'float8_e5m2'
+    (numpy has none of them; np.uint8 is u8). BadDtypeError (a ValueError) names the valid spellings."""
     if isinstance(dtype, str) and dtype in DTYPE_SPELLINGS:
         return DTYPE_SPELLINGS[dtype]
     try:
@@ -721,7 +723,8 @@ class Client:
         Args:
             name: the tensor's name (1 to 127 bytes of UTF-8, no control characters).
             dtype: ``"f32"`` or ``"float32"``, ``np.float32``, ... (see ``DTYPE_SPELLINGS``);
-                bf16 is ``"bf16"`` or ``"bfloat16"``.
+                bf16 is ``"bf16"`` or ``"bfloat16"``, the 8-bit floats ``"f8_e4m3"``
+                (``"float8_e4m3fn"``) and ``"f8_e5m2"`` (``"float8_e5m2"``).
             shape: the global shape, a sequence of ints >= 0.
             attr: the distributed attribute, a :class:`tshard.Attr` or its text.
             layout: the stored slices' format tag (default ``"row-major"``), e.g. ``"aBcd16b"``.
@@ -1018,10 +1021,12 @@ class Client:
             progress: as in :meth:`put`.
             wait: False returns a Future of the array (numpy only).
             like: ``"torch"`` returns a torch tensor sharing the received memory (bf16 as
-                ``torch.bfloat16``); None or ``"numpy"`` a numpy array.
+                ``torch.bfloat16``, f8 as ``torch.float8_*`` where the installed torch has
+                them); None or ``"numpy"`` a numpy array.
 
         Returns:
-            A numpy array of the tensor's shape and dtype (a bf16 tensor: its uint16 bits), or
+            A numpy array of the tensor's shape and dtype (a bf16 tensor: its uint16 bits; an
+            f8 tensor: its uint8 codes), or
             a torch tensor (``like="torch"``, a torch ``out``).
 
         Raises:
@@ -1240,7 +1245,7 @@ class Client:
 
         Args:
             arrays: {name: numpy array} of whole row-major tensors, in any order (bf16 data as
-                ``tshard.bf16_bits(bits)``).
+                ``tshard.bf16_bits(bits)``, f8 data as ``tshard.f8_bits(codes, "e4m3")``).
             convert: convert arrays of another dtype to their tensors', as
                 ``put(..., convert=True)`` does (values that would not survive are refused).
             key: idempotency key: a retry of the identical put_many is not run again.
@@ -1272,7 +1277,7 @@ class Client:
 
         Returns:
             {name: numpy array} (row-major, aligned, the tensor's dtype and shape; bf16 as
-            uint16 bits) in the order of ``names``, or a Future of it with ``wait=False``. The
+            uint16 bits, f8 as uint8 codes) in the order of ``names``, or a Future of it with ``wait=False``. The
             arrays may be views of one buffer the call allocated.
 
         Raises:
