@@ -6,7 +6,8 @@ The reference is independent of tshard: safetensors files are written here with 
 (write_file, write_index) and read back the same way (read_file, read_model), and every value is
 compared with numpy.
 
-- import of every dtype (F32 F64 F16 BF16 I8 I32 I64 U8) under row S(0), column S(1),
+- import of every dtype (F32 F64 F16 BF16 I8 I32 I64 U8 BOOL I16 U16 U32 U64 F8_E4M3 F8_E5M2;
+  the 8-bit floats' every code) under row S(0), column S(1),
   replicated R and ragged splits: the whole tensor (get) and every rank's slice (get_slice,
   against the box describe names) equal numpy; each rank read only its own slice's bytes (the
   daemons' log lines "N bytes read here" against the slices' bytes);
@@ -56,9 +57,10 @@ NP = 4
 TIMEOUT = 30
 
 ST = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "BF16": np.uint16,
-      "I8": np.int8, "I32": np.int32, "I64": np.int64, "U8": np.uint8}
-TS_DTYPE = {"F32": "f32", "F64": "f64", "F16": "f16", "BF16": "bf16", "I8": "i8", "I32": "i32",
-            "I64": "i64", "U8": "u8"}
+      "I8": np.int8, "I32": np.int32, "I64": np.int64, "U8": np.uint8, "BOOL": np.bool_,
+      "I16": np.int16, "U16": np.uint16, "U32": np.uint32, "U64": np.uint64,
+      "F8_E4M3": np.uint8, "F8_E5M2": np.uint8}
+TS_DTYPE = {k: k.lower() for k in ST}  # F32 -> f32, ..., F8_E4M3 -> f8_e4m3
 
 
 # ---- the independent reference: safetensors with struct and json ----------------------------
@@ -115,6 +117,10 @@ def sample(dt, shape, seed):
         return rng.standard_normal(shape).astype(ST[dt])
     if dt == "BF16":  # bits of bf16 values: the top halves of f32s
         return (rng.standard_normal(shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    if dt.startswith("F8"):  # every code, NaNs included, from a random start
+        return ((np.arange(int(np.prod(shape))) + seed) % 256).astype(np.uint8).reshape(shape)
+    if dt == "BOOL":
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
     info = np.iinfo(ST[dt])
     return rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=ST[dt])
 

@@ -158,7 +158,7 @@ def test_zero_copy_and_protocols(c):
     except tshard.TshardError as e:
         check("meta" in str(e), f"meta out=: message {e}")
     c.drop("p")
-    # bool: refused like numpy's, widened with convert=True
+    # bool into a u8 tensor: refused like numpy's, converted with convert=True
     c.create("b", "u8", (5,), "mesh=[4] placements=[R]")
     flags = torch.tensor([True, False, True, True, False])
     check.expect(tshard.errors.BadDtypeError.status, lambda: c.put("b", flags),
