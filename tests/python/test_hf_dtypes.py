@@ -15,7 +15,8 @@ rounding by picking the nearest of all codes).
   by slice on 4 ranks, got (reduced) and resharded to R, against numpy (integer sums wrap, bool's
   sum and max are "or" and min is "and"); a partial f8 tensor refused at create and by a reshard,
   naming the dtype and the reductions that exist, the tensor unchanged;
-- checkpoints: saved, dropped and loaded back, and read offline by tshard.checkpoint, equal;
+- checkpoints: saved, dropped and loaded back, and read offline by tshard.checkpoint, equal; an
+  f8 tensor loaded under a partial attribute refused, nothing created;
 - einsum and programs, which compute in the first eight dtypes only, refuse the new ones naming
   the dtype (nothing created);
 - a randomized differential test against numpy: random shapes, values and attributes for every
@@ -223,6 +224,11 @@ def checkpoints(d):
         path = os.path.join(work, "ckpt")
         c.save(path)
         c.drop_many(NEW)
+        for fmt in ("f8_e4m3", "f8_e5m2"):  # loaded as partial: refused, nothing created
+            st, msg = error_of(lambda: c.load(path, names=[fmt],
+                                              attr="mesh=[4] placements=[P(sum)]"))
+            check(st == tshard.errors.BadDtypeError.status and f"partial sum of {fmt}" in msg
+                  and c.list() == [], f"{fmt} loaded as P(sum): {st} {msg} {c.list()}")
         c.load(path)
         for dt, a in refs.items():
             info = c.describe(dt)
