@@ -3,7 +3,8 @@
  * f16 and bf16 are converted with round-to-nearest-even, from f32 by bit arithmetic and from f64
  * and from 64-bit integers by exact rounding of the wider value (never through an intermediate
  * rounding, so there is no double rounding); the 8-bit floats f8_e4m3 (E4M3FN) and f8_e5m2 the
- * same way from the exact value. Conversions to bool give 1 for every nonzero value. Same-dtype conversions are byte moves. The row
+ * same way from the exact value. Conversions to bool give 1 for every nonzero value. Same-dtype
+ * conversions are byte moves. The row
  * functions here are the inner loops of the strided-copy kernel's dtype-converting paths. */
 #include <math.h>
 #include <stdlib.h>
@@ -231,7 +232,8 @@ uint8_t ts_f64_to_f8_e5m2(double d) {
   return sign | (uint8_t)round_small_float(m, e - 53, 2, 15, 31);
 }
 
-uint8_t ts_f32_to_f8_e4m3(float f) { return ts_f64_to_f8_e4m3((double)f); } /* f32 -> f64 is exact */
+/* f32 -> f64 is exact: one rounding. */
+uint8_t ts_f32_to_f8_e4m3(float f) { return ts_f64_to_f8_e4m3((double)f); }
 uint8_t ts_f32_to_f8_e5m2(float f) { return ts_f64_to_f8_e5m2((double)f); }
 
 /* Integer magnitudes (the sign separately): exact rounding of the 64-bit value. */

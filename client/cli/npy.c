@@ -26,7 +26,9 @@ static bool bits_dtype(ts_dtype dt) {
   return dt == TS_BF16 || dt == TS_F8_E4M3 || dt == TS_F8_E5M2;
 }
 
-static const char *descr_of(ts_dtype dt) { return ts_dtype_valid((int)dt) ? descr_table[dt] : NULL; }
+static const char *descr_of(ts_dtype dt) {
+  return ts_dtype_valid((int)dt) ? descr_table[dt] : NULL;
+}
 
 void cli_npy_free(npy_array *a) {
   if (a) {

@@ -5,8 +5,8 @@
  * data_offsets}} and `__metadata__`, then the data section. Every entry is checked before anything
  * is planned or allocated from it: the dtype is one the format defines (one tshard lacks, such as
  * C64, is checked like the others by its bits and refused only when an import asks for the
- * tensor: ts__st_refuse_dtype), the shape is non-negative and its bytes equal the entry's range, the range lies inside the file and
- * overlaps no other entry's, names are valid text, `__metadata__` is an object of strings (kept
+ * tensor: ts__st_refuse_dtype), the shape is non-negative and its bytes equal the entry's
+ * range, the range lies inside the file and overlaps no other entry's, names are valid text, `__metadata__` is an object of strings (kept
  * once per file, by reference: st_meta). Errors name the file and the tensor. Files are opened
  * like checkpoint files (no FIFO, no symbolic link; ts__ckpt_open_regular).
  *
