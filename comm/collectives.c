@@ -2,10 +2,11 @@
  * 64-bit byte counts (the agreement that makes a reshard atomic is agree.c's).
  *
  * Data moves as MPI_BYTE. Reductions need arithmetic: sums of f32, f64, i32 and i64 run with MPI's
- * own ops (fast, vectorized); max and min of every dtype, and every op on f16/bf16, i8 and u8, run
- * through the project's reduce kernel as user-defined MPI ops over one contiguous datatype per
- * dtype, so NaN handling, half-precision rounding and integer wrapping are the same in every
- * strategy. 8-bit sums must not use MPI_SUM: Open MPI 4.1's vectorized (AVX) sum saturates
+ * own ops (fast, vectorized); max and min of every dtype, and every op on the other dtypes (f16,
+ * bf16, the 8- and 16-bit integers, u32, u64, bool), run through the project's reduce kernel as
+ * user-defined MPI ops over one contiguous datatype per dtype, so NaN handling, half-precision
+ * rounding, integer wrapping and bool's or/and are the same in every strategy; the 8-bit floats,
+ * which have no reductions, are refused before any MPI call. 8-bit sums must not use MPI_SUM: Open MPI 4.1's vectorized (AVX) sum saturates
  * int8/uint8 (200 + 100 gives 255, where p2p and a C cast give 44; open-mpi/ompi#8045). */
 #include <errno.h>
 #include <limits.h>
@@ -77,6 +78,9 @@ int ts__comm_reduce_types(ts_dtype dt, ts_reduce_op op, MPI_Datatype *type, MPI_
   if (!ts_dtype_valid((int)dt) || (int)op < 0 || op >= TS_REDUCE_COUNT)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "reduction of dtype %d with op %d", (int)dt,
                         (int)op);
+  int rc = ts_reduce_check(dt, op, err); /* the 8-bit floats have no reductions */
+  if (rc)
+    return rc;
   if (!types_ready)
     return ts_error_set(err, TS_INTERNAL, "MPI reduction types used before ts_world_init");
   if (op == TS_REDUCE_SUM) {

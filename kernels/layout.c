@@ -62,7 +62,7 @@ int64_t ts_layout_address(const ts_layout *l, const int64_t *index) {
 
 static int check_dims(ts_dtype dt, int ndim, const int64_t *shape, ts_error *err) {
   if (!ts_dtype_valid(dt))
-    return ts_error_set(err, TS_BAD_DTYPE, "invalid dtype %d: valid are 0..%d (f32 ... u8)", (int)dt,
+    return ts_error_set(err, TS_BAD_DTYPE, "invalid dtype %d: valid are 0..%d (" TS_DTYPE_NAMES ")", (int)dt,
                         TS_DTYPE_COUNT - 1);
   if (ndim < 0 || ndim > TS_MAX_DIMS)
     return ts_error_set(err, TS_BAD_SHAPE, "%d dims: a layout has 0 to %d dims", ndim, TS_MAX_DIMS);

@@ -2,7 +2,10 @@
  * contiguous elements, and the identity of each op. f16 and bf16 are widened to f32, reduced and
  * rounded back (round to nearest even), so a chain of reductions rounds once per step. Max and min
  * of floats propagate NaN (a NaN on either side gives NaN), matching what users of partial max
- * expect from numpy's maximum. */
+ * expect from numpy's maximum. On bool, sum and max are "or" and min is "and" (numpy's sum of
+ * bools stored back as bool, maximum and minimum). The 8-bit floats have no reductions: an f8 sum
+ * rounded at every step loses most of its bits, so partial f8 tensors are refused, naming the
+ * dtype; users reduce in f16, bf16 or f32. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -67,11 +70,32 @@ static float reduce_f32(float a, float b, ts_reduce_op op) {
   return b < a ? b : a;
 }
 
-int ts_reduce(void *dst, const void *src, size_t n, ts_dtype dt, ts_reduce_op op, ts_error *err) {
+int ts_reduce_check(ts_dtype dt, ts_reduce_op op, ts_error *err) {
   if ((int)op < 0 || op >= TS_REDUCE_COUNT)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "reduce op %d; valid: sum, max, min", (int)op);
   if (!ts_dtype_valid((int)dt))
     return ts_error_set(err, TS_BAD_DTYPE, "dtype %d is not valid", (int)dt);
+  if (dt == TS_F8_E4M3 || dt == TS_F8_E5M2)
+    return ts_error_set(err, TS_BAD_DTYPE,
+                        "partial %s of %s: %s has no reductions; sum, max and min exist for f32, "
+                        "f64, f16, bf16, the integer dtypes and bool (reduce in f16, bf16 or f32)",
+                        ts_reduce_name(op), ts_dtype_name(dt), ts_dtype_name(dt));
+  return TS_OK;
+}
+
+static void reduce_bool(uint8_t *d, const uint8_t *s, size_t n, ts_reduce_op op) {
+  if (op == TS_REDUCE_MIN)
+    for (size_t i = 0; i < n; i++)
+      d[i] = (uint8_t)(d[i] != 0 && s[i] != 0);
+  else
+    for (size_t i = 0; i < n; i++)
+      d[i] = (uint8_t)(d[i] != 0 || s[i] != 0);
+}
+
+int ts_reduce(void *dst, const void *src, size_t n, ts_dtype dt, ts_reduce_op op, ts_error *err) {
+  int rc = ts_reduce_check(dt, op, err);
+  if (rc)
+    return rc;
   if (n > 0 && (!dst || !src))
     return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_reduce: NULL buffer for %zu elements", n);
   switch (dt) {
@@ -107,17 +131,47 @@ int ts_reduce(void *dst, const void *src, size_t n, ts_dtype dt, ts_reduce_op op
   case TS_U8:
     INT_LOOP(uint8_t, uint8_t);
     break;
+  case TS_I16:
+    INT_LOOP(int16_t, uint16_t);
+    break;
+  case TS_U16:
+    INT_LOOP(uint16_t, uint16_t);
+    break;
+  case TS_U32:
+    INT_LOOP(uint32_t, uint32_t);
+    break;
+  case TS_U64:
+    INT_LOOP(uint64_t, uint64_t);
+    break;
+  case TS_BOOL:
+    reduce_bool(dst, src, n, op);
+    break;
   default:
     return ts_error_set(err, TS_BAD_DTYPE, "dtype %d is not valid", (int)dt);
   }
   return TS_OK;
 }
 
+/* The identity of max (the lowest value) and of min (the highest) of each integer dtype. */
+static const struct {
+  int64_t lowest;
+  uint64_t highest;
+} int_identity[TS_DTYPE_COUNT] = {
+    [TS_I8] = {.lowest = INT8_MIN, .highest = INT8_MAX},
+    [TS_I16] = {.lowest = INT16_MIN, .highest = INT16_MAX},
+    [TS_I32] = {.lowest = INT32_MIN, .highest = INT32_MAX},
+    [TS_I64] = {.lowest = INT64_MIN, .highest = INT64_MAX},
+    [TS_U8] = {.lowest = 0, .highest = UINT8_MAX},
+    [TS_U16] = {.lowest = 0, .highest = UINT16_MAX},
+    [TS_U32] = {.lowest = 0, .highest = UINT32_MAX},
+    [TS_U64] = {.lowest = 0, .highest = UINT64_MAX},
+    [TS_BOOL] = {.lowest = 0, .highest = 1},
+};
+
 int ts_reduce_fill_identity(void *dst, size_t n, ts_dtype dt, ts_reduce_op op, ts_error *err) {
-  if ((int)op < 0 || op >= TS_REDUCE_COUNT)
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "reduce op %d; valid: sum, max, min", (int)op);
-  if (!ts_dtype_valid((int)dt))
-    return ts_error_set(err, TS_BAD_DTYPE, "dtype %d is not valid", (int)dt);
+  int rc = ts_reduce_check(dt, op, err);
+  if (rc)
+    return rc;
   if (n > 0 && !dst)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_reduce_fill_identity: NULL buffer");
   size_t es = ts_dtype_size(dt);
@@ -148,28 +202,14 @@ int ts_reduce_fill_identity(void *dst, size_t n, ts_dtype dt, ts_reduce_op op, t
     memcpy(one, &v, 2);
     break;
   }
-  case TS_I8: {
-    int8_t v = max ? INT8_MIN : INT8_MAX;
-    memcpy(one, &v, 1);
+  default: { /* integers and bool: the value truncated to the element's width */
+    uint64_t v = max ? (uint64_t)int_identity[dt].lowest : int_identity[dt].highest;
+    uint8_t v8 = (uint8_t)v;
+    uint16_t v16 = (uint16_t)v;
+    uint32_t v32 = (uint32_t)v;
+    memcpy(one, es == 1 ? (void *)&v8 : es == 2 ? (void *)&v16 : es == 4 ? (void *)&v32 : &v, es);
     break;
   }
-  case TS_I32: {
-    int32_t v = max ? INT32_MIN : INT32_MAX;
-    memcpy(one, &v, 4);
-    break;
-  }
-  case TS_I64: {
-    int64_t v = max ? INT64_MIN : INT64_MAX;
-    memcpy(one, &v, 8);
-    break;
-  }
-  case TS_U8: {
-    uint8_t v = max ? 0 : UINT8_MAX;
-    memcpy(one, &v, 1);
-    break;
-  }
-  default:
-    return ts_error_set(err, TS_BAD_DTYPE, "dtype %d is not valid", (int)dt);
   }
   unsigned char *d = dst;
   for (size_t i = 0; i < n; i++)

@@ -24,7 +24,17 @@
   X(I8, "i8", 1, 0)                                                                                \
   X(I32, "i32", 4, 0)                                                                              \
   X(I64, "i64", 8, 0)                                                                              \
-  X(U8, "u8", 1, 0)
+  X(U8, "u8", 1, 0)                                                                                \
+  X(BOOL, "bool", 1, 0)                                                                            \
+  X(I16, "i16", 2, 0)                                                                              \
+  X(U16, "u16", 2, 0)                                                                              \
+  X(U32, "u32", 4, 0)                                                                              \
+  X(U64, "u64", 8, 0)                                                                              \
+  X(F8_E4M3, "f8_e4m3", 1, 1)                                                                      \
+  X(F8_E5M2, "f8_e5m2", 1, 1)
+/* The names, in order, for the messages that list them. */
+#define TS_DTYPE_NAMES                                                                             \
+  "f32, f64, f16, bf16, i8, i32, i64, u8, bool, i16, u16, u32, u64, f8_e4m3, f8_e5m2"
 
 typedef enum {
 #define TS_X_DT(name, text, size, isfloat) TS_##name,
@@ -35,7 +45,7 @@ typedef enum {
 
 bool ts_dtype_valid(int dtype);
 size_t ts_dtype_size(ts_dtype dt);     /* bytes per element; 0 for an invalid dtype */
-bool ts_dtype_is_float(ts_dtype dt);   /* f32, f64, f16, bf16 */
+bool ts_dtype_is_float(ts_dtype dt);   /* f32, f64, f16, bf16, f8_e4m3, f8_e5m2 */
 const char *ts_dtype_name(ts_dtype dt); /* "f32"...; "invalid" for an invalid dtype */
 /* Parses "f32", "bf16", ... ; on failure the error lists the valid names. */
 int ts_dtype_parse(const char *text, ts_dtype *out, ts_error *err);
@@ -51,15 +61,27 @@ uint16_t ts_f64_to_f16(double d);
 float ts_bf16_to_f32(uint16_t b);
 uint16_t ts_f32_to_bf16(float f);
 uint16_t ts_f64_to_bf16(double d);
+/* The two 8-bit floats of safetensors and PyTorch. f8_e4m3 is E4M3FN (bias 7, 3 mantissa bits):
+ * no infinities, 0x7F and 0xFF are NaN, the largest finite is 448; a value that rounds beyond it,
+ * and an infinity, become NaN. f8_e5m2 (bias 15, 2 mantissa bits) is IEEE-like: the largest
+ * finite is 57344, overflow gives infinity. */
+float ts_f8_e4m3_to_f32(uint8_t b);
+uint8_t ts_f32_to_f8_e4m3(float f);
+uint8_t ts_f64_to_f8_e4m3(double d);
+float ts_f8_e5m2_to_f32(uint8_t b);
+uint8_t ts_f32_to_f8_e5m2(float f);
+uint8_t ts_f64_to_f8_e5m2(double d);
 
 /* Converts n contiguous elements (fast paths for the common pairs). Float to integer truncates
- * toward zero and saturates (NaN gives 0); integer to integer wraps like a C cast to unsigned. */
+ * toward zero and saturates (NaN gives 0); integer to integer wraps like a C cast to unsigned.
+ * To bool: nonzero (NaN included) gives 1, as numpy's astype(bool); from bool: 0 or 1. */
 void ts_convert(void *dst, ts_dtype dt_dst, const void *src, ts_dtype dt_src, size_t n);
 
 /* Checks that n contiguous elements of dt_src keep their values when converted to dt_dst by
  * ts_convert, up to the target's rounding: an integer target must hold every value (floats
- * truncated toward zero; NaN and infinities have none), a float target must not overflow a finite
- * value to infinity (NaN and infinities stay what they are). TS_BAD_DTYPE naming both dtypes, the
+ * truncated toward zero; NaN and infinities have none), a bool target only 0 and 1, a float
+ * target must not overflow a finite value to infinity (NaN and infinities stay what they are;
+ * f8_e4m3 has no infinity, so an infinity is refused too). TS_BAD_DTYPE naming both dtypes, the
  * first element that does not fit, its value and the target's range; TS_OK when all fit. */
 int ts_convert_check(const void *src, ts_dtype dt_src, ts_dtype dt_dst, size_t n, ts_error *err);
 
@@ -174,12 +196,15 @@ int ts_copy_box_reference(const ts_tensor *dst, const int64_t *dst_start, const 
 
 /* ---------------------------------------------------------------------------------------------
  * Reductions (partial placements): dst[i] = op(dst[i], src[i]) over n contiguous elements.
- * f16 and bf16 reduce in f32. */
+ * f16 and bf16 reduce in f32; integer sums wrap; on bool, sum and max are "or", min is "and".
+ * f8_e4m3 and f8_e5m2 have no reductions (TS_BAD_DTYPE naming the dtype). */
 
 typedef enum { TS_REDUCE_SUM, TS_REDUCE_MAX, TS_REDUCE_MIN, TS_REDUCE_COUNT } ts_reduce_op;
 
 const char *ts_reduce_name(ts_reduce_op op); /* "sum", "max", "min" */
 int ts_reduce_parse(const char *text, ts_reduce_op *out, ts_error *err);
+/* TS_OK when op is a valid reduction of dt; otherwise the error says which dtypes and ops are. */
+int ts_reduce_check(ts_dtype dt, ts_reduce_op op, ts_error *err);
 int ts_reduce(void *dst, const void *src, size_t n, ts_dtype dt, ts_reduce_op op, ts_error *err);
 /* The identity of op for dt (0, -inf / lowest, +inf / highest), written n times. */
 int ts_reduce_fill_identity(void *dst, size_t n, ts_dtype dt, ts_reduce_op op, ts_error *err);

@@ -192,8 +192,11 @@ int cli_cmd_get(cli_args *a, tshard_client *c) {
     if (cli_npy_write(file, &arr, &err))
       code = cli_fail(CLI_IO, err.msg);
     else
-      report(a, arr.dtype == TS_BF16 ? "get (bf16 as uint16 bits)" : "get", name, arr.bytes, "to",
-             file, -1);
+      report(a, arr.dtype == TS_BF16      ? "get (bf16 as uint16 bits)"
+                : arr.dtype == TS_F8_E4M3 ? "get (f8_e4m3 as uint8 bits)"
+                : arr.dtype == TS_F8_E5M2 ? "get (f8_e5m2 as uint8 bits)"
+                                          : "get",
+             name, arr.bytes, "to", file, -1);
   }
   cli_npy_free(&arr);
   tshard_info_clear(&info);

@@ -1,12 +1,12 @@
 /* cmd_put.c - `tshard put NAME FILE.npy`, checked: the file's dtype and shape are compared with
  * the tensor's before anything is sent, and the put declares them so the daemon checks too. A
  * file of another dtype is refused unless --convert asks to convert it, which the Python package
- * does the same way: numpy dtypes without a tshard dtype are widened losslessly first (bool to u8,
- * int16 and uint16 to i32, uint32 and uint64 to i64), then the values are converted by the
- * kernels' rules (floats round to nearest even, floats to integers truncate toward zero) and
- * refused, naming both dtypes, when one would not fit (out of range, NaN or an infinity into an
- * integer, overflow to infinity). A uint16 file is numbers; bf16 bit patterns are read only with
- * --bf16-bits. A file of another shape is always refused. */
+ * does the same way: the values are converted by the kernels' rules (floats round to nearest
+ * even, floats to integers truncate toward zero, nonzero to bool is 1) and refused, naming both
+ * dtypes, when one would not survive (out of range, NaN or an infinity into an integer, a bool
+ * other than 0 or 1, overflow). A uint16 file is numbers; bf16 bit patterns are read only with
+ * --bf16-bits (or --dtype bf16), f8 codes of a uint8 file only with --dtype f8_e4m3 or f8_e5m2.
+ * A file of another shape is always refused. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,21 +50,25 @@ static int match_tensor(const cli_args *a, const char *name, const char *file,
   if (arr->dtype == tdt)
     return CLI_OK;
   if (!cli_flag(a, "convert")) {
+    bool w16 = arr->dtype == TS_U16 || arr->dtype == TS_I16;
+    bool w8 = arr->dtype == TS_U8 || arr->dtype == TS_I8;
+    const char *bits = w16 && tdt == TS_BF16 ? "; if the file holds bf16 bit patterns, add "
+                                               "--bf16-bits"
+                       : w8 && (tdt == TS_F8_E4M3 || tdt == TS_F8_E5M2)
+                           ? "; if the file holds f8 codes, add --dtype "
+                           : "";
     snprintf(msg, sizeof msg, "put %s: %s is %s but the tensor '%s' is %s; add --convert to "
-             "convert the values to %s (README: Checked puts), or write the file as %s", name,
-             file, have, name, want, info->dtype, info->dtype);
+             "convert the values to %s (README: Checked puts), or write the file as %s%s%s", name,
+             file, have, name, want, info->dtype, info->dtype, bits,
+             bits[0] && tdt != TS_BF16 ? info->dtype : "");
     return cli_fail(CLI_FAILED, msg);
   }
   size_t n = arr->bytes / ts_dtype_size(arr->dtype);
   size_t bytes = n * ts_dtype_size(tdt);
   ts_error why;
   if (ts_convert_check(arr->data, arr->dtype, tdt, n, &why)) {
-    char from[64] = "";
-    if (arr->widened_from)
-      snprintf(from, sizeof from, " (%s, widened losslessly to %s)", arr->widened_from,
-               ts_dtype_name(arr->dtype));
-    snprintf(msg, sizeof msg, "put %s: %s%s into the tensor '%s' (%s): %s", name, file, from,
-             name, info->dtype, why.msg);
+    snprintf(msg, sizeof msg, "put %s: %s into the tensor '%s' (%s): %s", name, file, name,
+             info->dtype, why.msg);
     return cli_fail(CLI_FAILED, msg);
   }
   void *out = malloc(bytes ? bytes : 1);
@@ -79,12 +83,10 @@ static int match_tensor(const cli_args *a, const char *name, const char *file,
 }
 
 /* Reads the file as the options say: --bf16-bits (or --dtype bf16) takes uint16 as bf16 bit
- * patterns, --convert widens numpy dtypes without a tshard dtype. */
+ * patterns, --dtype f8_e4m3 / f8_e5m2 uint8 as f8 bit patterns. */
 static int read_file(const cli_args *a, const char *file, ts_dtype hint, npy_array *arr) {
   ts_error err;
-  npy_mode mode = cli_flag(a, "convert") ? NPY_WIDEN : NPY_EXACT;
-  if (cli_flag(a, "bf16-bits") || hint == TS_BF16)
-    mode = NPY_BF16_BITS;
+  npy_mode mode = cli_flag(a, "bf16-bits") ? NPY_BF16_BITS : cli_npy_mode_for(hint);
   int rc = cli_npy_read_as(file, mode, arr, &err);
   if (!rc && hint != TS_DTYPE_COUNT && hint != arr->dtype) {
     snprintf(err.msg, sizeof err.msg, "%s holds %s data, not %s (--dtype)", file,

@@ -21,7 +21,8 @@
 static const cli_command commands[] = {
     {"plan", cli_cmd_plan, NULL, "print the planner's EXPLAIN for a reshard (computed locally)",
      "  --shape S        global shape, e.g. 1024,512\n"
-     "  --dtype T        f32 (default), f64, f16, bf16, i8, i32, i64, u8\n"
+     "  --dtype T        f32 (default), f64, f16, bf16, i8, i32, i64, u8, bool, i16, u16,\n"
+     "                   u32, u64, f8_e4m3, f8_e5m2\n"
      "  --from ATTR      source attribute (see shard/plan/ATTRIBUTES.md)\n"
      "  --to ATTR        target attribute\n"
      "  --strategy S     auto (default), allgather, root, p2p, alltoall, allreduce,\n"
@@ -57,8 +58,10 @@ static const cli_command commands[] = {
      CONNECT_HELP "  --json           machine-readable output\n", "tshard ping --rank 1"},
     {"create", NULL, cli_cmd_create, "create a zero-filled tensor on every rank",
      "  NAME             the tensor's name\n"
-     "  --dtype T        f32 (default), f64, f16, bf16, i8, i32, i64, u8, or numpy's\n"
-     "                   names: float32, float64, float16, bfloat16, int8, int32, int64, uint8\n"
+     "  --dtype T        f32 (default), f64, f16, bf16, i8, i32, i64, u8, bool, i16, u16,\n"
+     "                   u32, u64, f8_e4m3 (E4M3FN), f8_e5m2, or numpy's and torch's names:\n"
+     "                   float32, float64, float16, bfloat16, int8, int32, int64, uint8,\n"
+     "                   int16, uint16, uint32, uint64, float8_e4m3fn, float8_e5m2\n"
      "  --shape S        global shape, e.g. 1024,512\n"
      "  --attr ATTR      distributed attribute\n"
      "  --layout TAG     layout of the stored slices (default row-major), e.g. aBcd16b\n"
@@ -70,19 +73,22 @@ static const cli_command commands[] = {
     {"put", NULL, cli_cmd_put, "put a whole tensor from a .npy file (the daemons scatter it)",
      "  NAME FILE.npy    the tensor and the file (C or Fortran order)\n"
      "  --attr ATTR      create the tensor with this attribute first (dtype and shape of the file)\n"
-     "  --dtype T        the dtype the file must hold (f32 or float32, ...)\n"
+     "  --dtype T        the dtype the file must hold (f32 or float32, ...); bf16: its\n"
+     "                   uint16 values are bf16 bit patterns, f8_e4m3 / f8_e5m2: its uint8\n"
+     "                   values are 8-bit float codes\n"
      "  --bf16-bits      the file's uint16 (or int16) values are bf16 bit patterns\n"
      "  --layout TAG     layout of the stored slices, when creating\n"
      "  --key KEY        idempotency key\n"
-     "  --convert        convert the values to the tensor's dtype (bool, int16, uint16, uint32\n"
-     "                   and uint64 files widened first); refused if a value would not fit\n"
+     "  --convert        convert the values to the tensor's dtype (floats round to nearest\n"
+     "                   even); refused if a value would not survive\n"
      "  --progress       a progress bar on stderr (default: on a terminal, for large data)\n"
      "  --json           machine-readable output\n" CONNECT_HELP,
      "tshard put w weights.npy --attr 'mesh=[4] placements=[S(0)]'"},
     {"get", NULL, cli_cmd_get,
      "get a whole tensor into a .npy file (gathered to the connected rank)",
      "  NAME FILE.npy    the tensor and the file to write (bf16 is written as uint16 bits:\n"
-     "                   put it back with --bf16-bits)\n"
+     "                   put it back with --bf16-bits; f8_e4m3 and f8_e5m2 as uint8 bits:\n"
+     "                   put them back with --dtype f8_e4m3 or f8_e5m2)\n"
      "  --progress       a progress bar on stderr (default: on a terminal, for large data)\n"
      "  --json           machine-readable output\n" CONNECT_HELP,
      "tshard get w out.npy"},

@@ -12,36 +12,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct {
-  const char *descr; /* without the byte-order character */
-  ts_dtype dt;
-} descr_table[] = {
-    {"f4", TS_F32}, {"f8", TS_F64}, {"f2", TS_F16}, {"i1", TS_I8},
-    {"i4", TS_I32}, {"i8", TS_I64}, {"u1", TS_U8},  {"u2", TS_BF16},
+/* Each dtype's numpy descr code (without the byte-order character). bf16 is written as the uint16
+ * and the 8-bit floats as the uint8 of their bits (numpy has none of them); a reader takes such a
+ * file as those bits only when asked (npy_mode). */
+static const char *const descr_table[TS_DTYPE_COUNT] = {
+    [TS_F32] = "f4", [TS_F64] = "f8",  [TS_F16] = "f2",  [TS_BF16] = "u2", [TS_I8] = "i1",
+    [TS_I32] = "i4", [TS_I64] = "i8",  [TS_U8] = "u1",   [TS_BOOL] = "b1", [TS_I16] = "i2",
+    [TS_U16] = "u2", [TS_U32] = "u4",  [TS_U64] = "u8",  [TS_F8_E4M3] = "u1",
+    [TS_F8_E5M2] = "u1",
 };
 
-/* numpy dtypes without a tshard dtype, widened losslessly when the reader asks (as the Python
- * package does with convert=True): bool and uint8 to u8, int16 and uint16 to i32, uint32 to i64,
- * uint64 to i64 when every value fits. */
-static const struct {
-  const char *descr;
-  const char *numpy;
-  size_t size;
-  bool is_signed;
-  ts_dtype dt;
-} widen_table[] = {
-    {.descr = "b1", .numpy = "bool", .size = 1, .is_signed = false, .dt = TS_U8},
-    {.descr = "i2", .numpy = "int16", .size = 2, .is_signed = true, .dt = TS_I32},
-    {.descr = "u2", .numpy = "uint16", .size = 2, .is_signed = false, .dt = TS_I32},
-    {.descr = "u4", .numpy = "uint32", .size = 4, .is_signed = false, .dt = TS_I64},
-    {.descr = "u8", .numpy = "uint64", .size = 8, .is_signed = false, .dt = TS_I64},
-};
+static bool bits_dtype(ts_dtype dt) {
+  return dt == TS_BF16 || dt == TS_F8_E4M3 || dt == TS_F8_E5M2;
+}
 
 static const char *descr_of(ts_dtype dt) {
-  for (size_t i = 0; i < sizeof descr_table / sizeof descr_table[0]; i++)
-    if (descr_table[i].dt == dt)
-      return descr_table[i].descr;
-  return NULL;
+  return ts_dtype_valid((int)dt) ? descr_table[dt] : NULL;
 }
 
 void cli_npy_free(npy_array *a) {
@@ -81,16 +67,8 @@ static const char *numpy_name(const char *code) {
   return code;
 }
 
-/* The widening of the file's element type, if any: index into widen_table or -1. */
-static int widening_of(const char *code) {
-  for (size_t i = 0; i < sizeof widen_table / sizeof widen_table[0]; i++)
-    if (strcmp(code, widen_table[i].descr) == 0)
-      return (int)i;
-  return -1;
-}
-
 static int parse_header(const char *path, const char *hdr, npy_mode mode, npy_array *out,
-                        bool *fortran, bool *swap, int *widen, ts_error *err) {
+                        bool *fortran, bool *swap, ts_error *err) {
   const char *d = dict_value(hdr, "descr"), *f = dict_value(hdr, "fortran_order"),
              *s = dict_value(hdr, "shape");
   if (!d || !f || !s || (*d != '\'' && *d != '"'))
@@ -105,35 +83,33 @@ static int parse_header(const char *path, const char *hdr, npy_mode mode, npy_ar
   char order = descr[0];
   const char *code = descr + ((order == '<' || order == '>' || order == '|' || order == '=') ? 1 : 0);
   bool found = false;
-  *widen = -1;
-  for (size_t i = 0; i < sizeof descr_table / sizeof descr_table[0]; i++)
-    if (strcmp(code, descr_table[i].descr) == 0 && descr_table[i].dt != TS_BF16) {
-      out->dtype = descr_table[i].dt;
+  for (int i = 0; i < TS_DTYPE_COUNT; i++)
+    if (!bits_dtype((ts_dtype)i) && strcmp(code, descr_table[i]) == 0) {
+      out->dtype = (ts_dtype)i;
       found = true;
     }
-  if (mode == NPY_BF16_BITS) {
-    if (strcmp(code, "u2") != 0 && strcmp(code, "i2") != 0)
-      return ts_error_set(err, TS_BAD_DTYPE, "%s: --bf16-bits reads uint16 (or int16) bit "
-                          "patterns, but the file's numpy dtype is %s", path, numpy_name(code));
-    out->dtype = TS_BF16;
-    found = true;
-  } else if (!found && (*widen = widening_of(code)) >= 0) {
-    if (mode != NPY_WIDEN)
-      return ts_error_set(err, TS_BAD_DTYPE,
-                          "%s: numpy dtype %s has no tshard dtype; --convert widens it to %s "
-                          "(bf16 bit patterns in uint16: --bf16-bits)", path,
-                          widen_table[*widen].numpy, ts_dtype_name(widen_table[*widen].dt));
-    out->dtype = widen_table[*widen].dt;
-    out->widened_from = widen_table[*widen].numpy;
+  if (mode != NPY_EXACT) { /* bit patterns: of the float's width, unsigned or signed */
+    ts_dtype bits = mode == NPY_BF16_BITS ? TS_BF16 : mode == NPY_F8_E4M3_BITS ? TS_F8_E4M3
+                                                                             : TS_F8_E5M2;
+    bool w16 = strcmp(code, "u2") == 0 || strcmp(code, "i2") == 0;
+    bool w8 = strcmp(code, "u1") == 0 || strcmp(code, "i1") == 0;
+    if (bits == TS_BF16 ? !w16 : !w8)
+      return ts_error_set(err, TS_BAD_DTYPE, "%s: %s data (%s%s) is read from %s (or %s) bit "
+                          "patterns, but the file's numpy dtype is %s", path, ts_dtype_name(bits),
+                          bits == TS_BF16 ? "--bf16-bits or " : "", bits == TS_BF16 ? "--dtype bf16"
+                          : bits == TS_F8_E4M3 ? "--dtype f8_e4m3" : "--dtype f8_e5m2",
+                          bits == TS_BF16 ? "uint16" : "uint8", bits == TS_BF16 ? "int16" : "int8",
+                          numpy_name(code));
+    out->dtype = bits;
     found = true;
   }
   if (!found)
     return ts_error_set(err, TS_BAD_DTYPE,
                         "%s: numpy dtype '%s' is not supported: valid are float32, float64, "
-                        "float16, int8, int32, int64, uint8; with --convert also bool, int16, "
-                        "uint16, uint32, uint64 (widened); bf16 bit patterns with --bf16-bits",
-                        path, descr);
-  size_t es = *widen >= 0 ? widen_table[*widen].size : ts_dtype_size(out->dtype);
+                        "float16, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool; "
+                        "bf16 bit patterns with --bf16-bits (or --dtype bf16), f8 bit patterns "
+                        "with --dtype f8_e4m3 or f8_e5m2", path, descr);
+  size_t es = ts_dtype_size(out->dtype);
   *swap = order == '>' && es > 1;
   if (strncmp(f, "True", 4) == 0)
     *fortran = true;
@@ -169,51 +145,13 @@ static int parse_header(const char *path, const char *hdr, npy_mode mode, npy_ar
   return TS_OK;
 }
 
-/* Widens n raw elements of widen_table[w] (native order) in `raw` to the table's dtype in `dst`;
- * uint64 values above the largest i64 are refused. */
-static int widen_data(const char *path, int w, const unsigned char *raw, void *dst, size_t n,
-                      ts_error *err) {
-  size_t es = widen_table[w].size;
-  for (size_t i = 0; i < n; i++) {
-    uint64_t u = 0;
-    int64_t v;
-    if (es == 1) {
-      v = raw[i] != 0;
-    } else if (es == 2 && widen_table[w].is_signed) {
-      int16_t x;
-      memcpy(&x, raw + 2 * i, 2);
-      v = x;
-    } else if (es == 2) {
-      uint16_t x;
-      memcpy(&x, raw + 2 * i, 2);
-      v = x;
-    } else if (es == 4) {
-      uint32_t x;
-      memcpy(&x, raw + 4 * i, 4);
-      v = x;
-    } else {
-      memcpy(&u, raw + 8 * i, 8);
-      if (u > (uint64_t)INT64_MAX)
-        return ts_error_set(err, TS_BAD_DTYPE, "%s: converting uint64 to i64 would change values: "
-                            "element %zu (%llu) is outside the range of i64, which holds up to "
-                            "2^63-1", path, i, (unsigned long long)u);
-      v = (int64_t)u;
-    }
-    if (widen_table[w].dt == TS_U8) {
-      uint8_t b = (uint8_t)v;
-      memcpy((unsigned char *)dst + i, &b, 1);
-    } else if (widen_table[w].dt == TS_I32) {
-      int32_t x = (int32_t)v;
-      memcpy((unsigned char *)dst + 4 * i, &x, 4);
-    } else {
-      memcpy((unsigned char *)dst + 8 * i, &v, 8);
-    }
-  }
-  return TS_OK;
+npy_mode cli_npy_mode_for(ts_dtype dt) {
+  return dt == TS_BF16 ? NPY_BF16_BITS : dt == TS_F8_E4M3 ? NPY_F8_E4M3_BITS
+         : dt == TS_F8_E5M2 ? NPY_F8_E5M2_BITS : NPY_EXACT;
 }
 
 int cli_npy_read(const char *path, ts_dtype hint, npy_array *out, ts_error *err) {
-  int rc = cli_npy_read_as(path, hint == TS_BF16 ? NPY_BF16_BITS : NPY_EXACT, out, err);
+  int rc = cli_npy_read_as(path, cli_npy_mode_for(hint), out, err);
   if (!rc && hint != TS_DTYPE_COUNT && hint != out->dtype) {
     rc = ts_error_set(err, TS_BAD_DTYPE, "%s holds %s data, not %s", path,
                       ts_dtype_name(out->dtype), ts_dtype_name(hint));
@@ -260,8 +198,7 @@ int cli_npy_read_as(const char *path, npy_mode mode, npy_array *out, ts_error *e
   }
   hdr[hlen] = '\0';
   bool fortran = false, swap = false;
-  int widen = -1;
-  if ((rc = parse_header(path, hdr, mode, out, &fortran, &swap, &widen, err)))
+  if ((rc = parse_header(path, hdr, mode, out, &fortran, &swap, err)))
     goto done;
   int64_t numel = 1;
   for (int d = 0; d < out->ndim; d++)
@@ -269,7 +206,7 @@ int cli_npy_read_as(const char *path, npy_mode mode, npy_array *out, ts_error *e
       rc = ts_error_set(err, TS_OVERFLOW, "%s: the shape's element count overflows", path);
       goto done;
     }
-  size_t es = widen >= 0 ? widen_table[widen].size : ts_dtype_size(out->dtype);
+  size_t es = ts_dtype_size(out->dtype);
   out->bytes = (size_t)numel * es;
   out->data = malloc(out->bytes ? out->bytes : 1);
   if (!out->data) {
@@ -288,20 +225,6 @@ int cli_npy_read_as(const char *path, npy_mode mode, npy_array *out, ts_error *e
         c[a] = c[b];
         c[b] = t;
       }
-  if (widen >= 0) {
-    size_t wide = (size_t)numel * ts_dtype_size(out->dtype);
-    void *w = malloc(wide ? wide : 1);
-    if (!w) {
-      rc = ts_error_set(err, TS_NO_MEMORY, "%s: cannot allocate %zu bytes", path, wide);
-      goto done;
-    }
-    rc = widen_data(path, widen, out->data, w, (size_t)numel, err);
-    free(out->data);
-    out->data = w;
-    out->bytes = wide;
-    if (rc)
-      goto done;
-  }
   if (fortran && out->ndim > 1 && numel > 0) { /* column-major view -> row-major copy */
     ts_tensor src = {out->data, out->bytes, {0}}, dst = {NULL, out->bytes, {0}};
     if ((rc = ts_layout_plain(&dst.layout, out->dtype, out->ndim, out->shape, err)))

@@ -29,6 +29,21 @@ bool tsd_tag_plain(const char *tag, int ndim) {
   return true;
 }
 
+/* Integers of a float's width put into that float: perhaps its bit patterns, which only the
+ * Python wrappers mark as such. */
+static const char *bits_hint(const char *data, ts_dtype tensor) {
+  bool w16 = strcmp(data, "u16") == 0 || strcmp(data, "i16") == 0;
+  bool w8 = strcmp(data, "u8") == 0 || strcmp(data, "i8") == 0;
+  if (w16 && tensor == TS_BF16)
+    return "; if these are bf16 bit patterns (e.g. torch's t.view(torch.int16)), wrap them "
+           "with tshard.bf16_bits(array): convert=True would take them as integers";
+  if (w8 && (tensor == TS_F8_E4M3 || tensor == TS_F8_E5M2))
+    return "; if these are f8 bit patterns (e.g. torch's t.view(torch.uint8)), wrap them with "
+           "tshard.f8_bits(array, 'e4m3' or 'e5m2') (tshard put: --dtype f8_e4m3 or f8_e5m2): "
+           "convert=True would take them as integers";
+  return "";
+}
+
 int tsd_put_check(const ts_stored *t, bool slice, const char *tag, const char *dtype, size_t n_shape,
                   const int64_t *shape, bool convert, uint64_t total, uint64_t expected,
                   ts_error *err) {
@@ -60,12 +75,13 @@ int tsd_put_check(const ts_stored *t, bool slice, const char *tag, const char *d
       same = shape[d] == want[d];
     if (!same)
       return ts_error_set(err, strcmp(dtype, tdt) && !convert ? TS_BAD_DTYPE : TS_BAD_SHAPE,
-                          "put of '%s': the data is %s but %s '%s' is %s; %s", t->name, have_s,
+                          "put of '%s': the data is %s but %s '%s' is %s; %s%s", t->name, have_s,
                           whose, t->name, want_s,
                           strcmp(dtype, tdt) && !convert ? "convert it (Python convert=True, tshard put "
                                                "--convert: values must fit) or create the "
                                                "tensor with that dtype"
-                                             : "reshape the data to that shape");
+                                             : "reshape the data to that shape",
+                          bits_hint(dtype, t->dtype));
   }
   ts_dtype from = t->dtype; /* the byte count in the elements of the data's dtype */
   if (convert && dtype && ts_dtype_parse(dtype, &from, NULL) == TS_OK) {

@@ -80,12 +80,16 @@ static int check_strategy(const char *s, ts_error *err) {
   return rc ? TS_BAD_STRATEGY : TS_OK;
 }
 
-static int check_attr(const Tshard__DistAttr *m, int ndim, const int64_t *shape,
+/* dt: the tensor's dtype, whose reductions a partial placement needs; TS_DTYPE_COUNT if not
+ * known here. */
+static int check_attr(const Tshard__DistAttr *m, int ndim, const int64_t *shape, ts_dtype dt,
                       const tsd_limits *lim, ts_error *err) {
   ts_attr *a = NULL;
   int rc = tsd_attr_from_msg(m, &a, err);
   if (rc == TS_OK && ndim > 0)
     rc = ts_attr_validate(a, ndim, shape, lim->world_size, err);
+  if (rc == TS_OK && ts_dtype_valid((int)dt))
+    rc = ts_attr_check_dtype(a, dt, err);
   else if (rc == TS_OK)
     for (int i = 0; i < a->nranks; i++)
       if (a->ranks[i] >= lim->world_size) {
@@ -127,7 +131,7 @@ int tsd_validate_create(const Tshard__Request *r, const tsd_limits *lim, ts_erro
                         "dims", c->n_shape, TS_MAX_DIMS);
   if ((rc = ts_tensor_check(c->name, (int)c->n_shape, c->shape, ts_dtype_size(dt), err)))
     return rc;
-  if ((rc = check_attr(c->attr, (int)c->n_shape, c->shape, lim, err)))
+  if ((rc = check_attr(c->attr, (int)c->n_shape, c->shape, dt, lim, err)))
     return rc;
   const char *tag = layout_tag(c->layout);
   if ((rc = check_tag(tag, err)))
@@ -234,7 +238,7 @@ int tsd_validate_reshard(const Tshard__Request *r, const tsd_limits *lim, ts_err
     rc = check_tag(layout_tag(q->layout), err);
   if (!rc)
     rc = check_strategy(q->strategy, err);
-  return rc ? rc : check_attr(q->attr, 0, NULL, lim, err);
+  return rc ? rc : check_attr(q->attr, 0, NULL, TS_DTYPE_COUNT, lim, err);
 }
 
 /* A batch's names: at least one, each well-formed and given once. Sorting a copy keeps this
@@ -282,7 +286,7 @@ int tsd_validate_reshard_many(const Tshard__Request *r, const tsd_limits *lim, t
     if (!irc)
       irc = check_strategy(it->strategy, &lerr);
     if (!irc)
-      irc = check_attr(it->attr, 0, NULL, lim, &lerr);
+      irc = check_attr(it->attr, 0, NULL, TS_DTYPE_COUNT, lim, &lerr);
     if (irc)
       rc = ts_error_set(err, irc, "tensor '%s' of the batch: %s", it->name, lerr.msg);
   }
@@ -310,7 +314,7 @@ int tsd_validate_plan(const Tshard__Request *r, const tsd_limits *lim, ts_error 
   int rc = check_name("tensor name", r->plan->name, err);
   if (!rc)
     rc = check_strategy(r->plan->strategy, err);
-  return rc ? rc : check_attr(r->plan->attr, 0, NULL, lim, err);
+  return rc ? rc : check_attr(r->plan->attr, 0, NULL, TS_DTYPE_COUNT, lim, err);
 }
 
 int tsd_validate_header(const Tshard__Request *req, ts_error *err) {

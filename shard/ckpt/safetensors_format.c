@@ -3,9 +3,10 @@
  * names the files (of the index's directory) holding each tensor. A file is an 8-byte
  * little-endian header length, a JSON header (parsed with jansson) of {name: {dtype, shape,
  * data_offsets}} and `__metadata__`, then the data section. Every entry is checked before anything
- * is planned or allocated from it: the dtype is one tshard has (others are refused by name), the
- * shape is non-negative and its bytes equal the entry's range, the range lies inside the file and
- * overlaps no other entry's, names are valid text, `__metadata__` is an object of strings (kept
+ * is planned or allocated from it: the dtype is one the format defines (one tshard lacks, such as
+ * C64, is checked like the others by its bits and refused only when an import asks for the
+ * tensor: ts__st_refuse_dtype), the shape is non-negative and its bytes equal the entry's
+ * range, the range lies inside the file and overlaps no other entry's, names are valid text, `__metadata__` is an object of strings (kept
  * once per file, by reference: st_meta). Errors name the file and the tensor. Files are opened
  * like checkpoint files (no FIFO, no symbolic link; ts__ckpt_open_regular).
  *
@@ -98,24 +99,43 @@ static size_t parse_cost(const char *t, size_t n) {
   return cost + 2 * longest;
 }
 
-/* The dtype names the format knows, for the message that refuses those tshard has not. */
-static const char *const known_unsupported[] = {"BOOL", "U16", "I16", "U32", "U64", "F8_E4M3",
-                                                "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3",
-                                                "F6_E3M2", "C64"};
+/* The dtypes of the format tshard has not, by their bits per element: their entries are checked
+ * like any other, and refused when imported. */
+static const struct {
+  const char *name;
+  int bits;
+} unsupported[] = {{.name = "F8_E8M0", .bits = 8}, {.name = "F4", .bits = 4},
+                   {.name = "F6_E2M3", .bits = 6}, {.name = "F6_E3M2", .bits = 6},
+                   {.name = "C64", .bits = 64}};
 
-static int dtype_of(const char *file, const char *tname, const char *dt, ts_dtype *out,
+/* The entry's dtype into t (t->dtype, or t->unsupported and TS_DTYPE_COUNT) and its bits per
+ * element; an unknown name is refused. */
+static int dtype_of(const char *file, const char *tname, const char *dt, st_tensor *t, int *bits,
                     ts_error *err) {
-  if (dt && ts_ckpt_dtype_parse(dt, out) == TS_OK)
+  if (dt && ts_ckpt_dtype_parse(dt, &t->dtype) == TS_OK) {
+    *bits = 8 * (int)ts_dtype_size(t->dtype);
     return TS_OK;
+  }
+  for (size_t i = 0; dt && i < sizeof unsupported / sizeof *unsupported; i++)
+    if (strcmp(dt, unsupported[i].name) == 0) {
+      t->dtype = TS_DTYPE_COUNT;
+      t->unsupported = unsupported[i].name;
+      *bits = unsupported[i].bits;
+      return TS_OK;
+    }
   char d[64] = "(none)";
   if (dt)
     ts__ckpt_text_escape(dt, d, sizeof d);
-  bool known = false;
-  for (size_t i = 0; dt && i < sizeof known_unsupported / sizeof *known_unsupported; i++)
-    known = known || strcmp(dt, known_unsupported[i]) == 0;
-  return ts_error_set(err, TS_BAD_DTYPE, "safetensors file '%s', tensor '%s': dtype %s is %s; "
-                      "tshard reads F32 F64 F16 BF16 I8 I32 I64 U8", file, tname, d,
-                      known ? "not supported" : "unknown");
+  return ts_error_set(err, TS_BAD_DTYPE, "safetensors file '%s', tensor '%s': dtype %s is "
+                      "unknown; tshard reads " ST_DTYPES, file, tname, d);
+}
+
+int ts__st_refuse_dtype(const st_model *m, const st_tensor *t, ts_error *err) {
+  char nm[200];
+  ts__ckpt_text_escape(t->name, nm, sizeof nm);
+  return ts_error_set(err, TS_BAD_DTYPE, "safetensors file '%s', tensor '%s': dtype %s is not "
+                      "supported; tshard reads " ST_DTYPES " (import the other tensors by "
+                      "name)", m->files[t->file].path, nm, t->unsupported);
 }
 
 /* Checks one header entry `o` of tensor `name` (data section of `avail` bytes) into t. */
@@ -135,14 +155,15 @@ static int read_entry(const char *file, const char *name, json_t *o, int64_t ava
     BAD("the name is not valid text (%.200s)", terr.msg);
   if (!json_is_object(o))
     BAD("its entry is not a JSON object");
-  int rc = dtype_of(file, nm, json_string_value(json_object_get(o, "dtype")), &t->dtype, err);
+  int bits = 0;
+  int rc = dtype_of(file, nm, json_string_value(json_object_get(o, "dtype")), t, &bits, err);
   if (rc)
     return rc;
   json_t *shape = json_object_get(o, "shape");
   if (!json_is_array(shape) || json_array_size(shape) > TS_MAX_DIMS)
     BAD("shape is not an array of at most %d dims", TS_MAX_DIMS);
   t->ndim = (int)json_array_size(shape);
-  int64_t want = (int64_t)ts_dtype_size(t->dtype);
+  int64_t want = 1; /* elements, then bits, then bytes */
   bool over = false;
   for (int d = 0; d < t->ndim; d++) {
     json_t *v = json_array_get(shape, (size_t)d);
@@ -151,8 +172,12 @@ static int read_entry(const char *file, const char *name, json_t *o, int64_t ava
     t->shape[d] = json_integer_value(v);
     over = over || __builtin_mul_overflow(want, t->shape[d], &want);
   }
-  if (over)
+  if (over || __builtin_mul_overflow(want, (int64_t)bits, &want))
     BAD("its shape holds more bytes than a file can");
+  if (want % 8)
+    BAD("its shape holds %lld bits of %s, not a whole number of bytes", (long long)want,
+        t->unsupported);
+  want /= 8;
   json_t *offs = json_object_get(o, "data_offsets");
   json_t *b = json_array_get(offs, 0), *e = json_array_get(offs, 1);
   if (!json_is_array(offs) || json_array_size(offs) != 2 || !json_is_integer(b) ||
@@ -164,7 +189,8 @@ static int read_entry(const char *file, const char *name, json_t *o, int64_t ava
         "truncated?)", (long long)bi, (long long)ei, (long long)avail);
   if (ei - bi != want)
     BAD("data_offsets [%lld, %lld] hold %lld bytes but its shape and dtype %s need %lld",
-        (long long)bi, (long long)ei, (long long)(ei - bi), ts_ckpt_dtype_name(t->dtype),
+        (long long)bi, (long long)ei, (long long)(ei - bi),
+        t->unsupported ? t->unsupported : ts_ckpt_dtype_name(t->dtype),
         (long long)want);
 #undef BAD
   t->offset = bi; /* relative for now: made absolute by the caller */

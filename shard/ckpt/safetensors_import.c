@@ -161,6 +161,8 @@ static int check_one(const ts_st_import_spec *sp, const st_model *m, const looku
                         why);
   }
   const st_tensor *t = &m->tensors[k];
+  if (t->unsupported)
+    return ts__st_refuse_dtype(m, t, err);
   if ((rc = ts_tensor_check(name, t->ndim, t->shape, ts_dtype_size(t->dtype), err))) {
     char why[300];
     snprintf(why, sizeof why, "%s", err->msg);

@@ -12,6 +12,9 @@
 #include "ckpt_index_internal.h"
 #include "ts_shard.h"
 
+/* The format's dtypes tshard reads and writes, for the messages that list them. */
+#define ST_DTYPES "F32 F64 F16 BF16 I8 I32 I64 U8 BOOL I16 U16 U32 U64 F8_E4M3 F8_E5M2"
+
 /* The largest JSON header (and HF index) accepted, as the safetensors format itself. */
 #define ST_HEADER_MAX ((int64_t)100 << 20)
 
@@ -57,7 +60,8 @@ typedef struct st_file {
 
 typedef struct st_tensor {
   char *name; /* its name in the file (checked text) */
-  ts_dtype dtype;
+  ts_dtype dtype;          /* TS_DTYPE_COUNT: a dtype of the format tshard has not, */
+  const char *unsupported; /* named here (static text); NULL otherwise */
   int ndim;
   int64_t shape[TS_MAX_DIMS];
   int file;           /* index into st_model.files */
@@ -77,9 +81,13 @@ typedef struct st_model {
  * files of the same directory). Every header is read and checked whole (entries, dtypes, shapes
  * against their bytes, offsets inside the file and not overlapping, __metadata__ an object of
  * strings), in time O(n log n) in its entries, its memory counted against the limit. Errors name
- * the file and the tensor: TS_CORRUPT, TS_BAD_DTYPE (a dtype tshard has not), TS_NOT_FOUND,
- * TS_CHECKPOINT_IO, TS_LIMIT. */
+ * the file and the tensor: TS_CORRUPT, TS_BAD_DTYPE (a dtype the format does not define),
+ * TS_NOT_FOUND, TS_CHECKPOINT_IO, TS_LIMIT. An entry of a dtype the format defines and tshard has
+ * not (st_tensor.unsupported) is checked alike and kept: ts__st_refuse_dtype refuses it when an
+ * import asks for it. */
 int ts__st_open(const char *path, st_model **out, ts_error *err);
+/* TS_BAD_DTYPE naming t's file, name and dtype, and the dtypes tshard reads. */
+int ts__st_refuse_dtype(const st_model *m, const st_tensor *t, ts_error *err);
 void ts__st_close(st_model **p);
 /* The model's tensor of this name (in the file), or NULL: O(log n). */
 const st_tensor *ts__st_find(const st_model *m, const char *name);

@@ -225,6 +225,16 @@ int64_t ts__attr_parts(const ts_attr *a, int dim) {
   return k;
 }
 
+int ts_attr_check_dtype(const ts_attr *a, ts_dtype dt, ts_error *err) {
+  for (int i = 0; a && i < a->mesh_ndim; i++)
+    if (a->place[i].kind == TS_PLACE_PARTIAL) {
+      int rc = ts_reduce_check(dt, a->place[i].op, err);
+      if (rc)
+        return rc;
+    }
+  return TS_OK;
+}
+
 int ts_attr_validate(const ts_attr *a, int ndim, const int64_t *shape, int world_size,
                      ts_error *err) {
   if (!a || (ndim > 0 && !shape))

@@ -882,6 +882,8 @@ int ts_plan_create_on(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr
     snprintf(what, sizeof what, "target attribute: %s", err ? err->msg : "");
     return ts_error_set(err, rc, "%s", what);
   }
+  if ((rc = ts_attr_check_dtype(src, dt, err)) || (rc = ts_attr_check_dtype(tgt, dt, err)))
+    return rc;
   int64_t total = (int64_t)ts_dtype_size(dt);
   for (int d = 0; d < ndim; d++) {
     if (shape[d] > 0 && total > INT64_MAX / 4 / shape[d])

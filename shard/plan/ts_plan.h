@@ -63,6 +63,9 @@ bool ts_attr_equal(const ts_attr *a, const ts_attr *b);
 /* Checks the attribute against a tensor and a world (world_size <= 0: ranks are not bounded). */
 int ts_attr_validate(const ts_attr *a, int ndim, const int64_t *shape, int world_size,
                      ts_error *err);
+/* TS_OK when dt has the reduction of each of a's partial placements (the 8-bit floats have
+ * none); the error names the dtype and the reductions that exist. */
+int ts_attr_check_dtype(const ts_attr *a, ts_dtype dt, ts_error *err);
 /* The canonical text form (see ATTRIBUTES.md). Parse errors name the offending character. */
 int ts_attr_parse(const char *text, ts_attr **out, ts_error *err);
 /* Writes the canonical text like snprintf: returns the length it needs (without the NUL). */

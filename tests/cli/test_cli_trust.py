@@ -88,7 +88,7 @@ with Daemons(bin_dir, n) as d, tempfile.TemporaryDirectory() as tmp:
         c.put("w", np.zeros((20, 12), np.int16))
         check(False, "int16 accepted")
     except tshard.TshardError as e:
-        check(e.status == 4 and "int16" in str(e) and "f32" in str(e), f"int16: {e}")
+        check(e.status == 4 and "i16[20,12]" in str(e) and "f32[20,12]" in str(e), f"int16: {e}")
     # an undeclared put (an older client) of the wrong byte count: the error speaks in elements
     try:
         c._call(put=pb.PutRequest(name="w", offset=0, total_bytes=40, data=bytes(40)))

@@ -620,8 +620,11 @@ int main(int argc, char **argv) {
       for (int i = 0; i < 5; i++) {
         /* element i on rank r: (r * 3 + i) % 7, small enough to be exact */
         double best = 0;
+        bool any = false, all = true; /* bool's or and and */
         for (int r = 0; r < size; r++) {
           double x = (r * 3 + i) % 7;
+          any = any || x != 0;
+          all = all && x != 0;
           best = r == 0 ? x : op == TS_REDUCE_SUM ? best + x : op == TS_REDUCE_MAX ? fmax(best, x)
                                                                                 : fmin(best, x);
         }
@@ -643,6 +646,14 @@ int main(int argc, char **argv) {
           break;
         }
         case TS_I8: case TS_U8: buf[i] = (unsigned char)mine; want[i] = (unsigned char)best; break;
+        case TS_BOOL: /* sum and max: or, min: and */
+          buf[i] = mine != 0;
+          want[i] = op == TS_REDUCE_MIN ? all : any;
+          break;
+        case TS_I16: case TS_U16: case TS_U32: case TS_U64: /* small non-negative: exact */
+          ts_convert(buf + i * es, (ts_dtype)dt, &mine, TS_F64, 1);
+          ts_convert(want + i * es, (ts_dtype)dt, &best, TS_F64, 1);
+          break;
         case TS_I32: {
           int32_t a = (int32_t)mine, b = (int32_t)best;
           memcpy(buf + i * es, &a, 4);
@@ -657,6 +668,12 @@ int main(int argc, char **argv) {
         }
         default: break;
         }
+      }
+      if (dt == TS_F8_E4M3 || dt == TS_F8_E5M2) { /* no reductions: refused, naming the dtype */
+        CHECK(ts_comm_allreduce(world, NULL, buf, 5, (ts_dtype)dt, (ts_reduce_op)op, &err) ==
+                      TS_BAD_DTYPE && strstr(err.msg, ts_dtype_name((ts_dtype)dt)),
+              "allreduce %s", ts_dtype_name((ts_dtype)dt));
+        continue;
       }
       CHECK(ts_comm_allreduce(world, NULL, buf, 5, (ts_dtype)dt, (ts_reduce_op)op, &err) == TS_OK,
             "%s", err.msg);

@@ -28,7 +28,10 @@
 
 static double value_of(int64_t lin, int64_t contributor, ts_dtype dt) {
   int64_t v = (lin * 7 + 3 + contributor * 13) % 17;
-  return dt == TS_U8 ? (double)v : (double)(v - 8);
+  if (dt == TS_BOOL)
+    return (double)(v % 2);
+  bool is_unsigned = dt == TS_U8 || dt == TS_U16 || dt == TS_U32 || dt == TS_U64;
+  return is_unsigned ? (double)v : (double)(v - 8);
 }
 
 static void store_value(void *p, ts_dtype dt, double v) {
@@ -41,6 +44,13 @@ static void store_value(void *p, ts_dtype dt, double v) {
   case TS_I32: *(int32_t *)p = (int32_t)v; break;
   case TS_I64: *(int64_t *)p = (int64_t)v; break;
   case TS_U8: *(uint8_t *)p = (uint8_t)v; break;
+  case TS_BOOL: *(uint8_t *)p = v != 0; break;
+  case TS_I16: *(int16_t *)p = (int16_t)v; break;
+  case TS_U16: *(uint16_t *)p = (uint16_t)v; break;
+  case TS_U32: *(uint32_t *)p = (uint32_t)v; break;
+  case TS_U64: *(uint64_t *)p = (uint64_t)v; break;
+  case TS_F8_E4M3: *(uint8_t *)p = ts_f32_to_f8_e4m3((float)v); break; /* small ints: exact */
+  case TS_F8_E5M2: *(uint8_t *)p = ts_f32_to_f8_e5m2((float)v); break;
   default: break;
   }
 }
@@ -55,6 +65,13 @@ static double load_value(const void *p, ts_dtype dt) {
   case TS_I32: return *(const int32_t *)p;
   case TS_I64: return (double)*(const int64_t *)p;
   case TS_U8: return *(const uint8_t *)p;
+  case TS_BOOL: return *(const uint8_t *)p;
+  case TS_I16: return *(const int16_t *)p;
+  case TS_U16: return *(const uint16_t *)p;
+  case TS_U32: return *(const uint32_t *)p;
+  case TS_U64: return (double)*(const uint64_t *)p;
+  case TS_F8_E4M3: return ts_f8_e4m3_to_f32(*(const uint8_t *)p);
+  case TS_F8_E5M2: return ts_f8_e5m2_to_f32(*(const uint8_t *)p);
   default: return 0;
   }
 }
@@ -111,7 +128,7 @@ static double true_value(int64_t lin, const ts_attr *src, ts_dtype dt) {
     double x = value_of(lin, c, dt);
     v = op == TS_REDUCE_SUM ? v + x : op == TS_REDUCE_MAX ? fmax(v, x) : fmin(v, x);
   }
-  return v;
+  return dt == TS_BOOL ? (double)(v != 0) : v; /* bool: sum and max are "or" */
 }
 
 /* Local layouts of slices: a dense row-major one, a blocked one, a dense one with the dims in
@@ -264,8 +281,8 @@ static void check_target(const ts_plan *p, const ts_tensor *out, const char *wha
   MPI_Op mop = op == TS_REDUCE_SUM ? MPI_SUM : op == TS_REDUCE_MAX ? MPI_MAX : MPI_MIN;
   MPI_Allreduce(MPI_IN_PLACE, full, (int)total, MPI_DOUBLE, mop, MPI_COMM_WORLD);
   int64_t bad = 0;
-  for (int64_t i = 0; i < total; i++)
-    bad += full[i] != true_value(i, src, dt);
+  for (int64_t i = 0; i < total; i++) /* bool: the sum of the pieces is their "or" */
+    bad += (dt == TS_BOOL ? (double)(full[i] != 0) : full[i]) != true_value(i, src, dt);
   CHECK(bad == 0, "%s: %lld wrong elements after reducing the partial target", what,
         (long long)bad);
   free(full);
@@ -459,13 +476,14 @@ static void generated_family(stats *st) {
     int ndim = ndims[si];
     const int64_t *shape = shapes[si];
     ts_dtype dt = (ts_dtype)(iter % TS_DTYPE_COUNT);
-    ts_attr *sa = random_attr(ndim, shape, true, NULL, 0);
+    bool reducible = dt != TS_F8_E4M3 && dt != TS_F8_E5M2; /* the 8-bit floats have no partials */
+    ts_attr *sa = random_attr(ndim, shape, reducible, NULL, 0);
     /* Targets: an independent mesh (disjoint or overlapping), or the same group. */
     ts_attr *ta;
     if (rnd() % 2) {
-      ta = random_attr(ndim, shape, true, sa->ranks, sa->nranks);
+      ta = random_attr(ndim, shape, reducible, sa->ranks, sa->nranks);
     } else {
-      ta = random_attr(ndim, shape, true, NULL, 0);
+      ta = random_attr(ndim, shape, reducible, NULL, 0);
     }
     int sb = rnd() % 4 == 0 ? LAYOUT_BLOCKED : rnd() % 3 == 0 ? LAYOUT_VIEW : LAYOUT_PLAIN;
     int tb = rnd() % 4 == 0 ? LAYOUT_BLOCKED : rnd() % 4 == 0 ? LAYOUT_PERMUTED : LAYOUT_PLAIN;
@@ -502,6 +520,28 @@ static void fixed_cases(stats *st) {
       ts_attr_destroy(&a);
       ts_attr_destroy(&b);
     }
+  /* The 8-bit floats have no reductions: a plan from or to a partial placement is refused,
+   * naming the dtype. */
+  {
+    ts_attr *a = NULL, *b = NULL;
+    snprintf(text[0], sizeof text[0], "mesh=[%d] placements=[P(sum)]", n);
+    snprintf(text[1], sizeof text[1], "mesh=[%d] placements=[R]", n);
+    ts_attr_parse(text[0], &a, NULL);
+    ts_attr_parse(text[1], &b, NULL);
+    const ts_dtype f8[] = {TS_F8_E4M3, TS_F8_E5M2};
+    for (int k = 0; k < 2; k++) {
+      ts_plan *p = NULL;
+      ts_error err;
+      ts_plan_opts o = {TS_STRATEGY_AUTO, 0, world_size};
+      CHECK(ts_plan_create(2, shape, f8[k], a, b, &o, &p, &err) == TS_BAD_DTYPE && !p &&
+                strstr(err.msg, ts_dtype_name(f8[k])) && strstr(err.msg, "sum, max and min"),
+            "partial %s: %s", ts_dtype_name(f8[k]), err.msg);
+      CHECK(ts_plan_create(2, shape, f8[k], b, a, &o, &p, &err) == TS_BAD_DTYPE && !p,
+            "to partial %s", ts_dtype_name(f8[k]));
+    }
+    ts_attr_destroy(&a);
+    ts_attr_destroy(&b);
+  }
   /* 2-D meshes: gathers along one mesh dim, partial reductions along one mesh dim. */
   if (n >= 4 && n % 2 == 0) {
     const char *nd[][2] = {

@@ -3,8 +3,9 @@ failed; finish() prints the "N passed, N failed" line and exits non-zero on any 
 check.expect(status, fn, what, needle) checks that fn raises the tshard error of that status
 (with needle in its text); raw_call sends one request through a client's socket and returns the
 answer without raising on its status (for misuse tests); error_of gives the status and text of
-the tshard error a call raises; put_data gives a test's bf16 reference (uint16 bits) to a put as
-tshard.bf16_bits."""
+the tshard error a call raises; put_data gives a test's bf16 or f8 reference (uint16 or uint8
+bits) to a put as tshard.bf16_bits or tshard.f8_bits; exact_values makes small integers a
+reference of any dtype."""
 import sys
 
 
@@ -57,9 +58,36 @@ def error_of(fn):
     return None, "accepted"
 
 
-def put_data(a):
-    """A test reference as put data: the tests hold bf16 tensors' values as uint16 bits, which a
-    put takes only when they are said to be bf16 bits (tshard.bf16_bits)."""
+def put_data(a, dtype=None):
+    """A test reference as put data: the tests hold bf16 and f8 tensors' values as their bits
+    (uint16, uint8), which a put takes only when they are said to be bits (tshard.bf16_bits,
+    tshard.f8_bits). dtype: the tensor's; None: a uint16 array is bf16 bits (the tests that
+    hold no u16 tensor)."""
     import numpy as np
     import tshard
-    return tshard.bf16_bits(a) if isinstance(a, np.ndarray) and a.dtype == np.uint16 else a
+    if dtype in ("f8_e4m3", "f8_e5m2"):
+        return tshard.f8_bits(a, dtype[3:])
+    if dtype == "bf16" or (dtype is None and isinstance(a, np.ndarray) and a.dtype == np.uint16):
+        return tshard.bf16_bits(a)
+    return a
+
+
+UNSIGNED = ("u8", "u16", "u32", "u64")
+
+
+def exact_values(v, dtype, lo):
+    """Small integers v (an int64 array, values >= lo) as a reference of a tensor dtype, exact in
+    it: unsigned dtypes shifted by -lo, bool as v odd, bf16 as its bits, the 8-bit floats as the
+    codes of v folded into -4..4."""
+    import numpy as np
+    import tshard
+    if dtype in UNSIGNED:
+        v = v - lo
+    if dtype == "bool":
+        return (v % 2).astype(np.bool_)
+    if dtype == "bf16":
+        return (v.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    if dtype in ("f8_e4m3", "f8_e5m2"):  # the integers -4..4 are exact in both
+        from dtype_ref import f8_bits_of
+        return np.array([f8_bits_of(x, dtype) for x in range(-4, 5)], np.uint8)[v % 9]
+    return v.astype(tshard.DTYPES[dtype])

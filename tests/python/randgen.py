@@ -5,16 +5,15 @@ the layouts that fit or do not fit a tensor."""
 import numpy as np
 
 import tshard
+from checks import exact_values
+
+NO_REDUCTIONS = ("f8_e4m3", "f8_e5m2")  # dtypes whose tensors cannot be partial
 
 
 def reference(dtype, shape):
-    """Small integers, exact in every dtype (bf16 as its uint16 bits)."""
+    """Small integers, exact in every dtype (bf16 and f8 as their bits, see exact_values)."""
     v = np.arange(int(np.prod(shape)), dtype=np.int64) % 23 - 11
-    if dtype == "u8":
-        v = v + 11
-    if dtype == "bf16":
-        return (v.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).reshape(shape)
-    return v.astype(tshard.DTYPES[dtype]).reshape(shape)
+    return exact_values(v, dtype, -11).reshape(shape)
 
 
 def same_attr(a, b):
@@ -41,7 +40,8 @@ class Gen:
             shape[1] = k // shape[0]
         return shape, ranks
 
-    def attr(self, tshape):
+    def attr(self, tshape, dtype=None):
+        """A random attribute; no partial placement for a dtype without reductions."""
         r = self.rng
         mshape, ranks = self.mesh()
         op = r.choice(["sum", "max", "min"])
@@ -51,6 +51,8 @@ class Gen:
             if x < 0.45:
                 places.append(f"S({r.randrange(len(tshape))})")
             elif x < 0.8:
+                places.append("R")
+            elif dtype in NO_REDUCTIONS:
                 places.append("R")
             else:
                 places.append(f"P({op})")

@@ -8,7 +8,9 @@
 2. a request that decodes once but not after re-encoding (an unknown field 0 written with an
    overlong tag) is answered, and a final put chunk sent this way keeps nothing charged;
 3. partial reductions give the same result in every strategy: every dtype x sum/max/min x every
-   strategy that applies, against p2p and a numpy reference (8-bit sums wrap like C casts);
+   strategy that applies, against p2p and a numpy reference (integer sums wrap like C casts,
+   bool's sum and max are "or" and min "and", as numpy's add, maximum and minimum of bools); a
+   partial f8_e4m3 or f8_e5m2 tensor is refused, naming the dtype and the reductions that exist;
 4. a reshard small enough that its pieces ride on the agreement, refused by the memory limit on
    one rank only: the same LIMIT naming that rank everywhere, nothing relayed, every rank keeps
    the tensor; the same reshard then fits and is relayed on every rank;
@@ -204,9 +206,16 @@ def bf16_values(bits):
 
 
 def contributions(dtype, n):
-    """Two ranks' partial values: 8-bit and 32-bit sums overflow (200 + 100 in u8, 100 + 100 in
-    i8 first); floats hold small integers, exact in every float dtype."""
+    """Two ranks' partial values: 8-, 16-, 32- and 64-bit sums overflow (200 + 100 in u8, 100 +
+    100 in i8 first); bools every pair; floats hold small integers, exact in every float dtype."""
     i = np.arange(n, dtype=np.int64)
+    if dtype == "bool":
+        return [(i % 2).astype(np.bool_), ((i // 2) % 2).astype(np.bool_)]
+    if dtype in ("i16", "u16", "u32", "u64"):
+        t = tshard.DTYPES[dtype]
+        top = int(np.iinfo(t).max)
+        return [np.array([top - k * 1000 for k in i.tolist()], dtype=t),
+                np.array([k * 997 + 1 + (k % 2) * 5000 for k in i.tolist()], dtype=t)]
     if dtype == "u8":
         return [((i * 37 + 200) % 256).astype(np.uint8), ((i * 53 + 100) % 256).astype(np.uint8)]
     if dtype == "i8":
@@ -245,12 +254,18 @@ def item3(d):
     with d.connect(0) as c:
         for dtype in tshard.DTYPES:
             for op in ("sum", "max", "min"):
+                if dtype in ("f8_e4m3", "f8_e5m2"):  # no reductions: refused at create
+                    check.expect(tshard.errors.BadDtypeError.status,
+                                 lambda: c.create("p", dtype, shape, src % op),
+                                 f"partial {dtype}", f"partial {op} of {dtype}")
+                    check("p" not in c.list(), f"partial {dtype}: nothing created")
+                    continue
                 parts = contributions(dtype, n)
                 want = reduced(dtype, op, parts).reshape(shape)
                 c.create("p", dtype, shape, src % op)
                 for r in range(2):
                     with d.connect(r) as cr:
-                        cr.put_slice("p", put_data(parts[r].reshape(shape)))
+                        cr.put_slice("p", put_data(parts[r].reshape(shape), dtype))
                 got = c.get("p")  # the gather reduces through the executor
                 check(np.array_equal(got, want), f"{dtype} P({op}) get: {got.ravel()[:4]} "
                                                  f"want {want.ravel()[:4]}")

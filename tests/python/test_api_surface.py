@@ -151,6 +151,28 @@ for bad in (np.zeros(2, np.float32), [1, 2], "x"):
     except TypeError as e:
         check("bf16_bits" in str(e), f"bf16_bits({bad!r}): {e}")
 
+# f8_bits: only 8-bit codes and the two formats, with tshard's words
+q = tshard.f8_bits(np.array([0x38, 0xC0], np.uint8), "e4m3")
+check(isinstance(q, tshard.F8Bits) and q.shape == (2,) and q.dtype == "f8_e4m3", "f8_bits e4m3")
+q = tshard.f8_bits(np.array([-1], np.int8), "e5m2")
+check(q.bits.dtype == np.uint8 and q.bits[0] == 255 and q.dtype == "f8_e5m2", "f8_bits of int8")
+for bad in (np.zeros(2, np.uint16), np.zeros(2, np.float32), [1, 2], "x"):
+    try:
+        tshard.f8_bits(bad, "e4m3")
+        check(False, f"f8_bits({bad!r}) accepted")
+    except TypeError as e:
+        check("f8_bits" in str(e) and "uint8" in str(e), f"f8_bits({bad!r}): {e}")
+for fmt in ("e4m3fnuz", "E5M2", None, 3):
+    try:
+        tshard.f8_bits(np.zeros(2, np.uint8), fmt)
+        check(False, f"f8_bits format {fmt!r} accepted")
+    except ValueError as e:
+        check("'e4m3'" in str(e) and "'e5m2'" in str(e), f"f8_bits format {fmt!r}: {e}")
+for dt in ("bool", "i16", "u16", "u32", "u64"):  # numpy's own dtypes name these tensors
+    check(tshard.DTYPES[dt] != np.uint8 and tshard.client._dtype_name(tshard.DTYPES[dt]) == dt,
+          f"numpy {tshard.DTYPES[dt]} names {dt}")
+check(tshard.client._dtype_name(np.uint8) == "u8", "numpy uint8 names u8, never an f8")
+
 for f in failures:
     print("FAIL:", f)
 print(f"{len(failures)} failures")

@@ -73,10 +73,10 @@ class Model:
         self.gen = Gen(rng, NP)
 
     def create(self, c, name, dtype, shape):
-        attr = self.gen.attr(shape)
+        attr = self.gen.attr(shape, dtype)
         ref = reference(dtype, shape)
         c.create(name, dtype, shape, attr)
-        c.put(name, put_data(ref))
+        c.put(name, put_data(ref, dtype))
         self.t[name] = {"dtype": dtype, "shape": shape, "attr": attr, "ref": ref}
 
     def verify(self, names, what, ranks=None):
@@ -114,7 +114,7 @@ def random_round(d, m, seed, rnd):
                 while attempt == 0 and not fits:
                     tag, fits = m.gen.layout(len(t["shape"]))
                 strat = rng.choice(STRATEGIES) if attempt else ""
-                targets[n] = {"attr": m.gen.attr(t["shape"]), "strategy": strat, "layout": tag}
+                targets[n] = {"attr": m.gen.attr(t["shape"], t["dtype"]), "strategy": strat, "layout": tag}
                 bad = bad or not fits
             st, got = status_of(lambda: c.reshard_many(targets))
             STATS["batches"] += 1
@@ -186,7 +186,7 @@ def spmd_batch(d, m):
     with d.connect(0, timeout=T) as c:
         for n in ("k0", "k1", "k2"):
             m.create(c, n, "f64", [6, 4])
-    targets = {n: m.gen.attr(m.t[n]["shape"]) for n in ("k0", "k1", "k2")}
+    targets = {n: m.gen.attr(m.t[n]["shape"], m.t[n]["dtype"]) for n in ("k0", "k1", "k2")}
     out = [None] * NP
 
     def one(rk):
@@ -321,7 +321,7 @@ def fault(seed):
         with d.connect(0, timeout=T) as c:
             for n in names:
                 m.create(c, n, m.rng.choice(DTYPES), random_shape(m.rng))
-        targets = {n: m.gen.attr(m.t[n]["shape"]) for n in names}
+        targets = {n: m.gen.attr(m.t[n]["shape"], m.t[n]["dtype"]) for n in names}
         seen = set()
         for rk in range(NP):  # submitted through each rank: the same answer, nothing changed
             with d.connect(rk, timeout=T) as c:

@@ -30,7 +30,8 @@ import numpy as np
 
 import tshard
 from tshard import tshard_pb2 as pb
-from checks import Checks, put_data
+from checks import Checks, exact_values, put_data
+from dtype_ref import f8_value
 from harness import Daemons
 from randgen import Gen
 
@@ -71,25 +72,24 @@ def status_of(fn):
         return e.name, str(e)
 
 
-def pm(arrays):
-    """A dict of references as put_many data (bf16 references are their bits)."""
-    return {n: put_data(a) for n, a in arrays.items()}
+def pm(arrays, dtypes=None):
+    """A dict of references as put_many data (bf16 and f8 references are their bits; dtypes:
+    {name: tshard dtype} when they may hold any)."""
+    return {n: put_data(a, (dtypes or {}).get(n)) for n, a in arrays.items()}
 
 
 def values(rng, dtype, shape):
-    """Random values exact in every dtype (small integers; bf16 as its bits)."""
+    """Random values exact in every dtype (small integers; bf16 and f8 as their bits)."""
     v = np.array([rng.randint(-60, 60) for _ in range(int(np.prod(shape)))], dtype=np.int64)
-    if dtype == "u8":
-        v = v + 60
-    if dtype == "bf16":
-        return (v.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).reshape(shape)
-    return v.astype(tshard.DTYPES[dtype]).reshape(shape)
+    return exact_values(v, dtype, -60).reshape(shape)
 
 
 def as_float64(dtype, a):
     """The values of a reference array as float64 (the source of a converting put)."""
     if dtype == "bf16":
         return (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if dtype in ("f8_e4m3", "f8_e5m2"):
+        return np.array([f8_value(int(b), dtype) for b in a.ravel()]).reshape(a.shape)
     return a.astype(np.float64)
 
 
@@ -108,9 +108,9 @@ def random_round(d, rng, seed, rnd, mode):
             shape = [rng.randint(0 if rng.random() < 0.05 else 1, 9)
                      for _ in range(rng.randint(1, 3))]
             tag, fits = gen.layout(len(shape)) if rng.random() < 0.15 else ("", True)
-            c.create(n, dtype, shape, gen.attr(shape), layout=tag if fits else "")
+            c.create(n, dtype, shape, gen.attr(shape, dtype), layout=tag if fits else "")
             refs[n] = values(rng, dtype, shape)
-            arrays[n] = as_float64(dtype, refs[n]) if convert else put_data(refs[n])
+            arrays[n] = as_float64(dtype, refs[n]) if convert else put_data(refs[n], dtype)
         st, got = status_of(lambda: c.put_many(arrays, convert=convert))
         if not check(st == "ok", f"{what}: put_many: {st} {got}"):
             return
@@ -264,13 +264,13 @@ def futures(d):
     rng = random.Random(9)
     with d.connect(2 % NP, timeout=T) as c:
         names = [f"fu{i}" for i in range(30)]
-        refs = {}
+        refs, dts = {}, {}
         for i, n in enumerate(names):
-            dtype = DTYPES[i % len(DTYPES)]
+            dtype = dts[n] = DTYPES[i % len(DTYPES)]
             shape = [rng.randint(1, 40), 3]
             c.create(n, dtype, shape, f"mesh=[{NP}] placements=[S(0)]")
             refs[n] = values(rng, dtype, shape)
-        fp = c.put_many(pm(refs), wait=False)
+        fp = c.put_many(pm(refs, dts), wait=False)
         fg = c.get_many(names[::-1], wait=False)  # after the put: one connection runs in order
         bad = c.get_many(["fu0", "nope"], wait=False)
         badp = c.put_many({"fu0": refs["fu0"].astype(np.float64)}, wait=False)  # fu0 is f32
@@ -286,7 +286,7 @@ def futures(d):
         check(np.array_equal(c.get("fu0"), refs["fu0"]), "futures: the refused put changed fu0")
         c.chunk = 8 << 10  # several chunks each way, all in flight at once
         refs2 = {n: a[::-1].copy() for n, a in refs.items()}
-        fp, fg = c.put_many(pm(refs2), wait=False), c.get_many(names, wait=False)
+        fp, fg = c.put_many(pm(refs2, dts), wait=False), c.get_many(names, wait=False)
         got = tshard.wait([fp, fg], timeout=T)[1]
         check(all(np.array_equal(got[n], refs2[n]) for n in names), "futures in chunks: values")
         c.drop_many(names)

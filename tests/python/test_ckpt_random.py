@@ -82,12 +82,12 @@ class Seed:
             # the first tensor large enough that its slices are cut into 4 KiB chunks
             hi = {1: 3000, 2: 300 if i == 0 else 70, 3: 20}[ndim]
             shape = tuple(r.randint(hi // 4 if i == 0 else 1, hi) for _ in range(ndim))
-            attr = gen.attr(shape)
+            attr = gen.attr(shape, dtype)
             layout, fits = gen.layout(ndim)
             layout = layout if fits else ""
             ref = reference(dtype, shape)
             c.create(name, dtype, list(shape), attr, layout=layout or None)
-            c.put(name, put_data(ref))
+            c.put(name, put_data(ref, dtype))
             self.model[name] = {"dtype": dtype, "shape": shape, "attr": attr, "ref": ref}
 
     def check_loaded(self, d, nranks, name, want_attr, what):
@@ -159,7 +159,7 @@ class Seed:
                 name = r.choice(list(self.model))
                 m = self.model[name]
                 c.drop(name)
-                tgt = None if r.random() < 0.25 else gen4.attr(m["shape"])
+                tgt = None if r.random() < 0.25 else gen4.attr(m["shape"], m["dtype"])
                 c.load(ckdir, names=[name], attr=tgt)
                 self.stats["loads"] += 1
                 self.check_loaded(d, NP, name, tgt or m["attr"], "loaded on 4")
@@ -175,7 +175,7 @@ class Seed:
         gen3 = Gen(r, 3)
         with Daemons(bin_dir, 3) as d, d.connect(r.randrange(3), timeout=CALL_TIMEOUT) as c:
             for name, m in self.model.items():
-                tgt = gen3.attr(m["shape"])
+                tgt = gen3.attr(m["shape"], m["dtype"])
                 fits = max(attr_ranks(m["attr"])) < 3
                 try:
                     c.load(ckdir, names=[name], attr=tgt)

@@ -9,7 +9,7 @@
    refused naming both shapes, the tensor unchanged; a put of a (1,) array is the reference.
 3. Non-native byte order (big-endian here): without convert a put is refused saying how
    (convert=True, or .astype with the native dtype), the tensor unchanged; with convert=True the
-   values stored are numpy's astype of them (f32, f64 into f32, i2 widened into i32, put_slice,
+   values stored are numpy's astype of them (f32, f64 into f32, i2 converted into i32, put_slice,
    put_many); a get into a big-endian out= is refused naming its byte order.
 
 usage: test_client_input.py BUILD_BIN_DIR"""
@@ -135,7 +135,7 @@ with Daemons(bin_dir, 2) as d:
     c.create("ids", "i32", (4, 6), "mesh=[2] placements=[S(1)]")
     ids = (np.arange(24) * 1000 - 9000).reshape(4, 6)
     c.put("ids", ids.astype(SWAPPED + "i2"), convert=True)
-    check(np.array_equal(c.get("ids"), ids.astype(np.int32)), f"3. {SWAPPED}i2 widened into i32")
+    check(np.array_equal(c.get("ids"), ids.astype(np.int32)), f"3. {SWAPPED}i2 converted into i32")
     c.put("ids", (ids * 7).astype(SWAPPED + "i4"), convert=True)
     check(np.array_equal(c.get("ids"), (ids * 7).astype(np.int32)), f"3. {SWAPPED}i4 into i32")
     refused(lambda: c.put("ids", ids.astype(SWAPPED + "i2")), BAD_DTYPE, ["convert=True"],

@@ -1,14 +1,16 @@
 #!/usr/bin/python3
 """Puts never reinterpret data: every pair of a source numpy dtype (bool, int8..uint64, float16,
-float32, float64, and bf16 bit patterns given with tshard.bf16_bits) and a tensor dtype, with
-and without convert, against the reference (numpy's astype; bf16 by exact rounding): without
+float32, float64, bf16 bit patterns given with tshard.bf16_bits and f8_e4m3/f8_e5m2 codes given
+with tshard.f8_bits) and a tensor dtype (the 15 of them), with and without convert, against the
+reference (numpy's astype; bf16 and f8 by exact rounding): without
 convert only the tensor's own dtype is accepted and anything else is refused naming both dtypes
 with the tensor left unchanged; with convert the values that survive are stored as numpy's
 astype stores them (integers beyond float precision, NaN and infinities included) and every
 value that would not survive (out of range, NaN or an infinity into an integer, overflow to
-infinity) is refused, naming both dtypes, the tensor unchanged. Also: uint16 token ids into an
-i32 tensor, torch-style bf16 bits (an int16 view) into bf16 and f32 tensors, the same through
-put_slice and wait=False, and get returning what was stored.
+infinity, a bool other than 0 or 1) is refused, naming both dtypes, the tensor unchanged. Also:
+uint16 token ids into an i32 tensor, torch-style bf16 bits (an int16 view) into bf16 and f32
+tensors, f8 codes given as plain uint8 refused with a hint, the same through put_slice and
+wait=False, and get returning what was stored.
 
 usage: test_dtypes.py BUILD_BIN_DIR"""
 import sys
@@ -17,14 +19,13 @@ import numpy as np
 
 import tshard
 from checks import Checks
-from dtype_ref import (SOURCES, TENSOR_DTYPES, WIDEN, convert, exact_name, fits, same,
+from dtype_ref import (BITS, SOURCES, TENSOR_DTYPES, convert, exact_name, fits, same,
                        source_values)
 from harness import Daemons
 
 bin_dir = sys.argv[1]
 check = Checks()
 ATTR = "mesh=[2] placements=[S(0)]"
-I64_MAX = np.iinfo(np.int64).max
 
 
 _count = [0]
@@ -37,14 +38,16 @@ def fresh(prefix):
 
 
 def src_name(src):
-    return "bf16" if src == "bf16" else np.dtype(src).name
+    return src if src in BITS else np.dtype(src).name
 
 
 def data_of(src, arr):
-    return tshard.bf16_bits(arr) if src == "bf16" else arr
+    if src == "bf16":
+        return tshard.bf16_bits(arr)
+    return tshard.f8_bits(arr, src[3:]) if src in BITS else arr
 
 
-def expect_refusal(c, name, data, convert, before, what, names=()):
+def expect_refusal(c, name, data, convert, before, what, names=(), tdt=None):
     try:
         c.put(name, data, convert=convert)
         check(False, f"{what}: accepted")
@@ -53,7 +56,7 @@ def expect_refusal(c, name, data, convert, before, what, names=()):
         msg = str(e)
         for n in names:
             check(n in msg, f"{what}: the message does not name {n}: {msg}")
-    check(same(c.get(name), before), f"{what}: the tensor changed after the refusal")
+    check(same(c.get(name), before, tdt), f"{what}: the tensor changed after the refusal")
 
 
 def no_convert(c, tdt, src, arr):
@@ -64,63 +67,59 @@ def no_convert(c, tdt, src, arr):
     what = f"put {src_name(src)} into {tdt}"
     if exact_name(src) == tdt:
         c.put(name, data_of(src, arr))
-        check(same(c.get(name), arr), f"{what}: get differs from the array put")
+        check(same(c.get(name), arr, tdt), f"{what}: get differs from the array put")
     else:
-        names = ((f"the data is {exact_name(src)}[", f"is {tdt}[") if exact_name(src) else
-                 (f"dtype {src_name(src)} has no tshard dtype",))
-        expect_refusal(c, name, data_of(src, arr), False, zeros, what, names)
+        names = (f"the data is {exact_name(src)}[", f"is {tdt}[")
+        expect_refusal(c, name, data_of(src, arr), False, zeros, what, names, tdt)
     c.drop(name)
 
 
 def with_convert(c, tdt, src, arr, vals):
     """With convert: the surviving values as astype stores them; each other value refused."""
     what = f"put {src_name(src)} into {tdt} with convert"
-    big = [src == np.uint64 and v > I64_MAX for v in vals]
-    ok = [v for v, b in zip(vals, big) if not b and fits(v, tdt)]
-    bad = [v for v, b in zip(vals, big) if b or not fits(v, tdt)]
-    ok_arr = (arr[[i for i, v in enumerate(vals) if not big[i] and fits(v, tdt)]])
+    ok = [v for v in vals if fits(v, tdt)]
+    bad = [v for v in vals if not fits(v, tdt)]
+    ok_arr = arr[[i for i, v in enumerate(vals) if fits(v, tdt)]]
     name = fresh("c")
     c.create(name, tdt, (len(ok),), ATTR)
     c.put(name, data_of(src, ok_arr), convert=True)
     want = convert(ok, tdt, src)
     got = c.get(name)
-    check(same(got, want), f"{what}: stored {got.tolist()}, numpy's astype gives "
+    check(same(got, want, tdt), f"{what}: stored {got.tolist()}, numpy's astype gives "
                            f"{want.tolist()}")
     c.drop(name)
     one = fresh("one")
     c.create(one, tdt, (2,), ATTR)
     before = c.get(one)
-    widened = exact_name(src) or exact_name(WIDEN[src])
     for v in bad:
-        pair = np.array([vals[0], v], arr.dtype) if src != "bf16" else \
-            arr[[0, vals.index(v)]]
-        label = "uint64" if src == np.uint64 and v > I64_MAX else None
-        names = (f"{label} to i64",) if label else (f"converting {widened} to {tdt}",) + (
-            (f"{src_name(src)} was widened",) if exact_name(src) is None else ())
-        expect_refusal(c, one, data_of(src, pair), True, before, f"{what}: value {v!r}", names)
+        k = next(i for i, x in enumerate(vals) if x is v)
+        pair = arr[[0, k]]
+        names = (f"converting {exact_name(src)} to {tdt}", "element 1")
+        expect_refusal(c, one, data_of(src, pair), True, before, f"{what}: value {v!r}", names,
+                       tdt)
     c.drop(one)
 
 
 def headline(c):
-    """uint16 token ids, and torch's bf16 bits through an int16 view."""
+    """uint16 token ids, torch's bf16 bits through an int16 view, f8 codes as uint8."""
     ids = np.array([1, 2, 300, 65535], np.uint16)
     c.create("iu", "i32", (4,), "mesh=[2] placements=[R]")
     try:
         c.put("iu", ids)
         check(False, "uint16 into i32 without convert: accepted")
     except tshard.BadDtypeError as e:
-        check("uint16" in str(e) and "convert=True" in str(e) and "bf16_bits" in str(e),
+        check("the data is u16[4]" in str(e) and "i32[4]" in str(e) and "convert=True" in str(e),
               f"uint16 refusal: {e}")
     c.put("iu", ids, convert=True)
     check(np.array_equal(c.get("iu"), ids.astype(np.int32)), f"uint16 ids: {c.get('iu')}")
     f = np.array([-2.0, -1.5, 3.140625, 2.0**100], np.float32)
     bits16 = (f.view(np.uint32) >> 16).astype(np.uint16).view(np.int16)  # t.view(torch.int16)
+    c.create("bb", "bf16", (4,), ATTR)
     try:
-        c.put("iu", bits16)
+        c.put("bb", bits16)
         check(False, "int16 bits without bf16_bits: accepted")
     except tshard.BadDtypeError as e:
         check("bf16_bits" in str(e) and "torch" in str(e), f"int16 refusal names bf16_bits: {e}")
-    c.create("bb", "bf16", (4,), ATTR)
     c.put("bb", tshard.bf16_bits(bits16))
     check(np.array_equal(c.get("bb"), bits16.view(np.uint16)), "bf16 bits round trip")
     c.create("bf", "f32", (4,), ATTR)
@@ -131,7 +130,20 @@ def headline(c):
         check("bf16" in str(e) and "f32" in str(e), f"bf16 into f32: {e}")
     c.put("bf", tshard.bf16_bits(bits16), convert=True)
     check(np.array_equal(c.get("bf"), f), f"bf16 values into f32: {c.get('bf')} vs {f}")
-    for n in ("iu", "bb", "bf"):
+    codes = np.array([0x38, 0xc0, 0x7e, 0x01], np.uint8)  # e4m3: 1, -2, 448, 2^-9
+    c.create("q", "f8_e4m3", (4,), ATTR)
+    try:
+        c.put("q", codes)
+        check(False, "uint8 codes without f8_bits: accepted")
+    except tshard.BadDtypeError as e:
+        check("f8_bits" in str(e) and "u8[4]" in str(e) and "f8_e4m3[4]" in str(e),
+              f"uint8 codes refusal names f8_bits: {e}")
+    c.put("q", tshard.f8_bits(codes, "e4m3"))
+    check(np.array_equal(c.get("q"), codes), "f8 codes round trip")
+    c.put("bf", tshard.f8_bits(codes, "e4m3"), convert=True)
+    check(np.array_equal(c.get("bf"), np.float32([1, -2, 448, 2.0**-9])),
+          f"f8 values into f32: {c.get('bf')}")
+    for n in ("iu", "bb", "bf", "q"):
         c.drop(n)
 
 

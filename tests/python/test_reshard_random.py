@@ -66,11 +66,11 @@ class Run:
                       "bad_strategy": 0, "gets": 0, "get_limit": 0}
 
     def create(self, name, dtype, shape, attr=None):
-        attr = attr or self.gen.attr(shape)
+        attr = attr or self.gen.attr(shape, dtype)
         ref = reference(dtype, shape)
         with self.d.connect(self.rng.randrange(NP), timeout=CALL_TIMEOUT) as c:
             c.create(name, dtype, shape, attr)
-            c.put(name, put_data(ref))
+            c.put(name, put_data(ref, dtype))
         self.model[name] = {"dtype": dtype, "shape": list(shape), "attr": attr, "layout": "",
                             "ref": ref}
 
@@ -108,7 +108,7 @@ class Run:
     def reshard(self, name, step):
         m = self.model[name]
         r = self.rng
-        tgt = self.gen.attr(m["shape"])
+        tgt = self.gen.attr(m["shape"], m["dtype"])
         tag, fits = self.gen.layout(len(m["shape"]))
         strategy = r.choice(STRATEGIES)
         if strategy != "auto" and r.random() < 0.8:  # mostly one that applies

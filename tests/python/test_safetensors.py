@@ -6,7 +6,8 @@ The reference is independent of tshard: safetensors files are written here with 
 (write_file, write_index) and read back the same way (read_file, read_model), and every value is
 compared with numpy.
 
-- import of every dtype (F32 F64 F16 BF16 I8 I32 I64 U8) under row S(0), column S(1),
+- import of every dtype (F32 F64 F16 BF16 I8 I32 I64 U8 BOOL I16 U16 U32 U64 F8_E4M3 F8_E5M2;
+  the 8-bit floats' every code) under row S(0), column S(1),
   replicated R and ragged splits: the whole tensor (get) and every rank's slice (get_slice,
   against the box describe names) equal numpy; each rank read only its own slice's bytes (the
   daemons' log lines "N bytes read here" against the slices' bytes);
@@ -22,7 +23,8 @@ compared with numpy.
 - bad files, each refused with the same error through every rank's client, naming the file and
   the tensor, and nothing created: truncated, overlapping data_offsets, out-of-range
   data_offsets, a header over 100 MB, a header that is not JSON, an unknown dtype, an
-  unsupported one (BOOL), a shape that does not match its bytes; a name taken already (the other
+  unsupported one (C64: refused when imported, its file's other tensors imported by name), a
+  shape that does not match its bytes; a name taken already (the other
   tensors of the import not created either);
 - export refusals: a symbolic link as the target (left as it was), a partial tensor, a path not
   ending in .safetensors;
@@ -55,9 +57,10 @@ NP = 4
 TIMEOUT = 30
 
 ST = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "BF16": np.uint16,
-      "I8": np.int8, "I32": np.int32, "I64": np.int64, "U8": np.uint8}
-TS_DTYPE = {"F32": "f32", "F64": "f64", "F16": "f16", "BF16": "bf16", "I8": "i8", "I32": "i32",
-            "I64": "i64", "U8": "u8"}
+      "I8": np.int8, "I32": np.int32, "I64": np.int64, "U8": np.uint8, "BOOL": np.bool_,
+      "I16": np.int16, "U16": np.uint16, "U32": np.uint32, "U64": np.uint64,
+      "F8_E4M3": np.uint8, "F8_E5M2": np.uint8}
+TS_DTYPE = {k: k.lower() for k in ST}  # F32 -> f32, ..., F8_E4M3 -> f8_e4m3
 
 
 # ---- the independent reference: safetensors with struct and json ----------------------------
@@ -114,6 +117,10 @@ def sample(dt, shape, seed):
         return rng.standard_normal(shape).astype(ST[dt])
     if dt == "BF16":  # bits of bf16 values: the top halves of f32s
         return (rng.standard_normal(shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    if dt.startswith("F8"):  # every code, NaNs included, from a random start
+        return ((np.arange(int(np.prod(shape))) + seed) % 256).astype(np.uint8).reshape(shape)
+    if dt == "BOOL":
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
     info = np.iinfo(ST[dt])
     return rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=ST[dt])
 
@@ -449,15 +456,22 @@ def test_bad_files(d):
          not_json)
     case("dtype.safetensors", "unknown dtype", BAD_DTYPE, ["dtype.safetensors", "'a'", "Q7"],
          lambda p: write_file(p, good, header={"a": {"dtype": "Q7"}}))
-    case("bool.safetensors", "unsupported dtype", BAD_DTYPE,
-         ["bool.safetensors", "'a'", "BOOL", "not supported"],
-         lambda p: write_file(p, good, header={"a": {"dtype": "BOOL"}}))
+    case("c64.safetensors", "unsupported dtype", BAD_DTYPE,
+         ["c64.safetensors", "'a'", "C64", "not supported", "BOOL I16 U16 U32 U64 F8_E4M3"],
+         lambda p: write_file(p, good, header={"a": {"dtype": "C64", "shape": [6, 2]}}))
     case("shape.safetensors", "shape against bytes", CORRUPT,
          ["shape.safetensors", "'b'", "need"],
          lambda p: write_file(p, good, header={"b": {"shape": [4, 4]}}))
     for what, path, status, needles in cases:
         refused_everywhere(d, what, lambda c: c.load_safetensors(path, default=ATTRS["row"]),
                            status, needles)
+    # a C64 entry (checked, kept) does not stop an import of the other tensors by name
+    c64 = os.path.join(work, "bad", "c64.safetensors")
+    with d.connect(0) as c:
+        check(c.load_safetensors(c64, default=ATTRS["row"], names=["b"]) == ["b"],
+              "C64 beside: 'b' imported by name")
+        check(np.array_equal(c.get("b"), good["b"][1]), "C64 beside: 'b' as written")
+        c.drop("b")
     # a name taken: nothing of the import is created
     ok = os.path.join(work, "bad", "ok.safetensors")
     write_file(ok, good)

@@ -3,16 +3,19 @@
 daemons (4 ranks). The reference is torch itself: what was put is compared, bit for bit, with
 what comes back.
 
-- every tshard dtype (f32 f64 f16 bf16 i8 i32 i64 u8) from a torch CPU tensor: put then get with
-  like="torch" (the torch dtype mapped, bf16 as torch.bfloat16) and get into a torch out= tensor
+- every tshard dtype the installed torch has (f32 f64 f16 bf16 i8 i32 i64 u8 bool i16, and u16
+  u32 u64 float8_e4m3fn float8_e5m2 from torch 2.1/2.3) from a torch CPU tensor: put then get
+  with like="torch" (the torch dtype mapped, bf16 as torch.bfloat16, f8 as torch.float8_*) and
+  get into a torch out= tensor
   (filled in place: the same tensor, the same data_ptr); put_slice of each rank's box (a column
   split: non-contiguous torch views) then get_slice with like="torch" and get;
 - zero copy: the array the client sends for a contiguous tensor (bf16 included) is a view at the
   tensor's data_ptr; a DLPack-only object gives a view at its producer's address; an object with
   the array interface only is read too;
 - refusals: a tensor on another device than the CPU (the meta device stands in for a GPU), with a
-  message saying so and the stored tensor unchanged; a torch bool tensor refused like a numpy
-  bool array (and widened with convert=True);
+  message saying so and the stored tensor unchanged; a torch bool tensor into a u8 tensor refused
+  like a numpy bool array (and converted with convert=True); a tensor of a dtype the installed
+  torch lacks got like="torch": refused naming the torch dtype (numpy gets it);
 - the package without torch: with torch blocked from importing, tshard imports and numpy puts
   and gets work (a child process).
 
@@ -34,11 +37,24 @@ check = Checks()
 NP = 4
 TORCH = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16,
          "bf16": torch.bfloat16, "i8": torch.int8, "i32": torch.int32, "i64": torch.int64,
-         "u8": torch.uint8}
+         "u8": torch.uint8, "bool": torch.bool, "i16": torch.int16}
+LATER = {"u16": "uint16", "u32": "uint32", "u64": "uint64", "f8_e4m3": "float8_e4m3fn",
+         "f8_e5m2": "float8_e5m2"}  # torch 2.1 (float8) and 2.3 (unsigned) have these
+TORCH.update({k: getattr(torch, v) for k, v in LATER.items() if hasattr(torch, v)})
+MISSING = [k for k, v in LATER.items() if not hasattr(torch, v)]
 
 
 def sample(dt, shape, seed):
     g = torch.Generator().manual_seed(seed)
+    if TORCH[dt] == torch.bool:
+        return torch.randint(0, 2, shape, generator=g, dtype=torch.int64).to(torch.bool)
+    if dt.startswith("f8"):  # every code but NaN's bits, as uint8 reinterpreted
+        codes = torch.randint(0, 0x7F, shape, generator=g, dtype=torch.int64).to(torch.uint8)
+        return codes.view(TORCH[dt])
+    if dt in ("u32", "u64"):  # beyond int64's randint: the codes of random bytes
+        b = torch.randint(0, 256, (*shape, 4 if dt == "u32" else 8), generator=g,
+                          dtype=torch.int64).to(torch.uint8)
+        return b.view(TORCH[dt]).reshape(shape)
     if TORCH[dt].is_floating_point:
         return torch.randn(shape, generator=g, dtype=torch.float64).to(TORCH[dt])
     info = torch.iinfo(TORCH[dt])
@@ -51,7 +67,7 @@ def same(a, b):
         return False
     if a.dtype == torch.bfloat16:
         a, b = a.view(torch.int16), b.view(torch.int16)
-    if a.dtype.is_floating_point:
+    if a.dtype.is_floating_point:  # bf16 and f8 included: bits compared
         return bool(torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)))
     return bool(torch.equal(a, b))
 
@@ -142,14 +158,24 @@ def test_zero_copy_and_protocols(c):
     except tshard.TshardError as e:
         check("meta" in str(e), f"meta out=: message {e}")
     c.drop("p")
-    # bool: refused like numpy's, widened with convert=True
+    # bool into a u8 tensor: refused like numpy's, converted with convert=True
     c.create("b", "u8", (5,), "mesh=[4] placements=[R]")
     flags = torch.tensor([True, False, True, True, False])
     check.expect(tshard.errors.BadDtypeError.status, lambda: c.put("b", flags),
                  "torch bool refused", "bool")
     c.put("b", flags, convert=True)
-    check(c.get("b").tolist() == [1, 0, 1, 1, 0], "torch bool widened with convert=True")
+    check(c.get("b").tolist() == [1, 0, 1, 1, 0], "torch bool converted with convert=True")
     c.drop("b")
+    c.create("b", "bool", (5,), "mesh=[4] placements=[R]")
+    c.put("b", flags)
+    check(same(c.get("b", like="torch"), flags), "torch bool into a bool tensor as is")
+    c.drop("b")
+    for dt in MISSING:  # this torch lacks the dtype: numpy gets it, like="torch" says why
+        c.create("m", dt, (3,), "mesh=[4] placements=[R]")
+        check.expect(tshard.errors.BadDtypeError.status, lambda: c.get("m", like="torch"),
+                     f"{dt} like=torch", f"torch.{LATER[dt]}")
+        check(np.array_equal(c.get("m"), np.zeros(3, tshard.DTYPES[dt])), f"{dt} as numpy")
+        c.drop("m")
 
 
 def test_batched(c):

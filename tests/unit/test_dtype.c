@@ -1,7 +1,9 @@
 /* test_dtype.c - dtype names and conversions against independent references: the compiler's own
  * _Float16 for f16, a search over the bit patterns for bf16 and for exact (64-bit) sources, and
- * the documented integer rules (truncate and saturate from floats, wrap between integers); the
- * check that a conversion keeps every value, and the dtype spellings. */
+ * the documented integer rules (truncate and saturate from floats, wrap between integers, nonzero
+ * to bool); the 8-bit floats against their format written out (every code decoded by its fields,
+ * rounding by picking the nearest of all codes, ties to the even code); the check that a
+ * conversion keeps every value, and the dtype spellings. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -46,6 +48,124 @@ static uint16_t search_round(long double v, bool bf16) {
   return sign | lo;
 }
 
+/* ---- 8-bit float references: the formats written out field by field ---------------------- */
+
+/* The value of code c (NaN for the NaN codes). */
+static long double f8_ref_value(uint8_t c, bool e4m3) {
+  int mbits = e4m3 ? 3 : 2, ebits = e4m3 ? 4 : 5, bias = e4m3 ? 7 : 15;
+  int e = (c >> mbits) & ((1 << ebits) - 1), m = c & ((1 << mbits) - 1);
+  long double sign = (c & 0x80) ? -1.0L : 1.0L, frac = (long double)m / (1 << mbits);
+  if (e4m3 && e == 15 && m == 7)
+    return NAN;
+  if (!e4m3 && e == 31)
+    return m ? NAN : sign * INFINITY;
+  if (e == 0)
+    return sign * frac * powl(2.0L, 1 - bias);
+  return sign * (1 + frac) * powl(2.0L, e - bias);
+}
+
+/* Round to nearest of every finite non-negative code, ties to the even code; past the largest:
+ * f8_e5m2 gives infinity from 61440 (half way to 2^16, a tie that goes to the even infinity
+ * code), f8_e4m3 keeps 448 up to 464 (the tie goes to 448's even code) and gives NaN above. */
+static uint8_t f8_ref_round(long double v, bool e4m3) {
+  if (isnan(v))
+    return e4m3 ? 0x7f : 0x7e;
+  uint8_t sign = signbit(v) ? 0x80 : 0;
+  long double a = fabsl(v);
+  if (e4m3 && a > 464)
+    return sign | 0x7f;
+  if (!e4m3 && a >= 61440)
+    return sign | 0x7c;
+  int best = 0;
+  long double bd = INFINITY;
+  for (int c = 0; c < 0x80; c++) {
+    long double x = f8_ref_value((uint8_t)c, e4m3);
+    if (isnan(x) || isinf(x))
+      continue;
+    long double d = fabsl(x - a);
+    if (d < bd || (d == bd && (c & 1) == 0)) {
+      bd = d;
+      best = c;
+    }
+  }
+  return sign | (uint8_t)best;
+}
+
+static bool f8_is_nan(uint8_t c, bool e4m3) { return e4m3 ? (c & 0x7f) == 0x7f : (c & 0x7f) > 0x7c; }
+
+START_TEST(test_f8_decode_exhaustive) {
+  for (int k = 0; k < 2; k++) {
+    bool e4m3 = k == 0;
+    for (int c = 0; c < 256; c++) {
+      float got = e4m3 ? ts_f8_e4m3_to_f32((uint8_t)c) : ts_f8_e5m2_to_f32((uint8_t)c);
+      long double want = f8_ref_value((uint8_t)c, e4m3);
+      ck_assert_msg(isnan(want) ? isnan(got) : (long double)got == want && !signbit(got) == !signbit(want),
+                    "%s code 0x%02x: %a, want %La", e4m3 ? "e4m3" : "e5m2", c, got, want);
+      if (isnan(want))
+        continue;
+      uint8_t back = e4m3 ? ts_f32_to_f8_e4m3(got) : ts_f32_to_f8_e5m2(got); /* round trip */
+      ck_assert_uint_eq(back, c);
+      ck_assert_uint_eq(e4m3 ? ts_f64_to_f8_e4m3(got) : ts_f64_to_f8_e5m2(got), c);
+    }
+  }
+  ck_assert(ts_f8_e4m3_to_f32(0x7e) == 448.0f && ts_f8_e5m2_to_f32(0x7b) == 57344.0f);
+  ck_assert(isnan(ts_f8_e4m3_to_f32(0x7f)) && isnan(ts_f8_e4m3_to_f32(0xff)));
+  ck_assert(isinf(ts_f8_e5m2_to_f32(0x7c)) && isnan(ts_f8_e5m2_to_f32(0x7d)));
+}
+END_TEST
+
+/* f32, f64 and 64-bit integers to f8 against the nearest-code search. */
+START_TEST(test_f8_round) {
+  for (int k = 0; k < 2; k++) {
+    bool e4m3 = k == 0;
+    ts_dtype dt = e4m3 ? TS_F8_E4M3 : TS_F8_E5M2;
+    /* every midpoint between neighbouring codes, and the doubles either side of it */
+    for (int c = 0; c < 0x7f; c++) {
+      long double v = f8_ref_value((uint8_t)c, e4m3), n = f8_ref_value((uint8_t)(c + 1), e4m3);
+      if (!isfinite(v))
+        continue;
+      if (isnan(n) || isinf(n))
+        n = e4m3 ? 480 : 65536;
+      double mid = (double)((v + n) / 2);
+      double probes[] = {mid, nextafter(mid, 0), nextafter(mid, 1e9), -mid, (double)v, -(double)n};
+      for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
+        double d = probes[i];
+        uint8_t want = f8_ref_round(d, e4m3);
+        uint8_t got64 = e4m3 ? ts_f64_to_f8_e4m3(d) : ts_f64_to_f8_e5m2(d);
+        uint8_t got32 = e4m3 ? ts_f32_to_f8_e4m3((float)d) : ts_f32_to_f8_e5m2((float)d);
+        ck_assert_msg(got64 == want, "%s of %a: 0x%02x, want 0x%02x", ts_dtype_name(dt), d,
+                      got64, want);
+        ck_assert_uint_eq(got32, f8_ref_round((float)d, e4m3));
+      }
+    }
+    for (int i = 0; i < 300000; i++) { /* random f32 patterns of every exponent */
+      uint32_t u = (uint32_t)rnd();
+      float f;
+      memcpy(&f, &u, 4);
+      uint8_t got = e4m3 ? ts_f32_to_f8_e4m3(f) : ts_f32_to_f8_e5m2(f);
+      if (isnan(f))
+        ck_assert(f8_is_nan(got, e4m3));
+      else
+        ck_assert_msg(got == f8_ref_round(f, e4m3), "%a: 0x%02x", f, got);
+    }
+    int64_t ints[] = {0, 1, -1, 17, 19, 447, 448, 464, 465, 57344, 61439, 61440, -61440,
+                      INT64_MAX, INT64_MIN};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+      uint8_t got;
+      ts_convert(&got, dt, &ints[i], TS_I64, 1);
+      ck_assert_uint_eq(got, f8_ref_round((long double)ints[i], e4m3));
+    }
+    uint64_t big = UINT64_MAX;
+    uint8_t got;
+    ts_convert(&got, dt, &big, TS_U64, 1);
+    ck_assert_uint_eq(got, f8_ref_round((long double)big, e4m3));
+    double inf = -INFINITY;
+    ts_convert(&got, dt, &inf, TS_F64, 1);
+    ck_assert_uint_eq(got, e4m3 ? 0xff : 0xfc); /* e4m3 has no infinity: NaN */
+  }
+}
+END_TEST
+
 START_TEST(test_names) {
   ts_dtype dt;
   ts_error err;
@@ -54,8 +174,19 @@ START_TEST(test_names) {
   ck_assert_int_eq(ts_dtype_size(TS_I64), 8);
   ck_assert_str_eq(ts_dtype_name(TS_U8), "u8");
   ck_assert_int_eq(ts_dtype_parse("float", &dt, &err), TS_BAD_DTYPE);
-  ck_assert_ptr_nonnull(strstr(err.msg, "f32, f64, f16, bf16, i8, i32, i64, u8"));
+  ck_assert_ptr_nonnull(strstr(err.msg, "f32, f64, f16, bf16, i8, i32, i64, u8, bool, i16, u16, "
+                                        "u32, u64, f8_e4m3, f8_e5m2"));
   ck_assert(!ts_dtype_valid(TS_DTYPE_COUNT));
+  const char *const names[] = {"bool", "i16", "u16", "u32", "u64", "f8_e4m3", "f8_e5m2"};
+  const ts_dtype dts[] = {TS_BOOL, TS_I16, TS_U16, TS_U32, TS_U64, TS_F8_E4M3, TS_F8_E5M2};
+  const size_t sizes[] = {1, 2, 2, 4, 8, 1, 1};
+  for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
+    ck_assert_int_eq(ts_dtype_parse(names[i], &dt, &err), TS_OK);
+    ck_assert_int_eq(dt, dts[i]);
+    ck_assert_str_eq(ts_dtype_name(dts[i]), names[i]);
+    ck_assert_uint_eq(ts_dtype_size(dts[i]), sizes[i]);
+    ck_assert(ts_dtype_is_float(dts[i]) == (i >= 5));
+  }
 }
 END_TEST
 
@@ -138,63 +269,6 @@ START_TEST(test_int_to_small_floats) {
 }
 END_TEST
 
-/* Every pair of dtypes on values each rule cares about, against the rules written out. */
-START_TEST(test_all_pairs) {
-  const double vals[] = {0, 1, -1, 2.75, -2.75, 127, 128, 200, 255, 300, -129, 1e10, -1e10, NAN};
-  for (int sd = 0; sd < TS_DTYPE_COUNT; sd++)
-    for (int dd = 0; dd < TS_DTYPE_COUNT; dd++)
-      for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
-        /* the source element: the value stored in the source dtype */
-        unsigned char sbuf[8], dbuf[8];
-        double v = vals[i];
-        ts_convert(sbuf, (ts_dtype)sd, &v, TS_F64, 1);
-        long double sv; /* the exact source value */
-        switch (sd) {
-        case TS_F32: { float x; memcpy(&x, sbuf, 4); sv = x; break; }
-        case TS_F64: { double x; memcpy(&x, sbuf, 8); sv = x; break; }
-        case TS_F16: { uint16_t x; memcpy(&x, sbuf, 2); sv = ts_f16_to_f32(x); break; }
-        case TS_BF16: { uint16_t x; memcpy(&x, sbuf, 2); sv = ts_bf16_to_f32(x); break; }
-        case TS_I8: sv = (int8_t)sbuf[0]; break;
-        case TS_U8: sv = sbuf[0]; break;
-        case TS_I32: { int32_t x; memcpy(&x, sbuf, 4); sv = x; break; }
-        default: { int64_t x; memcpy(&x, sbuf, 8); sv = (long double)x; break; }
-        }
-        ts_convert(dbuf, (ts_dtype)dd, sbuf, (ts_dtype)sd, 1);
-        bool src_float = ts_dtype_is_float((ts_dtype)sd);
-        long double lo = 0, hi = 0;
-        switch (dd) {
-        case TS_I8: lo = -128; hi = 127; break;
-        case TS_U8: lo = 0; hi = 255; break;
-        case TS_I32: lo = INT32_MIN; hi = INT32_MAX; break;
-        case TS_I64: lo = (long double)INT64_MIN; hi = (long double)INT64_MAX; break;
-        }
-        switch (dd) {
-        case TS_F32: { float x; memcpy(&x, dbuf, 4); ck_assert(isnan(sv) ? isnan(x) : x == (float)sv); break; }
-        case TS_F64: { double x; memcpy(&x, dbuf, 8); ck_assert(isnan(sv) ? isnan(x) : x == (double)sv); break; }
-        case TS_F16: { uint16_t x; memcpy(&x, dbuf, 2); ck_assert(isnan(sv) ? isnan(ts_f16_to_f32(x)) : x == search_round(sv, false)); break; }
-        case TS_BF16: { uint16_t x; memcpy(&x, dbuf, 2); ck_assert(isnan(sv) ? isnan(ts_bf16_to_f32(x)) : x == search_round(sv, true)); break; }
-        default: {
-          int64_t got = 0, want;
-          if (dd == TS_I8) got = (int8_t)dbuf[0];
-          else if (dd == TS_U8) got = dbuf[0];
-          else if (dd == TS_I32) { int32_t x; memcpy(&x, dbuf, 4); got = x; }
-          else memcpy(&got, dbuf, 8);
-          if (src_float) { /* truncate toward zero, saturate, NaN -> 0 */
-            long double t = isnan(sv) ? 0 : truncl(sv);
-            want = t <= lo ? (int64_t)lo : t >= hi ? (int64_t)hi : (int64_t)t;
-          } else { /* wrap */
-            uint64_t bits = (uint64_t)(int64_t)sv;
-            want = dd == TS_I8 ? (int8_t)(uint8_t)bits : dd == TS_U8 ? (uint8_t)bits
-                 : dd == TS_I32 ? (int32_t)(uint32_t)bits : (int64_t)bits;
-          }
-          ck_assert_msg(got == want, "%s -> %s of %Lg: %lld != %lld", ts_dtype_name((ts_dtype)sd),
-                        ts_dtype_name((ts_dtype)dd), sv, (long long)got, (long long)want);
-        }
-        }
-      }
-}
-END_TEST
-
 /* The exact value of one element of a dtype. */
 static long double exact_value(const unsigned char *b, ts_dtype dt) {
   switch (dt) {
@@ -202,12 +276,82 @@ static long double exact_value(const unsigned char *b, ts_dtype dt) {
   case TS_F64: { double x; memcpy(&x, b, 8); return x; }
   case TS_F16: { uint16_t x; memcpy(&x, b, 2); return ts_f16_to_f32(x); }
   case TS_BF16: { uint16_t x; memcpy(&x, b, 2); return ts_bf16_to_f32(x); }
+  case TS_F8_E4M3: return f8_ref_value(b[0], true);
+  case TS_F8_E5M2: return f8_ref_value(b[0], false);
   case TS_I8: return (int8_t)b[0];
   case TS_U8: return b[0];
+  case TS_BOOL: return b[0];
+  case TS_I16: { int16_t x; memcpy(&x, b, 2); return x; }
+  case TS_U16: { uint16_t x; memcpy(&x, b, 2); return x; }
   case TS_I32: { int32_t x; memcpy(&x, b, 4); return x; }
+  case TS_U32: { uint32_t x; memcpy(&x, b, 4); return x; }
+  case TS_U64: { uint64_t x; memcpy(&x, b, 8); return (long double)x; }
   default: { int64_t x; memcpy(&x, b, 8); return (long double)x; }
   }
 }
+
+/* The range and width of an integer dtype (bool: 0 to 1, width 0: not wrapped). */
+static void int_ref_range(ts_dtype dt, long double *lo, long double *hi, int *bits, bool *sgn) {
+  static const struct { int bits; bool sgn; } t[TS_DTYPE_COUNT] = {
+      [TS_I8] = {8, true},   [TS_I16] = {16, true},  [TS_I32] = {32, true}, [TS_I64] = {64, true},
+      [TS_U8] = {8, false},  [TS_U16] = {16, false}, [TS_U32] = {32, false}, [TS_U64] = {64, false},
+      [TS_BOOL] = {1, false}};
+  *bits = t[dt].bits;
+  *sgn = t[dt].sgn;
+  *lo = *sgn ? -ldexpl(1, *bits - 1) : 0;
+  *hi = *sgn ? ldexpl(1, *bits - 1) - 1 : ldexpl(1, *bits) - 1;
+}
+
+/* Every pair of dtypes on values each rule cares about, against the rules written out. */
+START_TEST(test_all_pairs) {
+  const double vals[] = {0,   1,   -1,   2.75,  -2.75, 127,    128,    200,   255,  300,
+                         -129, 448, 464,  465,   40000, -40000, 70000,  61440, 1e10, -1e10,
+                         1e20, -1e20, 0x1p63, NAN};
+  for (int sd = 0; sd < TS_DTYPE_COUNT; sd++)
+    for (int dd = 0; dd < TS_DTYPE_COUNT; dd++)
+      for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        /* the source element: the value stored in the source dtype */
+        unsigned char sbuf[8], dbuf[8];
+        double v = vals[i];
+        ts_convert(sbuf, (ts_dtype)sd, &v, TS_F64, 1);
+        long double sv = exact_value(sbuf, (ts_dtype)sd); /* the exact source value */
+        ts_convert(dbuf, (ts_dtype)dd, sbuf, (ts_dtype)sd, 1);
+        bool src_float = ts_dtype_is_float((ts_dtype)sd);
+        const char *sn = ts_dtype_name((ts_dtype)sd), *dn = ts_dtype_name((ts_dtype)dd);
+        switch (dd) {
+        case TS_F32: { float x; memcpy(&x, dbuf, 4); ck_assert(isnan(sv) ? isnan(x) : x == (float)sv); break; }
+        case TS_F64: { double x; memcpy(&x, dbuf, 8); ck_assert(isnan(sv) ? isnan(x) : x == (double)sv); break; }
+        case TS_F16: { uint16_t x; memcpy(&x, dbuf, 2); ck_assert(isnan(sv) ? isnan(ts_f16_to_f32(x)) : x == search_round(sv, false)); break; }
+        case TS_BF16: { uint16_t x; memcpy(&x, dbuf, 2); ck_assert(isnan(sv) ? isnan(ts_bf16_to_f32(x)) : x == search_round(sv, true)); break; }
+        case TS_F8_E4M3:
+        case TS_F8_E5M2: {
+          bool e4m3 = dd == TS_F8_E4M3;
+          ck_assert_msg(isnan(sv) ? f8_is_nan(dbuf[0], e4m3) : dbuf[0] == f8_ref_round(sv, e4m3),
+                        "%s -> %s of %Lg: 0x%02x", sn, dn, sv, dbuf[0]);
+          break;
+        }
+        default: {
+          long double got = exact_value(dbuf, (ts_dtype)dd), want, lo, hi;
+          int bits;
+          bool sgn;
+          int_ref_range((ts_dtype)dd, &lo, &hi, &bits, &sgn);
+          if (dd == TS_BOOL) { /* nonzero (NaN too) is true */
+            want = sv != 0;
+          } else if (src_float) { /* truncate toward zero, saturate, NaN -> 0 */
+            long double t = isnan(sv) ? 0 : truncl(sv);
+            want = t <= lo ? lo : t >= hi ? hi : t;
+          } else { /* wrap: the value modulo 2^bits, into the dtype's range */
+            long double m = fmodl(sv, ldexpl(1, bits));
+            if (m < 0)
+              m += ldexpl(1, bits);
+            want = sgn && m > hi ? m - ldexpl(1, bits) : m;
+          }
+          ck_assert_msg(got == want, "%s -> %s of %Lg: %Lg != %Lg", sn, dn, sv, got, want);
+        }
+        }
+      }
+}
+END_TEST
 
 /* ts_convert_check against a reference verdict: an integer target holds the truncated value
  * (long double comparisons with the limits); a float target overflows when the correctly
@@ -218,7 +362,9 @@ START_TEST(test_convert_check) {
                          65504, 65519.99, 65520, 70000, 2147483647.0, 2147483648.0,
                          -2147483648.99, -2147483649.0, 0x1p62, 0x1p63, -0x1p63, 1e30,
                          0x1p128 - 0x1p120, 0x1p128 - 0x1p119, 3.4028234663852886e38, 1e300,
-                         -1e300, INFINITY, -INFINITY, NAN, 5e-324};
+                         -1e300, INFINITY, -INFINITY, NAN, 5e-324, 0.5, 448, 464, 464.5, 480,
+                         57344, 61439, 61440, 65535, 65536, -32768, -32769, 4294967295.0,
+                         4294967296.0, 0x1p64, 0x1p63 - 1024};
   for (int sd = 0; sd < TS_DTYPE_COUNT; sd++)
     for (int dd = 0; dd < TS_DTYPE_COUNT; dd++)
       for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
@@ -238,11 +384,14 @@ START_TEST(test_convert_check) {
         case TS_F32: fits = !isfinite(sv) || isfinite((float)sv); break;
         case TS_F16: fits = !isfinite(sv) || (search_round(sv, false) & 0x7fff) != 0x7c00; break;
         case TS_BF16: fits = !isfinite(sv) || (search_round(sv, true) & 0x7fff) != 0x7f80; break;
+        case TS_F8_E5M2: fits = !isfinite(sv) || (f8_ref_round(sv, false) & 0x7f) != 0x7c; break;
+        case TS_F8_E4M3: fits = isnan(sv) || (isfinite(sv) && !f8_is_nan(f8_ref_round(sv, true), true)); break;
+        case TS_BOOL: fits = sv == 0 || sv == 1; break;
         default: {
-          long double lo = dd == TS_I8 ? -128 : dd == TS_U8 ? 0 : dd == TS_I32 ? INT32_MIN
-                                                              : (long double)INT64_MIN;
-          long double hi = dd == TS_I8 ? 127 : dd == TS_U8 ? 255 : dd == TS_I32 ? INT32_MAX
-                                                             : (long double)INT64_MAX;
+          long double lo, hi;
+          int bits;
+          bool sgn;
+          int_ref_range((ts_dtype)dd, &lo, &hi, &bits, &sgn);
           fits = isfinite(sv) && truncl(sv) >= lo && truncl(sv) <= hi;
         }
         }
@@ -264,9 +413,13 @@ END_TEST
 START_TEST(test_spellings) {
   const char *const text[] = {"f32", "float32", "f64", "float64", "f16", "float16", "bf16",
                               "bfloat16", "i8", "int8", "i32", "int32", "i64", "int64", "u8",
-                              "uint8"};
+                              "uint8", "bool", "int16", "i16", "uint16", "u16", "uint32", "u32",
+                              "uint64", "u64", "float8_e4m3fn", "f8_e4m3", "float8_e5m2",
+                              "f8_e5m2"};
   const ts_dtype want[] = {TS_F32, TS_F32, TS_F64, TS_F64, TS_F16, TS_F16, TS_BF16, TS_BF16,
-                           TS_I8, TS_I8, TS_I32, TS_I32, TS_I64, TS_I64, TS_U8, TS_U8};
+                           TS_I8, TS_I8, TS_I32, TS_I32, TS_I64, TS_I64, TS_U8, TS_U8, TS_BOOL,
+                           TS_I16, TS_I16, TS_U16, TS_U16, TS_U32, TS_U32, TS_U64, TS_U64,
+                           TS_F8_E4M3, TS_F8_E4M3, TS_F8_E5M2, TS_F8_E5M2};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     ts_dtype dt = TS_DTYPE_COUNT;
     ck_assert_int_eq(ts_dtype_parse_spelling(text[i], &dt, NULL), TS_OK);
@@ -274,8 +427,9 @@ START_TEST(test_spellings) {
   }
   ts_dtype dt;
   ts_error err;
-  ck_assert_int_eq(ts_dtype_parse_spelling("uint16", &dt, &err), TS_BAD_DTYPE);
-  ck_assert(strstr(err.msg, "'uint16'") && strstr(err.msg, "bfloat16"));
+  ck_assert_int_eq(ts_dtype_parse_spelling("complex64", &dt, &err), TS_BAD_DTYPE);
+  ck_assert(strstr(err.msg, "'complex64'") && strstr(err.msg, "bfloat16") &&
+            strstr(err.msg, "f8_e4m3 (float8_e4m3fn)"));
   ck_assert_int_eq(ts_dtype_parse("float32", &dt, NULL), TS_BAD_DTYPE); /* the wire: names only */
 }
 END_TEST
@@ -285,6 +439,8 @@ int main(void) {
   TCase *tc = tcase_create("dtype");
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, test_names);
+  tcase_add_test(tc, test_f8_decode_exhaustive);
+  tcase_add_test(tc, test_f8_round);
   tcase_add_test(tc, test_f16_exhaustive);
   tcase_add_test(tc, test_bf16);
   tcase_add_test(tc, test_int_to_small_floats);

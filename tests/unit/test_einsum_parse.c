@@ -180,6 +180,10 @@ START_TEST(test_errors) {
   expect_error("ij,jk->ik,i", 2, nd2, s2, TS_F32, TS_EINSUM, "unexpected ','", NULL);
   /* dtypes. */
   expect_error("ij,jk->ik", 2, nd2, s2, TS_U8, TS_BAD_DTYPE, "dtype u8 is not supported", "f32");
+  expect_error("ij,jk->ik", 2, nd2, s2, TS_F8_E4M3, TS_BAD_DTYPE, "dtype f8_e4m3 is not supported",
+               "f32");
+  expect_error("ij,jk->ik", 2, nd2, s2, TS_BOOL, TS_BAD_DTYPE, "dtype bool is not supported", "i64");
+  expect_error("ij,jk->ik", 2, nd2, s2, TS_U64, TS_BAD_DTYPE, "dtype u64 is not supported", "bf16");
   expect_error("ij,jk->ik", 2, nd2, s2, TS_I8, TS_BAD_DTYPE, "dtype i8", NULL);
   /* Too many output dims. */
   {

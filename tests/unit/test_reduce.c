@@ -1,6 +1,7 @@
 /* test_reduce.c - the reduction kernels of partial placements against naive references: sum, max
  * and min of every dtype, f16/bf16 reduced in f32 and rounded once, NaN propagation, integer
- * wrap-around, identities, names and error paths. */
+ * wrap-around, bool as or/and, identities, names and error paths (the 8-bit floats, which have no
+ * reductions, refused by name). */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -18,6 +19,11 @@ static uint64_t rnd(void) {
 }
 
 /* Writes a small integer value in any dtype. */
+static bool is_unsigned(int dt) {
+  return dt == TS_U8 || dt == TS_U16 || dt == TS_U32 || dt == TS_U64 || dt == TS_BOOL;
+}
+static bool no_reductions(int dt) { return dt == TS_F8_E4M3 || dt == TS_F8_E5M2; }
+
 static void put(void *p, size_t i, ts_dtype dt, double v) {
   switch (dt) {
   case TS_F32: ((float *)p)[i] = (float)v; break;
@@ -28,6 +34,11 @@ static void put(void *p, size_t i, ts_dtype dt, double v) {
   case TS_I32: ((int32_t *)p)[i] = (int32_t)v; break;
   case TS_I64: ((int64_t *)p)[i] = (int64_t)v; break;
   case TS_U8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+  case TS_BOOL: ((uint8_t *)p)[i] = v != 0; break;
+  case TS_I16: ((int16_t *)p)[i] = (int16_t)v; break;
+  case TS_U16: ((uint16_t *)p)[i] = (uint16_t)v; break;
+  case TS_U32: ((uint32_t *)p)[i] = (uint32_t)v; break;
+  case TS_U64: ((uint64_t *)p)[i] = (uint64_t)v; break;
   default: break;
   }
 }
@@ -35,19 +46,23 @@ static void put(void *p, size_t i, ts_dtype dt, double v) {
 START_TEST(all_dtypes_all_ops) {
   const size_t n = 257;
   for (int dt = 0; dt < TS_DTYPE_COUNT; dt++)
-    for (int op = 0; op < TS_REDUCE_COUNT; op++) {
+    for (int op = 0; op < TS_REDUCE_COUNT && !no_reductions(dt); op++) {
       size_t es = ts_dtype_size((ts_dtype)dt);
       void *a = malloc(n * es), *b = malloc(n * es), *want = malloc(n * es);
       for (size_t i = 0; i < n; i++) {
         /* Small integers: exact in every dtype, sums stay in range of i8. */
         double x = (double)(rnd() % 50), y = (double)(rnd() % 50);
-        if (dt != TS_U8) {
+        if (dt == TS_BOOL) { /* sum and max: or; min: and */
+          x = (double)(rnd() % 2);
+          y = (double)(rnd() % 2);
+        } else if (!is_unsigned(dt)) {
           x -= 25;
           y -= 25;
         }
         put(a, i, (ts_dtype)dt, x);
         put(b, i, (ts_dtype)dt, y);
-        double r = op == TS_REDUCE_SUM ? x + y : op == TS_REDUCE_MAX ? fmax(x, y) : fmin(x, y);
+        double r = op == TS_REDUCE_SUM ? (dt == TS_BOOL ? fmax(x, y) : x + y)
+                   : op == TS_REDUCE_MAX ? fmax(x, y) : fmin(x, y);
         put(want, i, (ts_dtype)dt, r);
       }
       ck_assert_int_eq(ts_reduce(a, b, n, (ts_dtype)dt, (ts_reduce_op)op, NULL), TS_OK);
@@ -87,18 +102,37 @@ START_TEST(nan_propagates_and_ints_wrap) {
   int64_t big[1] = {INT64_MAX}, one[1] = {1};
   ck_assert_int_eq(ts_reduce(big, one, 1, TS_I64, TS_REDUCE_SUM, NULL), TS_OK);
   ck_assert(big[0] == INT64_MIN);
+  uint16_t u[2] = {65535, 7}, v[2] = {2, 65530};
+  ck_assert_int_eq(ts_reduce(u, v, 2, TS_U16, TS_REDUCE_SUM, NULL), TS_OK);
+  ck_assert(u[0] == 1 && u[1] == 1);
+  int16_t s16[1] = {32767}, t16[1] = {1};
+  ck_assert_int_eq(ts_reduce(s16, t16, 1, TS_I16, TS_REDUCE_SUM, NULL), TS_OK);
+  ck_assert_int_eq(s16[0], -32768);
+  uint64_t m[2] = {UINT64_MAX, 1}, w[2] = {UINT64_MAX - 1, UINT64_MAX};
+  ck_assert_int_eq(ts_reduce(m, w, 2, TS_U64, TS_REDUCE_MAX, NULL), TS_OK);
+  ck_assert(m[0] == UINT64_MAX && m[1] == UINT64_MAX); /* unsigned order, not signed */
+  uint32_t x32[1] = {0x80000000u}, y32[1] = {1};
+  ck_assert_int_eq(ts_reduce(x32, y32, 1, TS_U32, TS_REDUCE_MIN, NULL), TS_OK);
+  ck_assert_uint_eq(x32[0], 1);
+  uint8_t bb[4] = {0, 0, 1, 1}, c8[4] = {0, 1, 0, 1}, or4[4], and4[4];
+  memcpy(or4, bb, 4);
+  memcpy(and4, bb, 4);
+  ck_assert_int_eq(ts_reduce(or4, c8, 4, TS_BOOL, TS_REDUCE_SUM, NULL), TS_OK);
+  ck_assert(or4[0] == 0 && or4[1] == 1 && or4[2] == 1 && or4[3] == 1); /* a sum stays 0/1 */
+  ck_assert_int_eq(ts_reduce(and4, c8, 4, TS_BOOL, TS_REDUCE_MIN, NULL), TS_OK);
+  ck_assert(and4[0] == 0 && and4[1] == 0 && and4[2] == 0 && and4[3] == 1);
 }
 END_TEST
 
 START_TEST(identities) {
   for (int dt = 0; dt < TS_DTYPE_COUNT; dt++)
-    for (int op = 0; op < TS_REDUCE_COUNT; op++) {
+    for (int op = 0; op < TS_REDUCE_COUNT && !no_reductions(dt); op++) {
       size_t es = ts_dtype_size((ts_dtype)dt);
       unsigned char id[8 * 5], v[8 * 5];
       ck_assert_int_eq(ts_reduce_fill_identity(id, 5, (ts_dtype)dt, (ts_reduce_op)op, NULL),
                        TS_OK);
       for (size_t i = 0; i < 5; i++)
-        put(v, i, (ts_dtype)dt, (double)(i * 7 % 11) - (dt == TS_U8 ? 0 : 3));
+        put(v, i, (ts_dtype)dt, dt == TS_BOOL ? (double)(i % 2) : (double)(i * 7 % 11) - (is_unsigned(dt) ? 0 : 3));
       unsigned char keep[8 * 5];
       memcpy(keep, v, 5 * es);
       /* op(identity, v) == v */
@@ -131,6 +165,18 @@ START_TEST(names_and_errors) {
                    TS_INVALID_ARGUMENT);
   ck_assert_int_eq(ts_reduce_fill_identity(&a, 1, TS_F32, (ts_reduce_op)3, &err),
                    TS_INVALID_ARGUMENT);
+  const ts_dtype f8[] = {TS_F8_E4M3, TS_F8_E5M2};
+  for (int k = 0; k < 2; k++)
+    for (int o = 0; o < TS_REDUCE_COUNT; o++) {
+      uint8_t x[2] = {0x38, 0x38}, y[2] = {0x38, 0x38}, keep[2] = {0x38, 0x38};
+      ck_assert_int_eq(ts_reduce(x, y, 2, f8[k], (ts_reduce_op)o, &err), TS_BAD_DTYPE);
+      ck_assert_msg(strstr(err.msg, ts_dtype_name(f8[k])) && strstr(err.msg, "sum, max and min") &&
+                        strstr(err.msg, "bool"), "%s", err.msg);
+      ck_assert(memcmp(x, keep, 2) == 0); /* untouched */
+      ck_assert_int_eq(ts_reduce_fill_identity(x, 2, f8[k], (ts_reduce_op)o, &err), TS_BAD_DTYPE);
+      ck_assert_int_eq(ts_reduce_check(f8[k], (ts_reduce_op)o, &err), TS_BAD_DTYPE);
+    }
+  ck_assert_int_eq(ts_reduce_check(TS_BOOL, TS_REDUCE_MIN, &err), TS_OK);
 }
 END_TEST
 

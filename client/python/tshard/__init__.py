@@ -11,7 +11,7 @@ Errors raise subclasses of tshard.TshardError named after the status codes (tsha
 tshard.BadAttributeError, ...) with the daemon's message; they also subclass the matching
 builtins (tshard.TimeoutError is a TimeoutError, tshard.IoError a ConnectionError, bad values
 ValueError). A numpy array's dtype means what it says; bf16 data is given as bits with
-tshard.bf16_bits.
+tshard.bf16_bits, f8_e4m3 and f8_e5m2 data with tshard.f8_bits.
 """
 from ._version import __version__
 from .attr import Attr, Mesh, Partial, Replicate, Shard
@@ -21,7 +21,7 @@ from .errors import *  # noqa: F401,F403 - every exception class, one per status
 from .errors import __all__ as _error_names
 from .einsum import EinsumResult
 from .future import Future, WaitTimeoutError, wait
-from .typed_put import BF16Bits, bf16_bits
+from .typed_put import BF16Bits, F8Bits, bf16_bits, f8_bits
 from . import errors
 from . import spmd
 from . import checkpoint
@@ -34,7 +34,7 @@ from .launch import Job, launch  # daemons from Python: with tshard.launch(np=4)
 __all__ = ["connect", "Client", "Attr", "Mesh", "Shard", "Replicate", "Partial",
            "errors", "DTYPES", "DTYPE_SPELLINGS", "ROW_MAJOR", "socket_path", "read_token_file",
            "spmd", "plan", "show", "EinsumResult", "checkpoint", "graph_from_json", "Future",
-           "wait", "WaitTimeoutError", "bf16_bits", "BF16Bits", "launch", "Job", "safetensors", "torch"] + [
+           "wait", "WaitTimeoutError", "bf16_bits", "BF16Bits", "f8_bits", "F8Bits", "launch", "Job", "safetensors", "torch"] + [
                n for n in _error_names if n not in ("TimeoutError", "OverflowError")]
 # tshard.TimeoutError and tshard.OverflowError subclass the builtins of those names but stay out
 # of __all__, so that "from tshard import *" never hides the builtins from the importing code.

@@ -10,8 +10,8 @@ checkpoints.
     ck.names("/shared/ckpt/step100")          # the tensors it holds
     w = ck.read("/shared/ckpt/step100", "w")  # the whole tensor as a numpy array
 
-bf16 tensors come back as uint16 arrays holding the bf16 bits (numpy has no bfloat16), as
-everywhere in the tshard package."""
+bf16 tensors come back as uint16 arrays holding the bf16 bits (numpy has no bfloat16), f8_e4m3
+and f8_e5m2 tensors as uint8 arrays of their bits, as everywhere in the tshard package."""
 import ctypes
 import ctypes.util
 import json
@@ -22,9 +22,11 @@ import stat
 import numpy as np
 
 _DTYPES = {"f32": "<f4", "f64": "<f8", "f16": "<f2", "bf16": "<u2", "i8": "i1", "i32": "<i4",
-           "i64": "<i8", "u8": "u1"}
+           "i64": "<i8", "u8": "u1", "bool": "?", "i16": "<i2", "u16": "<u2", "u32": "<u4",
+           "u64": "<u8", "f8_e4m3": "u1", "f8_e5m2": "u1"}
 _ST_NAMES = {"f32": "F32", "f64": "F64", "f16": "F16", "bf16": "BF16", "i8": "I8", "i32": "I32",
-             "i64": "I64", "u8": "U8"}
+             "i64": "I64", "u8": "U8", "bool": "BOOL", "i16": "I16", "u16": "U16", "u32": "U32",
+             "u64": "U64", "f8_e4m3": "F8_E4M3", "f8_e5m2": "F8_E5M2"}
 
 
 class CheckpointError(Exception):
@@ -119,7 +121,8 @@ def _header(fpath):
 
 
 def _reduce(op, acc, x, dtype):
-    """acc op= x; f16 and bf16 through f32 (as the daemons reduce)."""
+    """acc op= x; f16 and bf16 through f32 (as the daemons reduce); bool: sum and max are "or",
+    min is "and" (numpy's add, maximum and minimum of bools)."""
     f = {"sum": np.add, "max": np.maximum, "min": np.minimum}[op]
     if dtype == "bf16":
         a = (acc.astype(np.uint32) << 16).view(np.float32)

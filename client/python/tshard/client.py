@@ -10,8 +10,9 @@ gets on a Unix socket go further: the request names the array's own memory (Clie
 every daemon copies its piece straight from or into it (process_vm_readv/writev): no copy in
 Python at all. A daemon that cannot reach this process's memory answers NO_DIRECT once, and the
 segment serves from then on; TSHARD_DIRECT=0 keeps the segment. A numpy array's dtype means
-what it says (uint16 is an unsigned integer); bf16 data goes in as ``tshard.bf16_bits(bits)``
-(numpy has no bfloat16) and a bf16 tensor comes out as a uint16 array of its bits.
+what it says (uint16 is an unsigned integer, bool is bool); bf16 data goes in as
+``tshard.bf16_bits(bits)`` (numpy has no bfloat16) and a bf16 tensor comes out as a uint16 array
+of its bits; f8_e4m3 and f8_e5m2 likewise as uint8 bits (``tshard.f8_bits(bits, "e4m3")``).
 
 A connection belongs to the process that opened it: the daemon refuses requests another process
 writes on it (a child after fork(), e.g. a multiprocessing or data-loader worker). A client used
@@ -36,7 +37,7 @@ from . import program as _program
 from . import tshard_pb2 as pb
 from ._trust import check_peer, check_socket_dir
 from .attr import Attr
-from .typed_put import BF16Bits, declare
+from .typed_put import BF16Bits, F8Bits, declare
 from .progress import reporter
 from .errors import TshardError, error_for
 from .shm import Segment
@@ -49,18 +50,24 @@ from . import fastpath as _fastpath
 __all__ = ["Client", "connect", "DTYPES", "DTYPE_SPELLINGS", "ROW_MAJOR", "socket_path",
            "read_token_file"]
 
-# tshard dtype -> the numpy dtype of its data (bf16: the uint16 of its bits, see bf16_bits)
+# tshard dtype -> the numpy dtype of its data (bf16: the uint16 of its bits, see bf16_bits; the
+# 8-bit floats: the uint8 of their codes, see f8_bits)
 DTYPES: Dict[str, np.dtype] = {
     "f32": np.dtype(np.float32), "f64": np.dtype(np.float64), "f16": np.dtype(np.float16),
     "bf16": np.dtype(np.uint16), "i8": np.dtype(np.int8), "i32": np.dtype(np.int32),
-    "i64": np.dtype(np.int64), "u8": np.dtype(np.uint8),
+    "i64": np.dtype(np.int64), "u8": np.dtype(np.uint8), "bool": np.dtype(np.bool_),
+    "i16": np.dtype(np.int16), "u16": np.dtype(np.uint16), "u32": np.dtype(np.uint32),
+    "u64": np.dtype(np.uint64), "f8_e4m3": np.dtype(np.uint8), "f8_e5m2": np.dtype(np.uint8),
 }
-_FROM_NUMPY = {v: k for k, v in DTYPES.items() if k != "bf16"}
+_BITS = ("bf16", "f8_e4m3", "f8_e5m2")  # numpy has none: their bits (bf16_bits, f8_bits)
+_FROM_NUMPY = {v: k for k, v in DTYPES.items() if k not in _BITS}
 # The spellings of a dtype the client takes, the same as the CLI's --dtype: the tshard names and
 # numpy's and PyTorch's (numpy dtypes and types are taken too).
 DTYPE_SPELLINGS: Dict[str, str] = {
     **{k: k for k in DTYPES}, "float32": "f32", "float64": "f64", "float16": "f16",
-    "bfloat16": "bf16", "int8": "i8", "int32": "i32", "int64": "i64", "uint8": "u8"}
+    "bfloat16": "bf16", "int8": "i8", "int32": "i32", "int64": "i64", "uint8": "u8",
+    "int16": "i16", "uint16": "u16", "uint32": "u32", "uint64": "u64",
+    "float8_e4m3fn": "f8_e4m3", "float8_e5m2": "f8_e5m2"}
 ROW_MAJOR = "row-major"  # describe()'s layout of plain slices, as the CLI prints it
 
 # The daemon's rules (proto/ts_rules.h): names are 1 to 127 bytes of UTF-8 without control
@@ -141,7 +148,7 @@ def read_token_file(path: str) -> str:
     return _check_token(token, f"the token in {path}")
 
 AttrLike = Union[Attr, str]  # an attribute: an Attr or its text
-ArrayLike = Union[np.ndarray, BF16Bits]  # put data: a numpy array, or bf16 bits
+ArrayLike = Union[np.ndarray, BF16Bits, F8Bits]  # put data: a numpy array, or bf16/f8 bits
 WINDOW = 2  # chunk requests in flight
 _COLLECTIVE_TIMEOUT_MAX = 600.0  # s: the daemons' default --collective-timeout-max
 _SPARE_MIN = 1 << 20  # results from this size on reuse the client's spare buffer
@@ -173,7 +180,8 @@ def _out_bytes(out, dtype, what, shape, name):
 
 def _dtype_name(dtype):
     """'f32' for 'f32', 'float32', np.float32 or np.dtype('float32'); bf16 is 'bf16' or
-    'bfloat16' (numpy has none). BadDtypeError (a ValueError) names the valid spellings."""
+    'bfloat16', the 8-bit floats 'f8_e4m3' / 'float8_e4m3fn' and 'f8_e5m2' / 'float8_e5m2'
+    (numpy has none of them; np.uint8 is u8). BadDtypeError (a ValueError) names the valid spellings."""
     if isinstance(dtype, str) and dtype in DTYPE_SPELLINGS:
         return DTYPE_SPELLINGS[dtype]
     try:
@@ -183,7 +191,7 @@ def _dtype_name(dtype):
         pass
     valid = ", ".join(f"{k} ({n})" for n, k in DTYPE_SPELLINGS.items() if n != k)
     raise error_for(4, f"dtype {dtype!r}: valid are {valid}, or the matching numpy dtypes "
-                       f"(bf16 data: tshard.bf16_bits)")
+                       f"(bf16 data: tshard.bf16_bits; f8 data: tshard.f8_bits)")
 
 
 def _attr_msg(attr):
@@ -610,7 +618,7 @@ class Client:
         _check_name(name)
         what = "put" if slice_layout is None else "put_slice"
         a, decl = declare(array, convert, DTYPES, _FROM_NUMPY, what)
-        return _fastpath.put(self, name, a, decl, _widened_note(array, a, decl), key,
+        return _fastpath.put(self, name, a, decl, _swapped_note(array, a, decl), key,
                              slice_layout, convert)
 
     def _gated(self, what: str, fill, then) -> Future:
@@ -727,7 +735,8 @@ class Client:
         Args:
             name: the tensor's name (1 to 127 bytes of UTF-8, no control characters).
             dtype: ``"f32"`` or ``"float32"``, ``np.float32``, ... (see ``DTYPE_SPELLINGS``);
-                bf16 is ``"bf16"`` or ``"bfloat16"``.
+                bf16 is ``"bf16"`` or ``"bfloat16"``, the 8-bit floats ``"f8_e4m3"``
+                (``"float8_e4m3fn"``) and ``"f8_e5m2"`` (``"float8_e5m2"``).
             shape: the global shape, a sequence of ints >= 0.
             attr: the distributed attribute, a :class:`tshard.Attr` or its text.
             layout: the stored slices' format tag (default ``"row-major"``), e.g. ``"aBcd16b"``.
@@ -772,7 +781,7 @@ class Client:
         _check_name(name)
         what = "put" if slice_layout is None else "put_slice"
         a, decl = declare(array, convert, DTYPES, _FROM_NUMPY, what)
-        note = _widened_note(array, a, decl)
+        note = _swapped_note(array, a, decl)
         src = a.reshape(-1).view(np.uint8)
         total = src.nbytes
         report, done = reporter(progress, what, name, total), 0
@@ -839,14 +848,15 @@ class Client:
 
         Args:
             name: the tensor.
-            array: a numpy array of the tensor's shape and dtype (float32 for f32, ...); bf16
-                data as ``tshard.bf16_bits(uint16_array)``. A uint16 array is unsigned integers.
+            array: a numpy array of the tensor's shape and dtype (float32 for f32, bool for
+                bool, uint16 for u16, ...); bf16 data as ``tshard.bf16_bits(uint16_array)``, f8
+                data as ``tshard.f8_bits(uint8_array, "e4m3")`` (or ``"e5m2"``).
                 A torch CPU tensor (bf16 as bf16) or any object with ``__dlpack__`` or the array
                 protocol is read in place where its memory allows.
             key: an idempotency key.
-            convert: convert another dtype's values, as numpy's ``astype`` does (bool, int16,
-                uint16, uint32 and uint64 widened losslessly first); refused when a value would
-                not fit the tensor's dtype.
+            convert: convert another dtype's values, as numpy's ``astype`` does (floats to
+                f16, bf16 and f8 round to nearest even); refused when a value would not survive
+                (out of range, overflow, a bool other than 0 or 1).
             progress: True, a callable ``(done, total)`` or None (a bar on a terminal for large
                 data).
             wait: False returns a Future; keep the array unchanged until it is done.
@@ -1023,10 +1033,12 @@ class Client:
             progress: as in :meth:`put`.
             wait: False returns a Future of the array (numpy only).
             like: ``"torch"`` returns a torch tensor sharing the received memory (bf16 as
-                ``torch.bfloat16``); None or ``"numpy"`` a numpy array.
+                ``torch.bfloat16``, f8 as ``torch.float8_*`` where the installed torch has
+                them); None or ``"numpy"`` a numpy array.
 
         Returns:
-            A numpy array of the tensor's shape and dtype (a bf16 tensor: its uint16 bits), or
+            A numpy array of the tensor's shape and dtype (a bf16 tensor: its uint16 bits; an
+            f8 tensor: its uint8 codes), or
             a torch tensor (``like="torch"``, a torch ``out``).
 
         Raises:
@@ -1246,7 +1258,7 @@ class Client:
 
         Args:
             arrays: {name: numpy array} of whole row-major tensors, in any order (bf16 data as
-                ``tshard.bf16_bits(bits)``).
+                ``tshard.bf16_bits(bits)``, f8 data as ``tshard.f8_bits(codes, "e4m3")``).
             convert: convert arrays of another dtype to their tensors', as
                 ``put(..., convert=True)`` does (values that would not survive are refused).
             key: idempotency key: a retry of the identical put_many is not run again.
@@ -1278,7 +1290,7 @@ class Client:
 
         Returns:
             {name: numpy array} (row-major, aligned, the tensor's dtype and shape; bf16 as
-            uint16 bits) in the order of ``names``, or a Future of it with ``wait=False``. The
+            uint16 bits, f8 as uint8 codes) in the order of ``names``, or a Future of it with ``wait=False``. The
             arrays may be views of one buffer the call allocated.
 
         Raises:
@@ -1818,16 +1830,13 @@ def _ckpt_result(r):
             "seconds": k.seconds, "writing": k.writing, "save_id": k.save_id}
 
 
-def _widened_note(array, sent, decl):
-    """What a refusal of a widened put adds: the array's own dtype, which the daemon never saw."""
+def _swapped_note(array, sent, decl):
+    """What a refusal of a byte-swapped put adds: the array's own byte order, which the daemon
+    never saw."""
     orig = getattr(array, "dtype", None)
-    if orig is None or isinstance(array, BF16Bits) or np.dtype(orig) == sent.dtype:
+    if orig is None or isinstance(array, (BF16Bits, F8Bits)) or np.dtype(orig) == sent.dtype:
         return ""
-    o = np.dtype(orig)
-    if o.newbyteorder("=") == sent.dtype:
-        return f" (the array's {o.str} was swapped to this machine's byte order)"
-    order = "" if o.isnative else f" {o.str}, swapped to this machine's byte order and"
-    return f" (the array's {o.name}{order} was widened losslessly to {decl})"
+    return f" (the array's {np.dtype(orig).str} was swapped to this machine's byte order)"
 
 
 def _put_error(resp, note):

@@ -4,31 +4,39 @@ the memory allows. torch is imported only when a torch tensor is met or asked fo
 works without it.
 
 - ``as_array(obj)``: numpy arrays as they are; torch CPU tensors through ``Tensor.numpy()`` (a
-  view; bf16 tensors viewed as 16-bit integers and marked as bf16 bits); other objects with
+  view; bf16 tensors viewed as 16-bit integers and marked as bf16 bits, float8 tensors viewed
+  as uint8 and marked as f8 bits); other objects with
   ``__dlpack__`` through ``numpy.from_dlpack`` (a view), then the array protocol
   (``numpy.asarray``). Non-contiguous tensors give strided views that the client treats as it
   treats strided numpy arrays. Tensors on a GPU (or any device but the CPU) are refused with a
   message that says so.
 - ``to_torch(a, dtype)``: a numpy array received for a tensor of tshard dtype ``dtype`` as a torch
-  tensor sharing its memory (``torch.from_numpy``; bf16 as ``torch.bfloat16``).
+  tensor sharing its memory (``torch.from_numpy``; bf16 as ``torch.bfloat16``, f8_e4m3 as
+  ``torch.float8_e4m3fn``, f8_e5m2 as ``torch.float8_e5m2``). A dtype the installed torch lacks
+  (float8 and uint16/32/64 came in torch 2.1 and 2.3) is refused, naming it: get such a tensor
+  as numpy.
 - ``out_view(t)``: a torch tensor to fill (``get(..., out=t)``) as a numpy view of its memory.
 
 Every tshard dtype maps to one torch dtype (TORCH_DTYPES). Whether received 16-bit data are bf16
 bits, and how bf16 bits are marked for sending, is decided in one place each (``_is_bf16``,
-``_bf16_bits``)."""
+``_bf16_bits``); float8 tensors go by their dtype (``_F8``)."""
 from typing import Any, Optional
 
 import numpy as np
 
 from .errors import error_for
-from .typed_put import bf16_bits
+from .typed_put import bf16_bits, f8_bits
 
 __all__ = ["TORCH_DTYPES", "as_array", "to_torch", "out_view", "is_torch", "from_torch",
            "dtype_name"]
 
 # tshard dtype -> the name of its torch dtype
 TORCH_DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
-                "i8": "int8", "i32": "int32", "i64": "int64", "u8": "uint8"}
+                "i8": "int8", "i32": "int32", "i64": "int64", "u8": "uint8", "bool": "bool",
+                "i16": "int16", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+                "f8_e4m3": "float8_e4m3fn", "f8_e5m2": "float8_e5m2"}
+# the float8 torch dtypes -> the f8_bits format of their uint8 codes
+_F8 = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
 
 
 def dtype_name(t: Any) -> str:
@@ -76,6 +84,8 @@ def _raw_view(t: Any, what: str) -> np.ndarray:
         t = t.resolve_conj().resolve_neg()
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(np.uint16)
+    if str(t.dtype).replace("torch.", "") in _F8:
+        return t.view(torch.uint8).numpy()
     return t.numpy()
 
 
@@ -84,6 +94,9 @@ def from_torch(t: Any, what: str = "put") -> Any:
     strided when the tensor is), a bf16 tensor's as ``tshard.bf16_bits`` of its bits."""
     import torch
     a = _raw_view(t, what)
+    f8 = _F8.get(str(t.dtype).replace("torch.", ""))
+    if f8 is not None:
+        return f8_bits(a, f8)
     return _bf16_bits(a) if t.dtype == torch.bfloat16 else a
 
 
@@ -115,6 +128,13 @@ def to_torch(a: Optional[np.ndarray], dtype: Optional[str] = None) -> Any:
         a = a.copy()
     if _is_bf16(a, dtype):
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    name = TORCH_DTYPES.get(dtype) if dtype is not None else None
+    if name is not None and not hasattr(torch, name):
+        raise error_for(4, f"a {dtype} tensor as torch: torch {torch.__version__} has no "
+                           f"torch.{name}; get it as numpy instead"
+                           + (" (its uint8 bits)" if name in _F8 else ""))
+    if name in _F8:
+        return torch.from_numpy(a.view(np.uint8)).view(getattr(torch, name))
     return torch.from_numpy(a)
 
 

@@ -1,0 +1,15 @@
+# The dtypes beyond the first eight (bool, i16, u16, u32, u64, f8_e4m3, f8_e5m2) end to end, 4
+# real daemons: a Hugging Face file of each written by the test's own struct + json writer,
+# imported (a C64 entry beside them checked but not asked for), resharded and exported
+# byte-exact; partial reductions of the integers and bool against numpy, partial f8 refused;
+# checkpoints saved, loaded and read offline; a randomized differential test against numpy and
+# the 8-bit floats' formats written out.
+if(TARGET tshard-python AND TARGET tshardd)
+  tshard_python_test(test_python_hf_dtypes test_hf_dtypes.py)
+endif()
+
+# The README's "Checked puts" example (u16 ids, bf16 bits, f8 codes) run as written, its output
+# against numpy and the f8 format written out.
+if(TARGET tshard-python AND TARGET tshardd)
+  tshard_python_test(test_python_readme_dtypes test_readme_dtypes.py ${CMAKE_SOURCE_DIR}/README.md)
+endif()
