@@ -222,7 +222,7 @@ def checkpoints(d):
             c.create(dt, dt, (9, 7), attr)
             c.put(dt, put_data(refs[dt], dt))
         path = os.path.join(work, "ckpt")
-        c.save(path)
+        c.save(path, names=list(NEW))
         c.drop_many(NEW)
         for fmt in ("f8_e4m3", "f8_e5m2"):  # loaded as partial: refused, nothing created
             st, msg = error_of(lambda: c.load(path, names=[fmt],
