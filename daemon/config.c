@@ -490,7 +490,7 @@ int tsd_config_parse(tsd_config *cfg, int argc, char **argv) {
   }
   if (cfg->listen[0] && parse_listen(cfg))
     return -1;
-  return check_snapshot(cfg) || check_link_rates(cfg);
+  return check_snapshot(cfg) ? -1 : check_link_rates(cfg);
 }
 
 void tsd_config_log(const tsd_config *cfg) {

@@ -358,7 +358,9 @@ def bad_flags():
                          (["--resume-attr", "*=mesh=[2] placements=[S(0)]"], "needs --resume"),
                          (["--resume", "/tmp/x", "--resume-attr", "nothing"], "GLOB=ATTR"),
                          (["--resume", "/tmp/x", "--resume-attr", "*=mesh=[2"], "the attribute"),
-                         (["--resume", "relative"], "absolute path")):
+                         (["--resume", "relative"], "absolute path"),
+                         (["--link-rates", "cross=5"], "expected a number and a unit"),
+                         (["--link-rates", "wan=1GB/s"], "is neither host=RATE")):
         p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=20)
         check(p.returncode != 0 and needle in p.stderr, f"tshardd {args}: {p.stderr!r}")
 
