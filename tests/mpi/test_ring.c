@@ -2,7 +2,8 @@
  * every rank's input (small integers, exact in every dtype), reduces them in double and converts
  * the result to the dtype; the ring's all-reduce and reduce-scatter must match it byte for byte,
  * for every reducible dtype and op, on the world and on a group in reversed order, with sizes of
- * zero, fewer elements than ranks, uneven blocks (some empty) and blocks of several pieces. */
+ * zero, fewer elements than ranks, uneven blocks (some empty) and blocks of several pieces; and
+ * the link-rate measurement (the same figure on every member). */
 #define TS_TEST_SEED 0x51a6u
 #include "comm_internal.h"
 #include "mpi_check.h"
@@ -103,10 +104,28 @@ static void run_all(ts_comm *c) {
   }
 }
 
+/* The link rate between two members: positive, the same on every member; bad members refused. */
+static void test_link_rate(ts_comm *c) {
+  ts_error err;
+  double r = 0;
+  if (ts_comm_size(c) > 1) {
+    CHECK(ts_comm_link_rate(c, 0, ts_comm_size(c) - 1, 1 << 20, &r, &err) == TS_OK, "%s",
+          err.msg);
+    double lo = r, hi = r;
+    MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    CHECK(r > 0 && lo == hi, "link rate %g (from %g to %g over the ranks)", r, lo, hi);
+  }
+  CHECK(ts_comm_link_rate(c, 0, 0, 1 << 20, &r, &err) == TS_INVALID_ARGUMENT, "a == b taken");
+  CHECK(ts_comm_link_rate(c, 0, ts_comm_size(c), 1 << 20, &r, &err) == TS_INVALID_ARGUMENT,
+        "a member past the end taken");
+}
+
 int main(int argc, char **argv) {
   if (!mpi_check_start(&argc, &argv))
     return 1;
   run_all(ts_world_comm(W));
+  test_link_rate(ts_world_comm(W));
   int *rev = malloc((size_t)world_size * sizeof *rev);
   for (int i = 0; i < world_size; i++)
     rev[i] = world_size - 1 - i;
