@@ -100,7 +100,9 @@ with Daemons(B, NP, job=JOB) as d:
         check(numa == [-1] * NP, f"no NUMA nodes in /sys: -1 everywhere: {numa}")
     want = {"rank": 0, "ranks": NP, "hosts": 1, "topology": f"hosts=1x{NP}",
             "host_names": [host], "rank_hosts": [0] * NP, "rank_numa": numa,
-            "by_host": [{"host": 0, "name": host, "ranks": list(range(NP)), "numa": numa}]}
+            "by_host": [{"host": 0, "name": host, "ranks": list(range(NP)), "numa": numa}],
+            # one host: nothing measured, the planner's defaults (a memory copy, 10 Gbit/s)
+            "link_rates": {"host": 8e9, "cross": 1.25e9}}
     check(job == want, f"describe_job: {job}, want {want}")
     lines = [f"{NP} ranks on 1 host (hosts=1x{NP}), answered by rank %d",
              host_line(0, host, list(range(NP)), numa)]
