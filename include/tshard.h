@@ -387,10 +387,17 @@ int tshard_save(tshard_client *c, const char *dir, const char *const *names, int
                 const tshard_save_opts *opts);
 
 typedef struct tshard_load_opts {
-  const char *attr; /* the attribute of every loaded tensor (NULL: each saved attribute) */
+  const char *attr; /* the default: the attribute of every tensor no rule names (NULL: each
+                     * tensor's saved attribute) */
   int per_node;
   const char *key;
   tshard_ckpt_info *info; /* filled with what the load did (NULL: not wanted) */
+  /* Attribute rules, "PATTERN=ATTR" each (proto/ts_rules.h): a tensor takes the attribute of
+   * the rule naming it, else of the first whose glob ('*', '?', '[a-z]', '[!a]') matches its
+   * name, else the default, e.g. {"wte=mesh=[3] placements=[S(0)]", "h.*.b=mesh=[3]
+   * placements=[R]"}. A rule naming a tensor the checkpoint lacks is refused. */
+  int nrules;
+  const char *const *rules;
 } tshard_load_opts;
 int tshard_load(tshard_client *c, const char *dir, const char *const *names, int n,
                 const tshard_load_opts *opts);

@@ -97,6 +97,15 @@ int tsd_run_load(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_e
 int tsd_run_save_finish(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
                         ts_error *err);
 void tsd_changes_load(const Tshard__Request *r, tsd_changes *ch);
+/* A request's attribute rules (proto/ts_rules.h) parsed: the patterns (the request's strings)
+ * and the attributes (NULL where a rule gives none); tsd_rules_free accepts a zeroed one. */
+typedef struct tsd_rules {
+  int n;
+  const char **patterns;
+  ts_attr **attrs;
+} tsd_rules;
+int tsd_rules_make(Tshard__AttrRule *const *rules, size_t n, tsd_rules *out, ts_error *err);
+void tsd_rules_free(tsd_rules *r);
 void tsd_answer_ckpt(tsd_engine *e, const tsd_pending *w);
 /* The load just run (op) answers its report. */
 void tsd_ckpt_answer_load(const tsd_ordered *op, const char *dir, const ts_ckpt_report *rep,

@@ -65,6 +65,9 @@ typedef struct tsd_limits {
   int64_t max_frame;
   int64_t collective_timeout_max; /* ms; 0: one day */
 } tsd_limits;
+/* An attribute message, when given (unset: TS_OK), parses and names ranks of the world only
+ * (ckpt_validate.c); each tensor's fit is its operation's. */
+int tsd_attr_msg_check(const Tshard__DistAttr *m, const tsd_limits *lim, ts_error *err);
 
 /* Checks the request alone (no stored tensor); TS_OK or the status with err set. */
 typedef int (*tsd_validator)(const Tshard__Request *req, const tsd_limits *lim, ts_error *err);

@@ -1,8 +1,8 @@
 /* ckpt_load.c - loading a checkpoint into new tensors of the store, collective over the world.
  *
  * Every rank reads the index and checks it (pieces inside the tensor, pairwise disjoint and
- * covering it exactly). For each tensor the target attribute (the caller's, else the saved one)
- * gives every rank its target box; the tensor is created with a row-major slice (not zeroed:
+ * covering it exactly). For each tensor the target attribute (its rule's, else the caller's,
+ * else the saved one) gives every rank its target box; the tensor is created with a row-major slice (not zeroed:
  * every byte is written) and filled by one of two paths, chosen per tensor alike on every rank
  * (then agreed) by the estimated bytes the busiest rank reads or copies:
  *
@@ -38,6 +38,7 @@
 
 #include "ckpt_internal.h"
 #include "ts_comm.h"
+#include "ts_rules.h"
 
 /* The bounds of a move round's chunk (the load's staging bytes, 0: 64 MiB). */
 #define MOVE_ROUND_MIN ((int64_t)64 << 10)
@@ -412,15 +413,22 @@ typedef struct ltarget {
 
 /* The attributes and geometry of a tensor of the load on this world, and this rank's pieces
  * checked against their files (check_pieces). */
-static int prepare_target(ltarget *L, const ts_attr *attr, ckpt_reader *r, int rank, int size,
-                          ts_error *err) {
+static int prepare_target(ltarget *L, const ts_attr *def, const ts_ckpt_load_opts *o,
+                          ckpt_reader *r, int rank, int size, ts_error *err) {
   const ts_ckpt_tensor *t = L->t;
+  int k = ts_attr_rule_pick(o->rule_patterns, o->nrules, t->name);
+  const ts_attr *attr = k >= 0 && o->rule_attrs[k] ? o->rule_attrs[k] : def;
   int rc = attr ? ts_attr_clone(attr, &L->want, err) : ts_attr_parse(t->attr, &L->want, err);
   char why[512];
   if (!rc && (rc = ts_attr_validate(L->want, t->ndim, t->shape, size, err))) {
     snprintf(why, sizeof why, "%s", err->msg);
-    ts_error_set(err, rc, "checkpoint load of '%s' on %d ranks: %s%s", t->name, size, why,
-                 attr ? "" : " (give an attribute for this world)");
+    if (k >= 0 && o->rule_attrs[k])
+      ts_error_set(err, rc, "checkpoint load of '%s' on %d ranks: the rule '%s': %s", t->name,
+                   size, o->rule_patterns[k], why);
+    else
+      ts_error_set(err, rc, "checkpoint load of '%s' on %d ranks: %s%s", t->name, size, why,
+                   attr ? " (the default attribute)"
+                        : " (its saved attribute; give a rule or a default for this world)");
   }
   if (!rc)
     rc = read_attr(t, L->want, &L->base, &L->reshard, err);
@@ -439,9 +447,15 @@ static int prepare_target(ltarget *L, const ts_attr *attr, ckpt_reader *r, int r
  * free in the store, named once, pieces covering it, prepared (prepare_target). Rank-local: the
  * caller agrees on the outcome. */
 static int list_targets(const ts_ckpt_index *idx, const char *dir, ts_store *s,
-                        const char *const *names, int nt, const ts_attr *attr, ckpt_reader *r,
-                        int rank, int size, ltarget *L, ts_error *err) {
+                        const char *const *names, int nt, const ts_attr *attr,
+                        const ts_ckpt_load_opts *o, ckpt_reader *r, int rank, int size,
+                        ltarget *L, ts_error *err) {
   int rc = TS_OK;
+  for (int k = 0; !rc && k < o->nrules; k++) /* a misspelt name is an error, not ignored */
+    if (!ts_attr_rule_is_glob(o->rule_patterns[k]) &&
+        !ts_ckpt_index_find(idx, o->rule_patterns[k]))
+      rc = ts_error_set(err, TS_NOT_FOUND, "checkpoint '%s' holds no tensor named '%s' (given "
+                        "an attribute rule)", dir, o->rule_patterns[k]);
   for (int i = 0; !rc && i < nt; i++) {
     const ts_ckpt_tensor *t = names ? ts_ckpt_index_find(idx, names[i]) : &idx->tensors[i];
     L[i].t = t;
@@ -457,7 +471,7 @@ static int list_targets(const ts_ckpt_index *idx, const char *dir, ts_store *s,
       if (L[j].t == t)
         rc = ts_error_set(err, TS_INVALID_ARGUMENT, "checkpoint load: '%s' named twice", t->name);
     if (!rc)
-      rc = prepare_target(&L[i], attr, r, rank, size, err);
+      rc = prepare_target(&L[i], attr, o, r, rank, size, err);
   }
   return rc;
 }
@@ -531,7 +545,7 @@ static void load_totals(const ltarget *L, int nt, ts_ckpt_report *rep) {
 int ts_ckpt_load(ts_store *s, ts_world *w, const char *dir, const char *const *names, int n,
                  const ts_attr *attr, const ts_ckpt_load_opts *o, ts_ckpt_report *rep,
                  ts_error *err) {
-  ts_ckpt_load_opts none = {false, 0, TS_CKPT_PATH_AUTO};
+  ts_ckpt_load_opts none = {.path = TS_CKPT_PATH_AUTO};
   if (!o)
     o = &none;
   ts_ckpt_report rdummy;
@@ -550,8 +564,8 @@ int ts_ckpt_load(ts_store *s, ts_world *w, const char *dir, const char *const *n
   if (!lst) {
     nt = names && n > 0 ? n : idx->ntensors;
     L = calloc((size_t)(nt ? nt : 1), sizeof *L);
-    lst = L ? list_targets(idx, dir, s, names && n > 0 ? names : NULL, nt, attr, &r, rank, size,
-                           L, &lerr)
+    lst = L ? list_targets(idx, dir, s, names && n > 0 ? names : NULL, nt, attr, o, &r, rank,
+                           size, L, &lerr)
             : ts_error_set(&lerr, TS_NO_MEMORY, "checkpoint: no memory");
   }
   /* one agreement: the index, the names and every piece this load reads checked, alike on

@@ -36,6 +36,7 @@ from . import program as _program
 from . import tshard_pb2 as pb
 from ._trust import check_peer, check_socket_dir
 from .attr import Attr
+from . import attr_rules as _rules
 from .typed_put import BF16Bits, declare
 from .progress import reporter
 from .errors import TshardError, error_for
@@ -1472,17 +1473,23 @@ class Client:
             delay = min(delay * 2, 0.05)
 
     def load(self, dir: str, names: Union[None, str, Iterable[str]] = None,
-             attr: Optional[AttrLike] = None, per_node: bool = False, key: Optional[str] = None,
-             wait: bool = True) -> Union[Dict[str, Any], Future]:
+             attr: Union[None, AttrLike, Mapping[str, Any], Iterable[str]] = None,
+             per_node: bool = False, key: Optional[str] = None, wait: bool = True,
+             default: Optional[AttrLike] = None) -> Union[Dict[str, Any], Future]:
         """Loads tensors of a checkpoint onto the daemons' ranks; a failure creates none.
 
         Args:
             dir: the checkpoint directory.
             names: a name or names (None: all of the checkpoint).
-            attr: the attribute to load under (None: each tensor's saved attribute).
+            attr: the attribute of every tensor (an Attr or its text), or attribute rules: a
+                dict ``{name or glob: attribute}`` or ``"PATTERN=ATTR"`` texts (the grammar of
+                :mod:`tshard.attr_rules`, ``tshard load --attr`` and ``tshardd --resume-attr``:
+                a tensor takes the rule naming it, else the first glob matching its name, else
+                ``default``). A rule naming a tensor the checkpoint lacks is refused.
             per_node: the checkpoint was saved per node.
             key: an idempotency key.
             wait: False returns a Future.
+            default: the attribute of the tensors no rule names (None: each saved attribute).
 
         Returns:
             ``{'dir', 'tensors', 'bytes', 'files', 'seconds'}``.
@@ -1490,11 +1497,24 @@ class Client:
         Raises:
             CheckpointIoError, CorruptError: an unreadable or damaged checkpoint.
             ExistsError: a tensor of that name exists.
+            BadAttributeError: an attribute does not fit its tensor on these ranks.
+
+        Example::
+
+            c.load(ckdir, attr={"wte": "mesh=[3] placements=[S(0)]",
+                                "h.*.w": "mesh=[3] placements=[S(1)]"},
+                   default="mesh=[3] placements=[R]")
         """
         req = pb.LoadRequest(dir=_dir(dir), names=_names(names, "load: names"),
                              per_node=_flag(per_node, "per_node"))
-        if attr is not None:
-            req.attr.CopyFrom(_attr_msg(attr))
+        if isinstance(attr, (str, Attr)):
+            if default is not None:
+                raise TypeError("load: give one attribute for every tensor as attr or as "
+                                "default, not both; or attr as rules {name or glob: attr}")
+            attr, default = None, attr
+        req.rules.extend(_rules.messages(_rules.parse(attr, "load: attr")))
+        if default is not None:
+            req.attr.CopyFrom(_attr_msg(default))
         return self._op(key, _ckpt_result, wait, f"load from '{dir}'", load=req)
 
     def load_safetensors(self, path: str, attrs: "dict | None" = None, default: Any = None,
@@ -1505,8 +1525,10 @@ class Client:
         ``model.safetensors.index.json``, into new tensors under distributed attributes.
 
         path: the file or the index (a path every daemon can reach; made absolute here).
-        attrs: {tshard name: attribute} (text or Attr); the tensors imported are these unless
-        ``names`` or ``default`` say otherwise. default: the attribute of every other tensor;
+        attrs: attribute rules, {tshard name or glob: attribute} (text or Attr) or
+        ``"PATTERN=ATTR"`` texts (:mod:`tshard.attr_rules`, the grammar of :meth:`load`); the
+        tensors imported are those the rules name or match unless ``names`` or ``default`` say
+        otherwise. default: the attribute of every other tensor;
         given, every tensor of the file(s) is imported. names: import only these. prefix: removed
         from the file's names that start with it (``"model."``). rename: {file name: tshard
         name}, applied instead of the prefix rule. Each rank reads only the byte ranges of its

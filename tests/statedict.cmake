@@ -1,0 +1,5 @@
+# Whole state dicts: load's attribute rules (per name, globs, a default; onto another rank
+# count), loads into existing tensors, and the Python state-dict calls, through real daemons.
+if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
+  tshard_python_test(test_python_load_rules test_load_rules.py)
+endif()
