@@ -169,6 +169,7 @@ int tshard_load(tshard_client *c, const char *dir, const char *const *names, int
   q.n_names = (size_t)n;
   q.names = (char **)names;
   q.per_node = opts && opts->per_node;
+  q.in_place = opts && opts->in_place;
   if (opts && opts->attr && opts->attr[0]) {
     a.text = (char *)opts->attr;
     q.attr = &a;

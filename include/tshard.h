@@ -398,6 +398,11 @@ typedef struct tshard_load_opts {
    * placements=[R]"}. A rule naming a tensor the checkpoint lacks is refused. */
   int nrules;
   const char *const *rules;
+  /* 1: into the stored tensors of the names (every tensor of the checkpoint when none), each
+   * keeping its attribute and layout (no rules, attr NULL), as a roll back to the checkpoint's
+   * step: each must have its saved dtype and shape, else nothing changes on any rank and the
+   * error names every mismatch; all or none, with room for a second copy while it loads. */
+  int in_place;
 } tshard_load_opts;
 int tshard_load(tshard_client *c, const char *dir, const char *const *names, int n,
                 const tshard_load_opts *opts);

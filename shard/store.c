@@ -110,7 +110,10 @@ static int store_add(ts_store *s, const char *name, int ndim, const int64_t *sha
     return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_store_add: NULL argument");
   if (!ts_dtype_valid((int)dt))
     return ts_error_set(err, TS_BAD_DTYPE, "dtype %d is not valid", (int)dt);
-  int rc = ts_tensor_check(name, ndim, shape, ts_dtype_size(dt), err);
+  /* a name with the reserved prefix is a library's temporary (clients cannot send one): its
+   * shape is checked as any tensor's */
+  bool own = name && ts_name_reserved(name, strlen(name));
+  int rc = ts_tensor_check(own ? "temporary" : name, ndim, shape, ts_dtype_size(dt), err);
   if (rc)
     return rc;
   if (layout_tag && strlen(layout_tag) >= sizeof(((ts_stored *)0)->layout_tag))

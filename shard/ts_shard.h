@@ -159,7 +159,8 @@ void ts_store_destroy(ts_store **p);
 /* The plans this store's reshards keep. */
 ts_plan_cache *ts_store_plans(ts_store *s);
 /* Adds a tensor with a zero-filled local slice in the given layout tag (NULL: row-major); the
- * caller fills (*entry)->local. */
+ * caller fills (*entry)->local. A name with the reserved prefix (TS_RULES_RESERVED_PREFIX) is a
+ * library's temporary, which clients cannot name. */
 int ts_store_add(ts_store *s, const char *name, int ndim, const int64_t *shape, ts_dtype dt,
                  const ts_attr *attr, const char *layout_tag, ts_stored **entry, ts_error *err);
 /* The same, the slice left as the allocator gave it: for a caller that writes every byte

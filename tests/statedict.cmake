@@ -2,4 +2,5 @@
 # count), loads into existing tensors, and the Python state-dict calls, through real daemons.
 if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
   tshard_python_test(test_python_load_rules test_load_rules.py)
+  tshard_python_test(test_python_load_in_place test_load_in_place.py)
 endif()

@@ -1,7 +1,8 @@
 /* cmd_ckpt.c - the checkpoint subcommands: `tshard save DIR [NAME...]` (synchronous, or
  * `--async` in the background, `--wait` then following its files with a progress bar from the
- * daemon's stats), `tshard load DIR [NAME...] [--attr PATTERN=ATTR...] [--default-attr ATTR]`
- * and `tshard snapshot` through a daemon, each reporting what it did (bytes, files, seconds; `--json`), and
+ * daemon's stats), `tshard load DIR [NAME...] [--attr PATTERN=ATTR...] [--default-attr ATTR]
+ * [--in-place]` and `tshard snapshot` through a daemon, each reporting what it did (bytes,
+ * files, seconds; `--json`), and
  * `tshard checkpoint show DIR [--json]`, which reads the index alone (no daemon). A synchronous
  * save or load of large data shows estimate.c's line while it runs (the daemons report nothing
  * meanwhile): its bytes known up front are the tensors' (save, by describe) or the index's (load),
@@ -215,7 +216,8 @@ int cli_cmd_load(cli_args *a, tshard_client *c) {
                         .key = cli_opt(a, "key"),
                         .info = &k,
                         .nrules = cli_opt_all(a, "attr", rules, a->argc),
-                        .rules = rules};
+                        .rules = rules,
+                        .in_place = cli_flag(a, "in-place")};
   int rc = save_or_load(a, c, dir, names, n, NULL, &o, &k);
   free(names), free(rules);
   if (rc)

@@ -70,7 +70,8 @@ int tsd_run_load(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_e
                            .path = TS_CKPT_PATH_AUTO,
                            .nrules = rules.n,
                            .rule_patterns = rules.patterns,
-                           .rule_attrs = (const ts_attr *const *)rules.attrs};
+                           .rule_attrs = (const ts_attr *const *)rules.attrs,
+                           .in_place = q->in_place};
     ts_ckpt_report rep;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -81,20 +82,20 @@ int tsd_run_load(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_e
     if (rc == TS_OK)
       tsd_ckpt_answer_load(op, q->dir, &rep, sec);
     if (rc == TS_OK)
-      TSD_LOG(TSD_LOG_INFO, "loaded %d tensors from '%s' (%lld bytes read here, %lld to verify)",
-              rep.tensors, q->dir, (long long)rep.bytes_read,
-              (long long)rep.bytes_verified_extra);
+      TSD_LOG(TSD_LOG_INFO, "loaded %d tensors%s from '%s' (%lld bytes read here, %lld to "
+              "verify)", rep.tensors, q->in_place ? " in place" : "", q->dir,
+              (long long)rep.bytes_read, (long long)rep.bytes_verified_extra);
   }
   tsd_rules_free(&rules);
   ts_attr_destroy(&a);
   return rc;
 }
 
-/* A load adds names: the listed ones, or any (all). */
+/* A load adds names (in place: writes them): the listed ones, or any (all). */
 void tsd_changes_load(const Tshard__Request *r, tsd_changes *ch) {
   for (size_t i = 0; i < r->load->n_names; i++)
     tsd_changes_add(ch, r->load->names[i]);
-  ch->names = true;
+  ch->names = !r->load->in_place;
   if (r->load->n_names == 0)
     ch->all = true;
 }

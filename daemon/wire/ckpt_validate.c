@@ -56,6 +56,9 @@ int tsd_validate_load(const Tshard__Request *r, const tsd_limits *lim, ts_error 
   int rc = check_dir(q->dir, err);
   if (!rc)
     rc = check_names(q->names, q->n_names, err);
+  if (!rc && q->in_place && (attr_given(q->attr) || q->n_rules))
+    rc = ts_error_set(err, TS_INVALID_ARGUMENT, "an in-place load keeps each tensor's "
+                      "attribute; give no attribute rules or default");
   if (!rc)
     rc = tsd_attr_msg_check(q->attr, lim, err);
   for (size_t i = 0; !rc && i < q->n_rules; i++) {

@@ -409,6 +409,10 @@ typedef struct ltarget {
   ts_attr *want, *base;
   ts_geom *g;
   bool reshard;
+  /* in place: the stored tensor loaded into, and the name of the new slices' tensor until the
+   * commit (else the tensor's own name) */
+  const ts_stored *into;
+  char dst[TS_NAME_MAX];
 } ltarget;
 
 /* The attributes and geometry of a tensor of the load on this world, and this rank's pieces
@@ -416,8 +420,9 @@ typedef struct ltarget {
 static int prepare_target(ltarget *L, const ts_attr *def, const ts_ckpt_load_opts *o,
                           ckpt_reader *r, int rank, int size, ts_error *err) {
   const ts_ckpt_tensor *t = L->t;
-  int k = ts_attr_rule_pick(o->rule_patterns, o->nrules, t->name);
-  const ts_attr *attr = k >= 0 && o->rule_attrs[k] ? o->rule_attrs[k] : def;
+  int k = L->into ? -1 : ts_attr_rule_pick(o->rule_patterns, o->nrules, t->name);
+  const ts_attr *attr = L->into ? L->into->attr : k >= 0 && o->rule_attrs[k] ? o->rule_attrs[k]
+                                                                               : def;
   int rc = attr ? ts_attr_clone(attr, &L->want, err) : ts_attr_parse(t->attr, &L->want, err);
   char why[512];
   if (!rc && (rc = ts_attr_validate(L->want, t->ndim, t->shape, size, err))) {
@@ -443,9 +448,45 @@ static int prepare_target(ltarget *L, const ts_attr *def, const ts_ckpt_load_opt
   return rc ? rc : check_pieces(r, t, L->g, L->base, rank, err);
 }
 
+static void shape_text(int ndim, const int64_t *shape, char *buf, size_t cap) {
+  size_t n = (size_t)snprintf(buf, cap, "[");
+  for (int d = 0; d < ndim && n < cap; d++)
+    n += (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? "," : "", (long long)shape[d]);
+  if (n < cap)
+    snprintf(buf + n, cap - n, "]");
+}
+
+/* An in-place load's stored tensor of t: the one t loads into (NULL: a mismatch, appended to
+ * bad, or none, err set). */
+static const ts_stored *inplace_into(ts_store *s, const ts_ckpt_tensor *t, char *bad, size_t cap,
+                                     int *nbad, int *code, ts_error *err) {
+  const ts_stored *e = ts_store_find(s, t->name);
+  if (!e) {
+    ts_error_set(err, TS_NOT_FOUND, "in-place load: no tensor named '%s' to load into; load it "
+                 "without in_place first", t->name);
+    return NULL;
+  }
+  bool shape = e->ndim != t->ndim || memcmp(e->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  if (!shape && e->dtype == t->dtype)
+    return e;
+  char have[256], saved[256];
+  shape_text(e->ndim, e->shape, have, sizeof have);
+  shape_text(t->ndim, t->shape, saved, sizeof saved);
+  size_t n = strlen(bad);
+  int k = snprintf(bad + n, cap - n, "%s'%s' is %s %s here, %s %s saved", *nbad ? "; " : "",
+                   t->name, ts_dtype_name(e->dtype), have, ts_dtype_name(t->dtype),
+                   saved);
+  if (k < 0 || (size_t)k >= cap - n) /* cut: the count in the message says how many */
+    snprintf(bad + cap - 5, 5, " ...");
+  (*nbad)++;
+  *code = shape ? TS_BAD_SHAPE : *code ? *code : TS_BAD_DTYPE;
+  return NULL;
+}
+
 /* The tensors the load names (NULL or none: every tensor of the index), each checked: known,
- * free in the store, named once, pieces covering it, prepared (prepare_target). Rank-local: the
- * caller agrees on the outcome. */
+ * free in the store (in place: stored with the saved dtype and shape, every mismatch named),
+ * named once, pieces covering it, prepared (prepare_target). Rank-local: the caller agrees on
+ * the outcome. */
 static int list_targets(const ts_ckpt_index *idx, const char *dir, ts_store *s,
                         const char *const *names, int nt, const ts_attr *attr,
                         const ts_ckpt_load_opts *o, ckpt_reader *r, int rank, int size,
@@ -456,13 +497,24 @@ static int list_targets(const ts_ckpt_index *idx, const char *dir, ts_store *s,
         !ts_ckpt_index_find(idx, o->rule_patterns[k]))
       rc = ts_error_set(err, TS_NOT_FOUND, "checkpoint '%s' holds no tensor named '%s' (given "
                         "an attribute rule)", dir, o->rule_patterns[k]);
+  char bad[400] = "";
+  int nbad = 0, badcode = TS_OK;
   for (int i = 0; !rc && i < nt; i++) {
     const ts_ckpt_tensor *t = names ? ts_ckpt_index_find(idx, names[i]) : &idx->tensors[i];
     L[i].t = t;
+    if (t)
+      snprintf(L[i].dst, sizeof L[i].dst, "%s", t->name);
+    if (t && o->in_place) {
+      snprintf(L[i].dst, sizeof L[i].dst, "%s.in-place.%d", TS_RULES_RESERVED_PREFIX, i);
+      if (!(L[i].into = inplace_into(s, t, bad, sizeof bad, &nbad, &badcode, err))) {
+        rc = nbad ? TS_OK : err->code;
+        continue;
+      }
+    }
     if (!t)
       rc = ts_error_set(err, TS_NOT_FOUND, "checkpoint '%s' holds no tensor named '%s'", dir,
                         names[i]);
-    else if (ts_store_find(s, t->name))
+    else if (!o->in_place && ts_store_find(s, t->name))
       rc = ts_error_set(err, TS_EXISTS, "checkpoint load: a tensor named '%s' already exists; "
                         "drop it first", t->name);
     else if (!t->partial_kept)
@@ -473,6 +525,9 @@ static int list_targets(const ts_ckpt_index *idx, const char *dir, ts_store *s,
     if (!rc)
       rc = prepare_target(&L[i], attr, o, r, rank, size, err);
   }
+  if (!rc && nbad) /* every mismatch, the message cut when they do not fit */
+    rc = ts_error_set(err, badcode, "in-place load from '%.60s': %d tensor%s not as saved, "
+                      "nothing loaded: %s", dir, nbad, nbad > 1 ? "s are" : " is", bad);
   return rc;
 }
 
@@ -499,7 +554,7 @@ static int load_one(ts_store *s, ts_world *w, ckpt_reader *r, const ltarget *L,
   }
   int rc = ts_comm_agree_max(c, lst, &lerr, &path, 1, err);
   if (!rc) {
-    lst = ts_store_add_unfilled(s, t->name, t->ndim, t->shape, t->dtype, L->base, "", &e, &lerr);
+    lst = ts_store_add_unfilled(s, L->dst, t->ndim, t->shape, t->dtype, L->base, "", &e, &lerr);
     if (path == TS_CKPT_PATH_MOVE) {
       rc = ts__ckpt_move_run(mv, r, w, t, e, lst, &lerr, err);
     } else {
@@ -510,11 +565,25 @@ static int load_one(ts_store *s, ts_world *w, ckpt_reader *r, const ltarget *L,
     }
   }
   if (e && rc)
-    ts_store_drop(s, t->name, NULL);
+    ts_store_drop(s, L->dst, NULL);
   if (!rc)
     rep->tensors_moved += path == TS_CKPT_PATH_MOVE;
   ts__ckpt_move_destroy(&mv);
   return rc;
+}
+
+/* In place, once every rank loaded every tensor: each stored tensor takes its new slice (its
+ * own attribute, layout and bytes), the old one freed with the temporary entry. Cannot fail. */
+static void inplace_commit(ts_store *s, const ltarget *L, int nt) {
+  for (int i = 0; i < nt; i++) {
+    if (!L[i].into)
+      continue;
+    ts_stored *e = ts_store_find(s, L[i].t->name), *tmp = ts_store_find(s, L[i].dst);
+    ts_tensor old = e->local;
+    e->local = tmp->local;
+    tmp->local = old;
+    ts_store_drop(s, L[i].dst, NULL);
+  }
 }
 
 /* A load's report: its tensors, their bytes, and the distinct data files their pieces lie in. */
@@ -558,7 +627,10 @@ int ts_ckpt_load(ts_store *s, ts_world *w, const char *dir, const char *const *n
   ts_error_clear(&lerr);
   ts_ckpt_index *idx = NULL;
   ckpt_reader r = {.dir = dir, .rep = rep};
-  int lst = ts_ckpt_index_read(dir, &idx, &lerr);
+  int lst = o->in_place && (attr || o->nrules)
+                ? ts_error_set(&lerr, TS_INVALID_ARGUMENT, "an in-place load keeps each "
+                               "tensor's attribute; give no attribute rules or default")
+                : ts_ckpt_index_read(dir, &idx, &lerr);
   int nt = 0;
   ltarget *L = NULL;
   if (!lst) {
@@ -578,20 +650,18 @@ int ts_ckpt_load(ts_store *s, ts_world *w, const char *dir, const char *const *n
   round = round < MOVE_ROUND_MIN ? MOVE_ROUND_MIN : round > MOVE_ROUND_MAX ? MOVE_ROUND_MAX : round;
   for (int i = 0; rc == TS_OK && i < nt; i++) {
     rc = load_one(s, w, &r, &L[i], o, round, rep, err);
-    if (!rc) {
-      loaded = i + 1;
-      if (L[i].reshard) {
-        ts_plan_opts po = {TS_STRATEGY_AUTO, o->staging_bytes, size};
-        rc = ts_store_reshard(s, w, L[i].t->name, L[i].want, "", &po, NULL, err);
-      }
+    const char *tag = L[i].into ? L[i].into->layout_tag : "";
+    if (!rc && (loaded = i + 1) && (L[i].reshard || tag[0])) {
+      ts_plan_opts po = {TS_STRATEGY_AUTO, o->staging_bytes, size};
+      rc = ts_store_reshard(s, w, L[i].dst, L[i].want, tag, &po, NULL, err);
     }
   }
   ts__ckpt_reader_close(&r);
-  if (rc) /* every rank: no loaded tensor is kept */
+  if (rc) /* every rank: no loaded tensor is kept, every stored one stays as it was */
     for (int i = 0; i < loaded; i++)
-      ts_store_drop(s, L[i].t->name, NULL);
+      ts_store_drop(s, L[i].dst, NULL);
   else
-    load_totals(L, nt, rep);
+    inplace_commit(s, L, nt), load_totals(L, nt, rep);
   for (int i = 0; L && i < nt; i++) {
     ts_geom_destroy(&L[i].g);
     ts_attr_destroy(&L[i].want);

@@ -55,6 +55,11 @@ typedef struct ts_ckpt_load_opts {
   int nrules;
   const char *const *rule_patterns;
   const ts_attr *const *rule_attrs;
+  /* Into the stored tensors of the names instead of new ones, each keeping its attribute and
+   * layout (no rules, no attr): each must have its saved dtype and shape (else nothing is
+   * loaded and the error names every mismatch); all are loaded beside the stored slices first
+   * (room for a second copy), then every one replaced at once, or none. */
+  bool in_place;
 } ts_ckpt_load_opts;
 
 typedef struct ts_ckpt_report {

@@ -1475,7 +1475,8 @@ class Client:
     def load(self, dir: str, names: Union[None, str, Iterable[str]] = None,
              attr: Union[None, AttrLike, Mapping[str, Any], Iterable[str]] = None,
              per_node: bool = False, key: Optional[str] = None, wait: bool = True,
-             default: Optional[AttrLike] = None) -> Union[Dict[str, Any], Future]:
+             default: Optional[AttrLike] = None,
+             in_place: bool = False) -> Union[Dict[str, Any], Future]:
         """Loads tensors of a checkpoint onto the daemons' ranks; a failure creates none.
 
         Args:
@@ -1490,13 +1491,22 @@ class Client:
             key: an idempotency key.
             wait: False returns a Future.
             default: the attribute of the tensors no rule names (None: each saved attribute).
+            in_place: load into the stored tensors of the names (None: every tensor of the
+                checkpoint) instead of new ones, each keeping its attribute and layout, as
+                torch.distributed.checkpoint loads into existing tensors (a roll back to the
+                checkpoint's step; no attr, no default). Each must have its saved dtype and
+                shape, else nothing changes on any rank and the error names every mismatch.
+                All or none: every tensor is loaded beside its stored slices first (room for a
+                second copy), then all are replaced at once.
 
         Returns:
             ``{'dir', 'tensors', 'bytes', 'files', 'seconds'}``.
 
         Raises:
             CheckpointIoError, CorruptError: an unreadable or damaged checkpoint.
-            ExistsError: a tensor of that name exists.
+            ExistsError: a tensor of that name exists (without in_place).
+            NotFoundError: in place, no stored tensor of that name.
+            BadShapeError, BadDtypeError: in place, tensors not as saved (every one named).
             BadAttributeError: an attribute does not fit its tensor on these ranks.
 
         Example::
@@ -1506,7 +1516,11 @@ class Client:
                    default="mesh=[3] placements=[R]")
         """
         req = pb.LoadRequest(dir=_dir(dir), names=_names(names, "load: names"),
-                             per_node=_flag(per_node, "per_node"))
+                             per_node=_flag(per_node, "per_node"),
+                             in_place=_flag(in_place, "in_place"))
+        if in_place and (attr is not None or default is not None):
+            raise TypeError("load: in_place=True keeps each tensor's attribute; give no attr "
+                            "and no default")
         if isinstance(attr, (str, Attr)):
             if default is not None:
                 raise TypeError("load: give one attribute for every tensor as attr or as "
