@@ -204,6 +204,17 @@ int ts_store_add_unfilled(ts_store *s, const char *name, int ndim, const int64_t
   return store_add(s, name, ndim, shape, dt, attr, layout_tag, false, entry, err);
 }
 
+void ts_store_swap(ts_store *s, ts_stored *a, ts_stored *b) {
+  (void)s; /* the bytes held stay the same */
+  ts_stored t = *a;
+  *a = *b;
+  *b = t;
+  char n[TS_NAME_MAX]; /* each keeps its name, which the index maps to its position */
+  memcpy(n, a->name, sizeof n);
+  memcpy(a->name, b->name, sizeof n);
+  memcpy(b->name, n, sizeof n);
+}
+
 int ts_store_drop(ts_store *s, const char *name, ts_error *err) {
   int i = s ? find_index(s, name) : -1;
   if (i < 0)

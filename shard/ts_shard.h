@@ -170,6 +170,9 @@ int ts_store_add_unfilled(ts_store *s, const char *name, int ndim, const int64_t
                           ts_stored **entry, ts_error *err);
 ts_stored *ts_store_find(ts_store *s, const char *name);
 int ts_store_drop(ts_store *s, const char *name, ts_error *err);
+/* Swaps everything two stored tensors are (shape, dtype, attribute, slice, kept data) but their
+ * names: a replacement made beside a tensor under a temporary name takes its place. */
+void ts_store_swap(ts_store *s, ts_stored *a, ts_stored *b);
 int64_t ts_store_used_bytes(const ts_store *s);
 int ts_store_count(const ts_store *s);
 /* The i-th stored tensor (0 <= i < ts_store_count), in no particular order; NULL outside. */

@@ -183,7 +183,7 @@ static const cli_command commands[] = {
      "  --key KEY        idempotency key\n"
      "  --json           machine-readable output: dir, tensors, bytes, files, seconds\n"
      CONNECT_HELP,
-     "tshard load /shared/ckpt/step100 --attr 'wte=mesh=[3] placements=[S(0)]' "
+     "tshard load ckpt/step100 --attr 'wte=mesh=[3] placements=[S(0)]' "
      "--attr 'h.*.w=mesh=[3] placements=[S(1)]' --default-attr 'mesh=[3] placements=[R]'"},
     {"import-safetensors", cli_cmd_import_safetensors, NULL,
      "import a Hugging Face model.safetensors (or its sharded .index.json) under attributes",

@@ -117,6 +117,7 @@ int tsd_validate_create(const Tshard__Request *r, const tsd_limits *lim, ts_erro
  * exist are checked on every rank at run time, daemon/ops/batch.c). */
 int tsd_validate_reshard_many(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_drop_many(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_create_many(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 /* put_many and get_many: as the batches above, each item's declared dtype and dims; every item
  * or none names the client's memory (then one request at offset 0 without data); a put_many's
  * chunk bounds as a put's; get_many takes no idempotency key. */

@@ -448,14 +448,6 @@ static int prepare_target(ltarget *L, const ts_attr *def, const ts_ckpt_load_opt
   return rc ? rc : check_pieces(r, t, L->g, L->base, rank, err);
 }
 
-static void shape_text(int ndim, const int64_t *shape, char *buf, size_t cap) {
-  size_t n = (size_t)snprintf(buf, cap, "[");
-  for (int d = 0; d < ndim && n < cap; d++)
-    n += (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? "," : "", (long long)shape[d]);
-  if (n < cap)
-    snprintf(buf + n, cap - n, "]");
-}
-
 /* An in-place load's stored tensor of t: the one t loads into (NULL: a mismatch, appended to
  * bad, or none, err set). */
 static const ts_stored *inplace_into(ts_store *s, const ts_ckpt_tensor *t, char *bad, size_t cap,
@@ -470,8 +462,8 @@ static const ts_stored *inplace_into(ts_store *s, const ts_ckpt_tensor *t, char 
   if (!shape && e->dtype == t->dtype)
     return e;
   char have[256], saved[256];
-  shape_text(e->ndim, e->shape, have, sizeof have);
-  shape_text(t->ndim, t->shape, saved, sizeof saved);
+  ts_shape_text(e->ndim, e->shape, have, sizeof have);
+  ts_shape_text(t->ndim, t->shape, saved, sizeof saved);
   size_t n = strlen(bad);
   int k = snprintf(bad + n, cap - n, "%s'%s' is %s %s here, %s %s saved", *nbad ? "; " : "",
                    t->name, ts_dtype_name(e->dtype), have, ts_dtype_name(t->dtype),
