@@ -9,3 +9,18 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
   tshard_python_test(test_python_readme_state_dict test_readme_state_dict.py
                      ${CMAKE_SOURCE_DIR}/README.md)
 endif()
+
+# The benchmark of state dicts and checkpoints (a program, not a test): tests/bench/
+# bench_statedict.py configured into the runtime output directory as tshard-bench-statedict (it
+# starts tshardd from beside it, uses the Python package in ../python and the benchmark helpers
+# of the source tree), and the test that its --help runs.
+if(TARGET tshardd AND TARGET tshard-python)
+  configure_file(${CMAKE_CURRENT_LIST_DIR}/bench/bench_statedict.py
+                 ${CMAKE_RUNTIME_OUTPUT_DIRECTORY}/tshard-bench-statedict @ONLY)
+  add_custom_target(tshard-bench-statedict ALL)
+  add_dependencies(tshard-bench-statedict tshardd tshard-python)
+  add_test(NAME tshard-bench-statedict_help
+           COMMAND ${CMAKE_RUNTIME_OUTPUT_DIRECTORY}/tshard-bench-statedict --help)
+  set_tests_properties(tshard-bench-statedict_help PROPERTIES TIMEOUT 60 PASS_REGULAR_EXPRESSION
+                       "usage: .*--np NP.*--runs RUNS")
+endif()
