@@ -4,7 +4,8 @@
  * covering it exactly). For each tensor the target attribute (its rule's, else the caller's,
  * else the saved one) gives every rank its target box; the tensor is created with a row-major slice (not zeroed:
  * every byte is written) and filled by one of two paths, chosen per tensor alike on every rank
- * (then agreed) by the estimated bytes the busiest rank reads or copies:
+ * (then agreed, every tensor's in one agreement; the direct reads need no other until the one
+ * that ends the load) by the estimated bytes the busiest rank reads or copies:
  *
  *   direct  each rank reads what its box needs of every piece meeting it: a piece inside the box
  *           whole, straight into the slice (its runs gathered into preadv calls of about 1 MiB,
@@ -523,44 +524,68 @@ static int list_targets(const ts_ckpt_index *idx, const char *dir, ts_store *s,
   return rc;
 }
 
-/* Loads one prepared tensor into the store: the read path chosen alike on every rank (and
- * agreed with any failure so far), the tensor created unfilled and filled, agreed; dropped on
- * failure. Collective. */
-static int load_one(ts_store *s, ts_world *w, ckpt_reader *r, const ltarget *L,
+/* Each tensor's read path (TS_CKPT_PATH_*), chosen from the estimated costs alike on every rank;
+ * mv[i] the move plan of those that take the move path. */
+static int choose_paths(const ltarget *L, int nt, int size, const ts_ckpt_load_opts *o,
+                        int64_t round, int64_t *path, ckpt_move **mv, ts_error *err) {
+  for (int i = 0; i < nt; i++) {
+    path[i] = TS_CKPT_PATH_DIRECT;
+    if (L[i].t->partial_kept || o->path == TS_CKPT_PATH_DIRECT)
+      continue;
+    int rc = ts__ckpt_move_plan(L[i].t, L[i].g, size, round, &mv[i], err);
+    if (rc)
+      return rc;
+    int64_t direct, move;
+    ts__ckpt_move_costs(mv[i], &direct, &move);
+    if (o->path == TS_CKPT_PATH_MOVE || move < direct)
+      path[i] = TS_CKPT_PATH_MOVE;
+    else
+      ts__ckpt_move_destroy(&mv[i]);
+  }
+  return TS_OK;
+}
+
+/* Loads every prepared tensor into the store: the read paths agreed in one agreement (with any
+ * failure so far), every tensor created unfilled and filled (those of the direct path by each
+ * rank alone, those of the move path collectively, in order), then one agreement for all; every
+ * one dropped on failure. Collective. */
+static int load_all(ts_store *s, ts_world *w, ckpt_reader *r, const ltarget *L, int nt,
                     const ts_ckpt_load_opts *o, int64_t round, ts_ckpt_report *rep,
                     ts_error *err) {
   ts_comm *c = ts_world_comm(w);
-  const ts_ckpt_tensor *t = L->t;
-  ts_stored *e = NULL;
-  ckpt_move *mv = NULL;
   ts_error lerr;
   ts_error_clear(&lerr);
-  int lst = TS_OK;
-  int64_t path = TS_CKPT_PATH_DIRECT;
-  if (!t->partial_kept && o->path != TS_CKPT_PATH_DIRECT &&
-      !(lst = ts__ckpt_move_plan(t, L->g, ts_world_size(w), round, &mv, &lerr))) {
-    int64_t direct, move;
-    ts__ckpt_move_costs(mv, &direct, &move);
-    if (o->path == TS_CKPT_PATH_MOVE || move < direct)
-      path = TS_CKPT_PATH_MOVE;
-  }
-  int rc = ts_comm_agree_max(c, lst, &lerr, &path, 1, err);
-  if (!rc) {
-    lst = ts_store_add_unfilled(s, L->dst, t->ndim, t->shape, t->dtype, L->base, "", &e, &lerr);
-    if (path == TS_CKPT_PATH_MOVE) {
-      rc = ts__ckpt_move_run(mv, r, w, t, e, lst, &lerr, err);
-    } else {
-      if (!lst)
-        lst = t->partial_kept ? read_partial(r, t, L->g, L->base, e, ts_world_rank(w), &lerr)
-                              : read_direct(r, t, e, &lerr);
-      rc = ts_comm_agree(c, lst, &lerr, err);
+  size_t m = (size_t)(nt ? nt : 1);
+  int64_t *path = calloc(m, sizeof *path);
+  ckpt_move **mv = calloc(m, sizeof *mv);
+  ts_stored **e = calloc(m, sizeof *e);
+  int lst = path && mv && e ? choose_paths(L, nt, ts_world_size(w), o, round, path, mv, &lerr)
+                            : ts_error_set(&lerr, TS_NO_MEMORY, "checkpoint: no memory");
+  int rc = ts_comm_agree_max(c, lst, &lerr, path, path ? nt : 0, err);
+  for (int i = 0; rc == TS_OK && i < nt; i++) {
+    const ts_ckpt_tensor *t = L[i].t;
+    if (!lst)
+      lst = ts_store_add_unfilled(s, L[i].dst, t->ndim, t->shape, t->dtype, L[i].base, "", &e[i],
+                                  &lerr);
+    if (path[i] == TS_CKPT_PATH_MOVE) { /* agrees on the failures so far too */
+      if (!lst && !mv[i])
+        lst = ts__ckpt_move_plan(t, L[i].g, ts_world_size(w), round, &mv[i], &lerr);
+      rc = ts__ckpt_move_run(mv[i], r, w, t, e[i], lst, &lerr, err);
+      rep->tensors_moved += rc == TS_OK;
+    } else if (!lst) {
+      lst = t->partial_kept ? read_partial(r, t, L[i].g, L[i].base, e[i], ts_world_rank(w), &lerr)
+                            : read_direct(r, t, e[i], &lerr);
     }
   }
-  if (e && rc)
-    ts_store_drop(s, L->dst, NULL);
-  if (!rc)
-    rep->tensors_moved += path == TS_CKPT_PATH_MOVE;
-  ts__ckpt_move_destroy(&mv);
+  if (rc == TS_OK)
+    rc = ts_comm_agree(c, lst, &lerr, err);
+  for (int i = 0; i < nt; i++) {
+    if (rc && e && e[i])
+      ts_store_drop(s, L[i].dst, NULL);
+    if (mv)
+      ts__ckpt_move_destroy(&mv[i]);
+  }
+  free(path), free(mv), free(e);
   return rc;
 }
 
@@ -640,10 +665,11 @@ int ts_ckpt_load(ts_store *s, ts_world *w, const char *dir, const char *const *n
   if (ts_comm_single_copy(c)) /* pulling: two buffers, short rounds */
     round = round / 2 < MOVE_PULL_CHUNK ? round / 2 : MOVE_PULL_CHUNK;
   round = round < MOVE_ROUND_MIN ? MOVE_ROUND_MIN : round > MOVE_ROUND_MAX ? MOVE_ROUND_MAX : round;
+  if (rc == TS_OK && (rc = load_all(s, w, &r, L, nt, o, round, rep, err)) == TS_OK)
+    loaded = nt;
   for (int i = 0; rc == TS_OK && i < nt; i++) {
-    rc = load_one(s, w, &r, &L[i], o, round, rep, err);
     const char *tag = L[i].into ? L[i].into->layout_tag : "";
-    if (!rc && (loaded = i + 1) && (L[i].reshard || tag[0])) {
+    if (L[i].reshard || tag[0]) {
       ts_plan_opts po = {TS_STRATEGY_AUTO, o->staging_bytes, size};
       rc = ts_store_reshard(s, w, L[i].dst, L[i].want, tag, &po, NULL, err);
     }
