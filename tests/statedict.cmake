@@ -13,7 +13,8 @@ endif()
 # The benchmark of state dicts and checkpoints (a program, not a test): tests/bench/
 # bench_statedict.py configured into the runtime output directory as tshard-bench-statedict (it
 # starts tshardd from beside it, uses the Python package in ../python and the benchmark helpers
-# of the source tree), and the test that its --help runs.
+# of the source tree), the test that its --help runs and the one that runs it as the README does
+# (every key printed, the ratios consistent with their figures).
 if(TARGET tshardd AND TARGET tshard-python)
   configure_file(${CMAKE_CURRENT_LIST_DIR}/bench/bench_statedict.py
                  ${CMAKE_RUNTIME_OUTPUT_DIRECTORY}/tshard-bench-statedict @ONLY)
@@ -23,4 +24,9 @@ if(TARGET tshardd AND TARGET tshard-python)
            COMMAND ${CMAKE_RUNTIME_OUTPUT_DIRECTORY}/tshard-bench-statedict --help)
   set_tests_properties(tshard-bench-statedict_help PROPERTIES TIMEOUT 60 PASS_REGULAR_EXPRESSION
                        "usage: .*--np NP.*--runs RUNS")
+  add_test(NAME test_bench_statedict_keys
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/bench/test_bench_statedict_keys.py
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+  set_tests_properties(test_bench_statedict_keys PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_MPI_TEST_ENV}")
 endif()
