@@ -426,8 +426,10 @@ int tshard_wait_ckpt(tshard_client *c, uint64_t ticket, int timeout_ms, tshard_r
 /* Hugging Face safetensors (shard/ckpt/SAFETENSORS.md). An import reads a `model.safetensors`
  * file or a sharded `model.safetensors.index.json` (path made absolute here) into new tensors:
  * the file's names are renamed (rename_from[i] -> rename_to[i]) or have strip_prefix removed;
- * attrs[i] is the attribute of tshard name attr_names[i]; default_attr that of every other
- * tensor. The tensors imported: names when given, else all with a default, else attr_names.
+ * attrs[i] is the attribute of the tshard name or glob attr_names[i] (the rules of tshard_load:
+ * an exact name first, else the first glob matching); default_attr that of every other tensor.
+ * The tensors imported: names when given, else all with a default, else those the attr_names
+ * name or match.
  * Each rank reads only its slice's bytes; atomic (nothing created on failure). *created (may be
  * NULL) gets the names created, one per line (malloc'd; free it). */
 typedef struct tshard_st_import_opts {

@@ -23,7 +23,7 @@ import tshard
 from checks import Checks
 from harness import Daemons
 
-bin_dir, readme = sys.argv[1], sys.argv[2]
+bin_dir, readme = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 check = Checks()
 HEADING = "### State dicts, attribute rules, in-place loads"
 
