@@ -423,7 +423,6 @@ static int check_memory_range(const Tshard__ClientMemory *m, const char *name, t
 }
 
 int tsd_validate_put_many(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
-  (void)lim;
   const Tshard__PutManyRequest *q = r->put_many;
   const char **names = malloc((q->n_items ? q->n_items : 1) * sizeof *names);
   if (!names)
@@ -446,6 +445,8 @@ int tsd_validate_put_many(const Tshard__Request *r, const tsd_limits *lim, ts_er
                         "tensors have 1 to %d dims", it->name, it->n_shape, TS_MAX_DIMS);
     else if (it->client_memory)
       rc = check_memory_range(it->client_memory, it->name, err);
+    else if ((rc = tsd_attr_msg_check(it->attr, lim, &lerr)))
+      ts_error_set(err, rc, "tensor '%s' of the batch: %s", it->name, lerr.msg);
   }
   if (!rc)
     rc = check_many_memory(q->n_items, with_memory, true, q->offset, q->data.len || q->shm,

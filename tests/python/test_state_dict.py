@@ -99,7 +99,33 @@ def round_trip(c):
           and got["enc.ln.b"].shape == (15,) and
           c.describe("enc.wte")["attr"].replace("@0-2", "") == COLS,
           "a second put_state_dict replaces what changed and refills the rest")
+
+    # stored as asked: one request, as many as a put_many of the same arrays
+    rules2 = {"enc.wte": COLS, "dec.h.*.w": COLS, "dec.*bits": ROWS}
+    n_sd = requests(c, lambda: c.put_state_dict(sd2, rules2, default=REP))
+    n_pm = requests(c, lambda: c.put_many(sd2))
+    check(n_sd == n_pm == 1, f"put_state_dict as stored: {n_sd} requests, put_many {n_pm}")
+    n_gsd = requests(c, lambda: c.get_state_dict())
+    n_gm = requests(c, lambda: c.get_many(list(sd2)))
+    check(n_gsd == n_gm == 2, f"get_state_dict: {n_gsd} requests (a list and a get_many), "
+                              f"get_many {n_gm}")
+    # a put_many asking for another attribute is refused, nothing stored
+    from tshard import batch_io
+    check.raises(tshard.BadAttributeError,
+                 lambda: batch_io.put_many(c, {"enc.step": np.zeros(7, np.int64),
+                                               "enc.wte": np.zeros((30, 12), np.float32)},
+                                           attrs={"enc.wte": ROWS}),
+                 "put_many with another attribute",
+                 ["'enc.wte'", "placements=[S(1)], not mesh=[3]@0-2 placements=[S(0)]"])
+    check(np.array_equal(c.get("enc.step"), sd2["enc.step"]), "the refused put stored nothing")
     return sd2
+
+
+def requests(c, fn):
+    """The requests fn sends (the client numbers them)."""
+    first = c._take_id()
+    fn()
+    return c._take_id() - first - 1
 
 
 def misuse(d, c, sd):

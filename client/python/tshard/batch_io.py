@@ -44,10 +44,13 @@ def _prepare(arrays: Mapping[str, Any], convert: bool) -> Prepared:
     return out
 
 
-def _put_request(prep: Prepared, convert: bool, direct: bool) -> pb.PutManyRequest:
+def _put_request(prep: Prepared, convert: bool, direct: bool,
+                 attrs: Optional[Mapping[str, Any]] = None) -> pb.PutManyRequest:
     m = pb.PutManyRequest(convert=bool(convert))
     for name, a, decl in prep:
         it = m.items.add(name=name, dtype=decl, shape=a.shape)
+        if attrs is not None and name in attrs:  # the stored attribute must be this one
+            it.attr.text = str(attrs[name])
         if direct:
             it.client_memory.address = a.__array_interface__["data"][0]
             it.client_memory.bytes = a.nbytes
@@ -70,21 +73,22 @@ def _frame_chunk(c, meta: pb.PutManyRequest) -> int:
 
 
 def put_many(c, arrays: Mapping[str, Any], convert: bool = False, key: Optional[str] = None,
-             wait: bool = True):
-    """Client.put_many (see its docstring)."""
+             wait: bool = True, attrs: Optional[Mapping[str, Any]] = None):
+    """Client.put_many (see its docstring). attrs: {name: attribute} the stored tensors must have
+    (else BadAttributeError and nothing is stored)."""
     prep = _prepare(arrays, convert)
     if not wait or c._inflight is not None:
-        fut = _put_many_async(c, prep, convert, key)
+        fut = _put_many_async(c, prep, convert, key, attrs)
         return c._sync(fut) if wait else fut
     if not convert and c._direct_on and all(a.nbytes for _, a, _ in prep):
         try:
-            c._call(key, put_many=_put_request(prep, convert, True))
+            c._call(key, put_many=_put_request(prep, convert, True, attrs))
             return None
         except TshardError as e:
             if e.status != _NO_DIRECT:
                 raise
             c._direct_on = False  # the segment or the frames from now on
-    meta = _put_request(prep, convert, False)
+    meta = _put_request(prep, convert, False, attrs)
     flat = _flat(prep)
     total = flat.nbytes
     with c._io():
@@ -112,10 +116,11 @@ def put_many(c, arrays: Mapping[str, Any], convert: bool = False, key: Optional[
                 return None
 
 
-def _put_many_async(c, prep: Prepared, convert: bool, key: Optional[str]) -> Future:
+def _put_many_async(c, prep: Prepared, convert: bool, key: Optional[str],
+                    attrs: Optional[Mapping[str, Any]] = None) -> Future:
     """Every chunk sent at once in frames; the Future is done when every chunk is answered and
     fails with the first chunk's refusal."""
-    meta = _put_request(prep, convert, False)
+    meta = _put_request(prep, convert, False, attrs)
     flat = _flat(prep)
     total = flat.nbytes
     chunk = _frame_chunk(c, meta)

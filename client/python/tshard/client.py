@@ -807,8 +807,9 @@ class Client:
             InvalidArgumentError: a tensor without an attribute; NotFoundError: a rule naming no
             entry. BadAttributeError, LimitError...: nothing was created or stored.
 
-        The tensors are made in one create_many (those stored as asked are left) and the data
-        goes in one put_many: every tensor is stored or none.
+        One put_many when every tensor is stored as asked (dtype, shape, attribute; it checks
+        them); else one create_many makes or replaces them and one put_many stores the data.
+        Every tensor is stored or none.
 
         Example::
 

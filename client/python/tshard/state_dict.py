@@ -1,10 +1,11 @@
 """Whole PyTorch-style state dicts through the daemons: ``Client.put_state_dict`` (a dict of
 numpy arrays or torch CPU tensors, bf16 included, created or replaced under attribute rules and
 stored) and ``Client.get_state_dict`` (a dict of numpy arrays or torch tensors back), and
-``Client.create_many``. Each moves the data in ONE batched request (put_many, get_many): a
-put_state_dict first makes the tensors in one create_many (a no-op for those already stored as
-asked, a new zero-filled tensor made beside one that differs and swapped in at once), a
-get_state_dict of every tensor first lists them. torch is imported only when a torch tensor is
+``Client.create_many``. Each is ONE batched request when the tensors are stored as asked: a
+put_state_dict is one put_many that also checks every tensor's attribute; when one is missing or
+differs (that put_many refused, nothing stored), one create_many makes them (a no-op for those
+stored as asked, a new zero-filled tensor made beside one that differs and swapped in at once)
+and one put_many stores the data. A get_state_dict is one list and one get_many. torch is imported only when a torch tensor is
 given or asked for.
 """
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -14,10 +15,12 @@ import numpy as np
 from . import attr_rules as _rules
 from . import torch as _tt
 from . import tshard_pb2 as pb
-from .errors import error_for
+from .errors import TshardError, error_for
 from .typed_put import BF16Bits
 
 _INVALID_ARGUMENT = 1
+# a put_many refused for these makes the tensors first: missing, another dtype, shape or attribute
+_REMAKE = (14, 4, 5, 10)
 
 
 def create_request(specs: Mapping[str, Any], exist_ok: bool, replace: bool) -> Any:
@@ -89,9 +92,17 @@ def put_state_dict(c, sd: Mapping[str, Any], attrs: Any = None, default: Any = N
         if not _rules.is_glob(pattern) and pattern not in sd:
             raise error_for(14, f"put_state_dict: the rule {pattern!r} names no tensor of the "
                                 f"state dict")
+    from . import batch_io
+    try:  # the tensors stored as asked: one put_many, which checks their attributes too
+        batch_io.put_many(c, arrays, key=None if key is None else key + "/as-stored",
+                          attrs={n: s[2] for n, s in specs.items()})
+        return list(arrays)
+    except TshardError as e:
+        if e.status not in _REMAKE:
+            raise
     c._call(None if key is None else key + "/create",
             create_many=create_request(specs, exist_ok=True, replace=True))
-    c.put_many(arrays, key=key)
+    batch_io.put_many(c, arrays, key=key)
     return list(arrays)
 
 
