@@ -114,6 +114,8 @@ typedef struct load_rules {
 } load_rules;
 
 static void load_rules_free(load_rules *L) {
+  if (!L)
+    return;
   for (int i = 0; L->pats && i < L->n; i++)
     free(L->pats[i]);
   free(L->r), free(L->rp), free(L->a), free(L->pats);

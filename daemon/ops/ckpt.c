@@ -47,6 +47,8 @@ int tsd_rules_make(Tshard__AttrRule *const *rules, size_t n, tsd_rules *out, ts_
 }
 
 void tsd_rules_free(tsd_rules *r) {
+  if (!r)
+    return;
   for (int i = 0; r->attrs && i < r->n; i++)
     ts_attr_destroy(&r->attrs[i]);
   free(r->patterns), free(r->attrs);

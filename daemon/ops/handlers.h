@@ -105,7 +105,8 @@ int tsd_run_save_finish(tsd_engine *e, const tsd_ordered *op, tsd_pending *origi
                         ts_error *err);
 void tsd_changes_load(const Tshard__Request *r, tsd_changes *ch);
 /* A request's attribute rules (proto/ts_rules.h) parsed: the patterns (the request's strings)
- * and the attributes (NULL where a rule gives none); tsd_rules_free accepts a zeroed one. */
+ * and the attributes (NULL where a rule gives none); tsd_rules_free accepts NULL and a zeroed
+ * one. */
 typedef struct tsd_rules {
   int n;
   const char **patterns;
