@@ -3,14 +3,15 @@
  * complete checkpoint in DIR: DIR itself when it holds an index.json (its files trusted, else
  * refused), else the trusted subdirectory (not hidden: temporary directories of saves in
  * progress are) with the highest sequence recorded in its index (snapshots; snapdir.c's one
- * order, which untrusted entries never enter). Each tensor is loaded under its saved attribute when every
- * rank it names is in this job, else under the attribute of the --resume-attr rule that names it,
- * or else of the first whose glob matches its name (proto/ts_rules.h, the rules of load). Everything is decided before anything is loaded, and refused naming
- * the directory, the tensor or the rule when it cannot be: no checkpoint, an index that does
- * not parse, a tensor no rule places, a rule whose attribute does not fit the tensor or the
- * ranks. The decision is agreed over the world, so every rank exits with the same message; the
- * loads are ts_ckpt_load's (collective, checksums verified). What was restored is logged, one
- * line per tensor and a summary naming the checkpoint. */
+ * order, which untrusted entries never enter). Each tensor is loaded under its saved attribute
+ * when every rank it names is in this job, else under the attribute of the --resume-attr rule
+ * that names it, or else of the first whose glob matches its name (proto/ts_rules.h, the rules
+ * of load). Everything is decided before anything is loaded, and refused naming the directory,
+ * the tensor or the rule when it cannot be: no checkpoint, an index that does not parse, a
+ * tensor no rule places, a rule whose attribute does not fit the tensor or the ranks. The
+ * decision is agreed over the world, so every rank exits with the same message; the load is one
+ * ts_ckpt_load of every tensor (collective, checksums verified, all or none). What was restored
+ * is logged, one line per tensor and a summary naming the checkpoint. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,27 +95,36 @@ static int place_tensor(const tsd_config *cfg, const ts_ckpt_tensor *t, int size
                       t->name, size);
 }
 
-/* Loads every tensor of the checkpoint under its chosen attribute (collective), logging each. */
+/* Loads every tensor of the checkpoint under its chosen attribute in one load (collective;
+ * each tensor's attribute an exact-name rule, NULL: its saved one), logging each. */
 static int load_all(tsd_engine *e, const char *ckpt, const ts_ckpt_index *idx, ts_attr **attrs,
                     const int *rules, ts_error *err) {
-  ts_ckpt_load_opts o = {.staging_bytes = e->cfg->staging, .path = TS_CKPT_PATH_AUTO};
-  int64_t bytes = 0;
-  for (int i = 0; i < idx->ntensors; i++) {
+  int n = idx->ntensors;
+  const char **names = calloc((size_t)(n ? n : 1), sizeof *names);
+  if (!names)
+    return ts_error_set(err, TS_NO_MEMORY, "cannot resume: no memory");
+  for (int i = 0; i < n; i++)
+    names[i] = idx->tensors[i].name;
+  ts_ckpt_load_opts o = {.staging_bytes = e->cfg->staging,
+                         .path = TS_CKPT_PATH_AUTO,
+                         .nrules = n,
+                         .rule_patterns = names,
+                         .rule_attrs = (const ts_attr *const *)attrs};
+  ts_ckpt_report rep;
+  int rc = ts_ckpt_load(e->store, e->world, ckpt, names, n, NULL, &o, &rep, err);
+  free(names);
+  if (rc)
+    return rc;
+  for (int i = 0; i < n; i++) {
     const ts_ckpt_tensor *t = &idx->tensors[i];
-    const char *name = t->name;
-    ts_ckpt_report rep;
-    int rc = ts_ckpt_load(e->store, e->world, ckpt, &name, 1, attrs[i], &o, &rep, err);
-    if (rc)
-      return rc;
-    bytes += rep.bytes_total;
     if (rules[i] < 0)
-      TSD_LOG(TSD_LOG_INFO, "resumed '%s' under its saved attribute %s", name, t->attr);
+      TSD_LOG(TSD_LOG_INFO, "resumed '%s' under its saved attribute %s", t->name, t->attr);
     else
-      TSD_LOG(TSD_LOG_INFO, "resumed '%s' (saved %s) by --resume-attr '%s'", name, t->attr,
+      TSD_LOG(TSD_LOG_INFO, "resumed '%s' (saved %s) by --resume-attr '%s'", t->name, t->attr,
               e->cfg->resume_attr[rules[i]]);
   }
-  TSD_LOG(TSD_LOG_INFO, "resumed %d tensors (%lld bytes) from '%s'", idx->ntensors,
-          (long long)bytes, ckpt);
+  TSD_LOG(TSD_LOG_INFO, "resumed %d tensors (%lld bytes) from '%s'", n,
+          (long long)rep.bytes_total, ckpt);
   return TS_OK;
 }
 
