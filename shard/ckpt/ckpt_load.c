@@ -2,8 +2,10 @@
  *
  * Every rank reads the index and checks it (pieces inside the tensor, pairwise disjoint and
  * covering it exactly). For each tensor the target attribute (its rule's, else the caller's,
- * else the saved one) gives every rank its target box; the tensor is created with a row-major slice (not zeroed:
- * every byte is written) and filled by one of two paths, chosen per tensor alike on every rank
+ * else the saved one; in place: the stored tensor's) gives every rank its target box; the tensor
+ * is created with a row-major slice (not zeroed: every byte is written; in place beside the
+ * stored one, which takes it once every tensor loaded) and filled by one of two paths, chosen
+ * per tensor alike on every rank
  * (then agreed, every tensor's in one agreement; the direct reads need no other until the one
  * that ends the load) by the estimated bytes the busiest rank reads or copies:
  *

@@ -5,8 +5,8 @@ stored) and ``Client.get_state_dict`` (a dict of numpy arrays or torch tensors b
 put_state_dict is one put_many that also checks every tensor's attribute; when one is missing or
 differs (that put_many refused, nothing stored), one create_many makes them (a no-op for those
 stored as asked, a new zero-filled tensor made beside one that differs and swapped in at once)
-and one put_many stores the data. A get_state_dict is one list and one get_many. torch is imported only when a torch tensor is
-given or asked for.
+and one put_many stores the data. A get_state_dict is one list and one get_many. torch is
+imported only when a torch tensor is given or asked for.
 """
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
