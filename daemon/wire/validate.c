@@ -445,7 +445,7 @@ int tsd_validate_put_many(const Tshard__Request *r, const tsd_limits *lim, ts_er
                         "tensors have 1 to %d dims", it->name, it->n_shape, TS_MAX_DIMS);
     else if (it->client_memory)
       rc = check_memory_range(it->client_memory, it->name, err);
-    else if ((rc = tsd_attr_msg_check(it->attr, lim, &lerr)))
+    if (!rc && (rc = tsd_attr_msg_check(it->attr, lim, &lerr)))
       ts_error_set(err, rc, "tensor '%s' of the batch: %s", it->name, lerr.msg);
   }
   if (!rc)
