@@ -122,19 +122,74 @@ int tshard_save(tshard_client *c, const char *dir, const char *const *names, int
   return rc == TS_RANK_LOST ? tsc_save_interrupted(c, path) : rc;
 }
 
+/* The load's rules as messages (arrays of nr each; the strings point into the rules' text, cut
+ * at each pattern's end in copies). */
+typedef struct load_rules {
+  Tshard__AttrRule *r, **rp;
+  Tshard__DistAttr *a;
+  char **pats;
+  int n;
+} load_rules;
+
+static void load_rules_free(load_rules *L) {
+  if (!L)
+    return;
+  for (int i = 0; L->pats && i < L->n; i++)
+    free(L->pats[i]);
+  free(L->r), free(L->rp), free(L->a), free(L->pats);
+}
+
+static int load_rules_make(tshard_client *c, const tshard_load_opts *o, load_rules *L) {
+  memset(L, 0, sizeof *L);
+  int nr = o ? o->nrules : 0;
+  if (nr < 0 || (nr > 0 && !o->rules))
+    return tsc_fail(c, TS_INVALID_ARGUMENT, "load rules: %d rules and %s list", nr,
+                    o->rules ? "a" : "no");
+  size_t m = (size_t)(nr ? nr : 1);
+  L->r = calloc(m, sizeof *L->r), L->rp = calloc(m, sizeof *L->rp);
+  L->a = calloc(m, sizeof *L->a), L->pats = calloc(m, sizeof *L->pats);
+  if (!L->r || !L->rp || !L->a || !L->pats)
+    return tsc_fail(c, TS_NO_MEMORY, "out of memory");
+  for (int i = 0; i < nr; i++) {
+    ts_error err;
+    size_t plen;
+    const char *attr;
+    if (ts_attr_rule_split("load rule", o->rules[i], &plen, &attr, &err))
+      return tsc_fail(c, err.code, "%s", err.msg);
+    if (!(L->pats[L->n] = strndup(o->rules[i], plen)))
+      return tsc_fail(c, TS_NO_MEMORY, "out of memory");
+    L->n++;
+    tshard__attr_rule__init(&L->r[i]);
+    tshard__dist_attr__init(&L->a[i]);
+    L->r[i].name = L->pats[i];
+    L->a[i].text = (char *)attr;
+    L->r[i].attr = &L->a[i];
+    L->rp[i] = &L->r[i];
+  }
+  return TS_OK;
+}
+
 int tshard_load(tshard_client *c, const char *dir, const char *const *names, int n,
                 const tshard_load_opts *opts) {
   char path[4096];
   int rc = checked_args(c, dir, names, n, path, sizeof path);
   if (rc)
     return rc;
+  load_rules L;
+  if ((rc = load_rules_make(c, opts, &L))) {
+    load_rules_free(&L);
+    return rc;
+  }
   Tshard__Request req = TSHARD__REQUEST__INIT;
   Tshard__LoadRequest q = TSHARD__LOAD_REQUEST__INIT;
   Tshard__DistAttr a = TSHARD__DIST_ATTR__INIT;
   q.dir = path;
+  q.n_rules = (size_t)L.n;
+  q.rules = L.rp;
   q.n_names = (size_t)n;
   q.names = (char **)names;
   q.per_node = opts && opts->per_node;
+  q.in_place = opts && opts->in_place;
   if (opts && opts->attr && opts->attr[0]) {
     a.text = (char *)opts->attr;
     q.attr = &a;
@@ -142,7 +197,9 @@ int tshard_load(tshard_client *c, const char *dir, const char *const *names, int
   req.op_case = TSHARD__REQUEST__OP_LOAD;
   req.load = &q;
   req.idempotency_key = (char *)(opts && opts->key ? opts->key : "");
-  return call_info(c, &req, opts ? opts->info : NULL);
+  rc = call_info(c, &req, opts ? opts->info : NULL);
+  load_rules_free(&L);
+  return rc;
 }
 
 int tshard_snapshot(tshard_client *c, tshard_ckpt_info *info) {

@@ -80,8 +80,8 @@ int tshard_import_safetensors(tshard_client *c, const char *path, const tshard_s
   Tshard__ImportSafetensorsRequest q = TSHARD__IMPORT_SAFETENSORS_REQUEST__INIT;
   Tshard__DistAttr def = TSHARD__DIST_ATTR__INIT;
   size_t nt = (size_t)o->nattrs, nr = (size_t)o->nrename;
-  Tshard__SafetensorsTarget *ts = calloc(nt ? nt : 1, sizeof *ts);
-  Tshard__SafetensorsTarget **tp = calloc(nt ? nt : 1, sizeof *tp);
+  Tshard__AttrRule *ts = calloc(nt ? nt : 1, sizeof *ts);
+  Tshard__AttrRule **tp = calloc(nt ? nt : 1, sizeof *tp);
   Tshard__DistAttr *as = calloc(nt ? nt : 1, sizeof *as);
   Tshard__StringPair *rs = calloc(nr ? nr : 1, sizeof *rs);
   Tshard__StringPair **rp = calloc(nr ? nr : 1, sizeof *rp);
@@ -90,7 +90,7 @@ int tshard_import_safetensors(tshard_client *c, const char *path, const tshard_s
     return tsc_fail(c, TS_NO_MEMORY, "out of memory");
   }
   for (size_t i = 0; i < nt; i++) {
-    tshard__safetensors_target__init(&ts[i]);
+    tshard__attr_rule__init(&ts[i]);
     tshard__dist_attr__init(&as[i]);
     ts[i].name = (char *)o->attr_names[i];
     as[i].text = tsc_str(o->attrs ? o->attrs[i] : NULL);

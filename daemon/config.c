@@ -121,9 +121,10 @@ static const cfg_entry table[] = {
      "directory (DIR itself, or its newest subdirectory holding a complete checkpoint); "
      "refused before serving when there is none or it does not fit the job"},
     {"resume-attr", CFG_RULE, offsetof(tsd_config, resume_attr), 0, 0, 0, "",
-     "'GLOB=ATTR' (repeatable, at most 16, tried in order): tensors whose saved ranks are not "
-     "all in this job are restored under ATTR when their name matches GLOB (fnmatch; the glob "
-     "ends at the first '=', e.g. '*=mesh=[2] placements=[S(0)]')"},
+     "'GLOB=ATTR' (repeatable, at most 16): tensors whose saved ranks are not all in this job "
+     "are restored under the ATTR of the rule naming them, else of the first whose glob "
+     "matches their name ('*', '?', '[a-z]', '[!a]'; the glob ends at the first '=', e.g. "
+     "'*=mesh=[2] placements=[S(0)]'), the rules of tshard load --attr"},
     {"link-rates", STR(link_rates), "",
      "the link rates plans weigh, 'host=RATE,cross=RATE' (inside a host, between hosts; e.g. "
      "host=10GB/s,cross=500mbit); a rate not given is measured at start when the job spans "
@@ -181,7 +182,6 @@ static int parse_duration_ms(const char *s, int64_t *out) {
 /* --resume-attr GLOB=ATTR: both parts present, text, the attribute parsed (whether it fits the
  * job's ranks and each tensor is the resume's check). */
 static int add_rule(tsd_config *cfg, const char *value) {
-  const char *eq = strchr(value, '=');
   ts_error err;
   ts_attr *a = NULL;
   if (cfg->nresume_attr == TSD_RESUME_RULES_MAX) {
@@ -194,12 +194,14 @@ static int add_rule(tsd_config *cfg, const char *value) {
             sizeof cfg->resume_attr[0] - 1);
     return -1;
   }
-  if (!eq || eq == value || !eq[1]) {
-    fprintf(stderr, "tshardd: --resume-attr '%s': expected 'GLOB=ATTR' (e.g. "
-            "'*=mesh=[2] placements=[S(0)]')\n", value);
+  size_t plen;
+  const char *attr;
+  if (ts_attr_rule_split("--resume-attr", value, &plen, &attr, &err)) {
+    fprintf(stderr, "tshardd: expected 'GLOB=ATTR' (the grammar of attribute rules): %s\n",
+            err.msg);
     return -1;
   }
-  if (ts_attr_parse(eq + 1, &a, &err)) {
+  if (ts_attr_parse(attr, &a, &err)) {
     fprintf(stderr, "tshardd: --resume-attr '%s': the attribute: %s\n", value, err.msg);
     return -1;
   }

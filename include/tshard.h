@@ -397,10 +397,22 @@ int tshard_save(tshard_client *c, const char *dir, const char *const *names, int
                 const tshard_save_opts *opts);
 
 typedef struct tshard_load_opts {
-  const char *attr; /* the attribute of every loaded tensor (NULL: each saved attribute) */
+  const char *attr; /* the default: the attribute of every tensor no rule names (NULL: each
+                     * tensor's saved attribute) */
   int per_node;
   const char *key;
   tshard_ckpt_info *info; /* filled with what the load did (NULL: not wanted) */
+  /* Attribute rules, "PATTERN=ATTR" each (proto/ts_rules.h): a tensor takes the attribute of
+   * the rule naming it, else of the first whose glob ('*', '?', '[a-z]', '[!a]') matches its
+   * name, else the default, e.g. {"wte=mesh=[3] placements=[S(0)]", "h.*.b=mesh=[3]
+   * placements=[R]"}. A rule naming a tensor the checkpoint lacks is refused. */
+  int nrules;
+  const char *const *rules;
+  /* 1: into the stored tensors of the names (every tensor of the checkpoint when none), each
+   * keeping its attribute and layout (no rules, attr NULL), as a roll back to the checkpoint's
+   * step: each must have its saved dtype and shape, else nothing changes on any rank and the
+   * error names every mismatch; all or none, with room for a second copy while it loads. */
+  int in_place;
 } tshard_load_opts;
 int tshard_load(tshard_client *c, const char *dir, const char *const *names, int n,
                 const tshard_load_opts *opts);
@@ -424,8 +436,10 @@ int tshard_wait_ckpt(tshard_client *c, uint64_t ticket, int timeout_ms, tshard_r
 /* Hugging Face safetensors (shard/ckpt/SAFETENSORS.md). An import reads a `model.safetensors`
  * file or a sharded `model.safetensors.index.json` (path made absolute here) into new tensors:
  * the file's names are renamed (rename_from[i] -> rename_to[i]) or have strip_prefix removed;
- * attrs[i] is the attribute of tshard name attr_names[i]; default_attr that of every other
- * tensor. The tensors imported: names when given, else all with a default, else attr_names.
+ * attrs[i] is the attribute of the tshard name or glob attr_names[i] (the rules of tshard_load:
+ * an exact name first, else the first glob matching); default_attr that of every other tensor.
+ * The tensors imported: names when given, else all with a default, else those the attr_names
+ * name or match.
  * Each rank reads only its slice's bytes; atomic (nothing created on failure). *created (may be
  * NULL) gets the names created, one per line (malloc'd; free it). */
 typedef struct tshard_st_import_opts {

@@ -30,6 +30,14 @@ bool ts_dtype_is_float(ts_dtype dt) { return ts_dtype_valid(dt) && dtype_info[dt
 
 const char *ts_dtype_name(ts_dtype dt) { return ts_dtype_valid(dt) ? dtype_info[dt].name : "invalid"; }
 
+void ts_shape_text(int ndim, const int64_t *shape, char *buf, size_t cap) {
+  size_t n = (size_t)snprintf(buf, cap, "[");
+  for (int d = 0; d < ndim && n < cap; d++)
+    n += (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? "," : "", (long long)shape[d]);
+  if (n < cap)
+    snprintf(buf + n, cap - n, "]");
+}
+
 int ts_dtype_parse(const char *text, ts_dtype *out, ts_error *err) {
   for (int i = 0; text && i < TS_DTYPE_COUNT; i++) {
     if (strcmp(text, dtype_info[i].name) == 0) {

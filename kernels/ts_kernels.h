@@ -47,6 +47,8 @@ bool ts_dtype_valid(int dtype);
 size_t ts_dtype_size(ts_dtype dt);     /* bytes per element; 0 for an invalid dtype */
 bool ts_dtype_is_float(ts_dtype dt);   /* f32, f64, f16, bf16, f8_e4m3, f8_e5m2 */
 const char *ts_dtype_name(ts_dtype dt); /* "f32"...; "invalid" for an invalid dtype */
+/* A shape as "[4,5]" (cut at cap), for messages. */
+void ts_shape_text(int ndim, const int64_t *shape, char *buf, size_t cap);
 /* Parses "f32", "bf16", ... ; on failure the error lists the valid names. */
 int ts_dtype_parse(const char *text, ts_dtype *out, ts_error *err);
 /* The one table of the spellings users may write for a dtype (the CLI's --dtype; the Python

@@ -4,6 +4,7 @@
  * private directory. */
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -276,4 +277,60 @@ int ts_dir_ancestors_check(const char *what, const char *real, ts_error *err) {
       return TS_OK;
   }
   return TS_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Attribute rules (ts_rules.h) */
+
+bool ts_attr_rule_is_glob(const char *pattern) { return strpbrk(pattern, TS_RULES_GLOB_CHARS); }
+
+int ts_attr_rule_pattern_check(const char *what, const char *pattern, size_t n, ts_error *err) {
+  if (!pattern || n == 0 || n > TS_RULES_NAME_MAX)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "%s: a pattern of %zu bytes; give a tensor "
+                        "name or a glob of 1 to %d bytes", what, pattern ? n : 0,
+                        TS_RULES_NAME_MAX);
+  int rc = ts_text_check(what, pattern, n, "patterns", err);
+  for (size_t i = 0; !rc && i < n; i++) {
+    if (pattern[i] != '[')
+      continue;
+    if (i + 1 < n && pattern[i + 1] == '^')
+      return ts_error_set(err, TS_INVALID_ARGUMENT, "%s '%.*s': '[^' at byte %zu; write '[!' "
+                          "for a set of characters not matched", what, (int)n, pattern, i);
+    size_t j = i + 1 + (i + 1 < n && pattern[i + 1] == '!');
+    j += j < n && pattern[j] == ']'; /* a ']' first in the set is one of its characters */
+    while (j < n && pattern[j] != ']')
+      j++;
+    if (j >= n)
+      return ts_error_set(err, TS_INVALID_ARGUMENT, "%s '%.*s': the '[' at byte %zu is not "
+                          "closed; a set is '[abc]', '[a-z]' or '[!abc]'", what, (int)n,
+                          pattern, i);
+    i = j;
+  }
+  return rc;
+}
+
+int ts_attr_rule_split(const char *what, const char *rule, size_t *pattern_len, const char **attr,
+                       ts_error *err) {
+  const char *eq = rule ? strchr(rule, '=') : NULL;
+  const char *a = eq ? eq + 1 : NULL;
+  while (a && (*a == ' ' || *a == '\t'))
+    a++;
+  if (!eq || strncmp(a, "mesh", 4) != 0)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "%s '%s': expected PATTERN=ATTR, a tensor name "
+                        "or glob and an attribute (e.g. 'h.*.w=mesh=[4] placements=[S(0)]'); "
+                        "one attribute for every tensor is the default attribute", what,
+                        rule ? rule : "");
+  *pattern_len = (size_t)(eq - rule);
+  *attr = eq + 1;
+  return ts_attr_rule_pattern_check(what, rule, *pattern_len, err);
+}
+
+int ts_attr_rule_pick(const char *const *patterns, int n, const char *name) {
+  for (int i = 0; i < n; i++)
+    if (strcmp(patterns[i], name) == 0)
+      return i;
+  for (int i = 0; i < n; i++)
+    if (ts_attr_rule_is_glob(patterns[i]) && fnmatch(patterns[i], name, FNM_NOESCAPE) == 0)
+      return i;
+  return -1;
 }

@@ -67,4 +67,23 @@ int ts_token_file_read(const char *path, char *out, size_t cap, ts_error *err);
  * owner and mode, after `what` ("snapshot directory"). */
 int ts_dir_ancestors_check(const char *what, const char *real, ts_error *err);
 
+/* Attribute rules: which attribute each tensor of a load, an import, a resume or a Python state
+ * dict gets. A rule is a PATTERN and an attribute, written "PATTERN=ATTR" as text (split at the
+ * first '=', so the attribute, which starts with "mesh", keeps its own '='s). A PATTERN is a
+ * tensor name or a glob: '*' any run of characters, '?' one character, '[abc]', '[a-z]' one of a
+ * set and '[!abc]' none of it (no backslash escapes; '[^' is refused: write '[!'). A tensor takes
+ * the rule naming it exactly, else the first glob (in the rules' order) matching its name, else
+ * the default. The Python client applies the same grammar (tshard/attr_rules.py). */
+#define TS_RULES_GLOB_CHARS "*?["
+/* Whether pattern[0..n) is valid (a name's rules, at most TS_RULES_NAME_MAX bytes; a glob's '['
+ * closed, not '[^'); `what` names it in the message. */
+int ts_attr_rule_pattern_check(const char *what, const char *pattern, size_t n, ts_error *err);
+/* Splits "PATTERN=ATTR" text: *pattern_len bytes of pattern, *attr the attribute's text (checked
+ * only to start with "mesh"; the attribute parser checks the rest). */
+int ts_attr_rule_split(const char *what, const char *rule, size_t *pattern_len, const char **attr,
+                       ts_error *err);
+bool ts_attr_rule_is_glob(const char *pattern);
+/* The rule a tensor named `name` takes among patterns[0..n): its index, or -1 (the default). */
+int ts_attr_rule_pick(const char *const *patterns, int n, const char *name);
+
 #endif

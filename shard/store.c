@@ -110,7 +110,10 @@ static int store_add(ts_store *s, const char *name, int ndim, const int64_t *sha
     return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_store_add: NULL argument");
   if (!ts_dtype_valid((int)dt))
     return ts_error_set(err, TS_BAD_DTYPE, "dtype %d is not valid", (int)dt);
-  int rc = ts_tensor_check(name, ndim, shape, ts_dtype_size(dt), err);
+  /* a name with the reserved prefix is a library's temporary (clients cannot send one): its
+   * shape is checked as any tensor's */
+  bool own = name && ts_name_reserved(name, strlen(name));
+  int rc = ts_tensor_check(own ? "temporary" : name, ndim, shape, ts_dtype_size(dt), err);
   if (rc)
     return rc;
   if (layout_tag && strlen(layout_tag) >= sizeof(((ts_stored *)0)->layout_tag))
@@ -199,6 +202,17 @@ int ts_store_add_unfilled(ts_store *s, const char *name, int ndim, const int64_t
                           ts_dtype dt, const ts_attr *attr, const char *layout_tag,
                           ts_stored **entry, ts_error *err) {
   return store_add(s, name, ndim, shape, dt, attr, layout_tag, false, entry, err);
+}
+
+void ts_store_swap(ts_store *s, ts_stored *a, ts_stored *b) {
+  (void)s; /* the bytes held stay the same */
+  ts_stored t = *a;
+  *a = *b;
+  *b = t;
+  char n[TS_NAME_MAX]; /* each keeps its name, which the index maps to its position */
+  memcpy(n, a->name, sizeof n);
+  memcpy(a->name, b->name, sizeof n);
+  memcpy(b->name, n, sizeof n);
 }
 
 int ts_store_drop(ts_store *s, const char *name, ts_error *err) {

@@ -159,7 +159,8 @@ void ts_store_destroy(ts_store **p);
 /* The plans this store's reshards keep. */
 ts_plan_cache *ts_store_plans(ts_store *s);
 /* Adds a tensor with a zero-filled local slice in the given layout tag (NULL: row-major); the
- * caller fills (*entry)->local. */
+ * caller fills (*entry)->local. A name with the reserved prefix (TS_RULES_RESERVED_PREFIX) is a
+ * library's temporary, which clients cannot name. */
 int ts_store_add(ts_store *s, const char *name, int ndim, const int64_t *shape, ts_dtype dt,
                  const ts_attr *attr, const char *layout_tag, ts_stored **entry, ts_error *err);
 /* The same, the slice left as the allocator gave it: for a caller that writes every byte
@@ -169,6 +170,9 @@ int ts_store_add_unfilled(ts_store *s, const char *name, int ndim, const int64_t
                           ts_stored **entry, ts_error *err);
 ts_stored *ts_store_find(ts_store *s, const char *name);
 int ts_store_drop(ts_store *s, const char *name, ts_error *err);
+/* Swaps everything two stored tensors are (shape, dtype, attribute, slice, kept data) but their
+ * names: a replacement made beside a tensor under a temporary name takes its place. */
+void ts_store_swap(ts_store *s, ts_stored *a, ts_stored *b);
 int64_t ts_store_used_bytes(const ts_store *s);
 int ts_store_count(const ts_store *s);
 /* The i-th stored tensor (0 <= i < ts_store_count), in no particular order; NULL outside. */

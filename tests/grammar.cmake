@@ -26,3 +26,15 @@ if(TS_CLANG_ATTR)
                    ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/fuzz_attr 8)
   set_tests_properties(test_fuzz_attr PROPERTIES TIMEOUT 300 ENVIRONMENT "${TS_TEST_ENV}")
 endif()
+
+# One grammar of attribute rules (load, load_safetensors, --resume-attr, state dicts) in C and
+# Python: proto/rules.c through tshard-rule-echo against client/python/tshard/attr_rules.py.
+add_executable(tshard-rule-echo ${CMAKE_CURRENT_LIST_DIR}/grammar/rule_echo.c)
+target_link_libraries(tshard-rule-echo PRIVATE tsproto PkgConfig::JANSSON)
+if(TARGET tshard-python)
+  add_test(NAME test_python_attr_rules
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/python/test_attr_rules.py
+                   $<TARGET_FILE:tshard-rule-echo>)
+  set_tests_properties(test_python_attr_rules PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                       ENVIRONMENT "${TS_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_LIST_DIR}/python")
+endif()

@@ -33,6 +33,25 @@ const char *cli_opt(const cli_args *a, const char *name) {
   return NULL;
 }
 
+int cli_opt_all(const cli_args *a, const char *name, const char **out, int max) {
+  size_t n = strlen(name);
+  int k = 0;
+  for (int i = 1; i < a->argc; i++) {
+    const char *s = a->argv[i];
+    if (strncmp(s, "--", 2) != 0 || strncmp(s + 2, name, n) != 0)
+      continue;
+    const char *v = NULL;
+    if (s[2 + n] == '=')
+      v = s + 3 + n;
+    else if (s[2 + n] == '\0' && i + 1 < a->argc)
+      v = a->argv[++i];
+    if (v && k < max)
+      out[k] = v;
+    k += v != NULL;
+  }
+  return k;
+}
+
 bool cli_flag(const cli_args *a, const char *name) {
   for (int i = 1; i < a->argc; i++)
     if (strncmp(a->argv[i], "--", 2) == 0 && strcmp(a->argv[i] + 2, name) == 0)

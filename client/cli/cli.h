@@ -43,6 +43,9 @@ typedef struct cli_command {
 
 /* Finds "--name VALUE" or "--name=VALUE" in the arguments; NULL when absent. */
 const char *cli_opt(const cli_args *a, const char *name);
+/* Every value of a repeated option, in order, the first max into out: the count (may exceed
+ * max). */
+int cli_opt_all(const cli_args *a, const char *name, const char **out, int max);
 bool cli_flag(const cli_args *a, const char *name);
 /* The first argument that is not an option or an option's value (NULL when none). */
 const char *cli_positional(const cli_args *a, int index);

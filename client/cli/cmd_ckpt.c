@@ -1,7 +1,8 @@
 /* cmd_ckpt.c - the checkpoint subcommands: `tshard save DIR [NAME...]` (synchronous, or
  * `--async` in the background, `--wait` then following its files with a progress bar from the
- * daemon's stats), `tshard load DIR [NAME...] [--attr ATTR]` and `tshard snapshot` through a
- * daemon, each reporting what it did (bytes, files, seconds; `--json`), and
+ * daemon's stats), `tshard load DIR [NAME...] [--attr PATTERN=ATTR...] [--default-attr ATTR]
+ * [--in-place]` and `tshard snapshot` through a daemon, each reporting what it did (bytes,
+ * files, seconds; `--json`), and
  * `tshard checkpoint show DIR [--json]`, which reads the index alone (no daemon), and
  * `tshard checkpoint clean DIR [--json]`, which removes what saves into DIR cut short left
  * (ckpt_clean.c, on this host). A synchronous
@@ -228,9 +229,20 @@ int cli_cmd_load(cli_args *a, tshard_client *c) {
   if (code)
     return code;
   tshard_ckpt_info k;
-  tshard_load_opts o = {cli_opt(a, "attr"), cli_flag(a, "per-node"), cli_opt(a, "key"), &k};
+  const char **rules = calloc((size_t)a->argc + 1, sizeof *rules);
+  if (!rules) {
+    free(names);
+    return cli_fail(CLI_FAILED, "out of memory");
+  }
+  tshard_load_opts o = {.attr = cli_opt(a, "default-attr"),
+                        .per_node = cli_flag(a, "per-node"),
+                        .key = cli_opt(a, "key"),
+                        .info = &k,
+                        .nrules = cli_opt_all(a, "attr", rules, a->argc),
+                        .rules = rules,
+                        .in_place = cli_flag(a, "in-place")};
   int rc = save_or_load(a, c, dir, names, n, NULL, &o, &k);
-  free(names);
+  free(names), free(rules);
   if (rc)
     return failed(c, rc);
   print_info(a, "loaded", &k);

@@ -12,26 +12,6 @@
 
 #define MAX_OPS TS_DEIN_MAX_OPERANDS
 
-/* Every value of a repeated option, in order (at most max). */
-static int opt_all(const cli_args *a, const char *name, const char **out, int max) {
-  size_t n = strlen(name);
-  int k = 0;
-  for (int i = 1; i < a->argc; i++) {
-    const char *s = a->argv[i];
-    if (strncmp(s, "--", 2) != 0 || strncmp(s + 2, name, n) != 0)
-      continue;
-    const char *v = NULL;
-    if (s[2 + n] == '=')
-      v = s + 3 + n;
-    else if (s[2 + n] == '\0' && i + 1 < a->argc)
-      v = a->argv[++i];
-    if (v && k < max)
-      out[k] = v;
-    k += v != NULL;
-  }
-  return k;
-}
-
 static int failed(tshard_client *c, int rc) {
   char msg[1024];
   const char *m = tshard_last_message(c);
@@ -50,7 +30,8 @@ static int operands(const cli_args *a, const char **ops) {
 
 static int offline(cli_args *a, const char *eq, int n) {
   const char *shapes_t[MAX_OPS], *attrs_t[MAX_OPS];
-  int ns = opt_all(a, "shape", shapes_t, MAX_OPS), na = opt_all(a, "attr", attrs_t, MAX_OPS);
+  int ns = cli_opt_all(a, "shape", shapes_t, MAX_OPS);
+  int na = cli_opt_all(a, "attr", attrs_t, MAX_OPS);
   if (n < 1 || n > MAX_OPS)
     n = ns;
   if (ns != n || na != n || n < 1 || n > MAX_OPS)

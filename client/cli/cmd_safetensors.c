@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "ts_rules.h"
 #include "tshard.h"
 
 static int failed(tshard_client *c, int rc) {
@@ -44,6 +45,13 @@ static int pairs(const cli_args *a, const char *name, const char **keys, const c
     else
       continue;
     char *eq = strchr(v, '=');
+    size_t plen;
+    const char *attr;
+    ts_error err;
+    if (strcmp(name, "attr") == 0 && ts_attr_rule_split("--attr", v, &plen, &attr, &err)) {
+      fprintf(stderr, "tshard: %s\n", err.msg); /* the grammar of attribute rules */
+      return -1;
+    }
     if (!eq || eq == v) {
       fprintf(stderr, "tshard: --%s '%s': give KEY=VALUE (e.g. --%s w=%s)\n", name, v, name,
               strcmp(name, "attr") == 0 ? "'mesh=[4] placements=[S(0)]'" : "x");

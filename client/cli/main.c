@@ -187,18 +187,26 @@ static const cli_command commands[] = {
      "tshard snapshot --wait"},
     {"load", NULL, cli_cmd_load, "load tensors from a checkpoint, under any attribute",
      "  DIR [NAME...]    the checkpoint; the tensors (default: all)\n"
-     "  --attr ATTR      the attribute of the loaded tensors (default: each saved one)\n"
+     "  --attr PATTERN=ATTR  (repeatable) the attribute of the tensor named PATTERN, or of\n"
+     "                   those its glob matches ('*', '?', '[a-z]', '[!a]'; an exact name\n"
+     "                   first, else the first glob matching, else the default)\n"
+     "  --default-attr ATTR  the attribute of every other tensor (default: each saved one)\n"
+     "  --in-place       into the stored tensors, each keeping its attribute and layout (a\n"
+     "                   roll back): all or none, refused naming every dtype or shape that\n"
+     "                   differs from the checkpoint's\n"
      "  --per-node       DIR is a path on each node\n"
      "  --progress       show the progress even when not on a terminal (an estimate from\n"
      "                   the job's earlier loads)\n"
      "  --key KEY        idempotency key\n"
      "  --json           machine-readable output: dir, tensors, bytes, files, seconds\n"
      CONNECT_HELP,
-     "tshard load /shared/ckpt/step100 w --attr 'mesh=[3] placements=[S(1)]'"},
+     "tshard load ckpt/step100 --attr 'wte=mesh=[3] placements=[S(0)]' "
+     "--attr 'h.*.w=mesh=[3] placements=[S(1)]' --default-attr 'mesh=[3] placements=[R]'"},
     {"import-safetensors", cli_cmd_import_safetensors, NULL,
      "import a Hugging Face model.safetensors (or its sharded .index.json) under attributes",
      "  PATH             the .safetensors file or the HF index .json (every daemon can reach it)\n"
-     "  --attr NAME=ATTR the attribute of tensor NAME (repeat it); alone, the tensors imported\n"
+     "  --attr PATTERN=ATTR  the attribute of tensor PATTERN, or of those its glob matches\n"
+     "                   (repeat it; the rules of tshard load); alone, the tensors imported\n"
      "  --default-attr ATTR the attribute of every other tensor; imports every tensor\n"
      "  --names A,B      import only these (comma-separated tshard names)\n"
      "  --strip-prefix P remove P from the file's names that start with it\n"

@@ -1,6 +1,6 @@
-/* batch.c - the batched operations reshard_many and drop_many: each is ONE collective operation
- * over many tensors, ordered once by rank 0 and atomic over all of them (every tensor changes or
- * none, the same outcome on every rank).
+/* batch.c - the batched operations reshard_many, drop_many and create_many: each is ONE
+ * collective operation over many tensors, ordered once by rank 0 and atomic over all of them
+ * (every tensor changes or none, the same outcome on every rank).
  *
  * Both check the batch on every rank against the stored tensors before anything moves or any
  * buffer is had: every name exists, and the batch is within --batch-max-tensors and
@@ -9,7 +9,10 @@
  * ts_store_reshard_many (shard/batch.c), which agrees once on the plans, runs the tensors'
  * transfers one after another (their pieces are not yet coalesced into one message per pair of
  * ranks) and replaces every tensor only when all succeeded. drop_many agrees once and drops them
- * all. The per-tensor results of the last reshard_many (strategy, bytes) answer its clients. */
+ * all. The per-tensor results of the last reshard_many (strategy, bytes) answer its clients.
+ * create_many checks every item as create does (exist_ok: one stored as asked is left, one that
+ * differs refused naming every difference, or with replace made anew beside it), makes them,
+ * agrees once, and then swaps the replacements in, or drops everything it made. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +21,7 @@
 #include "handlers.h"
 #include "oplog.h"
 #include "ts_comm.h"
+#include "ts_rules.h"
 
 static const char *tag_of(const Tshard__Layout *l) { return l && l->tag ? l->tag : ""; }
 
@@ -185,5 +189,142 @@ void tsd_changes_reshard_many(const Tshard__Request *r, tsd_changes *ch) {
 void tsd_changes_drop_many(const Tshard__Request *r, tsd_changes *ch) {
   for (size_t i = 0; i < r->drop_many->n_names; i++)
     tsd_changes_add(ch, r->drop_many->names[i]);
+  ch->names = true;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * create_many, and the check create shares */
+
+/* Appends ", its WHAT is HAVE (asked WANT)" to the differences. */
+static void differ(char *buf, size_t cap, const char *what, const char *have, const char *want) {
+  size_t n = strlen(buf);
+  int k = snprintf(buf + n, cap - n, "%sits %s is %s (asked %s)", n ? "; " : "", what, have,
+                   want);
+  if (k < 0 || (size_t)k >= cap - n) /* cut */
+    snprintf(buf + cap - 5, 5, " ...");
+}
+
+/* The differences between a stored tensor and a create of its name ("" : none). */
+static void differences(const ts_stored *t, const Tshard__CreateRequest *c, ts_dtype dt,
+                        const ts_attr *a, char *buf, size_t cap) {
+  char have[200], want[200];
+  buf[0] = '\0';
+  if (t->dtype != dt)
+    differ(buf, cap, "dtype", ts_dtype_name(t->dtype), ts_dtype_name(dt));
+  if (t->ndim != (int)c->n_shape ||
+      memcmp(t->shape, c->shape, sizeof(int64_t) * c->n_shape) != 0) {
+    ts_shape_text(t->ndim, t->shape, have, sizeof have);
+    ts_shape_text((int)c->n_shape, c->shape, want, sizeof want);
+    differ(buf, cap, "shape", have, want);
+  }
+  if (!ts_attr_equal(t->attr, a)) {
+    ts_attr_format(t->attr, have, sizeof have);
+    ts_attr_format(a, want, sizeof want);
+    differ(buf, cap, "attribute", have, want);
+  }
+  const char *tag = c->layout && c->layout->tag ? c->layout->tag : "";
+  if (strcmp(t->layout_tag, tag) != 0)
+    differ(buf, cap, "layout", t->layout_tag[0] ? t->layout_tag : "row-major",
+           tag[0] ? tag : "row-major");
+}
+
+int tsd_create_check(tsd_engine *e, const Tshard__CreateRequest *c, bool replace, ts_dtype *dt,
+                     ts_attr **attr, bool *skip, bool *swap, ts_error *err) {
+  *skip = *swap = false;
+  *attr = NULL;
+  int rc = ts_dtype_parse(c->dtype, dt, err);
+  if (!rc)
+    rc = tsd_attr_from_msg(c->attr, attr, err);
+  const ts_stored *t = rc ? NULL : ts_store_find(e->store, c->name);
+  if (!t)
+    return rc;
+  char diff[400];
+  differences(t, c, *dt, *attr, diff, sizeof diff);
+  if (diff[0] ? replace : c->exist_ok) {
+    *skip = !diff[0];
+    *swap = diff[0];
+    return TS_OK;
+  }
+  if (!c->exist_ok)
+    return ts_error_set(err, TS_EXISTS, "a tensor named '%s' already exists; drop it first, or "
+                        "give exist_ok to accept one stored as asked", c->name);
+  return ts_error_set(err, TS_EXISTS, "a tensor named '%s' exists but not as asked: %s; drop "
+                      "it first", c->name, diff);
+}
+
+/* The name an item is made under: its own, or beside the tensor it replaces. */
+static void made_name(const Tshard__CreateManyRequest *q, size_t i, bool swap, char *out,
+                      size_t cap) {
+  if (swap)
+    snprintf(out, cap, "%s create_many %zu", TS_RULES_RESERVED_PREFIX, i);
+  else
+    snprintf(out, cap, "%s", q->items[i]->name);
+}
+
+/* Every item checked and made (replacements beside their tensors), agreed; on failure every
+ * made one dropped, else the replacements swapped in at once. */
+int tsd_run_create_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
+  (void)origin;
+  const Tshard__CreateManyRequest *q = op->req->create_many;
+  size_t n = q->n_items;
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  tsd_oplog_batch(n);
+  bool *skip = calloc(n ? n : 1, sizeof *skip), *swap = calloc(n ? n : 1, sizeof *swap);
+  size_t made = 0;
+  int lst = skip && swap ? TS_OK : ts_error_set(&lerr, TS_NO_MEMORY, "no memory for a batch");
+  if (!lst && (int64_t)n > e->cfg->batch_max_tensors)
+    lst = ts_error_set(&lerr, TS_LIMIT, "a batch of %zu tensors; at most %lld "
+                       "(--batch-max-tensors): split it", n, (long long)e->cfg->batch_max_tensors);
+  uint64_t bytes = 0; /* as a put_many of them would count them */
+  for (size_t i = 0; !lst && i < n; i++) {
+    ts_dtype dt;
+    uint64_t b = ts_dtype_parse(q->items[i]->dtype, &dt, NULL) ? 0 : ts_dtype_size(dt);
+    for (size_t d = 0; d < q->items[i]->n_shape; d++)
+      b *= (uint64_t)q->items[i]->shape[d];
+    bytes += b;
+  }
+  if (!lst && bytes > (uint64_t)e->cfg->batch_max_bytes)
+    lst = ts_error_set(&lerr, TS_LIMIT, "a batch of %llu bytes; at most %lld "
+                       "(--batch-max-bytes): split it", (unsigned long long)bytes,
+                       (long long)e->cfg->batch_max_bytes);
+  for (size_t i = 0; !lst && i < n; i++) {
+    const Tshard__CreateRequest *c = q->items[i];
+    ts_attr *a = NULL;
+    ts_dtype dt;
+    ts_error ierr;
+    char nm[TS_NAME_MAX];
+    int irc = tsd_create_check(e, c, q->replace, &dt, &a, &skip[i], &swap[i], &ierr);
+    made_name(q, i, swap[i], nm, sizeof nm);
+    if (!irc && !skip[i])
+      irc = ts_store_add(e->store, nm, (int)c->n_shape, c->shape, dt, a, tag_of(c->layout), NULL,
+                         &ierr);
+    ts_attr_destroy(&a);
+    if (irc)
+      lst = ts_error_set(&lerr, irc, "tensor '%s' of the batch: %.400s", c->name, ierr.msg);
+    else
+      made = i + 1;
+  }
+  int rc = ts_comm_agree(ts_world_comm(e->world), lst, &lerr, err);
+  for (size_t i = 0; i < made; i++) {
+    char nm[TS_NAME_MAX];
+    made_name(q, i, swap[i], nm, sizeof nm);
+    if (skip[i])
+      continue;
+    if (!rc && swap[i]) { /* agreed: the same on every rank */
+      ts_store_swap(e->store, ts_store_find(e->store, q->items[i]->name),
+                    ts_store_find(e->store, nm));
+      tsd_einsum_forget(e, q->items[i]->name);
+    }
+    if (rc || swap[i])
+      ts_store_drop(e->store, nm, NULL);
+  }
+  free(skip), free(swap);
+  return rc;
+}
+
+void tsd_changes_create_many(const Tshard__Request *r, tsd_changes *ch) {
+  for (size_t i = 0; i < r->create_many->n_items; i++)
+    tsd_changes_add(ch, r->create_many->items[i]->name);
   ch->names = true;
 }

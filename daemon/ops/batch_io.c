@@ -36,6 +36,21 @@
 #define PUT_MANY_STAGING "__tshard put_many"
 #define GET_MANY_COPY "__tshard get_many"
 
+/* Whether t's attribute is the one of m (the wire checked m parses). */
+static int attr_is(const ts_stored *t, const Tshard__DistAttr *m, ts_error *err) {
+  ts_attr *a = NULL;
+  int rc = tsd_attr_from_msg(m, &a, err);
+  if (!rc && !ts_attr_equal(a, t->attr)) {
+    char have[200], want[200];
+    ts_attr_format(t->attr, have, sizeof have);
+    ts_attr_format(a, want, sizeof want);
+    rc = ts_error_set(err, TS_BAD_ATTRIBUTE, "its attribute is %s, not %s as the put asks; "
+                      "nothing was stored", have, want);
+  }
+  ts_attr_destroy(&a);
+  return rc;
+}
+
 /* A put_many item's tensor (present: tsd_batch_check ran first), its source dtype and its data
  * bytes; the checks of a single put, the error naming the tensor. */
 static int put_item(tsd_engine *e, const Tshard__PutManyItem *it, bool convert, ts_stored **out,
@@ -54,6 +69,8 @@ static int put_item(tsd_engine *e, const Tshard__PutManyItem *it, bool convert, 
   if (!rc)
     rc = tsd_put_check(t, false, "", it->dtype, it->n_shape, it->shape, *conv, total, expected,
                        &lerr);
+  if (!rc && it->attr && (it->attr->n_mesh_shape || (it->attr->text && it->attr->text[0])))
+    rc = attr_is(t, it->attr, &lerr);
   *data_bytes = total;
   return rc ? ts_error_set(err, rc, "tensor '%s' of the batch: %s", it->name, lerr.msg) : TS_OK;
 }

@@ -47,6 +47,8 @@ static const tsd_op_handlers handlers[] = {
                           .changes = tsd_changes_reshard_many,
                           .answer = tsd_answer_reshard_many},
     [OP(DROP_MANY)] = {.run_collective = tsd_run_drop_many, .changes = tsd_changes_drop_many},
+    [OP(CREATE_MANY)] = {.run_collective = tsd_run_create_many,
+                         .changes = tsd_changes_create_many},
     [OP(PUT_MANY)] = {.run_local = tsd_handle_put_many, .run_collective = tsd_run_put_many,
                       .answer = tsd_answer_put},
     [OP(GET_MANY)] = {.run_local = tsd_handle_get_many, .run_collective = tsd_run_get_many,

@@ -68,6 +68,13 @@ int tsd_run_reshard_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *orig
 int tsd_run_drop_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
 void tsd_changes_reshard_many(const Tshard__Request *r, tsd_changes *ch);
 void tsd_changes_drop_many(const Tshard__Request *r, tsd_changes *ch);
+/* create_many (batch.c), and the item check create shares: whether a create's tensor may be
+ * made (*skip: an exist_ok item stored already as asked; *replace: it differs and the batch
+ * replaces it), else the error naming every difference. */
+int tsd_run_create_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+void tsd_changes_create_many(const Tshard__Request *r, tsd_changes *ch);
+int tsd_create_check(tsd_engine *e, const Tshard__CreateRequest *c, bool replace, ts_dtype *dt,
+                     ts_attr **attr, bool *skip, bool *swap, ts_error *err);
 void tsd_answer_reshard_many(tsd_engine *e, const tsd_pending *w);
 /* The checks of a batch against the store, the same on every rank: --batch-max-tensors, every
  * name exists (NOT_FOUND naming it), then --batch-max-bytes over the tensors' whole bytes. */
@@ -103,6 +110,16 @@ int tsd_run_load(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_e
 int tsd_run_save_finish(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
                         ts_error *err);
 void tsd_changes_load(const Tshard__Request *r, tsd_changes *ch);
+/* A request's attribute rules (proto/ts_rules.h) parsed: the patterns (the request's strings)
+ * and the attributes (NULL where a rule gives none); tsd_rules_free accepts NULL and a zeroed
+ * one. */
+typedef struct tsd_rules {
+  int n;
+  const char **patterns;
+  ts_attr **attrs;
+} tsd_rules;
+int tsd_rules_make(Tshard__AttrRule *const *rules, size_t n, tsd_rules *out, ts_error *err);
+void tsd_rules_free(tsd_rules *r);
 void tsd_answer_ckpt(tsd_engine *e, const tsd_pending *w);
 /* The load just run (op) answers its report. */
 void tsd_ckpt_answer_load(const tsd_ordered *op, const char *dir, const ts_ckpt_report *rep,

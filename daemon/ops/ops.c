@@ -286,15 +286,14 @@ int tsd_run_create(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
   ts_error_clear(&lerr);
   ts_attr *a = NULL;
   ts_dtype dt;
-  int lst = ts_dtype_parse(c->dtype, &dt, &lerr);
-  if (!lst)
-    lst = tsd_attr_from_msg(c->attr, &a, &lerr);
-  if (!lst)
+  bool skip, swap; /* exist_ok, stored as asked: nothing to make */
+  int lst = tsd_create_check(e, c, false, &dt, &a, &skip, &swap, &lerr);
+  if (!lst && !skip)
     lst = ts_store_add(e->store, c->name, (int)c->n_shape, c->shape, dt, a, tag_of(c->layout),
                        NULL, &lerr);
   ts_attr_destroy(&a);
   int rc = agree(e, lst, &lerr, err);
-  if (rc && lst == TS_OK)
+  if (rc && lst == TS_OK && !skip)
     ts_store_drop(e->store, c->name, NULL); /* another rank failed: undo here too */
   return rc;
 }

@@ -3,15 +3,15 @@
  * complete checkpoint in DIR: DIR itself when it holds an index.json (its files trusted, else
  * refused), else the trusted subdirectory (not hidden: temporary directories of saves in
  * progress are) with the highest sequence recorded in its index (snapshots; snapdir.c's one
- * order, which untrusted entries never enter). Each tensor is loaded under its saved attribute when every
- * rank it names is in this job, else under the attribute of the first --resume-attr rule whose
- * glob matches its name. Everything is decided before anything is loaded, and refused naming
- * the directory, the tensor or the rule when it cannot be: no checkpoint, an index that does
- * not parse, a tensor no rule places, a rule whose attribute does not fit the tensor or the
- * ranks. The decision is agreed over the world, so every rank exits with the same message; the
- * loads are ts_ckpt_load's (collective, checksums verified). What was restored is logged, one
- * line per tensor and a summary naming the checkpoint. */
-#include <fnmatch.h>
+ * order, which untrusted entries never enter). Each tensor is loaded under its saved attribute
+ * when every rank it names is in this job, else under the attribute of the --resume-attr rule
+ * that names it, or else of the first whose glob matches its name (proto/ts_rules.h, the rules
+ * of load). Everything is decided before anything is loaded, and refused naming the directory,
+ * the tensor or the rule when it cannot be: no checkpoint, an index that does not parse, a
+ * tensor no rule places, a rule whose attribute does not fit the tensor or the ranks. The
+ * decision is agreed over the world, so every rank exits with the same message; the load is one
+ * ts_ckpt_load of every tensor (collective, checksums verified, all or none). What was restored
+ * is logged, one line per tensor and a summary naming the checkpoint. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +20,7 @@
 
 #include "handlers.h"
 #include "ts_ckpt.h"
+#include "ts_rules.h"
 
 /* The checkpoint to restore: DIR (its files trusted), or its trusted subdirectory with the
  * highest recorded sequence. Errors start "cannot resume from". */
@@ -51,7 +52,7 @@ static int choose_checkpoint(const char *dir, char *out, size_t cap, ts_error *e
 }
 
 /* The attribute tensor t is restored under: NULL (its saved one, *rule -1) when it fits this
- * job, else the first matching rule's (*rule its number). */
+ * job, else its rule's (ts_attr_rule_pick; *rule its number). */
 static int place_tensor(const tsd_config *cfg, const ts_ckpt_tensor *t, int size, ts_attr **out,
                         int *rule, ts_error *err) {
   *out = NULL;
@@ -64,14 +65,20 @@ static int place_tensor(const tsd_config *cfg, const ts_ckpt_tensor *t, int size
   ts_attr_destroy(&a);
   if (rc == TS_OK)
     return TS_OK;
-  for (int k = 0; k < cfg->nresume_attr; k++) {
-    const char *r = cfg->resume_attr[k], *eq = strchr(r, '=');
-    char glob[512];
-    snprintf(glob, sizeof glob, "%.*s", (int)(eq - r), r);
-    if (fnmatch(glob, t->name, 0) != 0)
-      continue;
+  char globs[TSD_RESUME_RULES_MAX][512];
+  const char *pats[TSD_RESUME_RULES_MAX], *attrs[TSD_RESUME_RULES_MAX];
+  for (int k = 0; k < cfg->nresume_attr; k++) { /* config.c checked every rule */
+    size_t plen;
+    ts_error serr;
+    ts_attr_rule_split("--resume-attr", cfg->resume_attr[k], &plen, &attrs[k], &serr);
+    snprintf(globs[k], sizeof globs[k], "%.*s", (int)plen, cfg->resume_attr[k]);
+    pats[k] = globs[k];
+  }
+  int k = ts_attr_rule_pick(pats, cfg->nresume_attr, t->name);
+  if (k >= 0) {
+    const char *r = cfg->resume_attr[k];
     ts_error rerr;
-    int arc = ts_attr_parse(eq + 1, out, &rerr);
+    int arc = ts_attr_parse(attrs[k], out, &rerr);
     if (arc == TS_OK)
       arc = ts_attr_validate(*out, t->ndim, t->shape, size, &rerr);
     if (arc) {
@@ -88,27 +95,36 @@ static int place_tensor(const tsd_config *cfg, const ts_ckpt_tensor *t, int size
                       t->name, size);
 }
 
-/* Loads every tensor of the checkpoint under its chosen attribute (collective), logging each. */
+/* Loads every tensor of the checkpoint under its chosen attribute in one load (collective;
+ * each tensor's attribute an exact-name rule, NULL: its saved one), logging each. */
 static int load_all(tsd_engine *e, const char *ckpt, const ts_ckpt_index *idx, ts_attr **attrs,
                     const int *rules, ts_error *err) {
-  ts_ckpt_load_opts o = {false, e->cfg->staging, TS_CKPT_PATH_AUTO};
-  int64_t bytes = 0;
-  for (int i = 0; i < idx->ntensors; i++) {
+  int n = idx->ntensors;
+  const char **names = calloc((size_t)(n ? n : 1), sizeof *names);
+  if (!names)
+    return ts_error_set(err, TS_NO_MEMORY, "cannot resume: no memory");
+  for (int i = 0; i < n; i++)
+    names[i] = idx->tensors[i].name;
+  ts_ckpt_load_opts o = {.staging_bytes = e->cfg->staging,
+                         .path = TS_CKPT_PATH_AUTO,
+                         .nrules = n,
+                         .rule_patterns = names,
+                         .rule_attrs = (const ts_attr *const *)attrs};
+  ts_ckpt_report rep;
+  int rc = ts_ckpt_load(e->store, e->world, ckpt, names, n, NULL, &o, &rep, err);
+  free(names);
+  if (rc)
+    return rc;
+  for (int i = 0; i < n; i++) {
     const ts_ckpt_tensor *t = &idx->tensors[i];
-    const char *name = t->name;
-    ts_ckpt_report rep;
-    int rc = ts_ckpt_load(e->store, e->world, ckpt, &name, 1, attrs[i], &o, &rep, err);
-    if (rc)
-      return rc;
-    bytes += rep.bytes_total;
     if (rules[i] < 0)
-      TSD_LOG(TSD_LOG_INFO, "resumed '%s' under its saved attribute %s", name, t->attr);
+      TSD_LOG(TSD_LOG_INFO, "resumed '%s' under its saved attribute %s", t->name, t->attr);
     else
-      TSD_LOG(TSD_LOG_INFO, "resumed '%s' (saved %s) by --resume-attr '%s'", name, t->attr,
+      TSD_LOG(TSD_LOG_INFO, "resumed '%s' (saved %s) by --resume-attr '%s'", t->name, t->attr,
               e->cfg->resume_attr[rules[i]]);
   }
-  TSD_LOG(TSD_LOG_INFO, "resumed %d tensors (%lld bytes) from '%s'", idx->ntensors,
-          (long long)bytes, ckpt);
+  TSD_LOG(TSD_LOG_INFO, "resumed %d tensors (%lld bytes) from '%s'", n,
+          (long long)rep.bytes_total, ckpt);
   return TS_OK;
 }
 

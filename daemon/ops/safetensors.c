@@ -13,6 +13,7 @@
 
 #include "handlers.h"
 #include "ts_ckpt.h"
+#include "ts_rules.h"
 
 /* The result of the last import or export, for its answers (by the operation's hash). */
 static struct {
@@ -30,50 +31,42 @@ static bool attr_given(const Tshard__DistAttr *a) {
 /* The import's arguments: its attributes parsed (rank-local; agreed by the import). */
 typedef struct import_args {
   ts_st_import_spec sp;
-  const char **anames, **rfrom, **rto;
-  ts_attr **attrs, *def;
-  int nattrs;
+  const char **rfrom, **rto;
+  tsd_rules rules;
+  ts_attr *def;
 } import_args;
 
 static int import_args_make(const Tshard__ImportSafetensorsRequest *q, import_args *a,
                             ts_error *err) {
   memset(a, 0, sizeof *a);
-  size_t nt = q->n_tensors ? q->n_tensors : 1, nr = q->n_rename ? q->n_rename : 1;
-  a->anames = calloc(nt, sizeof *a->anames);
-  a->attrs = calloc(nt, sizeof *a->attrs);
+  size_t nr = q->n_rename ? q->n_rename : 1;
   a->rfrom = calloc(nr, sizeof *a->rfrom);
   a->rto = calloc(nr, sizeof *a->rto);
-  if (!a->anames || !a->attrs || !a->rfrom || !a->rto)
+  if (!a->rfrom || !a->rto)
     return ts_error_set(err, TS_NO_MEMORY, "safetensors import: no memory");
   int rc = attr_given(q->default_attr) ? tsd_attr_from_msg(q->default_attr, &a->def, err) : TS_OK;
-  for (size_t i = 0; !rc && i < q->n_tensors; i++) { /* no attribute: the default's */
-    a->anames[a->nattrs++] = q->tensors[i]->name;
-    if (attr_given(q->tensors[i]->attr))
-      rc = tsd_attr_from_msg(q->tensors[i]->attr, &a->attrs[i], err);
-  }
+  if (!rc) /* a rule without an attribute: the default's */
+    rc = tsd_rules_make(q->tensors, q->n_tensors, &a->rules, err);
   for (size_t i = 0; i < q->n_rename; i++)
     a->rfrom[i] = q->rename[i]->key, a->rto[i] = q->rename[i]->value;
-  const char **names = (const char **)q->names;
-  size_t nnames = q->n_names;
   a->sp = (ts_st_import_spec){.path = q->path,
                               .strip_prefix = q->strip_prefix,
                               .nrename = (int)q->n_rename,
                               .rename_from = a->rfrom,
                               .rename_to = a->rto,
-                              .nnames = (int)nnames,
-                              .names = names,
-                              .nattrs = a->nattrs,
-                              .attr_names = a->anames,
-                              .attrs = (const ts_attr *const *)a->attrs,
+                              .nnames = (int)q->n_names,
+                              .names = (const char **)q->names,
+                              .nattrs = a->rules.n,
+                              .attr_names = a->rules.patterns,
+                              .attrs = (const ts_attr *const *)a->rules.attrs,
                               .default_attr = a->def};
   return rc;
 }
 
 static void import_args_free(import_args *a) {
-  for (int i = 0; a->attrs && i < a->nattrs; i++)
-    ts_attr_destroy(&a->attrs[i]);
+  tsd_rules_free(&a->rules);
   ts_attr_destroy(&a->def);
-  free(a->anames), free(a->attrs), free(a->rfrom), free(a->rto);
+  free(a->rfrom), free(a->rto);
 }
 
 int tsd_run_import_safetensors(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
@@ -143,8 +136,13 @@ void tsd_changes_import_safetensors(const Tshard__Request *r, tsd_changes *ch) {
   }
   for (size_t i = 0; i < q->n_names; i++)
     tsd_changes_add(ch, q->names[i]);
-  for (size_t i = 0; i < q->n_tensors; i++)
+  for (size_t i = 0; i < q->n_tensors; i++) {
+    if (ts_attr_rule_is_glob(q->tensors[i]->name)) { /* a glob imports what it matches */
+      ch->all = true;
+      return;
+    }
     tsd_changes_add(ch, q->tensors[i]->name);
+  }
 }
 
 void tsd_answer_safetensors(tsd_engine *e, const tsd_pending *w) {

@@ -2,6 +2,7 @@
  * the wire layer (libtsdwire, the fuzz target): the directory's length, the names' rules and the
  * target attribute against the world; what depends on the store or the files is the handlers'
  * (ckpt.c). */
+#include <stdio.h>
 #include <string.h>
 
 #include "tsd_wire.h"
@@ -43,6 +44,19 @@ int tsd_check_selection(const char *what, size_t n_names, const char *prefix, bo
   return has_prefix ? ts_text_check("prefix", prefix, strlen(prefix), "names", err) : TS_OK;
 }
 
+int tsd_attr_msg_check(const Tshard__DistAttr *m, const tsd_limits *lim, ts_error *err) {
+  if (!attr_given(m))
+    return TS_OK;
+  ts_attr *a = NULL;
+  int rc = tsd_attr_from_msg(m, &a, err);
+  for (int i = 0; !rc && i < a->nranks; i++)
+    if (a->ranks[i] >= lim->world_size)
+      rc = ts_error_set(err, TS_BAD_ATTRIBUTE, "attribute names rank %d; the world has ranks "
+                        "0 to %d", a->ranks[i], lim->world_size - 1);
+  ts_attr_destroy(&a);
+  return rc;
+}
+
 int tsd_validate_save(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   (void)lim;
   const Tshard__SaveRequest *q = r->save;
@@ -62,14 +76,19 @@ int tsd_validate_load(const Tshard__Request *r, const tsd_limits *lim, ts_error 
   int rc = check_dir(q->dir, err);
   if (!rc)
     rc = check_names(q->names, q->n_names, err);
-  if (!rc && attr_given(q->attr)) {
-    ts_attr *a = NULL;
-    rc = tsd_attr_from_msg(q->attr, &a, err); /* checked against each tensor by the load */
-    for (int i = 0; !rc && i < a->nranks; i++)
-      if (a->ranks[i] >= lim->world_size)
-        rc = ts_error_set(err, TS_BAD_ATTRIBUTE, "attribute names rank %d; the world has ranks "
-                          "0 to %d", a->ranks[i], lim->world_size - 1);
-    ts_attr_destroy(&a);
+  if (!rc && q->in_place && (attr_given(q->attr) || q->n_rules))
+    rc = ts_error_set(err, TS_INVALID_ARGUMENT, "an in-place load keeps each tensor's "
+                      "attribute; give no attribute rules or default");
+  if (!rc)
+    rc = tsd_attr_msg_check(q->attr, lim, err);
+  for (size_t i = 0; !rc && i < q->n_rules; i++) {
+    const Tshard__AttrRule *k = q->rules[i];
+    rc = ts_attr_rule_pattern_check("load: attribute rule", k->name, strlen(k->name), err);
+    if (!rc && (rc = tsd_attr_msg_check(k->attr, lim, err))) {
+      char why[320];
+      snprintf(why, sizeof why, "%.300s", err->msg);
+      rc = ts_error_set(err, rc, "load: the rule '%.150s': %.300s", k->name, why);
+    }
   }
   return rc;
 }

@@ -69,6 +69,8 @@ static const tsd_op ops[] = {
                           .validate = tsd_validate_reshard_many},
     [OP(DROP_MANY)] = {.name = "drop_many", .scope = TSD_SCOPE_COLLECTIVE,
                        .validate = tsd_validate_drop_many},
+    [OP(CREATE_MANY)] = {.name = "create_many", .scope = TSD_SCOPE_COLLECTIVE,
+                         .validate = tsd_validate_create_many},
     [OP(PUT_MANY)] = {.name = "put_many", .scope = TSD_SCOPE_LOCAL,
                       .validate = tsd_validate_put_many},
     [OP(GET_MANY)] = {.name = "get_many", .scope = TSD_SCOPE_LOCAL,

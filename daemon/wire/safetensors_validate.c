@@ -23,29 +23,16 @@ static int check_name(const char *what, const char *name, ts_error *err) {
   return ts_name_check(what, name, name ? strlen(name) : 0, err);
 }
 
-/* An attribute, when given, parses and names ranks of the world only. */
-static int check_attr(const Tshard__DistAttr *m, const tsd_limits *lim, ts_error *err) {
-  if (!m || (m->n_mesh_shape == 0 && !(m->text && m->text[0])))
-    return TS_OK;
-  ts_attr *a = NULL;
-  int rc = tsd_attr_from_msg(m, &a, err);
-  for (int i = 0; !rc && i < a->nranks; i++)
-    if (a->ranks[i] >= lim->world_size)
-      rc = ts_error_set(err, TS_BAD_ATTRIBUTE, "attribute names rank %d; the world has ranks 0 "
-                        "to %d", a->ranks[i], lim->world_size - 1);
-  ts_attr_destroy(&a);
-  return rc;
-}
-
 int tsd_validate_import_safetensors(const Tshard__Request *r, const tsd_limits *lim,
                                     ts_error *err) {
   const Tshard__ImportSafetensorsRequest *q = r->import_safetensors;
   int rc = check_path(q->path, err);
   for (size_t i = 0; !rc && i < q->n_tensors; i++)
-    if (!(rc = check_name("tensor name", q->tensors[i]->name, err)))
-      rc = check_attr(q->tensors[i]->attr, lim, err);
+    if (!(rc = ts_attr_rule_pattern_check("attribute rule", q->tensors[i]->name,
+                                          strlen(q->tensors[i]->name), err)))
+      rc = tsd_attr_msg_check(q->tensors[i]->attr, lim, err);
   if (!rc)
-    rc = check_attr(q->default_attr, lim, err);
+    rc = tsd_attr_msg_check(q->default_attr, lim, err);
   for (size_t i = 0; !rc && i < q->n_names; i++)
     rc = check_name("tensor name", q->names[i], err);
   for (size_t i = 0; !rc && i < q->n_rename; i++)

@@ -65,6 +65,9 @@ typedef struct tsd_limits {
   int64_t max_frame;
   int64_t collective_timeout_max; /* ms; 0: one day */
 } tsd_limits;
+/* An attribute message, when given (unset: TS_OK), parses and names ranks of the world only
+ * (ckpt_validate.c); each tensor's fit is its operation's. */
+int tsd_attr_msg_check(const Tshard__DistAttr *m, const tsd_limits *lim, ts_error *err);
 
 /* Checks the request alone (no stored tensor); TS_OK or the status with err set. */
 typedef int (*tsd_validator)(const Tshard__Request *req, const tsd_limits *lim, ts_error *err);
@@ -114,6 +117,7 @@ int tsd_validate_create(const Tshard__Request *r, const tsd_limits *lim, ts_erro
  * exist are checked on every rank at run time, daemon/ops/batch.c). */
 int tsd_validate_reshard_many(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_drop_many(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_create_many(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 /* put_many and get_many: as the batches above, each item's declared dtype and dims; every item
  * or none names the client's memory (then one request at offset 0 without data); a put_many's
  * chunk bounds as a put's; get_many takes no idempotency key. */

@@ -120,8 +120,7 @@ int tsd_validate_none(const Tshard__Request *r, const tsd_limits *lim, ts_error 
   return TS_OK;
 }
 
-int tsd_validate_create(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
-  const Tshard__CreateRequest *c = r->create;
+static int check_create(const Tshard__CreateRequest *c, const tsd_limits *lim, ts_error *err) {
   ts_dtype dt;
   int rc = ts_dtype_parse(c->dtype, &dt, err);
   if (rc)
@@ -293,6 +292,27 @@ int tsd_validate_reshard_many(const Tshard__Request *r, const tsd_limits *lim, t
   return rc;
 }
 
+int tsd_validate_create(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
+  return check_create(r->create, lim, err);
+}
+
+int tsd_validate_create_many(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
+  const Tshard__CreateManyRequest *q = r->create_many;
+  const char **names = malloc((q->n_items ? q->n_items : 1) * sizeof *names);
+  if (!names)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory to check a batch of %zu", q->n_items);
+  for (size_t i = 0; i < q->n_items; i++)
+    names[i] = q->items[i]->name;
+  int rc = check_batch_names("create_many batch", q->n_items, names, err);
+  free(names);
+  for (size_t i = 0; !rc && i < q->n_items; i++) {
+    ts_error lerr;
+    if ((rc = check_create(q->items[i], lim, &lerr)))
+      ts_error_set(err, rc, "tensor '%s' of the batch: %s", q->items[i]->name, lerr.msg);
+  }
+  return rc;
+}
+
 int tsd_validate_drop_many(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   (void)lim;
   return check_batch_names("drop_many batch", r->drop_many->n_names,
@@ -407,7 +427,6 @@ static int check_memory_range(const Tshard__ClientMemory *m, const char *name, t
 }
 
 int tsd_validate_put_many(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
-  (void)lim;
   const Tshard__PutManyRequest *q = r->put_many;
   const char **names = malloc((q->n_items ? q->n_items : 1) * sizeof *names);
   if (!names)
@@ -430,6 +449,8 @@ int tsd_validate_put_many(const Tshard__Request *r, const tsd_limits *lim, ts_er
                         "tensors have 1 to %d dims", it->name, it->n_shape, TS_MAX_DIMS);
     else if (it->client_memory)
       rc = check_memory_range(it->client_memory, it->name, err);
+    if (!rc && (rc = tsd_attr_msg_check(it->attr, lim, &lerr)))
+      ts_error_set(err, rc, "tensor '%s' of the batch: %s", it->name, lerr.msg);
   }
   if (!rc)
     rc = check_many_memory(q->n_items, with_memory, true, q->offset, q->data.len || q->shm,

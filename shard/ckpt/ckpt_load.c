@@ -1,10 +1,13 @@
 /* ckpt_load.c - loading a checkpoint into new tensors of the store, collective over the world.
  *
  * Every rank reads the index and checks it (pieces inside the tensor, pairwise disjoint and
- * covering it exactly). For each tensor the target attribute (the caller's, else the saved one)
- * gives every rank its target box; the tensor is created with a row-major slice (not zeroed:
- * every byte is written) and filled by one of two paths, chosen per tensor alike on every rank
- * (then agreed) by the estimated bytes the busiest rank reads or copies:
+ * covering it exactly). For each tensor the target attribute (its rule's, else the caller's,
+ * else the saved one; in place: the stored tensor's) gives every rank its target box; the tensor
+ * is created with a row-major slice (not zeroed: every byte is written; in place beside the
+ * stored one, which takes it once every tensor loaded) and filled by one of two paths, chosen
+ * per tensor alike on every rank
+ * (then agreed, every tensor's in one agreement; the direct reads need no other until the one
+ * that ends the load) by the estimated bytes the busiest rank reads or copies:
  *
  *   direct  each rank reads what its box needs of every piece meeting it: a piece inside the box
  *           whole, straight into the slice (its runs gathered into preadv calls of about 1 MiB,
@@ -38,6 +41,7 @@
 
 #include "ckpt_internal.h"
 #include "ts_comm.h"
+#include "ts_rules.h"
 
 /* The bounds of a move round's chunk (the load's staging bytes, 0: 64 MiB). */
 #define MOVE_ROUND_MIN ((int64_t)64 << 10)
@@ -408,19 +412,31 @@ typedef struct ltarget {
   ts_attr *want, *base;
   ts_geom *g;
   bool reshard;
+  /* in place: the stored tensor loaded into, and the name of the new slices' tensor until the
+   * commit (else the tensor's own name) */
+  const ts_stored *into;
+  char dst[TS_NAME_MAX];
 } ltarget;
 
 /* The attributes and geometry of a tensor of the load on this world, and this rank's pieces
  * checked against their files (check_pieces). */
-static int prepare_target(ltarget *L, const ts_attr *attr, ckpt_reader *r, int rank, int size,
-                          ts_error *err) {
+static int prepare_target(ltarget *L, const ts_attr *def, const ts_ckpt_load_opts *o,
+                          ckpt_reader *r, int rank, int size, ts_error *err) {
   const ts_ckpt_tensor *t = L->t;
+  int k = L->into ? -1 : ts_attr_rule_pick(o->rule_patterns, o->nrules, t->name);
+  const ts_attr *attr = L->into ? L->into->attr : k >= 0 && o->rule_attrs[k] ? o->rule_attrs[k]
+                                                                               : def;
   int rc = attr ? ts_attr_clone(attr, &L->want, err) : ts_attr_parse(t->attr, &L->want, err);
   char why[512];
   if (!rc && (rc = ts_attr_validate(L->want, t->ndim, t->shape, size, err))) {
     snprintf(why, sizeof why, "%s", err->msg);
-    ts_error_set(err, rc, "checkpoint load of '%s' on %d ranks: %s%s", t->name, size, why,
-                 attr ? "" : " (give an attribute for this world)");
+    if (k >= 0 && o->rule_attrs[k])
+      ts_error_set(err, rc, "checkpoint load of '%s' on %d ranks: the rule '%s': %s", t->name,
+                   size, o->rule_patterns[k], why);
+    else
+      ts_error_set(err, rc, "checkpoint load of '%s' on %d ranks: %s%s", t->name, size, why,
+                   attr ? " (the default attribute)"
+                        : " (its saved attribute; give a rule or a default for this world)");
   }
   if (!rc)
     rc = read_attr(t, L->want, &L->base, &L->reshard, err);
@@ -435,20 +451,65 @@ static int prepare_target(ltarget *L, const ts_attr *attr, ckpt_reader *r, int r
   return rc ? rc : check_pieces(r, t, L->g, L->base, rank, err);
 }
 
+/* An in-place load's stored tensor of t: the one t loads into (NULL: a mismatch, appended to
+ * bad, or none, err set). */
+static const ts_stored *inplace_into(ts_store *s, const ts_ckpt_tensor *t, char *bad, size_t cap,
+                                     int *nbad, int *code, ts_error *err) {
+  const ts_stored *e = ts_store_find(s, t->name);
+  if (!e) {
+    ts_error_set(err, TS_NOT_FOUND, "in-place load: no tensor named '%s' to load into; load it "
+                 "without in_place first", t->name);
+    return NULL;
+  }
+  bool shape = e->ndim != t->ndim || memcmp(e->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  if (!shape && e->dtype == t->dtype)
+    return e;
+  char have[256], saved[256];
+  ts_shape_text(e->ndim, e->shape, have, sizeof have);
+  ts_shape_text(t->ndim, t->shape, saved, sizeof saved);
+  size_t n = strlen(bad);
+  int k = snprintf(bad + n, cap - n, "%s'%s' is %s %s here, %s %s saved", *nbad ? "; " : "",
+                   t->name, ts_dtype_name(e->dtype), have, ts_dtype_name(t->dtype),
+                   saved);
+  if (k < 0 || (size_t)k >= cap - n) /* cut: the count in the message says how many */
+    snprintf(bad + cap - 5, 5, " ...");
+  (*nbad)++;
+  *code = shape ? TS_BAD_SHAPE : *code ? *code : TS_BAD_DTYPE;
+  return NULL;
+}
+
 /* The tensors the load names (NULL or none: every tensor of the index), each checked: known,
- * free in the store, named once, pieces covering it, prepared (prepare_target). Rank-local: the
- * caller agrees on the outcome. */
+ * free in the store (in place: stored with the saved dtype and shape, every mismatch named),
+ * named once, pieces covering it, prepared (prepare_target). Rank-local: the caller agrees on
+ * the outcome. */
 static int list_targets(const ts_ckpt_index *idx, const char *dir, ts_store *s,
-                        const char *const *names, int nt, const ts_attr *attr, ckpt_reader *r,
-                        int rank, int size, ltarget *L, ts_error *err) {
+                        const char *const *names, int nt, const ts_attr *attr,
+                        const ts_ckpt_load_opts *o, ckpt_reader *r, int rank, int size,
+                        ltarget *L, ts_error *err) {
   int rc = TS_OK;
+  for (int k = 0; !rc && k < o->nrules; k++) /* a misspelt name is an error, not ignored */
+    if (!ts_attr_rule_is_glob(o->rule_patterns[k]) &&
+        !ts_ckpt_index_find(idx, o->rule_patterns[k]))
+      rc = ts_error_set(err, TS_NOT_FOUND, "checkpoint '%s' holds no tensor named '%s' (given "
+                        "an attribute rule)", dir, o->rule_patterns[k]);
+  char bad[400] = "";
+  int nbad = 0, badcode = TS_OK;
   for (int i = 0; !rc && i < nt; i++) {
     const ts_ckpt_tensor *t = names ? ts_ckpt_index_find(idx, names[i]) : &idx->tensors[i];
     L[i].t = t;
+    if (t)
+      snprintf(L[i].dst, sizeof L[i].dst, "%s", t->name);
+    if (t && o->in_place) {
+      snprintf(L[i].dst, sizeof L[i].dst, "%s.in-place.%d", TS_RULES_RESERVED_PREFIX, i);
+      if (!(L[i].into = inplace_into(s, t, bad, sizeof bad, &nbad, &badcode, err))) {
+        rc = nbad ? TS_OK : err->code;
+        continue;
+      }
+    }
     if (!t)
       rc = ts_error_set(err, TS_NOT_FOUND, "checkpoint '%s' holds no tensor named '%s'", dir,
                         names[i]);
-    else if (ts_store_find(s, t->name))
+    else if (!o->in_place && ts_store_find(s, t->name))
       rc = ts_error_set(err, TS_EXISTS, "checkpoint load: a tensor named '%s' already exists; "
                         "drop it first", t->name);
     else if (!t->partial_kept)
@@ -457,50 +518,91 @@ static int list_targets(const ts_ckpt_index *idx, const char *dir, ts_store *s,
       if (L[j].t == t)
         rc = ts_error_set(err, TS_INVALID_ARGUMENT, "checkpoint load: '%s' named twice", t->name);
     if (!rc)
-      rc = prepare_target(&L[i], attr, r, rank, size, err);
+      rc = prepare_target(&L[i], attr, o, r, rank, size, err);
   }
+  if (!rc && nbad) /* every mismatch, the message cut when they do not fit */
+    rc = ts_error_set(err, badcode, "in-place load from '%.60s': %d tensor%s not as saved, "
+                      "nothing loaded: %s", dir, nbad, nbad > 1 ? "s are" : " is", bad);
   return rc;
 }
 
-/* Loads one prepared tensor into the store: the read path chosen alike on every rank (and
- * agreed with any failure so far), the tensor created unfilled and filled, agreed; dropped on
- * failure. Collective. */
-static int load_one(ts_store *s, ts_world *w, ckpt_reader *r, const ltarget *L,
+/* Each tensor's read path (TS_CKPT_PATH_*), chosen from the estimated costs alike on every rank;
+ * mv[i] the move plan of those that take the move path. */
+static int choose_paths(const ltarget *L, int nt, int size, const ts_ckpt_load_opts *o,
+                        int64_t round, int64_t *path, ckpt_move **mv, ts_error *err) {
+  for (int i = 0; i < nt; i++) {
+    path[i] = TS_CKPT_PATH_DIRECT;
+    if (L[i].t->partial_kept || o->path == TS_CKPT_PATH_DIRECT)
+      continue;
+    int rc = ts__ckpt_move_plan(L[i].t, L[i].g, size, round, &mv[i], err);
+    if (rc)
+      return rc;
+    int64_t direct, move;
+    ts__ckpt_move_costs(mv[i], &direct, &move);
+    if (o->path == TS_CKPT_PATH_MOVE || move < direct)
+      path[i] = TS_CKPT_PATH_MOVE;
+    else
+      ts__ckpt_move_destroy(&mv[i]);
+  }
+  return TS_OK;
+}
+
+/* Loads every prepared tensor into the store: the read paths agreed in one agreement (with any
+ * failure so far), every tensor created unfilled and filled (those of the direct path by each
+ * rank alone, those of the move path collectively, in order), then one agreement for all; every
+ * one dropped on failure. Collective. */
+static int load_all(ts_store *s, ts_world *w, ckpt_reader *r, const ltarget *L, int nt,
                     const ts_ckpt_load_opts *o, int64_t round, ts_ckpt_report *rep,
                     ts_error *err) {
   ts_comm *c = ts_world_comm(w);
-  const ts_ckpt_tensor *t = L->t;
-  ts_stored *e = NULL;
-  ckpt_move *mv = NULL;
   ts_error lerr;
   ts_error_clear(&lerr);
-  int lst = TS_OK;
-  int64_t path = TS_CKPT_PATH_DIRECT;
-  if (!t->partial_kept && o->path != TS_CKPT_PATH_DIRECT &&
-      !(lst = ts__ckpt_move_plan(t, L->g, ts_world_size(w), round, &mv, &lerr))) {
-    int64_t direct, move;
-    ts__ckpt_move_costs(mv, &direct, &move);
-    if (o->path == TS_CKPT_PATH_MOVE || move < direct)
-      path = TS_CKPT_PATH_MOVE;
-  }
-  int rc = ts_comm_agree_max(c, lst, &lerr, &path, 1, err);
-  if (!rc) {
-    lst = ts_store_add_unfilled(s, t->name, t->ndim, t->shape, t->dtype, L->base, "", &e, &lerr);
-    if (path == TS_CKPT_PATH_MOVE) {
-      rc = ts__ckpt_move_run(mv, r, w, t, e, lst, &lerr, err);
-    } else {
-      if (!lst)
-        lst = t->partial_kept ? read_partial(r, t, L->g, L->base, e, ts_world_rank(w), &lerr)
-                              : read_direct(r, t, e, &lerr);
-      rc = ts_comm_agree(c, lst, &lerr, err);
+  size_t m = (size_t)(nt ? nt : 1);
+  int64_t *path = calloc(m, sizeof *path);
+  ckpt_move **mv = calloc(m, sizeof *mv);
+  ts_stored **e = calloc(m, sizeof *e);
+  int lst = path && mv && e ? choose_paths(L, nt, ts_world_size(w), o, round, path, mv, &lerr)
+                            : ts_error_set(&lerr, TS_NO_MEMORY, "checkpoint: no memory");
+  int rc = ts_comm_agree_max(c, lst, &lerr, path, path ? nt : 0, err);
+  for (int i = 0; rc == TS_OK && i < nt; i++) {
+    const ts_ckpt_tensor *t = L[i].t;
+    if (!lst)
+      lst = ts_store_add_unfilled(s, L[i].dst, t->ndim, t->shape, t->dtype, L[i].base, "", &e[i],
+                                  &lerr);
+    if (path[i] == TS_CKPT_PATH_MOVE) { /* agrees on the failures so far too */
+      if (!lst && !mv[i])
+        lst = ts__ckpt_move_plan(t, L[i].g, ts_world_size(w), round, &mv[i], &lerr);
+      rc = ts__ckpt_move_run(mv[i], r, w, t, e[i], lst, &lerr, err);
+      rep->tensors_moved += rc == TS_OK;
+    } else if (!lst) {
+      lst = t->partial_kept ? read_partial(r, t, L[i].g, L[i].base, e[i], ts_world_rank(w), &lerr)
+                            : read_direct(r, t, e[i], &lerr);
     }
   }
-  if (e && rc)
-    ts_store_drop(s, t->name, NULL);
-  if (!rc)
-    rep->tensors_moved += path == TS_CKPT_PATH_MOVE;
-  ts__ckpt_move_destroy(&mv);
+  if (rc == TS_OK)
+    rc = ts_comm_agree(c, lst, &lerr, err);
+  for (int i = 0; i < nt; i++) {
+    if (rc && e && e[i])
+      ts_store_drop(s, L[i].dst, NULL);
+    if (mv)
+      ts__ckpt_move_destroy(&mv[i]);
+  }
+  free(path), free(mv), free(e);
   return rc;
+}
+
+/* In place, once every rank loaded every tensor: each stored tensor takes its new slice (its
+ * own attribute, layout and bytes), the old one freed with the temporary entry. Cannot fail. */
+static void inplace_commit(ts_store *s, const ltarget *L, int nt) {
+  for (int i = 0; i < nt; i++) {
+    if (!L[i].into)
+      continue;
+    ts_stored *e = ts_store_find(s, L[i].t->name), *tmp = ts_store_find(s, L[i].dst);
+    ts_tensor old = e->local;
+    e->local = tmp->local;
+    tmp->local = old;
+    ts_store_drop(s, L[i].dst, NULL);
+  }
 }
 
 /* A load's report: its tensors, their bytes, and the distinct data files their pieces lie in. */
@@ -531,7 +633,7 @@ static void load_totals(const ltarget *L, int nt, ts_ckpt_report *rep) {
 int ts_ckpt_load(ts_store *s, ts_world *w, const char *dir, const char *const *names, int n,
                  const ts_attr *attr, const ts_ckpt_load_opts *o, ts_ckpt_report *rep,
                  ts_error *err) {
-  ts_ckpt_load_opts none = {false, 0, TS_CKPT_PATH_AUTO};
+  ts_ckpt_load_opts none = {.path = TS_CKPT_PATH_AUTO};
   if (!o)
     o = &none;
   ts_ckpt_report rdummy;
@@ -544,14 +646,17 @@ int ts_ckpt_load(ts_store *s, ts_world *w, const char *dir, const char *const *n
   ts_error_clear(&lerr);
   ts_ckpt_index *idx = NULL;
   ckpt_reader r = {.dir = dir, .rep = rep};
-  int lst = ts_ckpt_index_read(dir, &idx, &lerr);
+  int lst = o->in_place && (attr || o->nrules)
+                ? ts_error_set(&lerr, TS_INVALID_ARGUMENT, "an in-place load keeps each "
+                               "tensor's attribute; give no attribute rules or default")
+                : ts_ckpt_index_read(dir, &idx, &lerr);
   int nt = 0;
   ltarget *L = NULL;
   if (!lst) {
     nt = names && n > 0 ? n : idx->ntensors;
     L = calloc((size_t)(nt ? nt : 1), sizeof *L);
-    lst = L ? list_targets(idx, dir, s, names && n > 0 ? names : NULL, nt, attr, &r, rank, size,
-                           L, &lerr)
+    lst = L ? list_targets(idx, dir, s, names && n > 0 ? names : NULL, nt, attr, o, &r, rank,
+                           size, L, &lerr)
             : ts_error_set(&lerr, TS_NO_MEMORY, "checkpoint: no memory");
   }
   /* one agreement: the index, the names and every piece this load reads checked, alike on
@@ -562,22 +667,21 @@ int ts_ckpt_load(ts_store *s, ts_world *w, const char *dir, const char *const *n
   if (ts_comm_single_copy(c)) /* pulling: two buffers, short rounds */
     round = round / 2 < MOVE_PULL_CHUNK ? round / 2 : MOVE_PULL_CHUNK;
   round = round < MOVE_ROUND_MIN ? MOVE_ROUND_MIN : round > MOVE_ROUND_MAX ? MOVE_ROUND_MAX : round;
+  if (rc == TS_OK && (rc = load_all(s, w, &r, L, nt, o, round, rep, err)) == TS_OK)
+    loaded = nt;
   for (int i = 0; rc == TS_OK && i < nt; i++) {
-    rc = load_one(s, w, &r, &L[i], o, round, rep, err);
-    if (!rc) {
-      loaded = i + 1;
-      if (L[i].reshard) {
-        ts_plan_opts po = {TS_STRATEGY_AUTO, o->staging_bytes, size};
-        rc = ts_store_reshard(s, w, L[i].t->name, L[i].want, "", &po, NULL, err);
-      }
+    const char *tag = L[i].into ? L[i].into->layout_tag : "";
+    if (L[i].reshard || tag[0]) {
+      ts_plan_opts po = {TS_STRATEGY_AUTO, o->staging_bytes, size};
+      rc = ts_store_reshard(s, w, L[i].dst, L[i].want, tag, &po, NULL, err);
     }
   }
   ts__ckpt_reader_close(&r);
-  if (rc) /* every rank: no loaded tensor is kept */
+  if (rc) /* every rank: no loaded tensor is kept, every stored one stays as it was */
     for (int i = 0; i < loaded; i++)
-      ts_store_drop(s, L[i].t->name, NULL);
+      ts_store_drop(s, L[i].dst, NULL);
   else
-    load_totals(L, nt, rep);
+    inplace_commit(s, L, nt), load_totals(L, nt, rep);
   for (int i = 0; L && i < nt; i++) {
     ts_geom_destroy(&L[i].g);
     ts_attr_destroy(&L[i].want);

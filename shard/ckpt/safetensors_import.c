@@ -73,6 +73,7 @@ static const named *find_named(const named *a, int n, const char *name) {
 typedef struct lookups {
   named *renames, *mapped, *attrs;
   int nrenames, nmapped, nattrs;
+  bool globs; /* a rule is a glob */
 } lookups;
 
 static void lookups_free(lookups *L) {
@@ -115,6 +116,8 @@ static int lookups_make(const ts_st_import_spec *sp, const st_model *m, st_charg
     for (int i = 0; i < sp->nattrs; i++)
       L->attrs[i] = (named){sp->attr_names[i], i};
     qsort(L->attrs, (size_t)(L->nattrs = sp->nattrs), sizeof *L->attrs, cmp_named);
+    for (int i = 0; i < sp->nattrs; i++)
+      L->globs |= ts_attr_rule_is_glob(sp->attr_names[i]);
   }
   return rc;
 }
@@ -131,9 +134,21 @@ static int find_mapped(const lookups *L, const char *name, int *second) {
   return f->k;
 }
 
+/* The attribute of a tensor: its rule's (proto/ts_rules.h: ts_attr_rule_pick, exact names
+ * looked up in O(log n)), else the default. */
 static const ts_attr *attr_of(const ts_st_import_spec *sp, const lookups *L, const char *name) {
   const named *a = find_named(L->attrs, L->nattrs, name);
-  return a && sp->attrs[a->k] ? sp->attrs[a->k] : sp->default_attr;
+  int k = a ? a->k : L->globs ? ts_attr_rule_pick(sp->attr_names, sp->nattrs, name) : -1;
+  return k >= 0 && sp->attrs[k] ? sp->attrs[k] : sp->default_attr;
+}
+
+/* Whether the tensors chosen are the file's that the rules match (no names, no default, a glob
+ * among the rules); else the rules' names. */
+static bool chosen_by_globs(const ts_st_import_spec *sp) {
+  for (int i = 0; sp->nnames == 0 && !sp->default_attr && i < sp->nattrs; i++)
+    if (ts_attr_rule_is_glob(sp->attr_names[i]))
+      return true;
+  return false;
 }
 
 /* One chosen tensor: found, named validly, a shape a tensor may have, an attribute that fits it,
@@ -214,7 +229,8 @@ static int named_once(const char *const *names, int n, st_charge *charge, const 
 /* The tensors of the import, in order, checked (rank-local; the caller agrees). */
 static int choose(const ts_st_import_spec *sp, const st_model *m, ts_store *s, int size,
                   st_charge *charge, imp **out, int *nout, ts_error *err) {
-  int n = sp->nnames > 0 ? sp->nnames : sp->default_attr ? m->ntensors : sp->nattrs;
+  bool globs = chosen_by_globs(sp), every = sp->default_attr || globs;
+  int n = sp->nnames > 0 ? sp->nnames : every ? m->ntensors : sp->nattrs;
   *out = NULL;
   *nout = 0;
   int rc = ts__st_charge(charge, sp->path, "the import's tensors", sizeof **out * (size_t)n, err);
@@ -229,7 +245,8 @@ static int choose(const ts_st_import_spec *sp, const st_model *m, ts_store *s, i
   rc = lookups_make(sp, m, charge, &L, err);
   for (int i = 0; !rc && i < sp->nattrs; i++) { /* a misspelt name is an error, not ignored */
     int second;
-    if (find_mapped(&L, sp->attr_names[i], &second) == -1) {
+    if (!ts_attr_rule_is_glob(sp->attr_names[i]) &&
+        find_mapped(&L, sp->attr_names[i], &second) == -1) {
       char nm[200];
       ts__ckpt_text_escape(sp->attr_names[i], nm, sizeof nm);
       rc = ts_error_set(err, TS_NOT_FOUND, "safetensors '%s' holds no tensor named '%s' (given "
@@ -237,15 +254,20 @@ static int choose(const ts_st_import_spec *sp, const st_model *m, ts_store *s, i
     }
   }
   /* names the file maps alike are refused by check_one ("both map to") */
-  if (!rc && (sp->nnames > 0 || !sp->default_attr))
+  if (!rc && (sp->nnames > 0 || !every))
     rc = named_once(sp->nnames > 0 ? sp->names : sp->attr_names, n, charge, sp->path, err);
   for (int i = 0; !rc && i < n; i++) {
-    const char *name = sp->nnames > 0    ? sp->names[i]
-                       : sp->default_attr ? map_name(sp, &L, m->tensors[i].name)
-                                          : sp->attr_names[i];
-    if (!(rc = check_one(sp, m, &L, s, size, name, &it[i], err)))
-      *nout = i + 1;
+    const char *name = sp->nnames > 0 ? sp->names[i]
+                       : every        ? map_name(sp, &L, m->tensors[i].name)
+                                      : sp->attr_names[i];
+    if (globs && ts_attr_rule_pick(sp->attr_names, sp->nattrs, name) < 0)
+      continue; /* a tensor no rule matches is not imported */
+    if (!(rc = check_one(sp, m, &L, s, size, name, &it[*nout], err)))
+      (*nout)++;
   }
+  if (!rc && *nout == 0)
+    rc = ts_error_set(err, TS_NOT_FOUND, "safetensors import of '%s': no tensor of the file "
+                      "matches the attribute rules", sp->path);
   lookups_free(&L);
   return rc;
 }

@@ -51,6 +51,17 @@ typedef struct ts_ckpt_load_opts {
   bool per_node;       /* read from the per-node directory (each rank finds its pieces there) */
   int64_t staging_bytes; /* verify buffer, move rounds and reshard staging (0: 64 MiB) */
   ts_ckpt_path path;   /* the same on every rank */
+  /* Attribute rules (proto/ts_rules.h): a tensor takes rule_attrs[k] of the rule k that
+   * ts_attr_rule_pick chooses for its name (none, or an entry NULL: the load's attr, else its
+   * saved attribute). A rule naming a tensor exactly that the checkpoint lacks is refused. */
+  int nrules;
+  const char *const *rule_patterns;
+  const ts_attr *const *rule_attrs;
+  /* Into the stored tensors of the names instead of new ones, each keeping its attribute and
+   * layout (no rules, no attr): each must have its saved dtype and shape (else nothing is
+   * loaded and the error names every mismatch); all are loaded beside the stored slices first
+   * (room for a second copy), then every one replaced at once, or none. */
+  bool in_place;
 } ts_ckpt_load_opts;
 
 typedef struct ts_ckpt_report {
@@ -70,7 +81,8 @@ typedef struct ts_ckpt_report {
 int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *names, int n,
                  const ts_ckpt_save_opts *o, ts_ckpt_report *rep, ts_error *err);
 /* Loads the named tensors (NULL or 0: all of the index) into new tensors of the store, under
- * attr (NULL: each tensor's saved attribute), in row-major slices. No tensor is created unless
+ * their rule's attribute (o->rule_*), else attr (NULL: each tensor's saved attribute), in
+ * row-major slices. No tensor is created unless
  * every one loaded on every rank. */
 int ts_ckpt_load(ts_store *s, ts_world *w, const char *dir, const char *const *names, int n,
                  const ts_attr *attr, const ts_ckpt_load_opts *o, ts_ckpt_report *rep,

@@ -81,7 +81,7 @@ with Daemons(bin_dir, 2) as d, tempfile.TemporaryDirectory() as tmp:
     r = cli("save", cks[2], "big", "--progress")
     check(r.returncode == 0 and re.search(f"save {re.escape(cks[2])} " + ESTIMATED, r.stderr)
           and final("save", cks[2]).search(r.stderr), f"estimated save: {r.stderr!r}")
-    r, err = reload(cks[2], "--progress", "--attr", COLS)
+    r, err = reload(cks[2], "--progress", "--default-attr", COLS)
     check(re.search(f"load {re.escape(cks[2])} " + ESTIMATED, err) and
           final("load", cks[2]).search(err) and "no estimate" not in err, f"estimated load: {err!r}")
 

@@ -78,7 +78,7 @@ static void save_load_in_flight(tshard_client *c, const char *dir) {
             strcmp(k.dir, dir) == 0, "save report: %d tensors, %llu bytes, %d files, %s",
             k.tensors, (unsigned long long)k.bytes, k.files, k.dir);
   TSE_OK(c, tshard_drop(c, "a0", NULL));
-  tshard_load_opts lo = {"mesh=[3] placements=[R]", 0, NULL, NULL};
+  tshard_load_opts lo = {.attr = "mesh=[3] placements=[R]"};
   tshard_result res;
   TSE_OK(c, tshard_submit_load(c, dir, NULL, 0, &lo, &t));
   TSE_OK(c, tshard_wait_ckpt(c, t, 60000, &res, &k));

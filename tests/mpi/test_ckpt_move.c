@@ -145,7 +145,7 @@ static void run_case(ts_store *s, const char *dir, const tcase *c) {
   ts_ckpt_index_destroy(&ix);
   ts_store_drop(s, c->name, NULL);
   for (int path = TS_CKPT_PATH_AUTO; path <= TS_CKPT_PATH_MOVE; path++) {
-    ts_ckpt_load_opts o = {false, 0, (ts_ckpt_path)path};
+    ts_ckpt_load_opts o = {.path = (ts_ckpt_path)path};
     ts_ckpt_report rep;
     rc = ts_ckpt_load(s, W, dir, one, 1, la, &o, &rep, &err);
     CHECK(rc == TS_OK, "%s: load (path %d): %s", c->name, path, rc ? err.msg : "");
@@ -187,7 +187,7 @@ static void expect_fault_on(ts_store *s, const char *dir, ts_ckpt_path path, con
   snprintf(txt, sizeof txt, "mesh=[%d] placements=[S(1)]", world_size);
   ts_attr *a = attr(txt);
   la = a;
-  ts_ckpt_load_opts o = {false, 0, path};
+  ts_ckpt_load_opts o = {.path = path};
   const char *one[] = {"big"};
   int rc = ts_ckpt_load(s, W, dir, one, 1, la, &o, NULL, &err);
   CHECK(rc != TS_OK && strstr(err.msg, want1) && strstr(err.msg, want2) &&
@@ -213,7 +213,7 @@ static void expect_direct_load(ts_store *s, const char *dir, const char *what) {
   char txt[120];
   snprintf(txt, sizeof txt, "mesh=[%d] placements=[S(1)]", world_size);
   ts_attr *a = attr(txt);
-  ts_ckpt_load_opts o = {false, 0, TS_CKPT_PATH_DIRECT};
+  ts_ckpt_load_opts o = {.path = TS_CKPT_PATH_DIRECT};
   const char *one[] = {"big"};
   int rc = ts_ckpt_load(s, W, dir, one, 1, a, &o, NULL, &err);
   CHECK(rc == TS_OK, "%s: %s", what, rc ? err.msg : "");

@@ -1,7 +1,8 @@
 """Counting checks for the Python test scripts: check(ok, what) records a result and prints what
 failed; finish() prints the "N passed, N failed" line and exits non-zero on any failure.
 check.expect(status, fn, what, needle) checks that fn raises the tshard error of that status
-(with needle in its text); raw_call sends one request through a client's socket and returns the
+(with needle in its text), check.raises(exc, fn, what, needles) that it raises exc (any class)
+with every needle in its text; raw_call sends one request through a client's socket and returns the
 answer without raising on its status (for misuse tests); error_of gives the status and text of
 the tshard error a call raises; put_data gives a test's bf16 or f8 reference (uint16 or uint8
 bits) to a put as tshard.bf16_bits or tshard.f8_bits; exact_values makes small integers a
@@ -35,6 +36,16 @@ class Checks:
             self(needle is None or needle in str(e), f"{what}: '{needle}' not in '{e}'")
             return
         self(False, f"{what}: no exception")
+
+    def raises(self, exc, fn, what, needles=()):
+        """Checks that fn raises exc (any exception class) with every needle in its text."""
+        try:
+            fn()
+        except exc as e:
+            return self(all(n in str(e) for n in needles), f"{what}: {e!r} lacks {needles}")
+        except Exception as e:  # noqa: BLE001 - the wrong exception is a failure
+            return self(False, f"{what}: {type(e).__name__}: {e}")
+        return self(False, f"{what}: no exception")
 
 
 def raw_call(c, **op):

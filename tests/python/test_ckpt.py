@@ -290,7 +290,7 @@ with Daemons(bin_dir, 4) as d:
     out = subprocess.run([tsh, "save", c3, "kept"], capture_output=True, text=True, env=env)
     check(out.returncode == 0 and ck.names(c3) == ["kept"], f"tshard save: {out.stderr}")
     c.drop("kept")
-    out = subprocess.run([tsh, "load", c3, "kept", "--attr", "mesh=[2] placements=[S(1)]"],
+    out = subprocess.run([tsh, "load", c3, "kept", "--default-attr", "mesh=[2] placements=[S(1)]"],
                          capture_output=True, text=True, env=env)
     check(out.returncode == 0 and np.array_equal(c.get("kept"), kept_ref), f"tshard load: {out.stderr}")
     c.drop("kept")

@@ -26,6 +26,7 @@ from . import errors
 from . import spmd
 from . import checkpoint
 from . import safetensors  # Hugging Face safetensors requests and read_header
+from . import attr_rules  # which attribute each tensor of a load or a state dict takes
 from . import torch  # torch tensors and DLPack objects in and out (imports torch lazily)
 from .offline import plan, show  # plan and drawing without daemons
 from .program import graph_from_json  # a program's message form
@@ -34,7 +35,8 @@ from .launch import Job, launch  # daemons from Python: with tshard.launch(np=4)
 __all__ = ["connect", "Client", "Attr", "Mesh", "Shard", "Replicate", "Partial",
            "errors", "DTYPES", "DTYPE_SPELLINGS", "ROW_MAJOR", "socket_path", "read_token_file",
            "spmd", "plan", "show", "EinsumResult", "checkpoint", "graph_from_json", "Future",
-           "wait", "WaitTimeoutError", "bf16_bits", "BF16Bits", "f8_bits", "F8Bits", "launch", "Job", "safetensors", "torch"] + [
+           "wait", "WaitTimeoutError", "bf16_bits", "BF16Bits", "f8_bits", "F8Bits", "launch",
+           "Job", "safetensors", "torch", "attr_rules"] + [
                n for n in _error_names if n not in ("TimeoutError", "OverflowError")]
 # tshard.TimeoutError and tshard.OverflowError subclass the builtins of those names but stay out
 # of __all__, so that "from tshard import *" never hides the builtins from the importing code.

@@ -44,10 +44,13 @@ def _prepare(arrays: Mapping[str, Any], convert: bool) -> Prepared:
     return out
 
 
-def _put_request(prep: Prepared, convert: bool, direct: bool) -> pb.PutManyRequest:
+def _put_request(prep: Prepared, convert: bool, direct: bool,
+                 attrs: Optional[Mapping[str, Any]] = None) -> pb.PutManyRequest:
     m = pb.PutManyRequest(convert=bool(convert))
     for name, a, decl in prep:
         it = m.items.add(name=name, dtype=decl, shape=a.shape)
+        if attrs is not None and name in attrs:  # the stored attribute must be this one
+            it.attr.text = str(attrs[name])
         if direct:
             it.client_memory.address = a.__array_interface__["data"][0]
             it.client_memory.bytes = a.nbytes
@@ -70,21 +73,22 @@ def _frame_chunk(c, meta: pb.PutManyRequest) -> int:
 
 
 def put_many(c, arrays: Mapping[str, Any], convert: bool = False, key: Optional[str] = None,
-             wait: bool = True):
-    """Client.put_many (see its docstring)."""
+             wait: bool = True, attrs: Optional[Mapping[str, Any]] = None):
+    """Client.put_many (see its docstring). attrs: {name: attribute} the stored tensors must have
+    (else BadAttributeError and nothing is stored)."""
     prep = _prepare(arrays, convert)
     if not wait or c._inflight is not None:
-        fut = _put_many_async(c, prep, convert, key)
+        fut = _put_many_async(c, prep, convert, key, attrs)
         return c._sync(fut) if wait else fut
     if not convert and c._direct_on and all(a.nbytes for _, a, _ in prep):
         try:
-            c._call(key, put_many=_put_request(prep, convert, True))
+            c._call(key, put_many=_put_request(prep, convert, True, attrs))
             return None
         except TshardError as e:
             if e.status != _NO_DIRECT:
                 raise
             c._direct_on = False  # the segment or the frames from now on
-    meta = _put_request(prep, convert, False)
+    meta = _put_request(prep, convert, False, attrs)
     flat = _flat(prep)
     total = flat.nbytes
     with c._io():
@@ -112,10 +116,11 @@ def put_many(c, arrays: Mapping[str, Any], convert: bool = False, key: Optional[
                 return None
 
 
-def _put_many_async(c, prep: Prepared, convert: bool, key: Optional[str]) -> Future:
+def _put_many_async(c, prep: Prepared, convert: bool, key: Optional[str],
+                    attrs: Optional[Mapping[str, Any]] = None) -> Future:
     """Every chunk sent at once in frames; the Future is done when every chunk is answered and
     fails with the first chunk's refusal."""
-    meta = _put_request(prep, convert, False)
+    meta = _put_request(prep, convert, False, attrs)
     flat = _flat(prep)
     total = flat.nbytes
     chunk = _frame_chunk(c, meta)
@@ -142,11 +147,6 @@ def _put_many_async(c, prep: Prepared, convert: bool, key: Optional[str]) -> Fut
             req.put_many.offset, req.put_many.total_bytes = off, total
             c._send_request(fl, req, handler(i), memoryview(flat[off:off + chunk]))
     return fut
-
-
-def _shapes(c, names: Sequence[str]) -> List[Tuple[str, np.dtype, List[int], int]]:
-    """(name, numpy dtype, shape, bytes) of every named tensor, from one list(details=True)."""
-    return _shapes_from(names, c.list(details=True))
 
 
 def _shapes_from(names: Sequence[str], listed) -> List[Tuple[str, np.dtype, List[int], int]]:
@@ -203,19 +203,70 @@ def _names(names: Sequence[str]) -> List[str]:
     return names
 
 
-def get_many(c, names: Sequence[str], wait: bool = True):
-    """Client.get_many (see its docstring)."""
+def _outs(shapes, out: Optional[Mapping[str, Any]]) -> Dict[str, np.ndarray]:
+    """The flat bytes of each out= array or torch tensor, checked as get checks its out."""
+    from .client import _out_bytes
+    if out is None:
+        return {}
+    if not isinstance(out, Mapping):
+        raise TypeError(f"get_many: out must be a dict {{name: array or tensor}}, not "
+                        f"{type(out).__name__}")
+    known = {n: (dt, shape) for n, dt, shape, _ in shapes}
+    views = {}
+    for n, o in out.items():
+        if n not in known:
+            raise error_for(_INVALID_ARGUMENT, f"get_many: out names '{n}', which is not among "
+                                               f"the names asked for")
+        a = _tt.out_view(o, f"get_many of '{n}'") if _tt.is_torch(o) else o
+        views[n] = _out_bytes(a, known[n][0], f"get_many of '{n}'", known[n][1], n)
+    return views
+
+
+def _finish(got: Dict[str, np.ndarray], out, like: Optional[str], dtypes: Dict[str, str]):
+    """The result: the out= objects as given, the others as numpy or torch (like)."""
+    res = {}
+    for n, a in got.items():
+        if out is not None and n in out:
+            res[n] = out[n]
+        else:
+            res[n] = _tt.to_torch(a, dtypes.get(n)) if like == "torch" else a
+    return res
+
+
+def get_many(c, names: Sequence[str], wait: bool = True, like: Optional[str] = None,
+             out: Optional[Mapping[str, Any]] = None, listed: Optional[List[dict]] = None):
+    """Client.get_many (see its docstring). listed: the tensors' list(details=True), when the
+    caller has it."""
     names = _names(names)
-    if not wait or c._inflight is not None:
+    if like is not None and not isinstance(like, str):
+        raise TypeError(f"get_many: like must be 'torch' or 'numpy', not {type(like).__name__}")
+    if like not in (None, "torch", "numpy"):
+        raise ValueError(f"get_many: like must be 'torch' or 'numpy', not {like!r}")
+    if (like == "torch" or out is not None) and not wait:
+        raise ValueError("get_many: like='torch' and out= take wait=True")
+    got = None
+    if not wait or c._inflight is not None:  # through the connection's futures
         fut = _get_many_async(c, names)
-        return c._sync(fut) if wait else fut
-    shapes = _shapes(c, names)
+        if not wait:
+            return fut
+        got = c._sync(fut)
+        if like is None and out is None:
+            return got
+    listed = c.list(details=True) if listed is None else listed
+    shapes = _shapes_from(names, listed)
+    dtypes = {t["name"]: t["dtype"] for t in listed}
+    views = _outs(shapes, out)
+    if got is not None:
+        for n, v in views.items():
+            np.copyto(v, got[n].reshape(-1).view(np.uint8))
+        return _finish(got, out, like, dtypes)
     if c._direct_on and all(b for _, _, _, b in shapes):
         # One buffer for all, reused (its pages already faulted in) once the caller dropped the
         # arrays of the last large result, as get does (Client._result_buffer).
         at, room = _places(shapes)
         buf = c._result_buffer(room)
-        arrays = [buf[a:a + b] for a, (_, _, _, b) in zip(at, shapes)]
+        arrays = [views[n] if n in views else buf[a:a + b]
+                  for a, (n, _, _, b) in zip(at, shapes)]
         try:
             resp = c._call(None, get_many=_get_request(shapes, arrays))
         except TshardError as e:
@@ -229,8 +280,8 @@ def get_many(c, names: Sequence[str], wait: bool = True):
                 c.close()
                 raise error_for(_PROTOCOL, "the daemon answered a get_many into this process's "
                                            "memory without saying it wrote all of it")
-            return {n: a.view(dt).reshape(shape)
-                    for (n, dt, shape, _), a in zip(shapes, arrays)}
+            return _finish({n: a.view(dt).reshape(shape)
+                            for (n, dt, shape, _), a in zip(shapes, arrays)}, out, like, dtypes)
     total = sum(b for _, _, _, b in shapes)
     first = _get_request(shapes, None)
 
@@ -243,7 +294,10 @@ def get_many(c, names: Sequence[str], wait: bool = True):
     raw = c._read_chunks(fill, total, flat)
     if len(raw) != total:
         raise error_for(_PROTOCOL, f"the get_many came with {len(raw)} bytes, not {total}")
-    return _split(raw, shapes)
+    got = _split(raw, shapes)
+    for n, v in views.items():
+        np.copyto(v, got[n].reshape(-1).view(np.uint8))
+    return _finish(got, out, like, dtypes)
 
 
 def _get_many_async(c, names: List[str]) -> Future:

@@ -37,6 +37,7 @@ from . import program as _program
 from . import tshard_pb2 as pb
 from ._trust import check_peer, check_socket_dir
 from .attr import Attr
+from . import attr_rules as _rules
 from .typed_put import BF16Bits, F8Bits, declare
 from .progress import reporter
 from .errors import TshardError, error_for
@@ -729,7 +730,7 @@ class Client:
 
     def create(self, name: str, dtype: Any, shape: Sequence[int], attr: AttrLike,
                layout: Optional[str] = None, key: Optional[str] = None,
-               wait: bool = True) -> Union[None, Future]:
+               wait: bool = True, exist_ok: bool = False) -> Union[None, Future]:
         """Creates a zero-filled tensor on every rank of the job.
 
         Args:
@@ -742,12 +743,16 @@ class Client:
             layout: the stored slices' format tag (default ``"row-major"``), e.g. ``"aBcd16b"``.
             key: an idempotency key (a retry with it is answered without running again).
             wait: False returns a :class:`tshard.Future` at once.
+            exist_ok: a tensor stored already with this dtype, shape, attribute and layout is
+                left as it is (its values too); one that differs is refused, naming every
+                difference.
 
         Returns:
             None (or its Future).
 
         Raises:
-            ExistsError: the name is taken. ParseError, BadAttributeError: a bad attribute.
+            ExistsError: the name is taken (with exist_ok: by a tensor that differs, every
+            difference named). ParseError, BadAttributeError: a bad attribute.
             BadDtypeError: an unknown dtype. TypeError: an argument of the wrong type.
 
         Example::
@@ -771,7 +776,93 @@ class Client:
                                                 dtype=_dtype_name(dtype),
                                                 shape=dims,
                                                 attr=_attr_msg(attr),
-                                                layout=pb.Layout(tag=_layout_tag(layout))))
+                                                layout=pb.Layout(tag=_layout_tag(layout)),
+                                                exist_ok=_flag(exist_ok, "exist_ok")))
+
+    def create_many(self, specs: Mapping[str, Any], exist_ok: bool = False, replace: bool = False,
+                    key: Optional[str] = None, wait: bool = True) -> Union[None, Future]:
+        """Creates many zero-filled tensors as one operation: all of them or none, on every rank.
+
+        Args:
+            specs: ``{name: (dtype, shape, attr)}`` or ``(dtype, shape, attr, layout)``, or
+                ``{name: {'dtype', 'shape', 'attr', 'layout'}}`` (as :meth:`create` takes them).
+            exist_ok: as in :meth:`create`, for every tensor.
+            replace: a stored tensor that differs is replaced by the new zero-filled one (made
+                beside it, then every replacement swapped in at once).
+            key: an idempotency key.
+            wait: False returns a Future.
+
+        Raises:
+            ExistsError: a name is taken (the message names the tensor and, with exist_ok, every
+            difference); BadAttributeError, LimitError...: nothing was created.
+
+        Example::
+
+            c.create_many({"w": ("f32", (8, 4), "mesh=[4] placements=[S(0)]"),
+                           "b": ("f32", (4,), "mesh=[4] placements=[R]")})
+        """
+        from . import state_dict as _sd
+        return self._op(key, _nothing, _flag(wait, "wait"), f"create_many of {len(specs)} tensors",
+                        create_many=_sd.create_request(specs, _flag(exist_ok, "exist_ok"),
+                                                       _flag(replace, "replace")))
+
+    def put_state_dict(self, sd: Mapping[str, Any],
+                       attrs: Union[None, Mapping[str, Any], Iterable[str]] = None,
+                       default: Optional[AttrLike] = None, key: Optional[str] = None) -> List[str]:
+        """Stores a PyTorch-style state dict: each entry becomes a tensor of its name, created
+        (or replaced when it is stored with another dtype, shape or attribute) and filled.
+
+        Args:
+            sd: ``{name: numpy array or torch CPU tensor}`` (bf16 torch tensors as bf16; numpy
+                bf16 data as ``tshard.bf16_bits``), e.g. ``model.state_dict()``.
+            attrs: attribute rules, ``{name or glob: attr}`` or ``"PATTERN=ATTR"`` texts, as
+                :meth:`load` takes them: a tensor takes the rule naming it, else the first glob
+                matching its name, else ``default``.
+            default: the attribute of the tensors no rule names.
+            key: an idempotency key.
+
+        Returns:
+            The names stored, in the dict's order.
+
+        Raises:
+            InvalidArgumentError: a tensor without an attribute; NotFoundError: a rule naming no
+            entry. BadAttributeError, LimitError...: nothing was created or stored.
+
+        One put_many when every tensor is stored as asked (dtype, shape, attribute; it checks
+        them); else one create_many makes or replaces them and one put_many stores the data.
+        Every tensor is stored or none.
+
+        Example::
+
+            c.put_state_dict(model.state_dict(), {"*.weight": "mesh=[4] placements=[S(0)]"},
+                             default="mesh=[4] placements=[R]")
+        """
+        from . import state_dict as _sd
+        return _sd.put_state_dict(self, sd, attrs, default, key)
+
+    def get_state_dict(self, names: Optional[Sequence[str]] = None, like: str = "numpy",
+                       prefix: Optional[str] = None) -> Dict[str, Any]:
+        """The stored tensors as a state dict, gathered to this client in one get_many.
+
+        Args:
+            names: the tensors (None: every stored tensor, by name).
+            like: ``"numpy"`` (bf16 as uint16 bits) or ``"torch"`` (bf16 as torch.bfloat16),
+                ready for ``model.load_state_dict``.
+            prefix: only the tensors whose names start with it, keyed without it (as a
+                submodule's ``load_state_dict`` wants).
+
+        Returns:
+            ``{name: array or tensor}``.
+
+        Raises:
+            NotFoundError: a name that is not stored. ValueError: another ``like``.
+
+        Example::
+
+            model.load_state_dict(c.get_state_dict(like="torch"))
+        """
+        from . import state_dict as _sd
+        return _sd.get_state_dict(self, names, like, prefix)
 
     def _send_chunks(self, name, array, key, slice_layout, convert=False, progress=None):
         """A put (slice_layout None) or put_slice in chunks, WINDOW in flight; through the
@@ -1280,13 +1371,18 @@ class Client:
         from . import batch_io
         return batch_io.put_many(self, arrays, convert=convert, key=key, wait=wait)
 
-    def get_many(self, names: Sequence[str],
-                 wait: bool = True) -> Union[Dict[str, np.ndarray], Future]:
+    def get_many(self, names: Sequence[str], wait: bool = True, like: Optional[str] = None,
+                 out: Optional[Mapping[str, Any]] = None) -> Union[Dict[str, Any], Future]:
         """Gets many whole tensors in one request, one operation on the daemons.
 
         Args:
             names: the tensors' names, each once.
             wait: False returns a tshard.Future of the dict at once.
+            like: ``"torch"`` returns torch tensors sharing the received memory (bf16 as
+                ``torch.bfloat16``); None or ``"numpy"`` numpy arrays, as :meth:`get`.
+            out: ``{name: array or torch tensor}`` to fill instead of new ones, each as
+                :meth:`get`'s ``out`` (the tensor's dtype and shape, contiguous, writable); the
+                result holds those very objects.
 
         Returns:
             {name: numpy array} (row-major, aligned, the tensor's dtype and shape; bf16 as
@@ -1303,7 +1399,7 @@ class Client:
             (50257, 768)
         """
         from . import batch_io
-        return batch_io.get_many(self, names, wait=wait)
+        return batch_io.get_many(self, names, wait=wait, like=like, out=out)
 
     # Distributed einsum, computed where the shards live
     def einsum(self, equation: str, *operands: str, out: str, attr: Optional[AttrLike] = None,
@@ -1513,29 +1609,62 @@ class Client:
             delay = min(delay * 2, 0.05)
 
     def load(self, dir: str, names: Union[None, str, Iterable[str]] = None,
-             attr: Optional[AttrLike] = None, per_node: bool = False, key: Optional[str] = None,
-             wait: bool = True) -> Union[Dict[str, Any], Future]:
+             attr: Union[None, AttrLike, Mapping[str, Any], Iterable[str]] = None,
+             per_node: bool = False, key: Optional[str] = None, wait: bool = True,
+             default: Optional[AttrLike] = None,
+             in_place: bool = False) -> Union[Dict[str, Any], Future]:
         """Loads tensors of a checkpoint onto the daemons' ranks; a failure creates none.
 
         Args:
             dir: the checkpoint directory.
             names: a name or names (None: all of the checkpoint).
-            attr: the attribute to load under (None: each tensor's saved attribute).
+            attr: the attribute of every tensor (an Attr or its text), or attribute rules: a
+                dict ``{name or glob: attribute}`` or ``"PATTERN=ATTR"`` texts (the grammar of
+                :mod:`tshard.attr_rules`, ``tshard load --attr`` and ``tshardd --resume-attr``:
+                a tensor takes the rule naming it, else the first glob matching its name, else
+                ``default``). A rule naming a tensor the checkpoint lacks is refused.
             per_node: the checkpoint was saved per node.
             key: an idempotency key.
             wait: False returns a Future.
+            default: the attribute of the tensors no rule names (None: each saved attribute).
+            in_place: load into the stored tensors of the names (None: every tensor of the
+                checkpoint) instead of new ones, each keeping its attribute and layout, as
+                torch.distributed.checkpoint loads into existing tensors (a roll back to the
+                checkpoint's step; no attr, no default). Each must have its saved dtype and
+                shape, else nothing changes on any rank and the error names every mismatch.
+                All or none: every tensor is loaded beside its stored slices first (room for a
+                second copy), then all are replaced at once.
 
         Returns:
             ``{'dir', 'tensors', 'bytes', 'files', 'seconds'}``.
 
         Raises:
             CheckpointIoError, CorruptError: an unreadable or damaged checkpoint.
-            ExistsError: a tensor of that name exists.
+            ExistsError: a tensor of that name exists (without in_place).
+            NotFoundError: in place, no stored tensor of that name.
+            BadShapeError, BadDtypeError: in place, tensors not as saved (every one named).
+            BadAttributeError: an attribute does not fit its tensor on these ranks.
+
+        Example::
+
+            c.load(ckdir, attr={"wte": "mesh=[3] placements=[S(0)]",
+                                "h.*.w": "mesh=[3] placements=[S(1)]"},
+                   default="mesh=[3] placements=[R]")
         """
         req = pb.LoadRequest(dir=_dir(dir), names=_names(names, "load: names"),
-                             per_node=_flag(per_node, "per_node"))
-        if attr is not None:
-            req.attr.CopyFrom(_attr_msg(attr))
+                             per_node=_flag(per_node, "per_node"),
+                             in_place=_flag(in_place, "in_place"))
+        if in_place and (attr is not None or default is not None):
+            raise TypeError("load: in_place=True keeps each tensor's attribute; give no attr "
+                            "and no default")
+        if isinstance(attr, (str, Attr)):
+            if default is not None:
+                raise TypeError("load: give one attribute for every tensor as attr or as "
+                                "default, not both; or attr as rules {name or glob: attr}")
+            attr, default = None, attr
+        req.rules.extend(_rules.messages(_rules.parse(attr, "load: attr")))
+        if default is not None:
+            req.attr.CopyFrom(_attr_msg(default))
         return self._op(key, _ckpt_result, wait, f"load from '{dir}'", load=req)
 
     def load_safetensors(self, path: str, attrs: "dict | None" = None, default: Any = None,
@@ -1546,8 +1675,10 @@ class Client:
         ``model.safetensors.index.json``, into new tensors under distributed attributes.
 
         path: the file or the index (a path every daemon can reach; made absolute here).
-        attrs: {tshard name: attribute} (text or Attr); the tensors imported are these unless
-        ``names`` or ``default`` say otherwise. default: the attribute of every other tensor;
+        attrs: attribute rules, {tshard name or glob: attribute} (text or Attr) or
+        ``"PATTERN=ATTR"`` texts (:mod:`tshard.attr_rules`, the grammar of :meth:`load`); the
+        tensors imported are those the rules name or match unless ``names`` or ``default`` say
+        otherwise. default: the attribute of every other tensor;
         given, every tensor of the file(s) is imported. names: import only these. prefix: removed
         from the file's names that start with it (``"model."``). rename: {file name: tshard
         name}, applied instead of the prefix rule. Each rank reads only the byte ranges of its

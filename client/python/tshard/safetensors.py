@@ -13,6 +13,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Union
 
 from . import tshard_pb2 as pb
 from .attr import Attr
+from . import attr_rules as _rules
 
 __all__ = ["import_request", "export_request", "read_header"]
 
@@ -32,13 +33,9 @@ def import_request(path: Union[str, "os.PathLike[str]"], attrs: Optional[Mapping
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or a path, not {type(path).__name__}")
-    attrs = dict(attrs or {})
     req = pb.ImportSafetensorsRequest(path=os.path.abspath(os.fspath(path)),
                                       strip_prefix=prefix or "")
-    for name, attr in attrs.items():
-        t = req.tensors.add(name=name)
-        if attr is not None:
-            t.attr.CopyFrom(_attr_msg(attr))
+    req.tensors.extend(_rules.messages(_rules.parse(attrs, "load_safetensors: attrs")))
     if default is not None:
         req.default_attr.CopyFrom(_attr_msg(default))
     req.names.extend([names] if isinstance(names, str) else list(names or []))
