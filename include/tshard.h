@@ -145,7 +145,8 @@ int tshard_wait(tshard_client *c, uint64_t ticket, int timeout_ms, tshard_result
  * changes or none, on every rank); a batch naming a tensor twice, an unknown tensor, or more than
  * the daemons' --batch-max-tensors / --batch-max-bytes is refused whole, naming it. reshard_many:
  * names[i] goes to the attribute text attrs[i]; opts (may be NULL) gives the strategy, the layout
- * of every new slice and the key (keep_source_as must be NULL: a batch reshards in place). */
+ * of every new slice, the dtype every tensor is cast to (NULL: each keeps its own) and the key
+ * (keep_source_as must be NULL: a batch reshards in place). */
 int tshard_reshard_many(tshard_client *c, int n, const char *const *names,
                         const char *const *attrs, const tshard_reshard_opts *opts);
 int tshard_drop_many(tshard_client *c, int n, const char *const *names, const char *key);

@@ -14,27 +14,38 @@
 
 #include "ts_shard.h"
 
+/* Elements per step of a conversion: checked, then converted while they are in the cache (one
+ * pass over memory). */
+#define CAST_CHUNK 8192
+
 /* in's elements converted to `to` into a new buffer with the same layout structure. */
 static int convert_slice(const ts_tensor *in, ts_dtype to, const char *name, ts_tensor *out,
                          ts_error *err) {
   memset(out, 0, sizeof *out);
   ts_dtype from = in->layout.dtype;
-  size_t n = in->bytes / ts_dtype_size(from);
+  size_t n = in->bytes / ts_dtype_size(from), fs = ts_dtype_size(from), ds = ts_dtype_size(to);
   ts_error cerr;
   if (in->layout.offset != 0)
     return ts_error_set(err, TS_INTERNAL, "cast of '%s': a slice with offset %lld", name,
                         (long long)in->layout.offset);
-  if (ts_convert_check(in->data, from, to, n, &cerr))
-    return ts_error_set(err, cerr.code,
-                        "cast of '%s' from %s to %s: %s; a reshard casts only values that "
-                        "survive (as a put with conversion)",
-                        name, ts_dtype_name(from), ts_dtype_name(to), cerr.msg);
-  size_t bytes = n * ts_dtype_size(to);
-  out->data = ts_shard_alloc_as(bytes, 0, "the cast slice", &cerr);
+  out->data = ts_shard_alloc_as(n * ds, 0, "the cast slice", &cerr);
   if (!out->data)
     return ts_error_set(err, cerr.code, "cast of '%s': %s", name, cerr.msg);
-  ts_convert(out->data, to, in->data, from, n);
-  out->bytes = bytes;
+  const char *src = in->data;
+  char *dst = out->data;
+  for (size_t i = 0; i < n; i += CAST_CHUNK) {
+    size_t k = n - i < CAST_CHUNK ? n - i : CAST_CHUNK;
+    if (ts_convert_check(src + i * fs, from, to, k, &cerr)) {
+      ts_convert_check(src, from, to, n, &cerr); /* the element's index in the slice */
+      ts_shard_free_tensor(out);
+      return ts_error_set(err, cerr.code,
+                          "cast of '%s' from %s to %s: %s; a reshard casts only values that "
+                          "survive (as a put with conversion)",
+                          name, ts_dtype_name(from), ts_dtype_name(to), cerr.msg);
+    }
+    ts_convert(dst + i * ds, to, src + i * fs, from, k);
+  }
+  out->bytes = n * ds;
   out->layout = in->layout;
   out->layout.dtype = to;
   return TS_OK;

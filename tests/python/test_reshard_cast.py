@@ -179,13 +179,15 @@ class Run:
         what = f"seed {self.seed} step {step}: {src}->{dst} {a_src} -> {a_dst} ({strat})"
         name = f"t{step}"
         keep = self.rng.random() < 0.2
+        layout = self.rng.choice([None, None, "ba"])  # the new slices column-major
         with self.conn() as c:
             c.create(name, src, shape, a_src)
             c.put(name, put_data(ref, src))
             before = self.state(name) if strat != "auto" else None
             def cast():
                 return call(lambda: c.reshard(name, a_dst, strategy=strat, dtype=dst,
-                                              keep_source_as=f"{name}k" if keep else None))
+                                              keep_source_as=f"{name}k" if keep else None,
+                                              layout=layout))
             st, r = cast()
             if st == "BAD_STRATEGY":  # the forced strategy does not apply: nothing changed
                 self.stats["bad_strategy"] += 1
@@ -201,6 +203,8 @@ class Run:
                     check(r["strategy"] == strat, f"{what}: ran {r['strategy']}")
                 out = f"{name}k" if keep else name
                 self.expect_data(c, out, dst, a_dst, convert(ref, src, dst), what)
+                check(c.describe(out)["layout"] == (layout or "row-major"),
+                      f"{what}: layout {c.describe(out)['layout']}")
                 if keep:
                     self.stats["kept"] += 1
                     info = c.describe(name)
