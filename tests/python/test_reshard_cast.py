@@ -12,7 +12,9 @@ tensor with the new dtype and attribute. Partial sources (pieces put per rank; i
 sum is exact in the source dtype but whose pieces would round differently) reduce in the source
 dtype, then convert. keep_source_as keeps the source's dtype. Refused casts (a value that would
 not survive on one rank only, an unknown dtype, an f8 partial target, a forced strategy that
-does not apply) leave the tensor exactly as it was on every rank.
+does not apply, new slices over the daemons' --memory-limit) leave the tensor exactly as it was
+on every rank. An idempotency key covers the dtype: a retry runs once, another dtype under the
+key is a conflict.
 
 usage: test_reshard_cast.py BUILD_BIN_DIR NRANKS [SEED ...]"""
 import random
@@ -309,6 +311,23 @@ class Run:
             for name in refs:
                 c.drop(name)
 
+    def keyed(self):
+        """A keyed cast retried is answered once; another dtype under the key conflicts."""
+        a = np.linspace(-3, 3, 64, dtype=np.float32).reshape(8, 8)
+        with self.conn() as c:
+            c.create("k", "f32", a.shape, f"mesh=[{NP}] placements=[S(0)]")
+            c.put("k", a)
+            key = f"cast-{self.seed}"
+            tgt = f"mesh=[{NP}] placements=[S(1)]"
+            c.reshard("k", tgt, dtype="bf16", key=key)
+            st, msg = call(lambda: c.reshard("k", tgt, dtype="bf16", key=key))
+            check(st == "ok", f"keyed retry: {st} {msg}")
+            self.expect_data(c, "k", "bf16", tgt, bf16_from_f32(a), "keyed cast, retried")
+            st, msg = call(lambda: c.reshard("k", tgt, dtype="f16", key=key))
+            check(st == "KEY_CONFLICT", f"another dtype under the key: {st} {msg}")
+            check(c.describe("k")["dtype"] == "bf16", "the conflict changed nothing")
+            c.drop("k")
+
     def run(self, steps):
         for step in range(steps):
             self.one(step)
@@ -317,8 +336,30 @@ class Run:
         for step in range(2):
             self.many(step)
         self.refusals()
+        self.keyed()
         print(f"seed {self.seed}: {self.stats}", flush=True)
         return self.stats
+
+
+def memory_limit(d):
+    """A widening cast whose new slices do not fit the daemons' --memory-limit (600 KiB) is
+    refused on every rank, the tensor unchanged; the same cast of a small tensor goes through."""
+    run = Run(d, 0)
+    a = np.arange(256 * 256, dtype=np.float32).reshape(256, 256)
+    with d.connect(0, timeout=CALL_TIMEOUT) as c:
+        c.create("big", "f32", a.shape, f"mesh=[{NP}] placements=[S(0)]")
+        c.put("big", a)
+        before = run.state("big")
+        st, msg = call(lambda: c.reshard("big", f"mesh=[{NP}] placements=[R]", dtype="f64"))
+        check(st == "LIMIT" and "memory limit" in msg, f"a cast over the limit: {st} {msg}")
+        check(run.same(before, run.state("big")), "over the limit: unchanged everywhere")
+        c.drop("big")
+        c.create("small", "f32", (64, 64), f"mesh=[{NP}] placements=[S(0)]")
+        c.put("small", a[:64, :64])
+        c.reshard("small", f"mesh=[{NP}] placements=[R]", dtype="f64")
+        run.expect_data(c, "small", "f64", f"mesh=[{NP}] placements=[R]",
+                        a[:64, :64].astype(np.float64), "a small cast under the limit")
+        c.drop("small")
 
 
 # the bf16 reference rounds as the exact reference does (ties, subnormals, large values)
@@ -335,6 +376,9 @@ with Daemons(bin_dir, NP) as daemons:
         for k, v in Run(daemons, seed).run(40).items():
             totals[k] = totals.get(k, 0) + v
     check(daemons.stop() == 0, "daemons exit 0 after shutdown")
+with Daemons(bin_dir, NP, extra_args=["--memory-limit", str(600 << 10)]) as daemons:
+    memory_limit(daemons)
+    check(daemons.stop() == 0, "daemons exit 0 after shutdown (memory limit)")
 check(totals["casts"] >= 40 and totals["forced"] >= 10 and totals["partial"] >= 2 and
       totals["many"] >= 2 and totals["refused"] >= 10 and totals["kept"] >= 2,
       f"coverage: {totals}")
