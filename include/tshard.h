@@ -109,8 +109,9 @@ typedef struct tshard_reshard_opts {
    * sources reduce in the source dtype first). Checked as a put with TSHARD_PUT_CONVERT: a value
    * that would not survive (out of an integer's range, NaN or an infinity into an integer, a
    * finite value overflowing to infinity) refuses the reshard (TS_BAD_DTYPE naming it) and
-   * nothing changes; so does a partial target of a dtype without reductions (f8). In
-   * tshard_reshard_many it applies to every item. */
+   * nothing changes; so does a partial target of a dtype without reductions (f8), and
+   * (TS_UNSUPPORTED) a partial source to a partial target. In tshard_reshard_many it applies to
+   * every item. */
   const char *dtype;
 } tshard_reshard_opts;
 

@@ -10,7 +10,7 @@ reference (bf16, which numpy lacks, by a round-to-nearest-even reference written
 checked against the exact rounding of tests/python/dtype_ref.py), and every rank describes the
 tensor with the new dtype and attribute. Partial sources (pieces put per rank; integers whose
 sum is exact in the source dtype but whose pieces would round differently) reduce in the source
-dtype, then convert. keep_source_as keeps the source's dtype. Refused casts (a value that would
+dtype, then convert; casts to partial targets fill the target dtype's identity. keep_source_as keeps the source's dtype. Refused casts (a value that would
 not survive on one rank only, an unknown dtype, an f8 partial target, a forced strategy that
 does not apply, new slices over the daemons' --memory-limit) leave the tensor exactly as it was
 on every rank. An idempotency key covers the dtype: a retry runs once, another dtype under the
@@ -274,6 +274,33 @@ class Run:
                     self.stats["refused"] += 1
                 c.drop(name)
 
+    def partial_targets(self):
+        """Casts to partial targets: the ranks without a summand hold the identity of the
+        target dtype's reduction (INT32_MIN for a max into i32), so the value reads back as the
+        conversion of the source; a partial source to a partial target is refused."""
+        a = (np.arange(48, dtype=np.float32).reshape(8, 6) - 20.25) * 3
+        for k, (dst, op, src_attr) in enumerate([
+                ("i32", "max", "S(0)"), ("bf16", "sum", "R"), ("f64", "min", "S(1)"),
+                ("i16", "min", "R"), ("f16", "max", "S(0)")]):
+            name = f"pt{k}"
+            tgt = f"mesh=[{NP}] placements=[P({op})]"
+            with self.conn() as c:
+                c.create(name, "f32", a.shape, f"mesh=[{NP}] placements=[{src_attr}]")
+                c.put(name, a)
+                st, msg = call(lambda: c.reshard(name, tgt, dtype=dst))
+                if check(st == "ok", f"f32 {src_attr} -> {tgt} {dst}: {st} {msg}"):
+                    self.expect_data(c, name, dst, tgt, convert(a, "f32", dst),
+                                     f"f32 {src_attr} -> {tgt} {dst}")
+                    before = self.state(name)
+                    st, msg = call(lambda: c.reshard(name, tgt.replace(op, "sum" if op != "sum"
+                                                                       else "max"),
+                                                     dtype="f32"))
+                    check(st == "UNSUPPORTED" and "partial target" in msg,
+                          f"a partial source to a partial target: {st} {msg}")
+                    check(self.same(before, self.state(name)), "partial to partial: unchanged")
+                    self.stats["partial"] += 1
+                c.drop(name)
+
     def many(self, step):
         """reshard_many with a dtype per item (one keeps its dtype)."""
         items, refs = {}, {}
@@ -337,6 +364,7 @@ class Run:
             self.many(step)
         self.refusals()
         self.keyed()
+        self.partial_targets()
         print(f"seed {self.seed}: {self.stats}", flush=True)
         return self.stats
 

@@ -465,8 +465,9 @@ END_TEST
 
 /* Casts in transit: a narrowing cast of a non-partial source travels in the narrow dtype, so its
  * plan's wire bytes are the uncast plan's times the size ratio (f32 -> bf16: half; f64 -> f8:
- * an eighth); widening casts and partial sources travel in the source dtype (the same bytes);
- * partial targets of a dtype without reductions and invalid dtypes are refused. */
+ * an eighth); widening casts and partial sources travel in the source dtype (the same bytes),
+ * casts to a partial target in the target dtype; partial targets of a dtype without reductions,
+ * a partial source to a partial target and invalid dtypes are refused. */
 START_TEST(casts_in_transit) {
   int64_t shape[2] = {64, 48};
   struct {
@@ -481,6 +482,10 @@ START_TEST(casts_in_transit) {
       {"mesh=[4] placements=[S(0)]", "mesh=[4] placements=[S(1)]", TS_F32, TS_I32, TS_F32},
       {"mesh=[4] placements=[P(sum)]", "mesh=[4] placements=[S(0)]", TS_F32, TS_BF16, TS_F32},
       {"mesh=[4] placements=[S(0)]", "mesh=[4] placements=[P(sum)]", TS_F32, TS_BF16, TS_BF16},
+      /* to a partial target: converted before (the identity filled in the target dtype) */
+      {"mesh=[4] placements=[R]", "mesh=[4] placements=[P(max)]", TS_F32, TS_I32, TS_I32},
+      {"mesh=[2]@0-1 placements=[S(0)]", "mesh=[2]@2-3 placements=[P(sum)]", TS_BF16, TS_F32,
+       TS_F32},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     ts_attr *a = attr(cases[i].src), *b = attr(cases[i].tgt);
@@ -510,6 +515,10 @@ START_TEST(casts_in_transit) {
   ts_error err;
   ck_assert_int_eq(ts_cast_wire_dtype(TS_F32, TS_F8_E5M2, a, p, &wire, &err), TS_BAD_DTYPE);
   ck_assert_msg(strstr(err.msg, "no reductions") != NULL, "%s", err.msg);
+  ck_assert_int_eq(ts_cast_wire_dtype(TS_F32, TS_BF16, p, p, &wire, &err), TS_UNSUPPORTED);
+  ck_assert_msg(strstr(err.msg, "partial target") != NULL, "%s", err.msg);
+  ck_assert_int_eq(ts_cast_wire_dtype(TS_F32, TS_F32, p, p, &wire, &err), TS_OK);
+  ck_assert_int_eq(wire, TS_F32);
   ck_assert_int_eq(ts_cast_wire_dtype(TS_F32, (ts_dtype)99, a, a, &wire, &err), TS_BAD_DTYPE);
   ck_assert_msg(strstr(err.msg, "valid dtypes are") != NULL, "%s", err.msg);
   ts_attr_destroy(&a);

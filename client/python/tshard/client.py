@@ -1188,7 +1188,8 @@ class Client:
                 converted), a widening one after receiving. Checked as ``put(convert=True)``
                 is: a value that would not survive (out of an integer's range, NaN or inf into
                 an integer, a finite value overflowing to inf) raises BadDtypeError and nothing
-                changes on any rank; so does a partial target of an f8 dtype (no reductions).
+                changes on any rank; so does a partial target of an f8 dtype (no reductions);
+                a partial source to a partial target raises UnsupportedError.
 
         Returns:
             ``{'strategy', 'ms'}``: the strategy the daemons ran and its time on the answering
