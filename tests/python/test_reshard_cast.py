@@ -4,7 +4,8 @@ dtypes, through the Python client.
 
 Randomized (fixed seeds): tensors of a source dtype with random values (rounding ties, subnormals,
 values near the limits of the target), random pairs of attributes (1-D and 2-D meshes, sub-meshes,
-shards, replicas, ragged splits) and strategies forced by name; after each cast the whole tensor
+shards, replicas, ragged splits), source and target layouts (row-major, column-major, blocked
+with padding) and strategies forced by name; after each cast the whole tensor
 read back through a random rank is compared bit for bit with numpy's conversion of the whole
 reference (bf16, which numpy lacks, by a round-to-nearest-even reference written here and
 checked against the exact rounding of tests/python/dtype_ref.py), and every rank describes the
@@ -181,9 +182,10 @@ class Run:
         what = f"seed {self.seed} step {step}: {src}->{dst} {a_src} -> {a_dst} ({strat})"
         name = f"t{step}"
         keep = self.rng.random() < 0.2
-        layout = self.rng.choice([None, None, "ba"])  # the new slices column-major
+        layout = self.rng.choice([None, None, "ba", "aB4b"])  # new slices: column-major, blocked
+        src_layout = self.rng.choice([None, None, "Ab4a"])
         with self.conn() as c:
-            c.create(name, src, shape, a_src)
+            c.create(name, src, shape, a_src, layout=src_layout)
             c.put(name, put_data(ref, src))
             before = self.state(name) if strat != "auto" else None
             def cast():
