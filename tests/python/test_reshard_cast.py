@@ -15,11 +15,12 @@ dtype, then convert; casts to partial targets fill the target dtype's identity. 
 not survive on one rank only, an unknown dtype, an f8 partial target, a forced strategy that
 does not apply, new slices over the daemons' --memory-limit) leave the tensor exactly as it was
 on every rank. An idempotency key covers the dtype: a retry runs once, another dtype under the
-key is a conflict.
+key is a conflict; SPMD clients (a group, or one key) cast once.
 
 usage: test_reshard_cast.py BUILD_BIN_DIR NRANKS [SEED ...]"""
 import random
 import sys
+import threading
 
 import numpy as np
 
@@ -355,6 +356,29 @@ class Run:
             st, msg = call(lambda: c.reshard("k", tgt, dtype="f16", key=key))
             check(st == "KEY_CONFLICT", f"another dtype under the key: {st} {msg}")
             check(c.describe("k")["dtype"] == "bf16", "the conflict changed nothing")
+        # SPMD: every rank's client submits the cast (as a group, and with one key only); it
+        # runs once, every client gets the same answer
+        for k, group in enumerate(("all", None)):
+            answers = [None] * NP
+
+            def one(rk):
+                with tshard.connect(socket=self.d.socket(rk), timeout=CALL_TIMEOUT,
+                                    group=group) as s:
+                    answers[rk] = call(lambda: s.reshard(
+                        "k", f"mesh=[{NP}] placements=[R]", dtype=["f32", "f64"][k],
+                        key=f"spmd-cast-{self.seed}-{k}") and None)
+
+            threads = [threading.Thread(target=one, args=(rk,)) for rk in range(NP)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            check(answers == [("ok", None)] * NP, f"SPMD cast (group {group}): {answers}")
+            with self.conn() as c:
+                want = bf16_to_f32(bf16_from_f32(a)).astype(["f4", "f8"][k])
+                self.expect_data(c, "k", ["f32", "f64"][k], f"mesh=[{NP}] placements=[R]", want,
+                                 f"SPMD cast (group {group})")
+        with self.conn() as c:
             c.drop("k")
 
     def run(self, steps):
