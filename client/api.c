@@ -495,7 +495,7 @@ int tshard_reshard(tshard_client *c, const char *name, const char *attr,
                    const tshard_reshard_opts *opts) {
   if (!c)
     return TS_INVALID_ARGUMENT;
-  tshard_reshard_opts none = {NULL, NULL, NULL, NULL};
+  tshard_reshard_opts none = {0};
   const tshard_reshard_opts *o = opts ? opts : &none;
   if (tsc_name_ok(c, "tensor name", name) ||
       (o->keep_source_as && o->keep_source_as[0] &&
@@ -512,6 +512,7 @@ int tshard_reshard(tshard_client *c, const char *name, const char *attr,
   q.strategy = tsc_str(o->strategy);
   q.keep_source_as = tsc_str(o->keep_source_as);
   q.layout = &l;
+  q.dtype = tsc_str(o->dtype);
   req.op_case = TSHARD__REQUEST__OP_RESHARD;
   req.reshard = &q;
   req.idempotency_key = tsc_str(o->key);

@@ -47,7 +47,7 @@ int tshard_reshard_many_results(tshard_client *c, int n, const char *const *name
   if (n < 1 || !names || !attrs)
     return tsc_fail(c, TS_INVALID_ARGUMENT,
                     "tshard_reshard_many: %d tensors; give at least one name and attribute", n);
-  tshard_reshard_opts none = {NULL, NULL, NULL, NULL};
+  tshard_reshard_opts none = {0};
   const tshard_reshard_opts *o = opts ? opts : &none;
   if (o->keep_source_as && o->keep_source_as[0])
     return tsc_fail(c, TS_INVALID_ARGUMENT,
@@ -72,6 +72,7 @@ int tshard_reshard_many_results(tshard_client *c, int n, const char *const *name
     items[i].attr = &a[i];
     items[i].strategy = tsc_str(NULL);
     items[i].layout = &l;
+    items[i].dtype = tsc_str(o->dtype);
     itemp[i] = &items[i];
   }
   Tshard__Request req = TSHARD__REQUEST__INIT;

@@ -102,6 +102,17 @@ typedef struct tshard_reshard_opts {
   const char *keep_source_as; /* NULL: in place; else the result gets this name */
   const char *layout;         /* layout tag of the new slices (NULL: row-major) */
   const char *key;            /* idempotency key (NULL: none) */
+  /* NULL/"": the tensor keeps its dtype; else a dtype name ("bf16"): the values are cast to it as
+   * they move (round to nearest even, as ts_convert and numpy's astype), and the tensor (with
+   * keep_source_as: the new one) has that dtype. Narrowing casts of a source without partial
+   * placements convert before the wire (the narrow bytes travel); others after it (partial
+   * sources reduce in the source dtype first). Checked as a put with TSHARD_PUT_CONVERT: a value
+   * that would not survive (out of an integer's range, NaN or an infinity into an integer, a
+   * finite value overflowing to infinity) refuses the reshard (TS_BAD_DTYPE naming it) and
+   * nothing changes; so does a partial target of a dtype without reductions (f8), and
+   * (TS_UNSUPPORTED) a partial source to a partial target. In tshard_reshard_many it applies to
+   * every item. */
+  const char *dtype;
 } tshard_reshard_opts;
 
 int tshard_reshard(tshard_client *c, const char *name, const char *attr,
@@ -135,7 +146,8 @@ int tshard_wait(tshard_client *c, uint64_t ticket, int timeout_ms, tshard_result
  * changes or none, on every rank); a batch naming a tensor twice, an unknown tensor, or more than
  * the daemons' --batch-max-tensors / --batch-max-bytes is refused whole, naming it. reshard_many:
  * names[i] goes to the attribute text attrs[i]; opts (may be NULL) gives the strategy, the layout
- * of every new slice and the key (keep_source_as must be NULL: a batch reshards in place). */
+ * of every new slice, the dtype every tensor is cast to (NULL: each keeps its own) and the key
+ * (keep_source_as must be NULL: a batch reshards in place). */
 int tshard_reshard_many(tshard_client *c, int n, const char *const *names,
                         const char *const *attrs, const tshard_reshard_opts *opts);
 int tshard_drop_many(tshard_client *c, int n, const char *const *names, const char *key);

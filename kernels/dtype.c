@@ -582,6 +582,29 @@ static size_t first_unfit(const char *s, ts_dtype dt, size_t n, int to, double l
   }
 }
 
+/* f32 to a narrower float dtype on the bit patterns (the common cast of a reshard to bf16 or
+ * f16; a vectorized pass): a finite magnitude at or above lim (the bits of the overflow limit,
+ * exact in f32) fails, and with no_inf an infinity too; NaN passes. The same verdicts as unfit. */
+static inline uint32_t f32_overflows(const char *p, uint32_t lim, uint32_t no_inf) {
+  uint32_t u;
+  memcpy(&u, p, 4);
+  uint32_t m = u & 0x7fffffffu;
+  return (uint32_t)(m >= lim) & ((uint32_t)(m < 0x7f800000u) | (no_inf & (m == 0x7f800000u)));
+}
+
+static size_t first_f32_overflow(const char *s, size_t n, uint32_t lim, bool no_inf) {
+  for (size_t i0 = 0; i0 < n; i0 += 1024) {
+    size_t end = n - i0 < 1024 ? n : i0 + 1024;
+    uint32_t bad = 0;
+    for (size_t i = i0; i < end; i++)
+      bad |= f32_overflows(s + i * 4, lim, no_inf);
+    for (size_t i = i0; bad && i < end; i++)
+      if (f32_overflows(s + i * 4, lim, no_inf))
+        return i;
+  }
+  return n;
+}
+
 /* u64 to i64 compares integers: doubles near 2^63 are too coarse. */
 static size_t first_u64_above_i64(const char *s, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -645,6 +668,12 @@ int ts_convert_check(const void *src, ts_dtype dt_src, ts_dtype dt_dst, size_t n
   size_t i;
   if (dt_src == TS_U64 && dt_dst == TS_I64) {
     i = first_u64_above_i64(s, n);
+  } else if (dt_src == TS_F32 && to_float) {
+    /* the limit as an f32 magnitude: the least one that fails (f8_e4m3: any above 464) */
+    float limit = dt_dst == TS_F8_E4M3 ? nextafterf(464.0f, INFINITY) : (float)float_limit(dt_dst);
+    uint32_t lim;
+    memcpy(&lim, &limit, 4);
+    i = first_f32_overflow(s, n, lim, dt_dst == TS_F8_E4M3);
   } else {
     int64_t lo = 0;
     uint64_t hi = 0;

@@ -26,6 +26,7 @@ typedef struct planned {
   ts_attr *attr; /* the clone of the target, handed to the store at the commit */
   ts_tensor out;
   bool coalesced; /* moved by the batch's one exchange */
+  ts_cast cast;   /* the item's cast (cast.c); off when it keeps its dtype */
 } planned;
 
 /* Plans one item on this rank; the error names the item's tensor. */
@@ -42,13 +43,15 @@ static int plan_item(ts_store *s, ts_world *w, const ts_batch_item *it, int64_t 
   else if (it->layout_tag && strlen(it->layout_tag) >= sizeof p->e->layout_tag)
     rc = ts_error_set(&lerr, TS_BAD_LAYOUT, "layout tag of %zu characters; at most %zu",
                       strlen(it->layout_tag), sizeof p->e->layout_tag - 1);
+  if (!rc)
+    rc = ts_cast_prepare(&p->cast, p->e, it->cast ? it->dtype : p->e->dtype, it->tgt, &lerr);
   if (!rc && it->layout_tag && it->layout_tag[0]) {
     ts_layout l;
-    rc = ts_layout_from_tag(&l, p->e->dtype, p->e->ndim, p->e->shape, it->layout_tag, &lerr);
+    rc = ts_layout_from_tag(&l, p->cast.to, p->e->ndim, p->e->shape, it->layout_tag, &lerr);
   }
   if (!rc) {
     ts_plan_opts o = {it->strategy, staging, ts_world_size(w)};
-    rc = ts_plan_cache_get(ts_store_plans(s), p->e->ndim, p->e->shape, p->e->dtype, p->e->attr,
+    rc = ts_plan_cache_get(ts_store_plans(s), p->e->ndim, p->e->shape, p->cast.wire, p->e->attr,
                            it->tgt, &o, &p->plan, &lerr);
   }
   if (!rc)
@@ -63,6 +66,7 @@ static void planned_free(planned *p, int n) {
     ts_plan_destroy(&p[i].plan);
     ts_attr_destroy(&p[i].attr);
     ts_shard_free_tensor(&p[i].out);
+    ts_cast_clear(&p[i].cast);
   }
   free(p);
 }
@@ -89,7 +93,7 @@ static int run_items(ts_store *s, ts_world *w, int n, const ts_batch_item *items
       xo.max_alloc_bytes = left - held > 0 ? left - held : 1;
     ts_exec_report rep;
     memset(&rep, 0, sizeof rep);
-    int rc = ts_reshard_exec(w, p[i].plan, p[i].e->has_slice ? &p[i].e->local : NULL,
+    int rc = ts_reshard_exec(w, p[i].plan, ts_cast_source(&p[i].cast, p[i].e),
                              items[i].layout_tag, &xo, &p[i].out, &rep, &xerr);
     if (rc)
       return ts_error_set(err, rc, "tensor '%s' of the batch: %s", items[i].name, xerr.msg);
@@ -126,7 +130,7 @@ static int run_coalesced(ts_store *s, ts_world *w, int n, const ts_batch_item *i
       continue;
     at[m] = i;
     x[m] = (ts_exec_item){.name = items[i].name, .plan = p[i].plan,
-                          .src = p[i].e->has_slice ? &p[i].e->local : NULL,
+                          .src = ts_cast_source(&p[i].cast, p[i].e),
                           .max_alloc = ts_store_quota_left(s)};
     if (i == fail_item) {
       x[m].prior_status = ts_error_set(&ferr, TS_INTERNAL,
@@ -145,6 +149,22 @@ static int run_coalesced(ts_store *s, ts_world *w, int n, const ts_batch_item *i
   free(x);
   free(at);
   return rc;
+}
+
+/* The casts after the wire: every such item's new slice converted, then one agreement over the
+ * world (every rank has the same items, so all of them agree or none does). */
+static int finish_casts(ts_world *w, int n, planned *p, ts_error *err) {
+  bool any = false;
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  int lst = TS_OK;
+  for (int i = 0; i < n; i++) {
+    any = any || ts_cast_after(&p[i].cast);
+    ts_error cerr;
+    if (lst == TS_OK && (lst = ts_cast_finish(&p[i].cast, &p[i].out, &cerr)))
+      ts_error_set(&lerr, lst, "tensor '%s' of the batch: %s", p[i].e->name, cerr.msg);
+  }
+  return any ? ts_comm_agree(ts_world_comm(w), lst, &lerr, err) : TS_OK;
 }
 
 int ts_store_reshard_many(ts_store *s, ts_world *w, int n, const ts_batch_item *items,
@@ -174,8 +194,12 @@ int ts_store_reshard_many(ts_store *s, ts_world *w, int n, const ts_batch_item *
   if (rc == TS_OK)
     rc = run_items(s, w, n, items, p, fail_item, reports, err);
   if (rc == TS_OK)
-    for (int i = 0; i < n; i++)
+    rc = finish_casts(w, n, p, err);
+  if (rc == TS_OK)
+    for (int i = 0; i < n; i++) {
       ts_store_commit(s, p[i].e, p[i].plan, &p[i].out, &p[i].attr, items[i].layout_tag);
+      p[i].e->dtype = p[i].cast.to;
+    }
   if (p)
     planned_free(p, n);
   return rc;

@@ -249,9 +249,30 @@ int64_t ts_store_quota_left(const ts_store *s) {
   return s && s->quota > 0 ? (s->quota - s->used > 0 ? s->quota - s->used : 1) : 0;
 }
 
-int ts_store_reshard_after(ts_store *s, ts_world *w, const char *name, const ts_attr *tgt,
-                           const char *layout_tag, const ts_plan_opts *popts, int prior_status,
-                           const ts_error *prior_err, ts_exec_report *report, ts_error *err) {
+/* A cast after the wire: the new slice converted on every target rank, then one agreement over
+ * the world (a value that would not survive, or the quota, fails it everywhere). */
+static int cast_commit_agree(ts_store *s, ts_world *w, const ts_stored *e, ts_cast *c,
+                             ts_tensor *out, ts_error *err) {
+  ts_error lerr;
+  ts_error_clear(&lerr);
+  int lst = ts_cast_finish(c, out, &lerr);
+  if (!lst && s->quota > 0 && s->used - (int64_t)e->local.bytes + (int64_t)out->bytes > s->quota)
+    lst = ts_error_set(&lerr, TS_LIMIT,
+                       "the cast of '%s' to %s needs %zu bytes here; %lld of the quota of %lld "
+                       "are free",
+                       e->name, ts_dtype_name(c->to), out->bytes,
+                       (long long)(s->quota - s->used + (int64_t)e->local.bytes),
+                       (long long)s->quota);
+  int rc = ts_comm_agree(ts_world_comm(w), lst, &lerr, err);
+  if (rc)
+    ts_shard_free_tensor(out);
+  return rc;
+}
+
+int ts_store_reshard_cast(ts_store *s, ts_world *w, const char *name, const ts_attr *tgt,
+                          const char *layout_tag, const ts_plan_opts *popts, const ts_dtype *cast,
+                          int prior_status, const ts_error *prior_err, ts_exec_report *report,
+                          ts_error *err) {
   ts_error scratch, lerr;
   if (!err)
     err = &scratch;
@@ -270,6 +291,8 @@ int ts_store_reshard_after(ts_store *s, ts_world *w, const char *name, const ts_
   ts_stored *e = ts_store_find(s, name);
   ts_plan *plan = NULL;
   ts_attr *new_attr = NULL;
+  ts_cast c;
+  memset(&c, 0, sizeof c);
   if (lst == TS_OK && !e)
     lst = ts_error_set(&lerr, TS_NOT_FOUND, "no tensor named '%s'", name ? name : "(null)");
   else if (lst == TS_OK && !tgt)
@@ -277,16 +300,20 @@ int ts_store_reshard_after(ts_store *s, ts_world *w, const char *name, const ts_
   else if (lst == TS_OK && layout_tag && strlen(layout_tag) >= sizeof e->layout_tag)
     lst = ts_error_set(&lerr, TS_BAD_LAYOUT, "layout tag of %zu characters; at most %zu",
                        strlen(layout_tag), sizeof e->layout_tag - 1);
+  /* A cast: where it converts, and the converted source slice when it converts before the
+   * wire (a value that does not survive fails the first agreement). */
+  if (lst == TS_OK)
+    lst = ts_cast_prepare(&c, e, cast ? *cast : e->dtype, tgt, &lerr);
   if (lst == TS_OK && layout_tag && layout_tag[0]) {
     /* The tag against the tensor, here on every rank, not only where a target slice is made: a
      * tag that fits the whole tensor fits each of its boxes. */
     ts_layout l;
-    lst = ts_layout_from_tag(&l, e->dtype, e->ndim, e->shape, layout_tag, &lerr);
+    lst = ts_layout_from_tag(&l, c.to, e->ndim, e->shape, layout_tag, &lerr);
   }
   if (lst == TS_OK) {
     ts_plan_opts o = popts ? *popts : (ts_plan_opts){TS_STRATEGY_AUTO, 0, 0};
     o.world_size = ts_world_size(w);
-    lst = ts_plan_cache_get(s->plans, e->ndim, e->shape, e->dtype, e->attr, tgt, &o, &plan, &lerr);
+    lst = ts_plan_cache_get(s->plans, e->ndim, e->shape, c.wire, e->attr, tgt, &o, &plan, &lerr);
   }
   if (lst == TS_OK)
     lst = ts_attr_clone(tgt, &new_attr, &lerr);
@@ -295,13 +322,25 @@ int ts_store_reshard_after(ts_store *s, ts_world *w, const char *name, const ts_
   if (s->quota > 0)
     xo.max_alloc_bytes = s->quota - s->used > 0 ? s->quota - s->used : 1;
   ts_tensor out;
-  int rc = ts_reshard_exec(w, plan, e && e->has_slice ? &e->local : NULL, layout_tag, &xo, &out,
-                           report, err);
-  if (rc == TS_OK)
+  int rc = ts_reshard_exec(w, plan, e && lst == TS_OK ? ts_cast_source(&c, e) : NULL, layout_tag,
+                           &xo, &out, report, err);
+  if (rc == TS_OK && ts_cast_after(&c))
+    rc = cast_commit_agree(s, w, e, &c, &out, err);
+  if (rc == TS_OK) {
     ts_store_commit(s, e, plan, &out, &new_attr, layout_tag);
+    e->dtype = c.to;
+  }
+  ts_cast_clear(&c);
   ts_plan_destroy(&plan);
   ts_attr_destroy(&new_attr);
   return rc;
+}
+
+int ts_store_reshard_after(ts_store *s, ts_world *w, const char *name, const ts_attr *tgt,
+                           const char *layout_tag, const ts_plan_opts *popts, int prior_status,
+                           const ts_error *prior_err, ts_exec_report *report, ts_error *err) {
+  return ts_store_reshard_cast(s, w, name, tgt, layout_tag, popts, NULL, prior_status, prior_err,
+                               report, err);
 }
 
 int ts_store_reshard(ts_store *s, ts_world *w, const char *name, const ts_attr *tgt,

@@ -190,6 +190,34 @@ int ts_store_reshard_after(ts_store *s, ts_world *w, const char *name, const ts_
                            const char *layout_tag, const ts_plan_opts *popts, int prior_status,
                            const ts_error *prior_err, ts_exec_report *report, ts_error *err);
 
+/* The same, casting the values to *cast (NULL: the tensor keeps its dtype) as they move
+ * (cast.c): the tensor then has that dtype. A value that would not survive the cast refuses the
+ * reshard on every rank (TS_BAD_DTYPE), as does a partial target whose dtype lacks the
+ * reduction. */
+int ts_store_reshard_cast(ts_store *s, ts_world *w, const char *name, const ts_attr *tgt,
+                          const char *layout_tag, const ts_plan_opts *popts, const ts_dtype *cast,
+                          int prior_status, const ts_error *prior_err, ts_exec_report *report,
+                          ts_error *err);
+
+/* cast.c: the conversions of a reshard that changes the dtype. ts_cast_prepare decides where
+ * they happen (ts_cast_wire_dtype) and, for a cast before the wire, converts this rank's source
+ * slice (checked as a put with conversion: TS_BAD_DTYPE for a value that would not survive);
+ * the executor then sends ts_cast_source and plans for c->wire. A cast after the wire converts
+ * the executor's new slice in ts_cast_finish (checked the same way; the caller agrees on it
+ * before committing). ts_cast_clear accepts NULL and a cast never prepared (zeroed). */
+typedef struct ts_cast {
+  bool on;                 /* the dtype changes */
+  ts_dtype from, to, wire; /* wire: the dtype the pieces travel in */
+  char name[TS_NAME_MAX];
+  ts_tensor src;           /* a cast before the wire: the converted source slice */
+} ts_cast;
+int ts_cast_prepare(ts_cast *c, const ts_stored *e, ts_dtype to, const ts_attr *tgt,
+                    ts_error *err);
+const ts_tensor *ts_cast_source(const ts_cast *c, const ts_stored *e);
+bool ts_cast_after(const ts_cast *c);
+int ts_cast_finish(ts_cast *c, ts_tensor *out, ts_error *err);
+void ts_cast_clear(ts_cast *c);
+
 /* Replaces e's slice, attribute and layout tag with a reshard's result: *out (the store owns it
  * then; *out is emptied), *new_attr (taken; set to NULL), the box from the plan's target. Cannot
  * fail: the caller committed to the outcome (every rank agreed). */
@@ -220,6 +248,8 @@ typedef struct ts_batch_item {
   const ts_attr *tgt;
   const char *layout_tag;
   ts_strategy strategy;
+  bool cast;      /* convert the values to dtype as they move (ts_store_reshard_cast) */
+  ts_dtype dtype;
 } ts_batch_item;
 int ts_store_reshard_many(ts_store *s, ts_world *w, int n, const ts_batch_item *items,
                           int64_t staging, int prior_status, const ts_error *prior_err,

@@ -20,6 +20,15 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
     set_tests_properties(test_python_reshard_random_np${np} PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                          ENVIRONMENT "${TS_PY_ENV}")
   endforeach()
+  # Casts in transit: randomized reshards (and reshard_many items) that change the dtype, bit for
+  # bit against numpy's conversion of the whole tensor; partial sources; refusals change nothing.
+  foreach(np 2 4)
+    add_test(NAME test_python_reshard_cast_np${np}
+             COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_reshard_cast.py
+                     ${TS_BIN} ${np} 5 6)
+    set_tests_properties(test_python_reshard_cast_np${np} PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
+                         ENVIRONMENT "${TS_PY_ENV}")
+  endforeach()
   # Batched operations: a randomized differential test of reshard_many against numpy, bad input,
   # a keyed SPMD batch, a fault on one rank mid-batch.
   add_test(NAME test_python_batch

@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "npy.h"
 #include "tshard.h"
+#include "ts_kernels.h"
 #include "ts_rules.h"
 
 int cli_draw(const cli_args *a, const char *name, const char *dtype, int ndim,
@@ -291,6 +292,12 @@ int cli_cmd_reshard(cli_args *a, tshard_client *c) {
   int code = CLI_OK;
   tshard_reshard_opts o = {.strategy = cli_opt(a, "strategy"), .keep_source_as = cli_opt(a, "keep-as"),
                            .layout = cli_opt(a, "layout"), .key = opt_key(a)};
+  const char *cast = cli_opt(a, "dtype");
+  ts_dtype cast_dt;
+  ts_error err;
+  if (cast && ts_dtype_parse_spelling(cast, &cast_dt, &err))
+    return cli_fail(CLI_USAGE, err.msg);
+  o.dtype = cast ? ts_dtype_name(cast_dt) : NULL;
   int g = cli_apply_group(a, c);
   if (g)
     return g;
@@ -302,8 +309,9 @@ int cli_cmd_reshard(cli_args *a, tshard_client *c) {
   if (rc)
     code = failed(c, rc);
   else if (!a->json)
-    printf("reshard %s -> %s: done by %s in %.3f ms\n", name,
-           o.keep_source_as ? o.keep_source_as : name, strategy, (double)us / 1000.0);
+    printf("reshard %s -> %s%s%s%s: done by %s in %.3f ms\n", name,
+           o.keep_source_as ? o.keep_source_as : name, o.dtype ? " (" : "",
+           o.dtype ? o.dtype : "", o.dtype ? ")" : "", strategy, (double)us / 1000.0);
   else {
     printf("{\"operation\": \"reshard\", \"name\": ");
     cli_json_string(stdout, name);
@@ -311,6 +319,8 @@ int cli_cmd_reshard(cli_args *a, tshard_client *c) {
     cli_json_string(stdout, o.keep_source_as ? o.keep_source_as : name);
     printf(", \"strategy\": ");
     cli_json_string(stdout, strategy);
+    if (o.dtype)
+      printf(", \"dtype\": \"%s\"", o.dtype);
     printf(", \"ms\": %.3f}\n", (double)us / 1000.0);
   }
   return code;

@@ -64,12 +64,16 @@ int cli_cmd_plan(cli_args *a) {
   ts_dtype dt = TS_F32;
   const char *from = cli_opt(a, "from"), *to = cli_opt(a, "to"), *dts = cli_opt(a, "dtype"),
              *strat = cli_opt(a, "strategy"), *ranks = cli_opt(a, "ranks"),
-             *staging = cli_opt(a, "staging");
+             *staging = cli_opt(a, "staging"), *to_dts = cli_opt(a, "to-dtype");
   if (!from || !to)
     return cli_fail(CLI_USAGE, "plan needs --from ATTR and --to ATTR (see tshard plan --help)");
+  ts_dtype to_dt = dt;
   if (cli_parse_shape(cli_opt(a, "shape"), &ndim, shape, &err) ||
-      (dts && ts_dtype_parse_spelling(dts, &dt, &err)))
+      (dts && ts_dtype_parse_spelling(dts, &dt, &err)) ||
+      (to_dts && ts_dtype_parse_spelling(to_dts, &to_dt, &err)))
     return cli_fail(CLI_USAGE, err.msg);
+  if (!to_dts)
+    to_dt = dt;
   ts_plan_opts opts = {.strategy = TS_STRATEGY_AUTO};
   if (strat && ts_strategy_parse(strat, &opts.strategy, &err))
     return cli_fail(CLI_USAGE, err.msg);
@@ -98,10 +102,13 @@ int cli_cmd_plan(cli_args *a) {
   int rc = ts_attr_parse(from, &src, &err);
   if (!rc)
     rc = ts_attr_parse(to, &tgt, &err);
+  ts_dtype wire = dt; /* a cast: the plan is the one of the dtype on the wire */
+  if (!rc)
+    rc = ts_cast_wire_dtype(dt, to_dt, src, tgt, &wire, &err);
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   if (!rc)
-    rc = ts_plan_create_on(ndim, shape, dt, src, tgt, &opts, topo, &plan, &err);
+    rc = ts_plan_create_on(ndim, shape, wire, src, tgt, &opts, topo, &plan, &err);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
   bool hosts = plan && ts_plan_host_bound(plan) != -1;
@@ -110,6 +117,9 @@ int cli_cmd_plan(cli_args *a) {
   } else if (a->json) {
     printf("{\"strategy\": \"%s\", \"plan_ms\": %.3f, \"min_wire_bytes\": %lld, ",
            ts_strategy_name(ts_plan_strategy(plan)), ms, (long long)ts_plan_min_wire_bytes(plan));
+    if (to_dt != dt)
+      printf("\"cast\": {\"from\": \"%s\", \"to\": \"%s\", \"wire\": \"%s\"}, ",
+             ts_dtype_name(dt), ts_dtype_name(to_dt), ts_dtype_name(wire));
     if (topo) {
       char t[200];
       ts_topology_format(topo, t, sizeof t);
@@ -144,6 +154,9 @@ int cli_cmd_plan(cli_args *a) {
     if (!text) {
       code = cli_fail(CLI_FAILED, "out of memory formatting the plan");
     } else {
+      if (to_dt != dt)
+        printf("cast: %s -> %s, %s the wire (%s on the wire)\n", ts_dtype_name(dt),
+               ts_dtype_name(to_dt), wire == to_dt ? "before" : "after", ts_dtype_name(wire));
       fputs(text, stdout);
       printf("planned in %.3f ms\n", ms);
       free(text);

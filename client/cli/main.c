@@ -23,6 +23,8 @@ static const cli_command commands[] = {
      "  --shape S        global shape, e.g. 1024,512\n"
      "  --dtype T        f32 (default), f64, f16, bf16, i8, i32, i64, u8, bool, i16, u16,\n"
      "                   u32, u64, f8_e4m3, f8_e5m2\n"
+     "  --to-dtype U     a reshard that casts to U: planned for the dtype on the wire (U when\n"
+     "                   narrower and the source has no partial placement, else T)\n"
      "  --from ATTR      source attribute (see shard/plan/ATTRIBUTES.md)\n"
      "  --to ATTR        target attribute\n"
      "  --strategy S     auto (default), allgather, root, p2p, alltoall, allreduce,\n"
@@ -104,6 +106,11 @@ static const cli_command commands[] = {
      "                   reduce_scatter, local, hierarchical\n"
      "  --keep-as NAME2  keep the source; the result is the new tensor NAME2\n"
      "  --layout TAG     layout of the new slices\n"
+     "  --dtype T        cast the values to T as they move (bf16, f16, f32, i32, ... or\n"
+     "                   bfloat16, float16...; round to nearest even); narrowing casts\n"
+     "                   convert before the wire. A value that would not survive (out of\n"
+     "                   range, NaN into an integer, overflow to inf) refuses it, nothing\n"
+     "                   changes. Several tensors: each is cast\n"
      "  --key KEY        idempotency key\n"
      "  --participants R ranks that all submit it under --key: it runs once all did\n"
      "                   (e.g. 0,1,2,3 or all; an SPMD program's processes)\n"
@@ -111,7 +118,8 @@ static const cli_command commands[] = {
      "  --progress       a progress line on stderr: time elapsed and left, estimated from\n"
      "                   the job's earlier reshards (default: on a terminal, 16 MiB or more)\n"
      "  --json           machine-readable output\n" CONNECT_HELP,
-     "tshard reshard w b --to 'mesh=[4] placements=[S(1)]' --strategy alltoall"},
+     "tshard reshard w b --to 'mesh=[4] placements=[S(1)]' --strategy alltoall\n  "
+     "tshard reshard w --to 'mesh=[4] placements=[S(0)]' --dtype bf16"},
     {"drop", NULL, cli_cmd_drop, "delete a tensor (or several, as one batch) on every rank",
      "  NAME...          the tensor; several: one batch, all dropped or none\n"
      "  --key KEY        idempotency key\n"

@@ -80,6 +80,9 @@ static int build_items(const Tshard__ReshardManyRequest *q, ts_batch_item *items
     int rc = it->strategy[0] ? ts_strategy_parse(it->strategy, &items[i].strategy, &lerr) : 0;
     if (!rc)
       rc = tsd_attr_from_msg(it->attr, &attrs[i], &lerr);
+    items[i].cast = it->dtype[0] != '\0';
+    if (!rc && items[i].cast)
+      rc = ts_dtype_parse(it->dtype, &items[i].dtype, &lerr);
     if (rc)
       return ts_error_set(err, rc, "tensor '%s' of the batch: %s", it->name, lerr.msg);
     items[i].tgt = attrs[i];

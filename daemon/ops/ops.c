@@ -533,9 +533,12 @@ int tsd_run_reshard(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
   ts_stored *t = ts_store_find(e->store, q->name);
   if (!lst && !t)
     lst = ts_error_set(&lerr, TS_NOT_FOUND, "no tensor named '%s'", q->name);
+  ts_dtype cast = t ? t->dtype : TS_F32; /* the dtype of the result */
+  if (!lst && q->dtype[0])
+    lst = ts_dtype_parse(q->dtype, &cast, &lerr);
   ts_layout tag_layout; /* the request before resources: a tag that does not fit the tensor */
   if (!lst && tag[0])
-    lst = ts_layout_from_tag(&tag_layout, t->dtype, t->ndim, t->shape, tag, &lerr);
+    lst = ts_layout_from_tag(&tag_layout, cast, t->ndim, t->shape, tag, &lerr);
   const char *target = q->name;
   bool copied = false;
   if (!lst && q->keep_source_as[0]) {
@@ -551,8 +554,8 @@ int tsd_run_reshard(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
     target = q->keep_source_as;
   }
   ts_exec_report rep;
-  int rc = ts_store_reshard_after(e->store, e->world, target, tgt, tag, &po, lst, &lerr, &rep,
-                                  err);
+  int rc = ts_store_reshard_cast(e->store, e->world, target, tgt, tag, &po, &cast, lst, &lerr,
+                                 &rep, err);
   if (rc == TS_OK) {
     record(e, &rep);
     tsd_oplog_note(rep.strategy, (uint64_t)(rep.bytes_sent + rep.bytes_received));

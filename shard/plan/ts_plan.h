@@ -281,6 +281,16 @@ const int64_t *ts_plan_shape(const ts_plan *p);
 /* The per-pair chunk size of the p2p and all-to-all rounds (bytes). */
 int64_t ts_plan_pair_chunk_bytes(const ts_plan *p);
 
+/* Casts in transit (cast_plan.c): the dtype a reshard of a `from` tensor with source attribute
+ * src that casts to `to` moves on the wire: `to` when src has no partial placement and `to` is
+ * narrower or tgt is partial (each rank converts its source slice before sending), else `from`
+ * (the pieces travel, and partial sources reduce, in the source dtype; each target rank converts
+ * its new slice). The reshard is planned for that dtype. TS_BAD_DTYPE for an invalid dtype, or
+ * when `to` lacks the reduction of one of tgt's partial placements; TS_UNSUPPORTED for a cast
+ * from a partial source to a partial target. */
+int ts_cast_wire_dtype(ts_dtype from, ts_dtype to, const ts_attr *src, const ts_attr *tgt,
+                       ts_dtype *wire, ts_error *err);
+
 /* The EXPLAIN: strategy, why, costs of every strategy, per-rank summary (at most max_ranks ranks
  * listed; 0 lists 8). Returns a malloc'd string, NULL when out of memory. */
 char *ts_plan_explain(const ts_plan *p, int max_ranks);

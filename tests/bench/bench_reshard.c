@@ -7,7 +7,12 @@
  * (computed here from the slice boxes, or the known lower bound of all-reduce and reduce-scatter
  * for partial sources), the peak staging memory (max over ranks), and the time divided by the
  * median time of a raw MPI call moving the same bytes between the same buffers in the same run
- * (r_s1 moves nothing: its reference is a plain row-by-row memcpy of the same slice). */
+ * (r_s1 moves nothing: its reference is a plain row-by-row memcpy of the same slice).
+ *
+ * Casts in transit: cast_f32_bf16_s0_s1_ms is the median time of the store's reshard of the f32
+ * tensor S(0) -> S(1) cast to bf16 (each rank converts its slice, the bf16 pieces travel), and
+ * cast_vs_narrow_raw that time over the same store reshard of a bf16 tensor of the same shape
+ * (no cast), in the same run: the price of the conversion pass. */
 #include <malloc.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -226,6 +231,48 @@ static result run_case(const ts_attr *s, const ts_attr *t, ts_strategy forced, r
   return r;
 }
 
+/* The median time of the store's reshard of a fresh [ROWS, COLS] tensor of dtype dt from s to t,
+ * cast to *cast (NULL: none); each run's tensor is made and filled outside the timed part. */
+static double run_store_case(const ts_attr *s, const ts_attr *t, ts_dtype dt,
+                             const ts_dtype *cast) {
+  int64_t shape[2] = {ROWS, COLS};
+  ts_store *st = NULL;
+  ts_error err;
+  if (ts_store_create(&st, rank, 0, &err)) {
+    fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  double times[REPS];
+  for (int k = -WARMUP; k < REPS; k++) {
+    ts_stored *e = NULL;
+    if (ts_store_add_unfilled(st, "w", 2, shape, dt, s, NULL, &e, &err)) {
+      fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    size_t n = e->local.bytes / ts_dtype_size(dt);
+    for (size_t i = 0; i < n; i++) {
+      float v = (float)((i + (size_t)rank) % 251) * 0.37f;
+      if (dt == TS_BF16)
+        ((uint16_t *)e->local.data)[i] = ts_f32_to_bf16(v);
+      else
+        ((float *)e->local.data)[i] = v;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    int rc = ts_store_reshard_cast(st, W, "w", t, NULL, NULL, cast, TS_OK, NULL, NULL, &err);
+    double dt_ms = slowest(MPI_Wtime() - t0) * 1e3;
+    if (rc) {
+      fprintf(stderr, "rank %d: reshard failed: %s\n", rank, err.msg);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    ts_store_drop(st, "w", NULL);
+    if (k >= 0)
+      times[k] = dt_ms;
+  }
+  ts_store_destroy(&st);
+  return median(times, REPS);
+}
+
 static void report(const char *name, const result *r, int64_t min_wire) {
   if (rank != 0)
     return;
@@ -290,6 +337,16 @@ int main(int argc, char **argv) {
   report("p_r", &res, 2 * (size - 1) * n);
   res = run_case(pr, s0, TS_STRATEGY_AUTO, RAW_REDUCE_SCATTER);
   report("p_s0", &res, (size - 1) * n);
+
+  /* Casts in transit: f32 -> bf16 against the same move of bf16 data. */
+  ts_dtype bf16 = TS_BF16;
+  double cast_ms = run_store_case(s0, s1, TS_F32, &bf16);
+  double narrow_ms = run_store_case(s0, s1, TS_BF16, NULL);
+  if (rank == 0) {
+    printf("cast_f32_bf16_s0_s1_ms=%.2f\n", cast_ms);
+    printf("cast_narrow_bf16_s0_s1_ms=%.2f\n", narrow_ms);
+    printf("cast_vs_narrow_raw=%.3f\n", cast_ms / narrow_ms);
+  }
 
   result ag = run_case(s0, s1, TS_STRATEGY_ALLGATHER, RAW_NONE);
   result a2a = run_case(s0, s1, TS_STRATEGY_ALLTOALL, RAW_NONE);

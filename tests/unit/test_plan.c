@@ -463,6 +463,69 @@ START_TEST(plan_4096_ranks) {
 }
 END_TEST
 
+/* Casts in transit: a narrowing cast of a non-partial source travels in the narrow dtype, so its
+ * plan's wire bytes are the uncast plan's times the size ratio (f32 -> bf16: half; f64 -> f8:
+ * an eighth); widening casts and partial sources travel in the source dtype (the same bytes),
+ * casts to a partial target in the target dtype; partial targets of a dtype without reductions,
+ * a partial source to a partial target and invalid dtypes are refused. */
+START_TEST(casts_in_transit) {
+  int64_t shape[2] = {64, 48};
+  struct {
+    const char *src, *tgt;
+    ts_dtype from, to, wire;
+  } cases[] = {
+      {"mesh=[4] placements=[S(0)]", "mesh=[4] placements=[S(1)]", TS_F32, TS_BF16, TS_BF16},
+      {"mesh=[4] placements=[S(0)]", "mesh=[4] placements=[R]", TS_F32, TS_F16, TS_F16},
+      {"mesh=[2,2] placements=[S(0),R]", "mesh=[2,2] placements=[R,S(1)]", TS_F64, TS_F8_E4M3,
+       TS_F8_E4M3},
+      {"mesh=[4] placements=[S(0)]", "mesh=[4] placements=[S(1)]", TS_BF16, TS_F32, TS_BF16},
+      {"mesh=[4] placements=[S(0)]", "mesh=[4] placements=[S(1)]", TS_F32, TS_I32, TS_F32},
+      {"mesh=[4] placements=[P(sum)]", "mesh=[4] placements=[S(0)]", TS_F32, TS_BF16, TS_F32},
+      {"mesh=[4] placements=[S(0)]", "mesh=[4] placements=[P(sum)]", TS_F32, TS_BF16, TS_BF16},
+      /* to a partial target: converted before (the identity filled in the target dtype) */
+      {"mesh=[4] placements=[R]", "mesh=[4] placements=[P(max)]", TS_F32, TS_I32, TS_I32},
+      {"mesh=[2]@0-1 placements=[S(0)]", "mesh=[2]@2-3 placements=[P(sum)]", TS_BF16, TS_F32,
+       TS_F32},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    ts_attr *a = attr(cases[i].src), *b = attr(cases[i].tgt);
+    ts_dtype wire = TS_U8;
+    ts_error err;
+    ck_assert_int_eq(ts_cast_wire_dtype(cases[i].from, cases[i].to, a, b, &wire, &err), TS_OK);
+    ck_assert_msg(wire == cases[i].wire, "case %zu: wire %s", i, ts_dtype_name(wire));
+    ts_plan *uncast = NULL, *cast = NULL;
+    ck_assert_int_eq(ts_plan_create(2, shape, cases[i].from, a, b, NULL, &uncast, NULL), TS_OK);
+    ck_assert_int_eq(ts_plan_create(2, shape, wire, a, b, NULL, &cast, NULL), TS_OK);
+    int64_t full = ts_plan_get_costs(uncast)->wire_bytes;
+    int64_t got = ts_plan_get_costs(cast)->wire_bytes;
+    ck_assert_msg(got * (int64_t)ts_dtype_size(cases[i].from) ==
+                      full * (int64_t)ts_dtype_size(wire),
+                  "case %zu: %lld wire bytes cast, %lld uncast", i, (long long)got,
+                  (long long)full);
+    if (i == 0)
+      ck_assert_int_eq(got * 2, full); /* f32 -> bf16: half the bytes, the same strategy */
+    ck_assert_int_eq(ts_plan_strategy(cast), ts_plan_strategy(uncast));
+    ts_plan_destroy(&uncast);
+    ts_plan_destroy(&cast);
+    ts_attr_destroy(&a);
+    ts_attr_destroy(&b);
+  }
+  ts_attr *a = attr("mesh=[4] placements=[S(0)]"), *p = attr("mesh=[4] placements=[P(sum)]");
+  ts_dtype wire;
+  ts_error err;
+  ck_assert_int_eq(ts_cast_wire_dtype(TS_F32, TS_F8_E5M2, a, p, &wire, &err), TS_BAD_DTYPE);
+  ck_assert_msg(strstr(err.msg, "no reductions") != NULL, "%s", err.msg);
+  ck_assert_int_eq(ts_cast_wire_dtype(TS_F32, TS_BF16, p, p, &wire, &err), TS_UNSUPPORTED);
+  ck_assert_msg(strstr(err.msg, "partial target") != NULL, "%s", err.msg);
+  ck_assert_int_eq(ts_cast_wire_dtype(TS_F32, TS_F32, p, p, &wire, &err), TS_OK);
+  ck_assert_int_eq(wire, TS_F32);
+  ck_assert_int_eq(ts_cast_wire_dtype(TS_F32, (ts_dtype)99, a, a, &wire, &err), TS_BAD_DTYPE);
+  ck_assert_msg(strstr(err.msg, "valid dtypes are") != NULL, "%s", err.msg);
+  ts_attr_destroy(&a);
+  ts_attr_destroy(&p);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("plan");
   TCase *tc = tcase_create("plan");
@@ -473,6 +536,7 @@ int main(void) {
   tcase_add_test(tc, random_pairs_lists_and_minimum);
   tcase_add_test(tc, costs_of_known_cases);
   tcase_add_test(tc, plan_4096_ranks);
+  tcase_add_test(tc, casts_in_transit);
   suite_add_tcase(s, tc);
   return ts_run_suite(s);
 }

@@ -195,6 +195,16 @@ def _dtype_name(dtype):
                        f"(bf16 data: tshard.bf16_bits; f8 data: tshard.f8_bits)")
 
 
+def _cast_name(dtype):
+    """The wire form of a reshard's ``dtype=``: '' (keep the dtype) for None, else the tshard
+    dtype of a name, a numpy dtype or a torch dtype (torch.bfloat16 is 'bf16')."""
+    if dtype is None:
+        return ""
+    if str(dtype).startswith("torch."):
+        return _tt.dtype_name(dtype)
+    return _dtype_name(dtype)
+
+
 def _attr_msg(attr):
     """The wire form of an attribute given as an Attr or its text; TypeError for anything else."""
     if isinstance(attr, Attr):
@@ -1247,8 +1257,9 @@ class Client:
 
     def reshard(self, name: str, attr: AttrLike, strategy: Optional[str] = None,
                 keep_source_as: Optional[str] = None, layout: Optional[str] = None,
-                key: Optional[str] = None, wait: bool = True) -> Union[Dict[str, Any], Future]:
-        """Moves the tensor to another distributed attribute.
+                key: Optional[str] = None, wait: bool = True,
+                dtype: Any = None) -> Union[Dict[str, Any], Future]:
+        """Moves the tensor to another distributed attribute, casting it to ``dtype`` if given.
 
         Args:
             name: the tensor.
@@ -1260,6 +1271,16 @@ class Client:
             layout: the new slices' format tag (default row-major).
             key: an idempotency key.
             wait: False returns a Future.
+            dtype: cast the values as they move (``"bf16"``, ``"bfloat16"``, ``np.float16``,
+                ``torch.bfloat16``, ...; default: keep the dtype); the tensor (with
+                keep_source_as: the new one) then has this dtype. Rounds to nearest even, as
+                numpy's ``astype``. A narrowing cast converts on each rank before sending (the
+                narrow bytes travel; a partial source is reduced in its own dtype first, then
+                converted), a widening one after receiving. Checked as ``put(convert=True)``
+                is: a value that would not survive (out of an integer's range, NaN or inf into
+                an integer, a finite value overflowing to inf) raises BadDtypeError and nothing
+                changes on any rank; so does a partial target of an f8 dtype (no reductions);
+                a partial source to a partial target raises UnsupportedError.
 
         Returns:
             ``{'strategy', 'ms'}``: the strategy the daemons ran and its time on the answering
@@ -1271,6 +1292,7 @@ class Client:
         Example::
 
             c.reshard("w", "mesh=[4] placements=[S(1)]")
+            c.reshard("w", "mesh=[4] placements=[S(0)]", dtype="bf16")
         """
         _check_name(name)
         if keep_source_as:
@@ -1279,7 +1301,8 @@ class Client:
                         reshard=pb.ReshardRequest(name=name, attr=_attr_msg(attr),
                                                   strategy=_opt_str(strategy, "strategy"),
                                                   keep_source_as=keep_source_as or "",
-                                                  layout=pb.Layout(tag=_layout_tag(layout))))
+                                                  layout=pb.Layout(tag=_layout_tag(layout)),
+                                                  dtype=_cast_name(dtype)))
 
     def reshard_many(self, targets: Mapping[str, Any], strategy: Optional[str] = None,
                      key: Optional[str] = None,
@@ -1287,8 +1310,9 @@ class Client:
         """Reshards many tensors as one operation: every tensor moves or none, on every rank.
 
         Args:
-            targets: ``{name: attr}`` or ``{name: {'attr', 'strategy', 'layout'}}`` (strategy
-                and layout optional per tensor).
+            targets: ``{name: attr}`` or ``{name: {'attr', 'strategy', 'layout', 'dtype'}}``
+                (strategy, layout and dtype optional per tensor; dtype casts that tensor as
+                ``reshard(dtype=)`` does, checked before anything changes).
             strategy: the batch's default strategy.
             key: an idempotency key.
             wait: False returns a Future of the result.
@@ -1309,10 +1333,12 @@ class Client:
             t = t if isinstance(t, Mapping) else {"attr": t}
             if "attr" not in t:
                 raise error_for(1, f"reshard_many: the target of '{name}' has no 'attr'; give "
-                                   f"{{'attr': ATTR, 'strategy': ..., 'layout': ...}}")
+                                   f"{{'attr': ATTR, 'strategy': ..., 'layout': ..., "
+                                   f"'dtype': ...}}")
             items.append(pb.ReshardItem(name=name, attr=_attr_msg(t["attr"]),
                                         strategy=_opt_str(t.get("strategy"), "strategy"),
-                                        layout=pb.Layout(tag=_layout_tag(t.get("layout")))))
+                                        layout=pb.Layout(tag=_layout_tag(t.get("layout"))),
+                                        dtype=_cast_name(t.get("dtype"))))
         order = list(targets)
 
         def finish(r):
