@@ -96,6 +96,8 @@ typedef struct exec {
   bool commit;   /* some rank's may: the commit agreement runs */
   ts_comm_relay *relay; /* this rank's offer of small pieces to the first agreement, or NULL */
   bool no_relay, relayed;
+  int64_t avg_count; /* > 1: the target of a P(avg) source is divided by it (finish_avg) */
+  bool identity;     /* the target slice holds the identity of its op (not a received value) */
 } exec;
 
 static int make_comms(exec *ex, ts_error *err);
@@ -114,7 +116,7 @@ static int agree_first(exec *ex, int64_t *values, ts_error *err) {
   int64_t v[AGREE_VALUES] = {0};
   if (values)
     memcpy(v, values, AGREE_LATE * sizeof *v);
-  v[AGREE_LATE] = ex->late;
+  v[AGREE_LATE] = ex->late || ex->avg_count > 1; /* the division may fail (its staging) */
   int rc = ts_comm_agree_relay(ex->acomm, ex->lst, &ex->lerr, v, AGREE_VALUES, ex->relay, err);
   if (values)
     memcpy(values, v, AGREE_LATE * sizeof *v);
@@ -249,6 +251,40 @@ static bool dense_row_major(const ts_tensor *t) {
     s *= l->shape[d];
   }
   return true;
+}
+
+/* P(avg): the sum of avg_count contributions, now in the target slice, divided once by their
+ * count; in place when the slice is dense, otherwise chunk by chunk through staging. Failures
+ * are local (ex->lst). */
+static void finish_avg(exec *ex) {
+  ts_reduce_op op = TS_REDUCE_AVG;
+  int64_t n = ts_box_numel(&ex->tbox);
+  ts_error e;
+  int rc = TS_OK;
+  if (dense_row_major(&ex->tgt)) {
+    rc = ts_reduce_finish((char *)ex->tgt.data + ex->tgt.layout.offset, (size_t)n, ex->p->dtype,
+                          op, ex->avg_count, &e);
+  } else if (n > 0) {
+    int64_t q = ex->p->staging, nchunks = ts_box_chunk_count(&ex->tbox, ex->es, q);
+    ts_box ch;
+    ts_box_chunk(&ex->tbox, ex->es, q, 0, &ch);
+    int64_t bytes = ts_box_numel(&ch) * (int64_t)ex->es;
+    void *buf = stage_alloc(ex, bytes);
+    for (int64_t i = 0; buf && i < nchunks && rc == TS_OK && ex->lst == TS_OK; i++) {
+      ts_box_chunk(&ex->tbox, ex->es, q, i, &ch);
+      ts_tensor v;
+      plain_view(ex, buf, &ch, &v);
+      if (copy_region(ex, &v, &ch, &ex->tgt, &ex->tbox, &ch) == TS_OK &&
+          (rc = ts_reduce_finish(buf, (size_t)ts_box_numel(&ch), ex->p->dtype, op,
+                                 ex->avg_count, &e)) == TS_OK)
+        copy_region(ex, &ex->tgt, &ex->tbox, &v, &ch, &ch);
+    }
+    stage_free(ex, buf, bytes);
+  }
+  if (rc && ex->lst == TS_OK) {
+    ex->lst = rc;
+    ex->lerr = e;
+  }
 }
 
 /* Element offset of `at` in a dense row-major array over `box`. */
@@ -612,6 +648,7 @@ static int run_gather(exec *ex, bool use_root, ts_error *err) {
   if (rc == TS_OK && ex->in_tgt) {
     if (!ex->receiver) {
       fill_identity(ex, &ex->tbox);
+      ex->identity = true;
     } else if (!direct) {
       for (int i = 0; i < P; i++) {
         ts_box x;
@@ -1002,8 +1039,10 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
       ex->sent += x.rp.send[k].peer != ex->me ? x.rp.send[k].bytes : 0;
   }
   if (rc == TS_OK) {
-    if (ex->in_tgt && !ex->receiver)
+    if (ex->in_tgt && !ex->receiver) {
       fill_identity(ex, &ex->tbox);
+      ex->identity = true;
+    }
     /* A local piece of a non-partial source is copied directly, with no staging. */
     for (int k = 0; !x.partial_src && k < x.rp.nrecv; k++)
       if (x.rp.recv[k].peer == ex->me)
@@ -1139,9 +1178,10 @@ static void exec_slices(exec *ex, const ts_tensor *src, const char *tgt_tag) {
   }
 }
 
+/* One plan; avg_count: the P(avg) contributions its result is divided by (1: none). */
 static int exec_one(ts_world *w, const ts_plan *p, const ts_tensor *src, const char *tgt_tag,
-                    const ts_exec_opts *opts, ts_tensor *out, ts_exec_report *report,
-                    ts_error *err) {
+                    int64_t avg_count, const ts_exec_opts *opts, ts_tensor *out,
+                    ts_exec_report *report, ts_error *err) {
   ts_error scratch;
   if (!err)
     err = &scratch;
@@ -1161,6 +1201,7 @@ static int exec_one(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
   ex.copts.threads = opts ? opts->copy_threads : 0;
   ex.no_relay = opts && opts->no_relay;
   ex.si = ex.ti = -1;
+  ex.avg_count = avg_count;
   if (opts && opts->prior_status != TS_OK) {
     ex.lst = opts->prior_status;
     if (opts->prior_err)
@@ -1239,6 +1280,9 @@ static int exec_one(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
    * result. Across hosts it also runs when no part can fail: a rank's sends complete before the
    * other hosts received them, and the answer must mean every rank is done (on one host the
    * copies land in place; pieces relayed in the first agreement are in with its verdicts). */
+  if (rc == TS_OK && ex.agreed && ex.lst == TS_OK && ex.in_tgt && !ex.identity &&
+      ex.avg_count > 1)
+    finish_avg(&ex);
   if (ex.agreed && !ex.commit && p->hosts && !ex.relayed)
     ex.commit = true; /* the same on every rank: the plan and the relay are */
   if (ex.agreed && ex.commit) {
@@ -1278,7 +1322,8 @@ static int exec_stages(ts_world *w, const ts_plan *p, const ts_tensor *src, cons
   for (int i = 0; rc == TS_OK && i < p->nstages; i++) {
     ts_exec_report r;
     bool last = i == p->nstages - 1;
-    rc = exec_one(w, p->stages[i], from, last ? tgt_tag : NULL, opts, &next, &r, err);
+    rc = exec_one(w, p->stages[i], from, last ? tgt_tag : NULL, last ? ts__plan_avg_count(p) : 1,
+                  opts, &next, &r, err);
     ts_shard_free_tensor(&cur);
     if (rc == TS_OK) {
       cur = next;
@@ -1307,7 +1352,7 @@ int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
                     ts_error *err) {
   if (p && p->chosen == TS_STRATEGY_HIER)
     return exec_stages(w, p, src, tgt_tag, opts, out, report, err);
-  return exec_one(w, p, src, tgt_tag, opts, out, report, err);
+  return exec_one(w, p, src, tgt_tag, p ? ts__plan_avg_count(p) : 1, opts, out, report, err);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1474,6 +1519,10 @@ static int reduce_group(exec *ex, const int *g, int ng, char *buf, ts_error *err
   for (int i = 0; rc == TS_OK && i < ng; i++) {
     exec *x = &ex[g[i]];
     int64_t bytes = ts_box_numel(&x->tbox) * (int64_t)x->es;
+    /* P(avg): the sums divided once (the targets are dense: group_copy filled them) */
+    rc = ts_reduce_finish((char *)x->tgt.data + x->tgt.layout.offset,
+                          (size_t)ts_box_numel(&x->tbox), x->p->dtype, op,
+                          ts__plan_avg_count(x->p), err);
     for (int l = 0; l < x->ln.n; l++) {
       int64_t pm = ts_comm_size(x->ln.c[l]);
       x->sent += 2 * (pm - 1) * bytes / pm;

@@ -480,6 +480,12 @@ static int bind(tsd_engine *e, tsp_program *p, const Tshard__ProgramRunRequest *
                           "program's other inputs; reshard the inputs onto one mesh", t->name);
     st->mesh = t->attr;
     st->here = st->here && t->has_slice;
+    for (int m = 0; m < t->attr->mesh_ndim; m++)
+      if (t->attr->place[m].kind == TS_PLACE_PARTIAL && t->attr->place[m].op != TS_REDUCE_SUM &&
+          t->attr->place[m].op != TS_REDUCE_MAX && t->attr->place[m].op != TS_REDUCE_MIN)
+        return ts_error_set(err, TS_PROGRAM_PLACEMENT, "tensor '%s' is P(%s) on mesh dim %d: "
+                            "programs take partial sum, max and min inputs; reshard it to R or "
+                            "P(sum) first", t->name, ts_reduce_name(t->attr->place[m].op), m);
     placement_of(t->attr, &pin[i]);
     if (ts_attr_format(t->attr, attr_text[i], sizeof attr_text[i]) < sizeof attr_text[i])
       attrs[i] = attr_text[i];

@@ -68,7 +68,7 @@ static int check_placement(const ts_placement *p, int m, ts_error *err) {
   case TS_PLACE_PARTIAL:
     if ((int)p->op < 0 || p->op >= TS_REDUCE_COUNT)
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
-                          "placement %d has reduce op %d; valid ops are sum, max, min", m,
+                          "placement %d has reduce op %d; valid ops are sum, avg, prod, max, min", m,
                           (int)p->op);
     return TS_OK;
   }

@@ -35,7 +35,7 @@ for case in range(150):
         elif k < 0.8 or has_partial:
             places.append(Replicate())
         else:
-            places.append(Partial(rng.choice(["sum", "max", "min"])))
+            places.append(Partial(rng.choice(["sum", "max", "min", "avg", "prod"])))
             has_partial = True
     splits = {}
     for d in range(ndim):
@@ -64,7 +64,7 @@ for case in range(150):
 for bad, what in [(lambda: Mesh([0]), "empty mesh"),
                   (lambda: Mesh([2], ranks=[1]), "rank count"),
                   (lambda: Attr(Mesh([2]), []), "placement count"),
-                  (lambda: Partial("avg"), "partial op"),
+                  (lambda: Partial("mean"), "partial op"),
                   (lambda: Attr.parse("mesh=[2] placements=[X]"), "bad placement"),
                   (lambda: Attr.parse("nonsense"), "not an attribute")]:
     try:

@@ -106,16 +106,24 @@ class Replicate:
     __repr__ = __str__
 
 
+_OPS = ("sum", "max", "min", "avg", "prod")
+
+
 class Partial:
-    """Every rank along this mesh dim holds a partial value; the tensor is their ``op``
-    (``sum``, ``max`` or ``min``)."""
+    """Every rank along this mesh dim holds a partial value; the tensor is their ``op``:
+    ``sum``, ``avg`` (the sum divided by the number of ranks along the dim, DTensor's
+    ``Partial("avg")``; float dtypes only), ``prod`` (on bool: and), ``max`` or ``min``.
+
+    A reshard into ``Partial("avg")`` leaves the value itself on every rank of the dim (the mean
+    of equal values); into the other ops, each element's value on one rank of the dim and the
+    op's identity (0, 1, lowest, highest) on the others."""
 
     def __init__(self, op: str = "sum", reduce_op: Optional[str] = None) -> None:
         """A partial placement reduced by ``op`` (``reduce_op``: DTensor's keyword for it)."""
         if reduce_op is not None:  # DTensor's keyword
             op = reduce_op
-        if op not in ("sum", "max", "min"):
-            raise error_for(10, f"partial op {op!r}: valid are 'sum', 'max', 'min'")
+        if op not in _OPS:
+            raise error_for(10, f"partial op {op!r}: valid are 'sum', 'avg', 'prod', 'max', 'min'")
         self.op = op
 
     def __str__(self):
@@ -218,7 +226,6 @@ _MAX_MESH_DIMS = 8
 _MAX_DIMS = 8
 _AXIS_NAME_MAX = 15
 _NAME_BUF = 64
-_OPS = ("sum", "max", "min")
 _BLANKS = b" \t\n\r"
 _PLACEMENT_EXPECTED = "a placement: S(dim), R, P(op) or Shard(dim), Replicate(), Partial(op)"
 
@@ -384,7 +391,7 @@ class _Parser:
                 self.pos += 1
             return name
         self.pos = op_at
-        raise self.fail("a reduce op: sum, max or min")
+        raise self.fail("a reduce op: sum, avg, prod, max or min")
 
     def parse_placement(self):
         self.blanks()
