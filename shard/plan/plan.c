@@ -458,6 +458,28 @@ static int intersection_costs(ts_plan *p, ts_plan_costs *c, ts_error *err) {
   return TS_OK;
 }
 
+/* The intersection path reduces every partial contribution, in mesh-dim order, then makes the
+ * target partial afresh. With one op (or one partial dim) that is the value a reshard keeping
+ * some partial dims leaves too; with several ops it is not (a sum of maxima is not a maximum of
+ * sums), so when the target keeps a partial dim of such a source only the strategies that
+ * reduce just the changed dims apply (local, allreduce, reduce_scatter): why not, or NULL. */
+static const char *keeps_some_ops(const ts_plan *p) {
+  const ts_attr *a = p->src->attr, *b = p->tgt->attr;
+  int first = -1;
+  bool several = false, kept = false;
+  for (int m = 0; m < a->mesh_ndim; m++) {
+    if (a->place[m].kind != TS_PLACE_PARTIAL)
+      continue;
+    several = several || (first >= 0 && a->place[m].op != a->place[first].op);
+    first = first < 0 ? m : first;
+    kept = kept || (same_mesh(a, b) && same_place(&a->place[m], &b->place[m]));
+  }
+  return several && kept ? "the source is partial with several ops and the target keeps some of "
+                           "its partial dims: only local, allreduce and reduce_scatter reduce "
+                           "just the dims that change (reshard the others to R first)"
+                         : NULL;
+}
+
 /* local: every rank builds its target slice from its own source slice (see plan_internal.h). */
 static bool local_applies(ts_plan *p, const char **why, ts_error *err, int *rc) {
   const ts_attr *a = p->src->attr, *b = p->tgt->attr;
@@ -890,6 +912,11 @@ static int choose(ts_plan *p, ts_strategy forced, ts_error *err) {
                               : cheaper(&c[s], &c[best])))
       best = s;
   }
+  if (best < 0) /* p2p applies but to partial sources of several ops (keeps_some_ops) */
+    return ts_error_set(err, TS_BAD_STRATEGY, "no strategy applies: %s; allreduce: %s; "
+                        "reduce_scatter: %s", p->why_not[TS_STRATEGY_P2P],
+                        p->why_not[TS_STRATEGY_ALLREDUCE],
+                        p->why_not[TS_STRATEGY_REDUCE_SCATTER]);
   p->chosen = (ts_strategy)best;
   p->forced = false;
   return TS_OK;
@@ -998,12 +1025,14 @@ int ts_plan_create_on(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr
     ts_plan_destroy(&p);
     return rc;
   }
-  p->applies[TS_STRATEGY_P2P] = true;
+  const char *keeps = keeps_some_ops(p);
+  p->applies[TS_STRATEGY_P2P] = !keeps;
+  p->why_not[TS_STRATEGY_P2P] = keeps ? keeps : "";
   p->min_wire = c[TS_STRATEGY_P2P].wire_bytes;
   c[TS_STRATEGY_ALLTOALL] = c[TS_STRATEGY_P2P];
-  p->applies[TS_STRATEGY_ALLTOALL] = p->same_group;
+  p->applies[TS_STRATEGY_ALLTOALL] = p->same_group && !keeps;
   p->why_not[TS_STRATEGY_ALLTOALL] =
-      p->same_group ? "" : "the source and target groups differ (use p2p)";
+      keeps ? keeps : p->same_group ? "" : "the source and target groups differ (use p2p)";
 
   bool hier = o.strategy == TS_STRATEGY_AUTO || o.strategy == TS_STRATEGY_HIER;
   if ((rc = host_costs(p, hier, err))) {

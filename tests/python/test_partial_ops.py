@@ -15,6 +15,11 @@ unreduced source (by local, root, allgather, p2p, alltoall) are checked slice by
 holds the value on every rank of the dim (DTensor's Replicate -> Partial("avg")), along the other
 ops every element is the value or the op's identity. At the end, every strategy above must have run for avg and prod.
 
+Mixed ops: 2-D meshes partial along both dims with different ops ([P(sum),P(max)],
+[P(avg),P(min)], [P(prod),P(sum)]...), reshards reducing one dim (the other stays partial:
+allreduce, reduce_scatter) or both (p2p, alltoall too), against numpy reducing the changed dims
+first and the rest when got; p2p and alltoall refused where they would reduce a kept dim.
+
 Checkpoints: P(avg) and P(prod) tensors saved reduced and with their partial pieces kept, read
 offline by tshard.checkpoint and loaded back, equal to numpy's reduction.
 
@@ -228,10 +233,77 @@ def one_case(d, rng, nrng, idx, ran):
         c.drop(name)
 
 
+REDUCERS = {"sum": np.sum, "avg": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
+
+
+def staged(arr, ops, order):
+    """numpy's reduction of arr (one axis per partial mesh dim, then the tensor's) along the
+    partial axes in `order` (positions into ops), each by its op; avg summed, divided at the
+    end by the product of its dims' sizes."""
+    count, left = 1, list(range(len(ops)))
+    for q in order:
+        ax = left.index(q)
+        count *= arr.shape[ax] if ops[q] == "avg" else 1
+        arr = REDUCERS[ops[q]](arr, axis=ax)
+        left.pop(ax)
+    return arr / count
+
+
+def mixed_case(d, rng, nrng, idx, ran):
+    """A 2-D mesh partial along both dims with different ops: reshards that reduce one dim (the
+    other stays partial) or both, against numpy reducing the changed dims first (DTensor's
+    order), then the rest when the tensor is got; a target keeping a partial dim of such a
+    source refused for the strategies that reduce everything (p2p, alltoall)."""
+    meshes = [m for m in mesh_shapes() if len(m) == 2]
+    if not meshes:
+        return
+    mshape = rng.choice(meshes)
+    with_prod = rng.random() < 0.3
+    ops = rng.sample(["sum", "max", "prod"] if with_prod else ["sum", "max", "min", "avg"], 2)
+    dt = rng.choice(["f32", "f64", "bf16"])
+    ndim = rng.choice([1, 2])
+    shape = [rng.randint(1, 6) for _ in range(ndim)]
+    navg = int(np.prod([n for n, o in zip(mshape, ops) if o == "avg"]))
+    # multiples of navg (every avg exact), or for prod 1, -1 and 2 (products of <= 3 small)
+    pool = np.array([-1.0, 1.0, 2.0]) if with_prod else np.arange(-6, 7) * float(navg)
+    arr = nrng.choice(pool, size=tuple(mshape) + tuple(shape))
+    parts = [arr[i, j] for i in range(mshape[0]) for j in range(mshape[1])]
+    src = [f"P({ops[0]})", f"P({ops[1]})"]
+    kind = rng.choice(["r0", "r1", "s0", "s1", "rr"])
+    tgt = {"r0": ["R", src[1]], "r1": [src[0], "R"], "s0": [f"S({ndim - 1})", src[1]],
+           "s1": [src[0], "S(0)"], "rr": ["R", "R"]}[kind]
+    first = [0] if kind in ("r0", "s0") else [1] if kind in ("r1", "s1") else [0, 1]
+    want = staged(arr, ops, first + [q for q in (0, 1) if q not in first])
+    sa, ta = attr_text(mshape, src), attr_text(mshape, tgt)
+    name = f"m{idx}"
+    with d.connect(rng.randrange(NP), timeout=TIMEOUT) as c:
+        c.create(name, dt, shape, sa)
+        put_contributions(d, name, mshape, src, parts)
+        for s in ("p2p", "alltoall"):
+            st, msg = error_of(lambda: c.plan(name, ta, strategy=s))
+            keeps = kind != "rr"
+            check((st == tshard.errors.BadStrategyError.status and "several ops" in msg)
+                  if keeps else st is None, f"{sa} -> {ta} by {s}: {st} {msg}")
+        order = ["allreduce", "reduce_scatter", "p2p", "alltoall"]
+        rng.shuffle(order)
+        order.sort(key=lambda s: ran[("mixed", s)])
+        strategy = next(s for s in order + ["auto"]
+                        if error_of(lambda: c.plan(name, ta, strategy=s))[0] is None)
+        what = f"mixed case {idx}: {dt} {sa} -> {ta} by {strategy}"
+        st, msg = error_of(lambda: c.reshard(name, ta, strategy=strategy))
+        if check(st is None, f"{what}: {st} {msg}"):
+            check(c.describe(name)["attr"] == ta, f"{what}: described as {c.describe(name)}")
+            got = from_got(c.get(name), dt)
+            check(np.array_equal(got, want), f"{what}: got {got.ravel()[:6]} want "
+                                             f"{want.ravel()[:6]}")
+            ran[("mixed", strategy)] += 1
+        c.drop(name)
+
+
 def checkpoints(d, rng):
-    """P(avg) and P(prod) tensors saved reduced and with their partial pieces kept, read offline
-    by tshard.checkpoint and loaded back (under the saved attribute, and into P(avg) from a
-    reduced checkpoint), every time equal to numpy's reduction."""
+    """P(avg), P(prod) and [P(sum),P(max)] tensors saved reduced and with their partial pieces
+    kept, read offline by tshard.checkpoint and loaded back (under the saved attribute, and into
+    P(avg) from a reduced checkpoint), every time equal to numpy's reduction."""
     work = tempfile.mkdtemp(prefix="tshard-partial-ops-")
     try:
         refs = {}
@@ -244,6 +316,14 @@ def checkpoints(d, rng):
                 c.create(name, dt, [4, 5], attr_text(mshape, places))
                 put_contributions(d, name, mshape, places, parts)
                 refs[name] = (dt, want, attr_text(mshape, places))
+            if NP % 2 == 0 and NP > 2:  # an op per mesh dim: max over dim 1 of sums over dim 0
+                mshape, places = [2, NP // 2], ["P(sum)", "P(max)"]
+                arr = rng.integers(-9, 10, size=(2, NP // 2, 4, 5)).astype(np.float64)
+                c.create("ck_mixed", "f64", [4, 5], attr_text(mshape, places))
+                put_contributions(d, "ck_mixed", mshape, places,
+                                  [arr[i, j] for i in range(2) for j in range(NP // 2)])
+                refs["ck_mixed"] = ("f64", staged(arr, ["sum", "max"], [0, 1]),
+                                    attr_text(mshape, places))
             names = sorted(refs)
             for keep in (False, True):
                 path = os.path.join(work, f"keep{int(keep)}")
@@ -307,11 +387,15 @@ def main():
             rng, nrng = random.Random(seed), np.random.default_rng(seed)
             for i in range(CASES):
                 one_case(d, rng, nrng, seed * 1000 + i, ran)
+                mixed_case(d, rng, nrng, seed * 1000 + i, ran)
         if NP >= 2:
             for o, s in itertools.product(["avg", "prod"], MUST_RUN):
                 check(ran[(o, s)] > 0, f"P({o}) went through {s} at least once")
             for s in ("root", "allgather", "local"):
                 check(ran[("fresh", s)] > 0, f"a fresh partial target came by {s} at least once")
+        if any(len(m) == 2 for m in mesh_shapes()):
+            for s in ("allreduce", "reduce_scatter", "p2p"):
+                check(ran[("mixed", s)] > 0, f"mixed ops went through {s} at least once")
         print(f"reshards per (op, strategy): {sorted(ran.items())}")
     check.finish()
 

@@ -37,6 +37,7 @@ START_TEST(canonical_round_trip) {
       "mesh=[4]@3-0 placements=[P(min)]",
       "mesh=[2,2]@0-3 placements=[P(avg),S(0)]",
       "mesh=[3]@0-2 placements=[P(prod)]",
+      "mesh=[2,2]@0-3 placements=[P(sum),P(max)]",
   };
   for (size_t i = 0; i < sizeof canon / sizeof canon[0]; i++) {
     ts_attr *a = NULL;
@@ -109,7 +110,6 @@ START_TEST(parse_errors_point_at_the_character) {
       {"mesh=[2] placements=[S(0)] junk", TS_PARSE, "column 28", "end of text"},
       {"mesh=[2] placements=[S(9)]", TS_PARSE, "column 24", "at most 7"},
       {"mesh=[99999999999] placements=[R]", TS_PARSE, "column 7", "at most"},
-      {"mesh=[2,2] placements=[P(sum),P(max)]", TS_BAD_ATTRIBUTE, "", "share one op"},
       {"mesh=[2]@1-0 placements=[R]", TS_PARSE, "column 12", "not below"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -145,9 +145,12 @@ START_TEST(random_round_trip) {
         ranks[j] = t;
       }
     ts_placement pl[TS_MAX_MESH_DIMS];
-    ts_reduce_op op = (ts_reduce_op)(rnd() % TS_REDUCE_COUNT);
-    for (int m = 0; m < mnd; m++) {
+    for (int m = 0; m < mnd; m++) { /* a partial op per mesh dim */
       int k = (int)(rnd() % 3);
+      ts_reduce_op op = (ts_reduce_op)(rnd() % TS_REDUCE_COUNT);
+      for (int j = 0; op == TS_REDUCE_PROD && j < m; j++) /* refused after avg: tested apart */
+        if (pl[j].kind == TS_PLACE_PARTIAL && pl[j].op == TS_REDUCE_AVG)
+          op = TS_REDUCE_SUM;
       pl[m] = k == 0 ? ts_shard_on((int)(rnd() % 3)) : k == 1 ? ts_replicate() : ts_partial(op);
     }
     ts_attr *a = NULL;
@@ -282,6 +285,15 @@ START_TEST(validation_errors) {
   ck_assert_int_eq(ts_attr_validate(a, 2, shape, 4, &err), TS_OK);
   ck_assert_int_eq(ts_attr_validate(a, 9, shape, 4, &err), TS_BAD_SHAPE);
   ts_attr_destroy(&a);
+
+  /* different ops per mesh dim; a product after an average refused, naming both dims */
+  ck_assert_int_eq(ts_attr_parse("mesh=[2,2] placements=[P(prod),P(avg)]", &a, &err), TS_OK);
+  ts_attr_destroy(&a);
+  ck_assert_int_eq(ts_attr_parse("mesh=[2,1,2] placements=[P(avg),R,P(prod)]", &a, &err),
+                   TS_BAD_ATTRIBUTE);
+  ck_assert_msg(strstr(err.msg, "placements 0 and 2") && strstr(err.msg, "before the P(avg)"),
+                "%s", err.msg);
+  ck_assert_ptr_null(a);
 
   /* avg is for the float dtypes: the error names the dtype and what is valid */
   ck_assert_int_eq(ts_attr_parse("mesh=[2,2] placements=[R,P(avg)]", &a, &err), TS_OK);

@@ -228,12 +228,24 @@ def read(path, name, verify=None):
         if n != total and not (t.get("partial_kept") and n <= total):
             raise CheckpointError(f"checkpoint '{path}': tensor '{name}': pieces hold {n} of "
                                   f"{total} elements")
-    arrays = [groups[k][0] for k in sorted(groups)]
-    if len(arrays) == 1 and not t.get("partial_kept"):
-        return arrays[0]
-    m = re.search(r"P\((sum|max|min|avg|prod)\)", t["attr"])
-    op = m.group(1) if m else "sum"
-    out = arrays[0]
-    for a in arrays[1:]:
-        out = _reduce(op, out, a, dtype)
-    return _finish(op, out, len(arrays), dtype)
+    if len(groups) == 1 and not t.get("partial_kept"):
+        return next(iter(groups.values()))[0]
+    # kept partial pieces: reduced mesh dim by mesh dim in mesh-dim order, each by its op (the
+    # pieces' partial coordinates are in that order), avg as a sum divided once at the end
+    ops = re.findall(r"P\((sum|max|min|avg|prod)\)", t["attr"])
+    arrays = {k: a for k, (a, _) in groups.items()}
+    count = 1
+    for op in ops:
+        reduced = {}
+        for key in sorted(arrays):  # along this dim in increasing coordinate, per group
+            rest = key[1:]
+            reduced[rest] = (arrays[key] if rest not in reduced
+                             else _reduce(op, reduced[rest], arrays[key], dtype))
+        if op == "avg":
+            count *= len({key[0] for key in arrays})
+        arrays = reduced
+    if len(arrays) != 1:
+        raise CheckpointError(f"checkpoint '{path}': tensor '{name}': partial pieces of "
+                              f"{len(arrays)} groups do not match its attribute {t['attr']}")
+    out = next(iter(arrays.values()))
+    return _finish("avg", out, count, dtype) if count > 1 else out
