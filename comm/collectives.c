@@ -2,7 +2,8 @@
  * 64-bit byte counts (the agreement that makes a reshard atomic is agree.c's).
  *
  * Data moves as MPI_BYTE. Reductions need arithmetic: sums of f32, f64, i32 and i64 run with MPI's
- * own ops (fast, vectorized); max and min of every dtype, and every op on the other dtypes (f16,
+ * own ops (fast, vectorized), and so do the sums of avg (divided once by the caller, after the
+ * whole reduction); prod, max and min of every dtype, and every op on the other dtypes (f16,
  * bf16, the 8- and 16-bit integers, u32, u64, bool), run through the project's reduce kernel as
  * user-defined MPI ops over one contiguous datatype per dtype, so NaN handling, half-precision
  * rounding, integer wrapping and bool's or/and are the same in every strategy; the 8-bit floats,
@@ -45,6 +46,9 @@ static void user_max(void *in, void *inout, int *len, MPI_Datatype *type) {
 static void user_min(void *in, void *inout, int *len, MPI_Datatype *type) {
   user_reduce(in, inout, len, type, TS_REDUCE_MIN);
 }
+static void user_prod(void *in, void *inout, int *len, MPI_Datatype *type) {
+  user_reduce(in, inout, len, type, TS_REDUCE_PROD);
+}
 
 int ts__comm_types_init(ts_error *err) {
   if (types_ready)
@@ -58,6 +62,9 @@ int ts__comm_types_init(ts_error *err) {
   TS_MPI_CHECK(MPI_Op_create(user_sum, 1, &user_ops[TS_REDUCE_SUM]), err);
   TS_MPI_CHECK(MPI_Op_create(user_max, 1, &user_ops[TS_REDUCE_MAX]), err);
   TS_MPI_CHECK(MPI_Op_create(user_min, 1, &user_ops[TS_REDUCE_MIN]), err);
+  /* avg combines like sum (the caller divides once, at the end: ts_reduce_finish) */
+  TS_MPI_CHECK(MPI_Op_create(user_sum, 1, &user_ops[TS_REDUCE_AVG]), err);
+  TS_MPI_CHECK(MPI_Op_create(user_prod, 1, &user_ops[TS_REDUCE_PROD]), err);
   types_ready = true;
   return TS_OK;
 }
@@ -83,7 +90,7 @@ int ts__comm_reduce_types(ts_dtype dt, ts_reduce_op op, MPI_Datatype *type, MPI_
     return rc;
   if (!types_ready)
     return ts_error_set(err, TS_INTERNAL, "MPI reduction types used before ts_world_init");
-  if (op == TS_REDUCE_SUM) {
+  if (op == TS_REDUCE_SUM || op == TS_REDUCE_AVG) {
     MPI_Datatype native = MPI_DATATYPE_NULL;
     switch (dt) {
     case TS_F32: native = MPI_FLOAT; break;

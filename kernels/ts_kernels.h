@@ -198,18 +198,32 @@ int ts_copy_box_reference(const ts_tensor *dst, const int64_t *dst_start, const 
 
 /* ---------------------------------------------------------------------------------------------
  * Reductions (partial placements): dst[i] = op(dst[i], src[i]) over n contiguous elements.
- * f16 and bf16 reduce in f32; integer sums wrap; on bool, sum and max are "or", min is "and".
- * f8_e4m3 and f8_e5m2 have no reductions (TS_BAD_DTYPE naming the dtype). */
+ * f16 and bf16 reduce in f32; integer sums and products wrap; on bool, sum and max are "or", min
+ * and prod are "and". avg combines like sum; once every contribution is summed, ts_reduce_finish
+ * divides by their count (avg exists for the float dtypes only). f8_e4m3 and f8_e5m2 have no
+ * reductions (TS_BAD_DTYPE naming the dtype). */
 
-typedef enum { TS_REDUCE_SUM, TS_REDUCE_MAX, TS_REDUCE_MIN, TS_REDUCE_COUNT } ts_reduce_op;
+typedef enum {
+  TS_REDUCE_SUM,
+  TS_REDUCE_MAX,
+  TS_REDUCE_MIN,
+  TS_REDUCE_AVG,
+  TS_REDUCE_PROD,
+  TS_REDUCE_COUNT
+} ts_reduce_op;
 
-const char *ts_reduce_name(ts_reduce_op op); /* "sum", "max", "min" */
+const char *ts_reduce_name(ts_reduce_op op); /* "sum", "max", "min", "avg", "prod" */
 int ts_reduce_parse(const char *text, ts_reduce_op *out, ts_error *err);
 /* TS_OK when op is a valid reduction of dt; otherwise the error says which dtypes and ops are. */
 int ts_reduce_check(ts_dtype dt, ts_reduce_op op, ts_error *err);
 int ts_reduce(void *dst, const void *src, size_t n, ts_dtype dt, ts_reduce_op op, ts_error *err);
-/* The identity of op for dt (0, -inf / lowest, +inf / highest), written n times. */
+/* The identity of op for dt (0, -inf / lowest, +inf / highest, 1), written n times; avg's is
+ * sum's (0), the start of the sum it divides. */
 int ts_reduce_fill_identity(void *dst, size_t n, ts_dtype dt, ts_reduce_op op, ts_error *err);
+/* The last step of op over `count` summed contributions: avg divides each element by count
+ * (f16 and bf16 in f32, rounded once); the other ops, and count 1, leave dst as it is. */
+int ts_reduce_finish(void *dst, size_t n, ts_dtype dt, ts_reduce_op op, int64_t count,
+                     ts_error *err);
 
 /* ---------------------------------------------------------------------------------------------
  * Einsum (kernels/einsum*.c) */

@@ -7,7 +7,9 @@
  * a whole slice is ever made. The chunked strategies (p2p, all-to-all, allreduce, reduce-scatter)
  * move data in rounds whose staging is bounded by the plan's staging size; allgather and root
  * gather the whole tensor by nature (directly into the target buffer when its layout is the
- * row-major concatenation of the gathered slices).
+ * row-major concatenation of the gathered slices). Contributions of a partial source are reduced
+ * mesh dim by mesh dim in mesh-dim order, each by its own op (DTensor's order); the sums of
+ * P(avg) dims are divided once, in the target, by the number of contributions summed.
  *
  * Atomicity: a reshard is prepare -> agree -> transfer -> commit. Everything that can fail locally
  * (checks, the target buffer, staging, a failure the caller met while preparing) happens before
@@ -68,6 +70,7 @@ void ts_shard_free_tensor(ts_tensor *t) {
 typedef struct lines {
   int n;
   ts_comm *c[TS_MAX_MESH_DIMS];
+  ts_reduce_op op[TS_MAX_MESH_DIMS]; /* the source's partial op along each line's mesh dim */
 } lines;
 
 typedef struct exec {
@@ -96,6 +99,8 @@ typedef struct exec {
   bool commit;   /* some rank's may: the commit agreement runs */
   ts_comm_relay *relay; /* this rank's offer of small pieces to the first agreement, or NULL */
   bool no_relay, relayed;
+  int64_t avg_count; /* > 1: the target of a P(avg) source is divided by it (finish_avg) */
+  bool identity;     /* the target slice holds the identity of its op (not a received value) */
 } exec;
 
 static int make_comms(exec *ex, ts_error *err);
@@ -114,7 +119,7 @@ static int agree_first(exec *ex, int64_t *values, ts_error *err) {
   int64_t v[AGREE_VALUES] = {0};
   if (values)
     memcpy(v, values, AGREE_LATE * sizeof *v);
-  v[AGREE_LATE] = ex->late;
+  v[AGREE_LATE] = ex->late || ex->avg_count > 1; /* the division may fail (its staging) */
   int rc = ts_comm_agree_relay(ex->acomm, ex->lst, &ex->lerr, v, AGREE_VALUES, ex->relay, err);
   if (values)
     memcpy(values, v, AGREE_LATE * sizeof *v);
@@ -206,20 +211,32 @@ static int unpack(exec *ex, const ts_box *region, void *buf) {
   return copy_region(ex, &ex->tgt, &ex->tbox, &v, region, region);
 }
 
-static ts_reduce_op partial_op(const ts_attr *a) {
-  for (int m = 0; m < a->mesh_ndim; m++)
-    if (a->place[m].kind == TS_PLACE_PARTIAL)
-      return a->place[m].op;
-  return TS_REDUCE_SUM;
+/* The op whose identity a target position holds where it holds no value: that of its lowest
+ * partial mesh dim (not P(avg)) along which its coordinate is not 0, or, at coordinate 0 of all
+ * of them, of the lowest one the source is not partial along (the dims a local reshard makes
+ * partial). Reduced in mesh-dim order, each group along the lowest dim then gives its element
+ * at coordinate 0, whatever ops follow. */
+static ts_reduce_op identity_op(const exec *ex) {
+  const ts_attr *a = ex->p->src->attr, *b = ex->p->tgt->attr;
+  int fresh = -1;
+  for (int m = 0; m < b->mesh_ndim; m++) {
+    if (b->place[m].kind != TS_PLACE_PARTIAL || b->place[m].op == TS_REDUCE_AVG)
+      continue;
+    if ((ex->ti / ex->p->tgt->mesh_stride[m]) % b->mesh_shape[m] != 0)
+      return b->place[m].op;
+    if (fresh < 0 && (m >= a->mesh_ndim || a->place[m].kind != TS_PLACE_PARTIAL))
+      fresh = m;
+  }
+  return fresh >= 0 ? b->place[fresh].op : TS_REDUCE_SUM;
 }
 
-/* Writes the identity of the target's partial op over a region of the target slice, through a
- * zero-stride view of one element. */
+/* Writes the identity of the target position's op (identity_op) over a region of the target
+ * slice, through a zero-stride view of one element. */
 static int fill_identity(exec *ex, const ts_box *region) {
   if (ts_box_numel(region) == 0)
     return TS_OK;
   unsigned char one[16];
-  ts_reduce_fill_identity(one, 1, ex->p->dtype, partial_op(ex->p->tgt->attr), NULL);
+  ts_reduce_fill_identity(one, 1, ex->p->dtype, identity_op(ex), NULL);
   ts_tensor v;
   memset(&v, 0, sizeof v);
   v.layout.dtype = ex->p->dtype;
@@ -249,6 +266,40 @@ static bool dense_row_major(const ts_tensor *t) {
     s *= l->shape[d];
   }
   return true;
+}
+
+/* P(avg): the sum of avg_count contributions, now in the target slice, divided once by their
+ * count; in place when the slice is dense, otherwise chunk by chunk through staging. Failures
+ * are local (ex->lst). */
+static void finish_avg(exec *ex) {
+  ts_reduce_op op = TS_REDUCE_AVG;
+  int64_t n = ts_box_numel(&ex->tbox);
+  ts_error e;
+  int rc = TS_OK;
+  if (dense_row_major(&ex->tgt)) {
+    rc = ts_reduce_finish((char *)ex->tgt.data + ex->tgt.layout.offset, (size_t)n, ex->p->dtype,
+                          op, ex->avg_count, &e);
+  } else if (n > 0) {
+    int64_t q = ex->p->staging, nchunks = ts_box_chunk_count(&ex->tbox, ex->es, q);
+    ts_box ch;
+    ts_box_chunk(&ex->tbox, ex->es, q, 0, &ch);
+    int64_t bytes = ts_box_numel(&ch) * (int64_t)ex->es;
+    void *buf = stage_alloc(ex, bytes);
+    for (int64_t i = 0; buf && i < nchunks && rc == TS_OK && ex->lst == TS_OK; i++) {
+      ts_box_chunk(&ex->tbox, ex->es, q, i, &ch);
+      ts_tensor v;
+      plain_view(ex, buf, &ch, &v);
+      if (copy_region(ex, &v, &ch, &ex->tgt, &ex->tbox, &ch) == TS_OK &&
+          (rc = ts_reduce_finish(buf, (size_t)ts_box_numel(&ch), ex->p->dtype, op,
+                                 ex->avg_count, &e)) == TS_OK)
+        copy_region(ex, &ex->tgt, &ex->tbox, &v, &ch, &ch);
+    }
+    stage_free(ex, buf, bytes);
+  }
+  if (rc && ex->lst == TS_OK) {
+    ex->lst = rc;
+    ex->lerr = e;
+  }
 }
 
 /* Element offset of `at` in a dense row-major array over `box`. */
@@ -338,7 +389,7 @@ static int changed_lines(exec *ex, bool partial_to_shard, lines *out, ts_error *
                                &out->c[out->n], err);
     if (rc)
       return rc;
-    out->n++;
+    out->op[out->n++] = a->place[m].op; /* in mesh-dim order: the order of the reductions */
   }
   return TS_OK;
 }
@@ -347,7 +398,6 @@ static int run_allreduce(exec *ex, ts_error *err) {
   const lines *ln = &ex->ln;
   int64_t q = ex->p->staging;
   int64_t nchunks = ts_box_chunk_count(&ex->tbox, ex->es, q);
-  ts_reduce_op op = partial_op(ex->p->src->attr);
   bool direct = dense_row_major(ex->src) && dense_row_major(&ex->tgt);
   int64_t buf_bytes = 0;
   void *buf = NULL;
@@ -378,7 +428,7 @@ static int run_allreduce(exec *ex, ts_error *err) {
       out = buf;
     }
     for (int k = 0; k < ln->n && rc == TS_OK; k++) {
-      rc = ts_comm_allreduce(ln->c[k], k == 0 ? in : NULL, out, n, ex->p->dtype, op, err);
+      rc = ts_comm_allreduce(ln->c[k], k == 0 ? in : NULL, out, n, ex->p->dtype, ln->op[k], err);
       int64_t pm = ts_comm_size(ln->c[k]);
       ex->sent += 2 * (pm - 1) * n * (int64_t)ex->es / pm;
       ex->received += 2 * (pm - 1) * n * (int64_t)ex->es / pm;
@@ -466,7 +516,7 @@ static int run_reduce_scatter(exec *ex, ts_error *err) {
       rounds = nch[j];
   }
   ts_comm *line = rc == TS_OK ? ex->ln.c[0] : NULL;
-  ts_reduce_op op = partial_op(p->src->attr);
+  ts_reduce_op op = p->src->attr->place[m].op;
   for (int64_t r = 0; rc == TS_OK && r < rounds; r++) {
     char *at = sbuf;
     ts_box mine_chunk;
@@ -612,6 +662,7 @@ static int run_gather(exec *ex, bool use_root, ts_error *err) {
   if (rc == TS_OK && ex->in_tgt) {
     if (!ex->receiver) {
       fill_identity(ex, &ex->tbox);
+      ex->identity = true;
     } else if (!direct) {
       for (int i = 0; i < P; i++) {
         ts_box x;
@@ -645,7 +696,6 @@ static int64_t slot_size(int64_t bytes, int64_t q) { return bytes < q ? bytes : 
 typedef struct xfer {
   ts_rank_plan rp;
   bool alltoall, partial_src;
-  ts_reduce_op op;
   int64_t q; /* the pair chunk size */
   /* Slots: one per remote send, one per receive (remote, or local contribution of a partial
    * source), each the size of the pair's largest chunk. */
@@ -805,6 +855,31 @@ static int xfer_exchange_round(exec *ex, xfer *x, int64_t r, ts_error *err) {
 
 /* Round r's unpack: pieces of a non-partial source straight into the target; contributions of a
  * partial source reduced into the group's first slot, in contributor order, then unpacked. */
+/* The contributions of one piece of a partial source, in the slots of receives k.. (one per
+ * partial index, row-major over the partial mesh dims), reduced into slot k mesh dim by mesh dim
+ * in mesh-dim order, each by its own op (avg as a sum: finish_avg divides). Along partial dim m
+ * (weight w) the groups still to reduce start at the indices below w: their coordinates along
+ * m and the dims before it are 0. */
+static void reduce_contributions(exec *ex, const xfer *x, int k, size_t n) {
+  const ts_attr *a = ex->p->src->attr;
+  const ts_geom *g = ex->p->src;
+  for (int m = 0; m < a->mesh_ndim; m++) {
+    if (a->place[m].kind != TS_PLACE_PARTIAL)
+      continue;
+    int64_t w = g->par_weight[m], len = a->mesh_shape[m];
+    for (int64_t i = 0; i < w; i++)
+      for (int64_t t = 1; t < len; t++) {
+        ts_error e;
+        int rc = ts_reduce(x->rbuf + x->roff[k + i], x->rbuf + x->roff[k + i + t * w], n,
+                           ex->p->dtype, a->place[m].op, &e);
+        if (rc && ex->lst == TS_OK) {
+          ex->lst = rc;
+          ex->lerr = e;
+        }
+      }
+  }
+}
+
 static void xfer_unpack_round(exec *ex, xfer *x, int64_t r) {
   const ts_rank_plan *rp = &x->rp;
   for (int k = 0; k < rp->nrecv;) {
@@ -818,15 +893,7 @@ static void xfer_unpack_round(exec *ex, xfer *x, int64_t r) {
         if (rp->recv[k].peer != ex->me && !x->recv_direct)
           unpack(ex, &ch, x->rbuf + x->roff[k]);
       } else {
-        for (int j = k + 1; j < end; j++) {
-          ts_error e;
-          int rrc = ts_reduce(x->rbuf + x->roff[k], x->rbuf + x->roff[j],
-                              (size_t)ts_box_numel(&ch), ex->p->dtype, x->op, &e);
-          if (rrc && ex->lst == TS_OK) {
-            ex->lst = rrc;
-            ex->lerr = e;
-          }
-        }
+        reduce_contributions(ex, x, k, (size_t)ts_box_numel(&ch));
         unpack(ex, &ch, x->rbuf + x->roff[k]);
       }
     }
@@ -981,7 +1048,6 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
   x.alltoall = alltoall;
   x.q = p->pair_chunk;
   x.partial_src = p->src->npartial > 1;
-  x.op = partial_op(p->src->attr);
   int rc = ts_plan_rank(p, ex->me, &x.rp, &ex->lerr);
   if (rc)
     local_fail(ex, rc);
@@ -1002,8 +1068,10 @@ static int run_intersection(exec *ex, bool alltoall, ts_error *err) {
       ex->sent += x.rp.send[k].peer != ex->me ? x.rp.send[k].bytes : 0;
   }
   if (rc == TS_OK) {
-    if (ex->in_tgt && !ex->receiver)
+    if (ex->in_tgt && !ex->receiver) {
       fill_identity(ex, &ex->tbox);
+      ex->identity = true;
+    }
     /* A local piece of a non-partial source is copied directly, with no staging. */
     for (int k = 0; !x.partial_src && k < x.rp.nrecv; k++)
       if (x.rp.recv[k].peer == ex->me)
@@ -1139,9 +1207,10 @@ static void exec_slices(exec *ex, const ts_tensor *src, const char *tgt_tag) {
   }
 }
 
+/* One plan; avg_count: the P(avg) contributions its result is divided by (1: none). */
 static int exec_one(ts_world *w, const ts_plan *p, const ts_tensor *src, const char *tgt_tag,
-                    const ts_exec_opts *opts, ts_tensor *out, ts_exec_report *report,
-                    ts_error *err) {
+                    int64_t avg_count, const ts_exec_opts *opts, ts_tensor *out,
+                    ts_exec_report *report, ts_error *err) {
   ts_error scratch;
   if (!err)
     err = &scratch;
@@ -1161,6 +1230,7 @@ static int exec_one(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
   ex.copts.threads = opts ? opts->copy_threads : 0;
   ex.no_relay = opts && opts->no_relay;
   ex.si = ex.ti = -1;
+  ex.avg_count = avg_count;
   if (opts && opts->prior_status != TS_OK) {
     ex.lst = opts->prior_status;
     if (opts->prior_err)
@@ -1239,6 +1309,9 @@ static int exec_one(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
    * result. Across hosts it also runs when no part can fail: a rank's sends complete before the
    * other hosts received them, and the answer must mean every rank is done (on one host the
    * copies land in place; pieces relayed in the first agreement are in with its verdicts). */
+  if (rc == TS_OK && ex.agreed && ex.lst == TS_OK && ex.in_tgt && !ex.identity &&
+      ex.avg_count > 1)
+    finish_avg(&ex);
   if (ex.agreed && !ex.commit && p->hosts && !ex.relayed)
     ex.commit = true; /* the same on every rank: the plan and the relay are */
   if (ex.agreed && ex.commit) {
@@ -1278,7 +1351,8 @@ static int exec_stages(ts_world *w, const ts_plan *p, const ts_tensor *src, cons
   for (int i = 0; rc == TS_OK && i < p->nstages; i++) {
     ts_exec_report r;
     bool last = i == p->nstages - 1;
-    rc = exec_one(w, p->stages[i], from, last ? tgt_tag : NULL, opts, &next, &r, err);
+    rc = exec_one(w, p->stages[i], from, last ? tgt_tag : NULL, last ? ts__plan_avg_count(p) : 1,
+                  opts, &next, &r, err);
     ts_shard_free_tensor(&cur);
     if (rc == TS_OK) {
       cur = next;
@@ -1307,7 +1381,7 @@ int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
                     ts_error *err) {
   if (p && p->chosen == TS_STRATEGY_HIER)
     return exec_stages(w, p, src, tgt_tag, opts, out, report, err);
-  return exec_one(w, p, src, tgt_tag, opts, out, report, err);
+  return exec_one(w, p, src, tgt_tag, p ? ts__plan_avg_count(p) : 1, opts, out, report, err);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1414,11 +1488,10 @@ static bool reduced(const exec *x) {
 
 /* Items reduced together: the same mesh lines, dtype and operation. */
 static bool same_reduction(const exec *a, const exec *b) {
-  if (a->ln.n != b->ln.n || a->p->dtype != b->p->dtype ||
-      partial_op(a->p->src->attr) != partial_op(b->p->src->attr))
+  if (a->ln.n != b->ln.n || a->p->dtype != b->p->dtype)
     return false;
   for (int k = 0; k < a->ln.n; k++)
-    if (a->ln.c[k] != b->ln.c[k])
+    if (a->ln.c[k] != b->ln.c[k] || a->ln.op[k] != b->ln.op[k])
       return false;
   return true;
 }
@@ -1457,7 +1530,6 @@ static int reduce_group(exec *ex, const int *g, int ng, char *buf, ts_error *err
     total += ts_box_numel(&ex[g[i]].tbox);
   int64_t cap = x0->p->staging / (int64_t)x0->es;
   cap = cap < 1 ? 1 : cap > total ? total : cap;
-  ts_reduce_op op = partial_op(x0->p->src->attr);
   int k = 0, rc = TS_OK;
   int64_t at = 0;
   for (int64_t done = 0; done < total && rc == TS_OK;) {
@@ -1466,7 +1538,7 @@ static int reduce_group(exec *ex, const int *g, int ng, char *buf, ts_error *err
     int64_t at0 = at;
     group_copy(ex, g, &k, &at, buf, m, true);
     for (int l = 0; l < x0->ln.n && rc == TS_OK; l++)
-      rc = ts_comm_allreduce(x0->ln.c[l], NULL, buf, m, x0->p->dtype, op, err);
+      rc = ts_comm_allreduce(x0->ln.c[l], NULL, buf, m, x0->p->dtype, x0->ln.op[l], err);
     if (rc == TS_OK)
       group_copy(ex, g, &k0, &at0, buf, m, false);
     done += m;
@@ -1474,6 +1546,12 @@ static int reduce_group(exec *ex, const int *g, int ng, char *buf, ts_error *err
   for (int i = 0; rc == TS_OK && i < ng; i++) {
     exec *x = &ex[g[i]];
     int64_t bytes = ts_box_numel(&x->tbox) * (int64_t)x->es;
+    /* P(avg): the sums divided once (the targets are dense: group_copy filled them) */
+    int64_t count = ts__plan_avg_count(x->p);
+    if (count > 1)
+      rc = ts_reduce_finish((char *)x->tgt.data + x->tgt.layout.offset,
+                            (size_t)ts_box_numel(&x->tbox), x->p->dtype, TS_REDUCE_AVG, count,
+                            err);
     for (int l = 0; l < x->ln.n; l++) {
       int64_t pm = ts_comm_size(x->ln.c[l]);
       x->sent += 2 * (pm - 1) * bytes / pm;

@@ -180,6 +180,29 @@ static void placement_of(const ts_attr *a, tsp_placement *pl) {
   }
 }
 
+/* Programs take partial sum, max and min inputs, one op per tensor. */
+static int check_partial_input(const ts_stored *t, ts_error *err) {
+  const ts_attr *a = t->attr;
+  int first = -1;
+  for (int m = 0; m < a->mesh_ndim; m++) {
+    if (a->place[m].kind != TS_PLACE_PARTIAL)
+      continue;
+    ts_reduce_op op = a->place[m].op;
+    if (op != TS_REDUCE_SUM && op != TS_REDUCE_MAX && op != TS_REDUCE_MIN)
+      return ts_error_set(err, TS_PROGRAM_PLACEMENT, "tensor '%s' is P(%s) on mesh dim %d: "
+                          "programs take partial sum, max and min inputs; reshard it to R or "
+                          "P(sum) first", t->name, ts_reduce_name(op), m);
+    if (first >= 0 && op != a->place[first].op)
+      return ts_error_set(err, TS_PROGRAM_PLACEMENT, "tensor '%s' is partial with several ops "
+                          "(%s on mesh dim %d, %s on %d): programs take one partial op per "
+                          "input; reshard it first", t->name, ts_reduce_name(a->place[first].op),
+                          first, ts_reduce_name(op), m);
+    if (first < 0)
+      first = m;
+  }
+  return TS_OK;
+}
+
 static bool same_mesh(const ts_attr *a, const ts_attr *b) {
   if (a->mesh_ndim != b->mesh_ndim || a->nranks != b->nranks)
     return false;
@@ -480,6 +503,8 @@ static int bind(tsd_engine *e, tsp_program *p, const Tshard__ProgramRunRequest *
                           "program's other inputs; reshard the inputs onto one mesh", t->name);
     st->mesh = t->attr;
     st->here = st->here && t->has_slice;
+    if ((rc = check_partial_input(t, err)))
+      return rc;
     placement_of(t->attr, &pin[i]);
     if (ts_attr_format(t->attr, attr_text[i], sizeof attr_text[i]) < sizeof attr_text[i])
       attrs[i] = attr_text[i];

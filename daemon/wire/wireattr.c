@@ -51,7 +51,7 @@ int tsd_attr_from_msg(const Tshard__DistAttr *m, ts_attr **out, ts_error *err) {
     case TSHARD__PLACEMENT_KIND__PARTIAL:
       if ((int)p->op < 0 || (int)p->op >= TS_REDUCE_COUNT)
         return ts_error_set(err, TS_BAD_ATTRIBUTE, "placement %zu: reduce op %d; valid: 0 sum, "
-                            "1 max, 2 min", i, (int)p->op);
+                            "1 max, 2 min, 3 avg, 4 prod", i, (int)p->op);
       place[i] = ts_partial((ts_reduce_op)p->op);
       break;
     default:

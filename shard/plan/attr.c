@@ -68,7 +68,7 @@ static int check_placement(const ts_placement *p, int m, ts_error *err) {
   case TS_PLACE_PARTIAL:
     if ((int)p->op < 0 || p->op >= TS_REDUCE_COUNT)
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
-                          "placement %d has reduce op %d; valid ops are sum, max, min", m,
+                          "placement %d has reduce op %d; valid ops are sum, avg, prod, max, min", m,
                           (int)p->op);
     return TS_OK;
   }
@@ -77,20 +77,21 @@ static int check_placement(const ts_placement *p, int m, ts_error *err) {
                       (int)p->kind);
 }
 
-/* Partial placements of one attribute share one op: the true value is then the reduction over all
- * partial mesh dims, in any order. */
+/* Partial dims reduce in mesh-dim order, each by its op, and the sums of P(avg) dims are
+ * divided once at the end: that commutes with every later sum, max and min, not with a later
+ * product, so a P(prod) dim may not follow a P(avg) one. */
 static int check_partial_ops(int mesh_ndim, const ts_placement *place, ts_error *err) {
-  int first = -1;
+  int avg = -1;
   for (int m = 0; m < mesh_ndim; m++) {
     if (place[m].kind != TS_PLACE_PARTIAL)
       continue;
-    if (first < 0)
-      first = m;
-    else if (place[m].op != place[first].op)
+    if (place[m].op == TS_REDUCE_AVG && avg < 0)
+      avg = m;
+    else if (place[m].op == TS_REDUCE_PROD && avg >= 0)
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
-                          "placements %d and %d are partial with different ops (%s, %s); the "
-                          "partial placements of an attribute share one op",
-                          first, m, ts_reduce_name(place[first].op), ts_reduce_name(place[m].op));
+                          "placements %d and %d are P(avg) and then P(prod): a product after an "
+                          "average is not supported; put the P(prod) mesh dim before the P(avg) "
+                          "one", avg, m);
   }
   return TS_OK;
 }

@@ -16,7 +16,7 @@
  *   place      := "S" "(" dim ")" | "Shard" "(" [ "dim" "=" ] dim ")"
  *               | "R" | "Replicate" [ "(" ")" ]
  *               | ("P" | "Partial") [ "(" [ [ "reduce_op" "=" ] opq ] ")" ]   default sum
- *   opq        := op | "'" op "'" | '"' op '"'             op: sum, max, min
+ *   opq        := op | "'" op "'" | '"' op '"'             op: sum, avg, prod, max, min
  *   splits     := "{" int ":" "[" int { "," int } "]" { "," ... } "}"   dims increasing
  *   name       := [A-Za-z_][A-Za-z0-9_]*                   a mesh axis: at most 15 bytes
  *
@@ -293,7 +293,7 @@ static int parse_op(parser *p, ts_reduce_op *out) {
       return TS_OK;
     }
   p->pos = op_at;
-  return fail(p, "a reduce op: sum, max or min");
+  return fail(p, "a reduce op: sum, avg, prod, max or min");
 }
 
 /* One placement, from its first non-blank character. */

@@ -8,9 +8,9 @@
  * ranks; the costs come from per-dim part ranges over sorted split points, not from listing every
  * pair.
  *
- * The rules of the intersection path: a target rank whose partial index is not 0 holds the
- * identity (only partial index 0 receives data: the reduction over the partial dims then gives
- * the true value). A receiving target rank needs, for every source part meeting its box, one
+ * The rules of the intersection path: a target rank whose coordinate along a partial mesh dim
+ * is not 0 holds the identity (only coordinate 0 receives data: the reduction over the partial
+ * dims then gives the true value); along a P(avg) dim every rank receives the value. A receiving target rank needs, for every source part meeting its box, one
  * replica of every partial contribution; it takes its own slice when it holds one of them and
  * otherwise the replica (target mesh index mod replicas), which spreads the load over replicas. */
 #include <limits.h>
@@ -109,11 +109,55 @@ bool ts_plan_applies(const ts_plan *p, ts_strategy s, ts_plan_costs *costs, cons
 /* ---------------------------------------------------------------------------------------------
  * The intersection path: replica choice and per-rank lists */
 
+/* Along a target P(avg) mesh dim every rank holds the value itself (the mean of equal values is
+ * the value; DTensor's Replicate -> Partial("avg") keeps the local tensor), so all of them
+ * receive; along the other partial dims only coordinate 0 does. */
+static bool fresh_identity(const ts_placement *x) {
+  return x->kind == TS_PLACE_PARTIAL && x->op != TS_REDUCE_AVG;
+}
+
 bool ts__plan_receiver(const ts_plan *p, int64_t tgt_index) {
-  int64_t par;
-  int64_t parts[TS_MAX_DIMS];
-  ts__geom_decompose(p->tgt, tgt_index, parts, NULL, &par);
-  return par == 0;
+  const ts_attr *b = p->tgt->attr;
+  for (int m = 0; m < b->mesh_ndim; m++)
+    if (fresh_identity(&b->place[m]) && (tgt_index / p->tgt->mesh_stride[m]) % b->mesh_shape[m])
+      return false;
+  return true;
+}
+
+int64_t ts__plan_part_receivers(const ts_plan *p) {
+  const ts_attr *b = p->tgt->attr;
+  int64_t n = p->tgt->nrep;
+  for (int m = 0; m < b->mesh_ndim; m++)
+    if (b->place[m].kind == TS_PLACE_PARTIAL && b->place[m].op == TS_REDUCE_AVG)
+      n *= b->mesh_shape[m];
+  return n;
+}
+
+int64_t ts__plan_avg_count(const ts_plan *p) {
+  const ts_attr *a = p->src->attr, *b = p->tgt->attr;
+  int64_t count = 1;
+  for (int m = 0; m < a->mesh_ndim; m++) {
+    if (a->place[m].kind != TS_PLACE_PARTIAL || a->place[m].op != TS_REDUCE_AVG)
+      continue;
+    bool reduced;
+    switch (p->chosen) {
+    case TS_STRATEGY_LOCAL: /* partial source dims stay as they are */
+      reduced = false;
+      break;
+    case TS_STRATEGY_ALLREDUCE: /* the dims that go P -> R */
+      reduced = b->place[m].kind == TS_PLACE_REPLICATE;
+      break;
+    case TS_STRATEGY_REDUCE_SCATTER:
+      reduced = m == p->rs_dim;
+      break;
+    default: /* the intersection path and the stages reduce every contribution */
+      reduced = true;
+      break;
+    }
+    if (reduced)
+      count *= a->mesh_shape[m];
+  }
+  return count;
 }
 
 /* The source mesh index that target rank t (target index ti) takes the part tuple `parts` with
@@ -252,10 +296,13 @@ int ts_plan_rank(const ts_plan *p, int rank, ts_rank_plan *out, ts_error *err) {
       ts__geom_parts_box(tg, cur, &part_box);
       if (!ts_box_intersect(&part_box, &out->src_box, &piece))
         continue;
-      for (int64_t trep = 0; trep < tg->nrep && rc == TS_OK; trep++) {
-        int64_t t_index = ts__geom_compose(tg, cur, trep, 0);
+      /* the receivers of the part: every target replica, at partial index 0 or, along P(avg)
+       * mesh dims, at every coordinate */
+      for (int64_t k = 0; k < tg->nrep * tg->npartial && rc == TS_OK; k++) {
+        int64_t t_index = ts__geom_compose(tg, cur, k % tg->nrep, k / tg->nrep);
         int t_rank = tg->attr->ranks[t_index];
-        if (choose_source(p, t_rank, t_index, my_parts, my_par) != si)
+        if ((k >= tg->nrep && !ts__plan_receiver(p, t_index)) ||
+            choose_source(p, t_rank, t_index, my_parts, my_par) != si)
           continue;
         ts_transfer t = {t_rank, 0, piece, ts_box_numel(&piece) * (int64_t)es};
         rc = push_transfer(&send, &t, err);
@@ -374,7 +421,7 @@ static int intersection_costs(ts_plan *p, ts_plan_costs *c, ts_error *err) {
       int64_t g0 = ts__geom_compose(sg, parts, 0, par);
       ts_box own;
       ts_geom_index_box(sg, si, &own);
-      int64_t demand = ts_box_numel(&own) * tg->nrep * es - local_at[g0];
+      int64_t demand = ts_box_numel(&own) * ts__plan_part_receivers(p) * es - local_at[g0];
       int64_t share = (demand + sg->nrep - 1) / sg->nrep;
       send_of[ts__plan_union_pos(p, sg->attr->ranks[si])] += sg->nrep == 1 ? demand : share;
     }
@@ -409,6 +456,28 @@ static int intersection_costs(ts_plan *p, ts_plan_costs *c, ts_error *err) {
   c->peak_extra_bytes = peak;
   c->rounds = maxb > 0 ? (maxb + half - 1) / half : 0;
   return TS_OK;
+}
+
+/* The intersection path reduces every partial contribution, in mesh-dim order, then makes the
+ * target partial afresh. With one op (or one partial dim) that is the value a reshard keeping
+ * some partial dims leaves too; with several ops it is not (a sum of maxima is not a maximum of
+ * sums), so when the target keeps a partial dim of such a source only the strategies that
+ * reduce just the changed dims apply (local, allreduce, reduce_scatter): why not, or NULL. */
+static const char *keeps_some_ops(const ts_plan *p) {
+  const ts_attr *a = p->src->attr, *b = p->tgt->attr;
+  int first = -1;
+  bool several = false, kept = false;
+  for (int m = 0; m < a->mesh_ndim; m++) {
+    if (a->place[m].kind != TS_PLACE_PARTIAL)
+      continue;
+    several = several || (first >= 0 && a->place[m].op != a->place[first].op);
+    first = first < 0 ? m : first;
+    kept = kept || (same_mesh(a, b) && same_place(&a->place[m], &b->place[m]));
+  }
+  return several && kept ? "the source is partial with several ops and the target keeps some of "
+                           "its partial dims: only local, allreduce and reduce_scatter reduce "
+                           "just the dims that change (reshard the others to R first)"
+                         : NULL;
 }
 
 /* local: every rank builds its target slice from its own source slice (see plan_internal.h). */
@@ -461,7 +530,7 @@ static bool local_applies(ts_plan *p, const char **why, ts_error *err, int *rc) 
 bool ts__plan_local_contributor(const ts_plan *p, int64_t i) {
   const ts_attr *a = p->src->attr, *b = p->tgt->attr;
   for (int m = 0; m < a->mesh_ndim; m++) {
-    bool becomes_partial = b->place[m].kind == TS_PLACE_PARTIAL &&
+    bool becomes_partial = fresh_identity(&b->place[m]) &&
                            a->place[m].kind == TS_PLACE_REPLICATE;
     if (becomes_partial && (i / p->src->mesh_stride[m]) % a->mesh_shape[m] != 0)
       return false;
@@ -473,7 +542,7 @@ int64_t ts__plan_local_group(const ts_plan *p, int64_t i) {
   const ts_attr *a = p->src->attr, *b = p->tgt->attr;
   int64_t g = i;
   for (int m = 0; m < a->mesh_ndim; m++)
-    if (b->place[m].kind == TS_PLACE_PARTIAL && a->place[m].kind != TS_PLACE_PARTIAL)
+    if (fresh_identity(&b->place[m]) && a->place[m].kind != TS_PLACE_PARTIAL)
       g -= ((i / p->src->mesh_stride[m]) % a->mesh_shape[m]) * p->src->mesh_stride[m];
   return g;
 }
@@ -843,6 +912,11 @@ static int choose(ts_plan *p, ts_strategy forced, ts_error *err) {
                               : cheaper(&c[s], &c[best])))
       best = s;
   }
+  if (best < 0) /* p2p applies but to partial sources of several ops (keeps_some_ops) */
+    return ts_error_set(err, TS_BAD_STRATEGY, "no strategy applies: %s; allreduce: %s; "
+                        "reduce_scatter: %s", p->why_not[TS_STRATEGY_P2P],
+                        p->why_not[TS_STRATEGY_ALLREDUCE],
+                        p->why_not[TS_STRATEGY_REDUCE_SCATTER]);
   p->chosen = (ts_strategy)best;
   p->forced = false;
   return TS_OK;
@@ -951,12 +1025,14 @@ int ts_plan_create_on(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr
     ts_plan_destroy(&p);
     return rc;
   }
-  p->applies[TS_STRATEGY_P2P] = true;
+  const char *keeps = keeps_some_ops(p);
+  p->applies[TS_STRATEGY_P2P] = !keeps;
+  p->why_not[TS_STRATEGY_P2P] = keeps ? keeps : "";
   p->min_wire = c[TS_STRATEGY_P2P].wire_bytes;
   c[TS_STRATEGY_ALLTOALL] = c[TS_STRATEGY_P2P];
-  p->applies[TS_STRATEGY_ALLTOALL] = p->same_group;
+  p->applies[TS_STRATEGY_ALLTOALL] = p->same_group && !keeps;
   p->why_not[TS_STRATEGY_ALLTOALL] =
-      p->same_group ? "" : "the source and target groups differ (use p2p)";
+      keeps ? keeps : p->same_group ? "" : "the source and target groups differ (use p2p)";
 
   bool hier = o.strategy == TS_STRATEGY_AUTO || o.strategy == TS_STRATEGY_HIER;
   if ((rc = host_costs(p, hier, err))) {

@@ -199,7 +199,8 @@ static int build(ts_plan *p, const int *order, int hosts, int per, const char **
   } else if (all_partial(src, &op) && p->same_group && any_partial(tgt)) {
     *why = "a partial target (hierarchical takes partial sources to unreduced targets)";
   } else if (all_partial(src, &op) && p->same_group) {
-    ts_placement P = {.kind = TS_PLACE_PARTIAL, .op = op};
+    /* avg: the stages sum; the last one divides once by every contribution (shard/exec.c) */
+    ts_placement P = {.kind = TS_PLACE_PARTIAL, .op = op == TS_REDUCE_AVG ? TS_REDUCE_SUM : op};
     x = grid(order, hosts, per, P, P);
     y = grid(order, hosts, per, P, S);
     if (!(rc = stage(p, x, y, TS_STRATEGY_REDUCE_SCATTER, err)) && all_replicated(tgt)) {

@@ -325,15 +325,19 @@ static void flush_target(bound_work *w) {
   w->tp_bytes = 0;
 }
 
-/* The hosts that need target part tp (its receivers: partial index 0). */
+/* The hosts that need target part tp (its receivers: partial index 0, or along P(avg) mesh dims
+ * every coordinate). */
 static void bound_needs(const ts_plan *p, const int64_t *tp, bound_work *w) {
   const ts_geom *tg = p->tgt;
   flush_target(w);
   for (int i = 0; i < w->nneed; i++)
     w->needs[w->need_list[i]] = false;
   w->nneed = 0;
-  for (int64_t r = 0; r < tg->nrep; r++) {
-    int h = host_of(p, tg, ts__geom_compose(tg, tp, r, 0));
+  for (int64_t k = 0; k < tg->nrep * tg->npartial; k++) {
+    int64_t ti = ts__geom_compose(tg, tp, k % tg->nrep, k / tg->nrep);
+    if (k >= tg->nrep && !ts__plan_receiver(p, ti))
+      continue;
+    int h = host_of(p, tg, ti);
     if (!w->needs[h])
       w->needs[h] = true, w->need_list[w->nneed++] = h;
   }

@@ -47,8 +47,16 @@ struct ts_plan {
 
 /* Position of a world rank in the sorted union, -1 when absent. */
 int ts__plan_union_pos(const ts_plan *p, int rank);
-/* A target position with partial index 0 (it receives data; the others hold the identity). */
+/* A target position that receives data: coordinate 0 along every target partial mesh dim but
+ * the P(avg) ones (the others hold the identity). */
 bool ts__plan_receiver(const ts_plan *p, int64_t tgt_index);
+/* How many target positions receive each target part: its replicas, times the sizes of the
+ * target's P(avg) mesh dims. */
+int64_t ts__plan_part_receivers(const ts_plan *p);
+/* How many contributions the chosen strategy sums into each element of a P(avg) source, which
+ * the executor then divides by (ts_reduce_finish): the product of the sizes of the P(avg) mesh
+ * dims it reduces; 1 when it reduces none. */
+int64_t ts__plan_avg_count(const ts_plan *p);
 /* local strategy: whether mesh position i copies its source data into its target slice (ranks
  * that turn a Replicate mesh dim into Partial contribute only at coordinate 0), and the group of
  * positions whose target values are reduced together (coordinates of the dims that become

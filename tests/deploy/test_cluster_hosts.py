@@ -25,7 +25,8 @@ The moves (N = 2H ranks; "host 1", "host 2" the first two):
   S(0)->R over every rank; the same on the mesh in interleaved rank order (@0,2,1,3 for 2x2);
   P(sum)->R; P(sum)->S(0); P(max)->S(1); the 2-D mesh [H,2] [S(0),R]->[R,R]; S(0) on host 1's
   ranks -> R on host 2's ranks; S(0) on host 1 -> R on every rank; R on host 1 -> R on every
-  rank; S(0)->S(1) (where hierarchical does not apply: the planner must say so).
+  rank; S(0)->S(1) (where hierarchical does not apply: the planner must say so); P(avg)->R
+  and P(prod)->S(0).
 Bad input over the cluster: `hierarchical` forced on one host's group, on a partial target and
 on a group whose hosts hold different numbers of its ranks is refused (BAD_STRATEGY) with the
 planner's reason, the same as the offline plan's, and the tensor is unchanged afterwards; an
@@ -411,7 +412,22 @@ def whole_data(rng, dt, shape):
 
 def partial_data(rng, dt, shape, op, n):
     """n partial values and their reduction by op, exact in dt: sums of small integers (bf16,
-    int32 within range) or of dyadic fractions (f32, f64); max or min of any finite values."""
+    int32 within range) or of dyadic fractions (f32, f64); max or min of any finite values;
+    avg of small integers whose sum n divides (float dtypes); prod of powers of two (floats) or
+    of 1, -1 and 2 (i32)."""
+    if op == "avg":
+        want = rng.integers(-8, 9, size=shape).astype(np.float64)
+        vals = [rng.integers(-8, 9, size=shape).astype(np.float64) for _ in range(n - 1)]
+        vals.append(n * want - np.sum(vals, axis=0) if vals else n * want)
+    elif op == "prod":
+        pool = [1.0, -1.0, 2.0] if dt == "i32" else [0.5, -1.0, 2.0, 1.0]
+        vals = [rng.choice(pool, size=shape) for _ in range(n)]
+        want = np.prod(vals, axis=0)
+    if op in ("avg", "prod"):
+        if dt == "bf16":
+            return ([f32_to_bf16(v.astype(np.float32)) for v in vals],
+                    f32_to_bf16(want.astype(np.float32)))
+        return [v.astype(numpy_dtype(dt)) for v in vals], want.astype(numpy_dtype(dt))
     if op in ("max", "min"):
         parts = [whole_data(rng, dt, shape) for _ in range(n)]
         pick = np.max if op == "max" else np.min
@@ -474,6 +490,9 @@ def cases(h):
         # ragged splits with an empty part, from and to
         ("ragged_s0_r", A([n], every, ["S(0)"], ragged=True), A([n], every, ["R"])),
         ("p_sum_ragged_s0", A([n], every, ["P(sum)"]), A([n], every, ["S(0)"], ragged=True)),
+        # DTensor's Partial("avg") (divided once, after the sum across hosts) and prod
+        ("p_avg_r", A([n], every, ["P(avg)"]), A([n], every, ["R"])),
+        ("p_prod_s0", A([n], every, ["P(prod)"]), A([n], every, ["S(0)"])),
     ]
 
 
@@ -712,6 +731,8 @@ def exercise(bin_dir, h, seed, staging, job, hosts, clients, check):
         t0 = time.monotonic()
         for j, (shape, dt) in enumerate(shapes_for(rng, h, k, src_of.partial() is not None)):
             src, dst = src_of.concrete(shape, rng), dst_of.concrete(shape, rng)
+            if src.partial() == "avg" and dt == "i32":
+                dt = "f64"  # avg is for the float dtypes
             if src.partial():
                 data, want = partial_data(rng, dt, shape, src.partial(), len(src.ranks))
             else:

@@ -612,23 +612,28 @@ int main(int argc, char **argv) {
     free(ranks);
   }
 
-  /* Typed reductions: every dtype and op against a direct computation. */
+  /* Typed reductions: every dtype and op against a direct computation (avg combines as the
+   * sum: its division is the executor's). */
   for (int dt = 0; dt < TS_DTYPE_COUNT; dt++)
     for (int op = 0; op < TS_REDUCE_COUNT; op++) {
       size_t es = ts_dtype_size((ts_dtype)dt);
       unsigned char buf[8 * 5], want[8 * 5];
+      bool prod = op == TS_REDUCE_PROD;
       for (int i = 0; i < 5; i++) {
-        /* element i on rank r: (r * 3 + i) % 7, small enough to be exact */
+        /* element i on rank r: (r * 3 + i) % 7, small enough to be exact; for prod 1 or 2 */
         double best = 0;
         bool any = false, all = true; /* bool's or and and */
         for (int r = 0; r < size; r++) {
-          double x = (r * 3 + i) % 7;
+          double x = prod ? 1 + (r * 3 + i) % 2 : (r * 3 + i) % 7;
           any = any || x != 0;
           all = all && x != 0;
-          best = r == 0 ? x : op == TS_REDUCE_SUM ? best + x : op == TS_REDUCE_MAX ? fmax(best, x)
-                                                                                : fmin(best, x);
+          best = r == 0                                        ? x
+                 : op == TS_REDUCE_SUM || op == TS_REDUCE_AVG ? best + x
+                 : prod                                        ? best * x
+                 : op == TS_REDUCE_MAX                         ? fmax(best, x)
+                                                               : fmin(best, x);
         }
-        double mine = (rank * 3 + i) % 7;
+        double mine = prod ? 1 + (rank * 3 + i) % 2 : (rank * 3 + i) % 7;
         float f = (float)mine, fb = (float)best;
         switch ((ts_dtype)dt) {
         case TS_F32: memcpy(buf + i * es, &f, 4); memcpy(want + i * es, &fb, 4); break;
@@ -646,9 +651,9 @@ int main(int argc, char **argv) {
           break;
         }
         case TS_I8: case TS_U8: buf[i] = (unsigned char)mine; want[i] = (unsigned char)best; break;
-        case TS_BOOL: /* sum and max: or, min: and */
+        case TS_BOOL: /* sum and max: or, min and prod: and */
           buf[i] = mine != 0;
-          want[i] = op == TS_REDUCE_MIN ? all : any;
+          want[i] = op == TS_REDUCE_MIN || prod ? all : any;
           break;
         case TS_I16: case TS_U16: case TS_U32: case TS_U64: /* small non-negative: exact */
           ts_convert(buf + i * es, (ts_dtype)dt, &mine, TS_F64, 1);
@@ -673,6 +678,12 @@ int main(int argc, char **argv) {
         CHECK(ts_comm_allreduce(world, NULL, buf, 5, (ts_dtype)dt, (ts_reduce_op)op, &err) ==
                       TS_BAD_DTYPE && strstr(err.msg, ts_dtype_name((ts_dtype)dt)),
               "allreduce %s", ts_dtype_name((ts_dtype)dt));
+        continue;
+      }
+      if (op == TS_REDUCE_AVG && !ts_dtype_is_float((ts_dtype)dt)) { /* avg: the floats only */
+        CHECK(ts_comm_allreduce(world, NULL, buf, 5, (ts_dtype)dt, (ts_reduce_op)op, &err) ==
+                      TS_BAD_DTYPE && strstr(err.msg, ts_dtype_name((ts_dtype)dt)),
+              "allreduce avg of %s", ts_dtype_name((ts_dtype)dt));
         continue;
       }
       CHECK(ts_comm_allreduce(world, NULL, buf, 5, (ts_dtype)dt, (ts_reduce_op)op, &err) == TS_OK,

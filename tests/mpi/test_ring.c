@@ -1,17 +1,22 @@
 /* test_ring.c - the ring reductions (comm/ring.c) against a naive reference: every rank builds
  * every rank's input (small integers, exact in every dtype), reduces them in double and converts
  * the result to the dtype; the ring's all-reduce and reduce-scatter must match it byte for byte,
- * for every reducible dtype and op, on the world and on a group in reversed order, with sizes of
- * zero, fewer elements than ranks, uneven blocks (some empty) and blocks of several pieces; and
- * the link-rate measurement (the same figure on every member). */
+ * for every reducible dtype and op (avg combining as the sum), on the world and on a group in
+ * reversed order, with sizes of zero, fewer elements than ranks, uneven blocks (some empty) and
+ * blocks of several pieces; and the link-rate measurement (the same figure on every member). */
 #define TS_TEST_SEED 0x51a6u
 #include "comm_internal.h"
 #include "mpi_check.h"
 
 static const ts_dtype dtypes[] = {TS_F32, TS_F64, TS_F16, TS_BF16, TS_I8, TS_I32, TS_I64, TS_U8};
 
-/* Rank q's element k: a small integer (its sum over 8 ranks stays exact in bf16 and i8). */
-static int value(int q, int64_t k, int seed) { return (int)((k * 7 + q * 5 + seed) % 13); }
+/* Rank q's element k: a small integer (its sum over 8 ranks stays exact in bf16 and i8); for
+ * prod 1 or 2 (a product over 6 ranks stays exact in i8). */
+static ts_reduce_op value_op;
+static int value(int q, int64_t k, int seed) {
+  return value_op == TS_REDUCE_PROD ? 1 + (int)((k * 7 + q * 5 + seed) % 2)
+                                    : (int)((k * 7 + q * 5 + seed) % 13);
+}
 
 /* Elements [0, n) of rank q's input in dtype dt. */
 static void *input(int q, int64_t n, ts_dtype dt, int seed) {
@@ -31,7 +36,11 @@ static void *reference(int members, int64_t n, ts_dtype dt, ts_reduce_op op, int
     double a = value(0, k, seed);
     for (int q = 1; q < members; q++) {
       double x = value(q, k, seed);
-      a = op == TS_REDUCE_SUM ? a + x : op == TS_REDUCE_MAX ? (x > a ? x : a) : (x < a ? x : a);
+      /* avg combines as the sum (the executor divides) */
+      a = op == TS_REDUCE_SUM || op == TS_REDUCE_AVG ? a + x
+          : op == TS_REDUCE_PROD                     ? a * x
+          : op == TS_REDUCE_MAX                      ? (x > a ? x : a)
+                                                     : (x < a ? x : a);
     }
     acc[k] = a;
   }
@@ -89,6 +98,9 @@ static void run_all(ts_comm *c) {
     ts_dtype dt = dtypes[d];
     const int64_t sizes[] = {0, 1, world_size > 1 ? world_size - 1 : 1, 1000, 100003};
     for (int op = 0; op < TS_REDUCE_COUNT; op++) {
+      if (op == TS_REDUCE_AVG && !ts_dtype_is_float(dt))
+        continue; /* refused (test_reduce, test_comm) */
+      value_op = (ts_reduce_op)op;
       for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
         test_allreduce(c, sizes[s], dt, (ts_reduce_op)op, s % 2 == 0);
       test_reduce_scatter(c, 5, dt, (ts_reduce_op)op);
@@ -96,6 +108,7 @@ static void run_all(ts_comm *c) {
   }
   /* Blocks of two pieces and more, pieces of uneven length (sums: the pieces are what is
    * tested; one dtype of each width). */
+  value_op = TS_REDUCE_SUM;
   const ts_dtype wide[] = {TS_U8, TS_BF16, TS_F32, TS_I64};
   for (size_t d = 0; d < sizeof wide / sizeof *wide; d++) {
     int64_t piece = ((int64_t)4 << 20) / (int64_t)ts_dtype_size(wide[d]);

@@ -27,16 +27,17 @@ for case in range(150):
     ndim = rng.randint(1, 3)
     shape = [rng.randint(1, 12) for _ in range(ndim)]
     places = []
-    has_partial = False
     for _ in range(mdims):
         k = rng.random()
         if k < 0.5:
             places.append(Shard(rng.randrange(ndim)))
-        elif k < 0.8 or has_partial:
+        elif k < 0.8:
             places.append(Replicate())
         else:
-            places.append(Partial(rng.choice(["sum", "max", "min"])))
-            has_partial = True
+            op = rng.choice(["sum", "max", "min", "avg", "prod"])
+            if op == "prod" and Partial("avg") in places:  # refused: tested below
+                op = "sum"
+            places.append(Partial(op))
     splits = {}
     for d in range(ndim):
         parts = 1
@@ -64,7 +65,8 @@ for case in range(150):
 for bad, what in [(lambda: Mesh([0]), "empty mesh"),
                   (lambda: Mesh([2], ranks=[1]), "rank count"),
                   (lambda: Attr(Mesh([2]), []), "placement count"),
-                  (lambda: Partial("avg"), "partial op"),
+                  (lambda: Partial("mean"), "partial op"),
+                  (lambda: Attr(Mesh([2, 2]), [Partial("avg"), Partial("prod")]), "prod after avg"),
                   (lambda: Attr.parse("mesh=[2] placements=[X]"), "bad placement"),
                   (lambda: Attr.parse("nonsense"), "not an attribute")]:
     try:

@@ -47,7 +47,8 @@ def read_file(path):
 
 def main():
     found = blocks(readme, "From PyTorch")
-    check([k for k, _ in found] == ["python", "python", "sh"], f"the section's blocks: {found}")
+    check([k for k, _ in found] == ["python", "python", "sh", "python"],
+          f"the section's blocks: {found}")
     work = tempfile.mkdtemp(prefix="tshard-readme-torch-")
     os.symlink(os.path.dirname(os.path.abspath(bin_dir)), os.path.join(work, "build"))
     d = Daemons(bin_dir, 4, job="demo")
@@ -72,6 +73,9 @@ def main():
               all(np.array_equal(ns["back"][k].numpy(), model[k]) for k in model),
               "the state_dict came back equal")
         check(outs[1].strip() == "mesh=[4]@0-3 placements=[S(1)]", f"describe printed {outs[1]!r}")
+        # the gradients 0, 1, 2, 3 of the four ranks averaged: (0 + 1 + 2 + 3) / 4
+        check(outs[3].strip() == str(np.float32((0 + 1 + 2 + 3) / 4)),
+              f"the averaged gradient printed {outs[3]!r}")
         check(tuple(ns["w"].shape) == (16, 16) and np.array_equal(ns["w"].numpy(),
                                                                   model["fc2.weight"][:, :16]),
               "rank 0's slice of fc2.weight is its first 16 columns")

@@ -35,6 +35,9 @@ START_TEST(canonical_round_trip) {
       "mesh=[2,3]@0-2,6-8 placements=[S(1),S(1)] splits={1:[0,5,1,1,0,13]}",
       "mesh=[2,2]@0-3 placements=[S(0),S(2)] splits={0:[1,9],2:[4,4]}",
       "mesh=[4]@3-0 placements=[P(min)]",
+      "mesh=[2,2]@0-3 placements=[P(avg),S(0)]",
+      "mesh=[3]@0-2 placements=[P(prod)]",
+      "mesh=[2,2]@0-3 placements=[P(sum),P(max)]",
   };
   for (size_t i = 0; i < sizeof canon / sizeof canon[0]; i++) {
     ts_attr *a = NULL;
@@ -67,6 +70,8 @@ START_TEST(variants_format_canonically) {
       {"mesh=[4] placements=[Shard(0)]", "mesh=[4]@0-3 placements=[S(0)]"},
       {"  mesh=[2]@5,6\tplacements=[Replicate]  ", "mesh=[2]@5-6 placements=[R]"},
       {"mesh=[2,2]@0,1,2,3 placements=[Partial(max),R]", "mesh=[2,2]@0-3 placements=[P(max),R]"},
+      {"mesh=[2] placements=[Partial(reduce_op=\"avg\")]", "mesh=[2]@0-1 placements=[P(avg)]"},
+      {"mesh=[2] placements=[Partial('prod')]", "mesh=[2]@0-1 placements=[P(prod)]"},
       {"mesh=[3]@0-1,9 placements=[S(0)]   splits={0:[1,2,3]}",
        "mesh=[3]@0-1,9 placements=[S(0)] splits={0:[1,2,3]}"},
   };
@@ -88,7 +93,8 @@ START_TEST(parse_errors_point_at_the_character) {
   } cases[] = {
       {"", TS_PARSE, "column 1", "\"mesh=\""},
       {"mesh=[2,4]@0-7 placements=[S(0),X]", TS_PARSE, "column 33", "a placement"},
-      {"mesh=[2,4]@0-7 placements=[S(0),P(avg)]", TS_PARSE, "column 35", "sum, max or min"},
+      {"mesh=[2,4]@0-7 placements=[S(0),P(mean)]", TS_PARSE, "column 35",
+       "sum, avg, prod, max or min"},
       {"mesh=[0] placements=[R]", TS_PARSE, "column 7", "at least 1"},
       {"mesh=[2]@0,1placements=[R]", TS_PARSE, "column 13", "blank"},
       {"mesh=[2]@0,1 placements=[R,R]", TS_BAD_ATTRIBUTE, "column 14", "one placement per"},
@@ -104,7 +110,6 @@ START_TEST(parse_errors_point_at_the_character) {
       {"mesh=[2] placements=[S(0)] junk", TS_PARSE, "column 28", "end of text"},
       {"mesh=[2] placements=[S(9)]", TS_PARSE, "column 24", "at most 7"},
       {"mesh=[99999999999] placements=[R]", TS_PARSE, "column 7", "at most"},
-      {"mesh=[2,2] placements=[P(sum),P(max)]", TS_BAD_ATTRIBUTE, "", "share one op"},
       {"mesh=[2]@1-0 placements=[R]", TS_PARSE, "column 12", "not below"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -140,9 +145,12 @@ START_TEST(random_round_trip) {
         ranks[j] = t;
       }
     ts_placement pl[TS_MAX_MESH_DIMS];
-    ts_reduce_op op = (ts_reduce_op)(rnd() % 3);
-    for (int m = 0; m < mnd; m++) {
+    for (int m = 0; m < mnd; m++) { /* a partial op per mesh dim */
       int k = (int)(rnd() % 3);
+      ts_reduce_op op = (ts_reduce_op)(rnd() % TS_REDUCE_COUNT);
+      for (int j = 0; op == TS_REDUCE_PROD && j < m; j++) /* refused after avg: tested apart */
+        if (pl[j].kind == TS_PLACE_PARTIAL && pl[j].op == TS_REDUCE_AVG)
+          op = TS_REDUCE_SUM;
       pl[m] = k == 0 ? ts_shard_on((int)(rnd() % 3)) : k == 1 ? ts_replicate() : ts_partial(op);
     }
     ts_attr *a = NULL;
@@ -276,6 +284,32 @@ START_TEST(validation_errors) {
   ck_assert_int_eq(ts_attr_set_splits(a, 1, 0, NULL, &err), TS_OK);
   ck_assert_int_eq(ts_attr_validate(a, 2, shape, 4, &err), TS_OK);
   ck_assert_int_eq(ts_attr_validate(a, 9, shape, 4, &err), TS_BAD_SHAPE);
+  ts_attr_destroy(&a);
+
+  /* different ops per mesh dim; a product after an average refused, naming both dims */
+  ck_assert_int_eq(ts_attr_parse("mesh=[2,2] placements=[P(prod),P(avg)]", &a, &err), TS_OK);
+  ts_attr_destroy(&a);
+  ck_assert_int_eq(ts_attr_parse("mesh=[2,1,2] placements=[P(avg),R,P(prod)]", &a, &err),
+                   TS_BAD_ATTRIBUTE);
+  ck_assert_msg(strstr(err.msg, "placements 0 and 2") && strstr(err.msg, "before the P(avg)"),
+                "%s", err.msg);
+  ck_assert_ptr_null(a);
+
+  /* avg is for the float dtypes: the error names the dtype and what is valid */
+  ck_assert_int_eq(ts_attr_parse("mesh=[2,2] placements=[R,P(avg)]", &a, &err), TS_OK);
+  ck_assert_int_eq(ts_attr_check_dtype(a, TS_F32, &err), TS_OK);
+  ck_assert_int_eq(ts_attr_check_dtype(a, TS_BF16, &err), TS_OK);
+  const ts_dtype no_avg[] = {TS_I32, TS_I64, TS_U8, TS_BOOL};
+  for (int k = 0; k < 4; k++) {
+    ck_assert_int_eq(ts_attr_check_dtype(a, no_avg[k], &err), TS_BAD_DTYPE);
+    ck_assert_msg(strstr(err.msg, ts_dtype_name(no_avg[k])) && strstr(err.msg, "f32, f64, f16"),
+                  "%s", err.msg);
+  }
+  ts_attr_destroy(&a);
+  ck_assert_int_eq(ts_attr_parse("mesh=[2] placements=[P(prod)]", &a, &err), TS_OK);
+  ck_assert_int_eq(ts_attr_check_dtype(a, TS_I32, &err), TS_OK);
+  ck_assert_int_eq(ts_attr_check_dtype(a, TS_BOOL, &err), TS_OK);
+  ck_assert_int_eq(ts_attr_check_dtype(a, TS_F8_E4M3, &err), TS_BAD_DTYPE);
   ts_attr_destroy(&a);
 }
 END_TEST

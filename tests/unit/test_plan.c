@@ -96,6 +96,11 @@ START_TEST(forced_strategies_that_do_not_apply) {
        "Partial to Replicate"},
       {"mesh=[4] placements=[S(0)]", "mesh=[4] placements=[R]", TS_STRATEGY_REDUCE_SCATTER,
        "Partial to Shard"},
+      /* several ops, one of them kept: p2p and alltoall would reduce it too */
+      {"mesh=[2,2] placements=[P(sum),P(max)]", "mesh=[2,2] placements=[P(sum),R]",
+       TS_STRATEGY_P2P, "several ops"},
+      {"mesh=[2,2] placements=[P(avg),P(min)]", "mesh=[2,2] placements=[S(0),P(min)]",
+       TS_STRATEGY_ALLTOALL, "several ops"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int rc;
@@ -526,6 +531,47 @@ START_TEST(casts_in_transit) {
 }
 END_TEST
 
+/* Who receives on the intersection path: along a target P(avg) dim every rank (the value on
+ * each), along the other partial ops coordinate 0 only; every receive has its send (a rank
+ * waiting for a piece nobody sends would hang). */
+START_TEST(partial_targets_receivers) {
+  int64_t shape[2] = {8, 6};
+  struct {
+    const char *src, *tgt;
+    int receivers;
+  } cases[] = {
+      {"mesh=[4] placements=[P(avg)]", "mesh=[4] placements=[P(avg)]", 4},
+      {"mesh=[4] placements=[P(sum)]", "mesh=[4] placements=[P(sum)]", 1},
+      {"mesh=[4] placements=[R]", "mesh=[4] placements=[P(prod)]", 1},
+      {"mesh=[2,2] placements=[S(0),R]", "mesh=[2,2] placements=[P(avg),P(max)]", 2},
+      {"mesh=[2,2] placements=[P(sum),P(max)]", "mesh=[2,2] placements=[R,P(avg)]", 4},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int rc;
+    ts_error err;
+    ts_plan *p = plan(cases[i].src, cases[i].tgt, 2, shape, TS_STRATEGY_P2P, &rc, &err);
+    ck_assert_msg(rc == TS_OK, "%s -> %s: %s", cases[i].src, cases[i].tgt, err.msg);
+    int receivers = 0;
+    int64_t sent = 0, received = 0;
+    for (int r = 0; r < 4; r++) {
+      ts_rank_plan rp;
+      ck_assert_int_eq(ts_plan_rank(p, r, &rp, NULL), TS_OK);
+      receivers += rp.receiver;
+      for (int k = 0; k < rp.nsend; k++)
+        sent += rp.send[k].bytes;
+      for (int k = 0; k < rp.nrecv; k++)
+        received += rp.recv[k].bytes;
+      ts_rank_plan_clear(&rp);
+    }
+    ck_assert_msg(receivers == cases[i].receivers, "%s -> %s: %d receivers", cases[i].src,
+                  cases[i].tgt, receivers);
+    ck_assert_msg(sent == received, "%s -> %s: %lld bytes sent, %lld received", cases[i].src,
+                  cases[i].tgt, (long long)sent, (long long)received);
+    ts_plan_destroy(&p);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("plan");
   TCase *tc = tcase_create("plan");
@@ -537,6 +583,7 @@ int main(void) {
   tcase_add_test(tc, costs_of_known_cases);
   tcase_add_test(tc, plan_4096_ranks);
   tcase_add_test(tc, casts_in_transit);
+  tcase_add_test(tc, partial_targets_receivers);
   suite_add_tcase(s, tc);
   return ts_run_suite(s);
 }

@@ -1,7 +1,8 @@
-/* test_reduce.c - the reduction kernels of partial placements against naive references: sum, max
- * and min of every dtype, f16/bf16 reduced in f32 and rounded once, NaN propagation, integer
- * wrap-around, bool as or/and, identities, names and error paths (the 8-bit floats, which have no
- * reductions, refused by name). */
+/* test_reduce.c - the reduction kernels of partial placements against naive references: sum, max,
+ * min, prod and avg of every dtype that has them, f16/bf16 reduced in f32 and rounded once, avg's
+ * one division (ts_reduce_finish), NaN propagation, integer wrap-around, bool as or/and,
+ * identities, names and error paths (the 8-bit floats, which have no reductions, and avg of the
+ * integer dtypes and bool, refused by name). */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -23,6 +24,10 @@ static bool is_unsigned(int dt) {
   return dt == TS_U8 || dt == TS_U16 || dt == TS_U32 || dt == TS_U64 || dt == TS_BOOL;
 }
 static bool no_reductions(int dt) { return dt == TS_F8_E4M3 || dt == TS_F8_E5M2; }
+/* Whether dt has op (avg: the floats with reductions only). */
+static bool has_op(int dt, int op) {
+  return !no_reductions(dt) && (op != TS_REDUCE_AVG || ts_dtype_is_float((ts_dtype)dt));
+}
 
 static void put(void *p, size_t i, ts_dtype dt, double v) {
   switch (dt) {
@@ -46,23 +51,29 @@ static void put(void *p, size_t i, ts_dtype dt, double v) {
 START_TEST(all_dtypes_all_ops) {
   const size_t n = 257;
   for (int dt = 0; dt < TS_DTYPE_COUNT; dt++)
-    for (int op = 0; op < TS_REDUCE_COUNT && !no_reductions(dt); op++) {
+    for (int op = 0; op < TS_REDUCE_COUNT; op++) {
+      if (!has_op(dt, op))
+        continue;
       size_t es = ts_dtype_size((ts_dtype)dt);
       void *a = malloc(n * es), *b = malloc(n * es), *want = malloc(n * es);
+      bool prod = op == TS_REDUCE_PROD;
       for (size_t i = 0; i < n; i++) {
-        /* Small integers: exact in every dtype, sums stay in range of i8. */
-        double x = (double)(rnd() % 50), y = (double)(rnd() % 50);
-        if (dt == TS_BOOL) { /* sum and max: or; min: and */
+        /* Small integers: exact in every dtype, sums and products stay in range of i8. */
+        double x = (double)(rnd() % (prod ? 11 : 50)), y = (double)(rnd() % (prod ? 11 : 50));
+        if (dt == TS_BOOL) { /* sum and max: or; min and prod: and */
           x = (double)(rnd() % 2);
           y = (double)(rnd() % 2);
         } else if (!is_unsigned(dt)) {
-          x -= 25;
-          y -= 25;
+          x -= prod ? 5 : 25;
+          y -= prod ? 5 : 25;
         }
         put(a, i, (ts_dtype)dt, x);
         put(b, i, (ts_dtype)dt, y);
-        double r = op == TS_REDUCE_SUM ? (dt == TS_BOOL ? fmax(x, y) : x + y)
-                   : op == TS_REDUCE_MAX ? fmax(x, y) : fmin(x, y);
+        /* avg's step is the sum (ts_reduce_finish divides, tested below) */
+        double r = op == TS_REDUCE_SUM || op == TS_REDUCE_AVG ? (dt == TS_BOOL ? fmax(x, y) : x + y)
+                   : op == TS_REDUCE_PROD                     ? (dt == TS_BOOL ? fmin(x, y) : x * y)
+                   : op == TS_REDUCE_MAX                      ? fmax(x, y)
+                                                              : fmin(x, y);
         put(want, i, (ts_dtype)dt, r);
       }
       ck_assert_int_eq(ts_reduce(a, b, n, (ts_dtype)dt, (ts_reduce_op)op, NULL), TS_OK);
@@ -126,7 +137,9 @@ END_TEST
 
 START_TEST(identities) {
   for (int dt = 0; dt < TS_DTYPE_COUNT; dt++)
-    for (int op = 0; op < TS_REDUCE_COUNT && !no_reductions(dt); op++) {
+    for (int op = 0; op < TS_REDUCE_COUNT; op++) {
+      if (!has_op(dt, op))
+        continue;
       size_t es = ts_dtype_size((ts_dtype)dt);
       unsigned char id[8 * 5], v[8 * 5];
       ck_assert_int_eq(ts_reduce_fill_identity(id, 5, (ts_dtype)dt, (ts_reduce_op)op, NULL),
@@ -150,20 +163,21 @@ START_TEST(names_and_errors) {
     ck_assert_int_eq(ts_reduce_parse(ts_reduce_name((ts_reduce_op)k), &op, NULL), TS_OK);
     ck_assert_int_eq(op, k);
   }
-  ck_assert_int_eq(ts_reduce_parse("avg", &op, &err), TS_INVALID_ARGUMENT);
-  ck_assert_ptr_nonnull(strstr(err.msg, "sum, max, min"));
+  ck_assert_int_eq(ts_reduce_parse("mean", &op, &err), TS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(err.msg, "sum, avg, prod, max, min"));
   ck_assert_int_eq(ts_reduce_parse(NULL, &op, &err), TS_INVALID_ARGUMENT);
   ck_assert_str_eq(ts_reduce_name((ts_reduce_op)9), "invalid");
   float a = 1, b = 2;
   ck_assert_int_eq(ts_reduce(&a, &b, 1, (ts_dtype)99, TS_REDUCE_SUM, &err), TS_BAD_DTYPE);
-  ck_assert_int_eq(ts_reduce(&a, &b, 1, TS_F32, (ts_reduce_op)5, &err), TS_INVALID_ARGUMENT);
+  ck_assert_int_eq(ts_reduce(&a, &b, 1, TS_F32, (ts_reduce_op)TS_REDUCE_COUNT, &err),
+                   TS_INVALID_ARGUMENT);
   ck_assert_int_eq(ts_reduce(NULL, &b, 1, TS_F32, TS_REDUCE_SUM, &err), TS_INVALID_ARGUMENT);
   ck_assert_int_eq(ts_reduce(NULL, NULL, 0, TS_F32, TS_REDUCE_SUM, &err), TS_OK);
   ck_assert_int_eq(ts_reduce_fill_identity(&a, 1, (ts_dtype)-1, TS_REDUCE_SUM, &err),
                    TS_BAD_DTYPE);
   ck_assert_int_eq(ts_reduce_fill_identity(NULL, 1, TS_F32, TS_REDUCE_SUM, &err),
                    TS_INVALID_ARGUMENT);
-  ck_assert_int_eq(ts_reduce_fill_identity(&a, 1, TS_F32, (ts_reduce_op)3, &err),
+  ck_assert_int_eq(ts_reduce_fill_identity(&a, 1, TS_F32, (ts_reduce_op)TS_REDUCE_COUNT, &err),
                    TS_INVALID_ARGUMENT);
   const ts_dtype f8[] = {TS_F8_E4M3, TS_F8_E5M2};
   for (int k = 0; k < 2; k++)
@@ -180,6 +194,100 @@ START_TEST(names_and_errors) {
 }
 END_TEST
 
+/* avg over k contributions: the kernel's sums, then one division, against a double reference
+ * rounded once to the dtype; the integer dtypes and bool are refused naming the dtype and the
+ * valid ops, their data untouched. */
+START_TEST(avg_divides_once) {
+  const ts_dtype fl[] = {TS_F32, TS_F64, TS_F16, TS_BF16};
+  const size_t n = 64;
+  for (int f = 0; f < 4; f++)
+    for (int k = 1; k <= 6; k++) {
+      ts_dtype dt = fl[f];
+      size_t es = ts_dtype_size(dt);
+      unsigned char acc[8 * 64], x[8 * 64], want[8 * 64];
+      double sum[64];
+      /* small integers: every partial sum (|s| <= 192) is exact even in bf16 */
+      for (int c = 0; c < k; c++) {
+        for (size_t i = 0; i < n; i++) {
+          double v = (double)(int)(rnd() % 64) - 32;
+          put(c == 0 ? acc : x, i, dt, v);
+          sum[i] = c == 0 ? v : sum[i] + v;
+        }
+        if (c > 0)
+          ck_assert_int_eq(ts_reduce(acc, x, n, dt, TS_REDUCE_AVG, NULL), TS_OK);
+      }
+      /* the reference: the exact sum divided once (in f32 for f32, f16 and bf16), rounded */
+      for (size_t i = 0; i < n; i++)
+        put(want, i, dt, dt == TS_F64 ? sum[i] / k : (double)((float)sum[i] / (float)k));
+      ck_assert_int_eq(ts_reduce_finish(acc, n, dt, TS_REDUCE_AVG, k, NULL), TS_OK);
+      ck_assert_msg(memcmp(acc, want, n * es) == 0, "avg of %s over %d", ts_dtype_name(dt), k);
+    }
+  /* an exact mean: (1 + 2 + 3 + 6) / 4 == 3 in every float dtype */
+  for (int f = 0; f < 4; f++) {
+    unsigned char a[8], b[8];
+    put(a, 0, fl[f], 1);
+    const double more[] = {2, 3, 6};
+    for (int j = 0; j < 3; j++) {
+      put(b, 0, fl[f], more[j]);
+      ck_assert_int_eq(ts_reduce(a, b, 1, fl[f], TS_REDUCE_AVG, NULL), TS_OK);
+    }
+    ck_assert_int_eq(ts_reduce_finish(a, 1, fl[f], TS_REDUCE_AVG, 4, NULL), TS_OK);
+    put(b, 0, fl[f], 3);
+    ck_assert(memcmp(a, b, ts_dtype_size(fl[f])) == 0);
+  }
+  /* the other ops, and a count of 1, leave the data as it is */
+  float s[2] = {5, 7};
+  ck_assert_int_eq(ts_reduce_finish(s, 2, TS_F32, TS_REDUCE_SUM, 4, NULL), TS_OK);
+  ck_assert_int_eq(ts_reduce_finish(s, 2, TS_F32, TS_REDUCE_AVG, 1, NULL), TS_OK);
+  ck_assert(s[0] == 5 && s[1] == 7);
+  ts_error err;
+  ck_assert_int_eq(ts_reduce_finish(s, 2, TS_F32, TS_REDUCE_AVG, 0, &err), TS_INVALID_ARGUMENT);
+  for (int dt = 0; dt < TS_DTYPE_COUNT; dt++) {
+    if (ts_dtype_is_float((ts_dtype)dt))
+      continue;
+    unsigned char a[8] = {3}, b[8] = {4}, keep[8] = {3};
+    ck_assert_int_eq(ts_reduce(a, b, 1, (ts_dtype)dt, TS_REDUCE_AVG, &err), TS_BAD_DTYPE);
+    ck_assert_msg(strstr(err.msg, ts_dtype_name((ts_dtype)dt)) && strstr(err.msg, "f32") &&
+                      strstr(err.msg, "sum, prod, max or min"), "%s", err.msg);
+    ck_assert(memcmp(a, keep, 8) == 0);
+    ck_assert_int_eq(ts_reduce_finish(a, 1, (ts_dtype)dt, TS_REDUCE_AVG, 2, &err), TS_BAD_DTYPE);
+    ck_assert_int_eq(ts_reduce_fill_identity(a, 1, (ts_dtype)dt, TS_REDUCE_AVG, &err),
+                     TS_BAD_DTYPE);
+  }
+}
+END_TEST
+
+/* prod: integer products wrap like a C cast of the exact product, bool is and, floats as the
+ * naive product; the identity is 1. */
+START_TEST(prod_wraps_and_bool_is_and) {
+  int8_t a8[2] = {100, -128}, b8[2] = {3, -1};
+  ck_assert_int_eq(ts_reduce(a8, b8, 2, TS_I8, TS_REDUCE_PROD, NULL), TS_OK);
+  ck_assert_int_eq(a8[0], (int8_t)(uint8_t)300);
+  ck_assert_int_eq(a8[1], -128); /* -128 * -1 = 128 wraps to -128 */
+  uint16_t u[1] = {65535}, v[1] = {65535}; /* 65535^2 must not overflow int on the way */
+  ck_assert_int_eq(ts_reduce(u, v, 1, TS_U16, TS_REDUCE_PROD, NULL), TS_OK);
+  ck_assert_uint_eq(u[0], (uint16_t)(65535u * 65535u));
+  int64_t x[1] = {INT64_MAX}, y[1] = {2};
+  ck_assert_int_eq(ts_reduce(x, y, 1, TS_I64, TS_REDUCE_PROD, NULL), TS_OK);
+  ck_assert(x[0] == -2);
+  uint8_t bb[4] = {0, 0, 1, 1}, c8[4] = {0, 1, 0, 1};
+  ck_assert_int_eq(ts_reduce(bb, c8, 4, TS_BOOL, TS_REDUCE_PROD, NULL), TS_OK);
+  ck_assert(bb[0] == 0 && bb[1] == 0 && bb[2] == 0 && bb[3] == 1);
+  float f[3] = {1.5f, -2.0f, 0.0f}, g[3] = {4.0f, 0.25f, -3.0f};
+  ck_assert_int_eq(ts_reduce(f, g, 3, TS_F32, TS_REDUCE_PROD, NULL), TS_OK);
+  ck_assert(f[0] == 6.0f && f[1] == -0.5f && f[2] == 0.0f && signbit(f[2]));
+  uint16_t h[1] = {ts_f32_to_bf16(3.0f)}, k[1] = {ts_f32_to_bf16(-0.5f)};
+  ck_assert_int_eq(ts_reduce(h, k, 1, TS_BF16, TS_REDUCE_PROD, NULL), TS_OK);
+  ck_assert(ts_bf16_to_f32(h[0]) == -1.5f);
+  double one;
+  ck_assert_int_eq(ts_reduce_fill_identity(&one, 1, TS_F64, TS_REDUCE_PROD, NULL), TS_OK);
+  ck_assert(one == 1.0);
+  uint32_t one32;
+  ck_assert_int_eq(ts_reduce_fill_identity(&one32, 1, TS_U32, TS_REDUCE_PROD, NULL), TS_OK);
+  ck_assert_uint_eq(one32, 1);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("reduce");
   TCase *tc = tcase_create("reduce");
@@ -188,6 +296,8 @@ int main(void) {
   tcase_add_test(tc, nan_propagates_and_ints_wrap);
   tcase_add_test(tc, identities);
   tcase_add_test(tc, names_and_errors);
+  tcase_add_test(tc, avg_divides_once);
+  tcase_add_test(tc, prod_wraps_and_bool_is_and);
   suite_add_tcase(s, tc);
   return ts_run_suite(s);
 }

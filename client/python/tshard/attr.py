@@ -106,16 +106,28 @@ class Replicate:
     __repr__ = __str__
 
 
+_OPS = ("sum", "max", "min", "avg", "prod")
+
+
 class Partial:
-    """Every rank along this mesh dim holds a partial value; the tensor is their ``op``
-    (``sum``, ``max`` or ``min``)."""
+    """Every rank along this mesh dim holds a partial value; the tensor is their ``op``:
+    ``sum``, ``avg`` (the sum divided by the number of ranks along the dim, DTensor's
+    ``Partial("avg")``; float dtypes only), ``prod`` (on bool: and), ``max`` or ``min``.
+
+    Each partial mesh dim has its own op (``[Partial("sum"), Partial("max")]``), reduced mesh
+    dim by mesh dim in mesh-dim order; a ``Partial("prod")`` after a ``Partial("avg")`` is
+    refused (put the product's mesh dim first).
+
+    A reshard into ``Partial("avg")`` leaves the value itself on every rank of the dim (the mean
+    of equal values); into the other ops, each element's value on one rank of the dim and the
+    op's identity (0, 1, lowest, highest) on the others."""
 
     def __init__(self, op: str = "sum", reduce_op: Optional[str] = None) -> None:
         """A partial placement reduced by ``op`` (``reduce_op``: DTensor's keyword for it)."""
         if reduce_op is not None:  # DTensor's keyword
             op = reduce_op
-        if op not in ("sum", "max", "min"):
-            raise error_for(10, f"partial op {op!r}: valid are 'sum', 'max', 'min'")
+        if op not in _OPS:
+            raise error_for(10, f"partial op {op!r}: valid are 'sum', 'avg', 'prod', 'max', 'min'")
         self.op = op
 
     def __str__(self):
@@ -136,6 +148,18 @@ def _ranks_text(ranks):
         out.append(f"{ranks[i]}-{ranks[j]}" if j > i else f"{ranks[i]}")
         i = j + 1
     return ",".join(out)
+
+
+def _partial_ops_error(places):
+    """Partial dims reduce in mesh-dim order and avg divides once at the end (shard/plan/attr.c):
+    the message refusing a P(prod) after a P(avg), or None."""
+    partial = [(m, p.op) for m, p in enumerate(places) if isinstance(p, Partial)]
+    avg = next((m for m, op in partial if op == "avg"), None)
+    prod = next((m for m, op in partial if op == "prod" and avg is not None and m > avg), None)
+    if prod is None:
+        return None
+    return (f"placements {avg} and {prod} are P(avg) and then P(prod): a product after an "
+            f"average is not supported; put the P(prod) mesh dim before the P(avg) one")
 
 
 class Attr:
@@ -165,6 +189,9 @@ class Attr:
         for p in self.placements:
             if not isinstance(p, (Shard, Replicate, Partial)):
                 raise TypeError(f"placement {p!r}: use Shard(d), Replicate() or Partial(op)")
+        bad_ops = _partial_ops_error(self.placements)
+        if bad_ops:
+            raise error_for(10, bad_ops)
         self.splits = {int(d): [int(s) for s in v] for d, v in (splits or {}).items()}
 
     def __str__(self):
@@ -218,7 +245,6 @@ _MAX_MESH_DIMS = 8
 _MAX_DIMS = 8
 _AXIS_NAME_MAX = 15
 _NAME_BUF = 64
-_OPS = ("sum", "max", "min")
 _BLANKS = b" \t\n\r"
 _PLACEMENT_EXPECTED = "a placement: S(dim), R, P(op) or Shard(dim), Replicate(), Partial(op)"
 
@@ -384,7 +410,7 @@ class _Parser:
                 self.pos += 1
             return name
         self.pos = op_at
-        raise self.fail("a reduce op: sum, max or min")
+        raise self.fail("a reduce op: sum, avg, prod, max or min")
 
     def parse_placement(self):
         self.blanks()
@@ -505,14 +531,9 @@ class _Parser:
             if dup is not None:
                 raise self.error("BAD_ATTRIBUTE", f"attribute: rank {dup} appears twice in the "
                                                   f"mesh; each rank may appear once")
-        partial = [m for m, p in enumerate(places) if isinstance(p, Partial)]
-        for m in partial[1:]:
-            first = places[partial[0]].op
-            if places[m].op != first:
-                raise self.error("BAD_ATTRIBUTE", f"attribute: placements {partial[0]} and {m} "
-                                                  f"are partial with different ops ({first}, "
-                                                  f"{places[m].op}); the partial placements of "
-                                                  f"an attribute share one op")
+        bad_ops = _partial_ops_error(places)
+        if bad_ops:
+            raise self.error("BAD_ATTRIBUTE", f"attribute: {bad_ops}")
         splits = {}
         before = self.pos
         if self.separated() and self.tok("splits"):

@@ -120,10 +120,15 @@ def _header(fpath):
     return h, 8 + n, size
 
 
+_REDUCE_FNS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum,
+               "min": np.minimum}
+
+
 def _reduce(op, acc, x, dtype):
     """acc op= x; f16 and bf16 through f32 (as the daemons reduce); bool: sum and max are "or",
-    min is "and" (numpy's add, maximum and minimum of bools)."""
-    f = {"sum": np.add, "max": np.maximum, "min": np.minimum}[op]
+    min and prod are "and" (numpy's add, multiply, maximum and minimum of bools); avg sums
+    (_finish divides)."""
+    f = _REDUCE_FNS[op]
     if dtype == "bf16":
         a = (acc.astype(np.uint32) << 16).view(np.float32)
         b = (x.astype(np.uint32) << 16).view(np.float32)
@@ -133,6 +138,20 @@ def _reduce(op, acc, x, dtype):
     if dtype == "f16":
         return f(acc.astype(np.float32), x.astype(np.float32)).astype(np.float16)
     return f(acc, x)
+
+
+def _finish(op, acc, count, dtype):
+    """avg: the sum of `count` contributions divided once (f16 and bf16 through f32)."""
+    if op != "avg" or count == 1:
+        return acc
+    if dtype == "bf16":
+        a = (acc.astype(np.uint32) << 16).view(np.float32) / np.float32(count)
+        r = a.view(np.uint32)
+        rounded = (r + 0x7FFF + ((r >> 16) & 1)) >> 16
+        return np.where(np.isnan(a), (r >> 16) | 0x40, rounded).astype(np.uint16)
+    if dtype == "f16":
+        return (acc.astype(np.float32) / np.float32(count)).astype(np.float16)
+    return (acc / acc.dtype.type(count)).astype(acc.dtype)
 
 
 def read(path, name, verify=None):
@@ -209,12 +228,24 @@ def read(path, name, verify=None):
         if n != total and not (t.get("partial_kept") and n <= total):
             raise CheckpointError(f"checkpoint '{path}': tensor '{name}': pieces hold {n} of "
                                   f"{total} elements")
-    arrays = [groups[k][0] for k in sorted(groups)]
-    if len(arrays) == 1 and not t.get("partial_kept"):
-        return arrays[0]
-    m = re.search(r"P\((sum|max|min)\)", t["attr"])
-    op = m.group(1) if m else "sum"
-    out = arrays[0]
-    for a in arrays[1:]:
-        out = _reduce(op, out, a, dtype)
-    return out
+    if len(groups) == 1 and not t.get("partial_kept"):
+        return next(iter(groups.values()))[0]
+    # kept partial pieces: reduced mesh dim by mesh dim in mesh-dim order, each by its op (the
+    # pieces' partial coordinates are in that order), avg as a sum divided once at the end
+    ops = re.findall(r"P\((sum|max|min|avg|prod)\)", t["attr"])
+    arrays = {k: a for k, (a, _) in groups.items()}
+    count = 1
+    for op in ops:
+        reduced = {}
+        for key in sorted(arrays):  # along this dim in increasing coordinate, per group
+            rest = key[1:]
+            reduced[rest] = (arrays[key] if rest not in reduced
+                             else _reduce(op, reduced[rest], arrays[key], dtype))
+        if op == "avg":
+            count *= len({key[0] for key in arrays})
+        arrays = reduced
+    if len(arrays) != 1:
+        raise CheckpointError(f"checkpoint '{path}': tensor '{name}': partial pieces of "
+                              f"{len(arrays)} groups do not match its attribute {t['attr']}")
+    out = next(iter(arrays.values()))
+    return _finish("avg", out, count, dtype) if count > 1 else out
