@@ -127,7 +127,7 @@ for text, cls in (("mesh=[4 placements=[S(0)]", tshard.ParseError),
 for what, fn in (("two placements on a 1-dim mesh",
                   lambda: tshard.Attr(tshard.Mesh([2]), [tshard.Shard(0), tshard.Shard(1)])),
                  ("a mesh size of 0", lambda: tshard.Mesh([0])),
-                 ("partial op 'avg'", lambda: tshard.Partial("avg"))):
+                 ("partial op 'mean'", lambda: tshard.Partial("mean"))):
     try:
         fn()
         check(False, f"{what}: accepted")
