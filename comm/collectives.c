@@ -193,16 +193,10 @@ drain:
 /* The link rate's messages travel under this tag. */
 #define RATE_TAG 31742
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* One timed send of n bytes from a to b, answered by one byte: seconds (on a). */
 static int timed_send(ts_comm *c, int a, int b, char *buf, int n, double *secs, ts_error *err) {
   char ack = 0;
-  double t0 = now_s();
+  int64_t t0 = ts_wait_now_ns();
   if (c->rank == a) {
     TS_MPI_CHECK(MPI_Send(buf, n, MPI_BYTE, b, RATE_TAG, c->comm), err);
     TS_MPI_CHECK(MPI_Recv(&ack, 1, MPI_BYTE, b, RATE_TAG, c->comm, MPI_STATUS_IGNORE), err);
@@ -210,7 +204,7 @@ static int timed_send(ts_comm *c, int a, int b, char *buf, int n, double *secs, 
     TS_MPI_CHECK(MPI_Recv(buf, n, MPI_BYTE, a, RATE_TAG, c->comm, MPI_STATUS_IGNORE), err);
     TS_MPI_CHECK(MPI_Send(&ack, 1, MPI_BYTE, a, RATE_TAG, c->comm), err);
   }
-  *secs = now_s() - t0;
+  *secs = (double)(ts_wait_now_ns() - t0) * 1e-9;
   return TS_OK;
 }
 

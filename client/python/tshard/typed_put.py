@@ -82,16 +82,24 @@ def bf16_bits(array: Any) -> BF16Bits:
     """
     if isinstance(array, BF16Bits):
         return array
+    return BF16Bits(_bit_patterns(array, "bf16_bits", np.uint16, np.int16, "a bf16"))
+
+
+def _bit_patterns(array: Any, what: str, unsigned: type, signed: type,
+                  tensor: str) -> np.ndarray:
+    """``array`` as unsigned bit patterns (the signed integers of the same width viewed as them),
+    or TypeError naming what is valid."""
+    name = np.dtype(unsigned).name
     if not isinstance(array, np.ndarray):
-        raise TypeError(f"bf16_bits takes a numpy array of uint16 bit patterns, not "
+        raise TypeError(f"{what} takes a numpy array of {name} bit patterns, not "
                         f"{type(array).__name__}")
-    if array.dtype == np.dtype(np.int16):
-        array = array.view(np.uint16)
-    if array.dtype != np.dtype(np.uint16):
-        raise TypeError(f"bf16_bits takes uint16 (or int16) bit patterns, not {array.dtype}; "
-                        "to round float values to bf16, put them with convert=True into a bf16 "
-                        "tensor")
-    return BF16Bits(array)
+    if array.dtype == np.dtype(signed):
+        array = array.view(unsigned)
+    if array.dtype != np.dtype(unsigned):
+        raise TypeError(f"{what} takes {name} (or {np.dtype(signed).name}) bit patterns, not "
+                        f"{array.dtype}; to round float values to {tensor.split()[1]}, put "
+                        f"them with convert=True into {tensor} tensor")
+    return array
 
 
 class F8Bits:
@@ -153,16 +161,7 @@ def f8_bits(array: Any, format: str) -> F8Bits:
                          "'e5m2' (float8_e5m2)")
     if isinstance(array, F8Bits):
         array = array.bits
-    if not isinstance(array, np.ndarray):
-        raise TypeError(f"f8_bits takes a numpy array of uint8 bit patterns, not "
-                        f"{type(array).__name__}")
-    if array.dtype == np.dtype(np.int8):
-        array = array.view(np.uint8)
-    if array.dtype != np.dtype(np.uint8):
-        raise TypeError(f"f8_bits takes uint8 (or int8) bit patterns, not {array.dtype}; to "
-                        f"round float values to {dt}, put them with convert=True into an {dt} "
-                        "tensor")
-    return F8Bits(array, dt)
+    return F8Bits(_bit_patterns(array, "f8_bits", np.uint8, np.int8, f"an {dt}"), dt)
 
 
 def declare(array: Any, convert: bool, dtypes: Mapping[str, np.dtype],
