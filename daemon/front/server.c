@@ -38,13 +38,13 @@
  * starts closing, holds it while it hands a frame to libuv, and takes the engine's notices of
  * what it wrote (for the requests in flight) when it next wakes: a read of the connection, or
  * its async when it stopped reading the connection (the engine wakes it then).
+ * TERM and INT reach the loop through signals.c's pipe and start a shutdown on every rank.
  * Shutdown: the engine finishes, then tsd_server_stop flushes the answers, removes the sockets
  * and closes every handle (a timer forces the close of clients that do not read). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdarg.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -132,7 +132,8 @@ struct tsd_server {
   bool has_tcp, stopping, stop_requested, signalled;
   bool direct_off; /* TSHARD_DIRECT=0 at start: transfers naming a client's memory are refused */
   uv_async_t async;
-  uv_signal_t sigterm, sigint;
+  uv_poll_t sigpoll; /* the read end of signals.c's pipe */
+  int sigfd;
   uv_timer_t stop_timer;
   uv_timer_t sweep_timer; /* closes connections past --frame-timeout or --auth-timeout; runs
                            * while there are connections */
@@ -1025,13 +1026,7 @@ static void begin_stop(tsd_server *s) {
   unlink(s->path);
   if (s->has_tcp)
     close_if_open((uv_handle_t *)&s->tcp_srv);
-  close_if_open((uv_handle_t *)&s->sigterm);
-  close_if_open((uv_handle_t *)&s->sigint);
-  /* Closing the signal handles gave TERM and INT back their default action: a late one (a
-   * launcher's or a scheduler's second signal) would kill a daemon that is already stopping in
-   * order, and its job would count it lost. From here they are ignored. */
-  signal(SIGTERM, SIG_IGN);
-  signal(SIGINT, SIG_IGN);
+  close_if_open((uv_handle_t *)&s->sigpoll); /* later signals stay caught, and unread */
   close_if_open((uv_handle_t *)&s->async);
   conn *c = s->conns;
   while (c) {
@@ -1061,10 +1056,15 @@ static void on_async(uv_async_t *a) {
     begin_stop(s);
 }
 
-static void on_signal(uv_signal_t *h, int signum) {
+static void on_signal(uv_poll_t *h, int status, int events) {
+  (void)status, (void)events;
   tsd_server *s = h->data;
-  TSD_LOG(TSD_LOG_INFO, "signal %d: shutting down", signum);
-  if (s->signalled)
+  int signum, last = 0;
+  while ((signum = tsd_signals_take(s->sigfd)) != 0) {
+    TSD_LOG(TSD_LOG_INFO, "signal %d: shutting down", signum);
+    last = signum;
+  }
+  if (last == 0 || s->signalled)
     return;
   s->signalled = true;
   s->sh->stop_signalled = true; /* _Atomic */
@@ -1136,7 +1136,8 @@ int tsd_server_start(tsd_server_opts *o, tsd_server **out, ts_error *err) {
                         sizeof probe.sun_path - 1);
   }
   snprintf(o->socket_path, sizeof o->socket_path, "%s", s->path);
-  if ((rc = tsd_prepare_socket_dir(o->cfg->socket_dir, err)) || (rc = claim_path(s->path, err))) {
+  if ((rc = tsd_signals_open(&s->sigfd, err)) ||
+      (rc = tsd_prepare_socket_dir(o->cfg->socket_dir, err)) || (rc = claim_path(s->path, err))) {
     free(s);
     return rc;
   }
@@ -1186,11 +1187,9 @@ int tsd_server_start(tsd_server_opts *o, tsd_server **out, ts_error *err) {
   s->sweep_tick = tick < 5 ? 5 : tick > 1000 ? 1000 : tick; /* started by the first connection */
   uv_async_init(&s->loop, &s->async, on_async);
   s->async.data = s;
-  uv_signal_init(&s->loop, &s->sigterm);
-  uv_signal_init(&s->loop, &s->sigint);
-  s->sigterm.data = s->sigint.data = s;
-  uv_signal_start(&s->sigterm, on_signal, SIGTERM);
-  uv_signal_start(&s->sigint, on_signal, SIGINT);
+  uv_poll_init(&s->loop, &s->sigpoll, s->sigfd);
+  s->sigpoll.data = s;
+  uv_poll_start(&s->sigpoll, UV_READABLE, on_signal);
   s->sh->server = s;
   tsd_queue_set_wake(&s->sh->replies, loop_wake, s);
   if (pthread_create(&s->thread, NULL, loop_main, s) != 0) {

@@ -53,6 +53,14 @@ int tsd_catalog_answer(tsd_catalog *c, const Tshard__Request *req, bool wait_if_
                        uint8_t **frame, size_t *len);
 
 /* ---------------------------------------------------------------------------------------------
+ * signals.c: TERM and INT, caught for the process's life and written to a pipe the loop watches
+ * (see the top of signals.c). */
+/* Installs the handler (once per process) and gives the pipe's read end (non-blocking). */
+int tsd_signals_open(int *read_fd, ts_error *err);
+/* The next signal's number from the pipe, 0 when none is waiting. */
+int tsd_signals_take(int read_fd);
+
+/* ---------------------------------------------------------------------------------------------
  * The front half of the table of operations: the answers the loop thread gives itself, indexed
  * by op case like the wire half (wire/optable.c). */
 /* What the loop thread's answers need (ping, catalog). */

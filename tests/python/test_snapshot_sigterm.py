@@ -11,6 +11,7 @@ little apart).
 - save(wait=False) over a checkpoint, stuck, --shutdown-save-wait 1s: the daemons abandon it on
   every rank, rank 0 logs that the temporary directory was removed, none is left, the previous
   checkpoint is intact, and mpirun exits 0 within the bound.
+- TERM to every rank every millisecond until mpirun exits: the daemons stop in order, exit 0.
 
 usage: test_snapshot_sigterm.py BUILD_BIN_DIR"""
 import atexit
@@ -104,7 +105,7 @@ def completed():
         check(len(leftovers(sdir)) == 1, f"the snapshot is in flight: {leftovers(sdir)}")
         rc = terminate(d)
         logs = d.logs()
-    check(rc == 0, f"mpirun exits 0 after the signal: {rc}")
+    check(rc == 0, f"mpirun exits 0 after the signal: {rc}\n{logs[-4000:] if rc else ''}")
     for r in range(3):
         check(re.search(rf"tshardd\[{r}\] info: background save \d+ to "
                         rf"'{re.escape(snap['dir'])}' complete", logs),
@@ -134,7 +135,7 @@ def abandoned():
         rc = terminate(d)
         took = time.monotonic() - t0
         logs = d.logs()
-    check(rc == 0, f"mpirun exits 0 after the signal: {rc}")
+    check(rc == 0, f"mpirun exits 0 after the signal: {rc}\n{logs[-4000:] if rc else ''}")
     check(took < 60, f"the daemons stopped within the bound: {took:.1f} s")
     for r in range(3):
         check(re.search(rf"tshardd\[{r}\] warn: background save \d+ to '{re.escape(target)}' "
@@ -147,6 +148,31 @@ def abandoned():
     check(np.array_equal(ck.read(target, "w"), ref), "the previous checkpoint is intact")
 
 
+def storm():
+    """TERM to every rank again and again until mpirun exits: the first starts the shutdown, the
+    later ones, whenever they come during the stop, are caught and change nothing."""
+    d = Daemons(bin_dir, 3)
+    with d:
+        pids = daemon_pids(d)
+        sent = 0
+        deadline = time.monotonic() + 120
+        while d.proc.poll() is None and time.monotonic() < deadline:
+            for p in pids.values():
+                try:
+                    os.kill(p, signal.SIGTERM)
+                    sent += 1
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.001)  # the pace of the signals, not a synchronization
+        rc = d.proc.wait(60)
+        logs = d.logs()
+    check(rc == 0, f"mpirun exits 0 after {sent} signals: {rc}\n{logs[-4000:] if rc else ''}")
+    check("info: signal 15: shutting down" in logs, "the signal is logged")
+    for r in range(3):
+        check(f"tshardd[{r}] info: stopped" in logs, f"rank {r} logs its stop")
+
+
 completed()
 abandoned()
+storm()
 check.finish()
