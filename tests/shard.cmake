@@ -6,6 +6,8 @@ tshard_unit_test(test_plan ${CMAKE_CURRENT_LIST_DIR}/unit/test_plan.c)
 target_link_libraries(test_plan PRIVATE tsplan)
 tshard_unit_test(test_topology ${CMAKE_CURRENT_LIST_DIR}/unit/test_topology.c)
 target_link_libraries(test_topology PRIVATE tsplan)
+tshard_unit_test(test_relabel ${CMAKE_CURRENT_LIST_DIR}/unit/test_relabel.c)
+target_link_libraries(test_relabel PRIVATE tsplan)
 # The name index of the store and the catalog, against a linear search.
 tshard_unit_test(test_names ${CMAKE_CURRENT_LIST_DIR}/unit/test_names.c)
 target_link_libraries(test_names PRIVATE tsshard)

@@ -250,6 +250,15 @@ int ts_plan_create(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr *s
 int ts_plan_create_on(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr *src,
                       const ts_attr *tgt, const ts_plan_opts *opts, ts_topology *topo,
                       ts_plan **out, ts_error *err);
+/* Relabeling (relabel.c): which of dst's own ranks takes which of its mesh positions, so that
+ * the most elements of each position's block are already on its rank under src (none under a
+ * partial src). Writes dst->nranks ranks, row-major over dst's mesh (a permutation of
+ * dst->ranks; dst's order where nothing is gained), and *kept (may be NULL) the elements that stay
+ * in place. An optimal assignment up to TS_RELABEL_EXACT_MAX ranks, greedy beyond. Checks both
+ * attributes against the shape. */
+#define TS_RELABEL_EXACT_MAX 256
+int ts_plan_relabel(const ts_attr *src, const ts_attr *dst, int ndim, const int64_t *shape,
+                    int *ranks, int64_t *kept, ts_error *err);
 /* The stages of a hierarchical plan (0 for the other strategies), and stage i: a plan of its own,
  * run one after the other by the executor. */
 int ts_plan_stage_count(const ts_plan *p);
