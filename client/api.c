@@ -513,6 +513,7 @@ int tshard_reshard(tshard_client *c, const char *name, const char *attr,
   q.keep_source_as = tsc_str(o->keep_source_as);
   q.layout = &l;
   q.dtype = tsc_str(o->dtype);
+  q.relabel = o->relabel;
   req.op_case = TSHARD__REQUEST__OP_RESHARD;
   req.reshard = &q;
   req.idempotency_key = tsc_str(o->key);
@@ -522,9 +523,16 @@ int tshard_reshard(tshard_client *c, const char *name, const char *attr,
   int rc = tsc_call(c, &req, &r);
   c->reshard_strategy[0] = '\0';
   c->reshard_us = 0;
+  c->reshard_nranks = 0;
   if (rc == TS_OK && r && r->strategy) {
     snprintf(c->reshard_strategy, sizeof c->reshard_strategy, "%s", r->strategy);
     c->reshard_us = r->elapsed_us;
+    int *v = r->n_ranks ? realloc(c->reshard_ranks, r->n_ranks * sizeof *v) : NULL;
+    if (v) {
+      memcpy(v, r->ranks, r->n_ranks * sizeof *v);
+      c->reshard_ranks = v;
+      c->reshard_nranks = (int)r->n_ranks;
+    }
   }
   if (r)
     tsc_free(c, r);
@@ -540,6 +548,14 @@ int tshard_reshard_report(const tshard_client *c, char *strategy, size_t cap,
   if (elapsed_us)
     *elapsed_us = c->reshard_us;
   return TS_OK;
+}
+
+int tshard_reshard_ranks(const tshard_client *c, int *ranks, int cap) {
+  if (!c)
+    return 0;
+  for (int i = 0; ranks && i < cap && i < c->reshard_nranks; i++)
+    ranks[i] = c->reshard_ranks[i];
+  return c->reshard_nranks;
 }
 
 int tshard_drop(tshard_client *c, const char *name, const char *key) {

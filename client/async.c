@@ -26,6 +26,8 @@ struct tsc_ticket {
   uint64_t elapsed_us;
   tshard_ckpt_info *ckpt; /* malloc'd: a save's or load's report, NULL: none */
   char *save_path;        /* malloc'd: a save's directory (its lost-rank error names it) */
+  int *ranks;             /* malloc'd: a relabeled reshard's target ranks (nranks), NULL: none */
+  int nranks;
 };
 
 int tsc_ticket_add(tshard_client *c, uint64_t id, uint64_t *ticket) {
@@ -72,6 +74,10 @@ bool tsc_ticket_keep(tshard_client *c, const Tshard__Response *r) {
   if (r->strategy)
     snprintf(t->strategy, sizeof t->strategy, "%s", r->strategy);
   t->elapsed_us = r->elapsed_us;
+  if (r->n_ranks && (t->ranks = malloc(r->n_ranks * sizeof *t->ranks))) {
+    memcpy(t->ranks, r->ranks, r->n_ranks * sizeof *t->ranks);
+    t->nranks = (int)r->n_ranks;
+  }
   if (r->result_case == TSHARD__RESPONSE__RESULT_CKPT && (t->ckpt = malloc(sizeof *t->ckpt)))
     tsc_ckpt_info_copy(r->ckpt, t->ckpt); /* without memory the report is left out */
   return true;
@@ -82,6 +88,7 @@ void tsc_tickets_free(tshard_client *c) {
     free(c->tickets[i].message);
     free(c->tickets[i].ckpt);
     free(c->tickets[i].save_path);
+    free(c->tickets[i].ranks);
   }
   free(c->tickets);
   c->tickets = NULL;
@@ -99,6 +106,13 @@ static int ticket_take(tshard_client *c, tsc_ticket *t, tshard_result *result,
     snprintf(result->strategy, sizeof result->strategy, "%s", t->strategy);
     result->elapsed_us = t->elapsed_us;
   }
+  if (t->strategy[0] && status == TS_OK) { /* a reshard's answer: tshard_reshard_ranks */
+    free(c->reshard_ranks);
+    c->reshard_ranks = t->ranks;
+    c->reshard_nranks = t->nranks;
+    t->ranks = NULL;
+  }
+  free(t->ranks);
   if (info && t->ckpt)
     *info = *t->ckpt;
   free(t->message);

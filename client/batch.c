@@ -52,6 +52,9 @@ int tshard_reshard_many_results(tshard_client *c, int n, const char *const *name
   if (o->keep_source_as && o->keep_source_as[0])
     return tsc_fail(c, TS_INVALID_ARGUMENT,
                     "tshard_reshard_many reshards in place; keep_source_as must be NULL");
+  if (o->relabel)
+    return tsc_fail(c, TS_INVALID_ARGUMENT, "tshard_reshard_many does not relabel; relabel one "
+                    "tensor with tshard_reshard");
   for (int i = 0; i < n; i++)
     if (tsc_name_ok(c, "tensor name", names[i]))
       return TS_INVALID_ARGUMENT;

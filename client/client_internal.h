@@ -60,6 +60,8 @@ struct tshard_client {
   bool put_convert;
   char reshard_strategy[32];
   uint64_t reshard_us;
+  int *reshard_ranks; /* a relabeled reshard's target ranks as chosen (reshard_nranks) */
+  int reshard_nranks;
   /* operations in flight (async.c): set by a submit call, the next call only sends */
   uint64_t *submit_to;
   struct tsc_ticket *tickets; /* requests sent, answers not waited on yet */

@@ -255,6 +255,7 @@ void tshard_close(tshard_client **pc) {
   tsc_shm_unmap(*pc);
   tsc_group_free(*pc);
   tsc_tickets_free(*pc);
+  free((*pc)->reshard_ranks);
   close((*pc)->fd);
   free((*pc)->arena.buf);
   free((*pc)->rbuf);

@@ -22,6 +22,7 @@
 #ifndef TSHARD_H
 #define TSHARD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -113,6 +114,11 @@ typedef struct tshard_reshard_opts {
    * (TS_UNSUPPORTED) a partial source to a partial target. In tshard_reshard_many it applies to
    * every item. */
   const char *dtype;
+  /* The target's ranks may be permuted among themselves so that the fewest bytes move (the
+   * layout is the same up to which rank holds which block; layouts that differ only by such a
+   * permutation move nothing); tshard_reshard_ranks gives the order chosen, and the tensor's
+   * attribute has it. Not in tshard_reshard_many. */
+  bool relabel;
 } tshard_reshard_opts;
 
 int tshard_reshard(tshard_client *c, const char *name, const char *attr,
@@ -329,6 +335,10 @@ int tshard_put_slice_typed(tshard_client *c, const char *name, const char *layou
  * when the answer named none: an older daemon, or a retry answered by its idempotency key). */
 int tshard_reshard_report(const tshard_client *c, char *strategy, size_t cap,
                           uint64_t *elapsed_us);
+/* After a successful tshard_reshard with relabel (or tshard_wait of a submitted one): the target
+ * mesh's ranks in the order chosen (row-major over the mesh), at most cap written to ranks;
+ * returns how many there are (0 when the last reshard answered was not relabeled). */
+int tshard_reshard_ranks(const tshard_client *c, int *ranks, int cap);
 /* Why the last tshard_connect_rank of this thread failed: "no daemon serves job X on rank R at
  * PATH; start one with tshard-launch ..." or a bad job name ("" before any failure). */
 const char *tshard_connect_message(void);

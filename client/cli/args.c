@@ -10,7 +10,7 @@
 static const char *const flags[] = {"--json", "--ascii", "--unicode", "--keep", "--help",
                                     "--explain",
                                     "--keep-partial", "--per-node", "--verbose", "--overwrite",
-                                    NULL};
+                                    "--relabel", NULL};
 
 static bool is_flag(const char *arg) {
   for (int i = 0; flags[i]; i++)

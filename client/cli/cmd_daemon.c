@@ -264,6 +264,8 @@ static int reshard_batch(cli_args *a, tshard_client *c, const char *to,
                          const tshard_reshard_opts *o) {
   if (o->keep_source_as)
     return cli_fail(CLI_USAGE, "--keep-as takes one tensor; a batch of several reshards in place");
+  if (o->relabel)
+    return cli_fail(CLI_USAGE, "--relabel takes one tensor; a batch keeps every target's ranks");
   const char *to_all[CLI_MAX_POS];
   for (int i = 0; i < a->npos; i++)
     to_all[i] = to;
@@ -291,7 +293,8 @@ int cli_cmd_reshard(cli_args *a, tshard_client *c) {
     return cli_fail(CLI_USAGE, "reshard needs --to ATTR");
   int code = CLI_OK;
   tshard_reshard_opts o = {.strategy = cli_opt(a, "strategy"), .keep_source_as = cli_opt(a, "keep-as"),
-                           .layout = cli_opt(a, "layout"), .key = opt_key(a)};
+                           .layout = cli_opt(a, "layout"), .key = opt_key(a),
+                           .relabel = cli_flag(a, "relabel")};
   const char *cast = cli_opt(a, "dtype");
   ts_dtype cast_dt;
   ts_error err;
@@ -306,13 +309,20 @@ int cli_cmd_reshard(cli_args *a, tshard_client *c) {
   char strategy[32] = "?";
   uint64_t us = 0; /* the strategy the daemons ran and its time (an old daemon: unknown) */
   int rc = cli_reshard_progress(a, c, name, to, &o, strategy, sizeof strategy, &us);
+  int nranks = rc ? 0 : tshard_reshard_ranks(c, NULL, 0);
+  int *ranks = nranks ? malloc((size_t)nranks * sizeof *ranks) : NULL;
+  if (ranks)
+    tshard_reshard_ranks(c, ranks, nranks);
   if (rc)
     code = failed(c, rc);
-  else if (!a->json)
-    printf("reshard %s -> %s%s%s%s: done by %s in %.3f ms\n", name,
+  else if (!a->json) {
+    printf("reshard %s -> %s%s%s%s: done by %s in %.3f ms", name,
            o.keep_source_as ? o.keep_source_as : name, o.dtype ? " (" : "",
            o.dtype ? o.dtype : "", o.dtype ? ")" : "", strategy, (double)us / 1000.0);
-  else {
+    for (int i = 0; ranks && i < nranks; i++)
+      printf("%s%d", i ? "," : "; ranks ", ranks[i]);
+    printf("\n");
+  } else {
     printf("{\"operation\": \"reshard\", \"name\": ");
     cli_json_string(stdout, name);
     printf(", \"result\": ");
@@ -321,8 +331,11 @@ int cli_cmd_reshard(cli_args *a, tshard_client *c) {
     cli_json_string(stdout, strategy);
     if (o.dtype)
       printf(", \"dtype\": \"%s\"", o.dtype);
-    printf(", \"ms\": %.3f}\n", (double)us / 1000.0);
+    for (int i = 0; ranks && i < nranks; i++)
+      printf("%s%d", i ? ", " : ", \"ranks\": [", ranks[i]);
+    printf("%s, \"ms\": %.3f}\n", ranks ? "]" : "", (double)us / 1000.0);
   }
+  free(ranks);
   return code;
 }
 

@@ -57,6 +57,32 @@ static int topology_of(const cli_args *a, ts_topology **out) {
   return CLI_OK;
 }
 
+/* --relabel: tgt's ranks permuted among themselves so that the most stays in place; *text gets
+ * the relabeled target's canonical text (malloc'd) and *kept the bytes kept. Without --relabel
+ * nothing changes and *text stays NULL. */
+static int relabel_of(const cli_args *a, const ts_attr *src, ts_attr *tgt, int ndim,
+                      const int64_t *shape, ts_dtype dt, char **text, int64_t *kept,
+                      ts_error *err) {
+  *text = NULL;
+  if (!cli_flag(a, "relabel"))
+    return TS_OK;
+  int *ranks = malloc((size_t)tgt->nranks * sizeof *ranks);
+  if (!ranks)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory to relabel %d ranks", tgt->nranks);
+  int rc = ts_plan_relabel(src, tgt, ndim, shape, ranks, kept, err);
+  if (!rc) {
+    memcpy(tgt->ranks, ranks, (size_t)tgt->nranks * sizeof *ranks);
+    *kept *= (int64_t)ts_dtype_size(dt);
+    size_t len = ts_attr_format(tgt, NULL, 0);
+    if ((*text = malloc(len + 1)))
+      ts_attr_format(tgt, *text, len + 1);
+    else
+      rc = ts_error_set(err, TS_NO_MEMORY, "no memory for the relabeled attribute");
+  }
+  free(ranks);
+  return rc;
+}
+
 int cli_cmd_plan(cli_args *a) {
   ts_error err;
   int ndim;
@@ -105,6 +131,10 @@ int cli_cmd_plan(cli_args *a) {
   ts_dtype wire = dt; /* a cast: the plan is the one of the dtype on the wire */
   if (!rc)
     rc = ts_cast_wire_dtype(dt, to_dt, src, tgt, &wire, &err);
+  char *relabeled = NULL;
+  int64_t kept = 0;
+  if (!rc)
+    rc = relabel_of(a, src, tgt, ndim, shape, wire, &relabeled, &kept, &err);
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   if (!rc)
@@ -120,6 +150,11 @@ int cli_cmd_plan(cli_args *a) {
     if (to_dt != dt)
       printf("\"cast\": {\"from\": \"%s\", \"to\": \"%s\", \"wire\": \"%s\"}, ",
              ts_dtype_name(dt), ts_dtype_name(to_dt), ts_dtype_name(wire));
+    if (relabeled) {
+      printf("\"relabel\": {\"to\": ");
+      cli_json_string(stdout, relabeled);
+      printf(", \"kept_bytes\": %lld}, ", (long long)kept);
+    }
     if (topo) {
       char t[200];
       ts_topology_format(topo, t, sizeof t);
@@ -157,11 +192,14 @@ int cli_cmd_plan(cli_args *a) {
       if (to_dt != dt)
         printf("cast: %s -> %s, %s the wire (%s on the wire)\n", ts_dtype_name(dt),
                ts_dtype_name(to_dt), wire == to_dt ? "before" : "after", ts_dtype_name(wire));
+      if (relabeled)
+        printf("relabel: to %s (%lld bytes stay in place)\n", relabeled, (long long)kept);
       fputs(text, stdout);
       printf("planned in %.3f ms\n", ms);
       free(text);
     }
   }
+  free(relabeled);
   ts_plan_destroy(&plan);
   ts_topology_destroy(&topo);
   ts_attr_destroy(&src);

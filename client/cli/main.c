@@ -37,6 +37,8 @@ static const cli_command commands[] = {
      "  --link-rates R   the link rates the cost model weighs, host=RATE,cross=RATE\n"
      "                   (inside a host, between hosts; e.g. host=10GB/s,cross=500mbit;\n"
      "                   default 8GB/s and 10gbit; needs --topology or --hostfile)\n"
+     "  --relabel        let the target's ranks be permuted among themselves so that the\n"
+     "                   fewest bytes move: prints the target chosen and plans for it\n"
      "  --json           machine-readable output\n",
      "tshard plan --shape 4096,4096 --from 'mesh=[4096] placements=[S(0)]' \\\n"
      "            --to 'mesh=[4096] placements=[S(1)]' --ranks 4096\n  "
@@ -111,6 +113,8 @@ static const cli_command commands[] = {
      "                   convert before the wire. A value that would not survive (out of\n"
      "                   range, NaN into an integer, overflow to inf) refuses it, nothing\n"
      "                   changes. Several tensors: each is cast\n"
+     "  --relabel        the target's ranks may be permuted among themselves so that the\n"
+     "                   fewest bytes move (one tensor); prints the rank order chosen\n"
      "  --key KEY        idempotency key\n"
      "  --participants R ranks that all submit it under --key: it runs once all did\n"
      "                   (e.g. 0,1,2,3 or all; an SPMD program's processes)\n"
@@ -119,7 +123,8 @@ static const cli_command commands[] = {
      "                   the job's earlier reshards (default: on a terminal, 16 MiB or more)\n"
      "  --json           machine-readable output\n" CONNECT_HELP,
      "tshard reshard w b --to 'mesh=[4] placements=[S(1)]' --strategy alltoall\n  "
-     "tshard reshard w --to 'mesh=[4] placements=[S(0)]' --dtype bf16"},
+     "tshard reshard w --to 'mesh=[4] placements=[S(0)]' --dtype bf16\n  "
+     "tshard reshard w --to 'mesh=[4] placements=[S(0)]' --relabel"},
     {"drop", NULL, cli_cmd_drop, "delete a tensor (or several, as one batch) on every rank",
      "  NAME...          the tensor; several: one batch, all dropped or none\n"
      "  --key KEY        idempotency key\n"

@@ -6,8 +6,8 @@
  * notes the strategy its executor ran. The line of a collective operation is written after its
  * answer (tsd_oplog_flush), before anything else is logged here. Only the engine thread calls
  * these, one operation at a time, so the state of the running operation is one static record.
- * The answer of a reshard carries the strategy of the last reshard run here when it is the same
- * operation (by its hash; a retry answered later by its idempotency key gets the status alone).
+ * The answer of a reshard carries the strategy (and, relabeled, the target's ranks as chosen) of
+ * the last reshard run here when it is the same operation (by its hash; a retry answered later by its idempotency key gets the status alone).
  *
  * Each operation kind keeps its latency and batch size over its last TSD_OPLOG_WINDOW runs in a
  * ring; stats sorts a copy of a ring for its percentiles (nearest rank), so recording is O(1). */
@@ -27,6 +27,14 @@ typedef struct op_record {
 } op_record;
 
 static op_record cur;
+
+/* A relabeled reshard's target ranks: those noted by the operation running now, and those of the
+ * last reshard (its answer carries them); swapped at the end of a reshard. */
+typedef struct rank_list {
+  int *v;
+  int n, cap;
+} rank_list;
+static rank_list ranks_now, ranks_last;
 static struct {
   bool valid;
   uint64_t hash, us;
@@ -121,6 +129,7 @@ static const char *tensor_of(const Tshard__Request *r) {
 
 void tsd_oplog_begin(void) {
   memset(&cur, 0, sizeof cur);
+  ranks_now.n = 0;
   clock_gettime(CLOCK_MONOTONIC, &cur.start);
 }
 
@@ -137,6 +146,18 @@ void tsd_oplog_note(ts_strategy strategy, uint64_t bytes) {
   cur.bytes = bytes;
 }
 
+void tsd_oplog_ranks(const int *ranks, int n) {
+  if (n > ranks_now.cap) {
+    int *v = realloc(ranks_now.v, (size_t)n * sizeof *v);
+    if (!v)
+      return; /* the answer goes without them; describe gives them */
+    ranks_now.v = v;
+    ranks_now.cap = n;
+  }
+  memcpy(ranks_now.v, ranks, (size_t)n * sizeof *ranks);
+  ranks_now.n = n;
+}
+
 void tsd_oplog_end(tsd_engine *e, const tsd_ordered *op, const tsd_pending *origin, int status) {
   uint64_t us = since_us(&cur.start);
   record_kind(op->req->op_case, us, cur.batch ? cur.batch : 1);
@@ -146,6 +167,10 @@ void tsd_oplog_end(tsd_engine *e, const tsd_ordered *op, const tsd_pending *orig
     last_reshard.hash = op->hash;
     last_reshard.us = us;
     last_reshard.strategy = cur.strategy;
+    rank_list t = ranks_last;
+    ranks_last = ranks_now;
+    ranks_now = t;
+    ranks_now.n = 0;
   }
   bool given = cur.noted || cur.sized;
   uint64_t bytes = given ? cur.bytes : 0; /* a reshard: bytes sent and received here */
@@ -193,6 +218,8 @@ void tsd_answer_reshard(tsd_engine *e, const tsd_pending *w) {
   if (last_reshard.valid && last_reshard.hash == w->hash) {
     r.strategy = (char *)ts_strategy_name(last_reshard.strategy);
     r.elapsed_us = last_reshard.us;
+    r.n_ranks = (size_t)ranks_last.n;
+    r.ranks = ranks_last.v;
   }
   tsd_reply_response(e, w->conn_id, &r);
 }

@@ -8,6 +8,8 @@
 
 void tsd_oplog_begin(void);
 void tsd_oplog_note(ts_strategy strategy, uint64_t bytes);
+/* A relabeled reshard's target ranks as chosen (row-major over its mesh): its answer gives them. */
+void tsd_oplog_ranks(const int *ranks, int n);
 /* Records the operation's time (its answer carries it) and makes its log line, written by
  * tsd_oplog_flush: after the answer, before the next operation's. */
 void tsd_oplog_end(tsd_engine *e, const tsd_ordered *op, const tsd_pending *origin, int status);

@@ -515,6 +515,21 @@ int tsd_run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
   return m ? copy_to_client(e, c, name, m, rc, err) : rc;
 }
 
+/* A relabeled reshard: tgt's ranks permuted among themselves so that the most of t stays in
+ * place (every rank computes the same order from the same request); its answer gives them. */
+static int relabel(const ts_stored *t, ts_attr *tgt, ts_error *err) {
+  int *ranks = malloc((size_t)tgt->nranks * sizeof *ranks);
+  if (!ranks)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory to relabel %d ranks", tgt->nranks);
+  int rc = ts_plan_relabel(t->attr, tgt, t->ndim, t->shape, ranks, NULL, err);
+  if (!rc) {
+    memcpy(tgt->ranks, ranks, (size_t)tgt->nranks * sizeof *ranks);
+    tsd_oplog_ranks(ranks, tgt->nranks);
+  }
+  free(ranks);
+  return rc;
+}
+
 /* Prepare here (the request, the tensor, the copy that keeps the source) without agreeing: the
  * store's reshard carries a failure into its one agreement over the world, then transfers and
  * agrees once more to commit, so every rank records the same outcome. */
@@ -533,6 +548,8 @@ int tsd_run_reshard(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
   ts_stored *t = ts_store_find(e->store, q->name);
   if (!lst && !t)
     lst = ts_error_set(&lerr, TS_NOT_FOUND, "no tensor named '%s'", q->name);
+  if (!lst && q->relabel)
+    lst = relabel(t, tgt, &lerr);
   ts_dtype cast = t ? t->dtype : TS_F32; /* the dtype of the result */
   if (!lst && q->dtype[0])
     lst = ts_dtype_parse(q->dtype, &cast, &lerr);

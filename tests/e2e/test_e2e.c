@@ -161,7 +161,7 @@ static void single_driver(const reshard_case *cases, int ncases) {
       for (int s = 0; s < NSTRAT; s++) {
         char out[96];
         snprintf(out, sizeof out, "%s.%d.%s", name, t, strategies[s]);
-        tshard_reshard_opts o = {strategies[s], out, NULL, NULL, NULL};
+        tshard_reshard_opts o = {.strategy = strategies[s], .keep_source_as = out};
         int st = tshard_reshard(drv, name, rc->tgt[t], &o);
         if (st == TS_BAD_STRATEGY) {
           tshard_info info;
@@ -327,12 +327,12 @@ static void *spmd_client(void *p) {
   tshard_stats before, after;
   TSE_OK(c, tshard_stats_get(c, &before));
   pthread_barrier_wait(a->barrier); /* every slice is in before anyone reshards */
-  tshard_reshard_opts o = {NULL, NULL, NULL, kreshard, NULL};
+  tshard_reshard_opts o = {.key = kreshard};
   TSE_OK(c, tshard_reshard(c, name, rc->tgt[a->target], &o));
   pthread_barrier_wait(a->barrier);
   /* The same key again: answered from memory, nothing runs. */
   TSE_OK(c, tshard_reshard(c, name, rc->tgt[a->target], &o));
-  tshard_reshard_opts other = {"p2p", NULL, NULL, kreshard, NULL};
+  tshard_reshard_opts other = {.strategy = "p2p", .key = kreshard};
   int st = tshard_reshard(c, name, rc->src, &other);
   TSE_CHECK(st == TS_KEY_CONFLICT, "a key reused for another reshard gave %s",
             tshard_status_name(st));

@@ -258,7 +258,7 @@ static void catalog_checks(void) {
     tshard_close(&c);
   }
   /* A copy under a new name and a drop show in the list of every rank as soon as they answered. */
-  tshard_reshard_opts o = {NULL, "small_copy", NULL, NULL, NULL};
+  tshard_reshard_opts o = {.keep_source_as = "small_copy"};
   TSE_OK(c0, tshard_reshard(c0, "small", "mesh=[2] placements=[R]", &o));
   TSE_OK(c0, tshard_drop(c0, "big", NULL));
   for (int rank = 0; rank < 2; rank++) {

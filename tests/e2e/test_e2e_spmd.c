@@ -65,7 +65,7 @@ static void *skewed(void *p) {
   }
   for (int t = 0; t < 3; t++) {
     snprintf(key, sizeof key, "skew-%d-reshard-%d", a->late, t);
-    tshard_reshard_opts o = {NULL, NULL, NULL, key, NULL};
+    tshard_reshard_opts o = {.key = key};
     TSE_OK(c, tshard_reshard(c, "g", targets[t], &o));
     if (my_box(c, "g", a->rank, lo, hi)) {
       size_t got = 0;

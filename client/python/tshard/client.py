@@ -1258,7 +1258,7 @@ class Client:
     def reshard(self, name: str, attr: AttrLike, strategy: Optional[str] = None,
                 keep_source_as: Optional[str] = None, layout: Optional[str] = None,
                 key: Optional[str] = None, wait: bool = True,
-                dtype: Any = None) -> Union[Dict[str, Any], Future]:
+                dtype: Any = None, relabel: bool = False) -> Union[Dict[str, Any], Future]:
         """Moves the tensor to another distributed attribute, casting it to ``dtype`` if given.
 
         Args:
@@ -1281,10 +1281,16 @@ class Client:
                 an integer, a finite value overflowing to inf) raises BadDtypeError and nothing
                 changes on any rank; so does a partial target of an f8 dtype (no reductions);
                 a partial source to a partial target raises UnsupportedError.
+            relabel: let the daemons permute the target's ranks among themselves (the same
+                layout up to which rank holds which block) so that the fewest bytes move: an
+                optimal assignment up to 256 ranks, greedy beyond; layouts that differ only by
+                such a permutation move nothing. The tensor's attribute then has the order
+                chosen.
 
         Returns:
             ``{'strategy', 'ms'}``: the strategy the daemons ran and its time on the answering
-            rank (None and 0.0 for a retry answered by its idempotency key).
+            rank (None and 0.0 for a retry answered by its idempotency key); relabeled, also
+            ``'ranks'``: the target mesh's ranks in the order chosen (row-major).
 
         Raises:
             NotFoundError, ParseError, BadAttributeError, BadStrategyError, LimitError.
@@ -1293,16 +1299,18 @@ class Client:
 
             c.reshard("w", "mesh=[4] placements=[S(1)]")
             c.reshard("w", "mesh=[4] placements=[S(0)]", dtype="bf16")
+            c.reshard("w", "mesh=[4] placements=[S(0)]", relabel=True)["ranks"]
         """
         _check_name(name)
         if keep_source_as:
             _check_name(keep_source_as, "keep_source_as")
+        relabel = _flag(relabel, "reshard: relabel")
         return self._op(key, _reshard_result, wait, f"reshard of '{name}'",
                         reshard=pb.ReshardRequest(name=name, attr=_attr_msg(attr),
                                                   strategy=_opt_str(strategy, "strategy"),
                                                   keep_source_as=keep_source_as or "",
                                                   layout=pb.Layout(tag=_layout_tag(layout)),
-                                                  dtype=_cast_name(dtype)))
+                                                  dtype=_cast_name(dtype), relabel=relabel))
 
     def reshard_many(self, targets: Mapping[str, Any], strategy: Optional[str] = None,
                      key: Optional[str] = None,
@@ -1335,6 +1343,12 @@ class Client:
                 raise error_for(1, f"reshard_many: the target of '{name}' has no 'attr'; give "
                                    f"{{'attr': ATTR, 'strategy': ..., 'layout': ..., "
                                    f"'dtype': ...}}")
+            unknown = sorted(set(t) - {"attr", "strategy", "layout", "dtype"})
+            if unknown:
+                why = (" (reshard_many does not relabel; relabel one tensor with reshard)"
+                       if "relabel" in unknown else "")
+                raise error_for(1, f"reshard_many: the target of '{name}' has the unknown key "
+                                   f"{unknown[0]!r}{why}; valid: attr, strategy, layout, dtype")
             items.append(pb.ReshardItem(name=name, attr=_attr_msg(t["attr"]),
                                         strategy=_opt_str(t.get("strategy"), "strategy"),
                                         layout=pb.Layout(tag=_layout_tag(t.get("layout"))),
@@ -2019,7 +2033,10 @@ def _no_elements(info, mine, layout, out):
 
 
 def _reshard_result(r):
-    return {"strategy": r.strategy or None, "ms": r.elapsed_us / 1000.0}
+    out = {"strategy": r.strategy or None, "ms": r.elapsed_us / 1000.0}
+    if r.ranks:
+        out["ranks"] = list(r.ranks)
+    return out
 
 
 def _layout(s, strict=True):
