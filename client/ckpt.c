@@ -248,17 +248,14 @@ int tshard_wait_saves(tshard_client *c, uint64_t save_id, int timeout_ms) {
   uint64_t want[8] = {save_id};
   int n = 0, rc = TS_OK;
   ts_waiter w;
-  ts_waiter_init(&w, &ts_wait_socket, ts_wait_deadline_ms(timeout_ms));
+  ts_waiter_init(&w, &ts_wait_poll, ts_wait_deadline_ms(timeout_ms));
   for (;;) {
     if ((rc = tshard_stats_get(c, s)) != TS_OK || saves_state(c, s, want, &n, &rc) == TS_OK)
       break;
-    /* polling the daemon's progress: naps from 1 ms doubling to 50 ms, up to the deadline */
-    int64_t nap = ts_waiter_next(&w);
-    if (nap < 0) {
+    if (ts_waiter_pause(&w) == TS_TIMEOUT) { /* polling the daemon's progress */
       rc = tsc_fail(c, TS_TIMEOUT, "background saves still writing after %d ms", timeout_ms);
       break;
     }
-    ts_wait_nap_ns(nap < 1000000 ? 1000000 : nap > 50000000 ? 50000000 : nap);
   }
   free(s);
   return rc;

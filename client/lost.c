@@ -18,10 +18,10 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "client_internal.h"
+#include "ts_wait.h"
 
 #define TSC_LOST_WAIT_MS 2000
 #define TSC_LOST_UNNAMED_WAIT_MS 8000 /* more, while the record says a rank was lost, not which */
@@ -29,12 +29,6 @@
 typedef struct job_status {
   char state[16], final[4], rank[16], host[64], cause[160], log[256], job[72];
 } job_status;
-
-static int64_t mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* The status file of the job whose socket is `sock` (".../tshard-<job>-<rank>.sock"): 0, or -1
  * when the path is not of that form. */
@@ -103,9 +97,11 @@ int tsc_lost_describe(const char *sock, char *out, size_t cap) {
   if (status_path(sock, path, sizeof path) != 0 || read_status(path, &st) != 0 ||
       strcmp(st.state, "lost") != 0)
     return -1;
-  snprintf(out, cap, "job %s lost rank %s (host %s): %s; Open MPI stopped the whole job (the "
+  snprintf(out, cap,
+           "job %s lost rank %s (host %s): %s; Open MPI stopped the whole job (the "
            "launcher's log: %s); start it again with tshard-launch start and load the last "
-           "checkpoint", st.job, st.rank[0] ? st.rank : "?", st.host[0] ? st.host : "unknown",
+           "checkpoint",
+           st.job, st.rank[0] ? st.rank : "?", st.host[0] ? st.host : "unknown",
            st.cause[0] ? st.cause : "cause unknown", st.log[0] ? st.log : "unknown");
   return 0;
 }
@@ -117,19 +113,21 @@ int tsc_lost_check(tshard_client *c, int status) {
   if (!c->path[0] || status_path(c->path, path, sizeof path) != 0)
     return status;
   job_status st;
-  int64_t deadline = mono_ms() + TSC_LOST_WAIT_MS;
+  int64_t named_by = ts_wait_now_ns() + TSC_LOST_WAIT_MS * 1000000LL;
+  ts_waiter w; /* polling the launcher's record, up to the longer bound */
+  ts_waiter_init(&w, &ts_wait_poll,
+                 ts_wait_deadline_ms(TSC_LOST_WAIT_MS + TSC_LOST_UNNAMED_WAIT_MS));
   for (;;) {
     if (read_status(path, &st) != 0)
       return status; /* no launcher's record: nothing more to say */
     bool lost = strcmp(st.state, "lost") == 0;
-    if ((lost && strcmp(st.final, "1") == 0) ||
-        (!lost && strcmp(st.state, "running") != 0))
+    if ((lost && strcmp(st.final, "1") == 0) || (!lost && strcmp(st.state, "running") != 0))
       break;
     /* a loss recorded without its rank (a job across nodes): Open MPI names it later */
-    if (mono_ms() >= deadline + (lost && !st.rank[0] ? TSC_LOST_UNNAMED_WAIT_MS : 0))
+    if ((!lost || st.rank[0]) && ts_wait_now_ns() >= named_by)
       break;
-    struct timespec nap = {0, 20 * 1000000}; /* polling the launcher's record, bounded above */
-    nanosleep(&nap, NULL);
+    if (ts_waiter_pause(&w) == TS_TIMEOUT)
+      break;
   }
   if (strcmp(st.state, "lost") != 0)
     return status;

@@ -36,6 +36,6 @@ if(TARGET tshardd AND TARGET tshard-python)
   # synchronous save's and load's estimated progress line: asked, estimated, on a terminal
   add_test(NAME test_cli_ckpt_progress
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli_ckpt_progress.py ${TS_BIN})
-  set_tests_properties(test_cli_ckpt_progress PROPERTIES TIMEOUT 20
+  set_tests_properties(test_cli_ckpt_progress PROPERTIES TIMEOUT 120
                        ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python")
 endif()

@@ -12,11 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli.h"
 #include "ts_ckpt_index.h"
 #include "tshard.h"
+#include "ts_wait.h"
 
 static int failed(tshard_client *c, int rc) {
   char msg[1200];
@@ -79,6 +79,8 @@ static int follow_save(cli_args *a, tshard_client *c, const tshard_ckpt_info *k)
   cli_progress p;
   bool bar = cli_progress_begin(a, k->bytes, &p, "save", k->dir);
   int code = CLI_OK;
+  ts_waiter w; /* polling the daemon's progress until the save ends (or the daemon goes) */
+  ts_waiter_init(&w, &ts_wait_poll, TS_WAIT_FOREVER);
   for (;;) {
     int rc = tshard_stats_get(c, s);
     const tshard_save_stats *v = rc ? NULL : find_save(s, k->save_id);
@@ -100,8 +102,7 @@ static int follow_save(cli_args *a, tshard_client *c, const tshard_ckpt_info *k)
       }
       break;
     }
-    struct timespec nap = {0, 20 * 1000 * 1000}; /* polling the daemon's progress */
-    nanosleep(&nap, NULL);
+    ts_waiter_pause(&w);
   }
   free(s);
   return code;

@@ -2,11 +2,14 @@
  *
  * Its loop takes the work the loop thread queued (requests and notices), receives control
  * messages from the other daemons, runs the collective operations in rank 0's order, and when
- * there is nothing to do waits on a condition variable under the wait policy's engine schedule
- * (ts_wait.h: 10 us for 2 ms after the last work, as the rest of a session follows quickly, then
- * doubling up to 8 ms while the daemon stays idle). New local work wakes it at once, control
- * messages are seen within the nap, and an idle daemon costs about a hundred cheap wake-ups per
- * second instead of a core spinning in MPI. Every request is answered: an answer that cannot be
+ * there is nothing to do waits under the wait policy (ts_wait.h). With every rank of the job on
+ * this node, each rank has a doorbell (comm/doorbell.c) that local work and the other daemons'
+ * control messages ring: the engine spins 200 us after its last work (150 where cores are
+ * short), then blocks until rung, naps growing from 1 ms to 1 s (ts_wait_engine_bell). Across
+ * nodes messages come unannounced: it waits on a condition variable, 10 us naps for 2 ms after
+ * the last work, then doubling up to 8 ms (ts_wait_engine); new local work wakes it at once and
+ * control messages are seen within the nap. Either way an idle daemon costs a few cheap wake-ups
+ * per second instead of a core spinning in MPI. Every request is answered: an answer that cannot be
  * built or queued (no memory) still reaches the loop thread on a spare node, which answers the
  * error or closes the connection saying why, and releases the request's in-flight slot. */
 #include <stdlib.h>

@@ -34,8 +34,11 @@ extern const ts_wait_policy ts_wait_engine; /* the engine between work: 10 us fo
 extern const ts_wait_policy ts_wait_bell; /* an MPI message that rings: spin 100 us, ..1 ms */
 extern const ts_wait_policy ts_wait_engine_bell; /* the engine, rung: 200 us (150), 1 ms..1 s */
 extern const ts_wait_policy ts_wait_socket; /* a client's answer: spin 100 us, then poll() */
+extern const ts_wait_policy ts_wait_poll; /* a client polling a slow record: 1 ms .. 20 ms */
 
-/* No deadline: only for the engine's idle wait, which lasts as long as the daemon. */
+/* No deadline, for waits that something else ends: the engine's idle wait (the daemon's life),
+ * an MPI message waited on with a doorbell (comm/collectives.c: MPI ends it, a lost peer aborts
+ * the job), the CLI following a background save (the daemon's answer ends it). */
 #define TS_WAIT_FOREVER INT64_MAX
 
 typedef struct ts_waiter {

@@ -26,7 +26,9 @@
  * long or half as long were slower). With more processes per core the spinners would take the
  * cores of the ranks at work: they block at once. A client waiting for an answer spins 100 us
  * (an answer that comes that fast is taken without the wake-up of a sleeping thread), then
- * blocks in poll(), which wakes on the answer itself. */
+ * blocks in poll(), which wakes on the answer itself. A client polling a record that changes
+ * slowly (a background save's progress, the launcher's status file) naps from 1 ms doubling to
+ * 20 ms: a change is seen within 20 ms, and a poll costs a request or a file read, not a core. */
 #include "ts_wait.h"
 
 #include <errno.h>
@@ -53,6 +55,8 @@ const ts_wait_policy ts_wait_engine_bell = {.spin_ns = 200 * US,
                                             .yield_ns = 150 * US};
 const ts_wait_policy ts_wait_socket = {
     .spin_ns = 100 * US, .hot_ns = 0, .nap_min_ns = 1000 * MS, .nap_max_ns = 1000 * MS};
+const ts_wait_policy ts_wait_poll = {
+    .spin_ns = 0, .hot_ns = 0, .nap_min_ns = 1 * MS, .nap_max_ns = 20 * MS};
 
 static int node_processes = 1;
 static int node_cores;

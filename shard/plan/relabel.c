@@ -16,11 +16,11 @@
 #include "ts_plan.h"
 
 typedef struct relabel_in {
-  int n;              /* positions of the target mesh (= its ranks) */
-  const int *ranks;   /* the target's ranks, row-major over its mesh */
-  ts_box *dst_box;    /* per position: its block */
-  ts_box *src_box;    /* per target rank (by its position in ranks): what it holds now */
-  bool *holds;        /* per target rank: whether it holds anything of the source */
+  int n;            /* positions of the target mesh (= its ranks) */
+  const int *ranks; /* the target's ranks, row-major over its mesh */
+  ts_box *dst_box;  /* per position: its block */
+  ts_box *src_box;  /* per target rank (by its position in ranks): what it holds now */
+  bool *holds;      /* per target rank: whether it holds anything of the source */
 } relabel_in;
 
 /* The elements rank i (by position in ranks) already holds of position j's block, times n + 1,
@@ -183,14 +183,15 @@ int ts_plan_relabel(const ts_attr *src, const ts_attr *dst, int ndim, const int6
   for (int d = 0; d < ndim; d++)
     numel = shape[d] > 0 && numel > INT64_MAX / 4 / shape[d] ? INT64_MAX / 4 : numel * shape[d];
   if (numel > INT64_MAX / 4 / ((int64_t)dst->nranks + 1))
-    return ts_error_set(err, TS_LIMIT, "a tensor of %lld or more elements over %d ranks is too "
-                        "large to relabel", (long long)numel, dst->nranks);
+    return ts_error_set(err, TS_LIMIT,
+                        "a tensor of %lld or more elements over %d ranks is too "
+                        "large to relabel",
+                        (long long)numel, dst->nranks);
   relabel_in in;
   memset(&in, 0, sizeof in);
   int *owner = malloc((size_t)dst->nranks * sizeof *owner);
   int rc = owner ? relabel_inputs(src, dst, ndim, shape, &in, err)
-                 : ts_error_set(err, TS_NO_MEMORY, "no memory to relabel %d ranks",
-                                dst->nranks);
+                 : ts_error_set(err, TS_NO_MEMORY, "no memory to relabel %d ranks", dst->nranks);
   if (!rc)
     rc = in.n <= TS_RELABEL_EXACT_MAX ? assign_exact(&in, owner, err)
                                       : assign_greedy(&in, owner, err);
