@@ -66,12 +66,8 @@ static int relabel_of(const cli_args *a, const ts_attr *src, ts_attr *tgt, int n
   *text = NULL;
   if (!cli_flag(a, "relabel"))
     return TS_OK;
-  int *ranks = malloc((size_t)tgt->nranks * sizeof *ranks);
-  if (!ranks)
-    return ts_error_set(err, TS_NO_MEMORY, "no memory to relabel %d ranks", tgt->nranks);
-  int rc = ts_plan_relabel(src, tgt, ndim, shape, ranks, kept, err);
+  int rc = ts_attr_relabel(src, tgt, ndim, shape, kept, err);
   if (!rc) {
-    memcpy(tgt->ranks, ranks, (size_t)tgt->nranks * sizeof *ranks);
     *kept *= (int64_t)ts_dtype_size(dt);
     size_t len = ts_attr_format(tgt, NULL, 0);
     if ((*text = malloc(len + 1)))
@@ -79,7 +75,6 @@ static int relabel_of(const cli_args *a, const ts_attr *src, ts_attr *tgt, int n
     else
       rc = ts_error_set(err, TS_NO_MEMORY, "no memory for the relabeled attribute");
   }
-  free(ranks);
   return rc;
 }
 

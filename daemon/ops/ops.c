@@ -518,15 +518,9 @@ int tsd_run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
 /* A relabeled reshard: tgt's ranks permuted among themselves so that the most of t stays in
  * place (every rank computes the same order from the same request); its answer gives them. */
 static int relabel(const ts_stored *t, ts_attr *tgt, ts_error *err) {
-  int *ranks = malloc((size_t)tgt->nranks * sizeof *ranks);
-  if (!ranks)
-    return ts_error_set(err, TS_NO_MEMORY, "no memory to relabel %d ranks", tgt->nranks);
-  int rc = ts_plan_relabel(t->attr, tgt, t->ndim, t->shape, ranks, NULL, err);
-  if (!rc) {
-    memcpy(tgt->ranks, ranks, (size_t)tgt->nranks * sizeof *ranks);
-    tsd_oplog_ranks(ranks, tgt->nranks);
-  }
-  free(ranks);
+  int rc = ts_attr_relabel(t->attr, tgt, t->ndim, t->shape, NULL, err);
+  if (!rc)
+    tsd_oplog_ranks(tgt->ranks, tgt->nranks);
   return rc;
 }
 

@@ -210,3 +210,15 @@ int ts_plan_relabel(const ts_attr *src, const ts_attr *dst, int ndim, const int6
   free(in.holds);
   return rc;
 }
+
+int ts_attr_relabel(const ts_attr *src, ts_attr *dst, int ndim, const int64_t *shape,
+                    int64_t *kept, ts_error *err) {
+  int *ranks = malloc((size_t)dst->nranks * sizeof *ranks);
+  if (!ranks)
+    return ts_error_set(err, TS_NO_MEMORY, "no memory to relabel %d ranks", dst->nranks);
+  int rc = ts_plan_relabel(src, dst, ndim, shape, ranks, kept, err);
+  if (!rc)
+    memcpy(dst->ranks, ranks, (size_t)dst->nranks * sizeof *ranks);
+  free(ranks);
+  return rc;
+}

@@ -259,6 +259,9 @@ int ts_plan_create_on(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr
 #define TS_RELABEL_EXACT_MAX 256
 int ts_plan_relabel(const ts_attr *src, const ts_attr *dst, int ndim, const int64_t *shape,
                     int *ranks, int64_t *kept, ts_error *err);
+/* The same, applied: dst's ranks become the order chosen (unchanged on an error). */
+int ts_attr_relabel(const ts_attr *src, ts_attr *dst, int ndim, const int64_t *shape,
+                    int64_t *kept, ts_error *err);
 /* The stages of a hierarchical plan (0 for the other strategies), and stage i: a plan of its own,
  * run one after the other by the executor. */
 int ts_plan_stage_count(const ts_plan *p);
