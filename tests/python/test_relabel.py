@@ -148,6 +148,14 @@ def permuted_moves_nothing(c):
     sent = after.get("bytes_sent", 0) - before.get("bytes_sent", 0)
     check(sent == 0, f"no bytes sent: {sent}")
     check(np.array_equal(c.get("perm"), ref), "the permuted layout's values")
+    # a future, then a plain call on the same connection, as a script uses them: each keeps
+    # the order the tensor already has (nothing moves)
+    fut = c.reshard("perm", st, relabel=True, wait=False)
+    back = c.reshard("perm", f"mesh=[{NP}] placements=[S(0)]", relabel=True)
+    res = fut.result(timeout=60)
+    check(res.get("ranks") == ranks and back.get("ranks") == ranks,
+          f"a future's relabeled answer, then a plain call's: {res} {back}")
+    check(np.array_equal(c.get("perm"), ref), "the values after the future and the plain call")
     res = c.reshard("perm", f"mesh=[{NP}] placements=[S(1)]")
     check("ranks" not in res, f"without relabel the answer names no ranks: {res}")
     got = list(tshard.Attr.parse(c.describe("perm")["attr"]).mesh.ranks)
