@@ -59,10 +59,11 @@ static void print_log(const tse_job *j) {
   fclose(f);
 }
 
-static void read_pids(tse_job *j) {
+/* The daemons' pids from their "ready" lines; returns how many ranks were found. */
+static int read_pids(tse_job *j) {
   FILE *f = fopen(j->log, "r");
   if (!f)
-    return;
+    return 0;
   char line[1024];
   while (fgets(line, sizeof line, f)) {
     const char *p = strstr(line, "ready: job ");
@@ -73,6 +74,10 @@ static void read_pids(tse_job *j) {
       j->daemon_pids[rank] = pid;
   }
   fclose(f);
+  int found = 0;
+  for (int r = 0; r < j->np && r < 64; r++)
+    found += j->daemon_pids[r] > 0;
+  return found;
 }
 
 static void kill_job(tse_job *j) {
@@ -175,7 +180,10 @@ int tse_start(tse_job *j, int np, const char *const *extra, int timeout_s) {
     print_log(j);
     return -1;
   }
-  read_pids(j);
+  /* A daemon serves before mpirun has forwarded its "ready" line to the log: wait for the
+     lines too, so that every rank's pid is known when this returns. */
+  while (read_pids(j) < (np < 64 ? np : 64) && now_s() < deadline)
+    nap_ms(20);
   return 0;
 }
 
