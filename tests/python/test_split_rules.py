@@ -15,7 +15,7 @@ chunk rule's parts. Misuse (unknown rules, dims out of range, chunk with explici
 rules on one dim) gives a clear error and changes nothing. The Python side: Shard(d,
 split=...) validation, Attr.normalized, from_dtensor_spec with tshard placements and with
 torch.distributed.tensor placements (stand-ins recognised by their class, and the real ones when
-this torch has them).
+this torch has them), tshard.torch.dtensor_attr of a DTensor-like object.
 
 usage: test_split_rules.py BUILD_BIN_DIR NRANKS [SEED ...]"""
 import itertools
@@ -351,6 +351,23 @@ def python_side():
                  "not a placement", ["expected Shard, Replicate or Partial"])
     check.raises(ValueError, lambda: tshard.from_dtensor_spec([2], [tshard.Shard(-2)], [4]),
                  "dim out of range for the shape", ["valid: -1 to 0"])
+    # a DTensor-like object: a DeviceMesh (ranks as a numpy grid), placements, a global shape
+    mesh = types.SimpleNamespace(mesh=np.array([[3, 2], [1, 0]]), mesh_dim_names=("dp", "tp"))
+    dt = types.SimpleNamespace(device_mesh=mesh, placements=[fake_torch("Shard", dim=0),
+                                                             fake_torch("Shard", dim=-1)],
+                               shape=(10, 7))
+    got = str(tshard.torch.dtensor_attr(dt))
+    check(got == "mesh=[dp=2,tp=2]@3,2,1,0 placements=[S(0,chunk),S(1,chunk)]",
+          f"dtensor_attr: {got}")
+    check.raises(TypeError, lambda: tshard.torch.dtensor_attr(np.zeros(3)), "not a DTensor",
+                 ["expected a DTensor"])
+    # without torch: the package imports and builds DTensor's attribute
+    code = ("import sys; sys.modules['torch'] = None; import tshard; "
+            "print(tshard.from_dtensor_spec([4], [tshard.Shard(-1)], [13]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=TIMEOUT)
+    check(out.returncode == 0 and out.stdout.strip() == "mesh=[4]@0-3 placements=[S(0,chunk)]",
+          f"without torch: {out.stdout} {out.stderr}")
     try:
         from torch.distributed.tensor import Partial, Replicate, Shard
     except ImportError:
