@@ -38,6 +38,7 @@ bin_dir, NP = sys.argv[1], int(sys.argv[2])
 SEEDS = [int(s) for s in sys.argv[3:]] or [1, 2]
 CASES = 14  # per seed
 TIMEOUT = 60
+UNSUPPORTED = tshard.errors.UnsupportedError.status
 check = Checks()
 
 
@@ -277,6 +278,20 @@ def misuse(d):
                      "reshard to a dim out of range", "(valid: -2 to 1)")
         check.expect(9, lambda: c.reshard("keep", f"{mesh} placements=[Shard(0, split=torch)]"),
                      "reshard to an unknown rule", "balanced or chunk")
+        # the distributed einsum takes balanced (and explicit) splits only; a dim from the end
+        # in its output attribute is resolved
+        c.create("m", "f32", (5, 6), f"{mesh} placements=[R]")
+        c.put("m", reference([5, 6]))
+        check.expect(UNSUPPORTED, lambda: c.einsum("ij,jk->ik", "keep", "m", out="prod"),
+                     "einsum of a chunk operand", "reshard it to S(1) first")
+        c.reshard("keep", f"{mesh} placements=[S(-1)]")
+        c.einsum("ij,jk->ik", "keep", "m", out="prod", attr=f"{mesh} placements=[S(-2)]")
+        want = reference([6, 5]) @ reference([5, 6])
+        check(np.allclose(c.get("prod"), want), "einsum with an output attribute of S(-2)")
+        check(c.describe("prod")["attr"].endswith("placements=[S(0)]"),
+              f"einsum output normalized: {c.describe('prod')['attr']}")
+        c.reshard("keep", f"{mesh} placements=[S(1,chunk)]")
+        c.drop_many(["m", "prod"])
     for rk in range(NP):
         with d.connect(rk, timeout=TIMEOUT) as c:
             check(c.describe("keep")["attr"] == before, f"rank {rk}: unchanged by refusals")
