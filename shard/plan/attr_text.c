@@ -287,15 +287,22 @@ static int parse_dim(parser *p, int64_t *out) {
   return TS_OK;
 }
 
-/* The split rule after "S(dim,": [ "split" "=" ] ( "balanced" | "chunk" ). */
-static int parse_rule(parser *p, ts_split_rule *out) {
+/* Skips DTensor's keyword spelling of an argument, `key =`, when it comes next (and the blanks
+ * before the value). */
+static void keyword(parser *p, const char *key) {
   char name[NAME_BUF];
   blanks(p);
   size_t at = p->pos;
-  if (read_name(p, name) > 0 && strcmp(name, "split") == 0 && tok(p, "="))
+  if (read_name(p, name) > 0 && strcmp(name, key) == 0 && tok(p, "="))
     blanks(p);
   else
     p->pos = at;
+}
+
+/* The split rule after "S(dim,": [ "split" "=" ] ( "balanced" | "chunk" ). */
+static int parse_rule(parser *p, ts_split_rule *out) {
+  char name[NAME_BUF];
+  keyword(p, "split");
   size_t rule_at = p->pos;
   read_name(p, name);
   for (int r = 0; r < TS_SPLIT_COUNT; r++)
@@ -313,12 +320,7 @@ static const char *const PLACEMENT_EXPECTED =
 /* The reduce op of a partial placement, after "(": [ "reduce_op" "=" ] [ quote ] op [ quote ]. */
 static int parse_op(parser *p, ts_reduce_op *out) {
   char name[NAME_BUF];
-  blanks(p);
-  size_t at = p->pos;
-  if (read_name(p, name) > 0 && strcmp(name, "reduce_op") == 0 && tok(p, "="))
-    blanks(p);
-  else
-    p->pos = at;
+  keyword(p, "reduce_op");
   char quote = p->s[p->pos];
   if (quote == '\'' || quote == '"')
     p->pos++;

@@ -192,26 +192,33 @@ def run_case(d, rng, seed, i, tmp):
             c.reshard(name, text)
             check(np.array_equal(c.get(name), ref), f"{what}: get after reshard to {text}")
         slices_match(d, name, ref, attr, f"{what}: reshard {step} to {text}")
-    # a checkpoint saved under this rule, loaded under the other
-    other_text, other = flipped(rng, attr, len(shape))
-    ckdir = os.path.join(tmp, f"ck{seed}_{i}")
-    with d.connect(0, timeout=TIMEOUT) as c:
-        c.save(ckdir, names=[name])
-        c.drop(name)
-        c.load(ckdir, names=[name], attr=other_text)
-        check(np.array_equal(c.get(name), ref), f"{what}: loaded under {other_text}")
-    slices_match(d, name, ref, other, f"{what}: checkpoint loaded under {other_text}")
-    # safetensors: exported from this layout, imported under the other rule again
-    back_text, back = flipped(rng, other, len(shape))
-    path = os.path.join(tmp, f"st{seed}_{i}.safetensors")
-    with d.connect(0, timeout=TIMEOUT) as c:
-        c.save_safetensors(path, names=[name])
-        c.drop(name)
-        c.load_safetensors(path, {name: back_text})
-        check(np.array_equal(c.get(name), ref), f"{what}: imported under {back_text}")
-    slices_match(d, name, ref, back, f"{what}: safetensors imported under {back_text}")
+    # a checkpoint saved under this rule, loaded under the other; a safetensors export of that,
+    # imported under the other rule again
+    attr = via_file(d, rng, name, ref, attr, os.path.join(tmp, f"ck{seed}_{i}"), "checkpoint",
+                    what)
+    via_file(d, rng, name, ref, attr, os.path.join(tmp, f"st{seed}_{i}.safetensors"),
+             "safetensors", what)
     with d.connect(0, timeout=TIMEOUT) as c:
         c.drop(name)
+
+
+def via_file(d, rng, name, ref, attr, path, kind, what):
+    """The tensor written to path (a checkpoint or a safetensors file) from its layout under
+    attr, dropped and read back under the other rule: values and every slice as the model says.
+    Returns the attribute it was read under."""
+    text, other = flipped(rng, attr, ref.ndim)
+    with d.connect(0, timeout=TIMEOUT) as c:
+        if kind == "checkpoint":
+            c.save(path, names=[name])
+            c.drop(name)
+            c.load(path, names=[name], attr=text)
+        else:
+            c.save_safetensors(path, names=[name])
+            c.drop(name)
+            c.load_safetensors(path, {name: text})
+        check(np.array_equal(c.get(name), ref), f"{what}: {kind} read under {text}")
+    slices_match(d, name, ref, other, f"{what}: {kind} read under {text}")
+    return other
 
 
 def flipped(rng, attr, ndim):

@@ -430,14 +430,18 @@ class _Parser:
             raise self.fail("a tensor dim: 0 to 7, or -1 to -8 counting from the last dim")
         return -v
 
-    def parse_rule(self):
-        """The split rule after "S(dim,": [ "split" "=" ] ( "balanced" | "chunk" )."""
+    def keyword(self, key):
+        """Skips DTensor's keyword spelling of an argument, ``key =``, when it comes next."""
         self.blanks()
         at = self.pos
-        if self.read_name() == "split" and self.tok("="):
+        if self.read_name() == key and self.tok("="):
             self.blanks()
         else:
             self.pos = at
+
+    def parse_rule(self):
+        """The split rule after "S(dim,": [ "split" "=" ] ( "balanced" | "chunk" )."""
+        self.keyword("split")
         rule_at = self.pos
         name = self.read_name()
         if name in SPLIT_RULES:
@@ -499,12 +503,7 @@ class _Parser:
                 return ranks
 
     def parse_op(self):
-        self.blanks()
-        at = self.pos
-        if self.read_name() == "reduce_op" and self.tok("="):
-            self.blanks()
-        else:
-            self.pos = at
+        self.keyword("reduce_op")
         quote = self.at()
         if quote in (ord("'"), ord('"')):
             self.pos += 1
