@@ -315,7 +315,8 @@ int ts_attr_validate(const ts_attr *a, int ndim, const int64_t *shape, int world
     return rc;
   if (!ts_attr_is_normal(a)) {
     ts_attr *n = NULL;
-    if ((rc = ts_attr_clone(a, &n, err)) == TS_OK && (rc = ts_attr_normalize(n, ndim, err)) == TS_OK)
+    if ((rc = ts_attr_clone(a, &n, err)) == TS_OK &&
+        (rc = ts_attr_normalize(n, ndim, err)) == TS_OK)
       rc = ts_attr_validate(n, ndim, shape, world_size, err);
     ts_attr_destroy(&n);
     return rc;

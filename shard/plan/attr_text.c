@@ -25,9 +25,9 @@
  *
  * Without "@ranks" the mesh is over ranks 0..n-1. The canonical form (what ts_attr_format
  * writes) uses the short placements in mesh-dim order (S(d) for balanced, S(d,chunk); a negative
- * dim stays as written until the attribute meets a tensor), keeps the axis names in the mesh, always
- * writes the rank list, writes runs of two or more consecutive ranks as "a-b", separates fields
- * by one space and has no other blanks. Errors give the column (1-based, in bytes) of the
+ * dim stays as written until the attribute meets a tensor), keeps the axis names in the mesh,
+ * always writes the rank list, writes runs of two or more consecutive ranks as "a-b", separates
+ * fields by one space and has no other blanks. Errors give the column (1-based, in bytes) of the
  * offending character and what was expected there. client/python/tshard/attr.py is a port of this
  * parser; tests/grammar/attr_corpus.jsonl keeps the two in lock-step: change both and the corpus
  * together. */

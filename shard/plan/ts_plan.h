@@ -47,9 +47,9 @@ const char *ts_split_rule_name(ts_split_rule r);
 
 /* A mesh is a row-major grid over `ranks` (world ranks, nranks == product of mesh_shape).
  * splits[d] == NULL: tensor dim d (if sharded) is split by the rule of its placements (balanced,
- * the remainder going to the first parts, or chunk); otherwise splits[d] holds nsplits[d] explicit sizes, one per part. A tensor dim sharded
- * over several mesh dims has (product of their sizes) parts, numbered row-major over those mesh
- * dims in mesh-dim order. */
+ * the remainder going to the first parts, or chunk); otherwise splits[d] holds nsplits[d]
+ * explicit sizes, one per part. A tensor dim sharded over several mesh dims has (product of their
+ * sizes) parts, numbered row-major over those mesh dims in mesh-dim order. */
 typedef struct ts_attr {
   int mesh_ndim;
   int64_t mesh_shape[TS_MAX_MESH_DIMS];

@@ -57,7 +57,8 @@ def placement(mdim_names, ndim):
     k = rng.random()
     if k < 0.4:
         d = rng.randrange(ndim) if rng.random() < 0.8 else -rng.randint(1, ndim)
-        rule = rng.choice(["", "", "", f",{b()}chunk", f",{b()}balanced", f",{b()}split={b()}chunk"])
+        rule = rng.choice(["", "", "", f",{b()}chunk", f",{b()}balanced",
+                           f",{b()}split={b()}chunk"])
         return rng.choice([f"S({b()}{d}{b()}{rule})", f"Shard({d}{rule})",
                            f"Shard({b()}dim{b()}={b()}{d}{rule})"])
     if k < 0.7:

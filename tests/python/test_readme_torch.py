@@ -3,7 +3,8 @@
 reader pastes them into one session) and its sh blocks (bash), in order, in a fresh directory
 holding a `build` link to the build tree, against 4 daemons of job "demo" (their socket
 directory in TSHARD_SOCKET_DIR, as tshard-launch's would be found). Then, against independent
-references: from_dtensor_spec printed DTensor's attribute (the chunk rule); the state_dict came back equal to the model's; describe printed the column split;
+references: from_dtensor_spec printed DTensor's attribute (the chunk rule); the state_dict came
+back equal to the model's; describe printed the column split;
 the shards, the index and the CLI's consolidated export hold the model's values (read with
 struct and json).
 

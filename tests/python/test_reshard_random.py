@@ -86,7 +86,8 @@ class Run:
         ok = check(ok, f"{what}: every rank describes '{name}' the same: {got}")
         if ok:
             info = got[0][1]
-            ok = check(same_attr(info["attr"], m["attr"], len(m["shape"])) and info["layout"] == (m["layout"] or "row-major") and
+            ok = check(same_attr(info["attr"], m["attr"], len(m["shape"]))
+                       and info["layout"] == (m["layout"] or "row-major") and
                        info["dtype"] == m["dtype"] and info["shape"] == m["shape"],
                        f"{what}: '{name}' is {info['attr']} [{info['layout']}], the model says "
                        f"{m['attr']} [{m['layout']}]")

@@ -2,7 +2,8 @@
  * S(d,chunk) and S(-1) (round trips, variants, errors), chunk split points against a naive
  * model of torch.chunk nested over mesh dims (random lengths and meshes), the documented
  * examples, the resolution of negative dims on a tensor (ts_attr_normalize, validation, geometry)
- * and the refusals (mixed rules on one dim, chunk with explicit sizes, dims out of range). No MPI. */
+ * and the refusals (mixed rules on one dim, chunk with explicit sizes, dims out of range).
+ * No MPI. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,7 +93,8 @@ START_TEST(refusals_say_what_is_valid) {
       {"mesh=[2] placements=[S(-1,chunk)] splits={-1:[1,2]}", TS_BAD_ATTRIBUTE,
        "dim -1 is given both explicit split sizes and the chunk rule"},
       {"mesh=[2] placements=[S(-1)] splits={-1:[1],-1:[2]}", TS_PARSE, "given twice"},
-      {"mesh=[2,2] placements=[S(-1),S(-2)] splits={-1:[1,2],-2:[2,3]}", TS_PARSE, "increasing order"},
+      {"mesh=[2,2] placements=[S(-1),S(-2)] splits={-1:[1,2],-2:[2,3]}", TS_PARSE,
+       "increasing order"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     ts_attr *a = NULL;
