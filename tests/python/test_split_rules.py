@@ -31,7 +31,7 @@ import types
 import numpy as np
 
 import tshard
-from checks import Checks
+from checks import Checks, raw_call
 from harness import Daemons
 
 bin_dir, NP = sys.argv[1], int(sys.argv[2])
@@ -299,12 +299,46 @@ def misuse(d):
               f"einsum output normalized: {c.describe('prod')['attr']}")
         c.reshard("keep", f"{mesh} placements=[S(1,chunk)]")
         c.drop_many(["m", "prod"])
+    wire_message(d)
     for rk in range(NP):
         with d.connect(rk, timeout=TIMEOUT) as c:
             check(c.describe("keep")["attr"] == before, f"rank {rk}: unchanged by refusals")
             check(np.array_equal(c.get("keep"), reference([6, 5])), f"rank {rk}: values kept")
     with d.connect(0, timeout=TIMEOUT) as c:
         c.drop("keep")
+
+
+def wire_message(d):
+    """The DistAttr message's fields (not its text): Placement.split and negative dims."""
+    from tshard import tshard_pb2 as pb
+
+    def create(name, placements, splits=()):
+        attr = pb.DistAttr(mesh_shape=[NP], placements=placements, splits=splits)
+        with d.connect(0, timeout=TIMEOUT) as c:
+            return raw_call(c, create=pb.CreateRequest(name=name, dtype="f32", shape=[5, 3],
+                                                       attr=attr, layout=pb.Layout(tag="")))
+
+    r = create("w1", [pb.Placement(kind=pb.SHARD, dim=-2, split=pb.CHUNK)])
+    check(r.status == 0, f"a structured chunk attribute: {r.status} {r.message}")
+    with d.connect(0, timeout=TIMEOUT) as c:
+        got = c.describe("w1")["attr"]
+        check(got.endswith("placements=[S(0,chunk)]"), f"described as {got}")
+        c.drop("w1")
+    r = create("w2", [pb.Placement(kind=pb.SHARD, dim=0, split=7)])
+    check(r.status == 10 and "valid: 0 balanced, 1 chunk" in r.message,
+          f"an unknown rule on the wire: {r.status} {r.message}")
+    r = create("w3", [pb.Placement(kind=pb.SHARD, dim=-1)],
+               [pb.DimSplit(dim=-1, sizes=[3] + [0] * (NP - 1))])
+    check(r.status == 0, f"structured splits of dim -1: {r.status} {r.message}")
+    with d.connect(0, timeout=TIMEOUT) as c:
+        got = c.describe("w3")["attr"]
+        check(got.endswith("placements=[S(1)] splits={1:[3" + ",0" * (NP - 1) + "]}"),
+              f"described as {got}")
+        c.drop("w3")
+    r = create("w4", [pb.Placement(kind=pb.SHARD, dim=0, split=pb.CHUNK)],
+               [pb.DimSplit(dim=0, sizes=[5] + [0] * (NP - 1))])
+    check(r.status == 10 and "both explicit split sizes and the chunk rule" in r.message,
+          f"chunk with explicit sizes on the wire: {r.status} {r.message}")
 
 
 def show_draws_chunk_parts():
