@@ -39,6 +39,7 @@ SEEDS = [int(s) for s in sys.argv[3:]] or [1, 2]
 CASES = 14  # per seed
 TIMEOUT = 60
 UNSUPPORTED = tshard.errors.UnsupportedError.status
+EXISTS = tshard.errors.ExistsError.status
 check = Checks()
 
 
@@ -279,6 +280,12 @@ def misuse(d):
         c.create("keep", "f32", (6, 5), f"{mesh} placements=[S(-1,chunk)]")
         c.put("keep", reference([6, 5]))
         before = c.describe("keep")["attr"]
+        # exist_ok compares the normalized forms: either spelling is the tensor as stored
+        c.create("keep", "f32", (6, 5), f"{mesh} placements=[S(-1,chunk)]", exist_ok=True)
+        c.create("keep", "f32", (6, 5), f"{mesh} placements=[S(1,chunk)]", exist_ok=True)
+        check.expect(EXISTS, lambda: c.create("keep", "f32", (6, 5), f"{mesh} placements=[S(-1)]",
+                                              exist_ok=True),
+                     "exist_ok with the other rule", "not as asked")
         check(before == f"mesh=[{NP}]@0{'-' + str(NP - 1) if NP > 1 else ''} "
                         f"placements=[S(1,chunk)]", f"stored normalized: {before}")
         check.expect(10, lambda: c.reshard("keep", f"{mesh} placements=[S(-5)]"),
