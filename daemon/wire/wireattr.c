@@ -76,7 +76,7 @@ int tsd_attr_from_msg(const Tshard__DistAttr *m, ts_attr **out, ts_error *err) {
                           "to %d with 1 to %d sizes", i, s->dim, s->n_sizes, -TS_MAX_DIMS,
                           TS_MAX_DIMS - 1, MAX_WIRE_RANKS);
     }
-    if (s->dim >= 0 ? a->splits[s->dim] != NULL : a->neg_splits[-s->dim - 1] != NULL) {
+    if (ts_attr_splits(a, s->dim, NULL)) {
       ts_attr_destroy(&a);
       return ts_error_set(err, TS_BAD_ATTRIBUTE, "split %zu: dim %d already has its splits; give "
                           "each dim's splits once", i, s->dim);
@@ -142,8 +142,8 @@ int tsd_attr_to_msg(const ts_attr *a, Tshard__DistAttr *m, ts_error *err) {
     p->split = (Tshard__SplitRule)a->place[i].split;
   }
   for (int d = -TS_MAX_DIMS; d < TS_MAX_DIMS; d++) {
-    const int64_t *sizes = d >= 0 ? a->splits[d] : a->neg_splits[-d - 1];
-    int n = d >= 0 ? a->nsplits[d] : a->neg_nsplits[-d - 1];
+    int n;
+    const int64_t *sizes = ts_attr_splits(a, d, &n);
     if (!sizes)
       continue;
     Tshard__DimSplit *s = malloc(sizeof *s);

@@ -134,18 +134,20 @@ static ts_split_rule rule_of(const ts_attr *a, int d) {
   return TS_SPLIT_BALANCED;
 }
 
+const int64_t *ts_attr_splits(const ts_attr *a, int dim, int *n) {
+  bool in = a && dim >= -TS_MAX_DIMS && dim < TS_MAX_DIMS;
+  const int64_t *s = !in ? NULL : dim >= 0 ? a->splits[dim] : a->neg_splits[-dim - 1];
+  if (n)
+    *n = !s ? 0 : dim >= 0 ? a->nsplits[dim] : a->neg_nsplits[-dim - 1];
+  return s;
+}
+
 int ts__attr_check_splits_rule(const ts_attr *a, ts_error *err) {
-  for (int d = 0; d < TS_MAX_DIMS; d++)
-    if (a->splits[d] && rule_of(a, d) == TS_SPLIT_CHUNK)
+  for (int d = -TS_MAX_DIMS; d < TS_MAX_DIMS; d++)
+    if (ts_attr_splits(a, d, NULL) && rule_of(a, d) == TS_SPLIT_CHUNK)
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
                           "dim %d is given both explicit split sizes and the chunk rule; give "
                           "one or the other (explicit sizes set every part: write S(%d))", d, d);
-  for (int i = 0; i < TS_MAX_DIMS; i++)
-    if (a->neg_splits[i] && rule_of(a, -(i + 1)) == TS_SPLIT_CHUNK)
-      return ts_error_set(err, TS_BAD_ATTRIBUTE,
-                          "dim %d is given both explicit split sizes and the chunk rule; give "
-                          "one or the other (explicit sizes set every part: write S(%d))",
-                          -(i + 1), -(i + 1));
   return TS_OK;
 }
 
@@ -380,10 +382,10 @@ int ts_attr_validate(const ts_attr *a, int ndim, const int64_t *shape, int world
 }
 
 bool ts_attr_is_normal(const ts_attr *a) {
-  for (int m = 0; m < a->mesh_ndim; m++)
+  for (int m = 0; a && m < a->mesh_ndim; m++)
     if (a->place[m].kind == TS_PLACE_SHARD && a->place[m].dim < 0)
       return false;
-  for (int i = 0; i < TS_MAX_DIMS; i++)
+  for (int i = 0; a && i < TS_MAX_DIMS; i++)
     if (a->neg_splits[i])
       return false;
   return true;

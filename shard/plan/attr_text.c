@@ -503,8 +503,8 @@ static int parse_splits(parser *p, ts_attr *a) {
 static int check_splits(const ts_attr *a, ts_error *err) {
   /* With negative dims, which dims are the same is known on a tensor only (ts_attr_validate). */
   for (int d = -TS_MAX_DIMS; ts_attr_is_normal(a) && d < TS_MAX_DIMS; d++) {
-    int n = d >= 0 ? a->nsplits[d] : a->neg_nsplits[-d - 1];
-    if (!(d >= 0 ? a->splits[d] : a->neg_splits[-d - 1]))
+    int n;
+    if (!ts_attr_splits(a, d, &n))
       continue;
     bool sharded = false;
     for (int m = 0; m < a->mesh_ndim; m++)
@@ -696,8 +696,8 @@ size_t ts_attr_format(const ts_attr *a, char *buf, size_t cap) {
   put(&w, "]");
   bool first = true;
   for (int d = -TS_MAX_DIMS; d < TS_MAX_DIMS; d++) {
-    const int64_t *sizes = d >= 0 ? a->splits[d] : a->neg_splits[-d - 1];
-    int n = d >= 0 ? a->nsplits[d] : a->neg_nsplits[-d - 1];
+    int n;
+    const int64_t *sizes = ts_attr_splits(a, d, &n);
     if (!sizes)
       continue;
     put(&w, first ? " splits={" : ",");

@@ -86,7 +86,10 @@ int ts_attr_validate(const ts_attr *a, int ndim, const int64_t *shape, int world
  * as negative and positive is refused. Attributes that met a tensor (stored, planned, saved) are
  * normalized; the text of one that has not keeps its negative dims. */
 int ts_attr_normalize(ts_attr *a, int ndim, ts_error *err);
-/* Whether no dim of a is negative. */
+/* The explicit sizes given for tensor dim `dim` as written (negative: counted from the end) and
+ * their number in *n (n may be NULL); NULL when it has none. */
+const int64_t *ts_attr_splits(const ts_attr *a, int dim, int *n);
+/* Whether no dim of a is negative (true for NULL). */
 bool ts_attr_is_normal(const ts_attr *a);
 /* The split points of tensor dim `dim` (of length len) under a: parts + 1 offsets from 0 to len
  * into offsets[] (parts: the product of the mesh dims sharding it), from the explicit sizes,

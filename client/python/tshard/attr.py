@@ -175,8 +175,8 @@ def _rules_error(places):
 
 
 def _splits_rule_error(places, splits):
-    """A dim given explicit sizes and the chunk rule (the daemon's order: dims 0.. then -1..)."""
-    for d in sorted(splits, key=lambda d: (d < 0, abs(d))):
+    """A dim given explicit sizes and the chunk rule (the first in increasing dim order)."""
+    for d in sorted(splits):
         rule = next((p.split for p in places if isinstance(p, Shard) and p.dim == d), None)
         if rule == "chunk":
             return (f"dim {d} is given both explicit split sizes and the chunk rule; give one or "
