@@ -448,13 +448,17 @@ def main():
     show_draws_chunk_parts()
     tmp = tempfile.mkdtemp(prefix="tshard-split-")
     try:
-        with Daemons(bin_dir, NP) as d:
+        d = Daemons(bin_dir, NP)
+        try:
             dtensor_examples(d)
             misuse(d)
             for seed in SEEDS:
                 rng = random.Random(seed)
                 for i in range(CASES):
                     run_case(d, rng, seed, i, tmp)
+        finally:
+            rc = d.stop()
+            check(rc == 0, f"the daemons exit 0 (sanitizers quiet): {rc}\n{d.logs()[-4000:]}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     check.finish()
