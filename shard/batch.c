@@ -55,7 +55,7 @@ static int plan_item(ts_store *s, ts_world *w, const ts_batch_item *it, int64_t 
                            it->tgt, &o, &p->plan, &lerr);
   }
   if (!rc)
-    rc = ts_attr_clone(it->tgt, &p->attr, &lerr);
+    rc = ts_attr_clone(ts_plan_tgt_attr(p->plan), &p->attr, &lerr); /* normalized */
   if (rc)
     ts_error_set(err, rc, "tensor '%s' of the batch: %s", it->name, lerr.msg);
   return rc;

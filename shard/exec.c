@@ -1470,7 +1470,7 @@ bool ts_exec_reducible(const ts_plan *p, const char *src_tag, const char *tgt_ta
     bool p2r = x->kind == TS_PLACE_PARTIAL && y->kind == TS_PLACE_REPLICATE;
     same = a->mesh_shape[m] == b->mesh_shape[m] &&
            (p2r || (x->kind == y->kind && x->kind != TS_PLACE_PARTIAL &&
-                    (x->kind != TS_PLACE_SHARD || x->dim == y->dim)));
+                    (x->kind != TS_PLACE_SHARD || (x->dim == y->dim && x->split == y->split))));
   }
   for (int r = 0; same && r < a->nranks; r++)
     same = attr_rank(a, r) == attr_rank(b, r);

@@ -145,8 +145,9 @@ static int store_add(ts_store *s, const char *name, int ndim, const int64_t *sha
     e->shape[d] = shape[d];
   e->dtype = dt;
   e->has_slice = ts_geom_rank_box(g, s->rank, &e->box);
+  rc = ts_attr_clone(ts_geom_attr(g), &e->attr, err); /* normalized: no negative dims */
   ts_geom_destroy(&g);
-  if ((rc = ts_attr_clone(attr, &e->attr, err)))
+  if (rc)
     goto fail;
   if (e->has_slice) {
     size_t bytes;
@@ -316,7 +317,7 @@ int ts_store_reshard_cast(ts_store *s, ts_world *w, const char *name, const ts_a
     lst = ts_plan_cache_get(s->plans, e->ndim, e->shape, c.wire, e->attr, tgt, &o, &plan, &lerr);
   }
   if (lst == TS_OK)
-    lst = ts_attr_clone(tgt, &new_attr, &lerr);
+    lst = ts_attr_clone(ts_plan_tgt_attr(plan), &new_attr, &lerr); /* normalized */
   /* Agree, transfer and commit over the whole world: every rank records the tensor. */
   ts_exec_opts xo = {.agree_world = true, .prior_status = lst, .prior_err = &lerr};
   if (s->quota > 0)

@@ -47,6 +47,16 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
     set_tests_properties(test_python_partial_ops_np${np} PROPERTIES TIMEOUT 300
                          ENVIRONMENT "${TS_PY_ENV}")
   endforeach()
+  # Split rules (balanced, chunk as torch.chunk) and negative dims: random layouts, reshards,
+  # checkpoints and safetensors between the rules against a model of every slice, at 2, 3 and 4
+  # ranks (about 15 s each); misuse refused.
+  foreach(np 2 3 4)
+    add_test(NAME test_python_split_rules_np${np}
+             COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_split_rules.py
+                     ${TS_BIN} ${np} 1 2)
+    set_tests_properties(test_python_split_rules_np${np} PROPERTIES TIMEOUT 300
+                         ENVIRONMENT "${TS_PY_ENV}")
+  endforeach()
   # Batched operations: a randomized differential test of reshard_many against numpy, bad input,
   # a keyed SPMD batch, a fault on one rank mid-batch.
   add_test(NAME test_python_batch

@@ -2,6 +2,9 @@
 # store and comm layer under mpirun with 1, 2, 3, 4, 6 and 8 ranks, and the reshard benchmark.
 tshard_unit_test(test_attr ${CMAKE_CURRENT_LIST_DIR}/unit/test_attr.c)
 target_link_libraries(test_attr PRIVATE tsplan)
+# Split rules (balanced, chunk against a model of torch.chunk) and negative dims.
+tshard_unit_test(test_attr_chunk ${CMAKE_CURRENT_LIST_DIR}/unit/test_attr_chunk.c)
+target_link_libraries(test_attr_chunk PRIVATE tsplan)
 tshard_unit_test(test_plan ${CMAKE_CURRENT_LIST_DIR}/unit/test_plan.c)
 target_link_libraries(test_plan PRIVATE tsplan)
 tshard_unit_test(test_topology ${CMAKE_CURRENT_LIST_DIR}/unit/test_topology.c)

@@ -107,6 +107,8 @@ int cli_draw(const cli_args *a, const char *name, const char *dtype, int ndim,
   if (!rc)
     rc = ts_attr_validate(attr, ndim, shape, 0, &err);
   if (!rc)
+    rc = ts_attr_normalize(attr, ndim, &err);
+  if (!rc)
     rc = a->json ? show_json(name, dtype, ndim, shape, attr, &err)
                  : cli_show_draw(stdout, ndim, shape, attr, &o, &err);
   ts_attr_destroy(&attr);

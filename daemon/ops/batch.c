@@ -238,6 +238,8 @@ int tsd_create_check(tsd_engine *e, const Tshard__CreateRequest *c, bool replace
   int rc = ts_dtype_parse(c->dtype, dt, err);
   if (!rc)
     rc = tsd_attr_from_msg(c->attr, attr, err);
+  if (!rc && c->n_shape <= TS_MAX_DIMS) /* dims from the end, as the store keeps them */
+    rc = ts_attr_normalize(*attr, (int)c->n_shape, err);
   const ts_stored *t = rc ? NULL : ts_store_find(e->store, c->name);
   if (!t)
     return rc;

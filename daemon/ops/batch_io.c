@@ -40,6 +40,8 @@
 static int attr_is(const ts_stored *t, const Tshard__DistAttr *m, ts_error *err) {
   ts_attr *a = NULL;
   int rc = tsd_attr_from_msg(m, &a, err);
+  if (!rc) /* dims from the end, as the store keeps them */
+    rc = ts_attr_normalize(a, t->ndim, err);
   if (!rc && !ts_attr_equal(a, t->attr)) {
     char have[200], want[200];
     ts_attr_format(t->attr, have, sizeof have);

@@ -43,7 +43,10 @@ int tsd_attr_from_msg(const Tshard__DistAttr *m, ts_attr **out, ts_error *err) {
     const Tshard__Placement *p = m->placements[i];
     switch (p->kind) {
     case TSHARD__PLACEMENT_KIND__SHARD:
-      place[i] = ts_shard_on(p->dim);
+      if (!ts_split_rule_name((ts_split_rule)p->split))
+        return ts_error_set(err, TS_BAD_ATTRIBUTE, "placement %zu: split rule %d; valid: "
+                            "0 balanced, 1 chunk", i, (int)p->split);
+      place[i] = ts_shard_rule(p->dim, (ts_split_rule)p->split);
       break;
     case TSHARD__PLACEMENT_KIND__REPLICATE:
       place[i] = ts_replicate();
@@ -66,13 +69,14 @@ int tsd_attr_from_msg(const Tshard__DistAttr *m, ts_attr **out, ts_error *err) {
     return rc;
   for (size_t i = 0; i < m->n_splits; i++) {
     const Tshard__DimSplit *s = m->splits[i];
-    if (s->dim < 0 || s->dim >= TS_MAX_DIMS || s->n_sizes == 0 || s->n_sizes > MAX_WIRE_RANKS) {
+    if (s->dim < -TS_MAX_DIMS || s->dim >= TS_MAX_DIMS || s->n_sizes == 0 ||
+        s->n_sizes > MAX_WIRE_RANKS) {
       ts_attr_destroy(&a);
-      return ts_error_set(err, TS_BAD_ATTRIBUTE, "split %zu: dim %d with %zu sizes; dims are 0 "
-                          "to %d with 1 to %d sizes", i, s->dim, s->n_sizes, TS_MAX_DIMS - 1,
-                          MAX_WIRE_RANKS);
+      return ts_error_set(err, TS_BAD_ATTRIBUTE, "split %zu: dim %d with %zu sizes; dims are %d "
+                          "to %d with 1 to %d sizes", i, s->dim, s->n_sizes, -TS_MAX_DIMS,
+                          TS_MAX_DIMS - 1, MAX_WIRE_RANKS);
     }
-    if (a->splits[s->dim]) {
+    if (ts_attr_splits(a, s->dim, NULL)) {
       ts_attr_destroy(&a);
       return ts_error_set(err, TS_BAD_ATTRIBUTE, "split %zu: dim %d already has its splits; give "
                           "each dim's splits once", i, s->dim);
@@ -109,7 +113,7 @@ int tsd_attr_to_msg(const ts_attr *a, Tshard__DistAttr *m, ts_error *err) {
   int nd = a->mesh_ndim;
   int nsplit = 0;
   for (int d = 0; d < TS_MAX_DIMS; d++)
-    nsplit += a->splits[d] != NULL;
+    nsplit += (a->splits[d] != NULL) + (a->neg_splits[d] != NULL);
   size_t tlen = ts_attr_format(a, NULL, 0);
   m->mesh_shape = malloc((size_t)nd * sizeof *m->mesh_shape);
   m->ranks = malloc((size_t)a->nranks * sizeof *m->ranks);
@@ -135,9 +139,12 @@ int tsd_attr_to_msg(const ts_attr *a, Tshard__DistAttr *m, ts_error *err) {
                                                        : TSHARD__PLACEMENT_KIND__PARTIAL;
     p->dim = a->place[i].kind == TS_PLACE_SHARD ? a->place[i].dim : 0;
     p->op = (Tshard__ReduceOp)a->place[i].op;
+    p->split = (Tshard__SplitRule)a->place[i].split;
   }
-  for (int d = 0; d < TS_MAX_DIMS; d++) {
-    if (!a->splits[d])
+  for (int d = -TS_MAX_DIMS; d < TS_MAX_DIMS; d++) {
+    int n;
+    const int64_t *sizes = ts_attr_splits(a, d, &n);
+    if (!sizes)
       continue;
     Tshard__DimSplit *s = malloc(sizeof *s);
     if (!s)
@@ -145,11 +152,11 @@ int tsd_attr_to_msg(const ts_attr *a, Tshard__DistAttr *m, ts_error *err) {
     tshard__dim_split__init(s);
     m->splits[m->n_splits++] = s;
     s->dim = d;
-    s->sizes = malloc((size_t)a->nsplits[d] * sizeof *s->sizes);
+    s->sizes = malloc((size_t)n * sizeof *s->sizes);
     if (!s->sizes)
       goto oom;
-    memcpy(s->sizes, a->splits[d], (size_t)a->nsplits[d] * sizeof *s->sizes);
-    s->n_sizes = (size_t)a->nsplits[d];
+    memcpy(s->sizes, sizes, (size_t)n * sizeof *s->sizes);
+    s->n_sizes = (size_t)n;
   }
   return TS_OK;
 oom:

@@ -438,6 +438,8 @@ static int prepare_target(ltarget *L, const ts_attr *def, const ts_ckpt_load_opt
                    attr ? " (the default attribute)"
                         : " (its saved attribute; give a rule or a default for this world)");
   }
+  if (!rc) /* dims from the end resolved on the saved shape (validated just above) */
+    rc = ts_attr_normalize(L->want, t->ndim, err);
   if (!rc)
     rc = read_attr(t, L->want, &L->base, &L->reshard, err);
   if (!rc && (rc = ts_attr_validate(L->base, t->ndim, t->shape, size, err))) {

@@ -1,10 +1,13 @@
-/* attr.c - distributed attributes: construction, copy, comparison and validation.
+/* attr.c - distributed attributes: construction, copy, comparison, validation, the resolution
+ * of negative dims on a tensor, and the split points of a dim (balanced, chunk or explicit).
  *
  * An attribute is a mesh (shape over a list of world ranks), one placement per mesh dim and
  * optional explicit split sizes per tensor dim. Structure that does not depend on a tensor (mesh
- * sizes, rank list, placement kinds) is checked when the attribute is built; what does (dims named
- * by placements, split sizes, ranks inside the world) is checked by ts_attr_validate. */
+ * sizes, rank list, placement kinds, split rules) is checked when the attribute is built; what
+ * does (dims named by placements, split sizes, ranks inside the world) is checked by
+ * ts_attr_validate. ts_attr_split_offsets is the one function that cuts a dim into parts. */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,13 +58,25 @@ static int check_mesh(int mesh_ndim, const int64_t *mesh_shape, int nranks, cons
   return rc;
 }
 
+const char *ts_split_rule_name(ts_split_rule r) {
+  static const char *const names[TS_SPLIT_COUNT] = {
+      [TS_SPLIT_BALANCED] = "balanced",
+      [TS_SPLIT_CHUNK] = "chunk",
+  };
+  return (int)r >= 0 && r < TS_SPLIT_COUNT ? names[r] : NULL;
+}
+
 static int check_placement(const ts_placement *p, int m, ts_error *err) {
   switch (p->kind) {
   case TS_PLACE_SHARD:
-    if (p->dim < 0 || p->dim >= TS_MAX_DIMS)
+    if (p->dim < -TS_MAX_DIMS || p->dim >= TS_MAX_DIMS)
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
-                          "placement %d is S(%d); a tensor dim is 0 to %d", m, p->dim,
-                          TS_MAX_DIMS - 1);
+                          "placement %d is S(%d); a tensor dim is %d to %d (negative counts "
+                          "from the end)", m, p->dim, -TS_MAX_DIMS, TS_MAX_DIMS - 1);
+    if (!ts_split_rule_name(p->split))
+      return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                          "placement %d has split rule %d; valid rules are balanced, chunk", m,
+                          (int)p->split);
     return TS_OK;
   case TS_PLACE_REPLICATE:
     return TS_OK;
@@ -96,6 +111,46 @@ static int check_partial_ops(int mesh_ndim, const ts_placement *place, ts_error 
   return TS_OK;
 }
 
+/* The placements sharding one dim give it the same split rule (checked on the dims as written;
+ * ts_attr_validate checks them again once negative dims are resolved). */
+static int check_rules(int mesh_ndim, const ts_placement *place, ts_error *err) {
+  for (int m = 0; m < mesh_ndim; m++)
+    for (int n = 0; place[m].kind == TS_PLACE_SHARD && n < m; n++)
+      if (place[n].kind == TS_PLACE_SHARD && place[n].dim == place[m].dim &&
+          place[n].split != place[m].split)
+        return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                            "placements %d and %d shard dim %d with different split rules (%s "
+                            "and %s); give every placement of a dim the same rule", n, m,
+                            place[m].dim, ts_split_rule_name(place[n].split),
+                            ts_split_rule_name(place[m].split));
+  return TS_OK;
+}
+
+/* The rule of dim d: that of the placements sharding it (balanced when none does). */
+static ts_split_rule rule_of(const ts_attr *a, int d) {
+  for (int m = 0; m < a->mesh_ndim; m++)
+    if (a->place[m].kind == TS_PLACE_SHARD && a->place[m].dim == d)
+      return a->place[m].split;
+  return TS_SPLIT_BALANCED;
+}
+
+const int64_t *ts_attr_splits(const ts_attr *a, int dim, int *n) {
+  bool in = a && dim >= -TS_MAX_DIMS && dim < TS_MAX_DIMS;
+  const int64_t *s = !in ? NULL : dim >= 0 ? a->splits[dim] : a->neg_splits[-dim - 1];
+  if (n)
+    *n = !s ? 0 : dim >= 0 ? a->nsplits[dim] : a->neg_nsplits[-dim - 1];
+  return s;
+}
+
+int ts__attr_check_splits_rule(const ts_attr *a, ts_error *err) {
+  for (int d = -TS_MAX_DIMS; d < TS_MAX_DIMS; d++)
+    if (ts_attr_splits(a, d, NULL) && rule_of(a, d) == TS_SPLIT_CHUNK)
+      return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                          "dim %d is given both explicit split sizes and the chunk rule; give "
+                          "one or the other (explicit sizes set every part: write S(%d))", d, d);
+  return TS_OK;
+}
+
 int ts_attr_create(ts_attr **out, int mesh_ndim, const int64_t *mesh_shape, const int *ranks,
                    const ts_placement *place, ts_error *err) {
   if (!out || !mesh_shape || !place)
@@ -117,7 +172,7 @@ int ts_attr_create(ts_attr **out, int mesh_ndim, const int64_t *mesh_shape, cons
   for (int m = 0; m < mesh_ndim; m++)
     if ((rc = check_placement(&place[m], m, err)))
       return rc;
-  if ((rc = check_partial_ops(mesh_ndim, place, err)))
+  if ((rc = check_partial_ops(mesh_ndim, place, err)) || (rc = check_rules(mesh_ndim, place, err)))
     return rc;
   ts_attr *a = calloc(1, sizeof *a);
   if (!a)
@@ -142,9 +197,10 @@ int ts_attr_create(ts_attr **out, int mesh_ndim, const int64_t *mesh_shape, cons
 int ts_attr_set_splits(ts_attr *a, int dim, int n, const int64_t *sizes, ts_error *err) {
   if (!a)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_attr_set_splits: NULL attribute");
-  if (dim < 0 || dim >= TS_MAX_DIMS)
-    return ts_error_set(err, TS_BAD_ATTRIBUTE, "splits for dim %d; a tensor dim is 0 to %d", dim,
-                        TS_MAX_DIMS - 1);
+  if (dim < -TS_MAX_DIMS || dim >= TS_MAX_DIMS)
+    return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                        "splits for dim %d; a tensor dim is %d to %d (negative counts from the "
+                        "end)", dim, -TS_MAX_DIMS, TS_MAX_DIMS - 1);
   if (n < 0 || (n > 0 && !sizes))
     return ts_error_set(err, TS_INVALID_ARGUMENT, "splits for dim %d: %d sizes", dim, n);
   for (int i = 0; i < n; i++)
@@ -159,9 +215,10 @@ int ts_attr_set_splits(ts_attr *a, int dim, int n, const int64_t *sizes, ts_erro
       return ts_error_set(err, TS_NO_MEMORY, "no memory for %d split sizes", n);
     memcpy(copy, sizes, (size_t)n * sizeof *copy);
   }
-  free(a->splits[dim]);
-  a->splits[dim] = copy;
-  a->nsplits[dim] = n;
+  int64_t **slot = dim >= 0 ? &a->splits[dim] : &a->neg_splits[-dim - 1];
+  free(*slot);
+  *slot = copy;
+  *(dim >= 0 ? &a->nsplits[dim] : &a->neg_nsplits[-dim - 1]) = n;
   return TS_OK;
 }
 
@@ -169,8 +226,10 @@ void ts_attr_destroy(ts_attr **p) {
   if (!p || !*p)
     return;
   ts_attr *a = *p;
-  for (int d = 0; d < TS_MAX_DIMS; d++)
+  for (int d = 0; d < TS_MAX_DIMS; d++) {
     free(a->splits[d]);
+    free(a->neg_splits[d]);
+  }
   free(a->ranks);
   free(a);
   *p = NULL;
@@ -182,12 +241,21 @@ int ts_attr_clone(const ts_attr *a, ts_attr **out, ts_error *err) {
   int rc = ts_attr_create(out, a->mesh_ndim, a->mesh_shape, a->ranks, a->place, err);
   if (rc == TS_OK)
     memcpy((*out)->axis, a->axis, sizeof a->axis);
-  for (int d = 0; rc == TS_OK && d < TS_MAX_DIMS; d++)
+  for (int d = 0; rc == TS_OK && d < TS_MAX_DIMS; d++) {
     if (a->splits[d])
       rc = ts_attr_set_splits(*out, d, a->nsplits[d], a->splits[d], err);
+    if (rc == TS_OK && a->neg_splits[d])
+      rc = ts_attr_set_splits(*out, -(d + 1), a->neg_nsplits[d], a->neg_splits[d], err);
+  }
   if (rc)
     ts_attr_destroy(out);
   return rc;
+}
+
+static bool sizes_equal(const int64_t *x, int nx, const int64_t *y, int ny) {
+  if ((x == NULL) != (y == NULL) || nx != ny)
+    return false;
+  return !x || memcmp(x, y, (size_t)nx * sizeof *x) == 0;
 }
 
 bool ts_attr_equal(const ts_attr *a, const ts_attr *b) {
@@ -199,7 +267,7 @@ bool ts_attr_equal(const ts_attr *a, const ts_attr *b) {
     const ts_placement *x = &a->place[m], *y = &b->place[m];
     if (a->mesh_shape[m] != b->mesh_shape[m] || x->kind != y->kind)
       return false;
-    if (x->kind == TS_PLACE_SHARD && x->dim != y->dim)
+    if (x->kind == TS_PLACE_SHARD && (x->dim != y->dim || x->split != y->split))
       return false;
     if (x->kind == TS_PLACE_PARTIAL && x->op != y->op)
       return false;
@@ -208,13 +276,10 @@ bool ts_attr_equal(const ts_attr *a, const ts_attr *b) {
   }
   if (memcmp(a->ranks, b->ranks, (size_t)a->nranks * sizeof *a->ranks) != 0)
     return false;
-  for (int d = 0; d < TS_MAX_DIMS; d++) {
-    if ((a->splits[d] == NULL) != (b->splits[d] == NULL) || a->nsplits[d] != b->nsplits[d])
+  for (int d = 0; d < TS_MAX_DIMS; d++)
+    if (!sizes_equal(a->splits[d], a->nsplits[d], b->splits[d], b->nsplits[d]) ||
+        !sizes_equal(a->neg_splits[d], a->neg_nsplits[d], b->neg_splits[d], b->neg_nsplits[d]))
       return false;
-    if (a->splits[d] &&
-        memcmp(a->splits[d], b->splits[d], (size_t)a->nsplits[d] * sizeof(int64_t)) != 0)
-      return false;
-  }
   return true;
 }
 
@@ -250,6 +315,14 @@ int ts_attr_validate(const ts_attr *a, int ndim, const int64_t *shape, int world
   int rc = check_mesh(a->mesh_ndim, a->mesh_shape, a->nranks, a->ranks, err);
   if (rc)
     return rc;
+  if (!ts_attr_is_normal(a)) {
+    ts_attr *n = NULL;
+    if ((rc = ts_attr_clone(a, &n, err)) == TS_OK &&
+        (rc = ts_attr_normalize(n, ndim, err)) == TS_OK)
+      rc = ts_attr_validate(n, ndim, shape, world_size, err);
+    ts_attr_destroy(&n);
+    return rc;
+  }
   if (world_size > 0)
     for (int i = 0; i < a->nranks; i++)
       if (a->ranks[i] >= world_size)
@@ -261,11 +334,13 @@ int ts_attr_validate(const ts_attr *a, int ndim, const int64_t *shape, int world
       return rc;
     if (a->place[m].kind == TS_PLACE_SHARD && a->place[m].dim >= ndim)
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
-                          "placement %d is S(%d) but the tensor has %d dims (valid: S(0) to "
+                          "placement %d is S(%d) but the tensor has %d dims (valid: S(%d) to "
                           "S(%d))",
-                          m, a->place[m].dim, ndim, ndim - 1);
+                          m, a->place[m].dim, ndim, -ndim, ndim - 1);
   }
-  if ((rc = check_partial_ops(a->mesh_ndim, a->place, err)))
+  if ((rc = check_partial_ops(a->mesh_ndim, a->place, err)) ||
+      (rc = check_rules(a->mesh_ndim, a->place, err)) ||
+      (rc = ts__attr_check_splits_rule(a, err)))
     return rc;
   for (int d = 0; d < TS_MAX_DIMS; d++) {
     if (!a->splits[d])
@@ -304,4 +379,101 @@ int ts_attr_validate(const ts_attr *a, int ndim, const int64_t *shape, int world
                           (long long)shape[d]);
   }
   return TS_OK;
+}
+
+bool ts_attr_is_normal(const ts_attr *a) {
+  for (int m = 0; a && m < a->mesh_ndim; m++)
+    if (a->place[m].kind == TS_PLACE_SHARD && a->place[m].dim < 0)
+      return false;
+  for (int i = 0; a && i < TS_MAX_DIMS; i++)
+    if (a->neg_splits[i])
+      return false;
+  return true;
+}
+
+/* "S(-2) to S(1)" for 2 dims: the dims a placement may name on a tensor of ndim dims. */
+static int range_error(ts_error *err, const char *what, int dim, int ndim) {
+  if (ndim == 0)
+    return ts_error_set(err, TS_BAD_ATTRIBUTE, "%s names dim %d but the tensor has no dims "
+                        "(a 0-dim tensor cannot be split)", what, dim);
+  return ts_error_set(err, TS_BAD_ATTRIBUTE, "%s names dim %d but the tensor has %d dims "
+                      "(valid: %d to %d)", what, dim, ndim, -ndim, ndim - 1);
+}
+
+int ts_attr_normalize(ts_attr *a, int ndim, ts_error *err) {
+  if (!a)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_attr_normalize: NULL attribute");
+  if (ndim < 0 || ndim > TS_MAX_DIMS)
+    return ts_error_set(err, TS_BAD_SHAPE, "tensor has %d dims; 0 to %d are supported", ndim,
+                        TS_MAX_DIMS);
+  /* Everything is checked before anything changes. */
+  for (int m = 0; m < a->mesh_ndim; m++)
+    if (a->place[m].kind == TS_PLACE_SHARD && a->place[m].dim < -ndim) {
+      char what[48];
+      snprintf(what, sizeof what, "placement %d, S(%d),", m, a->place[m].dim);
+      return range_error(err, what, a->place[m].dim, ndim);
+    }
+  for (int i = 0; i < TS_MAX_DIMS; i++) {
+    if (!a->neg_splits[i])
+      continue;
+    int d = ndim - (i + 1);
+    if (d < 0)
+      return range_error(err, "splits", -(i + 1), ndim);
+    if (a->splits[d])
+      return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                          "splits are given for dim %d and for dim %d, both dim %d of a tensor of "
+                          "%d dims; give each dim's splits once", -(i + 1), d, d, ndim);
+  }
+  for (int m = 0; m < a->mesh_ndim; m++)
+    if (a->place[m].kind == TS_PLACE_SHARD && a->place[m].dim < 0)
+      a->place[m].dim += ndim;
+  for (int i = 0; i < TS_MAX_DIMS; i++) {
+    if (!a->neg_splits[i])
+      continue;
+    int d = ndim - (i + 1);
+    a->splits[d] = a->neg_splits[i];
+    a->nsplits[d] = a->neg_nsplits[i];
+    a->neg_splits[i] = NULL;
+    a->neg_nsplits[i] = 0;
+  }
+  return TS_OK;
+}
+
+/* torch.chunk's sizes nested over the mesh dims sharding dim, in mesh-dim order: each part of
+ * the previous level is cut in ceil(s/k) pieces, the last ones smaller or empty. The sizes are
+ * built in place (a level's j-th size becomes the k sizes from j*k on, written from the end). */
+static void chunk_sizes(const ts_attr *a, int dim, int64_t len, int64_t *size) {
+  int64_t n = 1;
+  size[0] = len;
+  for (int m = 0; m < a->mesh_ndim; m++) {
+    if (a->place[m].kind != TS_PLACE_SHARD || a->place[m].dim != dim)
+      continue;
+    int64_t k = a->mesh_shape[m];
+    for (int64_t j = n - 1; j >= 0; j--) {
+      int64_t s = size[j], c = (s + k - 1) / k;
+      for (int64_t i = k - 1; i >= 0; i--) {
+        int64_t left = s - i * c;
+        size[j * k + i] = left <= 0 ? 0 : left < c ? left : c;
+      }
+    }
+    n *= k;
+  }
+}
+
+void ts_attr_split_offsets(const ts_attr *a, int dim, int64_t len, int64_t *offsets) {
+  int64_t k = ts__attr_parts(a, dim);
+  offsets[0] = 0;
+  if (a->splits[dim]) {
+    for (int64_t p = 0; p < k; p++)
+      offsets[p + 1] = offsets[p] + a->splits[dim][p];
+    return;
+  }
+  if (rule_of(a, dim) == TS_SPLIT_BALANCED) {
+    for (int64_t p = 0; p < k; p++)
+      offsets[p + 1] = offsets[p] + len / k + (p < len % k ? 1 : 0);
+    return;
+  }
+  chunk_sizes(a, dim, len, offsets + 1);
+  for (int64_t p = 0; p < k; p++)
+    offsets[p + 1] += offsets[p];
 }

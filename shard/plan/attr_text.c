@@ -13,17 +13,21 @@
  *   places     := "[" item { "," item } [","] "]"           or "(" ... ")"
  *   item       := place | name ":" place                   positional (one per mesh dim) or
  *                                                          all named by axis (others are R)
- *   place      := "S" "(" dim ")" | "Shard" "(" [ "dim" "=" ] dim ")"
+ *   place      := "S" "(" dim [ "," rule ] ")"
+ *               | "Shard" "(" [ "dim" "=" ] dim [ "," [ "split" "=" ] rule ] ")"
  *               | "R" | "Replicate" [ "(" ")" ]
  *               | ("P" | "Partial") [ "(" [ [ "reduce_op" "=" ] opq ] ")" ]   default sum
  *   opq        := op | "'" op "'" | '"' op '"'             op: sum, avg, prod, max, min
- *   splits     := "{" int ":" "[" int { "," int } "]" { "," ... } "}"   dims increasing
+ *   dim        := [ "-" ] int                              -1 is the last dim, -2 the one before
+ *   rule       := "balanced" | "chunk"                     default balanced; chunk: torch.chunk's
+ *   splits     := "{" dim ":" "[" int { "," int } "]" { "," ... } "}"   dims increasing
  *   name       := [A-Za-z_][A-Za-z0-9_]*                   a mesh axis: at most 15 bytes
  *
  * Without "@ranks" the mesh is over ranks 0..n-1. The canonical form (what ts_attr_format
- * writes) uses the short placements in mesh-dim order, keeps the axis names in the mesh, always
- * writes the rank list, writes runs of two or more consecutive ranks as "a-b", separates fields
- * by one space and has no other blanks. Errors give the column (1-based, in bytes) of the
+ * writes) uses the short placements in mesh-dim order (S(d) for balanced, S(d,chunk); a negative
+ * dim stays as written until the attribute meets a tensor), keeps the axis names in the mesh,
+ * always writes the rank list, writes runs of two or more consecutive ranks as "a-b", separates
+ * fields by one space and has no other blanks. Errors give the column (1-based, in bytes) of the
  * offending character and what was expected there. client/python/tshard/attr.py is a port of this
  * parser; tests/grammar/attr_corpus.jsonl keeps the two in lock-step: change both and the corpus
  * together. */
@@ -264,18 +268,59 @@ static int parse_ranks(parser *p, i64_list *ranks) {
   return TS_OK;
 }
 
+/* A tensor dim: 0 to 7, or -1 to -8 counting from the end ("-" then digits, no blank between). */
+static int parse_dim(parser *p, int64_t *out) {
+  blanks(p);
+  if (p->s[p->pos] != '-')
+    return parse_int(p, TS_MAX_DIMS - 1, "a tensor dim", out);
+  size_t at = p->pos++;
+  int64_t v = 0;
+  if (!isdigit((unsigned char)p->s[p->pos]))
+    return fail(p, "the digits of a negative tensor dim, as in -1 (the last dim)");
+  while (isdigit((unsigned char)p->s[p->pos]) && v <= TS_MAX_DIMS)
+    v = v * 10 + (p->s[p->pos++] - '0');
+  if (v < 1 || v > TS_MAX_DIMS || isdigit((unsigned char)p->s[p->pos])) {
+    p->pos = at;
+    return fail(p, "a tensor dim: 0 to 7, or -1 to -8 counting from the last dim");
+  }
+  *out = -v;
+  return TS_OK;
+}
+
+/* Skips DTensor's keyword spelling of an argument, `key =`, when it comes next (and the blanks
+ * before the value). */
+static void keyword(parser *p, const char *key) {
+  char name[NAME_BUF];
+  blanks(p);
+  size_t at = p->pos;
+  if (read_name(p, name) > 0 && strcmp(name, key) == 0 && tok(p, "="))
+    blanks(p);
+  else
+    p->pos = at;
+}
+
+/* The split rule after "S(dim,": [ "split" "=" ] ( "balanced" | "chunk" ). */
+static int parse_rule(parser *p, ts_split_rule *out) {
+  char name[NAME_BUF];
+  keyword(p, "split");
+  size_t rule_at = p->pos;
+  read_name(p, name);
+  for (int r = 0; r < TS_SPLIT_COUNT; r++)
+    if (strcmp(name, ts_split_rule_name((ts_split_rule)r)) == 0) {
+      *out = (ts_split_rule)r;
+      return TS_OK;
+    }
+  p->pos = rule_at;
+  return fail(p, "a split rule: balanced or chunk");
+}
+
 static const char *const PLACEMENT_EXPECTED =
     "a placement: S(dim), R, P(op) or Shard(dim), Replicate(), Partial(op)";
 
 /* The reduce op of a partial placement, after "(": [ "reduce_op" "=" ] [ quote ] op [ quote ]. */
 static int parse_op(parser *p, ts_reduce_op *out) {
   char name[NAME_BUF];
-  blanks(p);
-  size_t at = p->pos;
-  if (read_name(p, name) > 0 && strcmp(name, "reduce_op") == 0 && tok(p, "="))
-    blanks(p);
-  else
-    p->pos = at;
+  keyword(p, "reduce_op");
   char quote = p->s[p->pos];
   if (quote == '\'' || quote == '"')
     p->pos++;
@@ -317,9 +362,12 @@ static int parse_placement(parser *p, ts_placement *out) {
         return rc;
     }
     int64_t d;
-    if ((rc = parse_int(p, TS_MAX_DIMS - 1, "a tensor dim", &d)))
+    if ((rc = parse_dim(p, &d)))
       return rc;
-    *out = ts_shard_on((int)d);
+    ts_split_rule rule = TS_SPLIT_BALANCED;
+    if (tok(p, ",") && (rc = parse_rule(p, &rule)))
+      return rc;
+    *out = ts_shard_rule((int)d, rule);
     return expect(p, ")");
   }
   if (strcmp(name, "R") == 0 || strcmp(name, "Replicate") == 0) {
@@ -413,13 +461,13 @@ static int parse_places(parser *p, const mesh_text *mt, ts_placement *place, siz
 
 /* The split sizes after "splits={": "D:[s,s,...]" per tensor dim, in increasing dim order. */
 static int parse_splits(parser *p, ts_attr *a) {
-  int rc, last_dim = -1;
+  int rc, last_dim = INT_MIN;
   i64_list sizes = {0};
   do {
     blanks(p);
     size_t dim_at = p->pos;
     int64_t d;
-    if ((rc = parse_int(p, TS_MAX_DIMS - 1, "a tensor dim", &d)))
+    if ((rc = parse_dim(p, &d)))
       break;
     if (d == last_dim) {
       rc = ts_error_set(p->err, TS_PARSE, "attribute: at column %zu: the splits of dim %d are "
@@ -451,10 +499,12 @@ static int parse_splits(parser *p, ts_attr *a) {
 }
 
 /* Splits that do not match the mesh are reported here; those that need the tensor shape (their
- * sum) are checked by ts_attr_validate. */
+ * sum, and with negative dims which dim they name) are checked by ts_attr_validate. */
 static int check_splits(const ts_attr *a, ts_error *err) {
-  for (int d = 0; d < TS_MAX_DIMS; d++) {
-    if (!a->splits[d])
+  /* With negative dims, which dims are the same is known on a tensor only (ts_attr_validate). */
+  for (int d = -TS_MAX_DIMS; ts_attr_is_normal(a) && d < TS_MAX_DIMS; d++) {
+    int n;
+    if (!ts_attr_splits(a, d, &n))
       continue;
     bool sharded = false;
     for (int m = 0; m < a->mesh_ndim; m++)
@@ -462,12 +512,14 @@ static int check_splits(const ts_attr *a, ts_error *err) {
     if (!sharded)
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
                           "attribute: splits given for dim %d, which no placement shards", d);
-    if (a->nsplits[d] != ts__attr_parts(a, d))
+    if (n != ts__attr_parts(a, d))
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
                           "attribute: dim %d has %d split sizes but is split into %lld parts", d,
-                          a->nsplits[d], (long long)ts__attr_parts(a, d));
+                          n, (long long)ts__attr_parts(a, d));
   }
-  return TS_OK;
+  ts_error rerr;
+  int rc = ts__attr_check_splits_rule(a, &rerr);
+  return rc ? ts_error_set(err, rc, "attribute: %s", rerr.msg) : TS_OK;
 }
 
 int ts_attr_parse(const char *text, ts_attr **out, ts_error *err) {
@@ -632,7 +684,7 @@ size_t ts_attr_format(const ts_attr *a, char *buf, size_t cap) {
     if (pl->kind == TS_PLACE_SHARD) {
       put(&w, "S(");
       put_int(&w, pl->dim);
-      put(&w, ")");
+      put(&w, pl->split == TS_SPLIT_CHUNK ? ",chunk)" : ")");
     } else if (pl->kind == TS_PLACE_REPLICATE) {
       put(&w, "R");
     } else {
@@ -643,16 +695,18 @@ size_t ts_attr_format(const ts_attr *a, char *buf, size_t cap) {
   }
   put(&w, "]");
   bool first = true;
-  for (int d = 0; d < TS_MAX_DIMS; d++) {
-    if (!a->splits[d])
+  for (int d = -TS_MAX_DIMS; d < TS_MAX_DIMS; d++) {
+    int n;
+    const int64_t *sizes = ts_attr_splits(a, d, &n);
+    if (!sizes)
       continue;
     put(&w, first ? " splits={" : ",");
     put_int(&w, d);
     put(&w, ":[");
     first = false;
-    for (int i = 0; i < a->nsplits[d]; i++) {
+    for (int i = 0; i < n; i++) {
       put(&w, i ? "," : "");
-      put_int(&w, a->splits[d][i]);
+      put_int(&w, sizes[i]);
     }
     put(&w, "]");
   }

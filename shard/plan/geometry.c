@@ -1,6 +1,7 @@
 /* geometry.c - slice geometry: an attribute resolved on a tensor shape.
  *
- * A geom holds the split points of every sharded dim (balanced or explicit), the weights that turn
+ * A geom holds the split points of every sharded dim (ts_attr_split_offsets: balanced, chunk or
+ * explicit), its attribute with negative dims resolved, the weights that turn
  * a mesh position into a part per tensor dim, a replica index and a partial index, and a lookup
  * from world rank to mesh position. Boxes (a range per dim) are computed from split points; the
  * parts meeting a range are found by binary search over the sorted split points, so the planner
@@ -67,6 +68,8 @@ void ts_geom_destroy(ts_geom **p) {
   *p = NULL;
 }
 
+const ts_attr *ts_geom_attr(const ts_geom *g) { return g->attr; }
+
 int ts_geom_create(const ts_attr *a, int ndim, const int64_t *shape, ts_geom **out,
                    ts_error *err) {
   if (!out)
@@ -78,11 +81,14 @@ int ts_geom_create(const ts_attr *a, int ndim, const int64_t *shape, ts_geom **o
   ts_geom *g = calloc(1, sizeof *g);
   if (!g)
     return ts_error_set(err, TS_NO_MEMORY, "no memory for a geometry");
-  if ((rc = ts_attr_clone(a, &g->attr_own, err))) {
+  if ((rc = ts_attr_clone(a, &g->attr_own, err)) ||
+      (rc = ts_attr_normalize(g->attr_own, ndim, err))) {
+    ts_attr_destroy(&g->attr_own);
     free(g);
     return rc;
   }
   g->attr = g->attr_own;
+  a = g->attr;
   g->ndim = ndim;
   for (int d = 0; d < ndim; d++) {
     g->shape[d] = shape[d];
@@ -94,13 +100,10 @@ int ts_geom_create(const ts_attr *a, int ndim, const int64_t *shape, ts_geom **o
       ts_geom_destroy(&g);
       return ts_error_set(err, TS_NO_MEMORY, "no memory for %lld split points", (long long)k);
     }
-    g->offsets[d][0] = 0;
+    ts_attr_split_offsets(a, d, shape[d], g->offsets[d]);
     g->zeros[d][0] = 0;
-    for (int64_t p = 0; p < k; p++) {
-      int64_t size = a->splits[d] ? a->splits[d][p] : shape[d] / k + (p < shape[d] % k ? 1 : 0);
-      g->offsets[d][p + 1] = g->offsets[d][p] + size;
-      g->zeros[d][p + 1] = g->zeros[d][p] + (size == 0);
-    }
+    for (int64_t p = 0; p < k; p++)
+      g->zeros[d][p + 1] = g->zeros[d][p] + (g->offsets[d][p + 1] == g->offsets[d][p]);
   }
   int64_t stride = 1, rep = 1, par = 1;
   int64_t part_w[TS_MAX_DIMS];

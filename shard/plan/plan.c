@@ -346,7 +346,7 @@ static bool same_place(const ts_placement *x, const ts_placement *y) {
   if (x->kind != y->kind)
     return false;
   if (x->kind == TS_PLACE_SHARD)
-    return x->dim == y->dim;
+    return x->dim == y->dim && x->split == y->split;
   if (x->kind == TS_PLACE_PARTIAL)
     return x->op == y->op;
   return true;

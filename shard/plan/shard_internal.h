@@ -7,6 +7,8 @@
 
 /* Number of parts tensor dim `dim` is split into (1 when it is not sharded). */
 int64_t ts__attr_parts(const ts_attr *a, int dim);
+/* A dim with explicit split sizes is not also given the chunk rule (the error says so). */
+int ts__attr_check_splits_rule(const ts_attr *a, ts_error *err);
 
 /* A resolved attribute. Mesh dims are classified: shard (tensor dim), replicate, partial. */
 struct ts_geom {

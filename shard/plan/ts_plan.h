@@ -27,17 +27,29 @@
 
 typedef enum { TS_PLACE_SHARD, TS_PLACE_REPLICATE, TS_PLACE_PARTIAL } ts_place_kind;
 
+/* How a sharded tensor dim of length L is cut into parts when no explicit sizes are given.
+ * balanced: over all k parts at once, the remainder to the first parts (13 in 4: 4,3,3,3).
+ * chunk: torch.chunk's rule, as DTensor's Shard: parts of ceil(L/k), the last ones smaller or
+ * empty (13 in 4: 4,4,4,1; 5 in 4: 2,2,1,0); over several mesh dims it nests in mesh-dim order
+ * (10 on [S(0,chunk),S(0,chunk)] of a 2x2 mesh: 5,5, then each 3,2: 3,2,3,2). */
+typedef enum { TS_SPLIT_BALANCED = 0, TS_SPLIT_CHUNK, TS_SPLIT_COUNT } ts_split_rule;
+
 typedef struct ts_placement {
   ts_place_kind kind;
-  int dim;            /* tensor dim, for TS_PLACE_SHARD */
-  ts_reduce_op op;    /* for TS_PLACE_PARTIAL */
+  int dim;             /* tensor dim, for TS_PLACE_SHARD; negative counts from the end (-1: the
+                          last dim) until ts_attr_normalize resolves it on a tensor */
+  ts_reduce_op op;     /* for TS_PLACE_PARTIAL */
+  ts_split_rule split; /* for TS_PLACE_SHARD; every placement sharding one dim has the same */
 } ts_placement;
 
+/* "balanced", "chunk"; NULL for another value. */
+const char *ts_split_rule_name(ts_split_rule r);
+
 /* A mesh is a row-major grid over `ranks` (world ranks, nranks == product of mesh_shape).
- * splits[d] == NULL: tensor dim d (if sharded) is split balanced, the remainder going to the first
- * parts; otherwise splits[d] holds nsplits[d] explicit sizes, one per part. A tensor dim sharded
- * over several mesh dims has (product of their sizes) parts, numbered row-major over those mesh
- * dims in mesh-dim order. */
+ * splits[d] == NULL: tensor dim d (if sharded) is split by the rule of its placements (balanced,
+ * the remainder going to the first parts, or chunk); otherwise splits[d] holds nsplits[d]
+ * explicit sizes, one per part. A tensor dim sharded over several mesh dims has (product of their
+ * sizes) parts, numbered row-major over those mesh dims in mesh-dim order. */
 typedef struct ts_attr {
   int mesh_ndim;
   int64_t mesh_shape[TS_MAX_MESH_DIMS];
@@ -46,6 +58,10 @@ typedef struct ts_attr {
   ts_placement place[TS_MAX_MESH_DIMS];
   int64_t *splits[TS_MAX_DIMS];
   int nsplits[TS_MAX_DIMS];
+  /* Explicit sizes given for negative dims (neg_splits[i] is dim -(i+1)), kept until
+   * ts_attr_normalize moves them to splits[]. */
+  int64_t *neg_splits[TS_MAX_DIMS];
+  int neg_nsplits[TS_MAX_DIMS];
   /* Mesh axis names: all empty (an unnamed mesh) or one distinct name per mesh dim. Names only
    * label the mesh (text form, equality); they do not change where data lives. */
   char axis[TS_MAX_MESH_DIMS][TS_AXIS_NAME_MAX + 1];
@@ -55,14 +71,31 @@ typedef struct ts_attr {
  * a tensor: mesh sizes, rank list length, repeated or negative ranks, placements. */
 int ts_attr_create(ts_attr **out, int mesh_ndim, const int64_t *mesh_shape, const int *ranks,
                    const ts_placement *place, ts_error *err);
-/* Gives tensor dim `dim` explicit sizes (n parts); n == 0 returns it to balanced. */
+/* Gives tensor dim `dim` explicit sizes (n parts); n == 0 returns it to its rule. A negative dim
+ * (-TS_MAX_DIMS to -1) counts from the end and is resolved by ts_attr_normalize. */
 int ts_attr_set_splits(ts_attr *a, int dim, int n, const int64_t *sizes, ts_error *err);
 void ts_attr_destroy(ts_attr **p);
 int ts_attr_clone(const ts_attr *a, ts_attr **out, ts_error *err);
 bool ts_attr_equal(const ts_attr *a, const ts_attr *b);
-/* Checks the attribute against a tensor and a world (world_size <= 0: ranks are not bounded). */
+/* Checks the attribute against a tensor and a world (world_size <= 0: ranks are not bounded).
+ * Negative dims are checked as ts_attr_normalize would resolve them on a tensor of ndim dims. */
 int ts_attr_validate(const ts_attr *a, int ndim, const int64_t *shape, int world_size,
                      ts_error *err);
+/* Resolves negative dims (of placements and of splits) on a tensor of ndim dims: S(-1) becomes
+ * S(ndim-1). A dim below -ndim is refused naming the valid range; a dim given split sizes both
+ * as negative and positive is refused. Attributes that met a tensor (stored, planned, saved) are
+ * normalized; the text of one that has not keeps its negative dims. */
+int ts_attr_normalize(ts_attr *a, int ndim, ts_error *err);
+/* The explicit sizes given for tensor dim `dim` as written (negative: counted from the end) and
+ * their number in *n (n may be NULL); NULL when it has none. */
+const int64_t *ts_attr_splits(const ts_attr *a, int dim, int *n);
+/* Whether no dim of a is negative (true for NULL). */
+bool ts_attr_is_normal(const ts_attr *a);
+/* The split points of tensor dim `dim` (of length len) under a: parts + 1 offsets from 0 to len
+ * into offsets[] (parts: the product of the mesh dims sharding it), from the explicit sizes,
+ * else by the dim's rule. The one place a split is computed. a must be normalized and valid for
+ * the tensor (ts_attr_validate). */
+void ts_attr_split_offsets(const ts_attr *a, int dim, int64_t len, int64_t *offsets);
 /* TS_OK when dt has the reduction of each of a's partial placements (the 8-bit floats have
  * none); the error names the dtype and the reductions that exist. */
 int ts_attr_check_dtype(const ts_attr *a, ts_dtype dt, ts_error *err);
@@ -73,15 +106,19 @@ size_t ts_attr_format(const ts_attr *a, char *buf, size_t cap);
 
 /* Placement helpers for building attributes in code. */
 static inline ts_placement ts_shard_on(int dim) {
-  ts_placement p = {TS_PLACE_SHARD, dim, TS_REDUCE_SUM};
+  ts_placement p = {TS_PLACE_SHARD, dim, TS_REDUCE_SUM, TS_SPLIT_BALANCED};
+  return p;
+}
+static inline ts_placement ts_shard_rule(int dim, ts_split_rule rule) {
+  ts_placement p = {TS_PLACE_SHARD, dim, TS_REDUCE_SUM, rule};
   return p;
 }
 static inline ts_placement ts_replicate(void) {
-  ts_placement p = {TS_PLACE_REPLICATE, 0, TS_REDUCE_SUM};
+  ts_placement p = {TS_PLACE_REPLICATE, 0, TS_REDUCE_SUM, TS_SPLIT_BALANCED};
   return p;
 }
 static inline ts_placement ts_partial(ts_reduce_op op) {
-  ts_placement p = {TS_PLACE_PARTIAL, 0, op};
+  ts_placement p = {TS_PLACE_PARTIAL, 0, op, TS_SPLIT_BALANCED};
   return p;
 }
 
@@ -107,6 +144,8 @@ typedef struct ts_geom ts_geom;
 int ts_geom_create(const ts_attr *a, int ndim, const int64_t *shape, ts_geom **out,
                    ts_error *err);
 void ts_geom_destroy(ts_geom **p);
+/* The geom's own copy of its attribute, normalized (no negative dims). */
+const ts_attr *ts_geom_attr(const ts_geom *g);
 /* Index of a world rank in the mesh (row-major), or -1 when it is not in the mesh. */
 int64_t ts_geom_mesh_index(const ts_geom *g, int world_rank);
 /* The box of the slice a world rank holds; false when the rank is not in the mesh. */

@@ -1,7 +1,9 @@
 """Random tensors and attributes for the randomized differential tests (test_reshard_random.py,
 test_ckpt_random.py): reference values exact in every dtype, and attributes over random subsets
 of the ranks (1-D and 2-D meshes; shards, replicas, partials; ragged splits, zeros allowed) with
-the layouts that fit or do not fit a tensor."""
+the layouts that fit or do not fit a tensor. With rules=True the attributes also draw a split
+rule per tensor dim (balanced or chunk) and write some dims from the end (S(-1), splits={-1:...});
+compare such texts with same_attr(a, b, ndim)."""
 import numpy as np
 
 import tshard
@@ -16,17 +18,22 @@ def reference(dtype, shape):
     return exact_values(v, dtype, -11).reshape(shape)
 
 
-def same_attr(a, b):
-    """Whether two attribute texts name the same attribute (spellings may differ)."""
-    return tshard.Attr.parse(a) == tshard.Attr.parse(b)
+def same_attr(a, b, ndim=None):
+    """Whether two attribute texts name the same attribute (spellings may differ; with ndim,
+    dims written from the end are resolved on a tensor of ndim dims first)."""
+    x, y = tshard.Attr.parse(a), tshard.Attr.parse(b)
+    if ndim is not None:
+        x, y = x.normalized(ndim), y.normalized(ndim)
+    return x == y
 
 
 class Gen:
     """Random attributes and layouts for one tensor shape over nranks ranks."""
 
-    def __init__(self, rng, nranks):
+    def __init__(self, rng, nranks, rules=False):
         self.rng = rng
         self.nranks = nranks
+        self.rules = rules
 
     def mesh(self):
         r = self.rng
@@ -45,11 +52,17 @@ class Gen:
         r = self.rng
         mshape, ranks = self.mesh()
         op = r.choice(["sum", "max", "min"])
-        places = []
+        nd = len(tshape)
+        rule = {d: r.choice(["", ",chunk"]) if self.rules else "" for d in range(nd)}
+        places, dims = [], []
         for _ in mshape:
             x = r.random()
+            dims.append(None)
             if x < 0.45:
-                places.append(f"S({r.randrange(len(tshape))})")
+                d = r.randrange(nd)
+                dims[-1] = d
+                written = d - nd if self.rules and r.random() < 0.3 else d
+                places.append(f"S({written}{rule[d]})")
             elif x < 0.8:
                 places.append("R")
             elif dtype in NO_REDUCTIONS:
@@ -58,14 +71,15 @@ class Gen:
                 places.append(f"P({op})")
         text = (f"mesh=[{','.join(map(str, mshape))}]@{','.join(map(str, ranks))} "
                 f"placements=[{','.join(places)}]")
-        # ragged splits for some sharded dim, zeros allowed
-        sharded = sorted({int(p[2:-1]) for p in places if p.startswith("S(")})
+        # ragged splits for some sharded dim of the balanced rule, zeros allowed
+        sharded = sorted({d for d in dims if d is not None and not rule[d]})
         if sharded and r.random() < 0.3:
             d = r.choice(sharded)
-            parts = int(np.prod([m for m, p in zip(mshape, places) if p == f"S({d})"]))
+            parts = int(np.prod([m for m, x in zip(mshape, dims) if x == d]))
             cuts = sorted(r.randint(0, tshape[d]) for _ in range(parts - 1))
             sizes = [b - a for a, b in zip([0] + cuts, cuts + [tshape[d]])]
-            text += f" splits={{{d}:[{','.join(map(str, sizes))}]}}"
+            key = d - nd if self.rules and r.random() < 0.5 else d
+            text += f" splits={{{key}:[{','.join(map(str, sizes))}]}}"
         return text
 
     def layout(self, ndim):

@@ -56,8 +56,11 @@ def b():
 def placement(mdim_names, ndim):
     k = rng.random()
     if k < 0.4:
-        d = rng.randrange(ndim)
-        return rng.choice([f"S({b()}{d}{b()})", f"Shard({d})", f"Shard({b()}dim{b()}={b()}{d})"])
+        d = rng.randrange(ndim) if rng.random() < 0.8 else -rng.randint(1, ndim)
+        rule = rng.choice(["", "", "", f",{b()}chunk", f",{b()}balanced",
+                           f",{b()}split={b()}chunk"])
+        return rng.choice([f"S({b()}{d}{b()}{rule})", f"Shard({d}{rule})",
+                           f"Shard({b()}dim{b()}={b()}{d}{rule})"])
     if k < 0.7:
         return rng.choice(["R", "Replicate", "Replicate()", f"Replicate({b()})"])
     op = rng.choice(["sum", "max", "min"]) if rng.random() < 0.8 else "sum"
@@ -94,14 +97,14 @@ def random_text():
     text += (f"placements{b()}={b()}{o}" + ",".join(f"{b()}{p}{b()}" for p in items)
              + rng.choice(["", "", ",", f",{b()}"]) + c)
     if rng.random() < 0.4:
-        d = rng.randrange(ndim)
+        d = rng.randrange(ndim) if rng.random() < 0.8 else -rng.randint(1, ndim)
         parts = rng.randint(1, 4)
         text += f" splits={b()}{{{d}{b()}:{b()}[" + ",".join(
             str(rng.randint(0, 5)) for _ in range(parts)) + f"]{b()}}}"
     return text + b()
 
 
-ALPHABET = "mesh=[]@,-0123456789 \tplacements:SRPhardpli()'\"{}xyz_\u00e9\0"
+ALPHABET = "mesh=[]@,-0123456789 \tplacements:SRPhardpli()'\"{}xyz_\u00e9\0chunkbl-"
 
 
 def mutate(text):

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Randomized differential test of checkpoints against real daemons and numpy: for a fixed set of
 seeds, tensors of random dtypes, shapes, attributes (1-D and 2-D meshes over random rank subsets,
-shards, replicas, partials, ragged splits with zero parts) and stored layouts (row-major, permuted,
+shards, replicas, partials, ragged splits with zero parts, balanced and chunk split rules, dims
+written from the end) and stored layouts (row-major, permuted,
 blocked) are put from numpy, saved (partial values reduced or kept, pieces cut into 4 KiB chunks
 by --ckpt-chunk), read back by the pure-numpy reader and loaded under random attributes, on the
 saving ranks and on 3 ranks. Misuse is mixed in: names the checkpoint does not hold, names that
@@ -99,7 +100,7 @@ class Seed:
         for rk in range(nranks):
             with d.connect(rk, timeout=CALL_TIMEOUT) as c:
                 info = c.describe(name)
-            check(same_attr(info["attr"], want_attr),
+            check(same_attr(info["attr"], want_attr, len(m["shape"])),
                   self.what(f"{what}: rank {rk} describes {name} as {info['attr']}, "
                             f"want {want_attr}"))
 
@@ -144,7 +145,7 @@ class Seed:
     def run(self):
         r = self.rng
         ckdir = os.path.join(work, f"s{self.seed}")
-        gen4 = Gen(r, NP)
+        gen4 = Gen(r, NP, rules=True)
         with Daemons(bin_dir, NP, extra_args=("--ckpt-chunk", "4K")) as d, \
                 d.connect(r.randrange(NP), timeout=CALL_TIMEOUT) as c:
             self.tensors(c, gen4)
@@ -172,7 +173,7 @@ class Seed:
             self.corrupt(d, c, ckdir, kept)
         # 3 ranks: every tensor under a random attribute of 3 ranks; a kept-partial one loads
         # only where its saved ranks exist
-        gen3 = Gen(r, 3)
+        gen3 = Gen(r, 3, rules=True)
         with Daemons(bin_dir, 3) as d, d.connect(r.randrange(3), timeout=CALL_TIMEOUT) as c:
             for name, m in self.model.items():
                 tgt = gen3.attr(m["shape"], m["dtype"])

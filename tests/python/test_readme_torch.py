@@ -3,7 +3,8 @@
 reader pastes them into one session) and its sh blocks (bash), in order, in a fresh directory
 holding a `build` link to the build tree, against 4 daemons of job "demo" (their socket
 directory in TSHARD_SOCKET_DIR, as tshard-launch's would be found). Then, against independent
-references: the state_dict came back equal to the model's; describe printed the column split;
+references: from_dtensor_spec printed DTensor's attribute (the chunk rule); the state_dict came
+back equal to the model's; describe printed the column split;
 the shards, the index and the CLI's consolidated export hold the model's values (read with
 struct and json).
 
@@ -47,7 +48,7 @@ def read_file(path):
 
 def main():
     found = blocks(readme, "From PyTorch")
-    check([k for k, _ in found] == ["python", "python", "sh", "python"],
+    check([k for k, _ in found] == ["python", "python", "python", "sh", "python"],
           f"the section's blocks: {found}")
     work = tempfile.mkdtemp(prefix="tshard-readme-torch-")
     os.symlink(os.path.dirname(os.path.abspath(bin_dir)), os.path.join(work, "build"))
@@ -72,10 +73,14 @@ def main():
         check(sorted(model) == sorted(ns["back"]) and
               all(np.array_equal(ns["back"][k].numpy(), model[k]) for k in model),
               "the state_dict came back equal")
-        check(outs[1].strip() == "mesh=[4]@0-3 placements=[S(1)]", f"describe printed {outs[1]!r}")
+        # DTensor's attribute: the chunk rule, the dim from the end resolved on the shape
+        check(outs[0].split("\n")[:2] == ["mesh=[2,2]@0-3 placements=[S(0,chunk),S(1,chunk)]",
+                                          "mesh=[4]@0-3 placements=[S(1,chunk)]"],
+              f"from_dtensor_spec printed {outs[0]!r}")
+        check(outs[2].strip() == "mesh=[4]@0-3 placements=[S(1)]", f"describe printed {outs[2]!r}")
         # the gradients 0, 1, 2, 3 of the four ranks averaged: (0 + 1 + 2 + 3) / 4
-        check(outs[3].strip() == str(np.float32((0 + 1 + 2 + 3) / 4)),
-              f"the averaged gradient printed {outs[3]!r}")
+        check(outs[4].strip() == str(np.float32((0 + 1 + 2 + 3) / 4)),
+              f"the averaged gradient printed {outs[4]!r}")
         check(tuple(ns["w"].shape) == (16, 16) and np.array_equal(ns["w"].numpy(),
                                                                   model["fc2.weight"][:, :16]),
               "rank 0's slice of fc2.weight is its first 16 columns")
@@ -90,7 +95,7 @@ def main():
         allf = read_file("all.safetensors")
         check(all(np.array_equal(allf[k], model[k]) for k in model),
               "the CLI's export holds the model")
-        check("imported 4 tensors" in outs[2], f"the CLI import: {outs[2]!r}")
+        check("imported 4 tensors" in outs[3], f"the CLI import: {outs[3]!r}")
     finally:
         os.chdir(here)
         rc = d.stop()

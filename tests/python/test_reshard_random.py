@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Randomized differential test of resharding against real daemons: for a fixed set of seeds,
 chains of reshards with random attributes (1-D and 2-D meshes over random rank subsets, shards,
-replicas, partials, ragged splits), random strategies and target layouts, sent by a driver client
+replicas, partials, ragged splits, balanced and chunk split rules, dims written from the end),
+random strategies and target layouts, sent by a driver client
 (one connection, any rank) or by SPMD clients (every rank at once with one idempotency key).
 Failures are injected on some ranks only: layout tags that do not fit the tensor, forced
 strategies that do not apply, and memory-limit refusals (two large tensors under --memory-limit,
@@ -59,7 +60,7 @@ class Run:
     def __init__(self, d, seed):
         self.d = d
         self.rng = random.Random(seed)
-        self.gen = Gen(self.rng, NP)
+        self.gen = Gen(self.rng, NP, rules=True)
         self.seed = seed
         self.model = {}   # name -> {"dtype", "shape", "attr", "layout", "ref"}
         self.stats = {"reshards": 0, "ok": 0, "spmd": 0, "bad_layout": 0, "limit": 0,
@@ -85,7 +86,8 @@ class Run:
         ok = check(ok, f"{what}: every rank describes '{name}' the same: {got}")
         if ok:
             info = got[0][1]
-            ok = check(same_attr(info["attr"], m["attr"]) and info["layout"] == (m["layout"] or "row-major") and
+            ok = check(same_attr(info["attr"], m["attr"], len(m["shape"]))
+                       and info["layout"] == (m["layout"] or "row-major") and
                        info["dtype"] == m["dtype"] and info["shape"] == m["shape"],
                        f"{what}: '{name}' is {info['attr']} [{info['layout']}], the model says "
                        f"{m['attr']} [{m['layout']}]")

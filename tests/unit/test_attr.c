@@ -268,8 +268,11 @@ START_TEST(validation_errors) {
   ck_assert_int_eq(ts_attr_create(&a, 9, ms, NULL, pl, &err), TS_BAD_ATTRIBUTE);
   pl[1].kind = (ts_place_kind)7;
   ck_assert_int_eq(ts_attr_create(&a, 2, ms, NULL, pl, &err), TS_BAD_ATTRIBUTE);
-  pl[1] = ts_shard_on(-1);
+  pl[1] = ts_shard_on(-9);
   ck_assert_int_eq(ts_attr_create(&a, 2, ms, NULL, pl, &err), TS_BAD_ATTRIBUTE);
+  pl[1] = ts_shard_rule(0, (ts_split_rule)5);
+  ck_assert_int_eq(ts_attr_create(&a, 2, ms, NULL, pl, &err), TS_BAD_ATTRIBUTE);
+  ck_assert_msg(strstr(err.msg, "balanced, chunk"), "%s", err.msg);
   pl[1] = ts_replicate();
   ck_assert_int_eq(ts_attr_create(&a, 2, ms, NULL, pl, &err), TS_OK);
   int64_t neg = -1;

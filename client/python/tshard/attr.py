@@ -8,6 +8,12 @@ They format to, and parse from, the canonical text form of shard/plan/ATTRIBUTES
     Attr(Mesh([2], ranks=[4, 6]), [Partial("sum")])
     Attr(Mesh([4]), [Shard(0)], splits={0: [3, 0, 10, 7]})
 
+A sharded dim is split balanced by default (13 rows in 4: 4,3,3,3) or, with
+``Shard(d, split="chunk")`` (text ``S(d,chunk)``), by torch.chunk's rule as DTensor's ``Shard``
+(13 in 4: 4,4,4,1); ``from_dtensor_spec`` builds DTensor's exact attribute. A negative dim counts
+from the end (``Shard(-1)``, ``splits={-1: [...]}``); ``Attr.normalized(ndim)`` resolves it, as
+the daemon does when the attribute meets a tensor.
+
 Mesh axes may be named, as JAX users name them; placements may then name their axis (axes left
 out are replicated)::
 
@@ -25,7 +31,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from .errors import AttrError, error_for
 
-__all__ = ["Mesh", "Shard", "Replicate", "Partial", "Attr", "AttrError", "parse_attr"]
+__all__ = ["Mesh", "Shard", "Replicate", "Partial", "Attr", "AttrError", "parse_attr",
+           "SPLIT_RULES", "from_dtensor_spec"]
+
+# The split rules of a sharded dim (ATTRIBUTES.md), the default first.
+SPLIT_RULES = ("balanced", "chunk")
+_MAX_TENSOR_DIMS = 8
 
 
 class Mesh:
@@ -79,17 +90,29 @@ class Mesh:
 
 
 class Shard:
-    """Tensor dim ``dim`` is split along this mesh dim."""
+    """Tensor dim ``dim`` is split along this mesh dim, by the rule ``split``."""
 
-    def __init__(self, dim: int) -> None:
-        """Splits tensor dim ``dim`` along this mesh dim."""
+    def __init__(self, dim: int, split: str = "balanced") -> None:
+        """Splits tensor dim ``dim`` (negative counts from the end: -1 is the last dim) along
+        this mesh dim. ``split``: "balanced" (the remainder to the first parts: 13 in 4 is
+        4,3,3,3) or "chunk" (torch.chunk's, as DTensor's Shard: 13 in 4 is 4,4,4,1; nested over
+        several mesh dims). BadAttributeError (a ValueError) for another rule or a dim outside
+        -8..7."""
         self.dim = int(dim)
+        if not -_MAX_TENSOR_DIMS <= self.dim < _MAX_TENSOR_DIMS:
+            raise error_for(10, f"Shard({self.dim}): a tensor dim is {-_MAX_TENSOR_DIMS} to "
+                                f"{_MAX_TENSOR_DIMS - 1} (negative counts from the end)")
+        if split not in SPLIT_RULES:
+            raise error_for(10, f"Shard({self.dim}): split rule {split!r}; valid rules are "
+                                + ", ".join(SPLIT_RULES))
+        self.split = split
 
     def __str__(self):
-        return f"S({self.dim})"
+        return f"S({self.dim})" if self.split == "balanced" else f"S({self.dim},{self.split})"
 
     def __eq__(self, other):
-        return isinstance(other, Shard) and other.dim == self.dim
+        return (isinstance(other, Shard) and other.dim == self.dim
+                and other.split == self.split)
 
     __repr__ = __str__
 
@@ -137,6 +160,28 @@ class Partial:
         return isinstance(other, Partial) and other.op == self.op
 
     __repr__ = __str__
+
+
+def _rules_error(places):
+    """What ts_attr_create says of two placements that shard one dim by different rules."""
+    for m, p in enumerate(places):
+        for n in range(m):
+            q = places[n]
+            if (isinstance(p, Shard) and isinstance(q, Shard) and p.dim == q.dim
+                    and p.split != q.split):
+                return (f"placements {n} and {m} shard dim {p.dim} with different split rules "
+                        f"({q.split} and {p.split}); give every placement of a dim the same rule")
+    return None
+
+
+def _splits_rule_error(places, splits):
+    """A dim given explicit sizes and the chunk rule (the first in increasing dim order)."""
+    for d in sorted(splits):
+        rule = next((p.split for p in places if isinstance(p, Shard) and p.dim == d), None)
+        if rule == "chunk":
+            return (f"dim {d} is given both explicit split sizes and the chunk rule; give one or "
+                    f"the other (explicit sizes set every part: write S({d}))")
+    return None
 
 
 def _ranks_text(ranks):
@@ -189,10 +234,42 @@ class Attr:
         for p in self.placements:
             if not isinstance(p, (Shard, Replicate, Partial)):
                 raise TypeError(f"placement {p!r}: use Shard(d), Replicate() or Partial(op)")
-        bad_ops = _partial_ops_error(self.placements)
+        bad_ops = _partial_ops_error(self.placements) or _rules_error(self.placements)
         if bad_ops:
             raise error_for(10, bad_ops)
         self.splits = {int(d): [int(s) for s in v] for d, v in (splits or {}).items()}
+        for d in self.splits:
+            if not -_MAX_TENSOR_DIMS <= d < _MAX_TENSOR_DIMS:
+                raise error_for(10, f"splits for dim {d}; a tensor dim is {-_MAX_TENSOR_DIMS} to "
+                                    f"{_MAX_TENSOR_DIMS - 1} (negative counts from the end)")
+        bad = _splits_rule_error(self.placements, self.splits)
+        if bad:
+            raise error_for(10, bad)
+
+    def normalized(self, ndim: int) -> "Attr":
+        """This attribute on a tensor of ``ndim`` dims: negative dims resolved (``S(-1)`` is
+        ``S(ndim-1)``), as the daemon stores it. BadAttributeError naming the valid range for a
+        dim below -ndim, or for a dim given splits both as negative and positive."""
+        def resolve(d, what):
+            if d >= 0:
+                return d
+            if d < -ndim:
+                if ndim == 0:
+                    raise error_for(10, f"{what} names dim {d} but the tensor has no dims (a "
+                                        f"0-dim tensor cannot be split)")
+                raise error_for(10, f"{what} names dim {d} but the tensor has {ndim} dims "
+                                    f"(valid: {-ndim} to {ndim - 1})")
+            return d + ndim
+        places = [Shard(resolve(p.dim, f"placement {m}, S({p.dim}),"), p.split)
+                  if isinstance(p, Shard) else p for m, p in enumerate(self.placements)]
+        splits = {d: v for d, v in self.splits.items() if d >= 0}
+        for d in sorted((d for d in self.splits if d < 0), reverse=True):
+            r = resolve(d, "splits")
+            if r in splits:
+                raise error_for(10, f"splits are given for dim {d} and for dim {r}, both dim {r} "
+                                    f"of a tensor of {ndim} dims; give each dim's splits once")
+            splits[r] = self.splits[d]
+        return Attr(self.mesh, places, splits)
 
     def __str__(self):
         text = (f"mesh=[{self.mesh._text()}]@{_ranks_text(self.mesh.ranks)} "
@@ -335,6 +412,43 @@ class _Parser:
             self.pos += 1
         return v
 
+    def parse_dim(self):
+        """A tensor dim: 0 to 7, or -1 to -8 ("-" then digits, no blank between)."""
+        self.blanks()
+        if self.at() != 0x2d:
+            return self.parse_int(_MAX_DIMS - 1, "a tensor dim")
+        at = self.pos
+        self.pos += 1
+        if not 0x30 <= self.at() <= 0x39:
+            raise self.fail("the digits of a negative tensor dim, as in -1 (the last dim)")
+        v = 0
+        while 0x30 <= self.at() <= 0x39 and v <= _MAX_DIMS:
+            v = v * 10 + self.at() - 0x30
+            self.pos += 1
+        if v < 1 or v > _MAX_DIMS or 0x30 <= self.at() <= 0x39:
+            self.pos = at
+            raise self.fail("a tensor dim: 0 to 7, or -1 to -8 counting from the last dim")
+        return -v
+
+    def keyword(self, key):
+        """Skips DTensor's keyword spelling of an argument, ``key =``, when it comes next."""
+        self.blanks()
+        at = self.pos
+        if self.read_name() == key and self.tok("="):
+            self.blanks()
+        else:
+            self.pos = at
+
+    def parse_rule(self):
+        """The split rule after "S(dim,": [ "split" "=" ] ( "balanced" | "chunk" )."""
+        self.keyword("split")
+        rule_at = self.pos
+        name = self.read_name()
+        if name in SPLIT_RULES:
+            return name
+        self.pos = rule_at
+        raise self.fail("a split rule: balanced or chunk")
+
     def parse_shape(self):
         close = self.open_list()
         shape, axes, named = [], [], False
@@ -389,12 +503,7 @@ class _Parser:
                 return ranks
 
     def parse_op(self):
-        self.blanks()
-        at = self.pos
-        if self.read_name() == "reduce_op" and self.tok("="):
-            self.blanks()
-        else:
-            self.pos = at
+        self.keyword("reduce_op")
         quote = self.at()
         if quote in (ord("'"), ord('"')):
             self.pos += 1
@@ -425,9 +534,10 @@ class _Parser:
                     self.pos = arg
                     raise self.fail("a tensor dim, as in S(0) or Shard(dim=0)")
                 self.expect("=")
-            d = self.parse_int(_MAX_DIMS - 1, "a tensor dim")
+            d = self.parse_dim()
+            rule = self.parse_rule() if self.tok(",") else "balanced"
             self.expect(")")
-            return Shard(d)
+            return Shard(d, rule)
         if name in ("R", "Replicate"):
             if name == "Replicate" and self.tok("("):
                 self.expect(")")
@@ -531,7 +641,7 @@ class _Parser:
             if dup is not None:
                 raise self.error("BAD_ATTRIBUTE", f"attribute: rank {dup} appears twice in the "
                                                   f"mesh; each rank may appear once")
-        bad_ops = _partial_ops_error(places)
+        bad_ops = _partial_ops_error(places) or _rules_error(places)
         if bad_ops:
             raise self.error("BAD_ATTRIBUTE", f"attribute: {bad_ops}")
         splits = {}
@@ -539,16 +649,16 @@ class _Parser:
         if self.separated() and self.tok("splits"):
             self.expect("=")
             self.expect("{")
-            last_dim = -1
+            last_dim = None
             while True:
                 self.blanks()
                 dim_at = self.pos
-                d = self.parse_int(_MAX_DIMS - 1, "a tensor dim")
+                d = self.parse_dim()
                 if d == last_dim:
                     raise self.error("PARSE", f"attribute: at column {dim_at + 1}: the splits of "
                                               f"dim {d} are given twice; give each dim's splits "
                                               f"once")
-                if d < last_dim:
+                if last_dim is not None and d < last_dim:
                     self.pos = dim_at
                     raise self.fail("tensor dims in increasing order, each once")
                 last_dim = d
@@ -569,7 +679,10 @@ class _Parser:
         self.blanks()
         if self.at() != 0:
             raise self.fail('end of text, or " splits={...}" after the placements')
-        for d in sorted(splits):
+        # with negative dims, which dims are the same is known on a tensor only (normalized)
+        normal = all(d >= 0 for d in splits) and not any(
+            isinstance(p, Shard) and p.dim < 0 for p in places)
+        for d in sorted(splits) if normal else []:
             parts = 1
             sharded = False
             for m, p in enumerate(places):
@@ -582,6 +695,9 @@ class _Parser:
             if len(splits[d]) != parts:
                 raise self.error("BAD_ATTRIBUTE", f"attribute: dim {d} has {len(splits[d])} split "
                                                   f"sizes but is split into {parts} parts")
+        bad = _splits_rule_error(places, splits)
+        if bad:
+            raise self.error("BAD_ATTRIBUTE", f"attribute: {bad}")
         return Attr(Mesh(shape, ranks, names=axes), places, splits)
 
 
@@ -597,3 +713,81 @@ def parse_attr(text: Union[str, bytes]) -> Attr:
     if nul >= 0:
         data = data[:nul]
     return _Parser(data).parse()
+
+
+# DTensor's reduce ops (torch.distributed's ReduceOp names) -> tshard's
+_DTENSOR_OPS = {"sum": "sum", "avg": "avg", "product": "prod", "prod": "prod", "max": "max",
+                "min": "min"}
+
+
+def _from_torch_placement(p: Any) -> Any:
+    """A torch.distributed.tensor placement (Shard, Replicate, Partial), recognised by its class
+    without importing torch; None for an object that is not one."""
+    cls = type(p)
+    if not (cls.__module__ or "").startswith("torch"):
+        return None
+    name = cls.__name__
+    if name == "Shard":
+        return Shard(p.dim, "chunk")
+    if name == "Replicate":
+        return Replicate()
+    if name in ("Partial", "_Partial"):
+        op = str(getattr(p, "reduce_op", "sum")).lower().rsplit(".", 1)[-1]
+        if op not in _DTENSOR_OPS:
+            raise error_for(10, f"DTensor placement {p!r}: reduce op {op!r}; tshard reduces by "
+                                f"{', '.join(sorted(_DTENSOR_OPS))}")
+        return Partial(_DTENSOR_OPS[op])
+    raise error_for(10, f"DTensor placement {p!r} ({name}) has no tshard attribute; valid: "
+                        f"Shard, Replicate, Partial")
+
+
+def _mesh_of(mesh: Any) -> Mesh:
+    """A Mesh from a Mesh, a shape, {axis: size} or a DeviceMesh (its shape, dim names and
+    ranks)."""
+    if isinstance(mesh, Mesh):
+        return mesh
+    if isinstance(mesh, Mapping):
+        return Mesh(dict(mesh))
+    if hasattr(mesh, "mesh") and hasattr(mesh, "mesh_dim_names"):  # torch's DeviceMesh
+        ranks = [int(r) for r in mesh.mesh.flatten().tolist()]
+        shape = [int(s) for s in mesh.mesh.shape]
+        names = mesh.mesh_dim_names
+        if names:
+            return Mesh(dict(zip(names, shape)), ranks=ranks)
+        return Mesh(shape, ranks=ranks)
+    return Mesh([int(s) for s in mesh])
+
+
+def from_dtensor_spec(mesh_shape: Any, placements: Sequence[Any],
+                      shape: Optional[Sequence[int]] = None) -> Attr:
+    """The attribute of a DTensor: the same slices on the same mesh positions.
+
+    Args:
+        mesh_shape: the DeviceMesh's shape ([2, 2]), {axis name: size}, a tshard Mesh or a
+            torch DeviceMesh (its ranks and dim names are kept).
+        placements: one per mesh dim, DTensor-style: tshard's Shard, Replicate, Partial, or
+            torch.distributed.tensor's (recognised without importing torch). Every Shard takes
+            the chunk rule, as DTensor's Shard splits by torch.chunk.
+        shape: the tensor's global shape; with it, negative dims are resolved (S(-1) is the
+            last dim), as DTensor resolves them. None keeps them as written.
+
+    Returns:
+        The Attr, e.g. ``mesh=[2,2]@0-3 placements=[S(0,chunk),S(0,chunk)]``.
+
+    Raises:
+        BadAttributeError (a ValueError): a placement with no tshard counterpart, a count of
+        placements other than the mesh dims, a dim out of range for ``shape``.
+    """
+    places = []
+    for p in placements:
+        t = _from_torch_placement(p)
+        if t is None and isinstance(p, Shard):
+            t = Shard(p.dim, "chunk")
+        elif t is None and isinstance(p, (Replicate, Partial)):
+            t = p
+        elif t is None:
+            raise error_for(10, f"placement {p!r}: expected Shard, Replicate or Partial (tshard's "
+                                f"or torch.distributed.tensor's)")
+        places.append(t)
+    attr = Attr(_mesh_of(mesh_shape), places)
+    return attr if shape is None else attr.normalized(len(shape))

@@ -16,6 +16,9 @@ works without it.
   (float8 and uint16/32/64 came in torch 2.1 and 2.3) is refused, naming it: get such a tensor
   as numpy.
 - ``out_view(t)``: a torch tensor to fill (``get(..., out=t)``) as a numpy view of its memory.
+- ``dtensor_attr(t)``: the attribute of a DTensor (its DeviceMesh, placements and global shape;
+  ``tshard.from_dtensor_spec``): shards by torch.chunk's rule (``S(d,chunk)``), so that every
+  rank's slice is the DTensor's local tensor.
 
 Every tshard dtype maps to one torch dtype (TORCH_DTYPES). Whether received 16-bit data are bf16
 bits, and how bf16 bits are marked for sending, is decided in one place each (``_is_bf16``,
@@ -24,11 +27,12 @@ from typing import Any, Optional
 
 import numpy as np
 
+from .attr import Attr, from_dtensor_spec
 from .errors import error_for
 from .typed_put import bf16_bits, f8_bits
 
 __all__ = ["TORCH_DTYPES", "as_array", "to_torch", "out_view", "is_torch", "from_torch",
-           "dtype_name"]
+           "dtype_name", "dtensor_attr"]
 
 # tshard dtype -> the name of its torch dtype
 TORCH_DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
@@ -145,3 +149,15 @@ def out_view(t: Any, what: str = "get") -> np.ndarray:
         raise ValueError(f"{what}: out must be a contiguous tensor (call .contiguous() and copy "
                          "back, or pass a contiguous one)")
     return _raw_view(t, what)
+
+
+def dtensor_attr(t: Any) -> Attr:
+    """The tshard attribute of a DTensor ``t``: its device mesh (shape, ranks, dim names), its
+    placements with the chunk rule DTensor's Shard splits by, negative dims resolved on its
+    global shape. ``c.create(name, dtype_name(t), t.shape, dtensor_attr(t))`` then holds on each
+    rank exactly ``t.to_local()``'s elements."""
+    for field in ("device_mesh", "placements", "shape"):
+        if not hasattr(t, field):
+            raise TypeError(f"dtensor_attr: expected a DTensor (with .{field}), got "
+                            f"{type(t).__name__}")
+    return from_dtensor_spec(t.device_mesh, t.placements, list(t.shape))

@@ -556,11 +556,45 @@ static int choose_cheapest(ts_dein_plan *p, ts_error *err) {
   return rc;
 }
 
+/* The einsum's planner splits labels by the balanced rule or explicit sizes only. */
+static int check_balanced(const ts_attr *a, const char *what, ts_error *err) {
+  for (int m = 0; a && m < a->mesh_ndim; m++)
+    if (a->place[m].kind == TS_PLACE_SHARD && a->place[m].split != TS_SPLIT_BALANCED)
+      return ts_error_set(err, TS_UNSUPPORTED,
+                          "%s splits dim %d by the %s rule; the distributed einsum takes "
+                          "balanced or explicit splits: reshard it to S(%d) first", what,
+                          a->place[m].dim, ts_split_rule_name(a->place[m].split),
+                          a->place[m].dim);
+  return TS_OK;
+}
+
+static int plan_create(const char *equation, int n, const int *ndims,
+                       const int64_t *const *shapes, const ts_attr *const *attrs, ts_dtype dt,
+                       ts_dein_opts o, ts_dein_plan **out, ts_error *err);
+
 int ts_dein_plan_create(const char *equation, int n, const int *ndims,
                         const int64_t *const *shapes, const ts_attr *const *attrs, ts_dtype dt,
                         const ts_dein_opts *opts, ts_dein_plan **out, ts_error *err) {
   *out = NULL;
   ts_dein_opts o = opts ? *opts : (ts_dein_opts){0};
+  char what[64];
+  int rc = TS_OK;
+  for (int i = 0; rc == TS_OK && attrs && i < n && i < TS_DEIN_MAX_OPERANDS; i++) {
+    snprintf(what, sizeof what, "operand %d", i);
+    rc = check_balanced(attrs[i], what, err);
+  }
+  if (rc == TS_OK)
+    rc = check_balanced(o.out_attr, "the output attribute", err);
+  if (rc)
+    return rc;
+  /* The output attribute may name dims from the end: resolved once the output's ndim is known
+   * (plan_create validates it first and reports a dim out of range). */
+  return plan_create(equation, n, ndims, shapes, attrs, dt, o, out, err);
+}
+
+static int plan_create(const char *equation, int n, const int *ndims,
+                       const int64_t *const *shapes, const ts_attr *const *attrs, ts_dtype dt,
+                       ts_dein_opts o, ts_dein_plan **out, ts_error *err) {
   if (!equation || n < 1 || n > TS_DEIN_MAX_OPERANDS)
     return ts_error_set(err, TS_EINSUM, "distributed einsum takes 1 to %d operands, not %d",
                         TS_DEIN_MAX_OPERANDS, n);
@@ -597,11 +631,20 @@ int ts_dein_plan_create(const char *equation, int n, const int *ndims,
   if (rc == TS_OK && o.out_attr &&
       (rc = ts_attr_validate(o.out_attr, p->out_ndim, p->out_shape, o.world_size, &verr)))
     rc = ts_error_set(err, rc, "output attribute: %s", verr.msg);
+  ts_attr *out_norm = NULL;
+  if (rc == TS_OK && o.out_attr && (rc = ts_attr_clone(o.out_attr, &out_norm, err)) == TS_OK &&
+      (rc = ts_attr_normalize(out_norm, p->out_ndim, err)) == TS_OK)
+    o.out_attr = out_norm;
+  if (rc == TS_OK)
+    for (int i = 0; rc == TS_OK && i < n; i++)
+      rc = ts_attr_normalize(p->source[i], ndims[i], err);
   if (rc) {
+    ts_attr_destroy(&out_norm);
     ts_dein_plan_destroy(&p);
     return rc;
   }
-  rc = add_candidates(p, attrs, &o, err);
+  rc = add_candidates(p, (const ts_attr *const *)p->source, &o, err);
+  ts_attr_destroy(&out_norm);
   if (rc) {
     ts_dein_plan_destroy(&p);
     return rc;
