@@ -59,6 +59,7 @@ DTYPES: Dict[str, np.dtype] = {
     "i64": np.dtype(np.int64), "u8": np.dtype(np.uint8), "bool": np.dtype(np.bool_),
     "i16": np.dtype(np.int16), "u16": np.dtype(np.uint16), "u32": np.dtype(np.uint32),
     "u64": np.dtype(np.uint64), "f8_e4m3": np.dtype(np.uint8), "f8_e5m2": np.dtype(np.uint8),
+    "c64": np.dtype(np.complex64), "c128": np.dtype(np.complex128),
 }
 _BITS = ("bf16", "f8_e4m3", "f8_e5m2")  # numpy has none: their bits (bf16_bits, f8_bits)
 _FROM_NUMPY = {v: k for k, v in DTYPES.items() if k not in _BITS}
@@ -68,7 +69,8 @@ DTYPE_SPELLINGS: Dict[str, str] = {
     **{k: k for k in DTYPES}, "float32": "f32", "float64": "f64", "float16": "f16",
     "bfloat16": "bf16", "int8": "i8", "int32": "i32", "int64": "i64", "uint8": "u8",
     "int16": "i16", "uint16": "u16", "uint32": "u32", "uint64": "u64",
-    "float8_e4m3fn": "f8_e4m3", "float8_e5m2": "f8_e5m2"}
+    "float8_e4m3fn": "f8_e4m3", "float8_e5m2": "f8_e5m2", "complex64": "c64",
+    "complex128": "c128"}
 ROW_MAJOR = "row-major"  # describe()'s layout of plain slices, as the CLI prints it
 
 # The daemon's rules (proto/ts_rules.h): names are 1 to 127 bytes of UTF-8 without control
@@ -182,7 +184,8 @@ def _out_bytes(out, dtype, what, shape, name):
 def _dtype_name(dtype):
     """'f32' for 'f32', 'float32', np.float32 or np.dtype('float32'); bf16 is 'bf16' or
     'bfloat16', the 8-bit floats 'f8_e4m3' / 'float8_e4m3fn' and 'f8_e5m2' / 'float8_e5m2'
-    (numpy has none of them; np.uint8 is u8). BadDtypeError (a ValueError) names the valid spellings."""
+    (numpy has none of them; np.uint8 is u8), the complex 'c64' / 'complex64' / np.complex64 and
+    'c128' / 'complex128' / np.complex128. BadDtypeError (a ValueError) names the valid spellings."""
     if isinstance(dtype, str) and dtype in DTYPE_SPELLINGS:
         return DTYPE_SPELLINGS[dtype]
     try:
