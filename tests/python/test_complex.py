@@ -39,6 +39,7 @@ import tshard
 import tshard.checkpoint as ck
 from checks import Checks, error_of
 from harness import Daemons
+from partial_ref import put_contributions
 
 bin_dir, NP = sys.argv[1], int(sys.argv[2])
 SEEDS = [int(s) for s in sys.argv[3:]] or [1, 2]
@@ -77,29 +78,13 @@ def mesh_shapes():
     return [[NP]] + [[a, NP // a] for a in range(2, NP) if NP % a == 0]
 
 
-def coords(mshape, i):
-    c = []
-    for s in reversed(mshape):
-        c.append(i % s)
-        i //= s
-    return c[::-1]
 
 
-def put_contributions(d, name, mshape, places, parts):
-    """Every rank puts its slice of its partial coordinate's contribution."""
-    pdims = [m for m, p in enumerate(places) if p.startswith("P(")]
-    with d.connect(0, timeout=TIMEOUT) as c:
-        info = c.describe(name)
-    for x in info["ranks"]:
-        if x["bytes"] == 0:
-            continue
-        cc = coords(mshape, x["rank"])
-        k = 0
-        for m in pdims:
-            k = k * mshape[m] + cc[m]
-        box = tuple(slice(lo, hi) for lo, hi in zip(x["lo"], x["hi"]))
-        with d.connect(x["rank"], timeout=TIMEOUT) as c:
-            c.put_slice(name, np.ascontiguousarray(parts[k][box]))
+
+
+def as_put(a, dtype):
+    """A contribution's slice as put data (numpy's complex arrays as they are)."""
+    return np.ascontiguousarray(a)
 
 
 def reduce_ref(parts, op):
@@ -157,7 +142,7 @@ def partial_case(d, rng, nrng, idx, ran):
     name = f"p{idx}"
     with d.connect(rng.randrange(NP), timeout=TIMEOUT) as c:
         c.create(name, dt, shape, sa)
-        put_contributions(d, name, mshape, src, parts)
+        put_contributions(d, name, mshape, src, parts, as_put, TIMEOUT)
         order = STRATEGIES[:]
         rng.shuffle(order)
         order.sort(key=lambda s: ran[s])  # the strategies run least first
@@ -261,7 +246,7 @@ def checkpoints(d, nrng, tsh):
                 parts = [rand_complex(nrng, (3, 2), dt, "prod") for _ in range(NP)]
                 pa = attr_text([NP], ["P(prod)"])
                 c.create(f"p_{dt}", dt, [3, 2], pa)
-                put_contributions(d, f"p_{dt}", [NP], ["P(prod)"], parts)
+                put_contributions(d, f"p_{dt}", [NP], ["P(prod)"], parts, as_put, TIMEOUT)
                 refs[f"p_{dt}"] = (reduce_ref(parts, "prod"), pa, RTOL[(dt, "prod")])
             for keep in (False, True):
                 path = os.path.join(work, f"keep{int(keep)}")

@@ -5,35 +5,21 @@ numpy: the complex product of the four ranks' factors, then the refused cast to 
 BAD_DTYPE) that leaves the tensor c128.
 
 usage: test_readme_complex.py BUILD_BIN_DIR README.md"""
-import contextlib
-import io
-import os
-import re
 import sys
 
 import numpy as np
 
 from checks import Checks
-from harness import Daemons
+from harness import run_readme_example
 
 bin_dir, readme = sys.argv[1], sys.argv[2]
 check = Checks()
 
-text = open(readme).read()
-start = text.index("\n## Complex dtypes")
-section = text[start:text.find("\n## ", start + 1)]
-code = re.findall(r"```python\n(.*?)```", section, re.S)[0]
-
-with Daemons(bin_dir, 4, job="demo") as d:
-    os.environ["TSHARD_SOCKET_DIR"] = d.dir
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        exec(compile(code, "README.md", "exec"), {})
-    with d.connect(0) as c:
-        check(c.list() == [], f"the example drops what it made: {c.list()}")
+code, printed, left = run_readme_example(bin_dir, readme, "## Complex dtypes")
+check(left == [], f"the example drops what it made: {left}")
 
 factors = np.array([[1 + 1j, 2], [1j, 1 + 1j], [1, 1j], [-1, 1]], np.complex64)
 want = "\n".join([str(np.prod(factors, axis=0)), "4 c128"])
-check(buf.getvalue().strip() == want, f"the example prints {buf.getvalue()!r}, want {want!r}")
+check(printed.strip() == want, f"the example prints {printed!r}, want {want!r}")
 check(str(np.prod(factors, axis=0)) in code, "the README's comment shows what it prints")
 check.finish()
