@@ -12,7 +12,8 @@ Python at all. A daemon that cannot reach this process's memory answers NO_DIREC
 segment serves from then on; TSHARD_DIRECT=0 keeps the segment. A numpy array's dtype means
 what it says (uint16 is an unsigned integer, bool is bool); bf16 data goes in as
 ``tshard.bf16_bits(bits)`` (numpy has no bfloat16) and a bf16 tensor comes out as a uint16 array
-of its bits; f8_e4m3 and f8_e5m2 likewise as uint8 bits (``tshard.f8_bits(bits, "e4m3")``).
+of its bits; f8_e4m3 and f8_e5m2 likewise as uint8 bits (``tshard.f8_bits(bits, "e4m3")``);
+c64 and c128 as numpy's complex64 and complex128.
 
 A connection belongs to the process that opened it: the daemon refuses requests another process
 writes on it (a child after fork(), e.g. a multiprocessing or data-loader worker). A client used
@@ -750,7 +751,10 @@ class Client:
             name: the tensor's name (1 to 127 bytes of UTF-8, no control characters).
             dtype: ``"f32"`` or ``"float32"``, ``np.float32``, ... (see ``DTYPE_SPELLINGS``);
                 bf16 is ``"bf16"`` or ``"bfloat16"``, the 8-bit floats ``"f8_e4m3"``
-                (``"float8_e4m3fn"``) and ``"f8_e5m2"`` (``"float8_e5m2"``).
+                (``"float8_e4m3fn"``) and ``"f8_e5m2"`` (``"float8_e5m2"``), the complex
+                ``"c64"`` (``"complex64"``, ``np.complex64``) and ``"c128"`` (``"complex128"``,
+                ``np.complex128``): partial ``sum``, ``avg`` and ``prod`` only (complex numbers
+                have no order).
             shape: the global shape, a sequence of ints >= 0.
             attr: the distributed attribute, a :class:`tshard.Attr` or its text.
             layout: the stored slices' format tag (default ``"row-major"``), e.g. ``"aBcd16b"``.
@@ -1282,8 +1286,10 @@ class Client:
                 converted), a widening one after receiving. Checked as ``put(convert=True)``
                 is: a value that would not survive (out of an integer's range, NaN or inf into
                 an integer, a finite value overflowing to inf) raises BadDtypeError and nothing
-                changes on any rank; so does a partial target of an f8 dtype (no reductions);
-                a partial source to a partial target raises UnsupportedError.
+                changes on any rank; so does a partial target of an f8 dtype (no reductions),
+                and a cast of c64 or c128 to a real dtype (the imaginary part would be lost;
+                a real dtype casts to c64 and c128 with imaginary part 0); a partial source to
+                a partial target raises UnsupportedError.
 
         Returns:
             ``{'strategy', 'ms'}``: the strategy the daemons ran and its time on the answering
