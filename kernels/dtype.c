@@ -323,9 +323,15 @@ static inline int64_t sat_i64(double x) {
 #define ST_U32(x) ST_INT(x, f_to_u32, wrap_u32)
 #define ST_U64(x) ST_INT(x, sat_u64, wrap_u64)
 #define ST_BOOL(x) ((uint8_t)((x) != 0))
-/* A real value as the real part, imaginary part 0 (C's conversion of a real to a complex type). */
-#define ST_C64(x) ((float _Complex)(x))
-#define ST_C128(x) ((double _Complex)(x))
+/* A real value as the real part (converted as to f32 or f64), imaginary part 0. */
+typedef struct {
+  float re, im;
+} c64_parts;
+typedef struct {
+  double re, im;
+} c128_parts;
+#define ST_C64(x) ((c64_parts){(float)(x), 0.0f})
+#define ST_C128(x) ((c128_parts){(double)(x), 0.0})
 
 static inline uint16_t i64_to_f16(int64_t v) { return i64_to_small(v, 10, 15, 31); }
 static inline uint16_t i64_to_bf16(int64_t v) { return i64_to_small(v, 7, 127, 255); }
@@ -370,8 +376,8 @@ static inline uint64_t wrap_u64(uint64_t v) { return v; }
   X(S, SSIZE, u64, ST_U64, uint64_t)                                                               \
   X(S, SSIZE, f8_e4m3, ST_F8_E4M3, uint8_t)                                                        \
   X(S, SSIZE, f8_e5m2, ST_F8_E5M2, uint8_t)                                                        \
-  X(S, SSIZE, c64, ST_C64, float _Complex)                                                         \
-  X(S, SSIZE, c128, ST_C128, double _Complex)
+  X(S, SSIZE, c64, ST_C64, c64_parts)                                                              \
+  X(S, SSIZE, c128, ST_C128, c128_parts)
 /* Y(...) lists the real sources; the complex ones have their own rows below. */
 /* Y(name, element size, dtype); bool is b1 (numpy's code), as <stdbool.h> makes bool a macro */
 #define SRC_LIST(Y)                                                                                \
