@@ -378,8 +378,8 @@ static inline uint64_t wrap_u64(uint64_t v) { return v; }
   X(S, SSIZE, f8_e5m2, ST_F8_E5M2, uint8_t)                                                        \
   X(S, SSIZE, c64, ST_C64, c64_parts)                                                              \
   X(S, SSIZE, c128, ST_C128, c128_parts)
-/* Y(...) lists the real sources; the complex ones have their own rows below. */
-/* Y(name, element size, dtype); bool is b1 (numpy's code), as <stdbool.h> makes bool a macro */
+/* Y(name, element size, dtype) for the real sources (the complex ones have their own rows below);
+ * bool is b1 (numpy's code), as <stdbool.h> makes bool a macro */
 #define SRC_LIST(Y)                                                                                \
   Y(f32, 4, TS_F32) Y(f64, 8, TS_F64) Y(f16, 2, TS_F16) Y(bf16, 2, TS_BF16) Y(i8, 1, TS_I8)        \
   Y(i32, 4, TS_I32) Y(i64, 8, TS_I64) Y(u8, 1, TS_U8) Y(b1, 1, TS_BOOL) Y(i16, 2, TS_I16)      \

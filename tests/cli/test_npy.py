@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """The CLI's .npy reader and writer against numpy's own: every supported dtype, format versions
 1.0, 2.0 and 3.0, C and Fortran order, big-endian data, 0-d and empty arrays; bf16 and the 8-bit
-floats as the bits of uint16 and uint8 files; complex64 and complex128 as c64 and c128; files written by the CLI are read back by numpy and
-compared; unsupported files get clear errors.
+floats as the bits of uint16 and uint8 files; complex64 and complex128 as c64 and c128; files
+written by the CLI are read back by numpy and compared; unsupported files get clear errors.
 
 usage: test_npy.py BUILD_BIN_DIR"""
 import os
@@ -89,7 +89,8 @@ with tempfile.TemporaryDirectory() as d:
     r = subprocess.run([helper, os.path.join(d, "c.npy"), os.path.join(d, "o.npy")],
                        capture_output=True, text=True, timeout=60)
     check(r.returncode == 1 and "uint64" in r.stderr and "bool" in r.stderr
-          and "f8_e4m3" in r.stderr and "complex128" in r.stderr, f"the valid dtypes listed: {r.stderr!r}")
+          and "f8_e4m3" in r.stderr and "complex128" in r.stderr,
+          f"the valid dtypes listed: {r.stderr!r}")
     np.save(os.path.join(d, "i4.npy"), np.zeros(3, dtype=np.int32))
     for f8 in ("f8_e4m3", "f8_e5m2"):  # f8 bits come from 8-bit files only
         r = subprocess.run([helper, os.path.join(d, "i4.npy"), os.path.join(d, "o.npy"), f8],

@@ -186,7 +186,8 @@ def _dtype_name(dtype):
     """'f32' for 'f32', 'float32', np.float32 or np.dtype('float32'); bf16 is 'bf16' or
     'bfloat16', the 8-bit floats 'f8_e4m3' / 'float8_e4m3fn' and 'f8_e5m2' / 'float8_e5m2'
     (numpy has none of them; np.uint8 is u8), the complex 'c64' / 'complex64' / np.complex64 and
-    'c128' / 'complex128' / np.complex128. BadDtypeError (a ValueError) names the valid spellings."""
+    'c128' / 'complex128' / np.complex128. BadDtypeError (a ValueError) names the valid
+    spellings."""
     if isinstance(dtype, str) and dtype in DTYPE_SPELLINGS:
         return DTYPE_SPELLINGS[dtype]
     try:

@@ -13,9 +13,9 @@ works without it.
 - ``to_torch(a, dtype)``: a numpy array received for a tensor of tshard dtype ``dtype`` as a torch
   tensor sharing its memory (``torch.from_numpy``; bf16 as ``torch.bfloat16``, f8_e4m3 as
   ``torch.float8_e4m3fn``, f8_e5m2 as ``torch.float8_e5m2``, c64 as ``torch.complex64``
-  (``torch.cfloat``), c128 as ``torch.complex128`` (``torch.cdouble``)). A dtype the installed torch lacks
-  (float8 and uint16/32/64 came in torch 2.1 and 2.3) is refused, naming it: get such a tensor
-  as numpy.
+  (``torch.cfloat``), c128 as ``torch.complex128`` (``torch.cdouble``)). A dtype the installed
+  torch lacks (float8 and uint16/32/64 came in torch 2.1 and 2.3) is refused, naming it: get
+  such a tensor as numpy.
 - ``out_view(t)``: a torch tensor to fill (``get(..., out=t)``) as a numpy view of its memory.
 
 Every tshard dtype maps to one torch dtype (TORCH_DTYPES). Whether received 16-bit data are bf16
