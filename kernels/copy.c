@@ -889,7 +889,7 @@ int ts_copy_box(const ts_tensor *dst, const int64_t *dst_start, const ts_tensor 
     return TS_OK;
 
   /* zero the padded tails of blocked dims the box reaches the end of */
-  static const uint64_t zeros = 0;
+  static const ts__bytes16 zeros = {0, 0}; /* one element of the widest dtype (c128) */
   ts_layout zl = *dl;
   zl.offset = 0;
   zl.n_inner = 0;
