@@ -7,7 +7,8 @@ against numpy.
 - partial reductions: random 1-D and 2-D meshes partial along one or more dims with P(sum),
   P(avg) or P(prod), every rank putting its own contribution, resharded to a random target
   among S, R, P(sum), P(avg) and P(prod) by each strategy that plans (p2p, alltoall, allreduce,
-  reduce_scatter, local, root, allgather; every one of the first five must run), compared with
+  reduce_scatter, local, root, allgather; every one of the first five must run) into a random
+  target layout (row-major, permuted or blocked), compared with
   numpy's sum, mean and product of the contributions (sums to 1e-5 relative for c64 and 1e-12
   for c128; products, whose roundings compound, to 1e-4 and 1e-11);
 - casts: f32 and i32 resharded to c64 and c128 equal numpy's astype (imaginary 0), c128 to c64
@@ -47,6 +48,7 @@ CASES = 40  # partial-reduction cases per seed
 TIMEOUT = 60  # any client call longer than this is a hang
 STRATEGIES = ["p2p", "alltoall", "allreduce", "reduce_scatter", "local", "root", "allgather"]
 MUST_RUN = ["p2p", "alltoall", "allreduce", "reduce_scatter", "local"]
+LAYOUTS = {1: ["", "a", "A2a"], 2: ["", "ba", "aB4b", "Ab2a"], 3: ["", "cab", "aBc2b"]}
 NUMPY = {"c64": np.complex64, "c128": np.complex128}
 RTOL = {("c64", "sum"): 1e-5, ("c64", "avg"): 1e-5, ("c64", "prod"): 1e-4,
         ("c128", "sum"): 1e-12, ("c128", "avg"): 1e-12, ("c128", "prod"): 1e-11}
@@ -148,8 +150,9 @@ def partial_case(d, rng, nrng, idx, ran):
         order.sort(key=lambda s: ran[s])  # the strategies run least first
         strategy = next((s for s in order if error_of(lambda: c.plan(name, ta, strategy=s))[0]
                          is None), "auto")
-        what = f"case {idx}: {dt} {sa} -> {ta} by {strategy}"
-        st, msg = error_of(lambda: c.reshard(name, ta, strategy=strategy))
+        layout = rng.choice(LAYOUTS[ndim])  # blocked targets pad with zeros
+        what = f"case {idx}: {dt} {sa} -> {ta} [{layout}] by {strategy}"
+        st, msg = error_of(lambda: c.reshard(name, ta, strategy=strategy, layout=layout or None))
         if check(st is None, f"{what}: {st} {msg}"):
             check(c.describe(name)["attr"] == ta, f"{what}: described as {c.describe(name)}")
             got = c.get(name)
