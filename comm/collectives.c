@@ -1,9 +1,11 @@
 /* collectives.c - the collectives and point-to-point calls the reshard strategies need, over
  * 64-bit byte counts (the agreement that makes a reshard atomic is agree.c's).
  *
- * Data moves as MPI_BYTE. Reductions need arithmetic: sums of f32, f64, i32 and i64 run with MPI's
- * own ops (fast, vectorized), and so do the sums of avg (divided once by the caller, after the
- * whole reduction); prod, max and min of every dtype, and every op on the other dtypes (f16,
+ * Data moves as MPI_BYTE. Reductions need arithmetic: sums of f32, f64, i32, i64, c64
+ * (MPI_C_FLOAT_COMPLEX) and c128 (MPI_C_DOUBLE_COMPLEX) run with MPI's own ops (fast,
+ * vectorized), and so do the sums of avg (divided once by the caller, after the whole reduction);
+ * prod, max and min of every dtype (complex prod by numpy's formula; complex max and min are
+ * refused), and every op on the other dtypes (f16,
  * bf16, the 8- and 16-bit integers, u32, u64, bool), run through the project's reduce kernel as
  * user-defined MPI ops over one contiguous datatype per dtype, so NaN handling, half-precision
  * rounding, integer wrapping and bool's or/and are the same in every strategy; the 8-bit floats,
@@ -95,6 +97,8 @@ int ts__comm_reduce_types(ts_dtype dt, ts_reduce_op op, MPI_Datatype *type, MPI_
     switch (dt) {
     case TS_F32: native = MPI_FLOAT; break;
     case TS_F64: native = MPI_DOUBLE; break;
+    case TS_C64: native = MPI_C_FLOAT_COMPLEX; break;
+    case TS_C128: native = MPI_C_DOUBLE_COMPLEX; break;
     case TS_I32: native = MPI_INT32_T; break;
     case TS_I64: native = MPI_INT64_T; break;
     default: break;

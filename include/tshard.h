@@ -7,7 +7,8 @@
  * tshard_last_message() holds the daemon's message for the last failed call. Data larger than a
  * frame is sent and received in chunks inside the calls.
  *
- * Text forms: dtypes "f32 f64 f16 bf16 i8 i32 i64 u8 bool i16 u16 u32 u64 f8_e4m3 f8_e5m2";
+ * Text forms: dtypes "f32 f64 f16 bf16 i8 i32 i64 u8 bool i16 u16 u32 u64 f8_e4m3 f8_e5m2 c64
+ * c128";
  * attributes as in shard/plan/ATTRIBUTES.md ("mesh=[2]@0-1 placements=[S(0)]"); layouts as format tags ("" or "ab" row-major, "aBcd16b",
  * ...). Multi-rank operations (create, put, get, reshard, drop, shutdown) are ordered by rank 0
  * of the daemons; give the same idempotency key from every SPMD client to run one of them once

@@ -4,7 +4,9 @@
  * and from 64-bit integers by exact rounding of the wider value (never through an intermediate
  * rounding, so there is no double rounding); the 8-bit floats f8_e4m3 (E4M3FN) and f8_e5m2 the
  * same way from the exact value. Conversions to bool give 1 for every nonzero value. Same-dtype
- * conversions are byte moves. The row
+ * conversions are byte moves. c64 and c128 are pairs (real, imaginary) of f32 and f64: a real value
+ * becomes the real part (imaginary 0), c64 and c128 convert part by part, and a complex value has
+ * no real conversion (ts_convert_check refuses it, naming both dtypes). The row
  * functions here are the inner loops of the strided-copy kernel's dtype-converting paths. */
 #include <math.h>
 #include <stdlib.h>
@@ -27,6 +29,8 @@ bool ts_dtype_valid(int dtype) { return dtype >= 0 && dtype < TS_DTYPE_COUNT; }
 size_t ts_dtype_size(ts_dtype dt) { return ts_dtype_valid(dt) ? dtype_info[dt].size : 0; }
 
 bool ts_dtype_is_float(ts_dtype dt) { return ts_dtype_valid(dt) && dtype_info[dt].is_float; }
+
+bool ts_dtype_is_complex(ts_dtype dt) { return dt == TS_C64 || dt == TS_C128; }
 
 const char *ts_dtype_name(ts_dtype dt) { return ts_dtype_valid(dt) ? dtype_info[dt].name : "invalid"; }
 
@@ -61,6 +65,7 @@ static const struct {
     {.text = "int16", .dt = TS_I16},   {.text = "uint16", .dt = TS_U16},
     {.text = "uint32", .dt = TS_U32},  {.text = "uint64", .dt = TS_U64},
     {.text = "float8_e4m3fn", .dt = TS_F8_E4M3}, {.text = "float8_e5m2", .dt = TS_F8_E5M2},
+    {.text = "complex64", .dt = TS_C64}, {.text = "complex128", .dt = TS_C128},
 };
 
 int ts_dtype_parse_spelling(const char *text, ts_dtype *out, ts_error *err) {
@@ -76,7 +81,8 @@ int ts_dtype_parse_spelling(const char *text, ts_dtype *out, ts_error *err) {
                       "unknown dtype '%s': valid dtypes are f32 (float32), f64 (float64), f16 "
                       "(float16), bf16 (bfloat16), i8 (int8), i32 (int32), i64 (int64), u8 "
                       "(uint8), bool, i16 (int16), u16 (uint16), u32 (uint32), u64 (uint64), "
-                      "f8_e4m3 (float8_e4m3fn), f8_e5m2 (float8_e5m2)",
+                      "f8_e4m3 (float8_e4m3fn), f8_e5m2 (float8_e5m2), c64 (complex64), c128 "
+                      "(complex128)",
                       text ? text : "(null)");
 }
 
@@ -317,6 +323,15 @@ static inline int64_t sat_i64(double x) {
 #define ST_U32(x) ST_INT(x, f_to_u32, wrap_u32)
 #define ST_U64(x) ST_INT(x, sat_u64, wrap_u64)
 #define ST_BOOL(x) ((uint8_t)((x) != 0))
+/* A real value as the real part (converted as to f32 or f64), imaginary part 0. */
+typedef struct {
+  float re, im;
+} c64_parts;
+typedef struct {
+  double re, im;
+} c128_parts;
+#define ST_C64(x) ((c64_parts){(float)(x), 0.0f})
+#define ST_C128(x) ((c128_parts){(double)(x), 0.0})
 
 static inline uint16_t i64_to_f16(int64_t v) { return i64_to_small(v, 10, 15, 31); }
 static inline uint16_t i64_to_bf16(int64_t v) { return i64_to_small(v, 7, 127, 255); }
@@ -360,8 +375,11 @@ static inline uint64_t wrap_u64(uint64_t v) { return v; }
   X(S, SSIZE, u32, ST_U32, uint32_t)                                                               \
   X(S, SSIZE, u64, ST_U64, uint64_t)                                                               \
   X(S, SSIZE, f8_e4m3, ST_F8_E4M3, uint8_t)                                                        \
-  X(S, SSIZE, f8_e5m2, ST_F8_E5M2, uint8_t)
-/* Y(name, element size, dtype); bool is b1 (numpy's code), as <stdbool.h> makes bool a macro */
+  X(S, SSIZE, f8_e5m2, ST_F8_E5M2, uint8_t)                                                        \
+  X(S, SSIZE, c64, ST_C64, c64_parts)                                                              \
+  X(S, SSIZE, c128, ST_C128, c128_parts)
+/* Y(name, element size, dtype) for the real sources (the complex ones have their own rows below);
+ * bool is b1 (numpy's code), as <stdbool.h> makes bool a macro */
 #define SRC_LIST(Y)                                                                                \
   Y(f32, 4, TS_F32) Y(f64, 8, TS_F64) Y(f16, 2, TS_F16) Y(bf16, 2, TS_BF16) Y(i8, 1, TS_I8)        \
   Y(i32, 4, TS_I32) Y(i64, 8, TS_I64) Y(u8, 1, TS_U8) Y(b1, 1, TS_BOOL) Y(i16, 2, TS_I16)      \
@@ -410,11 +428,29 @@ MOVE_FN(1, uint8_t)
 MOVE_FN(2, uint16_t)
 MOVE_FN(4, uint32_t)
 MOVE_FN(8, uint64_t)
+MOVE_FN(16, ts__bytes16)
+
+/* c64 and c128 part by part: f32 to f64 exactly, f64 to f32 rounded to nearest even. */
+static void row_c128_from_c64(char *d, ptrdiff_t ds, const char *s, ptrdiff_t ss, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    double o[2] = {ld_f32(s + (ptrdiff_t)i * ss), ld_f32(s + (ptrdiff_t)i * ss + 4)};
+    memcpy(d + (ptrdiff_t)i * ds, o, sizeof o);
+  }
+}
+
+static void row_c64_from_c128(char *d, ptrdiff_t ds, const char *s, ptrdiff_t ss, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float o[2] = {(float)ld_f64(s + (ptrdiff_t)i * ss), (float)ld_f64(s + (ptrdiff_t)i * ss + 8)};
+    memcpy(d + (ptrdiff_t)i * ds, o, sizeof o);
+  }
+}
 
 #define ROW_ENTRY(S, SSIZE, D, STORE, DTYPE) row_##D##_from_##S,
 #define ROW_TABLE_FOR(S, SSIZE, DT) [DT] = {DST_LIST(ROW_ENTRY, S, SSIZE)},
-/* row_table[src][dst]; DST_LIST is in ts_dtype order. */
-static const ts__row_fn row_table[TS_DTYPE_COUNT][TS_DTYPE_COUNT] = {SRC_LIST(ROW_TABLE_FOR)};
+/* row_table[src][dst]; DST_LIST is in ts_dtype order. A complex source has no real targets. */
+static const ts__row_fn row_table[TS_DTYPE_COUNT][TS_DTYPE_COUNT] = {
+    SRC_LIST(ROW_TABLE_FOR)[TS_C64] = {[TS_C128] = row_c128_from_c64},
+    [TS_C128] = {[TS_C64] = row_c64_from_c128}};
 
 ts__row_fn ts__row_function(ts_dtype dd, ts_dtype sd) {
   if (!ts_dtype_valid(dd) || !ts_dtype_valid(sd))
@@ -427,8 +463,10 @@ ts__row_fn ts__row_function(ts_dtype dd, ts_dtype sd) {
       return move_2;
     case 4:
       return move_4;
-    default:
+    case 8:
       return move_8;
+    default:
+      return move_16;
     }
   }
   return row_table[sd][dd];
@@ -652,10 +690,41 @@ static int refuse(const char *s, ts_dtype dt_src, ts_dtype dt_dst, size_t i, int
                       (unsigned long long)hi);
 }
 
+/* Conversions from or to a complex dtype: from complex only to complex; to c64 the f64 values
+ * (f64's, or c128's parts) must not overflow f32 (the other real dtypes all fit). */
+static int complex_check(const char *s, ts_dtype dt_src, ts_dtype dt_dst, size_t n,
+                         ts_error *err) {
+  const char *sn = ts_dtype_name(dt_src), *dn = ts_dtype_name(dt_dst);
+  if (!ts_dtype_is_complex(dt_dst))
+    return ts_error_set(err, TS_BAD_DTYPE,
+                        "converting %s to %s would discard the imaginary part: a complex dtype "
+                        "converts to c64 and c128 only (take the real part, e.g. numpy's .real, "
+                        "and put that)", sn, dn);
+  if (dt_dst == TS_C128 || (dt_src != TS_F64 && dt_src != TS_C128))
+    return TS_OK;
+  size_t parts = dt_src == TS_C128 ? 2 : 1;
+  double lim = float_limit(TS_F32);
+  for (size_t i = 0; i < n * parts; i++) {
+    double v = ld_f64(s + i * 8);
+    if (fabs(v) >= lim && !isinf(v)) {
+      char value[48];
+      shortest(value, sizeof value, v);
+      return ts_error_set(err, TS_BAD_DTYPE,
+                          "converting %s to c64 would change values: element %zu%s (%s) overflows "
+                          "to infinity (the largest finite f32, a c64 part, is %.9g)", sn,
+                          i / parts, parts == 1 ? "" : i % 2 ? "'s imaginary part" : "'s real part",
+                          value, float_max(TS_F32));
+    }
+  }
+  return TS_OK;
+}
+
 int ts_convert_check(const void *src, ts_dtype dt_src, ts_dtype dt_dst, size_t n, ts_error *err) {
   if (!ts_dtype_valid(dt_src) || !ts_dtype_valid(dt_dst))
     return ts_error_set(err, TS_BAD_DTYPE, "unknown dtype in a conversion");
   const char *s = src;
+  if (dt_src != dt_dst && (ts_dtype_is_complex(dt_src) || ts_dtype_is_complex(dt_dst)))
+    return complex_check(s, dt_src, dt_dst, n, err);
   bool from_float = ts_dtype_is_float(dt_src), to_float = ts_dtype_is_float(dt_dst);
   int to = to_float ? TO_FLOAT : dt_dst == TS_BOOL ? TO_BOOL : TO_INT;
   if (dt_src == dt_dst || dt_dst == TS_F64 || (!from_float && !to_float && to != TO_BOOL &&

@@ -4,6 +4,7 @@
 #define TS_KERNELS_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ts_kernels.h"
 
@@ -11,6 +12,11 @@
  * exact byte move (NaN payloads kept). */
 typedef void (*ts__row_fn)(char *dst, ptrdiff_t ds, const char *src, ptrdiff_t ss, size_t n);
 ts__row_fn ts__row_function(ts_dtype dd, ts_dtype sd);
+
+/* A 16-byte element (c128) moved as a whole. */
+typedef struct {
+  uint64_t lo, hi;
+} ts__bytes16;
 
 /* The byte contribution of index x of dim d to the address (outer and inner block parts of that
  * dim only; the address is offset plus the sum of these over the dims). */

@@ -8,7 +8,11 @@
  * ts_reduce_finish, when all of them are in; it exists for the float dtypes only, as an integer
  * mean would have to round. Integer products wrap like sums. The 8-bit floats have no reductions:
  * an f8 sum rounded at every step loses most of its bits, so partial f8 tensors are refused,
- * naming the dtype; users reduce in f16, bf16 or f32. */
+ * naming the dtype; users reduce in f16, bf16 or f32. c64 and c128 sum and average part by part
+ * and multiply as complex numbers by numpy's formula, (ac - bd) + (ad + bc)i in the part's
+ * precision, so NaN and infinities propagate as in numpy's multiply (no C99 Annex G recovery:
+ * (inf+0i)(1+0i) is inf+nan i, as numpy gives); complex numbers have no order, so max and min are
+ * refused, naming the dtype and the reductions it has. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -57,6 +61,22 @@ int ts_reduce_parse(const char *text, ts_reduce_op *out, ts_error *err) {
         d[i] = (d[i] != d[i] || s[i] != s[i]) ? d[i] + s[i] : (s[i] < d[i] ? s[i] : d[i]);         \
   } while (0)
 
+/* Complex elements as (real, imaginary) pairs of T: sums part by part, products as numpy's. */
+#define COMPLEX_LOOP(T)                                                                            \
+  do {                                                                                             \
+    T *d = dst;                                                                                    \
+    const T *s = src;                                                                              \
+    if (op == TS_REDUCE_PROD)                                                                      \
+      for (size_t i = 0; i < 2 * n; i += 2) {                                                      \
+        T ar = d[i], ai = d[i + 1], br = s[i], bi = s[i + 1];                                      \
+        d[i] = ar * br - ai * bi;                                                                  \
+        d[i + 1] = ar * bi + ai * br;                                                              \
+      }                                                                                            \
+    else                                                                                           \
+      for (size_t i = 0; i < 2 * n; i++)                                                           \
+        d[i] += s[i];                                                                              \
+  } while (0)
+
 /* Integer sums and products wrap (computed in unsigned arithmetic, like a C cast; a product of
  * narrow unsigned values is widened to unsigned int first, which cannot overflow signed int). */
 #define INT_LOOP(T, U)                                                                             \
@@ -97,13 +117,19 @@ int ts_reduce_check(ts_dtype dt, ts_reduce_op op, ts_error *err) {
     return ts_error_set(err, TS_BAD_DTYPE,
                         "partial %s of %s: %s has no reductions; sum, max and min exist for f32, "
                         "f64, f16, bf16, the integer dtypes and bool, as does prod, avg for the "
-                        "other floats (reduce in f16, bf16 or f32)",
+                        "other floats (reduce in f16, bf16 or f32); c64 and c128 have sum, avg "
+                        "and prod",
                         ts_reduce_name(op), ts_dtype_name(dt), ts_dtype_name(dt));
-  if (op == TS_REDUCE_AVG && !ts_dtype_is_float(dt))
+  if (ts_dtype_is_complex(dt) && (op == TS_REDUCE_MAX || op == TS_REDUCE_MIN))
+    return ts_error_set(err, TS_BAD_DTYPE,
+                        "partial %s of %s: complex numbers have no order, so %s has no max or "
+                        "min; its reductions are sum, avg and prod",
+                        ts_reduce_name(op), ts_dtype_name(dt), ts_dtype_name(dt));
+  if (op == TS_REDUCE_AVG && !ts_dtype_is_float(dt) && !ts_dtype_is_complex(dt))
     return ts_error_set(err, TS_BAD_DTYPE,
                         "partial avg of %s: avg exists for the float dtypes f32, f64, f16 and "
-                        "bf16 (an integer mean would round); for %s use sum, prod, max or min, "
-                        "or cast to a float dtype first",
+                        "bf16 and the complex c64 and c128 (an integer mean would round); for %s "
+                        "use sum, prod, max or min, or cast to a float dtype first",
                         ts_dtype_name(dt), ts_dtype_name(dt));
   return TS_OK;
 }
@@ -171,6 +197,12 @@ int ts_reduce(void *dst, const void *src, size_t n, ts_dtype dt, ts_reduce_op op
   case TS_BOOL:
     reduce_bool(dst, src, n, op);
     break;
+  case TS_C64:
+    COMPLEX_LOOP(float);
+    break;
+  case TS_C128:
+    COMPLEX_LOOP(double);
+    break;
   default:
     return ts_error_set(err, TS_BAD_DTYPE, "dtype %d is not valid", (int)dt);
   }
@@ -193,9 +225,19 @@ static const struct {
     [TS_BOOL] = {.lowest = 0, .highest = 1},
 };
 
-/* One element of value 1 in dt (the identity of prod). */
+/* One element of value 1 in dt (the identity of prod; 1 + 0i for the complex dtypes). */
 static void one_of(ts_dtype dt, unsigned char *one) {
   switch (dt) {
+  case TS_C64: {
+    float v[2] = {1.0f, 0.0f};
+    memcpy(one, v, sizeof v);
+    break;
+  }
+  case TS_C128: {
+    double v[2] = {1.0, 0.0};
+    memcpy(one, v, sizeof v);
+    break;
+  }
   case TS_F32: {
     float v = 1.0f;
     memcpy(one, &v, 4);
@@ -237,7 +279,7 @@ int ts_reduce_fill_identity(void *dst, size_t n, ts_dtype dt, ts_reduce_op op, t
     return TS_OK;
   }
   bool max = op == TS_REDUCE_MAX;
-  unsigned char one[8];
+  unsigned char one[16];
   if (op == TS_REDUCE_PROD)
     one_of(dt, one);
   else
@@ -291,15 +333,17 @@ int ts_reduce_finish(void *dst, size_t n, ts_dtype dt, ts_reduce_op op, int64_t 
   if (!dst)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_reduce_finish: NULL buffer");
   switch (dt) {
-  case TS_F32: {
+  case TS_F32:
+  case TS_C64: { /* a complex value's two parts */
     float *d = dst, c = (float)count;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < (dt == TS_C64 ? 2 * n : n); i++)
       d[i] /= c;
     break;
   }
-  case TS_F64: {
+  case TS_F64:
+  case TS_C128: {
     double *d = dst, c = (double)count;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < (dt == TS_C128 ? 2 * n : n); i++)
       d[i] /= c;
     break;
   }
@@ -309,6 +353,7 @@ int ts_reduce_finish(void *dst, size_t n, ts_dtype dt, ts_reduce_op op, int64_t 
       d[i] = ts_f32_to_f16(ts_f16_to_f32(d[i]) / (float)count);
     break;
   }
+
   default: { /* bf16: ts_reduce_check admits the float dtypes only */
     uint16_t *d = dst;
     for (size_t i = 0; i < n; i++)

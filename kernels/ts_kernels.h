@@ -31,10 +31,12 @@
   X(U32, "u32", 4, 0)                                                                              \
   X(U64, "u64", 8, 0)                                                                              \
   X(F8_E4M3, "f8_e4m3", 1, 1)                                                                      \
-  X(F8_E5M2, "f8_e5m2", 1, 1)
+  X(F8_E5M2, "f8_e5m2", 1, 1)                                                                      \
+  X(C64, "c64", 8, 0)                                                                              \
+  X(C128, "c128", 16, 0)
 /* The names, in order, for the messages that list them. */
 #define TS_DTYPE_NAMES                                                                             \
-  "f32, f64, f16, bf16, i8, i32, i64, u8, bool, i16, u16, u32, u64, f8_e4m3, f8_e5m2"
+  "f32, f64, f16, bf16, i8, i32, i64, u8, bool, i16, u16, u32, u64, f8_e4m3, f8_e5m2, c64, c128"
 
 typedef enum {
 #define TS_X_DT(name, text, size, isfloat) TS_##name,
@@ -45,7 +47,9 @@ typedef enum {
 
 bool ts_dtype_valid(int dtype);
 size_t ts_dtype_size(ts_dtype dt);     /* bytes per element; 0 for an invalid dtype */
-bool ts_dtype_is_float(ts_dtype dt);   /* f32, f64, f16, bf16, f8_e4m3, f8_e5m2 */
+bool ts_dtype_is_float(ts_dtype dt);   /* f32, f64, f16, bf16, f8_e4m3, f8_e5m2 (real floats) */
+/* c64 (two f32: real, imaginary; numpy's complex64) and c128 (two f64; complex128). */
+bool ts_dtype_is_complex(ts_dtype dt);
 const char *ts_dtype_name(ts_dtype dt); /* "f32"...; "invalid" for an invalid dtype */
 /* A shape as "[4,5]" (cut at cap), for messages. */
 void ts_shape_text(int ndim, const int64_t *shape, char *buf, size_t cap);
@@ -76,14 +80,19 @@ uint8_t ts_f64_to_f8_e5m2(double d);
 
 /* Converts n contiguous elements (fast paths for the common pairs). Float to integer truncates
  * toward zero and saturates (NaN gives 0); integer to integer wraps like a C cast to unsigned.
- * To bool: nonzero (NaN included) gives 1, as numpy's astype(bool); from bool: 0 or 1. */
+ * To bool: nonzero (NaN included) gives 1, as numpy's astype(bool); from bool: 0 or 1. A real
+ * dtype to c64 or c128 converts the value to the real part (as to f32 or f64), imaginary part 0;
+ * c64 and c128 convert part by part. There is no conversion from a complex dtype to a real one
+ * (it would discard the imaginary part): ts_convert leaves dst as it is and ts_convert_check
+ * refuses it. */
 void ts_convert(void *dst, ts_dtype dt_dst, const void *src, ts_dtype dt_src, size_t n);
 
 /* Checks that n contiguous elements of dt_src keep their values when converted to dt_dst by
  * ts_convert, up to the target's rounding: an integer target must hold every value (floats
  * truncated toward zero; NaN and infinities have none), a bool target only 0 and 1, a float
  * target must not overflow a finite value to infinity (NaN and infinities stay what they are;
- * f8_e4m3 has no infinity, so an infinity is refused too). TS_BAD_DTYPE naming both dtypes, the
+ * f8_e4m3 has no infinity, so an infinity is refused too; to c64 each part as to f32). A complex
+ * source to a real target is refused whatever its values. TS_BAD_DTYPE naming both dtypes, the
  * first element that does not fit, its value and the target's range; TS_OK when all fit. */
 int ts_convert_check(const void *src, ts_dtype dt_src, ts_dtype dt_dst, size_t n, ts_error *err);
 
@@ -200,8 +209,11 @@ int ts_copy_box_reference(const ts_tensor *dst, const int64_t *dst_start, const 
  * Reductions (partial placements): dst[i] = op(dst[i], src[i]) over n contiguous elements.
  * f16 and bf16 reduce in f32; integer sums and products wrap; on bool, sum and max are "or", min
  * and prod are "and". avg combines like sum; once every contribution is summed, ts_reduce_finish
- * divides by their count (avg exists for the float dtypes only). f8_e4m3 and f8_e5m2 have no
- * reductions (TS_BAD_DTYPE naming the dtype). */
+ * divides by their count (avg exists for the float and complex dtypes only). f8_e4m3 and f8_e5m2
+ * have no reductions (TS_BAD_DTYPE naming the dtype). c64 and c128 have sum, avg and prod (the
+ * complex product by numpy's formula, (ac-bd) + (ad+bc)i, without C99's infinity recovery, so NaN
+ * and infinities come out as numpy's multiply gives them); max and min are refused (complex
+ * numbers have no order). */
 
 typedef enum {
   TS_REDUCE_SUM,

@@ -13,3 +13,10 @@ endif()
 if(TARGET tshard-python AND TARGET tshardd)
   tshard_python_test(test_python_readme_dtypes test_readme_dtypes.py ${CMAKE_SOURCE_DIR}/README.md)
 endif()
+
+# The README's "Complex dtypes" example (a P(prod) of c64 factors, a cast to c128, a refused cast
+# to f32) run as written, its output against numpy.
+if(TARGET tshard-python AND TARGET tshardd)
+  tshard_python_test(test_python_readme_complex test_readme_complex.py
+                     ${CMAKE_SOURCE_DIR}/README.md)
+endif()

@@ -57,6 +57,16 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
     set_tests_properties(test_python_split_rules_np${np} PROPERTIES TIMEOUT 300
                          ENVIRONMENT "${TS_PY_ENV}")
   endforeach()
+  # The complex dtypes c64 and c128 end to end against numpy at 2 and 4 ranks: put/get, partial
+  # sum, avg and prod through every strategy that applies, casts, refusals (max and min, casts to
+  # a real dtype, safetensors export, einsum), checkpoints, tshard show, torch (a few seconds).
+  foreach(np 2 4)
+    add_test(NAME test_python_complex_np${np}
+             COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_complex.py
+                     ${TS_BIN} ${np} 1 2)
+    set_tests_properties(test_python_complex_np${np} PROPERTIES TIMEOUT 300
+                         ENVIRONMENT "${TS_PY_ENV}")
+  endforeach()
   # Batched operations: a randomized differential test of reshard_many against numpy, bad input,
   # a keyed SPMD batch, a fault on one rank mid-batch.
   add_test(NAME test_python_batch

@@ -22,7 +22,7 @@ static const cli_command commands[] = {
     {"plan", cli_cmd_plan, NULL, "print the planner's EXPLAIN for a reshard (computed locally)",
      "  --shape S        global shape, e.g. 1024,512\n"
      "  --dtype T        f32 (default), f64, f16, bf16, i8, i32, i64, u8, bool, i16, u16,\n"
-     "                   u32, u64, f8_e4m3, f8_e5m2\n"
+     "                   u32, u64, f8_e4m3, f8_e5m2, c64, c128\n"
      "  --to-dtype U     a reshard that casts to U: planned for the dtype on the wire (U when\n"
      "                   narrower and the source has no partial placement, else T)\n"
      "  --from ATTR      source attribute (see shard/plan/ATTRIBUTES.md)\n"
@@ -63,9 +63,10 @@ static const cli_command commands[] = {
     {"create", NULL, cli_cmd_create, "create a zero-filled tensor on every rank",
      "  NAME             the tensor's name\n"
      "  --dtype T        f32 (default), f64, f16, bf16, i8, i32, i64, u8, bool, i16, u16,\n"
-     "                   u32, u64, f8_e4m3 (E4M3FN), f8_e5m2, or numpy's and torch's names:\n"
-     "                   float32, float64, float16, bfloat16, int8, int32, int64, uint8,\n"
-     "                   int16, uint16, uint32, uint64, float8_e4m3fn, float8_e5m2\n"
+     "                   u32, u64, f8_e4m3 (E4M3FN), f8_e5m2, c64, c128, or numpy's and\n"
+     "                   torch's names: float32, float64, float16, bfloat16, int8, int32,\n"
+     "                   int64, uint8, int16, uint16, uint32, uint64, float8_e4m3fn,\n"
+     "                   float8_e5m2, complex64, complex128\n"
      "  --shape S        global shape, e.g. 1024,512\n"
      "  --attr ATTR      distributed attribute\n"
      "  --layout TAG     layout of the stored slices (default row-major), e.g. aBcd16b\n"

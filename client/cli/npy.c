@@ -19,7 +19,7 @@ static const char *const descr_table[TS_DTYPE_COUNT] = {
     [TS_F32] = "f4", [TS_F64] = "f8",  [TS_F16] = "f2",  [TS_BF16] = "u2", [TS_I8] = "i1",
     [TS_I32] = "i4", [TS_I64] = "i8",  [TS_U8] = "u1",   [TS_BOOL] = "b1", [TS_I16] = "i2",
     [TS_U16] = "u2", [TS_U32] = "u4",  [TS_U64] = "u8",  [TS_F8_E4M3] = "u1",
-    [TS_F8_E5M2] = "u1",
+    [TS_F8_E5M2] = "u1", [TS_C64] = "c8", [TS_C128] = "c16",
 };
 
 static bool bits_dtype(ts_dtype dt) {
@@ -60,7 +60,8 @@ static const char *numpy_name(const char *code) {
   static const char *const names[][2] = {{"f4", "float32"}, {"f8", "float64"}, {"f2", "float16"},
                                          {"i1", "int8"},    {"i4", "int32"},   {"i8", "int64"},
                                          {"u1", "uint8"},   {"b1", "bool"},    {"i2", "int16"},
-                                         {"u2", "uint16"},  {"u4", "uint32"},  {"u8", "uint64"}};
+                                         {"u2", "uint16"},  {"u4", "uint32"},  {"u8", "uint64"},
+                                         {"c8", "complex64"}, {"c16", "complex128"}};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (strcmp(code, names[i][0]) == 0)
       return names[i][1];
@@ -106,7 +107,8 @@ static int parse_header(const char *path, const char *hdr, npy_mode mode, npy_ar
   if (!found)
     return ts_error_set(err, TS_BAD_DTYPE,
                         "%s: numpy dtype '%s' is not supported: valid are float32, float64, "
-                        "float16, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool; "
+                        "float16, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool, "
+                        "complex64, complex128; "
                         "bf16 bit patterns with --bf16-bits (or --dtype bf16), f8 bit patterns "
                         "with --dtype f8_e4m3 or f8_e5m2", path, descr);
   size_t es = ts_dtype_size(out->dtype);
@@ -218,9 +220,10 @@ int cli_npy_read_as(const char *path, npy_mode mode, npy_array *out, ts_error *e
                       path, out->bytes);
     goto done;
   }
+  size_t part = ts_dtype_is_complex(out->dtype) ? es / 2 : es; /* complex: part by part */
   if (swap)
-    for (size_t i = 0; i < out->bytes; i += es)
-      for (size_t a = 0, b = es - 1; a < b; a++, b--) {
+    for (size_t i = 0; i < out->bytes; i += part)
+      for (size_t a = 0, b = part - 1; a < b; a++, b--) {
         unsigned char *c = (unsigned char *)out->data + i, t = c[a];
         c[a] = c[b];
         c[b] = t;

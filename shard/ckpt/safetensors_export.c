@@ -131,6 +131,11 @@ static int pick_tensors(ts_store *s, const char *const *names, int n, xplan *p, 
       if (e->attr->place[d].kind == TS_PLACE_PARTIAL)
         return ts_error_set(err, TS_BAD_ATTRIBUTE, "safetensors export: '%s' holds partial "
                             "values; reshard it to S or R placements first", e->name);
+    if (ts_dtype_is_complex(e->dtype))
+      return ts_error_set(err, TS_BAD_DTYPE, "safetensors export: '%s' is %s, and safetensors "
+                          "has no complex dtype tshard writes (Hugging Face's loaders read "
+                          "none); leave it out of the names, or save it in a checkpoint, which "
+                          "keeps c64 and c128", e->name, ts_dtype_name(e->dtype));
     int64_t b = (int64_t)ts_dtype_size(e->dtype);
     for (int d = 0; d < e->ndim; d++)
       b *= e->shape[d];

@@ -112,7 +112,7 @@ static const struct {
  * element; an unknown name is refused. */
 static int dtype_of(const char *file, const char *tname, const char *dt, st_tensor *t, int *bits,
                     ts_error *err) {
-  if (dt && ts_ckpt_dtype_parse(dt, &t->dtype) == TS_OK) {
+  if (dt && ts_ckpt_dtype_parse(dt, &t->dtype) == TS_OK && !ts_dtype_is_complex(t->dtype)) {
     *bits = 8 * (int)ts_dtype_size(t->dtype);
     return TS_OK;
   }

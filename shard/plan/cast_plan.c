@@ -7,7 +7,8 @@
  * travel (and partial sources reduce) in the source dtype, and each target rank converts its new
  * slice. A partial source to a partial target is refused: its summands would be converted one by
  * one, which is not the conversion of their reduction. The plan of the reshard is made for the
- * dtype on the wire, so its costs are the bytes that really move. Pure: `tshard plan` and the
+ * dtype on the wire, so its costs are the bytes that really move. A complex source casts to a
+ * complex dtype only (a real one would drop the imaginary part). Pure: `tshard plan` and the
  * store decide the same way. */
 #include "ts_plan.h"
 
@@ -22,9 +23,12 @@ int ts_cast_wire_dtype(ts_dtype from, ts_dtype to, const ts_attr *src, const ts_
                        ts_dtype *wire, ts_error *err) {
   if (!ts_dtype_valid((int)from) || !ts_dtype_valid((int)to))
     return ts_error_set(err, TS_BAD_DTYPE,
-                        "cast from dtype %d to %d: valid dtypes are f32 f64 f16 bf16 i8 i32 i64 "
-                        "u8 bool i16 u16 u32 u64 f8_e4m3 f8_e5m2",
+                        "cast from dtype %d to %d: valid dtypes are " TS_DTYPE_NAMES,
                         (int)from, (int)to);
+  if (ts_dtype_is_complex(from) && !ts_dtype_is_complex(to))
+    return ts_error_set(err, TS_BAD_DTYPE,
+                        "cast from %s to %s would discard the imaginary part: a complex tensor "
+                        "casts to c64 and c128 only", ts_dtype_name(from), ts_dtype_name(to));
   int rc = ts_attr_check_dtype(tgt, to, err);
   if (rc)
     return rc;

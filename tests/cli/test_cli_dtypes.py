@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The CLI takes the same dtypes and conversions as the Python package, against real daemons (2
 ranks): every pair of a source .npy dtype (bool, int8..uint64, float16..float64, uint16 bf16 bits
-with --bf16-bits, uint8 f8 codes with --dtype f8_e4m3 / f8_e5m2) and a tensor dtype (the 15 of
+with --bf16-bits, uint8 f8 codes with --dtype f8_e4m3 / f8_e5m2) and a tensor dtype (the 17 of
 them), with and without --convert, stores exactly what the
 Python put stores (numpy's astype, from the shared reference) or is refused by both, naming both
 dtypes and leaving the tensor unchanged; a uint16 file is numbers unless --bf16-bits says it holds

@@ -617,9 +617,17 @@ int main(int argc, char **argv) {
   for (int dt = 0; dt < TS_DTYPE_COUNT; dt++)
     for (int op = 0; op < TS_REDUCE_COUNT; op++) {
       size_t es = ts_dtype_size((ts_dtype)dt);
-      unsigned char buf[8 * 5], want[8 * 5];
+      unsigned char buf[16 * 5], want[16 * 5];
       bool prod = op == TS_REDUCE_PROD;
       for (int i = 0; i < 5; i++) {
+        /* complex: the imaginary part (r + i) % 3 - 1; Gaussian integers stay exact */
+        double cre = 0, cim = 0;
+        for (int r = 0; r < size; r++) {
+          double x = prod ? 1 + (r * 3 + i) % 2 : (r * 3 + i) % 7, y = (r + i) % 3 - 1;
+          double re = r == 0 ? x : prod ? cre * x - cim * y : cre + x;
+          cim = r == 0 ? y : prod ? cre * y + cim * x : cim + y;
+          cre = re;
+        }
         /* element i on rank r: (r * 3 + i) % 7, small enough to be exact; for prod 1 or 2 */
         double best = 0;
         bool any = false, all = true; /* bool's or and and */
@@ -671,8 +679,27 @@ int main(int argc, char **argv) {
           memcpy(want + i * es, &b, 8);
           break;
         }
+        case TS_C64: {
+          float a[2] = {f, (float)((rank + i) % 3 - 1)}, b[2] = {(float)cre, (float)cim};
+          memcpy(buf + i * es, a, 8);
+          memcpy(want + i * es, b, 8);
+          break;
+        }
+        case TS_C128: {
+          double a[2] = {mine, (double)((rank + i) % 3 - 1)}, b[2] = {cre, cim};
+          memcpy(buf + i * es, a, 16);
+          memcpy(want + i * es, b, 16);
+          break;
+        }
         default: break;
         }
+      }
+      if (ts_dtype_is_complex((ts_dtype)dt) && (op == TS_REDUCE_MAX || op == TS_REDUCE_MIN)) {
+        CHECK(ts_comm_allreduce(world, NULL, buf, 5, (ts_dtype)dt, (ts_reduce_op)op, &err) ==
+                      TS_BAD_DTYPE && strstr(err.msg, ts_dtype_name((ts_dtype)dt)) &&
+                      strstr(err.msg, "sum, avg and prod"),
+              "allreduce %s of %s", ts_reduce_name((ts_reduce_op)op), ts_dtype_name((ts_dtype)dt));
+        continue;
       }
       if (dt == TS_F8_E4M3 || dt == TS_F8_E5M2) { /* no reductions: refused, naming the dtype */
         CHECK(ts_comm_allreduce(world, NULL, buf, 5, (ts_dtype)dt, (ts_reduce_op)op, &err) ==
@@ -680,7 +707,8 @@ int main(int argc, char **argv) {
               "allreduce %s", ts_dtype_name((ts_dtype)dt));
         continue;
       }
-      if (op == TS_REDUCE_AVG && !ts_dtype_is_float((ts_dtype)dt)) { /* avg: the floats only */
+      if (op == TS_REDUCE_AVG && !ts_dtype_is_float((ts_dtype)dt) &&
+          !ts_dtype_is_complex((ts_dtype)dt)) { /* avg: the float and complex dtypes only */
         CHECK(ts_comm_allreduce(world, NULL, buf, 5, (ts_dtype)dt, (ts_reduce_op)op, &err) ==
                       TS_BAD_DTYPE && strstr(err.msg, ts_dtype_name((ts_dtype)dt)),
               "allreduce avg of %s", ts_dtype_name((ts_dtype)dt));

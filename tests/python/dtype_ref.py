@@ -2,7 +2,9 @@
 the kernels): which numpy dtype fills which tensor dtype as is, which values survive a
 conversion, and the values a conversion stores (numpy's ``astype``; bf16 and the 8-bit floats,
 which numpy lacks, by exact rounding of Python fractions: bf16 by its quantum, f8 by picking the
-nearest of all 256 codes, ties to the even code). Shared by the Python and CLI tests."""
+nearest of all 256 codes, ties to the even code; c64 and c128 take a real value as their real
+part, as numpy's ``astype(np.complex64)`` does, and fit where f32 and f64 do). Shared by the
+Python and CLI tests."""
 import math
 from fractions import Fraction
 
@@ -10,9 +12,10 @@ import numpy as np
 
 TS_NUMPY = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "i8": np.int8,
             "i32": np.int32, "i64": np.int64, "u8": np.uint8, "bool": np.bool_, "i16": np.int16,
-            "u16": np.uint16, "u32": np.uint32, "u64": np.uint64}
+            "u16": np.uint16, "u32": np.uint32, "u64": np.uint64, "c64": np.complex64,
+            "c128": np.complex128}
 TENSOR_DTYPES = ["f32", "f64", "f16", "bf16", "i8", "i32", "i64", "u8", "bool", "i16", "u16",
-                 "u32", "u64", "f8_e4m3", "f8_e5m2"]
+                 "u32", "u64", "f8_e4m3", "f8_e5m2", "c64", "c128"]
 BITS = ("bf16", "f8_e4m3", "f8_e5m2")  # given as bit patterns (numpy has none of them)
 SOURCES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
            np.uint64, np.float16, np.float32, np.float64, "bf16", "f8_e4m3", "f8_e5m2"]
@@ -135,6 +138,7 @@ def fits(x, target):
     (f8_e4m3 has none: an infinity does not survive, and finite values above 464 become NaN)."""
     x = int(x) if isinstance(x, bool) else x
     nonfinite = isinstance(x, float) and not math.isfinite(x)
+    target = {"c64": "f32", "c128": "f64"}.get(target, target)  # the real part's dtype
     if target == "f64":
         return True
     if target == "bool":
@@ -174,7 +178,7 @@ def same(got, want, dtype=None):
         val = bf16_value if dtype == "bf16" else lambda b: f8_value(int(b), dtype)
         g = np.array([val(b) for b in got]), np.array([val(b) for b in want])
         return np.array_equal(g[0], g[1], equal_nan=True)
-    return np.array_equal(got, want, equal_nan=got.dtype.kind == "f")
+    return np.array_equal(got, want, equal_nan=got.dtype.kind in "fc")
 
 
 def exact_name(src):

@@ -115,3 +115,26 @@ def free_ports(count):
         finally:
             for s in socks:
                 s.close()
+
+
+def run_readme_example(bin_dir, readme, heading, pick=lambda block: True):
+    """Runs the first python block of README section `heading` ("## Checked puts") for which
+    pick(block) holds, as written, against 4 daemons of job "demo" (their socket directory in
+    TSHARD_SOCKET_DIR, as tshard-launch's would be found). Returns (the block, what it printed,
+    the tensors it left behind)."""
+    import contextlib
+    import io
+    import re
+    with open(readme) as f:
+        text = f.read()
+    start = text.index("\n" + heading)
+    section = text[start:text.find("\n## ", start + 1)]
+    code = next(b for b in re.findall(r"```python\n(.*?)```", section, re.S) if pick(b))
+    with Daemons(bin_dir, 4, job="demo") as d:
+        os.environ["TSHARD_SOCKET_DIR"] = d.dir
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            exec(compile(code, os.path.basename(readme), "exec"), {})
+        with d.connect(0) as c:
+            left = c.list()
+    return code, buf.getvalue(), left

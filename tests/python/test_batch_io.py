@@ -90,6 +90,8 @@ def as_float64(dtype, a):
         return (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
     if dtype in ("f8_e4m3", "f8_e5m2"):
         return np.array([f8_value(int(b), dtype) for b in a.ravel()]).reshape(a.shape)
+    if dtype in ("c64", "c128"):  # real values: a real put converts them (imaginary 0)
+        return a.real.astype(np.float64)
     return a.astype(np.float64)
 
 

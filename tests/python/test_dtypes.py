@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Puts never reinterpret data: every pair of a source numpy dtype (bool, int8..uint64, float16,
 float32, float64, bf16 bit patterns given with tshard.bf16_bits and f8_e4m3/f8_e5m2 codes given
-with tshard.f8_bits) and a tensor dtype (the 15 of them), with and without convert, against the
+with tshard.f8_bits) and a tensor dtype (the 17 of them), with and without convert, against the
 reference (numpy's astype; bf16 and f8 by exact rounding): without
 convert only the tensor's own dtype is accepted and anything else is refused naming both dtypes
 with the tensor left unchanged; with convert the values that survive are stored as numpy's

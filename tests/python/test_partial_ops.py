@@ -41,6 +41,7 @@ import tshard
 import tshard.checkpoint as ck
 from checks import Checks, error_of
 from harness import Daemons
+from partial_ref import put_contributions
 
 bin_dir, NP = sys.argv[1], int(sys.argv[2])
 SEEDS = [int(s) for s in sys.argv[3:]] or [1, 2]
@@ -75,13 +76,6 @@ def mesh_shapes():
     return out
 
 
-def coords(mshape, i):
-    """Row-major mesh coordinates of mesh index i."""
-    c = []
-    for s in reversed(mshape):
-        c.append(i % s)
-        i //= s
-    return c[::-1]
 
 
 def contributions(rng, op, dt, count, shape):
@@ -139,21 +133,6 @@ def slices(d, name):
     return out
 
 
-def put_contributions(d, name, mshape, places, parts):
-    """Every rank puts its slice of its partial coordinate's contribution."""
-    pdims = [m for m, p in enumerate(places) if p.startswith("P(")]
-    with d.connect(0, timeout=TIMEOUT) as c:
-        info = c.describe(name)
-    for x in info["ranks"]:
-        if x["bytes"] == 0:
-            continue
-        cc = coords(mshape, x["rank"])
-        k = 0
-        for m in pdims:
-            k = k * mshape[m] + cc[m]
-        box = tuple(slice(lo, hi) for lo, hi in zip(x["lo"], x["hi"]))
-        with d.connect(x["rank"], timeout=TIMEOUT) as c:
-            c.put_slice(name, to_put(parts[k][box], info["dtype"]))
 
 
 def fresh_slices_ok(d, name, mshape, places, want, dt, what):
@@ -209,7 +188,7 @@ def one_case(d, rng, nrng, idx, ran):
     layout = rng.choice(LAYOUTS[ndim])
     with d.connect(rng.randrange(NP), timeout=TIMEOUT) as c:
         c.create(name, dt, shape, sa)
-        put_contributions(d, name, mshape, src, parts)
+        put_contributions(d, name, mshape, src, parts, to_put, TIMEOUT)
         order = STRATEGIES[:]
         rng.shuffle(order)  # the strategies this op ran least first
         order.sort(key=lambda s: ran[("fresh" if fresh else op, s)])
@@ -278,7 +257,7 @@ def mixed_case(d, rng, nrng, idx, ran):
     name = f"m{idx}"
     with d.connect(rng.randrange(NP), timeout=TIMEOUT) as c:
         c.create(name, dt, shape, sa)
-        put_contributions(d, name, mshape, src, parts)
+        put_contributions(d, name, mshape, src, parts, to_put, TIMEOUT)
         for s in ("p2p", "alltoall"):
             st, msg = error_of(lambda: c.plan(name, ta, strategy=s))
             keeps = kind != "rr"
@@ -314,14 +293,15 @@ def checkpoints(d, rng):
                 parts, want = contributions(rng, op, dt, mshape[0], [4, 5])
                 name = f"ck_{op}_{dt}"
                 c.create(name, dt, [4, 5], attr_text(mshape, places))
-                put_contributions(d, name, mshape, places, parts)
+                put_contributions(d, name, mshape, places, parts, to_put, TIMEOUT)
                 refs[name] = (dt, want, attr_text(mshape, places))
             if NP % 2 == 0 and NP > 2:  # an op per mesh dim: max over dim 1 of sums over dim 0
                 mshape, places = [2, NP // 2], ["P(sum)", "P(max)"]
                 arr = rng.integers(-9, 10, size=(2, NP // 2, 4, 5)).astype(np.float64)
                 c.create("ck_mixed", "f64", [4, 5], attr_text(mshape, places))
                 put_contributions(d, "ck_mixed", mshape, places,
-                                  [arr[i, j] for i in range(2) for j in range(NP // 2)])
+                                  [arr[i, j] for i in range(2) for j in range(NP // 2)], to_put,
+                                  TIMEOUT)
                 refs["ck_mixed"] = ("f64", staged(arr, ["sum", "max"], [0, 1]),
                                     attr_text(mshape, places))
             names = sorted(refs)

@@ -6,38 +6,25 @@ i32, the bf16 bits cut from f32 by hand, and the f8_e4m3 codes from the format w
 (dtype_ref: the nearest of all codes, ties to even).
 
 usage: test_readme_dtypes.py BUILD_BIN_DIR README.md"""
-import contextlib
-import io
-import os
-import re
 import sys
 
 import numpy as np
 
 from checks import Checks
 from dtype_ref import f8_bits_of
-from harness import Daemons
+from harness import run_readme_example
 
 bin_dir, readme = sys.argv[1], sys.argv[2]
 check = Checks()
 
-text = open(readme).read()
-start = text.index("\n## Checked puts")
-section = text[start:text.find("\n## ", start + 1)]
-code = next(b for b in re.findall(r"```python\n(.*?)```", section, re.S) if "f8_bits" in b)
-
-with Daemons(bin_dir, 4, job="demo") as d:
-    os.environ["TSHARD_SOCKET_DIR"] = d.dir
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        exec(compile(code, "README.md", "exec"), {})
-    with d.connect(0) as c:
-        check(c.list() == [], f"the example drops what it made: {c.list()}")
+code, printed, left = run_readme_example(bin_dir, readme, "## Checked puts",
+                                         lambda b: "f8_bits" in b)
+check(left == [], f"the example drops what it made: {left}")
 
 f = np.array([1.5, -2.0, 3.0, 0.25], np.float32)
 want = " ".join([str(np.array([1, 2, 300, 65535], np.uint16).astype(np.int32)),
                  str((f.view(np.uint32) >> 16).astype(np.uint16)),
                  str(np.array([f8_bits_of(float(x), "f8_e4m3") for x in f], np.uint8))])
-check(buf.getvalue().strip() == want, f"the example prints {buf.getvalue()!r}, want {want!r}")
+check(printed.strip() == want, f"the example prints {printed!r}, want {want!r}")
 check("[60 192 68 40]" in code, "the README's comment shows the codes it prints")
 check.finish()

@@ -111,6 +111,8 @@ static int64_t random_case(int max_elems, int threads) {
   }
   ts_dtype dt_s = (ts_dtype)rnd_in(0, TS_DTYPE_COUNT - 1);
   ts_dtype dt_d = rnd() % 2 ? dt_s : (ts_dtype)rnd_in(0, TS_DTYPE_COUNT - 1);
+  if (ts_dtype_is_complex(dt_s) && !ts_dtype_is_complex(dt_d))
+    dt_d = dt_s; /* a complex dtype converts to complex ones only */
   ts_tensor src = {0}, d1 = {0}, d2 = {0};
   int64_t s_start[TS_MAX_DIMS], d_start[TS_MAX_DIMS];
   src.bytes = random_layout(&src.layout, dt_s, nd, extent, s_start);

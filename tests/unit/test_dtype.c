@@ -3,7 +3,9 @@
  * the documented integer rules (truncate and saturate from floats, wrap between integers, nonzero
  * to bool); the 8-bit floats against their format written out (every code decoded by its fields,
  * rounding by picking the nearest of all codes, ties to the even code); the check that a
- * conversion keeps every value, and the dtype spellings. */
+ * conversion keeps every value, and the dtype spellings; c64 and c128: a real value as the real
+ * part (imaginary 0), part by part between them, no conversion to a real dtype (refused by the
+ * check and the copy kernel), and strided c128 copies against the reference kernel. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -310,6 +312,8 @@ START_TEST(test_all_pairs) {
   for (int sd = 0; sd < TS_DTYPE_COUNT; sd++)
     for (int dd = 0; dd < TS_DTYPE_COUNT; dd++)
       for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        if (ts_dtype_is_complex((ts_dtype)sd) || ts_dtype_is_complex((ts_dtype)dd))
+          continue; /* test_complex_convert */
         /* the source element: the value stored in the source dtype */
         unsigned char sbuf[8], dbuf[8];
         double v = vals[i];
@@ -368,6 +372,8 @@ START_TEST(test_convert_check) {
   for (int sd = 0; sd < TS_DTYPE_COUNT; sd++)
     for (int dd = 0; dd < TS_DTYPE_COUNT; dd++)
       for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        if (ts_dtype_is_complex((ts_dtype)sd) || ts_dtype_is_complex((ts_dtype)dd))
+          continue; /* test_complex_convert */
         unsigned char src[3][8];
         double zero = 0, v = vals[i];
         ts_convert(src[0], (ts_dtype)sd, &zero, TS_F64, 1);
@@ -415,11 +421,12 @@ START_TEST(test_spellings) {
                               "bfloat16", "i8", "int8", "i32", "int32", "i64", "int64", "u8",
                               "uint8", "bool", "int16", "i16", "uint16", "u16", "uint32", "u32",
                               "uint64", "u64", "float8_e4m3fn", "f8_e4m3", "float8_e5m2",
-                              "f8_e5m2"};
+                              "f8_e5m2", "complex64", "c64", "complex128", "c128"};
   const ts_dtype want[] = {TS_F32, TS_F32, TS_F64, TS_F64, TS_F16, TS_F16, TS_BF16, TS_BF16,
                            TS_I8, TS_I8, TS_I32, TS_I32, TS_I64, TS_I64, TS_U8, TS_U8, TS_BOOL,
                            TS_I16, TS_I16, TS_U16, TS_U16, TS_U32, TS_U32, TS_U64, TS_U64,
-                           TS_F8_E4M3, TS_F8_E4M3, TS_F8_E5M2, TS_F8_E5M2};
+                           TS_F8_E4M3, TS_F8_E4M3, TS_F8_E5M2, TS_F8_E5M2, TS_C64, TS_C64,
+                           TS_C128, TS_C128};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     ts_dtype dt = TS_DTYPE_COUNT;
     ck_assert_int_eq(ts_dtype_parse_spelling(text[i], &dt, NULL), TS_OK);
@@ -427,10 +434,141 @@ START_TEST(test_spellings) {
   }
   ts_dtype dt;
   ts_error err;
-  ck_assert_int_eq(ts_dtype_parse_spelling("complex64", &dt, &err), TS_BAD_DTYPE);
-  ck_assert(strstr(err.msg, "'complex64'") && strstr(err.msg, "bfloat16") &&
-            strstr(err.msg, "f8_e4m3 (float8_e4m3fn)"));
+  ck_assert_int_eq(ts_dtype_parse_spelling("complex32", &dt, &err), TS_BAD_DTYPE);
+  ck_assert(strstr(err.msg, "'complex32'") && strstr(err.msg, "bfloat16") &&
+            strstr(err.msg, "f8_e4m3 (float8_e4m3fn)") && strstr(err.msg, "c64 (complex64)") &&
+            strstr(err.msg, "c128 (complex128)"));
+  ck_assert_int_eq(ts_dtype_parse("complex64", &dt, &err), TS_BAD_DTYPE);
+  ck_assert_ptr_nonnull(strstr(err.msg, "f8_e5m2, c64, c128"));
   ck_assert_int_eq(ts_dtype_parse("float32", &dt, NULL), TS_BAD_DTYPE); /* the wire: names only */
+}
+END_TEST
+
+/* The parts of element i of a c64 or c128 buffer. */
+static void complex_parts(const unsigned char *b, ts_dtype dt, size_t i, long double *re,
+                          long double *im) {
+  if (dt == TS_C64) {
+    float x[2];
+    memcpy(x, b + i * 8, 8);
+    *re = x[0];
+    *im = x[1];
+  } else {
+    double x[2];
+    memcpy(x, b + i * 16, 16);
+    *re = x[0];
+    *im = x[1];
+  }
+}
+
+START_TEST(test_complex_convert) {
+  const double vals[] = {0, 1, -1, 2.75, -2.75, 255, 300, 65504, 1e10, -1e20, 0x1p63,
+                         3.4028234663852886e38, 1e-40, INFINITY, -INFINITY, NAN};
+  const size_t nv = sizeof vals / sizeof vals[0];
+  const ts_dtype cdt[] = {TS_C64, TS_C128};
+  /* every real dtype to c64 and c128: the value (rounded as by a cast to f32 or f64), imag +0 */
+  for (int sd = 0; sd < TS_DTYPE_COUNT; sd++) {
+    if (ts_dtype_is_complex((ts_dtype)sd))
+      continue;
+    for (int t = 0; t < 2; t++)
+      for (size_t i = 0; i < nv; i++) {
+        unsigned char sbuf[8], dbuf[16];
+        double v = vals[i];
+        if (sd == TS_F64 && cdt[t] == TS_C64 && isfinite(v) && fabs(v) > 3.4e38)
+          continue;
+        ts_convert(sbuf, (ts_dtype)sd, &v, TS_F64, 1);
+        long double sv = exact_value(sbuf, (ts_dtype)sd), re, im;
+        ts_convert(dbuf, cdt[t], sbuf, (ts_dtype)sd, 1);
+        complex_parts(dbuf, cdt[t], 0, &re, &im);
+        long double want = cdt[t] == TS_C64 ? (long double)(float)sv : (long double)(double)sv;
+        ck_assert_msg((isnan(sv) ? isnan(re) : re == want) && im == 0 && !signbit(im),
+                      "%s -> %s of %Lg: %Lg%+Lgi", ts_dtype_name((ts_dtype)sd),
+                      ts_dtype_name(cdt[t]), sv, re, im);
+        ts_error err;
+        ck_assert_int_eq(ts_convert_check(sbuf, (ts_dtype)sd, cdt[t], 1, &err), TS_OK);
+      }
+  }
+  /* c64 <-> c128 part by part; the same dtype moves the bytes */
+  double parts[2 * 6] = {1.5, -2.25, 0.1, 1e-30, NAN, INFINITY, -0.0, 3e38, 1e39, -1e39, 7, 8};
+  unsigned char c128[16 * 6], c64[8 * 6], back[16 * 6];
+  memcpy(c128, parts, sizeof parts);
+  ts_convert(c64, TS_C64, c128, TS_C128, 6);
+  ts_convert(back, TS_C128, c64, TS_C64, 6);
+  for (size_t i = 0; i < 6; i++) {
+    long double r32, i32, r64, i64;
+    complex_parts(c64, TS_C64, i, &r32, &i32);
+    complex_parts(back, TS_C128, i, &r64, &i64);
+    float wr = (float)parts[2 * i], wi = (float)parts[2 * i + 1];
+    ck_assert(isnan(wr) ? isnan(r32) : r32 == wr);
+    ck_assert(isnan(wi) ? isnan(i32) : i32 == wi);
+    ck_assert(isnan(wr) ? isnan(r64) : r64 == wr); /* widening is exact */
+    ck_assert(isnan(wi) ? isnan(i64) : i64 == wi);
+  }
+  ck_assert(signbit(((float *)c64)[6]));
+  ts_convert(back, TS_C128, c128, TS_C128, 6);
+  ck_assert(memcmp(back, c128, sizeof c128) == 0);
+  /* the check: element 4's imaginary part (-1e39) overflows c64; infinities and NaN pass */
+  ts_error err;
+  ck_assert_int_eq(ts_convert_check(c128, TS_C128, TS_C64, 6, &err), TS_BAD_DTYPE);
+  ck_assert_msg(strstr(err.msg, "converting c128 to c64") && strstr(err.msg, "element 4's real "
+                "part") && strstr(err.msg, "1e+39"), "%s", err.msg);
+  ck_assert_int_eq(ts_convert_check(c128, TS_C128, TS_C64, 4, &err), TS_OK);
+  ck_assert_int_eq(ts_convert_check(c128, TS_C128, TS_C128, 6, &err), TS_OK);
+  ck_assert_int_eq(ts_convert_check(c64, TS_C64, TS_C128, 6, &err), TS_OK);
+  double big[2] = {1, 1e300};
+  ck_assert_int_eq(ts_convert_check(big, TS_F64, TS_C64, 2, &err), TS_BAD_DTYPE);
+  ck_assert_msg(strstr(err.msg, "converting f64 to c64") && strstr(err.msg, "element 1 "),
+                "%s", err.msg);
+  ck_assert_int_eq(ts_convert_check(big, TS_F64, TS_C128, 2, &err), TS_OK);
+  /* complex to any real dtype: refused whatever the values, naming both */
+  double zero[4] = {0, 0, 0, 0};
+  for (int t = 0; t < 2; t++)
+    for (int dd = 0; dd < TS_DTYPE_COUNT; dd++) {
+      if (ts_dtype_is_complex((ts_dtype)dd))
+        continue;
+      char both[40];
+      snprintf(both, sizeof both, "converting %s to %s", ts_dtype_name(cdt[t]),
+               ts_dtype_name((ts_dtype)dd));
+      ck_assert_int_eq(ts_convert_check(zero, cdt[t], (ts_dtype)dd, 1, &err), TS_BAD_DTYPE);
+      ck_assert_msg(strstr(err.msg, both) && strstr(err.msg, "imaginary part") &&
+                    strstr(err.msg, "c64 and c128 only"), "%s", err.msg);
+      ts_tensor src = {zero, 16, {0}}, dst = {back, 16, {0}};
+      int64_t one[1] = {1};
+      ck_assert_int_eq(ts_layout_plain(&src.layout, cdt[t], 1, one, NULL), TS_OK);
+      ck_assert_int_eq(ts_layout_plain(&dst.layout, (ts_dtype)dd, 1, one, NULL), TS_OK);
+      ck_assert_int_eq(ts_copy(&dst, &src, NULL, &err), TS_BAD_DTYPE);
+      ck_assert_ptr_nonnull(strstr(err.msg, "imaginary part"));
+    }
+}
+END_TEST
+
+/* A transposing c128 copy (the 16-byte tiles) and a c64 -> c128 one against the reference. */
+START_TEST(test_complex_copy) {
+  const int64_t rows = 67, cols = 45;
+  const ts_dtype dts[][2] = {{TS_C128, TS_C128}, {TS_C64, TS_C128}, {TS_F32, TS_C128}};
+  for (int k = 0; k < 3; k++) {
+    ts_dtype sdt = dts[k][0], ddt = dts[k][1];
+    size_t se = ts_dtype_size(sdt), de = ts_dtype_size(ddt), n = (size_t)(rows * cols);
+    unsigned char *s = malloc(n * se), *d1 = calloc(n, de), *d2 = calloc(n, de);
+    for (size_t i = 0; i < n * se; i++)
+      s[i] = (unsigned char)(rnd() % 64); /* small exponents: finite values */
+    int64_t shape[2] = {rows, cols}, tshape[2] = {cols, rows};
+    ts_tensor src = {s, n * se, {0}}, a = {d1, n * de, {0}}, b = {d2, n * de, {0}};
+    ck_assert_int_eq(ts_layout_plain(&src.layout, sdt, 2, shape, NULL), TS_OK);
+    ck_assert_int_eq(ts_layout_plain(&a.layout, ddt, 2, tshape, NULL), TS_OK);
+    /* the destination seen transposed: [rows, cols] with strides (1, rows) */
+    a.layout.shape[0] = rows;
+    a.layout.shape[1] = cols;
+    a.layout.strides[0] = 1;
+    a.layout.strides[1] = rows;
+    b.layout = a.layout;
+    ts_error err;
+    ck_assert_msg(ts_copy(&a, &src, NULL, &err) == TS_OK, "%s", err.msg);
+    ck_assert_int_eq(ts_copy_box_reference(&b, NULL, &src, NULL, shape, &err), TS_OK);
+    ck_assert_msg(memcmp(d1, d2, n * de) == 0, "%s -> %s", ts_dtype_name(sdt), ts_dtype_name(ddt));
+    free(s);
+    free(d1);
+    free(d2);
+  }
 }
 END_TEST
 
@@ -447,6 +585,8 @@ int main(void) {
   tcase_add_test(tc, test_all_pairs);
   tcase_add_test(tc, test_convert_check);
   tcase_add_test(tc, test_spellings);
+  tcase_add_test(tc, test_complex_convert);
+  tcase_add_test(tc, test_complex_copy);
   suite_add_tcase(s, tc);
   return ts_run_suite(s);
 }

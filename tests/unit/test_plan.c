@@ -491,6 +491,10 @@ START_TEST(casts_in_transit) {
       {"mesh=[4] placements=[R]", "mesh=[4] placements=[P(max)]", TS_F32, TS_I32, TS_I32},
       {"mesh=[2]@0-1 placements=[S(0)]", "mesh=[2]@2-3 placements=[P(sum)]", TS_BF16, TS_F32,
        TS_F32},
+      /* complex: c128 -> c64 narrows before the wire, f32 -> c64 widens after it */
+      {"mesh=[4] placements=[S(0)]", "mesh=[4] placements=[S(1)]", TS_C128, TS_C64, TS_C64},
+      {"mesh=[4] placements=[S(0)]", "mesh=[4] placements=[R]", TS_F32, TS_C64, TS_F32},
+      {"mesh=[4] placements=[R]", "mesh=[4] placements=[P(prod)]", TS_F64, TS_C128, TS_C128},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     ts_attr *a = attr(cases[i].src), *b = attr(cases[i].tgt);
@@ -525,7 +529,19 @@ START_TEST(casts_in_transit) {
   ck_assert_int_eq(ts_cast_wire_dtype(TS_F32, TS_F32, p, p, &wire, &err), TS_OK);
   ck_assert_int_eq(wire, TS_F32);
   ck_assert_int_eq(ts_cast_wire_dtype(TS_F32, (ts_dtype)99, a, a, &wire, &err), TS_BAD_DTYPE);
-  ck_assert_msg(strstr(err.msg, "valid dtypes are") != NULL, "%s", err.msg);
+  ck_assert_msg(strstr(err.msg, "valid dtypes are") && strstr(err.msg, "c64, c128"), "%s",
+                err.msg);
+  /* a complex tensor casts to complex dtypes only; a complex partial target has no max */
+  const ts_dtype reals[] = {TS_F32, TS_F64, TS_BF16, TS_I64, TS_BOOL};
+  for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++) {
+    ck_assert_int_eq(ts_cast_wire_dtype(TS_C64, reals[i], a, a, &wire, &err), TS_BAD_DTYPE);
+    ck_assert_msg(strstr(err.msg, "cast from c64 to") && strstr(err.msg, ts_dtype_name(reals[i]))
+                  && strstr(err.msg, "imaginary part"), "%s", err.msg);
+  }
+  ts_attr *mx = attr("mesh=[4] placements=[P(max)]");
+  ck_assert_int_eq(ts_cast_wire_dtype(TS_F32, TS_C64, a, mx, &wire, &err), TS_BAD_DTYPE);
+  ck_assert_msg(strstr(err.msg, "no order") && strstr(err.msg, "c64"), "%s", err.msg);
+  ts_attr_destroy(&mx);
   ts_attr_destroy(&a);
   ts_attr_destroy(&p);
 }

@@ -2,7 +2,9 @@
  * min, prod and avg of every dtype that has them, f16/bf16 reduced in f32 and rounded once, avg's
  * one division (ts_reduce_finish), NaN propagation, integer wrap-around, bool as or/and,
  * identities, names and error paths (the 8-bit floats, which have no reductions, and avg of the
- * integer dtypes and bool, refused by name). */
+ * integer dtypes and bool, refused by name); c64 and c128: sums, avg and the complex product
+ * against a long double reference, NaN and infinities as numpy's multiply gives them, max and
+ * min refused by name. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -24,8 +26,11 @@ static bool is_unsigned(int dt) {
   return dt == TS_U8 || dt == TS_U16 || dt == TS_U32 || dt == TS_U64 || dt == TS_BOOL;
 }
 static bool no_reductions(int dt) { return dt == TS_F8_E4M3 || dt == TS_F8_E5M2; }
-/* Whether dt has op (avg: the floats with reductions only). */
+static bool is_complex(int dt) { return ts_dtype_is_complex((ts_dtype)dt); }
+/* Whether dt has op (avg: the floats and complex dtypes; complex: no max or min). */
 static bool has_op(int dt, int op) {
+  if (is_complex(dt))
+    return op != TS_REDUCE_MAX && op != TS_REDUCE_MIN;
   return !no_reductions(dt) && (op != TS_REDUCE_AVG || ts_dtype_is_float((ts_dtype)dt));
 }
 
@@ -44,6 +49,8 @@ static void put(void *p, size_t i, ts_dtype dt, double v) {
   case TS_U16: ((uint16_t *)p)[i] = (uint16_t)v; break;
   case TS_U32: ((uint32_t *)p)[i] = (uint32_t)v; break;
   case TS_U64: ((uint64_t *)p)[i] = (uint64_t)v; break;
+  case TS_C64: ((float *)p)[2 * i] = (float)v; ((float *)p)[2 * i + 1] = 0; break;
+  case TS_C128: ((double *)p)[2 * i] = v; ((double *)p)[2 * i + 1] = 0; break;
   default: break;
   }
 }
@@ -52,7 +59,7 @@ START_TEST(all_dtypes_all_ops) {
   const size_t n = 257;
   for (int dt = 0; dt < TS_DTYPE_COUNT; dt++)
     for (int op = 0; op < TS_REDUCE_COUNT; op++) {
-      if (!has_op(dt, op))
+      if (!has_op(dt, op) || is_complex(dt)) /* complex: complex_against_reference */
         continue;
       size_t es = ts_dtype_size((ts_dtype)dt);
       void *a = malloc(n * es), *b = malloc(n * es), *want = malloc(n * es);
@@ -141,12 +148,12 @@ START_TEST(identities) {
       if (!has_op(dt, op))
         continue;
       size_t es = ts_dtype_size((ts_dtype)dt);
-      unsigned char id[8 * 5], v[8 * 5];
+      unsigned char id[16 * 5], v[16 * 5];
       ck_assert_int_eq(ts_reduce_fill_identity(id, 5, (ts_dtype)dt, (ts_reduce_op)op, NULL),
                        TS_OK);
       for (size_t i = 0; i < 5; i++)
         put(v, i, (ts_dtype)dt, dt == TS_BOOL ? (double)(i % 2) : (double)(i * 7 % 11) - (is_unsigned(dt) ? 0 : 3));
-      unsigned char keep[8 * 5];
+      unsigned char keep[16 * 5];
       memcpy(keep, v, 5 * es);
       /* op(identity, v) == v */
       ck_assert_int_eq(ts_reduce(id, v, 5, (ts_dtype)dt, (ts_reduce_op)op, NULL), TS_OK);
@@ -243,7 +250,7 @@ START_TEST(avg_divides_once) {
   ts_error err;
   ck_assert_int_eq(ts_reduce_finish(s, 2, TS_F32, TS_REDUCE_AVG, 0, &err), TS_INVALID_ARGUMENT);
   for (int dt = 0; dt < TS_DTYPE_COUNT; dt++) {
-    if (ts_dtype_is_float((ts_dtype)dt))
+    if (ts_dtype_is_float((ts_dtype)dt) || is_complex(dt))
       continue;
     unsigned char a[8] = {3}, b[8] = {4}, keep[8] = {3};
     ck_assert_int_eq(ts_reduce(a, b, 1, (ts_dtype)dt, TS_REDUCE_AVG, &err), TS_BAD_DTYPE);
@@ -288,6 +295,170 @@ START_TEST(prod_wraps_and_bool_is_and) {
 }
 END_TEST
 
+/* Reads element i of a c64 or c128 array as a long double complex pair. */
+static void cget(const void *p, ts_dtype dt, size_t i, long double *re, long double *im) {
+  if (dt == TS_C64) {
+    *re = ((const float *)p)[2 * i];
+    *im = ((const float *)p)[2 * i + 1];
+  } else {
+    *re = ((const double *)p)[2 * i];
+    *im = ((const double *)p)[2 * i + 1];
+  }
+}
+
+static void cput(void *p, ts_dtype dt, size_t i, double re, double im) {
+  if (dt == TS_C64) {
+    ((float *)p)[2 * i] = (float)re;
+    ((float *)p)[2 * i + 1] = (float)im;
+  } else {
+    ((double *)p)[2 * i] = re;
+    ((double *)p)[2 * i + 1] = im;
+  }
+}
+
+/* Whether got is within tol (relative to the operands' magnitude m) of want. */
+static bool close_to(long double got, long double want, long double m, long double tol) {
+  return fabsl(got - want) <= tol * (m > 1 ? m : 1);
+}
+
+/* k random contributions of c64 and c128 reduced one by one with sum, avg and prod, against
+ * the same chain in long double (prod: (ac - bd) + (ad + bc)i); avg divided once at the end. */
+START_TEST(complex_against_reference) {
+  const ts_dtype cdt[] = {TS_C64, TS_C128};
+  const ts_reduce_op ops[] = {TS_REDUCE_SUM, TS_REDUCE_AVG, TS_REDUCE_PROD};
+  const size_t n = 333;
+  for (int t = 0; t < 2; t++)
+    for (int o = 0; o < 3; o++)
+      for (int k = 1; k <= 5; k++) {
+        ts_dtype dt = cdt[t];
+        ts_reduce_op op = ops[o];
+        size_t es = ts_dtype_size(dt);
+        unsigned char *acc = malloc(n * es), *x = malloc(n * es);
+        long double *rr = malloc(n * sizeof *rr), *ri = malloc(n * sizeof *ri);
+        long double *mag = malloc(n * sizeof *mag);
+        ck_assert_int_eq(ts_reduce_fill_identity(acc, n, dt, op, NULL), TS_OK);
+        for (size_t i = 0; i < n; i++) {
+          rr[i] = op == TS_REDUCE_PROD ? 1 : 0;
+          ri[i] = 0;
+          mag[i] = 1;
+        }
+        for (int c = 0; c < k; c++) {
+          for (size_t i = 0; i < n; i++) {
+            double re = ((double)(rnd() % 2000001) - 1e6) / 5e5; /* in [-2, 2] */
+            double im = ((double)(rnd() % 2000001) - 1e6) / 5e5;
+            cput(x, dt, i, re, im);
+            long double a, b;
+            cget(x, dt, i, &a, &b); /* the value as stored (c64: rounded to f32) */
+            if (op == TS_REDUCE_PROD) {
+              long double r = rr[i] * a - ri[i] * b, m = rr[i] * b + ri[i] * a;
+              rr[i] = r;
+              ri[i] = m;
+              mag[i] *= 2 * sqrtl(a * a + b * b) + 1;
+            } else {
+              rr[i] += a;
+              ri[i] += b;
+              mag[i] += fabsl(a) + fabsl(b);
+            }
+          }
+          ck_assert_int_eq(ts_reduce(acc, x, n, dt, op, NULL), TS_OK);
+        }
+        ck_assert_int_eq(ts_reduce_finish(acc, n, dt, op, k, NULL), TS_OK);
+        long double tol = dt == TS_C64 ? 1e-6L * (k + 1) : 1e-15L * (k + 1);
+        for (size_t i = 0; i < n; i++) {
+          long double gr, gi, wr = rr[i], wi = ri[i];
+          if (op == TS_REDUCE_AVG) {
+            wr /= k;
+            wi /= k;
+          }
+          cget(acc, dt, i, &gr, &gi);
+          ck_assert_msg(close_to(gr, wr, mag[i], tol) && close_to(gi, wi, mag[i], tol),
+                        "%s %s over %d, element %zu: got %Lg%+Lgi, want %Lg%+Lgi",
+                        ts_dtype_name(dt), ts_reduce_name(op), k, i, gr, gi, wr, wi);
+        }
+        free(acc);
+        free(x);
+        free(rr);
+        free(ri);
+        free(mag);
+      }
+}
+END_TEST
+
+/* Exact products and numpy's NaN and infinities (numpy 1.24: np.complex64 a * b). */
+START_TEST(complex_special_values) {
+  const double inf = INFINITY, nan = NAN;
+  const double a[][2] = {{1, 2}, {inf, 0}, {nan, 0}, {inf, inf}, {0, inf}, {-0.0, 0}, {1, nan}};
+  const double b[][2] = {{3, 4}, {1, 0}, {1, 1}, {0, 0}, {0, 1}, {1, 0}, {2, 0}};
+  /* numpy's products; 2 marks NaN */
+  const double want[][2] = {{-5, 10}, {inf, 2}, {2, 2}, {2, 2}, {-inf, 2}, {-0.0, 0}, {2, 2}};
+  const size_t n = sizeof a / sizeof a[0];
+  for (int t = 0; t < 2; t++) {
+    ts_dtype dt = t ? TS_C128 : TS_C64;
+    unsigned char d[16 * 8], s[16 * 8], sum[16 * 8];
+    for (size_t i = 0; i < n; i++) {
+      cput(d, dt, i, a[i][0], a[i][1]);
+      cput(s, dt, i, b[i][0], b[i][1]);
+    }
+    memcpy(sum, d, n * 16);
+    ck_assert_int_eq(ts_reduce(d, s, n, dt, TS_REDUCE_PROD, NULL), TS_OK);
+    for (size_t i = 0; i < n; i++) {
+      long double g[2];
+      cget(d, dt, i, &g[0], &g[1]);
+      for (int p = 0; p < 2; p++) {
+        if (want[i][p] == 2)
+          ck_assert_msg(isnan(g[p]), "%s element %zu part %d: %Lg, want nan", ts_dtype_name(dt),
+                        i, p, g[p]);
+        else
+          ck_assert_msg(g[p] == want[i][p] && !signbit(g[p]) == !signbit(want[i][p]),
+                        "%s element %zu part %d: %Lg, want %g", ts_dtype_name(dt), i, p, g[p],
+                        want[i][p]);
+      }
+    }
+    /* sums part by part: inf + 1 is inf, nan stays nan, inf + -inf is nan */
+    double p[] = {inf, 0, nan, 1, inf, -inf};
+    double q[] = {1, 2, 0, 1, -inf, -inf};
+    cput(sum, dt, 0, p[0], p[1]);
+    cput(sum, dt, 1, p[2], p[3]);
+    cput(sum, dt, 2, p[4], p[5]);
+    cput(s, dt, 0, q[0], q[1]);
+    cput(s, dt, 1, q[2], q[3]);
+    cput(s, dt, 2, q[4], q[5]);
+    ck_assert_int_eq(ts_reduce(sum, s, 3, dt, TS_REDUCE_SUM, NULL), TS_OK);
+    long double r[6];
+    for (size_t i = 0; i < 3; i++)
+      cget(sum, dt, i, &r[2 * i], &r[2 * i + 1]);
+    ck_assert(r[0] == inf && r[1] == 2 && isnan(r[2]) && r[3] == 2 && isnan(r[4]) &&
+              r[5] == -inf);
+    /* the identity of prod is 1 + 0i */
+    ck_assert_int_eq(ts_reduce_fill_identity(d, 2, dt, TS_REDUCE_PROD, NULL), TS_OK);
+    long double u, v;
+    cget(d, dt, 1, &u, &v);
+    ck_assert(u == 1 && v == 0 && !signbit(v));
+  }
+}
+END_TEST
+
+/* max and min of a complex dtype are refused naming it and the reductions it has. */
+START_TEST(complex_max_min_refused) {
+  ts_error err;
+  const ts_dtype cdt[] = {TS_C64, TS_C128};
+  const ts_reduce_op ops[] = {TS_REDUCE_MAX, TS_REDUCE_MIN};
+  for (int t = 0; t < 2; t++)
+    for (int o = 0; o < 2; o++) {
+      double x[2] = {1, 2}, y[2] = {3, 4};
+      ck_assert_int_eq(ts_reduce(x, y, 1, cdt[t], ops[o], &err), TS_BAD_DTYPE);
+      ck_assert_msg(strstr(err.msg, ts_dtype_name(cdt[t])) && strstr(err.msg, "no order") &&
+                        strstr(err.msg, "sum, avg and prod") &&
+                        strstr(err.msg, ts_reduce_name(ops[o])), "%s", err.msg);
+      ck_assert(x[0] == 1 && x[1] == 2);
+      ck_assert_int_eq(ts_reduce_check(cdt[t], ops[o], &err), TS_BAD_DTYPE);
+      ck_assert_int_eq(ts_reduce_fill_identity(x, 1, cdt[t], ops[o], &err), TS_BAD_DTYPE);
+    }
+  ck_assert_int_eq(ts_reduce_check(TS_C64, TS_REDUCE_AVG, NULL), TS_OK);
+  ck_assert_int_eq(ts_reduce_check(TS_C128, TS_REDUCE_PROD, NULL), TS_OK);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("reduce");
   TCase *tc = tcase_create("reduce");
@@ -298,6 +469,9 @@ int main(void) {
   tcase_add_test(tc, names_and_errors);
   tcase_add_test(tc, avg_divides_once);
   tcase_add_test(tc, prod_wraps_and_bool_is_and);
+  tcase_add_test(tc, complex_against_reference);
+  tcase_add_test(tc, complex_special_values);
+  tcase_add_test(tc, complex_max_min_refused);
   suite_add_tcase(s, tc);
   return ts_run_suite(s);
 }

@@ -11,7 +11,8 @@ Errors raise subclasses of tshard.TshardError named after the status codes (tsha
 tshard.BadAttributeError, ...) with the daemon's message; they also subclass the matching
 builtins (tshard.TimeoutError is a TimeoutError, tshard.IoError a ConnectionError, bad values
 ValueError). A numpy array's dtype means what it says; bf16 data is given as bits with
-tshard.bf16_bits, f8_e4m3 and f8_e5m2 data with tshard.f8_bits.
+tshard.bf16_bits, f8_e4m3 and f8_e5m2 data with tshard.f8_bits; c64 and c128 are numpy's
+complex64 and complex128 (partial sum, avg and prod; no max or min; no cast to a real dtype).
 """
 from ._version import __version__
 from .attr import SPLIT_RULES, Attr, Mesh, Partial, Replicate, Shard, from_dtensor_spec

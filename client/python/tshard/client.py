@@ -12,7 +12,8 @@ Python at all. A daemon that cannot reach this process's memory answers NO_DIREC
 segment serves from then on; TSHARD_DIRECT=0 keeps the segment. A numpy array's dtype means
 what it says (uint16 is an unsigned integer, bool is bool); bf16 data goes in as
 ``tshard.bf16_bits(bits)`` (numpy has no bfloat16) and a bf16 tensor comes out as a uint16 array
-of its bits; f8_e4m3 and f8_e5m2 likewise as uint8 bits (``tshard.f8_bits(bits, "e4m3")``).
+of its bits; f8_e4m3 and f8_e5m2 likewise as uint8 bits (``tshard.f8_bits(bits, "e4m3")``);
+c64 and c128 as numpy's complex64 and complex128.
 
 A connection belongs to the process that opened it: the daemon refuses requests another process
 writes on it (a child after fork(), e.g. a multiprocessing or data-loader worker). A client used
@@ -59,6 +60,7 @@ DTYPES: Dict[str, np.dtype] = {
     "i64": np.dtype(np.int64), "u8": np.dtype(np.uint8), "bool": np.dtype(np.bool_),
     "i16": np.dtype(np.int16), "u16": np.dtype(np.uint16), "u32": np.dtype(np.uint32),
     "u64": np.dtype(np.uint64), "f8_e4m3": np.dtype(np.uint8), "f8_e5m2": np.dtype(np.uint8),
+    "c64": np.dtype(np.complex64), "c128": np.dtype(np.complex128),
 }
 _BITS = ("bf16", "f8_e4m3", "f8_e5m2")  # numpy has none: their bits (bf16_bits, f8_bits)
 _FROM_NUMPY = {v: k for k, v in DTYPES.items() if k not in _BITS}
@@ -68,7 +70,8 @@ DTYPE_SPELLINGS: Dict[str, str] = {
     **{k: k for k in DTYPES}, "float32": "f32", "float64": "f64", "float16": "f16",
     "bfloat16": "bf16", "int8": "i8", "int32": "i32", "int64": "i64", "uint8": "u8",
     "int16": "i16", "uint16": "u16", "uint32": "u32", "uint64": "u64",
-    "float8_e4m3fn": "f8_e4m3", "float8_e5m2": "f8_e5m2"}
+    "float8_e4m3fn": "f8_e4m3", "float8_e5m2": "f8_e5m2", "complex64": "c64",
+    "complex128": "c128"}
 ROW_MAJOR = "row-major"  # describe()'s layout of plain slices, as the CLI prints it
 
 # The daemon's rules (proto/ts_rules.h): names are 1 to 127 bytes of UTF-8 without control
@@ -182,7 +185,9 @@ def _out_bytes(out, dtype, what, shape, name):
 def _dtype_name(dtype):
     """'f32' for 'f32', 'float32', np.float32 or np.dtype('float32'); bf16 is 'bf16' or
     'bfloat16', the 8-bit floats 'f8_e4m3' / 'float8_e4m3fn' and 'f8_e5m2' / 'float8_e5m2'
-    (numpy has none of them; np.uint8 is u8). BadDtypeError (a ValueError) names the valid spellings."""
+    (numpy has none of them; np.uint8 is u8), the complex 'c64' / 'complex64' / np.complex64 and
+    'c128' / 'complex128' / np.complex128. BadDtypeError (a ValueError) names the valid
+    spellings."""
     if isinstance(dtype, str) and dtype in DTYPE_SPELLINGS:
         return DTYPE_SPELLINGS[dtype]
     try:
@@ -747,7 +752,10 @@ class Client:
             name: the tensor's name (1 to 127 bytes of UTF-8, no control characters).
             dtype: ``"f32"`` or ``"float32"``, ``np.float32``, ... (see ``DTYPE_SPELLINGS``);
                 bf16 is ``"bf16"`` or ``"bfloat16"``, the 8-bit floats ``"f8_e4m3"``
-                (``"float8_e4m3fn"``) and ``"f8_e5m2"`` (``"float8_e5m2"``).
+                (``"float8_e4m3fn"``) and ``"f8_e5m2"`` (``"float8_e5m2"``), the complex
+                ``"c64"`` (``"complex64"``, ``np.complex64``) and ``"c128"`` (``"complex128"``,
+                ``np.complex128``): partial ``sum``, ``avg`` and ``prod`` only (complex numbers
+                have no order).
             shape: the global shape, a sequence of ints >= 0.
             attr: the distributed attribute, a :class:`tshard.Attr` or its text.
             layout: the stored slices' format tag (default ``"row-major"``), e.g. ``"aBcd16b"``.
@@ -1279,8 +1287,10 @@ class Client:
                 converted), a widening one after receiving. Checked as ``put(convert=True)``
                 is: a value that would not survive (out of an integer's range, NaN or inf into
                 an integer, a finite value overflowing to inf) raises BadDtypeError and nothing
-                changes on any rank; so does a partial target of an f8 dtype (no reductions);
-                a partial source to a partial target raises UnsupportedError.
+                changes on any rank; so does a partial target of an f8 dtype (no reductions),
+                and a cast of c64 or c128 to a real dtype (the imaginary part would be lost;
+                a real dtype casts to c64 and c128 with imaginary part 0); a partial source to
+                a partial target raises UnsupportedError.
             relabel: let the daemons permute the target's ranks among themselves (the same
                 layout up to which rank holds which block) so that the fewest bytes move: an
                 optimal assignment up to 256 ranks, greedy beyond; layouts that differ only by

@@ -12,9 +12,10 @@ works without it.
   message that says so.
 - ``to_torch(a, dtype)``: a numpy array received for a tensor of tshard dtype ``dtype`` as a torch
   tensor sharing its memory (``torch.from_numpy``; bf16 as ``torch.bfloat16``, f8_e4m3 as
-  ``torch.float8_e4m3fn``, f8_e5m2 as ``torch.float8_e5m2``). A dtype the installed torch lacks
-  (float8 and uint16/32/64 came in torch 2.1 and 2.3) is refused, naming it: get such a tensor
-  as numpy.
+  ``torch.float8_e4m3fn``, f8_e5m2 as ``torch.float8_e5m2``, c64 as ``torch.complex64``
+  (``torch.cfloat``), c128 as ``torch.complex128`` (``torch.cdouble``)). A dtype the installed
+  torch lacks (float8 and uint16/32/64 came in torch 2.1 and 2.3) is refused, naming it: get
+  such a tensor as numpy.
 - ``out_view(t)``: a torch tensor to fill (``get(..., out=t)``) as a numpy view of its memory.
 - ``dtensor_attr(t)``: the attribute of a DTensor (its DeviceMesh, placements and global shape;
   ``tshard.from_dtensor_spec``): shards by torch.chunk's rule (``S(d,chunk)``), so that every
@@ -38,7 +39,8 @@ __all__ = ["TORCH_DTYPES", "as_array", "to_torch", "out_view", "is_torch", "from
 TORCH_DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
                 "i8": "int8", "i32": "int32", "i64": "int64", "u8": "uint8", "bool": "bool",
                 "i16": "int16", "u16": "uint16", "u32": "uint32", "u64": "uint64",
-                "f8_e4m3": "float8_e4m3fn", "f8_e5m2": "float8_e5m2"}
+                "f8_e4m3": "float8_e4m3fn", "f8_e5m2": "float8_e5m2", "c64": "complex64",
+                "c128": "complex128"}
 # the float8 torch dtypes -> the f8_bits format of their uint8 codes
 _F8 = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
 

@@ -24,7 +24,9 @@ static const char *const st_names[TS_DTYPE_COUNT] = {
     [TS_F32] = "F32", [TS_F64] = "F64", [TS_F16] = "F16", [TS_BF16] = "BF16",
     [TS_I8] = "I8",   [TS_I32] = "I32", [TS_I64] = "I64", [TS_U8] = "U8",
     [TS_BOOL] = "BOOL", [TS_I16] = "I16", [TS_U16] = "U16", [TS_U32] = "U32", [TS_U64] = "U64",
-    [TS_F8_E4M3] = "F8_E4M3", [TS_F8_E5M2] = "F8_E5M2"};
+    [TS_F8_E4M3] = "F8_E4M3", [TS_F8_E5M2] = "F8_E5M2",
+    /* checkpoints only: safetensors export refuses complex tensors, and import reads no C64 */
+    [TS_C64] = "C64", [TS_C128] = "C128"};
 
 const char *ts_ckpt_dtype_name(ts_dtype dt) {
   return ts_dtype_valid((int)dt) ? st_names[dt] : "invalid";
