@@ -392,9 +392,9 @@ done:
   return rc;
 }
 
-int ts_comm_exchange(ts_comm *c, int nsend, const int *send_peers, void *const *send_bufs,
-                     const int64_t *send_bytes, int nrecv, const int *recv_peers,
-                     void *const *recv_bufs, const int64_t *recv_bytes, int tag, ts_error *err) {
+static int exchange(ts_comm *c, int nsend, const int *send_peers, void *const *send_bufs,
+                    const int64_t *send_bytes, int nrecv, const int *recv_peers,
+                    void *const *recv_bufs, const int64_t *recv_bytes, int tag, ts_error *err) {
   int64_t n = 0;
   for (int i = 0; i < nsend; i++)
     n += pieces_of(send_bytes[i]);
@@ -424,5 +424,17 @@ int ts_comm_exchange(ts_comm *c, int nsend, const int *send_peers, void *const *
   }
   int rc = ts__comm_transfers(c, k, t, tag, err);
   free(t);
+  return rc;
+}
+
+int ts_comm_exchange(ts_comm *c, int nsend, const int *send_peers, void *const *send_bufs,
+                     const int64_t *send_bytes, int nrecv, const int *recv_peers,
+                     void *const *recv_bufs, const int64_t *recv_bytes, int tag, ts_error *err) {
+  int rc = exchange(c, nsend, send_peers, send_bufs, send_bytes, nrecv, recv_peers, recv_bufs,
+                    recv_bytes, tag, err);
+  for (int i = 0; rc == TS_OK && i < nsend; i++)
+    ts__traffic_count(c, send_peers[i], true, send_bytes[i]);
+  for (int i = 0; rc == TS_OK && i < nrecv; i++)
+    ts__traffic_count(c, recv_peers[i], false, recv_bytes[i]);
   return rc;
 }

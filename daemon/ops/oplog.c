@@ -140,6 +140,7 @@ void tsd_oplog_note(ts_strategy strategy, uint64_t bytes) {
 void tsd_oplog_end(tsd_engine *e, const tsd_ordered *op, const tsd_pending *origin, int status) {
   uint64_t us = since_us(&cur.start);
   record_kind(op->req->op_case, us, cur.batch ? cur.batch : 1);
+  tsd_count_latency(op->req->op_case, us * 1000); /* the metrics' histogram of its kind */
   const char *strategy = cur.noted ? ts_strategy_name(cur.strategy) : "-";
   if (op->req->op_case == TSHARD__REQUEST__OP_RESHARD) {
     last_reshard.valid = status == TS_OK && cur.noted;
