@@ -1,8 +1,9 @@
 /* traffic.c - the data bytes this process moved to and from other ranks, by peer class (a rank
  * on the same node, or on another): counted by the exchanges (ts_comm_exchange, the region
- * exchanges, the all-to-all-w) once they succeeded, and by the agreements that carried small
- * pieces (ts_comm_agree_relay), as the bytes of the pieces each pair moved however they went
- * (MPI, single copies, through comm rank 0). Relaxed atomics: the daemon's metrics endpoint reads
+ * exchanges, the all-to-all-w), the broadcasts, allgathers and reduce-scatters once they
+ * succeeded, and by the agreements that carried small pieces (ts_comm_agree_relay), as the
+ * bytes of the pieces each pair moved however they went (MPI, single copies, through comm rank
+ * 0). Relaxed atomics: the daemon's metrics endpoint reads
  * them from its own thread while the engine counts. */
 #include <stdatomic.h>
 

@@ -157,9 +157,9 @@ int ts_comm_allreduce(ts_comm *c, const void *sbuf, void *rbuf, int64_t n, ts_dt
 int ts_comm_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *counts,
                            ts_dtype dt, ts_reduce_op op, ts_error *err);
 /* The data bytes this process moved to and from other ranks since it started, by the peer's
- * class (traffic.c): the pieces of ts_comm_exchange, the region exchanges, the all-to-all-w and
- * those relayed on agreements, however they went; the agreements' own messages and MPI's
- * collectives (allreduce, broadcast, allgather) are not counted. Any
+ * class (traffic.c): the pieces of ts_comm_exchange, the region exchanges, the all-to-all-w,
+ * those relayed on agreements, broadcasts (as from the root), allgathers and reduce-scatters,
+ * however they went; the agreements' own messages and allreduces are not counted. Any
  * thread may read them. */
 enum { TS_PEER_SAME_NODE, TS_PEER_OTHER_NODE };
 typedef struct ts_comm_traffic {

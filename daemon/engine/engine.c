@@ -122,8 +122,10 @@ void tsd_push_reply_fd(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t 
   r->len = len;
   r->fd = fd;
   r->req_id = req_id;
-  if (tsd_outlet_answer(sh, r)) /* written to the client already (outlet.c) */
+  if (tsd_outlet_answer(sh, r)) { /* written to the client already (outlet.c) */
+    tsd_gauge_add(TSD_G_INFLIGHT, -1); /* answered now; the loop's notice comes later */
     return;
+  }
   tsd_queue_push(&sh->replies, &r->node); /* wakes the loop thread */
 }
 

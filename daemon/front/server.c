@@ -960,13 +960,16 @@ static void deliver_replies(tsd_server *s) {
         answer_lost(c, r);
       bool was_paused = conn_paused(c);
       c->inflight--;
-      tsd_gauge_add(TSD_G_INFLIGHT, -1);
+      if (!r->delivered) /* the engine counted what it wrote itself */
+        tsd_gauge_add(TSD_G_INFLIGHT, -1);
       big_give(c, r->req_id);
       if (was_paused && !conn_paused(c) && !s->stopping && !c->closing) {
         tsd_outlet_set_paused(s->sh, c->out, false);
         conn_read_start(c);
       }
     } else {
+      if (r->delivered) /* the close took it off the gauge too: once only */
+        tsd_gauge_add(TSD_G_INFLIGHT, 1);
       if (r->fd >= 0)
         close(r->fd);
       free(r->frame);

@@ -108,9 +108,9 @@ static void traffic(const tsd_series_ctx *c, tsd_text *t) {
   const char *name = "tshard_transfer_bytes_total";
   tsd_text_family(t, name, "counter",
                   "Data bytes this rank sent to and received from other ranks, by peer class "
-                  "(same_node, other_node): the pieces of point-to-point and region exchanges, "
-                  "all-to-alls and those riding on agreements, through MPI or single copies; "
-                  "reductions and broadcasts inside MPI collectives are not counted.");
+                  "(same_node, other_node): the pieces of exchanges, all-to-alls, allgathers, "
+                  "reduce-scatters, broadcasts (from the root) and those riding on agreements, "
+                  "through MPI or single copies; allreduces are not counted.");
   const char *dirs[2] = {"sent", "received"}, *peers[2] = {"same_node", "other_node"};
   for (int d = 0; d < 2; d++)
     for (int p = 0; p < 2; p++) {
