@@ -48,7 +48,7 @@ static void latencies(const tsd_series_ctx *c, tsd_text *t) {
   tsd_text_family(t, name, "histogram",
                   "Time of the operations this rank ran, by kind: collective ones from the "
                   "engine taking them in order to their outcome (on every rank), local ones "
-                  "their handler's run.");
+                  "their handler's run, ping, list and describe the loop thread's answer.");
   for (int k = 1; k < TSD_OP_KINDS; k++) {
     uint64_t b[TSD_LATENCY_BUCKETS + 1], sum_ns;
     uint64_t count = tsd_counted_latency(k, b, &sum_ns);
