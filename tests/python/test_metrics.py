@@ -234,18 +234,6 @@ def metrics_of(port, job, rank):
     return fams
 
 
-def poll(cond, what, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    delay = 0.005
-    while not cond():
-        if time.monotonic() > deadline:
-            check(False, f"{what}: not within {timeout} s")
-            return False
-        time.sleep(delay)  # polling with a deadline
-        delay = min(delay * 2, 0.1)
-    return True
-
-
 # The parser itself against text with escapes and a broken histogram.
 demo = ('# HELP x_total a \\\\ b\\nc\n# TYPE x_total counter\n'
         'x_total{a="q\\"u\\\\o\\nte",b=""} 3\n')
@@ -285,7 +273,7 @@ def run_sequence(d, port):
     for rank in range(1, NP):
         clients[rank] = d.connect(rank)
     # the published numbers follow each engine turn: the last saves' completion on every rank
-    poll(lambda: all(clients[r].stats()["saves"] and
+    check.poll(lambda: all(clients[r].stats()["saves"] and
                      all(s["state"] != "writing" for s in clients[r].stats()["saves"])
                      for r in range(NP)), "every rank's background save ended")
     for rank in range(NP):
@@ -444,8 +432,7 @@ def bad_http(port, c):
     rpc_fine(c, f"{len(many)} connections are open")
     for s in many:
         s.close()
-    check(poll(lambda: _scrape_ok(port), "the endpoint after many connections", 30),
-          "served after many connections")
+    check.poll(lambda: _scrape_ok(port), "the endpoint after many connections", 30)
     rpc_fine(c, "after the connections closed")
 
 
