@@ -98,7 +98,8 @@ typedef struct conn {
   bool unauth_counted; /* TCP: counted in the server's unauthenticated connections */
   bool last_frame_big; /* the frame being processed was over TSD_SMALL_FRAME */
   int inflight; /* requests with the engine */
-  int answering; /* the op_case of the request being processed (0: none or undecoded) */
+  int answering; /* the op_case of the request being processed (0: none or undecoded; -1: an
+                  * answer the engine counted) */
   /* ... of them, the ids of those that came in frames over TSD_SMALL_FRAME (0: free slot) */
   int big_inflight;
   uint64_t big_ids[TSD_BIG_INFLIGHT];
@@ -312,7 +313,8 @@ static void conn_write(conn *c, uint8_t *frame, size_t len) { conn_write_as(c, f
 static void conn_reply_error(conn *c, uint64_t id, int status, const char *msg, bool close) {
   uint8_t *frame;
   size_t len;
-  tsd_count_answer(c->answering, status);
+  if (c->answering >= 0)
+    tsd_count_answer(c->answering, status);
   if (close)
     conn_read_stop(c); /* nothing more is read from a connection being closed */
   if (tsd_error_frame(id, status, msg, &frame, &len) == TS_OK) {
@@ -920,9 +922,11 @@ static void conn_write_fd(conn *c, tsd_reply *r) {
   if (e != 0) {
     TSD_LOG(TSD_LOG_WARN, "connection %llu: cannot pass its segment: %s",
             (unsigned long long)c->id, strerror(e));
+    c->answering = -1; /* the engine counted this answer (as what it built) */
     conn_reply_error(c, r->req_id, TS_PROTOCOL, "the shared-memory segment could not be passed "
                      "(send shm_attach alone, with no other request or answer outstanding, and "
                      "read its answer)", false);
+    c->answering = 0;
   }
 }
 

@@ -23,8 +23,7 @@
 #define TSD_METRICS_CONN_MEMORY (32 * 1024)
 
 struct tsd_metrics {
-  struct MHD_Daemon *mhd;
-  int fd;
+  struct MHD_Daemon *mhd; /* owns the listening socket once started (closes it when stopped) */
   tsd_series_ctx series;
 };
 
@@ -122,20 +121,19 @@ int tsd_metrics_start(const tsd_config *cfg, int rank, tsd_metrics **out, ts_err
   if (!m)
     return ts_error_set(err, TS_NO_MEMORY, "no memory for the metrics endpoint");
   tsd_series_init(&m->series, cfg->job, rank);
-  m->fd = listen_on(cfg->metrics_host, port, err);
-  if (m->fd < 0) {
+  int fd = listen_on(cfg->metrics_host, port, err);
+  if (fd < 0) {
     free(m);
     return err->code;
   }
   m->mhd = MHD_start_daemon(
       MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, 0, NULL, NULL, on_request, m,
-      MHD_OPTION_LISTEN_SOCKET, (MHD_socket)m->fd,
+      MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)TSD_METRICS_CONNECTIONS,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)TSD_METRICS_TIMEOUT_S,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)TSD_METRICS_CONN_MEMORY,
       MHD_OPTION_END);
-  if (!m->mhd) {
-    close(m->fd);
+  if (!m->mhd) { /* whether it closed the socket is not said: left to the exit that follows */
     free(m);
     return ts_error_set(err, TS_IO, "cannot start the metrics server on %s:%d (libmicrohttpd "
                         "refused: out of threads or descriptors?)", cfg->metrics_host, port);
@@ -148,8 +146,7 @@ void tsd_metrics_stop(tsd_metrics **pm) {
   tsd_metrics *m = pm ? *pm : NULL;
   if (!m)
     return;
-  MHD_stop_daemon(m->mhd); /* joins its thread, closes the connections */
-  close(m->fd);            /* MHD leaves a socket it was given open */
+  MHD_stop_daemon(m->mhd); /* joins its thread, closes the connections and the socket */
   free(m);
   *pm = NULL;
 }
