@@ -533,6 +533,10 @@ try:
         check(value(fams, "tshard_up") == 1, "the endpoint serves after the bad input")
         for c in clients.values():
             c.close()
+        code = d.stop()
+        check(code == 0 and "Sanitizer" not in d.logs() and "runtime error" not in d.logs(),
+              f"the daemons exit 0 after the scrapes and the bad input (and, in the sanitizer "
+              f"build, without a report):\n{d.logs()[-3000:]}")
     refused_flags()
     launcher_sd()
 finally:
