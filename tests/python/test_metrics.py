@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """End-to-end test of the Prometheus endpoint (tshardd --metrics) with real daemons at 3 ranks.
 
-A known sequence of operations through rank 0 (creates, puts, reshards, a drop that fails, a
-save with all=True, a snapshot), then every rank scraped over HTTP and the answer read by this
+A known sequence of operations through rank 0 (creates, puts, reshards, one casting f32 to bf16,
+a drop that fails, a save with all=True, a snapshot), then every rank scraped over HTTP and the answer read by this
 test's own parser of the text exposition format 0.0.4 (HELP and TYPE lines before their samples,
 label values with their escapes, no series twice, counters named _total, histograms with
 monotone cumulative buckets, +Inf equal to _count, a _sum), every sample carrying the job and
@@ -263,9 +263,11 @@ def run_sequence(d, port):
     c.put("b", b)
     c.reshard("a", "mesh=[3] placements=[R]")
     c.reshard("b", "mesh=[3] placements=[S(0)]")
+    c.create("h", "f32", (6,), "mesh=[3] placements=[R]")
+    c.reshard("h", "mesh=[3] placements=[S(0)]", dtype="bf16")  # its bytes move to bf16
     check.expect(14, lambda: c.drop("nope"), "drop of a missing tensor", "nope")
     r = c.save(os.path.join(work, "ckpt"), all=True)
-    check(r["tensors"] == 2, f"save: {r}")
+    check(r["tensors"] == 3, f"save: {r}")
     c.snapshot()  # a save too: kind save
     c.wait_saves(timeout=60)
     check(np.array_equal(c.get("a"), a), "a as put")
@@ -288,7 +290,7 @@ def check_rank(fams, st, rank):
     check(value(fams, "tshard_up") == 1, f"{where}: tshard_up")
     ops = {(ls["kind"], ls["status"]): v for ls, v in samples(fams, "tshard_operations_total")}
     if rank == 0:
-        for kind, status, n in [("create", "OK", 2), ("put", "OK", 2), ("reshard", "OK", 2),
+        for kind, status, n in [("create", "OK", 3), ("put", "OK", 2), ("reshard", "OK", 3),
                                 ("drop", "NOT_FOUND", 1), ("save", "OK", 2), ("stats", "OK", None)]:
             got = ops.get((kind, status))
             check(got == n if n is not None else got and got >= 1,
@@ -306,15 +308,17 @@ def check_rank(fams, st, rank):
         cnt = value(fams, "tshard_operation_duration_seconds_count", kind=kind)
         want = st["ops"].get(kind, {}).get("count")
         check(cnt is not None and cnt == want, f"{where}: {kind} latencies {cnt}, stats {want}")
-    check(value(fams, "tshard_operation_duration_seconds_count", kind="create") == 2,
-          f"{where}: two creates timed")
+    check(value(fams, "tshard_operation_duration_seconds_count", kind="create") == 3,
+          f"{where}: three creates timed")
     check(value(fams, "tshard_collective_operations_total") == st["collective_ops"],
           f"{where}: collective ops {value(fams, 'tshard_collective_operations_total')} vs "
           f"{st['collective_ops']}")
-    check(value(fams, "tshard_tensors") == st["tensors"] == 2, f"{where}: tensors")
+    check(value(fams, "tshard_tensors") == st["tensors"] == 3, f"{where}: tensors")
     f32 = value(fams, "tshard_tensor_bytes", dtype="f32")
     i32 = value(fams, "tshard_tensor_bytes", dtype="i32")
-    check(f32 == 30 * 4 * 4 and i32 == 3 * 4, f"{where}: bytes by dtype f32 {f32} i32 {i32}")
+    bf16 = value(fams, "tshard_tensor_bytes", dtype="bf16")
+    check(f32 == 30 * 4 * 4 and i32 == 3 * 4 and bf16 == 2 * 2,
+          f"{where}: bytes by dtype f32 {f32} i32 {i32} bf16 {bf16}")
     total = sum(v for _, v in samples(fams, "tshard_tensor_bytes"))
     check(total == st["pool"]["stored"], f"{where}: bytes by dtype {total} vs stored "
           f"{st['pool']['stored']}")
