@@ -9,7 +9,8 @@ monotone cumulative buckets, +Inf equal to _count, a _sum), every sample carryin
 rank labels; the values checked against the sequence and against each rank's stats (answers
 per kind against stats' operations, latency counts against stats' ops, bytes by dtype against
 the stored bytes, the memory account, connections, collective operations, background saves,
-the snapshot's age, bytes moved). Bad input to the endpoint: unknown paths 404, other methods
+the snapshot's age, bytes moved); a request the loop thread refuses counted under its kind and
+status. Bad input to the endpoint: unknown paths 404, other methods
 405 naming GET, huge headers, a slow client that never finishes its request, many connections
 at once; each answered or closed while the daemon serves RPC, and the endpoint serves again
 afterwards. --metrics refused at startup (no port, a bad port, a name, a non-loopback address
@@ -34,7 +35,8 @@ import urllib.request
 import numpy as np
 
 import tshard
-from checks import Checks
+from checks import Checks, raw_call
+from tshard import tshard_pb2 as pb
 from harness import MPI_ENV, Daemons, free_ports
 
 bin_dir = sys.argv[1]
@@ -349,6 +351,18 @@ def check_rank(fams, st, rank):
     check(age is not None and 0 <= age < 120, f"{where}: snapshot age {age}")
 
 
+def refused_counted(c, port, job):
+    """A request the loop thread refuses (a reserved name) counts under its kind and status."""
+    before = value(metrics_of(port, job, 0), "tshard_operations_total", kind="create",
+                   status="INVALID_ARGUMENT") or 0
+    resp = raw_call(c, create=pb.CreateRequest(name="__tshard.reserved", dtype="f32", shape=[3],
+                                               attr=pb.DistAttr(text="mesh=[3] placements=[R]")))
+    check(resp.status == 1, f"reserved name refused: {resp.status} {resp.message}")
+    after = value(metrics_of(port, job, 0), "tshard_operations_total", kind="create",
+                  status="INVALID_ARGUMENT")
+    check(after == before + 1, f"the refusal counted: {before} -> {after}")
+
+
 # ---------------------------------------------------------------------------------------------
 # Bad input to the endpoint, while the daemon serves.
 
@@ -532,6 +546,7 @@ try:
         check(all(f"metrics http://127.0.0.1:{port + r}/metrics" in log for r in range(NP)),
               "each ready line names its metrics address")
         clients = run_sequence(d, port)
+        refused_counted(clients[0], port, d.job)
         bad_http(port, clients[0])
         fams = metrics_of(port, d.job, 0)
         check(value(fams, "tshard_up") == 1, "the endpoint serves after the bad input")
