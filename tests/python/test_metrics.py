@@ -13,7 +13,8 @@ the snapshot's age, bytes moved); a request the loop thread refuses counted unde
 status. Bad input to the endpoint: unknown paths 404, other methods
 405 naming GET, huge headers, a slow client that never finishes its request, many connections
 at once; each answered or closed while the daemon serves RPC, and the endpoint serves again
-afterwards. --metrics refused at startup (no port, a bad port, a name, a non-loopback address
+afterwards. With --listen and --token-file the endpoint asks no token and shows none. --metrics
+refused at startup (no port, a bad port, a name, a non-loopback address
 without --metrics-remote, a port in use, a rank's port past 65535), each naming what is wrong.
 tshard.launch(metrics_port=...) (tshard-launch --metrics-port): the service-discovery file's
 targets and labels, status naming it, each target serving, stop removing it.
@@ -461,6 +462,23 @@ def _scrape_ok(port):
         return False
 
 
+def token_apart():
+    """With --listen and a token, the endpoint asks no token and shows none."""
+    token = "metrics-secret-token-1234"
+    token_file = os.path.join(work, "token")
+    with open(token_file, "w") as f:
+        f.write(token + "\n")
+    os.chmod(token_file, 0o600)
+    p = free_ports(4)
+    with Daemons(bin_dir, 2, extra_args=["--listen", f"tcp://127.0.0.1:{p}", "--token-file",
+                                         token_file, "--metrics", f"127.0.0.1:{p + 2}"]) as d:
+        for rank in range(2):
+            st, _, body = scrape(p + 2 + rank)
+            check(st == 200 and "tshard_up" in body and token not in body,
+                  f"rank {rank}: served without the token, and without showing it")
+        check(d.stop() == 0, f"the TCP daemons exit 0:\n{d.logs()[-2000:]}")
+
+
 # ---------------------------------------------------------------------------------------------
 # Refused --metrics flags.
 
@@ -556,6 +574,7 @@ try:
         check(code == 0 and "Sanitizer" not in d.logs() and "runtime error" not in d.logs(),
               f"the daemons exit 0 after the scrapes and the bad input (and, in the sanitizer "
               f"build, without a report):\n{d.logs()[-3000:]}")
+    token_apart()
     refused_flags()
     launcher_sd()
 finally:
