@@ -101,10 +101,10 @@ static int listen_on(const char *host, int port, ts_error *err) {
   }
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one); /* past TIME_WAIT only */
   if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 64) != 0) {
-    ts_error_set(err, errno == EADDRINUSE ? TS_LIMIT : TS_IO,
-                 "cannot serve metrics on %s:%d: %s%s", host, port, strerror(errno),
-                 errno == EADDRINUSE ? " (another process listens there: choose another "
-                                       "--metrics port)" : "");
+    int e = errno;
+    ts_error_set(err, TS_IO, "cannot serve metrics on %s:%d: %s%s", host, port, strerror(e),
+                 e == EADDRINUSE ? " (another process listens there: choose another --metrics "
+                                   "port)" : "");
     close(fd);
     return -1;
   }
