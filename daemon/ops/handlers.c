@@ -2,7 +2,8 @@
  * case, indexed by it like the wire half (wire/optable.c), naming the functions that run an
  * operation (on this rank at once, or on every rank in rank 0's order), the names it may change
  * and the answer to its waiting clients; and tsd_ops, the entry points the engine runs every
- * operation through (local handlers timed there for the metrics' histograms). Ping has no row: the loop thread answers it (front/server.c). */
+ * operation through (local handlers timed there for the metrics' histograms). Ping has no row:
+ * the loop thread answers it (front/server.c). */
 #include <time.h>
 
 #include "einsum.h"
