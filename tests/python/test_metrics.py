@@ -302,10 +302,14 @@ def check_rank(fams, st, rank):
     else:
         check(("create", "OK") not in ops and ("stats", "OK") in ops,
               f"{where}: answers only its own clients': {ops}")
-    # every answer of the engine counted by kind: stats' operations, plus stats' own answer
+    # every answer of the engine counted by kind: stats' operations, plus stats' own answer;
+    # list and describe are answered by the engine or the loop thread (busy names, requests in
+    # flight on the connection), pings by the loop thread alone
     engine = sum(v for (kind, _), v in ops.items() if kind not in ("ping", "list", "describe"))
-    check(engine == st["operations"] + 1,
-          f"{where}: engine answers {engine}, stats says {st['operations']} before its own")
+    either = sum(v for (kind, _), v in ops.items() if kind in ("list", "describe"))
+    check(engine <= st["operations"] + 1 <= engine + either,
+          f"{where}: engine answers {engine} (+ up to {either} lists and describes), stats says "
+          f"{st['operations']} before its own")
     # latency: every collective kind on every rank, as many as stats' window counts
     for kind in ("create", "put", "reshard", "drop", "save"):
         cnt = value(fams, "tshard_operation_duration_seconds_count", kind=kind)
