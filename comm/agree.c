@@ -609,6 +609,10 @@ int ts_comm_agree_relay(ts_comm *c, int status, const ts_error *local, int64_t *
   }
   if (rc != TS_OK)
     ts_comm_relay_clear(r);
+  for (int i = 0; rc == TS_OK && r && r->relayed && i < r->nout; i++) /* pieces moved */
+    ts__traffic_count(c, r->out[i].rank, true, r->out[i].bytes);
+  for (int i = 0; rc == TS_OK && r && r->relayed && i < r->nin; i++)
+    ts__traffic_count(c, r->in[i].rank, false, r->in[i].bytes);
   free(v);
   return rc;
 }

@@ -128,7 +128,7 @@ int ts_comm_allreduce_i64(ts_comm *c, int64_t *values, int n, ts_comm_op op, ts_
   return TS_OK;
 }
 
-int ts_comm_bcast(ts_comm *c, void *buf, int64_t bytes, int root, ts_error *err) {
+static int bcast(ts_comm *c, void *buf, int64_t bytes, int root, ts_error *err) {
   if (bytes < 0)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "broadcast of %lld bytes", (long long)bytes);
   char *p = buf;
@@ -147,8 +147,8 @@ int ts_comm_bcast(ts_comm *c, void *buf, int64_t bytes, int root, ts_error *err)
 /* Pieces in flight per rank and direction: enough to fill a link, bounded in buffered bytes. */
 #define CHAIN_WINDOW 64
 
-int ts_comm_bcast_chain(ts_comm *c, void *buf, int64_t bytes, int root, int64_t piece,
-                        ts_error *err) {
+static int bcast_chain(ts_comm *c, void *buf, int64_t bytes, int root, int64_t piece,
+                       ts_error *err) {
   if (bytes < 0 || root < 0 || root >= c->size)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "chain broadcast of %lld bytes from rank %d of %d",
                         (long long)bytes, root, c->size);
@@ -235,8 +235,8 @@ int ts_comm_link_rate(ts_comm *c, int a, int b, int64_t bytes, double *bytes_per
   return rc;
 }
 
-int ts_comm_allgatherv(ts_comm *c, void *buf, const int64_t *counts, const int64_t *displs,
-                       ts_error *err) {
+static int allgatherv(ts_comm *c, void *buf, const int64_t *counts, const int64_t *displs,
+                      ts_error *err) {
   bool small = true;
   for (int i = 0; i < c->size; i++) {
     if (counts[i] < 0 || displs[i] < 0)
@@ -260,7 +260,7 @@ int ts_comm_allgatherv(ts_comm *c, void *buf, const int64_t *counts, const int64
   }
   /* Above INT_MAX bytes: every rank broadcasts its block in pieces. */
   for (int i = 0; i < c->size; i++) {
-    int rc = ts_comm_bcast(c, (char *)buf + displs[i], counts[i], i, err);
+    int rc = bcast(c, (char *)buf + displs[i], counts[i], i, err);
     if (rc)
       return rc;
   }
@@ -285,8 +285,8 @@ int ts_comm_allreduce(ts_comm *c, const void *sbuf, void *rbuf, int64_t n, ts_dt
   return TS_OK;
 }
 
-int ts_comm_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *counts,
-                           ts_dtype dt, ts_reduce_op op, ts_error *err) {
+static int reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *counts,
+                          ts_dtype dt, ts_reduce_op op, ts_error *err) {
   MPI_Datatype type;
   MPI_Op mop;
   int rc = ts__comm_reduce_types(dt, op, &type, &mop, err);
@@ -396,9 +396,9 @@ done:
   return rc;
 }
 
-int ts_comm_exchange(ts_comm *c, int nsend, const int *send_peers, void *const *send_bufs,
-                     const int64_t *send_bytes, int nrecv, const int *recv_peers,
-                     void *const *recv_bufs, const int64_t *recv_bytes, int tag, ts_error *err) {
+static int exchange(ts_comm *c, int nsend, const int *send_peers, void *const *send_bufs,
+                    const int64_t *send_bytes, int nrecv, const int *recv_peers,
+                    void *const *recv_bufs, const int64_t *recv_bytes, int tag, ts_error *err) {
   int64_t n = 0;
   for (int i = 0; i < nsend; i++)
     n += pieces_of(send_bytes[i]);
@@ -428,5 +428,66 @@ int ts_comm_exchange(ts_comm *c, int nsend, const int *send_peers, void *const *
   }
   int rc = ts__comm_transfers(c, k, t, tag, err);
   free(t);
+  return rc;
+}
+
+int ts_comm_exchange(ts_comm *c, int nsend, const int *send_peers, void *const *send_bufs,
+                     const int64_t *send_bytes, int nrecv, const int *recv_peers,
+                     void *const *recv_bufs, const int64_t *recv_bytes, int tag, ts_error *err) {
+  int rc = exchange(c, nsend, send_peers, send_bufs, send_bytes, nrecv, recv_peers, recv_bufs,
+                    recv_bytes, tag, err);
+  for (int i = 0; rc == TS_OK && i < nsend; i++)
+    ts__traffic_count(c, send_peers[i], true, send_bytes[i]);
+  for (int i = 0; rc == TS_OK && i < nrecv; i++)
+    ts__traffic_count(c, recv_peers[i], false, recv_bytes[i]);
+  return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The collectives whose pieces have a sender and a receiver, counted once they succeeded
+ * (traffic.c): a broadcast as the root's bytes to every other rank, an allgather as each rank's
+ * block to every other, a reduce-scatter as each rank's block j to rank j. */
+
+static void count_from_root(ts_comm *c, int root, int64_t bytes) {
+  for (int i = 0; i < c->size; i++)
+    if (c->rank == root)
+      ts__traffic_count(c, i, true, bytes);
+  if (c->rank != root)
+    ts__traffic_count(c, root, false, bytes);
+}
+
+int ts_comm_bcast(ts_comm *c, void *buf, int64_t bytes, int root, ts_error *err) {
+  int rc = bcast(c, buf, bytes, root, err);
+  if (rc == TS_OK)
+    count_from_root(c, root, bytes);
+  return rc;
+}
+
+int ts_comm_bcast_chain(ts_comm *c, void *buf, int64_t bytes, int root, int64_t piece,
+                        ts_error *err) {
+  int rc = bcast_chain(c, buf, bytes, root, piece, err);
+  if (rc == TS_OK)
+    count_from_root(c, root, bytes);
+  return rc;
+}
+
+int ts_comm_allgatherv(ts_comm *c, void *buf, const int64_t *counts, const int64_t *displs,
+                       ts_error *err) {
+  int rc = allgatherv(c, buf, counts, displs, err);
+  for (int i = 0; rc == TS_OK && i < c->size; i++) {
+    ts__traffic_count(c, i, true, counts[c->rank]);
+    ts__traffic_count(c, i, false, counts[i]);
+  }
+  return rc;
+}
+
+int ts_comm_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *counts,
+                           ts_dtype dt, ts_reduce_op op, ts_error *err) {
+  int rc = reduce_scatter(c, sbuf, rbuf, counts, dt, op, err);
+  int64_t es = (int64_t)ts_dtype_size(dt);
+  for (int i = 0; rc == TS_OK && i < c->size; i++) {
+    ts__traffic_count(c, i, true, (int64_t)counts[i] * es);
+    ts__traffic_count(c, i, false, (int64_t)counts[c->rank] * es);
+  }
   return rc;
 }

@@ -88,6 +88,14 @@ int ts__comm_pause(ts_comm *c, ts_waiter *wt, uint32_t seen);
  * c has a bell, tests and blocks on the bell between tests instead of spinning in MPI. */
 int ts__comm_wait_rung(ts_comm *c, int k, MPI_Request *req);
 
+/* traffic.c: counts bytes moved between this rank and comm rank peer of c (nothing for itself),
+ * under the peer's class; the regions form counts every region of an exchange that succeeded
+ * (peers NULL: region i is comm rank i's). */
+void ts__traffic_count(const ts_comm *c, int peer, bool send, int64_t bytes);
+void ts__traffic_regions(const ts_comm *c, int nsend, const int *send_peers,
+                         const ts_comm_region *send, int nrecv, const int *recv_peers,
+                         const ts_comm_region *recv);
+
 /* Maps an MPI error code to TS_MPI with MPI's message, the call and where it was made. */
 int ts__mpi_error(int mpi_rc, const char *call, const char *file, int line, ts_error *err);
 

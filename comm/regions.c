@@ -169,8 +169,8 @@ static int cma_regions(ts_comm *c, int nsend, const int *send_peers,
                        const ts_comm_region *send, int nrecv, const int *recv_peers,
                        const ts_comm_region *recv, ts_error *err);
 
-int ts_comm_alltoallw(ts_comm *c, const ts_comm_region *send, const ts_comm_region *recv,
-                      ts_error *err) {
+static int alltoallw(ts_comm *c, const ts_comm_region *send, const ts_comm_region *recv,
+                     ts_error *err) {
   int P = c->size;
   if (c->pids) { /* every peer on this node: single-copy reads (cma.c) */
     int *peers = malloc((size_t)P * sizeof *peers);
@@ -313,9 +313,9 @@ static int cma_regions(ts_comm *c, int nsend, const int *send_peers,
   return rc;
 }
 
-int ts_comm_exchange_regions(ts_comm *c, int nsend, const int *send_peers,
-                             const ts_comm_region *send, int nrecv, const int *recv_peers,
-                             const ts_comm_region *recv, int tag, ts_error *err) {
+static int exchange_regions(ts_comm *c, int nsend, const int *send_peers,
+                            const ts_comm_region *send, int nrecv, const int *recv_peers,
+                            const ts_comm_region *recv, int tag, ts_error *err) {
   if (c->pids)
     return cma_regions(c, nsend, send_peers, send, nrecv, recv_peers, recv, err);
   return mpi_regions(c, nsend, send_peers, send, nrecv, recv_peers, recv, tag, err);
@@ -491,9 +491,9 @@ static int many_reads(ts_comm *c, const pair_lists *sl, const pair_lists *rl, ts
   return rc;
 }
 
-int ts_comm_exchange_many(ts_comm *c, int nsend, const int *send_peers,
-                          const ts_comm_region *send, int nrecv, const int *recv_peers,
-                          const ts_comm_region *recv, int tag, ts_error *err) {
+static int exchange_many(ts_comm *c, int nsend, const int *send_peers,
+                         const ts_comm_region *send, int nrecv, const int *recv_peers,
+                         const ts_comm_region *recv, int tag, ts_error *err) {
   int P = c->size;
   pair_lists sl = {0}, rl = {0};
   int rc = pair_lists_make(c, nsend, send_peers, send, &sl, err);
@@ -533,5 +533,31 @@ int ts_comm_exchange_many(ts_comm *c, int nsend, const int *send_peers,
   free(rest);
   pair_lists_free(&sl);
   pair_lists_free(&rl);
+  return rc;
+}
+
+int ts_comm_alltoallw(ts_comm *c, const ts_comm_region *send, const ts_comm_region *recv,
+                      ts_error *err) {
+  int rc = alltoallw(c, send, recv, err);
+  if (rc == TS_OK)
+    ts__traffic_regions(c, c->size, NULL, send, c->size, NULL, recv);
+  return rc;
+}
+
+int ts_comm_exchange_regions(ts_comm *c, int nsend, const int *send_peers,
+                             const ts_comm_region *send, int nrecv, const int *recv_peers,
+                             const ts_comm_region *recv, int tag, ts_error *err) {
+  int rc = exchange_regions(c, nsend, send_peers, send, nrecv, recv_peers, recv, tag, err);
+  if (rc == TS_OK)
+    ts__traffic_regions(c, nsend, send_peers, send, nrecv, recv_peers, recv);
+  return rc;
+}
+
+int ts_comm_exchange_many(ts_comm *c, int nsend, const int *send_peers,
+                          const ts_comm_region *send, int nrecv, const int *recv_peers,
+                          const ts_comm_region *recv, int tag, ts_error *err) {
+  int rc = exchange_many(c, nsend, send_peers, send, nrecv, recv_peers, recv, tag, err);
+  if (rc == TS_OK)
+    ts__traffic_regions(c, nsend, send_peers, send, nrecv, recv_peers, recv);
   return rc;
 }

@@ -156,6 +156,17 @@ int ts_comm_allreduce(ts_comm *c, const void *sbuf, void *rbuf, int64_t n, ts_dt
 /* counts[i]: elements comm rank i receives; sbuf holds the blocks of all ranks in rank order. */
 int ts_comm_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *counts,
                            ts_dtype dt, ts_reduce_op op, ts_error *err);
+/* The data bytes this process moved to and from other ranks since it started, by the peer's
+ * class (traffic.c): the pieces of ts_comm_exchange, the region exchanges, the all-to-all-w,
+ * those relayed on agreements, broadcasts (as from the root), allgathers and reduce-scatters,
+ * however they went; the agreements' own messages and allreduces are not counted. Any
+ * thread may read them. */
+enum { TS_PEER_SAME_NODE, TS_PEER_OTHER_NODE };
+typedef struct ts_comm_traffic {
+  uint64_t sent[2], received[2]; /* by TS_PEER_* */
+} ts_comm_traffic;
+void ts_comm_traffic_get(ts_comm_traffic *out);
+
 /* Point-to-point: posts every receive and send (peers are comm ranks), then waits for all. */
 int ts_comm_exchange(ts_comm *c, int nsend, const int *send_peers, void *const *send_bufs,
                      const int64_t *send_bytes, int nrecv, const int *recv_peers,

@@ -2,6 +2,7 @@
  * parser, --help and the startup log, so a setting added here is documented and logged at once.
  * Sizes accept K, M and G suffixes (powers of 1024); counts are plain decimal numbers; durations
  * ms or s (default s). */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,13 @@ static const cfg_entry table[] = {
     {"token-file", STR(token_file), "",
      "file holding the token TCP clients must present (8 to 255 printable characters; the file "
      "readable by its owner only)"},
+    {"metrics", STR(metrics), "",
+     "serve Prometheus metrics (GET /metrics, no token) on HOST:PORT (PORT+rank per rank; empty "
+     "host or localhost: 127.0.0.1; another address than loopback needs --metrics-remote 1); off "
+     "when empty"},
+    {"metrics-remote", COUNT(metrics_remote, 0, 1), "0",
+     "1: --metrics may bind an address other than loopback (whoever reaches it reads the "
+     "numbers: there is no token)"},
     {"max-frame", SIZE(max_frame, 1024, 1LL << 30), "64M", "largest frame accepted or sent"},
     {"memory-limit", CFG_MEMORY, offsetof(tsd_config, memory_limit), 0, 0, 1LL << 50, "auto",
      "bytes of stored slices, staging and the pool's kept buffers per daemon; auto: "
@@ -387,6 +395,37 @@ static int parse_listen(tsd_config *cfg) {
   return load_token(cfg);
 }
 
+/* --metrics HOST:PORT: an IPv4 address (empty or localhost: 127.0.0.1) and a port; an address
+ * outside 127.0.0.0/8 only with --metrics-remote 1, since the endpoint asks no token. */
+static int parse_metrics(tsd_config *cfg) {
+  const char *p = cfg->metrics, *colon = strrchr(p, ':');
+  char *end;
+  long port = colon ? strtol(colon + 1, &end, 10) : -1;
+  if (!colon || (size_t)(colon - p) >= sizeof cfg->metrics_host || !colon[1] || *end ||
+      port < 1 || port > 65535) {
+    fprintf(stderr, "tshardd: --metrics %s: expected HOST:PORT with PORT 1..65535 (e.g. "
+            "127.0.0.1:9400)\n", p);
+    return -1;
+  }
+  memcpy(cfg->metrics_host, p, (size_t)(colon - p));
+  cfg->metrics_host[colon - p] = '\0';
+  if (!cfg->metrics_host[0] || strcmp(cfg->metrics_host, "localhost") == 0)
+    snprintf(cfg->metrics_host, sizeof cfg->metrics_host, "127.0.0.1"); /* loopback by default */
+  struct in_addr a;
+  if (inet_pton(AF_INET, cfg->metrics_host, &a) != 1) {
+    fprintf(stderr, "tshardd: --metrics %s: '%s' is not an IPv4 address (give e.g. 127.0.0.1, "
+            "localhost or an interface's address)\n", p, cfg->metrics_host);
+    return -1;
+  }
+  if ((ntohl(a.s_addr) >> 24) != 127 && !cfg->metrics_remote) {
+    fprintf(stderr, "tshardd: --metrics %s: %s is not a loopback address; the endpoint asks no "
+            "token, so add --metrics-remote 1 to serve it there\n", p, cfg->metrics_host);
+    return -1;
+  }
+  cfg->metrics_port = (int)port;
+  return 0;
+}
+
 /* --snapshot-dir: an absolute path of text (it reaches paths and logs), as the directory rule
  * of checkpoints; --snapshot-every needs it, and periods under a second are refused. */
 static int check_snapshot(const tsd_config *cfg) {
@@ -491,6 +530,8 @@ int tsd_config_parse(tsd_config *cfg, int argc, char **argv) {
     return -1;
   }
   if (cfg->listen[0] && parse_listen(cfg))
+    return -1;
+  if (cfg->metrics[0] && parse_metrics(cfg))
     return -1;
   return check_snapshot(cfg) ? -1 : check_link_rates(cfg);
 }

@@ -2,10 +2,11 @@
  *
  * Parses the config, initializes MPI (MPI_THREAD_SERIALIZED: only this thread will call it),
  * chooses the memory limit of --memory-limit auto (from the job's ranks on this node), starts the
- * libuv loop thread on this rank's socket, logs the memory limit (and how it was chosen) and the
- * ready line, and runs the engine on this thread with the operations of daemon/ops/ until a
- * shutdown (request or SIGTERM/SIGINT) has run on every rank. Then it stops the loop thread
- * (answers flushed, sockets removed) and finalizes MPI. Exit code 0 on a clean
+ * libuv loop thread on this rank's socket (and, with --metrics, the metrics endpoint's HTTP
+ * thread), logs the memory limit (and how it was chosen) and the ready line, and runs the engine
+ * on this thread with the operations of daemon/ops/ until a shutdown (request or SIGTERM/SIGINT)
+ * has run on every rank. Then it stops the metrics endpoint and the loop thread (answers
+ * flushed, sockets removed) and finalizes MPI. Exit code 0 on a clean
  * shutdown. The soft limit of open descriptors is raised to the hard one at start: clients,
  * segments and MPI all take descriptors, and the cap on unauthenticated connections
  * (--max-unauthenticated) keeps those far below it. */
@@ -19,6 +20,7 @@
 
 #include "ts_comm.h"
 #include "tsd_front.h"
+#include "tsd_metrics.h"
 #include "tsd_ops.h"
 
 /* The soft limit of open descriptors up to the hard one (capped by what the kernel allows a
@@ -44,6 +46,7 @@ typedef struct serve_ctx {
   const tsd_config *cfg;
   tsd_server_opts *so;
   tsd_server **server;
+  tsd_metrics **metrics; /* --metrics: started with the server */
   ts_world *world;
   const char *memory_why;
 } serve_ctx;
@@ -54,13 +57,19 @@ static int start_serving(void *arg, ts_error *err) {
   serve_ctx *sc = arg;
   ts_error lerr;
   ts_error_clear(&lerr);
-  int rc = tsd_server_start(sc->so, sc->server, &lerr);
-  if ((rc = ts_comm_agree(ts_world_comm(sc->world), rc, &lerr, err)))
-    return rc;
   int rank = ts_world_rank(sc->world), size = ts_world_size(sc->world);
-  char tcp[200] = ""; /* this rank's own address: PORT + rank */
+  int rc = sc->cfg->metrics[0] ? tsd_metrics_start(sc->cfg, rank, sc->metrics, &lerr) : TS_OK;
+  if (rc == TS_OK)
+    rc = tsd_server_start(sc->so, sc->server, &lerr);
+  if ((rc = ts_comm_agree(ts_world_comm(sc->world), rc, &lerr, err)))
+    return rc; /* main stops what started */
+  tsd_gauge_set(TSD_G_SERVING, 1);
+  char tcp[200] = ""; /* this rank's own addresses: PORT + rank */
   if (sc->cfg->listen[0])
     snprintf(tcp, sizeof tcp, " and tcp://%s:%d", sc->cfg->tcp_host, sc->cfg->tcp_port + rank);
+  if (sc->cfg->metrics[0])
+    snprintf(tcp + strlen(tcp), sizeof tcp - strlen(tcp), ", metrics http://%s:%d/metrics",
+             sc->cfg->metrics_host, sc->cfg->metrics_port + rank);
   TSD_LOG(TSD_LOG_INFO, "memory limit %lld bytes (%s)", (long long)sc->cfg->memory_limit,
           sc->memory_why);
   ts_comm *world = ts_world_comm(sc->world);
@@ -130,7 +139,8 @@ int main(int argc, char **argv) {
   so.world_size = size;
   so.shared = &shared;
   tsd_server *server = NULL;
-  serve_ctx sc = {&cfg, &so, &server, world, memory_why};
+  tsd_metrics *metrics = NULL;
+  serve_ctx sc = {&cfg, &so, &server, &metrics, world, memory_why};
   int exit_code = 0;
   /* a fault setting one rank refused fails every rank alike */
   if (ts_comm_agree(ts_world_comm(world), frc, &err, &err)) {
@@ -144,6 +154,8 @@ int main(int argc, char **argv) {
       exit_code = 1;
     }
   }
+  tsd_gauge_set(TSD_G_SERVING, 0);
+  tsd_metrics_stop(&metrics);
   tsd_server_stop(&server);
   tsd_shared_destroy(&shared);
   tsd_catalog_destroy(&catalog);

@@ -1,5 +1,6 @@
 /* tsd_base.h - what every layer of tshardd may include: its settings (config.c: one table serves
- * the flags, --help and the startup log) and its log (log.c). The layers below it
+ * the flags, --help and the startup log), its log (log.c) and the numbers it publishes for the
+ * metrics endpoint (counters.c). The layers below it
  * (wire/, engine/, front/, ops/) each have their own header; see daemon/README.md for the order
  * in which they may include each other. Names: tsd_* internal to the daemon, static everything
  * else. */
@@ -48,6 +49,8 @@ typedef struct tsd_config {
   char job[64];
   char listen[256];     /* "" or tcp://HOST:PORT */
   char token_file[512];
+  char metrics[256];      /* "" or HOST:PORT of the Prometheus endpoint (daemon/metrics/) */
+  int64_t metrics_remote; /* 1: --metrics may bind an address other than loopback */
   int64_t max_frame;
   int64_t memory_limit; /* 0: unbounded; TSD_MEMORY_AUTO until main.c resolves it */
   int64_t staging;      /* executor staging bytes per reshard */
@@ -87,6 +90,8 @@ typedef struct tsd_config {
   char token[256];
   char tcp_host[128];
   int tcp_port;
+  char metrics_host[64]; /* an IPv4 address */
+  int metrics_port;      /* rank r serves on metrics_port + r */
 } tsd_config;
 
 #define TSD_MEMORY_AUTO (-1) /* --memory-limit auto: chosen at start (tsd_memory_auto) */
@@ -101,6 +106,52 @@ int64_t tsd_memory_auto(int node_daemons, char *why, size_t cap);
 void tsd_default_socket_dir(char *buf, size_t cap);
 /* Creates dir with mode 0700 if missing and checks that it is ours, a directory, and 0700. */
 int tsd_prepare_socket_dir(const char *dir, ts_error *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * counters.c: the numbers the layers publish for the metrics endpoint (daemon/metrics/), relaxed
+ * atomics: each written by the thread that owns it, read by the HTTP thread without a lock. */
+#define TSD_OP_KINDS 128     /* above every op_case of Request's oneof; 0: no kind (undecoded) */
+#define TSD_STATUS_CODES 64  /* above every code of tshard_errors.h; the last: any other code */
+#define TSD_LATENCY_BUCKETS 22 /* 10 us, 25 us, 50 us, 100 us, ... 100 s */
+#define TSD_DTYPES_MAX 32    /* above every ts_dtype */
+typedef enum tsd_gauge {
+  TSD_G_SERVING,          /* 1 once the sockets serve */
+  TSD_G_TENSORS,          /* tensors stored */
+  TSD_G_STORED_BYTES,     /* this rank's slices */
+  TSD_G_MEM_IN_USE,       /* the pool's account: in use (slices + staging) */
+  TSD_G_MEM_STAGING,      /* of in use: staging */
+  TSD_G_MEM_CACHED,       /* freed buffers kept */
+  TSD_G_MEM_LIMIT,        /* --memory-limit (0: none) */
+  TSD_G_MEM_PEAK,
+  TSD_G_COLLECTIVE_OPS,   /* collective operations run (a counter) */
+  TSD_G_CONNECTIONS,      /* clients connected */
+  TSD_G_INFLIGHT,         /* requests handed to the engine and not answered yet */
+  TSD_G_SAVE_WRITING,     /* 1 while a background save writes */
+  TSD_G_SAVE_WRITTEN,     /* this rank's bytes written by the save writing (else the last) */
+  TSD_G_SAVE_TOTAL,       /* this rank's bytes that save writes */
+  TSD_G_SAVES_DONE,       /* background saves completed (a counter) */
+  TSD_G_SAVES_FAILED,     /* failed or abandoned (a counter) */
+  TSD_G_SAVED_BYTES,      /* bytes this rank wrote for completed background saves (a counter) */
+  TSD_G_SNAPSHOT_MS,      /* wall clock ms of the last complete snapshot (0: none yet) */
+  TSD_GAUGE_COUNT
+} tsd_gauge;
+/* An answer given to a client (any thread): its request's op_case (0: not decoded) and status. */
+void tsd_count_answer(int op_case, int status);
+/* An operation's time on this rank, into its kind's histogram. */
+void tsd_count_latency(int op_case, uint64_t ns);
+void tsd_gauge_set(tsd_gauge g, uint64_t v);
+void tsd_gauge_add(tsd_gauge g, int64_t delta);
+void tsd_gauge_set_dtype_bytes(int dtype, uint64_t bytes);
+/* The readers (the HTTP thread). */
+uint64_t tsd_gauge_get(tsd_gauge g);
+uint64_t tsd_counted_answers(int op_case, int status);
+uint64_t tsd_counted_dtype_bytes(int dtype);
+/* The upper bound of bucket b in ns (0 outside the bounds). */
+uint64_t tsd_latency_bound_ns(int b);
+/* A kind's buckets (each bucket's own count; the last above every bound) and sum: returns their
+ * total count, from the same reads as the buckets (so the histogram is consistent). */
+uint64_t tsd_counted_latency(int op_case, uint64_t buckets[TSD_LATENCY_BUCKETS + 1],
+                             uint64_t *sum_ns);
 
 /* fault.c: fault injection for tests, compiled in, off unless TSHARD_FAULT names faults when
  * the daemon starts. */

@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config clang libclang-rt-dev procps
   libopenmpi-dev openmpi-bin
-  libuv1-dev libxxhash-dev libjansson-dev liburing-dev
+  libuv1-dev libxxhash-dev libjansson-dev liburing-dev libmicrohttpd-dev
   libprotobuf-c-dev protobuf-c-compiler
   check
   libopenblas-dev

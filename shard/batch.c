@@ -198,7 +198,7 @@ int ts_store_reshard_many(ts_store *s, ts_world *w, int n, const ts_batch_item *
   if (rc == TS_OK)
     for (int i = 0; i < n; i++) {
       ts_store_commit(s, p[i].e, p[i].plan, &p[i].out, &p[i].attr, items[i].layout_tag);
-      p[i].e->dtype = p[i].cast.to;
+      ts_store_set_dtype(s, p[i].e, p[i].cast.to);
     }
   if (p)
     planned_free(p, n);

@@ -19,6 +19,7 @@
 struct ts_store {
   int rank;
   int64_t quota, used;
+  int64_t dtype_used[TS_DTYPE_COUNT]; /* used, by the slices' dtype (kept as used is) */
   ts_stored **items;
   int n, cap;
   ts_name_index index; /* name -> position in items */
@@ -85,6 +86,23 @@ ts_stored *ts_store_find(ts_store *s, const char *name) {
 }
 
 int64_t ts_store_used_bytes(const ts_store *s) { return s ? s->used : 0; }
+
+void ts_store_dtype_bytes(const ts_store *s, int64_t out[TS_DTYPE_COUNT]) {
+  for (int d = 0; d < TS_DTYPE_COUNT; d++)
+    out[d] = s ? s->dtype_used[d] : 0;
+}
+
+/* Adds bytes (negative: takes them out) to the total of e's dtype. */
+static void dtype_count(ts_store *s, const ts_stored *e, int64_t bytes) {
+  if (ts_dtype_valid((int)e->dtype))
+    s->dtype_used[e->dtype] += bytes;
+}
+
+void ts_store_set_dtype(ts_store *s, ts_stored *e, ts_dtype dt) {
+  dtype_count(s, e, -(int64_t)e->local.bytes);
+  e->dtype = dt;
+  dtype_count(s, e, (int64_t)e->local.bytes);
+}
 int ts_store_count(const ts_store *s) { return s ? s->n : 0; }
 ts_stored *ts_store_at(ts_store *s, int i) { return s && i >= 0 && i < s->n ? s->items[i] : NULL; }
 
@@ -186,6 +204,7 @@ static int store_add(ts_store *s, const char *name, int ndim, const int64_t *sha
     goto fail;
   }
   s->used += (int64_t)e->local.bytes;
+  dtype_count(s, e, (int64_t)e->local.bytes);
   if (entry)
     *entry = e;
   return TS_OK;
@@ -221,6 +240,7 @@ int ts_store_drop(ts_store *s, const char *name, ts_error *err) {
   if (i < 0)
     return ts_error_set(err, TS_NOT_FOUND, "no tensor named '%s'", name ? name : "(null)");
   s->used -= (int64_t)s->items[i]->local.bytes;
+  dtype_count(s, s->items[i], -(int64_t)s->items[i]->local.bytes);
   ts_name_index_remove(&s->index, name, name_at, s);
   if (i != s->n - 1)
     ts_name_index_moved(&s->index, s->items[s->n - 1]->name, i, name_at, s);
@@ -234,6 +254,7 @@ void ts_store_commit(ts_store *s, ts_stored *e, const ts_plan *plan, ts_tensor *
   ts_box box;
   bool has = ts_geom_rank_box(ts_plan_tgt_geom(plan), s->rank, &box);
   s->used += (int64_t)out->bytes - (int64_t)e->local.bytes;
+  dtype_count(s, e, (int64_t)out->bytes - (int64_t)e->local.bytes);
   ts_shard_free(e->local.data);
   e->local = *out;
   memset(out, 0, sizeof *out);
@@ -329,7 +350,7 @@ int ts_store_reshard_cast(ts_store *s, ts_world *w, const char *name, const ts_a
     rc = cast_commit_agree(s, w, e, &c, &out, err);
   if (rc == TS_OK) {
     ts_store_commit(s, e, plan, &out, &new_attr, layout_tag);
-    e->dtype = c.to;
+    ts_store_set_dtype(s, e, c.to);
   }
   ts_cast_clear(&c);
   ts_plan_destroy(&plan);

@@ -174,6 +174,10 @@ int ts_store_drop(ts_store *s, const char *name, ts_error *err);
  * names: a replacement made beside a tensor under a temporary name takes its place. */
 void ts_store_swap(ts_store *s, ts_stored *a, ts_stored *b);
 int64_t ts_store_used_bytes(const ts_store *s);
+/* ts_store_used_bytes by the slices' dtype, kept as tensors come, go and change (no walk). */
+void ts_store_dtype_bytes(const ts_store *s, int64_t out[TS_DTYPE_COUNT]);
+/* Changes e's dtype (a cast committed), moving its bytes between the dtype totals. */
+void ts_store_set_dtype(ts_store *s, ts_stored *e, ts_dtype dt);
 int ts_store_count(const ts_store *s);
 /* The i-th stored tensor (0 <= i < ts_store_count), in no particular order; NULL outside. */
 ts_stored *ts_store_at(ts_store *s, int i);

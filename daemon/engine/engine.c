@@ -125,8 +125,10 @@ void tsd_push_reply_fd(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t 
   r->len = len;
   r->fd = fd;
   r->req_id = req_id;
-  if (tsd_outlet_answer(sh, r)) /* written to the client already (outlet.c) */
+  if (tsd_outlet_answer(sh, r)) { /* written to the client already (outlet.c) */
+    tsd_gauge_add(TSD_G_INFLIGHT, -1); /* answered now; the loop's notice comes later */
     return;
+  }
   tsd_queue_push(&sh->replies, &r->node); /* wakes the loop thread */
 }
 
@@ -153,6 +155,7 @@ void tsd_reply_response(tsd_engine *e, uint64_t conn_id, Tshard__Response *resp)
   size_t len;
   ts_error err;
   e->ops_answered++;
+  tsd_count_answer(e->answering, resp->status);
   /* The injected fault: as if neither the answer nor a node for it could be allocated. */
   bool fault = tsd_fault_fire(TSD_FAULT_REPLY_QUEUE);
   if (fault || (tsd_response_frame(resp, &frame, &len, &err) != TS_OK &&
@@ -213,6 +216,7 @@ static int seq_run(void *ctx, const tsd_ordered *op, tsd_pending *origin, ts_err
   snprintf(label, sizeof label, "operation %llu (%s)", (unsigned long long)op->seq,
            tsd_op_name(op->op_case));
   ts_world_set_agree_label(e->world, label);
+  e->answering = op->op_case;
   if (op->op_case != TSHARD__REQUEST__OP_SHUTDOWN && tsd_fault_fire(TSD_FAULT_AGREEMENT_SILENT))
     /* the injected fault: this rank answers the operation's agreement only after the others
      * gave up on it (twice the timeout: rank 0 gives up after one, the others after two) */
@@ -225,6 +229,7 @@ static int seq_run(void *ctx, const tsd_ordered *op, tsd_pending *origin, ts_err
 static void seq_answer(void *ctx, int op_case, const tsd_pending *w, int status,
                        const char *msg) {
   tsd_engine *e = ctx;
+  e->answering = op_case;
   e->ops->answer(e, op_case, w, status, msg);
   tsd_order_answered(e, w->conn_id); /* its held requests run from the loop (order.c) */
 }
@@ -291,6 +296,7 @@ static void finish_sequencer(tsd_engine *e) {
 /* A request of a connection, in its turn (order.c held it while the connection's earlier
  * collectives waited): collective ones go to the sequencer, the others run here. */
 static void run_work(tsd_engine *e, tsd_work *w) {
+  e->answering = (int)w->req->op_case;
   if (w->scope == TSD_SCOPE_COLLECTIVE) {
     if (e->stopping)
       tsd_reply_status(e, w->conn_id, w->req->id, TS_SHUTDOWN, "the daemon is shutting down");
@@ -396,6 +402,27 @@ static void engine_pause(tsd_engine *e, ts_waiter *idle, uint32_t seen, int send
     ts_world_bell_wait(e->world, seen, ns);
   else
     wait_for_work(e, ns);
+}
+
+/* The engine's numbers for the metrics endpoint (counters.c): stores of relaxed atomics after
+ * each turn with work, read by the HTTP thread whenever it scrapes. The bytes by dtype are the
+ * store's running totals: no tensor is visited. */
+static void publish_numbers(tsd_engine *e) {
+  _Static_assert(TS_DTYPE_COUNT <= TSD_DTYPES_MAX, "the counters hold every dtype");
+  int64_t by_dtype[TS_DTYPE_COUNT];
+  ts_store_dtype_bytes(e->store, by_dtype);
+  for (int d = 0; d < TS_DTYPE_COUNT; d++)
+    tsd_gauge_set_dtype_bytes(d, by_dtype[d] > 0 ? (uint64_t)by_dtype[d] : 0);
+  ts_pool_stats ps;
+  ts_pool_get_stats(&ps);
+  tsd_gauge_set(TSD_G_TENSORS, (uint64_t)ts_store_count(e->store));
+  tsd_gauge_set(TSD_G_STORED_BYTES, (uint64_t)ts_store_used_bytes(e->store));
+  tsd_gauge_set(TSD_G_MEM_IN_USE, ps.in_use);
+  tsd_gauge_set(TSD_G_MEM_STAGING, ps.staging);
+  tsd_gauge_set(TSD_G_MEM_CACHED, ps.cached);
+  tsd_gauge_set(TSD_G_MEM_PEAK, ps.peak);
+  tsd_gauge_set(TSD_G_MEM_LIMIT, (uint64_t)e->cfg->memory_limit);
+  tsd_gauge_set(TSD_G_COLLECTIVE_OPS, tsd_seq_ops_run(e->seq));
 }
 
 /* Bytes of the start-up measurements of the link rates. */
@@ -516,6 +543,7 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
    * both collective, the same outcome on every rank. */
   if (e->ops->start && (rc = e->ops->start(e, err)))
     goto out;
+  publish_numbers(e); /* what a resume restored, before the first scrape */
   if (opts->serve && (rc = opts->serve(opts->serve_ctx, err)))
     goto out;
   /* Short timed waits must be short: the default timer slack (50 us) would round them up. */
@@ -564,10 +592,12 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
     if (sends_pending < 0)
       TSD_LOG(TSD_LOG_ERROR, "a control message to another rank failed: %s", cerr.msg);
     if (busy) {
+      publish_numbers(e);
       ts_waiter_progress(&idle);
       tsd_log_due_ns(); /* held log lines wait no longer while work keeps coming */
     } else {
-      ts_pool_trim(false); /* cached buffers idle long enough go back to the OS */
+      if (ts_pool_trim(false) > 0) /* cached buffers idle long enough go back to the OS */
+        publish_numbers(e);
       engine_pause(e, &idle, seen, sends_pending);
     }
   }
@@ -578,8 +608,10 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
   while (list) {
     tsd_work *w = list;
     list = (tsd_work *)list->node.next;
-    if (!w->conn_closed && !w->signal_shutdown && w->req)
+    if (!w->conn_closed && !w->signal_shutdown && w->req) {
+      e->answering = (int)w->req->op_case;
       tsd_reply_status(e, w->conn_id, w->req->id, TS_SHUTDOWN, "the daemon is shutting down");
+    }
     tsd_request_free(&w->req);
     free(w);
   }

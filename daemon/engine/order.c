@@ -102,8 +102,10 @@ void tsd_order_drop(tsd_engine *e, uint64_t conn_id, bool answer_shutdown) {
   while (o->held) {
     tsd_work *w = o->held;
     o->held = (tsd_work *)w->node.next;
-    if (answer_shutdown && w->req)
+    if (answer_shutdown && w->req) {
+      e->answering = (int)w->req->op_case;
       tsd_reply_status(e, w->conn_id, w->req->id, TS_SHUTDOWN, "the daemon is shutting down");
+    }
     tsd_request_free(&w->req);
     free(w);
   }

@@ -136,6 +136,7 @@ static void reply_with_fd(tsd_engine *e, uint64_t conn_id, Tshard__Response *res
     return;
   }
   e->ops_answered++;
+  tsd_count_answer(e->answering, resp->status);
   tsd_push_reply_fd(e->sh, conn_id, frame, len, fd, resp->id);
 }
 

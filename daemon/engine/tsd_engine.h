@@ -161,6 +161,7 @@ typedef struct tsd_engine {
   struct tsd_einsum_state *einsum; /* the operations' einsum records (ops/einsum.c), opaque here */
   /* stats */
   uint64_t ops_answered;
+  int answering; /* the op_case whose answers go out now (counted by kind and status) */
   uint64_t strat_runs[TS_STRATEGY_COUNT], strat_sent[TS_STRATEGY_COUNT],
       strat_recv[TS_STRATEGY_COUNT], strat_relayed[TS_STRATEGY_COUNT];
 } tsd_engine;

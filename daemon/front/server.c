@@ -98,6 +98,8 @@ typedef struct conn {
   bool unauth_counted; /* TCP: counted in the server's unauthenticated connections */
   bool last_frame_big; /* the frame being processed was over TSD_SMALL_FRAME */
   int inflight; /* requests with the engine */
+  int answering; /* the op_case of the request being processed (0: none or undecoded; -1: an
+                  * answer the engine counted) */
   /* ... of them, the ids of those that came in frames over TSD_SMALL_FRAME (0: free slot) */
   int big_inflight;
   uint64_t big_ids[TSD_BIG_INFLIGHT];
@@ -234,6 +236,7 @@ static void on_conn_closed(uv_handle_t *h) {
     s->frame_bytes -= c->frame_len;
   if (c->unauth_counted)
     s->unauthed--;
+  tsd_gauge_add(TSD_G_INFLIGHT, -(int64_t)c->inflight); /* their answers will find no one */
   if (c->rfd >= 0)
     close(c->rfd);
   if (c->owner_pidfd >= 0)
@@ -252,6 +255,7 @@ static void conn_close(conn *c) {
     if (*pp == c) {
       *pp = c->next;
       __atomic_sub_fetch(&s->nconns, 1, __ATOMIC_RELAXED);
+      tsd_gauge_add(TSD_G_CONNECTIONS, -1);
       break;
     }
   c->closing = true;
@@ -310,6 +314,8 @@ static void conn_write(conn *c, uint8_t *frame, size_t len) { conn_write_as(c, f
 static void conn_reply_error(conn *c, uint64_t id, int status, const char *msg, bool close) {
   uint8_t *frame;
   size_t len;
+  if (c->answering >= 0)
+    tsd_count_answer(c->answering, status);
   if (close)
     conn_read_stop(c); /* nothing more is read from a connection being closed */
   if (tsd_error_frame(id, status, msg, &frame, &len) == TS_OK) {
@@ -500,7 +506,7 @@ static void big_give(conn *c, uint64_t req_id) {
     }
 }
 
-static void process_frame(conn *c) {
+static void process_request(conn *c) {
   tsd_server *s = c->srv;
   Tshard__Request *req = NULL;
   ts_error err;
@@ -513,6 +519,7 @@ static void process_frame(conn *c) {
   c->have = 0;
   c->have_header = 0;
   int rc = tsd_request_decode(frame, len, &req, &err);
+  c->answering = req ? (int)req->op_case : 0;
   if (rc == TS_OK)
     rc = tsd_request_check_strings(frame, len, &err);
   free(frame);
@@ -563,10 +570,14 @@ static void process_frame(conn *c) {
   if (scope == TSD_SCOPE_LOOP || (scope == TSD_SCOPE_CATALOG && c->inflight == 0)) {
     uint8_t *frame;
     size_t flen;
+    uint64_t t0 = uv_hrtime();
     tsd_loop_fn answer = tsd_loop_answer((int)req->op_case);
     int got = answer ? answer(&s->info, req, &frame, &flen) : -1;
-    if (got == 1)
+    if (got == 1) {
+      tsd_count_latency((int)req->op_case, uv_hrtime() - t0);
+      tsd_count_answer((int)req->op_case, TS_OK);
       conn_write(c, frame, flen);
+    }
     else if (scope == TSD_SCOPE_LOOP)
       conn_reply_error(c, req->id, TS_NO_MEMORY, "no memory for the answer", false);
     if (got == 1 || scope == TSD_SCOPE_LOOP) {
@@ -584,6 +595,7 @@ static void process_frame(conn *c) {
   w->req = req;
   w->scope = scope;
   ++c->inflight;
+  tsd_gauge_add(TSD_G_INFLIGHT, 1);
   if (c->last_frame_big)
     big_take(c, req->id);
   if (conn_paused(c)) {
@@ -591,6 +603,12 @@ static void process_frame(conn *c) {
     tsd_outlet_set_paused(s->sh, c->out, true); /* the engine wakes the loop for its notices */
   }
   tsd_push_work(s->sh, w);
+}
+
+/* A whole frame: its request answered here or handed to the engine. */
+static void process_frame(conn *c) {
+  process_request(c);
+  c->answering = 0; /* later refusals of the connection (timeouts) are of no request */
 }
 
 /* Where the next bytes of a connection go: the rest of the frame header, else of the frame. */
@@ -870,6 +888,7 @@ static void on_connection(uv_stream_t *server, int status) {
   c->next = s->conns;
   s->conns = c;
   __atomic_add_fetch(&s->nconns, 1, __ATOMIC_RELAXED);
+  tsd_gauge_add(TSD_G_CONNECTIONS, 1);
   if (!uv_is_active((uv_handle_t *)&s->sweep_timer) && !s->stopping)
     uv_timer_start(&s->sweep_timer, on_sweep, s->sweep_tick, s->sweep_tick);
   conn_read_start(c);
@@ -904,9 +923,11 @@ static void conn_write_fd(conn *c, tsd_reply *r) {
   if (e != 0) {
     TSD_LOG(TSD_LOG_WARN, "connection %llu: cannot pass its segment: %s",
             (unsigned long long)c->id, strerror(e));
+    c->answering = -1; /* the engine counted this answer (as what it built) */
     conn_reply_error(c, r->req_id, TS_PROTOCOL, "the shared-memory segment could not be passed "
                      "(send shm_attach alone, with no other request or answer outstanding, and "
                      "read its answer)", false);
+    c->answering = 0;
   }
 }
 
@@ -944,12 +965,16 @@ static void deliver_replies(tsd_server *s) {
         answer_lost(c, r);
       bool was_paused = conn_paused(c);
       c->inflight--;
+      if (!r->delivered) /* the engine counted what it wrote itself */
+        tsd_gauge_add(TSD_G_INFLIGHT, -1);
       big_give(c, r->req_id);
       if (was_paused && !conn_paused(c) && !s->stopping && !c->closing) {
         tsd_outlet_set_paused(s->sh, c->out, false);
         conn_read_start(c);
       }
     } else {
+      if (r->delivered) /* the close took it off the gauge too: once only */
+        tsd_gauge_add(TSD_G_INFLIGHT, 1);
       if (r->fd >= 0)
         close(r->fd);
       free(r->frame);

@@ -280,7 +280,33 @@ static void log_tmp_left(uint64_t id, const char *tmp) {
             "removed; nothing in it is a checkpoint: delete it", (unsigned long long)id, tmp);
 }
 
-/* The outcome of a background save: recorded for stats and logged. */
+/* The save writing's progress for the metrics endpoint (counters.c), every turn of the engine. */
+static void publish_progress(void) {
+  if (!bg.job)
+    return;
+  ts_ckpt_progress pr;
+  ts_ckpt_job_progress(bg.job, &pr);
+  tsd_gauge_set(TSD_G_SAVE_WRITING, 1);
+  tsd_gauge_set(TSD_G_SAVE_WRITTEN, (uint64_t)pr.written);
+  tsd_gauge_set(TSD_G_SAVE_TOTAL, (uint64_t)pr.total);
+}
+
+/* A background save ended (ok: complete, with bytes_written here): the metrics' counts. */
+static void publish_outcome(bool ok, int64_t bytes_written) {
+  tsd_gauge_set(TSD_G_SAVE_WRITING, 0);
+  tsd_gauge_add(ok ? TSD_G_SAVES_DONE : TSD_G_SAVES_FAILED, 1);
+  if (!ok)
+    return;
+  tsd_gauge_add(TSD_G_SAVED_BYTES, bytes_written);
+  tsd_gauge_set(TSD_G_SAVE_WRITTEN, (uint64_t)bytes_written);
+  if (bg.snapshot) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    tsd_gauge_set(TSD_G_SNAPSHOT_MS, (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000);
+  }
+}
+
+/* The outcome of a background save: recorded for stats and the metrics, and logged. */
 static void record_outcome(save_record *r, int rc, const ts_error *err, const ts_ckpt_report *rep,
                            const char *tmp) {
   const char *dir = r ? r->dir : "?";
@@ -291,6 +317,7 @@ static void record_outcome(save_record *r, int rc, const ts_error *err, const ts
     r->status = rc;
     snprintf(r->message, sizeof r->message, "%s", rc ? err->msg : "");
   }
+  publish_outcome(rc == TS_OK, rc == TS_OK ? rep->bytes_written : 0);
   if (rc == TS_SHUTDOWN)
     TSD_LOG(TSD_LOG_WARN, "background save %llu to '%s' abandoned: the daemons stopped before it "
             "was written (%s); nothing was moved into place, the previous checkpoint there is as "
@@ -554,6 +581,7 @@ static void order_snapshot(tsd_engine *e) {
 }
 
 bool tsd_bgsave_tick(tsd_engine *e) {
+  publish_progress();
   if (e->rank != 0 || e->stopping)
     return false;
   bool did = false;
@@ -611,6 +639,7 @@ void tsd_bgsave_stop(void) {
   snprintf(tmp, sizeof tmp, "%s", ts_ckpt_job_tmp(bg.job) ? ts_ckpt_job_tmp(bg.job) : "");
   TSD_LOG(TSD_LOG_WARN, "background save %llu abandoned: the daemon stopped before it was "
           "completed; nothing was moved into place", (unsigned long long)bg.job_id);
+  publish_outcome(false, 0);
   if (!done) {
     pthread_detach(bg.thread); /* it keeps its job */
     if (tmp[0])

@@ -2,7 +2,10 @@
  * case, indexed by it like the wire half (wire/optable.c), naming the functions that run an
  * operation (on this rank at once, or on every rank in rank 0's order), the names it may change
  * and the answer to its waiting clients; and tsd_ops, the entry points the engine runs every
- * operation through. Ping has no row: the loop thread answers it (front/server.c). */
+ * operation through (local handlers timed there for the metrics' histograms). Ping has no row:
+ * the loop thread answers it (front/server.c). */
+#include <time.h>
+
 #include "einsum.h"
 #include "handlers.h"
 #include "oplog.h"
@@ -71,9 +74,16 @@ const tsd_op_handlers *tsd_op_handlers_find(int op_case) {
 static void run_local(tsd_engine *e, tsd_work *w) {
   tsd_ops_after(e); /* the last collective operation's catalog entries and line come first */
   const tsd_op_handlers *h = tsd_op_handlers_find((int)w->req->op_case);
-  if (h && h->run_local)
+  if (h && h->run_local) {
+    int op_case = (int)w->req->op_case; /* the handler may take the request */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     h->run_local(e, w);
-  else
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    int64_t ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+    if (!h->run_collective) /* those are timed where they run (oplog.c) */
+      tsd_count_latency(op_case, ns > 0 ? (uint64_t)ns : 0); /* the metrics' histogram */
+  } else
     tsd_reply_status(e, w->conn_id, w->req->id, TS_INTERNAL, "operation has no local handler");
 }
 

@@ -10,7 +10,8 @@
  * the last reshard run here when it is the same operation (by its hash; a retry answered later by its idempotency key gets the status alone).
  *
  * Each operation kind keeps its latency and batch size over its last TSD_OPLOG_WINDOW runs in a
- * ring; stats sorts a copy of a ring for its percentiles (nearest rank), so recording is O(1). */
+ * ring; stats sorts a copy of a ring for its percentiles (nearest rank), so recording is O(1).
+ * Each run also goes into its kind's latency histogram of the metrics endpoint (counters.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,6 +162,7 @@ void tsd_oplog_ranks(const int *ranks, int n) {
 void tsd_oplog_end(tsd_engine *e, const tsd_ordered *op, const tsd_pending *origin, int status) {
   uint64_t us = since_us(&cur.start);
   record_kind(op->req->op_case, us, cur.batch ? cur.batch : 1);
+  tsd_count_latency(op->req->op_case, us * 1000); /* the metrics' histogram of its kind */
   const char *strategy = cur.noted ? ts_strategy_name(cur.strategy) : "-";
   if (op->req->op_case == TSHARD__REQUEST__OP_RESHARD) {
     last_reshard.valid = status == TS_OK && cur.noted;

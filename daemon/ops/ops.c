@@ -77,6 +77,7 @@ void tsd_op_catalog(tsd_engine *e, tsd_work *w) {
   size_t len;
   if (tsd_catalog_answer(e->sh->catalog, w->req, false, &frame, &len) == 1) {
     e->ops_answered++;
+    tsd_count_answer(e->answering, TS_OK);
     tsd_push_reply(e->sh, w->conn_id, frame, len, w->req->id);
   } else {
     tsd_reply_status(e, w->conn_id, w->req->id, TS_NO_MEMORY, "no memory for the answer");

@@ -37,21 +37,28 @@
  *   mpi_single_copy       Open MPI's single-copy mechanism of the daemons and the raw reference:
  *                         cma (as a job started by tshard-launch uses) where this machine allows
  *                         it, else none; one set by the caller wins
+ *   scrape_10000_tensors_ms  median of SCRAPES (21) GET /metrics of rank 0's Prometheus endpoint
+ *                         (tshardd --metrics) with 10,000 tensors stored (the Python half leaves
+ *                         them), each a fresh HTTP/1.0 connection from connect to the last byte;
+ *                         scrape_bytes the answer's size
  *   targets_missed        the targets below that this run missed (unavailable keys count as
  *                         missed), or none
  *
  * Targets (4 ranks, 2 cores): small_4096_us <= 250, small_65536_us <= 300, small_1048576_us <=
  * 600, gpt2_batched_vs_raw <= 1.3, gpt2_batched_ms <= 0.5 x gpt2_loop_ms, async_overlap_ratio <=
- * 1.6, idle_cpu_pct < 0.5. The raw reference runs before and after the daemons' runs (the daemons
+ * 1.6, idle_cpu_pct < 0.5, scrape_10000_tensors_ms <= 1. The raw reference runs before and after the daemons' runs (the daemons
  * idle meanwhile); each figure is the median over both. --help prints the usage; a signal,
  * --timeout or a SIGKILL stops the daemons too (bench_guard.h). The daemons inherit the
  * environment, so TSHARD_SHARED_BUFFERS=1 (or 0) measures them with (or without) shared buffers
  * whatever the machine's default (comm/cma.c). A benchmark, not a test. */
+#include <arpa/inet.h>
 #include <mpi.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -79,7 +86,8 @@ static void usage(const char *self) {
          "put and got whole, one call each / one put_many or get_many), small148_* (the same\n"
          "for 148 tensors of 3 KiB),\n"
          "async_overlap_ratio (wait=False reshard overlapped with numpy work), idle_cpu_pct,\n"
-         "idle_cpu_max_pct (the daemons' CPU when idle), targets_missed. The header of\n"
+         "idle_cpu_max_pct (the daemons' CPU when idle), scrape_10000_tensors_ms (GET\n"
+         "/metrics of rank 0 with 10,000 tensors stored), targets_missed. The header of\n"
          "tests/bench/bench_many.c explains each. The daemons inherit the environment:\n"
          "TSHARD_SHARED_BUFFERS=1 %s measures them with shared buffers.\n"
          "options:\n"
@@ -367,6 +375,81 @@ static void idle_cpu(const tse_job *j, int idle_s, double *total, double *busies
   }
 }
 
+/* ---- scrapes of the metrics endpoint -------------------------------------------------------- */
+
+enum { SCRAPES = 21 };
+
+/* A port p with p .. p+n-1 free on loopback just now (the daemons bind p + rank), or -1. */
+static int free_ports(int n) {
+  for (int attempt = 0; attempt < 50; attempt++) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0), p = -1, ok = 1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+      p = ntohs(sa.sin_port);
+    for (int k = 1; p > 0 && k < n && ok; k++) {
+      int g = socket(AF_INET, SOCK_STREAM, 0);
+      struct sockaddr_in b = sa;
+      b.sin_port = htons((uint16_t)(p + k));
+      ok = g >= 0 && p + k <= 65535 && bind(g, (struct sockaddr *)&b, sizeof b) == 0;
+      if (g >= 0)
+        close(g);
+    }
+    if (fd >= 0)
+      close(fd);
+    if (p > 0 && ok)
+      return p;
+  }
+  return -1;
+}
+
+/* One GET /metrics (HTTP/1.0: the server closes after the answer) into buf: the bytes read, or
+ * -1 when the endpoint did not answer 200. */
+static long scrape_once(int port, char *buf, size_t cap) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  static const char req[] = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  long got = 0;
+  if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+      write(fd, req, sizeof req - 1) != (ssize_t)(sizeof req - 1))
+    got = -1;
+  while (got >= 0 && (size_t)got < cap - 1) {
+    ssize_t n = read(fd, buf + got, cap - 1 - (size_t)got);
+    if (n <= 0)
+      break;
+    got += n;
+  }
+  if (fd >= 0)
+    close(fd);
+  if (got < 0)
+    return -1;
+  buf[got] = '\0';
+  return strncmp(buf, "HTTP/1.", 7) == 0 && strncmp(buf + 8, " 200", 4) == 0 ? got : -1;
+}
+
+/* The median ms of SCRAPES scrapes (after one to warm up), checked to show the tensors stored;
+ * -1 when the endpoint failed. */
+static double scrape_ms(int port, long *bytes) {
+  static char buf[1 << 20];
+  double t[SCRAPES];
+  *bytes = scrape_once(port, buf, sizeof buf);
+  const char *at = *bytes > 0 ? strstr(buf, "\ntshard_tensors{") : NULL;
+  at = at ? strchr(at, '}') : NULL;
+  TSE_CHECK(at && atol(at + 2) >= 10000, "the scrape shows 10,000 tensors stored");
+  if (!at)
+    return -1;
+  for (int i = 0; i < SCRAPES; i++) {
+    double t0 = tsb_now();
+    long n = scrape_once(port, buf, sizeof buf);
+    t[i] = (tsb_now() - t0) * 1e3;
+    if (n < 0)
+      return -1;
+  }
+  return tsb_median(t, SCRAPES);
+}
+
 /* ---- the run -------------------------------------------------------------------------------- */
 
 static void miss(char *list, size_t cap, const char *what) {
@@ -420,7 +503,12 @@ int main(int argc, char **argv) {
   static tse_job job; /* the guard's handler reads it */
   tsb_guard_job(&job);
   tsb_single_copy_as_users(); /* the daemons' and the raw reference's transfers alike */
-  if (tse_start(&job, o.np, NULL, 120))
+  int mport = free_ports(o.np);
+  TSE_CHECK(mport > 0, "no free ports for the metrics endpoint");
+  char maddr[32];
+  snprintf(maddr, sizeof maddr, "127.0.0.1:%d", mport);
+  const char *extra[] = {"--metrics", maddr, NULL};
+  if (mport <= 0 || tse_start(&job, o.np, extra, 120))
     return 1;
   tsb_announce(&job, o.wait_stdin);
   print_transfers(&job);
@@ -464,6 +552,14 @@ int main(int argc, char **argv) {
     printf("async_overlap_ratio=unavailable\n");
   if (!(f.overlap > 0 && f.overlap <= 1.6))
     miss(missed, sizeof missed, "async_overlap_ratio");
+  long sbytes = 0;
+  double sms = scrape_ms(mport, &sbytes);
+  if (sms >= 0)
+    printf("scrape_10000_tensors_ms=%.3f\nscrape_bytes=%ld\n", sms, sbytes);
+  else
+    printf("scrape_10000_tensors_ms=unavailable\n");
+  if (!(sms >= 0 && sms <= 1.0))
+    miss(missed, sizeof missed, "scrape_10000_tensors_ms");
   fflush(stdout);
 
   double total, busiest;

@@ -251,6 +251,16 @@ def async_overlap(c, mesh, async_mib, runs):
     sys.stdout.flush()
 
 
+def many_tensors(c, mesh, n=10000):
+    """Leaves n small tensors stored (create_many batches within --batch-max-tensors) for the C
+    half's scrapes of the metrics endpoint."""
+    for lo in range(0, n, 4000):
+        c.create_many({f"metrics.t{i}": ("f32", (4,), f"{mesh} placements=[R]")
+                       for i in range(lo, min(n, lo + 4000))})
+    print(f"metrics_tensors={n}")
+    sys.stdout.flush()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--socket", required=True, help="Unix socket of the daemon to use (rank 0)")
@@ -268,6 +278,7 @@ def main():
         gpt2_io(c, mesh, a.runs)
         gpt2_io(c, mesh, a.runs, [(f"small{i}", (768,)) for i in range(148)], "small148")
         async_overlap(c, mesh, a.async_mib, a.runs)
+        many_tensors(c, mesh)
     return 0
 
 

@@ -16,7 +16,8 @@ ok() { if "$@"; then passed=$((passed + 1)); else echo "FAIL: $*"; failed=$((fai
 ok test $? -eq 0
 cat "$out"
 num='-?[0-9]+(\.[0-9]+)?'
-keys="gpt2_loop_ms gpt2_raw_ms gpt2_loop_vs_raw idle_cpu_pct idle_cpu_max_pct"
+keys="gpt2_loop_ms gpt2_raw_ms gpt2_loop_vs_raw idle_cpu_pct idle_cpu_max_pct scrape_10000_tensors_ms
+      scrape_bytes"
 for b in 4096 65536 1048576; do keys="$keys small_${b}_us small_${b}_raw_us small_${b}_vs_raw"; done
 for k in $keys; do ok grep -qE "^$k=$num\$" "$out"; done
 for k in gpt2_batched_ms gpt2_batched_vs_raw gpt2_batched_vs_loop async_overlap_ratio; do

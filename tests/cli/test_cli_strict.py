@@ -157,7 +157,7 @@ r = subprocess.run([os.path.join(sys.argv[1], "tshardd"), "--job", "a/b"], captu
 check(r.returncode != 0 and "--job a/b" in r.stderr, f"tshardd --job a/b: {r.stderr!r}")
 # counts are plain numbers (a size suffix would multiply them by 1024), sizes take suffixes
 for flag in ["key-max", "max-inflight", "copy-threads", "batch-max-tensors", "snapshot-keep",
-             "collective-pending-max", "max-unauthenticated", "pool-idle-ms"]:
+             "collective-pending-max", "max-unauthenticated", "pool-idle-ms", "metrics-remote"]:
     r = subprocess.run([os.path.join(sys.argv[1], "tshardd"), f"--{flag}", "5K"],
                        capture_output=True, text=True, timeout=60, env=env)
     check(r.returncode != 0 and f"--{flag} 5K" in r.stderr and "plain number" in r.stderr,

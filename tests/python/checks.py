@@ -2,7 +2,8 @@
 failed; finish() prints the "N passed, N failed" line and exits non-zero on any failure.
 check.expect(status, fn, what, needle) checks that fn raises the tshard error of that status
 (with needle in its text), check.raises(exc, fn, what, needles) that it raises exc (any class)
-with every needle in its text; raw_call sends one request through a client's socket and returns the
+with every needle in its text, check.poll(cond, what, timeout) that cond() comes true before a
+deadline; raw_call sends one request through a client's socket and returns the
 answer without raising on its status (for misuse tests); error_of gives the status and text of
 the tshard error a call raises; put_data gives a test's bf16 or f8 reference (uint16 or uint8
 bits) to a put as tshard.bf16_bits or tshard.f8_bits; exact_values makes small integers a
@@ -46,6 +47,19 @@ class Checks:
         except Exception as e:  # noqa: BLE001 - the wrong exception is a failure
             return self(False, f"{what}: {type(e).__name__}: {e}")
         return self(False, f"{what}: no exception")
+
+    def poll(self, cond, what, timeout=30.0):
+        """Waits for cond() under a deadline (polling with a doubling nap, not sleeping as
+        synchronization); a failed check naming what when it does not come true in time."""
+        import time
+        deadline = time.monotonic() + timeout
+        delay = 0.005
+        while not cond():
+            if time.monotonic() > deadline:
+                return self(False, f"{what}: not within {timeout} s")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+        return True
 
 
 def raw_call(c, **op):

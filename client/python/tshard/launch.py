@@ -122,12 +122,18 @@ def _default_socket_dir() -> str:
 class Job:
     """A running job of daemons started by :func:`launch`."""
 
-    def __init__(self, launcher: str, job: str, np: int, socket_dir: str, timeout: float) -> None:
+    def __init__(self, launcher: str, job: str, np: int, socket_dir: str, timeout: float,
+                 metrics_port: Optional[int] = None) -> None:
         self.launcher = launcher
         self.job = job
         self.np = np
         self.socket_dir = socket_dir
         self.log = os.path.join(socket_dir, f"tshard-{job}.log")
+        #: rank r serves Prometheus metrics on 127.0.0.1:metrics_port + r (None: not asked)
+        self.metrics_port = metrics_port
+        #: the job's Prometheus service-discovery file (None without metrics_port)
+        self.metrics_sd_file = (os.path.join(socket_dir, f"tshard-{job}.prometheus.json")
+                                if metrics_port is not None else None)
         self._timeout = timeout
         self._stopped = False
 
@@ -172,18 +178,25 @@ class Job:
 
 def launch(np: int = 4, job: Optional[str] = None, socket_dir: Optional[str] = None,
            timeout: float = 60.0, daemon_args: Sequence[str] = (),
-           mpirun_args: Sequence[str] = ()) -> Job:
+           mpirun_args: Sequence[str] = (), metrics_port: Optional[int] = None) -> Job:
     """Starts ``np`` daemons with ``tshard-launch start`` and returns once every rank serves.
 
     ``job`` defaults to a name of its own per call (``py<pid>-<n>``), ``socket_dir`` to the
     launcher's default ($TSHARD_SOCKET_DIR, $XDG_RUNTIME_DIR/tshard or /tmp/tshard-<uid>).
     ``daemon_args`` go to every tshardd (e.g. ``["--memory-limit", "1G"]``), ``mpirun_args``
-    to mpirun. A launch that fails raises TshardError with the launcher's words (which rank
+    to mpirun. ``metrics_port`` (``--metrics-port``): rank r serves Prometheus metrics on
+    127.0.0.1:metrics_port + r, and the launcher writes the job's service-discovery file
+    (:attr:`Job.metrics_sd_file`). A launch that fails raises TshardError with the launcher's words (which rank
     did not serve and why); bad arguments raise InvalidArgumentError before anything starts."""
     if isinstance(np, bool) or not isinstance(np, int) or np < 1:
         raise error_for(1, f"np={np!r}: the number of ranks must be an int of at least 1")
     if timeout <= 0:
         raise error_for(1, f"timeout={timeout!r}: give a positive number of seconds")
+    if metrics_port is not None and (isinstance(metrics_port, bool) or
+                                     not isinstance(metrics_port, int) or
+                                     not 1 <= metrics_port <= 65535 - (np - 1)):
+        raise error_for(1, f"metrics_port={metrics_port!r}: give a port from 1 to "
+                           f"{65535 - (np - 1)} (rank r serves on it + r)")
     job = job if job is not None else f"py{os.getpid()}-{next(_jobs)}"
     socket_dir = socket_dir if socket_dir is not None else _default_socket_dir()
     launcher = launcher_path()
@@ -191,6 +204,8 @@ def launch(np: int = 4, job: Optional[str] = None, socket_dir: Optional[str] = N
                       socket_dir, "--timeout", str(int(max(timeout, 1)))]
     for a in mpirun_args:
         cmd += ["--mpirun-arg", str(a)]
+    if metrics_port is not None:
+        cmd += ["--metrics-port", str(metrics_port)]
     if daemon_args:
         cmd += ["--", *[str(a) for a in daemon_args]]
     try:
@@ -201,4 +216,4 @@ def launch(np: int = 4, job: Optional[str] = None, socket_dir: Optional[str] = N
     if r.returncode != 0:
         raise error_for(1 if r.returncode == 2 else 18,
                         f"tshard-launch start -np {np} --job {job}: {r.stderr.strip()}")
-    return Job(launcher, job, np, socket_dir, timeout)
+    return Job(launcher, job, np, socket_dir, timeout, metrics_port)
