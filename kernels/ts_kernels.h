@@ -45,6 +45,8 @@ typedef enum {
 
 bool ts_dtype_valid(int dtype);
 size_t ts_dtype_size(ts_dtype dt);     /* bytes per element; 0 for an invalid dtype */
+/* The greatest common divisor of two non-negative integers (0 when both are 0). */
+int64_t ts_gcd64(int64_t a, int64_t b);
 bool ts_dtype_is_float(ts_dtype dt);   /* f32, f64, f16, bf16, f8_e4m3, f8_e5m2 */
 const char *ts_dtype_name(ts_dtype dt); /* "f32"...; "invalid" for an invalid dtype */
 /* A shape as "[4,5]" (cut at cap), for messages. */

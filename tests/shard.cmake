@@ -4,6 +4,9 @@ tshard_unit_test(test_attr ${CMAKE_CURRENT_LIST_DIR}/unit/test_attr.c)
 target_link_libraries(test_attr PRIVATE tsplan)
 tshard_unit_test(test_plan ${CMAKE_CURRENT_LIST_DIR}/unit/test_plan.c)
 target_link_libraries(test_plan PRIVATE tsplan)
+# Block-cyclic placements: text form, NUMROC, overlays and plans against per-element references.
+tshard_unit_test(test_cyclic ${CMAKE_CURRENT_LIST_DIR}/unit/test_cyclic.c)
+target_link_libraries(test_cyclic PRIVATE tsplan)
 tshard_unit_test(test_topology ${CMAKE_CURRENT_LIST_DIR}/unit/test_topology.c)
 target_link_libraries(test_topology PRIVATE tsplan)
 # The name index of the store and the catalog, against a linear search.

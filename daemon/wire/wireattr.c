@@ -43,7 +43,7 @@ int tsd_attr_from_msg(const Tshard__DistAttr *m, ts_attr **out, ts_error *err) {
     const Tshard__Placement *p = m->placements[i];
     switch (p->kind) {
     case TSHARD__PLACEMENT_KIND__SHARD:
-      place[i] = ts_shard_on(p->dim);
+      place[i] = ts_shard_cyclic(p->dim, p->cyclic, p->src); /* cyclic 0: the plain split */
       break;
     case TSHARD__PLACEMENT_KIND__REPLICATE:
       place[i] = ts_replicate();
@@ -135,6 +135,8 @@ int tsd_attr_to_msg(const ts_attr *a, Tshard__DistAttr *m, ts_error *err) {
                                                        : TSHARD__PLACEMENT_KIND__PARTIAL;
     p->dim = a->place[i].kind == TS_PLACE_SHARD ? a->place[i].dim : 0;
     p->op = (Tshard__ReduceOp)a->place[i].op;
+    p->cyclic = a->place[i].kind == TS_PLACE_SHARD ? a->place[i].cyclic : 0;
+    p->src = a->place[i].kind == TS_PLACE_SHARD ? a->place[i].src : 0;
   }
   for (int d = 0; d < TS_MAX_DIMS; d++) {
     if (!a->splits[d])

@@ -13,17 +13,20 @@
  *   places     := "[" item { "," item } [","] "]"           or "(" ... ")"
  *   item       := place | name ":" place                   positional (one per mesh dim) or
  *                                                          all named by axis (others are R)
- *   place      := "S" "(" dim ")" | "Shard" "(" [ "dim" "=" ] dim ")"
+ *   place      := "S" "(" dim [cyc] ")" | "Shard" "(" [ "dim" "=" ] dim [cyc] ")"
  *               | "R" | "Replicate" [ "(" ")" ]
  *               | ("P" | "Partial") [ "(" [ [ "reduce_op" "=" ] opq ] ")" ]   default sum
  *   opq        := op | "'" op "'" | '"' op '"'             op: sum, avg, prod, max, min
+ *   cyc        := "," "cyclic" "=" int [ "," "src" "=" int ]   block-cyclic: block size >= 1,
+ *                                                          src the coordinate of block 0
  *   splits     := "{" int ":" "[" int { "," int } "]" { "," ... } "}"   dims increasing
  *   name       := [A-Za-z_][A-Za-z0-9_]*                   a mesh axis: at most 15 bytes
  *
  * Without "@ranks" the mesh is over ranks 0..n-1. The canonical form (what ts_attr_format
  * writes) uses the short placements in mesh-dim order, keeps the axis names in the mesh, always
- * writes the rank list, writes runs of two or more consecutive ranks as "a-b", separates fields
- * by one space and has no other blanks. Errors give the column (1-based, in bytes) of the
+ * writes the rank list, writes runs of two or more consecutive ranks as "a-b", writes a cyclic
+ * shard S(d,cyclic=NB) (S(d,cyclic=NB,src=S) when src is not 0), separates fields by one space
+ * and has no other blanks. Errors give the column (1-based, in bytes) of the
  * offending character and what was expected there. client/python/tshard/attr.py is a port of this
  * parser; tests/grammar/attr_corpus.jsonl keeps the two in lock-step: change both and the corpus
  * together. */
@@ -296,6 +299,43 @@ static int parse_op(parser *p, ts_reduce_op *out) {
   return fail(p, "a reduce op: sum, avg, prod, max or min");
 }
 
+/* The block-cyclic arguments of a shard after its dim: [ "," "cyclic" "=" int [ "," "src" "="
+ * int ] ]. The range of src is checked with the mesh (ts_attr_create). */
+static int parse_cyclic(parser *p, ts_placement *out) {
+  if (!tok(p, ","))
+    return TS_OK;
+  blanks(p);
+  size_t at = p->pos;
+  char name[NAME_BUF];
+  read_name(p, name);
+  if (strcmp(name, "cyclic") != 0) {
+    p->pos = at;
+    return fail(p, "\"cyclic=\" and a block size, as in S(0,cyclic=64)");
+  }
+  int rc = expect(p, "=");
+  blanks(p);
+  size_t nb_at = p->pos;
+  if (rc || (rc = parse_int(p, TS_CYCLIC_BLOCK_MAX, "a block size", &out->cyclic)))
+    return rc;
+  if (out->cyclic < 1) {
+    p->pos = nb_at;
+    return fail(p, "a block size of at least 1");
+  }
+  if (!tok(p, ","))
+    return TS_OK;
+  blanks(p);
+  at = p->pos;
+  read_name(p, name);
+  if (strcmp(name, "src") != 0) {
+    p->pos = at;
+    return fail(p, "\"src=\" and the mesh coordinate of the first block, as in "
+                   "S(0,cyclic=64,src=1)");
+  }
+  if ((rc = expect(p, "=")))
+    return rc;
+  return parse_int(p, INT_MAX, "a mesh coordinate", &out->src);
+}
+
 /* One placement, from its first non-blank character. */
 static int parse_placement(parser *p, ts_placement *out) {
   int rc;
@@ -320,6 +360,8 @@ static int parse_placement(parser *p, ts_placement *out) {
     if ((rc = parse_int(p, TS_MAX_DIMS - 1, "a tensor dim", &d)))
       return rc;
     *out = ts_shard_on((int)d);
+    if ((rc = parse_cyclic(p, out)))
+      return rc;
     return expect(p, ")");
   }
   if (strcmp(name, "R") == 0 || strcmp(name, "Replicate") == 0) {
@@ -457,8 +499,13 @@ static int check_splits(const ts_attr *a, ts_error *err) {
     if (!a->splits[d])
       continue;
     bool sharded = false;
-    for (int m = 0; m < a->mesh_ndim; m++)
+    for (int m = 0; m < a->mesh_ndim; m++) {
       sharded |= a->place[m].kind == TS_PLACE_SHARD && a->place[m].dim == d;
+      if (a->place[m].kind == TS_PLACE_SHARD && a->place[m].dim == d && a->place[m].cyclic)
+        return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                            "attribute: splits given for dim %d, which placement %d deals "
+                            "block-cyclically (its parts are set by the block size)", d, m);
+    }
     if (!sharded)
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
                           "attribute: splits given for dim %d, which no placement shards", d);
@@ -632,6 +679,14 @@ size_t ts_attr_format(const ts_attr *a, char *buf, size_t cap) {
     if (pl->kind == TS_PLACE_SHARD) {
       put(&w, "S(");
       put_int(&w, pl->dim);
+      if (pl->cyclic > 0) {
+        put(&w, ",cyclic=");
+        put_int(&w, pl->cyclic);
+      }
+      if (pl->cyclic > 0 && pl->src > 0) {
+        put(&w, ",src=");
+        put_int(&w, pl->src);
+      }
       put(&w, ")");
     } else if (pl->kind == TS_PLACE_REPLICATE) {
       put(&w, "R");

@@ -14,7 +14,7 @@ ValueError). A numpy array's dtype means what it says; bf16 data is given as bit
 tshard.bf16_bits, f8_e4m3 and f8_e5m2 data with tshard.f8_bits.
 """
 from ._version import __version__
-from .attr import Attr, Mesh, Partial, Replicate, Shard
+from .attr import Attr, Mesh, Partial, Replicate, Shard, from_scalapack_desc, numroc
 from .client import (DTYPE_SPELLINGS, DTYPES, ROW_MAJOR, Client, connect, read_token_file,
                      socket_path)
 from .errors import *  # noqa: F401,F403 - every exception class, one per status
@@ -36,7 +36,7 @@ __all__ = ["connect", "Client", "Attr", "Mesh", "Shard", "Replicate", "Partial",
            "errors", "DTYPES", "DTYPE_SPELLINGS", "ROW_MAJOR", "socket_path", "read_token_file",
            "spmd", "plan", "show", "EinsumResult", "checkpoint", "graph_from_json", "Future",
            "wait", "WaitTimeoutError", "bf16_bits", "BF16Bits", "f8_bits", "F8Bits", "launch",
-           "Job", "safetensors", "torch", "attr_rules"] + [
+           "Job", "safetensors", "torch", "attr_rules", "from_scalapack_desc", "numroc"] + [
                n for n in _error_names if n not in ("TimeoutError", "OverflowError")]
 # tshard.TimeoutError and tshard.OverflowError subclass the builtins of those names but stay out
 # of __all__, so that "from tshard import *" never hides the builtins from the importing code.
