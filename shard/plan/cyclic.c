@@ -327,3 +327,81 @@ int ts_attr_from_scalapack_desc(const int desc[9], int nprow, int npcol, char or
   }
   return rc;
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * Moving the shared elements of two part tuples */
+
+int64_t ts_overlay_src_extent(const ts_overlay *o, int64_t a) {
+  return ts_deal_owned_before(&o->src, a, o->src.len);
+}
+
+int64_t ts_overlay_tgt_extent(const ts_overlay *o, int64_t b) {
+  return ts_deal_owned_before(&o->tgt, b, o->tgt.len);
+}
+
+/* One move: per dim its shared runs and the local strides (elements) of both ends. */
+typedef struct mover {
+  int ndim;
+  size_t esize;
+  ts_run *runs[TS_MAX_DIMS];
+  int64_t nruns[TS_MAX_DIMS];
+  int64_t sstride[TS_MAX_DIMS], tstride[TS_MAX_DIMS];
+  const char *from;
+  char *to;
+  ts_cyclic_mode mode;
+  int64_t packed; /* elements through the contiguous buffer so far */
+} mover;
+
+/* Dim d onward, from source offset so and target offset to (elements). */
+static void move_dims(mover *m, int d, int64_t so, int64_t to) {
+  size_t es = m->esize;
+  for (int64_t r = 0; r < m->nruns[d]; r++) {
+    const ts_run *run = &m->runs[d][r];
+    int64_t s0 = so + run->src_local * m->sstride[d], t0 = to + run->tgt_local * m->tstride[d];
+    if (d + 1 < m->ndim) {
+      for (int64_t i = 0; i < run->len; i++)
+        move_dims(m, d + 1, s0 + i * m->sstride[d], t0 + i * m->tstride[d]);
+      continue;
+    }
+    size_t bytes = (size_t)run->len * es;
+    if (m->mode == TS_CYCLIC_COPY)
+      memcpy(m->to + (size_t)t0 * es, m->from + (size_t)s0 * es, bytes);
+    else if (m->mode == TS_CYCLIC_PACK)
+      memcpy(m->to + (size_t)m->packed * es, m->from + (size_t)s0 * es, bytes);
+    else
+      memcpy(m->to + (size_t)t0 * es, m->from + (size_t)m->packed * es, bytes);
+    m->packed += run->len;
+  }
+}
+
+int64_t ts_cyclic_pair_move(int ndim, ts_overlay *const *ov, const int64_t *sp,
+                            const int64_t *tp, size_t esize, const void *from, void *to,
+                            ts_cyclic_mode mode) {
+  mover m = {.ndim = ndim, .esize = esize, .from = from, .to = to, .mode = mode};
+  if (ndim == 0) {
+    memcpy(to, from, esize);
+    return 1;
+  }
+  int64_t total = 1, ss = 1, ts = 1;
+  for (int d = ndim - 1; d >= 0; d--) {
+    m.sstride[d] = ss;
+    m.tstride[d] = ts;
+    ss *= ts_overlay_src_extent(ov[d], sp[d]);
+    ts *= ts_overlay_tgt_extent(ov[d], tp[d]);
+    m.nruns[d] = ts_overlay_pair_count(ov[d], sp[d], tp[d]);
+    total *= ts_overlay_pair_len(ov[d], sp[d], tp[d]);
+  }
+  int rc = 0;
+  for (int d = 0; d < ndim && total > 0; d++) {
+    m.runs[d] = malloc((size_t)(m.nruns[d] > 0 ? m.nruns[d] : 1) * sizeof(ts_run));
+    if (!m.runs[d])
+      rc = -1;
+    else
+      ts_overlay_pair_runs(ov[d], sp[d], tp[d], 0, m.runs[d], m.nruns[d]);
+  }
+  if (rc == 0 && total > 0)
+    move_dims(&m, 0, 0, 0);
+  for (int d = 0; d < ndim; d++)
+    free(m.runs[d]);
+  return rc ? -1 : total;
+}

@@ -162,6 +162,20 @@ int64_t ts_overlay_pair_runs(const ts_overlay *o, int64_t a, int64_t b, int64_t 
 int64_t ts_overlay_sources_of(const ts_overlay *o, int64_t b);
 /* The runs of one period (a measure of the overlay's size). */
 int64_t ts_overlay_period_runs(const ts_overlay *o);
+/* The local extent of source part a, and of target part b, along the overlay's dim. */
+int64_t ts_overlay_src_extent(const ts_overlay *o, int64_t a);
+int64_t ts_overlay_tgt_extent(const ts_overlay *o, int64_t b);
+
+/* Moving what a source part tuple sp and a target part tuple tp share (ov[d]: the overlay of dim
+ * d): the product of the dims' shared runs, the innermost dim's runs copied whole. COPY: from the
+ * source's local array (row-major over its local extents) into the target's; PACK: from the
+ * source's local array into a contiguous buffer, in row-major order of the shared elements;
+ * UNPACK: from such a buffer into the target's local array. Both ends of a transfer compute the
+ * same order. Returns the elements moved, or -1 when out of memory. */
+typedef enum { TS_CYCLIC_COPY, TS_CYCLIC_PACK, TS_CYCLIC_UNPACK } ts_cyclic_mode;
+int64_t ts_cyclic_pair_move(int ndim, ts_overlay *const *ov, const int64_t *sp,
+                            const int64_t *tp, size_t esize, const void *from, void *to,
+                            ts_cyclic_mode mode);
 
 /* ---------------------------------------------------------------------------------------------
  * Slice geometry */

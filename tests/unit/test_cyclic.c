@@ -1,7 +1,8 @@
 /* test_cyclic.c - block-cyclic placements without MPI: the text form and its errors, NUMROC
  * against ScaLAPACK's formula and a count, the per-dim overlays of random source and target deals
  * against an element-by-element reference (every shared element in exactly one run, local
- * offsets as counted), the planner's wire bytes against per-element ownership, the ScaLAPACK
+ * offsets as counted), the run-product copy, pack and unpack of what two part tuples share
+ * against element-by-element local arrays, the planner's wire bytes against per-element ownership, the ScaLAPACK
  * descriptor helper and its errors, and the planning time of a 65536 x 65536 matrix on 4096
  * ranks. */
 #include <check.h>
@@ -178,6 +179,95 @@ START_TEST(overlay_vs_elements) {
       ck_assert_int_eq(ts_overlay_sources_of(o, q), sources);
     }
     ts_overlay_destroy(&o);
+  }
+}
+END_TEST
+
+/* The local array of part tuple parts under deals dl (row-major over its local extents), from
+ * the global row-major array g: element by element, local index = owned elements before it. */
+static int64_t local_of(int ndim, const int64_t *shape, const ts_dim_deal *dl,
+                        const int64_t *parts, const int64_t *g, int64_t *local, bool fill) {
+  int64_t ext[3], n = 1, total = 1;
+  for (int d = 0; d < ndim; d++) {
+    ext[d] = before_ref(&dl[d], parts[d], shape[d]);
+    n *= ext[d];
+    total *= shape[d];
+  }
+  for (int64_t i = 0; fill && i < total; i++) {
+    int64_t x[3], rest = i, at = 0;
+    bool mine = true;
+    for (int d = ndim - 1; d >= 0; d--) {
+      x[d] = rest % shape[d];
+      rest /= shape[d];
+    }
+    for (int d = 0; d < ndim && mine; d++) {
+      mine = owner_ref(&dl[d], x[d]) == parts[d];
+      at = at * ext[d] + before_ref(&dl[d], parts[d], x[d]);
+    }
+    if (mine)
+      local[at] = g[i];
+  }
+  return n;
+}
+
+START_TEST(pair_move_vs_elements) {
+  for (int it = 0; it < 1500; it++) {
+    int ndim = 1 + (int)rnd(3);
+    int64_t shape[3], offa[3][8], offb[3][8], sp[3], tp[3], total = 1;
+    ts_dim_deal a[3], b[3];
+    ts_overlay *ov[3];
+    ts_error err;
+    for (int d = 0; d < ndim; d++) {
+      shape[d] = 1 + rnd(11);
+      total *= shape[d];
+      random_deal(shape[d], &a[d], offa[d]);
+      random_deal(shape[d], &b[d], offb[d]);
+      ck_assert_int_eq(ts_overlay_create(&a[d], &b[d], &ov[d], &err), TS_OK);
+      sp[d] = rnd(a[d].nparts);
+      tp[d] = rnd(b[d].nparts);
+    }
+    int64_t *g = malloc((size_t)total * sizeof *g), *src = malloc((size_t)total * sizeof *src);
+    int64_t *want = malloc((size_t)total * sizeof *want), *got = malloc((size_t)total * sizeof *got);
+    int64_t *buf = malloc((size_t)total * sizeof *buf), *got2 = malloc((size_t)total * sizeof *got2);
+    for (int64_t i = 0; i < total; i++)
+      g[i] = 1000 + i;
+    local_of(ndim, shape, a, sp, g, src, true);
+    /* the target's expected array: shared elements from g, the rest untouched (-1) */
+    int64_t nt = local_of(ndim, shape, b, tp, g, want, false), shared = 0;
+    for (int64_t i = 0; i < nt; i++)
+      want[i] = got[i] = got2[i] = -1;
+    int64_t *masked = malloc((size_t)total * sizeof *masked);
+    for (int64_t i = 0; i < total; i++) {
+      int64_t rest = i;
+      bool held = true;
+      for (int d = ndim - 1; d >= 0; d--) {
+        held = held && owner_ref(&a[d], rest % shape[d]) == sp[d];
+        rest /= shape[d];
+      }
+      masked[i] = held ? g[i] : -1; /* what the source holds, in global places */
+    }
+    local_of(ndim, shape, b, tp, masked, want, true);
+    for (int64_t i = 0; i < nt; i++)
+      shared += want[i] >= 0;
+    ck_assert_int_eq(ts_cyclic_pair_move(ndim, ov, sp, tp, 8, src, got, TS_CYCLIC_COPY), shared);
+    ck_assert_int_eq(ts_cyclic_pair_move(ndim, ov, sp, tp, 8, src, buf, TS_CYCLIC_PACK), shared);
+    ck_assert_int_eq(ts_cyclic_pair_move(ndim, ov, sp, tp, 8, buf, got2, TS_CYCLIC_UNPACK),
+                     shared);
+    for (int64_t i = 0; i < nt; i++) {
+      ck_assert_int_eq(got[i], want[i]);
+      ck_assert_int_eq(got2[i], want[i]);
+    }
+    for (int64_t i = 1; i < shared; i++) /* packed in global row-major order */
+      ck_assert(buf[i] > buf[i - 1]);
+    free(g);
+    free(src);
+    free(want);
+    free(got);
+    free(got2);
+    free(buf);
+    free(masked);
+    for (int d = 0; d < ndim; d++)
+      ts_overlay_destroy(&ov[d]);
   }
 }
 END_TEST
@@ -377,6 +467,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, numroc);
   tcase_add_test(tc, overlay_vs_elements);
   tcase_add_test(tc, plan_vs_elements);
+  tcase_add_test(tc, pair_move_vs_elements);
   tcase_add_test(tc, scalapack_desc);
   tcase_add_test(tc, plan_4096_ranks);
   suite_add_tcase(s, tc);
