@@ -11,10 +11,14 @@ equal a per-element numpy count of what each target rank holds and its own sourc
 Text round trips, Shard(d, cyclic=, src=) and descriptor errors (DTYPE_, MB_, RSRC_, LLD_).
 
 With real daemons: storing or resharding into a block-cyclic attribute is refused with
-UNSUPPORTED, naming it, and the tensor resharded keeps its values on every rank.
+UNSUPPORTED, naming it, and the tensor resharded keeps its values on every rank. With README.md
+given: its "From ScaLAPACK" example runs and prints what its comments say.
 
-usage: test_cyclic.py BUILD_BIN_DIR NRANKS"""
+usage: test_cyclic.py BUILD_BIN_DIR NRANKS [README.md]"""
+import contextlib
+import io
 import random
+import re
 import sys
 
 import numpy as np
@@ -160,7 +164,26 @@ def with_daemons():
         c.close()
 
 
+def readme_example(path):
+    text = open(path).read()
+    start = text.index("\n## From ScaLAPACK")
+    section = text[start:text.find("\n## ", start + 1)]
+    code = re.findall(r"```python\n(.*?)```", section, re.S)[0]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        exec(compile(code, "README.md", "exec"), {})
+    printed = buf.getvalue().splitlines()
+    comments = [line.split("# ")[-1].split(":")[-1].strip() if "LOCr" in line else
+                line.split("# ")[-1].strip() for line in code.splitlines()
+                if line.startswith("print(")]
+    check(len(printed) == len(comments), f"README prints {printed}")
+    for got, want in zip(printed, comments):
+        check(got.strip() == want, f"README example printed {got!r}, its comment says {want!r}")
+
+
 rng = random.Random(2026)
+if len(sys.argv) > 3:
+    readme_example(sys.argv[3])
 numroc_and_text(rng)
 scalapack_model(rng)
 offline_plans(rng)
