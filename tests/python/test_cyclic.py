@@ -11,7 +11,8 @@ equal a per-element numpy count of what each target rank holds and its own sourc
 Text round trips, Shard(d, cyclic=, src=) and descriptor errors (DTYPE_, MB_, RSRC_, LLD_).
 
 With real daemons: storing or resharding into a block-cyclic attribute is refused with
-UNSUPPORTED, naming it, and the tensor resharded keeps its values on every rank. With README.md
+UNSUPPORTED, naming it, and the tensor resharded keeps its values on every rank; a checkpoint
+loaded under a block-cyclic attribute is refused the same way, creating nothing. With README.md
 given: its "From ScaLAPACK" example runs and prints what its comments say.
 
 usage: test_cyclic.py BUILD_BIN_DIR NRANKS [README.md]"""
@@ -19,7 +20,9 @@ import contextlib
 import io
 import random
 import re
+import shutil
 import sys
+import tempfile
 
 import numpy as np
 
@@ -161,6 +164,17 @@ def with_daemons():
         for r in range(NP):
             with d.connect(r) as cr:
                 check(np.array_equal(cr.get("x"), x), f"rank {r}: the tensor is unchanged")
+        ckdir = tempfile.mkdtemp(prefix="tshard_cyclic_")
+        try:
+            c.save(ckdir, all=True)
+            c.drop("x")
+            check.expect(20, lambda: c.load(ckdir, attr=cyc), "loading under block-cyclic",
+                         "block-cyclic")
+            check(c.list() == [], f"a refused load creates nothing: {c.list()}")
+            c.load(ckdir)
+            check(np.array_equal(c.get("x"), x), "the checkpoint loads under its own attribute")
+        finally:
+            shutil.rmtree(ckdir, ignore_errors=True)
         c.close()
 
 
