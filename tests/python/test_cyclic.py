@@ -12,7 +12,8 @@ Text round trips, Shard(d, cyclic=, src=) and descriptor errors (DTYPE_, MB_, RS
 
 With real daemons: storing or resharding into a block-cyclic attribute is refused with
 UNSUPPORTED, naming it, and the tensor resharded keeps its values on every rank; a checkpoint
-loaded under a block-cyclic attribute is refused the same way, creating nothing. With README.md
+loaded under a block-cyclic attribute, and an einsum into a block-cyclic output, are refused the
+same way, creating nothing. With README.md
 given: its "From ScaLAPACK" example runs and prints what its comments say.
 
 usage: test_cyclic.py BUILD_BIN_DIR NRANKS [README.md]"""
@@ -164,6 +165,10 @@ def with_daemons():
         for r in range(NP):
             with d.connect(r) as cr:
                 check(np.array_equal(cr.get("x"), x), f"rank {r}: the tensor is unchanged")
+        check.expect(30, lambda: c.einsum("ij->ji", "x", out="xt", attr=f"mesh=[{NP}] "
+                                          f"placements=[S(1,cyclic=2)]"),
+                     "an einsum into a block-cyclic output", "block-cyclic")
+        check("xt" not in c.list(), "a refused einsum creates nothing")
         ckdir = tempfile.mkdtemp(prefix="tshard_cyclic_")
         try:
             c.save(ckdir, all=True)
