@@ -178,6 +178,9 @@ char *ts_plan_explain(const ts_plan *p, int max_ranks) {
     for (int d = 0; d < p->ndim; d++)
       add(&b, " %lld", (long long)ts_overlay_period_runs(p->overlay[d]));
     add(&b, "\n");
+    if (ts_topology_nhosts(p->topo) > 1)
+      add(&b, "note: host link costs are not computed for block-cyclic plans (strategies "
+              "compared by bytes on the wire)\n");
   }
   if (p->send_estimated)
     add(&b, "note: per-rank send bytes of the replicated source are an even-share estimate\n");
