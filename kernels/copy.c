@@ -156,7 +156,7 @@ static int factor_range(const ts_layout *sl, int64_t s_start, const ts_layout *d
   return rc;
 }
 
-static int64_t gcd64(int64_t a, int64_t b) {
+int64_t ts_gcd64(int64_t a, int64_t b) {
   while (b) {
     int64_t t = a % b;
     a = b;
@@ -175,7 +175,7 @@ static int lower_dim(const ts_layout *sl, int64_t s_start, const ts_layout *dl, 
     seg.nodes[0] = (node){n, sl->strides[d] * es, dl->strides[d] * ed};
     return push_segment(out, &seg);
   }
-  int64_t period = bs / gcd64(bs, bd) * bd;
+  int64_t period = bs / ts_gcd64(bs, bd) * bd;
   if (period > MAX_PERIOD)
     return ts_error_set(err, TS_UNSUPPORTED,
                         "dim %d: source blocks of %lld and destination blocks of %lld repeat only "

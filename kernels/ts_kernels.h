@@ -47,6 +47,8 @@ typedef enum {
 
 bool ts_dtype_valid(int dtype);
 size_t ts_dtype_size(ts_dtype dt);     /* bytes per element; 0 for an invalid dtype */
+/* The greatest common divisor of two non-negative integers (0 when both are 0). */
+int64_t ts_gcd64(int64_t a, int64_t b);
 bool ts_dtype_is_float(ts_dtype dt);   /* f32, f64, f16, bf16, f8_e4m3, f8_e5m2 (real floats) */
 /* c64 (two f32: real, imaginary; numpy's complex64) and c128 (two f64; complex128). */
 bool ts_dtype_is_complex(ts_dtype dt);

@@ -1379,6 +1379,9 @@ static int exec_stages(ts_world *w, const ts_plan *p, const ts_tensor *src, cons
 int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const char *tgt_tag,
                     const ts_exec_opts *opts, ts_tensor *out, ts_exec_report *report,
                     ts_error *err) {
+  if (p && p->cyclic) /* every rank holds the same plan: all refuse before any exchange */
+    return ts_error_set(err, TS_UNSUPPORTED, "moving block-cyclic data is not supported yet; "
+                        "block-cyclic attributes are planned only (tshard plan)");
   if (p && p->chosen == TS_STRATEGY_HIER)
     return exec_stages(w, p, src, tgt_tag, opts, out, report, err);
   return exec_one(w, p, src, tgt_tag, p ? ts__plan_avg_count(p) : 1, opts, out, report, err);
@@ -1391,7 +1394,7 @@ int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
 
 bool ts_exec_coalescable(const ts_plan *p, const char *src_tag, const char *tgt_tag) {
   if (!p || (src_tag && src_tag[0]) || (tgt_tag && tgt_tag[0]) ||
-      p->chosen == TS_STRATEGY_HIER)
+      p->chosen == TS_STRATEGY_HIER || p->cyclic)
     return false;
   if (p->src->npartial > 1 || p->tgt->npartial > 1)
     return false;

@@ -38,6 +38,15 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
     set_tests_properties(test_python_relabel_np${np} PROPERTIES TIMEOUT 300
                          ENVIRONMENT "${TS_PY_ENV}")
   endforeach()
+  # Block-cyclic placements: NUMROC, ScaLAPACK descriptors and local arrays against numpy models,
+  # offline plans against per-element counts, and the daemons refusing block-cyclic storage.
+  foreach(np 2 4)
+    add_test(NAME test_python_cyclic_np${np}
+             COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_cyclic.py
+                     ${TS_BIN} ${np} ${CMAKE_SOURCE_DIR}/README.md)
+    set_tests_properties(test_python_cyclic_np${np} PROPERTIES TIMEOUT 300
+                         ENVIRONMENT "${TS_PY_ENV}")
+  endforeach()
   # The partial ops avg and prod (and sum, max) through every strategy that applies, against
   # numpy, at 2, 3, 4 and 6 ranks (a few seconds each); avg of integers refused.
   foreach(np 2 3 4 6)

@@ -7,6 +7,9 @@ tshard_unit_test(test_attr_chunk ${CMAKE_CURRENT_LIST_DIR}/unit/test_attr_chunk.
 target_link_libraries(test_attr_chunk PRIVATE tsplan)
 tshard_unit_test(test_plan ${CMAKE_CURRENT_LIST_DIR}/unit/test_plan.c)
 target_link_libraries(test_plan PRIVATE tsplan)
+# Block-cyclic placements: text form, NUMROC, overlays and plans against per-element references.
+tshard_unit_test(test_cyclic ${CMAKE_CURRENT_LIST_DIR}/unit/test_cyclic.c)
+target_link_libraries(test_cyclic PRIVATE tsplan)
 tshard_unit_test(test_topology ${CMAKE_CURRENT_LIST_DIR}/unit/test_topology.c)
 target_link_libraries(test_topology PRIVATE tsplan)
 tshard_unit_test(test_relabel ${CMAKE_CURRENT_LIST_DIR}/unit/test_relabel.c)

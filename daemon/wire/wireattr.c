@@ -47,6 +47,8 @@ int tsd_attr_from_msg(const Tshard__DistAttr *m, ts_attr **out, ts_error *err) {
         return ts_error_set(err, TS_BAD_ATTRIBUTE, "placement %zu: split rule %d; valid: "
                             "0 balanced, 1 chunk", i, (int)p->split);
       place[i] = ts_shard_rule(p->dim, (ts_split_rule)p->split);
+      place[i].cyclic = p->cyclic; /* 0: the plain split */
+      place[i].src = p->src;
       break;
     case TSHARD__PLACEMENT_KIND__REPLICATE:
       place[i] = ts_replicate();
@@ -140,6 +142,8 @@ int tsd_attr_to_msg(const ts_attr *a, Tshard__DistAttr *m, ts_error *err) {
     p->dim = a->place[i].kind == TS_PLACE_SHARD ? a->place[i].dim : 0;
     p->op = (Tshard__ReduceOp)a->place[i].op;
     p->split = (Tshard__SplitRule)a->place[i].split;
+    p->cyclic = a->place[i].kind == TS_PLACE_SHARD ? a->place[i].cyclic : 0;
+    p->src = a->place[i].kind == TS_PLACE_SHARD ? a->place[i].src : 0;
   }
   for (int d = -TS_MAX_DIMS; d < TS_MAX_DIMS; d++) {
     int n;

@@ -5,7 +5,10 @@
  * optional explicit split sizes per tensor dim. Structure that does not depend on a tensor (mesh
  * sizes, rank list, placement kinds, split rules) is checked when the attribute is built; what
  * does (dims named by placements, split sizes, ranks inside the world) is checked by
- * ts_attr_validate. ts_attr_split_offsets is the one function that cuts a dim into parts. */
+ * ts_attr_validate. ts_attr_split_offsets is the one function that cuts a dim into parts. A
+ * block-cyclic shard (S(d,cyclic=NB,src=S)) has a block size of at least 1, a source coordinate
+ * inside its mesh dim, the balanced rule, no other mesh dim sharding the same tensor dim and no
+ * explicit splits. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,7 +69,38 @@ const char *ts_split_rule_name(ts_split_rule r) {
   return (int)r >= 0 && r < TS_SPLIT_COUNT ? names[r] : NULL;
 }
 
-static int check_placement(const ts_placement *p, int m, ts_error *err) {
+/* A block-cyclic shard: block size >= 1, src a coordinate of its mesh dim (size msize), no split
+ * rule (its blocks set its parts). */
+static int check_cyclic(const ts_placement *p, int m, int64_t msize, ts_error *err) {
+  if (p->kind != TS_PLACE_SHARD && (p->cyclic != 0 || p->src != 0))
+    return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                        "placement %d: cyclic=/src= apply to a shard only, as in "
+                        "S(0,cyclic=64)", m);
+  if (p->cyclic < 0 || p->cyclic > TS_CYCLIC_BLOCK_MAX)
+    return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                        "placement %d: cyclic block size %lld; valid: 1 to %lld", m,
+                        (long long)p->cyclic, (long long)TS_CYCLIC_BLOCK_MAX);
+  if (p->cyclic == 0 && p->src != 0)
+    return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                        "placement %d: src=%lld without a cyclic block size; write "
+                        "S(%d,cyclic=NB,src=%lld)", m, (long long)p->src, p->dim,
+                        (long long)p->src);
+  if (p->src < 0 || p->src >= msize)
+    return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                        "placement %d: src=%lld but the mesh dim has size %lld (valid: src=0 to "
+                        "%lld)", m, (long long)p->src, (long long)msize, (long long)msize - 1);
+  if (p->cyclic > 0 && p->split != TS_SPLIT_BALANCED)
+    return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                        "placement %d deals dim %d block-cyclically and names the %s rule; a "
+                        "cyclic dim has no split rule (its blocks set its parts)", m, p->dim,
+                        ts_split_rule_name(p->split) ? ts_split_rule_name(p->split) : "?");
+  return TS_OK;
+}
+
+static int check_placement(const ts_placement *p, int m, int64_t msize, ts_error *err) {
+  int rc = check_cyclic(p, m, msize, err);
+  if (rc)
+    return rc;
   switch (p->kind) {
   case TS_PLACE_SHARD:
     if (p->dim < -TS_MAX_DIMS || p->dim >= TS_MAX_DIMS)
@@ -149,6 +183,27 @@ int ts__attr_check_splits_rule(const ts_attr *a, ts_error *err) {
                           "dim %d is given both explicit split sizes and the chunk rule; give "
                           "one or the other (explicit sizes set every part: write S(%d))", d, d);
   return TS_OK;
+/* A block-cyclic tensor dim is dealt along one mesh dim only (as ScaLAPACK deals rows over
+ * the process rows): no other placement may shard it. */
+static int check_cyclic_dims(int mesh_ndim, const ts_placement *place, ts_error *err) {
+  for (int m = 0; m < mesh_ndim; m++) {
+    if (place[m].kind != TS_PLACE_SHARD || place[m].cyclic == 0)
+      continue;
+    for (int k = 0; k < mesh_ndim; k++)
+      if (k != m && place[k].kind == TS_PLACE_SHARD && place[k].dim == place[m].dim)
+        return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                            "placements %d and %d both shard dim %d, which placement %d deals "
+                            "block-cyclically; a cyclic dim is sharded by one mesh dim only",
+                            m < k ? m : k, m < k ? k : m, place[m].dim, m);
+  }
+  return TS_OK;
+}
+
+bool ts_attr_is_cyclic(const ts_attr *a) {
+  for (int m = 0; a && m < a->mesh_ndim; m++)
+    if (a->place[m].kind == TS_PLACE_SHARD && a->place[m].cyclic > 0)
+      return true;
+  return false;
 }
 
 int ts_attr_create(ts_attr **out, int mesh_ndim, const int64_t *mesh_shape, const int *ranks,
@@ -170,9 +225,10 @@ int ts_attr_create(ts_attr **out, int mesh_ndim, const int64_t *mesh_shape, cons
   if (rc)
     return rc;
   for (int m = 0; m < mesh_ndim; m++)
-    if ((rc = check_placement(&place[m], m, err)))
+    if ((rc = check_placement(&place[m], m, mesh_shape[m], err)))
       return rc;
-  if ((rc = check_partial_ops(mesh_ndim, place, err)) || (rc = check_rules(mesh_ndim, place, err)))
+  if ((rc = check_partial_ops(mesh_ndim, place, err)) || (rc = check_rules(mesh_ndim, place, err)) ||
+      (rc = check_cyclic_dims(mesh_ndim, place, err)))
     return rc;
   ts_attr *a = calloc(1, sizeof *a);
   if (!a)
@@ -267,7 +323,8 @@ bool ts_attr_equal(const ts_attr *a, const ts_attr *b) {
     const ts_placement *x = &a->place[m], *y = &b->place[m];
     if (a->mesh_shape[m] != b->mesh_shape[m] || x->kind != y->kind)
       return false;
-    if (x->kind == TS_PLACE_SHARD && (x->dim != y->dim || x->split != y->split))
+    if (x->kind == TS_PLACE_SHARD && (x->dim != y->dim || x->split != y->split ||
+                                      x->cyclic != y->cyclic || x->src != y->src))
       return false;
     if (x->kind == TS_PLACE_PARTIAL && x->op != y->op)
       return false;
@@ -330,7 +387,7 @@ int ts_attr_validate(const ts_attr *a, int ndim, const int64_t *shape, int world
                             "rank %d is outside the world; valid ranks are 0 to %d", a->ranks[i],
                             world_size - 1);
   for (int m = 0; m < a->mesh_ndim; m++) {
-    if ((rc = check_placement(&a->place[m], m, err)))
+    if ((rc = check_placement(&a->place[m], m, a->mesh_shape[m], err)))
       return rc;
     if (a->place[m].kind == TS_PLACE_SHARD && a->place[m].dim >= ndim)
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
@@ -340,11 +397,17 @@ int ts_attr_validate(const ts_attr *a, int ndim, const int64_t *shape, int world
   }
   if ((rc = check_partial_ops(a->mesh_ndim, a->place, err)) ||
       (rc = check_rules(a->mesh_ndim, a->place, err)) ||
-      (rc = ts__attr_check_splits_rule(a, err)))
+      (rc = ts__attr_check_splits_rule(a, err)) ||
+      (rc = check_cyclic_dims(a->mesh_ndim, a->place, err)))
     return rc;
   for (int d = 0; d < TS_MAX_DIMS; d++) {
     if (!a->splits[d])
       continue;
+    for (int m = 0; m < a->mesh_ndim; m++)
+      if (a->place[m].kind == TS_PLACE_SHARD && a->place[m].dim == d && a->place[m].cyclic)
+        return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                            "splits given for dim %d, which placement %d deals block-cyclically "
+                            "(its parts are set by the block size)", d, m);
     if (d >= ndim)
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
                           "splits given for dim %d but the tensor has %d dims", d, ndim);

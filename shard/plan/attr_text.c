@@ -13,21 +13,25 @@
  *   places     := "[" item { "," item } [","] "]"           or "(" ... ")"
  *   item       := place | name ":" place                   positional (one per mesh dim) or
  *                                                          all named by axis (others are R)
- *   place      := "S" "(" dim [ "," rule ] ")"
- *               | "Shard" "(" [ "dim" "=" ] dim [ "," [ "split" "=" ] rule ] ")"
+ *   place      := "S" "(" dim [ "," opts ] ")"
+ *               | "Shard" "(" [ "dim" "=" ] dim [ "," opts ] ")"
  *               | "R" | "Replicate" [ "(" ")" ]
  *               | ("P" | "Partial") [ "(" [ [ "reduce_op" "=" ] opq ] ")" ]   default sum
  *   opq        := op | "'" op "'" | '"' op '"'             op: sum, avg, prod, max, min
  *   dim        := [ "-" ] int                              -1 is the last dim, -2 the one before
+ *   opts       := [ "split" "=" ] rule | cyc
  *   rule       := "balanced" | "chunk"                     default balanced; chunk: torch.chunk's
+ *   cyc        := "cyclic" "=" int [ "," "src" "=" int ]   block-cyclic: block size >= 1,
+ *                                                          src the coordinate of block 0
  *   splits     := "{" dim ":" "[" int { "," int } "]" { "," ... } "}"   dims increasing
  *   name       := [A-Za-z_][A-Za-z0-9_]*                   a mesh axis: at most 15 bytes
  *
  * Without "@ranks" the mesh is over ranks 0..n-1. The canonical form (what ts_attr_format
- * writes) uses the short placements in mesh-dim order (S(d) for balanced, S(d,chunk); a negative
- * dim stays as written until the attribute meets a tensor), keeps the axis names in the mesh,
- * always writes the rank list, writes runs of two or more consecutive ranks as "a-b", separates
- * fields by one space and has no other blanks. Errors give the column (1-based, in bytes) of the
+ * writes) uses the short placements in mesh-dim order (S(d) for balanced, S(d,chunk),
+ * S(d,cyclic=NB) and S(d,cyclic=NB,src=S) when src is not 0; a negative dim stays as written
+ * until the attribute meets a tensor), keeps the axis names in the mesh, always writes the rank
+ * list, writes runs of two or more consecutive ranks as "a-b", separates fields by one space and
+ * has no other blanks. Errors give the column (1-based, in bytes) of the
  * offending character and what was expected there. client/python/tshard/attr.py is a port of this
  * parser; tests/grammar/attr_corpus.jsonl keeps the two in lock-step: change both and the corpus
  * together. */
@@ -311,7 +315,7 @@ static int parse_rule(parser *p, ts_split_rule *out) {
       return TS_OK;
     }
   p->pos = rule_at;
-  return fail(p, "a split rule: balanced or chunk");
+  return fail(p, "a split rule (balanced or chunk) or \"cyclic=\" and a block size");
 }
 
 static const char *const PLACEMENT_EXPECTED =
@@ -341,6 +345,43 @@ static int parse_op(parser *p, ts_reduce_op *out) {
   return fail(p, "a reduce op: sum, avg, prod, max or min");
 }
 
+/* What may follow a shard's dim: [ "," ( rule | "cyclic" "=" int [ "," "src" "=" int ] ) ]. The
+ * range of src is checked with the mesh (ts_attr_create). */
+static int parse_shard_opts(parser *p, ts_placement *out) {
+  if (!tok(p, ","))
+    return TS_OK;
+  blanks(p);
+  size_t at = p->pos;
+  char name[NAME_BUF];
+  read_name(p, name);
+  if (strcmp(name, "cyclic") != 0) {
+    p->pos = at;
+    return parse_rule(p, &out->split);
+  }
+  int rc = expect(p, "=");
+  blanks(p);
+  size_t nb_at = p->pos;
+  if (rc || (rc = parse_int(p, TS_CYCLIC_BLOCK_MAX, "a block size", &out->cyclic)))
+    return rc;
+  if (out->cyclic < 1) {
+    p->pos = nb_at;
+    return fail(p, "a block size of at least 1");
+  }
+  if (!tok(p, ","))
+    return TS_OK;
+  blanks(p);
+  at = p->pos;
+  read_name(p, name);
+  if (strcmp(name, "src") != 0) {
+    p->pos = at;
+    return fail(p, "\"src=\" and the mesh coordinate of the first block, as in "
+                   "S(0,cyclic=64,src=1)");
+  }
+  if ((rc = expect(p, "=")))
+    return rc;
+  return parse_int(p, INT_MAX, "a mesh coordinate", &out->src);
+}
+
 /* One placement, from its first non-blank character. */
 static int parse_placement(parser *p, ts_placement *out) {
   int rc;
@@ -364,10 +405,9 @@ static int parse_placement(parser *p, ts_placement *out) {
     int64_t d;
     if ((rc = parse_dim(p, &d)))
       return rc;
-    ts_split_rule rule = TS_SPLIT_BALANCED;
-    if (tok(p, ",") && (rc = parse_rule(p, &rule)))
+    *out = ts_shard_on((int)d);
+    if ((rc = parse_shard_opts(p, out)))
       return rc;
-    *out = ts_shard_rule((int)d, rule);
     return expect(p, ")");
   }
   if (strcmp(name, "R") == 0 || strcmp(name, "Replicate") == 0) {
@@ -507,8 +547,13 @@ static int check_splits(const ts_attr *a, ts_error *err) {
     if (!ts_attr_splits(a, d, &n))
       continue;
     bool sharded = false;
-    for (int m = 0; m < a->mesh_ndim; m++)
+    for (int m = 0; m < a->mesh_ndim; m++) {
       sharded |= a->place[m].kind == TS_PLACE_SHARD && a->place[m].dim == d;
+      if (a->place[m].kind == TS_PLACE_SHARD && a->place[m].dim == d && a->place[m].cyclic)
+        return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                            "attribute: splits given for dim %d, which placement %d deals "
+                            "block-cyclically (its parts are set by the block size)", d, m);
+    }
     if (!sharded)
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
                           "attribute: splits given for dim %d, which no placement shards", d);
@@ -684,6 +729,14 @@ size_t ts_attr_format(const ts_attr *a, char *buf, size_t cap) {
     if (pl->kind == TS_PLACE_SHARD) {
       put(&w, "S(");
       put_int(&w, pl->dim);
+      if (pl->cyclic > 0) {
+        put(&w, ",cyclic=");
+        put_int(&w, pl->cyclic);
+      }
+      if (pl->cyclic > 0 && pl->src > 0) {
+        put(&w, ",src=");
+        put_int(&w, pl->src);
+      }
       put(&w, pl->split == TS_SPLIT_CHUNK ? ",chunk)" : ")");
     } else if (pl->kind == TS_PLACE_REPLICATE) {
       put(&w, "R");

@@ -6,7 +6,10 @@
  * from world rank to mesh position. Boxes (a range per dim) are computed from split points; the
  * parts meeting a range are found by binary search over the sorted split points, so the planner
  * never compares every rank with every other. Also here: box intersection and the chunking of a
- * box into slabs bounded in bytes, which both ends of a transfer compute identically. */
+ * box into slabs bounded in bytes, which both ends of a transfer compute identically. The geom of
+ * a block-cyclic attribute (ts__geom_create_any, for the planner) keeps the mesh bookkeeping;
+ * the split points of its cyclic dims are a balanced split standing in for the real holdings,
+ * which shard/plan/cyclic.c computes. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +75,22 @@ const ts_attr *ts_geom_attr(const ts_geom *g) { return g->attr; }
 
 int ts_geom_create(const ts_attr *a, int ndim, const int64_t *shape, ts_geom **out,
                    ts_error *err) {
+  if (!out)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_geom_create: NULL output");
+  *out = NULL;
+  if (a && ts_attr_is_cyclic(a)) {
+    char text[256];
+    size_t n = ts_attr_format(a, text, sizeof text);
+    return ts_error_set(err, TS_UNSUPPORTED,
+                        "%s%s: a block-cyclic attribute is planned (tshard plan) but its slices "
+                        "are not boxes, and storing, moving or saving block-cyclic tensors is "
+                        "not supported yet", text, n >= sizeof text ? "..." : "");
+  }
+  return ts__geom_create_any(a, ndim, shape, out, err);
+}
+
+int ts__geom_create_any(const ts_attr *a, int ndim, const int64_t *shape, ts_geom **out,
+                        ts_error *err) {
   if (!out)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_geom_create: NULL output");
   *out = NULL;

@@ -58,6 +58,8 @@ void ts_plan_destroy(ts_plan **p) {
   ts_geom_destroy(&pl->src);
   ts_geom_destroy(&pl->tgt);
   ts_topology_destroy(&pl->topo);
+  for (int d = 0; d < TS_MAX_DIMS; d++)
+    ts_overlay_destroy(&pl->overlay[d]);
   for (int i = 0; i < pl->nstages; i++)
     ts_plan_destroy(&pl->stages[i]);
   free(pl->union_ranks);
@@ -249,6 +251,9 @@ void ts_rank_plan_clear(ts_rank_plan *rp) {
 int ts_plan_rank(const ts_plan *p, int rank, ts_rank_plan *out, ts_error *err) {
   memset(out, 0, sizeof *out);
   out->rank = rank;
+  if (p->cyclic)
+    return ts_error_set(err, TS_UNSUPPORTED, "a block-cyclic plan moves run lists, not boxes: "
+                        "it has no per-rank box transfers");
   const ts_geom *sg = p->src, *tg = p->tgt;
   int64_t si = ts_geom_mesh_index(sg, rank), ti = ts_geom_mesh_index(tg, rank);
   out->in_src = si >= 0;
@@ -922,6 +927,61 @@ static int choose(ts_plan *p, ts_strategy forced, ts_error *err) {
   return TS_OK;
 }
 
+/* Every strategy of a plan of box slices: applies or why not, and its costs (hierarchical with
+ * the host costs). */
+static int evaluate(ts_plan *p, ts_strategy strategy, ts_error *err) {
+  int rc = TS_OK;
+  const char *why;
+  for (int s = 1; s < TS_STRATEGY_COUNT; s++)
+    p->why_not[s] = "";
+  ts_plan_costs *c = p->costs;
+  bool ok = local_applies(p, &why, err, &rc);
+  if (rc)
+    return rc;
+  p->applies[TS_STRATEGY_LOCAL] = ok;
+  p->why_not[TS_STRATEGY_LOCAL] = ok ? "" : why;
+  memset(&c[TS_STRATEGY_LOCAL], 0, sizeof c[0]);
+
+  ok = allreduce_applies(p, &c[TS_STRATEGY_ALLREDUCE], &why);
+  p->applies[TS_STRATEGY_ALLREDUCE] = ok;
+  p->why_not[TS_STRATEGY_ALLREDUCE] = ok ? "" : why;
+
+  ok = reduce_scatter_applies(p, &c[TS_STRATEGY_REDUCE_SCATTER], &why, err, &rc);
+  if (rc)
+    return rc;
+  p->applies[TS_STRATEGY_REDUCE_SCATTER] = ok;
+  p->why_not[TS_STRATEGY_REDUCE_SCATTER] = ok ? "" : why;
+
+  /* allgather: along one mesh dim when that applies (never more bytes), else the whole group. */
+  p->gather_dim = -1;
+  ok = line_gather_applies(p, &c[TS_STRATEGY_ALLGATHER]) ||
+       gather_applies(p, TS_STRATEGY_ALLGATHER, &c[TS_STRATEGY_ALLGATHER], &why);
+  p->applies[TS_STRATEGY_ALLGATHER] = ok;
+  p->why_not[TS_STRATEGY_ALLGATHER] = ok ? "" : why;
+  ok = gather_applies(p, TS_STRATEGY_ROOT, &c[TS_STRATEGY_ROOT], &why);
+  p->applies[TS_STRATEGY_ROOT] = ok;
+  p->why_not[TS_STRATEGY_ROOT] = ok ? "" : why;
+
+  if ((rc = intersection_costs(p, &c[TS_STRATEGY_P2P], err)))
+    return rc;
+  const char *keeps = keeps_some_ops(p);
+  p->applies[TS_STRATEGY_P2P] = !keeps;
+  p->why_not[TS_STRATEGY_P2P] = keeps ? keeps : "";
+  p->min_wire = c[TS_STRATEGY_P2P].wire_bytes;
+  c[TS_STRATEGY_ALLTOALL] = c[TS_STRATEGY_P2P];
+  p->applies[TS_STRATEGY_ALLTOALL] = p->same_group && !keeps;
+  p->why_not[TS_STRATEGY_ALLTOALL] =
+      keeps ? keeps : p->same_group ? "" : "the source and target groups differ (use p2p)";
+
+  bool hier = strategy == TS_STRATEGY_AUTO || strategy == TS_STRATEGY_HIER;
+  if ((rc = host_costs(p, hier, err)))
+    return rc;
+  for (int s = 1; s < TS_STRATEGY_COUNT; s++)
+    if (s != TS_STRATEGY_HIER) /* hierarchical: its stages' sum (plan_hier.c) */
+      c[s].time_ns = p->applies[s] ? ts__plan_time_ns(p, &c[s]) : 0;
+  return TS_OK;
+}
+
 int ts_plan_create(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr *src,
                    const ts_attr *tgt, const ts_plan_opts *opts, ts_plan **out, ts_error *err) {
   return ts_plan_create_on(ndim, shape, dt, src, tgt, opts, NULL, out, err);
@@ -975,8 +1035,9 @@ int ts_plan_create_on(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr
   p->esize = ts_dtype_size(dt);
   p->staging = o.staging_bytes;
   p->topo = ts_topology_ref(topo);
-  if ((rc = ts_geom_create(src, ndim, shape, &p->src, err)) ||
-      (rc = ts_geom_create(tgt, ndim, shape, &p->tgt, err)) || (rc = build_union(p, err))) {
+  p->cyclic = ts_attr_is_cyclic(src) || ts_attr_is_cyclic(tgt);
+  if ((rc = ts__geom_create_any(src, ndim, shape, &p->src, err)) ||
+      (rc = ts__geom_create_any(tgt, ndim, shape, &p->tgt, err)) || (rc = build_union(p, err))) {
     ts_plan_destroy(&p);
     return rc;
   }
@@ -985,63 +1046,11 @@ int ts_plan_create_on(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr
   if (p->pair_chunk < (int64_t)p->esize)
     p->pair_chunk = (int64_t)p->esize;
 
-  /* Every strategy: applies or why not, and its costs (hierarchical with the host costs). */
-  const char *why;
-  for (int s = 1; s < TS_STRATEGY_COUNT; s++)
-    p->why_not[s] = "";
-  ts_plan_costs *c = p->costs;
-  bool ok = local_applies(p, &why, err, &rc);
+  rc = p->cyclic ? ts__plan_cyclic(p, keeps_some_ops(p), err) : evaluate(p, o.strategy, err);
   if (rc) {
     ts_plan_destroy(&p);
     return rc;
   }
-  p->applies[TS_STRATEGY_LOCAL] = ok;
-  p->why_not[TS_STRATEGY_LOCAL] = ok ? "" : why;
-  memset(&c[TS_STRATEGY_LOCAL], 0, sizeof c[0]);
-
-  ok = allreduce_applies(p, &c[TS_STRATEGY_ALLREDUCE], &why);
-  p->applies[TS_STRATEGY_ALLREDUCE] = ok;
-  p->why_not[TS_STRATEGY_ALLREDUCE] = ok ? "" : why;
-
-  ok = reduce_scatter_applies(p, &c[TS_STRATEGY_REDUCE_SCATTER], &why, err, &rc);
-  if (rc) {
-    ts_plan_destroy(&p);
-    return rc;
-  }
-  p->applies[TS_STRATEGY_REDUCE_SCATTER] = ok;
-  p->why_not[TS_STRATEGY_REDUCE_SCATTER] = ok ? "" : why;
-
-  /* allgather: along one mesh dim when that applies (never more bytes), else the whole group. */
-  p->gather_dim = -1;
-  ok = line_gather_applies(p, &c[TS_STRATEGY_ALLGATHER]) ||
-       gather_applies(p, TS_STRATEGY_ALLGATHER, &c[TS_STRATEGY_ALLGATHER], &why);
-  p->applies[TS_STRATEGY_ALLGATHER] = ok;
-  p->why_not[TS_STRATEGY_ALLGATHER] = ok ? "" : why;
-  ok = gather_applies(p, TS_STRATEGY_ROOT, &c[TS_STRATEGY_ROOT], &why);
-  p->applies[TS_STRATEGY_ROOT] = ok;
-  p->why_not[TS_STRATEGY_ROOT] = ok ? "" : why;
-
-  if ((rc = intersection_costs(p, &c[TS_STRATEGY_P2P], err))) {
-    ts_plan_destroy(&p);
-    return rc;
-  }
-  const char *keeps = keeps_some_ops(p);
-  p->applies[TS_STRATEGY_P2P] = !keeps;
-  p->why_not[TS_STRATEGY_P2P] = keeps ? keeps : "";
-  p->min_wire = c[TS_STRATEGY_P2P].wire_bytes;
-  c[TS_STRATEGY_ALLTOALL] = c[TS_STRATEGY_P2P];
-  p->applies[TS_STRATEGY_ALLTOALL] = p->same_group && !keeps;
-  p->why_not[TS_STRATEGY_ALLTOALL] =
-      keeps ? keeps : p->same_group ? "" : "the source and target groups differ (use p2p)";
-
-  bool hier = o.strategy == TS_STRATEGY_AUTO || o.strategy == TS_STRATEGY_HIER;
-  if ((rc = host_costs(p, hier, err))) {
-    ts_plan_destroy(&p);
-    return rc;
-  }
-  for (int s = 1; s < TS_STRATEGY_COUNT; s++)
-    if (s != TS_STRATEGY_HIER) /* hierarchical: its stages' sum (plan_hier.c) */
-      c[s].time_ns = p->applies[s] ? ts__plan_time_ns(p, &c[s]) : 0;
   if ((rc = choose(p, o.strategy, err))) {
     ts_plan_destroy(&p);
     return rc;

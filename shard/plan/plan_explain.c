@@ -79,6 +79,28 @@ static void add_hosts(sbuf *b, const ts_plan *p) {
       ts_topology_rate_given(p->topo, TS_LINK_CROSS) ? "set" : "default");
 }
 
+/* A rank's slice: its box, or for a block-cyclic attribute its local extents (the elements it
+ * holds per dim, its blocks concatenated); "-" when the rank is not in the mesh. */
+static void add_slice(sbuf *b, const ts_plan *p, const ts_geom *g, int rank) {
+  int64_t i = ts_geom_mesh_index(g, rank), parts[TS_MAX_DIMS];
+  ts_box box;
+  if (i < 0) {
+    add(b, "-");
+  } else if (!p->cyclic) {
+    ts_geom_index_box(g, i, &box);
+    add_box(b, &box);
+  } else {
+    ts__geom_decompose(g, i, parts, NULL, NULL);
+    add(b, "local[");
+    for (int d = 0; d < p->ndim; d++) {
+      ts_dim_deal dd;
+      ts__geom_deal(g, d, &dd);
+      add(b, "%s%lld", d ? "," : "", (long long)ts_deal_owned_before(&dd, parts[d], dd.len));
+    }
+    add(b, "]");
+  }
+}
+
 char *ts_plan_explain(const ts_plan *p, int max_ranks) {
   sbuf b = {0};
   if (max_ranks <= 0)
@@ -151,6 +173,15 @@ char *ts_plan_explain(const ts_plan *p, int max_ranks) {
     } else
       add(&b, "  %-15s does not apply: %s\n", ts_strategy_name((ts_strategy)s), p->why_not[s]);
   }
+  if (p->cyclic) {
+    add(&b, "block-cyclic: per dim, runs per period of the source and target deals:");
+    for (int d = 0; d < p->ndim; d++)
+      add(&b, " %lld", (long long)ts_overlay_period_runs(p->overlay[d]));
+    add(&b, "\n");
+    if (ts_topology_nhosts(p->topo) > 1)
+      add(&b, "note: host link costs are not computed for block-cyclic plans (strategies "
+              "compared by bytes on the wire)\n");
+  }
   if (p->send_estimated)
     add(&b, "note: per-rank send bytes of the replicated source are an even-share estimate\n");
   int shown = p->nunion < max_ranks ? p->nunion : max_ranks;
@@ -158,18 +189,11 @@ char *ts_plan_explain(const ts_plan *p, int max_ranks) {
   bool lists = p->chosen == TS_STRATEGY_P2P || p->chosen == TS_STRATEGY_ALLTOALL;
   for (int i = 0; i < shown; i++) {
     int rank = p->union_ranks[i];
-    ts_box sb, tb;
     add(&b, "  rank %d: source ", rank);
-    if (ts_geom_rank_box(p->src, rank, &sb))
-      add_box(&b, &sb);
-    else
-      add(&b, "-");
+    add_slice(&b, p, p->src, rank);
     add(&b, " target ");
-    if (ts_geom_rank_box(p->tgt, rank, &tb))
-      add_box(&b, &tb);
-    else
-      add(&b, "-");
-    if (lists) {
+    add_slice(&b, p, p->tgt, rank);
+    if (lists && !p->cyclic) {
       ts_rank_plan rp;
       if (ts_plan_rank(p, rank, &rp, NULL) == TS_OK) {
         int ns = 0, nr = 0;

@@ -40,6 +40,10 @@ struct ts_plan {
    * p2p plan by its transfers, its costs the chain's (plan_hier.c, shard/exec.c). */
   bool chain;
   int chain_root;
+  /* A block-cyclic source or target (plan_cyclic.c): the geoms keep the mesh bookkeeping, the
+   * holdings are the per-dim overlays of the source and target deals; the executor refuses it. */
+  bool cyclic;
+  ts_overlay *overlay[TS_MAX_DIMS];
 };
 
 /* The pieces a chain broadcast forwards (a piece per hop is what the chain adds to one transfer). */
@@ -73,5 +77,11 @@ int64_t ts__plan_host_bound(const ts_plan *p);
  * (the stages' summed), or why not; *rc set on an error that ends the planning. */
 bool ts__plan_hier_applies(ts_plan *p, ts_plan_costs *c, const char **why, ts_error *err,
                            int *rc);
+
+/* plan_cyclic.c: how geom g deals tensor dim d; the elements a part tuple holds; and the
+ * strategies, costs and overlays of a plan with a block-cyclic side (keeps: keeps_some_ops). */
+void ts__geom_deal(const ts_geom *g, int d, ts_dim_deal *out);
+int64_t ts__plan_cyclic_held(const ts_geom *g, const int64_t *parts);
+int ts__plan_cyclic(ts_plan *p, const char *keeps, ts_error *err);
 
 #endif

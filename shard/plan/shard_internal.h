@@ -28,6 +28,11 @@ struct ts_geom {
   int64_t *index_of_rank;       /* max_rank + 1 entries, -1 for ranks outside the mesh */
 };
 
+/* ts_geom_create that also takes a block-cyclic attribute (for the planner: the offsets of a cyclic
+ * dim are then a balanced split, not its holdings; shard/plan/cyclic.c has those). */
+int ts__geom_create_any(const ts_attr *a, int ndim, const int64_t *shape, ts_geom **out,
+                        ts_error *err);
+
 /* The coordinates of a mesh index decomposed into a part per tensor dim, a replica index and a
  * partial index; and the way back. */
 void ts__geom_decompose(const ts_geom *g, int64_t mesh_index, int64_t *parts, int64_t *rep,

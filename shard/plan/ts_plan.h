@@ -25,6 +25,9 @@
 #define TS_MAX_MESH_DIMS 8
 #define TS_AXIS_NAME_MAX 15 /* bytes of a mesh axis name ("dp", "tp"; [A-Za-z_][A-Za-z0-9_]*) */
 
+/* The largest block size of a block-cyclic shard. */
+#define TS_CYCLIC_BLOCK_MAX ((int64_t)1 << 40)
+
 typedef enum { TS_PLACE_SHARD, TS_PLACE_REPLICATE, TS_PLACE_PARTIAL } ts_place_kind;
 
 /* How a sharded tensor dim of length L is cut into parts when no explicit sizes are given.
@@ -40,6 +43,12 @@ typedef struct ts_placement {
                           last dim) until ts_attr_normalize resolves it on a tensor */
   ts_reduce_op op;     /* for TS_PLACE_PARTIAL */
   ts_split_rule split; /* for TS_PLACE_SHARD; every placement sharding one dim has the same */
+  /* Block-cyclic shard (ScaLAPACK's distribution), S(d,cyclic=NB,src=S): blocks of `cyclic`
+   * elements of dim d are dealt round-robin along the mesh dim, block 0 to coordinate `src`;
+   * each rank keeps its blocks concatenated in global order. 0: the plain (block) split, cut by
+   * `split`. */
+  int64_t cyclic;
+  int64_t src; /* the coordinate that holds block 0; only with cyclic >= 1 */
 } ts_placement;
 
 /* "balanced", "chunk"; NULL for another value. */
@@ -106,21 +115,105 @@ size_t ts_attr_format(const ts_attr *a, char *buf, size_t cap);
 
 /* Placement helpers for building attributes in code. */
 static inline ts_placement ts_shard_on(int dim) {
-  ts_placement p = {TS_PLACE_SHARD, dim, TS_REDUCE_SUM, TS_SPLIT_BALANCED};
+  ts_placement p = {TS_PLACE_SHARD, dim, TS_REDUCE_SUM, TS_SPLIT_BALANCED, 0, 0};
   return p;
 }
 static inline ts_placement ts_shard_rule(int dim, ts_split_rule rule) {
-  ts_placement p = {TS_PLACE_SHARD, dim, TS_REDUCE_SUM, rule};
+  ts_placement p = {TS_PLACE_SHARD, dim, TS_REDUCE_SUM, rule, 0, 0};
+  return p;
+}
+static inline ts_placement ts_shard_cyclic(int dim, int64_t nb, int64_t src) {
+  ts_placement p = {TS_PLACE_SHARD, dim, TS_REDUCE_SUM, TS_SPLIT_BALANCED, nb, src};
   return p;
 }
 static inline ts_placement ts_replicate(void) {
-  ts_placement p = {TS_PLACE_REPLICATE, 0, TS_REDUCE_SUM, TS_SPLIT_BALANCED};
+  ts_placement p = {TS_PLACE_REPLICATE, 0, TS_REDUCE_SUM, TS_SPLIT_BALANCED, 0, 0};
   return p;
 }
 static inline ts_placement ts_partial(ts_reduce_op op) {
-  ts_placement p = {TS_PLACE_PARTIAL, 0, op, TS_SPLIT_BALANCED};
+  ts_placement p = {TS_PLACE_PARTIAL, 0, op, TS_SPLIT_BALANCED, 0, 0};
   return p;
 }
+
+/* Whether some placement of a is block-cyclic. */
+bool ts_attr_is_cyclic(const ts_attr *a);
+
+/* ScaLAPACK's NUMROC: how many of n elements, dealt in blocks of nb round-robin over nprocs
+ * processes from process isrc, process iproc holds. */
+int64_t ts_numroc(int64_t n, int64_t nb, int64_t iproc, int64_t isrc, int64_t nprocs);
+
+/* The attribute of a ScaLAPACK matrix (cyclic.c). desc is the 9-int array descriptor
+ * (DTYPE=1, CTXT, M, N, MB, NB, RSRC, CSRC, LLD); the process grid is nprow x npcol with
+ * process (prow, pcol) at world rank ranks[prow*npcol + pcol] (ranks NULL: BLACS order `order`,
+ * 'R' row-major rank = prow*npcol + pcol, 'C' column-major rank = pcol*nprow + prow). The M x N
+ * column-major matrix is the tshard tensor of shape [N, M] (row-major: element [j, i] is A(i,j)),
+ * so a rank's local array (LOCc x LOCr row-major) is byte for byte ScaLAPACK's local array with
+ * LLD = LOCr. my_prow >= 0: LLD is checked against that process row's local rows (as ScaLAPACK
+ * does); -1: against the largest over the process rows. shape_out (may be NULL) gets [N, M]. */
+int ts_attr_from_scalapack_desc(const int desc[9], int nprow, int npcol, char order,
+                                const int *ranks, int my_prow, ts_attr **out,
+                                int64_t shape_out[2], ts_error *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * Block-cyclic arithmetic (cyclic.c)
+ *
+ * How an attribute deals one tensor dim of length len to its nparts parts: by split points
+ * (nb == 0; off has nparts + 1 of them) or block-cyclically (blocks of nb, block k to part
+ * (k + src) mod nparts). A part keeps what it owns concatenated in global order, so the local
+ * index of an owned element g is the number of elements before g that the part owns. A rank's
+ * holding is, per dim, a list of segments (global start, length, local start); its data is the
+ * row-major product of its per-dim local extents. */
+typedef struct ts_dim_deal {
+  int64_t len, nparts, nb, src;
+  const int64_t *off;
+} ts_dim_deal;
+
+/* Elements of [0, x) that part owns; its local extent is ts_deal_owned_before(d, part, len). */
+int64_t ts_deal_owned_before(const ts_dim_deal *d, int64_t part, int64_t x);
+/* The part owning element g (0 <= g < len). */
+int64_t ts_deal_owner(const ts_dim_deal *d, int64_t g);
+
+/* A run of one dim that a source part and a target part share: global start, length, and where
+ * it starts in each one's local array. */
+typedef struct ts_run {
+  int64_t start, len, src_local, tgt_local;
+} ts_run;
+
+/* The overlay of a source deal and a target deal of one dim: the maximal runs with one source
+ * and one target owner, computed over one period of the two patterns (the least common multiple
+ * of nb * nparts of each cyclic deal; the whole dim otherwise) and repeated arithmetically, so
+ * its size is the runs of one period, not of the dim. TS_UNSUPPORTED beyond TS_OVERLAY_MAX
+ * runs in a period (blocks that small over a dim that long). */
+#define TS_OVERLAY_MAX ((int64_t)1 << 22)
+typedef struct ts_overlay ts_overlay;
+int ts_overlay_create(const ts_dim_deal *src, const ts_dim_deal *tgt, ts_overlay **out,
+                      ts_error *err);
+void ts_overlay_destroy(ts_overlay **p);
+/* Elements, and runs, that source part a and target part b share over the whole dim. */
+int64_t ts_overlay_pair_len(const ts_overlay *o, int64_t a, int64_t b);
+int64_t ts_overlay_pair_count(const ts_overlay *o, int64_t a, int64_t b);
+/* The shared runs from the first-th on (in global order), at most cap of them, into out;
+ * returns how many were written. */
+int64_t ts_overlay_pair_runs(const ts_overlay *o, int64_t a, int64_t b, int64_t first,
+                             ts_run *out, int64_t cap);
+/* The number of source parts that share something with target part b. */
+int64_t ts_overlay_sources_of(const ts_overlay *o, int64_t b);
+/* The runs of one period (a measure of the overlay's size). */
+int64_t ts_overlay_period_runs(const ts_overlay *o);
+/* The local extent of source part a, and of target part b, along the overlay's dim. */
+int64_t ts_overlay_src_extent(const ts_overlay *o, int64_t a);
+int64_t ts_overlay_tgt_extent(const ts_overlay *o, int64_t b);
+
+/* Moving what a source part tuple sp and a target part tuple tp share (ov[d]: the overlay of dim
+ * d): the product of the dims' shared runs, the innermost dim's runs copied whole. COPY: from the
+ * source's local array (row-major over its local extents) into the target's; PACK: from the
+ * source's local array into a contiguous buffer, in row-major order of the shared elements;
+ * UNPACK: from such a buffer into the target's local array. Both ends of a transfer compute the
+ * same order. Returns the elements moved, or -1 when out of memory. */
+typedef enum { TS_CYCLIC_COPY, TS_CYCLIC_PACK, TS_CYCLIC_UNPACK } ts_cyclic_mode;
+int64_t ts_cyclic_pair_move(int ndim, ts_overlay *const *ov, const int64_t *sp,
+                            const int64_t *tp, size_t esize, const void *from, void *to,
+                            ts_cyclic_mode mode);
 
 /* ---------------------------------------------------------------------------------------------
  * Slice geometry */
@@ -141,6 +234,8 @@ bool ts_box_equal(const ts_box *a, const ts_box *b);
 /* An attribute resolved on a tensor shape: split points per dim, rank lookup. */
 typedef struct ts_geom ts_geom;
 
+/* TS_UNSUPPORTED for a block-cyclic attribute: its slices are not boxes (the planner models them
+ * with run lists, shard/plan/cyclic.c). */
 int ts_geom_create(const ts_attr *a, int ndim, const int64_t *shape, ts_geom **out,
                    ts_error *err);
 void ts_geom_destroy(ts_geom **p);

@@ -12,7 +12,10 @@
  * Casts in transit: cast_f32_bf16_s0_s1_ms is the median time of the store's reshard of the f32
  * tensor S(0) -> S(1) cast to bf16 (each rank converts its slice, the bf16 pieces travel), and
  * cast_vs_narrow_raw that time over the same store reshard of a bf16 tensor of the same shape
- * (no cast), in the same run: the price of the conversion pass. */
+ * (no cast), in the same run: the price of the conversion pass.
+ *
+ * Planning alone: plan_4096_ms (S(0) -> S(1) over 4096 ranks) and plan_cyclic_65536_ms (a
+ * 65536 x 65536 f64 matrix in 64 x 64 blocks on a 64 x 64 grid to 128 x 128 blocks). */
 #include <malloc.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -368,6 +371,25 @@ int main(int argc, char **argv) {
   }
   if (rank == 0)
     printf("plan_4096_ms=%.2f\n", median(pt, REPS));
+
+  /* Planning a 65536 x 65536 f64 ScaLAPACK-style matrix, 64 x 64 blocks on a 64 x 64 grid, to
+   * 128 x 128 blocks on the same grid (block-cyclic overlays, 4096 ranks). */
+  ts_attr *c64 = attr("mesh=[64,64] placements=[S(0,cyclic=64),S(1,cyclic=64)]");
+  ts_attr *c128 = attr("mesh=[64,64] placements=[S(0,cyclic=128),S(1,cyclic=128)]");
+  int64_t big[2] = {65536, 65536};
+  for (int k = 0; k < REPS; k++) {
+    double t0 = MPI_Wtime();
+    ts_plan *p = NULL;
+    ts_error perr;
+    if (ts_plan_create(2, big, TS_F64, c64, c128, NULL, &p, &perr) != TS_OK)
+      fprintf(stderr, "rank %d: cyclic plan failed: %s\n", rank, perr.msg);
+    pt[k] = (MPI_Wtime() - t0) * 1e3;
+    ts_plan_destroy(&p);
+  }
+  if (rank == 0)
+    printf("plan_cyclic_65536_ms=%.2f\n", median(pt, REPS));
+  ts_attr_destroy(&c64);
+  ts_attr_destroy(&c128);
 
   ts_attr *all[] = {s0, s1, r, rag, g01, g23, pr, b0, b1};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)

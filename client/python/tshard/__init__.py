@@ -15,7 +15,8 @@ tshard.bf16_bits, f8_e4m3 and f8_e5m2 data with tshard.f8_bits; c64 and c128 are
 complex64 and complex128 (partial sum, avg and prod; no max or min; no cast to a real dtype).
 """
 from ._version import __version__
-from .attr import SPLIT_RULES, Attr, Mesh, Partial, Replicate, Shard, from_dtensor_spec
+from .attr import (SPLIT_RULES, Attr, Mesh, Partial, Replicate, Shard, from_dtensor_spec,
+                   from_scalapack_desc, numroc)
 from .client import (DTYPE_SPELLINGS, DTYPES, ROW_MAJOR, Client, connect, read_token_file,
                      socket_path)
 from .errors import *  # noqa: F401,F403 - every exception class, one per status
@@ -37,7 +38,8 @@ __all__ = ["connect", "Client", "Attr", "Mesh", "Shard", "Replicate", "Partial",
            "errors", "DTYPES", "DTYPE_SPELLINGS", "ROW_MAJOR", "socket_path", "read_token_file",
            "spmd", "plan", "show", "EinsumResult", "checkpoint", "graph_from_json", "Future",
            "wait", "WaitTimeoutError", "bf16_bits", "BF16Bits", "f8_bits", "F8Bits", "launch",
-           "Job", "safetensors", "torch", "attr_rules", "from_dtensor_spec", "SPLIT_RULES"] + [
+           "Job", "safetensors", "torch", "attr_rules", "from_dtensor_spec", "SPLIT_RULES",
+           "from_scalapack_desc", "numroc"] + [
                n for n in _error_names if n not in ("TimeoutError", "OverflowError")]
 # tshard.TimeoutError and tshard.OverflowError subclass the builtins of those names but stay out
 # of __all__, so that "from tshard import *" never hides the builtins from the importing code.

@@ -32,10 +32,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 from .errors import AttrError, error_for
 
 __all__ = ["Mesh", "Shard", "Replicate", "Partial", "Attr", "AttrError", "parse_attr",
-           "SPLIT_RULES", "from_dtensor_spec"]
+           "SPLIT_RULES", "from_dtensor_spec", "numroc", "from_scalapack_desc"]
 
 # The split rules of a sharded dim (ATTRIBUTES.md), the default first.
 SPLIT_RULES = ("balanced", "chunk")
+_RULE_EXPECTED = 'a split rule (balanced or chunk) or "cyclic=" and a block size'
 _MAX_TENSOR_DIMS = 8
 
 
@@ -90,14 +91,19 @@ class Mesh:
 
 
 class Shard:
-    """Tensor dim ``dim`` is split along this mesh dim, by the rule ``split``."""
+    """Tensor dim ``dim`` is split along this mesh dim: by the rule ``split``, or with
+    ``cyclic=NB`` in blocks of NB dealt round-robin from mesh coordinate ``src`` (ScaLAPACK's
+    block-cyclic distribution)."""
 
-    def __init__(self, dim: int, split: str = "balanced") -> None:
+    def __init__(self, dim: int, split: str = "balanced", *, cyclic: int = 0,
+                 src: int = 0) -> None:
         """Splits tensor dim ``dim`` (negative counts from the end: -1 is the last dim) along
         this mesh dim. ``split``: "balanced" (the remainder to the first parts: 13 in 4 is
         4,3,3,3) or "chunk" (torch.chunk's, as DTensor's Shard: 13 in 4 is 4,4,4,1; nested over
-        several mesh dims). BadAttributeError (a ValueError) for another rule or a dim outside
-        -8..7."""
+        several mesh dims). ``cyclic``: the block size of a block-cyclic split (0: a plain
+        split); ``src``: the mesh coordinate of block 0. BadAttributeError (a ValueError) for
+        another rule, a dim outside -8..7, a block size below 0 or above 2**40, src without
+        cyclic, or cyclic with the chunk rule."""
         self.dim = int(dim)
         if not -_MAX_TENSOR_DIMS <= self.dim < _MAX_TENSOR_DIMS:
             raise error_for(10, f"Shard({self.dim}): a tensor dim is {-_MAX_TENSOR_DIMS} to "
@@ -106,13 +112,31 @@ class Shard:
             raise error_for(10, f"Shard({self.dim}): split rule {split!r}; valid rules are "
                                 + ", ".join(SPLIT_RULES))
         self.split = split
+        self.cyclic = int(cyclic)
+        self.src = int(src)
+        if self.cyclic < 0 or self.cyclic > _CYCLIC_BLOCK_MAX:
+            raise error_for(10, f"cyclic block size {self.cyclic}; valid: 1 to "
+                                f"{_CYCLIC_BLOCK_MAX}")
+        if self.cyclic == 0 and self.src != 0:
+            raise error_for(10, f"src={self.src} without a cyclic block size; write "
+                                f"Shard({self.dim}, cyclic=NB, src={self.src})")
+        if self.src < 0:
+            raise error_for(10, f"src={self.src}; the mesh coordinate of block 0 is >= 0")
+        if self.cyclic and split != "balanced":
+            raise error_for(10, f"Shard({self.dim}) deals its dim block-cyclically and names the "
+                                f"{split} rule; a cyclic dim has no split rule (its blocks set "
+                                f"its parts)")
 
     def __str__(self):
+        if self.cyclic:
+            src = f",src={self.src}" if self.src else ""
+            return f"S({self.dim},cyclic={self.cyclic}{src})"
         return f"S({self.dim})" if self.split == "balanced" else f"S({self.dim},{self.split})"
 
     def __eq__(self, other):
         return (isinstance(other, Shard) and other.dim == self.dim
-                and other.split == self.split)
+                and other.split == self.split and other.cyclic == self.cyclic
+                and other.src == self.src)
 
     __repr__ = __str__
 
@@ -207,6 +231,28 @@ def _partial_ops_error(places):
             f"average is not supported; put the P(prod) mesh dim before the P(avg) one")
 
 
+def _cyclic_src_error(shape, places):
+    """A block-cyclic shard's src inside its mesh dim (shard/plan/attr.c): the message, or None."""
+    for m, p in enumerate(places):
+        if isinstance(p, Shard) and p.cyclic and p.src >= shape[m]:
+            return (f"placement {m}: src={p.src} but the mesh dim has size {shape[m]} (valid: "
+                    f"src=0 to {shape[m] - 1})")
+    return None
+
+
+def _cyclic_dims_error(places):
+    """A block-cyclic tensor dim is sharded by one mesh dim only: the message, or None."""
+    for m, p in enumerate(places):
+        if not (isinstance(p, Shard) and p.cyclic):
+            continue
+        for k, q in enumerate(places):
+            if k != m and isinstance(q, Shard) and q.dim == p.dim:
+                return (f"placements {min(m, k)} and {max(m, k)} both shard dim {p.dim}, which "
+                        f"placement {m} deals block-cyclically; a cyclic dim is sharded by one "
+                        f"mesh dim only")
+    return None
+
+
 class Attr:
     """Mesh + one placement per mesh dim + optional explicit split sizes per tensor dim."""
 
@@ -234,14 +280,19 @@ class Attr:
         for p in self.placements:
             if not isinstance(p, (Shard, Replicate, Partial)):
                 raise TypeError(f"placement {p!r}: use Shard(d), Replicate() or Partial(op)")
-        bad_ops = _partial_ops_error(self.placements) or _rules_error(self.placements)
-        if bad_ops:
-            raise error_for(10, bad_ops)
+        bad = _cyclic_src_error(self.mesh.shape, self.placements) \
+            or _partial_ops_error(self.placements) or _rules_error(self.placements) \
+            or _cyclic_dims_error(self.placements)
+        if bad:
+            raise error_for(10, bad)
         self.splits = {int(d): [int(s) for s in v] for d, v in (splits or {}).items()}
         for d in self.splits:
             if not -_MAX_TENSOR_DIMS <= d < _MAX_TENSOR_DIMS:
                 raise error_for(10, f"splits for dim {d}; a tensor dim is {-_MAX_TENSOR_DIMS} to "
                                     f"{_MAX_TENSOR_DIMS - 1} (negative counts from the end)")
+            if any(isinstance(p, Shard) and p.dim == d and p.cyclic for p in self.placements):
+                raise error_for(10, f"splits given for dim {d}, which is dealt "
+                                    f"block-cyclically (its parts are set by the block size)")
         bad = _splits_rule_error(self.placements, self.splits)
         if bad:
             raise error_for(10, bad)
@@ -260,7 +311,8 @@ class Attr:
                 raise error_for(10, f"{what} names dim {d} but the tensor has {ndim} dims "
                                     f"(valid: {-ndim} to {ndim - 1})")
             return d + ndim
-        places = [Shard(resolve(p.dim, f"placement {m}, S({p.dim}),"), p.split)
+        places = [Shard(resolve(p.dim, f"placement {m}, S({p.dim}),"), p.split, cyclic=p.cyclic,
+                        src=p.src)
                   if isinstance(p, Shard) else p for m, p in enumerate(self.placements)]
         splits = {d: v for d, v in self.splits.items() if d >= 0}
         for d in sorted((d for d in self.splits if d < 0), reverse=True):
@@ -316,6 +368,7 @@ class Attr:
 # same columns). It reads the UTF-8 bytes of the text, so columns count bytes as the daemon does.
 
 _INT_MAX = 2147483647
+_CYCLIC_BLOCK_MAX = 1 << 40
 _MAX_RANKS_TEXT = 1 << 24
 _SPLIT_MAX = (1 << 62) - 1
 _MAX_MESH_DIMS = 8
@@ -447,7 +500,7 @@ class _Parser:
         if name in SPLIT_RULES:
             return name
         self.pos = rule_at
-        raise self.fail("a split rule: balanced or chunk")
+        raise self.fail(_RULE_EXPECTED)
 
     def parse_shape(self):
         close = self.open_list()
@@ -521,6 +574,34 @@ class _Parser:
         self.pos = op_at
         raise self.fail("a reduce op: sum, avg, prod, max or min")
 
+    def parse_shard_opts(self):
+        """[ "," ( rule | "cyclic" "=" int [ "," "src" "=" int ] ) ] after a shard's dim:
+        (rule, nb, src)."""
+        if not self.tok(","):
+            return "balanced", 0, 0
+        self.blanks()
+        at = self.pos
+        if self.read_name() != "cyclic":
+            self.pos = at
+            return self.parse_rule(), 0, 0
+        self.expect("=")
+        self.blanks()
+        nb_at = self.pos
+        nb = self.parse_int(_CYCLIC_BLOCK_MAX, "a block size")
+        if nb < 1:
+            self.pos = nb_at
+            raise self.fail("a block size of at least 1")
+        if not self.tok(","):
+            return "balanced", nb, 0
+        self.blanks()
+        at = self.pos
+        if self.read_name() != "src":
+            self.pos = at
+            raise self.fail('"src=" and the mesh coordinate of the first block, as in '
+                            'S(0,cyclic=64,src=1)')
+        self.expect("=")
+        return "balanced", nb, self.parse_int(_INT_MAX, "a mesh coordinate")
+
     def parse_placement(self):
         self.blanks()
         at = self.pos
@@ -535,9 +616,9 @@ class _Parser:
                     raise self.fail("a tensor dim, as in S(0) or Shard(dim=0)")
                 self.expect("=")
             d = self.parse_dim()
-            rule = self.parse_rule() if self.tok(",") else "balanced"
+            rule, nb, src = self.parse_shard_opts()
             self.expect(")")
-            return Shard(d, rule)
+            return Shard(d, rule, cyclic=nb, src=src)
         if name in ("R", "Replicate"):
             if name == "Replicate" and self.tok("("):
                 self.expect(")")
@@ -641,9 +722,10 @@ class _Parser:
             if dup is not None:
                 raise self.error("BAD_ATTRIBUTE", f"attribute: rank {dup} appears twice in the "
                                                   f"mesh; each rank may appear once")
-        bad_ops = _partial_ops_error(places) or _rules_error(places)
-        if bad_ops:
-            raise self.error("BAD_ATTRIBUTE", f"attribute: {bad_ops}")
+        bad = _cyclic_src_error(shape, places) or _partial_ops_error(places) \
+            or _rules_error(places) or _cyclic_dims_error(places)
+        if bad:
+            raise self.error("BAD_ATTRIBUTE", f"attribute: {bad}")
         splits = {}
         before = self.pos
         if self.separated() and self.tok("splits"):
@@ -689,6 +771,11 @@ class _Parser:
                 if isinstance(p, Shard) and p.dim == d:
                     parts *= shape[m]
                     sharded = True
+                    if p.cyclic:
+                        raise self.error("BAD_ATTRIBUTE", f"attribute: splits given for dim {d}, "
+                                                          f"which placement {m} deals "
+                                                          f"block-cyclically (its parts are set "
+                                                          f"by the block size)")
             if not sharded:
                 raise self.error("BAD_ATTRIBUTE", f"attribute: splits given for dim {d}, which "
                                                   f"no placement shards")
@@ -699,6 +786,68 @@ class _Parser:
         if bad:
             raise self.error("BAD_ATTRIBUTE", f"attribute: {bad}")
         return Attr(Mesh(shape, ranks, names=axes), places, splits)
+
+
+def numroc(n: int, nb: int, iproc: int, isrc: int, nprocs: int) -> int:
+    """ScaLAPACK's NUMROC: how many of n elements, dealt in blocks of nb round-robin over nprocs
+    processes from process isrc, process iproc holds."""
+    if n <= 0 or nb < 1 or nprocs < 1:
+        return 0
+    rel = (iproc - isrc) % nprocs
+    full, rest = divmod(n, nb * nprocs)
+    return full * nb + min(max(rest - rel * nb, 0), nb)
+
+
+def from_scalapack_desc(desc: Sequence[int], grid: Sequence[Any],
+                        my_prow: int = -1) -> Attr:
+    """The attribute of a ScaLAPACK matrix, as ts_attr_from_scalapack_desc in C.
+
+    ``desc``: the 9-int descriptor (DTYPE_=1, CTXT_, M_, N_, MB_, NB_, RSRC_, CSRC_, LLD_);
+    ``grid``: (nprow, npcol) or (nprow, npcol, order) with BLACS order 'R' (rank = prow*npcol +
+    pcol, the default) or 'C' (rank = pcol*nprow + prow), or (nprow, npcol, ranks) with the rank
+    of every process row-major over the grid. The M x N column-major matrix is the tensor of
+    shape [N, M] (element [j, i] is A(i, j)), so each rank's local array is ScaLAPACK's with
+    LLD_ = LOCr. ``my_prow`` >= 0 checks LLD_ against that process row's local rows; -1 against
+    the largest. BadAttributeError (a ValueError) for an invalid descriptor or grid."""
+    d = [int(x) for x in desc]
+    if len(d) != 9:
+        raise error_for(1, f"a ScaLAPACK descriptor has 9 ints, got {len(d)}")
+    dtype, _ctxt, m, n, mb, nb, rsrc, csrc, lld = d
+    nprow, npcol = int(grid[0]), int(grid[1])
+    order = grid[2] if len(grid) > 2 else "R"
+    if dtype != 1:
+        raise error_for(10, f"ScaLAPACK descriptor: DTYPE_ is {dtype}; only 1 (a dense "
+                            f"block-cyclic matrix) is supported")
+    if nprow < 1 or npcol < 1:
+        raise error_for(10, f"ScaLAPACK process grid {nprow} x {npcol}; both sizes must be at "
+                            f"least 1")
+    if m < 0 or n < 0:
+        raise error_for(10, f"ScaLAPACK descriptor: M_={m}, N_={n}; the matrix sizes must be >= 0")
+    if mb < 1 or nb < 1:
+        raise error_for(10, f"ScaLAPACK descriptor: MB_={mb}, NB_={nb}; block sizes must be at "
+                            f"least 1")
+    if not (0 <= rsrc < nprow and 0 <= csrc < npcol):
+        raise error_for(10, f"ScaLAPACK descriptor: RSRC_={rsrc}, CSRC_={csrc} on a {nprow} x "
+                            f"{npcol} grid; valid: RSRC_ 0 to {nprow - 1}, CSRC_ 0 to {npcol - 1}")
+    if not -1 <= my_prow < nprow:
+        raise error_for(1, f"process row {my_prow} on a grid of {nprow} rows (-1: check LLD_ "
+                           f"against the largest)")
+    row = my_prow if my_prow >= 0 else rsrc
+    locr = numroc(m, mb, row, rsrc, nprow)
+    if lld < max(1, locr):
+        raise error_for(10, f"ScaLAPACK descriptor: LLD_={lld} but process row {row} holds "
+                            f"{locr} local rows; LLD_ must be at least max(1, {locr})")
+    if isinstance(order, str):
+        o = order.upper()
+        if o not in ("R", "C"):
+            raise error_for(1, f"BLACS grid order {order!r}; valid: 'R' (row-major) or 'C' "
+                               f"(column-major)")
+        ranks = [i * npcol + j if o == "R" else j * nprow + i
+                 for i in range(nprow) for j in range(npcol)]
+    else:
+        ranks = [int(r) for r in order]
+    return Attr(Mesh([nprow, npcol], ranks),
+                [Shard(1, cyclic=mb, src=rsrc), Shard(0, cyclic=nb, src=csrc)])
 
 
 def parse_attr(text: Union[str, bytes]) -> Attr:
