@@ -183,6 +183,8 @@ int ts__attr_check_splits_rule(const ts_attr *a, ts_error *err) {
                           "dim %d is given both explicit split sizes and the chunk rule; give "
                           "one or the other (explicit sizes set every part: write S(%d))", d, d);
   return TS_OK;
+}
+
 /* A block-cyclic tensor dim is dealt along one mesh dim only (as ScaLAPACK deals rows over
  * the process rows): no other placement may shard it. */
 static int check_cyclic_dims(int mesh_ndim, const ts_placement *place, ts_error *err) {

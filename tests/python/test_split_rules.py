@@ -263,7 +263,7 @@ def misuse(d):
     with d.connect(0, timeout=TIMEOUT) as c:
         mesh = f"mesh=[{NP}]"
         check.expect(9, lambda: c.create("bad", "f32", (4, 4), f"{mesh} placements=[S(0,foo)]"),
-                     "unknown split rule", "a split rule: balanced or chunk")
+                     "unknown split rule", "a split rule (balanced or chunk) or \"cyclic=\"")
         check.expect(10, lambda: c.create("bad", "f32", (4, 4), f"{mesh} placements=[S(-3)]"),
                      "dim below -ndim", "(valid: -2 to 1)")
         check.expect(10, lambda: c.create("bad", "f32", (4, 4), f"{mesh} placements=[S(2)]"),

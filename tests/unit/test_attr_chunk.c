@@ -78,8 +78,10 @@ START_TEST(refusals_say_what_is_valid) {
     int code;
     const char *says;
   } bad[] = {
-      {"mesh=[4] placements=[S(0,foo)]", TS_PARSE, "column 26 ('f'): expected a split rule: "
-                                                   "balanced or chunk"},
+      {"mesh=[4] placements=[S(0,foo)]", TS_PARSE, "column 26 ('f'): expected a split rule "
+                                                   "(balanced or chunk) or \"cyclic=\""},
+      {"mesh=[2] placements=[S(0,cyclic=4,chunk)]", TS_PARSE, "\"src=\" and the mesh coordinate"},
+      {"mesh=[4] placements=[Shard(0, split=chunk, cyclic=4)]", TS_PARSE, "expected \")\""},
       {"mesh=[4] placements=[S(0,)]", TS_PARSE, "expected a split rule"},
       {"mesh=[4] placements=[S(-9)]", TS_PARSE, "column 24 ('-'): expected a tensor dim: 0 to 7, "
                                                 "or -1 to -8"},
@@ -104,6 +106,16 @@ START_TEST(refusals_say_what_is_valid) {
     ck_assert_msg(strstr(err.msg, bad[i].says), "%s: %s", bad[i].text, err.msg);
     ck_assert_ptr_null(a);
   }
+  /* A placement built in code (or sent on the wire) with both the chunk rule and a cyclic block
+     size is refused: a block-cyclic dim's blocks set its parts. */
+  ts_placement both = ts_shard_rule(0, TS_SPLIT_CHUNK);
+  both.cyclic = 4;
+  int64_t four = 4;
+  ts_attr *made = NULL;
+  ts_error cerr = {0};
+  ck_assert_int_eq(ts_attr_create(&made, 1, &four, NULL, &both, &cerr), TS_BAD_ATTRIBUTE);
+  ck_assert_msg(strstr(cerr.msg, "block-cyclically and names the chunk rule"), "%s", cerr.msg);
+  ck_assert_ptr_null(made);
   /* On a tensor: dims out of range name the valid range; a dim split twice over is refused. */
   const struct {
     const char *text;
