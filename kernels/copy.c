@@ -156,15 +156,6 @@ static int factor_range(const ts_layout *sl, int64_t s_start, const ts_layout *d
   return rc;
 }
 
-int64_t ts_gcd64(int64_t a, int64_t b) {
-  while (b) {
-    int64_t t = a % b;
-    a = b;
-    b = t;
-  }
-  return a;
-}
-
 /* Lowers dim d of a box copy. Indices are relative to the box starts. */
 static int lower_dim(const ts_layout *sl, int64_t s_start, const ts_layout *dl, int64_t d_start,
                      int64_t n, int d, segment_list *out, ts_error *err) {

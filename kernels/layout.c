@@ -304,3 +304,12 @@ int ts_layout_check(const ts_layout *l, size_t buf_bytes, bool writable, ts_erro
   }
   return TS_OK;
 }
+
+int64_t ts_gcd64(int64_t a, int64_t b) {
+  while (b) {
+    int64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}

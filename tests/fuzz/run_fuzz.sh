@@ -12,9 +12,7 @@ flags=(-g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sa
 flags+=(-I"$src/kernels/pool" -I"$src/shard/plan" -I"$src/shard/einsum/plan")
 "$clang" "${flags[@]}" -o "$work/fuzz_frame" \
   "$src/tests/fuzz/fuzz_frame.c" "$src"/daemon/wire/*.c "$src/proto/rules.c" "$gen/tshard.pb-c.c" \
-  "$src"/shard/plan/attr.c "$src"/shard/plan/attr_text.c "$src"/shard/plan/geometry.c \
-  "$src"/shard/plan/plan.c "$src"/shard/plan/plan_hosts.c "$src"/shard/plan/plan_hier.c \
-  "$src"/shard/plan/topology.c \
+  "$src"/shard/plan/*.c \
   "$src"/kernels/dtype.c "$src"/kernels/layout.c "$src"/kernels/reduce.c \
   $(pkg-config --cflags --libs libprotobuf-c) -lm -lpthread
 rm -rf "$work/corpus"
