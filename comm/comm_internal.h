@@ -58,8 +58,6 @@ struct ts_world {
   MPI_Win bell_win;
   MPI_Comm bell_node;
   bool bells_local;
-  /* Bells of the ranks on other nodes (netbell.c), NULL when none are rung. */
-  struct ts__netbell *netbell;
 };
 
 /* Keeps an unfinished send of an agreement until MPI is done with it (takes buf; on no memory
@@ -77,13 +75,6 @@ void ts__place_free(ts_world *w);
  * ts_world_finalize before the world's communicator. */
 int ts__doorbell_init(ts_world *w, ts_error *err);
 void ts__doorbell_free(ts_world *w);
-/* The bells of ranks on other nodes (netbell.c): made by ts__doorbell_init after the node's
- * (collective over the world; off alike everywhere when any rank cannot have them), freed by
- * ts__doorbell_free. ts__netbell_has: rank has a bell there; ts__netbell_ring rings it. */
-int ts__netbell_init(ts_world *w, ts_error *err);
-void ts__netbell_free(ts_world *w);
-bool ts__netbell_has(const ts_world *w, int rank);
-void ts__netbell_ring(const ts_world *w, int rank);
 /* Whether every rank of c has a bell (then its waits block until rung, else they nap). */
 bool ts__comm_bells(const ts_comm *c);
 /* Rings comm rank r of c (nothing for a rank without a bell). */

@@ -11,11 +11,10 @@
  * test, so a ring between the test and the wait ends the wait at once. The same bell serves the
  * rank's own threads: the daemon's loop thread rings its engine when it queues work.
  *
- * Ranks on other nodes are rung by a datagram (netbell.c) that their bell thread turns into a
- * ring of their own bell; where those are off (TSHARD_NET_BELLS=0, or a probe went unanswered)
- * ringing them does nothing, their messages arrive unannounced, and waits on them keep the nap
- * schedules of old. Without a shared window (MPI refused one), nothing rings and every wait is
- * a nap, as before. */
+ * Ranks on other nodes have no bell here: ringing them does nothing and their messages arrive
+ * unannounced, so the waits keep a cap (the wait policy's naps) and a world that spans nodes
+ * keeps the nap schedules of old. Without a shared window (MPI refused one), nothing rings and
+ * every wait is a nap, as before. */
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -94,11 +93,10 @@ int ts__doorbell_init(ts_world *w, ts_error *err) {
   int local = have && nsize == w->size;
   TS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &local, 1, MPI_INT, MPI_LAND, w->world.comm), err);
   w->bells_local = local != 0;
-  return ts__netbell_init(w, err);
+  return TS_OK;
 }
 
 void ts__doorbell_free(ts_world *w) {
-  ts__netbell_free(w); /* its thread rings this rank's bell */
   if (w->bell_win != MPI_WIN_NULL)
     MPI_Win_free(&w->bell_win);
   if (w->bell_node != MPI_COMM_NULL)
@@ -110,23 +108,13 @@ void ts__doorbell_free(ts_world *w) {
 
 bool ts_world_bells_local(const ts_world *w) { return w && w->bells_local; }
 
-bool ts_world_bells_all(const ts_world *w) {
-  return w && (w->bells_local || (w->bells && w->netbell));
-}
-
-bool ts_world_bells_net(const ts_world *w) { return w && w->netbell; }
-
 uint32_t ts_world_bell_seq(const ts_world *w) {
   return w && w->bells ? atomic_load(&w->bells[w->rank]->seq) : 0;
 }
 
 void ts_world_bell_ring(const ts_world *w, int rank) {
-  if (!w || !w->bells || rank < 0 || rank >= w->size)
+  if (!w || !w->bells || rank < 0 || rank >= w->size || !w->bells[rank])
     return;
-  if (!w->bells[rank]) {
-    ts__netbell_ring(w, rank);
-    return;
-  }
   struct ts__bell *b = w->bells[rank];
   atomic_fetch_add(&b->seq, 1);
   if (atomic_load(&b->waiters) > 0)
@@ -170,7 +158,7 @@ bool ts__comm_bells(const ts_comm *c) {
   if (c->world->bells_local)
     return true;
   for (int i = 0; i < c->size; i++)
-    if (!c->world->bells[c->ranks[i]] && !ts__netbell_has(c->world, c->ranks[i]))
+    if (!c->world->bells[c->ranks[i]])
       return false;
   return true;
 }

@@ -49,18 +49,13 @@ int ts_numa_node_of_cpu(const char *sys_root, int cpu);
  * it, instead of napping (doorbell.c). ts_world_bell_seq reads this rank's bell; after testing
  * its condition, a waiter calls ts_world_bell_wait with what it read, which returns when the
  * bell was rung since, or after ns nanoseconds. ts_world_bell_ring rings a world rank (its own
- * rank too: how another thread of the process wakes the waiter); a rank on another node is rung
- * by a datagram (netbell.c) where those bells are on, else nothing happens.
- * ts_world_bells_local: every rank of the world is on this node and has a bell;
- * ts_world_bells_all: every rank has a bell, here or on another node, so waits for messages of
- * any rank end when rung; ts_world_bells_net: some of them are rung over the network (a lost
- * datagram is possible: waits keep a shorter cap). Thread-safe; no MPI call. */
+ * rank too: how another thread of the process wakes the waiter); ranks on other nodes have no
+ * bell (nothing happens). ts_world_bells_local: every rank of the world has a bell, so waits
+ * for messages of any rank end when rung. Thread-safe; no MPI call. */
 uint32_t ts_world_bell_seq(const ts_world *w);
 void ts_world_bell_ring(const ts_world *w, int rank);
 void ts_world_bell_wait(const ts_world *w, uint32_t seen, int64_t ns);
 bool ts_world_bells_local(const ts_world *w);
-bool ts_world_bells_all(const ts_world *w);
-bool ts_world_bells_net(const ts_world *w);
 /* The whole world (a private duplicate of MPI_COMM_WORLD). */
 ts_comm *ts_world_comm(ts_world *w);
 

@@ -548,17 +548,11 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
     goto out;
   /* Short timed waits must be short: the default timer slack (50 us) would round them up. */
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-  /* With a doorbell for every rank (on this node, or rung over the network from others), ORDERs
-   * and local work ring the engine: it blocks until rung, with a shorter cap where a ring is a
-   * datagram that may be lost. Otherwise messages of other nodes come unannounced: the naps of
-   * old. */
-  e->bells = ts_world_bells_all(e->world);
+  /* With every rank's doorbell on this node, ORDERs and local work ring the engine: it blocks
+   * until rung. Otherwise messages of other nodes come unannounced: the naps of old. */
+  e->bells = ts_world_bells_local(e->world);
   ts_waiter idle; /* the engine's idle wait lasts as long as the daemon: no deadline */
-  ts_waiter_init(&idle,
-                 !e->bells                       ? &ts_wait_engine
-                 : ts_world_bells_net(e->world) ? &ts_wait_engine_net
-                                                 : &ts_wait_engine_bell,
-                 TS_WAIT_FOREVER);
+  ts_waiter_init(&idle, e->bells ? &ts_wait_engine_bell : &ts_wait_engine, TS_WAIT_FOREVER);
   while (!e->stopping) {
     uint32_t seen = ts_world_bell_seq(e->world); /* before looking: a later ring ends the wait */
     bool busy = false;

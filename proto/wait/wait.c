@@ -16,9 +16,7 @@
  * own, then blocks for 50 us doubling up to 1 ms (the cap bounds a message that came
  * unannounced); the engine spins 200 us after work where it has a core, then blocks from 1 ms up
  * to 1 s, or until what it has on the clock is due (held log lines, cached buffers to release, a
- * collective's deadline): an idle daemon wakes once a second. Where some rings come over the
- * network (ranks of other nodes, comm/netbell.c), a lost datagram must not hold an ORDER for a
- * second: the engine's blocks stop at 20 ms (an idle daemon wakes 50 times a second). Where cores are short but shared
+ * collective's deadline): an idle daemon wakes once a second. Where cores are short but shared
  * by at most two processes each, the two spin shorter, yielding the core between tests: an MPI
  * message 100 us, the engine 150 us after work. A rank that blocks at once is woken for every
  * message of an operation, a wake-up that costs more than the spin (4 ranks on 2 cores, p50
@@ -55,11 +53,6 @@ const ts_wait_policy ts_wait_engine_bell = {.spin_ns = 200 * US,
                                             .nap_min_ns = 1 * MS,
                                             .nap_max_ns = 1000 * MS,
                                             .yield_ns = 150 * US};
-const ts_wait_policy ts_wait_engine_net = {.spin_ns = 200 * US,
-                                           .hot_ns = 0,
-                                           .nap_min_ns = 1 * MS,
-                                           .nap_max_ns = 20 * MS,
-                                           .yield_ns = 150 * US};
 const ts_wait_policy ts_wait_socket = {
     .spin_ns = 100 * US, .hot_ns = 0, .nap_min_ns = 1000 * MS, .nap_max_ns = 1000 * MS};
 const ts_wait_policy ts_wait_poll = {
