@@ -421,7 +421,13 @@ def mpirun_argv(hosts, nhosts, per_host, single_copy, work, program):
                              "--mca", "plm_rsh_agent", hosts.agent,
                              "--mca", "plm_rsh_no_tree_spawn", "1",
                              "--mca", "orte_startup_timeout", "45"]
-                         + transport_flags(hosts.net, single_copy) + program)
+                         + transport_flags(hosts.net, single_copy) + forwarded_env() + program)
+
+
+def forwarded_env():
+    """-x for every TSHARD_* variable of this environment (TSHARD_NET_BELLS=0, say), so that a
+    run can compare a daemon setting: mpirun passes them to the ranks of every host."""
+    return [x for name in sorted(os.environ) if name.startswith("TSHARD_") for x in ("-x", name)]
 
 
 def stop_group(proc, grace):
