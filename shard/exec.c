@@ -230,13 +230,13 @@ static ts_reduce_op identity_op(const exec *ex) {
   return fresh >= 0 ? b->place[fresh].op : TS_REDUCE_SUM;
 }
 
-/* Writes the identity of the target position's op (identity_op) over a region of the target
- * slice, through a zero-stride view of one element. */
-static int fill_identity(exec *ex, const ts_box *region) {
+/* Writes the identity of op over a region of the target slice, through a zero-stride view of
+ * one element. */
+static int fill_op_identity(exec *ex, const ts_box *region, ts_reduce_op op) {
   if (ts_box_numel(region) == 0)
     return TS_OK;
   unsigned char one[16];
-  ts_reduce_fill_identity(one, 1, ex->p->dtype, identity_op(ex), NULL);
+  ts_reduce_fill_identity(one, 1, ex->p->dtype, op, NULL);
   ts_tensor v;
   memset(&v, 0, sizeof v);
   v.layout.dtype = ex->p->dtype;
@@ -248,6 +248,12 @@ static int fill_identity(exec *ex, const ts_box *region) {
   v.data = one;
   v.bytes = ex->es;
   return copy_region(ex, &ex->tgt, &ex->tbox, &v, region, region);
+}
+
+/* Writes the identity of the target position's op (identity_op) over a region of the target
+ * slice. */
+static int fill_identity(exec *ex, const ts_box *region) {
+  return fill_op_identity(ex, region, identity_op(ex));
 }
 
 /* A plain layout whose strides are those of a dense row-major array (dims of size 1 may have
@@ -361,16 +367,47 @@ static void buffer_region(const exec *ex, void *buf, int64_t n, ts_comm_region *
 /* ---------------------------------------------------------------------------------------------
  * local */
 
+/* The op whose identity this rank holds where contributor j of its group holds the value: that
+ * of the lowest partial target mesh dim along which this rank is not where the value is
+ * designated to be: j's coordinate along the dims that become partial, 0 along the partial dims
+ * kept (P(avg) counted as a sum). Reduced in mesh-dim order, the groups along each dim below it
+ * then leave that identity, and the group along it the value. */
+static ts_reduce_op local_hole_op(const exec *ex, int64_t j) {
+  const ts_attr *a = ex->p->src->attr, *b = ex->p->tgt->attr;
+  for (int m = 0; m < b->mesh_ndim; m++) {
+    if (b->place[m].kind != TS_PLACE_PARTIAL)
+      continue;
+    int64_t st = ex->p->tgt->mesh_stride[m], n = b->mesh_shape[m];
+    bool kept = a->place[m].kind == TS_PLACE_PARTIAL;
+    if (!kept && b->place[m].op == TS_REDUCE_AVG)
+      continue; /* every rank along it holds the value itself */
+    int64_t want = kept ? 0 : (j / st) % n;
+    if ((ex->ti / st) % n != want)
+      return b->place[m].op == TS_REDUCE_AVG ? TS_REDUCE_SUM : b->place[m].op;
+  }
+  return TS_REDUCE_SUM; /* not reached: j differs from this rank along some such dim */
+}
+
+/* The contributors of this rank's group (ranks differing only along the mesh dims that become
+ * partial) tile its target box (local_applies): this rank copies its own piece and holds, over
+ * each other contributor's piece, the identity local_hole_op names. */
 static void run_local(exec *ex) {
   if (!ex->in_tgt)
     return;
-  ts_box x;
-  bool have = ex->in_src && ts__plan_local_contributor(ex->p, ex->ti) &&
-              ts_box_intersect(&ex->sbox, &ex->tbox, &x);
-  if (!have || ts_box_numel(&x) < ts_box_numel(&ex->tbox))
-    fill_identity(ex, &ex->tbox);
-  if (have)
-    copy_region(ex, &ex->tgt, &ex->tbox, ex->src, &ex->sbox, &x);
+  const ts_plan *p = ex->p;
+  int64_t g = ts__plan_local_group(p, ex->ti);
+  for (int64_t j = 0; j < p->src->attr->nranks; j++) {
+    ts_box sb, x;
+    if (ts__plan_local_group(p, j) != g || !ts__plan_local_contributor(p, j))
+      continue;
+    ts_geom_index_box(p->src, j, &sb);
+    if (!ts_box_intersect(&sb, &ex->tbox, &x))
+      continue;
+    if (ex->in_src && j == ex->si)
+      copy_region(ex, &ex->tgt, &ex->tbox, ex->src, &ex->sbox, &x);
+    else
+      fill_op_identity(ex, &x, local_hole_op(ex, j));
+  }
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -139,12 +139,6 @@ def partial_case(d, rng, nrng, idx, ran):
     if "P(avg)" in tgt:  # so is a P(prod) mesh dim after a P(avg) one
         first = tgt.index("P(avg)")
         tgt = ["R" if p == "P(prod)" and m > first else p for m, p in enumerate(tgt)]
-    kept = {p for s_, p in zip(src, tgt) if s_.startswith("P(") and p.startswith("P(")}
-    # A new partial dim beside a kept partial dim of another op is left out: the local strategy
-    # gets [S(1),P(prod)] -> [P(sum),P(prod)] wrong for real dtypes too (f32 alike).
-    if kept:
-        tgt = ["R" if p.startswith("P(") and not s_.startswith("P(") and {p} != kept else p
-               for s_, p in zip(src, tgt)]
     pdims = [m for m, p in enumerate(src) if p.startswith("P(")]
     count = int(np.prod([mshape[m] for m in pdims]))
     parts = [rand_complex(nrng, shape, dt, op) for _ in range(count)]

@@ -13,7 +13,8 @@ so that the sum divides evenly; prod: powers of two, or small integers for i32),
 is exact in f32, f64, bf16 and i32 and compared bit for bit. Targets made partial from an
 unreduced source (by local, root, allgather, p2p, alltoall) are checked slice by slice: P(avg)
 holds the value on every rank of the dim (DTensor's Replicate -> Partial("avg")), along the other
-ops every element is the value or the op's identity. At the end, every strategy above must have run for avg and prod.
+ops every element is the value or the op's identity. Targets also make a Shard or Replicate dim
+partial with another op beside the partial dims kept ([S(1),P(prod)] -> [P(sum),P(prod)]). At the end, every strategy above must have run for avg and prod.
 
 Mixed ops: 2-D meshes partial along both dims with different ops ([P(sum),P(max)],
 [P(avg),P(min)], [P(prod),P(sum)]...), reshards reducing one dim (the other stays partial:
@@ -101,8 +102,16 @@ def target_places(rng, src, op, ndim):
     """A target for source placements src (one kind of change per call)."""
     nm = len(src)
     pdims = [m for m, p in enumerate(src) if p.startswith("P(")]
-    kind = rng.choice(["to_r", "to_s", "random", "keep", "op"])
+    kind = rng.choice(["to_r", "to_s", "random", "keep", "op", "beside"])
     out = list(src)
+    others = [m for m in range(nm) if m not in pdims]
+    if kind == "beside" and pdims and others:  # a new partial dim of another op beside the kept
+        m = rng.choice(others)
+        ops = [o for o in ("sum", "prod", "max") if o != op]
+        if any(src[k] == "P(avg)" for k in pdims if k < m):  # P(prod) after P(avg) is refused
+            ops.remove("prod") if "prod" in ops else None
+        out[m] = f"P({rng.choice(ops)})"
+        return out
     if kind == "to_r" and pdims:
         for m in rng.sample(pdims, rng.randint(1, len(pdims))):
             out[m] = "R"
