@@ -58,6 +58,10 @@ void ts_world_bell_wait(const ts_world *w, uint32_t seen, int64_t ns);
 bool ts_world_bells_local(const ts_world *w);
 /* The whole world (a private duplicate of MPI_COMM_WORLD). */
 ts_comm *ts_world_comm(ts_world *w);
+/* clock.c: this rank's monotonic clock (ts_wait_now_ns) against rank 0's: rank 0's time of an
+ * instant of this rank is the instant plus *offset_ns, within half of *rtt_ns (the best round
+ * trip of the measurement; both 0 on rank 0). Collective over the world. */
+int ts_world_clock_offset(ts_world *w, int64_t *offset_ns, int64_t *rtt_ns, ts_error *err);
 
 /* The communicator of an ordered list of world ranks: comm rank i is ranks[i]. Collective over
  * those ranks (only they call it), cached: the second call with the same list is free. The caller

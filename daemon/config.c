@@ -91,6 +91,9 @@ static const cfg_entry table[] = {
      "it; ms or s suffix)"},
     {"key-max", COUNT(key_max, 16, 1LL << 24), "16384",
      "idempotency keys remembered at most (the oldest answered one gives way)"},
+    {"trace-ring", COUNT(trace_ring, 0, 1LL << 20), "4096",
+     "operations whose spans each daemon keeps for `tshard trace` (the oldest gives way; 0: "
+     "tracing off)"},
     {"collective-timeout", CFG_DURATION, offsetof(tsd_config, collective_timeout), 0, 10,
      86400000, "60s",
      "how long a collective naming participants waits for all of them unless the request says "

@@ -67,6 +67,7 @@ typedef struct tsd_config {
   /* idempotency keys and SPMD collectives (sequencer.c, keys.c) */
   int64_t key_ttl;      /* ms an answered key is remembered */
   int64_t key_max;      /* records rank 0 keeps at most */
+  int64_t trace_ring;   /* operations the trace ring keeps (0: tracing off) */
   int64_t collective_timeout; /* ms a collective waits for its participants by default */
   int64_t collective_timeout_max; /* ms a request may ask at most */
   int64_t collective_pending_max; /* collectives one connection may have waiting */

@@ -340,6 +340,40 @@ int tshard_reshard_report(const tshard_client *c, char *strategy, size_t cap,
  * mesh's ranks in the order chosen (row-major over the mesh), at most cap written to ranks;
  * returns how many there are (0 when the last reshard answered was not relabeled). */
 int tshard_reshard_ranks(const tshard_client *c, int *ranks, int cap);
+/* ---- Traces (client/trace.c): the operations one daemon recorded, each with the times it reached
+ * each point of its way, in rank 0's clock (ns; 0: not reached on that rank): received, submitted,
+ * ordered, started, planned, agreed, moved, committed, ended, answered (tshard_trace_point_name).
+ * The ops are the last `last` recorded (0: every one the daemon's ring holds) that ended within the
+ * last within_ns (0: any), oldest first; seq is rank 0's number of a collective operation (the
+ * same on every rank; 0: a local one). */
+enum tshard_trace_point {
+  TSHARD_PT_RECEIVED, TSHARD_PT_SUBMITTED, TSHARD_PT_ORDERED, TSHARD_PT_STARTED,
+  TSHARD_PT_PLANNED, TSHARD_PT_AGREED, TSHARD_PT_MOVED, TSHARD_PT_COMMITTED, TSHARD_PT_ENDED,
+  TSHARD_PT_ANSWERED, TSHARD_TRACE_POINTS
+};
+typedef struct tshard_trace_op {
+  uint64_t seq, request_id;
+  char kind[32], name[72], strategy[24];
+  int status;
+  int origin; /* this daemon's client submitted it */
+  uint64_t bytes_sent, bytes_received;
+  int64_t points[TSHARD_TRACE_POINTS];
+} tshard_trace_op;
+typedef struct tshard_trace {
+  int rank;
+  int64_t clock_offset_ns, clock_rtt_ns; /* the daemon's clock against rank 0's, and its error */
+  uint64_t dropped; /* operations recorded before the ring's oldest */
+  uint32_t ring;    /* the daemon's --trace-ring (0: tracing off) */
+  char host[256];
+  int nops;
+  tshard_trace_op *ops;
+} tshard_trace;
+int tshard_trace_get(tshard_client *c, uint32_t last, int64_t within_ns, tshard_trace *out);
+/* Frees what tshard_trace_get filled (accepts NULL and a cleared one). */
+void tshard_trace_clear(tshard_trace *t);
+/* The name of point i (0 <= i < TSHARD_TRACE_POINTS), NULL otherwise. */
+const char *tshard_trace_point_name(int i);
+
 /* Why the last tshard_connect_rank of this thread failed: "no daemon serves job X on rank R at
  * PATH; start one with tshard-launch ..." or a bad job name ("" before any failure). */
 const char *tshard_connect_message(void);

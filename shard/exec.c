@@ -34,6 +34,7 @@
 #include "plan_internal.h"
 #include "ts_comm.h"
 #include "ts_shard.h"
+#include "ts_wait.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Allocation with a failure hook */
@@ -101,6 +102,7 @@ typedef struct exec {
   bool no_relay, relayed;
   int64_t avg_count; /* > 1: the target of a P(avg) source is divided by it (finish_avg) */
   bool identity;     /* the target slice holds the identity of its op (not a received value) */
+  int64_t t_begin, t_agreed, t_moved; /* phases reached (ts_exec_report) */
 } exec;
 
 static int make_comms(exec *ex, ts_error *err);
@@ -124,6 +126,7 @@ static int agree_first(exec *ex, int64_t *values, ts_error *err) {
   if (values)
     memcpy(values, v, AGREE_LATE * sizeof *v);
   ex->agreed = rc == TS_OK;
+  ex->t_agreed = ts_wait_now_ns();
   ex->commit = v[AGREE_LATE] != 0;
   if (rc == TS_OK && ex->in_union)
     rc = make_comms(ex, err); /* an MPI failure: the commit agreement still runs */
@@ -1268,6 +1271,7 @@ static int exec_one(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
   ex.no_relay = opts && opts->no_relay;
   ex.si = ex.ti = -1;
   ex.avg_count = avg_count;
+  ex.t_begin = ts_wait_now_ns();
   if (opts && opts->prior_status != TS_OK) {
     ex.lst = opts->prior_status;
     if (opts->prior_err)
@@ -1349,6 +1353,7 @@ static int exec_one(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
   if (rc == TS_OK && ex.agreed && ex.lst == TS_OK && ex.in_tgt && !ex.identity &&
       ex.avg_count > 1)
     finish_avg(&ex);
+  ex.t_moved = ts_wait_now_ns();
   if (ex.agreed && !ex.commit && p->hosts && !ex.relayed)
     ex.commit = true; /* the same on every rank: the plan and the relay are */
   if (ex.agreed && ex.commit) {
@@ -1366,6 +1371,10 @@ static int exec_one(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
       report->bytes_received = ex.received;
       report->peak_extra_bytes = ex.peak_extra;
       report->relayed = ex.relayed;
+      report->t_begin_ns = ex.t_begin;
+      report->t_agreed_ns = ex.t_agreed ? ex.t_agreed : ex.t_moved; /* local: agrees at the end */
+      report->t_moved_ns = ex.t_moved;
+      report->t_done_ns = ts_wait_now_ns();
     }
     return TS_OK;
   }
@@ -1398,6 +1407,9 @@ static int exec_stages(ts_world *w, const ts_plan *p, const ts_tensor *src, cons
       if (report) {
         report->bytes_sent += r.bytes_sent, report->bytes_received += r.bytes_received;
         report->relayed |= r.relayed;
+        if (i == 0)
+          report->t_begin_ns = r.t_begin_ns, report->t_agreed_ns = r.t_agreed_ns;
+        report->t_moved_ns = r.t_moved_ns, report->t_done_ns = r.t_done_ns;
         if (r.peak_extra_bytes > report->peak_extra_bytes)
           report->peak_extra_bytes = r.peak_extra_bytes;
       }
@@ -1705,7 +1717,8 @@ int ts_reshard_exec_many(ts_world *w, int n, ts_exec_item *items, int prior_stat
       if (ran != TS_STRATEGY_LOCAL && ran != TS_STRATEGY_ALLTOALL &&
           ran != TS_STRATEGY_ALLREDUCE)
         ran = TS_STRATEGY_P2P;
-      items[i].report = (ts_exec_report){ran, ex[i].sent, ex[i].received, 0, false};
+      items[i].report = (ts_exec_report){.strategy = ran, .bytes_sent = ex[i].sent,
+                                         .bytes_received = ex[i].received};
     } else {
       ts_shard_free(ex[i].tgt.data);
     }

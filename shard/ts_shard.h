@@ -47,6 +47,10 @@ typedef struct ts_exec_report {
   int64_t bytes_received;
   int64_t peak_extra_bytes; /* this rank's peak staging memory */
   bool relayed;             /* the pieces rode on the first agreement, through comm rank 0 */
+  /* When this rank reached each phase (ts_wait_now_ns; 0: not reached): the executor began
+   * (planned), the first agreement passed, the data moved, the commit agreement passed. A
+   * hierarchical plan: its first stage's beginning and agreement, its last stage's end. */
+  int64_t t_begin_ns, t_agreed_ns, t_moved_ns, t_done_ns;
 } ts_exec_report;
 
 /* Runs a plan: prepare, one agreement, transfer, one commit agreement. Every rank of the world may

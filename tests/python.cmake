@@ -47,6 +47,16 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
     set_tests_properties(test_python_cyclic_np${np} PROPERTIES TIMEOUT 300
                          ENVIRONMENT "${TS_PY_ENV}")
   endforeach()
+  # Traces: `tshard trace` gathers every rank's ring after a script's operations; the Chrome
+  # trace file read back against what ran (spans in order, one seq per operation on every rank,
+  # the ranks' clocks aligned), --last, --since, small and disabled rings, the summary, misuse.
+  foreach(np 2 4)
+    add_test(NAME test_python_trace_np${np}
+             COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_trace.py
+                     ${TS_BIN} ${np})
+    set_tests_properties(test_python_trace_np${np} PROPERTIES TIMEOUT 300
+                         ENVIRONMENT "${TS_PY_ENV}")
+  endforeach()
   # The partial ops avg and prod (and sum, max) through every strategy that applies, against
   # numpy, at 2, 3, 4 and 6 ranks (a few seconds each); avg of integers refused.
   foreach(np 2 3 4 6)

@@ -53,6 +53,8 @@ const char *cli_positional(const cli_args *a, int index);
 int cli_parse_shape(const char *text, int *ndim, int64_t *shape, ts_error *err);
 /* A whole file of at most 2 MiB, NUL-terminated (NULL with errno set: EFBIG when larger). */
 char *cli_read_file(const char *path, size_t *out_len);
+/* A duration "30s", "500ms" or "30" (seconds), at most one day, in ms: 0, or -1 when malformed. */
+int cli_parse_ms(const char *s, int *out);
 /* Prints "tshard: <msg>" and returns the exit code for a status. */
 int cli_fail(int status, const char *msg);
 /* Writes a JSON string literal. */
@@ -112,6 +114,7 @@ void cli_progress_update(cli_progress *p, uint64_t done, uint64_t total);
 int cli_put_checked(cli_args *a, tshard_client *c, const char *name, const char *file);
 
 int cli_cmd_plan(cli_args *a);
+int cli_cmd_trace(cli_args *a);
 int cli_cmd_show(cli_args *a);
 int cli_cmd_show_tensor(cli_args *a, const char *name);
 /* Connects as the connection options say (--socket, --tcp + --token-file, --job + --rank). */

@@ -14,7 +14,7 @@
 
 #define MAX_PARTICIPANTS 65536
 
-static int parse_ms(const char *s, int *out) {
+int cli_parse_ms(const char *s, int *out) {
   char *end;
   errno = 0;
   long long v = strtoll(s, &end, 10);
@@ -41,7 +41,7 @@ int cli_apply_group(const cli_args *a, tshard_client *c) {
     return cli_fail(CLI_USAGE, "--participants needs --key KEY, the same in every "
                                "participant's command (it matches their submissions)");
   int timeout = 0;
-  if (tmo && parse_ms(tmo, &timeout)) {
+  if (tmo && cli_parse_ms(tmo, &timeout)) {
     char msg[160];
     snprintf(msg, sizeof msg, "--collective-timeout %.40s: expected a duration such as 30s or "
                               "500ms, at most one day", tmo);

@@ -58,6 +58,22 @@ static const cli_command commands[] = {
      "  --json           machine-readable output: name, dtype, shape, attr, slices\n" CONNECT_HELP,
      "tshard show weights      or   tshard show --shape 20,12 --attr 'mesh=[2,2]@0-3 "
      "placements=[S(0),S(1)]'"},
+    {"trace", cli_cmd_trace, NULL,
+     "gather every daemon's recorded operations: a trace file for Perfetto, or where time went",
+     "  --job JOB        the daemons' job id (default $TSHARD_JOB or 'default'): every rank's\n"
+     "                   Unix socket on this host\n"
+     "  --tcp HOST:PORT  or: TCP, rank r at PORT+r, with --token-file FILE\n"
+     "  --token-file FILE  the TCP token's file\n"
+     "  --last N         the last N operations of each rank (default: all its ring holds)\n"
+     "  --since T        the operations that ended in the last T (e.g. 30s, 500ms)\n"
+     "  --out FILE       write the Chrome trace event format (one track per rank; open it in\n"
+     "                   Perfetto, ui.perfetto.dev, or chrome://tracing)\n"
+     "  --summary        per operation kind, the share of its time in each span (the\n"
+     "                   default without --out)\n"
+     "  --timeout SEC    per-call timeout (default 60)\n"
+     "  --json           the summary as JSON\n",
+     "tshard trace --job demo --last 100 --out trace.json   or   tshard trace --job demo "
+     "--summary"},
     {"ping", NULL, cli_cmd_ping, "check that a daemon serves; prints its rank and the world size",
      CONNECT_HELP "  --json           machine-readable output\n", "tshard ping --rank 1"},
     {"create", NULL, cli_cmd_create, "create a zero-filled tensor on every rank",

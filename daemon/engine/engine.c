@@ -101,7 +101,10 @@ static tsd_reply *reply_node(tsd_shared *sh, bool no_alloc) {
   return NULL;
 }
 
-void tsd_push_work(tsd_shared *sh, tsd_work *w) { tsd_queue_push(&sh->work, &w->node); }
+void tsd_push_work(tsd_shared *sh, tsd_work *w) {
+  w->t_recv_ns = ts_wait_now_ns();
+  tsd_queue_push(&sh->work, &w->node);
+}
 
 void tsd_push_reply(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len,
                     uint64_t req_id) {
@@ -259,7 +262,7 @@ void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *
   ts_error err;
   if (tsd_order_submitted(e, conn_id, &err))
     TSD_LOG(TSD_LOG_WARN, "connection %llu: %s", (unsigned long long)conn_id, err.msg);
-  tsd_seq_submit(e->seq, conn_id, req, staging, staging_bytes);
+  tsd_seq_submit(e->seq, conn_id, req, staging, staging_bytes, e->work_recv_ns);
 }
 
 /* After the shutdown ran: the sequencer answers who still waits and says goodbye; rank 0 takes
@@ -297,6 +300,7 @@ static void finish_sequencer(tsd_engine *e) {
  * collectives waited): collective ones go to the sequencer, the others run here. */
 static void run_work(tsd_engine *e, tsd_work *w) {
   e->answering = (int)w->req->op_case;
+  e->work_recv_ns = w->t_recv_ns;
   if (w->scope == TSD_SCOPE_COLLECTIVE) {
     if (e->stopping)
       tsd_reply_status(e, w->conn_id, w->req->id, TS_SHUTDOWN, "the daemon is shutting down");
@@ -307,6 +311,7 @@ static void run_work(tsd_engine *e, tsd_work *w) {
   } else {
     e->ops->run_local(e, w); /* a put submits itself once its data is complete */
   }
+  e->work_recv_ns = 0;
   tsd_request_free(&w->req);
   free(w);
 }
@@ -535,7 +540,8 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
                        e->cfg->pool_huge != 0};
   ts_pool_configure(&pc);
   if ((rc = ts_store_create(&e->store, e->rank, e->cfg->memory_limit, err)) ||
-      (rc = place_ranks(e, err)))
+      (rc = place_ranks(e, err)) ||
+      (rc = ts_world_clock_offset(e->world, &e->clock_offset_ns, &e->clock_rtt_ns, err)))
     goto out;
   if ((rc = ts_control_create(e->world, &e->ctl, err)))
     goto out;

@@ -34,6 +34,7 @@ typedef struct tsd_pending {
   uint64_t staging_bytes;
   uint64_t max_bytes; /* get: the chunk size the client asked for */
   Tshard__Request *req; /* this rank's decoding of its forwarded submission, until ordered */
+  int64_t t_recv_ns, t_submit_ns; /* handed to the engine, submitted here (ns; the trace) */
 } tsd_pending;
 
 /* An operation in rank 0's order, waiting to run here. req is NULL when this rank could not
@@ -47,6 +48,7 @@ typedef struct tsd_ordered {
   int op_case;
   Tshard__Request *req;
   ts_error decode_error;
+  int64_t t_order_ns; /* when rank 0's order of it was here (ns; the trace) */
 } tsd_ordered;
 
 typedef struct tsd_seq_hooks {
@@ -85,9 +87,10 @@ int tsd_seq_create(int rank, int size, const tsd_seq_hooks *hooks, const tsd_seq
 /* Frees what is left (staging released, nobody answered). Accepts NULL. */
 void tsd_seq_destroy(tsd_seq **s);
 /* A validated collective request from a client of this rank (takes the request; a put's
- * staging moves into the submission). Every submission is answered exactly once. */
+ * staging moves into the submission), handed to the engine at t_recv_ns (CLOCK_MONOTONIC ns;
+ * 0: unknown; the trace). Every submission is answered exactly once. */
 void tsd_seq_submit(tsd_seq *s, uint64_t conn_id, Tshard__Request *req, uint8_t *staging,
-                    uint64_t staging_bytes);
+                    uint64_t staging_bytes, int64_t t_recv_ns);
 /* A message from another rank. */
 void tsd_seq_message(tsd_seq *s, int src, int tag, const uint8_t *buf, size_t len);
 /* Runs the ordered operations that have arrived, until none is left or a shutdown ran; returns

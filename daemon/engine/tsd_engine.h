@@ -52,6 +52,7 @@ typedef struct tsd_work {
   bool signal_shutdown;  /* notice: SIGTERM/SIGINT */
   Tshard__Request *req;  /* owned */
   tsd_scope scope;
+  int64_t t_recv_ns;     /* when it was handed to the engine (ts_wait_now_ns; the trace) */
 } tsd_work;
 
 #define TSD_SPARE_REPLIES 16
@@ -156,6 +157,8 @@ typedef struct tsd_engine {
   tsd_seq *seq; /* the order of collective operations (sequencer.c) */
   struct tsd_order *order; /* connections' requests held behind their collectives (order.c) */
   bool stopping;
+  int64_t work_recv_ns; /* the work item handled now: when it was handed over (0: none) */
+  int64_t clock_offset_ns, clock_rtt_ns; /* this rank's clock against rank 0's (ts_comm.h) */
   struct tsd_shm_seg *shm_segs; /* live shared-memory segments (shm.c) */
   const struct tsd_engine_ops *ops; /* the operations layer's entry points (below) */
   struct tsd_einsum_state *einsum; /* the operations' einsum records (ops/einsum.c), opaque here */

@@ -4,13 +4,17 @@
  * and the answer to its waiting clients; and tsd_ops, the entry points the engine runs every
  * operation through (local handlers timed there for the metrics' histograms). Ping has no row:
  * the loop thread answers it (front/server.c). */
+#include <stdio.h>
 #include <time.h>
+
+#include "ts_wait.h"
 
 #include "einsum.h"
 #include "handlers.h"
 #include "oplog.h"
 #include "program.h"
 #include "put_verify.h"
+#include "trace.h"
 
 #define OP(kind) TSHARD__REQUEST__OP_##kind
 static const tsd_op_handlers handlers[] = {
@@ -28,6 +32,7 @@ static const tsd_op_handlers handlers[] = {
     [OP(DESCRIBE)] = {.run_local = tsd_op_catalog},
     [OP(PLAN)] = {.run_local = tsd_op_plan},
     [OP(STATS)] = {.run_local = tsd_op_stats},
+    [OP(TRACE)] = {.run_local = tsd_op_trace},
     [OP(SHUTDOWN)] = {.run_collective = tsd_run_shutdown},
     [OP(EINSUM)] = {.run_collective = tsd_run_einsum, .changes = tsd_changes_einsum,
                     .answer = tsd_answer_einsum},
@@ -76,11 +81,13 @@ static void run_local(tsd_engine *e, tsd_work *w) {
   const tsd_op_handlers *h = tsd_op_handlers_find((int)w->req->op_case);
   if (h && h->run_local) {
     int op_case = (int)w->req->op_case; /* the handler may take the request */
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    char name[TS_NAME_MAX];
+    snprintf(name, sizeof name, "%s", tsd_oplog_tensor(w->req));
+    uint64_t req_id = w->req->id;
+    int64_t t0 = ts_wait_now_ns();
     h->run_local(e, w);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    int64_t ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+    tsd_trace_local(op_case, name, req_id, w->t_recv_ns, t0);
+    int64_t ns = ts_wait_now_ns() - t0;
     if (!h->run_collective) /* those are timed where they run (oplog.c) */
       tsd_count_latency(op_case, ns > 0 ? (uint64_t)ns : 0); /* the metrics' histogram */
   } else
@@ -95,10 +102,17 @@ static void changes(const Tshard__Request *req, tsd_changes *ch) {
 
 static void stop(tsd_engine *e) {
   tsd_ops_after(e);
+  tsd_trace_stop();
   tsd_bgsave_stop();
   tsd_programs_free();
   tsd_safetensors_free();
   tsd_einsum_free_all(e);
+}
+
+/* Before serving: the trace ring, then the snapshot directories (and a resume). */
+static int start(tsd_engine *e, ts_error *err) {
+  int rc = tsd_trace_start(e->cfg->trace_ring, err);
+  return rc ? rc : tsd_snapdir_start(e, err);
 }
 
 /* Every turn of the engine's loop, after the operations that ran answered. */
@@ -115,5 +129,5 @@ const tsd_engine_ops tsd_ops = {
     .stop = stop,
     .tick = tick,
     .tick_due_ms = tsd_bgsave_due_ms,
-    .start = tsd_snapdir_start,
+    .start = start,
 };

@@ -112,8 +112,7 @@ static uint64_t since_us(const struct timespec *t0) {
   return us > 0 ? (uint64_t)us : 0;
 }
 
-/* The tensor an operation names ("-" when none or unknown to this file). */
-static const char *tensor_of(const Tshard__Request *r) {
+const char *tsd_oplog_tensor(const Tshard__Request *r) {
   const char *n = NULL;
   switch (r->op_case) {
   case TSHARD__REQUEST__OP_CREATE: n = r->create->name; break;
@@ -176,7 +175,7 @@ void tsd_oplog_end(tsd_engine *e, const tsd_ordered *op, const tsd_pending *orig
   }
   bool given = cur.noted || cur.sized;
   uint64_t bytes = given ? cur.bytes : 0; /* a reshard: bytes sent and received here */
-  const ts_stored *t = given ? NULL : ts_store_find(e->store, tensor_of(op->req));
+  const ts_stored *t = given ? NULL : ts_store_find(e->store, tsd_oplog_tensor(op->req));
   if (t) { /* else the tensor's size */
     bytes = ts_dtype_size(t->dtype);
     for (int d = 0; d < t->ndim; d++)
@@ -186,7 +185,7 @@ void tsd_oplog_end(tsd_engine *e, const tsd_ordered *op, const tsd_pending *orig
   line.op = tsd_op_name(op->req->op_case);
   line.strategy = strategy;
   line.status = ts_status_name(status);
-  snprintf(line.tensor, sizeof line.tensor, "%s", tensor_of(op->req));
+  snprintf(line.tensor, sizeof line.tensor, "%s", tsd_oplog_tensor(op->req));
   if (origin)
     snprintf(line.client, sizeof line.client, "conn %llu", (unsigned long long)origin->conn_id);
   else
@@ -209,7 +208,7 @@ bool tsd_oplog_flush(void) {
 void tsd_oplog_local(const Tshard__Request *req, uint64_t conn_id, uint64_t bytes, int status) {
   tsd_oplog_flush(); /* in the order the operations ran */
   TSD_LOG_HELD(TSD_LOG_INFO, "op %s tensor %s bytes %llu strategy - ms - client conn %llu: %s",
-               tsd_op_name(req->op_case), tensor_of(req), (unsigned long long)bytes,
+               tsd_op_name(req->op_case), tsd_oplog_tensor(req), (unsigned long long)bytes,
                (unsigned long long)conn_id, ts_status_name(status));
 }
 

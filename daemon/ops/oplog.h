@@ -7,6 +7,8 @@
 #include "tsd_ops.h"
 
 void tsd_oplog_begin(void);
+/* The tensor an operation names ("-" when none or unknown to the log). */
+const char *tsd_oplog_tensor(const Tshard__Request *r);
 void tsd_oplog_note(ts_strategy strategy, uint64_t bytes);
 /* A relabeled reshard's target ranks as chosen (row-major over its mesh): its answer gives them. */
 void tsd_oplog_ranks(const int *ranks, int n);

@@ -15,6 +15,7 @@
 #include "handlers.h"
 #include "oplog.h"
 #include "put_verify.h"
+#include "trace.h"
 #include "tsd_front.h"
 
 static const char *tag_of(const Tshard__Layout *l) { return l && l->tag ? l->tag : ""; }
@@ -571,6 +572,7 @@ int tsd_run_reshard(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
   if (rc == TS_OK) {
     record(e, &rep);
     tsd_oplog_note(rep.strategy, (uint64_t)(rep.bytes_sent + rep.bytes_received));
+    tsd_trace_exec(&rep);
   }
   if (copied && rc)
     ts_store_drop(e->store, target, NULL);
@@ -654,9 +656,11 @@ int tsd_run_collective(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin
                         tsd_op_name(op->req->op_case));
   tsd_ops_after(e); /* the previous operation's, before this one marks its names */
   tsd_oplog_begin(); /* one log line per operation (oplog.c) */
+  tsd_trace_begin(op, origin); /* and its points in the trace ring (trace.c) */
   if (!entry->changes) {
     int rc = entry->run_collective(e, op, origin, err);
     tsd_oplog_end(e, op, origin, rc);
+    tsd_trace_end(rc);
     return rc;
   }
   tsd_changes ch = {.n = 0};
@@ -670,6 +674,7 @@ int tsd_run_collective(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin
   if (ch.names || ch.all)
     publish_pending(e);
   tsd_oplog_end(e, op, origin, rc);
+  tsd_trace_end(rc);
   return rc;
 }
 
@@ -680,4 +685,5 @@ void tsd_answer_collective(tsd_engine *e, int op_case, const tsd_pending *w, int
     entry->answer(e, w);
   else
     tsd_reply_status(e, w->conn_id, w->req_id, status, status == TS_OK ? "" : msg);
+  tsd_trace_answered(w->req_id);
 }

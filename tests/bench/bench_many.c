@@ -41,12 +41,16 @@
  *                         (tshardd --metrics) with 10,000 tensors stored (the Python half leaves
  *                         them), each a fresh HTTP/1.0 connection from connect to the last byte;
  *                         scrape_bytes the answer's size
+ *   small_4096_trace_on_us, small_4096_trace_off_us  small_4096_us of two fresh jobs, one
+ *                         keeping the trace ring (the default --trace-ring) and one with
+ *                         --trace-ring 0, measured in turn (on, off, three times each): medians;
+ *                         trace_on_small_4096_vs_off their ratio
  *   targets_missed        the targets below that this run missed (unavailable keys count as
  *                         missed), or none
  *
  * Targets (4 ranks, 2 cores): small_4096_us <= 250, small_65536_us <= 300, small_1048576_us <=
  * 600, gpt2_batched_vs_raw <= 1.3, gpt2_batched_ms <= 0.5 x gpt2_loop_ms, async_overlap_ratio <=
- * 1.6, idle_cpu_pct < 0.5, scrape_10000_tensors_ms <= 1. The raw reference runs before and after the daemons' runs (the daemons
+ * 1.6, idle_cpu_pct < 0.5, scrape_10000_tensors_ms <= 1, trace_on_small_4096_vs_off <= 1.05. The raw reference runs before and after the daemons' runs (the daemons
  * idle meanwhile); each figure is the median over both. --help prints the usage; a signal,
  * --timeout or a SIGKILL stops the daemons too (bench_guard.h). The daemons inherit the
  * environment, so TSHARD_SHARED_BUFFERS=1 (or 0) measures them with (or without) shared buffers
@@ -325,7 +329,7 @@ static void py_value(const char *line, const char *key, double *out) {
     sscanf(line + n + 1, "%lf", out);
 }
 
-static int python_run(const tse_job *j, const opts *o, py_figs *f) {
+static int python_run(const tse_job *j, const opts *o, py_figs *f, bool small_only) {
   char sock[400], np[16], runs[16], reps[16], amib[16];
   tse_socket_path(j, 0, sock, sizeof sock);
   snprintf(np, sizeof np, "%d", o->np);
@@ -333,7 +337,8 @@ static int python_run(const tse_job *j, const opts *o, py_figs *f) {
   snprintf(reps, sizeof reps, "%d", o->reps);
   snprintf(amib, sizeof amib, "%d", o->async_mib);
   const char *argv[] = {"/usr/bin/python3", TSB_PY_SCRIPT, "--socket", sock, "--np", np,
-                        "--runs", runs, "--reps", reps, "--async-mib", amib, NULL};
+                        "--runs", runs, "--reps", reps, "--async-mib", amib,
+                        small_only ? "--small-only" : NULL, NULL};
   const char *env[] = {"PYTHONPATH=" TSB_PYTHONPATH, NULL};
   FILE *out = NULL;
   pid_t pid = tsb_spawn(argv, env, &out);
@@ -347,12 +352,56 @@ static int python_run(const tse_job *j, const opts *o, py_figs *f) {
     py_value(line, "gpt2_loop_ms", &f->loop_ms);
     py_value(line, "gpt2_batched_ms", &f->batched_ms);
     py_value(line, "async_overlap_ratio", &f->overlap);
-    fputs(line, stdout);
+    if (!small_only)
+      fputs(line, stdout);
     fflush(stdout);
   }
   int rc = pid > 0 ? tsb_wait(pid, &out) : -1;
   TSE_CHECK(rc == 0, "the Python client's run failed (exit status %d)", rc);
   return rc;
+}
+
+/* ---- the trace ring's cost ------------------------------------------------------------------ */
+
+#define TRACE_PAIRS 3
+static void ratio(const char *key, double a, double b);
+
+/* small_4096_us of a job whose daemons keep the trace ring (the default) against one whose
+ * daemons run with --trace-ring 0, both fresh, the small reshards run in turn on each (on, off,
+ * on, off, ...): medians of TRACE_PAIRS runs each, and their ratio. Whether it met 1.05. */
+static bool trace_cost(const opts *o) {
+  static tse_job on, off;
+  const char *no_ring[] = {"--trace-ring", "0", NULL};
+  double v_on[TRACE_PAIRS], v_off[TRACE_PAIRS];
+  int n = 0;
+  if (tse_start(&on, o->np, NULL, 120))
+    return false;
+  if (tse_start(&off, o->np, no_ring, 120)) {
+    tse_stop(&on);
+    return false;
+  }
+  for (int k = 0; k < TRACE_PAIRS; k++, n++) {
+    py_figs a = {{-1, -1, -1}, -1, -1, -1}, b = a;
+    tsb_guard_job(&on);
+    python_run(&on, o, &a, true);
+    tsb_guard_job(&off);
+    python_run(&off, o, &b, true);
+    if (!(a.small_us[0] > 0 && b.small_us[0] > 0))
+      break;
+    v_on[k] = a.small_us[0], v_off[k] = b.small_us[0];
+  }
+  tsb_guard_job(&on);
+  tse_stop(&off);
+  tse_stop(&on);
+  tsb_guard_job(NULL);
+  if (n < TRACE_PAIRS) {
+    printf("trace_on_small_4096_vs_off=unavailable\n");
+    return false;
+  }
+  double mon = tsb_median(v_on, n), moff = tsb_median(v_off, n);
+  printf("small_4096_trace_on_us=%.1f\nsmall_4096_trace_off_us=%.1f\n", mon, moff);
+  ratio("trace_on_small_4096_vs_off", mon, moff);
+  return mon / moff <= 1.05;
 }
 
 /* ---- idle CPU ------------------------------------------------------------------------------- */
@@ -522,7 +571,7 @@ int main(int argc, char **argv) {
   }
   raw_reference(argc, argv, &o, &rs);
   py_figs f = {{-1, -1, -1}, -1, -1, -1};
-  python_run(&job, &o, &f);
+  python_run(&job, &o, &f, false);
   raw_reference(argc, argv, &o, &rs);
 
   char missed[512] = "";
@@ -567,10 +616,13 @@ int main(int argc, char **argv) {
   printf("idle_s=%d\nidle_cpu_pct=%.2f\nidle_cpu_max_pct=%.2f\n", o.idle_s, total, busiest);
   if (!(total < 0.5))
     miss(missed, sizeof missed, "idle_cpu_pct");
-  printf("targets_missed=%s\n", missed[0] ? missed : "none");
   fflush(stdout);
   tse_stop(&job);
   tsb_guard_job(NULL);
+  if (!trace_cost(&o))
+    miss(missed, sizeof missed, "trace_on_small_4096_vs_off");
+  printf("targets_missed=%s\n", missed[0] ? missed : "none");
+  fflush(stdout);
   for (int s = 0; s <= NSMALL; s++)
     free(rs.v[s]);
   return tse_failures ? 1 : 0;

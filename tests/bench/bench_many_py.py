@@ -268,12 +268,15 @@ def main():
     ap.add_argument("--runs", type=int, default=5, help="GPT-2 and async runs (default 5)")
     ap.add_argument("--reps", type=int, default=200, help="small-tensor reshards (default 200)")
     ap.add_argument("--async-mib", type=int, default=256, help="async tensor MiB (default 256)")
+    ap.add_argument("--small-only", action="store_true", help="only the small-tensor reshards")
     a = ap.parse_args()
     if a.np < 1 or a.runs < 1 or a.reps < 1 or a.async_mib < 1:
         ap.error("--np, --runs, --reps and --async-mib must be at least 1")
     mesh = f"mesh=[{a.np}]"
     with tshard.connect(socket=a.socket, timeout=600) as c:
         small(c, mesh, a.reps)
+        if a.small_only:
+            return 0
         gpt2(c, mesh, a.runs)
         gpt2_io(c, mesh, a.runs)
         gpt2_io(c, mesh, a.runs, [(f"small{i}", (768,)) for i in range(148)], "small148")

@@ -17,7 +17,7 @@ ok test $? -eq 0
 cat "$out"
 num='-?[0-9]+(\.[0-9]+)?'
 keys="gpt2_loop_ms gpt2_raw_ms gpt2_loop_vs_raw idle_cpu_pct idle_cpu_max_pct scrape_10000_tensors_ms
-      scrape_bytes"
+      scrape_bytes small_4096_trace_on_us small_4096_trace_off_us trace_on_small_4096_vs_off"
 for b in 4096 65536 1048576; do keys="$keys small_${b}_us small_${b}_raw_us small_${b}_vs_raw"; done
 for k in $keys; do ok grep -qE "^$k=$num\$" "$out"; done
 for k in gpt2_batched_ms gpt2_batched_vs_raw gpt2_batched_vs_loop async_overlap_ratio; do
@@ -37,6 +37,7 @@ ratio_ok() {
 }
 for b in 4096 65536 1048576; do ok ratio_ok small_${b}_vs_raw small_${b}_us small_${b}_raw_us 0.05; done
 ok ratio_ok gpt2_loop_vs_raw gpt2_loop_ms gpt2_raw_ms 0.005
+ok ratio_ok trace_on_small_4096_vs_off small_4096_trace_on_us small_4096_trace_off_us 0.05
 ok ratio_ok gpt2_batched_vs_raw gpt2_batched_ms gpt2_raw_ms 0.005
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

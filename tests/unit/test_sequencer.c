@@ -271,7 +271,7 @@ static Tshard__Request *make_req(int op_case, uint64_t id, const char *name, con
 static void submit(world *w, int rank, uint64_t conn, uint64_t id, const char *name,
                    const char *key) {
   tsd_seq_submit(w->r[rank].seq, conn, make_req(TSHARD__REQUEST__OP_CREATE, id, name, key), NULL,
-                 0);
+                 0, 0);
 }
 
 static const answer *answer_of(const rank_ctx *rc, uint64_t conn, uint64_t id) {
@@ -416,7 +416,7 @@ START_TEST(undecodable_is_refused_and_answered) {
   ck_assert_ptr_nonnull(staging);
   memset(staging, 0xab, 96);
   w.corrupt_next_submit = true;
-  tsd_seq_submit(w.r[1].seq, 1, make_req(TSHARD__REQUEST__OP_PUT, 9, "p", NULL), staging, 96);
+  tsd_seq_submit(w.r[1].seq, 1, make_req(TSHARD__REQUEST__OP_PUT, 9, "p", NULL), staging, 96, 0);
   settle(&w);
   check_same_order(&w, 0);
   const answer *a = answer_of(&w.r[1], 1, 9);
@@ -428,7 +428,7 @@ START_TEST(undecodable_is_refused_and_answered) {
   staging = malloc(96);
   ck_assert_ptr_nonnull(staging);
   memset(staging, 0xab, 96);
-  tsd_seq_submit(w.r[1].seq, 1, make_req(TSHARD__REQUEST__OP_PUT, 10, "p", NULL), staging, 96);
+  tsd_seq_submit(w.r[1].seq, 1, make_req(TSHARD__REQUEST__OP_PUT, 10, "p", NULL), staging, 96, 0);
   settle(&w);
   check_same_order(&w, 1);
   ck_assert_int_eq(answer_of(&w.r[1], 1, 10)->status, TS_OK);
@@ -513,7 +513,7 @@ START_TEST(key_ends_when_its_names_change) {
   /* create k1 --key once; drop k1; create k1 --key once: the second create runs. */
   submit(&w, 2, 1, 1, "k1", "once");
   settle(&w);
-  tsd_seq_submit(w.r[1].seq, 2, make_req(TSHARD__REQUEST__OP_DROP, 2, "k1", NULL), NULL, 0);
+  tsd_seq_submit(w.r[1].seq, 2, make_req(TSHARD__REQUEST__OP_DROP, 2, "k1", NULL), NULL, 0, 0);
   settle(&w);
   submit(&w, 2, 1, 3, "k1", "once");
   settle(&w);
@@ -524,14 +524,14 @@ START_TEST(key_ends_when_its_names_change) {
   uint8_t *staging = malloc(96);
   ck_assert_ptr_nonnull(staging);
   memset(staging, 0xab, 96);
-  tsd_seq_submit(w.r[1].seq, 2, make_req(TSHARD__REQUEST__OP_PUT, 4, "k1", NULL), staging, 96);
+  tsd_seq_submit(w.r[1].seq, 2, make_req(TSHARD__REQUEST__OP_PUT, 4, "k1", NULL), staging, 96, 0);
   settle(&w);
   submit(&w, 0, 3, 5, "k1", "once");
   settle(&w);
   check_same_order(&w, 4);
   ck_assert_int_eq(answer_of(&w.r[0], 3, 5)->status, TS_OK);
   /* Another name's drop does not end it either. */
-  tsd_seq_submit(w.r[1].seq, 2, make_req(TSHARD__REQUEST__OP_DROP, 6, "other", NULL), NULL, 0);
+  tsd_seq_submit(w.r[1].seq, 2, make_req(TSHARD__REQUEST__OP_DROP, 6, "other", NULL), NULL, 0, 0);
   settle(&w);
   submit(&w, 1, 4, 7, "k1", "once");
   settle(&w);
@@ -546,7 +546,7 @@ START_TEST(key_ends_when_its_names_change) {
       tsd_seq_submit(w.r[r].seq, 10 + (uint64_t)r,
                      make_req(TSHARD__REQUEST__OP_DROP, 200 + (uint64_t)run, "weight",
                               "drop-weight"),
-                     NULL, 0);
+                     NULL, 0, 0);
     settle(&w);
     for (int r = 0; r < 3; r++) {
       ck_assert_int_eq(answer_of(&w.r[r], 10 + (uint64_t)r, 100 + (uint64_t)run)->status, TS_OK);
@@ -639,7 +639,7 @@ static void submit_coll(world *w, int rank, uint64_t conn, uint64_t id, const ch
                         const char *key, const int32_t *parts, size_t n, uint32_t timeout) {
   tsd_seq_submit(w->r[rank].seq, conn,
                  make_req_p(TSHARD__REQUEST__OP_CREATE, id, name, key, parts, n, timeout), NULL,
-                 0);
+                 0, 0);
 }
 
 START_TEST(collective_waits_for_every_participant) {
@@ -936,7 +936,7 @@ static void shutdown_test(int size) {
   int last = size - 1;
   submit(&w, last, 1, 1, "x", NULL);
   tsd_seq_submit(w.r[last].seq, 1, make_req(TSHARD__REQUEST__OP_SHUTDOWN, 2, "", "__sd"), NULL,
-                 0);
+                 0, 0);
   settle(&w);
   check_same_order(&w, 2);
   for (int r = 0; r < size; r++) {
