@@ -13,7 +13,10 @@ test did.
 - --last N keeps each rank's N newest; --since keeps what ended in that window; a ring of 4
   (--trace-ring 4) holds the last 4 and counts the dropped ones; --trace-ring 0 records nothing;
 - --summary (text and --json) gives per kind shares that add up to 100%;
-- misuse: --last 0, --since 5parsecs, an unknown job: exit codes 2 and 4 with the reason.
+- misuse: --last 0, --since 5parsecs, an unknown job: exit codes 2 and 4 with the reason;
+- Python: Client.trace (last, within; bad values refused), and tshard.trace() recording a
+  script's calls, plain and with wait=False, saved beside every rank's ring: each call's request
+  id is the origin rank's operation's, and the call's span holds the daemon's received..answered.
 
 usage: test_trace.py BUILD_BIN_DIR NRANKS"""
 import json
@@ -25,6 +28,7 @@ import time
 
 import numpy as np
 
+import tshard
 from checks import Checks
 from harness import Daemons
 
@@ -177,6 +181,45 @@ def main_job():
     return None
 
 
+def python_side():
+    d = Daemons(bin_dir, NP)
+    os.environ["TSHARD_SOCKET_DIR"] = d.dir
+    try:
+        attr = lambda p: f"mesh=[{NP}]@0-{NP - 1} placements=[{p}]"  # noqa: E731
+        with d.connect(1 % NP) as c:
+            c.create("p", "f32", [4 * NP, 8], attr("S(0)"))
+            with tshard.trace() as t:
+                c.reshard("p", attr("S(1)"))
+                c.reshard("p", attr("R"), wait=False).result(60)
+                c.reshard("p", attr("S(0)"))
+            with tshard.trace():
+                check.raises(RuntimeError, lambda: tshard.trace().__enter__(),
+                             "a trace block inside another", ["already"])
+            check(tshard.tracing.active is None, "the block's end stops the recording")
+            mine = c.trace(last=2)
+            check([o["kind"] for o in mine["ops"]] == ["reshard", "reshard"] and
+                  mine["rank"] == 1 % NP and mine["ring"] == 4096, f"Client.trace(last=2): {mine}")
+            check(c.trace(within=3600)["ops"], "Client.trace(within=3600)")
+            for bad in ({"last": -1}, {"last": "3"}, {"within": 0}, {"within": -2.0}):
+                check.expect(1, lambda: c.trace(**bad), f"Client.trace({bad})")
+        with tempfile.TemporaryDirectory() as tmp:
+            doc = t.save(os.path.join(tmp, "t.json"), job=d.job)
+            with open(os.path.join(tmp, "t.json")) as f:
+                check(json.load(f) == json.loads(json.dumps(doc)), "the file is the trace")
+        calls = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == 1]
+        check([e["name"] for e in calls] == ["reshard"] * 3, f"client calls: {calls}")
+        origin = {e["args"]["request_id"]: e for e in doc["traceEvents"]
+                  if e["ph"] == "X" and e["pid"] == 0 and e["tid"] == 1 % NP and
+                  e.get("cat") == "reshard" and e["args"]["origin"]}
+        for e in calls:
+            o = origin.get(e["args"]["request_id"])
+            if check(o is not None, f"the call {e} is the origin rank's operation"):
+                check(e["ts"] <= o["ts"] + 50 and e["ts"] + e["dur"] + 50 >= o["ts"] + o["dur"],
+                      f"the call {e} holds the daemon's span {o}")
+    finally:
+        d.stop()
+
+
 def small_rings():
     d = Daemons(bin_dir, NP, extra_args=["--trace-ring", "4"])
     try:
@@ -207,5 +250,6 @@ def small_rings():
 
 
 main_job()
+python_side()
 small_rings()
 check.finish()

@@ -33,13 +33,15 @@ from . import torch  # torch tensors and DLPack objects in and out (imports torc
 from .offline import plan, show  # plan and drawing without daemons
 from .program import graph_from_json  # a program's message form
 from .launch import Job, launch  # daemons from Python: with tshard.launch(np=4) as job
+from . import tracing
+from .tracing import trace  # with tshard.trace() as t: ... t.save("trace.json", job=...)
 
 __all__ = ["connect", "Client", "Attr", "Mesh", "Shard", "Replicate", "Partial",
            "errors", "DTYPES", "DTYPE_SPELLINGS", "ROW_MAJOR", "socket_path", "read_token_file",
            "spmd", "plan", "show", "EinsumResult", "checkpoint", "graph_from_json", "Future",
            "wait", "WaitTimeoutError", "bf16_bits", "BF16Bits", "f8_bits", "F8Bits", "launch",
            "Job", "safetensors", "torch", "attr_rules", "from_dtensor_spec", "SPLIT_RULES",
-           "from_scalapack_desc", "numroc"] + [
+           "from_scalapack_desc", "numroc", "trace", "tracing"] + [
                n for n in _error_names if n not in ("TimeoutError", "OverflowError")]
 # tshard.TimeoutError and tshard.OverflowError subclass the builtins of those names but stay out
 # of __all__, so that "from tshard import *" never hides the builtins from the importing code.

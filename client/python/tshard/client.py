@@ -48,6 +48,7 @@ from . import torch as _tt
 from .wire import MAX_FRAME, Wire, request_frame
 from .future import Future, Inflight, WaitTimeoutError
 from . import fastpath as _fastpath
+from . import tracing as _trace
 
 __all__ = ["Client", "connect", "DTYPES", "DTYPE_SPELLINGS", "ROW_MAJOR", "socket_path",
            "read_token_file"]
@@ -556,8 +557,13 @@ class Client:
             getattr(req, name).CopyFrom(msg)
             if self._group is not None and name in _spmd.COLLECTIVE_OPS:
                 self._group.apply(req, name)
+            rec = _trace.active
+            t0 = _trace.now_ns() if rec is not None else 0
             self._wire.send(request_frame(req))
-            return self._check(self._wire.recv(), req.id)
+            resp = self._wire.recv()
+            if rec is not None:
+                rec.add(name, req.id, self._rank, t0, _trace.now_ns())
+            return self._check(resp, req.id)
 
     # -- operations in flight (future.py) ---------------------------------------------------------
     def _reader_on(self) -> Inflight:
@@ -619,7 +625,15 @@ class Client:
             getattr(req, name).CopyFrom(msg)
             if self._group is not None and name in _spmd.COLLECTIVE_OPS:
                 self._group.apply(req, name)
-            self._send_request(fl, req, self._answer(fut, finish))
+            handler = self._answer(fut, finish)
+            rec = _trace.active
+            if rec is not None:  # the call's span ends when its answer arrives
+                t0, inner, rid, rank = _trace.now_ns(), handler, req.id, self._rank
+
+                def handler(resp, err):
+                    rec.add(name, rid, rank, t0, _trace.now_ns())
+                    inner(resp, err)
+            self._send_request(fl, req, handler)
         return fut
 
     def _op(self, key, finish, wait, what, **op):
@@ -1925,6 +1939,32 @@ class Client:
         from .offline import show
         info = self.describe(name)
         return show(info["shape"], info["attr"], width=width, dims=dims, ascii=ascii)
+
+    def trace(self, last: int = 0, within: Optional[float] = None) -> Dict[str, Any]:
+        """The operations the connected daemon recorded in its trace ring (``--trace-ring``).
+
+        Args:
+            last: the last ``last`` operations (0: every one the ring holds).
+            within: only those that ended in the last ``within`` seconds (None: any).
+
+        Returns:
+            ``{'rank', 'clock_offset_ns', 'clock_rtt_ns', 'ring', 'dropped', 'host', 'ops'}``;
+            each op ``{'seq', 'kind', 'name', 'strategy', 'status', 'bytes_sent',
+            'bytes_received', 'origin', 'request_id', 'points'}``, points the times (ns, rank
+            0's clock) of the points it reached, from ``received`` to ``answered``
+            (tshard.tracing.POINTS). :func:`tshard.trace` draws them with the client's calls.
+
+        Raises:
+            InvalidArgumentError: a negative ``last`` or ``within``.
+        """
+        if not isinstance(last, int) or isinstance(last, bool) or not 0 <= last <= 1 << 20:
+            raise error_for(1, f"trace: last={last!r}: expected a count from 0 (all) to 1048576")
+        if within is not None and (not isinstance(within, (int, float)) or isinstance(within, bool)
+                                   or not 0 < within <= 86400):
+            raise error_for(1, f"trace: within={within!r}: expected seconds, more than 0 and at "
+                               "most 86400 (None: any)")
+        ns = int(within * 1e9) if within is not None else 0
+        return _trace.decode(self._call(trace=pb.TraceRequest(last=last, within_ns=ns)).trace)
 
     def stats(self) -> Dict[str, Any]:
         """The connected daemon's counters, as ``tshard stats`` prints them.

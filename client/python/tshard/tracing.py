@@ -1,0 +1,160 @@
+"""Traces from Python: what the daemons recorded of each operation, and the client's
+own calls beside it.
+
+Every daemon keeps, for its last ``--trace-ring`` operations, the times each reached each point
+of its way (received, submitted, ordered, started, planned, agreed, moved, committed, ended,
+answered) in rank 0's clock. :meth:`Client.trace` reads one daemon's ring (:func:`decode` gives
+its dict); :func:`trace` records, while its ``with`` block runs, every call this process's
+clients make (the kind, the request id, when it was sent and answered); ``Recorder.save`` then
+gathers every rank's ring of the job and writes the Chrome trace event format (Perfetto and
+chrome://tracing open it), the client's calls on a track of their own::
+
+    with tshard.trace() as t:
+        c.reshard("w", "mesh=[4] placements=[S(1)]")
+    t.save("trace.json", job="demo")
+
+The client's clock is this host's CLOCK_MONOTONIC (time.monotonic_ns), drawn in rank 0's clock
+through the offset of the rank it is connected to (the daemons on this host share its clock).
+Recording costs a clock read and a list append per call; nothing is recorded outside the block.
+"""
+import json
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+POINTS = ["received", "submitted", "ordered", "started", "planned", "agreed", "moved",
+          "committed", "ended", "answered"]
+# the span that ends at each point (the point before it that the operation reached starts it)
+SPAN_INTO = {"submitted": "queued", "ordered": "ordering", "started": "waiting",
+             "planned": "planning", "agreed": "agreeing", "moved": "moving",
+             "committed": "committing", "ended": "finishing", "answered": "answering"}
+
+active = None  # the Recorder recording now, read by the client on every call
+
+
+def decode(res) -> Dict[str, Any]:
+    """A TraceResult as a dict: rank, clock_offset_ns, clock_rtt_ns, ring, dropped, host and
+    ops (each with seq, kind, name, strategy, status, bytes_sent, bytes_received, origin,
+    request_id and points: {point: ns in rank 0's clock} of the points it reached)."""
+    if list(res.point_names) != POINTS:
+        from .errors import error_for
+        raise error_for(17, f"the daemon's trace points {list(res.point_names)} are not this "
+                            f"client's {POINTS}: use a client of the daemons' version")
+    ops = []
+    for o in res.ops:
+        if len(o.points) != len(POINTS):
+            from .errors import error_for
+            raise error_for(17, f"a traced operation has {len(o.points)} times for "
+                                f"{len(POINTS)} points")
+        ops.append({"seq": o.seq, "kind": o.kind, "name": o.name, "strategy": o.strategy,
+                    "status": o.status, "bytes_sent": o.bytes_sent,
+                    "bytes_received": o.bytes_received, "origin": o.origin,
+                    "request_id": o.request_id,
+                    "points": {p: t for p, t in zip(POINTS, o.points) if t}})
+    return {"rank": res.rank, "clock_offset_ns": res.clock_offset_ns,
+            "clock_rtt_ns": res.clock_rtt_ns, "ring": res.ring, "dropped": res.dropped,
+            "host": res.host, "ops": ops}
+
+
+def spans(points: Dict[str, int]):
+    """(name, start ns, end ns) of each span between two consecutive points reached."""
+    reached = [p for p in POINTS if p in points]
+    out = []
+    for a, b in zip(reached, reached[1:]):
+        name = "running" if (a, b) == ("started", "ended") else SPAN_INTO[b]
+        out.append((name, points[a], points[b]))
+    return out
+
+
+class Recorder:
+    """The client's calls recorded while its block runs (tshard.trace()), and the gathering of
+    the daemons' rings beside them (save)."""
+
+    def __init__(self):
+        self.calls: List[Dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def __enter__(self):
+        global active
+        if active is not None:
+            raise RuntimeError("tshard.trace() is already recording (one block at a time)")
+        active = self
+        return self
+
+    def __exit__(self, *exc):
+        global active
+        active = None
+        return False
+
+    def add(self, kind: str, request_id: int, rank: Optional[int], t0: int, t1: int):
+        with self._lock:
+            self.calls.append({"kind": kind, "request_id": request_id, "rank": rank,
+                               "sent_ns": t0, "answered_ns": t1})
+
+    def save(self, path: str, job: Optional[str] = None, ranks: Optional[List[dict]] = None,
+             timeout: float = 60.0) -> Dict[str, Any]:
+        """Writes the Chrome trace event file: every rank's ring of the job (connects to each
+        rank; ranks: traces already read, one dict per rank from Client.trace) and the calls
+        recorded. Returns the trace written, as a dict."""
+        if ranks is None:
+            from .client import connect
+            with connect(rank=0, job=job, timeout=timeout) as c:
+                n = c.ping()["world_size"]
+                ranks = [c.trace()]
+            for r in range(1, n):
+                with connect(rank=r, job=job, timeout=timeout) as c:
+                    ranks.append(c.trace())
+        doc = chrome(ranks, self.calls, job or "")
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        return doc
+
+
+def trace() -> Recorder:
+    """A recorder of this process's client calls: ``with tshard.trace() as t: ...`` then
+    ``t.save(path, job=...)``."""
+    return Recorder()
+
+
+def chrome(ranks: List[dict], calls: List[dict], job: str) -> Dict[str, Any]:
+    """The Chrome trace event format of the ranks' rings (process 0, one track per rank) and the
+    client's calls (process 1), in microseconds from the earliest point."""
+    offset = {t["rank"]: t["clock_offset_ns"] for t in ranks}
+    starts = [t for r in ranks for o in r["ops"] for t in o["points"].values()]
+    starts += [c["sent_ns"] + offset.get(c["rank"], 0) for c in calls]
+    t0 = min(starts) if starts else 0
+    us = lambda t: (t - t0) / 1e3  # noqa: E731
+    ev = [{"ph": "M", "pid": 0, "name": "process_name", "args": {"name": f"tshard job {job}"}},
+          {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "client"}}]
+    for r in ranks:
+        ev.append({"ph": "M", "pid": 0, "tid": r["rank"], "name": "thread_name",
+                   "args": {"name": f"rank {r['rank']} ({r['host']})"}})
+        for o in r["ops"]:
+            p = o["points"]
+            if not p:
+                continue
+            first, last = min(p.values()), max(p.values())
+            args = {k: o[k] for k in ("seq", "strategy", "status", "bytes_sent",
+                                      "bytes_received", "origin", "request_id")}
+            args["tensor"] = o["name"]
+            ev.append({"ph": "X", "pid": 0, "tid": r["rank"], "ts": us(first),
+                       "dur": (last - first) / 1e3, "cat": o["kind"],
+                       "name": f"{o['kind']} {o['name']}", "args": args})
+            for name, a, b in spans(p):
+                ev.append({"ph": "X", "pid": 0, "tid": r["rank"], "ts": us(a),
+                           "dur": (b - a) / 1e3, "cat": "span", "name": name,
+                           "args": {"seq": o["seq"]}})
+    for c in calls:
+        off = offset.get(c["rank"], 0)
+        ev.append({"ph": "X", "pid": 1, "tid": 0, "ts": us(c["sent_ns"] + off),
+                   "dur": (c["answered_ns"] - c["sent_ns"]) / 1e3, "cat": "client",
+                   "name": c["kind"], "args": {"request_id": c["request_id"],
+                                               "rank": c["rank"]}})
+    return {"displayTimeUnit": "ns", "traceEvents": ev,
+            "otherData": {"job": job, "ranks": [
+                {k: r[k] for k in ("rank", "clock_offset_ns", "clock_rtt_ns", "ring", "dropped")}
+                for r in ranks]}}
+
+
+def now_ns() -> int:
+    return time.monotonic_ns()
