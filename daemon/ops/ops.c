@@ -681,9 +681,10 @@ int tsd_run_collective(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin
 void tsd_answer_collective(tsd_engine *e, int op_case, const tsd_pending *w, int status,
                            const char *msg) {
   const tsd_op_handlers *entry = tsd_op_handlers_find(op_case);
+  /* Stamped before the write: a write that wakes the client may give it this core first. */
+  tsd_trace_answered(w->req_id);
   if (status == TS_OK && entry && entry->answer)
     entry->answer(e, w);
   else
     tsd_reply_status(e, w->conn_id, w->req_id, status, status == TS_OK ? "" : msg);
-  tsd_trace_answered(w->req_id);
 }

@@ -30,8 +30,8 @@ void tsd_trace_begin(const tsd_ordered *op, const tsd_pending *origin);
 void tsd_trace_exec(const ts_exec_report *rep);
 /* The running operation ended with status; it goes into the ring. */
 void tsd_trace_end(int status);
-/* The answer to request req_id of this rank's client was handed out: the last operation's
- * answer when it is that request. */
+/* The answer to request req_id of this rank's client is being handed out (called just before
+ * it is written): the last operation's answer when it is that request. */
 void tsd_trace_answered(uint64_t req_id);
 /* A local operation (this rank only) that was handed over at t_recv and ran from t_start to now. */
 void tsd_trace_local(int op_case, const char *name, uint64_t req_id, int64_t t_recv,

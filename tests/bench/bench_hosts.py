@@ -59,6 +59,10 @@ Printed, as key=value lines (the keys of a host count other than 2 start with h<
                         [32, 32] tensor over every rank, one synchronous Python call each (the
                         time the client sees); small_4096_hosts_p90_us its p90,
                         small_4096_hosts_rank0_us the median of rank 0's own time (its answer's)
+  small_4096_hosts_spans_rank0_us, small_4096_hosts_spans_others_us   where the time went, from the
+                        daemons' trace rings: the median of each span (span:us, ...) on rank 0,
+                        the origin, and on the other ranks; small_4096_hosts_outside_daemon_us
+                        the client's p50 less rank 0's median received..answered
   small_4096_hosts_raw_us, small_4096_hosts_vs_raw   p50 of a hand-written mpi4py Alltoallv of
                         the same pieces (the slowest rank's time per call; --small-iters calls
                         before the daemons start and as many after they stopped), and the ratio
@@ -903,6 +907,8 @@ def host_count(nhosts, o, hosts, link_bps, single_copy, work, tshardd, out, fail
                 failures.append(f"{pre}{case[0]}: {e}")
         try:
             small = small_case(clients[0], geom, o.small_iters) if "small" in o.cases else None
+            if small:
+                small_spans(clients, o.small_iters, small[0], pre, out)
         except (tshard.TshardError, RuntimeError, OSError) as e:
             failures.append(f"{pre}small_4096_hosts: {e}")
         served = True
@@ -912,6 +918,30 @@ def host_count(nhosts, o, hosts, link_bps, single_copy, work, tshardd, out, fail
             c.close()
     if small:
         small_keys(small, geom, o, hosts, single_copy, work, dim, ref, pre, out, failures)
+
+
+def small_spans(clients, iters, client_us, pre, out):
+    """Where the small reshards' time went, from the daemons' trace rings: the median of each
+    span on rank 0 (their origin) and on the other ranks, and the client's time outside rank 0's
+    received..answered."""
+    from tshard.tracing import spans
+    per = {}
+    origin_us = []
+    for r, c in enumerate(clients):
+        ops = [o for o in c.trace(last=iters)["ops"] if o["kind"] == "reshard"]
+        for o in ops:
+            for name, a, b in spans(o["points"]):
+                per.setdefault((r == 0, name), []).append((b - a) / 1e3)
+            p = o["points"]
+            if r == 0 and "received" in p and "answered" in p:
+                origin_us.append((p["answered"] - p["received"]) / 1e3)
+    for mine, key in ((True, "rank0"), (False, "others")):
+        names = [n for (m, n) in per if m == mine]
+        out.put(f"{pre}small_4096_hosts_spans_{key}_us", ",".join(
+            f"{n}:{statistics.median(per[(mine, n)]):.1f}" for n in names))
+    if origin_us:
+        out.put(f"{pre}small_4096_hosts_outside_daemon_us",
+                f"{client_us - statistics.median(origin_us):.1f}")
 
 
 def small_keys(small, geom, o, hosts, single_copy, work, dim, ref, pre, out, failures):
