@@ -31,9 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan_internal.h"
-#include "ts_comm.h"
-#include "ts_shard.h"
+#include "exec_internal.h"
 #include "ts_wait.h"
 
 /* ---------------------------------------------------------------------------------------------
@@ -1428,9 +1426,8 @@ static int exec_stages(ts_world *w, const ts_plan *p, const ts_tensor *src, cons
 int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const char *tgt_tag,
                     const ts_exec_opts *opts, ts_tensor *out, ts_exec_report *report,
                     ts_error *err) {
-  if (p && p->cyclic) /* every rank holds the same plan: all refuse before any exchange */
-    return ts_error_set(err, TS_UNSUPPORTED, "moving block-cyclic data is not supported yet; "
-                        "block-cyclic attributes are planned only (tshard plan)");
+  if (p && p->cyclic)
+    return ts__exec_cyclic(w, p, src, tgt_tag, opts, out, report, err);
   if (p && p->chosen == TS_STRATEGY_HIER)
     return exec_stages(w, p, src, tgt_tag, opts, out, report, err);
   return exec_one(w, p, src, tgt_tag, p ? ts__plan_avg_count(p) : 1, opts, out, report, err);

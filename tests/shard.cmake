@@ -25,6 +25,11 @@ add_executable(test_reshard_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/test_reshard.c)
 target_link_libraries(test_reshard_mpi PRIVATE tsshard)
 tshard_mpi_test(test_reshard test_reshard_mpi 1 2 3 4 6 8)
 
+# Block-cyclic reshards run by the executor, against a model of every rank's local array.
+add_executable(test_cyclic_exec_mpi ${CMAKE_CURRENT_LIST_DIR}/mpi/test_cyclic_exec.c)
+target_link_libraries(test_cyclic_exec_mpi PRIVATE tsshard)
+tshard_mpi_test(test_cyclic_exec test_cyclic_exec_mpi 1 2 3 4 6)
+
 # The wait policy: schedules, deadlines, and where a wait yield-spins before it blocks.
 tshard_unit_test(test_wait ${CMAKE_CURRENT_LIST_DIR}/unit/test_wait.c)
 target_link_libraries(test_wait PRIVATE tswait)

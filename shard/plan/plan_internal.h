@@ -41,7 +41,8 @@ struct ts_plan {
   bool chain;
   int chain_root;
   /* A block-cyclic source or target (plan_cyclic.c): the geoms keep the mesh bookkeeping, the
-   * holdings are the per-dim overlays of the source and target deals; the executor refuses it. */
+   * holdings are the per-dim overlays of the source and target deals (shard/exec_cyclic.c runs
+   * it). */
   bool cyclic;
   ts_overlay *overlay[TS_MAX_DIMS];
 };

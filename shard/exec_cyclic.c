@@ -1,0 +1,310 @@
+/* exec_cyclic.c - the executor of plans with a block-cyclic side (p2p and all-to-all, the only
+ * strategies such a plan has: plan_cyclic.c).
+ *
+ * A rank's data on either side is its local array: per tensor dim the elements it owns in global
+ * order (ScaLAPACK's local order for a block-cyclic dim, the box's own range for a split dim),
+ * row-major over those extents, plain (no blocked layout). What a source rank and a target rank
+ * share is the product of the dims' shared runs (ts_overlay); ts_cyclic_pair_move copies it
+ * between two local arrays, or packs and unpacks it in an order both ends compute alike.
+ *
+ * Who sends: every target rank takes each source part tuple it shares something with from one
+ * replica of it, its own rank's when that rank holds the tuple, else replica (target index mod
+ * replicas), so the replicas share the work; both ends compute the same choice. Partial
+ * placements are refused (reshard them to R or S first); the packed pieces of one rank move in
+ * one exchange (its staging is what it sends and receives).
+ *
+ * Atomicity as in exec.c: everything that can fail (the target array, the packed pieces) happens
+ * before one agreement over the union (or the world with agree_world), the exchange after it,
+ * and a commit agreement at the end; on failure every rank returns the same error and keeps its
+ * tensor. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec_internal.h"
+#include "ts_wait.h"
+
+#define CYCLIC_TAG 31100 /* beside the coalesced exchange's tag */
+
+typedef struct piece {
+  int peer;      /* world rank */
+  int64_t index; /* the peer's target index (sends) or source index (receives) */
+  int64_t bytes;
+  void *buf; /* packed; NULL for this rank's own piece */
+} piece;
+
+typedef struct cyc {
+  const ts_plan *p;
+  int me;
+  int64_t si, ti;              /* this rank's source and target mesh indexes (-1: none) */
+  int64_t sp[TS_MAX_DIMS], tp[TS_MAX_DIMS], rep;
+  piece *send, *recv;
+  int nsend, nrecv;
+  int64_t sent, received;
+  ts_tensor tgt;
+  int lst;
+  ts_error lerr;
+} cyc;
+
+static void fail(cyc *c, int code, const char *what) {
+  if (c->lst == TS_OK)
+    c->lst = ts_error_set(&c->lerr, code, "%s", what);
+}
+
+static int64_t shared(const ts_plan *p, const int64_t *sp, const int64_t *tp) {
+  int64_t n = 1;
+  for (int d = 0; d < p->ndim && n > 0; d++)
+    n *= ts_overlay_pair_len(p->overlay[d], sp[d], tp[d]);
+  return n;
+}
+
+/* The replica of source part tuple sp that target index ti takes it from. */
+static int64_t chosen_replica(const ts_plan *p, int64_t ti, const int64_t *sp) {
+  int64_t s = ts_geom_mesh_index(p->src, p->tgt->attr->ranks[ti]);
+  if (s >= 0) {
+    int64_t own[TS_MAX_DIMS], rep, par;
+    ts__geom_decompose(p->src, s, own, &rep, &par);
+    if (memcmp(own, sp, sizeof(int64_t) * (size_t)p->ndim) == 0)
+      return rep;
+  }
+  return ti % p->src->nrep;
+}
+
+/* What a plan with a block-cyclic side cannot move, or NULL. */
+static const char *unsupported(const ts_plan *p, const ts_tensor *src, const char *tgt_tag) {
+  if (p->src->npartial > 1 || p->tgt->npartial > 1)
+    return "a block-cyclic reshard with a partial placement (reshard the partial dims to R or "
+           "S first)";
+  if (tgt_tag && tgt_tag[0])
+    return "a block-cyclic reshard into a blocked layout (its local arrays are row-major)";
+  if (src && src->layout.n_inner != 0)
+    return "a block-cyclic reshard of a blocked slice (its local arrays are row-major)";
+  return NULL;
+}
+
+/* The slice of this rank's target holding: its local extents, row-major. */
+static int make_target(cyc *c) {
+  const ts_plan *p = c->p;
+  int64_t shape[TS_MAX_DIMS], n = 1;
+  for (int d = 0; d < p->ndim; d++)
+    n *= shape[d] = ts_overlay_tgt_extent(p->overlay[d], c->tp[d]);
+  ts_error e;
+  if (ts_layout_plain(&c->tgt.layout, p->dtype, p->ndim, shape, &e))
+    return ts_error_set(&c->lerr, e.code, "%s", e.msg);
+  c->tgt.bytes = (size_t)n * p->esize;
+  if (n == 0)
+    return TS_OK;
+  c->tgt.data = ts_shard_alloc_as(c->tgt.bytes, 0, "the new block-cyclic slice", &e);
+  return c->tgt.data ? TS_OK : ts_error_set(&c->lerr, e.code, "%s", e.msg);
+}
+
+/* This rank's sends: to every receiving target rank that takes a tuple from this replica. */
+static int list_sends(cyc *c) {
+  const ts_plan *p = c->p;
+  int64_t n = p->tgt->attr->nranks;
+  c->send = calloc((size_t)n, sizeof *c->send);
+  if (!c->send)
+    return ts_error_set(&c->lerr, TS_NO_MEMORY, "no memory for the block-cyclic sends");
+  for (int64_t ti = 0; ti < n; ti++) {
+    int64_t tp[TS_MAX_DIMS], rep, par;
+    ts__geom_decompose(p->tgt, ti, tp, &rep, &par);
+    int64_t k = shared(p, c->sp, tp);
+    if (k == 0 || chosen_replica(p, ti, c->sp) != c->rep)
+      continue;
+    c->send[c->nsend++] = (piece){p->tgt->attr->ranks[ti], ti, k * (int64_t)p->esize, NULL};
+  }
+  return TS_OK;
+}
+
+/* This rank's receives: from the chosen replica of every source tuple it shares something with. */
+static int list_recvs(cyc *c) {
+  const ts_plan *p = c->p;
+  int64_t n = p->src->attr->nranks;
+  c->recv = calloc((size_t)n, sizeof *c->recv);
+  if (!c->recv)
+    return ts_error_set(&c->lerr, TS_NO_MEMORY, "no memory for the block-cyclic receives");
+  for (int64_t si = 0; si < n; si++) {
+    int64_t sp[TS_MAX_DIMS], rep, par;
+    ts__geom_decompose(p->src, si, sp, &rep, &par);
+    int64_t k = shared(p, sp, c->tp);
+    if (k == 0 || rep != chosen_replica(p, c->ti, sp))
+      continue;
+    c->recv[c->nrecv++] = (piece){p->src->attr->ranks[si], si, k * (int64_t)p->esize, NULL};
+  }
+  return TS_OK;
+}
+
+static int64_t *parts_of(const ts_geom *g, int64_t index, int64_t *parts) {
+  int64_t rep, par;
+  ts__geom_decompose(g, index, parts, &rep, &par);
+  return parts;
+}
+
+/* Packs the sends to other ranks and makes the receive buffers (before the agreement). */
+static int prepare(cyc *c, const ts_tensor *src) {
+  const ts_plan *p = c->p;
+  for (int i = 0; i < c->nsend; i++) {
+    piece *x = &c->send[i];
+    if (x->peer == c->me)
+      continue;
+    ts_error e;
+    int64_t tp[TS_MAX_DIMS];
+    if (!(x->buf = ts_shard_alloc_as((size_t)x->bytes, TS_POOL_STAGING, "a block-cyclic piece",
+                                     &e)))
+      return ts_error_set(&c->lerr, e.code, "%s", e.msg);
+    if (ts_cyclic_pair_move(p->ndim, p->overlay, c->sp, parts_of(p->tgt, x->index, tp),
+                            p->esize, src->data, x->buf, TS_CYCLIC_PACK) < 0)
+      return ts_error_set(&c->lerr, TS_NO_MEMORY, "no memory to pack a block-cyclic piece");
+  }
+  for (int i = 0; i < c->nrecv; i++) {
+    piece *x = &c->recv[i];
+    ts_error e;
+    if (x->peer != c->me &&
+        !(x->buf = ts_shard_alloc_as((size_t)x->bytes, TS_POOL_STAGING, "a block-cyclic piece",
+                                     &e)))
+      return ts_error_set(&c->lerr, e.code, "%s", e.msg);
+  }
+  return TS_OK;
+}
+
+/* The comm rank of a world rank in the agreements' communicator. */
+static int comm_rank(const ts_plan *p, bool world, int rank) {
+  return world ? rank : ts__plan_union_pos(p, rank);
+}
+
+static int exchange(cyc *c, ts_comm *comm, bool world, const ts_tensor *src, ts_error *err) {
+  const ts_plan *p = c->p;
+  int n = c->nsend > c->nrecv ? c->nsend : c->nrecv;
+  int *peers = malloc(sizeof(int) * (size_t)(2 * n + 1));
+  void **bufs = malloc(sizeof(void *) * (size_t)(2 * n + 1));
+  int64_t *bytes = malloc(sizeof(int64_t) * (size_t)(2 * n + 1));
+  if (!peers || !bufs || !bytes) {
+    free(peers), free(bufs), free(bytes);
+    fail(c, TS_NO_MEMORY, "no memory for the block-cyclic exchange");
+    return TS_OK; /* agreed at the commit */
+  }
+  int ns = 0, nr = 0;
+  for (int i = 0; i < c->nsend; i++)
+    if (c->send[i].buf) {
+      peers[ns] = comm_rank(p, world, c->send[i].peer);
+      bufs[ns] = c->send[i].buf;
+      bytes[ns++] = c->send[i].bytes;
+      c->sent += c->send[i].bytes;
+    }
+  for (int i = 0; i < c->nrecv; i++)
+    if (c->recv[i].buf) {
+      peers[n + nr] = comm_rank(p, world, c->recv[i].peer);
+      bufs[n + nr] = c->recv[i].buf;
+      bytes[n + nr++] = c->recv[i].bytes;
+      c->received += c->recv[i].bytes;
+    }
+  int rc = ts_comm_exchange(comm, ns, peers, bufs, bytes, nr, peers + n, bufs + n, bytes + n,
+                            CYCLIC_TAG, err);
+  free(peers), free(bufs), free(bytes);
+  if (rc)
+    return rc;
+  for (int i = 0; i < c->nrecv; i++) {
+    piece *x = &c->recv[i];
+    int64_t sp[TS_MAX_DIMS];
+    parts_of(p->src, x->index, sp);
+    const void *from = x->buf ? x->buf : src->data;
+    if (ts_cyclic_pair_move(p->ndim, p->overlay, sp, c->tp, p->esize, from, c->tgt.data,
+                            x->buf ? TS_CYCLIC_UNPACK : TS_CYCLIC_COPY) < 0)
+      fail(c, TS_NO_MEMORY, "no memory to unpack a block-cyclic piece");
+  }
+  return TS_OK;
+}
+
+static void cyc_free(cyc *c, bool keep_target) {
+  for (int i = 0; c->send && i < c->nsend; i++)
+    if (c->send[i].buf)
+      ts_shard_free(c->send[i].buf);
+  for (int i = 0; c->recv && i < c->nrecv; i++)
+    if (c->recv[i].buf)
+      ts_shard_free(c->recv[i].buf);
+  free(c->send);
+  free(c->recv);
+  if (!keep_target)
+    ts_shard_free(c->tgt.data);
+}
+
+/* This rank's part before the agreement: its positions, the target array, the pieces. */
+static void prepare_rank(cyc *c, const ts_tensor *src, const char *tgt_tag) {
+  const ts_plan *p = c->p;
+  const char *why = unsupported(p, src, tgt_tag);
+  if (why) {
+    fail(c, TS_UNSUPPORTED, why);
+    return;
+  }
+  if (c->si >= 0) {
+    int64_t par;
+    ts__geom_decompose(p->src, c->si, c->sp, &c->rep, &par);
+    int64_t held = ts__plan_cyclic_held(p->src, c->sp);
+    if (!src || src->bytes != (size_t)held * p->esize)
+      fail(c, TS_INVALID_ARGUMENT, "the source slice is not this rank's block-cyclic local array");
+  }
+  if (c->lst == TS_OK && c->ti >= 0) {
+    int64_t rep, par;
+    ts__geom_decompose(p->tgt, c->ti, c->tp, &rep, &par);
+    c->lst = make_target(c);
+  }
+  if (c->lst == TS_OK && c->si >= 0)
+    c->lst = list_sends(c);
+  if (c->lst == TS_OK && c->ti >= 0)
+    c->lst = list_recvs(c);
+  if (c->lst == TS_OK)
+    c->lst = prepare(c, src);
+}
+
+int ts__exec_cyclic(ts_world *w, const ts_plan *p, const ts_tensor *src, const char *tgt_tag,
+                    const ts_exec_opts *opts, ts_tensor *out, ts_exec_report *report,
+                    ts_error *err) {
+  memset(out, 0, sizeof *out);
+  if (report)
+    memset(report, 0, sizeof *report);
+  bool world = opts && opts->agree_world;
+  cyc c = {.p = p, .me = ts_world_rank(w), .si = -1, .ti = -1};
+  int64_t t_begin = ts_wait_now_ns();
+  if (opts && opts->prior_status != TS_OK) {
+    c.lst = opts->prior_status;
+    if (opts->prior_err)
+      c.lerr = *opts->prior_err;
+    else
+      ts_error_set(&c.lerr, c.lst, "%s", ts_strerror(c.lst));
+  }
+  bool in_union = ts__plan_union_pos(p, c.me) >= 0;
+  if (!in_union && !world)
+    return TS_OK;
+  ts_comm *comm = NULL;
+  int rc = world ? TS_OK : ts_comm_group(w, p->union_ranks, p->nunion, &comm, err);
+  if (rc)
+    return rc;
+  if (world)
+    comm = ts_world_comm(w);
+  c.si = ts_geom_mesh_index(p->src, c.me);
+  c.ti = ts_geom_mesh_index(p->tgt, c.me);
+  if (c.lst == TS_OK && in_union)
+    prepare_rank(&c, c.si >= 0 ? src : NULL, tgt_tag);
+  rc = ts_comm_agree(comm, c.lst, &c.lerr, err);
+  bool agreed = rc == TS_OK; /* the same on every rank: then every rank runs the commit too */
+  int64_t t_agreed = ts_wait_now_ns();
+  if (agreed && in_union)
+    rc = exchange(&c, comm, world, src, err);
+  int64_t t_moved = ts_wait_now_ns();
+  if (agreed) {
+    int local = rc ? rc : c.lst;
+    ts_error mine = rc ? *err : c.lerr;
+    rc = ts_comm_agree(comm, local, &mine, err);
+  }
+  cyc_free(&c, rc == TS_OK);
+  if (rc)
+    return rc;
+  *out = c.tgt;
+  if (report) {
+    report->strategy = p->chosen;
+    report->bytes_sent = c.sent;
+    report->bytes_received = c.received;
+    report->t_begin_ns = t_begin, report->t_agreed_ns = t_agreed;
+    report->t_moved_ns = t_moved, report->t_done_ns = ts_wait_now_ns();
+  }
+  return TS_OK;
+}
