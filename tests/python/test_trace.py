@@ -149,14 +149,14 @@ def main_job():
                 full = [o["args"]["seq"] for o, _ in by_rank[r]][-3:]
                 check([o["args"]["seq"] for o, _ in ops] == full, f"rank {r} --last 3: {ops}")
         # --since: only what ended in the window
-        time.sleep(1.5)  # an age gap between the operations above and the next (not a wait)
+        time.sleep(4)  # an age gap between the operations above and the next (not a wait)
         with d.connect(0) as c:
             c.reshard("w", f"mesh=[{NP}]@0-{NP - 1} placements=[R]")
-        recent = gather(d, "--since", "1s")
+        recent = gather(d, "--since", "2s")
         if recent:
             for r, ops in ops_of(recent).items():
                 check([o["cat"] for o, _ in ops] == ["reshard"] and
-                      ops[0][0]["args"]["seq"] > max(seqs), f"rank {r} --since 1s: {ops}")
+                      ops[0][0]["args"]["seq"] > max(seqs), f"rank {r} --since 2s: {ops}")
         # the summary, text and JSON
         r = cli(d, "--job", d.job, "--summary")
         check(r.returncode == 0 and "reshard:" in r.stdout and "moving" in r.stdout,
