@@ -43,7 +43,7 @@ static const tsd_op ops[] = {
                       .validate = tsd_validate_describe},
     [OP(PLAN)] = {.name = "plan", .scope = TSD_SCOPE_LOCAL, .validate = tsd_validate_plan},
     [OP(STATS)] = {.name = "stats", .scope = TSD_SCOPE_LOCAL, .validate = tsd_validate_none},
-    [OP(TRACE)] = {.name = "trace", .scope = TSD_SCOPE_LOCAL, .validate = tsd_validate_none},
+    [OP(TRACE)] = {.name = "trace", .scope = TSD_SCOPE_LOCAL, .validate = tsd_validate_trace},
     [OP(SHUTDOWN)] = {.name = "shutdown", .scope = TSD_SCOPE_COLLECTIVE,
                       .validate = tsd_validate_none},
     [OP(EINSUM)] = {.name = "einsum", .scope = TSD_SCOPE_COLLECTIVE,

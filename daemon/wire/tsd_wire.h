@@ -130,6 +130,7 @@ int tsd_validate_get_slice(const Tshard__Request *r, const tsd_limits *lim, ts_e
 int tsd_validate_reshard(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_drop(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_describe(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_trace(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_plan(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 /* ckpt_validate.c: checkpoints */
 int tsd_validate_save(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);

@@ -330,6 +330,17 @@ int tsd_validate_describe(const Tshard__Request *r, const tsd_limits *lim, ts_er
   (void)lim;
   return v_name_only(r->describe->name, err);
 }
+int tsd_validate_trace(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
+  (void)lim;
+  const Tshard__TraceRequest *t = r->trace;
+  if (t->within_ns < 0)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "trace: within_ns %lld: expected 0 (any) or "
+                        "a positive window in ns", (long long)t->within_ns);
+  if (t->last > (1u << 20))
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "trace: last %u: expected 0 (all) to 1048576 "
+                        "operations", t->last);
+  return TS_OK;
+}
 int tsd_validate_plan(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   int rc = check_name("tensor name", r->plan->name, err);
   if (!rc)

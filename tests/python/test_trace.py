@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 import tshard
-from checks import Checks
+from checks import Checks, raw_call
 from harness import Daemons
 
 bin_dir, NP = sys.argv[1], int(sys.argv[2])
@@ -183,6 +183,12 @@ def main_job():
     return None
 
 
+def raw_trace(c, q):
+    """The status and message of a TraceRequest sent as it is."""
+    resp = raw_call(c, trace=q)
+    return resp.status, resp.message
+
+
 def python_side():
     d = Daemons(bin_dir, NP)
     os.environ["TSHARD_SOCKET_DIR"] = d.dir
@@ -204,6 +210,12 @@ def python_side():
             check(c.trace(within=3600)["ops"], "Client.trace(within=3600)")
             for bad in ({"last": -1}, {"last": "3"}, {"within": 0}, {"within": -2.0}):
                 check.expect(1, lambda: c.trace(**bad), f"Client.trace({bad})")
+        # the daemon's own checks, past the client's: raw requests on a plain connection
+        with d.connect(0) as raw:
+            for q, needle in ((tshard.tshard_pb2.TraceRequest(within_ns=-5), "within_ns"),
+                              (tshard.tshard_pb2.TraceRequest(last=(1 << 20) + 1), "last")):
+                st, msg = raw_trace(raw, q)
+                check(st == 1 and needle in msg, f"raw {q}: {st} {msg}")
         with tempfile.TemporaryDirectory() as tmp:
             doc = t.save(os.path.join(tmp, "t.json"), job=d.job)
             with open(os.path.join(tmp, "t.json")) as f:
