@@ -44,6 +44,8 @@ static int plan_item(ts_store *s, ts_world *w, const ts_batch_item *it, int64_t 
     rc = ts_error_set(&lerr, TS_BAD_LAYOUT, "layout tag of %zu characters; at most %zu",
                       strlen(it->layout_tag), sizeof p->e->layout_tag - 1);
   if (!rc)
+    rc = ts_attr_refuse_cyclic(it->tgt, &lerr); /* stored slices are boxes */
+  if (!rc)
     rc = ts_cast_prepare(&p->cast, p->e, it->cast ? it->dtype : p->e->dtype, it->tgt, &lerr);
   if (!rc && it->layout_tag && it->layout_tag[0]) {
     ts_layout l;

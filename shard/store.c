@@ -319,6 +319,8 @@ int ts_store_reshard_cast(ts_store *s, ts_world *w, const char *name, const ts_a
     lst = ts_error_set(&lerr, TS_NOT_FOUND, "no tensor named '%s'", name ? name : "(null)");
   else if (lst == TS_OK && !tgt)
     lst = ts_error_set(&lerr, TS_INVALID_ARGUMENT, "no target attribute");
+  else if (lst == TS_OK)
+    lst = ts_attr_refuse_cyclic(tgt, &lerr); /* stored slices are boxes */
   else if (lst == TS_OK && layout_tag && strlen(layout_tag) >= sizeof e->layout_tag)
     lst = ts_error_set(&lerr, TS_BAD_LAYOUT, "layout tag of %zu characters; at most %zu",
                        strlen(layout_tag), sizeof e->layout_tag - 1);

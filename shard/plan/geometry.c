@@ -73,20 +73,25 @@ void ts_geom_destroy(ts_geom **p) {
 
 const ts_attr *ts_geom_attr(const ts_geom *g) { return g->attr; }
 
+int ts_attr_refuse_cyclic(const ts_attr *a, ts_error *err) {
+  if (!a || !ts_attr_is_cyclic(a))
+    return TS_OK;
+  char text[256];
+  size_t n = ts_attr_format(a, text, sizeof text);
+  return ts_error_set(err, TS_UNSUPPORTED,
+                      "%s%s: a block-cyclic attribute is planned (tshard plan) and moved by the "
+                      "C library's executor, but its slices are not boxes, and storing or "
+                      "saving block-cyclic tensors is not supported yet",
+                      text, n >= sizeof text ? "..." : "");
+}
+
 int ts_geom_create(const ts_attr *a, int ndim, const int64_t *shape, ts_geom **out,
                    ts_error *err) {
   if (!out)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_geom_create: NULL output");
   *out = NULL;
-  if (a && ts_attr_is_cyclic(a)) {
-    char text[256];
-    size_t n = ts_attr_format(a, text, sizeof text);
-    return ts_error_set(err, TS_UNSUPPORTED,
-                        "%s%s: a block-cyclic attribute is planned (tshard plan) but its slices "
-                        "are not boxes, and storing, moving or saving block-cyclic tensors is "
-                        "not supported yet", text, n >= sizeof text ? "..." : "");
-  }
-  return ts__geom_create_any(a, ndim, shape, out, err);
+  int rc = ts_attr_refuse_cyclic(a, err);
+  return rc ? rc : ts__geom_create_any(a, ndim, shape, out, err);
 }
 
 int ts__geom_create_any(const ts_attr *a, int ndim, const int64_t *shape, ts_geom **out,

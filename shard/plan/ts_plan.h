@@ -137,6 +137,9 @@ static inline ts_placement ts_partial(ts_reduce_op op) {
 
 /* Whether some placement of a is block-cyclic. */
 bool ts_attr_is_cyclic(const ts_attr *a);
+/* TS_UNSUPPORTED naming a block-cyclic attribute where slices must be boxes (a store, a
+ * checkpoint), else TS_OK (geometry.c). */
+int ts_attr_refuse_cyclic(const ts_attr *a, ts_error *err);
 
 /* ScaLAPACK's NUMROC: how many of n elements, dealt in blocks of nb round-robin over nprocs
  * processes from process isrc, process iproc holds. */

@@ -10,7 +10,8 @@ offline planner's minimum wire bytes (tshard.plan) between random cyclic, S and 
 equal a per-element numpy count of what each target rank holds and its own source slice lacks.
 Text round trips, Shard(d, cyclic=, src=) and descriptor errors (DTYPE_, MB_, RSRC_, LLD_).
 
-With real daemons: storing or resharding into a block-cyclic attribute is refused with
+With real daemons: storing or resharding (alone or in a batch) into a block-cyclic attribute is
+refused with
 UNSUPPORTED, naming it, and the tensor resharded keeps its values on every rank; a checkpoint
 loaded under a block-cyclic attribute, and an einsum into a block-cyclic output, are refused the
 same way, creating nothing. With README.md
@@ -162,6 +163,8 @@ def with_daemons():
         c.put("x", x)
         check.expect(20, lambda: c.reshard("x", cyc), "resharding into block-cyclic",
                      "block-cyclic")
+        check.expect(20, lambda: c.reshard_many({"x": cyc}),
+                     "a batch resharding into block-cyclic", "block-cyclic")
         for r in range(NP):
             with d.connect(r) as cr:
                 check(np.array_equal(cr.get("x"), x), f"rank {r}: the tensor is unchanged")
