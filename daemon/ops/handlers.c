@@ -81,8 +81,9 @@ static void run_local(tsd_engine *e, tsd_work *w) {
   const tsd_op_handlers *h = tsd_op_handlers_find((int)w->req->op_case);
   if (h && h->run_local) {
     int op_case = (int)w->req->op_case; /* the handler may take the request */
-    char name[TS_NAME_MAX];
-    snprintf(name, sizeof name, "%s", tsd_oplog_tensor(w->req));
+    char name[TS_NAME_MAX] = "";
+    if (tsd_trace_on()) /* the handler may free the request: the name is kept for the ring */
+      snprintf(name, sizeof name, "%s", tsd_oplog_tensor(w->req));
     uint64_t req_id = w->req->id;
     int64_t t0 = ts_wait_now_ns();
     h->run_local(e, w);

@@ -57,6 +57,8 @@ int tsd_trace_start(int64_t n, ts_error *err) {
   return TS_OK;
 }
 
+bool tsd_trace_on(void) { return tr.ring != NULL; }
+
 void tsd_trace_stop(void) {
   free(tr.ring);
   memset(&tr, 0, sizeof tr);

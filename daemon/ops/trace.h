@@ -21,6 +21,8 @@ typedef enum tsd_trace_point {
   TSD_PT_COUNT
 } tsd_trace_point;
 
+/* Whether operations are being recorded (a ring of at least one). */
+bool tsd_trace_on(void);
 /* Allocates the ring of n operations (0: tracing off). Frees with tsd_trace_stop. */
 int tsd_trace_start(int64_t n, ts_error *err);
 void tsd_trace_stop(void);
