@@ -7,8 +7,10 @@
  * clients are answered (CkptResult, writing), and a writer thread per daemon writes the files
  * (no MPI) while the engine goes on with other operations. When rank 0's writer is done, rank
  * 0 orders save_finish (an internal operation, refused from clients); every rank runs it in
- * order, waits for its own writer, and ts_ckpt_save_end agrees and moves the checkpoint into
- * place (or removes the temporary directory). One background save writes at a time: a save
+ * order and says whether its own writer is done. When every writer is, ts_ckpt_save_end agrees
+ * and moves the checkpoint into place (or removes the temporary directory); else nothing
+ * changes, the engines go on, and rank 0 orders save_finish again later (FINISH_RETRY_*: a
+ * slow writer on one rank never holds the other ranks' operations). One background save writes at a time: a save
  * (of any kind, to any directory) or a shutdown ordered while one writes first completes it
  * (waiting for its files), then runs. The outcome of each, with its progress while writing, is
  * kept for stats (the last TSD_SAVES_KEPT) and logged.
@@ -51,6 +53,10 @@
 /* How long a cancelled writer has to return (it stops before its next piece, at most one
  * chunk of --ckpt-chunk away) before the save is ended without it. */
 #define TSD_CANCEL_GRACE_MS 5000
+/* How soon rank 0 asks again when a save_finish found a writer still busy: the first retry,
+ * doubling up to the last. */
+#define FINISH_RETRY_FIRST_MS 10
+#define FINISH_RETRY_MAX_MS 1000
 enum { SAVE_WRITING, SAVE_DONE, SAVE_FAILED };
 /* The save-hold and save-stuck faults (TSHARD_FAULT): the writer waits after its first piece
  * until the daemon stops (then completes in time), or until it is cancelled. */
@@ -87,6 +93,8 @@ static struct {
   pthread_mutex_t mu;
   pthread_cond_t cv; /* CLOCK_MONOTONIC; a writer done, released or cancelled */
   bool finish_ordered, snapshot;
+  int64_t finish_retry_ms;   /* rank 0: when to order save_finish again (0: once written) */
+  int64_t finish_backoff_ms; /* the wait before that retry */
   uint64_t job_id;
   int64_t next_snapshot_ms;
   int64_t sequence; /* the highest snapshot sequence known (rank 0's counts) */
@@ -445,6 +453,8 @@ static int start_background(tsd_engine *e, const tsd_ordered *op, const char *di
             w->hold == HOLD_UNTIL_STOP ? "stops" : "abandons the save");
   }
   bg.finish_ordered = false;
+  bg.finish_retry_ms = 0;
+  bg.finish_backoff_ms = FINISH_RETRY_FIRST_MS;
   bg.snapshot = snapshot;
   bg.job_id = op->seq;
   bg.job = job;
@@ -534,9 +544,25 @@ int tsd_run_save_finish(tsd_engine *e, const tsd_ordered *op, tsd_pending *origi
                         ts_error *err) {
   (void)origin;
   int rc = ts_comm_agree(ts_world_comm(e->world), TS_OK, NULL, err);
-  if (rc == TS_OK && bg.job && bg.job_id == op->req->save_finish->save_id)
-    rc = finish_job(e, false, err); /* else a later save completed it already */
-  return rc;
+  if (rc || !bg.job || bg.job_id != op->req->save_finish->save_id)
+    return rc; /* a later save completed it already */
+  int64_t written = !bg.threaded || atomic_load(&bg.wr->written);
+  rc = ts_comm_allreduce_i64(ts_world_comm(e->world), &written, 1, TS_COMM_MIN, err);
+  if (rc)
+    return rc;
+  if (written)
+    return finish_job(e, false, err);
+  if (e->rank == 0) { /* a writer elsewhere still writes: asked again later */
+    if (bg.finish_backoff_ms == FINISH_RETRY_FIRST_MS)
+      TSD_LOG(TSD_LOG_DEBUG, "background save %llu: a writer of another rank still writes; its "
+              "completion is asked again until every writer is done",
+              (unsigned long long)bg.job_id);
+    bg.finish_ordered = false;
+    bg.finish_retry_ms = now_ms() + bg.finish_backoff_ms;
+    if (bg.finish_backoff_ms < FINISH_RETRY_MAX_MS)
+      bg.finish_backoff_ms *= 2;
+  }
+  return TS_OK;
 }
 
 /* An operation built here and ordered by rank 0 (no client: conn 0 answers nobody). */
@@ -585,7 +611,8 @@ bool tsd_bgsave_tick(tsd_engine *e) {
   if (e->rank != 0 || e->stopping)
     return false;
   bool did = false;
-  if (bg.job && !bg.finish_ordered && atomic_load(&bg.wr->written)) {
+  if (bg.job && !bg.finish_ordered && atomic_load(&bg.wr->written) &&
+      now_ms() >= bg.finish_retry_ms) {
     bg.finish_ordered = true;
     order_finish(e);
     did = true;
@@ -610,14 +637,22 @@ bool tsd_bgsave_tick(tsd_engine *e) {
   return did;
 }
 
+/* Milliseconds until the tick has work (0: now, -1: none timed): a save_finish to order again,
+ * or the next periodic snapshot. */
 int64_t tsd_bgsave_due_ms(tsd_engine *e) {
-  if (e->rank != 0 || e->stopping || e->cfg->snapshot_every <= 0 || !e->cfg->snapshot_dir[0] ||
-      atomic_load(&e->sh->stop_signalled))
+  if (e->rank != 0 || e->stopping)
     return -1;
-  if (bg.next_snapshot_ms == 0)
-    return 0; /* the tick sets the first period */
-  int64_t left = bg.next_snapshot_ms - now_ms();
-  return left > 0 ? left : 0;
+  int64_t now = now_ms(), due = -1;
+  if (bg.job && !bg.finish_ordered && bg.finish_retry_ms > 0)
+    due = bg.finish_retry_ms > now ? bg.finish_retry_ms - now : 0;
+  if (e->cfg->snapshot_every <= 0 || !e->cfg->snapshot_dir[0] ||
+      atomic_load(&e->sh->stop_signalled))
+    return due;
+  int64_t left = bg.next_snapshot_ms == 0 ? 0 /* the tick sets the first period */
+                                          : bg.next_snapshot_ms - now;
+  if (left < 0)
+    left = 0;
+  return due < 0 || left < due ? left : due;
 }
 
 /* The engine stops with a save still writing (no shutdown completed it: the engine failed): the

@@ -129,7 +129,8 @@ void tsd_ckpt_arm_fail_hook(int rank);
 /* Rank 0: orders the completion of a background save whose writer is done, and the periodic
  * snapshots; true when it ordered something. */
 bool tsd_bgsave_tick(tsd_engine *e);
-/* ms until the tick has a periodic snapshot to order, or -1: none. */
+/* ms until the tick has a save_finish to order again or a periodic snapshot to order, or -1:
+ * none. */
 int64_t tsd_bgsave_due_ms(tsd_engine *e);
 /* Completes a background save still writing (collective: a shutdown runs it first), waiting for
  * this rank's writer at most --shutdown-save-wait, else abandoning it on every rank. */

@@ -6,7 +6,9 @@ the writer's first piece until the daemon stops, save-stuck until the save is ab
 signal sent to rank 1 first and to the others once rank 1 logged it (as mpirun forwards it, a
 little apart).
 
-- A snapshot held, --shutdown-save-wait 60s: the daemons complete it (loadable, holding the
+- A snapshot held, --shutdown-save-wait 60s: once rank 0's writer is done, a put and a get
+  still run (a writer behind on one rank holds no rank's operations); at the signal the daemons
+  complete it (loadable, holding the
   values of its time) and log it on every rank, no temporary directory is left, mpirun exits 0.
 - save(wait=False) over a checkpoint, stuck, --shutdown-save-wait 1s: the daemons abandon it on
   every rank, rank 0 logs that the temporary directory was removed, none is left, the previous
@@ -92,16 +94,22 @@ def completed():
     """A snapshot held on rank 1, the signal, a generous bound: completed on every rank."""
     sdir = os.path.join(work, "snaps")
     os.mkdir(sdir, 0o700)
-    d = start("save-hold@1", "--shutdown-save-wait", "60s", "--snapshot-dir", sdir)
+    d = start("save-hold@1", "--shutdown-save-wait", "60s", "--snapshot-dir", sdir,
+              "--log-level", "debug")
     with d:
-        with d.connect(0) as c:
+        with d.connect(0, timeout=30) as c:
             c.create("w", "f32", SHAPE, "mesh=[3] placements=[S(0)]")
             ref = np.arange(np.prod(SHAPE), dtype=np.float32).reshape(SHAPE)
             c.put("w", ref)
             snap = c.snapshot()
             check(snap["writing"], f"the snapshot answers while it writes: {snap}")
+            poll(lambda: "waits after its first piece" in d.logs(), "rank 1's writer held")
+            # rank 0's writer done, the completion found rank 1's still writing: the engines go
+            # on (a put and a get within the connection's timeout), the save still in flight
+            poll(lambda: "completion is asked again" in d.logs(), "a completion asked again")
             c.put("w", ref + 1)  # after the snapshot: not in it
-        poll(lambda: "waits after its first piece" in d.logs(), "rank 1's writer held")
+            check(np.array_equal(c.get("w"), ref + 1),
+                  "a put and a get while another rank's writer still writes")
         check(len(leftovers(sdir)) == 1, f"the snapshot is in flight: {leftovers(sdir)}")
         rc = terminate(d)
         logs = d.logs()
