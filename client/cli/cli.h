@@ -119,6 +119,12 @@ int cli_cmd_show(cli_args *a);
 int cli_cmd_show_tensor(cli_args *a, const char *name);
 /* Connects as the connection options say (--socket, --tcp + --token-file, --job + --rank). */
 int cli_connect(const cli_args *a, tshard_client **out);
+/* Connects over TCP as --tcp HOST:PORT and --token-file FILE say, to PORT plus port_offset (a
+ * job's ranks listen on consecutive ports). CLI_USAGE or CLI_IO, the reason on stderr, when the
+ * options are incomplete or the token cannot be read; otherwise CLI_OK with the connection's
+ * tshard status in *rc. */
+int cli_connect_tcp(const cli_args *a, int port_offset, int timeout_ms, tshard_client **out,
+                    int *rc);
 int cli_cmd_ping(cli_args *a, tshard_client *c);
 int cli_cmd_create(cli_args *a, tshard_client *c);
 int cli_cmd_put(cli_args *a, tshard_client *c);

@@ -17,29 +17,38 @@
 int cli_draw(const cli_args *a, const char *name, const char *dtype, int ndim,
              const int64_t *shape, const char *attr_text);
 
+int cli_connect_tcp(const cli_args *a, int port_offset, int timeout_ms, tshard_client **out,
+                    int *rc) {
+  const char *tcp = cli_opt(a, "tcp"), *tok = cli_opt(a, "token-file");
+  const char *colon = tcp ? strrchr(tcp, ':') : NULL;
+  if (!colon || !tok)
+    return cli_fail(CLI_USAGE, "--tcp HOST:PORT needs --token-file FILE too");
+  char token[TS_RULES_TOKEN_MAX + 1];
+  ts_error terr;
+  if (ts_token_file_read(tok, token, sizeof token, &terr)) {
+    char msg[sizeof terr.msg + 32];
+    snprintf(msg, sizeof msg, "--token-file: %s", terr.msg);
+    return cli_fail(terr.code == TS_IO ? CLI_IO : CLI_USAGE, msg);
+  }
+  char host[256];
+  snprintf(host, sizeof host, "%.*s", (int)(colon - tcp), tcp);
+  *rc = tshard_connect_tcp(host, atoi(colon + 1) + port_offset, token, timeout_ms, out);
+  return CLI_OK;
+}
+
 int cli_connect(const cli_args *a, tshard_client **out) {
-  const char *sock = cli_opt(a, "socket"), *tcp = cli_opt(a, "tcp"), *tok = cli_opt(a, "token-file"),
-             *job = cli_opt(a, "job"), *rank = cli_opt(a, "rank"), *to = cli_opt(a, "timeout");
+  const char *sock = cli_opt(a, "socket"), *tcp = cli_opt(a, "tcp"), *job = cli_opt(a, "job"),
+             *rank = cli_opt(a, "rank"), *to = cli_opt(a, "timeout");
   int timeout_ms = to ? (int)(atof(to) * 1000) : TSHARD_DEFAULT_TIMEOUT_MS;
   if (timeout_ms <= 0)
     return cli_fail(CLI_USAGE, "--timeout: expected a positive number of seconds");
   int rc;
   char where[512];
   if (tcp) {
-    const char *colon = strrchr(tcp, ':');
-    if (!colon || !tok)
-      return cli_fail(CLI_USAGE, "--tcp HOST:PORT needs --token-file FILE too");
-    char token[TS_RULES_TOKEN_MAX + 1];
-    ts_error terr;
-    if (ts_token_file_read(tok, token, sizeof token, &terr)) {
-      char msg[sizeof terr.msg + 32];
-      snprintf(msg, sizeof msg, "--token-file: %s", terr.msg);
-      return cli_fail(terr.code == TS_IO ? CLI_IO : CLI_USAGE, msg);
-    }
-    char host[256];
-    snprintf(host, sizeof host, "%.*s", (int)(colon - tcp), tcp);
+    int code = cli_connect_tcp(a, 0, timeout_ms, out, &rc);
+    if (code)
+      return code;
     snprintf(where, sizeof where, "%s", tcp);
-    rc = tshard_connect_tcp(host, atoi(colon + 1), token, timeout_ms, out);
   } else if (sock) {
     snprintf(where, sizeof where, "%s", sock);
     rc = tshard_connect_path(sock, timeout_ms, out);

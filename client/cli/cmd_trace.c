@@ -17,7 +17,6 @@
 
 #include "cli.h"
 #include "tshard.h"
-#include "ts_rules.h"
 
 /* The span that ends at each point (the one before it that the operation reached starts it). */
 static const char *const span_names[TSHARD_TRACE_POINTS] = {
@@ -45,20 +44,6 @@ static void gathered_free(gathered *g) {
   free(g->t);
 }
 
-static int connect_rank(const cli_args *a, const char *job, int r, int timeout_ms,
-                        tshard_client **c) {
-  const char *tcp = cli_opt(a, "tcp");
-  if (!tcp)
-    return tshard_connect_rank(job, r, timeout_ms, c);
-  const char *colon = strrchr(tcp, ':');
-  char host[256], token[TS_RULES_TOKEN_MAX + 1];
-  snprintf(host, sizeof host, "%.*s", (int)(colon - tcp), tcp);
-  ts_error err;
-  if (ts_token_file_read(cli_opt(a, "token-file"), token, sizeof token, &err))
-    return err.code;
-  return tshard_connect_tcp(host, atoi(colon + 1) + r, token, timeout_ms, c);
-}
-
 /* Every rank's trace, rank 0 first (which tells the job's size). */
 static int gather(const cli_args *a, uint32_t last, int64_t within_ns, gathered *g) {
   const char *job = cli_opt(a, "job"), *to = cli_opt(a, "timeout");
@@ -67,13 +52,18 @@ static int gather(const cli_args *a, uint32_t last, int64_t within_ns, gathered 
   int timeout_ms = to ? (int)(atof(to) * 1000) : TSHARD_DEFAULT_TIMEOUT_MS;
   if (timeout_ms <= 0)
     return cli_fail(CLI_USAGE, "--timeout: expected a positive number of seconds");
-  if (cli_opt(a, "tcp") && (!strrchr(cli_opt(a, "tcp"), ':') || !cli_opt(a, "token-file")))
-    return cli_fail(CLI_USAGE, "--tcp HOST:PORT needs --token-file FILE too");
   g->nranks = 1;
   g->t0 = INT64_MAX;
   for (int r = 0; r < g->nranks; r++) {
     tshard_client *c = NULL;
-    int rc = connect_rank(a, job, r, timeout_ms, &c), me = 0, world = 0;
+    int rc = TS_OK, me = 0, world = 0;
+    if (cli_opt(a, "tcp")) {
+      int code = cli_connect_tcp(a, r, timeout_ms, &c, &rc); /* rank r listens on PORT + r */
+      if (code)
+        return code;
+    } else {
+      rc = tshard_connect_rank(job, r, timeout_ms, &c);
+    }
     if (rc) {
       char msg[900];
       snprintf(msg, sizeof msg, "rank %d: %s", r,
