@@ -52,18 +52,11 @@
  * identified by the xxHash (XXH3, 64 bits) of its forwarded bytes. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <xxhash.h>
 
 #include "sequencer.h"
-
-/* CLOCK_MONOTONIC in ns: when a submission and an order were here (the trace). */
-static int64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+#include "ts_wait.h"
 
 #define TAG_SUBMIT TSD_SEQ_SUBMIT
 #define TAG_ORDER TSD_SEQ_ORDER
@@ -270,7 +263,7 @@ static void order_now(tsd_seq *e, int origin, uint64_t ticket, uint64_t hash,
     return;
   }
   op->seq = ++e->next_seq;
-  op->t_order_ns = now_ns();
+  op->t_order_ns = ts_wait_now_ns();
   op->origin = origin;
   op->ticket = ticket;
   op->hash = hash;
@@ -542,7 +535,7 @@ void tsd_seq_submit(tsd_seq *e, uint64_t conn_id, Tshard__Request *req, uint8_t 
   p->conn_id = conn_id;
   p->req_id = req->id;
   p->t_recv_ns = t_recv_ns;
-  p->t_submit_ns = now_ns();
+  p->t_submit_ns = ts_wait_now_ns();
   p->op_case = (int)req->op_case;
   p->hash = hash;
   p->staging = staging;
@@ -602,7 +595,7 @@ static void take_order(tsd_seq *e, const uint8_t *buf, size_t len) {
     return;
   }
   op->seq = get_u64(buf);
-  op->t_order_ns = now_ns();
+  op->t_order_ns = ts_wait_now_ns();
   op->origin = (int)get_u64(buf + 8);
   op->ticket = get_u64(buf + 16);
   op->hash = get_u64(buf + 24);
