@@ -102,7 +102,7 @@ static tsd_reply *reply_node(tsd_shared *sh, bool no_alloc) {
 }
 
 void tsd_push_work(tsd_shared *sh, tsd_work *w) {
-  w->t_recv_ns = ts_wait_now_ns();
+  w->t_recv_ns = sh->stamp_times ? ts_wait_now_ns() : 0; /* for the trace only */
   tsd_queue_push(&sh->work, &w->node);
 }
 
@@ -517,6 +517,7 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
   e->world = opts->world;
   e->sh = opts->shared;
   e->ops = opts->ops;
+  e->sh->stamp_times = e->cfg->trace_ring > 0; /* before serving: the loop thread reads it */
   e->rank = ts_world_rank(e->world);
   e->size = ts_world_size(e->world);
   pthread_mutex_init(&e->wake_mu, NULL);
@@ -532,6 +533,7 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
                          .collective_timeout_ms = e->cfg->collective_timeout,
                          .collective_timeout_max_ms = e->cfg->collective_timeout_max,
                          .collective_pending_max = e->cfg->collective_pending_max,
+                         .stamp_times = e->sh->stamp_times,
                          .fault_orders_undecodable = tsd_fault_take_all(TSD_FAULT_ORDER_DECODE)};
   int rc = tsd_seq_create(e->rank, e->size, &hooks, &scfg, &e->seq, err);
   if (rc)

@@ -89,6 +89,11 @@ typedef struct tsd_deferred {
   int status;
   char msg[];
 } tsd_deferred;
+
+/* The time of a submission or an order here, for the trace: CLOCK_MONOTONIC ns when tracing is
+ * on, else 0 (not read). */
+static int64_t trace_now(const tsd_seq *e) { return e->cfg.stamp_times ? ts_wait_now_ns() : 0; }
+
 #define SUBMIT_HEADER 16 /* ticket, hash */
 #define ORDER_HEADER 40  /* seq, origin, ticket, hash, op case */
 #define REFUSE_HEADER 16 /* ticket, status; then the message */
@@ -263,7 +268,7 @@ static void order_now(tsd_seq *e, int origin, uint64_t ticket, uint64_t hash,
     return;
   }
   op->seq = ++e->next_seq;
-  op->t_order_ns = ts_wait_now_ns();
+  op->t_order_ns = trace_now(e);
   op->origin = origin;
   op->ticket = ticket;
   op->hash = hash;
@@ -535,7 +540,7 @@ void tsd_seq_submit(tsd_seq *e, uint64_t conn_id, Tshard__Request *req, uint8_t 
   p->conn_id = conn_id;
   p->req_id = req->id;
   p->t_recv_ns = t_recv_ns;
-  p->t_submit_ns = ts_wait_now_ns();
+  p->t_submit_ns = trace_now(e);
   p->op_case = (int)req->op_case;
   p->hash = hash;
   p->staging = staging;
@@ -595,7 +600,7 @@ static void take_order(tsd_seq *e, const uint8_t *buf, size_t len) {
     return;
   }
   op->seq = get_u64(buf);
-  op->t_order_ns = ts_wait_now_ns();
+  op->t_order_ns = trace_now(e);
   op->origin = (int)get_u64(buf + 8);
   op->ticket = get_u64(buf + 16);
   op->hash = get_u64(buf + 24);

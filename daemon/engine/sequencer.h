@@ -34,7 +34,8 @@ typedef struct tsd_pending {
   uint64_t staging_bytes;
   uint64_t max_bytes; /* get: the chunk size the client asked for */
   Tshard__Request *req; /* this rank's decoding of its forwarded submission, until ordered */
-  int64_t t_recv_ns, t_submit_ns; /* handed to the engine, submitted here (ns; the trace) */
+  int64_t t_recv_ns, t_submit_ns; /* handed to the engine, submitted here (ns; the trace; 0
+                                   * when tracing is off) */
 } tsd_pending;
 
 /* An operation in rank 0's order, waiting to run here. req is NULL when this rank could not
@@ -48,7 +49,7 @@ typedef struct tsd_ordered {
   int op_case;
   Tshard__Request *req;
   ts_error decode_error;
-  int64_t t_order_ns; /* when rank 0's order of it was here (ns; the trace) */
+  int64_t t_order_ns; /* when rank 0's order of it was here (ns; the trace; 0 when off) */
 } tsd_ordered;
 
 typedef struct tsd_seq_hooks {
@@ -70,7 +71,8 @@ typedef struct tsd_seq_hooks {
 } tsd_seq_hooks;
 
 /* The bounds on idempotency keys and collectives (daemon flags --key-ttl, --key-max,
- * --collective-timeout, --collective-timeout-max, --collective-pending-max). */
+ * --collective-timeout, --collective-timeout-max, --collective-pending-max), and whether the
+ * trace's timestamps are taken (--trace-ring > 0). */
 typedef struct tsd_seq_config {
   int64_t key_ttl_ms;
   int64_t key_max;
@@ -78,6 +80,7 @@ typedef struct tsd_seq_config {
   int64_t collective_timeout_max_ms; /* rank 0 never waits longer (0: no bound here) */
   int64_t collective_pending_max;    /* per connection: collectives waiting (0: no bound) */
   int fault_orders_undecodable;      /* fault injection: the next N ORDERs here fail to decode */
+  bool stamp_times; /* the trace is on: submissions and orders note when they were here */
 } tsd_seq_config;
 
 typedef struct tsd_seq tsd_seq;

@@ -52,7 +52,8 @@ typedef struct tsd_work {
   bool signal_shutdown;  /* notice: SIGTERM/SIGINT */
   Tshard__Request *req;  /* owned */
   tsd_scope scope;
-  int64_t t_recv_ns;     /* when it was handed to the engine (ts_wait_now_ns; the trace) */
+  int64_t t_recv_ns;     /* when it was handed to the engine (ts_wait_now_ns; the trace; 0
+                          * when tracing is off) */
 } tsd_work;
 
 #define TSD_SPARE_REPLIES 16
@@ -99,6 +100,9 @@ typedef struct tsd_shared {
   /* SIGTERM or SIGINT arrived (set by the loop thread): an engine waiting for a background
    * save's writer bounds its wait from then on (ops/bgsave.c). */
   _Atomic bool stop_signalled;
+  /* The trace ring is on (--trace-ring > 0): work is stamped with the time it was handed over.
+   * Set by the engine before serving starts, read-only after. */
+  bool stamp_times;
 } tsd_shared;
 
 /* Outlets (outlet.c): the engine writes an answer of at most TSD_OUTLET_MAX bytes to its
