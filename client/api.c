@@ -31,8 +31,8 @@ int tsc_call_collective(tshard_client *c, Tshard__Request *req) {
 
 /* One call whose answer must carry the result `want` (`what` names the operation and the result
  * in the error). *r gets the answer, to be freed with tsc_free; it may be set on failure too. */
-static int call_expect(tshard_client *c, Tshard__Request *req, Tshard__Response__ResultCase want,
-                       const char *what, Tshard__Response **r) {
+int tsc_call_expect(tshard_client *c, Tshard__Request *req, Tshard__Response__ResultCase want,
+                    const char *what, Tshard__Response **r) {
   *r = NULL;
   int rc = tsc_call(c, req, r);
   if (rc == TS_OK && (*r)->result_case != want)
@@ -53,8 +53,8 @@ int tshard_ping(tshard_client *c, int *rank, int *world_size) {
   req.op_case = TSHARD__REQUEST__OP_PING;
   req.ping = &p;
   Tshard__Response *r;
-  int rc = call_expect(c, &req, TSHARD__RESPONSE__RESULT_PING,
-                       "ping answered without a ping result", &r);
+  int rc = tsc_call_expect(c, &req, TSHARD__RESPONSE__RESULT_PING,
+                           "ping answered without a ping result", &r);
   if (rc == TS_OK) {
     if (rank)
       *rank = r->ping->rank;
@@ -595,7 +595,8 @@ int tshard_list(tshard_client *c, char ***names, int *count) {
   req.op_case = TSHARD__REQUEST__OP_LIST;
   req.list = &q;
   Tshard__Response *r;
-  int rc = call_expect(c, &req, TSHARD__RESPONSE__RESULT_LIST, "list answered without a list", &r);
+  int rc = tsc_call_expect(c, &req, TSHARD__RESPONSE__RESULT_LIST,
+                           "list answered without a list", &r);
   if (rc == TS_OK) {
     char **out = calloc(r->list->n_names + 1, sizeof *out);
     if (!out)
@@ -647,7 +648,7 @@ int tshard_describe(tshard_client *c, const char *name, tshard_info *info) {
   req.describe = &q;
   Tshard__Response *r;
   const char *invalid = "describe answered without a valid description";
-  int rc = call_expect(c, &req, TSHARD__RESPONSE__RESULT_DESCRIBE, invalid, &r);
+  int rc = tsc_call_expect(c, &req, TSHARD__RESPONSE__RESULT_DESCRIBE, invalid, &r);
   if (rc == TS_OK && (r->describe->n_shape > TSHARD_MAX_DIMS || !r->describe->attr))
     rc = tsc_fail(c, TS_PROTOCOL, "%s", invalid);
   if (rc == TS_OK) {
@@ -698,7 +699,8 @@ int tshard_plan(tshard_client *c, const char *name, const char *attr, const char
   req.op_case = TSHARD__REQUEST__OP_PLAN;
   req.plan = &q;
   Tshard__Response *r;
-  int rc = call_expect(c, &req, TSHARD__RESPONSE__RESULT_PLAN, "plan answered without a plan", &r);
+  int rc = tsc_call_expect(c, &req, TSHARD__RESPONSE__RESULT_PLAN,
+                           "plan answered without a plan", &r);
   if (rc == TS_OK) {
     if (!(*explain = strdup(r->plan->explain)))
       rc = tsc_fail(c, TS_NO_MEMORY, "no memory for the explain text");
@@ -719,8 +721,8 @@ int tshard_stats_get(tshard_client *c, tshard_stats *s) {
   req.op_case = TSHARD__REQUEST__OP_STATS;
   req.stats = &q;
   Tshard__Response *r;
-  int rc = call_expect(c, &req, TSHARD__RESPONSE__RESULT_STATS,
-                       "stats answered without statistics", &r);
+  int rc = tsc_call_expect(c, &req, TSHARD__RESPONSE__RESULT_STATS,
+                           "stats answered without statistics", &r);
   if (rc == TS_OK) {
     const Tshard__StatsResult *x = r->stats;
     s->operations = x->operations;

@@ -130,6 +130,10 @@ int tsc_call_plain(tshard_client *c, Tshard__Request *req);
 /* A call that runs on every rank: the client's SPMD group (spmd.c) makes it a collective of the
  * group, then one plain call. */
 int tsc_call_collective(tshard_client *c, Tshard__Request *req);
+/* One call whose answer must carry the result `want`, else TS_PROTOCOL with `what` as the
+ * message. *r gets the answer (free with tsc_free); it may be set on failure too. */
+int tsc_call_expect(tshard_client *c, Tshard__Request *req, Tshard__Response__ResultCase want,
+                    const char *what, Tshard__Response **r);
 
 /* Sends req (id and token filled in) and waits for its answer. On a transport failure returns
  * TS_IO or TS_TIMEOUT; otherwise the daemon's status, with *resp set (free with

@@ -68,10 +68,9 @@ int tshard_trace_get(tshard_client *c, uint32_t last, int64_t within_ns, tshard_
   q.within_ns = within_ns;
   req.op_case = TSHARD__REQUEST__OP_TRACE;
   req.trace = &q;
-  Tshard__Response *r = NULL;
-  int rc = tsc_call(c, &req, &r);
-  if (rc == TS_OK && r->result_case != TSHARD__RESPONSE__RESULT_TRACE)
-    rc = tsc_fail(c, TS_PROTOCOL, "trace answered without a trace");
+  Tshard__Response *r;
+  int rc = tsc_call_expect(c, &req, TSHARD__RESPONSE__RESULT_TRACE,
+                           "trace answered without a trace", &r);
   char why[256];
   if (rc == TS_OK && !points_ok(r->trace, why, sizeof why))
     rc = tsc_fail(c, TS_PROTOCOL, "%s", why);
