@@ -161,7 +161,7 @@ static int parse_id(const cli_args *a, uint64_t *id) {
 }
 
 int cli_cmd_einsum_backward(cli_args *a, tshard_client *c) {
-  uint64_t id;
+  uint64_t id = 0;
   int code = parse_id(a, &id);
   if (code)
     return code;
@@ -197,7 +197,7 @@ int cli_cmd_einsum_backward(cli_args *a, tshard_client *c) {
 }
 
 int cli_cmd_einsum_release(cli_args *a, tshard_client *c) {
-  uint64_t id;
+  uint64_t id = 0;
   int code = parse_id(a, &id);
   if (code)
     return code;

@@ -186,7 +186,7 @@ uint8_t *tsd_shm_gather_target(tsd_session *c, const Tshard__GetRequest *g, uint
   if (!c)
     return NULL;
   tsd_session_set_get_region(c, g->shm);
-  uint8_t *p;
+  uint8_t *p = NULL;
   uint64_t room;
   if (!g->shm || bytes == 0 || tsd_shm_region(c, g->shm, bytes, &p, &room, NULL))
     return NULL;
