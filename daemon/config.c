@@ -56,6 +56,9 @@ static const cfg_entry table[] = {
     {"metrics-remote", COUNT(metrics_remote, 0, 1), "0",
      "1: --metrics may bind an address other than loopback (whoever reaches it reads the "
      "numbers: there is no token)"},
+    {"metrics-page", COUNT(metrics_page, 0, 1), "1",
+     "1: rank 0's --metrics port also serves the live page (GET /, /api/ranks, /api/tensors: "
+     "the tensors' names, shapes and attributes, never their data); 0: only /metrics"},
     {"max-frame", SIZE(max_frame, 1024, 1LL << 30), "64M", "largest frame accepted or sent"},
     {"memory-limit", CFG_MEMORY, offsetof(tsd_config, memory_limit), 0, 0, 1LL << 50, "auto",
      "bytes of stored slices, staging and the pool's kept buffers per daemon; auto: "

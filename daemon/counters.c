@@ -68,6 +68,14 @@ uint64_t tsd_counted_answers(int op_case, int status) {
   return atomic_load_explicit(&numbers.answers[op_case][status], memory_order_relaxed);
 }
 
+uint64_t tsd_counted_answers_total(void) {
+  uint64_t n = 0;
+  for (int k = 0; k < TSD_OP_KINDS; k++)
+    for (int s = 0; s < TSD_STATUS_CODES; s++)
+      n += atomic_load_explicit(&numbers.answers[k][s], memory_order_relaxed);
+  return n;
+}
+
 uint64_t tsd_counted_dtype_bytes(int dtype) {
   if (dtype < 0 || dtype >= TSD_DTYPES_MAX)
     return 0;

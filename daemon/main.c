@@ -47,9 +47,12 @@ typedef struct serve_ctx {
   tsd_server_opts *so;
   tsd_server **server;
   tsd_metrics **metrics; /* --metrics: started with the server */
+  tsd_catalog *catalog;  /* the live page's tensors */
   ts_world *world;
   const char *memory_why;
 } serve_ctx;
+
+static char *catalog_json(void *ctx) { return tsd_catalog_json(ctx); }
 
 /* The engine's serve hook: every rank starts its server, or none (a job with a missing rank
  * would hang its clients). */
@@ -58,7 +61,9 @@ static int start_serving(void *arg, ts_error *err) {
   ts_error lerr;
   ts_error_clear(&lerr);
   int rank = ts_world_rank(sc->world), size = ts_world_size(sc->world);
-  int rc = sc->cfg->metrics[0] ? tsd_metrics_start(sc->cfg, rank, sc->metrics, &lerr) : TS_OK;
+  tsd_metrics_sources src = {.world = sc->world, .tensors_json = catalog_json, .ctx = sc->catalog};
+  int rc = sc->cfg->metrics[0] ? tsd_metrics_start(sc->cfg, rank, &src, sc->metrics, &lerr)
+                               : TS_OK;
   if (rc == TS_OK)
     rc = tsd_server_start(sc->so, sc->server, &lerr);
   if ((rc = ts_comm_agree(ts_world_comm(sc->world), rc, &lerr, err)))
@@ -140,7 +145,7 @@ int main(int argc, char **argv) {
   so.shared = &shared;
   tsd_server *server = NULL;
   tsd_metrics *metrics = NULL;
-  serve_ctx sc = {&cfg, &so, &server, &metrics, world, memory_why};
+  serve_ctx sc = {&cfg, &so, &server, &metrics, &catalog, world, memory_why};
   int exit_code = 0;
   /* a fault setting one rank refused fails every rank alike */
   if (ts_comm_agree(ts_world_comm(world), frc, &err, &err)) {

@@ -1,6 +1,6 @@
 /* tsd_base.h - what every layer of tshardd may include: its settings (config.c: one table serves
  * the flags, --help and the startup log), its log (log.c) and the numbers it publishes for the
- * metrics endpoint (counters.c). The layers below it
+ * metrics endpoint (counters.c, and view.c for rank 0's live page). The layers below it
  * (wire/, engine/, front/, ops/) each have their own header; see daemon/README.md for the order
  * in which they may include each other. Names: tsd_* internal to the daemon, static everything
  * else. */
@@ -51,6 +51,7 @@ typedef struct tsd_config {
   char token_file[512];
   char metrics[256];      /* "" or HOST:PORT of the Prometheus endpoint (daemon/metrics/) */
   int64_t metrics_remote; /* 1: --metrics may bind an address other than loopback */
+  int64_t metrics_page;   /* 1: rank 0's metrics port serves the live page (metrics/page.c) */
   int64_t max_frame;
   int64_t memory_limit; /* 0: unbounded; TSD_MEMORY_AUTO until main.c resolves it */
   int64_t staging;      /* executor staging bytes per reshard */
@@ -146,6 +147,7 @@ void tsd_gauge_set_dtype_bytes(int dtype, uint64_t bytes);
 /* The readers (the HTTP thread). */
 uint64_t tsd_gauge_get(tsd_gauge g);
 uint64_t tsd_counted_answers(int op_case, int status);
+uint64_t tsd_counted_answers_total(void); /* every kind and status */
 uint64_t tsd_counted_dtype_bytes(int dtype);
 /* The upper bound of bucket b in ns (0 outside the bounds). */
 uint64_t tsd_latency_bound_ns(int b);
@@ -153,6 +155,35 @@ uint64_t tsd_latency_bound_ns(int b);
  * total count, from the same reads as the buckets (so the histogram is consistent). */
 uint64_t tsd_counted_latency(int op_case, uint64_t buckets[TSD_LATENCY_BUCKETS + 1],
                              uint64_t *sum_ns);
+
+/* ---------------------------------------------------------------------------------------------
+ * view.c: the job's ranks as rank 0 last gathered them for the live page, and whether anyone
+ * watches it. Each rank gives TSD_VIEW_FIELDS numbers, in this order. */
+typedef enum tsd_view_field {
+  TSD_VIEW_HELD,        /* the memory account: held (in use but staging) */
+  TSD_VIEW_STAGING,
+  TSD_VIEW_CACHED,
+  TSD_VIEW_LIMIT,       /* --memory-limit (0: none) */
+  TSD_VIEW_PEAK,
+  TSD_VIEW_TENSORS,     /* tensors stored */
+  TSD_VIEW_STORED,      /* bytes of this rank's slices */
+  TSD_VIEW_ANSWERS,     /* requests answered (every kind and status) */
+  TSD_VIEW_COLLECTIVES, /* collective operations run */
+  TSD_VIEW_CONNECTIONS,
+  TSD_VIEW_INFLIGHT,
+  TSD_VIEW_FIELDS
+} tsd_view_field;
+#define TSD_VIEW_WATCH_MS 10000 /* the page counts as watched this long after its last read */
+#define TSD_VIEW_PERIOD_MS 1000 /* rank 0 gathers this often while it is watched */
+int64_t tsd_view_now_ms(void); /* CLOCK_MONOTONIC */
+/* The HTTP thread: the page's rank data was read. True when nobody watched before (so the
+ * caller wakes rank 0's engine). */
+bool tsd_view_watch(void);
+bool tsd_view_watched(int64_t now_ms);
+/* Rank 0's engine: every rank's numbers (nranks * TSD_VIEW_FIELDS, rank-major). */
+void tsd_view_publish(const int64_t *v, int nranks, int64_t at_ms);
+/* A copy of the last published view into *out (malloc'd; free it), its ranks (0: none yet). */
+int tsd_view_read(int64_t **out, int64_t *at_ms);
 
 /* fault.c: fault injection for tests, compiled in, off unless TSHARD_FAULT names faults when
  * the daemon starts. */

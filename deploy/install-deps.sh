@@ -14,6 +14,7 @@ packages=(
   python3-torch
   python3-pip python3-setuptools python3-venv
   iproute2
+  chromium
 )
 
 missing=()

@@ -15,6 +15,7 @@
  * old metadata from another rank.
  * The loop thread also leaves a request to the engine while the same connection has requests
  * with the engine, so one connection's answers keep their order. */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -197,15 +198,19 @@ int tsd_catalog_set(tsd_catalog *c, const char *name, const uint8_t *packed, siz
   return rc;
 }
 
-static bool busy(const tsd_catalog *c, const Tshard__Request *req) {
-  if (req->op_case == TSHARD__REQUEST__OP_LIST) /* details carry every tensor's attribute */
-    return c->names_busy || (req->list->details && c->nbusy > 0);
+static bool busy_name(const tsd_catalog *c, const char *name) {
   if (c->all_busy)
     return true;
   for (int i = 0; i < c->nbusy; i++)
-    if (strcmp(c->busy[i], req->describe->name) == 0)
+    if (strcmp(c->busy[i], name) == 0)
       return true;
   return false;
+}
+
+static bool busy(const tsd_catalog *c, const Tshard__Request *req) {
+  if (req->op_case == TSHARD__REQUEST__OP_LIST) /* details carry every tensor's attribute */
+    return c->names_busy || (req->list->details && c->nbusy > 0);
+  return busy_name(c, req->describe->name);
 }
 
 /* A tensor's line of the list, pointing into its DescribeResult: name, dtype, shape, attribute
@@ -290,4 +295,77 @@ int tsd_catalog_answer(tsd_catalog *c, const Tshard__Request *req, bool wait_if_
 int tsd_catalog_loop_answer(const tsd_loop_info *info, const Tshard__Request *req,
                             uint8_t **frame, size_t *len) {
   return tsd_catalog_answer(info->catalog, req, true, frame, len);
+}
+
+static json_t *int_array(const int64_t *v, size_t n) {
+  json_t *a = json_array();
+  for (size_t i = 0; a && i < n; i++)
+    json_array_append_new(a, json_integer(v[i]));
+  return a;
+}
+
+/* One tensor of the live page: its metadata, mesh and each holding rank's box and bytes. */
+static json_t *entry_json(tsd_catalog *c, entry *v) {
+  const Tshard__DescribeResult *d = v->describe;
+  if (!v->ranks)
+    v->ranks = ranks_build(v);
+  const ranks *rk = v->ranks;
+  Tshard__ListEntry le;
+  list_entry(v, &le);
+  json_t *o = json_object(), *ranks = json_array(), *mesh = json_array(), *mr = json_array();
+  if (!o || !ranks || !mesh || !mr) {
+    json_decref(o), json_decref(ranks), json_decref(mesh), json_decref(mr);
+    return NULL;
+  }
+  json_object_set_new(o, "name", json_string(v->name));
+  json_object_set_new(o, "dtype", json_string(d->dtype));
+  json_object_set_new(o, "shape", int_array(d->shape, d->n_shape));
+  char small[512], *text = small;
+  size_t need = v->attr ? ts_attr_format(v->attr, small, sizeof small) : 0;
+  if (need >= sizeof small && (text = malloc(need + 1)) != NULL)
+    ts_attr_format(v->attr, text, need + 1);
+  json_object_set_new(o, "attr", json_string(!v->attr ? "" : text ? text : small));
+  if (text != small)
+    free(text);
+  json_object_set_new(o, "bytes", json_integer((json_int_t)le.bytes));
+  json_object_set_new(o, "busy", json_boolean(busy_name(c, v->name)));
+  int64_t positions = v->attr ? 1 : 0;
+  for (int k = 0; v->attr && k < v->attr->mesh_ndim; k++) {
+    json_array_append_new(mesh, json_integer(v->attr->mesh_shape[k]));
+    positions *= v->attr->mesh_shape[k];
+  }
+  for (int64_t k = 0; k < positions; k++) /* the rank at each mesh position, row-major */
+    json_array_append_new(mr, json_integer(v->attr->nranks ? v->attr->ranks[k] : k));
+  json_object_set_new(o, "mesh", mesh);
+  json_object_set_new(o, "mesh_ranks", mr);
+  for (size_t i = 0; rk && i < rk->n; i++) {
+    const Tshard__RankBytes *x = rk->p[i];
+    json_t *r = json_object();
+    json_object_set_new(r, "rank", json_integer(x->rank));
+    json_object_set_new(r, "lo", int_array(x->lo, x->n_lo));
+    json_object_set_new(r, "hi", int_array(x->hi, x->n_hi));
+    json_object_set_new(r, "bytes", json_integer((json_int_t)x->bytes));
+    json_array_append_new(ranks, r);
+  }
+  json_object_set_new(o, "ranks", ranks);
+  return o;
+}
+
+char *tsd_catalog_json(tsd_catalog *c) {
+  json_t *root = json_object(), *arr = json_array();
+  if (!root || !arr) {
+    json_decref(root), json_decref(arr);
+    return NULL;
+  }
+  pthread_mutex_lock(&c->mu);
+  bool ok = true;
+  for (int i = 0; ok && i < c->n; i++) {
+    json_t *o = entry_json(c, &c->v[i]);
+    ok = o && json_array_append_new(arr, o) == 0;
+  }
+  pthread_mutex_unlock(&c->mu);
+  json_object_set_new(root, "tensors", arr);
+  char *s = ok ? json_dumps(root, JSON_COMPACT) : NULL;
+  json_decref(root);
+  return s;
 }

@@ -47,6 +47,10 @@ int tsd_catalog_set(tsd_catalog *c, const char *name, const uint8_t *packed, siz
                     const ts_attr *attr, int world);
 /* Engine: copies the names the catalog holds into a new array (*n of them; NULL when none). */
 char (*tsd_catalog_names(tsd_catalog *c, int *n))[TS_NAME_MAX];
+/* The live page's tensors (any thread): {"tensors": [{name, dtype, shape, attr, bytes, busy,
+ * mesh, mesh_ranks (row-major), ranks: [{rank, lo, hi, bytes}]}]} as a new string (free it), NULL when out of
+ * memory. */
+char *tsd_catalog_json(tsd_catalog *c);
 /* Answers a list or describe request into a new frame: 1 answered, 0 busy (only with
  * wait_if_busy: the engine answers it after the operation), -1 no memory. */
 int tsd_catalog_answer(tsd_catalog *c, const Tshard__Request *req, bool wait_if_busy,

@@ -1,9 +1,11 @@
 /* tsd_metrics.h - the metrics endpoint of tshardd (libtsdmetrics, daemon/metrics/): an HTTP
  * server of its own thread (libmicrohttpd, http.c) that answers GET /metrics in the Prometheus
  * text exposition format (exposition.c: the format's rules; series.c: the series tshardd
- * exposes, read from the numbers the layers publish, counters.c in the base). It includes the
- * base, the wire layer (operation names) and the comm library (bytes moved by peer class); no
- * layer calls it but main.c, and it reads nothing the engine holds. */
+ * exposes, read from the numbers the layers publish, counters.c in the base) and, on rank 0, the
+ * live page (page.c: GET /, /api/ranks, /api/tensors). It includes the base, the wire layer
+ * (operation names) and the comm library (bytes moved by peer class, the ranks' hosts); no layer
+ * calls it but main.c, and it reads nothing the engine holds: the tensors come through the
+ * source main.c gives (the front's catalog). */
 #ifndef TSD_METRICS_H
 #define TSD_METRICS_H
 
@@ -43,11 +45,34 @@ void tsd_series_init(tsd_series_ctx *c, const char *job, int rank);
 void tsd_series_write(const tsd_series_ctx *c, tsd_text *t);
 
 /* ---------------------------------------------------------------------------------------------
+ * What the endpoint reads beyond the base: the world (ranks, hosts, rank 0's doorbell) and the
+ * live page's tensors as JSON text (a new string, NULL when out of memory; any thread). */
+struct ts_world;
+typedef struct tsd_metrics_sources {
+  struct ts_world *world;
+  char *(*tensors_json)(void *ctx);
+  void *ctx;
+} tsd_metrics_sources;
+
+/* ---------------------------------------------------------------------------------------------
+ * page.c: the live page (rank 0): its sampler thread keeps rank 0's operation rate and latency
+ * for the last TSD_PAGE_HISTORY seconds. */
+#define TSD_PAGE_HISTORY 300
+typedef struct tsd_page tsd_page;
+int tsd_page_start(const tsd_metrics_sources *src, const char *job, tsd_page **out,
+                   ts_error *err);
+void tsd_page_stop(tsd_page **p); /* accepts NULL */
+void tsd_page_html(tsd_page *p, tsd_text *t);
+void tsd_page_ranks(tsd_page *p, tsd_text *t);   /* also marks the page watched */
+void tsd_page_tensors(tsd_page *p, tsd_text *t);
+
+/* ---------------------------------------------------------------------------------------------
  * http.c: the server. */
 typedef struct tsd_metrics tsd_metrics;
 /* Binds cfg->metrics_host:cfg->metrics_port + rank (errors name the address and the reason)
- * and starts the HTTP thread. */
-int tsd_metrics_start(const tsd_config *cfg, int rank, tsd_metrics **out, ts_error *err);
+ * and starts the HTTP thread (on rank 0 with the live page). */
+int tsd_metrics_start(const tsd_config *cfg, int rank, const tsd_metrics_sources *src,
+                      tsd_metrics **out, ts_error *err);
 /* Stops the thread, closes the socket and every connection, frees. Accepts NULL. */
 void tsd_metrics_stop(tsd_metrics **m);
 

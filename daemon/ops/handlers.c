@@ -44,6 +44,7 @@ static const tsd_op_handlers handlers[] = {
     [OP(LOAD)] = {.run_collective = tsd_run_load, .changes = tsd_changes_load,
                   .answer = tsd_answer_ckpt},
     [OP(SAVE_FINISH)] = {.run_collective = tsd_run_save_finish},
+    [OP(OBSERVE)] = {.run_collective = tsd_run_observe},
     [OP(SHM_ATTACH)] = {.run_local = tsd_shm_attach},
     [OP(PROGRAM_COMPILE)] = {.run_collective = tsd_run_program_compile,
                              .answer = tsd_answer_program_compile},
@@ -119,7 +120,14 @@ static int start(tsd_engine *e, ts_error *err) {
 /* Every turn of the engine's loop, after the operations that ran answered. */
 static bool tick(tsd_engine *e) {
   bool did = tsd_ops_after(e);
-  return tsd_bgsave_tick(e) || did;
+  did = tsd_bgsave_tick(e) || did;
+  return tsd_observe_tick(e) || did;
+}
+
+/* The earliest of the ticks' timed work (-1: none). */
+static int64_t tick_due_ms(tsd_engine *e) {
+  int64_t a = tsd_bgsave_due_ms(e), b = tsd_observe_due_ms(e);
+  return a < 0 ? b : b < 0 || a < b ? a : b;
 }
 
 const tsd_engine_ops tsd_ops = {
@@ -129,6 +137,6 @@ const tsd_engine_ops tsd_ops = {
     .changes = changes,
     .stop = stop,
     .tick = tick,
-    .tick_due_ms = tsd_bgsave_due_ms,
+    .tick_due_ms = tick_due_ms,
     .start = start,
 };

@@ -132,6 +132,11 @@ bool tsd_bgsave_tick(tsd_engine *e);
 /* ms until the tick has a save_finish to order again or a periodic snapshot to order, or -1:
  * none. */
 int64_t tsd_bgsave_due_ms(tsd_engine *e);
+/* observe.c: the internal observe operation (the live page's ranks, gathered on rank 0) and
+ * rank 0's tick that orders it about once a second while the page is watched. */
+int tsd_run_observe(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
+bool tsd_observe_tick(tsd_engine *e);
+int64_t tsd_observe_due_ms(tsd_engine *e); /* -1: nothing to order */
 /* Completes a background save still writing (collective: a shutdown runs it first), waiting for
  * this rank's writer at most --shutdown-save-wait, else abandoning it on every rank. */
 int tsd_bgsave_finish_all(tsd_engine *e);

@@ -46,6 +46,7 @@ static struct {
  * out (formatting it cost a 4 KiB reshard a few microseconds before its answer). */
 static struct {
   bool pending;
+  int level; /* info; debug for the quiet internal operations */
   const char *op, *strategy, *status;
   char tensor[TS_NAME_MAX];
   char client[48];
@@ -183,6 +184,8 @@ void tsd_oplog_end(tsd_engine *e, const tsd_ordered *op, const tsd_pending *orig
   }
   tsd_oplog_flush(); /* a line not written yet comes first */
   line.op = tsd_op_name(op->req->op_case);
+  const tsd_op *row = tsd_op_find((int)op->req->op_case);
+  line.level = row && row->quiet ? TSD_LOG_DEBUG : TSD_LOG_INFO;
   line.strategy = strategy;
   line.status = ts_status_name(status);
   snprintf(line.tensor, sizeof line.tensor, "%s", tsd_oplog_tensor(op->req));
@@ -199,7 +202,7 @@ bool tsd_oplog_flush(void) {
   if (!line.pending)
     return false;
   line.pending = false;
-  TSD_LOG_HELD(TSD_LOG_INFO, "op %s tensor %s bytes %llu strategy %s ms %.3f client %s: %s",
+  TSD_LOG_HELD(line.level, "op %s tensor %s bytes %llu strategy %s ms %.3f client %s: %s",
                line.op, line.tensor, (unsigned long long)line.bytes, line.strategy,
                (double)line.us / 1000.0, line.client, line.status);
   return true;

@@ -82,6 +82,8 @@ static const tsd_op ops[] = {
                                 .validate = tsd_validate_export_safetensors},
     [OP(SAVE_FINISH)] = {.name = "save_finish", .scope = TSD_SCOPE_COLLECTIVE,
                          .validate = tsd_validate_save_finish},
+    [OP(OBSERVE)] = {.name = "observe", .scope = TSD_SCOPE_COLLECTIVE, .quiet = true,
+                     .validate = tsd_validate_observe},
 };
 #define NOPS (sizeof ops / sizeof ops[0])
 

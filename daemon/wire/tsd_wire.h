@@ -77,6 +77,7 @@ typedef struct tsd_op {
   tsd_scope scope;
   tsd_scope (*scope_of)(const Tshard__Request *req); /* NULL: always `scope` */
   bool unix_only;                                    /* refused (UNSUPPORTED) over TCP */
+  bool quiet; /* internal and periodic: its operation log line is at debug level */
   tsd_validator validate;
 } tsd_op;
 
@@ -140,6 +141,7 @@ int tsd_check_selection(const char *what, size_t n_names, const char *prefix, bo
                         ts_error *err);
 /* save_finish is ordered by rank 0 itself (ops/bgsave.c): refused from clients. */
 int tsd_validate_save_finish(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_observe(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_load(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 /* safetensors_validate.c: Hugging Face safetensors import and export */
 int tsd_validate_import_safetensors(const Tshard__Request *r, const tsd_limits *lim,

@@ -341,6 +341,15 @@ int tsd_validate_trace(const Tshard__Request *r, const tsd_limits *lim, ts_error
                         "operations", t->last);
   return TS_OK;
 }
+
+int tsd_validate_observe(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
+  (void)r, (void)lim;
+  return ts_error_set(err, TS_INVALID_ARGUMENT, "observe is ordered by the daemons themselves "
+                      "while the live page is watched; clients read each rank's numbers "
+                      "through stats, or the job's through GET /api/ranks on rank 0's "
+                      "--metrics port");
+}
+
 int tsd_validate_plan(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   int rc = check_name("tensor name", r->plan->name, err);
   if (!rc)

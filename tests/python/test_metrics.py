@@ -402,9 +402,9 @@ def rpc_fine(c, what):
 
 
 def bad_http(port, c):
-    for path in ("/", "/nope", "/metrics/", "/api/x", "/metrics?x=1&y"):
+    for path in ("/", "/nope", "/metrics/", "/api/x", "/api/ranks/", "/metrics?x=1&y"):
         st, _, body = scrape(port, path)
-        want = 200 if path.startswith("/metrics?") else 404
+        want = 200 if path.startswith("/metrics?") or path == "/" else 404  # /: the live page
         check(st == want, f"GET {path}: {st}, want {want}")
     for method in ("POST", "PUT", "DELETE", "PATCH"):
         st, headers, _ = scrape(port, method=method)
