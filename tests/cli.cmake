@@ -22,10 +22,10 @@ if(TARGET tshardd AND TARGET tshard-python)
     set_tests_properties(test_cli_daemon_np${np} PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                          ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python")
   endforeach()
-  # reshard --dtype (casts in transit), plan --to-dtype, and the README's examples of them
+  # reshard --dtype (casts in transit), plan --to-dtype, and docs/pytorch.md's examples of them
   add_test(NAME test_cli_cast
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli_cast.py ${TS_BIN}
-                   ${CMAKE_SOURCE_DIR}/README.md)
+                   ${CMAKE_SOURCE_DIR}/docs/pytorch.md)
   set_tests_properties(test_cli_cast PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT}
                        ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python")
   # reshard's progress line: asked, waiting (with and without an estimate), on a terminal

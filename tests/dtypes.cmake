@@ -14,9 +14,9 @@ if(TARGET tshard-python AND TARGET tshardd)
   tshard_python_test(test_python_readme_dtypes test_readme_dtypes.py ${CMAKE_SOURCE_DIR}/README.md)
 endif()
 
-# The README's "Complex dtypes" example (a P(prod) of c64 factors, a cast to c128, a refused cast
+# The "Complex dtypes" example of docs/pytorch.md (a P(prod) of c64 factors, a cast to c128, a refused cast
 # to f32) run as written, its output against numpy.
 if(TARGET tshard-python AND TARGET tshardd)
   tshard_python_test(test_python_readme_complex test_readme_complex.py
-                     ${CMAKE_SOURCE_DIR}/README.md)
+                     ${CMAKE_SOURCE_DIR}/docs/pytorch.md)
 endif()

@@ -30,12 +30,12 @@ if(TARGET tshard-python AND TARGET tshardd)
                        "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
 endif()
 
-# The README's "From PyTorch" section, run as written (its python and sh blocks in order, against
+# The "From PyTorch" section of docs/pytorch.md, run as written (its python and sh blocks in order, against
 # 4 daemons of job "demo"), its results checked against independent readers.
 if(TARGET tshard-python AND TARGET tshardd)
   add_test(NAME test_python_readme_torch
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_readme_torch.py
-                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY} ${CMAKE_SOURCE_DIR}/README.md)
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY} ${CMAKE_SOURCE_DIR}/docs/pytorch.md)
   set_tests_properties(test_python_readme_torch PROPERTIES TIMEOUT 120 ENVIRONMENT
                        "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/python")
 endif()

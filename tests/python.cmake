@@ -43,7 +43,7 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
   foreach(np 2 4)
     add_test(NAME test_python_cyclic_np${np}
              COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_cyclic.py
-                     ${TS_BIN} ${np} ${CMAKE_SOURCE_DIR}/README.md)
+                     ${TS_BIN} ${np} ${CMAKE_SOURCE_DIR}/docs/layouts.md)
     set_tests_properties(test_python_cyclic_np${np} PROPERTIES TIMEOUT 300
                          ENVIRONMENT "${TS_PY_ENV}")
   endforeach()

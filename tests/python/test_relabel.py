@@ -226,7 +226,7 @@ def misuse(c):
 def readme_example():
     """The README's "Rank relabeling" python block, as written, against 4 daemons of job demo."""
     text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                             "README.md")).read()
+                             "docs", "layouts.md")).read()
     start = text.index("\n## Rank relabeling")
     section = text[start:text.find("\n## ", start + 1)]
     code = re.findall(r"```python\n(.*?)```", section, re.S)[0]
