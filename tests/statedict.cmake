@@ -7,7 +7,7 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
 endif()
 if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
   tshard_python_test(test_python_readme_state_dict test_readme_state_dict.py
-                     ${CMAKE_SOURCE_DIR}/README.md)
+                     ${CMAKE_SOURCE_DIR}/docs/checkpoints.md)
 endif()
 
 # The benchmark of state dicts and checkpoints (a program, not a test): tests/bench/

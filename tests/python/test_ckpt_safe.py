@@ -326,7 +326,7 @@ def run_lines(d, lines):
 
 
 def documented(d, c, ref):
-    """The --help examples of save, export-safetensors and checkpoint, and the README's
+    """The --help examples of save, export-safetensors and checkpoint, and docs/checkpoints.md's
     checkpoint lines with the new flags, as printed, on the tensors they name."""
     lines = []
     for sub in ("save", "export-safetensors", "checkpoint"):
@@ -341,7 +341,7 @@ def documented(d, c, ref):
     check(sorted(ck.names(os.path.join(run_dir, "ckpt/step100"))) == sorted(list(ref) + ["w", "b"])
           and sorted(ck.names(os.path.join(run_dir, "ckpt/layers"))) ==
           ["layers.0.weight", "layers.1.weight"], "the --help examples saved what they say")
-    readme = open(os.path.join(src, "README.md")).read()
+    readme = open(os.path.join(src, "docs", "checkpoints.md")).read()
     sec = readme[readme.index("\n## Checkpoints\n"):]
     block = re.search(r"```sh\n(.*?)```", sec, re.S).group(1)
     new = [ln for ln in block.splitlines() if re.search(r"--all|--overwrite|clean|\*", ln)]
@@ -353,10 +353,11 @@ def documented(d, c, ref):
 
 
 def readme_json(d, c, ref):
-    """The README's --json examples of show, export-safetensors and import-safetensors, as
+    """The documented --json examples of show, export-safetensors and import-safetensors, as
     written (a code span's line break read as the space it renders as): the slices' boxes by
     hand, the export read back with struct + json, the import's values against numpy."""
-    readme = open(os.path.join(src, "README.md")).read()
+    readme = "".join(open(os.path.join(src, p)).read()
+                     for p in ("README.md", "docs/safetensors.md"))
     spans = [" ".join(m.split()) for m in re.findall(r"`(tshard [a-z-]+ [^`]*--json)`", readme)]
     show = [x for x in spans if x.startswith("tshard show --shape")]
     export = [x for x in spans if x.startswith("tshard export-safetensors")]
