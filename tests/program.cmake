@@ -65,7 +65,7 @@ if(TARGET tshard-python AND TARGET tshardd)
                        ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python:${CMAKE_CURRENT_LIST_DIR}/python")
 endif()
 
-# The shipped example programs, run as README.md and deploy/examples/programs/README.md show
+# The shipped example programs, run as docs/programs.md and deploy/examples/programs/README.md show
 # them (CLI and Python), against numpy on tensors sharded over 4 ranks.
 if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard)
   add_test(NAME test_python_program_examples_np4

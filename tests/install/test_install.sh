@@ -37,7 +37,8 @@ san_flags=()
 
 # -- the quickstart's build builds what the README names and what `cmake --install` installs:
 # deploy/quickstart.sh builds the target tshard-programs, which must depend on the install set and
-# on every build/bin program the README mentions (read from the Makefile generator's graph)
+# on every build/bin program the README and its guides (docs/) mention (read from the Makefile
+# generator's graph)
 ok grep -q -- "--target tshard-programs" "$src/deploy/quickstart.sh"
 graph=$build/CMakeFiles/Makefile2
 if [ -f "$graph" ]; then
@@ -45,7 +46,7 @@ if [ -f "$graph" ]; then
     sort -u >"$tmp/programs"
   # (a name ending in '-' is a pattern such as tshard-bench-*; the launcher is copied there when
   # the build is configured)
-  named=$(grep -oE "build/bin/tshard[a-z-]*" "$src/README.md" | grep -v -- '-$' |
+  named=$(grep -ohE "build/bin/tshard[a-z-]*" "$src/README.md" "$src"/docs/*.md | grep -v -- '-$' |
     sed 's|build/bin/||; s|^tshard$|tshard-cli|' | grep -vx tshard-launch | sort -u)
   for t in tshard_shared tshardd tshard-cli tshard-python $named; do
     grep -qx -- "$t" "$tmp/programs" || { echo "the quickstart's build (tshard-programs) lacks $t"; ok false; }

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """The shipped example programs (deploy/examples/programs) run exactly as documented: every shell
-and Python block of deploy/examples/programs/README.md and the two blocks of README.md's
+and Python block of deploy/examples/programs/README.md and the two blocks of docs/programs.md's
 "Compiled programs" section (after its marker comment) run as written, from a work directory
 where `deploy` and `build/bin` are the repository's and this build's, against 4 real daemons of
 job "demo" (TSHARD_SOCKET_DIR points the CLI and Python at them; the blocks' launcher lines are
@@ -178,7 +178,7 @@ with Daemons(bin_dir, 4, job="demo") as d:
     os.environ["TSHARD_SOCKET_DIR"] = d.dir
     os.chdir(work)
     with d.connect(0) as c:
-        readme = blocks(os.path.join(src, "README.md"),
+        readme = blocks(os.path.join(src, "docs", "programs.md"),
                         after="<!-- tests/python/test_program_examples.py")[:2]
         examples = blocks(os.path.join(src, "deploy/examples/programs/README.md"))
         for lang, body in readme + [("drop", "")] + examples:
