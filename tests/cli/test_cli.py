@@ -93,8 +93,8 @@ r = run("plan", "--shape", "8", "--from", s0, "--to", s1, "--topology", "hosts=2
         "--hostfile", "/nonexistent")
 check(r.returncode == 2 and "not both" in r.stderr, f"--topology and --hostfile: {r.stderr!r}")
 
-# the README's example of a simulated placement, run as written
-readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+# docs/operations.md's example of a simulated placement, run as written
+readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "operations.md")).read()
 block = [b for b in readme.split("```sh\n")[1:] if "--topology hosts=2x2" in b][0].split("```")[0]
 r = subprocess.run(["bash", "-c", block.replace("build/bin/tshard", tshard)], capture_output=True,
                    text=True, timeout=120)
