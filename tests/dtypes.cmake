@@ -8,10 +8,10 @@ if(TARGET tshard-python AND TARGET tshardd)
   tshard_python_test(test_python_hf_dtypes test_hf_dtypes.py)
 endif()
 
-# The README's "Checked puts" example (u16 ids, bf16 bits, f8 codes) run as written, its output
+# The "Checked puts" example of docs/clients.md (u16 ids, bf16 bits, f8 codes) run as written, its output
 # against numpy and the f8 format written out.
 if(TARGET tshard-python AND TARGET tshardd)
-  tshard_python_test(test_python_readme_dtypes test_readme_dtypes.py ${CMAKE_SOURCE_DIR}/README.md)
+  tshard_python_test(test_python_readme_dtypes test_readme_dtypes.py ${CMAKE_SOURCE_DIR}/docs/clients.md)
 endif()
 
 # The "Complex dtypes" example of docs/pytorch.md (a P(prod) of c64 factors, a cast to c128, a refused cast

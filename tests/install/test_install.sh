@@ -15,7 +15,7 @@
 #    tshard.plan says what to install, and with TSHARD_CLI naming the installed CLI tshard.plan
 #    and tshard.show give the CLI's answers;
 #  - the quickstart builds the target that holds the install set and every build/bin program the
-#    README names (so `cmake --install` works after the quickstart).
+#    README and its guides in docs/ name (so `cmake --install` works after the quickstart).
 # usage: test_install.sh BUILD_DIR SOURCE_DIR VERSION SANITIZE(ON|OFF)
 set -u
 build=$1 src=$2 version=$3 sanitize=$4
@@ -83,7 +83,7 @@ ok "$prefix/bin/tshard-launch" start -np 2 --job "$job" --socket-dir "$tmp/sock"
 export TSHARD_SOCKET_DIR=$tmp/sock
 ok "$prefix/bin/tshard" ping --job "$job" --rank 1
 
-# -- pkg-config: the README's compile line
+# -- pkg-config: the compile line of docs/clients.md
 export PKG_CONFIG_PATH=$libdir/pkgconfig
 ok test "$(pkg-config --modversion tshard)" = "$version"
 # shellcheck disable=SC2046
@@ -174,7 +174,7 @@ else
   ok false
 fi
 
-# the README's other way: a venv over Debian's numpy and protobuf (made without its own pip,
+# docs/clients.md's other way: a venv over Debian's numpy and protobuf (made without its own pip,
 # which takes long to set up: Debian's pip installs into it with --python)
 if /usr/bin/python3 -m venv --without-pip --system-site-packages "$tmp/venv" >"$tmp/venv.log" 2>&1 &&
    /usr/bin/python3 -m pip --python "$tmp/venv/bin/python" install --no-build-isolation --no-index --quiet \

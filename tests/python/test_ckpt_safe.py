@@ -357,7 +357,7 @@ def readme_json(d, c, ref):
     written (a code span's line break read as the space it renders as): the slices' boxes by
     hand, the export read back with struct + json, the import's values against numpy."""
     readme = "".join(open(os.path.join(src, p)).read()
-                     for p in ("README.md", "docs/safetensors.md"))
+                     for p in ("docs/clients.md", "docs/safetensors.md"))
     spans = [" ".join(m.split()) for m in re.findall(r"`(tshard [a-z-]+ [^`]*--json)`", readme)]
     show = [x for x in spans if x.startswith("tshard show --shape")]
     export = [x for x in spans if x.startswith("tshard export-safetensors")]
