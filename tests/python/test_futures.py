@@ -4,7 +4,11 @@ each same-node data path (the direct path; the shared segment, with TSHARD_DIREC
 operations in flight, every result bit-exact against numpy, and Client.bytes_by_path showing
 that no byte went through the frames once the reader thread served the connection; a future
 never awaited when the connection closes (it fails with IoError, a new connection sees the
-daemons intact); a refused operation among many failing alone.
+daemons intact); a refused operation among many failing alone. put_many and get_many after a
+future, synchronous and with wait=False, several in flight among single puts and gets, on each
+path (the direct path, the segment, frames): bit-exact, every byte counted on that path; a
+put_many never awaited before close() stores its values (the direct path: whole, the arrays
+pinned until the daemons answered).
 
 usage: test_futures.py BUILD_BIN_DIR"""
 import os
@@ -60,6 +64,70 @@ def mixed(d, path):
             c.drop(f"m{i}")
 
 
+def batches(d, path):
+    """put_many and get_many among single puts and gets once the reader thread serves the
+    connection (path "frames": the segment turned off first)."""
+    with d.connect(0) as c:
+        if path == "frames":
+            c.set_shm(False)
+        names = [f"b{i}" for i in range(12)]
+        refs = {n: data((16 + 8 * i, 100 + 30 * i), 100 + i) for i, n in enumerate(names)}
+        c.create_many({n: ("f32", a.shape, ROWS) for n, a in refs.items()})
+        c.list(wait=False).result(60)  # the reader thread serves the connection from here
+        before = dict(c.bytes_by_path)
+        first, second = names[:6], names[6:]
+        c.put_many(refs)  # synchronous, after a future
+        fp1 = c.put_many({n: refs[n] * 2 for n in first}, wait=False)
+        fs = c.put("b6", refs["b6"] * 3, wait=False)
+        fg1 = c.get_many(names, wait=False)
+        g0 = c.get("b0")
+        fp2 = c.put_many({n: refs[n] * 4 for n in second}, wait=False)
+        fg2 = c.get_many(names[::-1], wait=False)
+        fg1b = c.get("b1", wait=False)
+        sync = c.get_many(names)
+        want1 = {n: refs[n] * (2 if n in first else 3 if n == "b6" else 1) for n in names}
+        want2 = {n: refs[n] * (2 if n in first else 4) for n in names}
+        check(all(f.result(60) is None for f in (fp1, fs, fp2)), f"{path}: the puts succeeded")
+        got = fg1.result(60)
+        check(list(got) == names and all(np.array_equal(got[n], want1[n]) for n in names),
+              f"{path}: get_many(wait=False) among puts equals numpy bit for bit")
+        check(np.array_equal(g0, want1["b0"]) and np.array_equal(fg1b.result(60), want2["b1"]),
+              f"{path}: single gets among put_many and get_many")
+        got = fg2.result(60)
+        check(list(got) == names[::-1] and all(np.array_equal(got[n], want2[n]) for n in names),
+              f"{path}: a second get_many(wait=False) sees the second put_many")
+        check(all(np.array_equal(sync[n], want2[n]) and sync[n].flags.aligned for n in names),
+              f"{path}: a synchronous get_many after futures equals numpy")
+        out = {n: np.zeros_like(refs[n]) for n in second}
+        res = c.get_many(names, out=out, like="numpy")
+        check(all(res[n] is out[n] for n in second)
+              and all(np.array_equal(res[n], want2[n]) for n in names),
+              f"{path}: get_many(out=) after futures fills the arrays given")
+        total = sum(a.nbytes for a in refs.values())
+        moved = (5 * total + sum(refs[n].nbytes for n in first + second)
+                 + refs["b6"].nbytes + refs["b0"].nbytes + refs["b1"].nbytes)
+        delta = {k: c.bytes_by_path[k] - before[k] for k in before}
+        check(delta[path] == moved and sum(delta.values()) == moved,
+              f"{path}: every byte of the batches took the {path} path: {delta}, want {moved}")
+    c = d.connect(0)  # put_manys never awaited when the connection closes
+    if path == "frames":
+        c.set_shm(False)
+    pending = [c.put_many({n: refs[n] * k for n in names}, wait=False) for k in (5, 6)]
+    c.close()
+    errs = [f.exception(60) for f in pending]
+    with d.connect(0) as c2:
+        got = c2.get_many(names)
+        stored = [k for k in (2, 5, 6) if all(np.array_equal(got[n], want2[n] if k == 2 else
+                                                             refs[n] * k) for n in names)]
+        if path == "direct":
+            check(errs == [None, None] and stored == [6],
+                  f"direct: put_manys pending at close() are answered and stored: {errs} {stored}")
+        else:
+            check(all(e is None or isinstance(e, tshard.IoError) for e in errs) and stored,
+                  f"{path}: put_manys pending at close() store all or nothing: {errs} {stored}")
+        c2.drop_many(names)
+
+
 def misuse(d):
     a = data((256, 1024), 9)
     with d.connect(0) as c:
@@ -89,9 +157,12 @@ def misuse(d):
 if __name__ == "__main__":
     with Daemons(bin_dir, 2) as d:
         mixed(d, "direct")
+        batches(d, "direct")
+        batches(d, "frames")
         misuse(d)
     os.environ["TSHARD_DIRECT"] = "0"
     with Daemons(bin_dir, 2) as d:
         mixed(d, "shm")
+        batches(d, "shm")
         misuse(d)
     check.finish()

@@ -6,15 +6,19 @@ stores every tensor or none, the same on every rank.
 
 The data takes the single put's and get's paths. On a Unix socket the request names the arrays'
 own memory and every daemon copies its pieces straight from or into them (one request, one
-answer). Otherwise (TCP, a daemon that cannot reach this process, ``convert=True``, or once the
-connection had operations in flight) the arrays' bytes travel one after another in the order of
-the batch, through the shared segment or in frames, in chunks; a get_many's first request
-gathers every tensor at the daemon and the next ones read that copy.
+answer). Otherwise (TCP, a daemon that cannot reach this process, ``convert=True``, an empty
+tensor in the batch) the arrays' bytes travel one after another in the order of the batch,
+through the shared segment or in frames, in chunks; a get_many's first request gathers every
+tensor at the daemon and the next ones read that copy. Once the connection's reader thread serves
+it (a ``wait=False`` before), the same paths serve through it (fastpath.py: the arrays pinned
+until the answer, the connection's first direct transfer answered before anything else is sent).
+``Client.bytes_by_path`` counts the bytes of each path.
 """
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import fastpath as _fp
 from . import torch as _tt
 from . import tshard_pb2 as pb
 from .client import DTYPES, _FROM_NUMPY, _check_name
@@ -80,9 +84,11 @@ def put_many(c, arrays: Mapping[str, Any], convert: bool = False, key: Optional[
     if not wait or c._inflight is not None:
         fut = _put_many_async(c, prep, convert, key, attrs)
         return c._sync(fut) if wait else fut
-    if not convert and c._direct_on and all(a.nbytes for _, a, _ in prep):
+    if _direct_put(c, prep, convert):
         try:
             c._call(key, put_many=_put_request(prep, convert, True, attrs))
+            c._direct_ok = True
+            c._count("direct", sum(a.nbytes for _, a, _ in prep))
             return None
         except TshardError as e:
             if e.status != _NO_DIRECT:
@@ -111,41 +117,48 @@ def put_many(c, arrays: Mapping[str, Any], convert: bool = False, key: Optional[
                 bulk = memoryview(flat[off:off + n])
             c._wire.send(request_frame(req, bulk))
             c._check(c._wire.recv(), req.id)
+            c._count("frames" if seg is None else "shm", n)
             off += n
             if off >= total:
                 return None
 
 
+def _direct_put(c, prep: Prepared, convert: bool) -> bool:
+    """Whether a put_many names the arrays' own memory (no tensor empty, nothing converted)."""
+    return not convert and c._direct_on and all(a.nbytes for _, a, _ in prep)
+
+
 def _put_many_async(c, prep: Prepared, convert: bool, key: Optional[str],
                     attrs: Optional[Mapping[str, Any]] = None) -> Future:
-    """Every chunk sent at once in frames; the Future is done when every chunk is answered and
-    fails with the first chunk's refusal."""
-    meta = _put_request(prep, convert, False, attrs)
-    flat = _flat(prep)
-    total = flat.nbytes
-    chunk = _frame_chunk(c, meta)
-    offsets = list(range(0, total, chunk)) or [0]
+    """A put_many through the reader thread (fastpath.py): one request naming the arrays' memory
+    (pinned until its answer), else their bytes through regions of the segment or in frames.
+    The Future is done when every request is answered and fails with the first refusal."""
     fl = c._reader_on()
+    tr = _fp.transfers(c, fl)
     fut = Future(fl.cond, f"put_many of {len(prep)} tensors")
-    fut._keep = flat
-    state = {"left": len(offsets), "first": None}
+    fut._keep = prep
+    op = _fp._Op(fl, fut, lambda: None)
 
-    def handler(i):
-        def on_answer(resp, err):
-            if err is None and resp.status != 0:
-                err = error_for(resp.status, resp.message)
-            if err is not None and (state["first"] is None or i < state["first"][0]):
-                state["first"] = (i, err)
-            state["left"] -= 1
-            if state["left"] == 0 or (resp is None and err is not None):
-                fut._set(error=state["first"][1] if state["first"] else None)
-        return on_answer
-    with fl.gate:
-        for i, off in enumerate(offsets):
-            req = c._request(key)
+    def staged():
+        meta = _put_request(prep, convert, False, attrs)
+        flat = _flat(prep)
+
+        def message(req):
             req.put_many.CopyFrom(meta)
-            req.put_many.offset, req.put_many.total_bytes = off, total
-            c._send_request(fl, req, handler(i), memoryview(flat[off:off + chunk]))
+            req.put_many.total_bytes = flat.nbytes
+            return req.put_many
+        _fp.put_staged(c, tr, op, message, flat, key, chunk=_frame_chunk(c, meta))
+    try:
+        with fl.cond:
+            if _direct_put(c, prep, convert):
+                req = c._request(key)
+                req.put_many.CopyFrom(_put_request(prep, convert, True, attrs))
+                _fp.direct(c, op, req, sum(a.nbytes for _, a, _ in prep), staged)
+            else:
+                staged()
+    except BaseException:
+        op.release()
+        raise
     return fut
 
 
@@ -192,6 +205,28 @@ def _places(shapes) -> Tuple[List[int], int]:
         at.append(total)
         total += (b + _ALIGN - 1) // _ALIGN * _ALIGN
     return at, total
+
+
+def _direct_arrays(c, shapes, views: Dict[str, np.ndarray]) -> List[np.ndarray]:
+    """Where a direct get_many writes each tensor: its out= bytes, else its place in one buffer,
+    reused (its pages already faulted in) once the caller dropped the arrays of the last large
+    result, as get does (Client._result_buffer)."""
+    at, room = _places(shapes)
+    buf = c._result_buffer(room)
+    return [views[n] if n in views else buf[a:a + b] for a, (n, _, _, b) in zip(at, shapes)]
+
+
+def _direct_error(resp, shapes) -> Optional[TshardError]:
+    """PROTOCOL unless the answer to a direct get_many says it wrote every byte."""
+    d = resp.data if resp.WhichOneof("result") == "data" else None
+    if d is None or not d.direct or d.total_bytes != sum(b for _, _, _, b in shapes):
+        return error_for(_PROTOCOL, "the daemon answered a get_many into this process's memory "
+                                    "without saying it wrote all of it")
+    return None
+
+
+def _arrays(shapes, arrays: List[np.ndarray]) -> Dict[str, np.ndarray]:
+    return {n: a.view(dt).reshape(shape) for (n, dt, shape, _), a in zip(shapes, arrays)}
 
 
 def _names(names: Sequence[str]) -> List[str]:
@@ -244,29 +279,19 @@ def get_many(c, names: Sequence[str], wait: bool = True, like: Optional[str] = N
         raise ValueError(f"get_many: like must be 'torch' or 'numpy', not {like!r}")
     if (like == "torch" or out is not None) and not wait:
         raise ValueError("get_many: like='torch' and out= take wait=True")
-    got = None
-    if not wait or c._inflight is not None:  # through the connection's futures
-        fut = _get_many_async(c, names)
+    if not wait or c._inflight is not None:  # through the connection's reader thread
+        dtypes: Dict[str, str] = {}
+        fut = _get_many_async(c, names, out, dtypes)
         if not wait:
             return fut
         got = c._sync(fut)
-        if like is None and out is None:
-            return got
+        return got if like is None and out is None else _finish(got, out, like, dtypes)
     listed = c.list(details=True) if listed is None else listed
     shapes = _shapes_from(names, listed)
     dtypes = {t["name"]: t["dtype"] for t in listed}
     views = _outs(shapes, out)
-    if got is not None:
-        for n, v in views.items():
-            np.copyto(v, got[n].reshape(-1).view(np.uint8))
-        return _finish(got, out, like, dtypes)
     if c._direct_on and all(b for _, _, _, b in shapes):
-        # One buffer for all, reused (its pages already faulted in) once the caller dropped the
-        # arrays of the last large result, as get does (Client._result_buffer).
-        at, room = _places(shapes)
-        buf = c._result_buffer(room)
-        arrays = [views[n] if n in views else buf[a:a + b]
-                  for a, (n, _, _, b) in zip(at, shapes)]
+        arrays = _direct_arrays(c, shapes, views)
         try:
             resp = c._call(None, get_many=_get_request(shapes, arrays))
         except TshardError as e:
@@ -274,14 +299,13 @@ def get_many(c, names: Sequence[str], wait: bool = True, like: Optional[str] = N
                 raise
             c._direct_on = False
         else:
-            d = resp.data if resp.WhichOneof("result") == "data" else None
-            total = sum(b for _, _, _, b in shapes)
-            if d is None or not d.direct or d.total_bytes != total:
+            err = _direct_error(resp, shapes)
+            if err is not None:
                 c.close()
-                raise error_for(_PROTOCOL, "the daemon answered a get_many into this process's "
-                                           "memory without saying it wrote all of it")
-            return _finish({n: a.view(dt).reshape(shape)
-                            for (n, dt, shape, _), a in zip(shapes, arrays)}, out, like, dtypes)
+                raise err
+            c._direct_ok = True
+            c._count("direct", sum(b for _, _, _, b in shapes))
+            return _finish(_arrays(shapes, arrays), out, like, dtypes)
     total = sum(b for _, _, _, b in shapes)
     first = _get_request(shapes, None)
 
@@ -300,50 +324,50 @@ def get_many(c, names: Sequence[str], wait: bool = True, like: Optional[str] = N
     return _finish(got, out, like, dtypes)
 
 
-def _get_many_async(c, names: List[str]) -> Future:
-    """A list of the tensors' details, then the first request (the gather) and every later
-    chunk request at once (Client._gated)."""
+def _get_many_async(c, names: List[str], out: Optional[Mapping[str, Any]] = None,
+                    dtypes: Optional[Dict[str, str]] = None) -> Future:
+    """A get_many through the reader thread (fastpath.planned): a list of the tensors' details,
+    then one request naming one buffer (and out='s arrays) for the daemons to write into, else
+    the first request (the gather) and the later chunk requests through regions of the segment
+    or in frames. The Future gets the dict of arrays (out='s filled); dtypes gets the tensors'
+    tshard dtypes."""
     def fill(req):
         req.list.details = True
 
-    def then(fl, fut, resp):
+    def plan(tr, op, resp):
         listed = [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.bytes}
                   for t in resp.list.tensors]
-        _get_chunks(c, fl, fut, _shapes_from(names, listed))
-    return c._gated(f"get_many of {len(names)} tensors", fill, then)
+        shapes = _shapes_from(names, listed)
+        if dtypes is not None:
+            dtypes.update((t["name"], t["dtype"]) for t in listed)
+        _get_many_plan(c, tr, op, shapes, _outs(shapes, out))
+    return _fp.planned(c, f"get_many of {len(names)} tensors", fill, plan)
 
 
-def _get_chunks(c, fl, fut: Future, shapes) -> None:
-    """Sends a get_many's requests (reader thread); the Future gets the dict of arrays."""
-    total = sum(b for _, _, _, b in shapes)
-    flat = np.empty(total, dtype=np.uint8)
-    offsets = list(range(0, total, c.chunk)) or [0]
-    state = {"left": len(offsets), "first": None}
+def _get_many_plan(c, tr, op, shapes, views: Dict[str, np.ndarray]) -> None:
+    """A get_many's data requests once its shapes are known (reader thread, the condition
+    held)."""
+    def staged():
+        flat = np.empty(sum(b for _, _, _, b in shapes), dtype=np.uint8)
+        first = _get_request(shapes, None)
 
-    def handler(i, off):
-        def on_answer(resp, err):
-            if err is None and resp.status != 0:
-                err = error_for(resp.status, resp.message)
-            if err is None:
-                d = resp.data if resp.WhichOneof("result") == "data" else None
-                if (d is None or d.offset != off or d.total_bytes != total
-                        or len(d.data) != min(c.chunk, total - off)):
-                    err = error_for(_PROTOCOL, "the daemon answered a get_many chunk that does "
-                                               "not fit")
-                else:
-                    flat[off:off + len(d.data)] = np.frombuffer(d.data, dtype=np.uint8)
-            if err is not None and (state["first"] is None or i < state["first"][0]):
-                state["first"] = (i, err)
-            state["left"] -= 1
-            if state["left"] == 0 or resp is None:
-                if state["first"]:
-                    fut._set(error=state["first"][1])
-                else:
-                    fut._set(_split(flat, shapes))
-        return on_answer
-    for i, off in enumerate(offsets):
-        req = c._request()
-        if off == 0:
-            req.get_many.CopyFrom(_get_request(shapes, None))
-        req.get_many.offset, req.get_many.max_bytes = off, c.chunk
-        c._send_request(fl, req, handler(i, off))
+        def message(req, off):
+            if off == 0:
+                req.get_many.CopyFrom(first)
+            return req.get_many
+
+        def value():
+            got = _split(flat, shapes)
+            for n, v in views.items():
+                np.copyto(v, got[n].reshape(-1).view(np.uint8))
+            return got
+        op.value, op.fut._keep = value, flat
+        _fp.get_staged(c, tr, op, message, flat, f"the get_many of {len(shapes)} tensors")
+    if not (c._direct_on and all(b for _, _, _, b in shapes)):
+        return staged()
+    arrays = _direct_arrays(c, shapes, views)
+    op.value, op.fut._keep = (lambda: _arrays(shapes, arrays)), arrays
+    req = c._request()
+    req.get_many.CopyFrom(_get_request(shapes, arrays))
+    _fp.direct(c, op, req, sum(b for _, _, _, b in shapes), staged,
+               lambda resp: _direct_error(resp, shapes))

@@ -13,7 +13,9 @@ reader thread once what it waits for came, and never blocks that thread. The seg
 daemon passes the descriptor only on an idle connection. The first direct transfer of a
 connection is answered before anything else is sent: a daemon that cannot reach this process
 (NO_DIRECT) then sees the same transfer again through the segment, still in order.
-``Client.bytes_by_path`` counts the bytes each path moved.
+``Client.bytes_by_path`` counts the bytes each path moved. put_many and get_many (batch_io.py)
+take the same steps: planned (a first request whose answer says what to send), direct,
+put_staged and get_staged.
 """
 import os
 from typing import Any, Callable, Dict, Optional
@@ -194,7 +196,7 @@ def put(c, name: str, a: np.ndarray, decl: str, note: str, key, slice_layout, co
             if not convert and c._direct_on and total > 0:
                 _put_direct(c, tr, op, message, src, key, refusal)
             else:
-                _put_shm(c, tr, op, message, src, key, refusal)
+                put_staged(c, tr, op, message, src, key, refusal)
     except BaseException:
         op.release()
         raise
@@ -202,19 +204,35 @@ def put(c, name: str, a: np.ndarray, decl: str, note: str, key, slice_layout, co
 
 
 def _put_direct(c, tr, op, message, src, key, refusal) -> None:
-    total = src.nbytes
     req = c._request(key)
     m = message(req)
     m.client_memory.address = src.__array_interface__["data"][0]
-    m.client_memory.bytes = total
+    m.client_memory.bytes = src.nbytes
+    direct(c, op, req, src.nbytes, lambda: put_staged(c, tr, op, message, src, key, refusal),
+           refusal=refusal)
+
+
+def direct(c, op, req, total: int, again: Callable[[], None],
+           check: Optional[Callable[[Any], Optional[TshardError]]] = None,
+           refusal=_refusal) -> None:
+    """Sends req, a transfer of `total` bytes naming this process's memory (the condition held;
+    the memory pinned until its answer, see Inflight.register). The connection's first such
+    transfer is sent alone: the gate opens with its answer, and on NO_DIRECT again() sends the
+    same transfer through the segment (or frames), still in order. check(resp): the error of an
+    answer that did not say it moved everything (a get), or None."""
     confirmed = c._direct_ok
 
     def on_answer(resp, err):
         if err is None and resp.status == _NO_DIRECT and not confirmed:
             c._direct_on = False  # the segment serves this one and the later ones
             op.left, op.sealed = op.left - 1, False
-            return _put_shm(c, tr, op, message, src, key, refusal)
+            try:
+                return again()
+            except Exception as e:  # noqa: BLE001 - on the reader thread: the Future carries it
+                return op.abort(e)
         err = _status(resp, err, refusal)
+        if err is None and check is not None:
+            err = check(resp)
         if err is None:
             c._direct_ok = True
             c._count("direct", total)
@@ -264,12 +282,14 @@ def _through_regions(tr, op, total, seg, frames, what, request, answered) -> Non
     send(0)
 
 
-def _put_shm(c, tr, op, message, src, key, refusal) -> None:
-    """Through regions of the segment (frames when there is none), the condition held."""
+def put_staged(c, tr, op, message, src, key, refusal=_refusal, chunk=None) -> None:
+    """A put of the bytes src through regions of the segment, else in frames of `chunk` data
+    bytes (default c.chunk), the condition held. message(req) fills the request's put message
+    (offset and place are set here) and returns it."""
     total = src.nbytes
     seg = c._seg
     if seg is None or total == 0:
-        return _put_frames(c, op, message, src, key, refusal)
+        return _put_frames(c, op, message, src, key, refusal, chunk)
 
     def request(off, n, at):
         np.copyto(c._seg.view[at:at + n], src[off:off + n])
@@ -284,13 +304,15 @@ def _put_shm(c, tr, op, message, src, key, refusal) -> None:
         if err is None:
             c._count("shm", n)
         return err
-    _through_regions(tr, op, total, seg, lambda: _put_frames(c, op, message, src, key, refusal),
+    _through_regions(tr, op, total, seg,
+                     lambda: _put_frames(c, op, message, src, key, refusal, chunk),
                      "put", request, answered)
 
 
-def _put_frames(c, op, message, src, key, refusal) -> None:
+def _put_frames(c, op, message, src, key, refusal, chunk=None) -> None:
     total = src.nbytes
-    offsets = list(range(0, total, c.chunk)) or [0]
+    chunk = chunk or c.chunk
+    offsets = list(range(0, total, chunk)) or [0]
 
     def handler(i, n):
         def on_answer(resp, err):
@@ -300,7 +322,7 @@ def _put_frames(c, op, message, src, key, refusal) -> None:
             op.answered(i, err)
         return on_answer
     for i, off in enumerate(offsets):
-        n = min(c.chunk, total - off)
+        n = min(chunk, total - off)
         req = c._request(key)
         message(req).offset = off
         op.send(req, handler(i, n), memoryview(src[off:off + n]))
@@ -313,23 +335,38 @@ def get(c, name: str, out, slice_rank: Optional[int]) -> Future:
     on the fastest path (see the top)."""
     from .client import _describe_dict
     what = "get" if slice_rank is None else "get_slice"
+
+    def fill(req):
+        req.describe.name = name
+
+    def plan(tr, op, resp):
+        _get_plan(c, tr, op, name, out, slice_rank, _describe_dict(resp.describe))
+    return planned(c, f"{what} of '{name}'", fill, plan)
+
+
+def planned(c, what: str, fill: Callable[[Any], None],
+            plan: Callable[[Transfers, _Op, Any], None]) -> Future:
+    """An operation whose data requests follow from the answer to its first request (fill(req)
+    sets that one): plan(tr, op, resp) sends them on the reader thread once it came. The gate is
+    held from the first request on, so nothing is sent in between; the Future fails with the
+    first request's refusal or what plan raises (a bad out= too)."""
     fl = c._reader_on()
     tr = transfers(c, fl)
-    fut = Future(fl.cond, f"{what} of '{name}'")
+    fut = Future(fl.cond, what)
     op = _Op(fl, fut, lambda: None)
 
-    def on_describe(resp, err):
+    def on_answer(resp, err):
         err = _status(resp, err)
         if err is not None:
             return op.abort(err)
         try:
-            _get_plan(c, tr, op, name, out, slice_rank, _describe_dict(resp.describe))
-        except Exception as e:  # noqa: BLE001 - a bad out= too: the Future carries it
+            plan(tr, op, resp)
+        except Exception as e:  # noqa: BLE001 - the Future carries it
             op.abort(e)
     try:
         req = c._request()
-        req.describe.name = name
-        fl.register(req.id, on_describe)
+        fill(req)
+        fl.register(req.id, on_answer)
         fl.send(request_frame(req))
     except BaseException:
         op.release()
@@ -355,7 +392,7 @@ def _get_plan(c, tr, op, name, out, slice_rank, info: Dict[str, Any]) -> None:
     op.value = lambda: buf.view(dt).reshape(shape)
     op.fut._keep = buf
 
-    def message(req):
+    def message(req, _off):
         m = req.get if slice_rank is None else req.get_slice
         m.name = name
         return m
@@ -363,50 +400,37 @@ def _get_plan(c, tr, op, name, out, slice_rank, info: Dict[str, Any]) -> None:
         return op.seal()
     if c._direct_on:
         return _get_direct(c, tr, op, message, buf, name)
-    _get_shm(c, tr, op, message, buf, name)
+    get_staged(c, tr, op, message, buf, f"'{name}'")
 
 
 def _get_direct(c, tr, op, message, buf, name) -> None:
     need = buf.nbytes
     req = c._request()
-    m = message(req)
+    m = message(req, 0)
     m.client_memory.address = buf.__array_interface__["data"][0]
     m.client_memory.bytes = need
-    confirmed = c._direct_ok
 
-    def on_answer(resp, err):
-        if err is None and resp.status == _NO_DIRECT and not confirmed:
-            c._direct_on = False
-            op.left, op.sealed = op.left - 1, False
-            return _get_shm(c, tr, op, message, buf, name)
-        err = _status(resp, err)
-        if err is None:
-            d = resp.data if resp.WhichOneof("result") == "data" else None
-            if d is None or not d.direct or d.total_bytes != need or d.offset != 0:
-                err = error_for(_PROTOCOL, f"the daemon answered a get of '{name}' into this "
-                                           f"process's memory without saying it wrote it all")
-            else:
-                c._direct_ok = True
-                c._count("direct", need)
-        op.answered(0, err)
-        op.release()
-    op.send(req, on_answer, pins=True)
-    if confirmed:
-        op.seal()
-    else:
-        op.sealed = True  # sent alone: the gate opens with its answer
+    def check(resp):
+        d = resp.data if resp.WhichOneof("result") == "data" else None
+        if d is None or not d.direct or d.total_bytes != need or d.offset != 0:
+            return error_for(_PROTOCOL, f"the daemon answered a get of '{name}' into this "
+                                        f"process's memory without saying it wrote it all")
+        return None
+    direct(c, op, req, need, lambda: get_staged(c, tr, op, message, buf, f"'{name}'"), check)
 
 
-def _get_shm(c, tr, op, message, buf, name) -> None:
-    """Through regions of the segment (frames when there is none), the condition held."""
+def get_staged(c, tr, op, message, buf, what) -> None:
+    """The bytes of a get into buf through regions of the segment, else in frames, the
+    condition held. message(req, offset) fills the request's get message (offset and place are
+    set here) and returns it; what names the transfer in errors ("'w'")."""
     need = buf.nbytes
     seg = c._seg
-    if seg is None:
-        return _get_frames(c, op, message, buf, name)
+    if seg is None or need == 0:
+        return _get_frames(c, op, message, buf, what)
 
     def request(off, n, at):
         req = c._request()
-        m = message(req)
+        m = message(req, off)
         m.offset = off
         m.shm.offset, m.shm.bytes = at, n
         return req
@@ -422,17 +446,17 @@ def _get_shm(c, tr, op, message, buf, name) -> None:
             except TshardError:
                 part = None
             if part is None or d.total_bytes != need or len(part) != n:
-                err = error_for(_PROTOCOL, f"the daemon answered a chunk of '{name}' "
+                err = error_for(_PROTOCOL, f"the daemon answered a chunk of {what} "
                                            f"that does not fit")
             else:
                 np.copyto(buf[off:off + n], part)
                 c._count("shm", n)
         return err
-    _through_regions(tr, op, need, seg, lambda: _get_frames(c, op, message, buf, name),
+    _through_regions(tr, op, need, seg, lambda: _get_frames(c, op, message, buf, what),
                      "get", request, answered)
 
 
-def _get_frames(c, op, message, buf, name) -> None:
+def _get_frames(c, op, message, buf, what) -> None:
     need = buf.nbytes
     offsets = list(range(0, need, c.chunk)) or [0]
 
@@ -443,7 +467,7 @@ def _get_frames(c, op, message, buf, name) -> None:
                 d = resp.data if resp.WhichOneof("result") == "data" else None
                 if (d is None or d.offset != off or d.total_bytes != need
                         or len(d.data) != min(c.chunk, need - off)):
-                    err = error_for(_PROTOCOL, f"the daemon answered a chunk of '{name}' that "
+                    err = error_for(_PROTOCOL, f"the daemon answered a chunk of {what} that "
                                                f"does not fit")
                 else:
                     buf[off:off + len(d.data)] = np.frombuffer(d.data, dtype=np.uint8)
@@ -452,7 +476,7 @@ def _get_frames(c, op, message, buf, name) -> None:
         return on_answer
     for i, off in enumerate(offsets):
         req = c._request()
-        m = message(req)
+        m = message(req, off)
         m.offset, m.max_bytes = off, c.chunk
         op.send(req, handler(i, off))
     op.seal()
