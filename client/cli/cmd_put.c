@@ -58,7 +58,7 @@ static int match_tensor(const cli_args *a, const char *name, const char *file,
                            ? "; if the file holds f8 codes, add --dtype "
                            : "";
     snprintf(msg, sizeof msg, "put %s: %s is %s but the tensor '%s' is %s; add --convert to "
-             "convert the values to %s (README: Checked puts), or write the file as %s%s%s", name,
+             "convert the values to %s (docs/clients.md: Checked puts), or write the file as %s%s%s", name,
              file, have, name, want, info->dtype, info->dtype, bits,
              bits[0] && tdt != TS_BF16 ? info->dtype : "");
     return cli_fail(CLI_FAILED, msg);

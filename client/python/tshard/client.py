@@ -1417,8 +1417,8 @@ class Client:
             convert: convert arrays of another dtype to their tensors', as
                 ``put(..., convert=True)`` does (values that would not survive are refused).
             key: idempotency key: a retry of the identical put_many is not run again.
-            wait: False returns a tshard.Future at once (the data goes in frames; keep the
-                arrays unchanged until it is done).
+            wait: False returns a tshard.Future at once (the data takes the same path as a
+                synchronous put_many; keep the arrays unchanged until it is done).
 
         Returns:
             None, or a Future of None with ``wait=False``.
