@@ -3,7 +3,8 @@
  * and chrome://tracing open (--out), or summed up per operation kind (--summary: where the time
  * went, as the share of each span).
  *
- * The file has one process (the job) and one track per rank; each operation is a complete event
+ * The file has one process (the job) and a track per rank (more where its operations overlap in
+ * time: lanes_of); each operation is a complete event
  * ("ph":"X") from the first point it reached on that rank to the last, named by its kind and
  * tensor, with its sequence number, strategy, bytes and status as arguments, and inside it one
  * event per span between two consecutive points it reached (queued, ordering, waiting, planning,
@@ -105,7 +106,57 @@ static void bounds(const tshard_trace_op *o, int *first, int *last) {
 
 static double us_of(const gathered *g, int64_t t) { return (double)(t - g->t0) / 1e3; }
 
-static void write_op(FILE *f, const gathered *g, int r, const tshard_trace_op *o, bool *comma) {
+/* An operation's first and last times (0, 0 when it reached no point). */
+static void extent(const tshard_trace_op *o, int64_t *a, int64_t *b) {
+  int first, last;
+  bounds(o, &first, &last);
+  *a = first < 0 ? 0 : o->points[first];
+  *b = first < 0 ? 0 : o->points[last];
+}
+
+static const tshard_trace_op *sort_ops; /* qsort's context: one thread, one rank at a time */
+static int by_start(const void *x, const void *y) {
+  int64_t ax, bx, ay, by;
+  extent(&sort_ops[*(const int *)x], &ax, &bx);
+  extent(&sort_ops[*(const int *)y], &ay, &by);
+  return ax < ay ? -1 : ax > ay ? 1 : bx < by ? -1 : bx > by;
+}
+
+/* A lane for each operation such that no two on one lane overlap, the lowest free one taken in
+ * order of start: viewers of the Chrome format nest the slices of one track, so an operation
+ * that began before the previous one ended goes on a track of its own. Returns the lanes used
+ * (lane[] left 0 when out of memory). */
+static int lanes_of(const tshard_trace_op *ops, int n, int *lane) {
+  int *order = malloc((size_t)(n ? n : 1) * sizeof *order);
+  int64_t *ends = malloc((size_t)(n ? n : 1) * sizeof *ends);
+  int used = 1;
+  memset(lane, 0, (size_t)n * sizeof *lane);
+  if (order && ends) {
+    used = 0;
+    for (int i = 0; i < n; i++)
+      order[i] = i;
+    sort_ops = ops;
+    qsort(order, (size_t)n, sizeof *order, by_start);
+    for (int j = 0; j < n; j++) {
+      int64_t a, b;
+      extent(&ops[order[j]], &a, &b);
+      int k = 0;
+      while (k < used && ends[k] > a)
+        k++;
+      if (k == used)
+        used++;
+      ends[k] = b;
+      lane[order[j]] = k;
+    }
+    if (!used)
+      used = 1;
+  }
+  free(order), free(ends);
+  return used;
+}
+
+static void write_op(FILE *f, const gathered *g, int r, int tid, const tshard_trace_op *o,
+                     bool *comma) {
   int first, last;
   bounds(o, &first, &last);
   if (first < 0)
@@ -113,7 +164,7 @@ static void write_op(FILE *f, const gathered *g, int r, const tshard_trace_op *o
   char title[128];
   snprintf(title, sizeof title, "%s %s", o->kind, o->name);
   fprintf(f, "%s\n{\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"cat\":", *comma ? "," : "",
-          r, us_of(g, o->points[first]), (double)(o->points[last] - o->points[first]) / 1e3);
+          tid, us_of(g, o->points[first]), (double)(o->points[last] - o->points[first]) / 1e3);
   cli_json_string(f, o->kind);
   fprintf(f, ",\"name\":");
   cli_json_string(f, title);
@@ -122,16 +173,16 @@ static void write_op(FILE *f, const gathered *g, int r, const tshard_trace_op *o
   fprintf(f, ",\"strategy\":");
   cli_json_string(f, o->strategy);
   fprintf(f, ",\"status\":%d,\"bytes_sent\":%" PRIu64 ",\"bytes_received\":%" PRIu64
-             ",\"origin\":%s,\"request_id\":%" PRIu64 "}}",
+             ",\"origin\":%s,\"request_id\":%" PRIu64 ",\"rank\":%d}}",
           o->status, o->bytes_sent, o->bytes_received, o->origin ? "true" : "false",
-          o->request_id);
+          o->request_id, r);
   *comma = true;
   for (int p = first + 1, prev = first; p <= last; p++) {
     if (!o->points[p])
       continue;
     fprintf(f, ",\n{\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"cat\":\"span\","
                "\"name\":\"%s\",\"args\":{\"seq\":%" PRIu64 "}}",
-            r, us_of(g, o->points[prev]), (double)(o->points[p] - o->points[prev]) / 1e3,
+            tid, us_of(g, o->points[prev]), (double)(o->points[p] - o->points[prev]) / 1e3,
             span_name(span_of(prev, p)), o->seq);
     prev = p;
   }
@@ -161,14 +212,23 @@ static int write_chrome(const char *path, const char *job, const gathered *g) {
   fprintf(f, "}}");
   bool comma = true;
   for (int r = 0; r < g->nranks; r++) {
-    char tname[320];
-    snprintf(tname, sizeof tname, "rank %d (%s)", r, g->t[r].host);
-    fprintf(f, ",\n{\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":",
-            r);
-    cli_json_string(f, tname);
-    fprintf(f, "}}");
-    for (int k = 0; k < g->t[r].nops; k++)
-      write_op(f, g, r, &g->t[r].ops[k], &comma);
+    int n = g->t[r].nops;
+    int *lane = malloc((size_t)(n ? n : 1) * sizeof *lane);
+    int used = lane ? lanes_of(g->t[r].ops, n, lane) : 1;
+    for (int k = 0; k < used; k++) {
+      char tname[340];
+      int tid = r + k * g->nranks;
+      snprintf(tname, sizeof tname, k ? "rank %d (%s), overlapping %d" : "rank %d (%s)", r,
+               g->t[r].host, k);
+      fprintf(f, ",\n{\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"name\":\"thread_name\",\"args\":"
+                 "{\"name\":", tid);
+      cli_json_string(f, tname);
+      fprintf(f, "}},\n{\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"name\":\"thread_sort_index\","
+                 "\"args\":{\"sort_index\":%d}}", tid, r * 64 + k);
+    }
+    for (int k = 0; k < n; k++)
+      write_op(f, g, r, r + (lane ? lane[k] : 0) * g->nranks, &g->t[r].ops[k], &comma);
+    free(lane);
   }
   fprintf(f, "\n]}\n");
   if (fclose(f) != 0) {

@@ -57,16 +57,29 @@ def gather(d, *args):
 
 
 def ops_of(trace):
-    """{rank: [(op event, [span events])]} in file order."""
-    out = {}
+    """{rank: [(op event, [span events])]} in file order (an operation's spans follow it)."""
+    out, last = {}, None
     for e in trace["traceEvents"]:
-        if e["ph"] != "X":
+        if e["ph"] != "X" or e["pid"] != 0:
             continue
         if e["cat"] != "span":
-            out.setdefault(e["tid"], []).append((e, []))
+            last = (e, [])
+            out.setdefault(e["args"]["rank"], []).append(last)
         else:
-            out[e["tid"]][-1][1].append(e)
+            last[1].append(e)
     return out
+
+
+def nested(trace, what):
+    """Viewers nest the slices of one track: on every track no two operations overlap, and each
+    operation's spans lie within it."""
+    by_track = {}
+    for e in trace["traceEvents"]:
+        if e["ph"] == "X" and e.get("cat") != "span":
+            by_track.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    bad = [(k, a, b) for k, v in by_track.items() for a, b in zip(sorted(v), sorted(v)[1:])
+           if b[0] < a[1] - 1e-3]
+    return check(not bad, f"{what}: operations overlap on one track: {bad[:3]}")
 
 
 def point(spans, name):
@@ -102,7 +115,11 @@ def main_job():
         if tr is None:
             return d
         by_rank = ops_of(tr)
-        check(sorted(by_rank) == list(range(NP)), f"one track per rank: {sorted(by_rank)}")
+        check(sorted(by_rank) == list(range(NP)), f"every rank's operations: {sorted(by_rank)}")
+        nested(tr, "tshard trace")
+        for e in tr["traceEvents"]:
+            if e["ph"] == "X" and e.get("cat") != "span":
+                check(e["tid"] % NP == e["args"]["rank"], f"a rank's lanes are its tracks: {e}")
         ranks = tr["otherData"]["ranks"]
         check(len(ranks) == NP and all(x["ring"] == 4096 for x in ranks), f"rings: {ranks}")
         names = {e["tid"]: e["args"]["name"] for e in tr["traceEvents"] if e["ph"] == "M" and
@@ -220,10 +237,11 @@ def python_side():
             doc = t.save(os.path.join(tmp, "t.json"), job=d.job)
             with open(os.path.join(tmp, "t.json")) as f:
                 check(json.load(f) == json.loads(json.dumps(doc)), "the file is the trace")
+        nested(doc, "tshard.trace().save")
         calls = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == 1]
         check([e["name"] for e in calls] == ["reshard"] * 3, f"client calls: {calls}")
         origin = {e["args"]["request_id"]: e for e in doc["traceEvents"]
-                  if e["ph"] == "X" and e["pid"] == 0 and e["tid"] == 1 % NP and
+                  if e["ph"] == "X" and e["pid"] == 0 and e["args"].get("rank") == 1 % NP and
                   e.get("cat") == "reshard" and e["args"]["origin"]}
         for e in calls:
             o = origin.get(e["args"]["request_id"])

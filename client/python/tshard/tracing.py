@@ -20,7 +20,7 @@ Recording costs a clock read and a list append per call; nothing is recorded out
 import json
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 POINTS = ["received", "submitted", "ordered", "started", "planned", "agreed", "moved",
           "committed", "ended", "answered"]
@@ -116,9 +116,27 @@ def trace() -> Recorder:
     return Recorder()
 
 
+def lanes(intervals: List[Tuple[int, int]]) -> List[int]:
+    """A lane for each (start, end) such that no two on one lane overlap, the lowest free one
+    taken in order of start: viewers of the Chrome format nest the slices of one track, so an
+    operation that began before the previous one ended (a put's collective while its chunk is
+    answered, a reshard queued behind another) goes on a track of its own."""
+    ends: List[int] = []
+    out = [0] * len(intervals)
+    for i in sorted(range(len(intervals)), key=lambda i: intervals[i]):
+        a, b = intervals[i]
+        k = next((k for k, e in enumerate(ends) if e <= a), len(ends))
+        if k == len(ends):
+            ends.append(b)
+        ends[k] = b
+        out[i] = k
+    return out
+
+
 def chrome(ranks: List[dict], calls: List[dict], job: str) -> Dict[str, Any]:
-    """The Chrome trace event format of the ranks' rings (process 0, one track per rank) and the
-    client's calls (process 1), in microseconds from the earliest point."""
+    """The Chrome trace event format of the ranks' rings (process 0, one track per rank, with a
+    further track for each level of operations that overlap in time: lanes) and the client's
+    calls (process 1), in microseconds from the earliest point."""
     offset = {t["rank"]: t["clock_offset_ns"] for t in ranks}
     starts = [t for r in ranks for o in r["ops"] for t in o["points"].values()]
     starts += [c["sent_ns"] + offset.get(c["rank"], 0) for c in calls]
@@ -126,27 +144,34 @@ def chrome(ranks: List[dict], calls: List[dict], job: str) -> Dict[str, Any]:
     us = lambda t: (t - t0) / 1e3  # noqa: E731
     ev = [{"ph": "M", "pid": 0, "name": "process_name", "args": {"name": f"tshard job {job}"}},
           {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "client"}}]
+    nranks = max((r["rank"] for r in ranks), default=-1) + 1
     for r in ranks:
-        ev.append({"ph": "M", "pid": 0, "tid": r["rank"], "name": "thread_name",
-                   "args": {"name": f"rank {r['rank']} ({r['host']})"}})
-        for o in r["ops"]:
-            p = o["points"]
-            if not p:
-                continue
+        ops = [o for o in r["ops"] if o["points"]]
+        lane = lanes([(min(o["points"].values()), max(o["points"].values())) for o in ops])
+        for k in range(max(lane, default=0) + 1):
+            ev.append({"ph": "M", "pid": 0, "tid": r["rank"] + k * nranks, "name": "thread_name",
+                       "args": {"name": f"rank {r['rank']} ({r['host']})" +
+                                (f", overlapping {k}" if k else "")}})
+            ev.append({"ph": "M", "pid": 0, "tid": r["rank"] + k * nranks,
+                       "name": "thread_sort_index", "args": {"sort_index": r["rank"] * 64 + k}})
+        for o, k in zip(ops, lane):
+            p, tid = o["points"], r["rank"] + k * nranks
             first, last = min(p.values()), max(p.values())
             args = {k: o[k] for k in ("seq", "strategy", "status", "bytes_sent",
                                       "bytes_received", "origin", "request_id")}
-            args["tensor"] = o["name"]
-            ev.append({"ph": "X", "pid": 0, "tid": r["rank"], "ts": us(first),
+            args["tensor"], args["rank"] = o["name"], r["rank"]
+            ev.append({"ph": "X", "pid": 0, "tid": tid, "ts": us(first),
                        "dur": (last - first) / 1e3, "cat": o["kind"],
                        "name": f"{o['kind']} {o['name']}", "args": args})
             for name, a, b in spans(p):
-                ev.append({"ph": "X", "pid": 0, "tid": r["rank"], "ts": us(a),
+                ev.append({"ph": "X", "pid": 0, "tid": tid, "ts": us(a),
                            "dur": (b - a) / 1e3, "cat": "span", "name": name,
                            "args": {"seq": o["seq"]}})
-    for c in calls:
+    drawn = [(c["sent_ns"] + offset.get(c["rank"], 0), c["answered_ns"] + offset.get(c["rank"], 0))
+             for c in calls]
+    for c, k in zip(calls, lanes(drawn)):
         off = offset.get(c["rank"], 0)
-        ev.append({"ph": "X", "pid": 1, "tid": 0, "ts": us(c["sent_ns"] + off),
+        ev.append({"ph": "X", "pid": 1, "tid": k, "ts": us(c["sent_ns"] + off),
                    "dur": (c["answered_ns"] - c["sent_ns"]) / 1e3, "cat": "client",
                    "name": c["kind"], "args": {"request_id": c["request_id"],
                                                "rank": c["rank"]}})
