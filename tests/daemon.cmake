@@ -19,12 +19,6 @@ if(TARGET tshardd AND TARGET tshard)
   add_test(NAME tshardd_help COMMAND tshardd --help)
   set_tests_properties(tshardd_help PROPERTIES TIMEOUT 60 PASS_REGULAR_EXPRESSION
                        "--socket-dir.*--job.*--listen.*--token-file.*--max-frame.*--memory-limit.*--staging.*--log-level")
-  # docs/flags.md is generated from the table of settings: regenerate it with
-  # `build/bin/tshardd --help-markdown > docs/flags.md` when a flag changes
-  add_test(NAME tshardd_flags_doc
-           COMMAND sh -c "$0 --help-markdown | diff -u $1 - || { echo 'docs/flags.md differs from tshardd --help-markdown: regenerate it'; exit 1; }"
-                   $<TARGET_FILE:tshardd> ${CMAKE_SOURCE_DIR}/docs/flags.md)
-  set_tests_properties(tshardd_flags_doc PROPERTIES TIMEOUT 60)
   add_test(NAME tshardd_bad_flag COMMAND tshardd --max-frame 12)
   set_tests_properties(tshardd_bad_flag PROPERTIES TIMEOUT 60 WILL_FAIL TRUE)
   # --ckpt-chunk: 0 (whole pieces) or at least one 4 KiB checksum block; the message says so

@@ -145,3 +145,14 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
                          TIMEOUT ${TS_TEST_TIMEOUT} ENVIRONMENT "${TS_PY_ENV}")
   endforeach()
 endif()
+
+# docs/reference/ (flags, status codes, the CLI's --help, the Python package's docstrings) is
+# generated from its sources: stale when they changed without it (regenerate with
+# `PYTHONPATH=build/python /usr/bin/python3 docs/reference/generate.py build/bin`).
+if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
+  add_test(NAME test_docs_reference
+           COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/docs/reference/generate.py
+                   ${CMAKE_RUNTIME_OUTPUT_DIRECTORY} --check)
+  set_tests_properties(test_docs_reference PROPERTIES TIMEOUT 120 ENVIRONMENT
+                       "PYTHONPATH=${CMAKE_BINARY_DIR}/python")
+endif()
