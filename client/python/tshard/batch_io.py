@@ -1,5 +1,6 @@
 """Whole puts and gets of many tensors in one request: ``Client.put_many`` and
-``Client.get_many`` (docs/batches.md). Each is ONE collective operation on the daemons, checked
+``Client.get_many`` (the batches guide of the documentation). Each is ONE collective operation
+on the daemons, checked
 whole before anything moves: every name given once and existing, each array's dtype and shape as
 a single put checks them, the daemons' --batch-max-tensors and --batch-max-bytes. A put_many
 stores every tensor or none, the same on every rank.

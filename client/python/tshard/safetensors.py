@@ -2,7 +2,7 @@
 (import a ``model.safetensors`` or a sharded ``model.safetensors.index.json`` under chosen
 attributes; each rank reads only the bytes of its own slice) and ``Client.save_safetensors``
 (export stored tensors into one file or HF shards plus an index; each rank writes its own
-slices' bytes). The file format and what is checked: docs/safetensors.md.
+slices' bytes). The file format and what is checked: the safetensors guide of the documentation.
 
 Also ``read_header(path)``: a file's header as a dict, with json and struct only (no daemon),
 for choosing names and attributes before an import."""
