@@ -25,7 +25,9 @@ run_variant() { # name, build dir, ctest selection flags (split on spaces), extr
     return 1
   fi
   grep -E "warning:" "$dir/build.log" || true # the build is meant to be warning-free
-  (cd "$dir" && ctest --output-on-failure --timeout 900 $select)
+  # tests run $jobs at a time (most wait on sockets and timers more than they compute); those
+  # that share a machine-wide resource hold a RESOURCE_LOCK (tests/*.cmake)
+  (cd "$dir" && ctest --output-on-failure --timeout 900 -j"$jobs" $select)
 }
 
 mkdir -p build build-asan
