@@ -106,8 +106,8 @@ int tshard_create(tshard_client *c, const char *name, const char *dtype, int ndi
 
 /* Puts and gets (whole or slices) on a Unix socket name this process's memory (ClientMemory):
  * the daemons copy straight from or into the caller's buffer, nothing goes through the socket
- * or the segment. A daemon that cannot reach it answers NO_DIRECT once: the connection then uses its
- * segment. TSHARD_DIRECT=0, TSHARD_SHM=0 or tshard_set_shm(c, 0) keep the other paths. */
+ * or the segment. A daemon that cannot reach it answers NO_DIRECT once: the connection then uses
+ * its segment. TSHARD_DIRECT=0, TSHARD_SHM=0 or tshard_set_shm(c, 0) keep the other paths. */
 static bool direct_ready(const tshard_client *c, size_t bytes) {
   return c->shm_possible && c->shm_on && c->direct_on && bytes > 0;
 }
@@ -115,8 +115,8 @@ static bool direct_ready(const tshard_client *c, size_t bytes) {
 /* The answer to a direct put or get; *fallback when the daemon cannot reach this memory (or,
  * for a get, when the buffer is too small: the other path then tells the size). A get's answer
  * says how many bytes it wrote (*got: at most bytes; exactly bytes when exact). */
-static int direct_call(tshard_client *c, Tshard__Request *req, size_t bytes, bool get,
-                       bool exact, uint64_t *got, bool *fallback) {
+static int direct_call(tshard_client *c, Tshard__Request *req, size_t bytes, bool get, bool exact,
+                       uint64_t *got, bool *fallback) {
   Tshard__Response *r = NULL;
   *fallback = false;
   int rc = tsc_call(c, req, &r);
@@ -131,7 +131,8 @@ static int direct_call(tshard_client *c, Tshard__Request *req, size_t bytes, boo
     if (r->result_case != TSHARD__RESPONSE__RESULT_DATA || !r->data->direct ||
         r->data->offset != 0 || n > bytes || (exact && n != bytes)) {
       c->broken = true;
-      rc = tsc_fail(c, TS_PROTOCOL, "the daemon answered a get into this process's memory "
+      rc = tsc_fail(c, TS_PROTOCOL,
+                    "the daemon answered a get into this process's memory "
                     "without saying it wrote the whole of it there");
     }
   }
@@ -180,8 +181,8 @@ static int put_direct(tshard_client *c, const char *name, const char *layout, bo
 }
 
 /* A get (slice: this rank's slice in `layout`, at most cap bytes) into this process's memory. */
-static int get_direct(tshard_client *c, const char *name, const char *layout, bool slice,
-                      void *buf, size_t cap, bool exact, uint64_t *got, bool *fallback) {
+static int get_direct(tshard_client *c, const char *name, const char *layout, bool slice, void *buf,
+                      size_t cap, bool exact, uint64_t *got, bool *fallback) {
   Tshard__Request req = TSHARD__REQUEST__INIT;
   Tshard__GetRequest g = TSHARD__GET_REQUEST__INIT;
   Tshard__GetSliceRequest gs = TSHARD__GET_SLICE_REQUEST__INIT;
@@ -218,9 +219,7 @@ static int put_chunks(tshard_client *c, const char *name, const char *layout, bo
       return drc;
   }
   bool shm = tsc_shm_ready(c, bytes);
-  size_t chunk = !shm ? c->chunk
-                 : bytes <= c->shm_bytes ? bytes
-                                         : (c->shm_bytes / 2) & ~(size_t)63;
+  size_t chunk = !shm ? c->chunk : bytes <= c->shm_bytes ? bytes : (c->shm_bytes / 2) & ~(size_t)63;
   size_t nchunks = bytes ? (bytes + chunk - 1) / chunk : 1;
   size_t sent = 0, acked = 0;
   uint64_t ids[PUT_WINDOW];
@@ -282,7 +281,7 @@ static int put_chunks(tshard_client *c, const char *name, const char *layout, bo
     int rc = tsc_recv(c, 0, &r, NULL, tsc_deadline(c));
     if (!r)
       return rc; /* the transport failed: the connection is broken */
-    int k = 0; /* an answer without id (a frame refused whole) goes to the oldest chunk */
+    int k = 0;   /* an answer without id (a frame refused whole) goes to the oldest chunk */
     while (k < nout && r->id != 0 && ids[k] != r->id)
       k++;
     if (k == nout) {
@@ -337,8 +336,8 @@ typedef struct get_req {
 
 /* A chunk request; with shm_bytes > 0 its answer goes to the segment's region [shm_at,
  * shm_at + shm_bytes) (chunk 0: the daemon's choice up to the region). */
-static void get_request(get_req *q, const char *name, const char *layout, bool slice,
-                        uint64_t off, size_t chunk, size_t shm_at, size_t shm_bytes) {
+static void get_request(get_req *q, const char *name, const char *layout, bool slice, uint64_t off,
+                        size_t chunk, size_t shm_at, size_t shm_bytes) {
   tshard__request__init(&q->req);
   tshard__get_request__init(&q->g);
   tshard__get_slice_request__init(&q->gs);
@@ -375,13 +374,11 @@ static int get_answer(tshard_client *c, uint64_t id, uint64_t off, void *buf, si
     *len = sink.len;
     return TS_OK;
   }
-  const Tshard__ShmData *sh = rc == TS_OK && r->result_case == TSHARD__RESPONSE__RESULT_DATA
-                                 ? r->data->shm
-                                 : NULL;
+  const Tshard__ShmData *sh =
+      rc == TS_OK && r->result_case == TSHARD__RESPONSE__RESULT_DATA ? r->data->shm : NULL;
   uint64_t n = sh ? sh->bytes : rc == TS_OK && r->data ? r->data->data.len : 0;
   if (rc == TS_OK && (r->result_case != TSHARD__RESPONSE__RESULT_DATA || r->data->offset != off ||
-                      r->data->offset > r->data->total_bytes ||
-                      n > r->data->total_bytes - off ||
+                      r->data->offset > r->data->total_bytes || n > r->data->total_bytes - off ||
                       (sh && (!c->shm_base || r->data->data.len || sh->offset > c->shm_bytes ||
                               sh->bytes > c->shm_bytes - sh->offset))))
     rc = tsc_fail(c, TS_PROTOCOL, "the daemon answered a chunk that does not fit");
@@ -406,8 +403,8 @@ static int get_answer(tshard_client *c, uint64_t id, uint64_t off, void *buf, si
  * whole segment (a tensor that fits is gathered or copied straight into it) and the next ones
  * alternate between its halves (a half is asked again only after its chunk was copied out). */
 #define GET_WINDOW 2
-static int get_chunks(tshard_client *c, const char *name, const char *layout, bool slice,
-                      void *buf, size_t cap, size_t *total_out, bool exact) {
+static int get_chunks(tshard_client *c, const char *name, const char *layout, bool slice, void *buf,
+                      size_t cap, size_t *total_out, bool exact) {
   if (!c || (!buf && cap))
     return TS_INVALID_ARGUMENT;
   if (tsc_name_ok(c, "tensor name", name))
@@ -482,8 +479,8 @@ int tshard_get(tshard_client *c, const char *name, void *buf, size_t bytes) {
   return get_chunks(c, name, NULL, false, buf, bytes, NULL, true);
 }
 
-int tshard_get_slice(tshard_client *c, const char *name, const char *layout, void *buf,
-                     size_t cap, size_t *bytes) {
+int tshard_get_slice(tshard_client *c, const char *name, const char *layout, void *buf, size_t cap,
+                     size_t *bytes) {
   size_t total = 0;
   int rc = get_chunks(c, name, layout, true, buf, cap, &total, false);
   if (bytes)
@@ -497,9 +494,8 @@ int tshard_reshard(tshard_client *c, const char *name, const char *attr,
     return TS_INVALID_ARGUMENT;
   tshard_reshard_opts none = {0};
   const tshard_reshard_opts *o = opts ? opts : &none;
-  if (tsc_name_ok(c, "tensor name", name) ||
-      (o->keep_source_as && o->keep_source_as[0] &&
-       tsc_name_ok(c, "keep_source_as", o->keep_source_as)))
+  if (tsc_name_ok(c, "tensor name", name) || (o->keep_source_as && o->keep_source_as[0] &&
+                                              tsc_name_ok(c, "keep_source_as", o->keep_source_as)))
     return TS_INVALID_ARGUMENT;
   Tshard__Request req = TSHARD__REQUEST__INIT;
   Tshard__ReshardRequest q = TSHARD__RESHARD_REQUEST__INIT;
@@ -595,8 +591,8 @@ int tshard_list(tshard_client *c, char ***names, int *count) {
   req.op_case = TSHARD__REQUEST__OP_LIST;
   req.list = &q;
   Tshard__Response *r;
-  int rc = tsc_call_expect(c, &req, TSHARD__RESPONSE__RESULT_LIST,
-                           "list answered without a list", &r);
+  int rc =
+      tsc_call_expect(c, &req, TSHARD__RESPONSE__RESULT_LIST, "list answered without a list", &r);
   if (rc == TS_OK) {
     char **out = calloc(r->list->n_names + 1, sizeof *out);
     if (!out)
@@ -699,8 +695,8 @@ int tshard_plan(tshard_client *c, const char *name, const char *attr, const char
   req.op_case = TSHARD__REQUEST__OP_PLAN;
   req.plan = &q;
   Tshard__Response *r;
-  int rc = tsc_call_expect(c, &req, TSHARD__RESPONSE__RESULT_PLAN,
-                           "plan answered without a plan", &r);
+  int rc =
+      tsc_call_expect(c, &req, TSHARD__RESPONSE__RESULT_PLAN, "plan answered without a plan", &r);
   if (rc == TS_OK) {
     if (!(*explain = strdup(r->plan->explain)))
       rc = tsc_fail(c, TS_NO_MEMORY, "no memory for the explain text");

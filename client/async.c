@@ -36,8 +36,10 @@ int tsc_ticket_add(tshard_client *c, uint64_t id, uint64_t *ticket) {
     tsc_ticket *t = realloc(c->tickets, cap * sizeof *t);
     if (!t) {
       c->broken = true; /* the answer would come to nobody */
-      return tsc_fail(c, TS_NO_MEMORY, "no memory to keep the ticket of request %llu; the "
-                      "connection is closed", (unsigned long long)id);
+      return tsc_fail(c, TS_NO_MEMORY,
+                      "no memory to keep the ticket of request %llu; the "
+                      "connection is closed",
+                      (unsigned long long)id);
     }
     c->tickets = t;
     c->ticket_cap = cap;
@@ -70,7 +72,8 @@ bool tsc_ticket_keep(tshard_client *c, const Tshard__Response *r) {
   t->status = r->status;
   if (r->status != TS_OK)
     t->message = strdup(r->status == TS_RANK_LOST && c->lost_status ? c->lost
-                        : r->message && r->message[0] ? r->message : ts_strerror(r->status));
+                        : r->message && r->message[0]               ? r->message
+                                                                    : ts_strerror(r->status));
   if (r->strategy)
     snprintf(t->strategy, sizeof t->strategy, "%s", r->strategy);
   t->elapsed_us = r->elapsed_us;
@@ -135,7 +138,8 @@ static int wait_ticket(tshard_client *c, uint64_t ticket, int timeout_ms, tshard
   c->message[0] = '\0';
   tsc_ticket *t = ticket ? ticket_find(c, ticket) : NULL;
   if (!t)
-    return tsc_fail(c, TS_INVALID_ARGUMENT, "ticket %llu is not in flight on this connection "
+    return tsc_fail(c, TS_INVALID_ARGUMENT,
+                    "ticket %llu is not in flight on this connection "
                     "(a ticket from tshard_submit_*, waited on once)",
                     (unsigned long long)ticket);
   int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
@@ -143,15 +147,18 @@ static int wait_ticket(tshard_client *c, uint64_t ticket, int timeout_ms, tshard
     if (c->broken && c->lost_status)
       return tsc_lost_check(c, TS_IO);
     if (c->broken)
-      return tsc_fail(c, TS_IO, "the connection broke with request %llu in flight; what it did "
+      return tsc_fail(c, TS_IO,
+                      "the connection broke with request %llu in flight; what it did "
                       "on the daemons is not known here: reconnect and describe its tensors",
                       (unsigned long long)ticket);
     int left = deadline < 0 ? -1 : (int)(deadline - now_ms() > 0 ? deadline - now_ms() : 0);
     struct pollfd p = {.fd = c->fd, .events = POLLIN};
     int got = poll(&p, 1, left);
     if (got == 0)
-      return tsc_fail(c, TS_TIMEOUT, "request %llu not answered within %d ms; it goes on (wait "
-                      "again)", (unsigned long long)ticket, timeout_ms);
+      return tsc_fail(c, TS_TIMEOUT,
+                      "request %llu not answered within %d ms; it goes on (wait "
+                      "again)",
+                      (unsigned long long)ticket, timeout_ms);
     if (got < 0)
       continue; /* EINTR */
     Tshard__Response *r = NULL;

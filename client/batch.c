@@ -1,16 +1,16 @@
 /* batch.c - the C client's batched operations: tshard_reshard_many and tshard_drop_many, each one
  * request naming many tensors, run by the daemons as one collective operation that changes every
  * tensor or none (daemon/README.md, "Batches"); tshard_reshard_many_results also gives each
- * tensor's result (strategy, bytes) from the answer. Both are collectives of the client's SPMD group
- * when it declared one (tsc_call_collective). */
+ * tensor's result (strategy, bytes) from the answer. Both are collectives of the client's SPMD
+ * group when it declared one (tsc_call_collective). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "client_internal.h"
 
-int tshard_reshard_many(tshard_client *c, int n, const char *const *names,
-                        const char *const *attrs, const tshard_reshard_opts *opts) {
+int tshard_reshard_many(tshard_client *c, int n, const char *const *names, const char *const *attrs,
+                        const tshard_reshard_opts *opts) {
   return tshard_reshard_many_results(c, n, names, attrs, opts, NULL);
 }
 
@@ -26,12 +26,16 @@ static int fill_results(tshard_client *c, const Tshard__Response *r, int n,
     return TS_OK;
   const Tshard__ReshardManyResult *m = r->reshard_many;
   if (m->n_items && m->n_items != (size_t)n)
-    return tsc_fail(c, TS_PROTOCOL, "the daemon answered a reshard_many of %d tensors with %zu "
-                    "results", n, m->n_items);
+    return tsc_fail(c, TS_PROTOCOL,
+                    "the daemon answered a reshard_many of %d tensors with %zu "
+                    "results",
+                    n, m->n_items);
   for (size_t i = 0; i < m->n_items; i++) {
     if (strcmp(m->items[i]->name, names[i]) != 0)
-      return tsc_fail(c, TS_PROTOCOL, "the daemon answered result %zu of a reshard_many for "
-                      "'%s', not '%s'", i, m->items[i]->name, names[i]);
+      return tsc_fail(c, TS_PROTOCOL,
+                      "the daemon answered result %zu of a reshard_many for "
+                      "'%s', not '%s'",
+                      i, m->items[i]->name, names[i]);
     snprintf(results[i].strategy, sizeof results[i].strategy, "%s", m->items[i]->strategy);
     results[i].bytes_sent = m->items[i]->bytes_sent;
     results[i].bytes_received = m->items[i]->bytes_received;
@@ -53,7 +57,8 @@ int tshard_reshard_many_results(tshard_client *c, int n, const char *const *name
     return tsc_fail(c, TS_INVALID_ARGUMENT,
                     "tshard_reshard_many reshards in place; keep_source_as must be NULL");
   if (o->relabel)
-    return tsc_fail(c, TS_INVALID_ARGUMENT, "tshard_reshard_many does not relabel; relabel one "
+    return tsc_fail(c, TS_INVALID_ARGUMENT,
+                    "tshard_reshard_many does not relabel; relabel one "
                     "tensor with tshard_reshard");
   for (int i = 0; i < n; i++)
     if (tsc_name_ok(c, "tensor name", names[i]))
@@ -100,8 +105,8 @@ int tshard_drop_many(tshard_client *c, int n, const char *const *names, const ch
   if (!c)
     return TS_INVALID_ARGUMENT;
   if (n < 1 || !names)
-    return tsc_fail(c, TS_INVALID_ARGUMENT,
-                    "tshard_drop_many: %d tensors; give at least one name", n);
+    return tsc_fail(c, TS_INVALID_ARGUMENT, "tshard_drop_many: %d tensors; give at least one name",
+                    n);
   for (int i = 0; i < n; i++)
     if (tsc_name_ok(c, "tensor name", names[i]))
       return TS_INVALID_ARGUMENT;

@@ -23,8 +23,8 @@ static bool direct_ok(const tshard_client *c, int n, const void *const *bufs, co
 
 /* Copies bytes [off, off + len) of the items' concatenation between it and flat (to_flat: out
  * of the items into flat; else into the items). */
-static void concat_copy(int n, void *const *bufs, const size_t *bytes, uint64_t off,
-                        uint8_t *flat, uint64_t len, bool to_flat) {
+static void concat_copy(int n, void *const *bufs, const size_t *bytes, uint64_t off, uint8_t *flat,
+                        uint64_t len, bool to_flat) {
   uint64_t at = 0;
   for (int i = 0; i < n && len; i++) {
     if (off >= at + bytes[i]) {
@@ -49,9 +49,7 @@ typedef struct put_many_msg {
   Tshard__PutManyRequest q;
 } put_many_msg;
 
-static void put_many_msg_free(put_many_msg *m) {
-  free(m->items), free(m->itemp), free(m->mem);
-}
+static void put_many_msg_free(put_many_msg *m) { free(m->items), free(m->itemp), free(m->mem); }
 
 static int put_many_msg_make(tshard_client *c, int n, const tshard_put_item *it, bool mem,
                              put_many_msg *m) {
@@ -90,11 +88,13 @@ static int check_put_items(tshard_client *c, int n, const tshard_put_item *it) {
   for (int i = 0; i < n; i++) {
     if (tsc_name_ok(c, "tensor name", it[i].name))
       return TS_INVALID_ARGUMENT;
-    if ((!it[i].data && it[i].bytes) || (it[i].dtype && (it[i].ndim < 0 ||
-        it[i].ndim > TSHARD_MAX_DIMS || (it[i].ndim && !it[i].shape))))
-      return tsc_fail(c, TS_INVALID_ARGUMENT, "tshard_put_many: item %d ('%s') has no data for "
-                      "its %zu bytes, or a declared shape of %d dims (0 to %d)", i, it[i].name,
-                      it[i].bytes, it[i].ndim, TSHARD_MAX_DIMS);
+    if ((!it[i].data && it[i].bytes) ||
+        (it[i].dtype &&
+         (it[i].ndim < 0 || it[i].ndim > TSHARD_MAX_DIMS || (it[i].ndim && !it[i].shape))))
+      return tsc_fail(c, TS_INVALID_ARGUMENT,
+                      "tshard_put_many: item %d ('%s') has no data for "
+                      "its %zu bytes, or a declared shape of %d dims (0 to %d)",
+                      i, it[i].name, it[i].bytes, it[i].ndim, TSHARD_MAX_DIMS);
   }
   return TS_OK;
 }
@@ -115,7 +115,8 @@ static int put_many_chunks(tshard_client *c, int n, const tshard_put_item *it, p
   size_t meta = tshard__put_many_request__get_packed_size(&m->q) + 1024;
   /* In frames the items travel beside each chunk's data: the data gives them room. */
   size_t chunk = shm ? (total <= c->shm_bytes ? total : (c->shm_bytes / 2) & ~(size_t)63)
-                     : c->chunk > 2 * meta ? c->chunk - meta : c->chunk;
+                 : c->chunk > 2 * meta ? c->chunk - meta
+                                       : c->chunk;
   uint8_t *tmp = !shm ? malloc(chunk < total ? chunk : total ? total : 1) : NULL;
   int rc = !bufs || !bytes || (!shm && !tmp)
                ? tsc_fail(c, TS_NO_MEMORY, "no memory for a put_many chunk")
@@ -196,9 +197,7 @@ typedef struct get_many_msg {
   Tshard__GetManyRequest q;
 } get_many_msg;
 
-static void get_many_msg_free(get_many_msg *m) {
-  free(m->items), free(m->itemp), free(m->mem);
-}
+static void get_many_msg_free(get_many_msg *m) { free(m->items), free(m->itemp), free(m->mem); }
 
 static int get_many_msg_make(tshard_client *c, int n, const tshard_get_item *it, bool mem,
                              get_many_msg *m) {
@@ -239,7 +238,8 @@ static int get_many_answer(tshard_client *c, const Tshard__Response *r, uint64_t
   uint64_t k = sh ? sh->bytes : d ? d->data.len : 0;
   if (!d || d->offset != off || d->total_bytes != *total || k > d->total_bytes - off ||
       (d->total_bytes > off && k == 0) ||
-      (sh && (!c->shm_base || sh->offset > c->shm_bytes || sh->bytes > c->shm_bytes - sh->offset))) {
+      (sh &&
+       (!c->shm_base || sh->offset > c->shm_bytes || sh->bytes > c->shm_bytes - sh->offset))) {
     c->broken = true;
     return tsc_fail(c, TS_PROTOCOL, "the daemon answered a get_many chunk that does not fit");
   }
@@ -303,8 +303,10 @@ int tshard_get_many(tshard_client *c, int n, const tshard_get_item *items) {
     if (tsc_name_ok(c, "tensor name", items[i].name))
       rc = TS_INVALID_ARGUMENT;
     else if (!items[i].buf && items[i].bytes)
-      rc = tsc_fail(c, TS_INVALID_ARGUMENT, "tshard_get_many: item %d ('%s') has no buffer for "
-                    "its %zu bytes", i, items[i].name, items[i].bytes);
+      rc = tsc_fail(c, TS_INVALID_ARGUMENT,
+                    "tshard_get_many: item %d ('%s') has no buffer for "
+                    "its %zu bytes",
+                    i, items[i].name, items[i].bytes);
     bufs[i] = items[i].buf;
     bytes[i] = items[i].bytes;
   }
@@ -327,7 +329,8 @@ int tshard_get_many(tshard_client *c, int n, const tshard_get_item *items) {
     if (rc == TS_OK && (r->result_case != TSHARD__RESPONSE__RESULT_DATA || !r->data->direct ||
                         r->data->total_bytes != total)) {
       c->broken = true;
-      rc = tsc_fail(c, TS_PROTOCOL, "the daemon answered a get_many into this process's memory "
+      rc = tsc_fail(c, TS_PROTOCOL,
+                    "the daemon answered a get_many into this process's memory "
                     "without saying it wrote all of it there");
     }
     if (r)

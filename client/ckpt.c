@@ -30,8 +30,7 @@ static int abs_dir(tshard_client *c, const char *dir, char *out, size_t cap) {
 
 static int check_names(tshard_client *c, const char *const *names, int n) {
   if (n < 0 || (n > 0 && !names))
-    return tsc_fail(c, TS_INVALID_ARGUMENT, "names: %d names and %s list", n,
-                    names ? "a" : "no");
+    return tsc_fail(c, TS_INVALID_ARGUMENT, "names: %d names and %s list", n, names ? "a" : "no");
   for (int i = 0; i < n; i++) {
     ts_error err;
     if (ts_name_check("tensor name", names[i], names[i] ? strlen(names[i]) : 0, &err))
@@ -76,21 +75,23 @@ static int call_info(tshard_client *c, Tshard__Request *req, tshard_ckpt_info *i
 }
 
 int tsc_save_interrupted(tshard_client *c, const char *path) {
-  return tsc_fail(c, TS_CHECKPOINT_IO, "save to %s was interrupted: %s; %s holds a complete "
+  return tsc_fail(c, TS_CHECKPOINT_IO,
+                  "save to %s was interrupted: %s; %s holds a complete "
                   "checkpoint or nothing: the one that was there before (or this save's, had it "
-                  "been exchanged before the loss), never a partial one", path, c->lost, path);
+                  "been exchanged before the loss), never a partial one",
+                  path, c->lost, path);
 }
 
 /* What a save or an export writes must be asked, one way: names, a prefix or all. */
 int tsc_check_selection(tshard_client *c, const char *what, int n, const char *prefix, int all) {
   bool has_prefix = prefix && prefix[0];
   if (!all && !has_prefix && n == 0)
-    return tsc_fail(c, TS_INVALID_ARGUMENT, "%s of no tensors: give names (exact, or globs such "
+    return tsc_fail(c, TS_INVALID_ARGUMENT,
+                    "%s of no tensors: give names (exact, or globs such "
                     "as layers.*.weight) or opts.prefix, or set opts.all = 1 to save every tensor",
                     what);
   if ((all && (has_prefix || n > 0)) || (has_prefix && n > 0))
-    return tsc_fail(c, TS_INVALID_ARGUMENT, "%s: give one of names, opts.prefix or opts.all",
-                    what);
+    return tsc_fail(c, TS_INVALID_ARGUMENT, "%s: give one of names, opts.prefix or opts.all", what);
   return TS_OK;
 }
 

@@ -32,7 +32,7 @@ struct tshard_client {
   tsc_arena arena;
   uint8_t *rbuf; /* the frame being received, reused */
   size_t rcap;
-  bool broken; /* a timeout or I/O error left a frame half sent or received */
+  bool broken;     /* a timeout or I/O error left a frame half sent or received */
   int lost_status; /* TS_RANK_LOST once a lost rank ended the job (lost.c), else 0 */
   char lost[1024]; /* then the error every call of the connection gives */
   int timeout_ms;
@@ -48,7 +48,7 @@ struct tshard_client {
   size_t shm_max;    /* the largest segment asked for */
   uint8_t *shm_base; /* the mapped segment, or NULL */
   size_t shm_bytes;
-  bool direct_on;    /* whole puts and gets name this process's memory (TSHARD_DIRECT, NO_DIRECT) */
+  bool direct_on; /* whole puts and gets name this process's memory (TSHARD_DIRECT, NO_DIRECT) */
   /* SPMD collectives (spmd.c): the group's ranks (ngroup 0: none) and collective timeout */
   int32_t *group;
   int ngroup;
@@ -163,8 +163,7 @@ int tsc_send(tshard_client *c, Tshard__Request *req, int64_t deadline);
 int tsc_recv(tshard_client *c, uint64_t want_id, Tshard__Response **resp, tsc_sink *sink,
              int64_t deadline);
 /* tsc_call whose data answer may be received straight into the sink (then *resp is NULL). */
-int tsc_call_sink(tshard_client *c, Tshard__Request *req, Tshard__Response **resp,
-                  tsc_sink *sink);
+int tsc_call_sink(tshard_client *c, Tshard__Request *req, Tshard__Response **resp, tsc_sink *sink);
 /* Frees an answer of tsc_call (it lives in the client's arena). */
 void tsc_free(tshard_client *c, Tshard__Response *r);
 int tsc_fail(tshard_client *c, int status, const char *fmt, ...)

@@ -145,11 +145,13 @@ int tsc_own(tshard_client *c) {
   int e = errno;
   c->broken = c->fd < 0;
   if (trc == TS_AUTH)
-    return tsc_fail(c, TS_AUTH, "this client's connection belongs to process %d, which opened "
-                    "it; after fork() process %d did not open its own: %s", (int)parent, (int)me,
-                    why);
+    return tsc_fail(c, TS_AUTH,
+                    "this client's connection belongs to process %d, which opened "
+                    "it; after fork() process %d did not open its own: %s",
+                    (int)parent, (int)me, why);
   if (c->fd < 0)
-    return tsc_fail(c, TS_IO, "this client's connection belongs to process %d, which opened it; "
+    return tsc_fail(c, TS_IO,
+                    "this client's connection belongs to process %d, which opened it; "
                     "after fork() process %d could not open its own (%s); connect in the child",
                     (int)parent, (int)me, strerror(e));
   if (c->path[0]) { /* shared memory and the direct path as a new connection has them */
@@ -162,9 +164,11 @@ int tsc_own(tshard_client *c) {
     char why[sizeof c->message];
     snprintf(why, sizeof why, "%s", c->message);
     c->broken = true;
-    return tsc_fail(c, rc == TS_TIMEOUT ? TS_TIMEOUT : TS_IO, "this client's connection "
+    return tsc_fail(c, rc == TS_TIMEOUT ? TS_TIMEOUT : TS_IO,
+                    "this client's connection "
                     "belongs to process %d, which opened it; after fork() process %d opened its "
-                    "own but the daemon did not answer its ping: %s", (int)parent, (int)me, why);
+                    "own but the daemon did not answer its ping: %s",
+                    (int)parent, (int)me, why);
   }
   return TS_OK;
 }
@@ -197,7 +201,7 @@ int tshard_connect_path(const char *path, int timeout_ms, tshard_client **out) {
     return TS_NO_MEMORY;
   }
   snprintf(c->path, sizeof c->path, "%s", path);
-  tsc_shm_init(c); /* same node: shared memory unless TSHARD_SHM=0 */
+  tsc_shm_init(c);                     /* same node: shared memory unless TSHARD_SHM=0 */
   int rc = tshard_ping(c, NULL, NULL); /* a daemon that serves, and its frame size */
   if (rc) {
     tsc_connect_note(path, c, rc); /* tshard_connect_message() */
@@ -300,9 +304,11 @@ int tsc_transfer(tshard_client *c, void *buf, size_t len, bool sending, int64_t 
     if (nap == 0)
       continue;
     if (nap < 0)
-      return tsc_fail(c, TS_TIMEOUT, "no answer within %d ms (a longer timeout: --timeout SEC, "
+      return tsc_fail(c, TS_TIMEOUT,
+                      "no answer within %d ms (a longer timeout: --timeout SEC, "
                       "or the client's timeout); the operation may still complete on the "
-                      "daemons; the connection is closed", c->timeout_ms);
+                      "daemons; the connection is closed",
+                      c->timeout_ms);
     struct pollfd pfd = {c->fd, sending ? POLLOUT : POLLIN, 0};
     int pr = poll(&pfd, 1, (int)((nap + 999999) / 1000000));
     if (pr < 0 && errno != EINTR)
@@ -365,8 +371,10 @@ static int send_iov(tshard_client *c, struct iovec *iov, int n, int64_t deadline
   while (n > 0) {
     int64_t nap = ts_waiter_next(&w);
     if (nap < 0)
-      return tsc_fail(c, TS_TIMEOUT, "could not send within %d ms (a longer timeout: --timeout "
-                      "SEC, or the client's timeout); the connection is closed", c->timeout_ms);
+      return tsc_fail(c, TS_TIMEOUT,
+                      "could not send within %d ms (a longer timeout: --timeout "
+                      "SEC, or the client's timeout); the connection is closed",
+                      c->timeout_ms);
     struct pollfd pfd = {c->fd, POLLOUT, 0};
     int pr = poll(&pfd, 1, (int)((nap + 999999) / 1000000));
     if (pr <= 0) {
@@ -382,8 +390,8 @@ static int send_iov(tshard_client *c, struct iovec *iov, int n, int64_t deadline
     if (k < 0 && (errno == EINTR || errno == EAGAIN))
       continue;
     if (k < 0)
-      return tsc_lost_check(c, tsc_fail(c, TS_IO, "the daemon closed the connection: %s",
-                                        strerror(errno)));
+      return tsc_lost_check(
+          c, tsc_fail(c, TS_IO, "the daemon closed the connection: %s", strerror(errno)));
     while (n > 0 && (size_t)k >= iov->iov_len) {
       k -= (ssize_t)iov->iov_len;
       iov++;
@@ -477,8 +485,8 @@ static bool varint_get(const uint8_t *p, size_t n, size_t *pos, uint64_t *v) {
  * data = DataChunk{offset, total_bytes, data}} with the data bytes last in the frame (the order
  * in which the daemon packs them). Sets where the data starts and its length; false for anything
  * else, which then goes through the full decoder. */
-static bool data_prefix(const uint8_t *p, size_t n, uint64_t *id, uint64_t *offset,
-                        uint64_t *total, uint64_t *dlen, size_t *start) {
+static bool data_prefix(const uint8_t *p, size_t n, uint64_t *id, uint64_t *offset, uint64_t *total,
+                        uint64_t *dlen, size_t *start) {
   size_t pos = 0;
   uint64_t key, v;
   *id = *offset = *total = 0;
@@ -520,8 +528,9 @@ int tsc_send(tshard_client *c, Tshard__Request *req, int64_t deadline) {
   if (orc)
     return orc;
   if (c->broken)
-    return c->lost_status ? tsc_lost_check(c, TS_IO)
-                          : tsc_fail(c, TS_IO, "the connection broke in an earlier call; reconnect");
+    return c->lost_status
+               ? tsc_lost_check(c, TS_IO)
+               : tsc_fail(c, TS_IO, "the connection broke in an earlier call; reconnect");
   req->id = ++c->next_id;
   if (c->token[0])
     req->token = c->token;
@@ -531,8 +540,7 @@ int tsc_send(tshard_client *c, Tshard__Request *req, int64_t deadline) {
   return rc;
 }
 
-int tsc_call_sink(tshard_client *c, Tshard__Request *req, Tshard__Response **resp,
-                  tsc_sink *sink) {
+int tsc_call_sink(tshard_client *c, Tshard__Request *req, Tshard__Response **resp, tsc_sink *sink) {
   *resp = NULL;
   int64_t deadline = tsc_deadline(c);
   uint64_t *ticket = c->submit_to;
@@ -550,16 +558,16 @@ again:
   if (sink)
     sink->taken = false;
   if (c->broken)
-    return c->lost_status ? tsc_lost_check(c, TS_IO)
-                          : tsc_fail(c, TS_IO, "the connection broke in an earlier call; reconnect");
+    return c->lost_status
+               ? tsc_lost_check(c, TS_IO)
+               : tsc_fail(c, TS_IO, "the connection broke in an earlier call; reconnect");
   uint8_t h[4];
   int rc = tsc_transfer(c, h, 4, false, deadline);
   if (rc) {
     c->broken = true;
     return rc;
   }
-  uint32_t len = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
-                 (uint32_t)h[3] << 24;
+  uint32_t len = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
   if (len > TSC_MAX_FRAME) {
     c->broken = true;
     return tsc_fail(c, TS_PROTOCOL, "answer of %u bytes; at most %u", len, TSC_MAX_FRAME);

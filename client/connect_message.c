@@ -21,17 +21,20 @@ int tsc_job_check(const char *job) {
 
 void tsc_connect_failed(const char *path, const char *job, int rank, int status) {
   if (tsc_job_check(job)) {
-    snprintf(connect_msg, sizeof connect_msg, "job name '%s': use 1 to 64 letters, digits, '-', "
-             "'_' and '.' (not first)", job);
+    snprintf(connect_msg, sizeof connect_msg,
+             "job name '%s': use 1 to 64 letters, digits, '-', "
+             "'_' and '.' (not first)",
+             job);
     return;
   }
-  bool gone = status == TS_IO && strncmp(connect_msg, "the daemon at ", 14) != 0 &&
-              (strstr(connect_msg, "No such file") || strstr(connect_msg, "refused") ||
-               !connect_msg[0]);
+  bool gone =
+      status == TS_IO && strncmp(connect_msg, "the daemon at ", 14) != 0 &&
+      (strstr(connect_msg, "No such file") || strstr(connect_msg, "refused") || !connect_msg[0]);
   if (gone)
-    snprintf(connect_msg, sizeof connect_msg, "no daemon serves job %s on rank %d at %s; start "
-             "one with tshard-launch start -np N --job %s (deploy/tshard-launch)", job, rank,
-             path, job);
+    snprintf(connect_msg, sizeof connect_msg,
+             "no daemon serves job %s on rank %d at %s; start "
+             "one with tshard-launch start -np N --job %s (deploy/tshard-launch)",
+             job, rank, path, job);
   else if (!connect_msg[0])
     snprintf(connect_msg, sizeof connect_msg, "job %s rank %d at %s: %s", job, rank, path,
              ts_strerror(status));
@@ -50,13 +53,12 @@ void tsc_connect_note(const char *path, const tshard_client *c, int status) {
 }
 
 void tsc_connect_refused(const char *path, int err) {
-  snprintf(connect_msg, sizeof connect_msg, "cannot reach a daemon at %.600s: nothing listens "
-           "there (%s); is tshardd running for that job and rank? (deploy/tshard-launch)", path,
-           strerror(err));
+  snprintf(connect_msg, sizeof connect_msg,
+           "cannot reach a daemon at %.600s: nothing listens "
+           "there (%s); is tshardd running for that job and rank? (deploy/tshard-launch)",
+           path, strerror(err));
 }
 
-void tsc_connect_distrust(const char *why) {
-  snprintf(connect_msg, sizeof connect_msg, "%s", why);
-}
+void tsc_connect_distrust(const char *why) { snprintf(connect_msg, sizeof connect_msg, "%s", why); }
 
 const char *tshard_connect_message(void) { return connect_msg; }

@@ -84,9 +84,8 @@ int tshard_einsum(tshard_client *c, const char *equation, int n, const char *con
   return einsum_call(c, &req, result);
 }
 
-int tshard_einsum_plan(tshard_client *c, const char *equation, int n,
-                       const char *const *operands, const char *attr, const char *plan,
-                       tshard_einsum_result *result) {
+int tshard_einsum_plan(tshard_client *c, const char *equation, int n, const char *const *operands,
+                       const char *attr, const char *plan, tshard_einsum_result *result) {
   if (!c || !result)
     return TS_INVALID_ARGUMENT;
   memset(result, 0, sizeof *result);

@@ -22,21 +22,23 @@ void tshard_job_clear(tshard_job *job) {
 /* Whether the answer holds a whole, consistent layout; else the reason in why. */
 static bool layout_ok(const Tshard__StatsResult *x, char *why, size_t cap) {
   if (x->n_rank_hosts == 0 || x->n_host_names == 0) {
-    snprintf(why, cap, "the daemon's statistics carry no layout (a daemon older than this "
-                       "client); upgrade the daemons");
+    snprintf(why, cap,
+             "the daemon's statistics carry no layout (a daemon older than this "
+             "client); upgrade the daemons");
     return false;
   }
   if (x->n_rank_numa != x->n_rank_hosts || x->n_rank_hosts > INT32_MAX ||
       x->n_host_names > x->n_rank_hosts || x->hosts != x->n_host_names) {
-    snprintf(why, cap, "the daemon's layout is inconsistent: %zu ranks with a host, %zu with a "
-             "NUMA node, %zu host names for %u hosts", x->n_rank_hosts, x->n_rank_numa,
-             x->n_host_names, x->hosts);
+    snprintf(why, cap,
+             "the daemon's layout is inconsistent: %zu ranks with a host, %zu with a "
+             "NUMA node, %zu host names for %u hosts",
+             x->n_rank_hosts, x->n_rank_numa, x->n_host_names, x->hosts);
     return false;
   }
   for (size_t r = 0; r < x->n_rank_hosts; r++)
     if (x->rank_hosts[r] >= x->n_host_names) {
-      snprintf(why, cap, "the daemon's layout puts rank %zu on host %u of %zu", r,
-               x->rank_hosts[r], x->n_host_names);
+      snprintf(why, cap, "the daemon's layout puts rank %zu on host %u of %zu", r, x->rank_hosts[r],
+               x->n_host_names);
       return false;
     }
   for (size_t h = 0; h < x->n_host_names; h++)

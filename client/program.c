@@ -48,8 +48,10 @@ static int parse_rules(tshard_client *c, const char *text, rules *r) {
   for (char *w = strtok_r(r->buf, " ;", &save); w; w = strtok_r(NULL, " ;", &save)) {
     char *eq = strchr(w, '=');
     if (!eq || eq == w || !eq[1] || r->n == 8)
-      return tsc_fail(c, TS_INVALID_ARGUMENT, "buckets: '%s' is not NAME=pow2, NAME=step:S or "
-                      "NAME=V1,V2,... (at most 8 groups)", w);
+      return tsc_fail(c, TS_INVALID_ARGUMENT,
+                      "buckets: '%s' is not NAME=pow2, NAME=step:S or "
+                      "NAME=V1,V2,... (at most 8 groups)",
+                      w);
     *eq = '\0';
     Tshard__ProgramGraphDim *d = &r->dims[r->n];
     tshard__program_graph_dim__init(d);
@@ -62,8 +64,10 @@ static int parse_rules(tshard_client *c, const char *text, rules *r) {
     } else if (!strncmp(rule, "step:", 5)) {
       long long st = strtoll(rule + 5, &end, 10);
       if (end == rule + 5 || *end)
-        return tsc_fail(c, TS_INVALID_ARGUMENT, "buckets: '%s' for group '%s': step:S takes an "
-                        "integer", rule, w);
+        return tsc_fail(c, TS_INVALID_ARGUMENT,
+                        "buckets: '%s' for group '%s': step:S takes an "
+                        "integer",
+                        rule, w);
       d->buckets_case = TSHARD__PROGRAM_GRAPH_DIM__BUCKETS_STEP;
       d->step = st;
     } else {
@@ -73,8 +77,10 @@ static int parse_rules(tshard_client *c, const char *text, rules *r) {
       for (const char *q = rule; *q;) {
         long long v = strtoll(q, &end, 10);
         if (end == q || (*end && *end != ',') || l->n_values == 64)
-          return tsc_fail(c, TS_INVALID_ARGUMENT, "buckets: '%s' for group '%s' is not pow2, "
-                          "step:S or a list of at most 64 integers V1,V2,...", rule, w);
+          return tsc_fail(c, TS_INVALID_ARGUMENT,
+                          "buckets: '%s' for group '%s' is not pow2, "
+                          "step:S or a list of at most 64 integers V1,V2,...",
+                          rule, w);
         l->values[l->n_values++] = v;
         q = *end ? end + 1 : end;
       }
@@ -92,7 +98,8 @@ int tshard_program_compile_ex(tshard_client *c, const char *text, const void *gr
   if (!c)
     return TS_INVALID_ARGUMENT;
   if ((text != NULL) == (graph != NULL) || !id || id_cap < 17)
-    return tsc_fail(c, TS_INVALID_ARGUMENT, "program_compile needs the text or a serialized "
+    return tsc_fail(c, TS_INVALID_ARGUMENT,
+                    "program_compile needs the text or a serialized "
                     "ProgramGraph message (exactly one), and room for the id (17 bytes)");
   rules *r = malloc(sizeof *r);
   if (!r)
@@ -100,8 +107,10 @@ int tshard_program_compile_ex(tshard_client *c, const char *text, const void *gr
   int rc = parse_rules(c, buckets, r);
   Tshard__ProgramGraph *g = NULL;
   if (rc == TS_OK && graph && !(g = tshard__program_graph__unpack(NULL, graph_len, graph)))
-    rc = tsc_fail(c, TS_INVALID_ARGUMENT, "program_compile: %zu bytes are not a serialized "
-                  "ProgramGraph message (proto/tshard.proto)", graph_len);
+    rc = tsc_fail(c, TS_INVALID_ARGUMENT,
+                  "program_compile: %zu bytes are not a serialized "
+                  "ProgramGraph message (proto/tshard.proto)",
+                  graph_len);
   if (rc == TS_OK) {
     Tshard__ProgramCompileRequest q = TSHARD__PROGRAM_COMPILE_REQUEST__INIT;
     q.text = (char *)(text ? text : "");
@@ -127,7 +136,8 @@ int tshard_program_compile(tshard_client *c, const char *text, int lazy, char *i
 int tshard_program_compile_graph(tshard_client *c, const void *graph, size_t len, int lazy,
                                  char *id, size_t id_cap, const char *key) {
   if (c && !graph)
-    return tsc_fail(c, TS_INVALID_ARGUMENT, "program_compile_graph needs the serialized "
+    return tsc_fail(c, TS_INVALID_ARGUMENT,
+                    "program_compile_graph needs the serialized "
                     "ProgramGraph message");
   return tshard_program_compile_ex(c, NULL, graph, len, NULL, lazy, id, id_cap, key);
 }
@@ -144,8 +154,8 @@ static Tshard__ProgramArg *args_msg(const tshard_program_arg *a, int n, Tshard__
   return store;
 }
 
-int tshard_program_run(tshard_client *c, const char *id, const tshard_program_arg *inputs,
-                       int n_in, const tshard_program_arg *outputs, int n_out, const char *key) {
+int tshard_program_run(tshard_client *c, const char *id, const tshard_program_arg *inputs, int n_in,
+                       const tshard_program_arg *outputs, int n_out, const char *key) {
   return tshard_program_run_ex(c, id, inputs, n_in, outputs, n_out, 0, key);
 }
 
@@ -156,7 +166,8 @@ int tshard_program_run_ex(tshard_client *c, const char *id, const tshard_program
     return TS_INVALID_ARGUMENT;
   if (!id || n_in < 0 || n_in > 64 || n_out < 0 || n_out > 64 || (n_in && !inputs) ||
       (n_out && !outputs))
-    return tsc_fail(c, TS_INVALID_ARGUMENT, "program_run needs the id and 0 to 64 inputs and "
+    return tsc_fail(c, TS_INVALID_ARGUMENT,
+                    "program_run needs the id and 0 to 64 inputs and "
                     "outputs");
   Tshard__ProgramArg in[64], out[64];
   Tshard__ProgramArg *pin[64], *pout[64];

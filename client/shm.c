@@ -134,8 +134,7 @@ static int attach(tshard_client *c, size_t bytes) {
       close(fd);
     return rc;
   }
-  uint32_t len = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
-                 (uint32_t)h[3] << 24;
+  uint32_t len = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
   uint8_t *body = len <= 65536 ? malloc(len ? len : 1) : NULL;
   rc = body ? tsc_transfer(c, body, len, false, deadline)
             : tsc_fail(c, TS_PROTOCOL, "answer to shm_attach of %u bytes", len);

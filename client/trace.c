@@ -8,7 +8,7 @@
 #include "client_internal.h"
 
 static const char *const points[TSHARD_TRACE_POINTS] = {
-    "received", "submitted", "ordered", "started",   "planned",
+    "received", "submitted", "ordered",   "started", "planned",
     "agreed",   "moved",     "committed", "ended",   "answered",
 };
 
@@ -26,8 +26,10 @@ void tshard_trace_clear(tshard_trace *t) {
 /* Whether the daemon's points are this client's; else why. */
 static bool points_ok(const Tshard__TraceResult *x, char *why, size_t cap) {
   if (x->n_point_names != TSHARD_TRACE_POINTS) {
-    snprintf(why, cap, "the daemon's trace has %zu points, this client knows %d: use a client of "
-             "the daemons' version", x->n_point_names, TSHARD_TRACE_POINTS);
+    snprintf(why, cap,
+             "the daemon's trace has %zu points, this client knows %d: use a client of "
+             "the daemons' version",
+             x->n_point_names, TSHARD_TRACE_POINTS);
     return false;
   }
   for (int i = 0; i < TSHARD_TRACE_POINTS; i++)

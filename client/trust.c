@@ -32,7 +32,7 @@ static const char hint[] = "remove it, or choose another directory with TSHARD_S
                            "(tshard-launch --socket-dir)";
 
 int tsc_trust_dir(const char *sock_path, char *msg, size_t cap) {
-  char dir[sizeof ((tshard_client *)0)->path];
+  char dir[sizeof((tshard_client *)0)->path];
   const char *slash = strrchr(sock_path, '/');
   if (!slash)
     snprintf(dir, sizeof dir, ".");
@@ -45,21 +45,24 @@ int tsc_trust_dir(const char *sock_path, char *msg, size_t cap) {
     return TS_OK; /* nothing there: the connect fails and says so */
   unsigned me = (unsigned)geteuid();
   if (S_ISLNK(st.st_mode))
-    return refuse(msg, cap, "the socket directory %s is a symbolic link: refusing it (a "
-                    "client uses only a real directory of its own with mode 0700); %s", dir,
-                    hint);
+    return refuse(msg, cap,
+                  "the socket directory %s is a symbolic link: refusing it (a "
+                  "client uses only a real directory of its own with mode 0700); %s",
+                  dir, hint);
   if (!S_ISDIR(st.st_mode))
-    return refuse(msg, cap, "the socket directory %s is not a directory: refusing it; %s",
-                    dir, hint);
+    return refuse(msg, cap, "the socket directory %s is not a directory: refusing it; %s", dir,
+                  hint);
   if ((unsigned)st.st_uid != me)
-    return refuse(msg, cap, "the socket directory %s belongs to uid %u, not to you (uid %u): "
-                    "refusing it (another user could serve your calls from it); %s", dir,
-                    (unsigned)st.st_uid, me, hint);
+    return refuse(msg, cap,
+                  "the socket directory %s belongs to uid %u, not to you (uid %u): "
+                  "refusing it (another user could serve your calls from it); %s",
+                  dir, (unsigned)st.st_uid, me, hint);
   if (st.st_mode & 077)
-    return refuse(msg, cap, "the socket directory %s has mode %04o: it must be 0700, yours "
-                    "alone (no group or other bits), or another user could plant a socket "
-                    "there; refusing it (chmod 700 it if it is yours and trusted, or %s)", dir,
-                    (unsigned)(st.st_mode & 07777), hint);
+    return refuse(msg, cap,
+                  "the socket directory %s has mode %04o: it must be 0700, yours "
+                  "alone (no group or other bits), or another user could plant a socket "
+                  "there; refusing it (chmod 700 it if it is yours and trusted, or %s)",
+                  dir, (unsigned)(st.st_mode & 07777), hint);
   return TS_OK;
 }
 
@@ -68,13 +71,14 @@ int tsc_trust_peer(int fd, const char *sock_path, char *msg, size_t cap) {
   socklen_t len = sizeof cred;
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || len != sizeof cred)
     return refuse(msg, cap, "cannot tell who listens at %s (SO_PEERCRED: %s): refusing it",
-                    sock_path, strerror(errno));
+                  sock_path, strerror(errno));
   unsigned me = (unsigned)geteuid();
   if ((unsigned)cred.uid == me || cred.uid == 0)
     return TS_OK;
-  return refuse(msg, cap, "the process listening at %s runs as uid %u (pid %d), not as you "
-                  "(uid %u) or root: refusing to talk to it (it is not your daemon); %s",
-                  sock_path, (unsigned)cred.uid, (int)cred.pid, me, hint);
+  return refuse(msg, cap,
+                "the process listening at %s runs as uid %u (pid %d), not as you "
+                "(uid %u) or root: refusing to talk to it (it is not your daemon); %s",
+                sock_path, (unsigned)cred.uid, (int)cred.pid, me, hint);
 }
 
 int tsc_trust_file_open(const char *path) {

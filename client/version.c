@@ -6,6 +6,4 @@
 #error "TSHARD_VERSION must be defined by the build (CMake's project version)"
 #endif
 
-const char *tshard_version(void) {
-  return TSHARD_VERSION;
-}
+const char *tshard_version(void) { return TSHARD_VERSION; }

@@ -146,8 +146,8 @@ static int arenas_init(ts_world *w, ts_error *err) {
     free(a);
     return ts_error_set(err, TS_NO_MEMORY, "no memory for the arena table of %d ranks", w->size);
   }
-  int rc = MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE,
-                         w->world.comm);
+  int rc =
+      MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, w->world.comm);
   for (int r = 0; rc == MPI_SUCCESS && r < w->size; r++) {
     a[r].base = all[r].base;
     a[r].size = all[r].size;
@@ -160,9 +160,9 @@ static int arenas_init(ts_world *w, ts_error *err) {
   w->arenas = a;
   if (rc != MPI_SUCCESS || !ok) {
     arenas_free(w); /* unmaps what was mapped */
-    return rc == MPI_SUCCESS ? TS_OK
-                             : ts__mpi_error(rc, "the exchange of the shared arenas", __FILE__,
-                                             __LINE__, err);
+    return rc == MPI_SUCCESS
+               ? TS_OK
+               : ts__mpi_error(rc, "the exchange of the shared arenas", __FILE__, __LINE__, err);
   }
   w->world.arenas = a;
   return TS_OK;
@@ -194,11 +194,10 @@ int ts__cma_init(ts_world *w, ts_error *err) {
   who *all = malloc((size_t)w->size * sizeof *all);
   if (!all) {
     MPI_Comm_free(&node);
-    return ts_error_set(err, TS_NO_MEMORY, "no memory for the process table of %d ranks",
-                        w->size);
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for the process table of %d ranks", w->size);
   }
-  int rc = MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE,
-                         w->world.comm);
+  int rc =
+      MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, w->world.comm);
   if (rc != MPI_SUCCESS) {
     free(all);
     MPI_Comm_free(&node);
@@ -275,8 +274,7 @@ static bool staged_way(const ts__runs *l, const ts__runs *r) {
   return !runs_long(l) && runs_long(r);
 }
 
-static int copy_failed(pid_t pid, int peer, bool write, int64_t want, ssize_t got,
-                       ts_error *err) {
+static int copy_failed(pid_t pid, int peer, bool write, int64_t want, ssize_t got, ts_error *err) {
   const char *how = got < 0 ? strerror(errno) : "a partial copy";
   if (peer < 0)
     return ts_error_set(err, TS_IO, "%s %lld bytes %s the client's memory (process %d): %s",
@@ -399,8 +397,9 @@ static int copy_regions(pid_t pid, int peer, bool write, const ts_comm_region *l
       rn = add_iov(riov, rn, ts__runs_take(&r, len), len);
       want += len;
     }
-    ssize_t got = write ? process_vm_writev(pid, liov, (unsigned long)ln, riov, (unsigned long)rn, 0)
-                        : process_vm_readv(pid, liov, (unsigned long)ln, riov, (unsigned long)rn, 0);
+    ssize_t got = write
+                      ? process_vm_writev(pid, liov, (unsigned long)ln, riov, (unsigned long)rn, 0)
+                      : process_vm_readv(pid, liov, (unsigned long)ln, riov, (unsigned long)rn, 0);
     if (got != (ssize_t)want)
       return copy_failed(pid, peer, write, want, got, err);
   }
@@ -435,8 +434,8 @@ int ts_comm_process_copy_many(const ts_comm_proc *proc, bool write, int n,
   if (rc == TS_OK && n > 0)
     rc = ts_comm_proc_pin(proc, &pidfd, err); /* once for every copy */
   for (int i = 0; rc == TS_OK && i < n; i++)
-    if (region_total(&local[i]) && (rc = copy_regions((pid_t)proc->pid, -1, write, &local[i],
-                                                      &remote[i], err)) != TS_OK)
+    if (region_total(&local[i]) &&
+        (rc = copy_regions((pid_t)proc->pid, -1, write, &local[i], &remote[i], err)) != TS_OK)
       *failed = i;
   return n > 0 ? ts_comm_proc_unpin(proc, &pidfd, rc, err) : rc;
 }
@@ -454,8 +453,7 @@ static const uint8_t *arena_mapped(const ts__arena *a, uint64_t at) {
 /* Copies a peer's region rem, which lies in its arena a (arena_holds), into the local region loc
  * of as many bytes (pair_way checked both) through this rank's mapping of that arena: memcpy run
  * by run. */
-static void copy_mapped(const ts__arena *a, const ts_comm_region *loc,
-                        const ts_comm_region *rem) {
+static void copy_mapped(const ts__arena *a, const ts_comm_region *loc, const ts_comm_region *rem) {
   ts_comm_region src = *rem;
   src.base = (void *)(uintptr_t)arena_mapped(a, (uint64_t)(uintptr_t)rem->base);
   ts__runs l, r;
@@ -540,8 +538,8 @@ static const ts_comm_region *pair_mine(const cma_pairs *x, int i) {
 /* Whether this rank copies pair i itself (from its mapping or with the kernel). */
 static bool pair_copier(const cma_pairs *x, int i) {
   int way = x->way[i];
-  return (way == PAIR_SENDER_COPIES || way == PAIR_RECEIVER_COPIES ||
-          way == PAIR_RECEIVER_MAPS) && (way == PAIR_SENDER_COPIES) == (i < x->nsend);
+  return (way == PAIR_SENDER_COPIES || way == PAIR_RECEIVER_COPIES || way == PAIR_RECEIVER_MAPS) &&
+         (way == PAIR_SENDER_COPIES) == (i < x->nsend);
 }
 
 /* Whether the local runs b lie in the rows of a: the same shape, and b's first run less than one
@@ -668,8 +666,8 @@ static int pair_ways(cma_pairs *x, bool *send_mpi, bool *recv_mpi, ts_error *err
 }
 
 int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm_region *send,
-                     bool *send_mpi, int nrecv, const int *recv_peers,
-                     const ts_comm_region *recv, bool *recv_mpi, ts_error *err) {
+                     bool *send_mpi, int nrecv, const int *recv_peers, const ts_comm_region *recv,
+                     bool *recv_mpi, ts_error *err) {
   int np = nsend + nrecv, n = 3 * np;
   size_t one = (size_t)(np ? np : 1);
   MPI_Request *req = malloc((size_t)(n ? n : 1) * sizeof *req);
@@ -679,9 +677,18 @@ int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm
     free(req), free(desc), free(own), free(ints);
     return ts_error_set(err, TS_NO_MEMORY, "no memory for %d transfers", np);
   }
-  cma_pairs x = {.c = c, .nsend = nsend, .np = np, .send_peers = send_peers,
-                 .recv_peers = recv_peers, .send = send, .recv = recv, .own = own,
-                 .desc = desc, .way = ints, .st = ints + one, .group = ints + 2 * one,
+  cma_pairs x = {.c = c,
+                 .nsend = nsend,
+                 .np = np,
+                 .send_peers = send_peers,
+                 .recv_peers = recv_peers,
+                 .send = send,
+                 .recv = recv,
+                 .own = own,
+                 .desc = desc,
+                 .way = ints,
+                 .st = ints + one,
+                 .group = ints + 2 * one,
                  .next = ints + 3 * one};
   /* Pair i: sends first, then receives; its peer, its local region and the peer's. */
   MPI_Request *dsend = req, *drecv = req + np, *sreq = req + 2 * np;
@@ -732,16 +739,18 @@ int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm
     }
   }
   /* Every request, posted or not (MPI_REQUEST_NULL), is completed before the buffers go. */
-  int wrc = mrc == MPI_SUCCESS ? ts__comm_wait_rung(c, n, req)
-                               : MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
+  int wrc =
+      mrc == MPI_SUCCESS ? ts__comm_wait_rung(c, n, req) : MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
   if (mrc == MPI_SUCCESS)
     mrc = wrc;
   if (mrc != MPI_SUCCESS && rc == TS_OK)
     rc = ts__mpi_error(mrc, "the single-copy exchange", __FILE__, __LINE__, err);
   for (int i = 0; i < np && rc == TS_OK; i++) /* a copy the peer could not make */
     if (x.st[i] != TS_OK)
-      rc = ts_error_set(err, TS_IO, "rank %d could not copy its piece of the exchange with this "
-                        "rank (status %d)", pair_peer(&x, i), x.st[i]);
+      rc = ts_error_set(err, TS_IO,
+                        "rank %d could not copy its piece of the exchange with this "
+                        "rank (status %d)",
+                        pair_peer(&x, i), x.st[i]);
   free(req), free(desc), free(own), free(ints);
   return rc;
 }
@@ -758,8 +767,8 @@ static const uint8_t *mapped_bytes(const ts_comm *c, int r, uint64_t at, int64_t
 /* The reduce-scatter reads in pieces of this many bytes through one buffer. */
 #define CMA_RS_PIECE ((int64_t)4 << 20)
 
-int ts__cma_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *counts,
-                           ts_dtype dt, ts_reduce_op op, ts_error *err) {
+int ts__cma_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *counts, ts_dtype dt,
+                           ts_reduce_op op, ts_error *err) {
   int64_t es = (int64_t)ts_dtype_size(dt), at = 0;
   for (int i = 0; i < c->rank; i++)
     at += counts[i];
@@ -789,8 +798,8 @@ int ts__cma_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *
       uint64_t at = bases[r] + (uint64_t)(off_bytes + done);
       /* The block: this rank's own, straight from a mapping of the rank's shared buffers, or
        * read (process_vm_readv) into rbuf (rank 0's) or the piece buffer. */
-      const uint8_t *blk = r == c->rank ? (const uint8_t *)sbuf + off_bytes + done
-                                        : mapped_bytes(c, r, at, n);
+      const uint8_t *blk =
+          r == c->rank ? (const uint8_t *)sbuf + off_bytes + done : mapped_bytes(c, r, at, n);
       if (!blk) {
         uint8_t *into = r == 0 ? dst : piece;
         struct iovec l = {into, (size_t)n}, rem = {(void *)(uintptr_t)at, (size_t)n};

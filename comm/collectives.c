@@ -9,8 +9,9 @@
  * bf16, the 8- and 16-bit integers, u32, u64, bool), run through the project's reduce kernel as
  * user-defined MPI ops over one contiguous datatype per dtype, so NaN handling, half-precision
  * rounding, integer wrapping and bool's or/and are the same in every strategy; the 8-bit floats,
- * which have no reductions, are refused before any MPI call. 8-bit sums must not use MPI_SUM: Open MPI 4.1's vectorized (AVX) sum saturates
- * int8/uint8 (200 + 100 gives 255, where p2p and a C cast give 44; open-mpi/ompi#8045). */
+ * which have no reductions, are refused before any MPI call. 8-bit sums must not use MPI_SUM: Open
+ * MPI 4.1's vectorized (AVX) sum saturates int8/uint8 (200 + 100 gives 255, where p2p and a C cast
+ * give 44; open-mpi/ompi#8045). */
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -56,8 +57,7 @@ int ts__comm_types_init(ts_error *err) {
   if (types_ready)
     return TS_OK;
   for (int dt = 0; dt < TS_DTYPE_COUNT; dt++) {
-    TS_MPI_CHECK(MPI_Type_contiguous((int)ts_dtype_size((ts_dtype)dt), MPI_BYTE,
-                                     &dtype_types[dt]),
+    TS_MPI_CHECK(MPI_Type_contiguous((int)ts_dtype_size((ts_dtype)dt), MPI_BYTE, &dtype_types[dt]),
                  err);
     TS_MPI_CHECK(MPI_Type_commit(&dtype_types[dt]), err);
   }
@@ -150,8 +150,9 @@ static int bcast(ts_comm *c, void *buf, int64_t bytes, int root, ts_error *err) 
 static int bcast_chain(ts_comm *c, void *buf, int64_t bytes, int root, int64_t piece,
                        ts_error *err) {
   if (bytes < 0 || root < 0 || root >= c->size)
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "chain broadcast of %lld bytes from rank %d of %d",
-                        (long long)bytes, root, c->size);
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "chain broadcast of %lld bytes from rank %d of %d", (long long)bytes, root,
+                        c->size);
   if (piece <= 0 || piece > PIECE_BYTES)
     piece = PIECE_BYTES;
   int pos = (c->rank - root + c->size) % c->size;
@@ -177,9 +178,9 @@ static int bcast_chain(ts_comm *c, void *buf, int64_t bytes, int root, int64_t p
       TS_MPI_TRY(MPI_Wait(&rreq[k % CHAIN_WINDOW], MPI_STATUS_IGNORE), err, rc, drain);
     if (send) {
       TS_MPI_TRY(MPI_Wait(&sreq[k % CHAIN_WINDOW], MPI_STATUS_IGNORE), err, rc, drain);
-      TS_MPI_TRY(MPI_Isend(at + off, (int)m, MPI_BYTE, next, CHAIN_TAG, c->comm,
-                           &sreq[k % CHAIN_WINDOW]),
-                 err, rc, drain);
+      TS_MPI_TRY(
+          MPI_Isend(at + off, (int)m, MPI_BYTE, next, CHAIN_TAG, c->comm, &sreq[k % CHAIN_WINDOW]),
+          err, rc, drain);
     }
   }
 drain:
@@ -212,15 +213,15 @@ static int timed_send(ts_comm *c, int a, int b, char *buf, int n, double *secs, 
   return TS_OK;
 }
 
-int ts_comm_link_rate(ts_comm *c, int a, int b, int64_t bytes, double *bytes_per_s,
-                      ts_error *err) {
+int ts_comm_link_rate(ts_comm *c, int a, int b, int64_t bytes, double *bytes_per_s, ts_error *err) {
   if (a < 0 || b < 0 || a >= c->size || b >= c->size || a == b || bytes < 1 || bytes > INT_MAX)
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "link rate between members %d and %d of %d "
-                        "over %lld bytes", a, b, c->size, (long long)bytes);
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "link rate between members %d and %d of %d "
+                        "over %lld bytes",
+                        a, b, c->size, (long long)bytes);
   char *buf = NULL;
   if ((c->rank == a || c->rank == b) && !(buf = calloc(1, (size_t)bytes)))
-    return ts_error_set(err, TS_NO_MEMORY, "no memory for a %lld-byte link test",
-                        (long long)bytes);
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for a %lld-byte link test", (long long)bytes);
   double rtt = 0, best = 0, t;
   int rc = timed_send(c, a, b, buf, 1, &rtt, err);
   for (int k = 0; k < 2 && !rc; k++)
@@ -285,8 +286,8 @@ int ts_comm_allreduce(ts_comm *c, const void *sbuf, void *rbuf, int64_t n, ts_dt
   return TS_OK;
 }
 
-static int reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *counts,
-                          ts_dtype dt, ts_reduce_op op, ts_error *err) {
+static int reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *counts, ts_dtype dt,
+                          ts_reduce_op op, ts_error *err) {
   MPI_Datatype type;
   MPI_Op mop;
   int rc = ts__comm_reduce_types(dt, op, &type, &mop, err);
@@ -481,8 +482,8 @@ int ts_comm_allgatherv(ts_comm *c, void *buf, const int64_t *counts, const int64
   return rc;
 }
 
-int ts_comm_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *counts,
-                           ts_dtype dt, ts_reduce_op op, ts_error *err) {
+int ts_comm_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *counts, ts_dtype dt,
+                           ts_reduce_op op, ts_error *err) {
   int rc = reduce_scatter(c, sbuf, rbuf, counts, dt, op, err);
   int64_t es = (int64_t)ts_dtype_size(dt);
   for (int i = 0; rc == TS_OK && i < c->size; i++) {

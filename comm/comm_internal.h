@@ -17,9 +17,9 @@ typedef struct ts__arena {
 struct ts_comm {
   MPI_Comm comm;
   int rank, size;
-  int *ranks; /* world rank of each comm rank */
-  bool owned; /* freed by the world (false for the world's own entry until finalize) */
-  const int *pids; /* process id of each world rank when single-copy reads work (cma.c) */
+  int *ranks;              /* world rank of each comm rank */
+  bool owned;              /* freed by the world (false for the world's own entry until finalize) */
+  const int *pids;         /* process id of each world rank when single-copy reads work (cma.c) */
   const ts__arena *arenas; /* per world rank when every rank maps every other's arena */
   bool hosts; /* the members run on several nodes: large reductions go around a ring (ring.c) */
   struct ts_world *world;
@@ -37,19 +37,19 @@ typedef struct ts__orphan {
 struct ts_world {
   bool initialized_mpi; /* we called MPI_Init_thread, so we finalize */
   int rank, size, thread_level;
-  int node_size;        /* ranks of the world on this rank's node (cma.c) */
-  int *node_of;         /* per world rank: the lowest world rank on its node (world.c) */
-  int *numa_of;         /* per world rank: its NUMA node, -1 unknown (place.c) */
-  int64_t *host_off;    /* per world rank: where its host name starts in host_names */
-  char *host_names;     /* every rank's host name, NUL-terminated, in rank order */
-  ts_comm world;        /* duplicate of MPI_COMM_WORLD */
-  ts_comm *cache;       /* group communicators */
+  int node_size;     /* ranks of the world on this rank's node (cma.c) */
+  int *node_of;      /* per world rank: the lowest world rank on its node (world.c) */
+  int *numa_of;      /* per world rank: its NUMA node, -1 unknown (place.c) */
+  int64_t *host_off; /* per world rank: where its host name starts in host_names */
+  char *host_names;  /* every rank's host name, NUL-terminated, in rank order */
+  ts_comm world;     /* duplicate of MPI_COMM_WORLD */
+  ts_comm *cache;    /* group communicators */
   int ncached;
-  int *pids; /* see ts__cma_init; NULL when regions go through MPI */
-  ts__arena *arenas; /* see ts__cma_init; NULL when the buffers are not shared */
-  int agree_timeout_ms;  /* how long an agreement waits for every rank */
-  int agree_delay_ms;    /* fault injection: the next agreement starts this late */
-  char agree_label[96];  /* what the agreements decide now, for timeout messages */
+  int *pids;            /* see ts__cma_init; NULL when regions go through MPI */
+  ts__arena *arenas;    /* see ts__cma_init; NULL when the buffers are not shared */
+  int agree_timeout_ms; /* how long an agreement waits for every rank */
+  int agree_delay_ms;   /* fault injection: the next agreement starts this late */
+  char agree_label[96]; /* what the agreements decide now, for timeout messages */
   ts__orphan *orphans;
   int norphans, caporphans;
   /* Doorbells (doorbell.c): each world rank's bell on this node, NULL for ranks elsewhere (the
@@ -186,11 +186,11 @@ void ts__cma_free(ts_world *w);
  * order, and reduces it into rbuf with the kernel (so the sum's
  * order is the same whatever the load); one agreement at the end keeps every sbuf alive until
  * all reads are done and gives every rank the same status. */
-int ts__cma_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *counts,
-                           ts_dtype dt, ts_reduce_op op, ts_error *err);
+int ts__cma_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *counts, ts_dtype dt,
+                           ts_reduce_op op, ts_error *err);
 int ts__cma_exchange(ts_comm *c, int nsend, const int *send_peers, const ts_comm_region *send,
-                     bool *send_mpi, int nrecv, const int *recv_peers,
-                     const ts_comm_region *recv, bool *recv_mpi, ts_error *err);
+                     bool *send_mpi, int nrecv, const int *recv_peers, const ts_comm_region *recv,
+                     bool *recv_mpi, ts_error *err);
 
 /* Reductions around a ring ordered host by host (ring.c), for communicators that span hosts:
  * counts in elements per comm rank (blocks in rank order, as MPI_Reduce_scatter); sbuf == NULL

@@ -46,9 +46,9 @@ int ts__doorbell_init(ts_world *w, ts_error *err) {
   w->bells_local = false;
   const char *env = getenv("TSHARD_DOORBELLS");
   bool wanted = !(env && strcmp(env, "0") == 0);
-  TS_MPI_CHECK(MPI_Comm_split_type(w->world.comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
-                                   &w->bell_node),
-               err);
+  TS_MPI_CHECK(
+      MPI_Comm_split_type(w->world.comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &w->bell_node),
+      err);
   int nsize = 1;
   MPI_Comm_size(w->bell_node, &nsize);
   /* Every rank of the node decides alike whether the window is made (it is collective). */
@@ -66,8 +66,7 @@ int ts__doorbell_init(ts_world *w, ts_error *err) {
   /* Collective again: every rank takes part whatever its own allocations gave. */
   TS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &have, 1, MPI_INT, MPI_LAND, w->bell_node), err);
   int me = w->rank;
-  int rc = have ? MPI_Allgather(&me, 1, MPI_INT, world_of, 1, MPI_INT, w->bell_node)
-                : MPI_SUCCESS;
+  int rc = have ? MPI_Allgather(&me, 1, MPI_INT, world_of, 1, MPI_INT, w->bell_node) : MPI_SUCCESS;
   if (rc != MPI_SUCCESS)
     have = 0;
   for (int i = 0; have && i < nsize; i++) {

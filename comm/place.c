@@ -120,8 +120,8 @@ int ts__place_init(ts_world *w, ts_error *err) {
   w->numa_of = malloc(n * sizeof *w->numa_of);
   w->host_off = malloc(n * sizeof *w->host_off);
   int ok = both && counts && w->numa_of && w->host_off, rc;
-  if ((rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, w->world.comm)) ==
-          MPI_SUCCESS && ok)
+  if ((rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, w->world.comm)) == MPI_SUCCESS &&
+      ok)
     rc = MPI_Allgather(mine, 2, MPI_INT, both, 2, MPI_INT, w->world.comm);
   if (rc != MPI_SUCCESS || !ok) {
     free(both), free(counts);
@@ -138,8 +138,7 @@ int ts__place_init(ts_world *w, ts_error *err) {
   }
   free(both);
   ok = (w->host_names = malloc((size_t)total)) != NULL;
-  if ((rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, w->world.comm)) !=
-      MPI_SUCCESS) {
+  if ((rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, w->world.comm)) != MPI_SUCCESS) {
     free(counts);
     return ts__mpi_error(rc, "the exchange of the ranks' hosts", __FILE__, __LINE__, err);
   }

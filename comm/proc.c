@@ -102,7 +102,8 @@ int ts_comm_proc_pin(const ts_comm_proc *p, int *pidfd, ts_error *err) {
   if (*pidfd < 0 && errno == ESRCH)
     return ts_error_set(err, TS_NOT_FOUND, "the client's process %lld is gone", (long long)p->pid);
   if (*pidfd < 0)
-    return ts_error_set(err, TS_NO_DIRECT, "this daemon cannot pin the client's process %lld "
+    return ts_error_set(err, TS_NO_DIRECT,
+                        "this daemon cannot pin the client's process %lld "
                         "(pidfd_open: %s): the data goes through the shared segment instead",
                         (long long)p->pid, strerror(errno));
   uint64_t start = 0;
@@ -112,18 +113,23 @@ int ts_comm_proc_pin(const ts_comm_proc *p, int *pidfd, ts_error *err) {
   if (!pidfd_alive(*pidfd))
     rc = ts_error_set(err, TS_NOT_FOUND, "the client's process %lld is gone", (long long)p->pid);
   else if (!read)
-    rc = ts_error_set(err, TS_NO_DIRECT, "this daemon cannot read /proc/%lld: the data goes "
-                      "through the shared segment instead", (long long)p->pid);
+    rc = ts_error_set(err, TS_NO_DIRECT,
+                      "this daemon cannot read /proc/%lld: the data goes "
+                      "through the shared segment instead",
+                      (long long)p->pid);
   else if (start != p->start)
-    rc = ts_error_set(err, TS_AUTH, "process %lld is not the process that sent the request (it "
+    rc = ts_error_set(err, TS_AUTH,
+                      "process %lld is not the process that sent the request (it "
                       "started at tick %llu, the sender at tick %llu: the sender exited and its "
                       "pid went to another process); its memory is not touched",
                       (long long)p->pid, (unsigned long long)start, (unsigned long long)p->start);
   else if (uid[0] != p->uid || uid[1] != p->uid || uid[2] != p->uid)
-    rc = ts_error_set(err, TS_NO_DIRECT, "process %lld runs with uids %u/%u/%u (real, effective, "
+    rc = ts_error_set(err, TS_NO_DIRECT,
+                      "process %lld runs with uids %u/%u/%u (real, effective, "
                       "saved) and sent its request as uid %u: the daemon reaches only into a "
                       "process whose uids are all the sender's; the data goes through the shared "
-                      "segment instead", (long long)p->pid, uid[0], uid[1], uid[2], p->uid);
+                      "segment instead",
+                      (long long)p->pid, uid[0], uid[1], uid[2], p->uid);
   if (rc) {
     close(*pidfd);
     *pidfd = -1;
@@ -138,7 +144,9 @@ int ts_comm_proc_unpin(const ts_comm_proc *p, int *pidfd, int rc, ts_error *err)
   close(*pidfd);
   *pidfd = -1;
   if (rc == TS_OK && !alive)
-    rc = ts_error_set(err, TS_NOT_FOUND, "the client's process %lld exited during the copy; "
-                      "what was copied is not used", (long long)p->pid);
+    rc = ts_error_set(err, TS_NOT_FOUND,
+                      "the client's process %lld exited during the copy; "
+                      "what was copied is not used",
+                      (long long)p->pid);
   return rc;
 }

@@ -87,8 +87,8 @@ void ts__runs_init(ts__runs *w, const ts_comm_region *r) {
 
 void ts__runs_copy(int k, ts__runs *const *w, uint8_t *const *buf, int64_t n, bool pack) {
   /* Unpacking into a region larger than the caches keep writes around them (stream.c). */
-  bool stream = !pack && w[0]->run >= TS_STREAM_MIN_RUN &&
-                w[0]->run * w[0]->nruns >= TS_STREAM_MIN_BYTES;
+  bool stream =
+      !pack && w[0]->run >= TS_STREAM_MIN_RUN && w[0]->run * w[0]->nruns >= TS_STREAM_MIN_BYTES;
   for (int64_t at = 0; at < n;) {
     int64_t len = w[0]->left < n - at ? w[0]->left : n - at;
     for (int m = 0; m < k; m++) { /* the same piece of each walker's run: they move in step */
@@ -165,9 +165,8 @@ static void free_types(int n, MPI_Datatype *types) {
       MPI_Type_free(&types[i]);
 }
 
-static int cma_regions(ts_comm *c, int nsend, const int *send_peers,
-                       const ts_comm_region *send, int nrecv, const int *recv_peers,
-                       const ts_comm_region *recv, ts_error *err);
+static int cma_regions(ts_comm *c, int nsend, const int *send_peers, const ts_comm_region *send,
+                       int nrecv, const int *recv_peers, const ts_comm_region *recv, ts_error *err);
 
 static int alltoallw(ts_comm *c, const ts_comm_region *send, const ts_comm_region *recv,
                      ts_error *err) {
@@ -254,9 +253,9 @@ static bool region_empty(const ts_comm_region *r) { return !r->base || region_by
 
 /* The non-empty regions by single-copy reads, then the pairs the readers left to MPI (and the
  * small ones, which go to MPI directly). */
-static int cma_regions(ts_comm *c, int nsend, const int *send_peers,
-                       const ts_comm_region *send, int nrecv, const int *recv_peers,
-                       const ts_comm_region *recv, ts_error *err) {
+static int cma_regions(ts_comm *c, int nsend, const int *send_peers, const ts_comm_region *send,
+                       int nrecv, const int *recv_peers, const ts_comm_region *recv,
+                       ts_error *err) {
   int n = nsend + nrecv;
   for (int i = 0; i < n; i++) {
     const ts_comm_region *r = i < nsend ? &send[i] : &recv[i - nsend];
@@ -379,8 +378,8 @@ static int pair_lists_make(ts_comm *c, int n, const int *peers, const ts_comm_re
     return ts_error_set(err, TS_NO_MEMORY, "no memory for %d transfers", n);
   for (int i = 0; i < n; i++) {
     if (peers[i] < 0 || peers[i] >= P)
-      return ts_error_set(err, TS_INVALID_ARGUMENT, "transfer %d names rank %d of %d", i,
-                          peers[i], P);
+      return ts_error_set(err, TS_INVALID_ARGUMENT, "transfer %d names rank %d of %d", i, peers[i],
+                          P);
     int rc = r[i].base ? check_region(&r[i], err) : TS_OK;
     if (rc)
       return rc;
@@ -436,8 +435,8 @@ static void regions_copy(int n, const ts_comm_region *const *r, uint8_t *buf, bo
  * bytes packed into a buffer of their own (*packed, freed by the caller; a send's already
  * filled), or, past INT_MAX bytes, the struct datatype of the regions in place. Either way the
  * message is the regions' bytes in order, so both ends choose alike or not. */
-static int pair_message(int n, const ts_comm_region *const *r, bool send, int peer,
-                        ts__transfer *t, uint8_t **packed, ts_error *err) {
+static int pair_message(int n, const ts_comm_region *const *r, bool send, int peer, ts__transfer *t,
+                        uint8_t **packed, ts_error *err) {
   int64_t bytes = 0;
   for (int i = 0; i < n; i++)
     bytes += region_empty(r[i]) ? 0 : region_bytes(r[i]);
@@ -491,9 +490,9 @@ static int many_reads(ts_comm *c, const pair_lists *sl, const pair_lists *rl, ts
   return rc;
 }
 
-static int exchange_many(ts_comm *c, int nsend, const int *send_peers,
-                         const ts_comm_region *send, int nrecv, const int *recv_peers,
-                         const ts_comm_region *recv, int tag, ts_error *err) {
+static int exchange_many(ts_comm *c, int nsend, const int *send_peers, const ts_comm_region *send,
+                         int nrecv, const int *recv_peers, const ts_comm_region *recv, int tag,
+                         ts_error *err) {
   int P = c->size;
   pair_lists sl = {0}, rl = {0};
   int rc = pair_lists_make(c, nsend, send_peers, send, &sl, err);
@@ -553,9 +552,9 @@ int ts_comm_exchange_regions(ts_comm *c, int nsend, const int *send_peers,
   return rc;
 }
 
-int ts_comm_exchange_many(ts_comm *c, int nsend, const int *send_peers,
-                          const ts_comm_region *send, int nrecv, const int *recv_peers,
-                          const ts_comm_region *recv, int tag, ts_error *err) {
+int ts_comm_exchange_many(ts_comm *c, int nsend, const int *send_peers, const ts_comm_region *send,
+                          int nrecv, const int *recv_peers, const ts_comm_region *recv, int tag,
+                          ts_error *err) {
   int rc = exchange_many(c, nsend, send_peers, send, nrecv, recv_peers, recv, tag, err);
   if (rc == TS_OK)
     ts__traffic_regions(c, nsend, send_peers, send, nrecv, recv_peers, recv);

@@ -21,9 +21,9 @@
 
 typedef struct ring {
   ts_comm *c;
-  int n, pos;     /* members, this rank's place in the ring */
-  int *order;     /* the comm rank at each place: host by host */
-  int prev, next; /* the comm ranks before and after this one */
+  int n, pos;               /* members, this rank's place in the ring */
+  int *order;               /* the comm rank at each place: host by host */
+  int prev, next;           /* the comm ranks before and after this one */
   int64_t *counts, *displs; /* elements of each comm rank's block, and where it starts */
   int64_t es, piece;        /* bytes per element, elements per piece */
   ts_dtype dt;
@@ -123,8 +123,8 @@ static int reduce_scatter_piece(ring *r, const void *sbuf, int64_t j, void *out,
 static int allgather_piece(ring *r, void *buf, int64_t j, ts_error *err) {
   for (int s = 0; s < r->n - 1; s++) {
     int sb = block_at(r, s), rb = block_at(r, s + 1);
-    TS_MPI_CHECK(MPI_Sendrecv(piece_at(r, buf, sb, j), (int)(piece_len(r, sb, j) * r->es),
-                              MPI_BYTE, r->next, RING_TAG, piece_at(r, buf, rb, j),
+    TS_MPI_CHECK(MPI_Sendrecv(piece_at(r, buf, sb, j), (int)(piece_len(r, sb, j) * r->es), MPI_BYTE,
+                              r->next, RING_TAG, piece_at(r, buf, rb, j),
                               (int)(piece_len(r, rb, j) * r->es), MPI_BYTE, r->prev, RING_TAG,
                               r->c->comm, MPI_STATUS_IGNORE),
                  err);
@@ -153,8 +153,7 @@ int ts__ring_allreduce(ts_comm *c, const void *sbuf, void *rbuf, int64_t n, ts_d
                        ts_reduce_op op, ts_error *err) {
   int64_t *counts = malloc((size_t)c->size * sizeof *counts);
   if (!counts)
-    return ts_error_set(err, TS_NO_MEMORY, "no memory for a ring reduction over %d ranks",
-                        c->size);
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for a ring reduction over %d ranks", c->size);
   for (int i = 0; i < c->size; i++)
     counts[i] = n / c->size + (i < n % c->size);
   ring r;

@@ -151,15 +151,14 @@ int ts_comm_allgatherv(ts_comm *c, void *buf, const int64_t *counts, const int64
 /* The rate of the link between members a and b, in bytes per second: a sends b `bytes` (twice,
  * the faster run kept, less a one-byte round trip), and broadcasts the rate to every member, who
  * all call it. */
-int ts_comm_link_rate(ts_comm *c, int a, int b, int64_t bytes, double *bytes_per_s,
-                      ts_error *err);
+int ts_comm_link_rate(ts_comm *c, int a, int b, int64_t bytes, double *bytes_per_s, ts_error *err);
 /* Typed reductions (all dtypes; f16/bf16 and max/min through the project's reduce kernel).
  * sbuf == NULL reduces in place in rbuf. */
 int ts_comm_allreduce(ts_comm *c, const void *sbuf, void *rbuf, int64_t n, ts_dtype dt,
                       ts_reduce_op op, ts_error *err);
 /* counts[i]: elements comm rank i receives; sbuf holds the blocks of all ranks in rank order. */
-int ts_comm_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *counts,
-                           ts_dtype dt, ts_reduce_op op, ts_error *err);
+int ts_comm_reduce_scatter(ts_comm *c, const void *sbuf, void *rbuf, const int *counts, ts_dtype dt,
+                           ts_reduce_op op, ts_error *err);
 /* The data bytes this process moved to and from other ranks since it started, by the peer's
  * class (traffic.c): the pieces of ts_comm_exchange, the region exchanges, the all-to-all-w,
  * those relayed on agreements, broadcasts (as from the root), allgathers and reduce-scatters,
@@ -203,9 +202,9 @@ int ts_comm_alltoallw(ts_comm *c, const ts_comm_region *send, const ts_comm_regi
  * buffer, which costs less than building a datatype per region each time), or, when the pair is
  * large and single copies work, as single copies each. How the many tensors of a batch move in
  * one exchange. */
-int ts_comm_exchange_many(ts_comm *c, int nsend, const int *send_peers,
-                          const ts_comm_region *send, int nrecv, const int *recv_peers,
-                          const ts_comm_region *recv, int tag, ts_error *err);
+int ts_comm_exchange_many(ts_comm *c, int nsend, const int *send_peers, const ts_comm_region *send,
+                          int nrecv, const int *recv_peers, const ts_comm_region *recv, int tag,
+                          ts_error *err);
 /* Whether region exchanges over c go as single copies between the processes (every rank on one
  * node and process_vm_readv allowed: cma.c); the same on every rank of c. */
 bool ts_comm_single_copy(const ts_comm *c);

@@ -38,8 +38,8 @@ static int node_map(ts_world *w, ts_error *err) {
     rc = MPI_Allgather(&leader, 1, MPI_INT, w->node_of, 1, MPI_INT, w->world.comm);
   if (rc != MPI_SUCCESS)
     return ts__mpi_error(rc, "the exchange of the ranks' nodes", __FILE__, __LINE__, err);
-  return ok ? TS_OK : ts_error_set(err, TS_NO_MEMORY, "no memory for the nodes of %d ranks",
-                                   w->size);
+  return ok ? TS_OK
+            : ts_error_set(err, TS_NO_MEMORY, "no memory for the nodes of %d ranks", w->size);
 }
 
 int ts_world_init(int *argc, char ***argv, int thread_level, ts_world **out, ts_error *err) {
@@ -169,8 +169,8 @@ int ts_comm_group(ts_world *w, const int *ranks, int n, ts_comm **out, ts_error 
   int me = -1;
   for (int i = 0; i < n; i++) {
     if (ranks[i] < 0 || ranks[i] >= w->size)
-      return ts_error_set(err, TS_INVALID_ARGUMENT,
-                          "rank %d in a group; valid ranks are 0 to %d", ranks[i], w->size - 1);
+      return ts_error_set(err, TS_INVALID_ARGUMENT, "rank %d in a group; valid ranks are 0 to %d",
+                          ranks[i], w->size - 1);
     if (ranks[i] == w->rank)
       me = i;
   }

@@ -45,7 +45,8 @@ static const cfg_entry table[] = {
      "directory of the Unix sockets (created 0700; default $TSHARD_SOCKET_DIR, "
      "$XDG_RUNTIME_DIR/tshard or /tmp/tshard-<uid>)"},
     {"job", STR(job), "default", "job id: sockets are <dir>/tshard-<job>-<rank>.sock"},
-    {"listen", STR(listen), "", "also listen on tcp://HOST:PORT (PORT+rank per rank; needs --token-file)"},
+    {"listen", STR(listen), "",
+     "also listen on tcp://HOST:PORT (PORT+rank per rank; needs --token-file)"},
     {"token-file", STR(token_file), "",
      "file holding the token TCP clients must present (8 to 255 printable characters; the file "
      "readable by its owner only)"},
@@ -97,8 +98,8 @@ static const cfg_entry table[] = {
     {"trace-ring", COUNT(trace_ring, 0, 1LL << 20), "4096",
      "operations whose spans each daemon keeps for `tshard trace` (the oldest gives way; 0: "
      "tracing off)"},
-    {"collective-timeout", CFG_DURATION, offsetof(tsd_config, collective_timeout), 0, 10,
-     86400000, "60s",
+    {"collective-timeout", CFG_DURATION, offsetof(tsd_config, collective_timeout), 0, 10, 86400000,
+     "60s",
      "how long a collective naming participants waits for all of them unless the request says "
      "(ms or s suffix)"},
     {"collective-timeout-max", CFG_DURATION, offsetof(tsd_config, collective_timeout_max), 0, 10,
@@ -107,8 +108,8 @@ static const cfg_entry table[] = {
      "--collective-timeout)"},
     {"collective-pending-max", COUNT(collective_pending_max, 1, 1LL << 20), "64",
      "collectives naming participants one connection may have waiting for them (more: LIMIT)"},
-    {"agreement-timeout", CFG_DURATION, offsetof(tsd_config, agreement_timeout), 0, 10,
-     86400000, "300s",
+    {"agreement-timeout", CFG_DURATION, offsetof(tsd_config, agreement_timeout), 0, 10, 86400000,
+     "300s",
      "how long the ranks of an operation wait for one another where they agree on its outcome; "
      "a rank that does not answer within it fails the operation on every rank, named (ms or s "
      "suffix)"},
@@ -120,13 +121,14 @@ static const cfg_entry table[] = {
      "absolute directory of snapshots: background saves of every tensor into DIR/<UTC "
      "timestamp>/, each atomic (tshard snapshot; --snapshot-every); off when empty"},
     {"snapshot-every", CFG_DURATION, offsetof(tsd_config, snapshot_every), 0, 0, 86400000 * 7LL,
-     "0", "time between periodic snapshots (0: on demand only; ms or s suffix; needs "
+     "0",
+     "time between periodic snapshots (0: on demand only; ms or s suffix; needs "
      "--snapshot-dir)"},
     {"snapshot-keep", COUNT(snapshot_keep, 1, 100000), "3",
      "complete snapshots kept in --snapshot-dir, a plain count: the newest by their recorded "
      "sequence (older ones removed after each snapshot)"},
-    {"shutdown-save-wait", CFG_DURATION, offsetof(tsd_config, shutdown_save_wait), 0, 0,
-     86400000, "20s",
+    {"shutdown-save-wait", CFG_DURATION, offsetof(tsd_config, shutdown_save_wait), 0, 0, 86400000,
+     "20s",
      "how long a shutdown (request, SIGTERM or SIGINT) waits for a background save or snapshot "
      "still writing; past it the save is abandoned on every rank (its temporary directory "
      "removed, the previous checkpoint kept), and the log says which (ms or s suffix)"},
@@ -247,8 +249,10 @@ static int apply(tsd_config *cfg, const cfg_entry *e, const char *value) {
   case CFG_COUNT: {
     int64_t v;
     if (parse_count(value, &v) || v < e->min || v > e->max) {
-      fprintf(stderr, "tshardd: --%s %s: expected a count from %lld to %lld (a plain number, "
-              "without K/M/G)\n", e->name, value, (long long)e->min, (long long)e->max);
+      fprintf(stderr,
+              "tshardd: --%s %s: expected a count from %lld to %lld (a plain number, "
+              "without K/M/G)\n",
+              e->name, value, (long long)e->min, (long long)e->max);
       return -1;
     }
     *(int64_t *)base = v;
@@ -257,8 +261,10 @@ static int apply(tsd_config *cfg, const cfg_entry *e, const char *value) {
   case CFG_DURATION: {
     int64_t v;
     if (parse_duration_ms(value, &v) || v < e->min || v > e->max) {
-      fprintf(stderr, "tshardd: --%s %s: expected a duration from %lld ms to %lld s (e.g. 30s, "
-              "500ms)\n", e->name, value, (long long)e->min, (long long)e->max / 1000);
+      fprintf(stderr,
+              "tshardd: --%s %s: expected a duration from %lld ms to %lld s (e.g. 30s, "
+              "500ms)\n",
+              e->name, value, (long long)e->min, (long long)e->max / 1000);
       return -1;
     }
     *(int64_t *)base = v;
@@ -271,14 +277,15 @@ static int apply(tsd_config *cfg, const cfg_entry *e, const char *value) {
     }
     int64_t v;
     if (parse_size(value, &v) || v < e->min || v > e->max) {
-      fprintf(stderr, "tshardd: --%s %s: expected auto, 0 (no limit) or a size up to %lld bytes "
-              "(K/M/G allowed)\n", e->name, value, (long long)e->max);
+      fprintf(stderr,
+              "tshardd: --%s %s: expected auto, 0 (no limit) or a size up to %lld bytes "
+              "(K/M/G allowed)\n",
+              e->name, value, (long long)e->max);
       return -1;
     }
     *(int64_t *)base = v;
     return 0;
-  case CFG_RULE:
-    return value[0] ? add_rule(cfg, value) : 0;
+  case CFG_RULE: return value[0] ? add_rule(cfg, value) : 0;
   case CFG_LEVEL: {
     int l = tsd_log_parse_level(value);
     if (l < 0) {
@@ -303,7 +310,8 @@ static void print_help(void) {
     printf("\n");
   }
   printf("  --%-22s this text\n", "help");
-  printf("  --%-22s this text as the Markdown reference docs/reference/flags.md\n", "help-markdown");
+  printf("  --%-22s this text as the Markdown reference docs/reference/flags.md\n",
+         "help-markdown");
 }
 
 /* A table cell: the text with the cell separator and angle brackets escaped. */
@@ -320,7 +328,8 @@ static void markdown_cell(const char *s) {
   }
 }
 
-/* docs/reference/flags.md: the same table as --help, generated (a test compares the file with it). */
+/* docs/reference/flags.md: the same table as --help, generated (a test compares the file with
+ * it). */
 static void print_markdown(void) {
   printf("# tshardd flags\n\n"
          "Generated by `tshardd --help-markdown` from the daemon's one table of settings "
@@ -378,8 +387,9 @@ int64_t tsd_memory_auto(int node_daemons, char *why, size_t cap) {
   if (node_daemons < 1)
     node_daemons = 1;
   if (avail <= 0) {
-    snprintf(why, cap, "none: the available memory is unknown (no /proc/meminfo); give "
-                       "--memory-limit SIZE");
+    snprintf(why, cap,
+             "none: the available memory is unknown (no /proc/meminfo); give "
+             "--memory-limit SIZE");
     return 0;
   }
   int64_t limit = avail / 100 * MEMORY_AUTO_PERCENT / node_daemons;
@@ -415,8 +425,7 @@ static int parse_listen(tsd_config *cfg) {
   const char *colon = strrchr(p, ':');
   char *end;
   long port = colon ? strtol(colon + 1, &end, 10) : -1;
-  if (!colon || (size_t)(colon - p) >= sizeof cfg->tcp_host || *end ||
-      port < 1 || port > 65535) {
+  if (!colon || (size_t)(colon - p) >= sizeof cfg->tcp_host || *end || port < 1 || port > 65535) {
     fprintf(stderr, "tshardd: --listen %s: expected tcp://HOST:PORT with PORT 1..65535\n",
             cfg->listen);
     return -1;
@@ -439,10 +448,12 @@ static int parse_metrics(tsd_config *cfg) {
   const char *p = cfg->metrics, *colon = strrchr(p, ':');
   char *end;
   long port = colon ? strtol(colon + 1, &end, 10) : -1;
-  if (!colon || (size_t)(colon - p) >= sizeof cfg->metrics_host || !colon[1] || *end ||
-      port < 1 || port > 65535) {
-    fprintf(stderr, "tshardd: --metrics %s: expected HOST:PORT with PORT 1..65535 (e.g. "
-            "127.0.0.1:9400)\n", p);
+  if (!colon || (size_t)(colon - p) >= sizeof cfg->metrics_host || !colon[1] || *end || port < 1 ||
+      port > 65535) {
+    fprintf(stderr,
+            "tshardd: --metrics %s: expected HOST:PORT with PORT 1..65535 (e.g. "
+            "127.0.0.1:9400)\n",
+            p);
     return -1;
   }
   memcpy(cfg->metrics_host, p, (size_t)(colon - p));
@@ -451,13 +462,17 @@ static int parse_metrics(tsd_config *cfg) {
     snprintf(cfg->metrics_host, sizeof cfg->metrics_host, "127.0.0.1"); /* loopback by default */
   struct in_addr a;
   if (inet_pton(AF_INET, cfg->metrics_host, &a) != 1) {
-    fprintf(stderr, "tshardd: --metrics %s: '%s' is not an IPv4 address (give e.g. 127.0.0.1, "
-            "localhost or an interface's address)\n", p, cfg->metrics_host);
+    fprintf(stderr,
+            "tshardd: --metrics %s: '%s' is not an IPv4 address (give e.g. 127.0.0.1, "
+            "localhost or an interface's address)\n",
+            p, cfg->metrics_host);
     return -1;
   }
   if ((ntohl(a.s_addr) >> 24) != 127 && !cfg->metrics_remote) {
-    fprintf(stderr, "tshardd: --metrics %s: %s is not a loopback address; the endpoint asks no "
-            "token, so add --metrics-remote 1 to serve it there\n", p, cfg->metrics_host);
+    fprintf(stderr,
+            "tshardd: --metrics %s: %s is not a loopback address; the endpoint asks no "
+            "token, so add --metrics-remote 1 to serve it there\n",
+            p, cfg->metrics_host);
     return -1;
   }
   cfg->metrics_port = (int)port;
@@ -476,18 +491,20 @@ static int check_snapshot(const tsd_config *cfg) {
   }
   if (cfg->snapshot_every > 0 && !d[0]) {
     fprintf(stderr, "tshardd: --snapshot-every needs --snapshot-dir DIR (where the snapshots "
-            "go)\n");
+                    "go)\n");
     return -1;
   }
   const char *r = cfg->resume_dir;
   if (r[0] && (r[0] != '/' || ts_text_check("--resume", r, strlen(r), "paths", &err))) {
-    fprintf(stderr, "tshardd: --resume: %s\n", r[0] != '/' ? "give an absolute path (every "
-            "daemon reads there)" : err.msg);
+    fprintf(stderr, "tshardd: --resume: %s\n",
+            r[0] != '/' ? "give an absolute path (every "
+                          "daemon reads there)"
+                        : err.msg);
     return -1;
   }
   if (cfg->nresume_attr > 0 && !r[0]) {
     fprintf(stderr, "tshardd: --resume-attr needs --resume DIR (the rules apply to what it "
-            "restores)\n");
+                    "restores)\n");
     return -1;
   }
   if (cfg->snapshot_every > 0 && cfg->snapshot_every < 1000) {
@@ -561,14 +578,17 @@ int tsd_config_parse(tsd_config *cfg, int argc, char **argv) {
     return -1;
   }
   if (cfg->ckpt_chunk > 0 && cfg->ckpt_chunk < CKPT_CHUNK_MIN) {
-    fprintf(stderr, "tshardd: --ckpt-chunk %lld: expected 0 (whole pieces) or a size of at least "
-            "%lld bytes (K/M/G allowed)\n", (long long)cfg->ckpt_chunk, (long long)CKPT_CHUNK_MIN);
+    fprintf(stderr,
+            "tshardd: --ckpt-chunk %lld: expected 0 (whole pieces) or a size of at least "
+            "%lld bytes (K/M/G allowed)\n",
+            (long long)cfg->ckpt_chunk, (long long)CKPT_CHUNK_MIN);
     return -1;
   }
   if (cfg->collective_timeout > cfg->collective_timeout_max) {
-    fprintf(stderr, "tshardd: --collective-timeout %lldms is longer than --collective-timeout-max "
-            "%lldms; lower the first or raise the second\n", (long long)cfg->collective_timeout,
-            (long long)cfg->collective_timeout_max);
+    fprintf(stderr,
+            "tshardd: --collective-timeout %lldms is longer than --collective-timeout-max "
+            "%lldms; lower the first or raise the second\n",
+            (long long)cfg->collective_timeout, (long long)cfg->collective_timeout_max);
     return -1;
   }
   if (cfg->listen[0] && parse_listen(cfg))
@@ -608,8 +628,8 @@ int tsd_prepare_socket_dir(const char *dir, ts_error *err) {
   if (!S_ISDIR(st.st_mode))
     return ts_error_set(err, TS_IO, "socket directory %s is not a directory", dir);
   if (st.st_uid != getuid())
-    return ts_error_set(err, TS_AUTH, "socket directory %s belongs to uid %u, not to us (%u)",
-                        dir, (unsigned)st.st_uid, (unsigned)getuid());
+    return ts_error_set(err, TS_AUTH, "socket directory %s belongs to uid %u, not to us (%u)", dir,
+                        (unsigned)st.st_uid, (unsigned)getuid());
   if ((st.st_mode & 0777) != 0700)
     return ts_error_set(err, TS_AUTH,
                         "socket directory %s has mode %03o; it must be 0700 (chmod 700 it)", dir,

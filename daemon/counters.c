@@ -11,11 +11,10 @@
 
 /* Upper bounds of the latency buckets, in ns: 1, 2.5 and 5 per decade from 10 us to 100 s. */
 static const uint64_t bounds_ns[TSD_LATENCY_BUCKETS] = {
-    10000ULL,       25000ULL,       50000ULL,       100000ULL,       250000ULL,
-    500000ULL,      1000000ULL,     2500000ULL,     5000000ULL,      10000000ULL,
-    25000000ULL,    50000000ULL,    100000000ULL,   250000000ULL,    500000000ULL,
-    1000000000ULL,  2500000000ULL,  5000000000ULL,  10000000000ULL,  25000000000ULL,
-    50000000000ULL, 100000000000ULL};
+    10000ULL,       25000ULL,       50000ULL,       100000ULL,      250000ULL,     500000ULL,
+    1000000ULL,     2500000ULL,     5000000ULL,     10000000ULL,    25000000ULL,   50000000ULL,
+    100000000ULL,   250000000ULL,   500000000ULL,   1000000000ULL,  2500000000ULL, 5000000000ULL,
+    10000000000ULL, 25000000000ULL, 50000000000ULL, 100000000000ULL};
 
 typedef struct latency {
   _Atomic uint64_t bucket[TSD_LATENCY_BUCKETS + 1]; /* the last: above every bound */
@@ -82,7 +81,9 @@ uint64_t tsd_counted_dtype_bytes(int dtype) {
   return atomic_load_explicit(&numbers.dtype_bytes[dtype], memory_order_relaxed);
 }
 
-uint64_t tsd_latency_bound_ns(int b) { return b >= 0 && b < TSD_LATENCY_BUCKETS ? bounds_ns[b] : 0; }
+uint64_t tsd_latency_bound_ns(int b) {
+  return b >= 0 && b < TSD_LATENCY_BUCKETS ? bounds_ns[b] : 0;
+}
 
 uint64_t tsd_counted_latency(int op_case, uint64_t buckets[TSD_LATENCY_BUCKETS + 1],
                              uint64_t *sum_ns) {

@@ -116,8 +116,7 @@ static void emit(int level, bool hold, const char *fmt, va_list ap) {
   struct tm tm;
   gmtime_r(&ts.tv_sec, &tm);
   int n = snprintf(line, sizeof line, "%02d:%02d:%02d.%03ld tshardd[%d] %s: ", tm.tm_hour,
-                   tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, log_rank,
-                   tsd_log_level_name(level));
+                   tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, log_rank, tsd_log_level_name(level));
   if (n > 0 && (size_t)n < sizeof line)
     vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
   char safe[sizeof line * 4 + 1];

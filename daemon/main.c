@@ -62,8 +62,7 @@ static int start_serving(void *arg, ts_error *err) {
   ts_error_clear(&lerr);
   int rank = ts_world_rank(sc->world), size = ts_world_size(sc->world);
   tsd_metrics_sources src = {.world = sc->world, .tensors_json = catalog_json, .ctx = sc->catalog};
-  int rc = sc->cfg->metrics[0] ? tsd_metrics_start(sc->cfg, rank, &src, sc->metrics, &lerr)
-                               : TS_OK;
+  int rc = sc->cfg->metrics[0] ? tsd_metrics_start(sc->cfg, rank, &src, sc->metrics, &lerr) : TS_OK;
   if (rc == TS_OK)
     rc = tsd_server_start(sc->so, sc->server, &lerr);
   if ((rc = ts_comm_agree(ts_world_comm(sc->world), rc, &lerr, err)))
@@ -82,8 +81,8 @@ static int start_serving(void *arg, ts_error *err) {
           ts_comm_shared_buffers(world) ? "single copies, shared buffers"
           : ts_comm_single_copy(world)  ? "single copies (buffers not shared)"
                                         : "MPI");
-  TSD_LOG(TSD_LOG_INFO, "ready: job %s rank %d of %d pid %d serving %s%s", sc->cfg->job, rank,
-          size, (int)getpid(), sc->so->socket_path, tcp);
+  TSD_LOG(TSD_LOG_INFO, "ready: job %s rank %d of %d pid %d serving %s%s", sc->cfg->job, rank, size,
+          (int)getpid(), sc->so->socket_path, tcp);
   return TS_OK;
 }
 
@@ -152,8 +151,12 @@ int main(int argc, char **argv) {
     TSD_LOG(TSD_LOG_ERROR, "cannot start: %s", err.msg);
     exit_code = 1;
   } else {
-    tsd_engine_opts eo = {.cfg = &cfg, .world = world, .shared = &shared, .ops = &tsd_ops,
-                          .serve = start_serving, .serve_ctx = &sc};
+    tsd_engine_opts eo = {.cfg = &cfg,
+                          .world = world,
+                          .shared = &shared,
+                          .ops = &tsd_ops,
+                          .serve = start_serving,
+                          .serve_ctx = &sc};
     if (tsd_engine_run(&eo, &err)) {
       TSD_LOG(TSD_LOG_ERROR, "%s%s", server ? "engine: " : "cannot start: ", err.msg);
       exit_code = 1;

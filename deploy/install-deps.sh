@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config clang libclang-rt-dev procps
+  build-essential cmake pkg-config clang libclang-rt-dev procps clang-format universal-ctags
   libopenmpi-dev openmpi-bin
   libuv1-dev libxxhash-dev libjansson-dev liburing-dev libmicrohttpd-dev
   libprotobuf-c-dev protobuf-c-compiler

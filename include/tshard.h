@@ -9,7 +9,8 @@
  *
  * Text forms: dtypes "f32 f64 f16 bf16 i8 i32 i64 u8 bool i16 u16 u32 u64 f8_e4m3 f8_e5m2 c64
  * c128";
- * attributes as in shard/plan/ATTRIBUTES.md ("mesh=[2]@0-1 placements=[S(0)]"); layouts as format tags ("" or "ab" row-major, "aBcd16b",
+ * attributes as in shard/plan/ATTRIBUTES.md ("mesh=[2]@0-1 placements=[S(0)]"); layouts as format
+ * tags ("" or "ab" row-major, "aBcd16b",
  * ...). Multi-rank operations (create, put, get, reshard, drop, shutdown) are ordered by rank 0
  * of the daemons; give the same idempotency key from every SPMD client to run one of them once
  * (every client gets the answer). Clients that put their slices and then reshard either make
@@ -85,8 +86,7 @@ int tshard_create(tshard_client *c, const char *name, const char *dtype, int ndi
                   const int64_t *shape, const char *attr, const char *layout, const char *key);
 
 /* The whole tensor, row-major, from this client; the daemons scatter it. */
-int tshard_put(tshard_client *c, const char *name, const void *data, size_t bytes,
-               const char *key);
+int tshard_put(tshard_client *c, const char *name, const void *data, size_t bytes, const char *key);
 /* This rank's slice, in `layout` over the slice box (NULL or "": row-major). */
 int tshard_put_slice(tshard_client *c, const char *name, const char *layout, const void *data,
                      size_t bytes);
@@ -95,8 +95,8 @@ int tshard_get(tshard_client *c, const char *name, void *buf, size_t bytes);
 /* This rank's slice in `layout`; *bytes gets its size (0 when this rank holds none). When cap
  * is too small (cap 0 asks for the size only), TS_LIMIT is returned with *bytes set and nothing
  * copied; the daemon keeps its copy until the next get or the close of the connection. */
-int tshard_get_slice(tshard_client *c, const char *name, const char *layout, void *buf,
-                     size_t cap, size_t *bytes);
+int tshard_get_slice(tshard_client *c, const char *name, const char *layout, void *buf, size_t cap,
+                     size_t *bytes);
 
 typedef struct tshard_reshard_opts {
   const char *strategy;       /* NULL/"auto", local, allreduce, reduce_scatter, allgather,
@@ -155,8 +155,8 @@ int tshard_wait(tshard_client *c, uint64_t ticket, int timeout_ms, tshard_result
  * names[i] goes to the attribute text attrs[i]; opts (may be NULL) gives the strategy, the layout
  * of every new slice, the dtype every tensor is cast to (NULL: each keeps its own) and the key
  * (keep_source_as must be NULL: a batch reshards in place). */
-int tshard_reshard_many(tshard_client *c, int n, const char *const *names,
-                        const char *const *attrs, const tshard_reshard_opts *opts);
+int tshard_reshard_many(tshard_client *c, int n, const char *const *names, const char *const *attrs,
+                        const tshard_reshard_opts *opts);
 int tshard_drop_many(tshard_client *c, int n, const char *const *names, const char *key);
 /* tshard_reshard_many with each tensor's result: results (NULL: not wanted; else an array of n
  * the caller provides, nothing is allocated) gets, in the order of names, the tensor's name, the
@@ -187,8 +187,8 @@ typedef struct tshard_put_item {
   const char *name;
   const void *data;
   size_t bytes;
-  const char *dtype;    /* NULL: undeclared */
-  int ndim;             /* with dtype: the data's shape */
+  const char *dtype; /* NULL: undeclared */
+  int ndim;          /* with dtype: the data's shape */
   const int64_t *shape;
 } tshard_put_item;
 int tshard_put_many(tshard_client *c, int n, const tshard_put_item *items, const char *key,
@@ -215,9 +215,9 @@ typedef struct tshard_info {
   char dtype[8];
   int ndim;
   int64_t shape[TSHARD_MAX_DIMS];
-  char *attr;        /* canonical text form, malloc'd */
+  char *attr; /* canonical text form, malloc'd */
   char layout[32];
-  int nranks;        /* ranks holding a slice */
+  int nranks; /* ranks holding a slice */
   tshard_rank_info *ranks;
 } tshard_info;
 
@@ -282,7 +282,7 @@ int tshard_stats_get(tshard_client *c, tshard_stats *s);
  * hosts (numbered in the order of their first rank, each host's name once) and every rank's
  * NUMA node. Arrays malloc'd; tshard_job_clear frees them (accepts NULL and a cleared job). */
 typedef struct tshard_job {
-  int rank;           /* the rank that answered */
+  int rank; /* the rank that answered */
   int nranks, nhosts;
   char topology[256]; /* the spec, as tshard plan --topology takes it ("hosts=2x4") */
   char **host_names;  /* nhosts: each host's name (the name its first rank gives) */
@@ -302,9 +302,10 @@ int tshard_shutdown(tshard_client *c, const char *key);
  * A client of an SPMD program declares its group once: from then on its create, reshard,
  * drop, einsum (and its backward and release), save and load carry the group's ranks as
  * participants, and the daemons run each once every rank of the group submitted it (so puts
- * of every rank are in before a reshard, with no barrier of the program's own). These calls then need an idempotency key, the same in every process for the
- * same call (e.g. "step-17-reshard"); TS_INVALID_ARGUMENT without one. If a rank never submits
- * within timeout_ms (0: the client's timeout less 5 s, at most 600 s, the daemons' default
+ * of every rank are in before a reshard, with no barrier of the program's own). These calls then
+ * need an idempotency key, the same in every process for the same call (e.g. "step-17-reshard");
+ * TS_INVALID_ARGUMENT without one. If a rank never submits within timeout_ms (0: the client's
+ * timeout less 5 s, at most 600 s, the daemons' default
  * --collective-timeout-max; a longer one than the daemons allow is TS_INVALID_ARGUMENT), every
  * participant gets TS_INCOMPLETE
  * naming the missing ranks; a rank that submits another request under the key makes it
@@ -321,11 +322,12 @@ const char *tshard_version(void);
  * A put that declares its data's dtype and row-major shape: the daemon refuses data that differs
  * from the tensor (put) or this rank's slice box (put_slice), naming both, instead of storing
  * reinterpreted bits. The CLI and the Python client always declare. */
-#define TSHARD_PUT_CONVERT 1u /* flags: data of another dtype is converted to the tensor's as
-                                 numpy's astype does, and refused (TS_BAD_DTYPE, naming both
-                                 dtypes) when a value would not survive: out of range, NaN or an
-                                 infinity into an integer, overflow to infinity (README "Checked
-                                 puts"); the shape must match */
+#define TSHARD_PUT_CONVERT                                                                         \
+  1u /* flags: data of another dtype is converted to the tensor's as                               \
+        numpy's astype does, and refused (TS_BAD_DTYPE, naming both                                \
+        dtypes) when a value would not survive: out of range, NaN or an                            \
+        infinity into an integer, overflow to infinity (README "Checked                            \
+        puts"); the shape must match */
 int tshard_put_typed(tshard_client *c, const char *name, const char *dtype, int ndim,
                      const int64_t *shape, const void *data, size_t bytes, const char *key,
                      unsigned flags);
@@ -334,8 +336,7 @@ int tshard_put_slice_typed(tshard_client *c, const char *name, const char *layou
                            size_t bytes, unsigned flags);
 /* The strategy the last successful tshard_reshard ran and its time on the daemon (TS_NOT_FOUND
  * when the answer named none: an older daemon, or a retry answered by its idempotency key). */
-int tshard_reshard_report(const tshard_client *c, char *strategy, size_t cap,
-                          uint64_t *elapsed_us);
+int tshard_reshard_report(const tshard_client *c, char *strategy, size_t cap, uint64_t *elapsed_us);
 /* After a successful tshard_reshard with relabel (or tshard_wait of a submitted one): the target
  * mesh's ranks in the order chosen (row-major over the mesh), at most cap written to ranks;
  * returns how many there are (0 when the last reshard answered was not relabeled). */
@@ -347,9 +348,17 @@ int tshard_reshard_ranks(const tshard_client *c, int *ranks, int cap);
  * last within_ns (0: any), oldest first; seq is rank 0's number of a collective operation (the
  * same on every rank; 0: a local one). */
 enum tshard_trace_point {
-  TSHARD_PT_RECEIVED, TSHARD_PT_SUBMITTED, TSHARD_PT_ORDERED, TSHARD_PT_STARTED,
-  TSHARD_PT_PLANNED, TSHARD_PT_AGREED, TSHARD_PT_MOVED, TSHARD_PT_COMMITTED, TSHARD_PT_ENDED,
-  TSHARD_PT_ANSWERED, TSHARD_TRACE_POINTS
+  TSHARD_PT_RECEIVED,
+  TSHARD_PT_SUBMITTED,
+  TSHARD_PT_ORDERED,
+  TSHARD_PT_STARTED,
+  TSHARD_PT_PLANNED,
+  TSHARD_PT_AGREED,
+  TSHARD_PT_MOVED,
+  TSHARD_PT_COMMITTED,
+  TSHARD_PT_ENDED,
+  TSHARD_PT_ANSWERED,
+  TSHARD_TRACE_POINTS
 };
 typedef struct tshard_trace_op {
   uint64_t seq, request_id;
@@ -362,8 +371,8 @@ typedef struct tshard_trace_op {
 typedef struct tshard_trace {
   int rank;
   int64_t clock_offset_ns, clock_rtt_ns; /* the daemon's clock against rank 0's, and its error */
-  uint64_t dropped; /* operations recorded before the ring's oldest */
-  uint32_t ring;    /* the daemon's --trace-ring (0: tracing off) */
+  uint64_t dropped;                      /* operations recorded before the ring's oldest */
+  uint32_t ring;                         /* the daemon's --trace-ring (0: tracing off) */
   char host[256];
   int nops;
   tshard_trace_op *ops;
@@ -387,29 +396,28 @@ const char *tshard_connect_message(void);
  * on failure nothing changed on any rank. Equations are numpy's with explicit labels (no "..."),
  * 1 to 3 operands of one dtype. */
 typedef struct tshard_einsum_opts {
-  const char *attr;  /* the output's attribute (NULL: the natural one) */
-  const char *plan;  /* NULL/"auto", or a candidate: as_is, match:I, free:I, gather:I, output,
-                        replicate */
-  int keep;          /* keep the local operands and transposes for einsum_backward */
-  int explain;       /* return the EXPLAIN text */
-  const char *key;   /* idempotency key (NULL: none) */
+  const char *attr; /* the output's attribute (NULL: the natural one) */
+  const char *plan; /* NULL/"auto", or a candidate: as_is, match:I, free:I, gather:I, output,
+                       replicate */
+  int keep;         /* keep the local operands and transposes for einsum_backward */
+  int explain;      /* return the EXPLAIN text */
+  const char *key;  /* idempotency key (NULL: none) */
 } tshard_einsum_opts;
 
 typedef struct tshard_einsum_result {
   uint64_t forward_id; /* for tshard_einsum_backward and tshard_einsum_release */
   char plan[32];       /* the candidate that ran (or would run) */
   int64_t planned_wire_bytes;
-  int64_t kept_bytes;  /* this rank's kept state */
-  char *explain;       /* malloc'd, or NULL; tshard_einsum_result_clear frees it */
+  int64_t kept_bytes; /* this rank's kept state */
+  char *explain;      /* malloc'd, or NULL; tshard_einsum_result_clear frees it */
 } tshard_einsum_result;
 
 /* result may be NULL. */
 int tshard_einsum(tshard_client *c, const char *equation, int n, const char *const *operands,
                   const char *out, const tshard_einsum_opts *opts, tshard_einsum_result *result);
 /* The EXPLAIN only, from the daemon's tensors; nothing runs (attr, plan may be NULL). */
-int tshard_einsum_plan(tshard_client *c, const char *equation, int n,
-                       const char *const *operands, const char *attr, const char *plan,
-                       tshard_einsum_result *result);
+int tshard_einsum_plan(tshard_client *c, const char *equation, int n, const char *const *operands,
+                       const char *attr, const char *plan, tshard_einsum_result *result);
 /* Gradients of forward `forward_id` from the output gradient `grad_out`: grads[i] names the
  * gradient of operand i (NULL or "": not wanted); n is the forward's operand count. */
 int tshard_einsum_backward(tshard_client *c, uint64_t forward_id, const char *grad_out, int n,
@@ -440,15 +448,15 @@ typedef struct tshard_ckpt_info {
 typedef struct tshard_save_opts {
   int keep_partial; /* partial tensors: save their partial pieces instead of the reduced value */
   int per_node;
-  const char *key;  /* idempotency key (NULL: none) */
+  const char *key; /* idempotency key (NULL: none) */
   /* 1: asynchronous save: returns once every daemon copied the tensors (under its memory
    * limit: TS_LIMIT when the copy does not fit; then save without it), and the daemons write the
    * files in the background while other operations run; tshard_wait_saves waits for them. */
   int background;
   tshard_ckpt_info *info; /* filled with what the save did (NULL: not wanted) */
-  int all;            /* 1: every tensor of the job (give no names nor prefix) */
-  int overwrite;      /* 1: replace the checkpoint already in dir (atomically) */
-  const char *prefix; /* the tensors whose name starts with it (NULL or "": none) */
+  int all;                /* 1: every tensor of the job (give no names nor prefix) */
+  int overwrite;          /* 1: replace the checkpoint already in dir (atomically) */
+  const char *prefix;     /* the tensors whose name starts with it (NULL or "": none) */
 } tshard_save_opts;
 int tshard_save(tshard_client *c, const char *dir, const char *const *names, int n,
                 const tshard_save_opts *opts);
@@ -557,8 +565,8 @@ int tshard_program_compile_ex(tshard_client *c, const char *text, const void *gr
                               size_t graph_len, const char *buckets, int lazy, char *id,
                               size_t id_cap, const char *key);
 /* Runs a compiled program; in-place assigns update the input tensors. */
-int tshard_program_run(tshard_client *c, const char *id, const tshard_program_arg *inputs,
-                       int n_in, const tshard_program_arg *outputs, int n_out, const char *key);
+int tshard_program_run(tshard_client *c, const char *id, const tshard_program_arg *inputs, int n_in,
+                       const tshard_program_arg *outputs, int n_out, const char *key);
 /* Forgets the program on every rank. */
 int tshard_program_drop(tshard_client *c, const char *id, const char *key);
 /* The connected rank's report on the program (*text malloc'd: free()). */

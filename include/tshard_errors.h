@@ -37,15 +37,15 @@
   X(SHUTDOWN, 22, "the daemon is shutting down")                                                   \
   X(AUTH, 23, "authentication failed")                                                             \
   X(INTERNAL, 24, "internal error")                                                                \
-  X(KEY_CONFLICT, 27, "idempotency key already used for a different request")                     \
-  X(INCOMPLETE, 28, "not every participant submitted the collective operation")                   \
+  X(KEY_CONFLICT, 27, "idempotency key already used for a different request")                      \
+  X(INCOMPLETE, 28, "not every participant submitted the collective operation")                    \
   X(EINSUM_PLAN, 30, "the forced distributed einsum plan is unknown or does not apply")            \
-  X(NO_FORWARD, 31, "no kept einsum forward with this id")                                        \
+  X(NO_FORWARD, 31, "no kept einsum forward with this id")                                         \
   X(CORRUPT, 32, "checkpoint data does not match its index or checksum")                           \
-  X(CHECKPOINT_IO, 33, "a checkpoint directory or file could not be written or read")          \
+  X(CHECKPOINT_IO, 33, "a checkpoint directory or file could not be written or read")              \
   X(PROGRAM_COMPILE, 34, "the C compiler failed to build a program")                               \
-  X(PROGRAM_PLACEMENT, 35, "a program does not apply to its tensors' distributed attributes")    \
-  X(NO_DIRECT, 38, "the daemon cannot reach the client's memory; use the shared segment")                 \
+  X(PROGRAM_PLACEMENT, 35, "a program does not apply to its tensors' distributed attributes")      \
+  X(NO_DIRECT, 38, "the daemon cannot reach the client's memory; use the shared segment")          \
   X(RANK_LOST, 39, "a rank of the job was lost; Open MPI stopped the job")
 
 typedef enum {
@@ -58,8 +58,7 @@ typedef enum {
 static inline const char *ts_status_name(int code) {
   switch (code) {
 #define TS_X_NAME(name, value, msg)                                                                \
-  case value:                                                                                      \
-    return #name;
+  case value: return #name;
     TS_STATUS_LIST(TS_X_NAME)
 #undef TS_X_NAME
   }
@@ -70,8 +69,7 @@ static inline const char *ts_status_name(int code) {
 static inline const char *ts_strerror(int code) {
   switch (code) {
 #define TS_X_MSG(name, value, msg)                                                                 \
-  case value:                                                                                      \
-    return msg;
+  case value: return msg;
     TS_STATUS_LIST(TS_X_MSG)
 #undef TS_X_MSG
   }

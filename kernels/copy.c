@@ -33,11 +33,11 @@
 #define MAX_DIM_NODES 16
 #define MAX_PERIOD (INT64_C(1) << 20)
 #define SOURCE_ORDER_ROW_BYTES 1024 /* rows up to this long may be walked in source order */
-#define SOURCE_PAGE_BYTES 4096       /* ... when the next source row is closer than a page */
-#define ROW_CHUNK_BYTES (64 * 1024)   /* a rows-kernel call moves about this much */
-#define TILE_BYTES 64          /* a transpose pays off when the source stride exceeds 2 lines */
-#define TILE_COLS_BYTES 256    /* destination bytes per row of a transpose tile */
-#define TILE_ROW_BYTES 4096    /* source bytes per visit of a source row: rows per transpose call */
+#define SOURCE_PAGE_BYTES 4096      /* ... when the next source row is closer than a page */
+#define ROW_CHUNK_BYTES (64 * 1024) /* a rows-kernel call moves about this much */
+#define TILE_BYTES 64       /* a transpose pays off when the source stride exceeds 2 lines */
+#define TILE_COLS_BYTES 256 /* destination bytes per row of a transpose tile */
+#define TILE_ROW_BYTES 4096 /* source bytes per visit of a source row: rows per transpose call */
 #define STREAM_MIN_BYTES (32 << 20) /* transposes this large bypass the caches on writes */
 #define PANEL_COLS 128 /* f32 columns per panel: destination rows written 8 lines at a time */
 #define THREAD_MIN_BYTES (1024 * 1024) /* less than this per thread is not worth a thread */
@@ -162,7 +162,8 @@ static int lower_dim(const ts_layout *sl, int64_t s_start, const ts_layout *dl, 
   int64_t bs = ts_layout_block(sl, d), bd = ts_layout_block(dl, d);
   int64_t es = (int64_t)ts_dtype_size(sl->dtype), ed = (int64_t)ts_dtype_size(dl->dtype);
   if (bs == 1 && bd == 1) { /* affine on both sides: one node */
-    segment seg = {.s0 = s_start * sl->strides[d] * es, .d0 = d_start * dl->strides[d] * ed, .nn = 1};
+    segment seg = {
+        .s0 = s_start * sl->strides[d] * es, .d0 = d_start * dl->strides[d] * ed, .nn = 1};
     seg.nodes[0] = (node){n, sl->strides[d] * es, dl->strides[d] * ed};
     return push_segment(out, &seg);
   }
@@ -208,7 +209,7 @@ typedef struct {
   bool around;       /* the caller lets rows be written around the caches (ts_copy_opts) */
   int64_t es, ed;
   bool transpose;
-  int outer;             /* the first outer-loop node: 2, or 3 when [2] is a second row loop */
+  int outer; /* the first outer-loop node: 2, or 3 when [2] is a second row loop */
   int nn;
   node nodes[MAX_NODES]; /* [0] inner (dst-contiguous), [1] rows per call, [outer..] outer loops;
                           * [2] continues the rows of a transpose on the source when outer is 3 */
@@ -218,9 +219,9 @@ typedef struct {
  * columns) takes row-contiguous source elements. The tile is small enough to stay in L1, so the
  * strided side of each loop costs little; both sides stream whole cache lines from memory. */
 #define TRANSPOSE_TILE(bytes, ctype)                                                               \
-  static void transpose_tile_##bytes(char *d, ptrdiff_t dc, ptrdiff_t dr, const char *s,          \
-                                     ptrdiff_t sc, ptrdiff_t sr, int64_t nc, int64_t nr,          \
-                                     bool stream) {                                               \
+  static void transpose_tile_##bytes(char *d, ptrdiff_t dc, ptrdiff_t dr, const char *s,           \
+                                     ptrdiff_t sc, ptrdiff_t sr, int64_t nc, int64_t nr,           \
+                                     bool stream) {                                                \
     (void)stream;                                                                                  \
     for (int64_t c = 0; c < nc; c++) {                                                             \
       char *dp = d + c * dc;                                                                       \
@@ -300,9 +301,8 @@ __attribute__((target("avx2"))) static inline void transpose8_avx2(__m256 *o, co
 }
 
 /* Stores destination rows q, q + dr, ... (8 of them) from the line halves lo[i] and hi[i]. */
-__attribute__((target("avx2"))) static inline void store8_avx2(char *q, ptrdiff_t dr,
-                                                               const __m256 *lo, const __m256 *hi,
-                                                               bool stream) {
+__attribute__((target("avx2"))) static inline void
+store8_avx2(char *q, ptrdiff_t dr, const __m256 *lo, const __m256 *hi, bool stream) {
   if (stream)
     for (int i = 0; i < 8; i++) {
       _mm256_stream_ps((float *)(q + i * dr), lo[i]);
@@ -318,9 +318,8 @@ __attribute__((target("avx2"))) static inline void store8_avx2(char *q, ptrdiff_
 /* Four 8x8 transposes. Source rows 0-7 are read whole (both halves) before rows 8-15: the 16
  * source lines of a block usually share one L1 set (strides of multiples of 4 KiB), which holds
  * only 8. Destination rows 0-7 are stored (whole lines) before rows 8-15. */
-__attribute__((target("avx2"))) static void transpose_block16_4_avx2(char *d, ptrdiff_t dr,
-                                                                     const char *s, ptrdiff_t sc,
-                                                                     bool stream) {
+__attribute__((target("avx2"))) static void
+transpose_block16_4_avx2(char *d, ptrdiff_t dr, const char *s, ptrdiff_t sc, bool stream) {
   __m256 top_lo[8], bottom_lo[8], top_hi[8], bottom_hi[8]; /* destination rows 0-7 / 8-15 */
   transpose8_avx2(top_lo, s, sc);
   transpose8_avx2(bottom_lo, s + 32, sc);
@@ -345,16 +344,16 @@ static void transpose_rect_4(char *d, ptrdiff_t dc, ptrdiff_t dr, const char *s,
 /* The whole 16x16 blocks of a tile (when both sides have a contiguous direction) with `block`,
  * the rest element by element. */
 #define TRANSPOSE_TILE_4(name, block, attr)                                                        \
-  attr static void name(char *d, ptrdiff_t dc, ptrdiff_t dr, const char *s, ptrdiff_t sc,         \
-                        ptrdiff_t sr, int64_t nc, int64_t nr, bool stream) {                      \
+  attr static void name(char *d, ptrdiff_t dc, ptrdiff_t dr, const char *s, ptrdiff_t sc,          \
+                        ptrdiff_t sr, int64_t nc, int64_t nr, bool stream) {                       \
     int64_t nc16 = 0, nr16 = 0;                                                                    \
     if (dc == 4 && sr == 4) {                                                                      \
       nc16 = nc / 16 * 16;                                                                         \
       nr16 = nr / 16 * 16;                                                                         \
-      stream = stream && (uintptr_t)d % 64 == 0 && dr % 64 == 0;                                  \
+      stream = stream && (uintptr_t)d % 64 == 0 && dr % 64 == 0;                                   \
       for (int64_t r0 = 0; r0 < nr16; r0 += 16)                                                    \
         for (int64_t c0 = 0; c0 < nc16; c0 += 16)                                                  \
-          block(d + r0 * dr + c0 * 4, dr, s + r0 * 4 + c0 * sc, sc, stream);                      \
+          block(d + r0 * dr + c0 * 4, dr, s + r0 * 4 + c0 * sc, sc, stream);                       \
     }                                                                                              \
     transpose_rect_4(d, dc, dr, s, sc, sr, nc16, nc, 0, nr16);                                     \
     transpose_rect_4(d, dc, dr, s, sc, sr, 0, nc, nr16, nr);                                       \
@@ -417,8 +416,8 @@ static void transpose_panel_4(const job *j, block_fn block, char *d, const char 
     float *strip = tmp + g * rows * 16;
     for (int64_t k = 0; k < c->n; k++)
       for (int64_t r = 0; r < b->n; r += 16)
-        block((char *)(strip + (k * b->n + r) * 16), 64,
-              s + 16 * g * a->ss + k * c->ss + r * b->ss, a->ss, false);
+        block((char *)(strip + (k * b->n + r) * 16), 64, s + 16 * g * a->ss + k * c->ss + r * b->ss,
+              a->ss, false);
   }
   bool stream = j->stream && (uintptr_t)d % 64 == 0 && b->ds % 64 == 0 && c->ds % 64 == 0;
   for (int64_t k = 0; k < c->n; k++) /* pass 2: whole destination rows */
@@ -676,9 +675,11 @@ static void run_job(job *j, char *d, const char *s, int threads) {
       total *= j->nodes[k].n;
     j->stream = total >= STREAM_MIN_BYTES;
     if (j->same_dtype)
-      j->tile = j->es == 1 ? transpose_tile_1 : j->es == 2 ? transpose_tile_2
-              : j->es == 4 ? transpose_tile_4_best() : j->es == 8 ? transpose_tile_8
-              : transpose_tile_16;
+      j->tile = j->es == 1   ? transpose_tile_1
+                : j->es == 2 ? transpose_tile_2
+                : j->es == 4 ? transpose_tile_4_best()
+                : j->es == 8 ? transpose_tile_8
+                             : transpose_tile_16;
 #if defined(__SSE2__)
     /* Panels on one thread only: with every core copying, memory bandwidth is the limit rather
      * than one core's miss buffers, and the single pass (measured 0.92-1.0x memcpy on 2 threads
@@ -818,7 +819,8 @@ static int copy_lowered(char *dbase, const ts_layout *dl, const int64_t *dst_sta
 int ts__copy_check(const ts_tensor *dst, const int64_t *dst_start, const ts_tensor *src,
                    const int64_t *src_start, const int64_t *extent, ts_error *err) {
   if (!dst || !src || (!extent && dst->layout.ndim > 0))
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "copy: destination, source and extent are required");
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "copy: destination, source and extent are required");
   const ts_layout *dl = &dst->layout, *sl = &src->layout;
   int rc;
   if ((rc = ts_layout_check(sl, src->bytes, false, err)) ||
@@ -827,8 +829,8 @@ int ts__copy_check(const ts_tensor *dst, const int64_t *dst_start, const ts_tens
   if (!ts__row_function(dl->dtype, sl->dtype))
     return ts_error_set(err, TS_BAD_DTYPE,
                         "copy from %s to %s: a complex dtype converts to c64 and c128 only (the "
-                        "imaginary part would be discarded)", ts_dtype_name(sl->dtype),
-                        ts_dtype_name(dl->dtype));
+                        "imaginary part would be discarded)",
+                        ts_dtype_name(sl->dtype), ts_dtype_name(dl->dtype));
   if (dl->ndim != sl->ndim)
     return ts_error_set(err, TS_BAD_SHAPE,
                         "copy between a %d-dim destination and a %d-dim source: both need the same "
@@ -916,7 +918,10 @@ int ts_copy(const ts_tensor *dst, const ts_tensor *src, const ts_copy_opts *opts
   if (!dst || !src)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "copy: destination and source are required");
   if (dst->layout.ndim != src->layout.ndim ||
-      memcmp(dst->layout.shape, src->layout.shape, sizeof(int64_t) * (size_t)(dst->layout.ndim > 0 && dst->layout.ndim <= TS_MAX_DIMS ? dst->layout.ndim : 0)) != 0)
+      memcmp(dst->layout.shape, src->layout.shape,
+             sizeof(int64_t) * (size_t)(dst->layout.ndim > 0 && dst->layout.ndim <= TS_MAX_DIMS
+                                            ? dst->layout.ndim
+                                            : 0)) != 0)
     return ts_error_set(err, TS_BAD_SHAPE,
                         "copy between different logical shapes: ts_copy needs equal shapes (use "
                         "ts_copy_box for parts)");

@@ -41,7 +41,8 @@ int ts_copy_box_reference(const ts_tensor *dst, const int64_t *dst_start, const 
     }
     char *dp = (char *)dst->data + ts_layout_address(dl, idx);
     if (inside)
-      ts_convert(dp, dl->dtype, (const char *)src->data + ts_layout_address(sl, sidx), sl->dtype, 1);
+      ts_convert(dp, dl->dtype, (const char *)src->data + ts_layout_address(sl, sidx), sl->dtype,
+                 1);
     else
       memset(dp, 0, esd);
     int d = nd - 1;

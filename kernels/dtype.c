@@ -32,7 +32,9 @@ bool ts_dtype_is_float(ts_dtype dt) { return ts_dtype_valid(dt) && dtype_info[dt
 
 bool ts_dtype_is_complex(ts_dtype dt) { return dt == TS_C64 || dt == TS_C128; }
 
-const char *ts_dtype_name(ts_dtype dt) { return ts_dtype_valid(dt) ? dtype_info[dt].name : "invalid"; }
+const char *ts_dtype_name(ts_dtype dt) {
+  return ts_dtype_valid(dt) ? dtype_info[dt].name : "invalid";
+}
 
 void ts_shape_text(int ndim, const int64_t *shape, char *buf, size_t cap) {
   size_t n = (size_t)snprintf(buf, cap, "[");
@@ -49,23 +51,31 @@ int ts_dtype_parse(const char *text, ts_dtype *out, ts_error *err) {
       return TS_OK;
     }
   }
-  return ts_error_set(err, TS_BAD_DTYPE,
-                      "unknown dtype '%s': valid dtypes are " TS_DTYPE_NAMES,
+  return ts_error_set(err, TS_BAD_DTYPE, "unknown dtype '%s': valid dtypes are " TS_DTYPE_NAMES,
                       text ? text : "(null)");
 }
 
 static const struct {
   const char *text;
   ts_dtype dt;
-} spellings[] = { /* numpy's and PyTorch's names; the tshard names are dtype_info's */
-    {.text = "float32", .dt = TS_F32}, {.text = "float64", .dt = TS_F64},
-    {.text = "float16", .dt = TS_F16}, {.text = "bfloat16", .dt = TS_BF16},
-    {.text = "int8", .dt = TS_I8},     {.text = "int32", .dt = TS_I32},
-    {.text = "int64", .dt = TS_I64},   {.text = "uint8", .dt = TS_U8},
-    {.text = "int16", .dt = TS_I16},   {.text = "uint16", .dt = TS_U16},
-    {.text = "uint32", .dt = TS_U32},  {.text = "uint64", .dt = TS_U64},
-    {.text = "float8_e4m3fn", .dt = TS_F8_E4M3}, {.text = "float8_e5m2", .dt = TS_F8_E5M2},
-    {.text = "complex64", .dt = TS_C64}, {.text = "complex128", .dt = TS_C128},
+} spellings[] = {
+    /* numpy's and PyTorch's names; the tshard names are dtype_info's */
+    {.text = "float32", .dt = TS_F32},
+    {.text = "float64", .dt = TS_F64},
+    {.text = "float16", .dt = TS_F16},
+    {.text = "bfloat16", .dt = TS_BF16},
+    {.text = "int8", .dt = TS_I8},
+    {.text = "int32", .dt = TS_I32},
+    {.text = "int64", .dt = TS_I64},
+    {.text = "uint8", .dt = TS_U8},
+    {.text = "int16", .dt = TS_I16},
+    {.text = "uint16", .dt = TS_U16},
+    {.text = "uint32", .dt = TS_U32},
+    {.text = "uint64", .dt = TS_U64},
+    {.text = "float8_e4m3fn", .dt = TS_F8_E4M3},
+    {.text = "float8_e5m2", .dt = TS_F8_E5M2},
+    {.text = "complex64", .dt = TS_C64},
+    {.text = "complex128", .dt = TS_C128},
 };
 
 int ts_dtype_parse_spelling(const char *text, ts_dtype *out, ts_error *err) {
@@ -190,7 +200,7 @@ static uint16_t f64_to_small(double d, int mbits, int bias, int maxexp_field, ui
   if (isinf(d))
     return sign | (uint16_t)(maxexp_field << mbits);
   int e;
-  double fr = frexp(fabs(d), &e); /* |d| = fr * 2^e, fr in [0.5, 1) */
+  double fr = frexp(fabs(d), &e);       /* |d| = fr * 2^e, fr in [0.5, 1) */
   uint64_t m = (uint64_t)ldexp(fr, 53); /* exact: 53 significant bits */
   return sign | round_small_float(m, e - 53, mbits, bias, maxexp_field);
 }
@@ -261,24 +271,73 @@ static uint64_t magnitude(int64_t v) { return v < 0 ? (uint64_t)0 - (uint64_t)v 
 
 /* ---- element loads and stores, by the C type of the value ---------------------------- */
 
-static inline float ld_f32(const char *p) { float v; memcpy(&v, p, 4); return v; }
-static inline double ld_f64(const char *p) { double v; memcpy(&v, p, 8); return v; }
-static inline float ld_f16(const char *p) { uint16_t v; memcpy(&v, p, 2); return ts_f16_to_f32(v); }
-static inline float ld_bf16(const char *p) { uint16_t v; memcpy(&v, p, 2); return ts_bf16_to_f32(v); }
-static inline int64_t ld_i8(const char *p) { int8_t v; memcpy(&v, p, 1); return v; }
-static inline int64_t ld_i32(const char *p) { int32_t v; memcpy(&v, p, 4); return v; }
-static inline int64_t ld_i64(const char *p) { int64_t v; memcpy(&v, p, 8); return v; }
-static inline int64_t ld_u8(const char *p) { uint8_t v; memcpy(&v, p, 1); return v; }
+static inline float ld_f32(const char *p) {
+  float v;
+  memcpy(&v, p, 4);
+  return v;
+}
+static inline double ld_f64(const char *p) {
+  double v;
+  memcpy(&v, p, 8);
+  return v;
+}
+static inline float ld_f16(const char *p) {
+  uint16_t v;
+  memcpy(&v, p, 2);
+  return ts_f16_to_f32(v);
+}
+static inline float ld_bf16(const char *p) {
+  uint16_t v;
+  memcpy(&v, p, 2);
+  return ts_bf16_to_f32(v);
+}
+static inline int64_t ld_i8(const char *p) {
+  int8_t v;
+  memcpy(&v, p, 1);
+  return v;
+}
+static inline int64_t ld_i32(const char *p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+static inline int64_t ld_i64(const char *p) {
+  int64_t v;
+  memcpy(&v, p, 8);
+  return v;
+}
+static inline int64_t ld_u8(const char *p) {
+  uint8_t v;
+  memcpy(&v, p, 1);
+  return v;
+}
 static inline int64_t ld_b1(const char *p) { return *(const unsigned char *)p != 0; }
-static inline int64_t ld_i16(const char *p) { int16_t v; memcpy(&v, p, 2); return v; }
-static inline int64_t ld_u16(const char *p) { uint16_t v; memcpy(&v, p, 2); return v; }
-static inline int64_t ld_u32(const char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
-static inline uint64_t ld_u64(const char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static inline int64_t ld_i16(const char *p) {
+  int16_t v;
+  memcpy(&v, p, 2);
+  return v;
+}
+static inline int64_t ld_u16(const char *p) {
+  uint16_t v;
+  memcpy(&v, p, 2);
+  return v;
+}
+static inline int64_t ld_u32(const char *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+static inline uint64_t ld_u64(const char *p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return v;
+}
 static inline float ld_f8_e4m3(const char *p) { return ts_f8_e4m3_to_f32(*(const uint8_t *)p); }
 static inline float ld_f8_e5m2(const char *p) { return ts_f8_e5m2_to_f32(*(const uint8_t *)p); }
 
 /* Float to integer: truncate toward zero, saturate, NaN gives 0 (no undefined behaviour). */
-#define SAT(x, lo, hi) ((x) != (x) ? 0 : (x) <= (double)(lo) ? (lo) : (x) >= (double)(hi) ? (hi) : (x))
+#define SAT(x, lo, hi)                                                                             \
+  ((x) != (x) ? 0 : (x) <= (double)(lo) ? (lo) : (x) >= (double)(hi) ? (hi) : (x))
 
 static inline uint64_t sat_u64(double x) {
   if (x != x || x <= 0)
@@ -302,18 +361,30 @@ static inline int64_t sat_i64(double x) {
 #define ST_F64(x) ((double)(x))
 /* Integer sources are int64_t, or uint64_t for u64; every store takes both. */
 #define ST_F16(x)                                                                                  \
-  _Generic((x), float: ts_f32_to_f16, double: ts_f64_to_f16, int64_t: i64_to_f16,                \
-           uint64_t: u64_to_f16)(x)
+  _Generic((x), float                                                                              \
+           : ts_f32_to_f16, double                                                                 \
+           : ts_f64_to_f16, int64_t                                                                \
+           : i64_to_f16, uint64_t                                                                  \
+           : u64_to_f16)(x)
 #define ST_BF16(x)                                                                                 \
-  _Generic((x), float: ts_f32_to_bf16, double: ts_f64_to_bf16, int64_t: i64_to_bf16,             \
-           uint64_t: u64_to_bf16)(x)
+  _Generic((x), float                                                                              \
+           : ts_f32_to_bf16, double                                                                \
+           : ts_f64_to_bf16, int64_t                                                               \
+           : i64_to_bf16, uint64_t                                                                 \
+           : u64_to_bf16)(x)
 #define ST_F8_E4M3(x)                                                                              \
-  _Generic((x), float: ts_f32_to_f8_e4m3, double: ts_f64_to_f8_e4m3, int64_t: i64_to_e4m3,       \
-           uint64_t: u64_to_e4m3)(x)
+  _Generic((x), float                                                                              \
+           : ts_f32_to_f8_e4m3, double                                                             \
+           : ts_f64_to_f8_e4m3, int64_t                                                            \
+           : i64_to_e4m3, uint64_t                                                                 \
+           : u64_to_e4m3)(x)
 #define ST_F8_E5M2(x)                                                                              \
-  _Generic((x), float: ts_f32_to_f8_e5m2, double: ts_f64_to_f8_e5m2, int64_t: i64_to_e5m2,       \
-           uint64_t: u64_to_e5m2)(x)
-#define ST_INT(x, F, W) _Generic((x), float: F, double: F, int64_t: W, uint64_t: W)(x)
+  _Generic((x), float                                                                              \
+           : ts_f32_to_f8_e5m2, double                                                             \
+           : ts_f64_to_f8_e5m2, int64_t                                                            \
+           : i64_to_e5m2, uint64_t                                                                 \
+           : u64_to_e5m2)(x)
+#define ST_INT(x, F, W) _Generic((x), float : F, double : F, int64_t : W, uint64_t : W)(x)
 #define ST_I8(x) ST_INT(x, f_to_i8, wrap_i8)
 #define ST_I16(x) ST_INT(x, f_to_i16, wrap_i16)
 #define ST_I32(x) ST_INT(x, f_to_i32, wrap_i32)
@@ -369,7 +440,7 @@ static inline uint64_t wrap_u64(uint64_t v) { return v; }
   X(S, SSIZE, i32, ST_I32, int32_t)                                                                \
   X(S, SSIZE, i64, ST_I64, int64_t)                                                                \
   X(S, SSIZE, u8, ST_U8, uint8_t)                                                                  \
-  X(S, SSIZE, b1, ST_BOOL, uint8_t)                                                              \
+  X(S, SSIZE, b1, ST_BOOL, uint8_t)                                                                \
   X(S, SSIZE, i16, ST_I16, int16_t)                                                                \
   X(S, SSIZE, u16, ST_U16, uint16_t)                                                               \
   X(S, SSIZE, u32, ST_U32, uint32_t)                                                               \
@@ -381,9 +452,20 @@ static inline uint64_t wrap_u64(uint64_t v) { return v; }
 /* Y(name, element size, dtype) for the real sources (the complex ones have their own rows below);
  * bool is b1 (numpy's code), as <stdbool.h> makes bool a macro */
 #define SRC_LIST(Y)                                                                                \
-  Y(f32, 4, TS_F32) Y(f64, 8, TS_F64) Y(f16, 2, TS_F16) Y(bf16, 2, TS_BF16) Y(i8, 1, TS_I8)        \
-  Y(i32, 4, TS_I32) Y(i64, 8, TS_I64) Y(u8, 1, TS_U8) Y(b1, 1, TS_BOOL) Y(i16, 2, TS_I16)      \
-  Y(u16, 2, TS_U16) Y(u32, 4, TS_U32) Y(u64, 8, TS_U64) Y(f8_e4m3, 1, TS_F8_E4M3)                 \
+  Y(f32, 4, TS_F32)                                                                                \
+  Y(f64, 8, TS_F64)                                                                                \
+  Y(f16, 2, TS_F16)                                                                                \
+  Y(bf16, 2, TS_BF16)                                                                              \
+  Y(i8, 1, TS_I8)                                                                                  \
+  Y(i32, 4, TS_I32)                                                                                \
+  Y(i64, 8, TS_I64)                                                                                \
+  Y(u8, 1, TS_U8)                                                                                  \
+  Y(b1, 1, TS_BOOL)                                                                                \
+  Y(i16, 2, TS_I16)                                                                                \
+  Y(u16, 2, TS_U16)                                                                                \
+  Y(u32, 4, TS_U32)                                                                                \
+  Y(u64, 8, TS_U64)                                                                                \
+  Y(f8_e4m3, 1, TS_F8_E4M3)                                                                        \
   Y(f8_e5m2, 1, TS_F8_E5M2)
 
 /* The contiguous branch lets the compiler vectorize the common dense conversions; on x86-64 each
@@ -394,7 +476,8 @@ static inline uint64_t wrap_u64(uint64_t v) { return v; }
 #define ROW_CLONES
 #endif
 #define ROW_FN(S, SSIZE, D, STORE, DTYPE)                                                          \
-  ROW_CLONES static void row_##D##_from_##S(char *d, ptrdiff_t ds, const char *s, ptrdiff_t ss, size_t n) { \
+  ROW_CLONES static void row_##D##_from_##S(char *d, ptrdiff_t ds, const char *s, ptrdiff_t ss,    \
+                                            size_t n) {                                            \
     if (ds == (ptrdiff_t)sizeof(DTYPE) && ss == SSIZE) {                                           \
       for (size_t i = 0; i < n; i++) {                                                             \
         DTYPE o = STORE(ld_##S(s + i * SSIZE));                                                    \
@@ -413,9 +496,9 @@ SRC_LIST(ROWS_FROM)
 
 /* Same-dtype moves by element size: exact bytes. */
 #define MOVE_FN(bytes, ctype)                                                                      \
-  static void move_##bytes(char *d, ptrdiff_t ds, const char *s, ptrdiff_t ss, size_t n) {      \
+  static void move_##bytes(char *d, ptrdiff_t ds, const char *s, ptrdiff_t ss, size_t n) {         \
     if (ds == bytes && ss == bytes) {                                                              \
-      memcpy(d, s, n * bytes);                                                                     \
+      memcpy(d, s, n *bytes);                                                                      \
       return;                                                                                      \
     }                                                                                              \
     for (size_t i = 0; i < n; i++) {                                                               \
@@ -449,24 +532,20 @@ static void row_c64_from_c128(char *d, ptrdiff_t ds, const char *s, ptrdiff_t ss
 #define ROW_TABLE_FOR(S, SSIZE, DT) [DT] = {DST_LIST(ROW_ENTRY, S, SSIZE)},
 /* row_table[src][dst]; DST_LIST is in ts_dtype order. A complex source has no real targets. */
 static const ts__row_fn row_table[TS_DTYPE_COUNT][TS_DTYPE_COUNT] = {
-    SRC_LIST(ROW_TABLE_FOR)[TS_C64] = {[TS_C128] = row_c128_from_c64},
-    [TS_C128] = {[TS_C64] = row_c64_from_c128}};
+    SRC_LIST(ROW_TABLE_FOR)[TS_C64] = {[TS_C128] = row_c128_from_c64}, [TS_C128] = {
+                                                                           [TS_C64] =
+                                                                               row_c64_from_c128}};
 
 ts__row_fn ts__row_function(ts_dtype dd, ts_dtype sd) {
   if (!ts_dtype_valid(dd) || !ts_dtype_valid(sd))
     return NULL;
   if (dd == sd) {
     switch (ts_dtype_size(dd)) {
-    case 1:
-      return move_1;
-    case 2:
-      return move_2;
-    case 4:
-      return move_4;
-    case 8:
-      return move_8;
-    default:
-      return move_16;
+    case 1: return move_1;
+    case 2: return move_2;
+    case 4: return move_4;
+    case 8: return move_8;
+    default: return move_16;
     }
   }
   return row_table[sd][dd];
@@ -486,33 +565,22 @@ void ts_convert(void *dst, ts_dtype dt_dst, const void *src, ts_dtype dt_src, si
  * double fails). */
 static double float_limit(ts_dtype dt) {
   switch (dt) {
-  case TS_F16:
-    return 65520.0;
-  case TS_BF16:
-    return 0x1p128 - 0x1p119;
-  case TS_F32:
-    return 0x1p128 - 0x1p103;
-  case TS_F8_E5M2:
-    return 61440.0;
-  case TS_F8_E4M3:
-    return nextafter(464.0, INFINITY);
-  default:
-    return INFINITY;
+  case TS_F16: return 65520.0;
+  case TS_BF16: return 0x1p128 - 0x1p119;
+  case TS_F32: return 0x1p128 - 0x1p103;
+  case TS_F8_E5M2: return 61440.0;
+  case TS_F8_E4M3: return nextafter(464.0, INFINITY);
+  default: return INFINITY;
   }
 }
 
 static double float_max(ts_dtype dt) {
   switch (dt) {
-  case TS_F16:
-    return 65504.0;
-  case TS_BF16:
-    return 0x1p128 - 0x1p120;
-  case TS_F8_E5M2:
-    return 57344.0;
-  case TS_F8_E4M3:
-    return 448.0;
-  default:
-    return 0x1p128 - 0x1p104;
+  case TS_F16: return 65504.0;
+  case TS_BF16: return 0x1p128 - 0x1p120;
+  case TS_F8_E5M2: return 57344.0;
+  case TS_F8_E4M3: return 448.0;
+  default: return 0x1p128 - 0x1p104;
   }
 }
 
@@ -522,10 +590,14 @@ static void int_range(ts_dtype dt, int64_t *lo, uint64_t *hi) {
     int64_t lo;
     uint64_t hi;
   } ranges[TS_DTYPE_COUNT] = {
-      [TS_I8] = {.lo = INT8_MIN, .hi = INT8_MAX},     [TS_I16] = {.lo = INT16_MIN, .hi = INT16_MAX},
-      [TS_I32] = {.lo = INT32_MIN, .hi = INT32_MAX},  [TS_I64] = {.lo = INT64_MIN, .hi = INT64_MAX},
-      [TS_U8] = {.lo = 0, .hi = UINT8_MAX},           [TS_U16] = {.lo = 0, .hi = UINT16_MAX},
-      [TS_U32] = {.lo = 0, .hi = UINT32_MAX},         [TS_U64] = {.lo = 0, .hi = UINT64_MAX},
+      [TS_I8] = {.lo = INT8_MIN, .hi = INT8_MAX},
+      [TS_I16] = {.lo = INT16_MIN, .hi = INT16_MAX},
+      [TS_I32] = {.lo = INT32_MIN, .hi = INT32_MAX},
+      [TS_I64] = {.lo = INT64_MIN, .hi = INT64_MAX},
+      [TS_U8] = {.lo = 0, .hi = UINT8_MAX},
+      [TS_U16] = {.lo = 0, .hi = UINT16_MAX},
+      [TS_U32] = {.lo = 0, .hi = UINT32_MAX},
+      [TS_U64] = {.lo = 0, .hi = UINT64_MAX},
       [TS_BOOL] = {.lo = 0, .hi = 1},
   };
   *lo = ranges[dt].lo;
@@ -544,18 +616,12 @@ static void shortest(char *buf, size_t cap, double v) {
 /* An element of a float dtype as a double (exact). */
 static double load_float(const char *p, ts_dtype dt) {
   switch (dt) {
-  case TS_F32:
-    return ld_f32(p);
-  case TS_F64:
-    return ld_f64(p);
-  case TS_F16:
-    return ld_f16(p);
-  case TS_F8_E4M3:
-    return ld_f8_e4m3(p);
-  case TS_F8_E5M2:
-    return ld_f8_e5m2(p);
-  default:
-    return ld_bf16(p);
+  case TS_F32: return ld_f32(p);
+  case TS_F64: return ld_f64(p);
+  case TS_F16: return ld_f16(p);
+  case TS_F8_E4M3: return ld_f8_e4m3(p);
+  case TS_F8_E5M2: return ld_f8_e5m2(p);
+  default: return ld_bf16(p);
   }
 }
 
@@ -593,7 +659,7 @@ static inline bool unfit(double v, int to, double lo_incl, double hi_excl, bool 
 /* The index of the first element that does not survive, or n: blocks are scanned without a
  * branch per element (the loop vectorizes for the plain dtypes), a failing block again. */
 #define SCAN_FN(S, SIZE, DT)                                                                       \
-  static size_t scan_##S(const char *s, size_t n, int to, double lo, double hi, bool no_inf) {   \
+  static size_t scan_##S(const char *s, size_t n, int to, double lo, double hi, bool no_inf) {     \
     for (size_t i0 = 0; i0 < n; i0 += 1024) {                                                      \
       size_t end = n - i0 < 1024 ? n : i0 + 1024;                                                  \
       bool bad = false;                                                                            \
@@ -611,12 +677,10 @@ static size_t first_unfit(const char *s, ts_dtype dt, size_t n, int to, double l
                           bool no_inf) {
   switch (dt) {
 #define SCAN_CASE(S, SIZE, DT)                                                                     \
-  case DT:                                                                                         \
-    return scan_##S(s, n, to, lo, hi, no_inf);
+  case DT: return scan_##S(s, n, to, lo, hi, no_inf);
     SRC_LIST(SCAN_CASE)
 #undef SCAN_CASE
-  default:
-    return n;
+  default: return n;
   }
 }
 
@@ -668,17 +732,18 @@ static int refuse(const char *s, ts_dtype dt_src, ts_dtype dt_dst, size_t i, int
   if (to == TO_FLOAT && dt_dst == TS_F8_E4M3)
     return ts_error_set(err, TS_BAD_DTYPE,
                         "converting %s to %s would change values: element %zu (%s) becomes NaN "
-                        "(f8_e4m3 has no infinities; the largest finite f8_e4m3 is 448)", sn, dn,
-                        i, value);
+                        "(f8_e4m3 has no infinities; the largest finite f8_e4m3 is 448)",
+                        sn, dn, i, value);
   if (to == TO_FLOAT)
     return ts_error_set(err, TS_BAD_DTYPE,
                         "converting %s to %s would change values: element %zu (%s) overflows to "
-                        "infinity (the largest finite %s is %.9g)", sn, dn, i, value, dn,
-                        float_max(dt_dst));
+                        "infinity (the largest finite %s is %.9g)",
+                        sn, dn, i, value, dn, float_max(dt_dst));
   if (to == TO_BOOL)
     return ts_error_set(err, TS_BAD_DTYPE,
                         "converting %s to bool would change values: element %zu (%s) is not 0 or "
-                        "1 (bool holds 0 and 1)", sn, i, value);
+                        "1 (bool holds 0 and 1)",
+                        sn, i, value);
   double fv = ts_dtype_is_float(dt_src) ? load_float(s + i * ts_dtype_size(dt_src), dt_src) : 0;
   const char *what = fv != fv || isinf(fv) ? "has no integer value; " : "is outside the range of ";
   int64_t lo;
@@ -686,20 +751,20 @@ static int refuse(const char *s, ts_dtype dt_src, ts_dtype dt_dst, size_t i, int
   int_range(dt_dst, &lo, &hi);
   return ts_error_set(err, TS_BAD_DTYPE,
                       "converting %s to %s would change values: element %zu (%s) %s%s holds "
-                      "%lld to %llu", sn, dn, i, value, what, dn, (long long)lo,
-                      (unsigned long long)hi);
+                      "%lld to %llu",
+                      sn, dn, i, value, what, dn, (long long)lo, (unsigned long long)hi);
 }
 
 /* Conversions from or to a complex dtype: from complex only to complex; to c64 the f64 values
  * (f64's, or c128's parts) must not overflow f32 (the other real dtypes all fit). */
-static int complex_check(const char *s, ts_dtype dt_src, ts_dtype dt_dst, size_t n,
-                         ts_error *err) {
+static int complex_check(const char *s, ts_dtype dt_src, ts_dtype dt_dst, size_t n, ts_error *err) {
   const char *sn = ts_dtype_name(dt_src), *dn = ts_dtype_name(dt_dst);
   if (!ts_dtype_is_complex(dt_dst))
     return ts_error_set(err, TS_BAD_DTYPE,
                         "converting %s to %s would discard the imaginary part: a complex dtype "
                         "converts to c64 and c128 only (take the real part, e.g. numpy's .real, "
-                        "and put that)", sn, dn);
+                        "and put that)",
+                        sn, dn);
   if (dt_dst == TS_C128 || (dt_src != TS_F64 && dt_src != TS_C128))
     return TS_OK;
   size_t parts = dt_src == TS_C128 ? 2 : 1;
@@ -711,8 +776,11 @@ static int complex_check(const char *s, ts_dtype dt_src, ts_dtype dt_dst, size_t
       shortest(value, sizeof value, v);
       return ts_error_set(err, TS_BAD_DTYPE,
                           "converting %s to c64 would change values: element %zu%s (%s) overflows "
-                          "to infinity (the largest finite f32, a c64 part, is %.9g)", sn,
-                          i / parts, parts == 1 ? "" : i % 2 ? "'s imaginary part" : "'s real part",
+                          "to infinity (the largest finite f32, a c64 part, is %.9g)",
+                          sn, i / parts,
+                          parts == 1 ? ""
+                          : i % 2    ? "'s imaginary part"
+                                     : "'s real part",
                           value, float_max(TS_F32));
     }
   }
@@ -727,10 +795,9 @@ int ts_convert_check(const void *src, ts_dtype dt_src, ts_dtype dt_dst, size_t n
     return complex_check(s, dt_src, dt_dst, n, err);
   bool from_float = ts_dtype_is_float(dt_src), to_float = ts_dtype_is_float(dt_dst);
   int to = to_float ? TO_FLOAT : dt_dst == TS_BOOL ? TO_BOOL : TO_INT;
-  if (dt_src == dt_dst || dt_dst == TS_F64 || (!from_float && !to_float && to != TO_BOOL &&
-                                               int_range_within(dt_src, dt_dst)) ||
-      (to_float && !from_float && (dt_dst == TS_F32 || dt_dst == TS_BF16)) ||
-      dt_src == TS_BOOL ||
+  if (dt_src == dt_dst || dt_dst == TS_F64 ||
+      (!from_float && !to_float && to != TO_BOOL && int_range_within(dt_src, dt_dst)) ||
+      (to_float && !from_float && (dt_dst == TS_F32 || dt_dst == TS_BF16)) || dt_src == TS_BOOL ||
       (to_float && (dt_src == TS_F8_E4M3 || dt_src == TS_F8_E5M2) && dt_dst != TS_F8_E4M3))
     return TS_OK; /* every value has an image (the largest u64 is far below 2^128, the largest
                      f8_e5m2 below the largest f16, and 0 and 1 are in every dtype) */

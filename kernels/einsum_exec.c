@@ -54,7 +54,8 @@ bool ts__ein_as_matrix(const ts__ein_view *v, int nb, const int8_t *bl, int nr, 
   ts__ein_view s;
   ts__ein_view_select(&s, v, nb + nr + nc, lab);
   m->base = v->base;
-  for (int j = 0; j < nb; j++) m->bstride[j] = s.stride[j];
+  for (int j = 0; j < nb; j++)
+    m->bstride[j] = s.stride[j];
   if (!ts__ein_fuse(&s, nb, nr, &m->rows, &m->rs) ||
       !ts__ein_fuse(&s, nb + nr, nc, &m->cols, &m->cs))
     return false;
@@ -91,7 +92,8 @@ bool ts__ein_unit_stride_in(const ts__ein_view *v, int n, const int8_t *group) {
   for (int d = 0; d < v->nd; d++)
     if (v->stride[d] == 1 && v->size[d] > 1)
       for (int j = 0; j < n; j++)
-        if (group[j] == v->lab[d]) return true;
+        if (group[j] == v->lab[d])
+          return true;
   return false;
 }
 
@@ -110,11 +112,13 @@ bool ts__ein_unit_stride_in(const ts__ein_view *v, int n, const int8_t *group) {
 
 static bool gather_pays(const ts_einsum_plan *p, const ts__ein_step *s, int side,
                         const ts__ein_mat *m) {
-  if (p->cdt != TS_F32 && p->cdt != TS_F64) return false;
+  if (p->cdt != TS_F32 && p->cdt != TS_F64)
+    return false;
   int64_t rows = side == 0 ? s->m : s->k, cols = side == 0 ? s->k : s->n;
   size_t bytes = (size_t)(s->batch * rows * cols) * ts_dtype_size(p->cdt);
   int64_t reuse = side == 0 ? s->n : s->m;
-  if (bytes < TS__EIN_GATHER_BYTES || reuse > TS__EIN_GATHER_REUSE) return false;
+  if (bytes < TS__EIN_GATHER_BYTES || reuse > TS__EIN_GATHER_REUSE)
+    return false;
   int64_t run, ld;
   if (m->cs == 1) {
     run = m->cols;
@@ -123,7 +127,8 @@ static bool gather_pays(const ts_einsum_plan *p, const ts__ein_step *s, int side
     run = m->rows;
     ld = m->cs;
   }
-  if (ld < 0) ld = -ld;
+  if (ld < 0)
+    ld = -ld;
   return ld >= 4 * run;
 }
 
@@ -148,7 +153,8 @@ static int prepare_side(const ts_einsum_plan *p, const ts__ein_step *s, int side
   bool rows_inner = ts__ein_unit_stride_in(src, s->ng[gr], s->g[gr]);
   int64_t rows = side == 0 ? s->m : s->k, cols = side == 0 ? s->k : s->n;
   size_t need = (size_t)(s->batch * rows * cols) * ts_dtype_size(p->cdt);
-  if (g->owned == NULL) g->owned = ts_buffer_alloc(need ? need : 1); /* else the same plan's buffer */
+  if (g->owned == NULL)
+    g->owned = ts_buffer_alloc(need ? need : 1); /* else the same plan's buffer */
   if (g->owned == NULL)
     return ts_error_set(err, TS_NO_MEMORY, "einsum: no memory for a transposed operand (%zu bytes)",
                         need);
@@ -167,7 +173,8 @@ static int prepare_side(const ts_einsum_plan *p, const ts__ein_step *s, int side
   memcpy(lab + nd, s->g[gred], (size_t)s->ng[gred]);
   ts__ein_view_select(&sv, src, nd + s->ng[gred], lab);
   int rc = ts__ein_reduce_copy(&dst, &sv, p->cdt, err);
-  if (rc) return rc;
+  if (rc)
+    return rc;
   ts__ein_count(TS__CNT_OPERAND);
   ts__ein_dense_mat(s, &g->mat, g->owned, rows, cols, rows_inner);
   return TS_OK;
@@ -178,24 +185,28 @@ static int move_result(const ts__ein_view *dst_full, const ts__ein_view *src, ts
   ts__ein_view d;
   ts__ein_view_select(&d, dst_full, src->nd, src->lab);
   int rc = ts__ein_copy(&d, src, err);
-  if (rc == TS_OK) ts__ein_count(TS__CNT_RESULT);
+  if (rc == TS_OK)
+    ts__ein_count(TS__CNT_RESULT);
   return rc;
 }
 
 int ts__ein_check_operands(const ts_einsum_plan *p, const ts_tensor *const *operands,
                            ts_error *err) {
-  if (operands == NULL) return ts_error_set(err, TS_INVALID_ARGUMENT, "einsum: operands is NULL");
+  if (operands == NULL)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "einsum: operands is NULL");
   for (int i = 0; i < p->pe.n; i++) {
     int rc = ts__ein_check_tensor(operands[i], p->dtype, p->pe.ndim[i], p->pe.shape[i], "operand",
                                   i, false, err);
-    if (rc) return rc;
+    if (rc)
+      return rc;
   }
   return TS_OK;
 }
 
 int ts__ein_forward(const ts_einsum_plan *p, const ts_tensor *out, const ts_tensor *const *operands,
                     ts_einsum_cache *c, bool keep, ts_error *err) {
-  if (c->plan != p || c->plan_id != p->id || c->n_steps != p->n_steps) ts__ein_cache_clear(c);
+  if (c->plan != p || c->plan_id != p->id || c->n_steps != p->n_steps)
+    ts__ein_cache_clear(c);
   c->plan = p;
   c->plan_id = p->id;
   c->bytes = 0;
@@ -205,22 +216,28 @@ int ts__ein_forward(const ts_einsum_plan *p, const ts_tensor *out, const ts_tens
   }
   c->n_steps = p->n_steps;
   ts__ein_view ov;
-  if (out) ts__ein_out_view(p, out, &ov);
-  if (p->empty) return out ? ts__ein_zero(&ov, err) : TS_OK;
+  if (out)
+    ts__ein_out_view(p, out, &ov);
+  if (p->empty)
+    return out ? ts__ein_zero(&ov, err) : TS_OK;
 
   if (p->n_steps == 0) {
     /* One operand: sum the labels the output lacks, move the rest to the output order. */
-    if (out == NULL) return TS_OK;
+    if (out == NULL)
+      return TS_OK;
     ts__ein_view src, sv;
     ts__ein_operand_view(p, 0, operands[0], &src);
     int8_t lab[TS__EIN_MAXL];
     int nd = 0;
-    for (int d = 0; d < p->pe.out_ndim; d++) lab[nd++] = p->pe.out_lab[d];
+    for (int d = 0; d < p->pe.out_ndim; d++)
+      lab[nd++] = p->pe.out_lab[d];
     for (int d = 0; d < src.nd; d++)
-      if (!(p->pe.out_set >> src.lab[d] & 1)) lab[nd++] = src.lab[d];
+      if (!(p->pe.out_set >> src.lab[d] & 1))
+        lab[nd++] = src.lab[d];
     ts__ein_view_select(&sv, &src, nd, lab);
     int rc = ts__ein_reduce_copy(&ov, &sv, p->cdt, err);
-    if (rc == TS_OK) ts__ein_count(TS__CNT_RESULT);
+    if (rc == TS_OK)
+      ts__ein_count(TS__CNT_RESULT);
     return rc;
   }
 
@@ -232,11 +249,14 @@ int ts__ein_forward(const ts_einsum_plan *p, const ts_tensor *out, const ts_tens
     ts__ein_node_view(p, s->x, operands, c, &xv);
     ts__ein_node_view(p, s->y, operands, c, &yv);
     int rc = prepare_side(p, s, 0, &xv, keep, c->retain, &sc->a, &c->bytes, err);
-    if (rc == TS_OK) rc = prepare_side(p, s, 1, &yv, keep, c->retain, &sc->b, &c->bytes, err);
-    if (rc) return rc;
+    if (rc == TS_OK)
+      rc = prepare_side(p, s, 1, &yv, keep, c->retain, &sc->b, &c->bytes, err);
+    if (rc)
+      return rc;
     const ts__ein_node *r = &p->node[s->result];
     bool last = si == p->n_steps - 1;
-    if (last && out == NULL) break;
+    if (last && out == NULL)
+      break;
     ts__ein_mat cm;
     if (last && out->layout.dtype == p->cdt &&
         ts__ein_as_matrix(&ov, s->ng[TS__G_ABO], s->g[TS__G_ABO], s->ng[TS__G_AO], s->g[TS__G_AO],
@@ -268,22 +288,26 @@ int ts__ein_forward(const ts_einsum_plan *p, const ts_tensor *out, const ts_tens
 
 int ts_einsum_execute(const ts_einsum_plan *p, const ts_tensor *out,
                       const ts_tensor *const *operands, ts_einsum_cache *cache, ts_error *err) {
-  if (p == NULL) return ts_error_set(err, TS_INVALID_ARGUMENT, "einsum: the plan is NULL");
+  if (p == NULL)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "einsum: the plan is NULL");
   int64_t oshape[TS_MAX_DIMS];
   ts_einsum_plan_output(p, NULL, oshape);
   int rc = ts__ein_check_operands(p, operands, err);
   if (rc == TS_OK)
     rc = ts__ein_check_tensor(out, p->dtype, p->pe.out_ndim, oshape, "output", 0, true, err);
-  if (rc) return rc;
+  if (rc)
+    return rc;
   if (cache) {
     rc = ts__ein_forward(p, out, operands, cache, true, err);
-    if (rc) ts__ein_cache_clear(cache);
+    if (rc)
+      ts__ein_cache_clear(cache);
     return rc;
   }
   ts_einsum_cache local;
   ts_einsum_cache *c = ts__ein_scratch_acquire(p, &local);
   rc = ts__ein_forward(p, out, operands, c, false, err);
-  if (rc) ts__ein_cache_clear(c);
+  if (rc)
+    ts__ein_cache_clear(c);
   ts__ein_scratch_release(p, c);
   return rc;
 }

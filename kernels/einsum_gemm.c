@@ -38,17 +38,20 @@ static void walk_init(batch_walk *w, int nb, const int64_t *size, const ts__ein_
   w->m[0] = c;
   w->m[1] = a;
   w->m[2] = b;
-  for (int j = 0; j < nb; j++) w->idx[j] = 0;
+  for (int j = 0; j < nb; j++)
+    w->idx[j] = 0;
   w->off[0] = w->off[1] = w->off[2] = 0;
 }
 
 static bool walk_next(batch_walk *w) {
   for (int j = w->nb - 1; j >= 0; j--) {
     if (++w->idx[j] < w->size[j]) {
-      for (int t = 0; t < 3; t++) w->off[t] += w->m[t]->bstride[j];
+      for (int t = 0; t < 3; t++)
+        w->off[t] += w->m[t]->bstride[j];
       return true;
     }
-    for (int t = 0; t < 3; t++) w->off[t] -= (w->size[j] - 1) * w->m[t]->bstride[j];
+    for (int t = 0; t < 3; t++)
+      w->off[t] -= (w->size[j] - 1) * w->m[t]->bstride[j];
     w->idx[j] = 0;
   }
   return false;
@@ -69,7 +72,8 @@ static bool walk_next(batch_walk *w) {
  *    split over threads instead (run_chunks_threaded).
  * A K chunk accumulates into C with beta = 1; the extra calls and re-reads of the small matrices
  * cost little for thin GEMMs. */
-#define TS__EIN_CHUNK_SPAN ((int64_t)512 << 10) /* interleaved spans longer than this are chunked */
+/* interleaved spans longer than this are chunked */
+#define TS__EIN_CHUNK_SPAN ((int64_t)512 << 10)
 #define TS__EIN_CHUNK_BYTES ((int64_t)256 << 10)
 #define TS__EIN_CHUNK_MIN 64
 #define TS__EIN_CHUNK_THIN 4096
@@ -81,7 +85,8 @@ static bool walk_next(batch_walk *w) {
  * st along a GEMM dim. */
 static bool interleaved(int nb, const int64_t *bsize, const ts__ein_mat *m, int64_t st) {
   for (int j = 0; j < nb; j++)
-    if (bsize[j] > 1 && m->bstride[j] != 0 && llabs(m->bstride[j]) < llabs(st)) return true;
+    if (bsize[j] > 1 && m->bstride[j] != 0 && llabs(m->bstride[j]) < llabs(st))
+      return true;
   return false;
 }
 
@@ -92,7 +97,8 @@ static bool interleaved(int nb, const int64_t *bsize, const ts__ein_mat *m, int6
 static int chunk_dim(int nb, const int64_t *bsize, int64_t count, const ts__ein_mat *c,
                      const ts__ein_mat *a, const ts__ein_mat *b, int64_t k, size_t es,
                      int64_t *chunk) {
-  if (count < 2) return -1;
+  if (count < 2)
+    return -1;
   int64_t len[3] = {c->rows, c->cols, k};
   /* The two matrices along each dim and their strides along it. */
   const ts__ein_mat *m1[3] = {c, c, a}, *m2[3] = {a, b, b};
@@ -101,10 +107,12 @@ static int chunk_dim(int nb, const int64_t *bsize, int64_t count, const ts__ein_
   int64_t best_span = TS__EIN_CHUNK_SPAN, big_chunk = 0;
   for (int d = 0; d < 3; d++) {
     int64_t other = len[(d + 1) % 3] * len[(d + 2) % 3];
-    if (other > TS__EIN_CHUNK_THIN) continue;
+    if (other > TS__EIN_CHUNK_THIN)
+      continue;
     if (!interleaved(nb, bsize, m1[d], s1[d]) && !interleaved(nb, bsize, m2[d], s2[d])) {
       int64_t ch = TS__EIN_THREAD_CALL_MAX / (other > 0 ? other : 1);
-      if (ch < TS__EIN_CHUNK_MIN) ch = TS__EIN_CHUNK_MIN;
+      if (ch < TS__EIN_CHUNK_MIN)
+        ch = TS__EIN_CHUNK_MIN;
       if (ch * 2 <= len[d] && len[d] * other > TS__EIN_THREAD_CALL_MAX) {
         big = d;
         big_chunk = ch;
@@ -113,10 +121,13 @@ static int chunk_dim(int nb, const int64_t *bsize, int64_t count, const ts__ein_
     }
     int64_t st = llabs(s1[d]) > llabs(s2[d]) ? llabs(s1[d]) : llabs(s2[d]);
     int64_t span = len[d] * st * (int64_t)es;
-    if (span <= best_span) continue;
+    if (span <= best_span)
+      continue;
     int64_t ch = TS__EIN_CHUNK_BYTES / (st * (int64_t)es);
-    if (ch < TS__EIN_CHUNK_MIN) ch = TS__EIN_CHUNK_MIN;
-    if (ch * 2 > len[d]) continue;
+    if (ch < TS__EIN_CHUNK_MIN)
+      ch = TS__EIN_CHUNK_MIN;
+    if (ch * 2 > len[d])
+      continue;
     best = d;
     best_span = span;
     *chunk = ch;
@@ -147,7 +158,8 @@ static void walk_seek(batch_walk *w, int64_t e) {
   for (int j = w->nb - 1; j >= 0; j--) {
     w->idx[j] = e % w->size[j];
     e /= w->size[j];
-    for (int t = 0; t < 3; t++) w->off[t] += w->idx[j] * w->m[t]->bstride[j];
+    for (int t = 0; t < 3; t++)
+      w->off[t] += w->idx[j] * w->m[t]->bstride[j];
   }
 }
 
@@ -202,7 +214,8 @@ static void *chunk_worker(void *arg) {
   chunk_pool *pool = arg;
   for (;;) {
     int64_t g = atomic_fetch_add(&pool->next, 1);
-    if (g >= pool->groups) return NULL;
+    if (g >= pool->groups)
+      return NULL;
     int64_t lo = g * pool->group, hi = lo + pool->group;
     run_chunks(pool->r, lo, hi < pool->count ? hi : pool->count);
   }
@@ -210,27 +223,34 @@ static void *chunk_worker(void *arg) {
 
 static void run_chunks_threaded(const chunk_run *r, int64_t count) {
   int64_t l[3] = {r->len[0], r->len[1], r->len[2]};
-  if (l[r->dim] > r->chunk) l[r->dim] = r->chunk;
+  if (l[r->dim] > r->chunk)
+    l[r->dim] = r->chunk;
   int64_t per_call = l[0] * l[1] * l[2], work = count * r->len[0] * r->len[1] * r->len[2];
   int64_t t = ts_kernels_threads();
-  if (t > TS__EIN_MAX_THREADS) t = TS__EIN_MAX_THREADS;
-  if (t > count) t = count;
-  if (t > work / TS__EIN_THREAD_MIN_WORK) t = work / TS__EIN_THREAD_MIN_WORK;
+  if (t > TS__EIN_MAX_THREADS)
+    t = TS__EIN_MAX_THREADS;
+  if (t > count)
+    t = count;
+  if (t > work / TS__EIN_THREAD_MIN_WORK)
+    t = work / TS__EIN_THREAD_MIN_WORK;
   if (t < 2 || per_call > TS__EIN_THREAD_CALL_MAX) {
     run_chunks(r, 0, count);
     return;
   }
   chunk_pool pool = {.r = r, .count = count};
   pool.group = count / (t * TS__EIN_GROUPS_PER_THREAD);
-  if (pool.group < 1) pool.group = 1;
+  if (pool.group < 1)
+    pool.group = 1;
   pool.groups = (count + pool.group - 1) / pool.group;
   atomic_init(&pool.next, 0);
   pthread_t tid[TS__EIN_MAX_THREADS];
   int started = 0;
   for (int64_t i = 1; i < t; i++)
-    if (pthread_create(&tid[started], NULL, chunk_worker, &pool) == 0) started++;
+    if (pthread_create(&tid[started], NULL, chunk_worker, &pool) == 0)
+      started++;
   chunk_worker(&pool); /* this thread takes groups too (all of them if no thread started) */
-  for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+  for (int i = 0; i < started; i++)
+    pthread_join(tid[i], NULL);
 }
 
 #define TS__INT_GEMM(NAME, UT)                                                                     \
@@ -242,11 +262,13 @@ static void run_chunks_threaded(const chunk_run *r, int64_t count) {
       const UT *bb = (const UT *)b->base + w->off[2];                                              \
       for (int64_t i = 0; i < c->rows; i++) {                                                      \
         UT *crow = cb + i * c->rs;                                                                 \
-        for (int64_t j = 0; j < c->cols; j++) crow[j * c->cs] = 0;                                 \
+        for (int64_t j = 0; j < c->cols; j++)                                                      \
+          crow[j * c->cs] = 0;                                                                     \
         for (int64_t kk = 0; kk < k; kk++) {                                                       \
           UT aik = ab[i * a->rs + kk * a->cs];                                                     \
           const UT *brow = bb + kk * b->rs;                                                        \
-          for (int64_t j = 0; j < c->cols; j++) crow[j * c->cs] += aik * brow[j * b->cs];          \
+          for (int64_t j = 0; j < c->cols; j++)                                                    \
+            crow[j * c->cs] += aik * brow[j * b->cs];                                              \
         }                                                                                          \
       }                                                                                            \
     } while (walk_next(w));                                                                        \
@@ -300,7 +322,8 @@ int ts__ein_gemm(ts_dtype cdt, int nb, const int64_t *bsize, const ts__ein_mat *
                  .ldc = ldc,
                  .len = {c.rows, c.cols, k}};
   int64_t count = 1;
-  for (int j = 0; j < nb; j++) count *= bsize[j];
+  for (int j = 0; j < nb; j++)
+    count *= bsize[j];
   r.dim = chunk_dim(nb, bsize, count, &c, &a, &b, k, ts_dtype_size(cdt), &r.chunk);
   if (r.dim < 0) { /* one pass: a single "chunk" of M */
     r.dim = 0;

@@ -19,7 +19,8 @@
 #include "einsum_internal.h"
 
 static bool needs_grad(const ts_einsum_plan *p, int node, const ts_tensor *const *grads) {
-  if (node < p->pe.n) return grads[node] != NULL;
+  if (node < p->pe.n)
+    return grads[node] != NULL;
   const ts__ein_step *s = &p->step[node - p->pe.n];
   return needs_grad(p, s->x, grads) || needs_grad(p, s->y, grads);
 }
@@ -43,8 +44,10 @@ static void select_broadcast(const ts_einsum_plan *p, ts__ein_view *dst, const t
   for (int j = 0; j < nd; j++) {
     bool present = false;
     for (int d = 0; d < v->nd; d++)
-      if (v->lab[d] == lab[j]) present = true;
-    if (!present) dst->size[j] = p->pe.size[lab[j]];
+      if (v->lab[d] == lab[j])
+        present = true;
+    if (!present)
+      dst->size[j] = p->pe.size[lab[j]];
   }
 }
 
@@ -78,7 +81,8 @@ static int grad_to_operand(const ts_einsum_plan *p, int i, const ts__ein_view *g
           st *= s;
         }
       base = st > s * diag_stride ? st : s * diag_stride;
-      if (base == 0) base = 1;
+      if (base == 0)
+        base = 1;
     }
     size_t need = (size_t)base * ts_dtype_size(p->cdt);
     buf = ts_buffer_alloc(need);
@@ -114,17 +118,21 @@ static int grad_to_operand(const ts_einsum_plan *p, int i, const ts__ein_view *g
   memcpy(dlab + ndst, blab, (size_t)nb);
   select_broadcast(p, &src, g, ndst + nb, dlab);
   int rc = ts__ein_reduce_copy(&dst, &src, p->cdt, err);
-  if (rc == TS_OK && diag) rc = ts__ein_copy(&whole, &dense, err);
-  if (rc == TS_OK) ts__ein_count(TS__CNT_RESULT);
+  if (rc == TS_OK && diag)
+    rc = ts__ein_copy(&whole, &dense, err);
+  if (rc == TS_OK)
+    ts__ein_count(TS__CNT_RESULT);
   ts_buffer_free(buf);
   return rc;
 }
 
 /* True when operand i's gradient tensor can take the GEMM's output as it is. */
 static bool operand_grad_direct(const ts_einsum_plan *p, int i, const ts_tensor *gt) {
-  if (gt->layout.dtype != p->cdt || p->pe.ndim[i] != p->node[i].nd) return false;
+  if (gt->layout.dtype != p->cdt || p->pe.ndim[i] != p->node[i].nd)
+    return false;
   for (int d = 0; d < p->pe.ndim[i]; d++)
-    if (gt->layout.shape[d] != p->pe.size[p->pe.lab[i][d]]) return false;
+    if (gt->layout.shape[d] != p->pe.size[p->pe.lab[i][d]])
+      return false;
   return true;
 }
 
@@ -198,7 +206,8 @@ static int grad_side(const ts_einsum_plan *p, const ts__ein_step *s, int side,
       ts__ein_view sv;
       select_broadcast(p, &sv, &tv, dest.nd, dest.lab);
       rc = ts__ein_copy(&dest, &sv, err);
-      if (rc == TS_OK) ts__ein_count(TS__CNT_RESULT);
+      if (rc == TS_OK)
+        ts__ein_count(TS__CNT_RESULT);
     } else {
       rc = grad_to_operand(p, node, &tv, grads[node], err);
     }
@@ -249,13 +258,15 @@ static int backward_steps(const ts_einsum_plan *p, const ts_tensor *grad_out,
       ts__ein_dense_mat(s, &dc, gnode[s->result], s->m, s->n, false);
     }
     int rc = TS_OK;
-    if (needs_grad(p, s->x, grads)) rc = grad_side(p, s, 0, &dc, &c->step[si], grads, gnode, err);
+    if (needs_grad(p, s->x, grads))
+      rc = grad_side(p, s, 0, &dc, &c->step[si], grads, gnode, err);
     if (rc == TS_OK && needs_grad(p, s->y, grads))
       rc = grad_side(p, s, 1, &dc, &c->step[si], grads, gnode, err);
     ts_buffer_free(dc_owned);
     ts_buffer_free(gnode[s->result]);
     gnode[s->result] = NULL;
-    if (rc) return rc;
+    if (rc)
+      return rc;
   }
   return TS_OK;
 }
@@ -266,14 +277,16 @@ static bool same_view(const ts_layout *a, const ts_layout *b) {
       a->n_inner != b->n_inner)
     return false;
   for (int d = 0; d < a->ndim; d++)
-    if (a->shape[d] != b->shape[d] || a->strides[d] != b->strides[d]) return false;
+    if (a->shape[d] != b->shape[d] || a->strides[d] != b->strides[d])
+      return false;
   return true;
 }
 
 int ts_einsum_backward(const ts_einsum_plan *p, const ts_tensor *grad_out,
                        const ts_tensor *const *operands, const ts_tensor *const *grad_operands,
                        ts_einsum_cache *cache, ts_error *err) {
-  if (p == NULL) return ts_error_set(err, TS_INVALID_ARGUMENT, "einsum: the plan is NULL");
+  if (p == NULL)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "einsum: the plan is NULL");
   if (grad_operands == NULL)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "einsum: grad_operands is NULL");
   int64_t oshape[TS_MAX_DIMS];
@@ -286,7 +299,8 @@ int ts_einsum_backward(const ts_einsum_plan *p, const ts_tensor *grad_out,
     if (grad_operands[i])
       rc = ts__ein_check_tensor(grad_operands[i], p->dtype, p->pe.ndim[i], p->pe.shape[i],
                                 "gradient", i, true, err);
-  if (rc) return rc;
+  if (rc)
+    return rc;
   if (cache) {
     bool same = cache->plan == p && cache->plan_id == p->id && cache->n_steps == p->n_steps;
     for (int i = 0; i < p->pe.n && same; i++)
@@ -300,11 +314,13 @@ int ts_einsum_backward(const ts_einsum_plan *p, const ts_tensor *grad_out,
   }
   if (p->empty) {
     for (int i = 0; i < p->pe.n && rc == TS_OK; i++)
-      if (grad_operands[i]) rc = zero_tensor(grad_operands[i], err);
+      if (grad_operands[i])
+        rc = zero_tensor(grad_operands[i], err);
     return rc;
   }
   if (p->n_steps == 0) {
-    if (grad_operands[0] == NULL) return TS_OK;
+    if (grad_operands[0] == NULL)
+      return TS_OK;
     ts__ein_view gv;
     ts__ein_out_view(p, grad_out, &gv);
     return grad_to_operand(p, 0, &gv, grad_operands[0], err);
@@ -317,10 +333,13 @@ int ts_einsum_backward(const ts_einsum_plan *p, const ts_tensor *grad_out,
     c = scratch;
   }
   char *gnode[2 * TS_EINSUM_MAX_OPERANDS] = {0};
-  if (rc == TS_OK) rc = backward_steps(p, grad_out, grad_operands, c, gnode, err);
-  for (int i = 0; i < 2 * TS_EINSUM_MAX_OPERANDS; i++) ts_buffer_free(gnode[i]);
+  if (rc == TS_OK)
+    rc = backward_steps(p, grad_out, grad_operands, c, gnode, err);
+  for (int i = 0; i < 2 * TS_EINSUM_MAX_OPERANDS; i++)
+    ts_buffer_free(gnode[i]);
   if (scratch) {
-    if (rc) ts__ein_cache_clear(scratch);
+    if (rc)
+      ts__ein_cache_clear(scratch);
     ts__ein_scratch_release(p, scratch);
   }
   return rc;

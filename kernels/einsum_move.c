@@ -17,7 +17,8 @@ static atomic_uint_least64_t counters[5];
 void ts__ein_count(int which) { atomic_fetch_add(&counters[which], 1); }
 
 void ts_einsum_stats_get(ts_einsum_stats *out) {
-  if (out == NULL) return;
+  if (out == NULL)
+    return;
   out->operand_transposes = atomic_load(&counters[TS__CNT_OPERAND]);
   out->grad_out_transposes = atomic_load(&counters[TS__CNT_GRAD_OUT]);
   out->result_moves = atomic_load(&counters[TS__CNT_RESULT]);
@@ -68,10 +69,13 @@ static int copy_dims(char *dbase, ts_dtype ddt, const char *sbase, ts_dtype sdt,
     make_tensor(&td, dbase + doff * (int64_t)des, ddt, inner, size + outer, ds + outer);
     make_tensor(&tsrc, (char *)sbase + soff * (int64_t)ses, sdt, inner, size + outer, ss + outer);
     int rc = ts_copy(&td, &tsrc, NULL, err);
-    if (rc) return rc;
+    if (rc)
+      return rc;
     int d = outer - 1;
-    while (d >= 0 && ++idx[d] == size[d]) idx[d--] = 0;
-    if (d < 0) break;
+    while (d >= 0 && ++idx[d] == size[d])
+      idx[d--] = 0;
+    if (d < 0)
+      break;
   }
   return TS_OK;
 }
@@ -80,8 +84,10 @@ int ts__ein_copy(const ts__ein_view *dst, const ts__ein_view *src, ts_error *err
   int64_t size[TS__EIN_MAXL], ds[TS__EIN_MAXL], ss[TS__EIN_MAXL];
   int nd = 0;
   for (int d = 0; d < dst->nd; d++) {
-    if (dst->size[d] == 0) return TS_OK;
-    if (dst->size[d] == 1) continue;
+    if (dst->size[d] == 0)
+      return TS_OK;
+    if (dst->size[d] == 1)
+      continue;
     /* Fuse with the previous (outer) kept dim when both sides are contiguous across them. */
     if (nd > 0 && ds[nd - 1] == dst->stride[d] * dst->size[d] &&
         ss[nd - 1] == src->stride[d] * dst->size[d]) {
@@ -107,14 +113,16 @@ int ts__ein_zero(const ts__ein_view *v, ts_error *err) {
   static const uint64_t zeros[2];
   ts__ein_view z = *v;
   z.base = (char *)zeros;
-  for (int d = 0; d < z.nd; d++) z.stride[d] = 0;
+  for (int d = 0; d < z.nd; d++)
+    z.stride[d] = 0;
   return ts__ein_copy(v, &z, err);
 }
 
 static bool dense(const ts__ein_view *v) {
   int64_t expect = 1;
   for (int d = v->nd - 1; d >= 0; d--) {
-    if (v->size[d] != 1 && v->stride[d] != expect) return false;
+    if (v->size[d] != 1 && v->stride[d] != expect)
+      return false;
     expect *= v->size[d];
   }
   return true;
@@ -128,7 +136,8 @@ static void sum_slices(ts_dtype cdt, void *acc, const void *tmp, int64_t nr, int
     const float *t = tmp;
     memcpy(a, t, (size_t)nd * sizeof *a);
     for (int64_t r = 1; r < nr; r++)
-      for (int64_t i = 0; i < nd; i++) a[i] += t[r * nd + i];
+      for (int64_t i = 0; i < nd; i++)
+        a[i] += t[r * nd + i];
     break;
   }
   case TS_F64: {
@@ -136,7 +145,8 @@ static void sum_slices(ts_dtype cdt, void *acc, const void *tmp, int64_t nr, int
     const double *t = tmp;
     memcpy(a, t, (size_t)nd * sizeof *a);
     for (int64_t r = 1; r < nr; r++)
-      for (int64_t i = 0; i < nd; i++) a[i] += t[r * nd + i];
+      for (int64_t i = 0; i < nd; i++)
+        a[i] += t[r * nd + i];
     break;
   }
   case TS_I32: {
@@ -144,7 +154,8 @@ static void sum_slices(ts_dtype cdt, void *acc, const void *tmp, int64_t nr, int
     const uint32_t *t = tmp;
     memcpy(a, t, (size_t)nd * sizeof *a);
     for (int64_t r = 1; r < nr; r++)
-      for (int64_t i = 0; i < nd; i++) a[i] += t[r * nd + i];
+      for (int64_t i = 0; i < nd; i++)
+        a[i] += t[r * nd + i];
     break;
   }
   default: {
@@ -152,7 +163,8 @@ static void sum_slices(ts_dtype cdt, void *acc, const void *tmp, int64_t nr, int
     const uint64_t *t = tmp;
     memcpy(a, t, (size_t)nd * sizeof *a);
     for (int64_t r = 1; r < nr; r++)
-      for (int64_t i = 0; i < nd; i++) a[i] += t[r * nd + i];
+      for (int64_t i = 0; i < nd; i++)
+        a[i] += t[r * nd + i];
     break;
   }
   }
@@ -161,12 +173,17 @@ static void sum_slices(ts_dtype cdt, void *acc, const void *tmp, int64_t nr, int
 int ts__ein_reduce_copy(const ts__ein_view *dst, const ts__ein_view *src, ts_dtype cdt,
                         ts_error *err) {
   int r = src->nd - dst->nd;
-  if (r == 0) return ts__ein_copy(dst, src, err);
+  if (r == 0)
+    return ts__ein_copy(dst, src, err);
   int64_t nd_elems = 1, nr = 1;
-  for (int d = 0; d < dst->nd; d++) nd_elems *= dst->size[d];
-  for (int d = dst->nd; d < src->nd; d++) nr *= src->size[d];
-  if (nd_elems == 0) return TS_OK;
-  if (nr == 0) return ts__ein_zero(dst, err);
+  for (int d = 0; d < dst->nd; d++)
+    nd_elems *= dst->size[d];
+  for (int d = dst->nd; d < src->nd; d++)
+    nr *= src->size[d];
+  if (nd_elems == 0)
+    return TS_OK;
+  if (nr == 0)
+    return ts__ein_zero(dst, err);
   size_t es = ts_dtype_size(cdt);
   /* Bring src to a dense [reduced..., kept...] buffer in cdt, then add up its slices. */
   char *tmp = ts_buffer_alloc((size_t)(nr * nd_elems) * es);
@@ -229,8 +246,10 @@ bool ts__ein_fuse(const ts__ein_view *v, int first, int count, int64_t *size, in
   int64_t sz = 1, st = 0;
   bool any = false;
   for (int d = first; d < first + count; d++) {
-    if (v->size[d] == 1) continue;
-    if (any && st != v->stride[d] * v->size[d]) return false;
+    if (v->size[d] == 1)
+      continue;
+    if (any && st != v->stride[d] * v->size[d])
+      return false;
     sz *= v->size[d];
     st = v->stride[d];
     any = true;
@@ -242,7 +261,8 @@ bool ts__ein_fuse(const ts__ein_view *v, int first, int count, int64_t *size, in
 
 bool ts__ein_mat_blas(const ts__ein_mat *m, bool *trans, int64_t *ld) {
   const int64_t max_int = 2147483647;
-  if (m->rows > max_int || m->cols > max_int) return false;
+  if (m->rows > max_int || m->cols > max_int)
+    return false;
   if (m->cols == 1 && m->rows == 1) {
     *trans = false;
     *ld = 1;

@@ -7,14 +7,18 @@
 #include "einsum_internal.h"
 
 char ts__ein_label_char(int label) {
-  if (label < 26) return (char)('a' + label);
-  if (label < TS__EIN_ELL) return (char)('A' + label - 26);
+  if (label < 26)
+    return (char)('a' + label);
+  if (label < TS__EIN_ELL)
+    return (char)('A' + label - 26);
   return (char)('0' + label - TS__EIN_ELL);
 }
 
 static int letter_label(char c) {
-  if (c >= 'a' && c <= 'z') return c - 'a';
-  if (c >= 'A' && c <= 'Z') return 26 + (c - 'A');
+  if (c >= 'a' && c <= 'z')
+    return c - 'a';
+  if (c >= 'A' && c <= 'Z')
+    return 26 + (c - 'A');
   return -1;
 }
 
@@ -80,32 +84,32 @@ typedef struct seen {
 static int parse_operand(ts__ein_parsed *pe, const char *eq, int i, const term *t, int nd,
                          const int64_t *shape, seen *sn, ts_error *err) {
   if (nd < 0 || nd > TS_MAX_DIMS)
-    return ts_error_set(err, TS_BAD_SHAPE,
-                        "einsum '%s': operand %d has %d dims; valid is 0 to %d", eq, i, nd,
-                        TS_MAX_DIMS);
+    return ts_error_set(err, TS_BAD_SHAPE, "einsum '%s': operand %d has %d dims; valid is 0 to %d",
+                        eq, i, nd, TS_MAX_DIMS);
   if (nd > 0 && shape == NULL)
-    return ts_error_set(err, TS_INVALID_ARGUMENT,
-                        "einsum '%s': the shape of operand %d is NULL", eq, i);
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "einsum '%s': the shape of operand %d is NULL",
+                        eq, i);
   int ell = nd - t->n_letters;
   if (t->ellipsis_at < 0 && ell != 0)
-    return ts_error_set(
-        err, TS_EINSUM,
-        "einsum '%s': operand %d has %d dims but its term (at position %d) names "
-        "%d labels and has no \"...\"",
-        eq, i, nd, t->start, t->n_letters);
+    return ts_error_set(err, TS_EINSUM,
+                        "einsum '%s': operand %d has %d dims but its term (at position %d) names "
+                        "%d labels and has no \"...\"",
+                        eq, i, nd, t->start, t->n_letters);
   if (ell < 0)
-    return ts_error_set(
-        err, TS_EINSUM,
-        "einsum '%s': operand %d has %d dims but its term (at position %d) names "
-        "%d labels",
-        eq, i, nd, t->start, t->n_letters);
-  if (ell > sn->max_ell) sn->max_ell = ell;
+    return ts_error_set(err, TS_EINSUM,
+                        "einsum '%s': operand %d has %d dims but its term (at position %d) names "
+                        "%d labels",
+                        eq, i, nd, t->start, t->n_letters);
+  if (ell > sn->max_ell)
+    sn->max_ell = ell;
   pe->ndim[i] = nd;
   int d = 0;
   for (int j = 0; j <= t->n_letters; j++) {
     if (j == t->ellipsis_at)
-      for (int e = 0; e < ell; e++) pe->lab[i][d++] = (int8_t)(TS__EIN_ELL + ell - 1 - e);
-    if (j < t->n_letters) pe->lab[i][d++] = t->letter[j];
+      for (int e = 0; e < ell; e++)
+        pe->lab[i][d++] = (int8_t)(TS__EIN_ELL + ell - 1 - e);
+    if (j < t->n_letters)
+      pe->lab[i][d++] = t->letter[j];
   }
   for (d = 0; d < nd; d++) {
     int l = pe->lab[i][d];
@@ -113,8 +117,8 @@ static int parse_operand(ts__ein_parsed *pe, const char *eq, int i, const term *
     sn->count[l]++;
     pe->shape[i][d] = s;
     if (s < 0)
-      return ts_error_set(err, TS_BAD_SHAPE, "einsum '%s': operand %d dim %d has size %lld", eq,
-                          i, d, (long long)s);
+      return ts_error_set(err, TS_BAD_SHAPE, "einsum '%s': operand %d dim %d has size %lld", eq, i,
+                          d, (long long)s);
     /* A label repeated inside one operand (a diagonal) needs equal sizes. */
     for (int d2 = 0; d2 < d; d2++)
       if (pe->lab[i][d2] == l && pe->shape[i][d2] != s)
@@ -129,18 +133,17 @@ static int parse_operand(ts__ein_parsed *pe, const char *eq, int i, const term *
       sn->src_dim[l] = d;
     } else if (s != 1 && s != pe->size[l]) {
       if (l >= TS__EIN_ELL)
-        return ts_error_set(
-            err, TS_BAD_SHAPE,
-            "einsum '%s': \"...\" dims do not broadcast: operand %d dim %d has "
-            "size %lld but operand %d dim %d has size %lld (sizes must match or "
-            "be 1)",
-            eq, i, d, (long long)s, sn->src_op[l], sn->src_dim[l], (long long)pe->size[l]);
-      return ts_error_set(
-          err, TS_BAD_SHAPE,
-          "einsum '%s': label '%c': operand %d dim %d has size %lld but operand "
-          "%d dim %d has size %lld (sizes must match or be 1)",
-          eq, ts__ein_label_char(l), i, d, (long long)s, sn->src_op[l], sn->src_dim[l],
-          (long long)pe->size[l]);
+        return ts_error_set(err, TS_BAD_SHAPE,
+                            "einsum '%s': \"...\" dims do not broadcast: operand %d dim %d has "
+                            "size %lld but operand %d dim %d has size %lld (sizes must match or "
+                            "be 1)",
+                            eq, i, d, (long long)s, sn->src_op[l], sn->src_dim[l],
+                            (long long)pe->size[l]);
+      return ts_error_set(err, TS_BAD_SHAPE,
+                          "einsum '%s': label '%c': operand %d dim %d has size %lld but operand "
+                          "%d dim %d has size %lld (sizes must match or be 1)",
+                          eq, ts__ein_label_char(l), i, d, (long long)s, sn->src_op[l],
+                          sn->src_dim[l], (long long)pe->size[l]);
     }
   }
   return TS_OK;
@@ -152,7 +155,8 @@ static int parse_explicit_output(ts__ein_parsed *pe, const char *eq, size_t pos,
                                  ts_error *err) {
   term t;
   int rc = scan_term(eq, &pos, &t, "output term", err);
-  if (rc) return rc;
+  if (rc)
+    return rc;
   if (eq[pos] != '\0')
     return ts_error_set(err, TS_EINSUM,
                         "einsum '%s': unexpected '%c' at position %zu in the output term (one "
@@ -213,14 +217,16 @@ static int implicit_output(ts__ein_parsed *pe, const char *eq, const seen *sn, t
 int ts__ein_parse(ts__ein_parsed *pe, const char *eq, int n, const int *ndims,
                   const int64_t *const *shapes, ts_error *err) {
   memset(pe, 0, sizeof *pe);
-  if (eq == NULL) return ts_error_set(err, TS_INVALID_ARGUMENT, "einsum: the equation is NULL");
+  if (eq == NULL)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "einsum: the equation is NULL");
   if (n < 1 || n > TS_EINSUM_MAX_OPERANDS)
     return ts_error_set(err, TS_EINSUM, "einsum '%s': %d operands given; valid is 1 to %d", eq, n,
                         TS_EINSUM_MAX_OPERANDS);
   if (ndims == NULL || shapes == NULL)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "einsum '%s': ndims or shapes is NULL", eq);
   pe->n = n;
-  for (int l = 0; l < TS__EIN_MAXL; l++) pe->size[l] = -1;
+  for (int l = 0; l < TS__EIN_MAXL; l++)
+    pe->size[l] = -1;
 
   /* Inputs. */
   size_t pos = 0;
@@ -229,10 +235,12 @@ int ts__ein_parse(ts__ein_parsed *pe, const char *eq, int n, const int *ndims,
   for (;;) {
     term t;
     int rc = scan_term(eq, &pos, &t, "input terms", err);
-    if (rc) return rc;
+    if (rc)
+      return rc;
     if (terms < n) {
       rc = parse_operand(pe, eq, terms, &t, ndims[terms], shapes[terms], &sn, err);
-      if (rc) return rc;
+      if (rc)
+        return rc;
     }
     terms++;
     if (eq[pos] == ',') {
@@ -260,8 +268,10 @@ int ts__ein_parse(ts__ein_parsed *pe, const char *eq, int n, const int *ndims,
                           eq[pos], pos);
     rc = implicit_output(pe, eq, &sn, err);
   }
-  if (rc) return rc;
+  if (rc)
+    return rc;
   pe->out_set = 0;
-  for (int d = 0; d < pe->out_ndim; d++) pe->out_set |= (ts__ein_set)1 << pe->out_lab[d];
+  for (int d = 0; d < pe->out_ndim; d++)
+    pe->out_set |= (ts__ein_set)1 << pe->out_lab[d];
   return TS_OK;
 }

@@ -13,7 +13,8 @@
 static double set_numel(const ts_einsum_plan *p, ts__ein_set s) {
   double v = 1.0;
   for (int l = 0; l < TS__EIN_MAXL; l++)
-    if (s >> l & 1) v *= (double)p->pe.size[l];
+    if (s >> l & 1)
+      v *= (double)p->pe.size[l];
   return v;
 }
 
@@ -21,14 +22,16 @@ static double set_numel(const ts_einsum_plan *p, ts__ein_set s) {
 static ts__ein_set needed(const ts_einsum_plan *p, const int *live, int n_live, int x, int y) {
   ts__ein_set s = p->pe.out_set;
   for (int i = 0; i < n_live; i++)
-    if (live[i] != x && live[i] != y) s |= p->node[live[i]].set;
+    if (live[i] != x && live[i] != y)
+      s |= p->node[live[i]].set;
   return s;
 }
 
 int ts__ein_path(ts_einsum_plan *p, ts_error *err) {
   int live[TS_EINSUM_MAX_OPERANDS];
   int n_live = p->pe.n;
-  for (int i = 0; i < n_live; i++) live[i] = i;
+  for (int i = 0; i < n_live; i++)
+    live[i] = i;
   p->n_steps = 0;
   p->flops = 0.0;
   while (n_live > 1) {
@@ -40,7 +43,8 @@ int ts__ein_path(ts_einsum_plan *p, ts_error *err) {
         for (int i = 0; i < n_live; i++)
           for (int j = i + 1; j < n_live; j++) {
             const ts__ein_node *x = &p->node[live[i]], *y = &p->node[live[j]];
-            if (pass == 0 && (x->set & y->set) == 0) continue;
+            if (pass == 0 && (x->set & y->set) == 0)
+              continue;
             ts__ein_set keep = (x->set | y->set) & needed(p, live, n_live, live[i], live[j]);
             double cost = set_numel(p, keep) - x->numel - y->numel;
             double flops = set_numel(p, x->set | y->set);
@@ -79,7 +83,8 @@ int ts__ein_path(ts_einsum_plan *p, ts_error *err) {
 static int take_in_order(int8_t *g, ts__ein_set set, const int8_t *lab, int nd) {
   int n = 0;
   for (int d = 0; d < nd; d++)
-    if (set >> lab[d] & 1) g[n++] = lab[d];
+    if (set >> lab[d] & 1)
+      g[n++] = lab[d];
   return n;
 }
 
@@ -108,15 +113,18 @@ void ts__ein_classify(ts_einsum_plan *p) {
     int64_t prod[TS__G_COUNT];
     for (int g = 0; g < TS__G_COUNT; g++) {
       prod[g] = 1;
-      for (int j = 0; j < s->ng[g]; j++) prod[g] *= p->pe.size[s->g[g][j]];
+      for (int j = 0; j < s->ng[g]; j++)
+        prod[g] *= p->pe.size[s->g[g][j]];
     }
-    for (int j = 0; j < s->ng[TS__G_ABO]; j++) s->bsize[j] = p->pe.size[s->g[TS__G_ABO][j]];
+    for (int j = 0; j < s->ng[TS__G_ABO]; j++)
+      s->bsize[j] = p->pe.size[s->g[TS__G_ABO][j]];
     s->batch = prod[TS__G_ABO];
     s->m = prod[TS__G_AO];
     s->n = prod[TS__G_BO];
     s->k = prod[TS__G_AB];
     r->nd = 0;
     for (int g = TS__G_ABO; g <= TS__G_BO; g++)
-      for (int j = 0; j < s->ng[g]; j++) r->lab[r->nd++] = s->g[g][j];
+      for (int j = 0; j < s->ng[g]; j++)
+        r->lab[r->nd++] = s->g[g][j];
   }
 }

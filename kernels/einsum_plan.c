@@ -28,17 +28,20 @@ static bool compute_dtype(ts_dtype dt, ts_dtype *cdt) {
 int ts_einsum_plan_create(ts_einsum_plan **out, const char *equation, int n_operands,
                           const int *ndims, const int64_t *const *shapes, ts_dtype dtype,
                           const ts_einsum_opts *opts, ts_error *err) {
-  if (out == NULL) return ts_error_set(err, TS_INVALID_ARGUMENT, "einsum: out is NULL");
+  if (out == NULL)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "einsum: out is NULL");
   *out = NULL;
   ts_einsum_plan *p = calloc(1, sizeof *p);
-  if (p == NULL) return ts_error_set(err, TS_NO_MEMORY, "einsum: no memory for a plan");
+  if (p == NULL)
+    return ts_error_set(err, TS_NO_MEMORY, "einsum: no memory for a plan");
   p->id = atomic_fetch_add(&next_plan_id, 1);
   if (pthread_mutex_init(&p->ws_lock, NULL) != 0) {
     free(p);
     return ts_error_set(err, TS_NO_MEMORY, "einsum: cannot make a plan's lock");
   }
   int rc = ts__ein_parse(&p->pe, equation, n_operands, ndims, shapes, err);
-  if (rc) goto fail;
+  if (rc)
+    goto fail;
   if (!ts_dtype_valid((int)dtype) || !compute_dtype(dtype, &p->cdt)) {
     rc = ts_error_set(err, TS_BAD_DTYPE,
                       "einsum '%s': dtype %s is not supported; valid are f32, "
@@ -47,7 +50,8 @@ int ts_einsum_plan_create(ts_einsum_plan **out, const char *equation, int n_oper
     goto fail;
   }
   p->dtype = dtype;
-  if (opts) p->opts = *opts;
+  if (opts)
+    p->opts = *opts;
   if ((int)p->opts.path < 0 || p->opts.path >= TS_EINSUM_PATH_COUNT) {
     rc = ts_error_set(err, TS_INVALID_ARGUMENT,
                       "einsum '%s': path option %d is not valid (greedy 0 or left-to-right 1)",
@@ -55,14 +59,16 @@ int ts_einsum_plan_create(ts_einsum_plan **out, const char *equation, int n_oper
     goto fail;
   }
   for (int l = 0; l < TS__EIN_MAXL; l++)
-    if (p->pe.size[l] == 0) p->empty = true;
+    if (p->pe.size[l] == 0)
+      p->empty = true;
   /* One node per operand: its distinct labels in order of first appearance. */
   for (int i = 0; i < p->pe.n; i++) {
     ts__ein_node *nd = &p->node[i];
     nd->numel = 1.0;
     for (int d = 0; d < p->pe.ndim[i]; d++) {
       int l = p->pe.lab[i][d];
-      if (nd->set >> l & 1) continue;
+      if (nd->set >> l & 1)
+        continue;
       nd->set |= (ts__ein_set)1 << l;
       nd->lab[nd->nd++] = (int8_t)l;
       nd->numel *= (double)p->pe.size[l];
@@ -70,7 +76,8 @@ int ts_einsum_plan_create(ts_einsum_plan **out, const char *equation, int n_oper
   }
   p->n_nodes = p->pe.n;
   rc = ts__ein_path(p, err);
-  if (rc) goto fail;
+  if (rc)
+    goto fail;
   ts__ein_classify(p);
   *out = p;
   return TS_OK;
@@ -81,7 +88,8 @@ fail:
 }
 
 void ts_einsum_plan_destroy(ts_einsum_plan **p) {
-  if (p == NULL || *p == NULL) return;
+  if (p == NULL || *p == NULL)
+    return;
   ts_einsum_cache_destroy(&(*p)->ws);
   pthread_mutex_destroy(&(*p)->ws_lock);
   free(*p);
@@ -91,8 +99,10 @@ void ts_einsum_plan_destroy(ts_einsum_plan **p) {
 ts_einsum_cache *ts__ein_scratch_acquire(const ts_einsum_plan *p, ts_einsum_cache *local) {
   memset(local, 0, sizeof *local);
   ts_einsum_plan *mp = (ts_einsum_plan *)p; /* the workspace is the plan's mutable part */
-  if (pthread_mutex_trylock(&mp->ws_lock) != 0) return local;
-  if (mp->ws == NULL) mp->ws = calloc(1, sizeof *mp->ws);
+  if (pthread_mutex_trylock(&mp->ws_lock) != 0)
+    return local;
+  if (mp->ws == NULL)
+    mp->ws = calloc(1, sizeof *mp->ws);
   if (mp->ws == NULL) {
     pthread_mutex_unlock(&mp->ws_lock);
     return local;
@@ -114,12 +124,15 @@ void ts__ein_scratch_release(const ts_einsum_plan *p, ts_einsum_cache *c) {
 
 void ts_einsum_plan_output(const ts_einsum_plan *p, int *ndim, int64_t *shape) {
   if (p == NULL) {
-    if (ndim) *ndim = 0;
+    if (ndim)
+      *ndim = 0;
     return;
   }
-  if (ndim) *ndim = p->pe.out_ndim;
+  if (ndim)
+    *ndim = p->pe.out_ndim;
   if (shape)
-    for (int d = 0; d < p->pe.out_ndim; d++) shape[d] = p->pe.size[p->pe.out_lab[d]];
+    for (int d = 0; d < p->pe.out_ndim; d++)
+      shape[d] = p->pe.size[p->pe.out_lab[d]];
 }
 
 int ts_einsum_plan_n_operands(const ts_einsum_plan *p) { return p ? p->pe.n : 0; }
@@ -139,9 +152,12 @@ static void node_text(const ts_einsum_plan *p, int i, char *buf, size_t cap) {
 
 int ts_einsum_plan_format(const ts_einsum_plan *p, char *buf, size_t cap) {
   size_t used = 0;
-  if (buf == NULL) cap = 0;
-  if (cap > 0) buf[0] = '\0';
-  if (p == NULL) return 0;
+  if (buf == NULL)
+    cap = 0;
+  if (cap > 0)
+    buf[0] = '\0';
+  if (p == NULL)
+    return 0;
   for (int si = 0; si < p->n_steps; si++) {
     const ts__ein_step *s = &p->step[si];
     char x[80], y[80], r[80];
@@ -151,7 +167,8 @@ int ts_einsum_plan_format(const ts_einsum_plan *p, char *buf, size_t cap) {
     int w = snprintf(used < cap ? buf + used : NULL, used < cap ? cap - used : 0,
                      "step %d: %s x %s -> %s batch=%lld m=%lld n=%lld k=%lld\n", si, x, y, r,
                      (long long)s->batch, (long long)s->m, (long long)s->n, (long long)s->k);
-    if (w < 0) return 0;
+    if (w < 0)
+      return 0;
     used += (size_t)w;
   }
   return (int)used;
@@ -179,7 +196,8 @@ int ts__ein_check_tensor(const ts_tensor *t, ts_dtype dt, int ndim, const int64_
                           (long long)l->shape[d], (long long)shape[d]);
   ts_error e2;
   int rc = ts_layout_check(l, t->bytes, writable, &e2);
-  if (rc) return ts_error_set(err, rc, "einsum: %s %d: %s", what, index, e2.msg);
+  if (rc)
+    return ts_error_set(err, rc, "einsum: %s %d: %s", what, index, e2.msg);
   if (t->data == NULL && t->bytes > 0)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "einsum: %s %d has no data", what, index);
   size_t es = ts_dtype_size(dt);
@@ -202,7 +220,8 @@ void ts__ein_operand_view(const ts_einsum_plan *p, int i, const ts_tensor *t, ts
     v->size[j] = p->pe.size[lab];
     v->stride[j] = 0;
     for (int d = 0; d < p->pe.ndim[i]; d++)
-      if (p->pe.lab[i][d] == lab && l->shape[d] != 1) v->stride[j] += l->strides[d];
+      if (p->pe.lab[i][d] == lab && l->shape[d] != 1)
+        v->stride[j] += l->strides[d];
     /* A label of size 1 everywhere keeps stride 0: reading index 0 only. */
   }
 }
@@ -226,9 +245,11 @@ void ts__ein_view_select(ts__ein_view *dst, const ts__ein_view *v, int nd, const
 }
 
 int ts_einsum_cache_create(ts_einsum_cache **out, ts_error *err) {
-  if (out == NULL) return ts_error_set(err, TS_INVALID_ARGUMENT, "einsum: out is NULL");
+  if (out == NULL)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "einsum: out is NULL");
   *out = calloc(1, sizeof **out);
-  if (*out == NULL) return ts_error_set(err, TS_NO_MEMORY, "einsum: no memory for a cache");
+  if (*out == NULL)
+    return ts_error_set(err, TS_NO_MEMORY, "einsum: no memory for a cache");
   return TS_OK;
 }
 
@@ -244,7 +265,8 @@ void ts__ein_cache_clear(ts_einsum_cache *c) {
 }
 
 void ts_einsum_cache_destroy(ts_einsum_cache **c) {
-  if (c == NULL || *c == NULL) return;
+  if (c == NULL || *c == NULL)
+    return;
   ts__ein_cache_clear(*c);
   free(*c);
   *c = NULL;
@@ -268,7 +290,8 @@ int ts_einsum(const char *equation, int n_operands, const ts_tensor *const *oper
   ts_einsum_plan *p = NULL;
   int rc = ts_einsum_plan_create(&p, equation, n_operands, ndims, shapes, operands[0]->layout.dtype,
                                  NULL, err);
-  if (rc) return rc;
+  if (rc)
+    return rc;
   rc = ts_einsum_execute(p, out, operands, NULL, err);
   ts_einsum_plan_destroy(&p);
   return rc;

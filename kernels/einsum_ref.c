@@ -15,7 +15,8 @@ static bool ref_dtype_ok(ts_dtype dt) {
 
 static const char *elem_addr(const ts_tensor *t, const int64_t *idx) {
   int64_t off = 0;
-  for (int d = 0; d < t->layout.ndim; d++) off += idx[d] * t->layout.strides[d];
+  for (int d = 0; d < t->layout.ndim; d++)
+    off += idx[d] * t->layout.strides[d];
   return (const char *)t->data + t->layout.offset + off * (int64_t)ts_dtype_size(t->layout.dtype);
 }
 
@@ -83,7 +84,8 @@ static bool odo_init(odometer *o, const ts__ein_parsed *pe) {
   memset(o, 0, sizeof *o);
   for (int l = 0; l < TS__EIN_MAXL; l++)
     if (pe->size[l] >= 0) {
-      if (pe->size[l] == 0) return false;
+      if (pe->size[l] == 0)
+        return false;
       o->lab[o->n] = l;
       o->size[o->n++] = pe->size[l];
     }
@@ -92,7 +94,8 @@ static bool odo_init(odometer *o, const ts__ein_parsed *pe) {
 
 static bool odo_next(odometer *o) {
   for (int j = o->n - 1; j >= 0; j--) {
-    if (++o->val[o->lab[j]] < o->size[j]) return true;
+    if (++o->val[o->lab[j]] < o->size[j])
+      return true;
     o->val[o->lab[j]] = 0;
   }
   return false;
@@ -100,12 +103,14 @@ static bool odo_next(odometer *o) {
 
 /* Index of operand i's element under the current label values. */
 static void operand_index(const ts__ein_parsed *pe, int i, const odometer *o, int64_t *idx) {
-  for (int d = 0; d < pe->ndim[i]; d++) idx[d] = pe->shape[i][d] == 1 ? 0 : o->val[pe->lab[i][d]];
+  for (int d = 0; d < pe->ndim[i]; d++)
+    idx[d] = pe->shape[i][d] == 1 ? 0 : o->val[pe->lab[i][d]];
 }
 
 static int64_t row_major(int nd, const int64_t *shape, const int64_t *idx) {
   int64_t r = 0;
-  for (int d = 0; d < nd; d++) r = r * shape[d] + idx[d];
+  for (int d = 0; d < nd; d++)
+    r = r * shape[d] + idx[d];
   return r;
 }
 
@@ -117,7 +122,8 @@ typedef struct acc_buf {
 
 static int acc_alloc(acc_buf *a, int nd, const int64_t *shape, ts_error *err) {
   a->n = 1;
-  for (int d = 0; d < nd; d++) a->n *= shape[d];
+  for (int d = 0; d < nd; d++)
+    a->n *= shape[d];
   a->f = calloc((size_t)(a->n ? a->n : 1), sizeof *a->f);
   a->i = calloc((size_t)(a->n ? a->n : 1), sizeof *a->i);
   if (a->f == NULL || a->i == NULL) {
@@ -136,7 +142,8 @@ static void acc_store(const acc_buf *a, const ts_tensor *t) {
   for (int64_t e = 0; e < a->n; e++) {
     write_val((char *)elem_addr(t, idx), t->layout.dtype, a->f[e], a->i[e]);
     for (int d = nd - 1; d >= 0; d--) {
-      if (++idx[d] < t->layout.shape[d]) break;
+      if (++idx[d] < t->layout.shape[d])
+        break;
       idx[d] = 0;
     }
   }
@@ -151,17 +158,22 @@ int ts_einsum_reference(const char *equation, int n, const ts_tensor *const *ops
                         const ts_tensor *out, ts_error *err) {
   ts__ein_parsed pe;
   int rc = ref_parse(&pe, equation, n, ops, err);
-  if (rc) return rc;
+  if (rc)
+    return rc;
   ts_dtype dt = ops[0]->layout.dtype;
   bool fl = ts_dtype_is_float(dt);
   int64_t oshape[TS_MAX_DIMS];
-  for (int d = 0; d < pe.out_ndim; d++) oshape[d] = pe.size[pe.out_lab[d]];
-  if (out == NULL) return ts_error_set(err, TS_INVALID_ARGUMENT, "einsum reference: out is NULL");
+  for (int d = 0; d < pe.out_ndim; d++)
+    oshape[d] = pe.size[pe.out_lab[d]];
+  if (out == NULL)
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "einsum reference: out is NULL");
   rc = check_like(out, dt, pe.out_ndim, oshape, "the output", err);
-  if (rc) return rc;
+  if (rc)
+    return rc;
   acc_buf acc;
   rc = acc_alloc(&acc, pe.out_ndim, oshape, err);
-  if (rc) return rc;
+  if (rc)
+    return rc;
   odometer o;
   if (odo_init(&o, &pe)) {
     do {
@@ -177,7 +189,8 @@ int ts_einsum_reference(const char *equation, int n, const ts_tensor *const *ops
           pi *= read_i(a, dt);
       }
       int64_t oidx[TS_MAX_DIMS];
-      for (int d = 0; d < pe.out_ndim; d++) oidx[d] = o.val[pe.out_lab[d]];
+      for (int d = 0; d < pe.out_ndim; d++)
+        oidx[d] = o.val[pe.out_lab[d]];
       int64_t e = row_major(pe.out_ndim, oshape, oidx);
       acc.f[e] += pf;
       acc.i[e] += pi;
@@ -193,35 +206,43 @@ int ts_einsum_reference_backward(const char *equation, int n, const ts_tensor *c
                                  ts_error *err) {
   ts__ein_parsed pe;
   int rc = ref_parse(&pe, equation, n, ops, err);
-  if (rc) return rc;
+  if (rc)
+    return rc;
   if (grad_out == NULL || grads == NULL)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "einsum reference: grad_out or grads is NULL");
   ts_dtype dt = ops[0]->layout.dtype;
   bool fl = ts_dtype_is_float(dt);
   int64_t oshape[TS_MAX_DIMS];
-  for (int d = 0; d < pe.out_ndim; d++) oshape[d] = pe.size[pe.out_lab[d]];
+  for (int d = 0; d < pe.out_ndim; d++)
+    oshape[d] = pe.size[pe.out_lab[d]];
   rc = check_like(grad_out, dt, pe.out_ndim, oshape, "grad_out", err);
   for (int i = 0; i < n && rc == TS_OK; i++)
-    if (grads[i]) rc = check_like(grads[i], dt, pe.ndim[i], pe.shape[i], "a gradient", err);
-  if (rc) return rc;
+    if (grads[i])
+      rc = check_like(grads[i], dt, pe.ndim[i], pe.shape[i], "a gradient", err);
+  if (rc)
+    return rc;
   acc_buf acc[TS_EINSUM_MAX_OPERANDS];
   memset(acc, 0, sizeof acc);
   for (int i = 0; i < n && rc == TS_OK; i++)
-    if (grads[i]) rc = acc_alloc(&acc[i], pe.ndim[i], pe.shape[i], err);
+    if (grads[i])
+      rc = acc_alloc(&acc[i], pe.ndim[i], pe.shape[i], err);
   odometer o;
   if (rc == TS_OK && odo_init(&o, &pe)) {
     do {
       int64_t oidx[TS_MAX_DIMS];
-      for (int d = 0; d < pe.out_ndim; d++) oidx[d] = o.val[pe.out_lab[d]];
+      for (int d = 0; d < pe.out_ndim; d++)
+        oidx[d] = o.val[pe.out_lab[d]];
       const char *ga = elem_addr(grad_out, oidx);
       double gf = fl ? read_f(ga, dt) : 0.0;
       uint64_t gi = fl ? 0 : read_i(ga, dt);
       for (int i = 0; i < n; i++) {
-        if (!grads[i]) continue;
+        if (!grads[i])
+          continue;
         double pf = gf;
         uint64_t pi = gi;
         for (int j = 0; j < n; j++) {
-          if (j == i) continue;
+          if (j == i)
+            continue;
           int64_t idx[TS_MAX_DIMS];
           operand_index(&pe, j, &o, idx);
           const char *a = elem_addr(ops[j], idx);
@@ -239,7 +260,9 @@ int ts_einsum_reference_backward(const char *equation, int n, const ts_tensor *c
     } while (odo_next(&o));
   }
   for (int i = 0; i < n; i++)
-    if (grads[i] && rc == TS_OK) acc_store(&acc[i], grads[i]);
-  for (int i = 0; i < n; i++) acc_free(&acc[i]);
+    if (grads[i] && rc == TS_OK)
+      acc_store(&acc[i], grads[i]);
+  for (int i = 0; i < n; i++)
+    acc_free(&acc[i]);
   return rc;
 }

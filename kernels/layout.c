@@ -62,8 +62,8 @@ int64_t ts_layout_address(const ts_layout *l, const int64_t *index) {
 
 static int check_dims(ts_dtype dt, int ndim, const int64_t *shape, ts_error *err) {
   if (!ts_dtype_valid(dt))
-    return ts_error_set(err, TS_BAD_DTYPE, "invalid dtype %d: valid are 0..%d (" TS_DTYPE_NAMES ")", (int)dt,
-                        TS_DTYPE_COUNT - 1);
+    return ts_error_set(err, TS_BAD_DTYPE, "invalid dtype %d: valid are 0..%d (" TS_DTYPE_NAMES ")",
+                        (int)dt, TS_DTYPE_COUNT - 1);
   if (ndim < 0 || ndim > TS_MAX_DIMS)
     return ts_error_set(err, TS_BAD_SHAPE, "%d dims: a layout has 0 to %d dims", ndim, TS_MAX_DIMS);
   for (int d = 0; d < ndim; d++)
@@ -240,7 +240,8 @@ int ts_layout_check(const ts_layout *l, size_t buf_bytes, bool writable, ts_erro
       return ts_error_set(err, TS_BAD_LAYOUT,
                           "inner block %d is on dim %d, which the %d-dim layout does not have", k,
                           l->inner_dim[k], l->ndim);
-    if (l->inner_size[k] < 1 || __builtin_mul_overflow(inner_total, l->inner_size[k], &inner_total) ||
+    if (l->inner_size[k] < 1 ||
+        __builtin_mul_overflow(inner_total, l->inner_size[k], &inner_total) ||
         inner_total > (INT64_C(1) << 24))
       return ts_error_set(err, TS_BAD_LAYOUT,
                           "inner block %d has size %lld: block sizes are >= 1 and all inner blocks "
@@ -249,7 +250,8 @@ int ts_layout_check(const ts_layout *l, size_t buf_bytes, bool writable, ts_erro
   }
   int64_t esize = (int64_t)ts_dtype_size(l->dtype);
   if (l->offset < 0)
-    return ts_error_set(err, TS_OUT_OF_BOUNDS, "byte offset %lld is negative", (long long)l->offset);
+    return ts_error_set(err, TS_OUT_OF_BOUNDS, "byte offset %lld is negative",
+                        (long long)l->offset);
   if (l->offset % esize != 0)
     return ts_error_set(err, TS_BAD_LAYOUT,
                         "byte offset %lld is not a multiple of the %lld-byte element size",

@@ -150,12 +150,8 @@ int ts_reduce(void *dst, const void *src, size_t n, ts_dtype dt, ts_reduce_op op
   if (n > 0 && (!dst || !src))
     return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_reduce: NULL buffer for %zu elements", n);
   switch (dt) {
-  case TS_F32:
-    FLOAT_LOOP(float);
-    break;
-  case TS_F64:
-    FLOAT_LOOP(double);
-    break;
+  case TS_F32: FLOAT_LOOP(float); break;
+  case TS_F64: FLOAT_LOOP(double); break;
   case TS_F16: {
     uint16_t *d = dst;
     const uint16_t *s = src;
@@ -170,41 +166,18 @@ int ts_reduce(void *dst, const void *src, size_t n, ts_dtype dt, ts_reduce_op op
       d[i] = ts_f32_to_bf16(reduce_f32(ts_bf16_to_f32(d[i]), ts_bf16_to_f32(s[i]), op));
     break;
   }
-  case TS_I8:
-    INT_LOOP(int8_t, uint8_t);
-    break;
-  case TS_I32:
-    INT_LOOP(int32_t, uint32_t);
-    break;
-  case TS_I64:
-    INT_LOOP(int64_t, uint64_t);
-    break;
-  case TS_U8:
-    INT_LOOP(uint8_t, uint8_t);
-    break;
-  case TS_I16:
-    INT_LOOP(int16_t, uint16_t);
-    break;
-  case TS_U16:
-    INT_LOOP(uint16_t, uint16_t);
-    break;
-  case TS_U32:
-    INT_LOOP(uint32_t, uint32_t);
-    break;
-  case TS_U64:
-    INT_LOOP(uint64_t, uint64_t);
-    break;
-  case TS_BOOL:
-    reduce_bool(dst, src, n, op);
-    break;
-  case TS_C64:
-    COMPLEX_LOOP(float);
-    break;
-  case TS_C128:
-    COMPLEX_LOOP(double);
-    break;
-  default:
-    return ts_error_set(err, TS_BAD_DTYPE, "dtype %d is not valid", (int)dt);
+  case TS_I8: INT_LOOP(int8_t, uint8_t); break;
+  case TS_I32: INT_LOOP(int32_t, uint32_t); break;
+  case TS_I64: INT_LOOP(int64_t, uint64_t); break;
+  case TS_U8: INT_LOOP(uint8_t, uint8_t); break;
+  case TS_I16: INT_LOOP(int16_t, uint16_t); break;
+  case TS_U16: INT_LOOP(uint16_t, uint16_t); break;
+  case TS_U32: INT_LOOP(uint32_t, uint32_t); break;
+  case TS_U64: INT_LOOP(uint64_t, uint64_t); break;
+  case TS_BOOL: reduce_bool(dst, src, n, op); break;
+  case TS_C64: COMPLEX_LOOP(float); break;
+  case TS_C128: COMPLEX_LOOP(double); break;
+  default: return ts_error_set(err, TS_BAD_DTYPE, "dtype %d is not valid", (int)dt);
   }
   return TS_OK;
 }
@@ -304,8 +277,8 @@ int ts_reduce_fill_identity(void *dst, size_t n, ts_dtype dt, ts_reduce_op op, t
       memcpy(one, &v, 2);
       break;
     }
-    default: { /* integers and bool: the value truncated to the element's width
-                */
+    default: { /* integers and bool: the value truncated to the element's
+                * width */
       uint64_t v = max ? (uint64_t)int_identity[dt].lowest : int_identity[dt].highest;
       uint8_t v8 = (uint8_t)v;
       uint16_t v16 = (uint16_t)v;

@@ -46,10 +46,10 @@ typedef enum {
 } ts_dtype;
 
 bool ts_dtype_valid(int dtype);
-size_t ts_dtype_size(ts_dtype dt);     /* bytes per element; 0 for an invalid dtype */
+size_t ts_dtype_size(ts_dtype dt); /* bytes per element; 0 for an invalid dtype */
 /* The greatest common divisor of two non-negative integers (0 when both are 0). */
 int64_t ts_gcd64(int64_t a, int64_t b);
-bool ts_dtype_is_float(ts_dtype dt);   /* f32, f64, f16, bf16, f8_e4m3, f8_e5m2 (real floats) */
+bool ts_dtype_is_float(ts_dtype dt); /* f32, f64, f16, bf16, f8_e4m3, f8_e5m2 (real floats) */
 /* c64 (two f32: real, imaginary; numpy's complex64) and c128 (two f64; complex128). */
 bool ts_dtype_is_complex(ts_dtype dt);
 const char *ts_dtype_name(ts_dtype dt); /* "f32"...; "invalid" for an invalid dtype */
@@ -276,7 +276,7 @@ int ts_reduce_finish(void *dst, size_t n, ts_dtype dt, ts_reduce_op op, int64_t 
 #define TS_EINSUM_MAX_OPERANDS 32
 
 typedef enum {
-  TS_EINSUM_PATH_GREEDY = 0,        /* opt_einsum-like greedy: least (result - inputs) size, then flops */
+  TS_EINSUM_PATH_GREEDY = 0, /* opt_einsum-like greedy: least (result - inputs) size, then flops */
   TS_EINSUM_PATH_LEFT_TO_RIGHT = 1, /* ((op0 op1) op2) ...: the source design's order */
   TS_EINSUM_PATH_COUNT
 } ts_einsum_path;
@@ -317,7 +317,7 @@ int ts_einsum_plan_format(const ts_einsum_plan *p, char *buf, size_t cap);
 typedef struct ts_einsum_cache ts_einsum_cache;
 
 int ts_einsum_cache_create(ts_einsum_cache **out, ts_error *err);
-void ts_einsum_cache_destroy(ts_einsum_cache **c); /* accepts NULL; sets *c = NULL */
+void ts_einsum_cache_destroy(ts_einsum_cache **c);      /* accepts NULL; sets *c = NULL */
 size_t ts_einsum_cache_bytes(const ts_einsum_cache *c); /* bytes held */
 
 /* out = einsum(operands). operands[i] and out must have the plan's shapes and dtype. cache may be
@@ -349,7 +349,7 @@ int ts_einsum_reference_backward(const char *equation, int n_operands,
 
 /* Process-wide counters of the copy launches of the einsum engine (monotonic, thread-safe). */
 typedef struct ts_einsum_stats {
-  uint64_t operand_transposes; /* an operand or intermediate brought to a GEMM layout */
+  uint64_t operand_transposes;  /* an operand or intermediate brought to a GEMM layout */
   uint64_t grad_out_transposes; /* grad_out brought to the GEMM layout of the last step */
   uint64_t result_moves;        /* a result or gradient moved to its final order and layout */
   uint64_t gemm_calls;          /* batched GEMMs (one per pairwise step and direction) */

@@ -28,7 +28,8 @@ int tsp_buckets_make(tsp_program *p, ts_error *err) {
   for (int g = 0; g < p->n_groups; g++) {
     count *= p->groups[g].n_values;
     if (count > TSP_MAX_BUCKETS)
-      return ts_error_set(err, TS_LIMIT, "program: more than %d buckets (the product of the "
+      return ts_error_set(err, TS_LIMIT,
+                          "program: more than %d buckets (the product of the "
                           "groups' bucket counts); narrow the ranges or use coarser rules",
                           TSP_MAX_BUCKETS);
   }
@@ -79,11 +80,12 @@ int tsp_bucket_check(const tsp_program *p, const tsp_bucket *b, ts_error *err) {
       if (rows && win && rows + win - 1 > size) {
         char vals[160];
         bucket_text(p, b, vals, sizeof vals);
-        return ts_error_set(err, TS_UNSUPPORTED, "window '%s': in the bucket %s the padded "
+        return ts_error_set(err, TS_UNSUPPORTED,
+                            "window '%s': in the bucket %s the padded "
                             "window reaches %lld, past the %lld elements of its padded operand; "
                             "bucket the window size's group with every value ({\"step\": 1}) or "
-                            "give a static size", n->name, vals, (long long)(rows + win - 1),
-                            (long long)size);
+                            "give a static size",
+                            n->name, vals, (long long)(rows + win - 1), (long long)size);
       }
       continue;
     }
@@ -101,7 +103,8 @@ int tsp_bucket_check(const tsp_program *p, const tsp_bucket *b, ts_error *err) {
       bucket_text(p, b, vals, sizeof vals);
       char tp[64];
       tsp_expr_format(p, &n->slice[TSP_MAX_DIMS + d], tp, sizeof tp);
-      return ts_error_set(err, TS_UNSUPPORTED, "slice '%s' dim %d: in the bucket %s the padded "
+      return ts_error_set(err, TS_UNSUPPORTED,
+                          "slice '%s' dim %d: in the bucket %s the padded "
                           "view up to stop %s reaches %lld, past the %lld elements of its padded "
                           "operand; bucket the groups of the stop and of the operand's dim alike",
                           n->name, d, vals, tp, (long long)end, (long long)size);
@@ -122,9 +125,10 @@ int tsp_slices_bind(const tsp_program *p, const int64_t *sym, ts_error *err) {
       if (win < 1 || win > size) {
         char ts[64];
         tsp_expr_format(p, &n->slice[0], ts, sizeof ts);
-        return ts_error_set(err, TS_BAD_SHAPE, "window '%s': size %s = %lld must be between 1 and "
-                            "the windowed dim's %lld", n->name, ts, (long long)win,
-                            (long long)size);
+        return ts_error_set(err, TS_BAD_SHAPE,
+                            "window '%s': size %s = %lld must be between 1 and "
+                            "the windowed dim's %lld",
+                            n->name, ts, (long long)win, (long long)size);
       }
       continue;
     }
@@ -144,10 +148,11 @@ int tsp_slices_bind(const tsp_program *p, const int64_t *sym, ts_error *err) {
       for (int g = 0; g < p->n_groups && len < sizeof vals; g++)
         len += (size_t)snprintf(vals + len, sizeof vals - len, "%s%s=%lld", g ? ", " : "",
                                 p->groups[g].name, (long long)sym[g]);
-      return ts_error_set(err, TS_BAD_SHAPE, "slice '%s' dim %d: start %s = %lld and stop %s = "
+      return ts_error_set(err, TS_BAD_SHAPE,
+                          "slice '%s' dim %d: start %s = %lld and stop %s = "
                           "%lld are out of range for a dim of %lld with %s (need 0 <= start <= "
-                          "stop <= size)", n->name, d, ts, (long long)st, tp, (long long)sp,
-                          (long long)size, vals);
+                          "stop <= size)",
+                          n->name, d, ts, (long long)st, tp, (long long)sp, (long long)size, vals);
     }
   }
   return TS_OK;
@@ -239,15 +244,13 @@ int tsp_padding_check(tsp_program *p, ts_error *err) {
           dyn_reduced = true;
       if (!dyn_reduced)
         break;
-      bool safe = a->pad_known &&
-                  (((n->op == TSP_OP_SUM || n->op == TSP_OP_MEAN) && a->pad == 0) ||
-                   (n->op == TSP_OP_RMAX && a->pad == -INFINITY) ||
-                   (n->op == TSP_OP_RMIN && a->pad == INFINITY));
+      bool safe = a->pad_known && (((n->op == TSP_OP_SUM || n->op == TSP_OP_MEAN) && a->pad == 0) ||
+                                   (n->op == TSP_OP_RMAX && a->pad == -INFINITY) ||
+                                   (n->op == TSP_OP_RMIN && a->pad == INFINITY));
       n->masked = !safe;
       break;
     }
-    default:
-      break;
+    default: break;
     }
   }
   return TS_OK;

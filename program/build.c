@@ -65,7 +65,8 @@ int tsp_build_init(tsp_program *p, const tsp_options *o, ts_error *err) {
   if (o && o->cache_dir)
     snprintf(dir, sizeof dir, "%s", o->cache_dir);
   else if (tsp_cache_default_dir(dir, sizeof dir, user_base, sizeof user_base) != 0)
-    return ts_error_set(err, TS_IO, "the default program cache directory is longer than %d "
+    return ts_error_set(err, TS_IO,
+                        "the default program cache directory is longer than %d "
                         "characters (set TSHARD_PROGRAM_CACHE or the cache_dir option)",
                         TSP_CACHE_PATH_MAX);
   char real[TSP_CACHE_PATH_MAX + 1];
@@ -97,8 +98,8 @@ void tsp_unload_bucket(tsp_bucket *b) {
 
 /* dlopen of a file checked on fd (st: its fstat), then the path checked to still name that file:
  * the directory is private, so only this user could have changed it in between. */
-static const char *open_checked(tsp_bucket *b, const char *path, const struct stat *st,
-                                char *why, size_t cap) {
+static const char *open_checked(tsp_bucket *b, const char *path, const struct stat *st, char *why,
+                                size_t cap) {
   b->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!b->dl) {
     snprintf(why, cap, "cannot load '%s': %s", path, dlerror());
@@ -126,8 +127,8 @@ static int load_cached(tsp_bucket *b, char *why, size_t cap) {
     return r == 1 ? 0 : -1;
   char have[TSP_HASH_HEX], want[TSP_HASH_HEX], sum[sizeof b->path + 8];
   snprintf(sum, sizeof sum, "%s.xxh128", b->path);
-  bool ok = tsp_cache_hash_fd(fd, have, why, cap) == 0 &&
-            tsp_cache_read_sum(sum, want, why, cap) == 0;
+  bool ok =
+      tsp_cache_hash_fd(fd, have, why, cap) == 0 && tsp_cache_read_sum(sum, want, why, cap) == 0;
   if (ok && strcmp(have, want) != 0) {
     snprintf(why, cap, "the content of '%s' does not match the hash recorded when it was built",
              b->path);
@@ -168,11 +169,12 @@ static const char *take_object(tsp_bucket *b, const char *tmp, char *hex, char *
  * hash, the object and the source renamed into place (over a refused object, if any). */
 static int compile_fresh(tsp_program *p, tsp_bucket *b, const char *src, ts_error *err) {
   if (strchr(p->cc, '\'') || strchr(p->cache_dir, '\''))
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "compiler path and cache directory must not "
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "compiler path and cache directory must not "
                         "contain a quote");
   char ctmp[600], tmp[600], stmp[600] = "", cpath[600], sum[600], cmd[2048], why[720];
-  int fd = -1, rc = tsp_cache_write(p->cache_dir, b->hash, ".c", src, strlen(src), ctmp,
-                                    sizeof ctmp, err);
+  int fd = -1,
+      rc = tsp_cache_write(p->cache_dir, b->hash, ".c", src, strlen(src), ctmp, sizeof ctmp, err);
   if (rc != TS_OK)
     return rc;
   /* the object's name is taken (O_EXCL) before the compiler writes there */
@@ -194,8 +196,8 @@ static int compile_fresh(tsp_program *p, tsp_bucket *b, const char *src, ts_erro
     size_t n = strlen(out);
     while (n && (out[n - 1] == '\n' || out[n - 1] == ' '))
       out[--n] = '\0';
-    rc = ts_error_set(err, TS_PROGRAM_COMPILE, "C compiler '%s' failed (status %d): %.400s",
-                      p->cc, st, out);
+    rc = ts_error_set(err, TS_PROGRAM_COMPILE, "C compiler '%s' failed (status %d): %.400s", p->cc,
+                      st, out);
     goto fail;
   }
   char hex[TSP_HASH_HEX + 1];

@@ -34,9 +34,10 @@ static int make_dirs(const char *path, ts_error *err) {
     char c = *s;
     *s = '\0';
     if (mkdir(buf, 0700) != 0 && errno != EEXIST)
-      return ts_error_set(err, TS_IO, "program cache directory '%s' cannot be created: %s at "
-                          "'%s' (set TSHARD_PROGRAM_CACHE or the cache_dir option)", path,
-                          strerror(errno), buf);
+      return ts_error_set(err, TS_IO,
+                          "program cache directory '%s' cannot be created: %s at "
+                          "'%s' (set TSHARD_PROGRAM_CACHE or the cache_dir option)",
+                          path, strerror(errno), buf);
     if (c == '\0')
       return TS_OK;
     *s = c;
@@ -50,16 +51,19 @@ static int check_own_dir(const char *what, const char *path, bool exact, ts_erro
     return ts_error_set(err, TS_IO, "%s '%s': %s", what, path, strerror(errno));
   uid_t me = geteuid();
   unsigned mode = (unsigned)(st.st_mode & 07777);
-  bool ok = S_ISDIR(st.st_mode) && st.st_uid == me &&
-            (exact ? (mode & 0777) == 0700 : (mode & 022) == 0);
+  bool ok =
+      S_ISDIR(st.st_mode) && st.st_uid == me && (exact ? (mode & 0777) == 0700 : (mode & 022) == 0);
   if (ok)
     return TS_OK;
-  return ts_error_set(err, TS_AUTH, "%s '%s' is %s owned by uid %u with mode %04o; it must be a "
+  return ts_error_set(err, TS_AUTH,
+                      "%s '%s' is %s owned by uid %u with mode %04o; it must be a "
                       "directory owned by uid %u (the user this process runs as) and %s (tshard "
                       "creates it with mode 0700): chown/chmod it, or set TSHARD_PROGRAM_CACHE or "
-                      "the cache_dir option to a private directory", what, path,
-                      S_ISDIR(st.st_mode) ? "a directory" : S_ISLNK(st.st_mode) ? "a symlink"
-                                                                                 : "a file",
+                      "the cache_dir option to a private directory",
+                      what, path,
+                      S_ISDIR(st.st_mode)   ? "a directory"
+                      : S_ISLNK(st.st_mode) ? "a symlink"
+                                            : "a file",
                       (unsigned)st.st_uid, mode, (unsigned)me,
                       exact ? "of mode 0700 (the socket directory's rule)"
                             : "not writable by group or others");
@@ -92,8 +96,10 @@ int tsp_cache_default_dir(char *dir, size_t cap, char *base, size_t bcap) {
 
 int tsp_cache_prepare(const char *dir, const char *base, char *real, size_t cap, ts_error *err) {
   if (strlen(dir) > TSP_CACHE_PATH_MAX || strlen(base) > TSP_CACHE_PATH_MAX)
-    return ts_error_set(err, TS_IO, "program cache directory '%.80s...' is longer than %d "
-                        "characters", dir, TSP_CACHE_PATH_MAX);
+    return ts_error_set(err, TS_IO,
+                        "program cache directory '%.80s...' is longer than %d "
+                        "characters",
+                        dir, TSP_CACHE_PATH_MAX);
   int rc = make_dirs(dir, err);
   if (rc == TS_OK && base[0])
     rc = check_own_dir("the per-user directory of the program cache", base, true, err);
@@ -103,8 +109,10 @@ int tsp_cache_prepare(const char *dir, const char *base, char *real, size_t cap,
   if (!realpath(dir, buf))
     return ts_error_set(err, TS_IO, "program cache directory '%s': %s", dir, strerror(errno));
   if (strlen(buf) > TSP_CACHE_PATH_MAX || strlen(buf) >= cap)
-    return ts_error_set(err, TS_IO, "program cache directory '%s' resolves to a path longer "
-                        "than %d characters", dir, TSP_CACHE_PATH_MAX);
+    return ts_error_set(err, TS_IO,
+                        "program cache directory '%s' resolves to a path longer "
+                        "than %d characters",
+                        dir, TSP_CACHE_PATH_MAX);
   snprintf(real, cap, "%s", buf);
   return tsp_cache_check(real, err);
 }
@@ -126,8 +134,10 @@ int tsp_cache_create(const char *dir, const char *stem, const char *suffix, char
     if (errno != EEXIST)
       return ts_error_set(err, TS_IO, "cannot create '%s': %s", path, strerror(errno));
   }
-  return ts_error_set(err, TS_IO, "cannot create a temporary file in the program cache '%s': "
-                      "1000 names in a row exist", dir);
+  return ts_error_set(err, TS_IO,
+                      "cannot create a temporary file in the program cache '%s': "
+                      "1000 names in a row exist",
+                      dir);
 }
 
 int tsp_cache_write(const char *dir, const char *stem, const char *suffix, const void *data,

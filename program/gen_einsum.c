@@ -12,9 +12,10 @@ int tsp_gen_einsum(tsp_gen *g, int kidx, ts_error *err) {
   (void)err;
   int id = g->p->kernels[kidx].members[0];
   char lbl[TSP_NAME + 16];
-  fprintf(g->body, "/* kernel %d: einsum '%s' -> %s, through the kernels' einsum engine */\n"
-                   "static int kernel%d(void *const *args, char *pool, const int64_t *sym, "
-                   "const tsp_env *env) {\n  return env->einsum(env->ctx, %d, args, pool, sym);\n}\n\n",
+  fprintf(g->body,
+          "/* kernel %d: einsum '%s' -> %s, through the kernels' einsum engine */\n"
+          "static int kernel%d(void *const *args, char *pool, const int64_t *sym, "
+          "const tsp_env *env) {\n  return env->einsum(env->ctx, %d, args, pool, sym);\n}\n\n",
           kidx, g->p->nodes[id].eq, tsp_node_label(g->p, id, lbl, sizeof lbl), kidx, id);
   return TS_OK;
 }

@@ -131,8 +131,9 @@ int tsp_gen_elementwise(tsp_gen *gg, int kidx, ts_error *err) {
   for (int m = 0; m < k->n_members; m++)
     fprintf(f, " %s=%s", tsp_node_label(p, k->members[m], lbl, sizeof lbl),
             tsp_op(p->nodes[k->members[m]].op)->name);
-  fprintf(f, " */\nstatic int kernel%d(void *const *args, char *pool, const int64_t *sym, "
-             "const tsp_env *env) {\n  (void)args;\n  (void)pool;\n  (void)sym;\n  (void)env;\n",
+  fprintf(f,
+          " */\nstatic int kernel%d(void *const *args, char *pool, const int64_t *sym, "
+          "const tsp_env *env) {\n  (void)args;\n  (void)pool;\n  (void)sym;\n  (void)env;\n",
           kidx);
   /* single-element operands are loaded once, before the loop (hoisted: 1 to load, 2 loaded) */
   for (int m = 0; m < k->n_members; m++)

@@ -54,8 +54,9 @@ int tsp_gen_reduce(tsp_gen *g, int kidx, ts_error *err) {
           tsp_node_label(p, a, albl, sizeof albl), nr, nr == 1 ? "" : "s",
           n->masked ? " (masked: true extents of the dynamic dims)" : "",
           tsp_node_label(p, id, lbl, sizeof lbl));
-  fprintf(f, "static int kernel%d(void *const *args, char *pool, const int64_t *sym, "
-             "const tsp_env *env) {\n  (void)args;\n  (void)pool;\n  (void)sym;\n  (void)env;\n",
+  fprintf(f,
+          "static int kernel%d(void *const *args, char *pool, const int64_t *sym, "
+          "const tsp_env *env) {\n  (void)args;\n  (void)pool;\n  (void)sym;\n  (void)env;\n",
           kidx);
   /* reduced extents: bucket values, or the true ones when masked */
   for (int j = 0; j < nr; j++) {
@@ -70,11 +71,11 @@ int tsp_gen_reduce(tsp_gen *g, int kidx, ts_error *err) {
   const char *init = n->op == TSP_OP_SUM || n->op == TSP_OP_MEAN ? "0"
                      : n->op == TSP_OP_RMAX ? (fl ? "-INFINITY" : int_min(an->dtype))
                                             : (fl ? "INFINITY" : int_max(an->dtype));
-  const char *combine = n->op == TSP_OP_SUM || n->op == TSP_OP_MEAN ? "acc += x;"
-                        : n->op == TSP_OP_RMAX ? (fl ? "acc = (acc != acc || x <= acc) ? acc : x;"
-                                                     : "acc = x > acc ? x : acc;")
-                                               : (fl ? "acc = (acc != acc || x >= acc) ? acc : x;"
-                                                     : "acc = x < acc ? x : acc;");
+  const char *combine =
+      n->op == TSP_OP_SUM || n->op == TSP_OP_MEAN ? "acc += x;"
+      : n->op == TSP_OP_RMAX
+          ? (fl ? "acc = (acc != acc || x <= acc) ? acc : x;" : "acc = x > acc ? x : acc;")
+          : (fl ? "acc = (acc != acc || x >= acc) ? acc : x;" : "acc = x < acc ? x : acc;");
   const char *omp_op = n->op == TSP_OP_RMAX ? "max" : n->op == TSP_OP_RMIN ? "min" : "+";
   bool split_kept = nk > 0;
   if (split_kept)
@@ -82,14 +83,16 @@ int tsp_gen_reduce(tsp_gen *g, int kidx, ts_error *err) {
             (long long)nout, (long long)(nout * nred));
   int depth = 1;
   for (int j = 0; j < nk; j++, depth++)
-    fprintf(f, "%*sfor (int64_t i%d = 0; i%d < %s[%d]; i%d++)\n", 2 * depth, "", kept[j],
-            kept[j], ashp, kept[j], kept[j]);
+    fprintf(f, "%*sfor (int64_t i%d = 0; i%d < %s[%d]; i%d++)\n", 2 * depth, "", kept[j], kept[j],
+            ashp, kept[j], kept[j]);
   fprintf(f, "%*s{\n", 2 * depth, "");
   depth++;
   fprintf(f, "%*s%s acc = %s;\n", 2 * depth, "", acc_t, init);
   if (!split_kept && nr > 0)
-    fprintf(f, "#pragma omp parallel for schedule(static) reduction(%s : acc) if (%lld >= "
-               "TSP_PAR_MIN)\n", omp_op, (long long)nred);
+    fprintf(f,
+            "#pragma omp parallel for schedule(static) reduction(%s : acc) if (%lld >= "
+            "TSP_PAR_MIN)\n",
+            omp_op, (long long)nred);
   for (int j = 0; j < nr; j++)
     fprintf(f, "%*sfor (int64_t i%d = 0; i%d < e%d; i%d++)%s\n", 2 * (depth + j), "", red[j],
             red[j], j, red[j], j == nr - 1 ? " {" : "");
@@ -102,8 +105,8 @@ int tsp_gen_reduce(tsp_gen *g, int kidx, ts_error *err) {
   for (int d = 0; d < an->ndim; d++)
     if (al->strides[d] && adims[d] > 1)
       fprintf(f, " + %s[%d] * i%d", astv, d, d);
-  fprintf(f, "]%s;\n%*s%s\n%*s}\n", tsp_half_close(an->dtype), 2 * (bd + 1), "", combine,
-          2 * bd, "");
+  fprintf(f, "]%s;\n%*s%s\n%*s}\n", tsp_half_close(an->dtype), 2 * (bd + 1), "", combine, 2 * bd,
+          "");
   fprintf(f, "%*s", 2 * depth, "");
   tsp_emit_ptr(g, f, id);
   fprintf(f, "[0");

@@ -15,7 +15,7 @@
 #define TSP_NAME 64
 #define TSP_EQ_MAX 127      /* the longest einsum equation */
 #define TSP_FORMULA_MAX 127 /* the longest dim formula ("2*n-k+1") */
-#define TSP_MAX_NODES 8192 /* the passes are at worst quadratic in this */
+#define TSP_MAX_NODES 8192  /* the passes are at worst quadratic in this */
 
 /* An affine dim: c + sum_g k[g] * value(group g). A static dim has every k zero. */
 typedef struct tsp_expr {
@@ -36,14 +36,44 @@ typedef enum {
 
 /* Op ids, in the order of the table in opmap.c. */
 typedef enum {
-  TSP_OP_INPUT, TSP_OP_CONST,
-  TSP_OP_ADD, TSP_OP_SUB, TSP_OP_MUL, TSP_OP_DIV, TSP_OP_POW, TSP_OP_MAX, TSP_OP_MIN,
-  TSP_OP_NEG, TSP_OP_ABS, TSP_OP_EXP, TSP_OP_LOG, TSP_OP_SQRT, TSP_OP_RSQRT, TSP_OP_TANH,
-  TSP_OP_SIGMOID, TSP_OP_RELU, TSP_OP_GELU, TSP_OP_WHERE,
-  TSP_OP_EQ, TSP_OP_NE, TSP_OP_LT, TSP_OP_LE, TSP_OP_GT, TSP_OP_GE,
-  TSP_OP_CAST, TSP_OP_COPY,
-  TSP_OP_SUM, TSP_OP_MEAN, TSP_OP_RMAX, TSP_OP_RMIN,
-  TSP_OP_EINSUM, TSP_OP_RESHAPE, TSP_OP_TRANSPOSE, TSP_OP_SLICE, TSP_OP_WINDOW, TSP_OP_ASSIGN,
+  TSP_OP_INPUT,
+  TSP_OP_CONST,
+  TSP_OP_ADD,
+  TSP_OP_SUB,
+  TSP_OP_MUL,
+  TSP_OP_DIV,
+  TSP_OP_POW,
+  TSP_OP_MAX,
+  TSP_OP_MIN,
+  TSP_OP_NEG,
+  TSP_OP_ABS,
+  TSP_OP_EXP,
+  TSP_OP_LOG,
+  TSP_OP_SQRT,
+  TSP_OP_RSQRT,
+  TSP_OP_TANH,
+  TSP_OP_SIGMOID,
+  TSP_OP_RELU,
+  TSP_OP_GELU,
+  TSP_OP_WHERE,
+  TSP_OP_EQ,
+  TSP_OP_NE,
+  TSP_OP_LT,
+  TSP_OP_LE,
+  TSP_OP_GT,
+  TSP_OP_GE,
+  TSP_OP_CAST,
+  TSP_OP_COPY,
+  TSP_OP_SUM,
+  TSP_OP_MEAN,
+  TSP_OP_RMAX,
+  TSP_OP_RMIN,
+  TSP_OP_EINSUM,
+  TSP_OP_RESHAPE,
+  TSP_OP_TRANSPOSE,
+  TSP_OP_SLICE,
+  TSP_OP_WINDOW,
+  TSP_OP_ASSIGN,
   TSP_OP_COUNT
 } tsp_op_id;
 
@@ -56,25 +86,25 @@ typedef struct tsp_node {
   int ndim;
   tsp_expr shape[TSP_MAX_DIMS];
   /* attributes */
-  uint32_t axes;        /* reductions: bit d set = reduce dim d of the operand */
+  uint32_t axes; /* reductions: bit d set = reduce dim d of the operand */
   bool keepdims;
   int perm[TSP_MAX_DIMS];
-  char eq[TSP_EQ_MAX + 1]; /* einsum equation */
-  tsp_expr *slice;       /* slice: start[ndim], stop[ndim] of the operand's dims (malloc'd);
-                            window: slice[0] is the window's size, perm[0] its dim */
+  char eq[TSP_EQ_MAX + 1];    /* einsum equation */
+  tsp_expr *slice;            /* slice: start[ndim], stop[ndim] of the operand's dims (malloc'd);
+                                 window: slice[0] is the window's size, perm[0] its dim */
   int64_t step[TSP_MAX_DIMS]; /* slice: per operand dim, >= 1 */
-  double value;          /* constants */
-  int input_index;       /* inputs: position in the program's input list */
+  double value;               /* constants */
+  int input_index;            /* inputs: position in the program's input list */
   /* analysis */
   bool live;
-  int uses;              /* live consumers */
-  int kernel;            /* kernel index, -1 for inputs, constants and views */
-  bool local;            /* elementwise value kept in a register inside its kernel */
-  int output_index;      /* >= 0: written to output k */
-  int assign_input;      /* >= 0: also stored into this input (in place) */
-  bool pad_known;        /* dynamic nodes: every padded element holds `pad` */
+  int uses;         /* live consumers */
+  int kernel;       /* kernel index, -1 for inputs, constants and views */
+  bool local;       /* elementwise value kept in a register inside its kernel */
+  int output_index; /* >= 0: written to output k */
+  int assign_input; /* >= 0: also stored into this input (in place) */
+  bool pad_known;   /* dynamic nodes: every padded element holds `pad` */
   double pad;
-  bool masked;           /* reductions: loop over the true extents of dynamic dims */
+  bool masked; /* reductions: loop over the true extents of dynamic dims */
 } tsp_node;
 
 /* A kernel: one fused elementwise loop nest (members in order), or one reduction or einsum. */
@@ -90,9 +120,9 @@ typedef struct tsp_kernel {
 typedef struct tsp_group {
   char name[TSP_NAME];
   int64_t min, max;
-  char rule[96];         /* "pow2", "step 64", "list" (for show) */
+  char rule[96]; /* "pow2", "step 64", "list" (for show) */
   int n_values;
-  int64_t values[64];    /* bucket values, ascending, the last >= max */
+  int64_t values[64]; /* bucket values, ascending, the last >= max */
 } tsp_group;
 
 /* Where a node's values live in one bucket: an argument (inputs then outputs), the pool, a
@@ -100,8 +130,8 @@ typedef struct tsp_group {
 typedef enum { TSP_LOC_NONE, TSP_LOC_ARG, TSP_LOC_POOL, TSP_LOC_LOCAL, TSP_LOC_CONST } tsp_loc_kind;
 typedef struct tsp_loc {
   tsp_loc_kind kind;
-  int index;             /* argument index; pool buffer id */
-  int64_t offset;        /* bytes (POOL base offset, set by the planner) */
+  int index;      /* argument index; pool buffer id */
+  int64_t offset; /* bytes (POOL base offset, set by the planner) */
   int64_t strides[TSP_MAX_DIMS];
   /* views into their base (slices): an element offset, view_off + sum_g view_sym[g] * sym[g]
    * (a start that depends on the dim groups takes the run's true values) */
@@ -112,13 +142,14 @@ typedef struct tsp_loc {
 typedef struct tsp_poolbuf {
   int node;
   size_t bytes;
-  int first, last;       /* kernel indices of its lifetime */
-  int alias_of;          /* -1, or the buffer whose place it takes (in place) */
+  int first, last; /* kernel indices of its lifetime */
+  int alias_of;    /* -1, or the buffer whose place it takes (in place) */
   size_t offset;
 } tsp_poolbuf;
 
 /* The environment a compiled kernel receives (the same struct is emitted into the C file). */
-typedef int (*tsp_einsum_fn)(void *ctx, int node, void *const *args, char *pool, const int64_t *sym);
+typedef int (*tsp_einsum_fn)(void *ctx, int node, void *const *args, char *pool,
+                             const int64_t *sym);
 typedef struct tsp_env {
   tsp_einsum_fn einsum;
   void *ctx;
@@ -127,14 +158,14 @@ typedef int (*tsp_main_fn)(void *const *args, char *pool, const int64_t *sym, co
 
 typedef struct tsp_bucket {
   int64_t values[TSP_MAX_GROUPS];
-  int64_t lo[TSP_MAX_GROUPS];    /* the smallest true value of each group this bucket serves */
+  int64_t lo[TSP_MAX_GROUPS]; /* the smallest true value of each group this bucket serves */
   bool built;
   void *dl;
   tsp_main_fn fn;
   char path[512];
   char hash[40];
   bool from_cache;
-  char cache_note[720];          /* why a cached object was refused (then compiled again) */
+  char cache_note[720]; /* why a cached object was refused (then compiled again) */
   /* the plan (memplan.c) */
   int64_t (*dims)[TSP_MAX_DIMS]; /* per node: concrete bucket shape */
   tsp_loc *locs;                 /* per node */
@@ -142,8 +173,8 @@ typedef struct tsp_bucket {
   tsp_poolbuf *bufs;
   size_t pool_bytes;
   char *pool;
-  ts_einsum_plan **plans;        /* per node: static einsum plans (NULL when masked) */
-  void *stage[128];              /* per argument: its padded copy, made on first need and kept */
+  ts_einsum_plan **plans; /* per node: static einsum plans (NULL when masked) */
+  void *stage[128];       /* per argument: its padded copy, made on first need and kept */
   int n_plans;
 } tsp_bucket;
 
@@ -162,7 +193,7 @@ struct tsp_program {
   /* after optimize */
   int n_kernels;
   tsp_kernel *kernels;
-  char refusal[512];     /* non-empty: why the program cannot be bucketed */
+  char refusal[512]; /* non-empty: why the program cannot be bucketed */
   int n_buckets;
   tsp_bucket *buckets;
   /* build */
@@ -213,11 +244,11 @@ typedef int (*tsp_gen_fn)(tsp_gen *g, int kernel, ts_error *err);
 typedef struct tsp_opdef {
   const char *name;
   tsp_category cat;
-  int arity;             /* -1: one or more (einsum) */
+  int arity; /* -1: one or more (einsum) */
   bool float_only;
-  const char *expr_f;    /* elementwise C template for floats: %a %b %c operands, %f libm suffix */
-  const char *expr_i;    /* the same for integers (NULL: floats only) */
-  tsp_gen_fn gen;        /* the generator of the op's category */
+  const char *expr_f; /* elementwise C template for floats: %a %b %c operands, %f libm suffix */
+  const char *expr_i; /* the same for integers (NULL: floats only) */
+  tsp_gen_fn gen;     /* the generator of the op's category */
 } tsp_opdef;
 const tsp_opdef *tsp_op(int op);
 int tsp_op_find(const char *name);
@@ -225,8 +256,8 @@ int tsp_op_find(const char *name);
 double tsp_eval(int op, ts_dtype dt, double a, double b, double c);
 double tsp_round(ts_dtype dt, double v); /* the value as the dtype holds it */
 const char *tsp_ctype(ts_dtype dt);      /* the C type in memory; NULL for unsupported dtypes */
-const char *tsp_ctype_reg(ts_dtype dt);  /* the C type of a value in a register (f16, bf16: float) */
-bool tsp_is_half(ts_dtype dt);           /* f16 or bf16: stored as 16 bits, computed in float */
+const char *tsp_ctype_reg(ts_dtype dt); /* the C type of a value in a register (f16, bf16: float) */
+bool tsp_is_half(ts_dtype dt);          /* f16 or bf16: stored as 16 bits, computed in float */
 
 /* expr helpers (verify.c) */
 bool tsp_expr_is_static(const tsp_expr *e);
@@ -241,23 +272,23 @@ int tsp_expr_parse(const tsp_program *p, const char *text, tsp_expr *out, ts_err
 int64_t tsp_bucket_extent(const tsp_bucket *b, const tsp_expr *e);
 
 /* stages */
-int tsp_parse(tsp_program *p, const char *text, ts_error *err);          /* parse.c */
-int tsp_add_node(tsp_program *p, int op, ts_error *err);                  /* parse.c: index */
-int tsp_verify_node(tsp_program *p, int n, ts_error *err);                /* verify.c */
-int tsp_optimize(tsp_program *p, ts_error *err);                          /* optimize.c */
-int tsp_buckets_make(tsp_program *p, ts_error *err);                      /* bucket.c */
-int tsp_padding_check(tsp_program *p, ts_error *err);                     /* bucket.c */
+int tsp_parse(tsp_program *p, const char *text, ts_error *err); /* parse.c */
+int tsp_add_node(tsp_program *p, int op, ts_error *err);        /* parse.c: index */
+int tsp_verify_node(tsp_program *p, int n, ts_error *err);      /* verify.c */
+int tsp_optimize(tsp_program *p, ts_error *err);                /* optimize.c */
+int tsp_buckets_make(tsp_program *p, ts_error *err);            /* bucket.c */
+int tsp_padding_check(tsp_program *p, ts_error *err);           /* bucket.c */
 /* Whether bucket b's static views stay inside their operands' padded buffers (slices with a
  * static start and a formula stop); TS_UNSUPPORTED with the reason if not. (bucket.c) */
 int tsp_bucket_check(const tsp_program *p, const tsp_bucket *b, ts_error *err);
 /* Slices of this run's true dim values stay in range (0 <= start <= stop <= size). (bucket.c) */
 int tsp_slices_bind(const tsp_program *p, const int64_t *sym, ts_error *err);
-int tsp_plan_bucket(tsp_program *p, tsp_bucket *b, ts_error *err);        /* memplan.c */
+int tsp_plan_bucket(tsp_program *p, tsp_bucket *b, ts_error *err); /* memplan.c */
 void tsp_plan_free(tsp_bucket *b);
-int tsp_emit(tsp_program *p, tsp_bucket *b, char **src, ts_error *err);   /* emit.c */
-int tsp_build_bucket(tsp_program *p, tsp_bucket *b, ts_error *err);       /* build.c */
+int tsp_emit(tsp_program *p, tsp_bucket *b, char **src, ts_error *err); /* emit.c */
+int tsp_build_bucket(tsp_program *p, tsp_bucket *b, ts_error *err);     /* build.c */
 void tsp_unload_bucket(tsp_bucket *b);
-int tsp_build_init(tsp_program *p, const tsp_options *o, ts_error *err);  /* build.c */
+int tsp_build_init(tsp_program *p, const tsp_options *o, ts_error *err); /* build.c */
 typedef struct tsp_einsum_ctx {
   tsp_program *p;
   tsp_bucket *b;
@@ -266,10 +297,10 @@ typedef struct tsp_einsum_ctx {
 int tsp_einsum_callback(void *ctx, int node, void *const *args, char *pool, const int64_t *sym);
 
 /* gen_half.c: f16 and bf16 in generated code (stored as bits, computed in float). */
-void tsp_emit_half_preamble(FILE *f);          /* the conversion functions, once per file */
+void tsp_emit_half_preamble(FILE *f); /* the conversion functions, once per file */
 bool tsp_program_uses_half(const tsp_program *p);
-const char *tsp_half_load(ts_dtype dt);        /* "tsp_f16_to_f32(" for f16 ... "" for others */
-const char *tsp_half_close(ts_dtype dt);       /* ")" after a load of f16 or bf16, else "" */
+const char *tsp_half_load(ts_dtype dt);  /* "tsp_f16_to_f32(" for f16 ... "" for others */
+const char *tsp_half_close(ts_dtype dt); /* ")" after a load of f16 or bf16, else "" */
 /* The opening of the rounding of a value of dtype `from` (its register's type) to dt's bits:
  * "tsp_f32_to_bf16(" ...; "(" when dt is not f16 or bf16. Closed by ")". */
 const char *tsp_half_store(ts_dtype dt, ts_dtype from);
@@ -283,9 +314,9 @@ int tsp_gen_einsum(tsp_gen *g, int kernel, ts_error *err);
 struct tsp_gen {
   tsp_program *p;
   tsp_bucket *b;
-  FILE *body;            /* kernel functions */
-  FILE *vecs;            /* the named constant arrays */
-  int n_vecs, cap_vecs;   /* arrays sized once per file: names stay valid */
+  FILE *body;           /* kernel functions */
+  FILE *vecs;           /* the named constant arrays */
+  int n_vecs, cap_vecs; /* arrays sized once per file: names stay valid */
   int64_t (*vec_values)[TSP_MAX_DIMS];
   int *vec_len;
   char (*vec_name)[32];
@@ -296,8 +327,9 @@ const char *tsp_vec(tsp_gen *g, const char *kind, const int64_t *values, int n);
 int tsp_vec_init(tsp_gen *g, int cap); /* room for cap vectors */
 void tsp_vec_free(tsp_gen *g);
 /* emit.c helpers for generators */
-void tsp_emit_ptr(tsp_gen *g, FILE *f, int node);         /* a typed base pointer expression */
-void tsp_emit_extent(tsp_gen *g, FILE *f, const tsp_expr *e, int64_t bucket_value, bool true_extent);
+void tsp_emit_ptr(tsp_gen *g, FILE *f, int node); /* a typed base pointer expression */
+void tsp_emit_extent(tsp_gen *g, FILE *f, const tsp_expr *e, int64_t bucket_value,
+                     bool true_extent);
 const char *tsp_node_label(const tsp_program *p, int n, char *buf, size_t cap);
 
 #endif

@@ -120,7 +120,8 @@ static void find_readers(const tsp_program *p, int *readers) {
       continue;
     for (int q = 0; q < c->nargs; q++) {
       int o = c->args[q];
-      if (tsp_op(c->op)->cat != TSP_CAT_ELEMENTWISE || (readers[o] != -1 && readers[o] != c->kernel))
+      if (tsp_op(c->op)->cat != TSP_CAT_ELEMENTWISE ||
+          (readers[o] != -1 && readers[o] != c->kernel))
         readers[o] = -2;
       else if (readers[o] == -1)
         readers[o] = c->kernel;
@@ -162,8 +163,8 @@ static int slice_loc(const tsp_node *n, const tsp_loc *s, tsp_loc *l, ts_error *
 }
 
 /* The buffer an elementwise result of `bytes` may take at its operand's last use (-1: none): an
- * operand buffer of the same size, element size and shape that every read of is in this kernel, element for
- * element, and that no other result of this kernel took already. */
+ * operand buffer of the same size, element size and shape that every read of is in this kernel,
+ * element for element, and that no other result of this kernel took already. */
 static int alias_candidate(const tsp_program *p, const tsp_bucket *b, const tsp_node *n,
                            size_t bytes, const node_uses *u) {
   const tsp_kernel *k = &p->kernels[n->kernel];

@@ -12,8 +12,7 @@
 #define NAME_RULE                                                                                  \
   "names are 1 to 63 characters from letters, digits, '_', '-' and '.', the first a letter or '_'"
 #define EQ_RULE "an einsum equation has letters, ',' and one '->' (\"ij,jk->ik\")"
-#define FORMULA_RULE                                                                               \
-  "a dim formula has group names, digits, '+', '-', '*' and spaces (\"2*n-1\")"
+#define FORMULA_RULE "a dim formula has group names, digits, '+', '-', '*' and spaces (\"2*n-1\")"
 
 _Static_assert(TSP_NAME_MAX < TSP_NAME, "a valid name fits a node's name buffer");
 
@@ -51,8 +50,8 @@ static int refuse(const char *field, const char *s, size_t max, long bad, const 
   if (n == 0)
     return ts_error_set(err, TS_PARSE, "%s is empty; %s", field, rule);
   if (bad < 0)
-    return ts_error_set(err, TS_PARSE, "%s has %zu characters, more than %zu; %s", field, n,
-                        max, rule);
+    return ts_error_set(err, TS_PARSE, "%s has %zu characters, more than %zu; %s", field, n, max,
+                        rule);
   unsigned char c = (unsigned char)s[bad];
   char what[32];
   if (c > 0x20 && c < 0x7f)
@@ -61,12 +60,12 @@ static int refuse(const char *field, const char *s, size_t max, long bad, const 
     snprintf(what, sizeof what, "byte 0x%02x (%s)", c, c == ' ' ? "a space" : "a control");
   else
     snprintf(what, sizeof what, "byte 0x%02x (not ASCII)", c);
-  return ts_error_set(err, TS_PARSE, "%s: character %s at position %ld is not allowed; %s",
-                      field, what, bad, rule);
+  return ts_error_set(err, TS_PARSE, "%s: character %s at position %ld is not allowed; %s", field,
+                      what, bad, rule);
 }
 
-static int check(const char *field, const char *s, size_t max,
-                 bool (*ok)(unsigned char, size_t), const char *rule, ts_error *err) {
+static int check(const char *field, const char *s, size_t max, bool (*ok)(unsigned char, size_t),
+                 const char *rule, ts_error *err) {
   if (!s)
     s = "";
   long bad = first_bad(s, max, ok);

@@ -92,7 +92,8 @@ static int fuse(tsp_program *p, bool *assign_copy, ts_error *err) {
         if (k > ready)
           ready = k;
       }
-      for (int k = p->n_kernels - 1; k >= 0 && k >= ready && k >= p->n_kernels - 64 && join < 0; k--)
+      for (int k = p->n_kernels - 1; k >= 0 && k >= ready && k >= p->n_kernels - 64 && join < 0;
+           k--)
         if (p->kernels[k].cat == TSP_CAT_ELEMENTWISE && p->kernels[k].ndim == n->ndim &&
             memcmp(p->kernels[k].shape, n->shape, sizeof(tsp_expr) * (size_t)n->ndim) == 0)
           join = k;

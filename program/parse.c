@@ -19,8 +19,10 @@ int tsp_add_node(tsp_program *p, int op, ts_error *err) {
     else if (cap > TSP_MAX_NODES)
       cap = TSP_MAX_NODES;
     if (cap > TSP_MAX_NODES)
-      return -ts_error_set(err, TS_LIMIT, "program has more than %d nodes (ops, literals and "
-                           "inserted copies)", TSP_MAX_NODES);
+      return -ts_error_set(err, TS_LIMIT,
+                           "program has more than %d nodes (ops, literals and "
+                           "inserted copies)",
+                           TSP_MAX_NODES);
     tsp_node *n = realloc(p->nodes, (size_t)cap * sizeof *n);
     if (!n)
       return -ts_error_set(err, TS_NO_MEMORY, "out of memory for the program graph");
@@ -72,7 +74,8 @@ static int parse_group(tsp_program *p, size_t i, const char *name, json_t *g, ts
   if (!json_is_object(g) || !json_is_integer(mn) || !json_is_integer(mx))
     return ts_error_set(err, TS_PARSE,
                         "dims.%s: expected {\"min\": int, \"max\": int, \"buckets\": \"pow2\" | "
-                        "{\"step\": int} | [int, ...]}", name);
+                        "{\"step\": int} | [int, ...]}",
+                        name);
   gr->min = json_integer_value(mn);
   gr->max = json_integer_value(mx);
   if (gr->min < 1 || gr->max < gr->min || gr->max > ((int64_t)1 << 40))
@@ -98,9 +101,10 @@ static int parse_group(tsp_program *p, size_t i, const char *name, json_t *g, ts
     int64_t v = ((gr->min + s - 1) / s) * s;
     for (;;) {
       if (gr->n_values == 64)
-        return ts_error_set(err, TS_PARSE, "dims.%s: step %lld gives more than 64 buckets over "
-                            "[%lld, %lld]; use a larger step", name, (long long)s,
-                            (long long)gr->min, (long long)gr->max);
+        return ts_error_set(err, TS_PARSE,
+                            "dims.%s: step %lld gives more than 64 buckets over "
+                            "[%lld, %lld]; use a larger step",
+                            name, (long long)s, (long long)gr->min, (long long)gr->max);
       gr->values[gr->n_values++] = v < gr->max ? v : gr->max;
       if (v >= gr->max)
         break;
@@ -113,8 +117,10 @@ static int parse_group(tsp_program *p, size_t i, const char *name, json_t *g, ts
     json_t *v;
     json_array_foreach(bk, i, v) {
       if (!json_is_integer(v) || json_integer_value(v) <= prev)
-        return ts_error_set(err, TS_PARSE, "dims.%s: buckets list must hold ascending positive "
-                            "integers", name);
+        return ts_error_set(err, TS_PARSE,
+                            "dims.%s: buckets list must hold ascending positive "
+                            "integers",
+                            name);
       prev = json_integer_value(v);
       if (prev >= gr->min)
         gr->values[gr->n_values++] = prev;
@@ -123,8 +129,10 @@ static int parse_group(tsp_program *p, size_t i, const char *name, json_t *g, ts
       return ts_error_set(err, TS_PARSE, "dims.%s: the largest bucket %lld does not cover max %lld",
                           name, (long long)prev, (long long)gr->max);
   } else {
-    return ts_error_set(err, TS_PARSE, "dims.%s.buckets: expected \"pow2\", {\"step\": int} or a "
-                        "list of at most 64 ints", name);
+    return ts_error_set(err, TS_PARSE,
+                        "dims.%s.buckets: expected \"pow2\", {\"step\": int} or a "
+                        "list of at most 64 ints",
+                        name);
   }
   p->n_groups++;
   return TS_OK;
@@ -134,8 +142,10 @@ static int parse_input(tsp_program *p, size_t i, json_t *in, ts_error *err) {
   json_t *nm = json_object_get(in, "name"), *dt = json_object_get(in, "dtype"),
          *sh = json_object_get(in, "shape");
   if (!json_is_object(in) || !json_is_string(nm) || !json_is_string(dt) || !json_is_array(sh))
-    return ts_error_set(err, TS_PARSE, "inputs[%zu]: expected {\"name\": str, \"dtype\": str, "
-                        "\"shape\": [int or dim name, ...]}", i);
+    return ts_error_set(err, TS_PARSE,
+                        "inputs[%zu]: expected {\"name\": str, \"dtype\": str, "
+                        "\"shape\": [int or dim name, ...]}",
+                        i);
   const char *name = json_string_value(nm);
   int rc = field_check(tsp_name_check, name, err, "inputs[%zu].name", i);
   if (rc == TS_OK)
@@ -156,8 +166,10 @@ static int parse_input(tsp_program *p, size_t i, json_t *in, ts_error *err) {
   if (ts_dtype_parse(json_string_value(dt), &d, &inner) != TS_OK)
     return ts_error_set(err, TS_BAD_DTYPE, "inputs[%zu] '%s': %s", i, name, inner.msg);
   if (!tsp_ctype(d))
-    return ts_error_set(err, TS_BAD_DTYPE, "inputs[%zu] '%s': dtype %s is not supported by "
-                        "programs (valid: f32, f64, f16, bf16, i8, i32, i64, u8)", i, name, ts_dtype_name(d));
+    return ts_error_set(err, TS_BAD_DTYPE,
+                        "inputs[%zu] '%s': dtype %s is not supported by "
+                        "programs (valid: f32, f64, f16, bf16, i8, i32, i64, u8)",
+                        i, name, ts_dtype_name(d));
   nd->dtype = d;
   if (json_array_size(sh) > TSP_MAX_DIMS)
     return ts_error_set(err, TS_BAD_SHAPE, "inputs[%zu] '%s': more than %d dims", i, name,
@@ -170,8 +182,7 @@ static int parse_input(tsp_program *p, size_t i, json_t *in, ts_error *err) {
         json_integer_value(v) <= ((int64_t)1 << 40)) {
       e.c = json_integer_value(v);
     } else if (json_is_string(v)) {
-      rc = field_check(tsp_name_check, json_string_value(v), err, "inputs[%zu].shape[%zu]", i,
-                           k);
+      rc = field_check(tsp_name_check, json_string_value(v), err, "inputs[%zu].shape[%zu]", i, k);
       if (rc != TS_OK)
         return rc;
       int g;
@@ -183,8 +194,10 @@ static int parse_input(tsp_program *p, size_t i, json_t *in, ts_error *err) {
                             i, name, json_string_value(v));
       e.k[g] = 1;
     } else {
-      return ts_error_set(err, TS_PARSE, "inputs[%zu] '%s': shape[%zu] must be a non-negative "
-                          "int or a dim group name", i, name, k);
+      return ts_error_set(err, TS_PARSE,
+                          "inputs[%zu] '%s': shape[%zu] must be a non-negative "
+                          "int or a dim group name",
+                          i, name, k);
     }
     nd->shape[nd->ndim++] = e;
   }
@@ -238,9 +251,10 @@ static int parse_slice(tsp_program *p, size_t i, json_t *o, tsp_node *nd, ts_err
   for (int l = 0; l < 3; l++)
     if (lists[l] && !json_is_null(lists[l]) &&
         (!json_is_array(lists[l]) || (int)json_array_size(lists[l]) > a->ndim))
-      return ts_error_set(err, TS_PARSE, "ops[%zu] slice: \"%s\" must be a list of at most %d "
-                          "entries (one per dim of the operand, from the first)", i, names[l],
-                          a->ndim);
+      return ts_error_set(err, TS_PARSE,
+                          "ops[%zu] slice: \"%s\" must be a list of at most %d "
+                          "entries (one per dim of the operand, from the first)",
+                          i, names[l], a->ndim);
   nd->slice = calloc(2 * TSP_MAX_DIMS, sizeof *nd->slice);
   if (!nd->slice)
     return ts_error_set(err, TS_NO_MEMORY, "out of memory");
@@ -261,15 +275,19 @@ static int parse_slice(tsp_program *p, size_t i, json_t *o, tsp_node *nd, ts_err
     if (slice_bound(p, st, &a->shape[d], &zero, &nd->slice[d], &inner) != TS_OK ||
         slice_bound(p, sp, &a->shape[d], &a->shape[d], &nd->slice[TSP_MAX_DIMS + d], &inner) !=
             TS_OK)
-      return ts_error_set(err, TS_PARSE, "ops[%zu] slice: dim %d: a bound must be an int "
+      return ts_error_set(err, TS_PARSE,
+                          "ops[%zu] slice: dim %d: a bound must be an int "
                           "(negative: from the end), a formula over the dim groups (\"n-2\") or "
-                          "null: %s", i, d, inner.msg);
+                          "null: %s",
+                          i, d, inner.msg);
     nd->step[d] = 1;
     if (k && !json_is_null(k)) {
       if (!json_is_integer(k) || json_integer_value(k) < 1 ||
           json_integer_value(k) > ((int64_t)1 << 40))
-        return ts_error_set(err, TS_PARSE, "ops[%zu] slice: dim %d: step must be a positive int "
-                            "(negative steps are not supported)", i, d);
+        return ts_error_set(err, TS_PARSE,
+                            "ops[%zu] slice: dim %d: step must be a positive int "
+                            "(negative steps are not supported)",
+                            i, d);
       nd->step[d] = json_integer_value(k);
     }
   }
@@ -295,8 +313,10 @@ static int parse_reduce(tsp_program *p, size_t i, json_t *o, tsp_node *nd, const
   for (int j = 0; j < na; j++) {
     int d = ax[j] < 0 ? ax[j] + a->ndim : ax[j];
     if (d < 0 || d >= a->ndim || (nd->axes & (1u << d)))
-      return ts_error_set(err, TS_BAD_SHAPE, "ops[%zu] %s: dim %d out of range or repeated "
-                          "for an operand of %d dims", i, opname, ax[j], a->ndim);
+      return ts_error_set(err, TS_BAD_SHAPE,
+                          "ops[%zu] %s: dim %d out of range or repeated "
+                          "for an operand of %d dims",
+                          i, opname, ax[j], a->ndim);
     nd->axes |= 1u << d;
   }
   return TS_OK;
@@ -311,14 +331,18 @@ static int parse_transpose(tsp_program *p, size_t i, json_t *o, tsp_node *nd, ts
     for (int j = 0; j < a->ndim; j++)
       nd->perm[j] = a->ndim - 1 - j;
   } else if (parse_int_list(pm, nd->perm, TSP_MAX_DIMS, &na) != 0 || na != a->ndim) {
-    return ts_error_set(err, TS_PARSE, "ops[%zu] transpose: perm must list each of the %d dims "
-                        "once", i, a->ndim);
+    return ts_error_set(err, TS_PARSE,
+                        "ops[%zu] transpose: perm must list each of the %d dims "
+                        "once",
+                        i, a->ndim);
   }
   uint32_t seen = 0;
   for (int j = 0; j < a->ndim; j++) {
     if (nd->perm[j] < 0 || nd->perm[j] >= a->ndim || (seen & (1u << nd->perm[j])))
-      return ts_error_set(err, TS_PARSE, "ops[%zu] transpose: perm must list each of the %d "
-                          "dims once", i, a->ndim);
+      return ts_error_set(err, TS_PARSE,
+                          "ops[%zu] transpose: perm must list each of the %d "
+                          "dims once",
+                          i, a->ndim);
     seen |= 1u << nd->perm[j];
   }
   return TS_OK;
@@ -328,8 +352,10 @@ static int parse_transpose(tsp_program *p, size_t i, json_t *o, tsp_node *nd, ts
 static int parse_reshape(tsp_program *p, size_t i, json_t *o, tsp_node *nd, ts_error *err) {
   json_t *sh = json_object_get(o, "shape");
   if (!json_is_array(sh) || json_array_size(sh) > TSP_MAX_DIMS)
-    return ts_error_set(err, TS_PARSE, "ops[%zu] reshape: shape must be a list of at most %d "
-                        "ints or dim formulas (\"2*n\")", i, TSP_MAX_DIMS);
+    return ts_error_set(err, TS_PARSE,
+                        "ops[%zu] reshape: shape must be a list of at most %d "
+                        "ints or dim formulas (\"2*n\")",
+                        i, TSP_MAX_DIMS);
   size_t k;
   json_t *v;
   json_array_foreach(sh, k, v) {
@@ -345,9 +371,10 @@ static int parse_reshape(tsp_program *p, size_t i, json_t *o, tsp_node *nd, ts_e
       if (rc != TS_OK)
         return rc;
       if (!json_is_string(v) || tsp_expr_parse(p, json_string_value(v), &e, &inner) != TS_OK)
-        return ts_error_set(err, TS_PARSE, "ops[%zu] reshape: shape[%zu] must be an int or a "
-                            "dim formula over the groups (\"2*n\"): %s", i, k,
-                            json_is_string(v) ? inner.msg : "wrong type");
+        return ts_error_set(err, TS_PARSE,
+                            "ops[%zu] reshape: shape[%zu] must be an int or a "
+                            "dim formula over the groups (\"2*n\"): %s",
+                            i, k, json_is_string(v) ? inner.msg : "wrong type");
     }
     nd->shape[nd->ndim++] = e;
   }
@@ -359,19 +386,20 @@ static int parse_window(tsp_program *p, size_t i, json_t *o, tsp_node *nd, ts_er
   const tsp_node *a = &p->nodes[nd->args[0]];
   json_t *dm = json_object_get(o, "dim"), *sz = json_object_get(o, "size");
   int d = dm ? (int)json_integer_value(dm) : -1;
-  if ((dm && (!json_is_integer(dm) || json_integer_value(dm) < -8 ||
-              json_integer_value(dm) > 8)) ||
+  if ((dm && (!json_is_integer(dm) || json_integer_value(dm) < -8 || json_integer_value(dm) > 8)) ||
       (d < 0 ? d + a->ndim : d) < 0 || (d < 0 ? d + a->ndim : d) >= a->ndim)
-    return ts_error_set(err, TS_PARSE, "ops[%zu] window: \"dim\" must be a dim of the operand "
-                        "(%d dims; negative from the end)", i, a->ndim);
+    return ts_error_set(err, TS_PARSE,
+                        "ops[%zu] window: \"dim\" must be a dim of the operand "
+                        "(%d dims; negative from the end)",
+                        i, a->ndim);
   nd->perm[0] = d < 0 ? d + a->ndim : d;
   nd->slice = calloc(1, sizeof *nd->slice);
   if (!nd->slice)
     return ts_error_set(err, TS_NO_MEMORY, "out of memory");
   ts_error inner = {0};
-  int rc = json_is_string(sz) ? field_check(tsp_formula_check, json_string_value(sz), err,
-                                            "ops[%zu].size", i)
-                              : TS_OK;
+  int rc = json_is_string(sz)
+               ? field_check(tsp_formula_check, json_string_value(sz), err, "ops[%zu].size", i)
+               : TS_OK;
   if (rc != TS_OK)
     return rc;
   if (json_is_integer(sz) && json_integer_value(sz) >= 1 &&
@@ -379,9 +407,10 @@ static int parse_window(tsp_program *p, size_t i, json_t *o, tsp_node *nd, ts_er
     nd->slice[0] = tsp_expr_const(json_integer_value(sz));
   else if (!json_is_string(sz) ||
            tsp_expr_parse(p, json_string_value(sz), &nd->slice[0], &inner) != TS_OK)
-    return ts_error_set(err, TS_PARSE, "ops[%zu] window: \"size\" must be an int >= 1 or a "
-                        "formula over the dim groups (\"k\")%s%s", i, inner.msg[0] ? ": " : "",
-                        inner.msg);
+    return ts_error_set(err, TS_PARSE,
+                        "ops[%zu] window: \"size\" must be an int >= 1 or a "
+                        "formula over the dim groups (\"k\")%s%s",
+                        i, inner.msg[0] ? ": " : "", inner.msg);
   return TS_OK;
 }
 
@@ -390,8 +419,10 @@ static int parse_eq_or_dtype(size_t i, json_t *o, tsp_node *nd, ts_error *err) {
   if (nd->op == TSP_OP_EINSUM) {
     json_t *eq = json_object_get(o, "eq");
     if (!json_is_string(eq))
-      return ts_error_set(err, TS_PARSE, "ops[%zu] einsum: \"eq\" must be an equation like "
-                          "\"ij,jk->ik\"", i);
+      return ts_error_set(err, TS_PARSE,
+                          "ops[%zu] einsum: \"eq\" must be an equation like "
+                          "\"ij,jk->ik\"",
+                          i);
     int rc = field_check(tsp_eq_check, json_string_value(eq), err, "ops[%zu].eq", i);
     if (rc != TS_OK)
       return rc;
@@ -400,15 +431,17 @@ static int parse_eq_or_dtype(size_t i, json_t *o, tsp_node *nd, ts_error *err) {
   }
   json_t *dt = json_object_get(o, "dtype");
   ts_dtype d;
-  int rc = json_is_string(dt) ? field_check(tsp_name_check, json_string_value(dt), err,
-                                            "ops[%zu].dtype", i)
-                              : TS_OK;
+  int rc = json_is_string(dt)
+               ? field_check(tsp_name_check, json_string_value(dt), err, "ops[%zu].dtype", i)
+               : TS_OK;
   if (rc != TS_OK)
     return rc;
   if (!json_is_string(dt) || ts_dtype_parse(json_string_value(dt), &d, NULL) != TS_OK ||
       !tsp_ctype(d))
-    return ts_error_set(err, TS_PARSE, "ops[%zu] cast: \"dtype\" must be one of f32, f64, f16, "
-                        "bf16, i8, i32, i64, u8", i);
+    return ts_error_set(err, TS_PARSE,
+                        "ops[%zu] cast: \"dtype\" must be one of f32, f64, f16, "
+                        "bf16, i8, i32, i64, u8",
+                        i);
   nd->dtype = d;
   return TS_OK;
 }
@@ -419,19 +452,13 @@ static int parse_attributes(tsp_program *p, size_t i, json_t *o, tsp_node *nd, c
   if (tsp_op(nd->op)->cat == TSP_CAT_REDUCE)
     return parse_reduce(p, i, o, nd, opname, err);
   switch (nd->op) {
-  case TSP_OP_TRANSPOSE:
-    return parse_transpose(p, i, o, nd, err);
-  case TSP_OP_RESHAPE:
-    return parse_reshape(p, i, o, nd, err);
-  case TSP_OP_SLICE:
-    return parse_slice(p, i, o, nd, err);
-  case TSP_OP_WINDOW:
-    return parse_window(p, i, o, nd, err);
+  case TSP_OP_TRANSPOSE: return parse_transpose(p, i, o, nd, err);
+  case TSP_OP_RESHAPE: return parse_reshape(p, i, o, nd, err);
+  case TSP_OP_SLICE: return parse_slice(p, i, o, nd, err);
+  case TSP_OP_WINDOW: return parse_window(p, i, o, nd, err);
   case TSP_OP_EINSUM:
-  case TSP_OP_CAST:
-    return parse_eq_or_dtype(i, o, nd, err);
-  default:
-    return TS_OK;
+  case TSP_OP_CAST: return parse_eq_or_dtype(i, o, nd, err);
+  default: return TS_OK;
   }
 }
 
@@ -442,8 +469,10 @@ static int parse_op(tsp_program *p, size_t i, json_t *o, ts_error *err) {
   json_t *opn = json_object_get(o, "op"), *args = json_object_get(o, "args"),
          *out = json_object_get(o, "out");
   if (!json_is_object(o) || !json_is_string(opn) || !json_is_array(args))
-    return ts_error_set(err, TS_PARSE, "ops[%zu]: expected {\"op\": str, \"args\": [...], "
-                        "\"out\": str, ...}", i);
+    return ts_error_set(err, TS_PARSE,
+                        "ops[%zu]: expected {\"op\": str, \"args\": [...], "
+                        "\"out\": str, ...}",
+                        i);
   const char *opname = json_string_value(opn);
   int rc = field_check(tsp_name_check, opname, err, "ops[%zu].op", i);
   if (rc == TS_OK && op_out_present(o))
@@ -455,9 +484,12 @@ static int parse_op(tsp_program *p, size_t i, json_t *o, ts_error *err) {
   if ((op == TSP_OP_MAX || op == TSP_OP_MIN) && nargs == 1)
     op = op == TSP_OP_MAX ? TSP_OP_RMAX : TSP_OP_RMIN;
   if (op < 0 || op == TSP_OP_COPY)
-    return ts_error_set(err, TS_PARSE, "ops[%zu]: unknown op '%s' (valid: add sub mul div pow max "
-                        "min neg abs exp log sqrt rsqrt tanh sigmoid relu gelu where eq ne lt le gt "
-                        "ge cast sum mean max min einsum reshape transpose slice window assign)", i, opname);
+    return ts_error_set(
+        err, TS_PARSE,
+        "ops[%zu]: unknown op '%s' (valid: add sub mul div pow max "
+        "min neg abs exp log sqrt rsqrt tanh sigmoid relu gelu where eq ne lt le gt "
+        "ge cast sum mean max min einsum reshape transpose slice window assign)",
+        i, opname);
   const tsp_opdef *def = tsp_op(op);
   if ((def->arity >= 0 && (int)nargs != def->arity) || nargs < 1 || nargs > TSP_MAX_ARGS)
     return ts_error_set(err, TS_PARSE, "ops[%zu] %s: takes %d args, got %zu", i, opname,
@@ -478,8 +510,8 @@ static int parse_op(tsp_program *p, size_t i, json_t *o, ts_error *err) {
         return rc;
       argids[k] = find_name(p, json_string_value(v));
       if (argids[k] < 0)
-        return ts_error_set(err, TS_PARSE, "ops[%zu] %s: arg '%s' is not defined before", i,
-                            opname, json_string_value(v));
+        return ts_error_set(err, TS_PARSE, "ops[%zu] %s: arg '%s' is not defined before", i, opname,
+                            json_string_value(v));
     } else if (json_is_number(v) && op != TSP_OP_ASSIGN) {
       int c = tsp_add_node(p, TSP_OP_CONST, err);
       if (c < 0)
@@ -487,8 +519,8 @@ static int parse_op(tsp_program *p, size_t i, json_t *o, ts_error *err) {
       p->nodes[c].value = json_number_value(v);
       argids[k] = c;
     } else {
-      return ts_error_set(err, TS_PARSE, "ops[%zu] %s: args[%zu] must be a value name%s", i,
-                          opname, k, op == TSP_OP_ASSIGN ? "" : " or a number");
+      return ts_error_set(err, TS_PARSE, "ops[%zu] %s: args[%zu] must be a value name%s", i, opname,
+                          k, op == TSP_OP_ASSIGN ? "" : " or a number");
     }
   }
   if (op == TSP_OP_RESHAPE && p->nodes[argids[0]].dtype != (ts_dtype)-1) {
@@ -538,7 +570,8 @@ int tsp_parse(tsp_program *p, const char *text, ts_error *err) {
   if (!json_is_object(root) || !json_is_array(inputs) || !json_is_array(ops) ||
       (outputs && !json_is_array(outputs)) || (dims && !json_is_object(dims)) ||
       (nm && !json_is_string(nm))) {
-    rc = ts_error_set(err, TS_PARSE, "program: expected an object with \"inputs\" (list), \"ops\" "
+    rc = ts_error_set(err, TS_PARSE,
+                      "program: expected an object with \"inputs\" (list), \"ops\" "
                       "(list), \"outputs\" (list), optional \"name\" (str) and \"dims\" (object)");
     goto out;
   }
@@ -554,7 +587,8 @@ int tsp_parse(tsp_program *p, const char *text, ts_error *err) {
   size_t i;
   size_t g = 0;
   if (dims)
-    json_object_foreach(dims, key, v) if ((rc = parse_group(p, g++, key, v, err)) != TS_OK) goto out;
+    json_object_foreach(dims, key,
+                        v) if ((rc = parse_group(p, g++, key, v, err)) != TS_OK) goto out;
   json_array_foreach(inputs, i, v) if ((rc = parse_input(p, i, v, err)) != TS_OK) goto out;
   json_array_foreach(ops, i, v) if ((rc = parse_op(p, i, v, err)) != TS_OK) goto out;
   if (outputs) {
@@ -564,8 +598,10 @@ int tsp_parse(tsp_program *p, const char *text, ts_error *err) {
         goto out;
       int n = json_is_string(v) ? find_name(p, json_string_value(v)) : -1;
       if (n < 0 || p->nodes[n].op == TSP_OP_ASSIGN) {
-        rc = ts_error_set(err, TS_PARSE, "outputs[%zu]: must name a value defined by an input or "
-                          "an op", i);
+        rc = ts_error_set(err, TS_PARSE,
+                          "outputs[%zu]: must name a value defined by an input or "
+                          "an op",
+                          i);
         goto out;
       }
       if (p->n_outputs == 64) {

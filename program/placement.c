@@ -83,10 +83,12 @@ static bool is_one(const tsp_expr *e) { return tsp_expr_is_static(e) && e->c == 
 
 static int refuse_partial(const tsp_program *p, const origins *o, int n, int a, ts_error *err) {
   char l[TSP_NAME + 16], al[2 * TSP_NAME + 64], tl[TSP_NAME + 16];
-  return ts_error_set(err, TS_PROGRAM_PLACEMENT, "%s '%s': operand %s holds partial values, "
+  return ts_error_set(err, TS_PROGRAM_PLACEMENT,
+                      "%s '%s': operand %s holds partial values, "
                       "which this op cannot take on local slices; reshard %s to a Replicate or "
-                      "Shard placement first", opname(p, n), label(p, n, l, sizeof l),
-                      describe(p, o, a, al, sizeof al), target(p, o, a, tl, sizeof tl));
+                      "Shard placement first",
+                      opname(p, n), label(p, n, l, sizeof l), describe(p, o, a, al, sizeof al),
+                      target(p, o, a, tl, sizeof tl));
 }
 
 static int elementwise(const tsp_program *p, const origins *o, int n, tsp_placement *pl,
@@ -106,10 +108,11 @@ static int elementwise(const tsp_program *p, const origins *o, int n, tsp_placem
       continue;
     const tsp_placement *ap = &pl[a];
     if (ap->partial) {
-      bool linear = nd->op == TSP_OP_ADD || nd->op == TSP_OP_SUB || nd->op == TSP_OP_NEG ||
-                    nd->op == TSP_OP_COPY || nd->op == TSP_OP_CAST ||
-                    ((nd->op == TSP_OP_MUL || nd->op == TSP_OP_DIV) && nd->nargs == 2 &&
-                     p->nodes[nd->args[1 - i]].op == TSP_OP_CONST && (nd->op == TSP_OP_MUL || i == 0));
+      bool linear =
+          nd->op == TSP_OP_ADD || nd->op == TSP_OP_SUB || nd->op == TSP_OP_NEG ||
+          nd->op == TSP_OP_COPY || nd->op == TSP_OP_CAST ||
+          ((nd->op == TSP_OP_MUL || nd->op == TSP_OP_DIV) && nd->nargs == 2 &&
+           p->nodes[nd->args[1 - i]].op == TSP_OP_CONST && (nd->op == TSP_OP_MUL || i == 0));
       if (!linear || ap->partial_op != TSP_PARTIAL_SUM)
         return refuse_partial(p, o, n, a, err);
       if (partial_from >= 0 && pl[partial_from].partial != ap->partial)
@@ -124,10 +127,11 @@ static int elementwise(const tsp_program *p, const origins *o, int n, tsp_placem
         continue;
       if (is_one(&an->shape[ad])) {
         if (ap->split[ad])
-          return ts_error_set(err, TS_PROGRAM_PLACEMENT, "%s '%s': %s dim %d has size 1 but is "
-                              "split; reshard %s to Replicate", opname(p, n),
-                              label(p, n, l, sizeof l), describe(p, o, a, al, sizeof al), ad,
-                              target(p, o, a, tl, sizeof tl));
+          return ts_error_set(err, TS_PROGRAM_PLACEMENT,
+                              "%s '%s': %s dim %d has size 1 but is "
+                              "split; reshard %s to Replicate",
+                              opname(p, n), label(p, n, l, sizeof l),
+                              describe(p, o, a, al, sizeof al), ad, target(p, o, a, tl, sizeof tl));
         continue;
       }
       if (!set[d]) {
@@ -157,8 +161,7 @@ static int elementwise(const tsp_program *p, const origins *o, int n, tsp_placem
   return TS_OK;
 }
 
-static int reduce(const tsp_program *p, const origins *o, int n, tsp_placement *pl,
-                  ts_error *err) {
+static int reduce(const tsp_program *p, const origins *o, int n, tsp_placement *pl, ts_error *err) {
   const tsp_node *nd = &p->nodes[n];
   int a = nd->args[0];
   const tsp_node *an = &p->nodes[a];
@@ -179,20 +182,21 @@ static int reduce(const tsp_program *p, const origins *o, int n, tsp_placement *
     if (!ap->split[d])
       continue;
     if (nd->op == TSP_OP_MEAN)
-      return ts_error_set(err, TS_PROGRAM_PLACEMENT, "mean '%s': dim %d of %s is split over "
+      return ts_error_set(err, TS_PROGRAM_PLACEMENT,
+                          "mean '%s': dim %d of %s is split over "
                           "ranks, and a mean of local slices is not a partial value; use sum and "
                           "divide by the global count, or reshard %s to replicate dim %d",
                           label(p, n, l, sizeof l), d, describe(p, o, a, al, sizeof al),
                           target(p, o, a, tl, sizeof tl), d);
     r->partial |= ap->split[d];
-    r->partial_op = nd->op == TSP_OP_SUM ? TSP_PARTIAL_SUM
-                    : nd->op == TSP_OP_RMAX ? TSP_PARTIAL_MAX : TSP_PARTIAL_MIN;
+    r->partial_op = nd->op == TSP_OP_SUM    ? TSP_PARTIAL_SUM
+                    : nd->op == TSP_OP_RMAX ? TSP_PARTIAL_MAX
+                                            : TSP_PARTIAL_MIN;
   }
   return TS_OK;
 }
 
-static int einsum(const tsp_program *p, const origins *o, int n, tsp_placement *pl,
-                  ts_error *err) {
+static int einsum(const tsp_program *p, const origins *o, int n, tsp_placement *pl, ts_error *err) {
   const tsp_node *nd = &p->nodes[n];
   tsp_placement *r = &pl[n];
   memset(r, 0, sizeof *r);
@@ -208,7 +212,8 @@ static int einsum(const tsp_program *p, const origins *o, int n, tsp_placement *
       unsigned char c = (unsigned char)*s;
       uint32_t m = is_one(&p->nodes[a].shape[d]) ? 0 : pl[a].split[d];
       if (seen[c] && lab[c] != m)
-        return ts_error_set(err, TS_PROGRAM_PLACEMENT, "einsum '%s': label '%c' is split "
+        return ts_error_set(err, TS_PROGRAM_PLACEMENT,
+                            "einsum '%s': label '%c' is split "
                             "differently in %s than in an earlier operand; reshard the operands "
                             "so that '%c' is split alike (or replicated) in all of them",
                             label(p, n, l, sizeof l), c, describe(p, o, a, al, sizeof al), c);
@@ -261,8 +266,10 @@ int tsp_program_placement_named(const tsp_program *p, const tsp_placement *input
                                 const char *const *labels, const char *const *attrs, int n_in,
                                 tsp_placement *outputs, int n_out, ts_error *err) {
   if (n_in != p->n_inputs || n_out != p->n_outputs)
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "program '%s' has %d inputs and %d outputs, "
-                        "got %d and %d placements", p->name, p->n_inputs, p->n_outputs, n_in, n_out);
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "program '%s' has %d inputs and %d outputs, "
+                        "got %d and %d placements",
+                        p->name, p->n_inputs, p->n_outputs, n_in, n_out);
   tsp_placement *pl = calloc((size_t)p->n_nodes + 1, sizeof *pl);
   int *of = malloc(((size_t)p->n_nodes + 1) * sizeof *of);
   if (!pl || !of) {
@@ -283,20 +290,15 @@ int tsp_program_placement_named(const tsp_program *p, const tsp_placement *input
     case TSP_CAT_INPUT:
       pl[n] = inputs[nd->input_index];
       if (nd->ndim == 0 && pl[n].partial)
-        rc = ts_error_set(err, TS_PROGRAM_PLACEMENT, "input '%s': a scalar cannot hold partial "
-                          "values; reshard it to Replicate", nd->name);
+        rc = ts_error_set(err, TS_PROGRAM_PLACEMENT,
+                          "input '%s': a scalar cannot hold partial "
+                          "values; reshard it to Replicate",
+                          nd->name);
       break;
-    case TSP_CAT_CONST:
-      break;
-    case TSP_CAT_ELEMENTWISE:
-      rc = elementwise(p, o, n, pl, err);
-      break;
-    case TSP_CAT_REDUCE:
-      rc = reduce(p, o, n, pl, err);
-      break;
-    case TSP_CAT_EINSUM:
-      rc = einsum(p, o, n, pl, err);
-      break;
+    case TSP_CAT_CONST: break;
+    case TSP_CAT_ELEMENTWISE: rc = elementwise(p, o, n, pl, err); break;
+    case TSP_CAT_REDUCE: rc = reduce(p, o, n, pl, err); break;
+    case TSP_CAT_EINSUM: rc = einsum(p, o, n, pl, err); break;
     case TSP_CAT_LAYOUT: {
       const tsp_node *an = &p->nodes[nd->args[0]];
       const tsp_placement *ap = &pl[nd->args[0]];
@@ -309,10 +311,11 @@ int tsp_program_placement_named(const tsp_program *p, const tsp_placement *input
       if (nd->op == TSP_OP_WINDOW) {
         /* the new last dim is whole on every rank; the windowed dim must not be split */
         if (ap->split[nd->perm[0]])
-          rc = ts_error_set(err, TS_PROGRAM_PLACEMENT, "window '%s': dim %d of %s is split over "
+          rc = ts_error_set(err, TS_PROGRAM_PLACEMENT,
+                            "window '%s': dim %d of %s is split over "
                             "ranks, and a window would miss the elements across the cut; "
-                            "reshard %s to replicate dim %d first", nd->name, nd->perm[0],
-                            describe(p, o, nd->args[0], al, sizeof al),
+                            "reshard %s to replicate dim %d first",
+                            nd->name, nd->perm[0], describe(p, o, nd->args[0], al, sizeof al),
                             target(p, o, nd->args[0], l, sizeof l), nd->perm[0]);
         pl[n].split[nd->ndim - 1] = 0;
         break;
@@ -323,11 +326,12 @@ int tsp_program_placement_named(const tsp_program *p, const tsp_placement *input
           bool whole = tsp_expr_eq(&nd->slice[d], &(tsp_expr){0}) && nd->step[d] == 1 &&
                        tsp_expr_eq(&nd->slice[TSP_MAX_DIMS + d], &an->shape[d]);
           if (ap->split[d] && !whole)
-            rc = ts_error_set(err, TS_PROGRAM_PLACEMENT, "slice '%s': dim %d of %s is split "
+            rc = ts_error_set(err, TS_PROGRAM_PLACEMENT,
+                              "slice '%s': dim %d of %s is split "
                               "over ranks, and a slice of the local slices would take local "
                               "positions; reshard %s to replicate dim %d first (or slice only "
-                              "dims that are not split)", nd->name, d,
-                              describe(p, o, nd->args[0], al, sizeof al),
+                              "dims that are not split)",
+                              nd->name, d, describe(p, o, nd->args[0], al, sizeof al),
                               target(p, o, nd->args[0], l, sizeof l), d);
         }
         break;
@@ -341,15 +345,15 @@ int tsp_program_placement_named(const tsp_program *p, const tsp_placement *input
         pl[n].split[0] = ap->split[0];
       }
       if (!ok)
-        rc = ts_error_set(err, TS_PROGRAM_PLACEMENT, "reshape '%s': %s is split on a dim the "
+        rc = ts_error_set(err, TS_PROGRAM_PLACEMENT,
+                          "reshape '%s': %s is split on a dim the "
                           "reshape merges or moves (only a split first dim kept as it is can be "
-                          "reshaped locally); reshard %s to Replicate first", nd->name,
-                          describe(p, o, nd->args[0], al, sizeof al),
+                          "reshaped locally); reshard %s to Replicate first",
+                          nd->name, describe(p, o, nd->args[0], al, sizeof al),
                           target(p, o, nd->args[0], l, sizeof l));
       break;
     }
-    default:
-      break;
+    default: break;
     }
     /* in-place stores need the target's placement */
     if (rc == TS_OK && nd->assign_input >= 0) {
@@ -359,7 +363,8 @@ int tsp_program_placement_named(const tsp_program *p, const tsp_placement *input
                   memcmp(pl[n].split, tp->split, sizeof(uint32_t) * (size_t)t->ndim) == 0;
       if (!same) {
         of[p->inputs[nd->assign_input]] = nd->assign_input;
-        rc = ts_error_set(err, TS_PROGRAM_PLACEMENT, "assign to '%s': the value %s is placed "
+        rc = ts_error_set(err, TS_PROGRAM_PLACEMENT,
+                          "assign to '%s': the value %s is placed "
                           "differently from %s (split or partial); reshard %s %s first",
                           t->name, describe(p, o, n, al, sizeof al),
                           describe(p, o, p->inputs[nd->assign_input], tl, sizeof tl),

@@ -1,8 +1,8 @@
 /* run.c - the program object: creation (parse, optimize, padding analysis, buckets, builds ahead
  * unless lazy), runs (bind the dynamic dims from the inputs' shapes, pick the smallest covering
- * bucket, pad inputs into it with their fills (in staging buffers the bucket keeps), run the compiled code, cut the outputs back with
- * the output shape formulas, copy in-place updates of padded inputs back), the interface
- * accessors and the readable report (tsp_program_show). */
+ * bucket, pad inputs into it with their fills (in staging buffers the bucket keeps), run the
+ * compiled code, cut the outputs back with the output shape formulas, copy in-place updates of
+ * padded inputs back), the interface accessors and the readable report (tsp_program_show). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +30,8 @@ void tsp_program_destroy(tsp_program *p) {
   free(p);
 }
 
-int tsp_program_create(tsp_program **out, const char *text, const tsp_options *opts, ts_error *err) {
+int tsp_program_create(tsp_program **out, const char *text, const tsp_options *opts,
+                       ts_error *err) {
   *out = NULL;
   if (!text)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "program text is NULL");
@@ -81,9 +82,11 @@ static int bind(const tsp_program *p, const tsp_tensor *in, int n_in, int64_t *s
   for (int i = 0; i < n_in; i++) {
     const tsp_node *n = &p->nodes[p->inputs[i]];
     if (in[i].dtype != n->dtype || in[i].ndim != n->ndim || (!in[i].data && n->ndim == 0))
-      return ts_error_set(err, TS_BAD_SHAPE, "input %d '%s': expected %s with %d dims, got %s "
-                          "with %d dims", i, n->name, ts_dtype_name(n->dtype), n->ndim,
-                          ts_dtype_name(in[i].dtype), in[i].ndim);
+      return ts_error_set(err, TS_BAD_SHAPE,
+                          "input %d '%s': expected %s with %d dims, got %s "
+                          "with %d dims",
+                          i, n->name, ts_dtype_name(n->dtype), n->ndim, ts_dtype_name(in[i].dtype),
+                          in[i].ndim);
     for (int d = 0; d < n->ndim; d++) {
       const tsp_expr *e = &n->shape[d];
       int64_t v = in[i].shape[d];
@@ -97,16 +100,18 @@ static int bind(const tsp_program *p, const tsp_tensor *in, int n_in, int64_t *s
       while (!e->k[g])
         g++;
       if (seen[g] && sym[g] != v)
-        return ts_error_set(err, TS_BAD_SHAPE, "input '%s' dim %d: dim group '%s' is %lld here "
-                            "but %lld in an earlier input (grouped dims must be equal)", n->name,
-                            d, p->groups[g].name, (long long)v, (long long)sym[g]);
+        return ts_error_set(err, TS_BAD_SHAPE,
+                            "input '%s' dim %d: dim group '%s' is %lld here "
+                            "but %lld in an earlier input (grouped dims must be equal)",
+                            n->name, d, p->groups[g].name, (long long)v, (long long)sym[g]);
       seen[g] = true;
       sym[g] = v;
     }
   }
   for (int g = 0; g < p->n_groups; g++)
     if (!seen[g])
-      return ts_error_set(err, TS_BAD_SHAPE, "dim group '%s' appears in no input", p->groups[g].name);
+      return ts_error_set(err, TS_BAD_SHAPE, "dim group '%s' appears in no input",
+                          p->groups[g].name);
   return tsp_slices_bind(p, sym, err);
 }
 
@@ -128,7 +133,8 @@ static void copy_box(char *dst, const int64_t *ddims, const char *src, const int
     memcpy(dst, src, (size_t)ext[0] * es);
     return;
   }
-  size_t dstep = (size_t)numel(ndim - 1, ddims + 1) * es, sstep = (size_t)numel(ndim - 1, sdims + 1) * es;
+  size_t dstep = (size_t)numel(ndim - 1, ddims + 1) * es,
+         sstep = (size_t)numel(ndim - 1, sdims + 1) * es;
   for (int64_t i = 0; i < ext[0]; i++)
     copy_box(dst + (size_t)i * dstep, ddims + 1, src + (size_t)i * sstep, sdims + 1, ext + 1,
              ndim - 1, es);
@@ -159,8 +165,7 @@ static void fill(void *buf, ts_dtype dt, double v, int64_t n) {
       ((uint16_t *)buf)[i] = h;
     break;
   }
-  default:
-    memset(buf, (int)v, (size_t)n * ts_dtype_size(dt));
+  default: memset(buf, (int)v, (size_t)n * ts_dtype_size(dt));
   }
 }
 
@@ -292,7 +297,9 @@ const char *tsp_program_input_name(const tsp_program *p, int i) {
   return p->nodes[p->inputs[i]].name;
 }
 const char *tsp_program_output_name(const tsp_program *p, int i) { return p->output_names[i]; }
-ts_dtype tsp_program_input_dtype(const tsp_program *p, int i) { return p->nodes[p->inputs[i]].dtype; }
+ts_dtype tsp_program_input_dtype(const tsp_program *p, int i) {
+  return p->nodes[p->inputs[i]].dtype;
+}
 ts_dtype tsp_program_output_dtype(const tsp_program *p, int i) {
   return p->nodes[p->outputs[i]].dtype;
 }
@@ -402,8 +409,8 @@ int tsp_program_show(tsp_program *p, char **text, ts_error *err) {
     fprintf(f, "\n");
   }
   fprintf(f, "kernels:\n");
-  static const char *cats[] = {"input", "const", "elementwise", "reduction", "einsum", "layout",
-                               "assign"};
+  static const char *cats[] = {"input",  "const",  "elementwise", "reduction",
+                               "einsum", "layout", "assign"};
   for (int k = 0; k < p->n_kernels; k++) {
     fprintf(f, "  kernel %d: %s", k, cats[p->kernels[k].cat]);
     if (p->kernels[k].cat == TSP_CAT_ELEMENTWISE)
@@ -454,8 +461,9 @@ int tsp_program_show(tsp_program *p, char **text, ts_error *err) {
     else if (bk->built && !bk->from_cache && bk->cache_note[0])
       fprintf(f, " built (compiled; the cached object was refused: %s)", bk->cache_note);
     else
-      fprintf(f, " %s", bk->built ? (bk->from_cache ? "built (cache hit)" : "built (compiled)")
-                                  : "not built");
+      fprintf(f, " %s",
+              bk->built ? (bk->from_cache ? "built (cache hit)" : "built (compiled)")
+                        : "not built");
     if (bk->built)
       fprintf(f, " pool=%zu bytes %s", bk->pool_bytes, bk->path);
     fprintf(f, "\n");
@@ -467,18 +475,20 @@ int tsp_program_show(tsp_program *p, char **text, ts_error *err) {
     fprintf(f, "pool plan of bucket %d (%zu bytes):\n", b, bk->pool_bytes);
     for (int i = 0; i < bk->n_bufs; i++) {
       const tsp_poolbuf *pb = &bk->bufs[i];
-      fprintf(f, "  %s: offset %zu, %zu bytes, kernels %d..%d", tsp_node_label(p, pb->node, l, sizeof l),
-              pb->offset, pb->bytes, pb->first, pb->last);
+      fprintf(f, "  %s: offset %zu, %zu bytes, kernels %d..%d",
+              tsp_node_label(p, pb->node, l, sizeof l), pb->offset, pb->bytes, pb->first, pb->last);
       if (pb->alias_of >= 0)
-        fprintf(f, " (in place of %s)", tsp_node_label(p, bk->bufs[pb->alias_of].node, a, sizeof a));
+        fprintf(f, " (in place of %s)",
+                tsp_node_label(p, bk->bufs[pb->alias_of].node, a, sizeof a));
       fprintf(f, "\n");
     }
     break;
   }
   fprintf(f, "cache: %s (compiler %s: %s; flags %s)\n", p->cache_dir, p->cc, p->cc_version,
           p->cflags);
-  fprintf(f, "stats: compiles=%lld cache_hits=%lld cache_refused=%lld runs=%lld "
-             "compile_ms=%.1f\n",
+  fprintf(f,
+          "stats: compiles=%lld cache_hits=%lld cache_refused=%lld runs=%lld "
+          "compile_ms=%.1f\n",
           (long long)p->stats.compiles, (long long)p->stats.cache_hits,
           (long long)p->stats.cache_refused, (long long)p->stats.runs, p->stats.compile_ms);
   pthread_mutex_unlock(&p->lock);

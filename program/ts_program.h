@@ -34,14 +34,14 @@ int tsp_name_check(const char *field, const char *s, ts_error *err);
 
 /* Build options. Every field may be 0/NULL for the default. */
 typedef struct tsp_options {
-  const char *cache_dir; /* default: $TSHARD_PROGRAM_CACHE, else $XDG_CACHE_HOME/tshard/programs,
-                            else $HOME/.cache/tshard/programs, else
-                            $XDG_RUNTIME_DIR/tshard/programs, else /tmp/tshard-<uid>/programs;
-                            it must be owned by this user and not writable by others (build.c) */
-  const char *cc;        /* default: $TSHARD_PROGRAM_CC, else "gcc" */
-  const char *cflags;    /* default: TSP_DEFAULT_CFLAGS */
+  const char *cache_dir;    /* default: $TSHARD_PROGRAM_CACHE, else $XDG_CACHE_HOME/tshard/programs,
+                               else $HOME/.cache/tshard/programs, else
+                               $XDG_RUNTIME_DIR/tshard/programs, else /tmp/tshard-<uid>/programs;
+                               it must be owned by this user and not writable by others (build.c) */
+  const char *cc;           /* default: $TSHARD_PROGRAM_CC, else "gcc" */
+  const char *cflags;       /* default: TSP_DEFAULT_CFLAGS */
   const char *extra_cflags; /* appended to cflags (and part of the cache key) */
-  bool lazy;             /* true: buckets are built on first use; false: tsp_program_create builds all */
+  bool lazy; /* true: buckets are built on first use; false: tsp_program_create builds all */
 } tsp_options;
 
 #define TSP_DEFAULT_CFLAGS "-O3 -march=native -fopenmp -fPIC -shared -fno-math-errno"
@@ -109,9 +109,10 @@ bool tsp_program_bucket_built(const tsp_program *p, int b);
 typedef struct tsp_stats {
   int64_t compiles;   /* C compiler runs */
   int64_t cache_hits; /* builds served by the disk cache */
-  int64_t cache_refused; /* cached objects that failed a check (owner, mode, hash): compiled again */
+  int64_t
+      cache_refused; /* cached objects that failed a check (owner, mode, hash): compiled again */
   int64_t runs;
-  double compile_ms;  /* time in the compiler, summed */
+  double compile_ms; /* time in the compiler, summed */
 } tsp_stats;
 void tsp_program_stats(const tsp_program *p, tsp_stats *out);
 

@@ -40,14 +40,15 @@ int tsp_expr_format(const tsp_program *p, const tsp_expr *e, char *buf, size_t c
     const char *sign = k < 0 ? "-" : (len ? "+" : "");
     int64_t ak = k < 0 ? -k : k;
     if (ak == 1)
-      len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "%s%s", sign, p->groups[g].name);
+      len +=
+          (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "%s%s", sign, p->groups[g].name);
     else
       len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "%s%lld*%s", sign,
                               (long long)ak, p->groups[g].name);
   }
   if (e->c || len == 0)
-    len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, len && e->c > 0 ? "+%lld" : "%lld",
-                            (long long)e->c);
+    len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0,
+                            len && e->c > 0 ? "+%lld" : "%lld", (long long)e->c);
   return (int)len;
 }
 
@@ -92,8 +93,10 @@ int tsp_expr_parse(const tsp_program *p, const char *text, tsp_expr *out, ts_err
               strncmp(p->groups[g].name, st, (size_t)(s - st)) == 0)
             break;
         if (g == p->n_groups || group >= 0)
-          return ts_error_set(err, TS_PARSE, "'%s': '%.*s' is not a dim group (or a product of "
-                              "two groups)", text, (int)(s - st), st);
+          return ts_error_set(err, TS_PARSE,
+                              "'%s': '%.*s' is not a dim group (or a product of "
+                              "two groups)",
+                              text, (int)(s - st), st);
         group = g;
       } else {
         return ts_error_set(err, TS_PARSE, "'%s': expected a number or a dim group at '%s'", text,
@@ -111,8 +114,10 @@ int tsp_expr_parse(const tsp_program *p, const char *text, tsp_expr *out, ts_err
       e.c += sign * coef;
   }
   if (*s)
-    return ts_error_set(err, TS_PARSE, "'%s': unexpected '%s' (formulas are sums of terms like "
-                        "2*n, n, 3)", text, s);
+    return ts_error_set(err, TS_PARSE,
+                        "'%s': unexpected '%s' (formulas are sums of terms like "
+                        "2*n, n, 3)",
+                        text, s);
   *out = e;
   return TS_OK;
 }
@@ -156,9 +161,11 @@ static int broadcast(tsp_program *p, tsp_node *n, ts_error *err) {
         char s0[128], s1[128];
         shape_text(p, &p->nodes[n->args[0]], s0, sizeof s0);
         shape_text(p, a, s1, sizeof s1);
-        return ts_error_set(err, TS_BAD_SHAPE, "%s '%s': shapes do not broadcast ('%s' is %s, "
-                            "'%s' is %s; dims must be equal or 1)", tsp_op(n->op)->name, n->name,
-                            nm(p, n->args[0]), s0, nm(p, n->args[i]), s1);
+        return ts_error_set(err, TS_BAD_SHAPE,
+                            "%s '%s': shapes do not broadcast ('%s' is %s, "
+                            "'%s' is %s; dims must be equal or 1)",
+                            tsp_op(n->op)->name, n->name, nm(p, n->args[0]), s0, nm(p, n->args[i]),
+                            s1);
       }
     }
     n->shape[d] = r;
@@ -209,13 +216,16 @@ static int verify_elementwise(tsp_program *p, tsp_node *n, ts_error *err) {
   if (n->op != TSP_OP_CAST)
     for (int i = first; i < n->nargs; i++)
       if (p->nodes[n->args[i]].dtype != dt)
-        return ts_error_set(err, TS_BAD_DTYPE, "%s '%s': operands have dtypes %s ('%s') and %s "
-                            "('%s'); make them equal with a cast op", def->name, n->name,
-                            ts_dtype_name(dt), nm(p, n->args[first]),
+        return ts_error_set(err, TS_BAD_DTYPE,
+                            "%s '%s': operands have dtypes %s ('%s') and %s "
+                            "('%s'); make them equal with a cast op",
+                            def->name, n->name, ts_dtype_name(dt), nm(p, n->args[first]),
                             ts_dtype_name(p->nodes[n->args[i]].dtype), nm(p, n->args[i]));
   if (n->op != TSP_OP_CAST && def->float_only && !ts_dtype_is_float(dt))
-    return ts_error_set(err, TS_BAD_DTYPE, "%s '%s': needs float operands (f32, f64, f16, bf16), got "
-                        "%s (cast first)", def->name, n->name, ts_dtype_name(dt));
+    return ts_error_set(err, TS_BAD_DTYPE,
+                        "%s '%s': needs float operands (f32, f64, f16, bf16), got "
+                        "%s (cast first)",
+                        def->name, n->name, ts_dtype_name(dt));
   if (n->op == TSP_OP_CAST)
     ; /* dtype set by the parser */
   else if (n->op >= TSP_OP_EQ && n->op <= TSP_OP_GE)
@@ -231,9 +241,11 @@ static int verify_reduce(tsp_program *p, tsp_node *n, ts_error *err) {
     return ts_error_set(err, TS_BAD_SHAPE, "%s '%s': the operand must be a tensor, not a literal",
                         tsp_op(n->op)->name, n->name);
   if (tsp_op(n->op)->float_only && !ts_dtype_is_float(a->dtype))
-    return ts_error_set(err, TS_BAD_DTYPE, "%s '%s': needs a float operand (f32, f64, f16, bf16), got "
+    return ts_error_set(err, TS_BAD_DTYPE,
+                        "%s '%s': needs a float operand (f32, f64, f16, bf16), got "
                         "%s (cast "
-                        "first)", tsp_op(n->op)->name, n->name, ts_dtype_name(a->dtype));
+                        "first)",
+                        tsp_op(n->op)->name, n->name, ts_dtype_name(a->dtype));
   n->dtype = a->dtype;
   n->ndim = 0;
   for (int d = 0; d < a->ndim; d++) {
@@ -248,15 +260,19 @@ static int verify_reduce(tsp_program *p, tsp_node *n, ts_error *err) {
 static int verify_einsum(tsp_program *p, tsp_node *n, ts_error *err) {
   const char *arrow = strstr(n->eq, "->");
   if (!arrow)
-    return ts_error_set(err, TS_EINSUM, "einsum '%s': equation '%s' needs an explicit output "
-                        "(\"ij,jk->ik\")", n->name, n->eq);
+    return ts_error_set(err, TS_EINSUM,
+                        "einsum '%s': equation '%s' needs an explicit output "
+                        "(\"ij,jk->ik\")",
+                        n->name, n->eq);
   tsp_expr label[128];
   bool seen[128] = {false};
   const char *s = n->eq;
   ts_dtype dt = p->nodes[n->args[0]].dtype;
   if (dt != TS_F32 && dt != TS_F64 && dt != TS_I32 && dt != TS_I64)
-    return ts_error_set(err, TS_BAD_DTYPE, "einsum '%s': operands must be f32, f64, i32 or i64, "
-                        "got %s", n->name, (int)dt < 0 ? "a literal" : ts_dtype_name(dt));
+    return ts_error_set(err, TS_BAD_DTYPE,
+                        "einsum '%s': operands must be f32, f64, i32 or i64, "
+                        "got %s",
+                        n->name, (int)dt < 0 ? "a literal" : ts_dtype_name(dt));
   for (int i = 0; i < n->nargs; i++) {
     const tsp_node *a = &p->nodes[n->args[i]];
     if (a->dtype != dt)
@@ -267,18 +283,23 @@ static int verify_einsum(tsp_program *p, tsp_node *n, ts_error *err) {
     for (; *s && *s != ',' && s != arrow; s++, d++) {
       unsigned char c = (unsigned char)*s;
       if (!isalpha(c))
-        return ts_error_set(err, TS_EINSUM, "einsum '%s': '%c' in '%s' is not a label (a-z, A-Z; "
-                            "no \"...\")", n->name, c, n->eq);
+        return ts_error_set(err, TS_EINSUM,
+                            "einsum '%s': '%c' in '%s' is not a label (a-z, A-Z; "
+                            "no \"...\")",
+                            n->name, c, n->eq);
       if (d >= a->ndim)
         break;
       if (seen[c] && !tsp_expr_eq(&label[c], &a->shape[d]))
-        return ts_error_set(err, TS_EINSUM, "einsum '%s': label '%c' has different sizes in the "
-                            "operands of '%s'", n->name, c, n->eq);
+        return ts_error_set(err, TS_EINSUM,
+                            "einsum '%s': label '%c' has different sizes in the "
+                            "operands of '%s'",
+                            n->name, c, n->eq);
       seen[c] = true;
       label[c] = a->shape[d];
     }
     if (d != a->ndim || (i < n->nargs - 1 && *s != ',') || (i == n->nargs - 1 && s != arrow))
-      return ts_error_set(err, TS_EINSUM, "einsum '%s': operand %d ('%s', %d dims) does not "
+      return ts_error_set(err, TS_EINSUM,
+                          "einsum '%s': operand %d ('%s', %d dims) does not "
                           "match the equation '%s' (one term per operand, one label per dim)",
                           n->name, i, nm(p, n->args[i]), a->ndim, n->eq);
     if (*s == ',')
@@ -289,8 +310,10 @@ static int verify_einsum(tsp_program *p, tsp_node *n, ts_error *err) {
   for (s = arrow + 2; *s; s++) {
     unsigned char c = (unsigned char)*s;
     if (c >= 128 || !seen[c] || in_out[c] || n->ndim == TSP_MAX_DIMS)
-      return ts_error_set(err, TS_EINSUM, "einsum '%s': output label '%c' of '%s' is not in the "
-                          "inputs or repeated", n->name, c, n->eq);
+      return ts_error_set(err, TS_EINSUM,
+                          "einsum '%s': output label '%c' of '%s' is not in the "
+                          "inputs or repeated",
+                          n->name, c, n->eq);
     in_out[c] = true;
     n->shape[n->ndim++] = label[c];
   }
@@ -329,8 +352,10 @@ static int verify_reshape(tsp_program *p, tsp_node *n, ts_error *err) {
     if (minus >= 0 && out > 0 && in % out == 0)
       n->shape[minus].c = in / out;
     else if (minus >= 0 || in != out)
-      return ts_error_set(err, TS_BAD_SHAPE, "reshape '%s': %lld elements cannot take the new "
-                          "shape (%lld elements)", n->name, (long long)in, (long long)out);
+      return ts_error_set(err, TS_BAD_SHAPE,
+                          "reshape '%s': %lld elements cannot take the new "
+                          "shape (%lld elements)",
+                          n->name, (long long)in, (long long)out);
     return TS_OK;
   }
   /* dynamic: only dim 0 may be dynamic, on both sides, a multiple of one group, so that the real
@@ -348,7 +373,8 @@ static int verify_reshape(tsp_program *p, tsp_node *n, ts_error *err) {
   if (ok && e0->k[g] * rest_in != f0->k[g] * rest_out)
     ok = false;
   if (!ok)
-    return ts_error_set(err, TS_UNSUPPORTED, "reshape '%s': with dynamic dims only the first dim "
+    return ts_error_set(err, TS_UNSUPPORTED,
+                        "reshape '%s': with dynamic dims only the first dim "
                         "may be dynamic, on both sides, as a multiple of one group (\"2*n\") with "
                         "equal element counts: padding would otherwise mix with real elements",
                         n->name);
@@ -377,8 +403,10 @@ static int verify_slice(tsp_program *p, tsp_node *n, ts_error *err) {
   for (int d = 0; d < a->ndim; d++) {
     const tsp_expr *st = &n->slice[d], *sp = &n->slice[TSP_MAX_DIMS + d], *size = &a->shape[d];
     if (!bound_small(p, st) || !bound_small(p, sp))
-      return ts_error_set(err, TS_OVERFLOW, "slice '%s' dim %d: a bound has a term beyond 2^40 "
-                          "at the groups' largest values", n->name, d);
+      return ts_error_set(err, TS_OVERFLOW,
+                          "slice '%s' dim %d: a bound has a term beyond 2^40 "
+                          "at the groups' largest values",
+                          n->name, d);
     tsp_expr len = *sp;
     len.c -= st->c;
     for (int g = 0; g < TSP_MAX_GROUPS; g++)
@@ -392,16 +420,21 @@ static int verify_slice(tsp_program *p, tsp_node *n, ts_error *err) {
                           n->name, d, tp, ts);
     if (tsp_expr_is_static(st) && tsp_expr_is_static(sp) && tsp_expr_is_static(size) &&
         (st->c < 0 || sp->c > size->c))
-      return ts_error_set(err, TS_BAD_SHAPE, "slice '%s' dim %d: [%s:%s] is out of range for a "
+      return ts_error_set(err, TS_BAD_SHAPE,
+                          "slice '%s' dim %d: [%s:%s] is out of range for a "
                           "dim of %s (need 0 <= start <= stop <= size; negative ints count from "
-                          "the end)", n->name, d, ts, tp, tz);
+                          "the end)",
+                          n->name, d, ts, tp, tz);
     if (!tsp_expr_is_static(st) && !tsp_expr_is_static(&len))
-      return ts_error_set(err, TS_UNSUPPORTED, "slice '%s' dim %d: the start %s and the length "
+      return ts_error_set(err, TS_UNSUPPORTED,
+                          "slice '%s' dim %d: the start %s and the length "
                           "(stop - start) both depend on the dim groups, so the padded view "
                           "could run past its operand; give a static start (\"stop\": \"n-2\") "
-                          "or a static length (\"start\": -3)", n->name, d, ts);
+                          "or a static length (\"start\": -3)",
+                          n->name, d, ts);
     if (n->step[d] > 1 && !tsp_expr_is_static(&len))
-      return ts_error_set(err, TS_UNSUPPORTED, "slice '%s' dim %d: a step of %lld needs a static "
+      return ts_error_set(err, TS_UNSUPPORTED,
+                          "slice '%s' dim %d: a step of %lld needs a static "
                           "length (stop - start), not one that depends on the dim groups",
                           n->name, d, (long long)n->step[d]);
     if (n->step[d] > 1)
@@ -419,11 +452,15 @@ static int verify_window(tsp_program *p, tsp_node *n, ts_error *err) {
   const tsp_expr *size = &n->slice[0];
   n->dtype = a->dtype;
   if (a->ndim >= TSP_MAX_DIMS)
-    return ts_error_set(err, TS_BAD_SHAPE, "window '%s': the operand has %d dims already (at most "
-                        "%d with the window's)", n->name, a->ndim, TSP_MAX_DIMS);
+    return ts_error_set(err, TS_BAD_SHAPE,
+                        "window '%s': the operand has %d dims already (at most "
+                        "%d with the window's)",
+                        n->name, a->ndim, TSP_MAX_DIMS);
   if (!bound_small(p, size))
-    return ts_error_set(err, TS_OVERFLOW, "window '%s': the size has a term beyond 2^40 at the "
-                        "groups' largest values", n->name);
+    return ts_error_set(err, TS_OVERFLOW,
+                        "window '%s': the size has a term beyond 2^40 at the "
+                        "groups' largest values",
+                        n->name);
   if (tsp_expr_is_static(size) && size->c < 1)
     return ts_error_set(err, TS_BAD_SHAPE, "window '%s': size %lld must be >= 1", n->name,
                         (long long)size->c);
@@ -459,8 +496,10 @@ int tsp_verify_node(tsp_program *p, int idx, ts_error *err) {
         v = -1;
     }
     if (v < 0 || __builtin_mul_overflow(total, v, &total) || total > ((int64_t)1 << 40))
-      return ts_error_set(err, TS_OVERFLOW, "%s '%s': more than 2^40 elements (or a negative "
-                          "dim) at the largest dim values", tsp_op(n->op)->name, n->name);
+      return ts_error_set(err, TS_OVERFLOW,
+                          "%s '%s': more than 2^40 elements (or a negative "
+                          "dim) at the largest dim values",
+                          tsp_op(n->op)->name, n->name);
   }
   return TS_OK;
 }
@@ -471,14 +510,10 @@ static int verify_node(tsp_program *p, int idx, ts_error *err) {
     if (p->nodes[n->args[i]].op == TSP_OP_ASSIGN)
       return ts_error_set(err, TS_PARSE, "%s: an assign has no value to use", tsp_op(n->op)->name);
   switch (tsp_op(n->op)->cat) {
-  case TSP_CAT_INPUT:
-    return TS_OK; /* the parser checked it; the size check follows */
-  case TSP_CAT_ELEMENTWISE:
-    return verify_elementwise(p, n, err);
-  case TSP_CAT_REDUCE:
-    return verify_reduce(p, n, err);
-  case TSP_CAT_EINSUM:
-    return verify_einsum(p, n, err);
+  case TSP_CAT_INPUT: return TS_OK; /* the parser checked it; the size check follows */
+  case TSP_CAT_ELEMENTWISE: return verify_elementwise(p, n, err);
+  case TSP_CAT_REDUCE: return verify_reduce(p, n, err);
+  case TSP_CAT_EINSUM: return verify_einsum(p, n, err);
   case TSP_CAT_LAYOUT: {
     const tsp_node *a = &p->nodes[n->args[0]];
     if ((int)a->dtype < 0)
@@ -506,8 +541,10 @@ static int verify_node(tsp_program *p, int idx, ts_error *err) {
     set_literal_dtypes(p, n, 1, t->dtype);
     const tsp_node *s = &p->nodes[n->args[1]];
     if (s->dtype != t->dtype)
-      return ts_error_set(err, TS_BAD_DTYPE, "assign: '%s' is %s, the value '%s' is %s (cast "
-                          "first)", t->name, ts_dtype_name(t->dtype), nm(p, n->args[1]),
+      return ts_error_set(err, TS_BAD_DTYPE,
+                          "assign: '%s' is %s, the value '%s' is %s (cast "
+                          "first)",
+                          t->name, ts_dtype_name(t->dtype), nm(p, n->args[1]),
                           ts_dtype_name(s->dtype));
     n->dtype = t->dtype;
     int rc = broadcast(p, n, err);
@@ -517,12 +554,13 @@ static int verify_node(tsp_program *p, int idx, ts_error *err) {
     for (int d = 0; same && d < t->ndim; d++)
       same = tsp_expr_eq(&n->shape[d], &t->shape[d]);
     if (!same)
-      return ts_error_set(err, TS_BAD_SHAPE, "assign: the value '%s' does not broadcast to the "
-                          "shape of '%s'", nm(p, n->args[1]), t->name);
+      return ts_error_set(err, TS_BAD_SHAPE,
+                          "assign: the value '%s' does not broadcast to the "
+                          "shape of '%s'",
+                          nm(p, n->args[1]), t->name);
     p->n_assigns++;
     return TS_OK;
   }
-  default:
-    return ts_error_set(err, TS_INTERNAL, "unexpected node");
+  default: return ts_error_set(err, TS_INTERNAL, "unexpected node");
   }
 }

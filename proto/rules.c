@@ -53,12 +53,11 @@ bool ts_name_reserved(const char *name, size_t n) {
   return n >= p && memcmp(name, TS_RULES_RESERVED_PREFIX, p) == 0;
 }
 
-int ts_text_check(const char *what, const char *text, size_t n, const char *kind,
-                  ts_error *err) {
+int ts_text_check(const char *what, const char *text, size_t n, const char *kind, ts_error *err) {
   const unsigned char *s = (const unsigned char *)text;
   for (size_t i = 0; i < n; i++)
-    if (s[i] < 0x20 || s[i] == 0x7f || (s[i] == 0xc2 && i + 1 < n && s[i + 1] < 0xa0 &&
-                                        s[i + 1] >= 0x80))
+    if (s[i] < 0x20 || s[i] == 0x7f ||
+        (s[i] == 0xc2 && i + 1 < n && s[i + 1] < 0xa0 && s[i + 1] >= 0x80))
       return ts_error_set(err, TS_INVALID_ARGUMENT,
                           "%s has a control character (U+%04X) at byte %zu; %s are UTF-8 "
                           "without control characters",
@@ -74,8 +73,8 @@ int ts_text_check(const char *what, const char *text, size_t n, const char *kind
 int ts_name_check(const char *what, const char *name, size_t n, ts_error *err) {
   if (!name || n == 0 || n > TS_RULES_NAME_MAX)
     return ts_error_set(err, TS_INVALID_ARGUMENT,
-                        "%s of %zu bytes; names have 1 to %d bytes of UTF-8", what,
-                        name ? n : 0, TS_RULES_NAME_MAX);
+                        "%s of %zu bytes; names have 1 to %d bytes of UTF-8", what, name ? n : 0,
+                        TS_RULES_NAME_MAX);
   int rc = ts_text_check(what, name, n, "names", err);
   if (rc)
     return rc;
@@ -91,17 +90,23 @@ int ts_tensor_check(const char *name, int ndim, const int64_t *shape, size_t ele
   if (rc)
     return rc;
   if (ndim < 0 || ndim > TS_RULES_DIMS_MAX || (ndim > 0 && !shape))
-    return ts_error_set(err, TS_BAD_SHAPE, "tensor '%s': shape of %d dims; tensors have 0 (a "
-                        "scalar) to %d dims", name, ndim, TS_RULES_DIMS_MAX);
+    return ts_error_set(err, TS_BAD_SHAPE,
+                        "tensor '%s': shape of %d dims; tensors have 0 (a "
+                        "scalar) to %d dims",
+                        name, ndim, TS_RULES_DIMS_MAX);
   /* The product skips zero dims, so a shape with a zero beside a huge dim is bounded too. */
   int64_t bytes = elem_size ? (int64_t)elem_size : 1;
   for (int d = 0; d < ndim; d++) {
     if (shape[d] < 0 || shape[d] > TS_RULES_TENSOR_BYTES_MAX)
-      return ts_error_set(err, TS_BAD_SHAPE, "tensor '%s': shape dim %d has size %lld; sizes are 0 to "
-                          "2^50", name, d, (long long)shape[d]);
+      return ts_error_set(err, TS_BAD_SHAPE,
+                          "tensor '%s': shape dim %d has size %lld; sizes are 0 to "
+                          "2^50",
+                          name, d, (long long)shape[d]);
     if (shape[d] > 0 && bytes > TS_RULES_TENSOR_BYTES_MAX / shape[d])
-      return ts_error_set(err, TS_LIMIT, "tensor '%s': more than 2^50 bytes; its dims up to "
-                          "dim %d multiply past it (a dim of size 0 counts as 1 here)", name, d);
+      return ts_error_set(err, TS_LIMIT,
+                          "tensor '%s': more than 2^50 bytes; its dims up to "
+                          "dim %d multiply past it (a dim of size 0 counts as 1 here)",
+                          name, d);
     if (shape[d] > 0)
       bytes *= shape[d];
   }
@@ -232,15 +237,15 @@ int ts_token_file_read(const char *path, char *out, size_t cap, ts_error *err) {
   if (rc)
     return rc;
   bool more = n == sizeof buf;
-  while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' ||
-                   buf[n - 1] == '\t'))
+  while (n > 0 &&
+         (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t'))
     n--;
   if (more || n > TS_RULES_TOKEN_MAX)
     return ts_error_set(err, TS_AUTH,
                         "the token in %s has %s%zu characters; tokens have %d to %d (the whole "
                         "token is used, never a part of it)",
-                        path, more ? "more than " : "", more ? sizeof buf : n,
-                        TS_RULES_TOKEN_MIN, TS_RULES_TOKEN_MAX);
+                        path, more ? "more than " : "", more ? sizeof buf : n, TS_RULES_TOKEN_MIN,
+                        TS_RULES_TOKEN_MAX);
   if ((rc = ts_token_check(buf, n, err))) {
     char why[sizeof err->msg];
     snprintf(why, sizeof why, "%s", err ? err->msg : "");
@@ -265,11 +270,12 @@ int ts_dir_ancestors_check(const char *what, const char *real, ts_error *err) {
       *slash = '\0';
     struct stat st;
     if (lstat(buf, &st) != 0)
-      return ts_error_set(err, TS_IO, "%s '%s': the directory above it, '%s': %s", what, real,
-                          buf, strerror(errno));
+      return ts_error_set(err, TS_IO, "%s '%s': the directory above it, '%s': %s", what, real, buf,
+                          strerror(errno));
     unsigned mode = (unsigned)(st.st_mode & 07777);
     if ((st.st_uid != 0 && st.st_uid != me) || ((mode & 022) && !(mode & S_ISVTX)))
-      return ts_error_set(err, TS_AUTH, "%s '%s': the directory above it, '%s', is owned by uid "
+      return ts_error_set(err, TS_AUTH,
+                          "%s '%s': the directory above it, '%s', is owned by uid "
                           "%u with mode %04o; every directory above it must be owned by root or "
                           "uid %u and not writable by group or others unless sticky (like /tmp)",
                           what, real, buf, (unsigned)st.st_uid, mode, (unsigned)me);
@@ -286,24 +292,28 @@ bool ts_attr_rule_is_glob(const char *pattern) { return strpbrk(pattern, TS_RULE
 
 int ts_attr_rule_pattern_check(const char *what, const char *pattern, size_t n, ts_error *err) {
   if (!pattern || n == 0 || n > TS_RULES_NAME_MAX)
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "%s: a pattern of %zu bytes; give a tensor "
-                        "name or a glob of 1 to %d bytes", what, pattern ? n : 0,
-                        TS_RULES_NAME_MAX);
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "%s: a pattern of %zu bytes; give a tensor "
+                        "name or a glob of 1 to %d bytes",
+                        what, pattern ? n : 0, TS_RULES_NAME_MAX);
   int rc = ts_text_check(what, pattern, n, "patterns", err);
   for (size_t i = 0; !rc && i < n; i++) {
     if (pattern[i] != '[')
       continue;
     if (i + 1 < n && pattern[i + 1] == '^')
-      return ts_error_set(err, TS_INVALID_ARGUMENT, "%s '%.*s': '[^' at byte %zu; write '[!' "
-                          "for a set of characters not matched", what, (int)n, pattern, i);
+      return ts_error_set(err, TS_INVALID_ARGUMENT,
+                          "%s '%.*s': '[^' at byte %zu; write '[!' "
+                          "for a set of characters not matched",
+                          what, (int)n, pattern, i);
     size_t j = i + 1 + (i + 1 < n && pattern[i + 1] == '!');
     j += j < n && pattern[j] == ']'; /* a ']' first in the set is one of its characters */
     while (j < n && pattern[j] != ']')
       j++;
     if (j >= n)
-      return ts_error_set(err, TS_INVALID_ARGUMENT, "%s '%.*s': the '[' at byte %zu is not "
-                          "closed; a set is '[abc]', '[a-z]' or '[!abc]'", what, (int)n,
-                          pattern, i);
+      return ts_error_set(err, TS_INVALID_ARGUMENT,
+                          "%s '%.*s': the '[' at byte %zu is not "
+                          "closed; a set is '[abc]', '[a-z]' or '[!abc]'",
+                          what, (int)n, pattern, i);
     i = j;
   }
   return rc;
@@ -316,10 +326,11 @@ int ts_attr_rule_split(const char *what, const char *rule, size_t *pattern_len, 
   while (a && (*a == ' ' || *a == '\t'))
     a++;
   if (!eq || strncmp(a, "mesh", 4) != 0)
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "%s '%s': expected PATTERN=ATTR, a tensor name "
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "%s '%s': expected PATTERN=ATTR, a tensor name "
                         "or glob and an attribute (e.g. 'h.*.w=mesh=[4] placements=[S(0)]'); "
-                        "one attribute for every tensor is the default attribute", what,
-                        rule ? rule : "");
+                        "one attribute for every tensor is the default attribute",
+                        what, rule ? rule : "");
   *pattern_len = (size_t)(eq - rule);
   *attr = eq + 1;
   return ts_attr_rule_pattern_check(what, rule, *pattern_len, err);

@@ -22,7 +22,7 @@
 #define TS_RULES_RESERVED_PREFIX "__tshard"
 #define TS_RULES_TOKEN_MIN 8
 #define TS_RULES_TOKEN_MAX 255
-#define TS_RULES_DIMS_MAX 8                    /* dims of a tensor: 1 to this */
+#define TS_RULES_DIMS_MAX 8                   /* dims of a tensor: 1 to this */
 #define TS_RULES_TENSOR_BYTES_MAX (1LL << 50) /* 2^50 bytes of a tensor; also bounds each dim */
 
 /* The length of the longest prefix of s[0..n) that is well-formed UTF-8 (no overlong forms, no

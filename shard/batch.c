@@ -30,8 +30,8 @@ typedef struct planned {
 } planned;
 
 /* Plans one item on this rank; the error names the item's tensor. */
-static int plan_item(ts_store *s, ts_world *w, const ts_batch_item *it, int64_t staging,
-                     planned *p, ts_error *err) {
+static int plan_item(ts_store *s, ts_world *w, const ts_batch_item *it, int64_t staging, planned *p,
+                     ts_error *err) {
   ts_error lerr;
   ts_error_clear(&lerr);
   int rc = TS_OK;
@@ -95,8 +95,8 @@ static int run_items(ts_store *s, ts_world *w, int n, const ts_batch_item *items
       xo.max_alloc_bytes = left - held > 0 ? left - held : 1;
     ts_exec_report rep;
     memset(&rep, 0, sizeof rep);
-    int rc = ts_reshard_exec(w, p[i].plan, ts_cast_source(&p[i].cast, p[i].e),
-                             items[i].layout_tag, &xo, &p[i].out, &rep, &xerr);
+    int rc = ts_reshard_exec(w, p[i].plan, ts_cast_source(&p[i].cast, p[i].e), items[i].layout_tag,
+                             &xo, &p[i].out, &rep, &xerr);
     if (rc)
       return ts_error_set(err, rc, "tensor '%s' of the batch: %s", items[i].name, xerr.msg);
     held += (int64_t)p[i].out.bytes;
@@ -131,13 +131,13 @@ static int run_coalesced(ts_store *s, ts_world *w, int n, const ts_batch_item *i
     if (!(p[i].coalesced = coalescable(&items[i], &p[i])))
       continue;
     at[m] = i;
-    x[m] = (ts_exec_item){.name = items[i].name, .plan = p[i].plan,
+    x[m] = (ts_exec_item){.name = items[i].name,
+                          .plan = p[i].plan,
                           .src = ts_cast_source(&p[i].cast, p[i].e),
                           .max_alloc = ts_store_quota_left(s)};
     if (i == fail_item) {
-      x[m].prior_status = ts_error_set(&ferr, TS_INTERNAL,
-                                       "injected batch transfer failure on rank %d",
-                                       ts_world_rank(w));
+      x[m].prior_status = ts_error_set(
+          &ferr, TS_INTERNAL, "injected batch transfer failure on rank %d", ts_world_rank(w));
       x[m].prior_err = &ferr;
     }
     m++;

@@ -93,9 +93,9 @@ typedef struct exec {
   int64_t sent, received;
   ts_error lerr; /* first local error */
   int lst;
-  bool agreed;   /* the first agreement passed: every rank goes on to the final one */
-  bool late;     /* this rank's part may still fail after the first agreement */
-  bool commit;   /* some rank's may: the commit agreement runs */
+  bool agreed;          /* the first agreement passed: every rank goes on to the final one */
+  bool late;            /* this rank's part may still fail after the first agreement */
+  bool commit;          /* some rank's may: the commit agreement runs */
   ts_comm_relay *relay; /* this rank's offer of small pieces to the first agreement, or NULL */
   bool no_relay, relayed;
   int64_t avg_count; /* > 1: the target of a P(avg) source is divided by it (finish_avg) */
@@ -284,8 +284,8 @@ static void finish_avg(exec *ex) {
   ts_error e;
   int rc = TS_OK;
   if (dense_row_major(&ex->tgt)) {
-    rc = ts_reduce_finish((char *)ex->tgt.data + ex->tgt.layout.offset, (size_t)n, ex->p->dtype,
-                          op, ex->avg_count, &e);
+    rc = ts_reduce_finish((char *)ex->tgt.data + ex->tgt.layout.offset, (size_t)n, ex->p->dtype, op,
+                          ex->avg_count, &e);
   } else if (n > 0) {
     int64_t q = ex->p->staging, nchunks = ts_box_chunk_count(&ex->tbox, ex->es, q);
     ts_box ch;
@@ -297,8 +297,8 @@ static void finish_avg(exec *ex) {
       ts_tensor v;
       plain_view(ex, buf, &ch, &v);
       if (copy_region(ex, &v, &ch, &ex->tgt, &ex->tbox, &ch) == TS_OK &&
-          (rc = ts_reduce_finish(buf, (size_t)ts_box_numel(&ch), ex->p->dtype, op,
-                                 ex->avg_count, &e)) == TS_OK)
+          (rc = ts_reduce_finish(buf, (size_t)ts_box_numel(&ch), ex->p->dtype, op, ex->avg_count,
+                                 &e)) == TS_OK)
         copy_region(ex, &ex->tgt, &ex->tbox, &v, &ch, &ch);
     }
     stage_free(ex, buf, bytes);
@@ -423,8 +423,8 @@ static int changed_lines(exec *ex, bool partial_to_shard, lines *out, ts_error *
                                     : b->place[m].kind == TS_PLACE_REPLICATE);
     if (!change)
       continue;
-    int rc = ts_comm_mesh_line(ex->w, a->mesh_ndim, a->mesh_shape, a->ranks, m,
-                               &out->c[out->n], err);
+    int rc =
+        ts_comm_mesh_line(ex->w, a->mesh_ndim, a->mesh_shape, a->ranks, m, &out->c[out->n], err);
     if (rc)
       return rc;
     out->op[out->n++] = a->place[m].op; /* in mesh-dim order: the order of the reductions */
@@ -1052,9 +1052,9 @@ static void relay_unpack(exec *ex, const xfer *x, relay_offer *o) {
       }
       int64_t n = k >= 0 ? relay_piece_bytes(ex, &rp->recv[k]) : 0;
       if (k < 0 || n > r->in[i].bytes - off) {
-        local_fail(ex, ts_error_set(&ex->lerr, TS_INTERNAL,
-                                    "a relayed piece from rank %d matches none of its transfers",
-                                    src));
+        local_fail(ex,
+                   ts_error_set(&ex->lerr, TS_INTERNAL,
+                                "a relayed piece from rank %d matches none of its transfers", src));
         break;
       }
       o->got[k] = true;
@@ -1217,8 +1217,8 @@ static int make_comms(exec *ex, ts_error *err) {
   ex->gcomm = ex->ucomm;
   if (rc == TS_OK && p->chosen == TS_STRATEGY_ALLGATHER && p->gather_dim >= 0) {
     const ts_attr *a = p->src->attr;
-    rc = ts_comm_mesh_line(ex->w, a->mesh_ndim, a->mesh_shape, a->ranks, p->gather_dim,
-                           &ex->gcomm, err);
+    rc = ts_comm_mesh_line(ex->w, a->mesh_ndim, a->mesh_shape, a->ranks, p->gather_dim, &ex->gcomm,
+                           err);
   }
   return rc;
 }
@@ -1324,16 +1324,10 @@ static int exec_one(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
     if (rc == TS_OK && ex.lst == TS_OK)
       run_local(&ex);
     break;
-  case TS_STRATEGY_ALLREDUCE:
-    rc = run_allreduce(&ex, err);
-    break;
-  case TS_STRATEGY_REDUCE_SCATTER:
-    rc = run_reduce_scatter(&ex, err);
-    break;
+  case TS_STRATEGY_ALLREDUCE: rc = run_allreduce(&ex, err); break;
+  case TS_STRATEGY_REDUCE_SCATTER: rc = run_reduce_scatter(&ex, err); break;
   case TS_STRATEGY_ALLGATHER:
-  case TS_STRATEGY_ROOT:
-    rc = run_gather(&ex, p->chosen == TS_STRATEGY_ROOT, err);
-    break;
+  case TS_STRATEGY_ROOT: rc = run_gather(&ex, p->chosen == TS_STRATEGY_ROOT, err); break;
   case TS_STRATEGY_ALLTOALL:
   case TS_STRATEGY_P2P:
     rc = p->chain ? run_chain(&ex, err)
@@ -1348,8 +1342,7 @@ static int exec_one(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
    * result. Across hosts it also runs when no part can fail: a rank's sends complete before the
    * other hosts received them, and the answer must mean every rank is done (on one host the
    * copies land in place; pieces relayed in the first agreement are in with its verdicts). */
-  if (rc == TS_OK && ex.agreed && ex.lst == TS_OK && ex.in_tgt && !ex.identity &&
-      ex.avg_count > 1)
+  if (rc == TS_OK && ex.agreed && ex.lst == TS_OK && ex.in_tgt && !ex.identity && ex.avg_count > 1)
     finish_avg(&ex);
   ex.t_moved = ts_wait_now_ns();
   if (ex.agreed && !ex.commit && p->hosts && !ex.relayed)
@@ -1439,8 +1432,8 @@ int ts_reshard_exec(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
 #define TS_EXEC_MANY_TAG 31000 /* between the agreements' tags and cma.c's */
 
 bool ts_exec_coalescable(const ts_plan *p, const char *src_tag, const char *tgt_tag) {
-  if (!p || (src_tag && src_tag[0]) || (tgt_tag && tgt_tag[0]) ||
-      p->chosen == TS_STRATEGY_HIER || p->cyclic)
+  if (!p || (src_tag && src_tag[0]) || (tgt_tag && tgt_tag[0]) || p->chosen == TS_STRATEGY_HIER ||
+      p->cyclic)
     return false;
   if (p->src->npartial > 1 || p->tgt->npartial > 1)
     return false;
@@ -1531,9 +1524,7 @@ bool ts_exec_reducible(const ts_plan *p, const char *src_tag, const char *tgt_ta
   return same;
 }
 
-static bool reduced(const exec *x) {
-  return x->in_union && x->p->chosen == TS_STRATEGY_ALLREDUCE;
-}
+static bool reduced(const exec *x) { return x->in_union && x->p->chosen == TS_STRATEGY_ALLREDUCE; }
 
 /* Items reduced together: the same mesh lines, dtype and operation. */
 static bool same_reduction(const exec *a, const exec *b) {
@@ -1599,8 +1590,7 @@ static int reduce_group(exec *ex, const int *g, int ng, char *buf, ts_error *err
     int64_t count = ts__plan_avg_count(x->p);
     if (count > 1)
       rc = ts_reduce_finish((char *)x->tgt.data + x->tgt.layout.offset,
-                            (size_t)ts_box_numel(&x->tbox), x->p->dtype, TS_REDUCE_AVG, count,
-                            err);
+                            (size_t)ts_box_numel(&x->tbox), x->p->dtype, TS_REDUCE_AVG, count, err);
     for (int l = 0; l < x->ln.n; l++) {
       int64_t pm = ts_comm_size(x->ln.c[l]);
       x->sent += 2 * (pm - 1) * bytes / pm;
@@ -1676,8 +1666,7 @@ int ts_reshard_exec_many(ts_world *w, int n, ts_exec_item *items, int prior_stat
     nsend += rp[i].nsend;
     nrecv += rp[i].nrecv;
     if (x->lst != TS_OK)
-      lst = ts_error_set(&lerr, x->lst, "tensor '%s' of the batch: %s", items[i].name,
-                         x->lerr.msg);
+      lst = ts_error_set(&lerr, x->lst, "tensor '%s' of the batch: %s", items[i].name, x->lerr.msg);
   }
   ts_comm_region *reg = lst == TS_OK ? malloc((size_t)(nsend + nrecv + 1) * sizeof *reg) : NULL;
   int *peer = lst == TS_OK ? malloc((size_t)(nsend + nrecv + 1) * sizeof *peer) : NULL;
@@ -1711,11 +1700,10 @@ int ts_reshard_exec_many(ts_world *w, int n, ts_exec_item *items, int prior_stat
       /* Pieces between pairs of ranks, as the intersection strategies move them: the plan's
        * own when it is one of them (local, p2p, all-to-all), else point-to-point. */
       ts_strategy ran = ex[i].p->chosen;
-      if (ran != TS_STRATEGY_LOCAL && ran != TS_STRATEGY_ALLTOALL &&
-          ran != TS_STRATEGY_ALLREDUCE)
+      if (ran != TS_STRATEGY_LOCAL && ran != TS_STRATEGY_ALLTOALL && ran != TS_STRATEGY_ALLREDUCE)
         ran = TS_STRATEGY_P2P;
-      items[i].report = (ts_exec_report){.strategy = ran, .bytes_sent = ex[i].sent,
-                                         .bytes_received = ex[i].received};
+      items[i].report = (ts_exec_report){
+          .strategy = ran, .bytes_sent = ex[i].sent, .bytes_received = ex[i].received};
     } else {
       ts_shard_free(ex[i].tgt.data);
     }

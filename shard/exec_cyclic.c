@@ -35,7 +35,7 @@ typedef struct piece {
 typedef struct cyc {
   const ts_plan *p;
   int me;
-  int64_t si, ti;              /* this rank's source and target mesh indexes (-1: none) */
+  int64_t si, ti; /* this rank's source and target mesh indexes (-1: none) */
   int64_t sp[TS_MAX_DIMS], tp[TS_MAX_DIMS], rep;
   piece *send, *recv;
   int nsend, nrecv;
@@ -148,19 +148,18 @@ static int prepare(cyc *c, const ts_tensor *src) {
       continue;
     ts_error e;
     int64_t tp[TS_MAX_DIMS];
-    if (!(x->buf = ts_shard_alloc_as((size_t)x->bytes, TS_POOL_STAGING, "a block-cyclic piece",
-                                     &e)))
+    if (!(x->buf =
+              ts_shard_alloc_as((size_t)x->bytes, TS_POOL_STAGING, "a block-cyclic piece", &e)))
       return ts_error_set(&c->lerr, e.code, "%s", e.msg);
-    if (ts_cyclic_pair_move(p->ndim, p->overlay, c->sp, parts_of(p->tgt, x->index, tp),
-                            p->esize, src->data, x->buf, TS_CYCLIC_PACK) < 0)
+    if (ts_cyclic_pair_move(p->ndim, p->overlay, c->sp, parts_of(p->tgt, x->index, tp), p->esize,
+                            src->data, x->buf, TS_CYCLIC_PACK) < 0)
       return ts_error_set(&c->lerr, TS_NO_MEMORY, "no memory to pack a block-cyclic piece");
   }
   for (int i = 0; i < c->nrecv; i++) {
     piece *x = &c->recv[i];
     ts_error e;
-    if (x->peer != c->me &&
-        !(x->buf = ts_shard_alloc_as((size_t)x->bytes, TS_POOL_STAGING, "a block-cyclic piece",
-                                     &e)))
+    if (x->peer != c->me && !(x->buf = ts_shard_alloc_as((size_t)x->bytes, TS_POOL_STAGING,
+                                                         "a block-cyclic piece", &e)))
       return ts_error_set(&c->lerr, e.code, "%s", e.msg);
   }
   return TS_OK;

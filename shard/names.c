@@ -24,8 +24,7 @@ static int probe(const ts_name_index *x, const char *name, ts_name_at at, const 
   return i;
 }
 
-int ts_name_index_find(const ts_name_index *x, const char *name, ts_name_at at,
-                       const void *ctx) {
+int ts_name_index_find(const ts_name_index *x, const char *name, ts_name_at at, const void *ctx) {
   if (!x || x->cap == 0 || !name)
     return -1;
   int i = probe(x, name, at, ctx);

@@ -18,9 +18,10 @@
  * all of them with the client pinned once, and one agreement ends the batch.
  *
  * Both sides walk the same ranks and chunks in the same order (ts_box_chunk), so every message
- * is matched (peers in rank order after the root, the root's own slice last). A copy that fails on one side still sends or receives its messages, so nobody
- * waits forever; the statuses are agreed at the end. A get takes each distinct box once: from the
- * root when it holds it, else from the lowest rank holding it (other replicas send nothing). */
+ * is matched (peers in rank order after the root, the root's own slice last). A copy that fails on
+ * one side still sends or receives its messages, so nobody waits forever; the statuses are agreed
+ * at the end. A get takes each distinct box once: from the root when it holds it, else from the
+ * lowest rank holding it (other replicas send nothing). */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,8 +102,8 @@ static bool slice_is_plain(const ts_stored *t) {
 /* Whether rank r's piece moves between this rank and the root: r holds a non-empty box, a get
  * takes it from r (not from the root or a lower rank holding the same box), and this rank is
  * the root or r. */
-static bool piece_here(const side *e, int root, bool put, const ts_box *boxes,
-                       const bool *has, int r) {
+static bool piece_here(const side *e, int root, bool put, const ts_box *boxes, const bool *has,
+                       int r) {
   if (!has[r] || ts_box_numel(&boxes[r]) == 0)
     return false;
   bool dup = false;
@@ -116,8 +117,8 @@ static bool piece_here(const side *e, int root, bool put, const ts_box *boxes,
 
 /* This side's end of a chunk when it is one contiguous run there: the whole tensor at the root,
  * the slice (when plain) at the peer; NULL when the chunk goes through the message buffer. */
-static uint8_t *chunk_in_place(const side *e, const ts_stored *t, int root, void *whole,
-                               bool plain, const ts_box *b, const ts_box *cb) {
+static uint8_t *chunk_in_place(const side *e, const ts_stored *t, int root, void *whole, bool plain,
+                               const ts_box *b, const ts_box *cb) {
   size_t es = ts_dtype_size(t->dtype);
   int64_t zero[TS_MAX_DIMS] = {0}, ext[TS_MAX_DIMS];
   for (int d = 0; d < t->ndim; d++)
@@ -128,9 +129,8 @@ static uint8_t *chunk_in_place(const side *e, const ts_stored *t, int root, void
 }
 
 /* Bytes of message buffer this rank needs: its largest chunk that does not move in place. */
-static int64_t buffer_need(const side *e, const ts_stored *t, int root, void *whole,
-                           bool put, const ts_box *boxes, const bool *has, bool plain,
-                           int64_t chunk) {
+static int64_t buffer_need(const side *e, const ts_stored *t, int root, void *whole, bool put,
+                           const ts_box *boxes, const bool *has, bool plain, int64_t chunk) {
   size_t es = ts_dtype_size(t->dtype);
   int64_t need = 0;
   for (int r = 0; r < e->size; r++) {
@@ -179,7 +179,8 @@ static void piece_region(const ts_tensor *x, const int64_t *origin, const ts_box
 
 /* The pieces in one region exchange (see regions_apply); the root's own slice is copied first. */
 static int exchange_pieces(ts_comm *wc, const side *e, ts_stored *t, int root, const ts_tensor *wt,
-                           bool put, const ts_box *boxes, const bool *has, int lst, ts_error *lerr) {
+                           bool put, const ts_box *boxes, const bool *has, int lst,
+                           ts_error *lerr) {
   int64_t zero[TS_MAX_DIMS] = {0};
   int *peers = malloc((size_t)e->size * sizeof *peers);
   ts_comm_region *regs = calloc((size_t)e->size, sizeof *regs);
@@ -254,8 +255,7 @@ int ts_scatter_gather(ts_world *world, ts_stored *t, int root, void *whole, bool
   /* The message buffer comes from the pool, counted against the memory limit; every rank agrees
    * that it has one before any message moves. */
   uint8_t *buf = NULL;
-  int64_t need =
-      lst || regions ? 0 : buffer_need(e, t, root, whole, put, boxes, has, plain, chunk);
+  int64_t need = lst || regions ? 0 : buffer_need(e, t, root, whole, put, boxes, has, plain, chunk);
   if (need > 0)
     buf = ts_shard_alloc_as((size_t)need, TS_POOL_STAGING, "a transfer chunk", &lerr);
   if (need > 0 && !buf)
@@ -305,10 +305,10 @@ int ts_scatter_gather(ts_world *world, ts_stored *t, int root, void *whole, bool
         lst = at_whole ? copy_piece(&bt, cb.lo, &wt, zero, &cb, &lerr)
                        : copy_piece(&bt, cb.lo, &t->local, b->lo, &cb, &lerr);
       void *p = direct ? (void *)direct : (void *)buf;
-      int mrc = sender ? ts_comm_exchange(wc, 1, &peer, &p, &bytes, 0, NULL, NULL, NULL,
-                                          SCATTER_TAG, &lerr)
-                       : ts_comm_exchange(wc, 0, NULL, NULL, NULL, 1, &peer, &p, &bytes,
-                                          SCATTER_TAG, &lerr);
+      int mrc =
+          sender
+              ? ts_comm_exchange(wc, 1, &peer, &p, &bytes, 0, NULL, NULL, NULL, SCATTER_TAG, &lerr)
+              : ts_comm_exchange(wc, 0, NULL, NULL, NULL, 1, &peer, &p, &bytes, SCATTER_TAG, &lerr);
       if (mrc && lst == TS_OK)
         lst = mrc;
       if (!sender && !direct && lst == TS_OK)
@@ -404,8 +404,8 @@ int ts_scatter_gather_many(ts_world *world, int n, ts_stored *const *t, int root
   int k = 0;
   for (int i = 0; lst == TS_OK && i < n; i++) {
     ts_error ierr;
-    lst = many_pieces(&self, t[i], root, self.rank == root ? wholes[i] : NULL, put, peers, regs,
-                      &k, &ierr);
+    lst = many_pieces(&self, t[i], root, self.rank == root ? wholes[i] : NULL, put, peers, regs, &k,
+                      &ierr);
     if (lst)
       ts_error_set(&lerr, lst, "tensor '%s' of the batch: %s", t[i]->name, ierr.msg);
   }
@@ -428,8 +428,7 @@ bool ts_scatter_direct_applies(ts_world *world, const ts_stored *t) {
 }
 
 /* Box b of the client's whole row-major tensor at address addr (in its process). */
-static void client_region(const ts_stored *t, uint64_t addr, const ts_box *b,
-                          ts_comm_region *reg) {
+static void client_region(const ts_stored *t, uint64_t addr, const ts_box *b, ts_comm_region *reg) {
   int64_t es = (int64_t)ts_dtype_size(t->dtype), stride = es;
   uint64_t at = addr;
   memset(reg, 0, sizeof *reg);
@@ -487,8 +486,10 @@ static int direct_pieces(const side *self, int n, ts_stored *const *t, int root,
   ts_comm_region *rem = calloc((size_t)(n > 0 ? n : 1), sizeof *rem);
   int *which = calloc((size_t)(n > 0 ? n : 1), sizeof *which);
   int k = 0, rc = loc && rem && which ? TS_OK
-                                      : ts_error_set(lerr, TS_NO_MEMORY, "no memory for the "
-                                                     "regions of %d tensors", n);
+                                      : ts_error_set(lerr, TS_NO_MEMORY,
+                                                     "no memory for the "
+                                                     "regions of %d tensors",
+                                                     n);
   ts_error ierr;
   for (int i = 0; rc == TS_OK && i < n; i++) {
     bool mine = false;

@@ -22,7 +22,7 @@ struct ts_store {
   int64_t dtype_used[TS_DTYPE_COUNT]; /* used, by the slices' dtype (kept as used is) */
   ts_stored **items;
   int n, cap;
-  ts_name_index index; /* name -> position in items */
+  ts_name_index index;  /* name -> position in items */
   ts_plan_cache *plans; /* plans of repeated reshards */
 };
 

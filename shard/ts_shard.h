@@ -43,7 +43,7 @@ typedef struct ts_exec_opts {
 
 typedef struct ts_exec_report {
   ts_strategy strategy;
-  int64_t bytes_sent;       /* this rank, to other ranks, as handed to MPI */
+  int64_t bytes_sent; /* this rank, to other ranks, as handed to MPI */
   int64_t bytes_received;
   int64_t peak_extra_bytes; /* this rank's peak staging memory */
   bool relayed;             /* the pieces rode on the first agreement, through comm rank 0 */
@@ -54,10 +54,11 @@ typedef struct ts_exec_report {
 } ts_exec_report;
 
 /* Runs a plan: prepare, one agreement, transfer, one commit agreement. Every rank of the world may
- * call it; without opts->agree_world, ranks outside the source and target meshes return at once. src: this rank's source slice (ignored when it holds none). tgt_tag: the layout
- * tag of the target slice (NULL: row-major). On success *out holds the new slice (data == NULL
- * when this rank holds none; free it with ts_shard_free_tensor). Atomic: on any failure on any
- * rank, every participating rank returns the same error and *out is left empty. */
+ * call it; without opts->agree_world, ranks outside the source and target meshes return at once.
+ * src: this rank's source slice (ignored when it holds none). tgt_tag: the layout tag of the target
+ * slice (NULL: row-major). On success *out holds the new slice (data == NULL when this rank holds
+ * none; free it with ts_shard_free_tensor). Atomic: on any failure on any rank, every participating
+ * rank returns the same error and *out is left empty. */
 int ts_reshard_exec(ts_world *w, const ts_plan *plan, const ts_tensor *src, const char *tgt_tag,
                     const ts_exec_opts *opts, ts_tensor *out, ts_exec_report *report,
                     ts_error *err);
@@ -70,13 +71,13 @@ void ts_shard_free_tensor(ts_tensor *t);
  * but MPI itself can fail and no commit agreement is needed. The answer is the same on every
  * rank (the same on every rank of the world). */
 typedef struct ts_exec_item {
-  const char *name;         /* named in errors */
+  const char *name; /* named in errors */
   const ts_plan *plan;
-  const ts_tensor *src;     /* this rank's source slice (ignored when it holds none) */
-  int64_t max_alloc;        /* bound on the new slices made so far; 0: unbounded */
-  int prior_status;         /* a failure the caller met preparing this item here (TS_OK: none) */
+  const ts_tensor *src; /* this rank's source slice (ignored when it holds none) */
+  int64_t max_alloc;    /* bound on the new slices made so far; 0: unbounded */
+  int prior_status;     /* a failure the caller met preparing this item here (TS_OK: none) */
   const ts_error *prior_err;
-  ts_tensor out;            /* on success: the new slice (data NULL when this rank holds none) */
+  ts_tensor out; /* on success: the new slice (data NULL when this rank holds none) */
   ts_exec_report report;
 } ts_exec_item;
 bool ts_exec_coalescable(const ts_plan *p, const char *src_tag, const char *tgt_tag);
@@ -102,7 +103,6 @@ void ts_shard_debug_fail_alloc(long countdown);
 /* ---------------------------------------------------------------------------------------------
  * The per-rank tensor store */
 
-
 typedef struct ts_stored {
   char name[TS_NAME_MAX];
   int ndim;
@@ -112,7 +112,7 @@ typedef struct ts_stored {
   char layout_tag[32]; /* the tag of the local slice ("" : row-major) */
   bool has_slice;      /* this rank holds a slice */
   ts_box box;
-  ts_tensor local;     /* data NULL when the rank holds no slice */
+  ts_tensor local; /* data NULL when the rank holds no slice */
   /* What another library keeps with this tensor for as long as its entry lives (an imported
    * file's __metadata__, shard/ckpt/safetensors_format.c): the store calls
    * kept_release(kept) when it frees the entry (a drop, or a replacement by a new tensor of the
@@ -139,8 +139,9 @@ void ts_name_index_moved(ts_name_index *x, const char *name, int to, ts_name_at 
 void ts_name_index_clear(ts_name_index *x); /* frees the table; accepts NULL */
 
 /* Plans kept for repeated reshards (plans.c): ts_plan_cache_get gives the plan ts_plan_create_on
- * would (on the cache's topology), shared with earlier calls of the same arguments (release it with ts_plan_destroy as
- * usual); at most `capacity` plans are kept, the least recently used given up first. */
+ * would (on the cache's topology), shared with earlier calls of the same arguments (release it with
+ * ts_plan_destroy as usual); at most `capacity` plans are kept, the least recently used given up
+ * first. */
 typedef struct ts_plan_cache ts_plan_cache;
 int ts_plan_cache_create(int capacity, ts_plan_cache **out, ts_error *err);
 void ts_plan_cache_destroy(ts_plan_cache **p);
@@ -217,10 +218,9 @@ typedef struct ts_cast {
   bool on;                 /* the dtype changes */
   ts_dtype from, to, wire; /* wire: the dtype the pieces travel in */
   char name[TS_NAME_MAX];
-  ts_tensor src;           /* a cast before the wire: the converted source slice */
+  ts_tensor src; /* a cast before the wire: the converted source slice */
 } ts_cast;
-int ts_cast_prepare(ts_cast *c, const ts_stored *e, ts_dtype to, const ts_attr *tgt,
-                    ts_error *err);
+int ts_cast_prepare(ts_cast *c, const ts_stored *e, ts_dtype to, const ts_attr *tgt, ts_error *err);
 const ts_tensor *ts_cast_source(const ts_cast *c, const ts_stored *e);
 bool ts_cast_after(const ts_cast *c);
 int ts_cast_finish(ts_cast *c, ts_tensor *out, ts_error *err);
@@ -256,7 +256,7 @@ typedef struct ts_batch_item {
   const ts_attr *tgt;
   const char *layout_tag;
   ts_strategy strategy;
-  bool cast;      /* convert the values to dtype as they move (ts_store_reshard_cast) */
+  bool cast; /* convert the values to dtype as they move (ts_store_reshard_cast) */
   ts_dtype dtype;
 } ts_batch_item;
 int ts_store_reshard_many(ts_store *s, ts_world *w, int n, const ts_batch_item *items,
@@ -281,12 +281,12 @@ int ts_scatter_gather_many(ts_world *world, int n, ts_stored *const *t, int root
                            void *const *wholes, bool put, int prior_status,
                            const ts_error *prior_err, ts_error *err);
 /* The same with the whole tensor in another process of this node (a client's memory: the
- * process, checked by every rank before its copy, and the address of its first byte there): every rank copies its own piece straight between its
- * slice and that memory (ts_comm_process_copy), all at once; a get writes each distinct box
- * once, a put reads into new slices that replace the stored ones only when every rank read its
- * piece (a put that fails anywhere leaves the tensor as it was). Only where
- * ts_scatter_direct_applies (one node with single copies, no partial placement, no blocked
- * layout): the same answer on every rank. Collective; the status is agreed. */
+ * process, checked by every rank before its copy, and the address of its first byte there): every
+ * rank copies its own piece straight between its slice and that memory (ts_comm_process_copy), all
+ * at once; a get writes each distinct box once, a put reads into new slices that replace the stored
+ * ones only when every rank read its piece (a put that fails anywhere leaves the tensor as it was).
+ * Only where ts_scatter_direct_applies (one node with single copies, no partial placement, no
+ * blocked layout): the same answer on every rank. Collective; the status is agreed. */
 bool ts_scatter_direct_applies(ts_world *world, const ts_stored *t);
 typedef struct ts_comm_proc ts_comm_proc; /* ts_comm.h */
 int ts_scatter_gather_direct(ts_world *world, ts_stored *t, int root, const ts_comm_proc *proc,

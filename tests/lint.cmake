@@ -13,3 +13,8 @@ add_test(NAME test_symbol_prefixes
                  ${CMAKE_BINARY_DIR})
 set_tests_properties(test_symbol_prefixes PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
                      ENVIRONMENT "${TS_TEST_ENV}")
+# Every C source and header follows .clang-format (skipped without clang-format 14).
+add_test(NAME test_format
+         COMMAND /bin/sh ${CMAKE_CURRENT_SOURCE_DIR}/lint/check_format.sh ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_format PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "${TS_TEST_ENV}")

@@ -7,10 +7,9 @@
 #include "cli.h"
 
 /* Options that take no value: they never swallow the next argument. */
-static const char *const flags[] = {"--json", "--ascii", "--unicode", "--keep", "--help",
-                                    "--explain",
-                                    "--keep-partial", "--per-node", "--verbose", "--overwrite",
-                                    "--relabel", NULL};
+static const char *const flags[] = {"--json",    "--ascii",     "--unicode",      "--keep",
+                                    "--help",    "--explain",   "--keep-partial", "--per-node",
+                                    "--verbose", "--overwrite", "--relabel",      NULL};
 
 static bool is_flag(const char *arg) {
   for (int i = 0; flags[i]; i++)
@@ -99,8 +98,8 @@ int cli_parse_shape(const char *text, int *ndim, int64_t *shape, ts_error *err) 
       return TS_OK;
     else
       return ts_error_set(err, TS_BAD_SHAPE,
-                          "--shape '%s': unexpected '%c'; expected sizes separated by commas",
-                          text, *p);
+                          "--shape '%s': unexpected '%c'; expected sizes separated by commas", text,
+                          *p);
   }
 }
 

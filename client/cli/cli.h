@@ -12,10 +12,10 @@
 /* Exit codes (documented in `tshard --help`). */
 enum {
   CLI_OK = 0,
-  CLI_FAILED = 1,   /* the operation failed (the daemon or the planner said why) */
-  CLI_USAGE = 2,    /* bad command line */
-  CLI_IO = 3,       /* a file could not be read or written */
-  CLI_CONNECT = 4,  /* no daemon could be reached */
+  CLI_FAILED = 1,  /* the operation failed (the daemon or the planner said why) */
+  CLI_USAGE = 2,   /* bad command line */
+  CLI_IO = 3,      /* a file could not be read or written */
+  CLI_CONNECT = 4, /* no daemon could be reached */
 };
 
 /* Positional arguments a command line may have (a usage word ending in "..." takes the rest). */
@@ -25,7 +25,7 @@ typedef struct cli_args {
   int argc;
   char **argv; /* the subcommand's arguments (argv[0] is the subcommand) */
   bool json;
-  bool parsed;           /* cli_strict_parse checked the arguments and found the positionals */
+  bool parsed; /* cli_strict_parse checked the arguments and found the positionals */
   int npos;
   const char *pos[CLI_MAX_POS];
 } cli_args;
@@ -34,10 +34,10 @@ typedef struct tshard_client tshard_client;
 
 typedef struct cli_command {
   const char *name;
-  int (*run)(cli_args *a);                         /* a command that needs no daemon, or */
+  int (*run)(cli_args *a);                          /* a command that needs no daemon, or */
   int (*run_daemon)(cli_args *a, tshard_client *c); /* one run on a connected client */
   const char *summary;
-  const char *usage;   /* options, one per line */
+  const char *usage; /* options, one per line */
   const char *example;
 } cli_command;
 
@@ -89,7 +89,7 @@ typedef struct tshard_ckpt_info tshard_ckpt_info;
 typedef struct cli_estimate {
   char head[200], earlier[64];
   uint64_t bytes;
-  double est_s; /* the estimated seconds, 0: none */
+  double est_s;   /* the estimated seconds, 0: none */
   char path[600]; /* the job's rates file, "": none */
   double start;
 } cli_estimate;

@@ -46,20 +46,20 @@ static void print_info(const cli_args *a, const char *what, const tshard_ckpt_in
     printf("{\"dir\": ");
     cli_json_string(stdout, k->dir);
     printf(", \"tensors\": %d, \"bytes\": %llu, \"files\": %d, \"seconds\": %.6f, "
-           "\"writing\": %s, \"save_id\": %llu}\n", k->tensors, (unsigned long long)k->bytes,
-           k->files, k->seconds, k->writing ? "true" : "false",
-           (unsigned long long)k->save_id);
+           "\"writing\": %s, \"save_id\": %llu}\n",
+           k->tensors, (unsigned long long)k->bytes, k->files, k->seconds,
+           k->writing ? "true" : "false", (unsigned long long)k->save_id);
     return;
   }
   double mib = (double)k->bytes / (1 << 20);
   if (k->writing)
     printf("%s: copied %d tensors (%.1f MiB) in %.3f s; writing %d files to %s in the "
-           "background (save %llu: tshard stats shows it)\n", what, k->tensors, mib,
-           k->seconds, k->files, k->dir, (unsigned long long)k->save_id);
+           "background (save %llu: tshard stats shows it)\n",
+           what, k->tensors, mib, k->seconds, k->files, k->dir, (unsigned long long)k->save_id);
   else
-    printf("%s %d tensors (%.1f MiB, %d files) %s %s in %.3f s (%.1f MiB/s)\n", what,
-           k->tensors, mib, k->files, strcmp(what, "loaded") ? "to" : "from", k->dir,
-           k->seconds, k->seconds > 0 ? mib / k->seconds : 0.0);
+    printf("%s %d tensors (%.1f MiB, %d files) %s %s in %.3f s (%.1f MiB/s)\n", what, k->tensors,
+           mib, k->files, strcmp(what, "loaded") ? "to" : "from", k->dir, k->seconds,
+           k->seconds > 0 ? mib / k->seconds : 0.0);
 }
 
 /* The stats entry of save `id`, or NULL. */
@@ -182,8 +182,10 @@ int cli_selection(const cli_args *a, const char *what, int n) {
   bool all = cli_flag(a, "all"), prefix = cli_opt(a, "prefix") != NULL;
   char msg[400];
   if (n == 0 && !all && !prefix)
-    snprintf(msg, sizeof msg, "%s of no tensors: give NAME... (exact names, or globs such as "
-             "'layers.*.weight' in quotes), --prefix P, or --all to save every tensor", what);
+    snprintf(msg, sizeof msg,
+             "%s of no tensors: give NAME... (exact names, or globs such as "
+             "'layers.*.weight' in quotes), --prefix P, or --all to save every tensor",
+             what);
   else if (n + all + prefix > 1 && (all || prefix))
     snprintf(msg, sizeof msg, "%s: give one of NAME..., --prefix P or --all", what);
   else
@@ -203,8 +205,13 @@ int cli_cmd_save(cli_args *a, tshard_client *c) {
     return code;
   }
   tshard_ckpt_info k;
-  tshard_save_opts o = {cli_flag(a, "keep-partial"), cli_flag(a, "per-node"), cli_opt(a, "key"),
-                        cli_flag(a, "async"), &k, cli_flag(a, "all"), cli_flag(a, "overwrite"),
+  tshard_save_opts o = {cli_flag(a, "keep-partial"),
+                        cli_flag(a, "per-node"),
+                        cli_opt(a, "key"),
+                        cli_flag(a, "async"),
+                        &k,
+                        cli_flag(a, "all"),
+                        cli_flag(a, "overwrite"),
                         cli_opt(a, "prefix")};
   int rc = o.background ? tshard_save(c, dir, names, n, &o)
                         : save_or_load(a, c, dir, names, n, &o, NULL, &k);
@@ -268,8 +275,8 @@ static void show_json(const ts_ckpt_index *idx, const char *dir) {
       printf("%s%lld", d ? ", " : "", (long long)t->shape[d]);
     printf("], \"attr\": ");
     cli_json_string(stdout, t->attr);
-    printf(", \"bytes\": %lld, \"pieces\": %d, \"partial_kept\": %s}", (long long)bytes,
-           t->npieces, t->partial_kept ? "true" : "false");
+    printf(", \"bytes\": %lld, \"pieces\": %d, \"partial_kept\": %s}", (long long)bytes, t->npieces,
+           t->partial_kept ? "true" : "false");
     total += bytes;
     for (int k = 0; k < t->npieces; k++) {
       int f = 0;
@@ -296,14 +303,13 @@ static int clean(const cli_args *a, const char *dir) {
     cli_json_lines(stdout, cl.busy);
     printf("}\n");
   } else if (rc == TS_OK) {
-    printf("removed %d unfinished save%s of %s%s%s", cl.nremoved, cl.nremoved == 1 ? "" : "s",
-           dir, cl.nremoved ? ":\n" : "\n", cl.removed ? cl.removed : "");
+    printf("removed %d unfinished save%s of %s%s%s", cl.nremoved, cl.nremoved == 1 ? "" : "s", dir,
+           cl.nremoved ? ":\n" : "\n", cl.removed ? cl.removed : "");
     if (cl.nbusy)
       printf("left %d that a save in progress holds:\n%s", cl.nbusy, cl.busy);
   }
   ts_ckpt_cleaned_clear(&cl);
-  return rc ? cli_fail(rc == TS_NOT_FOUND || rc == TS_CHECKPOINT_IO ? CLI_IO : CLI_FAILED,
-                       err.msg)
+  return rc ? cli_fail(rc == TS_NOT_FOUND || rc == TS_CHECKPOINT_IO ? CLI_IO : CLI_FAILED, err.msg)
             : CLI_OK;
 }
 

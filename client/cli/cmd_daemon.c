@@ -14,8 +14,8 @@
 #include "ts_kernels.h"
 #include "ts_rules.h"
 
-int cli_draw(const cli_args *a, const char *name, const char *dtype, int ndim,
-             const int64_t *shape, const char *attr_text);
+int cli_draw(const cli_args *a, const char *name, const char *dtype, int ndim, const int64_t *shape,
+             const char *attr_text);
 
 int cli_connect_tcp(const cli_args *a, int port_offset, int timeout_ms, tshard_client **out,
                     int *rc) {
@@ -81,8 +81,10 @@ int cli_connect(const cli_args *a, tshard_client **out) {
     return cli_fail(CLI_CONNECT, tshard_connect_message());
   if (rc) {
     char msg[768];
-    snprintf(msg, sizeof msg, "cannot reach a daemon at %s: %s (is tshardd running? see "
-             "deploy/tshard-launch)", where, tshard_strerror(rc));
+    snprintf(msg, sizeof msg,
+             "cannot reach a daemon at %s: %s (is tshardd running? see "
+             "deploy/tshard-launch)",
+             where, tshard_strerror(rc));
     return cli_fail(CLI_CONNECT, msg);
   }
   return CLI_OK;
@@ -99,7 +101,8 @@ static int failed(tshard_client *c, int rc) {
 static const char *need_name(const cli_args *a) {
   const char *name = cli_positional(a, 0);
   if (!name)
-    fprintf(stderr, "tshard: %s needs a tensor NAME (see tshard %s --help)\n", a->argv[0], a->argv[0]);
+    fprintf(stderr, "tshard: %s needs a tensor NAME (see tshard %s --help)\n", a->argv[0],
+            a->argv[0]);
   return name;
 }
 
@@ -202,10 +205,11 @@ int cli_cmd_get(cli_args *a, tshard_client *c) {
     if (cli_npy_write(file, &arr, &err))
       code = cli_fail(CLI_IO, err.msg);
     else
-      report(a, arr.dtype == TS_BF16      ? "get (bf16 as uint16 bits)"
-                : arr.dtype == TS_F8_E4M3 ? "get (f8_e4m3 as uint8 bits)"
-                : arr.dtype == TS_F8_E5M2 ? "get (f8_e5m2 as uint8 bits)"
-                                          : "get",
+      report(a,
+             arr.dtype == TS_BF16      ? "get (bf16 as uint16 bits)"
+             : arr.dtype == TS_F8_E4M3 ? "get (f8_e4m3 as uint8 bits)"
+             : arr.dtype == TS_F8_E5M2 ? "get (f8_e5m2 as uint8 bits)"
+                                       : "get",
              name, arr.bytes, "to", file, -1);
   }
   cli_npy_free(&arr);
@@ -301,8 +305,10 @@ int cli_cmd_reshard(cli_args *a, tshard_client *c) {
   if (!to)
     return cli_fail(CLI_USAGE, "reshard needs --to ATTR");
   int code = CLI_OK;
-  tshard_reshard_opts o = {.strategy = cli_opt(a, "strategy"), .keep_source_as = cli_opt(a, "keep-as"),
-                           .layout = cli_opt(a, "layout"), .key = opt_key(a),
+  tshard_reshard_opts o = {.strategy = cli_opt(a, "strategy"),
+                           .keep_source_as = cli_opt(a, "keep-as"),
+                           .layout = cli_opt(a, "layout"),
+                           .key = opt_key(a),
                            .relabel = cli_flag(a, "relabel")};
   const char *cast = cli_opt(a, "dtype");
   ts_dtype cast_dt;
@@ -326,8 +332,8 @@ int cli_cmd_reshard(cli_args *a, tshard_client *c) {
     code = failed(c, rc);
   else if (!a->json) {
     printf("reshard %s -> %s%s%s%s: done by %s in %.3f ms", name,
-           o.keep_source_as ? o.keep_source_as : name, o.dtype ? " (" : "",
-           o.dtype ? o.dtype : "", o.dtype ? ")" : "", strategy, (double)us / 1000.0);
+           o.keep_source_as ? o.keep_source_as : name, o.dtype ? " (" : "", o.dtype ? o.dtype : "",
+           o.dtype ? ")" : "", strategy, (double)us / 1000.0);
     for (int i = 0; ranks && i < nranks; i++)
       printf("%s%d", i ? "," : "; ranks ", ranks[i]);
     printf("\n");
@@ -509,8 +515,8 @@ int cli_cmd_stats(cli_args *a, tshard_client *c) {
     char numa[32] = "unknown";
     if (s.numa >= 0)
       snprintf(numa, sizeof numa, "%d", s.numa);
-    printf("hosts: %d (%s), this rank on host %d (%s), NUMA node %s\n", s.hosts, s.topology,
-           s.host, s.host_name, numa);
+    printf("hosts: %d (%s), this rank on host %d (%s), NUMA node %s\n", s.hosts, s.topology, s.host,
+           s.host_name, numa);
     code = cli_job_text(&job);
     printf("pool: stored %llu, staging %llu, cached %llu (cap %llu), peak %llu bytes; "
            "%llu hits, %llu misses, %llu bytes released\n",
@@ -537,9 +543,8 @@ int cli_cmd_stats(cli_args *a, tshard_client *c) {
     for (int i = 0; i < s.nsaves; i++) {
       const tshard_save_stats *v = &s.saves[i];
       printf("  save %llu to %s: %s, %llu of %llu bytes written, %.1f s%s%s\n",
-             (unsigned long long)v->save_id, v->dir, v->state,
-             (unsigned long long)v->bytes_written, (unsigned long long)v->bytes_total, v->seconds,
-             v->status ? ": " : "", v->message);
+             (unsigned long long)v->save_id, v->dir, v->state, (unsigned long long)v->bytes_written,
+             (unsigned long long)v->bytes_total, v->seconds, v->status ? ": " : "", v->message);
     }
   }
   tshard_job_clear(&job);

@@ -104,8 +104,8 @@ static void print_result(const cli_args *a, const char *what, const char *out,
   if (r->explain)
     fputs(r->explain, stdout);
   if (out)
-    printf("einsum -> %s: done (plan %s, %lld bytes planned on the wire, forward id %llu%s)\n",
-           out, r->plan, (long long)r->planned_wire_bytes, (unsigned long long)r->forward_id,
+    printf("einsum -> %s: done (plan %s, %lld bytes planned on the wire, forward id %llu%s)\n", out,
+           r->plan, (long long)r->planned_wire_bytes, (unsigned long long)r->forward_id,
            r->kept_bytes ? ", kept for backward" : "");
 }
 
@@ -191,8 +191,7 @@ int cli_cmd_einsum_backward(cli_args *a, tshard_client *c) {
   if (!a->json)
     printf("einsum backward of %llu: done\n", (unsigned long long)id);
   else
-    printf("{\"operation\": \"einsum_backward\", \"forward_id\": %llu}\n",
-           (unsigned long long)id);
+    printf("{\"operation\": \"einsum_backward\", \"forward_id\": %llu}\n", (unsigned long long)id);
   return CLI_OK;
 }
 

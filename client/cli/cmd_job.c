@@ -117,8 +117,9 @@ int cli_job_describe(const cli_args *a, const tshard_job *j) {
            j->nranks == 1 ? "" : "s", j->nhosts, j->nhosts == 1 ? "" : "s", j->topology, j->rank);
     if (j->nhosts > 1) /* on one host no plan weighs a link */
       printf("link rates: inside a host %.4g MB/s, between hosts %.4g MB/s (as plan "
-             "--link-rates host=%.0fB/s,cross=%.0fB/s)\n", j->link_rate_host / 1e6,
-             j->link_rate_cross / 1e6, j->link_rate_host, j->link_rate_cross);
+             "--link-rates host=%.0fB/s,cross=%.0fB/s)\n",
+             j->link_rate_host / 1e6, j->link_rate_cross / 1e6, j->link_rate_host,
+             j->link_rate_cross);
     return cli_job_text(j);
   }
   by_host g;

@@ -16,8 +16,7 @@ static void json_costs(FILE *f, const ts_plan_costs *c, bool hosts) {
           (long long)c->peak_extra_bytes, (long long)c->rounds);
   if (hosts)
     fprintf(f, ", \"host_link_bytes\": %lld, \"cross_host_bytes\": %lld, \"time_ns\": %lld",
-            (long long)c->host_link_bytes, (long long)c->cross_host_bytes,
-            (long long)c->time_ns);
+            (long long)c->host_link_bytes, (long long)c->cross_host_bytes, (long long)c->time_ns);
   fprintf(f, "}");
 }
 
@@ -143,8 +142,8 @@ int cli_cmd_plan(cli_args *a) {
     printf("{\"strategy\": \"%s\", \"plan_ms\": %.3f, \"min_wire_bytes\": %lld, ",
            ts_strategy_name(ts_plan_strategy(plan)), ms, (long long)ts_plan_min_wire_bytes(plan));
     if (to_dt != dt)
-      printf("\"cast\": {\"from\": \"%s\", \"to\": \"%s\", \"wire\": \"%s\"}, ",
-             ts_dtype_name(dt), ts_dtype_name(to_dt), ts_dtype_name(wire));
+      printf("\"cast\": {\"from\": \"%s\", \"to\": \"%s\", \"wire\": \"%s\"}, ", ts_dtype_name(dt),
+             ts_dtype_name(to_dt), ts_dtype_name(wire));
     if (relabeled) {
       printf("\"relabel\": {\"to\": ");
       cli_json_string(stdout, relabeled);

@@ -83,8 +83,9 @@ static void print_run(const char *id, const tshard_program_arg *in, int n_in,
 
 int cli_cmd_program(cli_args *a, tshard_client *c) {
   const char *sub = cli_positional(a, 0), *arg = cli_positional(a, 1);
-  if (!sub || !arg || (strcmp(sub, "compile") && strcmp(sub, "run") && strcmp(sub, "show") &&
-                       strcmp(sub, "drop"))) {
+  if (!sub || !arg ||
+      (strcmp(sub, "compile") && strcmp(sub, "run") && strcmp(sub, "show") &&
+       strcmp(sub, "drop"))) {
     fprintf(stderr, "tshard: program needs 'compile FILE', 'run ID', 'show ID' or 'drop ID' (see "
                     "tshard program --help)\n");
     return CLI_USAGE;
@@ -107,9 +108,11 @@ int cli_cmd_program(cli_args *a, tshard_client *c) {
       } else if (strchr(v, '=') && rl + strlen(v) + 2 < sizeof rules) {
         rl += (size_t)snprintf(rules + rl, sizeof rules - rl, "%s%s", rl ? " " : "", v);
       } else {
-        fprintf(stderr, "tshard: --buckets is 'lazy' (each on its first run, the default), "
-                        "'ahead' (all now) or NAME=RULE (a dim group's rule: pow2, step:S or "
-                        "V1,V2,...); got '%s'\n", v);
+        fprintf(stderr,
+                "tshard: --buckets is 'lazy' (each on its first run, the default), "
+                "'ahead' (all now) or NAME=RULE (a dim group's rule: pow2, step:S or "
+                "V1,V2,...); got '%s'\n",
+                v);
         return CLI_USAGE;
       }
     }

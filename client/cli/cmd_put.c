@@ -43,8 +43,10 @@ static int match_tensor(const cli_args *a, const char *name, const char *file,
   for (int d = 0; same_shape && d < arr->ndim; d++)
     same_shape = arr->shape[d] == info->shape[d];
   if (!same_shape) {
-    snprintf(msg, sizeof msg, "put %s: %s is %s but the tensor '%s' is %s; reshape the data (the "
-             "shape must match exactly)", name, file, have, name, want);
+    snprintf(msg, sizeof msg,
+             "put %s: %s is %s but the tensor '%s' is %s; reshape the data (the "
+             "shape must match exactly)",
+             name, file, have, name, want);
     return cli_fail(CLI_FAILED, msg);
   }
   if (arr->dtype == tdt)
@@ -57,10 +59,12 @@ static int match_tensor(const cli_args *a, const char *name, const char *file,
                        : w8 && (tdt == TS_F8_E4M3 || tdt == TS_F8_E5M2)
                            ? "; if the file holds f8 codes, add --dtype "
                            : "";
-    snprintf(msg, sizeof msg, "put %s: %s is %s but the tensor '%s' is %s; add --convert to "
-             "convert the values to %s (docs/clients.md: Checked puts), or write the file as %s%s%s", name,
-             file, have, name, want, info->dtype, info->dtype, bits,
-             bits[0] && tdt != TS_BF16 ? info->dtype : "");
+    snprintf(
+        msg, sizeof msg,
+        "put %s: %s is %s but the tensor '%s' is %s; add --convert to "
+        "convert the values to %s (docs/clients.md: Checked puts), or write the file as %s%s%s",
+        name, file, have, name, want, info->dtype, info->dtype, bits,
+        bits[0] && tdt != TS_BF16 ? info->dtype : "");
     return cli_fail(CLI_FAILED, msg);
   }
   size_t n = arr->bytes / ts_dtype_size(arr->dtype);
@@ -112,9 +116,11 @@ int cli_put_checked(cli_args *a, tshard_client *c, const char *name, const char 
     if (rc != TS_NOT_FOUND)
       return daemon_failed(c, rc);
     char msg[600];
-    snprintf(msg, sizeof msg, "no tensor named '%s' (NOT_FOUND); create it with the file's dtype "
+    snprintf(msg, sizeof msg,
+             "no tensor named '%s' (NOT_FOUND); create it with the file's dtype "
              "and shape by adding --attr ATTR, e.g. tshard put %s %s --attr 'mesh=[4] "
-             "placements=[S(0)]'", name, name, file);
+             "placements=[S(0)]'",
+             name, name, file);
     return cli_fail(CLI_FAILED, msg);
   }
   npy_array arr = {0};
@@ -139,7 +145,8 @@ int cli_put_checked(cli_args *a, tshard_client *c, const char *name, const char 
     if (a->json) {
       printf("{\"operation\": \"put\", \"name\": ");
       cli_json_string(stdout, name);
-      printf(", \"bytes\": %zu, \"dtype\": \"%s\", \"file\": ", arr.bytes, ts_dtype_name(arr.dtype));
+      printf(", \"bytes\": %zu, \"dtype\": \"%s\", \"file\": ", arr.bytes,
+             ts_dtype_name(arr.dtype));
       cli_json_string(stdout, file);
       printf("}\n");
     } else {

@@ -109,10 +109,16 @@ int cli_cmd_import_safetensors(cli_args *a) {
   if (!code) /* the command line is checked before a daemon is asked */
     code = cli_connect(a, &c);
   if (!code) {
-    tshard_st_import_opts o = {.nattrs = attrs.n, .attr_names = attrs.keys, .attrs = attrs.vals,
-                               .default_attr = cli_opt(a, "default-attr"), .nnames = nnames,
-                               .names = names, .strip_prefix = cli_opt(a, "strip-prefix"),
-                               .nrename = ren.n, .rename_from = ren.keys, .rename_to = ren.vals,
+    tshard_st_import_opts o = {.nattrs = attrs.n,
+                               .attr_names = attrs.keys,
+                               .attrs = attrs.vals,
+                               .default_attr = cli_opt(a, "default-attr"),
+                               .nnames = nnames,
+                               .names = names,
+                               .strip_prefix = cli_opt(a, "strip-prefix"),
+                               .nrename = ren.n,
+                               .rename_from = ren.keys,
+                               .rename_to = ren.vals,
                                .key = cli_opt(a, "key")};
     char *created = NULL;
     int rc = tshard_import_safetensors(c, path, &o, &created);
@@ -149,12 +155,14 @@ int cli_cmd_export_safetensors(cli_args *a) {
   if (ms) {
     char *end;
     unsigned long long v = strtoull(ms, &end, 10);
-    unsigned long long mul = *end == 'K' ? 1ull << 10 : *end == 'M' ? 1ull << 20
-                             : *end == 'G' ? 1ull << 30 : 1;
+    unsigned long long mul = *end == 'K'   ? 1ull << 10
+                             : *end == 'M' ? 1ull << 20
+                             : *end == 'G' ? 1ull << 30
+                                           : 1;
     if (end == ms || v == 0 || (*end && (mul == 1 || end[1]))) {
       free(names);
       return cli_fail(CLI_USAGE, "--max-shard-size: give a positive size in bytes, or with K, M "
-                      "or G (e.g. 5G)");
+                                 "or G (e.g. 5G)");
     }
     max = v * mul;
   }
@@ -169,9 +177,13 @@ int cli_cmd_export_safetensors(cli_args *a) {
   if (!code) /* the command line is checked before a daemon is asked */
     code = cli_connect(a, &c);
   if (!code) {
-    tshard_st_export_opts o = {.max_shard_bytes = max, .nmeta = meta.n, .meta_keys = meta.keys,
-                               .meta_values = meta.vals, .key = cli_opt(a, "key"),
-                               .all = cli_flag(a, "all"), .prefix = cli_opt(a, "prefix")};
+    tshard_st_export_opts o = {.max_shard_bytes = max,
+                               .nmeta = meta.n,
+                               .meta_keys = meta.keys,
+                               .meta_values = meta.vals,
+                               .key = cli_opt(a, "key"),
+                               .all = cli_flag(a, "all"),
+                               .prefix = cli_opt(a, "prefix")};
     char *files = NULL;
     int rc = tshard_export_safetensors(c, path, names, n, &o, &files);
     if (rc)

@@ -37,7 +37,8 @@ static int parse_dims(const char *text, int ndim, show_opts *o, ts_error *err) {
     o->dims[1] = (int)strtol(end + 1, &end, 10);
   }
   if (*end)
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "--dims '%s': expected D or D,D (e.g. 0,2)", text);
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "--dims '%s': expected D or D,D (e.g. 0,2)",
+                        text);
   return TS_OK;
 }
 
@@ -92,8 +93,8 @@ static int show_json(const char *name, const char *dtype, int ndim, const int64_
 
 /* Draws a tensor of the given shape under the attribute text (name and dtype: the daemon's
  * tensor, NULL when drawn without one), or with --json prints it as data. */
-int cli_draw(const cli_args *a, const char *name, const char *dtype, int ndim,
-             const int64_t *shape, const char *attr_text) {
+int cli_draw(const cli_args *a, const char *name, const char *dtype, int ndim, const int64_t *shape,
+             const char *attr_text) {
   ts_error err;
   show_opts o = {.unicode = want_unicode(a)};
   const char *w = cli_opt(a, "width");

@@ -43,8 +43,10 @@ int cli_apply_group(const cli_args *a, tshard_client *c) {
   int timeout = 0;
   if (tmo && cli_parse_ms(tmo, &timeout)) {
     char msg[160];
-    snprintf(msg, sizeof msg, "--collective-timeout %.40s: expected a duration such as 30s or "
-                              "500ms, at most one day", tmo);
+    snprintf(msg, sizeof msg,
+             "--collective-timeout %.40s: expected a duration such as 30s or "
+             "500ms, at most one day",
+             tmo);
     return cli_fail(CLI_USAGE, msg);
   }
   int world = 0, n = 0;
@@ -69,8 +71,10 @@ int cli_apply_group(const cli_args *a, tshard_client *c) {
           n == MAX_PARTICIPANTS) {
         free(ranks);
         char msg[200];
-        snprintf(msg, sizeof msg, "--participants %.60s: expected 'all' or ranks such as "
-                                  "0,1,2,3", parts);
+        snprintf(msg, sizeof msg,
+                 "--participants %.60s: expected 'all' or ranks such as "
+                 "0,1,2,3",
+                 parts);
         return cli_fail(CLI_USAGE, msg);
       }
       ranks[n++] = (int)v;

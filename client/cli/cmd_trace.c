@@ -21,8 +21,8 @@
 
 /* The span that ends at each point (the one before it that the operation reached starts it). */
 static const char *const span_names[TSHARD_TRACE_POINTS] = {
-    "", "queued", "ordering", "waiting", "planning", "agreeing", "moving", "committing",
-    "finishing", "answering",
+    "",         "queued", "ordering",   "waiting",   "planning",
+    "agreeing", "moving", "committing", "finishing", "answering",
 };
 #define SPANS (TSHARD_TRACE_POINTS + 1) /* and "running": a local operation's start to end */
 #define SPAN_RUNNING TSHARD_TRACE_POINTS
@@ -163,8 +163,9 @@ static void write_op(FILE *f, const gathered *g, int r, int tid, const tshard_tr
     return;
   char title[128];
   snprintf(title, sizeof title, "%s %s", o->kind, o->name);
-  fprintf(f, "%s\n{\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"cat\":", *comma ? "," : "",
-          tid, us_of(g, o->points[first]), (double)(o->points[last] - o->points[first]) / 1e3);
+  fprintf(f, "%s\n{\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"cat\":",
+          *comma ? "," : "", tid, us_of(g, o->points[first]),
+          (double)(o->points[last] - o->points[first]) / 1e3);
   cli_json_string(f, o->kind);
   fprintf(f, ",\"name\":");
   cli_json_string(f, title);
@@ -172,16 +173,18 @@ static void write_op(FILE *f, const gathered *g, int r, int tid, const tshard_tr
   cli_json_string(f, o->name);
   fprintf(f, ",\"strategy\":");
   cli_json_string(f, o->strategy);
-  fprintf(f, ",\"status\":%d,\"bytes_sent\":%" PRIu64 ",\"bytes_received\":%" PRIu64
-             ",\"origin\":%s,\"request_id\":%" PRIu64 ",\"rank\":%d}}",
-          o->status, o->bytes_sent, o->bytes_received, o->origin ? "true" : "false",
-          o->request_id, r);
+  fprintf(f,
+          ",\"status\":%d,\"bytes_sent\":%" PRIu64 ",\"bytes_received\":%" PRIu64
+          ",\"origin\":%s,\"request_id\":%" PRIu64 ",\"rank\":%d}}",
+          o->status, o->bytes_sent, o->bytes_received, o->origin ? "true" : "false", o->request_id,
+          r);
   *comma = true;
   for (int p = first + 1, prev = first; p <= last; p++) {
     if (!o->points[p])
       continue;
-    fprintf(f, ",\n{\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"cat\":\"span\","
-               "\"name\":\"%s\",\"args\":{\"seq\":%" PRIu64 "}}",
+    fprintf(f,
+            ",\n{\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"cat\":\"span\","
+            "\"name\":\"%s\",\"args\":{\"seq\":%" PRIu64 "}}",
             tid, us_of(g, o->points[prev]), (double)(o->points[p] - o->points[prev]) / 1e3,
             span_name(span_of(prev, p)), o->seq);
     prev = p;
@@ -200,8 +203,9 @@ static int write_chrome(const char *path, const char *job, const gathered *g) {
   fprintf(f, ",\"clock\":\"each rank's CLOCK_MONOTONIC plus its offset to rank 0's, measured at "
              "start-up; the error is within half the round trip\",\"ranks\":[");
   for (int r = 0; r < g->nranks; r++)
-    fprintf(f, "%s{\"rank\":%d,\"clock_offset_ns\":%" PRId64 ",\"clock_rtt_ns\":%" PRId64
-               ",\"ring\":%u,\"dropped\":%" PRIu64 "}",
+    fprintf(f,
+            "%s{\"rank\":%d,\"clock_offset_ns\":%" PRId64 ",\"clock_rtt_ns\":%" PRId64
+            ",\"ring\":%u,\"dropped\":%" PRIu64 "}",
             r ? "," : "", r, g->t[r].clock_offset_ns, g->t[r].clock_rtt_ns, g->t[r].ring,
             g->t[r].dropped);
   fprintf(f, "]},\"traceEvents\":[\n{\"ph\":\"M\",\"pid\":0,\"name\":\"process_name\","
@@ -220,11 +224,15 @@ static int write_chrome(const char *path, const char *job, const gathered *g) {
       int tid = r + k * g->nranks;
       snprintf(tname, sizeof tname, k ? "rank %d (%s), overlapping %d" : "rank %d (%s)", r,
                g->t[r].host, k);
-      fprintf(f, ",\n{\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"name\":\"thread_name\",\"args\":"
-                 "{\"name\":", tid);
+      fprintf(f,
+              ",\n{\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"name\":\"thread_name\",\"args\":"
+              "{\"name\":",
+              tid);
       cli_json_string(f, tname);
-      fprintf(f, "}},\n{\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"name\":\"thread_sort_index\","
-                 "\"args\":{\"sort_index\":%d}}", tid, r * 64 + k);
+      fprintf(f,
+              "}},\n{\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"name\":\"thread_sort_index\","
+              "\"args\":{\"sort_index\":%d}}",
+              tid, r * 64 + k);
     }
     for (int k = 0; k < n; k++)
       write_op(f, g, r, r + (lane ? lane[k] : 0) * g->nranks, &g->t[r].ops[k], &comma);

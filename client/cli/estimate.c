@@ -152,14 +152,14 @@ void cli_estimate_begin(const cli_args *a, cli_estimate *e, const char *key, uin
 static void draw(const cli_estimate *e, double el) {
   double mib = (double)e->bytes / (1 << 20), est = e->est_s;
   if (est <= 0) {
-    fprintf(stderr, "\r%s: %.1f MiB, %.1f s (no earlier %s on this job: no estimate yet)",
-            e->head, mib, el, e->earlier);
+    fprintf(stderr, "\r%s: %.1f MiB, %.1f s (no earlier %s on this job: no estimate yet)", e->head,
+            mib, el, e->earlier);
   } else {
     int percent = el >= est ? 99 : (int)(el * 100 / est);
     int filled = percent * 24 / 100;
     double left = est - el;
-    fprintf(stderr, "\r%s [%.*s%*s] %3d%% %.1f MiB at ~%.1f MiB/s %s%d:%02d left ", e->head,
-            filled, "########################", 24 - filled, "", percent, mib, mib / est,
+    fprintf(stderr, "\r%s [%.*s%*s] %3d%% %.1f MiB at ~%.1f MiB/s %s%d:%02d left ", e->head, filled,
+            "########################", 24 - filled, "", percent, mib, mib / est,
             left > 0 ? "~" : "over the estimate, ", (int)fabs(left) / 60, (int)fabs(left) % 60);
   }
   fflush(stderr);

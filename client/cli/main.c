@@ -11,11 +11,11 @@
 
 /* Connection options shared by the subcommands that talk to a daemon. */
 #define CONNECT_HELP                                                                               \
-  "  --job JOB        the daemons' job id (default $TSHARD_JOB or 'default')\n"                   \
-  "  --rank R         the rank whose daemon to use (default 0)\n"                                 \
-  "  --socket PATH    or: the daemon's Unix socket\n"                                             \
-  "  --tcp HOST:PORT  or: TCP, with --token-file FILE\n"                                          \
-  "  --token-file FILE  the TCP token's file\n"                                                  \
+  "  --job JOB        the daemons' job id (default $TSHARD_JOB or 'default')\n"                    \
+  "  --rank R         the rank whose daemon to use (default 0)\n"                                  \
+  "  --socket PATH    or: the daemon's Unix socket\n"                                              \
+  "  --tcp HOST:PORT  or: TCP, with --token-file FILE\n"                                           \
+  "  --token-file FILE  the TCP token's file\n"                                                    \
   "  --timeout SEC    per-call timeout (default 60)\n"
 
 static const cli_command commands[] = {
@@ -93,7 +93,8 @@ static const cli_command commands[] = {
      "tshard create w --dtype f32 --shape 1024,512 --attr 'mesh=[4] placements=[S(0)]'"},
     {"put", NULL, cli_cmd_put, "put a whole tensor from a .npy file (the daemons scatter it)",
      "  NAME FILE.npy    the tensor and the file (C or Fortran order)\n"
-     "  --attr ATTR      create the tensor with this attribute first (dtype and shape of the file)\n"
+     "  --attr ATTR      create the tensor with this attribute first (dtype and shape of the "
+     "file)\n"
      "  --dtype T        the dtype the file must hold (f32 or float32, ...); bf16: its\n"
      "                   uint16 values are bf16 bit patterns, f8_e4m3 / f8_e5m2: its uint8\n"
      "                   values are 8-bit float codes\n"
@@ -118,7 +119,8 @@ static const cli_command commands[] = {
      "  --layout TAG     the slice in this layout (blocked ones too), written flat\n"
      "  --json           machine-readable output\n" CONNECT_HELP,
      "tshard get-slice w slice1.npy --rank 1 --layout aBcd16b"},
-    {"reshard", NULL, cli_cmd_reshard, "move a tensor (or several, as one batch) to another attribute",
+    {"reshard", NULL, cli_cmd_reshard,
+     "move a tensor (or several, as one batch) to another attribute",
      "  NAME...          the tensor; several: one batch, every one moves or none\n"
      "  --to ATTR        the target attribute\n"
      "  --strategy S     auto (default), allgather, root, p2p, alltoall, allreduce,\n"
@@ -154,8 +156,8 @@ static const cli_command commands[] = {
     {"describe", NULL, cli_cmd_describe,
      "a tensor's dtype, shape, attribute, layout and bytes per rank; without NAME the job",
      "  NAME             the tensor; without it the job: its ranks, each host's name with its\n"
-     "                   ranks and their NUMA nodes, the topology (as plan --topology takes it)\n"
-     CONNECT_HELP "  --json           machine-readable output\n",
+     "                   ranks and their NUMA nodes, the topology (as plan --topology takes "
+     "it)\n" CONNECT_HELP "  --json           machine-readable output\n",
      "tshard describe w --json\n  tshard describe --job demo"},
     {"stats", NULL, cli_cmd_stats,
      "operations, bytes per strategy and memory of the connected daemon",
@@ -204,16 +206,16 @@ static const cli_command commands[] = {
      "  --progress       show the progress even when not on a terminal (without --async:\n"
      "                   an estimate from the job's earlier saves)\n"
      "  --key KEY        idempotency key\n"
-     "  --json           machine-readable output: dir, tensors, bytes, files, seconds\n"
-     CONNECT_HELP,
+     "  --json           machine-readable output: dir, tensors, bytes, files, "
+     "seconds\n" CONNECT_HELP,
      "tshard save ckpt/step100 w b\n  tshard save ckpt/step100 --all --overwrite\n  "
      "tshard save ckpt/layers 'layers.*.weight'"},
     {"snapshot", NULL, cli_cmd_snapshot,
      "a snapshot now: every tensor saved in the background into the daemons' --snapshot-dir",
      "  --wait           follow the files until complete (a progress bar)\n"
      "  --progress       show the bar even when not on a terminal\n"
-     "  --json           machine-readable output: dir, tensors, bytes, files, seconds\n"
-     CONNECT_HELP,
+     "  --json           machine-readable output: dir, tensors, bytes, files, "
+     "seconds\n" CONNECT_HELP,
      "tshard snapshot --wait"},
     {"load", NULL, cli_cmd_load, "load tensors from a checkpoint, under any attribute",
      "  DIR [NAME...]    the checkpoint; the tensors (default: all)\n"
@@ -228,8 +230,8 @@ static const cli_command commands[] = {
      "  --progress       show the progress even when not on a terminal (an estimate from\n"
      "                   the job's earlier loads)\n"
      "  --key KEY        idempotency key\n"
-     "  --json           machine-readable output: dir, tensors, bytes, files, seconds\n"
-     CONNECT_HELP,
+     "  --json           machine-readable output: dir, tensors, bytes, files, "
+     "seconds\n" CONNECT_HELP,
      "tshard load ckpt/step100 --attr 'wte=mesh=[3] placements=[S(0)]' "
      "--attr 'h.*.w=mesh=[3] placements=[S(1)]' --default-attr 'mesh=[3] placements=[R]'"},
     {"import-safetensors", cli_cmd_import_safetensors, NULL,
@@ -334,11 +336,15 @@ int main(int argc, char **argv) {
   if (strncmp(argv[1], "--", 2) == 0) { /* an option before any subcommand */
     const char *near = cli_suggest_option(argv[1] + 2, usages, (int)NCOMMANDS);
     if (near)
-      fprintf(stderr, "tshard: unknown option '%s'; did you mean '--%s'? options follow the "
-                      "subcommand, e.g. tshard list --%s\n", argv[1], near, near);
+      fprintf(stderr,
+              "tshard: unknown option '%s'; did you mean '--%s'? options follow the "
+              "subcommand, e.g. tshard list --%s\n",
+              argv[1], near, near);
     else
-      fprintf(stderr, "tshard: unknown option '%s'; options follow the subcommand (tshard "
-                      "--help lists them)\n", argv[1]);
+      fprintf(stderr,
+              "tshard: unknown option '%s'; options follow the subcommand (tshard "
+              "--help lists them)\n",
+              argv[1]);
     return CLI_USAGE;
   }
   const char *near = cli_nearest(argv[1], names, (int)NCOMMANDS);

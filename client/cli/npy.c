@@ -16,10 +16,10 @@
  * and the 8-bit floats as the uint8 of their bits (numpy has none of them); a reader takes such a
  * file as those bits only when asked (npy_mode). */
 static const char *const descr_table[TS_DTYPE_COUNT] = {
-    [TS_F32] = "f4", [TS_F64] = "f8",  [TS_F16] = "f2",  [TS_BF16] = "u2", [TS_I8] = "i1",
-    [TS_I32] = "i4", [TS_I64] = "i8",  [TS_U8] = "u1",   [TS_BOOL] = "b1", [TS_I16] = "i2",
-    [TS_U16] = "u2", [TS_U32] = "u4",  [TS_U64] = "u8",  [TS_F8_E4M3] = "u1",
-    [TS_F8_E5M2] = "u1", [TS_C64] = "c8", [TS_C128] = "c16",
+    [TS_F32] = "f4", [TS_F64] = "f8",   [TS_F16] = "f2", [TS_BF16] = "u2",    [TS_I8] = "i1",
+    [TS_I32] = "i4", [TS_I64] = "i8",   [TS_U8] = "u1",  [TS_BOOL] = "b1",    [TS_I16] = "i2",
+    [TS_U16] = "u2", [TS_U32] = "u4",   [TS_U64] = "u8", [TS_F8_E4M3] = "u1", [TS_F8_E5M2] = "u1",
+    [TS_C64] = "c8", [TS_C128] = "c16",
 };
 
 static bool bits_dtype(ts_dtype dt) {
@@ -57,11 +57,11 @@ static const char *dict_value(const char *hdr, const char *key) {
 
 /* numpy's name of a descr code ("f4": "float32"), or the code itself. */
 static const char *numpy_name(const char *code) {
-  static const char *const names[][2] = {{"f4", "float32"}, {"f8", "float64"}, {"f2", "float16"},
-                                         {"i1", "int8"},    {"i4", "int32"},   {"i8", "int64"},
-                                         {"u1", "uint8"},   {"b1", "bool"},    {"i2", "int16"},
-                                         {"u2", "uint16"},  {"u4", "uint32"},  {"u8", "uint64"},
-                                         {"c8", "complex64"}, {"c16", "complex128"}};
+  static const char *const names[][2] = {
+      {"f4", "float32"},   {"f8", "float64"},    {"f2", "float16"}, {"i1", "int8"},
+      {"i4", "int32"},     {"i8", "int64"},      {"u1", "uint8"},   {"b1", "bool"},
+      {"i2", "int16"},     {"u2", "uint16"},     {"u4", "uint32"},  {"u8", "uint64"},
+      {"c8", "complex64"}, {"c16", "complex128"}};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (strcmp(code, names[i][0]) == 0)
       return names[i][1];
@@ -82,7 +82,8 @@ static int parse_header(const char *path, const char *hdr, npy_mode mode, npy_ar
     descr[n++] = *d;
   descr[n] = '\0';
   char order = descr[0];
-  const char *code = descr + ((order == '<' || order == '>' || order == '|' || order == '=') ? 1 : 0);
+  const char *code =
+      descr + ((order == '<' || order == '>' || order == '|' || order == '=') ? 1 : 0);
   bool found = false;
   for (int i = 0; i < TS_DTYPE_COUNT; i++)
     if (!bits_dtype((ts_dtype)i) && strcmp(code, descr_table[i]) == 0) {
@@ -90,15 +91,19 @@ static int parse_header(const char *path, const char *hdr, npy_mode mode, npy_ar
       found = true;
     }
   if (mode != NPY_EXACT) { /* bit patterns: of the float's width, unsigned or signed */
-    ts_dtype bits = mode == NPY_BF16_BITS ? TS_BF16 : mode == NPY_F8_E4M3_BITS ? TS_F8_E4M3
-                                                                             : TS_F8_E5M2;
+    ts_dtype bits = mode == NPY_BF16_BITS      ? TS_BF16
+                    : mode == NPY_F8_E4M3_BITS ? TS_F8_E4M3
+                                               : TS_F8_E5M2;
     bool w16 = strcmp(code, "u2") == 0 || strcmp(code, "i2") == 0;
     bool w8 = strcmp(code, "u1") == 0 || strcmp(code, "i1") == 0;
     if (bits == TS_BF16 ? !w16 : !w8)
-      return ts_error_set(err, TS_BAD_DTYPE, "%s: %s data (%s%s) is read from %s (or %s) bit "
-                          "patterns, but the file's numpy dtype is %s", path, ts_dtype_name(bits),
-                          bits == TS_BF16 ? "--bf16-bits or " : "", bits == TS_BF16 ? "--dtype bf16"
-                          : bits == TS_F8_E4M3 ? "--dtype f8_e4m3" : "--dtype f8_e5m2",
+      return ts_error_set(err, TS_BAD_DTYPE,
+                          "%s: %s data (%s%s) is read from %s (or %s) bit "
+                          "patterns, but the file's numpy dtype is %s",
+                          path, ts_dtype_name(bits), bits == TS_BF16 ? "--bf16-bits or " : "",
+                          bits == TS_BF16      ? "--dtype bf16"
+                          : bits == TS_F8_E4M3 ? "--dtype f8_e4m3"
+                                               : "--dtype f8_e5m2",
                           bits == TS_BF16 ? "uint16" : "uint8", bits == TS_BF16 ? "int16" : "int8",
                           numpy_name(code));
     out->dtype = bits;
@@ -110,7 +115,8 @@ static int parse_header(const char *path, const char *hdr, npy_mode mode, npy_ar
                         "float16, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool, "
                         "complex64, complex128; "
                         "bf16 bit patterns with --bf16-bits (or --dtype bf16), f8 bit patterns "
-                        "with --dtype f8_e4m3 or f8_e5m2", path, descr);
+                        "with --dtype f8_e4m3 or f8_e5m2",
+                        path, descr);
   size_t es = ts_dtype_size(out->dtype);
   *swap = order == '>' && es > 1;
   if (strncmp(f, "True", 4) == 0)
@@ -148,8 +154,10 @@ static int parse_header(const char *path, const char *hdr, npy_mode mode, npy_ar
 }
 
 npy_mode cli_npy_mode_for(ts_dtype dt) {
-  return dt == TS_BF16 ? NPY_BF16_BITS : dt == TS_F8_E4M3 ? NPY_F8_E4M3_BITS
-         : dt == TS_F8_E5M2 ? NPY_F8_E5M2_BITS : NPY_EXACT;
+  return dt == TS_BF16      ? NPY_BF16_BITS
+         : dt == TS_F8_E4M3 ? NPY_F8_E4M3_BITS
+         : dt == TS_F8_E5M2 ? NPY_F8_E5M2_BITS
+                            : NPY_EXACT;
 }
 
 int cli_npy_read(const char *path, ts_dtype hint, npy_array *out, ts_error *err) {

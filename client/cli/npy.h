@@ -31,7 +31,8 @@ npy_mode cli_npy_mode_for(ts_dtype dt);
 int cli_npy_read_as(const char *path, npy_mode mode, npy_array *out, ts_error *err);
 /* Reads a whole .npy file. Fortran-order files are reordered to C order, big-endian ones are
  * byte-swapped. dtype_hint: TS_DTYPE_COUNT for "as the file says", or a dtype the file must
- * hold (TS_BF16 reads '<u2' as bf16, TS_F8_E4M3 and TS_F8_E5M2 read '|u1' as their bits). Errors name the file and what was wrong. */
+ * hold (TS_BF16 reads '<u2' as bf16, TS_F8_E4M3 and TS_F8_E5M2 read '|u1' as their bits). Errors
+ * name the file and what was wrong. */
 int cli_npy_read(const char *path, ts_dtype dtype_hint, npy_array *out, ts_error *err);
 /* Writes a C-order .npy file (version 1.0, or 2.0 when the header needs it). */
 int cli_npy_write(const char *path, const npy_array *a, ts_error *err);

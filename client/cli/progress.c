@@ -28,8 +28,8 @@ static void draw(void *arg, uint64_t done, uint64_t total) {
   int filled = percent * 24 / 100;
   double mib = (double)done / (1 << 20), rate = el > 0 ? mib / el : 0;
   double left = rate > 0 ? ((double)(total - done) / (1 << 20)) / rate : 0;
-  fprintf(stderr, "\r%s %s [%.*s%*s] %3d%% %.1f/%.1f MiB %.1f MiB/s %d:%02d left", p->what,
-          p->name, filled, "########################", 24 - filled, "", percent, mib,
+  fprintf(stderr, "\r%s %s [%.*s%*s] %3d%% %.1f/%.1f MiB %.1f MiB/s %d:%02d left", p->what, p->name,
+          filled, "########################", 24 - filled, "", percent, mib,
           (double)total / (1 << 20), rate, (int)left / 60, (int)left % 60);
   if (done >= total)
     fprintf(stderr, " (%.2f s)\n", el);

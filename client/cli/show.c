@@ -14,7 +14,7 @@
 #define MAX_LABEL 48
 
 typedef struct {
-  int n;          /* ranks holding the block */
+  int n; /* ranks holding the block */
   int *ranks;
 } holders;
 
@@ -129,7 +129,8 @@ static void rule(FILE *out, bool unicode, int left, int joint, int right, const 
  * (up to 64; *nempty counts them). */
 static void fill_cells(const ts_geom *g, const ts_attr *attr, int rd, int cd, int64_t nr,
                        int64_t nc, holders *cells, int *empty, int *nempty) {
-  const int64_t *ro = rd >= 0 ? ts_geom_offsets(g, rd) : NULL, *co = cd >= 0 ? ts_geom_offsets(g, cd) : NULL;
+  const int64_t *ro = rd >= 0 ? ts_geom_offsets(g, rd) : NULL,
+                *co = cd >= 0 ? ts_geom_offsets(g, cd) : NULL;
   for (int64_t m = 0; m < attr->nranks; m++) {
     ts_box b;
     ts_geom_index_box(g, m, &b);
@@ -199,7 +200,8 @@ int cli_show_draw(FILE *out, int ndim, const int64_t *shape, const ts_attr *attr
   if (rc)
     return rc;
   int64_t nr = rd >= 0 ? ts_geom_parts(g, rd) : 1, nc = cd >= 0 ? ts_geom_parts(g, cd) : 1;
-  const int64_t *ro = rd >= 0 ? ts_geom_offsets(g, rd) : NULL, *co = cd >= 0 ? ts_geom_offsets(g, cd) : NULL;
+  const int64_t *ro = rd >= 0 ? ts_geom_offsets(g, rd) : NULL,
+                *co = cd >= 0 ? ts_geom_offsets(g, cd) : NULL;
   if (nr * nc > 4096) {
     ts_geom_destroy(&g);
     return ts_error_set(err, TS_LIMIT, "%lld x %lld blocks are too many to draw (at most 4096)",
@@ -222,7 +224,7 @@ int cli_show_draw(FILE *out, int ndim, const int64_t *shape, const ts_attr *attr
     if (attr->place[k].kind == TS_PLACE_PARTIAL)
       partial = ts_reduce_name(attr->place[k].op);
 
-  char (*label)[MAX_LABEL] = calloc((size_t)(nr * nc), MAX_LABEL);
+  char(*label)[MAX_LABEL] = calloc((size_t)(nr * nc), MAX_LABEL);
   int maxlab = 1;
   for (int64_t i = 0; i < nr * nc && label; i++) {
     char r[MAX_LABEL - 8];
@@ -292,8 +294,8 @@ int cli_show_draw(FILE *out, int ndim, const int64_t *shape, const ts_attr *attr
       rule(out, opts->unicode, 8, 9, 10, sc, nsc, cw);
   }
   if (shown_c < vis_c || shown_r < vis_r)
-    fprintf(out, "(%lld of %lld columns, %lld of %lld rows of blocks shown)\n",
-            (long long)shown_c, (long long)vis_c, (long long)shown_r, (long long)vis_r);
+    fprintf(out, "(%lld of %lld columns, %lld of %lld rows of blocks shown)\n", (long long)shown_c,
+            (long long)vis_c, (long long)shown_r, (long long)vis_r);
   free(sc);
   free(sr);
   if (last_r < 0)

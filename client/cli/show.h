@@ -9,9 +9,9 @@
 #include "ts_plan.h"
 
 typedef struct show_opts {
-  int dims[2];   /* the tensor dims drawn as rows and columns (dims[1] < 0: a 1-D view) */
-  bool unicode;  /* box-drawing characters; ASCII otherwise */
-  int width;     /* columns of the drawing (0: 64) */
+  int dims[2];  /* the tensor dims drawn as rows and columns (dims[1] < 0: a 1-D view) */
+  bool unicode; /* box-drawing characters; ASCII otherwise */
+  int width;    /* columns of the drawing (0: 64) */
 } show_opts;
 
 /* Draws the 2-D (or 1-D) view of the tensor's sharding: a grid of blocks sized in proportion to

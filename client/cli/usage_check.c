@@ -120,8 +120,8 @@ static int refuse_unknown(const known_set *k, const char *sub, const char *arg, 
   if (near)
     fprintf(stderr, "tshard %s: unknown option '--%s'; did you mean '--%s'?\n", sub, word, near);
   else
-    fprintf(stderr, "tshard %s: unknown option '--%s'; see tshard %s --help for its options\n",
-            sub, word, sub);
+    fprintf(stderr, "tshard %s: unknown option '--%s'; see tshard %s --help for its options\n", sub,
+            word, sub);
   return CLI_USAGE;
 }
 
@@ -137,11 +137,15 @@ int cli_strict_parse(cli_args *a, const char *usage) {
         if (k.max_pos == CLI_MAX_POS)
           fprintf(stderr, "tshard %s: more than %d arguments\n", sub, CLI_MAX_POS);
         else if (k.max_pos == 0)
-          fprintf(stderr, "tshard %s: unexpected argument '%s'; %s takes no positional "
-                          "arguments (see tshard %s --help)\n", sub, s, sub, sub);
+          fprintf(stderr,
+                  "tshard %s: unexpected argument '%s'; %s takes no positional "
+                  "arguments (see tshard %s --help)\n",
+                  sub, s, sub, sub);
         else
-          fprintf(stderr, "tshard %s: unexpected argument '%s'; %s takes %s (see tshard %s "
-                          "--help)\n", sub, s, sub, k.pos_text, sub);
+          fprintf(stderr,
+                  "tshard %s: unexpected argument '%s'; %s takes %s (see tshard %s "
+                  "--help)\n",
+                  sub, s, sub, k.pos_text, sub);
         return CLI_USAGE;
       }
       a->pos[a->npos++] = s;

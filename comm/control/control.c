@@ -128,8 +128,7 @@ int ts_control_progress(ts_control *c, ts_error *err) {
     int i = c->done[k];
     /* A send MPI failed is over too: retire it, and report the first such failure. */
     if (rc == MPI_ERR_IN_STATUS && c->statuses[k].MPI_ERROR != MPI_SUCCESS && failed == TS_OK)
-      failed = ts__mpi_error(c->statuses[k].MPI_ERROR, "a control send", __FILE__, __LINE__,
-                             err);
+      failed = ts__mpi_error(c->statuses[k].MPI_ERROR, "a control send", __FILE__, __LINE__, err);
     /* A message MPI could not hand over at once went out now: ring again. */
     ts_world_bell_ring(c->world, c->dests[i]);
     free(c->bufs[i]);
@@ -167,8 +166,7 @@ int ts_control_poll(ts_control *c, int *src, int *tag, void **buf, size_t *len, 
   MPI_Get_count(&st, MPI_BYTE, &count);
   void *b = malloc(count > 0 ? (size_t)count : 1);
   if (!b)
-    return -ts_error_set(err, TS_NO_MEMORY, "no memory for a control message of %d bytes",
-                         count);
+    return -ts_error_set(err, TS_NO_MEMORY, "no memory for a control message of %d bytes", count);
   rc = MPI_Recv(b, count, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, c->comm, MPI_STATUS_IGNORE);
   if (rc != MPI_SUCCESS) {
     free(b);
@@ -195,10 +193,10 @@ int ts_control_flush(ts_control *c, int timeout_ms, ts_error *err) {
       continue;
     }
     if (ts_waiter_pause(&w) == TS_TIMEOUT)
-      return rc != TS_OK ? rc
-                         : ts_error_set(err, TS_TIMEOUT,
-                                        "%d control messages still unsent after %d ms",
-                                        c->nsends, timeout_ms);
+      return rc != TS_OK
+                 ? rc
+                 : ts_error_set(err, TS_TIMEOUT, "%d control messages still unsent after %d ms",
+                                c->nsends, timeout_ms);
   }
   return rc;
 }

@@ -3,8 +3,9 @@
  * world communicator so that they never mix with data transfers.
  *
  * Waiting never holds a core: Open MPI's blocking calls busy-poll one, so every wait here is a
- * loop of MPI_Test / MPI_Iprobe under the wait policy (ts_wait.h: a short spin, then naps). Sends are non-blocking and buffered (the message is
- * copied); ts_control_progress retires completed sends. Only the engine thread calls these. */
+ * loop of MPI_Test / MPI_Iprobe under the wait policy (ts_wait.h: a short spin, then naps). Sends
+ * are non-blocking and buffered (the message is copied); ts_control_progress retires completed
+ * sends. Only the engine thread calls these. */
 #ifndef TS_CONTROL_H
 #define TS_CONTROL_H
 

@@ -106,8 +106,7 @@ void tsd_push_work(tsd_shared *sh, tsd_work *w) {
   tsd_queue_push(&sh->work, &w->node);
 }
 
-void tsd_push_reply(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len,
-                    uint64_t req_id) {
+void tsd_push_reply(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len, uint64_t req_id) {
   tsd_push_reply_fd(sh, conn_id, frame, len, -1, req_id);
 }
 
@@ -118,7 +117,8 @@ void tsd_push_reply_fd(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t 
     free(frame);
     if (fd >= 0)
       close(fd);
-    TSD_LOG(TSD_LOG_ERROR, "no memory to queue an answer to connection %llu, and no spare node "
+    TSD_LOG(TSD_LOG_ERROR,
+            "no memory to queue an answer to connection %llu, and no spare node "
             "came back within a second: the loop thread no longer delivers answers",
             (unsigned long long)conn_id);
     return;
@@ -128,7 +128,7 @@ void tsd_push_reply_fd(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t 
   r->len = len;
   r->fd = fd;
   r->req_id = req_id;
-  if (tsd_outlet_answer(sh, r)) { /* written to the client already (outlet.c) */
+  if (tsd_outlet_answer(sh, r)) {      /* written to the client already (outlet.c) */
     tsd_gauge_add(TSD_G_INFLIGHT, -1); /* answered now; the loop's notice comes later */
     return;
   }
@@ -229,8 +229,7 @@ static int seq_run(void *ctx, const tsd_ordered *op, tsd_pending *origin, ts_err
   return rc;
 }
 
-static void seq_answer(void *ctx, int op_case, const tsd_pending *w, int status,
-                       const char *msg) {
+static void seq_answer(void *ctx, int op_case, const tsd_pending *w, int status, const char *msg) {
   tsd_engine *e = ctx;
   e->answering = op_case;
   e->ops->answer(e, op_case, w, status, msg);
@@ -318,7 +317,7 @@ static void run_work(tsd_engine *e, tsd_work *w) {
 
 static void handle_work(tsd_engine *e, tsd_work *w) {
   if (w->conn_closed) {
-    tsd_order_drop(e, w->conn_id, false); /* its held requests: nobody waits for them */
+    tsd_order_drop(e, w->conn_id, false);    /* its held requests: nobody waits for them */
     tsd_seq_forget_conn(e->seq, w->conn_id); /* its submissions run, answering nobody */
     tsd_session_free(e, w->conn_id);
   } else if (!w->signal_shutdown && tsd_order_hold(e, w)) {
@@ -498,9 +497,11 @@ static int place_ranks(tsd_engine *e, ts_error *err) {
   if (e->rank == 0 && ts_topology_nhosts(topo) > 1) {
     char text[200];
     size_t n = ts_topology_format(topo, text, sizeof text);
-    TSD_LOG(TSD_LOG_INFO, "ranks on %d hosts: %s%s; plans weigh each host's link: inside a "
-            "host %.4g MB/s (%s), between hosts %.4g MB/s (%s)", ts_topology_nhosts(topo), text,
-            n >= sizeof text ? "..." : "", ts_topology_rate(topo, TS_LINK_HOST) / 1e6,
+    TSD_LOG(TSD_LOG_INFO,
+            "ranks on %d hosts: %s%s; plans weigh each host's link: inside a "
+            "host %.4g MB/s (%s), between hosts %.4g MB/s (%s)",
+            ts_topology_nhosts(topo), text, n >= sizeof text ? "..." : "",
+            ts_topology_rate(topo, TS_LINK_HOST) / 1e6,
             strstr(e->cfg->link_rates, "host=") ? "given" : "measured",
             ts_topology_rate(topo, TS_LINK_CROSS) / 1e6,
             strstr(e->cfg->link_rates, "cross=") ? "given" : "measured");

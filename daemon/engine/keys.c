@@ -303,5 +303,7 @@ static void rank_list(const tsd_key_rec *r, bool want_arrived, char *buf, size_t
     snprintf(buf, cap, "none");
 }
 
-void tsd_keys_missing(const tsd_key_rec *r, char *buf, size_t cap) { rank_list(r, false, buf, cap); }
+void tsd_keys_missing(const tsd_key_rec *r, char *buf, size_t cap) {
+  rank_list(r, false, buf, cap);
+}
 void tsd_keys_arrived(const tsd_key_rec *r, char *buf, size_t cap) { rank_list(r, true, buf, cap); }

@@ -16,9 +16,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define TSD_KEY_MAX 129      /* a key's bytes and its NUL */
-#define TSD_KEY_NAMES 16     /* names hashed per record (more: `all`) */
-#define TSD_KEY_WHAT 160     /* "reshard 'w'" */
+#define TSD_KEY_MAX 129  /* a key's bytes and its NUL */
+#define TSD_KEY_NAMES 16 /* names hashed per record (more: `all`) */
+#define TSD_KEY_WHAT 160 /* "reshard 'w'" */
 
 typedef enum {
   TSD_KEY_COLLECTING = 0, /* waiting for participants */
@@ -33,8 +33,8 @@ typedef struct tsd_key_sub {
 } tsd_key_sub;
 
 typedef struct tsd_key_rec {
-  struct tsd_key_rec *hnext;       /* bucket chain */
-  struct tsd_key_rec *prev, *next; /* age list, oldest first (moved to the end when answered) */
+  struct tsd_key_rec *hnext;         /* bucket chain */
+  struct tsd_key_rec *prev, *next;   /* age list, oldest first (moved to the end when answered) */
   struct tsd_key_rec *cprev, *cnext; /* list of collecting records */
   char key[TSD_KEY_MAX];
   uint64_t hash;
@@ -43,13 +43,13 @@ typedef struct tsd_key_rec {
   uint64_t names[TSD_KEY_NAMES];
   int nnames;
   bool all_names;
-  int64_t start_ms;   /* first submission */
-  int64_t until_ms;   /* collecting: deadline; done/failed: expiry */
-  int timeout_ms;     /* collecting */
-  int *participants;  /* collecting: the ranks, and whether each arrived */
+  int64_t start_ms;  /* first submission */
+  int64_t until_ms;  /* collecting: deadline; done/failed: expiry */
+  int timeout_ms;    /* collecting */
+  int *participants; /* collecting: the ranks, and whether each arrived */
   bool *arrived;
   int nparticipants;
-  tsd_key_sub *subs;  /* collecting: the arrived submissions; ordered: the late ones */
+  tsd_key_sub *subs; /* collecting: the arrived submissions; ordered: the late ones */
   int nsubs, capsubs;
   int status;
   char *msg;

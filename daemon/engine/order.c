@@ -17,7 +17,7 @@
 struct tsd_order {
   struct tsd_order *next;
   uint64_t conn_id;
-  int64_t pending;      /* collectives submitted, not answered yet */
+  int64_t pending;       /* collectives submitted, not answered yet */
   tsd_work *held, *tail; /* requests waiting for them, in arrival order */
 };
 
@@ -65,7 +65,8 @@ int tsd_order_submitted(tsd_engine *e, uint64_t conn_id, ts_error *err) {
     return TS_OK;
   tsd_order *o = order_find(e, conn_id, true);
   if (!o)
-    return ts_error_set(err, TS_NO_MEMORY, "no memory to keep the order of the connection's "
+    return ts_error_set(err, TS_NO_MEMORY,
+                        "no memory to keep the order of the connection's "
                         "operations");
   o->pending++;
   return TS_OK;

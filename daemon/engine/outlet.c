@@ -149,8 +149,10 @@ static bool outlet_send(tsd_outlet *o, const uint8_t *frame, size_t len) {
       /* Part of a frame went (an empty Unix socket takes a frame this small whole, so this is
        * not expected): the stream is cut mid-frame, so the connection ends here, in the log
        * and at the client (its read fails), rather than carrying a corrupted frame. */
-      TSD_LOG(TSD_LOG_ERROR, "connection %llu: only %zd of an answer's %zu bytes went out; "
-              "closing it", (unsigned long long)o->conn_id, n, len);
+      TSD_LOG(TSD_LOG_ERROR,
+              "connection %llu: only %zd of an answer's %zu bytes went out; "
+              "closing it",
+              (unsigned long long)o->conn_id, n, len);
       shutdown(o->fd, SHUT_RDWR);
       o->shut = true;
       sent = true; /* the loop sees the connection end; the notice still does the accounting */

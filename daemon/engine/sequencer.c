@@ -94,9 +94,9 @@ typedef struct tsd_deferred {
  * on, else 0 (not read). */
 static int64_t trace_now(const tsd_seq *e) { return e->cfg.stamp_times ? ts_wait_now_ns() : 0; }
 
-#define SUBMIT_HEADER 16 /* ticket, hash */
-#define ORDER_HEADER 40  /* seq, origin, ticket, hash, op case */
-#define REFUSE_HEADER 16 /* ticket, status; then the message */
+#define SUBMIT_HEADER 16  /* ticket, hash */
+#define ORDER_HEADER 40   /* seq, origin, ticket, hash, op case */
+#define REFUSE_HEADER 16  /* ticket, status; then the message */
 #define WITHDRAW_HEADER 8 /* ticket; then the key */
 
 static void put_u64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
@@ -256,8 +256,8 @@ static void refuse(tsd_seq *e, int origin, uint64_t ticket, int status, const ch
 }
 
 /* Rank 0: orders a decoded request (takes it). */
-static void order_now(tsd_seq *e, int origin, uint64_t ticket, uint64_t hash,
-                      Tshard__Request *req, const uint8_t *body, size_t len) {
+static void order_now(tsd_seq *e, int origin, uint64_t ticket, uint64_t hash, Tshard__Request *req,
+                      const uint8_t *body, size_t len) {
   ts_error err;
   tsd_ordered *op = calloc(1, sizeof *op);
   uint8_t *msg = malloc(ORDER_HEADER + len);
@@ -398,9 +398,7 @@ static void order_keyed(tsd_seq *e, int origin, uint64_t ticket, uint64_t hash,
       answer_ticket(e, origin, ticket, r->status, r->msg ? r->msg : "");
     }
     break;
-  case TSD_KEY_FAILED:
-    answer_ticket(e, origin, ticket, r->status, r->msg ? r->msg : "");
-    break;
+  case TSD_KEY_FAILED: answer_ticket(e, origin, ticket, r->status, r->msg ? r->msg : ""); break;
   }
   tsd_request_free(&req);
 }
@@ -420,8 +418,10 @@ static void withdraw(tsd_seq *e, int origin, uint64_t ticket, const char *key) {
            "submitted it disconnected before every participant did",
            r->what, r->key, origin);
   if (r->nsubs == 0) {
-    TSD_LOG(TSD_LOG_DEBUG, "collective %s (key '%s') forgotten: every client that submitted "
-            "it disconnected", r->what, r->key);
+    TSD_LOG(TSD_LOG_DEBUG,
+            "collective %s (key '%s') forgotten: every client that submitted "
+            "it disconnected",
+            r->what, r->key);
     tsd_keys_remove(e->keys, r);
   }
   answer_ticket(e, origin, ticket, TS_INCOMPLETE, msg);
@@ -451,18 +451,20 @@ static void order(tsd_seq *e, int origin, uint64_t ticket, uint64_t hash, const 
 
 /* The participants of a request, checked on the submitting rank: a key, this rank among them
  * (the validator checked the ranks themselves). 0 or an error status with msg. */
-static int check_participants(const tsd_seq *e, const Tshard__Request *req, bool staged,
-                              char *msg, size_t cap) {
+static int check_participants(const tsd_seq *e, const Tshard__Request *req, bool staged, char *msg,
+                              size_t cap) {
   if (req->n_participants == 0)
     return TS_OK;
   if (!req->idempotency_key[0]) {
-    snprintf(msg, cap, "a request naming participants needs an idempotency key (the key matches "
-                       "the participants' submissions)");
+    snprintf(msg, cap,
+             "a request naming participants needs an idempotency key (the key matches "
+             "the participants' submissions)");
     return TS_INVALID_ARGUMENT;
   }
   if (staged || req->op_case == TSHARD__REQUEST__OP_GET) {
-    snprintf(msg, cap, "a %s comes from one client; participants apply to operations every "
-                       "rank runs (create, reshard, drop, ...)",
+    snprintf(msg, cap,
+             "a %s comes from one client; participants apply to operations every "
+             "rank runs (create, reshard, drop, ...)",
              tsd_op_name((int)req->op_case));
     return TS_INVALID_ARGUMENT;
   }
@@ -478,8 +480,8 @@ static int check_participants(const tsd_seq *e, const Tshard__Request *req, bool
 
 /* A connection's collectives waiting for their participants, within --collective-pending-max.
  * 0 or TS_LIMIT with msg. */
-static int check_pending(const tsd_seq *e, uint64_t conn_id, const Tshard__Request *req,
-                         char *msg, size_t cap) {
+static int check_pending(const tsd_seq *e, uint64_t conn_id, const Tshard__Request *req, char *msg,
+                         size_t cap) {
   if (req->n_participants == 0 || conn_id == 0 || e->cfg.collective_pending_max <= 0)
     return TS_OK;
   int64_t n = 0;
@@ -523,7 +525,8 @@ void tsd_seq_submit(tsd_seq *e, uint64_t conn_id, Tshard__Request *req, uint8_t 
   ts_error derr;
   int drc = TS_OK;
   if (!tsd_request_strip_unknown(req))
-    drc = ts_error_set(&derr, TS_PROTOCOL, "the request holds a field numbered 0, which no "
+    drc = ts_error_set(&derr, TS_PROTOCOL,
+                       "the request holds a field numbered 0, which no "
                        "protobuf message has: drop unknown fields");
   uint8_t *body = p && !drc ? pack_forwarded(req, &len, &hash) : NULL;
   if (!drc && (!p || !body))
@@ -876,7 +879,7 @@ void tsd_seq_forget_conn(tsd_seq *e, uint64_t conn_id) {
       uint64_t *g = realloc(groups, c2 * sizeof *g);
       if (!g) {
         TSD_LOG(TSD_LOG_ERROR, "no memory to withdraw the collectives of a closed connection; "
-                "they end at their timeout");
+                               "they end at their timeout");
         continue;
       }
       groups = g;

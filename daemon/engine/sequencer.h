@@ -22,17 +22,17 @@ enum {
 /* A client on this rank waiting for a collective operation. */
 typedef struct tsd_pending {
   struct tsd_pending *next;
-  uint64_t ticket;   /* this rank's number for the submission (0: joined another) */
-  uint64_t group;    /* the ticket of the submission it waits with (its own when forwarded) */
-  bool collective;   /* names participants: waits for them */
-  bool withdrawn;    /* every client of its group was gone: taken back from rank 0 */
+  uint64_t ticket; /* this rank's number for the submission (0: joined another) */
+  uint64_t group;  /* the ticket of the submission it waits with (its own when forwarded) */
+  bool collective; /* names participants: waits for them */
+  bool withdrawn;  /* every client of its group was gone: taken back from rank 0 */
   char key[TSD_KEY_MAX];
-  uint64_t hash;     /* of the operation, to catch a key reused for another one */
+  uint64_t hash;            /* of the operation, to catch a key reused for another one */
   uint64_t conn_id, req_id; /* conn_id 0: the client is gone */
   int op_case;
-  uint8_t *staging;  /* put: the whole tensor, owned by the operation */
+  uint8_t *staging; /* put: the whole tensor, owned by the operation */
   uint64_t staging_bytes;
-  uint64_t max_bytes; /* get: the chunk size the client asked for */
+  uint64_t max_bytes;   /* get: the chunk size the client asked for */
   Tshard__Request *req; /* this rank's decoding of its forwarded submission, until ordered */
   int64_t t_recv_ns, t_submit_ns; /* handed to the engine, submitted here (ns; the trace; 0
                                    * when tracing is off) */
@@ -76,7 +76,7 @@ typedef struct tsd_seq_hooks {
 typedef struct tsd_seq_config {
   int64_t key_ttl_ms;
   int64_t key_max;
-  int64_t collective_timeout_ms; /* for requests naming participants without a timeout */
+  int64_t collective_timeout_ms;     /* for requests naming participants without a timeout */
   int64_t collective_timeout_max_ms; /* rank 0 never waits longer (0: no bound here) */
   int64_t collective_pending_max;    /* per connection: collectives waiting (0: no bound) */
   int fault_orders_undecodable;      /* fault injection: the next N ORDERs here fail to decode */

@@ -86,17 +86,15 @@ void tsd_session_free(tsd_engine *e, uint64_t conn_id) {
     }
 }
 
-int tsd_session_put_stage(tsd_engine *e, tsd_session *s, const tsd_put_target *t,
-                          uint64_t offset, uint64_t total, const uint8_t *data, size_t len,
-                          ts_error *err) {
+int tsd_session_put_stage(tsd_engine *e, tsd_session *s, const tsd_put_target *t, uint64_t offset,
+                          uint64_t total, const uint8_t *data, size_t len, ts_error *err) {
   if (offset == 0) {
     tsd_session_put_reset(e, s);
     if (total != t->expected)
-      return ts_error_set(err, TS_BAD_SHAPE,
-                          "put of %llu bytes into '%s', which needs exactly %llu bytes%s",
-                          (unsigned long long)total, t->name, (unsigned long long)t->expected,
-                          t->slice ? " for this rank's slice in that layout"
-                                   : " (the whole tensor, row-major)");
+      return ts_error_set(
+          err, TS_BAD_SHAPE, "put of %llu bytes into '%s', which needs exactly %llu bytes%s",
+          (unsigned long long)total, t->name, (unsigned long long)t->expected,
+          t->slice ? " for this rank's slice in that layout" : " (the whole tensor, row-major)");
     s->put_buf = tsd_buf_take(e, total, "the put's staging buffer", err);
     if (!s->put_buf)
       return err->code;
@@ -142,8 +140,8 @@ uint8_t *tsd_session_put_take(tsd_session *s, uint64_t *bytes, ts_box *box) {
   return p;
 }
 
-void tsd_session_copy_set(tsd_engine *e, tsd_session *s, const char *name, bool slice,
-                          uint8_t *buf, uint64_t total, bool in_shm) {
+void tsd_session_copy_set(tsd_engine *e, tsd_session *s, const char *name, bool slice, uint8_t *buf,
+                          uint64_t total, bool in_shm) {
   tsd_session_copy_reset(e, s);
   s->copy.buf = buf;
   s->copy.total = total;

@@ -4,9 +4,9 @@
  * sealed against shrinking and growing (the client gets the fd and could otherwise truncate it
  * under the daemon's mapping), allocated up front with fallocate (a failure is an answer, never a
  * SIGBUS later), mapped here - charges its bytes to the pool's account (ts_pool_charge, as
- * staging, against the memory limit) and answers with the fd, which the loop thread passes with SCM_RIGHTS.
- * From then on put, put_slice, get and get_slice chunks may name a region of the segment
- * instead of carrying their bytes in the frame; every region is checked to lie inside the
+ * staging, against the memory limit) and answers with the fd, which the loop thread passes with
+ * SCM_RIGHTS. From then on put, put_slice, get and get_slice chunks may name a region of the
+ * segment instead of carrying their bytes in the frame; every region is checked to lie inside the
  * segment before it is touched.
  *
  * Segments are counted references: the connection holds one, and a whole put that scatters
@@ -70,8 +70,8 @@ void tsd_staging_give(tsd_engine *e, uint8_t *p, uint64_t bytes) {
   tsd_buf_give(e, p, bytes);
 }
 
-int tsd_shm_region(const tsd_session *c, const Tshard__ShmData *d, uint64_t min_bytes,
-                   uint8_t **p, uint64_t *bytes, ts_error *err) {
+int tsd_shm_region(const tsd_session *c, const Tshard__ShmData *d, uint64_t min_bytes, uint8_t **p,
+                   uint64_t *bytes, ts_error *err) {
   tsd_shm_seg *s = tsd_session_shm(c);
   if (!s)
     return ts_error_set(err, TS_INVALID_ARGUMENT,

@@ -46,14 +46,14 @@ tsd_qnode *tsd_queue_take_all(tsd_queue *q);
 bool tsd_queue_empty(tsd_queue *q);
 
 typedef struct tsd_work {
-  tsd_qnode node;        /* first: queued in tsd_shared.work */
+  tsd_qnode node; /* first: queued in tsd_shared.work */
   uint64_t conn_id;
-  bool conn_closed;      /* notice: the connection is gone, free what it held */
-  bool signal_shutdown;  /* notice: SIGTERM/SIGINT */
-  Tshard__Request *req;  /* owned */
+  bool conn_closed;     /* notice: the connection is gone, free what it held */
+  bool signal_shutdown; /* notice: SIGTERM/SIGINT */
+  Tshard__Request *req; /* owned */
   tsd_scope scope;
-  int64_t t_recv_ns;     /* when it was handed to the engine (ts_wait_now_ns; the trace; 0
-                          * when tracing is off) */
+  int64_t t_recv_ns; /* when it was handed to the engine (ts_wait_now_ns; the trace; 0
+                      * when tracing is off) */
 } tsd_work;
 
 #define TSD_SPARE_REPLIES 16
@@ -62,7 +62,7 @@ typedef struct tsd_work {
 #define TSD_OUTLET_MAX 16384
 
 typedef struct tsd_reply {
-  tsd_qnode node;  /* first: queued in tsd_shared.replies */
+  tsd_qnode node; /* first: queued in tsd_shared.replies */
   uint64_t conn_id;
   uint8_t *frame; /* owned, header included */
   size_t len;
@@ -72,7 +72,7 @@ typedef struct tsd_reply {
    * with lost_reason (a static string) itself, or closes the connection saying why. */
   int lost_status;
   const char *lost_reason;
-  bool spare; /* one of tsd_shared's spare nodes: given back, not freed */
+  bool spare;     /* one of tsd_shared's spare nodes: given back, not freed */
   bool delivered; /* the engine wrote the answer itself (outlet.c): accounting only */
   bool counted;   /* counted in its connection's outlet as queued (outlet.c) */
 } tsd_reply;
@@ -83,9 +83,9 @@ typedef struct tsd_reply {
 struct tsd_catalog;
 struct tsd_server;
 typedef struct tsd_shared {
-  pthread_mutex_t mu;  /* the loop's stop request */
-  tsd_queue work;      /* loop -> engine; the engine sets its wake (a condition variable) */
-  tsd_queue replies;   /* engine -> loop; the loop sets its wake (uv_async) */
+  pthread_mutex_t mu;          /* the loop's stop request */
+  tsd_queue work;              /* loop -> engine; the engine sets its wake (a condition variable) */
+  tsd_queue replies;           /* engine -> loop; the loop sets its wake (uv_async) */
   struct tsd_server *server;   /* for the connection count in stats; set by the server */
   struct tsd_catalog *catalog; /* its own mutex; set by main.c */
   /* Reply nodes kept for when allocating one fails, so that every request is answered and its
@@ -138,14 +138,13 @@ void tsd_push_work(tsd_shared *sh, tsd_work *w);
 void tsd_reply_release(tsd_shared *sh, tsd_reply *r);
 /* Queues a reply frame (the answer to request req_id) and wakes the loop thread (takes ownership
  * of frame). Never drops it: when no node can be allocated a spare one carries it. */
-void tsd_push_reply(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len,
-                    uint64_t req_id);
+void tsd_push_reply(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len, uint64_t req_id);
 /* The same with a descriptor passed on the frame's first byte (takes fd too). */
 void tsd_push_reply_fd(tsd_shared *sh, uint64_t conn_id, uint8_t *frame, size_t len, int fd,
                        uint64_t req_id);
 
 typedef struct tsd_session tsd_session; /* session.c: what one connection holds */
-typedef struct tsd_shm_seg tsd_shm_seg;  /* shm.c */
+typedef struct tsd_shm_seg tsd_shm_seg; /* shm.c */
 
 typedef struct tsd_engine {
   const tsd_config *cfg;
@@ -157,14 +156,14 @@ typedef struct tsd_engine {
   pthread_cond_t wake;
   bool bells; /* every rank has a doorbell on this node: waits block until rung (ts_comm.h) */
   int rank, size;
-  tsd_session *sessions; /* session.c */
-  tsd_seq *seq; /* the order of collective operations (sequencer.c) */
+  tsd_session *sessions;   /* session.c */
+  tsd_seq *seq;            /* the order of collective operations (sequencer.c) */
   struct tsd_order *order; /* connections' requests held behind their collectives (order.c) */
   bool stopping;
   int64_t work_recv_ns; /* the work item handled now: when it was handed over (0: none) */
   int64_t clock_offset_ns, clock_rtt_ns; /* this rank's clock against rank 0's (ts_comm.h) */
-  struct tsd_shm_seg *shm_segs; /* live shared-memory segments (shm.c) */
-  const struct tsd_engine_ops *ops; /* the operations layer's entry points (below) */
+  struct tsd_shm_seg *shm_segs;          /* live shared-memory segments (shm.c) */
+  const struct tsd_engine_ops *ops;      /* the operations layer's entry points (below) */
   struct tsd_einsum_state *einsum; /* the operations' einsum records (ops/einsum.c), opaque here */
   /* stats */
   uint64_t ops_answered;
@@ -224,10 +223,11 @@ void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *
                 uint64_t staging_bytes);
 
 /* order.c: a connection's requests run in the order it sent them. tsd_order_hold keeps w (true)
- * when the connection has requests held, or collectives pending and w is not one; tsd_order_submitted and
- * tsd_order_answered count its collectives; tsd_order_release runs the held requests of the
- * connections with none pending (returns how many); tsd_order_drop frees a connection's held
- * requests (answering SHUTDOWN when asked), tsd_order_drop_all every connection's, answered. */
+ * when the connection has requests held, or collectives pending and w is not one;
+ * tsd_order_submitted and tsd_order_answered count its collectives; tsd_order_release runs the held
+ * requests of the connections with none pending (returns how many); tsd_order_drop frees a
+ * connection's held requests (answering SHUTDOWN when asked), tsd_order_drop_all every
+ * connection's, answered. */
 typedef struct tsd_order tsd_order;
 bool tsd_order_hold(tsd_engine *e, tsd_work *w);
 int tsd_order_submitted(tsd_engine *e, uint64_t conn_id, ts_error *err);
@@ -257,9 +257,8 @@ typedef struct tsd_put_target {
   const ts_box *box; /* slices: the box the staging is sized for */
   uint64_t expected;
 } tsd_put_target;
-int tsd_session_put_stage(tsd_engine *e, tsd_session *s, const tsd_put_target *t,
-                          uint64_t offset, uint64_t total, const uint8_t *data, size_t len,
-                          ts_error *err);
+int tsd_session_put_stage(tsd_engine *e, tsd_session *s, const tsd_put_target *t, uint64_t offset,
+                          uint64_t total, const uint8_t *data, size_t len, ts_error *err);
 uint64_t tsd_session_put_received(const tsd_session *s);
 bool tsd_session_put_done(const tsd_session *s);
 /* Takes the staging of a complete put (and the box it was sized for): the caller owns it. */
@@ -274,8 +273,8 @@ typedef struct tsd_copy {
   bool direct; /* already written into the client's memory: answered with no bytes */
 } tsd_copy;
 /* Takes buf (unless in_shm). */
-void tsd_session_copy_set(tsd_engine *e, tsd_session *s, const char *name, bool slice,
-                          uint8_t *buf, uint64_t total, bool in_shm);
+void tsd_session_copy_set(tsd_engine *e, tsd_session *s, const char *name, bool slice, uint8_t *buf,
+                          uint64_t total, bool in_shm);
 /* The copy of `name` (NULL: any name) of that kind, or NULL. s may be NULL. */
 const tsd_copy *tsd_session_copy(const tsd_session *s, const char *name, bool slice);
 /* The whole tensor `name` (total bytes) was written into the client's memory: frees any copy;
@@ -300,8 +299,8 @@ tsd_shm_seg *tsd_shm_hold(tsd_shm_seg *s);
 void tsd_shm_release(tsd_engine *e, tsd_shm_seg *s);
 /* The region d names in the connection's segment: *p and its size (d->bytes, or 0: to the
  * segment's end), checked to lie inside the segment and to hold at least min_bytes. */
-int tsd_shm_region(const tsd_session *c, const Tshard__ShmData *d, uint64_t min_bytes,
-                   uint8_t **p, uint64_t *bytes, ts_error *err);
+int tsd_shm_region(const tsd_session *c, const Tshard__ShmData *d, uint64_t min_bytes, uint8_t **p,
+                   uint64_t *bytes, ts_error *err);
 /* Frees the data of a submitted put: a segment reference when p lies in a segment, else a staging
  * buffer (returned to the account). Accepts NULL. */
 void tsd_staging_give(tsd_engine *e, uint8_t *p, uint64_t bytes);

@@ -76,8 +76,8 @@ static bool rank_bytes(const entry *v, ts_dtype dt, int rank, Tshard__RankBytes 
 /* Builds the bytes and box per rank of an entry (NULL: no memory). */
 static ranks *ranks_build(const entry *v) {
   size_t world = (size_t)(v->world > 0 ? v->world : 0);
-  size_t one = sizeof(Tshard__RankBytes) + sizeof(Tshard__RankBytes *) +
-               2 * TS_MAX_DIMS * sizeof(int64_t);
+  size_t one =
+      sizeof(Tshard__RankBytes) + sizeof(Tshard__RankBytes *) + 2 * TS_MAX_DIMS * sizeof(int64_t);
   ranks *r = malloc(sizeof *r + world * one);
   if (!r)
     return NULL;
@@ -292,8 +292,8 @@ int tsd_catalog_answer(tsd_catalog *c, const Tshard__Request *req, bool wait_if_
   return rc == TS_OK ? 1 : -1;
 }
 
-int tsd_catalog_loop_answer(const tsd_loop_info *info, const Tshard__Request *req,
-                            uint8_t **frame, size_t *len) {
+int tsd_catalog_loop_answer(const tsd_loop_info *info, const Tshard__Request *req, uint8_t **frame,
+                            size_t *len) {
   return tsd_catalog_answer(info->catalog, req, true, frame, len);
 }
 

@@ -10,10 +10,10 @@
  * several operations in flight; the bound caps what a client can make the daemon hold, one
  * decoded request each). The engine runs a connection's requests in submission order (its
  * local ones wait behind its collectives, engine/order.c); refusals and pings from this thread
- * may overtake them, so clients match answers by request id. A frame with a bad length cannot be skipped safely:
- * the daemon answers it and closes the connection. A closed connection is reported to the engine,
- * which frees what it held. TCP connections must present the token before anything else.
- * Frames held at once: every connection holds at most one frame being received; frames up to
+ * may overtake them, so clients match answers by request id. A frame with a bad length cannot be
+ * skipped safely: the daemon answers it and closes the connection. A closed connection is reported
+ * to the engine, which frees what it held. TCP connections must present the token before anything
+ * else. Frames held at once: every connection holds at most one frame being received; frames up to
  * TSD_SMALL_FRAME are each connection's own share (pings, lists, creates always get through),
  * larger ones draw on a budget of TSD_FRAME_BUDGET maximum frames shared by all connections and
  * are refused before a TCP connection presented its token. A frame must arrive whole within
@@ -97,9 +97,9 @@ typedef struct conn {
   bool is_tcp, authed, closing, close_after_write, reading;
   bool unauth_counted; /* TCP: counted in the server's unauthenticated connections */
   bool last_frame_big; /* the frame being processed was over TSD_SMALL_FRAME */
-  int inflight; /* requests with the engine */
-  int answering; /* the op_case of the request being processed (0: none or undecoded; -1: an
-                  * answer the engine counted) */
+  int inflight;        /* requests with the engine */
+  int answering;       /* the op_case of the request being processed (0: none or undecoded; -1: an
+                        * answer the engine counted) */
   /* ... of them, the ids of those that came in frames over TSD_SMALL_FRAME (0: free slot) */
   int big_inflight;
   uint64_t big_ids[TSD_BIG_INFLIGHT];
@@ -149,10 +149,10 @@ struct tsd_server {
   uint64_t next_id, nconns;
   tsd_limits lim;
   tsd_loop_info info;
-  int64_t frame_bytes;  /* buffers of frames being received, all connections */
-  int64_t frame_budget; /* their bound: TSD_FRAME_BUDGET maximum frames */
-  int64_t unauthed;     /* TCP connections that have not presented their token yet */
-  uint64_t warn_ms;     /* loop time of the last connection warning (conn_warn) */
+  int64_t frame_bytes;    /* buffers of frames being received, all connections */
+  int64_t frame_budget;   /* their bound: TSD_FRAME_BUDGET maximum frames */
+  int64_t unauthed;       /* TCP connections that have not presented their token yet */
+  uint64_t warn_ms;       /* loop time of the last connection warning (conn_warn) */
   uint64_t warn_left_out; /* warnings not written since */
   bool warned;
 };
@@ -208,8 +208,10 @@ __attribute__((format(printf, 2, 3))) static void conn_warn(tsd_server *s, const
   vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
   if (s->warn_left_out)
-    TSD_LOG(TSD_LOG_WARN, "%s (and %llu more warnings about connections left out since the "
-            "last one)", line, (unsigned long long)s->warn_left_out);
+    TSD_LOG(TSD_LOG_WARN,
+            "%s (and %llu more warnings about connections left out since the "
+            "last one)",
+            line, (unsigned long long)s->warn_left_out);
   else
     TSD_LOG(TSD_LOG_WARN, "%s", line);
   s->warned = true;
@@ -358,18 +360,23 @@ static bool sender_ok(conn *c, uint64_t req_id) {
   char msg[400];
   const sender *f = &c->frame_from;
   if (c->frame_mixed)
-    snprintf(msg, sizeof msg, "this request's bytes were written by several processes (%lld "
+    snprintf(msg, sizeof msg,
+             "this request's bytes were written by several processes (%lld "
              "among them) on one connection at once; the connection belongs to process %lld "
              "(which opened it): after fork() a process must open its own connection",
              (long long)f->pid, (long long)c->owner_pid);
   else if (f->pid != c->owner_pid)
-    snprintf(msg, sizeof msg, "this connection belongs to process %lld (which opened it); "
+    snprintf(msg, sizeof msg,
+             "this connection belongs to process %lld (which opened it); "
              "process %lld sent this request: after fork() a process must open its own "
-             "connection", (long long)c->owner_pid, (long long)f->pid);
+             "connection",
+             (long long)c->owner_pid, (long long)f->pid);
   else if (c->owner_pidfd >= 0 && !ts_comm_proc_alive(c->owner_pidfd))
-    snprintf(msg, sizeof msg, "this connection belongs to process %lld, which opened it and "
+    snprintf(msg, sizeof msg,
+             "this connection belongs to process %lld, which opened it and "
              "has exited; the process now holding pid %lld sent this request: a process must "
-             "open its own connection", (long long)c->owner_pid, (long long)f->pid);
+             "open its own connection",
+             (long long)c->owner_pid, (long long)f->pid);
   else
     return true;
   conn_warn(c->srv, "connection %llu: a request from process %lld refused: %s",
@@ -386,8 +393,8 @@ static Tshard__ClientMemory **batch_memory(Tshard__Request *req, size_t *n) {
   Tshard__ClientMemory **out = calloc(count ? count : 1, sizeof *out);
   *n = 0;
   for (size_t i = 0; out && i < count; i++) {
-    Tshard__ClientMemory *m = put ? req->put_many->items[i]->client_memory
-                                  : req->get_many->items[i]->client_memory;
+    Tshard__ClientMemory *m =
+        put ? req->put_many->items[i]->client_memory : req->get_many->items[i]->client_memory;
     if (m)
       out[(*n)++] = m;
   }
@@ -400,8 +407,8 @@ static Tshard__ClientMemory **batch_memory(Tshard__Request *req, size_t *n) {
 static bool client_memory_ok(conn *c, Tshard__Request *req) {
   Tshard__ClientMemory *m = NULL, **items = NULL;
   size_t nitems = 0;
-  bool batch = req->op_case == TSHARD__REQUEST__OP_PUT_MANY ||
-               req->op_case == TSHARD__REQUEST__OP_GET_MANY;
+  bool batch =
+      req->op_case == TSHARD__REQUEST__OP_PUT_MANY || req->op_case == TSHARD__REQUEST__OP_GET_MANY;
   if (batch && !(items = batch_memory(req, &nitems))) {
     conn_reply_error(c, req->id, TS_NO_MEMORY, "no memory to check the batch's client memory",
                      false);
@@ -536,8 +543,10 @@ static void process_request(conn *c) {
     if (!token_ok(req->token, s->cfg->token)) {
       conn_warn(s, "TCP connection %llu presented a wrong token; closing it",
                 (unsigned long long)c->id);
-      conn_reply_error(c, req->id, TS_AUTH, "wrong or missing token; TCP clients must send the "
-                       "token of the daemon's --token-file", true);
+      conn_reply_error(c, req->id, TS_AUTH,
+                       "wrong or missing token; TCP clients must send the "
+                       "token of the daemon's --token-file",
+                       true);
       tsd_request_free(&req);
       return;
     }
@@ -555,8 +564,10 @@ static void process_request(conn *c) {
     return;
   }
   if (op->unix_only && c->is_tcp) {
-    conn_reply_error(c, req->id, TS_UNSUPPORTED, "shared memory needs a Unix socket connection "
-                     "on the daemon's node; over TCP the data travels in the frames", false);
+    conn_reply_error(c, req->id, TS_UNSUPPORTED,
+                     "shared memory needs a Unix socket connection "
+                     "on the daemon's node; over TCP the data travels in the frames",
+                     false);
     tsd_request_free(&req);
     return;
   }
@@ -577,8 +588,7 @@ static void process_request(conn *c) {
       tsd_count_latency((int)req->op_case, uv_hrtime() - t0);
       tsd_count_answer((int)req->op_case, TS_OK);
       conn_write(c, frame, flen);
-    }
-    else if (scope == TSD_SCOPE_LOOP)
+    } else if (scope == TSD_SCOPE_LOOP)
       conn_reply_error(c, req->id, TS_NO_MEMORY, "no memory for the answer", false);
     if (got == 1 || scope == TSD_SCOPE_LOOP) {
       tsd_request_free(&req);
@@ -638,17 +648,22 @@ static void frame_begin(conn *c) {
   if (len > TSD_SMALL_FRAME && c->is_tcp && !c->authed) {
     conn_warn(c->srv, "connection %llu: frame of %u bytes before the token; closing it",
               (unsigned long long)c->id, len);
-    conn_reply_error(c, 0, TS_AUTH, "a TCP connection first presents the token in a frame of "
-                     "at most 4096 bytes (a ping); larger frames only after that", true);
+    conn_reply_error(c, 0, TS_AUTH,
+                     "a TCP connection first presents the token in a frame of "
+                     "at most 4096 bytes (a ping); larger frames only after that",
+                     true);
     return;
   }
   bool small = len <= TSD_SMALL_FRAME;
   if (!small && c->srv->frame_bytes + (int64_t)len > c->srv->frame_budget) {
-    conn_warn(c->srv, "connection %llu: frame of %u bytes refused, %lld bytes of frames "
-              "already being received", (unsigned long long)c->id, len,
-              (long long)c->srv->frame_bytes);
-    conn_reply_error(c, 0, TS_LIMIT, "the daemon is receiving too many large frames at once; "
-                     "retry later or send smaller chunks", true);
+    conn_warn(c->srv,
+              "connection %llu: frame of %u bytes refused, %lld bytes of frames "
+              "already being received",
+              (unsigned long long)c->id, len, (long long)c->srv->frame_bytes);
+    conn_reply_error(c, 0, TS_LIMIT,
+                     "the daemon is receiving too many large frames at once; "
+                     "retry later or send smaller chunks",
+                     true);
     return;
   }
   c->frame = malloc(len);
@@ -790,11 +805,15 @@ static void refuse_at_accept(conn *c, int status, const char *msg) {
 
 static void refuse_unauthenticated(conn *c) {
   tsd_server *s = c->srv;
-  conn_warn(s, "TCP connection %llu refused: %lld connections are waiting to present their "
-            "token (--max-unauthenticated)", (unsigned long long)c->id, (long long)s->unauthed);
+  conn_warn(s,
+            "TCP connection %llu refused: %lld connections are waiting to present their "
+            "token (--max-unauthenticated)",
+            (unsigned long long)c->id, (long long)s->unauthed);
   char msg[200];
-  snprintf(msg, sizeof msg, "the daemon has %lld TCP connections that have not presented their "
-           "token yet, its --max-unauthenticated; retry later", (long long)s->unauthed);
+  snprintf(msg, sizeof msg,
+           "the daemon has %lld TCP connections that have not presented their "
+           "token yet, its --max-unauthenticated; retry later",
+           (long long)s->unauthed);
   refuse_at_accept(c, TS_LIMIT, msg);
 }
 
@@ -808,8 +827,10 @@ static bool unix_user_ok(conn *c) {
   conn_warn(c->srv, "connection %llu refused: uid %u is neither the daemon's user (%u) nor root",
             (unsigned long long)c->id, (unsigned)c->owner_uid, (unsigned)me);
   char msg[200];
-  snprintf(msg, sizeof msg, "this daemon serves its own user (uid %u) and root on its Unix "
-           "socket; this process runs as uid %u", (unsigned)me, (unsigned)c->owner_uid);
+  snprintf(msg, sizeof msg,
+           "this daemon serves its own user (uid %u) and root on its Unix "
+           "socket; this process runs as uid %u",
+           (unsigned)me, (unsigned)c->owner_uid);
   refuse_at_accept(c, TS_AUTH, msg);
   return false;
 }
@@ -820,8 +841,8 @@ static bool unix_user_ok(conn *c) {
 static bool unix_conn_setup(conn *c) {
   uv_os_fd_t fd;
   int one = 1;
-  if (uv_fileno(&c->h.handle, &fd) != 0 || setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one,
-                                                       sizeof one) != 0)
+  if (uv_fileno(&c->h.handle, &fd) != 0 ||
+      setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) != 0)
     return false;
   conn_owner(c, fd);
   c->rfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
@@ -909,9 +930,8 @@ static void conn_write_fd(conn *c, tsd_reply *r) {
   tsd_outlet_write_begin(c->out, r->counted); /* the engine keeps off while this goes */
   tsd_outlet_write_handed(c->out);
   int e = uv_stream_get_write_queue_size(&c->h.stream) != 0 ? EBUSY
-          : uv_fileno(&c->h.handle, &sock) != 0            ? EBADF
-                                                           : tsd_send_fd(sock, r->frame, r->len,
-                                                                         r->fd, &sent);
+          : uv_fileno(&c->h.handle, &sock) != 0             ? EBADF
+                                                : tsd_send_fd(sock, r->frame, r->len, r->fd, &sent);
   close(r->fd);
   if (e == 0 && sent < r->len) {
     memmove(r->frame, r->frame + sent, r->len - sent);
@@ -921,12 +941,14 @@ static void conn_write_fd(conn *c, tsd_reply *r) {
   }
   tsd_outlet_write_done(c->out);
   if (e != 0) {
-    TSD_LOG(TSD_LOG_WARN, "connection %llu: cannot pass its segment: %s",
-            (unsigned long long)c->id, strerror(e));
+    TSD_LOG(TSD_LOG_WARN, "connection %llu: cannot pass its segment: %s", (unsigned long long)c->id,
+            strerror(e));
     c->answering = -1; /* the engine counted this answer (as what it built) */
-    conn_reply_error(c, r->req_id, TS_PROTOCOL, "the shared-memory segment could not be passed "
+    conn_reply_error(c, r->req_id, TS_PROTOCOL,
+                     "the shared-memory segment could not be passed "
                      "(send shm_attach alone, with no other request or answer outstanding, and "
-                     "read its answer)", false);
+                     "read its answer)",
+                     false);
     c->answering = 0;
   }
 }
@@ -942,9 +964,10 @@ static void answer_lost(conn *c, const tsd_reply *r) {
     conn_write_as(c, frame, len, r->counted);
     return;
   }
-  TSD_LOG(TSD_LOG_ERROR, "connection %llu closed: the answer to its request %llu was lost (%s) "
-          "and no memory was left to say so", (unsigned long long)c->id,
-          (unsigned long long)r->req_id, why);
+  TSD_LOG(TSD_LOG_ERROR,
+          "connection %llu closed: the answer to its request %llu was lost (%s) "
+          "and no memory was left to say so",
+          (unsigned long long)c->id, (unsigned long long)r->req_id, why);
   conn_close(c);
 }
 
@@ -1032,13 +1055,17 @@ static void on_sweep(uv_timer_t *t) {
     if (c->is_tcp && !c->authed && now - c->opened_ms >= auth_limit) {
       conn_warn(s, "connection %llu: no token within %lld ms; closing it",
                 (unsigned long long)c->id, (long long)auth_limit);
-      conn_reply_error(c, 0, TS_TIMEOUT, "no token within the daemon's --auth-timeout after "
-                       "connecting", true);
+      conn_reply_error(c, 0, TS_TIMEOUT,
+                       "no token within the daemon's --auth-timeout after "
+                       "connecting",
+                       true);
     } else if (half && now - c->frame_start_ms >= frame_limit) {
       conn_warn(s, "connection %llu: frame not complete within %lld ms; closing it",
                 (unsigned long long)c->id, (long long)frame_limit);
-      conn_reply_error(c, 0, TS_TIMEOUT, "the frame did not arrive whole within the daemon's "
-                       "--frame-timeout", true);
+      conn_reply_error(c, 0, TS_TIMEOUT,
+                       "the frame did not arrive whole within the daemon's "
+                       "--frame-timeout",
+                       true);
     }
   }
   conn_warn_flush(s);
@@ -1151,8 +1178,8 @@ int tsd_server_start(tsd_server_opts *o, tsd_server **out, ts_error *err) {
   s->info.max_frame = o->cfg->max_frame;
   s->info.catalog = o->shared->catalog;
   s->frame_budget = TSD_FRAME_BUDGET * o->cfg->max_frame;
-  int n = snprintf(s->path, sizeof s->path, "%s/tshard-%s-%d.sock", o->cfg->socket_dir,
-                   o->cfg->job, o->rank);
+  int n = snprintf(s->path, sizeof s->path, "%s/tshard-%s-%d.sock", o->cfg->socket_dir, o->cfg->job,
+                   o->rank);
   struct sockaddr_un probe;
   int rc = TS_OK;
   if (n < 0 || (size_t)n >= sizeof probe.sun_path) {
@@ -1206,8 +1233,8 @@ int tsd_server_start(tsd_server_opts *o, tsd_server **out, ts_error *err) {
   }
   uv_timer_init(&s->loop, &s->sweep_timer);
   s->sweep_timer.data = s;
-  int64_t shortest = o->cfg->frame_timeout < o->cfg->auth_timeout ? o->cfg->frame_timeout
-                                                                  : o->cfg->auth_timeout;
+  int64_t shortest =
+      o->cfg->frame_timeout < o->cfg->auth_timeout ? o->cfg->frame_timeout : o->cfg->auth_timeout;
   uint64_t tick = (uint64_t)shortest / 4;
   s->sweep_tick = tick < 5 ? 5 : tick > 1000 ? 1000 : tick; /* started by the first connection */
   uv_async_init(&s->loop, &s->async, on_async);

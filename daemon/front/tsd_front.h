@@ -48,8 +48,8 @@ int tsd_catalog_set(tsd_catalog *c, const char *name, const uint8_t *packed, siz
 /* Engine: copies the names the catalog holds into a new array (*n of them; NULL when none). */
 char (*tsd_catalog_names(tsd_catalog *c, int *n))[TS_NAME_MAX];
 /* The live page's tensors (any thread): {"tensors": [{name, dtype, shape, attr, bytes, busy,
- * mesh, mesh_ranks (row-major), ranks: [{rank, lo, hi, bytes}]}]} as a new string (free it), NULL when out of
- * memory. */
+ * mesh, mesh_ranks (row-major), ranks: [{rank, lo, hi, bytes}]}]} as a new string (free it), NULL
+ * when out of memory. */
 char *tsd_catalog_json(tsd_catalog *c);
 /* Answers a list or describe request into a new frame: 1 answered, 0 busy (only with
  * wait_if_busy: the engine answers it after the operation), -1 no memory. */
@@ -75,13 +75,13 @@ typedef struct tsd_loop_info {
   tsd_catalog *catalog;
 } tsd_loop_info;
 /* 1 answered into a new frame, 0 left to the engine, -1 no memory. */
-typedef int (*tsd_loop_fn)(const tsd_loop_info *info, const Tshard__Request *req,
-                           uint8_t **frame, size_t *len);
+typedef int (*tsd_loop_fn)(const tsd_loop_info *info, const Tshard__Request *req, uint8_t **frame,
+                           size_t *len);
 /* The loop answer of an op case (LOOP and CATALOG scopes), or NULL. */
 tsd_loop_fn tsd_loop_answer(int op_case);
 /* catalog.c: the loop answer of list and describe: from the catalog unless busy. */
-int tsd_catalog_loop_answer(const tsd_loop_info *info, const Tshard__Request *req,
-                            uint8_t **frame, size_t *len);
+int tsd_catalog_loop_answer(const tsd_loop_info *info, const Tshard__Request *req, uint8_t **frame,
+                            size_t *len);
 
 /* ---------------------------------------------------------------------------------------------
  * server.c */

@@ -69,7 +69,10 @@ void tsd_text_printf(tsd_text *t, const char *fmt, ...) {
 static void escaped(tsd_text *t, const char *s, bool quotes) {
   const char *run = s;
   for (; *s; s++) {
-    const char *esc = *s == '\\' ? "\\\\" : *s == '\n' ? "\\n" : quotes && *s == '"' ? "\\\"" : NULL;
+    const char *esc = *s == '\\'            ? "\\\\"
+                      : *s == '\n'          ? "\\n"
+                      : quotes && *s == '"' ? "\\\""
+                                            : NULL;
     if (!esc)
       continue;
     tsd_text_add(t, run, (size_t)(s - run));

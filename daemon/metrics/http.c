@@ -2,10 +2,10 @@
  * socket bound here (so a bad address or a port in use is a clear startup error). Requests are
  * routed by exact path through one table (GET and HEAD only: other methods 405 with Allow,
  * unknown paths 404): /metrics on every rank, the live page (/, /api/ranks, /api/tensors:
- * page.c) on rank 0, other ranks answering 404 naming rank 0's port. A scrape formats from the published numbers
- * (series.c) and never waits for the engine. Slow or many clients cannot hurt the daemon: at
- * most TSD_METRICS_CONNECTIONS connections (more are refused at accept), each closed after
- * TSD_METRICS_TIMEOUT_S without progress, with TSD_METRICS_CONN_MEMORY bytes for its request
+ * page.c) on rank 0, other ranks answering 404 naming rank 0's port. A scrape formats from the
+ * published numbers (series.c) and never waits for the engine. Slow or many clients cannot hurt the
+ * daemon: at most TSD_METRICS_CONNECTIONS connections (more are refused at accept), each closed
+ * after TSD_METRICS_TIMEOUT_S without progress, with TSD_METRICS_CONN_MEMORY bytes for its request
  * (larger headers are answered 431 and closed); none of it touches the engine or the loop
  * thread. The endpoint neither asks nor shows the RPC token. */
 #include <arpa/inet.h>
@@ -44,13 +44,17 @@ static void answer_ranks(tsd_metrics *m, tsd_text *t) { tsd_page_ranks(m->page, 
 static void answer_tensors(tsd_metrics *m, tsd_text *t) { tsd_page_tensors(m->page, t); }
 
 static const route routes[] = {
-    {.path = "/metrics", .content_type = "text/plain; version=0.0.4; charset=utf-8",
+    {.path = "/metrics",
+     .content_type = "text/plain; version=0.0.4; charset=utf-8",
      .answer = answer_metrics},
-    {.path = "/", .content_type = "text/html; charset=utf-8", .page = true,
-     .answer = answer_page},
-    {.path = "/api/ranks", .content_type = "application/json", .page = true,
+    {.path = "/", .content_type = "text/html; charset=utf-8", .page = true, .answer = answer_page},
+    {.path = "/api/ranks",
+     .content_type = "application/json",
+     .page = true,
      .answer = answer_ranks},
-    {.path = "/api/tensors", .content_type = "application/json", .page = true,
+    {.path = "/api/tensors",
+     .content_type = "application/json",
+     .page = true,
      .answer = answer_tensors},
 };
 
@@ -72,8 +76,8 @@ static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code, const c
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_size, void **req_cls) {
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_size, void **req_cls) {
   (void)version, (void)upload_data, (void)upload_size, (void)req_cls;
   tsd_metrics *m = cls;
   static char not_found[] = "not found: this endpoint serves GET /metrics, and on rank 0 the "
@@ -85,28 +89,29 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (strcmp(url, routes[i].path) == 0)
       r = &routes[i];
   if (!r)
-    return reply(conn, MHD_HTTP_NOT_FOUND, "text/plain", not_found, strlen(not_found), false,
-                 NULL);
+    return reply(conn, MHD_HTTP_NOT_FOUND, "text/plain", not_found, strlen(not_found), false, NULL);
   if (r->page && !m->page) {
     char *msg = malloc(160);
     if (!msg)
       return MHD_NO;
     int n = m->page_port < 0
                 ? snprintf(msg, 160, "not found: the live page is off (--metrics-page 0)\n")
-                : snprintf(msg, 160, "not found: the live page is served by rank 0, on port "
-                                     "%d\n", m->page_port);
+                : snprintf(msg, 160,
+                           "not found: the live page is served by rank 0, on port "
+                           "%d\n",
+                           m->page_port);
     return reply(conn, MHD_HTTP_NOT_FOUND, "text/plain", msg, (size_t)n, true, NULL);
   }
   bool head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
   if (!head && strcmp(method, MHD_HTTP_METHOD_GET) != 0)
-    return reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", bad_method,
-                 strlen(bad_method), false, "GET, HEAD");
+    return reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", bad_method, strlen(bad_method),
+                 false, "GET, HEAD");
   tsd_text t = {0};
   r->answer(m, &t);
   if (t.failed || !t.buf) {
     tsd_text_free(&t);
-    return reply(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "text/plain", no_memory,
-                 strlen(no_memory), false, NULL);
+    return reply(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "text/plain", no_memory, strlen(no_memory),
+                 false, NULL);
   }
   return reply(conn, MHD_HTTP_OK, r->content_type, t.buf, t.len, true, NULL);
 }
@@ -128,7 +133,8 @@ static int listen_on(const char *host, int port, ts_error *err) {
     int e = errno;
     ts_error_set(err, TS_IO, "cannot serve metrics on %s:%d: %s%s", host, port, strerror(e),
                  e == EADDRINUSE ? " (another process listens there: choose another --metrics "
-                                   "port)" : "");
+                                   "port)"
+                                 : "");
     close(fd);
     return -1;
   }
@@ -140,8 +146,10 @@ int tsd_metrics_start(const tsd_config *cfg, int rank, const tsd_metrics_sources
   *out = NULL;
   int port = cfg->metrics_port + rank;
   if (port > 65535)
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "--metrics %s: rank %d would serve on port "
-                        "%d, above 65535; give a lower port", cfg->metrics, rank, port);
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "--metrics %s: rank %d would serve on port "
+                        "%d, above 65535; give a lower port",
+                        cfg->metrics, rank, port);
   tsd_metrics *m = calloc(1, sizeof *m);
   if (!m)
     return ts_error_set(err, TS_NO_MEMORY, "no memory for the metrics endpoint");
@@ -157,18 +165,19 @@ int tsd_metrics_start(const tsd_config *cfg, int rank, const tsd_metrics_sources
     free(m);
     return err->code;
   }
-  m->mhd = MHD_start_daemon(
-      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, 0, NULL, NULL, on_request, m,
-      MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned)TSD_METRICS_CONNECTIONS,
-      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)TSD_METRICS_TIMEOUT_S,
-      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)TSD_METRICS_CONN_MEMORY,
-      MHD_OPTION_END);
+  m->mhd =
+      MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, 0, NULL, NULL, on_request,
+                       m, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd, MHD_OPTION_CONNECTION_LIMIT,
+                       (unsigned)TSD_METRICS_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+                       (unsigned)TSD_METRICS_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                       (size_t)TSD_METRICS_CONN_MEMORY, MHD_OPTION_END);
   if (!m->mhd) { /* whether it closed the socket is not said: left to the exit that follows */
     tsd_page_stop(&m->page);
     free(m);
-    return ts_error_set(err, TS_IO, "cannot start the metrics server on %s:%d (libmicrohttpd "
-                        "refused: out of threads or descriptors?)", cfg->metrics_host, port);
+    return ts_error_set(err, TS_IO,
+                        "cannot start the metrics server on %s:%d (libmicrohttpd "
+                        "refused: out of threads or descriptors?)",
+                        cfg->metrics_host, port);
   }
   *out = m;
   return TS_OK;

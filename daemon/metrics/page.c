@@ -69,8 +69,7 @@ static void *sampler(void *arg) {
   return NULL;
 }
 
-int tsd_page_start(const tsd_metrics_sources *src, const char *job, tsd_page **out,
-                   ts_error *err) {
+int tsd_page_start(const tsd_metrics_sources *src, const char *job, tsd_page **out, ts_error *err) {
   *out = NULL;
   tsd_page *p = calloc(1, sizeof *p);
   if (!p)
@@ -135,8 +134,8 @@ static json_t *history(tsd_page *p) {
     uint64_t dn = y->lat_count - x->lat_count;
     json_t *o = json_object();
     json_object_set_new(o, "t", json_real((double)(y->t_ms - t0) / 1000.0));
-    json_object_set_new(o, "ops_per_s", json_real(dt > 0 ? (double)(y->answers - x->answers) / dt
-                                                         : 0.0));
+    json_object_set_new(o, "ops_per_s",
+                        json_real(dt > 0 ? (double)(y->answers - x->answers) / dt : 0.0));
     json_object_set_new(o, "latency_ms",
                         json_real(dn ? (double)(y->lat_sum_ns - x->lat_sum_ns) / dn / 1e6 : 0.0));
     json_array_append_new(a, o);
@@ -146,11 +145,16 @@ static json_t *history(tsd_page *p) {
 }
 
 static const char *const field_names[TSD_VIEW_FIELDS] = {
-    [TSD_VIEW_HELD] = "held",           [TSD_VIEW_STAGING] = "staging",
-    [TSD_VIEW_CACHED] = "cached",       [TSD_VIEW_LIMIT] = "limit",
-    [TSD_VIEW_PEAK] = "peak",           [TSD_VIEW_TENSORS] = "tensors",
-    [TSD_VIEW_STORED] = "stored",       [TSD_VIEW_ANSWERS] = "answers",
-    [TSD_VIEW_COLLECTIVES] = "collectives", [TSD_VIEW_CONNECTIONS] = "connections",
+    [TSD_VIEW_HELD] = "held",
+    [TSD_VIEW_STAGING] = "staging",
+    [TSD_VIEW_CACHED] = "cached",
+    [TSD_VIEW_LIMIT] = "limit",
+    [TSD_VIEW_PEAK] = "peak",
+    [TSD_VIEW_TENSORS] = "tensors",
+    [TSD_VIEW_STORED] = "stored",
+    [TSD_VIEW_ANSWERS] = "answers",
+    [TSD_VIEW_COLLECTIVES] = "collectives",
+    [TSD_VIEW_CONNECTIONS] = "connections",
     [TSD_VIEW_INFLIGHT] = "inflight",
 };
 
@@ -171,8 +175,8 @@ void tsd_page_ranks(tsd_page *p, tsd_text *t) {
     json_object_set_new(o, "host", json_string(ts_world_host_name(p->src.world, r)));
     json_object_set_new(o, "numa", json_integer(ts_world_numa_of(p->src.world, r)));
     for (int f = 0; f < TSD_VIEW_FIELDS; f++)
-      json_object_set_new(o, field_names[f], r < nv ? json_integer(v[(size_t)r * TSD_VIEW_FIELDS + f])
-                                                     : json_null());
+      json_object_set_new(o, field_names[f],
+                          r < nv ? json_integer(v[(size_t)r * TSD_VIEW_FIELDS + f]) : json_null());
     json_array_append_new(ranks, o);
   }
   free(v);

@@ -37,8 +37,8 @@ static void operations(const tsd_series_ctx *c, tsd_text *t) {
       uint64_t n = tsd_counted_answers(k, s);
       if (!n)
         continue;
-      const char *extra[] = {"kind", k ? tsd_op_name(k) : "undecoded", "status",
-                             ts_status_name(s), NULL};
+      const char *extra[] = {"kind", k ? tsd_op_name(k) : "undecoded", "status", ts_status_name(s),
+                             NULL};
       tsd_text_sample(t, "tshard_operations_total", c->common, extra, (double)n);
     }
 }
@@ -64,14 +64,12 @@ static void latencies(const tsd_series_ctx *c, tsd_text *t) {
       else
         snprintf(le, sizeof le, "+Inf");
       const char *extra[] = {"kind", kind, "le", le, NULL};
-      tsd_text_sample(t, "tshard_operation_duration_seconds_bucket", c->common, extra,
-                      (double)cum);
+      tsd_text_sample(t, "tshard_operation_duration_seconds_bucket", c->common, extra, (double)cum);
     }
     const char *extra[] = {"kind", kind, NULL};
     tsd_text_sample(t, "tshard_operation_duration_seconds_sum", c->common, extra,
                     (double)sum_ns * 1e-9);
-    tsd_text_sample(t, "tshard_operation_duration_seconds_count", c->common, extra,
-                    (double)count);
+    tsd_text_sample(t, "tshard_operation_duration_seconds_count", c->common, extra, (double)count);
   }
 }
 
@@ -80,8 +78,7 @@ static void memory(const tsd_series_ctx *c, tsd_text *t) {
                   "Bytes of this rank's slices of the stored tensors, by dtype.");
   for (int d = 0; d < TS_DTYPE_COUNT && d < TSD_DTYPES_MAX; d++) {
     const char *extra[] = {"dtype", ts_dtype_name((ts_dtype)d), NULL};
-    tsd_text_sample(t, "tshard_tensor_bytes", c->common, extra,
-                    (double)tsd_counted_dtype_bytes(d));
+    tsd_text_sample(t, "tshard_tensor_bytes", c->common, extra, (double)tsd_counted_dtype_bytes(d));
   }
   uint64_t in_use = tsd_gauge_get(TSD_G_MEM_IN_USE), staging = tsd_gauge_get(TSD_G_MEM_STAGING);
   tsd_text_family(t, "tshard_memory_bytes", "gauge",
@@ -98,8 +95,8 @@ static void memory(const tsd_series_ctx *c, tsd_text *t) {
   single(c, t, "tshard_memory_limit_bytes", "gauge",
          "--memory-limit: held + staging + cached never exceed it (0: no limit).",
          (double)tsd_gauge_get(TSD_G_MEM_LIMIT));
-  single(c, t, "tshard_memory_peak_bytes", "gauge",
-         "The highest in use + cached the pool reached.", (double)tsd_gauge_get(TSD_G_MEM_PEAK));
+  single(c, t, "tshard_memory_peak_bytes", "gauge", "The highest in use + cached the pool reached.",
+         (double)tsd_gauge_get(TSD_G_MEM_PEAK));
 }
 
 static void traffic(const tsd_series_ctx *c, tsd_text *t) {
@@ -115,8 +112,7 @@ static void traffic(const tsd_series_ctx *c, tsd_text *t) {
   for (int d = 0; d < 2; d++)
     for (int p = 0; p < 2; p++) {
       const char *extra[] = {"direction", dirs[d], "peer", peers[p], NULL};
-      tsd_text_sample(t, name, c->common, extra,
-                      (double)(d == 0 ? tr.sent[p] : tr.received[p]));
+      tsd_text_sample(t, name, c->common, extra, (double)(d == 0 ? tr.sent[p] : tr.received[p]));
     }
 }
 
@@ -160,8 +156,7 @@ void tsd_series_write(const tsd_series_ctx *c, tsd_text *t) {
   single(c, t, "tshard_collective_operations_total", "counter",
          "Collective operations this rank ran, in rank 0's order.",
          (double)tsd_gauge_get(TSD_G_COLLECTIVE_OPS));
-  single(c, t, "tshard_tensors", "gauge", "Tensors stored.",
-         (double)tsd_gauge_get(TSD_G_TENSORS));
+  single(c, t, "tshard_tensors", "gauge", "Tensors stored.", (double)tsd_gauge_get(TSD_G_TENSORS));
   memory(c, t);
   traffic(c, t);
   single(c, t, "tshard_connections", "gauge", "Clients connected (Unix socket and TCP).",

@@ -59,11 +59,10 @@ typedef struct tsd_metrics_sources {
  * for the last TSD_PAGE_HISTORY seconds. */
 #define TSD_PAGE_HISTORY 300
 typedef struct tsd_page tsd_page;
-int tsd_page_start(const tsd_metrics_sources *src, const char *job, tsd_page **out,
-                   ts_error *err);
+int tsd_page_start(const tsd_metrics_sources *src, const char *job, tsd_page **out, ts_error *err);
 void tsd_page_stop(tsd_page **p); /* accepts NULL */
 void tsd_page_html(tsd_page *p, tsd_text *t);
-void tsd_page_ranks(tsd_page *p, tsd_text *t);   /* also marks the page watched */
+void tsd_page_ranks(tsd_page *p, tsd_text *t); /* also marks the page watched */
 void tsd_page_tensors(tsd_page *p, tsd_text *t);
 
 /* ---------------------------------------------------------------------------------------------

@@ -65,9 +65,10 @@ int tsd_batch_check(tsd_engine *e, size_t n, char *const *names, ts_error *err) 
   return TS_OK;
 }
 
-/* Builds this rank's items: the target attributes and strategies parsed (errors name the tensor). */
-static int build_items(const Tshard__ReshardManyRequest *q, ts_batch_item *items,
-                       ts_attr **attrs, ts_error *err) {
+/* Builds this rank's items: the target attributes and strategies parsed (errors name the
+ * tensor). */
+static int build_items(const Tshard__ReshardManyRequest *q, ts_batch_item *items, ts_attr **attrs,
+                       ts_error *err) {
   ts_strategy dflt = TS_STRATEGY_AUTO;
   ts_error lerr;
   if (q->strategy[0] && ts_strategy_parse(q->strategy, &dflt, &lerr))
@@ -90,8 +91,7 @@ static int build_items(const Tshard__ReshardManyRequest *q, ts_batch_item *items
   return TS_OK;
 }
 
-int tsd_run_reshard_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
-                         ts_error *err) {
+int tsd_run_reshard_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
   (void)origin;
   const Tshard__ReshardManyRequest *q = op->req->reshard_many;
   size_t n = q->n_items;
@@ -118,8 +118,8 @@ int tsd_run_reshard_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *orig
   if (!lst)
     lst = build_items(q, items, attrs, &lerr);
   int fail_item = tsd_fault_fire(TSD_FAULT_BATCH_TRANSFER) ? (int)n - 1 : -1;
-  int rc = ts_store_reshard_many(e->store, e->world, lst ? 0 : (int)n, items, e->cfg->staging,
-                                 lst, &lerr, fail_item, reports, err);
+  int rc = ts_store_reshard_many(e->store, e->world, lst ? 0 : (int)n, items, e->cfg->staging, lst,
+                                 &lerr, fail_item, reports, err);
   uint64_t moved = 0;
   for (size_t i = 0; rc == TS_OK && i < n; i++) {
     tsd_record_exec(e, &reports[i]);
@@ -201,8 +201,7 @@ void tsd_changes_drop_many(const Tshard__Request *r, tsd_changes *ch) {
 /* Appends ", its WHAT is HAVE (asked WANT)" to the differences. */
 static void differ(char *buf, size_t cap, const char *what, const char *have, const char *want) {
   size_t n = strlen(buf);
-  int k = snprintf(buf + n, cap - n, "%sits %s is %s (asked %s)", n ? "; " : "", what, have,
-                   want);
+  int k = snprintf(buf + n, cap - n, "%sits %s is %s (asked %s)", n ? "; " : "", what, have, want);
   if (k < 0 || (size_t)k >= cap - n) /* cut */
     snprintf(buf + cap - 5, 5, " ...");
 }
@@ -214,8 +213,7 @@ static void differences(const ts_stored *t, const Tshard__CreateRequest *c, ts_d
   buf[0] = '\0';
   if (t->dtype != dt)
     differ(buf, cap, "dtype", ts_dtype_name(t->dtype), ts_dtype_name(dt));
-  if (t->ndim != (int)c->n_shape ||
-      memcmp(t->shape, c->shape, sizeof(int64_t) * c->n_shape) != 0) {
+  if (t->ndim != (int)c->n_shape || memcmp(t->shape, c->shape, sizeof(int64_t) * c->n_shape) != 0) {
     ts_shape_text(t->ndim, t->shape, have, sizeof have);
     ts_shape_text((int)c->n_shape, c->shape, want, sizeof want);
     differ(buf, cap, "shape", have, want);
@@ -251,10 +249,14 @@ int tsd_create_check(tsd_engine *e, const Tshard__CreateRequest *c, bool replace
     return TS_OK;
   }
   if (!c->exist_ok)
-    return ts_error_set(err, TS_EXISTS, "a tensor named '%s' already exists; drop it first, or "
-                        "give exist_ok to accept one stored as asked", c->name);
-  return ts_error_set(err, TS_EXISTS, "a tensor named '%s' exists but not as asked: %s; drop "
-                      "it first", c->name, diff);
+    return ts_error_set(err, TS_EXISTS,
+                        "a tensor named '%s' already exists; drop it first, or "
+                        "give exist_ok to accept one stored as asked",
+                        c->name);
+  return ts_error_set(err, TS_EXISTS,
+                      "a tensor named '%s' exists but not as asked: %s; drop "
+                      "it first",
+                      c->name, diff);
 }
 
 /* The name an item is made under: its own, or beside the tensor it replaces. */
@@ -279,8 +281,10 @@ int tsd_run_create_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *origi
   size_t made = 0;
   int lst = skip && swap ? TS_OK : ts_error_set(&lerr, TS_NO_MEMORY, "no memory for a batch");
   if (!lst && (int64_t)n > e->cfg->batch_max_tensors)
-    lst = ts_error_set(&lerr, TS_LIMIT, "a batch of %zu tensors; at most %lld "
-                       "(--batch-max-tensors): split it", n, (long long)e->cfg->batch_max_tensors);
+    lst = ts_error_set(&lerr, TS_LIMIT,
+                       "a batch of %zu tensors; at most %lld "
+                       "(--batch-max-tensors): split it",
+                       n, (long long)e->cfg->batch_max_tensors);
   uint64_t bytes = 0; /* as a put_many of them would count them */
   for (size_t i = 0; !lst && i < n; i++) {
     ts_dtype dt;
@@ -290,9 +294,10 @@ int tsd_run_create_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *origi
     bytes += b;
   }
   if (!lst && bytes > (uint64_t)e->cfg->batch_max_bytes)
-    lst = ts_error_set(&lerr, TS_LIMIT, "a batch of %llu bytes; at most %lld "
-                       "(--batch-max-bytes): split it", (unsigned long long)bytes,
-                       (long long)e->cfg->batch_max_bytes);
+    lst = ts_error_set(&lerr, TS_LIMIT,
+                       "a batch of %llu bytes; at most %lld "
+                       "(--batch-max-bytes): split it",
+                       (unsigned long long)bytes, (long long)e->cfg->batch_max_bytes);
   for (size_t i = 0; !lst && i < n; i++) {
     const Tshard__CreateRequest *c = q->items[i];
     ts_attr *a = NULL;

@@ -46,8 +46,10 @@ static int attr_is(const ts_stored *t, const Tshard__DistAttr *m, ts_error *err)
     char have[200], want[200];
     ts_attr_format(t->attr, have, sizeof have);
     ts_attr_format(a, want, sizeof want);
-    rc = ts_error_set(err, TS_BAD_ATTRIBUTE, "its attribute is %s, not %s as the put asks; "
-                      "nothing was stored", have, want);
+    rc = ts_error_set(err, TS_BAD_ATTRIBUTE,
+                      "its attribute is %s, not %s as the put asks; "
+                      "nothing was stored",
+                      have, want);
   }
   ts_attr_destroy(&a);
   return rc;
@@ -155,7 +157,7 @@ static uint8_t *convert_staged(tsd_engine *e, const Tshard__PutManyRequest *q, u
     ts_dtype from;
     bool conv;
     uint64_t bytes;
-    if (put_item(e, q->items[i], true, &t, &from, &conv, &bytes, err) || /* checked: cannot */
+    if (put_item(e, q->items[i], true, &t, &from, &conv, &bytes, err) ||  /* checked: cannot */
         (conv && tsd_put_values_fit(t, from, staged + at, bytes, err))) { /* a value would change */
       tsd_buf_give(e, out, tensor_total);
       out = NULL;
@@ -186,7 +188,8 @@ void tsd_handle_put_many(tsd_engine *e, tsd_work *w) {
     if (!rc && !direct && q->total_bytes != data_total)
       rc = ts_error_set(&err, TS_INVALID_ARGUMENT,
                         "the put_many's total_bytes is %llu but its %zu items' data add up to "
-                        "%llu bytes", (unsigned long long)q->total_bytes, q->n_items,
+                        "%llu bytes",
+                        (unsigned long long)q->total_bytes, q->n_items,
                         (unsigned long long)data_total);
     if (rc) {
       tsd_reply_status(e, w->conn_id, req->id, rc, err.msg);
@@ -225,7 +228,8 @@ void tsd_handle_put_many(tsd_engine *e, tsd_work *w) {
   if (q->convert) { /* the tensors may have changed since offset 0: checked again */
     rc = put_many_check(e, q, &data_total, &tensor_total, &err);
     if (!rc && data_total != bytes)
-      rc = ts_error_set(&err, TS_INVALID_ARGUMENT, "a tensor of the put_many changed during "
+      rc = ts_error_set(&err, TS_INVALID_ARGUMENT,
+                        "a tensor of the put_many changed during "
                         "its transfer; put it again");
     if (!rc) { /* convert_staged frees the staging either way */
       staging = convert_staged(e, q, staging, bytes, tensor_total, &err);
@@ -255,8 +259,8 @@ static int one_rank_attr(int rank, ts_attr **out, ts_error *err) {
 /* One tensor between the whole row-major data at `root` (whole, there only) and a slice of the
  * stored attribute, collective with its own agreements (the status is agreed). put: into *out,
  * a new slice (for partial placements through the executor); get: into whole. */
-static int move_one(tsd_engine *e, ts_stored *t, int root, uint8_t *whole, bool put,
-                    ts_tensor *out, ts_error *err) {
+static int move_one(tsd_engine *e, ts_stored *t, int root, uint8_t *whole, bool put, ts_tensor *out,
+                    ts_error *err) {
   if (!ts_attr_has_partial(t->attr)) {
     ts_stored tmp = *t; /* a put writes into the new slice, the stored one stays as it is */
     if (put)
@@ -304,7 +308,8 @@ static int move_one(tsd_engine *e, ts_stored *t, int root, uint8_t *whole, bool 
 static int client_here(const tsd_pending *origin, ts_error *err) {
   if (origin && origin->conn_id)
     return TS_OK;
-  return ts_error_set(err, TS_IO, "the client closed its connection before its transfer ran; "
+  return ts_error_set(err, TS_IO,
+                      "the client closed its connection before its transfer ran; "
                       "its memory is not touched and the tensors are unchanged");
 }
 
@@ -360,8 +365,8 @@ static int coalesced(tsd_engine *e, int root, ts_stored *const *ts, size_t n, ui
     wholes[i] = whole ? whole + off : NULL;
     off += tsd_tensor_bytes(ts[i]);
   }
-  int rc = ts_scatter_gather_many(e->world, lst ? 0 : (int)n, ptr, root, wholes, news != NULL,
-                                  lst, lerr, err);
+  int rc = ts_scatter_gather_many(e->world, lst ? 0 : (int)n, ptr, root, wholes, news != NULL, lst,
+                                  lerr, err);
   free(tmp), free(ptr), free(wholes);
   return rc;
 }
@@ -373,22 +378,23 @@ static int staged_put_many(tsd_engine *e, const tsd_ordered *op, const tsd_pendi
                            ts_error *lerr, ts_error *err) {
   bool root = op->origin == e->rank;
   if (!lst && root && (!origin || !origin->staging || origin->staging_bytes != tensor_total))
-    lst = ts_error_set(lerr, TS_INVALID_ARGUMENT, "the data of the put_many does not match its "
-                       "%zu tensors (%llu bytes) any more", n, (unsigned long long)tensor_total);
+    lst = ts_error_set(lerr, TS_INVALID_ARGUMENT,
+                       "the data of the put_many does not match its "
+                       "%zu tensors (%llu bytes) any more",
+                       n, (unsigned long long)tensor_total);
   ts_tensor *news = calloc(n ? n : 1, sizeof *news);
   if (!lst && !news)
     lst = ts_error_set(lerr, TS_NO_MEMORY, "no memory for a batch of %zu tensors", n);
   if (!lst)
     lst = new_slices(ts, n, news, lerr);
   bool one = ts_scatter_many_applies(e->world, (int)n, ts); /* one exchange for every tensor */
-  int rc = one ? coalesced(e, op->origin, ts, n, root ? origin->staging : NULL, news, lst, lerr,
-                           err)
-               : ts_comm_agree(ts_world_comm(e->world), lst, lerr, err);
+  int rc =
+      one ? coalesced(e, op->origin, ts, n, root ? origin->staging : NULL, news, lst, lerr, err)
+          : ts_comm_agree(ts_world_comm(e->world), lst, lerr, err);
   uint64_t off = 0;
   for (size_t i = 0; rc == TS_OK && !one && i < n; i++) {
     ts_error ierr;
-    rc = move_one(e, ts[i], op->origin, root ? origin->staging + off : NULL, true, &news[i],
-                  &ierr);
+    rc = move_one(e, ts[i], op->origin, root ? origin->staging + off : NULL, true, &news[i], &ierr);
     if (rc)
       ts_error_set(err, rc, "tensor '%s' of the batch: %s", ts[i]->name, ierr.msg);
     off += tsd_tensor_bytes(ts[i]);
@@ -429,7 +435,8 @@ int tsd_run_put_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, 
   int rc;
   if (direct) { /* every rank reads its pieces from the client's memory; one agreement */
     if (!lst && !all_direct(e, (const Tshard__PutManyItem *const *)q->items, n))
-      lst = ts_error_set(&lerr, TS_INVALID_ARGUMENT, "a tensor of the put_many changed since "
+      lst = ts_error_set(&lerr, TS_INVALID_ARGUMENT,
+                         "a tensor of the put_many changed since "
                          "the put was checked; put it again");
     if (!lst && op->origin == e->rank)
       lst = client_here(origin, &lerr);
@@ -457,9 +464,10 @@ static int get_many_check(tsd_engine *e, const Tshard__GetManyRequest *q, char *
   for (size_t i = 0; !rc && i < q->n_items; i++) {
     uint64_t b = tsd_tensor_bytes(ts_store_find(e->store, names[i]));
     if (b != q->items[i]->bytes)
-      rc = ts_error_set(err, TS_BAD_SHAPE, "tensor '%s' of the batch has %llu bytes; the client "
-                        "expects %llu", names[i], (unsigned long long)b,
-                        (unsigned long long)q->items[i]->bytes);
+      rc = ts_error_set(err, TS_BAD_SHAPE,
+                        "tensor '%s' of the batch has %llu bytes; the client "
+                        "expects %llu",
+                        names[i], (unsigned long long)b, (unsigned long long)q->items[i]->bytes);
     *total += b;
   }
   return rc;
@@ -525,8 +533,8 @@ static int direct_get_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *or
 /* A get_many into one copy at the asking rank: in the region of the shared segment the request
  * named when it fits there, else a pool buffer; every tensor gathered into its place. */
 static int staged_get_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
-                           ts_stored *const *ts, size_t n, uint64_t total, int lst,
-                           ts_error *lerr, ts_error *err) {
+                           ts_stored *const *ts, size_t n, uint64_t total, int lst, ts_error *lerr,
+                           ts_error *err) {
   const Tshard__GetManyRequest *q = op->req->get_many;
   bool root = op->origin == e->rank;
   tsd_session *c = NULL;
@@ -606,8 +614,10 @@ void tsd_handle_get_many(tsd_engine *e, tsd_work *w) {
   const tsd_copy *cp = tsd_session_copy(c, GET_MANY_COPY, false);
   if (!cp || q->offset > cp->total) {
     char msg[200];
-    snprintf(msg, sizeof msg, "no gathered copy of a get_many on this connection covers offset "
-             "%llu; a get_many starts at offset 0", (unsigned long long)q->offset);
+    snprintf(msg, sizeof msg,
+             "no gathered copy of a get_many on this connection covers offset "
+             "%llu; a get_many starts at offset 0",
+             (unsigned long long)q->offset);
     tsd_reply_status(e, w->conn_id, req->id, TS_INVALID_ARGUMENT, msg);
     return;
   }

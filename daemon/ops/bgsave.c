@@ -10,10 +10,10 @@
  * order and says whether its own writer is done. When every writer is, ts_ckpt_save_end agrees
  * and moves the checkpoint into place (or removes the temporary directory); else nothing
  * changes, the engines go on, and rank 0 orders save_finish again later (FINISH_RETRY_*: a
- * slow writer on one rank never holds the other ranks' operations). One background save writes at a time: a save
- * (of any kind, to any directory) or a shutdown ordered while one writes first completes it
- * (waiting for its files), then runs. The outcome of each, with its progress while writing, is
- * kept for stats (the last TSD_SAVES_KEPT) and logged.
+ * slow writer on one rank never holds the other ranks' operations). One background save writes at a
+ * time: a save (of any kind, to any directory) or a shutdown ordered while one writes first
+ * completes it (waiting for its files), then runs. The outcome of each, with its progress while
+ * writing, is kept for stats (the last TSD_SAVES_KEPT) and logged.
  *
  * Stopping (a shutdown request, or SIGTERM/SIGINT, which every rank of an mpirun job receives,
  * at slightly different times): the shutdown runs in rank 0's order on every rank and first
@@ -89,7 +89,7 @@ static struct {
   ts_ckpt_job *job; /* the save writing, with its thread */
   writer_ctl *wr;
   pthread_t thread;
-  bool threaded;    /* false: the job was written on the engine (no thread could be made) */
+  bool threaded; /* false: the job was written on the engine (no thread could be made) */
   pthread_mutex_t mu;
   pthread_cond_t cv; /* CLOCK_MONOTONIC; a writer done, released or cancelled */
   bool finish_ordered, snapshot;
@@ -260,7 +260,8 @@ static bool wait_writer(tsd_engine *e, bool stopping) {
     return true;
   ts_ckpt_progress p;
   ts_ckpt_job_progress(w->job, &p);
-  TSD_LOG(TSD_LOG_WARN, "stopping: background save %llu still writing after --shutdown-save-wait "
+  TSD_LOG(TSD_LOG_WARN,
+          "stopping: background save %llu still writing after --shutdown-save-wait "
           "%.3f s (%lld of %lld bytes written here): abandoning it",
           (unsigned long long)bg.job_id, (double)e->cfg->shutdown_save_wait / 1000.0,
           (long long)p.written, (long long)p.total);
@@ -268,7 +269,8 @@ static bool wait_writer(tsd_engine *e, bool stopping) {
   done = wait_locked(w, TSD_CANCEL_GRACE_MS);
   pthread_mutex_unlock(&bg.mu);
   if (!done)
-    TSD_LOG(TSD_LOG_ERROR, "background save %llu: its writer did not return within %d s of being "
+    TSD_LOG(TSD_LOG_ERROR,
+            "background save %llu: its writer did not return within %d s of being "
             "cancelled (a write that does not end); the save is abandoned without it",
             (unsigned long long)bg.job_id, TSD_CANCEL_GRACE_MS / 1000);
   return done;
@@ -284,8 +286,10 @@ static void log_tmp_left(uint64_t id, const char *tmp) {
     TSD_LOG(TSD_LOG_INFO, "background save %llu: its temporary directory '%s' was removed",
             (unsigned long long)id, tmp);
   else
-    TSD_LOG(TSD_LOG_ERROR, "background save %llu: its temporary directory '%s' could not be "
-            "removed; nothing in it is a checkpoint: delete it", (unsigned long long)id, tmp);
+    TSD_LOG(TSD_LOG_ERROR,
+            "background save %llu: its temporary directory '%s' could not be "
+            "removed; nothing in it is a checkpoint: delete it",
+            (unsigned long long)id, tmp);
 }
 
 /* The save writing's progress for the metrics endpoint (counters.c), every turn of the engine. */
@@ -327,16 +331,22 @@ static void record_outcome(save_record *r, int rc, const ts_error *err, const ts
   }
   publish_outcome(rc == TS_OK, rc == TS_OK ? rep->bytes_written : 0);
   if (rc == TS_SHUTDOWN)
-    TSD_LOG(TSD_LOG_WARN, "background save %llu to '%s' abandoned: the daemons stopped before it "
+    TSD_LOG(TSD_LOG_WARN,
+            "background save %llu to '%s' abandoned: the daemons stopped before it "
             "was written (%s); nothing was moved into place, the previous checkpoint there is as "
-            "it was", (unsigned long long)bg.job_id, dir, err->msg);
+            "it was",
+            (unsigned long long)bg.job_id, dir, err->msg);
   else if (rc)
-    TSD_LOG(TSD_LOG_ERROR, "background save %llu to '%s' failed: %s; the previous checkpoint "
-            "there is as it was", (unsigned long long)bg.job_id, dir, err->msg);
+    TSD_LOG(TSD_LOG_ERROR,
+            "background save %llu to '%s' failed: %s; the previous checkpoint "
+            "there is as it was",
+            (unsigned long long)bg.job_id, dir, err->msg);
   else
-    TSD_LOG(TSD_LOG_INFO, "background save %llu to '%s' complete: %d tensors, %lld bytes in "
-            "%d files (%lld written here), %.3f s", (unsigned long long)bg.job_id, dir,
-            rep->tensors, (long long)rep->bytes_total, rep->files, (long long)rep->bytes_written,
+    TSD_LOG(TSD_LOG_INFO,
+            "background save %llu to '%s' complete: %d tensors, %lld bytes in "
+            "%d files (%lld written here), %.3f s",
+            (unsigned long long)bg.job_id, dir, rep->tensors, (long long)rep->bytes_total,
+            rep->files, (long long)rep->bytes_written,
             r ? (double)(r->end_ms - r->start_ms) / 1000.0 : 0.0);
   if (rc)
     log_tmp_left(bg.job_id, tmp);
@@ -406,8 +416,10 @@ static int snapshot_path(tsd_engine *e, char *dir, size_t cap, int64_t *seq, ts_
               strerror(errno));
     lst = tsd_snapdir_check("--snapshot-dir", e->cfg->snapshot_dir, false, &lerr);
     if (!lst && v[1] > TS_CKPT_SEQUENCE_MAX)
-      lst = ts_error_set(&lerr, TS_LIMIT, "snapshot: the sequence would pass %lld; start a new "
-                         "--snapshot-dir", (long long)TS_CKPT_SEQUENCE_MAX);
+      lst = ts_error_set(&lerr, TS_LIMIT,
+                         "snapshot: the sequence would pass %lld; start a new "
+                         "--snapshot-dir",
+                         (long long)TS_CKPT_SEQUENCE_MAX);
   }
   int rc = ts_comm_agree(ts_world_comm(e->world), lst, &lerr, err);
   if (rc == TS_OK)
@@ -448,8 +460,10 @@ static int start_background(tsd_engine *e, const tsd_ordered *op, const char *di
                                                    : HOLD_NONE;
   if (w->hold != HOLD_NONE) {
     ts_ckpt_job_on_piece(job, hold_writer, w);
-    TSD_LOG(TSD_LOG_WARN, "background save %llu: its writer waits after its first piece until "
-            "the daemon %s (TSHARD_FAULT)", (unsigned long long)op->seq,
+    TSD_LOG(TSD_LOG_WARN,
+            "background save %llu: its writer waits after its first piece until "
+            "the daemon %s (TSHARD_FAULT)",
+            (unsigned long long)op->seq,
             w->hold == HOLD_UNTIL_STOP ? "stops" : "abandons the save");
   }
   bg.finish_ordered = false;
@@ -472,8 +486,10 @@ static int start_background(tsd_engine *e, const tsd_ordered *op, const char *di
   r->state = SAVE_WRITING;
   r->start_ms = t0;
   set_answer(op, dir, p.tensors, p.all_bytes, p.files, (double)(now_ms() - t0) / 1000.0, true);
-  TSD_LOG(TSD_LOG_INFO, "background save %llu to '%s': %d tensors copied (%lld bytes here) in "
-          "%.3f s; writing", (unsigned long long)op->seq, dir, p.tensors, (long long)p.total,
+  TSD_LOG(TSD_LOG_INFO,
+          "background save %llu to '%s': %d tensors copied (%lld bytes here) in "
+          "%.3f s; writing",
+          (unsigned long long)op->seq, dir, p.tensors, (long long)p.total,
           (double)(now_ms() - t0) / 1000.0);
   return TS_OK;
 }
@@ -487,8 +503,8 @@ static int save_now(tsd_engine *e, const tsd_ordered *op, const char *dir, const
   if (rc == TS_OK) {
     double s = (double)(now_ms() - t0) / 1000.0;
     set_answer(op, dir, rep.tensors, rep.bytes_total, rep.files, s, false);
-    TSD_LOG(TSD_LOG_INFO, "saved %d tensors to '%s' (%lld bytes written here), %.3f s",
-            rep.tensors, dir, (long long)rep.bytes_written, s);
+    TSD_LOG(TSD_LOG_INFO, "saved %d tensors to '%s' (%lld bytes written here), %.3f s", rep.tensors,
+            dir, (long long)rep.bytes_written, s);
   }
   return rc;
 }
@@ -499,8 +515,11 @@ static int save_now(tsd_engine *e, const tsd_ordered *op, const char *dir, const
 int tsd_run_save(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
   (void)origin;
   const Tshard__SaveRequest *q = op->req->save;
-  ts_ckpt_save_opts o = {q->keep_partial, q->per_node, e->cfg->staging,
-                         e->cfg->ckpt_chunk > 0 ? e->cfg->ckpt_chunk : -1, 0,
+  ts_ckpt_save_opts o = {q->keep_partial,
+                         q->per_node,
+                         e->cfg->staging,
+                         e->cfg->ckpt_chunk > 0 ? e->cfg->ckpt_chunk : -1,
+                         0,
                          !q->overwrite && !q->snapshot};
   const char **names = NULL;
   int n = 0;
@@ -521,7 +540,8 @@ int tsd_run_save(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_e
   char dir[4096];
   snprintf(dir, sizeof dir, "%s", q->dir);
   if (q->snapshot && !e->cfg->snapshot_dir[0]) /* the same flags on every rank */
-    rc = ts_error_set(err, TS_INVALID_ARGUMENT, "no snapshot directory: start the daemons "
+    rc = ts_error_set(err, TS_INVALID_ARGUMENT,
+                      "no snapshot directory: start the daemons "
                       "with --snapshot-dir DIR to take snapshots");
   else if (q->snapshot)
     rc = snapshot_path(e, dir, sizeof dir, &o.sequence, err);
@@ -540,8 +560,7 @@ void tsd_ckpt_answer_load(const tsd_ordered *op, const char *dir, const ts_ckpt_
   set_answer(op, dir, rep->tensors, rep->bytes_total, rep->files, seconds, false);
 }
 
-int tsd_run_save_finish(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
-                        ts_error *err) {
+int tsd_run_save_finish(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
   (void)origin;
   int rc = ts_comm_agree(ts_world_comm(e->world), TS_OK, NULL, err);
   if (rc || !bg.job || bg.job_id != op->req->save_finish->save_id)
@@ -554,7 +573,8 @@ int tsd_run_save_finish(tsd_engine *e, const tsd_ordered *op, tsd_pending *origi
     return finish_job(e, false, err);
   if (e->rank == 0) { /* a writer elsewhere still writes: asked again later */
     if (bg.finish_backoff_ms == FINISH_RETRY_FIRST_MS)
-      TSD_LOG(TSD_LOG_DEBUG, "background save %llu: a writer of another rank still writes; its "
+      TSD_LOG(TSD_LOG_DEBUG,
+              "background save %llu: a writer of another rank still writes; its "
               "completion is asked again until every writer is done",
               (unsigned long long)bg.job_id);
     bg.finish_ordered = false;
@@ -566,17 +586,17 @@ int tsd_run_save_finish(tsd_engine *e, const tsd_ordered *op, tsd_pending *origi
 }
 
 /* An operation built here and ordered by rank 0 (no client: conn 0 answers nobody). */
-static void order_internal(tsd_engine *e, Tshard__Request *req) {
-  tsd_submit(e, 0, req, NULL, 0);
-}
+static void order_internal(tsd_engine *e, Tshard__Request *req) { tsd_submit(e, 0, req, NULL, 0); }
 
 static void order_finish(tsd_engine *e) {
   Tshard__Request *req = malloc(sizeof *req);
   Tshard__SaveFinishRequest *f = malloc(sizeof *f);
   if (!req || !f) {
     free(req), free(f);
-    TSD_LOG(TSD_LOG_ERROR, "no memory to complete background save %llu; the next save completes "
-            "it", (unsigned long long)bg.job_id);
+    TSD_LOG(TSD_LOG_ERROR,
+            "no memory to complete background save %llu; the next save completes "
+            "it",
+            (unsigned long long)bg.job_id);
     return;
   }
   tshard__request__init(req);
@@ -672,14 +692,18 @@ void tsd_bgsave_stop(void) {
   }
   char tmp[4400];
   snprintf(tmp, sizeof tmp, "%s", ts_ckpt_job_tmp(bg.job) ? ts_ckpt_job_tmp(bg.job) : "");
-  TSD_LOG(TSD_LOG_WARN, "background save %llu abandoned: the daemon stopped before it was "
-          "completed; nothing was moved into place", (unsigned long long)bg.job_id);
+  TSD_LOG(TSD_LOG_WARN,
+          "background save %llu abandoned: the daemon stopped before it was "
+          "completed; nothing was moved into place",
+          (unsigned long long)bg.job_id);
   publish_outcome(false, 0);
   if (!done) {
     pthread_detach(bg.thread); /* it keeps its job */
     if (tmp[0])
-      TSD_LOG(TSD_LOG_ERROR, "background save %llu: its writer does not return; its temporary "
-              "directory '%s' is left: delete it", (unsigned long long)bg.job_id, tmp);
+      TSD_LOG(TSD_LOG_ERROR,
+              "background save %llu: its writer does not return; its temporary "
+              "directory '%s' is left: delete it",
+              (unsigned long long)bg.job_id, tmp);
   } else {
     if (bg.threaded)
       pthread_join(bg.thread, NULL);

@@ -2,10 +2,11 @@
  * handlers and change sets named by the table (handlers.c). The work is shard/ckpt/ (ckpt_save.c,
  * ckpt_load.c; collective over the world, every rank the same outcome); this file turns the
  * requests into their arguments (the validators are in ckpt_validate.c, with the wire layer);
- * the save itself, synchronous or in the background, is bgsave.c's. Test hooks, read at each save: TSHARD_CKPT_FAIL_RANK=k makes
- * rank k's file write fail after TSHARD_CKPT_FAIL_AFTER bytes (default 0) with EIO, or with
- * TSHARD_CKPT_FAIL_KILL=1 kills rank k there (a rank dying mid-save). Saves cut pieces above
- * twice --ckpt-chunk into chunks of about that size (config.c; 0: whole pieces). */
+ * the save itself, synchronous or in the background, is bgsave.c's. Test hooks, read at each save:
+ * TSHARD_CKPT_FAIL_RANK=k makes rank k's file write fail after TSHARD_CKPT_FAIL_AFTER bytes
+ * (default 0) with EIO, or with TSHARD_CKPT_FAIL_KILL=1 kills rank k there (a rank dying mid-save).
+ * Saves cut pieces above twice --ckpt-chunk into chunks of about that size (config.c; 0: whole
+ * pieces). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,8 +36,8 @@ int tsd_rules_make(Tshard__AttrRule *const *rules, size_t n, tsd_rules *out, ts_
     return ts_error_set(err, TS_NO_MEMORY, "attribute rules: no memory");
   for (size_t i = 0; i < n; i++) {
     out->patterns[out->n++] = rules[i]->name;
-    int rc = attr_given(rules[i]->attr) ? tsd_attr_from_msg(rules[i]->attr, &out->attrs[i], err)
-                                        : TS_OK;
+    int rc =
+        attr_given(rules[i]->attr) ? tsd_attr_from_msg(rules[i]->attr, &out->attrs[i], err) : TS_OK;
     if (rc) {
       char why[320];
       snprintf(why, sizeof why, "%.300s", err->msg);
@@ -77,16 +78,18 @@ int tsd_run_load(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_e
     ts_ckpt_report rep;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    rc = ts_ckpt_load(e->store, e->world, q->dir, (const char *const *)q->names,
-                      (int)q->n_names, a, &o, &rep, err);
+    rc = ts_ckpt_load(e->store, e->world, q->dir, (const char *const *)q->names, (int)q->n_names, a,
+                      &o, &rep, err);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double sec = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     if (rc == TS_OK)
       tsd_ckpt_answer_load(op, q->dir, &rep, sec);
     if (rc == TS_OK)
-      TSD_LOG(TSD_LOG_INFO, "loaded %d tensors%s from '%s' (%lld bytes read here, %lld to "
-              "verify)", rep.tensors, q->in_place ? " in place" : "", q->dir,
-              (long long)rep.bytes_read, (long long)rep.bytes_verified_extra);
+      TSD_LOG(TSD_LOG_INFO,
+              "loaded %d tensors%s from '%s' (%lld bytes read here, %lld to "
+              "verify)",
+              rep.tensors, q->in_place ? " in place" : "", q->dir, (long long)rep.bytes_read,
+              (long long)rep.bytes_verified_extra);
   }
   tsd_rules_free(&rules);
   ts_attr_destroy(&a);

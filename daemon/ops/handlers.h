@@ -1,8 +1,9 @@
 /* handlers.h - the handlers of the tensor operations and checkpoints that the engine half of the
  * table (handlers.c) names: ops.c (create, put, get, reshard, drop, list and describe, plan,
  * stats, shutdown, and the run of every collective operation), transfer.c (chunked puts and gets,
- * the client's own memory), ckpt.c (load) and bgsave.c (save, background saves, snapshots). Internal to daemon/ops/; the families of
- * their own (einsum.h, program.h) and the put verification (put_verify.h) and the operation log (oplog.h) have theirs. */
+ * the client's own memory), ckpt.c (load) and bgsave.c (save, background saves, snapshots).
+ * Internal to daemon/ops/; the families of their own (einsum.h, program.h) and the put verification
+ * (put_verify.h) and the operation log (oplog.h) have theirs. */
 #ifndef TSD_OPS_HANDLERS_H
 #define TSD_OPS_HANDLERS_H
 
@@ -51,8 +52,8 @@ int tsd_snapdir_check(const char *what, const char *dir, bool missing_ok, ts_err
 /* The trusted checkpoint subdirectories of dir (only those named like snapshots when
  * snapshots_only), oldest first by sequence (*out malloc'd, *n of them); untrusted ones are
  * skipped and logged once. Fails when dir itself is not trusted. */
-int tsd_snapdir_list(const char *what, const char *dir, bool snapshots_only, tsd_snap **out,
-                     int *n, ts_error *err);
+int tsd_snapdir_list(const char *what, const char *dir, bool snapshots_only, tsd_snap **out, int *n,
+                     ts_error *err);
 /* Every entry of the checkpoint directory dir is a trusted regular file (TS_AUTH naming the first
  * that is not). */
 int tsd_snapdir_check_files(const char *dir, ts_error *err);
@@ -63,8 +64,7 @@ int tsd_snapdir_start(tsd_engine *e, ts_error *err);
 void tsd_record_exec(tsd_engine *e, const ts_exec_report *rep);
 
 /* batch.c: reshard_many and drop_many, each one collective operation, atomic over its tensors. */
-int tsd_run_reshard_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
-                         ts_error *err);
+int tsd_run_reshard_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
 int tsd_run_drop_many(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
 void tsd_changes_reshard_many(const Tshard__Request *r, tsd_changes *ch);
 void tsd_changes_drop_many(const Tshard__Request *r, tsd_changes *ch);
@@ -104,11 +104,9 @@ int tsd_run_save(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_e
  * or globs) expanded, *out malloc'd (free it; its strings the request's or the store's); all:
  * *out NULL and *nout 0, every tensor. */
 int tsd_select_tensors(ts_store *s, const char *what, char **names, size_t n_names,
-                       const char *prefix, bool all, const char ***out, int *nout,
-                       ts_error *err);
+                       const char *prefix, bool all, const char ***out, int *nout, ts_error *err);
 int tsd_run_load(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
-int tsd_run_save_finish(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
-                        ts_error *err);
+int tsd_run_save_finish(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err);
 void tsd_changes_load(const Tshard__Request *r, tsd_changes *ch);
 /* A request's attribute rules (proto/ts_rules.h) parsed: the patterns (the request's strings)
  * and the attributes (NULL where a rule gives none); tsd_rules_free accepts NULL and a zeroed

@@ -7,7 +7,8 @@
  * answer (tsd_oplog_flush), before anything else is logged here. Only the engine thread calls
  * these, one operation at a time, so the state of the running operation is one static record.
  * The answer of a reshard carries the strategy (and, relabeled, the target's ranks as chosen) of
- * the last reshard run here when it is the same operation (by its hash; a retry answered later by its idempotency key gets the status alone).
+ * the last reshard run here when it is the same operation (by its hash; a retry answered later by
+ * its idempotency key gets the status alone).
  *
  * Each operation kind keeps its latency and batch size over its last TSD_OPLOG_WINDOW runs in a
  * ring; stats sorts a copy of a ring for its percentiles (nearest rank), so recording is O(1).
@@ -56,7 +57,7 @@ static struct {
 #define KINDS 128 /* above every op_case of Request's oneof (the highest numbers are 100-109) */
 
 typedef struct kind_window {
-  uint64_t count;         /* runs since the start; the ring holds the last min(count, window) */
+  uint64_t count; /* runs since the start; the ring holds the last min(count, window) */
   uint32_t us[TSD_OPLOG_WINDOW];
   uint32_t batch[TSD_OPLOG_WINDOW];
 } kind_window;
@@ -202,9 +203,9 @@ bool tsd_oplog_flush(void) {
   if (!line.pending)
     return false;
   line.pending = false;
-  TSD_LOG_HELD(line.level, "op %s tensor %s bytes %llu strategy %s ms %.3f client %s: %s",
-               line.op, line.tensor, (unsigned long long)line.bytes, line.strategy,
-               (double)line.us / 1000.0, line.client, line.status);
+  TSD_LOG_HELD(line.level, "op %s tensor %s bytes %llu strategy %s ms %.3f client %s: %s", line.op,
+               line.tensor, (unsigned long long)line.bytes, line.strategy, (double)line.us / 1000.0,
+               line.client, line.status);
   return true;
 }
 

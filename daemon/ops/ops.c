@@ -104,8 +104,8 @@ void tsd_op_plan(tsd_engine *e, tsd_work *w) {
   if (!rc)
     rc = tsd_attr_from_msg(p->attr, &tgt, &err);
   if (!rc)
-    rc = ts_plan_cache_get(ts_store_plans(e->store), t->ndim, t->shape, t->dtype, t->attr, tgt,
-                           &o, &plan, &err); /* the plan a reshard would run, on the topology */
+    rc = ts_plan_cache_get(ts_store_plans(e->store), t->ndim, t->shape, t->dtype, t->attr, tgt, &o,
+                           &plan, &err); /* the plan a reshard would run, on the topology */
   if (!rc && !(text = ts_plan_explain(plan, 0)))
     rc = ts_error_set(&err, TS_NO_MEMORY, "no memory for the explain text");
   if (rc) {
@@ -280,8 +280,7 @@ static int exec_opts(tsd_engine *e, int status, const ts_error *local, ts_exec_o
   return TS_OK;
 }
 
-int tsd_run_create(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
-                      ts_error *err) {
+int tsd_run_create(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
   (void)origin;
   const Tshard__CreateRequest *c = op->req->create;
   ts_error lerr;
@@ -291,8 +290,8 @@ int tsd_run_create(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
   bool skip, swap; /* exist_ok, stored as asked: nothing to make */
   int lst = tsd_create_check(e, c, false, &dt, &a, &skip, &swap, &lerr);
   if (!lst && !skip)
-    lst = ts_store_add(e->store, c->name, (int)c->n_shape, c->shape, dt, a, tag_of(c->layout),
-                       NULL, &lerr);
+    lst = ts_store_add(e->store, c->name, (int)c->n_shape, c->shape, dt, a, tag_of(c->layout), NULL,
+                       &lerr);
   ts_attr_destroy(&a);
   int rc = agree(e, lst, &lerr, err);
   if (rc && lst == TS_OK && !skip)
@@ -324,7 +323,8 @@ static int one_rank_attr(int rank, ts_attr **out, ts_error *err) {
 static int client_here(const tsd_pending *origin, ts_error *err) {
   if (origin && origin->conn_id)
     return TS_OK;
-  return ts_error_set(err, TS_IO, "the client closed its connection before its transfer ran; "
+  return ts_error_set(err, TS_IO,
+                      "the client closed its connection before its transfer ran; "
                       "its memory is not touched and the tensor is unchanged");
 }
 
@@ -345,16 +345,18 @@ int tsd_run_put(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
     if (!lst && (m->bytes != bytes || !ts_scatter_direct_applies(e->world, t)))
       lst = ts_error_set(&lerr, TS_INVALID_ARGUMENT,
                          "'%s' changed since the put was checked (now %llu bytes, %s layout); "
-                         "put it again", name, (unsigned long long)bytes,
+                         "put it again",
+                         name, (unsigned long long)bytes,
                          t->layout_tag[0] ? t->layout_tag : "row-major");
     if (!lst && op->origin == e->rank)
       lst = client_here(origin, &lerr);
     int rc = agree(e, lst, &lerr, err);
     ts_comm_proc proc = tsd_client_proc(m);
-    return rc ? rc : ts_scatter_gather_direct(e->world, t, op->origin, &proc, m->address, true,
-                                              err);
+    return rc ? rc
+              : ts_scatter_gather_direct(e->world, t, op->origin, &proc, m->address, true, err);
   }
-  if (!lst && op->origin == e->rank && (!origin || !origin->staging || origin->staging_bytes != bytes))
+  if (!lst && op->origin == e->rank &&
+      (!origin || !origin->staging || origin->staging_bytes != bytes))
     lst = ts_error_set(&lerr, TS_INVALID_ARGUMENT,
                        "the data of the put does not match '%s' (%llu bytes) any more", name,
                        (unsigned long long)bytes);
@@ -364,8 +366,8 @@ int tsd_run_put(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
       return rc;
     /* the data is checked and complete: write in place */
     return ts_scatter_gather(e->world, t, op->origin,
-                             op->origin == e->rank ? origin->staging : NULL, true,
-                             e->cfg->staging, err);
+                             op->origin == e->rank ? origin->staging : NULL, true, e->cfg->staging,
+                             err);
   }
   /* Through the executor, whose first agreement (over the world) takes this rank's checks. */
   ts_attr *src_attr = NULL;
@@ -389,8 +391,7 @@ int tsd_run_put(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
   ts_tensor out;
   ts_exec_report rep;
   memset(&rep, 0, sizeof rep);
-  rc = ts_reshard_exec(e->world, plan, have_src ? &src : NULL, t->layout_tag, &xo, &out, &rep,
-                       err);
+  rc = ts_reshard_exec(e->world, plan, have_src ? &src : NULL, t->layout_tag, &xo, &out, &rep, err);
   if (rc == TS_OK) {
     record(e, &rep);
     if (out.bytes != t->local.bytes) { /* same attribute and tag: cannot differ */
@@ -442,9 +443,8 @@ int tsd_run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
   }
   const Tshard__ClientMemory *m = op->req->get->client_memory; /* the client's own memory */
   if (!lst && m && m->bytes != bytes)
-    lst = ts_error_set(&lerr, TS_BAD_SHAPE,
-                       "'%s' has %llu bytes; the client's buffer has %llu", name,
-                       (unsigned long long)bytes, (unsigned long long)m->bytes);
+    lst = ts_error_set(&lerr, TS_BAD_SHAPE, "'%s' has %llu bytes; the client's buffer has %llu",
+                       name, (unsigned long long)bytes, (unsigned long long)m->bytes);
   if (!lst && m && op->origin == e->rank)
     lst = client_here(origin, &lerr);
   if (!lst && m && op->origin == e->rank)
@@ -501,8 +501,7 @@ int tsd_run_get(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_er
   ts_tensor out;
   ts_exec_report rep;
   memset(&rep, 0, sizeof rep);
-  rc = ts_reshard_exec(e->world, plan, t->has_slice ? &t->local : NULL, NULL, &xo, &out, &rep,
-                       err);
+  rc = ts_reshard_exec(e->world, plan, t->has_slice ? &t->local : NULL, NULL, &xo, &out, &rep, err);
   if (rc == TS_OK) {
     record(e, &rep);
     if (op->origin == e->rank && c && out.bytes == bytes) {
@@ -529,8 +528,7 @@ static int relabel(const ts_stored *t, ts_attr *tgt, ts_error *err) {
 /* Prepare here (the request, the tensor, the copy that keeps the source) without agreeing: the
  * store's reshard carries a failure into its one agreement over the world, then transfers and
  * agrees once more to commit, so every rank records the same outcome. */
-int tsd_run_reshard(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
-                       ts_error *err) {
+int tsd_run_reshard(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
   (void)origin;
   const Tshard__ReshardRequest *q = op->req->reshard;
   ts_error lerr;
@@ -567,8 +565,8 @@ int tsd_run_reshard(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
     target = q->keep_source_as;
   }
   ts_exec_report rep;
-  int rc = ts_store_reshard_cast(e->store, e->world, target, tgt, tag, &po, &cast, lst, &lerr,
-                                 &rep, err);
+  int rc = ts_store_reshard_cast(e->store, e->world, target, tgt, tag, &po, &cast, lst, &lerr, &rep,
+                                 err);
   if (rc == TS_OK) {
     record(e, &rep);
     tsd_oplog_note(rep.strategy, (uint64_t)(rep.bytes_sent + rep.bytes_received));
@@ -580,12 +578,11 @@ int tsd_run_reshard(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
   return rc;
 }
 
-int tsd_run_shutdown(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
-                        ts_error *err) {
+int tsd_run_shutdown(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
   (void)op, (void)origin, (void)err;
   TSD_LOG(TSD_LOG_INFO, "shutdown requested (operation %llu)", (unsigned long long)op->seq);
   tsd_bgsave_finish_all(e); /* a background save still writing completes, or is abandoned on
-                               * every rank after --shutdown-save-wait */
+                             * every rank after --shutdown-save-wait */
   e->stopping = true;
   return TS_OK;
 }
@@ -648,14 +645,13 @@ bool tsd_ops_after(tsd_engine *e) {
   return true;
 }
 
-int tsd_run_collective(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
-                       ts_error *err) {
+int tsd_run_collective(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
   const tsd_op_handlers *entry = tsd_op_handlers_find((int)op->req->op_case);
   if (!entry || !entry->run_collective) /* rank 0 orders validated operations only */
     return ts_error_set(err, TS_UNSUPPORTED, "operation %s is not collective",
                         tsd_op_name(op->req->op_case));
-  tsd_ops_after(e); /* the previous operation's, before this one marks its names */
-  tsd_oplog_begin(); /* one log line per operation (oplog.c) */
+  tsd_ops_after(e);            /* the previous operation's, before this one marks its names */
+  tsd_oplog_begin();           /* one log line per operation (oplog.c) */
   tsd_trace_begin(op, origin); /* and its points in the trace ring (trace.c) */
   if (!entry->changes) {
     int rc = entry->run_collective(e, op, origin, err);

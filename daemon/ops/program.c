@@ -68,8 +68,8 @@ int tsd_run_program_compile(tsd_engine *e, const tsd_ordered *op, tsd_pending *o
   tsp_program *p = NULL;
   if (lst == TS_OK && !find(id)) {
     if (n_programs == TSD_MAX_PROGRAMS)
-      lst = ts_error_set(&lerr, TS_LIMIT, "this daemon holds %d programs already",
-                         TSD_MAX_PROGRAMS);
+      lst =
+          ts_error_set(&lerr, TS_LIMIT, "this daemon holds %d programs already", TSD_MAX_PROGRAMS);
     else {
       tsp_options o = {.lazy = q->lazy};
       lst = tsp_program_create(&p, text, &o, &lerr);
@@ -89,8 +89,7 @@ int tsd_run_program_compile(tsd_engine *e, const tsd_ordered *op, tsd_pending *o
   return TS_OK;
 }
 
-int tsd_run_program_drop(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
-                         ts_error *err) {
+int tsd_run_program_drop(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
   (void)origin;
   const char *id = op->req->program_drop->id;
   ts_error lerr;
@@ -98,8 +97,9 @@ int tsd_run_program_drop(tsd_engine *e, const tsd_ordered *op, tsd_pending *orig
   int i = 0;
   while (i < n_programs && strcmp(programs[i].id, id) != 0)
     i++;
-  int lst = i < n_programs ? TS_OK
-                           : ts_error_set(&lerr, TS_NOT_FOUND, "no compiled program with id '%s'", id);
+  int lst = i < n_programs
+                ? TS_OK
+                : ts_error_set(&lerr, TS_NOT_FOUND, "no compiled program with id '%s'", id);
   int rc = agree(e, lst, &lerr, err);
   if (rc)
     return rc;
@@ -126,7 +126,8 @@ void tsd_answer_program_compile(tsd_engine *e, const tsd_pending *w) {
 void tsd_op_program_show(tsd_engine *e, tsd_work *w) {
   tsp_program *p = find(w->req->program_show->id);
   if (!p) {
-    tsd_reply_status(e, w->conn_id, w->req->id, TS_NOT_FOUND, "no compiled program with that id "
+    tsd_reply_status(e, w->conn_id, w->req->id, TS_NOT_FOUND,
+                     "no compiled program with that id "
                      "(program_compile answers the id)");
     return;
   }
@@ -189,14 +190,18 @@ static int check_partial_input(const ts_stored *t, ts_error *err) {
       continue;
     ts_reduce_op op = a->place[m].op;
     if (op != TS_REDUCE_SUM && op != TS_REDUCE_MAX && op != TS_REDUCE_MIN)
-      return ts_error_set(err, TS_PROGRAM_PLACEMENT, "tensor '%s' is P(%s) on mesh dim %d: "
+      return ts_error_set(err, TS_PROGRAM_PLACEMENT,
+                          "tensor '%s' is P(%s) on mesh dim %d: "
                           "programs take partial sum, max and min inputs; reshard it to R or "
-                          "P(sum) first", t->name, ts_reduce_name(op), m);
+                          "P(sum) first",
+                          t->name, ts_reduce_name(op), m);
     if (first >= 0 && op != a->place[first].op)
-      return ts_error_set(err, TS_PROGRAM_PLACEMENT, "tensor '%s' is partial with several ops "
+      return ts_error_set(err, TS_PROGRAM_PLACEMENT,
+                          "tensor '%s' is partial with several ops "
                           "(%s on mesh dim %d, %s on %d): programs take one partial op per "
-                          "input; reshard it first", t->name, ts_reduce_name(a->place[first].op),
-                          first, ts_reduce_name(op), m);
+                          "input; reshard it first",
+                          t->name, ts_reduce_name(a->place[first].op), first, ts_reduce_name(op),
+                          m);
     if (first < 0)
       first = m;
   }
@@ -267,9 +272,11 @@ static int output_attr(const tsp_program *p, int k, const tsp_placement *pl, con
       if (sizes[d][part] < 0)
         sizes[d][part] = ext;
       else if (sizes[d][part] != ext)
-        rc = ts_error_set(err, TS_PROGRAM_PLACEMENT, "output '%s': ranks computed %lld and %lld "
+        rc = ts_error_set(err, TS_PROGRAM_PLACEMENT,
+                          "output '%s': ranks computed %lld and %lld "
                           "along dim %d for the same part of it; the inputs' slices along that "
-                          "dim differ", oname, (long long)sizes[d][part], (long long)ext, d);
+                          "dim differ",
+                          oname, (long long)sizes[d][part], (long long)ext, d);
     }
     shape[d] = 0;
     for (int i = 0; i < parts && !rc; i++) {
@@ -383,9 +390,10 @@ static int match_names(const tsp_program *p, const Tshard__ProgramRunRequest *q,
     add_text(inputs, sizeof inputs, &il, "%s%s", i ? ", " : "", tsp_program_input_name(p, i));
   for (int k = 0; k < tsp_program_n_outputs(p); k++)
     add_text(outputs, sizeof outputs, &ol, "%s%s", k ? ", " : "", tsp_program_output_name(p, k));
-  return ts_error_set(err, TS_INVALID_ARGUMENT, "%s. The program's inputs: %s (a stored tensor "
-                      "each, or a number for a scalar); its outputs: %s", msg,
-                      il ? inputs : "none", ol ? outputs : "none");
+  return ts_error_set(err, TS_INVALID_ARGUMENT,
+                      "%s. The program's inputs: %s (a stored tensor "
+                      "each, or a number for a scalar); its outputs: %s",
+                      msg, il ? inputs : "none", ol ? outputs : "none");
 }
 
 /* An output's tensor: new, or (overwrite) an existing tensor that is not an input of this run. */
@@ -395,30 +403,35 @@ static int check_output_tensor(tsd_engine *e, const tsp_program *p,
   const char *oname = tsp_program_output_name(p, k), *t = st->out_tensor[k];
   ts_error nerr;
   if (t == oname && ts_name_check("tensor name", t, strlen(t), &nerr) != TS_OK)
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "output '%s' is not named, and its own name "
-                        "is not a tensor name (%s); name its tensor (--output %s=NAME)", oname,
-                        nerr.msg, oname);
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "output '%s' is not named, and its own name "
+                        "is not a tensor name (%s); name its tensor (--output %s=NAME)",
+                        oname, nerr.msg, oname);
   for (int j = 0; j < k; j++)
     if (strcmp(st->out_tensor[j], t) == 0)
-      return ts_error_set(err, TS_INVALID_ARGUMENT, "outputs '%s' and '%s' both name tensor '%s'; "
-                          "give each output its own tensor", tsp_program_output_name(p, j), oname,
-                          t);
+      return ts_error_set(err, TS_INVALID_ARGUMENT,
+                          "outputs '%s' and '%s' both name tensor '%s'; "
+                          "give each output its own tensor",
+                          tsp_program_output_name(p, j), oname, t);
   if (!ts_store_find(e->store, t))
     return TS_OK;
   for (int i = 0; i < tsp_program_n_inputs(p); i++) {
     const Tshard__ProgramArg *a = st->in_arg[i];
     if (a && a->tensor && strcmp(a->tensor, t) == 0)
-      return ts_error_set(err, TS_INVALID_ARGUMENT, "output '%s' names tensor '%s', which is "
+      return ts_error_set(err, TS_INVALID_ARGUMENT,
+                          "output '%s' names tensor '%s', which is "
                           "input '%s' of this run; update an input with an assign op, or name "
-                          "another tensor for the output", oname, t,
-                          tsp_program_input_name(p, i));
+                          "another tensor for the output",
+                          oname, t, tsp_program_input_name(p, i));
   }
   if (q->overwrite)
     return TS_OK;
-  return ts_error_set(err, TS_EXISTS, "output '%s' would become tensor '%s', which exists "
+  return ts_error_set(err, TS_EXISTS,
+                      "output '%s' would become tensor '%s', which exists "
                       "already (an output not named is written to a tensor of its own name); "
                       "name another tensor (--output %s=NAME, Python outputs={'%s': NAME}) or "
-                      "replace it (--overwrite, overwrite=True)", oname, t, oname, oname);
+                      "replace it (--overwrite, overwrite=True)",
+                      oname, t, oname, oname);
 }
 
 /* A static program dim that a tensor's split cuts: the error names the dim group that serves it. */
@@ -433,13 +446,14 @@ static int static_split_hint(const tsp_program *p, int i, const ts_stored *t,
     int64_t got = t->local.layout.shape[d];
     if (*end || got == want)
       continue;
-    return ts_error_set(err, TS_BAD_SHAPE, "input '%s' dim %d: the program fixes it at %lld, "
+    return ts_error_set(err, TS_BAD_SHAPE,
+                        "input '%s' dim %d: the program fixes it at %lld, "
                         "but tensor '%s' (size %lld there) is split along dim %d over ranks and "
                         "this rank holds %lld; a split dim needs a dim group: declare one, e.g. "
                         "\"dims\": {\"n\": {\"min\": 1, \"max\": %lld}}, and write \"n\" for "
-                        "dim %d of input '%s'", tsp_program_input_name(p, i), d, want, t->name,
-                        (long long)t->shape[d], d, (long long)got,
-                        (long long)(t->shape[d] > want ? t->shape[d] : want), d,
+                        "dim %d of input '%s'",
+                        tsp_program_input_name(p, i), d, want, t->name, (long long)t->shape[d], d,
+                        (long long)got, (long long)(t->shape[d] > want ? t->shape[d] : want), d,
                         tsp_program_input_name(p, i));
   }
   return TS_OK;
@@ -468,8 +482,10 @@ static int bind(tsd_engine *e, tsp_program *p, const Tshard__ProgramRunRequest *
     attrs[i] = NULL;
     if (!tensor_of[i]) {
       if (tsp_program_input_ndim(p, i) != 0)
-        return ts_error_set(err, TS_INVALID_ARGUMENT, "program input '%s' has dims: give a "
-                            "stored tensor, not a value", tsp_program_input_name(p, i));
+        return ts_error_set(err, TS_INVALID_ARGUMENT,
+                            "program input '%s' has dims: give a "
+                            "stored tensor, not a value",
+                            tsp_program_input_name(p, i));
       double v = a->value;
       void *buf = &st->scalar_buf[i];
       ts_error why; /* a value the input's dtype cannot hold is refused, never saturated */
@@ -484,23 +500,27 @@ static int bind(tsd_engine *e, tsp_program *p, const Tshard__ProgramRunRequest *
     for (int k = 0; k < i; k++)
       if (tensor_of[k] && strcmp(tensor_of[k], tensor_of[i]) == 0 &&
           (tsp_program_input_assigned(p, i) || tsp_program_input_assigned(p, k)))
-        return ts_error_set(err, TS_INVALID_ARGUMENT, "tensor '%s' is given twice and updated "
-                            "in place: give it once", tensor_of[i]);
+        return ts_error_set(err, TS_INVALID_ARGUMENT,
+                            "tensor '%s' is given twice and updated "
+                            "in place: give it once",
+                            tensor_of[i]);
     ts_stored *t = ts_store_find(e->store, tensor_of[i]);
     if (!t)
       return ts_error_set(err, TS_NOT_FOUND, "no tensor named '%s' (program input '%s')",
                           tensor_of[i], tsp_program_input_name(p, i));
     if (t->dtype != dt)
-      return ts_error_set(err, TS_BAD_DTYPE, "tensor '%s' is %s, program input '%s' is %s",
-                          t->name, ts_dtype_name(t->dtype), tsp_program_input_name(p, i),
-                          ts_dtype_name(dt));
+      return ts_error_set(err, TS_BAD_DTYPE, "tensor '%s' is %s, program input '%s' is %s", t->name,
+                          ts_dtype_name(t->dtype), tsp_program_input_name(p, i), ts_dtype_name(dt));
     if (t->layout_tag[0] && strcmp(t->layout_tag, "row-major") != 0)
-      return ts_error_set(err, TS_UNSUPPORTED, "tensor '%s' is stored in layout '%s': programs "
+      return ts_error_set(err, TS_UNSUPPORTED,
+                          "tensor '%s' is stored in layout '%s': programs "
                           "read row-major slices; reshard it with the default layout first",
                           t->name, t->layout_tag);
     if (st->mesh && !same_mesh(st->mesh, t->attr))
-      return ts_error_set(err, TS_PROGRAM_PLACEMENT, "tensor '%s' lives on another mesh than the "
-                          "program's other inputs; reshard the inputs onto one mesh", t->name);
+      return ts_error_set(err, TS_PROGRAM_PLACEMENT,
+                          "tensor '%s' lives on another mesh than the "
+                          "program's other inputs; reshard the inputs onto one mesh",
+                          t->name);
     st->mesh = t->attr;
     st->here = st->here && t->has_slice;
     if ((rc = check_partial_input(t, err)))
@@ -524,11 +544,13 @@ static int bind(tsd_engine *e, tsp_program *p, const Tshard__ProgramRunRequest *
       return rc;
     for (int d = 0; d < TSP_MAX_DIMS; d++)
       if (pout[k].split[d] & pout[k].partial)
-        return ts_error_set(err, TS_PROGRAM_PLACEMENT, "output '%s' would be split (dim %d) and "
+        return ts_error_set(err, TS_PROGRAM_PLACEMENT,
+                            "output '%s' would be split (dim %d) and "
                             "partial over the same mesh dim; reshard the inputs first",
                             tsp_program_output_name(p, k), d);
     if (!st->mesh)
-      return ts_error_set(err, TS_INVALID_ARGUMENT, "output '%s': a program with outputs needs a "
+      return ts_error_set(err, TS_INVALID_ARGUMENT,
+                          "output '%s': a program with outputs needs a "
                           "stored tensor among its inputs (its mesh places the outputs)",
                           tsp_program_output_name(p, k));
   }
@@ -538,15 +560,14 @@ static int bind(tsd_engine *e, tsp_program *p, const Tshard__ProgramRunRequest *
   return rc;
 }
 
-int tsd_run_program_run(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin,
-                        ts_error *err) {
+int tsd_run_program_run(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, ts_error *err) {
   (void)origin;
   const Tshard__ProgramRunRequest *q = op->req->program_run;
   ts_error lerr;
   ts_error_clear(&lerr);
   run_state *st = calloc(1, sizeof *st);
   tsp_program *p = find(q->id);
-  int lst = !st ? ts_error_set(&lerr, TS_NO_MEMORY, "out of memory")
+  int lst = !st  ? ts_error_set(&lerr, TS_NO_MEMORY, "out of memory")
             : !p ? ts_error_set(&lerr, TS_NOT_FOUND, "no compiled program with id '%s'", q->id)
                  : bind(e, p, q, st, &lerr);
   int n_out = p ? tsp_program_n_outputs(p) : 0;
@@ -590,9 +611,9 @@ int tsd_run_program_run(tsd_engine *e, const tsd_ordered *op, tsd_pending *origi
     }
   }
   ts_error cerr;
-  int cst = all && counts ? ts_comm_allgatherv(ts_world_comm(e->world), all, counts, counts + ws,
-                                               &cerr)
-                          : ts_comm_barrier(ts_world_comm(e->world), &cerr);
+  int cst = all && counts
+                ? ts_comm_allgatherv(ts_world_comm(e->world), all, counts, counts + ws, &cerr)
+                : ts_comm_barrier(ts_world_comm(e->world), &cerr);
   if (cst && !lst) {
     lst = cst;
     lerr = cerr;
@@ -616,9 +637,10 @@ int tsd_run_program_run(tsd_engine *e, const tsd_ordered *op, tsd_pending *origi
       if (t->has_slice && st->here) {
         for (int d = 0; d < t->ndim; d++)
           if (t->box.hi[d] - t->box.lo[d] != st->out[k].shape[d])
-            lst = ts_error_set(&lerr, TS_INTERNAL, "output '%s': this rank computed %lld along "
-                               "dim %d where its slice holds %lld", tsp_program_output_name(p, k),
-                               (long long)st->out[k].shape[d], d,
+            lst = ts_error_set(&lerr, TS_INTERNAL,
+                               "output '%s': this rank computed %lld along "
+                               "dim %d where its slice holds %lld",
+                               tsp_program_output_name(p, k), (long long)st->out[k].shape[d], d,
                                (long long)(t->box.hi[d] - t->box.lo[d]));
         if (!lst && t->local.bytes)
           memcpy(t->local.data, st->out[k].data, t->local.bytes);

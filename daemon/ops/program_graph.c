@@ -80,9 +80,7 @@ static json_t *group(conv *c, const Tshard__ProgramGraphDim *d) {
   set(c, g, "min", json_integer(d->min));
   set(c, g, "max", json_integer(d->max));
   switch (d->buckets_case) {
-  case TSHARD__PROGRAM_GRAPH_DIM__BUCKETS_POW2:
-    set(c, g, "buckets", json_string("pow2"));
-    break;
+  case TSHARD__PROGRAM_GRAPH_DIM__BUCKETS_POW2: set(c, g, "buckets", json_string("pow2")); break;
   case TSHARD__PROGRAM_GRAPH_DIM__BUCKETS_STEP: {
     json_t *s = json_object();
     if (s)
@@ -90,11 +88,8 @@ static json_t *group(conv *c, const Tshard__ProgramGraphDim *d) {
     set(c, g, "buckets", s);
     break;
   }
-  case TSHARD__PROGRAM_GRAPH_DIM__BUCKETS_LIST:
-    set(c, g, "buckets", ints(c, d->list));
-    break;
-  default:
-    break;
+  case TSHARD__PROGRAM_GRAPH_DIM__BUCKETS_LIST: set(c, g, "buckets", ints(c, d->list)); break;
+  default: break;
   }
   return g;
 }
@@ -127,8 +122,10 @@ static json_t *op(conv *c, size_t k, const Tshard__ProgramGraphOp *m) {
       push(c, args, str(c, a->name, "ops: args"));
     else if (a->arg_case == TSHARD__PROGRAM_GRAPH_ARG__ARG_VALUE && !isfinite(a->value)) {
       if (c->rc == TS_OK) /* JSON has no NaN or infinity either */
-        c->rc = ts_error_set(c->err, TS_PARSE, "ops[%zu]: args[%zu] is %g; literals must be "
-                             "finite numbers", k, i, a->value);
+        c->rc = ts_error_set(c->err, TS_PARSE,
+                             "ops[%zu]: args[%zu] is %g; literals must be "
+                             "finite numbers",
+                             k, i, a->value);
     } else if (a->arg_case == TSHARD__PROGRAM_GRAPH_ARG__ARG_VALUE)
       push(c, args, json_real(a->value));
     else
@@ -181,8 +178,10 @@ static json_t *graph_doc(conv *c, const Tshard__ProgramGraph *g) {
       if ((c->rc = tsp_name_check(field, nm, c->err)) != TS_OK)
         break;
       if (json_object_get(dims, nm))
-        c->rc = ts_error_set(c->err, TS_PARSE, "dims[%zu]: group '%s' is defined twice (each "
-                             "group once, with one range and one bucketing rule)", i, nm);
+        c->rc = ts_error_set(c->err, TS_PARSE,
+                             "dims[%zu]: group '%s' is defined twice (each "
+                             "group once, with one range and one bucketing rule)",
+                             i, nm);
       else if (!utf8(nm))
         c->rc = ts_error_set(c->err, TS_PARSE, "dims[%zu]: name is not valid UTF-8", i);
       else
@@ -222,10 +221,12 @@ static void override(conv *c, json_t *root, Tshard__ProgramGraphDim **o, size_t 
       const char *key;
       json_t *v;
       if (json_is_object(dims))
-        json_object_foreach(dims, key, v) if (len < sizeof names) len += (size_t)snprintf(
-            names + len, sizeof names - len, "%s%s", len ? ", " : "", key);
-      c->rc = ts_error_set(c->err, TS_INVALID_ARGUMENT, "buckets: the program has no dim group "
-                           "'%s' to set the rule of (its groups: %s)", nm, len ? names : "none");
+        json_object_foreach(dims, key, v) if (len < sizeof names) len +=
+            (size_t)snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "", key);
+      c->rc = ts_error_set(c->err, TS_INVALID_ARGUMENT,
+                           "buckets: the program has no dim group "
+                           "'%s' to set the rule of (its groups: %s)",
+                           nm, len ? names : "none");
       return;
     }
     json_t *rule = group(c, o[i]);
@@ -250,8 +251,8 @@ int tsd_program_request_text(const Tshard__ProgramCompileRequest *q, char **text
     json_error_t je;
     root = json_loads(q->text, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-      c.rc = ts_error_set(err, TS_PARSE, "program JSON: %s at line %d column %d", je.text,
-                          je.line, je.column);
+      c.rc = ts_error_set(err, TS_PARSE, "program JSON: %s at line %d column %d", je.text, je.line,
+                          je.column);
   }
   if (c.rc == TS_OK)
     override(&c, root, q->buckets, q->n_buckets);

@@ -44,9 +44,9 @@ static const char *bits_hint(const char *data, ts_dtype tensor) {
   return "";
 }
 
-int tsd_put_check(const ts_stored *t, bool slice, const char *tag, const char *dtype, size_t n_shape,
-                  const int64_t *shape, bool convert, uint64_t total, uint64_t expected,
-                  ts_error *err) {
+int tsd_put_check(const ts_stored *t, bool slice, const char *tag, const char *dtype,
+                  size_t n_shape, const int64_t *shape, bool convert, uint64_t total,
+                  uint64_t expected, ts_error *err) {
   if (slice && !t->has_slice)
     return TS_OK; /* the put_slice handler says this rank holds none */
   int ndim = t->ndim;
@@ -59,8 +59,10 @@ int tsd_put_check(const ts_stored *t, bool slice, const char *tag, const char *d
   const char *whose = slice ? "this rank's slice of" : "the tensor";
   if (dtype && dtype[0]) {
     if (n_shape > TS_MAX_DIMS)
-      return ts_error_set(err, TS_BAD_SHAPE, "put of '%s': the data has %zu dims; tensors have "
-                          "at most %d", t->name, n_shape, TS_MAX_DIMS);
+      return ts_error_set(err, TS_BAD_SHAPE,
+                          "put of '%s': the data has %zu dims; tensors have "
+                          "at most %d",
+                          t->name, n_shape, TS_MAX_DIMS);
     describe(have_s, sizeof have_s, dtype, (int)n_shape, shape);
     /* another layout's bytes (blocked, padded) come as a flat array: its dtype is checked */
     bool shaped = tsd_tag_plain(tag, ndim);
@@ -77,10 +79,11 @@ int tsd_put_check(const ts_stored *t, bool slice, const char *tag, const char *d
       return ts_error_set(err, strcmp(dtype, tdt) && !convert ? TS_BAD_DTYPE : TS_BAD_SHAPE,
                           "put of '%s': the data is %s but %s '%s' is %s; %s%s", t->name, have_s,
                           whose, t->name, want_s,
-                          strcmp(dtype, tdt) && !convert ? "convert it (Python convert=True, tshard put "
-                                               "--convert: values must fit) or create the "
-                                               "tensor with that dtype"
-                                             : "reshape the data to that shape",
+                          strcmp(dtype, tdt) && !convert
+                              ? "convert it (Python convert=True, tshard put "
+                                "--convert: values must fit) or create the "
+                                "tensor with that dtype"
+                              : "reshape the data to that shape",
                           bits_hint(dtype, t->dtype));
   }
   ts_dtype from = t->dtype; /* the byte count in the elements of the data's dtype */
@@ -91,13 +94,15 @@ int tsd_put_check(const ts_stored *t, bool slice, const char *tag, const char *d
   if (total != expected) {
     size_t es = ts_dtype_size(from);
     if (total % es)
-      return ts_error_set(err, TS_BAD_SHAPE, "put of '%s': %llu bytes is not a whole number of "
-                          "%s elements (%zu bytes each); %s '%s' is %s (%llu bytes)", t->name,
-                          (unsigned long long)total, tdt, es, whose, t->name, want_s,
+      return ts_error_set(err, TS_BAD_SHAPE,
+                          "put of '%s': %llu bytes is not a whole number of "
+                          "%s elements (%zu bytes each); %s '%s' is %s (%llu bytes)",
+                          t->name, (unsigned long long)total, tdt, es, whose, t->name, want_s,
                           (unsigned long long)expected);
-    return ts_error_set(err, TS_BAD_SHAPE, "put of '%s': the data has %llu %s elements but %s "
-                        "'%s' is %s, %llu elements%s", t->name,
-                        (unsigned long long)(total / es), tdt, whose, t->name, want_s,
+    return ts_error_set(err, TS_BAD_SHAPE,
+                        "put of '%s': the data has %llu %s elements but %s "
+                        "'%s' is %s, %llu elements%s",
+                        t->name, (unsigned long long)(total / es), tdt, whose, t->name, want_s,
                         (unsigned long long)(expected / es),
                         slice ? " (in the put's layout, padding included)" : "");
   }

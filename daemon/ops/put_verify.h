@@ -9,9 +9,9 @@
  * bytes declaring dtype (may be "": no declaration) and shape. Checks the declaration against the
  * tensor or slice and the byte count, with messages in dtypes and shapes. tag: the slice's layout
  * ("" row-major); a declared shape is the box's logical shape whatever the layout. */
-int tsd_put_check(const ts_stored *t, bool slice, const char *tag, const char *dtype, size_t n_shape,
-                  const int64_t *shape, bool convert, uint64_t total, uint64_t expected,
-                  ts_error *err);
+int tsd_put_check(const ts_stored *t, bool slice, const char *tag, const char *dtype,
+                  size_t n_shape, const int64_t *shape, bool convert, uint64_t total,
+                  uint64_t expected, ts_error *err);
 /* The dtype a put's data arrives in: the tensor's, or the declared one when the put asks for
  * conversion (*convert then true). Errors for an unknown declared dtype. */
 int tsd_put_source_dtype(const ts_stored *t, const char *dtype, bool convert_asked, ts_dtype *from,

@@ -42,9 +42,11 @@ static int choose_checkpoint(const char *dir, char *out, size_t cap, ts_error *e
   if (rc)
     return ts_error_set(err, rc, "cannot resume from '%s': %.3800s", dir, why.msg);
   if (n == 0)
-    rc = ts_error_set(err, TS_NOT_FOUND, "cannot resume from '%s': no complete snapshot or "
+    rc = ts_error_set(err, TS_NOT_FOUND,
+                      "cannot resume from '%s': no complete snapshot or "
                       "checkpoint there (no %s in it or in any of its subdirectories that are "
-                      "the daemon's user's)", dir, TS_CKPT_INDEX);
+                      "the daemon's user's)",
+                      dir, TS_CKPT_INDEX);
   else
     snprintf(out, cap, "%s/%s", dir, v[n - 1].name);
   free(v);
@@ -83,16 +85,19 @@ static int place_tensor(const tsd_config *cfg, const ts_ckpt_tensor *t, int size
       arc = ts_attr_validate(*out, t->ndim, t->shape, size, &rerr);
     if (arc) {
       ts_attr_destroy(out);
-      return ts_error_set(err, TS_BAD_ATTRIBUTE, "--resume-attr '%s' does not fit tensor '%s' "
-                          "on this job's %d ranks: %s", r, t->name, size, rerr.msg);
+      return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                          "--resume-attr '%s' does not fit tensor '%s' "
+                          "on this job's %d ranks: %s",
+                          r, t->name, size, rerr.msg);
     }
     *rule = k;
     return TS_OK;
   }
-  return ts_error_set(err, TS_BAD_ATTRIBUTE, "tensor '%s' cannot be restored as saved (%s: %s) "
+  return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                      "tensor '%s' cannot be restored as saved (%s: %s) "
                       "and no --resume-attr rule matches its name; give one, e.g. "
-                      "--resume-attr '%s=mesh=[%d] placements=[R]'", t->name, t->attr, why.msg,
-                      t->name, size);
+                      "--resume-attr '%s=mesh=[%d] placements=[R]'",
+                      t->name, t->attr, why.msg, t->name, size);
 }
 
 /* Loads every tensor of the checkpoint under its chosen attribute in one load (collective;
@@ -123,8 +128,8 @@ static int load_all(tsd_engine *e, const char *ckpt, const ts_ckpt_index *idx, t
       TSD_LOG(TSD_LOG_INFO, "resumed '%s' (saved %s) by --resume-attr '%s'", t->name, t->attr,
               e->cfg->resume_attr[rules[i]]);
   }
-  TSD_LOG(TSD_LOG_INFO, "resumed %d tensors (%lld bytes) from '%s'", n,
-          (long long)rep.bytes_total, ckpt);
+  TSD_LOG(TSD_LOG_INFO, "resumed %d tensors (%lld bytes) from '%s'", n, (long long)rep.bytes_total,
+          ckpt);
   return TS_OK;
 }
 
@@ -140,8 +145,10 @@ int tsd_resume(tsd_engine *e, ts_error *err) {
   if (lst == TS_OK && ts_ckpt_index_read(ckpt, &idx, &lerr) != TS_OK) {
     char why[400];
     snprintf(why, sizeof why, "%s", lerr.msg);
-    lst = ts_error_set(&lerr, TS_CORRUPT, "cannot resume from '%s': its index does not parse: "
-                       "%s", ckpt, why);
+    lst = ts_error_set(&lerr, TS_CORRUPT,
+                       "cannot resume from '%s': its index does not parse: "
+                       "%s",
+                       ckpt, why);
   }
   int n = idx ? idx->ntensors : 0;
   ts_attr **attrs = calloc((size_t)(n ? n : 1), sizeof *attrs);
@@ -160,8 +167,10 @@ int tsd_resume(tsd_engine *e, ts_error *err) {
   if (rc == TS_OK)
     rc = load_all(e, ckpt, idx, attrs, rules, err);
   if (rc == TS_OK && idx->sequence > 0) {
-    TSD_LOG(TSD_LOG_INFO, "the resumed checkpoint is snapshot %lld: the next snapshot records a "
-            "higher sequence", (long long)idx->sequence);
+    TSD_LOG(TSD_LOG_INFO,
+            "the resumed checkpoint is snapshot %lld: the next snapshot records a "
+            "higher sequence",
+            (long long)idx->sequence);
     tsd_bgsave_note_sequence(idx->sequence);
   }
   if (rc == TS_OK)

@@ -116,8 +116,10 @@ int tsd_run_export_safetensors(tsd_engine *e, const tsd_ordered *op, tsd_pending
     rc = ts_st_export(e->store, e->world, q->path, names, n, (int64_t)q->max_shard_bytes, mk, mv,
                       (int)nm, &last.res, err);
     if (rc == TS_OK)
-      TSD_LOG(TSD_LOG_INFO, "exported to safetensors '%s' (%d files, %lld bytes written here, "
-              "%s)", q->path, last.res.n, (long long)last.res.bytes,
+      TSD_LOG(TSD_LOG_INFO,
+              "exported to safetensors '%s' (%d files, %lld bytes written here, "
+              "%s)",
+              q->path, last.res.n, (long long)last.res.bytes,
               last.res.mapped ? "mapped" : "pwrite");
   }
   free(mk), free(mv), free(names);

@@ -35,8 +35,7 @@ static int add_matches(ts_store *s, const char *pattern, bool is_prefix, const c
 }
 
 int tsd_select_tensors(ts_store *s, const char *what, char **names, size_t n_names,
-                       const char *prefix, bool all, const char ***out, int *nout,
-                       ts_error *err) {
+                       const char *prefix, bool all, const char ***out, int *nout, ts_error *err) {
   *out = NULL;
   *nout = 0;
   if (all) /* NULL, 0: every tensor */
@@ -53,14 +52,18 @@ int tsd_select_tensors(ts_store *s, const char *what, char **names, size_t n_nam
     return ts_error_set(err, TS_NO_MEMORY, "%s: no memory", what);
   int n = 0, rc = TS_OK;
   if (has_prefix && add_matches(s, prefix, true, v, &n) == 0)
-    rc = ts_error_set(err, TS_NOT_FOUND, "%s: no tensor name starts with '%s' (%d tensors "
-                      "stored; tshard list shows them)", what, prefix, count);
+    rc = ts_error_set(err, TS_NOT_FOUND,
+                      "%s: no tensor name starts with '%s' (%d tensors "
+                      "stored; tshard list shows them)",
+                      what, prefix, count);
   for (size_t i = 0; !rc && i < n_names; i++) {
     if (!is_pattern(s, names[i]))
       v[n++] = names[i];
     else if (add_matches(s, names[i], false, v, &n) == 0)
-      rc = ts_error_set(err, TS_NOT_FOUND, "%s: the pattern '%s' matches no tensor (%d tensors "
-                        "stored; tshard list shows them)", what, names[i], count);
+      rc = ts_error_set(err, TS_NOT_FOUND,
+                        "%s: the pattern '%s' matches no tensor (%d tensors "
+                        "stored; tshard list shows them)",
+                        what, names[i], count);
   }
   if (rc) {
     free(v);

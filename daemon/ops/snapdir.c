@@ -43,8 +43,10 @@ bool tsd_snapshot_named(const char *s) {
 
 /* The file type of a mode, for messages. */
 static const char *kind_of(mode_t m) {
-  return S_ISDIR(m) ? "a directory" : S_ISLNK(m) ? "a symbolic link" : S_ISREG(m) ? "a file"
-                                                                                 : "a special file";
+  return S_ISDIR(m)   ? "a directory"
+         : S_ISLNK(m) ? "a symbolic link"
+         : S_ISREG(m) ? "a file"
+                      : "a special file";
 }
 
 int tsd_snapdir_check(const char *what, const char *dir, bool missing_ok, ts_error *err) {
@@ -58,11 +60,12 @@ int tsd_snapdir_check(const char *what, const char *dir, bool missing_ok, ts_err
   uid_t me = geteuid();
   unsigned mode = (unsigned)(st.st_mode & 07777);
   if (!S_ISDIR(st.st_mode) || st.st_uid != me || (mode & 022))
-    return ts_error_set(err, TS_AUTH, "%s '%s' is %s owned by uid %u with mode %04o; it must be "
+    return ts_error_set(err, TS_AUTH,
+                        "%s '%s' is %s owned by uid %u with mode %04o; it must be "
                         "a directory (not a symbolic link) owned by uid %u, the user the daemon "
                         "runs as, and not writable by group or others: chown/chmod it, or "
-                        "choose a private directory", what, dir, kind_of(st.st_mode),
-                        (unsigned)st.st_uid, mode, (unsigned)me);
+                        "choose a private directory",
+                        what, dir, kind_of(st.st_mode), (unsigned)st.st_uid, mode, (unsigned)me);
   char real[PATH_MAX];
   if (!realpath(dir, real))
     return ts_error_set(err, TS_IO, "%s '%s': %s", what, dir, strerror(errno));
@@ -92,8 +95,7 @@ static struct {
 static int nlogged;
 static bool logged_full;
 
-static void log_skipped(const char *dir, const char *name, dev_t dev, ino_t ino,
-                        const char *why) {
+static void log_skipped(const char *dir, const char *name, dev_t dev, ino_t ino, const char *why) {
   for (int i = 0; i < nlogged; i++)
     if (logged[i].dev == dev && logged[i].ino == ino)
       return;
@@ -105,16 +107,17 @@ static void log_skipped(const char *dir, const char *name, dev_t dev, ino_t ino,
   }
   logged[nlogged].dev = dev, logged[nlogged].ino = ino;
   nlogged++;
-  TSD_LOG(TSD_LOG_WARN, "'%s/%s' skipped: %s; a snapshot or checkpoint is restored or removed "
+  TSD_LOG(TSD_LOG_WARN,
+          "'%s/%s' skipped: %s; a snapshot or checkpoint is restored or removed "
           "only when it and its files are the daemon's user's (uid %u) and not writable by group "
-          "or others", dir, name, why, (unsigned)geteuid());
+          "or others",
+          dir, name, why, (unsigned)geteuid());
 }
 
 /* The files of the checkpoint directory open as dfd: each a regular file of ours, not writable
  * by group or others (opened O_PATH|O_NOFOLLOW, checked on the descriptor); *has_index and the
  * index's mtime. Returns false with why (naming the file) otherwise. */
-static bool files_trusted(int dfd, bool *has_index, struct timespec *mtime, char *why,
-                          size_t cap) {
+static bool files_trusted(int dfd, bool *has_index, struct timespec *mtime, char *why, size_t cap) {
   int fd2 = dup(dfd);
   DIR *d = fd2 >= 0 ? fdopendir(fd2) : NULL;
   if (!d) {
@@ -134,8 +137,7 @@ static bool files_trusted(int dfd, bool *has_index, struct timespec *mtime, char
     struct stat st;
     char w[160];
     if (fd < 0 || fstat(fd, &st) != 0) {
-      snprintf(why, cap, "its entry '%.100s' cannot be examined: %s", de->d_name,
-               strerror(errno));
+      snprintf(why, cap, "its entry '%.100s' cannot be examined: %s", de->d_name, strerror(errno));
       ok = false;
     } else if (untrusted(&st, false, w, sizeof w)) {
       snprintf(why, cap, "its entry '%.100s' is %s", de->d_name, w);
@@ -191,8 +193,10 @@ static int examine(int dfd, const char *dir, const char *name, tsd_snap *s) {
   snprintf(path, sizeof path, "%s/%s", dir, name);
   ts_error ierr;
   if (ts_ckpt_index_sequence(path, &s->sequence, &ierr) != TS_OK) {
-    TSD_LOG(TSD_LOG_WARN, "'%s': its sequence cannot be read (%s); it ranks below every "
-            "snapshot that records one", path, ierr.msg);
+    TSD_LOG(TSD_LOG_WARN,
+            "'%s': its sequence cannot be read (%s); it ranks below every "
+            "snapshot that records one",
+            path, ierr.msg);
     s->sequence = 0;
   }
   return 1;
@@ -210,8 +214,8 @@ static int snap_cmp(const void *pa, const void *pb) {
   return strcmp(a->name, b->name);
 }
 
-int tsd_snapdir_list(const char *what, const char *dir, bool snapshots_only, tsd_snap **out,
-                     int *n, ts_error *err) {
+int tsd_snapdir_list(const char *what, const char *dir, bool snapshots_only, tsd_snap **out, int *n,
+                     ts_error *err) {
   *out = NULL;
   *n = 0;
   int rc = tsd_snapdir_check(what, dir, false, err);
@@ -228,9 +232,10 @@ int tsd_snapdir_list(const char *what, const char *dir, bool snapshots_only, tsd
   }
   if (untrusted(&st, true, w, sizeof w)) { /* replaced since the check */
     close(dfd);
-    return ts_error_set(err, TS_AUTH, "%s '%s' is %s; it must be the daemon's user's (uid %u) "
-                        "and not writable by group or others", what, dir, w,
-                        (unsigned)geteuid());
+    return ts_error_set(err, TS_AUTH,
+                        "%s '%s' is %s; it must be the daemon's user's (uid %u) "
+                        "and not writable by group or others",
+                        what, dir, w, (unsigned)geteuid());
   }
   int fd2 = dup(dfd);
   DIR *d = fd2 >= 0 ? fdopendir(fd2) : NULL;
@@ -285,9 +290,11 @@ int tsd_snapdir_check_files(const char *dir, ts_error *err) {
   close(fd);
   if (ok)
     return TS_OK;
-  return ts_error_set(err, TS_AUTH, "'%s': %s; a checkpoint is restored only when its files are "
+  return ts_error_set(err, TS_AUTH,
+                      "'%s': %s; a checkpoint is restored only when its files are "
                       "regular files of the daemon's user (uid %u), not writable by group or "
-                      "others", dir, why, (unsigned)geteuid());
+                      "others",
+                      dir, why, (unsigned)geteuid());
 }
 
 int tsd_snapdir_start(tsd_engine *e, ts_error *err) {
@@ -314,8 +321,10 @@ int tsd_snapdir_start(tsd_engine *e, ts_error *err) {
       TSD_LOG(TSD_LOG_WARN, "%s", lerr.msg);
     else if (n > 0) {
       tsd_bgsave_note_sequence(v[n - 1].sequence);
-      TSD_LOG(TSD_LOG_INFO, "--snapshot-dir '%s': %d snapshots, the newest '%s' (sequence "
-              "%lld)", cfg->snapshot_dir, n, v[n - 1].name, (long long)v[n - 1].sequence);
+      TSD_LOG(TSD_LOG_INFO,
+              "--snapshot-dir '%s': %d snapshots, the newest '%s' (sequence "
+              "%lld)",
+              cfg->snapshot_dir, n, v[n - 1].name, (long long)v[n - 1].sequence);
     }
     free(v);
   }

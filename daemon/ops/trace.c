@@ -31,11 +31,10 @@ typedef struct trace_rec {
 } trace_rec;
 
 static const char *const point_names[TSD_PT_COUNT] = {
-    [TSD_PT_RECEIVED] = "received", [TSD_PT_SUBMITTED] = "submitted",
-    [TSD_PT_ORDERED] = "ordered",   [TSD_PT_STARTED] = "started",
-    [TSD_PT_PLANNED] = "planned",   [TSD_PT_AGREED] = "agreed",
-    [TSD_PT_MOVED] = "moved",       [TSD_PT_COMMITTED] = "committed",
-    [TSD_PT_ENDED] = "ended",       [TSD_PT_ANSWERED] = "answered",
+    [TSD_PT_RECEIVED] = "received", [TSD_PT_SUBMITTED] = "submitted", [TSD_PT_ORDERED] = "ordered",
+    [TSD_PT_STARTED] = "started",   [TSD_PT_PLANNED] = "planned",     [TSD_PT_AGREED] = "agreed",
+    [TSD_PT_MOVED] = "moved",       [TSD_PT_COMMITTED] = "committed", [TSD_PT_ENDED] = "ended",
+    [TSD_PT_ANSWERED] = "answered",
 };
 
 static struct {
@@ -51,8 +50,10 @@ int tsd_trace_start(int64_t n, ts_error *err) {
     return TS_OK;
   tr.ring = calloc((size_t)n, sizeof *tr.ring);
   if (!tr.ring)
-    return ts_error_set(err, TS_NO_MEMORY, "no memory for a trace ring of %lld operations "
-                        "(--trace-ring)", (long long)n);
+    return ts_error_set(err, TS_NO_MEMORY,
+                        "no memory for a trace ring of %lld operations "
+                        "(--trace-ring)",
+                        (long long)n);
   tr.cap = (uint64_t)n;
   return TS_OK;
 }

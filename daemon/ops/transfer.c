@@ -40,8 +40,8 @@ void tsd_reply_put(tsd_engine *e, uint64_t conn_id, uint64_t id, uint64_t receiv
 static const char *tag_of(const Tshard__Layout *l) { return l && l->tag ? l->tag : ""; }
 
 /* The layout of a slice box in a tag, and the bytes it spans. */
-static int box_layout(const ts_box *box, ts_dtype dt, const char *tag, ts_layout *l,
-                      size_t *bytes, ts_error *err) {
+static int box_layout(const ts_box *box, ts_dtype dt, const char *tag, ts_layout *l, size_t *bytes,
+                      ts_error *err) {
   int64_t ext[TS_MAX_DIMS];
   for (int d = 0; d < box->ndim; d++)
     ext[d] = box->hi[d] - box->lo[d];
@@ -107,17 +107,16 @@ int tsd_client_probe(const Tshard__ClientMemory *m, ts_error *err) {
     if (e == EFAULT)
       rc = ts_error_set(err, TS_INVALID_ARGUMENT,
                         "the client's memory [%#llx, +%llu bytes) is not mapped in its process "
-                        "%lld (byte %#llx)", (unsigned long long)m->address,
-                        (unsigned long long)m->bytes, (long long)m->pid,
-                        (unsigned long long)ends[i]);
+                        "%lld (byte %#llx)",
+                        (unsigned long long)m->address, (unsigned long long)m->bytes,
+                        (long long)m->pid, (unsigned long long)ends[i]);
     else if (e == ESRCH)
-      rc = ts_error_set(err, TS_NOT_FOUND, "the client's process %lld is gone",
-                        (long long)m->pid);
+      rc = ts_error_set(err, TS_NOT_FOUND, "the client's process %lld is gone", (long long)m->pid);
     else
       rc = ts_error_set(err, TS_NO_DIRECT,
                         "this daemon cannot read the memory of the client's process %lld (%s): "
-                        "the data goes through the shared segment instead", (long long)m->pid,
-                        strerror(e));
+                        "the data goes through the shared segment instead",
+                        (long long)m->pid, strerror(e));
   }
   return ts_comm_proc_unpin(&proc, &pidfd, rc, err);
 }
@@ -182,8 +181,8 @@ static void direct_put_slice(tsd_engine *e, tsd_work *w, ts_stored *t, const cha
   tsd_session *c = tsd_session_get(e, w->conn_id, false);
   if (c)
     tsd_session_put_reset(e, c); /* a chunked put in progress is abandoned */
-  int rc = tsd_put_check(t, true, tag, p->dtype, p->n_shape, p->shape, false, p->total_bytes,
-                         bytes, &err);
+  int rc = tsd_put_check(t, true, tag, p->dtype, p->n_shape, p->shape, false, p->total_bytes, bytes,
+                         &err);
   if (!rc && bytes)
     rc = tsd_client_probe(p->client_memory, &err);
   if (!rc && bytes) {
@@ -248,8 +247,9 @@ void tsd_handle_put_chunk(tsd_engine *e, tsd_work *w) {
   tsd_session *c = chunk_source(e, w->conn_id, req->id, &p->data, p->shm, &src, &len);
   if (!c)
     return;
-  if (t && p->offset == 0 && tsd_put_check(t, false, "", p->dtype, p->n_shape, p->shape, conv,
-                                           p->total_bytes, expected, &cerr)) {
+  if (t && p->offset == 0 &&
+      tsd_put_check(t, false, "", p->dtype, p->n_shape, p->shape, conv, p->total_bytes, expected,
+                    &cerr)) {
     tsd_session_put_reset(e, c);
     tsd_reply_status(e, w->conn_id, req->id, cerr.code, cerr.msg);
     return;
@@ -333,9 +333,9 @@ void tsd_handle_put_slice(tsd_engine *e, tsd_work *w) {
   tsd_session *c = chunk_source(e, w->conn_id, req->id, &p->data, p->shm, &src, &len);
   if (!c)
     return;
-  if (p->offset == 0 && tsd_put_check(t, true, tag, p->dtype, p->n_shape, p->shape, conv,
-                                      p->total_bytes, conv ? bytes / ts_dtype_size(src_dt) *
-                                      ts_dtype_size(t->dtype) : bytes, &err)) {
+  if (p->offset == 0 &&
+      tsd_put_check(t, true, tag, p->dtype, p->n_shape, p->shape, conv, p->total_bytes,
+                    conv ? bytes / ts_dtype_size(src_dt) * ts_dtype_size(t->dtype) : bytes, &err)) {
     tsd_session_put_reset(e, c);
     tsd_reply_status(e, w->conn_id, req->id, err.code, err.msg);
     return;
@@ -466,8 +466,7 @@ void tsd_answer_gathered(tsd_engine *e, const tsd_pending *w, const char *copy) 
   }
   /* The first chunk, in the region the get named when it asked for one. */
   Tshard__ShmData sd = TSHARD__SHM_DATA__INIT;
-  tsd_serve_chunk(e, c, cp, w->conn_id, w->req_id, 0, w->max_bytes,
-                  tsd_session_get_region(c, &sd));
+  tsd_serve_chunk(e, c, cp, w->conn_id, w->req_id, 0, w->max_bytes, tsd_session_get_region(c, &sd));
 }
 
 void tsd_answer_put(tsd_engine *e, const tsd_pending *w) {
@@ -484,7 +483,8 @@ static void direct_get_slice(tsd_engine *e, uint64_t conn_id, const Tshard__Requ
   if (!rc && m->bytes < bytes)
     rc = ts_error_set(err, TS_LIMIT,
                       "this rank's slice of '%s' has %zu bytes in that layout; the buffer has "
-                      "%llu", g->name, bytes, (unsigned long long)m->bytes);
+                      "%llu",
+                      g->name, bytes, (unsigned long long)m->bytes);
   if (!rc && bytes)
     rc = tsd_client_probe(m, err);
   if (!rc && bytes && strcmp(tag_of(g->layout), t->layout_tag) == 0 && bytes == t->local.bytes) {
@@ -548,8 +548,8 @@ void tsd_handle_get_slice(tsd_engine *e, tsd_work *w) {
   }
   size_t bytes = 0;
   ts_layout l;
-  int rc = t->has_slice ? box_layout(&t->box, t->dtype, tag_of(g->layout), &l, &bytes, &err)
-                        : TS_OK;
+  int rc =
+      t->has_slice ? box_layout(&t->box, t->dtype, tag_of(g->layout), &l, &bytes, &err) : TS_OK;
   if (g->client_memory) {
     direct_get_slice(e, w->conn_id, req, t, &l, bytes, rc, &err);
     return;
@@ -582,6 +582,6 @@ void tsd_handle_get_slice(tsd_engine *e, tsd_work *w) {
     return;
   }
   tsd_session_copy_set(e, c, g->name, true, buf, bytes, in_shm);
-  tsd_serve_chunk(e, c, tsd_session_copy(c, g->name, true), w->conn_id, req->id, 0,
-                  g->max_bytes, g->shm);
+  tsd_serve_chunk(e, c, tsd_session_copy(c, g->name, true), w->conn_id, req->id, 0, g->max_bytes,
+                  g->shm);
 }

@@ -33,12 +33,16 @@ int tsd_check_selection(const char *what, size_t n_names, const char *prefix, bo
                         ts_error *err) {
   bool has_prefix = prefix && prefix[0];
   if (!all && !has_prefix && n_names == 0)
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "%s of no tensors: give names (exact, or "
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "%s of no tensors: give names (exact, or "
                         "globs such as layers.*.weight) or a prefix, or ask for all tensors "
-                        "(all=True in Python, --all in the CLI, .all = 1 in C)", what);
+                        "(all=True in Python, --all in the CLI, .all = 1 in C)",
+                        what);
   if (all && (has_prefix || n_names > 0))
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "%s: all takes every tensor; give it without "
-                        "names or a prefix", what);
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "%s: all takes every tensor; give it without "
+                        "names or a prefix",
+                        what);
   if (has_prefix && n_names > 0)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "%s: give names or a prefix, not both", what);
   return has_prefix ? ts_text_check("prefix", prefix, strlen(prefix), "names", err) : TS_OK;
@@ -51,8 +55,10 @@ int tsd_attr_msg_check(const Tshard__DistAttr *m, const tsd_limits *lim, ts_erro
   int rc = tsd_attr_from_msg(m, &a, err);
   for (int i = 0; !rc && i < a->nranks; i++)
     if (a->ranks[i] >= lim->world_size)
-      rc = ts_error_set(err, TS_BAD_ATTRIBUTE, "attribute names rank %d; the world has ranks "
-                        "0 to %d", a->ranks[i], lim->world_size - 1);
+      rc = ts_error_set(err, TS_BAD_ATTRIBUTE,
+                        "attribute names rank %d; the world has ranks "
+                        "0 to %d",
+                        a->ranks[i], lim->world_size - 1);
   ts_attr_destroy(&a);
   return rc;
 }
@@ -62,7 +68,8 @@ int tsd_validate_save(const Tshard__Request *r, const tsd_limits *lim, ts_error 
   const Tshard__SaveRequest *q = r->save;
   if (q->snapshot) /* the daemons choose the directory and save every tensor */
     return q->n_names || q->all || q->prefix[0] || q->overwrite
-               ? ts_error_set(err, TS_INVALID_ARGUMENT, "a snapshot saves every tensor into a "
+               ? ts_error_set(err, TS_INVALID_ARGUMENT,
+                              "a snapshot saves every tensor into a "
                               "new directory; give no names, prefix, all or overwrite")
                : TS_OK;
   int rc = check_dir(q->dir, err);
@@ -77,7 +84,8 @@ int tsd_validate_load(const Tshard__Request *r, const tsd_limits *lim, ts_error 
   if (!rc)
     rc = check_names(q->names, q->n_names, err);
   if (!rc && q->in_place && (attr_given(q->attr) || q->n_rules))
-    rc = ts_error_set(err, TS_INVALID_ARGUMENT, "an in-place load keeps each tensor's "
+    rc = ts_error_set(err, TS_INVALID_ARGUMENT,
+                      "an in-place load keeps each tensor's "
                       "attribute; give no attribute rules or default");
   if (!rc)
     rc = tsd_attr_msg_check(q->attr, lim, err);
@@ -93,10 +101,10 @@ int tsd_validate_load(const Tshard__Request *r, const tsd_limits *lim, ts_error 
   return rc;
 }
 
-
 int tsd_validate_save_finish(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   (void)r, (void)lim;
-  return ts_error_set(err, TS_INVALID_ARGUMENT, "save_finish is ordered by the daemons "
+  return ts_error_set(err, TS_INVALID_ARGUMENT,
+                      "save_finish is ordered by the daemons "
                       "themselves when a background save's files are written; clients wait "
                       "for it through stats (saves) instead");
 }

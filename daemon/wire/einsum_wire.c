@@ -19,8 +19,10 @@ static int check_request(const Tshard__EinsumRequest *q, bool need_out, const ts
                          ts_error *err) {
   size_t eq = q->equation ? strlen(q->equation) : 0;
   if (eq == 0 || eq > EQ_MAX)
-    return ts_error_set(err, TS_EINSUM, "einsum equation of %zu characters; give 1 to %d, e.g. "
-                        "'ij,jk->ik'", eq, EQ_MAX);
+    return ts_error_set(err, TS_EINSUM,
+                        "einsum equation of %zu characters; give 1 to %d, e.g. "
+                        "'ij,jk->ik'",
+                        eq, EQ_MAX);
   if (q->n_operands < 1 || q->n_operands > TS_DEIN_MAX_OPERANDS)
     return ts_error_set(err, TS_EINSUM, "%zu einsum operands; give 1 to %d tensor names",
                         q->n_operands, TS_DEIN_MAX_OPERANDS);
@@ -36,13 +38,14 @@ static int check_request(const Tshard__EinsumRequest *q, bool need_out, const ts
     for (size_t i = 0; i < q->n_operands; i++)
       if (strcmp(q->operands[i], q->out) == 0)
         return ts_error_set(err, TS_EXISTS,
-                            "the einsum output '%s' is also an operand; give a new name",
-                            q->out);
+                            "the einsum output '%s' is also an operand; give a new name", q->out);
   }
   size_t pl = q->plan ? strlen(q->plan) : 0;
   if (pl > PLAN_MAX)
-    return ts_error_set(err, TS_EINSUM_PLAN, "plan name of %zu characters; at most %d (auto, "
-                        "as_is, match:I, free:I, gather:I, output, replicate)", pl, PLAN_MAX);
+    return ts_error_set(err, TS_EINSUM_PLAN,
+                        "plan name of %zu characters; at most %d (auto, "
+                        "as_is, match:I, free:I, gather:I, output, replicate)",
+                        pl, PLAN_MAX);
   if (q->attr) {
     ts_attr *a = NULL;
     int rc = tsd_attr_from_msg(q->attr, &a, err);
@@ -64,8 +67,7 @@ int tsd_validate_einsum_plan(const Tshard__Request *r, const tsd_limits *lim, ts
   return check_request(r->einsum_plan, false, lim, err);
 }
 
-int tsd_validate_einsum_backward(const Tshard__Request *r, const tsd_limits *lim,
-                                 ts_error *err) {
+int tsd_validate_einsum_backward(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   (void)lim;
   const Tshard__EinsumBackwardRequest *q = r->einsum_backward;
   int rc = check_name("output gradient", q->grad_out, err);

@@ -72,9 +72,7 @@ static bool strip_unknown(ProtobufCMessage *m) {
   return valid;
 }
 
-bool tsd_request_strip_unknown(Tshard__Request *req) {
-  return !req || strip_unknown(&req->base);
-}
+bool tsd_request_strip_unknown(Tshard__Request *req) { return !req || strip_unknown(&req->base); }
 
 void tsd_request_free(Tshard__Request **req) {
   if (req && *req) {
@@ -83,8 +81,7 @@ void tsd_request_free(Tshard__Request **req) {
   }
 }
 
-static int pack_frame(const Tshard__Response *resp, uint8_t **frame, size_t *len,
-                      ts_error *err) {
+static int pack_frame(const Tshard__Response *resp, uint8_t **frame, size_t *len, ts_error *err) {
   size_t n = tshard__response__get_packed_size(resp);
   if (n > UINT32_MAX)
     return ts_error_set(err, TS_LIMIT, "answer of %zu bytes does not fit a frame", n);
@@ -101,8 +98,7 @@ static int pack_frame(const Tshard__Response *resp, uint8_t **frame, size_t *len
   return TS_OK;
 }
 
-int tsd_response_frame(const Tshard__Response *resp, uint8_t **frame, size_t *len,
-                       ts_error *err) {
+int tsd_response_frame(const Tshard__Response *resp, uint8_t **frame, size_t *len, ts_error *err) {
   /* A message cut at the size of ts_error may end inside a UTF-8 character; clients decode it as
    * a protobuf string, so only its well-formed part is sent. */
   Tshard__Response cut;

@@ -13,9 +13,10 @@
 static int check_path(const char *path, ts_error *err) {
   size_t n = path ? strlen(path) : 0;
   if (n == 0 || n >= 4000 || path[0] != '/')
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "safetensors path of %zu bytes%s; give an "
-                        "absolute path of 1 to 3999 bytes", n,
-                        n && path[0] != '/' ? " not absolute" : "");
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "safetensors path of %zu bytes%s; give an "
+                        "absolute path of 1 to 3999 bytes",
+                        n, n && path[0] != '/' ? " not absolute" : "");
   return ts_text_check("safetensors path", path, n, "paths", err);
 }
 
@@ -36,8 +37,8 @@ int tsd_validate_import_safetensors(const Tshard__Request *r, const tsd_limits *
   for (size_t i = 0; !rc && i < q->n_names; i++)
     rc = check_name("tensor name", q->names[i], err);
   for (size_t i = 0; !rc && i < q->n_rename; i++)
-    if (!(rc = ts_text_check("renamed name", q->rename[i]->key, strlen(q->rename[i]->key),
-                             "names", err)))
+    if (!(rc = ts_text_check("renamed name", q->rename[i]->key, strlen(q->rename[i]->key), "names",
+                             err)))
       rc = check_name("tensor name", q->rename[i]->value, err);
   if (!rc && q->strip_prefix && strlen(q->strip_prefix) > 1024)
     rc = ts_error_set(err, TS_INVALID_ARGUMENT, "strip_prefix of %zu bytes; at most 1024",
@@ -55,16 +56,17 @@ static int keys_once(const Tshard__ExportSafetensorsRequest *q, ts_error *err) {
     return TS_OK;
   const char **k = malloc(sizeof *k * q->n_metadata);
   if (!k)
-    return ts_error_set(err, TS_NO_MEMORY, "no memory to check %zu metadata keys",
-                        q->n_metadata);
+    return ts_error_set(err, TS_NO_MEMORY, "no memory to check %zu metadata keys", q->n_metadata);
   for (size_t i = 0; i < q->n_metadata; i++)
     k[i] = q->metadata[i]->key;
   qsort(k, q->n_metadata, sizeof *k, cmp_key);
   int rc = TS_OK;
   for (size_t i = 1; i < q->n_metadata && !rc; i++)
     if (strcmp(k[i - 1], k[i]) == 0)
-      rc = ts_error_set(err, TS_INVALID_ARGUMENT, "metadata key '%.200s' given twice; give each "
-                        "key once", k[i]);
+      rc = ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "metadata key '%.200s' given twice; give each "
+                        "key once",
+                        k[i]);
   free(k);
   return rc;
 }
@@ -81,8 +83,10 @@ int tsd_validate_export_safetensors(const Tshard__Request *r, const tsd_limits *
   for (size_t i = 0; !rc && i < q->n_metadata; i++) {
     const char *k = q->metadata[i]->key, *v = q->metadata[i]->value;
     if (!k[0] || strlen(k) > 4096 || strlen(v) > 65536)
-      rc = ts_error_set(err, TS_INVALID_ARGUMENT, "metadata entry %zu: keys of 1 to 4096 bytes "
-                        "and values of at most 65536", i);
+      rc = ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "metadata entry %zu: keys of 1 to 4096 bytes "
+                        "and values of at most 65536",
+                        i);
   }
   return rc ? rc : keys_once(q, err);
 }

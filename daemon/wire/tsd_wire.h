@@ -54,10 +54,10 @@ void tsd_attr_msg_clear(Tshard__DistAttr *m);
  * it names. The engine half (what runs each operation) is daemon/ops/handlers.c, the loop
  * thread's own answers daemon/front/server.c; both are indexed by the same op case. */
 typedef enum {
-  TSD_SCOPE_LOOP,       /* answered by the loop thread (ping) */
-  TSD_SCOPE_CATALOG,    /* by the loop thread from the catalog, else by the engine at once */
-  TSD_SCOPE_LOCAL,      /* this rank only, by the engine, at once */
-  TSD_SCOPE_COLLECTIVE  /* sequenced by rank 0 and run by every rank */
+  TSD_SCOPE_LOOP,      /* answered by the loop thread (ping) */
+  TSD_SCOPE_CATALOG,   /* by the loop thread from the catalog, else by the engine at once */
+  TSD_SCOPE_LOCAL,     /* this rank only, by the engine, at once */
+  TSD_SCOPE_COLLECTIVE /* sequenced by rank 0 and run by every rank */
 } tsd_scope;
 
 typedef struct tsd_limits {
@@ -144,10 +144,8 @@ int tsd_validate_save_finish(const Tshard__Request *r, const tsd_limits *lim, ts
 int tsd_validate_observe(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_load(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 /* safetensors_validate.c: Hugging Face safetensors import and export */
-int tsd_validate_import_safetensors(const Tshard__Request *r, const tsd_limits *lim,
-                                    ts_error *err);
-int tsd_validate_export_safetensors(const Tshard__Request *r, const tsd_limits *lim,
-                                    ts_error *err);
+int tsd_validate_import_safetensors(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
+int tsd_validate_export_safetensors(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 /* einsum_wire.c: the distributed einsum's operations */
 int tsd_validate_einsum(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);
 int tsd_validate_einsum_plan(const Tshard__Request *r, const tsd_limits *lim, ts_error *err);

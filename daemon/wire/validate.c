@@ -53,9 +53,11 @@ static int check_tag(const char *tag, ts_error *err) {
     return ts_error_set(err, TS_BAD_LAYOUT, "layout tag of %zu characters; at most 31", n);
   char hint[32];
   if (n && framework_tag(tag, hint, sizeof hint))
-    return ts_error_set(err, TS_BAD_LAYOUT, "layout tag '%s': tags name dims by letters in "
+    return ts_error_set(err, TS_BAD_LAYOUT,
+                        "layout tag '%s': tags name dims by letters in "
                         "storage order, a for dim 0, b for dim 1, ...; for %s use '%s' (upper "
-                        "case marks a blocked dim, e.g. aBcd16b)", tag, tag, hint);
+                        "case marks a blocked dim, e.g. aBcd16b)",
+                        tag, tag, hint);
   for (size_t i = 0; i < n; i++) {
     char c = tag[i];
     if (!((c >= 'a' && c <= 'h') || (c >= 'A' && c <= 'H') || (c >= '0' && c <= '9')))
@@ -126,8 +128,10 @@ static int check_create(const Tshard__CreateRequest *c, const tsd_limits *lim, t
   if (rc)
     return rc;
   if (c->n_shape < 1 || c->n_shape > TS_MAX_DIMS) /* scalars come from einsum and files */
-    return ts_error_set(err, TS_BAD_SHAPE, "shape of %zu dims; create makes tensors of 1 to %d "
-                        "dims", c->n_shape, TS_MAX_DIMS);
+    return ts_error_set(err, TS_BAD_SHAPE,
+                        "shape of %zu dims; create makes tensors of 1 to %d "
+                        "dims",
+                        c->n_shape, TS_MAX_DIMS);
   if ((rc = ts_tensor_check(c->name, (int)c->n_shape, c->shape, ts_dtype_size(dt), err)))
     return rc;
   if ((rc = check_attr(c->attr, (int)c->n_shape, c->shape, dt, lim, err)))
@@ -148,8 +152,10 @@ static int check_create(const Tshard__CreateRequest *c, const tsd_limits *lim, t
 static int check_data(uint64_t offset, uint64_t total, const ProtobufCBinaryData *data,
                       const Tshard__ShmData *shm, ts_error *err) {
   if (shm && data->len)
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "chunk with %zu data bytes and a shared-memory "
-                        "region; send one of them", data->len);
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "chunk with %zu data bytes and a shared-memory "
+                        "region; send one of them",
+                        data->len);
   if (shm && shm->bytes > SIZE_MAX)
     return ts_error_set(err, TS_LIMIT, "shared-memory region of %llu bytes",
                         (unsigned long long)shm->bytes);
@@ -163,12 +169,13 @@ static int check_client_memory(const Tshard__ClientMemory *m, bool put, uint64_t
     return ts_error_set(err, TS_INVALID_ARGUMENT,
                         "a %s naming the client's memory is one request at offset 0 without "
                         "data, shared-memory region or convert (got offset %llu%s%s)",
-                        put ? "put" : "get", (unsigned long long)offset,
-                        has_data ? ", data" : "", convert ? ", convert" : "");
+                        put ? "put" : "get", (unsigned long long)offset, has_data ? ", data" : "",
+                        convert ? ", convert" : "");
   if (m->address == 0 || m->address + m->bytes < m->address)
     return ts_error_set(err, TS_INVALID_ARGUMENT,
                         "the client's memory at address %#llx with %llu bytes is not a valid "
-                        "range", (unsigned long long)m->address, (unsigned long long)m->bytes);
+                        "range",
+                        (unsigned long long)m->address, (unsigned long long)m->bytes);
   if (put && m->bytes != total)
     return ts_error_set(err, TS_INVALID_ARGUMENT,
                         "the client's memory holds %llu bytes but total_bytes says %llu",
@@ -210,8 +217,8 @@ static int check_max_bytes(uint64_t max_bytes, const tsd_limits *lim, ts_error *
 int tsd_validate_get(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   int rc = check_name("tensor name", r->get->name, err);
   if (!rc && r->get->client_memory)
-    return check_client_memory(r->get->client_memory, false, r->get->offset, 0,
-                               r->get->shm != NULL, false, err);
+    return check_client_memory(r->get->client_memory, false, r->get->offset, 0, r->get->shm != NULL,
+                               false, err);
   return rc || r->get->shm ? rc : check_max_bytes(r->get->max_bytes, lim, err);
 }
 
@@ -231,8 +238,10 @@ int tsd_validate_reshard(const Tshard__Request *r, const tsd_limits *lim, ts_err
   if (!rc && q->keep_source_as[0])
     rc = check_name("keep_source_as", q->keep_source_as, err);
   if (!rc && q->keep_source_as[0] && strcmp(q->keep_source_as, q->name) == 0)
-    rc = ts_error_set(err, TS_INVALID_ARGUMENT, "keep_source_as names the source '%s' itself; "
-                      "give a new name or none", q->name);
+    rc = ts_error_set(err, TS_INVALID_ARGUMENT,
+                      "keep_source_as names the source '%s' itself; "
+                      "give a new name or none",
+                      q->name);
   if (!rc)
     rc = check_tag(layout_tag(q->layout), err);
   if (!rc)
@@ -334,17 +343,22 @@ int tsd_validate_trace(const Tshard__Request *r, const tsd_limits *lim, ts_error
   (void)lim;
   const Tshard__TraceRequest *t = r->trace;
   if (t->within_ns < 0)
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "trace: within_ns %lld: expected 0 (any) or "
-                        "a positive window in ns", (long long)t->within_ns);
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "trace: within_ns %lld: expected 0 (any) or "
+                        "a positive window in ns",
+                        (long long)t->within_ns);
   if (t->last > (1u << 20))
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "trace: last %u: expected 0 (all) to 1048576 "
-                        "operations", t->last);
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "trace: last %u: expected 0 (all) to 1048576 "
+                        "operations",
+                        t->last);
   return TS_OK;
 }
 
 int tsd_validate_observe(const Tshard__Request *r, const tsd_limits *lim, ts_error *err) {
   (void)r, (void)lim;
-  return ts_error_set(err, TS_INVALID_ARGUMENT, "observe is ordered by the daemons themselves "
+  return ts_error_set(err, TS_INVALID_ARGUMENT,
+                      "observe is ordered by the daemons themselves "
                       "while the live page is watched; clients read each rank's numbers "
                       "through stats, or the job's through GET /api/ranks on rank 0's "
                       "--metrics port");
@@ -421,8 +435,8 @@ int tsd_validate_participants(const Tshard__Request *req, const tsd_op *op, cons
 
 /* put_many and get_many: a batch of names (not empty, each once); every item or none names the
  * client's memory, and then the request is one, at offset 0, without data, region or convert. */
-static int check_many_memory(size_t n, size_t with_memory, bool put, uint64_t offset,
-                             bool has_data, bool convert, ts_error *err) {
+static int check_many_memory(size_t n, size_t with_memory, bool put, uint64_t offset, bool has_data,
+                             bool convert, ts_error *err) {
   if (with_memory == 0)
     return TS_OK;
   if (with_memory != n)
@@ -441,8 +455,8 @@ static int check_memory_range(const Tshard__ClientMemory *m, const char *name, t
   if (m->address == 0 || m->address + m->bytes < m->address)
     return ts_error_set(err, TS_INVALID_ARGUMENT,
                         "tensor '%s' of the batch: the client's memory at address %#llx with "
-                        "%llu bytes is not a valid range", name, (unsigned long long)m->address,
-                        (unsigned long long)m->bytes);
+                        "%llu bytes is not a valid range",
+                        name, (unsigned long long)m->address, (unsigned long long)m->bytes);
   return TS_OK;
 }
 
@@ -465,8 +479,10 @@ int tsd_validate_put_many(const Tshard__Request *r, const tsd_limits *lim, ts_er
     if (it->dtype[0] && ts_dtype_parse(it->dtype, &dt, &lerr))
       rc = ts_error_set(err, lerr.code, "tensor '%s' of the batch: %s", it->name, lerr.msg);
     else if (it->n_shape > TS_MAX_DIMS)
-      rc = ts_error_set(err, TS_BAD_SHAPE, "tensor '%s' of the batch: data of %zu dims; "
-                        "tensors have 1 to %d dims", it->name, it->n_shape, TS_MAX_DIMS);
+      rc = ts_error_set(err, TS_BAD_SHAPE,
+                        "tensor '%s' of the batch: data of %zu dims; "
+                        "tensors have 1 to %d dims",
+                        it->name, it->n_shape, TS_MAX_DIMS);
     else if (it->client_memory)
       rc = check_memory_range(it->client_memory, it->name, err);
     if (!rc && (rc = tsd_attr_msg_check(it->attr, lim, &lerr)))
@@ -502,9 +518,10 @@ int tsd_validate_get_many(const Tshard__Request *r, const tsd_limits *lim, ts_er
     const Tshard__GetManyItem *it = q->items[i];
     if (it->client_memory && (rc = check_memory_range(it->client_memory, it->name, err)) == 0 &&
         it->client_memory->bytes != it->bytes)
-      rc = ts_error_set(err, TS_INVALID_ARGUMENT, "tensor '%s' of the batch: the client's "
-                        "memory holds %llu bytes but the item says %llu", it->name,
-                        (unsigned long long)it->client_memory->bytes,
+      rc = ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "tensor '%s' of the batch: the client's "
+                        "memory holds %llu bytes but the item says %llu",
+                        it->name, (unsigned long long)it->client_memory->bytes,
                         (unsigned long long)it->bytes);
   }
   if (!rc)

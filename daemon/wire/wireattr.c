@@ -24,44 +24,52 @@ int tsd_attr_from_msg(const Tshard__DistAttr *m, ts_attr **out, ts_error *err) {
     return ts_error_set(err, TS_BAD_ATTRIBUTE, "mesh of %zu dims; at most %d", m->n_mesh_shape,
                         TS_MAX_MESH_DIMS);
   if (m->n_placements != m->n_mesh_shape)
-    return ts_error_set(err, TS_BAD_ATTRIBUTE, "%zu placements for a mesh of %zu dims; give one "
-                        "per mesh dim", m->n_placements, m->n_mesh_shape);
+    return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                        "%zu placements for a mesh of %zu dims; give one "
+                        "per mesh dim",
+                        m->n_placements, m->n_mesh_shape);
   int64_t n = 1;
   for (size_t i = 0; i < m->n_mesh_shape; i++) {
     if (m->mesh_shape[i] < 1 || m->mesh_shape[i] > MAX_WIRE_RANKS)
-      return ts_error_set(err, TS_BAD_ATTRIBUTE, "mesh dim %zu has size %lld; sizes are 1 to %d",
-                          i, (long long)m->mesh_shape[i], MAX_WIRE_RANKS);
+      return ts_error_set(err, TS_BAD_ATTRIBUTE, "mesh dim %zu has size %lld; sizes are 1 to %d", i,
+                          (long long)m->mesh_shape[i], MAX_WIRE_RANKS);
     n *= m->mesh_shape[i];
     if (n > MAX_WIRE_RANKS)
       return ts_error_set(err, TS_BAD_ATTRIBUTE, "mesh of more than %d ranks", MAX_WIRE_RANKS);
   }
   if (m->n_ranks != 0 && (int64_t)m->n_ranks != n)
-    return ts_error_set(err, TS_BAD_ATTRIBUTE, "%zu ranks for a mesh of %lld; give one per mesh "
-                        "position or none (0..n-1)", m->n_ranks, (long long)n);
+    return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                        "%zu ranks for a mesh of %lld; give one per mesh "
+                        "position or none (0..n-1)",
+                        m->n_ranks, (long long)n);
   ts_placement place[TS_MAX_MESH_DIMS];
   for (size_t i = 0; i < m->n_placements; i++) {
     const Tshard__Placement *p = m->placements[i];
     switch (p->kind) {
     case TSHARD__PLACEMENT_KIND__SHARD:
       if (!ts_split_rule_name((ts_split_rule)p->split))
-        return ts_error_set(err, TS_BAD_ATTRIBUTE, "placement %zu: split rule %d; valid: "
-                            "0 balanced, 1 chunk", i, (int)p->split);
+        return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                            "placement %zu: split rule %d; valid: "
+                            "0 balanced, 1 chunk",
+                            i, (int)p->split);
       place[i] = ts_shard_rule(p->dim, (ts_split_rule)p->split);
       place[i].cyclic = p->cyclic; /* 0: the plain split */
       place[i].src = p->src;
       break;
-    case TSHARD__PLACEMENT_KIND__REPLICATE:
-      place[i] = ts_replicate();
-      break;
+    case TSHARD__PLACEMENT_KIND__REPLICATE: place[i] = ts_replicate(); break;
     case TSHARD__PLACEMENT_KIND__PARTIAL:
       if ((int)p->op < 0 || (int)p->op >= TS_REDUCE_COUNT)
-        return ts_error_set(err, TS_BAD_ATTRIBUTE, "placement %zu: reduce op %d; valid: 0 sum, "
-                            "1 max, 2 min, 3 avg, 4 prod", i, (int)p->op);
+        return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                            "placement %zu: reduce op %d; valid: 0 sum, "
+                            "1 max, 2 min, 3 avg, 4 prod",
+                            i, (int)p->op);
       place[i] = ts_partial((ts_reduce_op)p->op);
       break;
     default:
-      return ts_error_set(err, TS_BAD_ATTRIBUTE, "placement %zu: kind %d; valid: 0 shard, "
-                          "1 replicate, 2 partial", i, (int)p->kind);
+      return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                          "placement %zu: kind %d; valid: 0 shard, "
+                          "1 replicate, 2 partial",
+                          i, (int)p->kind);
     }
   }
   ts_attr *a = NULL;
@@ -74,14 +82,17 @@ int tsd_attr_from_msg(const Tshard__DistAttr *m, ts_attr **out, ts_error *err) {
     if (s->dim < -TS_MAX_DIMS || s->dim >= TS_MAX_DIMS || s->n_sizes == 0 ||
         s->n_sizes > MAX_WIRE_RANKS) {
       ts_attr_destroy(&a);
-      return ts_error_set(err, TS_BAD_ATTRIBUTE, "split %zu: dim %d with %zu sizes; dims are %d "
-                          "to %d with 1 to %d sizes", i, s->dim, s->n_sizes, -TS_MAX_DIMS,
-                          TS_MAX_DIMS - 1, MAX_WIRE_RANKS);
+      return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                          "split %zu: dim %d with %zu sizes; dims are %d "
+                          "to %d with 1 to %d sizes",
+                          i, s->dim, s->n_sizes, -TS_MAX_DIMS, TS_MAX_DIMS - 1, MAX_WIRE_RANKS);
     }
     if (ts_attr_splits(a, s->dim, NULL)) {
       ts_attr_destroy(&a);
-      return ts_error_set(err, TS_BAD_ATTRIBUTE, "split %zu: dim %d already has its splits; give "
-                          "each dim's splits once", i, s->dim);
+      return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                          "split %zu: dim %d already has its splits; give "
+                          "each dim's splits once",
+                          i, s->dim);
     }
     if ((rc = ts_attr_set_splits(a, s->dim, (int)s->n_sizes, s->sizes, err))) {
       ts_attr_destroy(&a);

@@ -39,8 +39,10 @@ static int set_error(ts_error *err, const char *what, int e) {
 int ts_pool_share(uint64_t size, ts_pool_shared *out, ts_error *err) {
   size_t page = (size_t)sysconf(_SC_PAGESIZE), align = TS_BUFFER_HUGE_BYTES;
   if (size < 2 * align || size > ((uint64_t)1 << 46))
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "a shared arena of %llu bytes (valid: %zu to "
-                        "2^46)", (unsigned long long)size, 2 * align);
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "a shared arena of %llu bytes (valid: %zu to "
+                        "2^46)",
+                        (unsigned long long)size, 2 * align);
   size = size / align * align;
   pthread_mutex_lock(&amu);
   int rc = TS_OK;
@@ -51,9 +53,10 @@ int ts_pool_share(uint64_t size, ts_pool_shared *out, ts_error *err) {
       rc = set_error(err, "memfd_create", errno);
     else if (ftruncate(fd, (off_t)size) != 0)
       rc = set_error(err, "sizing the file", errno);
-    /* 2 MiB-aligned: reserve the size plus the alignment, then map the file over the aligned start */
-    else if ((hole = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS |
-                          MAP_NORESERVE, -1, 0)) == MAP_FAILED)
+    /* 2 MiB-aligned: reserve the size plus the alignment, then map the file over the aligned
+     * start */
+    else if ((hole = mmap(NULL, size + align, PROT_NONE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)) == MAP_FAILED)
       rc = set_error(err, "reserving its addresses", errno);
     else if ((m = mmap((void *)(((uintptr_t)hole + align - 1) / align * align), size,
                        PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE, fd, 0)) ==

@@ -42,7 +42,7 @@
 #include "arena.h"
 #include "ts_pool.h"
 
-#define HEADER_BYTES 64 /* keeps the heap path 64-byte aligned */
+#define HEADER_BYTES 64                           /* keeps the heap path 64-byte aligned */
 #define MAGIC_HEAP UINT64_C(0x7473706f6f6c6870)   /* "tspoolhp" */
 #define MAGIC_MAPPED UINT64_C(0x7473706f6f6c6d70) /* "tspoolmp" */
 #define MAGIC_CACHED UINT64_C(0x7473706f6f6c6361) /* "tspoolca": in the cache, not handed out */
@@ -243,8 +243,8 @@ static header *cache_take(size_t bytes, size_t cls, bool huge, bool may_share) {
   header **best = NULL;
   for (header **pp = &cache_head; *pp; pp = &(*pp)->next) {
     header *h = *pp;
-    bool fits = h->cap >= bytes && h->cap <= cls && (bool)h->huge == huge &&
-                (may_share || !h->shared);
+    bool fits =
+        h->cap >= bytes && h->cap <= cls && (bool)h->huge == huge && (may_share || !h->shared);
     if (fits && (!best || h->cap < (*best)->cap))
       best = pp;
   }

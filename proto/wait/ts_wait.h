@@ -31,10 +31,10 @@ typedef struct ts_wait_policy {
 /* The schedules in use (wait.c documents each one's numbers). */
 extern const ts_wait_policy ts_wait_mpi;    /* an MPI request or message: spin 50 us, 5..50 us */
 extern const ts_wait_policy ts_wait_engine; /* the engine between work: 10 us for 2 ms, ..8 ms */
-extern const ts_wait_policy ts_wait_bell; /* an MPI message that rings: spin 100 us, ..1 ms */
+extern const ts_wait_policy ts_wait_bell;   /* an MPI message that rings: spin 100 us, ..1 ms */
 extern const ts_wait_policy ts_wait_engine_bell; /* the engine, rung: 200 us (150), 1 ms..1 s */
-extern const ts_wait_policy ts_wait_socket; /* a client's answer: spin 100 us, then poll() */
-extern const ts_wait_policy ts_wait_poll; /* a client polling a slow record: 1 ms .. 20 ms */
+extern const ts_wait_policy ts_wait_socket;      /* a client's answer: spin 100 us, then poll() */
+extern const ts_wait_policy ts_wait_poll;        /* a client polling a slow record: 1 ms .. 20 ms */
 
 /* No deadline, for waits that something else ends: the engine's idle wait (the daemon's life),
  * an MPI message waited on with a doorbell (comm/collectives.c: MPI ends it, a lost peer aborts

@@ -34,9 +34,9 @@ struct ts_ckpt_job {
   stensor *ts;
   int nt, total_pieces, nmine, rank, size;
   bool lead, exists, made, keep_partial;
-  int lock_fd; /* the leader's lock on tmp while the save writes (ckpt_clean.c), else -1 */
-  ts_tensor *copy; /* per tensor: this rank's copy of its slice (data NULL: none, or written) */
-  ts_box *box;     /* per tensor: the slice's box */
+  int lock_fd;      /* the leader's lock on tmp while the save writes (ckpt_clean.c), else -1 */
+  ts_tensor *copy;  /* per tensor: this rank's copy of its slice (data NULL: none, or written) */
+  ts_box *box;      /* per tensor: the slice's box */
   uint64_t *hashes; /* per piece: its checksum and its table's */
   char parent[4096], tmp[4400], target[4400], path[4500];
   int64_t total, all_bytes; /* this rank's bytes to write; every rank's */
@@ -88,11 +88,12 @@ static int take_copies(ts_ckpt_job *j, ts_world *w, const ts_ckpt_save_opts *o, 
       j->copy_bytes += (int64_t)j->ts[i].t->local.bytes;
   ts_error why;
   if (!lst && j->copy_bytes > 0 && ts_pool_check((size_t)j->copy_bytes, "the copy", &why))
-    lst = ts_error_set(lerr, TS_LIMIT, "asynchronous save: its copy of the tensors needs %lld "
+    lst = ts_error_set(lerr, TS_LIMIT,
+                       "asynchronous save: its copy of the tensors needs %lld "
                        "bytes on rank %d, more than the memory limit leaves; save synchronously "
                        "(wait=True, or tshard save without --async), which writes straight from "
-                       "the tensors (%.150s; to '%s')", (long long)j->copy_bytes, j->rank,
-                       why.msg, j->target);
+                       "the tensors (%.150s; to '%s')",
+                       (long long)j->copy_bytes, j->rank, why.msg, j->target);
   for (int i = 0; i < j->nt; i++) {
     ts_tensor reduced;
     const ts_tensor *src = NULL;
@@ -102,8 +103,10 @@ static int take_copies(ts_ckpt_job *j, ts_world *w, const ts_ckpt_save_opts *o, 
     j->box[i] = j->ts[i].t->box;
     if (!lst && writes_piece(j, i)) {
       if (!src) {
-        lst = ts_error_set(lerr, TS_INTERNAL, "checkpoint: rank %d writes a piece of '%s' but "
-                           "holds no slice", j->rank, j->ts[i].name);
+        lst = ts_error_set(lerr, TS_INTERNAL,
+                           "checkpoint: rank %d writes a piece of '%s' but "
+                           "holds no slice",
+                           j->rank, j->ts[i].name);
       } else if (reduced.data) { /* the reduction is a copy already */
         j->copy[i] = reduced;
         reduced.data = NULL;
@@ -218,9 +221,10 @@ const char *ts_ckpt_job_tmp(const ts_ckpt_job *j) { return j && j->lead ? j->tmp
 
 /* The writer's failure when it was cancelled. */
 static int cancelled(ts_ckpt_job *j, int64_t written) {
-  return ts_error_set(&j->lerr, TS_SHUTDOWN, "checkpoint: the save to '%s' was abandoned before "
-                      "rank %d wrote its file (%lld of %lld bytes written there)", j->target,
-                      j->rank, (long long)written, (long long)j->total);
+  return ts_error_set(&j->lerr, TS_SHUTDOWN,
+                      "checkpoint: the save to '%s' was abandoned before "
+                      "rank %d wrote its file (%lld of %lld bytes written there)",
+                      j->target, j->rank, (long long)written, (long long)j->total);
 }
 
 void ts_ckpt_job_write(ts_ckpt_job *j) {
@@ -250,7 +254,7 @@ void ts_ckpt_job_write(ts_ckpt_job *j) {
     ts_shard_free_tensor(&j->copy[i]); /* its pieces are written: the memory goes back */
   }
   bool kill;
-  ts__ckpt_fail_take(&kill); /* the write-failure hook served this save */
+  ts__ckpt_fail_take(&kill);           /* the write-failure hook served this save */
   if (!lst && atomic_load(&j->cancel)) /* cancelled after its last piece, before the sync */
     lst = cancelled(j, written);
   if (fd >= 0) {
@@ -258,8 +262,8 @@ void ts_ckpt_job_write(ts_ckpt_job *j) {
       lst = ts_error_set(&j->lerr, TS_CHECKPOINT_IO, "checkpoint: cannot sync '%s': %s", j->path,
                          strerror(errno));
     if (close(fd) != 0 && !lst)
-      lst = ts_error_set(&j->lerr, TS_CHECKPOINT_IO, "checkpoint: cannot close '%s': %s",
-                         j->path, strerror(errno));
+      lst = ts_error_set(&j->lerr, TS_CHECKPOINT_IO, "checkpoint: cannot close '%s': %s", j->path,
+                         strerror(errno));
   }
   j->status = lst;
   atomic_store(&j->finished, true);
@@ -288,10 +292,11 @@ int ts_ckpt_save_end(ts_ckpt_job *j, ts_world *w, ts_ckpt_report *rep, ts_error 
     lst = j->status;
     lerr = j->lerr;
   } else { /* its writer still runs (stuck in a write): nothing it fills is read */
-    lst = ts_error_set(&lerr, TS_SHUTDOWN, "checkpoint: the save to '%s' was abandoned while "
-                       "rank %d was still writing its file (%lld of %lld bytes written there)",
-                       j->target, j->rank, (long long)atomic_load(&j->written),
-                       (long long)j->total);
+    lst =
+        ts_error_set(&lerr, TS_SHUTDOWN,
+                     "checkpoint: the save to '%s' was abandoned while "
+                     "rank %d was still writing its file (%lld of %lld bytes written there)",
+                     j->target, j->rank, (long long)atomic_load(&j->written), (long long)j->total);
   }
   if (!hv && !lst)
     lst = ts_error_set(&lerr, TS_NO_MEMORY, "checkpoint: no memory");
@@ -306,8 +311,8 @@ int ts_ckpt_save_end(ts_ckpt_job *j, ts_world *w, ts_ckpt_report *rep, ts_error 
   }
   free(hv);
   if (!rc) {
-    if (j->lead && (lst = ts__ckpt_into_place(j->tmp, j->target, j->parent, j->exists,
-                                              &lerr)) == TS_OK)
+    if (j->lead &&
+        (lst = ts__ckpt_into_place(j->tmp, j->target, j->parent, j->exists, &lerr)) == TS_OK)
       j->made = false;
     rc = ts_comm_agree(c, lst, &lerr, err);
   }

@@ -50,7 +50,6 @@ void ts__ckpt_blocks_hash(const void *bytes, int64_t len, int64_t block, uint8_t
  * The runs of a box I inside piece P and target box B: stretches contiguous in both (the dims
  * after k0 are whole in I, P and B), in the piece's row-major (file) order. */
 
-
 void ts__ckpt_runs_init(ckpt_runs *it, const ts_box *I, const ts_box *P, const ts_box *B) {
   memset(it, 0, sizeof *it);
   it->I = I, it->P = P, it->B = B;
@@ -114,15 +113,15 @@ int64_t ts__ckpt_read_cost(const ts_ckpt_piece *p, const ts_box *I, const ts_box
   if (it.count == 1)
     bytes = cover(a0, a0 + L, blk, pbytes);
   else if (pitch - L < blk) /* runs share blocks: groups of them, nearly everything between,
-                              * with a cost per run (its segments, blocks hashed across them) */
+                             * with a cost per run (its segments, blocks hashed across them) */
     bytes = min64(pbytes, it.count * pitch) + it.count * DENSE_RUN_COST,
     calls = it.count / (GROUP_IOV / 2) + 1;
   else if (pitch % blk == 0) /* every run sits alike in its blocks */
     bytes = it.count * cover(a0, a0 + L, blk, pbytes);
   else
     bytes = it.count * min64(pitch, L + blk);
-  return bytes + ckpt_blocks_count(pbytes, blk) * 8 + (calls + bytes / (int64_t)CKPT_HASH_STEP) *
-                                                          CKPT_CALL_COST;
+  return bytes + ckpt_blocks_count(pbytes, blk) * 8 +
+         (calls + bytes / (int64_t)CKPT_HASH_STEP) * CKPT_CALL_COST;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -460,8 +459,8 @@ static void acquire(ranged *x) {
  * the current group when it starts in the group's last block and fits, else that group goes
  * and a new one starts at a's block. */
 static void add_step(ranged *x, int64_t a, int64_t b, uint8_t *dst) {
-  int64_t ca = align_down(a, x->block), cb = min64(align_down(b + x->block - 1, x->block),
-                                                   x->pbytes);
+  int64_t ca = align_down(a, x->block),
+          cb = min64(align_down(b + x->block - 1, x->block), x->pbytes);
   group *g = x->cur;
   bool merge = g && g->n > 0 && a < g->end && g->n + 2 <= GROUP_IOV &&
                (int64_t)g->sused - (g->end - a) + (cb - b) <= (int64_t)x->scap &&
@@ -533,7 +532,8 @@ int ts__ckpt_read_ranges(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tens
   if (ts__ckpt_pread_full(fd, table, (size_t)nb * 8, toff)) {
     rc = ts__ckpt_piece_io_fail(t, p, err);
   } else if ((th = XXH3_64bits(table, (size_t)nb * 8)) != p->block_xxh3) {
-    rc = ts_error_set(err, TS_CORRUPT, "checkpoint file '%s', piece '%s' (tensor '%s', box %s): "
+    rc = ts_error_set(err, TS_CORRUPT,
+                      "checkpoint file '%s', piece '%s' (tensor '%s', box %s): "
                       "its block table '%s': checksum xxh3 %016llx, the index says %016llx",
                       p->file, p->key, t->name, bt, p->block_key, (unsigned long long)th,
                       (unsigned long long)p->block_xxh3);
@@ -550,10 +550,11 @@ int ts__ckpt_read_ranges(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tens
       pump(&x, true);
     if (x.fail == FAIL_SUM) {
       int64_t lo = x.bad_block * x.block;
-      rc = ts_error_set(err, TS_CORRUPT, "checkpoint file '%s', piece '%s' (tensor '%s', box %s): "
+      rc = ts_error_set(err, TS_CORRUPT,
+                        "checkpoint file '%s', piece '%s' (tensor '%s', box %s): "
                         "block %lld (bytes %lld to %lld of the piece): checksum xxh3 %016llx, "
-                        "its block table says %016llx", p->file, p->key, t->name, bt,
-                        (long long)x.bad_block, (long long)lo,
+                        "its block table says %016llx",
+                        p->file, p->key, t->name, bt, (long long)x.bad_block, (long long)lo,
                         (long long)min64(lo + x.block, x.pbytes), (unsigned long long)x.bad_hash,
                         (unsigned long long)get_le64(table + 8 * x.bad_block));
     } else if (x.fail == FAIL_IO) {

@@ -75,8 +75,8 @@ typedef struct ckpt_runs {
   const ts_box *I, *P, *B;
   int n, k0;
   int64_t ps[TS_MAX_DIMS + 1], bs[TS_MAX_DIMS + 1]; /* row-major element strides (ps[d+1]: dim d) */
-  int64_t len;   /* elements per run */
-  int64_t count; /* runs */
+  int64_t len;                                      /* elements per run */
+  int64_t count;                                    /* runs */
   int64_t idx[TS_MAX_DIMS];
   bool more;
 } ckpt_runs;
@@ -94,8 +94,8 @@ int ts__ckpt_read_whole(int fd, int64_t off, const ts_box *P, const ts_box *B, u
 /* The ranged read (ckpt_blocks.c) of the part I of piece p (at absolute offset off of fd) into
  * dst, row-major over box B (I lies inside B and the piece): the runs of I, contiguous in the
  * file and in dst, read straight into dst, the rest of the blocks at their edges into a scratch
- * buffer (the reader's ranger), every block read checked against the piece's table (itself checked against the
- * index first). The piece must have a table. */
+ * buffer (the reader's ranger), every block read checked against the piece's table (itself checked
+ * against the index first). The piece must have a table. */
 int ts__ckpt_read_ranges(ckpt_reader *r, int fd, int64_t off, const ts_ckpt_tensor *t,
                          const ts_ckpt_piece *p, const ts_box *I, const ts_box *B, uint8_t *dst,
                          ts_error *err);
@@ -131,13 +131,13 @@ void ts__ckpt_move_destroy(ckpt_move **p);
 /* One piece of the save plan. */
 typedef struct spiece {
   ts_box box;
-  int writer;        /* world rank */
+  int writer; /* world rank */
   int64_t bytes;
   int slice; /* the distinct slice it is a chunk of */
   int npc;
   int64_t pc[TS_MAX_MESH_DIMS];
-  int64_t offset;    /* in the writer's file (absolute), on the writer */
-  int64_t toffset;   /* its block checksum table's (absolute), on the writer */
+  int64_t offset;  /* in the writer's file (absolute), on the writer */
+  int64_t toffset; /* its block checksum table's (absolute), on the writer */
   char key[TS_NAME_MAX + 24];
   char tkey[TS_NAME_MAX + 32]; /* the table's key: "<key>.blocks" */
 } spiece;
@@ -159,17 +159,16 @@ typedef struct stensor {
 
 /* The plan of a save: the tensors (names NULL: every tensor of the store), each found, named once
  * and cut into pieces with their writers; load[] counts each rank's bytes to write. */
-int ts__ckpt_plan_tensors(ts_store *s, const char *const *names, int nt,
-                          const ts_ckpt_save_opts *o, stensor *ts, int64_t *load, ts_error *err);
+int ts__ckpt_plan_tensors(ts_store *s, const char *const *names, int nt, const ts_ckpt_save_opts *o,
+                          stensor *ts, int64_t *load, ts_error *err);
 void ts__ckpt_plan_free(stensor *ts, int nt); /* accepts NULL */
 /* The lowest world rank on this node (collective). */
 int ts__ckpt_node_leader(ts_comm *c, int rank, int size, int *leader, ts_error *err);
 /* What a save may replace (the directory's leader, before anything is written): nothing or an
  * empty directory (*replace false), a tshard checkpoint (*replace true), else refused. */
-int ts__ckpt_check_target(const char *target, bool refuse_existing, bool *replace,
-                          ts_error *err);
-int ts__ckpt_prepare_dirs(const char *target, const char *tmp, bool refuse_existing,
-                          bool *exists, int *lock_fd, ts_error *err);
+int ts__ckpt_check_target(const char *target, bool refuse_existing, bool *replace, ts_error *err);
+int ts__ckpt_prepare_dirs(const char *target, const char *tmp, bool refuse_existing, bool *exists,
+                          int *lock_fd, ts_error *err);
 /* PARENT/.BASE.tmp-STAMP, one name on every rank (collective). */
 int ts__ckpt_tmp_name(ts_comm *c, int rank, const char *parent, const char *base, char *tmp,
                       size_t cap, ts_error *err);
@@ -178,8 +177,7 @@ int ts__ckpt_tmp_name(ts_comm *c, int rank, const char *parent, const char *base
 int ts__ckpt_open_file(stensor *ts, int nt, int nmine, int rank, const char *path, int *fd,
                        ts_error *err);
 /* Checksums as non-negative 32-bit halves, -1 for other ranks' pieces (gathered by a max). */
-void ts__ckpt_pack_hashes(const stensor *ts, int nt, int rank, const uint64_t *hashes,
-                          int64_t *hv);
+void ts__ckpt_pack_hashes(const stensor *ts, int nt, int rank, const uint64_t *hashes, int64_t *hv);
 /* The leaders: index.json into tmp (with the snapshot sequence when > 0), synced with it. */
 int ts__ckpt_write_index(stensor *ts, int nt, int size, const int64_t *hv, bool keep_partial,
                          int64_t sequence, const char *tmp, ts_error *err);
@@ -192,9 +190,9 @@ int ts__ckpt_source(ts_world *w, const stensor *st, int64_t staging, int prior,
                     ts_error *err);
 /* Writes one piece from the slice `src` (in its layout, slice_box its box) at p->offset and its
  * block checksum table at p->toffset; hashes both; adds its bytes to *written. Any thread. */
-int ts__ckpt_write_piece(int fd, const char *path, const ts_tensor *src,
-                         const ts_box *slice_box, spiece *p, ts_dtype dt, uint64_t *hash,
-                         uint64_t *thash, int64_t *written, ts_error *err);
+int ts__ckpt_write_piece(int fd, const char *path, const ts_tensor *src, const ts_box *slice_box,
+                         spiece *p, ts_dtype dt, uint64_t *hash, uint64_t *thash, int64_t *written,
+                         ts_error *err);
 /* The write-failure test hook's setting for the next save (-1: off), turned off by taking it. */
 int64_t ts__ckpt_fail_take(bool *kill);
 

@@ -129,8 +129,8 @@ int ts__ckpt_piece_mismatch(const ts_ckpt_tensor *t, const ts_ckpt_piece *p, uin
 int ts__ckpt_piece_io_fail(const ts_ckpt_tensor *t, const ts_ckpt_piece *p, ts_error *err) {
   return ts_error_set(err, errno == EIO ? TS_CORRUPT : TS_CHECKPOINT_IO,
                       "checkpoint file '%s', piece '%s' (tensor '%s'): cannot read: %s", p->file,
-                      p->key, t->name, errno == EIO ? "the file is shorter than its header says"
-                                                    : strerror(errno));
+                      p->key, t->name,
+                      errno == EIO ? "the file is shorter than its header says" : strerror(errno));
 }
 
 int ts__ckpt_pread_hashed(int fd, void *dst, size_t len, int64_t off, void *st) {
@@ -247,14 +247,18 @@ static int check_cover(const char *dir, const ts_ckpt_tensor *t, ts_error *err) 
       const ts_ckpt_piece *p = &t->pieces[o[a].k], *q = &t->pieces[o[b].k];
       if (ts_box_intersect(&p->box, &q->box, &x)) {
         free(o);
-        return ts_error_set(err, TS_CORRUPT, "checkpoint '%s': tensor '%s': pieces '%s' and '%s' "
-                            "overlap", dir, t->name, p->key, q->key);
+        return ts_error_set(err, TS_CORRUPT,
+                            "checkpoint '%s': tensor '%s': pieces '%s' and '%s' "
+                            "overlap",
+                            dir, t->name, p->key, q->key);
       }
     }
   free(o);
   if (sum != total)
-    return ts_error_set(err, TS_CORRUPT, "checkpoint '%s': tensor '%s': its pieces hold %lld of "
-                        "its %lld elements", dir, t->name, (long long)sum, (long long)total);
+    return ts_error_set(err, TS_CORRUPT,
+                        "checkpoint '%s': tensor '%s': its pieces hold %lld of "
+                        "its %lld elements",
+                        dir, t->name, (long long)sum, (long long)total);
   return TS_OK;
 }
 
@@ -325,8 +329,8 @@ static bool same_coords(const ts_ckpt_piece *p, const int64_t *pc, int npc) {
  * checked against the index and the files' sizes. Run before the tensor is planned or
  * allocated, so that nothing proportional to the shapes an index claims is done before the
  * files are known to hold them. */
-static int check_pieces(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_geom *g,
-                        const ts_attr *a, int rank, ts_error *err) {
+static int check_pieces(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_geom *g, const ts_attr *a,
+                        int rank, ts_error *err) {
   ts_box box;
   int64_t pc[TS_MAX_MESH_DIMS];
   int npc;
@@ -380,8 +384,10 @@ static int read_partial(ckpt_reader *r, const ts_ckpt_tensor *t, const ts_geom *
   }
   char bt[256];
   ts__ckpt_box_text(&e->box, bt, sizeof bt);
-  return ts_error_set(err, TS_CORRUPT, "checkpoint '%s': tensor '%s': no partial piece for box %s "
-                      "at rank %d", r->dir, t->name, bt, rank);
+  return ts_error_set(err, TS_CORRUPT,
+                      "checkpoint '%s': tensor '%s': no partial piece for box %s "
+                      "at rank %d",
+                      r->dir, t->name, bt, rank);
 }
 
 /* The attribute a tensor is read under, and whether a reshard to `want` follows. */
@@ -424,15 +430,16 @@ static int prepare_target(ltarget *L, const ts_attr *def, const ts_ckpt_load_opt
                           ckpt_reader *r, int rank, int size, ts_error *err) {
   const ts_ckpt_tensor *t = L->t;
   int k = L->into ? -1 : ts_attr_rule_pick(o->rule_patterns, o->nrules, t->name);
-  const ts_attr *attr = L->into ? L->into->attr : k >= 0 && o->rule_attrs[k] ? o->rule_attrs[k]
-                                                                               : def;
+  const ts_attr *attr = L->into                      ? L->into->attr
+                        : k >= 0 && o->rule_attrs[k] ? o->rule_attrs[k]
+                                                     : def;
   int rc = attr ? ts_attr_clone(attr, &L->want, err) : ts_attr_parse(t->attr, &L->want, err);
   char why[512];
   if (!rc && (rc = ts_attr_validate(L->want, t->ndim, t->shape, size, err))) {
     snprintf(why, sizeof why, "%s", err->msg);
     if (k >= 0 && o->rule_attrs[k])
-      ts_error_set(err, rc, "checkpoint load of '%s' on %d ranks: the rule '%s': %s", t->name,
-                   size, o->rule_patterns[k], why);
+      ts_error_set(err, rc, "checkpoint load of '%s' on %d ranks: the rule '%s': %s", t->name, size,
+                   o->rule_patterns[k], why);
     else
       ts_error_set(err, rc, "checkpoint load of '%s' on %d ranks: %s%s", t->name, size, why,
                    attr ? " (the default attribute)"
@@ -444,7 +451,8 @@ static int prepare_target(ltarget *L, const ts_attr *def, const ts_ckpt_load_opt
     rc = read_attr(t, L->want, &L->base, &L->reshard, err);
   if (!rc && (rc = ts_attr_validate(L->base, t->ndim, t->shape, size, err))) {
     snprintf(why, sizeof why, "%s", err->msg);
-    ts_error_set(err, rc, "checkpoint load of '%s': the saved attribute does not fit %d "
+    ts_error_set(err, rc,
+                 "checkpoint load of '%s': the saved attribute does not fit %d "
                  "ranks (%s); a checkpoint with partial values kept loads on its saved ranks",
                  t->name, size, why);
   }
@@ -459,8 +467,10 @@ static const ts_stored *inplace_into(ts_store *s, const ts_ckpt_tensor *t, char 
                                      int *nbad, int *code, ts_error *err) {
   const ts_stored *e = ts_store_find(s, t->name);
   if (!e) {
-    ts_error_set(err, TS_NOT_FOUND, "in-place load: no tensor named '%s' to load into; load it "
-                 "without in_place first", t->name);
+    ts_error_set(err, TS_NOT_FOUND,
+                 "in-place load: no tensor named '%s' to load into; load it "
+                 "without in_place first",
+                 t->name);
     return NULL;
   }
   bool shape = e->ndim != t->ndim || memcmp(e->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
@@ -471,8 +481,7 @@ static const ts_stored *inplace_into(ts_store *s, const ts_ckpt_tensor *t, char 
   ts_shape_text(t->ndim, t->shape, saved, sizeof saved);
   size_t n = strlen(bad);
   int k = snprintf(bad + n, cap - n, "%s'%s' is %s %s here, %s %s saved", *nbad ? "; " : "",
-                   t->name, ts_dtype_name(e->dtype), have, ts_dtype_name(t->dtype),
-                   saved);
+                   t->name, ts_dtype_name(e->dtype), have, ts_dtype_name(t->dtype), saved);
   if (k < 0 || (size_t)k >= cap - n) /* cut: the count in the message says how many */
     snprintf(bad + cap - 5, 5, " ...");
   (*nbad)++;
@@ -486,14 +495,15 @@ static const ts_stored *inplace_into(ts_store *s, const ts_ckpt_tensor *t, char 
  * the outcome. */
 static int list_targets(const ts_ckpt_index *idx, const char *dir, ts_store *s,
                         const char *const *names, int nt, const ts_attr *attr,
-                        const ts_ckpt_load_opts *o, ckpt_reader *r, int rank, int size,
-                        ltarget *L, ts_error *err) {
+                        const ts_ckpt_load_opts *o, ckpt_reader *r, int rank, int size, ltarget *L,
+                        ts_error *err) {
   int rc = TS_OK;
   for (int k = 0; !rc && k < o->nrules; k++) /* a misspelt name is an error, not ignored */
-    if (!ts_attr_rule_is_glob(o->rule_patterns[k]) &&
-        !ts_ckpt_index_find(idx, o->rule_patterns[k]))
-      rc = ts_error_set(err, TS_NOT_FOUND, "checkpoint '%s' holds no tensor named '%s' (given "
-                        "an attribute rule)", dir, o->rule_patterns[k]);
+    if (!ts_attr_rule_is_glob(o->rule_patterns[k]) && !ts_ckpt_index_find(idx, o->rule_patterns[k]))
+      rc = ts_error_set(err, TS_NOT_FOUND,
+                        "checkpoint '%s' holds no tensor named '%s' (given "
+                        "an attribute rule)",
+                        dir, o->rule_patterns[k]);
   char bad[400] = "";
   int nbad = 0, badcode = TS_OK;
   for (int i = 0; !rc && i < nt; i++) {
@@ -512,8 +522,10 @@ static int list_targets(const ts_ckpt_index *idx, const char *dir, ts_store *s,
       rc = ts_error_set(err, TS_NOT_FOUND, "checkpoint '%s' holds no tensor named '%s'", dir,
                         names[i]);
     else if (!o->in_place && ts_store_find(s, t->name))
-      rc = ts_error_set(err, TS_EXISTS, "checkpoint load: a tensor named '%s' already exists; "
-                        "drop it first", t->name);
+      rc = ts_error_set(err, TS_EXISTS,
+                        "checkpoint load: a tensor named '%s' already exists; "
+                        "drop it first",
+                        t->name);
     else if (!t->partial_kept)
       rc = check_cover(dir, t, err);
     for (int j = 0; !rc && j < i; j++)
@@ -523,8 +535,10 @@ static int list_targets(const ts_ckpt_index *idx, const char *dir, ts_store *s,
       rc = prepare_target(&L[i], attr, o, r, rank, size, err);
   }
   if (!rc && nbad) /* every mismatch, the message cut when they do not fit */
-    rc = ts_error_set(err, badcode, "in-place load from '%.60s': %d tensor%s not as saved, "
-                      "nothing loaded: %s", dir, nbad, nbad > 1 ? "s are" : " is", bad);
+    rc = ts_error_set(err, badcode,
+                      "in-place load from '%.60s': %d tensor%s not as saved, "
+                      "nothing loaded: %s",
+                      dir, nbad, nbad > 1 ? "s are" : " is", bad);
   return rc;
 }
 
@@ -554,8 +568,7 @@ static int choose_paths(const ltarget *L, int nt, int size, const ts_ckpt_load_o
  * rank alone, those of the move path collectively, in order), then one agreement for all; every
  * one dropped on failure. Collective. */
 static int load_all(ts_store *s, ts_world *w, ckpt_reader *r, const ltarget *L, int nt,
-                    const ts_ckpt_load_opts *o, int64_t round, ts_ckpt_report *rep,
-                    ts_error *err) {
+                    const ts_ckpt_load_opts *o, int64_t round, ts_ckpt_report *rep, ts_error *err) {
   ts_comm *c = ts_world_comm(w);
   ts_error lerr;
   ts_error_clear(&lerr);
@@ -649,7 +662,8 @@ int ts_ckpt_load(ts_store *s, ts_world *w, const char *dir, const char *const *n
   ts_ckpt_index *idx = NULL;
   ckpt_reader r = {.dir = dir, .rep = rep};
   int lst = o->in_place && (attr || o->nrules)
-                ? ts_error_set(&lerr, TS_INVALID_ARGUMENT, "an in-place load keeps each "
+                ? ts_error_set(&lerr, TS_INVALID_ARGUMENT,
+                               "an in-place load keeps each "
                                "tensor's attribute; give no attribute rules or default")
                 : ts_ckpt_index_read(dir, &idx, &lerr);
   int nt = 0;
@@ -657,8 +671,8 @@ int ts_ckpt_load(ts_store *s, ts_world *w, const char *dir, const char *const *n
   if (!lst) {
     nt = names && n > 0 ? n : idx->ntensors;
     L = calloc((size_t)(nt ? nt : 1), sizeof *L);
-    lst = L ? list_targets(idx, dir, s, names && n > 0 ? names : NULL, nt, attr, o, &r, rank,
-                           size, L, &lerr)
+    lst = L ? list_targets(idx, dir, s, names && n > 0 ? names : NULL, nt, attr, o, &r, rank, size,
+                           L, &lerr)
             : ts_error_set(&lerr, TS_NO_MEMORY, "checkpoint: no memory");
   }
   /* one agreement: the index, the names and every piece this load reads checked, alike on

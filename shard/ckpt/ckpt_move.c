@@ -33,16 +33,16 @@
 #define COPY_FACTOR 2
 
 struct ckpt_move {
-  int size;           /* world ranks */
+  int size; /* world ranks */
   int npieces;
   size_t es;
-  int64_t round;      /* chunk bound, bytes */
-  int *reader;        /* per piece: the world rank reading it (-1: empty, nobody needs it) */
-  bool *has;          /* per world rank: it holds a non-empty target box */
-  ts_box *box;        /* per world rank: that box */
-  int64_t *first;     /* per world rank: its first chunk in the item lists */
-  int64_t *nchunks;   /* per world rank: its chunks (in piece order, then chunk order) */
-  int *item_piece;    /* per chunk: the piece */
+  int64_t round;       /* chunk bound, bytes */
+  int *reader;         /* per piece: the world rank reading it (-1: empty, nobody needs it) */
+  bool *has;           /* per world rank: it holds a non-empty target box */
+  ts_box *box;         /* per world rank: that box */
+  int64_t *first;      /* per world rank: its first chunk in the item lists */
+  int64_t *nchunks;    /* per world rank: its chunks (in piece order, then chunk order) */
+  int *item_piece;     /* per chunk: the piece */
   int64_t *item_chunk; /* per chunk: its index among the piece's chunks */
   int64_t rounds;
   int64_t direct_cost, move_cost;
@@ -130,8 +130,8 @@ int ts__ckpt_move_plan(const ts_ckpt_tensor *t, const ts_geom *g, int world_size
     for (int x = 0; x < P; x++) {
       int j = (k + x) % P;
       int64_t need = m->has[j] ? meet(&m->box[j], &t->pieces[k].box) : 0;
-      if (need > 0 && (best < 0 || load[j] < load[best] ||
-                       (load[j] == load[best] && need > best_need)))
+      if (need > 0 &&
+          (best < 0 || load[j] < load[best] || (load[j] == load[best] && need > best_need)))
         best = j, best_need = need;
     }
     m->reader[k] = best;
@@ -261,8 +261,10 @@ int ts__ckpt_move_run(const ckpt_move *m, ckpt_reader *r, ts_world *w, const ts_
     lerr = *prior_err;
   else if (!m || m->size != ts_world_size(w) || !e ||
            (e->has_slice && ts_box_numel(&e->box) > 0) != m->has[me])
-    st = ts_error_set(&lerr, TS_INTERNAL, "checkpoint load of '%s': the ranks disagree on its "
-                      "plan (do they read the same index?)", t->name);
+    st = ts_error_set(&lerr, TS_INTERNAL,
+                      "checkpoint load of '%s': the ranks disagree on its "
+                      "plan (do they read the same index?)",
+                      t->name);
   /* The staging: this rank's largest chunk (twice when pulling). */
   int64_t cap = 0;
   for (int64_t q = 0; !st && q < m->nchunks[me]; q++) {
@@ -280,8 +282,9 @@ int ts__ckpt_move_run(const ckpt_move *m, ckpt_reader *r, ts_world *w, const ts_
   /* 4 KiB pages: huge pages made the process-to-process copies out of the staging faster, but
    * on this VM every later load under the saved attribute then ran 2-4x slower */
   unsigned flags = TS_POOL_STAGING;
-  if (!st && cap > 0 && !(buf = ts_shard_alloc_as((size_t)cap * (pull ? 2 : 1), flags,
-                                                  "the checkpoint move buffer", &lerr))) {
+  if (!st && cap > 0 &&
+      !(buf = ts_shard_alloc_as((size_t)cap * (pull ? 2 : 1), flags, "the checkpoint move buffer",
+                                &lerr))) {
     char why[sizeof lerr.msg];
     snprintf(why, sizeof why, "%s", lerr.msg);
     st = ts_error_set(&lerr, lerr.code, "checkpoint load of '%s': %.400s", t->name, why);
@@ -299,8 +302,8 @@ int ts__ckpt_move_run(const ckpt_move *m, ckpt_reader *r, ts_world *w, const ts_
   /* Agreement 1: every rank can take part in the rounds. */
   int rc = ts_comm_agree(c, st, &lerr, err);
   if (rc == TS_OK && pull) { /* every rank's process and staging */
-    peers[me] = (peer_info){(int64_t)getpid(), {(uint64_t)(uintptr_t)bufs[0],
-                                                (uint64_t)(uintptr_t)bufs[1]}};
+    peers[me] = (peer_info){(int64_t)getpid(),
+                            {(uint64_t)(uintptr_t)bufs[0], (uint64_t)(uintptr_t)bufs[1]}};
     int64_t *counts = calloc(2 * (size_t)m->size, sizeof *counts);
     if (!counts) {
       st = ts_error_set(&lerr, TS_NO_MEMORY, "checkpoint load of '%s': no memory", t->name);
@@ -354,11 +357,13 @@ int ts__ckpt_move_run(const ckpt_move *m, ckpt_reader *r, ts_world *w, const ts_
         if (!chunk_of(m, t, j, q, &Cj, &kj, &cj) || !ts_box_intersect(&Cj, &m->box[me], &X) ||
             ts_box_numel(&X) == 0)
           continue;
-        if (pull_box((pid_t)peers[j].pid, peers[j].buf[q % 2], &Cj, e->local.data, &m->box[me],
-                     &X, m->es) &&
+        if (pull_box((pid_t)peers[j].pid, peers[j].buf[q % 2], &Cj, e->local.data, &m->box[me], &X,
+                     m->es) &&
             !st)
-          st = ts_error_set(&lerr, TS_IO, "checkpoint load of '%s': copying round %lld from "
-                            "rank %d: %s", t->name, (long long)q, j, strerror(errno));
+          st = ts_error_set(&lerr, TS_IO,
+                            "checkpoint load of '%s': copying round %lld from "
+                            "rank %d: %s",
+                            t->name, (long long)q, j, strerror(errno));
       }
       continue;
     }
@@ -377,8 +382,8 @@ int ts__ckpt_move_run(const ckpt_move *m, ckpt_reader *r, ts_world *w, const ts_
     ts_error merr;
     int mrc = ts_comm_alltoallw(c, send, recv, &merr);
     if (mrc && !st)
-      st = ts_error_set(&lerr, mrc, "checkpoint load of '%s': moving round %lld: %.400s",
-                        t->name, (long long)q, merr.msg);
+      st = ts_error_set(&lerr, mrc, "checkpoint load of '%s': moving round %lld: %.400s", t->name,
+                        (long long)q, merr.msg);
   }
   /* Agreement 2 (after it nobody copies out of a staging buffer any more): every piece read
    * and verified, every byte moved. */

@@ -159,7 +159,7 @@ static int plan_tensor(stensor *st, bool keep_partial, int64_t chunk_bytes, int6
   }
   /* the chunks of every slice */
   int64_t target = chunk_bytes == 0 ? TS_CKPT_CHUNK_DEFAULT : chunk_bytes;
-  int64_t (*cs)[TS_MAX_DIMS] = calloc((size_t)(st->npieces ? st->npieces : 1), sizeof *cs);
+  int64_t(*cs)[TS_MAX_DIMS] = calloc((size_t)(st->npieces ? st->npieces : 1), sizeof *cs);
   int64_t total = 0;
   for (int k = 0; cs && k < st->npieces; k++) {
     const ts_box *b = &st->pieces[k].box;
@@ -174,17 +174,18 @@ static int plan_tensor(stensor *st, bool keep_partial, int64_t chunk_bytes, int6
   if (cs && total > TS_CKPT_MAX_PIECES) {
     free(cs), free(piece_of);
     ts_geom_destroy(&g);
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "checkpoint save: chunks of about %lld bytes "
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "checkpoint save: chunks of about %lld bytes "
                         "would cut '%s' into %lld pieces (at most %lld per tensor); give larger "
-                        "chunks, or -1 for whole pieces", (long long)target, t->name,
-                        (long long)total, (long long)TS_CKPT_MAX_PIECES);
+                        "chunks, or -1 for whole pieces",
+                        (long long)target, t->name, (long long)total,
+                        (long long)TS_CKPT_MAX_PIECES);
   }
   spiece *chunks = cs ? calloc((size_t)(total ? total : 1), sizeof *chunks) : NULL;
   if (!chunks) {
     free(cs), free(chunks), free(piece_of);
     ts_geom_destroy(&g);
-    return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory for the chunks of '%s'",
-                        t->name);
+    return ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory for the chunks of '%s'", t->name);
   }
   int nc = 0;
   for (int k = 0; k < st->npieces; k++) {
@@ -313,9 +314,9 @@ static int write_gathered(int fd, const uint8_t *slice, const ts_box *slice_box,
   return rc;
 }
 
-int ts__ckpt_write_piece(int fd, const char *path, const ts_tensor *src,
-                         const ts_box *slice_box, spiece *p, ts_dtype dt, uint64_t *hash,
-                         uint64_t *thash, int64_t *written, ts_error *err) {
+int ts__ckpt_write_piece(int fd, const char *path, const ts_tensor *src, const ts_box *slice_box,
+                         spiece *p, ts_dtype dt, uint64_t *hash, uint64_t *thash, int64_t *written,
+                         ts_error *err) {
   int n = p->box.ndim;
   ts_layout plain, splain;
   int64_t ext[TS_MAX_DIMS], sext[TS_MAX_DIMS], zero[TS_MAX_DIMS], at[TS_MAX_DIMS];
@@ -348,8 +349,8 @@ int ts__ckpt_write_piece(int fd, const char *path, const ts_tensor *src,
     const void *bytes = (const uint8_t *)src->data +
                         (n && rows ? at[0] * splain.strides[0] * (int64_t)ts_dtype_size(dt) : 0);
     if (!rows) {
-      packed = ts_shard_alloc_as((size_t)len, TS_POOL_STAGING, "the checkpoint packing buffer",
-                                 err);
+      packed =
+          ts_shard_alloc_as((size_t)len, TS_POOL_STAGING, "the checkpoint packing buffer", err);
       ts_tensor dst = {packed, (size_t)len, plain};
       int crc = packed ? ts_copy_box(&dst, zero, src, at, ext, NULL, err)
                        : (err ? err->code : TS_NO_MEMORY);
@@ -450,8 +451,10 @@ static int only_checkpoint_files(const char *target, const ts_ckpt_index *idx, t
       char shown[200];
       ts__ckpt_text_escape(name, shown, sizeof shown);
       rc = ts_error_set(err, TS_INVALID_ARGUMENT, NOT_CKPT " (it holds '%s', %s)" CHOOSE, target,
-                        shown, named ? "which is not a regular file" : "which its index does "
-                        "not name");
+                        shown,
+                        named ? "which is not a regular file"
+                              : "which its index does "
+                                "not name");
     }
   }
   closedir(d);
@@ -463,17 +466,20 @@ static int only_checkpoint_files(const char *target, const ts_ckpt_index *idx, t
  * absent or an empty directory (*replace false: the new one is renamed into place), a tshard
  * checkpoint (*replace true: exchanged, then removed; refused when refuse_existing), anything
  * else refused naming it and why, untouched. */
-int ts__ckpt_check_target(const char *target, bool refuse_existing, bool *replace,
-                          ts_error *err) {
+int ts__ckpt_check_target(const char *target, bool refuse_existing, bool *replace, ts_error *err) {
   *replace = false;
   struct stat st;
   if (lstat(target, &st) != 0)
     return errno == ENOENT ? TS_OK
-                           : ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint save: cannot examine "
-                                          "'%s': %s", target, strerror(errno));
+                           : ts_error_set(err, TS_CHECKPOINT_IO,
+                                          "checkpoint save: cannot examine "
+                                          "'%s': %s",
+                                          target, strerror(errno));
   if (!S_ISDIR(st.st_mode))
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "checkpoint save: '%s' exists and is not a "
-                        "directory" CHOOSE, target);
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "checkpoint save: '%s' exists and is not a "
+                        "directory" CHOOSE,
+                        target);
   DIR *d = opendir(target);
   if (!d)
     return ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint save: cannot list '%s': %s", target,
@@ -489,43 +495,48 @@ int ts__ckpt_check_target(const char *target, bool refuse_existing, bool *replac
   if (empty)
     return TS_OK;
   if (!has_index)
-    return ts_error_set(err, TS_INVALID_ARGUMENT, NOT_CKPT " (it is not empty and holds no "
-                        "%s)" CHOOSE, target, TS_CKPT_INDEX);
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        NOT_CKPT " (it is not empty and holds no "
+                                 "%s)" CHOOSE,
+                        target, TS_CKPT_INDEX);
   ts_ckpt_index *idx = NULL;
   ts_error ierr;
   int rc = ts_ckpt_index_read(target, &idx, &ierr);
   if (rc == TS_NO_MEMORY)
     return ts_error_set(err, rc, "%s", ierr.msg);
   if (rc)
-    return ts_error_set(err, TS_INVALID_ARGUMENT, NOT_CKPT " (%s does not parse as one: %.300s)"
-                        CHOOSE, target, TS_CKPT_INDEX, ierr.msg);
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        NOT_CKPT " (%s does not parse as one: %.300s)" CHOOSE, target,
+                        TS_CKPT_INDEX, ierr.msg);
   rc = only_checkpoint_files(target, idx, err);
   ts_ckpt_index_destroy(&idx);
   *replace = rc == TS_OK;
   if (rc == TS_OK && refuse_existing)
-    return ts_error_set(err, TS_EXISTS, "checkpoint save: '%s' already holds a checkpoint; "
+    return ts_error_set(err, TS_EXISTS,
+                        "checkpoint save: '%s' already holds a checkpoint; "
                         "choose another directory, or ask to overwrite it (overwrite=True in "
                         "Python, --overwrite in the CLI, tshard_save_opts.overwrite in C: the "
-                        "old checkpoint stays until the new one is complete)", target);
+                        "old checkpoint stays until the new one is complete)",
+                        target);
   return rc;
 }
 
 /* The leader's part before a save writes: the leftovers of saves into target that were cut
  * short removed (those no save holds; ckpt_clean.c), the target checked (check_target), the
  * temporary directory tmp created and locked for as long as *lock_fd stays open. */
-int ts__ckpt_prepare_dirs(const char *target, const char *tmp, bool refuse_existing,
-                          bool *exists, int *lock_fd, ts_error *err) {
+int ts__ckpt_prepare_dirs(const char *target, const char *tmp, bool refuse_existing, bool *exists,
+                          int *lock_fd, ts_error *err) {
   *lock_fd = -1;
   ts_ckpt_cleaned cl;
   ts_error cerr;
   if (ts_ckpt_clean_tmp(target, &cl, &cerr) != TS_OK && cerr.code != TS_NOT_FOUND)
-    fprintf(stderr, "tshardd: leftovers of an earlier save next to '%s' not removed: %s\n",
-            target, cerr.msg);
+    fprintf(stderr, "tshardd: leftovers of an earlier save next to '%s' not removed: %s\n", target,
+            cerr.msg);
   ts_ckpt_cleaned_clear(&cl);
   int rc = ts__ckpt_check_target(target, refuse_existing, exists, err);
   if (!rc && mkdir(tmp, 0700) != 0)
-    rc = ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint: cannot create '%s' next to '%s': %s",
-                      tmp, target, strerror(errno));
+    rc = ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint: cannot create '%s' next to '%s': %s", tmp,
+                      target, strerror(errno));
   if (!rc && (*lock_fd = ts_ckpt_tmp_lock(tmp)) < 0) {
     rc = ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint: cannot lock '%s': %s", tmp,
                       strerror(errno));
@@ -537,7 +548,7 @@ int ts__ckpt_prepare_dirs(const char *target, const char *tmp, bool refuse_exist
 /* The tensors of a save (names NULL: every tensor of the store), each found, named once and
  * planned (plan_tensor); load[] counts each rank's bytes to write. */
 int ts__ckpt_plan_tensors(ts_store *s, const char *const *names, int nt, const ts_ckpt_save_opts *o,
-                        stensor *ts, int64_t *load, ts_error *err) {
+                          stensor *ts, int64_t *load, ts_error *err) {
   int rc = TS_OK;
   for (int i = 0; i < nt && !rc; i++) {
     ts[i].t = names ? ts_store_find(s, names[i]) : ts_store_at(s, i);
@@ -556,7 +567,7 @@ int ts__ckpt_plan_tensors(ts_store *s, const char *const *names, int nt, const t
 /* The temporary directory's path PARENT/.BASE.tmp-STAMP: one name for every rank (rank 0's
  * stamp). Collective. */
 int ts__ckpt_tmp_name(ts_comm *c, int rank, const char *parent, const char *base, char *tmp,
-                    size_t cap, ts_error *err) {
+                      size_t cap, ts_error *err) {
   int64_t stamp = 0;
   if (rank == 0) {
     struct timespec now;
@@ -573,7 +584,7 @@ int ts__ckpt_tmp_name(ts_comm *c, int rank, const char *parent, const char *base
 /* Every piece's checksum and its table's as two non-negative 32-bit halves each, -1 for the
  * pieces other ranks write (so that a max over ranks gathers them). */
 void ts__ckpt_pack_hashes(const stensor *ts, int nt, int rank, const uint64_t *hashes,
-                        int64_t *hv) {
+                          int64_t *hv) {
   int64_t pi = 0;
   for (int i = 0; i < nt; i++)
     for (int k = 0; k < ts[i].npieces; k++, pi++) {
@@ -590,7 +601,7 @@ void ts__ckpt_pack_hashes(const stensor *ts, int nt, int rank, const uint64_t *h
  * without tables do), each piece's offsets, and the file created (0600, never through a link)
  * with its header written. */
 int ts__ckpt_open_file(stensor *ts, int nt, int nmine, int rank, const char *path, int *fd,
-                        ts_error *err) {
+                       ts_error *err) {
   ckpt_entry *ent = calloc(2 * (size_t)nmine, sizeof *ent);
   int m = 0;
   int64_t off = 0, paged = 0; /* table bytes; bytes of the pieces of whole 4 KiB pages */
@@ -656,8 +667,7 @@ int ts__ckpt_open_file(stensor *ts, int nt, int nmine, int rank, const char *pat
  * the temporary directory tmp and synced with it: the directory leaders' part. */
 int ts__ckpt_write_index(stensor *ts, int nt, int size, const int64_t *hv, bool keep_partial,
                          int64_t sequence, const char *tmp, ts_error *err) {
-  ts_ckpt_index idx = {nt, calloc((size_t)(nt ? nt : 1), sizeof(ts_ckpt_tensor)), size,
-                       sequence};
+  ts_ckpt_index idx = {nt, calloc((size_t)(nt ? nt : 1), sizeof(ts_ckpt_tensor)), size, sequence};
   int lst = idx.tensors ? TS_OK : ts_error_set(err, TS_NO_MEMORY, "checkpoint: no memory");
   int64_t pi = 0;
   for (int i = 0; !lst && i < nt; i++) {
@@ -704,11 +714,13 @@ int ts__ckpt_write_index(stensor *ts, int nt, int size, const int64_t *hv, bool 
  * checkpoint when `exists`, which is then removed; else renamed over nothing or an empty
  * directory), the parent synced. */
 int ts__ckpt_into_place(const char *tmp, const char *target, const char *parent, bool exists,
-                      ts_error *err) {
+                        ts_error *err) {
   if (exists ? renameat2(AT_FDCWD, tmp, AT_FDCWD, target, RENAME_EXCHANGE) != 0
              : rename(tmp, target) != 0)
-    return ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint: cannot move '%s' into place as '%s': "
-                        "%s", tmp, target, strerror(errno));
+    return ts_error_set(err, TS_CHECKPOINT_IO,
+                        "checkpoint: cannot move '%s' into place as '%s': "
+                        "%s",
+                        tmp, target, strerror(errno));
   int rc = ts__ckpt_fsync_dir(parent, err);
   if (rc == TS_OK && exists)
     ts__ckpt_remove_dir(tmp); /* the previous checkpoint, swapped out */
@@ -848,8 +860,10 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
       if (p->writer != rank || lst)
         continue;
       if (!src)
-        lst = ts_error_set(&lerr, TS_INTERNAL, "checkpoint: rank %d writes piece '%s' but holds "
-                           "no slice", rank, p->key);
+        lst = ts_error_set(&lerr, TS_INTERNAL,
+                           "checkpoint: rank %d writes piece '%s' but holds "
+                           "no slice",
+                           rank, p->key);
       else
         lst = ts__ckpt_write_piece(fd, path, src, &t->box, p, t->dtype, &hashes[2 * pi],
                                    &hashes[2 * pi + 1], &written, &lerr);
@@ -858,9 +872,11 @@ int ts_ckpt_save(ts_store *s, ts_world *w, const char *dir, const char *const *n
   }
   if (fd >= 0) {
     if (!lst && fsync(fd) != 0)
-      lst = ts_error_set(&lerr, TS_CHECKPOINT_IO, "checkpoint: cannot sync '%s': %s", path, strerror(errno));
+      lst = ts_error_set(&lerr, TS_CHECKPOINT_IO, "checkpoint: cannot sync '%s': %s", path,
+                         strerror(errno));
     if (close(fd) != 0 && !lst)
-      lst = ts_error_set(&lerr, TS_CHECKPOINT_IO, "checkpoint: cannot close '%s': %s", path, strerror(errno));
+      lst = ts_error_set(&lerr, TS_CHECKPOINT_IO, "checkpoint: cannot close '%s': %s", path,
+                         strerror(errno));
   }
   rep->bytes_written = written;
   rep->tensors = nt;

@@ -87,7 +87,7 @@ static int cmp_entry_name(const void *a, const void *b) {
 }
 
 static int cmp_ptr(const void *a, const void *b) {
-  uintptr_t x = (uintptr_t)*(void *const *)a, y = (uintptr_t)*(void *const *)b;
+  uintptr_t x = (uintptr_t) * (void *const *)a, y = (uintptr_t) * (void *const *)b;
   return (x > y) - (x < y);
 }
 
@@ -120,22 +120,26 @@ static int pick_tensors(ts_store *s, const char *const *names, int n, xplan *p, 
   for (int i = 0; i < all; i++) {
     ts_stored *e = names && n > 0 ? ts_store_find(s, names[i]) : ts_store_at(s, i);
     if (!e)
-      return ts_error_set(err, TS_NOT_FOUND, "safetensors export: no tensor named '%s'",
-                          names[i]);
+      return ts_error_set(err, TS_NOT_FOUND, "safetensors export: no tensor named '%s'", names[i]);
     if (strcmp(e->name, "__metadata__") == 0)
-      return ts_error_set(err, TS_INVALID_ARGUMENT, "safetensors export: tensor '__metadata__' "
+      return ts_error_set(err, TS_INVALID_ARGUMENT,
+                          "safetensors export: tensor '__metadata__' "
                           "cannot be written: a safetensors file keeps its metadata under that "
                           "key; rename the tensor (reshard it with keep_source_as set to another "
                           "name, then drop '__metadata__') or leave it out of the names");
     for (int d = 0; d < e->attr->mesh_ndim; d++)
       if (e->attr->place[d].kind == TS_PLACE_PARTIAL)
-        return ts_error_set(err, TS_BAD_ATTRIBUTE, "safetensors export: '%s' holds partial "
-                            "values; reshard it to S or R placements first", e->name);
+        return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                            "safetensors export: '%s' holds partial "
+                            "values; reshard it to S or R placements first",
+                            e->name);
     if (ts_dtype_is_complex(e->dtype))
-      return ts_error_set(err, TS_BAD_DTYPE, "safetensors export: '%s' is %s, and safetensors "
+      return ts_error_set(err, TS_BAD_DTYPE,
+                          "safetensors export: '%s' is %s, and safetensors "
                           "has no complex dtype tshard writes (Hugging Face's loaders read "
                           "none); leave it out of the names, or save it in a checkpoint, which "
-                          "keeps c64 and c128", e->name, ts_dtype_name(e->dtype));
+                          "keeps c64 and c128",
+                          e->name, ts_dtype_name(e->dtype));
     int64_t b = (int64_t)ts_dtype_size(e->dtype);
     for (int d = 0; d < e->ndim; d++)
       b *= e->shape[d];
@@ -163,8 +167,8 @@ static const st_meta *common_kept(const xplan *p, ts_error *err) {
   if (all)
     qsort(k, (size_t)p->nt, sizeof *k, cmp_ptr);
   for (int i = 1; i < p->nt && all; i++)
-    all = k[i] == k[i - 1] || (k[i]->len == k[0]->len && memcmp(k[i]->text, k[0]->text,
-                                                                  k[0]->len) == 0);
+    all = k[i] == k[i - 1] ||
+          (k[i]->len == k[0]->len && memcmp(k[i]->text, k[0]->text, k[0]->len) == 0);
   const st_meta *m = all ? k[0] : NULL;
   free(k);
   return m;
@@ -207,8 +211,9 @@ static int build_header(xplan *p, int fi, ts_error *err) {
       json_array_append_new(shape, json_integer(t->e->shape[d]));
     json_object_set_new(o, "dtype", json_string(ts_ckpt_dtype_name(t->e->dtype)));
     json_object_set_new(o, "shape", shape);
-    json_object_set_new(o, "data_offsets",
-                        json_pack("[II]", (json_int_t)t->offset, (json_int_t)(t->offset + t->bytes)));
+    json_object_set_new(
+        o, "data_offsets",
+        json_pack("[II]", (json_int_t)t->offset, (json_int_t)(t->offset + t->bytes)));
     json_object_set_new(h, t->e->name, o);
   }
   f->entries = h ? json_dumps(h, JSON_COMPACT) : NULL;
@@ -248,7 +253,7 @@ static int write_header(int fd, const xplan *p, const xfile *f) {
   }
   while (at < (int64_t)f->hlen) {
     size_t n = (size_t)((int64_t)f->hlen - at) < sizeof spaces ? (size_t)((int64_t)f->hlen - at)
-                                                              : sizeof spaces;
+                                                               : sizeof spaces;
     if (ts__ckpt_pwrite_full(fd, spaces, n, at) != 0)
       return -1;
     at += (int64_t)n;
@@ -272,8 +277,10 @@ static int plan_files(xplan *p, const char *path, int64_t max_shard, const char 
   if (rc)
     return rc;
   if (!ends_with(p->base, ".safetensors") || strlen(p->base) > 200)
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "safetensors export to '%s': give a file name "
-                        "ending in .safetensors (of at most 200 bytes)", path);
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "safetensors export to '%s': give a file name "
+                        "ending in .safetensors (of at most 200 bytes)",
+                        path);
   p->sharded = max_shard > 0 && p->total > max_shard;
   int nf = 1;
   int64_t cur = 0;
@@ -295,8 +302,8 @@ static int plan_files(xplan *p, const char *path, int64_t max_shard, const char 
   int stem = (int)(strlen(p->base) - strlen(".safetensors"));
   for (int fi = 0; fi < nf && !rc; fi++) {
     if (p->sharded)
-      snprintf(p->fs[fi].path, sizeof p->fs[fi].path, "%s/%.*s-%05d-of-%05d.safetensors",
-               p->parent, stem, p->base, fi + 1, nf);
+      snprintf(p->fs[fi].path, sizeof p->fs[fi].path, "%s/%.*s-%05d-of-%05d.safetensors", p->parent,
+               stem, p->base, fi + 1, nf);
     else
       snprintf(p->fs[fi].path, sizeof p->fs[fi].path, "%s/%s", p->parent, p->base);
     rc = build_header(p, fi, err);
@@ -316,12 +323,16 @@ static int check_target(const char *path, ts_error *err) {
   struct stat st;
   if (lstat(path, &st) != 0)
     return errno == ENOENT ? TS_OK
-                           : ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot "
-                                          "examine '%s': %s", path, strerror(errno));
+                           : ts_error_set(err, TS_CHECKPOINT_IO,
+                                          "safetensors export: cannot "
+                                          "examine '%s': %s",
+                                          path, strerror(errno));
   if (!S_ISREG(st.st_mode))
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "safetensors export: '%s' exists and is not a "
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "safetensors export: '%s' exists and is not a "
                         "regular file (a link or a directory is never replaced); choose another "
-                        "path", path);
+                        "path",
+                        path);
   return TS_OK;
 }
 
@@ -355,8 +366,10 @@ static int allocate(int fd, int64_t size) {
 static int create_files(xplan *p, bool *allocated, ts_error *err) {
   struct stat st;
   if (stat(p->parent, &st) != 0 || !S_ISDIR(st.st_mode))
-    return ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: directory '%s' does not "
-                        "exist", p->parent);
+    return ts_error_set(err, TS_CHECKPOINT_IO,
+                        "safetensors export: directory '%s' does not "
+                        "exist",
+                        p->parent);
   int rc = p->sharded ? check_target(p->index, err) : TS_OK;
   for (int fi = 0; fi < p->nf && !rc; fi++)
     rc = check_target(p->fs[fi].path, err);
@@ -370,11 +383,13 @@ static int create_files(xplan *p, bool *allocated, ts_error *err) {
                           f->tmp, strerror(errno));
     int got = 0;
     if (write_header(fd, p, f) != 0 || ftruncate(fd, f->size) != 0)
-      rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot write '%s': %s",
-                        f->tmp, strerror(errno));
+      rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot write '%s': %s", f->tmp,
+                        strerror(errno));
     else if ((got = allocate(fd, f->size)) < 0)
-      rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot allocate the %lld "
-                        "bytes of '%s': %s", (long long)f->size, f->tmp, strerror(errno));
+      rc = ts_error_set(err, TS_CHECKPOINT_IO,
+                        "safetensors export: cannot allocate the %lld "
+                        "bytes of '%s': %s",
+                        (long long)f->size, f->tmp, strerror(errno));
     *allocated = *allocated && got == 1;
     close(fd);
   }
@@ -431,9 +446,9 @@ static bool part_of(const ts_stored *e, int rank, int size, xpart *x) {
     ext[d] = e->box.hi[d] - e->box.lo[d];
   ts_layout plain;
   ts_layout_plain(&plain, e->dtype, e->ndim, ext, NULL);
-  x->row_major = e->local.layout.n_inner == 0 && e->local.layout.offset == 0 &&
-                 memcmp(e->local.layout.strides, plain.strides,
-                        sizeof(int64_t) * (size_t)e->ndim) == 0;
+  x->row_major =
+      e->local.layout.n_inner == 0 && e->local.layout.offset == 0 &&
+      memcmp(e->local.layout.strides, plain.strides, sizeof(int64_t) * (size_t)e->ndim) == 0;
   return true;
 }
 
@@ -467,8 +482,10 @@ static int write_runs(int fd, const xfile *f, const xtensor *t, const xpart *x, 
   while (!rc && ts__ckpt_runs_next(&it, &poff, &boff)) {
     size_t len = (size_t)it.len * es;
     if (ts__ckpt_pwrite_full(fd, src + boff * (int64_t)es, len, base + poff * (int64_t)es))
-      rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot write tensor '%s' to "
-                        "'%s': %s", e->name, f->tmp, strerror(errno));
+      rc = ts_error_set(err, TS_CHECKPOINT_IO,
+                        "safetensors export: cannot write tensor '%s' to "
+                        "'%s': %s",
+                        e->name, f->tmp, strerror(errno));
     else
       *written += (int64_t)len;
   }
@@ -517,8 +534,8 @@ static int populate_runs(uint8_t *map, ckpt_runs *it, int64_t at, size_t es, int
  * non-row-major slice by the strided-copy kernel straight into the mapping with the file's
  * row-major strides. The file's blocks were allocated before (allocate), so no store into the
  * mapping runs out of room. */
-static int write_mapped(int fd, const xfile *f, const xtensor *t, const xpart *x,
-                        int64_t *written, ts_error *err) {
+static int write_mapped(int fd, const xfile *f, const xtensor *t, const xpart *x, int64_t *written,
+                        ts_error *err) {
   const ts_stored *e = t->e;
   size_t es = x->es;
   int64_t page = sysconf(_SC_PAGESIZE), base = (int64_t)f->hlen + t->offset;
@@ -532,15 +549,19 @@ static int write_mapped(int fd, const xfile *f, const xtensor *t, const xpart *x
     return write_runs(fd, f, t, x, written, err);
   uint8_t *map = mmap(NULL, (size_t)(hi - mlo), PROT_READ | PROT_WRITE, MAP_SHARED, fd, mlo);
   if (map == MAP_FAILED)
-    return ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot map tensor '%s' of "
-                        "'%s': %s", e->name, f->tmp, strerror(errno));
+    return ts_error_set(err, TS_CHECKPOINT_IO,
+                        "safetensors export: cannot map tensor '%s' of "
+                        "'%s': %s",
+                        e->name, f->tmp, strerror(errno));
   const ts_box *B = x->row_major ? &e->box : &x->part;
   ckpt_runs it;
   ts__ckpt_runs_init(&it, &x->part, &x->P, B);
   int rc = TS_OK;
   if (populate_runs(map, &it, base - mlo, es, page) < 0)
-    rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot write tensor '%s' to "
-                      "'%s': %s", e->name, f->tmp, strerror(errno));
+    rc = ts_error_set(err, TS_CHECKPOINT_IO,
+                      "safetensors export: cannot write tensor '%s' to "
+                      "'%s': %s",
+                      e->name, f->tmp, strerror(errno));
   if (!rc && x->row_major) {
     const uint8_t *src = e->local.data;
     int64_t poff, boff;
@@ -571,27 +592,26 @@ static int write_tensor(int fd, const xfile *f, const xtensor *t, int rank, int 
   xpart x;
   if (!part_of(t->e, rank, size, &x))
     return TS_OK;
-  return mapped ? write_mapped(fd, f, t, &x, written, err)
-                : write_runs(fd, f, t, &x, written, err);
+  return mapped ? write_mapped(fd, f, t, &x, written, err) : write_runs(fd, f, t, &x, written, err);
 }
 
 /* Every rank: its parts of every tensor into the temporary files, fsynced when `sync` (ranks on
  * several nodes: each node's writes reach the disk through its own fsync). */
-static int write_parts(const xplan *p, int rank, int size, bool sync, bool mapped,
-                       int64_t *written, ts_error *err) {
+static int write_parts(const xplan *p, int rank, int size, bool sync, bool mapped, int64_t *written,
+                       ts_error *err) {
   int rc = TS_OK;
   for (int fi = 0; fi < p->nf && !rc; fi++) {
     const xfile *f = &p->fs[fi];
     int fd = open(f->tmp, (mapped ? O_RDWR : O_WRONLY) | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
-      return ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot open '%s': %s",
-                          f->tmp, strerror(errno));
+      return ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot open '%s': %s", f->tmp,
+                          strerror(errno));
     int64_t before = *written;
     for (int i = f->first; i < f->first + f->count && !rc; i++)
       rc = write_tensor(fd, f, &p->ts[i], rank, size, mapped, written, err);
     if (!rc && sync && *written > before && fsync(fd) != 0)
-      rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot sync '%s': %s",
-                        f->tmp, strerror(errno));
+      rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot sync '%s': %s", f->tmp,
+                        strerror(errno));
     close(fd);
   }
   return rc;
@@ -635,8 +655,10 @@ static int into_place(xplan *p, ts_error *err) {
   }
   for (int fi = 0; fi < p->nf && !rc; fi++)
     if (rename(p->fs[fi].tmp, p->fs[fi].path) != 0)
-      rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot rename '%s' to '%s': "
-                        "%s", p->fs[fi].tmp, p->fs[fi].path, strerror(errno));
+      rc = ts_error_set(err, TS_CHECKPOINT_IO,
+                        "safetensors export: cannot rename '%s' to '%s': "
+                        "%s",
+                        p->fs[fi].tmp, p->fs[fi].path, strerror(errno));
   if (!rc && p->sharded && rename(p->index_tmp, p->index) != 0)
     rc = ts_error_set(err, TS_CHECKPOINT_IO, "safetensors export: cannot rename '%s' to '%s': %s",
                       p->index_tmp, p->index, strerror(errno));

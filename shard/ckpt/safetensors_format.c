@@ -6,15 +6,16 @@
  * is planned or allocated from it: the dtype is one the format defines (one tshard lacks, such as
  * C64, is checked like the others by its bits and refused only when an import asks for the
  * tensor: ts__st_refuse_dtype), the shape is non-negative and its bytes equal the entry's
- * range, the range lies inside the file and overlaps no other entry's, names are valid text, `__metadata__` is an object of strings (kept
- * once per file, by reference: st_meta). Errors name the file and the tensor. Files are opened
- * like checkpoint files (no FIFO, no symbolic link; ts__ckpt_open_regular).
+ * range, the range lies inside the file and overlaps no other entry's, names are valid text,
+ * `__metadata__` is an object of strings (kept once per file, by reference: st_meta). Errors name
+ * the file and the tensor. Files are opened like checkpoint files (no FIFO, no symbolic link;
+ * ts__ckpt_open_regular).
  *
  * A header is untrusted in its size too: what reading it costs is counted against the memory
  * limit before it is spent (the text, in a pool buffer, and its parse by jansson, which takes up
  * to ~80 times the text's bytes for `{},{},...`: parse_cost bounds it), and the entries the model
- * keeps until the import ends; every check over the entries is a sort and a pass (overlaps, names) or a hash or
- * sorted lookup (the index's weight_map, ts__st_find), O(n log n) in their number. */
+ * keeps until the import ends; every check over the entries is a sort and a pass (overlaps, names)
+ * or a hash or sorted lookup (the index's weight_map, ts__st_find), O(n log n) in their number. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,8 +48,10 @@ int ts__st_meta_make(const char *file, json_t *o, st_meta **out, ts_error *err) 
   st_meta *m = n ? ts_shard_alloc_as(sizeof *m + n + 1, 0, what, &perr) : NULL;
   if (!m)
     return n ? ts_error_set(err, perr.code, "safetensors file '%s': %s", file, perr.msg)
-             : ts_error_set(err, TS_NO_MEMORY, "safetensors file '%s': no memory for its "
-                            "__metadata__", file);
+             : ts_error_set(err, TS_NO_MEMORY,
+                            "safetensors file '%s': no memory for its "
+                            "__metadata__",
+                            file);
   m->refs = 1;
   m->len = json_dumpb(o, m->text, n, flags); /* the same n: nothing changed in between */
   m->len = m->len < n ? m->len : n;
@@ -104,8 +107,10 @@ static size_t parse_cost(const char *t, size_t n) {
 static const struct {
   const char *name;
   int bits;
-} unsupported[] = {{.name = "F8_E8M0", .bits = 8}, {.name = "F4", .bits = 4},
-                   {.name = "F6_E2M3", .bits = 6}, {.name = "F6_E3M2", .bits = 6},
+} unsupported[] = {{.name = "F8_E8M0", .bits = 8},
+                   {.name = "F4", .bits = 4},
+                   {.name = "F6_E2M3", .bits = 6},
+                   {.name = "F6_E3M2", .bits = 6},
                    {.name = "C64", .bits = 64}};
 
 /* The entry's dtype into t (t->dtype, or t->unsupported and TS_DTYPE_COUNT) and its bits per
@@ -126,16 +131,20 @@ static int dtype_of(const char *file, const char *tname, const char *dt, st_tens
   char d[64] = "(none)";
   if (dt)
     ts__ckpt_text_escape(dt, d, sizeof d);
-  return ts_error_set(err, TS_BAD_DTYPE, "safetensors file '%s', tensor '%s': dtype %s is "
-                      "unknown; tshard reads " ST_DTYPES, file, tname, d);
+  return ts_error_set(err, TS_BAD_DTYPE,
+                      "safetensors file '%s', tensor '%s': dtype %s is "
+                      "unknown; tshard reads " ST_DTYPES,
+                      file, tname, d);
 }
 
 int ts__st_refuse_dtype(const st_model *m, const st_tensor *t, ts_error *err) {
   char nm[200];
   ts__ckpt_text_escape(t->name, nm, sizeof nm);
-  return ts_error_set(err, TS_BAD_DTYPE, "safetensors file '%s', tensor '%s': dtype %s is not "
+  return ts_error_set(err, TS_BAD_DTYPE,
+                      "safetensors file '%s', tensor '%s': dtype %s is not "
                       "supported; tshard reads " ST_DTYPES " (import the other tensors by "
-                      "name)", m->files[t->file].path, nm, t->unsupported);
+                      "name)",
+                      m->files[t->file].path, nm, t->unsupported);
 }
 
 /* Checks one header entry `o` of tensor `name` (data section of `avail` bytes) into t. */
@@ -147,7 +156,7 @@ static int read_entry(const char *file, const char *name, json_t *o, int64_t ava
   do {                                                                                             \
     char why_[256];                                                                                \
     snprintf(why_, sizeof why_, __VA_ARGS__);                                                      \
-    return ts_error_set(err, TS_CORRUPT, "safetensors file '%s', tensor '%s': %s", file, nm,     \
+    return ts_error_set(err, TS_CORRUPT, "safetensors file '%s', tensor '%s': %s", file, nm,       \
                         why_);                                                                     \
   } while (0)
   ts_error terr;
@@ -186,12 +195,12 @@ static int read_entry(const char *file, const char *name, json_t *o, int64_t ava
   int64_t bi = json_integer_value(b), ei = json_integer_value(e);
   if (bi < 0 || ei < bi || ei > avail)
     BAD("data_offsets [%lld, %lld] lie outside the data section of %lld bytes (is the file "
-        "truncated?)", (long long)bi, (long long)ei, (long long)avail);
+        "truncated?)",
+        (long long)bi, (long long)ei, (long long)avail);
   if (ei - bi != want)
     BAD("data_offsets [%lld, %lld] hold %lld bytes but its shape and dtype %s need %lld",
         (long long)bi, (long long)ei, (long long)(ei - bi),
-        t->unsupported ? t->unsupported : ts_ckpt_dtype_name(t->dtype),
-        (long long)want);
+        t->unsupported ? t->unsupported : ts_ckpt_dtype_name(t->dtype), (long long)want);
 #undef BAD
   t->offset = bi; /* relative for now: made absolute by the caller */
   t->bytes = want;
@@ -225,9 +234,10 @@ static int check_overlaps(const char *file, const st_tensor *ts, int n, ts_error
       char a[200], b[200];
       ts__ckpt_text_escape(ts[o[i - 1].k].name, a, sizeof a);
       ts__ckpt_text_escape(ts[o[i].k].name, b, sizeof b);
-      rc = ts_error_set(err, TS_CORRUPT, "safetensors file '%s': the data_offsets of tensors "
-                        "'%s' [%lld, %lld] and '%s' [%lld, %lld] overlap", file, a,
-                        (long long)o[i - 1].begin, (long long)o[i - 1].end, b,
+      rc = ts_error_set(err, TS_CORRUPT,
+                        "safetensors file '%s': the data_offsets of tensors "
+                        "'%s' [%lld, %lld] and '%s' [%lld, %lld] overlap",
+                        file, a, (long long)o[i - 1].begin, (long long)o[i - 1].end, b,
                         (long long)o[i].begin, (long long)o[i].end);
     }
   free(o);
@@ -250,19 +260,23 @@ static char *pool_text(const char *file, const char *what, size_t n, ts_error *e
 static int read_header(st_file *f, json_t **hdr, st_charge *parse, ts_error *err) {
   uint8_t lenb[8];
   if (f->size < 8 || ts__ckpt_pread_full(f->fd, lenb, 8, 0) != 0)
-    return ts_error_set(err, TS_CORRUPT, "safetensors file '%s': shorter than its 8-byte header "
-                        "length (%lld bytes)", f->path, (long long)f->size);
+    return ts_error_set(err, TS_CORRUPT,
+                        "safetensors file '%s': shorter than its 8-byte header "
+                        "length (%lld bytes)",
+                        f->path, (long long)f->size);
   uint64_t hlen = 0;
   for (int i = 0; i < 8; i++)
     hlen |= (uint64_t)lenb[i] << (8 * i);
   if (hlen > (uint64_t)ST_HEADER_MAX)
-    return ts_error_set(err, TS_CORRUPT, "safetensors file '%s': header of %llu bytes; at most "
-                        "%lld (100 MiB) are read", f->path, (unsigned long long)hlen,
-                        (long long)ST_HEADER_MAX);
+    return ts_error_set(err, TS_CORRUPT,
+                        "safetensors file '%s': header of %llu bytes; at most "
+                        "%lld (100 MiB) are read",
+                        f->path, (unsigned long long)hlen, (long long)ST_HEADER_MAX);
   if (hlen < 2 || (int64_t)hlen > f->size - 8)
-    return ts_error_set(err, TS_CORRUPT, "safetensors file '%s': header length %llu does not fit "
-                        "the file of %lld bytes (is it truncated?)", f->path,
-                        (unsigned long long)hlen, (long long)f->size);
+    return ts_error_set(err, TS_CORRUPT,
+                        "safetensors file '%s': header length %llu does not fit "
+                        "the file of %lld bytes (is it truncated?)",
+                        f->path, (unsigned long long)hlen, (long long)f->size);
   char what[96];
   snprintf(what, sizeof what, "reading its header of %llu bytes", (unsigned long long)hlen);
   char *text = pool_text(f->path, what, hlen, err);
@@ -271,8 +285,10 @@ static int read_header(st_file *f, json_t **hdr, st_charge *parse, ts_error *err
   if (ts__ckpt_pread_full(f->fd, text, hlen, 8) != 0) {
     int e = errno;
     ts_shard_free(text);
-    return ts_error_set(err, TS_CHECKPOINT_IO, "safetensors file '%s': cannot read its header: "
-                        "%s", f->path, strerror(e));
+    return ts_error_set(err, TS_CHECKPOINT_IO,
+                        "safetensors file '%s': cannot read its header: "
+                        "%s",
+                        f->path, strerror(e));
   }
   snprintf(what, sizeof what, "parsing its header of %llu bytes", (unsigned long long)hlen);
   int rc = ts__st_charge(parse, f->path, what, parse_cost(text, hlen) - hlen, err);
@@ -288,8 +304,10 @@ static int read_header(st_file *f, json_t **hdr, st_charge *parse, ts_error *err
     ts__ckpt_text_escape(*hdr ? "not an object" : je.text, why, sizeof why);
     json_decref(*hdr);
     *hdr = NULL;
-    return ts_error_set(err, TS_CORRUPT, "safetensors file '%s': its header is not a JSON object "
-                        "(%s)", f->path, why);
+    return ts_error_set(err, TS_CORRUPT,
+                        "safetensors file '%s': its header is not a JSON object "
+                        "(%s)",
+                        f->path, why);
   }
   f->data_start = 8 + (int64_t)hlen;
   return TS_OK;
@@ -317,16 +335,20 @@ static int read_metadata(st_file *f, json_t *o, ts_error *err) {
   if (json_is_null(o))
     return TS_OK;
   if (!json_is_object(o))
-    return ts_error_set(err, TS_CORRUPT, "safetensors file '%s': __metadata__ is not a JSON "
-                        "object (the format's metadata maps text to text)", f->path);
+    return ts_error_set(err, TS_CORRUPT,
+                        "safetensors file '%s': __metadata__ is not a JSON "
+                        "object (the format's metadata maps text to text)",
+                        f->path);
   const char *key;
   json_t *v;
   json_object_foreach(o, key, v) {
     if (!json_is_string(v)) {
       char k[200];
       ts__ckpt_text_escape(key, k, sizeof k);
-      return ts_error_set(err, TS_CORRUPT, "safetensors file '%s': __metadata__ entry '%s' is "
-                          "not a string (the format's metadata maps text to text)", f->path, k);
+      return ts_error_set(err, TS_CORRUPT,
+                          "safetensors file '%s': __metadata__ entry '%s' is "
+                          "not a string (the format's metadata maps text to text)",
+                          f->path, k);
     }
   }
   return json_object_size(o) ? ts__st_meta_make(f->path, o, &f->meta, err) : TS_OK;
@@ -334,8 +356,8 @@ static int read_metadata(st_file *f, json_t *o, ts_error *err) {
 
 /* Opens file `path` as the next file of m, checks every entry of its header, and adds them (want:
  * only those the index's weight_map maps to this file, wfile; NULL: all). */
-static int add_file(st_model *m, const char *path, json_t *want, const char *wfile,
-                    int *tcap, ts_error *err) {
+static int add_file(st_model *m, const char *path, json_t *want, const char *wfile, int *tcap,
+                    ts_error *err) {
   int fi = m->nfiles;
   st_file *f = &m->files[fi];
   f->fd = -1;
@@ -401,10 +423,12 @@ static int index_file_name(const char *index, const char *name, ts_error *err) {
   ts_error terr;
   char nm[200];
   ts__ckpt_text_escape(name, nm, sizeof nm);
-  if (n == 0 || n > 255 || strchr(name, '/') || strcmp(name, ".") == 0 ||
-      strcmp(name, "..") == 0 || ts_text_check("file name", name, n, "file names", &terr))
-    return ts_error_set(err, TS_CORRUPT, "safetensors index '%s': weight_map names file '%s'; "
-                        "files of an index are plain names in its directory", index, nm);
+  if (n == 0 || n > 255 || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
+      ts_text_check("file name", name, n, "file names", &terr))
+    return ts_error_set(err, TS_CORRUPT,
+                        "safetensors index '%s': weight_map names file '%s'; "
+                        "files of an index are plain names in its directory",
+                        index, nm);
   return TS_OK;
 }
 
@@ -418,8 +442,10 @@ static int read_index(const char *path, json_t **out, st_charge *parse, ts_error
     return rc;
   if (size > ST_HEADER_MAX) {
     close(fd);
-    return ts_error_set(err, TS_CORRUPT, "safetensors index '%s': %lld bytes; at most %lld "
-                        "(100 MiB) are read", path, (long long)size, (long long)ST_HEADER_MAX);
+    return ts_error_set(err, TS_CORRUPT,
+                        "safetensors index '%s': %lld bytes; at most %lld "
+                        "(100 MiB) are read",
+                        path, (long long)size, (long long)ST_HEADER_MAX);
   }
   char what[96];
   snprintf(what, sizeof what, "reading the index of %lld bytes", (long long)size);
@@ -432,8 +458,8 @@ static int read_index(const char *path, json_t **out, st_charge *parse, ts_error
     int e = errno;
     ts_shard_free(text);
     close(fd);
-    return ts_error_set(err, TS_CHECKPOINT_IO, "safetensors index '%s': cannot read it: %s",
-                        path, strerror(e));
+    return ts_error_set(err, TS_CHECKPOINT_IO, "safetensors index '%s': cannot read it: %s", path,
+                        strerror(e));
   }
   close(fd);
   snprintf(what, sizeof what, "parsing the index of %lld bytes", (long long)size);
@@ -449,8 +475,7 @@ static int read_index(const char *path, json_t **out, st_charge *parse, ts_error
     char why[200];
     ts__ckpt_text_escape(j ? "no weight_map object" : je.text, why, sizeof why);
     json_decref(j);
-    return ts_error_set(err, TS_CORRUPT, "safetensors index '%s': not an HF index (%s)", path,
-                        why);
+    return ts_error_set(err, TS_CORRUPT, "safetensors index '%s': not an HF index (%s)", path, why);
   }
   *out = j;
   return TS_OK;
@@ -508,8 +533,10 @@ static int open_index(st_model *m, const char *path, ts_error *err) {
     char nm[200];
     ts__ckpt_text_escape(key, nm, sizeof nm);
     if (!json_is_string(v)) {
-      rc = ts_error_set(err, TS_CORRUPT, "safetensors index '%s': weight_map of '%s' is not a "
-                        "file name", path, nm);
+      rc = ts_error_set(err, TS_CORRUPT,
+                        "safetensors index '%s': weight_map of '%s' is not a "
+                        "file name",
+                        path, nm);
       break;
     }
     const char *fn = json_string_value(v);
@@ -529,8 +556,10 @@ static int open_index(st_model *m, const char *path, ts_error *err) {
     if (!ts__st_find(m, key)) {
       char nm[200];
       ts__ckpt_text_escape(key, nm, sizeof nm);
-      rc = ts_error_set(err, TS_CORRUPT, "safetensors index '%s': tensor '%s' is not in its file "
-                        "'%s'", path, nm, json_string_value(v));
+      rc = ts_error_set(err, TS_CORRUPT,
+                        "safetensors index '%s': tensor '%s' is not in its file "
+                        "'%s'",
+                        path, nm, json_string_value(v));
     }
   }
   json_decref(j);

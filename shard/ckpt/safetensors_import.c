@@ -13,8 +13,9 @@
  * each rank reads only the
  * byte runs of its own box straight into its slice: a row split reads one contiguous stretch, a
  * column split one run per row (many short reads, batched through io_uring, 64 in flight; pread
- * where io_uring is unavailable or TSHARD_IO_URING=0), a replica the whole tensor. A second agreement; on any failure on
- * any rank every tensor of the import is dropped, so nothing is created anywhere. */
+ * where io_uring is unavailable or TSHARD_IO_URING=0), a replica the whole tensor. A second
+ * agreement; on any failure on any rank every tensor of the import is dropped, so nothing is
+ * created anywhere. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,27 +154,30 @@ static bool chosen_by_globs(const ts_st_import_spec *sp) {
 
 /* One chosen tensor: found, named validly, a shape a tensor may have, an attribute that fits it,
  * free in the store. */
-static int check_one(const ts_st_import_spec *sp, const st_model *m, const lookups *L,
-                     ts_store *s, int size, const char *name, imp *it, ts_error *err) {
+static int check_one(const ts_st_import_spec *sp, const st_model *m, const lookups *L, ts_store *s,
+                     int size, const char *name, imp *it, ts_error *err) {
   char nm[200];
   ts__ckpt_text_escape(name, nm, sizeof nm);
   int second = -1, k = find_mapped(L, name, &second);
   if (k == -1)
-    return ts_error_set(err, TS_NOT_FOUND, "safetensors '%s' holds no tensor named '%s' (after "
-                        "the renames and the prefix)", sp->path, nm);
+    return ts_error_set(err, TS_NOT_FOUND,
+                        "safetensors '%s' holds no tensor named '%s' (after "
+                        "the renames and the prefix)",
+                        sp->path, nm);
   if (k <= -2) {
     char a[200], b[200];
     ts__ckpt_text_escape(m->tensors[-2 - k].name, a, sizeof a);
     ts__ckpt_text_escape(m->tensors[second].name, b, sizeof b);
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "safetensors '%s': tensors '%s' and '%s' both "
-                        "map to '%s'; rename one of them", sp->path, a, b, nm);
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "safetensors '%s': tensors '%s' and '%s' both "
+                        "map to '%s'; rename one of them",
+                        sp->path, a, b, nm);
   }
   int rc = ts_name_check("tensor name", name, strlen(name), err);
   if (rc) {
     char why[300];
     snprintf(why, sizeof why, "%s", err->msg);
-    return ts_error_set(err, rc, "safetensors '%s': tensor '%s': %s; rename it", sp->path, nm,
-                        why);
+    return ts_error_set(err, rc, "safetensors '%s': tensor '%s': %s; rename it", sp->path, nm, why);
   }
   const st_tensor *t = &m->tensors[k];
   if (t->unsupported)
@@ -185,13 +189,17 @@ static int check_one(const ts_st_import_spec *sp, const st_model *m, const looku
   }
   const ts_attr *a = attr_of(sp, L, name);
   if (!a)
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "safetensors import of '%s': no attribute for "
-                        "tensor '%s'; give it one, or a default attribute", sp->path, nm);
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "safetensors import of '%s': no attribute for "
+                        "tensor '%s'; give it one, or a default attribute",
+                        sp->path, nm);
   for (int d = 0; d < a->mesh_ndim; d++)
     if (a->place[d].kind == TS_PLACE_PARTIAL)
-      return ts_error_set(err, TS_BAD_ATTRIBUTE, "safetensors import of '%s': tensor '%s': a "
+      return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                          "safetensors import of '%s': tensor '%s': a "
                           "file holds whole values, not partial ones; import it with S or R "
-                          "placements and reshard it", sp->path, nm);
+                          "placements and reshard it",
+                          sp->path, nm);
   if ((rc = ts_attr_validate(a, t->ndim, t->shape, size, err))) {
     char why[300];
     snprintf(why, sizeof why, "%s", err->msg);
@@ -199,8 +207,10 @@ static int check_one(const ts_st_import_spec *sp, const st_model *m, const looku
                         sp->path, nm, ts_ckpt_dtype_name(t->dtype), t->ndim, why);
   }
   if (ts_store_find(s, name))
-    return ts_error_set(err, TS_EXISTS, "safetensors import: a tensor named '%s' already "
-                        "exists; drop it first", nm);
+    return ts_error_set(err, TS_EXISTS,
+                        "safetensors import: a tensor named '%s' already "
+                        "exists; drop it first",
+                        nm);
   *it = (imp){t, name, a};
   return TS_OK;
 }
@@ -239,8 +249,10 @@ static int choose(const ts_st_import_spec *sp, const st_model *m, ts_store *s, i
     return rc ? rc : ts_error_set(err, TS_NO_MEMORY, "safetensors import: no memory");
   *out = it;
   if (n == 0)
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "safetensors import of '%s': no tensor chosen; "
-                        "name tensors with attributes, or give a default attribute", sp->path);
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "safetensors import of '%s': no tensor chosen; "
+                        "name tensors with attributes, or give a default attribute",
+                        sp->path);
   lookups L;
   rc = lookups_make(sp, m, charge, &L, err);
   for (int i = 0; !rc && i < sp->nattrs; i++) { /* a misspelt name is an error, not ignored */
@@ -249,8 +261,10 @@ static int choose(const ts_st_import_spec *sp, const st_model *m, ts_store *s, i
         find_mapped(&L, sp->attr_names[i], &second) == -1) {
       char nm[200];
       ts__ckpt_text_escape(sp->attr_names[i], nm, sizeof nm);
-      rc = ts_error_set(err, TS_NOT_FOUND, "safetensors '%s' holds no tensor named '%s' (given "
-                        "an attribute; after the renames and the prefix)", sp->path, nm);
+      rc = ts_error_set(err, TS_NOT_FOUND,
+                        "safetensors '%s' holds no tensor named '%s' (given "
+                        "an attribute; after the renames and the prefix)",
+                        sp->path, nm);
     }
   }
   /* names the file maps alike are refused by check_one ("both map to") */
@@ -266,8 +280,10 @@ static int choose(const ts_st_import_spec *sp, const st_model *m, ts_store *s, i
       (*nout)++;
   }
   if (!rc && *nout == 0)
-    rc = ts_error_set(err, TS_NOT_FOUND, "safetensors import of '%s': no tensor of the file "
-                      "matches the attribute rules", sp->path);
+    rc = ts_error_set(err, TS_NOT_FOUND,
+                      "safetensors import of '%s': no tensor of the file "
+                      "matches the attribute rules",
+                      sp->path);
   lookups_free(&L);
   return rc;
 }
@@ -289,8 +305,7 @@ static struct io_uring *ring_get(ring_state *rs) {
   if (!rs->tried) {
     rs->tried = true;
     const char *env = getenv("TSHARD_IO_URING");
-    rs->ok = !(env && strcmp(env, "0") == 0) &&
-             io_uring_queue_init(RING_DEPTH, &rs->ring, 0) == 0;
+    rs->ok = !(env && strcmp(env, "0") == 0) && io_uring_queue_init(RING_DEPTH, &rs->ring, 0) == 0;
   }
   return rs->ok ? &rs->ring : NULL;
 }
@@ -308,8 +323,7 @@ static int finish_read(int fd, uint8_t *p, size_t want, int64_t off, int res) {
     errno = -res;
     return -1;
   }
-  return (size_t)res == want ? 0
-                             : ts__ckpt_pread_full(fd, p + res, want - (size_t)res, off + res);
+  return (size_t)res == want ? 0 : ts__ckpt_pread_full(fd, p + res, want - (size_t)res, off + res);
 }
 
 /* Every run of it (len bytes each; run i at base + poff * es in the file, dst + boff * es in the
@@ -382,8 +396,8 @@ static int read_box(const st_model *m, const st_tensor *t, ts_stored *e, ring_st
   } else {
     int64_t poff, boff;
     while (!fail && ts__ckpt_runs_next(&it, &poff, &boff)) {
-      fail = ts__ckpt_pread_full(f->fd, dst + boff * (int64_t)es, len,
-                                 t->offset + poff * (int64_t)es);
+      fail =
+          ts__ckpt_pread_full(f->fd, dst + boff * (int64_t)es, len, t->offset + poff * (int64_t)es);
       *nread += fail ? 0 : (int64_t)len;
     }
   }
@@ -406,8 +420,7 @@ static int create_all(ts_store *s, const st_model *m, const imp *it, int n, int 
   for (int i = 0; i < n && !rc; i++) {
     const st_tensor *t = it[i].src;
     ts_stored *e;
-    rc = ts_store_add_unfilled(s, it[i].name, t->ndim, t->shape, t->dtype, it[i].attr, "", &e,
-                               err);
+    rc = ts_store_add_unfilled(s, it[i].name, t->ndim, t->shape, t->dtype, it[i].attr, "", &e, err);
     if (!rc) {
       *made = i + 1;
       st_meta *meta = m->files[t->file].meta;

@@ -59,13 +59,13 @@ typedef struct st_file {
 } st_file;
 
 typedef struct st_tensor {
-  char *name; /* its name in the file (checked text) */
+  char *name;              /* its name in the file (checked text) */
   ts_dtype dtype;          /* TS_DTYPE_COUNT: a dtype of the format tshard has not, */
   const char *unsupported; /* named here (static text); NULL otherwise */
   int ndim;
   int64_t shape[TS_MAX_DIMS];
-  int file;           /* index into st_model.files */
-  int64_t offset;     /* absolute offset of its bytes in the file */
+  int file;       /* index into st_model.files */
+  int64_t offset; /* absolute offset of its bytes in the file */
   int64_t bytes;
 } st_tensor;
 

@@ -48,9 +48,9 @@ typedef enum {
 } ts_ckpt_path;
 
 typedef struct ts_ckpt_load_opts {
-  bool per_node;       /* read from the per-node directory (each rank finds its pieces there) */
+  bool per_node;         /* read from the per-node directory (each rank finds its pieces there) */
   int64_t staging_bytes; /* verify buffer, move rounds and reshard staging (0: 64 MiB) */
-  ts_ckpt_path path;   /* the same on every rank */
+  ts_ckpt_path path;     /* the same on every rank */
   /* Attribute rules (proto/ts_rules.h): a tensor takes rule_attrs[k] of the rule k that
    * ts_attr_rule_pick chooses for its name (none, or an entry NULL: the load's attr, else its
    * saved attribute). A rule naming a tensor exactly that the checkpoint lacks is refused. */
@@ -69,11 +69,11 @@ typedef struct ts_ckpt_report {
   int64_t bytes_written, bytes_read; /* this rank */
   int64_t bytes_verified_extra;      /* this rank: read only to verify a checksum (the rest of
                                       * a piece, or of the blocks at a run's edges, and tables) */
-  int tensors_moved; /* loads: tensors read through the move path (the same on every rank) */
-  int64_t ranged_reads;   /* loads, this rank: pieces read in part through their block tables */
-  bool ranged_io_uring;   /* ... those reads batched through io_uring (else preadv) */
-  int64_t bytes_total; /* the whole checkpoint's piece bytes (saves: written, loads: loaded) */
-  int files;           /* saves: data files and the index; loads: data files holding the tensors */
+  int tensors_moved;    /* loads: tensors read through the move path (the same on every rank) */
+  int64_t ranged_reads; /* loads, this rank: pieces read in part through their block tables */
+  bool ranged_io_uring; /* ... those reads batched through io_uring (else preadv) */
+  int64_t bytes_total;  /* the whole checkpoint's piece bytes (saves: written, loads: loaded) */
+  int files;            /* saves: data files and the index; loads: data files holding the tensors */
 } ts_ckpt_report;
 
 /* Saves the named tensors (names NULL or n 0: all) of the store into dir. Atomic: the previous
@@ -136,8 +136,8 @@ void ts_ckpt_debug_fail_write(int64_t after_bytes, bool kill);
 /* What an import takes from a `model.safetensors` file or an HF `*.index.json`: the file's
  * names are mapped (a rename table first, else strip_prefix removed from the names starting with
  * it) to tshard names, and each tensor imported needs an attribute (attrs by tshard name, an
- * entry NULL or absent: default_attr). The tensors imported: `names` when given, else every tensor of the file(s) when
- * default_attr is set, else those attrs names. */
+ * entry NULL or absent: default_attr). The tensors imported: `names` when given, else every tensor
+ * of the file(s) when default_attr is set, else those attrs names. */
 typedef struct ts_st_import_spec {
   const char *path;
   const char *strip_prefix; /* NULL or "": none */
@@ -155,8 +155,8 @@ typedef struct ts_st_import_spec {
 typedef struct ts_st_result {
   int n;
   char **items;
-  int64_t bytes;  /* this rank: read (import) or written (export) */
-  bool mapped;    /* export: written through shared mappings of the files (else pwrite) */
+  int64_t bytes; /* this rank: read (import) or written (export) */
+  bool mapped;   /* export: written through shared mappings of the files (else pwrite) */
 } ts_st_result;
 void ts_st_result_clear(ts_st_result *r);
 

@@ -49,8 +49,7 @@ static int agree(ts_world *w, int status, const ts_error *local, ts_error *err) 
 
 /* A plain row-major tensor for a box (buffer from the pool; at least 64 bytes so that an empty
  * slice still has a buffer). */
-static int alloc_box(const ts_box *b, ts_dtype dt, const char *what, ts_tensor *t,
-                     ts_error *err) {
+static int alloc_box(const ts_box *b, ts_dtype dt, const char *what, ts_tensor *t, ts_error *err) {
   int64_t ext[TS_MAX_DIMS];
   for (int d = 0; d < b->ndim; d++)
     ext[d] = b->hi[d] - b->lo[d];
@@ -70,8 +69,7 @@ static int alloc_box(const ts_box *b, ts_dtype dt, const char *what, ts_tensor *
 
 /* The local slice of a stored tensor as the kernels take it: the slice itself when its layout is
  * plain, else (blocked) a row-major copy, also when `copy` asks for an owned buffer. */
-static int local_view(const ts_stored *t, bool copy, ts_tensor *view, bool *owned,
-                      ts_error *err) {
+static int local_view(const ts_stored *t, bool copy, ts_tensor *view, bool *owned, ts_error *err) {
   *owned = false;
   if (!copy && !ts_layout_is_blocked(&t->local.layout)) {
     *view = t->local;
@@ -132,8 +130,9 @@ static int plan_request(ts_store *s, ts_world *w, const ts_dein_request *req, ts
     if (ops[i]->dtype != ops[0]->dtype)
       return ts_error_set(err, TS_EINSUM,
                           "einsum operands have different dtypes: '%s' is %s, '%s' is %s; give "
-                          "operands of one dtype", ops[0]->name, ts_dtype_name(ops[0]->dtype),
-                          ops[i]->name, ts_dtype_name(ops[i]->dtype));
+                          "operands of one dtype",
+                          ops[0]->name, ts_dtype_name(ops[0]->dtype), ops[i]->name,
+                          ts_dtype_name(ops[i]->dtype));
     ndims[i] = ops[i]->ndim;
     shapes[i] = ops[i]->shape;
     attrs[i] = ops[i]->attr;
@@ -198,8 +197,8 @@ static int move_operands(ts_world *w, const ts_dein_plan *p, ts_stored **ops, bo
 /* This rank's part of the compute mesh: its box of the natural result. */
 static bool compute_box(const ts_dein_plan *p, int rank, ts_box *box, ts_error *err) {
   bool in = false;
-  if (ts_attr_rank_box(ts_dein_plan_chosen(p)->natural, p->out_ndim, p->out_shape, rank, box,
-                       &in, err))
+  if (ts_attr_rank_box(ts_dein_plan_chosen(p)->natural, p->out_ndim, p->out_shape, rank, box, &in,
+                       err))
     return false;
   return in;
 }
@@ -267,7 +266,8 @@ int ts_dein_run(ts_store *s, ts_world *w, const ts_dein_request *req, ts_dein_ke
   if (lst == TS_OK && req->no_scalar && p->out_ndim == 0)
     lst = ts_error_set(&lerr, TS_BAD_SHAPE,
                        "the einsum's output '%s' would be a scalar (0 dims); stored tensors have "
-                       "1 to %d dims: keep a label in the output", p->equation, TS_MAX_DIMS);
+                       "1 to %d dims: keep a label in the output",
+                       p->equation, TS_MAX_DIMS);
   if (lst == TS_OK && explain && !(*explain = ts_dein_plan_explain(p)))
     lst = ts_error_set(&lerr, TS_NO_MEMORY, "no memory for the einsum explain text");
   int rc = agree(w, lst, &lerr, err);
@@ -493,8 +493,8 @@ int ts_dein_backward(ts_store *s, ts_world *w, const ts_dein_request *req, ts_de
     lst = TS_OK;
     for (int i = 0; rc == TS_OK && lst == TS_OK && i < p->n; i++)
       if (gradattr[i]) {
-        lst = store_new(s, grad_names[i], p->ndim[i], p->shape[i], p->dtype, gradattr[i],
-                        &grads[i], &lerr);
+        lst = store_new(s, grad_names[i], p->ndim[i], p->shape[i], p->dtype, gradattr[i], &grads[i],
+                        &lerr);
         stored[i] = lst == TS_OK;
       }
     if (rc == TS_OK)

@@ -28,9 +28,9 @@ typedef struct ts_dein_request {
   const char *equation;
   int n;
   const char *operands[TS_DEIN_MAX_OPERANDS];
-  const char *out;          /* the output name */
-  const ts_attr *out_attr;  /* NULL: the natural attribute */
-  const char *plan;         /* NULL: auto */
+  const char *out;         /* the output name */
+  const ts_attr *out_attr; /* NULL: the natural attribute */
+  const char *plan;        /* NULL: auto */
   int64_t staging_bytes;
   /* A failure the caller met on this rank preparing the request (TS_OK: none), agreed on in the
    * first agreement: every rank then returns it. */

@@ -55,8 +55,7 @@ static int check_mesh(int mesh_ndim, const int64_t *mesh_shape, int nranks, cons
   for (int i = 1; rc == TS_OK && i < nranks; i++)
     if (sorted[i] == sorted[i - 1])
       rc = ts_error_set(err, TS_BAD_ATTRIBUTE,
-                        "rank %d appears twice in the mesh; each rank may appear once",
-                        sorted[i]);
+                        "rank %d appears twice in the mesh; each rank may appear once", sorted[i]);
   free(sorted);
   return rc;
 }
@@ -75,7 +74,8 @@ static int check_cyclic(const ts_placement *p, int m, int64_t msize, ts_error *e
   if (p->kind != TS_PLACE_SHARD && (p->cyclic != 0 || p->src != 0))
     return ts_error_set(err, TS_BAD_ATTRIBUTE,
                         "placement %d: cyclic=/src= apply to a shard only, as in "
-                        "S(0,cyclic=64)", m);
+                        "S(0,cyclic=64)",
+                        m);
   if (p->cyclic < 0 || p->cyclic > TS_CYCLIC_BLOCK_MAX)
     return ts_error_set(err, TS_BAD_ATTRIBUTE,
                         "placement %d: cyclic block size %lld; valid: 1 to %lld", m,
@@ -83,16 +83,18 @@ static int check_cyclic(const ts_placement *p, int m, int64_t msize, ts_error *e
   if (p->cyclic == 0 && p->src != 0)
     return ts_error_set(err, TS_BAD_ATTRIBUTE,
                         "placement %d: src=%lld without a cyclic block size; write "
-                        "S(%d,cyclic=NB,src=%lld)", m, (long long)p->src, p->dim,
-                        (long long)p->src);
+                        "S(%d,cyclic=NB,src=%lld)",
+                        m, (long long)p->src, p->dim, (long long)p->src);
   if (p->src < 0 || p->src >= msize)
     return ts_error_set(err, TS_BAD_ATTRIBUTE,
                         "placement %d: src=%lld but the mesh dim has size %lld (valid: src=0 to "
-                        "%lld)", m, (long long)p->src, (long long)msize, (long long)msize - 1);
+                        "%lld)",
+                        m, (long long)p->src, (long long)msize, (long long)msize - 1);
   if (p->cyclic > 0 && p->split != TS_SPLIT_BALANCED)
     return ts_error_set(err, TS_BAD_ATTRIBUTE,
                         "placement %d deals dim %d block-cyclically and names the %s rule; a "
-                        "cyclic dim has no split rule (its blocks set its parts)", m, p->dim,
+                        "cyclic dim has no split rule (its blocks set its parts)",
+                        m, p->dim,
                         ts_split_rule_name(p->split) ? ts_split_rule_name(p->split) : "?");
   return TS_OK;
 }
@@ -106,19 +108,19 @@ static int check_placement(const ts_placement *p, int m, int64_t msize, ts_error
     if (p->dim < -TS_MAX_DIMS || p->dim >= TS_MAX_DIMS)
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
                           "placement %d is S(%d); a tensor dim is %d to %d (negative counts "
-                          "from the end)", m, p->dim, -TS_MAX_DIMS, TS_MAX_DIMS - 1);
+                          "from the end)",
+                          m, p->dim, -TS_MAX_DIMS, TS_MAX_DIMS - 1);
     if (!ts_split_rule_name(p->split))
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
                           "placement %d has split rule %d; valid rules are balanced, chunk", m,
                           (int)p->split);
     return TS_OK;
-  case TS_PLACE_REPLICATE:
-    return TS_OK;
+  case TS_PLACE_REPLICATE: return TS_OK;
   case TS_PLACE_PARTIAL:
     if ((int)p->op < 0 || p->op >= TS_REDUCE_COUNT)
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
-                          "placement %d has reduce op %d; valid ops are sum, avg, prod, max, min", m,
-                          (int)p->op);
+                          "placement %d has reduce op %d; valid ops are sum, avg, prod, max, min",
+                          m, (int)p->op);
     return TS_OK;
   }
   return ts_error_set(err, TS_BAD_ATTRIBUTE,
@@ -140,7 +142,8 @@ static int check_partial_ops(int mesh_ndim, const ts_placement *place, ts_error 
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
                           "placements %d and %d are P(avg) and then P(prod): a product after an "
                           "average is not supported; put the P(prod) mesh dim before the P(avg) "
-                          "one", avg, m);
+                          "one",
+                          avg, m);
   }
   return TS_OK;
 }
@@ -154,8 +157,8 @@ static int check_rules(int mesh_ndim, const ts_placement *place, ts_error *err) 
           place[n].split != place[m].split)
         return ts_error_set(err, TS_BAD_ATTRIBUTE,
                             "placements %d and %d shard dim %d with different split rules (%s "
-                            "and %s); give every placement of a dim the same rule", n, m,
-                            place[m].dim, ts_split_rule_name(place[n].split),
+                            "and %s); give every placement of a dim the same rule",
+                            n, m, place[m].dim, ts_split_rule_name(place[n].split),
                             ts_split_rule_name(place[m].split));
   return TS_OK;
 }
@@ -181,7 +184,8 @@ int ts__attr_check_splits_rule(const ts_attr *a, ts_error *err) {
     if (ts_attr_splits(a, d, NULL) && rule_of(a, d) == TS_SPLIT_CHUNK)
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
                           "dim %d is given both explicit split sizes and the chunk rule; give "
-                          "one or the other (explicit sizes set every part: write S(%d))", d, d);
+                          "one or the other (explicit sizes set every part: write S(%d))",
+                          d, d);
   return TS_OK;
 }
 
@@ -229,8 +233,8 @@ int ts_attr_create(ts_attr **out, int mesh_ndim, const int64_t *mesh_shape, cons
   for (int m = 0; m < mesh_ndim; m++)
     if ((rc = check_placement(&place[m], m, mesh_shape[m], err)))
       return rc;
-  if ((rc = check_partial_ops(mesh_ndim, place, err)) || (rc = check_rules(mesh_ndim, place, err)) ||
-      (rc = check_cyclic_dims(mesh_ndim, place, err)))
+  if ((rc = check_partial_ops(mesh_ndim, place, err)) ||
+      (rc = check_rules(mesh_ndim, place, err)) || (rc = check_cyclic_dims(mesh_ndim, place, err)))
     return rc;
   ts_attr *a = calloc(1, sizeof *a);
   if (!a)
@@ -258,7 +262,8 @@ int ts_attr_set_splits(ts_attr *a, int dim, int n, const int64_t *sizes, ts_erro
   if (dim < -TS_MAX_DIMS || dim >= TS_MAX_DIMS)
     return ts_error_set(err, TS_BAD_ATTRIBUTE,
                         "splits for dim %d; a tensor dim is %d to %d (negative counts from the "
-                        "end)", dim, -TS_MAX_DIMS, TS_MAX_DIMS - 1);
+                        "end)",
+                        dim, -TS_MAX_DIMS, TS_MAX_DIMS - 1);
   if (n < 0 || (n > 0 && !sizes))
     return ts_error_set(err, TS_INVALID_ARGUMENT, "splits for dim %d: %d sizes", dim, n);
   for (int i = 0; i < n; i++)
@@ -325,8 +330,8 @@ bool ts_attr_equal(const ts_attr *a, const ts_attr *b) {
     const ts_placement *x = &a->place[m], *y = &b->place[m];
     if (a->mesh_shape[m] != b->mesh_shape[m] || x->kind != y->kind)
       return false;
-    if (x->kind == TS_PLACE_SHARD && (x->dim != y->dim || x->split != y->split ||
-                                      x->cyclic != y->cyclic || x->src != y->src))
+    if (x->kind == TS_PLACE_SHARD &&
+        (x->dim != y->dim || x->split != y->split || x->cyclic != y->cyclic || x->src != y->src))
       return false;
     if (x->kind == TS_PLACE_PARTIAL && x->op != y->op)
       return false;
@@ -409,7 +414,8 @@ int ts_attr_validate(const ts_attr *a, int ndim, const int64_t *shape, int world
       if (a->place[m].kind == TS_PLACE_SHARD && a->place[m].dim == d && a->place[m].cyclic)
         return ts_error_set(err, TS_BAD_ATTRIBUTE,
                             "splits given for dim %d, which placement %d deals block-cyclically "
-                            "(its parts are set by the block size)", d, m);
+                            "(its parts are set by the block size)",
+                            d, m);
     if (d >= ndim)
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
                           "splits given for dim %d but the tensor has %d dims", d, ndim);
@@ -440,8 +446,7 @@ int ts_attr_validate(const ts_attr *a, int ndim, const int64_t *shape, int world
     if (huge || sum != shape[d])
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
                           "split sizes of dim %d sum to %s%lld but the dim has size %lld", d,
-                          huge ? "more than " : "", (long long)sum,
-                          (long long)shape[d]);
+                          huge ? "more than " : "", (long long)sum, (long long)shape[d]);
   }
   return TS_OK;
 }
@@ -459,10 +464,14 @@ bool ts_attr_is_normal(const ts_attr *a) {
 /* "S(-2) to S(1)" for 2 dims: the dims a placement may name on a tensor of ndim dims. */
 static int range_error(ts_error *err, const char *what, int dim, int ndim) {
   if (ndim == 0)
-    return ts_error_set(err, TS_BAD_ATTRIBUTE, "%s names dim %d but the tensor has no dims "
-                        "(a 0-dim tensor cannot be split)", what, dim);
-  return ts_error_set(err, TS_BAD_ATTRIBUTE, "%s names dim %d but the tensor has %d dims "
-                      "(valid: %d to %d)", what, dim, ndim, -ndim, ndim - 1);
+    return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                        "%s names dim %d but the tensor has no dims "
+                        "(a 0-dim tensor cannot be split)",
+                        what, dim);
+  return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                      "%s names dim %d but the tensor has %d dims "
+                      "(valid: %d to %d)",
+                      what, dim, ndim, -ndim, ndim - 1);
 }
 
 int ts_attr_normalize(ts_attr *a, int ndim, ts_error *err) {
@@ -487,7 +496,8 @@ int ts_attr_normalize(ts_attr *a, int ndim, ts_error *err) {
     if (a->splits[d])
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
                           "splits are given for dim %d and for dim %d, both dim %d of a tensor of "
-                          "%d dims; give each dim's splits once", -(i + 1), d, d, ndim);
+                          "%d dims; give each dim's splits once",
+                          -(i + 1), d, d, ndim);
   }
   for (int m = 0; m < a->mesh_ndim; m++)
     if (a->place[m].kind == TS_PLACE_SHARD && a->place[m].dim < 0)

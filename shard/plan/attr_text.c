@@ -64,9 +64,7 @@ static int fail(parser *p, const char *expected) {
                       found, expected);
 }
 
-static bool is_blank(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
+static bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 static size_t blanks(parser *p) {
   size_t n = 0;
@@ -129,9 +127,7 @@ static bool name_start(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
 }
 
-static bool name_char(char c) {
-  return name_start(c) || (c >= '0' && c <= '9');
-}
+static bool name_char(char c) { return name_start(c) || (c >= '0' && c <= '9'); }
 
 /* Reads a name ([A-Za-z_][A-Za-z0-9_]*) into buf (cut to NAME_BUF - 1 bytes);
  * returns its full length, 0 when none starts here. */
@@ -229,7 +225,8 @@ static int parse_shape(parser *p, mesh_text *mt) {
         if (strcmp(mt->axis[m], name) == 0)
           return ts_error_set(p->err, TS_PARSE,
                               "attribute: at column %zu: mesh axis '%s' is named twice; give "
-                              "each mesh dim its own name", at + 1, name);
+                              "each mesh dim its own name",
+                              at + 1, name);
       strcpy(mt->axis[mt->ndim], name);
       if ((rc = expect(p, "=")))
         return rc;
@@ -477,12 +474,14 @@ static int parse_places(parser *p, const mesh_text *mt, ts_placement *place, siz
         }
         return ts_error_set(p->err, TS_PARSE,
                             "attribute: at column %zu: mesh axis '%s' is not in the mesh; its "
-                            "axes are %s", at + 1, name, axes);
+                            "axes are %s",
+                            at + 1, name, axes);
       }
       if (given[m])
         return ts_error_set(p->err, TS_PARSE,
                             "attribute: at column %zu: mesh axis '%s' is given two placements; "
-                            "give each axis at most one", at + 1, name);
+                            "give each axis at most one",
+                            at + 1, name);
       given[m] = true;
     }
     if ((rc = parse_placement(p, &place[m < TS_MAX_MESH_DIMS ? m : 0])))
@@ -510,8 +509,10 @@ static int parse_splits(parser *p, ts_attr *a) {
     if ((rc = parse_dim(p, &d)))
       break;
     if (d == last_dim) {
-      rc = ts_error_set(p->err, TS_PARSE, "attribute: at column %zu: the splits of dim %d are "
-                        "given twice; give each dim's splits once", dim_at + 1, (int)d);
+      rc = ts_error_set(p->err, TS_PARSE,
+                        "attribute: at column %zu: the splits of dim %d are "
+                        "given twice; give each dim's splits once",
+                        dim_at + 1, (int)d);
       break;
     }
     if (d < last_dim) {
@@ -525,8 +526,7 @@ static int parse_splits(parser *p, ts_attr *a) {
     sizes.n = 0;
     do {
       int64_t v;
-      if ((rc = parse_int(p, INT64_MAX / 2, "a split size", &v)) ||
-          (rc = list_push(&sizes, v, p)))
+      if ((rc = parse_int(p, INT64_MAX / 2, "a split size", &v)) || (rc = list_push(&sizes, v, p)))
         break;
     } while (tok(p, ","));
     if (rc || (rc = expect(p, "]")))
@@ -552,15 +552,16 @@ static int check_splits(const ts_attr *a, ts_error *err) {
       if (a->place[m].kind == TS_PLACE_SHARD && a->place[m].dim == d && a->place[m].cyclic)
         return ts_error_set(err, TS_BAD_ATTRIBUTE,
                             "attribute: splits given for dim %d, which placement %d deals "
-                            "block-cyclically (its parts are set by the block size)", d, m);
+                            "block-cyclically (its parts are set by the block size)",
+                            d, m);
     }
     if (!sharded)
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
                           "attribute: splits given for dim %d, which no placement shards", d);
     if (n != ts__attr_parts(a, d))
       return ts_error_set(err, TS_BAD_ATTRIBUTE,
-                          "attribute: dim %d has %d split sizes but is split into %lld parts", d,
-                          n, (long long)ts__attr_parts(a, d));
+                          "attribute: dim %d has %d split sizes but is split into %lld parts", d, n,
+                          (long long)ts__attr_parts(a, d));
   }
   ts_error rerr;
   int rc = ts__attr_check_splits_rule(a, &rerr);

@@ -23,12 +23,13 @@ int ts_cast_wire_dtype(ts_dtype from, ts_dtype to, const ts_attr *src, const ts_
                        ts_dtype *wire, ts_error *err) {
   if (!ts_dtype_valid((int)from) || !ts_dtype_valid((int)to))
     return ts_error_set(err, TS_BAD_DTYPE,
-                        "cast from dtype %d to %d: valid dtypes are " TS_DTYPE_NAMES,
-                        (int)from, (int)to);
+                        "cast from dtype %d to %d: valid dtypes are " TS_DTYPE_NAMES, (int)from,
+                        (int)to);
   if (ts_dtype_is_complex(from) && !ts_dtype_is_complex(to))
     return ts_error_set(err, TS_BAD_DTYPE,
                         "cast from %s to %s would discard the imaginary part: a complex tensor "
-                        "casts to c64 and c128 only", ts_dtype_name(from), ts_dtype_name(to));
+                        "casts to c64 and c128 only",
+                        ts_dtype_name(from), ts_dtype_name(to));
   int rc = ts_attr_check_dtype(tgt, to, err);
   if (rc)
     return rc;

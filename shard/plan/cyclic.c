@@ -17,9 +17,7 @@
 
 #include "shard_internal.h"
 
-static int64_t clamp64(int64_t x, int64_t lo, int64_t hi) {
-  return x < lo ? lo : x > hi ? hi : x;
-}
+static int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
 
 /* nb * k, or INT64_MAX when it overflows. */
 static int64_t mul_sat(int64_t nb, int64_t k) {
@@ -84,8 +82,8 @@ struct ts_overlay {
   int64_t *src_off, *tgt_off;
   int64_t period; /* 0 for an empty dim */
   int64_t n;
-  piece *pieces;  /* by (a, b, start) */
-  int64_t *row;   /* src.nparts + 1: the pieces of source part a are row[a] .. row[a + 1] */
+  piece *pieces;    /* by (a, b, start) */
+  int64_t *row;     /* src.nparts + 1: the pieces of source part a are row[a] .. row[a + 1] */
   int64_t *sources; /* tgt.nparts: source parts sharing something with each target part */
 };
 
@@ -251,8 +249,8 @@ int64_t ts_overlay_pair_count(const ts_overlay *o, int64_t a, int64_t b) {
   return full * (hi - lo) + cut;
 }
 
-int64_t ts_overlay_pair_runs(const ts_overlay *o, int64_t a, int64_t b, int64_t first,
-                             ts_run *out, int64_t cap) {
+int64_t ts_overlay_pair_runs(const ts_overlay *o, int64_t a, int64_t b, int64_t first, ts_run *out,
+                             int64_t cap) {
   int64_t lo, hi, total = ts_overlay_pair_count(o, a, b), n = 0;
   pair_range(o, a, b, &lo, &hi);
   for (int64_t k = first < 0 ? 0 : first; k < total && n < cap; k++, n++) {
@@ -275,41 +273,55 @@ int64_t ts_overlay_period_runs(const ts_overlay *o) { return o->n; }
  * ScaLAPACK descriptors */
 
 int ts_attr_from_scalapack_desc(const int desc[9], int nprow, int npcol, char order,
-                                const int *ranks, int my_prow, ts_attr **out,
-                                int64_t shape_out[2], ts_error *err) {
+                                const int *ranks, int my_prow, ts_attr **out, int64_t shape_out[2],
+                                ts_error *err) {
   if (!desc || !out)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_attr_from_scalapack_desc: NULL argument");
   *out = NULL;
   int m = desc[2], n = desc[3], mb = desc[4], nb = desc[5], rsrc = desc[6], csrc = desc[7];
   int lld = desc[8];
   if (desc[0] != 1)
-    return ts_error_set(err, TS_BAD_ATTRIBUTE, "ScaLAPACK descriptor: DTYPE_ is %d; only 1 (a "
-                        "dense block-cyclic matrix) is supported", desc[0]);
+    return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                        "ScaLAPACK descriptor: DTYPE_ is %d; only 1 (a "
+                        "dense block-cyclic matrix) is supported",
+                        desc[0]);
   if (nprow < 1 || npcol < 1 || (int64_t)nprow * npcol > INT_MAX)
-    return ts_error_set(err, TS_BAD_ATTRIBUTE, "ScaLAPACK process grid %d x %d; both sizes "
-                        "must be at least 1", nprow, npcol);
+    return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                        "ScaLAPACK process grid %d x %d; both sizes "
+                        "must be at least 1",
+                        nprow, npcol);
   if (m < 0 || n < 0)
-    return ts_error_set(err, TS_BAD_ATTRIBUTE, "ScaLAPACK descriptor: M_=%d, N_=%d; the matrix "
-                        "sizes must be >= 0", m, n);
+    return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                        "ScaLAPACK descriptor: M_=%d, N_=%d; the matrix "
+                        "sizes must be >= 0",
+                        m, n);
   if (mb < 1 || nb < 1)
-    return ts_error_set(err, TS_BAD_ATTRIBUTE, "ScaLAPACK descriptor: MB_=%d, NB_=%d; block "
-                        "sizes must be at least 1", mb, nb);
+    return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                        "ScaLAPACK descriptor: MB_=%d, NB_=%d; block "
+                        "sizes must be at least 1",
+                        mb, nb);
   if (rsrc < 0 || rsrc >= nprow || csrc < 0 || csrc >= npcol)
-    return ts_error_set(err, TS_BAD_ATTRIBUTE, "ScaLAPACK descriptor: RSRC_=%d, CSRC_=%d on a "
-                        "%d x %d grid; valid: RSRC_ 0 to %d, CSRC_ 0 to %d", rsrc, csrc, nprow,
-                        npcol, nprow - 1, npcol - 1);
+    return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                        "ScaLAPACK descriptor: RSRC_=%d, CSRC_=%d on a "
+                        "%d x %d grid; valid: RSRC_ 0 to %d, CSRC_ 0 to %d",
+                        rsrc, csrc, nprow, npcol, nprow - 1, npcol - 1);
   if (my_prow < -1 || my_prow >= nprow)
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "process row %d on a grid of %d rows (-1: "
-                        "check LLD_ against the largest)", my_prow, nprow);
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "process row %d on a grid of %d rows (-1: "
+                        "check LLD_ against the largest)",
+                        my_prow, nprow);
   int64_t locr = ts_numroc(m, mb, my_prow >= 0 ? my_prow : rsrc, rsrc, nprow);
   if (lld < (locr > 1 ? locr : 1))
-    return ts_error_set(err, TS_BAD_ATTRIBUTE, "ScaLAPACK descriptor: LLD_=%d but process row "
-                        "%d holds %lld local rows; LLD_ must be at least max(1, %lld)", lld,
-                        my_prow >= 0 ? my_prow : rsrc, (long long)locr, (long long)locr);
+    return ts_error_set(err, TS_BAD_ATTRIBUTE,
+                        "ScaLAPACK descriptor: LLD_=%d but process row "
+                        "%d holds %lld local rows; LLD_ must be at least max(1, %lld)",
+                        lld, my_prow >= 0 ? my_prow : rsrc, (long long)locr, (long long)locr);
   char o = (char)toupper((unsigned char)order);
   if (!ranks && o != 'R' && o != 'C')
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "BLACS grid order '%c'; valid: 'R' (row-major) "
-                        "or 'C' (column-major)", order ? order : '?');
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "BLACS grid order '%c'; valid: 'R' (row-major) "
+                        "or 'C' (column-major)",
+                        order ? order : '?');
   int np = nprow * npcol;
   int *r = malloc((size_t)np * sizeof *r);
   if (!r)
@@ -374,9 +386,8 @@ static void move_dims(mover *m, int d, int64_t so, int64_t to) {
   }
 }
 
-int64_t ts_cyclic_pair_move(int ndim, ts_overlay *const *ov, const int64_t *sp,
-                            const int64_t *tp, size_t esize, const void *from, void *to,
-                            ts_cyclic_mode mode) {
+int64_t ts_cyclic_pair_move(int ndim, ts_overlay *const *ov, const int64_t *sp, const int64_t *tp,
+                            size_t esize, const void *from, void *to, ts_cyclic_mode mode) {
   mover m = {.ndim = ndim, .esize = esize, .from = from, .to = to, .mode = mode};
   if (ndim == 0) {
     memcpy(to, from, esize);

@@ -85,8 +85,7 @@ int ts_attr_refuse_cyclic(const ts_attr *a, ts_error *err) {
                       text, n >= sizeof text ? "..." : "");
 }
 
-int ts_geom_create(const ts_attr *a, int ndim, const int64_t *shape, ts_geom **out,
-                   ts_error *err) {
+int ts_geom_create(const ts_attr *a, int ndim, const int64_t *shape, ts_geom **out, ts_error *err) {
   if (!out)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_geom_create: NULL output");
   *out = NULL;
@@ -188,15 +187,9 @@ void ts__geom_decompose(const ts_geom *g, int64_t mesh_index, int64_t *parts, in
   for (int m = 0; m < a->mesh_ndim; m++) {
     int64_t c = (mesh_index / g->mesh_stride[m]) % a->mesh_shape[m];
     switch (a->place[m].kind) {
-    case TS_PLACE_SHARD:
-      parts[a->place[m].dim] += c * g->part_weight[m];
-      break;
-    case TS_PLACE_REPLICATE:
-      r += c * g->rep_weight[m];
-      break;
-    case TS_PLACE_PARTIAL:
-      p += c * g->par_weight[m];
-      break;
+    case TS_PLACE_SHARD: parts[a->place[m].dim] += c * g->part_weight[m]; break;
+    case TS_PLACE_REPLICATE: r += c * g->rep_weight[m]; break;
+    case TS_PLACE_PARTIAL: p += c * g->par_weight[m]; break;
     }
   }
   if (rep)
@@ -296,8 +289,8 @@ bool ts__geom_uniform(const ts_geom *g) {
   return true;
 }
 
-int ts_attr_rank_box(const ts_attr *a, int ndim, const int64_t *shape, int world_rank,
-                     ts_box *out, bool *in_mesh, ts_error *err) {
+int ts_attr_rank_box(const ts_attr *a, int ndim, const int64_t *shape, int world_rank, ts_box *out,
+                     bool *in_mesh, ts_error *err) {
   ts_geom *g = NULL;
   int rc = ts_geom_create(a, ndim, shape, &g, err);
   if (rc)

@@ -10,9 +10,10 @@
  *
  * The rules of the intersection path: a target rank whose coordinate along a partial mesh dim
  * is not 0 holds the identity (only coordinate 0 receives data: the reduction over the partial
- * dims then gives the true value); along a P(avg) dim every rank receives the value. A receiving target rank needs, for every source part meeting its box, one
- * replica of every partial contribution; it takes its own slice when it holds one of them and
- * otherwise the replica (target mesh index mod replicas), which spreads the load over replicas. */
+ * dims then gives the true value); along a P(avg) dim every rank receives the value. A receiving
+ * target rank needs, for every source part meeting its box, one replica of every partial
+ * contribution; it takes its own slice when it holds one of them and otherwise the replica (target
+ * mesh index mod replicas), which spreads the load over replicas. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,8 +42,8 @@ int ts_strategy_parse(const char *text, ts_strategy *out, ts_error *err) {
       return TS_OK;
     }
     if (at < sizeof valid)
-      at += (size_t)snprintf(valid + at, sizeof valid - at, "%s%s", s ? ", " : "",
-                             strategy_names[s]);
+      at +=
+          (size_t)snprintf(valid + at, sizeof valid - at, "%s%s", s ? ", " : "", strategy_names[s]);
   }
   return ts_error_set(err, TS_BAD_STRATEGY, "unknown strategy '%s'; valid: %s",
                       text ? text : "(null)", valid);
@@ -143,15 +144,11 @@ int64_t ts__plan_avg_count(const ts_plan *p) {
       continue;
     bool reduced;
     switch (p->chosen) {
-    case TS_STRATEGY_LOCAL: /* partial source dims stay as they are */
-      reduced = false;
-      break;
+    case TS_STRATEGY_LOCAL: /* partial source dims stay as they are */ reduced = false; break;
     case TS_STRATEGY_ALLREDUCE: /* the dims that go P -> R */
       reduced = b->place[m].kind == TS_PLACE_REPLICATE;
       break;
-    case TS_STRATEGY_REDUCE_SCATTER:
-      reduced = m == p->rs_dim;
-      break;
+    case TS_STRATEGY_REDUCE_SCATTER: reduced = m == p->rs_dim; break;
     default: /* the intersection path and the stages reduce every contribution */
       reduced = true;
       break;
@@ -252,7 +249,8 @@ int ts_plan_rank(const ts_plan *p, int rank, ts_rank_plan *out, ts_error *err) {
   memset(out, 0, sizeof *out);
   out->rank = rank;
   if (p->cyclic)
-    return ts_error_set(err, TS_UNSUPPORTED, "a block-cyclic plan moves run lists, not boxes: "
+    return ts_error_set(err, TS_UNSUPPORTED,
+                        "a block-cyclic plan moves run lists, not boxes: "
                         "it has no per-rank box transfers");
   const ts_geom *sg = p->src, *tg = p->tgt;
   int64_t si = ts_geom_mesh_index(sg, rank), ti = ts_geom_mesh_index(tg, rank);
@@ -535,8 +533,7 @@ static bool local_applies(ts_plan *p, const char **why, ts_error *err, int *rc) 
 bool ts__plan_local_contributor(const ts_plan *p, int64_t i) {
   const ts_attr *a = p->src->attr, *b = p->tgt->attr;
   for (int m = 0; m < a->mesh_ndim; m++) {
-    bool becomes_partial = fresh_identity(&b->place[m]) &&
-                           a->place[m].kind == TS_PLACE_REPLICATE;
+    bool becomes_partial = fresh_identity(&b->place[m]) && a->place[m].kind == TS_PLACE_REPLICATE;
     if (becomes_partial && (i / p->src->mesh_stride[m]) % a->mesh_shape[m] != 0)
       return false;
   }
@@ -635,8 +632,8 @@ static bool lines_tile(const ts_plan *p, int m, bool whole_is_source, bool *nome
 
 /* reduce_scatter: the same mesh, one mesh dim m goes P(op) -> S(d), the rest identical, and the
  * target slices of each group along m tile the group's (common) source slice. */
-static bool reduce_scatter_applies(ts_plan *p, ts_plan_costs *c, const char **why,
-                                   ts_error *err, int *rc) {
+static bool reduce_scatter_applies(ts_plan *p, ts_plan_costs *c, const char **why, ts_error *err,
+                                   int *rc) {
   const ts_attr *a = p->src->attr, *b = p->tgt->attr;
   *rc = TS_OK;
   if (!same_mesh(a, b)) {
@@ -647,8 +644,7 @@ static bool reduce_scatter_applies(ts_plan *p, ts_plan_costs *c, const char **wh
   for (int m = 0; m < a->mesh_ndim; m++) {
     if (same_place(&a->place[m], &b->place[m]))
       continue;
-    if (mdim >= 0 || a->place[m].kind != TS_PLACE_PARTIAL ||
-        b->place[m].kind != TS_PLACE_SHARD) {
+    if (mdim >= 0 || a->place[m].kind != TS_PLACE_PARTIAL || b->place[m].kind != TS_PLACE_SHARD) {
       *why = "reduce_scatter needs exactly one mesh dim to change, from Partial to Shard";
       return false;
     }
@@ -762,8 +758,7 @@ static bool line_gather_applies(ts_plan *p, ts_plan_costs *c) {
   for (int m = 0; m < a->mesh_ndim; m++) {
     if (same_place(&a->place[m], &b->place[m]))
       continue;
-    if (mdim >= 0 || a->place[m].kind != TS_PLACE_SHARD ||
-        b->place[m].kind != TS_PLACE_REPLICATE)
+    if (mdim >= 0 || a->place[m].kind != TS_PLACE_SHARD || b->place[m].kind != TS_PLACE_REPLICATE)
       return false;
     mdim = m;
   }
@@ -868,8 +863,10 @@ static int host_costs(ts_plan *p, bool hier, ts_error *err) {
     return TS_OK;
   int last = p->union_ranks[p->nunion - 1];
   if (last >= ts_topology_nranks(p->topo))
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "the topology places %d ranks; the meshes use "
-                        "rank %d", ts_topology_nranks(p->topo), last);
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "the topology places %d ranks; the meshes use "
+                        "rank %d",
+                        ts_topology_nranks(p->topo), last);
   int first = ts_topology_host(p->topo, p->union_ranks[0]);
   for (int i = 1; i < p->nunion && !p->hosts; i++)
     p->hosts = ts_topology_host(p->topo, p->union_ranks[i]) != first;
@@ -885,8 +882,8 @@ static int host_costs(ts_plan *p, bool hier, ts_error *err) {
   if (hier) {
     int rc;
     const char *why;
-    p->applies[TS_STRATEGY_HIER] = ts__plan_hier_applies(p, &p->costs[TS_STRATEGY_HIER], &why,
-                                                         err, &rc);
+    p->applies[TS_STRATEGY_HIER] =
+        ts__plan_hier_applies(p, &p->costs[TS_STRATEGY_HIER], &why, err, &rc);
     p->why_not[TS_STRATEGY_HIER] = why;
     if (rc)
       return rc;
@@ -913,14 +910,15 @@ static int choose(ts_plan *p, ts_strategy forced, ts_error *err) {
   for (int s = 1; s < TS_STRATEGY_COUNT; s++) {
     if (!p->applies[s])
       continue;
-    if (best < 0 || (p->hosts ? faster(&c[s], &c[best], s == TS_STRATEGY_HIER)
-                              : cheaper(&c[s], &c[best])))
+    if (best < 0 ||
+        (p->hosts ? faster(&c[s], &c[best], s == TS_STRATEGY_HIER) : cheaper(&c[s], &c[best])))
       best = s;
   }
   if (best < 0) /* p2p applies but to partial sources of several ops (keeps_some_ops) */
-    return ts_error_set(err, TS_BAD_STRATEGY, "no strategy applies: %s; allreduce: %s; "
-                        "reduce_scatter: %s", p->why_not[TS_STRATEGY_P2P],
-                        p->why_not[TS_STRATEGY_ALLREDUCE],
+    return ts_error_set(err, TS_BAD_STRATEGY,
+                        "no strategy applies: %s; allreduce: %s; "
+                        "reduce_scatter: %s",
+                        p->why_not[TS_STRATEGY_P2P], p->why_not[TS_STRATEGY_ALLREDUCE],
                         p->why_not[TS_STRATEGY_REDUCE_SCATTER]);
   p->chosen = (ts_strategy)best;
   p->forced = false;
@@ -970,8 +968,10 @@ static int evaluate(ts_plan *p, ts_strategy strategy, ts_error *err) {
   p->min_wire = c[TS_STRATEGY_P2P].wire_bytes;
   c[TS_STRATEGY_ALLTOALL] = c[TS_STRATEGY_P2P];
   p->applies[TS_STRATEGY_ALLTOALL] = p->same_group && !keeps;
-  p->why_not[TS_STRATEGY_ALLTOALL] =
-      keeps ? keeps : p->same_group ? "" : "the source and target groups differ (use p2p)";
+  p->why_not[TS_STRATEGY_ALLTOALL] = keeps ? keeps
+                                     : p->same_group
+                                         ? ""
+                                         : "the source and target groups differ (use p2p)";
 
   bool hier = strategy == TS_STRATEGY_AUTO || strategy == TS_STRATEGY_HIER;
   if ((rc = host_costs(p, hier, err)))

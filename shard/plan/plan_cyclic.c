@@ -89,8 +89,8 @@ static int send_costs(ts_plan *p, int64_t *send_of, ts_error *err) {
     int64_t parts[TS_MAX_DIMS], rep, par;
     ts__geom_decompose(sg, si, parts, &rep, &par);
     int64_t g0 = ts__geom_compose(sg, parts, 0, par);
-    int64_t demand = ts__plan_cyclic_held(sg, parts) * ts__plan_part_receivers(p) * es -
-                     local_at[g0];
+    int64_t demand =
+        ts__plan_cyclic_held(sg, parts) * ts__plan_part_receivers(p) * es - local_at[g0];
     int64_t share = (demand + sg->nrep - 1) / sg->nrep;
     send_of[ts__plan_union_pos(p, sg->attr->ranks[si])] += sg->nrep == 1 ? demand : share;
   }
@@ -106,8 +106,8 @@ static int intersection_costs(ts_plan *p, ts_plan_costs *c, ts_error *err) {
   int64_t wire = 0, msgs = 0, maxb = 0, peak = 0, half = p->staging / 2;
   int64_t *recv_of = calloc((size_t)p->nunion, sizeof(int64_t));
   int64_t *send_of = calloc((size_t)p->nunion, sizeof(int64_t));
-  int rc = recv_of && send_of ? TS_OK
-                              : ts_error_set(err, TS_NO_MEMORY, "no memory for per-rank costs");
+  int rc =
+      recv_of && send_of ? TS_OK : ts_error_set(err, TS_NO_MEMORY, "no memory for per-rank costs");
   if (rc == TS_OK) {
     receive_costs(p, recv_of, &wire, &msgs);
     rc = send_costs(p, send_of, err);
@@ -153,8 +153,10 @@ int ts__plan_cyclic(ts_plan *p, const char *keeps, ts_error *err) {
   p->applies[TS_STRATEGY_P2P] = !keeps;
   p->why_not[TS_STRATEGY_P2P] = keeps ? keeps : "";
   p->applies[TS_STRATEGY_ALLTOALL] = p->same_group && !keeps;
-  p->why_not[TS_STRATEGY_ALLTOALL] =
-      keeps ? keeps : p->same_group ? "" : "the source and target groups differ (use p2p)";
+  p->why_not[TS_STRATEGY_ALLTOALL] = keeps ? keeps
+                                     : p->same_group
+                                         ? ""
+                                         : "the source and target groups differ (use p2p)";
   p->host_bound = -1;
   for (int s = 1; s < TS_STRATEGY_COUNT; s++)
     p->costs[s].time_ns = p->applies[s] ? ts__plan_time_ns(p, &p->costs[s]) : 0;

@@ -156,16 +156,16 @@ char *ts_plan_explain(const ts_plan *p, int max_ranks) {
     add(&b, " (host link %lld bytes)\n", (long long)st->costs[st->chosen].host_link_bytes);
   }
   add(&b, "minimum wire bytes (intersection): %lld\n", (long long)p->min_wire);
-  add(&b, "staging: %lld bytes per rank, %lld bytes per pair per round\n",
-      (long long)p->staging, (long long)p->pair_chunk);
+  add(&b, "staging: %lld bytes per rank, %lld bytes per pair per round\n", (long long)p->staging,
+      (long long)p->pair_chunk);
   add(&b, "costs:\n  %-15s %15s %15s %10s %15s%s\n", "strategy", "wire_bytes", "max_rank_bytes",
       "messages", "peak_extra", p->hosts ? "       host_link      cross_host     est_ms" : "");
   for (int s = 1; s < TS_STRATEGY_COUNT; s++) {
     const ts_plan_costs *c = &p->costs[s];
     if (p->applies[s]) {
       add(&b, "%c %-15s %15lld %15lld %10lld %15lld", s == (int)p->chosen ? '*' : ' ',
-          ts_strategy_name((ts_strategy)s), (long long)c->wire_bytes,
-          (long long)c->max_rank_bytes, (long long)c->messages, (long long)c->peak_extra_bytes);
+          ts_strategy_name((ts_strategy)s), (long long)c->wire_bytes, (long long)c->max_rank_bytes,
+          (long long)c->messages, (long long)c->peak_extra_bytes);
       if (p->hosts)
         add(&b, " %15lld %15lld %10.2f", (long long)c->host_link_bytes,
             (long long)c->cross_host_bytes, (double)c->time_ns / 1e6);
@@ -201,8 +201,8 @@ char *ts_plan_explain(const ts_plan *p, int max_ranks) {
           ns += rp.send[k].peer != rank;
         for (int k = 0; k < rp.nrecv; k++)
           nr += rp.recv[k].peer != rank;
-        add(&b, " send %d pieces %lld B, receive %d pieces %lld B", ns,
-            (long long)rp.send_bytes, nr, (long long)rp.recv_bytes);
+        add(&b, " send %d pieces %lld B, receive %d pieces %lld B", ns, (long long)rp.send_bytes,
+            nr, (long long)rp.recv_bytes);
         ts_rank_plan_clear(&rp);
       } else {
         add(&b, " (out of memory listing transfers)");

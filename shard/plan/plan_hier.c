@@ -137,7 +137,8 @@ static int chain_stage(ts_plan *p, const ts_attr *row, const ts_attr *g, int roo
     slice = bytes > slice ? bytes : slice;
   }
   ts_plan_costs *c = &sp->costs[TS_STRATEGY_P2P];
-  int64_t per = sp->tgt->attr->mesh_shape[1], pieces = (slice + TS_CHAIN_PIECE - 1) / TS_CHAIN_PIECE;
+  int64_t per = sp->tgt->attr->mesh_shape[1],
+          pieces = (slice + TS_CHAIN_PIECE - 1) / TS_CHAIN_PIECE;
   c->wire_bytes = c->cross_host_bytes = (hosts - 1) * total;
   c->host_link_bytes = total;
   c->max_rank_bytes = slice;
@@ -182,8 +183,8 @@ static int row_of(const ts_plan *p, const int *order, int hosts, int per, int h)
 static int build(ts_plan *p, const int *order, int hosts, int per, const char **why,
                  ts_error *err) {
   const ts_attr *src = p->src->attr, *tgt = p->tgt->attr;
-  ts_placement R = {.kind = TS_PLACE_REPLICATE}, S = {.kind = TS_PLACE_SHARD,
-                                                       .dim = longest_dim(p)};
+  ts_placement R = {.kind = TS_PLACE_REPLICATE},
+               S = {.kind = TS_PLACE_SHARD, .dim = longest_dim(p)};
   ts_reduce_op op;
   ts_attr *x = NULL, *y = NULL, *z = NULL;
   int rc = TS_OK;
@@ -223,8 +224,7 @@ static int build(ts_plan *p, const int *order, int hosts, int per, const char **
   return rc;
 }
 
-bool ts__plan_hier_applies(ts_plan *p, ts_plan_costs *c, const char **why, ts_error *err,
-                           int *rc) {
+bool ts__plan_hier_applies(ts_plan *p, ts_plan_costs *c, const char **why, ts_error *err, int *rc) {
   *rc = TS_OK;
   *why = "";
   if (!p->hosts) {
@@ -263,8 +263,8 @@ bool ts__plan_hier_applies(ts_plan *p, ts_plan_costs *c, const char **why, ts_er
     c->wire_bytes += s->wire_bytes;
     c->max_rank_bytes += s->max_rank_bytes;
     c->messages += s->messages;
-    c->peak_extra_bytes = s->peak_extra_bytes > c->peak_extra_bytes ? s->peak_extra_bytes
-                                                                     : c->peak_extra_bytes;
+    c->peak_extra_bytes =
+        s->peak_extra_bytes > c->peak_extra_bytes ? s->peak_extra_bytes : c->peak_extra_bytes;
     c->rounds += s->rounds;
     c->host_link_bytes += s->host_link_bytes;
     c->cross_host_bytes += s->cross_host_bytes;

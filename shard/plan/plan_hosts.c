@@ -249,7 +249,7 @@ int ts__plan_host_costs(ts_plan *p, ts_strategy s, ts_plan_costs *c, ts_error *e
   int rc = a.in && a.out ? TS_OK : ts_error_set(err, TS_NO_MEMORY, "no memory for host costs");
   if (!rc && (s == TS_STRATEGY_P2P || s == TS_STRATEGY_ALLTOALL))
     rc = p->costs[TS_STRATEGY_P2P].messages <= EXACT_PIECES_MAX ? p2p_exact(p, &a, err)
-                                                                 : p2p_estimate(p, &a, err);
+                                                                : p2p_estimate(p, &a, err);
   else if (!rc && s == TS_STRATEGY_ALLGATHER)
     rc = allgather_hosts(p, &a, err);
   else if (!rc && s == TS_STRATEGY_ROOT)
@@ -291,10 +291,10 @@ typedef struct bound_work {
   int64_t *held;     /* per host: contributions (partial indices) of the source part held there */
   int64_t *stamp;    /* per host: the last partial index counted in held */
   bool *needs;       /* per host: a target rank there needs the target part */
-  int *need_list, nneed;       /* the hosts with needs set */
-  int *hold_list, nhold;       /* the hosts with held > 0 */
-  int *owe_list, nowe;         /* the hosts that alone hold a contribution another host needs */
-  int64_t tp_bytes;            /* bytes of the cells of the current target part */
+  int *need_list, nneed; /* the hosts with needs set */
+  int *hold_list, nhold; /* the hosts with held > 0 */
+  int *owe_list, nowe;   /* the hosts that alone hold a contribution another host needs */
+  int64_t tp_bytes;      /* bytes of the cells of the current target part */
   /* The part tuples the lists are for: the cells of one part share them. */
   int64_t tp[TS_MAX_DIMS], sp[TS_MAX_DIMS];
   bool have_tp, have_sp;
@@ -407,8 +407,8 @@ int64_t ts__plan_host_bound(const ts_plan *p) {
   w.stamp = malloc(nh * sizeof(int64_t)), w.needs = calloc(nh, sizeof(bool));
   w.need_list = malloc(nh * sizeof(int)), w.hold_list = malloc(nh * sizeof(int));
   w.owe_list = malloc(nh * sizeof(int));
-  bool ok = w.in && w.out && w.full && w.held && w.stamp && w.needs && w.need_list &&
-            w.hold_list && w.owe_list;
+  bool ok = w.in && w.out && w.full && w.held && w.stamp && w.needs && w.need_list && w.hold_list &&
+            w.owe_list;
   for (size_t h = 0; ok && h < nh; h++)
     w.stamp[h] = -1;
   for (int d = 0; ok && d < p->ndim; d++) {

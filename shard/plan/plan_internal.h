@@ -20,7 +20,7 @@ struct ts_plan {
   int64_t pair_chunk; /* bytes per pair per round of the chunked strategies */
   int *union_ranks;   /* sorted union of source and target ranks */
   int nunion;
-  bool same_group;    /* source and target hold the same set of ranks */
+  bool same_group; /* source and target hold the same set of ranks */
   ts_strategy chosen;
   bool forced;
   bool applies[TS_STRATEGY_COUNT];
@@ -47,7 +47,8 @@ struct ts_plan {
   ts_overlay *overlay[TS_MAX_DIMS];
 };
 
-/* The pieces a chain broadcast forwards (a piece per hop is what the chain adds to one transfer). */
+/* The pieces a chain broadcast forwards (a piece per hop is what the chain adds to one
+ * transfer). */
 #define TS_CHAIN_PIECE ((int64_t)60 << 10)
 
 /* Position of a world rank in the sorted union, -1 when absent. */
@@ -71,13 +72,13 @@ int64_t ts__plan_local_group(const ts_plan *p, int64_t i);
 /* plan_hosts.c: strategy s's bytes over the host links into c (host_link_bytes,
  * cross_host_bytes), and the bound (-1: too many cells to count). */
 int ts__plan_host_costs(ts_plan *p, ts_strategy s, ts_plan_costs *c, ts_error *err);
-/* The estimated time of a one-step strategy's costs at the topology's link rates (ts_plan_costs). */
+/* The estimated time of a one-step strategy's costs at the topology's link rates
+ * (ts_plan_costs). */
 int64_t ts__plan_time_ns(const ts_plan *p, const ts_plan_costs *c);
 int64_t ts__plan_host_bound(const ts_plan *p);
 /* plan_hier.c: whether the hierarchical strategy applies (its stages into p->stages), its costs
  * (the stages' summed), or why not; *rc set on an error that ends the planning. */
-bool ts__plan_hier_applies(ts_plan *p, ts_plan_costs *c, const char **why, ts_error *err,
-                           int *rc);
+bool ts__plan_hier_applies(ts_plan *p, ts_plan_costs *c, const char **why, ts_error *err, int *rc);
 
 /* plan_cyclic.c: how geom g deals tensor dim d; the elements a part tuple holds; and the
  * strategies, costs and overlays of a plan with a block-cyclic side (keeps: keeps_some_ops). */

@@ -211,8 +211,8 @@ int ts_plan_relabel(const ts_attr *src, const ts_attr *dst, int ndim, const int6
   return rc;
 }
 
-int ts_attr_relabel(const ts_attr *src, ts_attr *dst, int ndim, const int64_t *shape,
-                    int64_t *kept, ts_error *err) {
+int ts_attr_relabel(const ts_attr *src, ts_attr *dst, int ndim, const int64_t *shape, int64_t *kept,
+                    ts_error *err) {
   int *ranks = malloc((size_t)dst->nranks * sizeof *ranks);
   if (!ranks)
     return ts_error_set(err, TS_NO_MEMORY, "no memory to relabel %d ranks", dst->nranks);

@@ -17,15 +17,15 @@ struct ts_geom {
   int ndim;
   int64_t shape[TS_MAX_DIMS];
   int64_t nparts[TS_MAX_DIMS];
-  int64_t *offsets[TS_MAX_DIMS];  /* nparts + 1 split points */
-  int64_t *zeros[TS_MAX_DIMS];    /* nparts + 1: zero-size parts among the first p */
+  int64_t *offsets[TS_MAX_DIMS]; /* nparts + 1 split points */
+  int64_t *zeros[TS_MAX_DIMS];   /* nparts + 1: zero-size parts among the first p */
   int64_t mesh_stride[TS_MAX_MESH_DIMS];
   int64_t part_weight[TS_MAX_MESH_DIMS]; /* weight of a shard mesh dim in its dim's part index */
-  int64_t nrep, npartial;       /* number of replicate / partial positions */
+  int64_t nrep, npartial;                /* number of replicate / partial positions */
   int64_t rep_weight[TS_MAX_MESH_DIMS];  /* weight of a replicate dim in the replica index */
   int64_t par_weight[TS_MAX_MESH_DIMS];  /* weight of a partial dim in the partial index */
   int max_rank;
-  int64_t *index_of_rank;       /* max_rank + 1 entries, -1 for ranks outside the mesh */
+  int64_t *index_of_rank; /* max_rank + 1 entries, -1 for ranks outside the mesh */
 };
 
 /* ts_geom_create that also takes a block-cyclic attribute (for the planner: the offsets of a cyclic

@@ -17,8 +17,8 @@
 struct ts_topology {
   atomic_int refs;
   int nranks, nhosts;
-  int *host_of;    /* nranks: the host of each world rank */
-  int *host_ranks; /* nhosts: ranks on each host */
+  int *host_of;               /* nranks: the host of each world rank */
+  int *host_ranks;            /* nhosts: ranks on each host */
   double rate[TS_LINK_COUNT]; /* bytes per second of each link class; 0: the default */
 };
 
@@ -32,13 +32,13 @@ static const double default_rates[TS_LINK_COUNT] = {
 int ts_topology_create(int nranks, const int *raw, ts_topology **out, ts_error *err) {
   *out = NULL;
   if (nranks < 1 || nranks > TS_TOPOLOGY_RANKS_MAX || !raw)
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "a topology of %d ranks; valid: 1 to %d",
-                        nranks, TS_TOPOLOGY_RANKS_MAX);
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "a topology of %d ranks; valid: 1 to %d", nranks,
+                        TS_TOPOLOGY_RANKS_MAX);
   int top = 0;
   for (int r = 0; r < nranks; r++) {
     if (raw[r] < 0 || raw[r] >= TS_TOPOLOGY_RANKS_MAX)
-      return ts_error_set(err, TS_INVALID_ARGUMENT, "rank %d is on host %d; hosts are 0 to %d",
-                          r, raw[r], TS_TOPOLOGY_RANKS_MAX - 1);
+      return ts_error_set(err, TS_INVALID_ARGUMENT, "rank %d is on host %d; hosts are 0 to %d", r,
+                          raw[r], TS_TOPOLOGY_RANKS_MAX - 1);
     top = raw[r] > top ? raw[r] : top;
   }
   ts_topology *t = calloc(1, sizeof *t);
@@ -68,12 +68,11 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-int ts_topology_from_names(int nranks, const char *const *names, ts_topology **out,
-                           ts_error *err) {
+int ts_topology_from_names(int nranks, const char *const *names, ts_topology **out, ts_error *err) {
   *out = NULL;
   if (nranks < 1 || nranks > TS_TOPOLOGY_RANKS_MAX || !names)
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "a topology of %d ranks; valid: 1 to %d",
-                        nranks, TS_TOPOLOGY_RANKS_MAX);
+    return ts_error_set(err, TS_INVALID_ARGUMENT, "a topology of %d ranks; valid: 1 to %d", nranks,
+                        TS_TOPOLOGY_RANKS_MAX);
   const char **sorted = malloc((size_t)nranks * sizeof *sorted);
   int *raw = malloc((size_t)nranks * sizeof *raw);
   if (!sorted || !raw) {
@@ -125,12 +124,11 @@ static int from_counts(const int *per_host, int nhosts, ts_topology **out, ts_er
     n += per_host[h];
   }
   if (n < 1 || n > TS_TOPOLOGY_RANKS_MAX)
-    return ts_error_set(err, TS_LIMIT, "a topology of %lld ranks; valid: 1 to %d",
-                        (long long)n, TS_TOPOLOGY_RANKS_MAX);
+    return ts_error_set(err, TS_LIMIT, "a topology of %lld ranks; valid: 1 to %d", (long long)n,
+                        TS_TOPOLOGY_RANKS_MAX);
   int *raw = malloc((size_t)n * sizeof *raw);
   if (!raw)
-    return ts_error_set(err, TS_NO_MEMORY, "no memory for a topology of %lld ranks",
-                        (long long)n);
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for a topology of %lld ranks", (long long)n);
   for (int h = 0, r = 0; h < nhosts; h++)
     for (int k = 0; k < per_host[h]; k++)
       raw[r++] = h;
@@ -139,8 +137,9 @@ static int from_counts(const int *per_host, int nhosts, ts_topology **out, ts_er
   return rc;
 }
 
-#define SPEC_HELP "valid: hosts=HxR (H hosts of R ranks, ranks in order), hosts=R1,R2,... (ranks " \
-                  "per host, in order) or map=H0,H1,... (the host of each rank)"
+#define SPEC_HELP                                                                                  \
+  "valid: hosts=HxR (H hosts of R ranks, ranks in order), hosts=R1,R2,... (ranks "                 \
+  "per host, in order) or map=H0,H1,... (the host of each rank)"
 
 int ts_topology_parse(const char *spec, ts_topology **out, ts_error *err) {
   *out = NULL;
@@ -227,8 +226,8 @@ int ts_topology_from_hostfile(const char *text, size_t len, ts_topology **out, t
     rc = hostfile_line(text + at, ll, ++lineno, &slots, err);
     if (!rc && slots > 0) {
       if (n == cap) {
-        int *g = cap < TS_TOPOLOGY_RANKS_MAX ? realloc(per_host, 2 * (size_t)cap * sizeof *g)
-                                             : NULL;
+        int *g =
+            cap < TS_TOPOLOGY_RANKS_MAX ? realloc(per_host, 2 * (size_t)cap * sizeof *g) : NULL;
         if (!g) {
           rc = ts_error_set(err, TS_LIMIT, "hostfile: more than %d hosts", cap);
           break;
@@ -287,8 +286,7 @@ size_t ts_topology_format(const ts_topology *t, char *buf, size_t cap) {
   size_t n = (size_t)snprintf(buf, cap, in_order ? "hosts=" : "map=");
   for (int i = 0; i < (in_order ? t->nhosts : t->nranks); i++) {
     int v = in_order ? t->host_ranks[i] : t->host_of[i];
-    n += (size_t)snprintf(n < cap ? buf + n : NULL, n < cap ? cap - n : 0, "%s%d", i ? "," : "",
-                          v);
+    n += (size_t)snprintf(n < cap ? buf + n : NULL, n < cap ? cap - n : 0, "%s%d", i ? "," : "", v);
   }
   return n;
 }
@@ -300,8 +298,10 @@ int ts_topology_set_rate(ts_topology *t, ts_link link, double bytes_per_s, ts_er
   if (!t || (int)link < 0 || link >= TS_LINK_COUNT)
     return ts_error_set(err, TS_INVALID_ARGUMENT, "ts_topology_set_rate: bad arguments");
   if (!(bytes_per_s > 0) || !isfinite(bytes_per_s))
-    return ts_error_set(err, TS_INVALID_ARGUMENT, "a link rate must be a positive number of "
-                        "bytes per second (got %g)", bytes_per_s);
+    return ts_error_set(err, TS_INVALID_ARGUMENT,
+                        "a link rate must be a positive number of "
+                        "bytes per second (got %g)",
+                        bytes_per_s);
   t->rate[link] = bytes_per_s;
   return TS_OK;
 }
@@ -320,9 +320,10 @@ static const struct {
   const char *unit;
   double bytes_per_s;
 } rate_units[] = {
-    {"bit", 0.125},      {"kbit", 125.0},    {"mbit", 125e3},  {"gbit", 125e6},
-    {"tbit", 125e9},     {"B/s", 1.0},       {"kB/s", 1e3},    {"KB/s", 1e3},
-    {"MB/s", 1e6},       {"GB/s", 1e9},      {"TB/s", 1e12},   {"KiB/s", 1024.0},
+    {"bit", 0.125},       {"kbit", 125.0},         {"mbit", 125e3},
+    {"gbit", 125e6},      {"tbit", 125e9},         {"B/s", 1.0},
+    {"kB/s", 1e3},        {"KB/s", 1e3},           {"MB/s", 1e6},
+    {"GB/s", 1e9},        {"TB/s", 1e12},          {"KiB/s", 1024.0},
     {"MiB/s", 1048576.0}, {"GiB/s", 1073741824.0},
 };
 
@@ -342,8 +343,8 @@ int ts_rate_parse(const char *text, double *out, ts_error *err) {
   return ts_error_set(err, TS_INVALID_ARGUMENT, "link rate '%s': expected %s", text, valid);
 }
 
-static const char *const link_names[TS_LINK_COUNT] = {[TS_LINK_HOST] = "host",
-                                                      [TS_LINK_CROSS] = "cross"};
+static const char *const link_names[TS_LINK_COUNT] = {
+    [TS_LINK_HOST] = "host", [TS_LINK_CROSS] = "cross"};
 
 const char *ts_link_name(ts_link link) {
   return (int)link >= 0 && link < TS_LINK_COUNT ? link_names[link] : "invalid";
@@ -358,7 +359,8 @@ int ts_topology_parse_rates(ts_topology *t, const char *spec, ts_error *err) {
     size_t len = comma ? (size_t)(comma - at) : strlen(at);
     char item[96];
     if (len == 0 || len >= sizeof item)
-      return ts_error_set(err, TS_INVALID_ARGUMENT, "link rates '%s': expected host=RATE and/or "
+      return ts_error_set(err, TS_INVALID_ARGUMENT,
+                          "link rates '%s': expected host=RATE and/or "
                           "cross=RATE, separated by a comma (e.g. host=10GB/s,cross=500mbit)",
                           spec);
     memcpy(item, at, len);
@@ -370,9 +372,10 @@ int ts_topology_parse_rates(ts_topology *t, const char *spec, ts_error *err) {
           strncmp(item, link_names[l], (size_t)(eq - item)) == 0)
         link = l;
     if (link < 0)
-      return ts_error_set(err, TS_INVALID_ARGUMENT, "link rates '%s': '%s' is neither "
-                          "host=RATE (inside a host) nor cross=RATE (between hosts)", spec,
-                          item);
+      return ts_error_set(err, TS_INVALID_ARGUMENT,
+                          "link rates '%s': '%s' is neither "
+                          "host=RATE (inside a host) nor cross=RATE (between hosts)",
+                          spec, item);
     double v;
     int rc = ts_rate_parse(eq + 1, &v, err);
     if (rc || (rc = ts_topology_set_rate(t, (ts_link)link, v, err)))

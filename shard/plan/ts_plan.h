@@ -154,8 +154,8 @@ int64_t ts_numroc(int64_t n, int64_t nb, int64_t iproc, int64_t isrc, int64_t np
  * LLD = LOCr. my_prow >= 0: LLD is checked against that process row's local rows (as ScaLAPACK
  * does); -1: against the largest over the process rows. shape_out (may be NULL) gets [N, M]. */
 int ts_attr_from_scalapack_desc(const int desc[9], int nprow, int npcol, char order,
-                                const int *ranks, int my_prow, ts_attr **out,
-                                int64_t shape_out[2], ts_error *err);
+                                const int *ranks, int my_prow, ts_attr **out, int64_t shape_out[2],
+                                ts_error *err);
 
 /* ---------------------------------------------------------------------------------------------
  * Block-cyclic arithmetic (cyclic.c)
@@ -197,8 +197,8 @@ int64_t ts_overlay_pair_len(const ts_overlay *o, int64_t a, int64_t b);
 int64_t ts_overlay_pair_count(const ts_overlay *o, int64_t a, int64_t b);
 /* The shared runs from the first-th on (in global order), at most cap of them, into out;
  * returns how many were written. */
-int64_t ts_overlay_pair_runs(const ts_overlay *o, int64_t a, int64_t b, int64_t first,
-                             ts_run *out, int64_t cap);
+int64_t ts_overlay_pair_runs(const ts_overlay *o, int64_t a, int64_t b, int64_t first, ts_run *out,
+                             int64_t cap);
 /* The number of source parts that share something with target part b. */
 int64_t ts_overlay_sources_of(const ts_overlay *o, int64_t b);
 /* The runs of one period (a measure of the overlay's size). */
@@ -214,9 +214,8 @@ int64_t ts_overlay_tgt_extent(const ts_overlay *o, int64_t b);
  * UNPACK: from such a buffer into the target's local array. Both ends of a transfer compute the
  * same order. Returns the elements moved, or -1 when out of memory. */
 typedef enum { TS_CYCLIC_COPY, TS_CYCLIC_PACK, TS_CYCLIC_UNPACK } ts_cyclic_mode;
-int64_t ts_cyclic_pair_move(int ndim, ts_overlay *const *ov, const int64_t *sp,
-                            const int64_t *tp, size_t esize, const void *from, void *to,
-                            ts_cyclic_mode mode);
+int64_t ts_cyclic_pair_move(int ndim, ts_overlay *const *ov, const int64_t *sp, const int64_t *tp,
+                            size_t esize, const void *from, void *to, ts_cyclic_mode mode);
 
 /* ---------------------------------------------------------------------------------------------
  * Slice geometry */
@@ -239,8 +238,7 @@ typedef struct ts_geom ts_geom;
 
 /* TS_UNSUPPORTED for a block-cyclic attribute: its slices are not boxes (the planner models them
  * with run lists, shard/plan/cyclic.c). */
-int ts_geom_create(const ts_attr *a, int ndim, const int64_t *shape, ts_geom **out,
-                   ts_error *err);
+int ts_geom_create(const ts_attr *a, int ndim, const int64_t *shape, ts_geom **out, ts_error *err);
 void ts_geom_destroy(ts_geom **p);
 /* The geom's own copy of its attribute, normalized (no negative dims). */
 const ts_attr *ts_geom_attr(const ts_geom *g);
@@ -255,8 +253,8 @@ int64_t ts_geom_parts(const ts_geom *g, int d);
 const int64_t *ts_geom_offsets(const ts_geom *g, int d);
 
 /* Convenience: the box of one rank's slice straight from an attribute. */
-int ts_attr_rank_box(const ts_attr *a, int ndim, const int64_t *shape, int world_rank,
-                     ts_box *out, bool *in_mesh, ts_error *err);
+int ts_attr_rank_box(const ts_attr *a, int ndim, const int64_t *shape, int world_rank, ts_box *out,
+                     bool *in_mesh, ts_error *err);
 
 /* Chunking a box into sub-boxes of at most max_bytes (row-major slabs; a single element is never
  * split). Both ends of a transfer compute the same chunks from the same box. */
@@ -319,8 +317,7 @@ typedef struct ts_topology ts_topology;
  * ("NAME [slots=N]" lines, '#' comments; ranks fill the hosts in order, as `mpirun --map-by
  * slot` places them). */
 int ts_topology_create(int nranks, const int *host_of, ts_topology **out, ts_error *err);
-int ts_topology_from_names(int nranks, const char *const *names, ts_topology **out,
-                           ts_error *err);
+int ts_topology_from_names(int nranks, const char *const *names, ts_topology **out, ts_error *err);
 int ts_topology_parse(const char *spec, ts_topology **out, ts_error *err);
 int ts_topology_from_hostfile(const char *text, size_t len, ts_topology **out, ts_error *err);
 ts_topology *ts_topology_ref(ts_topology *t);
@@ -351,13 +348,13 @@ int ts_topology_parse_rates(ts_topology *t, const char *spec, ts_error *err);
 
 /* Costs of one strategy for one reshard. Bytes exclude copies a rank makes to itself. */
 typedef struct ts_plan_costs {
-  int64_t wire_bytes;       /* total bytes over the network, all ranks */
-  int64_t max_rank_bytes;   /* max over ranks of max(bytes sent, bytes received) */
-  int64_t messages;         /* point-to-point messages (pairs x chunks, or collective pairs) */
+  int64_t wire_bytes;     /* total bytes over the network, all ranks */
+  int64_t max_rank_bytes; /* max over ranks of max(bytes sent, bytes received) */
+  int64_t messages;       /* point-to-point messages (pairs x chunks, or collective pairs) */
   /* max over ranks of staging memory beyond source and target slices; for p2p and alltoall an
    * upper bound: pieces of plain (unblocked, non-partial) slices move in place with none */
   int64_t peak_extra_bytes;
-  int64_t rounds;           /* communication rounds (chunks) */
+  int64_t rounds; /* communication rounds (chunks) */
   /* With a topology of several hosts: the most bytes that enter or leave one host over its link
    * (the busiest host link), and the bytes that cross between hosts in all. Exact for p2p and
    * alltoall (from the transfers, or an even-spread estimate beyond 2^20 pieces); for the
@@ -397,8 +394,8 @@ int ts_plan_create_on(int ndim, const int64_t *shape, ts_dtype dt, const ts_attr
 int ts_plan_relabel(const ts_attr *src, const ts_attr *dst, int ndim, const int64_t *shape,
                     int *ranks, int64_t *kept, ts_error *err);
 /* The same, applied: dst's ranks become the order chosen (unchanged on an error). */
-int ts_attr_relabel(const ts_attr *src, ts_attr *dst, int ndim, const int64_t *shape,
-                    int64_t *kept, ts_error *err);
+int ts_attr_relabel(const ts_attr *src, ts_attr *dst, int ndim, const int64_t *shape, int64_t *kept,
+                    ts_error *err);
 /* The stages of a hierarchical plan (0 for the other strategies), and stage i: a plan of its own,
  * run one after the other by the executor. */
 int ts_plan_stage_count(const ts_plan *p);
@@ -446,8 +443,8 @@ char *ts_plan_explain(const ts_plan *p, int max_ranks);
 
 /* One piece moved between two ranks: the global box it covers. */
 typedef struct ts_transfer {
-  int peer;      /* world rank; may be the rank itself (a local copy) */
-  int group;     /* receive side: transfers with the same group are reduced together */
+  int peer;  /* world rank; may be the rank itself (a local copy) */
+  int group; /* receive side: transfers with the same group are reduced together */
   ts_box box;
   int64_t bytes;
 } ts_transfer;
@@ -456,12 +453,12 @@ typedef struct ts_transfer {
 typedef struct ts_rank_plan {
   int rank;
   bool in_src, in_tgt;
-  bool receiver;       /* a target rank that receives data (others of a partial target fill
-                          the identity) */
+  bool receiver; /* a target rank that receives data (others of a partial target fill
+                    the identity) */
   ts_box src_box, tgt_box;
   int nsend, nrecv;
-  ts_transfer *send;   /* ordered by peer */
-  ts_transfer *recv;   /* ordered by group, then contributor */
+  ts_transfer *send;              /* ordered by peer */
+  ts_transfer *recv;              /* ordered by group, then contributor */
   int64_t send_bytes, recv_bytes; /* excluding transfers to itself */
 } ts_rank_plan;
 

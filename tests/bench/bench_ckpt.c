@@ -169,8 +169,7 @@ static double cpu_now(void) {
 
 /* Reads a file into buf in preads of `step` bytes, timed between barriers; with st (the
  * verified-read floor) each step is hashed right after it arrived. */
-static double timed_read(const char *path, void *buf, size_t bytes, size_t step,
-                         XXH3_state_t *st) {
+static double timed_read(const char *path, void *buf, size_t bytes, size_t step, XXH3_state_t *st) {
   if (st)
     XXH3_64bits_reset(st);
   MPI_Barrier(MPI_COMM_WORLD);
@@ -213,8 +212,8 @@ static ts_attr *attr(const char *text) {
  * just before it (the read limit), and the ratios are the medians of the rounds' ratios, as for
  * the checkpoint's save and load. Prints hf_export_gbps, hf_import_gbps (medians),
  * hf_export_vs_write_limit, hf_import_vs_read_limit and the rounds' ratios. */
-static void bench_hf(ts_store *s, const char *base, const ts_attr *a1, int runs,
-                     const char *plain, void *buf, int64_t total) {
+static void bench_hf(ts_store *s, const char *base, const ts_attr *a1, int runs, const char *plain,
+                     void *buf, int64_t total) {
   ts_error err;
   if (ts_store_reshard(s, W, "w", a1, "", NULL, NULL, &err))
     die("reshard to S(1)", err.msg);
@@ -348,14 +347,15 @@ static void async_rounds(ts_store *s, const char *ckpt, int runs, long long chun
     rt[i] = total / sync;
     rr[i] = during / alone;
     if (rank == 0 && getenv("TSHARD_BENCH_VERBOSE"))
-      fprintf(stderr, "async run %d: memcpy %.3f s, blocked %.3f s, total %.3f s, sync save "
-              "%.3f s; reshard alone %.3f s, during the save %.3f s\n", i, copy, blocked[i],
-              total, sync, alone, during);
+      fprintf(stderr,
+              "async run %d: memcpy %.3f s, blocked %.3f s, total %.3f s, sync save "
+              "%.3f s; reshard alone %.3f s, during the save %.3f s\n",
+              i, copy, blocked[i], total, sync, alone, during);
   }
   if (rank == 0)
     printf("async_blocked_ms=%.1f\nasync_blocked_vs_memcpy=%.2f\nasync_total_vs_sync=%.2f\n"
-           "reshard_during_save_vs_alone=%.2f\n", 1000 * median(blocked, runs),
-           median(rb, runs), median(rt, runs), median(rr, runs));
+           "reshard_during_save_vs_alone=%.2f\n",
+           1000 * median(blocked, runs), median(rb, runs), median(rt, runs), median(rr, runs));
   ts_store_drop(s, "r", NULL);
   free(dst), free(blocked), free(rb), free(rt), free(rr);
 }
@@ -545,9 +545,8 @@ int main(int argc, char **argv) {
          resh = gb / median(tlx + runs, runs), wl = gb / median(tw, (int)R),
          rlim = gb / median(tr, (int)R), vlim = gb / median(tvv, (int)R);
   if (rank == 0)
-    printf("ranks=%d\nbytes=%lld\nruns=%d\nfs=%s\ndir=%s\nread_cache=%s\nchunk_bytes=%lld\n",
-           size, (long long)total, runs, fs_name(base), base, cold ? "cold" : "warm",
-           chunk);
+    printf("ranks=%d\nbytes=%lld\nruns=%d\nfs=%s\ndir=%s\nread_cache=%s\nchunk_bytes=%lld\n", size,
+           (long long)total, runs, fs_name(base), base, cold ? "cold" : "warm", chunk);
   if (rank == 0 && !async_only) {
     printf("save_gbps=%.3f\nload_gbps=%.3f\nload_resharded_gbps=%.3f\n", save, load, resh);
     printf("write_limit_gbps=%.3f\nread_limit_gbps=%.3f\n", wl, rlim);

@@ -144,8 +144,8 @@ static void bench_case(const char *name, int kind, ts_tensor *dst, ts_tensor *sr
   ts_error err;
   const int64_t *extent = dst->layout.shape;
   int64_t numel = ts_layout_numel(&dst->layout);
-  double bytes = (double)numel * (double)(ts_dtype_size(src->layout.dtype) +
-                                          ts_dtype_size(dst->layout.dtype));
+  double bytes =
+      (double)numel * (double)(ts_dtype_size(src->layout.dtype) + ts_dtype_size(dst->layout.dtype));
   size_t mbytes = (size_t)(bytes / 2); /* the memcpy that reads and writes as many bytes */
   if (mbytes > MEMCPY_BYTES)
     mbytes = MEMCPY_BYTES;

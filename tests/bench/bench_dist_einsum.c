@@ -133,7 +133,8 @@ static void run_case(const char *name, const char *eq, int n, const int *ndims,
   for (int i = 0; i < n; i++)
     add(s, names[i], ndims[i], shapes[i], attrs[i]);
   ts_attr *oa = out_attr ? attr(out_attr) : NULL;
-  ts_dein_request req = {eq, n, {names[0], names[1], names[2]}, "OUT", oa, NULL, 0, TS_OK, NULL, false};
+  ts_dein_request req = {eq,   n,    {names[0], names[1], names[2]}, "OUT", oa, NULL, 0, TS_OK,
+                         NULL, false};
   double times[16];
   int64_t wire = 0, planned = 0;
   char plan[32] = "";
@@ -171,14 +172,13 @@ static void run_case(const char *name, const char *eq, int n, const int *ndims,
 }
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: mpirun -np 4 tshard-bench-einsum-dist [--n N] [--reps R] [--case NAME]\n"
-          "  --n N        matrix size of the matmul cases (default 8192: f64[8192,8192]); the\n"
-          "               attention case scales with it (b=2, h=16, q=k=N/8, d=64)\n"
-          "  --reps R     timed runs per case, median reported (default 3, at most 15)\n"
-          "  --case NAME  only this case: mm_rows, mm_inner, mm_2d or attn_heads\n"
-          "  --help       this text\n"
-          "Prints <case>_ms, _wire_bytes, _planned_wire_bytes, _local_ms, _vs_local, _plan.\n");
+  fprintf(f, "usage: mpirun -np 4 tshard-bench-einsum-dist [--n N] [--reps R] [--case NAME]\n"
+             "  --n N        matrix size of the matmul cases (default 8192: f64[8192,8192]); the\n"
+             "               attention case scales with it (b=2, h=16, q=k=N/8, d=64)\n"
+             "  --reps R     timed runs per case, median reported (default 3, at most 15)\n"
+             "  --case NAME  only this case: mm_rows, mm_inner, mm_2d or attn_heads\n"
+             "  --help       this text\n"
+             "Prints <case>_ms, _wire_bytes, _planned_wire_bytes, _local_ms, _vs_local, _plan.\n");
 }
 
 int main(int argc, char **argv) {

@@ -74,7 +74,8 @@ static void make_tensor(ts_tensor *t, void *data, ts_dtype dt, int nd, const int
 
 static int64_t numel(int nd, const int64_t *s) {
   int64_t n = 1;
-  for (int d = 0; d < nd; d++) n *= s[d];
+  for (int d = 0; d < nd; d++)
+    n *= s[d];
   return n;
 }
 
@@ -300,8 +301,10 @@ int main(int argc, char **argv) {
   printf("reps=%d\n", reps);
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (only == NULL || strcmp(only, cases[i].name) == 0) {
-      if (modes & 1) run_case(&cases[i], reps, false);
-      if (modes & 2) run_case(&cases[i], reps, true);
+      if (modes & 1)
+        run_case(&cases[i], reps, false);
+      if (modes & 2)
+        run_case(&cases[i], reps, true);
     }
   return 0;
 }

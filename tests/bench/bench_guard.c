@@ -259,7 +259,8 @@ double tsb_cpu_seconds(int pid) {
   buf[n] = '\0';
   char *p = strrchr(buf, ')');
   unsigned long long ut = 0, st = 0;
-  /* after ") ": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
+  /* after ") ": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime
+   * stime */
   if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
     return -1;
   return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);

@@ -43,10 +43,10 @@ void tsb_announce(const tse_job *j, bool wait_stdin);
  * 0 when not one of them, -1 on a bad value (message printed). */
 int tsb_common_option(int argc, char **argv, int *i, int *timeout_s, bool *wait_stdin);
 #define TSB_COMMON_USAGE                                                                           \
-  "  --timeout SEC    stop (daemons too) after SEC seconds (default: no limit)\n"                 \
-  "  --wait-stdin     after the daemons serve (line daemons_ready=1), wait for a line or the\n"   \
-  "                   end of stdin before measuring (for tests and for attaching a profiler)\n"   \
-  "  --help           this text\n"                                                              \
+  "  --timeout SEC    stop (daemons too) after SEC seconds (default: no limit)\n"                  \
+  "  --wait-stdin     after the daemons serve (line daemons_ready=1), wait for a line or the\n"    \
+  "                   end of stdin before measuring (for tests and for attaching a profiler)\n"    \
+  "  --help           this text\n"                                                                 \
   "Ctrl-C, SIGTERM, SIGHUP, the timeout and even SIGKILL stop the daemons it started.\n"
 
 /* Before the daemons start: daemons and raw references move data as a user's job would, with

@@ -50,8 +50,9 @@
  *
  * Targets (4 ranks, 2 cores): small_4096_us <= 250, small_65536_us <= 300, small_1048576_us <=
  * 600, gpt2_batched_vs_raw <= 1.3, gpt2_batched_ms <= 0.5 x gpt2_loop_ms, async_overlap_ratio <=
- * 1.6, idle_cpu_pct < 0.5, scrape_10000_tensors_ms <= 1, trace_on_small_4096_vs_off <= 1.05. The raw reference runs before and after the daemons' runs (the daemons
- * idle meanwhile); each figure is the median over both. --help prints the usage; a signal,
+ * 1.6, idle_cpu_pct < 0.5, scrape_10000_tensors_ms <= 1, trace_on_small_4096_vs_off <= 1.05. The
+ * raw reference runs before and after the daemons' runs (the daemons idle meanwhile); each figure
+ * is the median over both. --help prints the usage; a signal,
  * --timeout or a SIGKILL stops the daemons too (bench_guard.h). The daemons inherit the
  * environment, so TSHARD_SHARED_BUFFERS=1 (or 0) measures them with (or without) shared buffers
  * whatever the machine's default (comm/cma.c). A benchmark, not a test. */
@@ -169,9 +170,8 @@ static int gpt2_tensors(gtensor *t) {
   t[n++] = (gtensor){50304, 768};
   t[n++] = (gtensor){1024, 768};
   for (int b = 0; b < 12; b++) {
-    const gtensor blk[12] = {{768, 0},    {768, 0},    {768, 2304}, {2304, 0},
-                             {768, 768},  {768, 0},    {768, 0},    {768, 0},
-                             {768, 3072}, {3072, 0},   {3072, 768}, {768, 0}};
+    const gtensor blk[12] = {{768, 0}, {768, 0}, {768, 2304}, {2304, 0}, {768, 768},  {768, 0},
+                             {768, 0}, {768, 0}, {768, 3072}, {3072, 0}, {3072, 768}, {768, 0}};
     for (int k = 0; k < 12; k++)
       t[n++] = blk[k];
   }
@@ -217,8 +217,7 @@ static int raw_mode(int argc, char **argv) {
   opts o;
   if (parse_opts(argc - 1, argv + 1, &o) != 0 || p != o.np) {
     if (rank == 0)
-      fprintf(stderr, "%s --raw: runs under mpirun -np NP with the benchmark's options\n",
-              argv[0]);
+      fprintf(stderr, "%s --raw: runs under mpirun -np NP with the benchmark's options\n", argv[0]);
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   double *t = raw_alloc(sizeof(double) * (size_t)(o.reps > o.runs ? o.reps : o.runs), 0);
@@ -336,9 +335,20 @@ static int python_run(const tse_job *j, const opts *o, py_figs *f, bool small_on
   snprintf(runs, sizeof runs, "%d", o->runs);
   snprintf(reps, sizeof reps, "%d", o->reps);
   snprintf(amib, sizeof amib, "%d", o->async_mib);
-  const char *argv[] = {"/usr/bin/python3", TSB_PY_SCRIPT, "--socket", sock, "--np", np,
-                        "--runs", runs, "--reps", reps, "--async-mib", amib,
-                        small_only ? "--small-only" : NULL, NULL};
+  const char *argv[] = {"/usr/bin/python3",
+                        TSB_PY_SCRIPT,
+                        "--socket",
+                        sock,
+                        "--np",
+                        np,
+                        "--runs",
+                        runs,
+                        "--reps",
+                        reps,
+                        "--async-mib",
+                        amib,
+                        small_only ? "--small-only" : NULL,
+                        NULL};
   const char *env[] = {"PYTHONPATH=" TSB_PYTHONPATH, NULL};
   FILE *out = NULL;
   pid_t pid = tsb_spawn(argv, env, &out);
@@ -457,7 +467,8 @@ static int free_ports(int n) {
  * -1 when the endpoint did not answer 200. */
 static long scrape_once(int port, char *buf, size_t cap) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+  struct sockaddr_in sa = {.sin_family = AF_INET,
+                           .sin_port = htons((uint16_t)port),
                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   static const char req[] = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
   long got = 0;

@@ -78,8 +78,17 @@ typedef struct result {
 } result;
 
 /* Raw MPI references, same buffers (the source slice and a target-sized buffer). */
-typedef enum { RAW_NONE, RAW_ALLTOALL, RAW_ALLTOALLW, RAW_ALLGATHER, RAW_MEMCPY_CUT, RAW_ALLTOALLV,
-               RAW_SENDRECV, RAW_ALLREDUCE, RAW_REDUCE_SCATTER } raw_kind;
+typedef enum {
+  RAW_NONE,
+  RAW_ALLTOALL,
+  RAW_ALLTOALLW,
+  RAW_ALLGATHER,
+  RAW_MEMCPY_CUT,
+  RAW_ALLTOALLV,
+  RAW_SENDRECV,
+  RAW_ALLREDUCE,
+  RAW_REDUCE_SCATTER
+} raw_kind;
 
 typedef struct raw_setup {
   char *dst;
@@ -143,8 +152,7 @@ static void raw_prepare(raw_kind kind, const ts_attr *s, const ts_attr *t, raw_s
 
 static void raw_run(raw_kind kind, const ts_tensor *src, raw_setup *x) {
   switch (kind) {
-  case RAW_NONE:
-    break;
+  case RAW_NONE: break;
   case RAW_ALLTOALL:
     MPI_Alltoall(src->data, (int)(src->bytes / (size_t)size), MPI_BYTE, x->dst,
                  (int)(x->tbytes / (size_t)size), MPI_BYTE, MPI_COMM_WORLD);
@@ -348,8 +356,8 @@ static void cyclic_case(void) {
     int64_t qt[2] = {q / gb[1], q % gb[1]}, qs[2] = {q / ga[1], q % ga[1]};
     sc[q] = (int)(ts_overlay_pair_len(ov[0], mine[0], qt[0]) *
                   ts_overlay_pair_len(ov[1], mine[1], qt[1]));
-    rc_[q] = (int)(ts_overlay_pair_len(ov[0], qs[0], mt[0]) *
-                   ts_overlay_pair_len(ov[1], qs[1], mt[1]));
+    rc_[q] =
+        (int)(ts_overlay_pair_len(ov[0], qs[0], mt[0]) * ts_overlay_pair_len(ov[1], qs[1], mt[1]));
     sd[q] = ms, rd[q] = mr;
     ms += sc[q], mr += rc_[q];
   }

@@ -171,8 +171,7 @@ static void machine_limits(size_t n, const void *src, void *dst, double *memcpy_
   TSE_CHECK(nf == 3 && np == 3, "mmap of %zu bytes failed", n);
   *memcpy_gbps = (double)n / tsb_median(tm, 5) / 1e9;
   printf("fault_gbps=%.2f\npopulate_gbps=%.2f\nmemcpy_gbps=%.2f\n",
-         (double)n / tsb_median(tf, nf) / 1e9, (double)n / tsb_median(tp, np) / 1e9,
-         *memcpy_gbps);
+         (double)n / tsb_median(tf, nf) / 1e9, (double)n / tsb_median(tp, np) / 1e9, *memcpy_gbps);
   char thp[128] = "";
   FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
   if (f && fgets(thp, sizeof thp, f))
@@ -217,7 +216,7 @@ static void python_put_get(const tse_job *j, const opts *o, double memcpy_gbps, 
   snprintf(size, sizeof size, "%ld", o->size_mib);
   snprintf(reps, sizeof reps, "%d", o->io_reps);
   const char *argv[] = {"/usr/bin/python3", TSB_PY_SCRIPT, "--socket", sock, "--size-mib", size,
-                        "--reps", reps, NULL};
+                        "--reps",           reps,          NULL};
   const char *env[] = {"PYTHONPATH=" TSB_PYTHONPATH, NULL};
   FILE *out = NULL;
   pid_t pid = tsb_spawn(argv, env, &out);
@@ -229,8 +228,7 @@ static void python_put_get(const tse_job *j, const opts *o, double memcpy_gbps, 
       fputs(line, stdout);
   }
   int rc = pid > 0 ? tsb_wait(pid, &out) : -1;
-  TSE_CHECK(rc == 0 && *put > 0 && *get > 0, "the Python client's run failed (exit status %d)",
-            rc);
+  TSE_CHECK(rc == 0 && *put > 0 && *get > 0, "the Python client's run failed (exit status %d)", rc);
   printf("py_put_1gib_vs_memcpy=%.3f\npy_get_1gib_vs_memcpy=%.3f\n", *put / memcpy_gbps,
          *get / memcpy_gbps);
   fflush(stdout);
@@ -284,8 +282,7 @@ static int raw_mode(int argc, char **argv) {
     /* what arrived from the last rank is its bytes */
     size_t from_last = gather ? slice * (NP - 1) : (slice / NP) * (NP - 1);
     if (dst[from_last] != (char)NP) {
-      fprintf(stderr, "rank %d: %s: the raw reference delivered wrong bytes\n", rank,
-              CASES[c].key);
+      fprintf(stderr, "rank %d: %s: the raw reference delivered wrong bytes\n", rank, CASES[c].key);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
     free(src);

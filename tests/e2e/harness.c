@@ -387,17 +387,15 @@ double tse_load(const char *dt, const void *p) {
     }                                                                                              \
   } while (0)
 
-void tse_fill_box(const char *dt, uint64_t seed, int ndim, const int64_t *shape,
-                  const int64_t *lo, const int64_t *hi, void *buf) {
+void tse_fill_box(const char *dt, uint64_t seed, int ndim, const int64_t *shape, const int64_t *lo,
+                  const int64_t *hi, void *buf) {
   size_t es = tse_dtype_size(dt);
   WALK_BOX(ndim, shape, lo, hi,
-           tse_store(dt, (char *)buf + (size_t)local_ * es,
-                     tse_value(seed, (uint64_t)global_)));
+           tse_store(dt, (char *)buf + (size_t)local_ * es, tse_value(seed, (uint64_t)global_)));
 }
 
 long tse_compare_box(const char *what, const char *dt, uint64_t seed, int ndim,
-                     const int64_t *shape, const int64_t *lo, const int64_t *hi,
-                     const void *buf) {
+                     const int64_t *shape, const int64_t *lo, const int64_t *hi, const void *buf) {
   size_t es = tse_dtype_size(dt);
   long bad = 0;
   WALK_BOX(ndim, shape, lo, hi, {

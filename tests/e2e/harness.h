@@ -27,7 +27,7 @@ extern int tse_failures;
 #define TSE_CHECK(cond, ...)                                                                       \
   do {                                                                                             \
     if (!(cond)) {                                                                                 \
-      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);                    \
+      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);                     \
       fprintf(stderr, __VA_ARGS__);                                                                \
       fprintf(stderr, "\n");                                                                       \
       __atomic_add_fetch(&tse_failures, 1, __ATOMIC_RELAXED);                                      \
@@ -38,7 +38,7 @@ extern int tse_failures;
 #define TSE_OK(client, call)                                                                       \
   do {                                                                                             \
     int tse_rc_ = (call);                                                                          \
-    TSE_CHECK(tse_rc_ == TS_OK, "%s -> %s: %s", #call, tshard_status_name(tse_rc_),               \
+    TSE_CHECK(tse_rc_ == TS_OK, "%s -> %s: %s", #call, tshard_status_name(tse_rc_),                \
               tshard_last_message(client));                                                        \
   } while (0)
 
@@ -81,8 +81,7 @@ double tse_load(const char *dtype, const void *p);
 void tse_fill_box(const char *dtype, uint64_t seed, int ndim, const int64_t *shape,
                   const int64_t *lo, const int64_t *hi, void *buf);
 long tse_compare_box(const char *what, const char *dtype, uint64_t seed, int ndim,
-                     const int64_t *shape, const int64_t *lo, const int64_t *hi,
-                     const void *buf);
+                     const int64_t *shape, const int64_t *lo, const int64_t *hi, const void *buf);
 int64_t tse_numel(int ndim, const int64_t *shape);
 /* Every rank puts its slice of f32 `name` (shape [rows, cols], f32) in layout tag through its
  * own client cl[rank] and gets it back in that layout; the whole tensor is then checked against

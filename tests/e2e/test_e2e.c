@@ -17,8 +17,8 @@
 static int np;
 static tse_job job;
 
-static const char *const strategies[] = {"auto",     "local", "allreduce", "reduce_scatter",
-                                         "allgather", "alltoall", "p2p", "root"};
+static const char *const strategies[] = {"auto",      "local",    "allreduce", "reduce_scatter",
+                                         "allgather", "alltoall", "p2p",       "root"};
 #define NSTRAT 8
 static int verified[NSTRAT];
 
@@ -32,35 +32,90 @@ typedef struct reshard_case {
 } reshard_case;
 
 static const reshard_case cases2[] = {
-    {"f32", 2, {10, 7}, "", "mesh=[2] placements=[S(0)]",
+    {"f32",
+     2,
+     {10, 7},
+     "",
+     "mesh=[2] placements=[S(0)]",
      {"mesh=[2] placements=[S(1)]", "mesh=[2] placements=[R]", "mesh=[1]@1 placements=[R]",
       "mesh=[2] placements=[S(0)] splits={0:[3,7]}"}},
-    {"f64", 2, {9, 5}, "ba", "mesh=[2] placements=[R]",
+    {"f64",
+     2,
+     {9, 5},
+     "ba",
+     "mesh=[2] placements=[R]",
      {"mesh=[2] placements=[S(1)]", "mesh=[2] placements=[S(0)] splits={0:[0,9]}", NULL, NULL}},
-    {"f32", 2, {6, 8}, "", "mesh=[2] placements=[P(sum)]",
-     {"mesh=[2] placements=[R]", "mesh=[2] placements=[S(0)]", "mesh=[2] placements=[S(1)]",
-      NULL}},
-    {"bf16", 3, {6, 5, 4}, "", "mesh=[2] placements=[S(2)]",
+    {"f32",
+     2,
+     {6, 8},
+     "",
+     "mesh=[2] placements=[P(sum)]",
+     {"mesh=[2] placements=[R]", "mesh=[2] placements=[S(0)]", "mesh=[2] placements=[S(1)]", NULL}},
+    {"bf16",
+     3,
+     {6, 5, 4},
+     "",
+     "mesh=[2] placements=[S(2)]",
      {"mesh=[2] placements=[S(0)]", "mesh=[2] placements=[R]", NULL, NULL}},
-    {"i8", 1, {33}, "", "mesh=[2] placements=[S(0)] splits={0:[30,3]}",
+    {"i8",
+     1,
+     {33},
+     "",
+     "mesh=[2] placements=[S(0)] splits={0:[30,3]}",
      {"mesh=[2] placements=[S(0)]", "mesh=[2] placements=[R]", NULL, NULL}},
-    {"u8", 2, {5, 3}, "", "mesh=[1]@0 placements=[R]", {"mesh=[2] placements=[S(0)]", NULL, NULL, NULL}},
-    {"f16", 2, {4, 6}, "", "mesh=[2] placements=[S(1)]", {"mesh=[2] placements=[P(max)]", NULL, NULL, NULL}},
-    {"i32", 2, {7, 7}, "", "mesh=[2] placements=[P(max)]", {"mesh=[2] placements=[R]", NULL, NULL, NULL}},
-    {"i64", 2, {3, 11}, "", "mesh=[2] placements=[S(1)]", {"mesh=[2] placements=[S(0)]", NULL, NULL, NULL}},
+    {"u8",
+     2,
+     {5, 3},
+     "",
+     "mesh=[1]@0 placements=[R]",
+     {"mesh=[2] placements=[S(0)]", NULL, NULL, NULL}},
+    {"f16",
+     2,
+     {4, 6},
+     "",
+     "mesh=[2] placements=[S(1)]",
+     {"mesh=[2] placements=[P(max)]", NULL, NULL, NULL}},
+    {"i32",
+     2,
+     {7, 7},
+     "",
+     "mesh=[2] placements=[P(max)]",
+     {"mesh=[2] placements=[R]", NULL, NULL, NULL}},
+    {"i64",
+     2,
+     {3, 11},
+     "",
+     "mesh=[2] placements=[S(1)]",
+     {"mesh=[2] placements=[S(0)]", NULL, NULL, NULL}},
 };
 
 static const reshard_case cases4[] = {
-    {"f32", 2, {8, 9}, "", "mesh=[2,2] placements=[S(0),S(1)]",
+    {"f32",
+     2,
+     {8, 9},
+     "",
+     "mesh=[2,2] placements=[S(0),S(1)]",
      {"mesh=[4] placements=[S(1)] splits={1:[2,0,3,4]}", "mesh=[2,2] placements=[R,S(0)]",
       "mesh=[2]@2-3 placements=[S(0)]", "mesh=[4] placements=[R]"}},
-    {"f64", 2, {12, 5}, "", "mesh=[4] placements=[P(sum)]",
-     {"mesh=[4] placements=[R]", "mesh=[4] placements=[S(0)]", "mesh=[2,2] placements=[S(0),P(sum)]",
-      NULL}},
-    {"i32", 3, {4, 6, 5}, "acb", "mesh=[2,2] placements=[R,S(1)]",
-     {"mesh=[2,2] placements=[S(2),S(0)]", "mesh=[4] placements=[S(1)]", "mesh=[2]@1,3 placements=[R]",
-      NULL}},
-    {"bf16", 2, {16, 3}, "", "mesh=[4] placements=[R]",
+    {"f64",
+     2,
+     {12, 5},
+     "",
+     "mesh=[4] placements=[P(sum)]",
+     {"mesh=[4] placements=[R]", "mesh=[4] placements=[S(0)]",
+      "mesh=[2,2] placements=[S(0),P(sum)]", NULL}},
+    {"i32",
+     3,
+     {4, 6, 5},
+     "acb",
+     "mesh=[2,2] placements=[R,S(1)]",
+     {"mesh=[2,2] placements=[S(2),S(0)]", "mesh=[4] placements=[S(1)]",
+      "mesh=[2]@1,3 placements=[R]", NULL}},
+    {"bf16",
+     2,
+     {16, 3},
+     "",
+     "mesh=[4] placements=[R]",
      {"mesh=[4] placements=[S(0)]", "mesh=[2,2] placements=[S(0),S(0)]", NULL, NULL}},
 };
 
@@ -97,16 +152,16 @@ static void check_slices(tshard_client **clients, const char *name, const reshar
     tse_compare_box(what, rc->dtype, seed, rc->ndim, rc->shape, ri->lo, ri->hi, buf);
     if (rc->ndim == 2 && bytes > 0) {
       int64_t n0 = ri->hi[0] - ri->lo[0], n1 = ri->hi[1] - ri->lo[1], nb = (n1 + 3) / 4;
-      TSE_OK(clients[ri->rank], tshard_get_slice(clients[ri->rank], name, "ba", alt,
-                                                 (size_t)bytes, &got));
+      TSE_OK(clients[ri->rank],
+             tshard_get_slice(clients[ri->rank], name, "ba", alt, (size_t)bytes, &got));
       long bad = 0;
       for (int64_t a = 0; a < n0; a++)
         for (int64_t b = 0; b < n1; b++)
           bad += tse_load(rc->dtype, alt + (size_t)(b * n0 + a) * es) !=
                  tse_load(rc->dtype, buf + (size_t)(a * n1 + b) * es);
       TSE_CHECK(bad == 0, "%s rank %d: %ld elements differ in column-major", name, ri->rank, bad);
-      TSE_OK(clients[ri->rank], tshard_get_slice(clients[ri->rank], name, "aB4b", alt,
-                                                 (size_t)bytes * 4 + 64, &got));
+      TSE_OK(clients[ri->rank],
+             tshard_get_slice(clients[ri->rank], name, "aB4b", alt, (size_t)bytes * 4 + 64, &got));
       TSE_CHECK(got == (size_t)(n0 * nb * 4) * es, "%s blocked slice of %zu bytes", name, got);
       bad = 0;
       for (int64_t a = 0; a < n0; a++)
@@ -123,8 +178,7 @@ static void check_slices(tshard_client **clients, const char *name, const reshar
   tshard_info_clear(&info);
 }
 
-static void check_whole(tshard_client *c, const char *name, const reshard_case *rc,
-                        uint64_t seed) {
+static void check_whole(tshard_client *c, const char *name, const reshard_case *rc, uint64_t seed) {
   int64_t n = tse_numel(rc->ndim, rc->shape);
   size_t bytes = (size_t)n * tse_dtype_size(rc->dtype);
   void *buf = malloc(bytes);
@@ -146,8 +200,8 @@ static void single_driver(const reshard_case *cases, int ncases) {
     char name[64];
     snprintf(name, sizeof name, "t%d", k);
     uint64_t seed = (uint64_t)k + 1;
-    TSE_OK(drv, tshard_create(drv, name, rc->dtype, rc->ndim, rc->shape, rc->src, rc->layout,
-                              NULL));
+    TSE_OK(drv,
+           tshard_create(drv, name, rc->dtype, rc->ndim, rc->shape, rc->src, rc->layout, NULL));
     size_t bytes = (size_t)tse_numel(rc->ndim, rc->shape) * tse_dtype_size(rc->dtype);
     void *data = malloc(bytes);
     int64_t lo[4] = {0, 0, 0, 0};
@@ -213,7 +267,8 @@ static void single_driver(const reshard_case *cases, int ncases) {
     TSE_OK(drv, tshard_get(drv, "multi", back, bytes));
     tse_compare_box("multi-chunk whole", "f32", 91, 2, big.shape, lo, big.shape, back);
     int st = tshard_put(drv, "multi", data, bytes - 4, NULL);
-    TSE_CHECK(st == TS_BAD_SHAPE, "put of the wrong size in chunks gave %s", tshard_status_name(st));
+    TSE_CHECK(st == TS_BAD_SHAPE, "put of the wrong size in chunks gave %s",
+              tshard_status_name(st));
     check_slices(clients, "multi", &big, 91);
     /* Every rank puts its slice (in chunks) with another seed, then the whole is checked. */
     tshard_info info;
@@ -399,8 +454,8 @@ int main(int argc, char **argv) {
     }
   }
   const reshard_case *cases = np == 2 ? cases2 : cases4;
-  int ncases = np == 2 ? (int)(sizeof cases2 / sizeof cases2[0])
-                       : (int)(sizeof cases4 / sizeof cases4[0]);
+  int ncases =
+      np == 2 ? (int)(sizeof cases2 / sizeof cases2[0]) : (int)(sizeof cases4 / sizeof cases4[0]);
   single_driver(cases, ncases);
   for (int s = 1; s < NSTRAT; s++)
     TSE_CHECK(verified[s] > 0, "strategy %s was never run and verified", strategies[s]);

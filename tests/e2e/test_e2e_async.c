@@ -40,8 +40,7 @@ static void in_order(tshard_client *c) {
     snprintf(name, sizeof name, "a%d", i);
     tse_fill_box("f32", (uint64_t)i, 2, shape, lo, shape, ref);
     TSE_OK(c, tshard_put(c, name, ref, sizeof ref, NULL));
-    TSE_OK(c, tshard_submit_reshard(c, name, "mesh=[3] placements=[S(1)]", NULL,
-                                    &resharded[i]));
+    TSE_OK(c, tshard_submit_reshard(c, name, "mesh=[3] placements=[S(1)]", NULL, &resharded[i]));
   }
   for (int i = 0; i < N; i++) { /* each get runs after its tensor's reshard */
     snprintf(name, sizeof name, "a%d", i);
@@ -50,8 +49,7 @@ static void in_order(tshard_client *c) {
   for (int i = N - 1; i >= 0; i--) {
     tshard_result res;
     TSE_OK(c, tshard_wait(c, resharded[i], 60000, &res));
-    TSE_CHECK(res.status == TS_OK && res.strategy[0], "reshard %d: strategy '%s'", i,
-              res.strategy);
+    TSE_CHECK(res.status == TS_OK && res.strategy[0], "reshard %d: strategy '%s'", i, res.strategy);
     TSE_OK(c, tshard_wait(c, created[i], 0, NULL));
   }
   int st = tshard_wait(c, created[0], 0, NULL);
@@ -75,8 +73,9 @@ static void save_load_in_flight(tshard_client *c, const char *dir) {
   TSE_CHECK(compare_whole(c, "a0", 0) == 0, "a0 read behind its save");
   TSE_OK(c, tshard_wait_ckpt(c, t, 60000, NULL, &k));
   TSE_CHECK(k.tensors == 1 && k.bytes == 24 * 9 * 4 && k.files >= 2 && !k.writing &&
-            strcmp(k.dir, dir) == 0, "save report: %d tensors, %llu bytes, %d files, %s",
-            k.tensors, (unsigned long long)k.bytes, k.files, k.dir);
+                strcmp(k.dir, dir) == 0,
+            "save report: %d tensors, %llu bytes, %d files, %s", k.tensors,
+            (unsigned long long)k.bytes, k.files, k.dir);
   TSE_OK(c, tshard_drop(c, "a0", NULL));
   tshard_load_opts lo = {.attr = "mesh=[3] placements=[R]"};
   tshard_result res;
@@ -97,8 +96,8 @@ static void timeout_then_done(void) {
   TSE_OK(b, tshard_set_group(b, pair, 2, 0));
   int64_t one = 4;
   uint64_t t;
-  TSE_OK(a, tshard_submit_create(a, "tw", "f32", 1, &one, "mesh=[3] placements=[R]", NULL,
-                                 "tw-1", &t));
+  TSE_OK(a, tshard_submit_create(a, "tw", "f32", 1, &one, "mesh=[3] placements=[R]", NULL, "tw-1",
+                                 &t));
   int st = tshard_wait(a, t, 200, NULL);
   TSE_CHECK(st == TS_TIMEOUT && strstr(tshard_last_message(a), "goes on"),
             "the wait expires: %s %s", tshard_status_name(st), tshard_last_message(a));
@@ -127,9 +126,9 @@ int main(void) {
     char name[16];
     for (int i = 0; i < N; i++) { /* closed with these in flight */
       snprintf(name, sizeof name, "a%d", i);
-      TSE_OK(c, tshard_submit_reshard(c, name, i % 2 ? "mesh=[3] placements=[R]"
-                                                     : "mesh=[3] placements=[S(0)]", NULL,
-                                      &t[i]));
+      TSE_OK(c, tshard_submit_reshard(
+                    c, name, i % 2 ? "mesh=[3] placements=[R]" : "mesh=[3] placements=[S(0)]", NULL,
+                    &t[i]));
     }
     tshard_close(&c);
   }

@@ -56,8 +56,7 @@ static int read_answer(int fd) {
   uint8_t h[4];
   if (!tse_read_full(fd, h, 4, 20000))
     return -1;
-  uint32_t len = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
-                 (uint32_t)h[3] << 24;
+  uint32_t len = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
   uint8_t *body = malloc(len ? len : 1);
   int status = -1;
   if (tse_read_full(fd, body, len, 20000)) {
@@ -102,8 +101,7 @@ static void send_request(int fd, Tshard__Request *req) {
 
 /* Sends req with the bytes of `from` in its encoding replaced by `to` (same length): how a
  * string with a NUL byte gets on the wire, since protobuf-c packs C strings. */
-static void send_patched(int fd, Tshard__Request *req, const char *from, const char *to,
-                         size_t n) {
+static void send_patched(int fd, Tshard__Request *req, const char *from, const char *to, size_t n) {
   size_t len = tshard__request__get_packed_size(req);
   uint8_t *b = malloc(len + 1);
   tshard__request__pack(req, b);
@@ -155,8 +153,7 @@ static void expect(const char *what, Tshard__Request *req, int want) {
   snprintf(expect_msg, sizeof expect_msg, "%s", last_msg);
   TSE_CHECK(got == want, "%s: status %s, expected %s", what, ts_status_name(got),
             ts_status_name(want));
-  TSE_CHECK(ping_status(fd) == TS_OK, "%s: the connection does not serve after the refusal",
-            what);
+  TSE_CHECK(ping_status(fd) == TS_OK, "%s: the connection does not serve after the refusal", what);
   close(fd);
 }
 
@@ -180,12 +177,11 @@ static void *silent_daemon(void *arg) {
     return NULL;
   uint8_t h[4], body[4096];
   if (tse_read_full(fd, h, 4, 10000)) {
-    uint32_t len = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
-                   (uint32_t)h[3] << 24;
-    Tshard__Request *req =
-        len <= sizeof body && tse_read_full(fd, body, len, 10000)
-            ? tshard__request__unpack(NULL, len, body)
-            : NULL;
+    uint32_t len =
+        (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
+    Tshard__Request *req = len <= sizeof body && tse_read_full(fd, body, len, 10000)
+                               ? tshard__request__unpack(NULL, len, body)
+                               : NULL;
     if (req) {
       Tshard__Response r = TSHARD__RESPONSE__INIT;
       Tshard__PingResult p = TSHARD__PING_RESULT__INIT;
@@ -364,8 +360,9 @@ int main(void) {
     tcp_port = 20000 + (int)((getpid() * 7 + attempt * 7919) % 20000) * 2;
     char listen_url[64];
     snprintf(listen_url, sizeof listen_url, "tcp://127.0.0.1:%d", tcp_port);
-    const char *extra[] = {"--memory-limit", "1M", "--listen", listen_url, "--token-file",
-                           token_path, "--max-frame", "64K", "--frame-timeout", "3s", NULL};
+    const char *extra[] = {"--memory-limit",  "1M",       "--listen",    listen_url,
+                           "--token-file",    token_path, "--max-frame", "64K",
+                           "--frame-timeout", "3s",       NULL};
     started = tse_start(&job, 2, extra, 120);
   }
   if (started != 0) {
@@ -438,10 +435,8 @@ int main(void) {
   create_case("memory limit", "big", "f32", 2, big, &a_ok, "", TS_LIMIT);
   {
     int64_t huge0[3] = {0, 1LL << 40, 1LL << 40}, huge1[2] = {0, 1LL << 62};
-    create_case("dims past 2^50 bytes beside a zero dim", "x", "u8", 3, huge0, &a_ok, "",
-                TS_LIMIT);
-    create_case("a dim past 2^50 beside a zero dim", "x", "u8", 2, huge1, &a_ok, "",
-                TS_BAD_SHAPE);
+    create_case("dims past 2^50 bytes beside a zero dim", "x", "u8", 3, huge0, &a_ok, "", TS_LIMIT);
+    create_case("a dim past 2^50 beside a zero dim", "x", "u8", 2, huge1, &a_ok, "", TS_BAD_SHAPE);
   }
   {
     /* The message form: placements that do not match the mesh, an unknown kind, bad ranks. */
@@ -453,8 +448,7 @@ int main(void) {
     m.mesh_shape = mesh;
     m.n_placements = 2;
     m.placements = pp;
-    create_case("two placements for one mesh dim", "x", "f32", 2, shape, &m, "",
-                TS_BAD_ATTRIBUTE);
+    create_case("two placements for one mesh dim", "x", "f32", 2, shape, &m, "", TS_BAD_ATTRIBUTE);
     m.n_placements = 1;
     p.kind = 7;
     create_case("unknown placement kind", "x", "f32", 2, shape, &m, "", TS_BAD_ATTRIBUTE);
@@ -507,19 +501,21 @@ int main(void) {
 
   /* Names: UTF-8 without control characters; a NUL inside a string on the wire is refused, not
    * cut (protobuf-c would make "keep\0evil" into "keep"). */
-  create_case("name of invalid UTF-8", "bad\xff", "f32", 2, shape, &a_ok, "",
-              TS_INVALID_ARGUMENT);
+  create_case("name of invalid UTF-8", "bad\xff", "f32", 2, shape, &a_ok, "", TS_INVALID_ARGUMENT);
   create_case("name with an overlong UTF-8 form", "bad\xc0\xaf", "f32", 2, shape, &a_ok, "",
               TS_INVALID_ARGUMENT);
   create_case("name with a C1 control character", "bad\xc2\x85", "f32", 2, shape, &a_ok, "",
               TS_INVALID_ARGUMENT);
   create_case("name with a tab", "bad\tname", "f32", 2, shape, &a_ok, "", TS_INVALID_ARGUMENT);
-  create_case("name of UTF-8 letters", "gr\xc3\xb6\xc3\x9f" "e_\xe5\x90\x8d", "f32", 2, shape,
-              &a_ok, "", TS_OK);
+  create_case("name of UTF-8 letters",
+              "gr\xc3\xb6\xc3\x9f"
+              "e_\xe5\x90\x8d",
+              "f32", 2, shape, &a_ok, "", TS_OK);
   {
     Tshard__Request req = TSHARD__REQUEST__INIT;
     Tshard__DropRequest d = TSHARD__DROP_REQUEST__INIT;
-    d.name = "gr\xc3\xb6\xc3\x9f" "e_\xe5\x90\x8d";
+    d.name = "gr\xc3\xb6\xc3\x9f"
+             "e_\xe5\x90\x8d";
     req.op_case = TSHARD__REQUEST__OP_DROP;
     req.drop = &d;
     expect("drop of the UTF-8 name", &req, TS_OK);
@@ -731,8 +727,8 @@ int main(void) {
     /* Memory limit on a put: the tensor fits, but its slices here and the staging of a whole
      * put do not (400 KB + 800 KB > 1 MiB). */
     int64_t mshape[1] = {200000};
-    TSE_OK(c0, tshard_create(c0, "mid", "f32", 1, mshape, "mesh=[2] placements=[S(0)]", NULL,
-                             NULL));
+    TSE_OK(c0,
+           tshard_create(c0, "mid", "f32", 1, mshape, "mesh=[2] placements=[S(0)]", NULL, NULL));
     put_case("put staging above the memory limit", "mid", 0, 800000, 1000, TS_LIMIT);
     TSE_OK(c0, tshard_drop(c0, "mid", NULL));
   }
@@ -757,7 +753,8 @@ int main(void) {
     TSE_CHECK(read_answer(fd) == TS_OK, "first chunk refused");
     TSE_OK(c0, tshard_stats_get(c0, &s));
     TSE_CHECK(s.memory_in_use == base0.memory_in_use + 480,
-              "staging of a put in progress not counted: %llu", (unsigned long long)s.memory_in_use);
+              "staging of a put in progress not counted: %llu",
+              (unsigned long long)s.memory_in_use);
     close(fd); /* mid-put */
     fd = tse_raw_connect(&job, 1);
     Tshard__GetSliceRequest gs = TSHARD__GET_SLICE_REQUEST__INIT;
@@ -845,8 +842,8 @@ int main(void) {
     if (t) {
       int64_t n[1] = {16384};
       tshard_set_chunk(t, 30000); /* frames of ~30 KB: above the small-frame share */
-      TSE_OK(t, tshard_create(t, "big_frames", "f32", 1, n, "mesh=[2] placements=[S(0)]", NULL,
-                              NULL));
+      TSE_OK(t,
+             tshard_create(t, "big_frames", "f32", 1, n, "mesh=[2] placements=[S(0)]", NULL, NULL));
       float *v = malloc(sizeof(float) * 16384), *back = malloc(sizeof(float) * 16384);
       int64_t lo[1] = {0};
       tse_fill_box("f32", 9, 1, n, lo, n, v);

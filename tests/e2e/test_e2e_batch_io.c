@@ -75,14 +75,14 @@ static void verify(tshard_client *c, uint64_t seed, const char *what) {
   TSE_OK(c, tshard_get_many(c, NT, g));
   int64_t lo[2] = {0, 0};
   for (int i = 0; i < NT; i++) {
-    TSE_CHECK(tse_compare_box(T[i].name, T[i].dtype, seed + (uint64_t)i, T[i].ndim, T[i].shape,
-                              lo, T[i].shape, back[i]) == 0, "%s: get_many of '%s'", what,
-              T[i].name);
+    TSE_CHECK(tse_compare_box(T[i].name, T[i].dtype, seed + (uint64_t)i, T[i].ndim, T[i].shape, lo,
+                              T[i].shape, back[i]) == 0,
+              "%s: get_many of '%s'", what, T[i].name);
     memset(back[i], 0x5a, bytes_of(&T[i]));
     TSE_OK(c, tshard_get(c, T[i].name, back[i], bytes_of(&T[i])));
-    TSE_CHECK(tse_compare_box(T[i].name, T[i].dtype, seed + (uint64_t)i, T[i].ndim, T[i].shape,
-                              lo, T[i].shape, back[i]) == 0, "%s: single get of '%s'", what,
-              T[i].name);
+    TSE_CHECK(tse_compare_box(T[i].name, T[i].dtype, seed + (uint64_t)i, T[i].ndim, T[i].shape, lo,
+                              T[i].shape, back[i]) == 0,
+              "%s: single get of '%s'", what, T[i].name);
   }
   release(data, back);
 }
@@ -93,8 +93,12 @@ static uint64_t put_seed(tshard_client *c, uint64_t seed) {
   make(seed, data, back);
   tshard_put_item p[NT];
   for (int i = 0; i < NT; i++)
-    p[i] = (tshard_put_item){.name = T[i].name, .data = data[i], .bytes = bytes_of(&T[i]),
-                             .dtype = T[i].dtype, .ndim = T[i].ndim, .shape = T[i].shape};
+    p[i] = (tshard_put_item){.name = T[i].name,
+                             .data = data[i],
+                             .bytes = bytes_of(&T[i]),
+                             .dtype = T[i].dtype,
+                             .ndim = T[i].ndim,
+                             .shape = T[i].shape};
   uint64_t before = ops(c);
   TSE_OK(c, tshard_put_many(c, NT, p, NULL, 0));
   uint64_t answers = ops(c) - before - 1;
@@ -138,8 +142,12 @@ static void convert(tshard_client *c) {
     size_t n = (size_t)tse_numel(T[i].ndim, T[i].shape);
     data[i] = malloc(n * 8);
     tse_fill_box("f64", 40 + (uint64_t)i, T[i].ndim, T[i].shape, lo, T[i].shape, data[i]);
-    p[i] = (tshard_put_item){.name = T[i].name, .data = data[i], .bytes = n * 8,
-                             .dtype = "f64", .ndim = T[i].ndim, .shape = T[i].shape};
+    p[i] = (tshard_put_item){.name = T[i].name,
+                             .data = data[i],
+                             .bytes = n * 8,
+                             .dtype = "f64",
+                             .ndim = T[i].ndim,
+                             .shape = T[i].shape};
   }
   TSE_OK(c, tshard_put_many(c, NT, p, NULL, TSHARD_PUT_CONVERT));
   verify(c, 40, "converted");
@@ -162,8 +170,12 @@ static void bad_input(tshard_client *c) {
   tshard_put_item p[NT + 1];
   tshard_get_item g[NT + 1];
   for (int i = 0; i < NT; i++) {
-    p[i] = (tshard_put_item){.name = T[i].name, .data = data[i], .bytes = bytes_of(&T[i]),
-                             .dtype = T[i].dtype, .ndim = T[i].ndim, .shape = T[i].shape};
+    p[i] = (tshard_put_item){.name = T[i].name,
+                             .data = data[i],
+                             .bytes = bytes_of(&T[i]),
+                             .dtype = T[i].dtype,
+                             .ndim = T[i].ndim,
+                             .shape = T[i].shape};
     g[i] = (tshard_get_item){.name = T[i].name, .buf = back[i], .bytes = bytes_of(&T[i])};
   }
   p[NT] = p[2];
@@ -237,8 +249,8 @@ static void results(tshard_client *c) {
   memset(res, 0x5a, sizeof res);
   TSE_OK(c, tshard_reshard_many_results(c, NT, names, attrs, NULL, res));
   for (int i = 0; i < NT; i++) {
-    TSE_CHECK(strcmp(res[i].name, names[i]) == 0, "result %d names '%s', want '%s'", i,
-              res[i].name, names[i]);
+    TSE_CHECK(strcmp(res[i].name, names[i]) == 0, "result %d names '%s', want '%s'", i, res[i].name,
+              names[i]);
     TSE_CHECK(strcmp(res[i].strategy, want[i]) == 0, "'%s' ran %s; the planner chooses %s",
               names[i], res[i].strategy, want[i]);
   }

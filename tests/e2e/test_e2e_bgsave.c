@@ -33,8 +33,8 @@ static void background_save(tshard_client *c, const char *dir) {
             tshard_last_message(c));
   so.all = 1;
   TSE_OK(c, tshard_save(c, dir, NULL, 0, &so));
-  TSE_CHECK(info.writing && info.save_id > 0 && info.tensors == 1 &&
-            info.bytes == sizeof ref && info.files >= 2 && strcmp(info.dir, dir) == 0,
+  TSE_CHECK(info.writing && info.save_id > 0 && info.tensors == 1 && info.bytes == sizeof ref &&
+                info.files >= 2 && strcmp(info.dir, dir) == 0,
             "background save info: writing %d id %llu tensors %d bytes %llu files %d dir %s",
             info.writing, (unsigned long long)info.save_id, info.tensors,
             (unsigned long long)info.bytes, info.files, info.dir);
@@ -50,8 +50,8 @@ static void background_save(tshard_client *c, const char *dir) {
       if (st->saves[i].save_id == info.save_id) {
         found = 1;
         TSE_CHECK(strcmp(st->saves[i].state, "done") == 0 &&
-                  st->saves[i].bytes_written == st->saves[i].bytes_total &&
-                  st->saves[i].checkpoint_bytes == sizeof ref && st->saves[i].status == TS_OK,
+                      st->saves[i].bytes_written == st->saves[i].bytes_total &&
+                      st->saves[i].checkpoint_bytes == sizeof ref && st->saves[i].status == TS_OK,
                   "stats: state %s, %llu of %llu bytes", st->saves[i].state,
                   (unsigned long long)st->saves[i].bytes_written,
                   (unsigned long long)st->saves[i].bytes_total);
@@ -109,11 +109,13 @@ static void selections(tshard_client *c, const char *dir) {
   const char *bad[1] = {"nothing.*"};
   st = tshard_save(c, path, bad, 1, NULL);
   TSE_CHECK(st == TS_NOT_FOUND && strstr(tshard_last_message(c), "'nothing.*' matches no tensor") &&
-            access(path, F_OK) != 0, "a glob matching nothing: %s", tshard_last_message(c));
+                access(path, F_OK) != 0,
+            "a glob matching nothing: %s", tshard_last_message(c));
   snprintf(path, sizeof path, "%s.safetensors", dir);
   st = tshard_export_safetensors(c, path, NULL, 0, NULL, NULL);
   TSE_CHECK(st == TS_INVALID_ARGUMENT && strstr(tshard_last_message(c), "opts.all = 1") &&
-            access(path, F_OK) != 0, "an export asked no tensors: %s", tshard_last_message(c));
+                access(path, F_OK) != 0,
+            "an export asked no tensors: %s", tshard_last_message(c));
   TSE_OK(c, tshard_drop(c, "layer.a", NULL));
 }
 

@@ -45,8 +45,7 @@ static void *client_main(void *p) {
     TSE_OK(c, tshard_get(c, name, back, bytes));
     snprintf(what, sizeof what, "client %d whole %s", id, name);
     tse_compare_box(what, dt, seed, 2, shape, lo, shape, back);
-    tshard_reshard_opts o = {.keep_source_as = copy, .layout = (id & 1) ? "ba" : NULL,
-                             .key = key};
+    tshard_reshard_opts o = {.keep_source_as = copy, .layout = (id & 1) ? "ba" : NULL, .key = key};
     TSE_OK(c, tshard_reshard(c, name, tgt, &o));
     memset(back, 0xee, bytes);
     TSE_OK(c, tshard_get(c, copy, back, bytes));

@@ -7,12 +7,12 @@
  * direct path does not apply to (a blocked layout, a partial placement) still correct through
  * the asking rank's staging; every rank's slice put and got back through its own client, in
  * the stored layout (read straight into a new slice, written straight from it) and in another
- * (through staging and the strided copy), one request each; a put from a buffer whose middle page is unmapped (both ends
- * readable, so only the copy fails, on one rank) refused on every rank with the tensor as it
- * was and the new slices given back; a get into a read-only buffer and into a buffer of the
- * wrong size refused, the daemons serving on; and daemons started with TSHARD_DIRECT=0, which
- * answer NO_DIRECT once, after which the client goes through its segment with the same
- * results. */
+ * (through staging and the strided copy), one request each; a put from a buffer whose middle page
+ * is unmapped (both ends readable, so only the copy fails, on one rank) refused on every rank with
+ * the tensor as it was and the new slices given back; a get into a read-only buffer and into a
+ * buffer of the wrong size refused, the daemons serving on; and daemons started with
+ * TSHARD_DIRECT=0, which answer NO_DIRECT once, after which the client goes through its segment
+ * with the same results. */
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -48,8 +48,10 @@ static uint64_t roundtrip(tshard_client *c, const char *name, int64_t rows, int6
   TSE_OK(c, tshard_put(c, name, data, bytes, NULL));
   TSE_OK(c, tshard_get(c, name, back, bytes));
   uint64_t answers = ops(c) - before - 1;
-  TSE_CHECK(tse_compare_box(name, "f32", seed, 2, shape, lo, shape, back) == 0, "%s (%s, %s) "
-            "differs", name, attr, tag ? tag : "row-major");
+  TSE_CHECK(tse_compare_box(name, "f32", seed, 2, shape, lo, shape, back) == 0,
+            "%s (%s, %s) "
+            "differs",
+            name, attr, tag ? tag : "row-major");
   TSE_OK(c, tshard_drop(c, name, NULL));
   free(data);
   free(back);
@@ -70,8 +72,8 @@ static void attributes(tshard_client **cl) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     uint64_t n = roundtrip(cl[i % 3], "direct", cases[i].rows, cases[i].cols, cases[i].attr,
                            cases[i].tag, 100 + i);
-    TSE_CHECK(n == 2, "%s: the put and the get took %llu answers (want one each)",
-              cases[i].attr, (unsigned long long)n);
+    TSE_CHECK(n == 2, "%s: the put and the get took %llu answers (want one each)", cases[i].attr,
+              (unsigned long long)n);
   }
   /* Not for the direct path: staged at the asking rank, still one request each. */
   uint64_t n = roundtrip(cl[1], "blocked", 40, 30, "mesh=[3] placements=[S(1)]", "Ba4b", 201);
@@ -84,27 +86,28 @@ static void attributes(tshard_client **cl) {
 static void slices(tshard_client **cl) {
   static const char *stored[] = {NULL, "Ba4b"}, *sent[] = {"", "Ba4b"};
   for (int s = 0; s < 2; s++) {
-    TSE_OK(cl[0], tshard_create(cl[0], "sl", "f32", 2, (int64_t[]){90, 30},
-                                "mesh=[3] placements=[S(1)] splits={1:[7,13,10]}", stored[s],
-                                NULL));
+    TSE_OK(cl[0],
+           tshard_create(cl[0], "sl", "f32", 2, (int64_t[]){90, 30},
+                         "mesh=[3] placements=[S(1)] splits={1:[7,13,10]}", stored[s], NULL));
     for (int k = 0; k < 2; k++) {
       uint64_t before[3] = {ops(cl[0]), ops(cl[1]), ops(cl[2])};
       tse_slices_roundtrip(cl, "sl", 90, 30, sent[k], 400 + 2 * s + k);
       for (int r = 1; r < 3; r++) /* rank 0 also answered the describe and the whole get */
-        TSE_CHECK(ops(cl[r]) - before[r] - 1 == 2, "stored %s, sent '%s': rank %d's slice took "
-                  "%llu answers (want one put and one get)", stored[s] ? stored[s] : "row-major",
-                  sent[k], r, (unsigned long long)(ops(cl[r]) - before[r] - 1));
+        TSE_CHECK(ops(cl[r]) - before[r] - 1 == 2,
+                  "stored %s, sent '%s': rank %d's slice took "
+                  "%llu answers (want one put and one get)",
+                  stored[s] ? stored[s] : "row-major", sent[k], r,
+                  (unsigned long long)(ops(cl[r]) - before[r] - 1));
     }
     TSE_OK(cl[0], tshard_drop(cl[0], "sl", NULL));
   }
   /* A slice from a buffer with a hole: refused, the slice as it was. */
   int64_t shape[2] = {300, 30}; /* rank 1's slice: 100 rows, 12000 bytes over three pages */
-  TSE_OK(cl[0], tshard_create(cl[0], "sl", "f32", 2, shape, "mesh=[3] placements=[S(0)]", NULL,
-                              NULL));
+  TSE_OK(cl[0],
+         tshard_create(cl[0], "sl", "f32", 2, shape, "mesh=[3] placements=[S(0)]", NULL, NULL));
   tse_slices_roundtrip(cl, "sl", 300, 30, "", 410);
   size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = 100 * 30 * 4;
-  uint8_t *holey = mmap(NULL, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                        -1, 0);
+  uint8_t *holey = mmap(NULL, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   TSE_CHECK(holey != MAP_FAILED && bytes > 2 * page && bytes <= 3 * page, "mmap, page size");
   if (holey != MAP_FAILED) {
     munmap(holey + page, page);
@@ -116,8 +119,8 @@ static void slices(tshard_client **cl) {
   }
   uint8_t *whole = malloc((size_t)300 * 30 * 4);
   TSE_OK(cl[0], tshard_get(cl[0], "sl", whole, (size_t)300 * 30 * 4));
-  TSE_CHECK(tse_compare_box("sl after the refused slice", "f32", 410, 2, shape,
-                            (int64_t[]){0, 0}, shape, whole) == 0,
+  TSE_CHECK(tse_compare_box("sl after the refused slice", "f32", 410, 2, shape, (int64_t[]){0, 0},
+                            shape, whole) == 0,
             "the refused slice put changed the tensor");
   free(whole);
   TSE_OK(cl[0], tshard_drop(cl[0], "sl", NULL));
@@ -142,8 +145,8 @@ static void expect_memory(tshard_client *c, uint64_t base, const char *what) {
 static void faults(tshard_client **cl, int64_t rows, const char *tag) {
   const int64_t shape[2] = {rows, 4096}, lo[2] = {0, 0};
   size_t bytes = (size_t)rows * 4096 * 4, page = (size_t)sysconf(_SC_PAGESIZE);
-  TSE_OK(cl[0], tshard_create(cl[0], "victim", "f32", 2, shape, "mesh=[3] placements=[S(0)]",
-                              tag, NULL));
+  TSE_OK(cl[0],
+         tshard_create(cl[0], "victim", "f32", 2, shape, "mesh=[3] placements=[S(0)]", tag, NULL));
   uint8_t *ref = malloc(bytes), *back = malloc(bytes);
   tse_fill_box("f32", 71, 2, shape, lo, shape, ref);
   TSE_OK(cl[0], tshard_put(cl[0], "victim", ref, bytes, NULL));
@@ -165,9 +168,9 @@ static void faults(tshard_client **cl, int64_t rows, const char *tag) {
   for (int r = 0; r < 3; r++) { /* every rank kept its slice */
     memset(back, 0, bytes);
     TSE_OK(cl[r], tshard_get(cl[r], "victim", back, bytes));
-    TSE_CHECK(tse_compare_box("victim after the failed put", "f32", 71, 2, shape, lo, shape,
-                              back) == 0,
-              "the failed put changed the tensor (seen from rank %d)", r);
+    TSE_CHECK(
+        tse_compare_box("victim after the failed put", "f32", 71, 2, shape, lo, shape, back) == 0,
+        "the failed put changed the tensor (seen from rank %d)", r);
   }
   expect_memory(cl[0], base.memory_in_use, "after the failed put");
   /* A get into the same buffer fails on the hole; the tensor is untouched anyway. */
@@ -187,8 +190,8 @@ static void faults(tshard_client **cl, int64_t rows, const char *tag) {
   }
   /* The wrong size: refused before anything moves. */
   rc = tshard_get(cl[0], "victim", back, bytes - 4);
-  TSE_CHECK(rc == TS_BAD_SHAPE, "a get into a buffer 4 bytes short: %s: %s",
-            tshard_status_name(rc), tshard_last_message(cl[0]));
+  TSE_CHECK(rc == TS_BAD_SHAPE, "a get into a buffer 4 bytes short: %s: %s", tshard_status_name(rc),
+            tshard_last_message(cl[0]));
   rc = tshard_put(cl[0], "victim", ref, bytes + 4, NULL);
   TSE_CHECK(rc != TS_OK, "a put of 4 bytes too many succeeded");
 

@@ -126,8 +126,8 @@ static void startup_checks(void) {
   const char *a4[] = {"--frame-timeout", "1h2m", NULL};
   refused_at_startup("--frame-timeout of a bad duration", a4, "--frame-timeout");
   /* The same reader accepts a private token file: --help after it proves the parse went on. */
-  const char *a5[] = {"--listen", "tcp://127.0.0.1:1", "--token-file", good, "--staging", "1G",
-                      "--help", NULL};
+  const char *a5[] = {
+      "--listen", "tcp://127.0.0.1:1", "--token-file", good, "--staging", "1G", "--help", NULL};
   char out[16384]; /* the whole --help */
   int code = run_daemon(a5, out, sizeof out);
   TSE_CHECK(code == 0 && strstr(out, "--frame-timeout"), "valid flags: exit %d, '%s'", code, out);
@@ -154,12 +154,10 @@ static Tshard__Response *read_response(int fd) {
   uint8_t h[4];
   if (!tse_read_full(fd, h, 4, 120000))
     return NULL;
-  uint32_t len = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
-                 (uint32_t)h[3] << 24;
+  uint32_t len = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
   uint8_t *body = malloc(len ? len : 1);
-  Tshard__Response *r = tse_read_full(fd, body, len, 120000)
-                            ? tshard__response__unpack(NULL, len, body)
-                            : NULL;
+  Tshard__Response *r =
+      tse_read_full(fd, body, len, 120000) ? tshard__response__unpack(NULL, len, body) : NULL;
   free(body);
   return r;
 }
@@ -177,8 +175,7 @@ static void catalog_checks(void) {
   }
   tshard_client *c0 = tse_connect(&job, 0);
   int64_t small[2] = {6, 4}, big[2] = {4096, 4096};
-  TSE_OK(c0, tshard_create(c0, "small", "i32", 2, small, "mesh=[2] placements=[S(0)]", NULL,
-                           NULL));
+  TSE_OK(c0, tshard_create(c0, "small", "i32", 2, small, "mesh=[2] placements=[S(0)]", NULL, NULL));
   TSE_OK(c0, tshard_create(c0, "big", "f32", 2, big, "mesh=[2] placements=[S(0)]", NULL, NULL));
   int a = tse_raw_connect(&job, 0), b = tse_raw_connect(&job, 0);
   if (a < 0 || b < 0)
@@ -219,8 +216,8 @@ static void catalog_checks(void) {
     if (ok && id % 2)
       ok = r->result_case == TSHARD__RESPONSE__RESULT_DESCRIBE &&
            strcmp(r->describe->name, "small") == 0 && strcmp(r->describe->dtype, "i32") == 0 &&
-           r->describe->n_shape == 2 && r->describe->shape[0] == 6 &&
-           r->describe->shape[1] == 4 && r->describe->attr &&
+           r->describe->n_shape == 2 && r->describe->shape[0] == 6 && r->describe->shape[1] == 4 &&
+           r->describe->attr &&
            strcmp(r->describe->attr->text, "mesh=[2]@0-1 placements=[S(0)]") == 0 &&
            r->describe->n_ranks == 2 && r->describe->ranks[1]->lo[0] == 3 &&
            r->describe->ranks[1]->bytes == 3 * 4 * 4;
@@ -271,8 +268,8 @@ static void catalog_checks(void) {
       has_copy |= strcmp(names[i], "small_copy") == 0;
       has_big |= strcmp(names[i], "big") == 0;
     }
-    TSE_CHECK(n == 2 && has_copy && !has_big, "rank %d lists %d names after copy and drop",
-              rank, n);
+    TSE_CHECK(n == 2 && has_copy && !has_big, "rank %d lists %d names after copy and drop", rank,
+              n);
     tshard_free_names(names, n);
     tshard_info info;
     TSE_CHECK(tshard_describe(c, "big", &info) == TS_NOT_FOUND,
@@ -372,8 +369,8 @@ static void flood_wait(flood_conn *fc, int n, int64_t deadline) {
         continue;
       uint8_t scratch[512];
       size_t room = sizeof fc[i].got - fc[i].have;
-      ssize_t k = read(fc[i].fd, room ? fc[i].got + fc[i].have : scratch,
-                       room ? room : sizeof scratch);
+      ssize_t k =
+          read(fc[i].fd, room ? fc[i].got + fc[i].have : scratch, room ? room : sizeof scratch);
       if (k > 0 && room)
         fc[i].have += (size_t)k;
       if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR))
@@ -390,8 +387,7 @@ static int flood_answer(const flood_conn *c, char *msg, size_t cap) {
     return -1;
   uint32_t len = (uint32_t)c->got[0] | (uint32_t)c->got[1] << 8 | (uint32_t)c->got[2] << 16 |
                  (uint32_t)c->got[3] << 24;
-  Tshard__Response *r = len <= c->have - 4 ? tshard__response__unpack(NULL, len, c->got + 4)
-                                           : NULL;
+  Tshard__Response *r = len <= c->have - 4 ? tshard__response__unpack(NULL, len, c->got + 4) : NULL;
   if (!r)
     return -1;
   int status = (int)r->status;
@@ -419,8 +415,9 @@ static void flood_checks(void) {
     snprintf(url, sizeof url, "tcp://127.0.0.1:%d", port);
     snprintf(cap, sizeof cap, "%d", FLOOD_CAP);
     snprintf(auth, sizeof auth, "%dms", FLOOD_AUTH_MS);
-    const char *extra[] = {"--listen", url, "--token-file", tok, "--max-unauthenticated", cap,
-                           "--auth-timeout", auth, NULL};
+    const char *extra[] = {
+        "--listen", url, "--token-file", tok, "--max-unauthenticated", cap, "--auth-timeout",
+        auth,       NULL};
     started = tse_start(&job, 1, extra, 120);
   }
   unlink(tok);
@@ -474,15 +471,18 @@ static void flood_checks(void) {
     }
   }
   printf("flood: %d connections opened, %d closed at once, %d after the auth deadline, %d "
-         "open; %d of %d Unix pings answered\n", opened, early, late, open_still, ping_ok, pings);
-  TSE_CHECK(pings == FLOOD / 10 && ping_ok == pings, "only %d of %d Unix pings during the flood "
-            "were answered", ping_ok, pings);
+         "open; %d of %d Unix pings answered\n",
+         opened, early, late, open_still, ping_ok, pings);
+  TSE_CHECK(pings == FLOOD / 10 && ping_ok == pings,
+            "only %d of %d Unix pings during the flood "
+            "were answered",
+            ping_ok, pings);
   TSE_CHECK(open_still == 0, "%d flood connections still open %d ms after the auth deadline",
             open_still, 10000);
   TSE_CHECK(late >= 1 && late <= FLOOD_CAP && timeouts == late && too_soon == 0,
             "%d connections closed by the auth deadline (at most %d, each answered TIMEOUT "
-            "naming --auth-timeout: %d; %d closed too soon)", late, FLOOD_CAP, timeouts,
-            too_soon);
+            "naming --auth-timeout: %d; %d closed too soon)",
+            late, FLOOD_CAP, timeouts, too_soon);
   TSE_CHECK(early + late == FLOOD, "%d connections closed at once, %d by the deadline, of %d",
             early, late, FLOOD);
   for (int i = 0; i < FLOOD; i++)
@@ -492,12 +492,13 @@ static void flood_checks(void) {
   int left_out = 0;
   int lines = flood_log_lines(job.log, &left_out);
   printf("flood: %d log lines about it, %d of them counting lines left out\n", lines, left_out);
-  TSE_CHECK(lines >= 1 && lines <= 15 && left_out >= 1, "%d log lines about the flood (%d "
-            "counting the lines left out): rate-limited to a few", lines, left_out);
+  TSE_CHECK(lines >= 1 && lines <= 15 && left_out >= 1,
+            "%d log lines about the flood (%d "
+            "counting the lines left out): rate-limited to a few",
+            lines, left_out);
   tshard_client *t = NULL;
   int rc = tshard_connect_tcp("127.0.0.1", port, token, 30000, &t);
-  TSE_CHECK(rc == TS_OK, "a client with the token after the flood: %s",
-            tshard_status_name(rc));
+  TSE_CHECK(rc == TS_OK, "a client with the token after the flood: %s", tshard_status_name(rc));
   tshard_close(&t);
   tse_stop(&job);
 }

@@ -3,14 +3,15 @@
  *
  * The flood, on daemons started with --key-max 16 (the table's smallest size, so that a few dozen
  * requests would fill it) and --max-inflight 2: 48 raw connections, half to each rank, each
- * submit two keyed creates naming both ranks as participants with the longest timeout allowed (600 s), whose other
- * participant never comes (two requests: the daemon then stops reading the connection, so it must
- * notice the hang-up without reading), and all close at once (each half-closes and waits until
- * its daemon has closed its side). Then, at once (no timeout has passed): a keyed create through
- * rank 1 succeeds, an SPMD create of both ranks (one C client per rank with a group) runs once
- * for both, and 16 new keyed collectives (--key-max of them) through 16 connections all complete;
- * none of the flood's tensors exists. Before the daemons forgot the collectives of closed
- * connections, the table stayed full for the whole timeout and all of these were LIMIT.
+ * submit two keyed creates naming both ranks as participants with the longest timeout allowed (600
+ * s), whose other participant never comes (two requests: the daemon then stops reading the
+ * connection, so it must notice the hang-up without reading), and all close at once (each
+ * half-closes and waits until its daemon has closed its side). Then, at once (no timeout has
+ * passed): a keyed create through rank 1 succeeds, an SPMD create of both ranks (one C client per
+ * rank with a group) runs once for both, and 16 new keyed collectives (--key-max of them) through
+ * 16 connections all complete; none of the flood's tensors exists. Before the daemons forgot the
+ * collectives of closed connections, the table stayed full for the whole timeout and all of these
+ * were LIMIT.
  *
  * The bounds, on daemons started with --collective-pending-max 1: a raw connection to rank 1 with
  * one collective waiting gets LIMIT for its second, saying how many wait and naming the flag; a
@@ -138,8 +139,8 @@ static void bounds(void) {
   uint64_t id = 0;
   int status = -1;
   TSE_CHECK(read_answer(fd, &id, &status, msg, sizeof msg), "no answer to the second collective");
-  TSE_CHECK(id == 2 && status == TS_LIMIT, "answer to request %llu: %s: %s",
-            (unsigned long long)id, tshard_status_name(status), msg);
+  TSE_CHECK(id == 2 && status == TS_LIMIT, "answer to request %llu: %s: %s", (unsigned long long)id,
+            tshard_status_name(status), msg);
   TSE_CHECK(strstr(msg, "this connection has 1 collective waiting for their participants") &&
                 strstr(msg, "(--collective-pending-max 1)"),
             "message: %s", msg);
@@ -192,8 +193,7 @@ static void *spmd_create(void *p) {
   if (!c)
     return NULL;
   TSE_OK(c, tshard_set_group(c, (const int *)both, NP, 30000));
-  a->status = tshard_create(c, "spmd", "f32", 1, shape, "mesh=[2] placements=[R]", NULL,
-                            "spmd-1");
+  a->status = tshard_create(c, "spmd", "f32", 1, shape, "mesh=[2] placements=[R]", NULL, "spmd-1");
   snprintf(a->msg, sizeof a->msg, "%s", tshard_last_message(c));
   tshard_close(&c);
   return NULL;
@@ -211,8 +211,8 @@ static void table_has_room(void) {
       for (int j = 0; j < 2 && fds[r][k] >= 0; j++) {
         snprintf(key, sizeof key, "room-%d", 2 * k + j);
         snprintf(name, sizeof name, "room%d", 2 * k + j);
-        TSE_CHECK(send_collective(fds[r][k], (uint64_t)j + 1, name, key, 30000),
-                  "room %d not sent", 2 * k + j);
+        TSE_CHECK(send_collective(fds[r][k], (uint64_t)j + 1, name, key, 30000), "room %d not sent",
+                  2 * k + j);
       }
     }
   for (int r = 0; r < NP; r++)
@@ -240,8 +240,8 @@ static void after_flood(void) {
   tshard_stats s;
   TSE_OK(c0, tshard_stats_get(c0, &s));
   TSE_OK(c1, tshard_stats_get(c1, &s));
-  TSE_OK(c1, tshard_create(c1, "after", "f32", 1, shape, "mesh=[2] placements=[R]", NULL,
-                           "after-1"));
+  TSE_OK(c1,
+         tshard_create(c1, "after", "f32", 1, shape, "mesh=[2] placements=[R]", NULL, "after-1"));
   pthread_t th[NP];
   spmd_arg args[NP];
   for (int r = 0; r < NP; r++) {

@@ -120,11 +120,10 @@ static void part_one(tshard_client *c0, tshard_client *c1) {
     TSE_CHECK(0, "no memory for the test's buffers");
     goto out;
   }
-  TSE_OK(c0, tshard_create(c0, "p", "f32", 1, p_shape, "mesh=[2] placements=[S(0)]", NULL,
-                           NULL));
+  TSE_OK(c0, tshard_create(c0, "p", "f32", 1, p_shape, "mesh=[2] placements=[S(0)]", NULL, NULL));
   TSE_OK(c0, tshard_create(c0, "r", "f32", 1, r_shape, "mesh=[2] placements=[S(0)]", NULL, NULL));
-  TSE_OK(c0, tshard_create(c0, "tiny", "f32", 1, tiny_shape, "mesh=[2] placements=[R]", NULL,
-                           NULL));
+  TSE_OK(c0,
+         tshard_create(c0, "tiny", "f32", 1, tiny_shape, "mesh=[2] placements=[R]", NULL, NULL));
   tse_fill_box("f32", 11, 1, p_shape, lo, p_shape, ref);
   tse_fill_box("f32", 12, 1, r_shape, lo, r_shape, rref);
   TSE_OK(c1, tshard_put(c1, "r", rref, 8 * MiB, NULL));
@@ -137,8 +136,10 @@ static void part_one(tshard_client *c0, tshard_client *c1) {
   TSE_CHECK(put_chunk(fd1, "p", ref, 0, MiB, total) == TS_OK, "first chunk on rank 1");
   /* 8 MiB of replicated slices: 6 + 8 fits the limit, 6 + 4 + 8 does not. */
   int rc = tshard_create(c0, "c", "f32", 1, c_shape, "mesh=[2] placements=[R]", NULL, NULL);
-  TSE_CHECK(rc == TS_LIMIT, "create beside a put in progress: %s (%s); the put's staging must "
-            "count", tshard_status_name(rc), tshard_last_message(c0));
+  TSE_CHECK(rc == TS_LIMIT,
+            "create beside a put in progress: %s (%s); the put's staging must "
+            "count",
+            tshard_status_name(rc), tshard_last_message(c0));
   TSE_CHECK(strstr(tshard_last_message(c0), "memory limit") != NULL, "message: %s",
             tshard_last_message(c0));
   if (rc == TS_OK)
@@ -232,8 +233,7 @@ static void *putter(void *arg) {
       TSE_CHECK(rc == TS_OK || rc == TS_LIMIT, "get %s: %s (%s)", name, tshard_status_name(rc),
                 tshard_last_message(c));
       if (rc == TS_OK)
-        TSE_CHECK(memcmp(back, ref, 4 * MiB) == 0, "%s iteration %d does not read back", name,
-                  it);
+        TSE_CHECK(memcmp(back, ref, 4 * MiB) == 0, "%s iteration %d does not read back", name, it);
     }
   }
   free(ref);
@@ -256,8 +256,8 @@ static void *shaper(void *arg) {
     if (rc != TS_OK)
       continue;
     rc = tshard_reshard(c, name, "mesh=[2] placements=[S(1)]", NULL);
-    TSE_CHECK(rc == TS_OK || rc == TS_LIMIT, "reshard %s: %s (%s)", name,
-              tshard_status_name(rc), tshard_last_message(c));
+    TSE_CHECK(rc == TS_OK || rc == TS_LIMIT, "reshard %s: %s (%s)", name, tshard_status_name(rc),
+              tshard_last_message(c));
     TSE_OK(c, tshard_drop(c, name, NULL));
   }
   tshard_close(&c);
@@ -268,8 +268,8 @@ static void part_two(tshard_client *c0, tshard_client *c1) {
   for (int id = 0; id < 2; id++) {
     char name[16];
     snprintf(name, sizeof name, "put%d", id);
-    TSE_OK(c0, tshard_create(c0, name, "f32", 1, p_shape, "mesh=[2] placements=[S(0)]", NULL,
-                             NULL));
+    TSE_OK(c0,
+           tshard_create(c0, name, "f32", 1, p_shape, "mesh=[2] placements=[S(0)]", NULL, NULL));
   }
   pthread_t poll_t, t[4];
   pthread_create(&poll_t, NULL, poller, NULL);

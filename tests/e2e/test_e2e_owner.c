@@ -47,9 +47,9 @@ static float keep[64 * 64];
 static pid_t fork_with_pid(pid_t want) {
   uint64_t args[11]; /* struct clone_args up to cgroup (Linux 5.7) */
   memset(args, 0, sizeof args);
-  args[4] = SIGCHLD;                     /* exit_signal */
-  args[8] = (uint64_t)(uintptr_t)&want;  /* set_tid */
-  args[9] = 1;                           /* set_tid_size */
+  args[4] = SIGCHLD;                    /* exit_signal */
+  args[8] = (uint64_t)(uintptr_t)&want; /* set_tid */
+  args[9] = 1;                          /* set_tid_size */
   return (pid_t)syscall(SYS_clone3, args, sizeof args);
 }
 
@@ -67,11 +67,10 @@ static Tshard__Response *read_answer(int fd) {
   uint8_t h[4];
   if (!tse_read_full(fd, h, 4, 60000))
     return NULL;
-  uint32_t len = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
-                 (uint32_t)h[3] << 24;
+  uint32_t len = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
   uint8_t *body = malloc(len ? len : 1);
-  Tshard__Response *r = tse_read_full(fd, body, len, 60000)
-                            ? tshard__response__unpack(NULL, len, body) : NULL;
+  Tshard__Response *r =
+      tse_read_full(fd, body, len, 60000) ? tshard__response__unpack(NULL, len, body) : NULL;
   free(body);
   return r;
 }
@@ -104,8 +103,8 @@ static void raw_direct(int fd, bool put, uint64_t id, const char *want1, const c
   char line[900];
   bool ok = r && r->id == id && r->status == TS_AUTH && strstr(r->message, want1) &&
             strstr(r->message, want2);
-  snprintf(line, sizeof line, "%s process %d's raw %s: %s %s\n", ok ? "ok" : "FAIL",
-           (int)getpid(), put ? "put" : "get", r ? tshard_status_name(r->status) : "no answer",
+  snprintf(line, sizeof line, "%s process %d's raw %s: %s %s\n", ok ? "ok" : "FAIL", (int)getpid(),
+           put ? "put" : "get", r ? tshard_status_name(r->status) : "no answer",
            r ? r->message : "");
   ssize_t w = write(report, line, strlen(line));
   (void)w;
@@ -132,8 +131,10 @@ static void forked_client(tshard_client *c) {
   }
   int status = -1;
   waitpid(pid, &status, 0);
-  TSE_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the forked child's put and get "
-            "through its parent's client: status %d", status);
+  TSE_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+            "the forked child's put and get "
+            "through its parent's client: status %d",
+            status);
   TSE_CHECK(tse_compare_box("the parent's buffer", "f32", 11, 2, shape, lo, shape, keep) == 0,
             "the child's get wrote into the parent's buffer");
   float *back = calloc(64 * 64, sizeof *back);
@@ -278,20 +279,25 @@ static void pid_reuse(const tse_job *job, tshard_client *c) {
   if (v > 0) {
     TSE_CHECK(write(done[1], "d", 1) == 1, "done V");
     waitpid(v, &status, 0);
-    TSE_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "V's secret was written over "
-              "(exit status %d)", status);
+    TSE_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "V's secret was written over "
+              "(exit status %d)",
+              status);
   }
   TSE_CHECK(write(go[1], "g", 1) == 1, "go G");
   ssize_t k;
-  while (have < sizeof lines - 1 && (k = read(report[0], lines + have, sizeof lines - 1 - have)) > 0)
+  while (have < sizeof lines - 1 &&
+         (k = read(report[0], lines + have, sizeof lines - 1 - have)) > 0)
     have += (size_t)k; /* until B and G are gone (B is not this process's child) */
   lines[have] = '\0';
   printf("%s", lines);
   int oks = 0;
   for (const char *p = lines; (p = strstr(p, "ok ")) != NULL; p += 3)
     oks++;
-  TSE_CHECK(oks == 3 && !strstr(lines, "FAIL"), "refusals on the connection of an exited "
-            "process:\n%s", lines);
+  TSE_CHECK(oks == 3 && !strstr(lines, "FAIL"),
+            "refusals on the connection of an exited "
+            "process:\n%s",
+            lines);
   TSE_OK(c, tshard_get(c, "vt", back, N_BYTES));
   TSE_CHECK(memcmp(back, ref, N_BYTES) == 0, "the tensor changed (%s)",
             back[0] == 0x5a ? "it holds V's secret" : "other bytes");
@@ -394,9 +400,11 @@ static int other_user_child(const tse_job *job) {
   tshard__request__pack(&req, b + 4);
   (void)!send(fd, b, n + 4, MSG_NOSIGNAL); /* may fail: the daemon closes at once */
   Tshard__Response *r = read_answer(fd);
-  int rc = !r ? 4 : r->status != TS_AUTH ? 5
-                  : !strstr(r->message, "serves its own user (uid 0) and root") ? 6
-                  : !strstr(r->message, "runs as uid 65534") ? 7 : 0;
+  int rc = !r                                                            ? 4
+           : r->status != TS_AUTH                                        ? 5
+           : !strstr(r->message, "serves its own user (uid 0) and root") ? 6
+           : !strstr(r->message, "runs as uid 65534")                    ? 7
+                                                                         : 0;
   tshard__response__free_unpacked(r, NULL);
   uint8_t more;
   ssize_t k = rc == 0 ? recv(fd, &more, 1, 0) : 0;
@@ -418,7 +426,8 @@ static void other_user(const tse_job *job, tshard_client *c) {
   TSE_CHECK(p > 0 && waitpid(p, &st, 0) == p, "fork or wait failed");
   TSE_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
             "another user's connection: step %d failed (2 identity, 3 connect, 4 no answer, "
-            "5 not AUTH, 6/7 the message, 8 not closed)", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+            "5 not AUTH, 6/7 the message, 8 not closed)",
+            WIFEXITED(st) ? WEXITSTATUS(st) : -1);
   TSE_OK(c, tshard_ping(c, NULL, NULL));
 }
 

@@ -37,7 +37,8 @@ static void *graph_bytes(const char *op, size_t *len) {
                              n2 = TSHARD__PROGRAM_GRAPH_DIM_REF__INIT;
   Tshard__ProgramGraphOp ops[3] = {TSHARD__PROGRAM_GRAPH_OP__INIT, TSHARD__PROGRAM_GRAPH_OP__INIT,
                                    TSHARD__PROGRAM_GRAPH_OP__INIT};
-  Tshard__ProgramGraphArg ax = TSHARD__PROGRAM_GRAPH_ARG__INIT, aa = TSHARD__PROGRAM_GRAPH_ARG__INIT,
+  Tshard__ProgramGraphArg ax = TSHARD__PROGRAM_GRAPH_ARG__INIT,
+                          aa = TSHARD__PROGRAM_GRAPH_ARG__INIT,
                           ab = TSHARD__PROGRAM_GRAPH_ARG__INIT;
   g.name = "diff";
   dim.name = "n";
@@ -136,8 +137,7 @@ int main(void) {
     size_t len = 0;
     void *bytes = graph_bytes("slice", &len);
     TSE_OK(c, tshard_program_compile_graph(c, bytes, len, 1, gid, sizeof gid, NULL));
-    TSE_OK(c, tshard_program_compile_ex(c, text, NULL, 0, "n=10,20,100", 1, oid, sizeof oid,
-                                        NULL));
+    TSE_OK(c, tshard_program_compile_ex(c, text, NULL, 0, "n=10,20,100", 1, oid, sizeof oid, NULL));
     TSE_CHECK(strlen(gid) == 16 && strcmp(tid, gid) && strcmp(tid, oid), "ids %s %s %s", tid, gid,
               oid);
     run_check(c, tid, "d_text", x, g1);
@@ -188,7 +188,8 @@ int main(void) {
               msg_graph);
     free(bytes);
     TSE_CHECK(tshard_program_compile_graph(NULL, "", 0, 0, id, sizeof id, NULL) ==
-                  TS_INVALID_ARGUMENT, "NULL client");
+                  TS_INVALID_ARGUMENT,
+              "NULL client");
     tshard_close(&c);
   }
   int rc = tse_stop(&job);

@@ -48,13 +48,11 @@ static uint64_t roundtrip(tshard_client *c, const char *name, int64_t rows, int6
   TSE_OK(c, tshard_put(c, name, data, bytes, NULL));
   TSE_OK(c, tshard_stats_get(c, &s1));
   TSE_OK(c, tshard_get(c, name, back, bytes));
-  TSE_CHECK(tse_compare_box(name, "f32", seed, 2, shape, lo, shape, back) == 0, "%s differs",
-            name);
+  TSE_CHECK(tse_compare_box(name, "f32", seed, 2, shape, lo, shape, back) == 0, "%s differs", name);
   free(data);
   free(back);
   return s1.operations - s0.operations - 1;
 }
-
 
 /* ------------------------------------------------------------------------------------------
  * A client killed mid-transfer */
@@ -131,8 +129,8 @@ static void expect_freed(tshard_client *c, const tshard_stats *base, const char 
 static void kill_tests(tshard_client **cl) {
   const int64_t shape[2] = {256, 1024}; /* 1 MiB: 32 chunks through a 64 KiB segment */
   size_t bytes = 256 * 1024 * 4;
-  TSE_OK(cl[0], tshard_create(cl[0], "victim", "f32", 2, shape, "mesh=[2] placements=[S(0)]",
-                              NULL, NULL));
+  TSE_OK(cl[0],
+         tshard_create(cl[0], "victim", "f32", 2, shape, "mesh=[2] placements=[S(0)]", NULL, NULL));
   uint8_t *ref = malloc(bytes), *back = malloc(bytes);
   int64_t lo[2] = {0, 0};
   tse_fill_box("f32", 71, 2, shape, lo, shape, ref);
@@ -192,12 +190,14 @@ int main(void) {
   for (int r = 0; r < 2; r++)
     tshard_set_chunk(cl[r], 64 << 10);
   uint64_t n = roundtrip(cl[1], "whole", 768, 1024, "mesh=[2] placements=[S(1)]", 11);
-  TSE_CHECK(n == 2, "a 3 MiB put through shared memory took %llu answers (want the attach and "
-            "the put)", (unsigned long long)n);
+  TSE_CHECK(n == 2,
+            "a 3 MiB put through shared memory took %llu answers (want the attach and "
+            "the put)",
+            (unsigned long long)n);
   tse_slices_roundtrip(cl, "whole", 768, 1024, "", 12);
   tse_slices_roundtrip(cl, "whole", 768, 1024, "Ba4b", 13);
   roundtrip(cl[0], "odd", 64, 30, "mesh=[2] placements=[S(1)]", 21); /* slices of 15 columns */
-  tse_slices_roundtrip(cl, "odd", 64, 30, "Ba4b", 22); /* padded to 16 */
+  tse_slices_roundtrip(cl, "odd", 64, 30, "Ba4b", 22);               /* padded to 16 */
   n = roundtrip(cl[0], "partial", 96, 130, "mesh=[2] placements=[P(sum)]", 14);
   TSE_CHECK(n == 1, "a put with a partial placement took %llu answers", (unsigned long long)n);
   /* Larger than the segment: chunks through its halves. */
@@ -206,8 +206,10 @@ int main(void) {
     tshard_set_shm_segment(small, 64 << 10);
     n = roundtrip(small, "halves", 300, 1000, "mesh=[2] placements=[S(0)] splits={0:[100,200]}",
                   15);
-    TSE_CHECK(n == 1 + (300 * 1000 * 4 + 32767) / 32768, "1.2 MB through a 64 KiB segment took "
-              "%llu answers (the attach and 32 KiB chunks)", (unsigned long long)n);
+    TSE_CHECK(n == 1 + (300 * 1000 * 4 + 32767) / 32768,
+              "1.2 MB through a 64 KiB segment took "
+              "%llu answers (the attach and 32 KiB chunks)",
+              (unsigned long long)n);
     tshard_client *pair[2] = {cl[0], small};
     tse_slices_roundtrip(pair, "halves", 300, 1000, "Ba4b", 16);
     tshard_close(&small);
@@ -217,8 +219,10 @@ int main(void) {
   TSE_OK(cl[1], tshard_stats_get(cl[1], &m0));
   TSE_OK(cl[1], tshard_set_shm(cl[1], 0));
   TSE_OK(cl[1], tshard_stats_get(cl[1], &m1));
-  TSE_CHECK(m0.memory_in_use - m1.memory_in_use >= (3u << 20), "turning shared memory off gave "
-            "back %llu bytes", (unsigned long long)(m0.memory_in_use - m1.memory_in_use));
+  TSE_CHECK(m0.memory_in_use - m1.memory_in_use >= (3u << 20),
+            "turning shared memory off gave "
+            "back %llu bytes",
+            (unsigned long long)(m0.memory_in_use - m1.memory_in_use));
   n = roundtrip(cl[1], "stream", 256, 1024, "mesh=[2] placements=[R]", 17);
   TSE_CHECK(n == 16, "1 MiB over the stream in 64 KiB chunks took %llu answers",
             (unsigned long long)n);

@@ -133,16 +133,15 @@ int main(void) {
   run_threads(missing, 2, -1); /* rank 2 never comes */
   TSE_CHECK(strstr(missing_msg[0], "rank(s) 2 never submitted it") != NULL, "message: %s",
             missing_msg[0]);
-  TSE_CHECK(strcmp(missing_msg[0], missing_msg[1]) == 0, "one message: '%s' / '%s'",
-            missing_msg[0], missing_msg[1]);
+  TSE_CHECK(strcmp(missing_msg[0], missing_msg[1]) == 0, "one message: '%s' / '%s'", missing_msg[0],
+            missing_msg[1]);
   if (c0) {
     TSE_CHECK(tshard_describe(c0, "m", &(tshard_info){0}) == TS_NOT_FOUND, "nothing created");
     /* misuse */
     TSE_OK(c0, tshard_set_group(c0, group, NP, 0));
     int st = tshard_drop(c0, "x", NULL);
     TSE_CHECK(st == TS_INVALID_ARGUMENT && strstr(tshard_last_message(c0), "idempotency key"),
-              "a group call without a key: %s %s", tshard_status_name(st),
-              tshard_last_message(c0));
+              "a group call without a key: %s %s", tshard_status_name(st), tshard_last_message(c0));
     const int twice[2] = {1, 1}, negative[1] = {-3};
     st = tshard_set_group(c0, twice, 2, 0);
     TSE_CHECK(st == TS_INVALID_ARGUMENT && strstr(tshard_last_message(c0), "named twice"),

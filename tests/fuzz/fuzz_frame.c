@@ -1,8 +1,9 @@
 /* fuzz_frame.c - libFuzzer target for what tshardd does with bytes from a client before any
  * handler runs: frame lengths (checked against the maximum frame), protobuf decoding of the
- * Request and the check of its strings (NUL bytes, UTF-8), and the validators of every operation (names, dtypes, shapes, attributes in text and
- * message form against the shape and world, layouts, strategies, chunk bounds), then the answer
- * frame of a refusal. The input is a stream of frames, as a connection would deliver it. */
+ * Request and the check of its strings (NUL bytes, UTF-8), and the validators of every operation
+ * (names, dtypes, shapes, attributes in text and message form against the shape and world, layouts,
+ * strategies, chunk bounds), then the answer frame of a refusal. The input is a stream of frames,
+ * as a connection would deliver it. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,8 +1,9 @@
 /* mpi_check.h - what the MPI tests (test_reshard.c, test_dist_einsum.c, test_ckpt.c,
- * test_ckpt_move.c, test_ring.c) share: the world and its start, a scratch directory the same on every rank,
- * CHECK (counts checks and failures, prints the first 20 failures with the rank), a check that every rank got rank 0's status and message, the
- * summary at the end, and a xorshift generator seeded by the test (TS_TEST_SEED, defined before
- * the include) so every rank draws the same cases. Static: each test includes it once. */
+ * test_ckpt_move.c, test_ring.c) share: the world and its start, a scratch directory the same on
+ * every rank, CHECK (counts checks and failures, prints the first 20 failures with the rank), a
+ * check that every rank got rank 0's status and message, the summary at the end, and a xorshift
+ * generator seeded by the test (TS_TEST_SEED, defined before the include) so every rank draws the
+ * same cases. Static: each test includes it once. */
 #ifndef TS_MPI_CHECK_H
 #define TS_MPI_CHECK_H
 
@@ -29,7 +30,7 @@ static ts_world *W;
     if (!(cond)) {                                                                                 \
       failures++;                                                                                  \
       if (failures < 20) {                                                                         \
-        fprintf(stderr, "[rank %d] %s:%d: check failed: %s: ", world_rank, __FILE__, __LINE__,    \
+        fprintf(stderr, "[rank %d] %s:%d: check failed: %s: ", world_rank, __FILE__, __LINE__,     \
                 #cond);                                                                            \
         fprintf(stderr, __VA_ARGS__);                                                              \
         fprintf(stderr, "\n");                                                                     \

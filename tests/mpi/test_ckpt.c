@@ -3,9 +3,10 @@
  * for a partial tensor, of the rank) in plain and blocked slices are saved, dropped, loaded under
  * other attributes and checked element by element through the slice's layout against that
  * function; a replicated tensor above twice the default chunk size is saved in chunks of about
- * 16 MiB ([1024, 4096]: the index lists them) and loads back whole. Faults injected on one rank: a file write failing with EIO (the test hook), a file
- * size limit (RLIMIT_FSIZE), a corrupted byte; each must give every rank the same error, keep
- * the previous checkpoint byte for byte, leave no temporary directory and create no tensor. */
+ * 16 MiB ([1024, 4096]: the index lists them) and loads back whole. Faults injected on one rank: a
+ * file write failing with EIO (the test hook), a file size limit (RLIMIT_FSIZE), a corrupted byte;
+ * each must give every rank the same error, keep the previous checkpoint byte for byte, leave no
+ * temporary directory and create no tensor. */
 #include <dirent.h>
 #include <jansson.h>
 #include <mpi.h>
@@ -164,7 +165,8 @@ int main(int argc, char **argv) {
   snprintf(txt, sizeof txt, "mesh=[%d] placements=[P(sum)]", world_size);
   ts_stored *c = add(s, "c", TS_I32, 3, sc, txt, NULL);
   fill_or_check(c, true, world_rank + 1, 0, "c");
-  /* 36 MiB, one replicated piece: cut by default into chunks [1024, 4096] (16 MiB rows of 16 KiB) */
+  /* 36 MiB, one replicated piece: cut by default into chunks [1024, 4096] (16 MiB rows of 16
+   * KiB) */
   int64_t sd[2] = {2304, 4096};
   snprintf(txt, sizeof txt, "mesh=[%d] placements=[R]", world_size);
   fill_or_check(add(s, "d", TS_F32, 2, sd, txt, NULL), true, 1, 0, "d");

@@ -125,52 +125,54 @@ static void run_case(ts_store *s, const char *dir, const tcase *c) {
   for (int d = 0; d < c->ndim; d++)
     tbytes *= c->shape[d];
   for (int chunked = 1; chunked >= 0; chunked--) {
-  ts_ckpt_save_opts so = {false, false, 0, chunked ? (tbytes / 32 > 64 ? tbytes / 32 : 64) : -1, 0, false};
-  if (!chunked) {
-    rc = ts_store_add(s, c->name, c->ndim, c->shape, c->dt, sa, NULL, &e, &err);
-    CHECK(rc == TS_OK, "%s: add: %s", c->name, rc ? err.msg : "");
-    if (rc == TS_OK)
-      visit(e, true, c->partial ? world_rank + 1 : 1);
-  }
-  rc = ts_ckpt_save(s, W, dir, one, 1, &so, NULL, &err);
-  CHECK(rc == TS_OK, "%s: save: %s", c->name, rc ? err.msg : "");
-  int64_t bytes = tbytes;
-  ts_ckpt_index *ix = NULL;
-  if (rc == TS_OK && chunked && !c->partial && bytes >= 1024 &&
-      ts_ckpt_index_read(dir, &ix, &err) == TS_OK) { /* some slice is above twice the chunk: cut */
-    const ts_ckpt_tensor *xt = ts_ckpt_index_find(ix, c->name);
-    CHECK(xt && xt->npieces >= 2, "%s: chunked save of %lld bytes: %d pieces", c->name,
-          (long long)bytes, xt ? xt->npieces : -1);
-  }
-  ts_ckpt_index_destroy(&ix);
-  ts_store_drop(s, c->name, NULL);
-  for (int path = TS_CKPT_PATH_AUTO; path <= TS_CKPT_PATH_MOVE; path++) {
-    ts_ckpt_load_opts o = {.path = (ts_ckpt_path)path};
-    ts_ckpt_report rep;
-    rc = ts_ckpt_load(s, W, dir, one, 1, la, &o, &rep, &err);
-    CHECK(rc == TS_OK, "%s: load (path %d): %s", c->name, path, rc ? err.msg : "");
-    same_error_everywhere(rc, &err, c->name);
-    if (rc)
-      continue;
-    if (path != TS_CKPT_PATH_AUTO)
-      CHECK(rep.tensors_moved == (path == TS_CKPT_PATH_MOVE), "%s: path %d: %d tensors moved",
-            c->name, path, rep.tensors_moved);
-    ts_stored *got = ts_store_find(s, c->name);
-    CHECK(got && ts_attr_equal(got->attr, la), "%s: path %d: not loaded under the target", c->name,
-          path);
-    if (got && c->check) { /* the sum of the partial slices, through the store's
-                              reshard */
-      ts_attr *ca = attr(c->check);
-      rc = ts_store_reshard(s, W, c->name, ca, NULL, NULL, NULL, &err);
-      CHECK(rc == TS_OK, "%s: reshard to check: %s", c->name, rc ? err.msg : "");
-      ts_attr_destroy(&ca);
-      got = ts_store_find(s, c->name);
+    ts_ckpt_save_opts so = {false, false, 0, chunked ? (tbytes / 32 > 64 ? tbytes / 32 : 64) : -1,
+                            0,     false};
+    if (!chunked) {
+      rc = ts_store_add(s, c->name, c->ndim, c->shape, c->dt, sa, NULL, &e, &err);
+      CHECK(rc == TS_OK, "%s: add: %s", c->name, rc ? err.msg : "");
+      if (rc == TS_OK)
+        visit(e, true, c->partial ? world_rank + 1 : 1);
     }
-    long bad = visit(got, false, c->scale);
-    CHECK(bad == 0, "%s: path %d%s: %ld wrong elements", c->name, path,
-          chunked ? " (chunked)" : "", bad);
+    rc = ts_ckpt_save(s, W, dir, one, 1, &so, NULL, &err);
+    CHECK(rc == TS_OK, "%s: save: %s", c->name, rc ? err.msg : "");
+    int64_t bytes = tbytes;
+    ts_ckpt_index *ix = NULL;
+    if (rc == TS_OK && chunked && !c->partial && bytes >= 1024 &&
+        ts_ckpt_index_read(dir, &ix, &err) ==
+            TS_OK) { /* some slice is above twice the chunk: cut */
+      const ts_ckpt_tensor *xt = ts_ckpt_index_find(ix, c->name);
+      CHECK(xt && xt->npieces >= 2, "%s: chunked save of %lld bytes: %d pieces", c->name,
+            (long long)bytes, xt ? xt->npieces : -1);
+    }
+    ts_ckpt_index_destroy(&ix);
     ts_store_drop(s, c->name, NULL);
-  }
+    for (int path = TS_CKPT_PATH_AUTO; path <= TS_CKPT_PATH_MOVE; path++) {
+      ts_ckpt_load_opts o = {.path = (ts_ckpt_path)path};
+      ts_ckpt_report rep;
+      rc = ts_ckpt_load(s, W, dir, one, 1, la, &o, &rep, &err);
+      CHECK(rc == TS_OK, "%s: load (path %d): %s", c->name, path, rc ? err.msg : "");
+      same_error_everywhere(rc, &err, c->name);
+      if (rc)
+        continue;
+      if (path != TS_CKPT_PATH_AUTO)
+        CHECK(rep.tensors_moved == (path == TS_CKPT_PATH_MOVE), "%s: path %d: %d tensors moved",
+              c->name, path, rep.tensors_moved);
+      ts_stored *got = ts_store_find(s, c->name);
+      CHECK(got && ts_attr_equal(got->attr, la), "%s: path %d: not loaded under the target",
+            c->name, path);
+      if (got && c->check) { /* the sum of the partial slices, through the store's
+                                reshard */
+        ts_attr *ca = attr(c->check);
+        rc = ts_store_reshard(s, W, c->name, ca, NULL, NULL, NULL, &err);
+        CHECK(rc == TS_OK, "%s: reshard to check: %s", c->name, rc ? err.msg : "");
+        ts_attr_destroy(&ca);
+        got = ts_store_find(s, c->name);
+      }
+      long bad = visit(got, false, c->scale);
+      CHECK(bad == 0, "%s: path %d%s: %ld wrong elements", c->name, path,
+            chunked ? " (chunked)" : "", bad);
+      ts_store_drop(s, c->name, NULL);
+    }
   }
   ts_attr_destroy(&sa);
   ts_attr_destroy(&la);
@@ -261,8 +263,7 @@ static void ranged_faults(ts_store *s, const char *dir) {
   }
   ts_ckpt_piece *p = &t->pieces[t->npieces - 1];
   CHECK(p->block_bytes == 4096 && strstr(p->block_key, p->key) == p->block_key,
-        "piece '%s': blocks of %lld, table '%s'", p->key, (long long)p->block_bytes,
-        p->block_key);
+        "piece '%s': blocks of %lld, table '%s'", p->key, (long long)p->block_bytes, p->block_key);
   ckpt_file f;
   rc = ts__ckpt_file_open(dir, p->file, &f, &err);
   CHECK(rc == TS_OK, "open %s: %s", p->file, rc ? err.msg : "");
@@ -290,8 +291,7 @@ static void ranged_faults(ts_store *s, const char *dir) {
   /* (b) a flipped byte in its table */
   flip_byte(path, toff + 3);
   if (ranged)
-    expect_fault_on(s, dir, TS_CKPT_PATH_DIRECT, "ranged: flipped table byte", p->file, key,
-                    table);
+    expect_fault_on(s, dir, TS_CKPT_PATH_DIRECT, "ranged: flipped table byte", p->file, key, table);
   else
     expect_direct_load(s, dir, "whole: flipped table byte");
   flip_byte(path, toff + 3);
@@ -390,8 +390,8 @@ int main(int argc, char **argv) {
              world_size - 1, (int)rnd_below(2));
     snprintf(c->load, 200, "mesh=[%d] placements=[S(%d)]", m2, (int)rnd_below(2));
   }
-  /* large enough that auto picks the move path when the world has several ranks
-   */
+  /* large enough that auto picks the move path when the world has several
+   * ranks */
   cases[nc] = (tcase){"auto_move", TS_F32, 2, {512, 384}, "", "", 1, false, NULL};
   snprintf(cases[nc].save, 200, "mesh=[%d] placements=[S(0)]", world_size);
   snprintf(cases[nc++].load, 200, "mesh=[%d] placements=[S(1)]", world_size);

@@ -1,8 +1,9 @@
 /* test_comm.c - the MPI layer: world, cached group and mesh-line communicators, typed reductions
  * of every dtype and op (f16/bf16 and max/min through the project's kernel), the agreement that
- * makes reshards atomic (and waits for a late rank without holding a core), point-to-point exchange, and MPI errors mapped to TS_MPI with MPI's
- * message and the call site, and transfers of strided regions (all-to-all-w and point-to-point)
- * checked element by element against the values each rank computes for itself. */
+ * makes reshards atomic (and waits for a late rank without holding a core), point-to-point
+ * exchange, and MPI errors mapped to TS_MPI with MPI's message and the call site, and transfers of
+ * strided regions (all-to-all-w and point-to-point) checked element by element against the values
+ * each rank computes for itself. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -28,7 +29,7 @@ static double now_s(clockid_t clock) {
     checks++;                                                                                      \
     if (!(cond)) {                                                                                 \
       failures++;                                                                                  \
-      fprintf(stderr, "[rank %d] %s:%d: %s: ", rank, __FILE__, __LINE__, #cond);                  \
+      fprintf(stderr, "[rank %d] %s:%d: %s: ", rank, __FILE__, __LINE__, #cond);                   \
       fprintf(stderr, __VA_ARGS__);                                                                \
       fprintf(stderr, "\n");                                                                       \
     }                                                                                              \
@@ -124,9 +125,9 @@ static void test_large_regions(ts_comm *world, int W, bool pooled) {
       sr[p] = (ts_comm_region){a + (int64_t)p * W, 2, 4, {R, W}, {cols * 4, 4}};
       rr[p] = (ts_comm_region){got + (int64_t)p * R * W, 1, 4, {R * W}, {4}};
     }
-    int rc = round == 0 ? ts_comm_alltoallw(world, sr, rr, &err)
-                        : ts_comm_exchange_regions(world, size, peers, sr, size, peers, rr, 11,
-                                                   &err);
+    int rc = round == 0
+                 ? ts_comm_alltoallw(world, sr, rr, &err)
+                 : ts_comm_exchange_regions(world, size, peers, sr, size, peers, rr, 11, &err);
     CHECK(rc == TS_OK, "large regions of %d there (round %d): %s", W, round, err.msg);
     long bad = 0;
     for (int q = 0; q < size; q++)
@@ -408,17 +409,19 @@ static void test_exchange_many(ts_comm *world, bool big) {
     /* sends: plane p read column-major; an empty region; block p row-major */
     sr[p * per] = (ts_comm_region){small_src + p * 15, 2, 4, {5, 3}, {4, 20}};
     sr[p * per + 1] = (ts_comm_region){NULL, 1, 4, {0}, {4}};
-    sr[p * per + 2] = (ts_comm_region){big ? large_src + (int64_t)p * R * W : NULL, 1, 4,
-                                       {big ? R * W : 0}, {4}};
+    sr[p * per + 2] =
+        (ts_comm_region){big ? large_src + (int64_t)p * R * W : NULL, 1, 4, {big ? R * W : 0}, {4}};
     rr[p * per] = (ts_comm_region){small_dst + p * 15, 1, 4, {15}, {4}};
     rr[p * per + 1] = (ts_comm_region){NULL, 1, 4, {0}, {4}};
-    rr[p * per + 2] = (ts_comm_region){big ? large_dst + (int64_t)p * R * W : NULL, 2, 4,
-                                       {big ? W : 0, R}, {4, W * 4}}; /* transposed */
+    rr[p * per + 2] = (ts_comm_region){big ? large_dst + (int64_t)p * R * W : NULL,
+                                       2,
+                                       4,
+                                       {big ? W : 0, R},
+                                       {4, W * 4}}; /* transposed */
     for (int k = 0; k < per; k++)
       speer[p * per + k] = rpeer[p * per + k] = p;
   }
-  CHECK(ts_comm_exchange_many(world, n, speer, sr, n, rpeer, rr, 21, &err) == TS_OK, "%s",
-        err.msg);
+  CHECK(ts_comm_exchange_many(world, n, speer, sr, n, rpeer, rr, 21, &err) == TS_OK, "%s", err.msg);
   long bad = 0;
   for (int p = 0; p < size; p++) {
     for (int j = 0; j < 5; j++) /* small_dst[p][j*3 + i] = src_p[rank][i][j] (column-major) */
@@ -509,8 +512,7 @@ static void relay_case(ts_comm *world, const char *what, bool offer, int status,
   CHECK(rc == want_rc, "%s: agreement %d, expected %d (%s)", what, rc, want_rc, err.msg);
   CHECK(rc != TS_OK || (values[0] == size - 1 && values[1] == 0), "%s: values %lld %lld", what,
         (long long)values[0], (long long)values[1]);
-  CHECK(r.relayed == want_relayed, "%s: relayed %d, expected %d", what, r.relayed,
-        want_relayed);
+  CHECK(r.relayed == want_relayed, "%s: relayed %d, expected %d", what, r.relayed, want_relayed);
   if (r.relayed) {
     int expect = 0;
     for (int s = 0; s < size; s++)
@@ -586,8 +588,7 @@ int main(int argc, char **argv) {
   CHECK(ts_comm_group(w, bad, 1, &g2, &err) == TS_INVALID_ARGUMENT, "rank outside");
   if (size > 1) {
     int other[1] = {(rank + 1) % size};
-    CHECK(ts_comm_group(w, other, 1, &g2, &err) == TS_INVALID_ARGUMENT &&
-              strstr(err.msg, "not in"),
+    CHECK(ts_comm_group(w, other, 1, &g2, &err) == TS_INVALID_ARGUMENT && strstr(err.msg, "not in"),
           "not a member");
   }
 
@@ -635,17 +636,23 @@ int main(int argc, char **argv) {
           double x = prod ? 1 + (r * 3 + i) % 2 : (r * 3 + i) % 7;
           any = any || x != 0;
           all = all && x != 0;
-          best = r == 0                                        ? x
+          best = r == 0                                       ? x
                  : op == TS_REDUCE_SUM || op == TS_REDUCE_AVG ? best + x
-                 : prod                                        ? best * x
-                 : op == TS_REDUCE_MAX                         ? fmax(best, x)
-                                                               : fmin(best, x);
+                 : prod                                       ? best * x
+                 : op == TS_REDUCE_MAX                        ? fmax(best, x)
+                                                              : fmin(best, x);
         }
         double mine = prod ? 1 + (rank * 3 + i) % 2 : (rank * 3 + i) % 7;
         float f = (float)mine, fb = (float)best;
         switch ((ts_dtype)dt) {
-        case TS_F32: memcpy(buf + i * es, &f, 4); memcpy(want + i * es, &fb, 4); break;
-        case TS_F64: memcpy(buf + i * es, &mine, 8); memcpy(want + i * es, &best, 8); break;
+        case TS_F32:
+          memcpy(buf + i * es, &f, 4);
+          memcpy(want + i * es, &fb, 4);
+          break;
+        case TS_F64:
+          memcpy(buf + i * es, &mine, 8);
+          memcpy(want + i * es, &best, 8);
+          break;
         case TS_F16: {
           uint16_t h = ts_f32_to_f16(f), hb = ts_f32_to_f16(fb);
           memcpy(buf + i * es, &h, 2);
@@ -658,12 +665,19 @@ int main(int argc, char **argv) {
           memcpy(want + i * es, &hb, 2);
           break;
         }
-        case TS_I8: case TS_U8: buf[i] = (unsigned char)mine; want[i] = (unsigned char)best; break;
+        case TS_I8:
+        case TS_U8:
+          buf[i] = (unsigned char)mine;
+          want[i] = (unsigned char)best;
+          break;
         case TS_BOOL: /* sum and max: or, min and prod: and */
           buf[i] = mine != 0;
           want[i] = op == TS_REDUCE_MIN || prod ? all : any;
           break;
-        case TS_I16: case TS_U16: case TS_U32: case TS_U64: /* small non-negative: exact */
+        case TS_I16:
+        case TS_U16:
+        case TS_U32:
+        case TS_U64: /* small non-negative: exact */
           ts_convert(buf + i * es, (ts_dtype)dt, &mine, TS_F64, 1);
           ts_convert(want + i * es, (ts_dtype)dt, &best, TS_F64, 1);
           break;
@@ -696,21 +710,24 @@ int main(int argc, char **argv) {
       }
       if (ts_dtype_is_complex((ts_dtype)dt) && (op == TS_REDUCE_MAX || op == TS_REDUCE_MIN)) {
         CHECK(ts_comm_allreduce(world, NULL, buf, 5, (ts_dtype)dt, (ts_reduce_op)op, &err) ==
-                      TS_BAD_DTYPE && strstr(err.msg, ts_dtype_name((ts_dtype)dt)) &&
-                      strstr(err.msg, "sum, avg and prod"),
+                      TS_BAD_DTYPE &&
+                  strstr(err.msg, ts_dtype_name((ts_dtype)dt)) &&
+                  strstr(err.msg, "sum, avg and prod"),
               "allreduce %s of %s", ts_reduce_name((ts_reduce_op)op), ts_dtype_name((ts_dtype)dt));
         continue;
       }
       if (dt == TS_F8_E4M3 || dt == TS_F8_E5M2) { /* no reductions: refused, naming the dtype */
         CHECK(ts_comm_allreduce(world, NULL, buf, 5, (ts_dtype)dt, (ts_reduce_op)op, &err) ==
-                      TS_BAD_DTYPE && strstr(err.msg, ts_dtype_name((ts_dtype)dt)),
+                      TS_BAD_DTYPE &&
+                  strstr(err.msg, ts_dtype_name((ts_dtype)dt)),
               "allreduce %s", ts_dtype_name((ts_dtype)dt));
         continue;
       }
       if (op == TS_REDUCE_AVG && !ts_dtype_is_float((ts_dtype)dt) &&
           !ts_dtype_is_complex((ts_dtype)dt)) { /* avg: the float and complex dtypes only */
         CHECK(ts_comm_allreduce(world, NULL, buf, 5, (ts_dtype)dt, (ts_reduce_op)op, &err) ==
-                      TS_BAD_DTYPE && strstr(err.msg, ts_dtype_name((ts_dtype)dt)),
+                      TS_BAD_DTYPE &&
+                  strstr(err.msg, ts_dtype_name((ts_dtype)dt)),
               "allreduce avg of %s", ts_dtype_name((ts_dtype)dt));
         continue;
       }
@@ -738,8 +755,8 @@ int main(int argc, char **argv) {
     CHECK(ts_comm_allreduce(world, NULL, i8, N8, TS_I8, TS_REDUCE_SUM, &err) == TS_OK, "%s",
           err.msg);
     for (int k = 0; k < N8; k++) {
-      CHECK(u[k] == (uint8_t)((unsigned)(200 - (k % 7)) * (unsigned)size), "u8 allreduce %d: %d",
-            k, u[k]);
+      CHECK(u[k] == (uint8_t)((unsigned)(200 - (k % 7)) * (unsigned)size), "u8 allreduce %d: %d", k,
+            u[k]);
       CHECK(i8[k] == (int8_t)(uint8_t)((unsigned)(100 + (k % 5)) * (unsigned)size),
             "i8 allreduce %d: %d", k, i8[k]);
     }
@@ -747,10 +764,10 @@ int main(int argc, char **argv) {
       u[k] = (uint8_t)(200 - (k % 7));
       i8[k] = (int8_t)(100 + (k % 5));
     }
-    CHECK(ts_comm_reduce_scatter(world, u, ru, counts, TS_U8, TS_REDUCE_SUM, &err) == TS_OK,
-          "%s", err.msg);
-    CHECK(ts_comm_reduce_scatter(world, i8, ri, counts, TS_I8, TS_REDUCE_SUM, &err) == TS_OK,
-          "%s", err.msg);
+    CHECK(ts_comm_reduce_scatter(world, u, ru, counts, TS_U8, TS_REDUCE_SUM, &err) == TS_OK, "%s",
+          err.msg);
+    CHECK(ts_comm_reduce_scatter(world, i8, ri, counts, TS_I8, TS_REDUCE_SUM, &err) == TS_OK, "%s",
+          err.msg);
     for (int k = 0; k < N8; k++) {
       int g = rank * N8 + k;
       CHECK(ru[k] == (uint8_t)((unsigned)(200 - (g % 7)) * (unsigned)size),
@@ -771,8 +788,8 @@ int main(int argc, char **argv) {
     int32_t *sb = malloc((size_t)total * sizeof *sb), rb[16];
     for (int i = 0; i < total; i++)
       sb[i] = i + rank;
-    CHECK(ts_comm_reduce_scatter(world, sb, rb, counts, TS_I32, TS_REDUCE_SUM, &err) == TS_OK,
-          "%s", err.msg);
+    CHECK(ts_comm_reduce_scatter(world, sb, rb, counts, TS_I32, TS_REDUCE_SUM, &err) == TS_OK, "%s",
+          err.msg);
     int start = rank * (rank + 1) / 2;
     for (int k = 0; k <= rank; k++)
       CHECK(rb[k] == (start + k) * size + size * (size - 1) / 2, "reduce_scatter element %d", k);

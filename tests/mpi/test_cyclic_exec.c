@@ -8,8 +8,8 @@
  * off the model: per tensor dim, the globals its part owns in order (block k of a cyclic dim to
  * part (k + src) mod parts; a balanced split's first L mod k parts one longer). After the
  * reshard every target rank's array must hold that function at its own model's globals, and the
- * bytes sent must add up to the bytes received. Also: a blocked target layout and a partial source refused with the
- * same error on every rank, nothing changed. */
+ * bytes sent must add up to the bytes received. Also: a blocked target layout and a partial source
+ * refused with the same error on every rank, nothing changed. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,8 +25,8 @@
 static int ran; /* cases with a block-cyclic side */
 
 typedef struct dim_model {
-  int mdim;          /* the mesh dim that shards it, -1: none */
-  int64_t nb, src;   /* block-cyclic: block size and source coordinate; nb 0: balanced */
+  int mdim;        /* the mesh dim that shards it, -1: none */
+  int64_t nb, src; /* block-cyclic: block size and source coordinate; nb 0: balanced */
 } dim_model;
 
 typedef struct side {
@@ -130,8 +130,7 @@ static double value(const int64_t *g, int ndim, const int64_t *shape) {
 
 /* Visits the local array (row-major over counts) with each element's globals. */
 static void fill_or_check(void *data, ts_dtype dt, int ndim, const int64_t *shape,
-                          const int64_t *counts, int64_t (*globals)[64], bool fill,
-                          long *wrong) {
+                          const int64_t *counts, int64_t (*globals)[64], bool fill, long *wrong) {
   int64_t n = 1, idx[3] = {0, 0, 0};
   for (int d = 0; d < ndim; d++)
     n *= counts[d];
@@ -144,9 +143,15 @@ static void fill_or_check(void *data, ts_dtype dt, int ndim, const int64_t *shap
     double v = value(g, ndim, shape), got = 0;
     switch (dt) {
     case TS_F64: fill ? (void)(((double *)data)[i] = v) : (void)(got = ((double *)data)[i]); break;
-    case TS_F32: fill ? (void)(((float *)data)[i] = (float)v) : (void)(got = ((float *)data)[i]); break;
-    case TS_I16: fill ? (void)(((int16_t *)data)[i] = (int16_t)v) : (void)(got = ((int16_t *)data)[i]); break;
-    default: fill ? (void)(((uint8_t *)data)[i] = (uint8_t)v) : (void)(got = ((uint8_t *)data)[i]); break;
+    case TS_F32:
+      fill ? (void)(((float *)data)[i] = (float)v) : (void)(got = ((float *)data)[i]);
+      break;
+    case TS_I16:
+      fill ? (void)(((int16_t *)data)[i] = (int16_t)v) : (void)(got = ((int16_t *)data)[i]);
+      break;
+    default:
+      fill ? (void)(((uint8_t *)data)[i] = (uint8_t)v) : (void)(got = ((uint8_t *)data)[i]);
+      break;
     }
     if (!fill && got != v)
       (*wrong)++;

@@ -211,9 +211,9 @@ static const char *blocked_tag(int ndim) {
  * Cases */
 
 static const char *const equations[] = {
-    "ij,jk->ik", "ij,jk",        "bij,bjk->bik", "ij->ji",       "ij->j",
-    "ii->i",     "i,i->",        "ij,j->i",      "ij,jk,kl->il", "ab,bc,ca->",
-    "bhqd,bhkd->bhqk", "i,j->ij", "ij,ij->ij",   "ijk->",        "abc,cd->abd",
+    "ij,jk->ik",       "ij,jk",   "bij,bjk->bik", "ij->ji",       "ij->j",
+    "ii->i",           "i,i->",   "ij,j->i",      "ij,jk,kl->il", "ab,bc,ca->",
+    "bhqd,bhkd->bhqk", "i,j->ij", "ij,ij->ij",    "ijk->",        "abc,cd->abd",
 };
 #define NEQ ((int)(sizeof equations / sizeof equations[0]))
 
@@ -296,8 +296,7 @@ static void run_case(ts_store *s, int caseno) {
   /* A forced plan a third of the time: any candidate that applies. */
   char forced[32] = "";
   po.out_attr = oattr;
-  ts_dein_plan_create(eq, info.n, ndims, shp, (const ts_attr *const *)attrs, dt, &po, &probe,
-                      NULL);
+  ts_dein_plan_create(eq, info.n, ndims, shp, (const ts_attr *const *)attrs, dt, &po, &probe, NULL);
   if (probe && rnd_below(3) == 0) {
     const ts_dein_cand *c = &probe->cand[rnd_below(probe->ncand)];
     if (c->applies)
@@ -305,7 +304,8 @@ static void run_case(ts_store *s, int caseno) {
   }
   ts_dein_plan_destroy(&probe);
   bool keep = rnd_below(2);
-  ts_dein_request req = {eq, info.n, {names[0], names[1], names[2]}, out, oattr, forced, 0, TS_OK, NULL, false};
+  ts_dein_request req = {eq,   info.n, {names[0], names[1], names[2]}, out, oattr, forced, 0, TS_OK,
+                         NULL, false};
   ts_dein_kept *kept = NULL;
   ts_dein_report rep;
   char *explain = NULL;
@@ -481,8 +481,7 @@ static void misuse(ts_store *s) {
   rc = ts_dein_backward(s, W, &r, NULL, "nope", gn, NULL, &err);
   CHECK(rc == TS_NOT_FOUND && same_everywhere(rc), "backward without grad_out: %d", rc);
   rc = ts_dein_backward(s, W, &r, NULL, "C", gn, NULL, &err);
-  CHECK(rc == TS_BAD_SHAPE && same_everywhere(rc), "backward wrong grad shape: %d %s", rc,
-        err.msg);
+  CHECK(rc == TS_BAD_SHAPE && same_everywhere(rc), "backward wrong grad shape: %d %s", rc, err.msg);
   const char *gn2[3] = {"B", NULL, NULL};
   rc = ts_dein_backward(s, W, &r, NULL, "Y", gn2, NULL, &err);
   CHECK(rc == TS_EXISTS && same_everywhere(rc), "backward name collision: %d", rc);

@@ -425,8 +425,8 @@ static void run_pair(const ts_attr *sa, const ts_attr *ta, int ndim, const int64
     /* hierarchical: on a topology of two hosts, the world's ranks in halves or alternating */
     ts_topology *topo = topos[st->cases % 2];
     int rc = s != TS_STRATEGY_HIER ? ts_plan_create(ndim, shape, dt, sa, ta, &o, &p, &err)
-             : topo ? ts_plan_create_on(ndim, shape, dt, sa, ta, &o, topo, &p, &err)
-                    : TS_BAD_STRATEGY;
+             : topo                ? ts_plan_create_on(ndim, shape, dt, sa, ta, &o, topo, &p, &err)
+                                   : TS_BAD_STRATEGY;
     if (s != TS_STRATEGY_AUTO && rc == TS_BAD_STRATEGY)
       continue;
     snprintf(what, sizeof what, "%s -> %s, %s, %s [%d dims, layouts %d -> %d], %s", s1, s2,
@@ -437,8 +437,8 @@ static void run_pair(const ts_attr *sa, const ts_attr *ta, int ndim, const int64
       continue;
     ts_tensor out;
     ts_exec_report rep;
-    rc = ts_reshard_exec(W, p, has > 0 ? &src : NULL, tag_for(ndim, tgt_kind), NULL, &out,
-                         &rep, &err);
+    rc = ts_reshard_exec(W, p, has > 0 ? &src : NULL, tag_for(ndim, tgt_kind), NULL, &out, &rep,
+                         &err);
     CHECK(rc == TS_OK, "%s: exec: %s", what, err.msg);
     st->execs++;
     st->by_strategy[ts_plan_strategy(p)]++;
@@ -514,14 +514,10 @@ static void fixed_cases(stats *st) {
   int64_t shape[2] = {24, 20};
   int n = world_size;
   const char *pairs[][2] = {
-      {"placements=[S(0)]", "placements=[S(1)]"},
-      {"placements=[S(0)]", "placements=[R]"},
-      {"placements=[R]", "placements=[S(1)]"},
-      {"placements=[P(sum)]", "placements=[R]"},
-      {"placements=[P(max)]", "placements=[S(0)]"},
-      {"placements=[P(min)]", "placements=[S(1)]"},
-      {"placements=[S(1)]", "placements=[P(sum)]"},
-      {"placements=[R]", "placements=[P(max)]"},
+      {"placements=[S(0)]", "placements=[S(1)]"},   {"placements=[S(0)]", "placements=[R]"},
+      {"placements=[R]", "placements=[S(1)]"},      {"placements=[P(sum)]", "placements=[R]"},
+      {"placements=[P(max)]", "placements=[S(0)]"}, {"placements=[P(min)]", "placements=[S(1)]"},
+      {"placements=[S(1)]", "placements=[P(sum)]"}, {"placements=[R]", "placements=[P(max)]"},
   };
   /* every third dtype, and c64 (15) and c128 both; complex max and min are refused */
   for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
@@ -605,8 +601,7 @@ static void fixed_cases(stats *st) {
   if (n >= 2) {
     /* Disjoint halves, and a ragged source with empty parts to a balanced target. */
     snprintf(text[0], sizeof text[0], "mesh=[%d]@0-%d placements=[S(0)]", n / 2, n / 2 - 1);
-    snprintf(text[1], sizeof text[1], "mesh=[%d]@%d-%d placements=[S(1)]", n - n / 2, n / 2,
-             n - 1);
+    snprintf(text[1], sizeof text[1], "mesh=[%d]@%d-%d placements=[S(1)]", n - n / 2, n / 2, n - 1);
     ts_attr *a = NULL, *b = NULL;
     ts_attr_parse(text[0], &a, NULL);
     ts_attr_parse(text[1], &b, NULL);
@@ -659,8 +654,8 @@ static void chain_is_bit_exact(void) {
     ok = ts_plan_create(3, shape, TS_F64, a[i - 1], a[i], &o, &p, &err) == TS_OK;
     ts_tensor out = {0};
     if (ok)
-      ok = ts_reshard_exec(W, p, has > 0 || i > 1 ? &cur : NULL, tags[i], NULL, &out, NULL,
-                           &err) == TS_OK;
+      ok = ts_reshard_exec(W, p, has > 0 || i > 1 ? &cur : NULL, tags[i], NULL, &out, NULL, &err) ==
+           TS_OK;
     CHECK(ok, "chain step %d: %s", i, err.msg);
     if (cur.data != start.data)
       ts_shard_free(cur.data);
@@ -745,8 +740,8 @@ static void same_everywhere(int rc, const char *msg, const char *what) {
   MPI_Allreduce(&rc, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(&rc, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   MPI_Bcast(first, (int)sizeof first, MPI_CHAR, 0, MPI_COMM_WORLD);
-  CHECK(lo == hi && strcmp(first, msg) == 0, "%s: ranks disagree (%d..%d, '%s' vs '%s')", what,
-        lo, hi, msg, first);
+  CHECK(lo == hi && strcmp(first, msg) == 0, "%s: ranks disagree (%d..%d, '%s' vs '%s')", what, lo,
+        hi, msg, first);
 }
 
 static void store_tests(void) {
@@ -902,8 +897,8 @@ static void chain_cases(stats *st) {
     ts_plan *p = NULL;
     ts_error err;
     char what[300];
-    snprintf(what, sizeof what, "%s -> %s on %s, %s %d dims", srcs[k / 2], k % 2 ? grid : all,
-             spec, ts_dtype_name(dt), ndim);
+    snprintf(what, sizeof what, "%s -> %s on %s, %s %d dims", srcs[k / 2], k % 2 ? grid : all, spec,
+             ts_dtype_name(dt), ndim);
     int rc = ts_plan_create_on(ndim, shapes[k % 3], dt, a, b, NULL, topo, &p, &err);
     CHECK(rc == TS_OK, "%s: plan: %s", what, err.msg);
     if (rc == TS_OK) {
@@ -949,8 +944,8 @@ static void answer_waits_for_every_rank(void) {
   char t[2][128];
   snprintf(t[0], sizeof t[0], "mesh=[%d]@0-%d placements=[S(0)]", world_size / 2,
            world_size / 2 - 1);
-  snprintf(t[1], sizeof t[1], "mesh=[%d]@%d-%d placements=[S(1)]", world_size / 2,
-           world_size / 2, world_size - 1);
+  snprintf(t[1], sizeof t[1], "mesh=[%d]@%d-%d placements=[S(1)]", world_size / 2, world_size / 2,
+           world_size - 1);
   ts_attr *a = NULL, *b = NULL;
   ts_attr_parse(t[0], &a, NULL);
   ts_attr_parse(t[1], &b, NULL);
@@ -1035,8 +1030,8 @@ int main(int argc, char **argv) {
     char halves[32], alternating[64] = "map=";
     snprintf(halves, sizeof halves, "hosts=2x%d", world_size / 2);
     for (int r = 0; r < world_size; r++)
-      snprintf(alternating + strlen(alternating), sizeof alternating - strlen(alternating),
-               "%s%d", r ? "," : "", r % 2);
+      snprintf(alternating + strlen(alternating), sizeof alternating - strlen(alternating), "%s%d",
+               r ? "," : "", r % 2);
     CHECK(ts_topology_parse(halves, &topos[0], NULL) == TS_OK &&
               ts_topology_parse(alternating, &topos[1], NULL) == TS_OK,
           "topologies %s and %s", halves, alternating);
@@ -1045,8 +1040,8 @@ int main(int argc, char **argv) {
   answer_waits_for_every_rank();
   chain_cases(&st);
   generated_family(&st);
-  CHECK(!topos[0] || st.by_strategy[TS_STRATEGY_HIER] >= 20,
-        "only %ld hierarchical executions", st.by_strategy[TS_STRATEGY_HIER]);
+  CHECK(!topos[0] || st.by_strategy[TS_STRATEGY_HIER] >= 20, "only %ld hierarchical executions",
+        st.by_strategy[TS_STRATEGY_HIER]);
   ts_topology_destroy(&topos[0]);
   ts_topology_destroy(&topos[1]);
   chain_is_bit_exact();

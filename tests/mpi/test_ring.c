@@ -122,8 +122,7 @@ static void test_link_rate(ts_comm *c) {
   ts_error err;
   double r = 0;
   if (ts_comm_size(c) > 1) {
-    CHECK(ts_comm_link_rate(c, 0, ts_comm_size(c) - 1, 1 << 20, &r, &err) == TS_OK, "%s",
-          err.msg);
+    CHECK(ts_comm_link_rate(c, 0, ts_comm_size(c) - 1, 1 << 20, &r, &err) == TS_OK, "%s", err.msg);
     double lo = r, hi = r;
     MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);

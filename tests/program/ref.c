@@ -48,32 +48,58 @@ static double at(const ref_t *a, int nd, const int64_t *idx) {
 }
 
 static double apply(const char *op, double x, double y, double z) {
-  if (!strcmp(op, "add")) return x + y;
-  if (!strcmp(op, "sub")) return x - y;
-  if (!strcmp(op, "mul")) return x * y;
-  if (!strcmp(op, "div")) return x / y;
-  if (!strcmp(op, "pow")) return pow(x, y);
-  if (!strcmp(op, "max")) return isnan(x) || x > y ? x : y;
-  if (!strcmp(op, "min")) return isnan(x) || x < y ? x : y;
-  if (!strcmp(op, "neg")) return -x;
-  if (!strcmp(op, "abs")) return fabs(x);
-  if (!strcmp(op, "exp")) return exp(x);
-  if (!strcmp(op, "log")) return log(x);
-  if (!strcmp(op, "sqrt")) return sqrt(x);
-  if (!strcmp(op, "rsqrt")) return 1.0 / sqrt(x);
-  if (!strcmp(op, "tanh")) return tanh(x);
-  if (!strcmp(op, "sigmoid")) return 1.0 / (1.0 + exp(-x));
-  if (!strcmp(op, "relu")) return x > 0 ? x : 0;
-  if (!strcmp(op, "gelu")) return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
-  if (!strcmp(op, "where")) return x != 0 ? y : z;
-  if (!strcmp(op, "eq")) return x == y;
-  if (!strcmp(op, "ne")) return x != y;
-  if (!strcmp(op, "lt")) return x < y;
-  if (!strcmp(op, "le")) return x <= y;
-  if (!strcmp(op, "gt")) return x > y;
-  if (!strcmp(op, "ge")) return x >= y;
-  if (!strcmp(op, "cast_i32")) return (double)(int32_t)x;
-  if (!strcmp(op, "round_f32")) return (double)(float)x;
+  if (!strcmp(op, "add"))
+    return x + y;
+  if (!strcmp(op, "sub"))
+    return x - y;
+  if (!strcmp(op, "mul"))
+    return x * y;
+  if (!strcmp(op, "div"))
+    return x / y;
+  if (!strcmp(op, "pow"))
+    return pow(x, y);
+  if (!strcmp(op, "max"))
+    return isnan(x) || x > y ? x : y;
+  if (!strcmp(op, "min"))
+    return isnan(x) || x < y ? x : y;
+  if (!strcmp(op, "neg"))
+    return -x;
+  if (!strcmp(op, "abs"))
+    return fabs(x);
+  if (!strcmp(op, "exp"))
+    return exp(x);
+  if (!strcmp(op, "log"))
+    return log(x);
+  if (!strcmp(op, "sqrt"))
+    return sqrt(x);
+  if (!strcmp(op, "rsqrt"))
+    return 1.0 / sqrt(x);
+  if (!strcmp(op, "tanh"))
+    return tanh(x);
+  if (!strcmp(op, "sigmoid"))
+    return 1.0 / (1.0 + exp(-x));
+  if (!strcmp(op, "relu"))
+    return x > 0 ? x : 0;
+  if (!strcmp(op, "gelu"))
+    return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+  if (!strcmp(op, "where"))
+    return x != 0 ? y : z;
+  if (!strcmp(op, "eq"))
+    return x == y;
+  if (!strcmp(op, "ne"))
+    return x != y;
+  if (!strcmp(op, "lt"))
+    return x < y;
+  if (!strcmp(op, "le"))
+    return x <= y;
+  if (!strcmp(op, "gt"))
+    return x > y;
+  if (!strcmp(op, "ge"))
+    return x >= y;
+  if (!strcmp(op, "cast_i32"))
+    return (double)(int32_t)x;
+  if (!strcmp(op, "round_f32"))
+    return (double)(float)x;
   abort();
 }
 

@@ -3,8 +3,8 @@
  * loops, an Adam step in place, integer semantics, dynamic shapes (bucket choice, padding fills
  * and masks, output shape formulas, the refusal of a reshape that would mix padding in, lazy
  * builds), the disk cache (hits, invalidation by flags, a corrupt entry), compiler failures,
- * malformed programs and misused runs, the placement check, and a golden C file for a small program. Each test has
- * its own cache directory (made and removed by the test). */
+ * malformed programs and misused runs, the placement check, and a golden C file for a small
+ * program. Each test has its own cache directory (made and removed by the test). */
 #include <check.h>
 #include <ftw.h>
 #include <math.h>
@@ -18,7 +18,8 @@
 #include "program_fixture.h"
 #include "ts_program.h"
 
-static void close_to(const double *got, const double *want, int64_t n, double tol, const char *what) {
+static void close_to(const double *got, const double *want, int64_t n, double tol,
+                     const char *what) {
   for (int64_t i = 0; i < n; i++) {
     double d = fabs(got[i] - want[i]), s = fabs(want[i]) > 1 ? fabs(want[i]) : 1;
     ck_assert_msg((isnan(got[i]) && isnan(want[i])) || d <= tol * s,
@@ -83,7 +84,8 @@ static int op2(rprog *g, const char *op, int a, int b) {
 }
 
 static int op2lit(rprog *g, const char *op, int a, double lit) {
-  emit(g, ",\n{\"out\":\"v%d\",\"op\":\"%s\",\"args\":[\"%s\",%.17g]}", g->n, op, g->v[a].name, lit);
+  emit(g, ",\n{\"out\":\"v%d\",\"op\":\"%s\",\"args\":[\"%s\",%.17g]}", g->n, op, g->v[a].name,
+       lit);
   ref_t l = ref_scalar(lit);
   int r = add_val(g, ref_elementwise(op, &g->v[a].t, &l, NULL), true);
   ref_free(&l);
@@ -146,7 +148,8 @@ static void random_program(rprog *g, unsigned seed) {
       int ci = g->n;
       emit(g, ",\n{\"out\":\"v%d\",\"op\":\"cast\",\"dtype\":\"i32\",\"args\":[\"v%d\"]}", ci, m);
       add_val(g, ref_elementwise("cast_i32", &g->v[m].t, NULL, NULL), false);
-      emit(g, ",\n{\"out\":\"v%d\",\"op\":\"cast\",\"dtype\":\"f64\",\"args\":[\"v%d\"]}", g->n, ci);
+      emit(g, ",\n{\"out\":\"v%d\",\"op\":\"cast\",\"dtype\":\"f64\",\"args\":[\"v%d\"]}", g->n,
+           ci);
       add_val(g, ref_elementwise("cast_i32", &g->v[m].t, NULL, NULL), true);
     } else { /* reductions, maybe of a transposed view */
       int src = 0;
@@ -159,7 +162,8 @@ static void random_program(rprog *g, unsigned seed) {
         src = 0;
       if (rnd(g, 3) == 0) {
         int perm[2] = {1, 0};
-        emit(g, ",\n{\"out\":\"v%d\",\"op\":\"transpose\",\"args\":[\"%s\"]}", g->n, g->v[src].name);
+        emit(g, ",\n{\"out\":\"v%d\",\"op\":\"transpose\",\"args\":[\"%s\"]}", g->n,
+             g->v[src].name);
         src = add_val(g, ref_transpose(&g->v[src].t, perm), false);
       }
       static const char *red[] = {"sum", "mean", "max", "min"};
@@ -289,8 +293,10 @@ END_TEST
 
 static const char *adam_text =
     "{\"name\":\"adam\",\"inputs\":["
-    "{\"name\":\"w\",\"dtype\":\"f32\",\"shape\":[1000]},{\"name\":\"g\",\"dtype\":\"f32\",\"shape\":[1000]},"
-    "{\"name\":\"m\",\"dtype\":\"f32\",\"shape\":[1000]},{\"name\":\"v\",\"dtype\":\"f32\",\"shape\":[1000]},"
+    "{\"name\":\"w\",\"dtype\":\"f32\",\"shape\":[1000]},{\"name\":\"g\",\"dtype\":\"f32\","
+    "\"shape\":[1000]},"
+    "{\"name\":\"m\",\"dtype\":\"f32\",\"shape\":[1000]},{\"name\":\"v\",\"dtype\":\"f32\","
+    "\"shape\":[1000]},"
     "{\"name\":\"lr\",\"dtype\":\"f32\",\"shape\":[]}],\"ops\":["
     "{\"out\":\"m1\",\"op\":\"mul\",\"args\":[\"m\",0.9]},"
     "{\"out\":\"c1\",\"op\":\"sub\",\"args\":[1,0.9]},"
@@ -319,8 +325,11 @@ START_TEST(test_adam_in_place) {
     m[i] = rm[i] = (float)(i % 3) * 0.01f;
     v[i] = rv[i] = (float)(i % 11) * 0.001f;
   }
-  tsp_tensor in[5] = {{w, TS_F32, 1, {N}}, {g, TS_F32, 1, {N}}, {m, TS_F32, 1, {N}},
-                      {v, TS_F32, 1, {N}}, {&lr, TS_F32, 0, {0}}};
+  tsp_tensor in[5] = {{w, TS_F32, 1, {N}},
+                      {g, TS_F32, 1, {N}},
+                      {m, TS_F32, 1, {N}},
+                      {v, TS_F32, 1, {N}},
+                      {&lr, TS_F32, 0, {0}}};
   ts_error err = {0};
   for (int step = 0; step < 3; step++) {
     ck_assert_msg(tsp_program_run(p, in, 5, NULL, 0, &err) == TS_OK, "%s", err.msg);
@@ -331,7 +340,8 @@ START_TEST(test_adam_in_place) {
     }
   }
   for (int i = 0; i < N; i++) {
-    ck_assert_msg(fabsf(w[i] - rw[i]) <= 1e-5f * (1 + fabsf(rw[i])), "w[%d] %g vs %g", i, w[i], rw[i]);
+    ck_assert_msg(fabsf(w[i] - rw[i]) <= 1e-5f * (1 + fabsf(rw[i])), "w[%d] %g vs %g", i, w[i],
+                  rw[i]);
     ck_assert_msg(fabsf(m[i] - rm[i]) <= 1e-6f, "m[%d]", i);
     ck_assert_msg(fabsf(v[i] - rv[i]) <= 1e-6f, "v[%d]", i);
   }
@@ -345,23 +355,23 @@ START_TEST(test_adam_in_place) {
 END_TEST
 
 START_TEST(test_integer_semantics) {
-  const char *text =
-      "{\"inputs\":[{\"name\":\"a\",\"dtype\":\"i32\",\"shape\":[6]},"
-      "{\"name\":\"b\",\"dtype\":\"i32\",\"shape\":[6]}],\"ops\":["
-      "{\"out\":\"q\",\"op\":\"div\",\"args\":[\"a\",\"b\"]},"
-      "{\"out\":\"mx\",\"op\":\"max\",\"args\":[\"a\",\"b\"]},"
-      "{\"out\":\"c\",\"op\":\"lt\",\"args\":[\"a\",\"b\"]},"
-      "{\"out\":\"w\",\"op\":\"where\",\"args\":[\"c\",\"q\",-1]},"
-      "{\"out\":\"s\",\"op\":\"sum\",\"args\":[\"w\"]},"
-      "{\"out\":\"lo\",\"op\":\"min\",\"args\":[\"a\"]}],"
-      "\"outputs\":[\"q\",\"mx\",\"w\",\"s\",\"lo\"]}";
+  const char *text = "{\"inputs\":[{\"name\":\"a\",\"dtype\":\"i32\",\"shape\":[6]},"
+                     "{\"name\":\"b\",\"dtype\":\"i32\",\"shape\":[6]}],\"ops\":["
+                     "{\"out\":\"q\",\"op\":\"div\",\"args\":[\"a\",\"b\"]},"
+                     "{\"out\":\"mx\",\"op\":\"max\",\"args\":[\"a\",\"b\"]},"
+                     "{\"out\":\"c\",\"op\":\"lt\",\"args\":[\"a\",\"b\"]},"
+                     "{\"out\":\"w\",\"op\":\"where\",\"args\":[\"c\",\"q\",-1]},"
+                     "{\"out\":\"s\",\"op\":\"sum\",\"args\":[\"w\"]},"
+                     "{\"out\":\"lo\",\"op\":\"min\",\"args\":[\"a\"]}],"
+                     "\"outputs\":[\"q\",\"mx\",\"w\",\"s\",\"lo\"]}";
   tsp_program *p = tsp_test_make(text, FAST_FLAGS, false);
   int32_t a[6] = {7, -7, 5, 0, 100, -3}, b[6] = {2, 2, 0, 3, 7, 4};
   tsp_tensor in[2] = {{a, TS_I32, 1, {6}}, {b, TS_I32, 1, {6}}};
   tsp_tensor out[5];
   ts_error err = {0};
   ck_assert_msg(tsp_program_run(p, in, 2, out, 5, &err) == TS_OK, "%s", err.msg);
-  int32_t *q = out[0].data, *mx = out[1].data, *w = out[2].data, *s = out[3].data, *lo = out[4].data;
+  int32_t *q = out[0].data, *mx = out[1].data, *w = out[2].data, *s = out[3].data,
+          *lo = out[4].data;
   int32_t sum = 0;
   for (int i = 0; i < 6; i++) {
     int32_t wq = b[i] ? a[i] / b[i] : 0; /* division by zero gives 0 (documented) */
@@ -394,9 +404,11 @@ START_TEST(test_bucket_selection) {
   ck_assert_int_eq(tsp_program_n_groups(p), 3);
   /* n: 4 8 16 32 64 100; t: 16 32 40; b: 2 5 9 */
   ck_assert_int_eq(tsp_program_n_buckets(p), 6 * 3 * 3);
-  struct { int64_t v[3], want[3]; } cases[] = {
-      {{3, 1, 1}, {4, 16, 2}},    {{4, 16, 2}, {4, 16, 2}},     {{5, 17, 3}, {8, 32, 5}},
-      {{65, 33, 9}, {100, 40, 9}}, {{100, 40, 6}, {100, 40, 9}}, {{33, 31, 5}, {64, 32, 5}}};
+  struct {
+    int64_t v[3], want[3];
+  } cases[] = {{{3, 1, 1}, {4, 16, 2}},      {{4, 16, 2}, {4, 16, 2}},
+               {{5, 17, 3}, {8, 32, 5}},     {{65, 33, 9}, {100, 40, 9}},
+               {{100, 40, 6}, {100, 40, 9}}, {{33, 31, 5}, {64, 32, 5}}};
   ts_error err = {0};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int b = tsp_program_pick_bucket(p, cases[i].v, &err);
@@ -446,10 +458,12 @@ START_TEST(test_padding_masks_and_formulas) {
   /* exp(0) = 1 in the padding: the sum of e is masked; x is padded with 0: its sum is not;
    * x2 feeds only a max: padded with -inf, no mask */
   ck_assert_msg(strstr(s, "se = sum(e) f64[3] kernel") && strstr(s, "input x2 filled with -inf") &&
-                    strstr(s, "input x filled with 0"), "%s", s);
+                    strstr(s, "input x filled with 0"),
+                "%s", s);
   ck_assert_msg(strstr(strstr(s, "se = sum"), "masked") < strstr(s, "sx = sum"), "%s", s);
   ck_assert_msg(!strstr(strstr(s, "sx = sum"), "masked") ||
-                    strstr(strstr(s, "sx = sum"), "masked") > strstr(s, "mean = mean"), "%s", s);
+                    strstr(strstr(s, "sx = sum"), "masked") > strstr(s, "mean = mean"),
+                "%s", s);
   free(s);
   for (int64_t n = 1; n <= 64; n = n * 3 + 1) {
     ref_t x = ref_new(2, (int64_t[]){n, 3}), x2 = ref_new(2, (int64_t[]){n, 3});
@@ -492,13 +506,12 @@ END_TEST
 
 START_TEST(test_dynamic_in_place_and_refusal) {
   /* an in-place update of a padded input writes back only the true elements */
-  const char *text =
-      "{\"dims\":{\"n\":{\"min\":1,\"max\":50,\"buckets\":{\"step\":16}}},"
-      "\"inputs\":[{\"name\":\"w\",\"dtype\":\"f32\",\"shape\":[\"n\"]},"
-      "{\"name\":\"g\",\"dtype\":\"f32\",\"shape\":[\"n\"]}],\"ops\":["
-      "{\"out\":\"u\",\"op\":\"mul\",\"args\":[\"g\",0.5]},"
-      "{\"out\":\"wn\",\"op\":\"sub\",\"args\":[\"w\",\"u\"]},"
-      "{\"op\":\"assign\",\"args\":[\"w\",\"wn\"]}],\"outputs\":[]}";
+  const char *text = "{\"dims\":{\"n\":{\"min\":1,\"max\":50,\"buckets\":{\"step\":16}}},"
+                     "\"inputs\":[{\"name\":\"w\",\"dtype\":\"f32\",\"shape\":[\"n\"]},"
+                     "{\"name\":\"g\",\"dtype\":\"f32\",\"shape\":[\"n\"]}],\"ops\":["
+                     "{\"out\":\"u\",\"op\":\"mul\",\"args\":[\"g\",0.5]},"
+                     "{\"out\":\"wn\",\"op\":\"sub\",\"args\":[\"w\",\"u\"]},"
+                     "{\"op\":\"assign\",\"args\":[\"w\",\"wn\"]}],\"outputs\":[]}";
   tsp_program *p = tsp_test_make(text, FAST_FLAGS, false);
   float w[21], g[20];
   for (int i = 0; i < 21; i++)
@@ -606,7 +619,8 @@ END_TEST
 START_TEST(test_compiler_errors) {
   ts_error err = {0};
   tsp_program *p = NULL;
-  tsp_options o = {.cache_dir = tsp_test_cache, .cflags = FAST_FLAGS, .extra_cflags = "-fno-such-flag-xyz"};
+  tsp_options o = {
+      .cache_dir = tsp_test_cache, .cflags = FAST_FLAGS, .extra_cflags = "-fno-such-flag-xyz"};
   ck_assert_int_eq(tsp_program_create(&p, small_text, &o, &err), TS_PROGRAM_COMPILE);
   ck_assert_ptr_null(p);
   ck_assert_msg(strstr(err.msg, "failed") && strstr(err.msg, "no-such-flag-xyz"), "%s", err.msg);
@@ -614,7 +628,9 @@ START_TEST(test_compiler_errors) {
   ck_assert_int_eq(tsp_program_create(&p, small_text, &o2, &err), TS_PROGRAM_COMPILE);
   ck_assert_msg(strstr(err.msg, "/nonexistent/cc"), "%s", err.msg);
   /* lazy: the failure comes with the run that needs the bucket, and the program stays usable */
-  tsp_options o3 = {.cache_dir = tsp_test_cache, .cflags = FAST_FLAGS, .extra_cflags = "-fno-such-flag-xyz",
+  tsp_options o3 = {.cache_dir = tsp_test_cache,
+                    .cflags = FAST_FLAGS,
+                    .extra_cflags = "-fno-such-flag-xyz",
                     .lazy = true};
   ck_assert_int_eq(tsp_program_create(&p, small_text, &o3, &err), TS_OK);
   float x[6] = {0}, b[3] = {0};
@@ -631,85 +647,112 @@ START_TEST(test_compiler_errors) {
 END_TEST
 
 START_TEST(test_malformed_programs) {
-  struct { const char *text; int code; const char *needle; } cases[] = {
+  struct {
+    const char *text;
+    int code;
+    const char *needle;
+  } cases[] = {
       {"", TS_PARSE, "JSON"},
       {"{", TS_PARSE, "JSON"},
       {"[]", TS_PARSE, "expected an object"},
       {"{\"inputs\":[],\"ops\":[]}", TS_PARSE, "no outputs"},
       {"{\"inputs\":[],\"ops\":[],\"ops\":[]}", TS_PARSE, "duplicate"},
       {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[2]}],\"ops\":[{\"out\":\"y\","
-       "\"op\":\"frobnicate\",\"args\":[\"x\"]}],\"outputs\":[\"y\"]}", TS_PARSE, "unknown op"},
+       "\"op\":\"frobnicate\",\"args\":[\"x\"]}],\"outputs\":[\"y\"]}",
+       TS_PARSE, "unknown op"},
       {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[2]}],\"ops\":[{\"out\":\"y\","
-       "\"op\":\"add\",\"args\":[\"x\",\"z\"]}],\"outputs\":[\"y\"]}", TS_PARSE, "'z' is not defined"},
+       "\"op\":\"add\",\"args\":[\"x\",\"z\"]}],\"outputs\":[\"y\"]}",
+       TS_PARSE, "'z' is not defined"},
       {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"i32\",\"shape\":[2]}],\"ops\":[{\"out\":\"y\","
-       "\"op\":\"exp\",\"args\":[\"x\"]}],\"outputs\":[\"y\"]}", TS_BAD_DTYPE,
-       "float operands (f32, f64, f16, bf16)"},
-      {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"q9\",\"shape\":[2]}],\"ops\":[],\"outputs\":[\"x\"]}",
+       "\"op\":\"exp\",\"args\":[\"x\"]}],\"outputs\":[\"y\"]}",
+       TS_BAD_DTYPE, "float operands (f32, f64, f16, bf16)"},
+      {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"q9\",\"shape\":[2]}],\"ops\":[],\"outputs\":["
+       "\"x\"]}",
        TS_BAD_DTYPE, "f32"},
       {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[2]},{\"name\":\"y\",\"dtype\":"
        "\"f32\",\"shape\":[3]}],\"ops\":[{\"out\":\"z\",\"op\":\"add\",\"args\":[\"x\",\"y\"]}],"
-       "\"outputs\":[\"z\"]}", TS_BAD_SHAPE, "do not broadcast"},
+       "\"outputs\":[\"z\"]}",
+       TS_BAD_SHAPE, "do not broadcast"},
       {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[2]},{\"name\":\"y\",\"dtype\":"
        "\"f64\",\"shape\":[2]}],\"ops\":[{\"out\":\"z\",\"op\":\"mul\",\"args\":[\"x\",\"y\"]}],"
-       "\"outputs\":[\"z\"]}", TS_BAD_DTYPE, "cast"},
+       "\"outputs\":[\"z\"]}",
+       TS_BAD_DTYPE, "cast"},
       {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"i32\",\"shape\":[2]}],\"ops\":[{\"out\":\"z\","
-       "\"op\":\"exp\",\"args\":[\"x\"]}],\"outputs\":[\"z\"]}", TS_BAD_DTYPE, "f32, f64, f16, bf16"},
+       "\"op\":\"exp\",\"args\":[\"x\"]}],\"outputs\":[\"z\"]}",
+       TS_BAD_DTYPE, "f32, f64, f16, bf16"},
       {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[2]}],\"ops\":[{\"out\":\"z\","
-       "\"op\":\"sum\",\"args\":[\"x\"],\"dims\":[3]}],\"outputs\":[\"z\"]}", TS_BAD_SHAPE,
-       "out of range"},
+       "\"op\":\"sum\",\"args\":[\"x\"],\"dims\":[3]}],\"outputs\":[\"z\"]}",
+       TS_BAD_SHAPE, "out of range"},
       {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[2,3]}],\"ops\":[{\"out\":\"z\","
-       "\"op\":\"einsum\",\"eq\":\"ij,jk->ik\",\"args\":[\"x\"]}],\"outputs\":[\"z\"]}", TS_EINSUM,
-       "does not match"},
+       "\"op\":\"einsum\",\"eq\":\"ij,jk->ik\",\"args\":[\"x\"]}],\"outputs\":[\"z\"]}",
+       TS_EINSUM, "does not match"},
       {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[2,3]}],\"ops\":[{\"out\":\"z\","
-       "\"op\":\"einsum\",\"eq\":\"ij\",\"args\":[\"x\"]}],\"outputs\":[\"z\"]}", TS_EINSUM, "explicit"},
+       "\"op\":\"einsum\",\"eq\":\"ij\",\"args\":[\"x\"]}],\"outputs\":[\"z\"]}",
+       TS_EINSUM, "explicit"},
       {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[2]}],\"ops\":[{\"out\":\"y\","
-       "\"op\":\"neg\",\"args\":[\"x\"]},{\"op\":\"assign\",\"args\":[\"y\",\"x\"]}],\"outputs\":[]}",
+       "\"op\":\"neg\",\"args\":[\"x\"]},{\"op\":\"assign\",\"args\":[\"y\",\"x\"]}],\"outputs\":[]"
+       "}",
        TS_PARSE, "must be an input"},
       {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[2]}],\"ops\":[{\"op\":\"assign\","
-       "\"args\":[\"x\",1]},{\"op\":\"assign\",\"args\":[\"x\",2]}],\"outputs\":[]}", TS_PARSE,
-       "args[1] must be a value name"},
+       "\"args\":[\"x\",1]},{\"op\":\"assign\",\"args\":[\"x\",2]}],\"outputs\":[]}",
+       TS_PARSE, "args[1] must be a value name"},
       {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[2]},{\"name\":\"y\",\"dtype\":"
        "\"f32\",\"shape\":[2]}],\"ops\":[{\"op\":\"assign\",\"args\":[\"x\",\"y\"]},{\"op\":"
-       "\"assign\",\"args\":[\"x\",\"y\"]}],\"outputs\":[]}", TS_PARSE, "assigned twice"},
+       "\"assign\",\"args\":[\"x\",\"y\"]}],\"outputs\":[]}",
+       TS_PARSE, "assigned twice"},
       {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[2]},{\"name\":\"x\",\"dtype\":"
-       "\"f32\",\"shape\":[2]}],\"ops\":[],\"outputs\":[\"x\"]}", TS_PARSE, "used twice"},
+       "\"f32\",\"shape\":[2]}],\"ops\":[],\"outputs\":[\"x\"]}",
+       TS_PARSE, "used twice"},
       {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[\"n\"]}],\"ops\":[],"
-       "\"outputs\":[\"x\"]}", TS_PARSE, "not a group"},
+       "\"outputs\":[\"x\"]}",
+       TS_PARSE, "not a group"},
       {"{\"dims\":{\"n\":{\"min\":5,\"max\":2}},\"inputs\":[],\"ops\":[],\"outputs\":[]}", TS_PARSE,
        "range"},
       {"{\"dims\":{\"n\":{\"min\":1,\"max\":20,\"buckets\":[4,8]}},\"inputs\":[],\"ops\":[],"
-       "\"outputs\":[]}", TS_PARSE, "does not cover"},
+       "\"outputs\":[]}",
+       TS_PARSE, "does not cover"},
       {"{\"dims\":{\"n\":{\"min\":1,\"max\":100000,\"buckets\":{\"step\":1}}},\"inputs\":[],"
-       "\"ops\":[],\"outputs\":[]}", TS_PARSE, "more than 64"},
+       "\"ops\":[],\"outputs\":[]}",
+       TS_PARSE, "more than 64"},
       {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[2,3]}],\"ops\":[{\"out\":\"t\","
-       "\"op\":\"transpose\",\"perm\":[0,0],\"args\":[\"x\"]}],\"outputs\":[\"t\"]}", TS_PARSE, "perm"},
+       "\"op\":\"transpose\",\"perm\":[0,0],\"args\":[\"x\"]}],\"outputs\":[\"t\"]}",
+       TS_PARSE, "perm"},
       {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[2,3]}],\"ops\":[{\"out\":\"t\","
-       "\"op\":\"reshape\",\"shape\":[4],\"args\":[\"x\"]}],\"outputs\":[\"t\"]}", TS_BAD_SHAPE,
-       "6 elements"},
+       "\"op\":\"reshape\",\"shape\":[4],\"args\":[\"x\"]}],\"outputs\":[\"t\"]}",
+       TS_BAD_SHAPE, "6 elements"},
       {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[2,3]}],\"ops\":[{\"out\":\"t\","
-       "\"op\":\"cast\",\"dtype\":\"c64\",\"args\":[\"x\"]}],\"outputs\":[\"t\"]}", TS_PARSE, "dtype"},
+       "\"op\":\"cast\",\"dtype\":\"c64\",\"args\":[\"x\"]}],\"outputs\":[\"t\"]}",
+       TS_PARSE, "dtype"},
       {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[2]}],\"ops\":[{\"out\":\"x\","
-       "\"op\":\"neg\",\"args\":[\"x\"]}],\"outputs\":[\"x\"]}", TS_PARSE, "already defined"},
+       "\"op\":\"neg\",\"args\":[\"x\"]}],\"outputs\":[\"x\"]}",
+       TS_PARSE, "already defined"},
       {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[2]}],\"ops\":[{\"out\":\"y\","
-       "\"op\":\"add\",\"args\":[\"x\"]}],\"outputs\":[\"y\"]}", TS_PARSE, "takes 2 args"},
-      {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[2]}],\"ops\":[],\"outputs\":[\"q\"]}",
+       "\"op\":\"add\",\"args\":[\"x\"]}],\"outputs\":[\"y\"]}",
+       TS_PARSE, "takes 2 args"},
+      {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[2]}],\"ops\":[],\"outputs\":["
+       "\"q\"]}",
        TS_PARSE, "outputs[0]"},
-      {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[-2]}],\"ops\":[],\"outputs\":[\"x\"]}",
+      {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[-2]}],\"ops\":[],\"outputs\":["
+       "\"x\"]}",
        TS_PARSE, "non-negative"},
       {"{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[1099511627776,1099511627776]}],"
-       "\"ops\":[],\"outputs\":[\"x\"]}", TS_OVERFLOW, "2^40"},
+       "\"ops\":[],\"outputs\":[\"x\"]}",
+       TS_OVERFLOW, "2^40"},
       {"{\"dims\":{\"n\":{\"min\":1,\"max\":1099511627776}},\"inputs\":[{\"name\":\"x\",\"dtype\":"
-       "\"f32\",\"shape\":[\"n\",\"n\"]}],\"ops\":[],\"outputs\":[\"x\"]}", TS_OVERFLOW, "2^40"},
+       "\"f32\",\"shape\":[\"n\",\"n\"]}],\"ops\":[],\"outputs\":[\"x\"]}",
+       TS_OVERFLOW, "2^40"},
       {"{\"dims\":{\"n\":{\"min\":1,\"max\":8}},\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\","
        "\"shape\":[\"n\"]}],\"ops\":[{\"out\":\"r\",\"op\":\"reshape\",\"args\":[\"x\"],"
-       "\"shape\":[\"99999999999*99999999999*n\"]}],\"outputs\":[\"r\"]}", TS_PARSE, "too large"},
+       "\"shape\":[\"99999999999*99999999999*n\"]}],\"outputs\":[\"r\"]}",
+       TS_PARSE, "too large"},
   };
   char msg[512];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int rc = tsp_test_make_fails(cases[i].text, msg, sizeof msg);
     ck_assert_msg(rc == cases[i].code, "case %zu: code %s, want %s (%s)", i, ts_status_name(rc),
                   ts_status_name(cases[i].code), msg);
-    ck_assert_msg(strstr(msg, cases[i].needle), "case %zu: '%s' lacks '%s'", i, msg, cases[i].needle);
+    ck_assert_msg(strstr(msg, cases[i].needle), "case %zu: '%s' lacks '%s'", i, msg,
+                  cases[i].needle);
   }
   ts_error err = {0};
   tsp_program *p = NULL;
@@ -787,7 +830,8 @@ START_TEST(test_placement) {
   ck_assert_int_eq(out[3].partial_op, TSP_PARTIAL_MAX);
   in[0].split[0] = 1;
   ck_assert_int_eq(tsp_program_placement(p, in, 2, out, 7, &err), TS_PROGRAM_PLACEMENT);
-  ck_assert_msg(strstr(err.msg, "mean 'mean'") && strstr(err.msg, "reshard input 'x'"), "%s", err.msg);
+  ck_assert_msg(strstr(err.msg, "mean 'mean'") && strstr(err.msg, "reshard input 'x'"), "%s",
+                err.msg);
   ck_assert_int_eq(tsp_program_placement(p, in, 1, out, 7, &err), TS_INVALID_ARGUMENT);
   tsp_program_destroy(p);
 
@@ -828,11 +872,14 @@ END_TEST
 START_TEST(test_large_programs) {
   /* a long chain is optimized without deep recursion and fused into one kernel */
   static char text[600000];
-  size_t len = (size_t)snprintf(text, sizeof text, "{\"inputs\":[{\"name\":\"v0\",\"dtype\":"
+  size_t len = (size_t)snprintf(text, sizeof text,
+                                "{\"inputs\":[{\"name\":\"v0\",\"dtype\":"
                                 "\"f32\",\"shape\":[4]}],\"ops\":[");
   for (int i = 1; i <= 4000; i++)
-    len += (size_t)snprintf(text + len, sizeof text - len, "%s{\"out\":\"v%d\",\"op\":\"%s\","
-                            "\"args\":[\"v%d\"]}", i > 1 ? "," : "", i, i % 2 ? "neg" : "abs", i - 1);
+    len += (size_t)snprintf(text + len, sizeof text - len,
+                            "%s{\"out\":\"v%d\",\"op\":\"%s\","
+                            "\"args\":[\"v%d\"]}",
+                            i > 1 ? "," : "", i, i % 2 ? "neg" : "abs", i - 1);
   snprintf(text + len, sizeof text - len, "],\"outputs\":[\"v4000\"]}");
   tsp_program *p = tsp_test_make(text, FAST_FLAGS, true);
   char *s = NULL;
@@ -846,11 +893,14 @@ START_TEST(test_large_programs) {
   free(src);
   tsp_program_destroy(p);
   /* more nodes than the limit: refused */
-  len = (size_t)snprintf(text, sizeof text, "{\"inputs\":[{\"name\":\"v0\",\"dtype\":\"f32\","
+  len = (size_t)snprintf(text, sizeof text,
+                         "{\"inputs\":[{\"name\":\"v0\",\"dtype\":\"f32\","
                          "\"shape\":[4]}],\"ops\":[");
   for (int i = 1; i <= 9000; i++)
-    len += (size_t)snprintf(text + len, sizeof text - len, "%s{\"out\":\"v%d\",\"op\":\"neg\","
-                            "\"args\":[\"v%d\"]}", i > 1 ? "," : "", i, i - 1);
+    len += (size_t)snprintf(text + len, sizeof text - len,
+                            "%s{\"out\":\"v%d\",\"op\":\"neg\","
+                            "\"args\":[\"v%d\"]}",
+                            i > 1 ? "," : "", i, i - 1);
   snprintf(text + len, sizeof text - len, "],\"outputs\":[\"v9000\"]}");
   char msg[512];
   ck_assert_int_eq(tsp_test_make_fails(text, msg, sizeof msg), TS_LIMIT);

@@ -69,12 +69,14 @@ static void plant_object(const char *path, const char *marker) {
   snprintf(so, sizeof so, "%s/planted.so", tsp_test_cache);
   FILE *f = fopen(src, "w");
   ck_assert_ptr_nonnull(f);
-  fprintf(f, "#include <fcntl.h>\n#include <unistd.h>\n"
-             "__attribute__((constructor)) static void planted(void) {\n"
-             "  int fd = open(\"%s\", O_CREAT | O_WRONLY, 0600);\n"
-             "  if (fd >= 0) close(fd);\n}\n"
-             "int tsp_main(void *const *a, char *p, const long *s, const void *e) {\n"
-             "  (void)a; (void)p; (void)s; (void)e; return 0;\n}\n", marker);
+  fprintf(f,
+          "#include <fcntl.h>\n#include <unistd.h>\n"
+          "__attribute__((constructor)) static void planted(void) {\n"
+          "  int fd = open(\"%s\", O_CREAT | O_WRONLY, 0600);\n"
+          "  if (fd >= 0) close(fd);\n}\n"
+          "int tsp_main(void *const *a, char *p, const long *s, const void *e) {\n"
+          "  (void)a; (void)p; (void)s; (void)e; return 0;\n}\n",
+          marker);
   fclose(f);
   snprintf(cmd, sizeof cmd, "gcc -shared -fPIC -o '%s' '%s'", so, src);
   ck_assert_int_eq(system(cmd), 0);

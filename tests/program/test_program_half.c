@@ -38,11 +38,11 @@ static void sweep(float *f, double *d, int64_t *iv, int n) {
     s = s * 6364136223846793005ULL + 1442695040888963407ULL;
     uint32_t r = (uint32_t)(s >> 32);
     switch (i % 6) {
-    case 0: f[i] = float_of(r); break;                                    /* any pattern */
+    case 0: f[i] = float_of(r); break; /* any pattern */
     case 1: f[i] = float_of((r & 0x8000ffffu) | ((uint32_t)(i % 40 + 95) << 23)); break;
     case 2: f[i] = float_of((r & 0xffff0000u) | 0x8000u | (r & 0x10000u)); break; /* halfway */
     case 3: f[i] = float_of((r & 0x80000000u) | (0x33000000u + (r & 0x07ffffffu))); break;
-    case 4: f[i] = float_of((r & 0xffffe000u) | 0x1000u); break;           /* f16 halfway */
+    case 4: f[i] = float_of((r & 0xffffe000u) | 0x1000u); break; /* f16 halfway */
     default: f[i] = (float)((double)(int32_t)r * 1e-3); break;
     }
     d[i] = (double)f[i] + (double)(int32_t)(r ^ 0x5a5a5a5au) * 0x1p-60 * fabs((double)f[i]);
@@ -65,21 +65,20 @@ static void sweep(float *f, double *d, int64_t *iv, int n) {
 }
 
 START_TEST(test_conversions_bit_exact) {
-  const char *text =
-      "{\"inputs\":[{\"name\":\"h\",\"dtype\":\"f16\",\"shape\":[65536]},"
-      "{\"name\":\"b\",\"dtype\":\"bf16\",\"shape\":[65536]},"
-      "{\"name\":\"f\",\"dtype\":\"f32\",\"shape\":[65536]},"
-      "{\"name\":\"d\",\"dtype\":\"f64\",\"shape\":[65536]},"
-      "{\"name\":\"iv\",\"dtype\":\"i64\",\"shape\":[65536]}],\"ops\":["
-      "{\"out\":\"hf\",\"op\":\"cast\",\"args\":[\"h\"],\"dtype\":\"f32\"},"
-      "{\"out\":\"bf\",\"op\":\"cast\",\"args\":[\"b\"],\"dtype\":\"f32\"},"
-      "{\"out\":\"fh\",\"op\":\"cast\",\"args\":[\"f\"],\"dtype\":\"f16\"},"
-      "{\"out\":\"fb\",\"op\":\"cast\",\"args\":[\"f\"],\"dtype\":\"bf16\"},"
-      "{\"out\":\"dh\",\"op\":\"cast\",\"args\":[\"d\"],\"dtype\":\"f16\"},"
-      "{\"out\":\"db\",\"op\":\"cast\",\"args\":[\"d\"],\"dtype\":\"bf16\"},"
-      "{\"out\":\"ih\",\"op\":\"cast\",\"args\":[\"iv\"],\"dtype\":\"f16\"},"
-      "{\"out\":\"ib\",\"op\":\"cast\",\"args\":[\"iv\"],\"dtype\":\"bf16\"}],"
-      "\"outputs\":[\"hf\",\"bf\",\"fh\",\"fb\",\"dh\",\"db\",\"ih\",\"ib\"]}";
+  const char *text = "{\"inputs\":[{\"name\":\"h\",\"dtype\":\"f16\",\"shape\":[65536]},"
+                     "{\"name\":\"b\",\"dtype\":\"bf16\",\"shape\":[65536]},"
+                     "{\"name\":\"f\",\"dtype\":\"f32\",\"shape\":[65536]},"
+                     "{\"name\":\"d\",\"dtype\":\"f64\",\"shape\":[65536]},"
+                     "{\"name\":\"iv\",\"dtype\":\"i64\",\"shape\":[65536]}],\"ops\":["
+                     "{\"out\":\"hf\",\"op\":\"cast\",\"args\":[\"h\"],\"dtype\":\"f32\"},"
+                     "{\"out\":\"bf\",\"op\":\"cast\",\"args\":[\"b\"],\"dtype\":\"f32\"},"
+                     "{\"out\":\"fh\",\"op\":\"cast\",\"args\":[\"f\"],\"dtype\":\"f16\"},"
+                     "{\"out\":\"fb\",\"op\":\"cast\",\"args\":[\"f\"],\"dtype\":\"bf16\"},"
+                     "{\"out\":\"dh\",\"op\":\"cast\",\"args\":[\"d\"],\"dtype\":\"f16\"},"
+                     "{\"out\":\"db\",\"op\":\"cast\",\"args\":[\"d\"],\"dtype\":\"bf16\"},"
+                     "{\"out\":\"ih\",\"op\":\"cast\",\"args\":[\"iv\"],\"dtype\":\"f16\"},"
+                     "{\"out\":\"ib\",\"op\":\"cast\",\"args\":[\"iv\"],\"dtype\":\"bf16\"}],"
+                     "\"outputs\":[\"hf\",\"bf\",\"fh\",\"fb\",\"dh\",\"db\",\"ih\",\"ib\"]}";
   tsp_program *p = tsp_test_make(text, FAST_FLAGS, false);
   uint16_t *h = malloc(NB * 2), *b = malloc(NB * 2);
   float *f = malloc(NF * 4);
@@ -89,8 +88,11 @@ START_TEST(test_conversions_bit_exact) {
   for (int i = 0; i < NB; i++)
     h[i] = b[i] = (uint16_t)i;
   sweep(f, d, iv, NF);
-  tsp_tensor in[5] = {{h, TS_F16, 1, {NB}}, {b, TS_BF16, 1, {NB}}, {f, TS_F32, 1, {NF}},
-                      {d, TS_F64, 1, {NF}}, {iv, TS_I64, 1, {NF}}};
+  tsp_tensor in[5] = {{h, TS_F16, 1, {NB}},
+                      {b, TS_BF16, 1, {NB}},
+                      {f, TS_F32, 1, {NF}},
+                      {d, TS_F64, 1, {NF}},
+                      {iv, TS_I64, 1, {NF}}};
   tsp_tensor out[8];
   ts_error err = {0};
   ck_assert_msg(tsp_program_run(p, in, 5, out, 8, &err) == TS_OK, "%s", err.msg);
@@ -135,18 +137,17 @@ END_TEST
  * a sum of bf16 is its double total rounded once; a max over a padded bf16 input (n dynamic)
  * ignores the -inf padding. */
 START_TEST(test_half_arithmetic) {
-  const char *text =
-      "{\"dims\":{\"n\":{\"min\":1,\"max\":64,\"buckets\":[16,64]}},"
-      "\"inputs\":[{\"name\":\"a\",\"dtype\":\"f16\",\"shape\":[\"n\"]},"
-      "{\"name\":\"b\",\"dtype\":\"f16\",\"shape\":[\"n\"]},"
-      "{\"name\":\"c\",\"dtype\":\"bf16\",\"shape\":[\"n\"]}],\"ops\":["
-      "{\"out\":\"s\",\"op\":\"add\",\"args\":[\"a\",\"b\"]},"
-      "{\"out\":\"q\",\"op\":\"div\",\"args\":[\"s\",\"b\"]},"
-      "{\"out\":\"e\",\"op\":\"exp\",\"args\":[\"c\"]},"
-      "{\"out\":\"t\",\"op\":\"mul\",\"args\":[\"c\",0.1]},"
-      "{\"out\":\"tot\",\"op\":\"sum\",\"args\":[\"c\"]},"
-      "{\"out\":\"mx\",\"op\":\"max\",\"args\":[\"c\"]}],"
-      "\"outputs\":[\"q\",\"e\",\"t\",\"tot\",\"mx\"]}";
+  const char *text = "{\"dims\":{\"n\":{\"min\":1,\"max\":64,\"buckets\":[16,64]}},"
+                     "\"inputs\":[{\"name\":\"a\",\"dtype\":\"f16\",\"shape\":[\"n\"]},"
+                     "{\"name\":\"b\",\"dtype\":\"f16\",\"shape\":[\"n\"]},"
+                     "{\"name\":\"c\",\"dtype\":\"bf16\",\"shape\":[\"n\"]}],\"ops\":["
+                     "{\"out\":\"s\",\"op\":\"add\",\"args\":[\"a\",\"b\"]},"
+                     "{\"out\":\"q\",\"op\":\"div\",\"args\":[\"s\",\"b\"]},"
+                     "{\"out\":\"e\",\"op\":\"exp\",\"args\":[\"c\"]},"
+                     "{\"out\":\"t\",\"op\":\"mul\",\"args\":[\"c\",0.1]},"
+                     "{\"out\":\"tot\",\"op\":\"sum\",\"args\":[\"c\"]},"
+                     "{\"out\":\"mx\",\"op\":\"max\",\"args\":[\"c\"]}],"
+                     "\"outputs\":[\"q\",\"e\",\"t\",\"tot\",\"mx\"]}";
   tsp_program *p = tsp_test_make(text, FAST_FLAGS, true);
   enum { N = 37 }; /* bucket 64: 27 padded elements */
   uint16_t a[N], b[N], c[N];
@@ -205,8 +206,8 @@ START_TEST(test_adamw_bf16_one_kernel) {
     m[i] = rm[i] = (float)(i % 3) * 0.01f;
     v[i] = rv[i] = (float)(i % 11) * 0.001f;
   }
-  tsp_tensor in[7] = {{w, TS_BF16, 1, {N}},     {g, TS_BF16, 1, {N}}, {master, TS_F32, 1, {N}},
-                      {m, TS_F32, 1, {N}},      {v, TS_F32, 1, {N}},  {&lr, TS_F32, 0, {0}},
+  tsp_tensor in[7] = {{w, TS_BF16, 1, {N}},    {g, TS_BF16, 1, {N}}, {master, TS_F32, 1, {N}},
+                      {m, TS_F32, 1, {N}},     {v, TS_F32, 1, {N}},  {&lr, TS_F32, 0, {0}},
                       {&decay, TS_F32, 0, {0}}};
   ts_error err = {0};
   for (int step = 0; step < 2; step++) {

@@ -16,15 +16,20 @@
 #define RULE "names are 1 to 63 characters from letters, digits, '_', '-' and '.'"
 
 START_TEST(test_name_rule) {
-  static const char *good[] = {"x", "_", "_x", "Adam", "w.g-2_b", "a0", "l1.weight",
-                               "a23456789012345678901234567890123456789012345678901234567890123"};
+  static const char *good[] = {
+      "x",         "_",
+      "_x",        "Adam",
+      "w.g-2_b",   "a0",
+      "l1.weight", "a23456789012345678901234567890123456789012345678901234567890123"};
   for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
     ts_error err = {0};
     ck_assert_msg(tsp_name_check("f", good[i], &err) == TS_OK, "%s: %s", good[i], err.msg);
     ck_assert(tsp_name_valid(good[i]));
   }
   /* the string, what the message must say about it */
-  static const struct { const char *s, *says; } bad[] = {
+  static const struct {
+    const char *s, *says;
+  } bad[] = {
       {"", "f is empty; " RULE},
       {"a*/b", "f: character '*' (0x2a) at position 1 is not allowed; " RULE},
       {"a\nb", "f: character byte 0x0a (a control) at position 1 is not allowed"},
@@ -57,8 +62,8 @@ START_TEST(test_eq_and_formula_rules) {
   ts_error err = {0};
   ck_assert_int_eq(tsp_eq_check("ops[1].eq", "ij,jk->ik", &err), TS_OK);
   ck_assert(tsp_eq_valid("Bij,Bjk->Bik"));
-  static const char *bad_eq[] = {"ij->i*/", "ij->i\n", "...ij->ij", "ij->i #", "i j->ij",
-                                 "ij->\xc3\xa9"};
+  static const char *bad_eq[] = {"ij->i*/", "ij->i\n", "...ij->ij",
+                                 "ij->i #", "i j->ij", "ij->\xc3\xa9"};
   for (size_t i = 0; i < sizeof bad_eq / sizeof *bad_eq; i++) {
     ck_assert_int_eq(tsp_eq_check("ops[1].eq", bad_eq[i], &err), TS_PARSE);
     ck_assert_msg(strstr(err.msg, "ops[1].eq: character") &&

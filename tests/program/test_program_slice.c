@@ -25,8 +25,8 @@
 static void close_to(const double *got, const double *want, int64_t n, const char *what) {
   for (int64_t i = 0; i < n; i++) {
     double d = fabs(got[i] - want[i]), s = fabs(want[i]) > 1 ? fabs(want[i]) : 1;
-    ck_assert_msg(got[i] == want[i] || d <= 1e-12 * s, "%s[%lld]: got %.17g want %.17g", what, (long long)i, got[i],
-                  want[i]);
+    ck_assert_msg(got[i] == want[i] || d <= 1e-12 * s, "%s[%lld]: got %.17g want %.17g", what,
+                  (long long)i, got[i], want[i]);
   }
 }
 
@@ -167,7 +167,9 @@ START_TEST(test_conv_negative_step_2d) {
       t[i] = value(&seed);
     for (int i = 0; i < 10; i++)
       s[i] = value(&seed);
-    tsp_tensor in[4] = {{x, TS_F64, 1, {n}}, {t, TS_F64, 1, {3}}, {a, TS_F64, 2, {n, m}},
+    tsp_tensor in[4] = {{x, TS_F64, 1, {n}},
+                        {t, TS_F64, 1, {3}},
+                        {a, TS_F64, 2, {n, m}},
                         {s, TS_F64, 1, {10}}},
                out[6];
     ck_assert_msg(tsp_program_run(p, in, 4, out, 6, &err) == TS_OK, "n=%lld m=%lld: %s",
@@ -221,16 +223,14 @@ START_TEST(test_refusals) {
        "out of range"},
       {"{\"out\":\"y\",\"op\":\"slice\",\"args\":[\"x\"],\"start\":[0,3],\"stop\":[null,2]}",
        TS_BAD_SHAPE, "before start"},
-      {"{\"out\":\"y\",\"op\":\"slice\",\"args\":[\"x\"],\"step\":[0]}", TS_PARSE,
-       "positive int"},
+      {"{\"out\":\"y\",\"op\":\"slice\",\"args\":[\"x\"],\"step\":[0]}", TS_PARSE, "positive int"},
       {"{\"out\":\"y\",\"op\":\"slice\",\"args\":[\"x\"],\"stop\":[\"q-1\"]}", TS_PARSE,
        "not a dim group"},
-      {"{\"out\":\"y\",\"op\":\"slice\",\"args\":[\"x\"],\"stop\":[1,2,3]}", TS_PARSE,
-       "at most 2"},
-      {"{\"out\":\"y\",\"op\":\"slice\",\"args\":[\"x\"],\"stop\":[1.5]}", TS_PARSE,
-       "wrong type"},
+      {"{\"out\":\"y\",\"op\":\"slice\",\"args\":[\"x\"],\"stop\":[1,2,3]}", TS_PARSE, "at most 2"},
+      {"{\"out\":\"y\",\"op\":\"slice\",\"args\":[\"x\"],\"stop\":[1.5]}", TS_PARSE, "wrong type"},
       {"{\"out\":\"y\",\"op\":\"slice\",\"args\":[\"x\"],\"start\":[\"1099511627776*n\"],"
-       "\"stop\":[\"1099511627776*n+1\"]}", TS_OVERFLOW, "beyond 2^40"},
+       "\"stop\":[\"1099511627776*n+1\"]}",
+       TS_OVERFLOW, "beyond 2^40"},
       {"{\"out\":\"y\",\"op\":\"slice\",\"args\":[\"x\"],\"start\":[\"n-k\"]}", TS_UNSUPPORTED,
        "static start"},
   };
@@ -248,13 +248,12 @@ END_TEST
  * overrun x; runs in them are refused with the reason, the others run; all ahead builds only the
  * usable buckets */
 START_TEST(test_unusable_bucket) {
-  const char *text =
-      "{\"dims\":{\"n\":{\"min\":1,\"max\":32,\"buckets\":\"pow2\"},"
-      "\"k\":{\"min\":1,\"max\":30,\"buckets\":{\"step\":10}}},"
-      "\"inputs\":[{\"name\":\"x\",\"dtype\":\"f64\",\"shape\":[\"n\"]},"
-      "{\"name\":\"w\",\"dtype\":\"f64\",\"shape\":[\"k\"]}],\"ops\":["
-      "{\"out\":\"y\",\"op\":\"slice\",\"args\":[\"x\"],\"stop\":[\"k\"]},"
-      "{\"out\":\"z\",\"op\":\"mul\",\"args\":[\"y\",\"w\"]}],\"outputs\":[\"z\"]}";
+  const char *text = "{\"dims\":{\"n\":{\"min\":1,\"max\":32,\"buckets\":\"pow2\"},"
+                     "\"k\":{\"min\":1,\"max\":30,\"buckets\":{\"step\":10}}},"
+                     "\"inputs\":[{\"name\":\"x\",\"dtype\":\"f64\",\"shape\":[\"n\"]},"
+                     "{\"name\":\"w\",\"dtype\":\"f64\",\"shape\":[\"k\"]}],\"ops\":["
+                     "{\"out\":\"y\",\"op\":\"slice\",\"args\":[\"x\"],\"stop\":[\"k\"]},"
+                     "{\"out\":\"z\",\"op\":\"mul\",\"args\":[\"y\",\"w\"]}],\"outputs\":[\"z\"]}";
   tsp_program *p = tsp_test_make(text, FAST_FLAGS, false);
   ts_error err = {0};
   char *s = NULL;
@@ -283,12 +282,11 @@ START_TEST(test_unusable_bucket) {
 END_TEST
 
 START_TEST(test_placement_of_slices) {
-  const char *text =
-      "{\"dims\":{\"n\":{\"min\":1,\"max\":64}},"
-      "\"inputs\":[{\"name\":\"x\",\"dtype\":\"f64\",\"shape\":[\"n\",6]}],\"ops\":["
-      "{\"out\":\"y\",\"op\":\"slice\",\"args\":[\"x\"],\"start\":[0,2]},"
-      "{\"out\":\"z\",\"op\":\"slice\",\"args\":[\"x\"],\"stop\":[\"n-1\"]}],"
-      "\"outputs\":[\"y\",\"z\"]}";
+  const char *text = "{\"dims\":{\"n\":{\"min\":1,\"max\":64}},"
+                     "\"inputs\":[{\"name\":\"x\",\"dtype\":\"f64\",\"shape\":[\"n\",6]}],\"ops\":["
+                     "{\"out\":\"y\",\"op\":\"slice\",\"args\":[\"x\"],\"start\":[0,2]},"
+                     "{\"out\":\"z\",\"op\":\"slice\",\"args\":[\"x\"],\"stop\":[\"n-1\"]}],"
+                     "\"outputs\":[\"y\",\"z\"]}";
   tsp_program *p = tsp_test_make(text, FAST_FLAGS, true);
   tsp_placement in[1], out[2];
   ts_error err = {0};
@@ -296,7 +294,8 @@ START_TEST(test_placement_of_slices) {
   ck_assert_msg(tsp_program_placement(p, in, 1, out, 2, &err) == TS_OK, "%s", err.msg);
   in[0].split[1] = 1; /* dim 1 split: y slices it */
   ck_assert_int_eq(tsp_program_placement(p, in, 1, out, 2, &err), TS_PROGRAM_PLACEMENT);
-  ck_assert_msg(strstr(err.msg, "slice 'y'") && strstr(err.msg, "reshard input 'x'"), "%s", err.msg);
+  ck_assert_msg(strstr(err.msg, "slice 'y'") && strstr(err.msg, "reshard input 'x'"), "%s",
+                err.msg);
   memset(in, 0, sizeof in);
   in[0].split[0] = 1; /* dim 0 split: y keeps it whole (split stays), z cuts it: refused */
   ck_assert_int_eq(tsp_program_placement(p, in, 1, out, 2, &err), TS_PROGRAM_PLACEMENT);
@@ -399,7 +398,8 @@ START_TEST(test_window_conv) {
   pin[2].split[1] = 0;
   pin[2].split[0] = 1; /* m split on its rows: the window crosses the cut */
   ck_assert_int_eq(tsp_program_placement(p, pin, 3, pout, 5, &err), TS_PROGRAM_PLACEMENT);
-  ck_assert_msg(strstr(err.msg, "window 'm2'") && strstr(err.msg, "reshard input 'm'"), "%s", err.msg);
+  ck_assert_msg(strstr(err.msg, "window 'm2'") && strstr(err.msg, "reshard input 'm'"), "%s",
+                err.msg);
   tsp_program_destroy(p);
 
   /* k bucketed in powers of two: k = 3 runs in bucket 4, whose padded window overruns x */
@@ -417,15 +417,19 @@ START_TEST(test_window_conv) {
     ts_pool_free(out[i].data);
   tsp_program_destroy(p);
   char msg[512];
-  ck_assert_int_eq(tsp_test_make_fails("{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[4]}],"
-                              "\"ops\":[{\"out\":\"y\",\"op\":\"window\",\"args\":[\"x\"],"
-                              "\"size\":5}],\"outputs\":[\"y\"]}", msg, sizeof msg),
-                   TS_BAD_SHAPE);
+  ck_assert_int_eq(
+      tsp_test_make_fails("{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[4]}],"
+                          "\"ops\":[{\"out\":\"y\",\"op\":\"window\",\"args\":[\"x\"],"
+                          "\"size\":5}],\"outputs\":[\"y\"]}",
+                          msg, sizeof msg),
+      TS_BAD_SHAPE);
   ck_assert_msg(strstr(msg, "larger than dim 0"), "%s", msg);
-  ck_assert_int_eq(tsp_test_make_fails("{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[4]}],"
-                              "\"ops\":[{\"out\":\"y\",\"op\":\"window\",\"args\":[\"x\"],"
-                              "\"dim\":1,\"size\":2}],\"outputs\":[\"y\"]}", msg, sizeof msg),
-                   TS_PARSE);
+  ck_assert_int_eq(
+      tsp_test_make_fails("{\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[4]}],"
+                          "\"ops\":[{\"out\":\"y\",\"op\":\"window\",\"args\":[\"x\"],"
+                          "\"dim\":1,\"size\":2}],\"outputs\":[\"y\"]}",
+                          msg, sizeof msg),
+      TS_PARSE);
   ck_assert_msg(strstr(msg, "\"dim\" must be a dim"), "%s", msg);
 }
 END_TEST

@@ -198,10 +198,9 @@ START_TEST(format_truncates) {
   ck_assert_uint_eq(ts_attr_format(a, NULL, 0), need);
   ts_attr_destroy(&a);
   /* every room, for attributes with every part of the text: as snprintf cuts the whole text */
-  static const char *texts[] = {
-      "mesh=[dp=2,tp=4]@8-15 placements=[P(sum),S(1)]",
-      "mesh=[3]@0,2,5 placements=[S(0)] splits={0:[1,1000000007,2]}",
-      "mesh=[2,2]@3,1-2,0 placements=[S(1),P(max)] splits={1:[5,0]}"};
+  static const char *texts[] = {"mesh=[dp=2,tp=4]@8-15 placements=[P(sum),S(1)]",
+                                "mesh=[3]@0,2,5 placements=[S(0)] splits={0:[1,1000000007,2]}",
+                                "mesh=[2,2]@3,1-2,0 placements=[S(1),P(max)] splits={1:[5,0]}"};
   for (size_t t = 0; t < sizeof texts / sizeof *texts; t++) {
     ck_assert_int_eq(ts_attr_parse(texts[t], &a, NULL), TS_OK);
     char full[256], got[256], want[256];
@@ -235,18 +234,16 @@ START_TEST(validation_errors) {
   ck_assert_int_eq(validate("mesh=[2,4]@0-7 placements=[S(0),R]", 2, shape, 4, &err),
                    TS_BAD_ATTRIBUTE);
   ck_assert_ptr_nonnull(strstr(err.msg, "outside the world"));
-  ck_assert_int_eq(validate("mesh=[2]@0-1 placements=[S(2)]", 2, shape, 0, &err),
-                   TS_BAD_ATTRIBUTE);
+  ck_assert_int_eq(validate("mesh=[2]@0-1 placements=[S(2)]", 2, shape, 0, &err), TS_BAD_ATTRIBUTE);
   ck_assert_ptr_nonnull(strstr(err.msg, "tensor has 2 dims"));
   ck_assert_int_eq(validate("mesh=[2]@0-1 placements=[S(0)] splits={0:[3,6]}", 2, shape, 0, &err),
                    TS_BAD_ATTRIBUTE);
   ck_assert_ptr_nonnull(strstr(err.msg, "sum to 9"));
-  ck_assert_int_eq(
-      validate("mesh=[2]@0-1 placements=[S(0)] splits={0:[3,60]}", 2, shape, 0, &err),
-      TS_BAD_ATTRIBUTE);
+  ck_assert_int_eq(validate("mesh=[2]@0-1 placements=[S(0)] splits={0:[3,60]}", 2, shape, 0, &err),
+                   TS_BAD_ATTRIBUTE);
   ck_assert_ptr_nonnull(strstr(err.msg, "sum to 63 but the dim has size 10"));
-  ck_assert_int_eq(
-      validate("mesh=[2]@0-1 placements=[S(0)] splits={0:[10,0]}", 2, shape, 0, &err), TS_OK);
+  ck_assert_int_eq(validate("mesh=[2]@0-1 placements=[S(0)] splits={0:[10,0]}", 2, shape, 0, &err),
+                   TS_OK);
   int64_t bad[2] = {-1, 3};
   ck_assert_int_eq(validate("mesh=[2]@0-1 placements=[R]", 2, bad, 0, &err), TS_BAD_SHAPE);
 
@@ -294,8 +291,8 @@ START_TEST(validation_errors) {
   ts_attr_destroy(&a);
   ck_assert_int_eq(ts_attr_parse("mesh=[2,1,2] placements=[P(avg),R,P(prod)]", &a, &err),
                    TS_BAD_ATTRIBUTE);
-  ck_assert_msg(strstr(err.msg, "placements 0 and 2") && strstr(err.msg, "before the P(avg)"),
-                "%s", err.msg);
+  ck_assert_msg(strstr(err.msg, "placements 0 and 2") && strstr(err.msg, "before the P(avg)"), "%s",
+                err.msg);
   ck_assert_ptr_null(a);
 
   /* avg is for the float dtypes: the error names the dtype and what is valid */

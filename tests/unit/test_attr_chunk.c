@@ -78,13 +78,15 @@ START_TEST(refusals_say_what_is_valid) {
     int code;
     const char *says;
   } bad[] = {
-      {"mesh=[4] placements=[S(0,foo)]", TS_PARSE, "column 26 ('f'): expected a split rule "
-                                                   "(balanced or chunk) or \"cyclic=\""},
+      {"mesh=[4] placements=[S(0,foo)]", TS_PARSE,
+       "column 26 ('f'): expected a split rule "
+       "(balanced or chunk) or \"cyclic=\""},
       {"mesh=[2] placements=[S(0,cyclic=4,chunk)]", TS_PARSE, "\"src=\" and the mesh coordinate"},
       {"mesh=[4] placements=[Shard(0, split=chunk, cyclic=4)]", TS_PARSE, "expected \")\""},
       {"mesh=[4] placements=[S(0,)]", TS_PARSE, "expected a split rule"},
-      {"mesh=[4] placements=[S(-9)]", TS_PARSE, "column 24 ('-'): expected a tensor dim: 0 to 7, "
-                                                "or -1 to -8"},
+      {"mesh=[4] placements=[S(-9)]", TS_PARSE,
+       "column 24 ('-'): expected a tensor dim: 0 to 7, "
+       "or -1 to -8"},
       {"mesh=[4] placements=[S(-0)]", TS_PARSE, "-1 to -8"},
       {"mesh=[4] placements=[S(-)]", TS_PARSE, "digits of a negative tensor dim"},
       {"mesh=[4] placements=[S(- 1)]", TS_PARSE, "digits of a negative tensor dim"},
@@ -122,8 +124,9 @@ START_TEST(refusals_say_what_is_valid) {
     int ndim;
     const char *says;
   } on_tensor[] = {
-      {"mesh=[2] placements=[S(-3)]", 2, "placement 0, S(-3), names dim -3 but the tensor has 2 "
-                                         "dims (valid: -2 to 1)"},
+      {"mesh=[2] placements=[S(-3)]", 2,
+       "placement 0, S(-3), names dim -3 but the tensor has 2 "
+       "dims (valid: -2 to 1)"},
       {"mesh=[2] placements=[S(2)]", 2, "valid: S(-2) to S(1)"},
       {"mesh=[2] placements=[S(-1)]", 0, "no dims"},
       {"mesh=[2] placements=[S(0)] splits={-3:[1,2]}", 2, "splits names dim -3"},
@@ -136,8 +139,8 @@ START_TEST(refusals_say_what_is_valid) {
   for (size_t i = 0; i < sizeof on_tensor / sizeof *on_tensor; i++) {
     ts_attr *a = NULL;
     ts_error err = {0};
-    ck_assert_msg(ts_attr_parse(on_tensor[i].text, &a, &err) == TS_OK, "%s: %s",
-                  on_tensor[i].text, err.msg);
+    ck_assert_msg(ts_attr_parse(on_tensor[i].text, &a, &err) == TS_OK, "%s: %s", on_tensor[i].text,
+                  err.msg);
     ck_assert_int_eq(ts_attr_validate(a, on_tensor[i].ndim, shape, 0, &err), TS_BAD_ATTRIBUTE);
     ck_assert_msg(strstr(err.msg, on_tensor[i].says), "%s: %s", on_tensor[i].text, err.msg);
     ts_geom *g = NULL;
@@ -229,8 +232,8 @@ static void check_sizes(const char *text, int ndim, const int64_t *shape, int d,
   ck_assert_msg(ts_geom_create(a, ndim, shape, &g, &err) == TS_OK, "%s: %s", text, err.msg);
   ck_assert_int_eq(ts_geom_parts(g, d), n);
   for (int p = 0; p < n; p++)
-    ck_assert_msg(ts_geom_offsets(g, d)[p + 1] - ts_geom_offsets(g, d)[p] == want[p],
-                  "%s: part %d", text, p);
+    ck_assert_msg(ts_geom_offsets(g, d)[p + 1] - ts_geom_offsets(g, d)[p] == want[p], "%s: part %d",
+                  text, p);
   ts_geom_destroy(&g);
   ts_attr_destroy(&a);
 }
@@ -240,24 +243,25 @@ START_TEST(documented_examples) {
   check_sizes("mesh=[4] placements=[S(0,chunk)]", 1, s13, 0, (int64_t[]){4, 4, 4, 1}, 4);
   check_sizes("mesh=[4] placements=[S(0)]", 1, s13, 0, (int64_t[]){4, 3, 3, 3}, 4);
   check_sizes("mesh=[4] placements=[S(0,chunk)]", 1, s5, 0, (int64_t[]){2, 2, 1, 0}, 4);
-  check_sizes("mesh=[2,2] placements=[S(0,chunk),S(0,chunk)]", 1, s10, 0,
-              (int64_t[]){3, 2, 3, 2}, 4);
+  check_sizes("mesh=[2,2] placements=[S(0,chunk),S(0,chunk)]", 1, s10, 0, (int64_t[]){3, 2, 3, 2},
+              4);
   check_sizes("mesh=[2,2] placements=[S(0),S(0)]", 1, s10, 0, (int64_t[]){3, 3, 2, 2}, 4);
   /* Negative dims: -1 is the last dim, explicit sizes follow it. */
   int64_t s2[2] = {6, 10};
   check_sizes("mesh=[2] placements=[S(-1,chunk)]", 2, s2, 1, (int64_t[]){5, 5}, 2);
   check_sizes("mesh=[3] placements=[S(-1,chunk)]", 2, s2, 1, (int64_t[]){4, 4, 2}, 3);
   check_sizes("mesh=[2] placements=[S(-1)] splits={-1:[3,7]}", 2, s2, 1, (int64_t[]){3, 7}, 2);
-  check_sizes("mesh=[2,2] placements=[S(-2),S(1)] splits={-2:[6,0]}", 2, s2, 0,
-              (int64_t[]){6, 0}, 2);
+  check_sizes("mesh=[2,2] placements=[S(-2),S(1)] splits={-2:[6,0]}", 2, s2, 0, (int64_t[]){6, 0},
+              2);
 }
 END_TEST
 
 START_TEST(normalize_resolves_on_the_tensor) {
   ts_attr *a = NULL, *b = NULL;
   ts_error err;
-  ck_assert_int_eq(ts_attr_parse("mesh=[2,2] placements=[S(-1,chunk),S(-3)] splits={-3:[1,4]}",
-                                 &a, &err), TS_OK);
+  ck_assert_int_eq(
+      ts_attr_parse("mesh=[2,2] placements=[S(-1,chunk),S(-3)] splits={-3:[1,4]}", &a, &err),
+      TS_OK);
   ck_assert(!ts_attr_is_normal(a));
   int64_t shape[3] = {5, 2, 7};
   ck_assert_int_eq(ts_attr_validate(a, 3, shape, 4, &err), TS_OK);
@@ -268,8 +272,8 @@ START_TEST(normalize_resolves_on_the_tensor) {
   ck_assert_int_eq(ts_attr_normalize(a, 3, &err), TS_OK);
   ck_assert(ts_attr_is_normal(a));
   ck_assert(ts_attr_equal(a, ts_geom_attr(g)));
-  ck_assert_int_eq(ts_attr_parse("mesh=[2,2] placements=[S(2,chunk),S(0)] splits={0:[1,4]}", &b,
-                                 &err), TS_OK);
+  ck_assert_int_eq(
+      ts_attr_parse("mesh=[2,2] placements=[S(2,chunk),S(0)] splits={0:[1,4]}", &b, &err), TS_OK);
   ck_assert(ts_attr_equal(a, b));
   /* Normalizing again changes nothing; the boxes are those of the positive spelling. */
   ck_assert_int_eq(ts_attr_normalize(a, 3, &err), TS_OK);

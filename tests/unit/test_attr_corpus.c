@@ -33,8 +33,8 @@ static void check_entry(json_t *e, int line) {
   if (canon) {
     ck_assert_msg(rc == TS_OK, "line %d: refused %s: %s", line, text, err.msg);
     char *got = format(a);
-    ck_assert_msg(strcmp(got, canon) == 0, "line %d: %s formats as %s, corpus says %s", line,
-                  text, got, canon);
+    ck_assert_msg(strcmp(got, canon) == 0, "line %d: %s formats as %s, corpus says %s", line, text,
+                  got, canon);
     ts_attr *b = NULL;
     ck_assert_msg(ts_attr_parse(got, &b, &err) == TS_OK, "line %d: canonical refused", line);
     ck_assert_msg(ts_attr_equal(a, b), "line %d: canonical form parses to another attr", line);

@@ -22,8 +22,8 @@
  *                 a file truncated inside the piece or the table after it was opened. Each is a
  *                 status and a message naming the file, the piece and the block or table.
  *   cost          ts__ckpt_read_cost against the bytes a read needs and against the
- *                 whole-piece path.
- */
+ *                 whole-piece
+ * path. */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -80,13 +80,13 @@ static void file_path(char *buf, size_t cap) { snprintf(buf, cap, "%s/%s", dir, 
 
 typedef enum {
   TABLE_GOOD,
-  TABLE_MISSING,   /* no entry for the table */
-  TABLE_DTYPE,     /* the entry says I64 */
-  TABLE_SHAPE,     /* one block too many */
-  TABLE_2D,        /* shape [blocks, 1] */
-  TABLE_PAST_END,  /* its data_offsets end 8 bytes past the data section */
-  TABLE_NEGATIVE,  /* its data_offsets begin before the data section */
-  TABLE_SHORT      /* its data_offsets hold 8 bytes too few */
+  TABLE_MISSING,  /* no entry for the table */
+  TABLE_DTYPE,    /* the entry says I64 */
+  TABLE_SHAPE,    /* one block too many */
+  TABLE_2D,       /* shape [blocks, 1] */
+  TABLE_PAST_END, /* its data_offsets end 8 bytes past the data section */
+  TABLE_NEGATIVE, /* its data_offsets begin before the data section */
+  TABLE_SHORT     /* its data_offsets hold 8 bytes too few */
 } table_mode;
 
 typedef struct fixture {
@@ -94,22 +94,18 @@ typedef struct fixture {
   ts_ckpt_piece p;
   size_t es;
   int64_t pbytes, nb;
-  uint8_t *bytes; /* the piece, row-major */
-  uint8_t *table; /* its block checksums */
+  uint8_t *bytes;         /* the piece, row-major */
+  uint8_t *table;         /* its block checksums */
   int64_t data_start;     /* the file offset of the data section */
   int64_t tbegin, pbegin; /* the table's and the piece's offsets in the data section */
 } fixture;
 
 static ts_dtype dtype_of_size(size_t es) {
   switch (es) {
-  case 1:
-    return rnd() & 1 ? TS_U8 : TS_I8;
-  case 2:
-    return rnd() & 1 ? TS_F16 : TS_BF16;
-  case 4:
-    return rnd() & 1 ? TS_F32 : TS_I32;
-  default:
-    return rnd() & 1 ? TS_F64 : TS_I64;
+  case 1: return rnd() & 1 ? TS_U8 : TS_I8;
+  case 2: return rnd() & 1 ? TS_F16 : TS_BF16;
+  case 4: return rnd() & 1 ? TS_F32 : TS_I32;
+  default: return rnd() & 1 ? TS_F64 : TS_I64;
   }
 }
 
@@ -175,9 +171,7 @@ static void fx_write(fixture *f, table_mode mode, bool table_first) {
     e[1].table = false;
     e[1].dtype = TS_I64;
     break;
-  case TABLE_SHAPE:
-    e[1].ext[0] = f->nb + 1;
-    break;
+  case TABLE_SHAPE: e[1].ext[0] = f->nb + 1; break;
   case TABLE_2D:
     e[1].ndim = 2;
     e[1].ext[1] = 1;
@@ -190,11 +184,8 @@ static void fx_write(fixture *f, table_mode mode, bool table_first) {
     e[1].begin = -8;
     e[1].end = tlen - 8;
     break;
-  case TABLE_SHORT:
-    e[1].end -= 8;
-    break;
-  default:
-    break;
+  case TABLE_SHORT: e[1].end -= 8; break;
+  default: break;
   }
   uint8_t *hdr = NULL;
   size_t hlen = 0;
@@ -234,8 +225,8 @@ static void flip_file_byte(int64_t at) {
 /* Reads I of the piece into dst (row-major over B) through a fresh reader, as the load's direct
  * path does: the piece's entry first, then the ranged read. truncate_to >= 0: the file is cut
  * to that many bytes between the two (after the header was read and checked). */
-static int fx_read(fixture *f, const ts_box *I, const ts_box *B, uint8_t *dst,
-                   ts_ckpt_report *rep, int64_t truncate_to, ts_error *err) {
+static int fx_read(fixture *f, const ts_box *I, const ts_box *B, uint8_t *dst, ts_ckpt_report *rep,
+                   int64_t truncate_to, ts_error *err) {
   ckpt_reader r = {.dir = dir, .rep = rep};
   int fd = -1;
   int64_t off = -1;
@@ -316,9 +307,11 @@ static void describe(char *buf, size_t cap, int id, const fixture *f, const ts_b
   ts__ckpt_box_text(&f->p.box, pt, sizeof pt);
   ts__ckpt_box_text(I, it, sizeof it);
   ts__ckpt_box_text(B, bt, sizeof bt);
-  snprintf(buf, cap, "seed %#llx case %d: %zu-byte elements, blocks of %lld, piece %s (%lld "
-           "bytes), I %s, B %s", (unsigned long long)seed, id, f->es,
-           (long long)f->p.block_bytes, pt, (long long)f->pbytes, it, bt);
+  snprintf(buf, cap,
+           "seed %#llx case %d: %zu-byte elements, blocks of %lld, piece %s (%lld "
+           "bytes), I %s, B %s",
+           (unsigned long long)seed, id, f->es, (long long)f->p.block_bytes, pt,
+           (long long)f->pbytes, it, bt);
 }
 
 /* Reads I into B and checks it against the reference: the bytes of B (those outside I still the
@@ -359,9 +352,9 @@ static void check_case(int id, fixture *f, const ts_box *I, const ts_box *B) {
   int64_t most = least + shared + (need >> 20) * f->p.block_bytes;
   ck_assert_msg(rep.bytes_verified_extra >= least && rep.bytes_verified_extra <= most,
                 "%s: %lld bytes read only to verify, expected %lld (table %lld + blocks covering "
-                "the runs %lld - I %lld) up to %lld", what, (long long)rep.bytes_verified_extra,
-                (long long)least, (long long)(f->nb * 8), (long long)covered, (long long)need,
-                (long long)most);
+                "the runs %lld - I %lld) up to %lld",
+                what, (long long)rep.bytes_verified_extra, (long long)least, (long long)(f->nb * 8),
+                (long long)covered, (long long)need, (long long)most);
   /* the cost model: never below the bytes needed (and the table when read through it) */
   int64_t cost = ts__ckpt_read_cost(&f->p, I, B, f->es);
   ck_assert_msg(cost >= need + (ts_box_equal(I, &f->p.box) ? 0 : f->nb * 8),
@@ -416,17 +409,14 @@ static ts_box inner_box(const ts_box *P, int kind) {
       if (d == n - 1)
         I.lo[d] = P->lo[d] + below(ext), I.hi[d] = I.lo[d] + 1;
       break;
-    case 5: /* one element */
-      I.lo[d] = P->lo[d] + below(ext), I.hi[d] = I.lo[d] + 1;
-      break;
+    case 5: /* one element */ I.lo[d] = P->lo[d] + below(ext), I.hi[d] = I.lo[d] + 1; break;
     case 7: /* whole in the trailing dims: long runs */
       if (d == 0) {
         I.lo[d] = P->lo[d] + below(ext);
         I.hi[d] = I.lo[d] + 1 + below(P->hi[d] - I.lo[d]);
       }
       break;
-    default: /* 4 (below), 6: the whole piece */
-      break;
+    default: /* 4 (below), 6: the whole piece */ break;
     }
   }
   if (kind == 4) { /* the piece minus one row (one element for a 1-D piece) */
@@ -511,8 +501,8 @@ static void case_dense(int id) {
 
 /* Runs chained across blocks, each starting in the block where the one before ended: rows of
  * 32 KiB and a bit read but for one element (blocks of 4096: groups ended by their 2 MiB span),
- * or rows of 1 MiB and a bit read but for a few bytes (blocks of 1 MiB: runs cut into steps). And blocks of 1 MiB under rows
- * of 8 to 32 KiB, a narrow band: dozens of runs in a block. */
+ * or rows of 1 MiB and a bit read but for a few bytes (blocks of 1 MiB: runs cut into steps). And
+ * blocks of 1 MiB under rows of 8 to 32 KiB, a narrow band: dozens of runs in a block. */
 static void case_span(int id) {
   size_t es = (size_t)1 << below(4);
   int kind = (int)below(3);
@@ -530,7 +520,7 @@ static void case_span(int id) {
   fx_write(&f, TABLE_GOOD, rnd() & 1);
   ts_box I = P;
   if (kind == 0) { /* one element left out between rows: the next row starts in the block the
-                     * row before ended in, but for one row in a few hundred */
+                    * row before ended in, but for one row in a few hundred */
     I.lo[1] += 1;
   } else if (kind == 1) {
     I.lo[1] += between(1, 8), I.hi[1] -= between(0, 8);
@@ -675,12 +665,14 @@ static void expect_fail(fixture *f, const ts_box *I, int64_t truncate_to, int co
   ts_error err;
   int rc = fx_read(f, I, I, dst, &rep, truncate_to, &err);
   ck_assert_msg(rc == code, "%s: %d (%s), expected %d", what, rc, rc ? err.msg : "", code);
-  ck_assert_msg(strstr(err.msg, FILE_NAME) && strstr(err.msg, PIECE_KEY), "%s: '%s' names not "
-                "the file and the piece", what, err.msg);
+  ck_assert_msg(strstr(err.msg, FILE_NAME) && strstr(err.msg, PIECE_KEY),
+                "%s: '%s' names not "
+                "the file and the piece",
+                what, err.msg);
   const char *needles[3] = {n1, n2, n3};
   for (int i = 0; i < 3; i++)
-    ck_assert_msg(!needles[i] || strstr(err.msg, needles[i]), "%s: '%s' lacks '%s'", what,
-                  err.msg, needles[i]);
+    ck_assert_msg(!needles[i] || strstr(err.msg, needles[i]), "%s: '%s' lacks '%s'", what, err.msg,
+                  needles[i]);
   free(dst);
 }
 
@@ -807,8 +799,7 @@ START_TEST(bad_tables) {
   f.p.block_xxh3 ^= 0x100; /* the index's checksum of the table */
   char says[64];
   snprintf(says, sizeof says, "the index says %016llx", (unsigned long long)f.p.block_xxh3);
-  expect_fail(&f, &I, -1, TS_CORRUPT, "index xxh3", "its block table '" TABLE_KEY "'", says,
-              NULL);
+  expect_fail(&f, &I, -1, TS_CORRUPT, "index xxh3", "its block table '" TABLE_KEY "'", says, NULL);
   f.p.block_xxh3 ^= 0x100;
   /* a table of another block size than the index says: its checksum differs */
   f.p.block_bytes = 2048;
@@ -817,8 +808,7 @@ START_TEST(bad_tables) {
   f.p.block_bytes = 4096;
   /* the table key naming the piece itself (the index reader refuses it; the header check too) */
   snprintf(f.p.block_key, sizeof f.p.block_key, "%s", PIECE_KEY);
-  expect_fail(&f, &I, -1, TS_CORRUPT, "table key = piece", "block checksum table", "not U64",
-              NULL);
+  expect_fail(&f, &I, -1, TS_CORRUPT, "table key = piece", "block checksum table", "not U64", NULL);
   fx_free(&f);
   bad_table(TABLE_MISSING, "the file's header has no such entry", "missing");
   bad_table(TABLE_DTYPE, "its dtype is not U64", "dtype");
@@ -881,7 +871,7 @@ START_TEST(read_cost) {
       int64_t pbytes = rows * 1000 * 4, cost = ts__ckpt_read_cost(&p, &p.box, &B, 4);
       int64_t calls = (cost - pbytes) / CKPT_CALL_COST;
       ck_assert_msg(cost >= pbytes && (cost - pbytes) % CKPT_CALL_COST == 0 && calls >= 1 &&
-                    calls <= rows + pbytes / (int64_t)CKPT_HASH_STEP + 1,
+                        calls <= rows + pbytes / (int64_t)CKPT_HASH_STEP + 1,
                     "%lld rows inside B: cost %lld for %lld bytes", (long long)rows,
                     (long long)cost, (long long)pbytes);
     }

@@ -137,27 +137,35 @@ START_TEST(index_misuse) {
             "version");
   bad_index(HEAD "\"dtype\":\"f31\",\"shape\":[4],\"attr\":\"x\",\"pieces\":[]}}}", TS_CORRUPT,
             "dtype");
-  bad_index(HEAD "\"dtype\":\"f32\",\"shape\":[4,-1],\"attr\":\"x\",\"pieces\":[]}}}",
-            TS_CORRUPT, "shape");
+  bad_index(HEAD "\"dtype\":\"f32\",\"shape\":[4,-1],\"attr\":\"x\",\"pieces\":[]}}}", TS_CORRUPT,
+            "shape");
   bad_index(HEAD "\"dtype\":\"f32\",\"shape\":[1125899906842624,1125899906842624],"
-                 "\"attr\":\"x\",\"pieces\":[]}}}", TS_CORRUPT, "2^50");
+                 "\"attr\":\"x\",\"pieces\":[]}}}",
+            TS_CORRUPT, "2^50");
   /* A zero dim bounds nothing: the shapes create refuses are refused here too. */
   bad_index(HEAD "\"dtype\":\"u8\",\"shape\":[0,1099511627776,1099511627776],"
-                 "\"attr\":\"x\",\"pieces\":[]}}}", TS_CORRUPT, "2^50 bytes");
+                 "\"attr\":\"x\",\"pieces\":[]}}}",
+            TS_CORRUPT, "2^50 bytes");
   bad_index(HEAD GOOD_T "[{\"file\":\"../x\",\"key\":\"w#0\",\"box\":[[0,4],[0,2]],"
-                        "\"xxh3\":\"0000000000000000\"}]}}}", TS_CORRUPT, "file name");
+                        "\"xxh3\":\"0000000000000000\"}]}}}",
+            TS_CORRUPT, "file name");
   bad_index(HEAD GOOD_T "[{\"file\":\"a\",\"key\":\"w#0\",\"box\":[[0,5],[0,2]],"
-                        "\"xxh3\":\"0000000000000000\"}]}}}", TS_CORRUPT, "box dim 0");
+                        "\"xxh3\":\"0000000000000000\"}]}}}",
+            TS_CORRUPT, "box dim 0");
   bad_index(HEAD GOOD_T "[{\"file\":\"a\",\"key\":\"w#0\",\"box\":[[0,4]],"
-                        "\"xxh3\":\"0000000000000000\"}]}}}", TS_CORRUPT, "box");
+                        "\"xxh3\":\"0000000000000000\"}]}}}",
+            TS_CORRUPT, "box");
   bad_index(HEAD GOOD_T "[{\"file\":\"a\",\"key\":\"w#0\",\"box\":[[0,4],[0,2]],"
-                        "\"xxh3\":\"00000000zz000000\"}]}}}", TS_CORRUPT, "hex");
+                        "\"xxh3\":\"00000000zz000000\"}]}}}",
+            TS_CORRUPT, "hex");
   /* BUG: (fixed in commit 24b1fa5, shard/ckpt/index/ckpt_index.c read_piece) 16 characters strtoull
    * takes but not 16 hex digits (a sign, a space, 0x) were accepted as a piece's xxh3 */
   bad_index(HEAD GOOD_T "[{\"file\":\"a\",\"key\":\"w#0\",\"box\":[[0,4],[0,2]],"
-                        "\"xxh3\":\"-000000000000001\"}]}}}", TS_CORRUPT, "hex");
+                        "\"xxh3\":\"-000000000000001\"}]}}}",
+            TS_CORRUPT, "hex");
   bad_index(HEAD GOOD_T "[{\"file\":\"a\",\"key\":\"w#0\",\"box\":[[0,4],[0,2]],"
-                        "\"xxh3\":\"0x00000000000001\"}]}}}", TS_CORRUPT, "hex");
+                        "\"xxh3\":\"0x00000000000001\"}]}}}",
+            TS_CORRUPT, "hex");
   bad_index(HEAD GOOD_T "{}}}}", TS_CORRUPT, "pieces");
   remove_dir();
 }
@@ -166,8 +174,10 @@ END_TEST
 /* An index of one piece whose "blocks" value is `blocks`. */
 static void bad_blocks(const char *blocks, const char *needle) {
   char text[1024];
-  snprintf(text, sizeof text, HEAD GOOD_T "[{\"file\":\"a\",\"key\":\"w#0\",\"box\":[[0,4],[0,2]],"
-           "\"xxh3\":\"0000000000000000\",\"blocks\":%s}]}}}", blocks);
+  snprintf(text, sizeof text,
+           HEAD GOOD_T "[{\"file\":\"a\",\"key\":\"w#0\",\"box\":[[0,4],[0,2]],"
+                       "\"xxh3\":\"0000000000000000\",\"blocks\":%s}]}}}",
+           blocks);
   char want[200];
   snprintf(want, sizeof want, "piece 'w#0': %s", needle); /* the piece is named too */
   bad_index(text, TS_CORRUPT, want);
@@ -179,8 +189,10 @@ START_TEST(blocks_misuse) {
   make_dir();
   /* a good one first: read back */
   char text[1024];
-  snprintf(text, sizeof text, HEAD GOOD_T "[{\"file\":\"a\",\"key\":\"w#0\",\"box\":[[0,4],[0,2]],"
-           "\"xxh3\":\"0000000000000000\",\"blocks\":{" KEY ",\"bytes\":64," HEX "}}]}}}");
+  snprintf(text, sizeof text,
+           HEAD GOOD_T "[{\"file\":\"a\",\"key\":\"w#0\",\"box\":[[0,4],[0,2]],"
+                       "\"xxh3\":\"0000000000000000\",\"blocks\":{" KEY ",\"bytes\":64," HEX
+                       "}}]}}}");
   write_text("index.json", text);
   ts_ckpt_index *idx = NULL;
   ts_error err;
@@ -200,17 +212,19 @@ START_TEST(blocks_misuse) {
   bad_blocks("{\"key\":\"w#0\",\"bytes\":4096," HEX "}", "blocks has no key");
   bad_blocks("{\"key\":7,\"bytes\":4096," HEX "}", "blocks has no key");
   /* bytes: not a power of two, below 64, above 1 MiB, not an integer */
-  const char *bytes[] = {"100", "4095", "32", "0", "-4096", "2097152", "1048577", "\"4096\"",
-                         "4096.0", "null"};
+  const char *bytes[] = {"100",     "4095",    "32",       "0",      "-4096",
+                         "2097152", "1048577", "\"4096\"", "4096.0", "null"};
   for (size_t i = 0; i < sizeof bytes / sizeof bytes[0]; i++) {
     char b[200];
     snprintf(b, sizeof b, "{" KEY ",\"bytes\":%s," HEX "}", bytes[i]);
     bad_blocks(b, "blocks.bytes");
   }
   /* xxh3: not 16 hex digits */
-  const char *hex[] = {"\"0123456789abcdeg\"", "\"0123456789abcde\"", "\"0123456789abcdef0\"",
-                       "\"\"", "81985529216486895", "null", "\"-000000000000001\"",
-                       "\" 00000000000000f\"", "\"0x0000000000000f\"", "\"+000000000000001\""};
+  const char *hex[] = {"\"0123456789abcdeg\"",  "\"0123456789abcde\"",
+                       "\"0123456789abcdef0\"", "\"\"",
+                       "81985529216486895",     "null",
+                       "\"-000000000000001\"",  "\" 00000000000000f\"",
+                       "\"0x0000000000000f\"",  "\"+000000000000001\""};
   for (size_t i = 0; i < sizeof hex / sizeof hex[0]; i++) {
     char b[200];
     snprintf(b, sizeof b, "{" KEY ",\"bytes\":4096,\"xxh3\":%s}", hex[i]);
@@ -349,8 +363,10 @@ END_TEST
 /* An index of one tensor named by the JSON string `jname` (escapes as JSON writes them). */
 static void bad_name(const char *jname, const char *shown) {
   char text[1024], want[300];
-  snprintf(text, sizeof text, "{\"format\":\"tshard-checkpoint\",\"version\":1,\"tensors\":{"
-           "\"%s\":{" GOOD_T "[]}}}", jname);
+  snprintf(text, sizeof text,
+           "{\"format\":\"tshard-checkpoint\",\"version\":1,\"tensors\":{"
+           "\"%s\":{" GOOD_T "[]}}}",
+           jname);
   snprintf(want, sizeof want, "tensor \"%s\": the name ", shown);
   bad_index(text, TS_CORRUPT, want);
 }
@@ -377,8 +393,10 @@ START_TEST(index_names) {
   const char *back[] = {"w\xc3\xa9ight", "\xc2\xa0x", "__tshar", "a b.c-d/e", longest + 1};
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
     char text[1024];
-    snprintf(text, sizeof text, "{\"format\":\"tshard-checkpoint\",\"version\":1,\"tensors\":{"
-             "\"%s\":{" GOOD_T "[]}}}", good[i]);
+    snprintf(text, sizeof text,
+             "{\"format\":\"tshard-checkpoint\",\"version\":1,\"tensors\":{"
+             "\"%s\":{" GOOD_T "[]}}}",
+             good[i]);
     write_text("index.json", text);
     ts_ckpt_index *idx = NULL;
     ts_error err;
@@ -473,8 +491,10 @@ END_TEST
  * given data_offsets, the data section `data` bytes. */
 static void lying_offsets(const char *name, const char *offs, const char *toffs, size_t data) {
   char json[400];
-  snprintf(json, sizeof json, "{\"t#1\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":%s},"
-           "\"t#1.blocks\":{\"dtype\":\"U64\",\"shape\":[1],\"data_offsets\":%s}}", offs, toffs);
+  snprintf(json, sizeof json,
+           "{\"t#1\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":%s},"
+           "\"t#1.blocks\":{\"dtype\":\"U64\",\"shape\":[1],\"data_offsets\":%s}}",
+           offs, toffs);
   size_t n = strlen(json);
   while (n % 8)
     json[n++] = ' ';
@@ -502,14 +522,18 @@ START_TEST(offsets_overflow) {
   ts__ckpt_file_close(&f);
   /* the piece's: end - begin wraps to 24; negative; end before begin; past the file */
   const char *bad[] = {"[9223372036854775800,-9223372036854775792]",
-                       "[-9223372036854775808,9223372036854775807]", "[-8,16]", "[32,8]",
-                       "[9223372036854775807,9223372036854775807]", "[16,40]"};
+                       "[-9223372036854775808,9223372036854775807]",
+                       "[-8,16]",
+                       "[32,8]",
+                       "[9223372036854775807,9223372036854775807]",
+                       "[16,40]"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     lying_offsets("lie", bad[i], "[0,8]", 32);
     ck_assert_int_eq(ts__ckpt_file_open(dir, "lie", &f, &err), TS_OK);
     ck_assert_msg(ts__ckpt_file_piece(&f, &t, &p, &off, &err) == TS_CORRUPT, "%s", bad[i]);
     ck_assert_msg(strstr(err.msg, "'lie', piece 't#1' (tensor 't'") &&
-                  strstr(err.msg, "data_offsets"), "%s: %s", bad[i], err.msg);
+                      strstr(err.msg, "data_offsets"),
+                  "%s: %s", bad[i], err.msg);
     ts__ckpt_file_close(&f);
   }
   /* the table's, the same way */

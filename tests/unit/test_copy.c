@@ -16,9 +16,12 @@ static uint64_t rnd(void) { /* xorshift64*: deterministic test data */
   rng_state ^= rng_state >> 27;
   return rng_state * UINT64_C(2685821657736338717);
 }
-static int64_t rnd_in(int64_t lo, int64_t hi) { return lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1)); }
+static int64_t rnd_in(int64_t lo, int64_t hi) {
+  return lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1));
+}
 
-/* A random tag over nd dims: a random outer order, blocks on up to two dims (one maybe two-level). */
+/* A random tag over nd dims: a random outer order, blocks on up to two dims (one maybe
+ * two-level). */
 static void random_tag(int nd, char *tag, bool blocked) {
   int perm[TS_MAX_DIMS];
   for (int d = 0; d < nd; d++)
@@ -224,12 +227,12 @@ START_TEST(test_stream_rows) {
     ts_dtype dt;
     int64_t src[2], dst[2], dst_start[2];
   } cases[] = {
-      {TS_F32, {256, 300}, {256, 1000}, {0, 7}},    /* rows of 1200 bytes, 4000 apart */
-      {TS_F32, {600, 600}, {600, 600}, {0, 0}},     /* contiguous: one row in chunks */
-      {TS_U8, {2000, 300}, {2000, 301}, {0, 1}},    /* rows of 300 bytes, off a line */
-      {TS_F64, {4096, 8}, {4096, 40}, {0, 3}},      /* rows of 64 bytes: ordinary stores */
-      {TS_F32, {512, 1024}, {512, 256}, {0, 0}},    /* a gather: a box of each source row */
-      {TS_F16, {300, 1000}, {301, 1000}, {1, 0}},   /* contiguous, at a row's offset */
+      {TS_F32, {256, 300}, {256, 1000}, {0, 7}},  /* rows of 1200 bytes, 4000 apart */
+      {TS_F32, {600, 600}, {600, 600}, {0, 0}},   /* contiguous: one row in chunks */
+      {TS_U8, {2000, 300}, {2000, 301}, {0, 1}},  /* rows of 300 bytes, off a line */
+      {TS_F64, {4096, 8}, {4096, 40}, {0, 3}},    /* rows of 64 bytes: ordinary stores */
+      {TS_F32, {512, 1024}, {512, 256}, {0, 0}},  /* a gather: a box of each source row */
+      {TS_F16, {300, 1000}, {301, 1000}, {1, 0}}, /* contiguous, at a row's offset */
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
     for (int threads = 1; threads <= 3; threads += 2) {
@@ -256,7 +259,8 @@ START_TEST(test_stream_rows) {
       ts_copy_opts opts = {.threads = threads, .write_around = true};
       ts_error err;
       ck_assert_msg(ts_copy_box(&d1, cases[k].dst_start, &src, s_start, extent, &opts, &err) ==
-                    TS_OK, "%s", err.msg);
+                        TS_OK,
+                    "%s", err.msg);
       ck_assert_int_eq(ts_copy_box_reference(&d2, cases[k].dst_start, &src, s_start, extent, &err),
                        TS_OK);
       ck_assert_msg(memcmp(d1.data, d2.data, d1.bytes) == 0, "case %zu, %d threads", k, threads);
@@ -304,10 +308,12 @@ START_TEST(test_transpose_paths) {
   rng_state = 0x5851f42d4c957f2du;
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     ts_tensor src = {0}, d1 = {0}, d2 = {0};
-    ck_assert_int_eq(ts_layout_from_tag(&src.layout, TS_F32, cases[k].nd, cases[k].shape,
-                                        cases[k].stag, NULL), TS_OK);
-    ck_assert_int_eq(ts_layout_from_tag(&d1.layout, TS_F32, cases[k].nd, cases[k].shape,
-                                        cases[k].dtag, NULL), TS_OK);
+    ck_assert_int_eq(
+        ts_layout_from_tag(&src.layout, TS_F32, cases[k].nd, cases[k].shape, cases[k].stag, NULL),
+        TS_OK);
+    ck_assert_int_eq(
+        ts_layout_from_tag(&d1.layout, TS_F32, cases[k].nd, cases[k].shape, cases[k].dtag, NULL),
+        TS_OK);
     ck_assert_int_eq(ts_layout_span(&src.layout, &src.bytes, NULL), TS_OK);
     ck_assert_int_eq(ts_layout_span(&d1.layout, &d1.bytes, NULL), TS_OK);
     src.layout.offset = cases[k].soff * 4;
@@ -340,8 +346,17 @@ END_TEST
 /* ts_buffer_alloc: 64-byte alignment below TS_BUFFER_HUGE_BYTES, 2 MiB alignment from it on, every
  * byte writable and kept, frees of NULL, and a transpose between two such buffers. */
 START_TEST(test_buffer_alloc) {
-  static const size_t sizes[] = {0, 1, 63, 64, 65, 4096, 100000, ((size_t)2 << 20) - 1,
-                                 (size_t)2 << 20, ((size_t)2 << 20) + 1, (size_t)5 << 20,
+  static const size_t sizes[] = {0,
+                                 1,
+                                 63,
+                                 64,
+                                 65,
+                                 4096,
+                                 100000,
+                                 ((size_t)2 << 20) - 1,
+                                 (size_t)2 << 20,
+                                 ((size_t)2 << 20) + 1,
+                                 (size_t)5 << 20,
                                  ((size_t)9 << 20) + 12345};
   for (int round = 0; round < 3; round++)
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
@@ -441,7 +456,7 @@ START_TEST(test_copy_converts) {
   ck_assert_int_eq(ts_copy(&dst, &src, NULL, NULL), TS_OK);
   ck_assert_uint_eq(out[0], 0x3e00);
   ck_assert_uint_eq(out[1], 0xc080);
-  ck_assert_uint_eq(out[2], 0x7bff); /* 65519 rounds down to the largest f16 */
+  ck_assert_uint_eq(out[2], 0x7bff);     /* 65519 rounds down to the largest f16 */
   ck_assert_uint_eq(out[3], 0x0000 + 0); /* 1e-8 is below half the smallest subnormal */
 }
 END_TEST
@@ -461,16 +476,22 @@ START_TEST(test_errors) {
   expect_error(ts_layout_plain(&l, TS_F32, 9, s9, &err), TS_BAD_SHAPE, &err, "0 to 8 dims");
   int64_t s2[2] = {4, 4};
   expect_error(ts_layout_plain(&l, (ts_dtype)42, 2, s2, &err), TS_BAD_DTYPE, &err, "invalid dtype");
-  expect_error(ts_layout_from_tag(&l, TS_F32, 2, s2, "ab8c", &err), TS_BAD_LAYOUT, &err, "inner block");
+  expect_error(ts_layout_from_tag(&l, TS_F32, 2, s2, "ab8c", &err), TS_BAD_LAYOUT, &err,
+               "inner block");
   expect_error(ts_layout_from_tag(&l, TS_F32, 2, s2, "aa", &err), TS_BAD_LAYOUT, &err, "twice");
-  expect_error(ts_layout_from_tag(&l, TS_F32, 2, s2, "ab8b", &err), TS_BAD_LAYOUT, &err, "upper case");
-  expect_error(ts_layout_from_tag(&l, TS_F32, 2, s2, "aB", &err), TS_BAD_LAYOUT, &err, "no inner block");
-  expect_error(ts_layout_from_tag(&l, TS_F32, 2, s2, "a", &err), TS_BAD_LAYOUT, &err, "exactly once");
-  expect_error(ts_layout_from_tag(&l, TS_F32, 2, s2, "aB0b", &err), TS_BAD_LAYOUT, &err, "size 1..");
+  expect_error(ts_layout_from_tag(&l, TS_F32, 2, s2, "ab8b", &err), TS_BAD_LAYOUT, &err,
+               "upper case");
+  expect_error(ts_layout_from_tag(&l, TS_F32, 2, s2, "aB", &err), TS_BAD_LAYOUT, &err,
+               "no inner block");
+  expect_error(ts_layout_from_tag(&l, TS_F32, 2, s2, "a", &err), TS_BAD_LAYOUT, &err,
+               "exactly once");
+  expect_error(ts_layout_from_tag(&l, TS_F32, 2, s2, "aB0b", &err), TS_BAD_LAYOUT, &err,
+               "size 1..");
   int64_t huge[2] = {INT64_C(1) << 40, INT64_C(1) << 40};
   expect_error(ts_layout_plain(&l, TS_F32, 2, huge, &err), TS_OVERFLOW, &err, "overflow");
   ck_assert_int_eq(ts_layout_plain(&l, TS_F32, 2, s2, &err), TS_OK);
-  expect_error(ts_layout_check(&l, 63, false, &err), TS_OUT_OF_BOUNDS, &err, "needs a buffer of 64");
+  expect_error(ts_layout_check(&l, 63, false, &err), TS_OUT_OF_BOUNDS, &err,
+               "needs a buffer of 64");
   l.strides[1] = -1;
   expect_error(ts_layout_check(&l, 64, false, &err), TS_OUT_OF_BOUNDS, &err, "before its buffer");
   ts_layout_plain(&l, TS_F32, 2, s2, NULL);
@@ -492,7 +513,8 @@ START_TEST(test_errors) {
   int64_t s1[1] = {16};
   ts_layout_plain(&src.layout, TS_F32, 1, s1, NULL);
   expect_error(ts_copy(&dst, &src, NULL, &err), TS_BAD_SHAPE, &err, "different logical shapes");
-  expect_error(ts_copy_box(&dst, NULL, &src, NULL, ext, NULL, &err), TS_BAD_SHAPE, &err, "same number of dims");
+  expect_error(ts_copy_box(&dst, NULL, &src, NULL, ext, NULL, &err), TS_BAD_SHAPE, &err,
+               "same number of dims");
   ts_layout_plain(&src.layout, TS_F32, 2, s2, NULL);
   src.data = NULL;
   expect_error(ts_copy(&dst, &src, NULL, &err), TS_INVALID_ARGUMENT, &err, "NULL buffer");

@@ -2,9 +2,9 @@
  * against ScaLAPACK's formula and a count, the per-dim overlays of random source and target deals
  * against an element-by-element reference (every shared element in exactly one run, local
  * offsets as counted), the run-product copy, pack and unpack of what two part tuples share
- * against element-by-element local arrays, the planner's wire bytes against per-element ownership, the ScaLAPACK
- * descriptor helper and its errors, and the planning time of a 65536 x 65536 matrix on 4096
- * ranks. */
+ * against element-by-element local arrays, the planner's wire bytes against per-element ownership,
+ * the ScaLAPACK descriptor helper and its errors, and the planning time of a 65536 x 65536 matrix
+ * on 4096 ranks. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,8 +185,8 @@ END_TEST
 
 /* The local array of part tuple parts under deals dl (row-major over its local extents), from
  * the global row-major array g: element by element, local index = owned elements before it. */
-static int64_t local_of(int ndim, const int64_t *shape, const ts_dim_deal *dl,
-                        const int64_t *parts, const int64_t *g, int64_t *local, bool fill) {
+static int64_t local_of(int ndim, const int64_t *shape, const ts_dim_deal *dl, const int64_t *parts,
+                        const int64_t *g, int64_t *local, bool fill) {
   int64_t ext[3], n = 1, total = 1;
   for (int d = 0; d < ndim; d++) {
     ext[d] = before_ref(&dl[d], parts[d], shape[d]);
@@ -227,8 +227,10 @@ START_TEST(pair_move_vs_elements) {
       tp[d] = rnd(b[d].nparts);
     }
     int64_t *g = malloc((size_t)total * sizeof *g), *src = malloc((size_t)total * sizeof *src);
-    int64_t *want = malloc((size_t)total * sizeof *want), *got = malloc((size_t)total * sizeof *got);
-    int64_t *buf = malloc((size_t)total * sizeof *buf), *got2 = malloc((size_t)total * sizeof *got2);
+    int64_t *want = malloc((size_t)total * sizeof *want),
+            *got = malloc((size_t)total * sizeof *got);
+    int64_t *buf = malloc((size_t)total * sizeof *buf),
+            *got2 = malloc((size_t)total * sizeof *got2);
     for (int64_t i = 0; i < total; i++)
       g[i] = 1000 + i;
     local_of(ndim, shape, a, sp, g, src, true);
@@ -251,8 +253,7 @@ START_TEST(pair_move_vs_elements) {
       shared += want[i] >= 0;
     ck_assert_int_eq(ts_cyclic_pair_move(ndim, ov, sp, tp, 8, src, got, TS_CYCLIC_COPY), shared);
     ck_assert_int_eq(ts_cyclic_pair_move(ndim, ov, sp, tp, 8, src, buf, TS_CYCLIC_PACK), shared);
-    ck_assert_int_eq(ts_cyclic_pair_move(ndim, ov, sp, tp, 8, buf, got2, TS_CYCLIC_UNPACK),
-                     shared);
+    ck_assert_int_eq(ts_cyclic_pair_move(ndim, ov, sp, tp, 8, buf, got2, TS_CYCLIC_UNPACK), shared);
     for (int64_t i = 0; i < nt; i++) {
       ck_assert_int_eq(got[i], want[i]);
       ck_assert_int_eq(got2[i], want[i]);
@@ -352,7 +353,8 @@ START_TEST(plan_vs_elements) {
     ts_error err;
     ck_assert_msg(ts_plan_create(ndim, shape, TS_F64, a, b, NULL, &p, &err) == TS_OK, "%s",
                   err.msg);
-    ck_assert(ts_plan_strategy(p) == TS_STRATEGY_P2P || ts_plan_strategy(p) == TS_STRATEGY_ALLTOALL);
+    ck_assert(ts_plan_strategy(p) == TS_STRATEGY_P2P ||
+              ts_plan_strategy(p) == TS_STRATEGY_ALLTOALL);
     int64_t wire = 0, np = npartial(a);
     for (int64_t ti = 0; ti < b->nranks; ti++) {
       if (!receiver(b, ti))
@@ -373,8 +375,7 @@ START_TEST(plan_vs_elements) {
     ck_assert_int_eq(ts_plan_rank(p, 0, &rp, &err), TS_UNSUPPORTED);
     ts_plan_opts forced = {.strategy = TS_STRATEGY_ALLGATHER};
     ts_plan *q = NULL;
-    ck_assert_int_eq(ts_plan_create(ndim, shape, TS_F64, a, b, &forced, &q, &err),
-                     TS_BAD_STRATEGY);
+    ck_assert_int_eq(ts_plan_create(ndim, shape, TS_F64, a, b, &forced, &q, &err), TS_BAD_STRATEGY);
     ck_assert(strstr(err.msg, "not a box"));
     ts_plan_destroy(&p);
     ts_attr_destroy(&a);
@@ -405,16 +406,17 @@ START_TEST(scalapack_desc) {
     int field, value, my_prow;
     const char *needle;
   } bad[] = {
-      {0, 2, -1, "DTYPE_"},    {4, 0, -1, "block sizes"}, {5, -1, -1, "block sizes"},
-      {6, 2, -1, "RSRC_"},     {7, 3, -1, "CSRC_"},      {8, 51, -1, "LLD_=51"},
-      {2, -1, -1, "M_=-1"},    {8, 47, 0, "LLD_=47"},
+      {0, 2, -1, "DTYPE_"}, {4, 0, -1, "block sizes"}, {5, -1, -1, "block sizes"},
+      {6, 2, -1, "RSRC_"},  {7, 3, -1, "CSRC_"},       {8, 51, -1, "LLD_=51"},
+      {2, -1, -1, "M_=-1"}, {8, 47, 0, "LLD_=47"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     int d[9];
     memcpy(d, desc, sizeof d);
     d[bad[i].field] = bad[i].value;
-    ck_assert_int_eq(ts_attr_from_scalapack_desc(d, 2, 3, 'R', NULL, bad[i].my_prow, &a, NULL,
-                                                 &err), TS_BAD_ATTRIBUTE);
+    ck_assert_int_eq(
+        ts_attr_from_scalapack_desc(d, 2, 3, 'R', NULL, bad[i].my_prow, &a, NULL, &err),
+        TS_BAD_ATTRIBUTE);
     ck_assert_msg(strstr(err.msg, bad[i].needle), "%s lacks %s", err.msg, bad[i].needle);
     ck_assert_ptr_null(a);
   }

@@ -24,9 +24,8 @@ static bool attr_is(const ts_attr *a, const char *text) {
 }
 
 /* Plans a 2-operand einsum of [n,n] f64 matrices. */
-static ts_dein_plan *plan2(const char *eq, int64_t n, const char *a, const char *b,
-                           const char *out, const char *force, int world, int *rc,
-                           ts_error *err) {
+static ts_dein_plan *plan2(const char *eq, int64_t n, const char *a, const char *b, const char *out,
+                           const char *force, int world, int *rc, ts_error *err) {
   int nd[2] = {2, 2};
   int64_t s[2] = {n, n};
   const int64_t *sh[2] = {s, s};
@@ -70,9 +69,9 @@ START_TEST(mm_inner_partial_then_reduce_scatter) {
   int rc;
   ts_error err;
   const int64_t n = 64;
-  ts_dein_plan *p = plan2("ij,jk->ik", n, "mesh=[4] placements=[S(1)]",
-                          "mesh=[4] placements=[S(0)]", "mesh=[4] placements=[S(0)]", NULL, 4, &rc,
-                          &err);
+  ts_dein_plan *p =
+      plan2("ij,jk->ik", n, "mesh=[4] placements=[S(1)]", "mesh=[4] placements=[S(0)]",
+            "mesh=[4] placements=[S(0)]", NULL, 4, &rc, &err);
   ck_assert_msg(rc == TS_OK, "%s", err.msg);
   const ts_dein_cand *c = ts_dein_plan_chosen(p);
   ck_assert(!c->moves[0] && !c->moves[1]);
@@ -86,8 +85,8 @@ START_TEST(mm_inner_partial_then_reduce_scatter) {
   ts_attr_destroy(&g);
   ts_dein_plan_destroy(&p);
   /* without a requested attribute the result stays partial: nothing on the wire */
-  p = plan2("ij,jk->ik", n, "mesh=[4] placements=[S(1)]", "mesh=[4] placements=[S(0)]", NULL,
-            NULL, 4, &rc, &err);
+  p = plan2("ij,jk->ik", n, "mesh=[4] placements=[S(1)]", "mesh=[4] placements=[S(0)]", NULL, NULL,
+            4, &rc, &err);
   ck_assert_msg(rc == TS_OK, "%s", err.msg);
   ck_assert_int_eq(ts_dein_plan_chosen(p)->wire_bytes, 0);
   ck_assert(attr_is(ts_dein_plan_chosen(p)->final, "mesh=[4] placements=[P(sum)]"));
@@ -99,8 +98,8 @@ START_TEST(cheapest_is_chosen_and_explained) {
   int rc;
   ts_error err;
   ts_dein_plan *p = plan2("ij,jk->ik", 96, "mesh=[2,2] placements=[S(0),S(1)]",
-                          "mesh=[2,2] placements=[S(0),S(1)]",
-                          "mesh=[2,2] placements=[S(0),S(1)]", NULL, 4, &rc, &err);
+                          "mesh=[2,2] placements=[S(0),S(1)]", "mesh=[2,2] placements=[S(0),S(1)]",
+                          NULL, 4, &rc, &err);
   ck_assert_msg(rc == TS_OK, "%s", err.msg);
   const ts_dein_cand *c = ts_dein_plan_chosen(p);
   for (int k = 0; k < p->ncand; k++)
@@ -147,8 +146,8 @@ START_TEST(partial_inputs) {
   p = plan2("ij,jk->ik", 32, "mesh=[4] placements=[P(max)]", "mesh=[4] placements=[R]", NULL,
             "as_is", 4, &rc, &err);
   ck_assert_int_eq(rc, TS_EINSUM_PLAN);
-  p = plan2("ij,jk->ik", 32, "mesh=[4] placements=[P(max)]", "mesh=[4] placements=[R]", NULL,
-            NULL, 4, &rc, &err);
+  p = plan2("ij,jk->ik", 32, "mesh=[4] placements=[P(max)]", "mesh=[4] placements=[R]", NULL, NULL,
+            4, &rc, &err);
   ck_assert_msg(rc == TS_OK, "%s", err.msg);
   ck_assert(ts_dein_plan_chosen(p)->moves[0]);
   ts_dein_plan_destroy(&p);
@@ -175,8 +174,8 @@ START_TEST(errors) {
       {"ij,jk->ik", NULL, "mesh=[8] placements=[R]", 4, TS_BAD_ATTRIBUTE, "output attribute"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    ts_dein_plan *p = plan2(cases[i].eq, 16, a, r, cases[i].out, cases[i].force, cases[i].world,
-                            &rc, &err);
+    ts_dein_plan *p =
+        plan2(cases[i].eq, 16, a, r, cases[i].out, cases[i].force, cases[i].world, &rc, &err);
     ck_assert_msg(rc == cases[i].code && !p, "%s: %d %s", cases[i].eq, rc, err.msg);
     ck_assert_msg(strstr(err.msg, cases[i].says), "%s: '%s' lacks '%s'", cases[i].eq, err.msg,
                   cases[i].says);
@@ -189,9 +188,9 @@ START_TEST(offline_4096_ranks) {
   ts_error err;
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  ts_dein_plan *p = plan2("ij,jk->ik", 8192, "mesh=[4096] placements=[S(1)]",
-                          "mesh=[4096] placements=[S(0)]", "mesh=[4096] placements=[S(0)]", NULL,
-                          4096, &rc, &err);
+  ts_dein_plan *p =
+      plan2("ij,jk->ik", 8192, "mesh=[4096] placements=[S(1)]", "mesh=[4096] placements=[S(0)]",
+            "mesh=[4096] placements=[S(0)]", NULL, 4096, &rc, &err);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   ck_assert_msg(rc == TS_OK, "%s", err.msg);
   double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;

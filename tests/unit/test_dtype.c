@@ -93,7 +93,9 @@ static uint8_t f8_ref_round(long double v, bool e4m3) {
   return sign | (uint8_t)best;
 }
 
-static bool f8_is_nan(uint8_t c, bool e4m3) { return e4m3 ? (c & 0x7f) == 0x7f : (c & 0x7f) > 0x7c; }
+static bool f8_is_nan(uint8_t c, bool e4m3) {
+  return e4m3 ? (c & 0x7f) == 0x7f : (c & 0x7f) > 0x7c;
+}
 
 START_TEST(test_f8_decode_exhaustive) {
   for (int k = 0; k < 2; k++) {
@@ -101,7 +103,8 @@ START_TEST(test_f8_decode_exhaustive) {
     for (int c = 0; c < 256; c++) {
       float got = e4m3 ? ts_f8_e4m3_to_f32((uint8_t)c) : ts_f8_e5m2_to_f32((uint8_t)c);
       long double want = f8_ref_value((uint8_t)c, e4m3);
-      ck_assert_msg(isnan(want) ? isnan(got) : (long double)got == want && !signbit(got) == !signbit(want),
+      ck_assert_msg(isnan(want) ? isnan(got)
+                                : (long double)got == want && !signbit(got) == !signbit(want),
                     "%s code 0x%02x: %a, want %La", e4m3 ? "e4m3" : "e5m2", c, got, want);
       if (isnan(want))
         continue;
@@ -135,8 +138,8 @@ START_TEST(test_f8_round) {
         uint8_t want = f8_ref_round(d, e4m3);
         uint8_t got64 = e4m3 ? ts_f64_to_f8_e4m3(d) : ts_f64_to_f8_e5m2(d);
         uint8_t got32 = e4m3 ? ts_f32_to_f8_e4m3((float)d) : ts_f32_to_f8_e5m2((float)d);
-        ck_assert_msg(got64 == want, "%s of %a: 0x%02x, want 0x%02x", ts_dtype_name(dt), d,
-                      got64, want);
+        ck_assert_msg(got64 == want, "%s of %a: 0x%02x, want 0x%02x", ts_dtype_name(dt), d, got64,
+                      want);
         ck_assert_uint_eq(got32, f8_ref_round((float)d, e4m3));
       }
     }
@@ -150,8 +153,8 @@ START_TEST(test_f8_round) {
       else
         ck_assert_msg(got == f8_ref_round(f, e4m3), "%a: 0x%02x", f, got);
     }
-    int64_t ints[] = {0, 1, -1, 17, 19, 447, 448, 464, 465, 57344, 61439, 61440, -61440,
-                      INT64_MAX, INT64_MIN};
+    int64_t ints[] = {0,   1,     -1,    17,    19,     447,       448,      464,
+                      465, 57344, 61439, 61440, -61440, INT64_MAX, INT64_MIN};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
       uint8_t got;
       ts_convert(&got, dt, &ints[i], TS_I64, 1);
@@ -224,7 +227,8 @@ START_TEST(test_f16_exhaustive) {
     ck_assert_uint_eq(ts_f32_to_f16(m32), search_round(m32, false));
     ck_assert_uint_eq(ts_f64_to_f16(m64), search_round(m64, false));
     ck_assert_uint_eq(ts_f64_to_f16(nextafter(m64, 0)), search_round(nextafter(m64, 0), false));
-    ck_assert_uint_eq(ts_f64_to_f16(-nextafter(m64, 1e9)), search_round(-nextafter(m64, 1e9), false));
+    ck_assert_uint_eq(ts_f64_to_f16(-nextafter(m64, 1e9)),
+                      search_round(-nextafter(m64, 1e9), false));
   }
 }
 END_TEST
@@ -253,8 +257,19 @@ END_TEST
 
 /* Integers to f16/bf16 are rounded once from the exact value (no double rounding above 2^53). */
 START_TEST(test_int_to_small_floats) {
-  int64_t vals[] = {0, 1, -1, 65504, 65519, 65520, -65520, 257, 259, INT64_MAX, INT64_MIN,
-                    (INT64_C(1) << 53) + 1, (INT64_C(1) << 62) + (INT64_C(1) << 54) + 1};
+  int64_t vals[] = {0,
+                    1,
+                    -1,
+                    65504,
+                    65519,
+                    65520,
+                    -65520,
+                    257,
+                    259,
+                    INT64_MAX,
+                    INT64_MIN,
+                    (INT64_C(1) << 53) + 1,
+                    (INT64_C(1) << 62) + (INT64_C(1) << 54) + 1};
   for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
     uint16_t h, b;
     ts_convert(&h, TS_F16, &vals[i], TS_I64, 1);
@@ -274,30 +289,72 @@ END_TEST
 /* The exact value of one element of a dtype. */
 static long double exact_value(const unsigned char *b, ts_dtype dt) {
   switch (dt) {
-  case TS_F32: { float x; memcpy(&x, b, 4); return x; }
-  case TS_F64: { double x; memcpy(&x, b, 8); return x; }
-  case TS_F16: { uint16_t x; memcpy(&x, b, 2); return ts_f16_to_f32(x); }
-  case TS_BF16: { uint16_t x; memcpy(&x, b, 2); return ts_bf16_to_f32(x); }
+  case TS_F32: {
+    float x;
+    memcpy(&x, b, 4);
+    return x;
+  }
+  case TS_F64: {
+    double x;
+    memcpy(&x, b, 8);
+    return x;
+  }
+  case TS_F16: {
+    uint16_t x;
+    memcpy(&x, b, 2);
+    return ts_f16_to_f32(x);
+  }
+  case TS_BF16: {
+    uint16_t x;
+    memcpy(&x, b, 2);
+    return ts_bf16_to_f32(x);
+  }
   case TS_F8_E4M3: return f8_ref_value(b[0], true);
   case TS_F8_E5M2: return f8_ref_value(b[0], false);
   case TS_I8: return (int8_t)b[0];
   case TS_U8: return b[0];
   case TS_BOOL: return b[0];
-  case TS_I16: { int16_t x; memcpy(&x, b, 2); return x; }
-  case TS_U16: { uint16_t x; memcpy(&x, b, 2); return x; }
-  case TS_I32: { int32_t x; memcpy(&x, b, 4); return x; }
-  case TS_U32: { uint32_t x; memcpy(&x, b, 4); return x; }
-  case TS_U64: { uint64_t x; memcpy(&x, b, 8); return (long double)x; }
-  default: { int64_t x; memcpy(&x, b, 8); return (long double)x; }
+  case TS_I16: {
+    int16_t x;
+    memcpy(&x, b, 2);
+    return x;
+  }
+  case TS_U16: {
+    uint16_t x;
+    memcpy(&x, b, 2);
+    return x;
+  }
+  case TS_I32: {
+    int32_t x;
+    memcpy(&x, b, 4);
+    return x;
+  }
+  case TS_U32: {
+    uint32_t x;
+    memcpy(&x, b, 4);
+    return x;
+  }
+  case TS_U64: {
+    uint64_t x;
+    memcpy(&x, b, 8);
+    return (long double)x;
+  }
+  default: {
+    int64_t x;
+    memcpy(&x, b, 8);
+    return (long double)x;
+  }
   }
 }
 
 /* The range and width of an integer dtype (bool: 0 to 1, width 0: not wrapped). */
 static void int_ref_range(ts_dtype dt, long double *lo, long double *hi, int *bits, bool *sgn) {
-  static const struct { int bits; bool sgn; } t[TS_DTYPE_COUNT] = {
-      [TS_I8] = {8, true},   [TS_I16] = {16, true},  [TS_I32] = {32, true}, [TS_I64] = {64, true},
-      [TS_U8] = {8, false},  [TS_U16] = {16, false}, [TS_U32] = {32, false}, [TS_U64] = {64, false},
-      [TS_BOOL] = {1, false}};
+  static const struct {
+    int bits;
+    bool sgn;
+  } t[TS_DTYPE_COUNT] = {[TS_I8] = {8, true},    [TS_I16] = {16, true},  [TS_I32] = {32, true},
+                         [TS_I64] = {64, true},  [TS_U8] = {8, false},   [TS_U16] = {16, false},
+                         [TS_U32] = {32, false}, [TS_U64] = {64, false}, [TS_BOOL] = {1, false}};
   *bits = t[dt].bits;
   *sgn = t[dt].sgn;
   *lo = *sgn ? -ldexpl(1, *bits - 1) : 0;
@@ -306,9 +363,9 @@ static void int_ref_range(ts_dtype dt, long double *lo, long double *hi, int *bi
 
 /* Every pair of dtypes on values each rule cares about, against the rules written out. */
 START_TEST(test_all_pairs) {
-  const double vals[] = {0,   1,   -1,   2.75,  -2.75, 127,    128,    200,   255,  300,
-                         -129, 448, 464,  465,   40000, -40000, 70000,  61440, 1e10, -1e10,
-                         1e20, -1e20, 0x1p63, NAN};
+  const double vals[] = {0,     1,     -1,   2.75,  -2.75, 127,   128,    200,
+                         255,   300,   -129, 448,   464,   465,   40000,  -40000,
+                         70000, 61440, 1e10, -1e10, 1e20,  -1e20, 0x1p63, NAN};
   for (int sd = 0; sd < TS_DTYPE_COUNT; sd++)
     for (int dd = 0; dd < TS_DTYPE_COUNT; dd++)
       for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
@@ -323,10 +380,30 @@ START_TEST(test_all_pairs) {
         bool src_float = ts_dtype_is_float((ts_dtype)sd);
         const char *sn = ts_dtype_name((ts_dtype)sd), *dn = ts_dtype_name((ts_dtype)dd);
         switch (dd) {
-        case TS_F32: { float x; memcpy(&x, dbuf, 4); ck_assert(isnan(sv) ? isnan(x) : x == (float)sv); break; }
-        case TS_F64: { double x; memcpy(&x, dbuf, 8); ck_assert(isnan(sv) ? isnan(x) : x == (double)sv); break; }
-        case TS_F16: { uint16_t x; memcpy(&x, dbuf, 2); ck_assert(isnan(sv) ? isnan(ts_f16_to_f32(x)) : x == search_round(sv, false)); break; }
-        case TS_BF16: { uint16_t x; memcpy(&x, dbuf, 2); ck_assert(isnan(sv) ? isnan(ts_bf16_to_f32(x)) : x == search_round(sv, true)); break; }
+        case TS_F32: {
+          float x;
+          memcpy(&x, dbuf, 4);
+          ck_assert(isnan(sv) ? isnan(x) : x == (float)sv);
+          break;
+        }
+        case TS_F64: {
+          double x;
+          memcpy(&x, dbuf, 8);
+          ck_assert(isnan(sv) ? isnan(x) : x == (double)sv);
+          break;
+        }
+        case TS_F16: {
+          uint16_t x;
+          memcpy(&x, dbuf, 2);
+          ck_assert(isnan(sv) ? isnan(ts_f16_to_f32(x)) : x == search_round(sv, false));
+          break;
+        }
+        case TS_BF16: {
+          uint16_t x;
+          memcpy(&x, dbuf, 2);
+          ck_assert(isnan(sv) ? isnan(ts_bf16_to_f32(x)) : x == search_round(sv, true));
+          break;
+        }
         case TS_F8_E4M3:
         case TS_F8_E5M2: {
           bool e4m3 = dd == TS_F8_E4M3;
@@ -362,13 +439,56 @@ END_TEST
  * rounded value (the compiler's cast for f32, the pattern search for f16/bf16) is infinite. The
  * refusal names both dtypes and the element's index. */
 START_TEST(test_convert_check) {
-  const double vals[] = {0, 1, -1, 2.75, -0.99, 127, 127.99, 128, -128.99, -129, 255.5, 256, -1,
-                         65504, 65519.99, 65520, 70000, 2147483647.0, 2147483648.0,
-                         -2147483648.99, -2147483649.0, 0x1p62, 0x1p63, -0x1p63, 1e30,
-                         0x1p128 - 0x1p120, 0x1p128 - 0x1p119, 3.4028234663852886e38, 1e300,
-                         -1e300, INFINITY, -INFINITY, NAN, 5e-324, 0.5, 448, 464, 464.5, 480,
-                         57344, 61439, 61440, 65535, 65536, -32768, -32769, 4294967295.0,
-                         4294967296.0, 0x1p64, 0x1p63 - 1024};
+  const double vals[] = {0,
+                         1,
+                         -1,
+                         2.75,
+                         -0.99,
+                         127,
+                         127.99,
+                         128,
+                         -128.99,
+                         -129,
+                         255.5,
+                         256,
+                         -1,
+                         65504,
+                         65519.99,
+                         65520,
+                         70000,
+                         2147483647.0,
+                         2147483648.0,
+                         -2147483648.99,
+                         -2147483649.0,
+                         0x1p62,
+                         0x1p63,
+                         -0x1p63,
+                         1e30,
+                         0x1p128 - 0x1p120,
+                         0x1p128 - 0x1p119,
+                         3.4028234663852886e38,
+                         1e300,
+                         -1e300,
+                         INFINITY,
+                         -INFINITY,
+                         NAN,
+                         5e-324,
+                         0.5,
+                         448,
+                         464,
+                         464.5,
+                         480,
+                         57344,
+                         61439,
+                         61440,
+                         65535,
+                         65536,
+                         -32768,
+                         -32769,
+                         4294967295.0,
+                         4294967296.0,
+                         0x1p64,
+                         0x1p63 - 1024};
   for (int sd = 0; sd < TS_DTYPE_COUNT; sd++)
     for (int dd = 0; dd < TS_DTYPE_COUNT; dd++)
       for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
@@ -391,7 +511,9 @@ START_TEST(test_convert_check) {
         case TS_F16: fits = !isfinite(sv) || (search_round(sv, false) & 0x7fff) != 0x7c00; break;
         case TS_BF16: fits = !isfinite(sv) || (search_round(sv, true) & 0x7fff) != 0x7f80; break;
         case TS_F8_E5M2: fits = !isfinite(sv) || (f8_ref_round(sv, false) & 0x7f) != 0x7c; break;
-        case TS_F8_E4M3: fits = isnan(sv) || (isfinite(sv) && !f8_is_nan(f8_ref_round(sv, true), true)); break;
+        case TS_F8_E4M3:
+          fits = isnan(sv) || (isfinite(sv) && !f8_is_nan(f8_ref_round(sv, true), true));
+          break;
         case TS_BOOL: fits = sv == 0 || sv == 1; break;
         default: {
           long double lo, hi;
@@ -417,16 +539,17 @@ START_TEST(test_convert_check) {
 END_TEST
 
 START_TEST(test_spellings) {
-  const char *const text[] = {"f32", "float32", "f64", "float64", "f16", "float16", "bf16",
-                              "bfloat16", "i8", "int8", "i32", "int32", "i64", "int64", "u8",
-                              "uint8", "bool", "int16", "i16", "uint16", "u16", "uint32", "u32",
-                              "uint64", "u64", "float8_e4m3fn", "f8_e4m3", "float8_e5m2",
-                              "f8_e5m2", "complex64", "c64", "complex128", "c128"};
-  const ts_dtype want[] = {TS_F32, TS_F32, TS_F64, TS_F64, TS_F16, TS_F16, TS_BF16, TS_BF16,
-                           TS_I8, TS_I8, TS_I32, TS_I32, TS_I64, TS_I64, TS_U8, TS_U8, TS_BOOL,
-                           TS_I16, TS_I16, TS_U16, TS_U16, TS_U32, TS_U32, TS_U64, TS_U64,
-                           TS_F8_E4M3, TS_F8_E4M3, TS_F8_E5M2, TS_F8_E5M2, TS_C64, TS_C64,
-                           TS_C128, TS_C128};
+  const char *const text[] = {
+      "f32",      "float32",   "f64",    "float64",    "f16",           "float16", "bf16",
+      "bfloat16", "i8",        "int8",   "i32",        "int32",         "i64",     "int64",
+      "u8",       "uint8",     "bool",   "int16",      "i16",           "uint16",  "u16",
+      "uint32",   "u32",       "uint64", "u64",        "float8_e4m3fn", "f8_e4m3", "float8_e5m2",
+      "f8_e5m2",  "complex64", "c64",    "complex128", "c128"};
+  const ts_dtype want[] = {TS_F32,     TS_F32, TS_F64,  TS_F64,  TS_F16,     TS_F16,     TS_BF16,
+                           TS_BF16,    TS_I8,  TS_I8,   TS_I32,  TS_I32,     TS_I64,     TS_I64,
+                           TS_U8,      TS_U8,  TS_BOOL, TS_I16,  TS_I16,     TS_U16,     TS_U16,
+                           TS_U32,     TS_U32, TS_U64,  TS_U64,  TS_F8_E4M3, TS_F8_E4M3, TS_F8_E5M2,
+                           TS_F8_E5M2, TS_C64, TS_C64,  TS_C128, TS_C128};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     ts_dtype dt = TS_DTYPE_COUNT;
     ck_assert_int_eq(ts_dtype_parse_spelling(text[i], &dt, NULL), TS_OK);
@@ -461,8 +584,9 @@ static void complex_parts(const unsigned char *b, ts_dtype dt, size_t i, long do
 }
 
 START_TEST(test_complex_convert) {
-  const double vals[] = {0, 1, -1, 2.75, -2.75, 255, 300, 65504, 1e10, -1e20, 0x1p63,
-                         3.4028234663852886e38, 1e-40, INFINITY, -INFINITY, NAN};
+  const double vals[] = {0,     1,        -1,        2.75,  -2.75,  255,
+                         300,   65504,    1e10,      -1e20, 0x1p63, 3.4028234663852886e38,
+                         1e-40, INFINITY, -INFINITY, NAN};
   const size_t nv = sizeof vals / sizeof vals[0];
   const ts_dtype cdt[] = {TS_C64, TS_C128};
   /* every real dtype to c64 and c128: the value (rounded as by a cast to f32 or f64), imag +0 */
@@ -509,15 +633,18 @@ START_TEST(test_complex_convert) {
   /* the check: element 4's imaginary part (-1e39) overflows c64; infinities and NaN pass */
   ts_error err;
   ck_assert_int_eq(ts_convert_check(c128, TS_C128, TS_C64, 6, &err), TS_BAD_DTYPE);
-  ck_assert_msg(strstr(err.msg, "converting c128 to c64") && strstr(err.msg, "element 4's real "
-                "part") && strstr(err.msg, "1e+39"), "%s", err.msg);
+  ck_assert_msg(strstr(err.msg, "converting c128 to c64") &&
+                    strstr(err.msg, "element 4's real "
+                                    "part") &&
+                    strstr(err.msg, "1e+39"),
+                "%s", err.msg);
   ck_assert_int_eq(ts_convert_check(c128, TS_C128, TS_C64, 4, &err), TS_OK);
   ck_assert_int_eq(ts_convert_check(c128, TS_C128, TS_C128, 6, &err), TS_OK);
   ck_assert_int_eq(ts_convert_check(c64, TS_C64, TS_C128, 6, &err), TS_OK);
   double big[2] = {1, 1e300};
   ck_assert_int_eq(ts_convert_check(big, TS_F64, TS_C64, 2, &err), TS_BAD_DTYPE);
-  ck_assert_msg(strstr(err.msg, "converting f64 to c64") && strstr(err.msg, "element 1 "),
-                "%s", err.msg);
+  ck_assert_msg(strstr(err.msg, "converting f64 to c64") && strstr(err.msg, "element 1 "), "%s",
+                err.msg);
   ck_assert_int_eq(ts_convert_check(big, TS_F64, TS_C128, 2, &err), TS_OK);
   /* complex to any real dtype: refused whatever the values, naming both */
   double zero[4] = {0, 0, 0, 0};
@@ -530,7 +657,8 @@ START_TEST(test_complex_convert) {
                ts_dtype_name((ts_dtype)dd));
       ck_assert_int_eq(ts_convert_check(zero, cdt[t], (ts_dtype)dd, 1, &err), TS_BAD_DTYPE);
       ck_assert_msg(strstr(err.msg, both) && strstr(err.msg, "imaginary part") &&
-                    strstr(err.msg, "c64 and c128 only"), "%s", err.msg);
+                        strstr(err.msg, "c64 and c128 only"),
+                    "%s", err.msg);
       ts_tensor src = {zero, 16, {0}}, dst = {back, 16, {0}};
       int64_t one[1] = {1};
       ck_assert_int_eq(ts_layout_plain(&src.layout, cdt[t], 1, one, NULL), TS_OK);

@@ -49,7 +49,8 @@ static void problem_setup(problem *pr, rng *r, const ts_einsum_opts *opts) {
 }
 
 static void problem_free(problem *pr) {
-  for (int i = 0; i < pr->c.n; i++) tt_free(&pr->ops[i]);
+  for (int i = 0; i < pr->c.n; i++)
+    tt_free(&pr->ops[i]);
   tt_free(&pr->out);
   tt_free(&pr->gout);
   ts_einsum_plan_destroy(&pr->p);
@@ -109,7 +110,8 @@ START_TEST(test_random_gradients) {
     rc = ts_einsum_reference_backward(pr.c.eq, pr.c.n, pr.op_ptr, &pr.gout.t, pref, &err);
     ck_assert_msg(rc == TS_OK, "'%s' reference backward: %s", pr.c.eq, err.msg);
     for (int i = 0; i < pr.c.n; i++) {
-      if (pc[i]) check_grad(&pr, i, &gc[i], &gr[i], "cached");
+      if (pc[i])
+        check_grad(&pr, i, &gc[i], &gr[i], "cached");
       check_grad(&pr, i, &gu[i], &gr[i], "uncached");
     }
     for (int i = 0; i < pr.c.n; i++) {
@@ -162,7 +164,8 @@ START_TEST(test_finite_differences) {
                       (long long)e, an, fd);
       }
     }
-    for (int i = 0; i < pr.c.n; i++) tt_free(&g[i]);
+    for (int i = 0; i < pr.c.n; i++)
+      tt_free(&g[i]);
     problem_free(&pr);
   }
 }
@@ -204,7 +207,8 @@ static void cache_case(const char *eq, int n, const int *ndim, const int64_t (*s
   ck_assert_msg((int)(s1.operand_transposes - s0.operand_transposes) == want_operand_transposes,
                 "'%s': forward transposed %d operands, want %d", eq,
                 (int)(s1.operand_transposes - s0.operand_transposes), want_operand_transposes);
-  if (want_operand_transposes > 0) ck_assert_uint_gt(ts_einsum_cache_bytes(cache), 0);
+  if (want_operand_transposes > 0)
+    ck_assert_uint_gt(ts_einsum_cache_bytes(cache), 0);
   ck_assert_int_eq(ts_einsum_backward(pr.p, &pr.gout.t, pr.op_ptr, pc, cache, &err), TS_OK);
   ts_einsum_stats_get(&s2);
   ck_assert_msg(s2.operand_transposes == s1.operand_transposes,
@@ -286,8 +290,9 @@ END_TEST
  * (b,h)): the GEMM loops run in chunks of the long dim (K for the kv gradient, M or N for the
  * others, with a tail chunk: q = 1100 is no multiple of the chunk), and with a cache the large
  * strided operands are gathered into it (want_gathered of them), so backward with the cache
- * transposes nothing; without a cache, backward reads them in place. Contiguous thin GEMMs too large for one thread's call are chunked as well.
- * Every result against the naive reference, f32 and f64. */
+ * transposes nothing; without a cache, backward reads them in place. Contiguous thin GEMMs too
+ * large for one thread's call are chunked as well. Every result against the naive reference, f32
+ * and f64. */
 static void thin_case(const char *eq, const int64_t (*shape)[TS_MAX_DIMS], ts_dtype dt,
                       int want_gathered) {
   problem pr;
@@ -343,15 +348,18 @@ static void thin_case(const char *eq, const int64_t (*shape)[TS_MAX_DIMS], ts_dt
   /* Without a cache, twice (in place, through the plan's workspace), then a forward without a
    * cache on the same workspace. */
   for (int k = 0; k < 2; k++) {
-    for (int i = 0; i < 2; i++) tt_fill(&gu[i], &r);
+    for (int i = 0; i < 2; i++)
+      tt_fill(&gu[i], &r);
     ts_einsum_stats_get(&s0);
     ck_assert_int_eq(ts_einsum_backward(pr.p, &pr.gout.t, pr.op_ptr, pu, NULL, &err), TS_OK);
     ts_einsum_stats_get(&s1);
     ck_assert_uint_eq(s1.operand_transposes, s0.operand_transposes);
     ck_assert_uint_gt(s1.chunked_gemms, s0.chunked_gemms);
-    for (int i = 0; i < 2; i++) check_grad(&pr, i, &gu[i], &gr[i], "uncached");
+    for (int i = 0; i < 2; i++)
+      check_grad(&pr, i, &gu[i], &gr[i], "uncached");
   }
-  for (int i = 0; i < 2; i++) check_grad(&pr, i, &gc[i], &gr[i], "cached");
+  for (int i = 0; i < 2; i++)
+    check_grad(&pr, i, &gc[i], &gr[i], "cached");
   tt_fill(&pr.out, &r);
   ck_assert_int_eq(ts_einsum_execute(pr.p, &pr.out.t, pr.op_ptr, NULL, &err), TS_OK);
   ck_assert(tt_compare(&pr.out, &want, NULL) == 0);
@@ -580,6 +588,4 @@ static Suite *suite(void) {
   return s;
 }
 
-int main(void) {
-  return ts_run_suite(suite());
-}
+int main(void) { return ts_run_suite(suite()); }

@@ -63,7 +63,8 @@ static void run_case(const rand_case *c, rng *r, const ts_einsum_opts *opts) {
   }
   tt_free(&got);
   tt_free(&want);
-  for (int i = 0; i < c->n; i++) tt_free(&ops[i]);
+  for (int i = 0; i < c->n; i++)
+    tt_free(&ops[i]);
   ts_einsum_plan_destroy(&p);
   ck_assert_ptr_null(p);
 }
@@ -92,7 +93,8 @@ static void fixed_case(const char *eq, int n, const int *ndim, const int64_t (*s
   c.dt = dt;
   for (int i = 0; i < n; i++) {
     c.ndim[i] = ndim[i];
-    for (int d = 0; d < ndim[i]; d++) c.shape[i][d] = shape[i][d];
+    for (int d = 0; d < ndim[i]; d++)
+      c.shape[i][d] = shape[i][d];
   }
   rng r = {.s = seed};
   for (int mode = 0; mode < 4; mode++) {
@@ -135,7 +137,8 @@ START_TEST(test_many_dims_intermediate) {
   int ndim[3] = {5, 5, 5};
   int64_t shape[3][TS_MAX_DIMS];
   for (int i = 0; i < 3; i++)
-    for (int d = 0; d < 5; d++) shape[i][d] = 2 + (d + i) % 2;
+    for (int d = 0; d < 5; d++)
+      shape[i][d] = 2 + (d + i) % 2;
   /* Left to right: abcde x fghij keeps all ten labels, interleaved against the third operand. */
   shape[2][0] = shape[0][0];
   shape[2][1] = shape[1][0];
@@ -375,6 +378,4 @@ static Suite *suite(void) {
   return s;
 }
 
-int main(void) {
-  return ts_run_suite(suite());
-}
+int main(void) { return ts_run_suite(suite()); }

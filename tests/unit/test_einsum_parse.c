@@ -11,7 +11,8 @@
 static int plan(const char *eq, int n, const int *ndim, const int64_t (*shape)[TS_MAX_DIMS],
                 ts_dtype dt, int *ond, int64_t *oshape, ts_error *err) {
   const int64_t *shapes[TS_EINSUM_MAX_OPERANDS];
-  for (int i = 0; i < n; i++) shapes[i] = shape[i];
+  for (int i = 0; i < n; i++)
+    shapes[i] = shape[i];
   static char not_a_plan;
   ts_einsum_plan *p = (ts_einsum_plan *)&not_a_plan; /* must be reset to NULL on failure */
   int rc = ts_einsum_plan_create(&p, eq, n, ndim, shapes, dt, NULL, err);
@@ -182,7 +183,8 @@ START_TEST(test_errors) {
   expect_error("ij,jk->ik", 2, nd2, s2, TS_U8, TS_BAD_DTYPE, "dtype u8 is not supported", "f32");
   expect_error("ij,jk->ik", 2, nd2, s2, TS_F8_E4M3, TS_BAD_DTYPE, "dtype f8_e4m3 is not supported",
                "f32");
-  expect_error("ij,jk->ik", 2, nd2, s2, TS_BOOL, TS_BAD_DTYPE, "dtype bool is not supported", "i64");
+  expect_error("ij,jk->ik", 2, nd2, s2, TS_BOOL, TS_BAD_DTYPE, "dtype bool is not supported",
+               "i64");
   expect_error("ij,jk->ik", 2, nd2, s2, TS_U64, TS_BAD_DTYPE, "dtype u64 is not supported", "bf16");
   expect_error("ij,jk->ik", 2, nd2, s2, TS_I8, TS_BAD_DTYPE, "dtype i8", NULL);
   /* Too many output dims. */
@@ -269,6 +271,4 @@ static Suite *suite(void) {
   return s;
 }
 
-int main(void) {
-  return ts_run_suite(suite());
-}
+int main(void) { return ts_run_suite(suite()); }

@@ -27,7 +27,8 @@ void tt_alloc(test_tensor *tt, ts_dtype dt, int nd, const int64_t *shape, test_l
     l->shape[d] = shape[d];
     l->strides[d] = st;
     st *= shape[d] + (kind == TL_PADDED ? 1 : 0);
-    if (st == 0) st = 1;
+    if (st == 0)
+      st = 1;
   }
   size_t bytes = (size_t)st * ts_dtype_size(dt);
   /* A padded view starts one element in, so its offset is exercised too. */
@@ -52,7 +53,8 @@ void tt_free(test_tensor *tt) {
 
 static char *addr(const test_tensor *tt, const int64_t *idx) {
   int64_t off = tt->t.layout.offset / (int64_t)ts_dtype_size(tt->t.layout.dtype);
-  for (int d = 0; d < tt->t.layout.ndim; d++) off += idx[d] * tt->t.layout.strides[d];
+  for (int d = 0; d < tt->t.layout.ndim; d++)
+    off += idx[d] * tt->t.layout.strides[d];
   return (char *)tt->t.data + off * (int64_t)ts_dtype_size(tt->t.layout.dtype);
 }
 
@@ -68,7 +70,8 @@ void tt_set(test_tensor *tt, const int64_t *idx, double v) {
 
 int64_t tt_numel(const test_tensor *tt) {
   int64_t n = 1;
-  for (int d = 0; d < tt->t.layout.ndim; d++) n *= tt->t.layout.shape[d];
+  for (int d = 0; d < tt->t.layout.ndim; d++)
+    n *= tt->t.layout.shape[d];
   return n;
 }
 
@@ -118,7 +121,8 @@ double tt_compare(const test_tensor *got, const test_tensor *want, int64_t *wher
     double excess = fabs(a - b) - (atol + rtol * fabs(b));
     if (!(excess <= 0) && !(excess < worst)) {
       worst = isnan(excess) ? INFINITY : excess;
-      if (where) *where = e;
+      if (where)
+        *where = e;
     }
   }
   return worst;
@@ -139,20 +143,24 @@ void rand_case_make(rand_case *c, rng *r, int max_ops, ts_dtype dt, double max_w
       do {
         lab[j] = letters[rng_int(r, 0, 51)];
         dup = false;
-        for (int k = 0; k < j; k++) dup |= lab[k] == lab[j];
+        for (int k = 0; k < j; k++)
+          dup |= lab[k] == lab[j];
       } while (dup);
       size[j] = rng_int(r, 0, 80) == 0 ? 0 : rng_int(r, 0, 7) == 0 ? 1 : rng_int(r, 2, 5);
     }
     int ell = rng_int(r, 0, 9) < 3 ? rng_int(r, 0, 2) : -1; /* -1: no "..." anywhere */
     int64_t ell_size[2] = {rng_int(r, 2, 3), rng_int(r, 1, 3)};
     double work = 1;
-    for (int j = 0; j < pool; j++) work *= size[j] ? (double)size[j] : 1;
-    for (int j = 0; j < (ell > 0 ? ell : 0); j++) work *= (double)ell_size[j];
+    for (int j = 0; j < pool; j++)
+      work *= size[j] ? (double)size[j] : 1;
+    for (int j = 0; j < (ell > 0 ? ell : 0); j++)
+      work *= (double)ell_size[j];
     work *= c->n + 1;
     bool used[7] = {false};
     int pos = 0;
     for (int i = 0; i < c->n; i++) {
-      if (i) c->eq[pos++] = ',';
+      if (i)
+        c->eq[pos++] = ',';
       int nl = rng_int(r, 0, 4);
       int which[8];
       for (int j = 0; j < nl; j++) {
@@ -162,11 +170,13 @@ void rand_case_make(rand_case *c, rng *r, int max_ops, ts_dtype dt, double max_w
         do {
           which[j] = rng_int(r, 0, pool - 1);
           again = false;
-          for (int k = 0; k < j; k++) again |= which[k] == which[j];
+          for (int k = 0; k < j; k++)
+            again |= which[k] == which[j];
         } while (again && rng_int(r, 0, 7) != 0 && ++tries < 8);
       }
       bool ones[7];
-      for (int j = 0; j < pool; j++) ones[j] = rng_int(r, 0, 9) == 0;
+      for (int j = 0; j < pool; j++)
+        ones[j] = rng_int(r, 0, 9) == 0;
       int e_i = ell >= 0 && rng_int(r, 0, 3) > 0 ? rng_int(r, 0, ell) : -1;
       int ell_at = e_i >= 0 ? rng_int(r, 0, nl) : -1;
       int d = 0;
@@ -194,7 +204,8 @@ void rand_case_make(rand_case *c, rng *r, int max_ops, ts_dtype dt, double max_w
       char out[7];
       int no = 0;
       for (int j = 0; j < pool; j++)
-        if (used[j] && rng_int(r, 0, 1)) out[no++] = lab[j];
+        if (used[j] && rng_int(r, 0, 1))
+          out[no++] = lab[j];
       for (int j = no - 1; j > 0; j--) {
         int k = rng_int(r, 0, j);
         char t = out[j];
@@ -207,10 +218,12 @@ void rand_case_make(rand_case *c, rng *r, int max_ops, ts_dtype dt, double max_w
           memcpy(c->eq + pos, "...", 3);
           pos += 3;
         }
-        if (j < no) c->eq[pos++] = out[j];
+        if (j < no)
+          c->eq[pos++] = out[j];
       }
     }
     c->eq[pos] = '\0';
-    if (work <= max_work) return;
+    if (work <= max_work)
+      return;
   }
 }

@@ -28,8 +28,13 @@ START_TEST(values) {
   static const struct {
     double v;
     const char *text;
-  } cases[] = {{0, "0"}, {12345678901234.0, "12345678901234"}, {0.5, "0.5"},
-               {INFINITY, "+Inf"}, {-INFINITY, "-Inf"}, {NAN, "NaN"}, {1e-05, "1.0000000000000001e-05"}};
+  } cases[] = {{0, "0"},
+               {12345678901234.0, "12345678901234"},
+               {0.5, "0.5"},
+               {INFINITY, "+Inf"},
+               {-INFINITY, "-Inf"},
+               {NAN, "NaN"},
+               {1e-05, "1.0000000000000001e-05"}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     tsd_text t = {0};
     tsd_text_sample(&t, "m", "a=\"b\"", NULL, cases[i].v);
@@ -56,8 +61,8 @@ START_TEST(grows) {
 END_TEST
 
 START_TEST(counters) {
-  tsd_count_latency(5, 10000);          /* the first bound, inclusive */
-  tsd_count_latency(5, 10001);          /* the second */
+  tsd_count_latency(5, 10000);         /* the first bound, inclusive */
+  tsd_count_latency(5, 10001);         /* the second */
   tsd_count_latency(5, 1000000000000); /* above 100 s */
   uint64_t b[TSD_LATENCY_BUCKETS + 1], sum;
   ck_assert_uint_eq(tsd_counted_latency(5, b, &sum), 3);

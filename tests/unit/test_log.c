@@ -47,7 +47,10 @@ START_TEST(controls_escaped) {
       {"\x1b[31mred\x1b[0m", "refused '\\x1b[31mred\\x1b[0m'"},
       {"cr\rtab\tdel\x7f", "refused 'cr\\x0dtab\\x09del\\x7f'"},
       {"c1\xc2\x85nel", "refused 'c1\\x85nel'"},
-      {"gr\xc3\xb6\xc3\x9f" "e nbsp\xc2\xa0", "refused 'gr\xc3\xb6\xc3\x9f" "e nbsp\xc2\xa0'"},
+      {"gr\xc3\xb6\xc3\x9f"
+       "e nbsp\xc2\xa0",
+       "refused 'gr\xc3\xb6\xc3\x9f"
+       "e nbsp\xc2\xa0'"},
   };
   tsd_log_threshold = TSD_LOG_INFO;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

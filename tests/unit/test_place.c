@@ -24,7 +24,9 @@ static void clean_is(const char *raw, size_t cap, const char *want) {
 
 START_TEST(host_names) {
   clean_is("node-7.cluster.example", 512, "node-7.cluster.example");
-  clean_is("a b\tc\x7f" "d", 512, "a?b?c?d");
+  clean_is("a b\tc\x7f"
+           "d",
+           512, "a?b?c?d");
   clean_is("h\xc3\xa9te", 512, "h??te"); /* UTF-8 beyond ASCII: one '?' a byte */
   clean_is("", 512, "unknown");
   clean_is(NULL, 512, "unknown");
@@ -150,8 +152,8 @@ START_TEST(numa_of_this_machine) {
     for (struct dirent *e; d && (e = readdir(d));) {
       char path[PATH_MAX], target[PATH_MAX];
       snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-      ssize_t n = strncmp(e->d_name, "node", 4) == 0 ? readlink(path, target, sizeof target - 1)
-                                                      : -1;
+      ssize_t n =
+          strncmp(e->d_name, "node", 4) == 0 ? readlink(path, target, sizeof target - 1) : -1;
       if (n > 0) {
         target[n] = '\0';
         const char *base = strrchr(target, '/');
@@ -161,8 +163,8 @@ START_TEST(numa_of_this_machine) {
     if (d)
       closedir(d);
     if (want >= 0)
-      ck_assert_msg(ts_numa_node_of_cpu("/sys", cpu) == want, "cpu %d: node %d, /sys says %d",
-                    cpu, ts_numa_node_of_cpu("/sys", cpu), want);
+      ck_assert_msg(ts_numa_node_of_cpu("/sys", cpu) == want, "cpu %d: node %d, /sys says %d", cpu,
+                    ts_numa_node_of_cpu("/sys", cpu), want);
   }
 }
 END_TEST

@@ -97,8 +97,8 @@ START_TEST(forced_strategies_that_do_not_apply) {
       {"mesh=[4] placements=[S(0)]", "mesh=[4] placements=[R]", TS_STRATEGY_REDUCE_SCATTER,
        "Partial to Shard"},
       /* several ops, one of them kept: p2p and alltoall would reduce it too */
-      {"mesh=[2,2] placements=[P(sum),P(max)]", "mesh=[2,2] placements=[P(sum),R]",
-       TS_STRATEGY_P2P, "several ops"},
+      {"mesh=[2,2] placements=[P(sum),P(max)]", "mesh=[2,2] placements=[P(sum),R]", TS_STRATEGY_P2P,
+       "several ops"},
       {"mesh=[2,2] placements=[P(avg),P(min)]", "mesh=[2,2] placements=[S(0),P(min)]",
        TS_STRATEGY_ALLTOALL, "several ops"},
   };
@@ -113,8 +113,8 @@ START_TEST(forced_strategies_that_do_not_apply) {
   }
   /* A strategy that applies can be forced. */
   int rc;
-  ts_plan *p = plan("mesh=[4] placements=[S(0)] splits={0:[10,0,30,24]}",
-                    "mesh=[4] placements=[R]", 2, shape, TS_STRATEGY_ROOT, &rc, NULL);
+  ts_plan *p = plan("mesh=[4] placements=[S(0)] splits={0:[10,0,30,24]}", "mesh=[4] placements=[R]",
+                    2, shape, TS_STRATEGY_ROOT, &rc, NULL);
   ck_assert_int_eq(rc, TS_OK);
   ck_assert_int_eq(ts_plan_strategy(p), TS_STRATEGY_ROOT);
   ts_plan_destroy(&p);
@@ -306,8 +306,8 @@ static void check_lists(const ts_plan *p, int world) {
       int peer = rp[r].send[j].peer;
       bool found = false;
       for (int k = 0; k < rp[peer].nrecv; k++)
-        found |= rp[peer].recv[k].peer == r && ts_box_equal(&rp[peer].recv[k].box,
-                                                            &rp[r].send[j].box);
+        found |=
+            rp[peer].recv[k].peer == r && ts_box_equal(&rp[peer].recv[k].box, &rp[r].send[j].box);
       ck_assert(found);
     }
   }
@@ -386,8 +386,8 @@ START_TEST(costs_of_known_cases) {
   ck_assert_int_eq(c.wire_bytes, 4 * 3 * 12288);
   ts_plan_destroy(&p);
 
-  p = plan("mesh=[4] placements=[P(sum)]", "mesh=[4] placements=[S(0)]", 2, shape,
-           TS_STRATEGY_AUTO, &rc, NULL);
+  p = plan("mesh=[4] placements=[P(sum)]", "mesh=[4] placements=[S(0)]", 2, shape, TS_STRATEGY_AUTO,
+           &rc, NULL);
   ck_assert(ts_plan_applies(p, TS_STRATEGY_REDUCE_SCATTER, &c, NULL));
   ck_assert_int_eq(c.wire_bytes, 3 * 12288);
   ck_assert_int_eq(ts_plan_min_wire_bytes(p), 3 * 12288);
@@ -507,10 +507,9 @@ START_TEST(casts_in_transit) {
     ck_assert_int_eq(ts_plan_create(2, shape, wire, a, b, NULL, &cast, NULL), TS_OK);
     int64_t full = ts_plan_get_costs(uncast)->wire_bytes;
     int64_t got = ts_plan_get_costs(cast)->wire_bytes;
-    ck_assert_msg(got * (int64_t)ts_dtype_size(cases[i].from) ==
-                      full * (int64_t)ts_dtype_size(wire),
-                  "case %zu: %lld wire bytes cast, %lld uncast", i, (long long)got,
-                  (long long)full);
+    ck_assert_msg(
+        got * (int64_t)ts_dtype_size(cases[i].from) == full * (int64_t)ts_dtype_size(wire),
+        "case %zu: %lld wire bytes cast, %lld uncast", i, (long long)got, (long long)full);
     if (i == 0)
       ck_assert_int_eq(got * 2, full); /* f32 -> bf16: half the bytes, the same strategy */
     ck_assert_int_eq(ts_plan_strategy(cast), ts_plan_strategy(uncast));
@@ -529,14 +528,14 @@ START_TEST(casts_in_transit) {
   ck_assert_int_eq(ts_cast_wire_dtype(TS_F32, TS_F32, p, p, &wire, &err), TS_OK);
   ck_assert_int_eq(wire, TS_F32);
   ck_assert_int_eq(ts_cast_wire_dtype(TS_F32, (ts_dtype)99, a, a, &wire, &err), TS_BAD_DTYPE);
-  ck_assert_msg(strstr(err.msg, "valid dtypes are") && strstr(err.msg, "c64, c128"), "%s",
-                err.msg);
+  ck_assert_msg(strstr(err.msg, "valid dtypes are") && strstr(err.msg, "c64, c128"), "%s", err.msg);
   /* a complex tensor casts to complex dtypes only; a complex partial target has no max */
   const ts_dtype reals[] = {TS_F32, TS_F64, TS_BF16, TS_I64, TS_BOOL};
   for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++) {
     ck_assert_int_eq(ts_cast_wire_dtype(TS_C64, reals[i], a, a, &wire, &err), TS_BAD_DTYPE);
-    ck_assert_msg(strstr(err.msg, "cast from c64 to") && strstr(err.msg, ts_dtype_name(reals[i]))
-                  && strstr(err.msg, "imaginary part"), "%s", err.msg);
+    ck_assert_msg(strstr(err.msg, "cast from c64 to") && strstr(err.msg, ts_dtype_name(reals[i])) &&
+                      strstr(err.msg, "imaginary part"),
+                  "%s", err.msg);
   }
   ts_attr *mx = attr("mesh=[4] placements=[P(max)]");
   ck_assert_int_eq(ts_cast_wire_dtype(TS_F32, TS_C64, a, mx, &wire, &err), TS_BAD_DTYPE);

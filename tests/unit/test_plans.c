@@ -26,8 +26,8 @@ static ts_plan *get(ts_plan_cache *c, const int64_t *shape, ts_dtype dt, const t
   return p;
 }
 
-static void same_explain(const ts_plan *cached, const int64_t *shape, ts_dtype dt,
-                         const ts_attr *s, const ts_attr *t, ts_strategy strategy) {
+static void same_explain(const ts_plan *cached, const int64_t *shape, ts_dtype dt, const ts_attr *s,
+                         const ts_attr *t, ts_strategy strategy) {
   ts_plan_opts o = {strategy, 1 << 20, 8};
   ts_plan *fresh = NULL;
   ts_error err;

@@ -184,8 +184,8 @@ static void run_idle_release(void) {
   ck_assert_uint_eq(s.cached, 0);
   ck_assert_uint_ge(s.released, n);
   size_t r2 = resident();
-  ck_assert_msg(r2 + n - 4 * MiB <= r_cached, "pages not released: %zu resident, %zu before",
-                r2, r_cached);
+  ck_assert_msg(r2 + n - 4 * MiB <= r_cached, "pages not released: %zu resident, %zu before", r2,
+                r_cached);
   /* trim(true) releases whatever the period. */
   configure(0, 1LL << 30, 3600 * 1000);
   void *b = ts_pool_alloc(4 * MiB, 0, NULL, NULL);
@@ -390,7 +390,7 @@ START_TEST(test_shared_buffers) {
   ck_assert(in_arena(&sh, a, 3 * MiB) && in_arena(&sh, b, 700 << 10));
   ck_assert_uint_eq((uintptr_t)a % TS_BUFFER_HUGE_BYTES, 0);
   ck_assert_uint_eq((uintptr_t)b % page, 0);
-  ck_assert(!in_arena(&sh, h, 1) && !in_arena(&sh, s, 1)); /* huge pages, the heap */
+  ck_assert(!in_arena(&sh, h, 1) && !in_arena(&sh, s, 1));     /* huge pages, the heap */
   ck_assert_uint_ge(file_bytes(sh.fd), 3 * MiB + (700 << 10)); /* pre-faulted in the file */
   fill(a, 3 * MiB, 5);
   fill(b, 700 << 10, 6);

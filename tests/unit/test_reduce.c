@@ -49,8 +49,14 @@ static void put(void *p, size_t i, ts_dtype dt, double v) {
   case TS_U16: ((uint16_t *)p)[i] = (uint16_t)v; break;
   case TS_U32: ((uint32_t *)p)[i] = (uint32_t)v; break;
   case TS_U64: ((uint64_t *)p)[i] = (uint64_t)v; break;
-  case TS_C64: ((float *)p)[2 * i] = (float)v; ((float *)p)[2 * i + 1] = 0; break;
-  case TS_C128: ((double *)p)[2 * i] = v; ((double *)p)[2 * i + 1] = 0; break;
+  case TS_C64:
+    ((float *)p)[2 * i] = (float)v;
+    ((float *)p)[2 * i + 1] = 0;
+    break;
+  case TS_C128:
+    ((double *)p)[2 * i] = v;
+    ((double *)p)[2 * i + 1] = 0;
+    break;
   default: break;
   }
 }
@@ -84,8 +90,8 @@ START_TEST(all_dtypes_all_ops) {
         put(want, i, (ts_dtype)dt, r);
       }
       ck_assert_int_eq(ts_reduce(a, b, n, (ts_dtype)dt, (ts_reduce_op)op, NULL), TS_OK);
-      ck_assert_msg(memcmp(a, want, n * es) == 0, "dtype %s op %s",
-                    ts_dtype_name((ts_dtype)dt), ts_reduce_name((ts_reduce_op)op));
+      ck_assert_msg(memcmp(a, want, n * es) == 0, "dtype %s op %s", ts_dtype_name((ts_dtype)dt),
+                    ts_reduce_name((ts_reduce_op)op));
       free(a);
       free(b);
       free(want);
@@ -149,10 +155,10 @@ START_TEST(identities) {
         continue;
       size_t es = ts_dtype_size((ts_dtype)dt);
       unsigned char id[16 * 5], v[16 * 5];
-      ck_assert_int_eq(ts_reduce_fill_identity(id, 5, (ts_dtype)dt, (ts_reduce_op)op, NULL),
-                       TS_OK);
+      ck_assert_int_eq(ts_reduce_fill_identity(id, 5, (ts_dtype)dt, (ts_reduce_op)op, NULL), TS_OK);
       for (size_t i = 0; i < 5; i++)
-        put(v, i, (ts_dtype)dt, dt == TS_BOOL ? (double)(i % 2) : (double)(i * 7 % 11) - (is_unsigned(dt) ? 0 : 3));
+        put(v, i, (ts_dtype)dt,
+            dt == TS_BOOL ? (double)(i % 2) : (double)(i * 7 % 11) - (is_unsigned(dt) ? 0 : 3));
       unsigned char keep[16 * 5];
       memcpy(keep, v, 5 * es);
       /* op(identity, v) == v */
@@ -180,8 +186,7 @@ START_TEST(names_and_errors) {
                    TS_INVALID_ARGUMENT);
   ck_assert_int_eq(ts_reduce(NULL, &b, 1, TS_F32, TS_REDUCE_SUM, &err), TS_INVALID_ARGUMENT);
   ck_assert_int_eq(ts_reduce(NULL, NULL, 0, TS_F32, TS_REDUCE_SUM, &err), TS_OK);
-  ck_assert_int_eq(ts_reduce_fill_identity(&a, 1, (ts_dtype)-1, TS_REDUCE_SUM, &err),
-                   TS_BAD_DTYPE);
+  ck_assert_int_eq(ts_reduce_fill_identity(&a, 1, (ts_dtype)-1, TS_REDUCE_SUM, &err), TS_BAD_DTYPE);
   ck_assert_int_eq(ts_reduce_fill_identity(NULL, 1, TS_F32, TS_REDUCE_SUM, &err),
                    TS_INVALID_ARGUMENT);
   ck_assert_int_eq(ts_reduce_fill_identity(&a, 1, TS_F32, (ts_reduce_op)TS_REDUCE_COUNT, &err),
@@ -192,7 +197,8 @@ START_TEST(names_and_errors) {
       uint8_t x[2] = {0x38, 0x38}, y[2] = {0x38, 0x38}, keep[2] = {0x38, 0x38};
       ck_assert_int_eq(ts_reduce(x, y, 2, f8[k], (ts_reduce_op)o, &err), TS_BAD_DTYPE);
       ck_assert_msg(strstr(err.msg, ts_dtype_name(f8[k])) && strstr(err.msg, "sum, max and min") &&
-                        strstr(err.msg, "bool"), "%s", err.msg);
+                        strstr(err.msg, "bool"),
+                    "%s", err.msg);
       ck_assert(memcmp(x, keep, 2) == 0); /* untouched */
       ck_assert_int_eq(ts_reduce_fill_identity(x, 2, f8[k], (ts_reduce_op)o, &err), TS_BAD_DTYPE);
       ck_assert_int_eq(ts_reduce_check(f8[k], (ts_reduce_op)o, &err), TS_BAD_DTYPE);
@@ -255,7 +261,8 @@ START_TEST(avg_divides_once) {
     unsigned char a[8] = {3}, b[8] = {4}, keep[8] = {3};
     ck_assert_int_eq(ts_reduce(a, b, 1, (ts_dtype)dt, TS_REDUCE_AVG, &err), TS_BAD_DTYPE);
     ck_assert_msg(strstr(err.msg, ts_dtype_name((ts_dtype)dt)) && strstr(err.msg, "f32") &&
-                      strstr(err.msg, "sum, prod, max or min"), "%s", err.msg);
+                      strstr(err.msg, "sum, prod, max or min"),
+                  "%s", err.msg);
     ck_assert(memcmp(a, keep, 8) == 0);
     ck_assert_int_eq(ts_reduce_finish(a, 1, (ts_dtype)dt, TS_REDUCE_AVG, 2, &err), TS_BAD_DTYPE);
     ck_assert_int_eq(ts_reduce_fill_identity(a, 1, (ts_dtype)dt, TS_REDUCE_AVG, &err),
@@ -270,7 +277,7 @@ START_TEST(prod_wraps_and_bool_is_and) {
   int8_t a8[2] = {100, -128}, b8[2] = {3, -1};
   ck_assert_int_eq(ts_reduce(a8, b8, 2, TS_I8, TS_REDUCE_PROD, NULL), TS_OK);
   ck_assert_int_eq(a8[0], (int8_t)(uint8_t)300);
-  ck_assert_int_eq(a8[1], -128); /* -128 * -1 = 128 wraps to -128 */
+  ck_assert_int_eq(a8[1], -128);           /* -128 * -1 = 128 wraps to -128 */
   uint16_t u[1] = {65535}, v[1] = {65535}; /* 65535^2 must not overflow int on the way */
   ck_assert_int_eq(ts_reduce(u, v, 1, TS_U16, TS_REDUCE_PROD, NULL), TS_OK);
   ck_assert_uint_eq(u[0], (uint16_t)(65535u * 65535u));
@@ -406,8 +413,8 @@ START_TEST(complex_special_values) {
       cget(d, dt, i, &g[0], &g[1]);
       for (int p = 0; p < 2; p++) {
         if (want[i][p] == 2)
-          ck_assert_msg(isnan(g[p]), "%s element %zu part %d: %Lg, want nan", ts_dtype_name(dt),
-                        i, p, g[p]);
+          ck_assert_msg(isnan(g[p]), "%s element %zu part %d: %Lg, want nan", ts_dtype_name(dt), i,
+                        p, g[p]);
         else
           ck_assert_msg(g[p] == want[i][p] && !signbit(g[p]) == !signbit(want[i][p]),
                         "%s element %zu part %d: %Lg, want %g", ts_dtype_name(dt), i, p, g[p],
@@ -427,8 +434,7 @@ START_TEST(complex_special_values) {
     long double r[6];
     for (size_t i = 0; i < 3; i++)
       cget(sum, dt, i, &r[2 * i], &r[2 * i + 1]);
-    ck_assert(r[0] == inf && r[1] == 2 && isnan(r[2]) && r[3] == 2 && isnan(r[4]) &&
-              r[5] == -inf);
+    ck_assert(r[0] == inf && r[1] == 2 && isnan(r[2]) && r[3] == 2 && isnan(r[4]) && r[5] == -inf);
     /* the identity of prod is 1 + 0i */
     ck_assert_int_eq(ts_reduce_fill_identity(d, 2, dt, TS_REDUCE_PROD, NULL), TS_OK);
     long double u, v;
@@ -449,7 +455,8 @@ START_TEST(complex_max_min_refused) {
       ck_assert_int_eq(ts_reduce(x, y, 1, cdt[t], ops[o], &err), TS_BAD_DTYPE);
       ck_assert_msg(strstr(err.msg, ts_dtype_name(cdt[t])) && strstr(err.msg, "no order") &&
                         strstr(err.msg, "sum, avg and prod") &&
-                        strstr(err.msg, ts_reduce_name(ops[o])), "%s", err.msg);
+                        strstr(err.msg, ts_reduce_name(ops[o])),
+                    "%s", err.msg);
       ck_assert(x[0] == 1 && x[1] == 2);
       ck_assert_int_eq(ts_reduce_check(cdt[t], ops[o], &err), TS_BAD_DTYPE);
       ck_assert_int_eq(ts_reduce_fill_identity(x, 1, cdt[t], ops[o], &err), TS_BAD_DTYPE);

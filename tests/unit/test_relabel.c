@@ -126,7 +126,8 @@ START_TEST(random_against_brute_force) {
     random_attr(dt, sizeof dt, n_dst, ndim, false);
     ts_attr *src = attr(st), *dst = attr(dt);
     ts_error err;
-    if (ts_attr_validate(src, ndim, shape, 6, &err) || ts_attr_validate(dst, ndim, shape, 6, &err)) {
+    if (ts_attr_validate(src, ndim, shape, 6, &err) ||
+        ts_attr_validate(dst, ndim, shape, 6, &err)) {
       ts_attr_destroy(&src);
       ts_attr_destroy(&dst);
       continue; /* a shard dim sharded twice, say */

@@ -1,8 +1,8 @@
 /* test_rules.c - what the protocol allows in strings (proto/rules.c): UTF-8 well-formedness
  * against the byte sequences of the Unicode standard's table of well-formed UTF-8 (3-7), tensor
- * names and the text rule paths and keys share with them, the walk of an encoded Request's string fields (a NUL byte patched into the encoding,
- * nested messages, unknown fields, truncated input), and token files (mode, length, contents).
- * No daemon. */
+ * names and the text rule paths and keys share with them, the walk of an encoded Request's string
+ * fields (a NUL byte patched into the encoding, nested messages, unknown fields, truncated input),
+ * and token files (mode, length, contents). No daemon. */
 #include <check.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -20,26 +20,26 @@ START_TEST(utf8_table_3_7) {
     size_t valid; /* the well-formed prefix, by the standard's table */
   } cases[] = {
       {"plain ascii", 11},
-      {"\xc2\x80", 2},                 /* U+0080, the first 2-byte form */
-      {"\xdf\xbf", 2},                 /* U+07FF */
-      {"\xe0\xa0\x80", 3},             /* U+0800: E0 needs A0..BF next */
-      {"\xed\x9f\xbf", 3},             /* U+D7FF: ED needs 80..9F next */
-      {"\xee\x80\x80", 3},             /* U+E000 */
-      {"\xf0\x90\x80\x80", 4},         /* U+10000: F0 needs 90..BF next */
-      {"\xf4\x8f\xbf\xbf", 4},         /* U+10FFFF: F4 needs 80..8F next */
-      {"\xc0\xaf", 0},                 /* overlong '/' */
-      {"\xc1\xbf", 0},                 /* overlong */
-      {"\xe0\x80\xaf", 0},             /* overlong */
-      {"\xed\xa0\x80", 0},             /* U+D800, a surrogate */
-      {"\xed\xbf\xbf", 0},             /* U+DFFF */
-      {"\xf0\x80\x80\xaf", 0},         /* overlong */
-      {"\xf4\x90\x80\x80", 0},         /* above U+10FFFF */
-      {"\xf5\x80\x80\x80", 0},         /* F5 never appears */
-      {"\xff", 0},                     /* FF never appears */
-      {"\x80", 0},                     /* a lone continuation byte */
-      {"ab\xe2\x82", 2},               /* truncated 3-byte form at the end */
-      {"a\xc3(", 1},                   /* a 2-byte form without its continuation */
-      {"ok \xe2\x82\xac \xff", 7},     /* the euro sign, a blank, then FF */
+      {"\xc2\x80", 2},             /* U+0080, the first 2-byte form */
+      {"\xdf\xbf", 2},             /* U+07FF */
+      {"\xe0\xa0\x80", 3},         /* U+0800: E0 needs A0..BF next */
+      {"\xed\x9f\xbf", 3},         /* U+D7FF: ED needs 80..9F next */
+      {"\xee\x80\x80", 3},         /* U+E000 */
+      {"\xf0\x90\x80\x80", 4},     /* U+10000: F0 needs 90..BF next */
+      {"\xf4\x8f\xbf\xbf", 4},     /* U+10FFFF: F4 needs 80..8F next */
+      {"\xc0\xaf", 0},             /* overlong '/' */
+      {"\xc1\xbf", 0},             /* overlong */
+      {"\xe0\x80\xaf", 0},         /* overlong */
+      {"\xed\xa0\x80", 0},         /* U+D800, a surrogate */
+      {"\xed\xbf\xbf", 0},         /* U+DFFF */
+      {"\xf0\x80\x80\xaf", 0},     /* overlong */
+      {"\xf4\x90\x80\x80", 0},     /* above U+10FFFF */
+      {"\xf5\x80\x80\x80", 0},     /* F5 never appears */
+      {"\xff", 0},                 /* FF never appears */
+      {"\x80", 0},                 /* a lone continuation byte */
+      {"ab\xe2\x82", 2},           /* truncated 3-byte form at the end */
+      {"a\xc3(", 1},               /* a 2-byte form without its continuation */
+      {"ok \xe2\x82\xac \xff", 7}, /* the euro sign, a blank, then FF */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     ck_assert_msg(ts_utf8_valid_prefix(cases[i].s, strlen(cases[i].s)) == cases[i].valid,
@@ -52,11 +52,16 @@ START_TEST(names) {
   char longest[TS_RULES_NAME_MAX + 2];
   memset(longest, 'n', sizeof longest);
   longest[TS_RULES_NAME_MAX] = '\0';
-  static const char *good[] = {"w", "gr\xc3\xb6\xc3\x9f" "e", "layer.0/weight", "a b",
-                               "nbsp\xc2\xa0ok", "__tshar", "\xe5\x90\x8d\xe5\x89\x8d"};
+  static const char *good[] = {"w",
+                               "gr\xc3\xb6\xc3\x9f"
+                               "e",
+                               "layer.0/weight",
+                               "a b",
+                               "nbsp\xc2\xa0ok",
+                               "__tshar",
+                               "\xe5\x90\x8d\xe5\x89\x8d"};
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
-    ck_assert_msg(ts_name_check("name", good[i], strlen(good[i]), NULL) == TS_OK, "'%s'",
-                  good[i]);
+    ck_assert_msg(ts_name_check("name", good[i], strlen(good[i]), NULL) == TS_OK, "'%s'", good[i]);
   ck_assert_int_eq(ts_name_check("name", longest, TS_RULES_NAME_MAX, NULL), TS_OK);
   static const struct {
     const char *s;
@@ -77,8 +82,8 @@ START_TEST(names) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     ck_assert_msg(ts_name_check("tensor name", bad[i].s, bad[i].n, &err) == TS_INVALID_ARGUMENT,
                   "case %zu accepted", i);
-    ck_assert_msg(strstr(err.msg, bad[i].says) && strstr(err.msg, "tensor name"), "case %zu: %s",
-                  i, err.msg);
+    ck_assert_msg(strstr(err.msg, bad[i].says) && strstr(err.msg, "tensor name"), "case %zu: %s", i,
+                  err.msg);
   }
   longest[TS_RULES_NAME_MAX] = 'n';
   longest[TS_RULES_NAME_MAX + 1] = '\0';
@@ -140,9 +145,9 @@ START_TEST(text) {
   };
   ts_error err;
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    ck_assert_int_eq(ts_text_check("checkpoint directory", bad[i].s, strlen(bad[i].s), "paths",
-                                   &err),
-                     TS_INVALID_ARGUMENT);
+    ck_assert_int_eq(
+        ts_text_check("checkpoint directory", bad[i].s, strlen(bad[i].s), "paths", &err),
+        TS_INVALID_ARGUMENT);
     ck_assert_msg(strstr(err.msg, bad[i].says) && strstr(err.msg, "checkpoint directory"),
                   "case %zu: %s", i, err.msg);
   }
@@ -198,7 +203,9 @@ START_TEST(wire_strings) {
   ck_assert_str_eq(d->create->name, "keep");
   tshard__request__free_unpacked(d, NULL);
   free(b);
-  b = packed(&req, &len, "placements", "placem\xff\xfe" "ts");
+  b = packed(&req, &len, "placements",
+             "placem\xff\xfe"
+             "ts");
   ck_assert_int_eq(ts_wire_strings_check(&tshard__request__descriptor, b, len, &err),
                    TS_INVALID_ARGUMENT);
   ck_assert_msg(strstr(err.msg, "'text' of DistAttr") && strstr(err.msg, "byte 15 (0xff)"), "%s",

@@ -94,10 +94,10 @@ START_TEST(new_dtypes) {
     ts_dtype dt;
     int64_t begin, bytes;
     const char *unsupported;
-  } want[] = {{"m", TS_BOOL, 0, 3, NULL},       {"s", TS_I16, 4, 4, NULL},
-              {"w", TS_U16, 8, 4, NULL},        {"x", TS_U32, 12, 8, NULL},
-              {"y", TS_U64, 24, 8, NULL},       {"e4", TS_F8_E4M3, 32, 4, NULL},
-              {"e5", TS_F8_E5M2, 36, 3, NULL},  {"c", TS_DTYPE_COUNT, 40, 16, "C64"},
+  } want[] = {{"m", TS_BOOL, 0, 3, NULL},        {"s", TS_I16, 4, 4, NULL},
+              {"w", TS_U16, 8, 4, NULL},         {"x", TS_U32, 12, 8, NULL},
+              {"y", TS_U64, 24, 8, NULL},        {"e4", TS_F8_E4M3, 32, 4, NULL},
+              {"e5", TS_F8_E5M2, 36, 3, NULL},   {"c", TS_DTYPE_COUNT, 40, 16, "C64"},
               {"q", TS_DTYPE_COUNT, 56, 2, "F4"}};
   int64_t start = 8 + (int64_t)strlen(h);
   for (size_t k = 0; k < sizeof want / sizeof *want; k++) {
@@ -143,7 +143,7 @@ START_TEST(every_dtype) {
     ts_dtype dt;
     int ndim;
     int64_t begin, bytes;
-  } want[] = {{"f", TS_F32, 2, 0, 24}, {"d", TS_F64, 1, 24, 8}, {"h", TS_F16, 1, 32, 4},
+  } want[] = {{"f", TS_F32, 2, 0, 24},  {"d", TS_F64, 1, 24, 8}, {"h", TS_F16, 1, 32, 4},
               {"b", TS_BF16, 1, 36, 4}, {"c", TS_I8, 0, 40, 1},  {"i", TS_I32, 2, 41, 0},
               {"l", TS_I64, 2, 48, 8},  {"u", TS_U8, 1, 41, 3}};
   int64_t start = 8 + (int64_t)strlen(h);
@@ -166,16 +166,18 @@ END_TEST
 
 START_TEST(index_of_two_files) {
   make_dir();
-  write_st("a.safetensors", "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-                            "\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+  write_st("a.safetensors",
+           "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+           "\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
            -1, 12);
-  write_st("b.safetensors", "{\"z\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,16]}}",
-           -1, 16);
+  write_st("b.safetensors", "{\"z\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,16]}}", -1,
+           16);
   char idx[512];
   snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
   FILE *f = fopen(idx, "w");
   fputs("{\"metadata\":{\"total_size\":24},\"weight_map\":{\"z\":\"b.safetensors\","
-        "\"x\":\"a.safetensors\"}}", f);
+        "\"x\":\"a.safetensors\"}}",
+        f);
   fclose(f);
   st_model *m = NULL;
   ts_error err;
@@ -242,13 +244,14 @@ START_TEST(bad_files) {
           TS_CORRUPT, "non-negative", "'a'");
   refused(write_st("over.safetensors",
                    "{\"a\":{\"dtype\":\"F64\",\"shape\":[4294967296,4294967296],"
-                   "\"data_offsets\":[0,8]}}", -1, 8),
+                   "\"data_offsets\":[0,8]}}",
+                   -1, 8),
           TS_CORRUPT, "more bytes than a file can", "'a'");
   refused(write_st("name.safetensors",
                    "{\"a\\tb\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", -1, 8),
           TS_CORRUPT, "a\\tb", "not valid text");
-  refused(write_st("meta.safetensors", "{\"__metadata__\":[1]}", -1, 0), TS_CORRUPT,
-          "__metadata__", "meta.safetensors");
+  refused(write_st("meta.safetensors", "{\"__metadata__\":[1]}", -1, 0), TS_CORRUPT, "__metadata__",
+          "meta.safetensors");
   char fifo[512];
   snprintf(fifo, sizeof fifo, "%s/fifo.safetensors", dir);
   ck_assert_int_eq(mkfifo(fifo, 0600), 0);
@@ -326,7 +329,8 @@ START_TEST(many_entries) {
   ts__st_close(&m);
   double two = now_s() - t0;
   /* many entries, the last overlapping the first */
-  h = entries_json("{", "x.", 0, n, 0, ",\"last\":{\"dtype\":\"U8\",\"shape\":[2],"
+  h = entries_json("{", "x.", 0, n, 0,
+                   ",\"last\":{\"dtype\":\"U8\",\"shape\":[2],"
                    "\"data_offsets\":[0,2]}}");
   path = write_st("overlap-many.safetensors", h, -1, (size_t)n);
   free(h);
@@ -348,7 +352,8 @@ START_TEST(metadata_text_to_text) {
   const char *e = "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
   const struct {
     const char *meta, *kept; /* kept NULL: nothing kept */
-  } ok[] = {{"null", NULL}, {"{}", NULL}, {"{\"b\":\"2\",\"a\":\"1\"}", "{\"a\":\"1\",\"b\":\"2\"}"}};
+  } ok[] = {
+      {"null", NULL}, {"{}", NULL}, {"{\"b\":\"2\",\"a\":\"1\"}", "{\"a\":\"1\",\"b\":\"2\"}"}};
   char h[512];
   for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
     snprintf(h, sizeof h, "{\"__metadata__\":%s,%s", ok[i].meta, e);
@@ -367,10 +372,14 @@ START_TEST(metadata_text_to_text) {
             "bad.safetensors");
   }
   /* each file of an index keeps its own */
-  write_st("a.safetensors", "{\"__metadata__\":{\"part\":\"1\"},"
-                            "\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", -1, 4);
-  write_st("b.safetensors", "{\"__metadata__\":{\"part\":\"2\"},"
-                            "\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", -1, 4);
+  write_st("a.safetensors",
+           "{\"__metadata__\":{\"part\":\"1\"},"
+           "\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+           -1, 4);
+  write_st("b.safetensors",
+           "{\"__metadata__\":{\"part\":\"2\"},"
+           "\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+           -1, 4);
   char idx[512];
   snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
   FILE *f = fopen(idx, "w");
@@ -390,7 +399,8 @@ static const char *costly(const char *name, size_t n, size_t arrays) {
   size_t cap = n + 3 * arrays + 64;
   char *h = malloc(cap);
   ck_assert_ptr_nonnull(h);
-  size_t len = (size_t)snprintf(h, cap, arrays ? "{\"a\":{\"shape\":[" : "{\"__metadata__\":{\"s\":\"");
+  size_t len =
+      (size_t)snprintf(h, cap, arrays ? "{\"a\":{\"shape\":[" : "{\"__metadata__\":{\"s\":\"");
   for (size_t i = 0; i < n; i++)
     h[len++] = 'x';
   for (size_t i = 0; i < arrays; i++)

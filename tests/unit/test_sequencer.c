@@ -105,14 +105,10 @@ static int t_send(void *ctx, int dst, int tag, const uint8_t *buf, size_t len, t
 
 static const char *req_name(const Tshard__Request *r) {
   switch (r->op_case) {
-  case TSHARD__REQUEST__OP_CREATE:
-    return r->create->name;
-  case TSHARD__REQUEST__OP_PUT:
-    return r->put->name;
-  case TSHARD__REQUEST__OP_DROP:
-    return r->drop->name;
-  default:
-    return "";
+  case TSHARD__REQUEST__OP_CREATE: return r->create->name;
+  case TSHARD__REQUEST__OP_PUT: return r->put->name;
+  case TSHARD__REQUEST__OP_DROP: return r->drop->name;
+  default: return "";
   }
 }
 
@@ -270,8 +266,8 @@ static Tshard__Request *make_req(int op_case, uint64_t id, const char *name, con
 
 static void submit(world *w, int rank, uint64_t conn, uint64_t id, const char *name,
                    const char *key) {
-  tsd_seq_submit(w->r[rank].seq, conn, make_req(TSHARD__REQUEST__OP_CREATE, id, name, key), NULL,
-                 0, 0);
+  tsd_seq_submit(w->r[rank].seq, conn, make_req(TSHARD__REQUEST__OP_CREATE, id, name, key), NULL, 0,
+                 0);
 }
 
 static const answer *answer_of(const rank_ctx *rc, uint64_t conn, uint64_t id) {
@@ -390,10 +386,10 @@ START_TEST(key_reused_for_another_request) {
   submit(&w, 1, 1, 2, "b", "K3");
   settle(&w);
   assert_key_refused(answer_of(&w.r[1], 1, 2), "K3");
-  ck_assert_msg(strstr(answer_of(&w.r[1], 1, 2)->msg,
-                       "idempotency key 'K3' was used for create 'a'") &&
-                    strstr(answer_of(&w.r[1], 1, 2)->msg, "this request is create 'b'"),
-                "message: %s", answer_of(&w.r[1], 1, 2)->msg);
+  ck_assert_msg(
+      strstr(answer_of(&w.r[1], 1, 2)->msg, "idempotency key 'K3' was used for create 'a'") &&
+          strstr(answer_of(&w.r[1], 1, 2)->msg, "this request is create 'b'"),
+      "message: %s", answer_of(&w.r[1], 1, 2)->msg);
   /* While the first waits on the same rank. */
   submit(&w, 1, 2, 3, "c", "K4");
   submit(&w, 1, 3, 4, "d", "K4");
@@ -543,10 +539,10 @@ START_TEST(key_ends_when_its_names_change) {
       submit(&w, r, 10 + (uint64_t)r, 100 + (uint64_t)run, "weight", "create-weight");
     settle(&w);
     for (int r = 0; r < 3; r++)
-      tsd_seq_submit(w.r[r].seq, 10 + (uint64_t)r,
-                     make_req(TSHARD__REQUEST__OP_DROP, 200 + (uint64_t)run, "weight",
-                              "drop-weight"),
-                     NULL, 0, 0);
+      tsd_seq_submit(
+          w.r[r].seq, 10 + (uint64_t)r,
+          make_req(TSHARD__REQUEST__OP_DROP, 200 + (uint64_t)run, "weight", "drop-weight"), NULL, 0,
+          0);
     settle(&w);
     for (int r = 0; r < 3; r++) {
       ck_assert_int_eq(answer_of(&w.r[r], 10 + (uint64_t)r, 100 + (uint64_t)run)->status, TS_OK);
@@ -638,8 +634,8 @@ END_TEST
 static void submit_coll(world *w, int rank, uint64_t conn, uint64_t id, const char *name,
                         const char *key, const int32_t *parts, size_t n, uint32_t timeout) {
   tsd_seq_submit(w->r[rank].seq, conn,
-                 make_req_p(TSHARD__REQUEST__OP_CREATE, id, name, key, parts, n, timeout), NULL,
-                 0, 0);
+                 make_req_p(TSHARD__REQUEST__OP_CREATE, id, name, key, parts, n, timeout), NULL, 0,
+                 0);
 }
 
 START_TEST(collective_waits_for_every_participant) {
@@ -720,8 +716,8 @@ START_TEST(collective_mismatch_fails_for_all) {
   check_same_order(&w, 0);
   const answer *a0 = answer_of(&w.r[0], 1, 1);
   ck_assert_int_eq(a0->status, TS_KEY_CONFLICT);
-  ck_assert_msg(strstr(a0->msg, "rank 0 submitted create 'x' and rank 1 create 'y'"),
-                "message: %s", a0->msg);
+  ck_assert_msg(strstr(a0->msg, "rank 0 submitted create 'x' and rank 1 create 'y'"), "message: %s",
+                a0->msg);
   for (int r = 1; r < 3; r++) {
     ck_assert_int_eq(answer_of(&w.r[r], 1, 1)->status, TS_KEY_CONFLICT);
     ck_assert_str_eq(answer_of(&w.r[r], 1, 1)->msg, a0->msg);
@@ -781,8 +777,10 @@ START_TEST(collective_withdrawn_when_every_client_is_gone) {
   tsd_seq_forget_conn(w.r[1].seq, 2);
   settle(&w);
   ck_assert_int_eq(w.r[1].nanswers, 2);
-  ck_assert_int_eq(gone_answers(&w.r[1], TS_INCOMPLETE, "every client of rank 1 that submitted "
-                                                        "it disconnected"), 2);
+  ck_assert_int_eq(gone_answers(&w.r[1], TS_INCOMPLETE,
+                                "every client of rank 1 that submitted "
+                                "it disconnected"),
+                   2);
   submit_coll(&w, 0, 1, 1, "w", "KW", all, 3, 0); /* rank 1 no longer counts as arrived */
   settle(&w);
   check_same_order(&w, 0);
@@ -876,7 +874,9 @@ END_TEST
  * ran, the connection may submit another. */
 START_TEST(pending_collectives_per_connection_are_bounded) {
   world w;
-  tsd_seq_config cfg = {.key_ttl_ms = TTL_MS, .key_max = KEY_MAX, .collective_timeout_ms = COLL_MS,
+  tsd_seq_config cfg = {.key_ttl_ms = TTL_MS,
+                        .key_max = KEY_MAX,
+                        .collective_timeout_ms = COLL_MS,
                         .collective_pending_max = 3};
   world_init_cfg(&w, 2, &cfg);
   const int32_t both[2] = {0, 1};
@@ -912,7 +912,9 @@ END_TEST
 /* Rank 0 waits at most --collective-timeout-max, whatever a request says. */
 START_TEST(collective_timeout_is_bounded_at_rank_0) {
   world w;
-  tsd_seq_config cfg = {.key_ttl_ms = TTL_MS, .key_max = KEY_MAX, .collective_timeout_ms = COLL_MS,
+  tsd_seq_config cfg = {.key_ttl_ms = TTL_MS,
+                        .key_max = KEY_MAX,
+                        .collective_timeout_ms = COLL_MS,
                         .collective_timeout_max_ms = 1000};
   world_init_cfg(&w, 2, &cfg);
   const int32_t both[2] = {0, 1};
@@ -935,8 +937,8 @@ static void shutdown_test(int size) {
   world_init(&w, size);
   int last = size - 1;
   submit(&w, last, 1, 1, "x", NULL);
-  tsd_seq_submit(w.r[last].seq, 1, make_req(TSHARD__REQUEST__OP_SHUTDOWN, 2, "", "__sd"), NULL,
-                 0, 0);
+  tsd_seq_submit(w.r[last].seq, 1, make_req(TSHARD__REQUEST__OP_SHUTDOWN, 2, "", "__sd"), NULL, 0,
+                 0);
   settle(&w);
   check_same_order(&w, 2);
   for (int r = 0; r < size; r++) {

@@ -68,7 +68,8 @@ START_TEST(specs) {
   ck_assert_str_eq(buf, "map=0,1,0,1,2");
   ts_topology_destroy(&t);
 
-  const char *hf = "# two nodes\nnode1 slots=3 max_slots=4\n\n  node2   # one slot\nnode3 slots=2\n";
+  const char *hf =
+      "# two nodes\nnode1 slots=3 max_slots=4\n\n  node2   # one slot\nnode3 slots=2\n";
   ck_assert_int_eq(ts_topology_from_hostfile(hf, strlen(hf), &t, &err), TS_OK);
   ts_topology_format(t, buf, sizeof buf);
   ck_assert_str_eq(buf, "hosts=3,1,2");
@@ -77,9 +78,11 @@ START_TEST(specs) {
   static const struct {
     const char *spec, *says;
   } bad[] = {
-      {"hosts=2x", "ranks per host"}, {"hosts=0x4", "0 ranks"},     {"nodes=2x2", "valid:"},
-      {"map=0,,1", "not a number"},   {"hosts=2,0", "host 1 has 0"}, {"hosts=2x4,5", "ranks per host"},
-      {"map=0,-1", "not a number"}, {"hosts=4,", "ends in"},     {"hosts=2048x1024", "at most"},
+      {"hosts=2x", "ranks per host"}, {"hosts=0x4", "0 ranks"},
+      {"nodes=2x2", "valid:"},        {"map=0,,1", "not a number"},
+      {"hosts=2,0", "host 1 has 0"},  {"hosts=2x4,5", "ranks per host"},
+      {"map=0,-1", "not a number"},   {"hosts=4,", "ends in"},
+      {"hosts=2048x1024", "at most"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     t = NULL;
@@ -300,8 +303,8 @@ START_TEST(random_against_elements) {
     if (rc == TS_OK) {
       int64_t bound = ts_plan_host_bound(p);
       if (bound >= 0) {
-        ck_assert_msg(bound == ref_bound(&c), "case %d (%s): bound %lld, elements say %lld",
-                      iter, spec, (long long)bound, (long long)ref_bound(&c));
+        ck_assert_msg(bound == ref_bound(&c), "case %d (%s): bound %lld, elements say %lld", iter,
+                      spec, (long long)bound, (long long)ref_bound(&c));
         checked_bound++;
         for (int s = 1; s < TS_STRATEGY_COUNT; s++) {
           ts_plan_costs k;
@@ -462,13 +465,12 @@ START_TEST(link_rates) {
   static const struct {
     const char *text;
     double bytes_per_s;
-  } good[] = {{"500mbit", 62.5e6}, {"10gbit", 1.25e9}, {"12GB/s", 12e9},
-              {"900MiB/s", 900.0 * 1048576}, {"2.5kB/s", 2500}, {"8bit", 1}};
+  } good[] = {{"500mbit", 62.5e6},           {"10gbit", 1.25e9}, {"12GB/s", 12e9},
+              {"900MiB/s", 900.0 * 1048576}, {"2.5kB/s", 2500},  {"8bit", 1}};
   ts_error err;
   for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
     double v = 0;
-    ck_assert_msg(ts_rate_parse(good[i].text, &v, &err) == TS_OK, "%s: %s", good[i].text,
-                  err.msg);
+    ck_assert_msg(ts_rate_parse(good[i].text, &v, &err) == TS_OK, "%s: %s", good[i].text, err.msg);
     ck_assert_msg(v == good[i].bytes_per_s, "%s gave %g", good[i].text, v);
   }
   static const char *bad[] = {"", "5", "5mb", "-1gbit", "0MB/s", "1e999GB/s", "gbit", "1 GB/s"};
@@ -480,8 +482,8 @@ START_TEST(link_rates) {
   ts_topology *t = topo("hosts=2x2");
   ck_assert(!ts_topology_rate_given(t, TS_LINK_CROSS));
   ck_assert(ts_topology_rate(t, TS_LINK_CROSS) == TS_LINK_CROSS_DEFAULT_BPS);
-  static const char *bad_specs[] = {"cros=1GB/s", "cross=", "host=1GB/s,", ",cross=1GB/s",
-                                    "cross", "cross=1GB/s,,host=1GB/s"};
+  static const char *bad_specs[] = {"cros=1GB/s",   "cross=", "host=1GB/s,",
+                                    ",cross=1GB/s", "cross",  "cross=1GB/s,,host=1GB/s"};
   for (size_t i = 0; i < sizeof bad_specs / sizeof *bad_specs; i++)
     ck_assert_msg(ts_topology_parse_rates(t, bad_specs[i], &err) == TS_INVALID_ARGUMENT,
                   "'%s' taken", bad_specs[i]);

@@ -16,13 +16,17 @@
 #define US 1000LL
 #define MS 1000000LL
 
-static const ts_wait_policy test_policy = {
-    .spin_ns = 100 * US, .hot_ns = 0, .nap_min_ns = 50 * US, .nap_max_ns = 1 * MS,
-    .yield_ns = 80 * US};
+static const ts_wait_policy test_policy = {.spin_ns = 100 * US,
+                                           .hot_ns = 0,
+                                           .nap_min_ns = 50 * US,
+                                           .nap_max_ns = 1 * MS,
+                                           .yield_ns = 80 * US};
 /* The same shape with wide margins, for what is checked against the clock as it moves. */
-static const ts_wait_policy slow_policy = {
-    .spin_ns = 400 * MS, .hot_ns = 0, .nap_min_ns = 50 * US, .nap_max_ns = 1 * MS,
-    .yield_ns = 200 * MS};
+static const ts_wait_policy slow_policy = {.spin_ns = 400 * MS,
+                                           .hot_ns = 0,
+                                           .nap_min_ns = 50 * US,
+                                           .nap_max_ns = 1 * MS,
+                                           .yield_ns = 200 * MS};
 
 /* A waiter whose start (or last progress) was ago_ns before now. */
 static ts_waiter aged(const ts_wait_policy *p, int64_t ago_ns, int64_t deadline_ns) {
@@ -56,8 +60,8 @@ END_TEST
 
 START_TEST(hot_naps_stay_at_the_minimum) {
   /* The engine's shape (no spin, naps at the minimum while hot), with a wide hot window. */
-  static const ts_wait_policy hot = {.hot_ns = 400 * MS, .nap_min_ns = 10 * US,
-                                     .nap_max_ns = 8 * MS};
+  static const ts_wait_policy hot = {
+      .hot_ns = 400 * MS, .nap_min_ns = 10 * US, .nap_max_ns = 8 * MS};
   ts_waiter w = aged(&hot, 1 * MS, TS_WAIT_FOREVER);
   for (int i = 0; i < 5; i++)
     ck_assert_int_eq(ts_waiter_next(&w), 10 * US);

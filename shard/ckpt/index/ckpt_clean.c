@@ -58,8 +58,10 @@ static int remove_tmp(int pfd, const char *name, const char *path, ts_error *err
     if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
       continue;
     if (unlinkat(fd, de->d_name, 0) != 0) {
-      ts_error_set(err, TS_CHECKPOINT_IO, "cannot remove '%s/%s': %s (a save's temporary "
-                   "directory holds files only)", path, de->d_name, strerror(errno));
+      ts_error_set(err, TS_CHECKPOINT_IO,
+                   "cannot remove '%s/%s': %s (a save's temporary "
+                   "directory holds files only)",
+                   path, de->d_name, strerror(errno));
       rc = -1;
     }
   }
@@ -94,8 +96,10 @@ int ts_ckpt_clean_tmp(const char *dir, ts_ckpt_cleaned *out, ts_error *err) {
     return rc;
   DIR *d = opendir(parent);
   if (!d)
-    return ts_error_set(err, errno == ENOENT ? TS_NOT_FOUND : TS_CHECKPOINT_IO, "cannot list "
-                        "'%s' (the directory holding '%s'): %s", parent, base, strerror(errno));
+    return ts_error_set(err, errno == ENOENT ? TS_NOT_FOUND : TS_CHECKPOINT_IO,
+                        "cannot list "
+                        "'%s' (the directory holding '%s'): %s",
+                        parent, base, strerror(errno));
   size_t nr = 0, nb = 0;
   for (struct dirent *de; rc == TS_OK && (de = readdir(d));) {
     struct stat st; /* directories only: a safetensors export's temporary files look alike */

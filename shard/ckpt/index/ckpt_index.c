@@ -21,12 +21,24 @@
 #include "ts_rules.h"
 
 static const char *const st_names[TS_DTYPE_COUNT] = {
-    [TS_F32] = "F32", [TS_F64] = "F64", [TS_F16] = "F16", [TS_BF16] = "BF16",
-    [TS_I8] = "I8",   [TS_I32] = "I32", [TS_I64] = "I64", [TS_U8] = "U8",
-    [TS_BOOL] = "BOOL", [TS_I16] = "I16", [TS_U16] = "U16", [TS_U32] = "U32", [TS_U64] = "U64",
-    [TS_F8_E4M3] = "F8_E4M3", [TS_F8_E5M2] = "F8_E5M2",
+    [TS_F32] = "F32",
+    [TS_F64] = "F64",
+    [TS_F16] = "F16",
+    [TS_BF16] = "BF16",
+    [TS_I8] = "I8",
+    [TS_I32] = "I32",
+    [TS_I64] = "I64",
+    [TS_U8] = "U8",
+    [TS_BOOL] = "BOOL",
+    [TS_I16] = "I16",
+    [TS_U16] = "U16",
+    [TS_U32] = "U32",
+    [TS_U64] = "U64",
+    [TS_F8_E4M3] = "F8_E4M3",
+    [TS_F8_E5M2] = "F8_E5M2",
     /* checkpoints only: safetensors export refuses complex tensors, and import reads no C64 */
-    [TS_C64] = "C64", [TS_C128] = "C128"};
+    [TS_C64] = "C64",
+    [TS_C128] = "C128"};
 
 const char *ts_ckpt_dtype_name(ts_dtype dt) {
   return ts_dtype_valid((int)dt) ? st_names[dt] : "invalid";
@@ -59,8 +71,11 @@ void ts__ckpt_text_escape(const char *s, char *out, size_t cap) {
     char esc[8] = "";
     size_t take = 1;
     unsigned c = u[i];
-    size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3
-                                                    : (c & 0xf8) == 0xf0 ? 4 : 0;
+    size_t len = c < 0x80             ? 1
+                 : (c & 0xe0) == 0xc0 ? 2
+                 : (c & 0xf0) == 0xe0 ? 3
+                 : (c & 0xf8) == 0xf0 ? 4
+                                      : 0;
     if (c == '\\' || c == '"')
       snprintf(esc, sizeof esc, "\\%c", c);
     else if (c == '\t' || c == '\n' || c == '\r')
@@ -84,9 +99,13 @@ void ts__ckpt_text_escape(const char *s, char *out, size_t cap) {
 
 /* The kind of a file that is not a regular one, for messages. */
 static const char *file_kind(mode_t m) {
-  return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISLNK(m) ? "a symbolic link"
-         : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
-         : S_ISSOCK(m) ? "a socket" : "not a regular file";
+  return S_ISDIR(m)    ? "a directory"
+         : S_ISFIFO(m) ? "a FIFO"
+         : S_ISLNK(m)  ? "a symbolic link"
+         : S_ISCHR(m)  ? "a character device"
+         : S_ISBLK(m)  ? "a block device"
+         : S_ISSOCK(m) ? "a socket"
+                       : "not a regular file";
 }
 
 int ts__ckpt_open_regular(const char *what, const char *path, int *fd, int64_t *size,
@@ -243,11 +262,10 @@ int ts__ckpt_header_build(const ckpt_entry *e, int n, int64_t aligned_at, uint8_
       bad |= json_array_append_new(offs, json_integer(e[i].begin)) ||
              json_array_append_new(offs, json_integer(e[i].end));
     if (!bad)
-      bad |= json_object_set_new(o, "dtype", json_string(e[i].table ? "U64"
-                                                         : ts_ckpt_dtype_name(e[i].dtype))) ||
+      bad |= json_object_set_new(
+                 o, "dtype", json_string(e[i].table ? "U64" : ts_ckpt_dtype_name(e[i].dtype))) ||
              json_object_set_new(o, "shape", shape) ||
-             json_object_set_new(o, "data_offsets", offs) ||
-             json_object_set_new(h, e[i].key, o);
+             json_object_set_new(o, "data_offsets", offs) || json_object_set_new(h, e[i].key, o);
     else
       json_decref(o), json_decref(shape), json_decref(offs);
   }
@@ -288,17 +306,20 @@ int ts__ckpt_file_open(const char *dir, const char *name, ckpt_file *f, ts_error
   uint8_t lenb[8];
   if (f->size < 8 || ts__ckpt_pread_full(f->fd, lenb, 8, 0) != 0) {
     ts__ckpt_file_close(f);
-    return ts_error_set(err, TS_CORRUPT, "checkpoint file '%s': shorter than its 8-byte header "
-                        "length (%lld bytes)", path, (long long)f->size);
+    return ts_error_set(err, TS_CORRUPT,
+                        "checkpoint file '%s': shorter than its 8-byte header "
+                        "length (%lld bytes)",
+                        path, (long long)f->size);
   }
   uint64_t hlen = 0;
   for (int i = 0; i < 8; i++)
     hlen |= (uint64_t)lenb[i] << (8 * i);
   if (hlen == 0 || hlen > (uint64_t)HEADER_MAX || (int64_t)hlen > f->size - 8) {
     ts__ckpt_file_close(f);
-    return ts_error_set(err, TS_CORRUPT, "checkpoint file '%s': header length %llu does not fit "
-                        "the file of %lld bytes", path, (unsigned long long)hlen,
-                        (long long)f->size);
+    return ts_error_set(err, TS_CORRUPT,
+                        "checkpoint file '%s': header length %llu does not fit "
+                        "the file of %lld bytes",
+                        path, (unsigned long long)hlen, (long long)f->size);
   }
   char *text = malloc(hlen);
   if (!text) {
@@ -309,16 +330,18 @@ int ts__ckpt_file_open(const char *dir, const char *name, ckpt_file *f, ts_error
     int e = errno;
     free(text);
     ts__ckpt_file_close(f);
-    return ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint file '%s': cannot read its header: %s", path,
-                        strerror(e));
+    return ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint file '%s': cannot read its header: %s",
+                        path, strerror(e));
   }
   json_error_t je;
   f->header = json_loadb(text, hlen, JSON_REJECT_DUPLICATES, &je);
   free(text);
   if (!f->header || !json_is_object(f->header)) {
     ts__ckpt_file_close(f);
-    return ts_error_set(err, TS_CORRUPT, "checkpoint file '%s': its header is not a JSON object "
-                        "(%s)", path, f->header ? "" : je.text);
+    return ts_error_set(err, TS_CORRUPT,
+                        "checkpoint file '%s': its header is not a JSON object "
+                        "(%s)",
+                        path, f->header ? "" : je.text);
   }
   f->data_start = 8 + (int64_t)hlen;
   return TS_OK;
@@ -365,7 +388,7 @@ int ts__ckpt_file_piece(const ckpt_file *f, const ts_ckpt_tensor *t, const ts_ck
     char why_[256];                                                                                \
     snprintf(why_, sizeof why_, __VA_ARGS__);                                                      \
     return ts_error_set(err, TS_CORRUPT,                                                           \
-                        "checkpoint file '%s', piece '%s' (tensor '%s', box %s): %s", f->name,    \
+                        "checkpoint file '%s', piece '%s' (tensor '%s', box %s): %s", f->name,     \
                         p->key, t->name, bt, why_);                                                \
   } while (0)
   json_t *o = json_object_get(f->header, p->key);
@@ -374,8 +397,7 @@ int ts__ckpt_file_piece(const ckpt_file *f, const ts_ckpt_tensor *t, const ts_ck
   const char *dt = json_string_value(json_object_get(o, "dtype"));
   ts_dtype d;
   if (!dt || ts_ckpt_dtype_parse(dt, &d) || d != t->dtype)
-    LIE("the header says dtype %s, the index %s", dt ? dt : "(none)",
-        ts_ckpt_dtype_name(t->dtype));
+    LIE("the header says dtype %s, the index %s", dt ? dt : "(none)", ts_ckpt_dtype_name(t->dtype));
   json_t *shape = json_object_get(o, "shape");
   if (!json_is_array(shape) || (int)json_array_size(shape) != t->ndim)
     LIE("the header's shape has not %d dims", t->ndim);
@@ -426,9 +448,10 @@ int ts__ckpt_file_table(const ckpt_file *f, const ts_ckpt_tensor *t, const ts_ck
                        f->size - f->data_start))
     why = "its data_offsets do not hold 8 bytes a block inside the data section";
   if (why)
-    return ts_error_set(err, TS_CORRUPT, "checkpoint file '%s', piece '%s' (tensor '%s', box %s): "
-                        "block checksum table '%s' (%lld blocks of %lld bytes): %s", f->name,
-                        p->key, t->name, bt, p->block_key, (long long)nb,
+    return ts_error_set(err, TS_CORRUPT,
+                        "checkpoint file '%s', piece '%s' (tensor '%s', box %s): "
+                        "block checksum table '%s' (%lld blocks of %lld bytes): %s",
+                        f->name, p->key, t->name, bt, p->block_key, (long long)nb,
                         (long long)p->block_bytes, why);
   *offset = f->data_start + json_integer_value(b);
   return TS_OK;
@@ -502,13 +525,13 @@ int ts_ckpt_index_write(const ts_ckpt_index *idx, const char *path, ts_error *er
   json_t *root = json_object(), *ts = json_object();
   int bad = !root || !ts;
   if (!bad)
-    bad |= json_object_set_new(root, "format", json_string(TS_CKPT_FORMAT)) ||
-           json_object_set_new(root, "version", json_integer(TS_CKPT_VERSION)) ||
-           json_object_set_new(root, "checksum", json_string("xxh3-64")) ||
-           json_object_set_new(root, "saved_ranks", json_integer(idx->saved_ranks)) ||
-           (idx->sequence > 0 &&
-            json_object_set_new(root, "sequence", json_integer(idx->sequence))) ||
-           json_object_set(root, "tensors", ts);
+    bad |=
+        json_object_set_new(root, "format", json_string(TS_CKPT_FORMAT)) ||
+        json_object_set_new(root, "version", json_integer(TS_CKPT_VERSION)) ||
+        json_object_set_new(root, "checksum", json_string("xxh3-64")) ||
+        json_object_set_new(root, "saved_ranks", json_integer(idx->saved_ranks)) ||
+        (idx->sequence > 0 && json_object_set_new(root, "sequence", json_integer(idx->sequence))) ||
+        json_object_set(root, "tensors", ts);
   for (int i = 0; i < idx->ntensors && !bad; i++) {
     const ts_ckpt_tensor *t = &idx->tensors[i];
     json_t *o = json_object(), *pieces = json_array();
@@ -589,8 +612,8 @@ static int read_piece(const char *path, const ts_ckpt_tensor *t, json_t *o, ts_c
   for (int d = 0; d < t->ndim; d++) {
     int64_t r[2];
     int n;
-    if (!get_ints(json_array_get(box, (size_t)d), r, 2, &n) || n != 2 || r[0] < 0 ||
-        r[0] > r[1] || r[1] > t->shape[d])
+    if (!get_ints(json_array_get(box, (size_t)d), r, 2, &n) || n != 2 || r[0] < 0 || r[0] > r[1] ||
+        r[1] > t->shape[d])
       BAD("tensor '%s', piece '%s': box dim %d is not [lo, hi] inside [0, %lld]", t->name, key, d,
           (long long)t->shape[d]);
     p->box.lo[d] = r[0], p->box.hi[d] = r[1];
@@ -608,8 +631,8 @@ static int read_piece(const char *path, const ts_ckpt_tensor *t, json_t *o, ts_c
         strcmp(bkey, key) == 0)
       BAD("tensor '%s', piece '%s': blocks has no key of its own", t->name, key);
     if (!json_is_integer(bytes) || bb < CKPT_BLOCK_MIN || bb > CKPT_BLOCK_MAX || (bb & (bb - 1)))
-      BAD("tensor '%s', piece '%s': blocks.bytes is not a power of two from %lld to %lld",
-          t->name, key, (long long)CKPT_BLOCK_MIN, (long long)CKPT_BLOCK_MAX);
+      BAD("tensor '%s', piece '%s': blocks.bytes is not a power of two from %lld to %lld", t->name,
+          key, (long long)CKPT_BLOCK_MIN, (long long)CKPT_BLOCK_MAX);
     if (!bhex || strspn(bhex, "0123456789abcdefABCDEF") != 16 ||
         (strtoull(bhex, &end, 16), *end != '\0'))
       BAD("tensor '%s', piece '%s': blocks.xxh3 is not 16 hex digits", t->name, key);
@@ -654,10 +677,12 @@ static int load_root(const char *path, json_t **root, ts_error *err) {
     if (size > (int64_t)INDEX_MAX)
       return ts_error_set(err, TS_CORRUPT, "checkpoint index '%s' holds %lld bytes; at most %lld",
                           path, (long long)size, (long long)INDEX_MAX);
-    return text ? ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint index '%s': %s", path,
-                               strerror(e))
-                : ts_error_set(err, TS_NO_MEMORY, "checkpoint index '%s': no memory for its "
-                               "%lld bytes", path, (long long)size);
+    return text
+               ? ts_error_set(err, TS_CHECKPOINT_IO, "checkpoint index '%s': %s", path, strerror(e))
+               : ts_error_set(err, TS_NO_MEMORY,
+                              "checkpoint index '%s': no memory for its "
+                              "%lld bytes",
+                              path, (long long)size);
   }
   close(fd);
   json_error_t je;
@@ -682,8 +707,10 @@ int ts_ckpt_index_sequence(const char *dir, int64_t *sequence, ts_error *err) {
     rc = ts_error_set(err, TS_CORRUPT, "checkpoint index '%s': format is not \"%s\"", path,
                       TS_CKPT_FORMAT);
   else if (get_sequence(root, sequence))
-    rc = ts_error_set(err, TS_CORRUPT, "checkpoint index '%s': sequence is not an integer from "
-                      "1 to 2^53", path);
+    rc = ts_error_set(err, TS_CORRUPT,
+                      "checkpoint index '%s': sequence is not an integer from "
+                      "1 to 2^53",
+                      path);
   json_decref(root);
   return rc;
 }
@@ -778,8 +805,8 @@ char *ts_ckpt_index_describe(const ts_ckpt_index *idx, const char *dir) {
     for (int k = 0; k < t->npieces; k++) {
       char bt[256];
       ts__ckpt_box_text(&t->pieces[k].box, bt, sizeof bt);
-      fprintf(f, "  %-20s %-24s box %s xxh3 %016" PRIx64, t->pieces[k].file,
-              t->pieces[k].key, bt, t->pieces[k].xxh3);
+      fprintf(f, "  %-20s %-24s box %s xxh3 %016" PRIx64, t->pieces[k].file, t->pieces[k].key, bt,
+              t->pieces[k].xxh3);
       if (t->pieces[k].block_bytes > 0)
         fprintf(f, " blocks %lld", (long long)t->pieces[k].block_bytes);
       fputc('\n', f);

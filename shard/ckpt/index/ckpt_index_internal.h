@@ -28,8 +28,8 @@ typedef struct ckpt_entry {
  * with spaces to a multiple of 8 and so far that byte `aligned_at` of the data section (a
  * multiple of 8) lands on a multiple of CKPT_DATA_ALIGN in the file. *buf is malloc'd; *len its
  * bytes (the data section starts there). */
-int ts__ckpt_header_build(const ckpt_entry *e, int n, int64_t aligned_at, uint8_t **buf, size_t *len,
-                      ts_error *err);
+int ts__ckpt_header_build(const ckpt_entry *e, int n, int64_t aligned_at, uint8_t **buf,
+                          size_t *len, ts_error *err);
 
 /* A checkpoint file opened for reading, with its header parsed. */
 typedef struct ckpt_file {
@@ -44,10 +44,10 @@ int ts__ckpt_file_open(const char *dir, const char *name, ckpt_file *f, ts_error
 /* The absolute offset of a piece's bytes, after checking that the header's entry agrees with the
  * index (dtype, shape = the box's extents, data_offsets inside the file and of the right size). */
 int ts__ckpt_file_piece(const ckpt_file *f, const ts_ckpt_tensor *t, const ts_ckpt_piece *p,
-                    int64_t *offset, ts_error *err);
+                        int64_t *offset, ts_error *err);
 /* The same for a piece's block checksum table (dtype U64, shape [blocks]). */
 int ts__ckpt_file_table(const ckpt_file *f, const ts_ckpt_tensor *t, const ts_ckpt_piece *p,
-                    int64_t *offset, ts_error *err);
+                        int64_t *offset, ts_error *err);
 void ts__ckpt_file_close(ckpt_file *f);
 
 /* The block size save writes; the index reader accepts powers of two in [64, 1 MiB]. */
@@ -70,7 +70,8 @@ int ts__ckpt_pwritev_full(int fd, struct iovec *iov, int n, int64_t off);
  * is a regular file and makes its reads blocking again (preadv, io_uring). A FIFO, a symbolic
  * link, a directory, a device or a socket is TS_CORRUPT naming the path; a missing file
  * TS_NOT_FOUND. *size: its size from fstat. */
-int ts__ckpt_open_regular(const char *what, const char *path, int *fd, int64_t *size, ts_error *err);
+int ts__ckpt_open_regular(const char *what, const char *path, int *fd, int64_t *size,
+                          ts_error *err);
 /* s for a message: quotes, backslashes, control characters (C0, DEL and the C1 controls U+0080 to
  * U+009F) and bytes that are not UTF-8 escaped as \t \n \xNN \u0085 ...; cut to cap - 1
  * bytes (never inside an escape or a character). */
@@ -81,7 +82,7 @@ int ts__ckpt_fsync_dir(const char *path, ts_error *err);
 void ts__ckpt_remove_dir(const char *path);
 /* Splits dir into its parent and last component (trailing slashes ignored). */
 int ts__ckpt_split_path(const char *dir, char *parent, size_t pcap, char *base, size_t bcap,
-                    ts_error *err);
+                        ts_error *err);
 
 /* The text of a box: "[0:4,2:8]". */
 void ts__ckpt_box_text(const ts_box *b, char *buf, size_t cap);

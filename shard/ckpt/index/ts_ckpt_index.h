@@ -21,17 +21,17 @@
 /* ---------------------------------------------------------------------------------------------
  * The index in memory (ckpt_index.c) */
 typedef struct ts_ckpt_piece {
-  char file[64];         /* the file holding it, relative to the checkpoint directory */
+  char file[64];              /* the file holding it, relative to the checkpoint directory */
   char key[TS_NAME_MAX + 24]; /* its name in that file's header: "<tensor>#<piece number>" */
-  ts_box box;            /* the global box it covers */
-  uint64_t xxh3;         /* XXH3-64 of its row-major little-endian bytes */
+  ts_box box;                 /* the global box it covers */
+  uint64_t xxh3;              /* XXH3-64 of its row-major little-endian bytes */
   /* Its block checksums (0 block_bytes: none): a table of XXH3-64 of each block_bytes bytes of
    * the piece (the last block shorter), stored in its file as the U64 entry block_key; the
    * index holds the table's own XXH3-64. Loads read parts of a piece through it. */
   int64_t block_bytes;
   char block_key[TS_NAME_MAX + 32];
   uint64_t block_xxh3;
-  int npcoord;           /* kept partial pieces: coordinates along the partial mesh dims */
+  int npcoord; /* kept partial pieces: coordinates along the partial mesh dims */
   int64_t pcoord[TS_MAX_MESH_DIMS];
 } ts_ckpt_piece;
 

@@ -96,7 +96,8 @@ static int parse_equation(ts_dein_plan *p, const char *eq, int n, ts_error *err)
       if (c >= 128 || !count[c])
         return ts_error_set(err, TS_EINSUM,
                             "output label '%c' is in no operand; output labels must appear in "
-                            "an operand", out[i]);
+                            "an operand",
+                            out[i]);
       if (strchr(out + i + 1, out[i]))
         return ts_error_set(err, TS_EINSUM, "output label '%c' is repeated", out[i]);
     }
@@ -207,8 +208,8 @@ static void assign_drop_operand(const ts_dein_plan *p, int j, assignment *as) {
 
 /* The attribute of a tensor with labels `labels` (the output when operand < 0) under an
  * assignment; the output's contracted labels and partial operands give Partial(sum). */
-static int assignment_attr(const ts_dein_plan *p, const assignment *as, int operand,
-                           ts_attr **out, ts_error *err) {
+static int assignment_attr(const ts_dein_plan *p, const assignment *as, int operand, ts_attr **out,
+                           ts_error *err) {
   const ts_attr *mesh = as->mesh;
   ts_placement place[TS_MAX_MESH_DIMS];
   const char *labels = operand < 0 ? p->out_labels : p->labels[operand];
@@ -347,8 +348,8 @@ static int cand_build(const ts_dein_plan *p, const ts_attr *const *attrs, const 
     c->moves[i] = !ts_attr_equal(attrs[i], c->target[i]);
     if (!c->moves[i])
       continue;
-    if (ts_plan_create(p->ndim[i], p->shape[i], p->dtype, attrs[i], c->target[i], &po,
-                       &c->move[i], &lerr)) {
+    if (ts_plan_create(p->ndim[i], p->shape[i], p->dtype, attrs[i], c->target[i], &po, &c->move[i],
+                       &lerr)) {
       c->applies = false;
       snprintf(c->why_not, sizeof c->why_not, "operand %d: %s", i, lerr.msg);
       break;
@@ -358,8 +359,8 @@ static int cand_build(const ts_dein_plan *p, const ts_attr *const *attrs, const 
     c->messages += pc->messages;
   }
   if (c->applies && !ts_attr_equal(c->natural, c->final)) {
-    if (ts_plan_create(p->out_ndim, p->out_shape, p->dtype, c->natural, c->final, &po,
-                       &c->out_move, &lerr)) {
+    if (ts_plan_create(p->out_ndim, p->out_shape, p->dtype, c->natural, c->final, &po, &c->out_move,
+                       &lerr)) {
       c->applies = false;
       snprintf(c->why_not, sizeof c->why_not, "the result: %s", lerr.msg);
     } else {
@@ -479,8 +480,8 @@ static int add_candidates(ts_dein_plan *p, const ts_attr *const *attrs, const ts
   }
   if (rc == TS_OK && o->out_attr) {
     assign_from_output(p, o->out_attr, &as);
-    rc = add_cand(p, attrs, &as, o, "output",
-                  "every operand follows the requested output's shards", err);
+    rc = add_cand(p, attrs, &as, o, "output", "every operand follows the requested output's shards",
+                  err);
   }
   if (rc == TS_OK) {
     int big = 0;
@@ -507,8 +508,8 @@ static int choose_forced(ts_dein_plan *p, const char *forced, ts_error *err) {
     char names[400] = "";
     size_t len = 0;
     for (int k = 0; k < p->ncand && len < sizeof names; k++)
-      len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", k ? ", " : "",
-                              p->cand[k].name);
+      len +=
+          (size_t)snprintf(names + len, sizeof names - len, "%s%s", k ? ", " : "", p->cand[k].name);
     rc = ts_error_set(err, TS_EINSUM_PLAN,
                       "plan '%s' is not a candidate of this einsum%s; candidates: %s%s", forced,
                       strcmp(forced, "as_is") == 0 ? " (the operands are not consistent as "
@@ -562,19 +563,19 @@ static int check_balanced(const ts_attr *a, const char *what, ts_error *err) {
     if (a->place[m].kind == TS_PLACE_SHARD && a->place[m].split != TS_SPLIT_BALANCED)
       return ts_error_set(err, TS_UNSUPPORTED,
                           "%s splits dim %d by the %s rule; the distributed einsum takes "
-                          "balanced or explicit splits: reshard it to S(%d) first", what,
-                          a->place[m].dim, ts_split_rule_name(a->place[m].split),
+                          "balanced or explicit splits: reshard it to S(%d) first",
+                          what, a->place[m].dim, ts_split_rule_name(a->place[m].split),
                           a->place[m].dim);
   return TS_OK;
 }
 
-static int plan_create(const char *equation, int n, const int *ndims,
-                       const int64_t *const *shapes, const ts_attr *const *attrs, ts_dtype dt,
-                       ts_dein_opts o, ts_dein_plan **out, ts_error *err);
+static int plan_create(const char *equation, int n, const int *ndims, const int64_t *const *shapes,
+                       const ts_attr *const *attrs, ts_dtype dt, ts_dein_opts o, ts_dein_plan **out,
+                       ts_error *err);
 
-int ts_dein_plan_create(const char *equation, int n, const int *ndims,
-                        const int64_t *const *shapes, const ts_attr *const *attrs, ts_dtype dt,
-                        const ts_dein_opts *opts, ts_dein_plan **out, ts_error *err) {
+int ts_dein_plan_create(const char *equation, int n, const int *ndims, const int64_t *const *shapes,
+                        const ts_attr *const *attrs, ts_dtype dt, const ts_dein_opts *opts,
+                        ts_dein_plan **out, ts_error *err) {
   *out = NULL;
   ts_dein_opts o = opts ? *opts : (ts_dein_opts){0};
   char what[64];
@@ -592,9 +593,9 @@ int ts_dein_plan_create(const char *equation, int n, const int *ndims,
   return plan_create(equation, n, ndims, shapes, attrs, dt, o, out, err);
 }
 
-static int plan_create(const char *equation, int n, const int *ndims,
-                       const int64_t *const *shapes, const ts_attr *const *attrs, ts_dtype dt,
-                       ts_dein_opts o, ts_dein_plan **out, ts_error *err) {
+static int plan_create(const char *equation, int n, const int *ndims, const int64_t *const *shapes,
+                       const ts_attr *const *attrs, ts_dtype dt, ts_dein_opts o, ts_dein_plan **out,
+                       ts_error *err) {
   if (!equation || n < 1 || n > TS_DEIN_MAX_OPERANDS)
     return ts_error_set(err, TS_EINSUM, "distributed einsum takes 1 to %d operands, not %d",
                         TS_DEIN_MAX_OPERANDS, n);
@@ -607,8 +608,10 @@ static int plan_create(const char *equation, int n, const int *ndims,
   for (int i = 0; rc == TS_OK && i < n; i++) {
     p->ndim[i] = ndims[i];
     if ((int)strlen(p->labels[i]) != ndims[i])
-      rc = ts_error_set(err, TS_EINSUM, "operand %d has %d dims but the equation gives it %zu "
-                        "labels ('%s')", i, ndims[i], strlen(p->labels[i]), p->labels[i]);
+      rc = ts_error_set(err, TS_EINSUM,
+                        "operand %d has %d dims but the equation gives it %zu "
+                        "labels ('%s')",
+                        i, ndims[i], strlen(p->labels[i]), p->labels[i]);
     for (int d = 0; rc == TS_OK && d < ndims[i]; d++)
       p->shape[i][d] = shapes[i][d];
   }

@@ -15,11 +15,11 @@
  *   gather:j      operand j is replicated, the others keep the shards of labels j lacks
  *   output        the shards of the requested output attribute (no reshard of the result)
  *   replicate     every operand replicated (every rank computes everything)
- * Each candidate is costed with the reshard planner (shard/plan/plan.c): the exact wire bytes of moving
- * each operand to its target and the natural result to the requested attribute, the peak memory
- * of a rank (moved operands, the result, staging) and the work of the busiest rank (the product
- * of its local label extents). The cheapest by (wire bytes, busiest rank's work, peak memory)
- * runs; "as_is" names a candidate that moves no operand. */
+ * Each candidate is costed with the reshard planner (shard/plan/plan.c): the exact wire bytes of
+ * moving each operand to its target and the natural result to the requested attribute, the peak
+ * memory of a rank (moved operands, the result, staging) and the work of the busiest rank (the
+ * product of its local label extents). The cheapest by (wire bytes, busiest rank's work, peak
+ * memory) runs; "as_is" names a candidate that moves no operand. */
 #ifndef TS_DIST_EINSUM_PLAN_H
 #define TS_DIST_EINSUM_PLAN_H
 
@@ -37,13 +37,13 @@ typedef struct ts_dein_opts {
 
 typedef struct ts_dein_cand {
   char name[32];
-  char what[160];     /* one line saying what it does */
+  char what[160]; /* one line saying what it does */
   bool applies;
-  char why_not[560];  /* when it does not apply */
+  char why_not[560];                     /* when it does not apply */
   ts_attr *target[TS_DEIN_MAX_OPERANDS]; /* each operand's compute attribute */
   bool moves[TS_DEIN_MAX_OPERANDS];      /* target differs from the operand's attribute */
   ts_plan *move[TS_DEIN_MAX_OPERANDS];   /* the reshard of each moved operand */
-  ts_attr *natural;   /* the local einsums' result */
+  ts_attr *natural;                      /* the local einsums' result */
   ts_attr *final;     /* what is stored (the requested attribute, or the natural one) */
   ts_plan *out_move;  /* natural -> final, NULL when equal */
   int64_t wire_bytes; /* operands + result */
@@ -75,9 +75,9 @@ typedef struct ts_dein_plan {
  * equation is numpy's without "..." (explicit labels); errors say what is wrong (TS_EINSUM for
  * the equation and shapes, TS_BAD_ATTRIBUTE for attributes, TS_EINSUM_PLAN for a forced plan
  * that is unknown or does not apply). */
-int ts_dein_plan_create(const char *equation, int n, const int *ndims,
-                        const int64_t *const *shapes, const ts_attr *const *attrs, ts_dtype dt,
-                        const ts_dein_opts *opts, ts_dein_plan **out, ts_error *err);
+int ts_dein_plan_create(const char *equation, int n, const int *ndims, const int64_t *const *shapes,
+                        const ts_attr *const *attrs, ts_dtype dt, const ts_dein_opts *opts,
+                        ts_dein_plan **out, ts_error *err);
 void ts_dein_plan_destroy(ts_dein_plan **p); /* accepts NULL */
 const ts_dein_cand *ts_dein_plan_chosen(const ts_dein_plan *p);
 /* The EXPLAIN: the labels and where each operand shards them, every candidate with its costs (or

@@ -87,15 +87,16 @@ static void dyn_text(char *buf, size_t cap, long long n) {
     snprintf(dim, sizeof dim, "%lld", n);
   else
     snprintf(dim, sizeof dim, "\"n\"");
-  snprintf(buf, cap,
-           "{\"name\":\"rows\",%s\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[%s,64]},"
-           "{\"name\":\"s\",\"dtype\":\"f32\",\"shape\":[64]}],\"ops\":["
-           "{\"out\":\"mu\",\"op\":\"mean\",\"args\":[\"x\"],\"dims\":[1],\"keepdims\":true},"
-           "{\"out\":\"c\",\"op\":\"sub\",\"args\":[\"x\",\"mu\"]},"
-           "{\"out\":\"y\",\"op\":\"mul\",\"args\":[\"c\",\"s\"]},"
-           "{\"out\":\"t\",\"op\":\"tanh\",\"args\":[\"y\"]},"
-           "{\"out\":\"r\",\"op\":\"sum\",\"args\":[\"t\"],\"dims\":[1]}],\"outputs\":[\"t\",\"r\"]}",
-           n > 0 ? "" : "\"dims\":{\"n\":{\"min\":1,\"max\":4096,\"buckets\":\"pow2\"}},", dim);
+  snprintf(
+      buf, cap,
+      "{\"name\":\"rows\",%s\"inputs\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[%s,64]},"
+      "{\"name\":\"s\",\"dtype\":\"f32\",\"shape\":[64]}],\"ops\":["
+      "{\"out\":\"mu\",\"op\":\"mean\",\"args\":[\"x\"],\"dims\":[1],\"keepdims\":true},"
+      "{\"out\":\"c\",\"op\":\"sub\",\"args\":[\"x\",\"mu\"]},"
+      "{\"out\":\"y\",\"op\":\"mul\",\"args\":[\"c\",\"s\"]},"
+      "{\"out\":\"t\",\"op\":\"tanh\",\"args\":[\"y\"]},"
+      "{\"out\":\"r\",\"op\":\"sum\",\"args\":[\"t\"],\"dims\":[1]}],\"outputs\":[\"t\",\"r\"]}",
+      n > 0 ? "" : "\"dims\":{\"n\":{\"min\":1,\"max\":4096,\"buckets\":\"pow2\"}},", dim);
 }
 
 /* The numpy side: the script's key=value line for `mode` (adam or adamw_bf16); -1 if none. */
@@ -143,8 +144,8 @@ static double adamw_bf16_ms(long long n, int runs) {
     m[i] = v[i] = 0;
   }
   float lr = 1e-3f, decay = 1e-5f;
-  tsp_tensor in[7] = {{w, TS_BF16, 1, {n}},      {g, TS_BF16, 1, {n}}, {master, TS_F32, 1, {n}},
-                      {m, TS_F32, 1, {n}},       {v, TS_F32, 1, {n}},  {&lr, TS_F32, 0, {0}},
+  tsp_tensor in[7] = {{w, TS_BF16, 1, {n}},    {g, TS_BF16, 1, {n}}, {master, TS_F32, 1, {n}},
+                      {m, TS_F32, 1, {n}},     {v, TS_F32, 1, {n}},  {&lr, TS_F32, 0, {0}},
                       {&decay, TS_F32, 0, {0}}};
   ts_error err = {0};
   double t[100];
@@ -205,26 +206,29 @@ int main(int argc, char **argv) {
   }
   /* ---- Adam ---- */
   char text[8192];
-  snprintf(text, sizeof text,
-           "{\"name\":\"adam\",\"inputs\":["
-           "{\"name\":\"w\",\"dtype\":\"f32\",\"shape\":[%lld]},{\"name\":\"g\",\"dtype\":\"f32\",\"shape\":[%lld]},"
-           "{\"name\":\"m\",\"dtype\":\"f32\",\"shape\":[%lld]},{\"name\":\"v\",\"dtype\":\"f32\",\"shape\":[%lld]},"
-           "{\"name\":\"lr\",\"dtype\":\"f32\",\"shape\":[]}],\"ops\":["
-           "{\"out\":\"m1\",\"op\":\"mul\",\"args\":[\"m\",0.9]},"
-           "{\"out\":\"g1\",\"op\":\"mul\",\"args\":[\"g\",0.1]},"
-           "{\"out\":\"mn\",\"op\":\"add\",\"args\":[\"m1\",\"g1\"]},"
-           "{\"out\":\"v1\",\"op\":\"mul\",\"args\":[\"v\",0.999]},"
-           "{\"out\":\"gg\",\"op\":\"mul\",\"args\":[\"g\",\"g\"]},"
-           "{\"out\":\"g2\",\"op\":\"mul\",\"args\":[\"gg\",0.001]},"
-           "{\"out\":\"vn\",\"op\":\"add\",\"args\":[\"v1\",\"g2\"]},"
-           "{\"out\":\"den\",\"op\":\"sqrt\",\"args\":[\"vn\"]},"
-           "{\"out\":\"den2\",\"op\":\"add\",\"args\":[\"den\",1e-8]},"
-           "{\"out\":\"upd\",\"op\":\"div\",\"args\":[\"mn\",\"den2\"]},"
-           "{\"out\":\"step\",\"op\":\"mul\",\"args\":[\"upd\",\"lr\"]},"
-           "{\"out\":\"wn\",\"op\":\"sub\",\"args\":[\"w\",\"step\"]},"
-           "{\"op\":\"assign\",\"args\":[\"w\",\"wn\"]},{\"op\":\"assign\",\"args\":[\"m\",\"mn\"]},"
-           "{\"op\":\"assign\",\"args\":[\"v\",\"vn\"]}],\"outputs\":[]}",
-           n, n, n, n);
+  snprintf(
+      text, sizeof text,
+      "{\"name\":\"adam\",\"inputs\":["
+      "{\"name\":\"w\",\"dtype\":\"f32\",\"shape\":[%lld]},{\"name\":\"g\",\"dtype\":\"f32\","
+      "\"shape\":[%lld]},"
+      "{\"name\":\"m\",\"dtype\":\"f32\",\"shape\":[%lld]},{\"name\":\"v\",\"dtype\":\"f32\","
+      "\"shape\":[%lld]},"
+      "{\"name\":\"lr\",\"dtype\":\"f32\",\"shape\":[]}],\"ops\":["
+      "{\"out\":\"m1\",\"op\":\"mul\",\"args\":[\"m\",0.9]},"
+      "{\"out\":\"g1\",\"op\":\"mul\",\"args\":[\"g\",0.1]},"
+      "{\"out\":\"mn\",\"op\":\"add\",\"args\":[\"m1\",\"g1\"]},"
+      "{\"out\":\"v1\",\"op\":\"mul\",\"args\":[\"v\",0.999]},"
+      "{\"out\":\"gg\",\"op\":\"mul\",\"args\":[\"g\",\"g\"]},"
+      "{\"out\":\"g2\",\"op\":\"mul\",\"args\":[\"gg\",0.001]},"
+      "{\"out\":\"vn\",\"op\":\"add\",\"args\":[\"v1\",\"g2\"]},"
+      "{\"out\":\"den\",\"op\":\"sqrt\",\"args\":[\"vn\"]},"
+      "{\"out\":\"den2\",\"op\":\"add\",\"args\":[\"den\",1e-8]},"
+      "{\"out\":\"upd\",\"op\":\"div\",\"args\":[\"mn\",\"den2\"]},"
+      "{\"out\":\"step\",\"op\":\"mul\",\"args\":[\"upd\",\"lr\"]},"
+      "{\"out\":\"wn\",\"op\":\"sub\",\"args\":[\"w\",\"step\"]},"
+      "{\"op\":\"assign\",\"args\":[\"w\",\"wn\"]},{\"op\":\"assign\",\"args\":[\"m\",\"mn\"]},"
+      "{\"op\":\"assign\",\"args\":[\"v\",\"vn\"]}],\"outputs\":[]}",
+      n, n, n, n);
   tsp_program *adam = build(text, false);
   size_t bytes = (size_t)n * 4;
   float *w = malloc(bytes), *g = malloc(bytes), *m = malloc(bytes), *v = malloc(bytes);
@@ -239,8 +243,11 @@ int main(int argc, char **argv) {
     v[i] = 0;
   }
   float lr = 1e-3f;
-  tsp_tensor in[5] = {{w, TS_F32, 1, {n}}, {g, TS_F32, 1, {n}}, {m, TS_F32, 1, {n}},
-                      {v, TS_F32, 1, {n}}, {&lr, TS_F32, 0, {0}}};
+  tsp_tensor in[5] = {{w, TS_F32, 1, {n}},
+                      {g, TS_F32, 1, {n}},
+                      {m, TS_F32, 1, {n}},
+                      {v, TS_F32, 1, {n}},
+                      {&lr, TS_F32, 0, {0}}};
   ts_error err = {0};
   double t[100];
   if (tsp_program_run(adam, in, 5, NULL, 0, &err) != TS_OK) { /* warm-up (threads start) */
