@@ -10,7 +10,7 @@ packages=(
   libprotobuf-c-dev protobuf-c-compiler
   check
   libopenblas-dev
-  python3-numpy python3-protobuf protobuf-compiler python3-mpi4py
+  python3-numpy python3-protobuf protobuf-compiler python3-mpi4py python3-matplotlib
   python3-torch
   python3-pip python3-setuptools python3-venv
   iproute2
