@@ -59,3 +59,10 @@ tshard_mpi_test_env(test_reshard_no_doorbells_np4 test_reshard_mpi 4 TSHARD_DOOR
 
 add_executable(tshard-bench-reshard ${CMAKE_CURRENT_LIST_DIR}/bench/bench_reshard.c)
 target_link_libraries(tshard-bench-reshard PRIVATE tsshard)
+# --help (on any rank count) says what the benchmark measures and exits 0 without running it.
+add_test(NAME tshard-bench-reshard_help
+         COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 1 $<TARGET_FILE:tshard-bench-reshard>
+                 --help)
+set_tests_properties(tshard-bench-reshard_help PROPERTIES TIMEOUT 60 ENVIRONMENT
+                     "${TS_MPI_TEST_ENV}" PASS_REGULAR_EXPRESSION
+                     "usage: mpirun -np 4 tshard-bench-reshard.*cyclic_vs_raw")

@@ -24,6 +24,7 @@
 #include <malloc.h>
 #include <mpi.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -391,6 +392,23 @@ int main(int argc, char **argv) {
   }
   rank = ts_world_rank(W);
   size = ts_world_size(W);
+  if (argc > 1) { /* --help, or an argument it does not take */
+    bool help = argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0);
+    if (rank == 0) {
+      if (!help)
+        fprintf(stderr, "tshard-bench-reshard: unknown argument '%s' (it takes none)\n", argv[1]);
+      fprintf(
+          help ? stdout : stderr,
+          "usage: mpirun -np 4 tshard-bench-reshard [--help]\n"
+          "Reshards of a 256 MiB f32 tensor through the executor (S(0)->S(1), S(0)->R, R->S(1),\n"
+          "ragged, cross-group, P(sum)->R, P(sum)->S(0)), a cast in transit and a block-cyclic\n"
+          "move, each against raw MPI of the same bytes in the same run; prints key=value lines\n"
+          "(<case>_ms, <case>_wire_bytes, <case>_vs_raw_mpi, cast_vs_narrow_raw, "
+          "cyclic_vs_raw).\n");
+    }
+    ts_world_finalize(&W, NULL);
+    return help ? 0 : 2;
+  }
   if (size != 4) {
     if (rank == 0)
       fprintf(stderr, "run with 4 ranks: mpirun -np 4 %s\n", argv[0]);
