@@ -1,16 +1,13 @@
 #!/usr/bin/env bash
 # Runs the benchmarks whose figures docs/benchmarks.md shows, saves each output with its date,
 # machine and command in docs/bench-results/NAME.txt, and draws docs/images/bench-NAME.png from
-# them (docs/plot_benchmarks.py, with Debian's matplotlib, installed here when missing and root).
+# them (docs/plot_benchmarks.py, with Debian's matplotlib, which deploy/install-deps.sh installs).
 # Needs a build in build/ (or BUILD=dir). PLOT_ONLY=1 redraws from the saved outputs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-if ! /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
-  [ "$(id -u)" -eq 0 ] || { echo "run as root: apt-get install -y python3-matplotlib" >&2; exit 1; }
-  apt-get install -y -qq --no-install-recommends python3-matplotlib >/dev/null
-fi
+bash deploy/install-deps.sh # matplotlib among them (as non-root: the apt-get line to run)
 run() { # NAME COMMAND...: one benchmark run, saved with its header
   local name=$1 out="docs/bench-results/$1.txt"
   shift

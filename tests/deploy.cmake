@@ -13,7 +13,8 @@ if(TARGET tshardd AND TARGET tshard-cli AND TARGET tshard-python)
   add_test(NAME test_cluster COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/deploy/test_cluster.sh ${TS_BIN})
   # the simulated hosts (network namespaces): one such test at a time (RESOURCE_LOCK)
   set_tests_properties(test_cluster PROPERTIES TIMEOUT ${TS_TEST_TIMEOUT} SKIP_RETURN_CODE 77
-                       RESOURCE_LOCK tshard_netns_hosts ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python")
+                       RESOURCE_LOCK tshard_netns_hosts
+                       ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python")
   # a lost host, then back: snapshots, kill -9 of everything on one host (or of its daemons
   # only), resume on the others
   foreach(mode host daemons)
@@ -23,6 +24,7 @@ if(TARGET tshardd AND TARGET tshard-cli AND TARGET tshard-python)
     endif()
     add_test(NAME ${name} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/deploy/test_cluster_resume.sh ${TS_BIN} ${mode})
     set_tests_properties(${name} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
-                         RESOURCE_LOCK tshard_netns_hosts ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python")
+                         RESOURCE_LOCK tshard_netns_hosts
+                       ENVIRONMENT "${TS_MPI_TEST_ENV};PYTHONPATH=${CMAKE_BINARY_DIR}/python")
   endforeach()
 endif()

@@ -25,6 +25,7 @@
 
 #include "ts_kernels.h"
 #include "ts_pool.h"
+#include "bench_args.h"
 
 #define REPS 5
 
@@ -209,28 +210,15 @@ static void run(const char *name, ts_dtype sdt, ts_dtype ddt, int nd, const int6
   }
 }
 
-/* --help: what the program measures; any other argument is refused (exit 2). Returns -1 to go
- * on, else the exit status. */
-static int parse_args(int argc, char **argv) {
-  static const char usage[] =
-      "usage: tshard-bench-copy [--help]\n"
-      "The strided-copy kernel against memcpy and its naive reference: 2-D transposes, 4-D\n"
-      "permutes, blocked layouts (nchw <-> nchw16c), sub-boxes and f32 -> bf16 conversions, with\n"
-      "1 thread (_t1) and all cores (_tN); prints key=value lines (<case>_gbps_<t>,\n"
-      "<case>_vs_memcpy_<t>, <case>_vs_reference_<t>, memcpy_gbps_*). No options.\n";
-  if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-    fputs(usage, stdout);
-    return 0;
-  }
-  if (argc > 1) {
-    fprintf(stderr, "tshard-bench-copy: unknown argument '%s' (it takes none)\n%s", argv[1], usage);
-    return 2;
-  }
-  return -1;
-}
+static const char usage[] =
+    "usage: tshard-bench-copy [--help]\n"
+    "The strided-copy kernel against memcpy and its naive reference: 2-D transposes, 4-D\n"
+    "permutes, blocked layouts (nchw <-> nchw16c), sub-boxes and f32 -> bf16 conversions, with\n"
+    "1 thread (_t1) and all cores (_tN); prints key=value lines (<case>_gbps_<t>,\n"
+    "<case>_vs_memcpy_<t>, <case>_vs_reference_<t>, memcpy_gbps_*). No options.\n";
 
 int main(int argc, char **argv) {
-  int rc = parse_args(argc, argv);
+  int rc = tsb_no_options(argc, argv, "tshard-bench-copy", usage, true);
   if (rc >= 0)
     return rc;
   nthreads[0] = 1;

@@ -24,12 +24,12 @@
 #include <malloc.h>
 #include <mpi.h>
 #include <stdio.h>
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ts_comm.h"
 #include "ts_shard.h"
+#include "bench_args.h"
 #include "bench_mpi.h"
 
 #define ROWS 8192
@@ -384,6 +384,13 @@ static void cyclic_case(void) {
   ts_attr_destroy(&b);
 }
 
+static const char usage[] =
+    "usage: mpirun -np 4 tshard-bench-reshard [--help]\n"
+    "Reshards of a 256 MiB f32 tensor through the executor (S(0)->S(1), S(0)->R, R->S(1),\n"
+    "ragged, cross-group, P(sum)->R, P(sum)->S(0)), a cast in transit and a block-cyclic\n"
+    "move, each against raw MPI of the same bytes in the same run; prints key=value lines\n"
+    "(<case>_ms, <case>_wire_bytes, <case>_vs_raw_mpi, cast_vs_narrow_raw, cyclic_vs_raw).\n";
+
 int main(int argc, char **argv) {
   ts_error err;
   if (ts_world_init(&argc, &argv, MPI_THREAD_SERIALIZED, &W, &err)) {
@@ -392,22 +399,10 @@ int main(int argc, char **argv) {
   }
   rank = ts_world_rank(W);
   size = ts_world_size(W);
-  if (argc > 1) { /* --help, or an argument it does not take */
-    bool help = argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0);
-    if (rank == 0) {
-      if (!help)
-        fprintf(stderr, "tshard-bench-reshard: unknown argument '%s' (it takes none)\n", argv[1]);
-      fprintf(
-          help ? stdout : stderr,
-          "usage: mpirun -np 4 tshard-bench-reshard [--help]\n"
-          "Reshards of a 256 MiB f32 tensor through the executor (S(0)->S(1), S(0)->R, R->S(1),\n"
-          "ragged, cross-group, P(sum)->R, P(sum)->S(0)), a cast in transit and a block-cyclic\n"
-          "move, each against raw MPI of the same bytes in the same run; prints key=value lines\n"
-          "(<case>_ms, <case>_wire_bytes, <case>_vs_raw_mpi, cast_vs_narrow_raw, "
-          "cyclic_vs_raw).\n");
-    }
+  int rc = tsb_no_options(argc, argv, "tshard-bench-reshard", usage, rank == 0);
+  if (rc >= 0) {
     ts_world_finalize(&W, NULL);
-    return help ? 0 : 2;
+    return rc;
   }
   if (size != 4) {
     if (rank == 0)
