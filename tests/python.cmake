@@ -121,7 +121,11 @@ if(TARGET tshard-python AND TARGET tshardd AND TARGET tshard-cli)
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_api_surface.py)
   add_test(NAME test_python_pythonic
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_pythonic.py ${TS_BIN})
+  # the package's modules import one another without a cycle and without torch, name statuses
+  add_test(NAME test_python_package_imports
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/python/test_package_imports.py)
   set_tests_properties(test_python_dtypes test_python_api_surface test_python_pythonic
+                       test_python_package_imports
                        PROPERTIES TIMEOUT 120 ENVIRONMENT "${TS_PY_ENV}")
   # tshard.launch through the launcher: serves, lists, stops on exit (also after a raise), names
   # a lost rank

@@ -42,11 +42,22 @@ def check_hints(fn, what):
     check(sig.return_annotation is not inspect.Signature.empty, f"{what}: no return type hint")
 
 
+def members(cls):
+    """The class's own members and those it inherits from the package's classes (Client's are
+    its mixins'), the nearest first."""
+    found = {}
+    for k in cls.__mro__:
+        if k.__module__.split(".")[0] == "tshard":
+            for name, member in vars(k).items():
+                found.setdefault(name, member)
+    return found.items()
+
+
 def walk_class(cls, what):
     check_doc(cls, what)
     if issubclass(cls, BaseException):
         return  # exception classes: their methods are the builtin's
-    for name, member in vars(cls).items():
+    for name, member in members(cls):
         if name.startswith("_") and name != "__init__":
             continue
         if isinstance(member, property):
@@ -169,9 +180,9 @@ for fmt in ("e4m3fnuz", "E5M2", None, 3):
     except ValueError as e:
         check("'e4m3'" in str(e) and "'e5m2'" in str(e), f"f8_bits format {fmt!r}: {e}")
 for dt in ("bool", "i16", "u16", "u32", "u64"):  # numpy's own dtypes name these tensors
-    check(tshard.DTYPES[dt] != np.uint8 and tshard.client._dtype_name(tshard.DTYPES[dt]) == dt,
+    check(tshard.DTYPES[dt] != np.uint8 and tshard._common._dtype_name(tshard.DTYPES[dt]) == dt,
           f"numpy {tshard.DTYPES[dt]} names {dt}")
-check(tshard.client._dtype_name(np.uint8) == "u8", "numpy uint8 names u8, never an f8")
+check(tshard._common._dtype_name(np.uint8) == "u8", "numpy uint8 names u8, never an f8")
 
 for f in failures:
     print("FAIL:", f)

@@ -29,6 +29,10 @@ Attr or its text.
 """
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
+# the limits the daemon's attribute parser applies, from the C headers (see _limits)
+from ._limits import (AXIS_NAME_MAX, CYCLIC_BLOCK_MAX, KERNEL_DIMS_MAX, MESH_DIMS_MAX,
+                      TENSOR_DIMS_MAX)
+from ._status import BAD_ATTRIBUTE, INVALID_ARGUMENT, PARSE
 from .errors import AttrError, error_for
 
 __all__ = ["Mesh", "Shard", "Replicate", "Partial", "Attr", "AttrError", "parse_attr",
@@ -37,7 +41,7 @@ __all__ = ["Mesh", "Shard", "Replicate", "Partial", "Attr", "AttrError", "parse_
 # The split rules of a sharded dim (ATTRIBUTES.md), the default first.
 SPLIT_RULES = ("balanced", "chunk")
 _RULE_EXPECTED = 'a split rule (balanced or chunk) or "cyclic=" and a block size'
-_MAX_TENSOR_DIMS = 8
+_MAX_TENSOR_DIMS = TENSOR_DIMS_MAX
 
 
 class Mesh:
@@ -52,29 +56,33 @@ class Mesh:
         than their product, or axis names that are not 1 to 15 identifier characters or repeat."""
         if isinstance(shape, dict):
             if names is not None:
-                raise error_for(10, "mesh: give the axis names in the dict or in names=, not both")
+                raise error_for(BAD_ATTRIBUTE, "mesh: give the axis names in the dict or in "
+                                               "names=, not both")
             names = list(shape.keys())
             shape = list(shape.values())
         self.shape = [int(s) for s in shape]
         self.names = None if names is None else [str(x) for x in names]
         if self.names is not None:
             if len(self.names) != len(self.shape):
-                raise error_for(10, f"mesh {self.shape}: {len(self.names)} axis names; give one "
-                                    f"per mesh dim")
+                raise error_for(BAD_ATTRIBUTE, f"mesh {self.shape}: {len(self.names)} axis names; "
+                                               "give one per mesh dim")
             for x in self.names:
                 if not (0 < len(x) <= _AXIS_NAME_MAX and x.isascii() and x.isidentifier()):
-                    raise error_for(10, f"mesh axis name {x!r}: use 1 to 15 of A-Z a-z 0-9 _ "
-                                        f"(not starting with a digit)")
+                    raise error_for(BAD_ATTRIBUTE, f"mesh axis name {x!r}: use 1 to "
+                                                   f"{_AXIS_NAME_MAX} of A-Z a-z 0-9 _ (not "
+                                                   "starting with a digit)")
             if len(set(self.names)) != len(self.names):
-                raise error_for(10, f"mesh axis names {self.names}: each axis needs its own name")
+                raise error_for(BAD_ATTRIBUTE, f"mesh axis names {self.names}: each axis needs its "
+                                               "own name")
         n = 1
         for s in self.shape:
             if s < 1:
-                raise error_for(10, f"mesh sizes must be >= 1, got {self.shape}")
+                raise error_for(BAD_ATTRIBUTE, f"mesh sizes must be >= 1, got {self.shape}")
             n *= s
         self.ranks = list(range(n)) if ranks is None else [int(r) for r in ranks]
         if len(self.ranks) != n:
-            raise error_for(10, f"mesh {self.shape} holds {n} ranks, {len(self.ranks)} given")
+            raise error_for(BAD_ATTRIBUTE, f"mesh {self.shape} holds {n} ranks, {len(self.ranks)} "
+                                           "given")
 
     def __eq__(self, other):
         return isinstance(other, Mesh) and ((self.shape, self.ranks, self.names)
@@ -106,26 +114,29 @@ class Shard:
         cyclic, or cyclic with the chunk rule."""
         self.dim = int(dim)
         if not -_MAX_TENSOR_DIMS <= self.dim < _MAX_TENSOR_DIMS:
-            raise error_for(10, f"Shard({self.dim}): a tensor dim is {-_MAX_TENSOR_DIMS} to "
-                                f"{_MAX_TENSOR_DIMS - 1} (negative counts from the end)")
+            raise error_for(BAD_ATTRIBUTE, f"Shard({self.dim}): a tensor dim is "
+                                           f"{-_MAX_TENSOR_DIMS} to {_MAX_TENSOR_DIMS - 1} "
+                                           "(negative counts from the end)")
         if split not in SPLIT_RULES:
-            raise error_for(10, f"Shard({self.dim}): split rule {split!r}; valid rules are "
-                                + ", ".join(SPLIT_RULES))
+            raise error_for(BAD_ATTRIBUTE, f"Shard({self.dim}): split rule {split!r}; valid rules "
+                                           "are "
+                                           + ", ".join(SPLIT_RULES))
         self.split = split
         self.cyclic = int(cyclic)
         self.src = int(src)
         if self.cyclic < 0 or self.cyclic > _CYCLIC_BLOCK_MAX:
-            raise error_for(10, f"cyclic block size {self.cyclic}; valid: 1 to "
-                                f"{_CYCLIC_BLOCK_MAX}")
+            raise error_for(BAD_ATTRIBUTE, f"cyclic block size {self.cyclic}; valid: 1 to "
+                                           f"{_CYCLIC_BLOCK_MAX}")
         if self.cyclic == 0 and self.src != 0:
-            raise error_for(10, f"src={self.src} without a cyclic block size; write "
-                                f"Shard({self.dim}, cyclic=NB, src={self.src})")
+            raise error_for(BAD_ATTRIBUTE, f"src={self.src} without a cyclic block size; write "
+                                           f"Shard({self.dim}, cyclic=NB, src={self.src})")
         if self.src < 0:
-            raise error_for(10, f"src={self.src}; the mesh coordinate of block 0 is >= 0")
+            raise error_for(BAD_ATTRIBUTE, f"src={self.src}; the mesh coordinate of block 0 is >= "
+                                           "0")
         if self.cyclic and split != "balanced":
-            raise error_for(10, f"Shard({self.dim}) deals its dim block-cyclically and names the "
-                                f"{split} rule; a cyclic dim has no split rule (its blocks set "
-                                f"its parts)")
+            raise error_for(BAD_ATTRIBUTE, f"Shard({self.dim}) deals its dim block-cyclically and "
+                                           f"names the {split} rule; a cyclic dim has no split "
+                                           "rule (its blocks set its parts)")
 
     def __str__(self):
         if self.cyclic:
@@ -174,7 +185,8 @@ class Partial:
         if reduce_op is not None:  # DTensor's keyword
             op = reduce_op
         if op not in _OPS:
-            raise error_for(10, f"partial op {op!r}: valid are 'sum', 'avg', 'prod', 'max', 'min'")
+            raise error_for(BAD_ATTRIBUTE, f"partial op {op!r}: valid are 'sum', 'avg', 'prod', "
+                                           "'max', 'min'")
         self.op = op
 
     def __str__(self):
@@ -266,17 +278,18 @@ class Attr:
         self.mesh = mesh if isinstance(mesh, Mesh) else Mesh(mesh)
         if isinstance(placements, dict):
             if self.mesh.names is None:
-                raise error_for(10, "placements by mesh axis need a mesh with named axes, such "
-                                    "as Mesh({'dp': 2, 'tp': 4})")
+                raise error_for(BAD_ATTRIBUTE, "placements by mesh axis need a mesh with named "
+                                               "axes, such as Mesh({'dp': 2, 'tp': 4})")
             unknown = [x for x in placements if x not in self.mesh.names]
             if unknown:
-                raise error_for(10, f"mesh axes {unknown} are not in the mesh; its axes are "
-                                    f"{self.mesh.names}")
+                raise error_for(BAD_ATTRIBUTE, f"mesh axes {unknown} are not in the mesh; its axes "
+                                               f"are {self.mesh.names}")
             placements = [placements.get(x, Replicate()) for x in self.mesh.names]
         self.placements = list(placements)
         if len(self.placements) != len(self.mesh.shape):
-            raise error_for(10, f"{len(self.placements)} placements for a "
-                                f"{len(self.mesh.shape)}-dim mesh: give one per mesh dim")
+            raise error_for(BAD_ATTRIBUTE, f"{len(self.placements)} placements for a "
+                                           f"{len(self.mesh.shape)}-dim mesh: give one per mesh "
+                                           "dim")
         for p in self.placements:
             if not isinstance(p, (Shard, Replicate, Partial)):
                 raise TypeError(f"placement {p!r}: use Shard(d), Replicate() or Partial(op)")
@@ -284,18 +297,20 @@ class Attr:
             or _partial_ops_error(self.placements) or _rules_error(self.placements) \
             or _cyclic_dims_error(self.placements)
         if bad:
-            raise error_for(10, bad)
+            raise error_for(BAD_ATTRIBUTE, bad)
         self.splits = {int(d): [int(s) for s in v] for d, v in (splits or {}).items()}
         for d in self.splits:
             if not -_MAX_TENSOR_DIMS <= d < _MAX_TENSOR_DIMS:
-                raise error_for(10, f"splits for dim {d}; a tensor dim is {-_MAX_TENSOR_DIMS} to "
-                                    f"{_MAX_TENSOR_DIMS - 1} (negative counts from the end)")
+                raise error_for(BAD_ATTRIBUTE, f"splits for dim {d}; a tensor dim is "
+                                               f"{-_MAX_TENSOR_DIMS} to {_MAX_TENSOR_DIMS - 1} "
+                                               "(negative counts from the end)")
             if any(isinstance(p, Shard) and p.dim == d and p.cyclic for p in self.placements):
-                raise error_for(10, f"splits given for dim {d}, which is dealt "
-                                    f"block-cyclically (its parts are set by the block size)")
+                raise error_for(BAD_ATTRIBUTE, f"splits given for dim {d}, which is dealt "
+                                               "block-cyclically (its parts are set by the block "
+                                               "size)")
         bad = _splits_rule_error(self.placements, self.splits)
         if bad:
-            raise error_for(10, bad)
+            raise error_for(BAD_ATTRIBUTE, bad)
 
     def normalized(self, ndim: int) -> "Attr":
         """This attribute on a tensor of ``ndim`` dims: negative dims resolved (``S(-1)`` is
@@ -306,10 +321,10 @@ class Attr:
                 return d
             if d < -ndim:
                 if ndim == 0:
-                    raise error_for(10, f"{what} names dim {d} but the tensor has no dims (a "
-                                        f"0-dim tensor cannot be split)")
-                raise error_for(10, f"{what} names dim {d} but the tensor has {ndim} dims "
-                                    f"(valid: {-ndim} to {ndim - 1})")
+                    raise error_for(BAD_ATTRIBUTE, f"{what} names dim {d} but the tensor has no "
+                                                   "dims (a 0-dim tensor cannot be split)")
+                raise error_for(BAD_ATTRIBUTE, f"{what} names dim {d} but the tensor has {ndim} "
+                                               f"dims (valid: {-ndim} to {ndim - 1})")
             return d + ndim
         places = [Shard(resolve(p.dim, f"placement {m}, S({p.dim}),"), p.split, cyclic=p.cyclic,
                         src=p.src)
@@ -318,8 +333,9 @@ class Attr:
         for d in sorted((d for d in self.splits if d < 0), reverse=True):
             r = resolve(d, "splits")
             if r in splits:
-                raise error_for(10, f"splits are given for dim {d} and for dim {r}, both dim {r} "
-                                    f"of a tensor of {ndim} dims; give each dim's splits once")
+                raise error_for(BAD_ATTRIBUTE, f"splits are given for dim {d} and for dim {r}, "
+                                               f"both dim {r} of a tensor of {ndim} dims; give "
+                                               "each dim's splits once")
             splits[r] = self.splits[d]
         return Attr(self.mesh, places, splits)
 
@@ -368,12 +384,12 @@ class Attr:
 # same columns). It reads the UTF-8 bytes of the text, so columns count bytes as the daemon does.
 
 _INT_MAX = 2147483647
-_CYCLIC_BLOCK_MAX = 1 << 40
+_CYCLIC_BLOCK_MAX = CYCLIC_BLOCK_MAX
 _MAX_RANKS_TEXT = 1 << 24
 _SPLIT_MAX = (1 << 62) - 1
-_MAX_MESH_DIMS = 8
-_MAX_DIMS = 8
-_AXIS_NAME_MAX = 15
+_MAX_MESH_DIMS = MESH_DIMS_MAX
+_MAX_DIMS = KERNEL_DIMS_MAX
+_AXIS_NAME_MAX = AXIS_NAME_MAX
 _NAME_BUF = 64
 _BLANKS = b" \t\n\r"
 _PLACEMENT_EXPECTED = "a placement: S(dim), R, P(op) or Shard(dim), Replicate(), Partial(op)"
@@ -399,7 +415,7 @@ class _Parser:
             found = f"'{chr(c)}'"
         else:
             found = f"byte 0x{c:02x}"
-        return error_for(9, f"attribute: at column {self.pos + 1} ({found}): expected "
+        return error_for(PARSE, f"attribute: at column {self.pos + 1} ({found}): expected "
                                   f"{expected}")
 
     def error(self, name, message):
@@ -520,7 +536,7 @@ class _Parser:
                 named = True
                 if len(name) > _AXIS_NAME_MAX:
                     self.pos = at
-                    raise self.fail("a mesh axis name of at most 15 characters")
+                    raise self.fail(f"a mesh axis name of at most {_AXIS_NAME_MAX} characters")
                 if name in axes:
                     raise self.error("PARSE", f"attribute: at column {at + 1}: mesh axis "
                                               f"'{name}' is named twice; give each mesh dim its "
@@ -811,37 +827,40 @@ def from_scalapack_desc(desc: Sequence[int], grid: Sequence[Any],
     the largest. BadAttributeError (a ValueError) for an invalid descriptor or grid."""
     d = [int(x) for x in desc]
     if len(d) != 9:
-        raise error_for(1, f"a ScaLAPACK descriptor has 9 ints, got {len(d)}")
+        raise error_for(INVALID_ARGUMENT, f"a ScaLAPACK descriptor has 9 ints, got {len(d)}")
     dtype, _ctxt, m, n, mb, nb, rsrc, csrc, lld = d
     nprow, npcol = int(grid[0]), int(grid[1])
     order = grid[2] if len(grid) > 2 else "R"
     if dtype != 1:
-        raise error_for(10, f"ScaLAPACK descriptor: DTYPE_ is {dtype}; only 1 (a dense "
-                            f"block-cyclic matrix) is supported")
+        raise error_for(BAD_ATTRIBUTE, f"ScaLAPACK descriptor: DTYPE_ is {dtype}; only 1 (a dense "
+                                       f"block-cyclic matrix) is supported")
     if nprow < 1 or npcol < 1:
-        raise error_for(10, f"ScaLAPACK process grid {nprow} x {npcol}; both sizes must be at "
-                            f"least 1")
+        raise error_for(BAD_ATTRIBUTE, f"ScaLAPACK process grid {nprow} x {npcol}; both sizes must "
+                                       "be at least 1")
     if m < 0 or n < 0:
-        raise error_for(10, f"ScaLAPACK descriptor: M_={m}, N_={n}; the matrix sizes must be >= 0")
+        raise error_for(BAD_ATTRIBUTE, f"ScaLAPACK descriptor: M_={m}, N_={n}; the matrix sizes "
+                                       "must be >= 0")
     if mb < 1 or nb < 1:
-        raise error_for(10, f"ScaLAPACK descriptor: MB_={mb}, NB_={nb}; block sizes must be at "
-                            f"least 1")
+        raise error_for(BAD_ATTRIBUTE, f"ScaLAPACK descriptor: MB_={mb}, NB_={nb}; block sizes "
+                                       "must be at least 1")
     if not (0 <= rsrc < nprow and 0 <= csrc < npcol):
-        raise error_for(10, f"ScaLAPACK descriptor: RSRC_={rsrc}, CSRC_={csrc} on a {nprow} x "
-                            f"{npcol} grid; valid: RSRC_ 0 to {nprow - 1}, CSRC_ 0 to {npcol - 1}")
+        raise error_for(BAD_ATTRIBUTE, f"ScaLAPACK descriptor: RSRC_={rsrc}, CSRC_={csrc} on a "
+                                       f"{nprow} x {npcol} grid; valid: RSRC_ 0 to {nprow - 1}, "
+                                       f"CSRC_ 0 to {npcol - 1}")
     if not -1 <= my_prow < nprow:
-        raise error_for(1, f"process row {my_prow} on a grid of {nprow} rows (-1: check LLD_ "
-                           f"against the largest)")
+        raise error_for(INVALID_ARGUMENT, f"process row {my_prow} on a grid of {nprow} rows (-1: "
+                                          "check LLD_ against the largest)")
     row = my_prow if my_prow >= 0 else rsrc
     locr = numroc(m, mb, row, rsrc, nprow)
     if lld < max(1, locr):
-        raise error_for(10, f"ScaLAPACK descriptor: LLD_={lld} but process row {row} holds "
-                            f"{locr} local rows; LLD_ must be at least max(1, {locr})")
+        raise error_for(BAD_ATTRIBUTE, f"ScaLAPACK descriptor: LLD_={lld} but process row {row} "
+                                       f"holds {locr} local rows; LLD_ must be at least max(1, "
+                                       f"{locr})")
     if isinstance(order, str):
         o = order.upper()
         if o not in ("R", "C"):
-            raise error_for(1, f"BLACS grid order {order!r}; valid: 'R' (row-major) or 'C' "
-                               f"(column-major)")
+            raise error_for(INVALID_ARGUMENT, f"BLACS grid order {order!r}; valid: 'R' (row-major) "
+                                              "or 'C' (column-major)")
         ranks = [i * npcol + j if o == "R" else j * nprow + i
                  for i in range(nprow) for j in range(npcol)]
     else:
@@ -883,11 +902,11 @@ def _from_torch_placement(p: Any) -> Any:
     if name in ("Partial", "_Partial"):
         op = str(getattr(p, "reduce_op", "sum")).lower().rsplit(".", 1)[-1]
         if op not in _DTENSOR_OPS:
-            raise error_for(10, f"DTensor placement {p!r}: reduce op {op!r}; tshard reduces by "
-                                f"{', '.join(sorted(_DTENSOR_OPS))}")
+            raise error_for(BAD_ATTRIBUTE, f"DTensor placement {p!r}: reduce op {op!r}; tshard "
+                                           f"reduces by {', '.join(sorted(_DTENSOR_OPS))}")
         return Partial(_DTENSOR_OPS[op])
-    raise error_for(10, f"DTensor placement {p!r} ({name}) has no tshard attribute; valid: "
-                        f"Shard, Replicate, Partial")
+    raise error_for(BAD_ATTRIBUTE, f"DTensor placement {p!r} ({name}) has no tshard attribute; "
+                                   "valid: Shard, Replicate, Partial")
 
 
 def _mesh_of(mesh: Any) -> Mesh:
@@ -935,8 +954,8 @@ def from_dtensor_spec(mesh_shape: Any, placements: Sequence[Any],
         elif t is None and isinstance(p, (Replicate, Partial)):
             t = p
         elif t is None:
-            raise error_for(10, f"placement {p!r}: expected Shard, Replicate or Partial (tshard's "
-                                f"or torch.distributed.tensor's)")
+            raise error_for(BAD_ATTRIBUTE, f"placement {p!r}: expected Shard, Replicate or Partial "
+                                           "(tshard's or torch.distributed.tensor's)")
         places.append(t)
     attr = Attr(_mesh_of(mesh_shape), places)
     return attr if shape is None else attr.normalized(len(shape))

@@ -15,6 +15,7 @@ import fnmatch
 from typing import Any, Iterable, List, Mapping, Optional, Tuple, Union
 
 from . import tshard_pb2 as pb
+from ._status import INVALID_ARGUMENT
 from .attr import Attr
 from .errors import error_for
 
@@ -37,24 +38,26 @@ def _check_pattern(pattern: Any, what: str) -> str:
                         f"{type(pattern).__name__} {pattern!r}")
     n = len(pattern.encode("utf-8", "surrogatepass"))
     if not 1 <= n <= PATTERN_MAX_BYTES:
-        raise error_for(1, f"{what}: a pattern of {n} bytes; give a tensor name or a glob of 1 "
-                           f"to {PATTERN_MAX_BYTES} bytes")
+        raise error_for(INVALID_ARGUMENT, f"{what}: a pattern of {n} bytes; give a tensor name or "
+                                          f"a glob of 1 to {PATTERN_MAX_BYTES} bytes")
     for i, ch in enumerate(pattern):
         if ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F:
-            raise error_for(1, f"{what} {pattern!r} has a control character (U+{ord(ch):04X}); "
-                               f"patterns are UTF-8 without control characters")
+            raise error_for(INVALID_ARGUMENT, f"{what} {pattern!r} has a control character "
+                                              f"(U+{ord(ch):04X}); patterns are UTF-8 without "
+                                              "control characters")
     i = 0
     while i < len(pattern):
         if pattern[i] == "[":
             if pattern.startswith("[^", i):
-                raise error_for(1, f"{what} {pattern!r}: '[^' at character {i}; write '[!' for "
-                                   f"a set of characters not matched")
+                raise error_for(INVALID_ARGUMENT, f"{what} {pattern!r}: '[^' at character {i}; "
+                                                  "write '[!' for a set of characters not matched")
             j = i + 1 + (pattern.startswith("!", i + 1))
             j += pattern.startswith("]", j)
             j = pattern.find("]", j)
             if j < 0:
-                raise error_for(1, f"{what} {pattern!r}: the '[' at character {i} is not "
-                                   f"closed; a set is '[abc]', '[a-z]' or '[!abc]'")
+                raise error_for(INVALID_ARGUMENT, f"{what} {pattern!r}: the '[' at character {i} "
+                                                  "is not closed; a set is '[abc]', '[a-z]' or "
+                                                  "'[!abc]'")
             i = j
         i += 1
     return pattern
@@ -63,9 +66,10 @@ def _check_pattern(pattern: Any, what: str) -> str:
 def _split(text: str, what: str) -> Tuple[str, str]:
     pattern, eq, attr = text.partition("=")
     if not eq or not attr.lstrip(" \t").startswith("mesh"):
-        raise error_for(1, f"{what} {text!r}: expected PATTERN=ATTR, a tensor name or glob and "
-                           f"an attribute (e.g. 'h.*.w=mesh=[4] placements=[S(0)]'); one "
-                           f"attribute for every tensor is the default attribute")
+        raise error_for(INVALID_ARGUMENT, f"{what} {text!r}: expected PATTERN=ATTR, a tensor name "
+                                          "or glob and an attribute (e.g. 'h.*.w=mesh=[4] "
+                                          "placements=[S(0)]'); one attribute for every tensor is "
+                                          "the default attribute")
     return pattern, attr
 
 

@@ -22,7 +22,8 @@ import numpy as np
 from . import fastpath as _fp
 from . import torch as _tt
 from . import tshard_pb2 as pb
-from .client import DTYPES, _FROM_NUMPY, _check_name
+from ._common import _FROM_NUMPY, DTYPES, _check_name, _out_bytes
+from ._status import LIMIT
 from .errors import TshardError, error_for
 from .future import Future
 from .typed_put import declare
@@ -72,8 +73,8 @@ def _frame_chunk(c, meta: pb.PutManyRequest) -> int:
     """Data bytes per frame beside the batch's items (each chunk carries them)."""
     room = c.chunk - meta.ByteSize() - 1024
     if room < 4096:
-        raise error_for(16, f"put_many: the {len(meta.items)} items leave no room for data in a "
-                            f"frame of {c.max_frame} bytes; put fewer tensors at once")
+        raise error_for(LIMIT, f"put_many: the {len(meta.items)} items leave no room for data in a "
+                               f"frame of {c.max_frame} bytes; put fewer tensors at once")
     return room
 
 
@@ -241,7 +242,6 @@ def _names(names: Sequence[str]) -> List[str]:
 
 def _outs(shapes, out: Optional[Mapping[str, Any]]) -> Dict[str, np.ndarray]:
     """The flat bytes of each out= array or torch tensor, checked as get checks its out."""
-    from .client import _out_bytes
     if out is None:
         return {}
     if not isinstance(out, Mapping):

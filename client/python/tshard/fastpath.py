@@ -23,12 +23,13 @@ from typing import Any, Callable, Dict, Optional
 import numpy as np
 
 from . import tshard_pb2 as pb
+from ._common import _describe_dict, _no_elements, _out_bytes, _put_error, DTYPES
+from ._status import NO_DIRECT, OK, PROTOCOL
 from .errors import TshardError, error_for
 from .future import Future, Inflight
 from .shm import MIN_BYTES, Regions
 from .wire import request_frame
 
-_NO_DIRECT, _PROTOCOL = 38, 17
 _CONNECTION = (17, 18, 19)  # PROTOCOL, IO, TIMEOUT: the connection is gone
 
 
@@ -164,7 +165,7 @@ def _refusal(resp) -> TshardError:
 
 def _status(resp, err, refusal=_refusal):
     """The error of an answer: the connection's (err), the daemon's refusal, or None."""
-    if err is None and resp is not None and resp.status != 0:
+    if err is None and resp is not None and resp.status != OK:
         return refusal(resp)
     return err
 
@@ -172,7 +173,6 @@ def _status(resp, err, refusal=_refusal):
 # -- puts ----------------------------------------------------------------------------------------
 def put(c, name: str, a: np.ndarray, decl: str, note: str, key, slice_layout, convert) -> Future:
     """A put or put_slice of array a (declared decl) as a Future (see the top)."""
-    from .client import _put_error
     src = a.reshape(-1).view(np.uint8)
     total = src.nbytes
     what = "put" if slice_layout is None else "put_slice"
@@ -223,7 +223,7 @@ def direct(c, op, req, total: int, again: Callable[[], None],
     confirmed = c._direct_ok
 
     def on_answer(resp, err):
-        if err is None and resp.status == _NO_DIRECT and not confirmed:
+        if err is None and resp.status == NO_DIRECT and not confirmed:
             c._direct_on = False  # the segment serves this one and the later ones
             op.left, op.sealed = op.left - 1, False
             try:
@@ -262,7 +262,7 @@ def _through_regions(tr, op, total, seg, frames, what, request, answered) -> Non
             if at is None:
                 if i == 0:
                     return frames()
-                return op.abort(error_for(_PROTOCOL, "the shared segment went away in the "
+                return op.abort(error_for(PROTOCOL, "the shared segment went away in the "
                                                      f"middle of a {what}"))
             req = request(off, n, at)
 
@@ -333,7 +333,6 @@ def _put_frames(c, op, message, src, key, refusal, chunk=None) -> None:
 def get(c, name: str, out, slice_rank: Optional[int]) -> Future:
     """A get (slice_rank None) or this rank's get_slice as a Future: a describe, then the data
     on the fastest path (see the top)."""
-    from .client import _describe_dict
     what = "get" if slice_rank is None else "get_slice"
 
     def fill(req):
@@ -376,7 +375,6 @@ def planned(c, what: str, fill: Callable[[Any], None],
 
 def _get_plan(c, tr, op, name, out, slice_rank, info: Dict[str, Any]) -> None:
     """The data requests of a get once its describe came (reader thread)."""
-    from .client import DTYPES, _no_elements, _out_bytes
     dt = DTYPES[info["dtype"]]
     shape = info["shape"]
     if slice_rank is not None:
@@ -413,7 +411,7 @@ def _get_direct(c, tr, op, message, buf, name) -> None:
     def check(resp):
         d = resp.data if resp.WhichOneof("result") == "data" else None
         if d is None or not d.direct or d.total_bytes != need or d.offset != 0:
-            return error_for(_PROTOCOL, f"the daemon answered a get of '{name}' into this "
+            return error_for(PROTOCOL, f"the daemon answered a get of '{name}' into this "
                                         f"process's memory without saying it wrote it all")
         return None
     direct(c, op, req, need, lambda: get_staged(c, tr, op, message, buf, f"'{name}'"), check)
@@ -441,12 +439,12 @@ def get_staged(c, tr, op, message, buf, what) -> None:
             d = resp.data if resp.WhichOneof("result") == "data" else None
             try:
                 if d is None or not d.HasField("shm") or d.offset != off:
-                    raise error_for(_PROTOCOL, "no region")
+                    raise error_for(PROTOCOL, "no region")
                 part = c._seg.region(d.shm)
             except TshardError:
                 part = None
             if part is None or d.total_bytes != need or len(part) != n:
-                err = error_for(_PROTOCOL, f"the daemon answered a chunk of {what} "
+                err = error_for(PROTOCOL, f"the daemon answered a chunk of {what} "
                                            f"that does not fit")
             else:
                 np.copyto(buf[off:off + n], part)
@@ -467,7 +465,7 @@ def _get_frames(c, op, message, buf, what) -> None:
                 d = resp.data if resp.WhichOneof("result") == "data" else None
                 if (d is None or d.offset != off or d.total_bytes != need
                         or len(d.data) != min(c.chunk, need - off)):
-                    err = error_for(_PROTOCOL, f"the daemon answered a chunk of {what} that "
+                    err = error_for(PROTOCOL, f"the daemon answered a chunk of {what} that "
                                                f"does not fit")
                 else:
                     buf[off:off + len(d.data)] = np.frombuffer(d.data, dtype=np.uint8)

@@ -25,8 +25,9 @@ import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set
 
 from . import tshard_pb2 as pb
-from .errors import TshardError, error_for
+from ._status import IO, OK, PROTOCOL, TIMEOUT
 from .errors import TimeoutError as _TshardTimeoutError  # generated from the status list
+from .errors import TshardError, error_for
 from .wire import MAX_FRAME, Wire
 
 __all__ = ["Future", "wait", "WaitTimeoutError"]
@@ -159,12 +160,12 @@ class Inflight:
             try:
                 self.wire.send(frame)
             except (_socket.timeout, BlockingIOError):
-                self.fail(error_for(19, "the daemon did not take a request within the timeout "
-                                        "(tshard.connect(timeout=SEC)); the connection is "
-                                        "closed"))
+                self.fail(error_for(TIMEOUT, "the daemon did not take a request within the timeout "
+                                             "(tshard.connect(timeout=SEC)); the connection is "
+                                             "closed"))
                 raise self.closed from None
             except OSError as e:
-                self.fail(error_for(18, f"sending to the daemon failed: {e}"))
+                self.fail(error_for(IO, f"sending to the daemon failed: {e}"))
                 raise self.closed from None
 
     def drain(self, timeout: Optional[float]) -> None:
@@ -235,7 +236,7 @@ class Inflight:
                 break
             (n,) = struct.unpack("<I", head)
             if n > MAX_FRAME:
-                self.fail(error_for(17, f"the daemon sent a frame of {n} bytes"))
+                self.fail(error_for(PROTOCOL, f"the daemon sent a frame of {n} bytes"))
                 return
             body = self._recv_exact(n)
             if body is None:
@@ -243,7 +244,7 @@ class Inflight:
             try:
                 resp = pb.Response.FromString(bytes(body))
             except Exception:  # noqa: BLE001 - a frame that does not decode
-                self.fail(error_for(17, "the daemon sent an answer that does not decode"))
+                self.fail(error_for(PROTOCOL, "the daemon sent an answer that does not decode"))
                 return
             with self.cond:
                 h = self.handlers.pop(resp.id, None)
@@ -254,7 +255,7 @@ class Inflight:
                     if self.after is not None:
                         _call_handler(lambda _r, _e: self.after(), None, None)
                     self.cond.notify_all()
-                elif resp.id == 0 and resp.status != 0:  # about the connection itself
+                elif resp.id == 0 and resp.status != OK:  # about the connection itself
                     err = error_for(resp.status, resp.message)
                     handlers, self.handlers = self.handlers, {}
                     for h in handlers.values():
@@ -262,6 +263,6 @@ class Inflight:
         with self.cond:
             pending = len(self.handlers)
             self._close_fds()
-        self.fail(error_for(18, f"the connection to the daemon closed with {pending} "
+        self.fail(error_for(IO, f"the connection to the daemon closed with {pending} "
                                 f"request(s) in flight; what they did on the daemons is not "
                                 f"known to this client (describe the tensors they touch)"))

@@ -10,94 +10,23 @@
 The launcher is found as $TSHARD_LAUNCH, else next to this package in a build tree
 (build/python/tshard -> build/bin/tshard-launch), else on $PATH.
 
-The launcher records a job's fate in ``tshard-<job>.status`` beside its sockets: ``state`` is
-running, stopping, stopped, failed (at start) or lost, and a lost rank comes with ``rank``,
-``host``, ``cause`` (its signal or exit code) and ``log``. When a connection ends, the client
-reads it here (:func:`lost_rank_error`) to raise RankLostError naming the rank instead of a bare
-I/O error. The record is read only when it is a regular file of this user's (or root's) that
-nobody else may write; any other is ignored (see ``_trust``).
+The launcher records a job's fate in ``tshard-<job>.status`` beside its sockets; ``lost``
+reads it (:func:`job_status`, and the RankLostError of a lost rank: :func:`lost_rank_error`).
 """
 import itertools
 import os
 import subprocess
-import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
-from ._trust import read_trusted_file
-from .errors import TshardError, error_for
+from ._status import INVALID_ARGUMENT, IO, TIMEOUT, UNSUPPORTED
+from .client import Client, connect
+from .errors import error_for
+from .lost import job_status, lost_job_message, lost_rank_error  # noqa: F401 - exported here too
 from .offline import find_tool
-
-if TYPE_CHECKING:  # the client module imports this one: a name for the hints only
-    from .client import Client
 
 __all__ = ["launch", "Job", "job_status", "lost_rank_error", "lost_job_message"]
 
-_RANK_LOST = 39
-_LOST_WAIT = 2.0  # s: how long a failed connection waits for the launcher's record
-_LOST_UNNAMED_WAIT = 8.0  # s more, while the record says a rank was lost but not yet which
 _jobs = itertools.count()
-
-
-def _status_file(socket_path: str) -> Optional[str]:
-    """``<dir>/tshard-<job>.status`` for a socket ``<dir>/tshard-<job>-<rank>.sock``."""
-    if not socket_path.endswith(".sock"):
-        return None
-    stem, _, rank = socket_path[:-5].rpartition("-")
-    if not stem or not rank.isdigit():
-        return None
-    return stem + ".status"
-
-
-def job_status(socket_path: str) -> Optional[Dict[str, str]]:
-    """The launcher's record of the job that ``socket_path`` (a rank's socket) belongs to, as a
-    dict of its key=value lines; None when there is none (daemons not started by the launcher)."""
-    path = _status_file(socket_path)
-    if path is None:
-        return None
-    raw = read_trusted_file(path)  # another user's file, a link or a FIFO: none
-    if raw is None:
-        return None
-    text = raw.decode("utf-8", "replace")
-    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-
-
-def lost_rank_error(socket_path: str, wait: float = _LOST_WAIT) -> Optional[TshardError]:
-    """RankLostError naming the lost rank, its host, cause and the launcher's log when the job of
-    ``socket_path`` lost a rank; None otherwise. While the job is still recorded as running it
-    waits up to ``wait`` seconds for the launcher to learn of the loss from Open MPI."""
-    deadline = time.monotonic() + wait
-    while True:
-        st = job_status(socket_path)
-        if st is None:
-            return None
-        state = st.get("state", "")
-        if (state == "lost" and st.get("final") == "1") or state not in ("lost", "running"):
-            break
-        # a loss recorded without its rank (a job across nodes): Open MPI names it later
-        if time.monotonic() >= deadline + (_LOST_UNNAMED_WAIT if state == "lost" and
-                                           not st.get("rank") else 0):
-            break
-        time.sleep(0.02)  # polling the launcher's record, bounded by the deadline
-    if state != "lost":
-        return None
-    return error_for(_RANK_LOST,
-                     f"rank {st.get('rank') or '?'} (host {st.get('host') or 'unknown'}) was lost: "
-                     f"{st.get('cause') or 'cause unknown'}; Open MPI stopped job "
-                     f"'{st.get('job', '?')}', and every tensor the job held in memory is gone "
-                     f"(complete checkpoints on disk remain); the launcher's log: "
-                     f"{st.get('log') or 'unknown'}")
-
-
-def lost_job_message(socket_path: str) -> Optional[str]:
-    """When the launcher recorded that the job of ``socket_path`` lost a rank, a sentence naming
-    it (for a connect that found no daemon); else None."""
-    st = job_status(socket_path)
-    if st is None or st.get("state") != "lost":
-        return None
-    return (f"job {st.get('job', '?')} lost rank {st.get('rank') or '?'} (host "
-            f"{st.get('host') or 'unknown'}): {st.get('cause') or 'cause unknown'}; Open MPI "
-            f"stopped the whole job (the launcher's log: {st.get('log') or 'unknown'}); start it "
-            f"again with tshard-launch start and load the last checkpoint")
 
 
 def launcher_path() -> str:
@@ -106,9 +35,10 @@ def launcher_path() -> str:
     if path:
         return path
     built = looked[0]
-    raise error_for(20, f"tshard-launch was not found: looked at $TSHARD_LAUNCH (not set), "
-                        f"{built} and $PATH; install tshard (cmake --install build --prefix "
-                        f"PREFIX puts PREFIX/bin/tshard-launch) or set TSHARD_LAUNCH to its path")
+    raise error_for(UNSUPPORTED, "tshard-launch was not found: looked at $TSHARD_LAUNCH (not set), "
+                                 f"{built} and $PATH; install tshard (cmake --install build "
+                                 "--prefix PREFIX puts PREFIX/bin/tshard-launch) or set "
+                                 "TSHARD_LAUNCH to its path")
 
 
 def _default_socket_dir() -> str:
@@ -144,10 +74,9 @@ class Job:
     def connect(self, rank: int = 0, **kwargs: Any) -> "Client":
         """A client connected to ``rank``'s daemon (``tshard.connect``'s keyword arguments:
         ``timeout``, ``shm``, ``group``, ...)."""
-        from .client import connect
         if not isinstance(rank, int) or not 0 <= rank < self.np:
-            raise error_for(1, f"rank {rank!r}: job {self.job} has {self.np} ranks "
-                               f"(0 to {self.np - 1})")
+            raise error_for(INVALID_ARGUMENT, f"rank {rank!r}: job {self.job} has {self.np} ranks "
+                                              f"(0 to {self.np - 1})")
         return connect(socket=self.socket(rank), **kwargs)
 
     def status(self) -> Dict[str, str]:
@@ -164,7 +93,7 @@ class Job:
                             self.socket_dir, "--timeout", str(int(self._timeout))],
                            capture_output=True, text=True, timeout=self._timeout + 30)
         if r.returncode != 0:
-            raise error_for(18, f"tshard-launch stop --job {self.job}: {r.stderr.strip()}")
+            raise error_for(IO, f"tshard-launch stop --job {self.job}: {r.stderr.strip()}")
 
     def __enter__(self) -> "Job":
         return self
@@ -189,14 +118,15 @@ def launch(np: int = 4, job: Optional[str] = None, socket_dir: Optional[str] = N
     (:attr:`Job.metrics_sd_file`). A launch that fails raises TshardError with the launcher's words (which rank
     did not serve and why); bad arguments raise InvalidArgumentError before anything starts."""
     if isinstance(np, bool) or not isinstance(np, int) or np < 1:
-        raise error_for(1, f"np={np!r}: the number of ranks must be an int of at least 1")
+        raise error_for(INVALID_ARGUMENT, f"np={np!r}: the number of ranks must be an int of at "
+                                          "least 1")
     if timeout <= 0:
-        raise error_for(1, f"timeout={timeout!r}: give a positive number of seconds")
+        raise error_for(INVALID_ARGUMENT, f"timeout={timeout!r}: give a positive number of seconds")
     if metrics_port is not None and (isinstance(metrics_port, bool) or
                                      not isinstance(metrics_port, int) or
                                      not 1 <= metrics_port <= 65535 - (np - 1)):
-        raise error_for(1, f"metrics_port={metrics_port!r}: give a port from 1 to "
-                           f"{65535 - (np - 1)} (rank r serves on it + r)")
+        raise error_for(INVALID_ARGUMENT, f"metrics_port={metrics_port!r}: give a port from 1 to "
+                                          f"{65535 - (np - 1)} (rank r serves on it + r)")
     job = job if job is not None else f"py{os.getpid()}-{next(_jobs)}"
     socket_dir = socket_dir if socket_dir is not None else _default_socket_dir()
     launcher = launcher_path()
@@ -211,9 +141,9 @@ def launch(np: int = 4, job: Optional[str] = None, socket_dir: Optional[str] = N
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30)
     except subprocess.TimeoutExpired:
-        raise error_for(19, f"tshard-launch start did not return within {timeout + 30:.0f} s; "
-                            f"stop the job with tshard-launch stop --job {job}") from None
+        raise error_for(TIMEOUT, f"tshard-launch start did not return within {timeout + 30:.0f} s; "
+                                 f"stop the job with tshard-launch stop --job {job}") from None
     if r.returncode != 0:
-        raise error_for(1 if r.returncode == 2 else 18,
+        raise error_for(INVALID_ARGUMENT if r.returncode == 2 else IO,
                         f"tshard-launch start -np {np} --job {job}: {r.stderr.strip()}")
     return Job(launcher, job, np, socket_dir, timeout, metrics_port)

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 
-from ._status import STATUS
+from ._status import STATUS, UNSUPPORTED
 from .attr import Attr
 from .errors import error_for
 
@@ -49,11 +49,12 @@ def cli_path():
     if path:
         return path
     built, venv = looked
-    raise error_for(20, f"the tshard command-line tool was not found (tshard.plan, tshard.show "
-                        f"and Client.show run it: the planner and drawer the daemons use); "
-                        f"looked at $TSHARD_CLI (not set), {built}, $PATH and {venv}. Install it "
-                        f"from a tshard build with `cmake --install build --prefix PREFIX` and "
-                        f"set TSHARD_CLI=PREFIX/bin/tshard (or put PREFIX/bin on PATH)")
+    raise error_for(UNSUPPORTED, "the tshard command-line tool was not found (tshard.plan, "
+                                 "tshard.show and Client.show run it: the planner and drawer the "
+                                 f"daemons use); looked at $TSHARD_CLI (not set), {built}, $PATH "
+                                 f"and {venv}. Install it from a tshard build with `cmake "
+                                 "--install build --prefix PREFIX` and set "
+                                 "TSHARD_CLI=PREFIX/bin/tshard (or put PREFIX/bin on PATH)")
 
 
 def _text(attr):

@@ -1,11 +1,12 @@
 """Compiled programs on the shards (program/PROGRAM.md): compile a program on every rank, run it
 SPMD on the ranks' local slices, show what the compiler made of it. The Client's program_*
-methods delegate here."""
+methods (the mixin ``Programs``) call the functions here."""
 import json
 import numbers
 from typing import Any, Dict, Mapping, Optional, Union
 
 from . import tshard_pb2 as pb
+from .future import Future
 
 
 def _text(program):
@@ -189,3 +190,69 @@ def show(client: object, program_id: str, summary: bool = False) -> str:
     built, cache)."""
     req = pb.ProgramShowRequest(id=str(program_id), summary=bool(summary))
     return client._call(program_show=req).program.text
+
+
+class Programs:
+    """Compiled programs: the Client's methods over the functions above (a mixin of
+    :class:`tshard.Client`)."""
+
+    def program_compile(self, program: Union[None, str, Dict[str, Any]] = None, lazy: bool = True,
+                        key: Optional[str] = None, graph: Any = None,
+                        buckets: Optional[Dict[str, Any]] = None, wait: bool = True) -> Any:
+        """Compiles an elementwise/reduction program on every rank.
+
+        Args:
+            program: the program as JSON text or a dict (or None with ``graph``).
+            lazy: build each bucket on its first run (False: all now).
+            key: an idempotency key.
+            graph: the program as a ProgramGraph message (see :func:`tshard.graph_from_json`).
+            buckets: ``{group: rule}`` overriding the program's bucketing rules.
+            wait: False returns a Future of the id.
+
+        Returns:
+            The program's id, for :meth:`program_run`.
+
+        Raises:
+            ParseError: a bad program. ProgramCompileError: the C compiler failed.
+        """
+        return compile(self, program, lazy=lazy, key=key, graph=graph, buckets=buckets,
+                                wait=wait)
+
+    def program_run(self, program_id: Any, inputs: Mapping[str, Any],
+                    outputs: Optional[Mapping[str, str]] = None, key: Optional[str] = None,
+                    overwrite: bool = False, wait: bool = True) -> Optional[Future]:
+        """Runs a compiled program on the local slices of every rank.
+
+        Args:
+            program_id: the id from :meth:`program_compile`.
+            inputs: ``{input name: tensor name or number}``; a number its input's dtype cannot
+                hold is refused (BadDtypeError).
+            outputs: ``{output name: tensor name}``; outputs not named become tensors of their
+                own names.
+            key: an idempotency key.
+            overwrite: let outputs replace existing tensors.
+            wait: False returns a Future.
+
+        Raises:
+            ProgramPlacementError: the tensors' attributes do not fit the program.
+            NotFoundError: an unknown program or tensor.
+        """
+        return run(self, program_id, inputs, outputs, key=key, overwrite=overwrite,
+                            wait=wait)
+
+    def program_show(self, program_id: Any, summary: bool = False) -> Any:
+        """What a compiled program is: its inputs, outputs and kernels (``summary``: briefly).
+
+        Raises:
+            NotFoundError: no program with this id.
+        """
+        return show(self, program_id, summary=summary)
+
+    def program_drop(self, program_id: Any, key: Optional[str] = None,
+                     wait: bool = True) -> Optional[Future]:
+        """Forgets a compiled program on every rank (``wait=False``: a Future).
+
+        Raises:
+            NotFoundError: no program with this id.
+        """
+        return drop(self, program_id, key=key, wait=wait)

@@ -11,15 +11,12 @@ import os
 import struct
 from typing import Any, Dict, Iterable, Mapping, Optional, Union
 
-from . import tshard_pb2 as pb
-from .attr import Attr
 from . import attr_rules as _rules
+from . import tshard_pb2 as pb
+from ._common import _attr_msg, _check_name, _selection
+from .future import Future
 
 __all__ = ["import_request", "export_request", "read_header"]
-
-
-def _attr_msg(attr):
-    return pb.DistAttr(text=str(attr) if isinstance(attr, Attr) else attr)
 
 
 def import_request(path: Union[str, "os.PathLike[str]"], attrs: Optional[Mapping[str, Any]] = None,
@@ -80,3 +77,64 @@ def read_header(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
         if n > 100 << 20:
             raise ValueError(f"safetensors file '{path}': header of {n} bytes; at most 100 MiB")
         return json.loads(f.read(n))
+
+
+class Safetensors:
+    """The Client's import and export of safetensors files (a mixin of :class:`tshard.Client`)."""
+
+    def load_safetensors(self, path: str, attrs: "dict | None" = None, default: Any = None,
+                         names: "list | None" = None, prefix: "str | None" = None,
+                         rename: "dict | None" = None, key: "str | None" = None,
+                         wait: bool = True) -> "list | Future":
+        """Imports a Hugging Face ``model.safetensors`` file, or the shards of a
+        ``model.safetensors.index.json``, into new tensors under distributed attributes.
+
+        path: the file or the index (a path every daemon can reach; made absolute here).
+        attrs: attribute rules, {tshard name or glob: attribute} (text or Attr) or
+        ``"PATTERN=ATTR"`` texts (:mod:`tshard.attr_rules`, the grammar of :meth:`load`); the
+        tensors imported are those the rules name or match unless ``names`` or ``default`` say
+        otherwise. default: the attribute of every other tensor;
+        given, every tensor of the file(s) is imported. names: import only these. prefix: removed
+        from the file's names that start with it (``"model."``). rename: {file name: tshard
+        name}, applied instead of the prefix rule. Each rank reads only the byte ranges of its
+        own slice. Atomic: a bad file (truncated, overlapping or out-of-range data_offsets, a
+        header over 100 MB or not JSON, an unknown dtype, a shape that does not match its
+        bytes), a missing name or a name taken already creates nothing on any rank and raises
+        the same error everywhere, naming the file and the tensor.
+
+        Returns the names created, in order (or a Future of them with wait=False)."""
+        req = import_request(path, attrs, default=default, names=names, prefix=prefix,
+                                 rename=rename)
+        for t in req.tensors:
+            _check_name(t.name)
+        for n in req.names:
+            _check_name(n)
+        return self._op(key, lambda r: list(r.safetensors.names), wait,
+                        f"import of safetensors '{path}'", import_safetensors=req)
+
+    def save_safetensors(self, path: str, names: "list | None" = None,
+                         max_shard_bytes: "int | None" = None, metadata: "dict | None" = None,
+                         key: "str | None" = None, wait: bool = True,
+                         prefix: "str | None" = None, all: bool = False) -> "list | Future":
+        """Exports stored tensors as a Hugging Face safetensors model that ``transformers`` and
+        ``safetensors`` read.
+
+        path: the file to write, ending in ``.safetensors`` (made absolute here). names: the
+        tensors, by name or glob (``"layers.*.weight"``), or prefix: those whose name starts with
+        it, or all=True: every tensor (one of the three; none is refused). max_shard_bytes: when the tensors' bytes exceed it, HF
+        shards ``<stem>-00001-of-0000N.safetensors`` are written beside path, with
+        ``<path>.index.json`` (their weight_map); else one file. metadata: {str: str}, the
+        file's ``__metadata__`` (None: the metadata of the file the tensors were imported from
+        when they all share one, else ``{"format": "pt"}``). Each rank writes its own slices'
+        bytes at their offsets (no gather); every file is written under a temporary name (mode
+        0600) and renamed into place once every rank succeeded. Partial tensors are refused
+        (reshard them first).
+
+        Returns the paths written, the index last when sharded (or a Future of them)."""
+        req = export_request(path, names, max_shard_bytes=max_shard_bytes, metadata=metadata)
+        for n in req.names:
+            _check_name(n)
+        req.prefix = _selection("safetensors export", list(req.names), prefix, all)
+        req.all = bool(all)
+        return self._op(key, lambda r: list(r.safetensors.files), wait,
+                        f"export to safetensors '{path}'", export_safetensors=req)

@@ -16,6 +16,7 @@ import socket as _socket
 import numpy as np
 
 from . import tshard_pb2 as pb
+from ._status import IO, OK, PROTOCOL
 from .errors import TshardError, error_for
 
 DEFAULT_MAX = 1 << 30
@@ -57,12 +58,12 @@ class Segment:
         head, fds, _, _ = _socket.recv_fds(self._wire.sock, 4, 1)
         try:
             if not head:
-                raise error_for(18, "the daemon closed the connection")
+                raise error_for(IO, "the daemon closed the connection")
             if len(head) < 4:
                 head += bytes(self._wire.recv_exact(4 - len(head)))
             resp = self._wire.recv(head)
             if resp.id != req.id:
-                raise error_for(17, f"answer to request {resp.id} while waiting for {req.id}")
+                raise error_for(PROTOCOL, f"answer to request {resp.id} while waiting for {req.id}")
             self.map_answer(resp, fds, want)
         finally:
             for fd in fds:
@@ -72,13 +73,13 @@ class Segment:
         """Maps the segment of an answer to shm_attach of `want` bytes (fds: the descriptors that
         came with it; the caller closes them). Raises the daemon's refusal, or PROTOCOL."""
         self.close()
-        if resp.status != 0:
+        if resp.status != OK:
             raise error_for(resp.status, resp.message)
         if resp.WhichOneof("result") != "shm" or not fds or resp.shm.bytes == 0:
-            raise error_for(17, "shm_attach answered without a segment")
+            raise error_for(PROTOCOL, "shm_attach answered without a segment")
         n = resp.shm.bytes
         if os.fstat(fds[0]).st_size < n:
-            raise error_for(17, "the segment is smaller than announced")
+            raise error_for(PROTOCOL, "the segment is smaller than announced")
         self._map = mmap.mmap(fds[0], n)
         self.view = np.frombuffer(self._map, dtype=np.uint8)
         self.bytes = n
@@ -88,7 +89,7 @@ class Segment:
     def region(self, shm):
         """The array of an answered region, checked to lie inside the segment."""
         if self.view is None or shm.offset > self.bytes or shm.bytes > self.bytes - shm.offset:
-            raise error_for(17, "the daemon answered a region outside the segment")
+            raise error_for(PROTOCOL, "the daemon answered a region outside the segment")
         return self.view[shm.offset:shm.offset + shm.bytes]
 
 

@@ -14,8 +14,10 @@ one, collective calls must be given a key.
 """
 import hashlib
 import os
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
+from ._limits import COLLECTIVE_TIMEOUT_MAX_MS
+from ._status import INVALID_ARGUMENT
 from .errors import error_for
 
 __all__ = ["Group", "run_id_from_env", "COLLECTIVE_OPS"]
@@ -58,16 +60,18 @@ def parse_group(group, world_size):
         try:
             group = [int(x) for x in text.split(",") if x.strip()]
         except ValueError:
-            raise error_for(1, f"group '{text}': expected 'all' or ranks like '0,1,2,3'") from None
+            raise error_for(INVALID_ARGUMENT, f"group '{text}': expected 'all' or ranks like "
+                                              "'0,1,2,3'") from None
     ranks = [int(r) for r in group]
     if not ranks:
-        raise error_for(1, "an empty group: name the ranks of the SPMD program, or 'all'")
+        raise error_for(INVALID_ARGUMENT, "an empty group: name the ranks of the SPMD program, or "
+                                          "'all'")
     bad = [r for r in ranks if not 0 <= r < world_size]
     if bad:
-        raise error_for(1, f"group rank {bad[0]} is not a rank of the job (ranks 0 to "
-                           f"{world_size - 1})")
+        raise error_for(INVALID_ARGUMENT, f"group rank {bad[0]} is not a rank of the job (ranks 0 "
+                                          f"to {world_size - 1})")
     if len(set(ranks)) != len(ranks):
-        raise error_for(1, f"group {ranks} names a rank twice")
+        raise error_for(INVALID_ARGUMENT, f"group {ranks} names a rank twice")
     return ranks
 
 
@@ -78,8 +82,9 @@ class Group:
                  timeout_ms: int = 0) -> None:
         """The group ``ranks`` seen from ``rank``, keyed by ``run_id``, waiting ``timeout_ms``."""
         if rank not in ranks:
-            raise error_for(1, f"this client talks to rank {rank}, which is not in its group "
-                               f"{ranks}; connect to your own rank's daemon")
+            raise error_for(INVALID_ARGUMENT, f"this client talks to rank {rank}, which is not in "
+                                              f"its group {ranks}; connect to your own rank's "
+                                              "daemon")
         self.ranks = list(ranks)
         self.run_id = run_id if run_id is not None else run_id_from_env()
         self.timeout_ms = int(timeout_ms)
@@ -87,10 +92,11 @@ class Group:
 
     def _auto_key(self, op):
         if self.run_id is None:
-            raise error_for(1, f"{op}: an SPMD client (group {self.ranks}) makes keys from a run "
-                               f"id shared by its processes, and none was found: pass key= to "
-                               f"each collective call, run_id= to connect, or set "
-                               f"TSHARD_RUN_ID the same for every process of the run")
+            raise error_for(INVALID_ARGUMENT, f"{op}: an SPMD client (group {self.ranks}) makes "
+                                              "keys from a run id shared by its processes, and "
+                                              "none was found: pass key= to each collective call, "
+                                              "run_id= to connect, or set TSHARD_RUN_ID the same "
+                                              "for every process of the run")
         rid = self.run_id
         if len(rid) > 80:
             rid = hashlib.sha1(rid.encode()).hexdigest()[:20]
@@ -103,3 +109,34 @@ class Group:
             req.idempotency_key = self._auto_key(op)
         req.participants.extend(self.ranks)
         req.collective_timeout_ms = self.timeout_ms
+
+
+class SpmdGroup:
+    """The Client's SPMD group (a mixin of :class:`tshard.Client`)."""
+
+    def set_group(self, group: Union[None, str, Sequence[int]], run_id: Optional[str] = None,
+                  collective_timeout: Optional[float] = None) -> None:
+        """Makes create, reshard, drop, einsum, save and load SPMD collectives of a group.
+
+        From this call on each of them runs once every rank of ``group`` submitted it, under
+        its ``key`` or a key made from ``run_id`` and the call's number.
+
+        Args:
+            group: the ranks (a list, ``"all"`` or ``"0,1,2"``); None turns collectives off.
+            run_id: the launch's id (default: the launcher's, e.g. Open MPI's or Slurm's).
+            collective_timeout: seconds to wait for the other ranks (default: this client's
+                timeout less 5 s, so that the daemons' error naming the missing ranks comes
+                first; at most the daemons' ``--collective-timeout-max``, 600 s by default).
+
+        Raises:
+            InvalidArgumentError: a group that names ranks outside the job.
+        """
+        if group is None:
+            self._group = None
+            return
+        p = self.ping()
+        ranks = parse_group(group, p["world_size"])
+        if collective_timeout is None:
+            t = self._timeout
+            collective_timeout = min(max(1.0, t - 5.0), COLLECTIVE_TIMEOUT_MAX_MS / 1000) if t else 0
+        self._group = Group(ranks, p["rank"], run_id, round(collective_timeout * 1000))

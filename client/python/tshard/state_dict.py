@@ -13,8 +13,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from . import attr_rules as _rules
+from . import batch_io
 from . import torch as _tt
 from . import tshard_pb2 as pb
+from ._common import _attr_msg, _check_name, _dtype_name, _layout_tag
+from ._status import BAD_DTYPE, BAD_SHAPE, NOT_FOUND
 from .errors import TshardError, error_for
 from .typed_put import BF16Bits
 
@@ -26,7 +29,6 @@ _REMAKE = (14, 4, 5, 10)
 def create_request(specs: Mapping[str, Any], exist_ok: bool, replace: bool) -> Any:
     """The CreateManyRequest of ``specs``: ``{name: (dtype, shape, attr[, layout])}`` or
     ``{name: {'dtype', 'shape', 'attr', 'layout'}}``."""
-    from .client import _attr_msg, _check_name, _dtype_name, _layout_tag
     if not isinstance(specs, Mapping) or not specs:
         raise TypeError(f"create_many takes a non-empty dict {{name: (dtype, shape, attr)}}, not "
                         f"{type(specs).__name__} {specs!r}"[:300])
@@ -45,8 +47,8 @@ def create_request(specs: Mapping[str, Any], exist_ok: bool, replace: bool) -> A
             raise TypeError(f"create_many: the shape of '{name}' must be a sequence of ints, "
                             f"not {shape!r}")
         if any(s < 0 for s in shape):
-            raise error_for(5, f"create_many: the shape {tuple(shape)} of '{name}' has a negative "
-                               f"size; sizes are >= 0")
+            raise error_for(BAD_SHAPE, f"create_many: the shape {tuple(shape)} of '{name}' has a "
+                                       "negative size; sizes are >= 0")
         q.items.add(name=_check_name(name), dtype=_dtype_name(dtype),
                     shape=[int(s) for s in shape], attr=_attr_msg(attr),
                     layout=pb.Layout(tag=_layout_tag(layout)), exist_ok=bool(exist_ok))
@@ -55,7 +57,6 @@ def create_request(specs: Mapping[str, Any], exist_ok: bool, replace: bool) -> A
 
 def _array_of(name: str, value: Any) -> Tuple[Any, str, Tuple[int, ...]]:
     """What put_many sends for a state dict's entry, its tshard dtype and its shape."""
-    from .client import _dtype_name
     a = _tt.as_array(value, f"put_state_dict of '{name}'")
     if isinstance(a, BF16Bits):
         return a, "bf16", tuple(a.bits.shape)
@@ -65,7 +66,7 @@ def _array_of(name: str, value: Any) -> Tuple[Any, str, Tuple[int, ...]]:
     try:
         return a, _dtype_name(a.dtype), tuple(a.shape)
     except ValueError as e:
-        raise error_for(4, f"put_state_dict: '{name}' has dtype {a.dtype}: {e}") from None
+        raise error_for(BAD_DTYPE, f"put_state_dict: '{name}' has dtype {a.dtype}: {e}") from None
 
 
 def put_state_dict(c, sd: Mapping[str, Any], attrs: Any = None, default: Any = None,
@@ -90,9 +91,8 @@ def put_state_dict(c, sd: Mapping[str, Any], attrs: Any = None, default: Any = N
                                            f"rules naming or matching them, or a default")
     for pattern, _ in rules:  # a misspelt name is an error, not ignored
         if not _rules.is_glob(pattern) and pattern not in sd:
-            raise error_for(14, f"put_state_dict: the rule {pattern!r} names no tensor of the "
-                                f"state dict")
-    from . import batch_io
+            raise error_for(NOT_FOUND, f"put_state_dict: the rule {pattern!r} names no tensor of "
+                                       "the state dict")
     try:  # the tensors stored as asked: one put_many, which checks their attributes too
         batch_io.put_many(c, arrays, key=None if key is None else key + "/as-stored",
                           attrs={n: s[2] for n, s in specs.items()})
@@ -123,7 +123,6 @@ def get_state_dict(c, names: Optional[Sequence[str]] = None, like: str = "numpy"
     names = [n for n in names if prefix is None or n.startswith(prefix)]
     if not names:
         return {}
-    from . import batch_io
     got = batch_io.get_many(c, names, like=like, listed=listed)
     k = len(prefix or "")
     return {n[k:]: v for n, v in got.items()}

@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ._status import BAD_DTYPE, INVALID_ARGUMENT
 from .attr import Attr, from_dtensor_spec
 from .errors import error_for
 from .typed_put import bf16_bits, f8_bits
@@ -76,8 +77,9 @@ def _is_bf16(a: np.ndarray, dtype: "str | None") -> bool:
 
 def _on_cpu(t, what):
     if t.device.type != "cpu":
-        raise error_for(1, f"{what}: the torch tensor is on {t.device}; tshard reads and writes "
-                           "host memory only: move it with .cpu() first (and back with .to())")
+        raise error_for(INVALID_ARGUMENT, f"{what}: the torch tensor is on {t.device}; tshard "
+                                          "reads and writes " "host memory only: move it with "
+                                          ".cpu() first (and back with .to())")
 
 
 def _raw_view(t: Any, what: str) -> np.ndarray:
@@ -116,8 +118,9 @@ def as_array(obj: Any, what: str = "put") -> Any:
     if hasattr(obj, "__dlpack__"):
         dev = getattr(obj, "__dlpack_device__", None)
         if dev is not None and dev()[0] != 1:  # kDLCPU
-            raise error_for(1, f"{what}: the array lives on DLPack device {dev()}; tshard reads "
-                               "host memory only: copy it to the CPU first")
+            raise error_for(INVALID_ARGUMENT, f"{what}: the array lives on DLPack device {dev()}; "
+                                              "tshard reads " "host memory only: copy it to the "
+                                              "CPU first")
         return np.from_dlpack(obj)
     if hasattr(obj, "__array_interface__") or hasattr(obj, "__array__"):
         return np.asarray(obj)
@@ -136,9 +139,9 @@ def to_torch(a: Optional[np.ndarray], dtype: Optional[str] = None) -> Any:
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
     name = TORCH_DTYPES.get(dtype) if dtype is not None else None
     if name is not None and not hasattr(torch, name):
-        raise error_for(4, f"a {dtype} tensor as torch: torch {torch.__version__} has no "
-                           f"torch.{name}; get it as numpy instead"
-                           + (" (its uint8 bits)" if name in _F8 else ""))
+        raise error_for(BAD_DTYPE, f"a {dtype} tensor as torch: torch {torch.__version__} has no "
+                                   f"torch.{name}; get it as numpy instead"
+                                   + (" (its uint8 bits)" if name in _F8 else ""))
     if name in _F8:
         return torch.from_numpy(a.view(np.uint8)).view(getattr(torch, name))
     return torch.from_numpy(a)

@@ -19,41 +19,19 @@ Recording costs a clock read and a list append per call; nothing is recorded out
 """
 import json
 import threading
-import time
 from typing import Any, Dict, List, Optional, Tuple
 
-POINTS = ["received", "submitted", "ordered", "started", "planned", "agreed", "moved",
-          "committed", "ended", "answered"]
-# the span that ends at each point (the point before it that the operation reached starts it)
-SPAN_INTO = {"submitted": "queued", "ordered": "ordering", "started": "waiting",
-             "planned": "planning", "agreed": "agreeing", "moved": "moving",
-             "committed": "committing", "ended": "finishing", "answered": "answering"}
-
-active = None  # the Recorder recording now, read by the client on every call
+from . import _tracepoints as _points
+from ._tracepoints import POINTS, SPAN_INTO, decode, now_ns  # noqa: F401 - tracing's names too
+from .client import connect
 
 
-def decode(res) -> Dict[str, Any]:
-    """A TraceResult as a dict: rank, clock_offset_ns, clock_rtt_ns, ring, dropped, host and
-    ops (each with seq, kind, name, strategy, status, bytes_sent, bytes_received, origin,
-    request_id and points: {point: ns in rank 0's clock} of the points it reached)."""
-    if list(res.point_names) != POINTS:
-        from .errors import error_for
-        raise error_for(17, f"the daemon's trace points {list(res.point_names)} are not this "
-                            f"client's {POINTS}: use a client of the daemons' version")
-    ops = []
-    for o in res.ops:
-        if len(o.points) != len(POINTS):
-            from .errors import error_for
-            raise error_for(17, f"a traced operation has {len(o.points)} times for "
-                                f"{len(POINTS)} points")
-        ops.append({"seq": o.seq, "kind": o.kind, "name": o.name, "strategy": o.strategy,
-                    "status": o.status, "bytes_sent": o.bytes_sent,
-                    "bytes_received": o.bytes_received, "origin": o.origin,
-                    "request_id": o.request_id,
-                    "points": {p: t for p, t in zip(POINTS, o.points) if t}})
-    return {"rank": res.rank, "clock_offset_ns": res.clock_offset_ns,
-            "clock_rtt_ns": res.clock_rtt_ns, "ring": res.ring, "dropped": res.dropped,
-            "host": res.host, "ops": ops}
+def __getattr__(name):
+    """``tracing.active``: the Recorder recording now (None: none), kept in _tracepoints where
+    the connection reads it."""
+    if name == "active":
+        return _points.active
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def spans(points: Dict[str, int]):
@@ -75,15 +53,13 @@ class Recorder:
         self._lock = threading.Lock()
 
     def __enter__(self):
-        global active
-        if active is not None:
+        if _points.active is not None:
             raise RuntimeError("tshard.trace() is already recording (one block at a time)")
-        active = self
+        _points.active = self
         return self
 
     def __exit__(self, *exc):
-        global active
-        active = None
+        _points.active = None
         return False
 
     def add(self, kind: str, request_id: int, rank: Optional[int], t0: int, t1: int):
@@ -97,7 +73,6 @@ class Recorder:
         rank; ranks: traces already read, one dict per rank from Client.trace) and the calls
         recorded. Returns the trace written, as a dict."""
         if ranks is None:
-            from .client import connect
             with connect(rank=0, job=job, timeout=timeout) as c:
                 n = c.ping()["world_size"]
                 ranks = [c.trace()]
@@ -179,7 +154,3 @@ def chrome(ranks: List[dict], calls: List[dict], job: str) -> Dict[str, Any]:
             "otherData": {"job": job, "ranks": [
                 {k: r[k] for k in ("rank", "clock_offset_ns", "clock_rtt_ns", "ring", "dropped")}
                 for r in ranks]}}
-
-
-def now_ns() -> int:
-    return time.monotonic_ns()

@@ -11,9 +11,10 @@ else is decoded whole.
 import struct
 
 from . import tshard_pb2 as pb
+from ._limits import MAX_FRAME  # the largest frame a client accepts (the C client's too)
+from ._status import IO, LIMIT, PROTOCOL
 from .errors import error_for
 
-MAX_FRAME = 1 << 30
 _PREFIX = 64  # bytes read to recognize a data answer
 
 
@@ -107,7 +108,7 @@ def request_frame(req, bulk=None):
             + varint(len(inner) + len(dhead) + len(bulk)) + inner + dhead)
     total = len(head) + len(bulk)
     if total > 0xFFFFFFFF:
-        raise error_for(16, f"chunk of {len(bulk)} bytes does not fit a frame")
+        raise error_for(LIMIT, f"chunk of {len(bulk)} bytes does not fit a frame")
     return [struct.pack("<I", total) + head, bulk]
 
 
@@ -133,7 +134,7 @@ class Wire:
         while got < n:
             k = self.sock.recv_into(view[got:], n - got)
             if k == 0:
-                raise error_for(18, "the daemon closed the connection")
+                raise error_for(IO, "the daemon closed the connection")
             got += k
 
     def recv_exact(self, n):
@@ -144,7 +145,7 @@ class Wire:
     def _length(self, head):
         (n,) = struct.unpack("<I", head)
         if n > MAX_FRAME:
-            raise error_for(17, f"the daemon sent a frame of {n} bytes")
+            raise error_for(PROTOCOL, f"the daemon sent a frame of {n} bytes")
         return n
 
     def recv(self, head=None):
