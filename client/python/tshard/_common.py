@@ -55,12 +55,12 @@ def _check_name(name, what="tensor name"):
     # printable ASCII (the common case) has none of the control characters looked for below
     for i, ch in enumerate("" if name.isascii() and name.isprintable() else name):
         if ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F:
-            raise error_for(INVALID_ARGUMENT, f"{what} has a control character (U+{ord(ch):04X}) "
-                                              f"at character {i}; names are UTF-8 without control "
-                                              "characters")
+            raise error_for(INVALID_ARGUMENT, f"{what} has a control character "
+                                              f"(U+{ord(ch):04X}) at character {i}; "
+                                              "names are UTF-8 without control characters")
     if name.startswith(RESERVED_PREFIX):
-        raise error_for(INVALID_ARGUMENT, f"{what} {name!r}: the prefix {RESERVED_PREFIX!r} is "
-                                          "reserved")
+        raise error_for(INVALID_ARGUMENT, f"{what} {name!r}: the prefix "
+                                          f"{RESERVED_PREFIX!r} is reserved")
     return name
 
 
@@ -84,11 +84,11 @@ def _out_bytes(out, dtype, what, shape, name):
     if not isinstance(out, np.ndarray):
         raise TypeError(f"{what}: out must be a numpy array, not {type(out).__name__}")
     if out.dtype != dtype and out.dtype.newbyteorder("=") == dtype:
-        raise error_for(BAD_DTYPE, f"{what}: out has dtype {out.dtype.str} (non-native byte "
-                                   f"order); '{name}' is received in this machine's byte order "
-                                   f"({dtype.str}): give an array of dtype {dtype.name}, and "
-                                   f".astype('{out.dtype.str}') the result if that byte order is "
-                                   "needed")
+        raise error_for(BAD_DTYPE, f"{what}: out has dtype {out.dtype.str} (non-native "
+                                   f"byte order); '{name}' is received in this machine's "
+                                   f"byte order ({dtype.str}): give an array of dtype "
+                                   f"{dtype.name}, and .astype('{out.dtype.str}') the "
+                                   "result if that byte order is needed")
     if out.dtype != dtype:
         raise error_for(BAD_DTYPE, f"{what}: out has dtype {out.dtype}; '{name}' needs {dtype} "
                                    "(the tensor's dtype: out is filled as is, never converted)")
@@ -189,8 +189,8 @@ def _selection(what, names, prefix, all):
                                           "as 'layers.*.weight') or prefix=..., or all=True to "
                                           "save every tensor")
     if sum(asked) > 1:
-        raise error_for(INVALID_ARGUMENT, f"{what}: give one of names, prefix= or all=True, not "
-                                          "several")
+        raise error_for(INVALID_ARGUMENT, f"{what}: give one of names, "
+                                          "prefix= or all=True, not several")
     return prefix or ""
 
 

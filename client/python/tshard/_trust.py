@@ -35,22 +35,19 @@ def check_socket_dir(socket_path: str) -> None:
         return
     me = os.geteuid()
     if stat.S_ISLNK(st.st_mode):
-        raise error_for(AUTH, f"the socket directory {d} is a symbolic link: refusing it (a "
-                              f"client uses only a real directory of its own with mode 0700); "
-                              f"{_HINT}")
+        raise error_for(AUTH, f"the socket directory {d} is a symbolic link: refusing it (a client "
+                              f"uses only a real directory of its own with mode 0700); {_HINT}")
     if not stat.S_ISDIR(st.st_mode):
-        raise error_for(AUTH, f"the socket directory {d} is not a directory: refusing it; "
-                              f"{_HINT}")
+        raise error_for(AUTH, f"the socket directory {d} is not a directory: refusing it; {_HINT}")
     if st.st_uid != me:
         raise error_for(AUTH, f"the socket directory {d} belongs to uid {st.st_uid}, not to you "
                               f"(uid {me}): refusing it (another user could serve your calls "
                               f"from it); {_HINT}")
     if st.st_mode & 0o077:
         raise error_for(AUTH, f"the socket directory {d} has mode "
-                              f"{stat.S_IMODE(st.st_mode):04o}: it must be 0700, yours alone "
-                              f"(no group or other bits), or another user could plant a socket "
-                              f"there; refusing it (chmod 700 it if it is yours and trusted, or "
-                              f"{_HINT})")
+                              f"{stat.S_IMODE(st.st_mode):04o}: it must be 0700, yours alone (no "
+                              "group or other bits), or another user could plant a socket there; "
+                              f"refusing it (chmod 700 it if it is yours and trusted, or {_HINT})")
 
 
 def check_peer(sock: socket.socket, socket_path: str) -> None:
@@ -60,8 +57,8 @@ def check_peer(sock: socket.socket, socket_path: str) -> None:
         raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("iII"))
         pid, uid, _gid = struct.unpack("iII", raw)  # struct ucred: pid_t, uid_t, gid_t
     except (OSError, struct.error) as e:
-        raise error_for(AUTH, f"cannot tell who listens at {socket_path} (SO_PEERCRED: {e}): "
-                              f"refusing it") from None
+        raise error_for(AUTH, f"cannot tell who listens at {socket_path} "
+                              f"(SO_PEERCRED: {e}): refusing it") from None
     me = os.geteuid()
     if uid not in (me, 0):
         raise error_for(AUTH, f"the process listening at {socket_path} runs as uid {uid} (pid "

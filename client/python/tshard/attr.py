@@ -72,8 +72,8 @@ class Mesh:
                                                    f"{_AXIS_NAME_MAX} of A-Z a-z 0-9 _ (not "
                                                    "starting with a digit)")
             if len(set(self.names)) != len(self.names):
-                raise error_for(BAD_ATTRIBUTE, f"mesh axis names {self.names}: each axis needs its "
-                                               "own name")
+                raise error_for(BAD_ATTRIBUTE, f"mesh axis names {self.names}: "
+                                               "each axis needs its own name")
         n = 1
         for s in self.shape:
             if s < 1:
@@ -81,8 +81,8 @@ class Mesh:
             n *= s
         self.ranks = list(range(n)) if ranks is None else [int(r) for r in ranks]
         if len(self.ranks) != n:
-            raise error_for(BAD_ATTRIBUTE, f"mesh {self.shape} holds {n} ranks, {len(self.ranks)} "
-                                           "given")
+            raise error_for(BAD_ATTRIBUTE, f"mesh {self.shape} holds {n} "
+                                           f"ranks, {len(self.ranks)} given")
 
     def __eq__(self, other):
         return isinstance(other, Mesh) and ((self.shape, self.ranks, self.names)
@@ -118,8 +118,8 @@ class Shard:
                                            f"{-_MAX_TENSOR_DIMS} to {_MAX_TENSOR_DIMS - 1} "
                                            "(negative counts from the end)")
         if split not in SPLIT_RULES:
-            raise error_for(BAD_ATTRIBUTE, f"Shard({self.dim}): split rule {split!r}; valid rules "
-                                           "are "
+            raise error_for(BAD_ATTRIBUTE, f"Shard({self.dim}): split rule "
+                                           f"{split!r}; valid rules are "
                                            + ", ".join(SPLIT_RULES))
         self.split = split
         self.cyclic = int(cyclic)
@@ -131,8 +131,8 @@ class Shard:
             raise error_for(BAD_ATTRIBUTE, f"src={self.src} without a cyclic block size; write "
                                            f"Shard({self.dim}, cyclic=NB, src={self.src})")
         if self.src < 0:
-            raise error_for(BAD_ATTRIBUTE, f"src={self.src}; the mesh coordinate of block 0 is >= "
-                                           "0")
+            raise error_for(BAD_ATTRIBUTE, f"src={self.src}; the mesh "
+                                           "coordinate of block 0 is >= 0")
         if self.cyclic and split != "balanced":
             raise error_for(BAD_ATTRIBUTE, f"Shard({self.dim}) deals its dim block-cyclically and "
                                            f"names the {split} rule; a cyclic dim has no split "
@@ -185,8 +185,8 @@ class Partial:
         if reduce_op is not None:  # DTensor's keyword
             op = reduce_op
         if op not in _OPS:
-            raise error_for(BAD_ATTRIBUTE, f"partial op {op!r}: valid are 'sum', 'avg', 'prod', "
-                                           "'max', 'min'")
+            raise error_for(BAD_ATTRIBUTE, f"partial op {op!r}: valid are "
+                                           "'sum', 'avg', 'prod', 'max', 'min'")
         self.op = op
 
     def __str__(self):
@@ -287,9 +287,9 @@ class Attr:
             placements = [placements.get(x, Replicate()) for x in self.mesh.names]
         self.placements = list(placements)
         if len(self.placements) != len(self.mesh.shape):
-            raise error_for(BAD_ATTRIBUTE, f"{len(self.placements)} placements for a "
-                                           f"{len(self.mesh.shape)}-dim mesh: give one per mesh "
-                                           "dim")
+            raise error_for(BAD_ATTRIBUTE, f"{len(self.placements)} placements "
+                                           f"for a {len(self.mesh.shape)}-dim "
+                                           "mesh: give one per mesh dim")
         for p in self.placements:
             if not isinstance(p, (Shard, Replicate, Partial)):
                 raise TypeError(f"placement {p!r}: use Shard(d), Replicate() or Partial(op)")
@@ -305,9 +305,9 @@ class Attr:
                                                f"{-_MAX_TENSOR_DIMS} to {_MAX_TENSOR_DIMS - 1} "
                                                "(negative counts from the end)")
             if any(isinstance(p, Shard) and p.dim == d and p.cyclic for p in self.placements):
-                raise error_for(BAD_ATTRIBUTE, f"splits given for dim {d}, which is dealt "
-                                               "block-cyclically (its parts are set by the block "
-                                               "size)")
+                raise error_for(BAD_ATTRIBUTE, f"splits given for dim {d}, which "
+                                               "is dealt block-cyclically (its "
+                                               "parts are set by the block size)")
         bad = _splits_rule_error(self.placements, self.splits)
         if bad:
             raise error_for(BAD_ATTRIBUTE, bad)
@@ -415,8 +415,8 @@ class _Parser:
             found = f"'{chr(c)}'"
         else:
             found = f"byte 0x{c:02x}"
-        return error_for(PARSE, f"attribute: at column {self.pos + 1} ({found}): expected "
-                                  f"{expected}")
+        return error_for(PARSE, f"attribute: at column {self.pos + 1} "
+                                f"({found}): expected {expected}")
 
     def error(self, name, message):
         return error_for(_STATUS_OF[name], message)
@@ -838,8 +838,8 @@ def from_scalapack_desc(desc: Sequence[int], grid: Sequence[Any],
         raise error_for(BAD_ATTRIBUTE, f"ScaLAPACK process grid {nprow} x {npcol}; both sizes must "
                                        "be at least 1")
     if m < 0 or n < 0:
-        raise error_for(BAD_ATTRIBUTE, f"ScaLAPACK descriptor: M_={m}, N_={n}; the matrix sizes "
-                                       "must be >= 0")
+        raise error_for(BAD_ATTRIBUTE, f"ScaLAPACK descriptor: M_={m}, "
+                                       f"N_={n}; the matrix sizes must be >= 0")
     if mb < 1 or nb < 1:
         raise error_for(BAD_ATTRIBUTE, f"ScaLAPACK descriptor: MB_={mb}, NB_={nb}; block sizes "
                                        "must be at least 1")
@@ -853,9 +853,9 @@ def from_scalapack_desc(desc: Sequence[int], grid: Sequence[Any],
     row = my_prow if my_prow >= 0 else rsrc
     locr = numroc(m, mb, row, rsrc, nprow)
     if lld < max(1, locr):
-        raise error_for(BAD_ATTRIBUTE, f"ScaLAPACK descriptor: LLD_={lld} but process row {row} "
-                                       f"holds {locr} local rows; LLD_ must be at least max(1, "
-                                       f"{locr})")
+        raise error_for(BAD_ATTRIBUTE, f"ScaLAPACK descriptor: LLD_={lld} but "
+                                       f"process row {row} holds {locr} local "
+                                       f"rows; LLD_ must be at least max(1, {locr})")
     if isinstance(order, str):
         o = order.upper()
         if o not in ("R", "C"):

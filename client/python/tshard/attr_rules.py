@@ -55,9 +55,9 @@ def _check_pattern(pattern: Any, what: str) -> str:
             j += pattern.startswith("]", j)
             j = pattern.find("]", j)
             if j < 0:
-                raise error_for(INVALID_ARGUMENT, f"{what} {pattern!r}: the '[' at character {i} "
-                                                  "is not closed; a set is '[abc]', '[a-z]' or "
-                                                  "'[!abc]'")
+                raise error_for(INVALID_ARGUMENT, f"{what} {pattern!r}: the '[' at "
+                                                  f"character {i} is not closed; a "
+                                                  "set is '[abc]', '[a-z]' or '[!abc]'")
             i = j
         i += 1
     return pattern

@@ -76,9 +76,10 @@ class Checkpoints:
         except TshardError as e:  # a lost rank: the save's own error names its path
             if e.status != RANK_LOST:
                 raise
-            raise error_for(CHECKPOINT_IO, f"save to {path} was interrupted: {e.message}; {path} "
-                                           "holds a complete checkpoint or nothing: the one that "
-                                           "was there before (or this save's, had it been "
+            raise error_for(CHECKPOINT_IO, f"save to {path} was interrupted: "
+                                           f"{e.message}; {path} holds a complete "
+                                           "checkpoint or nothing: the one that was "
+                                           "there before (or this save's, had it been "
                                            "exchanged before the loss), never a partial "
                                            "one") from None
 

@@ -35,6 +35,7 @@ from .shm import MIN_BYTES, Segment
 from .wire import Wire, request_frame
 
 _SPARE_MIN = 1 << 20  # results from this size on reuse the client's spare buffer
+_JOB_MAX = 64  # characters of a job name: the C client's tsc_job_check (connect_message.c)
 
 
 def read_token_file(path: str) -> str:
@@ -98,11 +99,11 @@ def socket_path(job: str, rank: int) -> str:
 
 def _check_job(job):
     """A job name the daemons accept: 1 to 64 letters, digits, '-', '_', '.' (not first)."""
-    ok = (isinstance(job, str) and 0 < len(job) <= 64 and not job.startswith(".")
+    ok = (isinstance(job, str) and 0 < len(job) <= _JOB_MAX and not job.startswith(".")
           and all(ch.isascii() and (ch.isalnum() or ch in "-_.") for ch in job))
     if not ok:
-        raise error_for(INVALID_ARGUMENT, f"job name {job!r}: use 1 to 64 letters, digits, '-', "
-                                          "'_' and '.' (not first)")
+        raise error_for(INVALID_ARGUMENT, f"job name {job!r}: use 1 to {_JOB_MAX} letters, "
+                                          "digits, '-', '_' and '.' (not first)")
     return job
 
 

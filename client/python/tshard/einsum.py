@@ -19,7 +19,7 @@ from .errors import error_for
 
 __all__ = ["EinsumResult", "einsum", "einsum_plan", "einsum_backward", "einsum_release"]
 
-MAX_OPERANDS = 3
+MAX_OPERANDS = 3  # the C client's EINSUM_MAX_OPERANDS (defined in client/einsum.c, not a header)
 
 EinsumResult = collections.namedtuple(
     "EinsumResult", "forward_id plan explain planned_wire_bytes kept_bytes")
@@ -32,8 +32,8 @@ def _request(client, equation, operands, out, attr, plan, keep, explain):
     if not isinstance(equation, str) or not equation:
         raise error_for(EINSUM, "the einsum equation must be a non-empty str such as 'ij,jk->ik'")
     if not 1 <= len(operands) <= MAX_OPERANDS:
-        raise error_for(EINSUM, f"{len(operands)} einsum operands; give 1 to {MAX_OPERANDS} tensor "
-                                f"names")
+        raise error_for(EINSUM, f"{len(operands)} einsum operands; "
+                                f"give 1 to {MAX_OPERANDS} tensor names")
     for name in operands:
         _check_name(name, "einsum operand")
     if out is not None:
@@ -72,8 +72,8 @@ def einsum_plan(client, equation, *operands, attr=None, plan=None):
 def _forward_id(forward):
     fid = forward.forward_id if isinstance(forward, EinsumResult) else forward
     if not isinstance(fid, int) or isinstance(fid, bool) or fid < 0:
-        raise error_for(INVALID_ARGUMENT, "forward must be an EinsumResult or its forward_id (an "
-                                          "int >= 0)")
+        raise error_for(INVALID_ARGUMENT, "forward must be an EinsumResult "
+                                          "or its forward_id (an int >= 0)")
     return fid
 
 
@@ -91,8 +91,8 @@ def einsum_backward(client, forward, grad_out, grads, key=None, wait=True):
         if g is not None:
             _check_name(g, "gradient")
     if all(g is None for g in grads):
-        raise error_for(INVALID_ARGUMENT, "no gradient asked for; name the gradient of at least "
-                                          "one operand")
+        raise error_for(INVALID_ARGUMENT, "no gradient asked for; name the "
+                                          "gradient of at least one operand")
     q = pb.EinsumBackwardRequest(forward_id=fid, grad_out=grad_out,
                                  grads=[g or "" for g in grads])
     return client._op(key, lambda r: None, wait, f"einsum_backward of forward {fid}",

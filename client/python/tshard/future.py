@@ -160,9 +160,9 @@ class Inflight:
             try:
                 self.wire.send(frame)
             except (_socket.timeout, BlockingIOError):
-                self.fail(error_for(TIMEOUT, "the daemon did not take a request within the timeout "
-                                             "(tshard.connect(timeout=SEC)); the connection is "
-                                             "closed"))
+                self.fail(error_for(TIMEOUT, "the daemon did not take a request within "
+                                             "the timeout (tshard.connect(timeout=SEC)); "
+                                             "the connection is closed"))
                 raise self.closed from None
             except OSError as e:
                 self.fail(error_for(IO, f"sending to the daemon failed: {e}"))

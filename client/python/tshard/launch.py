@@ -118,8 +118,8 @@ def launch(np: int = 4, job: Optional[str] = None, socket_dir: Optional[str] = N
     (:attr:`Job.metrics_sd_file`). A launch that fails raises TshardError with the launcher's words (which rank
     did not serve and why); bad arguments raise InvalidArgumentError before anything starts."""
     if isinstance(np, bool) or not isinstance(np, int) or np < 1:
-        raise error_for(INVALID_ARGUMENT, f"np={np!r}: the number of ranks must be an int of at "
-                                          "least 1")
+        raise error_for(INVALID_ARGUMENT, f"np={np!r}: the number of ranks "
+                                          "must be an int of at least 1")
     if timeout <= 0:
         raise error_for(INVALID_ARGUMENT, f"timeout={timeout!r}: give a positive number of seconds")
     if metrics_port is not None and (isinstance(metrics_port, bool) or

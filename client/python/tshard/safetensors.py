@@ -5,7 +5,7 @@ attributes; each rank reads only the bytes of its own slice) and ``Client.save_s
 slices' bytes). The file format and what is checked: the safetensors guide of the documentation.
 
 Also ``read_header(path)``: a file's header as a dict, with json and struct only (no daemon),
-for choosing names and attributes before an import."""
+for choosing names and attributes before an import; and the two Client methods themselves."""
 import json
 import os
 import struct

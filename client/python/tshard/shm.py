@@ -19,6 +19,7 @@ from . import tshard_pb2 as pb
 from ._status import IO, OK, PROTOCOL
 from .errors import TshardError, error_for
 
+# the C client's TSC_SHM_DEFAULT_MAX and TSC_SHM_MIN (defined in client/shm.c, not a header)
 DEFAULT_MAX = 1 << 30
 MIN_BYTES = 64 << 10
 

@@ -11,6 +11,8 @@ another request under the key fails it for all (``KeyConflictError``).
 The run id: ``run_id=``, else TSHARD_RUN_ID, else the launcher's job id (PMIX_NAMESPACE of
 Open MPI / PMIx, Slurm's SLURM_JOB_ID.SLURM_STEP_ID, torchrun's TORCHELASTIC_RUN_ID). Without
 one, collective calls must be given a key.
+
+The group's rules (which ranks, the keys of the calls) are here, and ``Client.set_group``.
 """
 import hashlib
 import os
@@ -60,12 +62,12 @@ def parse_group(group, world_size):
         try:
             group = [int(x) for x in text.split(",") if x.strip()]
         except ValueError:
-            raise error_for(INVALID_ARGUMENT, f"group '{text}': expected 'all' or ranks like "
-                                              "'0,1,2,3'") from None
+            raise error_for(INVALID_ARGUMENT, f"group '{text}': expected "
+                                              "'all' or ranks like '0,1,2,3'") from None
     ranks = [int(r) for r in group]
     if not ranks:
-        raise error_for(INVALID_ARGUMENT, "an empty group: name the ranks of the SPMD program, or "
-                                          "'all'")
+        raise error_for(INVALID_ARGUMENT, "an empty group: name the ranks "
+                                          "of the SPMD program, or 'all'")
     bad = [r for r in ranks if not 0 <= r < world_size]
     if bad:
         raise error_for(INVALID_ARGUMENT, f"group rank {bad[0]} is not a rank of the job (ranks 0 "
@@ -82,9 +84,9 @@ class Group:
                  timeout_ms: int = 0) -> None:
         """The group ``ranks`` seen from ``rank``, keyed by ``run_id``, waiting ``timeout_ms``."""
         if rank not in ranks:
-            raise error_for(INVALID_ARGUMENT, f"this client talks to rank {rank}, which is not in "
-                                              f"its group {ranks}; connect to your own rank's "
-                                              "daemon")
+            raise error_for(INVALID_ARGUMENT, f"this client talks to rank {rank}, "
+                                              f"which is not in its group {ranks}; "
+                                              "connect to your own rank's daemon")
         self.ranks = list(ranks)
         self.run_id = run_id if run_id is not None else run_id_from_env()
         self.timeout_ms = int(timeout_ms)

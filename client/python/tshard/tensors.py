@@ -223,10 +223,10 @@ class Tensors:
         layout = _layout_tag(layout) or None
         if not wait or self._inflight is not None:
             if layout:
-                raise error_for(UNSUPPORTED, "get_slice in another layout is synchronous only, and "
-                                             "not once this connection had operations in flight "
-                                             "(wait=False): use another connection, or the plain "
-                                             "layout")
+                raise error_for(UNSUPPORTED, "get_slice in another layout is synchronous "
+                                             "only, and not once this connection had "
+                                             "operations in flight (wait=False): use "
+                                             "another connection, or the plain layout")
             if self._rank is None:
                 self._rank = self.ping()["rank"]
             fut = self._get_async(name, out, self._rank)

@@ -118,9 +118,9 @@ def as_array(obj: Any, what: str = "put") -> Any:
     if hasattr(obj, "__dlpack__"):
         dev = getattr(obj, "__dlpack_device__", None)
         if dev is not None and dev()[0] != 1:  # kDLCPU
-            raise error_for(INVALID_ARGUMENT, f"{what}: the array lives on DLPack device {dev()}; "
-                                              "tshard reads " "host memory only: copy it to the "
-                                              "CPU first")
+            raise error_for(INVALID_ARGUMENT, f"{what}: the array lives on DLPack "
+                                              f"device {dev()}; tshard reads host "
+                                              "memory only: copy it to the CPU first")
         return np.from_dlpack(obj)
     if hasattr(obj, "__array_interface__") or hasattr(obj, "__array__"):
         return np.asarray(obj)
