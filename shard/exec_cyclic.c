@@ -7,6 +7,14 @@
  * share is the product of the dims' shared runs (ts_overlay); ts_cyclic_pair_move copies it
  * between two local arrays, or packs and unpacks it in an order both ends compute alike.
  *
+ * Between two ranks, what they share is usually a few regular patterns: per dim, runs of one
+ * length at constant steps in both local arrays (blocks of NB dealt round-robin). Each pattern
+ * of every dim's runs is one strided region on each side (a dim's runs become two region dims:
+ * the run and the element within it), and the pair's regions move with ts_comm_exchange_many:
+ * single copies from the source's array into the target's where the ranks share a node, no
+ * pack, no unpack, no staging. A pair whose runs make too many regions, or regions too small
+ * (irregular edges, tiny blocks), is packed instead; both ends decide alike from the same runs.
+ *
  * Who sends: every target rank takes each source part tuple it shares something with from one
  * replica of it, its own rank's when that rank holds the tuple, else replica (target index mod
  * replicas), so the replicas share the work; both ends compute the same choice. Partial
@@ -17,6 +25,8 @@
  * before one agreement over the union (or the world with agree_world), the exchange after it,
  * and a commit agreement at the end; on failure every rank returns the same error and keeps its
  * tensor. */
+#include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,8 +39,20 @@ typedef struct piece {
   int peer;      /* world rank */
   int64_t index; /* the peer's target index (sends) or source index (receives) */
   int64_t bytes;
-  void *buf; /* packed; NULL for this rank's own piece */
+  void *buf;           /* packed; NULL for this rank's own piece and for regions */
+  ts_comm_region *reg; /* the piece as strided regions of this rank's local array, or NULL */
+  int nreg;
 } piece;
+
+/* A pair moves as regions when it makes at most this many, of this many bytes on average. */
+#define REGIONS_MAX 256
+#define REGION_MIN_BYTES ((int64_t)16 << 10)
+
+/* Runs of one dim at constant steps: n runs of len, at s0 + i * ss in the source's local array
+ * and t0 + i * ts in the target's. */
+typedef struct pattern {
+  int64_t n, len, s0, ss, t0, ts;
+} pattern;
 
 typedef struct cyc {
   const ts_plan *p;
@@ -40,6 +62,7 @@ typedef struct cyc {
   piece *send, *recv;
   int nsend, nrecv;
   int64_t sent, received;
+  int64_t staged; /* bytes of the packed pieces' buffers */
   ts_tensor tgt;
   int lst;
   ts_error lerr;
@@ -110,7 +133,8 @@ static int list_sends(cyc *c) {
     int64_t k = shared(p, c->sp, tp);
     if (k == 0 || chosen_replica(p, ti, c->sp) != c->rep)
       continue;
-    c->send[c->nsend++] = (piece){p->tgt->attr->ranks[ti], ti, k * (int64_t)p->esize, NULL};
+    c->send[c->nsend++] =
+        (piece){.peer = p->tgt->attr->ranks[ti], .index = ti, .bytes = k * (int64_t)p->esize};
   }
   return TS_OK;
 }
@@ -128,7 +152,8 @@ static int list_recvs(cyc *c) {
     int64_t k = shared(p, sp, c->tp);
     if (k == 0 || rep != chosen_replica(p, c->ti, sp))
       continue;
-    c->recv[c->nrecv++] = (piece){p->src->attr->ranks[si], si, k * (int64_t)p->esize, NULL};
+    c->recv[c->nrecv++] =
+        (piece){.peer = p->src->attr->ranks[si], .index = si, .bytes = k * (int64_t)p->esize};
   }
   return TS_OK;
 }
@@ -137,6 +162,133 @@ static int64_t *parts_of(const ts_geom *g, int64_t index, int64_t *parts) {
   int64_t rep, par;
   ts__geom_decompose(g, index, parts, &rep, &par);
   return parts;
+}
+
+/* The comm rank of a world rank in the agreements' communicator. */
+static int comm_rank(const ts_plan *p, bool world, int rank) {
+  return world ? rank : ts__plan_union_pos(p, rank);
+}
+
+/* The runs of one dim grouped into patterns (out: room for nruns); returns how many. */
+static int64_t dim_patterns(const ts_run *r, int64_t nruns, pattern *out) {
+  int64_t np = 0;
+  for (int64_t k = 0; k < nruns;) {
+    pattern g = {1, r[k].len, r[k].src_local, 0, r[k].tgt_local, 0};
+    if (k + 1 < nruns && r[k + 1].len == g.len) {
+      g.ss = r[k + 1].src_local - g.s0, g.ts = r[k + 1].tgt_local - g.t0, g.n = 2;
+      while (k + g.n < nruns && r[k + g.n].len == g.len &&
+             r[k + g.n].src_local == g.s0 + g.n * g.ss && r[k + g.n].tgt_local == g.t0 + g.n * g.ts)
+        g.n++;
+    }
+    out[np++] = g;
+    k += g.n;
+  }
+  return np;
+}
+
+/* Appends a dim of count elements at strides (bytes) ss, ts to both regions, merged into the
+ * previous dim where that is contiguous on both sides; false when there is no room. */
+static bool region_dim(ts_comm_region *a, ts_comm_region *b, int64_t count, int64_t ss,
+                       int64_t ts) {
+  if (count == 1)
+    return true;
+  int k = a->ndim;
+  if (k > 0 && a->stride[k - 1] == count * ss && b->stride[k - 1] == count * ts) {
+    a->count[k - 1] *= count, a->stride[k - 1] = ss;
+    b->count[k - 1] *= count, b->stride[k - 1] = ts;
+    return true;
+  }
+  if (k == TS_MAX_DIMS)
+    return false;
+  a->count[k] = b->count[k] = count;
+  a->stride[k] = ss, b->stride[k] = ts;
+  a->ndim = b->ndim = k + 1;
+  return true;
+}
+
+/* The region pair of one pattern per dim (pick[d] of pat[d]): its bytes, or -1 when it has too
+ * many dims or too many bytes for one region. */
+static int64_t pattern_region(int ndim, pattern *const *pat, const int64_t *pick,
+                              const int64_t *sst, const int64_t *tst, int64_t esize,
+                              ts_comm_region *a, ts_comm_region *b) {
+  int64_t so = 0, to = 0, bytes = esize;
+  *a = *b = (ts_comm_region){.esize = esize};
+  for (int d = 0; d < ndim; d++) {
+    const pattern *g = &pat[d][pick[d]];
+    so += g->s0 * sst[d], to += g->t0 * tst[d];
+    bytes *= g->n * g->len;
+    if (!region_dim(a, b, g->n, g->ss * sst[d], g->ts * tst[d]) ||
+        !region_dim(a, b, g->len, sst[d], tst[d]))
+      return -1;
+  }
+  /* The innermost dim is contiguous on both sides: one element of its bytes. */
+  int k = a->ndim - 1;
+  if (k >= 0 && a->stride[k] == esize && b->stride[k] == esize) {
+    a->esize = b->esize = esize * a->count[k];
+    a->ndim = b->ndim = k;
+  }
+  a->base = (void *)(uintptr_t)so, b->base = (void *)(uintptr_t)to; /* offsets until placed */
+  return bytes <= INT_MAX ? bytes : -1;
+}
+
+/* The shared elements of source parts sp and target parts tp as regions of the source's (mine:
+ * false) or the target's (true) local array at base: *out (malloc'd) and *n; 0, 1 when the
+ * pair is better packed, -1 out of memory. Both ends compute the same regions in one order. */
+static int pair_regions(const ts_plan *p, const int64_t *sp, const int64_t *tp, bool target,
+                        char *base, ts_comm_region **out, int *n) {
+  int nd = p->ndim;
+  int64_t sst[TS_MAX_DIMS], tst[TS_MAX_DIMS], np[TS_MAX_DIMS], total = 1, ss = p->esize,
+                                                               ts = p->esize;
+  pattern *pat[TS_MAX_DIMS] = {0};
+  ts_comm_region *reg = NULL;
+  int rc = 1, count = 0;
+  for (int d = nd - 1; d >= 0; d--) {
+    sst[d] = ss, tst[d] = ts;
+    ss *= ts_overlay_src_extent(p->overlay[d], sp[d]);
+    ts *= ts_overlay_tgt_extent(p->overlay[d], tp[d]);
+  }
+  for (int d = 0; d < nd; d++) {
+    int64_t nr = ts_overlay_pair_count(p->overlay[d], sp[d], tp[d]);
+    ts_run *runs = malloc((size_t)(nr > 0 ? nr : 1) * sizeof *runs);
+    pat[d] = malloc((size_t)(nr > 0 ? nr : 1) * sizeof *pat[d]);
+    if (!runs || !pat[d]) {
+      free(runs);
+      rc = -1;
+      goto out;
+    }
+    ts_overlay_pair_runs(p->overlay[d], sp[d], tp[d], 0, runs, nr);
+    np[d] = dim_patterns(runs, nr, pat[d]);
+    free(runs);
+    total *= np[d];
+    if (total > REGIONS_MAX)
+      goto out;
+  }
+  if (nd == 0 || total == 0 || !(reg = malloc((size_t)total * sizeof *reg))) {
+    rc = nd == 0 || total == 0 ? 1 : -1;
+    goto out;
+  }
+  int64_t pick[TS_MAX_DIMS] = {0}, bytes = 0;
+  for (; count < total; count++) {
+    ts_comm_region a, b;
+    int64_t rb = pattern_region(nd, pat, pick, sst, tst, p->esize, &a, &b);
+    if (rb < 0)
+      goto out;
+    reg[count] = target ? b : a;
+    reg[count].base = base + (uintptr_t)reg[count].base;
+    bytes += rb;
+    for (int d = nd - 1; d >= 0 && ++pick[d] == np[d]; d--)
+      pick[d] = 0;
+  }
+  if (bytes / total >= REGION_MIN_BYTES) {
+    *out = reg, *n = count;
+    reg = NULL;
+    rc = 0;
+  }
+out:
+  free(reg);
+  for (int d = 0; d < nd; d++)
+    free(pat[d]);
+  return rc;
 }
 
 /* Packs the sends to other ranks and makes the receive buffers (before the agreement). */
@@ -148,9 +300,16 @@ static int prepare(cyc *c, const ts_tensor *src) {
       continue;
     ts_error e;
     int64_t tp[TS_MAX_DIMS];
+    int r =
+        pair_regions(p, c->sp, parts_of(p->tgt, x->index, tp), false, src->data, &x->reg, &x->nreg);
+    if (r < 0)
+      return ts_error_set(&c->lerr, TS_NO_MEMORY, "no memory for a block-cyclic piece's regions");
+    if (r == 0)
+      continue;
     if (!(x->buf =
               ts_shard_alloc_as((size_t)x->bytes, TS_POOL_STAGING, "a block-cyclic piece", &e)))
       return ts_error_set(&c->lerr, e.code, "%s", e.msg);
+    c->staged += x->bytes;
     if (ts_cyclic_pair_move(p->ndim, p->overlay, c->sp, parts_of(p->tgt, x->index, tp), p->esize,
                             src->data, x->buf, TS_CYCLIC_PACK) < 0)
       return ts_error_set(&c->lerr, TS_NO_MEMORY, "no memory to pack a block-cyclic piece");
@@ -158,16 +317,46 @@ static int prepare(cyc *c, const ts_tensor *src) {
   for (int i = 0; i < c->nrecv; i++) {
     piece *x = &c->recv[i];
     ts_error e;
-    if (x->peer != c->me && !(x->buf = ts_shard_alloc_as((size_t)x->bytes, TS_POOL_STAGING,
-                                                         "a block-cyclic piece", &e)))
+    if (x->peer == c->me)
+      continue;
+    int64_t sp[TS_MAX_DIMS];
+    int r = pair_regions(p, parts_of(p->src, x->index, sp), c->tp, true, c->tgt.data, &x->reg,
+                         &x->nreg);
+    if (r < 0)
+      return ts_error_set(&c->lerr, TS_NO_MEMORY, "no memory for a block-cyclic piece's regions");
+    if (r == 1 && !(x->buf = ts_shard_alloc_as((size_t)x->bytes, TS_POOL_STAGING,
+                                               "a block-cyclic piece", &e)))
       return ts_error_set(&c->lerr, e.code, "%s", e.msg);
+    c->staged += x->buf ? x->bytes : 0;
   }
   return TS_OK;
 }
 
-/* The comm rank of a world rank in the agreements' communicator. */
-static int comm_rank(const ts_plan *p, bool world, int rank) {
-  return world ? rank : ts__plan_union_pos(p, rank);
+/* The pieces that move as regions, in one exchange (a pair's regions in their one order). */
+static int exchange_regions(cyc *c, ts_comm *comm, bool world, ts_error *err) {
+  int ns = 0, nr = 0;
+  for (int i = 0; i < c->nsend; i++)
+    ns += c->send[i].nreg;
+  for (int i = 0; i < c->nrecv; i++)
+    nr += c->recv[i].nreg;
+  int *peers = malloc(sizeof(int) * (size_t)(ns + nr + 1));
+  ts_comm_region *reg = malloc(sizeof *reg * (size_t)(ns + nr + 1));
+  if (!peers || !reg) {
+    free(peers), free(reg);
+    return ts_error_set(err, TS_NO_MEMORY, "no memory for the block-cyclic regions");
+  }
+  int k = 0;
+  for (int side = 0; side < 2; side++)
+    for (int i = 0; i < (side ? c->nrecv : c->nsend); i++) {
+      piece *x = side ? &c->recv[i] : &c->send[i];
+      for (int j = 0; j < x->nreg; j++, k++)
+        peers[k] = comm_rank(c->p, world, x->peer), reg[k] = x->reg[j];
+      *(side ? &c->received : &c->sent) += x->nreg ? x->bytes : 0;
+    }
+  int rc =
+      ts_comm_exchange_many(comm, ns, peers, reg, nr, peers + ns, reg + ns, CYCLIC_TAG + 1, err);
+  free(peers), free(reg);
+  return rc;
 }
 
 static int exchange(cyc *c, ts_comm *comm, bool world, const ts_tensor *src, ts_error *err) {
@@ -199,10 +388,14 @@ static int exchange(cyc *c, ts_comm *comm, bool world, const ts_tensor *src, ts_
   int rc = ts_comm_exchange(comm, ns, peers, bufs, bytes, nr, peers + n, bufs + n, bytes + n,
                             CYCLIC_TAG, err);
   free(peers), free(bufs), free(bytes);
+  if (rc == TS_OK)
+    rc = exchange_regions(c, comm, world, err);
   if (rc)
     return rc;
   for (int i = 0; i < c->nrecv; i++) {
     piece *x = &c->recv[i];
+    if (x->reg)
+      continue;
     int64_t sp[TS_MAX_DIMS];
     parts_of(p->src, x->index, sp);
     const void *from = x->buf ? x->buf : src->data;
@@ -214,12 +407,14 @@ static int exchange(cyc *c, ts_comm *comm, bool world, const ts_tensor *src, ts_
 }
 
 static void cyc_free(cyc *c, bool keep_target) {
-  for (int i = 0; c->send && i < c->nsend; i++)
-    if (c->send[i].buf)
-      ts_shard_free(c->send[i].buf);
-  for (int i = 0; c->recv && i < c->nrecv; i++)
-    if (c->recv[i].buf)
-      ts_shard_free(c->recv[i].buf);
+  for (int i = 0; c->send && i < c->nsend; i++) {
+    ts_shard_free(c->send[i].buf);
+    free(c->send[i].reg);
+  }
+  for (int i = 0; c->recv && i < c->nrecv; i++) {
+    ts_shard_free(c->recv[i].buf);
+    free(c->recv[i].reg);
+  }
   free(c->send);
   free(c->recv);
   if (!keep_target)
@@ -302,6 +497,7 @@ int ts__exec_cyclic(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
     report->strategy = p->chosen;
     report->bytes_sent = c.sent;
     report->bytes_received = c.received;
+    report->peak_extra_bytes = c.staged;
     report->t_begin_ns = t_begin, report->t_agreed_ns = t_agreed;
     report->t_moved_ns = t_moved, report->t_done_ns = ts_wait_now_ns();
   }

@@ -62,7 +62,10 @@ Printed, as key=value lines (the keys of a host count other than 2 start with h<
   small_4096_hosts_spans_rank0_us, small_4096_hosts_spans_others_us   where the time went, from the
                         daemons' trace rings: the median of each span (span:us, ...) on rank 0,
                         the origin, and on the other ranks; small_4096_hosts_outside_daemon_us
-                        the client's p50 less rank 0's median received..answered
+                        the client's p50 less rank 0's median received..answered;
+                        small_4096_hosts_timeline_{rank0,host1,remote}_us when each trace point
+                        was reached (median, us after rank 0's submitted, in rank 0's clock) on
+                        rank 0, on the other ranks of host 1 and on the ranks of other hosts
   small_4096_hosts_raw_us, small_4096_hosts_vs_raw   p50 of a hand-written mpi4py Alltoallv of
                         the same pieces (the slowest rank's time per call; --small-iters calls
                         before the daemons start and as many after they stopped), and the ratio
@@ -908,7 +911,7 @@ def host_count(nhosts, o, hosts, link_bps, single_copy, work, tshardd, out, fail
         try:
             small = small_case(clients[0], geom, o.small_iters) if "small" in o.cases else None
             if small:
-                small_spans(clients, o.small_iters, small[0], pre, out)
+                small_spans(clients, o.small_iters, small[0], geom.p, pre, out)
         except (tshard.TshardError, RuntimeError, OSError) as e:
             failures.append(f"{pre}small_4096_hosts: {e}")
         served = True
@@ -920,16 +923,18 @@ def host_count(nhosts, o, hosts, link_bps, single_copy, work, tshardd, out, fail
         small_keys(small, geom, o, hosts, single_copy, work, dim, ref, pre, out, failures)
 
 
-def small_spans(clients, iters, client_us, pre, out):
+def small_spans(clients, iters, client_us, per_host, pre, out):
     """Where the small reshards' time went, from the daemons' trace rings: the median of each
     span on rank 0 (their origin) and on the other ranks, and the client's time outside rank 0's
     received..answered."""
     from tshard.tracing import spans
     per = {}
     origin_us = []
+    by_seq = {}  # seq: {rank: points}, the same operation on every rank
     for r, c in enumerate(clients):
         ops = [o for o in c.trace(last=iters)["ops"] if o["kind"] == "reshard"]
         for o in ops:
+            by_seq.setdefault(o["seq"], {})[r] = o["points"]
             for name, a, b in spans(o["points"]):
                 per.setdefault((r == 0, name), []).append((b - a) / 1e3)
             p = o["points"]
@@ -942,6 +947,28 @@ def small_spans(clients, iters, client_us, pre, out):
     if origin_us:
         out.put(f"{pre}small_4096_hosts_outside_daemon_us",
                 f"{client_us - statistics.median(origin_us):.1f}")
+    timeline(by_seq, len(clients), per_host, pre, out)
+
+
+def timeline(by_seq, nranks, per_host, pre, out):
+    """When each point was reached, from rank 0's submitted (its order going out), in rank 0's
+    clock: the medians on rank 0, on the other ranks of its host (host1) and on the ranks of
+    the other hosts (remote)."""
+    at = {}
+    for ranks in by_seq.values():
+        t0 = ranks.get(0, {}).get("submitted")
+        if t0 is None or len(ranks) != nranks:
+            continue
+        for r, points in ranks.items():
+            group = "rank0" if r == 0 else "host1" if r < per_host else "remote"
+            for name, t in points.items():
+                at.setdefault((group, name), []).append((t - t0) / 1e3)
+    for group in ("rank0", "host1", "remote"):
+        names = [n for (g, n) in at if g == group]
+        names.sort(key=lambda n: statistics.median(at[(group, n)]))
+        if names:
+            out.put(f"{pre}small_4096_hosts_timeline_{group}_us", ",".join(
+                f"{n}:{statistics.median(at[(group, n)]):.1f}" for n in names))
 
 
 def small_keys(small, geom, o, hosts, single_copy, work, dim, ref, pre, out, failures):

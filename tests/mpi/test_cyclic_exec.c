@@ -8,8 +8,10 @@
  * off the model: per tensor dim, the globals its part owns in order (block k of a cyclic dim to
  * part (k + src) mod parts; a balanced split's first L mod k parts one longer). After the
  * reshard every target rank's array must hold that function at its own model's globals, and the
- * bytes sent must add up to the bytes received. Also: a blocked target layout and a partial source
- * refused with the same error on every rank, nothing changed. */
+ * bytes sent must add up to the bytes received. Large cases (2-D, hundreds of elements per dim,
+ * blocks of 8 to 64) move the pieces of most pairs as strided regions with no staging: they must
+ * be as right, and some must have moved with no staged bytes at all. Also: a blocked target
+ * layout and a partial source refused with the same error on every rank, nothing changed. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +24,10 @@
 #include "mpi_check.h"
 
 #define CASES 120
-static int ran; /* cases with a block-cyclic side */
+#define LARGE_CASES 24
+#define MAXLEN 512   /* the longest dim of a case */
+static int ran;      /* cases with a block-cyclic side */
+static int unstaged; /* large cases where every rank moved its pieces without staging */
 
 typedef struct dim_model {
   int mdim;        /* the mesh dim that shards it, -1: none */
@@ -59,7 +64,7 @@ static int64_t owned(const dim_model *m, int64_t len, int64_t parts, int64_t par
   return n;
 }
 
-static void draw_side(side *s, int ndim, bool cyclic) {
+static void draw_side(side *s, int ndim, bool cyclic, int64_t max_nb) {
   s->nranks = world_size > 1 && rnd_below(3) == 0 ? 1 + (int)rnd_below(world_size) : world_size;
   s->first = (int)rnd_below(world_size - s->nranks + 1);
   s->mesh_ndim = 1;
@@ -80,7 +85,7 @@ static void draw_side(side *s, int ndim, bool cyclic) {
     }
     s->dm[d].mdim = m;
     if (cyclic || rnd_below(2)) {
-      s->dm[d].nb = 1 + rnd_below(5);
+      s->dm[d].nb = max_nb > 5 ? 8 + rnd_below(max_nb - 7) : 1 + rnd_below(5);
       s->dm[d].src = rnd_below(s->mesh[m]);
       snprintf(pl[m], sizeof pl[m], "S(%d,cyclic=%lld,src=%lld)", d, (long long)s->dm[d].nb,
                (long long)s->dm[d].src);
@@ -107,7 +112,7 @@ static bool side_cyclic(const side *s, int ndim) {
 
 /* This rank's per-dim owned globals under side s (false: not in its mesh). */
 static bool model(const side *s, int ndim, const int64_t *shape, int64_t *counts,
-                  int64_t (*globals)[64]) {
+                  int64_t (*globals)[MAXLEN]) {
   int idx = world_rank - s->first;
   if (idx < 0 || idx >= s->nranks)
     return false;
@@ -130,7 +135,8 @@ static double value(const int64_t *g, int ndim, const int64_t *shape) {
 
 /* Visits the local array (row-major over counts) with each element's globals. */
 static void fill_or_check(void *data, ts_dtype dt, int ndim, const int64_t *shape,
-                          const int64_t *counts, int64_t (*globals)[64], bool fill, long *wrong) {
+                          const int64_t *counts, int64_t (*globals)[MAXLEN], bool fill,
+                          long *wrong) {
   int64_t n = 1, idx[3] = {0, 0, 0};
   for (int d = 0; d < ndim; d++)
     n *= counts[d];
@@ -158,17 +164,21 @@ static void fill_or_check(void *data, ts_dtype dt, int ndim, const int64_t *shap
   }
 }
 
-static void one_case(int k) {
+/* One case (large: 2-D f64 of up to MAXLEN per dim, blocks of 8 to 64). */
+static void one_case(int k, bool large) {
   static const ts_dtype dts[] = {TS_F64, TS_F32, TS_I16, TS_U8};
-  ts_dtype dt = dts[rnd_below(4)];
-  int ndim = 1 + (int)rnd_below(3);
+  ts_dtype dt = large ? TS_F64 : dts[rnd_below(4)];
+  int ndim = large ? 2 : 1 + (int)rnd_below(3);
   int64_t shape[3];
   for (int d = 0; d < ndim; d++)
-    shape[d] = 1 + rnd_below(ndim == 1 ? 60 : ndim == 2 ? 24 : 9);
+    shape[d] = large ? 128 + rnd_below(MAXLEN - 127)
+                     : 1 + rnd_below(ndim == 1   ? 60
+                                     : ndim == 2 ? 24
+                                                 : 9);
   side s, t;
   bool first_cyclic = rnd_below(2);
-  draw_side(&s, ndim, first_cyclic);
-  draw_side(&t, ndim, !first_cyclic || rnd_below(3) == 0);
+  draw_side(&s, ndim, first_cyclic, large ? 64 : 5);
+  draw_side(&t, ndim, !first_cyclic || rnd_below(3) == 0, large ? 64 : 5);
   if (!side_cyclic(&s, ndim) && !side_cyclic(&t, ndim))
     return; /* the same on every rank: the draw made no cyclic placement */
   ran++;
@@ -180,7 +190,8 @@ static void one_case(int k) {
   ts_plan_opts po = {TS_STRATEGY_AUTO, 0, world_size};
   rc = rc ? rc : ts_plan_create(ndim, shape, dt, sa, ta, &po, &plan, &err);
   CHECK(rc == TS_OK, "case %d: %s -> %s: %s", k, s.text, t.text, err.msg);
-  int64_t sc[3], tc[3], sg[3][64], tg[3][64];
+  static int64_t sg[3][MAXLEN], tg[3][MAXLEN];
+  int64_t sc[3], tc[3];
   bool in_s = model(&s, ndim, shape, sc, sg), in_t = model(&t, ndim, shape, tc, tg);
   ts_tensor src = {0}, out;
   size_t es = ts_dtype_size(dt);
@@ -215,6 +226,9 @@ static void one_case(int k) {
     MPI_Allreduce(MPI_IN_PLACE, io, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
     CHECK(io[0] == io[1], "case %d: %lld bytes sent, %lld received", k, (long long)io[0],
           (long long)io[1]);
+    int64_t staged = rep.peak_extra_bytes;
+    MPI_Allreduce(MPI_IN_PLACE, &staged, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    unstaged += large && io[0] > 0 && staged == 0;
     ts_shard_free_tensor(&out);
   }
   free(src.data);
@@ -258,8 +272,12 @@ int main(int argc, char **argv) {
   if (!mpi_check_start(&argc, &argv))
     return 1;
   for (int k = 0; k < CASES; k++)
-    one_case(k);
+    one_case(k, false);
   CHECK(ran >= CASES / 2, "only %d of %d cases had a block-cyclic side", ran, CASES);
+  for (int k = 0; k < LARGE_CASES; k++)
+    one_case(CASES + k, true);
+  CHECK(world_size == 1 || unstaged >= LARGE_CASES / 6,
+        "only %d of %d large cases moved every piece without staging", unstaged, LARGE_CASES);
   refusals();
   return mpi_check_finish("test_cyclic_exec");
 }
