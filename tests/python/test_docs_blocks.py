@@ -15,12 +15,12 @@ unchanged:
                 links); linked and run when it has a main, else compiled only
 
 All run in one scratch directory laid out as the repository root (this build as `build`, the
-source tree's folders beside it, a copy of `client/`), with build/bin first on PATH, against one job of
-4 daemons named "demo" (TSHARD_JOB=demo, TSHARD_SOCKET_DIR the job's private directory: the
-variables the clients read for their defaults). README.md runs first and its own CLI block starts
-that job (`deploy/tshard-launch start -np 4 --job demo`); before every other page the test makes
-sure the job serves (starting it with the same command if not) and drops every tensor, so that
-each page starts from an empty job and builds what it uses in its own earlier blocks.
+source tree's folders beside it, a copy of `client/`), with build/bin first on PATH, against one
+job of 4 daemons named "demo" (TSHARD_JOB=demo, TSHARD_SOCKET_DIR the job's private directory:
+the variables the clients read for their defaults). README.md runs first and its own CLI block
+starts that job (`deploy/tshard-launch start -np 4 --job demo`); before every other page the test
+makes sure the job serves (starting it with the same command if not) and drops every tensor, so
+that each page starts from an empty job and builds what it uses in its own earlier blocks.
 
 Blocks that are not run say so in their fence; the test knows these and nothing else:
 
@@ -35,15 +35,17 @@ Blocks that are not run say so in their fence; the test knows these and nothing 
 A block of any other language, or with no language, fails the test.
 
 Results are checked where a block says what it prints: a `# -> TEXT` comment in a python or sh
-block (`/* -> TEXT */` in C) means the block's output (a shell's or a program's stdout) holds a line TEXT (`...` for any text), in the
-order of the comments; console blocks are checked against their transcript. The test prints, per page, how
-many blocks ran and how many were marked not to run (and why).
+block (`/* -> TEXT */` in C) means that the block's output (a shell's or a program's stdout)
+holds a line TEXT (`...` for any text), in the order of the comments; console blocks are checked
+against their transcript. The test prints, per page, how many blocks ran and how many were
+marked not to run (and why).
 
-Pages this project's documentation owners keep elsewhere may hold blocks that fail while their
-fix is pending: KNOWN_FAILURES lists them (page, line and why); they are reported on every run,
-and the test fails when one of them passes (so that the entry is removed).
+Pages kept by others (docs/operations.md, docs/tracing.md) may hold blocks that fail while their
+fix is pending: KNOWN_FAILURES lists them (the page, the text the block starts with, why); they
+are reported on every run, and the test fails once one of them passes (remove its entry then).
 
-usage: test_docs_blocks.py BUILD_DIR SOURCE_DIR [PAGE ...]"""
+usage: test_docs_blocks.py BUILD_DIR SOURCE_DIR [PAGE ...]   (TSHARD_DOCS_VERBOSE=1: every block's
+output)"""
 import glob
 import json
 import os
@@ -64,6 +66,7 @@ import tshard  # noqa: E402
 RUN_LANGS = {"python", "sh", "bash", "console", "c"}
 TEXT_LANGS = {"text", "json", "yaml", "promql"}
 BLOCK_TIMEOUT = 150
+VERBOSE = os.environ.get("TSHARD_DOCS_VERBOSE") == "1"  # print every block's output
 JOB, NP = "demo", 4
 MPI_ENV = {
     "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
@@ -109,8 +112,8 @@ class Block:
             return "skip", f"```{self.lang}"
         if self.lang in RUN_LANGS:
             return "run", None
-        return "bad", (f"a block of language {self.lang!r}" if self.lang else
-                       "a block without a language") + " and no marker (text, no-run: WHY, file=NAME)"
+        what = f"a block of language {self.lang!r}" if self.lang else "a block without a language"
+        return "bad", what + " and no marker (text, no-run: WHY, file=NAME)"
 
 
 def blocks(page):
@@ -275,7 +278,8 @@ class Interpreter:
 
     def run(self, block):
         """(ok, output, traceback) of the block in this interpreter."""
-        os.write(self.req_w, (json.dumps({"code": block.body, "where": block.where}) + "\n").encode())
+        req = json.dumps({"code": block.body, "where": block.where}) + "\n"
+        os.write(self.req_w, req.encode())
         deadline = time.monotonic() + BLOCK_TIMEOUT
         while b"\n" not in self.buf:
             left = deadline - time.monotonic()
@@ -437,6 +441,8 @@ def run_page(page):
                 ok = False
             else:
                 ok = check_expected(b, out)
+            if VERBOSE:
+                print(f"--- {b.where} printed:\n{out}", flush=True)
         elif b.lang in ("sh", "bash"):
             rc, out, err = shell(b.body)
             if rc != 0:
@@ -444,6 +450,8 @@ def run_page(page):
                 ok = False
             else:
                 ok = check_expected(b, out)
+            if VERBOSE:
+                print(f"--- {b.where} printed:\n{out}{err}", flush=True)
         elif b.lang == "console":
             ok = run_console(b)
         elif b.lang == "c":
@@ -461,6 +469,9 @@ def run_page(page):
 
 def main():
     t0 = time.monotonic()
+    # a CTest timeout (SIGTERM) still stops the jobs below
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(f"terminated after "
+                                                      f"{time.monotonic() - t0:.0f} s"))
     try:
         for page in pages():
             run_page(page)
@@ -472,6 +483,7 @@ def main():
           f"{time.monotonic() - t0:.1f} s")
     if failures:
         print("\n".join(failures))
+        print(f"the scratch directory is kept: {WORK}")
         sys.exit(1)
     shutil.rmtree(WORK, ignore_errors=True)
 
