@@ -87,7 +87,7 @@ declare -A needed=([s0_s1]=0.5 [xgroup_s0_s1]=1 [s0_r]=1 [interleaved_s0_r]=1 [p
 declare -A busiest=([s0_s1]=0.25 [xgroup_s0_s1]=1 [s0_r]=0.5 [interleaved_s0_r]=0.5 [p_r]=1
                     [p_s0]=0.5 [xgroup_s0_r]=1 [s0_host1_r_all]=1 [r_host1_r_all]=1)
 for c in "${!needed[@]}"; do
-  for s in ms client_ms rank0_ms bound_ms vs_bound crossed_mib needed_mib busiest_mib; do
+  for s in ms first_ms client_ms rank0_ms bound_ms vs_bound crossed_mib needed_mib busiest_mib; do
     ok pos "${c}_$s" "$out"
   done
   ok grep -qE "^${c}_strategy=[a-z0-9_+]+$" "$out"

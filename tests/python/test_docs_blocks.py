@@ -74,15 +74,7 @@ MPI_ENV = {
 }
 # (page, the text the block starts with): why it fails. Only for pages kept by others
 # (docs/operations.md, docs/tracing.md); each entry is a reported failure waiting for its fix.
-KNOWN_FAILURES = {
-    ("docs/operations.md", "rank 2 (host vm) was lost: killed by signal 9"):
-        "an error message in a fence without a language: it needs ```text",
-    ("docs/tracing.md", "create: 4 records over 4 ranks"):
-        "the output of --summary in a fence without a language: it needs ```text",
-    ("docs/tracing.md", "import tshard\nwith tshard.connect(rank=0, job=\"demo\") as c:\n"
-                        "    with tshard.trace() as t:"):
-        "reshards a tensor 'w' that no earlier block of the page creates",
-}
+KNOWN_FAILURES = {}
 
 FENCE = re.compile(r"^(`{3,}|~{3,})(.*)$")
 
