@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "ts_comm.h"
+#include "tsd_catalog.h"
 #include "tsd_front.h"
 #include "tsd_metrics.h"
 #include "tsd_ops.h"

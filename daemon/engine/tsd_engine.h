@@ -77,17 +77,18 @@ typedef struct tsd_reply {
   bool counted;   /* counted in its connection's outlet as queued (outlet.c) */
 } tsd_reply;
 
-/* The hand-over between the two threads. The catalog (front/catalog.c) and the server
- * (front/server.c) are the front's: the engine only carries them, for the operations (which
- * publish the catalog and count the connections in stats). */
+/* The hand-over between the two threads. The engine only carries the catalog
+ * (catalog/catalog.c), for the operations, which publish it, and the loop thread, which answers
+ * list and describe from it. */
 struct tsd_catalog;
-struct tsd_server;
 typedef struct tsd_shared {
   pthread_mutex_t mu;          /* the loop's stop request */
   tsd_queue work;              /* loop -> engine; the engine sets its wake (a condition variable) */
   tsd_queue replies;           /* engine -> loop; the loop sets its wake (uv_async) */
-  struct tsd_server *server;   /* for the connection count in stats; set by the server */
   struct tsd_catalog *catalog; /* its own mutex; set by main.c */
+  /* The open connections: kept by the loop thread as they open and close, read by stats
+   * (relaxed). */
+  _Atomic uint64_t connections;
   /* Reply nodes kept for when allocating one fails, so that every request is answered and its
    * in-flight slot released even out of memory (tsd_push_reply takes one, the loop gives it
    * back once delivered). */

@@ -45,6 +45,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -146,7 +147,7 @@ struct tsd_server {
   int rank, size;
   char path[600];
   conn *conns;
-  uint64_t next_id, nconns;
+  uint64_t next_id;
   tsd_limits lim;
   tsd_loop_info info;
   int64_t frame_bytes;    /* buffers of frames being received, all connections */
@@ -183,10 +184,6 @@ static void conn_read_stop(conn *c) {
     uv_poll_stop(&c->rpoll);
   else
     uv_read_stop(&c->h.stream);
-}
-
-uint64_t tsd_server_connections(tsd_server *s) {
-  return s ? __atomic_load_n(&s->nconns, __ATOMIC_RELAXED) : 0;
 }
 
 static void close_if_open(uv_handle_t *h);
@@ -256,7 +253,7 @@ static void conn_close(conn *c) {
   for (conn **pp = &s->conns; *pp; pp = &(*pp)->next)
     if (*pp == c) {
       *pp = c->next;
-      __atomic_sub_fetch(&s->nconns, 1, __ATOMIC_RELAXED);
+      atomic_fetch_sub_explicit(&s->sh->connections, 1, memory_order_relaxed);
       tsd_gauge_add(TSD_G_CONNECTIONS, -1);
       break;
     }
@@ -473,11 +470,18 @@ static int answer_ping(const tsd_loop_info *info, const Tshard__Request *req, ui
   return tsd_response_frame(&r, frame, len, NULL) == TS_OK ? 1 : -1;
 }
 
+/* List and describe: from the catalog unless busy (then the engine answers after the
+ * operation). */
+static int answer_catalog(const tsd_loop_info *info, const Tshard__Request *req, uint8_t **frame,
+                          size_t *len) {
+  return tsd_catalog_answer(info->catalog, req, true, frame, len);
+}
+
 /* The front half of the table of operations (see tsd_front.h). */
 static const tsd_loop_fn loop_answers[] = {
     [TSHARD__REQUEST__OP_PING] = answer_ping,
-    [TSHARD__REQUEST__OP_LIST] = tsd_catalog_loop_answer,
-    [TSHARD__REQUEST__OP_DESCRIBE] = tsd_catalog_loop_answer,
+    [TSHARD__REQUEST__OP_LIST] = answer_catalog,
+    [TSHARD__REQUEST__OP_DESCRIBE] = answer_catalog,
 };
 
 tsd_loop_fn tsd_loop_answer(int op_case) {
@@ -908,7 +912,7 @@ static void on_connection(uv_stream_t *server, int status) {
   uv_send_buffer_size(&c->h.handle, &sndbuf);
   c->next = s->conns;
   s->conns = c;
-  __atomic_add_fetch(&s->nconns, 1, __ATOMIC_RELAXED);
+  atomic_fetch_add_explicit(&s->sh->connections, 1, memory_order_relaxed);
   tsd_gauge_add(TSD_G_CONNECTIONS, 1);
   if (!uv_is_active((uv_handle_t *)&s->sweep_timer) && !s->stopping)
     uv_timer_start(&s->sweep_timer, on_sweep, s->sweep_tick, s->sweep_tick);
@@ -1242,11 +1246,9 @@ int tsd_server_start(tsd_server_opts *o, tsd_server **out, ts_error *err) {
   uv_poll_init(&s->loop, &s->sigpoll, s->sigfd);
   s->sigpoll.data = s;
   uv_poll_start(&s->sigpoll, UV_READABLE, on_signal);
-  s->sh->server = s;
   tsd_queue_set_wake(&s->sh->replies, loop_wake, s);
   if (pthread_create(&s->thread, NULL, loop_main, s) != 0) {
     tsd_queue_set_wake(&s->sh->replies, NULL, NULL);
-    s->sh->server = NULL;
     rc = ts_error_set(err, TS_INTERNAL, "cannot start the loop thread");
     begin_stop(s);
     uv_run(&s->loop, UV_RUN_DEFAULT);
@@ -1277,7 +1279,6 @@ void tsd_server_stop(tsd_server **ps) {
   uv_async_send(&s->async);
   pthread_join(s->thread, NULL);
   tsd_queue_set_wake(&s->sh->replies, NULL, NULL);
-  s->sh->server = NULL;
   if (uv_loop_close(&s->loop) != 0)
     TSD_LOG(TSD_LOG_WARN, "the loop closed with handles still open");
   free(s);

@@ -5,7 +5,7 @@
  * live page (page.c: GET /, /api/ranks, /api/tensors). It includes the base, the wire layer
  * (operation names) and the comm library (bytes moved by peer class, the ranks' hosts); no layer
  * calls it but main.c, and it reads nothing the engine holds: the tensors come through the
- * source main.c gives (the front's catalog). */
+ * source main.c gives (the catalog, daemon/catalog/). */
 #ifndef TSD_METRICS_H
 #define TSD_METRICS_H
 

@@ -5,8 +5,9 @@
  * agrees with the others (ts_comm_agree) before anything changes, and the store's reshard and the
  * executor are atomic across ranks. Every collective handler ends in a collective call, so when
  * any rank answers, every rank has run the operation up to its end. Around every create, drop and
- * reshard the names involved are marked busy in the catalog (catalog.c) and their metadata is
- * published afterwards; the loop thread answers list and describe from it. */
+ * reshard the names involved are marked busy in the catalog (catalog/catalog.c) and their metadata
+ * is published afterwards; the loop thread answers list and describe from it. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -16,7 +17,7 @@
 #include "oplog.h"
 #include "put_verify.h"
 #include "trace.h"
-#include "tsd_front.h"
+#include "tsd_catalog.h"
 
 static const char *tag_of(const Tshard__Layout *l) { return l && l->tag ? l->tag : ""; }
 
@@ -191,7 +192,7 @@ void tsd_op_stats(tsd_engine *e, tsd_work *w) {
   s.pool_misses = ps.misses;
   s.pool_released = ps.released;
   s.stored_bytes = (uint64_t)ts_store_used_bytes(e->store);
-  s.connections = tsd_server_connections(e->sh->server);
+  s.connections = atomic_load_explicit(&e->sh->connections, memory_order_relaxed);
   const ts_topology *topo = ts_plan_cache_topology(ts_store_plans(e->store));
   char topology[256];
   if (ts_topology_format(topo, topology, sizeof topology) >= sizeof topology)

@@ -3,7 +3,8 @@
  * the operation log (oplog.c), the checks of a put's declaration (put_verify.c), and the engine
  * half of the table of operations (handlers.c). main.c gives tsd_ops to the engine; the engine
  * calls nothing else of this folder. The operations include the engine (to answer, stage and
- * run collectives), the front's catalog (which they publish) and the wire layer. */
+ * run collectives), the catalog (catalog/tsd_catalog.h, which they publish) and the wire layer;
+ * never the front. */
 #ifndef TSD_OPS_H
 #define TSD_OPS_H
 

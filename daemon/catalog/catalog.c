@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tsd_front.h"
+#include "tsd_catalog.h"
 
 typedef tsd_catalog_entry entry;
 
@@ -290,11 +290,6 @@ int tsd_catalog_answer(tsd_catalog *c, const Tshard__Request *req, bool wait_if_
   }
   pthread_mutex_unlock(&c->mu);
   return rc == TS_OK ? 1 : -1;
-}
-
-int tsd_catalog_loop_answer(const tsd_loop_info *info, const Tshard__Request *req, uint8_t **frame,
-                            size_t *len) {
-  return tsd_catalog_answer(info->catalog, req, true, frame, len);
 }
 
 static json_t *int_array(const int64_t *v, size_t n) {
