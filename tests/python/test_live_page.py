@@ -80,8 +80,15 @@ def poll(cond, what, timeout=30.0):
         delay = min(delay * 2, 0.5)
 
 
-def check_tensors(c, port):
+def settled_tensors(port):
+    """/api/tensors by name once no tensor is busy, else None: an operation's new metadata is
+    published just after its answer, and the page says busy until then."""
     got = {t["name"]: t for t in api(port, "/api/tensors")["tensors"]}
+    return None if any(t["busy"] for t in got.values()) else got
+
+
+def check_tensors(c, port):
+    got = poll(lambda: settled_tensors(port), "/api/tensors with no tensor changing") or {}
     check(sorted(got) == sorted(n for n, *_ in TENSORS), f"/api/tensors names: {sorted(got)}")
     for name, dtype, shape, _, _ in TENSORS:
         t, d = got.get(name), c.describe(name)
