@@ -41,44 +41,65 @@ static void concat_copy(int n, void *const *bufs, const size_t *bytes, uint64_t 
   }
 }
 
+/* The arrays of a batch request: n items of item_size bytes, the pointers to them that the
+ * request holds, and each item's client memory when mem is set. */
+typedef struct batch_arrays {
+  void *items;
+  void *itemp;
+  Tshard__ClientMemory *mem;
+} batch_arrays;
+
+static void batch_arrays_free(batch_arrays *a) { free(a->items), free(a->itemp), free(a->mem); }
+
+static int batch_arrays_make(tshard_client *c, int n, size_t item_size, bool mem, batch_arrays *a) {
+  memset(a, 0, sizeof *a);
+  a->items = calloc((size_t)n, item_size);
+  a->itemp = calloc((size_t)n, sizeof(void *));
+  a->mem = mem ? calloc((size_t)n, sizeof *a->mem) : NULL;
+  if (!a->items || !a->itemp || (mem && !a->mem)) {
+    batch_arrays_free(a);
+    return tsc_fail(c, TS_NO_MEMORY, "no memory for a batch of %d tensors", n);
+  }
+  return TS_OK;
+}
+
+/* Item i's client memory: the bytes at data. */
+static Tshard__ClientMemory *batch_memory(batch_arrays *a, int i, const void *data,
+                                          uint64_t bytes) {
+  tshard__client_memory__init(&a->mem[i]);
+  a->mem[i].address = (uint64_t)(uintptr_t)data;
+  a->mem[i].bytes = bytes;
+  return &a->mem[i];
+}
+
 /* The put_many request's items (names, declarations; client memory when mem is set). */
 typedef struct put_many_msg {
-  Tshard__PutManyItem *items;
-  Tshard__PutManyItem **itemp;
-  Tshard__ClientMemory *mem;
+  batch_arrays a;
   Tshard__PutManyRequest q;
 } put_many_msg;
 
-static void put_many_msg_free(put_many_msg *m) { free(m->items), free(m->itemp), free(m->mem); }
+static void put_many_msg_free(put_many_msg *m) { batch_arrays_free(&m->a); }
 
 static int put_many_msg_make(tshard_client *c, int n, const tshard_put_item *it, bool mem,
                              put_many_msg *m) {
-  memset(m, 0, sizeof *m);
-  m->items = calloc((size_t)n, sizeof *m->items);
-  m->itemp = calloc((size_t)n, sizeof *m->itemp);
-  m->mem = mem ? calloc((size_t)n, sizeof *m->mem) : NULL;
-  if (!m->items || !m->itemp || (mem && !m->mem)) {
-    put_many_msg_free(m);
-    return tsc_fail(c, TS_NO_MEMORY, "no memory for a batch of %d tensors", n);
-  }
+  int rc = batch_arrays_make(c, n, sizeof(Tshard__PutManyItem), mem, &m->a);
+  if (rc)
+    return rc;
+  Tshard__PutManyItem *items = m->a.items, **itemp = m->a.itemp;
   tshard__put_many_request__init(&m->q);
   for (int i = 0; i < n; i++) {
-    Tshard__PutManyItem *x = &m->items[i];
+    Tshard__PutManyItem *x = &items[i];
     tshard__put_many_item__init(x);
     x->name = tsc_str(it[i].name);
     x->dtype = tsc_str(it[i].dtype);
     x->n_shape = it[i].dtype ? (size_t)it[i].ndim : 0;
     x->shape = (int64_t *)it[i].shape;
-    if (mem) {
-      tshard__client_memory__init(&m->mem[i]);
-      m->mem[i].address = (uint64_t)(uintptr_t)it[i].data;
-      m->mem[i].bytes = it[i].bytes;
-      x->client_memory = &m->mem[i];
-    }
-    m->itemp[i] = x;
+    if (mem)
+      x->client_memory = batch_memory(&m->a, i, it[i].data, it[i].bytes);
+    itemp[i] = x;
   }
   m->q.n_items = (size_t)n;
-  m->q.items = m->itemp;
+  m->q.items = itemp;
   return TS_OK;
 }
 
@@ -191,40 +212,30 @@ int tshard_put_many(tshard_client *c, int n, const tshard_put_item *items, const
 
 /* The get_many request's items (client memory when mem is set). */
 typedef struct get_many_msg {
-  Tshard__GetManyItem *items;
-  Tshard__GetManyItem **itemp;
-  Tshard__ClientMemory *mem;
+  batch_arrays a;
   Tshard__GetManyRequest q;
 } get_many_msg;
 
-static void get_many_msg_free(get_many_msg *m) { free(m->items), free(m->itemp), free(m->mem); }
+static void get_many_msg_free(get_many_msg *m) { batch_arrays_free(&m->a); }
 
 static int get_many_msg_make(tshard_client *c, int n, const tshard_get_item *it, bool mem,
                              get_many_msg *m) {
-  memset(m, 0, sizeof *m);
-  m->items = calloc((size_t)n, sizeof *m->items);
-  m->itemp = calloc((size_t)n, sizeof *m->itemp);
-  m->mem = mem ? calloc((size_t)n, sizeof *m->mem) : NULL;
-  if (!m->items || !m->itemp || (mem && !m->mem)) {
-    get_many_msg_free(m);
-    return tsc_fail(c, TS_NO_MEMORY, "no memory for a batch of %d tensors", n);
-  }
+  int rc = batch_arrays_make(c, n, sizeof(Tshard__GetManyItem), mem, &m->a);
+  if (rc)
+    return rc;
+  Tshard__GetManyItem *items = m->a.items, **itemp = m->a.itemp;
   tshard__get_many_request__init(&m->q);
   for (int i = 0; i < n; i++) {
-    Tshard__GetManyItem *x = &m->items[i];
+    Tshard__GetManyItem *x = &items[i];
     tshard__get_many_item__init(x);
     x->name = tsc_str(it[i].name);
     x->bytes = it[i].bytes;
-    if (mem) {
-      tshard__client_memory__init(&m->mem[i]);
-      m->mem[i].address = (uint64_t)(uintptr_t)it[i].buf;
-      m->mem[i].bytes = it[i].bytes;
-      x->client_memory = &m->mem[i];
-    }
-    m->itemp[i] = x;
+    if (mem)
+      x->client_memory = batch_memory(&m->a, i, it[i].buf, it[i].bytes);
+    itemp[i] = x;
   }
   m->q.n_items = (size_t)n;
-  m->q.items = m->itemp;
+  m->q.items = itemp;
   return TS_OK;
 }
 
