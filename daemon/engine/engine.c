@@ -199,16 +199,18 @@ static int seq_send(void *ctx, int dst, int tag, const uint8_t *buf, size_t len,
 }
 
 /* An operation this rank could not decode: every collective operation's first collective step
- * is an agreement over the world, except shutdown (it needs no arguments, so it runs) and
- * einsum_release (it agrees on nothing: it fails here only); this rank brings its failure to
- * that agreement, so every rank fails the operation with this rank's reason. */
+ * is an agreement over the world, except those of rows without one (TSD_OP_NO_AGREEMENT): a
+ * stopping one (shutdown: it needs no arguments, so it runs) and the others (einsum_release),
+ * which fail here only; this rank brings its failure to that agreement, so every rank fails the
+ * operation with this rank's reason. */
 static int run_undecodable(tsd_engine *e, const tsd_ordered *op, ts_error *err) {
-  if (op->op_case == TSHARD__REQUEST__OP_SHUTDOWN) {
+  unsigned flags = tsd_op_flags(op->op_case);
+  if (flags & TSD_OP_STOPS) {
     TSD_LOG(TSD_LOG_INFO, "shutdown requested (operation %llu)", (unsigned long long)op->seq);
     e->stopping = true;
     return TS_OK;
   }
-  if (op->op_case == TSHARD__REQUEST__OP_EINSUM_RELEASE)
+  if (flags & TSD_OP_NO_AGREEMENT)
     return ts_error_set(err, op->decode_error.code, "%s", op->decode_error.msg);
   return ts_comm_agree(ts_world_comm(e->world), op->decode_error.code, &op->decode_error, err);
 }
@@ -220,7 +222,7 @@ static int seq_run(void *ctx, const tsd_ordered *op, tsd_pending *origin, ts_err
            tsd_op_name(op->op_case));
   ts_world_set_agree_label(e->world, label);
   e->answering = op->op_case;
-  if (op->op_case != TSHARD__REQUEST__OP_SHUTDOWN && tsd_fault_fire(TSD_FAULT_AGREEMENT_SILENT))
+  if (!(tsd_op_flags(op->op_case) & TSD_OP_STOPS) && tsd_fault_fire(TSD_FAULT_AGREEMENT_SILENT))
     /* the injected fault: this rank answers the operation's agreement only after the others
      * gave up on it (twice the timeout: rank 0 gives up after one, the others after two) */
     ts_world_delay_next_agreement(e->world, (int)(3 * e->cfg->agreement_timeout));
@@ -247,13 +249,10 @@ static int64_t seq_now_ms(void *ctx) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* The names an operation touches, for its idempotency key: its change set (a put changes no
- * metadata but touches its tensor). */
+/* The names an operation touches, for its idempotency key (the operations layer's key_names). */
 static void seq_names(void *ctx, const Tshard__Request *req, tsd_changes *ch) {
   tsd_engine *e = ctx;
-  e->ops->changes(req, ch);
-  if (req->op_case == TSHARD__REQUEST__OP_PUT)
-    tsd_changes_add(ch, req->put->name);
+  e->ops->key_names(req, ch);
 }
 
 void tsd_submit(tsd_engine *e, uint64_t conn_id, Tshard__Request *req, uint8_t *staging,

@@ -285,7 +285,7 @@ static void order_now(tsd_seq *e, int origin, uint64_t ticket, uint64_t hash, Ts
       TSD_LOG(TSD_LOG_ERROR, "cannot send operation %llu to rank %d: %s",
               (unsigned long long)op->seq, r, err.msg);
   free(msg);
-  if (req->op_case == TSHARD__REQUEST__OP_SHUTDOWN)
+  if (tsd_op_flags((int)req->op_case) & TSD_OP_STOPS)
     e->shutdown_ordered = true;
   enqueue(e, op);
 }
@@ -461,7 +461,7 @@ static int check_participants(const tsd_seq *e, const Tshard__Request *req, bool
              "the participants' submissions)");
     return TS_INVALID_ARGUMENT;
   }
-  if (staged || req->op_case == TSHARD__REQUEST__OP_GET) {
+  if (staged || tsd_op_flags((int)req->op_case) & TSD_OP_GATHERS_TO_ORIGIN) {
     snprintf(msg, cap,
              "a %s comes from one client; participants apply to operations every "
              "rank runs (create, reshard, drop, ...)",
@@ -510,7 +510,7 @@ void tsd_seq_submit(tsd_seq *e, uint64_t conn_id, Tshard__Request *req, uint8_t 
     tsd_request_free(&req);
     return;
   }
-  if (req->op_case == TSHARD__REQUEST__OP_GET && req->idempotency_key[0]) {
+  if (tsd_op_flags((int)req->op_case) & TSD_OP_GATHERS_TO_ORIGIN && req->idempotency_key[0]) {
     /* a gather goes to the asking rank: a key would make no sense across ranks */
     if (req->idempotency_key != protobuf_c_empty_string)
       free(req->idempotency_key);
@@ -549,6 +549,8 @@ void tsd_seq_submit(tsd_seq *e, uint64_t conn_id, Tshard__Request *req, uint8_t 
   p->staging = staging;
   p->staging_bytes = staging_bytes;
   p->collective = req->n_participants > 0;
+  /* The chunk size a get asked for, kept for its answer: a field of the get message itself,
+   * which only its own op case has. */
   if (req->op_case == TSHARD__REQUEST__OP_GET)
     p->max_bytes = req->get->max_bytes;
   snprintf(p->key, sizeof p->key, "%s", req->idempotency_key);
@@ -747,7 +749,7 @@ int tsd_seq_run(tsd_seq *e) {
     TSD_LOG(TSD_LOG_DEBUG, "operation %llu (%s from rank %d) starts", (unsigned long long)op->seq,
             tsd_op_name(op->op_case), op->origin);
     int status = e->h.run(e->h.ctx, op, origin, &err);
-    if (op->op_case == TSHARD__REQUEST__OP_SHUTDOWN)
+    if (tsd_op_flags(op->op_case) & TSD_OP_STOPS)
       e->stopped = true;
     /* Undecoded here: its key is unknown, its clients are those of its request (hash). */
     const char *key = op->req ? op->req->idempotency_key : "";

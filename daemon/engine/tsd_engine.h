@@ -197,8 +197,10 @@ typedef struct tsd_engine_ops {
   /* The answer to one waiting client after a collective operation ran (the sequencer's answer
    * hook): the operation's answer when it succeeded, else the status and message. */
   void (*answer)(tsd_engine *e, int op_case, const tsd_pending *w, int status, const char *msg);
-  /* The names an operation may change (nothing added when none). */
-  tsd_changes_fn changes;
+  /* The names an operation touches, for its idempotency key: those it may change, and those
+   * whose data it writes without changing their metadata (a put's tensor); nothing added when
+   * none. */
+  tsd_changes_fn key_names;
   /* The engine stops: frees what the operations keep (einsum records, compiled programs). */
   void (*stop)(tsd_engine *e);
   /* Every turn of the engine's loop (NULL: none): work of the operations' own (rank 0 orders

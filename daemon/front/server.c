@@ -382,49 +382,19 @@ static bool sender_ok(conn *c, uint64_t req_id) {
   return false;
 }
 
-/* The client memories a put_many's or get_many's items name: a malloc'd array of *n (0 when
- * none does), NULL when there is no memory for it. */
-static Tshard__ClientMemory **batch_memory(Tshard__Request *req, size_t *n) {
-  bool put = req->op_case == TSHARD__REQUEST__OP_PUT_MANY;
-  size_t count = put ? req->put_many->n_items : req->get_many->n_items;
-  Tshard__ClientMemory **out = calloc(count ? count : 1, sizeof *out);
-  *n = 0;
-  for (size_t i = 0; out && i < count; i++) {
-    Tshard__ClientMemory *m =
-        put ? req->put_many->items[i]->client_memory : req->get_many->items[i]->client_memory;
-    if (m)
-      out[(*n)++] = m;
-  }
-  return out;
-}
-
-/* A put or get (whole or slice) naming the client's memory: only over a Unix socket, and the
- * process is the one that sent it (sender_ok: the connection's owner), named by pid, start time
- * and the uid of its credentials, whatever the client wrote. False after answering a refusal. */
+/* A request of a row whose data may go through the client's memory (TSD_OP_CLIENT_MEMORY)
+ * that names it: only over a Unix socket, and the process is the one that sent it (sender_ok:
+ * the connection's owner), named by pid, start time and the uid of its credentials, whatever the
+ * client wrote. False after answering a refusal. */
 static bool client_memory_ok(conn *c, Tshard__Request *req) {
-  Tshard__ClientMemory *m = NULL, **items = NULL;
-  size_t nitems = 0;
-  bool batch =
-      req->op_case == TSHARD__REQUEST__OP_PUT_MANY || req->op_case == TSHARD__REQUEST__OP_GET_MANY;
-  if (batch && !(items = batch_memory(req, &nitems))) {
-    conn_reply_error(c, req->id, TS_NO_MEMORY, "no memory to check the batch's client memory",
-                     false);
-    return false;
-  }
-  if (items && nitems)
-    m = items[0]; /* the validator made sure every item names it, or none */
-  else if (req->op_case == TSHARD__REQUEST__OP_PUT)
-    m = req->put->client_memory;
-  else if (req->op_case == TSHARD__REQUEST__OP_GET)
-    m = req->get->client_memory;
-  else if (req->op_case == TSHARD__REQUEST__OP_PUT_SLICE)
-    m = req->put_slice->client_memory;
-  else if (req->op_case == TSHARD__REQUEST__OP_GET_SLICE)
-    m = req->get_slice->client_memory;
-  if (!m) {
-    free(items);
+  if (!(tsd_op_flags((int)req->op_case) & TSD_OP_CLIENT_MEMORY))
     return true;
-  }
+  size_t n = 1; /* the number of items, known after the first */
+  Tshard__ClientMemory *m = NULL;
+  for (size_t i = 0; i < n && !m; i++) /* the validator made sure every item names it, or none */
+    m = tsd_request_client_memory(req, i, &n);
+  if (!m)
+    return true;
   if (c->is_tcp || c->owner_pid <= 0 || c->owner_start == 0 || c->srv->direct_off) {
     conn_reply_error(c, req->id, TS_NO_DIRECT,
                      c->is_tcp ? "the client's memory can be reached only over a Unix socket on "
@@ -435,16 +405,16 @@ static bool client_memory_ok(conn *c, Tshard__Request *req) {
                          : "the client's process cannot be identified (no peer credentials, "
                            "pidfd or /proc entry); the data goes through the shared segment",
                      false);
-    free(items);
     return false;
   }
-  for (size_t i = 0; i < (items ? nitems : 1); i++) {
-    Tshard__ClientMemory *x = items ? items[i] : m;
+  for (size_t i = 0; i < n; i++) {
+    Tshard__ClientMemory *x = tsd_request_client_memory(req, i, &n);
+    if (!x)
+      continue;
     x->pid = c->owner_pid;
     x->uid = c->frame_from.uid;
     x->start_time = c->owner_start;
   }
-  free(items);
   return true;
 }
 

@@ -1,9 +1,9 @@
 /* handlers.c - the engine half of the table of the daemon's operations: one row per Request op
  * case, indexed by it like the wire half (wire/optable.c), naming the functions that run an
  * operation (on this rank at once, or on every rank in rank 0's order), the names it may change
- * and the answer to its waiting clients; and tsd_ops, the entry points the engine runs every
- * operation through (local handlers timed there for the metrics' histograms). Ping has no row:
- * the loop thread answers it (front/server.c). */
+ * (and those whose data it writes, for its idempotency key) and the answer to its waiting clients;
+ * and tsd_ops, the entry points the engine runs every operation through (local handlers timed there
+ * for the metrics' histograms). Ping has no row: the loop thread answers it (front/server.c). */
 #include <stdio.h>
 #include <time.h>
 
@@ -21,6 +21,7 @@ static const tsd_op_handlers handlers[] = {
     [OP(CREATE)] = {.run_collective = tsd_run_create, .changes = tsd_changes_create},
     [OP(PUT)] = {.run_local = tsd_handle_put_chunk,
                  .run_collective = tsd_run_put,
+                 .touches = tsd_touches_put,
                  .answer = tsd_answer_put},
     [OP(PUT_SLICE)] = {.run_local = tsd_handle_put_slice},
     [OP(GET)] = {.run_local = tsd_handle_get_chunk,
@@ -101,10 +102,13 @@ static void run_local(tsd_engine *e, tsd_work *w) {
     tsd_reply_status(e, w->conn_id, w->req->id, TS_INTERNAL, "operation has no local handler");
 }
 
-static void changes(const Tshard__Request *req, tsd_changes *ch) {
+/* The names an operation's idempotency key touches: its changes and the tensors it writes. */
+static void key_names(const Tshard__Request *req, tsd_changes *ch) {
   const tsd_op_handlers *h = tsd_op_handlers_find((int)req->op_case);
   if (h && h->changes)
     h->changes(req, ch);
+  if (h && h->touches)
+    h->touches(req, ch);
 }
 
 static void stop(tsd_engine *e) {
@@ -139,7 +143,7 @@ const tsd_engine_ops tsd_ops = {
     .run_local = run_local,
     .run_collective = tsd_run_collective,
     .answer = tsd_answer_collective,
-    .changes = changes,
+    .key_names = key_names,
     .stop = stop,
     .tick = tick,
     .tick_due_ms = tick_due_ms,

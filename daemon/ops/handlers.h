@@ -25,6 +25,8 @@ int tsd_run_shutdown(tsd_engine *e, const tsd_ordered *op, tsd_pending *origin, 
 void tsd_changes_create(const Tshard__Request *r, tsd_changes *ch);
 void tsd_changes_drop(const Tshard__Request *r, tsd_changes *ch);
 void tsd_changes_reshard(const Tshard__Request *r, tsd_changes *ch);
+/* A put changes no metadata but writes its tensor. */
+void tsd_touches_put(const Tshard__Request *r, tsd_changes *ch);
 /* Publishes every stored tensor's metadata in the catalog (list, describe). */
 void tsd_catalog_publish_all(tsd_engine *e);
 /* Finishes what the last collective operation left for after its answer: publishes the catalog

@@ -594,6 +594,10 @@ void tsd_changes_create(const Tshard__Request *r, tsd_changes *ch) {
   ch->names = true;
 }
 
+void tsd_touches_put(const Tshard__Request *r, tsd_changes *ch) {
+  tsd_changes_add(ch, r->put->name);
+}
+
 void tsd_changes_drop(const Tshard__Request *r, tsd_changes *ch) {
   tsd_changes_add(ch, r->drop->name);
   ch->names = true;

@@ -18,7 +18,10 @@ typedef struct tsd_op_handlers {
   tsd_local_fn run_local;           /* CATALOG and LOCAL (and get's later chunks) */
   tsd_collective_fn run_collective; /* COLLECTIVE */
   tsd_changes_fn changes;           /* NULL: no metadata changes */
-  tsd_answer_fn answer;             /* NULL: the status only */
+  /* The names whose data it writes without changing their metadata, which its idempotency key
+   * touches beside its changes (NULL: none). */
+  tsd_changes_fn touches;
+  tsd_answer_fn answer; /* NULL: the status only */
 } tsd_op_handlers;
 
 /* The row of an op case, or NULL (unknown, or answered by the loop thread alone). */

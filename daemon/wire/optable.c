@@ -13,7 +13,11 @@
  * local for the next ones (they read the copy); a put is local, and its handler stages the
  * chunks and submits the complete put as a collective operation itself (the data must be whole
  * before the other ranks are asked). put_many and get_many are local the same way: their
- * handlers check the batch and submit the collective themselves (daemon/ops/batch_io.c). */
+ * handlers check the batch and submit the collective themselves (daemon/ops/batch_io.c).
+ *
+ * Flags (TSD_OP_*, tsd_wire.h) say what the layers that treat some kinds apart need to know of
+ * a row: that it stops the daemon, holds no agreement, gathers to the submitting rank, or may
+ * move its data through the client's memory. They test the flags, never the op case. */
 #include <stdio.h>
 #include <string.h>
 
@@ -29,16 +33,22 @@ static const tsd_op ops[] = {
     [OP(CREATE)] = {.name = "create",
                     .scope = TSD_SCOPE_COLLECTIVE,
                     .validate = tsd_validate_create},
-    [OP(PUT)] = {.name = "put", .scope = TSD_SCOPE_LOCAL, .validate = tsd_validate_put},
+    [OP(PUT)] = {.name = "put",
+                 .scope = TSD_SCOPE_LOCAL,
+                 .flags = TSD_OP_CLIENT_MEMORY,
+                 .validate = tsd_validate_put},
     [OP(PUT_SLICE)] = {.name = "put_slice",
                        .scope = TSD_SCOPE_LOCAL,
+                       .flags = TSD_OP_CLIENT_MEMORY,
                        .validate = tsd_validate_put_slice},
     [OP(GET)] = {.name = "get",
                  .scope = TSD_SCOPE_LOCAL,
                  .scope_of = get_scope,
+                 .flags = TSD_OP_GATHERS_TO_ORIGIN | TSD_OP_CLIENT_MEMORY,
                  .validate = tsd_validate_get},
     [OP(GET_SLICE)] = {.name = "get_slice",
                        .scope = TSD_SCOPE_LOCAL,
+                       .flags = TSD_OP_CLIENT_MEMORY,
                        .validate = tsd_validate_get_slice},
     [OP(RESHARD)] = {.name = "reshard",
                      .scope = TSD_SCOPE_COLLECTIVE,
@@ -53,6 +63,7 @@ static const tsd_op ops[] = {
     [OP(TRACE)] = {.name = "trace", .scope = TSD_SCOPE_LOCAL, .validate = tsd_validate_trace},
     [OP(SHUTDOWN)] = {.name = "shutdown",
                       .scope = TSD_SCOPE_COLLECTIVE,
+                      .flags = TSD_OP_STOPS | TSD_OP_NO_AGREEMENT,
                       .validate = tsd_validate_none},
     [OP(EINSUM)] = {.name = "einsum",
                     .scope = TSD_SCOPE_COLLECTIVE,
@@ -62,6 +73,7 @@ static const tsd_op ops[] = {
                              .validate = tsd_validate_einsum_backward},
     [OP(EINSUM_RELEASE)] = {.name = "einsum_release",
                             .scope = TSD_SCOPE_COLLECTIVE,
+                            .flags = TSD_OP_NO_AGREEMENT,
                             .validate = tsd_validate_einsum_release},
     [OP(EINSUM_PLAN)] = {.name = "einsum_plan",
                          .scope = TSD_SCOPE_LOCAL,
@@ -95,9 +107,11 @@ static const tsd_op ops[] = {
                          .validate = tsd_validate_create_many},
     [OP(PUT_MANY)] = {.name = "put_many",
                       .scope = TSD_SCOPE_LOCAL,
+                      .flags = TSD_OP_CLIENT_MEMORY,
                       .validate = tsd_validate_put_many},
     [OP(GET_MANY)] = {.name = "get_many",
                       .scope = TSD_SCOPE_LOCAL,
+                      .flags = TSD_OP_CLIENT_MEMORY,
                       .validate = tsd_validate_get_many},
     [OP(IMPORT_SAFETENSORS)] = {.name = "import_safetensors",
                                 .scope = TSD_SCOPE_COLLECTIVE,
@@ -124,6 +138,30 @@ const tsd_op *tsd_op_find(int op_case) {
 const char *tsd_op_name(int op_case) {
   const tsd_op *op = tsd_op_find(op_case);
   return op ? op->name : "unknown";
+}
+
+unsigned tsd_op_flags(int op_case) {
+  const tsd_op *op = tsd_op_find(op_case);
+  return op ? op->flags : 0;
+}
+
+/* The one place that reads the ClientMemory fields by op case: they are fields of each kind's
+ * own message. */
+Tshard__ClientMemory *tsd_request_client_memory(Tshard__Request *req, size_t i, size_t *n) {
+  *n = 1;
+  switch (req->op_case) {
+  case OP(PUT): return i == 0 ? req->put->client_memory : NULL;
+  case OP(GET): return i == 0 ? req->get->client_memory : NULL;
+  case OP(PUT_SLICE): return i == 0 ? req->put_slice->client_memory : NULL;
+  case OP(GET_SLICE): return i == 0 ? req->get_slice->client_memory : NULL;
+  case OP(PUT_MANY):
+    *n = req->put_many->n_items;
+    return i < *n ? req->put_many->items[i]->client_memory : NULL;
+  case OP(GET_MANY):
+    *n = req->get_many->n_items;
+    return i < *n ? req->get_many->items[i]->client_memory : NULL;
+  default: *n = 0; return NULL;
+  }
 }
 
 tsd_scope tsd_op_scope(const tsd_op *op, const Tshard__Request *req) {

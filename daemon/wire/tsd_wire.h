@@ -72,17 +72,47 @@ int tsd_attr_msg_check(const Tshard__DistAttr *m, const tsd_limits *lim, ts_erro
 /* Checks the request alone (no stored tensor); TS_OK or the status with err set. */
 typedef int (*tsd_validator)(const Tshard__Request *req, const tsd_limits *lim, ts_error *err);
 
+/* What an operation of a row is, for the layers that treat some kinds apart (the engine, the
+ * sequencer, the loop thread): they test these flags of the request's row, never its op case.
+ * tests/unit/test_optable.c holds every row's flags against what its operation does. */
+enum {
+  /* Running it stops the daemon: the sequencer orders nothing after it and its run is the last,
+   * the engine then stops; it needs no arguments, so a rank that cannot decode it runs it all the
+   * same; the injected agreement fault passes it by. shutdown. */
+  TSD_OP_STOPS = 1u << 0,
+  /* Its collective run holds no agreement over the world: a rank that cannot decode it has no
+   * agreement to bring its failure to and fails it alone. shutdown, einsum_release. */
+  TSD_OP_NO_AGREEMENT = 1u << 1,
+  /* Its collective run (a whole get: the first chunk) gathers a tensor to the rank that
+   * submitted it, for the request's next chunks to read there: it comes from one client, so it
+   * takes no participants, and an idempotency key, which would match submissions across ranks,
+   * is dropped. get. */
+  TSD_OP_GATHERS_TO_ORIGIN = 1u << 2,
+  /* Its data may go straight between the daemon and the client's own memory (a ClientMemory
+   * field, of the request or of each of its items: tsd_request_client_memory): the loop thread
+   * accepts that over a Unix socket only and names the sending process in it. put, get,
+   * put_slice, get_slice, put_many, get_many. */
+  TSD_OP_CLIENT_MEMORY = 1u << 3,
+};
+
 typedef struct tsd_op {
   const char *name;
   tsd_scope scope;
   tsd_scope (*scope_of)(const Tshard__Request *req); /* NULL: always `scope` */
   bool unix_only;                                    /* refused (UNSUPPORTED) over TCP */
-  bool quiet; /* internal and periodic: its operation log line is at debug level */
+  bool quiet;     /* internal and periodic: its operation log line is at debug level */
+  unsigned flags; /* TSD_OP_* above */
   tsd_validator validate;
 } tsd_op;
 
 /* The row of an op case, or NULL. */
 const tsd_op *tsd_op_find(int op_case);
+/* The flags of an op case's row (0 for an op case without a row). */
+unsigned tsd_op_flags(int op_case);
+/* The client memory a request of a TSD_OP_CLIENT_MEMORY row names: that of its item i (the
+ * request itself is its only item), or NULL when that item names none; *n gets the number of
+ * items (0 for the other rows). */
+Tshard__ClientMemory *tsd_request_client_memory(Tshard__Request *req, size_t i, size_t *n);
 /* The scope of a request of that row. */
 tsd_scope tsd_op_scope(const tsd_op *op, const Tshard__Request *req);
 /* Validates a decoded request: its operation is known, and its fields are well-formed for it

@@ -4,6 +4,8 @@
  * descriptor of Request): every member of Request's `op` oneof has exactly one wire row, named
  * like the field, with a validator and a scope, and the runners its scope needs (a loop answer
  * for LOOP and CATALOG, a local handler for CATALOG and LOCAL, a collective run for COLLECTIVE);
+ * every row's flags against what its operation does (exactly shutdown stops, exactly get gathers
+ * to the submitting rank, the client-memory rows are those whose message names ClientMemory);
  * a get is collective for its first chunk only; an operation the table does not know is refused
  * UNSUPPORTED with the list of known ones; header checks (key, token lengths) come before the
  * operation's own. */
@@ -41,13 +43,21 @@ START_TEST(every_op_has_one_entry) {
 }
 END_TEST
 
+/* The members of Request's `op` oneof, one per call: the next from field *i on, or NULL. */
+static const ProtobufCFieldDescriptor *next_op(unsigned *i) {
+  const ProtobufCMessageDescriptor *d = &tshard__request__descriptor;
+  while (*i < d->n_fields) {
+    const ProtobufCFieldDescriptor *f = &d->fields[(*i)++];
+    if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF)
+      return f;
+  }
+  return NULL;
+}
+
 /* The runners a row's scope needs, and none it cannot use. */
 START_TEST(every_op_has_its_runners) {
-  const ProtobufCMessageDescriptor *d = &tshard__request__descriptor;
-  for (unsigned i = 0; i < d->n_fields; i++) {
-    const ProtobufCFieldDescriptor *f = &d->fields[i];
-    if (!(f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF))
-      continue;
+  const ProtobufCFieldDescriptor *f;
+  for (unsigned i = 0; (f = next_op(&i)) != NULL;) {
     const tsd_op *op = tsd_op_find((int)f->id);
     ck_assert_ptr_nonnull(op);
     const tsd_op_handlers *h = tsd_op_handlers_find((int)f->id);
@@ -71,12 +81,116 @@ START_TEST(every_op_has_its_runners) {
     ck_assert_msg((h->run_collective != NULL) == collective,
                   "%s: a collective run exactly when collective", f->name);
     if (!collective)
-      ck_assert_msg(!h->changes && !h->answer, "%s: changes or answer but never collective",
-                    f->name);
+      ck_assert_msg(!h->changes && !h->touches && !h->answer,
+                    "%s: changes, touches or answer but never collective", f->name);
   }
   ck_assert_ptr_null(tsd_op_handlers_find(0));
   ck_assert_ptr_null(tsd_op_handlers_find(9999));
   ck_assert_ptr_null(tsd_loop_answer(9999));
+}
+END_TEST
+
+/* Whether the message of an op case's oneof member names the client's memory: a client_memory
+ * field of its own, or one in the message of its repeated items (the batches). */
+static bool names_client_memory(const ProtobufCFieldDescriptor *f) {
+  const ProtobufCMessageDescriptor *m = f->descriptor;
+  if (!m)
+    return false;
+  if (protobuf_c_message_descriptor_get_field_by_name(m, "client_memory"))
+    return true;
+  const ProtobufCFieldDescriptor *items =
+      protobuf_c_message_descriptor_get_field_by_name(m, "items");
+  return items && items->type == PROTOBUF_C_TYPE_MESSAGE && items->descriptor &&
+         protobuf_c_message_descriptor_get_field_by_name(items->descriptor, "client_memory");
+}
+
+/* Every row's flags against what its operation does: exactly shutdown stops; exactly shutdown
+ * and einsum_release run without an agreement (both collective); exactly get gathers to the
+ * submitting rank (collective for its first chunk); the client-memory rows are exactly those
+ * whose message (or its items) has a ClientMemory field, by the protocol's descriptor. */
+START_TEST(every_op_has_its_flags) {
+  const unsigned known =
+      TSD_OP_STOPS | TSD_OP_NO_AGREEMENT | TSD_OP_GATHERS_TO_ORIGIN | TSD_OP_CLIENT_MEMORY;
+  int memory_rows = 0;
+  const ProtobufCFieldDescriptor *f;
+  for (unsigned i = 0; (f = next_op(&i)) != NULL;) {
+    const tsd_op *op = tsd_op_find((int)f->id);
+    ck_assert_ptr_nonnull(op);
+    unsigned fl = tsd_op_flags((int)f->id);
+    ck_assert_uint_eq(fl, op->flags);
+    ck_assert_msg((fl & ~known) == 0, "%s: unknown flags %#x", f->name, fl & ~known);
+    const tsd_op_handlers *h = tsd_op_handlers_find((int)f->id);
+    bool stops = f->id == TSHARD__REQUEST__OP_SHUTDOWN;
+    ck_assert_msg(!!(fl & TSD_OP_STOPS) == stops, "%s: stops exactly when shutdown", f->name);
+    bool no_agreement = stops || f->id == TSHARD__REQUEST__OP_EINSUM_RELEASE;
+    ck_assert_msg(!!(fl & TSD_OP_NO_AGREEMENT) == no_agreement,
+                  "%s: no agreement exactly for shutdown and einsum_release", f->name);
+    if (fl & (TSD_OP_STOPS | TSD_OP_NO_AGREEMENT))
+      ck_assert_msg(op->scope == TSD_SCOPE_COLLECTIVE && h && h->run_collective,
+                    "%s: stops or agrees on nothing but is not collective", f->name);
+    bool gathers = f->id == TSHARD__REQUEST__OP_GET;
+    ck_assert_msg(!!(fl & TSD_OP_GATHERS_TO_ORIGIN) == gathers, "%s: gathers exactly when get",
+                  f->name);
+    if (gathers)
+      ck_assert_msg(op->scope_of && h && h->run_collective, "%s: gathers but never collective",
+                    f->name);
+    bool memory = names_client_memory(f);
+    memory_rows += memory;
+    ck_assert_msg(!!(fl & TSD_OP_CLIENT_MEMORY) == memory,
+                  "%s: the client-memory flag exactly when its message names ClientMemory",
+                  f->name);
+  }
+  ck_assert_int_eq(memory_rows, 6); /* put, get, put_slice, get_slice, put_many, get_many */
+  ck_assert_uint_eq(tsd_op_flags(0), 0);
+  ck_assert_uint_eq(tsd_op_flags(9999), 0);
+}
+END_TEST
+
+/* tsd_request_client_memory reads each client-memory row's field, and of every item of a
+ * batch; other rows have no items. */
+START_TEST(client_memory_fields) {
+  Tshard__ClientMemory m0 = TSHARD__CLIENT_MEMORY__INIT, m1 = TSHARD__CLIENT_MEMORY__INIT;
+  Tshard__Request r = TSHARD__REQUEST__INIT;
+  size_t n = 9;
+  Tshard__PutRequest p = TSHARD__PUT_REQUEST__INIT;
+  Tshard__GetRequest g = TSHARD__GET_REQUEST__INIT;
+  Tshard__PutSliceRequest ps = TSHARD__PUT_SLICE_REQUEST__INIT;
+  Tshard__GetSliceRequest gs = TSHARD__GET_SLICE_REQUEST__INIT;
+  p.client_memory = g.client_memory = ps.client_memory = gs.client_memory = &m0;
+  r.op_case = TSHARD__REQUEST__OP_PUT, r.put = &p;
+  ck_assert_ptr_eq(tsd_request_client_memory(&r, 0, &n), &m0);
+  ck_assert_uint_eq(n, 1);
+  r.op_case = TSHARD__REQUEST__OP_GET, r.get = &g;
+  ck_assert_ptr_eq(tsd_request_client_memory(&r, 0, &n), &m0);
+  r.op_case = TSHARD__REQUEST__OP_PUT_SLICE, r.put_slice = &ps;
+  ck_assert_ptr_eq(tsd_request_client_memory(&r, 0, &n), &m0);
+  r.op_case = TSHARD__REQUEST__OP_GET_SLICE, r.get_slice = &gs;
+  ck_assert_ptr_eq(tsd_request_client_memory(&r, 0, &n), &m0);
+  ck_assert_ptr_null(tsd_request_client_memory(&r, 1, &n));
+  Tshard__PutManyRequest pm = TSHARD__PUT_MANY_REQUEST__INIT;
+  Tshard__PutManyItem pi[2];
+  Tshard__PutManyItem *pip[2] = {&pi[0], &pi[1]};
+  tshard__put_many_item__init(&pi[0]);
+  tshard__put_many_item__init(&pi[1]);
+  pi[1].client_memory = &m1;
+  pm.items = pip, pm.n_items = 2;
+  r.op_case = TSHARD__REQUEST__OP_PUT_MANY, r.put_many = &pm;
+  ck_assert_ptr_null(tsd_request_client_memory(&r, 0, &n));
+  ck_assert_uint_eq(n, 2);
+  ck_assert_ptr_eq(tsd_request_client_memory(&r, 1, &n), &m1);
+  Tshard__GetManyRequest gm = TSHARD__GET_MANY_REQUEST__INIT;
+  Tshard__GetManyItem gi;
+  Tshard__GetManyItem *gip = &gi;
+  tshard__get_many_item__init(&gi);
+  gi.client_memory = &m0;
+  gm.items = &gip, gm.n_items = 1;
+  r.op_case = TSHARD__REQUEST__OP_GET_MANY, r.get_many = &gm;
+  ck_assert_ptr_eq(tsd_request_client_memory(&r, 0, &n), &m0);
+  ck_assert_uint_eq(n, 1);
+  Tshard__DropRequest dr = TSHARD__DROP_REQUEST__INIT;
+  r.op_case = TSHARD__REQUEST__OP_DROP, r.drop = &dr;
+  ck_assert_ptr_null(tsd_request_client_memory(&r, 0, &n));
+  ck_assert_uint_eq(n, 0);
 }
 END_TEST
 
@@ -247,6 +361,8 @@ int main(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, every_op_has_one_entry);
   tcase_add_test(tc, every_op_has_its_runners);
+  tcase_add_test(tc, every_op_has_its_flags);
+  tcase_add_test(tc, client_memory_fields);
   tcase_add_test(tc, scopes);
   tcase_add_test(tc, unknown_and_header);
   tcase_add_test(tc, batches);
