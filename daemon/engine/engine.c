@@ -239,7 +239,8 @@ static void seq_answer(void *ctx, int op_case, const tsd_pending *w, int status,
 }
 
 static void seq_release(void *ctx, uint8_t *staging, uint64_t bytes) {
-  tsd_staging_give(ctx, staging, bytes);
+  tsd_engine *e = ctx;
+  e->ops->staging_give(e, staging, bytes);
 }
 
 static int64_t seq_now_ms(void *ctx) {
@@ -318,7 +319,7 @@ static void handle_work(tsd_engine *e, tsd_work *w) {
   if (w->conn_closed) {
     tsd_order_drop(e, w->conn_id, false);    /* its held requests: nobody waits for them */
     tsd_seq_forget_conn(e->seq, w->conn_id); /* its submissions run, answering nobody */
-    tsd_session_free(e, w->conn_id);
+    e->ops->conn_closed(e, w->conn_id);      /* what the operations keep for it */
   } else if (!w->signal_shutdown && tsd_order_hold(e, w)) {
     return; /* after the connection's pending collectives */
   } else if (w->signal_shutdown) {
@@ -627,7 +628,6 @@ int tsd_engine_run(tsd_engine_opts *opts, ts_error *err) {
           (unsigned long long)tsd_seq_ops_run(e->seq));
 out:
   e->ops->stop(e);
-  tsd_session_free_all(e);
   tsd_seq_destroy(&e->seq);
   ts_control_destroy(&e->ctl);
   ts_store_destroy(&e->store);

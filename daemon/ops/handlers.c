@@ -118,6 +118,7 @@ static void stop(tsd_engine *e) {
   tsd_programs_free();
   tsd_safetensors_free();
   tsd_einsum_free_all(e);
+  tsd_session_free_all(e);
 }
 
 /* Before serving: the trace ring, then the snapshot directories (and a resume). */
@@ -144,6 +145,8 @@ const tsd_engine_ops tsd_ops = {
     .run_collective = tsd_run_collective,
     .answer = tsd_answer_collective,
     .key_names = key_names,
+    .conn_closed = tsd_session_free,
+    .staging_give = tsd_staging_give,
     .stop = stop,
     .tick = tick,
     .tick_due_ms = tick_due_ms,

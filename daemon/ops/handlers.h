@@ -9,6 +9,7 @@
 
 #include <time.h>
 
+#include "session.h"
 #include "tsd_ops.h"
 #include "ts_ckpt.h"
 
