@@ -160,9 +160,10 @@ typedef struct tsd_engine {
   bool stopping;
   int64_t work_recv_ns; /* the work item handled now: when it was handed over (0: none) */
   int64_t clock_offset_ns, clock_rtt_ns; /* this rank's clock against rank 0's (ts_comm.h) */
-  /* the operations' state of the connections: sessions and shared segments (ops/session.c,
-   * ops/shm.c), opaque here */
-  struct tsd_sessions *sessions;
+  /* the operations' state of the connections, opaque here: every connection's session
+   * (ops/session.c) and every live shared segment (ops/shm.c) */
+  struct tsd_session *sessions;
+  struct tsd_shm_seg *shm_segs;
   const struct tsd_engine_ops *ops; /* the operations layer's entry points (below) */
   struct tsd_einsum_state *einsum;  /* the operations' einsum records (ops/einsum.c), opaque here */
   /* stats */

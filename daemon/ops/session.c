@@ -1,7 +1,7 @@
 /* session.c - what one connection holds between its requests (engine thread only): the put
  * being staged, the copy being read (a gathered tensor or a slice copy), its shared-memory
- * segment and the region a whole get asked its answer in. The engine carries them as an opaque
- * pointer (tsd_engine.sessions) and frees a connection's through the operations' entry points
+ * segment and the region a whole get asked its answer in. The engine carries their list as an
+ * opaque head (tsd_engine.sessions) and frees a connection's through the operations' entry points
  * (handlers.c). The struct is private to this file; transfer.c, batch_io.c, ops.c and shm.c go
  * through these functions, so the rules of a staged put (it
  * starts at offset 0 with the total the tensor needs, checked against the memory limit, and
@@ -32,12 +32,6 @@ struct tsd_session {
   uint64_t get_shm_offset, get_shm_bytes;
 };
 
-tsd_sessions *tsd_sessions_of(tsd_engine *e, bool create) {
-  if (!e->sessions && create)
-    e->sessions = calloc(1, sizeof *e->sessions);
-  return e->sessions;
-}
-
 void *tsd_buf_take(tsd_engine *e, size_t bytes, const char *what, ts_error *err) {
   (void)e;
   return ts_shard_alloc_as(bytes, TS_POOL_STAGING, what, err);
@@ -49,18 +43,17 @@ void tsd_buf_give(tsd_engine *e, void *p, size_t bytes) {
 }
 
 tsd_session *tsd_session_get(tsd_engine *e, uint64_t conn_id, bool create) {
-  tsd_sessions *st = tsd_sessions_of(e, create);
-  for (tsd_session *s = st ? st->list : NULL; s; s = s->next)
+  for (tsd_session *s = e->sessions; s; s = s->next)
     if (s->conn_id == conn_id)
       return s;
-  if (!st || !create)
+  if (!create)
     return NULL;
   tsd_session *s = calloc(1, sizeof *s);
   if (!s)
     return NULL;
   s->conn_id = conn_id;
-  s->next = st->list;
-  st->list = s;
+  s->next = e->sessions;
+  e->sessions = s;
   return s;
 }
 
@@ -83,8 +76,7 @@ void tsd_session_copy_reset(tsd_engine *e, tsd_session *s) {
 }
 
 void tsd_session_free(tsd_engine *e, uint64_t conn_id) {
-  tsd_sessions *st = tsd_sessions_of(e, false);
-  for (tsd_session **pp = st ? &st->list : NULL; pp && *pp; pp = &(*pp)->next)
+  for (tsd_session **pp = &e->sessions; *pp; pp = &(*pp)->next)
     if ((*pp)->conn_id == conn_id) {
       tsd_session *s = *pp;
       *pp = s->next;
@@ -194,13 +186,6 @@ const Tshard__ShmData *tsd_session_get_region(const tsd_session *s, Tshard__ShmD
 }
 
 void tsd_session_free_all(tsd_engine *e) {
-  tsd_sessions *st = tsd_sessions_of(e, false);
-  if (!st)
-    return;
-  while (st->list)
-    tsd_session_free(e, st->list->conn_id);
-  if (!st->segs) { /* a segment a put still holds keeps the list it is found in */
-    free(st);
-    e->sessions = NULL;
-  }
+  while (e->sessions)
+    tsd_session_free(e, e->sessions->conn_id);
 }

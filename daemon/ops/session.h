@@ -12,14 +12,6 @@
 typedef struct tsd_session tsd_session; /* session.c: what one connection holds */
 typedef struct tsd_shm_seg tsd_shm_seg; /* shm.c */
 
-/* What tsd_engine.sessions points to (created on first use, freed by tsd_session_free_all). */
-typedef struct tsd_sessions {
-  tsd_session *list; /* session.c: every connection's state */
-  tsd_shm_seg *segs; /* shm.c: every live segment */
-} tsd_sessions;
-/* The engine's, created when `create` (NULL when it cannot be, or is not there yet). */
-tsd_sessions *tsd_sessions_of(tsd_engine *e, bool create);
-
 /* session.c: whole-tensor buffers (put staging, gathered copies): staging buffers of the pool,
  * which keeps freed ones for the next transfer of their size class, so repeated transfers do not
  * fault in fresh pages. tsd_buf_give accepts NULL. */

@@ -25,7 +25,7 @@
 #include "session.h"
 
 struct tsd_shm_seg {
-  struct tsd_shm_seg *next; /* tsd_sessions.segs: every live segment */
+  struct tsd_shm_seg *next; /* tsd_engine.shm_segs: every live segment */
   uint8_t *base;
   uint64_t bytes;
   int refs;
@@ -43,8 +43,7 @@ tsd_shm_seg *tsd_shm_hold(tsd_shm_seg *s) {
 void tsd_shm_release(tsd_engine *e, tsd_shm_seg *s) {
   if (!s || --s->refs > 0)
     return;
-  tsd_sessions *st = tsd_sessions_of(e, false); /* there: it holds s */
-  for (tsd_shm_seg **pp = &st->segs; *pp; pp = &(*pp)->next)
+  for (tsd_shm_seg **pp = &e->shm_segs; *pp; pp = &(*pp)->next)
     if (*pp == s) {
       *pp = s->next;
       break;
@@ -56,8 +55,7 @@ void tsd_shm_release(tsd_engine *e, tsd_shm_seg *s) {
 
 /* The live segment that p points into, or NULL. */
 static tsd_shm_seg *seg_of(tsd_engine *e, const uint8_t *p) {
-  tsd_sessions *st = tsd_sessions_of(e, false);
-  for (tsd_shm_seg *s = st ? st->segs : NULL; s; s = s->next)
+  for (tsd_shm_seg *s = e->shm_segs; s; s = s->next)
     if (p && p >= s->base && p < s->base + s->bytes)
       return s;
   return NULL;
@@ -175,9 +173,8 @@ void tsd_shm_attach(tsd_engine *e, tsd_work *w) {
     tsd_reply_status(e, w->conn_id, req->id, rc, err.msg);
     return;
   }
-  tsd_sessions *st = tsd_sessions_of(e, false); /* there: the session c is in it */
-  s->next = st->segs;
-  st->segs = s;
+  s->next = e->shm_segs;
+  e->shm_segs = s;
   tsd_session_set_shm(e, c, s);
   sr.bytes = bytes;
   reply_with_fd(e, w->conn_id, &r, fd);
