@@ -40,10 +40,6 @@ holds a line TEXT (`...` for any text), in the order of the comments; console bl
 against their transcript. The test prints, per page, how many blocks ran and how many were
 marked not to run (and why).
 
-Pages kept by others (docs/operations.md, docs/tracing.md) may hold blocks that fail while their
-fix is pending: KNOWN_FAILURES lists them (the page, the text the block starts with, why); they
-are reported on every run, and the test fails once one of them passes (remove its entry then).
-
 usage: test_docs_blocks.py BUILD_DIR SOURCE_DIR [PAGE ...]   (TSHARD_DOCS_VERBOSE=1: every block's
 output)"""
 import glob
@@ -72,9 +68,6 @@ MPI_ENV = {
     "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
     "OMPI_MCA_rmaps_base_oversubscribe": "1",
 }
-# (page, the text the block starts with): why it fails. Only for pages kept by others
-# (docs/operations.md, docs/tracing.md); each entry is a reported failure waiting for its fix.
-KNOWN_FAILURES = {}
 
 FENCE = re.compile(r"^(`{3,}|~{3,})(.*)$")
 
@@ -163,27 +156,28 @@ ENV.update({"PATH": BIN + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
             "TSHARD_PROGRAM_CACHE": CACHE})
 os.environ.update(ENV)
 
-failures, known_seen, report = [], set(), []
-
-
-def known(block):
-    return next((k for k in KNOWN_FAILURES
-                 if k[0] == block.page and block.body.startswith(k[1])), None)
+failures, report = [], []
 
 
 def fail(block, what):
-    key = known(block)
-    if key:
-        known_seen.add(key)
-        print(f"KNOWN FAILURE {block.where}: {KNOWN_FAILURES[key]}\n  {what}", flush=True)
-        return
     failures.append(f"{block.where}: {what}")
     print(f"FAIL {block.where}: {what}", flush=True)
 
 
-def passed(block):
-    if known(block):
-        failures.append(f"{block.where}: listed in KNOWN_FAILURES but passes now: remove it")
+def finished(block, why, out):
+    """A python or sh block's end: its failure (why, or None when it ran to its end), then what
+    it printed against its `# ->` comments."""
+    if VERBOSE:
+        print(f"--- {block.where} printed:\n{out}", flush=True)
+    if why:
+        fail(block, why)
+        return False
+    return check_expected(block, out)
+
+
+def run_shell(block):
+    rc, out, err = shell(block.body)
+    return finished(block, f"exits {rc}:\n{out}\n{err}" if rc != 0 else None, out)
 
 
 def run(argv, timeout=BLOCK_TIMEOUT, merge=False):
@@ -404,7 +398,7 @@ def run_page(page):
     if page != "README.md":
         ensure_job()
     ran, skipped, files = 0, [], 0
-    failed_before = len(failures) + len(known_seen)
+    failed_before = len(failures)
     py = None
     t0 = time.monotonic()
     for b in found:
@@ -414,7 +408,6 @@ def run_page(page):
             continue
         if kind == "skip":
             skipped.append(f"line {b.line}: {arg}")
-            passed(b)
             continue
         if kind == "file":
             path = os.path.join(WORK, arg)
@@ -424,35 +417,19 @@ def run_page(page):
             files += 1
             continue
         ran += 1
-        ok = True
         if b.lang == "python":
             py = py or Interpreter(page)
             good, out, tb = py.run(b)
-            if not good:
-                fail(b, f"raised:\n{tb}\noutput:\n{out}")
-                ok = False
-            else:
-                ok = check_expected(b, out)
-            if VERBOSE:
-                print(f"--- {b.where} printed:\n{out}", flush=True)
+            finished(b, None if good else f"raised:\n{tb}\noutput:\n{out}", out)
         elif b.lang in ("sh", "bash"):
-            rc, out, err = shell(b.body)
-            if rc != 0:
-                fail(b, f"exits {rc}:\n{out}\n{err}")
-                ok = False
-            else:
-                ok = check_expected(b, out)
-            if VERBOSE:
-                print(f"--- {b.where} printed:\n{out}{err}", flush=True)
+            run_shell(b)
         elif b.lang == "console":
-            ok = run_console(b)
+            run_console(b)
         elif b.lang == "c":
-            ok = run_c(b)
-        if ok:
-            passed(b)
+            run_c(b)
     if py:
         py.close()
-    bad = len(failures) + len(known_seen) - failed_before
+    bad = len(failures) - failed_before
     line = (f"{page}: {ran} run, {len(skipped)} not run" + (f", {bad} failed" if bad else "") +
             (f", {files} file(s) written" if files else "") + f" ({time.monotonic() - t0:.1f} s)")
     report.append(line)
@@ -471,8 +448,7 @@ def main():
         for job in (JOB, "train"):
             shell(f"deploy/tshard-launch stop --job {job}", timeout=90)
     print("\n".join(report))
-    print(f"{len(failures)} failure(s), {len(known_seen)} known failure(s) reported, "
-          f"{time.monotonic() - t0:.1f} s")
+    print(f"{len(failures)} failure(s), {time.monotonic() - t0:.1f} s")
     if failures:
         print("\n".join(failures))
         print(f"the scratch directory is kept: {WORK}")
