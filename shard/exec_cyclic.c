@@ -21,10 +21,10 @@
  * placements are refused (reshard them to R or S first); the packed pieces of one rank move in
  * one exchange (its staging is what it sends and receives).
  *
- * Atomicity as in exec.c: everything that can fail (the target array, the packed pieces) happens
- * before one agreement over the union (or the world with agree_world), the exchange after it,
- * and a commit agreement at the end; on failure every rank returns the same error and keeps its
- * tensor. */
+ * Atomicity as in exec.c: everything that can fail (the target array, the packed pieces, the
+ * exchange's lists) happens before one agreement over the union (or the world with
+ * agree_world), the exchange after it, and a commit agreement at the end; on failure every rank
+ * returns the same error and keeps its tensor. */
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -63,6 +63,16 @@ typedef struct cyc {
   int nsend, nrecv;
   int64_t sent, received;
   int64_t staged; /* bytes of the packed pieces' buffers */
+  /* the exchange's lists, made before the agreement, sends first then receives, each with its
+   * comm rank: the packed pieces (ns sends, nr receives) and every region of the others (nsreg,
+   * nrreg) */
+  int *peers;
+  void **bufs;
+  int64_t *bytes;
+  int ns, nr;
+  ts_comm_region *regs;
+  int *reg_peers;
+  int nsreg, nrreg;
   ts_tensor tgt;
   int lst;
   ts_error lerr;
@@ -332,64 +342,43 @@ static int prepare(cyc *c, const ts_tensor *src) {
   return TS_OK;
 }
 
-/* The pieces that move as regions, in one exchange (a pair's regions in their one order). */
-static int exchange_regions(cyc *c, ts_comm *comm, bool world, ts_error *err) {
-  int ns = 0, nr = 0;
+/* The exchange's lists (a pair's regions in their one order), and the bytes each way. */
+static int list_exchange(cyc *c, bool world) {
   for (int i = 0; i < c->nsend; i++)
-    ns += c->send[i].nreg;
+    c->nsreg += c->send[i].nreg;
   for (int i = 0; i < c->nrecv; i++)
-    nr += c->recv[i].nreg;
-  int *peers = malloc(sizeof(int) * (size_t)(ns + nr + 1));
-  ts_comm_region *reg = malloc(sizeof *reg * (size_t)(ns + nr + 1));
-  if (!peers || !reg) {
-    free(peers), free(reg);
-    return ts_error_set(err, TS_NO_MEMORY, "no memory for the block-cyclic regions");
-  }
+    c->nrreg += c->recv[i].nreg;
+  size_t n = (size_t)(c->nsend + c->nrecv) + 1, nreg = (size_t)(c->nsreg + c->nrreg) + 1;
+  c->peers = malloc(sizeof *c->peers * n);
+  c->bufs = malloc(sizeof *c->bufs * n);
+  c->bytes = malloc(sizeof *c->bytes * n);
+  c->reg_peers = malloc(sizeof *c->reg_peers * nreg);
+  c->regs = malloc(sizeof *c->regs * nreg);
+  if (!c->peers || !c->bufs || !c->bytes || !c->reg_peers || !c->regs)
+    return ts_error_set(&c->lerr, TS_NO_MEMORY, "no memory for the block-cyclic exchange");
   int k = 0;
   for (int side = 0; side < 2; side++)
     for (int i = 0; i < (side ? c->nrecv : c->nsend); i++) {
-      piece *x = side ? &c->recv[i] : &c->send[i];
+      const piece *x = side ? &c->recv[i] : &c->send[i];
+      int peer = comm_rank(c->p, world, x->peer);
       for (int j = 0; j < x->nreg; j++, k++)
-        peers[k] = comm_rank(c->p, world, x->peer), reg[k] = x->reg[j];
-      *(side ? &c->received : &c->sent) += x->nreg ? x->bytes : 0;
+        c->reg_peers[k] = peer, c->regs[k] = x->reg[j];
+      if (x->buf) {
+        int at = side ? c->ns + c->nr++ : c->ns++;
+        c->peers[at] = peer, c->bufs[at] = x->buf, c->bytes[at] = x->bytes;
+      }
+      *(side ? &c->received : &c->sent) += x->buf || x->nreg ? x->bytes : 0;
     }
-  int rc =
-      ts_comm_exchange_many(comm, ns, peers, reg, nr, peers + ns, reg + ns, CYCLIC_TAG + 1, err);
-  free(peers), free(reg);
-  return rc;
+  return TS_OK;
 }
 
-static int exchange(cyc *c, ts_comm *comm, bool world, const ts_tensor *src, ts_error *err) {
+static int exchange(cyc *c, ts_comm *comm, const ts_tensor *src, ts_error *err) {
   const ts_plan *p = c->p;
-  int n = c->nsend > c->nrecv ? c->nsend : c->nrecv;
-  int *peers = malloc(sizeof(int) * (size_t)(2 * n + 1));
-  void **bufs = malloc(sizeof(void *) * (size_t)(2 * n + 1));
-  int64_t *bytes = malloc(sizeof(int64_t) * (size_t)(2 * n + 1));
-  if (!peers || !bufs || !bytes) {
-    free(peers), free(bufs), free(bytes);
-    fail(c, TS_NO_MEMORY, "no memory for the block-cyclic exchange");
-    return TS_OK; /* agreed at the commit */
-  }
-  int ns = 0, nr = 0;
-  for (int i = 0; i < c->nsend; i++)
-    if (c->send[i].buf) {
-      peers[ns] = comm_rank(p, world, c->send[i].peer);
-      bufs[ns] = c->send[i].buf;
-      bytes[ns++] = c->send[i].bytes;
-      c->sent += c->send[i].bytes;
-    }
-  for (int i = 0; i < c->nrecv; i++)
-    if (c->recv[i].buf) {
-      peers[n + nr] = comm_rank(p, world, c->recv[i].peer);
-      bufs[n + nr] = c->recv[i].buf;
-      bytes[n + nr++] = c->recv[i].bytes;
-      c->received += c->recv[i].bytes;
-    }
-  int rc = ts_comm_exchange(comm, ns, peers, bufs, bytes, nr, peers + n, bufs + n, bytes + n,
-                            CYCLIC_TAG, err);
-  free(peers), free(bufs), free(bytes);
+  int rc = ts_comm_exchange(comm, c->ns, c->peers, c->bufs, c->bytes, c->nr, c->peers + c->ns,
+                            c->bufs + c->ns, c->bytes + c->ns, CYCLIC_TAG, err);
   if (rc == TS_OK)
-    rc = exchange_regions(c, comm, world, err);
+    rc = ts_comm_exchange_many(comm, c->nsreg, c->reg_peers, c->regs, c->nrreg,
+                               c->reg_peers + c->nsreg, c->regs + c->nsreg, CYCLIC_TAG + 1, err);
   if (rc)
     return rc;
   for (int i = 0; i < c->nrecv; i++) {
@@ -417,12 +406,18 @@ static void cyc_free(cyc *c, bool keep_target) {
   }
   free(c->send);
   free(c->recv);
+  free(c->peers);
+  free(c->bufs);
+  free(c->bytes);
+  free(c->regs);
+  free(c->reg_peers);
   if (!keep_target)
     ts_shard_free(c->tgt.data);
 }
 
-/* This rank's part before the agreement: its positions, the target array, the pieces. */
-static void prepare_rank(cyc *c, const ts_tensor *src, const char *tgt_tag) {
+/* This rank's part before the agreement: its positions, the target array, the pieces (world:
+ * the agreements and the exchange run over the world's communicator). */
+static void prepare_rank(cyc *c, const ts_tensor *src, const char *tgt_tag, bool world) {
   const ts_plan *p = c->p;
   const char *why = unsupported(p, src, tgt_tag);
   if (why) {
@@ -447,6 +442,8 @@ static void prepare_rank(cyc *c, const ts_tensor *src, const char *tgt_tag) {
     c->lst = list_recvs(c);
   if (c->lst == TS_OK)
     c->lst = prepare(c, src);
+  if (c->lst == TS_OK)
+    c->lst = list_exchange(c, world);
 }
 
 int ts__exec_cyclic(ts_world *w, const ts_plan *p, const ts_tensor *src, const char *tgt_tag,
@@ -477,12 +474,12 @@ int ts__exec_cyclic(ts_world *w, const ts_plan *p, const ts_tensor *src, const c
   c.si = ts_geom_mesh_index(p->src, c.me);
   c.ti = ts_geom_mesh_index(p->tgt, c.me);
   if (c.lst == TS_OK && in_union)
-    prepare_rank(&c, c.si >= 0 ? src : NULL, tgt_tag);
+    prepare_rank(&c, c.si >= 0 ? src : NULL, tgt_tag, world);
   rc = ts_comm_agree(comm, c.lst, &c.lerr, err);
   bool agreed = rc == TS_OK; /* the same on every rank: then every rank runs the commit too */
   int64_t t_agreed = ts_wait_now_ns();
   if (agreed && in_union)
-    rc = exchange(&c, comm, world, src, err);
+    rc = exchange(&c, comm, src, err);
   int64_t t_moved = ts_wait_now_ns();
   if (agreed) {
     int local = rc ? rc : c.lst;
