@@ -447,12 +447,10 @@ static int answer_catalog(const tsd_loop_info *info, const Tshard__Request *req,
   return tsd_catalog_answer(info->catalog, req, true, frame, len);
 }
 
-/* The front half of the table of operations (see tsd_front.h). */
-static const tsd_loop_fn loop_answers[] = {
-    [TSHARD__REQUEST__OP_PING] = answer_ping,
-    [TSHARD__REQUEST__OP_LIST] = answer_catalog,
-    [TSHARD__REQUEST__OP_DESCRIBE] = answer_catalog,
-};
+/* The front half of the table of operations (see tsd_front.h): the loop column of the list. */
+#define LOOP_ROW(kind, name, scope, scope_of, flags, validate, loop, ...)                          \
+  [TSHARD__REQUEST__OP_##kind] = loop,
+static const tsd_loop_fn loop_answers[] = {TSD_OPERATIONS(LOOP_ROW)};
 
 tsd_loop_fn tsd_loop_answer(int op_case) {
   if (op_case <= 0 || (size_t)op_case >= sizeof loop_answers / sizeof loop_answers[0])
@@ -537,7 +535,7 @@ static void process_request(conn *c) {
     tsd_request_free(&req);
     return;
   }
-  if (op->unix_only && c->is_tcp) {
+  if (op->flags & TSD_OP_UNIX_ONLY && c->is_tcp) {
     conn_reply_error(c, req->id, TS_UNSUPPORTED,
                      "shared memory needs a Unix socket connection "
                      "on the daemon's node; over TCP the data travels in the frames",

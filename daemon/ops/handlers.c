@@ -1,9 +1,10 @@
-/* handlers.c - the engine half of the table of the daemon's operations: one row per Request op
- * case, indexed by it like the wire half (wire/optable.c), naming the functions that run an
+/* handlers.c - the engine half of the table of the daemon's operations: the list TSD_OPERATIONS
+ * (tsd_wire.h) expanded into its ops columns, indexed by op case, naming the functions that run an
  * operation (on this rank at once, or on every rank in rank 0's order), the names it may change
  * (and those whose data it writes, for its idempotency key) and the answer to its waiting clients;
  * and tsd_ops, the entry points the engine runs every operation through (local handlers timed there
- * for the metrics' histograms). Ping has no row: the loop thread answers it (front/server.c). */
+ * for the metrics' histograms). Ping's ops columns are empty: the loop thread answers it
+ * (front/server.c). */
 #include <stdio.h>
 #include <time.h>
 
@@ -16,64 +17,15 @@
 #include "put_verify.h"
 #include "trace.h"
 
-#define OP(kind) TSHARD__REQUEST__OP_##kind
-static const tsd_op_handlers handlers[] = {
-    [OP(CREATE)] = {.run_collective = tsd_run_create, .changes = tsd_changes_create},
-    [OP(PUT)] = {.run_local = tsd_handle_put_chunk,
-                 .run_collective = tsd_run_put,
-                 .touches = tsd_touches_put,
-                 .answer = tsd_answer_put},
-    [OP(PUT_SLICE)] = {.run_local = tsd_handle_put_slice},
-    [OP(GET)] = {.run_local = tsd_handle_get_chunk,
-                 .run_collective = tsd_run_get,
-                 .answer = tsd_answer_get},
-    [OP(GET_SLICE)] = {.run_local = tsd_handle_get_slice},
-    [OP(RESHARD)] = {.run_collective = tsd_run_reshard,
-                     .changes = tsd_changes_reshard,
-                     .answer = tsd_answer_reshard},
-    [OP(DROP)] = {.run_collective = tsd_run_drop, .changes = tsd_changes_drop},
-    [OP(LIST)] = {.run_local = tsd_op_catalog},
-    [OP(DESCRIBE)] = {.run_local = tsd_op_catalog},
-    [OP(PLAN)] = {.run_local = tsd_op_plan},
-    [OP(STATS)] = {.run_local = tsd_op_stats},
-    [OP(TRACE)] = {.run_local = tsd_op_trace},
-    [OP(SHUTDOWN)] = {.run_collective = tsd_run_shutdown},
-    [OP(EINSUM)] = {.run_collective = tsd_run_einsum,
-                    .changes = tsd_changes_einsum,
-                    .answer = tsd_answer_einsum},
-    [OP(EINSUM_BACKWARD)] = {.run_collective = tsd_run_einsum_backward,
-                             .changes = tsd_changes_einsum_backward},
-    [OP(EINSUM_RELEASE)] = {.run_collective = tsd_run_einsum_release},
-    [OP(EINSUM_PLAN)] = {.run_local = tsd_op_einsum_plan},
-    [OP(SAVE)] = {.run_collective = tsd_run_save, .answer = tsd_answer_ckpt},
-    [OP(LOAD)] = {.run_collective = tsd_run_load,
-                  .changes = tsd_changes_load,
-                  .answer = tsd_answer_ckpt},
-    [OP(SAVE_FINISH)] = {.run_collective = tsd_run_save_finish},
-    [OP(OBSERVE)] = {.run_collective = tsd_run_observe},
-    [OP(SHM_ATTACH)] = {.run_local = tsd_shm_attach},
-    [OP(PROGRAM_COMPILE)] = {.run_collective = tsd_run_program_compile,
-                             .answer = tsd_answer_program_compile},
-    [OP(PROGRAM_RUN)] = {.run_collective = tsd_run_program_run, .changes = tsd_changes_program_run},
-    [OP(PROGRAM_DROP)] = {.run_collective = tsd_run_program_drop},
-    [OP(PROGRAM_SHOW)] = {.run_local = tsd_op_program_show},
-    [OP(RESHARD_MANY)] = {.run_collective = tsd_run_reshard_many,
-                          .changes = tsd_changes_reshard_many,
-                          .answer = tsd_answer_reshard_many},
-    [OP(DROP_MANY)] = {.run_collective = tsd_run_drop_many, .changes = tsd_changes_drop_many},
-    [OP(CREATE_MANY)] = {.run_collective = tsd_run_create_many, .changes = tsd_changes_create_many},
-    [OP(PUT_MANY)] = {.run_local = tsd_handle_put_many,
-                      .run_collective = tsd_run_put_many,
-                      .answer = tsd_answer_put},
-    [OP(GET_MANY)] = {.run_local = tsd_handle_get_many,
-                      .run_collective = tsd_run_get_many,
-                      .answer = tsd_answer_get_many},
-    [OP(IMPORT_SAFETENSORS)] = {.run_collective = tsd_run_import_safetensors,
-                                .changes = tsd_changes_import_safetensors,
-                                .answer = tsd_answer_safetensors},
-    [OP(EXPORT_SAFETENSORS)] = {.run_collective = tsd_run_export_safetensors,
-                                .answer = tsd_answer_safetensors},
-};
+/* The ops columns of the list (tsd_wire.h). */
+#define ENGINE_ROW(kind, name, scope, scope_of, flags, validate, loop, local_, collective_,        \
+                   changes_, touches_, answer_)                                                    \
+  [TSHARD__REQUEST__OP_##kind] = {.run_local = local_,                                             \
+                                  .run_collective = collective_,                                   \
+                                  .changes = changes_,                                             \
+                                  .touches = touches_,                                             \
+                                  .answer = answer_},
+static const tsd_op_handlers handlers[] = {TSD_OPERATIONS(ENGINE_ROW)};
 #define NHANDLERS (sizeof handlers / sizeof handlers[0])
 
 const tsd_op_handlers *tsd_op_handlers_find(int op_case) {

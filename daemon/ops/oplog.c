@@ -186,7 +186,7 @@ void tsd_oplog_end(tsd_engine *e, const tsd_ordered *op, const tsd_pending *orig
   tsd_oplog_flush(); /* a line not written yet comes first */
   line.op = tsd_op_name(op->req->op_case);
   const tsd_op *row = tsd_op_find((int)op->req->op_case);
-  line.level = row && row->quiet ? TSD_LOG_DEBUG : TSD_LOG_INFO;
+  line.level = row && row->flags & TSD_OP_QUIET ? TSD_LOG_DEBUG : TSD_LOG_INFO;
   line.strategy = strategy;
   line.status = ts_status_name(status);
   snprintf(line.tensor, sizeof line.tensor, "%s", tsd_oplog_tensor(op->req));

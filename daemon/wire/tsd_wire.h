@@ -93,15 +93,105 @@ enum {
    * accepts that over a Unix socket only and names the sending process in it. put, get,
    * put_slice, get_slice, put_many, get_many. */
   TSD_OP_CLIENT_MEMORY = 1u << 3,
+  /* Refused (UNSUPPORTED) over TCP: it hands the client a descriptor. shm_attach. */
+  TSD_OP_UNIX_ONLY = 1u << 4,
+  /* Internal and periodic: its operation log line is at debug level. observe. */
+  TSD_OP_QUIET = 1u << 5,
 };
+
+/* ---------------------------------------------------------------------------------------------
+ * The table of operations, one row per Request op case, as an X-list in the manner of Redis's
+ * command table: each layer expands the columns it owns and ignores the others, so the wire
+ * layer names no function of the layers above it (the tokens of their columns are dropped
+ * before they are compiled). Columns:
+ *   KIND        the op case (TSHARD__REQUEST__OP_##KIND)
+ *   name        the operation's name (the Request field's)
+ *   scope       LOOP, CATALOG, LOCAL or COLLECTIVE (tsd_scope)
+ *   scope_of    NULL, or the function that decides the scope per request (get's first chunk)
+ *   flags       TSD_OP_* (below), 0 for none
+ *   validate    the validator (wire layer): checks the request and builds its typed command
+ *   loop        the loop thread's own answer (front/server.c), NULL for none
+ *   local       the engine's local handler (ops layer), NULL for none
+ *   collective  the collective run on every rank (ops layer), NULL for none
+ *   changes     the names it may change (ops layer), NULL for none
+ *   touches     the names whose data it writes besides (ops layer), NULL for none
+ *   answer      the encoder of its result for each waiting client (ops layer), NULL: status only
+ * Adding an operation is a row here and its functions. */
+/* clang-format off */
+#define TSD_OPERATIONS(X)                                                                          \
+  X(PING, ping, LOOP, NULL, 0, tsd_validate_none, answer_ping, NULL, NULL, NULL, NULL, NULL)       \
+  X(CREATE, create, COLLECTIVE, NULL, 0, tsd_validate_create, NULL,                                \
+    NULL, tsd_run_create, tsd_changes_create, NULL, NULL)                                          \
+  X(PUT, put, LOCAL, NULL, TSD_OP_CLIENT_MEMORY, tsd_validate_put, NULL,                           \
+    tsd_handle_put_chunk, tsd_run_put, NULL, tsd_touches_put, tsd_answer_put)                      \
+  X(PUT_SLICE, put_slice, LOCAL, NULL, TSD_OP_CLIENT_MEMORY, tsd_validate_put_slice, NULL,         \
+    tsd_handle_put_slice, NULL, NULL, NULL, NULL)                                                  \
+  X(GET, get, LOCAL, tsd_get_scope, TSD_OP_GATHERS_TO_ORIGIN | TSD_OP_CLIENT_MEMORY,               \
+    tsd_validate_get, NULL, tsd_handle_get_chunk, tsd_run_get, NULL, NULL, tsd_answer_get)         \
+  X(GET_SLICE, get_slice, LOCAL, NULL, TSD_OP_CLIENT_MEMORY, tsd_validate_get_slice, NULL,         \
+    tsd_handle_get_slice, NULL, NULL, NULL, NULL)                                                  \
+  X(RESHARD, reshard, COLLECTIVE, NULL, 0, tsd_validate_reshard, NULL,                             \
+    NULL, tsd_run_reshard, tsd_changes_reshard, NULL, tsd_answer_reshard)                          \
+  X(DROP, drop, COLLECTIVE, NULL, 0, tsd_validate_drop, NULL,                                      \
+    NULL, tsd_run_drop, tsd_changes_drop, NULL, NULL)                                              \
+  X(LIST, list, CATALOG, NULL, 0, tsd_validate_none, answer_catalog,                               \
+    tsd_op_catalog, NULL, NULL, NULL, NULL)                                                        \
+  X(DESCRIBE, describe, CATALOG, NULL, 0, tsd_validate_describe, answer_catalog,                   \
+    tsd_op_catalog, NULL, NULL, NULL, NULL)                                                        \
+  X(PLAN, plan, LOCAL, NULL, 0, tsd_validate_plan, NULL, tsd_op_plan, NULL, NULL, NULL, NULL)      \
+  X(STATS, stats, LOCAL, NULL, 0, tsd_validate_none, NULL, tsd_op_stats, NULL, NULL, NULL, NULL)   \
+  X(TRACE, trace, LOCAL, NULL, 0, tsd_validate_trace, NULL, tsd_op_trace, NULL, NULL, NULL, NULL)  \
+  X(SHUTDOWN, shutdown, COLLECTIVE, NULL, TSD_OP_STOPS | TSD_OP_NO_AGREEMENT, tsd_validate_none,   \
+    NULL, NULL, tsd_run_shutdown, NULL, NULL, NULL)                                                \
+  X(EINSUM, einsum, COLLECTIVE, NULL, 0, tsd_validate_einsum, NULL,                                \
+    NULL, tsd_run_einsum, tsd_changes_einsum, NULL, tsd_answer_einsum)                             \
+  X(EINSUM_BACKWARD, einsum_backward, COLLECTIVE, NULL, 0, tsd_validate_einsum_backward, NULL,     \
+    NULL, tsd_run_einsum_backward, tsd_changes_einsum_backward, NULL, NULL)                        \
+  X(EINSUM_RELEASE, einsum_release, COLLECTIVE, NULL, TSD_OP_NO_AGREEMENT,                         \
+    tsd_validate_einsum_release, NULL, NULL, tsd_run_einsum_release, NULL, NULL, NULL)             \
+  X(EINSUM_PLAN, einsum_plan, LOCAL, NULL, 0, tsd_validate_einsum_plan, NULL,                      \
+    tsd_op_einsum_plan, NULL, NULL, NULL, NULL)                                                    \
+  X(SAVE, save, COLLECTIVE, NULL, 0, tsd_validate_save, NULL,                                      \
+    NULL, tsd_run_save, NULL, NULL, tsd_answer_ckpt)                                               \
+  X(LOAD, load, COLLECTIVE, NULL, 0, tsd_validate_load, NULL,                                      \
+    NULL, tsd_run_load, tsd_changes_load, NULL, tsd_answer_ckpt)                                   \
+  X(SHM_ATTACH, shm_attach, LOCAL, NULL, TSD_OP_UNIX_ONLY, tsd_validate_none, NULL,                \
+    tsd_shm_attach, NULL, NULL, NULL, NULL)                                                        \
+  X(PROGRAM_COMPILE, program_compile, COLLECTIVE, NULL, 0, tsd_validate_program_compile, NULL,     \
+    NULL, tsd_run_program_compile, NULL, NULL, tsd_answer_program_compile)                         \
+  X(PROGRAM_RUN, program_run, COLLECTIVE, NULL, 0, tsd_validate_program_run, NULL,                 \
+    NULL, tsd_run_program_run, tsd_changes_program_run, NULL, NULL)                                \
+  X(PROGRAM_DROP, program_drop, COLLECTIVE, NULL, 0, tsd_validate_program_drop, NULL,              \
+    NULL, tsd_run_program_drop, NULL, NULL, NULL)                                                  \
+  X(PROGRAM_SHOW, program_show, LOCAL, NULL, 0, tsd_validate_program_show, NULL,                   \
+    tsd_op_program_show, NULL, NULL, NULL, NULL)                                                   \
+  X(RESHARD_MANY, reshard_many, COLLECTIVE, NULL, 0, tsd_validate_reshard_many, NULL,              \
+    NULL, tsd_run_reshard_many, tsd_changes_reshard_many, NULL, tsd_answer_reshard_many)           \
+  X(DROP_MANY, drop_many, COLLECTIVE, NULL, 0, tsd_validate_drop_many, NULL,                       \
+    NULL, tsd_run_drop_many, tsd_changes_drop_many, NULL, NULL)                                    \
+  X(CREATE_MANY, create_many, COLLECTIVE, NULL, 0, tsd_validate_create_many, NULL,                 \
+    NULL, tsd_run_create_many, tsd_changes_create_many, NULL, NULL)                                \
+  X(PUT_MANY, put_many, LOCAL, NULL, TSD_OP_CLIENT_MEMORY, tsd_validate_put_many, NULL,            \
+    tsd_handle_put_many, tsd_run_put_many, NULL, NULL, tsd_answer_put)                             \
+  X(GET_MANY, get_many, LOCAL, NULL, TSD_OP_CLIENT_MEMORY, tsd_validate_get_many, NULL,            \
+    tsd_handle_get_many, tsd_run_get_many, NULL, NULL, tsd_answer_get_many)                        \
+  X(IMPORT_SAFETENSORS, import_safetensors, COLLECTIVE, NULL, 0,                                   \
+    tsd_validate_import_safetensors, NULL, NULL, tsd_run_import_safetensors,                       \
+    tsd_changes_import_safetensors, NULL, tsd_answer_safetensors)                                  \
+  X(EXPORT_SAFETENSORS, export_safetensors, COLLECTIVE, NULL, 0,                                   \
+    tsd_validate_export_safetensors, NULL, NULL, tsd_run_export_safetensors, NULL, NULL,           \
+    tsd_answer_safetensors)                                                                        \
+  X(SAVE_FINISH, save_finish, COLLECTIVE, NULL, 0, tsd_validate_save_finish, NULL,                 \
+    NULL, tsd_run_save_finish, NULL, NULL, NULL)                                                   \
+  X(OBSERVE, observe, COLLECTIVE, NULL, TSD_OP_QUIET, tsd_validate_observe, NULL,                  \
+    NULL, tsd_run_observe, NULL, NULL, NULL)
+/* clang-format on */
 
 typedef struct tsd_op {
   const char *name;
   tsd_scope scope;
   tsd_scope (*scope_of)(const Tshard__Request *req); /* NULL: always `scope` */
-  bool unix_only;                                    /* refused (UNSUPPORTED) over TCP */
-  bool quiet;     /* internal and periodic: its operation log line is at debug level */
-  unsigned flags; /* TSD_OP_* above */
+  unsigned flags;                                    /* TSD_OP_* above */
   tsd_validator validate;
 } tsd_op;
 

@@ -109,8 +109,8 @@ static bool names_client_memory(const ProtobufCFieldDescriptor *f) {
  * submitting rank (collective for its first chunk); the client-memory rows are exactly those
  * whose message (or its items) has a ClientMemory field, by the protocol's descriptor. */
 START_TEST(every_op_has_its_flags) {
-  const unsigned known =
-      TSD_OP_STOPS | TSD_OP_NO_AGREEMENT | TSD_OP_GATHERS_TO_ORIGIN | TSD_OP_CLIENT_MEMORY;
+  const unsigned known = TSD_OP_STOPS | TSD_OP_NO_AGREEMENT | TSD_OP_GATHERS_TO_ORIGIN |
+                         TSD_OP_CLIENT_MEMORY | TSD_OP_UNIX_ONLY | TSD_OP_QUIET;
   int memory_rows = 0;
   const ProtobufCFieldDescriptor *f;
   for (unsigned i = 0; (f = next_op(&i)) != NULL;) {
@@ -208,8 +208,8 @@ START_TEST(scopes) {
   ck_assert_int_eq(tsd_op_find(TSHARD__REQUEST__OP_DESCRIBE)->scope, TSD_SCOPE_CATALOG);
   ck_assert_int_eq(tsd_op_find(TSHARD__REQUEST__OP_CREATE)->scope, TSD_SCOPE_COLLECTIVE);
   ck_assert_int_eq(tsd_op_find(TSHARD__REQUEST__OP_SHUTDOWN)->scope, TSD_SCOPE_COLLECTIVE);
-  ck_assert(tsd_op_find(TSHARD__REQUEST__OP_SHM_ATTACH)->unix_only);
-  ck_assert(!tsd_op_find(TSHARD__REQUEST__OP_GET)->unix_only);
+  ck_assert(tsd_op_flags(TSHARD__REQUEST__OP_SHM_ATTACH) & TSD_OP_UNIX_ONLY);
+  ck_assert(!(tsd_op_flags(TSHARD__REQUEST__OP_GET) & TSD_OP_UNIX_ONLY));
 }
 END_TEST
 
